@@ -1,0 +1,130 @@
+"""Build the batch a reward manager receives: one ``TensorDict`` row per output.
+
+Layout (REFERENCE §2, verl's training layout, which the reference's own reward path
+gets wrong when outputs differ in length):
+
+* ``prompts``        ``[n, P]`` int64, **left**-padded with 0 to the widest prompt ``P``;
+* ``responses``      ``[n, R]`` int64, **right**-padded with 0 to the widest response ``R``;
+* ``response_mask``  ``[n, R]`` int64, 1 = model token, 0 = tool/observation token or pad;
+* ``attention_mask`` ``[n, P+R]`` int64, ``cat(prompt_mask, response_valid_mask)``;
+* ``input_ids``      ``[n, P+R]`` int64, ``cat(prompts, responses)``;
+* ``position_ids``   ``[n, P+R]`` int64, ``clamp(cumsum(attention_mask) - 1, min=0)``;
+* ``rollout_log_probs`` ``[n, R]`` float32, only when some output carried logprobs;
+
+plus per-row non-tensor fields that survive ``data[-1:]`` and ``data[-1]``: every dataset
+column of the sample, ``__num_turns__``, ``tool_extra_fields`` (that output's
+``extra_fields``), ``reward_scores`` (the rollout's precomputed reward, ``{}`` if none),
+``prompt_len`` and ``response_len``.
+
+The valid response of row ``i`` is always ``responses[i, :response_len[i]]``, equal to
+``responses[i][attention_mask[i, P:].bool()]``, whatever the other rows' lengths.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tensordict import NonTensorStack, TensorDict
+
+from rewardq.queue.codec import OutputRecord
+
+warnings.filterwarnings("ignore", message=".*non-writable.*", category=UserWarning)
+
+TENSOR_KEYS = ("prompts", "responses", "response_mask", "attention_mask", "input_ids", "position_ids")
+
+
+def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> TensorDict:
+    """Build the trajectory batch from its outputs, given in index order.
+
+    Args:
+        records: the outputs, ``records[i].index == i``.
+        sample: the dataset columns shared by all outputs; defaults to the final
+            output's ``sample``. Each row gets its own deep copy, so a manager that
+            mutates ``extra_info`` never touches another row or the caller's dict.
+    """
+    n = len(records)
+    if n == 0:
+        raise ValueError("a trajectory needs at least one output")
+    if sample is None:
+        sample = records[-1].sample
+    plens = [r.prompt_ids.shape[0] for r in records]
+    rlens = [r.response_ids.shape[0] for r in records]
+    P, R = max(plens), max(rlens)
+
+    prompts = np.zeros((n, P), dtype=np.int64)
+    responses = np.zeros((n, R), dtype=np.int64)
+    response_mask = np.zeros((n, R), dtype=np.int64)
+    attention = np.zeros((n, P + R), dtype=np.int64)
+    logprobs = np.zeros((n, R), dtype=np.float32) if any(r.response_logprobs is not None for r in records) else None
+    for i, r in enumerate(records):
+        pl, rl = plens[i], rlens[i]
+        if pl:
+            prompts[i, P - pl:] = r.prompt_ids
+            attention[i, P - pl:P] = 1
+        if rl:
+            responses[i, :rl] = r.response_ids
+            attention[i, P:P + rl] = 1
+            response_mask[i, :rl] = 1 if r.response_mask is None else r.response_mask
+            if logprobs is not None and r.response_logprobs is not None:
+                logprobs[i, :rl] = r.response_logprobs
+    input_ids = np.concatenate([prompts, responses], axis=1)
+    position_ids = np.clip(np.cumsum(attention, axis=1) - 1, 0, None)
+
+    tensors: dict[str, torch.Tensor] = {
+        "prompts": torch.from_numpy(prompts),
+        "responses": torch.from_numpy(responses),
+        "response_mask": torch.from_numpy(response_mask),
+        "attention_mask": torch.from_numpy(attention),
+        "input_ids": torch.from_numpy(input_ids),
+        "position_ids": torch.from_numpy(position_ids),
+    }
+    if logprobs is not None:
+        tensors["rollout_log_probs"] = torch.from_numpy(logprobs)
+    td = TensorDict(tensors, batch_size=[n])
+
+    rows: dict[str, list[Any]] = {col: [copy.deepcopy(val) for _ in range(n)] for col, val in sample.items()
+                                  if col not in tensors}
+    rows["__num_turns__"] = [r.num_turns for r in records]
+    rows["tool_extra_fields"] = [dict(r.extra_fields) for r in records]
+    rows["reward_scores"] = [{} if r.reward_score is None else {"reward_score": r.reward_score} for r in records]
+    rows["prompt_len"] = plens
+    rows["response_len"] = rlens
+    for col, values in rows.items():
+        td[col] = NonTensorStack.from_list(values)
+    return td
+
+
+def valid_response_ids(row: TensorDict) -> torch.Tensor:
+    """The valid response ids of one row (``data[i]``, or a one-row batch ``data[-1:]``)."""
+    if row.batch_dims == 1:
+        if row.batch_size[0] != 1:
+            raise ValueError("valid_response_ids takes one row: data[i] or data[-1:]")
+        row = row[0]
+    prompt_width = row["prompts"].shape[-1]
+    valid = row["attention_mask"][prompt_width:].bool()
+    return row["responses"][valid]
+
+
+def valid_prompt_ids(row: TensorDict) -> torch.Tensor:
+    """The valid (unpadded) prompt ids of one row."""
+    if row.batch_dims == 1:
+        row = row[0]
+    prompt_width = row["prompts"].shape[-1]
+    valid = row["attention_mask"][:prompt_width].bool()
+    return row["prompts"][valid]
+
+
+def non_tensor(row: TensorDict, name: str, default: Any = None) -> Any:
+    """A per-row non-tensor field of one row (``data[i]`` or ``data[-1:]``), or ``default``."""
+    if name not in row.keys():
+        return default
+    value = row[name]
+    if row.batch_dims == 1:
+        if len(value) != 1:
+            raise ValueError("non_tensor takes one row: data[i] or data[-1:]")
+        value = value[0]
+    return value

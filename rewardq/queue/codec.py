@@ -1,0 +1,386 @@
+"""The wire format of one output record: versioned msgpack, token ids as packed arrays.
+
+A record is a msgpack map::
+
+    {"v": 1, "uid": str, "session_id": str, "index": int >= 0, "final": bool,
+     "prompt_ids": Ext(1|2), "response_ids": Ext(1|2), "response_mask": Ext(4) | nil,
+     "response_logprobs": Ext(3) | nil, "num_turns": int | nil, "extra_fields": map,
+     "reward_score": float | nil, "sample": map, "created_at": float}
+
+Token ids travel as msgpack extension types holding little-endian packed arrays
+(ext 1: int32, ext 2: int64, ext 3: float32, ext 4: uint8), never as lists of Python
+ints and never as pickle. Decoding is bounded by ``max_bytes`` and validates every
+field; a failure raises :class:`~rewardq.errors.RecordError` naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import msgpack
+import numpy as np
+
+from rewardq.errors import RecordError
+from rewardq.queue.keys import output_key, trajectory_id
+
+SCHEMA_VERSION = 1
+#: Default upper bound on one encoded record (producers refuse, workers dead-letter).
+DEFAULT_MAX_RECORD_BYTES = 32 * 1024 * 1024
+#: Token ids must fit in int32; vocabularies are far smaller.
+MAX_TOKEN_ID = 2**31 - 1
+
+EXT_INT32, EXT_INT64, EXT_FLOAT32, EXT_UINT8 = 1, 2, 3, 4
+_EXT_DTYPES = {EXT_INT32: np.dtype("<i4"), EXT_INT64: np.dtype("<i8"),
+               EXT_FLOAT32: np.dtype("<f4"), EXT_UINT8: np.dtype("u1")}
+_REQUIRED = ("uid", "session_id", "index", "final", "prompt_ids", "response_ids")
+_KNOWN = frozenset(_REQUIRED + ("v", "response_mask", "response_logprobs", "num_turns",
+                                "extra_fields", "reward_score", "sample", "created_at"))
+
+
+@dataclass(slots=True)
+class OutputRecord:
+    """One output of a trajectory, decoded. Arrays are read-only views on the payload."""
+
+    uid: str
+    session_id: str
+    index: int
+    final: bool
+    prompt_ids: np.ndarray
+    response_ids: np.ndarray
+    response_mask: np.ndarray | None = None
+    response_logprobs: np.ndarray | None = None
+    num_turns: int | None = None
+    extra_fields: dict = field(default_factory=dict)
+    reward_score: float | None = None
+    sample: dict = field(default_factory=dict)
+    created_at: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return output_key(self.uid, self.session_id, self.index)
+
+    @property
+    def tid(self) -> str:
+        return trajectory_id(self.uid, self.session_id)
+
+
+# --------------------------------------------------------------------------------------
+# arrays
+# --------------------------------------------------------------------------------------
+
+def as_id_array(value: Any, name: str, *, vocab_size: int | None = None) -> np.ndarray:
+    """Turn a list / numpy array / torch tensor of token ids into a contiguous int32 array.
+
+    Raises RecordError naming ``name`` for non-integers, other than 1-D shapes, negative ids
+    and ids at or above ``vocab_size`` (or int32's range when no vocabulary is known).
+    """
+    if value is None:
+        raise RecordError(name, "is required (a list, numpy array or torch tensor of token ids)")
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor, without importing torch
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        raise RecordError(name, f"expected a sequence of integer token ids, got {type(value).__name__}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise RecordError(name, f"cannot be read as an array of token ids ({exc})") from None
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if arr.ndim != 1:
+        raise RecordError(name, f"expected a 1-D sequence of token ids, got shape {tuple(arr.shape)}")
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise RecordError(name, f"expected integer token ids, got {arr.dtype} values")
+    lo, hi = int(arr.min()), int(arr.max())
+    limit = vocab_size if vocab_size is not None else MAX_TOKEN_ID + 1
+    if lo < 0:
+        raise RecordError(name, f"token id {lo} is negative")
+    if hi >= limit:
+        what = f"the vocabulary size {vocab_size}" if vocab_size is not None else "int32's range"
+        raise RecordError(name, f"token id {hi} is out of range (must be below {what})")
+    return np.ascontiguousarray(arr, dtype="<i4")
+
+
+def _as_mask(value: Any, n: int) -> np.ndarray | None:
+    if value is None:
+        return None
+    arr = as_id_array(value, "response_mask")
+    if arr.shape[0] != n:
+        raise RecordError("response_mask", f"has {arr.shape[0]} entries but response_ids has {n}")
+    if arr.size and int(arr.max()) > 1:
+        raise RecordError("response_mask", "must hold only 0 (tool/observation token) and 1 (model token)")
+    return arr.astype(np.uint8)
+
+
+def _as_logprobs(value: Any, n: int) -> np.ndarray | None:
+    if value is None:
+        return None
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    try:
+        arr = np.asarray(value, dtype="<f4").reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise RecordError("response_logprobs", f"must be numbers ({exc})") from None
+    if arr.shape[0] != n:
+        raise RecordError("response_logprobs", f"has {arr.shape[0]} entries but response_ids has {n}")
+    return arr
+
+
+def _ext(arr: np.ndarray) -> msgpack.ExtType:
+    code = {np.dtype("<i4"): EXT_INT32, np.dtype("<i8"): EXT_INT64,
+            np.dtype("<f4"): EXT_FLOAT32, np.dtype("u1"): EXT_UINT8}[arr.dtype]
+    return msgpack.ExtType(code, arr.tobytes())
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    dtype = _EXT_DTYPES.get(code)
+    if dtype is None:
+        raise RecordError("<record>", f"unknown msgpack extension type {code}")
+    if len(data) % dtype.itemsize:
+        raise RecordError("<record>", f"packed array of {len(data)} bytes is not a whole number of {dtype}")
+    return np.frombuffer(data, dtype=dtype)
+
+
+def _plain(obj: Any) -> Any:
+    """msgpack ``default`` hook for values in ``sample`` / ``extra_fields``."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if hasattr(obj, "detach") and hasattr(obj, "tolist"):
+        return obj.detach().cpu().tolist()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"cannot serialise a value of type {type(obj).__name__}")
+
+
+# --------------------------------------------------------------------------------------
+# producer side
+# --------------------------------------------------------------------------------------
+
+def _get(output: Any, name: str, default: Any = None) -> Any:
+    if isinstance(output, Mapping):
+        return output.get(name, default)
+    return getattr(output, name, default)
+
+
+def _check_name(value: Any, name: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise RecordError(name, f"must be a string, got {type(value).__name__}")
+    value = str(value)
+    if not value:
+        raise RecordError(name, "must not be empty")
+    if any(c in value for c in "\r\n\x00"):
+        raise RecordError(name, "must not contain newlines or NUL characters")
+    return value
+
+
+def _check_index(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise RecordError("index", f"must be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise RecordError("index", f"must be >= 0, got {value}")
+    return int(value)
+
+
+def _check_score(value: Any, name: str = "reward_score") -> float | None:
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (int, float)):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RecordError(name, f"must be a number or None, got {type(value).__name__}")
+    return float(value)
+
+
+def _check_dict(value: Any, name: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RecordError(name, f"must be a dict, got {type(value).__name__}")
+    for k in value:
+        if not isinstance(k, str):
+            raise RecordError(name, f"keys must be strings, got {type(k).__name__} key {k!r}")
+    return dict(value)
+
+
+def encode_output(
+    uid: Any,
+    session_id: Any,
+    index: Any,
+    output: Any,
+    sample: Mapping[str, Any] | None,
+    *,
+    final: bool,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> bytes:
+    """Validate one output and encode it for the wire.
+
+    ``output`` is a dict with the fields of a verl ``AgentLoopOutput`` or any object with
+    those attributes. Raises RecordError naming the first bad field.
+    """
+    uid = _check_name(uid, "uid")
+    session_id = _check_name(session_id, "session_id")
+    index = _check_index(index)
+    if not isinstance(final, bool):
+        raise RecordError("final", f"must be True or False, got {type(final).__name__}")
+    if output is None:
+        raise RecordError("output", "is required")
+    prompt = as_id_array(_get(output, "prompt_ids"), "prompt_ids")
+    response = as_id_array(_get(output, "response_ids"), "response_ids")
+    mask = _as_mask(_get(output, "response_mask"), response.shape[0])
+    logprobs = _as_logprobs(_get(output, "response_logprobs"), response.shape[0])
+    num_turns = _get(output, "num_turns")
+    if num_turns is not None and (isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or num_turns < 0):
+        raise RecordError("num_turns", f"must be a non-negative integer or None, got {num_turns!r}")
+    record = {
+        "v": SCHEMA_VERSION,
+        "uid": uid,
+        "session_id": session_id,
+        "index": index,
+        "final": final,
+        "prompt_ids": _ext(prompt),
+        "response_ids": _ext(response),
+        "response_mask": None if mask is None else _ext(mask),
+        "response_logprobs": None if logprobs is None else _ext(logprobs),
+        "num_turns": None if num_turns is None else int(num_turns),
+        "extra_fields": _check_dict(_get(output, "extra_fields"), "extra_fields"),
+        "reward_score": _check_score(_get(output, "reward_score")),
+        "sample": _check_dict(sample, "sample"),
+        "created_at": time.time(),
+    }
+    try:
+        data = msgpack.packb(record, default=_plain, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        field_name = "sample" if "sample" in str(exc) else "extra_fields/sample"
+        raise RecordError(field_name, f"holds a value msgpack cannot carry ({exc}); use plain "
+                          "str/int/float/bool/list/dict values") from None
+    if len(data) > max_bytes:
+        raise RecordError("<record>", f"encoded size {len(data)} bytes exceeds max_record_bytes={max_bytes}; "
+                          "raise the limit on producers and workers or send fewer tokens")
+    return data
+
+
+# --------------------------------------------------------------------------------------
+# worker side
+# --------------------------------------------------------------------------------------
+
+def _need(d: dict, name: str, types: type | tuple[type, ...], what: str) -> Any:
+    if name not in d:
+        raise RecordError(name, "is missing")
+    value = d[name]
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise RecordError(name, f"must be {what}, got bool")
+    if not isinstance(value, types):
+        raise RecordError(name, f"must be {what}, got {type(value).__name__}")
+    return value
+
+
+def _array(d: dict, name: str, kinds: tuple[str, ...], *, required: bool) -> np.ndarray | None:
+    value = d.get(name)
+    if value is None:
+        if required:
+            raise RecordError(name, "is missing")
+        return None
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds:
+        raise RecordError(name, f"must be a packed {'integer' if 'i' in kinds else 'number'} array "
+                          f"(msgpack ext), got {type(value).__name__}")
+    return value
+
+
+def decode_output(
+    data: bytes,
+    *,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    vocab_size: int | None = None,
+) -> OutputRecord:
+    """Decode and validate one record. Raises RecordError naming the bad field."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise RecordError("data", f"stream entry has no binary 'data' field (got {type(data).__name__})")
+    if len(data) > max_bytes:
+        raise RecordError("<record>", f"size {len(data)} bytes exceeds max_record_bytes={max_bytes}")
+    try:
+        d = msgpack.unpackb(
+            data, raw=False, ext_hook=_ext_hook, strict_map_key=True,
+            max_bin_len=max_bytes, max_str_len=max_bytes, max_ext_len=max_bytes,
+            max_array_len=1_000_000, max_map_len=100_000,
+        )
+    except RecordError:
+        raise
+    except Exception as exc:  # msgpack raises many types for garbage input
+        raise RecordError("<record>", f"not a valid msgpack record ({type(exc).__name__}: {exc})") from None
+    if not isinstance(d, dict):
+        raise RecordError("<record>", f"expected a msgpack map, got {type(d).__name__}")
+    version = d.get("v")
+    if version != SCHEMA_VERSION:
+        raise RecordError("v", f"unknown schema version {version!r}; this worker understands "
+                          f"{SCHEMA_VERSION}. Run the same rewardq version on producers and workers")
+    extra = set(d) - _KNOWN
+    if extra:
+        raise RecordError(sorted(extra)[0], f"unknown field(s) {sorted(extra)}; producer and worker "
+                          "versions disagree")
+    uid = _need(d, "uid", str, "a string")
+    session_id = _need(d, "session_id", str, "a string")
+    if not uid or not session_id:
+        raise RecordError("uid" if not uid else "session_id", "must not be empty")
+    index = _need(d, "index", int, "an integer")
+    if index < 0:
+        raise RecordError("index", f"must be >= 0, got {index}")
+    final = _need(d, "final", bool, "a bool")
+    prompt = _array(d, "prompt_ids", ("i",), required=True)
+    response = _array(d, "response_ids", ("i",), required=True)
+    for name, arr in (("prompt_ids", prompt), ("response_ids", response)):
+        if arr.size:
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < 0:
+                raise RecordError(name, f"token id {lo} is negative")
+            if vocab_size is not None and hi >= vocab_size:
+                raise RecordError(name, f"token id {hi} is out of range for a vocabulary of {vocab_size}")
+    mask = _array(d, "response_mask", ("u", "i"), required=False)
+    if mask is not None and mask.shape[0] != response.shape[0]:
+        raise RecordError("response_mask", f"has {mask.shape[0]} entries but response_ids has {response.shape[0]}")
+    logprobs = _array(d, "response_logprobs", ("f",), required=False)
+    if logprobs is not None and logprobs.shape[0] != response.shape[0]:
+        raise RecordError("response_logprobs", f"has {logprobs.shape[0]} entries but response_ids has {response.shape[0]}")
+    num_turns = d.get("num_turns")
+    if num_turns is not None and (isinstance(num_turns, bool) or not isinstance(num_turns, int) or num_turns < 0):
+        raise RecordError("num_turns", f"must be a non-negative integer or nil, got {num_turns!r}")
+    extra_fields = d.get("extra_fields") or {}
+    if not isinstance(extra_fields, dict):
+        raise RecordError("extra_fields", f"must be a map, got {type(extra_fields).__name__}")
+    sample = d.get("sample") or {}
+    if not isinstance(sample, dict):
+        raise RecordError("sample", f"must be a map, got {type(sample).__name__}")
+    score = d.get("reward_score")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+        raise RecordError("reward_score", f"must be a number or nil, got {type(score).__name__}")
+    created_at = d.get("created_at") or 0.0
+    if not isinstance(created_at, (int, float)) or isinstance(created_at, bool) or not math.isfinite(created_at):
+        raise RecordError("created_at", "must be a finite number")
+    return OutputRecord(
+        uid=uid, session_id=session_id, index=index, final=final,
+        prompt_ids=prompt, response_ids=response, response_mask=mask,
+        response_logprobs=logprobs, num_turns=num_turns, extra_fields=extra_fields,
+        reward_score=None if score is None else float(score), sample=sample,
+        created_at=float(created_at),
+    )
+
+
+def peek_identity(data: Any) -> tuple[str, str, int] | None:
+    """Best-effort ``(uid, session_id, index)`` of a record that failed validation.
+
+    Lets the worker write an error result for the keys of a rejected record. Returns
+    None when even that cannot be read.
+    """
+    try:
+        d = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=lambda c, b: None,
+                            max_bin_len=len(data), max_str_len=len(data))
+        uid, sid, idx = d["uid"], d["session_id"], d["index"]
+        if isinstance(uid, str) and uid and isinstance(sid, str) and sid and isinstance(idx, int) \
+                and not isinstance(idx, bool) and idx >= 0:
+            return uid, sid, idx
+    except Exception:
+        pass
+    return None

@@ -1,0 +1,189 @@
+"""The whole rewardq keyspace, in one place.
+
+Every Redis key rewardq reads or writes is built here, and nowhere else. With the
+default namespace ``rewardq`` and one shard, the keys are::
+
+    rewardq:meta                         HASH    pipeline settings shared by producers and workers
+                                                 (shards, schema version, created_at)
+    rewardq:{s0}:stream                  STREAM  incoming output records; fields ``key`` (text) and
+                                                 ``data`` (msgpack, see rewardq.queue.codec).
+                                                 Consumer group: ``rewardq-workers`` (configurable)
+    rewardq:{s0}:traj:<uid>_<session_id> HASH    assembly state of one trajectory: ``o:<i>`` the stored
+                                                 record of output i, ``final`` the final index,
+                                                 ``state`` (collecting|failed|done), ``first_seen``,
+                                                 ``last_seen``, ``lease``/``lease_until`` while scored,
+                                                 ``worker`` and ``done_at`` once scored.  Payloads are
+                                                 dropped when done; the rest expires with results.
+    rewardq:{s0}:reward:<uid>_<session_id>_<i>
+                                         HASH    the result of one output key, all readable text:
+                                                 ``status`` (ok|error), ``reward_score``,
+                                                 ``reward_extra_info`` (JSON), ``error``, ``worker``,
+                                                 ``manager``, ``scored_at``, ``latency_ms``
+    rewardq:{s0}:waiting                 ZSET    trajectories still collecting outputs, scored by the
+                                                 time they expire (last_seen + incomplete_timeout)
+    rewardq:{s0}:done                    STREAM  one entry per finished trajectory (``tid``, ``n``,
+                                                 ``status``); capped; wakes up ``wait_rewards``
+    rewardq:{s0}:dead                    STREAM  dead letters: the raw entry, reason, traceback,
+                                                 delivery count, worker, time
+    rewardq:workers                      ZSET    live workers by last heartbeat (unix seconds)
+    rewardq:worker:<name>                HASH    one worker's heartbeat: host, pid, in_flight, scored,
+                                                 errors, started_at, ... (expires when it stops beating)
+    rewardq:ratelimit:<limiter>          HASH    fleet-wide token buckets and concurrency slots
+    rewardq:lock:<name>                  STRING  short TTL'd locks for periodic maintenance
+
+``{s0}`` is a Redis Cluster hash tag: every key of one shard lives in one hash slot, so
+the Lua scripts that store a record, commit a result and acknowledge the entry touch a
+single slot. A trajectory's shard is ``crc32(<uid>_<session_id>) % shards``; the tags of
+the shards are chosen so that their slots spread evenly over the 16384 cluster slots
+(``s<shard>`` when that already lands in the shard's share of the slots, otherwise
+``s<shard>.<k>`` for the smallest such ``k``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from redis.crc import key_slot
+
+#: Name of the consumer group all workers join unless configured otherwise.
+DEFAULT_GROUP = "rewardq-workers"
+#: Default namespace: the first component of every key.
+DEFAULT_NAMESPACE = "rewardq"
+_SLOTS = 16384
+
+
+def trajectory_id(uid: str, session_id: str) -> str:
+    """``<uid>_<session_id>``: what the keys of one trajectory share."""
+    return f"{uid}_{session_id}"
+
+
+def output_key(uid: str, session_id: str, index: int) -> str:
+    """``<uid>_<session_id>_<index>``: the key of one output, as verl names it."""
+    return f"{uid}_{session_id}_{index}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    """Split an output key into ``(trajectory_id, index)``.
+
+    The index is the text after the *last* underscore, so uids and session ids may
+    themselves contain underscores.
+
+    >>> split_key("my_uid_s1_3")
+    ('my_uid_s1', 3)
+    """
+    tid, sep, idx = key.rpartition("_")
+    if not sep or not tid or not idx.isdigit():
+        raise ValueError(
+            f"{key!r} is not an output key: expected '<uid>_<session_id>_<index>' "
+            "with a non-negative integer index"
+        )
+    return tid, int(idx)
+
+
+def _spread_tag(shard: int, shards: int) -> str:
+    lo, hi = shard * _SLOTS // shards, (shard + 1) * _SLOTS // shards
+    base = f"s{shard}"
+    if lo <= key_slot(base.encode()) < hi:
+        return base
+    k = 0
+    while True:
+        tag = f"{base}.{k}"
+        if lo <= key_slot(tag.encode()) < hi:
+            return tag
+        k += 1
+
+
+@dataclass(frozen=True)
+class Keyspace:
+    """Builds every key of one rewardq namespace.
+
+    Args:
+        namespace: first component of every key; two pipelines on one Redis use two
+            namespaces.
+        shards: how many streams the records are split over (1 on a single Redis; a
+            few per cluster master on Redis Cluster). Producers and workers must agree;
+            the value is stored in ``<ns>:meta`` by whoever starts first.
+        group: consumer group name.
+    """
+
+    namespace: str = DEFAULT_NAMESPACE
+    shards: int = 1
+    group: str = DEFAULT_GROUP
+    _tags: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
+
+    def __post_init__(self) -> None:
+        if not self.namespace or any(c in self.namespace for c in "{} \n"):
+            raise ValueError(f"namespace {self.namespace!r} must be non-empty, without braces or spaces")
+        if self.shards < 1:
+            raise ValueError(f"shards must be >= 1, got {self.shards}")
+        object.__setattr__(self, "_tags", tuple(_spread_tag(s, self.shards) for s in range(self.shards)))
+
+    # -- routing -----------------------------------------------------------------
+    def shard_of(self, tid: str) -> int:
+        """The shard of a trajectory id (stable across processes and machines)."""
+        if self.shards == 1:
+            return 0
+        return zlib.crc32(tid.encode("utf-8", "surrogatepass")) % self.shards
+
+    def shard_of_key(self, key: str) -> int:
+        return self.shard_of(split_key(key)[0])
+
+    def _p(self, shard: int) -> str:
+        return f"{self.namespace}:{{{self._tags[shard]}}}"
+
+    # -- per-shard keys ------------------------------------------------------------
+    def stream(self, shard: int) -> str:
+        return f"{self._p(shard)}:stream"
+
+    @cached_property
+    def streams(self) -> list[str]:
+        return [self.stream(s) for s in range(self.shards)]
+
+    def traj(self, shard: int, tid: str) -> str:
+        return f"{self._p(shard)}:traj:{tid}"
+
+    def traj_prefix(self, shard: int) -> str:
+        return f"{self._p(shard)}:traj:"
+
+    def reward(self, shard: int, key: str) -> str:
+        return f"{self._p(shard)}:reward:{key}"
+
+    def reward_prefix(self, shard: int) -> str:
+        return f"{self._p(shard)}:reward:"
+
+    def waiting(self, shard: int) -> str:
+        return f"{self._p(shard)}:waiting"
+
+    def done(self, shard: int) -> str:
+        return f"{self._p(shard)}:done"
+
+    def dead(self, shard: int) -> str:
+        return f"{self._p(shard)}:dead"
+
+    # -- convenience for one key / trajectory ----------------------------------------
+    def reward_key(self, key: str) -> str:
+        """The result hash of an output key."""
+        return self.reward(self.shard_of_key(key), key)
+
+    def traj_key(self, tid: str) -> str:
+        return self.traj(self.shard_of(tid), tid)
+
+    # -- global keys -------------------------------------------------------------------
+    @property
+    def meta(self) -> str:
+        return f"{self.namespace}:meta"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.namespace}:workers"
+
+    def worker(self, name: str) -> str:
+        return f"{self.namespace}:worker:{name}"
+
+    def ratelimit(self, name: str) -> str:
+        return f"{self.namespace}:ratelimit:{name}"
+
+    def lock(self, name: str) -> str:
+        return f"{self.namespace}:lock:{name}"

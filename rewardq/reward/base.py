@@ -1,0 +1,172 @@
+"""The reward-manager contract: one small base class.
+
+A manager turns the batch of one trajectory (a ``TensorDict`` with one row per output,
+see :mod:`rewardq.consumers.batch`) into a reward::
+
+    class MyManager(RewardManager):
+        name = "mine"
+
+        async def run_single(self, data):
+            data = data[-1:]                      # built-in managers score the final output
+            ...
+            return {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
+
+``run_single`` may also return a list of such dicts, one per output (turn-level credit
+assignment); rewardq then writes each key its own reward. Returning a single dict copies
+it to every key of the trajectory, as verl does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+from rewardq.errors import ConfigError, ScoringError
+
+logger = logging.getLogger("rewardq.reward")
+
+ScoreFn = Callable[..., Any]
+
+
+@dataclass
+class ManagerContext:
+    """What a manager may need from the worker that hosts it.
+
+    Attributes:
+        redis_url: the pipeline's Redis (fleet-wide rate limiters keep their state there).
+        namespace: the pipeline's namespace (limiter keys live under it).
+        worker_name: the hosting worker's name (for logs and limiter bookkeeping).
+        cluster: True when ``redis_url`` is a Redis Cluster.
+        extra: anything else a deployment wants to hand its custom managers.
+    """
+
+    redis_url: str | None = None
+    namespace: str = "rewardq"
+    worker_name: str = "local"
+    cluster: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class RewardManager(ABC):
+    """Base class of every reward manager.
+
+    Subclasses take their options as keyword arguments of ``__init__`` (so a misspelt
+    option fails at start-up with a TypeError naming it) and implement ``run_single``.
+
+    Args:
+        tokenizer: has ``decode(ids, skip_special_tokens=True) -> str``.
+        compute_score: the scoring function
+            ``f(data_source, solution_str, ground_truth, extra_info, **kw)``, sync or async;
+            None selects the default scorer by ``data_source``.
+        context: see :class:`ManagerContext`.
+    """
+
+    #: Registry name (``--manager NAME``); custom managers loaded as ``module:Class`` may omit it.
+    name: ClassVar[str] = ""
+
+    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
+                 context: ManagerContext | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.compute_score = compute_score
+        self.context = context or ManagerContext()
+
+    async def setup(self) -> None:
+        """Called once in the worker's event loop before the first ``run_single``."""
+
+    @abstractmethod
+    async def run_single(self, data: Any) -> dict | list[dict]:
+        """Score one trajectory. See the module docstring for the return value."""
+
+    async def close(self) -> None:
+        """Called once when the worker stops; release pools, sessions, connections."""
+
+    # -- helpers shared by the built-in managers ---------------------------------------
+    def decode_response(self, row: Any) -> str:
+        """Decode the valid response of one row (``data[i]``) with ``skip_special_tokens``."""
+        from rewardq.consumers.batch import valid_response_ids
+
+        return self.tokenizer.decode(valid_response_ids(row), skip_special_tokens=True)
+
+    async def call_score_fn(self, fn: ScoreFn, **kwargs: Any) -> Any:
+        """Call a sync or async scoring function; sync ones run in the default executor."""
+        if is_async_callable(fn):
+            return await fn(**kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: fn(**kwargs))
+
+
+def is_async_callable(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def normalize_result(result: Any) -> dict:
+    """REFERENCE §3 normalisation of a scoring function's return value.
+
+    A dict gives ``reward_score = result["score"]`` and ``reward_extra_info = the whole dict``;
+    a scalar gives ``reward_score = float(result)`` and ``reward_extra_info = {"acc": result}``.
+    Raises ScoringError for a dict without ``score``, a non-numeric value, NaN or infinity.
+    """
+    if isinstance(result, dict):
+        if "score" not in result:
+            raise ScoringError(f"the scoring function returned a dict without 'score' (keys: {sorted(result)}); "
+                               "return a number or a dict with a 'score' entry")
+        score = to_float(result["score"], "score")
+        return {"reward_score": score, "reward_extra_info": dict(result)}
+    score = to_float(result, "the return value")
+    acc = result.item() if hasattr(result, "item") else result
+    return {"reward_score": score, "reward_extra_info": {"acc": acc}}
+
+
+def to_float(value: Any, what: str = "reward_score") -> float:
+    """A finite plain float, or ScoringError explaining what came back instead."""
+    if hasattr(value, "item") and not isinstance(value, (int, float)):
+        try:
+            value = value.item()
+        except (ValueError, RuntimeError):
+            raise ScoringError(f"{what} is an array, not a single number") from None
+    if isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, (int, float)):
+        raise ScoringError(f"{what} must be a number, got {type(value).__name__} {value!r:.80}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ScoringError(f"{what} is {value}; a reward must be a finite number")
+    return value
+
+
+def check_manager_output(out: Any, n: int) -> list[dict]:
+    """Validate what ``run_single`` returned and expand it to one result per output.
+
+    Returns n dicts ``{"reward_score": float, "reward_extra_info": dict}``.
+    """
+    if isinstance(out, dict):
+        items, per_output = [out], False
+    elif isinstance(out, (list, tuple)):
+        if len(out) != n:
+            raise ScoringError(f"the manager returned {len(out)} results for a trajectory of {n} outputs; "
+                               "return one dict, or one per output")
+        items, per_output = list(out), True
+    else:
+        raise ScoringError(f"run_single must return a dict or a list of dicts, got {type(out).__name__}")
+    checked = []
+    for item in items:
+        if not isinstance(item, dict) or "reward_score" not in item:
+            raise ScoringError("each result must be a dict with 'reward_score' (and optionally "
+                               f"'reward_extra_info'), got {item!r:.120}")
+        extra = item.get("reward_extra_info") or {}
+        if not isinstance(extra, dict):
+            raise ScoringError(f"reward_extra_info must be a dict, got {type(extra).__name__}")
+        checked.append({"reward_score": to_float(item["reward_score"]), "reward_extra_info": extra})
+    return checked if per_output else checked * n
+
+
+def reject_unknown_options(manager: str, options: dict, known: list[str]) -> None:
+    """Fail fast on a misspelt manager option."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(f"manager {manager!r} does not take option(s) {unknown}; it takes {sorted(known)}")
