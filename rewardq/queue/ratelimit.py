@@ -1,0 +1,411 @@
+"""Fleet-wide rate limiting: token buckets and leased concurrency slots, state in Redis.
+
+Why: a paid judge API or an LLM-as-judge endpoint has *one* quota, but rewardq runs many
+worker processes. verl keeps its limiters per process, so eight workers send eight times
+the configured rate. :class:`FleetRateLimiter` keeps the state of one limiter in a single
+Redis hash, so every process that names the same key shares the same budget.
+
+What one limiter holds (one HASH, ``<ns>:ratelimit:<name>``, see :mod:`rewardq.queue.keys`)::
+
+    b:rpm:tokens  b:rpm:ts     request bucket: level and the server time it was computed at
+    b:tpm:tokens  b:tpm:ts     token bucket (same layout)
+    s:<holder>                 one concurrency slot: the server time its lease expires
+
+Semantics:
+
+* **Token buckets.** Capacity = the per-minute limit; refill is continuous at
+  ``limit / 60`` per second; a new bucket starts full (so a fleet may burst up to one
+  minute's budget, then holds the average rate).
+* **Oversize requests.** A request costing more than the capacity cannot ever fit. Rather
+  than stall forever it waits until the bucket is *full*, then goes and drives the level
+  negative (debt). Later requests wait for the debt to be refilled, so the fleet's average
+  rate still holds. (An oversize request can be overtaken by smaller ones while it waits
+  for a full bucket; with the ``limited`` manager every request has the same estimated
+  cost, so that does not arise there.)
+* **Concurrency slots** are leases: a holder owns ``s:<holder>`` until it releases it or
+  its lease expires. Holders renew every ``lease_seconds / 3`` while they work, so a holder
+  that is SIGKILLed frees its slot at most ``lease_seconds`` later. Expired slots are reaped
+  by whoever asks for a slot next. Waiters poll (there is no wake-up on release); the
+  poll interval grows from 20 ms to ``max_poll`` seconds.
+* **Atomicity and clock.** Every decision is one Lua script on one key (one hash slot, so
+  it works on Redis Cluster) and reads the time with ``redis.call('TIME')``: all processes
+  share the server's clock, whatever their own clocks say. The script never sleeps; it
+  returns how long to wait, and the client sleeps that long (plus up to ``jitter`` of it,
+  so a fleet of waiters does not retry in lock-step) and asks again.
+* **Expiry.** The hash expires when it would hold nothing but full buckets and dead slots
+  (time to refill any debt plus 60 s, or the lease plus 60 s), so idle limiters vanish.
+
+All processes naming one limiter should use the same limits; each call applies the limits
+its caller was configured with.
+
+:class:`LocalRateLimiter` has the same interface and semantics inside one process (state in
+memory, ``time.monotonic`` as the clock). The ``limited`` manager falls back to it when no
+Redis is configured, e.g. for a single-process run.
+
+Example::
+
+    limiter = FleetRateLimiter(redis, Keyspace("rewardq").ratelimit("judge"),
+                               max_rpm=500, max_tpm=100_000, max_concurrent=8)
+    await limiter.acquire_request()
+    await limiter.acquire_tokens(2000)
+    async with limiter.slot():
+        await call_the_judge()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from rewardq.errors import ConfigError
+
+logger = logging.getLogger("rewardq.queue.ratelimit")
+
+#: Slack in bucket comparisons, so that float rounding never asks for a 1e-12 s wait.
+_EPS = 1e-9
+#: How long a bucket key outlives the moment it would be full again (and a slot its lease).
+_KEEP_EXTRA_SECONDS = 60.0
+
+_LUA = r"""
+-- One limiter = one hash KEYS[1]. ARGV[1] is the operation:
+--   take    ARGV[2]=bucket name  ARGV[3]=capacity (per minute)  ARGV[4]=cost  ARGV[5]=1 to only look
+--           -> {wait_seconds, level_after}; wait 0 means the cost was taken
+--   slot    ARGV[2]=holder  ARGV[3]=max_concurrent  ARGV[4]=lease seconds
+--           -> {wait_seconds, live_slots}; wait 0 means the slot is held
+--   renew   ARGV[2]=holder  ARGV[3]=lease seconds  -> {1} renewed, {0} the slot was lost
+--   release ARGV[2]=holder                         -> {1} released, {0} was not held
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local op = ARGV[1]
+local function num(x) return string.format('%%.17g', x) end
+
+local function keep(seconds)
+  local want = math.ceil(seconds * 1000)
+  if redis.call('PTTL', key) < want then redis.call('PEXPIRE', key, want) end
+end
+
+if op == 'take' then
+  local name, cap, cost = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  local look = ARGV[5] == '1'
+  local rate = cap / 60.0
+  local tf, sf = 'b:' .. name .. ':tokens', 'b:' .. name .. ':ts'
+  local v = redis.call('HMGET', key, tf, sf)
+  local level, ts = tonumber(v[1]), tonumber(v[2])
+  if level == nil or ts == nil then level, ts = cap, now end
+  local elapsed = now - ts
+  if elapsed < 0 then elapsed = 0 end  -- a failover to a server whose clock is behind
+  level = math.min(cap, level + elapsed * rate)
+  local need = math.min(cost, cap)
+  local wait = 0
+  if level + 1e-9 * cap >= need then
+    if look then return {'0', num(level)} end
+    level = level - cost
+  else
+    wait = (need - level) / rate
+    if look then return {num(wait), num(level)} end
+  end
+  redis.call('HSET', key, tf, num(level), sf, num(now))
+  keep((cap - level) / rate + %(extra)s)
+  return {num(wait), num(level)}
+end
+
+if op == 'slot' or op == 'renew' or op == 'release' then
+  local field = 's:' .. ARGV[2]
+  if op == 'release' then return {redis.call('HDEL', key, field)} end
+  if op == 'renew' then
+    -- the field still exists only if nobody reaped it, so nobody was given its place
+    if redis.call('HEXISTS', key, field) == 0 then return {0} end
+    local lease = tonumber(ARGV[3])
+    redis.call('HSET', key, field, num(now + lease))
+    keep(lease + %(extra)s)
+    return {1}
+  end
+  local max, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local all = redis.call('HGETALL', key)
+  local live, earliest, mine = 0, nil, false
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 's:' then
+      local exp = tonumber(all[i + 1])
+      if exp == nil or exp <= now then
+        redis.call('HDEL', key, f)
+      elseif f == field then
+        mine = true
+      else
+        live = live + 1
+        if earliest == nil or exp < earliest then earliest = exp end
+      end
+    end
+  end
+  if mine or live < max then
+    redis.call('HSET', key, field, num(now + lease))
+    keep(lease + %(extra)s)
+    return {'0', num(live + 1)}
+  end
+  return {num(earliest - now), num(live)}
+end
+
+return redis.error_reply('rewardq ratelimit: unknown operation ' .. tostring(op))
+""" % {"extra": repr(_KEEP_EXTRA_SECONDS)}
+
+
+def bucket_take(level: float | None, ts: float | None, now: float, capacity: float, cost: float,
+                look: bool = False) -> tuple[float, float]:
+    """The token-bucket rule, in Python; the Lua script applies the very same rule.
+
+    Args:
+        level, ts: the stored level and the time it was computed at (None: a new, full bucket).
+        now: the current time in seconds.
+        capacity: the per-minute limit (also the bucket's size); refill is ``capacity / 60`` per s.
+        cost: what this request takes.
+        look: only report, take nothing.
+
+    Returns:
+        ``(wait, level_after)``: ``wait == 0`` means the cost was taken (``level_after`` may be
+        negative after an oversize request); otherwise ``wait`` seconds are needed first.
+
+    >>> bucket_take(None, None, 100.0, capacity=60, cost=1)        # new bucket: full
+    (0.0, 59.0)
+    >>> bucket_take(0.0, 100.0, 100.5, capacity=60, cost=1)        # 0.5 s refilled 0.5
+    (0.5, 0.5)
+    >>> bucket_take(60.0, 100.0, 100.0, capacity=60, cost=150)     # oversize on a full bucket
+    (0.0, -90.0)
+    """
+    rate = capacity / 60.0
+    if level is None or ts is None:
+        level, ts = float(capacity), now
+    level = min(float(capacity), level + max(0.0, now - ts) * rate)
+    need = min(cost, capacity)
+    if level + _EPS * capacity >= need:
+        return 0.0, level if look else level - cost
+    return (need - level) / rate, level
+
+
+@dataclass
+class WaitStats:
+    """How often and how long callers waited for one kind of permission."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+
+class _LimiterBase:
+    """The waiting loops, the slot context manager and the counters; subclasses hold the state."""
+
+    def __init__(self, max_rpm: float | None = None, max_tpm: float | None = None,
+                 max_concurrent: int | None = 1, lease_seconds: float = 30.0, *,
+                 jitter: float = 0.1, max_poll: float = 0.5, holder_prefix: str | None = None) -> None:
+        for name, value in (("max_rpm", max_rpm), ("max_tpm", max_tpm)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not value > 0):
+                raise ConfigError(f"{name} must be a positive number or None (unlimited), got {value!r}")
+        if max_concurrent is not None and (isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int)
+                                           or max_concurrent < 1):
+            raise ConfigError(f"max_concurrent must be an integer >= 1 or None (unlimited), got {max_concurrent!r}")
+        if not isinstance(lease_seconds, (int, float)) or not lease_seconds > 0:
+            raise ConfigError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        self.max_rpm = max_rpm
+        self.max_tpm = max_tpm
+        self.max_concurrent = max_concurrent
+        self.lease_seconds = float(lease_seconds)
+        self.jitter = jitter
+        self.max_poll = max_poll
+        self.holder_prefix = holder_prefix or f"{socket.gethostname()}:{os.getpid()}"
+        self.waits = {"request": WaitStats(), "tokens": WaitStats(), "slot": WaitStats()}
+
+    # -- what subclasses provide -------------------------------------------------------
+    async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
+        raise NotImplementedError
+
+    async def _slot_op(self, op: str, holder: str) -> float:
+        """``slot`` -> seconds to wait (0 = held); ``renew``/``release`` -> 1.0 or 0.0."""
+        raise NotImplementedError
+
+    # -- non-blocking probes (also what the tests read) ------------------------------------
+    async def try_request(self) -> float:
+        """Take one request token if available: returns 0.0, or the seconds to wait (nothing taken)."""
+        if self.max_rpm is None:
+            return 0.0
+        return (await self._take("rpm", self.max_rpm, 1.0, False))[0]
+
+    async def try_tokens(self, n: float) -> float:
+        """Take ``n`` tokens if allowed now (see the oversize rule): 0.0, or the seconds to wait."""
+        if self.max_tpm is None or n <= 0:
+            return 0.0
+        return (await self._take("tpm", self.max_tpm, float(n), False))[0]
+
+    async def level(self, bucket: str) -> float | None:
+        """The current level of ``"rpm"`` or ``"tpm"`` (None when that limit is off). Takes nothing."""
+        cap = {"rpm": self.max_rpm, "tpm": self.max_tpm}[bucket]
+        if cap is None:
+            return None
+        return (await self._take(bucket, cap, 0.0, True))[1]
+
+    # -- blocking acquisition ----------------------------------------------------------
+    async def acquire_request(self) -> float:
+        """Wait for one request token (``max_rpm``). Returns the seconds spent waiting."""
+        return await self._wait("request", self.try_request)
+
+    async def acquire_tokens(self, n: float) -> float:
+        """Wait for ``n`` tokens (``max_tpm``); see the module docstring for ``n`` above capacity."""
+        if n < 0:
+            raise ValueError(f"cannot acquire a negative number of tokens ({n})")
+        return await self._wait("tokens", lambda: self.try_tokens(n))
+
+    async def _wait(self, kind: str, attempt: Any) -> float:
+        waited = 0.0
+        while True:
+            wait = await attempt()
+            if wait <= 0:
+                break
+            pause = wait * (1.0 + random.uniform(0.0, self.jitter)) + 0.001
+            waited += pause
+            await asyncio.sleep(pause)
+        if waited:
+            self.waits[kind].count += 1
+            self.waits[kind].seconds += waited
+        return waited
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[str | None]:
+        """Hold one of ``max_concurrent`` slots for the duration of the block.
+
+        Yields the holder id (None when concurrency is unlimited). The lease is renewed in
+        the background every ``lease_seconds / 3``; the slot is released on exit, also on
+        cancellation. If the holder dies, the slot frees itself when the lease runs out.
+        """
+        if self.max_concurrent is None:
+            yield None
+            return
+        holder = f"{self.holder_prefix}:{uuid.uuid4().hex[:12]}"
+        poll, waited = 0.02, 0.0
+        while True:
+            wait = await self._slot_op("slot", holder)
+            if wait <= 0:
+                break
+            pause = min(wait, poll) * (1.0 + random.uniform(0.0, self.jitter))
+            poll = min(poll * 2, self.max_poll)
+            waited += pause
+            await asyncio.sleep(pause)
+        if waited:
+            self.waits["slot"].count += 1
+            self.waits["slot"].seconds += waited
+        renewer = asyncio.create_task(self._renew_loop(holder))
+        try:
+            yield holder
+        finally:
+            renewer.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewer
+            try:
+                await asyncio.shield(self._slot_op("release", holder))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the lease expiry frees the slot anyway
+                logger.warning("could not release rate-limit slot %s (%s); it frees itself in %.0fs",
+                               holder, exc, self.lease_seconds)
+
+    async def _renew_loop(self, holder: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                if not await self._slot_op("renew", holder):
+                    logger.warning("rate-limit slot %s expired before it was renewed (event loop blocked "
+                                   "for more than %.0fs?); the concurrency limit may be exceeded briefly",
+                                   holder, self.lease_seconds)
+                    return
+            except Exception as exc:
+                logger.warning("could not renew rate-limit slot %s: %s", holder, exc)
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """Wait counters for metrics: ``{kind: {"waits": n, "wait_seconds": s}}``."""
+        return {k: {"waits": v.count, "wait_seconds": v.seconds} for k, v in self.waits.items()}
+
+    async def close(self) -> None:
+        """Nothing to release by default (the Redis client belongs to the caller)."""
+
+
+class FleetRateLimiter(_LimiterBase):
+    """A limiter shared by every process that uses the same Redis ``key``.
+
+    Args:
+        redis: a ``redis.asyncio.Redis`` or ``RedisCluster`` client (owned by the caller).
+        key: the limiter's hash, normally ``Keyspace(ns).ratelimit(name)``.
+        max_rpm: requests per minute, or None for no limit.
+        max_tpm: tokens per minute, or None for no limit.
+        max_concurrent: slots held at once across the fleet, or None for no limit.
+        lease_seconds: how long a slot outlives a holder that stopped renewing it.
+        jitter: each wait is stretched by a random 0..``jitter`` fraction.
+        max_poll: the longest pause between two attempts to get a slot.
+        holder_prefix: names the slot holders (default ``host:pid``).
+    """
+
+    def __init__(self, redis: Any, key: str, max_rpm: float | None = None, max_tpm: float | None = None,
+                 max_concurrent: int | None = 1, lease_seconds: float = 30.0, **kw: Any) -> None:
+        super().__init__(max_rpm, max_tpm, max_concurrent, lease_seconds, **kw)
+        self.redis = redis
+        self.key = key
+        self._script = redis.register_script(_LUA)
+
+    async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
+        wait, level = await self._script(keys=[self.key], args=["take", bucket, repr(float(capacity)),
+                                                                 repr(float(cost)), "1" if look else "0"])
+        return float(wait), float(level)
+
+    async def _slot_op(self, op: str, holder: str) -> float:
+        if op == "slot":
+            args = ["slot", holder, str(self.max_concurrent), repr(self.lease_seconds)]
+        elif op == "renew":
+            args = ["renew", holder, repr(self.lease_seconds)]
+        else:
+            args = ["release", holder]
+        return float((await self._script(keys=[self.key], args=args))[0])
+
+
+class LocalRateLimiter(_LimiterBase):
+    """The same limiter for one process: state in memory, ``time.monotonic`` as the clock.
+
+    Takes the same arguments as :class:`FleetRateLimiter` minus ``redis`` and ``key``.
+    Limits hold only within this process; use it when there is no Redis to share state in.
+    """
+
+    def __init__(self, max_rpm: float | None = None, max_tpm: float | None = None,
+                 max_concurrent: int | None = 1, lease_seconds: float = 30.0, **kw: Any) -> None:
+        super().__init__(max_rpm, max_tpm, max_concurrent, lease_seconds, **kw)
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._slots: dict[str, float] = {}
+
+    async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
+        now = time.monotonic()
+        level, ts = self._buckets.get(bucket, (None, None))
+        wait, after = bucket_take(level, ts, now, capacity, cost, look)
+        if not look:
+            self._buckets[bucket] = (after, now)
+        return wait, after
+
+    async def _slot_op(self, op: str, holder: str) -> float:
+        now = time.monotonic()
+        if op == "release":
+            return 1.0 if self._slots.pop(holder, None) is not None else 0.0
+        if op == "renew":
+            if holder not in self._slots:
+                return 0.0
+            self._slots[holder] = now + self.lease_seconds
+            return 1.0
+        for h, exp in list(self._slots.items()):
+            if exp <= now:
+                del self._slots[h]
+        others = [exp for h, exp in self._slots.items() if h != holder]
+        if holder in self._slots or len(others) < (self.max_concurrent or 0):
+            self._slots[holder] = now + self.lease_seconds
+            return 0.0
+        return min(others) - now
