@@ -1,0 +1,121 @@
+"""Default scoring by ``data_source``: the scorers verl picks when no reward function is given.
+
+================================================================  =========================  ============
+data_source                                                       scorer                     result
+================================================================  =========================  ============
+``openai/gsm8k``                                                  :mod:`.gsm8k` (strict)     1.0 / 0.0
+``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,       :mod:`.math_boxed`         1.0 / 0.0
+``HuggingFaceH4/MATH-500``
+``math_dapo``, ``math``, ``math_dapo_reasoning``, ``aime*``       :mod:`.dapo_math`          ``{"score": ±1.0, "acc", "pred"}``
+``searchR1_nq``, ``_triviaqa``, ``_popqa``, ``_hotpotqa``,        :mod:`.search_r1`          1.0 / 0.0
+``_2wikimultihopqa``, ``_musique``, ``_bamboogle``
+================================================================  =========================  ============
+
+Anything else raises :class:`~rewardq.errors.UnknownDataSourceError`, which names the
+data source and how to plug a scorer in. The table is :data:`EXACT_SCORERS` plus
+:data:`PREFIX_SCORERS`, nothing else: adding a data source is one line there.
+
+:mod:`.math_verify_scorer` (symbolic equivalence) is not in the table because it must
+run in worker processes; ask for it explicitly through the ``remote`` manager.
+
+Example::
+
+    >>> default_compute_score("openai/gsm8k", "... #### 18", "18")
+    1.0
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rewardq.errors import UnknownDataSourceError
+from rewardq.reward.scoring import dapo_math, gsm8k, math_boxed, search_r1
+
+__all__ = ["default_compute_score", "EXACT_SCORERS", "PREFIX_SCORERS", "known_data_sources"]
+
+Scorer = Callable[..., Any]
+
+
+def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: Any) -> Any:
+    return gsm8k.compute_score(solution_str, ground_truth, method=method)
+
+
+def _math(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+    return math_boxed.compute_score(solution_str, ground_truth)
+
+
+def _dapo(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+    return dapo_math.compute_score(solution_str, ground_truth)
+
+
+def _search_r1(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+    return search_r1.compute_score(solution_str, ground_truth)
+
+
+#: data_source -> scorer, matched exactly.
+EXACT_SCORERS: dict[str, Scorer] = {
+    "openai/gsm8k": _gsm8k,
+    "lighteval/MATH": _math,
+    "DigitalLearningGmbH/MATH-lighteval": _math,
+    "HuggingFaceH4/MATH-500": _math,
+    "math_dapo": _dapo,
+    "math": _dapo,
+    "math_dapo_reasoning": _dapo,
+    "searchR1_nq": _search_r1,
+    "searchR1_triviaqa": _search_r1,
+    "searchR1_popqa": _search_r1,
+    "searchR1_hotpotqa": _search_r1,
+    "searchR1_2wikimultihopqa": _search_r1,
+    "searchR1_musique": _search_r1,
+    "searchR1_bamboogle": _search_r1,
+}
+
+#: (prefix, scorer) rules tried in order when no exact entry matches.
+PREFIX_SCORERS: tuple[tuple[str, Scorer], ...] = (
+    ("aime", _dapo),
+)
+
+
+def known_data_sources() -> list[str]:
+    """Every data source the default scorer handles (prefix rules shown as ``prefix*``)."""
+    return sorted(EXACT_SCORERS) + [prefix + "*" for prefix, _ in PREFIX_SCORERS]
+
+
+def _scorer_for(data_source: Any) -> Scorer:
+    if isinstance(data_source, str):
+        scorer = EXACT_SCORERS.get(data_source)
+        if scorer is not None:
+            return scorer
+        for prefix, scorer in PREFIX_SCORERS:
+            if data_source.startswith(prefix):
+                return scorer
+    raise UnknownDataSourceError(
+        f"no default scorer for data_source {data_source!r}. Known data sources: "
+        f"{', '.join(known_data_sources())}. To score it, give the worker your own function with "
+        "--reward-fn FILE_OR_MODULE:FUNC (it is called as f(data_source=..., solution_str=..., "
+        "ground_truth=..., extra_info=...) and returns a number or a dict with 'score'), "
+        "or a custom manager with --manager package.module:Class")
+
+
+def default_compute_score(data_source: Any, solution_str: str, ground_truth: Any,
+                          extra_info: dict | None = None, **kwargs: Any) -> float | dict:
+    """Score one response with the scorer registered for its ``data_source``.
+
+    Args:
+        data_source: the sample's ``data_source`` column.
+        solution_str: the decoded response.
+        ground_truth: ``reward_model["ground_truth"]`` of the sample.
+        extra_info: the sample's ``extra_info`` (unused by the built-in scorers).
+        **kwargs: ``method="flexible"`` switches GSM8K to flexible extraction; other
+            keywords (verl's sandbox settings, router addresses) are accepted and ignored.
+
+    Returns:
+        A float, or the scorer's dict (``dapo_math``) unchanged.
+
+    Raises:
+        UnknownDataSourceError: no scorer handles ``data_source``.
+    """
+    result = _scorer_for(data_source)(solution_str, ground_truth, **kwargs)
+    if isinstance(result, dict):
+        return result
+    return float(result)
