@@ -5,18 +5,21 @@ A record is a msgpack map::
     {"v": 1, "uid": str, "session_id": str, "index": int >= 0, "final": bool,
      "prompt_ids": Ext(1|2), "response_ids": Ext(1|2), "response_mask": Ext(4) | nil,
      "response_logprobs": Ext(3) | nil, "num_turns": int | nil, "extra_fields": map,
-     "reward_score": float | nil, "sample": map, "created_at": float}
+     "reward_score": float | nil, "sample": map}
 
 Token ids travel as msgpack extension types holding little-endian packed arrays
 (ext 1: int32, ext 2: int64, ext 3: float32, ext 4: uint8), never as lists of Python
 ints and never as pickle. Decoding is bounded by ``max_bytes`` and validates every
 field; a failure raises :class:`~rewardq.errors.RecordError` naming the field.
+
+The encoding is deterministic (the same output always gives the same bytes), so a record
+delivered twice is recognised as the same record, and two *different* records for one key
+as a conflict. The producer's timestamp therefore travels beside the payload, in the
+stream entry's ``ts`` field, not inside it.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -37,7 +40,7 @@ _EXT_DTYPES = {EXT_INT32: np.dtype("<i4"), EXT_INT64: np.dtype("<i8"),
                EXT_FLOAT32: np.dtype("<f4"), EXT_UINT8: np.dtype("u1")}
 _REQUIRED = ("uid", "session_id", "index", "final", "prompt_ids", "response_ids")
 _KNOWN = frozenset(_REQUIRED + ("v", "response_mask", "response_logprobs", "num_turns",
-                                "extra_fields", "reward_score", "sample", "created_at"))
+                                "extra_fields", "reward_score", "sample"))
 
 
 @dataclass(slots=True)
@@ -56,7 +59,6 @@ class OutputRecord:
     extra_fields: dict = field(default_factory=dict)
     reward_score: float | None = None
     sample: dict = field(default_factory=dict)
-    created_at: float = 0.0
 
     @property
     def key(self) -> str:
@@ -249,7 +251,6 @@ def encode_output(
         "extra_fields": _check_dict(_get(output, "extra_fields"), "extra_fields"),
         "reward_score": _check_score(_get(output, "reward_score")),
         "sample": _check_dict(sample, "sample"),
-        "created_at": time.time(),
     }
     try:
         data = msgpack.packb(record, default=_plain, use_bin_type=True)
@@ -356,15 +357,11 @@ def decode_output(
     score = d.get("reward_score")
     if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
         raise RecordError("reward_score", f"must be a number or nil, got {type(score).__name__}")
-    created_at = d.get("created_at") or 0.0
-    if not isinstance(created_at, (int, float)) or isinstance(created_at, bool) or not math.isfinite(created_at):
-        raise RecordError("created_at", "must be a finite number")
     return OutputRecord(
         uid=uid, session_id=session_id, index=index, final=final,
         prompt_ids=prompt, response_ids=response, response_mask=mask,
         response_logprobs=logprobs, num_turns=num_turns, extra_fields=extra_fields,
         reward_score=None if score is None else float(score), sample=sample,
-        created_at=float(created_at),
     )
 
 

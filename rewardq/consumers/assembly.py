@@ -1,0 +1,41 @@
+"""Trajectory assembly: from the stored payloads of a complete trajectory to records.
+
+Pure functions, no Redis: the store script has already checked that outputs ``0..final``
+are all present and that exactly one is final; here every payload is decoded and checked
+again against the trajectory it claims to belong to.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rewardq.errors import RecordError
+from rewardq.queue.codec import DEFAULT_MAX_RECORD_BYTES, OutputRecord, decode_output
+
+
+def assemble(tid: str, payloads: Sequence[bytes | None], *, max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+             vocab_size: int | None = None) -> list[OutputRecord]:
+    """Decode the outputs of trajectory ``tid`` in index order.
+
+    Raises RecordError when a payload is missing, undecodable, or out of place.
+    """
+    records = []
+    n = len(payloads)
+    for i, payload in enumerate(payloads):
+        if payload is None:
+            raise RecordError("index", f"output {i} of {tid} vanished before scoring")
+        rec = decode_output(payload, max_bytes=max_bytes, vocab_size=vocab_size)
+        if rec.tid != tid or rec.index != i:
+            raise RecordError("index", f"stored output {i} of {tid} is {rec.key}")
+        if rec.final != (i == n - 1):
+            raise RecordError("final", f"output {rec.key} final={rec.final} in a trajectory of {n} outputs")
+        records.append(rec)
+    return records
+
+
+def trajectory_sample(records: Sequence[OutputRecord]) -> dict:
+    """The dataset columns of a trajectory: the final output's, else the last non-empty one."""
+    for rec in reversed(records):
+        if rec.sample:
+            return rec.sample
+    return {}

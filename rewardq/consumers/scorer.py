@@ -1,0 +1,55 @@
+"""Scoring one assembled trajectory: batch, manager call under a timeout, results.
+
+This is the "doing" half of the worker; it knows nothing about streams or acks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Sequence
+
+from rewardq.consumers.assembly import trajectory_sample
+from rewardq.consumers.batch import build_batch
+from rewardq.errors import ScoringError
+from rewardq.queue.codec import OutputRecord
+from rewardq.queue.results import STATUS_OK, RewardResult
+from rewardq.reward.base import RewardManager, check_manager_output
+
+
+class TrajectoryScorer:
+    """Runs a manager on whole trajectories and turns its answer into per-key results.
+
+    Args:
+        manager: the reward manager (``run_single`` receives the full trajectory batch).
+        manager_name: written into each result (``manager`` field).
+        worker_name: written into each result (``worker`` field).
+        timeout: seconds one ``run_single`` may take before it counts as failed.
+    """
+
+    def __init__(self, manager: RewardManager, *, manager_name: str, worker_name: str,
+                 timeout: float) -> None:
+        self.manager = manager
+        self.manager_name = manager_name
+        self.worker_name = worker_name
+        self.timeout = timeout
+
+    async def score(self, records: Sequence[OutputRecord], *, started_ts: float = 0.0) -> list[RewardResult]:
+        """Score a trajectory; one :class:`RewardResult` per output, in index order.
+
+        Raises ScoringError (or whatever the manager raised) when no reward can be given.
+        """
+        batch = build_batch(records, trajectory_sample(records))
+        try:
+            out: Any = await asyncio.wait_for(self.manager.run_single(batch), self.timeout)
+        except asyncio.TimeoutError:
+            raise ScoringError(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
+        per_key = check_manager_output(out, len(records))
+        now = time.time()
+        latency = (now - started_ts) * 1000.0 if started_ts else None
+        return [
+            RewardResult(key=rec.key, status=STATUS_OK, reward_score=item["reward_score"],
+                         reward_extra_info=item["reward_extra_info"], error=None, worker=self.worker_name,
+                         manager=self.manager_name, scored_at=now, latency_ms=latency)
+            for rec, item in zip(records, per_key)
+        ]

@@ -1,0 +1,448 @@
+"""The reward worker: read -> store -> (when complete) score -> commit+ack.
+
+One worker is one asyncio process. Its life, top to bottom (:meth:`Worker.run`):
+
+1. ``start``      connect, agree on shards, create groups, set up the manager;
+2. ``serve``      reader tasks pull batches with XREADGROUP and hand them to ``handle``;
+                  background tasks beat the heart (and renew leases) and do maintenance
+                  (reclaim idle entries of dead workers, end incomplete trajectories);
+3. ``handle``     decode each entry (bad ones are dead-lettered with an error result for
+                  their keys), store the rest; every trajectory that became complete is
+                  scored in its own task, bounded by ``concurrency``;
+4. ``score``      assemble, build the batch, run the manager, then **commit**: write every
+                  key's result and acknowledge, in one atomic step. No ack before the write.
+5. ``stop``       on SIGTERM/SIGINT: stop reading, let in-flight scoring finish within
+                  ``shutdown_grace``, hand back what is left, unregister, exit 0.
+
+Delivery is at-least-once; the commit is idempotent, so a redelivered trajectory is
+written with the same result and added once to the ``done`` stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from rewardq.config import WorkerConfig
+from rewardq.consumers.assembly import assemble
+from rewardq.consumers.scorer import TrajectoryScorer
+from rewardq.errors import RecordError
+from rewardq.queue.broker import Entry, StoreOutcome, StreamBroker, default_worker_name, ensure_meta
+from rewardq.queue.codec import decode_output, peek_identity
+from rewardq.queue.connection import connect_async, is_cluster_client, redact_url
+from rewardq.queue.keys import Keyspace, trajectory_id
+from rewardq.reward.base import ManagerContext, RewardManager
+
+logger = logging.getLogger("rewardq.worker")
+
+
+@dataclass
+class InFlight:
+    shard: int
+    tid: str
+    started: float
+    task: asyncio.Task | None = None
+
+
+class Worker:
+    """A reward worker. ``await Worker(cfg).run()`` serves until stopped.
+
+    Args:
+        config: the settings (see :class:`~rewardq.config.WorkerConfig`).
+        client: an existing ``redis.asyncio`` client (tests, the embedded demo); default:
+            connect to ``config.redis_url``.
+        manager: an already-built manager (tests); default: built from ``config``.
+        tokenizer: used to bound token ids by ``vocab_size`` when given.
+    """
+
+    def __init__(self, config: WorkerConfig, *, client: Any = None, manager: RewardManager | None = None,
+                 tokenizer: Any = None, metrics: Any = None) -> None:
+        self.cfg = config
+        self.name = config.name or default_worker_name()
+        self._client = client
+        self._own_client = client is None
+        self.manager = manager
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.ks: Keyspace | None = None
+        self.broker: StreamBroker | None = None
+        self.scorer: TrajectoryScorer | None = None
+        self.in_flight: dict[str, InFlight] = {}
+        self.stats = {"read": 0, "stored": 0, "parked": 0, "scored": 0, "errors": 0, "dead_letters": 0,
+                      "reclaimed": 0, "duplicates": 0, "expired": 0}
+        self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (time, latency_ms)
+        self._stopping = asyncio.Event()
+        self._capacity = asyncio.Event()
+        self._capacity.set()
+        self._tasks: list[asyncio.Task] = []
+        self._started_at = time.time()
+        self.vocab_size: int | None = None
+
+    # ==================================================================================
+    # life cycle
+    # ==================================================================================
+    async def run(self, *, install_signal_handlers: bool = False) -> None:
+        """Start, serve until :meth:`request_stop` (or SIGTERM/SIGINT), then stop cleanly."""
+        if install_signal_handlers:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop, sig.name)
+        await self.start()
+        try:
+            await self.serve()
+        finally:
+            await self.stop()
+
+    def request_stop(self, why: str = "requested") -> None:
+        if not self._stopping.is_set():
+            logger.info("worker %s stopping (%s): no new reads; finishing %d in-flight trajectories",
+                        self.name, why, len(self.in_flight))
+            self._stopping.set()
+            self._capacity.set()
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        if self._client is None:
+            self._client = connect_async(cfg.redis_url, cluster=cfg.cluster)
+        client = self._client
+        probe = Keyspace(cfg.namespace, 1, cfg.group)
+        shards = await ensure_meta(client, probe, cfg.shards)
+        self.ks = Keyspace(cfg.namespace, shards, cfg.group)
+        self.broker = StreamBroker(client, self.ks, worker=self.name, result_ttl=cfg.result_ttl,
+                                   lease_seconds=cfg.lease_seconds, incomplete_timeout=cfg.incomplete_timeout)
+        await self.broker.ensure_groups()
+        if self.manager is None:
+            from rewardq.reward.factory import build_from_config
+
+            ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=self.name,
+                                 cluster=is_cluster_client(client))
+            self.manager, self.tokenizer = build_from_config(cfg, ctx)
+        self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
+        await self.manager.setup()
+        self.scorer = TrajectoryScorer(self.manager, manager_name=cfg.manager, worker_name=self.name,
+                                       timeout=cfg.score_timeout)
+        await self._beat()
+        logger.info("worker %s started: redis=%s namespace=%s shards=%d group=%s manager=%s concurrency=%d",
+                    self.name, redact_url(cfg.redis_url), cfg.namespace, shards, cfg.group, cfg.manager,
+                    cfg.concurrency)
+
+    async def serve(self) -> None:
+        """Run the readers and the background loops until stopping."""
+        assert self.ks is not None
+        groups = [[s] for s in range(self.ks.shards)] if is_cluster_client(self._client) \
+            else [list(range(self.ks.shards))]
+        self._tasks = [asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+                       asyncio.create_task(self._maintenance_loop(), name="maintenance")]
+        readers = [asyncio.create_task(self._reader(g), name=f"reader-{g[0]}") for g in groups]
+        stop = asyncio.create_task(self._stopping.wait())
+        done, _ = await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if t is not stop and t.exception() is not None:
+                self.request_stop(f"reader failed: {t.exception()!r}")
+        await asyncio.gather(*readers, return_exceptions=True)
+        stop.cancel()
+
+    async def stop(self) -> None:
+        """Finish or hand back in-flight work, unregister, close. Safe to call twice."""
+        self._stopping.set()
+        self._capacity.set()
+        pending = [f.task for f in self.in_flight.values() if f.task is not None]
+        if pending:
+            done, not_done = await asyncio.wait(pending, timeout=self.cfg.shutdown_grace)
+            for t in not_done:
+                t.cancel()
+            await asyncio.gather(*not_done, return_exceptions=True)
+        if self.in_flight and self.broker is not None:
+            held = self._held()
+            try:
+                n = await self.broker.release(held, idle_ms=int(self.cfg.claim_idle * 1000) * 1000)
+                logger.warning("worker %s handed back %d unfinished trajectories", self.name, n)
+            except Exception:
+                logger.exception("could not hand back in-flight trajectories; they will be reclaimed "
+                                 "after claim_idle=%ss", self.cfg.claim_idle)
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self.broker is not None:
+            try:
+                await self.broker.unregister()
+            except Exception:
+                logger.debug("unregister failed", exc_info=True)
+        if self.manager is not None:
+            try:
+                await self.manager.close()
+            except Exception:
+                logger.exception("manager close failed")
+        if self._own_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        logger.info("worker %s stopped: %s", self.name, self.stats)
+
+    # ==================================================================================
+    # reading
+    # ==================================================================================
+    async def _reader(self, shards: list[int]) -> None:
+        assert self.broker is not None
+        backoff = 0.05
+        while not self._stopping.is_set():
+            await self._capacity.wait()
+            if self._stopping.is_set():
+                break
+            try:
+                entries = await self.broker.read(shards, self.cfg.batch_size, self.cfg.block_ms or None)
+                if entries:
+                    await self.handle(entries)
+                backoff = 0.05
+            except (ConnectionError, OSError, TimeoutError) as exc:
+                logger.warning("redis unavailable while reading (%s); retrying in %.2fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except Exception as exc:
+                if _is_nogroup(exc):
+                    logger.warning("consumer group vanished; re-creating it")
+                    await self.broker.ensure_groups()
+                    continue
+                if _is_redis_conn_error(exc):
+                    logger.warning("redis unavailable while reading (%s); retrying in %.2fs", exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                raise
+
+    # ==================================================================================
+    # handling a batch: decode -> reject | store -> start scoring
+    # ==================================================================================
+    async def handle(self, entries: list[Entry]) -> None:
+        """Decode, store and dispatch a batch of entries (from a read or a reclaim)."""
+        assert self.broker is not None
+        self.stats["read"] += len(entries)
+        valid = []
+        for entry in entries:
+            if entry.deliveries > self.cfg.max_deliveries:
+                await self._dead_letter(entry, "exhausted",
+                                        f"delivered {entry.deliveries} times without finishing "
+                                        f"(max_deliveries={self.cfg.max_deliveries}); the worker scoring it "
+                                        "probably crashed each time")
+                continue
+            try:
+                rec = decode_output(entry.data, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size)
+                key = entry.key
+                if key and key != rec.key:
+                    raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
+            except RecordError as exc:
+                await self._dead_letter(entry, "invalid", f"invalid record: {exc}")
+                continue
+            valid.append((entry, rec, bytes(entry.data)))
+        outcomes = await self.broker.store(valid)
+        for o in outcomes:
+            self.stats["stored"] += 1
+            if o.kind == "complete":
+                self._start_scoring(o)
+            elif o.kind == "parked":
+                self.stats["parked"] += 1
+            elif o.kind == "conflict":
+                await self._dead_letter(o.entry, "conflict", f"conflicting record: {o.detail}", record=o.record)
+            elif o.kind == "done":
+                self.stats["duplicates"] += 1
+            elif o.kind == "leased":
+                logger.debug("%s is being scored by %s; leaving entry %s to it", o.record.tid, o.detail, o.entry.id)
+
+    def _start_scoring(self, o: StoreOutcome) -> None:
+        tid = o.record.tid
+        if tid in self.in_flight:  # our own redelivery while we score it: the commit will ack it
+            return
+        flight = InFlight(o.entry.shard, tid, time.time())
+        self.in_flight[tid] = flight
+        if len(self.in_flight) >= self.cfg.concurrency:
+            self._capacity.clear()
+        flight.task = asyncio.create_task(self._score_and_commit(o, flight), name=f"score-{tid}")
+
+    async def _score_and_commit(self, o: StoreOutcome, flight: InFlight) -> None:
+        assert self.broker is not None and self.scorer is not None
+        shard, tid = o.entry.shard, o.record.tid
+        t0 = time.perf_counter()
+        outcome = "ok"
+        try:
+            try:
+                records = assemble(tid, o.payloads, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size)
+            except RecordError as exc:
+                outcome = "invalid"
+                await self._fail(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
+                return
+            try:
+                results = await self.scorer.score(records, started_ts=o.entry.ts)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                outcome = "error"
+                await self._fail(shard, tid, o.entry, "scoring", f"scoring failed: {type(exc).__name__}: {exc}",
+                                 tb=traceback.format_exc())
+                return
+            await self._commit(shard, tid, results)
+            self.stats["scored"] += 1
+            if results and results[-1].latency_ms is not None:
+                self._recent.append((time.time(), results[-1].latency_ms))
+        except asyncio.CancelledError:
+            outcome = "handed-back"
+            raise
+        except Exception:
+            outcome = "commit-failed"
+            logger.exception("could not finish %s; its entry stays pending and will be reclaimed", tid)
+        finally:
+            if outcome != "handed-back":
+                self.in_flight.pop(tid, None)
+            if len(self.in_flight) < self.cfg.concurrency:
+                self._capacity.set()
+            elapsed = (time.perf_counter() - t0) * 1000
+            if self.metrics is not None:
+                self.metrics.trajectory_done(outcome, elapsed / 1000.0)
+            logger.info("trajectory %s manager=%s outcome=%s elapsed_ms=%.1f", tid, self.cfg.manager, outcome,
+                        elapsed, extra={"tid": tid, "manager": self.cfg.manager, "outcome": outcome,
+                                        "elapsed_ms": round(elapsed, 3)})
+
+    async def _commit(self, shard: int, tid: str, results: list) -> None:
+        """Write back, then ack (one atomic script), retrying through a Redis outage."""
+        assert self.broker is not None
+        delay = 0.05
+        for attempt in range(12):
+            try:
+                await self.broker.commit(shard, tid, results)
+                return
+            except Exception as exc:
+                if not _is_redis_conn_error(exc) or attempt == 11:
+                    raise
+                logger.warning("commit of %s failed (%s); retrying in %.2fs", tid, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    # ==================================================================================
+    # failures
+    # ==================================================================================
+    async def _dead_letter(self, entry: Entry, kind: str, reason: str, *, record: Any = None,
+                           tb: str = "") -> None:
+        """Dead-letter one entry; if it names a trajectory, every key of it gets an error result."""
+        assert self.broker is not None
+        ident = (record.uid, record.session_id, record.index) if record is not None else peek_identity(entry.data)
+        dead = self._dead_fields(entry, kind, reason, tb)
+        if ident is None:
+            await self.broker.dead_letter_entry(entry, dead)
+        else:
+            uid, sid, idx = ident
+            tid = trajectory_id(uid, sid)
+            shard = self.ks.shard_of(tid) if self.ks else entry.shard
+            if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
+                await self.broker.dead_letter_entry(entry, dead)
+                await self.broker.fail(shard, tid, reason, index=idx, entry=None)
+            else:
+                await self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead)
+        self.stats["dead_letters"] += 1
+        self.stats["errors"] += 1
+        if self.metrics is not None:
+            self.metrics.dead_letter(kind)
+        logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason)
+
+    async def _fail(self, shard: int, tid: str, entry: Entry, kind: str, reason: str, tb: str = "") -> None:
+        assert self.broker is not None
+        await self.broker.fail(shard, tid, reason, index=-1, entry=entry,
+                               dead=self._dead_fields(entry, kind, reason, tb, tid=tid))
+        self.stats["dead_letters"] += 1
+        self.stats["errors"] += 1
+        if self.metrics is not None:
+            self.metrics.dead_letter(kind)
+        logger.warning("trajectory %s failed (%s): %s", tid, kind, reason)
+
+    def _dead_fields(self, entry: Entry, kind: str, reason: str, tb: str, tid: str = "") -> dict[str, Any]:
+        assert self.ks is not None
+        return {"entry_id": entry.id, "stream": self.ks.stream(entry.shard), "key": entry.key, "tid": tid,
+                "kind": kind, "reason": reason[:4000], "traceback": tb[-8000:], "deliveries": entry.deliveries,
+                "worker": self.name, "time": f"{time.time():.6f}", "ts": entry.fields.get(b"ts", b""),
+                "data": entry.data if isinstance(entry.data, (bytes, bytearray)) else b""}
+
+    # ==================================================================================
+    # background: heartbeat + lease renewal, maintenance
+    # ==================================================================================
+    def _held(self) -> dict[int, list[str]]:
+        held: dict[int, list[str]] = {}
+        for f in self.in_flight.values():
+            held.setdefault(f.shard, []).append(f.tid)
+        return held
+
+    def snapshot(self) -> dict[str, Any]:
+        now = time.time()
+        recent = [lat for t, lat in self._recent if now - t <= 60]
+        window = [t for t, _ in self._recent if now - t <= 10]
+        return {**self.stats, "in_flight": len(self.in_flight), "host": socket.gethostname(), "pid": os.getpid(),
+                "manager": self.cfg.manager, "started_at": f"{self._started_at:.3f}",
+                "rate": round(len(window) / 10.0, 3),
+                "latency_p50_ms": round(sorted(recent)[len(recent) // 2], 3) if recent else "",
+                "in_flight_tids": ",".join(list(self.in_flight)[:20])}
+
+    async def _beat(self) -> None:
+        assert self.broker is not None
+        await self.broker.heartbeat(self.snapshot(), ttl=max(3 * self.cfg.heartbeat_interval, 5))
+
+    async def _heartbeat_loop(self) -> None:
+        assert self.broker is not None
+        while True:
+            await asyncio.sleep(self.cfg.heartbeat_interval)
+            try:
+                await self._beat()
+                if self.in_flight:
+                    await self.broker.renew(self._held())
+                if self.metrics is not None:
+                    self.metrics.in_flight(len(self.in_flight))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("heartbeat failed: %s", exc)
+
+    async def _maintenance_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.maintenance_interval)
+            try:
+                await self.maintain()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("maintenance failed: %s", exc)
+
+    async def maintain(self) -> None:
+        """Reclaim idle entries of dead workers and end trajectories that waited too long."""
+        assert self.broker is not None and self.ks is not None
+        for shard in range(self.ks.shards):
+            if self._stopping.is_set():
+                return
+            if self._capacity.is_set():
+                claimed, _ = await self.broker.reclaim(shard, int(self.cfg.claim_idle * 1000), self.cfg.batch_size)
+                if claimed:
+                    self.stats["reclaimed"] += len(claimed)
+                    if self.metrics is not None:
+                        self.metrics.reclaimed(len(claimed))
+                    logger.info("reclaimed %d idle entries on shard %d", len(claimed), shard)
+                    await self.handle(claimed)
+            for tid, reason in await self.broker.expire_incomplete(shard):
+                self.stats["expired"] += 1
+                self.stats["errors"] += 1
+                if self.metrics is not None:
+                    self.metrics.dead_letter("incomplete")
+                logger.warning("trajectory %s ended: %s", tid, reason)
+
+
+def _is_nogroup(exc: BaseException) -> bool:
+    return "NOGROUP" in str(exc)
+
+
+def _is_redis_conn_error(exc: BaseException) -> bool:
+    from redis.exceptions import ConnectionError as RCE
+    from redis.exceptions import TimeoutError as RTE
+
+    return isinstance(exc, (RCE, RTE, ConnectionError, OSError, TimeoutError))

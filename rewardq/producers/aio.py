@@ -1,0 +1,194 @@
+"""The rollout side, asyncio flavour: same methods as :class:`~rewardq.producers.client.RewardClient`.
+
+Many coroutines may ``await client.wait_rewards(...)`` at once: one watcher task reads the
+``done`` streams and wakes exactly the waiters whose trajectories finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+from rewardq.errors import ConfigError, RewardTimeout
+from rewardq.producers.core import (Backlog, ClientSettings, Put, Waiter, check_keys, parse_results,
+                                    prepare_output, prepare_trajectory)
+from rewardq.queue.connection import connect_async, is_cluster_client
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
+
+logger = logging.getLogger("rewardq.client")
+
+
+class AsyncRewardClient:
+    """asyncio client for producers (agent loops) and trainers. See RewardClient for the methods."""
+
+    def __init__(self, redis: Any, settings: ClientSettings | None = None, **overrides: Any) -> None:
+        self.r = redis
+        s = settings or ClientSettings()
+        for k, v in overrides.items():
+            setattr(s, k, v)
+        self.settings = s
+        self.cluster = is_cluster_client(redis)
+        self._ks: Keyspace | None = None
+        self._backlog = Backlog(s.max_backlog, s.backpressure_timeout)
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._watch_task: asyncio.Task | None = None
+        self._wake_all = asyncio.Event()
+
+    @classmethod
+    def from_url(cls, url: str = "redis://127.0.0.1:6379/0", namespace: str = "rewardq",
+                 **kwargs: Any) -> "AsyncRewardClient":
+        cluster = bool(kwargs.pop("cluster", False))
+        settings = ClientSettings(namespace=namespace, cluster=cluster)
+        for k in list(kwargs):
+            if hasattr(settings, k):
+                setattr(settings, k, kwargs.pop(k))
+        return cls(connect_async(url, cluster=cluster, **kwargs), settings)
+
+    async def keyspace(self) -> Keyspace:
+        if self._ks is None:
+            probe = Keyspace(self.settings.namespace)
+            want = self.settings.shards or 1
+            await self.r.hsetnx(probe.meta, "shards", want)
+            have = int(await self.r.hget(probe.meta, "shards"))
+            if self.settings.shards is not None and have != self.settings.shards:
+                raise ConfigError(f"namespace {probe.namespace!r} uses shards={have}, not {self.settings.shards}")
+            self._ks = Keyspace(self.settings.namespace, have)
+        return self._ks
+
+    async def aclose(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            await asyncio.gather(self._watch_task, return_exceptions=True)
+            self._watch_task = None
+        await self.r.aclose()
+
+    close = aclose
+
+    async def __aenter__(self) -> "AsyncRewardClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def _gate(self, shards: Iterable[int]) -> None:
+        ks = await self.keyspace()
+        for shard in set(shards) & self._backlog.full:
+            deadline = time.monotonic() + self._backlog.timeout
+            delay = 0.01
+            while True:
+                length = int(await self.r.xlen(ks.stream(shard)))
+                self._backlog.note(shard, length)
+                if shard not in self._backlog.full:
+                    break
+                if time.monotonic() >= deadline:
+                    raise self._backlog.error(shard, length)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    async def _send(self, puts: list[Put]) -> None:
+        await self._gate(p.shard for p in puts)
+        ks = await self.keyspace()
+        pipe = self.r.pipeline(transaction=False)
+        shards = sorted({p.shard for p in puts})
+        for p in puts:
+            pipe.xadd(ks.stream(p.shard), p.fields)
+        for shard in shards:
+            pipe.xlen(ks.stream(shard))
+        replies = await pipe.execute()
+        for shard, length in zip(shards, replies[len(puts):]):
+            self._backlog.note(shard, int(length))
+
+    async def put_output(self, uid: Any, session_id: Any, index: int, output: Any,
+                         sample: Mapping[str, Any] | None = None, final: bool = False) -> str:
+        put = prepare_output(await self.keyspace(), uid, session_id, index, output, sample, final=final,
+                             max_bytes=self.settings.max_record_bytes)
+        await self._send([put])
+        return put.key
+
+    async def put_trajectory(self, uid: Any, session_id: Any, outputs: Sequence[Any],
+                             sample: Mapping[str, Any] | None = None) -> list[str]:
+        puts = prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample,
+                                  max_bytes=self.settings.max_record_bytes)
+        await self._send(puts)
+        return [p.key for p in puts]
+
+    async def get_rewards(self, keys: Iterable[str]) -> dict[str, RewardResult | None]:
+        keys = check_keys(keys)
+        if not keys:
+            return {}
+        ks = await self.keyspace()
+        pipe = self.r.pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(ks.reward_key(k))
+        return parse_results(keys, await pipe.execute())
+
+    async def get_reward(self, key: str) -> RewardResult | None:
+        return (await self.get_rewards([key]))[key]
+
+    async def wait_rewards(self, keys: Iterable[str], timeout: float = 600.0) -> dict[str, RewardResult]:
+        """Wait until every key has a result; raises RewardTimeout naming the missing keys."""
+        w = Waiter(check_keys(keys), timeout)
+        tids = {k.rpartition("_")[0] for k in w.keys}
+        event = asyncio.Event()
+        for t in tids:
+            self._watchers.setdefault(t, set()).add(event)
+        try:
+            await self._ensure_watcher()
+            w.absorb(await self.get_rewards(w.keys))
+            while w.missing:
+                remaining = w.remaining()
+                if remaining <= 0:
+                    raise RewardTimeout(w.missing, timeout)
+                try:
+                    await asyncio.wait_for(event.wait(), min(remaining, 2.0))
+                except asyncio.TimeoutError:
+                    pass  # periodic full re-check below
+                event.clear()
+                w.absorb(await self.get_rewards(w.missing))
+            return w.ordered()
+        finally:
+            for t in tids:
+                s = self._watchers.get(t)
+                if s is not None:
+                    s.discard(event)
+                    if not s:
+                        self._watchers.pop(t, None)
+
+    async def _ensure_watcher(self) -> None:
+        if self._watch_task is None or self._watch_task.done():
+            ks = await self.keyspace()
+            last = {}
+            for s in range(ks.shards):
+                got = await self.r.xrevrange(ks.done(s), count=1)
+                last[s] = got[0][0] if got else b"0-0"
+            self._watch_task = asyncio.create_task(self._watch(last), name="rewardq-done-watcher")
+
+    async def _watch(self, last: dict[int, bytes]) -> None:
+        ks = await self.keyspace()
+        index = {ks.done(s).encode(): s for s in last}
+        while True:
+            try:
+                if self.cluster and len(last) > 1:
+                    resp = []
+                    for s in list(last):
+                        resp += await self.r.xread({ks.done(s): last[s]}, block=max(1, 500 // len(last))) or []
+                else:
+                    resp = await self.r.xread({ks.done(s): i for s, i in last.items()}, block=1000) or []
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("done-stream watcher: %s; retrying", exc)
+                await asyncio.sleep(0.5)
+                continue
+            items = resp.items() if isinstance(resp, dict) else resp
+            for name, entries in items:
+                s = index[name if isinstance(name, bytes) else name.encode()]
+                for eid, fields in entries:
+                    last[s] = eid
+                    tid = fields.get(b"tid")
+                    if tid is not None:
+                        for ev in self._watchers.get(tid.decode(), ()):
+                            ev.set()

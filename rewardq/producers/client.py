@@ -1,0 +1,188 @@
+"""The rollout side, blocking flavour: push outputs, read and wait for rewards.
+
+>>> client = RewardClient.from_url("redis://127.0.0.1:6379/0", namespace="rewardq")  # doctest: +SKIP
+>>> keys = client.put_trajectory("uid-1", "s0", outputs, sample)                       # doctest: +SKIP
+>>> rewards = client.wait_rewards(keys, timeout=60)                                     # doctest: +SKIP
+>>> rewards[keys[-1]].reward_score                                                      # doctest: +SKIP
+1.0
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+from rewardq.errors import RewardTimeout
+from rewardq.producers.core import (Backlog, ClientSettings, Put, Waiter, check_keys, parse_results,
+                                    prepare_output, prepare_trajectory)
+from rewardq.queue.connection import connect_sync, is_cluster_client
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
+
+
+class RewardClient:
+    """Blocking client for producers (agent loops) and trainers.
+
+    Args:
+        redis: a ``redis.Redis`` / ``redis.RedisCluster`` client (``decode_responses=False``).
+        settings: see :class:`~rewardq.producers.core.ClientSettings`; keyword arguments
+            override its fields.
+    """
+
+    def __init__(self, redis: Any, settings: ClientSettings | None = None, **overrides: Any) -> None:
+        self.r = redis
+        s = settings or ClientSettings()
+        for k, v in overrides.items():
+            setattr(s, k, v)
+        self.settings = s
+        self.cluster = is_cluster_client(redis)
+        self._ks: Keyspace | None = None
+        self._backlog = Backlog(s.max_backlog, s.backpressure_timeout)
+
+    @classmethod
+    def from_url(cls, url: str = "redis://127.0.0.1:6379/0", namespace: str = "rewardq", **kwargs: Any) -> "RewardClient":
+        """Connect to ``url`` (see :mod:`rewardq.queue.connection` for cluster and TLS URLs)."""
+        cluster = bool(kwargs.pop("cluster", False))
+        settings = ClientSettings(namespace=namespace, cluster=cluster)
+        for k in list(kwargs):
+            if hasattr(settings, k):
+                setattr(settings, k, kwargs.pop(k))
+        return cls(connect_sync(url, cluster=cluster, **kwargs), settings)
+
+    # -- plumbing -------------------------------------------------------------------------
+    @property
+    def keyspace(self) -> Keyspace:
+        if self._ks is None:
+            probe = Keyspace(self.settings.namespace)
+            want = self.settings.shards or 1
+            self.r.hsetnx(probe.meta, "shards", want)
+            have = int(self.r.hget(probe.meta, "shards"))
+            if self.settings.shards is not None and have != self.settings.shards:
+                from rewardq.errors import ConfigError
+
+                raise ConfigError(f"namespace {probe.namespace!r} uses shards={have}, not {self.settings.shards}")
+            self._ks = Keyspace(self.settings.namespace, have)
+        return self._ks
+
+    def close(self) -> None:
+        self.r.close()
+
+    def __enter__(self) -> "RewardClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _gate(self, shards: Iterable[int]) -> None:
+        for shard in set(shards) & self._backlog.full:
+            stream = self.keyspace.stream(shard)
+            deadline = time.monotonic() + self._backlog.timeout
+            delay = 0.01
+            while True:
+                length = int(self.r.xlen(stream))
+                self._backlog.note(shard, length)
+                if shard not in self._backlog.full:
+                    break
+                if time.monotonic() >= deadline:
+                    raise self._backlog.error(shard, length)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _send(self, puts: list[Put]) -> None:
+        self._gate(p.shard for p in puts)
+        ks = self.keyspace
+        pipe = self.r.pipeline(transaction=False)
+        for p in puts:
+            pipe.xadd(ks.stream(p.shard), p.fields)
+        for shard in sorted({p.shard for p in puts}):
+            pipe.xlen(ks.stream(shard))
+        replies = pipe.execute()
+        for shard, length in zip(sorted({p.shard for p in puts}), replies[len(puts):]):
+            self._backlog.note(shard, int(length))
+
+    # -- producing ---------------------------------------------------------------------------
+    def put_output(self, uid: Any, session_id: Any, index: int, output: Any, sample: Mapping[str, Any] | None = None,
+                   final: bool = False) -> str:
+        """Push one output of a trajectory; returns its key ``<uid>_<session_id>_<index>``.
+
+        ``output`` is a dict (or verl ``AgentLoopOutput``-like object) with ``prompt_ids``,
+        ``response_ids`` and optionally ``response_mask``, ``response_logprobs``,
+        ``num_turns``, ``extra_fields``, ``reward_score``. Mark the last output ``final=True``.
+        Raises RecordError naming the bad field.
+        """
+        put = prepare_output(self.keyspace, uid, session_id, index, output, sample, final=final,
+                             max_bytes=self.settings.max_record_bytes)
+        self._send([put])
+        return put.key
+
+    def put_trajectory(self, uid: Any, session_id: Any, outputs: Sequence[Any],
+                       sample: Mapping[str, Any] | None = None) -> list[str]:
+        """Push all outputs of a trajectory at once (the last is final); returns their keys."""
+        puts = prepare_trajectory(self.keyspace, uid, session_id, outputs, sample,
+                                  max_bytes=self.settings.max_record_bytes)
+        self._send(puts)
+        return [p.key for p in puts]
+
+    # -- results -------------------------------------------------------------------------------
+    def get_rewards(self, keys: Iterable[str]) -> dict[str, RewardResult | None]:
+        """The results there are now: ``{key: RewardResult or None}``, in the order given."""
+        keys = check_keys(keys)
+        if not keys:
+            return {}
+        pipe = self.r.pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(self.keyspace.reward_key(k))
+        return parse_results(keys, pipe.execute())
+
+    def get_reward(self, key: str) -> RewardResult | None:
+        return self.get_rewards([key])[key]
+
+    def wait_rewards(self, keys: Iterable[str], timeout: float = 600.0) -> dict[str, RewardResult]:
+        """Block until every key has a result; ``{key: RewardResult}`` in the order given.
+
+        Raises RewardTimeout (a TimeoutError) naming the keys still missing.
+        """
+        w = Waiter(check_keys(keys), timeout)
+        ks = self.keyspace
+        shards = sorted({ks.shard_of_key(k) for k in w.keys})
+        last = {s: self._last_done_id(s) for s in shards}
+        w.absorb(self.get_rewards(w.keys))
+        full_check = time.monotonic() + 2.0
+        while w.missing:
+            remaining = w.remaining()
+            if remaining <= 0:
+                raise RewardTimeout(w.missing, timeout)
+            tids = self._wait_done(last, min(remaining, 1.0))
+            recheck = w.missing if time.monotonic() >= full_check else w.missing_for(tids)
+            if time.monotonic() >= full_check:
+                full_check = time.monotonic() + 2.0
+            if recheck:
+                w.absorb(self.get_rewards(recheck))
+        return w.ordered()
+
+    def _last_done_id(self, shard: int) -> bytes:
+        got = self.r.xrevrange(self.keyspace.done(shard), count=1)
+        return got[0][0] if got else b"0-0"
+
+    def _wait_done(self, last: dict[int, bytes], timeout: float) -> set[str]:
+        """Block on the ``done`` streams for up to ``timeout``; returns the finished trajectory ids."""
+        ks = self.keyspace
+        ms = max(1, int(timeout * 1000))
+        if self.cluster and len(last) > 1:
+            resp = []
+            per = max(1, ms // len(last))
+            for s in list(last):
+                resp += self.r.xread({ks.done(s): last[s]}, block=per) or []
+        else:
+            resp = self.r.xread({ks.done(s): i for s, i in last.items()}, block=ms) or []
+        tids: set[str] = set()
+        index = {ks.done(s).encode(): s for s in last}
+        items = resp.items() if isinstance(resp, dict) else resp
+        for name, entries in items:
+            s = index[name if isinstance(name, bytes) else name.encode()]
+            for eid, fields in entries:
+                last[s] = eid
+                tid = fields.get(b"tid")
+                if tid is not None:
+                    tids.add(tid.decode())
+        return tids

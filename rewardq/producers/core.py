@@ -1,0 +1,131 @@
+"""What the sync and async clients share: encoding, routing, result parsing, waiting state.
+
+No I/O here; :mod:`rewardq.producers.client` and :mod:`rewardq.producers.aio` run the
+commands these helpers describe.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from rewardq.errors import BackpressureTimeout, RecordError
+from rewardq.queue.codec import DEFAULT_MAX_RECORD_BYTES, encode_output
+from rewardq.queue.keys import Keyspace, output_key, split_key
+from rewardq.queue.results import RewardResult
+
+#: Default bound on undelivered + in-flight entries per shard before producers wait.
+DEFAULT_MAX_BACKLOG = 100_000
+
+
+@dataclass
+class ClientSettings:
+    """Producer-side settings.
+
+    Attributes:
+        namespace: the pipeline's namespace (must match the workers').
+        shards: None reads the count from ``<ns>:meta`` (creating it with 1 if absent).
+        max_record_bytes: refuse records larger than this (workers dead-letter them anyway).
+        max_backlog: per shard; past it ``put_*`` waits for workers to catch up. None: no bound.
+        backpressure_timeout: how long ``put_*`` waits before raising BackpressureTimeout.
+        cluster: treat the URL as a Redis Cluster.
+    """
+
+    namespace: str = "rewardq"
+    shards: int | None = None
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_backlog: int | None = DEFAULT_MAX_BACKLOG
+    backpressure_timeout: float = 60.0
+    cluster: bool = False
+
+
+@dataclass
+class Put:
+    """One XADD: where, what."""
+
+    shard: int
+    key: str
+    fields: dict[str, Any]
+
+
+def prepare_output(ks: Keyspace, uid: Any, session_id: Any, index: Any, output: Any, sample: Any, *,
+                   final: bool, max_bytes: int) -> Put:
+    data = encode_output(uid, session_id, index, output, sample, final=final, max_bytes=max_bytes)
+    key = output_key(str(uid), str(session_id), int(index))
+    shard = ks.shard_of(key.rpartition("_")[0])
+    return Put(shard, key, {"key": key, "data": data, "ts": f"{time.time():.6f}"})
+
+
+def prepare_trajectory(ks: Keyspace, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Any, *,
+                       max_bytes: int) -> list[Put]:
+    if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence) or isinstance(outputs, Mapping):
+        raise RecordError("outputs", f"must be a list of outputs, got {type(outputs).__name__}")
+    if len(outputs) == 0:
+        raise RecordError("outputs", "a trajectory needs at least one output")
+    n = len(outputs)
+    return [prepare_output(ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes)
+            for i, out in enumerate(outputs)]
+
+
+def parse_results(keys: Sequence[str], hashes: Iterable[Mapping[Any, Any]]) -> dict[str, RewardResult | None]:
+    return {k: (RewardResult.from_hash(k, h) if h else None) for k, h in zip(keys, hashes)}
+
+
+def check_keys(keys: Iterable[str]) -> list[str]:
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    for k in keys:
+        split_key(k)  # raises ValueError naming the bad key
+    return keys
+
+
+@dataclass
+class Waiter:
+    """Bookkeeping of one ``wait_rewards`` call."""
+
+    keys: list[str]
+    timeout: float
+    deadline: float = 0.0
+    results: dict[str, RewardResult] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.timeout
+
+    @property
+    def missing(self) -> list[str]:
+        return [k for k in self.keys if k not in self.results]
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def absorb(self, got: Mapping[str, RewardResult | None]) -> None:
+        for k, r in got.items():
+            if r is not None:
+                self.results[k] = r
+
+    def missing_for(self, tids: set[str]) -> list[str]:
+        return [k for k in self.missing if k.rpartition("_")[0] in tids]
+
+    def ordered(self) -> dict[str, RewardResult]:
+        return {k: self.results[k] for k in self.keys}
+
+
+class Backlog:
+    """Per-shard backlog gate: after each XADD we learn the stream length for free."""
+
+    def __init__(self, max_backlog: int | None, timeout: float) -> None:
+        self.max_backlog = max_backlog
+        self.timeout = timeout
+        self.full: set[int] = set()
+
+    def note(self, shard: int, length: int) -> None:
+        if self.max_backlog is not None and length >= self.max_backlog:
+            self.full.add(shard)
+        else:
+            self.full.discard(shard)
+
+    def error(self, shard: int, length: int) -> BackpressureTimeout:
+        return BackpressureTimeout(
+            f"shard {shard} still holds {length} unprocessed entries (max_backlog={self.max_backlog}) after "
+            f"waiting {self.timeout:g}s; start more workers (`rewardq worker`), check them with "
+            "`rewardq status`, or raise max_backlog")

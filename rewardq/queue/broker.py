@@ -1,0 +1,315 @@
+"""The worker's view of Redis: every stream and script operation, nothing else.
+
+:class:`StreamBroker` is the only place the worker talks to Redis. Each method is one
+named step of the worker loop (read, reclaim, store, commit, fail, expire, renew,
+release, heartbeat) and documents what it guarantees. It works on one Redis and on
+Redis Cluster: every multi-key call stays inside one shard's hash slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from redis.exceptions import ResponseError
+
+from rewardq.errors import ConfigError
+from rewardq.queue import scripts
+from rewardq.queue.codec import SCHEMA_VERSION, OutputRecord
+from rewardq.queue.connection import is_cluster_client
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
+
+logger = logging.getLogger("rewardq.queue")
+
+RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager",
+                 "scored_at", "latency_ms")
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+@dataclass
+class Entry:
+    """One stream entry as read by a worker."""
+
+    shard: int
+    id: str
+    fields: dict[bytes, bytes]
+    deliveries: int = 1
+
+    @property
+    def data(self) -> Any:
+        return self.fields.get(b"data")
+
+    @property
+    def key(self) -> str:
+        return _s(self.fields.get(b"key", b""))
+
+    @property
+    def ts(self) -> float:
+        try:
+            return float(self.fields.get(b"ts", b"0"))
+        except ValueError:
+            return 0.0
+
+
+@dataclass
+class StoreOutcome:
+    """What :meth:`StreamBroker.store` said about one record (see ``lua/store.lua``)."""
+
+    kind: str  # parked | complete | leased | done | conflict
+    entry: Entry
+    record: OutputRecord
+    payloads: list[bytes] = field(default_factory=list)
+    detail: str = ""
+
+
+async def ensure_meta(client: Any, ks: Keyspace, shards: int | None) -> int:
+    """Agree on the shard count through ``<ns>:meta``; returns the pipeline's shard count.
+
+    The first producer or worker writes it; later ones must ask for the same or nothing.
+    """
+    want = shards or 1
+    await client.hsetnx(ks.meta, "shards", want)
+    await client.hsetnx(ks.meta, "schema", SCHEMA_VERSION)
+    await client.hsetnx(ks.meta, "created_at", f"{time.time():.3f}")
+    have = int(await client.hget(ks.meta, "shards"))
+    if shards is not None and have != shards:
+        raise ConfigError(f"namespace {ks.namespace!r} already uses shards={have}, but shards={shards} "
+                          "was asked for; use the same value everywhere (or a new namespace)")
+    return have
+
+
+class StreamBroker:
+    """Stream and script operations for one worker.
+
+    Args:
+        client: a ``redis.asyncio`` client (or cluster client) with ``decode_responses=False``.
+        ks: the keyspace (namespace, shard count, group).
+        worker: this worker's consumer name (unique in the group).
+        result_ttl: seconds results and finished trajectories live; 0 keeps them forever.
+        lease_seconds: how long a trajectory stays leased without renewal.
+        incomplete_timeout: seconds a trajectory may wait for missing outputs.
+    """
+
+    def __init__(self, client: Any, ks: Keyspace, *, worker: str, result_ttl: float = 86400,
+                 lease_seconds: float = 30.0, incomplete_timeout: float = 600.0,
+                 done_maxlen: int = 100_000, dead_maxlen: int = 1_000_000) -> None:
+        self.r = client
+        self.ks = ks
+        self.worker = worker
+        self.result_ttl = int(result_ttl)
+        self.lease_seconds = lease_seconds
+        self.incomplete_timeout = incomplete_timeout
+        self.done_maxlen = done_maxlen
+        self.dead_maxlen = dead_maxlen
+        self.cluster = is_cluster_client(client)
+        self._scripts = {name: client.register_script(scripts.source(name)) for name in scripts.NAMES}
+
+    # -- set-up ------------------------------------------------------------------------
+    async def ensure_groups(self) -> None:
+        """Create every shard's stream and consumer group (from the start of the stream)."""
+        for stream in self.ks.streams:
+            try:
+                await self.r.xgroup_create(stream, self.ks.group, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    # -- read ----------------------------------------------------------------------------
+    async def read(self, shards: Sequence[int], count: int, block_ms: int | None) -> list[Entry]:
+        """New entries (``>``) from the given shards, up to ``count`` per stream."""
+        streams = {self.ks.stream(s): ">" for s in shards}
+        resp = await self.r.xreadgroup(self.ks.group, self.worker, streams, count=count, block=block_ms)
+        return self._entries(resp)
+
+    def _entries(self, resp: Any) -> list[Entry]:
+        out: list[Entry] = []
+        if not resp:
+            return out
+        items = resp.items() if isinstance(resp, dict) else resp
+        shard_of = {s.encode(): i for i, s in enumerate(self.ks.streams)}
+        for name, entries in items:
+            if isinstance(entries, list) and entries and isinstance(entries[0], list) and len(entries) == 1 \
+                    and isinstance(entries[0][0], (list, tuple)):
+                entries = entries[0]
+            shard = shard_of[name if isinstance(name, bytes) else name.encode()]
+            for eid, fields in entries:
+                if fields is None:  # deleted while pending
+                    continue
+                out.append(Entry(shard, _s(eid), fields))
+        return out
+
+    async def reclaim(self, shard: int, min_idle_ms: int, count: int) -> tuple[list[Entry], list[tuple[str, int]]]:
+        """Take over entries other (dead) workers left pending for ``min_idle_ms``.
+
+        Returns ``(claimed, exhausted)``: claimed entries (with their delivery count), and
+        ``(id, deliveries)`` of entries idle that long that have already been delivered
+        ``max_deliveries`` times (the caller decides; see :meth:`pending_counts`).
+        """
+        stream = self.ks.stream(shard)
+        pending = await self.r.xpending_range(stream, self.ks.group, min="-", max="+", count=count,
+                                              idle=min_idle_ms)
+        if not pending:
+            return [], []
+        ids = [_s(p["message_id"]) for p in pending]
+        counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        claimed_raw = await self.r.xclaim(stream, self.ks.group, self.worker, min_idle_ms, ids)
+        claimed = []
+        for eid, fields in claimed_raw or []:
+            if fields is None:
+                continue
+            e = Entry(shard, _s(eid), fields, deliveries=counts.get(_s(eid), 0) + 1)
+            claimed.append(e)
+        return claimed, [(i, counts[i]) for i in ids]
+
+    # -- store ---------------------------------------------------------------------------
+    async def store(self, items: Sequence[tuple[Entry, OutputRecord, bytes]]) -> list[StoreOutcome]:
+        """File each record in its trajectory hash (one pipelined round trip).
+
+        For each record, exactly one of: parked (acked, waiting for more outputs),
+        complete (this worker holds the lease and must score, then :meth:`commit`),
+        leased (another live worker scores it), done (already finished; acked),
+        conflict (contradicts stored data; the caller must :meth:`fail`).
+        """
+        if not items:
+            return []
+        script = self._scripts["store"]
+        pipe = self.r.pipeline(transaction=False)
+        for entry, rec, payload in items:
+            s = entry.shard
+            await script(
+                keys=[self.ks.traj(s, rec.tid), self.ks.stream(s), self.ks.waiting(s), self.ks.done(s)],
+                args=[self.ks.group, entry.id, rec.tid, rec.index, 1 if rec.final else 0, payload,
+                      self.incomplete_timeout, self.lease_seconds, self.worker, self.ks.reward_prefix(s),
+                      self.result_ttl, self.done_maxlen],
+                client=pipe,
+            )
+        replies = await pipe.execute(raise_on_error=False)
+        out = []
+        for (entry, rec, _), reply in zip(items, replies):
+            if isinstance(reply, Exception):
+                raise reply
+            kind = _s(reply[0])
+            if kind == "complete":
+                out.append(StoreOutcome(kind, entry, rec, payloads=list(reply[2:])))
+            elif kind in ("leased", "conflict"):
+                out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1])))
+            else:
+                out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1]) if len(reply) > 1 else ""))
+        return out
+
+    # -- finish ----------------------------------------------------------------------------
+    async def commit(self, shard: int, tid: str, results: Sequence[RewardResult], status: str = "ok") -> bool:
+        """Write every key's result, then acknowledge the trajectory's entries (atomically).
+
+        Idempotent: a second commit of a finished trajectory only re-acknowledges.
+        Returns True when this call finished it.
+        """
+        values: list[str] = []
+        for r in results:
+            h = r.to_hash()
+            values.extend(h[f] for f in RESULT_FIELDS)
+        args = [self.ks.group, tid, self.worker, self.result_ttl, self.done_maxlen, len(results),
+                len(RESULT_FIELDS), *RESULT_FIELDS, *values, self.ks.reward_prefix(shard), status]
+        keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard), self.ks.done(shard)]
+        return bool(await self._scripts["commit"](keys=keys, args=args))
+
+    async def fail(self, shard: int, tid: str, message: str, *, index: int = -1, entry: Entry | None = None,
+                   dead: dict[str, Any] | None = None) -> int:
+        """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``."""
+        keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard),
+                self.ks.done(shard), self.ks.dead(shard)]
+        args: list[Any] = [self.ks.group, tid, self.ks.reward_prefix(shard), self.result_ttl, message,
+                           self.worker, index, entry.id if entry else "", self.done_maxlen, self.dead_maxlen]
+        for k, v in (dead or {}).items():
+            args.extend([k, v])
+        return int(await self._scripts["fail"](keys=keys, args=args))
+
+    async def dead_letter_entry(self, entry: Entry, dead: dict[str, Any]) -> None:
+        """Dead-letter an entry that names no trajectory at all, and ack it."""
+        stream = self.ks.stream(entry.shard)
+        pipe = self.r.pipeline(transaction=not self.cluster)
+        pipe.xadd(self.ks.dead(entry.shard), dead, maxlen=self.dead_maxlen, approximate=True)
+        pipe.xack(stream, self.ks.group, entry.id)
+        pipe.xdel(stream, entry.id)
+        await pipe.execute()
+
+    async def fetch_entry(self, shard: int, entry_id: str) -> Entry | None:
+        got = await self.r.xrange(self.ks.stream(shard), min=entry_id, max=entry_id, count=1)
+        if not got:
+            return None
+        eid, fields = got[0]
+        return Entry(shard, _s(eid), fields)
+
+    async def ack(self, shard: int, ids: Iterable[str]) -> None:
+        ids = list(ids)
+        if ids:
+            stream = self.ks.stream(shard)
+            pipe = self.r.pipeline(transaction=not self.cluster)
+            pipe.xack(stream, self.ks.group, *ids)
+            pipe.xdel(stream, *ids)
+            await pipe.execute()
+
+    async def expire_incomplete(self, shard: int, limit: int = 100) -> list[tuple[str, str]]:
+        """End trajectories of ``shard`` whose outputs stopped arriving; returns ``(tid, reason)``."""
+        keys = [self.ks.waiting(shard), self.ks.stream(shard), self.ks.done(shard), self.ks.dead(shard)]
+        args = [self.ks.group, self.ks.traj_prefix(shard), self.ks.reward_prefix(shard), self.result_ttl,
+                self.worker, limit, f"{self.incomplete_timeout:g}", self.done_maxlen, self.dead_maxlen]
+        out = await self._scripts["expire"](keys=keys, args=args)
+        return [(_s(out[i]), _s(out[i + 1])) for i in range(0, len(out), 2)]
+
+    # -- leases ----------------------------------------------------------------------------
+    async def renew(self, held: dict[int, list[str]]) -> int:
+        """Extend leases on trajectories still being scored (``{shard: [tid, ...]}``)."""
+        n = 0
+        for shard, tids in held.items():
+            if tids:
+                keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
+                n += int(await self._scripts["renew"](keys=keys, args=[self.ks.group, self.worker,
+                                                                       self.lease_seconds]))
+        return n
+
+    async def release(self, held: dict[int, list[str]], idle_ms: int) -> int:
+        """Hand trajectories back so another worker reclaims them immediately."""
+        n = 0
+        for shard, tids in held.items():
+            if tids:
+                keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
+                n += int(await self._scripts["release"](keys=keys, args=[self.ks.group, self.worker, idle_ms]))
+        return n
+
+    # -- presence ---------------------------------------------------------------------------
+    async def heartbeat(self, stats: dict[str, Any], ttl: float) -> None:
+        """Publish this worker's liveness and counters (``<ns>:worker:<name>``, ``<ns>:workers``)."""
+        key = self.ks.worker(self.worker)
+        now = time.time()
+        mapping = {k: (v if isinstance(v, (str, bytes)) else repr(v) if isinstance(v, float) else str(v))
+                   for k, v in stats.items()}
+        mapping["last_beat"] = f"{now:.3f}"
+        await self.r.hset(key, mapping=mapping)
+        await self.r.expire(key, max(1, int(ttl)))
+        await self.r.zadd(self.ks.workers, {self.worker: now})
+
+    async def unregister(self) -> None:
+        await self.r.delete(self.ks.worker(self.worker))
+        await self.r.zrem(self.ks.workers, self.worker)
+        for stream in self.ks.streams:
+            try:
+                info = await self.r.xinfo_consumers(stream, self.ks.group)
+            except ResponseError:
+                continue
+            mine = [c for c in info if _s(c.get("name", b"")) == self.worker]
+            if mine and int(mine[0].get("pending", 0)) == 0:
+                await self.r.xgroup_delconsumer(stream, self.ks.group, self.worker)
+
+
+def default_worker_name() -> str:
+    """``<host>-<pid>-<random>``: unique per process, readable in ``rewardq status``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"

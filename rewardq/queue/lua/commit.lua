@@ -1,0 +1,41 @@
+-- commit: write every key's result, then acknowledge. The ack is taken only here, after
+-- the write-back, in the same atomic step. A repeated commit (after a crash) changes nothing.
+-- KEYS: traj, stream, waiting, done
+-- ARGV: group, tid, worker, result_ttl, done_maxlen, n, nfields, field names..., then
+--       n * nfields values (key 0's values, key 1's values, ...), reward_prefix, status
+-- Returns 1 when this call finished the trajectory, 0 when it was already finished.
+local traj, stream, waiting, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, tid, worker = ARGV[1], ARGV[2], ARGV[3]
+local ttl, maxlen, n, nf = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local names = {}
+for j = 1, nf do names[j] = ARGV[7 + j] end
+local base = 7 + nf
+local rprefix, status = ARGV[base + n * nf + 1], ARGV[base + n * nf + 2]
+local now = now_seconds()
+
+if redis.call('HGET', traj, 'state') == 'done' then
+  ack_delete(stream, group, recorded_acks(traj))
+  return 0
+end
+for i = 0, n - 1 do
+  local rkey = rprefix .. tid .. '_' .. i
+  local args = {}
+  for j = 1, nf do
+    args[#args + 1] = names[j]
+    args[#args + 1] = ARGV[base + i * nf + j]
+  end
+  redis.call('DEL', rkey)
+  redis.call('HSET', rkey, unpack(args))
+  if ttl > 0 then redis.call('EXPIRE', rkey, ttl) end
+end
+local fields = {}
+for i = 0, n - 1 do fields[#fields + 1] = 'o:' .. i end
+redis.call('HDEL', traj, unpack(fields))
+redis.call('HDEL', traj, 'lease', 'lease_until')
+redis.call('HSET', traj, 'state', 'done', 'status', status, 'worker', worker,
+           'done_at', string.format('%.6f', now), 'n', n)
+if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
+redis.call('ZREM', waiting, tid)
+ack_delete(stream, group, recorded_acks(traj))
+redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', n, 'status', status)
+return 1

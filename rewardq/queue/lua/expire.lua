@@ -1,0 +1,27 @@
+-- expire: end trajectories that waited too long for outputs, naming what is missing.
+-- KEYS: waiting, stream, done, dead
+-- ARGV: group, traj_prefix, reward_prefix, result_ttl, worker, limit, timeout_seconds,
+--       done_maxlen, dead_maxlen
+-- Returns {tid, reason, tid, reason, ...} for the trajectories it ended.
+local waiting, stream, done, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, tprefix, rprefix = ARGV[1], ARGV[2], ARGV[3]
+local ttl, worker, limit, timeout = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local maxlen, dead_maxlen = ARGV[8], ARGV[9]
+local now = now_seconds()
+local out = {}
+local due = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'LIMIT', 0, limit)
+for _, tid in ipairs(due) do
+  local traj = tprefix .. tid
+  local state = redis.call('HGET', traj, 'state')
+  if state == 'collecting' then
+    local reason = 'incomplete trajectory: ' .. missing_text(traj) .. ' after waiting ' .. timeout .. 's'
+    finish_error(traj, stream, waiting, done, group, tid, rprefix, ttl, reason, worker, -1, maxlen, now)
+    redis.call('XADD', dead, 'MAXLEN', '~', dead_maxlen, '*', 'tid', tid, 'reason', reason,
+               'kind', 'incomplete', 'worker', worker, 'time', string.format('%.6f', now))
+    out[#out + 1] = tid
+    out[#out + 1] = reason
+  else
+    redis.call('ZREM', waiting, tid)
+  end
+end
+return out

@@ -1,0 +1,20 @@
+-- renew: this worker is still scoring these trajectories: extend its leases, and reset the
+-- idle time of their pending entries (XCLAIM ... JUSTID does not count a delivery) so no
+-- other worker reclaims them while we are alive.
+-- KEYS: stream, traj...   ARGV: group, worker, lease_seconds
+-- Returns how many leases were still ours.
+local stream, group, worker, lease = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now = now_seconds()
+local n = 0
+for k = 2, #KEYS do
+  local traj = KEYS[k]
+  if redis.call('HGET', traj, 'lease') == worker then
+    redis.call('HSET', traj, 'lease_until', string.format('%.6f', now + lease))
+    local ids = recorded_acks(traj)
+    if #ids > 0 then
+      redis.call('XCLAIM', stream, group, worker, 0, unpack(ids), 'JUSTID')
+    end
+    n = n + 1
+  end
+end
+return n

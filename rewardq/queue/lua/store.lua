@@ -1,0 +1,87 @@
+-- store: file one output record of a trajectory, and say whether the trajectory is complete.
+-- KEYS: traj, stream, waiting, done
+-- ARGV: group, entry_id, tid, index, final(0|1), payload, incomplete_timeout, lease_seconds,
+--       worker, reward_prefix, result_ttl, done_maxlen
+-- Returns one of
+--   {'parked', stored, final}      data kept in the hash; the entry is acked and deleted
+--   {'complete', final, p0, .., pn} this caller now holds the lease and must score + commit
+--   {'leased', holder}             another live worker is scoring it; leave the entry pending
+--   {'done', wrote}                already finished; entry acked (wrote=1: this key got an error result)
+--   {'conflict', reason}           the record contradicts what is stored; caller fails the trajectory
+local traj, stream, waiting, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, id, tid = ARGV[1], ARGV[2], ARGV[3]
+local index, is_final, payload = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6]
+local incomplete_timeout, lease_seconds = tonumber(ARGV[7]), tonumber(ARGV[8])
+local worker, rprefix, ttl = ARGV[9], ARGV[10], tonumber(ARGV[11])
+local now = now_seconds()
+
+local state = redis.call('HGET', traj, 'state')
+if state == 'done' then
+  local rkey = rprefix .. tid .. '_' .. index
+  local wrote = 0
+  if redis.call('EXISTS', rkey) == 0 then
+    local st = redis.call('HGET', traj, 'status') or 'ok'
+    local why = redis.call('HGET', traj, 'error') or ''
+    write_error(rkey, 'output ' .. index .. ' arrived after its trajectory finished (' .. st ..
+                (why ~= '' and (': ' .. why) or '') .. ')', worker, now, ttl)
+    wrote = 1
+  end
+  ack_delete(stream, group, {id})
+  return {'done', wrote}
+end
+
+local field = 'o:' .. index
+local existing = redis.call('HGET', traj, field)
+if existing and existing ~= payload then
+  return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
+end
+local final = redis.call('HGET', traj, 'final')
+if is_final then
+  if final and tonumber(final) ~= index then
+    return {'conflict', 'two outputs marked final: ' .. final .. ' and ' .. index}
+  end
+  if not final then
+    local stored = redis.call('HKEYS', traj)
+    for _, f in ipairs(stored) do
+      if string.sub(f, 1, 2) == 'o:' and tonumber(string.sub(f, 3)) > index then
+        return {'conflict', 'output ' .. string.sub(f, 3) .. ' has an index beyond the final output ' .. index}
+      end
+    end
+    redis.call('HSET', traj, 'final', index)
+    final = tostring(index)
+  end
+elseif final and index > tonumber(final) then
+  return {'conflict', 'output ' .. index .. ' has an index beyond the final output ' .. final}
+elseif final and index == tonumber(final) then
+  return {'conflict', 'output ' .. index .. ' is the final index but is not marked final'}
+end
+
+if not existing then
+  redis.call('HSET', traj, field, payload)
+  redis.call('HINCRBY', traj, 'stored', 1)
+end
+redis.call('HSETNX', traj, 'first_seen', string.format('%.6f', now))
+redis.call('HSETNX', traj, 'state', 'collecting')
+redis.call('HSET', traj, 'last_seen', string.format('%.6f', now))
+
+local stored = tonumber(redis.call('HGET', traj, 'stored'))
+if final and stored == tonumber(final) + 1 then
+  add_ack(traj, id)
+  local holder = redis.call('HGET', traj, 'lease')
+  local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
+  if holder and holder ~= worker and until_ > now then
+    return {'leased', holder}
+  end
+  redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + lease_seconds))
+  redis.call('ZREM', waiting, tid)
+  local fields = {}
+  for i = 0, tonumber(final) do fields[#fields + 1] = 'o:' .. i end
+  local out = {'complete', final}
+  local payloads = redis.call('HMGET', traj, unpack(fields))
+  for i = 1, #payloads do out[#out + 1] = payloads[i] end
+  return out
+end
+
+redis.call('ZADD', waiting, now + incomplete_timeout, tid)
+ack_delete(stream, group, {id})
+return {'parked', stored, final or -1}

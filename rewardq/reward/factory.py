@@ -1,0 +1,73 @@
+"""Build the reward manager a worker runs, from its configuration.
+
+Resolves the manager class (registry, entry point or ``module:Class``), loads the
+tokenizer and the custom scoring function, and checks the manager's options against its
+constructor so a misspelt option fails at start-up, not on the first trajectory.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+from rewardq.errors import ConfigError
+from rewardq.reward.base import ManagerContext, RewardManager
+from rewardq.reward.registry import get_manager_class
+
+logger = logging.getLogger("rewardq.reward")
+
+#: Options a verl ``reward:`` block carries for some managers only; dropped (with a warning)
+#: when the selected manager does not take them, instead of failing the start-up.
+VERL_SHARED_OPTIONS = frozenset({
+    "max_concurrent", "max_rpm", "max_tpm", "estimated_tokens_per_request", "timeout", "num_workers",
+    "overlong_buffer", "max_resp_len", "experiment_name",
+})
+
+
+def accepted_options(cls: type) -> tuple[set[str], bool]:
+    """Keyword options ``cls.__init__`` takes, and whether it takes ``**kwargs``."""
+    sig = inspect.signature(cls.__init__)
+    names, var_kw = set(), False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            var_kw = True
+        elif p.name not in ("self", "tokenizer", "compute_score", "context") and p.kind in (
+                p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.add(p.name)
+    return names, var_kw
+
+
+def build_manager(spec: str, *, tokenizer: Any, compute_score: Any = None, options: dict | None = None,
+                  context: ManagerContext | None = None) -> RewardManager:
+    """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong."""
+    cls = get_manager_class(spec)
+    options = dict(options or {})
+    names, var_kw = accepted_options(cls)
+    if not var_kw:
+        for key in sorted(set(options) - names):
+            if key in VERL_SHARED_OPTIONS:
+                logger.warning("manager %s does not take option %r; ignoring it", spec, key)
+                options.pop(key)
+            else:
+                raise ConfigError(f"manager {spec!r} does not take option {key!r}; it takes "
+                                  f"{sorted(names) or 'no options'}")
+    try:
+        return cls(tokenizer, compute_score, context=context, **options)
+    except TypeError as exc:
+        raise ConfigError(f"cannot build manager {spec!r}: {exc}") from None
+
+
+def build_from_config(cfg: Any, context: ManagerContext) -> tuple[RewardManager, Any]:
+    """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig`."""
+    from rewardq.reward.loader import load_score_fn
+    from rewardq.reward.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    score_fn = load_score_fn(cfg.reward_fn, cfg.reward_fn_kwargs) if cfg.reward_fn else None
+    options = dict(cfg.manager_options)
+    if cfg.reward_fn and "scorer_spec" in accepted_options(get_manager_class(cfg.manager))[0]:
+        options.setdefault("scorer_spec", cfg.reward_fn)  # process-isolated managers re-load it in the child
+    manager = build_manager(cfg.manager, tokenizer=tokenizer, compute_score=score_fn, options=options,
+                            context=context)
+    return manager, tokenizer
