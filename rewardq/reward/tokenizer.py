@@ -1,0 +1,384 @@
+"""Load the tokenizer a reward worker decodes responses with.
+
+Managers need four things from a tokenizer: ``decode`` the response ids to text,
+``encode`` text (tests, judges), ``vocab_size`` (the codec rejects out-of-range ids)
+and, for reward models over HTTP, ``apply_chat_template``. :func:`load_tokenizer`
+returns an object with exactly that surface (the :class:`Tokenizer` protocol) from:
+
+* ``None`` or ``"builtin:demo"`` → the bundled demo tokenizer (byte-level BPE, ~3k
+  tokens, ChatML special tokens; see :mod:`rewardq.reward.make_demo_tokenizer`);
+* a ``tokenizer.json`` file → the ``tokenizers`` library (special-token names and the
+  chat template come from a ``tokenizer_config.json`` beside it, if there is one);
+* a Hugging Face tokenizer folder → ``transformers.AutoTokenizer`` when transformers
+  is installed, else ``tokenizers`` on the folder's ``tokenizer.json`` plus its
+  ``tokenizer_config.json``;
+* any other string, when transformers is installed → ``AutoTokenizer.from_pretrained``
+  (a Hub id, fetched as transformers normally does).
+
+Example::
+
+    >>> tok = load_tokenizer("builtin:demo")
+    >>> ids = tok.encode("Natalia sold 48 clips. #### 48")
+    >>> tok.decode(ids + [tok.eos_token_id])          # special tokens are skipped
+    'Natalia sold 48 clips. #### 48'
+
+Chat templates without transformers are rendered with jinja2 the way transformers
+does (sandboxed, ``trim_blocks``/``lstrip_blocks``, ``raise_exception``, ``tojson``,
+``strftime_now``). With no template, or without jinja2, the ChatML fallback is used::
+
+    <|im_start|>{role}\\n{content}<|im_end|>\\n   (per message)
+    <|im_start|>assistant\\n                      (when add_generation_prompt)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from rewardq.errors import ConfigError
+
+logger = logging.getLogger("rewardq.reward")
+
+DEMO_SPEC = "builtin:demo"
+DEMO_PATH = Path(__file__).resolve().parent.parent / "assets" / "demo-tokenizer.json"
+#: Special-token names of the demo tokenizer (Qwen-instruct conventions).
+DEMO_SPECIAL = {"eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>"}
+BACKENDS = ("auto", "tokenizers", "transformers")
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What rewardq needs from a tokenizer (both wrappers below implement it)."""
+
+    eos_token: str | None
+    bos_token: str | None
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str: ...
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
+
+    def apply_chat_template(self, messages: Sequence[dict], tokenize: bool = False,
+                            add_generation_prompt: bool = False, **kwargs: Any) -> str | list[int]: ...
+
+
+def as_id_list(ids: Any) -> list[int]:
+    """A list, tuple, numpy array or torch tensor of ids (1-D or a single id) as ``list[int]``."""
+    if hasattr(ids, "detach"):  # torch.Tensor
+        ids = ids.detach().cpu()
+    if hasattr(ids, "tolist"):  # torch / numpy, also 0-d
+        ids = ids.tolist()
+    if isinstance(ids, int):
+        return [ids]
+    out = list(ids)
+    if out and isinstance(out[0], (list, tuple)):
+        raise ValueError("decode takes one sequence of ids; use batch_decode for several")
+    return [int(i) for i in out]
+
+
+class FastTokenizer:
+    """A ``tokenizers.Tokenizer`` plus the special-token names and chat template it lacks.
+
+    Args:
+        backend: the ``tokenizers.Tokenizer``.
+        name: where it came from (shown in errors and ``repr``).
+        eos_token, bos_token, pad_token: special-token strings, or None.
+        chat_template: a jinja chat template, or None for the ChatML fallback.
+    """
+
+    def __init__(self, backend: Any, name: str, *, eos_token: str | None = None, bos_token: str | None = None,
+                 pad_token: str | None = None, chat_template: str | None = None) -> None:
+        self.backend = backend
+        self.name = name
+        self.eos_token = eos_token
+        self.bos_token = bos_token
+        self.pad_token = pad_token
+        self.chat_template = chat_template
+
+    def __repr__(self) -> str:
+        return f"FastTokenizer({self.name!r}, vocab_size={self.vocab_size})"
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added/special tokens included (valid ids are ``0 .. vocab_size-1``)."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def _id(self, token: str | None) -> int | None:
+        return None if token is None else self.backend.token_to_id(token)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self._id(self.eos_token)
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._id(self.bos_token)
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self._id(self.pad_token)
+
+    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``; special tokens (``<|im_end|>`` ...) are dropped unless asked for."""
+        return self.backend.decode(as_id_list(ids), skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, sequences: Sequence[Any], skip_special_tokens: bool = True) -> list[str]:
+        return [self.decode(seq, skip_special_tokens=skip_special_tokens) for seq in sequences]
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Ids of ``text``. Special-token strings in the text become their special ids."""
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def apply_chat_template(self, messages: Sequence[dict], tokenize: bool = False,
+                            add_generation_prompt: bool = False, **kwargs: Any) -> str | list[int]:
+        """Render a chat with the folder's template (jinja2) or the ChatML fallback."""
+        text = None
+        if self.chat_template is not None:
+            text = render_jinja_chat(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+                                     bos_token=self.bos_token, eos_token=self.eos_token,
+                                     pad_token=self.pad_token, **kwargs)
+        if text is None:
+            text = render_chatml(messages, add_generation_prompt=add_generation_prompt)
+        return self.encode(text) if tokenize else text
+
+
+class TransformersTokenizer:
+    """A ``transformers`` tokenizer behind the same small surface as :class:`FastTokenizer`."""
+
+    def __init__(self, backend: Any, name: str) -> None:
+        self.backend = backend
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"TransformersTokenizer({self.name!r}, vocab_size={self.vocab_size})"
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    @property
+    def vocab_size(self) -> int:
+        """``len(tokenizer)``: unlike transformers' ``vocab_size``, counts added tokens."""
+        return len(self.backend)
+
+    @property
+    def eos_token(self) -> str | None:
+        return self.backend.eos_token
+
+    @property
+    def bos_token(self) -> str | None:
+        return self.backend.bos_token
+
+    @property
+    def pad_token(self) -> str | None:
+        return self.backend.pad_token
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.backend.eos_token_id
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.backend.bos_token_id
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self.backend.pad_token_id
+
+    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(as_id_list(ids), skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, sequences: Sequence[Any], skip_special_tokens: bool = True) -> list[str]:
+        return [self.decode(seq, skip_special_tokens=skip_special_tokens) for seq in sequences]
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self.backend.encode(text, add_special_tokens=add_special_tokens))
+
+    def apply_chat_template(self, messages: Sequence[dict], tokenize: bool = False,
+                            add_generation_prompt: bool = False, **kwargs: Any) -> str | list[int]:
+        return self.backend.apply_chat_template(list(messages), tokenize=tokenize,
+                                                add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+# --------------------------------------------------------------------------------------
+# chat templates
+# --------------------------------------------------------------------------------------
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # OpenAI-style parts: keep the text ones
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def render_chatml(messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
+    """The ChatML fallback (see the module docstring)."""
+    parts = [f"<|im_start|>{m['role']}\n{_content_text(m.get('content'))}<|im_end|>\n" for m in messages]
+    if add_generation_prompt:
+        parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
+def render_jinja_chat(template: str, messages: Sequence[dict], **variables: Any) -> str | None:
+    """Render a transformers-style chat template; None when jinja2 is not installed."""
+    try:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        logger.warning("jinja2 is not installed, so the tokenizer's chat template cannot be rendered; "
+                       "using the ChatML fallback (pip install jinja2 to use the real template)")
+        return None
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+               separators: Any = None, sort_keys: bool = False) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(template).render(messages=list(messages), **variables)
+    except jinja2.exceptions.TemplateError as exc:
+        raise ValueError(f"the tokenizer's chat template failed to render: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------
+# loading
+# --------------------------------------------------------------------------------------
+
+def _token_str(value: Any) -> str | None:
+    if isinstance(value, dict):  # {"content": "<|im_end|>", "lstrip": false, ...}
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}; fix or remove the file") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object")
+    return data
+
+
+def _pick_template(value: Any) -> str | None:
+    if isinstance(value, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default") or next(iter(named.values()), None)
+    return value if isinstance(value, str) else None
+
+
+def folder_metadata(folder: Path) -> dict:
+    """Special-token names and chat template from a Hugging Face tokenizer folder's side files."""
+    meta: dict[str, Any] = {"eos_token": None, "bos_token": None, "pad_token": None, "chat_template": None}
+    for fname in ("special_tokens_map.json", "tokenizer_config.json"):  # the latter wins
+        path = folder / fname
+        if path.is_file():
+            data = _read_json(path)
+            for key in ("eos_token", "bos_token", "pad_token"):
+                if key in data:
+                    meta[key] = _token_str(data[key])
+            if "chat_template" in data:
+                meta["chat_template"] = _pick_template(data["chat_template"])
+    if (folder / "chat_template.jinja").is_file():
+        meta["chat_template"] = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    elif meta["chat_template"] is None and (folder / "chat_template.json").is_file():
+        meta["chat_template"] = _pick_template(_read_json(folder / "chat_template.json").get("chat_template"))
+    return meta
+
+
+def _from_tokenizer_json(path: Path, name: str, meta: dict) -> FastTokenizer:
+    from tokenizers import Tokenizer as RawTokenizer
+
+    try:
+        backend = RawTokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises bare Exception for bad JSON
+        raise ConfigError(f"cannot load tokenizer {str(path)!r}: {exc}. Give a tokenizer.json written by the "
+                          "tokenizers/transformers libraries, a Hugging Face tokenizer folder, or builtin:demo"
+                          ) from None
+    return FastTokenizer(backend, name, **meta)
+
+
+def _transformers_available() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _from_transformers(path: str) -> TransformersTokenizer:
+    from transformers import AutoTokenizer
+
+    try:
+        backend = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # OSError, ValueError, HTTP errors, ...
+        raise ConfigError(f"transformers could not load a tokenizer from {path!r}: {exc}. Give a local "
+                          "Hugging Face tokenizer folder, a tokenizer.json file, or builtin:demo") from None
+    return TransformersTokenizer(backend, path)
+
+
+def load_demo_tokenizer() -> FastTokenizer:
+    """The bundled demo tokenizer (ChatML special tokens, ChatML chat format)."""
+    if not DEMO_PATH.is_file():
+        raise ConfigError(f"the bundled demo tokenizer is missing ({DEMO_PATH}); reinstall rewardq or run "
+                          "python -m rewardq.reward.make_demo_tokenizer")
+    return _from_tokenizer_json(DEMO_PATH, DEMO_SPEC, dict(DEMO_SPECIAL, chat_template=None))
+
+
+def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto") -> Tokenizer:
+    """Load a tokenizer (see the module docstring for what ``path`` may be).
+
+    Args:
+        path: ``None``/``"builtin:demo"``, a ``tokenizer.json`` file, a tokenizer folder,
+            or (with transformers) a Hub id.
+        backend: ``"auto"`` (transformers for folders when installed), ``"tokenizers"``
+            (never import transformers) or ``"transformers"`` (require it).
+
+    Raises:
+        ConfigError: the path does not exist or holds no usable tokenizer; the message
+            names the path and what to give instead.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"tokenizer backend must be one of {BACKENDS}, got {backend!r}")
+    if path is None or str(path) in ("", DEMO_SPEC):
+        return load_demo_tokenizer()
+    text = os.fspath(path)
+    if text.startswith("builtin:"):
+        raise ConfigError(f"unknown built-in tokenizer {text!r}; the only one is {DEMO_SPEC!r}")
+    p = Path(text).expanduser()
+    use_transformers = backend == "transformers" or (backend == "auto" and _transformers_available())
+    if backend == "transformers" and not _transformers_available():
+        raise ConfigError("tokenizer backend 'transformers' was asked for but transformers is not installed: "
+                          "pip install transformers")
+    if p.is_file():
+        if backend == "transformers":
+            return _from_transformers(str(p.parent))
+        return _from_tokenizer_json(p, text, folder_metadata(p.parent))
+    if p.is_dir():
+        if use_transformers:
+            return _from_transformers(str(p))
+        tj = p / "tokenizer.json"
+        if not tj.is_file():
+            raise ConfigError(f"tokenizer folder {text!r} has no tokenizer.json. Without transformers rewardq "
+                              "reads only fast tokenizers (tokenizer.json); pip install transformers to load "
+                              "this folder, or save it with a fast tokenizer")
+        return _from_tokenizer_json(tj, text, folder_metadata(p))
+    if use_transformers:
+        return _from_transformers(text)
+    raise ConfigError(f"tokenizer path {text!r} does not exist (looked in {str(p.absolute())!r}). Give a "
+                      "tokenizer.json file, a Hugging Face tokenizer folder, or builtin:demo; to load a Hub id "
+                      "such as Qwen/Qwen2.5-7B-Instruct, pip install transformers")
