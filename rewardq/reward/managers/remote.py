@@ -1,0 +1,182 @@
+"""``remote``: score in a pool of separate processes, with timeouts that kill.
+
+For CPU-bound scorers (math-verify, sympy): they hold the GIL in a thread pool, and
+math-verify's ``signal.alarm`` timeouts fail in any thread but a process's main thread,
+so in a thread pool it silently scores 0 for every sample (a long-standing verl bug). Here
+each sample is scored in the main thread of one of ``num_workers`` scorer processes
+(:class:`rewardq.reward.process_pool.ScorerPool`).
+
+* A sample that takes longer than ``timeout`` seconds: its process is killed and replaced;
+  the sample scores 0.0 with ``{"timeout": True, "acc": 0.0}``. Other samples in flight are
+  unaffected.
+* A scorer process that dies (segfault, ``os._exit``): 0.0 with
+  ``{"error": "<what happened>", "acc": 0.0}``; the process is replaced.
+* A scoring function that raises: :class:`~rewardq.errors.ScoringError` with the child's
+  message, as with the ``naive`` manager (the worker records the error / retries).
+
+What is scored, and how (REFERENCE §3): the final output only; the scoring function gets
+``extra_info`` = a copy of the sample's ``extra_info`` with the final output's
+``extra_fields`` merged in, plus ``num_turns`` and ``rollout_reward_scores``.
+
+Which function runs in the children, in order of precedence:
+
+* ``scorer="math_verify"``: the symbolic math-verify scorer
+  (:mod:`rewardq.reward.scoring.math_verify_scorer`); ``scorer`` may also be any spec.
+* ``scorer_spec="path/to/file.py:fn"`` or ``"package.module:fn"`` (the worker's
+  ``--reward-fn``; the factory passes it), with ``scorer_kwargs``. Each child loads it with
+  :func:`rewardq.reward.loader.load_score_fn`.
+* ``compute_score``, a function: sent by name (``module:qualname``) when importable, else
+  pickled over the local pipe (so it must be a picklable module-level function).
+* nothing: :func:`rewardq.reward.scoring.default_compute_score`.
+
+Async scoring functions are refused at construction: a process pool adds nothing to
+them; use ``naive`` or ``limited``.
+
+Options::
+
+    num_workers=2  timeout=30.0  start_method="forkserver" (Linux) | "spawn"
+    scorer=None  scorer_spec=None  scorer_kwargs=None  kill_grace=1.0
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import pickle
+from typing import Any
+
+from rewardq.errors import ConfigError, ScoringError
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, is_async_callable, normalize_result
+from rewardq.reward.process_pool import START_METHODS, ScorerPool
+from rewardq.reward.registry import register
+
+logger = logging.getLogger("rewardq.reward.remote")
+
+#: ``scorer=`` shortcuts.
+SCORERS = {
+    "math_verify": "rewardq.reward.scoring.math_verify_scorer:compute_score",
+    "default": "rewardq.reward.scoring:default_compute_score",
+}
+DEFAULT_SPEC = SCORERS["default"]
+
+
+def _spec_of(fn: Any) -> str | None:
+    """``module:qualname`` when that name imports back to ``fn`` itself (so a child can load it)."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname:
+        return None
+    try:
+        from rewardq.reward.registry import import_object
+
+        return f"{module}:{qualname}" if import_object(f"{module}:{qualname}") is fn else None
+    except Exception:  # noqa: BLE001 - not importable by name
+        return None
+
+
+@register("remote")
+class RemoteRewardManager(RewardManager):
+    """Scores the final output in separate processes; see the module docstring.
+
+    Args:
+        tokenizer: the policy tokenizer (decodes the response in the parent).
+        compute_score: a sync scoring function, or None (see the precedence above).
+        context: the worker's context.
+        num_workers: scorer processes (= samples scored at once).
+        timeout: seconds one sample may take in its process.
+        start_method: ``"forkserver"`` (default on Linux) or ``"spawn"``.
+        scorer: ``"math_verify"``, ``"default"`` or a spec string.
+        scorer_spec: a spec string (what ``--reward-fn`` names).
+        scorer_kwargs: extra keyword arguments for the function (verl's ``reward_kwargs``).
+        kill_grace: seconds between SIGTERM and SIGKILL for a process that timed out.
+    """
+
+    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
+                 context: ManagerContext | None = None, num_workers: int = 2, timeout: float = 30.0,
+                 start_method: str | None = None, scorer: str | None = None, scorer_spec: str | None = None,
+                 scorer_kwargs: dict | None = None, kill_grace: float = 1.0) -> None:
+        super().__init__(tokenizer, compute_score, context=context)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ConfigError(f"manager 'remote': timeout must be a number > 0, got {timeout!r}")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ConfigError(f"manager 'remote': num_workers must be an integer >= 1, got {num_workers!r}")
+        if start_method is not None and start_method not in START_METHODS:
+            raise ConfigError(f"manager 'remote': start_method must be one of {START_METHODS}, got "
+                              f"{start_method!r}")
+        if scorer is not None and scorer_spec is not None:
+            raise ConfigError(f"manager 'remote': give either scorer={scorer!r} or a reward function "
+                              f"({scorer_spec!r}), not both")
+        self.timeout = float(timeout)
+        self.target, self.target_kwargs = self._choose_target(compute_score, scorer or scorer_spec, scorer_kwargs)
+        self.pool = ScorerPool(self.target, self.target_kwargs, num_workers=num_workers,
+                               start_method=start_method, kill_grace=kill_grace)
+
+    @staticmethod
+    def _choose_target(compute_score: Any, spec: str | None, kwargs: dict | None) -> tuple[Any, dict]:
+        """What the children run (a spec string or a picklable function) and its bound kwargs."""
+        kwargs = dict(kwargs or {})
+        if spec is not None:
+            spec = SCORERS.get(spec, spec)
+            if not kwargs and compute_score is not None:
+                kwargs = dict(getattr(compute_score, "keywords", None) or {})  # bound by the loader
+            from rewardq.reward.loader import load_score_fn
+
+            fn = load_score_fn(spec, kwargs)  # fail fast, in the parent, with the loader's message
+            if is_async_callable(fn):
+                raise ConfigError(f"manager 'remote' cannot run the async scoring function {spec!r} in worker "
+                                  "processes; use the 'naive' or 'limited' manager for async functions")
+            return spec, kwargs
+        if compute_score is None:
+            return DEFAULT_SPEC, kwargs
+        if is_async_callable(compute_score):
+            raise ConfigError(f"manager 'remote' cannot run the async scoring function {compute_score!r} in "
+                              "worker processes; use the 'naive' or 'limited' manager for async functions")
+        fn = compute_score
+        if isinstance(fn, functools.partial):
+            kwargs = {**fn.keywords, **kwargs}
+            fn = fn.func
+        by_name = _spec_of(fn)
+        if by_name is not None:
+            return by_name, kwargs
+        try:
+            pickle.dumps(fn)
+        except Exception as exc:  # noqa: BLE001 - lambdas, closures, bound methods of odd objects
+            raise ConfigError(f"manager 'remote' cannot send the scoring function {fn!r} to its worker "
+                              f"processes ({type(exc).__name__}: {exc}); define it at module level or give "
+                              "it as a spec, e.g. scorer_spec='path/to/file.py:compute_score'") from None
+        return fn, kwargs
+
+    async def setup(self) -> None:
+        """Start the scorer processes (and wait until each has loaded the function)."""
+        await self.pool.start()
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def run_single(self, data: Any) -> dict:
+        from rewardq.consumers.batch import non_tensor
+
+        data = data[-1:]
+        data_source = non_tensor(data, "data_source")
+        ground_truth = (non_tensor(data, "reward_model") or {}).get("ground_truth")
+        extra_info = dict(non_tensor(data, "extra_info") or {})
+        extra_info.update(non_tensor(data, "tool_extra_fields") or {})
+        extra_info["num_turns"] = non_tensor(data, "__num_turns__")
+        extra_info["rollout_reward_scores"] = non_tensor(data, "reward_scores", {})
+        solution_str = self.decode_response(data)
+
+        result = await self.pool.run({"data_source": data_source, "solution_str": solution_str,
+                                      "ground_truth": ground_truth, "extra_info": extra_info}, self.timeout)
+        if result.status == "ok":
+            return normalize_result(result.value)
+        if result.status == "timeout":
+            logger.warning("remote: scoring timed out after %.1fs (data_source=%s); scored 0.0", self.timeout,
+                           data_source)
+            return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
+        if result.status == "crash":
+            return {"reward_score": 0.0, "reward_extra_info": {"error": result.message, "acc": 0.0}}
+        raise ScoringError(f"the scoring function failed in its worker process (pid {result.pid}): "
+                           f"{result.message}")
+
+    def stats(self) -> dict:
+        """Pool counters for metrics: tasks, timeouts, crashes, errors, replaced."""
+        return dict(self.pool.counters)
