@@ -1,0 +1,169 @@
+"""Crash recovery, leases, idempotent commits, incomplete trajectories (in-process workers, real Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rewardq import RewardClient
+from rewardq.consumers.worker import Worker
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
+from rewardq.reward.base import RewardManager
+from tests.conftest import LengthManager
+from tests.helpers import SAMPLE, output, running_workers, worker_config
+
+
+class Hang(RewardManager):
+    async def run_single(self, data):
+        await asyncio.sleep(3600)
+
+
+async def _abandon(w: Worker) -> None:
+    """Simulate SIGKILL: the worker's tasks vanish without releasing, acking or unregistering."""
+    for f in list(w.in_flight.values()):
+        f.task.cancel()
+    for t in w._tasks:
+        t.cancel()
+    await asyncio.gather(*(f.task for f in w.in_flight.values()), *w._tasks, return_exceptions=True)
+    await w._client.aclose()
+
+
+async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(ns, redis_url, sync_redis):
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = client.put_trajectory("u", "s", [output(3, 4), output(3, 6)], SAMPLE)
+    a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
+    await a.start()
+    entries = await a.broker.read([0], 10, None)
+    await a.handle(entries)
+    assert list(a.in_flight) == ["u_s"]
+    await _abandon(a)  # A dies while scoring; its lease runs out after lease_seconds=2
+    LengthManager.calls = []
+    async with running_workers(ns, redis_url, [LengthManager(None)], max_deliveries=10) as (b,):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 20)
+    assert [r.reward_score for r in res.values()] == [6.0, 6.0]
+    assert {r.worker for r in res.values()} == {"w0"}
+    assert len(LengthManager.calls) == 1
+    assert sync_redis.xlen(ks.done(0)) == 1
+    assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
+    client.close()
+
+
+async def test_live_lease_is_respected_while_owner_renews(ns, redis_url):
+    """A slow but alive scorer keeps its trajectory: nobody else scores it concurrently."""
+
+    class Slow(RewardManager):
+        async def run_single(self, data):
+            await asyncio.sleep(4.0)  # longer than claim_idle and lease_seconds
+            return {"reward_score": 1.0, "reward_extra_info": {}}
+
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = client.put_trajectory("slow", "s", [output(2, 2)], SAMPLE)
+    LengthManager.calls = []
+    async with running_workers(ns, redis_url, [Slow(None), LengthManager(None)]) as (a, b):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 20)
+    assert res[keys[0]].reward_score == 1.0 and res[keys[0]].worker == "w0"
+    assert LengthManager.calls == []  # the second worker never scored it
+    client.close()
+
+
+async def test_graceful_stop_hands_back_and_another_worker_finishes(ns, redis_url, sync_redis):
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = client.put_trajectory("h", "s", [output(2, 5)], SAMPLE)
+    a = Worker(worker_config(ns, redis_url, name="A", shutdown_grace=0.2, claim_idle=30.0), manager=Hang(None))
+    task = asyncio.create_task(a.run())
+    for _ in range(100):
+        if a.in_flight:
+            break
+        await asyncio.sleep(0.05)
+    a.request_stop("test")
+    await task  # returns normally: hands the trajectory back instead of hanging
+    assert not sync_redis.hget(Keyspace(ns).traj_key("h_s"), "lease")
+    # claim_idle is 30 s, yet the handed-back entry is picked up at once
+    async with running_workers(ns, redis_url, [LengthManager(None)], claim_idle=30.0):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 10)
+    assert res[keys[0]].reward_score == 5.0
+    client.close()
+
+
+async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    client.put_trajectory("c", "s", [output(2, 2), output(2, 3)], SAMPLE)
+    w = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
+    await w.start()
+    try:
+        outs = await w.broker.store([(e, __import__("rewardq.queue.codec", fromlist=["x"]).decode_output(e.data),
+                                      bytes(e.data)) for e in await w.broker.read([0], 10, None)])
+        assert [o.kind for o in outs] == ["parked", "complete"]
+        results = [RewardResult(key=f"c_s_{i}", status="ok", reward_score=0.5, reward_extra_info={"i": i},
+                                worker="A") for i in range(2)]
+        assert await w.broker.commit(0, "c_s", results) is True
+        first = sync_redis.hgetall(ks.reward_key("c_s_1"))
+        results[1].reward_score = 0.9  # a late duplicate commit with another value
+        assert await w.broker.commit(0, "c_s", results) is False
+        assert sync_redis.hgetall(ks.reward_key("c_s_1")) == first
+        assert sync_redis.xlen(ks.done(0)) == 1
+        assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
+        # a redelivered record of a finished trajectory is acked and changes nothing
+        client.put_output("c", "s", 1, output(2, 3), SAMPLE, final=True)
+        outs = await w.broker.store([(e, __import__("rewardq.queue.codec", fromlist=["x"]).decode_output(e.data),
+                                      bytes(e.data)) for e in await w.broker.read([0], 10, None)])
+        assert [o.kind for o in outs] == ["done"]
+        assert sync_redis.hgetall(ks.reward_key("c_s_1")) == first
+    finally:
+        await w.stop()
+        client.close()
+
+
+async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, redis_url, sync_redis):
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    client.put_output("gap", "s", 0, output(2, 2), SAMPLE)
+    client.put_output("gap", "s", 3, output(2, 2), SAMPLE, final=True)  # 1 and 2 never arrive
+    client.put_output("nofinal", "s", 0, output(2, 2), SAMPLE)  # final never arrives
+    async with running_workers(ns, redis_url, [LengthManager(None)], incomplete_timeout=1.0) as (w,):
+        for _ in range(20):
+            await asyncio.sleep(0.1)
+            if sync_redis.zcard(ks.waiting(0)) == 2:
+                break
+        assert sync_redis.zcard(ks.waiting(0)) == 2  # visible while waiting
+        res = await asyncio.to_thread(client.wait_rewards, [f"gap_s_{i}" for i in range(4)] + ["nofinal_s_0"], 10)
+        # an output arriving after its trajectory ended still gets an answer
+        client.put_output("gap", "s", 2, output(2, 2), SAMPLE)
+        late = await asyncio.to_thread(client.wait_rewards, ["gap_s_2"], 10)
+    assert all(r.status == "error" for r in res.values())
+    assert "missing output indices 1,2 of 0..3" in res["gap_s_0"].error
+    assert res["gap_s_1"].error == res["gap_s_0"].error
+    assert "final output never arrived (have indices 0)" in res["nofinal_s_0"].error
+    assert late["gap_s_2"].status == "error"
+    dead = [f for _, f in sync_redis.xrange(ks.dead(0))]
+    assert sorted(f[b"tid"] for f in dead) == [b"gap_s", b"nofinal_s"]
+    assert all(f[b"kind"] == b"incomplete" for f in dead)
+    assert sync_redis.zcard(ks.waiting(0)) == 0
+    client.close()
+
+
+async def test_entry_redelivered_too_often_is_dead_lettered(ns, redis_url, sync_redis):
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = client.put_trajectory("poison", "s", [output(2, 2)], SAMPLE)
+    # three workers in a row die while scoring it
+    for i in range(3):
+        a = Worker(worker_config(ns, redis_url, name=f"dies{i}", lease_seconds=0.5, heartbeat_interval=0.1),
+                   manager=Hang(None))
+        await a.start()
+        if i == 0:
+            await a.handle(await a.broker.read([0], 10, None))
+        else:
+            await asyncio.sleep(1.1)
+            await a.maintain()
+        assert a.in_flight, f"worker {i} should have taken the trajectory"
+        await _abandon(a)
+    await asyncio.sleep(1.1)
+    async with running_workers(ns, redis_url, [LengthManager(None)], max_deliveries=3):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 10)
+    assert res[keys[0]].status == "error" and "delivered 4 times" in res[keys[0]].error
+    (dead,) = [f for _, f in sync_redis.xrange(ks.dead(0))]
+    assert dead[b"kind"] == b"exhausted" and dead[b"deliveries"] == b"4"
+    client.close()
