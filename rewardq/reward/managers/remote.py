@@ -153,19 +153,14 @@ class RemoteRewardManager(RewardManager):
         await self.pool.close()
 
     async def run_single(self, data: Any) -> dict:
-        from rewardq.consumers.batch import non_tensor
+        from rewardq.reward.managers.naive import merge_rollout_fields, read_final_output
 
         data = data[-1:]
-        data_source = non_tensor(data, "data_source")
-        ground_truth = (non_tensor(data, "reward_model") or {}).get("ground_truth")
-        extra_info = dict(non_tensor(data, "extra_info") or {})
-        extra_info.update(non_tensor(data, "tool_extra_fields") or {})
-        extra_info["num_turns"] = non_tensor(data, "__num_turns__")
-        extra_info["rollout_reward_scores"] = non_tensor(data, "reward_scores", {})
-        solution_str = self.decode_response(data)
-
-        result = await self.pool.run({"data_source": data_source, "solution_str": solution_str,
-                                      "ground_truth": ground_truth, "extra_info": extra_info}, self.timeout)
+        final = read_final_output(self, data)
+        data_source = final.data_source
+        extra_info = merge_rollout_fields(final.extra_info, final.row)
+        result = await self.pool.run({"data_source": data_source, "solution_str": final.solution_str,
+                                      "ground_truth": final.ground_truth, "extra_info": extra_info}, self.timeout)
         if result.status == "ok":
             return normalize_result(result.value)
         if result.status == "timeout":

@@ -1,0 +1,180 @@
+"""``limited``: a rate-limited manager for LLM-as-judge and paid-API scoring functions.
+
+Each trajectory's final output is scored by calling the scoring function once, after
+taking, in this order (REFERENCE §3):
+
+1. one request token (``max_rpm``),
+2. ``estimated_tokens_per_request`` tokens (``max_tpm``),
+3. one of ``max_concurrent`` concurrency slots, held for the call,
+4. the call itself, under ``timeout`` seconds.
+
+The limits hold **across every worker process of the fleet**: the limiter's state lives in
+Redis under ``<namespace>:ratelimit:<limiter_name>`` (see
+:mod:`rewardq.queue.ratelimit`), so eight workers together send the configured rate, not
+eight times it (verl keeps its limiters per process). Managers that share a
+``limiter_name`` share one budget; give a second judge its own name. When the worker has no
+Redis URL (``context.redis_url is None``, e.g. an embedded single-process run) the manager
+falls back to an in-process limiter with the same semantics, whose limits then hold for
+this process only.
+
+A call that times out scores 0.0 with ``{"timeout": True, "acc": 0.0}``; a scoring
+function that raises (or returns something unusable) scores 0.0 with
+``{"error": "<message>", "acc": 0.0}``. Failures of the limiter itself (Redis down) are
+not caught: the worker retries the trajectory instead of recording a fake zero.
+
+A synchronous scoring function runs in the default thread pool; when it times out its
+thread runs on in the background (Python cannot kill a thread), only the result is
+dropped. Prefer async scoring functions (an HTTP judge) here, and the ``remote`` manager
+for CPU-bound scorers.
+
+Options (``--manager-option`` / config)::
+
+    max_concurrent=1  max_rpm=None  max_tpm=None  estimated_tokens_per_request=2000
+    timeout=300.0  limiter_name="default"  lease_seconds=30.0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from rewardq.errors import ConfigError
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, normalize_result
+from rewardq.reward.registry import register
+
+logger = logging.getLogger("rewardq.reward.limited")
+
+
+def _positive(name: str, value: Any, *, allow_none: bool, integer: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    kind = "an integer" if integer else "a number"
+    ok = (not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0)
+    if not ok:
+        extra = " or None (unlimited)" if allow_none else ""
+        raise ConfigError(f"manager 'limited': {name} must be {kind} > 0{extra}, got {value!r}")
+
+
+@register("limited")
+class LimitedRewardManager(RewardManager):
+    """Scores the final output through a fleet-wide rate limiter; see the module docstring.
+
+    Args:
+        tokenizer: the policy tokenizer (decodes the response).
+        compute_score: the scoring function (sync or async); None selects
+            ``rewardq.reward.scoring.default_compute_score``.
+        context: the worker's context; ``redis_url`` and ``namespace`` place the limiter.
+        max_concurrent: calls in flight at once across the fleet (None: unlimited).
+        max_rpm: requests per minute across the fleet (None: unlimited).
+        max_tpm: tokens per minute across the fleet (None: unlimited).
+        estimated_tokens_per_request: what one call is charged against ``max_tpm``.
+        timeout: seconds one call may take.
+        limiter_name: the shared limiter's name (managers with the same name share limits).
+        lease_seconds: how long a concurrency slot outlives a worker that died holding it.
+    """
+
+    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
+                 context: ManagerContext | None = None, max_concurrent: int | None = 1,
+                 max_rpm: float | None = None, max_tpm: float | None = None,
+                 estimated_tokens_per_request: float = 2000, timeout: float = 300.0,
+                 limiter_name: str = "default", lease_seconds: float = 30.0) -> None:
+        super().__init__(tokenizer, compute_score, context=context)
+        _positive("max_concurrent", max_concurrent, allow_none=True, integer=True)
+        _positive("max_rpm", max_rpm, allow_none=True)
+        _positive("max_tpm", max_tpm, allow_none=True)
+        _positive("estimated_tokens_per_request", estimated_tokens_per_request, allow_none=False)
+        _positive("timeout", timeout, allow_none=False)
+        _positive("lease_seconds", lease_seconds, allow_none=False)
+        if not isinstance(limiter_name, str) or not limiter_name or any(c in limiter_name for c in "{} \n"):
+            raise ConfigError(f"manager 'limited': limiter_name must be a non-empty name without "
+                              f"braces or spaces, got {limiter_name!r}")
+        self.max_concurrent = max_concurrent
+        self.max_rpm = max_rpm
+        self.max_tpm = max_tpm
+        self.estimated_tokens_per_request = estimated_tokens_per_request
+        self.timeout = float(timeout)
+        self.limiter_name = limiter_name
+        self.lease_seconds = float(lease_seconds)
+        self.limiter: Any = None
+        self._redis: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Connect to the pipeline's Redis and build the fleet limiter (or the local one)."""
+        if self.limiter is not None:
+            return
+        from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
+
+        limits = dict(max_rpm=self.max_rpm, max_tpm=self.max_tpm, max_concurrent=self.max_concurrent,
+                      lease_seconds=self.lease_seconds,
+                      holder_prefix=f"{self.context.worker_name}:{os.getpid()}")
+        if self.context.redis_url is None:
+            logger.info("limited: no Redis configured; limits hold within this process only")
+            self.limiter = LocalRateLimiter(**limits)
+            return
+        from rewardq.queue.keys import Keyspace
+
+        key = Keyspace(self.context.namespace).ratelimit(self.limiter_name)
+        self._redis = self._connect(self.context.redis_url, self.context.cluster)
+        self.limiter = FleetRateLimiter(self._redis, key, **limits)
+        logger.info("limited: fleet limiter %s (rpm=%s tpm=%s concurrent=%s)", key, self.max_rpm,
+                    self.max_tpm, self.max_concurrent)
+
+    @staticmethod
+    def _connect(url: str, cluster: bool) -> Any:
+        if cluster:
+            from redis.asyncio.cluster import RedisCluster
+
+            return RedisCluster.from_url(url)
+        import redis.asyncio as aioredis
+
+        return aioredis.Redis.from_url(url)
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+        self.limiter = None
+
+    # -- scoring ---------------------------------------------------------------------
+    def _score_fn(self) -> ScoreFn:
+        if self.compute_score is None:
+            from rewardq.reward.scoring import default_compute_score
+
+            self.compute_score = default_compute_score
+        return self.compute_score
+
+    async def run_single(self, data: Any) -> dict:
+        from rewardq.reward.managers.naive import merge_rollout_fields, read_final_output
+
+        if self.limiter is None:
+            await self.setup()
+        data = data[-1:]
+        final = read_final_output(self, data)
+        data_source = final.data_source
+        extra_info = merge_rollout_fields(final.extra_info, final.row, turns_and_scores=False)
+        fn = self._score_fn()
+
+        await self.limiter.acquire_request()
+        await self.limiter.acquire_tokens(self.estimated_tokens_per_request)
+        async with self.limiter.slot():
+            try:
+                result = await asyncio.wait_for(
+                    self.call_score_fn(fn, data_source=data_source, solution_str=final.solution_str,
+                                       ground_truth=final.ground_truth, extra_info=extra_info),
+                    timeout=self.timeout)
+                return normalize_result(result)
+            except asyncio.TimeoutError:
+                logger.warning("limited: scoring timed out after %.1fs (data_source=%s)", self.timeout,
+                               data_source)
+                return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
+            except Exception as exc:
+                logger.warning("limited: scoring failed (data_source=%s): %s: %s", data_source,
+                               type(exc).__name__, exc)
+                return {"reward_score": 0.0, "reward_extra_info": {"error": str(exc), "acc": 0.0}}
+
+    def stats(self) -> dict:
+        """The limiter's wait counters (``{kind: {"waits", "wait_seconds"}}``) for metrics."""
+        return self.limiter.stats() if self.limiter is not None else {}
