@@ -1,0 +1,1 @@
+"""Example managers that need the whole trajectory (not loaded unless named)."""
