@@ -230,6 +230,7 @@ def render_jinja_chat(template: str, messages: Sequence[dict], **variables: Any)
     """Render a transformers-style chat template; None when jinja2 is not installed."""
     try:
         import jinja2
+        import jinja2.ext
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:
         logger.warning("jinja2 is not installed, so the tokenizer's chat template cannot be rendered; "
