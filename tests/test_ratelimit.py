@@ -227,7 +227,8 @@ import asyncio, json, sys, time
 import redis.asyncio as aioredis
 from rewardq.queue.ratelimit import FleetRateLimiter
 async def main():
-    url, key, rpm, start_at, duration = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+    url, key, rpm = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    start_at, duration = float(sys.argv[4]), float(sys.argv[5])
     r = aioredis.Redis.from_url(url)
     lim = FleetRateLimiter(r, key, max_rpm=rpm, max_concurrent=None)
     await r.ping()
