@@ -85,6 +85,7 @@ class Worker:
         self._tasks: list[asyncio.Task] = []
         self._started_at = time.time()
         self.vocab_size: int | None = None
+        self.metrics_port: int | None = None
 
     # ==================================================================================
     # life cycle
@@ -127,6 +128,13 @@ class Worker:
             self.manager, self.tokenizer = build_from_config(cfg, ctx)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
         await self.manager.setup()
+        if self.metrics is None and cfg.metrics_port is not None:
+            from rewardq.consumers.metrics import WorkerMetrics
+
+            stats = getattr(self.manager, "stats", None)
+            self.metrics = WorkerMetrics(cfg.manager, limiter_stats=stats if callable(stats) else None)
+            self.metrics_port = self.metrics.serve(cfg.metrics_port)
+            logger.info("metrics on http://0.0.0.0:%d/metrics", self.metrics_port)
         self.scorer = TrajectoryScorer(self.manager, manager_name=cfg.manager, worker_name=self.name,
                                        timeout=cfg.score_timeout)
         await self._beat()
@@ -177,6 +185,8 @@ class Worker:
                 await self.broker.unregister()
             except Exception:
                 logger.debug("unregister failed", exc_info=True)
+        if self.metrics is not None and hasattr(self.metrics, "close"):
+            self.metrics.close()
         if self.manager is not None:
             try:
                 await self.manager.close()
@@ -225,6 +235,8 @@ class Worker:
         """Decode, store and dispatch a batch of entries (from a read or a reclaim)."""
         assert self.broker is not None
         self.stats["read"] += len(entries)
+        if self.metrics is not None:
+            self.metrics.read(len(entries))
         valid = []
         for entry in entries:
             if entry.deliveries > self.cfg.max_deliveries:
@@ -271,6 +283,7 @@ class Worker:
         shard, tid = o.entry.shard, o.record.tid
         t0 = time.perf_counter()
         outcome = "ok"
+        data_source = str(o.record.sample.get("data_source", ""))
         try:
             try:
                 records = assemble(tid, o.payloads, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size)
@@ -304,7 +317,7 @@ class Worker:
                 self._capacity.set()
             elapsed = (time.perf_counter() - t0) * 1000
             if self.metrics is not None:
-                self.metrics.trajectory_done(outcome, elapsed / 1000.0)
+                self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
             logger.info("trajectory %s manager=%s outcome=%s elapsed_ms=%.1f", tid, self.cfg.manager, outcome,
                         elapsed, extra={"tid": tid, "manager": self.cfg.manager, "outcome": outcome,
                                         "elapsed_ms": round(elapsed, 3)})

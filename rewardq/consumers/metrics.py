@@ -1,0 +1,94 @@
+"""Prometheus metrics of one worker (``rewardq worker --metrics-port P``).
+
+Exposed series (all prefixed ``rewardq_``):
+
+* ``records_read_total``                       entries read from the streams (incl. reclaimed)
+* ``trajectories_total{manager,outcome}``      finished trajectories: ok | error | invalid | ...
+* ``dead_letters_total{reason}``               dead letters by kind: invalid | conflict | scoring |
+                                               exhausted | incomplete
+* ``scoring_seconds{manager,data_source}``     histogram: assemble + batch + manager + commit
+* ``in_flight``                                trajectories being scored now
+* ``reclaimed_total``                          entries taken over from dead workers
+* ``ratelimit_waits_total{kind}`` / ``ratelimit_wait_seconds_total{kind}``
+                                               fleet rate-limiter waits (``limited`` manager)
+
+Each worker owns a private registry, so several workers in one process (tests, the demo)
+never collide.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class _LimiterCollector:
+    def __init__(self, stats: Callable[[], dict]) -> None:
+        self._stats = stats
+
+    def collect(self):  # noqa: ANN201 - prometheus collector protocol
+        waits = CounterMetricFamily("rewardq_ratelimit_waits", "Rate-limiter waits", labels=["kind"])
+        secs = CounterMetricFamily("rewardq_ratelimit_wait_seconds", "Seconds spent waiting for the rate limiter",
+                                   labels=["kind"])
+        for kind, st in (self._stats() or {}).items():
+            count = st.get("waits", st.get("count", 0)) if isinstance(st, dict) else getattr(st, "count", 0)
+            seconds = st.get("wait_seconds", st.get("seconds", 0.0)) if isinstance(st, dict) \
+                else getattr(st, "seconds", 0.0)
+            waits.add_metric([kind], float(count))
+            secs.add_metric([kind], float(seconds))
+        yield waits
+        yield secs
+
+
+class WorkerMetrics:
+    """The worker's instruments. Call :meth:`serve` to expose them over HTTP."""
+
+    def __init__(self, manager_name: str, limiter_stats: Callable[[], dict] | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.manager_name = manager_name
+        r = self.registry
+        self.records_read = Counter("rewardq_records_read", "Stream entries read", registry=r)
+        self.trajectories = Counter("rewardq_trajectories", "Finished trajectories", ["manager", "outcome"],
+                                    registry=r)
+        self.dead_letters = Counter("rewardq_dead_letters", "Dead letters by reason", ["reason"], registry=r)
+        self.scoring = Histogram("rewardq_scoring_seconds", "Time to score and commit one trajectory",
+                                 ["manager", "data_source"], buckets=_BUCKETS, registry=r)
+        self.in_flight_gauge = Gauge("rewardq_in_flight", "Trajectories being scored", registry=r)
+        self.reclaimed_total = Counter("rewardq_reclaimed", "Entries reclaimed from dead workers", registry=r)
+        if limiter_stats is not None:
+            r.register(_LimiterCollector(limiter_stats))
+        self._server: Any = None
+
+    # -- hooks called by the worker -----------------------------------------------------
+    def read(self, n: int) -> None:
+        self.records_read.inc(n)
+
+    def trajectory_done(self, outcome: str, seconds: float, data_source: str = "") -> None:
+        self.trajectories.labels(self.manager_name, outcome).inc()
+        if outcome == "ok":
+            self.scoring.labels(self.manager_name, data_source or "unknown").observe(seconds)
+
+    def dead_letter(self, reason: str) -> None:
+        self.dead_letters.labels(reason).inc()
+
+    def reclaimed(self, n: int) -> None:
+        self.reclaimed_total.inc(n)
+
+    def in_flight(self, n: int) -> None:
+        self.in_flight_gauge.set(n)
+
+    # -- exposition -------------------------------------------------------------------------
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Start the HTTP endpoint (``/metrics``); returns the bound port (``port=0`` picks one)."""
+        self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
