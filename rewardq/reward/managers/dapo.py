@@ -44,7 +44,12 @@ logger = logging.getLogger("rewardq.reward")
 
 @dataclass(frozen=True)
 class OverlongBuffer:
-    """The validated ``overlong_buffer`` option (verl's defaults for missing keys)."""
+    """The validated ``overlong_buffer`` option (verl's defaults for missing keys).
+
+    An enabled buffer is checked against ``max_resp_len`` (see the manager's Raises);
+    a disabled one is only type-checked, since it never changes a reward (verl asserts
+    ``max_resp_len >= len`` even then).
+    """
 
     enable: bool = False
     len: int = 0
