@@ -1,0 +1,221 @@
+"""The ``rewardq`` command (``python -m rewardq`` too): a thin door onto :mod:`rewardq.ops` and :mod:`rewardq.demo`.
+
+Commands::
+
+    rewardq worker   --redis-url URL --namespace NS --manager naive --tokenizer builtin:demo [...]
+    rewardq demo     [--redis-url URL] [--workers 2] [--trajectories 200] [--json]
+    rewardq produce  FILE.jsonl --redis-url URL --namespace NS [--wait] [--timeout S]
+    rewardq generate FILE.jsonl -n 100 [--seed S]
+
+Exit codes: 0 success; 1 the run finished but something failed (bad lines, missing or error
+results, a worker that died); 2 a configuration error (bad flag, unknown manager, missing
+file): fix the setting, restarting will not help; 3 Redis unreachable; 130 interrupted.
+
+Errors rewardq raises on purpose print as one red line that says what to do; add the
+global ``--debug`` flag (or ``REWARDQ_DEBUG=1``) for the traceback. Heavy imports (torch,
+tensordict) happen inside commands, so ``rewardq --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from rewardq import __version__
+
+EXIT_FAILED, EXIT_CONFIG, EXIT_REDIS, EXIT_INTERRUPTED = 1, 2, 3, 130
+_state = {"debug": False}
+
+
+def _debug() -> bool:
+    return _state["debug"] or os.environ.get("REWARDQ_DEBUG", "").lower() in ("1", "true", "yes", "on")
+
+
+def _error(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (also REWARDQ_DEBUG=1).")
+@click.version_option(__version__, prog_name="rewardq")
+def cli(debug: bool) -> None:
+    """rewardq: durable, horizontally scaled reward scoring for RL post-training, on Redis Streams."""
+    _state["debug"] = _state["debug"] or debug
+
+
+# ---------------------------------------------------------------------------------------------
+# worker
+# ---------------------------------------------------------------------------------------------
+
+@cli.command()
+@click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
+              help="YAML/JSON file of WorkerConfig fields or a verl `reward:` block (lowest precedence).")
+@click.option("--redis-url", default=None, help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
+@click.option("--namespace", default=None, help="First component of every key; producers must use the same.")
+@click.option("--manager", default=None, help="naive, dapo, gdpo, limited, remote, disrm, or package.module:Class.")
+@click.option("--tokenizer", default=None, help="tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
+@click.option("--reward-fn", default=None, help="Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].")
+@click.option("--reward-kwargs", default=None, help="JSON object of extra keyword arguments for --reward-fn.")
+@click.option("--manager-option", multiple=True, metavar="KEY=VALUE",
+              help="Manager option (repeatable); VALUE is JSON if it parses, else a string; a.b=1 nests.")
+@click.option("--concurrency", type=int, default=None, help="Trajectories scored at once by one worker.")
+@click.option("--batch-size", type=int, default=None, help="Stream entries per read.")
+@click.option("--shards", type=int, default=None, help="Stream shards (must match the namespace's).")
+@click.option("--cluster/--no-cluster", default=None, help="Treat --redis-url as a Redis Cluster.")
+@click.option("--name", default=None, help="Consumer name (default <host>-<pid>-<random>).")
+@click.option("--claim-idle", type=float, default=None, help="Seconds before a dead worker's entries are reclaimed.")
+@click.option("--max-deliveries", type=int, default=None, help="Deliveries before an entry is dead-lettered.")
+@click.option("--incomplete-timeout", type=float, default=None, help="Seconds a trajectory may wait for outputs.")
+@click.option("--score-timeout", type=float, default=None, help="Seconds one trajectory's scoring may take.")
+@click.option("--result-ttl", type=float, default=None, help="Seconds results are kept (0: forever).")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              default=None, help="Log level (default INFO).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default=None, help="text, or one JSON per line.")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--processes", type=click.IntRange(min=1), default=None,
+              help="Run N worker processes under a supervisor that restarts them.")
+def worker(processes: int | None, **params: Any) -> int:
+    """Run a reward worker: read trajectories, score them, write rewards back.
+
+    Flags win over REWARDQ_* environment variables, which win over --config.
+    """
+    from rewardq.ops.worker import EarlySignals, load_config, run_worker
+
+    early = EarlySignals().install() if not processes or processes == 1 else None
+    cfg = load_config(params)
+    if processes and processes > 1:
+        return _supervise(processes, params, cfg)
+    return run_worker(cfg, early or EarlySignals().install())
+
+
+def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
+    from rewardq.logs import setup_logging
+    from rewardq.ops.common import probe_redis
+    from rewardq.ops.supervisor import Supervisor, child_argvs
+    from rewardq.ops.worker import worker_argv
+    from rewardq.reward.registry import get_manager_class
+
+    setup_logging(cfg.log_level, cfg.log_format)
+    get_manager_class(cfg.manager)  # an unknown manager fails here, once, not in N children
+    probe_redis(cfg.redis_url, cluster=cfg.cluster)
+    base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port")})
+    argvs = child_argvs(base, n, name=params.get("name"), metrics_port=params.get("metrics_port"),
+                        prefix=["--debug"] if _debug() else [])
+    return Supervisor(argvs, grace=cfg.shutdown_grace + 10).run()
+
+
+# ---------------------------------------------------------------------------------------------
+# demo, produce, generate
+# ---------------------------------------------------------------------------------------------
+
+@cli.command()
+@click.option("--redis-url", default=None, help="Use this Redis and worker processes (default: an embedded stand-in).")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Worker processes.")
+@click.option("--trajectories", "-n", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--namespace", default=None, help="Default: a fresh demo-<random>, deleted afterwards.")
+@click.option("--manager", default="naive", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for rewards.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option("--write-jsonl", type=click.Path(dir_okay=False), default=None,
+              help="Only write the generated trajectories to this JSONL file, then exit.")
+def demo(redis_url: str | None, workers: int, trajectories: int, namespace: str | None, manager: str, seed: int,
+         timeout: float, as_json: bool, write_jsonl: str | None) -> int:
+    """Run producers and worker processes end to end and print a summary."""
+    if write_jsonl:
+        return _generate(write_jsonl, trajectories, seed)
+    from rewardq.demo.run import DemoOptions, run_demo
+
+    if manager != "naive":
+        from rewardq.reward.registry import get_manager_class
+
+        get_manager_class(manager)
+    code, _ = run_demo(DemoOptions(redis_url=redis_url, workers=workers, trajectories=trajectories,
+                                   namespace=namespace, manager=manager, seed=seed, as_json=as_json, timeout=timeout))
+    return code
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True)
+@click.option("--namespace", default="rewardq", show_default=True)
+@click.option("--cluster", is_flag=True, help="Treat --redis-url as a Redis Cluster.")
+@click.option("--wait", is_flag=True, help="Wait for every reward and print a summary.")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait (with --wait).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+def produce(file: str, redis_url: str, namespace: str, cluster: bool, wait: bool, timeout: float,
+            as_json: bool) -> int:
+    """Replay recorded trajectories from a JSONL file (one trajectory per line)."""
+    from rewardq.ops.produce import produce_file
+
+    return produce_file(file, redis_url=redis_url, namespace=namespace, wait=wait, timeout=timeout,
+                        cluster=cluster, as_json=as_json).exit_code
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-n", "--trajectories", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def generate(file: str, trajectories: int, seed: int) -> int:
+    """Write demo trajectories (GSM8K and MATH, with expected rewards) to a JSONL file."""
+    return _generate(file, trajectories, seed)
+
+
+def _generate(path: str, n: int, seed: int) -> int:
+    from rewardq.demo.data import make_trajectories, write_jsonl
+
+    count = write_jsonl(path, make_trajectories(n, seed=seed))
+    click.echo(f"wrote {count} trajectories to {path}", err=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point and error reporting
+# ---------------------------------------------------------------------------------------------
+
+def _exit_code_for(exc: BaseException) -> int | None:
+    """Report an exception as one line; returns the exit code, or None for an unexpected one."""
+    import redis.exceptions as rx
+
+    from rewardq.errors import RewardqError
+
+    if isinstance(exc, RewardqError):
+        _error(str(exc))
+        return getattr(exc, "exit_code", EXIT_CONFIG)
+    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
+        _error(f"lost the connection to Redis ({exc}); check the server and --redis-url, then run again")
+        return EXIT_REDIS
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the CLI and turn the outcome into an exit code."""
+    try:
+        code = cli.main(args=argv, prog_name="rewardq", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("interrupted", err=True)
+        code = EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the one place every error is turned into an exit code
+        code = _exit_code_for(exc)
+        if code is None:
+            _error(f"unexpected {type(exc).__name__}: {exc} (this is a bug; please report it with the traceback)")
+            traceback.print_exc()
+            code = EXIT_FAILED
+        elif _debug():
+            traceback.print_exc()
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

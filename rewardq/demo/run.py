@@ -1,0 +1,235 @@
+"""``rewardq demo``: producers and several worker processes, end to end, with nothing else running.
+
+What happens, in order:
+
+1. generate realistic GRPO math trajectories (:func:`rewardq.demo.data.make_trajectories`);
+2. without ``--redis-url``, start an embedded Redis stand-in (:class:`~rewardq.demo.embedded.EmbeddedRedis`,
+   fakeredis over TCP); with it, check the real server answers;
+3. start N worker **processes** (``python -m rewardq worker ... --tokenizer builtin:demo``) on a
+   fresh namespace ``demo-<random>`` and wait until each has sent its first heartbeat (start-up
+   time is reported, not counted in throughput);
+4. push every trajectory (progress bar), then wait for every reward (progress bar);
+5. print the summary: rewards by data source, throughput, push-to-result latency p50/p99,
+   errors, and how many rewards equal the value the generator expected;
+6. stop every worker (SIGTERM, then SIGKILL after a grace period), delete the namespace's keys
+   on a real server, stop the embedded server.
+
+Exit code 0 when every key got a non-error result and every worker exited cleanly, else 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rewardq.errors import RewardqError
+from rewardq.ops.summary import Pushed, render, summarize
+
+__all__ = ["DemoOptions", "WorkerFleet", "run_demo"]
+
+
+class DemoError(RewardqError):
+    """The demo could not run (a worker died at start-up, workers never became ready, ...)."""
+
+
+@dataclass
+class DemoOptions:
+    """``rewardq demo`` options (see the command's ``--help``)."""
+
+    redis_url: str | None = None
+    workers: int = 2
+    trajectories: int = 200
+    namespace: str | None = None
+    manager: str = "naive"
+    seed: int = 0
+    as_json: bool = False
+    timeout: float = 300.0
+    ready_timeout: float = 120.0
+    worker_args: list[str] = field(default_factory=list)
+
+
+class WorkerFleet:
+    """N ``python -m rewardq worker`` processes, each logging to its own file.
+
+    Args:
+        n: number of processes.
+        redis_url, namespace, manager: passed to every worker.
+        logdir: where ``worker-<i>.log`` files go.
+        extra_args: more ``rewardq worker`` flags.
+    """
+
+    def __init__(self, n: int, redis_url: str, namespace: str, manager: str, logdir: Path,
+                 extra_args: list[str] | None = None) -> None:
+        self.names = [f"{namespace}-w{i}" for i in range(n)]
+        self.logdir = logdir
+        self.argvs = [[sys.executable, "-m", "rewardq", "worker", "--redis-url", redis_url, "--namespace", namespace,
+                       "--manager", manager, "--tokenizer", "builtin:demo", "--name", name, "--log-level", "WARNING",
+                       *(extra_args or [])] for name in self.names]
+        self.procs: list[subprocess.Popen] = []
+        self._logs: list[Any] = []
+
+    def start(self) -> None:
+        for i, argv in enumerate(self.argvs):
+            log = open(self.logdir / f"worker-{i}.log", "wb")
+            self._logs.append(log)
+            self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+
+    def log_tail(self, i: int, lines: int = 15) -> str:
+        try:
+            text = (self.logdir / f"worker-{i}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def dead(self) -> list[tuple[int, int]]:
+        """``(index, exit code)`` of workers that have exited."""
+        return [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
+
+    def wait_ready(self, client: Any, timeout: float) -> float:
+        """Block until every worker has sent a heartbeat; returns the seconds it took."""
+        t0 = time.monotonic()
+        keys = [client.keyspace.worker(name) for name in self.names]
+        while True:
+            dead = self.dead()
+            if dead:
+                i, rc = dead[0]
+                raise DemoError(f"worker {i} exited with code {rc} during start-up; its log:\n{self.log_tail(i)}")
+            pipe = client.r.pipeline(transaction=False)
+            for k in keys:
+                pipe.exists(k)
+            if all(pipe.execute()):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise DemoError(f"workers did not start within {timeout:.0f}s; worker 0 log:\n{self.log_tail(0)}")
+            time.sleep(0.1)
+
+    def stop(self, grace: float = 30.0) -> list[int | None]:
+        """SIGTERM every worker, wait up to ``grace`` seconds, SIGKILL the rest; returns exit codes."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for log in self._logs:
+            log.close()
+        return [p.returncode for p in self.procs]
+
+
+def _progress(console: Any) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console)
+
+
+def _rate(done: int, t0: float) -> str:
+    return f"{done / max(time.perf_counter() - t0, 1e-9):,.0f}/s"
+
+
+def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[int, dict[str, Any]]:
+    """Run the demo (see the module docstring); returns ``(exit_code, summary)``."""
+    from rich.console import Console
+
+    from rewardq.demo.data import make_trajectories
+    from rewardq.demo.embedded import EmbeddedRedis
+    from rewardq.ops.common import delete_namespace, namespace_key_count, probe_redis
+    from rewardq.ops.waiting import done_marks, wait_for_results
+    from rewardq.producers.client import RewardClient
+    from rewardq.queue.connection import redact_url
+    from rewardq.reward.tokenizer import load_tokenizer
+
+    console = console or Console()
+    err = err or Console(stderr=True)
+    namespace = opts.namespace or f"demo-{os.urandom(4).hex()}"
+    embedded = EmbeddedRedis() if opts.redis_url is None else None
+    logdir = Path(tempfile.mkdtemp(prefix="rewardq-demo-"))
+    fleet: WorkerFleet | None = None
+    client: Any = None
+    cleanup = embedded is None
+    exit_codes: list[int | None] = []
+    failed = True
+    try:
+        t_gen = time.perf_counter()
+        with err.status(f"generating {opts.trajectories} trajectories"):
+            trajectories = make_trajectories(opts.trajectories, seed=opts.seed, tokenizer=load_tokenizer(None))
+        gen_s = time.perf_counter() - t_gen
+        if embedded is not None:
+            url = embedded.start().url
+            where = f"embedded Redis stand-in (fakeredis over TCP at {url})"
+        else:
+            url = opts.redis_url
+            probe_redis(url)
+            where = f"Redis at {redact_url(url)}"
+        mode = f"{where}, {opts.workers} worker process{'es' if opts.workers != 1 else ''}"
+        err.print(f"[bold]rewardq demo[/]: {len(trajectories)} trajectories "
+                  f"({sum(len(t['outputs']) for t in trajectories)} outputs, generated in {gen_s:.2f}s); {mode}; "
+                  f"namespace {namespace}")
+        client = RewardClient.from_url(url, namespace=namespace)
+        if embedded is None and opts.namespace and namespace_key_count(client.r, namespace):
+            cleanup = False
+            err.print(f"[yellow]namespace {namespace} already holds keys: they and the demo's keys are left in place[/]")
+        _ = client.keyspace  # creates <ns>:meta with one shard before the workers start
+        fleet = WorkerFleet(opts.workers, url, namespace, opts.manager, logdir, opts.worker_args)
+        fleet.start()
+        with err.status(f"starting {opts.workers} worker processes"):
+            startup_s = fleet.wait_ready(client, opts.ready_timeout)
+
+        pushed: list[Pushed] = []
+        marks = done_marks(client)
+        t0 = time.perf_counter()
+        with _progress(err) as progress:
+            task = progress.add_task("pushing trajectories", total=len(trajectories), rate="")
+            for t in trajectories:
+                keys = client.put_trajectory(t["uid"], t["session_id"], t["outputs"], t["sample"])
+                pushed.append(Pushed(keys, t["sample"]["data_source"], t.get("expected")))
+                progress.update(task, advance=1, rate=_rate(len(pushed), t0))
+        push_s = time.perf_counter() - t0
+        with _progress(err) as progress:
+            task = progress.add_task("waiting for rewards   ", total=len(pushed), rate="")
+            results, finished = wait_for_results(
+                client, pushed, marks, opts.timeout,
+                lambda done: progress.update(task, completed=done, rate=_rate(done, t0)))
+        summary = summarize(pushed, results, elapsed_s=finished - t0,
+                            extra={"mode": mode, "workers": opts.workers, "namespace": namespace,
+                                   "manager": opts.manager, "startup_s": round(startup_s, 3),
+                                   "push_s": round(push_s, 3)})
+        exit_codes = fleet.stop()
+        summary["worker_exit_codes"] = exit_codes
+        failed = bool(summary["missing"] or summary["errors"] or any(rc != 0 for rc in exit_codes))
+    finally:
+        if fleet is not None and not exit_codes:
+            fleet.stop()
+        if client is not None:
+            if cleanup:
+                try:
+                    delete_namespace(client.r, namespace)
+                except Exception as exc:  # noqa: BLE001 - clean-up must not hide the real outcome
+                    err.print(f"[yellow]could not delete the demo's keys under {namespace}: {exc}[/]")
+            client.close()
+        if embedded is not None:
+            embedded.stop()
+        if failed and fleet is not None:
+            err.print(f"[yellow]worker logs kept in {logdir}[/]")
+        else:
+            shutil.rmtree(logdir, ignore_errors=True)
+    if opts.as_json:
+        print(json.dumps(summary), flush=True)
+    else:
+        render(summary, console, title=f"rewardq demo: {mode}")
+        if any(rc != 0 for rc in exit_codes):
+            console.print(f"[red]worker exit codes: {exit_codes}[/]")
+    return (1 if failed else 0), summary

@@ -1,0 +1,90 @@
+"""Small pieces the commands share: checking Redis is reachable, removing a namespace.
+
+:func:`probe_redis` turns "connection refused" into a :class:`RedisUnavailable` whose message
+names the (password-redacted) URL and says what to try, so the CLI can print one red line
+instead of a traceback through five layers of redis-py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rewardq.errors import RewardqError
+from rewardq.queue.connection import connect_sync, redact_url, split_cluster
+
+__all__ = ["RedisUnavailable", "probe_redis", "delete_namespace", "namespace_key_count"]
+
+
+class RedisUnavailable(RewardqError):
+    """Redis could not be reached or refused us. The CLI exits with code 3 for it."""
+
+    exit_code = 3
+
+
+def _no_retry() -> Any:
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return Retry(NoBackoff(), 0)
+
+
+def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> None:
+    """PING ``url`` once (no retries); raise :class:`RedisUnavailable` with a hint if that fails."""
+    import redis.exceptions as rx
+
+    shown = redact_url(url)
+    _, is_cluster = split_cluster(url, cluster)
+    try:
+        client = connect_sync(url, cluster=cluster, retry=_no_retry(), socket_connect_timeout=timeout,
+                              socket_timeout=timeout)
+    except (ValueError, rx.RedisError) as exc:
+        raise RedisUnavailable(f"cannot use Redis URL {shown}: {exc}. Expected redis://[user:password@]host:port/db, "
+                               "rediss://... for TLS or redis+cluster://host:port") from None
+    try:
+        client.ping()
+    except rx.AuthenticationError as exc:
+        raise RedisUnavailable(f"Redis at {shown} refused the credentials ({exc}); put the right user and "
+                               "password in the URL: redis://user:password@host:port/0") from None
+    except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
+        kind = "Redis Cluster" if is_cluster else "Redis"
+        raise RedisUnavailable(f"cannot connect to {kind} at {shown} ({exc}). Is the server running and "
+                               "reachable from here? Start one with `redis-server`, pass --redis-url, or try "
+                               "`rewardq demo` without --redis-url for a self-contained run") from None
+    except rx.ResponseError as exc:
+        raise RedisUnavailable(f"Redis at {shown} answered PING with an error: {exc}") from None
+    finally:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - closing a client that never connected
+            pass
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def _scan(client: Any, pattern: str) -> list[bytes]:
+    keys: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        keys.append(key)
+    return keys
+
+
+def namespace_key_count(client: Any, namespace: str) -> int:
+    """How many keys live under ``<namespace>:`` (SCAN; fine for demos and tests)."""
+    return len(_scan(client, _glob_escape(namespace) + ":*"))
+
+
+def delete_namespace(client: Any, namespace: str) -> int:
+    """Delete every key under ``<namespace>:``; returns how many. Never touches other keys."""
+    keys = _scan(client, _glob_escape(namespace) + ":*")
+    deleted = 0
+    for i in range(0, len(keys), 500):
+        chunk = keys[i:i + 500]
+        if getattr(client, "get_nodes", None) is not None:  # cluster: keys live in many slots
+            for k in chunk:
+                deleted += int(client.delete(k))
+        else:
+            deleted += int(client.delete(*chunk))
+    return deleted
