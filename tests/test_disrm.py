@@ -52,11 +52,14 @@ class FakeRewardServer:
                     step = None
                 status, payload = step or ((200, DEFAULTS[self.path]) if self.path in DEFAULTS else (404, "no"))
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass                     # the client timed out and hung up (the timeout test)
 
             def log_message(self, *args):
                 pass

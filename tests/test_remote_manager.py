@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -162,3 +163,27 @@ async def test_math_verify_equivalence_through_the_pool(managers):
     loop = asyncio.get_running_loop()
     with pytest.raises(ScoringError, match="main thread"):
         await loop.run_in_executor(None, functools.partial(compute_score, "x", r"\boxed{1/2}", "0.5"))
+
+
+async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs():
+    from rewardq.reward.factory import build_manager
+    from rewardq.reward.loader import load_score_fn
+
+    spec = f"{SCORERS}:compute_score"
+    m = build_manager("remote", tokenizer=TOK, compute_score=load_score_fn(spec, {"bonus": 2.0}),
+                      options={"scorer_spec": spec, "num_workers": 1, "timeout": 10})
+    try:
+        await m.setup()
+        out = await m.run_single(trajectory("7", "7"))
+        assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
+        assert m.target == spec and m.target_kwargs == {"bonus": 2.0}
+    finally:
+        await m.close()
+
+
+async def test_an_unpicklable_sample_is_refused_without_losing_the_process(managers):
+    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=1)
+    with pytest.raises(ScoringError, match="cannot send the sample"):
+        await m.pool.run({"solution_str": "ok", "data_source": "x", "ground_truth": "1",
+                          "extra_info": {"handle": threading.Lock()}}, 5)
+    assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0

@@ -82,6 +82,7 @@ _LUA = r"""
 --           -> {wait_seconds, live_slots}; wait 0 means the slot is held
 --   renew   ARGV[2]=holder  ARGV[3]=lease seconds  -> {1} renewed, {0} the slot was lost
 --   release ARGV[2]=holder                         -> {1} released, {0} was not held
+if redis.replicate_commands then pcall(redis.replicate_commands) end  -- TIME before writes on Redis < 5
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000

@@ -46,6 +46,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
 from rewardq.errors import ConfigError, ScoringError
@@ -326,12 +327,18 @@ class ScorerPool:
     async def run(self, call_kwargs: dict, timeout: float) -> TaskResult:
         """Run the function with ``call_kwargs`` in an idle process, within ``timeout`` seconds."""
         slot = await self._idle_slot()
-        assert self._loop is not None
+        assert self._loop is not None and self._free is not None
+        task_id = next(self._ids)
+        try:
+            message = bytes(ForkingPickler.dumps((task_id, call_kwargs)))
+        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable value in extra_info
+            self._free.put_nowait(slot)
+            raise ScoringError(f"cannot send the sample to a scorer process: {type(exc).__name__}: {exc}") from None
         self.counters["tasks"] += 1
-        slot.task_id = next(self._ids)
+        slot.task_id = task_id
         slot.future = fut = self._loop.create_future()
         try:
-            slot.conn.send((slot.task_id, call_kwargs))
+            slot.conn.send_bytes(message)
         except (OSError, ValueError):
             self._on_dead(slot)
         try:
