@@ -187,3 +187,11 @@ async def test_an_unpicklable_sample_is_refused_without_losing_the_process(manag
         await m.pool.run({"solution_str": "ok", "data_source": "x", "ground_truth": "1",
                           "extra_info": {"handle": threading.Lock()}}, 5)
     assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
+
+
+def test_a_function_loaded_from_a_file_is_sent_by_path():
+    from rewardq.reward.loader import load_score_fn
+
+    fn = load_score_fn(f"{SCORERS}:compute_score", {"bonus": 1.0})
+    m = RemoteRewardManager(TOK, fn)                       # no spec: derived from the function
+    assert m.target == f"{os.path.realpath(SCORERS)}:compute_score" and m.target_kwargs == {"bonus": 1.0}

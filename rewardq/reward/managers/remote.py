@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import logging
 import pickle
+import sys
 from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
@@ -58,6 +59,8 @@ SCORERS = {
     "default": "rewardq.reward.scoring:default_compute_score",
 }
 DEFAULT_SPEC = SCORERS["default"]
+#: Module names :mod:`rewardq.reward.loader` gives to files it imports.
+FILE_MODULE_PREFIX = "rewardq_reward_fn_"
 
 
 def _spec_of(fn: Any) -> str | None:
@@ -65,6 +68,10 @@ def _spec_of(fn: Any) -> str | None:
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module or not qualname or module == "__main__" or "<" in qualname:
         return None
+    loaded = sys.modules.get(module)
+    if module.startswith(FILE_MODULE_PREFIX) and getattr(loaded, "__file__", None):
+        # loaded from a file by rewardq.reward.loader: a child finds it by path, not by that name
+        return f"{loaded.__file__}:{qualname}" if getattr(loaded, qualname, None) is fn else None
     try:
         from rewardq.reward.registry import import_object
 
