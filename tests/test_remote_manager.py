@@ -84,11 +84,14 @@ async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(ma
     assert len(replaced) == 1 and not alive(replaced[0])
     assert len(set(pids_after)) == 2 and all(alive(p) for p in pids_after)
     assert m.stats()["timeouts"] == 1 and m.stats()["replaced"] == 1
-    # the pool is whole again: two slow samples run side by side on the two processes
+    # the pool is whole again once the replacement has loaded: two 1 s samples run side by side
+    deadline = time.monotonic() + 20
+    while not all(s.ready for s in m.pool._slots) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     t1 = time.monotonic()
-    again = await asyncio.gather(*(m.run_single(trajectory("sleep:0.5")) for _ in range(2)))
+    again = await asyncio.gather(*(m.run_single(trajectory("sleep:1.0")) for _ in range(2)))
     assert [r["reward_score"] for r in again] == [1.0, 1.0]
-    assert time.monotonic() - t1 < 0.95
+    assert time.monotonic() - t1 < 1.9                             # one after the other: >= 2 s
 
 
 async def test_crashing_scorer_gives_an_error_result_and_a_new_process(managers):
