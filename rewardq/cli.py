@@ -18,6 +18,7 @@ tensordict) happen inside commands, so ``rewardq --help`` stays fast.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -37,8 +38,9 @@ def _debug() -> bool:
 
 def _error(message: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -87,11 +89,10 @@ def worker(processes: int | None, **params: Any) -> int:
     """
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
-    early = EarlySignals().install() if not processes or processes == 1 else None
-    cfg = load_config(params)
     if processes and processes > 1:
-        return _supervise(processes, params, cfg)
-    return run_worker(cfg, early or EarlySignals().install())
+        return _supervise(processes, params, load_config(params))
+    early = EarlySignals().install()  # a SIGTERM during start-up still ends in a clean exit 0
+    return run_worker(load_config(params), early)
 
 
 def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
@@ -99,11 +100,9 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
     from rewardq.ops.common import probe_redis
     from rewardq.ops.supervisor import Supervisor, child_argvs
     from rewardq.ops.worker import worker_argv
-    from rewardq.reward.registry import get_manager_class
 
     setup_logging(cfg.log_level, cfg.log_format)
-    get_manager_class(cfg.manager)  # an unknown manager fails here, once, not in N children
-    probe_redis(cfg.redis_url, cluster=cfg.cluster)
+    probe_redis(cfg.redis_url, cluster=cfg.cluster)  # the parent stays light: no torch, no manager
     base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port")})
     argvs = child_argvs(base, n, name=params.get("name"), metrics_port=params.get("metrics_port"),
                         prefix=["--debug"] if _debug() else [])
@@ -195,7 +194,23 @@ def _exit_code_for(exc: BaseException) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the CLI and turn the outcome into an exit code."""
+    """Console-script entry point: run the CLI and turn the outcome into an exit code.
+
+    Called as the process entry (``argv`` None) after a command that imported torch, the
+    process ends with ``os._exit`` once logs and output are flushed: torch's interpreter
+    teardown takes ~2 s and there is nothing left to clean (the worker has stopped, closed
+    its manager and connections), so a stopped worker really is gone when SIGTERM says so.
+    """
+    code = _run(argv)
+    if argv is None and "torch" in sys.modules:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         code = cli.main(args=argv, prog_name="rewardq", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -214,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
             code = EXIT_FAILED
         elif _debug():
             traceback.print_exc()
-    sys.exit(code if isinstance(code, int) else 0)
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

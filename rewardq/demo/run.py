@@ -143,6 +143,7 @@ def _rate(done: int, t0: float) -> str:
 def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[int, dict[str, Any]]:
     """Run the demo (see the module docstring); returns ``(exit_code, summary)``."""
     from rich.console import Console
+    from rich.markup import escape
 
     from rewardq.demo.data import make_trajectories
     from rewardq.demo.embedded import EmbeddedRedis
@@ -153,7 +154,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
     from rewardq.reward.tokenizer import load_tokenizer
 
     console = console or Console()
-    err = err or Console(stderr=True)
+    err = err or Console(stderr=True, soft_wrap=True)
     namespace = opts.namespace or f"demo-{os.urandom(4).hex()}"
     embedded = EmbeddedRedis() if opts.redis_url is None else None
     logdir = Path(tempfile.mkdtemp(prefix="rewardq-demo-"))
@@ -175,9 +176,9 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
             probe_redis(url)
             where = f"Redis at {redact_url(url)}"
         mode = f"{where}, {opts.workers} worker process{'es' if opts.workers != 1 else ''}"
-        err.print(f"[bold]rewardq demo[/]: {len(trajectories)} trajectories "
-                  f"({sum(len(t['outputs']) for t in trajectories)} outputs, generated in {gen_s:.2f}s); {mode}; "
-                  f"namespace {namespace}")
+        err.print("[bold]rewardq demo[/]: " + escape(
+            f"{len(trajectories)} trajectories ({sum(len(t['outputs']) for t in trajectories)} outputs, generated in "
+            f"{gen_s:.2f}s); {mode}; namespace {namespace}"))
         client = RewardClient.from_url(url, namespace=namespace)
         if embedded is None and opts.namespace and namespace_key_count(client.r, namespace):
             cleanup = False
@@ -218,18 +219,18 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
                 try:
                     delete_namespace(client.r, namespace)
                 except Exception as exc:  # noqa: BLE001 - clean-up must not hide the real outcome
-                    err.print(f"[yellow]could not delete the demo's keys under {namespace}: {exc}[/]")
+                    err.print(f"[yellow]could not delete the demo's keys under {namespace}: {escape(str(exc))}[/]")
             client.close()
         if embedded is not None:
             embedded.stop()
         if failed and fleet is not None:
-            err.print(f"[yellow]worker logs kept in {logdir}[/]")
+            err.print(f"[yellow]worker logs kept in {escape(str(logdir))}[/]")
         else:
             shutil.rmtree(logdir, ignore_errors=True)
     if opts.as_json:
         print(json.dumps(summary), flush=True)
     else:
-        render(summary, console, title=f"rewardq demo: {mode}")
+        render(summary, console, title=escape(f"rewardq demo: {mode}"))
         if any(rc != 0 for rc in exit_codes):
             console.print(f"[red]worker exit codes: {exit_codes}[/]")
     return (1 if failed else 0), summary

@@ -58,6 +58,7 @@ def produce_file(path: str, *, redis_url: str, namespace: str, wait: bool = Fals
         console, err_console: rich consoles for the summary (stdout) and progress/errors (stderr).
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rewardq.ops.common import probe_redis
@@ -65,7 +66,7 @@ def produce_file(path: str, *, redis_url: str, namespace: str, wait: bool = Fals
     from rewardq.producers.client import RewardClient
 
     console = console or Console()
-    err = err_console or Console(stderr=True)
+    err = err_console or Console(stderr=True, soft_wrap=True)
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{path} does not exist; write one with `rewardq generate {path} -n 100`")
@@ -88,7 +89,8 @@ def produce_file(path: str, *, redis_url: str, namespace: str, wait: bool = Fals
                         item = JsonlLineError(number, getattr(exc, "field", "<push>"), str(exc))
                 if isinstance(item, JsonlLineError):
                     report.bad.append(item)
-                    progress.console.print(f"[red]line {item.line}[/]: {item.field}: {item.reason}")
+                    progress.console.print(f"[red]line {item.line}[/]: {escape(item.field)}: {escape(item.reason)}",
+                                           soft_wrap=True)
                 progress.advance(task)
         if wait and report.pushed:
             with Progress(*columns, console=err) as progress:
@@ -103,7 +105,7 @@ def produce_file(path: str, *, redis_url: str, namespace: str, wait: bool = Fals
         else:
             render(report.summary, console, title=f"rewardq produce {p.name}: summary")
     n_ok = len(report.pushed)
-    msg = f"pushed {n_ok} trajectories ({sum(len(x.keys) for x in report.pushed)} outputs) from {p}"
+    msg = escape(f"pushed {n_ok} trajectories ({sum(len(x.keys) for x in report.pushed)} outputs) from {p}")
     if report.bad:
         err.print(f"[red]{msg}; {len(report.bad)} bad line(s): "
                   f"{', '.join(str(b.line) for b in report.bad[:20])}{' ...' if len(report.bad) > 20 else ''}[/]")

@@ -124,6 +124,7 @@ def _fmt_ms(v: float | None) -> str:
 
 def render(summary: Mapping[str, Any], console: Any, *, title: str = "rewardq: summary") -> None:
     """Print ``summary`` (from :func:`summarize`) as two rich tables on ``console``."""
+    from rich.markup import escape
     from rich.table import Table
 
     by_ds = Table(title=title, title_justify="left")
@@ -132,7 +133,7 @@ def render(summary: Mapping[str, Any], console: Any, *, title: str = "rewardq: s
     by_ds.add_column("mean reward", justify="right")
     by_ds.add_column("accuracy", justify="right")
     for ds, row in summary["by_data_source"].items():
-        by_ds.add_row(ds, str(row["count"]), f"{row['mean_reward']:.3f}", f"{row['accuracy']:.1%}")
+        by_ds.add_row(escape(ds), str(row["count"]), f"{row['mean_reward']:.3f}", f"{row['accuracy']:.1%}")
     console.print(by_ds)
 
     t = Table(show_header=False, box=None, padding=(0, 2))
@@ -140,7 +141,7 @@ def render(summary: Mapping[str, Any], console: Any, *, title: str = "rewardq: s
     t.add_column()
     for key in ("mode", "workers", "namespace"):
         if key in summary:
-            t.add_row(key, str(summary[key]))
+            t.add_row(key, escape(str(summary[key])))
     t.add_row("trajectories", f"{summary['trajectories']:,} ({summary['outputs']:,} outputs)")
     t.add_row("scored", f"{summary['scored']:,}")
     style = "red" if summary["errors"] or summary["missing"] else "green"
@@ -150,7 +151,7 @@ def render(summary: Mapping[str, Any], console: Any, *, title: str = "rewardq: s
     lat = summary["latency_ms"]
     t.add_row("latency", f"p50 {_fmt_ms(lat['p50'])}, p99 {_fmt_ms(lat['p99'])} (push to result)")
     if summary.get("by_worker"):
-        t.add_row("by worker", ", ".join(f"{w}: {n}" for w, n in summary["by_worker"].items()))
+        t.add_row("by worker", escape(", ".join(f"{w}: {n}" for w, n in summary["by_worker"].items())))
     if "startup_s" in summary:
         t.add_row("worker start-up", f"{summary['startup_s']:.2f} s (not counted in throughput)")
     if "expected" in summary:
@@ -159,7 +160,7 @@ def render(summary: Mapping[str, Any], console: Any, *, title: str = "rewardq: s
         t.add_row("check", f"[{ok}]{e['checked'] - e['mismatched']}/{e['checked']} rewards equal the expected value[/]")
     console.print(t)
     for line in summary.get("error_samples", []):
-        console.print(f"[red]error:[/] {line}")
+        console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
     if summary.get("missing_keys"):
-        console.print(f"[red]no result for:[/] {', '.join(summary['missing_keys'])}"
-                      + (" ..." if summary["missing"] > len(summary["missing_keys"]) else ""))
+        console.print(f"[red]no result for:[/] {escape(', '.join(summary['missing_keys']))}"
+                      + (" ..." if summary["missing"] > len(summary["missing_keys"]) else ""), soft_wrap=True)

@@ -8,9 +8,11 @@ field, and only flags actually given become overrides, so the precedence is
 Start-up order, each step failing with a message that says what to fix:
 
 1. load the configuration (exit 2 on a bad value);
-2. build the manager, tokenizer and scoring function *before* touching Redis, so a
-   misspelt ``--manager`` fails at once with the list of known managers (exit 2);
-3. PING Redis once (exit 3 with the redacted URL when it is unreachable);
+2. PING Redis once (exit 3 with the redacted URL when it is unreachable; a second, not
+   the ~7 s of connection retries the worker itself would go through);
+3. build the manager, tokenizer and scoring function before the worker starts, so a
+   misspelt ``--manager`` fails with the list of known managers (exit 2) instead of
+   inside the worker's start-up;
 4. run :class:`~rewardq.consumers.worker.Worker` until SIGTERM/SIGINT, then exit 0.
 
 A signal that arrives while the worker is still starting is remembered
@@ -175,13 +177,13 @@ def run_worker(cfg: Any, early: EarlySignals) -> int:
     cfg.name = cfg.name or default_worker_name()
     eff = effective_config(cfg)
     logger.info("effective config: %s", json.dumps(eff, sort_keys=True, default=str), extra={"config": eff})
+    probe_redis(cfg.redis_url, cluster=cfg.cluster)
     cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
     ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
     manager, tokenizer = build_from_config(cfg, ctx)
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)
         return 0
-    probe_redis(cfg.redis_url, cluster=cfg.cluster)
     metrics = None
     if cfg.metrics_port:
         from rewardq.ops.metrics import start_metrics
