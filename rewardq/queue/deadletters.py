@@ -1,0 +1,158 @@
+"""Dead letters: list, show, retry and purge them (what ``rewardq dead-letters`` runs).
+
+A dead letter is an entry of a shard's ``<ns>:{s}:dead`` stream. Its fields: ``kind``
+(``invalid`` undecodable or invalid record; ``conflict`` contradicting records; ``scoring``
+the manager failed; ``exhausted`` delivered ``max_deliveries`` times; ``incomplete`` outputs
+never arrived), ``reason``, ``traceback``, ``tid``, ``key``, ``entry_id``, ``deliveries``,
+``worker``, ``time``, ``ts`` and ``data`` (the raw record, when there was one).
+
+**Retry** puts a dead letter back to work: the trajectory it names is reopened (its error
+results are deleted, its stored outputs kept) and the raw record is added to the stream again,
+so a worker re-assembles and re-scores it — after you fixed the scorer, raised a limit or
+upgraded the workers. An ``incomplete`` trajectory is reopened to wait for its missing outputs
+for another ``incomplete_timeout``. The dead letter is removed once it has been put back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from rewardq.queue.codec import peek_identity
+from rewardq.queue.keys import Keyspace, split_key
+
+#: Lua: reopen a finished trajectory so that a retried record is scored again.
+_REOPEN = """
+local traj, waiting, rprefix, tid, deadline = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
+if redis.call('EXISTS', traj) == 0 then return 0 end
+local n = tonumber(redis.call('HGET', traj, 'n') or '0')
+for i = 0, n - 1 do redis.call('DEL', rprefix .. tid .. '_' .. i) end
+redis.call('HDEL', traj, 'status', 'error', 'done_at', 'n', 'worker', 'lease', 'lease_until', 'acks')
+redis.call('HSET', traj, 'state', 'collecting')
+redis.call('PERSIST', traj)
+local final = redis.call('HGET', traj, 'final')
+local stored = tonumber(redis.call('HGET', traj, 'stored') or '0')
+if not (final and stored == tonumber(final) + 1) then
+  redis.call('ZADD', waiting, deadline, tid)
+end
+return n
+"""
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+@dataclass
+class DeadLetter:
+    """One dead letter. ``ref`` (``<shard>:<id>``) names it on the command line."""
+
+    shard: int
+    id: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.shard}:{self.id}"
+
+    def text(self, name: str) -> str:
+        return _s(self.fields.get(name, b""))
+
+    @property
+    def kind(self) -> str:
+        return self.text("kind")
+
+    @property
+    def time(self) -> float:
+        try:
+            return float(self.text("time") or 0)
+        except ValueError:
+            return 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the raw bytes, as plain JSON-able values."""
+        out = {k: _s(v) for k, v in self.fields.items() if k not in ("data",)}
+        data = self.fields.get("data") or b""
+        out["data_bytes"] = len(data)
+        ident = peek_identity(data) if data else None
+        if ident:
+            out["record"] = {"uid": ident[0], "session_id": ident[1], "index": ident[2]}
+        out["ref"] = self.ref
+        return out
+
+
+class DeadLetters:
+    """Dead-letter operations on a blocking client (``decode_responses=False``)."""
+
+    def __init__(self, client: Any, ks: Keyspace, *, incomplete_timeout: float = 600.0) -> None:
+        self.r = client
+        self.ks = ks
+        self.incomplete_timeout = incomplete_timeout
+
+    def count(self) -> int:
+        return sum(int(self.r.xlen(self.ks.dead(s))) for s in range(self.ks.shards))
+
+    def iter(self, *, kind: str | None = None, newest_first: bool = True, limit: int | None = None) -> Iterator[DeadLetter]:
+        """Dead letters of every shard, merged by time."""
+        items: list[DeadLetter] = []
+        for s in range(self.ks.shards):
+            for eid, fields in self.r.xrange(self.ks.dead(s)):
+                dl = DeadLetter(s, _s(eid), {_s(k): v for k, v in fields.items()})
+                if kind is None or dl.kind == kind:
+                    items.append(dl)
+        items.sort(key=lambda d: (d.time, d.id), reverse=newest_first)
+        yield from items[:limit] if limit is not None else items
+
+    def get(self, ref: str) -> DeadLetter:
+        """A dead letter by ``<shard>:<id>`` (or a bare id, searched on every shard)."""
+        shard_s, sep, eid = ref.partition(":")
+        shards = [int(shard_s)] if sep and shard_s.isdigit() else range(self.ks.shards)
+        eid = eid if sep and shard_s.isdigit() else ref
+        for s in shards:
+            if not 0 <= s < self.ks.shards:
+                break
+            got = self.r.xrange(self.ks.dead(s), min=eid, max=eid, count=1)
+            if got:
+                return DeadLetter(s, _s(got[0][0]), {_s(k): v for k, v in got[0][1].items()})
+        raise KeyError(f"no dead letter {ref!r}; list them with `rewardq dead-letters list`")
+
+    def retry(self, dl: DeadLetter) -> str:
+        """Put one dead letter back to work (see the module doc); returns what was done."""
+        tid = dl.text("tid")
+        data = dl.fields.get("data") or b""
+        if not tid and data:
+            ident = peek_identity(data)
+            if ident:
+                tid = f"{ident[0]}_{ident[1]}"
+        if not tid and dl.text("key"):
+            try:
+                tid = split_key(dl.text("key"))[0]
+            except ValueError:
+                tid = ""
+        actions = []
+        if tid:
+            shard = self.ks.shard_of(tid)
+            reopened = self.r.eval(_REOPEN, 2, self.ks.traj(shard, tid), self.ks.waiting(shard),
+                                   self.ks.reward_prefix(shard), tid, time.time() + self.incomplete_timeout)
+            actions.append(f"reopened {tid} ({int(reopened)} results cleared)")
+        else:
+            shard = dl.shard
+        if data:
+            self.r.xadd(self.ks.stream(shard), {"key": dl.text("key"), "data": data,
+                                                "ts": f"{time.time():.6f}"})
+            actions.append("record re-queued")
+        self.r.xdel(self.ks.dead(dl.shard), dl.id)
+        return "; ".join(actions) or "nothing to retry (no record and no trajectory); removed"
+
+    def purge(self, refs: list[str] | None = None, *, kind: str | None = None,
+              older_than: float | None = None) -> int:
+        """Delete dead letters: the given ones, or all matching ``kind`` / ``older_than`` seconds."""
+        if refs:
+            targets = [self.get(r) for r in refs]
+        else:
+            cutoff = time.time() - older_than if older_than is not None else None
+            targets = [d for d in self.iter(kind=kind) if cutoff is None or d.time <= cutoff]
+        for d in targets:
+            self.r.xdel(self.ks.dead(d.shard), d.id)
+        return len(targets)
