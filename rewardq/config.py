@@ -57,6 +57,7 @@ class WorkerConfig:
     maintenance_interval: float = 5.0
     incomplete_timeout: float = 600.0  # seconds a trajectory may wait for missing outputs
     result_ttl: float = 7 * 86400.0  # 0 keeps results forever
+    keep_records: float = 0.0  # seconds to keep a scored trajectory's outputs for `rewardq inspect`
     shutdown_grace: float = 30.0
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     # observability
@@ -76,7 +77,7 @@ class WorkerConfig:
                   "heartbeat_interval", "maintenance_interval", "incomplete_timeout", "shutdown_grace",
                   "max_record_bytes", "shards"):
             positive(n)
-        for n in ("result_ttl", "block_ms"):
+        for n in ("result_ttl", "block_ms", "keep_records"):
             positive(n, allow_zero=True)
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")

@@ -118,7 +118,8 @@ class Worker:
         shards = await ensure_meta(client, probe, cfg.shards)
         self.ks = Keyspace(cfg.namespace, shards, cfg.group)
         self.broker = StreamBroker(client, self.ks, worker=self.name, result_ttl=cfg.result_ttl,
-                                   lease_seconds=cfg.lease_seconds, incomplete_timeout=cfg.incomplete_timeout)
+                                   lease_seconds=cfg.lease_seconds, incomplete_timeout=cfg.incomplete_timeout,
+                                   keep_records=cfg.keep_records)
         await self.broker.ensure_groups()
         if self.manager is None:
             from rewardq.reward.factory import build_from_config

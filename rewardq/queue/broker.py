@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from rewardq.errors import ConfigError
 from rewardq.queue import scripts
@@ -100,7 +100,7 @@ class StreamBroker:
 
     def __init__(self, client: Any, ks: Keyspace, *, worker: str, result_ttl: float = 86400,
                  lease_seconds: float = 30.0, incomplete_timeout: float = 600.0,
-                 done_maxlen: int = 100_000, dead_maxlen: int = 1_000_000) -> None:
+                 done_maxlen: int = 100_000, dead_maxlen: int = 1_000_000, keep_records: float = 0.0) -> None:
         self.r = client
         self.ks = ks
         self.worker = worker
@@ -109,6 +109,7 @@ class StreamBroker:
         self.incomplete_timeout = incomplete_timeout
         self.done_maxlen = done_maxlen
         self.dead_maxlen = dead_maxlen
+        self.keep_records = keep_records
         self.cluster = is_cluster_client(client)
         self._scripts = {name: client.register_script(scripts.source(name)) for name in scripts.NAMES}
 
@@ -180,18 +181,16 @@ class StreamBroker:
         """
         if not items:
             return []
-        script = self._scripts["store"]
-        pipe = self.r.pipeline(transaction=False)
+        calls = []
         for entry, rec, payload in items:
             s = entry.shard
-            await script(
-                keys=[self.ks.traj(s, rec.tid), self.ks.stream(s), self.ks.waiting(s), self.ks.done(s)],
-                args=[self.ks.group, entry.id, rec.tid, rec.index, 1 if rec.final else 0, payload,
-                      self.incomplete_timeout, self.lease_seconds, self.worker, self.ks.reward_prefix(s),
-                      self.result_ttl, self.done_maxlen],
-                client=pipe,
-            )
-        replies = await pipe.execute(raise_on_error=False)
+            calls.append((
+                [self.ks.traj(s, rec.tid), self.ks.stream(s), self.ks.waiting(s), self.ks.done(s)],
+                [self.ks.group, entry.id, rec.tid, rec.index, 1 if rec.final else 0, payload,
+                 self.incomplete_timeout, self.lease_seconds, self.worker, self.ks.reward_prefix(s),
+                 self.result_ttl, self.done_maxlen],
+            ))
+        replies = await self._pipelined_script("store", calls)
         out = []
         for (entry, rec, _), reply in zip(items, replies):
             if isinstance(reply, Exception):
@@ -205,6 +204,48 @@ class StreamBroker:
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1]) if len(reply) > 1 else ""))
         return out
 
+    async def _pipelined_script(self, name: str, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
+        """Run script ``name`` once per ``(keys, args)`` in one round trip; replies (or errors) in order.
+
+        On one Redis this is an ordinary pipeline (it loads the script first). On Redis
+        Cluster, redis-py's ClusterPipeline refuses ``evalsha()`` because it cannot reload
+        a script; so the calls go as raw ``EVALSHA`` commands, which the pipeline routes by
+        the keys' slot and sends as one batch per node, and the calls a node answered with
+        NOSCRIPT (a fresh or failed-over node) are retried after ``SCRIPT LOAD`` on every primary.
+        """
+        script = self._scripts[name]
+        if not self.cluster:
+            replies = await self._script_pipeline(script, calls)
+            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if missing:  # Redis restarted between the pipeline's SCRIPT LOAD and its (retried) EVALSHAs
+                logger.info("script %s vanished from Redis (restart); loading it again", name)
+                for i, reply in zip(missing, await self._script_pipeline(script, [calls[i] for i in missing])):
+                    replies[i] = reply
+            return replies
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for attempt in range(3):
+            if attempt:
+                logger.info("script %s missing on a cluster node; loading it on every primary", name)
+                await self.r.script_load(script.script)
+            pipe = self.r.pipeline()
+            for i in todo:
+                keys, args = calls[i]
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            got = await pipe.execute(raise_on_error=False)
+            for i, reply in zip(todo, got):
+                replies[i] = reply
+            todo = [i for i, reply in zip(todo, got) if isinstance(reply, NoScriptError)]
+            if not todo:
+                break
+        return replies
+
+    async def _script_pipeline(self, script: Any, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
+        pipe = self.r.pipeline(transaction=False)  # loads the script (SCRIPT EXISTS/LOAD) before running
+        for keys, args in calls:
+            await script(keys=keys, args=args, client=pipe)
+        return await pipe.execute(raise_on_error=False)
+
     # -- finish ----------------------------------------------------------------------------
     async def commit(self, shard: int, tid: str, results: Sequence[RewardResult], status: str = "ok") -> bool:
         """Write every key's result, then acknowledge the trajectory's entries (atomically).
@@ -217,8 +258,10 @@ class StreamBroker:
             h = r.to_hash()
             values.extend(h[f] for f in RESULT_FIELDS)
         args = [self.ks.group, tid, self.worker, self.result_ttl, self.done_maxlen, len(results),
-                len(RESULT_FIELDS), *RESULT_FIELDS, *values, self.ks.reward_prefix(shard), status]
-        keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard), self.ks.done(shard)]
+                len(RESULT_FIELDS), *RESULT_FIELDS, *values, self.ks.reward_prefix(shard), status,
+                self.keep_records]
+        keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard), self.ks.done(shard),
+                self.ks.records(shard, tid)]
         return bool(await self._scripts["commit"](keys=keys, args=args))
 
     async def fail(self, shard: int, tid: str, message: str, *, index: int = -1, entry: Entry | None = None,

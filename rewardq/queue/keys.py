@@ -19,10 +19,15 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  ``status`` (ok|error), ``reward_score``,
                                                  ``reward_extra_info`` (JSON), ``error``, ``worker``,
                                                  ``manager``, ``scored_at``, ``latency_ms``
+    rewardq:{s0}:records:<uid>_<session_id>
+                                         HASH    the stored outputs of a scored trajectory, kept for
+                                                 ``rewardq inspect`` only when ``keep_records`` > 0
+                                                 (seconds; off by default: it costs memory)
     rewardq:{s0}:waiting                 ZSET    trajectories still collecting outputs, scored by the
                                                  time they expire (last_seen + incomplete_timeout)
     rewardq:{s0}:done                    STREAM  one entry per finished trajectory (``tid``, ``n``,
-                                                 ``status``); capped; wakes up ``wait_rewards``
+                                                 ``status``, ``worker``, ``latency_ms``); capped; wakes
+                                                 up ``wait_rewards`` and feeds ``rewardq status``
     rewardq:{s0}:dead                    STREAM  dead letters: the raw entry, reason, traceback,
                                                  delivery count, worker, time
     rewardq:workers                      ZSET    live workers by last heartbeat (unix seconds)
@@ -152,6 +157,9 @@ class Keyspace:
 
     def reward_prefix(self, shard: int) -> str:
         return f"{self._p(shard)}:reward:"
+
+    def records(self, shard: int, tid: str) -> str:
+        return f"{self._p(shard)}:records:{tid}"
 
     def waiting(self, shard: int) -> str:
         return f"{self._p(shard)}:waiting"

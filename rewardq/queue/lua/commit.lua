@@ -1,16 +1,18 @@
 -- commit: write every key's result, then acknowledge. The ack is taken only here, after
 -- the write-back, in the same atomic step. A repeated commit (after a crash) changes nothing.
--- KEYS: traj, stream, waiting, done
+-- KEYS: traj, stream, waiting, done, records
 -- ARGV: group, tid, worker, result_ttl, done_maxlen, n, nfields, field names..., then
---       n * nfields values (key 0's values, key 1's values, ...), reward_prefix, status
+--       n * nfields values (key 0's values, key 1's values, ...), reward_prefix, status,
+--       keep_records (seconds to keep the stored outputs in `records` for inspection; 0: drop)
 -- Returns 1 when this call finished the trajectory, 0 when it was already finished.
-local traj, stream, waiting, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local traj, stream, waiting, done, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, tid, worker = ARGV[1], ARGV[2], ARGV[3]
 local ttl, maxlen, n, nf = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local names = {}
 for j = 1, nf do names[j] = ARGV[7 + j] end
 local base = 7 + nf
 local rprefix, status = ARGV[base + n * nf + 1], ARGV[base + n * nf + 2]
+local keep = tonumber(ARGV[base + n * nf + 3] or '0')
 local now = now_seconds()
 
 if redis.call('HGET', traj, 'state') == 'done' then
@@ -30,6 +32,21 @@ for i = 0, n - 1 do
 end
 local fields = {}
 for i = 0, n - 1 do fields[#fields + 1] = 'o:' .. i end
+if keep > 0 then
+  local payloads = redis.call('HMGET', traj, unpack(fields))
+  local pairs_ = {}
+  for i = 1, #fields do
+    if payloads[i] then
+      pairs_[#pairs_ + 1] = fields[i]
+      pairs_[#pairs_ + 1] = payloads[i]
+    end
+  end
+  if #pairs_ > 0 then
+    redis.call('DEL', records)
+    redis.call('HSET', records, unpack(pairs_))
+    redis.call('EXPIRE', records, math.ceil(keep))
+  end
+end
 redis.call('HDEL', traj, unpack(fields))
 redis.call('HDEL', traj, 'lease', 'lease_until')
 redis.call('HSET', traj, 'state', 'done', 'status', status, 'worker', worker,
@@ -37,5 +54,10 @@ redis.call('HSET', traj, 'state', 'done', 'status', status, 'worker', worker,
 if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
 redis.call('ZREM', waiting, tid)
 ack_delete(stream, group, recorded_acks(traj))
-redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', n, 'status', status)
+local latency = ''
+for j = 1, nf do
+  if names[j] == 'latency_ms' then latency = ARGV[base + (n - 1) * nf + j] end
+end
+redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', n, 'status', status,
+           'worker', worker, 'latency_ms', latency)
 return 1
