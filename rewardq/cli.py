@@ -6,6 +6,7 @@ Commands::
     rewardq demo     [--redis-url URL] [--workers 2] [--trajectories 200] [--json]
     rewardq produce  FILE.jsonl --redis-url URL --namespace NS [--wait] [--timeout S]
     rewardq generate FILE.jsonl -n 100 [--seed S]
+    rewardq health   [--redis-url URL] [--namespace NS]     # exit 0 if a worker on this host is alive
 
 Exit codes: 0 success; 1 the run finished but something failed (bad lines, missing or error
 results, a worker that died); 2 a configuration error (bad flag, unknown manager, missing
@@ -115,9 +116,11 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
 
 @cli.command()
 @click.option("--redis-url", default=None, help="Use this Redis and worker processes (default: an embedded stand-in).")
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Worker processes.")
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Worker processes to start; 0: use workers already running on --namespace (needs --redis-url).")
 @click.option("--trajectories", "-n", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option("--namespace", default=None, help="Default: a fresh demo-<random>, deleted afterwards.")
+@click.option("--namespace", default=None,
+              help="Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).")
 @click.option("--manager", default="naive", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for rewards.")
@@ -142,8 +145,8 @@ def demo(redis_url: str | None, workers: int, trajectories: int, namespace: str 
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True)
-@click.option("--namespace", default="rewardq", show_default=True)
+@click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="REWARDQ_REDIS_URL")
+@click.option("--namespace", default="rewardq", show_default=True, envvar="REWARDQ_NAMESPACE")
 @click.option("--cluster", is_flag=True, help="Treat --redis-url as a Redis Cluster.")
 @click.option("--wait", is_flag=True, help="Wait for every reward and print a summary.")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait (with --wait).")
@@ -164,6 +167,27 @@ def produce(file: str, redis_url: str, namespace: str, cluster: bool, wait: bool
 def generate(file: str, trajectories: int, seed: int) -> int:
     """Write demo trajectories (GSM8K and MATH, with expected rewards) to a JSONL file."""
     return _generate(file, trajectories, seed)
+
+
+@cli.command()
+@click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="REWARDQ_REDIS_URL")
+@click.option("--namespace", default="rewardq", show_default=True, envvar="REWARDQ_NAMESPACE")
+@click.option("--cluster", is_flag=True, envvar="REWARDQ_CLUSTER", help="Treat --redis-url as a Redis Cluster.")
+@click.option("--max-age", type=float, default=10.0, show_default=True, help="Seconds since a live worker's heartbeat.")
+def health(redis_url: str, namespace: str, cluster: bool, max_age: float) -> int:
+    """Exit 0 if a worker on this host has sent a heartbeat recently (container health checks)."""
+    from rewardq.ops.common import probe_redis
+    from rewardq.ops.health import check_health
+    from rewardq.queue.connection import connect_sync
+
+    probe_redis(redis_url, cluster=cluster)
+    client = connect_sync(redis_url, cluster=cluster)
+    try:
+        report = check_health(client, namespace, max_age=max_age)
+    finally:
+        client.close()
+    click.echo(report.message(namespace), err=not report.healthy)
+    return 0 if report.healthy else EXIT_FAILED
 
 
 def _generate(path: str, n: int, seed: int) -> int:

@@ -120,6 +120,11 @@ def test_config_precedence_json_logs_and_sigterm(procs, redis_url, ns, sync_redi
     beat = {k.decode(): v.decode() for k, v in sync_redis.hgetall(f"{ns}:worker:from-flag").items()}
     assert beat["pid"] == str(w.pid) and beat["manager"] == "naive"
     assert not sync_redis.exists(f"{ns}:worker:from-env") and not sync_redis.exists(f"{ns}:worker:from-file")
+    # ... and `rewardq health` sees it on this host, in its namespace only
+    rc, health = procs.run(["health", "--namespace", ns], env={"REWARDQ_REDIS_URL": redis_url})
+    assert rc == 0 and "from-flag" in health.stdout(), health.stderr()
+    rc, health = procs.run(["health", "--namespace", ns + "-other", "--redis-url", redis_url])
+    assert rc == 1 and "unhealthy" in health.stderr()
 
     # And the logs are JSON (env beat the file), with the effective configuration
     lines = [json.loads(line) for line in w.stderr().splitlines() if line.strip()]

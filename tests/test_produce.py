@@ -57,6 +57,16 @@ def test_produce_reports_bad_lines_and_scores_the_rest(procs, redis_url, ns, syn
     assert (summary["trajectories"], summary["scored"], summary["missing"], summary["errors"]) == (38, 38, 0, 0)
     assert summary["expected"]["checked"] == 38 and summary["expected"]["mismatched"] == 0
     assert summary["bad_lines"] == 2
+
+    # And `rewardq demo --workers 0` pushes to that running worker, then deletes only its own keys
+    before = set(sync_redis.scan_iter(match=f"{ns}:*", count=1000))
+    rc, demo = procs.run(["demo", "--redis-url", redis_url, "--workers", "0", "-n", "20", "--seed", "1", "--json"],
+                         env={"REWARDQ_NAMESPACE": ns}, timeout=90)
+    assert rc == 0, demo.stderr()
+    result = json.loads(demo.stdout())
+    assert (result["scored"], result["by_worker"], result["expected"]["mismatched"]) == (20, {"pw": 20}, 0)
+    after = set(sync_redis.scan_iter(match=f"{ns}:*", count=1000))
+    assert after - before == set() and len(before & after) == len(before) > 38
     assert worker.terminate() == 0
 
 

@@ -14,6 +14,11 @@ What happens, in order:
 6. stop every worker (SIGTERM, then SIGKILL after a grace period), delete the namespace's keys
    on a real server, stop the embedded server.
 
+``--workers 0`` pushes to workers that are already running (``docker compose --profile demo
+up producer``): the namespace is ``--namespace``, else ``REWARDQ_NAMESPACE``, else
+``rewardq``, and afterwards only the demo's own result and trajectory keys are deleted. The
+same happens when ``--namespace`` names a namespace that already holds keys.
+
 Exit code 0 when every key got a non-error result and every worker exited cleanly, else 1.
 """
 
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewardq.errors import RewardqError
+from rewardq.errors import ConfigError, RewardqError
 from rewardq.ops.summary import Pushed, render, summarize
 
 __all__ = ["DemoOptions", "WorkerFleet", "run_demo"]
@@ -129,6 +134,18 @@ class WorkerFleet:
         return [p.returncode for p in self.procs]
 
 
+def wait_for_live_worker(client: Any, timeout: float, fresh: float = 10.0) -> float:
+    """Block until some worker has beaten its heart on the client's namespace in the last ``fresh`` seconds."""
+    t0 = time.monotonic()
+    while not client.r.zrangebyscore(client.keyspace.workers, time.time() - fresh, "+inf", start=0, num=1):
+        if time.monotonic() - t0 > timeout:
+            ns = client.keyspace.namespace
+            raise DemoError(f"no live worker on namespace {ns!r} after {timeout:.0f}s; start one with "
+                            f"`rewardq worker --namespace {ns} --tokenizer builtin:demo`, or drop --workers 0")
+        time.sleep(0.2)
+    return time.monotonic() - t0
+
+
 def _progress(console: Any) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -147,7 +164,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
 
     from rewardq.demo.data import make_trajectories
     from rewardq.demo.embedded import EmbeddedRedis
-    from rewardq.ops.common import delete_namespace, namespace_key_count, probe_redis
+    from rewardq.ops.common import delete_namespace, delete_trajectory_keys, namespace_key_count, probe_redis
     from rewardq.ops.waiting import done_marks, wait_for_results
     from rewardq.producers.client import RewardClient
     from rewardq.queue.connection import redact_url
@@ -155,12 +172,18 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
 
     console = console or Console()
     err = err or Console(stderr=True, soft_wrap=True)
-    namespace = opts.namespace or f"demo-{os.urandom(4).hex()}"
+    external = opts.workers == 0
+    if external and opts.redis_url is None:
+        raise ConfigError("--workers 0 pushes to workers that are already running, so it needs --redis-url (and "
+                          "--namespace or REWARDQ_NAMESPACE naming their namespace)")
+    namespace = opts.namespace or (os.environ.get("REWARDQ_NAMESPACE") or "rewardq" if external
+                                   else f"demo-{os.urandom(4).hex()}")
     embedded = EmbeddedRedis() if opts.redis_url is None else None
     logdir = Path(tempfile.mkdtemp(prefix="rewardq-demo-"))
     fleet: WorkerFleet | None = None
     client: Any = None
-    cleanup = embedded is None
+    pushed: list[Pushed] = []
+    cleanup = None if embedded is not None else "own-keys" if external else "namespace"
     exit_codes: list[int | None] = []
     failed = True
     try:
@@ -175,21 +198,26 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
             url = opts.redis_url
             probe_redis(url)
             where = f"Redis at {redact_url(url)}"
-        mode = f"{where}, {opts.workers} worker process{'es' if opts.workers != 1 else ''}"
+        mode = f"{where}, " + ("workers already running" if external else
+                               f"{opts.workers} worker process{'es' if opts.workers != 1 else ''}")
         err.print("[bold]rewardq demo[/]: " + escape(
             f"{len(trajectories)} trajectories ({sum(len(t['outputs']) for t in trajectories)} outputs, generated in "
             f"{gen_s:.2f}s); {mode}; namespace {namespace}"))
         client = RewardClient.from_url(url, namespace=namespace)
-        if embedded is None and opts.namespace and namespace_key_count(client.r, namespace):
-            cleanup = False
-            err.print(f"[yellow]namespace {namespace} already holds keys: they and the demo's keys are left in place[/]")
+        if cleanup == "namespace" and opts.namespace and namespace_key_count(client.r, namespace):
+            cleanup = "own-keys"
+            err.print(f"[yellow]namespace {escape(namespace)} already holds keys: only the demo's own results are "
+                      "deleted afterwards[/]")
         _ = client.keyspace  # creates <ns>:meta with one shard before the workers start
-        fleet = WorkerFleet(opts.workers, url, namespace, opts.manager, logdir, opts.worker_args)
-        fleet.start()
-        with err.status(f"starting {opts.workers} worker processes"):
-            startup_s = fleet.wait_ready(client, opts.ready_timeout)
+        if external:
+            with err.status(f"waiting for a live worker on namespace {namespace}"):
+                startup_s = wait_for_live_worker(client, opts.ready_timeout)
+        else:
+            fleet = WorkerFleet(opts.workers, url, namespace, opts.manager, logdir, opts.worker_args)
+            fleet.start()
+            with err.status(f"starting {opts.workers} worker processes"):
+                startup_s = fleet.wait_ready(client, opts.ready_timeout)
 
-        pushed: list[Pushed] = []
         marks = done_marks(client)
         t0 = time.perf_counter()
         with _progress(err) as progress:
@@ -208,17 +236,20 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
                             extra={"mode": mode, "workers": opts.workers, "namespace": namespace,
                                    "manager": opts.manager, "startup_s": round(startup_s, 3),
                                    "push_s": round(push_s, 3)})
-        exit_codes = fleet.stop()
-        summary["worker_exit_codes"] = exit_codes
+        if fleet is not None:
+            exit_codes = fleet.stop()
+            summary["worker_exit_codes"] = exit_codes
         failed = bool(summary["missing"] or summary["errors"] or any(rc != 0 for rc in exit_codes))
     finally:
         if fleet is not None and not exit_codes:
             fleet.stop()
         if client is not None:
-            if cleanup:
-                try:
+            try:
+                if cleanup == "namespace":
                     delete_namespace(client.r, namespace)
-                except Exception as exc:  # noqa: BLE001 - clean-up must not hide the real outcome
+                elif cleanup == "own-keys":
+                    delete_trajectory_keys(client, [k for p in pushed for k in p.keys])
+            except Exception as exc:  # noqa: BLE001 - clean-up must not hide the real outcome
                     err.print(f"[yellow]could not delete the demo's keys under {namespace}: {escape(str(exc))}[/]")
             client.close()
         if embedded is not None:

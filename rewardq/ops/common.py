@@ -13,7 +13,7 @@ from typing import Any
 from rewardq.errors import RewardqError
 from rewardq.queue.connection import connect_sync, redact_url, split_cluster
 
-__all__ = ["RedisUnavailable", "probe_redis", "delete_namespace", "namespace_key_count"]
+__all__ = ["RedisUnavailable", "probe_redis", "delete_namespace", "delete_trajectory_keys", "namespace_key_count"]
 
 
 class RedisUnavailable(RewardqError):
@@ -87,4 +87,21 @@ def delete_namespace(client: Any, namespace: str) -> int:
                 deleted += int(client.delete(k))
         else:
             deleted += int(client.delete(*chunk))
+    return deleted
+
+
+def delete_trajectory_keys(client: Any, keys: list[str]) -> int:
+    """Delete the result hashes of ``keys`` and their trajectories' hashes, nothing else.
+
+    ``client`` is a :class:`~rewardq.producers.client.RewardClient`; used when the namespace
+    is shared with other work (``rewardq demo --workers 0``).
+    """
+    ks = client.keyspace
+    targets = sorted({ks.reward_key(k) for k in keys} | {ks.traj_key(k.rpartition("_")[0]) for k in keys})
+    deleted = 0
+    for i in range(0, len(targets), 500):
+        pipe = client.r.pipeline(transaction=False)
+        for key in targets[i:i + 500]:
+            pipe.delete(key)
+        deleted += sum(int(n) for n in pipe.execute())
     return deleted
