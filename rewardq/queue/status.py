@@ -1,0 +1,202 @@
+"""Read-only views of a pipeline for operators: ``rewardq status`` and ``rewardq inspect``.
+
+Everything here is a plain dict of JSON-able values (what ``--json`` prints); the CLI only
+renders it. Nothing here writes to Redis.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from rewardq.queue.codec import decode_output
+from rewardq.queue.keys import Keyspace, split_key
+
+_META_FIELDS = ("state", "final", "stored", "first_seen", "last_seen", "lease", "lease_until", "worker",
+                "status", "error", "done_at", "n")
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+def _f(v: Any, default: float = 0.0) -> float:
+    try:
+        return float(_s(v))
+    except (TypeError, ValueError):
+        return default
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
+
+
+def shard_status(r: Any, ks: Keyspace, shard: int) -> dict[str, Any]:
+    """Length, consumer-group lag and pending count of one shard's stream."""
+    stream = ks.stream(shard)
+    out: dict[str, Any] = {"shard": shard, "stream": stream, "length": int(r.xlen(stream)), "lag": None,
+                           "pending": 0, "consumers": 0, "group": False}
+    try:
+        groups = r.xinfo_groups(stream)
+    except ResponseError:
+        return out
+    for g in groups:
+        if _s(g.get("name")) == ks.group:
+            lag = g.get("lag")
+            out.update(group=True, pending=int(g.get("pending", 0)), consumers=int(g.get("consumers", 0)),
+                       lag=None if lag is None else int(lag), last_delivered=_s(g.get("last-delivered-id", "")))
+    return out
+
+
+def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[str, Any]]:
+    """Live workers (their heartbeat hash still exists), with their counters."""
+    now = time.time() if now is None else now
+    out = []
+    for name, beat in r.zrange(ks.workers, 0, -1, withscores=True):
+        h = r.hgetall(ks.worker(_s(name)))
+        if not h:
+            continue  # heartbeat expired: the worker is gone
+        d = {_s(k): _s(v) for k, v in h.items()}
+        out.append({
+            "name": _s(name), "host": d.get("host", ""), "pid": int(_f(d.get("pid"))),
+            "in_flight": int(_f(d.get("in_flight"))), "idle_s": round(now - _f(d.get("last_beat"), beat), 1),
+            "scored": int(_f(d.get("scored"))), "errors": int(_f(d.get("errors"))),
+            "dead_letters": int(_f(d.get("dead_letters"))), "reclaimed": int(_f(d.get("reclaimed"))),
+            "rate_per_s": _f(d.get("rate")), "manager": d.get("manager", ""),
+            "uptime_s": round(now - _f(d.get("started_at"), now), 1),
+            "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
+        })
+    out.sort(key=lambda w: w["name"])
+    return out
+
+
+def _missing(h: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
+    have = sorted(int(k[2:]) for k in h if k.startswith("o:") and k[2:].isdigit())
+    final = h.get("final")
+    final_i = int(final) if final not in (None, "") else None
+    missing = [i for i in range(final_i + 1) if i not in set(have)] if final_i is not None else []
+    return have, missing, final_i
+
+
+def waiting_status(r: Any, ks: Keyspace, limit: int = 20, now: float | None = None) -> list[dict[str, Any]]:
+    """Trajectories still collecting outputs, oldest first, with what they are waiting for."""
+    now = time.time() if now is None else now
+    items = []
+    for s in range(ks.shards):
+        for tid, deadline in r.zrange(ks.waiting(s), 0, limit - 1, withscores=True):
+            tid = _s(tid)
+            fields = r.hkeys(ks.traj(s, tid))
+            meta = dict(zip(_META_FIELDS, r.hmget(ks.traj(s, tid), _META_FIELDS)))
+            h = {_s(k): "" for k in fields}
+            h.update({k: _s(v) for k, v in meta.items() if v is not None})
+            have, missing, final = _missing(h)
+            first = _f(h.get("first_seen"), now)
+            items.append({
+                "tid": tid, "shard": s, "have": have, "final": final, "missing": missing,
+                "waiting_for": (f"outputs {','.join(map(str, missing))}" if missing
+                                else "the final output" if final is None else "scoring"),
+                "waited_s": round(now - first, 1), "expires_in_s": round(deadline - now, 1),
+            })
+    items.sort(key=lambda x: -x["waited_s"])
+    return items[:limit]
+
+
+def recent_activity(r: Any, ks: Keyspace, window: float = 60.0, now: float | None = None) -> dict[str, Any]:
+    """Finished trajectories in the last ``window`` seconds: rate, errors, latency p50/p99."""
+    now = time.time() if now is None else now
+    start = f"{int((now - window) * 1000)}-0"
+    done, errors, lat = 0, 0, []
+    for s in range(ks.shards):
+        for _, f in r.xrange(ks.done(s), min=start, max="+"):
+            done += 1
+            if f.get(b"status") == b"error":
+                errors += 1
+            v = _f(f.get(b"latency_ms"), -1.0)
+            if v >= 0:
+                lat.append(v)
+    return {"window_s": window, "trajectories": done, "errors": errors,
+            "trajectories_per_s": round(done / window, 3),
+            "latency_ms_p50": _percentile(lat, 50), "latency_ms_p99": _percentile(lat, 99)}
+
+
+def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = 20) -> dict[str, Any]:
+    """Everything ``rewardq status`` shows, as one dict."""
+    now = time.time()
+    dead_by_kind: dict[str, int] = {}
+    dead_total = 0
+    for s in range(ks.shards):
+        n = int(r.xlen(ks.dead(s)))
+        dead_total += n
+        if n and n <= 10_000:
+            for _, f in r.xrange(ks.dead(s)):
+                k = _s(f.get(b"kind", b"?"))
+                dead_by_kind[k] = dead_by_kind.get(k, 0) + 1
+    waiting_total = sum(int(r.zcard(ks.waiting(s))) for s in range(ks.shards))
+    return {
+        "namespace": ks.namespace, "group": ks.group, "shards": [shard_status(r, ks, s) for s in range(ks.shards)],
+        "workers": workers_status(r, ks, now), "dead_letters": dead_total, "dead_letters_by_kind": dead_by_kind,
+        "waiting_total": waiting_total, "waiting": waiting_status(r, ks, waiting_limit, now),
+        "recent": recent_activity(r, ks, 60.0, now), "time": now,
+    }
+
+
+def inspect_trajectory(r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, preview_chars: int = 200) -> dict[str, Any]:
+    """One key (``<uid>_<sid>_<i>``) or trajectory (``<uid>_<sid>``): records, state, rewards.
+
+    A ref that names an existing trajectory is taken as one; otherwise as an output key.
+    """
+    tid, index = ref, None
+    if not r.exists(ks.traj_key(ref)):
+        try:
+            tid, index = split_key(ref)
+        except ValueError:
+            pass
+    shard = ks.shard_of(tid)
+    h = {_s(k): v for k, v in r.hgetall(ks.traj(shard, tid)).items()}
+    if not h and index is not None and not r.exists(ks.reward(shard, ref)):
+        raise KeyError(f"nothing known about {ref!r} in namespace {ks.namespace!r} (expired, never pushed, "
+                       "or pushed to another namespace)")
+    meta = {k: _s(v) for k, v in h.items() if not k.startswith("o:")}
+    payloads = {int(k[2:]): v for k, v in h.items() if k.startswith("o:")}
+    kept = {int(_s(k)[2:]): v for k, v in r.hgetall(ks.records(shard, tid)).items()}
+    payloads = {**kept, **payloads}
+    have, missing, final = _missing({**meta, **{f"o:{i}": "" for i in payloads}})
+    n = int(_f(meta.get("n"), 0)) or (final + 1 if final is not None else (max(payloads) + 1 if payloads else 0))
+    indices = [index] if index is not None else list(range(max(n, (index or 0) + 1)))
+    outputs = []
+    for i in indices:
+        item: dict[str, Any] = {"key": f"{tid}_{i}", "index": i}
+        raw = payloads.get(i)
+        if raw is not None:
+            try:
+                rec = decode_output(raw)
+                item["record"] = {
+                    "prompt_tokens": int(rec.prompt_ids.shape[0]), "response_tokens": int(rec.response_ids.shape[0]),
+                    "model_tokens": int(rec.response_mask.sum()) if rec.response_mask is not None
+                    else int(rec.response_ids.shape[0]),
+                    "final": rec.final, "num_turns": rec.num_turns, "extra_fields": rec.extra_fields,
+                    "sample": rec.sample,
+                }
+                if tokenizer is not None:
+                    text = tokenizer.decode(rec.response_ids.tolist(), skip_special_tokens=True)
+                    item["record"]["response_preview"] = text[:preview_chars] + ("…" if len(text) > preview_chars else "")
+            except Exception as exc:  # show what is wrong rather than fail the whole view
+                item["record_error"] = str(exc)
+        res = r.hgetall(ks.reward(shard, f"{tid}_{i}"))
+        if res:
+            from rewardq.queue.results import RewardResult
+
+            item["result"] = RewardResult.from_hash(f"{tid}_{i}", res).as_dict()
+            ttl = r.ttl(ks.reward(shard, f"{tid}_{i}"))
+            item["result_expires_in_s"] = ttl if ttl >= 0 else None
+        outputs.append(item)
+    state = meta.get("state") or ("done" if any("result" in o for o in outputs) else "unknown")
+    return {"ref": ref, "tid": tid, "shard": shard, "state": state, "final": final, "have": have,
+            "missing": missing, "meta": meta, "outputs": outputs,
+            "records_kept": bool(kept), "records_note": None if payloads or state != "done" else
+            "records are dropped once scored; start workers with --keep-records SECONDS to keep them"}
