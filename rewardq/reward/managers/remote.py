@@ -25,8 +25,8 @@ Which function runs in the children, in order of precedence:
 * ``scorer_spec="path/to/file.py:fn"`` or ``"package.module:fn"`` (the worker's
   ``--reward-fn``; the factory passes it), with ``scorer_kwargs``. Each child loads it with
   :func:`rewardq.reward.loader.load_score_fn`.
-* ``compute_score``, a function: sent by name (``module:qualname``) when importable, else
-  pickled over the local pipe (so it must be a picklable module-level function).
+* ``compute_score``, a function: sent by name (``module:qualname``); it must be importable
+  by that name in the children (a module-level function), otherwise construction fails.
 * nothing: :func:`rewardq.reward.scoring.default_compute_score`.
 
 Async scoring functions are refused at construction: a process pool adds nothing to
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import pickle
 import sys
 from typing import Any
 
@@ -144,13 +143,9 @@ class RemoteRewardManager(RewardManager):
         by_name = _spec_of(fn)
         if by_name is not None:
             return by_name, kwargs
-        try:
-            pickle.dumps(fn)
-        except Exception as exc:  # noqa: BLE001 - lambdas, closures, bound methods of odd objects
-            raise ConfigError(f"manager 'remote' cannot send the scoring function {fn!r} to its worker "
-                              f"processes ({type(exc).__name__}: {exc}); define it at module level or give "
-                              "it as a spec, e.g. scorer_spec='path/to/file.py:compute_score'") from None
-        return fn, kwargs
+        raise ConfigError(f"manager 'remote' sends its scoring function to the worker processes by name, and "
+                          f"{fn!r} cannot be imported by name (a lambda, closure or nested function?); define "
+                          "it at module level or give it as a spec, e.g. scorer_spec='path/to/file.py:compute_score'")
 
     async def setup(self) -> None:
         """Start the scorer processes (and wait until each has loaded the function)."""
