@@ -97,12 +97,16 @@ def worker(processes: int | None, **params: Any) -> int:
 
 
 def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
+    from rewardq.errors import ConfigError
     from rewardq.logs import setup_logging
     from rewardq.ops.common import probe_redis
     from rewardq.ops.supervisor import Supervisor, child_argvs
     from rewardq.ops.worker import worker_argv
 
-    setup_logging(cfg.log_level, cfg.log_format)
+    try:
+        setup_logging(cfg.log_level, cfg.log_format)
+    except ValueError as exc:
+        raise ConfigError(f"log settings: {exc}") from None
     probe_redis(cfg.redis_url, cluster=cfg.cluster)  # the parent stays light: no torch, no manager
     base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port")})
     argvs = child_argvs(base, n, name=params.get("name"), metrics_port=params.get("metrics_port"),

@@ -158,6 +158,7 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
         "bad-kwargs-debug-flag": (["--debug", "worker", "--reward-kwargs", "[1, 2]"], {}),
         "bad-kwargs-debug-env": (["worker", "--reward-kwargs", "[1, 2]"], {"REWARDQ_DEBUG": "1"}),
         "bad-env": (["worker"], {"REWARDQ_CONCURRENCY": "many"}),
+        "bad-level": (["worker"], {"REWARDQ_LOG_LEVEL": "verbose"}),
     }
     started = {name: procs.start(args, env=env, tag=name) for name, (args, env) in cases.items()}
     rc = {name: p.wait(60) for name, p in started.items()}
@@ -174,7 +175,8 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
     # And bad values exit 2 with one line that names the setting; tracebacks only with --debug / REWARDQ_DEBUG
     assert rc["bad-kwargs"] == 2 and "--reward-kwargs must be a JSON object" in err["bad-kwargs"]
     assert rc["bad-env"] == 2 and "REWARDQ_CONCURRENCY='many'" in err["bad-env"]
-    for name in ("unknown-manager", "unreachable", "bad-kwargs", "bad-env"):
+    assert rc["bad-level"] == 2 and "unknown log level 'verbose'" in err["bad-level"]
+    for name in ("unknown-manager", "unreachable", "bad-kwargs", "bad-env", "bad-level"):
         assert "Traceback" not in err[name], err[name]
         assert err[name].count("error:") == 1, err[name]
     for name in ("bad-kwargs-debug-flag", "bad-kwargs-debug-env"):
@@ -217,3 +219,14 @@ def test_redis_connection_refused_probe_is_fast():
     with pytest.raises(RedisUnavailable, match=r"redis://user:\*\*\*@127.0.0.1:1/0"):
         probe_redis("redis://user:pw@127.0.0.1:1/0")
     assert time.monotonic() - t0 < 2
+
+
+def test_supervisor_child_command_lines():
+    from rewardq.ops.supervisor import child_argvs
+
+    argvs = child_argvs(["--namespace", "n"], 2, name="w", metrics_port=9100, prefix=["--debug"])
+    assert [a[a.index("-m") + 1:] for a in argvs] == [
+        ["rewardq", "--debug", "worker", "--namespace", "n", "--name", "w-0", "--metrics-port", "9100"],
+        ["rewardq", "--debug", "worker", "--namespace", "n", "--name", "w-1", "--metrics-port", "9101"]]
+    assert all(a[-1] == "0" for a in child_argvs([], 3, name=None, metrics_port=0))
+    assert all("--name" not in a and "--metrics-port" not in a for a in child_argvs([], 2, name=None, metrics_port=None))

@@ -36,7 +36,7 @@ def test_demo_embedded_prints_summary_and_exits_0(procs):
 
 
 def test_demo_real_redis_json_cleans_up(procs, redis_url, ns, sync_redis):
-    rc, p = procs.run(["demo", "--redis-url", redis_url, "--namespace", ns, "--trajectories", "150", "--workers", "2",
+    rc, p = procs.run(["demo", "--redis-url", redis_url, "--namespace", ns, "--trajectories", "150", "--workers", "1",
                        "--json"], timeout=120)
     assert rc == 0, p.stderr() + p.stdout()
     summary = json.loads(p.stdout())
@@ -49,7 +49,7 @@ def test_demo_real_redis_json_cleans_up(procs, redis_url, ns, sync_redis):
     for row in summary["by_data_source"].values():
         assert 0 < row["accuracy"] < 1 and row["mean_reward"] == row["accuracy"]
     assert sum(summary["by_worker"].values()) == 150
-    assert summary["worker_exit_codes"] == [0, 0]
+    assert summary["worker_exit_codes"] == [0] and summary["workers"] == 1
     # its namespace is gone from the server
     assert not list(sync_redis.scan_iter(match=f"{ns}:*", count=1000))
 

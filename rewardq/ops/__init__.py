@@ -5,7 +5,6 @@
 * :mod:`.produce`    ``rewardq produce``: replay a JSONL file of recorded trajectories;
 * :mod:`.waiting`    wait for rewards with a progress bar;
 * :mod:`.summary`    the end-of-run table (rewards by data source, throughput, latency);
-* :mod:`.metrics`    Prometheus metrics for ``--metrics-port``;
 * :mod:`.health`     ``rewardq health``: is a worker on this host alive (container health checks);
 * :mod:`.common`     Redis reachability check and namespace clean-up.
 """

@@ -39,7 +39,7 @@ def child_argvs(base: Sequence[str], n: int, *, name: str | None, metrics_port: 
         base: ``rewardq worker`` arguments without ``--name`` and ``--metrics-port``.
         n: number of children.
         name: the ``--name`` given to the parent, if any (child i gets ``name-i``).
-        metrics_port: the parent's ``--metrics-port``, if any (child i gets ``port+i``).
+        metrics_port: the parent's ``--metrics-port``, if any (child i gets ``port+i``; 0 stays 0).
         prefix: global options placed before ``worker`` (e.g. ``--debug``).
     """
     out = []
@@ -47,8 +47,8 @@ def child_argvs(base: Sequence[str], n: int, *, name: str | None, metrics_port: 
         argv = [sys.executable, "-m", "rewardq", *prefix, "worker", *base]
         if name:
             argv += ["--name", f"{name}-{i}"]
-        if metrics_port:
-            argv += ["--metrics-port", str(metrics_port + i)]
+        if metrics_port is not None:  # 0 (any free port) stays 0 for every child
+            argv += ["--metrics-port", str(metrics_port + i if metrics_port else 0)]
         out.append(argv)
     return out
 

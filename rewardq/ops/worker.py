@@ -154,10 +154,10 @@ def worker_argv(params: Mapping[str, Any]) -> list[str]:
     return argv
 
 
-async def _serve(cfg: Any, manager: Any, tokenizer: Any, metrics: Any, early: EarlySignals) -> None:
+async def _serve(cfg: Any, manager: Any, tokenizer: Any, early: EarlySignals) -> None:
     from rewardq.consumers.worker import Worker
 
-    worker = Worker(cfg, manager=manager, tokenizer=tokenizer, metrics=metrics)
+    worker = Worker(cfg, manager=manager, tokenizer=tokenizer)
     early.target = worker.request_stop
     if early.received:
         worker.request_stop(early.received)
@@ -173,7 +173,10 @@ def run_worker(cfg: Any, early: EarlySignals) -> int:
     from rewardq.reward.base import ManagerContext
     from rewardq.reward.factory import build_from_config
 
-    setup_logging(cfg.log_level, cfg.log_format)
+    try:
+        setup_logging(cfg.log_level, cfg.log_format)
+    except ValueError as exc:
+        raise ConfigError(f"log settings: {exc}") from None
     cfg.name = cfg.name or default_worker_name()
     eff = effective_config(cfg)
     logger.info("effective config: %s", json.dumps(eff, sort_keys=True, default=str), extra={"config": eff})
@@ -184,10 +187,5 @@ def run_worker(cfg: Any, early: EarlySignals) -> int:
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)
         return 0
-    metrics = None
-    if cfg.metrics_port:
-        from rewardq.ops.metrics import start_metrics
-
-        metrics = start_metrics(cfg.metrics_port)
-    asyncio.run(_serve(cfg, manager, tokenizer, metrics, early))
+    asyncio.run(_serve(cfg, manager, tokenizer, early))  # the worker serves --metrics-port itself
     return 0
