@@ -161,7 +161,12 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
         "bad-level": (["worker"], {"REWARDQ_LOG_LEVEL": "verbose"}),
     }
     started = {name: procs.start(args, env=env, tag=name) for name, (args, env) in cases.items()}
+    # ... and a healthy worker that gets SIGTERM while still starting up (importing torch, building its manager)
+    early = procs.start(_worker_args(redis_url, ns, "early"), tag="early")
+    wait_for(lambda: "effective config" in early.stderr(), 30, "the worker's first log line", procs=[early])
+    early.popen.send_signal(signal.SIGTERM)
     rc = {name: p.wait(60) for name, p in started.items()}
+    assert early.wait(60) == 0, early.stderr()
     err = {name: p.stderr() for name, p in started.items()}
 
     # Then an unknown manager is a configuration error (2) that lists the known managers
