@@ -79,6 +79,8 @@ class WorkerConfig:
             positive(n)
         for n in ("result_ttl", "block_ms", "keep_records"):
             positive(n, allow_zero=True)
+        if str(self.log_level).upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError(f"log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {self.log_level!r}")
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         if self.lease_seconds <= self.heartbeat_interval:

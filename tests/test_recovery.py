@@ -167,3 +167,17 @@ async def test_entry_redelivered_too_often_is_dead_lettered(ns, redis_url, sync_
     (dead,) = [f for _, f in sync_redis.xrange(ks.dead(0))]
     assert dead[b"kind"] == b"exhausted" and dead[b"deliveries"] == b"4"
     client.close()
+
+
+async def test_deleted_stream_is_recreated_and_work_goes_on(ns, redis_url, sync_redis):
+    """An operator deletes the stream under a blocked reader: the worker re-creates it and carries on."""
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    async with running_workers(ns, redis_url, [LengthManager(None)], block_ms=2000):
+        await asyncio.sleep(0.3)
+        sync_redis.delete(ks.stream(0))
+        await asyncio.sleep(0.3)
+        keys = client.put_trajectory("after", "s", [output(2, 3)], SAMPLE)
+        res = await asyncio.to_thread(client.wait_rewards, keys, 10)
+    assert res[keys[0]].reward_score == 3.0
+    client.close()

@@ -96,8 +96,8 @@ class Worker:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop, sig.name)
-        await self.start()
         try:
+            await self.start()
             await self.serve()
         finally:
             await self.stop()
@@ -153,11 +153,16 @@ class Worker:
         readers = [asyncio.create_task(self._reader(g), name=f"reader-{g[0]}") for g in groups]
         stop = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
+        failure: BaseException | None = None
         for t in done:
             if t is not stop and t.exception() is not None:
-                self.request_stop(f"reader failed: {t.exception()!r}")
-        await asyncio.gather(*readers, return_exceptions=True)
+                failure = t.exception()
+                self.request_stop(f"reader failed: {failure!r}")
+        results = await asyncio.gather(*readers, return_exceptions=True)
         stop.cancel()
+        failure = failure or next((r for r in results if isinstance(r, Exception)), None)
+        if failure is not None:  # a dead reader must not look like a clean stop to a supervisor
+            raise RuntimeError(f"worker {self.name} stopped because a reader failed: {failure!r}") from failure
 
     async def stop(self) -> None:
         """Finish or hand back in-flight work, unregister, close. Safe to call twice."""
@@ -452,7 +457,9 @@ class Worker:
 
 
 def _is_nogroup(exc: BaseException) -> bool:
-    return "NOGROUP" in str(exc)
+    """The group or stream vanished (deleted by an operator, or a Redis without persistence restarted)."""
+    text = str(exc)
+    return "NOGROUP" in text or "UNBLOCKED" in text
 
 
 def _is_redis_conn_error(exc: BaseException) -> bool:
