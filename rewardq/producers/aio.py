@@ -167,16 +167,23 @@ class AsyncRewardClient:
             self._watch_task = asyncio.create_task(self._watch(last), name="rewardq-done-watcher")
 
     async def _watch(self, last: dict[int, bytes]) -> None:
+        """Follow the ``done`` streams from the ids in ``last`` and wake the matching waiters.
+
+        On Redis Cluster one XREAD cannot span shards (their streams sit in different slots),
+        so each shard gets its own blocking reader; the waiters then wake as soon as any
+        shard finishes one of their trajectories.
+        """
+        if self.cluster and len(last) > 1:
+            await asyncio.gather(*(self._watch_streams({s: i}) for s, i in last.items()))
+        else:
+            await self._watch_streams(last)
+
+    async def _watch_streams(self, last: dict[int, bytes]) -> None:
         ks = await self.keyspace()
         index = {ks.done(s).encode(): s for s in last}
         while True:
             try:
-                if self.cluster and len(last) > 1:
-                    resp = []
-                    for s in list(last):
-                        resp += await self.r.xread({ks.done(s): last[s]}, block=max(1, 500 // len(last))) or []
-                else:
-                    resp = await self.r.xread({ks.done(s): i for s, i in last.items()}, block=1000) or []
+                resp = await self.r.xread({ks.done(s): i for s, i in last.items()}, block=1000) or []
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
