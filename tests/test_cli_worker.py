@@ -180,7 +180,7 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
     # And bad values exit 2 with one line that names the setting; tracebacks only with --debug / REWARDQ_DEBUG
     assert rc["bad-kwargs"] == 2 and "--reward-kwargs must be a JSON object" in err["bad-kwargs"]
     assert rc["bad-env"] == 2 and "REWARDQ_CONCURRENCY='many'" in err["bad-env"]
-    assert rc["bad-level"] == 2 and "unknown log level 'verbose'" in err["bad-level"]
+    assert rc["bad-level"] == 2 and "log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got 'verbose'" in err["bad-level"]
     for name in ("unknown-manager", "unreachable", "bad-kwargs", "bad-env", "bad-level"):
         assert "Traceback" not in err[name], err[name]
         assert err[name].count("error:") == 1, err[name]
