@@ -365,16 +365,32 @@ def decode_output(
     )
 
 
+#: :func:`peek_identity` reads at most this many leading bytes of a rejected record.
+PEEK_BYTES = 64 * 1024
+
+
 def peek_identity(data: Any) -> tuple[str, str, int] | None:
     """Best-effort ``(uid, session_id, index)`` of a record that failed validation.
 
     Lets the worker write an error result for the keys of a rejected record. Returns
-    None when even that cannot be read.
+    None when even that cannot be read. Only the first :data:`PEEK_BYTES` bytes are
+    looked at (the encoder writes the identity first), so an oversize or hostile record
+    costs no more than that to peek at.
     """
     try:
-        d = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=lambda c, b: None,
-                            max_bin_len=len(data), max_str_len=len(data))
-        uid, sid, idx = d["uid"], d["session_id"], d["index"]
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=lambda c, b: None,
+                                    max_buffer_size=PEEK_BYTES)
+        unpacker.feed(bytes(memoryview(data)[:PEEK_BYTES]))
+        found: dict[str, Any] = {}
+        for _ in range(min(unpacker.read_map_header(), 32)):
+            name = unpacker.unpack()
+            if name in ("uid", "session_id", "index"):
+                found[name] = unpacker.unpack()
+                if len(found) == 3:
+                    break
+            else:
+                unpacker.skip()
+        uid, sid, idx = found["uid"], found["session_id"], found["index"]
         if isinstance(uid, str) and uid and isinstance(sid, str) and sid and isinstance(idx, int) \
                 and not isinstance(idx, bool) and idx >= 0:
             return uid, sid, idx
