@@ -20,9 +20,11 @@ def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
 
 
 @contextlib.asynccontextmanager
-async def running_workers(ns: str, url: str, managers: list, **kw: Any) -> AsyncIterator[list[Worker]]:
-    """Start one in-process worker per manager; stop them all on exit."""
-    workers = [Worker(worker_config(ns, url, name=f"w{i}", **kw), manager=m) for i, m in enumerate(managers)]
+async def running_workers(ns: str, url: str, managers: list, *, name_prefix: str = "w",
+                          **kw: Any) -> AsyncIterator[list[Worker]]:
+    """Start one in-process worker per manager (named ``w0``, ``w1``, ...); stop them all on exit."""
+    workers = [Worker(worker_config(ns, url, name=f"{name_prefix}{i}", **kw), manager=m)
+               for i, m in enumerate(managers)]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
         yield workers

@@ -60,8 +60,15 @@ async def test_live_lease_is_respected_while_owner_renews(ns, redis_url):
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("slow", "s", [output(2, 2)], SAMPLE)
     LengthManager.calls = []
-    async with running_workers(ns, redis_url, [Slow(None), LengthManager(None)]) as (a, b):
-        res = await asyncio.to_thread(client.wait_rewards, keys, 20)
+    async with running_workers(ns, redis_url, [Slow(None)]) as (a,):
+        for _ in range(100):  # the slow worker has taken it ...
+            if a.in_flight:
+                break
+            await asyncio.sleep(0.05)
+        assert a.in_flight
+        # ... and a second worker, started now, would reclaim it after claim_idle if the lease lapsed
+        async with running_workers(ns, redis_url, [LengthManager(None)], name_prefix="b"):
+            res = await asyncio.to_thread(client.wait_rewards, keys, 20)
     assert res[keys[0]].reward_score == 1.0 and res[keys[0]].worker == "w0"
     assert LengthManager.calls == []  # the second worker never scored it
     client.close()
