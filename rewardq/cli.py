@@ -6,7 +6,10 @@ Commands::
     rewardq demo     [--redis-url URL] [--workers 2] [--trajectories 200] [--json]
     rewardq produce  FILE.jsonl --redis-url URL --namespace NS [--wait] [--timeout S]
     rewardq generate FILE.jsonl -n 100 [--seed S]
-    rewardq health   [--redis-url URL] [--namespace NS]     # exit 0 if a worker on this host is alive
+    rewardq status   [--namespace NS] [--watch [S]] [--json]  # what is waiting for what
+    rewardq inspect  KEY|TRAJECTORY [--tokenizer T] [--json]  # one key or trajectory, decoded
+    rewardq dead-letters list|show|retry|purge                 # what could not be scored
+    rewardq health   [--namespace NS] [--name W] [--json]     # exit 0 if a worker on this host is alive
 
 Exit codes: 0 success; 1 the run finished but something failed (bad lines, missing or error
 results, a worker that died); 2 a configuration error (bad flag, unknown manager, missing
@@ -28,6 +31,10 @@ from typing import Any
 import click
 
 from rewardq import __version__
+from rewardq.ops.deadletters import dead_letters
+from rewardq.ops.health import health
+from rewardq.ops.inspect import inspect
+from rewardq.ops.status import status
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_REDIS, EXIT_INTERRUPTED = 1, 2, 3, 130
 _state = {"debug": False}
@@ -173,33 +180,22 @@ def generate(file: str, trajectories: int, seed: int) -> int:
     return _generate(file, trajectories, seed)
 
 
-@cli.command()
-@click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="REWARDQ_REDIS_URL")
-@click.option("--namespace", default="rewardq", show_default=True, envvar="REWARDQ_NAMESPACE")
-@click.option("--cluster", is_flag=True, envvar="REWARDQ_CLUSTER", help="Treat --redis-url as a Redis Cluster.")
-@click.option("--max-age", type=float, default=10.0, show_default=True, help="Seconds since a live worker's heartbeat.")
-def health(redis_url: str, namespace: str, cluster: bool, max_age: float) -> int:
-    """Exit 0 if a worker on this host has sent a heartbeat recently (container health checks)."""
-    from rewardq.ops.common import probe_redis
-    from rewardq.ops.health import check_health
-    from rewardq.queue.connection import connect_sync
-
-    probe_redis(redis_url, cluster=cluster)
-    client = connect_sync(redis_url, cluster=cluster)
-    try:
-        report = check_health(client, namespace, max_age=max_age)
-    finally:
-        client.close()
-    click.echo(report.message(namespace), err=not report.healthy)
-    return 0 if report.healthy else EXIT_FAILED
-
-
 def _generate(path: str, n: int, seed: int) -> int:
     from rewardq.demo.data import make_trajectories, write_jsonl
 
     count = write_jsonl(path, make_trajectories(n, seed=seed))
     click.echo(f"wrote {count} trajectories to {path}", err=True)
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# operator commands: bodies and options live in rewardq.ops (imports there stay light)
+# ---------------------------------------------------------------------------------------------
+
+cli.add_command(health)
+cli.add_command(status)
+cli.add_command(inspect)
+cli.add_command(dead_letters)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,10 @@
 * :mod:`.produce`    ``rewardq produce``: replay a JSONL file of recorded trajectories;
 * :mod:`.waiting`    wait for rewards with a progress bar;
 * :mod:`.summary`    the end-of-run table (rewards by data source, throughput, latency);
-* :mod:`.health`     ``rewardq health``: is a worker on this host alive (container health checks);
+* :mod:`.status`     ``rewardq status``: streams, workers, trajectories waiting for outputs, diagnosis;
+* :mod:`.inspect`    ``rewardq inspect``: one key or trajectory, decoded, with its rewards and timings;
+* :mod:`.deadletters` ``rewardq dead-letters list|show|retry|purge``;
+* :mod:`.health`     ``rewardq health``: Redis, group and a fresh heartbeat (container health checks);
+* :mod:`.target`     the options and connection the operator commands share (namespace must exist);
 * :mod:`.common`     Redis reachability check and namespace clean-up.
 """

@@ -1,0 +1,191 @@
+"""``rewardq inspect REF``: one output key or one trajectory, decoded.
+
+``REF`` is an output key ``<uid>_<session_id>_<i>``, a trajectory ``<uid>_<session_id>``, or a
+full Redis key copied from ``redis-cli`` (``<ns>:{s0}:reward:<key>``, ``...:traj:<tid>``). Shows
+the trajectory's state (collecting / done / failed) and what it waits for, each output's record
+(token counts, turns, a decoded preview with ``--tokenizer``), the sample columns, each key's
+reward, ``reward_extra_info`` or error, the worker that scored it and the timings. Renders
+:func:`rewardq.queue.status.inspect_trajectory`; read-only.
+
+Records are dropped once a trajectory is scored, unless workers keep them
+(``REWARDQ_KEEP_RECORDS=SECONDS``, or ``keep_records:`` in the worker's ``--config``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from rewardq.ops.target import NotFound, fmt_age, fmt_duration, opened, pipeline_options
+
+__all__ = ["inspect", "normalize_ref", "render_inspect"]
+
+_PREFIXES = (":reward:", ":traj:", ":records:")
+
+
+def normalize_ref(ref: str, namespace: str) -> str:
+    """Strip a copied Redis key down to the key or trajectory id it names."""
+    ref = ref.strip()
+    if ref.startswith(namespace + ":"):
+        for marker in _PREFIXES:
+            head, sep, tail = ref.partition(marker)
+            if sep and tail:
+                return tail
+    return ref
+
+
+def _f(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def timings(view: dict[str, Any]) -> dict[str, Any]:
+    """First/last output seen, scored at, waited for outputs, push-to-result latency (seconds)."""
+    meta = view["meta"]
+    first, last, done = _f(meta.get("first_seen")), _f(meta.get("last_seen")), _f(meta.get("done_at"))
+    lat = [o["result"]["latency_ms"] for o in view["outputs"] if o.get("result") and
+           o["result"].get("latency_ms") is not None]
+    return {"first_seen": first, "last_seen": last, "done_at": done,
+            "collecting_s": None if first is None or last is None else round(last - first, 3),
+            "since_first_s": None if first is None else round((done or time.time()) - first, 3),
+            "latency_ms": max(lat) if lat else None}
+
+
+def inspect_view(r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = 200) -> dict[str, Any]:
+    """``inspect_trajectory`` plus timings; raises :class:`NotFound` when nothing is known about ``ref``."""
+    from rewardq.queue.status import inspect_trajectory
+
+    where = f"namespace {ks.namespace!r}"
+    hint = ("check --namespace (REWARDQ_NAMESPACE) and --redis-url, that REF is <uid>_<session_id> or "
+            "<uid>_<session_id>_<i>, and that it is younger than the workers' result_ttl (7 days by default); "
+            "`rewardq status` lists trajectories still collecting outputs")
+    try:
+        view = inspect_trajectory(r, ks, ref, tokenizer=tokenizer, preview_chars=preview)
+    except KeyError:
+        raise NotFound(f"nothing known about {ref!r} in {where}: {hint}") from None
+    known = view["meta"] or any("record" in o or "result" in o for o in view["outputs"])
+    if not known:
+        raise NotFound(f"nothing known about {ref!r} in {where}: {hint}")
+    view["timings"] = timings(view)
+    view["namespace"] = ks.namespace
+    return view
+
+
+def _json(value: Any) -> Any:
+    """Pretty, highlighted JSON that folds long strings instead of cropping them."""
+    from rich.json import JSON
+
+    j = JSON(json.dumps(value, default=str, ensure_ascii=False))
+    j.text.no_wrap, j.text.overflow = False, "fold"
+    return j.text
+
+
+def _state_style(state: str) -> str:
+    return {"done": "green", "collecting": "yellow", "failed": "red"}.get(state, "white")
+
+
+def render_inspect(view: dict[str, Any]) -> Any:
+    """The inspect dict as one rich renderable."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    parts: list[Any] = []
+    meta, t = view["meta"], view["timings"]
+    head = Table(show_header=False, box=None, padding=(0, 2), title=f"rewardq inspect {escape(view['ref'])}",
+                 title_justify="left")
+    head.add_column(style="bold")
+    head.add_column()
+    state = view["state"]
+    head.add_row("trajectory", f"{escape(view['tid'])} (shard {view['shard']}, namespace {escape(view['namespace'])})")
+    head.add_row("state", f"[{_state_style(state)}]{escape(state)}[/]"
+                 + (f" — status {escape(meta['status'])}" if meta.get("status") else ""))
+    head.add_row("outputs", f"have {','.join(map(str, view['have'])) or 'none'}; final index "
+                 + ("not pushed yet" if view["final"] is None else str(view["final"])))
+    if view["missing"]:
+        head.add_row("missing", f"[red]{','.join(map(str, view['missing']))}[/]")
+    if meta.get("error"):
+        head.add_row("error", f"[red]{escape(meta['error'])}[/]")
+    if meta.get("worker"):
+        head.add_row("scored by", escape(meta["worker"]))
+    if meta.get("lease"):
+        head.add_row("leased to", f"{escape(meta['lease'])} (until {fmt_age(_f(meta.get('lease_until')))})")
+    head.add_row("first output", fmt_age(t["first_seen"]))
+    head.add_row("last output", fmt_age(t["last_seen"]))
+    if t["done_at"]:
+        head.add_row("finished", f"{fmt_age(t['done_at'])}; {fmt_duration(t['since_first_s'])} after the first "
+                     "output" + ("" if t["latency_ms"] is None else f", push to result {t['latency_ms']:,.1f} ms"))
+    elif state == "collecting":
+        head.add_row("waiting", f"{fmt_duration(t['since_first_s'])} since the first output")
+    parts.append(head)
+
+    table = Table(title="outputs", title_justify="left")
+    for col in ("i", "key", "prompt", "response", "model", "turns", "status", "reward", "worker", "latency"):
+        table.add_column(col, justify="right" if col in ("i", "prompt", "response", "model", "turns",
+                                                         "reward", "latency") else "left")
+    for o in view["outputs"]:
+        rec, res = o.get("record") or {}, o.get("result") or {}
+        status = res.get("status", "")
+        table.add_row(str(o["index"]), escape(o["key"]), str(rec.get("prompt_tokens", "-")),
+                      str(rec.get("response_tokens", "-")), str(rec.get("model_tokens", "-")),
+                      str(rec.get("num_turns", "-") if rec.get("num_turns") is not None else "-"),
+                      ("[green]ok[/]" if status == "ok" else f"[red]{escape(status)}[/]" if status
+                       else "[yellow]no result[/]"),
+                      "-" if res.get("reward_score") is None else f"{res['reward_score']:g}",
+                      escape(res.get("worker", "") or "-"),
+                      "-" if res.get("latency_ms") is None else f"{res['latency_ms']:,.1f} ms")
+    parts.append(table)
+    for o in view["outputs"]:
+        res, rec = o.get("result") or {}, o.get("record") or {}
+        if res.get("reward_extra_info"):
+            parts.append(f"[bold]{escape(o['key'])}[/] reward_extra_info:")
+            parts.append(_json(res["reward_extra_info"]))
+        if res.get("error"):
+            parts.append(f"[bold]{escape(o['key'])}[/] error: [red]{escape(res['error'])}[/]")
+        if rec.get("response_preview") is not None:
+            parts.append(f"[bold]{escape(o['key'])}[/] response: {escape(rec['response_preview'])}")
+        if rec.get("extra_fields"):
+            parts.append(f"[bold]{escape(o['key'])}[/] extra_fields: {escape(json.dumps(rec['extra_fields']))}")
+        if o.get("record_error"):
+            parts.append(f"[bold]{escape(o['key'])}[/] record: [red]{escape(o['record_error'])}[/]")
+    sample = next((o["record"]["sample"] for o in reversed(view["outputs"]) if o.get("record")), None)
+    if sample:
+        parts.append("[bold]sample columns:[/]")
+        parts.append(_json(sample))
+    if view.get("records_note"):
+        parts.append(f"[dim]{escape(view['records_note'])}[/]")
+    return Group(*parts)
+
+
+@click.command()
+@click.argument("ref")
+@pipeline_options
+@click.option("--tokenizer", default=None, help="Decode a response preview: tokenizer.json, a folder, or builtin:demo.")
+@click.option("--preview", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Characters of decoded response to show (with --tokenizer).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def inspect(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, tokenizer: str | None,
+            preview: int, as_json: bool) -> int:
+    """Show one output key (<uid>_<session_id>_<i>) or trajectory (<uid>_<session_id>): records, state, rewards.
+
+    Exit code 0; 1 when nothing is known about REF; 2 for a bad --tokenizer; 3 when Redis is unreachable.
+    """
+    from rich.console import Console
+
+    tok = None
+    if tokenizer:
+        from rewardq.reward.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(tokenizer)
+    with opened(redis_url, namespace, cluster=cluster, group=group) as p:
+        view = inspect_view(p.client, p.ks, normalize_ref(ref, namespace), tokenizer=tok, preview=preview)
+    if as_json:
+        click.echo(json.dumps(view, default=str))
+    else:
+        Console(highlight=False).print(render_inspect(view))
+    return 0

@@ -1,0 +1,284 @@
+"""``rewardq status``: what is waiting for what, in one screen.
+
+Renders :func:`rewardq.queue.status.pipeline_status` (plus each shard's consumers, so entries
+held by a worker that died show up) as rich tables:
+
+* **shards**     stream length, consumer-group lag (entries never delivered; estimated as length
+                 minus pending when Redis cannot tell), pending (delivered, not acknowledged) and
+                 who holds them;
+* **workers**    every live worker: host, pid, in-flight trajectories, heartbeat age, scored per
+                 second, counters;
+* **waiting**    trajectories still collecting outputs, oldest first, with the missing indices,
+                 how long they have waited and when they will be given up;
+* **dead letters** by kind, and the last minute's throughput and push-to-result latency;
+* **diagnosis**  one line per thing an operator should act on, each saying what to do.
+
+``--json`` prints the same data as one JSON object (one per refresh with ``--watch``);
+``--watch [SECONDS]`` refreshes until Ctrl-C (or ``--count`` refreshes). Read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from rewardq.ops.target import fmt_duration, opened, pipeline_options
+
+__all__ = ["status", "collect", "diagnose", "render_status"]
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
+    """Every shard's consumers: ``{shard: [{name, pending, idle_ms, inactive_ms}]}`` (empty without a group)."""
+    from redis.exceptions import ResponseError
+
+    out: dict[int, list[dict[str, Any]]] = {}
+    for s in range(ks.shards):
+        try:
+            info = r.xinfo_consumers(ks.stream(s), ks.group)
+        except ResponseError:
+            info = []
+        out[s] = [{"name": _s(c.get("name", "")), "pending": int(c.get("pending", 0)),
+                   "idle_ms": int(c.get("idle", 0)),
+                   "inactive_ms": None if c.get("inactive") in (None, -1) else int(c["inactive"])}
+                  for c in info]
+    return out
+
+
+def collect(r: Any, ks: Any, *, limit: int = 20, url: str = "") -> dict[str, Any]:
+    """The status dict ``--json`` prints: ``pipeline_status`` + consumers, owners, diagnosis."""
+    from rewardq.queue.status import pipeline_status
+
+    st = pipeline_status(r, ks, waiting_limit=limit)
+    live = {w["name"] for w in st["workers"]}
+    cons = consumers(r, ks)
+    for sh in st["shards"]:
+        # Redis reports no lag (NULL) when entries after the last delivered one may have been deleted,
+        # which is nearly always once workers delete what they stored: estimate it as the entries
+        # still in the stream that no consumer holds.
+        sh["backlog"] = sh["lag"] if sh["lag"] is not None else max(0, sh["length"] - sh["pending"])
+        sh["backlog_exact"] = sh["lag"] is not None
+        sh["owners"] = [{"name": c["name"], "pending": c["pending"], "alive": c["name"] in live}
+                        for c in cons.get(sh["shard"], []) if c["pending"]]
+    for w in st["workers"]:
+        inactive = [c["inactive_ms"] for cs in cons.values() for c in cs
+                    if c["name"] == w["name"] and c["inactive_ms"] is not None]
+        w["inactive_s"] = round(min(inactive) / 1000, 1) if inactive else None
+        w["pending"] = sum(c["pending"] for cs in cons.values() for c in cs if c["name"] == w["name"])
+    st["redis_url"] = url
+    st["shard_count"] = ks.shards
+    st["diagnosis"] = diagnose(st)
+    return st
+
+
+def _ns(namespace: str) -> str:
+    """`` --namespace NS`` for a command hint, or nothing for the default namespace."""
+    return "" if namespace == "rewardq" else f" --namespace {namespace}"
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
+    """What an operator should look at, most urgent first: ``[{"level", "message"}]``.
+
+    Levels: ``error`` (nothing progresses), ``warning`` (something is stuck or failed),
+    ``ok`` (all clear).
+    """
+    ns = st["namespace"]
+    out: list[dict[str, str]] = []
+    no_group = [str(sh["shard"]) for sh in st["shards"] if not sh["group"]]
+    backlog = sum(sh["backlog"] for sh in st["shards"])
+    pending = sum(sh["pending"] for sh in st["shards"])
+    if no_group:
+        out.append({"level": "error", "message": (
+            f"shard(s) {','.join(no_group)} have no consumer group {st['group']!r}: no worker has started on "
+            f"namespace {ns!r} (or the group was deleted); start one: rewardq worker{_ns(ns)}")})
+    if not st["workers"] and (backlog or pending or st["waiting_total"]):
+        out.append({"level": "error", "message": (
+            f"nothing is being scored: no live worker on namespace {ns!r} while {_n(backlog, 'entry')} wait in "
+            f"the streams, {pending} pending, {st['waiting_total']} trajectories collecting; start one: "
+            f"rewardq worker{_ns(ns)} (check its "
+            "--redis-url and --namespace if one is running)")})
+    elif not st["workers"]:
+        out.append({"level": "warning", "message": f"no live worker on namespace {ns!r} (nothing is waiting)"})
+    orphans = {o["name"]: o["pending"] for sh in st["shards"] for o in sh.get("owners", []) if not o["alive"]}
+    if orphans:
+        shown = ", ".join(f"{n} ({p})" for n, p in sorted(orphans.items()))
+        out.append({"level": "warning", "message": (
+            f"{_n(sum(orphans.values()), 'entry')} held by consumers that are not alive: {shown}; a live worker "
+            "reclaims them after claim_idle seconds")})
+    waiting = [w for w in st["waiting"] if w["missing"] or w["final"] is None]
+    if waiting:
+        w = waiting[0]
+        what = (f"outputs {','.join(map(str, w['missing']))}" if w["missing"]
+                else "its final output (no put_output with final=True)")
+        out.append({"level": "warning", "message": (
+            f"{_n(st['waiting_total'], 'trajectory')} waiting for outputs; the oldest, {w['tid']}, has waited "
+            f"{fmt_duration(w['waited_s'])} for {what} and is given up in {fmt_duration(w['expires_in_s'])} "
+            "(then every key gets an error result and an 'incomplete' dead letter). Check that the rollout side "
+            "pushes every index from 0 to the final one: rewardq inspect " + w["tid"] + _ns(ns))})
+    if st["dead_letters"]:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(st["dead_letters_by_kind"].items()))
+        out.append({"level": "warning", "message": (
+            f"{_n(st['dead_letters'], 'dead letter')} ({kinds or 'kinds not counted'}): rewardq dead-letters list"
+            f"{_ns(ns)}; after a fix: rewardq dead-letters retry --all{_ns(ns)}")})
+    rec = st["recent"]
+    if rec["errors"]:
+        out.append({"level": "warning", "message": (
+            f"{rec['errors']} of {rec['trajectories']} trajectories finished in the last "
+            f"{rec['window_s']:g}s ended with an error result")})
+    if not out:
+        out.append({"level": "ok", "message": "all clear: nothing is stuck"})
+    return out
+
+
+_STYLE = {"error": "bold red", "warning": "yellow", "ok": "green"}
+
+
+def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
+    """The status dict as one rich renderable (tables and the diagnosis; ``footer`` under them)."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = []
+    head = Text.assemble(("rewardq status", "bold"), f"  namespace {st['namespace']}  group {st['group']}  "
+                         f"{st['shard_count']} shard(s)  {st['redis_url']}  "
+                         f"{time.strftime('%H:%M:%S', time.localtime(st['time']))}")
+    parts.append(head)
+
+    shards = Table(title="streams", title_justify="left", expand=False)
+    for col in ("shard", "length", "lag", "pending", "held by", "group"):
+        shards.add_column(col, justify="right" if col in ("shard", "length", "lag", "pending") else "left")
+    shards.caption = "lag: entries not yet delivered to any worker (≈: estimated); pending: delivered, not done"
+    shards.caption_justify = "left"
+    for sh in st["shards"]:
+        owners = ", ".join(f"{o['name']}: {o['pending']}" + ("" if o["alive"] else " (not alive)")
+                           for o in sh.get("owners", []))
+        lag = str(sh["backlog"]) if sh["backlog_exact"] else f"≈{sh['backlog']}"
+        shards.add_row(str(sh["shard"]), str(sh["length"]), lag, str(sh["pending"]), escape(owners or "-"),
+                       "[green]yes[/]" if sh["group"] else "[red]missing[/]")
+    parts.append(shards)
+
+    # "idle" (time since the worker last got an entry) needs XINFO CONSUMERS "inactive": Redis >= 7.2
+    idle = any(w.get("inactive_s") is not None for w in st["workers"])
+    workers = Table(title=f"live workers ({len(st['workers'])})", title_justify="left")
+    cols = ["name", "host", "pid", "in flight", "pending", "heartbeat", *(["idle"] if idle else []), "scored/s",
+            "scored", "errors", "dead letters", "manager", "up"]
+    for col in cols:
+        workers.add_column(col, justify="left" if col in ("name", "host", "manager") else "right")
+    for w in st["workers"]:
+        beat = f"{fmt_duration(w['idle_s'])} ago"
+        workers.add_row(escape(w["name"]), escape(w["host"]), str(w["pid"]), str(w["in_flight"]),
+                        str(w.get("pending", "-")), beat if w["idle_s"] < 10 else f"[yellow]{beat}[/]",
+                        *([fmt_duration(w.get("inactive_s"))] if idle else []), f"{w['rate_per_s']:g}",
+                        str(w["scored"]), f"[red]{w['errors']}[/]" if w["errors"] else "0", str(w["dead_letters"]),
+                        escape(w["manager"]), fmt_duration(w["uptime_s"]))
+    if not st["workers"]:
+        workers.add_row("[red]none[/]", *[""] * (len(cols) - 1))
+    parts.append(workers)
+
+    shown = len(st["waiting"])
+    waiting = Table(title=f"waiting for outputs ({st['waiting_total']}, oldest first"
+                          + (f", {shown} shown" if shown < st["waiting_total"] else "") + ")",
+                    title_justify="left")
+    for col in ("trajectory", "shard", "have", "final", "missing", "waiting for", "waited", "given up in"):
+        waiting.add_column(col, justify="right" if col in ("shard", "final", "waited", "given up in") else "left")
+    for w in st["waiting"]:
+        waiting.add_row(escape(w["tid"]), str(w["shard"]), ",".join(map(str, w["have"])) or "-",
+                        "?" if w["final"] is None else str(w["final"]),
+                        f"[red]{','.join(map(str, w['missing']))}[/]" if w["missing"] else "-",
+                        escape(w["waiting_for"]), fmt_duration(w["waited_s"]), fmt_duration(w["expires_in_s"]))
+    if not st["waiting"]:
+        waiting.add_row("[green]none[/]", *[""] * 7)
+    parts.append(waiting)
+
+    rec = st["recent"]
+    lat = lambda v: "-" if v is None else f"{v:,.1f} ms"  # noqa: E731
+    kinds = ", ".join(f"{k}: {n}" for k, n in sorted(st["dead_letters_by_kind"].items()))
+    facts = Table(show_header=False, box=None, padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    facts.add_row("dead letters", (f"[red]{st['dead_letters']}[/] ({escape(kinds)})" if st["dead_letters"]
+                                   else "[green]0[/]"))
+    facts.add_row(f"last {rec['window_s']:g}s", f"{rec['trajectories']} trajectories finished "
+                  f"({rec['trajectories_per_s']:g}/s), {rec['errors']} with errors")
+    facts.add_row("latency", f"p50 {lat(rec['latency_ms_p50'])}, p99 {lat(rec['latency_ms_p99'])} (push to result)")
+    parts.append(facts)
+    for d in st["diagnosis"]:
+        parts.append(Text(("✔ " if d["level"] == "ok" else "! ") + d["message"], style=_STYLE[d["level"]]))
+    if footer:
+        parts.append(Text(footer, style="dim"))
+    return Group(*parts)
+
+
+@click.command()
+@pipeline_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (one per refresh with --watch).")
+@click.option("--watch", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0, default=None,
+              metavar="[SECONDS]", help="Refresh every SECONDS (default 2) until Ctrl-C.")
+@click.option("--count", type=click.IntRange(min=1), default=None,
+              help="With --watch: stop after this many refreshes.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Waiting trajectories to list.")
+def status(redis_url: str, namespace: str, cluster: bool, group: str, as_json: bool, watch: float | None,
+           count: int | None, limit: int) -> int:
+    """Show streams, workers, trajectories waiting for outputs, dead letters and recent throughput.
+
+    Exit code 0 (also when something is stuck: read the diagnosis lines); 1 when the namespace
+    does not exist; 3 when Redis is unreachable.
+    """
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    with opened(redis_url, namespace, cluster=cluster, group=group) as p:
+        def snapshot() -> dict[str, Any]:
+            return collect(p.client, p.ks, limit=limit, url=p.url)
+
+        if watch is None:
+            _emit(console, snapshot(), as_json)
+            return 0
+        return _watch(console, snapshot, watch, count, as_json)
+
+
+def _emit(console: Any, st: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(st))
+    else:
+        console.print(render_status(st))
+
+
+def _watch(console: Any, snapshot: Any, every: float, count: int | None, as_json: bool) -> int:
+    """Refresh until Ctrl-C or ``count`` frames: a live screen in a terminal, frames one after another otherwise."""
+    frames = 0
+    try:
+        if as_json or not console.is_terminal:
+            while True:
+                _emit(console, snapshot(), as_json)
+                frames += 1
+                if count is not None and frames >= count:
+                    return 0
+                if not as_json:
+                    console.rule()
+                time.sleep(every)
+        from rich.live import Live
+
+        footer = f"refreshing every {every:g}s; Ctrl-C to stop"
+        with Live(render_status(snapshot(), footer), console=console, auto_refresh=False, screen=False) as live:
+            frames = 1
+            while count is None or frames < count:
+                time.sleep(every)
+                live.update(render_status(snapshot(), footer), refresh=True)
+                frames += 1
+        return 0
+    except KeyboardInterrupt:  # Ctrl-C is how a watch ends: not an error
+        return 0

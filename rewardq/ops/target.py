@@ -1,0 +1,163 @@
+"""Which pipeline an operator command looks at, and the small formatting helpers they share.
+
+``rewardq status``, ``inspect``, ``health`` and ``dead-letters`` all take the same three doors
+(:func:`pipeline_options`): ``--redis-url`` (``REWARDQ_REDIS_URL``), ``--namespace``
+(``REWARDQ_NAMESPACE``), ``--cluster`` (``REWARDQ_CLUSTER``), plus ``--group``
+(``REWARDQ_GROUP``). :func:`open_pipeline` checks Redis answers (exit 3 with a hint if not),
+reads the namespace's shard count from ``<ns>:meta`` and refuses a namespace that does not
+exist, listing the ones that do: a typo in ``--namespace`` must not look like an idle pipeline.
+
+Read-only: nothing here writes to Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import click
+
+from rewardq.errors import RewardqError
+
+if TYPE_CHECKING:
+    from rewardq.queue.keys import Keyspace
+
+__all__ = ["NotFound", "Pipeline", "pipeline_options", "open_pipeline", "known_namespaces", "fmt_duration",
+           "fmt_age", "opened"]
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+# Literal copies of rewardq.queue.keys.DEFAULT_NAMESPACE / DEFAULT_GROUP (a test checks they agree):
+# importing the keyspace module pulls in redis-py, and `rewardq --help` should stay instant.
+DEFAULT_NAMESPACE = "rewardq"
+DEFAULT_GROUP = "rewardq-workers"
+
+
+class NotFound(RewardqError):
+    """What a command was asked about does not exist (a namespace, a key, a dead letter). Exit code 1."""
+
+    exit_code = 1
+
+
+def pipeline_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--redis-url``, ``--namespace``, ``--cluster`` and ``--group`` options of the operator commands."""
+    f = click.option("--group", default=DEFAULT_GROUP, show_default=True, envvar="REWARDQ_GROUP",
+                     help="Consumer group the workers use.")(f)
+    f = click.option("--cluster", is_flag=True, envvar="REWARDQ_CLUSTER",
+                     help="Treat --redis-url as a Redis Cluster.")(f)
+    f = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, envvar="REWARDQ_NAMESPACE",
+                     help="The pipeline's namespace (first component of every key).")(f)
+    f = click.option("--redis-url", default=DEFAULT_URL, show_default=True, envvar="REWARDQ_REDIS_URL",
+                     help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")(f)
+    return f
+
+
+@dataclass
+class Pipeline:
+    """An open connection to one namespace: the blocking client, its keyspace, the redacted URL."""
+
+    client: Any
+    ks: Keyspace
+    url: str  # password-redacted, safe to print
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+
+
+def known_namespaces(client: Any, budget_s: float = 1.0, limit: int = 20) -> list[str]:
+    """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds."""
+    found: set[str] = set()
+    deadline = time.monotonic() + budget_s
+    try:
+        for key in client.scan_iter(match="*:meta", count=1000, _type="HASH"):
+            name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            found.add(name[: -len(":meta")])
+            if len(found) >= limit or time.monotonic() > deadline:
+                break
+    except Exception:  # noqa: BLE001 - a hint only; never fail the command over it
+        pass
+    return sorted(found)
+
+
+def _shards(client: Any, namespace: str, url: str, require: bool) -> int | None:
+    from rewardq.queue.keys import Keyspace
+
+    probe = Keyspace(namespace)
+    raw = client.hget(probe.meta, "shards")
+    if raw is None:
+        if not require:
+            return None
+        others = [n for n in known_namespaces(client) if n != namespace]
+        hint = (f"namespaces on this server: {', '.join(others)}" if others
+                else "this server has no rewardq namespace at all")
+        raise NotFound(f"namespace {namespace!r} does not exist on {url} (no {probe.meta} key: no producer or "
+                       f"worker has used it); {hint}. Check --namespace (REWARDQ_NAMESPACE) and --redis-url")
+    return int(raw)
+
+
+def open_pipeline(redis_url: str, namespace: str, *, cluster: bool = False, group: str = DEFAULT_GROUP,
+                  require: bool = True) -> Pipeline:
+    """Connect to the pipeline ``namespace`` at ``redis_url``.
+
+    Raises:
+        RedisUnavailable: Redis does not answer (exit 3).
+        NotFound: ``require`` and the namespace has no ``<ns>:meta`` (exit 1); the message lists
+            the namespaces that exist.
+        ConfigError: the namespace name is invalid (exit 2).
+    """
+    from rewardq.errors import ConfigError
+    from rewardq.ops.common import probe_redis
+    from rewardq.queue.connection import connect_sync, redact_url
+    from rewardq.queue.keys import Keyspace
+
+    try:
+        Keyspace(namespace, 1, group)
+    except ValueError as exc:
+        raise ConfigError(f"--namespace: {exc}") from None
+    probe_redis(redis_url, cluster=cluster)
+    shown = redact_url(redis_url)
+    client = connect_sync(redis_url, cluster=cluster)
+    try:
+        shards = _shards(client, namespace, shown, require)
+    except BaseException:
+        client.close()
+        raise
+    return Pipeline(client, Keyspace(namespace, shards or 1, group), shown)
+
+
+@contextlib.contextmanager
+def opened(redis_url: str, namespace: str, *, cluster: bool = False, group: str = DEFAULT_GROUP,
+           require: bool = True) -> Iterator[Pipeline]:
+    """``with opened(...) as p:`` — :func:`open_pipeline`, closed on exit."""
+    p = open_pipeline(redis_url, namespace, cluster=cluster, group=group, require=require)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``12.3s``, ``4m05s``, ``2h03m``, ``3d04h``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, float(seconds))
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def fmt_age(ts: float | None, now: float | None = None) -> str:
+    """A unix time as ``2026-01-02 03:04:05 (4m05s ago)``; ``-`` for None or 0."""
+    if not ts:
+        return "-"
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    return f"{stamp} ({fmt_duration(now - ts)} ago)" if now >= ts else stamp
