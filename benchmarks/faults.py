@@ -246,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
                     reward_fn_kwargs={"delay": args.score_delay}, concurrency=16, batch_size=64,
                     heartbeat_interval=0.5, lease_seconds=2.5, claim_idle=3.0, maintenance_interval=0.5,
                     block_ms=500, max_deliveries=50, result_ttl=3600, shutdown_grace=5, log_level="info")
+    def interrupted(signum: int, frame: Any) -> None:  # SIGTERM: still stop every process we started
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupted)
     run = Run()
     started = time.monotonic()
     deadline = started + args.timeout

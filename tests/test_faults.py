@@ -17,7 +17,7 @@ import uuid
 import pytest
 import redis
 
-from rewardq import RewardClient
+from rewardq import AsyncRewardClient, RewardClient
 from rewardq.config import WorkerConfig
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
@@ -148,6 +148,22 @@ def _produce(client: RewardClient, jobs, keys: list[str], errors: list[BaseExcep
         errors.append(exc)
 
 
+def _produce_async(url: str, ns: str, jobs, keys: list[str], errors: list[BaseException], pause: float) -> None:
+    """The asyncio client's flavour of :func:`_produce`, ending with its own wait_rewards."""
+
+    async def go() -> None:
+        async with AsyncRewardClient.from_url(url, namespace=ns) as client:
+            for t in jobs:
+                keys.extend(await client.put_trajectory(t.uid, t.session_id, t.outputs))
+                await asyncio.sleep(pause)
+            await client.wait_rewards(keys, timeout=90)
+
+    try:
+        asyncio.run(go())
+    except BaseException as exc:
+        errors.append(exc)
+
+
 def test_redis_crash_mid_run_with_aof_loses_nothing(server, tmp_path):
     # Given two workers scoring a stream of trajectories on an AOF (appendfsync always) server
     ns = _ns("crash")
@@ -162,17 +178,22 @@ def test_redis_crash_mid_run_with_aof_loses_nothing(server, tmp_path):
         client = RewardClient.from_url(server.url, namespace=ns)
         keys: list[str] = []
         errors: list[BaseException] = []
-        producer = threading.Thread(target=_produce, args=(client, jobs, keys, errors, 0.02))
-        producer.start()
+        ajobs = make_trajectories(60, seed=8, max_outputs=6, prefix="a")
+        akeys: list[str] = []
+        producers = [threading.Thread(target=_produce, args=(client, jobs, keys, errors, 0.02)),
+                     threading.Thread(target=_produce_async, args=(server.url, ns, ajobs, akeys, errors, 0.05))]
+        for t in producers:
+            t.start()
         # When Redis crashes (SIGKILL) a third of the way in and is back a second later
         _wait(lambda: len(keys) > 150 and client.get_reward(keys[0]) is not None, 60, "the first results")
         server.restart(kill=True, down_for=1.0)
-        producer.join(120)
-        assert not producer.is_alive() and not errors, f"the producer failed: {errors!r}"
-        # Then producers and workers carried on, and nothing was lost or done twice
+        for t in producers:
+            t.join(120)
+        assert not any(t.is_alive() for t in producers) and not errors, f"a producer failed: {errors!r}"
+        # Then producers (sync and asyncio) and workers carried on, and nothing was lost or done twice
         client.wait_rewards(keys, timeout=90)
         r = server.client()
-        verdict = settle(r, Keyspace(ns), {k: v for t in jobs for k, v in t.expected.items()})
+        verdict = settle(r, Keyspace(ns), {k: v for t in jobs + ajobs for k, v in t.expected.items()})
         assert verdict.clean, verdict.explain()
         assert verdict.leftovers == {"stream": 0, "pending": 0, "waiting": 0, "dead": 0}
         assert [w.pid for w in workers if w.alive()] == pids, "a worker died with the Redis restart"
@@ -267,3 +288,24 @@ async def test_store_survives_script_cache_loss_between_load_and_run(server):
     finally:
         await w.stop()
         client.close()
+
+
+def test_verdict_counts_lost_duplicated_and_errors(ns, sync_redis):
+    """The checker itself can fail: a missing result, a second finish, a wrong value, an error."""
+    from rewardq.queue.results import RewardResult
+
+    ks = Keyspace(ns)
+    expected = {"a_s_0": 1.0, "a_s_1": 1.0, "b_s_0": 2.0, "c_s_0": 3.0, "d_s_0": 4.0, "e_s_0": 5.0}
+    for key, value in expected.items():
+        if key in ("a_s_1",):
+            continue  # lost: no result
+        status, score = ("error", None) if key == "d_s_0" else ("ok", 9.0 if key == "c_s_0" else value)
+        h = RewardResult(key=key, status=status, reward_score=score, error="boom" if score is None else None)
+        sync_redis.hset(ks.reward_key(key), mapping=h.to_hash())
+    for tid in ("a_s", "b_s", "b_s", "c_s", "d_s"):  # b finished twice; e never finished
+        sync_redis.xadd(ks.done(0), {"tid": tid, "n": 1, "status": "ok"})
+    v = settle(sync_redis, ks, expected, timeout=0)
+    assert (v.trajectories, v.keys) == (5, 6)
+    assert v.missing == ["a_s_1"] and v.unfinished == ["e_s"] and v.lost == 2
+    assert v.wrong == ["c_s_0"] and v.duplicated == 2  # b twice, c's value
+    assert v.errors == 1 and not v.clean
