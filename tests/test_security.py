@@ -8,6 +8,7 @@ redis-servers (password, ACL user, TLS with a throwaway CA made by openssl).
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def _secret_forms(pw: str) -> list[str]:
     return [pw, quote(pw, safe=""), pw[:6]]
 
 
-def test_password_in_url_works_and_never_shows_in_logs_or_redis(tmp_path):
+def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path):
     with RedisServer(password=PASSWORD, appendonly=True) as srv:
         assert "%40" in srv.url and PASSWORD not in srv.url  # the URL carries it quoted
         worker, client, ns = _score_through(srv.url, tmp_path, name="pw-worker", log_level="debug")
@@ -93,6 +94,15 @@ def test_password_in_url_works_and_never_shows_in_logs_or_redis(tmp_path):
             r = srv.client()
             beat = r.hgetall(Keyspace(ns).worker("pw-worker"))
             assert beat and b"pid" in beat
+            # `rewardq status` (while the worker is alive), text and JSON
+            shown = []
+            for extra in ([], ["--json"]):
+                out = subprocess.run([sys.executable, "-m", "rewardq", "status", "--redis-url", srv.url,
+                                      "--namespace", ns, *extra], capture_output=True, text=True, timeout=120,
+                                     cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+                assert out.returncode == 0, out.stderr
+                shown.append(out.stdout + out.stderr)
+            assert "pw-worker" in shown[1] and ":***@127.0.0.1" in shown[1]
             stored = _all_values(r, ns)
             r.close()
             assert worker.terminate() == 0
@@ -100,6 +110,7 @@ def test_password_in_url_works_and_never_shows_in_logs_or_redis(tmp_path):
             assert "redis://:***@127.0.0.1" in log  # the URL is logged, redacted
             for secret in _secret_forms(PASSWORD):
                 assert secret not in log, f"{secret!r} leaked into the worker log"
+                assert all(secret not in text for text in shown), f"{secret!r} leaked into `rewardq status`"
                 assert secret.encode() not in stored, f"{secret!r} leaked into Redis"
         finally:
             worker.kill()
