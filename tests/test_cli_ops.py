@@ -64,14 +64,25 @@ def _hold_one(ns: str, r: redis.Redis, client: RewardClient) -> None:
 async def _populate(ns: str, r: redis.Redis, client: RewardClient) -> list[str]:
     """With workers running: a stuck trajectory, a later one without its final output, a junk
     record and a scored trajectory (whose keys are returned, once scored)."""
+    ks = Keyspace(ns)
     client.put_output("stuck", "s", 0, output(2, 2), SAMPLE)
     client.put_output("stuck", "s", 3, output(2, 2), SAMPLE, final=True)
-    await asyncio.sleep(0.4)
+    await _until(lambda: r.hget(ks.traj_key("stuck_s"), "stored") == b"2", "the worker to store stuck_s")
+    await asyncio.sleep(0.4)  # so that nofinal_s is seen 0.4 s later: the oldest is stuck_s
     client.put_output("nofinal", "s", 0, output(2, 2), SAMPLE)
-    r.xadd(Keyspace(ns).stream(0), {"key": "junk_s_0", "data": b"junk"})
+    r.xadd(ks.stream(0), {"key": "junk_s_0", "data": b"junk"})
     keys = client.put_trajectory("fine", "s", [output(3, 3, seed=1), output(3, 5, seed=2)], SAMPLE)
     await asyncio.to_thread(client.wait_rewards, keys, 10)
+    await _until(lambda: r.hget(ks.worker("w0"), "scored") == b"1" and r.xlen(ks.dead(0)) == 1
+                 and r.exists(ks.traj_key("nofinal_s")), "the heartbeat to count the scored trajectory")
     return keys
+
+
+async def _until(predicate, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
 
 
 STATUS_SPEC = {"namespace": str, "group": str, "shards": list, "workers": list, "dead_letters": int,
@@ -132,8 +143,8 @@ async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(ns, re
     assert "the oldest, stuck_s, has waited" in messages and "for outputs 1,2" in messages
     assert {d["level"] for d in st["diagnosis"]} == {"warning"}
     # And the table says the same to a person
-    row = next(line for line in table.splitlines() if "stuck_s" in line and "│" in line)
-    assert "0,3" in row and "1,2" in row and "outputs 1,2" in row and row.count("s ") >= 1
+    row = next(line.split() for line in table.splitlines() if line.strip().startswith("stuck_s "))
+    assert row[:7] == ["stuck_s", "0", "0,3", "3", "1,2", "outputs", "1,2"] and row[7].endswith("s"), row
     assert "waiting for outputs (2, oldest first)" in table and "w0" in table
     assert "ghost: 1 (not alive)" in table and "invalid: 1" in table
     assert "rewardq inspect stuck_s --namespace " + ns in table
@@ -154,7 +165,8 @@ def test_status_watch_refreshes_and_stops(ns, redis_url, sync_redis, tmp_path):
     # --watch with --count stops by itself: frames one after another when not on a terminal
     code, out, err = rq("status", "--redis-url", redis_url, "--namespace", ns, "--watch", "0.1", "--count", "2")
     assert code == 0, err
-    assert out.count("rewardq status  namespace " + ns) == 2 and out.count("nothing is being scored") == 2
+    assert out.count(f"  {ns} on {redis_url} (group rewardq-workers, 1 shard(s))") == 2
+    assert out.count("nothing is being scored") == 2
     code, out, _ = rq("status", "--redis-url", redis_url, "--namespace", ns, "--json", "--watch", "0.1", "--count", "3")
     frames = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and len(frames) == 3 and all(f["shards"][0]["backlog"] == 1 for f in frames)

@@ -33,7 +33,8 @@ __all__ = ["dead_letters", "KINDS"]
 
 #: Kinds of dead letters the workers write (see rewardq.queue.deadletters).
 KINDS = ("invalid", "conflict", "scoring", "exhausted", "incomplete")
-_kind_option = click.option("--kind", type=click.Choice(KINDS), default=None, help="Only dead letters of this kind.")
+_kind_option = click.option("--kind", type=click.Choice(KINDS), default=None,
+                            help="Only dead letters of this kind.")
 
 
 def _letters(p: Any, incomplete_timeout: float = 600.0) -> Any:
@@ -56,7 +57,8 @@ def _resolve(dls: Any, refs: tuple[str, ...]) -> list[Any]:
     return found
 
 
-def _select(dls: Any, refs: tuple[str, ...], every: bool, kind: str | None, older_than: float | None = None) -> list:
+def _select(dls: Any, refs: tuple[str, ...], every: bool, kind: str | None,
+            older_than: float | None = None) -> list[Any]:
     if refs and (every or kind or older_than is not None):
         raise ConfigError("give either REFs or --all (with --kind / --older-than), not both")
     if not refs and not every:
@@ -71,7 +73,8 @@ def _select(dls: Any, refs: tuple[str, ...], every: bool, kind: str | None, olde
 def _row(d: Any) -> dict[str, Any]:
     s = d.summary()
     return {"ref": d.ref, "kind": d.kind, "time": d.time, "tid": s.get("tid", ""), "key": s.get("key", ""),
-            "deliveries": int(s["deliveries"]) if str(s.get("deliveries", "")).isdigit() else None, "worker": s.get("worker", ""), "reason": s.get("reason", ""),
+            "deliveries": int(s["deliveries"]) if str(s.get("deliveries", "")).isdigit() else None,
+            "worker": s.get("worker", ""), "reason": s.get("reason", ""),
             "data_bytes": s["data_bytes"]}
 
 
@@ -88,6 +91,7 @@ def dead_letters() -> None:
 def list_(redis_url: str, namespace: str, cluster: bool, group: str, kind: str | None, limit: int,
           as_json: bool) -> int:
     """List dead letters, newest first."""
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -103,14 +107,17 @@ def list_(redis_url: str, namespace: str, cluster: bool, group: str, kind: str |
     console = Console(highlight=False)
     now = time.time()
     table = Table(title=f"dead letters in {escape(namespace)}: {len(rows)} shown of {total}"
-                        + (f" (kind {kind})" if kind else ""), title_justify="left")
-    for col in ("ref", "age", "kind", "trajectory", "key", "deliveries", "worker", "reason"):
-        table.add_column(col, overflow="fold" if col == "reason" else "ellipsis")
+                        + (f" (kind {kind})" if kind else ""), title_justify="left", box=box.SIMPLE_HEAD,
+                  collapse_padding=True)
+    for col in ("ref", "age", "kind", "key", "tries", "worker", "reason"):
+        wide = col in ("key", "reason")
+        table.add_column(col, overflow="fold" if wide else "ellipsis", no_wrap=not wide,
+                         ratio=(2 if col == "reason" else 1) if wide else None, min_width=12 if wide else None)
     for r in rows:
         reason = r["reason"].splitlines()[0] if r["reason"] else ""
-        table.add_row(r["ref"], fmt_duration(now - r["time"]) if r["time"] else "-", r["kind"], escape(r["tid"]),
-                      escape(r["key"]), "-" if r["deliveries"] is None else str(r["deliveries"]), escape(r["worker"]),
-                      escape(reason[:120] + ("…" if len(reason) > 120 else "")))
+        table.add_row(r["ref"], fmt_duration(now - r["time"]) if r["time"] else "-", r["kind"],
+                      escape(r["key"] or r["tid"] or "-"), "-" if r["deliveries"] is None else str(r["deliveries"]),
+                      escape(r["worker"]), escape(reason[:120] + ("…" if len(reason) > 120 else "")))
     console.print(table)
     if rows:
         console.print("[dim]details: rewardq dead-letters show REF; after a fix: rewardq dead-letters retry REF "

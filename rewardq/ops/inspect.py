@@ -92,6 +92,7 @@ def _state_style(state: str) -> str:
 def render_inspect(view: dict[str, Any]) -> Any:
     """The inspect dict as one rich renderable."""
     from rich.console import Group
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
@@ -124,10 +125,12 @@ def render_inspect(view: dict[str, Any]) -> Any:
         head.add_row("waiting", f"{fmt_duration(t['since_first_s'])} since the first output")
     parts.append(head)
 
-    table = Table(title="outputs", title_justify="left")
+    table = Table(title="outputs (tokens: prompt, response, model-generated)", title_justify="left",
+                  box=box.SIMPLE_HEAD, collapse_padding=True)
     for col in ("i", "key", "prompt", "response", "model", "turns", "status", "reward", "worker", "latency"):
         table.add_column(col, justify="right" if col in ("i", "prompt", "response", "model", "turns",
-                                                         "reward", "latency") else "left")
+                                                         "reward", "latency") else "left",
+                         overflow="fold" if col == "key" else "ellipsis")
     for o in view["outputs"]:
         rec, res = o.get("record") or {}, o.get("result") or {}
         status = res.get("status", "")
@@ -142,11 +145,12 @@ def render_inspect(view: dict[str, Any]) -> Any:
     parts.append(table)
     for o in view["outputs"]:
         res, rec = o.get("result") or {}, o.get("record") or {}
-        if res.get("reward_extra_info"):
+        error, extra = res.get("error"), res.get("reward_extra_info")
+        if extra and extra != {"error": error}:  # error results carry the reason in both: shown once
             parts.append(f"[bold]{escape(o['key'])}[/] reward_extra_info:")
-            parts.append(_json(res["reward_extra_info"]))
-        if res.get("error"):
-            parts.append(f"[bold]{escape(o['key'])}[/] error: [red]{escape(res['error'])}[/]")
+            parts.append(_json(extra))
+        if error and error != meta.get("error"):  # the trajectory's error is in the header already
+            parts.append(f"[bold]{escape(o['key'])}[/] error: [red]{escape(error)}[/]")
         if rec.get("response_preview") is not None:
             parts.append(f"[bold]{escape(o['key'])}[/] response: {escape(rec['response_preview'])}")
         if rec.get("extra_fields"):

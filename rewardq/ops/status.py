@@ -82,8 +82,9 @@ def _ns(namespace: str) -> str:
     return "" if namespace == "rewardq" else f" --namespace {namespace}"
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "s")
+def _n(count: int, one: str, many: str | None = None) -> str:
+    """``1 entry``, ``3 entries``."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
@@ -94,49 +95,49 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
     """
     ns = st["namespace"]
     out: list[dict[str, str]] = []
+
+    def say(level: str, message: str) -> None:
+        out.append({"level": level, "message": message})
+
     no_group = [str(sh["shard"]) for sh in st["shards"] if not sh["group"]]
     backlog = sum(sh["backlog"] for sh in st["shards"])
     pending = sum(sh["pending"] for sh in st["shards"])
+    collecting = _n(st["waiting_total"], "trajectory", "trajectories")
     if no_group:
-        out.append({"level": "error", "message": (
-            f"shard(s) {','.join(no_group)} have no consumer group {st['group']!r}: no worker has started on "
-            f"namespace {ns!r} (or the group was deleted); start one: rewardq worker{_ns(ns)}")})
+        say("error", f"shard(s) {','.join(no_group)} have no consumer group {st['group']!r}: no worker has started "
+                     f"on namespace {ns!r} (or the group was deleted); start one: rewardq worker{_ns(ns)}")
     if not st["workers"] and (backlog or pending or st["waiting_total"]):
-        out.append({"level": "error", "message": (
-            f"nothing is being scored: no live worker on namespace {ns!r} while {_n(backlog, 'entry')} wait in "
-            f"the streams, {pending} pending, {st['waiting_total']} trajectories collecting; start one: "
-            f"rewardq worker{_ns(ns)} (check its "
-            "--redis-url and --namespace if one is running)")})
+        say("error", f"nothing is being scored: no live worker on namespace {ns!r} while "
+                     f"{_n(backlog, 'entry', 'entries')} wait in the streams, {pending} pending, {collecting} "
+                     f"collecting; start one: rewardq worker{_ns(ns)} (if one runs, check its --redis-url and "
+                     "--namespace)")
     elif not st["workers"]:
-        out.append({"level": "warning", "message": f"no live worker on namespace {ns!r} (nothing is waiting)"})
+        say("warning", f"no live worker on namespace {ns!r} (nothing is waiting)")
     orphans = {o["name"]: o["pending"] for sh in st["shards"] for o in sh.get("owners", []) if not o["alive"]}
     if orphans:
         shown = ", ".join(f"{n} ({p})" for n, p in sorted(orphans.items()))
-        out.append({"level": "warning", "message": (
-            f"{_n(sum(orphans.values()), 'entry')} held by consumers that are not alive: {shown}; a live worker "
-            "reclaims them after claim_idle seconds")})
+        say("warning", f"{_n(sum(orphans.values()), 'entry', 'entries')} held by consumers that are not alive: "
+                       f"{shown}; a live worker reclaims them after claim_idle seconds")
     waiting = [w for w in st["waiting"] if w["missing"] or w["final"] is None]
     if waiting:
         w = waiting[0]
         what = (f"outputs {','.join(map(str, w['missing']))}" if w["missing"]
                 else "its final output (no put_output with final=True)")
-        out.append({"level": "warning", "message": (
-            f"{_n(st['waiting_total'], 'trajectory')} waiting for outputs; the oldest, {w['tid']}, has waited "
-            f"{fmt_duration(w['waited_s'])} for {what} and is given up in {fmt_duration(w['expires_in_s'])} "
-            "(then every key gets an error result and an 'incomplete' dead letter). Check that the rollout side "
-            "pushes every index from 0 to the final one: rewardq inspect " + w["tid"] + _ns(ns))})
+        say("warning", f"{collecting} waiting for outputs; the oldest, {w['tid']}, has waited "
+                       f"{fmt_duration(w['waited_s'])} for {what} and is given up in "
+                       f"{fmt_duration(w['expires_in_s'])} (then every key gets an error result and an 'incomplete' "
+                       "dead letter). Check that the rollout side pushes every index from 0 to the final one: "
+                       f"rewardq inspect {w['tid']}{_ns(ns)}")
     if st["dead_letters"]:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(st["dead_letters_by_kind"].items()))
-        out.append({"level": "warning", "message": (
-            f"{_n(st['dead_letters'], 'dead letter')} ({kinds or 'kinds not counted'}): rewardq dead-letters list"
-            f"{_ns(ns)}; after a fix: rewardq dead-letters retry --all{_ns(ns)}")})
+        say("warning", f"{_n(st['dead_letters'], 'dead letter')} ({kinds or 'kinds not counted'}): rewardq "
+                       f"dead-letters list{_ns(ns)}; after a fix: rewardq dead-letters retry --all{_ns(ns)}")
     rec = st["recent"]
     if rec["errors"]:
-        out.append({"level": "warning", "message": (
-            f"{rec['errors']} of {rec['trajectories']} trajectories finished in the last "
-            f"{rec['window_s']:g}s ended with an error result")})
+        say("warning", f"{rec['errors']} of {rec['trajectories']} trajectories finished in the last "
+                       f"{rec['window_s']:g}s ended with an error result")
     if not out:
-        out.append({"level": "ok", "message": "all clear: nothing is stuck"})
+        say("ok", "all clear: nothing is stuck")
     return out
 
 
@@ -145,22 +146,20 @@ _STYLE = {"error": "bold red", "warning": "yellow", "ok": "green"}
 
 def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
     """The status dict as one rich renderable (tables and the diagnosis; ``footer`` under them)."""
+    from rich import box
     from rich.console import Group
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     parts: list[Any] = []
-    head = Text.assemble(("rewardq status", "bold"), f"  namespace {st['namespace']}  group {st['group']}  "
-                         f"{st['shard_count']} shard(s)  {st['redis_url']}  "
-                         f"{time.strftime('%H:%M:%S', time.localtime(st['time']))}")
+    head = Text.assemble((f"{time.strftime('%H:%M:%S', time.localtime(st['time']))}  {st['namespace']}", "bold"),
+                         f" on {st['redis_url']} (group {st['group']}, {st['shard_count']} shard(s))")
     parts.append(head)
 
-    shards = Table(title="streams", title_justify="left", expand=False)
+    shards = Table(title="streams", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
     for col in ("shard", "length", "lag", "pending", "held by", "group"):
         shards.add_column(col, justify="right" if col in ("shard", "length", "lag", "pending") else "left")
-    shards.caption = "lag: entries not yet delivered to any worker (≈: estimated); pending: delivered, not done"
-    shards.caption_justify = "left"
     for sh in st["shards"]:
         owners = ", ".join(f"{o['name']}: {o['pending']}" + ("" if o["alive"] else " (not alive)")
                            for o in sh.get("owners", []))
@@ -171,15 +170,16 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
 
     # "idle" (time since the worker last got an entry) needs XINFO CONSUMERS "inactive": Redis >= 7.2
     idle = any(w.get("inactive_s") is not None for w in st["workers"])
-    workers = Table(title=f"live workers ({len(st['workers'])})", title_justify="left")
-    cols = ["name", "host", "pid", "in flight", "pending", "heartbeat", *(["idle"] if idle else []), "scored/s",
-            "scored", "errors", "dead letters", "manager", "up"]
+    workers = Table(title=f"live workers ({len(st['workers'])})", title_justify="left", box=box.SIMPLE_HEAD,
+                    collapse_padding=True)
+    cols = ["name", "host", "pid", "in flight", "last beat", *(["idle"] if idle else []), "scored/s", "scored",
+            "errors", "dead", "manager", "up"]  # entries each worker holds: the streams table's "held by"
     for col in cols:
-        workers.add_column(col, justify="left" if col in ("name", "host", "manager") else "right")
+        workers.add_column(col, justify="left" if col in ("name", "host", "manager") else "right", no_wrap=True)
     for w in st["workers"]:
-        beat = f"{fmt_duration(w['idle_s'])} ago"
+        beat = fmt_duration(w["idle_s"])
         workers.add_row(escape(w["name"]), escape(w["host"]), str(w["pid"]), str(w["in_flight"]),
-                        str(w.get("pending", "-")), beat if w["idle_s"] < 10 else f"[yellow]{beat}[/]",
+                        beat if w["idle_s"] < 10 else f"[yellow]{beat}[/]",
                         *([fmt_duration(w.get("inactive_s"))] if idle else []), f"{w['rate_per_s']:g}",
                         str(w["scored"]), f"[red]{w['errors']}[/]" if w["errors"] else "0", str(w["dead_letters"]),
                         escape(w["manager"]), fmt_duration(w["uptime_s"]))
@@ -190,7 +190,7 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
     shown = len(st["waiting"])
     waiting = Table(title=f"waiting for outputs ({st['waiting_total']}, oldest first"
                           + (f", {shown} shown" if shown < st["waiting_total"] else "") + ")",
-                    title_justify="left")
+                    title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
     for col in ("trajectory", "shard", "have", "final", "missing", "waiting for", "waited", "given up in"):
         waiting.add_column(col, justify="right" if col in ("shard", "final", "waited", "given up in") else "left")
     for w in st["waiting"]:
