@@ -431,6 +431,11 @@ async def test_health_exit_codes(ns, redis_url, sync_redis):
     assert code == 1 and "stale: old (last beat 60s ago)" in err
     code, out, _ = rq("health", *base, "--max-age", "120", "--json")
     assert code == 0 and json.loads(out)["workers"][0]["name"] == "old"
+    # A fresh score in the workers set but no heartbeat hash (it expired: the process died) is not alive
+    r.zadd(ks.workers, {"gone": time.time()})
+    code, out, _ = rq("health", *base, "--any-host", "--json")
+    report = json.loads(out)
+    assert code == 1 and sorted(w["name"] for w in report["stale"]) == ["gone", "old"] and report["others"] == 0
     # A fresh heartbeat but no consumer group (e.g. Redis restarted without persistence): unhealthy
     r.xgroup_destroy(ks.stream(0), ks.group)
     code, out, _ = rq("health", *base, "--max-age", "120", "--json")

@@ -135,10 +135,11 @@ def check_health(client: Any, namespace: str, *, max_age: float = 10.0, host: st
         pipe.hget(ks.worker(_s(n)), "host")
     for (n, beat), their_host in zip(beats, pipe.execute() if beats else []):
         n, age = _s(n), max(0.0, now - beat)
+        alive = age <= max_age and their_host is not None  # an expired heartbeat hash: the worker is gone
         matches = n == name if name else any_host or (their_host is not None and _s(their_host) == host)
         if not matches:
-            report.others += age <= max_age
-        elif age <= max_age and their_host is not None:
+            report.others += alive
+        elif alive:
             report.local.append((n, age))
         else:
             report.stale.append((n, age))
