@@ -466,3 +466,21 @@ def test_help_defaults_and_helpers():
     assert normalize_ref("ns:{s1.4}:traj:u_s", "ns") == "u_s" and normalize_ref("u_s_1", "ns") == "u_s_1"
     assert [target.fmt_duration(x) for x in (None, 3.25, 245, 7380, 2 * 86400 + 3600)] == \
         ["-", "3.2s", "4m05s", "2h03m", "2d01h"]
+
+
+async def test_inspect_a_scored_trajectory_whose_records_were_dropped(ns, redis_url):
+    # Given workers that do not keep records (the default)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    async with running_workers(ns, redis_url, [LengthManager(None)]):
+        keys = client.put_trajectory("plain", "s", [output(2, 3), output(2, 4)], SAMPLE)
+        await asyncio.to_thread(client.wait_rewards, keys, 10)
+    # Then inspect shows the rewards, nothing as missing, and how to keep records next time
+    code, out, err = rq("inspect", "plain_s", "--redis-url", redis_url, "--namespace", ns, "--json")
+    view = json.loads(out)
+    assert code == 0 and view["state"] == "done" and view["missing"] == [] and not view["records_kept"]
+    assert [o["result"]["reward_score"] for o in view["outputs"]] == [4.0, 4.0]
+    assert all("record" not in o for o in view["outputs"])
+    code, out, _ = rq("inspect", "plain_s", "--redis-url", redis_url, "--namespace", ns)
+    assert "2, final index 1 (records dropped once scored)" in out and "missing" not in out
+    assert "REWARDQ_KEEP_RECORDS=SECONDS" in out
+    client.close()

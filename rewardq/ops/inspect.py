@@ -71,6 +71,9 @@ def inspect_view(r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int 
     known = view["meta"] or any("record" in o or "result" in o for o in view["outputs"])
     if not known:
         raise NotFound(f"nothing known about {ref!r} in {where}: {hint}")
+    if view["state"] != "collecting":
+        # A finished trajectory's records are dropped (unless kept): nothing is missing, they were scored.
+        view["missing"] = []
     view["timings"] = timings(view)
     view["namespace"] = ks.namespace
     return view
@@ -106,8 +109,11 @@ def render_inspect(view: dict[str, Any]) -> Any:
     head.add_row("trajectory", f"{escape(view['tid'])} (shard {view['shard']}, namespace {escape(view['namespace'])})")
     head.add_row("state", f"[{_state_style(state)}]{escape(state)}[/]"
                  + (f" — status {escape(meta['status'])}" if meta.get("status") else ""))
-    head.add_row("outputs", f"have {','.join(map(str, view['have'])) or 'none'}; final index "
-                 + ("not pushed yet" if view["final"] is None else str(view["final"])))
+    if state == "collecting" or view["have"]:
+        head.add_row("outputs", f"have {','.join(map(str, view['have'])) or 'none'}; final index "
+                     + ("not pushed yet" if view["final"] is None else str(view["final"])))
+    else:
+        head.add_row("outputs", f"{len(view['outputs'])}, final index {view['final']} (records dropped once scored)")
     if view["missing"]:
         head.add_row("missing", f"[red]{','.join(map(str, view['missing']))}[/]")
     if meta.get("error"):
