@@ -9,7 +9,7 @@ A dead letter (see :mod:`rewardq.queue.deadletters`) is named on the command lin
 * ``retry REF... | --all [--kind K]``        reopen each trajectory and re-queue its raw record
                                              (after you fixed the scorer); prints what was done
                                              for each, with a progress bar for many;
-* ``purge REF... | --all [--kind K] [--older-than S] [--yes]``
+* ``purge REF... | --all [--kind K] [--older-than S] [--yes] [--json]``
                                              delete them; asks first, and without a terminal
                                              refuses unless ``--yes`` is given.
 
@@ -212,14 +212,16 @@ def retry(refs: tuple[str, ...], redis_url: str, namespace: str, cluster: bool, 
 @click.option("--older-than", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="With --all: only dead letters older than this.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (needed without a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was purged as one JSON object.")
 def purge(refs: tuple[str, ...], redis_url: str, namespace: str, cluster: bool, group: str, every: bool,
-          kind: str | None, older_than: float | None, yes: bool) -> int:
+          kind: str | None, older_than: float | None, yes: bool, as_json: bool) -> int:
     """Delete dead letters for good (their records are lost)."""
     with opened(redis_url, namespace, cluster=cluster, group=group) as p:
         dls = _letters(p)
         targets = _select(dls, refs, every, kind, older_than)
         if not targets:
-            click.echo("no dead letters matched; nothing to do")
+            click.echo(json.dumps({"namespace": namespace, "purged": 0, "refs": []}) if as_json
+                       else "no dead letters matched; nothing to do")
             return 0
         what = (f"{len(targets)} dead letter(s)" + (f" of kind {kind}" if kind else "")
                 + (f" older than {fmt_duration(older_than)}" if older_than is not None else "")
@@ -232,5 +234,8 @@ def purge(refs: tuple[str, ...], redis_url: str, namespace: str, cluster: bool, 
                 click.echo("nothing deleted", err=True)
                 return 1
         n = dls.purge([d.ref for d in targets])
-    click.echo(f"purged {n} dead letter(s) from namespace {namespace!r}")
+    if as_json:
+        click.echo(json.dumps({"namespace": namespace, "purged": n, "refs": [d.ref for d in targets]}))
+    else:
+        click.echo(f"purged {n} dead letter(s) from namespace {namespace!r}")
     return 0
