@@ -37,7 +37,12 @@ def rq(*args: str, env: dict[str, str] | None = None, input: str | None = None) 
     """Run ``rewardq ARGS`` in-process; returns (exit code, stdout, stderr)."""
     runner = CliRunner()
     with runner.isolation(input=input, env={"COLUMNS": "220", **(env or {})}) as (out, err, _):
-        code = cli_module._run(list(args))
+        try:
+            code = cli_module._run(list(args))
+        finally:
+            sys.stdout.flush()  # what the console script does at exit (a traceback is plain buffered text)
+            sys.stderr.flush()
+            cli_module._state["debug"] = False  # --debug is process-wide; these runs share one process
     return code, out.getvalue().decode(), err.getvalue().decode()
 
 
@@ -267,6 +272,8 @@ async def test_inspect_a_key_a_trajectory_and_unknown_refs(ns, redis_url, sync_r
         code, out, err = rq("inspect", ref, "--redis-url", redis_url, "--namespace", ns)
         assert code == 1 and out == "" and f"nothing known about '{ref}'" in err and "--namespace" in err
         assert "Traceback" not in err
+    code, _, err = rq("--debug", "inspect", "nope_s", "--redis-url", redis_url, "--namespace", ns)
+    assert code == 1 and "Traceback" in err and "nothing known about 'nope_s'" in err  # traceback only when asked
     code, _, err = rq("inspect", "fine_s", "--redis-url", redis_url, "--namespace", ns, "--tokenizer", "/no/such")
     assert code == 2 and "/no/such" in err
     client.close()
