@@ -56,27 +56,31 @@ RETRY_ON = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class _SyncRetry(SyncRetry):
-    """Retry with backoff, except that a refused password fails at once (no point in waiting)."""
+    """Retry with backoff, except that a refused password fails at once (no point in waiting).
 
-    def call_with_retry(self, do: Any, fail: Any) -> Any:  # type: ignore[override]
-        def fail_fast(error: Exception) -> None:
-            fail(error)
+    The extra arguments redis-py passes (``is_retryable``, ``with_failure_count`` in redis-py 6+,
+    where ``fail`` then takes ``(error, failures)``) are passed through untouched.
+    """
+
+    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        def fail_fast(error: Exception, *rest: Any) -> None:
+            fail(error, *rest)
             if isinstance(error, AuthenticationError):
                 raise error
 
-        return super().call_with_retry(do, fail_fast)
+        return super().call_with_retry(do, fail_fast, *args, **kwargs)
 
 
 class _AsyncRetry(AsyncRetry):
     """The asyncio twin of :class:`_SyncRetry`."""
 
-    async def call_with_retry(self, do: Any, fail: Any) -> Any:  # type: ignore[override]
-        async def fail_fast(error: Exception) -> None:
-            await fail(error)
+    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        async def fail_fast(error: Exception, *rest: Any) -> None:
+            await fail(error, *rest)
             if isinstance(error, AuthenticationError):
                 raise error
 
-        return await super().call_with_retry(do, fail_fast)
+        return await super().call_with_retry(do, fail_fast, *args, **kwargs)
 
 
 def _retry(sync: bool) -> Any:
@@ -94,15 +98,28 @@ def _common(sync: bool) -> dict[str, Any]:
     }
 
 
+#: Connections one client may open. Past it a command waits for a free connection (up to
+#: ``pool_timeout`` seconds) instead of failing: many coroutines may share one asyncio client.
+DEFAULT_MAX_CONNECTIONS = 256
+
+
 def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any) -> Any:
-    """An asyncio client (``redis.asyncio.Redis`` or ``RedisCluster``) for ``url``."""
+    """An asyncio client (``redis.asyncio.Redis`` or ``RedisCluster``) for ``url``.
+
+    The single-Redis client uses a *blocking* pool of ``max_connections`` (default 256): when
+    every connection is busy a command waits ``pool_timeout`` (default 30 s) for one, where
+    redis-py's default pool fails at once with "Too many connections".
+    """
     url, cluster = split_cluster(url, cluster)
     opts = {**_common(False), **kwargs}
     if cluster:  # the cluster client has its own retry rules (MOVED, failover): left as they are
         opts.pop("health_check_interval", None)
         opts.pop("retry_on_error", None)
         return aredis.RedisCluster.from_url(url, **opts)
-    return aredis.Redis.from_url(url, **opts)
+    pool = aredis.BlockingConnectionPool.from_url(
+        url, max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
+        timeout=opts.pop("pool_timeout", 30), **opts)
+    return aredis.Redis.from_pool(pool)
 
 
 def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any) -> Any:
@@ -113,7 +130,10 @@ def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any
         opts.pop("health_check_interval", None)
         opts.pop("retry_on_error", None)
         return redis.RedisCluster.from_url(url, **opts)
-    return redis.Redis.from_url(url, **opts)
+    pool = redis.BlockingConnectionPool.from_url(
+        url, max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
+        timeout=opts.pop("pool_timeout", 30), **opts)
+    return redis.Redis.from_pool(pool)
 
 
 def is_cluster_client(client: Any) -> bool:
