@@ -84,6 +84,10 @@ def cli(debug: bool) -> None:
 @click.option("--incomplete-timeout", type=float, default=None, help="Seconds a trajectory may wait for outputs.")
 @click.option("--score-timeout", type=float, default=None, help="Seconds one trajectory's scoring may take.")
 @click.option("--result-ttl", type=float, default=None, help="Seconds results are kept (0: forever).")
+@click.option("--keep-records", type=float, default=None,
+              help="Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (default 0: dropped).")
+@click.option("--group", default=None, help="Consumer group (default rewardq-workers).")
+@click.option("--block-ms", type=int, default=None, help="Longest blocking read, in milliseconds.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default=None, help="Log level (default INFO).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None, help="text, or one JSON per line.")

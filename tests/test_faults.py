@@ -69,9 +69,10 @@ def test_sigkill_at_every_phase_loses_nothing(server, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
     names = {p: _ns(p) for p in phases}
+    # (concurrency 1: one trajectory in flight, so each fault fires at a known point even on a busy machine)
     doomed = {p: WorkerProcess(server.url, names[p], fault=fault, log_dir=tmp_path, name=f"doomed-{p}",
                                manager_options={"sleep": 3600, "mark_dir": str(marks)} if p == "scoring" else {},
-                               **FAST)
+                               concurrency=1, **FAST)
               for p, fault in phases.items()}
     r = server.client()
     try:

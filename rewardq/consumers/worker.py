@@ -384,7 +384,12 @@ class Worker:
         return {"entry_id": entry.id, "stream": self.ks.stream(entry.shard), "key": entry.key, "tid": tid,
                 "kind": kind, "reason": reason[:4000], "traceback": tb[-8000:], "deliveries": entry.deliveries,
                 "worker": self.name, "time": f"{time.time():.6f}", "ts": entry.fields.get(b"ts", b""),
-                "data": entry.data if isinstance(entry.data, (bytes, bytearray)) else b""}
+                "data": self._dead_data(entry)}
+
+    def _dead_data(self, entry: Entry) -> bytes:
+        """The raw record kept in a dead letter; an oversize one is cut to its first 64 KiB."""
+        data = entry.data if isinstance(entry.data, (bytes, bytearray)) else b""
+        return bytes(data[:65536]) if len(data) > self.cfg.max_record_bytes else bytes(data)
 
     # ==================================================================================
     # background: heartbeat + lease renewal, maintenance

@@ -42,6 +42,7 @@ FLAG_FIELDS: dict[str, str] = {
     "batch_size": "batch_size", "manager_option": "manager_options", "shards": "shards", "cluster": "cluster",
     "name": "name", "claim_idle": "claim_idle", "max_deliveries": "max_deliveries",
     "incomplete_timeout": "incomplete_timeout", "score_timeout": "score_timeout", "result_ttl": "result_ttl",
+    "keep_records": "keep_records", "group": "group", "block_ms": "block_ms",
     "log_level": "log_level", "log_format": "log_format", "metrics_port": "metrics_port",
 }
 

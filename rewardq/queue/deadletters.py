@@ -25,7 +25,7 @@ from rewardq.queue.keys import Keyspace, split_key
 #: Lua: reopen a finished trajectory so that a retried record is scored again.
 _REOPEN = """
 local traj, waiting, rprefix, tid, deadline = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
-if redis.call('EXISTS', traj) == 0 then return 0 end
+if redis.call('EXISTS', traj) == 0 then return -1 end
 local n = tonumber(redis.call('HGET', traj, 'n') or '0')
 for i = 0, n - 1 do redis.call('DEL', rprefix .. tid .. '_' .. i) end
 redis.call('HDEL', traj, 'status', 'error', 'done_at', 'n', 'worker', 'lease', 'lease_until', 'acks')
@@ -135,7 +135,8 @@ class DeadLetters:
             shard = self.ks.shard_of(tid)
             reopened = self.r.eval(_REOPEN, 2, self.ks.traj(shard, tid), self.ks.waiting(shard),
                                    self.ks.reward_prefix(shard), tid, time.time() + self.incomplete_timeout)
-            actions.append(f"reopened {tid} ({int(reopened)} results cleared)")
+            if int(reopened) >= 0:
+                actions.append(f"reopened {tid} ({int(reopened)} results cleared)")
         else:
             shard = dl.shard
         if data:

@@ -199,4 +199,4 @@ def inspect_trajectory(r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, pr
     return {"ref": ref, "tid": tid, "shard": shard, "state": state, "final": final, "have": have,
             "missing": missing, "meta": meta, "outputs": outputs,
             "records_kept": bool(kept), "records_note": None if payloads or state != "done" else
-            "records are dropped once scored; start workers with REWARDQ_KEEP_RECORDS=SECONDS to keep them"}
+            "records are dropped once scored; start workers with --keep-records SECONDS (or REWARDQ_KEEP_RECORDS) to keep them"}
