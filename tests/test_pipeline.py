@@ -143,3 +143,24 @@ async def test_many_concurrent_async_waiters(ns, redis_url, length_manager):
     for t, res in enumerate(all_res):
         assert [r.reward_score for r in res.values()] == [float(t % 7 + 1)] * 2
     await client.aclose()
+
+
+async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns, redis_url):
+    from rewardq.reward.base import RewardManager
+
+    class Counting(RewardManager):
+        now = peak = 0
+
+        async def run_single(self, data):
+            type(self).now += 1
+            type(self).peak = max(type(self).peak, type(self).now)
+            await asyncio.sleep(0.05)
+            type(self).now -= 1
+            return {"reward_score": 1.0, "reward_extra_info": {}}
+
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = [k for t in range(20) for k in client.put_trajectory(f"c{t}", "s", [output(2, 2)], SAMPLE)]
+    async with running_workers(ns, redis_url, [Counting(None)], concurrency=3, batch_size=100):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 20)
+    assert len(res) == 20 and Counting.peak == 3
+    client.close()

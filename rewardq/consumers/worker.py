@@ -80,7 +80,8 @@ class Worker:
                       "reclaimed": 0, "duplicates": 0, "expired": 0}
         self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (time, latency_ms)
         self._stopping = asyncio.Event()
-        self._capacity = asyncio.Event()
+        self._capacity = asyncio.Event()  # set while fewer than `concurrency` trajectories are held
+        self._slots = asyncio.Semaphore(config.concurrency)  # at most `concurrency` scored at once
         self._capacity.set()
         self._tasks: list[asyncio.Task] = []
         self._started_at = time.time()
@@ -289,8 +290,11 @@ class Worker:
         shard, tid = o.entry.shard, o.record.tid
         t0 = time.perf_counter()
         outcome = "ok"
+        slot = False
         data_source = str(o.record.sample.get("data_source", ""))
         try:
+            await self._slots.acquire()  # held (and its lease renewed) while it waits for a slot
+            slot = True
             try:
                 records = assemble(tid, o.payloads, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size)
             except RecordError as exc:
@@ -317,6 +321,8 @@ class Worker:
             outcome = "commit-failed"
             logger.exception("could not finish %s; its entry stays pending and will be reclaimed", tid)
         finally:
+            if slot:
+                self._slots.release()
             if outcome != "handed-back":
                 self.in_flight.pop(tid, None)
             if len(self.in_flight) < self.cfg.concurrency:
