@@ -186,7 +186,7 @@ class StreamBroker:
             s = entry.shard
             calls.append((
                 [self.ks.traj(s, rec.tid), self.ks.stream(s), self.ks.waiting(s), self.ks.done(s)],
-                [self.ks.group, entry.id, rec.tid, rec.index, 1 if rec.final else 0, payload,
+                [self.ks.group, entry.id, rec.tid, rec.index, 1 if rec.final else 0, "",
                  self.incomplete_timeout, self.lease_seconds, self.worker, self.ks.reward_prefix(s),
                  self.result_ttl, self.done_maxlen],
             ))

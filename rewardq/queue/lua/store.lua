@@ -1,6 +1,6 @@
 -- store: file one output record of a trajectory, and say whether the trajectory is complete.
 -- KEYS: traj, stream, waiting, done
--- ARGV: group, entry_id, tid, index, final(0|1), payload, incomplete_timeout, lease_seconds,
+-- ARGV: group, entry_id, tid, index, final(0|1), '' (unused), incomplete_timeout, lease_seconds,
 --       worker, reward_prefix, result_ttl, done_maxlen
 -- Returns one of
 --   {'parked', stored, final}      data kept in the hash; the entry is acked and deleted
@@ -10,7 +10,7 @@
 --   {'conflict', reason}           the record contradicts what is stored; caller fails the trajectory
 local traj, stream, waiting, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, id, tid = ARGV[1], ARGV[2], ARGV[3]
-local index, is_final, payload = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6]
+local index, is_final = tonumber(ARGV[4]), ARGV[5] == '1'
 local incomplete_timeout, lease_seconds = tonumber(ARGV[7]), tonumber(ARGV[8])
 local worker, rprefix, ttl = ARGV[9], ARGV[10], tonumber(ARGV[11])
 local now = now_seconds()
@@ -28,6 +28,22 @@ if state == 'done' then
   end
   ack_delete(stream, group, {id})
   return {'done', wrote}
+end
+
+-- The record is read from the stream entry itself: the worker validated its copy, and
+-- sending the bytes back would double the traffic.
+local entry = redis.call('XRANGE', stream, id, id)
+if #entry == 0 then
+  redis.call('XACK', stream, group, id)
+  return {'done', 0}  -- deleted meanwhile: another worker already filed it
+end
+local payload
+local ef = entry[1][2]
+for j = 1, #ef, 2 do
+  if ef[j] == 'data' then payload = ef[j + 1] end
+end
+if not payload then
+  return {'conflict', 'stream entry ' .. id .. ' has no data field'}
 end
 
 local field = 'o:' .. index
