@@ -83,10 +83,6 @@ class WorkerConfig:
             raise ConfigError(f"log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {self.log_level!r}")
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
-        if self.max_deliveries * self.claim_idle <= self.lease_seconds:
-            raise ConfigError(f"max_deliveries × claim_idle ({self.max_deliveries} × {self.claim_idle}s) must exceed "
-                              f"lease_seconds ({self.lease_seconds}s): reclaims of an entry whose dead owner's lease "
-                              "has not yet run out count as deliveries")
         if self.claim_idle <= self.heartbeat_interval:
             raise ConfigError(f"claim_idle ({self.claim_idle}s) must exceed heartbeat_interval "
                               f"({self.heartbeat_interval}s), or live workers' entries get reclaimed")

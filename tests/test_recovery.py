@@ -188,3 +188,20 @@ async def test_deleted_stream_is_recreated_and_work_goes_on(ns, redis_url, sync_
         res = await asyncio.to_thread(client.wait_rewards, keys, 10)
     assert res[keys[0]].reward_score == 3.0
     client.close()
+
+
+async def test_dead_owners_lease_running_out_costs_no_deliveries(ns, redis_url, sync_redis):
+    """claim_idle far below lease_seconds: the entry is not reclaimed (and counted) again and
+    again while the dead owner's lease runs out, so it is scored, not dead-lettered."""
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = client.put_trajectory("patient", "s", [output(2, 7)], SAMPLE)
+    a = Worker(worker_config(ns, redis_url, name="A", lease_seconds=2.5), manager=Hang(None))
+    await a.start()
+    await a.handle(await a.broker.read([0], 10, None))
+    await _abandon(a)
+    async with running_workers(ns, redis_url, [LengthManager(None)], claim_idle=0.3, heartbeat_interval=0.1,
+                               max_deliveries=2) as (b,):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 15)
+    assert res[keys[0]].status == "ok" and res[keys[0]].reward_score == 7.0
+    assert sync_redis.xlen(Keyspace(ns).dead(0)) == 0
+    client.close()

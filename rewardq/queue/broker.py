@@ -150,6 +150,9 @@ class StreamBroker:
     async def reclaim(self, shard: int, min_idle_ms: int, count: int) -> tuple[list[Entry], list[tuple[str, int]]]:
         """Take over entries other (dead) workers left pending for ``min_idle_ms``.
 
+        Entries of trajectories still leased to another worker are skipped (see
+        ``lua/claimable.lua``), so a dead worker's lease running out costs no deliveries.
+
         Returns ``(claimed, exhausted)``: claimed entries (with their delivery count), and
         ``(id, deliveries)`` of entries idle that long that have already been delivered
         ``max_deliveries`` times (the caller decides; see :meth:`pending_counts`).
@@ -161,6 +164,10 @@ class StreamBroker:
             return [], []
         ids = [_s(p["message_id"]) for p in pending]
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        ids = [_s(i) for i in await self._scripts["claimable"](
+            keys=[stream], args=[self.ks.traj_prefix(shard), self.worker, *ids])]
+        if not ids:
+            return [], []
         claimed_raw = await self.r.xclaim(stream, self.ks.group, self.worker, min_idle_ms, ids)
         claimed = []
         for eid, fields in claimed_raw or []:
