@@ -14,17 +14,22 @@ from rewardq.queue.codec import DEFAULT_MAX_RECORD_BYTES, OutputRecord, decode_o
 
 
 def assemble(tid: str, payloads: Sequence[bytes | None], *, max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-             vocab_size: int | None = None) -> list[OutputRecord]:
+             vocab_size: int | None = None, known: OutputRecord | None = None) -> list[OutputRecord]:
     """Decode the outputs of trajectory ``tid`` in index order.
 
-    Raises RecordError when a payload is missing, undecodable, or out of place.
+    ``known`` is a record the caller already decoded from the same bytes (the one that
+    completed the trajectory); it is used as is. Raises RecordError when a payload is
+    missing, undecodable, or out of place.
     """
     records = []
     n = len(payloads)
     for i, payload in enumerate(payloads):
         if payload is None:
             raise RecordError("index", f"output {i} of {tid} vanished before scoring")
-        rec = decode_output(payload, max_bytes=max_bytes, vocab_size=vocab_size)
+        if known is not None and known.index == i and known.tid == tid:
+            rec = known
+        else:
+            rec = decode_output(payload, max_bytes=max_bytes, vocab_size=vocab_size)
         if rec.tid != tid or rec.index != i:
             raise RecordError("index", f"stored output {i} of {tid} is {rec.key}")
         if rec.final != (i == n - 1):

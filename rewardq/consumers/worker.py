@@ -296,7 +296,8 @@ class Worker:
             await self._slots.acquire()  # held (and its lease renewed) while it waits for a slot
             slot = True
             try:
-                records = assemble(tid, o.payloads, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size)
+                records = assemble(tid, o.payloads, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size,
+                                   known=o.record)
             except RecordError as exc:
                 outcome = "invalid"
                 await self._fail(shard, tid, o.entry, "invalid", f"invalid record: {exc}")

@@ -62,7 +62,7 @@ def read_final_output(manager: RewardManager, data: Any) -> FinalOutput:
         ScoringError: the sample has no ``reward_model`` dict with ``ground_truth``, or
             ``extra_info`` is not a dict.
     """
-    row = data[-1:]
+    row = data if data.batch_size[0] == 1 else data[-1:]  # indexing a TensorDict is not free
     reward_model = non_tensor(row, "reward_model")
     if not isinstance(reward_model, Mapping) or "ground_truth" not in reward_model:
         raise ScoringError("the sample has no reward_model['ground_truth'] (got reward_model="
