@@ -112,6 +112,7 @@ class Worker:
 
     async def start(self) -> None:
         cfg = self.cfg
+        _limit_torch_threads()
         if self._client is None:
             self._client = connect_async(cfg.redis_url, cluster=cfg.cluster)
         client = self._client
@@ -466,6 +467,21 @@ class Worker:
                 if self.metrics is not None:
                     self.metrics.dead_letter("incomplete")
                 logger.warning("trajectory %s ended: %s", tid, reason)
+
+
+def _limit_torch_threads() -> None:
+    """One intra-op thread: a trajectory batch is a few thousand ids, too small to split.
+
+    With torch's default (one thread per core) small ops wake the OpenMP pool, whose threads
+    spin: benchmarks/PROFILE.md measured 7.0 ms of worker CPU per trajectory with 2 threads,
+    3.1 ms with 1, on 2 cores. An explicit ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` wins.
+    """
+    if "OMP_NUM_THREADS" in os.environ or "MKL_NUM_THREADS" in os.environ:
+        return
+    import torch
+
+    if torch.get_num_threads() > 1:
+        torch.set_num_threads(1)
 
 
 def _is_nogroup(exc: BaseException) -> bool:

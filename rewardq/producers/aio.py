@@ -91,8 +91,8 @@ class AsyncRewardClient:
     async def _send(self, puts: list[Put]) -> None:
         await self._gate(p.shard for p in puts)
         ks = await self.keyspace()
-        pipe = self.r.pipeline(transaction=False)
         shards = sorted({p.shard for p in puts})
+        pipe = self.r.pipeline(transaction=not self.cluster and len(shards) == 1)  # one wake-up (see client.py)
         for p in puts:
             pipe.xadd(ks.stream(p.shard), p.fields)
         for shard in shards:

@@ -91,7 +91,9 @@ class RewardClient:
     def _send(self, puts: list[Put]) -> None:
         self._gate(p.shard for p in puts)
         ks = self.keyspace
-        pipe = self.r.pipeline(transaction=False)
+        # one Redis, one shard: MULTI/EXEC, so a worker blocked in XREADGROUP wakes once with
+        # every output instead of after the first XADD (one read + store round trip less)
+        pipe = self.r.pipeline(transaction=not self.cluster and len({p.shard for p in puts}) == 1)
         for p in puts:
             pipe.xadd(ks.stream(p.shard), p.fields)
         for shard in sorted({p.shard for p in puts}):

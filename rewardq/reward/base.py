@@ -93,9 +93,17 @@ class RewardManager(ABC):
         return self.tokenizer.decode(valid_response_ids(row), skip_special_tokens=True)
 
     async def call_score_fn(self, fn: ScoreFn, **kwargs: Any) -> Any:
-        """Call a sync or async scoring function; sync ones run in the default executor."""
+        """Call a sync or async scoring function; sync ones run in the default executor.
+
+        The built-in default scorer (regexes over the end of the text, tens of microseconds)
+        is called inline: the executor hop alone costs ~0.4 ms of CPU (benchmarks/PROFILE.md).
+        """
         if is_async_callable(fn):
             return await fn(**kwargs)
+        from rewardq.reward.scoring import default_compute_score
+
+        if fn is default_compute_score:
+            return fn(**kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, lambda: fn(**kwargs))
 

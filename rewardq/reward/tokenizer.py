@@ -74,6 +74,8 @@ def as_id_list(ids: Any) -> list[int]:
         ids = ids.detach().cpu()
     if hasattr(ids, "tolist"):  # torch / numpy, also 0-d
         ids = ids.tolist()
+        if isinstance(ids, list) and ids and type(ids[0]) is int:  # integer dtype: Python ints already
+            return ids
     if isinstance(ids, int):
         return [ids]
     out = list(ids)
