@@ -262,6 +262,7 @@ class Worker:
                 await self._dead_letter(entry, "invalid", f"invalid record: {exc}")
                 continue
             valid.append((entry, rec, bytes(entry.data)))
+        valid = await self._claim_whole_trajectories(valid)
         outcomes = await self.broker.store(valid)
         for o in outcomes:
             self.stats["stored"] += 1
@@ -275,6 +276,40 @@ class Worker:
                 self.stats["duplicates"] += 1
             elif o.kind == "leased":
                 logger.debug("%s is being scored by %s; leaving entry %s to it", o.record.tid, o.detail, o.entry.id)
+
+    async def _claim_whole_trajectories(self, valid: list) -> list:
+        """Start scoring every trajectory whose outputs 0..final all came in this batch.
+
+        One ``claim`` script per trajectory instead of one ``store`` per output (see
+        ``lua/claim.lua``). Returns the records that still need :meth:`StreamBroker.store`:
+        partial trajectories, redeliveries, and trajectories Redis already knows.
+        """
+        assert self.broker is not None
+        groups: dict[tuple[int, str], list] = {}
+        for item in valid:
+            entry, rec, _ = item
+            groups.setdefault((entry.shard, rec.tid), []).append(item)
+        whole, rest = [], []
+        for (shard, tid), items in groups.items():
+            items.sort(key=lambda it: it[1].index)
+            recs = [it[1] for it in items]
+            if (all(r.index == i for i, r in enumerate(recs)) and recs[-1].final
+                    and not any(r.final for r in recs[:-1]) and all(it[0].deliveries == 1 for it in items)):
+                whole.append((shard, tid, items))
+            else:
+                rest.extend(items)
+        if not whole:
+            return rest
+        claimed = await self.broker.claim_whole([(shard, tid, [it[0] for it in items]) for shard, tid, items in whole])
+        for (shard, tid, items), ok in zip(whole, claimed):
+            if not ok:
+                rest.extend(items)
+                continue
+            self.stats["stored"] += len(items)
+            final_entry, final_rec, _ = items[-1]
+            self._start_scoring(StoreOutcome("complete", final_entry, final_rec,
+                                             payloads=[it[2] for it in items], records=[it[1] for it in items]))
+        return rest
 
     def _start_scoring(self, o: StoreOutcome) -> None:
         tid = o.record.tid
@@ -297,8 +332,8 @@ class Worker:
             await self._slots.acquire()  # held (and its lease renewed) while it waits for a slot
             slot = True
             try:
-                records = assemble(tid, o.payloads, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size,
-                                   known=o.record)
+                records = o.records or assemble(tid, o.payloads, max_bytes=self.cfg.max_record_bytes,
+                                                vocab_size=self.vocab_size, known=o.record)
             except RecordError as exc:
                 outcome = "invalid"
                 await self._fail(shard, tid, o.entry, "invalid", f"invalid record: {exc}")

@@ -68,6 +68,8 @@ class StoreOutcome:
     record: OutputRecord
     payloads: list[bytes] = field(default_factory=list)
     detail: str = ""
+    #: the decoded outputs in index order, when the worker already holds them all (fast path)
+    records: list[OutputRecord] | None = None
 
 
 async def ensure_meta(client: Any, ks: Keyspace, shards: int | None) -> int:
@@ -209,6 +211,24 @@ class StreamBroker:
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1])))
             else:
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1]) if len(reply) > 1 else ""))
+        return out
+
+    async def claim_whole(self, groups: Sequence[tuple[int, str, list[Entry]]]) -> list[bool]:
+        """Fast path: lease trajectories whose outputs ``0..final`` were all read at once.
+
+        ``groups`` holds ``(shard, tid, entries in index order)``. True: this worker holds the
+        lease and must score and :meth:`commit` (the entries stay pending until then). False:
+        the trajectory is already known; file its records with :meth:`store` instead.
+        """
+        if not groups:
+            return []
+        calls = [([self.ks.traj(shard, tid)], [self.worker, self.lease_seconds, *(e.id for e in entries)])
+                 for shard, tid, entries in groups]
+        out = []
+        for reply in await self._pipelined_script("claim", calls):
+            if isinstance(reply, Exception):
+                raise reply
+            out.append(_s(reply[0]) == "complete")
         return out
 
     async def _pipelined_script(self, name: str, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:

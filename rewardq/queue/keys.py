@@ -10,7 +10,9 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  Consumer group: ``rewardq-workers`` (configurable)
     rewardq:{s0}:traj:<uid>_<session_id> HASH    assembly state of one trajectory: ``o:<i>`` the stored
                                                  record of output i, ``final`` the final index,
-                                                 ``state`` (collecting|failed|done), ``first_seen``,
+                                                 ``whole`` (entry ids, when all outputs arrived in one
+                                                 read and the records stay in the stream until the
+                                                 commit), ``state`` (collecting|done), ``first_seen``,
                                                  ``last_seen``, ``lease``/``lease_until`` while scored,
                                                  ``worker`` and ``done_at`` once scored.  Payloads are
                                                  dropped when done; the rest expires with results.

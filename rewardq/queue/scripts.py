@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
-NAMES = ("store", "commit", "fail", "expire", "renew", "release", "claimable")
+NAMES = ("store", "commit", "fail", "expire", "renew", "release", "claimable", "claim")
 
 
 @lru_cache(maxsize=None)

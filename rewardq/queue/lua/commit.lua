@@ -33,6 +33,7 @@ end
 local fields = {}
 for i = 0, n - 1 do fields[#fields + 1] = 'o:' .. i end
 if keep > 0 then
+  materialize(traj, stream)
   local payloads = redis.call('HMGET', traj, unpack(fields))
   local pairs_ = {}
   for i = 1, #fields do
@@ -48,7 +49,7 @@ if keep > 0 then
   end
 end
 redis.call('HDEL', traj, unpack(fields))
-redis.call('HDEL', traj, 'lease', 'lease_until')
+redis.call('HDEL', traj, 'lease', 'lease_until', 'whole')
 redis.call('HSET', traj, 'state', 'done', 'status', status, 'worker', worker,
            'done_at', string.format('%.6f', now), 'n', n)
 if ttl > 0 then redis.call('EXPIRE', traj, ttl) end

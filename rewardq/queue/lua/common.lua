@@ -87,10 +87,43 @@ local function missing_text(traj)
   return 'missing output indices ' .. table.concat(miss, ',') .. ' of 0..' .. final
 end
 
+-- The record bytes of a stream entry (nil when the entry is gone).
+local function entry_data(stream, id)
+  local e = redis.call('XRANGE', stream, id, id)
+  if #e == 0 then return nil end
+  local f = e[1][2]
+  for j = 1, #f, 2 do
+    if f[j] == 'data' then return f[j + 1] end
+  end
+  return nil
+end
+
+-- A trajectory claimed whole (lua/claim.lua) keeps its records in the stream until commit;
+-- `whole` lists their entry ids in index order. Returns that list, or nil.
+local function whole_ids(traj)
+  local s = redis.call('HGET', traj, 'whole')
+  if not s then return nil end
+  local ids = {}
+  for id in string.gmatch(s, '[^,]+') do ids[#ids + 1] = id end
+  return ids
+end
+
+-- Turn a whole trajectory into an ordinary one: copy its records into the hash (o:<i>).
+local function materialize(traj, stream)
+  local ids = whole_ids(traj)
+  if not ids then return end
+  for i, id in ipairs(ids) do
+    local data = entry_data(stream, id)
+    if data then redis.call('HSET', traj, 'o:' .. (i - 1), data) end
+  end
+  redis.call('HDEL', traj, 'whole')
+end
+
 -- Finish a trajectory with an error for every key it answers for. Payloads are kept
 -- (until the hash expires) so `rewardq dead-letters retry` can score it again.
 local function finish_error(traj, stream, waiting, done, group, tid, rprefix, ttl, msg,
                             worker, extra, maxlen, now)
+  materialize(traj, stream)  -- keep the records for `rewardq dead-letters retry`
   local hi = known_indices(traj, extra)
   for i = 0, hi do
     write_error(rprefix .. tid .. '_' .. i, msg, worker, now, ttl)

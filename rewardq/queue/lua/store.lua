@@ -46,6 +46,34 @@ if not payload then
   return {'conflict', 'stream entry ' .. id .. ' has no data field'}
 end
 
+local whole = whole_ids(traj)
+if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redelivery or a late duplicate
+  local final_i = #whole - 1
+  if index > final_i then
+    return {'conflict', 'output ' .. index .. ' has an index beyond the final output ' .. final_i}
+  end
+  if is_final and index ~= final_i then
+    return {'conflict', 'two outputs marked final: ' .. final_i .. ' and ' .. index}
+  end
+  if whole[index + 1] ~= id and entry_data(stream, whole[index + 1]) ~= payload then
+    return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
+  end
+  add_ack(traj, id)
+  local holder = redis.call('HGET', traj, 'lease')
+  local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
+  if holder and holder ~= worker and until_ > now then
+    return {'leased', holder}
+  end
+  redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + lease_seconds))
+  local out = {'complete', final_i}
+  for _, wid in ipairs(whole) do
+    local data = entry_data(stream, wid)
+    if not data then return {'conflict', 'stored output entry ' .. wid .. ' of ' .. tid .. ' vanished'} end
+    out[#out + 1] = data
+  end
+  return out
+end
+
 local field = 'o:' .. index
 local existing = redis.call('HGET', traj, field)
 if existing and existing ~= payload then
