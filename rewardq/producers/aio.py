@@ -11,51 +11,35 @@ import logging
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
-from rewardq.errors import ConfigError, RewardTimeout
-from rewardq.producers.core import (Backlog, ClientSettings, Put, Waiter, check_keys, parse_results,
-                                    prepare_output, prepare_trajectory)
-from rewardq.queue.connection import connect_async, is_cluster_client
+from rewardq.errors import RewardTimeout
+from rewardq.producers.core import (ClientBase, ClientSettings, Put, Waiter, check_keys, parse_results,
+                                    prepare_output, prepare_trajectory, settings_from_kwargs)
+from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
 
 logger = logging.getLogger("rewardq.client")
 
 
-class AsyncRewardClient:
+class AsyncRewardClient(ClientBase):
     """asyncio client for producers (agent loops) and trainers. See RewardClient for the methods."""
 
     def __init__(self, redis: Any, settings: ClientSettings | None = None, **overrides: Any) -> None:
-        self.r = redis
-        s = settings or ClientSettings()
-        for k, v in overrides.items():
-            setattr(s, k, v)
-        self.settings = s
-        self.cluster = is_cluster_client(redis)
-        self._ks: Keyspace | None = None
-        self._backlog = Backlog(s.max_backlog, s.backpressure_timeout)
+        super().__init__(redis, settings, **overrides)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._watch_task: asyncio.Task | None = None
-        self._wake_all = asyncio.Event()
 
     @classmethod
     def from_url(cls, url: str = "redis://127.0.0.1:6379/0", namespace: str = "rewardq",
                  **kwargs: Any) -> "AsyncRewardClient":
-        cluster = bool(kwargs.pop("cluster", False))
-        settings = ClientSettings(namespace=namespace, cluster=cluster)
-        for k in list(kwargs):
-            if hasattr(settings, k):
-                setattr(settings, k, kwargs.pop(k))
-        return cls(connect_async(url, cluster=cluster, **kwargs), settings)
+        settings = settings_from_kwargs(namespace, kwargs)
+        return cls(connect_async(url, cluster=settings.cluster, **kwargs), settings)
 
     async def keyspace(self) -> Keyspace:
         if self._ks is None:
             probe = Keyspace(self.settings.namespace)
-            want = self.settings.shards or 1
-            await self.r.hsetnx(probe.meta, "shards", want)
-            have = int(await self.r.hget(probe.meta, "shards"))
-            if self.settings.shards is not None and have != self.settings.shards:
-                raise ConfigError(f"namespace {probe.namespace!r} uses shards={have}, not {self.settings.shards}")
-            self._ks = Keyspace(self.settings.namespace, have)
+            await self.r.hsetnx(probe.meta, "shards", self.settings.shards or 1)
+            return self._keyspace_from_meta(await self.r.hget(probe.meta, "shards"))
         return self._ks
 
     async def aclose(self) -> None:

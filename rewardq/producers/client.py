@@ -13,14 +13,14 @@ import time
 from typing import Any, Iterable, Mapping, Sequence
 
 from rewardq.errors import RewardTimeout
-from rewardq.producers.core import (Backlog, ClientSettings, Put, Waiter, check_keys, parse_results,
-                                    prepare_output, prepare_trajectory)
-from rewardq.queue.connection import connect_sync, is_cluster_client
+from rewardq.producers.core import (ClientBase, Put, Waiter, check_keys, parse_results, prepare_output,
+                                    prepare_trajectory, settings_from_kwargs)
+from rewardq.queue.connection import connect_sync
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
 
 
-class RewardClient:
+class RewardClient(ClientBase):
     """Blocking client for producers (agent loops) and trainers.
 
     Args:
@@ -29,39 +29,19 @@ class RewardClient:
             override its fields.
     """
 
-    def __init__(self, redis: Any, settings: ClientSettings | None = None, **overrides: Any) -> None:
-        self.r = redis
-        s = settings or ClientSettings()
-        for k, v in overrides.items():
-            setattr(s, k, v)
-        self.settings = s
-        self.cluster = is_cluster_client(redis)
-        self._ks: Keyspace | None = None
-        self._backlog = Backlog(s.max_backlog, s.backpressure_timeout)
-
     @classmethod
     def from_url(cls, url: str = "redis://127.0.0.1:6379/0", namespace: str = "rewardq", **kwargs: Any) -> "RewardClient":
         """Connect to ``url`` (see :mod:`rewardq.queue.connection` for cluster and TLS URLs)."""
-        cluster = bool(kwargs.pop("cluster", False))
-        settings = ClientSettings(namespace=namespace, cluster=cluster)
-        for k in list(kwargs):
-            if hasattr(settings, k):
-                setattr(settings, k, kwargs.pop(k))
-        return cls(connect_sync(url, cluster=cluster, **kwargs), settings)
+        settings = settings_from_kwargs(namespace, kwargs)
+        return cls(connect_sync(url, cluster=settings.cluster, **kwargs), settings)
 
     # -- plumbing -------------------------------------------------------------------------
     @property
     def keyspace(self) -> Keyspace:
         if self._ks is None:
             probe = Keyspace(self.settings.namespace)
-            want = self.settings.shards or 1
-            self.r.hsetnx(probe.meta, "shards", want)
-            have = int(self.r.hget(probe.meta, "shards"))
-            if self.settings.shards is not None and have != self.settings.shards:
-                from rewardq.errors import ConfigError
-
-                raise ConfigError(f"namespace {probe.namespace!r} uses shards={have}, not {self.settings.shards}")
-            self._ks = Keyspace(self.settings.namespace, have)
+            self.r.hsetnx(probe.meta, "shards", self.settings.shards or 1)
+            return self._keyspace_from_meta(self.r.hget(probe.meta, "shards"))
         return self._ks
 
     def close(self) -> None:

@@ -110,6 +110,42 @@ class Waiter:
         return {k: self.results[k] for k in self.keys}
 
 
+def settings_from_kwargs(namespace: str, kwargs: dict[str, Any]) -> ClientSettings:
+    """Split ``from_url`` keyword arguments: ClientSettings fields are taken out of ``kwargs``
+    (what is left goes to the Redis connection)."""
+    settings = ClientSettings(namespace=namespace, cluster=bool(kwargs.pop("cluster", False)))
+    for k in list(kwargs):
+        if hasattr(settings, k):
+            setattr(settings, k, kwargs.pop(k))
+    return settings
+
+
+class ClientBase:
+    """State the sync and async clients share: the Redis client, settings, backlog gate."""
+
+    def __init__(self, redis: Any, settings: ClientSettings | None = None, **overrides: Any) -> None:
+        from rewardq.queue.connection import is_cluster_client
+
+        self.r = redis
+        s = settings or ClientSettings()
+        for k, v in overrides.items():
+            setattr(s, k, v)
+        self.settings = s
+        self.cluster = is_cluster_client(redis)
+        self._ks: Keyspace | None = None
+        self._backlog = Backlog(s.max_backlog, s.backpressure_timeout)
+
+    def _keyspace_from_meta(self, have: Any) -> Keyspace:
+        """The keyspace for the shard count ``<ns>:meta`` holds; refuses a mismatch."""
+        from rewardq.errors import ConfigError
+
+        have = int(have)
+        if self.settings.shards is not None and have != self.settings.shards:
+            raise ConfigError(f"namespace {self.settings.namespace!r} uses shards={have}, not {self.settings.shards}")
+        self._ks = Keyspace(self.settings.namespace, have)
+        return self._ks
+
+
 class Backlog:
     """Per-shard backlog gate: after each XADD we learn the stream length for free."""
 
