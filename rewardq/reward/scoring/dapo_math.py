@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import re
 
+from rewardq.reward.scoring.math_boxed import balanced_from
+
 INVALID = "[INVALID]"
 #: Only this many trailing characters are looked at (MATH-500's longest answer has 159).
 SOLUTION_CLIP_CHARS = 300
@@ -50,17 +52,7 @@ REMOVED_EXPRESSIONS = [
 def last_boxed_only_string(string: str) -> str | None:
     r"""The last ``\boxed{...}`` with balanced braces, or None."""
     idx = string.rfind("\\boxed{")
-    if idx < 0:
-        return None
-    depth = 0
-    for i in range(idx, len(string)):
-        if string[i] == "{":
-            depth += 1
-        elif string[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return string[idx:i + 1]
-    return None
+    return None if idx < 0 else balanced_from(string, idx)
 
 
 def remove_boxed(s: str) -> str:

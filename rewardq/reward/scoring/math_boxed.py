@@ -53,15 +53,8 @@ def is_equiv(str1: str | None, str2: str | None) -> bool:
         return str1 == str2
 
 
-def last_boxed_only_string(string: str) -> str | None:
-    r"""The last ``\boxed{...}`` (braces balanced), ``\boxed x`` or ``\fbox{...}``; None if absent."""
-    idx = string.rfind("\\boxed")
-    if "\\boxed " in string:
-        return "\\boxed " + string.split("\\boxed ")[-1].split("$")[0]
-    if idx < 0:
-        idx = string.rfind("\\fbox")
-        if idx < 0:
-            return None
+def balanced_from(string: str, idx: int) -> str | None:
+    """``string[idx:]`` up to the brace that closes the first ``{`` at or after ``idx``; None if unclosed."""
     depth = 0
     for i in range(idx, len(string)):
         if string[i] == "{":
@@ -71,6 +64,18 @@ def last_boxed_only_string(string: str) -> str | None:
             if depth == 0:
                 return string[idx:i + 1]
     return None
+
+
+def last_boxed_only_string(string: str) -> str | None:
+    r"""The last ``\boxed{...}`` (braces balanced), ``\boxed x`` or ``\fbox{...}``; None if absent."""
+    idx = string.rfind("\\boxed")
+    if "\\boxed " in string:
+        return "\\boxed " + string.split("\\boxed ")[-1].split("$")[0]
+    if idx < 0:
+        idx = string.rfind("\\fbox")
+        if idx < 0:
+            return None
+    return balanced_from(string, idx)
 
 
 def remove_boxed(s: str) -> str:
