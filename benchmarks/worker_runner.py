@@ -1,0 +1,94 @@
+"""Run one rewardq worker for the benchmark, gated so several workers start consuming together.
+
+``python -m benchmarks.worker_runner --namespace NS [--name N] [--url URL]``
+
+The life is exactly :meth:`rewardq.consumers.worker.Worker.run` (``start`` -> ``serve`` ->
+``stop``, SIGTERM/SIGINT request a clean stop) with one addition: after ``start`` (imports,
+groups, manager and tokenizer set up) it prints ``READY`` and waits for a line on stdin
+before ``serve`` reads the first entry. The worker is built from a plain
+:class:`~rewardq.config.WorkerConfig` with the defaults (``naive`` manager, the bundled demo
+tokenizer, concurrency 32, batch 256), so what is measured is what ``rewardq worker`` runs.
+
+With ``BENCH_PYINSTRUMENT=FILE`` the serving part runs under pyinstrument (main thread only;
+the scoring executor thread is invisible to it: prefer py-spy, see ``benchmarks/PROFILE.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from rewardq.config import WorkerConfig
+from rewardq.consumers.worker import Worker
+
+
+async def _wait_go(stopped: asyncio.Event) -> bool:
+    """Wait for a line on stdin (go) or a stop signal; True means go."""
+    loop = asyncio.get_running_loop()
+    go = asyncio.Event()
+    loop.add_reader(sys.stdin.fileno(), go.set)
+    waits = [asyncio.ensure_future(stopped.wait()), asyncio.ensure_future(go.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    loop.remove_reader(sys.stdin.fileno())
+    for w in waits:
+        w.cancel()
+    return go.is_set() and not stopped.is_set()
+
+
+async def main(args: argparse.Namespace) -> None:
+    cfg = WorkerConfig(redis_url=args.url, namespace=args.namespace, name=args.name,
+                       concurrency=args.concurrency, batch_size=args.batch_size).validate()
+    worker = Worker(cfg)
+    loop = asyncio.get_running_loop()
+    stopped = asyncio.Event()
+
+    def on_signal(name: str) -> None:
+        stopped.set()
+        worker.request_stop(name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig.name)
+    await worker.start()
+    try:
+        print("READY", flush=True)
+        if not await _wait_go(stopped):
+            return
+        profile_path = os.environ.get("BENCH_PYINSTRUMENT")
+        if profile_path:
+            from pyinstrument import Profiler
+
+            with Profiler(interval=0.0005, async_mode="enabled") as prof:
+                await worker.serve()
+            with open(profile_path, "w") as f:
+                f.write(prof.output_text(unicode=False, color=False, show_all=False))
+        else:
+            await worker.serve()
+    finally:
+        await worker.stop()
+
+
+def cli() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--name", default=None)
+    p.add_argument("--concurrency", type=int, default=WorkerConfig.concurrency)
+    p.add_argument("--batch-size", type=int, default=WorkerConfig.batch_size)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(main(args))
+    # like the rewardq CLI: the worker has stopped and closed everything; skip torch's ~2 s
+    # interpreter teardown so a stopped worker is gone when its parent waits for it
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,58 @@
+"""Smoke test of ``python -m benchmarks``: it runs, prints every row, and the numbers are finite.
+
+Behaviour only: speeds are never asserted (the machine may be busy). Uses the real Redis
+of the rest of the suite; the benchmark deletes its own keys and stops its own processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(120)
+def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, tmp_path, sync_redis):
+    # Given a tiny quick run of the raw baseline and rewardq (every phase)
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "benchmarks", "--quick", "--only", "raw,rewardq", "--trajectories", "200",
+           "--latency-samples", "20", "--backlogs", "100,1000", "--url", redis_url, "--json", str(out)]
+    # When it runs
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=110,
+                          env={**os.environ, "COLUMNS": "250"})
+    # Then it succeeds and prints the table with a row per system and phase, and the targets
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    for needle in ("raw", "raw-noscore", "rewardq", "throughput", "latency", "memory", "targets",
+                   "throughput vs raw baseline", "p99 latency", "worker peak RSS"):
+        assert needle in text, f"{needle!r} missing from:\n{text}"
+    # And every measured number is finite, every reward checked out
+    data = json.loads(out.read_text())
+    rows = {(r["system"], r["phase"], r["workers"], r["backlog"]): r for r in data["rows"]}
+    assert {(k[0], k[1], k[2]) for k in rows} == {
+        ("raw", "throughput", 1), ("raw", "latency", 1), ("raw-noscore", "throughput", 1),
+        ("rewardq", "throughput", 1), ("rewardq", "latency", 1), ("rewardq", "throughput", 2),
+        ("rewardq", "memory", 1)}
+    for key, r in rows.items():
+        assert r["status"] == "ok", (key, r["status"])
+        wanted = {"throughput": ("outputs_per_s", "traj_per_s", "seconds", "rss_mb", "cpu_ms"),
+                  "latency": ("p50_ms", "p99_ms", "max_ms"),
+                  "memory": ("rss_mb",)}[r["phase"]]
+        for name in wanted:
+            assert isinstance(r[name], (int, float)) and math.isfinite(r[name]) and r[name] > 0, (key, name, r)
+        if r["phase"] != "memory":
+            assert r["check"] == "ok", (key, r["check"])
+    assert sorted(r["backlog"] for r in data["rows"] if r["phase"] == "memory") == [100, 1000]
+    verdicts = {t["name"]: t["verdict"] for t in data["targets"]}
+    assert verdicts["throughput vs raw baseline (1 worker)"] in ("PASS", "MISS")
+    assert verdicts["p99 latency, final put -> reward readable"] in ("PASS", "MISS")
+    # And it left none of its keys behind
+    run_id = data["settings"]["run_id"]
+    assert not list(sync_redis.scan_iter(match=f"rqbench-{run_id}-*", count=1000))
