@@ -35,6 +35,7 @@ from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError
+from rewardq.queue.aio import being_cancelled
 from rewardq.queue.broker import Entry, StoreOutcome, StreamBroker, default_worker_name, ensure_meta
 from rewardq.queue.codec import decode_output, peek_identity
 from rewardq.queue.connection import connect_async, is_cluster_client, redact_url
@@ -221,10 +222,14 @@ class Worker:
                     await self.handle(entries)
                 backoff = 0.05
             except (ConnectionError, OSError, TimeoutError) as exc:
+                if being_cancelled():
+                    raise asyncio.CancelledError from exc
                 logger.warning("redis unavailable while reading (%s); retrying in %.2fs", exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
             except Exception as exc:
+                if being_cancelled():
+                    raise asyncio.CancelledError from exc
                 if _is_nogroup(exc):
                     logger.warning("consumer group vanished; re-creating it")
                     await self.broker.ensure_groups()
@@ -470,6 +475,8 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if being_cancelled():
+                    raise asyncio.CancelledError from exc
                 logger.warning("heartbeat failed: %s", exc)
 
     async def _maintenance_loop(self) -> None:
@@ -480,6 +487,8 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if being_cancelled():
+                    raise asyncio.CancelledError from exc
                 logger.warning("maintenance failed: %s", exc)
 
     async def maintain(self) -> None:

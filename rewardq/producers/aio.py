@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (ClientBase, ClientSettings, Put, Waiter, check_keys, parse_results,
                                     prepare_output, prepare_trajectory, settings_from_kwargs)
+from rewardq.queue.aio import being_cancelled
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
@@ -171,6 +172,8 @@ class AsyncRewardClient(ClientBase):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if being_cancelled():
+                    raise asyncio.CancelledError from exc
                 logger.warning("done-stream watcher: %s; retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
