@@ -95,8 +95,9 @@ def run_system(name: str, s: Settings, cleanup: Cleanup) -> list[Row]:
             return run_elsewhere(name, s, s.peer_paths[name])
         module = {"celery": "celery", "rq": "rq", "arq": "arq", "dramatiq": "dramatiq"}[name]
         if not installed(module):
-            return [Row(name, "throughput", status="not installed",
-                        note="pip install -c constraints.txt -e '.[bench]'")]
+            hint = ("pip install --target .peers/arq arq 'redis[hiredis]<6'; then --peer-path arq=.peers/arq"
+                    if name == "arq" else "pip install -c constraints.txt -e '.[bench]'")
+            return [Row(name, "throughput", status="not installed", note=hint)]
         import importlib
 
         bench = importlib.import_module(f"benchmarks.peers.{name}_bench")

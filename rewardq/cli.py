@@ -196,6 +196,24 @@ def _generate(path: str, n: int, seed: int) -> int:
 # operator commands: bodies and options live in rewardq.ops (imports there stay light)
 # ---------------------------------------------------------------------------------------------
 
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                              "help_option_names": []})
+@click.pass_context
+def bench(ctx: click.Context) -> int:
+    """Benchmarks against a raw Redis loop and Celery/RQ/arq/Dramatiq (a source checkout only).
+
+    Same flags as `python -m benchmarks` (try `rewardq bench --quick`, or `--help`).
+    """
+    try:
+        from benchmarks.__main__ import main as bench_main
+    except ImportError:
+        from rewardq.errors import ConfigError
+
+        raise ConfigError("the benchmarks live in the source checkout: run `rewardq bench` (or "
+                          "`python -m benchmarks`) from the repository's top folder") from None
+    return int(bench_main(list(ctx.args)) or 0)
+
+
 cli.add_command(health)
 cli.add_command(status)
 cli.add_command(inspect)
