@@ -95,8 +95,8 @@ def run_system(name: str, s: Settings, cleanup: Cleanup) -> list[Row]:
             return run_elsewhere(name, s, s.peer_paths[name])
         module = {"celery": "celery", "rq": "rq", "arq": "arq", "dramatiq": "dramatiq"}[name]
         if not installed(module):
-            hint = ("pip install --target .peers/arq arq 'redis[hiredis]<6'; then --peer-path arq=.peers/arq"
-                    if name == "arq" else "pip install -c constraints.txt -e '.[bench]'")
+            hint = ("pip install --target .peers/celery 'redis[hiredis]>=6.1'; then --peer-path celery=.peers/celery"
+                    if name == "celery" else "pip install -c constraints.txt -e '.[bench]'")
             return [Row(name, "throughput", status="not installed", note=hint)]
         import importlib
 
