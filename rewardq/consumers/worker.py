@@ -151,8 +151,11 @@ class Worker:
         assert self.ks is not None
         groups = [[s] for s in range(self.ks.shards)] if is_cluster_client(self._client) \
             else [list(range(self.ks.shards))]
-        self._tasks = [asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
-                       asyncio.create_task(self._maintenance_loop(), name="maintenance")]
+        self._tasks = [
+            asyncio.create_task(self._periodic(self.cfg.heartbeat_interval, self._heartbeat, "heartbeat"),
+                                name="heartbeat"),
+            asyncio.create_task(self._periodic(self.cfg.maintenance_interval, self.maintain, "maintenance"),
+                                name="maintenance")]
         readers = [asyncio.create_task(self._reader(g), name=f"reader-{g[0]}") for g in groups]
         stop = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
@@ -462,34 +465,27 @@ class Worker:
         assert self.broker is not None
         await self.broker.heartbeat(self.snapshot(), ttl=max(3 * self.cfg.heartbeat_interval, 5))
 
-    async def _heartbeat_loop(self) -> None:
-        assert self.broker is not None
+    async def _periodic(self, interval: float, step: Any, what: str) -> None:
+        """Run ``step()`` every ``interval`` seconds; log its failures, never swallow a cancellation."""
         while True:
-            await asyncio.sleep(self.cfg.heartbeat_interval)
+            await asyncio.sleep(interval)
             try:
-                await self._beat()
-                if self.in_flight:
-                    await self.broker.renew(self._held())
-                if self.metrics is not None:
-                    self.metrics.in_flight(len(self.in_flight))
+                await step()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if being_cancelled():
                     raise asyncio.CancelledError from exc
-                logger.warning("heartbeat failed: %s", exc)
+                logger.warning("%s failed: %s", what, exc)
 
-    async def _maintenance_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.maintenance_interval)
-            try:
-                await self.maintain()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if being_cancelled():
-                    raise asyncio.CancelledError from exc
-                logger.warning("maintenance failed: %s", exc)
+    async def _heartbeat(self) -> None:
+        """Publish liveness and counters, and renew the leases of in-flight trajectories."""
+        assert self.broker is not None
+        await self._beat()
+        if self.in_flight:
+            await self.broker.renew(self._held())
+        if self.metrics is not None:
+            self.metrics.in_flight(len(self.in_flight))
 
     async def maintain(self) -> None:
         """Reclaim idle entries of dead workers and end trajectories that waited too long."""

@@ -32,12 +32,12 @@ from typing import Any
 import click
 
 from rewardq.ops.target import open_pipeline, pipeline_options
+from rewardq.queue.results import as_text
 
 __all__ = ["Check", "HealthReport", "check_health", "health"]
 
 
-def _s(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+_s = as_text
 
 
 @dataclass

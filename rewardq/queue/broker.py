@@ -22,7 +22,7 @@ from rewardq.queue import scripts
 from rewardq.queue.codec import SCHEMA_VERSION, OutputRecord
 from rewardq.queue.connection import is_cluster_client
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.results import RewardResult
+from rewardq.queue.results import RewardResult, as_text
 
 logger = logging.getLogger("rewardq.queue")
 
@@ -30,8 +30,7 @@ RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker
                  "scored_at", "latency_ms")
 
 
-def _s(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+_s = as_text
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from rewardq.queue.codec import peek_identity
 from rewardq.queue.keys import Keyspace, split_key
+from rewardq.queue.results import as_text
 
 #: Lua: reopen a finished trajectory so that a retried record is scored again.
 _REOPEN = """
@@ -40,8 +41,7 @@ return n
 """
 
 
-def _s(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+_s = as_text
 
 
 @dataclass

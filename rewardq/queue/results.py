@@ -20,6 +20,11 @@ STATUS_OK = "ok"
 STATUS_ERROR = "error"
 
 
+def as_text(value: Any) -> str:
+    """A Redis reply value as text (bytes decoded as UTF-8, undecodable bytes replaced)."""
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
 def to_jsonable(value: Any) -> Any:
     """Plain-JSON copy of a reward_extra_info value (numpy / torch scalars become numbers)."""
     if isinstance(value, Mapping):

@@ -13,13 +13,13 @@ from redis.exceptions import ResponseError
 
 from rewardq.queue.codec import decode_output
 from rewardq.queue.keys import Keyspace, split_key
+from rewardq.queue.results import as_text
 
 _META_FIELDS = ("state", "final", "stored", "first_seen", "last_seen", "lease", "lease_until", "worker",
                 "status", "error", "done_at", "n")
 
 
-def _s(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+_s = as_text
 
 
 def _f(v: Any, default: float = 0.0) -> float:

@@ -87,6 +87,18 @@ local function missing_text(traj)
   return 'missing output indices ' .. table.concat(miss, ',') .. ' of 0..' .. final
 end
 
+-- Take the trajectory's scoring lease for `worker`, unless another worker holds a live one.
+-- Returns the other holder's name when it does, nil when the lease is now ours.
+local function take_lease(traj, worker, now, seconds)
+  local holder = redis.call('HGET', traj, 'lease')
+  local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
+  if holder and holder ~= worker and until_ > now then
+    return holder
+  end
+  redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + seconds))
+  return nil
+end
+
 -- The record bytes of a stream entry (nil when the entry is gone).
 local function entry_data(stream, id)
   local e = redis.call('XRANGE', stream, id, id)

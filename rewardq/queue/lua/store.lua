@@ -59,12 +59,8 @@ if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redeliver
     return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
   end
   add_ack(traj, id)
-  local holder = redis.call('HGET', traj, 'lease')
-  local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
-  if holder and holder ~= worker and until_ > now then
-    return {'leased', holder}
-  end
-  redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + lease_seconds))
+  local holder = take_lease(traj, worker, now, lease_seconds)
+  if holder then return {'leased', holder} end
   local out = {'complete', final_i}
   for _, wid in ipairs(whole) do
     local data = entry_data(stream, wid)
@@ -111,12 +107,8 @@ redis.call('HSET', traj, 'last_seen', string.format('%.6f', now))
 local stored = tonumber(redis.call('HGET', traj, 'stored'))
 if final and stored == tonumber(final) + 1 then
   add_ack(traj, id)
-  local holder = redis.call('HGET', traj, 'lease')
-  local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
-  if holder and holder ~= worker and until_ > now then
-    return {'leased', holder}
-  end
-  redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + lease_seconds))
+  local holder = take_lease(traj, worker, now, lease_seconds)
+  if holder then return {'leased', holder} end
   redis.call('ZREM', waiting, tid)
   local fields = {}
   for i = 0, tonumber(final) do fields[#fields + 1] = 'o:' .. i end
