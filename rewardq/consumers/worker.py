@@ -33,13 +33,14 @@ from typing import Any
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
+from rewardq.consumers.failures import FailureHandling
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError
 from rewardq.queue.aio import being_cancelled
 from rewardq.queue.broker import Entry, StoreOutcome, StreamBroker, default_worker_name, ensure_meta
-from rewardq.queue.codec import decode_output, peek_identity
+from rewardq.queue.codec import decode_output
 from rewardq.queue.connection import connect_async, is_cluster_client, redact_url
-from rewardq.queue.keys import Keyspace, trajectory_id
+from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import ManagerContext, RewardManager
 
 logger = logging.getLogger("rewardq.worker")
@@ -53,7 +54,7 @@ class InFlight:
     task: asyncio.Task | None = None
 
 
-class Worker:
+class Worker(FailureHandling):
     """A reward worker. ``await Worker(cfg).run()`` serves until stopped.
 
     Args:
@@ -393,54 +394,6 @@ class Worker:
                 logger.warning("commit of %s failed (%s); retrying in %.2fs", tid, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-
-    # ==================================================================================
-    # failures
-    # ==================================================================================
-    async def _dead_letter(self, entry: Entry, kind: str, reason: str, *, record: Any = None,
-                           tb: str = "") -> None:
-        """Dead-letter one entry; if it names a trajectory, every key of it gets an error result."""
-        assert self.broker is not None
-        ident = (record.uid, record.session_id, record.index) if record is not None else peek_identity(entry.data)
-        dead = self._dead_fields(entry, kind, reason, tb)
-        if ident is None:
-            await self.broker.dead_letter_entry(entry, dead)
-        else:
-            uid, sid, idx = ident
-            tid = trajectory_id(uid, sid)
-            shard = self.ks.shard_of(tid) if self.ks else entry.shard
-            if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
-                await self.broker.dead_letter_entry(entry, dead)
-                await self.broker.fail(shard, tid, reason, index=idx, entry=None)
-            else:
-                await self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead)
-        self.stats["dead_letters"] += 1
-        self.stats["errors"] += 1
-        if self.metrics is not None:
-            self.metrics.dead_letter(kind)
-        logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason)
-
-    async def _fail(self, shard: int, tid: str, entry: Entry, kind: str, reason: str, tb: str = "") -> None:
-        assert self.broker is not None
-        await self.broker.fail(shard, tid, reason, index=-1, entry=entry,
-                               dead=self._dead_fields(entry, kind, reason, tb, tid=tid))
-        self.stats["dead_letters"] += 1
-        self.stats["errors"] += 1
-        if self.metrics is not None:
-            self.metrics.dead_letter(kind)
-        logger.warning("trajectory %s failed (%s): %s", tid, kind, reason)
-
-    def _dead_fields(self, entry: Entry, kind: str, reason: str, tb: str, tid: str = "") -> dict[str, Any]:
-        assert self.ks is not None
-        return {"entry_id": entry.id, "stream": self.ks.stream(entry.shard), "key": entry.key, "tid": tid,
-                "kind": kind, "reason": reason[:4000], "traceback": tb[-8000:], "deliveries": entry.deliveries,
-                "worker": self.name, "time": f"{time.time():.6f}", "ts": entry.fields.get(b"ts", b""),
-                "data": self._dead_data(entry)}
-
-    def _dead_data(self, entry: Entry) -> bytes:
-        """The raw record kept in a dead letter; an oversize one is cut to its first 64 KiB."""
-        data = entry.data if isinstance(entry.data, (bytes, bytearray)) else b""
-        return bytes(data[:65536]) if len(data) > self.cfg.max_record_bytes else bytes(data)
 
     # ==================================================================================
     # background: heartbeat + lease renewal, maintenance
