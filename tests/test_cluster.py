@@ -28,9 +28,9 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue import scripts
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace, key_slot
-from rewardq.reward.base import RewardManager
 from tests.cluster import ClusterStartError, LocalCluster
 from tests.conftest import LengthManager
+from tests.test_recovery import Hang, _abandon  # noqa: F401 (shared with the single-Redis tests)
 from tests.helpers import SAMPLE, output, running_workers, worker_config
 
 pytestmark = pytest.mark.cluster
@@ -93,23 +93,6 @@ def _assert_drained(rc: redis.RedisCluster, ks: Keyspace) -> None:
     for s in range(ks.shards):
         assert rc.xlen(ks.stream(s)) == 0, f"shard {s} stream not empty"
         assert rc.xpending(ks.stream(s), ks.group)["pending"] == 0, f"shard {s} has pending entries"
-
-
-class Hang(RewardManager):
-    """Never finishes: the trajectory stays in flight until the test abandons the worker."""
-
-    async def run_single(self, data):
-        await asyncio.sleep(3600)
-
-
-async def _abandon(w: Worker) -> None:
-    """Simulate SIGKILL: the worker's tasks vanish without releasing, acking or unregistering."""
-    for f in list(w.in_flight.values()):
-        f.task.cancel()
-    for t in w._tasks:
-        t.cancel()
-    await asyncio.gather(*(f.task for f in w.in_flight.values()), *w._tasks, return_exceptions=True)
-    await w._client.aclose()
 
 
 def test_a_cluster_that_cannot_start_reports_why():

@@ -33,26 +33,7 @@ def done_marks(client: Any) -> dict[int, bytes]:
 
 
 def _read_done(client: Any, marks: dict[int, bytes], block_ms: int) -> list[str]:
-    ks = client.keyspace
-    if client.cluster and len(marks) > 1:
-        resp: list = []
-        for s in list(marks):
-            resp += client.r.xread({ks.done(s): marks[s]}, block=max(1, block_ms // len(marks))) or []
-    else:
-        resp = client.r.xread({ks.done(s): i for s, i in marks.items()}, block=block_ms) or []
-    index = {ks.done(s).encode(): s for s in marks}
-    tids = []
-    items = resp.items() if isinstance(resp, dict) else resp
-    for name, entries in items:
-        if entries and isinstance(entries[0], list) and len(entries) == 1 and isinstance(entries[0][0], (list, tuple)):
-            entries = entries[0]  # RESP3 map shape
-        s = index[name if isinstance(name, bytes) else name.encode()]
-        for eid, fields in entries:
-            marks[s] = eid
-            tid = fields.get(b"tid")
-            if tid is not None:
-                tids.append(tid.decode())
-    return tids
+    return client.read_done(marks, block_ms)
 
 
 def _existing(client: Any, keys: list[str]) -> set[str]:

@@ -13,7 +13,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (ClientBase, ClientSettings, Put, Waiter, check_keys, parse_results,
-                                    prepare_output, prepare_trajectory, settings_from_kwargs)
+                                    prepare_output, prepare_trajectory, settings_from_kwargs,
+                                    finished_tids)
 from rewardq.queue.aio import being_cancelled
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
@@ -165,7 +166,6 @@ class AsyncRewardClient(ClientBase):
 
     async def _watch_streams(self, last: dict[int, bytes]) -> None:
         ks = await self.keyspace()
-        index = {ks.done(s).encode(): s for s in last}
         while True:
             try:
                 resp = await self.r.xread({ks.done(s): i for s, i in last.items()}, block=1000) or []
@@ -177,12 +177,6 @@ class AsyncRewardClient(ClientBase):
                 logger.warning("done-stream watcher: %s; retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
-            items = resp.items() if isinstance(resp, dict) else resp
-            for name, entries in items:
-                s = index[name if isinstance(name, bytes) else name.encode()]
-                for eid, fields in entries:
-                    last[s] = eid
-                    tid = fields.get(b"tid")
-                    if tid is not None:
-                        for ev in self._watchers.get(tid.decode(), ()):
-                            ev.set()
+            for tid in finished_tids(ks, resp, last):
+                for ev in self._watchers.get(tid, ()):
+                    ev.set()

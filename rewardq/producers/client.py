@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (ClientBase, Put, Waiter, check_keys, parse_results, prepare_output,
-                                    prepare_trajectory, settings_from_kwargs)
+                                    prepare_trajectory, settings_from_kwargs, finished_tids)
 from rewardq.queue.connection import connect_sync
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
@@ -148,23 +148,18 @@ class RewardClient(ClientBase):
 
     def _wait_done(self, last: dict[int, bytes], timeout: float) -> set[str]:
         """Block on the ``done`` streams for up to ``timeout``; returns the finished trajectory ids."""
+        return set(self.read_done(last, int(timeout * 1000)))
+
+    def read_done(self, last: dict[int, bytes], block_ms: int) -> list[str]:
+        """Trajectories finished after the ids in ``last`` (shard -> done-stream id), waiting up to
+        ``block_ms``; advances ``last``. On a cluster each shard is read in turn (one XREAD cannot
+        span slots), sharing the wait between them."""
         ks = self.keyspace
-        ms = max(1, int(timeout * 1000))
+        ms = max(1, block_ms)
         if self.cluster and len(last) > 1:
-            resp = []
-            per = max(1, ms // len(last))
+            resp: list = []
             for s in list(last):
-                resp += self.r.xread({ks.done(s): last[s]}, block=per) or []
+                resp += self.r.xread({ks.done(s): last[s]}, block=max(1, ms // len(last))) or []
         else:
             resp = self.r.xread({ks.done(s): i for s, i in last.items()}, block=ms) or []
-        tids: set[str] = set()
-        index = {ks.done(s).encode(): s for s in last}
-        items = resp.items() if isinstance(resp, dict) else resp
-        for name, entries in items:
-            s = index[name if isinstance(name, bytes) else name.encode()]
-            for eid, fields in entries:
-                last[s] = eid
-                tid = fields.get(b"tid")
-                if tid is not None:
-                    tids.add(tid.decode())
-        return tids
+        return finished_tids(ks, resp, last)

@@ -146,6 +146,24 @@ class ClientBase:
         return self._ks
 
 
+def finished_tids(ks: Keyspace, resp: Any, last: dict[int, bytes]) -> list[str]:
+    """The trajectory ids in an XREAD reply over ``done`` streams; advances ``last`` (shard -> id)."""
+    index = {ks.done(s).encode(): s for s in last}
+    tids = []
+    items = resp.items() if isinstance(resp, dict) else (resp or [])
+    for name, entries in items:
+        if entries and isinstance(entries[0], list) and len(entries) == 1 \
+                and isinstance(entries[0][0], (list, tuple)):
+            entries = entries[0]  # RESP3 map shape
+        s = index[name if isinstance(name, bytes) else name.encode()]
+        for eid, fields in entries:
+            last[s] = eid
+            tid = fields.get(b"tid")
+            if tid is not None:
+                tids.append(tid.decode())
+    return tids
+
+
 class Backlog:
     """Per-shard backlog gate: after each XADD we learn the stream length for free."""
 
