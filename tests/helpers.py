@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator
 import numpy as np
 
 from rewardq.config import WorkerConfig
+from rewardq.reward.base import RewardManager
 from rewardq.consumers.worker import Worker
 
 FAST = dict(heartbeat_interval=0.2, lease_seconds=2.0, maintenance_interval=0.2, claim_idle=1.0, block_ms=100,
@@ -41,3 +42,34 @@ def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> d
 
 
 SAMPLE = {"data_source": "test", "reward_model": {"ground_truth": "42"}, "extra_info": {"split": "train"}}
+
+
+class FlakyJudge(RewardManager):
+    """A judge that fails (503) while ``FlakyJudge.broken``, then scores 0.5."""
+
+    broken = True
+
+    async def run_single(self, data):
+        if type(self).broken:
+            raise RuntimeError("judge endpoint returned 503")
+        return {"reward_score": 0.5, "reward_extra_info": {"judge": "ok"}}
+
+
+async def fail_a_trajectory_and_a_junk_entry(ns: str, url: str, r: Any, client: Any, junk_key: str):
+    """Given a 3-output trajectory scored by a broken judge and a junk entry: two dead letters.
+
+    Returns ``(keys, first_results)``; the worker has stopped and both dead letters exist.
+    """
+    from rewardq.queue.keys import Keyspace
+
+    ks = Keyspace(ns)
+    keys = client.put_trajectory("flaky", "s", [output(3, 3), output(3, 4), output(3, 5)], SAMPLE)
+    r.xadd(ks.stream(0), {"key": junk_key, "data": b"\x93garbage"})
+    FlakyJudge.broken = True
+    async with running_workers(ns, url, [FlakyJudge(None)]):
+        first = await asyncio.to_thread(client.wait_rewards, keys, 10)
+        for _ in range(50):
+            if r.xlen(ks.dead(0)) == 2:
+                break
+            await asyncio.sleep(0.1)
+    return keys, first

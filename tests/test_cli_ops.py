@@ -26,9 +26,8 @@ from click.testing import CliRunner
 from rewardq import RewardClient
 from rewardq import cli as cli_module
 from rewardq.queue.keys import DEFAULT_GROUP, DEFAULT_NAMESPACE, Keyspace
-from rewardq.reward.base import RewardManager
 from tests.conftest import LengthManager
-from tests.helpers import SAMPLE, output, running_workers
+from tests.helpers import FlakyJudge, fail_a_trajectory_and_a_junk_entry, SAMPLE, output, running_workers
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -281,15 +280,6 @@ async def test_inspect_a_key_a_trajectory_and_unknown_refs(ns, redis_url, sync_r
 
 # -- dead letters ------------------------------------------------------------------------------
 
-class FlakyJudge(RewardManager):
-    broken = True
-
-    async def run_single(self, data):
-        if type(self).broken:
-            raise RuntimeError("judge endpoint returned 503")
-        return {"reward_score": 0.5, "reward_extra_info": {"judge": "ok"}}
-
-
 DL_SPEC = {"ref": str, "kind": str, "time": float, "tid": str, "key": str, "deliveries": int, "worker": str,
            "reason": str, "data_bytes": int}
 
@@ -298,15 +288,7 @@ async def test_dead_letters_list_show_retry_after_a_fix_and_purge(ns, redis_url,
     r, ks = sync_redis, Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     base = ("--redis-url", redis_url, "--namespace", ns)
-    keys = client.put_trajectory("flaky", "s", [output(3, 3), output(3, 4), output(3, 5)], SAMPLE)
-    r.xadd(ks.stream(0), {"key": "junk_s_0", "data": b"\x93garbage"})
-    FlakyJudge.broken = True
-    async with running_workers(ns, redis_url, [FlakyJudge(None)]):
-        first = await asyncio.to_thread(client.wait_rewards, keys, 10)
-        for _ in range(50):
-            if r.xlen(ks.dead(0)) == 2:
-                break
-            await asyncio.sleep(0.1)
+    keys, first = await fail_a_trajectory_and_a_junk_entry(ns, redis_url, r, client, "junk_s_0")
     assert all(x.status == "error" for x in first.values())
 
     # list: JSON schema, --kind, and the table

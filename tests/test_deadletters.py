@@ -9,33 +9,15 @@ import redis
 from rewardq import RewardClient
 from rewardq.queue.deadletters import DeadLetters
 from rewardq.queue.keys import Keyspace
-from rewardq.reward.base import RewardManager
 from tests.conftest import LengthManager
-from tests.helpers import SAMPLE, output, running_workers
-
-
-class FlakyJudge(RewardManager):
-    broken = True
-
-    async def run_single(self, data):
-        if type(self).broken:
-            raise RuntimeError("judge endpoint returned 503")
-        return {"reward_score": 0.5, "reward_extra_info": {"judge": "ok"}}
+from tests.helpers import FlakyJudge, fail_a_trajectory_and_a_junk_entry, SAMPLE, output, running_workers
 
 
 async def test_failed_trajectory_is_retried_after_the_fix(ns, redis_url):
     r = redis.Redis.from_url(redis_url)
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
-    keys = client.put_trajectory("flaky", "s", [output(3, 3), output(3, 4), output(3, 5)], SAMPLE)
-    r.xadd(ks.stream(0), {"key": "junk", "data": b"\x93garbage"})
-    FlakyJudge.broken = True
-    async with running_workers(ns, redis_url, [FlakyJudge(None)]):
-        first = await asyncio.to_thread(client.wait_rewards, keys, 10)
-        for _ in range(50):
-            if r.xlen(ks.dead(0)) == 2:
-                break
-            await asyncio.sleep(0.1)
+    keys, first = await fail_a_trajectory_and_a_junk_entry(ns, redis_url, r, client, "junk")
     assert all(x.status == "error" and "503" in x.error for x in first.values())
     dls = DeadLetters(r, ks)
     listed = list(dls.iter())
