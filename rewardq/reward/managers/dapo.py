@@ -34,6 +34,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
+from rewardq.consumers.batch import last_row
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
 from rewardq.reward.managers.naive import read_final_output, score_final_output
@@ -132,7 +133,7 @@ class DAPORewardManager(RewardManager):
         self.overlong_buffer = OverlongBuffer.from_option(overlong_buffer, max_resp_len)
 
     async def run_single(self, data: Any) -> dict:
-        data = data[-1:]
+        data = last_row(data)  # data[-1:], built cheaper
         final = read_final_output(self, data)
         result = await score_final_output(self, final, final.extra_info)
         cfg = self.overlong_buffer

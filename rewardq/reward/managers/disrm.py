@@ -140,9 +140,9 @@ class DisRMRewardManager(RewardManager):
     # -- scoring -----------------------------------------------------------------------
     def build_prompt(self, data: Any) -> str:
         """The reward model's input for the final output of ``data`` (steps 1-3 above)."""
-        from rewardq.consumers.batch import non_tensor, valid_response_ids
+        from rewardq.consumers.batch import last_row, non_tensor, valid_response_ids
 
-        row = data[-1:]
+        row = last_row(data)  # data[-1:], built cheaper
         raw_prompt = non_tensor(row, "raw_prompt")
         if not isinstance(raw_prompt, (list, tuple)) or not all(isinstance(m, dict) for m in raw_prompt):
             raise ScoringError("disrm needs the sample's raw_prompt as a list of chat messages "
@@ -159,8 +159,7 @@ class DisRMRewardManager(RewardManager):
         return prompt
 
     async def run_single(self, data: Any) -> dict:
-        data = data[-1:]
-        prompt = self.build_prompt(data)
+        prompt = self.build_prompt(data)  # reads the final row only (data[-1:])
         path, activation_flag, field = BACKENDS[self.backend]
         payload: dict[str, Any] = {"model": self.model, "input": prompt}
         if activation_flag:

@@ -147,11 +147,12 @@ class LimitedRewardManager(RewardManager):
         return self.compute_score
 
     async def run_single(self, data: Any) -> dict:
+        from rewardq.consumers.batch import last_row
         from rewardq.reward.managers.naive import merge_rollout_fields, read_final_output
 
         if self.limiter is None:
             await self.setup()
-        data = data[-1:]
+        data = last_row(data)  # data[-1:], built cheaper
         final = read_final_output(self, data)
         data_source = final.data_source
         extra_info = merge_rollout_fields(final.extra_info, final.row, turns_and_scores=False)

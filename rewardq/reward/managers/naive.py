@@ -2,7 +2,7 @@
 
 For one trajectory the manager:
 
-1. keeps the final output only (``data = data[-1:]``);
+1. keeps the final output only (``data = data[-1:]``, built by :func:`~rewardq.consumers.batch.last_row`);
 2. decodes its valid response with ``skip_special_tokens=True``;
 3. reads ``data_source``, ``reward_model["ground_truth"]`` and ``extra_info``;
 4. builds a **copy** of ``extra_info`` with the final output's ``extra_fields`` merged in
@@ -26,7 +26,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from rewardq.consumers.batch import non_tensor, valid_response_ids
+from rewardq.consumers.batch import last_row, non_tensor, valid_response_ids
 from rewardq.errors import ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, normalize_result
 from rewardq.reward.registry import register
@@ -62,7 +62,7 @@ def read_final_output(manager: RewardManager, data: Any) -> FinalOutput:
         ScoringError: the sample has no ``reward_model`` dict with ``ground_truth``, or
             ``extra_info`` is not a dict.
     """
-    row = data if data.batch_size[0] == 1 else data[-1:]  # indexing a TensorDict is not free
+    row = last_row(data)
     reward_model = non_tensor(row, "reward_model")
     if not isinstance(reward_model, Mapping) or "ground_truth" not in reward_model:
         raise ScoringError("the sample has no reward_model['ground_truth'] (got reward_model="
@@ -135,6 +135,6 @@ class NaiveRewardManager(RewardManager):
         return merge_rollout_fields(final.extra_info, final.row)
 
     async def run_single(self, data: Any) -> dict:
-        data = data[-1:]
+        data = last_row(data)  # data[-1:], built cheaper
         final = read_final_output(self, data)
         return await score_final_output(self, final, self.build_extra_info(final))
