@@ -254,38 +254,43 @@ def test_dropped_connections_worker_carries_on(server, tmp_path):
         admin.close()
 
 
-async def test_store_survives_script_cache_loss_between_load_and_run(server):
-    """A Redis restart between a pipeline's SCRIPT LOAD and its EVALSHAs (then retried on the
-    new server) answers NOSCRIPT; the broker loads the script again instead of failing the read."""
+async def test_store_and_claim_survive_script_cache_loss(server):
+    """A fresh or restarted Redis has no scripts: the pipelined EVALSHAs answer NOSCRIPT; the
+    broker loads the script and runs those calls again instead of failing the read."""
     from rewardq.queue.codec import decode_output
 
     ns = _ns("noscript")
     client = RewardClient.from_url(server.url, namespace=ns)
-    jobs = make_trajectories(3, seed=5)
+    jobs = make_trajectories(6, seed=5)
     push(client, jobs)
     w = Worker(WorkerConfig(redis_url=server.url, namespace=ns, name="ns-w"), manager=EchoManager())
     await w.start()
     try:
-        real_pipeline = w.broker.r.pipeline
-        flushed = []
+        real = w.broker._script_pipeline
+        loads = []
 
-        def pipeline(*args, **kwargs):
-            pipe = real_pipeline(*args, **kwargs)
-            load = pipe.load_scripts
+        async def counting(script, calls, *, load=False):
+            loads.append(load)
+            return await real(script, calls, load=load)
 
-            async def load_then_lose():
-                await load()
-                if not flushed:  # the restart: Redis forgets every script
-                    flushed.append(await w.broker.r.script_flush())
-            pipe.load_scripts = load_then_lose
-            return pipe
-
-        w.broker.r.pipeline = pipeline
+        w.broker._script_pipeline = counting
         entries = await w.broker.read([0], 100, None)
-        outcomes = await w.broker.store([(e, decode_output(e.data), bytes(e.data)) for e in entries])
-        assert flushed, "the script cache was not lost: the test did not test anything"
-        assert len(outcomes) == len(entries) and {o.kind for o in outcomes} <= {"parked", "complete"}
-        assert sum(o.kind == "complete" for o in outcomes) == len(jobs)
+        by_tid: dict = {}
+        for e in entries:
+            by_tid.setdefault(decode_output(e.data).tid, []).append(e)
+        first, rest = list(by_tid)[:2], list(by_tid)[2:]
+        # Given Redis forgot every script, when two trajectories are claimed whole
+        assert await w.broker.r.script_flush() is True
+        claimed = await w.broker.claim_whole([(0, tid, by_tid[tid]) for tid in first])
+        assert claimed == [True, True] and loads == [False, True]
+        # and when the others are stored output by output after another loss
+        assert await w.broker.r.script_flush() is True
+        loads.clear()
+        todo = [e for tid in rest for e in by_tid[tid]]
+        outcomes = await w.broker.store([(e, decode_output(e.data), bytes(e.data)) for e in todo])
+        assert loads == [False, True], "the script cache was not lost: the test did not test anything"
+        assert len(outcomes) == len(todo) and {o.kind for o in outcomes} <= {"parked", "complete"}
+        assert sum(o.kind == "complete" for o in outcomes) == len(rest)
     finally:
         await w.stop()
         client.close()

@@ -233,7 +233,9 @@ class StreamBroker:
     async def _pipelined_script(self, name: str, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
         """Run script ``name`` once per ``(keys, args)`` in one round trip; replies (or errors) in order.
 
-        On one Redis this is an ordinary pipeline (it loads the script first). On Redis
+        On one Redis this is an ordinary pipeline of ``EVALSHA`` (redis-py's own pipelined
+        scripts would send ``SCRIPT EXISTS`` first: one more round trip on every call); the
+        calls answered NOSCRIPT (a restarted Redis) go again after ``SCRIPT LOAD``. On Redis
         Cluster, redis-py's ClusterPipeline refuses ``evalsha()`` because it cannot reload
         a script; so the calls go as raw ``EVALSHA`` commands, which the pipeline routes by
         the keys' slot and sends as one batch per node, and the calls a node answered with
@@ -242,10 +244,13 @@ class StreamBroker:
         script = self._scripts[name]
         if not self.cluster:
             replies = await self._script_pipeline(script, calls)
-            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-            if missing:  # Redis restarted between the pipeline's SCRIPT LOAD and its (retried) EVALSHAs
-                logger.info("script %s vanished from Redis (restart); loading it again", name)
-                for i, reply in zip(missing, await self._script_pipeline(script, [calls[i] for i in missing])):
+            for _ in range(2):  # a fresh or restarted Redis; twice if it restarts again in between
+                missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+                if not missing:
+                    break
+                logger.info("script %s is not loaded in Redis (fresh or restarted); loading it", name)
+                for i, reply in zip(missing, await self._script_pipeline(script, [calls[i] for i in missing],
+                                                                         load=True)):
                     replies[i] = reply
             return replies
         replies: list[Any] = [None] * len(calls)
@@ -266,11 +271,16 @@ class StreamBroker:
                 break
         return replies
 
-    async def _script_pipeline(self, script: Any, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
-        pipe = self.r.pipeline(transaction=False)  # loads the script (SCRIPT EXISTS/LOAD) before running
+    async def _script_pipeline(self, script: Any, calls: Sequence[tuple[list[Any], list[Any]]], *,
+                               load: bool = False) -> list[Any]:
+        """One pipeline of ``EVALSHA`` calls (``SCRIPT LOAD`` first when ``load``); replies in order."""
+        pipe = self.r.pipeline(transaction=False)
+        if load:
+            pipe.script_load(script.script)
         for keys, args in calls:
-            await script(keys=keys, args=args, client=pipe)
-        return await pipe.execute(raise_on_error=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        replies = await pipe.execute(raise_on_error=False)
+        return replies[1:] if load else replies
 
     # -- finish ----------------------------------------------------------------------------
     async def commit(self, shard: int, tid: str, results: Sequence[RewardResult], status: str = "ok") -> bool:
