@@ -151,3 +151,14 @@ def test_last_row_falls_back_for_nested_tensordicts():
     row = last_row(td)
     assert row["nested", "x"].tolist() == [3]
     assert row["data_source"] == ["openai/gsm8k"]
+
+
+def test_non_tensor_reads_rows_and_shared_values():
+    td = build_batch(records(LENGTHS))
+    td.set_non_tensor("experiment", "exp-1")  # one value for every row
+    assert non_tensor(td[2], "extra_info") == SAMPLE["extra_info"]
+    assert non_tensor(td[1:2], "tool_extra_fields") == {"turn": 1, "tools": ["search"]}
+    assert non_tensor(last_row(td), "experiment") == "exp-1" and non_tensor(td[0], "experiment") == "exp-1"
+    assert non_tensor(td[0], "absent", "dflt") == "dflt"
+    with pytest.raises(ValueError, match="one row"):
+        non_tensor(td, "data_source")

@@ -83,7 +83,11 @@ def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> 
             if logprobs is not None and r.response_logprobs is not None:
                 logprobs[i, :rl] = r.response_logprobs
     input_ids = np.concatenate([prompts, responses], axis=1)
-    position_ids = np.clip(np.cumsum(attention, axis=1) - 1, 0, None)
+    # clamp(cumsum(attention_mask) - 1, min=0), without the cumsum: row i counts from 0 at its
+    # first prompt id (column P - pl) and stays at its last valid position through the padding
+    first = P - np.asarray(plens, dtype=np.int64)
+    last = np.maximum(np.asarray(plens, dtype=np.int64) + np.asarray(rlens, dtype=np.int64) - 1, 0)
+    position_ids = np.clip(np.arange(P + R, dtype=np.int64)[None, :] - first[:, None], 0, last[:, None])
 
     tensors: dict[str, torch.Tensor] = {
         "prompts": torch.from_numpy(prompts),
@@ -95,18 +99,21 @@ def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> 
     }
     if logprobs is not None:
         tensors["rollout_log_probs"] = torch.from_numpy(logprobs)
-    td = TensorDict(tensors, batch_size=[n])
 
-    rows: dict[str, list[Any]] = {col: [_copy(val) for _ in range(n)] for col, val in sample.items()
+    rows: dict[str, list[Any]] = {col: [copy_value(val) for _ in range(n)] for col, val in sample.items()
                                   if col not in tensors}
     rows["__num_turns__"] = [r.num_turns for r in records]
     rows["tool_extra_fields"] = [dict(r.extra_fields) for r in records]
     rows["reward_scores"] = [{} if r.reward_score is None else {"reward_score": r.reward_score} for r in records]
     rows["prompt_len"] = plens
     rows["response_len"] = rlens
+    columns: dict[str, Any] = dict(tensors)
     for col, values in rows.items():
-        td[col] = non_tensor_column(values)
-    return td
+        columns[col] = non_tensor_column(values)
+    if _init_flat is None:
+        return TensorDict(columns, batch_size=[n])
+    # every column was built above with batch size [n] on the CPU: skip the constructor's checks
+    return TensorDict._new_unsafe(columns, batch_size=torch.Size([n]))
 
 
 def non_tensor_column(values: list[Any]) -> NonTensorStack:
@@ -147,12 +154,12 @@ def last_row(data: TensorDict) -> TensorDict:
     return TensorDict._new_unsafe(columns, batch_size=torch.Size([1]), device=data.device)
 
 
-def _copy(value: Any) -> Any:
-    """A deep copy of a decoded sample value (dicts, lists, scalars), ~3x cheaper than deepcopy."""
+def copy_value(value: Any) -> Any:
+    """A deep copy of a decoded value (dicts, lists, scalars; anything else via ``copy.deepcopy``), ~3x cheaper than deepcopy."""
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: copy_value(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [copy_value(v) for v in value]
     if isinstance(value, (str, int, float, bool, bytes)) or value is None:
         return value
     return copy.deepcopy(value)
@@ -184,11 +191,14 @@ def valid_prompt_ids(row: TensorDict) -> torch.Tensor:
 
 def non_tensor(row: TensorDict, name: str, default: Any = None) -> Any:
     """A per-row non-tensor field of one row (``data[i]`` or ``data[-1:]``), or ``default``."""
-    if name not in row.keys():
+    value = row.get(name, None)
+    if value is None:
         return default
-    value = row[name]
+    if isinstance(value, NonTensorData):  # one value for every row (``set_non_tensor``)
+        return value.data
     if row.batch_dims == 1:
-        if len(value) != 1:
+        values = value.tolist() if isinstance(value, NonTensorStack) else value
+        if len(values) != 1:
             raise ValueError("non_tensor takes one row: data[i] or data[-1:]")
-        value = value[0]
+        return values[0]
     return value

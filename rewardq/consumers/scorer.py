@@ -17,6 +17,20 @@ from rewardq.queue.results import STATUS_OK, RewardResult
 from rewardq.reward.base import RewardManager, check_manager_output
 
 
+async def run_with_timeout(coro: Any, seconds: float) -> Any:
+    """``await coro`` for at most ``seconds`` (raises ``asyncio.TimeoutError``).
+
+    On Python 3.11+ this is ``asyncio.timeout``, which runs the manager in the calling
+    task; ``asyncio.wait_for`` (3.10) wraps it in a task of its own, one more event-loop
+    turn per trajectory.
+    """
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:  # Python 3.10
+        return await asyncio.wait_for(coro, seconds)
+    async with timeout(seconds):
+        return await coro
+
+
 class TrajectoryScorer:
     """Runs a manager on whole trajectories and turns its answer into per-key results.
 
@@ -41,7 +55,7 @@ class TrajectoryScorer:
         """
         batch = build_batch(records, trajectory_sample(records))
         try:
-            out: Any = await asyncio.wait_for(self.manager.run_single(batch), self.timeout)
+            out: Any = await run_with_timeout(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:
             raise ScoringError(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
         per_key = check_manager_output(out, len(records))

@@ -291,6 +291,15 @@ def _array(d: dict, name: str, kinds: tuple[str, ...], *, required: bool) -> np.
     return value
 
 
+def _ids_in_range(arr: np.ndarray, vocab_size: int | None) -> bool:
+    """``0 <= id < vocab_size`` for every id, in one pass: negative ids read as unsigned are
+    larger than any vocabulary. Without a vocabulary only the sign is checked."""
+    if vocab_size is None:
+        return int(arr.min()) >= 0
+    unsigned = arr.view(np.uint32 if arr.dtype.itemsize == 4 else np.uint64)
+    return int(unsigned.max()) < vocab_size
+
+
 def decode_output(
     data: bytes,
     *,
@@ -333,12 +342,11 @@ def decode_output(
     prompt = _array(d, "prompt_ids", ("i",), required=True)
     response = _array(d, "response_ids", ("i",), required=True)
     for name, arr in (("prompt_ids", prompt), ("response_ids", response)):
-        if arr.size:
+        if arr.size and not _ids_in_range(arr, vocab_size):
             lo, hi = int(arr.min()), int(arr.max())
             if lo < 0:
                 raise RecordError(name, f"token id {lo} is negative")
-            if vocab_size is not None and hi >= vocab_size:
-                raise RecordError(name, f"token id {hi} is out of range for a vocabulary of {vocab_size}")
+            raise RecordError(name, f"token id {hi} is out of range for a vocabulary of {vocab_size}")
     mask = _array(d, "response_mask", ("u", "i"), required=False)
     if mask is not None and mask.shape[0] != response.shape[0]:
         raise RecordError("response_mask", f"has {mask.shape[0]} entries but response_ids has {response.shape[0]}")

@@ -87,11 +87,14 @@ class RewardManager(ABC):
         """Called once when the worker stops; release pools, sessions, connections."""
 
     # -- helpers shared by the built-in managers ---------------------------------------
-    def decode_response(self, row: Any) -> str:
-        """Decode the valid response of one row (``data[i]``) with ``skip_special_tokens``."""
-        from rewardq.consumers.batch import valid_response_ids
+    def decode_response(self, row: Any, ids: Any = None) -> str:
+        """Decode the valid response of one row (``data[i]`` or ``data[-1:]``) with
+        ``skip_special_tokens``; ``ids``: that row's valid response ids when already at hand."""
+        if ids is None:
+            from rewardq.consumers.batch import valid_response_ids
 
-        return self.tokenizer.decode(valid_response_ids(row), skip_special_tokens=True)
+            ids = valid_response_ids(row)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     async def call_score_fn(self, fn: ScoreFn, **kwargs: Any) -> Any:
         """Call a sync or async scoring function; sync ones run in the default executor.

@@ -22,11 +22,10 @@ The helpers :func:`read_final_output`, :func:`merge_rollout_fields` and
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from rewardq.consumers.batch import last_row, non_tensor, valid_response_ids
+from rewardq.consumers.batch import copy_value, last_row, non_tensor, valid_response_ids
 from rewardq.errors import ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, normalize_result
 from rewardq.reward.registry import register
@@ -73,13 +72,14 @@ def read_final_output(manager: RewardManager, data: Any) -> FinalOutput:
         extra_info = {}
     elif not isinstance(extra_info, Mapping):
         raise ScoringError(f"the sample's extra_info must be a dict, got {type(extra_info).__name__}")
+    ids = valid_response_ids(row)
     return FinalOutput(
         row=row,
-        solution_str=manager.decode_response(row),
+        solution_str=manager.decode_response(row, ids),
         data_source=non_tensor(row, "data_source"),
         ground_truth=reward_model["ground_truth"],
-        extra_info=copy.deepcopy(dict(extra_info)),
-        valid_response_length=int(valid_response_ids(row).shape[0]),
+        extra_info=copy_value(dict(extra_info)),
+        valid_response_length=int(ids.shape[0]),
     )
 
 
@@ -92,10 +92,10 @@ def merge_rollout_fields(extra_info: dict, row: Any, *, turns_and_scores: bool =
     """
     tool_extra_fields = non_tensor(row, "tool_extra_fields")
     if tool_extra_fields:
-        extra_info.update(copy.deepcopy(dict(tool_extra_fields)))
+        extra_info.update(copy_value(dict(tool_extra_fields)))
     if turns_and_scores:
         extra_info["num_turns"] = non_tensor(row, "__num_turns__")
-        extra_info["rollout_reward_scores"] = copy.deepcopy(non_tensor(row, "reward_scores", {}))
+        extra_info["rollout_reward_scores"] = copy_value(non_tensor(row, "reward_scores", {}))
     return extra_info
 
 
