@@ -17,11 +17,12 @@ the n-th time (default 1) it gets there. The hook lives here, not in the library
     XREADGROUP returned entries (now pending for this consumer); die before storing them.
 ``kill-before-commit``
     the manager has scored a trajectory; write every key's result hash exactly as the
-    commit would, then die before the commit script, which is what acknowledges
-    (the "between write-back and acknowledgement" window of a non-atomic design).
+    commit would (for the first trajectory of a commit batch), then die before the commit
+    scripts, which are what acknowledges (the "between write-back and acknowledgement"
+    window of a non-atomic design).
 ``kill-after-commit``
-    the commit script ran (results written, entries acknowledged); die before the worker
-    records that it finished.
+    the commit scripts of a batch ran (results written, entries acknowledged); die before
+    the worker records that they finished.
 
 Killing "while scoring" needs no hook: use ``EchoManager(sleep=..., mark_dir=...)`` and
 SIGKILL the process from the test once a mark file appears.
@@ -85,10 +86,11 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
         broker.read = faulty_read  # type: ignore[method-assign]
         return
 
-    commit = broker.commit
+    commit_many = broker.commit_many
 
-    async def faulty_commit(shard: int, tid: str, results: Any, status: str = "ok") -> bool:
+    async def faulty_commit_many(items: Any) -> list[Any]:
         if mode == "kill-before-commit" and hit():
+            shard, tid, results = items[0]
             pipe = broker.r.pipeline(transaction=False)
             for r in results:
                 rkey = broker.ks.reward(shard, r.key)
@@ -98,12 +100,13 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
                     pipe.expire(rkey, broker.result_ttl)
             await pipe.execute()
             _die(f"kill-before-commit: wrote {len(results)} results of {tid}, acknowledged nothing")
-        done = await commit(shard, tid, results, status)
+        done = await commit_many(items)
         if mode == "kill-after-commit" and hit():
-            _die(f"kill-after-commit: {tid} committed and acknowledged")
+            _die(f"kill-after-commit: {', '.join(tid for _, tid, _ in items)} committed and acknowledged")
         return done
 
-    broker.commit = faulty_commit  # type: ignore[method-assign]
+    # the worker commits through commit_many (its CommitCoalescer)
+    broker.commit_many = faulty_commit_many  # type: ignore[method-assign]
 
 
 class FaultyWorker(Worker):

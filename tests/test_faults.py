@@ -133,6 +133,13 @@ async def _rescue(url: str, names: dict[str, str], clients: dict[str, RewardClie
     try:
         for p in names:
             await asyncio.to_thread(clients[p].wait_rewards, keys[p], 90)
+        # results can be readable before the trajectory is finished (kill-before-commit wrote
+        # them, acknowledging nothing): wait until the rescuers have acknowledged everything too
+        r = clients[next(iter(names))].r
+        deadline = time.monotonic() + 90
+        while any(_pending_by_consumer(r, Keyspace(ns)) for ns in names.values()):
+            assert time.monotonic() < deadline, "the rescuers left entries unacknowledged"
+            await asyncio.sleep(0.1)
     finally:
         for w in workers:
             w.request_stop("test done")

@@ -33,6 +33,7 @@ from typing import Any
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
+from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandling
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError
@@ -77,6 +78,7 @@ class Worker(FailureHandling):
         self.ks: Keyspace | None = None
         self.broker: StreamBroker | None = None
         self.scorer: TrajectoryScorer | None = None
+        self.commits: CommitCoalescer | None = None
         self.in_flight: dict[str, InFlight] = {}
         self.stats = {"read": 0, "stored": 0, "parked": 0, "scored": 0, "errors": 0, "dead_letters": 0,
                       "reclaimed": 0, "duplicates": 0, "expired": 0}
@@ -125,6 +127,7 @@ class Worker(FailureHandling):
                                    lease_seconds=cfg.lease_seconds, incomplete_timeout=cfg.incomplete_timeout,
                                    keep_records=cfg.keep_records)
         await self.broker.ensure_groups()
+        self.commits = CommitCoalescer(self.broker)
         if self.manager is None:
             from rewardq.reward.factory import build_from_config
 
@@ -181,6 +184,8 @@ class Worker(FailureHandling):
             for t in not_done:
                 t.cancel()
             await asyncio.gather(*not_done, return_exceptions=True)
+        if self.commits is not None:
+            await self.commits.drain()
         if self.in_flight and self.broker is not None:
             held = self._held()
             try:
@@ -381,12 +386,13 @@ class Worker(FailureHandling):
                                         "elapsed_ms": round(elapsed, 3)})
 
     async def _commit(self, shard: int, tid: str, results: list) -> None:
-        """Write back, then ack (one atomic script), retrying through a Redis outage."""
-        assert self.broker is not None
+        """Write back, then ack (one atomic script, sent with the other commits of this loop
+        turn), retrying through a Redis outage."""
+        assert self.commits is not None
         delay = 0.05
         for attempt in range(12):
             try:
-                await self.broker.commit(shard, tid, results)
+                await self.commits.commit(shard, tid, results)
                 return
             except Exception as exc:
                 if not _is_redis_conn_error(exc) or attempt == 11:

@@ -289,16 +289,34 @@ class StreamBroker:
         Idempotent: a second commit of a finished trajectory only re-acknowledges.
         Returns True when this call finished it.
         """
+        return bool(await self._scripts["commit"](**self._commit_call(shard, tid, results, status)))
+
+    async def commit_many(self, items: Sequence[tuple[int, str, Sequence[RewardResult]]]) -> list[Any]:
+        """:meth:`commit` of several trajectories in one round trip (each still atomic on its own).
+
+        Returns, in order, True/False as :meth:`commit` would, or the exception of that call.
+        """
+        calls = []
+        for shard, tid, results in items:
+            call = self._commit_call(shard, tid, results, "ok")
+            calls.append((call["keys"], call["args"]))
+        return [r if isinstance(r, Exception) else bool(r) for r in await self._pipelined_script("commit", calls)]
+
+    def _commit_call(self, shard: int, tid: str, results: Sequence[RewardResult], status: str) -> dict[str, list]:
         values: list[str] = []
+        encoded: dict[int, str] = {}  # a manager's single dict is copied to every key: encode it once
         for r in results:
-            h = r.to_hash()
+            js = encoded.get(id(r.reward_extra_info))
+            if js is None:
+                js = encoded[id(r.reward_extra_info)] = r.extra_info_json()
+            h = r.to_hash(js)
             values.extend(h[f] for f in RESULT_FIELDS)
         args = [self.ks.group, tid, self.worker, self.result_ttl, self.done_maxlen, len(results),
                 len(RESULT_FIELDS), *RESULT_FIELDS, *values, self.ks.reward_prefix(shard), status,
                 self.keep_records]
         keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard), self.ks.done(shard),
                 self.ks.records(shard, tid)]
-        return bool(await self._scripts["commit"](keys=keys, args=args))
+        return {"keys": keys, "args": args}
 
     async def fail(self, shard: int, tid: str, message: str, *, index: int = -1, entry: Entry | None = None,
                    dead: dict[str, Any] | None = None) -> int:

@@ -69,13 +69,17 @@ class RewardResult:
     def ok(self) -> bool:
         return self.status == STATUS_OK
 
-    def to_hash(self) -> dict[str, str]:
-        """The fields written to Redis (all text)."""
+    def extra_info_json(self) -> str:
+        """``reward_extra_info`` as stored: compact JSON of :func:`to_jsonable`."""
+        return json.dumps(to_jsonable(self.reward_extra_info), ensure_ascii=False, separators=(",", ":"))
+
+    def to_hash(self, extra_info_json: str | None = None) -> dict[str, str]:
+        """The fields written to Redis (all text). ``extra_info_json``: :meth:`extra_info_json`,
+        when the caller already has it (one dict shared by every key of a trajectory)."""
         return {
             "status": self.status,
             "reward_score": "" if self.reward_score is None else repr(float(self.reward_score)),
-            "reward_extra_info": json.dumps(to_jsonable(self.reward_extra_info), ensure_ascii=False,
-                                            separators=(",", ":")),
+            "reward_extra_info": self.extra_info_json() if extra_info_json is None else extra_info_json,
             "error": self.error or "",
             "worker": self.worker,
             "manager": self.manager,

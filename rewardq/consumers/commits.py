@@ -1,0 +1,78 @@
+"""Commits of trajectories scored in the same event-loop turn travel to Redis together.
+
+A read batch of 256 entries holds ~50 whole trajectories; their scoring tasks run one after
+another in one turn of the event loop and each ends in a commit. Sent one by one, that is
+~50 round trips, each paying redis-py's per-command cost (a pool checkout, packing, a read).
+:class:`CommitCoalescer` queues them and sends everything queued in one turn as one pipeline
+of ``commit`` scripts (:meth:`StreamBroker.commit_many`). Each script is still atomic on its
+own: write every key's result, then acknowledge. At a low rate a commit is alone in its
+turn and goes out at once, so nothing waits for company.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+from rewardq.queue.broker import StreamBroker
+from rewardq.queue.results import RewardResult
+
+
+class CommitCoalescer:
+    """``await commit(shard, tid, results)`` as :meth:`StreamBroker.commit`, in shared round trips."""
+
+    def __init__(self, broker: StreamBroker) -> None:
+        self.broker = broker
+        self._queue: list[tuple[int, str, Sequence[RewardResult], asyncio.Future]] = []
+        self._scheduled = False
+        self._sending: set[asyncio.Task] = set()
+
+    async def commit(self, shard: int, tid: str, results: Sequence[RewardResult]) -> bool:
+        """Commit one trajectory; True when this call finished it (see :meth:`StreamBroker.commit`).
+
+        Raises what that trajectory's script or the round trip raised.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        self._queue.append((shard, tid, results, future))
+        if not self._scheduled:  # after the tasks that are ready in this turn have queued theirs
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        batch = [item for item in self._queue if not item[3].done()]  # a cancelled waiter drops out
+        self._queue = []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._send(batch), name="commit-batch")
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[tuple[int, str, Sequence[RewardResult], asyncio.Future]]) -> None:
+        try:
+            replies: list[Any] = await self.broker.commit_many([(s, t, r) for s, t, r, _ in batch])
+        except asyncio.CancelledError:
+            for *_, future in batch:
+                future.cancel()
+            raise
+        except Exception as exc:  # the round trip failed: every waiter decides (retry or not) itself
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (*_, future), reply in zip(batch, replies):
+            if future.done():
+                continue
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+    async def drain(self) -> None:
+        """Wait for the commits already sent (the worker calls this before it closes Redis)."""
+        while self._sending or self._queue:
+            if self._queue and not self._scheduled:
+                self._flush()
+            await asyncio.gather(*self._sending, return_exceptions=True)
+            await asyncio.sleep(0)

@@ -1,0 +1,65 @@
+"""CommitCoalescer: commits of one event-loop turn share a round trip; each keeps its own outcome.
+
+The broker here is a recorder (the coalescing is pure asyncio); the real ``commit_many``
+against Redis runs in every pipeline, recovery and fault test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from rewardq.consumers.commits import CommitCoalescer
+
+
+class RecordingBroker:
+    def __init__(self, replies=None, fail: BaseException | None = None, delay: float = 0.0):
+        self.calls: list[list[str]] = []
+        self.replies = replies or {}
+        self.fail = fail
+        self.delay = delay
+
+    async def commit_many(self, items):
+        self.calls.append([tid for _, tid, _ in items])
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail is not None:
+            raise self.fail
+        return [self.replies.get(tid, True) for _, tid, _ in items]
+
+
+async def test_commits_of_one_turn_go_in_one_call_and_keep_their_replies():
+    broker = RecordingBroker(replies={"t1": False, "t2": ResponseError("BUSY script")})
+    c = CommitCoalescer(broker)
+    got = await asyncio.gather(*(c.commit(0, f"t{i}", []) for i in range(4)), return_exceptions=True)
+    assert broker.calls == [["t0", "t1", "t2", "t3"]]
+    assert got[0] is True and got[1] is False and got[3] is True
+    assert isinstance(got[2], ResponseError)  # only its own waiter sees a script's error
+    # a later turn is a new round trip, sent at once
+    assert await c.commit(0, "t9", []) is True
+    assert broker.calls[-1] == ["t9"]
+
+
+async def test_a_failed_round_trip_reaches_every_waiter_of_that_batch():
+    c = CommitCoalescer(RecordingBroker(fail=RedisConnectionError("gone")))
+    got = await asyncio.gather(c.commit(0, "a", []), c.commit(1, "b", []), return_exceptions=True)
+    assert all(isinstance(g, RedisConnectionError) for g in got)
+
+
+async def test_a_cancelled_waiter_drops_out_and_drain_waits_for_the_sent():
+    broker = RecordingBroker(delay=0.05)
+    c = CommitCoalescer(broker)
+    keep = asyncio.create_task(c.commit(0, "keep", []))
+    gone = asyncio.create_task(c.commit(0, "gone", []))
+    await asyncio.sleep(0)  # both queued in this turn
+    gone.cancel()
+    for _ in range(5):  # the flush runs, then its send starts: only the live waiter goes
+        await asyncio.sleep(0)
+    assert broker.calls == [["keep"]]
+    await c.drain()
+    assert keep.done() and keep.result() is True
+    with pytest.raises(asyncio.CancelledError):
+        await gone
