@@ -127,8 +127,15 @@ class RewardClient(ClientBase):
         w = Waiter(check_keys(keys), timeout)
         ks = self.keyspace
         shards = sorted({ks.shard_of_key(k) for k in w.keys})
-        last = {s: self._last_done_id(s) for s in shards}
-        w.absorb(self.get_rewards(w.keys))
+        # where each done stream ends now, and the results already there: one round trip
+        pipe = self.r.pipeline(transaction=False)
+        for s in shards:
+            pipe.xrevrange(ks.done(s), count=1)
+        for k in w.keys:
+            pipe.hgetall(ks.reward_key(k))
+        replies = pipe.execute()
+        last = {s: (got[0][0] if got else b"0-0") for s, got in zip(shards, replies)}
+        w.absorb(parse_results(w.keys, replies[len(shards):]))
         full_check = time.monotonic() + 2.0
         while w.missing:
             remaining = w.remaining()
@@ -141,10 +148,6 @@ class RewardClient(ClientBase):
             if recheck:
                 w.absorb(self.get_rewards(recheck))
         return w.ordered()
-
-    def _last_done_id(self, shard: int) -> bytes:
-        got = self.r.xrevrange(self.keyspace.done(shard), count=1)
-        return got[0][0] if got else b"0-0"
 
     def _wait_done(self, last: dict[int, bytes], timeout: float) -> set[str]:
         """Block on the ``done`` streams for up to ``timeout``; returns the finished trajectory ids."""
