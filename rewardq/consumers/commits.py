@@ -24,7 +24,7 @@ class CommitCoalescer:
     def __init__(self, broker: StreamBroker) -> None:
         self.broker = broker
         self._queue: list[tuple[int, str, Sequence[RewardResult], asyncio.Future]] = []
-        self._scheduled = False
+        self._gathering: asyncio.Task | None = None  # the batch that takes what is queued now
         self._sending: set[asyncio.Task] = set()
 
     async def commit(self, shard: int, tid: str, results: Sequence[RewardResult]) -> bool:
@@ -35,21 +35,21 @@ class CommitCoalescer:
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._queue.append((shard, tid, results, future))
-        if not self._scheduled:  # after the tasks that are ready in this turn have queued theirs
-            self._scheduled = True
-            loop.call_soon(self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        batch = [item for item in self._queue if not item[3].done()]  # a cancelled waiter drops out
-        self._queue = []
-        if batch:
-            task = asyncio.get_running_loop().create_task(self._send(batch), name="commit-batch")
+        if self._gathering is None:
+            # a task's first step runs in the next turn of the loop: by then every task that
+            # was ready in this turn has queued its commit too
+            task = loop.create_task(self._send(), name="commit-batch")
+            self._gathering = task
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
+        return await future
 
-    async def _send(self, batch: list[tuple[int, str, Sequence[RewardResult], asyncio.Future]]) -> None:
+    async def _send(self) -> None:
+        batch = [item for item in self._queue if not item[3].done()]  # a cancelled waiter drops out
+        self._queue = []
+        self._gathering = None  # commits queued from now on form the next batch
+        if not batch:
+            return
         try:
             replies: list[Any] = await self.broker.commit_many([(s, t, r) for s, t, r, _ in batch])
         except asyncio.CancelledError:
@@ -71,8 +71,5 @@ class CommitCoalescer:
 
     async def drain(self) -> None:
         """Wait for the commits already sent (the worker calls this before it closes Redis)."""
-        while self._sending or self._queue:
-            if self._queue and not self._scheduled:
-                self._flush()
+        while self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
-            await asyncio.sleep(0)
