@@ -105,8 +105,18 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
             _die(f"kill-after-commit: {', '.join(tid for _, tid, _ in items)} committed and acknowledged")
         return done
 
-    # the worker commits through commit_many (its CommitCoalescer)
+    async def faulty_commit(shard: int, tid: str, results: Any, status: str = "ok") -> bool:
+        if status != "ok":
+            return await commit(shard, tid, results, status)
+        reply = (await faulty_commit_many([(shard, tid, results)]))[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    # the worker commits through its CommitCoalescer: commit alone, commit_many in batches
+    commit = broker.commit
     broker.commit_many = faulty_commit_many  # type: ignore[method-assign]
+    broker.commit = faulty_commit  # type: ignore[method-assign]
 
 
 class FaultyWorker(Worker):

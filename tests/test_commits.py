@@ -24,23 +24,42 @@ class RecordingBroker:
 
     async def commit_many(self, items):
         self.calls.append([tid for _, tid, _ in items])
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        await asyncio.sleep(self.delay)  # a round trip always yields to the loop
         if self.fail is not None:
             raise self.fail
         return [self.replies.get(tid, True) for _, tid, _ in items]
+
+    async def commit(self, shard, tid, results):
+        reply = (await self.commit_many([(shard, tid, results)]))[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
 
 async def test_commits_of_one_turn_go_in_one_call_and_keep_their_replies():
     broker = RecordingBroker(replies={"t1": False, "t2": ResponseError("BUSY script")})
     c = CommitCoalescer(broker)
     got = await asyncio.gather(*(c.commit(0, f"t{i}", []) for i in range(4)), return_exceptions=True)
-    assert broker.calls == [["t0", "t1", "t2", "t3"]]
+    # the first finds nothing on the wire and goes at once; the rest of the turn go together
+    assert broker.calls == [["t0"], ["t1", "t2", "t3"]]
     assert got[0] is True and got[1] is False and got[3] is True
     assert isinstance(got[2], ResponseError)  # only its own waiter sees a script's error
     # a later turn is a new round trip, sent at once
     assert await c.commit(0, "t9", []) is True
     assert broker.calls[-1] == ["t9"]
+
+
+async def test_commits_arriving_while_a_batch_is_out_form_the_next_batch():
+    broker = RecordingBroker(delay=0.02)
+    c = CommitCoalescer(broker)
+    first = asyncio.create_task(c.commit(0, "a", []))
+    await asyncio.sleep(0.005)  # "a" is on the wire
+    second = [asyncio.create_task(c.commit(0, t, [])) for t in ("b", "c")]
+    await asyncio.sleep(0.005)
+    third = asyncio.create_task(c.commit(0, "d", []))  # "b", "c" are on the wire
+    assert await asyncio.gather(first, *second, third) == [True] * 4
+    assert broker.calls == [["a"], ["b", "c"], ["d"]]
+    await c.drain()
 
 
 async def test_a_failed_round_trip_reaches_every_waiter_of_that_batch():

@@ -5,8 +5,9 @@ another in one turn of the event loop and each ends in a commit. Sent one by one
 ~50 round trips, each paying redis-py's per-command cost (a pool checkout, packing, a read).
 :class:`CommitCoalescer` queues them and sends everything queued in one turn as one pipeline
 of ``commit`` scripts (:meth:`StreamBroker.commit_many`). Each script is still atomic on its
-own: write every key's result, then acknowledge. At a low rate a commit is alone in its
-turn and goes out at once, so nothing waits for company.
+own: write every key's result, then acknowledge. A commit that finds nothing queued or on the
+wire goes out at once from its own task (at a low rate that is every commit: nothing waits for
+company); the ones that arrive while it is out are sent together in the next turn.
 """
 
 from __future__ import annotations
@@ -26,12 +27,21 @@ class CommitCoalescer:
         self._queue: list[tuple[int, str, Sequence[RewardResult], asyncio.Future]] = []
         self._gathering: asyncio.Task | None = None  # the batch that takes what is queued now
         self._sending: set[asyncio.Task] = set()
+        self._direct = 0  # commits sent straight from their own task, not yet answered
 
     async def commit(self, shard: int, tid: str, results: Sequence[RewardResult]) -> bool:
         """Commit one trajectory; True when this call finished it (see :meth:`StreamBroker.commit`).
 
         Raises what that trajectory's script or the round trip raised.
         """
+        if self._gathering is None and not self._sending and not self._direct:
+            # nothing queued or on the wire: send it now from this task (no extra loop turn);
+            # commits that come while it is out gather into the next batch
+            self._direct += 1
+            try:
+                return await self.broker.commit(shard, tid, results)  # one EVALSHA, no pipeline
+            finally:
+                self._direct -= 1
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._queue.append((shard, tid, results, future))
@@ -71,5 +81,7 @@ class CommitCoalescer:
 
     async def drain(self) -> None:
         """Wait for the commits already sent (the worker calls this before it closes Redis)."""
-        while self._sending:
+        while self._sending or self._direct:
             await asyncio.gather(*self._sending, return_exceptions=True)
+            if self._direct:
+                await asyncio.sleep(0.001)
