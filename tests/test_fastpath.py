@@ -49,3 +49,62 @@ async def test_late_duplicates_of_a_whole_trajectory(ns, redis_url, sync_redis):
     assert res["diff_s_1"].status == "error"
     assert sync_redis.xlen(ks.stream(0)) == 0 and sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
     client.close()
+
+
+async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(ns, redis_url, sync_redis):
+    """A whole trajectory whose claim finds it already finished goes through ``store``, which
+    acknowledges the duplicate and rewrites nothing."""
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = client.put_trajectory("dup", "s", [output(3, 4), output(3, 5)], SAMPLE)
+    LengthManager.calls = []
+    w = Worker(worker_config(ns, redis_url, name="A"), manager=LengthManager(None))
+    await w.start()
+    try:
+        await w.handle(await w.broker.read([0], 10, None))
+        first = await asyncio.to_thread(client.wait_rewards, keys, 10)
+        # the same trajectory again, whole in one read (a producer retried its put)
+        client.put_trajectory("dup", "s", [output(3, 4), output(3, 5)], SAMPLE)
+        await w.handle(await w.broker.read([0], 10, None))
+        for _ in range(100):
+            if not w.in_flight:
+                break
+            await asyncio.sleep(0.02)
+        assert not w.in_flight
+        again = client.get_rewards(keys)
+        assert [r.scored_at for r in again.values()] == [r.scored_at for r in first.values()]
+        assert [r.reward_score for r in again.values()] == [5.0, 5.0]
+        assert w.stats["duplicates"] == 2 and w.stats["scored"] == 1 and w.stats["errors"] == 0
+        assert sync_redis.xlen(ks.stream(0)) == 0 and sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
+        assert sync_redis.xlen(ks.done(0)) == 1  # finished once
+    finally:
+        await w.stop()
+        client.close()
+
+
+async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(ns, redis_url, sync_redis):
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    client.put_trajectory("lost", "s", [output(3, 4), output(3, 5)], SAMPLE)
+    w = Worker(worker_config(ns, redis_url, name="A"), manager=LengthManager(None))
+    await w.start()
+    try:
+        async def refused(groups):
+            raise ConnectionError("redis went away mid-claim")
+
+        real, w.broker.claim_whole = w.broker.claim_whole, refused
+        entries = await w.broker.read([0], 10, None)
+        try:
+            await w.handle(entries)
+            raise AssertionError("the claim's failure did not reach the reader")
+        except ConnectionError:
+            pass
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        assert not w.in_flight and w.stats["scored"] == 0
+        assert not sync_redis.exists(ks.reward_key("lost_s_0"), ks.reward_key("lost_s_1"))
+        assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 2  # for a reclaim to find
+        w.broker.claim_whole = real
+    finally:
+        await w.stop()
+        client.close()
