@@ -87,7 +87,9 @@ def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> 
     # first prompt id (column P - pl) and stays at its last valid position through the padding
     first = P - np.asarray(plens, dtype=np.int64)
     last = np.maximum(np.asarray(plens, dtype=np.int64) + np.asarray(rlens, dtype=np.int64) - 1, 0)
-    position_ids = np.clip(np.arange(P + R, dtype=np.int64)[None, :] - first[:, None], 0, last[:, None])
+    position_ids = np.arange(P + R, dtype=np.int64)[None, :] - first[:, None]
+    np.maximum(position_ids, 0, out=position_ids)  # in place: np.clip with array bounds costs ~3x
+    np.minimum(position_ids, last[:, None], out=position_ids)
 
     tensors: dict[str, torch.Tensor] = {
         "prompts": torch.from_numpy(prompts),
