@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks                       # everything, ~6-10 minutes
+    python -m benchmarks                       # everything, ~12-15 minutes
     python -m benchmarks --quick               # every phase, small sizes, ~1-1.5 minutes
     python -m benchmarks --only raw,rewardq --trajectories 200 --json out.json
 
