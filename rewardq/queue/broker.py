@@ -289,20 +289,20 @@ class StreamBroker:
         Idempotent: a second commit of a finished trajectory only re-acknowledges.
         Returns True when this call finished it.
         """
-        return bool(await self._scripts["commit"](**self._commit_call(shard, tid, results, status)))
+        keys, args = self._commit_call(shard, tid, results, status)
+        return bool(await self._scripts["commit"](keys=keys, args=args))
 
     async def commit_many(self, items: Sequence[tuple[int, str, Sequence[RewardResult]]]) -> list[Any]:
         """:meth:`commit` of several trajectories in one round trip (each still atomic on its own).
 
         Returns, in order, True/False as :meth:`commit` would, or the exception of that call.
         """
-        calls = []
-        for shard, tid, results in items:
-            call = self._commit_call(shard, tid, results, "ok")
-            calls.append((call["keys"], call["args"]))
+        calls = [self._commit_call(shard, tid, results, "ok") for shard, tid, results in items]
         return [r if isinstance(r, Exception) else bool(r) for r in await self._pipelined_script("commit", calls)]
 
-    def _commit_call(self, shard: int, tid: str, results: Sequence[RewardResult], status: str) -> dict[str, list]:
+    def _commit_call(self, shard: int, tid: str, results: Sequence[RewardResult],
+                     status: str) -> tuple[list[Any], list[Any]]:
+        """The ``commit`` script's ``(keys, args)`` for one trajectory."""
         values: list[str] = []
         encoded: dict[int, str] = {}  # a manager's single dict is copied to every key: encode it once
         for r in results:
@@ -316,7 +316,7 @@ class StreamBroker:
                 self.keep_records]
         keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard), self.ks.done(shard),
                 self.ks.records(shard, tid)]
-        return {"keys": keys, "args": args}
+        return keys, args
 
     async def fail(self, shard: int, tid: str, message: str, *, index: int = -1, entry: Entry | None = None,
                    dead: dict[str, Any] | None = None) -> int:
