@@ -52,6 +52,7 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
         s.latency_warmup = min(s.latency_warmup, max(1, a.latency_samples // 5))
     if a.latency_rate:
         s.latency_rate = a.latency_rate
+    s.latency_mode = a.latency_mode
     if a.backlogs:
         s.backlogs = tuple(int(x) for x in a.backlogs.split(","))
         s.memory_process = min(s.memory_process, min(s.backlogs))
@@ -121,7 +122,8 @@ def run_elsewhere(name: str, s: Settings, path: str) -> list[Row]:
     out = s.workdir / f"{name}.json"
     argv = [PYTHON, "-m", "benchmarks", "--only", name, "--phases", ",".join(s.phases), "--url", s.redis_url,
             "--seed", str(s.seed), "--trajectories", str(s.trajectories), "--latency-samples",
-            str(s.latency_samples), "--latency-rate", str(s.latency_rate), "--json", str(out)]
+            str(s.latency_samples), "--latency-rate", str(s.latency_rate), "--latency-mode", s.latency_mode,
+            "--json", str(out)]
     if s.quick:
         argv.append("--quick")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (path, os.environ.get("PYTHONPATH")) if x)}
@@ -146,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trajectories", type=int, help="throughput backlog per system (default 4000, quick 600)")
     p.add_argument("--latency-samples", type=int, help="measured trajectories in the latency phase")
     p.add_argument("--latency-rate", type=float, help="trajectories per second in the latency phase")
+    p.add_argument("--latency-mode", choices=["final", "whole"], default="final",
+                   help="final (default): time from the final output's put, outputs 0..n-2 put before it "
+                        "untimed; whole: time one put of every output (peers: one job either way)")
     p.add_argument("--backlogs", help="memory phase backlog sizes (default 1000,100000; quick 500,5000)")
     p.add_argument("--json", help="also write every row, target and setting to this file")
     p.add_argument("--url", default=os.environ.get("REWARDQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))

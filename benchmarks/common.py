@@ -38,6 +38,12 @@ class Settings:
     latency_rate: float = 20.0  # trajectories per second during the latency phase
     latency_warmup: int = 20
     latency_timeout: float = 60.0
+    #: ``final``: outputs 0..n-2 are put first (untimed, as an agent loop emits them turn by
+    #: turn) and the clock runs from the final output's put (the issue's definition);
+    #: ``whole``: all outputs in one put, timed. Peers take one job per trajectory, whose
+    #: enqueue *is* their final put: they are timed the same way in both modes.
+    latency_mode: str = "final"
+    latency_gap: float = 0.01  # seconds between the untimed prefix and the final put ("final" mode)
     backlogs: tuple[int, ...] = (1000, 100_000)  # memory phase backlog sizes, in trajectories
     memory_process: int = 1000  # trajectories each memory-phase worker scores before RSS is read
     memory_timeout: float = 120.0
@@ -366,11 +372,13 @@ def watch_drain(count: Callable[[], int], target: int, timeout: float, poll: flo
         time.sleep(poll)
 
 
-def paced(n: int, rate: float, fn: Callable[[int], None], timeout: float) -> list[float]:
+def paced(n: int, rate: float, fn: Callable[[int], float | None], timeout: float) -> list[float]:
     """Call ``fn(i)`` for ``i < n`` at ``rate`` per second; returns each call's duration (s).
 
-    Calls start on a fixed schedule (open loop); a slow call delays only the next start.
-    Stops early when ``timeout`` seconds have passed.
+    A call that times only part of its own work (the final ``put`` after an untimed
+    prefix) returns that duration, which is used instead of the whole call's. Calls start
+    on a fixed schedule (open loop); a slow call delays only the next start. Stops early
+    when ``timeout`` seconds have passed.
     """
     out: list[float] = []
     t0 = time.perf_counter()
@@ -382,8 +390,8 @@ def paced(n: int, rate: float, fn: Callable[[int], None], timeout: float) -> lis
         if due > now:
             time.sleep(due - now)
         s = time.perf_counter()
-        fn(i)
-        out.append(time.perf_counter() - s)
+        part = fn(i)
+        out.append(time.perf_counter() - s if part is None else part)
     return out
 
 

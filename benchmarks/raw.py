@@ -43,15 +43,18 @@ def keys_of(prefix: str) -> dict[str, str]:
 # producer side
 # ------------------------------------------------------------------------------------------
 
-def entries(traj: Trajectory) -> list[dict[str, Any]]:
-    """The stream entries of one trajectory: exactly rewardq's record bytes, one per output."""
+def entries(traj: Trajectory, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
+    """The stream entries of outputs ``start..stop-1`` of a trajectory (default all): exactly
+    rewardq's record bytes, one per output."""
     from rewardq.queue.codec import encode_output
 
     sample = traj.sample()
+    outputs = traj.outputs()
+    stop = len(outputs) if stop is None else stop
     return [{"key": f"{traj.tid}_{i}",
-             "data": encode_output(traj.uid, traj.session_id, i, out, sample, final=(i == traj.n - 1)),
+             "data": encode_output(traj.uid, traj.session_id, i, outputs[i], sample, final=(i == traj.n - 1)),
              "ts": f"{time.time():.6f}"}
-            for i, out in enumerate(traj.outputs())]
+            for i in range(start, stop)]
 
 
 def fill(r: Any, stream: str, trajs: Iterable[Trajectory], chunk_bytes: int = 4 << 20) -> tuple[int, int]:
@@ -185,11 +188,23 @@ def latency(s: Settings, r: Any, prefix: str, wl: Workload) -> Row:
     last = [(r.xrevrange(k["done"], count=1) or [(b"0-0", None)])[0][0]]
     bad: list[str] = []
 
-    def one(i: int) -> None:
+    def one(i: int) -> float | None:
         traj = wl[i]
+        t0 = None
+        if s.latency_mode == "final":
+            if traj.n > 1:
+                pipe = r.pipeline(transaction=False)
+                for f in entries(traj, 0, traj.n - 1):
+                    pipe.xadd(k["stream"], f)
+                pipe.execute()
+                time.sleep(s.latency_gap)
+            t0 = time.perf_counter()
+            fields = entries(traj, traj.n - 1)
+        else:
+            fields = entries(traj)
         pipe = r.pipeline(transaction=False)
-        for fields in entries(traj):
-            pipe.xadd(k["stream"], fields)
+        for f in fields:
+            pipe.xadd(k["stream"], f)
         pipe.execute()
         while True:
             resp = r.xread({k["done"]: last[0]}, block=5000) or []
@@ -200,7 +215,7 @@ def latency(s: Settings, r: Any, prefix: str, wl: Workload) -> Row:
                         got = r.hget(f"{k['reward']}{traj.keys[-1]}", "score")
                         if got is None or float(got) != traj.expected:
                             bad.append(traj.tid)
-                        return
+                        return None if t0 is None else time.perf_counter() - t0
             if not resp:
                 raise TimeoutError(f"raw: no reward for {traj.tid} within 5 s")
 

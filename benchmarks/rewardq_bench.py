@@ -53,7 +53,10 @@ def fill(url: str, namespace: str, trajs: Iterable[Trajectory], chunk_bytes: int
 
 def start_workers(s: Settings, namespace: str, n: int, tag: str) -> list[Child]:
     """Start ``n`` gated workers and wait until every one is set up (not yet reading)."""
-    children = [Child([PYTHON, "-m", "benchmarks.worker_runner", "--url", s.redis_url, "--namespace", namespace,
+    # REWARDQ_BENCH_WORKER=path/to/script.py: an instrumented stand-in for the runner (experiments)
+    runner = [os.environ["REWARDQ_BENCH_WORKER"]] if os.environ.get("REWARDQ_BENCH_WORKER") else \
+        ["-m", "benchmarks.worker_runner"]
+    children = [Child([PYTHON, *runner, "--url", s.redis_url, "--namespace", namespace,
                        "--name", f"{tag}-w{i}"], s.workdir / f"{namespace}-w{i}.log", handshake=True,
                       env=_profile_env(s, namespace) if (i == 0 and s.profiler == "pyinstrument") else None)
                 for i in range(n)]

@@ -23,7 +23,7 @@ import signal
 import sys
 
 from rewardq.config import WorkerConfig
-from rewardq.consumers.worker import Worker
+from rewardq.consumers.worker import Worker, freeze_startup_heap
 
 
 async def _wait_go(stopped: asyncio.Event) -> bool:
@@ -53,6 +53,7 @@ async def main(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig.name)
     await worker.start()
+    freeze_startup_heap()  # as `rewardq worker` does after start-up
     try:
         print("READY", flush=True)
         if not await _wait_go(stopped):

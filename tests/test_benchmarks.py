@@ -50,9 +50,32 @@ def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, t
         if r["phase"] != "memory":
             assert r["check"] == "ok", (key, r["check"])
     assert sorted(r["backlog"] for r in data["rows"] if r["phase"] == "memory") == [100, 1000]
+    # And latency is timed from the final output's put by default (outputs 0..n-2 went before)
+    assert data["settings"]["latency_mode"] == "final"
+    assert "put_output(final)" in rows[("rewardq", "latency", 1, None)]["note"]
     verdicts = {t["name"]: t["verdict"] for t in data["targets"]}
     assert verdicts["throughput vs raw baseline (1 worker)"] in ("PASS", "MISS")
     assert verdicts["p99 latency, final put -> reward readable"] in ("PASS", "MISS")
     # And it left none of its keys behind
     run_id = data["settings"]["run_id"]
     assert not list(sync_redis.scan_iter(match=f"rqbench-{run_id}-*", count=1000))
+
+
+@pytest.mark.timeout(90)
+def test_whole_trajectory_latency_mode_times_one_put_of_every_output(redis_url, tmp_path):
+    # Given a latency-only run in "whole" mode (one put_trajectory inside the timed interval)
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "benchmarks", "--quick", "--only", "raw,rewardq", "--phases", "latency",
+           "--latency-samples", "10", "--latency-mode", "whole", "--url", redis_url, "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=80,
+                          env={**os.environ, "COLUMNS": "250"})
+    # Then both systems report finite latencies of checked rewards, labelled with the mode
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["settings"]["latency_mode"] == "whole"
+    rows = {r["system"]: r for r in data["rows"]}
+    assert set(rows) == {"raw", "rewardq"}
+    for r in rows.values():
+        assert r["status"] == "ok" and r["check"] == "ok", r
+        assert math.isfinite(r["p99_ms"]) and r["p99_ms"] >= r["p50_ms"] > 0, r
+    assert "put_trajectory" in rows["rewardq"]["note"]

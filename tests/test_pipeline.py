@@ -164,3 +164,32 @@ async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns, redis_u
         res = await asyncio.to_thread(client.wait_rewards, keys, 20)
     assert len(res) == 20 and Counting.peak == 3
     client.close()
+
+
+async def test_own_process_worker_freezes_the_start_up_heap_before_it_reads(ns, redis_url, length_manager,
+                                                                            monkeypatch):
+    # Given a worker run as a process's own (as `rewardq worker` runs it); gc.freeze is
+    # recorded, not done, so the test process's heap is left alone
+    from rewardq.consumers import worker as worker_mod
+    from tests.helpers import worker_config
+
+    seen: list[tuple[str, bool]] = []
+    w = worker_mod.Worker(worker_config(ns, redis_url, name="frozen"), manager=length_manager)
+    monkeypatch.setattr(worker_mod.gc, "collect", lambda: seen.append(("collect", w.scorer is not None)))
+    monkeypatch.setattr(worker_mod.gc, "freeze", lambda: seen.append(("freeze", w.scorer is not None)))
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+    task = asyncio.create_task(w.run(freeze_heap=True))
+    # When it scores a trajectory and stops
+    keys = await client.put_trajectory("u", "s", [output(3, 4)], SAMPLE)
+    got = await client.wait_rewards(keys, timeout=20)
+    w.request_stop("test done")
+    await task
+    await client.aclose()
+    # Then it collected and froze once, after start-up (the manager was set up), and still scored
+    assert seen == [("collect", True), ("freeze", True)]
+    assert got[keys[0]].ok
+    # And a worker embedded in someone else's process (the default) never touches the GC
+    seen.clear()
+    async with running_workers(ns, redis_url, [length_manager]):
+        await asyncio.sleep(0.2)
+    assert seen == []

@@ -162,7 +162,7 @@ async def _serve(cfg: Any, manager: Any, tokenizer: Any, early: EarlySignals) ->
     early.target = worker.request_stop
     if early.received:
         worker.request_stop(early.received)
-    await worker.run(install_signal_handlers=True)
+    await worker.run(install_signal_handlers=True, freeze_heap=True)
 
 
 def run_worker(cfg: Any, early: EarlySignals) -> int:
