@@ -53,6 +53,7 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
     if a.latency_rate:
         s.latency_rate = a.latency_rate
     s.latency_mode = a.latency_mode
+    s.two_workers = not a.one_worker
     if a.backlogs:
         s.backlogs = tuple(int(x) for x in a.backlogs.split(","))
         s.memory_process = min(s.memory_process, min(s.backlogs))
@@ -151,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-mode", choices=["final", "whole"], default="final",
                    help="final (default): time from the final output's put, outputs 0..n-2 put before it "
                         "untimed; whole: time one put of every output (peers: one job either way)")
+    p.add_argument("--one-worker", action="store_true",
+                   help="rewardq's throughput with one worker process only (quicker A/B runs)")
     p.add_argument("--backlogs", help="memory phase backlog sizes (default 1000,100000; quick 500,5000)")
     p.add_argument("--json", help="also write every row, target and setting to this file")
     p.add_argument("--url", default=os.environ.get("REWARDQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))

@@ -118,7 +118,9 @@ class PySpy:
         self.out = out
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         self.proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
-                                      "--threads", "--nonblocking", "--output", out],
+                                      "--threads", "--output", out,
+                                      # REWARDQ_BENCH_NATIVE=1: C frames too (pauses the worker to sample)
+                                      *(["--native"] if os.environ.get("REWARDQ_BENCH_NATIVE") else ["--nonblocking"])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         time.sleep(0.5)  # let it attach before the workers start reading
 
@@ -205,9 +207,10 @@ def run(s: Settings, cleanup: Cleanup) -> list[Row]:
             if worker is not None:
                 worker.stop()
             cleanup.run([f"{ns}:*"])
-        row2, _, ns2 = throughput(s, cleanup, 2)
-        cleanup.run([f"{ns2}:*"])
-        rows.append(row2)
+        if s.two_workers:
+            row2, _, ns2 = throughput(s, cleanup, 2)
+            cleanup.run([f"{ns2}:*"])
+            rows.append(row2)
     elif "latency" in s.phases:
         ns = s.prefix("rewardq-lat")
         cleanup.add(f"{ns}:*")

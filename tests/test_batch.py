@@ -162,3 +162,22 @@ def test_non_tensor_reads_rows_and_shared_values():
     assert non_tensor(td[0], "absent", "dflt") == "dflt"
     with pytest.raises(ValueError, match="one row"):
         non_tensor(td, "data_source")
+
+
+@pytest.mark.parametrize("drop", ["response_len", "prompt_len"])
+def test_valid_ids_without_length_columns_read_the_attention_mask(fast, drop):
+    # Given a built batch, and the same batch without one of its length columns (as a
+    # hand-built batch of a custom pipeline would be)
+    recs = records(LENGTHS)
+    td = build_batch(recs)
+    bare = td.exclude(drop)
+    assert drop not in bare.keys()
+    # Then the valid ids come out the same from the lengths and from the attention mask,
+    # for data[i] and for a one-row slice
+    for i, rec in enumerate(recs):
+        for row in (bare[i], bare[i:i + 1], td[i], last_row(td[:i + 1])):
+            assert valid_response_ids(row).tolist() == rec.response_ids.tolist()
+            assert valid_prompt_ids(row).tolist() == rec.prompt_ids.tolist()
+    # And a row of several is refused
+    with pytest.raises(ValueError, match="one row"):
+        valid_response_ids(td[:2])

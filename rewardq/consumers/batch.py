@@ -174,25 +174,46 @@ def copy_value(value: Any) -> Any:
 def valid_response_ids(row: TensorDict) -> torch.Tensor:
     """The valid response ids of one row (``data[i]``, or a one-row batch ``data[-1:]``).
 
-    Responses are right-padded, so the valid ones are the first ``attention_mask[P:].sum()``
-    (a slice: boolean-mask indexing costs ~70x more here).
+    Responses are right-padded, so the valid ones are the first ``response_len`` (the
+    row's own column; without it, ``attention_mask[P:].sum()``): a slice, where
+    boolean-mask indexing costs ~70x more.
     """
-    responses, attention = row.get("responses"), row.get("attention_mask")
+    responses = row.get("responses")
     if row.batch_dims == 1:
         if row.batch_size[0] != 1:
             raise ValueError("valid_response_ids takes one row: data[i] or data[-1:]")
-        responses, attention = responses[0], attention[0]
-    prompt_width = attention.shape[-1] - responses.shape[-1]
-    return responses[: int(attention[prompt_width:].sum())]
+        responses = responses[0]
+    length = _length(row, "response_len")
+    if length is None:
+        attention = row.get("attention_mask")
+        attention = attention[0] if row.batch_dims == 1 else attention
+        length = int(attention[attention.shape[-1] - responses.shape[-1]:].sum())
+    return responses[:length]
 
 
 def valid_prompt_ids(row: TensorDict) -> torch.Tensor:
     """The valid (unpadded) prompt ids of one row: prompts are left-padded."""
-    prompts, attention = row.get("prompts"), row.get("attention_mask")
+    prompts = row.get("prompts")
     if row.batch_dims == 1:
-        prompts, attention = prompts[0], attention[0]
+        prompts = prompts[0]
     width = prompts.shape[-1]
-    return prompts[width - int(attention[:width].sum()):]
+    length = _length(row, "prompt_len")
+    if length is None:
+        attention = row.get("attention_mask")
+        attention = attention[0] if row.batch_dims == 1 else attention
+        length = int(attention[:width].sum())
+    return prompts[width - length:]
+
+
+def _length(row: TensorDict, name: str) -> int | None:
+    """A row's ``prompt_len`` / ``response_len`` column (ints by construction), or None when
+    the row has no such column or it holds something else (a hand-built batch)."""
+    value = row.get(name, None)
+    if type(value) is NonTensorStack and len(value.tensordicts) == 1:
+        value = value.tensordicts[0]
+    if type(value) is NonTensorData:
+        value = value.data
+    return value if type(value) is int and value >= 0 else None
 
 
 def non_tensor(row: TensorDict, name: str, default: Any = None) -> Any:
