@@ -5,6 +5,7 @@ Usage::
     python -m benchmarks                       # everything, ~12-15 minutes
     python -m benchmarks --quick               # every phase, small sizes, ~1-1.5 minutes
     python -m benchmarks --only raw,rewardq --trajectories 200 --json out.json
+    python -m benchmarks --scorer trivial      # the reference conditions: no decode
 
 Systems (``--only``): ``raw`` (baseline, also its no-scoring variant), ``rewardq``
 (throughput with 1 and 2 workers, latency, memory), ``celery``, ``rq``, ``arq``,
@@ -54,6 +55,7 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
         s.latency_rate = a.latency_rate
     s.latency_mode = a.latency_mode
     s.two_workers = not a.one_worker
+    s.scorer = a.scorer
     if a.backlogs:
         s.backlogs = tuple(int(x) for x in a.backlogs.split(","))
         s.memory_process = min(s.memory_process, min(s.backlogs))
@@ -83,7 +85,7 @@ def run_system(name: str, s: Settings, cleanup: Cleanup) -> list[Row]:
             from benchmarks import raw
 
             rows = raw.run(s, cleanup)
-            if "throughput" in s.phases:
+            if "throughput" in s.phases and s.scorer != "trivial":  # with the trivial scorer raw *is* that
                 rows += raw.run(s, cleanup, trivial=True)
             return rows
         if name == "rewardq":
@@ -124,6 +126,7 @@ def run_elsewhere(name: str, s: Settings, path: str) -> list[Row]:
     argv = [PYTHON, "-m", "benchmarks", "--only", name, "--phases", ",".join(s.phases), "--url", s.redis_url,
             "--seed", str(s.seed), "--trajectories", str(s.trajectories), "--latency-samples",
             str(s.latency_samples), "--latency-rate", str(s.latency_rate), "--latency-mode", s.latency_mode,
+            "--scorer", s.scorer,
             "--json", str(out)]
     if s.quick:
         argv.append("--quick")
@@ -152,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-mode", choices=["final", "whole"], default="final",
                    help="final (default): time from the final output's put, outputs 0..n-2 put before it "
                         "untimed; whole: time one put of every output (peers: one job either way)")
+    p.add_argument("--scorer", choices=["gsm8k", "trivial"], default="gsm8k",
+                   help="gsm8k (default): decode the final response + strict regex, in every system; "
+                        "trivial: no decode (reward = parity of the final response length), the issue's "
+                        "reference conditions for queue overhead")
     p.add_argument("--one-worker", action="store_true",
                    help="rewardq's throughput with one worker process only (quicker A/B runs)")
     p.add_argument("--backlogs", help="memory phase backlog sizes (default 1000,100000; quick 500,5000)")
@@ -195,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     tgts = targets(rows)
     render(rows, tgts, console, title=f"rewardq benchmark{' (quick)' if s.quick else ''}: "
                                       f"{s.trajectories} trajectories of 1-8 outputs, ~500 + 1,000-4,000 ids, "
-                                      f"GSM8K scoring; {os.cpu_count()} cores; {time.perf_counter() - t0:.0f}s")
+                                      f"{'trivial scorer (no decode)' if s.scorer == 'trivial' else 'GSM8K scoring'}; "
+                                      f"latency from the {'final output' if s.latency_mode == 'final' else 'whole'} put; "
+                                      f"{os.cpu_count()} cores; {time.perf_counter() - t0:.0f}s")
     if s.profiler:
         report_profile(s, console, a.profile_out)
     if a.json:

@@ -43,6 +43,7 @@ class Settings:
     #: ``whole``: all outputs in one put, timed. Peers take one job per trajectory, whose
     #: enqueue *is* their final put: they are timed the same way in both modes.
     latency_mode: str = "final"
+    scorer: str = "gsm8k"  # or "trivial" (benchmarks.workload.SCORERS)
     two_workers: bool = True  # rewardq's throughput with two worker processes too
     latency_gap: float = 0.01  # seconds between the untimed prefix and the final put ("final" mode)
     backlogs: tuple[int, ...] = (1000, 100_000)  # memory phase backlog sizes, in trajectories

@@ -64,7 +64,7 @@ def rewardq_latency(s: Settings, namespace: str, worker: Child) -> Row:
         got = client.wait_rewards(keys, timeout=10.0)
         took = None if t0 is None else time.perf_counter() - t0
         final = got[keys[-1]]
-        if not final.ok or final.reward_score != traj.expected:
+        if not final.ok or final.reward_score != traj.expected_for(s.scorer):
             bad.append(traj.tid)
         if final.latency_ms is not None:
             scored_ms.append(final.latency_ms)

@@ -30,7 +30,7 @@ import msgpack
 import numpy as np
 
 from benchmarks.common import PYTHON, Child, Cleanup, Row, Settings, connect, redis_cpu_seconds, watch_drain
-from benchmarks.workload import Trajectory, Workload, score_final_response
+from benchmarks.workload import Trajectory, Workload, score_final_response, trivial_score
 
 GROUP = "raw"
 
@@ -109,7 +109,7 @@ def consume(url: str, prefix: str, name: str, trivial: bool) -> None:
                 if not rec["final"]:
                     continue
                 tid = f"{rec['uid']}_{rec['session_id']}"
-                score = 0.0 if trivial else score_final_response(
+                score = trivial_score(len(rec["response_ids"])) if trivial else score_final_response(
                     rec["response_ids"], rec["sample"]["reward_model"]["ground_truth"])
                 for i in range(rec["index"] + 1):
                     pipe.hset(f"{k['reward']}{tid}_{i}", "score", score)
@@ -138,13 +138,20 @@ def check_rewards(r: Any, prefix: str, trajs: list[Trajectory], trivial: bool) -
     for t in trajs:
         pipe.hget(f"{keys_of(prefix)['reward']}{t.keys[0]}", "score")
     got = pipe.execute()
-    bad = sum(1 for t, g in zip(trajs, got) if g is None or float(g) != (0.0 if trivial else t.expected))
+    scorer = "trivial" if trivial else "gsm8k"
+    bad = sum(1 for t, g in zip(trajs, got) if g is None or float(g) != t.expected_for(scorer))
     return "ok" if bad == 0 else f"{bad}/{len(trajs)} wrong"
 
 
 def run(s: Settings, cleanup: Cleanup, trivial: bool = False) -> list[Row]:
-    """Throughput (backlog pre-filled, time to drain), then latency at a low steady rate."""
-    system = "raw-noscore" if trivial else "raw"
+    """Throughput (backlog pre-filled, time to drain), then latency at a low steady rate.
+
+    ``trivial``: the loop with the trivial scorer, the ``raw-noscore`` row of a GSM8K run;
+    in a run with ``--scorer trivial`` that loop is the ``raw`` baseline itself.
+    """
+    baseline = s.scorer == "trivial" or not trivial
+    trivial = trivial or s.scorer == "trivial"
+    system = "raw" if baseline else "raw-noscore"
     prefix = s.prefix(system)
     cleanup.add(f"{prefix}:*")
     k = keys_of(prefix)
@@ -167,8 +174,9 @@ def run(s: Settings, cleanup: Cleanup, trivial: bool = False) -> list[Row]:
                             rss_mb=child.peak_rss_mb(), cpu_ms=d.per_completion_ms("cpu"),
                             redis_cpu_ms=d.per_completion_ms("redis"), status="ok" if d.complete else "partial",
                             check=check_rewards(r, prefix, [wl[i] for i in range(0, nt, max(1, nt // 50))], trivial),
-                            note="queue only, score=0" if trivial else "plain redis-py loop"))
-        if "latency" in s.phases and not trivial:
+                            note=("plain redis-py loop, trivial scorer" if baseline else "queue only, trivial scorer")
+                            if trivial else "plain redis-py loop"))
+        if "latency" in s.phases and baseline:
             if child is None:
                 r.xgroup_create(k["stream"], GROUP, id="0", mkstream=True)
                 child = start_consumer(s, prefix, "c0", trivial)
@@ -213,7 +221,7 @@ def latency(s: Settings, r: Any, prefix: str, wl: Workload) -> Row:
                     last[0] = eid
                     if fields[b"tid"].decode() == traj.tid:
                         got = r.hget(f"{k['reward']}{traj.keys[-1]}", "score")
-                        if got is None or float(got) != traj.expected:
+                        if got is None or float(got) != traj.expected_for(s.scorer):
                             bad.append(traj.tid)
                         return None if t0 is None else time.perf_counter() - t0
             if not resp:

@@ -51,13 +51,18 @@ def fill(url: str, namespace: str, trajs: Iterable[Trajectory], chunk_bytes: int
     return nt, no
 
 
+#: ``--scorer trivial``: the workers run this manager instead of ``naive``
+TRIVIAL_MANAGER = "benchmarks.trivial:TrivialManager"
+
+
 def start_workers(s: Settings, namespace: str, n: int, tag: str) -> list[Child]:
     """Start ``n`` gated workers and wait until every one is set up (not yet reading)."""
     # REWARDQ_BENCH_WORKER=path/to/script.py: an instrumented stand-in for the runner (experiments)
     runner = [os.environ["REWARDQ_BENCH_WORKER"]] if os.environ.get("REWARDQ_BENCH_WORKER") else \
         ["-m", "benchmarks.worker_runner"]
+    manager = ["--manager", TRIVIAL_MANAGER] if s.scorer == "trivial" else []
     children = [Child([PYTHON, *runner, "--url", s.redis_url, "--namespace", namespace,
-                       "--name", f"{tag}-w{i}"], s.workdir / f"{namespace}-w{i}.log", handshake=True,
+                       "--name", f"{tag}-w{i}", *manager], s.workdir / f"{namespace}-w{i}.log", handshake=True,
                       env=_profile_env(s, namespace) if (i == 0 and s.profiler == "pyinstrument") else None)
                 for i in range(n)]
     for c in children:
@@ -75,7 +80,7 @@ def done_count(r: Any, namespace: str) -> int:
     return int(r.xlen(Keyspace(namespace).done(0)))
 
 
-def check_rewards(r: Any, namespace: str, trajs: list[Trajectory]) -> str:
+def check_rewards(r: Any, namespace: str, trajs: list[Trajectory], scorer: str = "gsm8k") -> str:
     """Read the first and final key of sampled trajectories; ``ok`` when all match."""
     from rewardq.queue.keys import Keyspace
 
@@ -88,7 +93,7 @@ def check_rewards(r: Any, namespace: str, trajs: list[Trajectory]) -> str:
     bad = 0
     for i, t in enumerate(trajs):
         for status, score in got[2 * i:2 * i + 2]:
-            if status != b"ok" or score is None or float(score) != t.expected:
+            if status != b"ok" or score is None or float(score) != t.expected_for(scorer):
                 bad += 1
     return "ok" if bad == 0 else f"{bad}/{2 * len(trajs)} wrong"
 
@@ -161,7 +166,8 @@ def throughput(s: Settings, cleanup: Cleanup, workers: int, keep_first: bool = F
         rss = max((c.peak_rss_mb() or 0.0) for c in children)
         if stats0 is not None:
             (s.workdir / f"{ns}.redis.txt").write_text(commandstats_delta(stats0, r.info("commandstats"), d.last_count))
-        note = "default WorkerConfig, naive manager"
+        note = ("default WorkerConfig, trivial manager (benchmarks.trivial)" if s.scorer == "trivial"
+                else "default WorkerConfig, naive manager")
         if spy is not None:
             err = spy.stop()
             note += " (py-spy attached: numbers perturbed)"
@@ -174,7 +180,7 @@ def throughput(s: Settings, cleanup: Cleanup, workers: int, keep_first: bool = F
                   outputs=round(no * d.last_count / nt) if nt else 0, seconds=d.seconds, traj_per_s=rate,
                   outputs_per_s=(rate * no / nt) if rate else None, rss_mb=rss,
                   cpu_ms=d.per_completion_ms("cpu"), redis_cpu_ms=d.per_completion_ms("redis"),
-                  status="ok" if d.complete else "partial", check=check_rewards(r, ns, sample), note=note)
+                  status="ok" if d.complete else "partial", check=check_rewards(r, ns, sample, s.scorer), note=note)
         if not d.complete and not all(c.alive() for c in children):
             row.status = f"error: a worker died ({children[0].log_tail(300)})"
         kept = children[0] if keep_first else None

@@ -40,7 +40,7 @@ async def _wait_go(stopped: asyncio.Event) -> bool:
 
 
 async def main(args: argparse.Namespace) -> None:
-    cfg = WorkerConfig(redis_url=args.url, namespace=args.namespace, name=args.name,
+    cfg = WorkerConfig(redis_url=args.url, namespace=args.namespace, name=args.name, manager=args.manager,
                        concurrency=args.concurrency, batch_size=args.batch_size).validate()
     worker = Worker(cfg)
     loop = asyncio.get_running_loop()
@@ -79,6 +79,7 @@ def cli() -> None:
     p.add_argument("--name", default=None)
     p.add_argument("--concurrency", type=int, default=WorkerConfig.concurrency)
     p.add_argument("--batch-size", type=int, default=WorkerConfig.batch_size)
+    p.add_argument("--manager", default=WorkerConfig.manager, help="as `rewardq worker --manager`")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -70,6 +70,20 @@ def _tail(answer: str) -> np.ndarray:
     return np.asarray(ids + ([eos] if eos is not None else []), dtype=np.int32)
 
 
+#: ``--scorer``: ``gsm8k`` (decode the final response, strict regex: the realistic workload)
+#: or ``trivial`` (no decode: the issue's reference measurement of queue overhead).
+SCORERS = ("gsm8k", "trivial")
+
+
+def trivial_score(n_response_ids: int) -> float:
+    """The trivial scorer: 1.0 when the final response has an even number of ids, else 0.0.
+
+    O(1) and decode-free, so a run with it measures what each system costs around the
+    scoring; it still depends on the record, so a wrong or misrouted result is caught.
+    """
+    return 1.0 if n_response_ids % 2 == 0 else 0.0
+
+
 @dataclass
 class Trajectory:
     """One multi-turn trajectory: its outputs' token ids and its GSM8K sample."""
@@ -100,6 +114,10 @@ class Trajectory:
     def expected(self) -> float:
         """The GSM8K strict score a correct scorer gives (the same for every key)."""
         return 1.0 if self.correct else 0.0
+
+    def expected_for(self, scorer: str) -> float:
+        """The reward every key should get under ``scorer`` (one of :data:`SCORERS`)."""
+        return trivial_score(int(self.responses[-1].shape[0])) if scorer == "trivial" else self.expected
 
     @property
     def tokens(self) -> int:

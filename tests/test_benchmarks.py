@@ -79,3 +79,38 @@ def test_whole_trajectory_latency_mode_times_one_put_of_every_output(redis_url, 
         assert r["status"] == "ok" and r["check"] == "ok", r
         assert math.isfinite(r["p99_ms"]) and r["p99_ms"] >= r["p50_ms"] > 0, r
     assert "put_trajectory" in rows["rewardq"]["note"]
+
+
+@pytest.mark.timeout(120)
+def test_trivial_scorer_run_measures_every_system_around_a_decode_free_score(redis_url, tmp_path):
+    # Given a small run with the trivial scorer (the reference conditions)
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "benchmarks", "--quick", "--scorer", "trivial", "--only", "raw,rewardq",
+           "--phases", "throughput,latency", "--one-worker", "--trajectories", "150", "--latency-samples", "10",
+           "--url", redis_url, "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=110,
+                          env={**os.environ, "COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["settings"]["scorer"] == "trivial"
+    # Then raw is the baseline itself (no separate no-score row), rewardq ran its trivial
+    # manager with one worker, and every sampled reward is the trivial scorer's (parity of
+    # the final response length, so a misrouted result would show)
+    rows = {(r["system"], r["phase"], r["workers"]): r for r in data["rows"]}
+    assert set(rows) == {("raw", "throughput", 1), ("raw", "latency", 1), ("rewardq", "throughput", 1),
+                         ("rewardq", "latency", 1)}
+    assert "trivial manager" in rows[("rewardq", "throughput", 1)]["note"]
+    for key, r in rows.items():
+        assert r["status"] == "ok" and r["check"] == "ok", (key, r)
+
+
+def test_trivial_expected_reward_is_the_parity_of_the_final_response():
+    from benchmarks.workload import Workload, trivial_score
+
+    wl = Workload(0)
+    got = {wl[i].expected_for("trivial") for i in range(40)}
+    assert got == {0.0, 1.0}  # both values occur, so a constant answer fails the checks
+    for i in range(40):
+        t = wl[i]
+        assert t.expected_for("trivial") == trivial_score(len(t.responses[-1]))
+        assert t.expected_for("gsm8k") == t.expected

@@ -35,7 +35,7 @@ class Peer(ABC):
     def __init__(self, s: Settings) -> None:
         self.s = s
         self.prefix = s.prefix(self.name)
-        self.env = {"BENCH_REDIS_URL": s.redis_url, "BENCH_PREFIX": self.prefix}
+        self.env = {"BENCH_REDIS_URL": s.redis_url, "BENCH_PREFIX": self.prefix, "BENCH_SCORER": s.scorer}
 
     @abstractmethod
     def worker_cmd(self) -> list[str]:
@@ -60,12 +60,12 @@ class Peer(ABC):
         return traj.job_payload()
 
 
-def check(r: Any, prefix: str, trajs: list[Trajectory]) -> str:
+def check(r: Any, prefix: str, trajs: list[Trajectory], scorer: str) -> str:
     pipe = r.pipeline(transaction=False)
     for t in trajs:
         pipe.hget(reward_key(prefix, t.keys[-1]), "score")
     got = pipe.execute()
-    bad = sum(1 for t, g in zip(trajs, got) if g is None or float(g) != t.expected)
+    bad = sum(1 for t, g in zip(trajs, got) if g is None or float(g) != t.expected_for(scorer))
     return "ok" if bad == 0 else f"{bad}/{len(trajs)} wrong"
 
 
@@ -92,7 +92,8 @@ def run(peer: Peer, cleanup: Cleanup) -> list[Row]:
                       cpu_ms=d.per_completion_ms("cpu"), redis_cpu_ms=d.per_completion_ms("redis"),
                       status="ok" if d.complete else "partial", note=peer.settings_note,
                       check=check(r, peer.prefix, [wl[i] for i in range(0, max(1, d.last_count),
-                                                                         max(1, d.last_count // 50))]))
+                                                                         max(1, d.last_count // 50))],
+                                  s.scorer))
             if not child.alive():
                 row.status = f"error: worker exited ({child.log_tail(300)})"
             rows.append(row)
@@ -121,7 +122,7 @@ def latency(peer: Peer, child: Child) -> Row:
     def one(i: int) -> None:
         traj = wl[i]
         got = peer.call(peer.payload(traj), timeout=10.0)
-        if got.get(traj.keys[-1]) != traj.expected:
+        if got.get(traj.keys[-1]) != traj.expected_for(s.scorer):
             bad.append(traj.tid)
 
     row = summarize(peer.name, measure(s, one), s, f"{s.latency_rate:g} traj/s; {peer.wait_note}")
