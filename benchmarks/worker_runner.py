@@ -23,7 +23,8 @@ import signal
 import sys
 
 from rewardq.config import WorkerConfig
-from rewardq.consumers.worker import Worker, freeze_startup_heap
+from rewardq.consumers.process import freeze_startup_heap
+from rewardq.consumers.worker import Worker
 
 
 async def _wait_go(stopped: asyncio.Event) -> bool:

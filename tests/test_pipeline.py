@@ -170,13 +170,15 @@ async def test_own_process_worker_freezes_the_start_up_heap_before_it_reads(ns, 
                                                                             monkeypatch):
     # Given a worker run as a process's own (as `rewardq worker` runs it); gc.freeze is
     # recorded, not done, so the test process's heap is left alone
+    import gc
+
     from rewardq.consumers import worker as worker_mod
     from tests.helpers import worker_config
 
     seen: list[tuple[str, bool]] = []
     w = worker_mod.Worker(worker_config(ns, redis_url, name="frozen"), manager=length_manager)
-    monkeypatch.setattr(worker_mod.gc, "collect", lambda: seen.append(("collect", w.scorer is not None)))
-    monkeypatch.setattr(worker_mod.gc, "freeze", lambda: seen.append(("freeze", w.scorer is not None)))
+    monkeypatch.setattr(gc, "collect", lambda: seen.append(("collect", w.scorer is not None)))
+    monkeypatch.setattr(gc, "freeze", lambda: seen.append(("freeze", w.scorer is not None)))
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     task = asyncio.create_task(w.run(freeze_heap=True))
     # When it scores a trajectory and stops

@@ -21,7 +21,6 @@ written with the same result and added once to the ``done`` stream.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -36,6 +35,7 @@ from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandling
+from rewardq.consumers.process import freeze_startup_heap, limit_torch_threads
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError
 from rewardq.queue.aio import being_cancelled
@@ -123,7 +123,7 @@ class Worker(FailureHandling):
 
     async def start(self) -> None:
         cfg = self.cfg
-        _limit_torch_threads()
+        limit_torch_threads()
         if self._client is None:
             self._client = connect_async(cfg.redis_url, cluster=cfg.cluster)
         client = self._client
@@ -473,36 +473,6 @@ class Worker(FailureHandling):
                 if self.metrics is not None:
                     self.metrics.dead_letter("incomplete")
                 logger.warning("trajectory %s ended: %s", tid, reason)
-
-
-def freeze_startup_heap() -> None:
-    """Move every object alive after start-up into the garbage collector's permanent generation.
-
-    torch, tensordict and the tokenizer leave ~310,000 tracked objects behind, none of which
-    ever becomes garbage, and a full collection walks all of them: 120 ms on the benchmark
-    machine, one every few thousand trajectories, a stall that lands in some trajectory's
-    latency. After ``gc.freeze()`` collections see only objects created later (0 full
-    collections and ~1.5 % less worker CPU in a 6,000-trajectory drain, benchmarks/PROFILE.md).
-    For the owner of the process only (``rewardq worker``, the benchmark's runner): it
-    affects every object of the interpreter, not just the worker's.
-    """
-    gc.collect()
-    gc.freeze()
-
-
-def _limit_torch_threads() -> None:
-    """One intra-op thread: a trajectory batch is a few thousand ids, too small to split.
-
-    With torch's default (one thread per core) small ops wake the OpenMP pool, whose threads
-    spin: benchmarks/PROFILE.md measured 7.0 ms of worker CPU per trajectory with 2 threads,
-    3.1 ms with 1, on 2 cores. An explicit ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` wins.
-    """
-    if "OMP_NUM_THREADS" in os.environ or "MKL_NUM_THREADS" in os.environ:
-        return
-    import torch
-
-    if torch.get_num_threads() > 1:
-        torch.set_num_threads(1)
 
 
 def _is_nogroup(exc: BaseException) -> bool:
