@@ -18,23 +18,27 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def run_bench(redis_url: str, out: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess, dict]:
+    """``python -m benchmarks --quick ARGS`` on the suite's Redis; the process and its JSON."""
+    cmd = [sys.executable, "-m", "benchmarks", "--quick", *args, "--url", redis_url, "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
 @pytest.mark.timeout(120)
 def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, tmp_path, sync_redis):
     # Given a tiny quick run of the raw baseline and rewardq (every phase)
-    out = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "benchmarks", "--quick", "--only", "raw,rewardq", "--trajectories", "200",
-           "--latency-samples", "20", "--backlogs", "100,1000", "--url", redis_url, "--json", str(out)]
     # When it runs
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=110,
-                          env={**os.environ, "COLUMNS": "250"})
+    proc, data = run_bench(redis_url, tmp_path / "bench.json", "--only", "raw,rewardq", "--trajectories", "200",
+                           "--latency-samples", "20", "--backlogs", "100,1000", timeout=110)
     # Then it succeeds and prints the table with a row per system and phase, and the targets
-    assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout
     for needle in ("raw", "raw-noscore", "rewardq", "throughput", "latency", "memory", "targets",
                    "throughput vs raw baseline", "p99 latency", "worker peak RSS"):
         assert needle in text, f"{needle!r} missing from:\n{text}"
     # And every measured number is finite, every reward checked out
-    data = json.loads(out.read_text())
     rows = {(r["system"], r["phase"], r["workers"], r["backlog"]): r for r in data["rows"]}
     assert {(k[0], k[1], k[2]) for k in rows} == {
         ("raw", "throughput", 1), ("raw", "latency", 1), ("raw-noscore", "throughput", 1),
@@ -64,14 +68,9 @@ def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, t
 @pytest.mark.timeout(90)
 def test_whole_trajectory_latency_mode_times_one_put_of_every_output(redis_url, tmp_path):
     # Given a latency-only run in "whole" mode (one put_trajectory inside the timed interval)
-    out = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "benchmarks", "--quick", "--only", "raw,rewardq", "--phases", "latency",
-           "--latency-samples", "10", "--latency-mode", "whole", "--url", redis_url, "--json", str(out)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=80,
-                          env={**os.environ, "COLUMNS": "250"})
+    _, data = run_bench(redis_url, tmp_path / "bench.json", "--only", "raw,rewardq", "--phases", "latency",
+                        "--latency-samples", "10", "--latency-mode", "whole", timeout=80)
     # Then both systems report finite latencies of checked rewards, labelled with the mode
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(out.read_text())
     assert data["settings"]["latency_mode"] == "whole"
     rows = {r["system"]: r for r in data["rows"]}
     assert set(rows) == {"raw", "rewardq"}
@@ -84,14 +83,9 @@ def test_whole_trajectory_latency_mode_times_one_put_of_every_output(redis_url, 
 @pytest.mark.timeout(120)
 def test_trivial_scorer_run_measures_every_system_around_a_decode_free_score(redis_url, tmp_path):
     # Given a small run with the trivial scorer (the issue's reference conditions)
-    out = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "benchmarks", "--quick", "--scorer", "trivial", "--only", "raw,rewardq",
-           "--phases", "throughput,latency", "--one-worker", "--trajectories", "150", "--latency-samples", "10",
-           "--url", redis_url, "--json", str(out)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=110,
-                          env={**os.environ, "COLUMNS": "250"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(out.read_text())
+    _, data = run_bench(redis_url, tmp_path / "bench.json", "--scorer", "trivial", "--only", "raw,rewardq",
+                        "--phases", "throughput,latency", "--one-worker", "--trajectories", "150",
+                        "--latency-samples", "10", timeout=110)
     assert data["settings"]["scorer"] == "trivial"
     # Then raw is the baseline itself (no separate no-score row), rewardq ran its trivial
     # manager with one worker, and every sampled reward is the trivial scorer's (parity of
