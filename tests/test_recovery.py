@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
@@ -205,3 +207,43 @@ async def test_dead_owners_lease_running_out_costs_no_deliveries(ns, redis_url, 
     assert res[keys[0]].status == "ok" and res[keys[0]].reward_score == 7.0
     assert sync_redis.xlen(Keyspace(ns).dead(0)) == 0
     client.close()
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-result-for-every-key", "one-result-per-key"])
+async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(ns, redis_url, sync_redis, shared):
+    # Given a complete trajectory of three outputs held by a worker
+    from rewardq.queue.codec import decode_output
+
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    client.put_trajectory("sh", "s", [output(2, 2), output(2, 3), output(3, 1)], SAMPLE)
+    w = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
+    await w.start()
+    try:
+        outs = await w.broker.store([(e, decode_output(e.data), bytes(e.data))
+                                     for e in await w.broker.read([0], 10, None)])
+        assert [o.kind for o in outs] == ["parked", "parked", "complete"]
+        # When it commits one result copied to every key (the built-in managers), or one per key
+        extra = {"acc": 1.0, "pred": "42"}
+        results = [RewardResult(key=f"sh_s_{i}", status="ok", reward_score=1.0 if shared else float(i),
+                                reward_extra_info=extra if shared else {"i": i}, worker="A", manager="m",
+                                scored_at=1700000000.5, latency_ms=3.25) for i in range(3)]
+        _, args = w.broker._commit_call(0, "sh_s", results, "ok")
+        assert await w.broker.commit(0, "sh_s", results) is True
+        # Then every key holds its own result, read back through the client
+        got = client.get_rewards([f"sh_s_{i}" for i in range(3)])
+        for i in range(3):
+            r = got[f"sh_s_{i}"]
+            assert r is not None and r.key == f"sh_s_{i}" and r.status == "ok" and r.worker == "A"
+            assert r.reward_score == (1.0 if shared else float(i))
+            assert r.reward_extra_info == (extra if shared else {"i": i})
+            assert r.latency_ms == 3.25 and r.manager == "m"
+        # And a shared result went over the wire once, not once per key (7 fixed arguments,
+        # 8 field names, the row count, 8 values per row, 3 trailing)
+        assert len(args) == 7 + 8 + 1 + 8 * (1 if shared else 3) + 3
+        done = sync_redis.xrange(ks.done(0))
+        assert len(done) == 1 and done[0][1][b"latency_ms"] == b"3.250" and done[0][1][b"n"] == b"3"
+        assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
+    finally:
+        await w.stop()
+        client.close()

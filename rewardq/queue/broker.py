@@ -22,7 +22,7 @@ from rewardq.queue import scripts
 from rewardq.queue.codec import SCHEMA_VERSION, OutputRecord
 from rewardq.queue.connection import is_cluster_client
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.results import RewardResult, as_text
+from rewardq.queue.results import RewardResult, as_text, same_fields
 
 logger = logging.getLogger("rewardq.queue")
 
@@ -302,17 +302,22 @@ class StreamBroker:
 
     def _commit_call(self, shard: int, tid: str, results: Sequence[RewardResult],
                      status: str) -> tuple[list[Any], list[Any]]:
-        """The ``commit`` script's ``(keys, args)`` for one trajectory."""
+        """The ``commit`` script's ``(keys, args)`` for one trajectory.
+
+        When every key gets the same result (a manager's one dict copied to every key, the
+        built-in managers' case) its fields go once, not once per key.
+        """
+        rows = results[:1] if all(same_fields(results[0], r) for r in results[1:]) else results
         values: list[str] = []
-        encoded: dict[int, str] = {}  # a manager's single dict is copied to every key: encode it once
-        for r in results:
+        encoded: dict[int, str] = {}  # per-output results may still share one extra-info dict
+        for r in rows:
             js = encoded.get(id(r.reward_extra_info))
             if js is None:
                 js = encoded[id(r.reward_extra_info)] = r.extra_info_json()
             h = r.to_hash(js)
             values.extend(h[f] for f in RESULT_FIELDS)
         args = [self.ks.group, tid, self.worker, self.result_ttl, self.done_maxlen, len(results),
-                len(RESULT_FIELDS), *RESULT_FIELDS, *values, self.ks.reward_prefix(shard), status,
+                len(RESULT_FIELDS), *RESULT_FIELDS, len(rows), *values, self.ks.reward_prefix(shard), status,
                 self.keep_records]
         keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard), self.ks.done(shard),
                 self.ks.records(shard, tid)]

@@ -114,3 +114,11 @@ class RewardResult:
                 "reward_extra_info": self.reward_extra_info, "error": self.error,
                 "worker": self.worker, "manager": self.manager, "scored_at": self.scored_at,
                 "latency_ms": self.latency_ms}
+
+
+def same_fields(a: RewardResult, b: RewardResult) -> bool:
+    """Whether ``a`` and ``b`` store the same hash fields (their keys aside): the same values
+    and the very same extra-info dict, as when one manager result is copied to every key."""
+    return (a.reward_extra_info is b.reward_extra_info and a.status == b.status
+            and a.reward_score == b.reward_score and a.error == b.error and a.worker == b.worker
+            and a.manager == b.manager and a.scored_at == b.scored_at and a.latency_ms == b.latency_ms)

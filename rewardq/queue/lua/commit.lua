@@ -1,31 +1,39 @@
 -- commit: write every key's result, then acknowledge. The ack is taken only here, after
 -- the write-back, in the same atomic step. A repeated commit (after a crash) changes nothing.
 -- KEYS: traj, stream, waiting, done, records
--- ARGV: group, tid, worker, result_ttl, done_maxlen, n, nfields, field names..., then
---       n * nfields values (key 0's values, key 1's values, ...), reward_prefix, status,
---       keep_records (seconds to keep the stored outputs in `records` for inspection; 0: drop)
+-- ARGV: group, tid, worker, result_ttl, done_maxlen, n, nfields, field names..., rows, then
+--       rows * nfields values: rows = 1 gives every key the same values (a manager's one result
+--       copied to every key), rows = n gives key 0's values, key 1's values, ...; then
+--       reward_prefix, status, keep_records (seconds to keep the stored outputs in `records`
+--       for inspection; 0: drop)
 -- Returns 1 when this call finished the trajectory, 0 when it was already finished.
 local traj, stream, waiting, done, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, tid, worker = ARGV[1], ARGV[2], ARGV[3]
 local ttl, maxlen, n, nf = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local names = {}
 for j = 1, nf do names[j] = ARGV[7 + j] end
-local base = 7 + nf
-local rprefix, status = ARGV[base + n * nf + 1], ARGV[base + n * nf + 2]
-local keep = tonumber(ARGV[base + n * nf + 3] or '0')
+local rows = tonumber(ARGV[8 + nf])
+local base = 8 + nf
+local rprefix, status = ARGV[base + rows * nf + 1], ARGV[base + rows * nf + 2]
+local keep = tonumber(ARGV[base + rows * nf + 3] or '0')
 local now = now_seconds()
 
 if redis.call('HGET', traj, 'state') == 'done' then
   ack_delete(stream, group, recorded_acks(traj))
   return 0
 end
-for i = 0, n - 1 do
-  local rkey = rprefix .. tid .. '_' .. i
+local function row_args(row)
   local args = {}
   for j = 1, nf do
     args[#args + 1] = names[j]
-    args[#args + 1] = ARGV[base + i * nf + j]
+    args[#args + 1] = ARGV[base + row * nf + j]
   end
+  return args
+end
+local shared = rows == 1 and row_args(0) or nil
+for i = 0, n - 1 do
+  local rkey = rprefix .. tid .. '_' .. i
+  local args = shared or row_args(i)
   redis.call('DEL', rkey)
   redis.call('HSET', rkey, unpack(args))
   if ttl > 0 then redis.call('EXPIRE', rkey, ttl) end
@@ -57,7 +65,7 @@ redis.call('ZREM', waiting, tid)
 ack_delete(stream, group, recorded_acks(traj))
 local latency = ''
 for j = 1, nf do
-  if names[j] == 'latency_ms' then latency = ARGV[base + (n - 1) * nf + j] end
+  if names[j] == 'latency_ms' then latency = ARGV[base + (rows - 1) * nf + j] end
 end
 redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', n, 'status', status,
            'worker', worker, 'latency_ms', latency)
