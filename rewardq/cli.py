@@ -204,14 +204,34 @@ def bench(ctx: click.Context) -> int:
 
     Same flags as `python -m benchmarks` (try `rewardq bench --quick`, or `--help`).
     """
-    try:
-        from benchmarks.__main__ import main as bench_main
-    except ImportError:
-        from rewardq.errors import ConfigError
+    return int(_bench_main()(list(ctx.args)) or 0)
 
-        raise ConfigError("the benchmarks live in the source checkout: run `rewardq bench` (or "
-                          "`python -m benchmarks`) from the repository's top folder") from None
-    return int(bench_main(list(ctx.args)) or 0)
+
+def _bench_main() -> Any:
+    """``benchmarks.__main__.main`` of the checkout this is run in (the current folder or a parent).
+
+    The ``rewardq`` console script does not have the current folder on ``sys.path`` (``python
+    -m`` does), and the benchmarks are not installed with the package: find the checkout.
+    """
+    from pathlib import Path
+
+    from rewardq.errors import ConfigError
+
+    try:
+        from benchmarks.__main__ import main
+        return main
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("benchmarks", "benchmarks.__main__"):
+            raise
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "benchmarks" / "__main__.py").is_file() and (folder / "rewardq" / "__init__.py").is_file():
+            sys.path.insert(0, str(folder))
+            from benchmarks.__main__ import main
+            return main
+    raise ConfigError("the benchmarks live in the source checkout: run `rewardq bench` (or "
+                      "`python -m benchmarks`) inside the repository (no benchmarks/ folder found in "
+                      f"{here} or above it)")
 
 
 cli.add_command(health)

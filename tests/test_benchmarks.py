@@ -108,3 +108,24 @@ def test_trivial_expected_reward_is_the_parity_of_the_final_response():
         t = wl[i]
         assert t.expected_for("trivial") == trivial_score(len(t.responses[-1]))
         assert t.expected_for("gsm8k") == t.expected
+
+
+@pytest.mark.timeout(90)
+def test_rewardq_bench_console_script_finds_the_checkout_from_a_subfolder(redis_url, tmp_path):
+    # Given the installed `rewardq` console script (its sys.path does not hold the current folder)
+    script = Path(sys.executable).parent / "rewardq"
+    assert script.exists(), f"{script} missing: install the package (pip install -e .)"
+    out = tmp_path / "bench.json"
+    # When `rewardq bench` runs inside the checkout, in a subfolder of it
+    proc = subprocess.run([str(script), "bench", "--quick", "--only", "raw", "--phases", "latency",
+                           "--latency-samples", "5", "--url", redis_url, "--json", str(out)],
+                          cwd=REPO / "rewardq", capture_output=True, text=True, timeout=80,
+                          env={**os.environ, "COLUMNS": "250"})
+    # Then it runs the checkout's benchmarks
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["system"] for r in json.loads(out.read_text())["rows"]] == ["raw"]
+    # And outside any checkout it says where to run it, with the CLI's usage-error exit code
+    proc = subprocess.run([str(script), "bench", "--quick"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert "inside the repository" in proc.stderr and str(tmp_path) in proc.stderr
