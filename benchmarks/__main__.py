@@ -12,6 +12,13 @@ Systems (``--only``): ``raw`` (baseline, also its no-scoring variant), ``rewardq
 ``dramatiq``. Phases (``--phases``): ``throughput``, ``latency``, ``memory``. Every key
 this run writes carries ``rqbench-<run id>`` (or the peer's own prefix with the run id)
 and is deleted at the end; every process it starts is stopped by its PID.
+
+What is measured can be changed with ``--scorer gsm8k|trivial`` (decode + GSM8K regex, or a
+decode-free score: the issue's reference conditions), ``--latency-mode final|whole`` (clock
+from the final output's put after the others went in untimed, or one put of every output)
+and ``--one-worker`` (skip the two-worker drain). For experiments: ``REWARDQ_BENCH_NATIVE=1``
+makes ``--profile py-spy`` sample C frames too, ``REWARDQ_BENCH_WORKER=script.py`` runs an
+instrumented stand-in for :mod:`benchmarks.worker_runner` (same arguments).
 """
 
 from __future__ import annotations
