@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import AsyncIterator
 
 import pytest
 
@@ -95,15 +97,27 @@ async def test_graceful_stop_hands_back_and_another_worker_finishes(ns, redis_ur
     client.close()
 
 
-async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
-    ks = Keyspace(ns)
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    client.put_trajectory("c", "s", [output(2, 2), output(2, 3)], SAMPLE)
-    w = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
+@contextlib.asynccontextmanager
+async def stored_trajectory(ns: str, url: str, uid: str, outputs: list) -> AsyncIterator[tuple]:
+    """Put a trajectory ``<uid>_s``, read and store it with a started worker "A" (which
+    never scores on its own); yields ``(client, worker, store outcomes)``."""
+    from rewardq.queue.codec import decode_output
+
+    client = RewardClient.from_url(url, namespace=ns)
+    client.put_trajectory(uid, "s", outputs, SAMPLE)
+    w = Worker(worker_config(ns, url, name="A"), manager=Hang(None))
     await w.start()
     try:
-        outs = await w.broker.store([(e, __import__("rewardq.queue.codec", fromlist=["x"]).decode_output(e.data),
-                                      bytes(e.data)) for e in await w.broker.read([0], 10, None)])
+        entries = await w.broker.read([0], 10, None)
+        yield client, w, await w.broker.store([(e, decode_output(e.data), bytes(e.data)) for e in entries])
+    finally:
+        await w.stop()
+        client.close()
+
+
+async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
+    ks = Keyspace(ns)
+    async with stored_trajectory(ns, redis_url, "c", [output(2, 2), output(2, 3)]) as (client, w, outs):
         assert [o.kind for o in outs] == ["parked", "complete"]
         results = [RewardResult(key=f"c_s_{i}", status="ok", reward_score=0.5, reward_extra_info={"i": i},
                                 worker="A") for i in range(2)]
@@ -115,14 +129,13 @@ async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
         assert sync_redis.xlen(ks.done(0)) == 1
         assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
         # a redelivered record of a finished trajectory is acked and changes nothing
+        from rewardq.queue.codec import decode_output
+
         client.put_output("c", "s", 1, output(2, 3), SAMPLE, final=True)
-        outs = await w.broker.store([(e, __import__("rewardq.queue.codec", fromlist=["x"]).decode_output(e.data),
-                                      bytes(e.data)) for e in await w.broker.read([0], 10, None)])
+        outs = await w.broker.store([(e, decode_output(e.data), bytes(e.data))
+                                     for e in await w.broker.read([0], 10, None)])
         assert [o.kind for o in outs] == ["done"]
         assert sync_redis.hgetall(ks.reward_key("c_s_1")) == first
-    finally:
-        await w.stop()
-        client.close()
 
 
 async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, redis_url, sync_redis):
@@ -212,16 +225,9 @@ async def test_dead_owners_lease_running_out_costs_no_deliveries(ns, redis_url, 
 @pytest.mark.parametrize("shared", [True, False], ids=["one-result-for-every-key", "one-result-per-key"])
 async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(ns, redis_url, sync_redis, shared):
     # Given a complete trajectory of three outputs held by a worker
-    from rewardq.queue.codec import decode_output
-
     ks = Keyspace(ns)
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    client.put_trajectory("sh", "s", [output(2, 2), output(2, 3), output(3, 1)], SAMPLE)
-    w = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
-    await w.start()
-    try:
-        outs = await w.broker.store([(e, decode_output(e.data), bytes(e.data))
-                                     for e in await w.broker.read([0], 10, None)])
+    async with stored_trajectory(ns, redis_url, "sh", [output(2, 2), output(2, 3), output(3, 1)]) \
+            as (client, w, outs):
         assert [o.kind for o in outs] == ["parked", "parked", "complete"]
         # When it commits one result copied to every key (the built-in managers), or one per key
         extra = {"acc": 1.0, "pred": "42"}
@@ -244,6 +250,3 @@ async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(ns, r
         done = sync_redis.xrange(ks.done(0))
         assert len(done) == 1 and done[0][1][b"latency_ms"] == b"3.250" and done[0][1][b"n"] == b"3"
         assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
-    finally:
-        await w.stop()
-        client.close()
