@@ -55,7 +55,8 @@ def rewardq_latency(s: Settings, namespace: str, worker: Child) -> Row:
         if s.latency_mode == "final":
             keys = [client.put_output(traj.uid, traj.session_id, j, out, sample)
                     for j, out in enumerate(outputs[:-1])]
-            time.sleep(s.latency_gap)  # the earlier turns came in long before the last one
+            if keys:
+                time.sleep(s.latency_gap)  # the earlier turns came in long before the last one
             t0 = time.perf_counter()
             keys.append(client.put_output(traj.uid, traj.session_id, len(outputs) - 1, outputs[-1], sample,
                                           final=True))

@@ -178,31 +178,30 @@ def valid_response_ids(row: TensorDict) -> torch.Tensor:
     row's own column; without it, ``attention_mask[P:].sum()``): a slice, where
     boolean-mask indexing costs ~70x more.
     """
-    responses = row.get("responses")
-    if row.batch_dims == 1:
-        if row.batch_size[0] != 1:
-            raise ValueError("valid_response_ids takes one row: data[i] or data[-1:]")
-        responses = responses[0]
+    if row.batch_dims == 1 and row.batch_size[0] != 1:
+        raise ValueError("valid_response_ids takes one row: data[i] or data[-1:]")
+    responses = _row_tensor(row, "responses")
     length = _length(row, "response_len")
     if length is None:
-        attention = row.get("attention_mask")
-        attention = attention[0] if row.batch_dims == 1 else attention
+        attention = _row_tensor(row, "attention_mask")
         length = int(attention[attention.shape[-1] - responses.shape[-1]:].sum())
     return responses[:length]
 
 
 def valid_prompt_ids(row: TensorDict) -> torch.Tensor:
     """The valid (unpadded) prompt ids of one row: prompts are left-padded."""
-    prompts = row.get("prompts")
-    if row.batch_dims == 1:
-        prompts = prompts[0]
+    prompts = _row_tensor(row, "prompts")
     width = prompts.shape[-1]
     length = _length(row, "prompt_len")
     if length is None:
-        attention = row.get("attention_mask")
-        attention = attention[0] if row.batch_dims == 1 else attention
-        length = int(attention[:width].sum())
+        length = int(_row_tensor(row, "attention_mask")[:width].sum())
     return prompts[width - length:]
+
+
+def _row_tensor(row: TensorDict, name: str) -> torch.Tensor:
+    """A tensor column of one row: ``data[i]``'s as it is, a one-row batch's first row."""
+    value = row.get(name)
+    return value[0] if row.batch_dims == 1 else value
 
 
 def _length(row: TensorDict, name: str) -> int | None:

@@ -32,10 +32,6 @@ def done_marks(client: Any) -> dict[int, bytes]:
     return marks
 
 
-def _read_done(client: Any, marks: dict[int, bytes], block_ms: int) -> list[str]:
-    return client.read_done(marks, block_ms)
-
-
 def _existing(client: Any, keys: list[str]) -> set[str]:
     ks = client.keyspace
     found: set[str] = set()
@@ -85,7 +81,7 @@ def wait_for_results(client: Any, pushed: list[Pushed], marks: dict[int, bytes],
             next_check = time.monotonic() + 2.0
         if pending:
             wait_ms = int(max(1, min(500, (deadline - time.monotonic()) * 1000)))
-            pending.difference_update(_read_done(client, marks, wait_ms))
+            pending.difference_update(client.read_done(marks, wait_ms))
         if len(pending) < before:
             finished_at = time.perf_counter()
             if on_progress is not None:

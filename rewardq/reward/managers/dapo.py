@@ -34,7 +34,6 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from rewardq.consumers.batch import last_row
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
 from rewardq.reward.managers.naive import read_final_output, score_final_output
@@ -133,8 +132,7 @@ class DAPORewardManager(RewardManager):
         self.overlong_buffer = OverlongBuffer.from_option(overlong_buffer, max_resp_len)
 
     async def run_single(self, data: Any) -> dict:
-        data = last_row(data)  # data[-1:], built cheaper
-        final = read_final_output(self, data)
+        final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
         result = await score_final_output(self, final, final.extra_info)
         cfg = self.overlong_buffer
         if cfg is not None and cfg.enable:

@@ -147,13 +147,11 @@ class LimitedRewardManager(RewardManager):
         return self.compute_score
 
     async def run_single(self, data: Any) -> dict:
-        from rewardq.consumers.batch import last_row
         from rewardq.reward.managers.naive import merge_rollout_fields, read_final_output
 
         if self.limiter is None:
             await self.setup()
-        data = last_row(data)  # data[-1:], built cheaper
-        final = read_final_output(self, data)
+        final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
         data_source = final.data_source
         extra_info = merge_rollout_fields(final.extra_info, final.row, turns_and_scores=False)
         fn = self._score_fn()

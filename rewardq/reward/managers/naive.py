@@ -135,6 +135,5 @@ class NaiveRewardManager(RewardManager):
         return merge_rollout_fields(final.extra_info, final.row)
 
     async def run_single(self, data: Any) -> dict:
-        data = last_row(data)  # data[-1:], built cheaper
-        final = read_final_output(self, data)
+        final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
         return await score_final_output(self, final, self.build_extra_info(final))

@@ -155,11 +155,9 @@ class RemoteRewardManager(RewardManager):
         await self.pool.close()
 
     async def run_single(self, data: Any) -> dict:
-        from rewardq.consumers.batch import last_row
         from rewardq.reward.managers.naive import merge_rollout_fields, read_final_output
 
-        data = last_row(data)  # data[-1:], built cheaper
-        final = read_final_output(self, data)
+        final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
         data_source = final.data_source
         extra_info = merge_rollout_fields(final.extra_info, final.row)
         result = await self.pool.run({"data_source": data_source, "solution_str": final.solution_str,
