@@ -39,7 +39,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.common import REPO, PYTHON, Cleanup, Row, Settings, connect, installed, stop_all_children
+from benchmarks.common import PYTHON, REPO, Cleanup, Row, Settings, connect, installed, stop_all_children
 from benchmarks.report import ratios, render, targets
 
 SYSTEMS = ("raw", "rewardq", "celery", "rq", "arq", "dramatiq")
@@ -106,8 +106,11 @@ def run_system(name: str, s: Settings, cleanup: Cleanup) -> list[Row]:
             return run_elsewhere(name, s, s.peer_paths[name])
         module = {"celery": "celery", "rq": "rq", "arq": "arq", "dramatiq": "dramatiq"}[name]
         if not installed(module):
-            hint = ("pip install --target .peers/celery 'redis[hiredis]>=6.1'; then --peer-path celery=.peers/celery"
-                    if name == "celery" else "pip install -c constraints.txt -e '.[bench]'")
+            hint = (
+                "pip install --target .peers/celery 'redis[hiredis]>=6.1'; then --peer-path celery=.peers/celery"
+                if name == "celery"
+                else "pip install -c constraints.txt -e '.[bench]'"
+            )
             return [Row(name, "throughput", status="not installed", note=hint)]
         import importlib
 
@@ -130,11 +133,31 @@ def run_elsewhere(name: str, s: Settings, path: str) -> list[Row]:
     its own keys and processes, and hands its rows back as JSON.
     """
     out = s.workdir / f"{name}.json"
-    argv = [PYTHON, "-m", "benchmarks", "--only", name, "--phases", ",".join(s.phases), "--url", s.redis_url,
-            "--seed", str(s.seed), "--trajectories", str(s.trajectories), "--latency-samples",
-            str(s.latency_samples), "--latency-rate", str(s.latency_rate), "--latency-mode", s.latency_mode,
-            "--scorer", s.scorer,
-            "--json", str(out)]
+    argv = [
+        PYTHON,
+        "-m",
+        "benchmarks",
+        "--only",
+        name,
+        "--phases",
+        ",".join(s.phases),
+        "--url",
+        s.redis_url,
+        "--seed",
+        str(s.seed),
+        "--trajectories",
+        str(s.trajectories),
+        "--latency-samples",
+        str(s.latency_samples),
+        "--latency-rate",
+        str(s.latency_rate),
+        "--latency-mode",
+        s.latency_mode,
+        "--scorer",
+        s.scorer,
+        "--json",
+        str(out),
+    ]
     if s.quick:
         argv.append("--quick")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (path, os.environ.get("PYTHONPATH")) if x)}
@@ -159,25 +182,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trajectories", type=int, help="throughput backlog per system (default 4000, quick 600)")
     p.add_argument("--latency-samples", type=int, help="measured trajectories in the latency phase")
     p.add_argument("--latency-rate", type=float, help="trajectories per second in the latency phase")
-    p.add_argument("--latency-mode", choices=["final", "whole"], default="final",
-                   help="final (default): time from the final output's put, outputs 0..n-2 put before it "
-                        "untimed; whole: time one put of every output (peers: one job either way)")
-    p.add_argument("--scorer", choices=["gsm8k", "trivial"], default="gsm8k",
-                   help="gsm8k (default): decode the final response + strict regex, in every system; "
-                        "trivial: no decode (reward = parity of the final response length), the issue's "
-                        "reference conditions for queue overhead")
-    p.add_argument("--one-worker", action="store_true",
-                   help="rewardq's throughput with one worker process only (quicker A/B runs)")
+    p.add_argument(
+        "--latency-mode",
+        choices=["final", "whole"],
+        default="final",
+        help="final (default): time from the final output's put, outputs 0..n-2 put before it "
+        "untimed; whole: time one put of every output (peers: one job either way)",
+    )
+    p.add_argument(
+        "--scorer",
+        choices=["gsm8k", "trivial"],
+        default="gsm8k",
+        help="gsm8k (default): decode the final response + strict regex, in every system; "
+        "trivial: no decode (reward = parity of the final response length), the issue's "
+        "reference conditions for queue overhead",
+    )
+    p.add_argument(
+        "--one-worker", action="store_true", help="rewardq's throughput with one worker process only (quicker A/B runs)"
+    )
     p.add_argument("--backlogs", help="memory phase backlog sizes (default 1000,100000; quick 500,5000)")
     p.add_argument("--json", help="also write every row, target and setting to this file")
     p.add_argument("--url", default=os.environ.get("REWARDQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", choices=["py-spy", "pyinstrument"],
-                   help="profile the 1-worker rewardq drain (perturbs its numbers)")
+    p.add_argument(
+        "--profile",
+        choices=["py-spy", "pyinstrument"],
+        help="profile the 1-worker rewardq drain (perturbs its numbers)",
+    )
     p.add_argument("--profile-out", help="write the profile summary here (default: print it)")
-    p.add_argument("--peer-path", action="append", default=[], metavar="PEER=DIR",
-                   help="run PEER in a child run with DIR first on PYTHONPATH (e.g. celery=DIR holding "
-                        "redis-py>=6.1 when arq pinned it below 6)")
+    p.add_argument(
+        "--peer-path",
+        action="append",
+        default=[],
+        metavar="PEER=DIR",
+        help="run PEER in a child run with DIR first on PYTHONPATH (e.g. celery=DIR holding "
+        "redis-py>=6.1 when arq pinned it below 6)",
+    )
     p.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (the path is printed)")
     a = p.parse_args(argv)
     s = settings_from_args(a)
@@ -207,19 +247,34 @@ def main(argv: list[str] | None = None) -> int:
         cleanup.run()
     ratios(rows)
     tgts = targets(rows)
-    render(rows, tgts, console, title=f"rewardq benchmark{' (quick)' if s.quick else ''}: "
-                                      f"{s.trajectories} trajectories of 1-8 outputs, ~500 + 1,000-4,000 ids, "
-                                      f"{'trivial scorer (no decode)' if s.scorer == 'trivial' else 'GSM8K scoring'}; "
-                                      f"latency from the {'final output' if s.latency_mode == 'final' else 'whole'} put; "
-                                      f"{os.cpu_count()} cores; {time.perf_counter() - t0:.0f}s")
+    render(
+        rows,
+        tgts,
+        console,
+        title=f"rewardq benchmark{' (quick)' if s.quick else ''}: "
+        f"{s.trajectories} trajectories of 1-8 outputs, ~500 + 1,000-4,000 ids, "
+        f"{'trivial scorer (no decode)' if s.scorer == 'trivial' else 'GSM8K scoring'}; "
+        f"latency from the {'final output' if s.latency_mode == 'final' else 'whole'} put; "
+        f"{os.cpu_count()} cores; {time.perf_counter() - t0:.0f}s",
+    )
     if s.profiler:
         report_profile(s, console, a.profile_out)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(s).items()},
-                       "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                   "platform": platform.platform()},
-                       "rows": [x.as_dict() for x in rows], "targets": [asdict(g) for g in tgts]}, f, indent=1)
+            json.dump(
+                {
+                    "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(s).items()},
+                    "machine": {
+                        "python": platform.python_version(),
+                        "cpus": os.cpu_count(),
+                        "platform": platform.platform(),
+                    },
+                    "rows": [x.as_dict() for x in rows],
+                    "targets": [asdict(g) for g in tgts],
+                },
+                f,
+                indent=1,
+            )
     if a.keep_logs:
         console.print(f"logs kept in {s.workdir}")
     else:

@@ -15,9 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import redis
 
@@ -106,6 +106,7 @@ def percentiles(samples_s: list[float]) -> tuple[float, float, float]:
 # Redis keys
 # ------------------------------------------------------------------------------------------
 
+
 def connect(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_connect_timeout=5)
 
@@ -147,7 +148,7 @@ class Cleanup:
 # child processes
 # ------------------------------------------------------------------------------------------
 
-_CHILDREN: list["Child"] = []
+_CHILDREN: list[Child] = []
 
 
 class Child:
@@ -161,8 +162,7 @@ class Child:
             line on stdin before it starts consuming (our own runners do this).
     """
 
-    def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None,
-                 handshake: bool = False) -> None:
+    def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None, handshake: bool = False) -> None:
         self.cmd = cmd
         self.log = log
         self.handshake = handshake
@@ -170,9 +170,14 @@ class Child:
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), full_env.get("PYTHONPATH", "")) if p)
         self._logf = open(log, "ab")
         self.proc = subprocess.Popen(
-            cmd, cwd=str(REPO), env=full_env, start_new_session=True,
+            cmd,
+            cwd=str(REPO),
+            env=full_env,
+            start_new_session=True,
             stdin=subprocess.PIPE if handshake else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if handshake else self._logf, stderr=self._logf)
+            stdout=subprocess.PIPE if handshake else self._logf,
+            stderr=self._logf,
+        )
         _CHILDREN.append(self)
 
     @property
@@ -193,8 +198,7 @@ class Child:
                 buf += chunk
                 if b"READY" in buf:
                     return
-        raise RuntimeError(f"{self.cmd[:4]} not ready after {timeout:g}s (exit={self.proc.poll()}): "
-                           f"{self.log_tail()}")
+        raise RuntimeError(f"{self.cmd[:4]} not ready after {timeout:g}s (exit={self.proc.poll()}): {self.log_tail()}")
 
     def go(self) -> None:
         assert self.proc.stdin is not None
@@ -306,6 +310,7 @@ def mem_available_mb() -> float:
 # waiting for a drain
 # ------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Drain:
     """How a drain went: counts and times of the first and last progress seen."""
@@ -341,9 +346,14 @@ class Drain:
         return self.last_t - self.first_t
 
 
-def watch_drain(count: Callable[[], int], target: int, timeout: float, poll: float = 0.005,
-                alive: Callable[[], bool] | None = None,
-                snaps: dict[str, Callable[[], float]] | None = None) -> Drain:
+def watch_drain(
+    count: Callable[[], int],
+    target: int,
+    timeout: float,
+    poll: float = 0.005,
+    alive: Callable[[], bool] | None = None,
+    snaps: dict[str, Callable[[], float]] | None = None,
+) -> Drain:
     """Poll ``count()`` until it reaches ``target`` or ``timeout`` passes.
 
     Throughput is measured from the first poll that saw a completion to the first poll

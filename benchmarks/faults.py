@@ -6,7 +6,7 @@ are known in advance, and meanwhile:
 
 * SIGKILLs a random worker every few seconds and starts a replacement;
 * some replacements are armed to SIGKILL themselves at a precise point
-  (``tests.proc_worker``: right after reading, between write-back and acknowledgement,
+  (``tests.support.proc_worker``: right after reading, between write-back and acknowledgement,
   right after the commit);
 * crashes Redis once (SIGKILL) part-way through and starts it again on the same port.
 
@@ -30,8 +30,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import signal
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -43,8 +43,9 @@ from typing import Any
 TIMEOUT_DEFAULT = 300.0
 
 
-async def slow_gsm8k(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                     delay: float = 0.0, **_: Any) -> dict:
+async def slow_gsm8k(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, delay: float = 0.0, **_: Any
+) -> dict:
     """The GSM8K scorer after up to ``delay`` seconds; echoes the trajectory's index for the check."""
     from rewardq.reward.scoring import gsm8k
 
@@ -74,12 +75,17 @@ def make_workload(n: int, seed: int, max_outputs: int) -> list[Job]:
         right = rng.random() < 0.6
         answer = a + b if right else a + b + rng.randint(1, 9)
         prompt = tok.encode(f"Natalia sold {a} clips in April and {b} clips in May. How many clips in all?")
-        outputs = [{"prompt_ids": prompt, "response_ids": tok.encode(f"Step {j + 1}: I add {a} and {b}.")}
-                   for j in range(rng.randint(1, max_outputs) - 1)]
+        outputs = [
+            {"prompt_ids": prompt, "response_ids": tok.encode(f"Step {j + 1}: I add {a} and {b}.")}
+            for j in range(rng.randint(1, max_outputs) - 1)
+        ]
         final = f"{a} + {b} = {answer} clips.\n#### {answer}"
         outputs.append({"prompt_ids": prompt, "response_ids": tok.encode(final)})
-        sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": str(a + b)},
-                  "extra_info": {"index": i}}
+        sample = {
+            "data_source": "openai/gsm8k",
+            "reward_model": {"ground_truth": str(a + b)},
+            "extra_info": {"index": i},
+        }
         jobs.append(Job(f"q{i}", outputs, sample, 1.0 if right else 0.0))
     return jobs
 
@@ -112,7 +118,7 @@ def produce(url: str, ns: str, jobs: list[Job], rate: float, run: Run) -> None:
     start = time.monotonic()
     try:
         for i, job in enumerate(jobs):
-            for attempt in range(30):
+            for _attempt in range(30):
                 try:
                     client.put_trajectory(job.uid, "s", job.outputs, job.sample)
                     break
@@ -147,7 +153,7 @@ class Fleet:
         self.started = 0
 
     def spawn(self, allow_fault: bool = True) -> Any:
-        from tests.proc_worker import WorkerProcess
+        from tests.support.proc_worker import WorkerProcess
 
         self.started += 1
         name = f"w{self.started}"
@@ -221,8 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--max-outputs", type=int, default=8)
     p.add_argument("--rate", type=float, default=50.0, help="trajectories pushed per second")
-    p.add_argument("--kill-every", type=float, nargs=2, default=(2.0, 4.0), metavar=("MIN", "MAX"),
-                   help="seconds between SIGKILLs (uniform) of workers that have finished starting")
+    p.add_argument(
+        "--kill-every",
+        type=float,
+        nargs=2,
+        default=(2.0, 4.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between SIGKILLs (uniform) of workers that have finished starting",
+    )
     p.add_argument("--armed-share", type=float, default=0.3, help="share of replacements armed with a fault")
     p.add_argument("--restart-at", type=float, default=0.4, help="crash Redis after this share is pushed")
     p.add_argument("--score-delay", type=float, default=0.3, help="max seconds one scoring takes")
@@ -231,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, AOF) for inspection")
     args = p.parse_args(argv)
 
-    from tests.exactly_once import settle
-    from tests.redis_server import RedisServer
     from rewardq.queue.keys import Keyspace
+    from tests.support.exactly_once import settle
+    from tests.support.redis_server import RedisServer
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     rng = random.Random(seed)
@@ -242,10 +254,23 @@ def main(argv: list[str] | None = None) -> int:
     jobs = make_workload(args.trajectories, seed, args.max_outputs)
     expected = {f"{j.uid}_s_{i}": j.reward for j in jobs for i in range(len(j.outputs))}
     extra = {f"{j.uid}_s_{i}": {"index": n} for n, j in enumerate(jobs) for i in range(len(j.outputs))}
-    settings = dict(manager="naive", reward_fn="benchmarks.faults:slow_gsm8k",
-                    reward_fn_kwargs={"delay": args.score_delay}, concurrency=16, batch_size=64,
-                    heartbeat_interval=0.5, lease_seconds=2.5, claim_idle=3.0, maintenance_interval=0.5,
-                    block_ms=500, max_deliveries=50, result_ttl=3600, shutdown_grace=5, log_level="info")
+    settings = dict(
+        manager="naive",
+        reward_fn="benchmarks.faults:slow_gsm8k",
+        reward_fn_kwargs={"delay": args.score_delay},
+        concurrency=16,
+        batch_size=64,
+        heartbeat_interval=0.5,
+        lease_seconds=2.5,
+        claim_idle=3.0,
+        maintenance_interval=0.5,
+        block_ms=500,
+        max_deliveries=50,
+        result_ttl=3600,
+        shutdown_grace=5,
+        log_level="info",
+    )
+
     def interrupted(signum: int, frame: Any) -> None:  # SIGTERM: still stop every process we started
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -255,8 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     deadline = started + args.timeout
     server = RedisServer(appendonly=True)
     server.start()
-    log(f"seed={seed} redis=127.0.0.1:{server.port} (AOF) namespace={ns} logs={log_dir} "
-        f"trajectories={len(jobs)} keys={len(expected)}")
+    log(
+        f"seed={seed} redis=127.0.0.1:{server.port} (AOF) namespace={ns} logs={log_dir} "
+        f"trajectories={len(jobs)} keys={len(expected)}"
+    )
     fleet = Fleet(server.url, ns, log_dir, settings, rng, args.armed_share)
     producer = None
     verdict = None
@@ -292,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
             if run.produced and done >= len(jobs):
                 break
             time.sleep(0.2)
-        verdict = settle(r, ks, expected, timeout=max(1.0, min(30.0, deadline - time.monotonic())),
-                         expected_extra=extra)
+        verdict = settle(
+            r, ks, expected, timeout=max(1.0, min(30.0, deadline - time.monotonic())), expected_extra=extra
+        )
     finally:
         fleet.stop()
         r.close()
@@ -311,12 +339,17 @@ def main(argv: list[str] | None = None) -> int:
     if verdict is None:
         print("trajectories=0 keys=0 kills=0 redis_restarts=0 lost=-1 duplicated=-1 errors=-1")
         return 1
-    log(f"finished in {elapsed:.1f}s: kills={run.kills} (self-inflicted {run.self_kills}), workers started "
-        f"{fleet.started}, producer retries {run.producer_retries}; {verdict.explain()}")
+    log(
+        f"finished in {elapsed:.1f}s: kills={run.kills} (self-inflicted {run.self_kills}), workers started "
+        f"{fleet.started}, producer retries {run.producer_retries}; {verdict.explain()}"
+    )
     for line in problems:
         log(line)
-    print(f"trajectories={verdict.trajectories} keys={verdict.keys} kills={run.kills} redis_restarts={run.restarts} "
-          f"lost={verdict.lost} duplicated={verdict.duplicated} errors={verdict.errors}", flush=True)
+    print(
+        f"trajectories={verdict.trajectories} keys={verdict.keys} kills={run.kills} redis_restarts={run.restarts} "
+        f"lost={verdict.lost} duplicated={verdict.duplicated} errors={verdict.errors}",
+        flush=True,
+    )
     ok = verdict.clean and not problems and run.restarts == 1 and run.pushed == len(jobs)
     return 0 if ok else 1
 

@@ -17,7 +17,7 @@ The peers and the raw baseline measure the same interval with their own ways of 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from benchmarks.common import Child, Row, Settings, paced, percentiles
 from benchmarks.workload import Workload
@@ -29,8 +29,17 @@ def summarize(system: str, samples: list[float], s: Settings, note: str, workers
         return Row(system, "latency", workers, status="error: no sample finished", note=note)
     p50, p99, mx = percentiles(samples)
     status = "ok" if len(samples) == s.latency_samples else "partial"
-    return Row(system, "latency", workers, trajectories=len(samples), p50_ms=p50, p99_ms=p99, max_ms=mx,
-               status=status, note=note)
+    return Row(
+        system,
+        "latency",
+        workers,
+        trajectories=len(samples),
+        p50_ms=p50,
+        p99_ms=p99,
+        max_ms=mx,
+        status=status,
+        note=note,
+    )
 
 
 def measure(s: Settings, one: Callable[[int], float | None]) -> list[float]:
@@ -53,13 +62,11 @@ def rewardq_latency(s: Settings, namespace: str, worker: Child) -> Row:
         outputs, sample = traj.outputs(), traj.sample()
         t0 = None
         if s.latency_mode == "final":
-            keys = [client.put_output(traj.uid, traj.session_id, j, out, sample)
-                    for j, out in enumerate(outputs[:-1])]
+            keys = [client.put_output(traj.uid, traj.session_id, j, out, sample) for j, out in enumerate(outputs[:-1])]
             if keys:
                 time.sleep(s.latency_gap)  # the earlier turns came in long before the last one
             t0 = time.perf_counter()
-            keys.append(client.put_output(traj.uid, traj.session_id, len(outputs) - 1, outputs[-1], sample,
-                                          final=True))
+            keys.append(client.put_output(traj.uid, traj.session_id, len(outputs) - 1, outputs[-1], sample, final=True))
         else:
             keys = client.put_trajectory(traj.uid, traj.session_id, outputs, sample)
         got = client.wait_rewards(keys, timeout=10.0)
@@ -75,14 +82,19 @@ def rewardq_latency(s: Settings, namespace: str, worker: Child) -> Row:
         samples = measure(s, one)
     finally:
         client.close()
-    note = (f"{s.latency_rate:g} traj/s, put_output(final) + wait_rewards after outputs 0..n-2"
-            if s.latency_mode == "final" else f"{s.latency_rate:g} traj/s, put_trajectory + wait_rewards")
+    note = (
+        f"{s.latency_rate:g} traj/s, put_output(final) + wait_rewards after outputs 0..n-2"
+        if s.latency_mode == "final"
+        else f"{s.latency_rate:g} traj/s, put_trajectory + wait_rewards"
+    )
     if len(scored_ms) > s.latency_warmup:
         import numpy as np
 
-        w = np.asarray(scored_ms[s.latency_warmup:])
-        note += (f"; worker's own latency_ms (put ts -> scored, before commit) p50 {np.percentile(w, 50):.2f} "
-                 f"p99 {np.percentile(w, 99):.2f}")
+        w = np.asarray(scored_ms[s.latency_warmup :])
+        note += (
+            f"; worker's own latency_ms (put ts -> scored, before commit) p50 {np.percentile(w, 50):.2f} "
+            f"p99 {np.percentile(w, 99):.2f}"
+        )
     row = summarize("rewardq", samples, s, note)
     row.check = "ok" if not bad else f"{len(bad)} wrong"
     row.rss_mb = worker.peak_rss_mb()

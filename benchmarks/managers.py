@@ -18,8 +18,9 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -41,9 +42,12 @@ def trajectory(tok: Any, n: int = 4, seed: int = 0) -> list:
         if i == n - 1:
             text += " so the answer is #### 72"
         out = {"prompt_ids": tok.encode(" ".join(rng.choice(words, 450))), "response_ids": tok.encode(text)}
-        sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"},
-                  "extra_info": {"source": "the farmer buys feed", "index": seed},
-                  "raw_prompt": [{"role": "user", "content": "How much does the farmer earn?"}]}
+        sample = {
+            "data_source": "openai/gsm8k",
+            "reward_model": {"ground_truth": "72"},
+            "extra_info": {"source": "the farmer buys feed", "index": seed},
+            "raw_prompt": [{"role": "user", "content": "How much does the farmer earn?"}],
+        }
         recs.append(decode_output(encode_output("u", "s", i, out, sample, final=i == n - 1)))
     return recs
 
@@ -95,24 +99,64 @@ def main(argv: list[str] | None = None) -> None:
     from rewardq.reward.examples.simt_data import make_simt_trajectories
 
     simt = make_simt_trajectories(1, seed=1, tokenizer=simt_tok)[0]
-    simt_batch = build_batch([decode_output(encode_output("s", "s", i, o, simt["sample"],
-                                                          final=i == len(simt["outputs"]) - 1))
-                              for i, o in enumerate(simt["outputs"])])
+    simt_batch = build_batch(
+        [
+            decode_output(encode_output("s", "s", i, o, simt["sample"], final=i == len(simt["outputs"]) - 1))
+            for i, o in enumerate(simt["outputs"])
+        ]
+    )
     cases: list[tuple[str, Callable[[], Any], Any]] = [
         ("naive", lambda: build_manager("naive", tokenizer=tok, context=ctx), batch),
-        ("dapo", lambda: build_manager("dapo", tokenizer=tok, context=ctx, options={
-            "overlong_buffer": {"enable": True, "len": 512, "penalty_factor": 1.0, "log": True},
-            "max_resp_len": 4096}), batch),
+        (
+            "dapo",
+            lambda: build_manager(
+                "dapo",
+                tokenizer=tok,
+                context=ctx,
+                options={
+                    "overlong_buffer": {"enable": True, "len": 512, "penalty_factor": 1.0, "log": True},
+                    "max_resp_len": 4096,
+                },
+            ),
+            batch,
+        ),
         ("gdpo", lambda: build_manager("gdpo", tokenizer=tok, context=ctx, options={"experiment_name": "b"}), batch),
-        ("limited (Redis limiter)", lambda: build_manager("limited", tokenizer=tok, context=ctx, options={
-            "max_rpm": 10**9, "max_tpm": 10**12, "max_concurrent": 64}), batch),
-        ("remote (gsm8k, 2 procs)", lambda: build_manager("remote", tokenizer=tok, context=ctx,
-                                                          options={"num_workers": 2}), batch),
-        ("remote (math-verify)", lambda: build_manager("remote", tokenizer=tok, context=ctx,
-                                                       options={"num_workers": 2, "scorer": "math_verify"}), batch),
-        ("disrm (loopback vLLM)", lambda: build_manager("disrm", tokenizer=tok, context=ctx, options={
-            "base_url": f"http://127.0.0.1:{httpd.server_address[1]}", "model": "rm", "tokenizer": "builtin:demo"}),
-         batch),
+        (
+            "limited (Redis limiter)",
+            lambda: build_manager(
+                "limited",
+                tokenizer=tok,
+                context=ctx,
+                options={"max_rpm": 10**9, "max_tpm": 10**12, "max_concurrent": 64},
+            ),
+            batch,
+        ),
+        (
+            "remote (gsm8k, 2 procs)",
+            lambda: build_manager("remote", tokenizer=tok, context=ctx, options={"num_workers": 2}),
+            batch,
+        ),
+        (
+            "remote (math-verify)",
+            lambda: build_manager(
+                "remote", tokenizer=tok, context=ctx, options={"num_workers": 2, "scorer": "math_verify"}
+            ),
+            batch,
+        ),
+        (
+            "disrm (loopback vLLM)",
+            lambda: build_manager(
+                "disrm",
+                tokenizer=tok,
+                context=ctx,
+                options={
+                    "base_url": f"http://127.0.0.1:{httpd.server_address[1]}",
+                    "model": "rm",
+                    "tokenizer": "builtin:demo",
+                },
+            ),
+            batch,
+        ),
         ("seqpo_simt (whole trajectory)", lambda: build_manager("seqpo_simt", tokenizer=tok, context=ctx), simt_batch),
     ]
     rows = []
@@ -126,8 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     for k in r.scan_iter(match=f"{ns}:*"):
         r.delete(k)
     base = rows[0][1]
-    print(f"batch build (4 outputs, {sum(x.response_ids.shape[0] for x in recs)} response tokens): "
-          f"{build_us:.0f} µs per trajectory")
+    print(
+        f"batch build (4 outputs, {sum(x.response_ids.shape[0] for x in recs)} response tokens): "
+        f"{build_us:.0f} µs per trajectory"
+    )
     print(f"{'manager':32s} {'p50 µs':>10s} {'p99 µs':>10s} {'vs naive':>9s}")
     for name, p50, p99 in rows:
         print(f"{name:32s} {p50:10.0f} {p99:10.0f} {p50 / base:8.2f}x")

@@ -47,18 +47,31 @@ def one(s: Settings, cleanup: Cleanup, backlog: int) -> Row:
         worker = start_workers(s, ns, 1, f"{s.run_id}-mem{backlog}")[0]
         worker.go()
         target = min(s.memory_process, nt)
-        d = watch_drain(lambda: done_count(r, ns), target, s.memory_timeout, alive=worker.alive,
-                        snaps={"cpu": worker.cpu_seconds})
+        d = watch_drain(
+            lambda: done_count(r, ns), target, s.memory_timeout, alive=worker.alive, snaps={"cpu": worker.cpu_seconds}
+        )
         hwm = worker.peak_rss_mb()
         rss_kb = status_kb(worker.pid, "VmRSS")
-        notes.append(f"{no} outputs waiting, Redis +{grown_mb:.0f} MB, filled in {fill_s:.0f}s; "
-                     f"RSS now {rss_kb / 1024 if rss_kb else float('nan'):.0f} MB")
+        notes.append(
+            f"{no} outputs waiting, Redis +{grown_mb:.0f} MB, filled in {fill_s:.0f}s; "
+            f"RSS now {rss_kb / 1024 if rss_kb else float('nan'):.0f} MB"
+        )
         rate = d.rate
-        return Row("rewardq", "memory", 1, backlog=nt, trajectories=d.last_count, seconds=d.seconds,
-                   traj_per_s=rate, outputs_per_s=(rate * no / nt) if rate else None, rss_mb=hwm,
-                   cpu_ms=d.per_completion_ms("cpu"),
-                   status="ok" if d.complete else "partial", note="; ".join(notes),
-                   extra={"redis_mb": grown_mb, "fill_s": fill_s, "rss_now_mb": (rss_kb or 0) / 1024})
+        return Row(
+            "rewardq",
+            "memory",
+            1,
+            backlog=nt,
+            trajectories=d.last_count,
+            seconds=d.seconds,
+            traj_per_s=rate,
+            outputs_per_s=(rate * no / nt) if rate else None,
+            rss_mb=hwm,
+            cpu_ms=d.per_completion_ms("cpu"),
+            status="ok" if d.complete else "partial",
+            note="; ".join(notes),
+            extra={"redis_mb": grown_mb, "fill_s": fill_s, "rss_now_mb": (rss_kb or 0) / 1024},
+        )
     finally:
         if worker is not None:
             worker.stop()

@@ -31,8 +31,14 @@ def _name(frame: str, root: str) -> str:
 
 #: Frames every sample passes through (interpreter start, the event loop): hidden from the
 #: inclusive list, which is about the worker's own steps.
-_BORING = ("<frozen runpy>", "asyncio/runners.py", "asyncio/base_events.py", "asyncio/events.py",
-           "benchmarks/worker_runner.py", "threading.py")
+_BORING = (
+    "<frozen runpy>",
+    "asyncio/runners.py",
+    "asyncio/base_events.py",
+    "asyncio/events.py",
+    "benchmarks/worker_runner.py",
+    "threading.py",
+)
 
 
 def summarize(folded: str | Path, top: int = 30) -> str:

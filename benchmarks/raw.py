@@ -24,7 +24,8 @@ import select
 import signal
 import sys
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -43,6 +44,7 @@ def keys_of(prefix: str) -> dict[str, str]:
 # producer side
 # ------------------------------------------------------------------------------------------
 
+
 def entries(traj: Trajectory, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
     """The stream entries of outputs ``start..stop-1`` of a trajectory (default all): exactly
     rewardq's record bytes, one per output."""
@@ -51,10 +53,14 @@ def entries(traj: Trajectory, start: int = 0, stop: int | None = None) -> list[d
     sample = traj.sample()
     outputs = traj.outputs()
     stop = len(outputs) if stop is None else stop
-    return [{"key": f"{traj.tid}_{i}",
-             "data": encode_output(traj.uid, traj.session_id, i, outputs[i], sample, final=(i == traj.n - 1)),
-             "ts": f"{time.time():.6f}"}
-            for i in range(start, stop)]
+    return [
+        {
+            "key": f"{traj.tid}_{i}",
+            "data": encode_output(traj.uid, traj.session_id, i, outputs[i], sample, final=(i == traj.n - 1)),
+            "ts": f"{time.time():.6f}",
+        }
+        for i in range(start, stop)
+    ]
 
 
 def fill(r: Any, stream: str, trajs: Iterable[Trajectory], chunk_bytes: int = 4 << 20) -> tuple[int, int]:
@@ -76,6 +82,7 @@ def fill(r: Any, stream: str, trajs: Iterable[Trajectory], chunk_bytes: int = 4 
 # ------------------------------------------------------------------------------------------
 # consumer side (the subprocess)
 # ------------------------------------------------------------------------------------------
+
 
 def _ext(code: int, data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype={1: "<i4", 2: "<i8", 3: "<f4", 4: "u1"}[code])
@@ -109,8 +116,11 @@ def consume(url: str, prefix: str, name: str, trivial: bool) -> None:
                 if not rec["final"]:
                     continue
                 tid = f"{rec['uid']}_{rec['session_id']}"
-                score = trivial_score(len(rec["response_ids"])) if trivial else score_final_response(
-                    rec["response_ids"], rec["sample"]["reward_model"]["ground_truth"])
+                score = (
+                    trivial_score(len(rec["response_ids"]))
+                    if trivial
+                    else score_final_response(rec["response_ids"], rec["sample"]["reward_model"]["ground_truth"])
+                )
                 for i in range(rec["index"] + 1):
                     pipe.hset(f"{k['reward']}{tid}_{i}", "score", score)
                 pipe.xadd(k["done"], {"tid": tid})
@@ -122,6 +132,7 @@ def consume(url: str, prefix: str, name: str, trivial: bool) -> None:
 # ------------------------------------------------------------------------------------------
 # the benchmark phases
 # ------------------------------------------------------------------------------------------
+
 
 def start_consumer(s: Settings, prefix: str, name: str, trivial: bool) -> Child:
     cmd = [PYTHON, "-m", "benchmarks.raw", "consume", "--url", s.redis_url, "--prefix", prefix, "--name", name]
@@ -165,17 +176,35 @@ def run(s: Settings, cleanup: Cleanup, trivial: bool = False) -> list[Row]:
             nt, no = fill(r, k["stream"], wl.range(0, s.trajectories))
             child = start_consumer(s, prefix, "c0", trivial)
             child.go()
-            d = watch_drain(lambda: r.xlen(k["done"]), nt, s.drain_timeout, alive=child.alive,
-                            snaps={"cpu": child.cpu_seconds, "redis": lambda: redis_cpu_seconds(r)})
+            d = watch_drain(
+                lambda: r.xlen(k["done"]),
+                nt,
+                s.drain_timeout,
+                alive=child.alive,
+                snaps={"cpu": child.cpu_seconds, "redis": lambda: redis_cpu_seconds(r)},
+            )
             rate = d.rate
             done_out = round(no * d.last_count / nt) if nt else 0
-            rows.append(Row(system, "throughput", 1, trajectories=d.last_count, outputs=done_out,
-                            seconds=d.seconds, traj_per_s=rate, outputs_per_s=(rate * no / nt) if rate else None,
-                            rss_mb=child.peak_rss_mb(), cpu_ms=d.per_completion_ms("cpu"),
-                            redis_cpu_ms=d.per_completion_ms("redis"), status="ok" if d.complete else "partial",
-                            check=check_rewards(r, prefix, [wl[i] for i in range(0, nt, max(1, nt // 50))], trivial),
-                            note=("plain redis-py loop, trivial scorer" if baseline else "queue only, trivial scorer")
-                            if trivial else "plain redis-py loop"))
+            rows.append(
+                Row(
+                    system,
+                    "throughput",
+                    1,
+                    trajectories=d.last_count,
+                    outputs=done_out,
+                    seconds=d.seconds,
+                    traj_per_s=rate,
+                    outputs_per_s=(rate * no / nt) if rate else None,
+                    rss_mb=child.peak_rss_mb(),
+                    cpu_ms=d.per_completion_ms("cpu"),
+                    redis_cpu_ms=d.per_completion_ms("redis"),
+                    status="ok" if d.complete else "partial",
+                    check=check_rewards(r, prefix, [wl[i] for i in range(0, nt, max(1, nt // 50))], trivial),
+                    note=("plain redis-py loop, trivial scorer" if baseline else "queue only, trivial scorer")
+                    if trivial
+                    else "plain redis-py loop",
+                )
+            )
         if "latency" in s.phases and baseline:
             if child is None:
                 r.xgroup_create(k["stream"], GROUP, id="0", mkstream=True)

@@ -68,44 +68,82 @@ def targets(rows: list[Row]) -> list[Target]:
     peer = best_peer(rows, "throughput")
     if rq1 and raw and finite(rq1.outputs_per_s) and finite(raw.outputs_per_s):
         x = rq1.outputs_per_s / raw.outputs_per_s
-        out.append(Target("throughput vs raw baseline (1 worker)", ">= 0.50x",
-                          f"{x:.2f}x ({rq1.outputs_per_s:,.0f} vs {raw.outputs_per_s:,.0f} outputs/s)",
-                          "PASS" if x >= 0.5 else "MISS"))
+        out.append(
+            Target(
+                "throughput vs raw baseline (1 worker)",
+                ">= 0.50x",
+                f"{x:.2f}x ({rq1.outputs_per_s:,.0f} vs {raw.outputs_per_s:,.0f} outputs/s)",
+                "PASS" if x >= 0.5 else "MISS",
+            )
+        )
     else:
         out.append(Target("throughput vs raw baseline (1 worker)", ">= 0.50x", "not measured", "n/a"))
     if rq1 and peer and finite(rq1.traj_per_s):
         x = rq1.traj_per_s / peer.traj_per_s
-        out.append(Target("throughput vs fastest peer (1 worker)", ">= 5x",
-                          f"{x:.2f}x ({rq1.traj_per_s:,.0f} vs {peer.system} {peer.traj_per_s:,.0f} traj/s)",
-                          "PASS" if x >= 5 else "MISS"))
+        out.append(
+            Target(
+                "throughput vs fastest peer (1 worker)",
+                ">= 5x",
+                f"{x:.2f}x ({rq1.traj_per_s:,.0f} vs {peer.system} {peer.traj_per_s:,.0f} traj/s)",
+                "PASS" if x >= 5 else "MISS",
+            )
+        )
     else:
-        out.append(Target("throughput vs fastest peer (1 worker)", ">= 5x",
-                          "no peer measured" if rq1 else "rewardq not measured", "n/a"))
+        out.append(
+            Target(
+                "throughput vs fastest peer (1 worker)",
+                ">= 5x",
+                "no peer measured" if rq1 else "rewardq not measured",
+                "n/a",
+            )
+        )
     lat = _find(rows, "rewardq", "latency")
     if lat and finite(lat.p99_ms):
-        out.append(Target("p99 latency, final put -> reward readable", "<= 3 ms", f"{lat.p99_ms:.2f} ms",
-                          "PASS" if lat.p99_ms <= 3.0 else "MISS"))
+        out.append(
+            Target(
+                "p99 latency, final put -> reward readable",
+                "<= 3 ms",
+                f"{lat.p99_ms:.2f} ms",
+                "PASS" if lat.p99_ms <= 3.0 else "MISS",
+            )
+        )
         pl = best_peer(rows, "latency")
         if pl:
-            out.append(Target("p99 latency below every peer", f"< {pl.system} {pl.p99_ms:.2f} ms",
-                              f"{lat.p99_ms:.2f} ms", "PASS" if lat.p99_ms < pl.p99_ms else "MISS"))
+            out.append(
+                Target(
+                    "p99 latency below every peer",
+                    f"< {pl.system} {pl.p99_ms:.2f} ms",
+                    f"{lat.p99_ms:.2f} ms",
+                    "PASS" if lat.p99_ms < pl.p99_ms else "MISS",
+                )
+            )
         else:
             out.append(Target("p99 latency below every peer", "< every peer", "no peer measured", "n/a"))
     else:
         out.append(Target("p99 latency, final put -> reward readable", "<= 3 ms", "not measured", "n/a"))
-    mem = sorted((r for r in rows if r.phase == "memory" and finite(r.rss_mb) and r.backlog),
-                 key=lambda r: r.backlog)
+    mem = sorted((r for r in rows if r.phase == "memory" and finite(r.rss_mb) and r.backlog), key=lambda r: r.backlog)
     if len(mem) >= 2:
         small, big = mem[0], mem[-1]
         x = big.rss_mb / small.rss_mb
-        out.append(Target("worker peak RSS independent of backlog", "big/small <= 1.15",
-                          f"{small.rss_mb:.0f} MB @ {small.backlog:,} vs {big.rss_mb:.0f} MB @ {big.backlog:,} "
-                          f"({x:.2f}x)", "PASS" if x <= 1.15 else "MISS"))
+        out.append(
+            Target(
+                "worker peak RSS independent of backlog",
+                "big/small <= 1.15",
+                f"{small.rss_mb:.0f} MB @ {small.backlog:,} vs {big.rss_mb:.0f} MB @ {big.backlog:,} ({x:.2f}x)",
+                "PASS" if x <= 1.15 else "MISS",
+            )
+        )
     else:
         out.append(Target("worker peak RSS independent of backlog", "big/small <= 1.15", "not measured", "n/a"))
     if rq1 and rq2 and finite(rq1.traj_per_s) and finite(rq2.traj_per_s):
-        out.append(Target("two workers vs one (information)", "-",
-                          f"{rq2.traj_per_s / rq1.traj_per_s:.2f}x on this {_cores()}-core machine", "n/a"))
+        out.append(
+            Target(
+                "two workers vs one (information)",
+                "-",
+                f"{rq2.traj_per_s / rq1.traj_per_s:.2f}x on this {_cores()}-core machine",
+                "n/a",
+            )
+        )
     return out
 
 
@@ -122,20 +160,52 @@ def _f(x: Any, fmt: str = "{:,.0f}") -> str:
 def render(rows: list[Row], tgts: list[Target], console: Console | None = None, title: str = "") -> None:
     console = console or Console(width=220)
     t = Table(title=title or "rewardq benchmark (all numbers measured in this run)", show_lines=False)
-    for col, just in (("system", "left"), ("phase", "left"), ("workers", "right"), ("backlog", "right"),
-                      ("traj", "right"), ("outputs", "right"), ("time s", "right"), ("outputs/s", "right"),
-                      ("traj/s", "right"), ("vs raw", "right"), ("vs best peer", "right"), ("p50 ms", "right"),
-                      ("p99 ms", "right"), ("max ms", "right"), ("peak RSS MB", "right"), ("CPU ms/traj", "right"),
-                      ("redis CPU ms/traj", "right"), ("check", "left"),
-                      ("status", "left"), ("notes", "left")):
+    for col, just in (
+        ("system", "left"),
+        ("phase", "left"),
+        ("workers", "right"),
+        ("backlog", "right"),
+        ("traj", "right"),
+        ("outputs", "right"),
+        ("time s", "right"),
+        ("outputs/s", "right"),
+        ("traj/s", "right"),
+        ("vs raw", "right"),
+        ("vs best peer", "right"),
+        ("p50 ms", "right"),
+        ("p99 ms", "right"),
+        ("max ms", "right"),
+        ("peak RSS MB", "right"),
+        ("CPU ms/traj", "right"),
+        ("redis CPU ms/traj", "right"),
+        ("check", "left"),
+        ("status", "left"),
+        ("notes", "left"),
+    ):
         t.add_column(col, justify=just, overflow="fold")
     for r in rows:
-        t.add_row(r.system, r.phase, str(r.workers), _f(r.backlog), _f(r.trajectories), _f(r.outputs),
-                  _f(r.seconds, "{:.2f}"), _f(r.outputs_per_s), _f(r.traj_per_s),
-                  _f(r.extra.get("vs_raw"), "{:.2f}x"), _f(r.extra.get("vs_peer"), "{:.2f}x"),
-                  _f(r.p50_ms, "{:.2f}"), _f(r.p99_ms, "{:.2f}"), _f(r.max_ms, "{:.2f}"), _f(r.rss_mb),
-                  _f(r.cpu_ms, "{:.2f}"), _f(r.redis_cpu_ms, "{:.2f}"),
-                  r.check, r.status, r.note)
+        t.add_row(
+            r.system,
+            r.phase,
+            str(r.workers),
+            _f(r.backlog),
+            _f(r.trajectories),
+            _f(r.outputs),
+            _f(r.seconds, "{:.2f}"),
+            _f(r.outputs_per_s),
+            _f(r.traj_per_s),
+            _f(r.extra.get("vs_raw"), "{:.2f}x"),
+            _f(r.extra.get("vs_peer"), "{:.2f}x"),
+            _f(r.p50_ms, "{:.2f}"),
+            _f(r.p99_ms, "{:.2f}"),
+            _f(r.max_ms, "{:.2f}"),
+            _f(r.rss_mb),
+            _f(r.cpu_ms, "{:.2f}"),
+            _f(r.redis_cpu_ms, "{:.2f}"),
+            r.check,
+            r.status,
+            r.note,
+        )
     console.print(t)
     tt = Table(title="targets (issue 5)")
     for col in ("target", "goal", "measured", "result"):

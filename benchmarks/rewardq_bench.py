@@ -18,8 +18,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from benchmarks.common import PYTHON, Child, Cleanup, Row, Settings, connect, redis_cpu_seconds, watch_drain
 from benchmarks.workload import Trajectory, Workload
@@ -36,8 +37,9 @@ def fill(url: str, namespace: str, trajs: Iterable[Trajectory], chunk_bytes: int
     pipe, size, nt, no = client.r.pipeline(transaction=False), 0, 0, 0
     try:
         for traj in trajs:
-            for put in prepare_trajectory(ks, traj.uid, traj.session_id, traj.outputs(), traj.sample(),
-                                          max_bytes=max_bytes):
+            for put in prepare_trajectory(
+                ks, traj.uid, traj.session_id, traj.outputs(), traj.sample(), max_bytes=max_bytes
+            ):
                 pipe.xadd(ks.stream(put.shard), put.fields)
                 size += len(put.fields["data"])
                 no += 1
@@ -58,13 +60,21 @@ TRIVIAL_MANAGER = "benchmarks.trivial:TrivialManager"
 def start_workers(s: Settings, namespace: str, n: int, tag: str) -> list[Child]:
     """Start ``n`` gated workers and wait until every one is set up (not yet reading)."""
     # REWARDQ_BENCH_WORKER=path/to/script.py: an instrumented stand-in for the runner (experiments)
-    runner = [os.environ["REWARDQ_BENCH_WORKER"]] if os.environ.get("REWARDQ_BENCH_WORKER") else \
-        ["-m", "benchmarks.worker_runner"]
+    runner = (
+        [os.environ["REWARDQ_BENCH_WORKER"]]
+        if os.environ.get("REWARDQ_BENCH_WORKER")
+        else ["-m", "benchmarks.worker_runner"]
+    )
     manager = ["--manager", TRIVIAL_MANAGER] if s.scorer == "trivial" else []
-    children = [Child([PYTHON, *runner, "--url", s.redis_url, "--namespace", namespace,
-                       "--name", f"{tag}-w{i}", *manager], s.workdir / f"{namespace}-w{i}.log", handshake=True,
-                      env=_profile_env(s, namespace) if (i == 0 and s.profiler == "pyinstrument") else None)
-                for i in range(n)]
+    children = [
+        Child(
+            [PYTHON, *runner, "--url", s.redis_url, "--namespace", namespace, "--name", f"{tag}-w{i}", *manager],
+            s.workdir / f"{namespace}-w{i}.log",
+            handshake=True,
+            env=_profile_env(s, namespace) if (i == 0 and s.profiler == "pyinstrument") else None,
+        )
+        for i in range(n)
+    ]
     for c in children:
         c.wait_ready(s.start_timeout)
     return children
@@ -92,7 +102,7 @@ def check_rewards(r: Any, namespace: str, trajs: list[Trajectory], scorer: str =
     got = pipe.execute()
     bad = 0
     for i, t in enumerate(trajs):
-        for status, score in got[2 * i:2 * i + 2]:
+        for status, score in got[2 * i : 2 * i + 2]:
             if status != b"ok" or score is None or float(score) != t.expected_for(scorer):
                 bad += 1
     return "ok" if bad == 0 else f"{bad}/{2 * len(trajs)} wrong"
@@ -108,11 +118,16 @@ def commandstats_delta(before: dict, after: dict, trajectories: int) -> str:
             rows.append((usec, calls, name.removeprefix("cmdstat_")))
     rows.sort(reverse=True)
     total = sum(u for u, _, _ in rows) or 1
-    lines = [f"Redis server time by command during the 1-worker drain ({trajectories} trajectories; "
-             f"includes any other client of this Redis): {total / 1000:.0f} ms total, "
-             f"{total / max(1, trajectories):.0f} us per trajectory"]
-    lines += [f"  {100 * u / total:5.1f}%  {c:8d} calls  {u / max(1, c):8.1f} us/call  "
-              f"{u / max(1, trajectories):7.1f} us/traj  {n}" for u, c, n in rows[:12]]
+    lines = [
+        f"Redis server time by command during the 1-worker drain ({trajectories} trajectories; "
+        f"includes any other client of this Redis): {total / 1000:.0f} ms total, "
+        f"{total / max(1, trajectories):.0f} us per trajectory"
+    ]
+    lines += [
+        f"  {100 * u / total:5.1f}%  {c:8d} calls  {u / max(1, c):8.1f} us/call  "
+        f"{u / max(1, trajectories):7.1f} us/traj  {n}"
+        for u, c, n in rows[:12]
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -122,11 +137,26 @@ class PySpy:
     def __init__(self, pid: int, out: str, rate: int = 250) -> None:
         self.out = out
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        self.proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
-                                      "--threads", "--output", out,
-                                      # REWARDQ_BENCH_NATIVE=1: C frames too (pauses the worker to sample)
-                                      *(["--native"] if os.environ.get("REWARDQ_BENCH_NATIVE") else ["--nonblocking"])],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                str(rate),
+                "--format",
+                "raw",
+                "--threads",
+                "--output",
+                out,
+                # REWARDQ_BENCH_NATIVE=1: C frames too (pauses the worker to sample)
+                *(["--native"] if os.environ.get("REWARDQ_BENCH_NATIVE") else ["--nonblocking"]),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         time.sleep(0.5)  # let it attach before the workers start reading
 
     def stop(self) -> str:
@@ -159,15 +189,21 @@ def throughput(s: Settings, cleanup: Cleanup, workers: int, keep_first: bool = F
         stats0 = r.info("commandstats") if s.profiler and workers == 1 else None
         for c in children:
             c.go()
-        d = watch_drain(lambda: done_count(r, ns), nt, s.drain_timeout,
-                        alive=lambda: all(c.alive() for c in children),
-                        snaps={"cpu": lambda: sum(c.cpu_seconds() for c in children),
-                               "redis": lambda: redis_cpu_seconds(r)})
+        d = watch_drain(
+            lambda: done_count(r, ns),
+            nt,
+            s.drain_timeout,
+            alive=lambda: all(c.alive() for c in children),
+            snaps={"cpu": lambda: sum(c.cpu_seconds() for c in children), "redis": lambda: redis_cpu_seconds(r)},
+        )
         rss = max((c.peak_rss_mb() or 0.0) for c in children)
         if stats0 is not None:
             (s.workdir / f"{ns}.redis.txt").write_text(commandstats_delta(stats0, r.info("commandstats"), d.last_count))
-        note = ("default WorkerConfig, trivial manager (benchmarks.trivial)" if s.scorer == "trivial"
-                else "default WorkerConfig, naive manager")
+        note = (
+            "default WorkerConfig, trivial manager (benchmarks.trivial)"
+            if s.scorer == "trivial"
+            else "default WorkerConfig, naive manager"
+        )
         if spy is not None:
             err = spy.stop()
             note += " (py-spy attached: numbers perturbed)"
@@ -176,11 +212,22 @@ def throughput(s: Settings, cleanup: Cleanup, workers: int, keep_first: bool = F
             spy = None
         rate = d.rate
         sample = [wl[i] for i in range(0, nt, max(1, nt // 50))]
-        row = Row("rewardq", "throughput", workers, trajectories=d.last_count,
-                  outputs=round(no * d.last_count / nt) if nt else 0, seconds=d.seconds, traj_per_s=rate,
-                  outputs_per_s=(rate * no / nt) if rate else None, rss_mb=rss,
-                  cpu_ms=d.per_completion_ms("cpu"), redis_cpu_ms=d.per_completion_ms("redis"),
-                  status="ok" if d.complete else "partial", check=check_rewards(r, ns, sample, s.scorer), note=note)
+        row = Row(
+            "rewardq",
+            "throughput",
+            workers,
+            trajectories=d.last_count,
+            outputs=round(no * d.last_count / nt) if nt else 0,
+            seconds=d.seconds,
+            traj_per_s=rate,
+            outputs_per_s=(rate * no / nt) if rate else None,
+            rss_mb=rss,
+            cpu_ms=d.per_completion_ms("cpu"),
+            redis_cpu_ms=d.per_completion_ms("redis"),
+            status="ok" if d.complete else "partial",
+            check=check_rewards(r, ns, sample, s.scorer),
+            note=note,
+        )
         if not d.complete and not all(c.alive() for c in children):
             row.status = f"error: a worker died ({children[0].log_tail(300)})"
         kept = children[0] if keep_first else None

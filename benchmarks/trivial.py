@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.workload import trivial_score
-from rewardq.consumers.batch import last_row, valid_response_ids
 from rewardq.reward.base import RewardManager
+from rewardq.reward.rows import last_row, valid_response_ids
 
 
 class TrivialManager(RewardManager):

@@ -41,8 +41,14 @@ async def _wait_go(stopped: asyncio.Event) -> bool:
 
 
 async def main(args: argparse.Namespace) -> None:
-    cfg = WorkerConfig(redis_url=args.url, namespace=args.namespace, name=args.name, manager=args.manager,
-                       concurrency=args.concurrency, batch_size=args.batch_size).validate()
+    cfg = WorkerConfig(
+        redis_url=args.url,
+        namespace=args.namespace,
+        name=args.name,
+        manager=args.manager,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+    ).validate()
     worker = Worker(cfg)
     loop = asyncio.get_running_loop()
     stopped = asyncio.Event()
@@ -82,8 +88,9 @@ def cli() -> None:
     p.add_argument("--batch-size", type=int, default=WorkerConfig.batch_size)
     p.add_argument("--manager", default=WorkerConfig.manager, help="as `rewardq worker --manager`")
     args = p.parse_args()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     asyncio.run(main(args))
     # like the rewardq CLI: the worker has stopped and closed everything; skip torch's ~2 s
     # interpreter teardown so a stopped worker is gone when its parent waits for it

@@ -21,9 +21,10 @@ peer frameworks' native serializers carry).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ def _mask_pool(seed: int) -> np.ndarray:
     mask = np.ones(POOL_SIZE, dtype=np.uint8)
     for at in range(0, POOL_SIZE, 1000):
         start = at + int(rng.integers(0, 800))
-        mask[start:start + int(rng.integers(50, 200))] = 0
+        mask[start : start + int(rng.integers(50, 200))] = 0
     return mask
 
 
@@ -125,21 +126,36 @@ class Trajectory:
 
     def sample(self) -> dict:
         """The dataset row (verl's GSM8K columns)."""
-        return {"data_source": DATA_SOURCE,
-                "reward_model": {"style": "rule", "ground_truth": self.ground_truth},
-                "extra_info": {"split": "train", "index": self.index}}
+        return {
+            "data_source": DATA_SOURCE,
+            "reward_model": {"style": "rule", "ground_truth": self.ground_truth},
+            "extra_info": {"split": "train", "index": self.index},
+        }
 
     def outputs(self) -> list[dict]:
         """Outputs as ``RewardClient.put_trajectory`` takes them (numpy arrays, no copies)."""
-        return [{"prompt_ids": p, "response_ids": r, "response_mask": m, "num_turns": i + 1}
-                for i, (p, r, m) in enumerate(zip(self.prompts, self.responses, self.masks))]
+        return [
+            {"prompt_ids": p, "response_ids": r, "response_mask": m, "num_turns": i + 1}
+            for i, (p, r, m) in enumerate(zip(self.prompts, self.responses, self.masks))
+        ]
 
     def job_payload(self) -> dict:
         """One peer job: token ids as int32 / uint8 little-endian bytes, plus the sample."""
-        return {"tid": self.tid, "n": self.n, "sample": self.sample(),
-                "outputs": [{"index": i, "num_turns": i + 1, "prompt_ids": p.tobytes(),
-                             "response_ids": r.tobytes(), "response_mask": m.tobytes()}
-                            for i, (p, r, m) in enumerate(zip(self.prompts, self.responses, self.masks))]}
+        return {
+            "tid": self.tid,
+            "n": self.n,
+            "sample": self.sample(),
+            "outputs": [
+                {
+                    "index": i,
+                    "num_turns": i + 1,
+                    "prompt_ids": p.tobytes(),
+                    "response_ids": r.tobytes(),
+                    "response_mask": m.tobytes(),
+                }
+                for i, (p, r, m) in enumerate(zip(self.prompts, self.responses, self.masks))
+            ],
+        }
 
 
 class Workload:
@@ -187,16 +203,24 @@ class Workload:
         for k in range(n):
             ps, pl = int(p["pstart"][j, k]), int(p["plen"][j, k])
             rs, rl, ms = int(p["rstart"][j, k]), int(p["rlen"][j, k]), int(p["mstart"][j, k])
-            prompts.append(pool[ps:ps + pl])
+            prompts.append(pool[ps : ps + pl])
             if k == n - 1:
                 tail = _tail(str(said))
-                responses.append(np.concatenate([pool[rs:rs + rl - tail.shape[0]], tail]))
+                responses.append(np.concatenate([pool[rs : rs + rl - tail.shape[0]], tail]))
             else:
-                responses.append(pool[rs:rs + rl])
+                responses.append(pool[rs : rs + rl])
             # the first turn is all model tokens; later turns carry tool observations (mask 0)
-            masks.append(_ONES[:rl] if k == 0 else masks_pool[ms:ms + rl])
-        return Trajectory(index=i, uid=f"{self.tag}{i}", session_id="s0", prompts=prompts, responses=responses,
-                          masks=masks, ground_truth=str(answer), correct=correct)
+            masks.append(_ONES[:rl] if k == 0 else masks_pool[ms : ms + rl])
+        return Trajectory(
+            index=i,
+            uid=f"{self.tag}{i}",
+            session_id="s0",
+            prompts=prompts,
+            responses=responses,
+            masks=masks,
+            ground_truth=str(answer),
+            correct=correct,
+        )
 
     def range(self, start: int, count: int) -> Iterator[Trajectory]:
         """Trajectories ``start .. start+count-1``, built one at a time."""

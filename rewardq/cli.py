@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from rewardq import __version__
+from rewardq import __version__, defaults
 from rewardq.ops.deadletters import dead_letters
 from rewardq.ops.health import health
 from rewardq.ops.inspect import inspect
@@ -63,17 +63,27 @@ def cli(debug: bool) -> None:
 # worker
 # ---------------------------------------------------------------------------------------------
 
+
 @cli.command()
-@click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
-              help="YAML/JSON file of WorkerConfig fields or a verl `reward:` block (lowest precedence).")
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="YAML/JSON file of WorkerConfig fields or a verl `reward:` block (lowest precedence).",
+)
 @click.option("--redis-url", default=None, help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
 @click.option("--namespace", default=None, help="First component of every key; producers must use the same.")
 @click.option("--manager", default=None, help="naive, dapo, gdpo, limited, remote, disrm, or package.module:Class.")
 @click.option("--tokenizer", default=None, help="tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
 @click.option("--reward-fn", default=None, help="Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].")
 @click.option("--reward-kwargs", default=None, help="JSON object of extra keyword arguments for --reward-fn.")
-@click.option("--manager-option", multiple=True, metavar="KEY=VALUE",
-              help="Manager option (repeatable); VALUE is JSON if it parses, else a string; a.b=1 nests.")
+@click.option(
+    "--manager-option",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Manager option (repeatable); VALUE is JSON if it parses, else a string; a.b=1 nests.",
+)
 @click.option("--concurrency", type=int, default=None, help="Trajectories scored at once by one worker.")
 @click.option("--batch-size", type=int, default=None, help="Stream entries per read.")
 @click.option("--shards", type=int, default=None, help="Stream shards (must match the namespace's).")
@@ -84,16 +94,28 @@ def cli(debug: bool) -> None:
 @click.option("--incomplete-timeout", type=float, default=None, help="Seconds a trajectory may wait for outputs.")
 @click.option("--score-timeout", type=float, default=None, help="Seconds one trajectory's scoring may take.")
 @click.option("--result-ttl", type=float, default=None, help="Seconds results are kept (0: forever).")
-@click.option("--keep-records", type=float, default=None,
-              help="Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (default 0: dropped).")
+@click.option(
+    "--keep-records",
+    type=float,
+    default=None,
+    help="Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (default 0: dropped).",
+)
 @click.option("--group", default=None, help="Consumer group (default rewardq-workers).")
 @click.option("--block-ms", type=int, default=None, help="Longest blocking read, in milliseconds.")
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-              default=None, help="Log level (default INFO).")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default=None,
+    help="Log level (default INFO).",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None, help="text, or one JSON per line.")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
-@click.option("--processes", type=click.IntRange(min=1), default=None,
-              help="Run N worker processes under a supervisor that restarts them.")
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run N worker processes under a supervisor that restarts them.",
+)
 def worker(processes: int | None, **params: Any) -> int:
     """Run a reward worker: read trajectories, score them, write rewards back.
 
@@ -120,8 +142,13 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
         raise ConfigError(f"log settings: {exc}") from None
     probe_redis(cfg.redis_url, cluster=cfg.cluster)  # the parent stays light: no torch, no manager
     base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port")})
-    argvs = child_argvs(base, n, name=params.get("name"), metrics_port=params.get("metrics_port"),
-                        prefix=["--debug"] if _debug() else [])
+    argvs = child_argvs(
+        base,
+        n,
+        name=params.get("name"),
+        metrics_port=params.get("metrics_port"),
+        prefix=["--debug"] if _debug() else [],
+    )
     return Supervisor(argvs, grace=cfg.shutdown_grace + 10).run()
 
 
@@ -129,21 +156,43 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
 # demo, produce, generate
 # ---------------------------------------------------------------------------------------------
 
+
 @cli.command()
 @click.option("--redis-url", default=None, help="Use this Redis and worker processes (default: an embedded stand-in).")
-@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Worker processes to start; 0: use workers already running on --namespace (needs --redis-url).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Worker processes to start; 0: use workers already running on --namespace (needs --redis-url).",
+)
 @click.option("--trajectories", "-n", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option("--namespace", default=None,
-              help="Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).")
+@click.option(
+    "--namespace",
+    default=None,
+    help="Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).",
+)
 @click.option("--manager", default="naive", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for rewards.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-@click.option("--write-jsonl", type=click.Path(dir_okay=False), default=None,
-              help="Only write the generated trajectories to this JSONL file, then exit.")
-def demo(redis_url: str | None, workers: int, trajectories: int, namespace: str | None, manager: str, seed: int,
-         timeout: float, as_json: bool, write_jsonl: str | None) -> int:
+@click.option(
+    "--write-jsonl",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Only write the generated trajectories to this JSONL file, then exit.",
+)
+def demo(
+    redis_url: str | None,
+    workers: int,
+    trajectories: int,
+    namespace: str | None,
+    manager: str,
+    seed: int,
+    timeout: float,
+    as_json: bool,
+    write_jsonl: str | None,
+) -> int:
     """Run producers and worker processes end to end and print a summary."""
     if write_jsonl:
         return _generate(write_jsonl, trajectories, seed)
@@ -153,26 +202,36 @@ def demo(redis_url: str | None, workers: int, trajectories: int, namespace: str 
         from rewardq.reward.registry import get_manager_class
 
         get_manager_class(manager)
-    code, _ = run_demo(DemoOptions(redis_url=redis_url, workers=workers, trajectories=trajectories,
-                                   namespace=namespace, manager=manager, seed=seed, as_json=as_json, timeout=timeout))
+    code, _ = run_demo(
+        DemoOptions(
+            redis_url=redis_url,
+            workers=workers,
+            trajectories=trajectories,
+            namespace=namespace,
+            manager=manager,
+            seed=seed,
+            as_json=as_json,
+            timeout=timeout,
+        )
+    )
     return code
 
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="REWARDQ_REDIS_URL")
-@click.option("--namespace", default="rewardq", show_default=True, envvar="REWARDQ_NAMESPACE")
+@click.option("--namespace", default=defaults.NAMESPACE, show_default=True, envvar="REWARDQ_NAMESPACE")
 @click.option("--cluster", is_flag=True, help="Treat --redis-url as a Redis Cluster.")
 @click.option("--wait", is_flag=True, help="Wait for every reward and print a summary.")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait (with --wait).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-def produce(file: str, redis_url: str, namespace: str, cluster: bool, wait: bool, timeout: float,
-            as_json: bool) -> int:
+def produce(file: str, redis_url: str, namespace: str, cluster: bool, wait: bool, timeout: float, as_json: bool) -> int:
     """Replay recorded trajectories from a JSONL file (one trajectory per line)."""
     from rewardq.ops.produce import produce_file
 
-    return produce_file(file, redis_url=redis_url, namespace=namespace, wait=wait, timeout=timeout,
-                        cluster=cluster, as_json=as_json).exit_code
+    return produce_file(
+        file, redis_url=redis_url, namespace=namespace, wait=wait, timeout=timeout, cluster=cluster, as_json=as_json
+    ).exit_code
 
 
 @cli.command()
@@ -185,7 +244,8 @@ def generate(file: str, trajectories: int, seed: int) -> int:
 
 
 def _generate(path: str, n: int, seed: int) -> int:
-    from rewardq.demo.data import make_trajectories, write_jsonl
+    from rewardq.demo.data import make_trajectories
+    from rewardq.producers.jsonl import write_jsonl
 
     count = write_jsonl(path, make_trajectories(n, seed=seed))
     click.echo(f"wrote {count} trajectories to {path}", err=True)
@@ -195,43 +255,6 @@ def _generate(path: str, n: int, seed: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # operator commands: bodies and options live in rewardq.ops (imports there stay light)
 # ---------------------------------------------------------------------------------------------
-
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                              "help_option_names": []})
-@click.pass_context
-def bench(ctx: click.Context) -> int:
-    """Benchmarks against a raw Redis loop and Celery/RQ/arq/Dramatiq (a source checkout only).
-
-    Same flags as `python -m benchmarks` (try `rewardq bench --quick`, or `--help`).
-    """
-    return int(_bench_main()(list(ctx.args)) or 0)
-
-
-def _bench_main() -> Any:
-    """``benchmarks.__main__.main`` of the checkout this is run in (the current folder or a parent).
-
-    The ``rewardq`` console script does not have the current folder on ``sys.path`` (``python
-    -m`` does), and the benchmarks are not installed with the package: find the checkout.
-    """
-    from pathlib import Path
-
-    from rewardq.errors import ConfigError
-
-    try:
-        from benchmarks.__main__ import main
-        return main
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("benchmarks", "benchmarks.__main__"):
-            raise
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "benchmarks" / "__main__.py").is_file() and (folder / "rewardq" / "__init__.py").is_file():
-            sys.path.insert(0, str(folder))
-            from benchmarks.__main__ import main
-            return main
-    raise ConfigError("the benchmarks live in the source checkout: run `rewardq bench` (or "
-                      "`python -m benchmarks`) inside the repository (no benchmarks/ folder found in "
-                      f"{here} or above it)")
 
 
 cli.add_command(health)
@@ -243,6 +266,7 @@ cli.add_command(dead_letters)
 # ---------------------------------------------------------------------------------------------
 # entry point and error reporting
 # ---------------------------------------------------------------------------------------------
+
 
 def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""

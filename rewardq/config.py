@@ -15,14 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError
-from rewardq.queue.codec import DEFAULT_MAX_RECORD_BYTES
-from rewardq.queue.connection import DEFAULT_URL
-from rewardq.queue.keys import DEFAULT_GROUP, DEFAULT_NAMESPACE
 
 ENV_PREFIX = "REWARDQ_"
 
@@ -32,10 +31,10 @@ class WorkerConfig:
     """Everything a reward worker needs to know. Every field is also ``REWARDQ_<NAME>``."""
 
     # where
-    redis_url: str = DEFAULT_URL
+    redis_url: str = defaults.REDIS_URL
     cluster: bool = False
-    namespace: str = DEFAULT_NAMESPACE
-    group: str = DEFAULT_GROUP
+    namespace: str = defaults.NAMESPACE
+    group: str = defaults.GROUP
     shards: int | None = None  # None: whatever <ns>:meta says (1 for a new namespace)
     name: str | None = None  # consumer name; default <host>-<pid>-<rand>
     # what
@@ -59,13 +58,13 @@ class WorkerConfig:
     result_ttl: float = 7 * 86400.0  # 0 keeps results forever
     keep_records: float = 0.0  # seconds to keep a scored trajectory's outputs for `rewardq inspect`
     shutdown_grace: float = 30.0
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_record_bytes: int = defaults.MAX_RECORD_BYTES
     # observability
     metrics_port: int | None = None
     log_level: str = "INFO"
     log_format: str = "text"  # text | json
 
-    def validate(self) -> "WorkerConfig":
+    def validate(self) -> WorkerConfig:
         def positive(name: str, allow_zero: bool = False) -> None:
             v = getattr(self, name)
             if v is None:
@@ -73,9 +72,20 @@ class WorkerConfig:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (v == 0 and not allow_zero):
                 raise ConfigError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
 
-        for n in ("concurrency", "batch_size", "score_timeout", "claim_idle", "max_deliveries", "lease_seconds",
-                  "heartbeat_interval", "maintenance_interval", "incomplete_timeout", "shutdown_grace",
-                  "max_record_bytes", "shards"):
+        for n in (
+            "concurrency",
+            "batch_size",
+            "score_timeout",
+            "claim_idle",
+            "max_deliveries",
+            "lease_seconds",
+            "heartbeat_interval",
+            "maintenance_interval",
+            "incomplete_timeout",
+            "shutdown_grace",
+            "max_record_bytes",
+            "shards",
+        ):
             positive(n)
         for n in ("result_ttl", "block_ms", "keep_records"):
             positive(n, allow_zero=True)
@@ -84,17 +94,26 @@ class WorkerConfig:
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         if self.claim_idle <= self.heartbeat_interval:
-            raise ConfigError(f"claim_idle ({self.claim_idle}s) must exceed heartbeat_interval "
-                              f"({self.heartbeat_interval}s), or live workers' entries get reclaimed")
+            raise ConfigError(
+                f"claim_idle ({self.claim_idle}s) must exceed heartbeat_interval "
+                f"({self.heartbeat_interval}s), or live workers' entries get reclaimed"
+            )
         if self.lease_seconds <= self.heartbeat_interval:
-            raise ConfigError(f"lease_seconds ({self.lease_seconds}) must exceed heartbeat_interval "
-                              f"({self.heartbeat_interval}) or leases lapse between renewals")
+            raise ConfigError(
+                f"lease_seconds ({self.lease_seconds}) must exceed heartbeat_interval "
+                f"({self.heartbeat_interval}) or leases lapse between renewals"
+            )
         return self
 
     # -- doors -----------------------------------------------------------------------
     @classmethod
-    def load(cls, *, config_file: str | None = None, env: Mapping[str, str] | None = None,
-             overrides: Mapping[str, Any] | None = None) -> "WorkerConfig":
+    def load(
+        cls,
+        *,
+        config_file: str | None = None,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> WorkerConfig:
         """Defaults, then ``config_file``, then environment, then ``overrides`` (CLI flags)."""
         values: dict[str, Any] = {}
         if config_file:
@@ -201,8 +220,15 @@ def translate_verl_reward(reward: Mapping[str, Any]) -> dict[str, Any]:
         opts["overlong_buffer"] = dict(rk["overlong_buffer_cfg"])
     if rk.get("max_resp_len") is not None:
         opts["max_resp_len"] = int(rk["max_resp_len"])
-    for k in ("max_concurrent", "max_rpm", "max_tpm", "estimated_tokens_per_request", "timeout",
-              "num_workers", "experiment_name"):
+    for k in (
+        "max_concurrent",
+        "max_rpm",
+        "max_tpm",
+        "estimated_tokens_per_request",
+        "timeout",
+        "num_workers",
+        "experiment_name",
+    ):
         v = reward.get(k, rk.get(k))
         if v is not None:
             opts[k] = v

@@ -57,3 +57,33 @@ class RewardTimeout(RewardqError, TimeoutError):
             "Check that workers are running (`rewardq status`) and that every output of "
             "these trajectories, including the final one, was pushed."
         )
+
+
+class RedisUnavailable(RewardqError):
+    """Redis could not be reached or refused us. The CLI exits with code 3 for it."""
+
+    exit_code = 3
+
+
+class NotFound(RewardqError):
+    """What a command was asked about does not exist (a namespace, a key, a dead letter). Exit code 1."""
+
+    exit_code = 1
+
+
+class DemoError(RewardqError):
+    """The demo could not run (a worker died at start-up, workers never became ready, ...)."""
+
+
+class JsonlLineError(RewardqError, ValueError):
+    """One bad line of a JSONL file of trajectories (:mod:`rewardq.producers.jsonl`).
+
+    Attributes:
+        line: 1-based line number.
+        field: the offending field, e.g. ``outputs[2].response_mask`` or ``<json>``.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, line: int, field: str, reason: str) -> None:
+        self.line, self.field, self.reason = line, field, reason
+        super().__init__(f"line {line}: {field}: {reason}")

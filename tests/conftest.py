@@ -1,5 +1,8 @@
-"""Shared fixtures. Integration tests use the real Redis at REWARDQ_TEST_REDIS_URL
-(default redis://127.0.0.1:6379/0), each in its own namespace, and delete only their keys."""
+"""Shared fixtures for tests/unit and tests/integration; shared helpers live in tests/support.
+
+Integration tests use the real Redis at REWARDQ_TEST_REDIS_URL (default
+redis://127.0.0.1:6379/0), each in its own namespace, and delete only their keys.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ import uuid
 import pytest
 import redis
 
-from rewardq.consumers.batch import non_tensor, valid_response_ids
-from rewardq.reward.base import RewardManager
+from tests.support.cli_procs import Procs
+from tests.support.managers import LengthManager
 
 REDIS_URL = os.environ.get("REWARDQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -58,20 +61,6 @@ def sync_redis(redis_url: str):
     r.close()
 
 
-class LengthManager(RewardManager):
-    """Test manager: reward = valid response length of the final row; records the batch."""
-
-    name = "test-length"
-    calls: list = []
-
-    async def run_single(self, data):
-        type(self).calls.append(data)
-        last = data[-1:]
-        ids = valid_response_ids(last)
-        gt = (non_tensor(last, "reward_model") or {}).get("ground_truth")
-        return {"reward_score": float(len(ids)), "reward_extra_info": {"rows": int(data.batch_size[0]), "gt": gt}}
-
-
 @pytest.fixture
 def length_manager():
     LengthManager.calls = []
@@ -80,3 +69,11 @@ def length_manager():
 
 def run(coro):
     return asyncio.get_event_loop().run_until_complete(coro)
+
+
+@pytest.fixture
+def procs(tmp_path):
+    """CLI processes started by a test (``tests.support.cli_procs.Procs``), killed after it."""
+    p = Procs(tmp_path)
+    yield p
+    p.kill_all()

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from benchmarks.common import Cleanup, Row, Settings
 from benchmarks.peers import base
-from benchmarks.peers.tasks import env, score as score_payload, write
+from benchmarks.peers.tasks import env, write
+from benchmarks.peers.tasks import score as score_payload
 
 
 async def score(ctx: dict, payload: dict) -> dict:

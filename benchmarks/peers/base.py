@@ -11,7 +11,8 @@ own result API (what a trainer using it would call).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from benchmarks.common import Child, Cleanup, Row, Settings, connect, redis_cpu_seconds, watch_drain
 from benchmarks.latency import measure, summarize
@@ -82,18 +83,35 @@ def run(peer: Peer, cleanup: Cleanup) -> list[Row]:
             nt = s.trajectories
             no = sum(wl[i].n for i in range(nt))
             child = Child(peer.worker_cmd(), s.workdir / f"{peer.prefix}-worker.log", env=peer.env)
-            d = watch_drain(lambda: int(r.get(done_key(peer.prefix)) or 0), nt, s.drain_timeout,
-                            alive=child.alive, snaps={"cpu": child.cpu_seconds,
-                                                      "redis": lambda: redis_cpu_seconds(r)})
+            d = watch_drain(
+                lambda: int(r.get(done_key(peer.prefix)) or 0),
+                nt,
+                s.drain_timeout,
+                alive=child.alive,
+                snaps={"cpu": child.cpu_seconds, "redis": lambda: redis_cpu_seconds(r)},
+            )
             rate = d.rate
-            row = Row(peer.name, "throughput", 1, trajectories=d.last_count,
-                      outputs=round(no * d.last_count / nt), seconds=d.seconds, traj_per_s=rate,
-                      outputs_per_s=(rate * no / nt) if rate else None, rss_mb=child.peak_rss_mb(),
-                      cpu_ms=d.per_completion_ms("cpu"), redis_cpu_ms=d.per_completion_ms("redis"),
-                      status="ok" if d.complete else "partial", note=peer.settings_note,
-                      check=check(r, peer.prefix, [wl[i] for i in range(0, max(1, d.last_count),
-                                                                         max(1, d.last_count // 50))],
-                                  s.scorer))
+            row = Row(
+                peer.name,
+                "throughput",
+                1,
+                trajectories=d.last_count,
+                outputs=round(no * d.last_count / nt),
+                seconds=d.seconds,
+                traj_per_s=rate,
+                outputs_per_s=(rate * no / nt) if rate else None,
+                rss_mb=child.peak_rss_mb(),
+                cpu_ms=d.per_completion_ms("cpu"),
+                redis_cpu_ms=d.per_completion_ms("redis"),
+                status="ok" if d.complete else "partial",
+                note=peer.settings_note,
+                check=check(
+                    r,
+                    peer.prefix,
+                    [wl[i] for i in range(0, max(1, d.last_count), max(1, d.last_count // 50))],
+                    s.scorer,
+                ),
+            )
             if not child.alive():
                 row.status = f"error: worker exited ({child.log_tail(300)})"
             rows.append(row)

@@ -14,7 +14,7 @@ This module is also the app the worker imports (``celery -A benchmarks.peers.cel
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from celery import Celery
 
@@ -25,11 +25,16 @@ from benchmarks.peers.tasks import env, score_and_write
 URL, PREFIX = env()
 app = Celery("rqbench", broker=URL, backend=URL, set_as_current=False)
 app.conf.update(
-    task_serializer="msgpack", result_serializer="msgpack", accept_content=["msgpack"],
+    task_serializer="msgpack",
+    result_serializer="msgpack",
+    accept_content=["msgpack"],
     broker_transport_options={"global_keyprefix": f"{PREFIX}:"},
     result_backend_transport_options={"global_keyprefix": f"{PREFIX}:"},
-    task_default_queue="score", worker_prefetch_multiplier=64, result_expires=300,
-    broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
+    task_default_queue="score",
+    worker_prefetch_multiplier=64,
+    result_expires=300,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
 )
 
 
@@ -47,14 +52,34 @@ class CeleryPeer(base.Peer):
         super().__init__(s)
         self.app = Celery("rqbench-client", broker=s.redis_url, backend=s.redis_url, set_as_current=False)
         self.app.conf.update(app.conf)
-        self.app.conf.update(broker_transport_options={"global_keyprefix": f"{self.prefix}:"},
-                             result_backend_transport_options={"global_keyprefix": f"{self.prefix}:"})
+        self.app.conf.update(
+            broker_transport_options={"global_keyprefix": f"{self.prefix}:"},
+            result_backend_transport_options={"global_keyprefix": f"{self.prefix}:"},
+        )
         self.task = self.app.signature("rqbench.score")
 
     def worker_cmd(self) -> list[str]:
-        return [PYTHON, "-m", "celery", "-A", "benchmarks.peers.celery_bench", "worker", "-P", "solo",
-                "--prefetch-multiplier", "64", "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "-l", "WARNING", "-Q", "score", "-n", f"{self.prefix}@%h"]
+        return [
+            PYTHON,
+            "-m",
+            "celery",
+            "-A",
+            "benchmarks.peers.celery_bench",
+            "worker",
+            "-P",
+            "solo",
+            "--prefetch-multiplier",
+            "64",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "WARNING",
+            "-Q",
+            "score",
+            "-n",
+            f"{self.prefix}@%h",
+        ]
 
     def enqueue_many(self, payloads: Iterable[dict]) -> None:
         with self.app.producer_or_acquire() as producer:
@@ -73,7 +98,13 @@ def run(s: Settings, cleanup: Cleanup) -> list[Row]:
 
     have = tuple(int(x) for x in redis.__version__.split(".")[:2])
     if have < (6, 1):  # kombu >= 5.6 refuses older redis-py at connect time
-        return [Row("celery", "throughput", status=f"not runnable: kombu's Redis transport needs redis-py>=6.1, "
-                    f"this environment has {redis.__version__} (arq pins redis<6)",
-                    note="run with a redis-py>=6.1 on PYTHONPATH, see benchmarks/PROFILE.md")]
+        return [
+            Row(
+                "celery",
+                "throughput",
+                status=f"not runnable: kombu's Redis transport needs redis-py>=6.1, "
+                f"this environment has {redis.__version__} (arq pins redis<6)",
+                note="run with a redis-py>=6.1 on PYTHONPATH, see benchmarks/PROFILE.md",
+            )
+        ]
     return base.run(CeleryPeer(s), cleanup)

@@ -13,7 +13,7 @@ messages with ``store_results=True``, and the client waits with
 from __future__ import annotations
 
 import base64
-from typing import Iterable
+from collections.abc import Iterable
 
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
@@ -36,13 +36,14 @@ _BYTES = ("prompt_ids", "response_ids", "response_mask")
 
 def to_json(payload: dict) -> dict:
     """The job payload with its token-id bytes as base64 text (JSON has no bytes)."""
-    return {**payload, "outputs": [{**o, **{k: base64.b64encode(o[k]).decode("ascii") for k in _BYTES}}
-                                   for o in payload["outputs"]]}
+    return {
+        **payload,
+        "outputs": [{**o, **{k: base64.b64encode(o[k]).decode("ascii") for k in _BYTES}} for o in payload["outputs"]],
+    }
 
 
 def from_json(payload: dict) -> dict:
-    return {**payload, "outputs": [{**o, **{k: base64.b64decode(o[k]) for k in _BYTES}}
-                                   for o in payload["outputs"]]}
+    return {**payload, "outputs": [{**o, **{k: base64.b64decode(o[k]) for k in _BYTES}} for o in payload["outputs"]]}
 
 
 @dramatiq.actor(actor_name="rqbench_score", queue_name="score", max_retries=0, time_limit=60_000)
@@ -60,15 +61,31 @@ class DramatiqPeer(base.Peer):
         self.broker = RedisBroker(url=s.redis_url, namespace=self.prefix)
         self.backend = RedisBackend(url=s.redis_url, namespace=f"{self.prefix}-results")
         self.broker.add_middleware(Results(backend=self.backend, store_results=False, result_ttl=300_000))
-        self.actor = dramatiq.Actor(score.fn, broker=self.broker, actor_name="rqbench_score", queue_name="score",
-                                    priority=0, options={"max_retries": 0})
+        self.actor = dramatiq.Actor(
+            score.fn,
+            broker=self.broker,
+            actor_name="rqbench_score",
+            queue_name="score",
+            priority=0,
+            options={"max_retries": 0},
+        )
 
     def payload(self, traj: Trajectory) -> dict:
         return to_json(traj.job_payload())
 
     def worker_cmd(self) -> list[str]:
-        return [PYTHON, "-m", "dramatiq", "benchmarks.peers.dramatiq_bench", "--processes", "1", "--threads", "8",
-                "--queues", "score"]
+        return [
+            PYTHON,
+            "-m",
+            "dramatiq",
+            "benchmarks.peers.dramatiq_bench",
+            "--processes",
+            "1",
+            "--threads",
+            "8",
+            "--queues",
+            "score",
+        ]
 
     def enqueue_many(self, payloads: Iterable[dict]) -> None:
         for p in payloads:

@@ -14,7 +14,7 @@ the maintenance lock ``rq:clean_groups`` the worker takes.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from benchmarks.common import Cleanup, Row, Settings, connect
 from benchmarks.peers import base
@@ -43,8 +43,22 @@ class RQPeer(base.Peer):
     def worker_cmd(self) -> list[str]:
         from benchmarks.common import PYTHON
 
-        return [PYTHON, "-m", "rq.cli", "worker", "-w", "rq.worker.SimpleWorker", "--url", self.s.redis_url,
-                "--logging_level", "WARNING", "--disable-job-desc-logging", "-n", self.worker_name, self.prefix]
+        return [
+            PYTHON,
+            "-m",
+            "rq.cli",
+            "worker",
+            "-w",
+            "rq.worker.SimpleWorker",
+            "--url",
+            self.s.redis_url,
+            "--logging_level",
+            "WARNING",
+            "--disable-job-desc-logging",
+            "-n",
+            self.worker_name,
+            self.prefix,
+        ]
 
     def _id(self) -> str:
         self.n += 1

@@ -16,8 +16,10 @@ _redis: Any = None
 
 
 def env() -> tuple[str, str]:
-    return (os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-            os.environ.get("BENCH_PREFIX", "rqbench-peer"))
+    return (
+        os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        os.environ.get("BENCH_PREFIX", "rqbench-peer"),
+    )
 
 
 def reward_key(prefix: str, key: str) -> str:

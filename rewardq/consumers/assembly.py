@@ -7,14 +7,20 @@ again against the trajectory it claims to belong to.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from rewardq.errors import RecordError
 from rewardq.queue.codec import DEFAULT_MAX_RECORD_BYTES, OutputRecord, decode_output
 
 
-def assemble(tid: str, payloads: Sequence[bytes | None], *, max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-             vocab_size: int | None = None, known: OutputRecord | None = None) -> list[OutputRecord]:
+def assemble(
+    tid: str,
+    payloads: Sequence[bytes | None],
+    *,
+    max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    vocab_size: int | None = None,
+    known: OutputRecord | None = None,
+) -> list[OutputRecord]:
     """Decode the outputs of trajectory ``tid`` in index order.
 
     ``known`` is a record the caller already decoded from the same bytes (the one that

@@ -13,7 +13,8 @@ company); the ones that arrive while it is out are sent together in the next tur
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.results import RewardResult

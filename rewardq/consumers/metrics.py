@@ -18,7 +18,8 @@ never collide.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
@@ -32,16 +33,51 @@ class _LimiterCollector:
 
     def collect(self):  # noqa: ANN201 - prometheus collector protocol
         waits = CounterMetricFamily("rewardq_ratelimit_waits", "Rate-limiter waits", labels=["kind"])
-        secs = CounterMetricFamily("rewardq_ratelimit_wait_seconds", "Seconds spent waiting for the rate limiter",
-                                   labels=["kind"])
+        secs = CounterMetricFamily(
+            "rewardq_ratelimit_wait_seconds", "Seconds spent waiting for the rate limiter", labels=["kind"]
+        )
         for kind, st in (self._stats() or {}).items():
             count = st.get("waits", st.get("count", 0)) if isinstance(st, dict) else getattr(st, "count", 0)
-            seconds = st.get("wait_seconds", st.get("seconds", 0.0)) if isinstance(st, dict) \
-                else getattr(st, "seconds", 0.0)
+            seconds = (
+                st.get("wait_seconds", st.get("seconds", 0.0)) if isinstance(st, dict) else getattr(st, "seconds", 0.0)
+            )
             waits.add_metric([kind], float(count))
             secs.add_metric([kind], float(seconds))
         yield waits
         yield secs
+
+
+class Metrics(Protocol):
+    """The hooks a worker calls; :class:`WorkerMetrics` records them, :class:`NoMetrics` drops them."""
+
+    def read(self, n: int) -> None: ...
+    def trajectory_done(self, outcome: str, seconds: float, data_source: str = "") -> None: ...
+    def dead_letter(self, reason: str) -> None: ...
+    def reclaimed(self, n: int) -> None: ...
+    def in_flight(self, n: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class NoMetrics:
+    """The worker's metrics when ``--metrics-port`` is not set: every hook does nothing."""
+
+    def read(self, n: int) -> None:
+        pass
+
+    def trajectory_done(self, outcome: str, seconds: float, data_source: str = "") -> None:
+        pass
+
+    def dead_letter(self, reason: str) -> None:
+        pass
+
+    def reclaimed(self, n: int) -> None:
+        pass
+
+    def in_flight(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class WorkerMetrics:
@@ -52,11 +88,15 @@ class WorkerMetrics:
         self.manager_name = manager_name
         r = self.registry
         self.records_read = Counter("rewardq_records_read", "Stream entries read", registry=r)
-        self.trajectories = Counter("rewardq_trajectories", "Finished trajectories", ["manager", "outcome"],
-                                    registry=r)
+        self.trajectories = Counter("rewardq_trajectories", "Finished trajectories", ["manager", "outcome"], registry=r)
         self.dead_letters = Counter("rewardq_dead_letters", "Dead letters by reason", ["reason"], registry=r)
-        self.scoring = Histogram("rewardq_scoring_seconds", "Time to score and commit one trajectory",
-                                 ["manager", "data_source"], buckets=_BUCKETS, registry=r)
+        self.scoring = Histogram(
+            "rewardq_scoring_seconds",
+            "Time to score and commit one trajectory",
+            ["manager", "data_source"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
         self.in_flight_gauge = Gauge("rewardq_in_flight", "Trajectories being scored", registry=r)
         self.reclaimed_total = Counter("rewardq_reclaimed", "Entries reclaimed from dead workers", registry=r)
         if limiter_stats is not None:

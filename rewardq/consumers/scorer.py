@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rewardq.consumers.assembly import trajectory_sample
 from rewardq.consumers.batch import build_batch
@@ -41,8 +42,7 @@ class TrajectoryScorer:
         timeout: seconds one ``run_single`` may take before it counts as failed.
     """
 
-    def __init__(self, manager: RewardManager, *, manager_name: str, worker_name: str,
-                 timeout: float) -> None:
+    def __init__(self, manager: RewardManager, *, manager_name: str, worker_name: str, timeout: float) -> None:
         self.manager = manager
         self.manager_name = manager_name
         self.worker_name = worker_name
@@ -62,8 +62,16 @@ class TrajectoryScorer:
         now = time.time()
         latency = (now - started_ts) * 1000.0 if started_ts else None
         return [
-            RewardResult(key=rec.key, status=STATUS_OK, reward_score=item["reward_score"],
-                         reward_extra_info=item["reward_extra_info"], error=None, worker=self.worker_name,
-                         manager=self.manager_name, scored_at=now, latency_ms=latency)
+            RewardResult(
+                key=rec.key,
+                status=STATUS_OK,
+                reward_score=item["reward_score"],
+                reward_extra_info=item["reward_extra_info"],
+                error=None,
+                worker=self.worker_name,
+                manager=self.manager_name,
+                scored_at=now,
+                latency_ms=latency,
+            )
             for rec, item in zip(records, per_key)
         ]

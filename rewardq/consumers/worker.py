@@ -34,7 +34,8 @@ from typing import Any
 from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
 from rewardq.consumers.commits import CommitCoalescer
-from rewardq.consumers.failures import FailureHandling
+from rewardq.consumers.failures import FailureHandler
+from rewardq.consumers.metrics import Metrics, NoMetrics
 from rewardq.consumers.process import freeze_startup_heap, limit_torch_threads
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError
@@ -56,7 +57,7 @@ class InFlight:
     task: asyncio.Task | None = None
 
 
-class Worker(FailureHandling):
+class Worker:
     """A reward worker. ``await Worker(cfg).run()`` serves until stopped.
 
     Args:
@@ -67,22 +68,40 @@ class Worker(FailureHandling):
         tokenizer: used to bound token ids by ``vocab_size`` when given.
     """
 
-    def __init__(self, config: WorkerConfig, *, client: Any = None, manager: RewardManager | None = None,
-                 tokenizer: Any = None, metrics: Any = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        client: Any = None,
+        manager: RewardManager | None = None,
+        tokenizer: Any = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.cfg = config
         self.name = config.name or default_worker_name()
         self._client = client
         self._own_client = client is None
         self.manager = manager
         self.tokenizer = tokenizer
-        self.metrics = metrics
+        self.metrics: Metrics = metrics or NoMetrics()
+        self._metrics_given = metrics is not None
         self.ks: Keyspace | None = None
         self.broker: StreamBroker | None = None
         self.scorer: TrajectoryScorer | None = None
         self.commits: CommitCoalescer | None = None
+        self.failures: FailureHandler | None = None
         self.in_flight: dict[str, InFlight] = {}
-        self.stats = {"read": 0, "stored": 0, "parked": 0, "scored": 0, "errors": 0, "dead_letters": 0,
-                      "reclaimed": 0, "duplicates": 0, "expired": 0}
+        self.stats = {
+            "read": 0,
+            "stored": 0,
+            "parked": 0,
+            "scored": 0,
+            "errors": 0,
+            "dead_letters": 0,
+            "reclaimed": 0,
+            "duplicates": 0,
+            "expired": 0,
+        }
         self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (time, latency_ms)
         self._stopping = asyncio.Event()
         self._capacity = asyncio.Event()  # set while fewer than `concurrency` trajectories are held
@@ -116,8 +135,12 @@ class Worker(FailureHandling):
 
     def request_stop(self, why: str = "requested") -> None:
         if not self._stopping.is_set():
-            logger.info("worker %s stopping (%s): no new reads; finishing %d in-flight trajectories",
-                        self.name, why, len(self.in_flight))
+            logger.info(
+                "worker %s stopping (%s): no new reads; finishing %d in-flight trajectories",
+                self.name,
+                why,
+                len(self.in_flight),
+            )
             self._stopping.set()
             self._capacity.set()
 
@@ -130,43 +153,74 @@ class Worker(FailureHandling):
         probe = Keyspace(cfg.namespace, 1, cfg.group)
         shards = await ensure_meta(client, probe, cfg.shards)
         self.ks = Keyspace(cfg.namespace, shards, cfg.group)
-        self.broker = StreamBroker(client, self.ks, worker=self.name, result_ttl=cfg.result_ttl,
-                                   lease_seconds=cfg.lease_seconds, incomplete_timeout=cfg.incomplete_timeout,
-                                   keep_records=cfg.keep_records)
+        self.broker = StreamBroker(
+            client,
+            self.ks,
+            worker=self.name,
+            result_ttl=cfg.result_ttl,
+            lease_seconds=cfg.lease_seconds,
+            incomplete_timeout=cfg.incomplete_timeout,
+            keep_records=cfg.keep_records,
+        )
         await self.broker.ensure_groups()
         self.commits = CommitCoalescer(self.broker)
         if self.manager is None:
             from rewardq.reward.factory import build_from_config
 
-            ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=self.name,
-                                 cluster=is_cluster_client(client))
+            ctx = ManagerContext(
+                redis_url=cfg.redis_url,
+                namespace=cfg.namespace,
+                worker_name=self.name,
+                cluster=is_cluster_client(client),
+            )
             self.manager, self.tokenizer = build_from_config(cfg, ctx)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
         await self.manager.setup()
-        if self.metrics is None and cfg.metrics_port is not None:
+        if not self._metrics_given and cfg.metrics_port is not None:
             from rewardq.consumers.metrics import WorkerMetrics
 
             stats = getattr(self.manager, "stats", None)
-            self.metrics = WorkerMetrics(cfg.manager, limiter_stats=stats if callable(stats) else None)
-            self.metrics_port = self.metrics.serve(cfg.metrics_port)
+            served = WorkerMetrics(cfg.manager, limiter_stats=stats if callable(stats) else None)
+            self.metrics_port = served.serve(cfg.metrics_port)
+            self.metrics = served
             logger.info("metrics on http://0.0.0.0:%d/metrics", self.metrics_port)
-        self.scorer = TrajectoryScorer(self.manager, manager_name=cfg.manager, worker_name=self.name,
-                                       timeout=cfg.score_timeout)
+        self.failures = FailureHandler(
+            self.broker,
+            self.ks,
+            worker_name=self.name,
+            max_record_bytes=cfg.max_record_bytes,
+            stats=self.stats,
+            metrics=self.metrics,
+        )
+        self.scorer = TrajectoryScorer(
+            self.manager, manager_name=cfg.manager, worker_name=self.name, timeout=cfg.score_timeout
+        )
         await self._beat()
-        logger.info("worker %s started: redis=%s namespace=%s shards=%d group=%s manager=%s concurrency=%d",
-                    self.name, redact_url(cfg.redis_url), cfg.namespace, shards, cfg.group, cfg.manager,
-                    cfg.concurrency)
+        logger.info(
+            "worker %s started: redis=%s namespace=%s shards=%d group=%s manager=%s concurrency=%d",
+            self.name,
+            redact_url(cfg.redis_url),
+            cfg.namespace,
+            shards,
+            cfg.group,
+            cfg.manager,
+            cfg.concurrency,
+        )
 
     async def serve(self) -> None:
         """Run the readers and the background loops until stopping."""
         assert self.ks is not None
-        groups = [[s] for s in range(self.ks.shards)] if is_cluster_client(self._client) \
-            else [list(range(self.ks.shards))]
+        groups = (
+            [[s] for s in range(self.ks.shards)] if is_cluster_client(self._client) else [list(range(self.ks.shards))]
+        )
         self._tasks = [
-            asyncio.create_task(self._periodic(self.cfg.heartbeat_interval, self._heartbeat, "heartbeat"),
-                                name="heartbeat"),
-            asyncio.create_task(self._periodic(self.cfg.maintenance_interval, self.maintain, "maintenance"),
-                                name="maintenance")]
+            asyncio.create_task(
+                self._periodic(self.cfg.heartbeat_interval, self._heartbeat, "heartbeat"), name="heartbeat"
+            ),
+            asyncio.create_task(
+                self._periodic(self.cfg.maintenance_interval, self.maintain, "maintenance"), name="maintenance"
+            ),
+        ]
         readers = [asyncio.create_task(self._reader(g), name=f"reader-{g[0]}") for g in groups]
         stop = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
@@ -199,8 +253,10 @@ class Worker(FailureHandling):
                 n = await self.broker.release(held, idle_ms=int(self.cfg.claim_idle * 1000) * 1000)
                 logger.warning("worker %s handed back %d unfinished trajectories", self.name, n)
             except Exception:
-                logger.exception("could not hand back in-flight trajectories; they will be reclaimed "
-                                 "after claim_idle=%ss", self.cfg.claim_idle)
+                logger.exception(
+                    "could not hand back in-flight trajectories; they will be reclaimed after claim_idle=%ss",
+                    self.cfg.claim_idle,
+                )
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -210,8 +266,7 @@ class Worker(FailureHandling):
                 await self.broker.unregister()
             except Exception:
                 logger.debug("unregister failed", exc_info=True)
-        if self.metrics is not None and hasattr(self.metrics, "close"):
-            self.metrics.close()
+        self.metrics.close()
         if self.manager is not None:
             try:
                 await self.manager.close()
@@ -262,17 +317,19 @@ class Worker(FailureHandling):
     # ==================================================================================
     async def handle(self, entries: list[Entry]) -> None:
         """Decode, store and dispatch a batch of entries (from a read or a reclaim)."""
-        assert self.broker is not None
+        assert self.broker is not None and self.failures is not None
         self.stats["read"] += len(entries)
-        if self.metrics is not None:
-            self.metrics.read(len(entries))
+        self.metrics.read(len(entries))
         valid = []
         for entry in entries:
             if entry.deliveries > self.cfg.max_deliveries:
-                await self._dead_letter(entry, "exhausted",
-                                        f"delivered {entry.deliveries} times without finishing "
-                                        f"(max_deliveries={self.cfg.max_deliveries}); the worker scoring it "
-                                        "probably crashed each time")
+                await self.failures.dead_letter(
+                    entry,
+                    "exhausted",
+                    f"delivered {entry.deliveries} times without finishing "
+                    f"(max_deliveries={self.cfg.max_deliveries}); the worker scoring it "
+                    "probably crashed each time",
+                )
                 continue
             try:
                 rec = decode_output(entry.data, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size)
@@ -280,7 +337,7 @@ class Worker(FailureHandling):
                 if key and key != rec.key:
                     raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
             except RecordError as exc:
-                await self._dead_letter(entry, "invalid", f"invalid record: {exc}")
+                await self.failures.dead_letter(entry, "invalid", f"invalid record: {exc}")
                 continue
             valid.append((entry, rec, bytes(entry.data)))
         valid = await self._claim_whole_trajectories(valid)
@@ -292,7 +349,7 @@ class Worker(FailureHandling):
             elif o.kind == "parked":
                 self.stats["parked"] += 1
             elif o.kind == "conflict":
-                await self._dead_letter(o.entry, "conflict", f"conflicting record: {o.detail}", record=o.record)
+                await self.failures.dead_letter(o.entry, "conflict", f"conflicting record: {o.detail}", record=o.record)
             elif o.kind == "done":
                 self.stats["duplicates"] += 1
             elif o.kind == "leased":
@@ -314,22 +371,33 @@ class Worker(FailureHandling):
         for (shard, tid), items in groups.items():
             items.sort(key=lambda it: it[1].index)
             recs = [it[1] for it in items]
-            if (all(r.index == i for i, r in enumerate(recs)) and recs[-1].final
-                    and not any(r.final for r in recs[:-1]) and all(it[0].deliveries == 1 for it in items)):
+            if (
+                all(r.index == i for i, r in enumerate(recs))
+                and recs[-1].final
+                and not any(r.final for r in recs[:-1])
+                and all(it[0].deliveries == 1 for it in items)
+            ):
                 whole.append((shard, tid, items))
             else:
                 rest.extend(items)
         if not whole:
             return rest
         claimed = await self.broker.claim_whole([(shard, tid, [it[0] for it in items]) for shard, tid, items in whole])
-        for (shard, tid, items), ok in zip(whole, claimed):
+        for (_shard, _tid, items), ok in zip(whole, claimed):
             if not ok:
                 rest.extend(items)
                 continue
             self.stats["stored"] += len(items)
             final_entry, final_rec, _ = items[-1]
-            self._start_scoring(StoreOutcome("complete", final_entry, final_rec,
-                                             payloads=[it[2] for it in items], records=[it[1] for it in items]))
+            self._start_scoring(
+                StoreOutcome(
+                    "complete",
+                    final_entry,
+                    final_rec,
+                    payloads=[it[2] for it in items],
+                    records=[it[1] for it in items],
+                )
+            )
         return rest
 
     def _start_scoring(self, o: StoreOutcome) -> None:
@@ -343,7 +411,7 @@ class Worker(FailureHandling):
         flight.task = asyncio.create_task(self._score_and_commit(o, flight), name=f"score-{tid}")
 
     async def _score_and_commit(self, o: StoreOutcome, flight: InFlight) -> None:
-        assert self.broker is not None and self.scorer is not None
+        assert self.broker is not None and self.scorer is not None and self.failures is not None
         shard, tid = o.entry.shard, o.record.tid
         t0 = time.perf_counter()
         outcome = "ok"
@@ -353,11 +421,12 @@ class Worker(FailureHandling):
             await self._slots.acquire()  # held (and its lease renewed) while it waits for a slot
             slot = True
             try:
-                records = o.records or assemble(tid, o.payloads, max_bytes=self.cfg.max_record_bytes,
-                                                vocab_size=self.vocab_size, known=o.record)
+                records = o.records or assemble(
+                    tid, o.payloads, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size, known=o.record
+                )
             except RecordError as exc:
                 outcome = "invalid"
-                await self._fail(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
+                await self.failures.fail_trajectory(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
                 return
             try:
                 results = await self.scorer.score(records, started_ts=o.entry.ts)
@@ -365,8 +434,14 @@ class Worker(FailureHandling):
                 raise
             except Exception as exc:
                 outcome = "error"
-                await self._fail(shard, tid, o.entry, "scoring", f"scoring failed: {type(exc).__name__}: {exc}",
-                                 tb=traceback.format_exc())
+                await self.failures.fail_trajectory(
+                    shard,
+                    tid,
+                    o.entry,
+                    "scoring",
+                    f"scoring failed: {type(exc).__name__}: {exc}",
+                    tb=traceback.format_exc(),
+                )
                 return
             await self._commit(shard, tid, results)
             self.stats["scored"] += 1
@@ -386,11 +461,15 @@ class Worker(FailureHandling):
             if len(self.in_flight) < self.cfg.concurrency:
                 self._capacity.set()
             elapsed = (time.perf_counter() - t0) * 1000
-            if self.metrics is not None:
-                self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
-            logger.info("trajectory %s manager=%s outcome=%s elapsed_ms=%.1f", tid, self.cfg.manager, outcome,
-                        elapsed, extra={"tid": tid, "manager": self.cfg.manager, "outcome": outcome,
-                                        "elapsed_ms": round(elapsed, 3)})
+            self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
+            logger.info(
+                "trajectory %s manager=%s outcome=%s elapsed_ms=%.1f",
+                tid,
+                self.cfg.manager,
+                outcome,
+                elapsed,
+                extra={"tid": tid, "manager": self.cfg.manager, "outcome": outcome, "elapsed_ms": round(elapsed, 3)},
+            )
 
     async def _commit(self, shard: int, tid: str, results: list) -> None:
         """Write back, then ack (one atomic script, sent with the other commits of this loop
@@ -421,11 +500,17 @@ class Worker(FailureHandling):
         now = time.time()
         recent = [lat for t, lat in self._recent if now - t <= 60]
         window = [t for t, _ in self._recent if now - t <= 10]
-        return {**self.stats, "in_flight": len(self.in_flight), "host": socket.gethostname(), "pid": os.getpid(),
-                "manager": self.cfg.manager, "started_at": f"{self._started_at:.3f}",
-                "rate": round(len(window) / 10.0, 3),
-                "latency_p50_ms": round(sorted(recent)[len(recent) // 2], 3) if recent else "",
-                "in_flight_tids": ",".join(list(self.in_flight)[:20])}
+        return {
+            **self.stats,
+            "in_flight": len(self.in_flight),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "manager": self.cfg.manager,
+            "started_at": f"{self._started_at:.3f}",
+            "rate": round(len(window) / 10.0, 3),
+            "latency_p50_ms": round(sorted(recent)[len(recent) // 2], 3) if recent else "",
+            "in_flight_tids": ",".join(list(self.in_flight)[:20]),
+        }
 
     async def _beat(self) -> None:
         assert self.broker is not None
@@ -450,8 +535,7 @@ class Worker(FailureHandling):
         await self._beat()
         if self.in_flight:
             await self.broker.renew(self._held())
-        if self.metrics is not None:
-            self.metrics.in_flight(len(self.in_flight))
+        self.metrics.in_flight(len(self.in_flight))
 
     async def maintain(self) -> None:
         """Reclaim idle entries of dead workers and end trajectories that waited too long."""
@@ -460,18 +544,16 @@ class Worker(FailureHandling):
             if self._stopping.is_set():
                 return
             if self._capacity.is_set():
-                claimed, _ = await self.broker.reclaim(shard, int(self.cfg.claim_idle * 1000), self.cfg.batch_size)
+                claimed = await self.broker.reclaim(shard, int(self.cfg.claim_idle * 1000), self.cfg.batch_size)
                 if claimed:
                     self.stats["reclaimed"] += len(claimed)
-                    if self.metrics is not None:
-                        self.metrics.reclaimed(len(claimed))
+                    self.metrics.reclaimed(len(claimed))
                     logger.info("reclaimed %d idle entries on shard %d", len(claimed), shard)
                     await self.handle(claimed)
             for tid, reason in await self.broker.expire_incomplete(shard):
                 self.stats["expired"] += 1
                 self.stats["errors"] += 1
-                if self.metrics is not None:
-                    self.metrics.dead_letter("incomplete")
+                self.metrics.dead_letter("incomplete")
                 logger.warning("trajectory %s ended: %s", tid, reason)
 
 

@@ -30,9 +30,7 @@ A trajectory is a dict::
                   "response_logprobs": [...] (some), "num_turns": 3, "extra_fields": {...}}, ...],
      "expected": 1.0}
 
-JSONL (:func:`write_jsonl`, :func:`read_jsonl`) stores one trajectory per line, token ids as
-JSON lists of ints: a format people open in an editor, not the wire format (that is msgpack
-with packed arrays, see :mod:`rewardq.queue.codec`). ``expected`` is optional in a file.
+:mod:`rewardq.producers.jsonl` writes and reads them as JSONL files.
 """
 
 from __future__ import annotations
@@ -41,12 +39,11 @@ import copy
 import json
 import math
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
-__all__ = ["make_trajectories", "write_jsonl", "read_jsonl", "parse_line", "JsonlLineError",
-           "GSM8K", "MATH"]
+__all__ = ["make_trajectories", "GSM8K", "MATH"]
 
 GSM8K = "openai/gsm8k"
 MATH = "lighteval/MATH"
@@ -58,13 +55,33 @@ IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 #: What the agent says between two segments that did not end in a tool call.
 CONTINUE = f"\n{IM_START}user\nContinue.{IM_END}\n{IM_START}assistant\n"
 
-_NAMES = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis", "Tina", "Randy", "Mark",
-          "Joy", "Priya", "Chen", "Omar", "Lucia", "Kofi", "Maria"]
+_NAMES = [
+    "Natalia",
+    "Weng",
+    "Betty",
+    "Julie",
+    "James",
+    "Albert",
+    "Ken",
+    "Alexis",
+    "Tina",
+    "Randy",
+    "Mark",
+    "Joy",
+    "Priya",
+    "Chen",
+    "Omar",
+    "Lucia",
+    "Kofi",
+    "Maria",
+]
 _ITEMS = ["clips", "books", "pencils", "cookies", "marbles", "stickers", "cupcakes", "tickets", "flowers", "cards"]
-_FILLER = ["Let me re-read the question to make sure I have the numbers right.",
-           "I will double-check the arithmetic before answering.",
-           "Let me organise what we know so far.",
-           "Now I can put the pieces together."]
+_FILLER = [
+    "Let me re-read the question to make sure I have the numbers right.",
+    "I will double-check the arithmetic before answering.",
+    "Let me organise what we know so far.",
+    "Now I can put the pieces together.",
+]
 
 
 @dataclass
@@ -96,52 +113,73 @@ class Problem:
 # problems
 # ------------------------------------------------------------------------------------------
 
+
 def _gsm8k_problem(rng: random.Random) -> Problem:
     name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
     kind = rng.randrange(5)
     if kind == 0:
         x = 2 * rng.randint(6, 60)
         h, t = x // 2, x + x // 2
-        q = (f"{name} sold {x} {item} in April, and then she sold half as many {item} in May. "
-             f"How many {item} did {name} sell altogether in April and May?")
-        steps = [f"In May {name} sold {x}/2 = <<{x}/2={h}>>{h} {item}.",
-                 f"Altogether {name} sold {x}+{h} = <<{x}+{h}={t}>>{t} {item} in April and May."]
+        q = (
+            f"{name} sold {x} {item} in April, and then she sold half as many {item} in May. "
+            f"How many {item} did {name} sell altogether in April and May?"
+        )
+        steps = [
+            f"In May {name} sold {x}/2 = <<{x}/2={h}>>{h} {item}.",
+            f"Altogether {name} sold {x}+{h} = <<{x}+{h}={t}>>{t} {item} in April and May.",
+        ]
         calcs = [(f"{x} / 2", str(h)), (f"{x} + {h}", str(t))]
     elif kind == 1:
         a, b = rng.randint(1, 4), rng.randint(2, 12)
         r, m = 12 * a, 5 * b
         per, t = r / 60, a * b
-        q = (f"{name} earns ${r} an hour for babysitting. Yesterday, she just did {m} minutes of babysitting. "
-             "How much did she earn?")
-        steps = [f"{name} earns {r}/60 = $<<{r}/60={per:g}>>{per:g} per minute.",
-                 f"Working {m} minutes, she earned {per:g} x {m} = $<<{per:g}*{m}={t}>>{t}."]
+        q = (
+            f"{name} earns ${r} an hour for babysitting. Yesterday, she just did {m} minutes of babysitting. "
+            "How much did she earn?"
+        )
+        steps = [
+            f"{name} earns {r}/60 = $<<{r}/60={per:g}>>{per:g} per minute.",
+            f"Working {m} minutes, she earned {per:g} x {m} = $<<{per:g}*{m}={t}>>{t}.",
+        ]
         calcs = [(f"{r} / 60", f"{per:g}"), (f"{per:g} * {m}", str(t))]
     elif kind == 2:
         y, k = rng.randint(2, 9), rng.randint(2, 6)
         x = y * k + rng.randint(1, 40)
         g, t = y * k, x - y * k
-        q = (f"{name} has {x} {item}. {name} gives {y} {item} to each of {k} friends. "
-             f"How many {item} does {name} have left?")
-        steps = [f"{name} gives away {y} x {k} = <<{y}*{k}={g}>>{g} {item}.",
-                 f"So {name} has {x} - {g} = <<{x}-{g}={t}>>{t} {item} left."]
+        q = (
+            f"{name} has {x} {item}. {name} gives {y} {item} to each of {k} friends. "
+            f"How many {item} does {name} have left?"
+        )
+        steps = [
+            f"{name} gives away {y} x {k} = <<{y}*{k}={g}>>{g} {item}.",
+            f"So {name} has {x} - {g} = <<{x}-{g}={t}>>{t} {item} left.",
+        ]
         calcs = [(f"{y} * {k}", str(g)), (f"{x} - {g}", str(t))]
     elif kind == 3:
         p, n = rng.randint(3, 25), rng.randint(2, 8)
         cost = p * n
         bill = 50 * math.ceil((cost + 1) / 50)
         t = bill - cost
-        q = (f"A box of {item} costs ${p}. {name} buys {n} boxes and pays with a ${bill} bill. "
-             f"How much change does {name} get?")
-        steps = [f"The boxes cost {p} x {n} = $<<{p}*{n}={cost}>>{cost}.",
-                 f"The change is {bill} - {cost} = $<<{bill}-{cost}={t}>>{t}."]
+        q = (
+            f"A box of {item} costs ${p}. {name} buys {n} boxes and pays with a ${bill} bill. "
+            f"How much change does {name} get?"
+        )
+        steps = [
+            f"The boxes cost {p} x {n} = $<<{p}*{n}={cost}>>{cost}.",
+            f"The change is {bill} - {cost} = $<<{bill}-{cost}={t}>>{t}.",
+        ]
         calcs = [(f"{p} * {n}", str(cost)), (f"{bill} - {cost}", str(t))]
     else:
         r, hrs, d = rng.randint(12, 40), rng.randint(4, 9), rng.randint(5, 30)
         day, t = r * hrs, r * hrs * d
-        q = (f"{name} works {hrs} hours a day for {d} days and is paid ${r} per hour. "
-             f"How much does {name} earn in total?")
-        steps = [f"Each day {name} earns {r} x {hrs} = $<<{r}*{hrs}={day}>>{day}.",
-                 f"Over {d} days that is {day} x {d} = $<<{day}*{d}={t}>>{t}."]
+        q = (
+            f"{name} works {hrs} hours a day for {d} days and is paid ${r} per hour. "
+            f"How much does {name} earn in total?"
+        )
+        steps = [
+            f"Each day {name} earns {r} x {hrs} = $<<{r}*{hrs}={day}>>{day}.",
+            f"Over {d} days that is {day} x {d} = $<<{day}*{d}={t}>>{t}.",
+        ]
         calcs = [(f"{r} * {hrs}", str(day)), (f"{day} * {d}", str(t))]
     forms = [str(t)] + ([f"{t:,}"] if t >= 1000 else [])
     wrong = str(t + rng.choice([-10, -2, -1, 1, 2, 5, 10]) if t > 10 else t + rng.randint(1, 5))
@@ -166,8 +204,10 @@ def _math_problem(rng: random.Random) -> Problem:
         p, q_ = rng.choice([(1, 2), (1, 3), (2, 3), (3, 4), (2, 5), (3, 5), (4, 7), (5, 8), (3, 7), (5, 9)])
         k = rng.randint(2, 12)
         q = f"Simplify $\\frac{{{p * k}}}{{{q_ * k}}}$."
-        steps = [f"Both {p * k} and {q_ * k} are divisible by {k}.",
-                 f"Dividing numerator and denominator by {k} gives ${_frac(p, q_)}$."]
+        steps = [
+            f"Both {p * k} and {q_ * k} are divisible by {k}.",
+            f"Dividing numerator and denominator by {k} gives ${_frac(p, q_)}$.",
+        ]
         gt = _frac(p, q_)
         forms = [f"\\dfrac{{{p}}}{{{q_}}}", gt, f"{p}/{q_}"] + (["0.5"] if (p, q_) == (1, 2) else [])
         wrong, calcs = _frac(p, q_ + 1), [(f"{p * k} / {k}", str(p)), (f"{q_ * k} / {k}", str(q_))]
@@ -176,8 +216,10 @@ def _math_problem(rng: random.Random) -> Problem:
         n = rng.randint(5, 12)
         s = 180 * (n - 2)
         q = f"What is the sum of the interior angles, in degrees, of a convex polygon with {n} sides?"
-        steps = [f"A convex polygon with {n} sides can be cut into {n} - 2 = {n - 2} triangles.",
-                 f"Each triangle contributes 180 degrees, so the sum is $180 \\cdot {n - 2} = {s}$."]
+        steps = [
+            f"A convex polygon with {n} sides can be cut into {n} - 2 = {n - 2} triangles.",
+            f"Each triangle contributes 180 degrees, so the sum is $180 \\cdot {n - 2} = {s}$.",
+        ]
         gt, forms, wrong = str(s), [str(s), f"{s}^\\circ"], str(180 * n)
         calcs, extra = [(f"180 * ({n} - 2)", str(s))], {"level": "Level 2", "type": "Geometry"}
     elif kind == 3:
@@ -185,17 +227,23 @@ def _math_problem(rng: random.Random) -> Problem:
         ways = 6 - abs(total - 7)
         g = math.gcd(ways, 36)
         p, q_ = ways // g, 36 // g
-        q = (f"Two fair six-sided dice are rolled. What is the probability that the sum of the numbers "
-             f"rolled is {total}? Express your answer as a common fraction.")
-        steps = [f"There are $6 \\cdot 6 = 36$ equally likely outcomes.",
-                 f"Exactly {ways} of them have sum {total}, so the probability is ${_frac(ways, 36)} = {_frac(p, q_)}$."]
+        q = (
+            f"Two fair six-sided dice are rolled. What is the probability that the sum of the numbers "
+            f"rolled is {total}? Express your answer as a common fraction."
+        )
+        steps = [
+            "There are $6 \\cdot 6 = 36$ equally likely outcomes.",
+            f"Exactly {ways} of them have sum {total}, so the probability is ${_frac(ways, 36)} = {_frac(p, q_)}$.",
+        ]
         gt, forms, wrong = _frac(p, q_), [_frac(p, q_), f"\\dfrac{{{p}}}{{{q_}}}"], _frac(ways + 1, 36)
         calcs, extra = [(f"{ways} / 36", f"{ways / 36:.6g}")], {"level": "Level 3", "type": "Counting & Probability"}
     else:
         k, m = rng.randint(2, 9), rng.choice([2, 3, 5, 6, 7])
         q = f"Simplify $\\sqrt{{{k * k * m}}}$."
-        steps = [f"We have ${k * k * m} = {k * k} \\cdot {m}$ and ${k * k} = {k}^2$.",
-                 f"So $\\sqrt{{{k * k * m}}} = \\sqrt{{{k * k}}} \\cdot \\sqrt{{{m}}} = {k}\\sqrt{{{m}}}$."]
+        steps = [
+            f"We have ${k * k * m} = {k * k} \\cdot {m}$ and ${k * k} = {k}^2$.",
+            f"So $\\sqrt{{{k * k * m}}} = \\sqrt{{{k * k}}} \\cdot \\sqrt{{{m}}} = {k}\\sqrt{{{m}}}$.",
+        ]
         gt = f"{k}\\sqrt{{{m}}}"
         forms, wrong = [gt], f"{k + 1}\\sqrt{{{m}}}"
         calcs, extra = [(f"{k * k * m} / {m}", str(k * k))], {"level": "Level 3", "type": "Algebra"}
@@ -228,9 +276,15 @@ def _final_answer(p: Problem, outcome: str, rng: random.Random) -> tuple[str, st
 
 def _tool_pieces(expr: str, value: str, call_id: int) -> list[Piece]:
     call = json.dumps({"name": "calculator", "arguments": {"expression": expr}})
-    return [(f"I will use the calculator for this step.\n<tool_call>\n{call}\n</tool_call>", 1), (IM_END, 1),
-            (f"\n{IM_START}user\n<tool_response>\n{{\"call_id\": {call_id}, \"result\": \"{value}\"}}\n"
-             f"</tool_response>{IM_END}\n{IM_START}assistant\n", 0)]
+    return [
+        (f"I will use the calculator for this step.\n<tool_call>\n{call}\n</tool_call>", 1),
+        (IM_END, 1),
+        (
+            f'\n{IM_START}user\n<tool_response>\n{{"call_id": {call_id}, "result": "{value}"}}\n'
+            f"</tool_response>{IM_END}\n{IM_START}assistant\n",
+            0,
+        ),
+    ]
 
 
 def _segments(p: Problem, k: int, use_tools: bool, outcome: str, rng: random.Random) -> tuple[list[list[Piece]], str]:
@@ -244,7 +298,7 @@ def _segments(p: Problem, k: int, use_tools: bool, outcome: str, rng: random.Ran
     answer, finish = _final_answer(p, outcome, rng)
     segs: list[list[Piece]] = []
     for j in range(k):
-        pieces: list[Piece] = [(" ".join(steps[bounds[j]:bounds[j + 1]]), 1)]
+        pieces: list[Piece] = [(" ".join(steps[bounds[j] : bounds[j + 1]]), 1)]
         if calcs and (j < k - 1 or rng.random() < 0.5):
             expr, value = calcs.pop(0)
             pieces[0] = (pieces[0][0] + "\n", 1)
@@ -304,17 +358,22 @@ def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict
         uid, use_tools_prompt = _uuid(rng), rng.random() < 0.4
         instruction = GSM8K_INSTRUCTION if p.data_source == GSM8K else MATH_INSTRUCTION
         raw_prompt = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{p.question} {instruction}"}]
-        prompt_text = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in raw_prompt) + \
-            f"{IM_START}assistant\n"
+        prompt_text = (
+            "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in raw_prompt) + f"{IM_START}assistant\n"
+        )
         prompt_ids = list(tokenizer.encode(prompt_text))
         extra_info = {"split": "train", "index": index, "question": p.question, **p.extra}
         if use_tools_prompt:
             extra_info["need_tools_kwargs"] = True
             extra_info["tools_kwargs"] = {"calculator": {"create_kwargs": {"ground_truth": p.ground_truth}}}
-        sample = {"data_source": p.data_source, "ability": "math",
-                  "reward_model": {"style": "rule", "ground_truth": p.ground_truth},
-                  "extra_info": extra_info, "raw_prompt": raw_prompt,
-                  "agent_name": "tool_agent" if use_tools_prompt else "single_turn_agent"}
+        sample = {
+            "data_source": p.data_source,
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": p.ground_truth},
+            "extra_info": extra_info,
+            "raw_prompt": raw_prompt,
+            "agent_name": "tool_agent" if use_tools_prompt else "single_turn_agent",
+        }
         index += 1
         for session in range(min(rng.choice([1, 2, 2, 4]), n - len(out))):
             roll = rng.random()
@@ -330,10 +389,17 @@ def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict
                 turns += 1 + calls
                 last = j == len(segs) - 1
                 o: dict[str, Any] = {
-                    "prompt_ids": list(history), "response_ids": ids, "response_mask": mask, "num_turns": turns,
-                    "extra_fields": {"turn_scores": [], "tool_rewards": [0.0] * calls, "tool_calls": tool_calls,
-                                     "finish_reason": finish if last else ("tool_calls" if calls else "stop"),
-                                     "request_id": f"req-{uid[:8]}-{session}-{j}"},
+                    "prompt_ids": list(history),
+                    "response_ids": ids,
+                    "response_mask": mask,
+                    "num_turns": turns,
+                    "extra_fields": {
+                        "turn_scores": [],
+                        "tool_rewards": [0.0] * calls,
+                        "tool_calls": tool_calls,
+                        "finish_reason": finish if last else ("tool_calls" if calls else "stop"),
+                        "request_id": f"req-{uid[:8]}-{session}-{j}",
+                    },
                 }
                 if with_logprobs:
                     o["response_logprobs"] = [round(-rng.expovariate(4.0), 4) if m else 0.0 for m in mask]
@@ -342,99 +408,13 @@ def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict
                 if not last and mask and mask[-1] == 1:
                     history += continue_ids
                     turns += 1
-            out.append({"uid": uid, "session_id": str(session), "sample": copy.deepcopy(sample), "outputs": outputs,
-                        "expected": 1.0 if outcome == "correct" else 0.0})
+            out.append(
+                {
+                    "uid": uid,
+                    "session_id": str(session),
+                    "sample": copy.deepcopy(sample),
+                    "outputs": outputs,
+                    "expected": 1.0 if outcome == "correct" else 0.0,
+                }
+            )
     return out
-
-
-# ------------------------------------------------------------------------------------------
-# JSONL
-# ------------------------------------------------------------------------------------------
-
-#: Keys a JSONL line may hold; ``uid``, ``session_id`` and ``outputs`` are required.
-LINE_KEYS = ("uid", "session_id", "sample", "outputs", "expected")
-
-
-class JsonlLineError(ValueError):
-    """One bad line of a JSONL file.
-
-    Attributes:
-        line: 1-based line number.
-        field: the offending field, e.g. ``outputs[2].response_mask`` or ``<json>``.
-        reason: what is wrong with it.
-    """
-
-    def __init__(self, line: int, field: str, reason: str) -> None:
-        self.line, self.field, self.reason = line, field, reason
-        super().__init__(f"line {line}: {field}: {reason}")
-
-
-def _to_jsonable(value: Any) -> Any:
-    if hasattr(value, "tolist"):  # numpy arrays, torch tensors
-        return value.tolist()
-    raise TypeError(f"cannot write a {type(value).__name__} to JSONL")
-
-
-def write_jsonl(path: str | Path, trajectories: Iterable[dict], *, with_expected: bool = True) -> int:
-    """Write one trajectory per line; returns the number of lines. Arrays become int lists."""
-    count = 0
-    with open(path, "w", encoding="utf-8") as f:
-        for t in trajectories:
-            line = {k: t[k] for k in LINE_KEYS if k in t and (with_expected or k != "expected")}
-            f.write(json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=_to_jsonable) + "\n")
-            count += 1
-    return count
-
-
-def parse_line(text: str, line: int) -> dict:
-    """Parse and fully validate one JSONL line; raises :class:`JsonlLineError` naming the field.
-
-    Every output is checked exactly as the producer will encode it (token ids are
-    non-negative ints, ``response_mask`` matches ``response_ids`` and holds only 0/1, ...),
-    so a line that parses here is a line the queue accepts.
-    """
-    from rewardq.errors import RecordError
-    from rewardq.queue.codec import encode_output
-
-    try:
-        d = json.loads(text)
-    except ValueError as exc:
-        raise JsonlLineError(line, "<json>", f"not valid JSON ({exc})") from None
-    if not isinstance(d, dict):
-        raise JsonlLineError(line, "<json>", f"expected a JSON object, got {type(d).__name__}")
-    unknown = sorted(set(d) - set(LINE_KEYS))
-    if unknown:
-        raise JsonlLineError(line, unknown[0], f"unknown key(s) {unknown}; a line holds {', '.join(LINE_KEYS)}")
-    for key in ("uid", "session_id", "outputs"):
-        if key not in d:
-            raise JsonlLineError(line, key, "is missing")
-    outputs, sample = d["outputs"], d.get("sample") or {}
-    if not isinstance(outputs, list) or not outputs:
-        raise JsonlLineError(line, "outputs", "must be a non-empty list of output objects")
-    if not isinstance(sample, dict):
-        raise JsonlLineError(line, "sample", f"must be an object, got {type(sample).__name__}")
-    expected = d.get("expected")
-    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, (int, float))):
-        raise JsonlLineError(line, "expected", f"must be a number, got {type(expected).__name__}")
-    for i, out in enumerate(outputs):
-        if not isinstance(out, dict):
-            raise JsonlLineError(line, f"outputs[{i}]", f"must be an object, got {type(out).__name__}")
-        try:
-            encode_output(d["uid"], d["session_id"], i, out, sample, final=i == len(outputs) - 1)
-        except RecordError as exc:
-            where = exc.field if exc.field in ("uid", "session_id", "sample") else f"outputs[{i}].{exc.field}"
-            raise JsonlLineError(line, where, str(exc).split(": ", 1)[-1]) from None
-    return {"uid": str(d["uid"]), "session_id": str(d["session_id"]), "sample": sample, "outputs": outputs,
-            **({"expected": float(expected)} if expected is not None else {})}
-
-
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict | JsonlLineError]]:
-    """Yield ``(line_number, trajectory)`` or ``(line_number, JsonlLineError)``; blank lines are skipped."""
-    with open(path, encoding="utf-8") as f:
-        for number, text in enumerate(f, start=1):
-            if not text.strip():
-                continue
-            try:
-                yield number, parse_line(text, number)
-            except JsonlLineError as exc:
-                yield number, exc

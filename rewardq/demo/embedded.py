@@ -58,12 +58,16 @@ class EmbeddedRedis:
     def url(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
 
-    def start(self) -> "EmbeddedRedis":
+    def start(self) -> EmbeddedRedis:
         """Bind, start serving, and return self. The port is known once this returns."""
         self._server = _server_class()((self.host, self.port), server_type="redis")
         self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name=f"embedded-redis-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"embedded-redis-{self.port}",
+            daemon=True,
+        )
         self._thread.start()
         logger.info("embedded Redis stand-in (fakeredis) listening on %s", self.url)
         return self
@@ -79,7 +83,7 @@ class EmbeddedRedis:
         self._server = None
         logger.info("embedded Redis stand-in stopped")
 
-    def __enter__(self) -> "EmbeddedRedis":
+    def __enter__(self) -> EmbeddedRedis:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

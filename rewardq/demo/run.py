@@ -36,14 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewardq.errors import ConfigError, RewardqError
+from rewardq.errors import ConfigError, DemoError
 from rewardq.ops.summary import Pushed, render, summarize
 
 __all__ = ["DemoOptions", "WorkerFleet", "run_demo"]
-
-
-class DemoError(RewardqError):
-    """The demo could not run (a worker died at start-up, workers never became ready, ...)."""
 
 
 @dataclass
@@ -72,13 +68,33 @@ class WorkerFleet:
         extra_args: more ``rewardq worker`` flags.
     """
 
-    def __init__(self, n: int, redis_url: str, namespace: str, manager: str, logdir: Path,
-                 extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self, n: int, redis_url: str, namespace: str, manager: str, logdir: Path, extra_args: list[str] | None = None
+    ) -> None:
         self.names = [f"{namespace}-w{i}" for i in range(n)]
         self.logdir = logdir
-        self.argvs = [[sys.executable, "-m", "rewardq", "worker", "--redis-url", redis_url, "--namespace", namespace,
-                       "--manager", manager, "--tokenizer", "builtin:demo", "--name", name, "--log-level", "WARNING",
-                       *(extra_args or [])] for name in self.names]
+        self.argvs = [
+            [
+                sys.executable,
+                "-m",
+                "rewardq",
+                "worker",
+                "--redis-url",
+                redis_url,
+                "--namespace",
+                namespace,
+                "--manager",
+                manager,
+                "--tokenizer",
+                "builtin:demo",
+                "--name",
+                name,
+                "--log-level",
+                "WARNING",
+                *(extra_args or []),
+            ]
+            for name in self.names
+        ]
         self.procs: list[subprocess.Popen] = []
         self._logs: list[Any] = []
 
@@ -140,8 +156,10 @@ def wait_for_live_worker(client: Any, timeout: float, fresh: float = 10.0) -> fl
     while not client.r.zrangebyscore(client.keyspace.workers, time.time() - fresh, "+inf", start=0, num=1):
         if time.monotonic() - t0 > timeout:
             ns = client.keyspace.namespace
-            raise DemoError(f"no live worker on namespace {ns!r} after {timeout:.0f}s; start one with "
-                            f"`rewardq worker --namespace {ns} --tokenizer builtin:demo`, or drop --workers 0")
+            raise DemoError(
+                f"no live worker on namespace {ns!r} after {timeout:.0f}s; start one with "
+                f"`rewardq worker --namespace {ns} --tokenizer builtin:demo`, or drop --workers 0"
+            )
         time.sleep(0.2)
     return time.monotonic() - t0
 
@@ -149,15 +167,21 @@ def wait_for_live_worker(client: Any, timeout: float, fresh: float = 10.0) -> fl
 def _progress(console: Any) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
 
 
 def _rate(done: int, t0: float) -> str:
     return f"{done / max(time.perf_counter() - t0, 1e-9):,.0f}/s"
 
 
-def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[int, dict[str, Any]]:
+def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[int, dict[str, Any]]:  # noqa: C901 - one linear script of demo steps; splitting it scatters the story
     """Run the demo (see the module docstring); returns ``(exit_code, summary)``."""
     from rich.console import Console
     from rich.markup import escape
@@ -174,10 +198,13 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
     err = err or Console(stderr=True, soft_wrap=True)
     external = opts.workers == 0
     if external and opts.redis_url is None:
-        raise ConfigError("--workers 0 pushes to workers that are already running, so it needs --redis-url (and "
-                          "--namespace or REWARDQ_NAMESPACE naming their namespace)")
-    namespace = opts.namespace or (os.environ.get("REWARDQ_NAMESPACE") or "rewardq" if external
-                                   else f"demo-{os.urandom(4).hex()}")
+        raise ConfigError(
+            "--workers 0 pushes to workers that are already running, so it needs --redis-url (and "
+            "--namespace or REWARDQ_NAMESPACE naming their namespace)"
+        )
+    namespace = opts.namespace or (
+        os.environ.get("REWARDQ_NAMESPACE") or "rewardq" if external else f"demo-{os.urandom(4).hex()}"
+    )
     embedded = EmbeddedRedis() if opts.redis_url is None else None
     logdir = Path(tempfile.mkdtemp(prefix="rewardq-demo-"))
     fleet: WorkerFleet | None = None
@@ -198,16 +225,25 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
             url = opts.redis_url
             probe_redis(url)
             where = f"Redis at {redact_url(url)}"
-        mode = f"{where}, " + ("workers already running" if external else
-                               f"{opts.workers} worker process{'es' if opts.workers != 1 else ''}")
-        err.print("[bold]rewardq demo[/]: " + escape(
-            f"{len(trajectories)} trajectories ({sum(len(t['outputs']) for t in trajectories)} outputs, generated in "
-            f"{gen_s:.2f}s); {mode}; namespace {namespace}"))
+        mode = f"{where}, " + (
+            "workers already running"
+            if external
+            else f"{opts.workers} worker process{'es' if opts.workers != 1 else ''}"
+        )
+        err.print(
+            "[bold]rewardq demo[/]: "
+            + escape(
+                f"{len(trajectories)} trajectories ({sum(len(t['outputs']) for t in trajectories)} outputs, "
+                f"generated in {gen_s:.2f}s); {mode}; namespace {namespace}"
+            )
+        )
         client = RewardClient.from_url(url, namespace=namespace)
         if cleanup == "namespace" and opts.namespace and namespace_key_count(client.r, namespace):
             cleanup = "own-keys"
-            err.print(f"[yellow]namespace {escape(namespace)} already holds keys: only the demo's own results are "
-                      "deleted afterwards[/]")
+            err.print(
+                f"[yellow]namespace {escape(namespace)} already holds keys: only the demo's own results are "
+                "deleted afterwards[/]"
+            )
         _ = client.keyspace  # creates <ns>:meta with one shard before the workers start
         if external:
             with err.status(f"waiting for a live worker on namespace {namespace}"):
@@ -230,12 +266,25 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
         with _progress(err) as progress:
             task = progress.add_task("waiting for rewards   ", total=len(pushed), rate="")
             results, finished = wait_for_results(
-                client, pushed, marks, opts.timeout,
-                lambda done: progress.update(task, completed=done, rate=_rate(done, t0)))
-        summary = summarize(pushed, results, elapsed_s=finished - t0,
-                            extra={"mode": mode, "workers": opts.workers, "namespace": namespace,
-                                   "manager": opts.manager, "startup_s": round(startup_s, 3),
-                                   "push_s": round(push_s, 3)})
+                client,
+                pushed,
+                marks,
+                opts.timeout,
+                lambda done: progress.update(task, completed=done, rate=_rate(done, t0)),
+            )
+        summary = summarize(
+            pushed,
+            results,
+            elapsed_s=finished - t0,
+            extra={
+                "mode": mode,
+                "workers": opts.workers,
+                "namespace": namespace,
+                "manager": opts.manager,
+                "startup_s": round(startup_s, 3),
+                "push_s": round(push_s, 3),
+            },
+        )
         if fleet is not None:
             exit_codes = fleet.stop()
             summary["worker_exit_codes"] = exit_codes
@@ -250,7 +299,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
                 elif cleanup == "own-keys":
                     delete_trajectory_keys(client, [k for p in pushed for k in p.keys])
             except Exception as exc:  # noqa: BLE001 - clean-up must not hide the real outcome
-                    err.print(f"[yellow]could not delete the demo's keys under {namespace}: {escape(str(exc))}[/]")
+                err.print(f"[yellow]could not delete the demo's keys under {namespace}: {escape(str(exc))}[/]")
             client.close()
         if embedded is not None:
             embedded.stop()

@@ -10,16 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewardq.errors import RewardqError
+from rewardq.errors import RedisUnavailable
 from rewardq.queue.connection import connect_sync, redact_url, split_cluster
 
-__all__ = ["RedisUnavailable", "probe_redis", "delete_namespace", "delete_trajectory_keys", "namespace_key_count"]
-
-
-class RedisUnavailable(RewardqError):
-    """Redis could not be reached or refused us. The CLI exits with code 3 for it."""
-
-    exit_code = 3
+__all__ = ["probe_redis", "delete_namespace", "delete_trajectory_keys", "namespace_key_count"]
 
 
 def _no_retry() -> Any:
@@ -36,21 +30,28 @@ def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> Non
     shown = redact_url(url)
     _, is_cluster = split_cluster(url, cluster)
     try:
-        client = connect_sync(url, cluster=cluster, retry=_no_retry(), socket_connect_timeout=timeout,
-                              socket_timeout=timeout)
+        client = connect_sync(
+            url, cluster=cluster, retry=_no_retry(), socket_connect_timeout=timeout, socket_timeout=timeout
+        )
     except (ValueError, rx.RedisError) as exc:
-        raise RedisUnavailable(f"cannot use Redis URL {shown}: {exc}. Expected redis://[user:password@]host:port/db, "
-                               "rediss://... for TLS or redis+cluster://host:port") from None
+        raise RedisUnavailable(
+            f"cannot use Redis URL {shown}: {exc}. Expected redis://[user:password@]host:port/db, "
+            "rediss://... for TLS or redis+cluster://host:port"
+        ) from None
     try:
         client.ping()
     except rx.AuthenticationError as exc:
-        raise RedisUnavailable(f"Redis at {shown} refused the credentials ({exc}); put the right user and "
-                               "password in the URL: redis://user:password@host:port/0") from None
+        raise RedisUnavailable(
+            f"Redis at {shown} refused the credentials ({exc}); put the right user and "
+            "password in the URL: redis://user:password@host:port/0"
+        ) from None
     except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
         kind = "Redis Cluster" if is_cluster else "Redis"
-        raise RedisUnavailable(f"cannot connect to {kind} at {shown} ({exc}). Is the server running and "
-                               "reachable from here? Start one with `redis-server`, pass --redis-url, or try "
-                               "`rewardq demo` without --redis-url for a self-contained run") from None
+        raise RedisUnavailable(
+            f"cannot connect to {kind} at {shown} ({exc}). Is the server running and "
+            "reachable from here? Start one with `redis-server`, pass --redis-url, or try "
+            "`rewardq demo` without --redis-url for a self-contained run"
+        ) from None
     except rx.ResponseError as exc:
         raise RedisUnavailable(f"Redis at {shown} answered PING with an error: {exc}") from None
     finally:
@@ -81,7 +82,7 @@ def delete_namespace(client: Any, namespace: str) -> int:
     keys = _scan(client, _glob_escape(namespace) + ":*")
     deleted = 0
     for i in range(0, len(keys), 500):
-        chunk = keys[i:i + 500]
+        chunk = keys[i : i + 500]
         if getattr(client, "get_nodes", None) is not None:  # cluster: keys live in many slots
             for k in chunk:
                 deleted += int(client.delete(k))
@@ -101,7 +102,7 @@ def delete_trajectory_keys(client: Any, keys: list[str]) -> int:
     deleted = 0
     for i in range(0, len(targets), 500):
         pipe = client.r.pipeline(transaction=False)
-        for key in targets[i:i + 500]:
+        for key in targets[i : i + 500]:
             pipe.delete(key)
         deleted += sum(int(n) for n in pipe.execute())
     return deleted

@@ -26,15 +26,14 @@ from typing import Any
 
 import click
 
-from rewardq.errors import ConfigError
-from rewardq.ops.target import NotFound, fmt_age, fmt_duration, opened, pipeline_options
+from rewardq.errors import ConfigError, NotFound
+from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 
 __all__ = ["dead_letters", "KINDS"]
 
 #: Kinds of dead letters the workers write (see rewardq.queue.deadletters).
 KINDS = ("invalid", "conflict", "scoring", "exhausted", "incomplete")
-_kind_option = click.option("--kind", type=click.Choice(KINDS), default=None,
-                            help="Only dead letters of this kind.")
+_kind_option = click.option("--kind", type=click.Choice(KINDS), default=None, help="Only dead letters of this kind.")
 
 
 def _letters(p: Any, incomplete_timeout: float = 600.0) -> Any:
@@ -52,18 +51,23 @@ def _resolve(dls: Any, refs: tuple[str, ...]) -> list[Any]:
         except KeyError:
             unknown.append(ref)
     if unknown:
-        raise NotFound(f"no dead letter {', '.join(map(repr, unknown))} in namespace {dls.ks.namespace!r}; nothing "
-                       "was changed. List them with `rewardq dead-letters list` (REF is <shard>:<entry id>)")
+        raise NotFound(
+            f"no dead letter {', '.join(map(repr, unknown))} in namespace {dls.ks.namespace!r}; nothing "
+            "was changed. List them with `rewardq dead-letters list` (REF is <shard>:<entry id>)"
+        )
     return found
 
 
-def _select(dls: Any, refs: tuple[str, ...], every: bool, kind: str | None,
-            older_than: float | None = None) -> list[Any]:
+def _select(
+    dls: Any, refs: tuple[str, ...], every: bool, kind: str | None, older_than: float | None = None
+) -> list[Any]:
     if refs and (every or kind or older_than is not None):
         raise ConfigError("give either REFs or --all (with --kind / --older-than), not both")
     if not refs and not every:
-        raise ConfigError("name the dead letters to act on (REF ...), or pass --all (optionally with --kind); "
-                          "`rewardq dead-letters list` shows their REFs")
+        raise ConfigError(
+            "name the dead letters to act on (REF ...), or pass --all (optionally with --kind); "
+            "`rewardq dead-letters list` shows their REFs"
+        )
     if refs:
         return _resolve(dls, refs)
     cutoff = time.time() - older_than if older_than is not None else None
@@ -72,10 +76,17 @@ def _select(dls: Any, refs: tuple[str, ...], every: bool, kind: str | None,
 
 def _row(d: Any) -> dict[str, Any]:
     s = d.summary()
-    return {"ref": d.ref, "kind": d.kind, "time": d.time, "tid": s.get("tid", ""), "key": s.get("key", ""),
-            "deliveries": int(s["deliveries"]) if str(s.get("deliveries", "")).isdigit() else None,
-            "worker": s.get("worker", ""), "reason": s.get("reason", ""),
-            "data_bytes": s["data_bytes"]}
+    return {
+        "ref": d.ref,
+        "kind": d.kind,
+        "time": d.time,
+        "tid": s.get("tid", ""),
+        "key": s.get("key", ""),
+        "deliveries": int(s["deliveries"]) if str(s.get("deliveries", "")).isdigit() else None,
+        "worker": s.get("worker", ""),
+        "reason": s.get("reason", ""),
+        "data_bytes": s["data_bytes"],
+    }
 
 
 @click.group("dead-letters")
@@ -88,8 +99,9 @@ def dead_letters() -> None:
 @_kind_option
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Newest N.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def list_(redis_url: str, namespace: str, cluster: bool, group: str, kind: str | None, limit: int,
-          as_json: bool) -> int:
+def list_(
+    redis_url: str, namespace: str, cluster: bool, group: str, kind: str | None, limit: int, as_json: bool
+) -> int:
     """List dead letters, newest first."""
     from rich import box
     from rich.console import Console
@@ -101,27 +113,44 @@ def list_(redis_url: str, namespace: str, cluster: bool, group: str, kind: str |
         total = dls.count()
         rows = [_row(d) for d in dls.iter(kind=kind, limit=limit)]
     if as_json:
-        click.echo(json.dumps({"namespace": namespace, "total": total, "kind": kind, "shown": len(rows),
-                               "dead_letters": rows}))
+        click.echo(
+            json.dumps({"namespace": namespace, "total": total, "kind": kind, "shown": len(rows), "dead_letters": rows})
+        )
         return 0
     console = Console(highlight=False)
     now = time.time()
-    table = Table(title=f"dead letters in {escape(namespace)}: {len(rows)} shown of {total}"
-                        + (f" (kind {kind})" if kind else ""), title_justify="left", box=box.SIMPLE_HEAD,
-                  collapse_padding=True)
+    table = Table(
+        title=f"dead letters in {escape(namespace)}: {len(rows)} shown of {total}"
+        + (f" (kind {kind})" if kind else ""),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+    )
     for col in ("ref", "age", "kind", "key", "tries", "worker", "reason"):
         wide = col in ("key", "reason")
-        table.add_column(col, overflow="fold" if wide else "ellipsis", no_wrap=not wide,
-                         ratio=(2 if col == "reason" else 1) if wide else None, min_width=12 if wide else None)
+        table.add_column(
+            col,
+            overflow="fold" if wide else "ellipsis",
+            no_wrap=not wide,
+            ratio=(2 if col == "reason" else 1) if wide else None,
+            min_width=12 if wide else None,
+        )
     for r in rows:
         reason = r["reason"].splitlines()[0] if r["reason"] else ""
-        table.add_row(r["ref"], fmt_duration(now - r["time"]) if r["time"] else "-", r["kind"],
-                      escape(r["key"] or r["tid"] or "-"), "-" if r["deliveries"] is None else str(r["deliveries"]),
-                      escape(r["worker"]), escape(reason[:120] + ("…" if len(reason) > 120 else "")))
+        table.add_row(
+            r["ref"],
+            fmt_duration(now - r["time"]) if r["time"] else "-",
+            r["kind"],
+            escape(r["key"] or r["tid"] or "-"),
+            "-" if r["deliveries"] is None else str(r["deliveries"]),
+            escape(r["worker"]),
+            escape(reason[:120] + ("…" if len(reason) > 120 else "")),
+        )
     console.print(table)
     if rows:
-        console.print("[dim]details: rewardq dead-letters show REF; after a fix: rewardq dead-letters retry REF "
-                      "(or --all)[/]")
+        console.print(
+            "[dim]details: rewardq dead-letters show REF; after a fix: rewardq dead-letters retry REF (or --all)[/]"
+        )
     return 0
 
 
@@ -149,8 +178,15 @@ def show(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, as
     t.add_row("when", fmt_age(d.time))
     t.add_row("reason", escape(info.get("reason", "")))
     rec = info.get("record")
-    t.add_row("record", (f"uid {escape(rec['uid'])}, session {escape(rec['session_id'])}, output {rec['index']}"
-                         if rec else "[yellow]none decodable[/]") + f"; raw {info['data_bytes']:,} bytes")
+    t.add_row(
+        "record",
+        (
+            f"uid {escape(rec['uid'])}, session {escape(rec['session_id'])}, output {rec['index']}"
+            if rec
+            else "[yellow]none decodable[/]"
+        )
+        + f"; raw {info['data_bytes']:,} bytes",
+    )
     for name in ("tid", "key", "stream", "entry_id", "deliveries", "worker"):
         if info.get(name):
             t.add_row(name, escape(str(info[name])))
@@ -158,8 +194,9 @@ def show(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, as
     if info.get("traceback"):
         console.print("[bold]traceback:[/]")
         console.print(escape(info["traceback"].rstrip()), markup=True)
-    console.print(f"[dim]retry after a fix: rewardq dead-letters retry {d.ref}; delete: rewardq dead-letters "
-                  f"purge {d.ref}[/]")
+    console.print(
+        f"[dim]retry after a fix: rewardq dead-letters retry {d.ref}; delete: rewardq dead-letters purge {d.ref}[/]"
+    )
     return 0
 
 
@@ -168,11 +205,25 @@ def show(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, as
 @pipeline_options
 @click.option("--all", "every", is_flag=True, help="Retry every dead letter (of --kind).")
 @_kind_option
-@click.option("--incomplete-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="Seconds a reopened incomplete trajectory waits again for its missing outputs.")
+@click.option(
+    "--incomplete-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds a reopened incomplete trajectory waits again for its missing outputs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as one JSON object.")
-def retry(refs: tuple[str, ...], redis_url: str, namespace: str, cluster: bool, group: str, every: bool,
-          kind: str | None, incomplete_timeout: float, as_json: bool) -> int:
+def retry(
+    refs: tuple[str, ...],
+    redis_url: str,
+    namespace: str,
+    cluster: bool,
+    group: str,
+    every: bool,
+    kind: str | None,
+    incomplete_timeout: float,
+    as_json: bool,
+) -> int:
     """Put dead letters back to work: reopen the trajectory and re-queue its record (after a fix)."""
     from rich.console import Console
     from rich.markup import escape
@@ -191,16 +242,20 @@ def retry(refs: tuple[str, ...], redis_url: str, namespace: str, cluster: bool, 
                 action = dls.retry(d)
                 done.append({"ref": d.ref, "kind": d.kind, "tid": d.text("tid"), "action": action})
                 if not as_json:
-                    out.print(f"{d.ref} [bold]{escape(d.kind)}[/] {escape(d.text('tid') or d.text('key') or '?')}: "
-                              f"{escape(action)}")  # above the bar: Progress redirects stdout
+                    out.print(
+                        f"{d.ref} [bold]{escape(d.kind)}[/] {escape(d.text('tid') or d.text('key') or '?')}: "
+                        f"{escape(action)}"
+                    )  # above the bar: Progress redirects stdout
                 progress.advance(task)
     if as_json:
         click.echo(json.dumps({"namespace": namespace, "retried": done, "workers_alive": bool(live)}))
         return 0
     out.print(f"[green]retried {len(done)} dead letter(s)[/]" if done else "no dead letters matched; nothing to do")
     if done and not live:
-        err.print(f"[yellow]no live worker on namespace {escape(namespace)}: the retried trajectories are scored "
-                  f"once one starts (rewardq worker --namespace {escape(namespace)})[/]")
+        err.print(
+            f"[yellow]no live worker on namespace {escape(namespace)}: the retried trajectories are scored "
+            f"once one starts (rewardq worker --namespace {escape(namespace)})[/]"
+        )
     return 0
 
 
@@ -209,27 +264,50 @@ def retry(refs: tuple[str, ...], redis_url: str, namespace: str, cluster: bool, 
 @pipeline_options
 @click.option("--all", "every", is_flag=True, help="Purge every dead letter (of --kind, older than --older-than).")
 @_kind_option
-@click.option("--older-than", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="With --all: only dead letters older than this.")
+@click.option(
+    "--older-than",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="With --all: only dead letters older than this.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (needed without a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was purged as one JSON object.")
-def purge(refs: tuple[str, ...], redis_url: str, namespace: str, cluster: bool, group: str, every: bool,
-          kind: str | None, older_than: float | None, yes: bool, as_json: bool) -> int:
+def purge(
+    refs: tuple[str, ...],
+    redis_url: str,
+    namespace: str,
+    cluster: bool,
+    group: str,
+    every: bool,
+    kind: str | None,
+    older_than: float | None,
+    yes: bool,
+    as_json: bool,
+) -> int:
     """Delete dead letters for good (their records are lost)."""
     with opened(redis_url, namespace, cluster=cluster, group=group) as p:
         dls = _letters(p)
         targets = _select(dls, refs, every, kind, older_than)
         if not targets:
-            click.echo(json.dumps({"namespace": namespace, "purged": 0, "refs": []}) if as_json
-                       else "no dead letters matched; nothing to do")
+            click.echo(
+                json.dumps({"namespace": namespace, "purged": 0, "refs": []})
+                if as_json
+                else "no dead letters matched; nothing to do"
+            )
             return 0
-        what = (f"{len(targets)} dead letter(s)" + (f" of kind {kind}" if kind else "")
-                + (f" older than {fmt_duration(older_than)}" if older_than is not None else "")
-                + f" from namespace {namespace!r}")
+        what = (
+            f"{len(targets)} dead letter(s)"
+            + (f" of kind {kind}" if kind else "")
+            + (f" older than {fmt_duration(older_than)}" if older_than is not None else "")
+            + f" from namespace {namespace!r}"
+        )
         if not yes:
             if not sys.stdin.isatty():
-                raise ConfigError(f"refusing to purge {what} without confirmation: there is no terminal to ask on; "
-                                  "add --yes to delete them (their records are lost for good)")
+                raise ConfigError(
+                    f"refusing to purge {what} without confirmation: there is no terminal to ask on; "
+                    "add --yes to delete them (their records are lost for good)"
+                )
             if not click.confirm(f"Delete {what}? Their records are lost for good", default=False, err=True):
                 click.echo("nothing deleted", err=True)
                 return 1

@@ -77,11 +77,17 @@ class HealthReport:
         return "unhealthy: " + "; ".join(c.detail for c in self.checks if not c.ok)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"healthy": self.healthy, "namespace": self.namespace, "host": self.host, "target": self.target,
-                "checks": [asdict(c) for c in self.checks],
-                "workers": [{"name": n, "age_s": round(a, 1)} for n, a in self.local],
-                "stale": [{"name": n, "age_s": round(a, 1)} for n, a in self.stale], "others": self.others,
-                "message": self.message()}
+        return {
+            "healthy": self.healthy,
+            "namespace": self.namespace,
+            "host": self.host,
+            "target": self.target,
+            "checks": [asdict(c) for c in self.checks],
+            "workers": [{"name": n, "age_s": round(a, 1)} for n, a in self.local],
+            "stale": [{"name": n, "age_s": round(a, 1)} for n, a in self.stale],
+            "others": self.others,
+            "message": self.message(),
+        }
 
 
 def _group_check(client: Any, ks: Any) -> Check:
@@ -96,14 +102,26 @@ def _group_check(client: Any, ks: Any) -> Check:
         if ks.group not in names:
             missing.append(s)
     if missing:
-        return Check("group", False, f"consumer group {ks.group!r} is missing on shard(s) "
-                     f"{','.join(map(str, missing))} of namespace {ks.namespace!r} (a worker creates it at start-up; "
-                     "a Redis restarted without persistence loses it): restart the workers")
+        return Check(
+            "group",
+            False,
+            f"consumer group {ks.group!r} is missing on shard(s) "
+            f"{','.join(map(str, missing))} of namespace {ks.namespace!r} (a worker creates it at start-up; "
+            "a Redis restarted without persistence loses it): restart the workers",
+        )
     return Check("group", True, f"group {ks.group!r} on {ks.shards} shard(s)")
 
 
-def check_health(client: Any, namespace: str, *, max_age: float = 10.0, host: str | None = None,
-                 name: str | None = None, any_host: bool = False, ks: Any = None) -> HealthReport:
+def check_health(
+    client: Any,
+    namespace: str,
+    *,
+    max_age: float = 10.0,
+    host: str | None = None,
+    name: str | None = None,
+    any_host: bool = False,
+    ks: Any = None,
+) -> HealthReport:
     """Run every check against ``namespace`` (Redis is known to answer).
 
     Args:
@@ -124,8 +142,14 @@ def check_health(client: Any, namespace: str, *, max_age: float = 10.0, host: st
         shards = client.hget(Keyspace(namespace).meta, "shards")
         ks = Keyspace(namespace, int(shards)) if shards is not None else None
     if ks is None:
-        report.checks.append(Check("namespace", False, f"namespace {namespace!r} does not exist (no {namespace}:meta): "
-                                   "no worker has ever started on it; check --namespace and --redis-url"))
+        report.checks.append(
+            Check(
+                "namespace",
+                False,
+                f"namespace {namespace!r} does not exist (no {namespace}:meta): "
+                "no worker has ever started on it; check --namespace and --redis-url",
+            )
+        )
         return report
     report.checks.append(_group_check(client, ks))
     now = time.time()
@@ -147,26 +171,48 @@ def check_health(client: Any, namespace: str, *, max_age: float = 10.0, host: st
     report.stale.sort()
     if report.local:
         shown = ", ".join(f"{n} ({a:.1f}s ago)" for n, a in report.local)
-        report.checks.append(Check("heartbeat", True, f"{len(report.local)} live worker(s) in namespace "
-                                   f"{namespace!r}: {shown}"))
+        report.checks.append(
+            Check("heartbeat", True, f"{len(report.local)} live worker(s) in namespace {namespace!r}: {shown}")
+        )
     else:
         stale = ", ".join(f"{n} (last beat {a:.0f}s ago)" for n, a in report.stale)
-        report.checks.append(Check("heartbeat", False, (
-            f"no fresh heartbeat (within {max_age:g}s) from {target} in namespace {namespace!r}"
-            + (f"; stale: {stale}" if stale else "") + f"; {report.others} live worker(s) elsewhere. Is "
-            "`rewardq worker` running here with this --namespace and --redis-url, and not stuck?")))
+        report.checks.append(
+            Check(
+                "heartbeat",
+                False,
+                (
+                    f"no fresh heartbeat (within {max_age:g}s) from {target} in namespace {namespace!r}"
+                    + (f"; stale: {stale}" if stale else "")
+                    + f"; {report.others} live worker(s) elsewhere. Is "
+                    "`rewardq worker` running here with this --namespace and --redis-url, and not stuck?"
+                ),
+            )
+        )
     return report
 
 
 @click.command()
 @pipeline_options
-@click.option("--max-age", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
-              help="Seconds since a worker's last heartbeat for it to count as alive.")
+@click.option(
+    "--max-age",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds since a worker's last heartbeat for it to count as alive.",
+)
 @click.option("--name", default=None, help="Check this worker (its --name) instead of this host's workers.")
 @click.option("--any-host", is_flag=True, help="Any live worker of the namespace counts.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON object.")
-def health(redis_url: str, namespace: str, cluster: bool, group: str, max_age: float, name: str | None,
-           any_host: bool, as_json: bool) -> int:
+def health(
+    redis_url: str,
+    namespace: str,
+    cluster: bool,
+    group: str,
+    max_age: float,
+    name: str | None,
+    any_host: bool,
+    as_json: bool,
+) -> int:
     """Exit 0 if Redis answers, the group exists and a worker here sent a heartbeat recently (health checks).
 
     Exit code 1 when unhealthy, 3 when Redis is unreachable.
@@ -178,8 +224,9 @@ def health(redis_url: str, namespace: str, cluster: bool, group: str, max_age: f
     p = open_pipeline(redis_url, namespace, cluster=cluster, group=group, require=False)
     try:
         exists = p.client.exists(p.ks.meta)
-        report = check_health(p.client, namespace, max_age=max_age, name=name, any_host=any_host,
-                              ks=p.ks if exists else None)
+        report = check_health(
+            p.client, namespace, max_age=max_age, name=name, any_host=any_host, ks=p.ks if exists else None
+        )
     finally:
         p.close()
     report.checks.insert(0, Check("redis", True, f"Redis at {p.url} answers"))

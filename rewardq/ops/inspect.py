@@ -19,7 +19,8 @@ from typing import Any
 
 import click
 
-from rewardq.ops.target import NotFound, fmt_age, fmt_duration, opened, pipeline_options
+from rewardq.errors import NotFound
+from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 
 __all__ = ["inspect", "normalize_ref", "render_inspect"]
 
@@ -48,12 +49,19 @@ def timings(view: dict[str, Any]) -> dict[str, Any]:
     """First/last output seen, scored at, waited for outputs, push-to-result latency (seconds)."""
     meta = view["meta"]
     first, last, done = _f(meta.get("first_seen")), _f(meta.get("last_seen")), _f(meta.get("done_at"))
-    lat = [o["result"]["latency_ms"] for o in view["outputs"] if o.get("result") and
-           o["result"].get("latency_ms") is not None]
-    return {"first_seen": first, "last_seen": last, "done_at": done,
-            "collecting_s": None if first is None or last is None else round(last - first, 3),
-            "since_first_s": None if first is None else round((done or time.time()) - first, 3),
-            "latency_ms": max(lat) if lat else None}
+    lat = [
+        o["result"]["latency_ms"]
+        for o in view["outputs"]
+        if o.get("result") and o["result"].get("latency_ms") is not None
+    ]
+    return {
+        "first_seen": first,
+        "last_seen": last,
+        "done_at": done,
+        "collecting_s": None if first is None or last is None else round(last - first, 3),
+        "since_first_s": None if first is None else round((done or time.time()) - first, 3),
+        "latency_ms": max(lat) if lat else None,
+    }
 
 
 def inspect_view(r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = 200) -> dict[str, Any]:
@@ -61,9 +69,11 @@ def inspect_view(r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int 
     from rewardq.queue.status import inspect_trajectory
 
     where = f"namespace {ks.namespace!r}"
-    hint = ("check --namespace (REWARDQ_NAMESPACE) and --redis-url, that REF is <uid>_<session_id> or "
-            "<uid>_<session_id>_<i>, and that it is younger than the workers' result_ttl (7 days by default); "
-            "`rewardq status` lists trajectories still collecting outputs")
+    hint = (
+        "check --namespace (REWARDQ_NAMESPACE) and --redis-url, that REF is <uid>_<session_id> or "
+        "<uid>_<session_id>_<i>, and that it is younger than the workers' result_ttl (7 days by default); "
+        "`rewardq status` lists trajectories still collecting outputs"
+    )
     try:
         view = inspect_trajectory(r, ks, ref, tokenizer=tokenizer, preview_chars=preview)
     except KeyError:
@@ -92,26 +102,37 @@ def _state_style(state: str) -> str:
     return {"done": "green", "collecting": "yellow", "failed": "red"}.get(state, "white")
 
 
-def render_inspect(view: dict[str, Any]) -> Any:
+def render_inspect(view: dict[str, Any]) -> Any:  # noqa: C901 - one branch per section of the rendered page
     """The inspect dict as one rich renderable."""
-    from rich.console import Group
     from rich import box
+    from rich.console import Group
     from rich.markup import escape
     from rich.table import Table
 
     parts: list[Any] = []
     meta, t = view["meta"], view["timings"]
-    head = Table(show_header=False, box=None, padding=(0, 2), title=f"rewardq inspect {escape(view['ref'])}",
-                 title_justify="left")
+    head = Table(
+        show_header=False,
+        box=None,
+        padding=(0, 2),
+        title=f"rewardq inspect {escape(view['ref'])}",
+        title_justify="left",
+    )
     head.add_column(style="bold")
     head.add_column()
     state = view["state"]
     head.add_row("trajectory", f"{escape(view['tid'])} (shard {view['shard']}, namespace {escape(view['namespace'])})")
-    head.add_row("state", f"[{_state_style(state)}]{escape(state)}[/]"
-                 + (f" — status {escape(meta['status'])}" if meta.get("status") else ""))
+    head.add_row(
+        "state",
+        f"[{_state_style(state)}]{escape(state)}[/]"
+        + (f" — status {escape(meta['status'])}" if meta.get("status") else ""),
+    )
     if state == "collecting" or view["have"]:
-        head.add_row("outputs", f"have {','.join(map(str, view['have'])) or 'none'}; final index "
-                     + ("not pushed yet" if view["final"] is None else str(view["final"])))
+        head.add_row(
+            "outputs",
+            f"have {','.join(map(str, view['have'])) or 'none'}; final index "
+            + ("not pushed yet" if view["final"] is None else str(view["final"])),
+        )
     else:
         head.add_row("outputs", f"{len(view['outputs'])}, final index {view['final']} (records dropped once scored)")
     if view["missing"]:
@@ -125,29 +146,42 @@ def render_inspect(view: dict[str, Any]) -> Any:
     head.add_row("first output", fmt_age(t["first_seen"]))
     head.add_row("last output", fmt_age(t["last_seen"]))
     if t["done_at"]:
-        head.add_row("finished", f"{fmt_age(t['done_at'])}; {fmt_duration(t['since_first_s'])} after the first "
-                     "output" + ("" if t["latency_ms"] is None else f", push to result {t['latency_ms']:,.1f} ms"))
+        head.add_row(
+            "finished",
+            f"{fmt_age(t['done_at'])}; {fmt_duration(t['since_first_s'])} after the first "
+            "output" + ("" if t["latency_ms"] is None else f", push to result {t['latency_ms']:,.1f} ms"),
+        )
     elif state == "collecting":
         head.add_row("waiting", f"{fmt_duration(t['since_first_s'])} since the first output")
     parts.append(head)
 
-    table = Table(title="outputs (tokens: prompt, response, model-generated)", title_justify="left",
-                  box=box.SIMPLE_HEAD, collapse_padding=True)
+    table = Table(
+        title="outputs (tokens: prompt, response, model-generated)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+    )
     for col in ("i", "key", "prompt", "response", "model", "turns", "status", "reward", "worker", "latency"):
-        table.add_column(col, justify="right" if col in ("i", "prompt", "response", "model", "turns",
-                                                         "reward", "latency") else "left",
-                         overflow="fold" if col == "key" else "ellipsis")
+        table.add_column(
+            col,
+            justify="right" if col in ("i", "prompt", "response", "model", "turns", "reward", "latency") else "left",
+            overflow="fold" if col == "key" else "ellipsis",
+        )
     for o in view["outputs"]:
         rec, res = o.get("record") or {}, o.get("result") or {}
         status = res.get("status", "")
-        table.add_row(str(o["index"]), escape(o["key"]), str(rec.get("prompt_tokens", "-")),
-                      str(rec.get("response_tokens", "-")), str(rec.get("model_tokens", "-")),
-                      str(rec.get("num_turns", "-") if rec.get("num_turns") is not None else "-"),
-                      ("[green]ok[/]" if status == "ok" else f"[red]{escape(status)}[/]" if status
-                       else "[yellow]no result[/]"),
-                      "-" if res.get("reward_score") is None else f"{res['reward_score']:g}",
-                      escape(res.get("worker", "") or "-"),
-                      "-" if res.get("latency_ms") is None else f"{res['latency_ms']:,.1f} ms")
+        table.add_row(
+            str(o["index"]),
+            escape(o["key"]),
+            str(rec.get("prompt_tokens", "-")),
+            str(rec.get("response_tokens", "-")),
+            str(rec.get("model_tokens", "-")),
+            str(rec.get("num_turns", "-") if rec.get("num_turns") is not None else "-"),
+            ("[green]ok[/]" if status == "ok" else f"[red]{escape(status)}[/]" if status else "[yellow]no result[/]"),
+            "-" if res.get("reward_score") is None else f"{res['reward_score']:g}",
+            escape(res.get("worker", "") or "-"),
+            "-" if res.get("latency_ms") is None else f"{res['latency_ms']:,.1f} ms",
+        )
     parts.append(table)
     for o in view["outputs"]:
         res, rec = o.get("result") or {}, o.get("record") or {}
@@ -176,11 +210,24 @@ def render_inspect(view: dict[str, Any]) -> Any:
 @click.argument("ref")
 @pipeline_options
 @click.option("--tokenizer", default=None, help="Decode a response preview: tokenizer.json, a folder, or builtin:demo.")
-@click.option("--preview", type=click.IntRange(min=1), default=200, show_default=True,
-              help="Characters of decoded response to show (with --tokenizer).")
+@click.option(
+    "--preview",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Characters of decoded response to show (with --tokenizer).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def inspect(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, tokenizer: str | None,
-            preview: int, as_json: bool) -> int:
+def inspect(
+    ref: str,
+    redis_url: str,
+    namespace: str,
+    cluster: bool,
+    group: str,
+    tokenizer: str | None,
+    preview: int,
+    as_json: bool,
+) -> int:
     """Show one output key (<uid>_<session_id>_<i>) or trajectory (<uid>_<session_id>): records, state, rewards.
 
     Exit code 0; 1 when nothing is known about REF; 2 for a bad --tokenizer; 3 when Redis is unreachable.

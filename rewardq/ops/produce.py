@@ -1,6 +1,6 @@
 """``rewardq produce FILE.jsonl``: replay recorded trajectories into a pipeline.
 
-Each line of the file is one trajectory (see :mod:`rewardq.demo.data` for the format). Every
+Each line of the file is one trajectory (see :mod:`rewardq.producers.jsonl` for the format). Every
 line is validated exactly as the producer will encode it; a bad line is reported with its
 line number and the offending field (``line 7: outputs[1].response_mask: has 12 entries but
 response_ids has 13``) and skipped, and the others are still pushed. With ``--wait`` the
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewardq.demo.data import JsonlLineError, read_jsonl
-from rewardq.errors import ConfigError, RewardqError
+from rewardq.errors import ConfigError, JsonlLineError, RewardqError
 from rewardq.ops.summary import Pushed, render, summarize
+from rewardq.producers.jsonl import read_jsonl
 
 __all__ = ["ProduceReport", "produce_file"]
 
@@ -44,9 +44,18 @@ def _count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def produce_file(path: str, *, redis_url: str, namespace: str, wait: bool = False, timeout: float = 600.0,
-                 cluster: bool = False, as_json: bool = False, console: Any = None,
-                 err_console: Any = None) -> ProduceReport:
+def produce_file(
+    path: str,
+    *,
+    redis_url: str,
+    namespace: str,
+    wait: bool = False,
+    timeout: float = 600.0,
+    cluster: bool = False,
+    as_json: bool = False,
+    console: Any = None,
+    err_console: Any = None,
+) -> ProduceReport:
     """Push every valid line of ``path``; optionally wait for the rewards and summarise.
 
     Args:
@@ -83,22 +92,29 @@ def produce_file(path: str, *, redis_url: str, namespace: str, wait: bool = Fals
                 if isinstance(item, dict):
                     try:
                         keys = client.put_trajectory(item["uid"], item["session_id"], item["outputs"], item["sample"])
-                        report.pushed.append(Pushed(keys, str(item["sample"].get("data_source", "?")),
-                                                    item.get("expected")))
+                        report.pushed.append(
+                            Pushed(keys, str(item["sample"].get("data_source", "?")), item.get("expected"))
+                        )
                     except RewardqError as exc:
                         item = JsonlLineError(number, getattr(exc, "field", "<push>"), str(exc))
                 if isinstance(item, JsonlLineError):
                     report.bad.append(item)
-                    progress.console.print(f"[red]line {item.line}[/]: {escape(item.field)}: {escape(item.reason)}",
-                                           soft_wrap=True)
+                    progress.console.print(
+                        f"[red]line {item.line}[/]: {escape(item.field)}: {escape(item.reason)}", soft_wrap=True
+                    )
                 progress.advance(task)
         if wait and report.pushed:
             with Progress(*columns, console=err) as progress:
                 task = progress.add_task("waiting for rewards", total=len(report.pushed))
-                results, finished = wait_for_results(client, report.pushed, marks, timeout,
-                                                     lambda done: progress.update(task, completed=done))
-            report.summary = summarize(report.pushed, results, elapsed_s=finished - t0,
-                                       extra={"namespace": namespace, "file": str(p), "bad_lines": len(report.bad)})
+                results, finished = wait_for_results(
+                    client, report.pushed, marks, timeout, lambda done: progress.update(task, completed=done)
+                )
+            report.summary = summarize(
+                report.pushed,
+                results,
+                elapsed_s=finished - t0,
+                extra={"namespace": namespace, "file": str(p), "bad_lines": len(report.bad)},
+            )
     if report.summary is not None:
         if as_json:
             print(json.dumps(report.summary), flush=True)
@@ -107,8 +123,10 @@ def produce_file(path: str, *, redis_url: str, namespace: str, wait: bool = Fals
     n_ok = len(report.pushed)
     msg = escape(f"pushed {n_ok} trajectories ({sum(len(x.keys) for x in report.pushed)} outputs) from {p}")
     if report.bad:
-        err.print(f"[red]{msg}; {len(report.bad)} bad line(s): "
-                  f"{', '.join(str(b.line) for b in report.bad[:20])}{' ...' if len(report.bad) > 20 else ''}[/]")
+        err.print(
+            f"[red]{msg}; {len(report.bad)} bad line(s): "
+            f"{', '.join(str(b.line) for b in report.bad[:20])}{' ...' if len(report.bad) > 20 else ''}[/]"
+        )
     else:
         err.print(f"[green]{msg}[/]")
     return report

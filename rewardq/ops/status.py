@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from rewardq import defaults
 from rewardq.ops.target import fmt_duration, opened, pipeline_options
 
 __all__ = ["status", "collect", "diagnose", "render_status"]
@@ -44,10 +45,15 @@ def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
             info = r.xinfo_consumers(ks.stream(s), ks.group)
         except ResponseError:
             info = []
-        out[s] = [{"name": _s(c.get("name", "")), "pending": int(c.get("pending", 0)),
-                   "idle_ms": int(c.get("idle", 0)),
-                   "inactive_ms": None if c.get("inactive") in (None, -1) else int(c["inactive"])}
-                  for c in info]
+        out[s] = [
+            {
+                "name": _s(c.get("name", "")),
+                "pending": int(c.get("pending", 0)),
+                "idle_ms": int(c.get("idle", 0)),
+                "inactive_ms": None if c.get("inactive") in (None, -1) else int(c["inactive"]),
+            }
+            for c in info
+        ]
     return out
 
 
@@ -64,11 +70,18 @@ def collect(r: Any, ks: Any, *, limit: int = 20, url: str = "") -> dict[str, Any
         # still in the stream that no consumer holds.
         sh["backlog"] = sh["lag"] if sh["lag"] is not None else max(0, sh["length"] - sh["pending"])
         sh["backlog_exact"] = sh["lag"] is not None
-        sh["owners"] = [{"name": c["name"], "pending": c["pending"], "alive": c["name"] in live}
-                        for c in cons.get(sh["shard"], []) if c["pending"]]
+        sh["owners"] = [
+            {"name": c["name"], "pending": c["pending"], "alive": c["name"] in live}
+            for c in cons.get(sh["shard"], [])
+            if c["pending"]
+        ]
     for w in st["workers"]:
-        inactive = [c["inactive_ms"] for cs in cons.values() for c in cs
-                    if c["name"] == w["name"] and c["inactive_ms"] is not None]
+        inactive = [
+            c["inactive_ms"]
+            for cs in cons.values()
+            for c in cs
+            if c["name"] == w["name"] and c["inactive_ms"] is not None
+        ]
         w["inactive_s"] = round(min(inactive) / 1000, 1) if inactive else None
         w["pending"] = sum(c["pending"] for cs in cons.values() for c in cs if c["name"] == w["name"])
     st["redis_url"] = url
@@ -79,7 +92,7 @@ def collect(r: Any, ks: Any, *, limit: int = 20, url: str = "") -> dict[str, Any
 
 def _ns(namespace: str) -> str:
     """`` --namespace NS`` for a command hint, or nothing for the default namespace."""
-    return "" if namespace == "rewardq" else f" --namespace {namespace}"
+    return "" if namespace == defaults.NAMESPACE else f" --namespace {namespace}"
 
 
 def _n(count: int, one: str, many: str | None = None) -> str:
@@ -104,38 +117,59 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
     pending = sum(sh["pending"] for sh in st["shards"])
     collecting = _n(st["waiting_total"], "trajectory", "trajectories")
     if no_group:
-        say("error", f"shard(s) {','.join(no_group)} have no consumer group {st['group']!r}: no worker has started "
-                     f"on namespace {ns!r} (or the group was deleted); start one: rewardq worker{_ns(ns)}")
+        say(
+            "error",
+            f"shard(s) {','.join(no_group)} have no consumer group {st['group']!r}: no worker has started "
+            f"on namespace {ns!r} (or the group was deleted); start one: rewardq worker{_ns(ns)}",
+        )
     if not st["workers"] and (backlog or pending or st["waiting_total"]):
-        say("error", f"nothing is being scored: no live worker on namespace {ns!r} while "
-                     f"{_n(backlog, 'entry', 'entries')} wait in the streams, {pending} pending, {collecting} "
-                     f"collecting; start one: rewardq worker{_ns(ns)} (if one runs, check its --redis-url and "
-                     "--namespace)")
+        say(
+            "error",
+            f"nothing is being scored: no live worker on namespace {ns!r} while "
+            f"{_n(backlog, 'entry', 'entries')} wait in the streams, {pending} pending, {collecting} "
+            f"collecting; start one: rewardq worker{_ns(ns)} (if one runs, check its --redis-url and "
+            "--namespace)",
+        )
     elif not st["workers"]:
         say("warning", f"no live worker on namespace {ns!r} (nothing is waiting)")
     orphans = {o["name"]: o["pending"] for sh in st["shards"] for o in sh.get("owners", []) if not o["alive"]}
     if orphans:
         shown = ", ".join(f"{n} ({p})" for n, p in sorted(orphans.items()))
-        say("warning", f"{_n(sum(orphans.values()), 'entry', 'entries')} held by consumers that are not alive: "
-                       f"{shown}; a live worker reclaims them after claim_idle seconds")
+        say(
+            "warning",
+            f"{_n(sum(orphans.values()), 'entry', 'entries')} held by consumers that are not alive: "
+            f"{shown}; a live worker reclaims them after claim_idle seconds",
+        )
     waiting = [w for w in st["waiting"] if w["missing"] or w["final"] is None]
     if waiting:
         w = waiting[0]
-        what = (f"outputs {','.join(map(str, w['missing']))}" if w["missing"]
-                else "its final output (no put_output with final=True)")
-        say("warning", f"{collecting} waiting for outputs; the oldest, {w['tid']}, has waited "
-                       f"{fmt_duration(w['waited_s'])} for {what} and is given up in "
-                       f"{fmt_duration(w['expires_in_s'])} (then every key gets an error result and an 'incomplete' "
-                       "dead letter). Check that the rollout side pushes every index from 0 to the final one: "
-                       f"rewardq inspect {w['tid']}{_ns(ns)}")
+        what = (
+            f"outputs {','.join(map(str, w['missing']))}"
+            if w["missing"]
+            else "its final output (no put_output with final=True)"
+        )
+        say(
+            "warning",
+            f"{collecting} waiting for outputs; the oldest, {w['tid']}, has waited "
+            f"{fmt_duration(w['waited_s'])} for {what} and is given up in "
+            f"{fmt_duration(w['expires_in_s'])} (then every key gets an error result and an 'incomplete' "
+            "dead letter). Check that the rollout side pushes every index from 0 to the final one: "
+            f"rewardq inspect {w['tid']}{_ns(ns)}",
+        )
     if st["dead_letters"]:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(st["dead_letters_by_kind"].items()))
-        say("warning", f"{_n(st['dead_letters'], 'dead letter')} ({kinds or 'kinds not counted'}): rewardq "
-                       f"dead-letters list{_ns(ns)}; after a fix: rewardq dead-letters retry --all{_ns(ns)}")
+        say(
+            "warning",
+            f"{_n(st['dead_letters'], 'dead letter')} ({kinds or 'kinds not counted'}): rewardq "
+            f"dead-letters list{_ns(ns)}; after a fix: rewardq dead-letters retry --all{_ns(ns)}",
+        )
     rec = st["recent"]
     if rec["errors"]:
-        say("warning", f"{rec['errors']} of {rec['trajectories']} trajectories finished in the last "
-                       f"{rec['window_s']:g}s ended with an error result")
+        say(
+            "warning",
+            f"{rec['errors']} of {rec['trajectories']} trajectories finished in the last "
+            f"{rec['window_s']:g}s ended with an error result",
+        )
     if not out:
         say("ok", "all clear: nothing is stuck")
     return out
@@ -153,51 +187,93 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
     from rich.text import Text
 
     parts: list[Any] = []
-    head = Text.assemble((f"{time.strftime('%H:%M:%S', time.localtime(st['time']))}  {st['namespace']}", "bold"),
-                         f" on {st['redis_url']} (group {st['group']}, {st['shard_count']} shard(s))")
+    head = Text.assemble(
+        (f"{time.strftime('%H:%M:%S', time.localtime(st['time']))}  {st['namespace']}", "bold"),
+        f" on {st['redis_url']} (group {st['group']}, {st['shard_count']} shard(s))",
+    )
     parts.append(head)
 
     shards = Table(title="streams", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
     for col in ("shard", "length", "lag", "pending", "held by", "group"):
         shards.add_column(col, justify="right" if col in ("shard", "length", "lag", "pending") else "left")
     for sh in st["shards"]:
-        owners = ", ".join(f"{o['name']}: {o['pending']}" + ("" if o["alive"] else " (not alive)")
-                           for o in sh.get("owners", []))
+        owners = ", ".join(
+            f"{o['name']}: {o['pending']}" + ("" if o["alive"] else " (not alive)") for o in sh.get("owners", [])
+        )
         lag = str(sh["backlog"]) if sh["backlog_exact"] else f"≈{sh['backlog']}"
-        shards.add_row(str(sh["shard"]), str(sh["length"]), lag, str(sh["pending"]), escape(owners or "-"),
-                       "[green]yes[/]" if sh["group"] else "[red]missing[/]")
+        shards.add_row(
+            str(sh["shard"]),
+            str(sh["length"]),
+            lag,
+            str(sh["pending"]),
+            escape(owners or "-"),
+            "[green]yes[/]" if sh["group"] else "[red]missing[/]",
+        )
     parts.append(shards)
 
     # "idle" (time since the worker last got an entry) needs XINFO CONSUMERS "inactive": Redis >= 7.2
     idle = any(w.get("inactive_s") is not None for w in st["workers"])
-    workers = Table(title=f"live workers ({len(st['workers'])})", title_justify="left", box=box.SIMPLE_HEAD,
-                    collapse_padding=True)
-    cols = ["name", "host", "pid", "in flight", "last beat", *(["idle"] if idle else []), "scored/s", "scored",
-            "errors", "dead", "manager", "up"]  # entries each worker holds: the streams table's "held by"
+    workers = Table(
+        title=f"live workers ({len(st['workers'])})", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True
+    )
+    cols = [
+        "name",
+        "host",
+        "pid",
+        "in flight",
+        "last beat",
+        *(["idle"] if idle else []),
+        "scored/s",
+        "scored",
+        "errors",
+        "dead",
+        "manager",
+        "up",
+    ]  # entries each worker holds: the streams table's "held by"
     for col in cols:
         workers.add_column(col, justify="left" if col in ("name", "host", "manager") else "right", no_wrap=True)
     for w in st["workers"]:
         beat = fmt_duration(w["idle_s"])
-        workers.add_row(escape(w["name"]), escape(w["host"]), str(w["pid"]), str(w["in_flight"]),
-                        beat if w["idle_s"] < 10 else f"[yellow]{beat}[/]",
-                        *([fmt_duration(w.get("inactive_s"))] if idle else []), f"{w['rate_per_s']:g}",
-                        str(w["scored"]), f"[red]{w['errors']}[/]" if w["errors"] else "0", str(w["dead_letters"]),
-                        escape(w["manager"]), fmt_duration(w["uptime_s"]))
+        workers.add_row(
+            escape(w["name"]),
+            escape(w["host"]),
+            str(w["pid"]),
+            str(w["in_flight"]),
+            beat if w["idle_s"] < 10 else f"[yellow]{beat}[/]",
+            *([fmt_duration(w.get("inactive_s"))] if idle else []),
+            f"{w['rate_per_s']:g}",
+            str(w["scored"]),
+            f"[red]{w['errors']}[/]" if w["errors"] else "0",
+            str(w["dead_letters"]),
+            escape(w["manager"]),
+            fmt_duration(w["uptime_s"]),
+        )
     if not st["workers"]:
         workers.add_row("[red]none[/]", *[""] * (len(cols) - 1))
     parts.append(workers)
 
     shown = len(st["waiting"])
-    waiting = Table(title=f"waiting for outputs ({st['waiting_total']}, oldest first"
-                          + (f", {shown} shown" if shown < st["waiting_total"] else "") + ")",
-                    title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
+    waiting = Table(
+        title=f"waiting for outputs ({st['waiting_total']}, oldest first"
+        + (f", {shown} shown" if shown < st["waiting_total"] else "")
+        + ")",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+    )
     for col in ("trajectory", "shard", "have", "final", "missing", "waiting for", "waited", "given up in"):
         waiting.add_column(col, justify="right" if col in ("shard", "final", "waited", "given up in") else "left")
     for w in st["waiting"]:
-        waiting.add_row(escape(w["tid"]), str(w["shard"]), ",".join(map(str, w["have"])) or "-",
-                        "?" if w["final"] is None else str(w["final"]),
-                        f"[red]{','.join(map(str, w['missing']))}[/]" if w["missing"] else "-",
-                        escape(w["waiting_for"]), fmt_duration(w["waited_s"]), fmt_duration(w["expires_in_s"]))
+        waiting.add_row(
+            escape(w["tid"]),
+            str(w["shard"]),
+            ",".join(map(str, w["have"])) or "-",
+            "?" if w["final"] is None else str(w["final"]),
+            f"[red]{','.join(map(str, w['missing']))}[/]" if w["missing"] else "-",
+            escape(w["waiting_for"]),
+            fmt_duration(w["waited_s"]),
+            fmt_duration(w["expires_in_s"]),
+        )
     if not st["waiting"]:
         waiting.add_row("[green]none[/]", *[""] * 7)
     parts.append(waiting)
@@ -208,10 +284,13 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
     facts = Table(show_header=False, box=None, padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
-    facts.add_row("dead letters", (f"[red]{st['dead_letters']}[/] ({escape(kinds)})" if st["dead_letters"]
-                                   else "[green]0[/]"))
-    facts.add_row(f"last {rec['window_s']:g}s", f"{rec['trajectories']} trajectories finished "
-                  f"({rec['trajectories_per_s']:g}/s), {rec['errors']} with errors")
+    facts.add_row(
+        "dead letters", (f"[red]{st['dead_letters']}[/] ({escape(kinds)})" if st["dead_letters"] else "[green]0[/]")
+    )
+    facts.add_row(
+        f"last {rec['window_s']:g}s",
+        f"{rec['trajectories']} trajectories finished ({rec['trajectories_per_s']:g}/s), {rec['errors']} with errors",
+    )
     facts.add_row("latency", f"p50 {lat(rec['latency_ms_p50'])}, p99 {lat(rec['latency_ms_p99'])} (push to result)")
     parts.append(facts)
     for d in st["diagnosis"]:
@@ -224,14 +303,29 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
 @click.command()
 @pipeline_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (one per refresh with --watch).")
-@click.option("--watch", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0, default=None,
-              metavar="[SECONDS]", help="Refresh every SECONDS (default 2) until Ctrl-C.")
-@click.option("--count", type=click.IntRange(min=1), default=None,
-              help="With --watch: stop after this many refreshes.")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Waiting trajectories to list.")
-def status(redis_url: str, namespace: str, cluster: bool, group: str, as_json: bool, watch: float | None,
-           count: int | None, limit: int) -> int:
+@click.option(
+    "--watch",
+    type=click.FloatRange(min=0.1),
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Refresh every SECONDS (default 2) until Ctrl-C.",
+)
+@click.option("--count", type=click.IntRange(min=1), default=None, help="With --watch: stop after this many refreshes.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Waiting trajectories to list."
+)
+def status(
+    redis_url: str,
+    namespace: str,
+    cluster: bool,
+    group: str,
+    as_json: bool,
+    watch: float | None,
+    count: int | None,
+    limit: int,
+) -> int:
     """Show streams, workers, trajectories waiting for outputs, dead letters and recent throughput.
 
     Exit code 0 (also when something is stuck: read the diagnosis lines); 1 when the namespace
@@ -241,6 +335,7 @@ def status(redis_url: str, namespace: str, cluster: bool, group: str, as_json: b
 
     console = Console(highlight=False)
     with opened(redis_url, namespace, cluster=cluster, group=group) as p:
+
         def snapshot() -> dict[str, Any]:
             return collect(p.client, p.ks, limit=limit, url=p.url)
 

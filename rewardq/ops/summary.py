@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = ["Pushed", "summarize", "render", "percentile"]
 
@@ -45,8 +46,9 @@ def _accurate(result: Any) -> bool:
     return bool(acc) and acc not in ("False", "false", "0")
 
 
-def summarize(pushed: Iterable[Pushed], results: Mapping[str, Any], *, elapsed_s: float,
-              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summarize(
+    pushed: Iterable[Pushed], results: Mapping[str, Any], *, elapsed_s: float, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Summarise a run.
 
     Args:
@@ -103,8 +105,11 @@ def summarize(pushed: Iterable[Pushed], results: Mapping[str, Any], *, elapsed_s
         "missing_keys": missing_keys[:20],
         "error_samples": errors[:5],
         "by_data_source": {
-            ds: {"count": len(v), "mean_reward": round(sum(s for s, _ in v) / len(v), 4),
-                 "accuracy": round(sum(1 for _, a in v if a) / len(v), 4)}
+            ds: {
+                "count": len(v),
+                "mean_reward": round(sum(s for s, _ in v) / len(v), 4),
+                "accuracy": round(sum(1 for _, a in v if a) / len(v), 4),
+            }
             for ds, v in sorted(groups.items())
         },
         "elapsed_s": round(elapsed_s, 3),
@@ -146,8 +151,11 @@ def render(summary: Mapping[str, Any], console: Any, *, title: str = "rewardq: s
     t.add_row("scored", f"{summary['scored']:,}")
     style = "red" if summary["errors"] or summary["missing"] else "green"
     t.add_row("errors", f"[{style}]{summary['errors']} error results, {summary['missing']} without a result[/]")
-    t.add_row("throughput", f"{summary['trajectories_per_s']:,.1f} trajectories/s, "
-                            f"{summary['outputs_per_s']:,.1f} outputs/s over {summary['elapsed_s']:.2f} s")
+    t.add_row(
+        "throughput",
+        f"{summary['trajectories_per_s']:,.1f} trajectories/s, "
+        f"{summary['outputs_per_s']:,.1f} outputs/s over {summary['elapsed_s']:.2f} s",
+    )
     lat = summary["latency_ms"]
     t.add_row("latency", f"p50 {_fmt_ms(lat['p50'])}, p99 {_fmt_ms(lat['p99'])} (push to result)")
     if summary.get("by_worker"):
@@ -162,5 +170,8 @@ def render(summary: Mapping[str, Any], console: Any, *, title: str = "rewardq: s
     for line in summary.get("error_samples", []):
         console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
     if summary.get("missing_keys"):
-        console.print(f"[red]no result for:[/] {escape(', '.join(summary['missing_keys']))}"
-                      + (" ..." if summary["missing"] > len(summary["missing_keys"]) else ""), soft_wrap=True)
+        console.print(
+            f"[red]no result for:[/] {escape(', '.join(summary['missing_keys']))}"
+            + (" ..." if summary["missing"] > len(summary["missing_keys"]) else ""),
+            soft_wrap=True,
+        )

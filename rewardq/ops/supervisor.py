@@ -21,8 +21,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 logger = logging.getLogger("rewardq.supervisor")
 
@@ -31,8 +31,9 @@ __all__ = ["Supervisor", "child_argvs"]
 BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 1.0, 30.0, 30.0
 
 
-def child_argvs(base: Sequence[str], n: int, *, name: str | None, metrics_port: int | None,
-                prefix: Sequence[str] = ()) -> list[list[str]]:
+def child_argvs(
+    base: Sequence[str], n: int, *, name: str | None, metrics_port: int | None, prefix: Sequence[str] = ()
+) -> list[list[str]]:
     """The command line of each of ``n`` children.
 
     Args:
@@ -90,8 +91,11 @@ class Supervisor:
                 signal.signal(sig, lambda signum, frame: self.request_stop(signal.Signals(signum).name))
         for i, slot in enumerate(self.slots):
             self._spawn(i, slot)
-        logger.info("supervising %d worker processes: %s", len(self.slots),
-                    ", ".join(str(s.proc.pid) for s in self.slots if s.proc))
+        logger.info(
+            "supervising %d worker processes: %s",
+            len(self.slots),
+            ", ".join(str(s.proc.pid) for s in self.slots if s.proc),
+        )
         while True:
             now = time.monotonic()
             for i, slot in enumerate(self.slots):
@@ -99,8 +103,7 @@ class Supervisor:
             if self.stopping and self._stop_sent_at is not None and now - self._stop_sent_at > self.grace:
                 for slot in self.slots:
                     if slot.proc is not None and slot.proc.poll() is None:
-                        logger.warning("worker pid %d did not stop within %.0fs; killing it", slot.proc.pid,
-                                       self.grace)
+                        logger.warning("worker pid %d did not stop within %.0fs; killing it", slot.proc.pid, self.grace)
                         slot.proc.kill()
             if all(s.proc is None and s.restart_at is None for s in self.slots):
                 break
@@ -148,14 +151,24 @@ class Supervisor:
             logger.info("worker process %d (pid %d) exited with code %d", i, pid, rc)
             return
         if rc == 2:
-            logger.error("worker process %d (pid %d) exited with code 2 (configuration error); not restarting, "
-                         "stopping the others", i, pid)
+            logger.error(
+                "worker process %d (pid %d) exited with code 2 (configuration error); not restarting, "
+                "stopping the others",
+                i,
+                pid,
+            )
             self.fatal_rc = 2
             self.request_stop("a worker had a configuration error")
             return
         if ran >= STABLE_AFTER:
             slot.backoff = BACKOFF_START
         slot.restart_at = now + slot.backoff
-        logger.warning("worker process %d (pid %d) died with code %d after %.1fs; restarting in %.0fs", i, pid, rc,
-                       ran, slot.backoff)
+        logger.warning(
+            "worker process %d (pid %d) died with code %d after %.1fs; restarting in %.0fs",
+            i,
+            pid,
+            rc,
+            ran,
+            slot.backoff,
+        )
         slot.backoff = min(slot.backoff * 2, BACKOFF_MAX)

@@ -14,42 +14,57 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from rewardq.errors import RewardqError
+from rewardq import defaults
+from rewardq.errors import NotFound
 
 if TYPE_CHECKING:
     from rewardq.queue.keys import Keyspace
 
-__all__ = ["NotFound", "Pipeline", "pipeline_options", "open_pipeline", "known_namespaces", "fmt_duration",
-           "fmt_age", "opened"]
+__all__ = [
+    "Pipeline",
+    "pipeline_options",
+    "open_pipeline",
+    "known_namespaces",
+    "fmt_duration",
+    "fmt_age",
+    "opened",
+]
 
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
-# Literal copies of rewardq.queue.keys.DEFAULT_NAMESPACE / DEFAULT_GROUP (a test checks they agree):
-# importing the keyspace module pulls in redis-py, and `rewardq --help` should stay instant.
-DEFAULT_NAMESPACE = "rewardq"
-DEFAULT_GROUP = "rewardq-workers"
-
-
-class NotFound(RewardqError):
-    """What a command was asked about does not exist (a namespace, a key, a dead letter). Exit code 1."""
-
-    exit_code = 1
+DEFAULT_URL, DEFAULT_NAMESPACE, DEFAULT_GROUP = defaults.REDIS_URL, defaults.NAMESPACE, defaults.GROUP
 
 
 def pipeline_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The ``--redis-url``, ``--namespace``, ``--cluster`` and ``--group`` options of the operator commands."""
-    f = click.option("--group", default=DEFAULT_GROUP, show_default=True, envvar="REWARDQ_GROUP",
-                     help="Consumer group the workers use.")(f)
-    f = click.option("--cluster", is_flag=True, envvar="REWARDQ_CLUSTER",
-                     help="Treat --redis-url as a Redis Cluster.")(f)
-    f = click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, envvar="REWARDQ_NAMESPACE",
-                     help="The pipeline's namespace (first component of every key).")(f)
-    f = click.option("--redis-url", default=DEFAULT_URL, show_default=True, envvar="REWARDQ_REDIS_URL",
-                     help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")(f)
+    f = click.option(
+        "--group",
+        default=DEFAULT_GROUP,
+        show_default=True,
+        envvar="REWARDQ_GROUP",
+        help="Consumer group the workers use.",
+    )(f)
+    f = click.option("--cluster", is_flag=True, envvar="REWARDQ_CLUSTER", help="Treat --redis-url as a Redis Cluster.")(
+        f
+    )
+    f = click.option(
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        show_default=True,
+        envvar="REWARDQ_NAMESPACE",
+        help="The pipeline's namespace (first component of every key).",
+    )(f)
+    f = click.option(
+        "--redis-url",
+        default=DEFAULT_URL,
+        show_default=True,
+        envvar="REWARDQ_REDIS_URL",
+        help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.",
+    )(f)
     return f
 
 
@@ -92,15 +107,21 @@ def _shards(client: Any, namespace: str, url: str, require: bool) -> int | None:
         if not require:
             return None
         others = [n for n in known_namespaces(client) if n != namespace]
-        hint = (f"namespaces on this server: {', '.join(others)}" if others
-                else "this server has no rewardq namespace at all")
-        raise NotFound(f"namespace {namespace!r} does not exist on {url} (no {probe.meta} key: no producer or "
-                       f"worker has used it); {hint}. Check --namespace (REWARDQ_NAMESPACE) and --redis-url")
+        hint = (
+            f"namespaces on this server: {', '.join(others)}"
+            if others
+            else "this server has no rewardq namespace at all"
+        )
+        raise NotFound(
+            f"namespace {namespace!r} does not exist on {url} (no {probe.meta} key: no producer or "
+            f"worker has used it); {hint}. Check --namespace (REWARDQ_NAMESPACE) and --redis-url"
+        )
     return int(raw)
 
 
-def open_pipeline(redis_url: str, namespace: str, *, cluster: bool = False, group: str = DEFAULT_GROUP,
-                  require: bool = True) -> Pipeline:
+def open_pipeline(
+    redis_url: str, namespace: str, *, cluster: bool = False, group: str = DEFAULT_GROUP, require: bool = True
+) -> Pipeline:
     """Connect to the pipeline ``namespace`` at ``redis_url``.
 
     Raises:
@@ -130,8 +151,9 @@ def open_pipeline(redis_url: str, namespace: str, *, cluster: bool = False, grou
 
 
 @contextlib.contextmanager
-def opened(redis_url: str, namespace: str, *, cluster: bool = False, group: str = DEFAULT_GROUP,
-           require: bool = True) -> Iterator[Pipeline]:
+def opened(
+    redis_url: str, namespace: str, *, cluster: bool = False, group: str = DEFAULT_GROUP, require: bool = True
+) -> Iterator[Pipeline]:
     """``with opened(...) as p:`` — :func:`open_pipeline`, closed on exit."""
     p = open_pipeline(redis_url, namespace, cluster=cluster, group=group, require=require)
     try:

@@ -13,7 +13,8 @@ Used by ``rewardq demo`` and ``rewardq produce --wait``.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rewardq.ops.summary import Pushed
 
@@ -36,7 +37,7 @@ def _existing(client: Any, keys: list[str]) -> set[str]:
     ks = client.keyspace
     found: set[str] = set()
     for i in range(0, len(keys), CHUNK):
-        chunk = keys[i:i + CHUNK]
+        chunk = keys[i : i + CHUNK]
         pipe = client.r.pipeline(transaction=False)
         for k in chunk:
             pipe.exists(ks.reward_key(k))
@@ -49,12 +50,17 @@ def fetch_results(client: Any, keys: Iterable[str]) -> dict[str, Any]:
     keys = list(keys)
     out: dict[str, Any] = {}
     for i in range(0, len(keys), CHUNK):
-        out.update(client.get_rewards(keys[i:i + CHUNK]))
+        out.update(client.get_rewards(keys[i : i + CHUNK]))
     return out
 
 
-def wait_for_results(client: Any, pushed: list[Pushed], marks: dict[int, bytes], timeout: float,
-                     on_progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], float]:
+def wait_for_results(
+    client: Any,
+    pushed: list[Pushed],
+    marks: dict[int, bytes],
+    timeout: float,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, Any], float]:
     """Wait until every pushed trajectory is finished, or ``timeout`` seconds pass.
 
     Args:

@@ -26,24 +26,48 @@ import dataclasses
 import json
 import logging
 import signal
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from rewardq.errors import ConfigError
 
 logger = logging.getLogger("rewardq.cli")
 
-__all__ = ["FLAG_FIELDS", "EarlySignals", "overrides_from_flags", "load_config", "run_worker", "worker_argv",
-           "parse_manager_options"]
+__all__ = [
+    "FLAG_FIELDS",
+    "EarlySignals",
+    "overrides_from_flags",
+    "load_config",
+    "run_worker",
+    "worker_argv",
+    "parse_manager_options",
+]
 
 #: click parameter name -> WorkerConfig field.
 FLAG_FIELDS: dict[str, str] = {
-    "redis_url": "redis_url", "namespace": "namespace", "manager": "manager", "tokenizer": "tokenizer",
-    "reward_fn": "reward_fn", "reward_kwargs": "reward_fn_kwargs", "concurrency": "concurrency",
-    "batch_size": "batch_size", "manager_option": "manager_options", "shards": "shards", "cluster": "cluster",
-    "name": "name", "claim_idle": "claim_idle", "max_deliveries": "max_deliveries",
-    "incomplete_timeout": "incomplete_timeout", "score_timeout": "score_timeout", "result_ttl": "result_ttl",
-    "keep_records": "keep_records", "group": "group", "block_ms": "block_ms",
-    "log_level": "log_level", "log_format": "log_format", "metrics_port": "metrics_port",
+    "redis_url": "redis_url",
+    "namespace": "namespace",
+    "manager": "manager",
+    "tokenizer": "tokenizer",
+    "reward_fn": "reward_fn",
+    "reward_kwargs": "reward_fn_kwargs",
+    "concurrency": "concurrency",
+    "batch_size": "batch_size",
+    "manager_option": "manager_options",
+    "shards": "shards",
+    "cluster": "cluster",
+    "name": "name",
+    "claim_idle": "claim_idle",
+    "max_deliveries": "max_deliveries",
+    "incomplete_timeout": "incomplete_timeout",
+    "score_timeout": "score_timeout",
+    "result_ttl": "result_ttl",
+    "keep_records": "keep_records",
+    "group": "group",
+    "block_ms": "block_ms",
+    "log_level": "log_level",
+    "log_format": "log_format",
+    "metrics_port": "metrics_port",
 }
 
 
@@ -58,7 +82,7 @@ class EarlySignals:
         self.received: str | None = None
         self.target: Callable[[str], None] | None = None
 
-    def install(self) -> "EarlySignals":
+    def install(self) -> EarlySignals:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._handle)
         return self
@@ -112,7 +136,9 @@ def overrides_from_flags(params: Mapping[str, Any]) -> dict[str, Any]:
             try:
                 value = json.loads(value)
             except ValueError as exc:
-                raise ConfigError(f"--reward-kwargs must be a JSON object, e.g. '{{\"penalty\": 0.1}}' ({exc})") from None
+                raise ConfigError(
+                    f"--reward-kwargs must be a JSON object, e.g. '{{\"penalty\": 0.1}}' ({exc})"
+                ) from None
             if not isinstance(value, dict):
                 raise ConfigError(f"--reward-kwargs must be a JSON object, got {type(value).__name__}")
         out[fld] = value

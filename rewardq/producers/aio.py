@@ -9,12 +9,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import RewardTimeout
-from rewardq.producers.core import (ClientBase, ClientSettings, Put, Waiter, check_keys, parse_results,
-                                    prepare_output, prepare_trajectory, settings_from_kwargs,
-                                    finished_tids)
+from rewardq.producers.core import (
+    ClientBase,
+    ClientSettings,
+    Put,
+    Waiter,
+    check_keys,
+    finished_tids,
+    parse_results,
+    prepare_output,
+    prepare_trajectory,
+    settings_from_kwargs,
+)
 from rewardq.queue.aio import being_cancelled
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
@@ -32,8 +43,9 @@ class AsyncRewardClient(ClientBase):
         self._watch_task: asyncio.Task | None = None
 
     @classmethod
-    def from_url(cls, url: str = "redis://127.0.0.1:6379/0", namespace: str = "rewardq",
-                 **kwargs: Any) -> "AsyncRewardClient":
+    def from_url(
+        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: Any
+    ) -> AsyncRewardClient:
         settings = settings_from_kwargs(namespace, kwargs)
         return cls(connect_async(url, cluster=settings.cluster, **kwargs), settings)
 
@@ -53,7 +65,7 @@ class AsyncRewardClient(ClientBase):
 
     close = aclose
 
-    async def __aenter__(self) -> "AsyncRewardClient":
+    async def __aenter__(self) -> AsyncRewardClient:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -84,20 +96,37 @@ class AsyncRewardClient(ClientBase):
         for shard in shards:
             pipe.xlen(ks.stream(shard))
         replies = await pipe.execute()
-        for shard, length in zip(shards, replies[len(puts):]):
+        for shard, length in zip(shards, replies[len(puts) :]):
             self._backlog.note(shard, int(length))
 
-    async def put_output(self, uid: Any, session_id: Any, index: int, output: Any,
-                         sample: Mapping[str, Any] | None = None, final: bool = False) -> str:
-        put = prepare_output(await self.keyspace(), uid, session_id, index, output, sample, final=final,
-                             max_bytes=self.settings.max_record_bytes)
+    async def put_output(
+        self,
+        uid: Any,
+        session_id: Any,
+        index: int,
+        output: Any,
+        sample: Mapping[str, Any] | None = None,
+        final: bool = False,
+    ) -> str:
+        put = prepare_output(
+            await self.keyspace(),
+            uid,
+            session_id,
+            index,
+            output,
+            sample,
+            final=final,
+            max_bytes=self.settings.max_record_bytes,
+        )
         await self._send([put])
         return put.key
 
-    async def put_trajectory(self, uid: Any, session_id: Any, outputs: Sequence[Any],
-                             sample: Mapping[str, Any] | None = None) -> list[str]:
-        puts = prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample,
-                                  max_bytes=self.settings.max_record_bytes)
+    async def put_trajectory(
+        self, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Mapping[str, Any] | None = None
+    ) -> list[str]:
+        puts = prepare_trajectory(
+            await self.keyspace(), uid, session_id, outputs, sample, max_bytes=self.settings.max_record_bytes
+        )
         await self._send(puts)
         return [p.key for p in puts]
 

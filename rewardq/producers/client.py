@@ -10,11 +10,22 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import RewardTimeout
-from rewardq.producers.core import (ClientBase, Put, Waiter, check_keys, parse_results, prepare_output,
-                                    prepare_trajectory, settings_from_kwargs, finished_tids)
+from rewardq.producers.core import (
+    ClientBase,
+    Put,
+    Waiter,
+    check_keys,
+    finished_tids,
+    parse_results,
+    prepare_output,
+    prepare_trajectory,
+    settings_from_kwargs,
+)
 from rewardq.queue.connection import connect_sync
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
@@ -30,7 +41,9 @@ class RewardClient(ClientBase):
     """
 
     @classmethod
-    def from_url(cls, url: str = "redis://127.0.0.1:6379/0", namespace: str = "rewardq", **kwargs: Any) -> "RewardClient":
+    def from_url(
+        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: Any
+    ) -> RewardClient:
         """Connect to ``url`` (see :mod:`rewardq.queue.connection` for cluster and TLS URLs)."""
         settings = settings_from_kwargs(namespace, kwargs)
         return cls(connect_sync(url, cluster=settings.cluster, **kwargs), settings)
@@ -47,7 +60,7 @@ class RewardClient(ClientBase):
     def close(self) -> None:
         self.r.close()
 
-    def __enter__(self) -> "RewardClient":
+    def __enter__(self) -> RewardClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -79,12 +92,19 @@ class RewardClient(ClientBase):
         for shard in sorted({p.shard for p in puts}):
             pipe.xlen(ks.stream(shard))
         replies = pipe.execute()
-        for shard, length in zip(sorted({p.shard for p in puts}), replies[len(puts):]):
+        for shard, length in zip(sorted({p.shard for p in puts}), replies[len(puts) :]):
             self._backlog.note(shard, int(length))
 
     # -- producing ---------------------------------------------------------------------------
-    def put_output(self, uid: Any, session_id: Any, index: int, output: Any, sample: Mapping[str, Any] | None = None,
-                   final: bool = False) -> str:
+    def put_output(
+        self,
+        uid: Any,
+        session_id: Any,
+        index: int,
+        output: Any,
+        sample: Mapping[str, Any] | None = None,
+        final: bool = False,
+    ) -> str:
         """Push one output of a trajectory; returns its key ``<uid>_<session_id>_<index>``.
 
         ``output`` is a dict (or verl ``AgentLoopOutput``-like object) with ``prompt_ids``,
@@ -92,16 +112,19 @@ class RewardClient(ClientBase):
         ``num_turns``, ``extra_fields``, ``reward_score``. Mark the last output ``final=True``.
         Raises RecordError naming the bad field.
         """
-        put = prepare_output(self.keyspace, uid, session_id, index, output, sample, final=final,
-                             max_bytes=self.settings.max_record_bytes)
+        put = prepare_output(
+            self.keyspace, uid, session_id, index, output, sample, final=final, max_bytes=self.settings.max_record_bytes
+        )
         self._send([put])
         return put.key
 
-    def put_trajectory(self, uid: Any, session_id: Any, outputs: Sequence[Any],
-                       sample: Mapping[str, Any] | None = None) -> list[str]:
+    def put_trajectory(
+        self, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Mapping[str, Any] | None = None
+    ) -> list[str]:
         """Push all outputs of a trajectory at once (the last is final); returns their keys."""
-        puts = prepare_trajectory(self.keyspace, uid, session_id, outputs, sample,
-                                  max_bytes=self.settings.max_record_bytes)
+        puts = prepare_trajectory(
+            self.keyspace, uid, session_id, outputs, sample, max_bytes=self.settings.max_record_bytes
+        )
         self._send(puts)
         return [p.key for p in puts]
 
@@ -135,7 +158,7 @@ class RewardClient(ClientBase):
             pipe.hgetall(ks.reward_key(k))
         replies = pipe.execute()
         last = {s: (got[0][0] if got else b"0-0") for s, got in zip(shards, replies)}
-        w.absorb(parse_results(w.keys, replies[len(shards):]))
+        w.absorb(parse_results(w.keys, replies[len(shards) :]))
         full_check = time.monotonic() + 2.0
         while w.missing:
             remaining = w.remaining()

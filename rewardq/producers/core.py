@@ -7,16 +7,17 @@ commands these helpers describe.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import BackpressureTimeout, RecordError
 from rewardq.queue.codec import DEFAULT_MAX_RECORD_BYTES, encode_output
 from rewardq.queue.keys import Keyspace, output_key, split_key
 from rewardq.queue.results import RewardResult
 
-#: Default bound on undelivered + in-flight entries per shard before producers wait.
-DEFAULT_MAX_BACKLOG = 100_000
+DEFAULT_MAX_BACKLOG = defaults.MAX_BACKLOG
 
 
 @dataclass
@@ -32,11 +33,11 @@ class ClientSettings:
         cluster: treat the URL as a Redis Cluster.
     """
 
-    namespace: str = "rewardq"
+    namespace: str = defaults.NAMESPACE
     shards: int | None = None
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     max_backlog: int | None = DEFAULT_MAX_BACKLOG
-    backpressure_timeout: float = 60.0
+    backpressure_timeout: float = defaults.BACKPRESSURE_TIMEOUT
     cluster: bool = False
 
 
@@ -49,23 +50,27 @@ class Put:
     fields: dict[str, Any]
 
 
-def prepare_output(ks: Keyspace, uid: Any, session_id: Any, index: Any, output: Any, sample: Any, *,
-                   final: bool, max_bytes: int) -> Put:
+def prepare_output(
+    ks: Keyspace, uid: Any, session_id: Any, index: Any, output: Any, sample: Any, *, final: bool, max_bytes: int
+) -> Put:
     data = encode_output(uid, session_id, index, output, sample, final=final, max_bytes=max_bytes)
     key = output_key(str(uid), str(session_id), int(index))
     shard = ks.shard_of(key.rpartition("_")[0])
     return Put(shard, key, {"key": key, "data": data, "ts": f"{time.time():.6f}"})
 
 
-def prepare_trajectory(ks: Keyspace, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Any, *,
-                       max_bytes: int) -> list[Put]:
+def prepare_trajectory(
+    ks: Keyspace, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Any, *, max_bytes: int
+) -> list[Put]:
     if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence) or isinstance(outputs, Mapping):
         raise RecordError("outputs", f"must be a list of outputs, got {type(outputs).__name__}")
     if len(outputs) == 0:
         raise RecordError("outputs", "a trajectory needs at least one output")
     n = len(outputs)
-    return [prepare_output(ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes)
-            for i, out in enumerate(outputs)]
+    return [
+        prepare_output(ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes)
+        for i, out in enumerate(outputs)
+    ]
 
 
 def parse_results(keys: Sequence[str], hashes: Iterable[Mapping[Any, Any]]) -> dict[str, RewardResult | None]:
@@ -152,8 +157,7 @@ def finished_tids(ks: Keyspace, resp: Any, last: dict[int, bytes]) -> list[str]:
     tids = []
     items = resp.items() if isinstance(resp, dict) else (resp or [])
     for name, entries in items:
-        if entries and isinstance(entries[0], list) and len(entries) == 1 \
-                and isinstance(entries[0][0], (list, tuple)):
+        if entries and isinstance(entries[0], list) and len(entries) == 1 and isinstance(entries[0][0], (list, tuple)):
             entries = entries[0]  # RESP3 map shape
         s = index[name if isinstance(name, bytes) else name.encode()]
         for eid, fields in entries:
@@ -182,4 +186,5 @@ class Backlog:
         return BackpressureTimeout(
             f"shard {shard} still holds {length} unprocessed entries (max_backlog={self.max_backlog}) after "
             f"waiting {self.timeout:g}s; start more workers (`rewardq worker`), check them with "
-            "`rewardq status`, or raise max_backlog")
+            "`rewardq status`, or raise max_backlog"
+        )

@@ -12,8 +12,9 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -26,8 +27,7 @@ from rewardq.queue.results import RewardResult, as_text, same_fields
 
 logger = logging.getLogger("rewardq.queue")
 
-RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager",
-                 "scored_at", "latency_ms")
+RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager", "scored_at", "latency_ms")
 
 
 _s = as_text
@@ -82,8 +82,10 @@ async def ensure_meta(client: Any, ks: Keyspace, shards: int | None) -> int:
     await client.hsetnx(ks.meta, "created_at", f"{time.time():.3f}")
     have = int(await client.hget(ks.meta, "shards"))
     if shards is not None and have != shards:
-        raise ConfigError(f"namespace {ks.namespace!r} already uses shards={have}, but shards={shards} "
-                          "was asked for; use the same value everywhere (or a new namespace)")
+        raise ConfigError(
+            f"namespace {ks.namespace!r} already uses shards={have}, but shards={shards} "
+            "was asked for; use the same value everywhere (or a new namespace)"
+        )
     return have
 
 
@@ -99,9 +101,19 @@ class StreamBroker:
         incomplete_timeout: seconds a trajectory may wait for missing outputs.
     """
 
-    def __init__(self, client: Any, ks: Keyspace, *, worker: str, result_ttl: float = 86400,
-                 lease_seconds: float = 30.0, incomplete_timeout: float = 600.0,
-                 done_maxlen: int = 100_000, dead_maxlen: int = 1_000_000, keep_records: float = 0.0) -> None:
+    def __init__(
+        self,
+        client: Any,
+        ks: Keyspace,
+        *,
+        worker: str,
+        result_ttl: float = 86400,
+        lease_seconds: float = 30.0,
+        incomplete_timeout: float = 600.0,
+        done_maxlen: int = 100_000,
+        dead_maxlen: int = 1_000_000,
+        keep_records: float = 0.0,
+    ) -> None:
         self.r = client
         self.ks = ks
         self.worker = worker
@@ -138,8 +150,13 @@ class StreamBroker:
         items = resp.items() if isinstance(resp, dict) else resp
         shard_of = {s.encode(): i for i, s in enumerate(self.ks.streams)}
         for name, entries in items:
-            if isinstance(entries, list) and entries and isinstance(entries[0], list) and len(entries) == 1 \
-                    and isinstance(entries[0][0], (list, tuple)):
+            if (
+                isinstance(entries, list)
+                and entries
+                and isinstance(entries[0], list)
+                and len(entries) == 1
+                and isinstance(entries[0][0], (list, tuple))
+            ):
                 entries = entries[0]
             shard = shard_of[name if isinstance(name, bytes) else name.encode()]
             for eid, fields in entries:
@@ -148,27 +165,29 @@ class StreamBroker:
                 out.append(Entry(shard, _s(eid), fields))
         return out
 
-    async def reclaim(self, shard: int, min_idle_ms: int, count: int) -> tuple[list[Entry], list[tuple[str, int]]]:
+    async def reclaim(self, shard: int, min_idle_ms: int, count: int) -> list[Entry]:
         """Take over entries other (dead) workers left pending for ``min_idle_ms``.
 
         Entries of trajectories still leased to another worker are skipped (see
         ``lua/claimable.lua``), so a dead worker's lease running out costs no deliveries.
 
-        Returns ``(claimed, exhausted)``: claimed entries (with their delivery count), and
-        ``(id, deliveries)`` of entries idle that long that have already been delivered
-        ``max_deliveries`` times (the caller decides; see :meth:`pending_counts`).
+        Returns the claimed entries, each with its delivery count (the caller dead-letters
+        those delivered more than ``max_deliveries`` times).
         """
         stream = self.ks.stream(shard)
-        pending = await self.r.xpending_range(stream, self.ks.group, min="-", max="+", count=count,
-                                              idle=min_idle_ms)
+        pending = await self.r.xpending_range(stream, self.ks.group, min="-", max="+", count=count, idle=min_idle_ms)
         if not pending:
-            return [], []
+            return []
         ids = [_s(p["message_id"]) for p in pending]
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
-        ids = [_s(i) for i in await self._scripts["claimable"](
-            keys=[stream], args=[self.ks.traj_prefix(shard), self.worker, *ids])]
+        ids = [
+            _s(i)
+            for i in await self._scripts["claimable"](
+                keys=[stream], args=[self.ks.traj_prefix(shard), self.worker, *ids]
+            )
+        ]
         if not ids:
-            return [], []
+            return []
         claimed_raw = await self.r.xclaim(stream, self.ks.group, self.worker, min_idle_ms, ids)
         claimed = []
         for eid, fields in claimed_raw or []:
@@ -176,7 +195,7 @@ class StreamBroker:
                 continue
             e = Entry(shard, _s(eid), fields, deliveries=counts.get(_s(eid), 0) + 1)
             claimed.append(e)
-        return claimed, [(i, counts[i]) for i in ids]
+        return claimed
 
     # -- store ---------------------------------------------------------------------------
     async def store(self, items: Sequence[tuple[Entry, OutputRecord, bytes]]) -> list[StoreOutcome]:
@@ -190,14 +209,27 @@ class StreamBroker:
         if not items:
             return []
         calls = []
-        for entry, rec, payload in items:
+        for entry, rec, _payload in items:
             s = entry.shard
-            calls.append((
-                [self.ks.traj(s, rec.tid), self.ks.stream(s), self.ks.waiting(s), self.ks.done(s)],
-                [self.ks.group, entry.id, rec.tid, rec.index, 1 if rec.final else 0, "",
-                 self.incomplete_timeout, self.lease_seconds, self.worker, self.ks.reward_prefix(s),
-                 self.result_ttl, self.done_maxlen],
-            ))
+            calls.append(
+                (
+                    [self.ks.traj(s, rec.tid), self.ks.stream(s), self.ks.waiting(s), self.ks.done(s)],
+                    [
+                        self.ks.group,
+                        entry.id,
+                        rec.tid,
+                        rec.index,
+                        1 if rec.final else 0,
+                        "",
+                        self.incomplete_timeout,
+                        self.lease_seconds,
+                        self.worker,
+                        self.ks.reward_prefix(s),
+                        self.result_ttl,
+                        self.done_maxlen,
+                    ],
+                )
+            )
         replies = await self._pipelined_script("store", calls)
         out = []
         for (entry, rec, _), reply in zip(items, replies):
@@ -221,8 +253,10 @@ class StreamBroker:
         """
         if not groups:
             return []
-        calls = [([self.ks.traj(shard, tid)], [self.worker, self.lease_seconds, *(e.id for e in entries)])
-                 for shard, tid, entries in groups]
+        calls = [
+            ([self.ks.traj(shard, tid)], [self.worker, self.lease_seconds, *(e.id for e in entries)])
+            for shard, tid, entries in groups
+        ]
         out = []
         for reply in await self._pipelined_script("claim", calls):
             if isinstance(reply, Exception):
@@ -249,8 +283,9 @@ class StreamBroker:
                 if not missing:
                     break
                 logger.info("script %s is not loaded in Redis (fresh or restarted); loading it", name)
-                for i, reply in zip(missing, await self._script_pipeline(script, [calls[i] for i in missing],
-                                                                         load=True)):
+                for i, reply in zip(
+                    missing, await self._script_pipeline(script, [calls[i] for i in missing], load=True)
+                ):
                     replies[i] = reply
             return replies
         replies: list[Any] = [None] * len(calls)
@@ -271,8 +306,9 @@ class StreamBroker:
                 break
         return replies
 
-    async def _script_pipeline(self, script: Any, calls: Sequence[tuple[list[Any], list[Any]]], *,
-                               load: bool = False) -> list[Any]:
+    async def _script_pipeline(
+        self, script: Any, calls: Sequence[tuple[list[Any], list[Any]]], *, load: bool = False
+    ) -> list[Any]:
         """One pipeline of ``EVALSHA`` calls (``SCRIPT LOAD`` first when ``load``); replies in order."""
         pipe = self.r.pipeline(transaction=False)
         if load:
@@ -300,8 +336,9 @@ class StreamBroker:
         calls = [self._commit_call(shard, tid, results, "ok") for shard, tid, results in items]
         return [r if isinstance(r, Exception) else bool(r) for r in await self._pipelined_script("commit", calls)]
 
-    def _commit_call(self, shard: int, tid: str, results: Sequence[RewardResult],
-                     status: str) -> tuple[list[Any], list[Any]]:
+    def _commit_call(
+        self, shard: int, tid: str, results: Sequence[RewardResult], status: str
+    ) -> tuple[list[Any], list[Any]]:
         """The ``commit`` script's ``(keys, args)`` for one trajectory.
 
         When every key gets the same result (a manager's one dict copied to every key, the
@@ -316,20 +353,60 @@ class StreamBroker:
                 js = encoded[id(r.reward_extra_info)] = r.extra_info_json()
             h = r.to_hash(js)
             values.extend(h[f] for f in RESULT_FIELDS)
-        args = [self.ks.group, tid, self.worker, self.result_ttl, self.done_maxlen, len(results),
-                len(RESULT_FIELDS), *RESULT_FIELDS, len(rows), *values, self.ks.reward_prefix(shard), status,
-                self.keep_records]
-        keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard), self.ks.done(shard),
-                self.ks.records(shard, tid)]
+        args = [
+            self.ks.group,
+            tid,
+            self.worker,
+            self.result_ttl,
+            self.done_maxlen,
+            len(results),
+            len(RESULT_FIELDS),
+            *RESULT_FIELDS,
+            len(rows),
+            *values,
+            self.ks.reward_prefix(shard),
+            status,
+            self.keep_records,
+        ]
+        keys = [
+            self.ks.traj(shard, tid),
+            self.ks.stream(shard),
+            self.ks.waiting(shard),
+            self.ks.done(shard),
+            self.ks.records(shard, tid),
+        ]
         return keys, args
 
-    async def fail(self, shard: int, tid: str, message: str, *, index: int = -1, entry: Entry | None = None,
-                   dead: dict[str, Any] | None = None) -> int:
+    async def fail(
+        self,
+        shard: int,
+        tid: str,
+        message: str,
+        *,
+        index: int = -1,
+        entry: Entry | None = None,
+        dead: dict[str, Any] | None = None,
+    ) -> int:
         """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``."""
-        keys = [self.ks.traj(shard, tid), self.ks.stream(shard), self.ks.waiting(shard),
-                self.ks.done(shard), self.ks.dead(shard)]
-        args: list[Any] = [self.ks.group, tid, self.ks.reward_prefix(shard), self.result_ttl, message,
-                           self.worker, index, entry.id if entry else "", self.done_maxlen, self.dead_maxlen]
+        keys = [
+            self.ks.traj(shard, tid),
+            self.ks.stream(shard),
+            self.ks.waiting(shard),
+            self.ks.done(shard),
+            self.ks.dead(shard),
+        ]
+        args: list[Any] = [
+            self.ks.group,
+            tid,
+            self.ks.reward_prefix(shard),
+            self.result_ttl,
+            message,
+            self.worker,
+            index,
+            entry.id if entry else "",
+            self.done_maxlen,
+            self.dead_maxlen,
+        ]
         for k, v in (dead or {}).items():
             args.extend([k, v])
         return int(await self._scripts["fail"](keys=keys, args=args))
@@ -343,27 +420,20 @@ class StreamBroker:
         pipe.xdel(stream, entry.id)
         await pipe.execute()
 
-    async def fetch_entry(self, shard: int, entry_id: str) -> Entry | None:
-        got = await self.r.xrange(self.ks.stream(shard), min=entry_id, max=entry_id, count=1)
-        if not got:
-            return None
-        eid, fields = got[0]
-        return Entry(shard, _s(eid), fields)
-
-    async def ack(self, shard: int, ids: Iterable[str]) -> None:
-        ids = list(ids)
-        if ids:
-            stream = self.ks.stream(shard)
-            pipe = self.r.pipeline(transaction=not self.cluster)
-            pipe.xack(stream, self.ks.group, *ids)
-            pipe.xdel(stream, *ids)
-            await pipe.execute()
-
     async def expire_incomplete(self, shard: int, limit: int = 100) -> list[tuple[str, str]]:
         """End trajectories of ``shard`` whose outputs stopped arriving; returns ``(tid, reason)``."""
         keys = [self.ks.waiting(shard), self.ks.stream(shard), self.ks.done(shard), self.ks.dead(shard)]
-        args = [self.ks.group, self.ks.traj_prefix(shard), self.ks.reward_prefix(shard), self.result_ttl,
-                self.worker, limit, f"{self.incomplete_timeout:g}", self.done_maxlen, self.dead_maxlen]
+        args = [
+            self.ks.group,
+            self.ks.traj_prefix(shard),
+            self.ks.reward_prefix(shard),
+            self.result_ttl,
+            self.worker,
+            limit,
+            f"{self.incomplete_timeout:g}",
+            self.done_maxlen,
+            self.dead_maxlen,
+        ]
         out = await self._scripts["expire"](keys=keys, args=args)
         return [(_s(out[i]), _s(out[i + 1])) for i in range(0, len(out), 2)]
 
@@ -374,8 +444,7 @@ class StreamBroker:
         for shard, tids in held.items():
             if tids:
                 keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self._scripts["renew"](keys=keys, args=[self.ks.group, self.worker,
-                                                                       self.lease_seconds]))
+                n += int(await self._scripts["renew"](keys=keys, args=[self.ks.group, self.worker, self.lease_seconds]))
         return n
 
     async def release(self, held: dict[int, list[str]], idle_ms: int) -> int:
@@ -392,8 +461,10 @@ class StreamBroker:
         """Publish this worker's liveness and counters (``<ns>:worker:<name>``, ``<ns>:workers``)."""
         key = self.ks.worker(self.worker)
         now = time.time()
-        mapping = {k: (v if isinstance(v, (str, bytes)) else repr(v) if isinstance(v, float) else str(v))
-                   for k, v in stats.items()}
+        mapping = {
+            k: (v if isinstance(v, (str, bytes)) else repr(v) if isinstance(v, float) else str(v))
+            for k, v in stats.items()
+        }
         mapping["last_beat"] = f"{now:.3f}"
         await self.r.hset(key, mapping=mapping)
         await self.r.expire(key, max(1, int(ttl)))

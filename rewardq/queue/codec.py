@@ -20,27 +20,33 @@ stream entry's ``ts`` field, not inside it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import msgpack
 import numpy as np
 
+from rewardq import defaults
 from rewardq.errors import RecordError
 from rewardq.queue.keys import output_key, trajectory_id
 
 SCHEMA_VERSION = 1
-#: Default upper bound on one encoded record (producers refuse, workers dead-letter).
-DEFAULT_MAX_RECORD_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_RECORD_BYTES = defaults.MAX_RECORD_BYTES
 #: Token ids must fit in int32; vocabularies are far smaller.
 MAX_TOKEN_ID = 2**31 - 1
 
 EXT_INT32, EXT_INT64, EXT_FLOAT32, EXT_UINT8 = 1, 2, 3, 4
-_EXT_DTYPES = {EXT_INT32: np.dtype("<i4"), EXT_INT64: np.dtype("<i8"),
-               EXT_FLOAT32: np.dtype("<f4"), EXT_UINT8: np.dtype("u1")}
+_EXT_DTYPES = {
+    EXT_INT32: np.dtype("<i4"),
+    EXT_INT64: np.dtype("<i8"),
+    EXT_FLOAT32: np.dtype("<f4"),
+    EXT_UINT8: np.dtype("u1"),
+}
 _REQUIRED = ("uid", "session_id", "index", "final", "prompt_ids", "response_ids")
-_KNOWN = frozenset(_REQUIRED + ("v", "response_mask", "response_logprobs", "num_turns",
-                                "extra_fields", "reward_score", "sample"))
+_KNOWN = frozenset(
+    _REQUIRED + ("v", "response_mask", "response_logprobs", "num_turns", "extra_fields", "reward_score", "sample")
+)
 
 
 @dataclass(slots=True)
@@ -72,6 +78,7 @@ class OutputRecord:
 # --------------------------------------------------------------------------------------
 # arrays
 # --------------------------------------------------------------------------------------
+
 
 def as_id_array(value: Any, name: str, *, vocab_size: int | None = None) -> np.ndarray:
     """Turn a list / numpy array / torch tensor of token ids into a contiguous int32 array.
@@ -131,8 +138,12 @@ def _as_logprobs(value: Any, n: int) -> np.ndarray | None:
 
 
 def _ext(arr: np.ndarray) -> msgpack.ExtType:
-    code = {np.dtype("<i4"): EXT_INT32, np.dtype("<i8"): EXT_INT64,
-            np.dtype("<f4"): EXT_FLOAT32, np.dtype("u1"): EXT_UINT8}[arr.dtype]
+    code = {
+        np.dtype("<i4"): EXT_INT32,
+        np.dtype("<i8"): EXT_INT64,
+        np.dtype("<f4"): EXT_FLOAT32,
+        np.dtype("u1"): EXT_UINT8,
+    }[arr.dtype]
     return msgpack.ExtType(code, arr.tobytes())
 
 
@@ -161,6 +172,7 @@ def _plain(obj: Any) -> Any:
 # --------------------------------------------------------------------------------------
 # producer side
 # --------------------------------------------------------------------------------------
+
 
 def _get(output: Any, name: str, default: Any = None) -> Any:
     if isinstance(output, Mapping):
@@ -235,7 +247,9 @@ def encode_output(
     mask = _as_mask(_get(output, "response_mask"), response.shape[0])
     logprobs = _as_logprobs(_get(output, "response_logprobs"), response.shape[0])
     num_turns = _get(output, "num_turns")
-    if num_turns is not None and (isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or num_turns < 0):
+    if num_turns is not None and (
+        isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or num_turns < 0
+    ):
         raise RecordError("num_turns", f"must be a non-negative integer or None, got {num_turns!r}")
     record = {
         "v": SCHEMA_VERSION,
@@ -256,17 +270,22 @@ def encode_output(
         data = msgpack.packb(record, default=_plain, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         field_name = "sample" if "sample" in str(exc) else "extra_fields/sample"
-        raise RecordError(field_name, f"holds a value msgpack cannot carry ({exc}); use plain "
-                          "str/int/float/bool/list/dict values") from None
+        raise RecordError(
+            field_name, f"holds a value msgpack cannot carry ({exc}); use plain str/int/float/bool/list/dict values"
+        ) from None
     if len(data) > max_bytes:
-        raise RecordError("<record>", f"encoded size {len(data)} bytes exceeds max_record_bytes={max_bytes}; "
-                          "raise the limit on producers and workers or send fewer tokens")
+        raise RecordError(
+            "<record>",
+            f"encoded size {len(data)} bytes exceeds max_record_bytes={max_bytes}; "
+            "raise the limit on producers and workers or send fewer tokens",
+        )
     return data
 
 
 # --------------------------------------------------------------------------------------
 # worker side
 # --------------------------------------------------------------------------------------
+
 
 def _need(d: dict, name: str, types: type | tuple[type, ...], what: str) -> Any:
     if name not in d:
@@ -286,8 +305,11 @@ def _array(d: dict, name: str, kinds: tuple[str, ...], *, required: bool) -> np.
             raise RecordError(name, "is missing")
         return None
     if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds:
-        raise RecordError(name, f"must be a packed {'integer' if 'i' in kinds else 'number'} array "
-                          f"(msgpack ext), got {type(value).__name__}")
+        raise RecordError(
+            name,
+            f"must be a packed {'integer' if 'i' in kinds else 'number'} array "
+            f"(msgpack ext), got {type(value).__name__}",
+        )
     return value
 
 
@@ -300,7 +322,7 @@ def _ids_in_range(arr: np.ndarray, vocab_size: int | None) -> bool:
     return int(unsigned.max()) < vocab_size
 
 
-def decode_output(
+def decode_output(  # noqa: C901 - one check per wire field, in field order
     data: bytes,
     *,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
@@ -313,9 +335,15 @@ def decode_output(
         raise RecordError("<record>", f"size {len(data)} bytes exceeds max_record_bytes={max_bytes}")
     try:
         d = msgpack.unpackb(
-            data, raw=False, ext_hook=_ext_hook, strict_map_key=True,
-            max_bin_len=max_bytes, max_str_len=max_bytes, max_ext_len=max_bytes,
-            max_array_len=1_000_000, max_map_len=100_000,
+            data,
+            raw=False,
+            ext_hook=_ext_hook,
+            strict_map_key=True,
+            max_bin_len=max_bytes,
+            max_str_len=max_bytes,
+            max_ext_len=max_bytes,
+            max_array_len=1_000_000,
+            max_map_len=100_000,
         )
     except RecordError:
         raise
@@ -325,12 +353,14 @@ def decode_output(
         raise RecordError("<record>", f"expected a msgpack map, got {type(d).__name__}")
     version = d.get("v")
     if version != SCHEMA_VERSION:
-        raise RecordError("v", f"unknown schema version {version!r}; this worker understands "
-                          f"{SCHEMA_VERSION}. Run the same rewardq version on producers and workers")
+        raise RecordError(
+            "v",
+            f"unknown schema version {version!r}; this worker understands "
+            f"{SCHEMA_VERSION}. Run the same rewardq version on producers and workers",
+        )
     extra = set(d) - _KNOWN
     if extra:
-        raise RecordError(sorted(extra)[0], f"unknown field(s) {sorted(extra)}; producer and worker "
-                          "versions disagree")
+        raise RecordError(sorted(extra)[0], f"unknown field(s) {sorted(extra)}; producer and worker versions disagree")
     uid = _need(d, "uid", str, "a string")
     session_id = _need(d, "session_id", str, "a string")
     if not uid or not session_id:
@@ -352,7 +382,9 @@ def decode_output(
         raise RecordError("response_mask", f"has {mask.shape[0]} entries but response_ids has {response.shape[0]}")
     logprobs = _array(d, "response_logprobs", ("f",), required=False)
     if logprobs is not None and logprobs.shape[0] != response.shape[0]:
-        raise RecordError("response_logprobs", f"has {logprobs.shape[0]} entries but response_ids has {response.shape[0]}")
+        raise RecordError(
+            "response_logprobs", f"has {logprobs.shape[0]} entries but response_ids has {response.shape[0]}"
+        )
     num_turns = d.get("num_turns")
     if num_turns is not None and (isinstance(num_turns, bool) or not isinstance(num_turns, int) or num_turns < 0):
         raise RecordError("num_turns", f"must be a non-negative integer or nil, got {num_turns!r}")
@@ -366,10 +398,18 @@ def decode_output(
     if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
         raise RecordError("reward_score", f"must be a number or nil, got {type(score).__name__}")
     return OutputRecord(
-        uid=uid, session_id=session_id, index=index, final=final,
-        prompt_ids=prompt, response_ids=response, response_mask=mask,
-        response_logprobs=logprobs, num_turns=num_turns, extra_fields=extra_fields,
-        reward_score=None if score is None else float(score), sample=sample,
+        uid=uid,
+        session_id=session_id,
+        index=index,
+        final=final,
+        prompt_ids=prompt,
+        response_ids=response,
+        response_mask=mask,
+        response_logprobs=logprobs,
+        num_turns=num_turns,
+        extra_fields=extra_fields,
+        reward_score=None if score is None else float(score),
+        sample=sample,
     )
 
 
@@ -386,8 +426,9 @@ def peek_identity(data: Any) -> tuple[str, str, int] | None:
     costs no more than that to peek at.
     """
     try:
-        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=lambda c, b: None,
-                                    max_buffer_size=PEEK_BYTES)
+        unpacker = msgpack.Unpacker(
+            raw=False, strict_map_key=False, ext_hook=lambda c, b: None, max_buffer_size=PEEK_BYTES
+        )
         unpacker.feed(bytes(memoryview(data)[:PEEK_BYTES]))
         found: dict[str, Any] = {}
         for _ in range(min(unpacker.read_map_header(), 32)):
@@ -399,8 +440,15 @@ def peek_identity(data: Any) -> tuple[str, str, int] | None:
             else:
                 unpacker.skip()
         uid, sid, idx = found["uid"], found["session_id"], found["index"]
-        if isinstance(uid, str) and uid and isinstance(sid, str) and sid and isinstance(idx, int) \
-                and not isinstance(idx, bool) and idx >= 0:
+        if (
+            isinstance(uid, str)
+            and uid
+            and isinstance(sid, str)
+            and sid
+            and isinstance(idx, int)
+            and not isinstance(idx, bool)
+            and idx >= 0
+        ):
             return uid, sid, idx
     except Exception:
         pass

@@ -26,8 +26,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry as SyncRetry
 
+from rewardq import defaults
+
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_URL = defaults.REDIS_URL
 
 
 def redact_url(url: str) -> str:
@@ -100,7 +102,7 @@ def _common(sync: bool) -> dict[str, Any]:
 
 #: Connections one client may open. Past it a command waits for a free connection (up to
 #: ``pool_timeout`` seconds) instead of failing: many coroutines may share one asyncio client.
-DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_MAX_CONNECTIONS = defaults.MAX_CONNECTIONS
 
 
 def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any) -> Any:
@@ -117,8 +119,11 @@ def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: An
         opts.pop("retry_on_error", None)
         return aredis.RedisCluster.from_url(url, **opts)
     pool = aredis.BlockingConnectionPool.from_url(
-        url, max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
-        timeout=opts.pop("pool_timeout", 30), **opts)
+        url,
+        max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
+        timeout=opts.pop("pool_timeout", 30),
+        **opts,
+    )
     return aredis.Redis.from_pool(pool)
 
 
@@ -131,8 +136,11 @@ def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any
         opts.pop("retry_on_error", None)
         return redis.RedisCluster.from_url(url, **opts)
     pool = redis.BlockingConnectionPool.from_url(
-        url, max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
-        timeout=opts.pop("pool_timeout", 30), **opts)
+        url,
+        max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
+        timeout=opts.pop("pool_timeout", 30),
+        **opts,
+    )
     return redis.Redis.from_pool(pool)
 
 

@@ -16,8 +16,9 @@ for another ``incomplete_timeout``. The dead letter is removed once it has been 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from rewardq.queue.codec import peek_identity
 from rewardq.queue.keys import Keyspace, split_key
@@ -93,7 +94,9 @@ class DeadLetters:
     def count(self) -> int:
         return sum(int(self.r.xlen(self.ks.dead(s))) for s in range(self.ks.shards))
 
-    def iter(self, *, kind: str | None = None, newest_first: bool = True, limit: int | None = None) -> Iterator[DeadLetter]:
+    def iter(
+        self, *, kind: str | None = None, newest_first: bool = True, limit: int | None = None
+    ) -> Iterator[DeadLetter]:
         """Dead letters of every shard, merged by time."""
         items: list[DeadLetter] = []
         for s in range(self.ks.shards):
@@ -133,21 +136,26 @@ class DeadLetters:
         actions = []
         if tid:
             shard = self.ks.shard_of(tid)
-            reopened = self.r.eval(_REOPEN, 2, self.ks.traj(shard, tid), self.ks.waiting(shard),
-                                   self.ks.reward_prefix(shard), tid, time.time() + self.incomplete_timeout)
+            reopened = self.r.eval(
+                _REOPEN,
+                2,
+                self.ks.traj(shard, tid),
+                self.ks.waiting(shard),
+                self.ks.reward_prefix(shard),
+                tid,
+                time.time() + self.incomplete_timeout,
+            )
             if int(reopened) >= 0:
                 actions.append(f"reopened {tid} ({int(reopened)} results cleared)")
         else:
             shard = dl.shard
         if data:
-            self.r.xadd(self.ks.stream(shard), {"key": dl.text("key"), "data": data,
-                                                "ts": f"{time.time():.6f}"})
+            self.r.xadd(self.ks.stream(shard), {"key": dl.text("key"), "data": data, "ts": f"{time.time():.6f}"})
             actions.append("record re-queued")
         self.r.xdel(self.ks.dead(dl.shard), dl.id)
         return "; ".join(actions) or "nothing to retry (no record and no trajectory); removed"
 
-    def purge(self, refs: list[str] | None = None, *, kind: str | None = None,
-              older_than: float | None = None) -> int:
+    def purge(self, refs: list[str] | None = None, *, kind: str | None = None, older_than: float | None = None) -> int:
         """Delete dead letters: the given ones, or all matching ``kind`` / ``older_than`` seconds."""
         if refs:
             targets = [self.get(r) for r in refs]

@@ -54,10 +54,8 @@ from functools import cached_property
 
 from redis.crc import key_slot
 
-#: Name of the consumer group all workers join unless configured otherwise.
-DEFAULT_GROUP = "rewardq-workers"
-#: Default namespace: the first component of every key.
-DEFAULT_NAMESPACE = "rewardq"
+from rewardq import defaults
+
 _SLOTS = 16384
 
 
@@ -83,8 +81,7 @@ def split_key(key: str) -> tuple[str, int]:
     tid, sep, idx = key.rpartition("_")
     if not sep or not tid or not idx.isdigit():
         raise ValueError(
-            f"{key!r} is not an output key: expected '<uid>_<session_id>_<index>' "
-            "with a non-negative integer index"
+            f"{key!r} is not an output key: expected '<uid>_<session_id>_<index>' with a non-negative integer index"
         )
     return tid, int(idx)
 
@@ -115,9 +112,9 @@ class Keyspace:
         group: consumer group name.
     """
 
-    namespace: str = DEFAULT_NAMESPACE
+    namespace: str = defaults.NAMESPACE
     shards: int = 1
-    group: str = DEFAULT_GROUP
+    group: str = defaults.GROUP
     _tags: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:

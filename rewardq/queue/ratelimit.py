@@ -61,106 +61,23 @@ import random
 import socket
 import time
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from rewardq.errors import ConfigError
+from rewardq.queue import scripts
 
 logger = logging.getLogger("rewardq.queue.ratelimit")
 
 #: Slack in bucket comparisons, so that float rounding never asks for a 1e-12 s wait.
 _EPS = 1e-9
-#: How long a bucket key outlives the moment it would be full again (and a slot its lease).
-_KEEP_EXTRA_SECONDS = 60.0
-
-_LUA = r"""
--- One limiter = one hash KEYS[1]. ARGV[1] is the operation:
---   take    ARGV[2]=bucket name  ARGV[3]=capacity (per minute)  ARGV[4]=cost  ARGV[5]=1 to only look
---           -> {wait_seconds, level_after}; wait 0 means the cost was taken
---   slot    ARGV[2]=holder  ARGV[3]=max_concurrent  ARGV[4]=lease seconds
---           -> {wait_seconds, live_slots}; wait 0 means the slot is held
---   renew   ARGV[2]=holder  ARGV[3]=lease seconds  -> {1} renewed, {0} the slot was lost
---   release ARGV[2]=holder                         -> {1} released, {0} was not held
-if redis.replicate_commands then pcall(redis.replicate_commands) end  -- TIME before writes on Redis < 5
-local key = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local op = ARGV[1]
-local function num(x) return string.format('%%.17g', x) end
-
-local function keep(seconds)
-  local want = math.ceil(seconds * 1000)
-  if redis.call('PTTL', key) < want then redis.call('PEXPIRE', key, want) end
-end
-
-if op == 'take' then
-  local name, cap, cost = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-  local look = ARGV[5] == '1'
-  local rate = cap / 60.0
-  local tf, sf = 'b:' .. name .. ':tokens', 'b:' .. name .. ':ts'
-  local v = redis.call('HMGET', key, tf, sf)
-  local level, ts = tonumber(v[1]), tonumber(v[2])
-  if level == nil or ts == nil then level, ts = cap, now end
-  local elapsed = now - ts
-  if elapsed < 0 then elapsed = 0 end  -- a failover to a server whose clock is behind
-  level = math.min(cap, level + elapsed * rate)
-  local need = math.min(cost, cap)
-  local wait = 0
-  if level + 1e-9 * cap >= need then
-    if look then return {'0', num(level)} end
-    level = level - cost
-  else
-    wait = (need - level) / rate
-    if look then return {num(wait), num(level)} end
-  end
-  redis.call('HSET', key, tf, num(level), sf, num(now))
-  keep((cap - level) / rate + %(extra)s)
-  return {num(wait), num(level)}
-end
-
-if op == 'slot' or op == 'renew' or op == 'release' then
-  local field = 's:' .. ARGV[2]
-  if op == 'release' then return {redis.call('HDEL', key, field)} end
-  if op == 'renew' then
-    -- the field still exists only if nobody reaped it, so nobody was given its place
-    if redis.call('HEXISTS', key, field) == 0 then return {0} end
-    local lease = tonumber(ARGV[3])
-    redis.call('HSET', key, field, num(now + lease))
-    keep(lease + %(extra)s)
-    return {1}
-  end
-  local max, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local all = redis.call('HGETALL', key)
-  local live, earliest, mine = 0, nil, false
-  for i = 1, #all, 2 do
-    local f = all[i]
-    if string.sub(f, 1, 2) == 's:' then
-      local exp = tonumber(all[i + 1])
-      if exp == nil or exp <= now then
-        redis.call('HDEL', key, f)
-      elseif f == field then
-        mine = true
-      else
-        live = live + 1
-        if earliest == nil or exp < earliest then earliest = exp end
-      end
-    end
-  end
-  if mine or live < max then
-    redis.call('HSET', key, field, num(now + lease))
-    keep(lease + %(extra)s)
-    return {'0', num(live + 1)}
-  end
-  return {num(earliest - now), num(live)}
-end
-
-return redis.error_reply('rewardq ratelimit: unknown operation ' .. tostring(op))
-""" % {"extra": repr(_KEEP_EXTRA_SECONDS)}
 
 
-def bucket_take(level: float | None, ts: float | None, now: float, capacity: float, cost: float,
-                look: bool = False) -> tuple[float, float]:
+def bucket_take(
+    level: float | None, ts: float | None, now: float, capacity: float, cost: float, look: bool = False
+) -> tuple[float, float]:
     """The token-bucket rule, in Python; the Lua script applies the very same rule.
 
     Args:
@@ -202,15 +119,23 @@ class WaitStats:
 class _LimiterBase:
     """The waiting loops, the slot context manager and the counters; subclasses hold the state."""
 
-    def __init__(self, max_rpm: float | None = None, max_tpm: float | None = None,
-                 max_concurrent: int | None = 1, lease_seconds: float = 30.0, *,
-                 jitter: float = 0.1, max_poll: float = 0.5, holder_prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        max_rpm: float | None = None,
+        max_tpm: float | None = None,
+        max_concurrent: int | None = 1,
+        lease_seconds: float = 30.0,
+        *,
+        jitter: float = 0.1,
+        max_poll: float = 0.5,
+        holder_prefix: str | None = None,
+    ) -> None:
         for name, value in (("max_rpm", max_rpm), ("max_tpm", max_tpm)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not value > 0):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ConfigError(f"{name} must be a positive number or None (unlimited), got {value!r}")
-        if max_concurrent is not None and (isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int)
-                                           or max_concurrent < 1):
+        if max_concurrent is not None and (
+            isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1
+        ):
             raise ConfigError(f"max_concurrent must be an integer >= 1 or None (unlimited), got {max_concurrent!r}")
         if not isinstance(lease_seconds, (int, float)) or not lease_seconds > 0:
             raise ConfigError(f"lease_seconds must be > 0, got {lease_seconds!r}")
@@ -312,17 +237,24 @@ class _LimiterBase:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the lease expiry frees the slot anyway
-                logger.warning("could not release rate-limit slot %s (%s); it frees itself in %.0fs",
-                               holder, exc, self.lease_seconds)
+                logger.warning(
+                    "could not release rate-limit slot %s (%s); it frees itself in %.0fs",
+                    holder,
+                    exc,
+                    self.lease_seconds,
+                )
 
     async def _renew_loop(self, holder: str) -> None:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 if not await self._slot_op("renew", holder):
-                    logger.warning("rate-limit slot %s expired before it was renewed (event loop blocked "
-                                   "for more than %.0fs?); the concurrency limit may be exceeded briefly",
-                                   holder, self.lease_seconds)
+                    logger.warning(
+                        "rate-limit slot %s expired before it was renewed (event loop blocked "
+                        "for more than %.0fs?); the concurrency limit may be exceeded briefly",
+                        holder,
+                        self.lease_seconds,
+                    )
                     return
             except Exception as exc:
                 logger.warning("could not renew rate-limit slot %s: %s", holder, exc)
@@ -350,16 +282,25 @@ class FleetRateLimiter(_LimiterBase):
         holder_prefix: names the slot holders (default ``host:pid``).
     """
 
-    def __init__(self, redis: Any, key: str, max_rpm: float | None = None, max_tpm: float | None = None,
-                 max_concurrent: int | None = 1, lease_seconds: float = 30.0, **kw: Any) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        key: str,
+        max_rpm: float | None = None,
+        max_tpm: float | None = None,
+        max_concurrent: int | None = 1,
+        lease_seconds: float = 30.0,
+        **kw: Any,
+    ) -> None:
         super().__init__(max_rpm, max_tpm, max_concurrent, lease_seconds, **kw)
         self.redis = redis
         self.key = key
-        self._script = redis.register_script(_LUA)
+        self._script = redis.register_script(scripts.standalone("ratelimit"))
 
     async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
-        wait, level = await self._script(keys=[self.key], args=["take", bucket, repr(float(capacity)),
-                                                                 repr(float(cost)), "1" if look else "0"])
+        wait, level = await self._script(
+            keys=[self.key], args=["take", bucket, repr(float(capacity)), repr(float(cost)), "1" if look else "0"]
+        )
         return float(wait), float(level)
 
     async def _slot_op(self, op: str, holder: str) -> float:
@@ -379,8 +320,14 @@ class LocalRateLimiter(_LimiterBase):
     Limits hold only within this process; use it when there is no Redis to share state in.
     """
 
-    def __init__(self, max_rpm: float | None = None, max_tpm: float | None = None,
-                 max_concurrent: int | None = 1, lease_seconds: float = 30.0, **kw: Any) -> None:
+    def __init__(
+        self,
+        max_rpm: float | None = None,
+        max_tpm: float | None = None,
+        max_concurrent: int | None = 1,
+        lease_seconds: float = 30.0,
+        **kw: Any,
+    ) -> None:
         super().__init__(max_rpm, max_tpm, max_concurrent, lease_seconds, **kw)
         self._buckets: dict[str, tuple[float, float]] = {}
         self._slots: dict[str, float] = {}

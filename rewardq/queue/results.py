@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -88,9 +89,11 @@ class RewardResult:
         }
 
     @classmethod
-    def from_hash(cls, key: str, h: Mapping[Any, Any]) -> "RewardResult":
-        d = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-             for k, v in h.items()}
+    def from_hash(cls, key: str, h: Mapping[Any, Any]) -> RewardResult:
+        d = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in h.items()
+        }
         score = d.get("reward_score") or ""
         latency = d.get("latency_ms") or ""
         try:
@@ -110,15 +113,29 @@ class RewardResult:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "status": self.status, "reward_score": self.reward_score,
-                "reward_extra_info": self.reward_extra_info, "error": self.error,
-                "worker": self.worker, "manager": self.manager, "scored_at": self.scored_at,
-                "latency_ms": self.latency_ms}
+        return {
+            "key": self.key,
+            "status": self.status,
+            "reward_score": self.reward_score,
+            "reward_extra_info": self.reward_extra_info,
+            "error": self.error,
+            "worker": self.worker,
+            "manager": self.manager,
+            "scored_at": self.scored_at,
+            "latency_ms": self.latency_ms,
+        }
 
 
 def same_fields(a: RewardResult, b: RewardResult) -> bool:
     """Whether ``a`` and ``b`` store the same hash fields (their keys aside): the same values
     and the very same extra-info dict, as when one manager result is copied to every key."""
-    return (a.reward_extra_info is b.reward_extra_info and a.status == b.status
-            and a.reward_score == b.reward_score and a.error == b.error and a.worker == b.worker
-            and a.manager == b.manager and a.scored_at == b.scored_at and a.latency_ms == b.latency_ms)
+    return (
+        a.reward_extra_info is b.reward_extra_info
+        and a.status == b.status
+        and a.reward_score == b.reward_score
+        and a.error == b.error
+        and a.worker == b.worker
+        and a.manager == b.manager
+        and a.scored_at == b.scored_at
+        and a.latency_ms == b.latency_ms
+    )

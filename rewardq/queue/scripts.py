@@ -6,16 +6,26 @@ script touches carries one shard's hash tag, so each runs in one slot on Redis C
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 NAMES = ("store", "commit", "fail", "expire", "renew", "release", "claimable", "claim")
+#: Scripts that run on their own, without ``common.lua``.
+STANDALONE = ("ratelimit",)
 
 
-@lru_cache(maxsize=None)
+@cache
 def source(name: str) -> str:
     """Full Lua source of script ``name`` (common helpers included)."""
     if name not in NAMES:
         raise KeyError(f"no Lua script {name!r}; known: {NAMES}")
     lua = resources.files("rewardq.queue") / "lua"
     return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+
+
+@cache
+def standalone(name: str) -> str:
+    """Lua source of a script that does not use the shared helpers (``ratelimit``)."""
+    if name not in STANDALONE:
+        raise KeyError(f"no standalone Lua script {name!r}; known: {STANDALONE}")
+    return (resources.files("rewardq.queue") / "lua" / f"{name}.lua").read_text()

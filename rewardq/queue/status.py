@@ -15,8 +15,20 @@ from rewardq.queue.codec import decode_output
 from rewardq.queue.keys import Keyspace, split_key
 from rewardq.queue.results import as_text
 
-_META_FIELDS = ("state", "final", "stored", "first_seen", "last_seen", "lease", "lease_until", "worker",
-                "status", "error", "done_at", "n")
+_META_FIELDS = (
+    "state",
+    "final",
+    "stored",
+    "first_seen",
+    "last_seen",
+    "lease",
+    "lease_until",
+    "worker",
+    "status",
+    "error",
+    "done_at",
+    "n",
+)
 
 
 _s = as_text
@@ -39,8 +51,15 @@ def _percentile(values: list[float], q: float) -> float | None:
 def shard_status(r: Any, ks: Keyspace, shard: int) -> dict[str, Any]:
     """Length, consumer-group lag and pending count of one shard's stream."""
     stream = ks.stream(shard)
-    out: dict[str, Any] = {"shard": shard, "stream": stream, "length": int(r.xlen(stream)), "lag": None,
-                           "pending": 0, "consumers": 0, "group": False}
+    out: dict[str, Any] = {
+        "shard": shard,
+        "stream": stream,
+        "length": int(r.xlen(stream)),
+        "lag": None,
+        "pending": 0,
+        "consumers": 0,
+        "group": False,
+    }
     try:
         groups = r.xinfo_groups(stream)
     except ResponseError:
@@ -48,8 +67,13 @@ def shard_status(r: Any, ks: Keyspace, shard: int) -> dict[str, Any]:
     for g in groups:
         if _s(g.get("name")) == ks.group:
             lag = g.get("lag")
-            out.update(group=True, pending=int(g.get("pending", 0)), consumers=int(g.get("consumers", 0)),
-                       lag=None if lag is None else int(lag), last_delivered=_s(g.get("last-delivered-id", "")))
+            out.update(
+                group=True,
+                pending=int(g.get("pending", 0)),
+                consumers=int(g.get("consumers", 0)),
+                lag=None if lag is None else int(lag),
+                last_delivered=_s(g.get("last-delivered-id", "")),
+            )
     return out
 
 
@@ -62,15 +86,23 @@ def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[
         if not h:
             continue  # heartbeat expired: the worker is gone
         d = {_s(k): _s(v) for k, v in h.items()}
-        out.append({
-            "name": _s(name), "host": d.get("host", ""), "pid": int(_f(d.get("pid"))),
-            "in_flight": int(_f(d.get("in_flight"))), "idle_s": round(now - _f(d.get("last_beat"), beat), 1),
-            "scored": int(_f(d.get("scored"))), "errors": int(_f(d.get("errors"))),
-            "dead_letters": int(_f(d.get("dead_letters"))), "reclaimed": int(_f(d.get("reclaimed"))),
-            "rate_per_s": _f(d.get("rate")), "manager": d.get("manager", ""),
-            "uptime_s": round(now - _f(d.get("started_at"), now), 1),
-            "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
-        })
+        out.append(
+            {
+                "name": _s(name),
+                "host": d.get("host", ""),
+                "pid": int(_f(d.get("pid"))),
+                "in_flight": int(_f(d.get("in_flight"))),
+                "idle_s": round(now - _f(d.get("last_beat"), beat), 1),
+                "scored": int(_f(d.get("scored"))),
+                "errors": int(_f(d.get("errors"))),
+                "dead_letters": int(_f(d.get("dead_letters"))),
+                "reclaimed": int(_f(d.get("reclaimed"))),
+                "rate_per_s": _f(d.get("rate")),
+                "manager": d.get("manager", ""),
+                "uptime_s": round(now - _f(d.get("started_at"), now), 1),
+                "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
+            }
+        )
     out.sort(key=lambda w: w["name"])
     return out
 
@@ -96,12 +128,24 @@ def waiting_status(r: Any, ks: Keyspace, limit: int = 20, now: float | None = No
             h.update({k: _s(v) for k, v in meta.items() if v is not None})
             have, missing, final = _missing(h)
             first = _f(h.get("first_seen"), now)
-            items.append({
-                "tid": tid, "shard": s, "have": have, "final": final, "missing": missing,
-                "waiting_for": (f"outputs {','.join(map(str, missing))}" if missing
-                                else "the final output" if final is None else "scoring"),
-                "waited_s": round(now - first, 1), "expires_in_s": round(deadline - now, 1),
-            })
+            items.append(
+                {
+                    "tid": tid,
+                    "shard": s,
+                    "have": have,
+                    "final": final,
+                    "missing": missing,
+                    "waiting_for": (
+                        f"outputs {','.join(map(str, missing))}"
+                        if missing
+                        else "the final output"
+                        if final is None
+                        else "scoring"
+                    ),
+                    "waited_s": round(now - first, 1),
+                    "expires_in_s": round(deadline - now, 1),
+                }
+            )
     items.sort(key=lambda x: -x["waited_s"])
     return items[:limit]
 
@@ -119,9 +163,14 @@ def recent_activity(r: Any, ks: Keyspace, window: float = 60.0, now: float | Non
             v = _f(f.get(b"latency_ms"), -1.0)
             if v >= 0:
                 lat.append(v)
-    return {"window_s": window, "trajectories": done, "errors": errors,
-            "trajectories_per_s": round(done / window, 3),
-            "latency_ms_p50": _percentile(lat, 50), "latency_ms_p99": _percentile(lat, 99)}
+    return {
+        "window_s": window,
+        "trajectories": done,
+        "errors": errors,
+        "trajectories_per_s": round(done / window, 3),
+        "latency_ms_p50": _percentile(lat, 50),
+        "latency_ms_p99": _percentile(lat, 99),
+    }
 
 
 def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = 20) -> dict[str, Any]:
@@ -138,14 +187,22 @@ def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = 20) -> dict[st
                 dead_by_kind[k] = dead_by_kind.get(k, 0) + 1
     waiting_total = sum(int(r.zcard(ks.waiting(s))) for s in range(ks.shards))
     return {
-        "namespace": ks.namespace, "group": ks.group, "shards": [shard_status(r, ks, s) for s in range(ks.shards)],
-        "workers": workers_status(r, ks, now), "dead_letters": dead_total, "dead_letters_by_kind": dead_by_kind,
-        "waiting_total": waiting_total, "waiting": waiting_status(r, ks, waiting_limit, now),
-        "recent": recent_activity(r, ks, 60.0, now), "time": now,
+        "namespace": ks.namespace,
+        "group": ks.group,
+        "shards": [shard_status(r, ks, s) for s in range(ks.shards)],
+        "workers": workers_status(r, ks, now),
+        "dead_letters": dead_total,
+        "dead_letters_by_kind": dead_by_kind,
+        "waiting_total": waiting_total,
+        "waiting": waiting_status(r, ks, waiting_limit, now),
+        "recent": recent_activity(r, ks, 60.0, now),
+        "time": now,
     }
 
 
-def inspect_trajectory(r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, preview_chars: int = 200) -> dict[str, Any]:
+def inspect_trajectory(
+    r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, preview_chars: int = 200
+) -> dict[str, Any]:
     """One key (``<uid>_<sid>_<i>``) or trajectory (``<uid>_<sid>``): records, state, rewards.
 
     A ref that names an existing trajectory is taken as one; otherwise as an output key.
@@ -159,8 +216,10 @@ def inspect_trajectory(r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, pr
     shard = ks.shard_of(tid)
     h = {_s(k): v for k, v in r.hgetall(ks.traj(shard, tid)).items()}
     if not h and index is not None and not r.exists(ks.reward(shard, ref)):
-        raise KeyError(f"nothing known about {ref!r} in namespace {ks.namespace!r} (expired, never pushed, "
-                       "or pushed to another namespace)")
+        raise KeyError(
+            f"nothing known about {ref!r} in namespace {ks.namespace!r} (expired, never pushed, "
+            "or pushed to another namespace)"
+        )
     meta = {k: _s(v) for k, v in h.items() if not k.startswith("o:")}
     payloads = {int(k[2:]): v for k, v in h.items() if k.startswith("o:")}
     kept = {int(_s(k)[2:]): v for k, v in r.hgetall(ks.records(shard, tid)).items()}
@@ -176,15 +235,21 @@ def inspect_trajectory(r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, pr
             try:
                 rec = decode_output(raw)
                 item["record"] = {
-                    "prompt_tokens": int(rec.prompt_ids.shape[0]), "response_tokens": int(rec.response_ids.shape[0]),
-                    "model_tokens": int(rec.response_mask.sum()) if rec.response_mask is not None
+                    "prompt_tokens": int(rec.prompt_ids.shape[0]),
+                    "response_tokens": int(rec.response_ids.shape[0]),
+                    "model_tokens": int(rec.response_mask.sum())
+                    if rec.response_mask is not None
                     else int(rec.response_ids.shape[0]),
-                    "final": rec.final, "num_turns": rec.num_turns, "extra_fields": rec.extra_fields,
+                    "final": rec.final,
+                    "num_turns": rec.num_turns,
+                    "extra_fields": rec.extra_fields,
                     "sample": rec.sample,
                 }
                 if tokenizer is not None:
                     text = tokenizer.decode(rec.response_ids.tolist(), skip_special_tokens=True)
-                    item["record"]["response_preview"] = text[:preview_chars] + ("…" if len(text) > preview_chars else "")
+                    item["record"]["response_preview"] = text[:preview_chars] + (
+                        "…" if len(text) > preview_chars else ""
+                    )
             except Exception as exc:  # show what is wrong rather than fail the whole view
                 item["record_error"] = str(exc)
         res = r.hgetall(ks.reward(shard, f"{tid}_{i}"))
@@ -196,7 +261,19 @@ def inspect_trajectory(r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, pr
             item["result_expires_in_s"] = ttl if ttl >= 0 else None
         outputs.append(item)
     state = meta.get("state") or ("done" if any("result" in o for o in outputs) else "unknown")
-    return {"ref": ref, "tid": tid, "shard": shard, "state": state, "final": final, "have": have,
-            "missing": missing, "meta": meta, "outputs": outputs,
-            "records_kept": bool(kept), "records_note": None if payloads or state != "done" else
-            "records are dropped once scored; start workers with --keep-records SECONDS (or REWARDQ_KEEP_RECORDS) to keep them"}
+    return {
+        "ref": ref,
+        "tid": tid,
+        "shard": shard,
+        "state": state,
+        "final": final,
+        "have": have,
+        "missing": missing,
+        "meta": meta,
+        "outputs": outputs,
+        "records_kept": bool(kept),
+        "records_note": None
+        if payloads or state != "done"
+        else "records are dropped once scored; start workers with --keep-records SECONDS "
+        "(or REWARDQ_KEEP_RECORDS) to keep them",
+    }

@@ -1,6 +1,76 @@
-"""The reward side: manager base class, registry, built-in managers and default scorers."""
+"""The manager API: base class, registry, row readers and the final-output helpers.
+
+Everything a reward-manager author needs imports from here::
+
+    from rewardq.reward import RewardManager, last_row, non_tensor, register, valid_response_ids
+
+The row readers need torch and tensordict (a worker's install, ``rewardq[worker]``); they
+are imported on first use, so ``import rewardq.reward`` alone stays light (scorer child
+processes import it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from rewardq.reward.base import ManagerContext, RewardManager, normalize_result
 from rewardq.reward.registry import get_manager_class, known_managers, register
 
-__all__ = ["ManagerContext", "RewardManager", "get_manager_class", "known_managers", "normalize_result", "register"]
+if TYPE_CHECKING:
+    from rewardq.reward.final_output import (
+        FinalOutput,
+        merge_rollout_fields,
+        read_final_output,
+        score_final_output,
+    )
+    from rewardq.reward.rows import (
+        copy_value,
+        last_row,
+        non_tensor,
+        valid_prompt_ids,
+        valid_response_ids,
+    )
+
+_LAZY = {
+    "copy_value": "rewardq.reward.rows",
+    "last_row": "rewardq.reward.rows",
+    "non_tensor": "rewardq.reward.rows",
+    "valid_prompt_ids": "rewardq.reward.rows",
+    "valid_response_ids": "rewardq.reward.rows",
+    "FinalOutput": "rewardq.reward.final_output",
+    "merge_rollout_fields": "rewardq.reward.final_output",
+    "read_final_output": "rewardq.reward.final_output",
+    "score_final_output": "rewardq.reward.final_output",
+}
+
+__all__ = [
+    "FinalOutput",
+    "ManagerContext",
+    "RewardManager",
+    "copy_value",
+    "get_manager_class",
+    "known_managers",
+    "last_row",
+    "merge_rollout_fields",
+    "non_tensor",
+    "normalize_result",
+    "read_final_output",
+    "register",
+    "score_final_output",
+    "valid_prompt_ids",
+    "valid_response_ids",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rewardq.reward' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

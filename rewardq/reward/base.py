@@ -1,14 +1,14 @@
 """The reward-manager contract: one small base class.
 
 A manager turns the batch of one trajectory (a ``TensorDict`` with one row per output,
-see :mod:`rewardq.consumers.batch`) into a reward::
+see :mod:`rewardq.consumers.batch`; read it with :mod:`rewardq.reward.rows`) into a reward::
 
     class MyManager(RewardManager):
         name = "mine"
 
         async def run_single(self, data):
             data = data[-1:]                      # built-in managers score the final output
-                                                  # (rewardq.consumers.batch.last_row: same, cheaper)
+                                                  # (rewardq.reward.last_row: same, cheaper)
             ...
             return {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
 
@@ -24,9 +24,11 @@ import inspect
 import logging
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
+from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 
 logger = logging.getLogger("rewardq.reward")
@@ -47,7 +49,7 @@ class ManagerContext:
     """
 
     redis_url: str | None = None
-    namespace: str = "rewardq"
+    namespace: str = defaults.NAMESPACE
     worker_name: str = "local"
     cluster: bool = False
     extra: dict = field(default_factory=dict)
@@ -70,8 +72,9 @@ class RewardManager(ABC):
     #: Registry name (``--manager NAME``); custom managers loaded as ``module:Class`` may omit it.
     name: ClassVar[str] = ""
 
-    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
-                 context: ManagerContext | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, compute_score: ScoreFn | None = None, *, context: ManagerContext | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.compute_score = compute_score
         self.context = context or ManagerContext()
@@ -91,7 +94,7 @@ class RewardManager(ABC):
         """Decode the valid response of one row (``data[i]`` or ``data[-1:]``) with
         ``skip_special_tokens``; ``ids``: that row's valid response ids when already at hand."""
         if ids is None:
-            from rewardq.consumers.batch import valid_response_ids
+            from rewardq.reward.rows import valid_response_ids
 
             ids = valid_response_ids(row)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -113,11 +116,13 @@ class RewardManager(ABC):
 
 
 def is_async_callable(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    """True for ``async def`` functions and for objects whose ``__call__`` is one."""
+    call = type(fn).__call__ if not inspect.isroutine(fn) and callable(fn) else None
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
 def normalize_result(result: Any) -> dict:
-    """REFERENCE §3 normalisation of a scoring function's return value.
+    """verl's normalisation of a scoring function's return value.
 
     A dict gives ``reward_score = result["score"]`` and ``reward_extra_info = the whole dict``;
     a scalar gives ``reward_score = float(result)`` and ``reward_extra_info = {"acc": result}``.
@@ -125,8 +130,10 @@ def normalize_result(result: Any) -> dict:
     """
     if isinstance(result, dict):
         if "score" not in result:
-            raise ScoringError(f"the scoring function returned a dict without 'score' (keys: {sorted(result)}); "
-                               "return a number or a dict with a 'score' entry")
+            raise ScoringError(
+                f"the scoring function returned a dict without 'score' (keys: {sorted(result)}); "
+                "return a number or a dict with a 'score' entry"
+            )
         score = to_float(result["score"], "score")
         return {"reward_score": score, "reward_extra_info": dict(result)}
     score = to_float(result, "the return value")
@@ -160,16 +167,20 @@ def check_manager_output(out: Any, n: int) -> list[dict]:
         items, per_output = [out], False
     elif isinstance(out, (list, tuple)):
         if len(out) != n:
-            raise ScoringError(f"the manager returned {len(out)} results for a trajectory of {n} outputs; "
-                               "return one dict, or one per output")
+            raise ScoringError(
+                f"the manager returned {len(out)} results for a trajectory of {n} outputs; "
+                "return one dict, or one per output"
+            )
         items, per_output = list(out), True
     else:
         raise ScoringError(f"run_single must return a dict or a list of dicts, got {type(out).__name__}")
     checked = []
     for item in items:
         if not isinstance(item, dict) or "reward_score" not in item:
-            raise ScoringError("each result must be a dict with 'reward_score' (and optionally "
-                               f"'reward_extra_info'), got {item!r:.120}")
+            raise ScoringError(
+                "each result must be a dict with 'reward_score' (and optionally "
+                f"'reward_extra_info'), got {item!r:.120}"
+            )
         extra = item.get("reward_extra_info") or {}
         if not isinstance(extra, dict):
             raise ScoringError(f"reward_extra_info must be a dict, got {type(extra).__name__}")

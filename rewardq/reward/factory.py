@@ -19,10 +19,19 @@ logger = logging.getLogger("rewardq.reward")
 
 #: Options a verl ``reward:`` block carries for some managers only; dropped (with a warning)
 #: when the selected manager does not take them, instead of failing the start-up.
-VERL_SHARED_OPTIONS = frozenset({
-    "max_concurrent", "max_rpm", "max_tpm", "estimated_tokens_per_request", "timeout", "num_workers",
-    "overlong_buffer", "max_resp_len", "experiment_name",
-})
+VERL_SHARED_OPTIONS = frozenset(
+    {
+        "max_concurrent",
+        "max_rpm",
+        "max_tpm",
+        "estimated_tokens_per_request",
+        "timeout",
+        "num_workers",
+        "overlong_buffer",
+        "max_resp_len",
+        "experiment_name",
+    }
+)
 
 
 def accepted_options(cls: type) -> tuple[set[str], bool]:
@@ -33,13 +42,21 @@ def accepted_options(cls: type) -> tuple[set[str], bool]:
         if p.kind is p.VAR_KEYWORD:
             var_kw = True
         elif p.name not in ("self", "tokenizer", "compute_score", "context") and p.kind in (
-                p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+            p.KEYWORD_ONLY,
+            p.POSITIONAL_OR_KEYWORD,
+        ):
             names.add(p.name)
     return names, var_kw
 
 
-def build_manager(spec: str, *, tokenizer: Any, compute_score: Any = None, options: dict | None = None,
-                  context: ManagerContext | None = None) -> RewardManager:
+def build_manager(
+    spec: str,
+    *,
+    tokenizer: Any,
+    compute_score: Any = None,
+    options: dict | None = None,
+    context: ManagerContext | None = None,
+) -> RewardManager:
     """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong."""
     cls = get_manager_class(spec)
     options = dict(options or {})
@@ -50,8 +67,9 @@ def build_manager(spec: str, *, tokenizer: Any, compute_score: Any = None, optio
                 logger.warning("manager %s does not take option %r; ignoring it", spec, key)
                 options.pop(key)
             else:
-                raise ConfigError(f"manager {spec!r} does not take option {key!r}; it takes "
-                                  f"{sorted(names) or 'no options'}")
+                raise ConfigError(
+                    f"manager {spec!r} does not take option {key!r}; it takes {sorted(names) or 'no options'}"
+                )
     try:
         return cls(tokenizer, compute_score, context=context, **options)
     except TypeError as exc:
@@ -68,6 +86,5 @@ def build_from_config(cfg: Any, context: ManagerContext) -> tuple[RewardManager,
     options = dict(cfg.manager_options)
     if cfg.reward_fn and "scorer_spec" in accepted_options(get_manager_class(cfg.manager))[0]:
         options.setdefault("scorer_spec", cfg.reward_fn)  # process-isolated managers re-load it in the child
-    manager = build_manager(cfg.manager, tokenizer=tokenizer, compute_score=score_fn, options=options,
-                            context=context)
+    manager = build_manager(cfg.manager, tokenizer=tokenizer, compute_score=score_fn, options=options, context=context)
     return manager, tokenizer

@@ -35,8 +35,9 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import is_async_callable
@@ -75,8 +76,10 @@ def load_score_fn(spec: str | None, kwargs: dict | None = None) -> Callable[...,
     kwargs = dict(kwargs or {})
     if not spec:
         if kwargs:
-            raise ConfigError(f"reward function kwargs {sorted(kwargs)} were given without a reward function; "
-                              "set --reward-fn FILE_OR_MODULE:FUNC or drop the kwargs")
+            raise ConfigError(
+                f"reward function kwargs {sorted(kwargs)} were given without a reward function; "
+                "set --reward-fn FILE_OR_MODULE:FUNC or drop the kwargs"
+            )
         return None
     if not isinstance(spec, str):
         raise ConfigError(f"the reward function must be given as a string, got {type(spec).__name__}")
@@ -98,8 +101,10 @@ def split_spec(spec: str) -> tuple[str, str]:
     if sep and head and _IDENTIFIER.match(tail):
         return head, tail
     if sep and not tail:
-        raise ConfigError(f"reward function {spec!r} ends with ':'; write FILE_OR_MODULE:FUNC or leave the "
-                          f"':FUNC' off to use {DEFAULT_FUNCTION!r}")
+        raise ConfigError(
+            f"reward function {spec!r} ends with ':'; write FILE_OR_MODULE:FUNC or leave the "
+            f"':FUNC' off to use {DEFAULT_FUNCTION!r}"
+        )
     return spec, DEFAULT_FUNCTION
 
 
@@ -111,6 +116,7 @@ def bind_kwargs(fn: Callable[..., Any], kwargs: dict) -> Callable[..., Any]:
     if not kwargs:
         return fn
     if is_async_callable(fn):
+
         @functools.wraps(fn)
         async def bound(*args: Any, **call_kwargs: Any) -> Any:
             return await fn(*args, **{**kwargs, **call_kwargs})
@@ -135,8 +141,10 @@ def module_name_for(path: str) -> str:
 def _load_file(path: str) -> ModuleType:
     expanded = os.path.expanduser(path)
     if not os.path.exists(expanded):
-        raise ConfigError(f"reward function file {path!r} does not exist (looked in {os.path.abspath(expanded)!r}); "
-                          "give a path to a .py file, relative to the worker's working directory or absolute")
+        raise ConfigError(
+            f"reward function file {path!r} does not exist (looked in {os.path.abspath(expanded)!r}); "
+            "give a path to a .py file, relative to the worker's working directory or absolute"
+        )
     if not os.path.isfile(expanded):
         raise ConfigError(f"reward function path {path!r} is a directory; give the .py file inside it")
     name = module_name_for(expanded)
@@ -156,15 +164,19 @@ def _load_file(path: str) -> ModuleType:
 
 def _load_module(name: str) -> ModuleType:
     if not _IDENTIFIER.match(name):
-        raise ConfigError(f"reward function {name!r} is neither an existing .py file nor a module name "
-                          "like package.module; give FILE.py[:FUNC] or package.module[:FUNC]")
+        raise ConfigError(
+            f"reward function {name!r} is neither an existing .py file nor a module name "
+            "like package.module; give FILE.py[:FUNC] or package.module[:FUNC]"
+        )
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-            raise ConfigError(f"no module named {name!r} for the reward function; install the package that "
-                              "provides it on the worker or add its folder to PYTHONPATH, or give a .py file "
-                              "path") from None
+            raise ConfigError(
+                f"no module named {name!r} for the reward function; install the package that "
+                "provides it on the worker or add its folder to PYTHONPATH, or give a .py file "
+                "path"
+            ) from None
         raise ConfigError(f"importing reward function module {name!r} failed: {exc}") from exc
     except Exception as exc:
         raise ConfigError(f"importing reward function module {name!r} failed: {type(exc).__name__}: {exc}") from exc
@@ -174,11 +186,15 @@ def _get_function(module: ModuleType, func_name: str, spec: str) -> Callable[...
     try:
         fn = functools.reduce(getattr, func_name.split("."), module)
     except AttributeError:
-        available = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-                           and getattr(v, "__module__", None) == module.__name__)
+        available = sorted(
+            n
+            for n, v in vars(module).items()
+            if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+        )
         hint = f"; functions defined there: {', '.join(available)}" if available else ""
-        raise ConfigError(f"reward function {spec!r}: {module.__name__!r} has no attribute {func_name!r}"
-                          f"{hint}") from None
+        raise ConfigError(
+            f"reward function {spec!r}: {module.__name__!r} has no attribute {func_name!r}{hint}"
+        ) from None
     if not callable(fn):
         raise ConfigError(f"reward function {spec!r}: {func_name!r} is a {type(fn).__name__}, not a function")
     return fn
@@ -190,8 +206,10 @@ def _check_kwargs(fn: Callable[..., Any], kwargs: dict, spec: str) -> None:
         raise ConfigError(f"reward function kwargs must have string keys, got {bad_keys!r}")
     reserved = sorted(set(kwargs) & set(SCORING_KEYWORDS))
     if reserved:
-        raise ConfigError(f"reward function kwargs may not set {reserved}: the manager passes "
-                          f"{', '.join(SCORING_KEYWORDS)} for every sample")
+        raise ConfigError(
+            f"reward function kwargs may not set {reserved}: the manager passes "
+            f"{', '.join(SCORING_KEYWORDS)} for every sample"
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -200,7 +218,8 @@ def _check_kwargs(fn: Callable[..., Any], kwargs: dict, spec: str) -> None:
     try:
         signature.bind_partial(**probe, **kwargs)
     except TypeError as exc:
-        raise ConfigError(f"reward function {spec!r} has signature {signature}, which cannot take "
-                          f"{', '.join(list(SCORING_KEYWORDS) + sorted(kwargs))} as keywords ({exc}). It is "
-                          "called as f(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)"
-                          ) from None
+        raise ConfigError(
+            f"reward function {spec!r} has signature {signature}, which cannot take "
+            f"{', '.join(list(SCORING_KEYWORDS) + sorted(kwargs))} as keywords ({exc}). It is "
+            "called as f(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)"
+        ) from None

@@ -49,9 +49,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable
+from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
 
@@ -112,8 +113,9 @@ def _child_main(conn: Any, target: Any, kwargs: dict | None) -> None:
             if inspect.isawaitable(result):
                 if hasattr(result, "close"):
                     result.close()
-                raise TypeError("the scoring function returned an awaitable; the remote manager needs a "
-                                "synchronous function")
+                raise TypeError(
+                    "the scoring function returned an awaitable; the remote manager needs a synchronous function"
+                )
             reply = ("ok", task_id, result)
         except Exception as exc:  # noqa: BLE001 - the parent turns it into an error result
             reply = ("error", task_id, f"{type(exc).__name__}: {exc}")
@@ -165,15 +167,25 @@ class ScorerPool:
         start_timeout: seconds to wait for the processes to load the function at start-up.
     """
 
-    def __init__(self, target: str | Callable[..., Any], kwargs: dict | None = None, *, num_workers: int = 2,
-                 start_method: str | None = None, kill_grace: float = 1.0, start_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        target: str | Callable[..., Any],
+        kwargs: dict | None = None,
+        *,
+        num_workers: int = 2,
+        start_method: str | None = None,
+        kill_grace: float = 1.0,
+        start_timeout: float = 120.0,
+    ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ConfigError(f"num_workers must be an integer >= 1, got {num_workers!r}")
         if start_method is None:
             start_method = "forkserver" if sys.platform.startswith("linux") else "spawn"
         if start_method not in START_METHODS:
-            raise ConfigError(f"start_method must be one of {START_METHODS}, got {start_method!r} (fork is unsafe "
-                              "in a process that runs an event loop, threads and torch)")
+            raise ConfigError(
+                f"start_method must be one of {START_METHODS}, got {start_method!r} (fork is unsafe "
+                "in a process that runs an event loop, threads and torch)"
+            )
         self.target = target
         self.kwargs = dict(kwargs or {})
         self.num_workers = num_workers
@@ -208,15 +220,24 @@ class ScorerPool:
         while not all(s.ready for s in self._slots):
             failed = [s for s in self._slots if s.dead]
             if failed or time.monotonic() - t0 > self.start_timeout:
-                why = (failed[0].init_error or describe_exit(failed[0].proc.exitcode)) if failed else \
-                    f"not ready after {self.start_timeout:g}s"
+                why = (
+                    (failed[0].init_error or describe_exit(failed[0].proc.exitcode))
+                    if failed
+                    else f"not ready after {self.start_timeout:g}s"
+                )
                 await self.close()
-                raise ConfigError(f"the scoring function {self.target!r} could not be loaded in a scorer "
-                                  f"process: {why}")
+                raise ConfigError(
+                    f"the scoring function {self.target!r} could not be loaded in a scorer process: {why}"
+                )
             await asyncio.sleep(0.005)
         self._started = True
-        logger.info("scorer pool: %d %s processes ready in %.2fs (pids %s)", self.num_workers,
-                    self.start_method, time.monotonic() - t0, self.pids)
+        logger.info(
+            "scorer pool: %d %s processes ready in %.2fs (pids %s)",
+            self.num_workers,
+            self.start_method,
+            time.monotonic() - t0,
+            self.pids,
+        )
 
     @property
     def pids(self) -> list[int | None]:
@@ -224,8 +245,9 @@ class ScorerPool:
 
     def _spawn(self, index: int) -> _Slot:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_child_main, args=(child_conn, self.target, self.kwargs),
-                                 name=f"rewardq-scorer-{index}", daemon=True)
+        proc = self._ctx.Process(
+            target=_child_main, args=(child_conn, self.target, self.kwargs), name=f"rewardq-scorer-{index}", daemon=True
+        )
         proc.start()
         child_conn.close()
         slot = _Slot(index=index, proc=proc, conn=parent_conn)
@@ -276,8 +298,14 @@ class ScorerPool:
             slot.init_error = msg[1]
             self._on_dead(slot)
         elif slot.future is not None and msg[1] == slot.task_id and not slot.future.done():
-            slot.future.set_result(TaskResult(kind, value=msg[2] if kind == "ok" else None,
-                                              message=msg[2] if kind == "error" else "", pid=slot.pid))
+            slot.future.set_result(
+                TaskResult(
+                    kind,
+                    value=msg[2] if kind == "ok" else None,
+                    message=msg[2] if kind == "error" else "",
+                    pid=slot.pid,
+                )
+            )
 
     def _on_dead(self, slot: _Slot) -> None:
         if slot.dead:
@@ -319,8 +347,10 @@ class ScorerPool:
         assert self._free is not None
         while True:
             if self._closed or self._broken:
-                raise ScoringError(f"the scorer pool is {'closed' if self._closed else 'broken'}"
-                                   f"{': ' + self._broken if self._broken else ''}")
+                raise ScoringError(
+                    f"the scorer pool is {'closed' if self._closed else 'broken'}"
+                    f"{': ' + self._broken if self._broken else ''}"
+                )
             slot = await self._free.get()
             if slot is None:
                 self._free.put_nowait(None)  # wake the next waiter too
@@ -349,8 +379,7 @@ class ScorerPool:
             result: TaskResult = await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
             self.counters["timeouts"] += 1
-            logger.warning("scorer process %s exceeded its %.1fs timeout; killing and replacing it", slot.pid,
-                           timeout)
+            logger.warning("scorer process %s exceeded its %.1fs timeout; killing and replacing it", slot.pid, timeout)
             await self._replace(slot, "timeout")
             return TaskResult("timeout", pid=slot.pid)
         except asyncio.CancelledError:  # the caller gave up: the process is busy with it, so replace it
@@ -359,8 +388,7 @@ class ScorerPool:
         if result.status == "crash":
             self.counters["crashes"] += 1
             await self._kill(slot)
-            result.message = (f"the scorer process (pid {slot.pid}) {describe_exit(slot.proc.exitcode)} "
-                              "while scoring")
+            result.message = f"the scorer process (pid {slot.pid}) {describe_exit(slot.proc.exitcode)} while scoring"
             logger.error("%s; replacing it", result.message)
             await self._replace(slot, "crash")
             return result

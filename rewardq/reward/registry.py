@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from rewardq.errors import UnknownManagerError
 from rewardq.reward.base import RewardManager
@@ -42,8 +43,9 @@ def register(name: str) -> Callable[[M], M]:
             raise TypeError(f"{cls!r} is not a RewardManager subclass")
         existing = _REGISTRY.get(name)
         if existing is not None and existing is not cls:
-            raise ValueError(f"reward manager {name!r} is already registered by "
-                             f"{existing.__module__}.{existing.__qualname__}")
+            raise ValueError(
+                f"reward manager {name!r} is already registered by {existing.__module__}.{existing.__qualname__}"
+            )
         _REGISTRY[name] = cls
         cls.name = name
         return cls
@@ -99,11 +101,15 @@ def get_manager_class(spec: str) -> type[RewardManager]:
         try:
             cls = import_object(spec, "manager")
         except (ImportError, AttributeError, ValueError) as exc:
-            raise UnknownManagerError(f"cannot import manager {spec!r}: {exc}. Check that the module is "
-                                      "importable on the worker (PYTHONPATH) and the class name") from None
+            raise UnknownManagerError(
+                f"cannot import manager {spec!r}: {exc}. Check that the module is "
+                "importable on the worker (PYTHONPATH) and the class name"
+            ) from None
     else:
-        raise UnknownManagerError(f"unknown reward manager {spec!r}; known: {', '.join(known_managers())}; "
-                                  "or give a custom one as package.module:ClassName")
+        raise UnknownManagerError(
+            f"unknown reward manager {spec!r}; known: {', '.join(known_managers())}; "
+            "or give a custom one as package.module:ClassName"
+        )
     if not (isinstance(cls, type) and issubclass(cls, RewardManager)):
         raise UnknownManagerError(f"{spec!r} is not a subclass of rewardq.reward.RewardManager")
     return cls

@@ -6,7 +6,7 @@ and, for reward models over HTTP, ``apply_chat_template``. :func:`load_tokenizer
 returns an object with exactly that surface (the :class:`Tokenizer` protocol) from:
 
 * ``None`` or ``"builtin:demo"`` → the bundled demo tokenizer (byte-level BPE, ~3k
-  tokens, ChatML special tokens; see :mod:`rewardq.reward.make_demo_tokenizer`);
+  tokens, ChatML special tokens; see :mod:`tools.make_demo_tokenizer`);
 * a ``tokenizer.json`` file → the ``tokenizers`` library (special-token names and the
   chat template come from a ``tokenizer_config.json`` beside it, if there is one);
 * a Hugging Face tokenizer folder → ``transformers.AutoTokenizer`` when transformers
@@ -35,9 +35,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from rewardq.errors import ConfigError
 
@@ -64,8 +65,9 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
 
-    def apply_chat_template(self, messages: Sequence[dict], tokenize: bool = False,
-                            add_generation_prompt: bool = False, **kwargs: Any) -> str | list[int]: ...
+    def apply_chat_template(
+        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+    ) -> str | list[int]: ...
 
 
 def as_id_list(ids: Any) -> list[int]:
@@ -94,8 +96,16 @@ class FastTokenizer:
         chat_template: a jinja chat template, or None for the ChatML fallback.
     """
 
-    def __init__(self, backend: Any, name: str, *, eos_token: str | None = None, bos_token: str | None = None,
-                 pad_token: str | None = None, chat_template: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        name: str,
+        *,
+        eos_token: str | None = None,
+        bos_token: str | None = None,
+        pad_token: str | None = None,
+        chat_template: str | None = None,
+    ) -> None:
         self.backend = backend
         self.name = name
         self.eos_token = eos_token
@@ -140,14 +150,21 @@ class FastTokenizer:
         """Ids of ``text``. Special-token strings in the text become their special ids."""
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def apply_chat_template(self, messages: Sequence[dict], tokenize: bool = False,
-                            add_generation_prompt: bool = False, **kwargs: Any) -> str | list[int]:
+    def apply_chat_template(
+        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+    ) -> str | list[int]:
         """Render a chat with the folder's template (jinja2) or the ChatML fallback."""
         text = None
         if self.chat_template is not None:
-            text = render_jinja_chat(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                                     bos_token=self.bos_token, eos_token=self.eos_token,
-                                     pad_token=self.pad_token, **kwargs)
+            text = render_jinja_chat(
+                self.chat_template,
+                messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+                pad_token=self.pad_token,
+                **kwargs,
+            )
         if text is None:
             text = render_chatml(messages, add_generation_prompt=add_generation_prompt)
         return self.encode(text) if tokenize else text
@@ -204,15 +221,18 @@ class TransformersTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(self.backend.encode(text, add_special_tokens=add_special_tokens))
 
-    def apply_chat_template(self, messages: Sequence[dict], tokenize: bool = False,
-                            add_generation_prompt: bool = False, **kwargs: Any) -> str | list[int]:
-        return self.backend.apply_chat_template(list(messages), tokenize=tokenize,
-                                                add_generation_prompt=add_generation_prompt, **kwargs)
+    def apply_chat_template(
+        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+    ) -> str | list[int]:
+        return self.backend.apply_chat_template(
+            list(messages), tokenize=tokenize, add_generation_prompt=add_generation_prompt, **kwargs
+        )
 
 
 # --------------------------------------------------------------------------------------
 # chat templates
 # --------------------------------------------------------------------------------------
+
 
 def _content_text(content: Any) -> str:
     if isinstance(content, list):  # OpenAI-style parts: keep the text ones
@@ -235,19 +255,21 @@ def render_jinja_chat(template: str, messages: Sequence[dict], **variables: Any)
         import jinja2.ext
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:
-        logger.warning("jinja2 is not installed, so the tokenizer's chat template cannot be rendered; "
-                       "using the ChatML fallback (pip install jinja2 to use the real template)")
+        logger.warning(
+            "jinja2 is not installed, so the tokenizer's chat template cannot be rendered; "
+            "using the ChatML fallback (pip install jinja2 to use the real template)"
+        )
         return None
 
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
-               separators: Any = None, sort_keys: bool = False) -> str:
+    def tojson(
+        x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+    ) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -260,6 +282,7 @@ def render_jinja_chat(template: str, messages: Sequence[dict], **variables: Any)
 # --------------------------------------------------------------------------------------
 # loading
 # --------------------------------------------------------------------------------------
+
 
 def _token_str(value: Any) -> str | None:
     if isinstance(value, dict):  # {"content": "<|im_end|>", "lstrip": false, ...}
@@ -309,9 +332,10 @@ def _from_tokenizer_json(path: Path, name: str, meta: dict) -> FastTokenizer:
     try:
         backend = RawTokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises bare Exception for bad JSON
-        raise ConfigError(f"cannot load tokenizer {str(path)!r}: {exc}. Give a tokenizer.json written by the "
-                          "tokenizers/transformers libraries, a Hugging Face tokenizer folder, or builtin:demo"
-                          ) from None
+        raise ConfigError(
+            f"cannot load tokenizer {str(path)!r}: {exc}. Give a tokenizer.json written by the "
+            "tokenizers/transformers libraries, a Hugging Face tokenizer folder, or builtin:demo"
+        ) from None
     return FastTokenizer(backend, name, **meta)
 
 
@@ -329,16 +353,20 @@ def _from_transformers(path: str) -> TransformersTokenizer:
     try:
         backend = AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # OSError, ValueError, HTTP errors, ...
-        raise ConfigError(f"transformers could not load a tokenizer from {path!r}: {exc}. Give a local "
-                          "Hugging Face tokenizer folder, a tokenizer.json file, or builtin:demo") from None
+        raise ConfigError(
+            f"transformers could not load a tokenizer from {path!r}: {exc}. Give a local "
+            "Hugging Face tokenizer folder, a tokenizer.json file, or builtin:demo"
+        ) from None
     return TransformersTokenizer(backend, path)
 
 
 def load_demo_tokenizer() -> FastTokenizer:
     """The bundled demo tokenizer (ChatML special tokens, ChatML chat format)."""
     if not DEMO_PATH.is_file():
-        raise ConfigError(f"the bundled demo tokenizer is missing ({DEMO_PATH}); reinstall rewardq or run "
-                          "python -m rewardq.reward.make_demo_tokenizer")
+        raise ConfigError(
+            f"the bundled demo tokenizer is missing ({DEMO_PATH}); reinstall rewardq or run "
+            "python -m tools.make_demo_tokenizer"
+        )
     return _from_tokenizer_json(DEMO_PATH, DEMO_SPEC, dict(DEMO_SPECIAL, chat_template=None))
 
 
@@ -365,8 +393,9 @@ def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto") -> 
     p = Path(text).expanduser()
     use_transformers = backend == "transformers" or (backend == "auto" and _transformers_available())
     if backend == "transformers" and not _transformers_available():
-        raise ConfigError("tokenizer backend 'transformers' was asked for but transformers is not installed: "
-                          "pip install transformers")
+        raise ConfigError(
+            "tokenizer backend 'transformers' was asked for but transformers is not installed: pip install transformers"
+        )
     if p.is_file():
         if backend == "transformers":
             return _from_transformers(str(p.parent))
@@ -376,12 +405,16 @@ def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto") -> 
             return _from_transformers(str(p))
         tj = p / "tokenizer.json"
         if not tj.is_file():
-            raise ConfigError(f"tokenizer folder {text!r} has no tokenizer.json. Without transformers rewardq "
-                              "reads only fast tokenizers (tokenizer.json); pip install transformers to load "
-                              "this folder, or save it with a fast tokenizer")
+            raise ConfigError(
+                f"tokenizer folder {text!r} has no tokenizer.json. Without transformers rewardq "
+                "reads only fast tokenizers (tokenizer.json); pip install transformers to load "
+                "this folder, or save it with a fast tokenizer"
+            )
         return _from_tokenizer_json(tj, text, folder_metadata(p))
     if use_transformers:
         return _from_transformers(text)
-    raise ConfigError(f"tokenizer path {text!r} does not exist (looked in {str(p.absolute())!r}). Give a "
-                      "tokenizer.json file, a Hugging Face tokenizer folder, or builtin:demo; to load a Hub id "
-                      "such as Qwen/Qwen2.5-7B-Instruct, pip install transformers")
+    raise ConfigError(
+        f"tokenizer path {text!r} does not exist (looked in {str(p.absolute())!r}). Give a "
+        "tokenizer.json file, a Hugging Face tokenizer folder, or builtin:demo; to load a Hub id "
+        "such as Qwen/Qwen2.5-7B-Instruct, pip install transformers"
+    )

@@ -31,16 +31,18 @@ Run it with ``rewardq worker --manager seqpo_simt`` (an entry point of this pack
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from rewardq.consumers.batch import non_tensor, valid_response_ids
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.examples.simt_metrics import average_lagging, chrf
+from rewardq.reward.rows import non_tensor, valid_response_ids
 
 
-def fused_reward(chunks: list[str], reads: list[int], reference: str, source_len: int, *,
-                 latency_weight: float, quality=chrf) -> dict[str, Any]:
+def fused_reward(
+    chunks: list[str], reads: list[int], reference: str, source_len: int, *, latency_weight: float, quality=chrf
+) -> dict[str, Any]:
     """The SeqPO-SiMT reward of a sequence of steps (pure function; see the module doc)."""
     words: list[str] = []
     delays: list[int] = []
@@ -52,8 +54,13 @@ def fused_reward(chunks: list[str], reads: list[int], reference: str, source_len
     q = float(quality(translation, reference))
     al = average_lagging(delays, source_len)
     lag = al / source_len
-    return {"score": q - latency_weight * lag, "quality": q, "average_lagging": al, "normalized_lagging": lag,
-            "target_words": len(words)}
+    return {
+        "score": q - latency_weight * lag,
+        "quality": q,
+        "average_lagging": al,
+        "normalized_lagging": lag,
+        "target_words": len(words),
+    }
 
 
 class SeqPOSiMTManager(RewardManager):
@@ -69,9 +76,17 @@ class SeqPOSiMTManager(RewardManager):
 
     name = "seqpo_simt"
 
-    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
-                 context: ManagerContext | None = None, latency_weight: float = 0.5, per_step: bool = False,
-                 source_field: str = "source", read_field: str = "source_read") -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        compute_score: ScoreFn | None = None,
+        *,
+        context: ManagerContext | None = None,
+        latency_weight: float = 0.5,
+        per_step: bool = False,
+        source_field: str = "source",
+        read_field: str = "source_read",
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         if not isinstance(latency_weight, (int, float)) or latency_weight < 0:
             raise ConfigError(f"latency_weight must be a non-negative number, got {latency_weight!r}")
@@ -100,9 +115,11 @@ class SeqPOSiMTManager(RewardManager):
             fields = non_tensor(row, "tool_extra_fields") or {}
             read = fields.get(self.read_field)
             if isinstance(read, bool) or not isinstance(read, int) or not previous <= read <= source_len:
-                raise ScoringError(f"output {i}: extra_fields[{self.read_field!r}] must be an int between the "
-                                   f"previous step's value ({previous}) and the source length ({source_len}), "
-                                   f"got {read!r}")
+                raise ScoringError(
+                    f"output {i}: extra_fields[{self.read_field!r}] must be an int between the "
+                    f"previous step's value ({previous}) and the source length ({source_len}), "
+                    f"got {read!r}"
+                )
             previous = read
             chunks.append(self.tokenizer.decode(valid_response_ids(row), skip_special_tokens=True))
             reads.append(read)
@@ -112,8 +129,9 @@ class SeqPOSiMTManager(RewardManager):
         chunks, reads, reference, source_len = self._steps(data)
 
         def reward(k: int) -> dict[str, Any]:
-            return fused_reward(chunks[:k], reads[:k], reference, source_len,
-                                latency_weight=self.latency_weight, quality=self.quality)
+            return fused_reward(
+                chunks[:k], reads[:k], reference, source_len, latency_weight=self.latency_weight, quality=self.quality
+            )
 
         full = reward(len(chunks))
         if not self.per_step:
@@ -121,8 +139,16 @@ class SeqPOSiMTManager(RewardManager):
         out, prev = [], 0.0
         for k in range(1, len(chunks) + 1):
             cur = full if k == len(chunks) else reward(k)
-            out.append({"reward_score": cur["score"] - prev,
-                        "reward_extra_info": {**full, "step": k - 1, "step_reward": cur["score"] - prev,
-                                              "prefix_score": cur["score"]}})
+            out.append(
+                {
+                    "reward_score": cur["score"] - prev,
+                    "reward_extra_info": {
+                        **full,
+                        "step": k - 1,
+                        "step_reward": cur["score"] - prev,
+                        "prefix_score": cur["score"],
+                    },
+                }
+            )
             prev = cur["score"]
         return out

@@ -17,9 +17,11 @@ from typing import Any
 
 from rewardq.reward.examples.seqpo_simt import fused_reward
 
-_WORDS = ("the model reads a stream of source words and writes its translation while listening to the "
-          "speaker who talks about weather markets science music football history cities rivers trains "
-          "coffee bread gardens stars engines bridges voices numbers letters windows mountains").split()
+_WORDS = (
+    "the model reads a stream of source words and writes its translation while listening to the "
+    "speaker who talks about weather markets science music football history cities rivers trains "
+    "coffee bread gardens stars engines bridges voices numbers letters windows mountains"
+).split()
 
 
 def translate_word(word: str) -> str:
@@ -27,8 +29,9 @@ def translate_word(word: str) -> str:
     return word[::-1] + "o"
 
 
-def make_simt_trajectories(n: int, seed: int, tokenizer: Any, *, latency_weight: float = 0.5,
-                           error_rate: float = 0.15) -> list[dict]:
+def make_simt_trajectories(
+    n: int, seed: int, tokenizer: Any, *, latency_weight: float = 0.5, error_rate: float = 0.15
+) -> list[dict]:
     """``n`` trajectories ``{"uid", "session_id", "sample", "outputs", "expected"}``.
 
     ``expected`` is the reward SeqPO-SiMT gives (``latency_weight`` λ), computed from the
@@ -53,11 +56,28 @@ def make_simt_trajectories(n: int, seed: int, tokenizer: Any, *, latency_weight:
             chunks.append(chunk)
             reads.append(read)
             prompt_text = f"{prompt} {' '.join(src[:read])} ||| {' '.join(c for c in chunks[:-1] if c)}"
-            outputs.append({"prompt_ids": tokenizer.encode(prompt_text), "response_ids": tokenizer.encode(chunk),
-                            "num_turns": 2 * len(outputs) + 2, "extra_fields": {"source_read": read}})
+            outputs.append(
+                {
+                    "prompt_ids": tokenizer.encode(prompt_text),
+                    "response_ids": tokenizer.encode(chunk),
+                    "num_turns": 2 * len(outputs) + 2,
+                    "extra_fields": {"source_read": read},
+                }
+            )
         expected = fused_reward(chunks, reads, " ".join(ref), len(src), latency_weight=latency_weight)
-        out.append({"uid": f"simt-{seed}-{t}", "session_id": "0", "outputs": outputs,
-                    "sample": {"data_source": "simt/synthetic", "reward_model": {"ground_truth": " ".join(ref)},
-                               "extra_info": {"source": " ".join(src), "wait_k": k}},
-                    "expected": expected, "chunks": chunks, "reads": reads})
+        out.append(
+            {
+                "uid": f"simt-{seed}-{t}",
+                "session_id": "0",
+                "outputs": outputs,
+                "sample": {
+                    "data_source": "simt/synthetic",
+                    "reward_model": {"ground_truth": " ".join(ref)},
+                    "extra_info": {"source": " ".join(src), "wait_k": k},
+                },
+                "expected": expected,
+                "chunks": chunks,
+                "reads": reads,
+            }
+        )
     return out

@@ -8,11 +8,11 @@ removed, as sacreBLEU does by default); Average Lagging follows Ma et al. (2019)
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def _ngrams(text: str, n: int) -> Counter:
-    return Counter(text[i:i + n] for i in range(len(text) - n + 1))
+    return Counter(text[i : i + n] for i in range(len(text) - n + 1))
 
 
 def chrf(hypothesis: str, reference: str, *, max_order: int = 6, beta: float = 2.0) -> float:

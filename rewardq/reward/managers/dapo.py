@@ -36,7 +36,7 @@ from typing import Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
-from rewardq.reward.managers.naive import read_final_output, score_final_output
+from rewardq.reward.final_output import read_final_output, score_final_output
 from rewardq.reward.registry import register
 
 logger = logging.getLogger("rewardq.reward")
@@ -57,20 +57,22 @@ class OverlongBuffer:
     log: bool = False
 
     @classmethod
-    def from_option(cls, value: Any, max_resp_len: Any) -> "OverlongBuffer | None":
+    def from_option(cls, value: Any, max_resp_len: Any) -> OverlongBuffer | None:
         """Validate ``overlong_buffer`` together with ``max_resp_len``; ConfigError names the bad value."""
         if value is None:
             return None
         if isinstance(value, OverlongBuffer):
-            value = {"enable": value.enable, "len": value.len, "penalty_factor": value.penalty_factor,
-                     "log": value.log}
+            value = {"enable": value.enable, "len": value.len, "penalty_factor": value.penalty_factor, "log": value.log}
         if not isinstance(value, dict):
-            raise ConfigError(f"dapo: overlong_buffer must be a dict {{enable, len, penalty_factor, log}}, "
-                              f"got {type(value).__name__} {value!r:.80}")
+            raise ConfigError(
+                f"dapo: overlong_buffer must be a dict {{enable, len, penalty_factor, log}}, "
+                f"got {type(value).__name__} {value!r:.80}"
+            )
         unknown = sorted(set(value) - {"enable", "len", "penalty_factor", "log"})
         if unknown:
-            raise ConfigError(f"dapo: overlong_buffer does not take {unknown}; it takes enable, len, "
-                              "penalty_factor, log")
+            raise ConfigError(
+                f"dapo: overlong_buffer does not take {unknown}; it takes enable, len, penalty_factor, log"
+            )
         cfg = cls(**value)
         for key in ("enable", "log"):
             if not isinstance(getattr(cfg, key), bool):
@@ -82,14 +84,20 @@ class OverlongBuffer:
         if not cfg.enable:
             return cfg
         if max_resp_len is None:
-            raise ConfigError("dapo: overlong_buffer.enable is true but max_resp_len is not set; set max_resp_len "
-                              "to the rollout's maximum response length (verl: data.max_response_length)")
+            raise ConfigError(
+                "dapo: overlong_buffer.enable is true but max_resp_len is not set; set max_resp_len "
+                "to the rollout's maximum response length (verl: data.max_response_length)"
+            )
         if cfg.len <= 0:
-            raise ConfigError(f"dapo: overlong_buffer.len must be positive when the overlong penalty is enabled, "
-                              f"got {cfg.len}; to disable the penalty set overlong_buffer.enable=false")
+            raise ConfigError(
+                f"dapo: overlong_buffer.len must be positive when the overlong penalty is enabled, "
+                f"got {cfg.len}; to disable the penalty set overlong_buffer.enable=false"
+            )
         if max_resp_len < cfg.len:
-            raise ConfigError(f"dapo: max_resp_len={max_resp_len} is smaller than overlong_buffer.len={cfg.len}; "
-                              "the buffer is the last `len` tokens before max_resp_len")
+            raise ConfigError(
+                f"dapo: max_resp_len={max_resp_len} is smaller than overlong_buffer.len={cfg.len}; "
+                "the buffer is the last `len` tokens before max_resp_len"
+            )
         if cfg.penalty_factor < 0:
             raise ConfigError(f"dapo: overlong_buffer.penalty_factor must be >= 0, got {cfg.penalty_factor}")
         if cfg.penalty_factor == 0:
@@ -121,12 +129,19 @@ class DAPORewardManager(RewardManager):
             or a malformed ``overlong_buffer``.
     """
 
-    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
-                 context: ManagerContext | None = None, overlong_buffer: dict | None = None,
-                 max_resp_len: int | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        compute_score: ScoreFn | None = None,
+        *,
+        context: ManagerContext | None = None,
+        overlong_buffer: dict | None = None,
+        max_resp_len: int | None = None,
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
-        if max_resp_len is not None and (isinstance(max_resp_len, bool)
-                                         or not isinstance(max_resp_len, numbers.Integral) or max_resp_len <= 0):
+        if max_resp_len is not None and (
+            isinstance(max_resp_len, bool) or not isinstance(max_resp_len, numbers.Integral) or max_resp_len <= 0
+        ):
             raise ConfigError(f"dapo: max_resp_len must be a positive integer, got {max_resp_len!r}")
         self.max_resp_len = max_resp_len
         self.overlong_buffer = OverlongBuffer.from_option(overlong_buffer, max_resp_len)

@@ -1,6 +1,6 @@
 """``disrm``: a discriminative reward model served over HTTP by vLLM or SGLang.
 
-For each trajectory the final output is scored by the reward model (REFERENCE §3):
+For each trajectory the final output is scored by the reward model, as verl's reward-model loop does:
 
 1. the response is decoded with the *policy* tokenizer and its EOS token string removed;
 2. the chat is the sample's ``raw_prompt`` (a list of ``{"role", "content"}`` messages)
@@ -60,10 +60,14 @@ _EXTRA_OPTIONS = ["tokenizer"]
 
 def _check_number(name: str, value: Any, *, integer: bool = False) -> None:
     """Integers must be >= 0 (a retry count); other numbers > 0 (times)."""
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) \
-            or (value < 0 if integer else not value > 0):
-        raise ConfigError(f"manager 'disrm': {name} must be {'an integer >= 0' if integer else 'a number > 0'}, "
-                          f"got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int if integer else (int, float))
+        or (value < 0 if integer else not value > 0)
+    ):
+        raise ConfigError(
+            f"manager 'disrm': {name} must be {'an integer >= 0' if integer else 'a number > 0'}, got {value!r}"
+        )
 
 
 @register("disrm")
@@ -83,16 +87,32 @@ class DisRMRewardManager(RewardManager):
         **options: ``tokenizer`` = the reward model's tokenizer (a path or a loaded tokenizer).
     """
 
-    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, /, *,
-                 context: ManagerContext | None = None, base_url: str | None = None, model: str | None = None,
-                 backend: str = "vllm", max_retries: int = 5, timeout: float = 30.0, backoff_base: float = 0.5,
-                 backoff_cap: float = 30.0, **options: Any) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        compute_score: ScoreFn | None = None,
+        /,
+        *,
+        context: ManagerContext | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+        backend: str = "vllm",
+        max_retries: int = 5,
+        timeout: float = 30.0,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        **options: Any,
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
-        reject_unknown_options("disrm", options, _EXTRA_OPTIONS + [
-            "base_url", "model", "backend", "max_retries", "timeout", "backoff_base", "backoff_cap"])
+        reject_unknown_options(
+            "disrm",
+            options,
+            _EXTRA_OPTIONS + ["base_url", "model", "backend", "max_retries", "timeout", "backoff_base", "backoff_cap"],
+        )
         if not base_url or not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"manager 'disrm' needs base_url=http://HOST:PORT of the reward model server, "
-                              f"got {base_url!r}")
+            raise ConfigError(
+                f"manager 'disrm' needs base_url=http://HOST:PORT of the reward model server, got {base_url!r}"
+            )
         if not model or not isinstance(model, str):
             raise ConfigError(f"manager 'disrm' needs model=<the served model's name>, got {model!r}")
         if backend not in BACKENDS:
@@ -102,15 +122,18 @@ class DisRMRewardManager(RewardManager):
             _check_number(name, value)
         rm_tokenizer = options.get("tokenizer")
         if rm_tokenizer is None:
-            raise ConfigError("manager 'disrm' needs tokenizer=<the reward model's tokenizer> (a tokenizer.json, "
-                              "a tokenizer folder or a Hub id): the prompt is rendered with its chat template")
+            raise ConfigError(
+                "manager 'disrm' needs tokenizer=<the reward model's tokenizer> (a tokenizer.json, "
+                "a tokenizer folder or a Hub id): the prompt is rendered with its chat template"
+            )
         if isinstance(rm_tokenizer, (str, os.PathLike)):
             from rewardq.reward.tokenizer import load_tokenizer
 
             rm_tokenizer = load_tokenizer(rm_tokenizer)
         if not hasattr(rm_tokenizer, "apply_chat_template"):
-            raise ConfigError(f"manager 'disrm': the reward model tokenizer {rm_tokenizer!r} has no "
-                              "apply_chat_template")
+            raise ConfigError(
+                f"manager 'disrm': the reward model tokenizer {rm_tokenizer!r} has no apply_chat_template"
+            )
         if compute_score is not None:
             logger.warning("disrm: the reward model scores every sample; the configured reward function is unused")
         self.rm_tokenizer = rm_tokenizer
@@ -140,13 +163,15 @@ class DisRMRewardManager(RewardManager):
     # -- scoring -----------------------------------------------------------------------
     def build_prompt(self, data: Any) -> str:
         """The reward model's input for the final output of ``data`` (steps 1-3 above)."""
-        from rewardq.consumers.batch import last_row, non_tensor, valid_response_ids
+        from rewardq.reward.rows import last_row, non_tensor, valid_response_ids
 
         row = last_row(data)  # data[-1:], built cheaper
         raw_prompt = non_tensor(row, "raw_prompt")
         if not isinstance(raw_prompt, (list, tuple)) or not all(isinstance(m, dict) for m in raw_prompt):
-            raise ScoringError("disrm needs the sample's raw_prompt as a list of chat messages "
-                               f"({{'role': ..., 'content': ...}}), got {raw_prompt!r:.100}")
+            raise ScoringError(
+                "disrm needs the sample's raw_prompt as a list of chat messages "
+                f"({{'role': ..., 'content': ...}}), got {raw_prompt!r:.100}"
+            )
         response = self.tokenizer.decode(valid_response_ids(row), skip_special_tokens=False)
         eos = getattr(self.tokenizer, "eos_token", None)
         if eos:
@@ -155,7 +180,7 @@ class DisRMRewardManager(RewardManager):
         prompt = self.rm_tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False)
         bos = getattr(self.rm_tokenizer, "bos_token", None)
         if bos and prompt.startswith(bos):
-            prompt = prompt[len(bos):]
+            prompt = prompt[len(bos) :]
         return prompt
 
     async def run_single(self, data: Any) -> dict:
@@ -168,8 +193,9 @@ class DisRMRewardManager(RewardManager):
         try:
             value = body["data"][-1][field][-1]
         except (KeyError, IndexError, TypeError):
-            raise ScoringError(f"reward model answer from {self.base_url}{path} has no data[-1].{field}[-1]: "
-                               f"{json.dumps(body)[:200]}") from None
+            raise ScoringError(
+                f"reward model answer from {self.base_url}{path} has no data[-1].{field}[-1]: {json.dumps(body)[:200]}"
+            ) from None
         return {"reward_score": to_float(value, "the reward model's score"), "reward_extra_info": {}}
 
     async def post(self, path: str, payload: dict) -> Any:
@@ -183,8 +209,9 @@ class DisRMRewardManager(RewardManager):
         for attempt in range(self.max_retries + 1):
             if attempt:
                 delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)) * (1 - 0.2 * random.random())
-                logger.warning("disrm: %s failed (%s); retry %d/%d in %.2fs", url, last, attempt,
-                               self.max_retries, delay)
+                logger.warning(
+                    "disrm: %s failed (%s); retry %d/%d in %.2fs", url, last, attempt, self.max_retries, delay
+                )
                 self.counters["retries"] += 1
                 self.counters["backoff_seconds"] += delay
                 await asyncio.sleep(delay)
@@ -200,13 +227,15 @@ class DisRMRewardManager(RewardManager):
                 last = f"HTTP {status}: {text[:200]}"
                 continue
             if status >= 400:
-                raise ScoringError(f"reward model at {url} refused the request with HTTP {status} (not retried): "
-                                   f"{text[:300]}")
+                raise ScoringError(
+                    f"reward model at {url} refused the request with HTTP {status} (not retried): {text[:300]}"
+                )
             try:
                 return json.loads(text)
             except ValueError:
-                raise ScoringError(f"reward model at {url} answered HTTP {status} with a body that is not JSON: "
-                                   f"{text[:200]}") from None
+                raise ScoringError(
+                    f"reward model at {url} answered HTTP {status} with a body that is not JSON: {text[:200]}"
+                ) from None
         raise ScoringError(f"reward model at {url} failed after {self.max_retries + 1} attempts; last: {last}")
 
     def stats(self) -> dict:

@@ -20,7 +20,8 @@ from typing import Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, ScoreFn
-from rewardq.reward.managers.naive import FinalOutput, NaiveRewardManager
+from rewardq.reward.final_output import FinalOutput
+from rewardq.reward.managers.naive import NaiveRewardManager
 from rewardq.reward.registry import register
 
 
@@ -35,8 +36,14 @@ class GDPORewardManager(NaiveRewardManager):
         experiment_name: written to ``extra_info["experiment_name"]`` for every sample.
     """
 
-    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
-                 context: ManagerContext | None = None, experiment_name: str = "") -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        compute_score: ScoreFn | None = None,
+        *,
+        context: ManagerContext | None = None,
+        experiment_name: str = "",
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         if not isinstance(experiment_name, str):
             raise ConfigError(f"gdpo: experiment_name must be a string, got {type(experiment_name).__name__}")

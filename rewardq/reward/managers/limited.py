@@ -1,7 +1,7 @@
 """``limited``: a rate-limited manager for LLM-as-judge and paid-API scoring functions.
 
 Each trajectory's final output is scored by calling the scoring function once, after
-taking, in this order (REFERENCE §3):
+taking, in this order (as verl's rate-limited manager does):
 
 1. one request token (``max_rpm``),
 2. ``estimated_tokens_per_request`` tokens (``max_tpm``),
@@ -51,7 +51,7 @@ def _positive(name: str, value: Any, *, allow_none: bool, integer: bool = False)
     if value is None and allow_none:
         return
     kind = "an integer" if integer else "a number"
-    ok = (not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0)
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0
     if not ok:
         extra = " or None (unlimited)" if allow_none else ""
         raise ConfigError(f"manager 'limited': {name} must be {kind} > 0{extra}, got {value!r}")
@@ -75,11 +75,20 @@ class LimitedRewardManager(RewardManager):
         lease_seconds: how long a concurrency slot outlives a worker that died holding it.
     """
 
-    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
-                 context: ManagerContext | None = None, max_concurrent: int | None = 1,
-                 max_rpm: float | None = None, max_tpm: float | None = None,
-                 estimated_tokens_per_request: float = 2000, timeout: float = 300.0,
-                 limiter_name: str = "default", lease_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        compute_score: ScoreFn | None = None,
+        *,
+        context: ManagerContext | None = None,
+        max_concurrent: int | None = 1,
+        max_rpm: float | None = None,
+        max_tpm: float | None = None,
+        estimated_tokens_per_request: float = 2000,
+        timeout: float = 300.0,
+        limiter_name: str = "default",
+        lease_seconds: float = 30.0,
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         _positive("max_concurrent", max_concurrent, allow_none=True, integer=True)
         _positive("max_rpm", max_rpm, allow_none=True)
@@ -88,8 +97,10 @@ class LimitedRewardManager(RewardManager):
         _positive("timeout", timeout, allow_none=False)
         _positive("lease_seconds", lease_seconds, allow_none=False)
         if not isinstance(limiter_name, str) or not limiter_name or any(c in limiter_name for c in "{} \n"):
-            raise ConfigError(f"manager 'limited': limiter_name must be a non-empty name without "
-                              f"braces or spaces, got {limiter_name!r}")
+            raise ConfigError(
+                f"manager 'limited': limiter_name must be a non-empty name without "
+                f"braces or spaces, got {limiter_name!r}"
+            )
         self.max_concurrent = max_concurrent
         self.max_rpm = max_rpm
         self.max_tpm = max_tpm
@@ -107,9 +118,13 @@ class LimitedRewardManager(RewardManager):
             return
         from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
 
-        limits = dict(max_rpm=self.max_rpm, max_tpm=self.max_tpm, max_concurrent=self.max_concurrent,
-                      lease_seconds=self.lease_seconds,
-                      holder_prefix=f"{self.context.worker_name}:{os.getpid()}")
+        limits = dict(
+            max_rpm=self.max_rpm,
+            max_tpm=self.max_tpm,
+            max_concurrent=self.max_concurrent,
+            lease_seconds=self.lease_seconds,
+            holder_prefix=f"{self.context.worker_name}:{os.getpid()}",
+        )
         if self.context.redis_url is None:
             logger.info("limited: no Redis configured; limits hold within this process only")
             self.limiter = LocalRateLimiter(**limits)
@@ -119,8 +134,13 @@ class LimitedRewardManager(RewardManager):
         key = Keyspace(self.context.namespace).ratelimit(self.limiter_name)
         self._redis = self._connect(self.context.redis_url, self.context.cluster)
         self.limiter = FleetRateLimiter(self._redis, key, **limits)
-        logger.info("limited: fleet limiter %s (rpm=%s tpm=%s concurrent=%s)", key, self.max_rpm,
-                    self.max_tpm, self.max_concurrent)
+        logger.info(
+            "limited: fleet limiter %s (rpm=%s tpm=%s concurrent=%s)",
+            key,
+            self.max_rpm,
+            self.max_tpm,
+            self.max_concurrent,
+        )
 
     @staticmethod
     def _connect(url: str, cluster: bool) -> Any:
@@ -147,7 +167,7 @@ class LimitedRewardManager(RewardManager):
         return self.compute_score
 
     async def run_single(self, data: Any) -> dict:
-        from rewardq.reward.managers.naive import merge_rollout_fields, read_final_output
+        from rewardq.reward.final_output import merge_rollout_fields, read_final_output
 
         if self.limiter is None:
             await self.setup()
@@ -161,17 +181,21 @@ class LimitedRewardManager(RewardManager):
         async with self.limiter.slot():
             try:
                 result = await asyncio.wait_for(
-                    self.call_score_fn(fn, data_source=data_source, solution_str=final.solution_str,
-                                       ground_truth=final.ground_truth, extra_info=extra_info),
-                    timeout=self.timeout)
+                    self.call_score_fn(
+                        fn,
+                        data_source=data_source,
+                        solution_str=final.solution_str,
+                        ground_truth=final.ground_truth,
+                        extra_info=extra_info,
+                    ),
+                    timeout=self.timeout,
+                )
                 return normalize_result(result)
             except asyncio.TimeoutError:
-                logger.warning("limited: scoring timed out after %.1fs (data_source=%s)", self.timeout,
-                               data_source)
+                logger.warning("limited: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source)
                 return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
             except Exception as exc:
-                logger.warning("limited: scoring failed (data_source=%s): %s: %s", data_source,
-                               type(exc).__name__, exc)
+                logger.warning("limited: scoring failed (data_source=%s): %s: %s", data_source, type(exc).__name__, exc)
                 return {"reward_score": 0.0, "reward_extra_info": {"error": str(exc), "acc": 0.0}}
 
     def stats(self) -> dict:

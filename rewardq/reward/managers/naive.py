@@ -2,7 +2,7 @@
 
 For one trajectory the manager:
 
-1. keeps the final output only (``data = data[-1:]``, built by :func:`~rewardq.consumers.batch.last_row`);
+1. keeps the final output only (``data = data[-1:]``, built by :func:`~rewardq.reward.rows.last_row`);
 2. decodes its valid response with ``skip_special_tokens=True``;
 3. reads ``data_source``, ``reward_model["ground_truth"]`` and ``extra_info``;
 4. builds a **copy** of ``extra_info`` with the final output's ``extra_fields`` merged in
@@ -16,103 +16,17 @@ For one trajectory the manager:
 verl does step 4 on the dataset's own dict, so every later epoch sees the previous
 epoch's ``num_turns``; rewardq never mutates the sample.
 
-The helpers :func:`read_final_output`, :func:`merge_rollout_fields` and
-:func:`score_final_output` are shared with the other built-in managers.
+Steps 1-3 and 5-6 are :mod:`rewardq.reward.final_output`, shared with the other built-in
+managers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from rewardq.consumers.batch import copy_value, last_row, non_tensor, valid_response_ids
-from rewardq.errors import ScoringError
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, normalize_result
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
+from rewardq.reward.final_output import FinalOutput, merge_rollout_fields, read_final_output, score_final_output
 from rewardq.reward.registry import register
-from rewardq.reward.scoring import default_compute_score
-
-
-@dataclass
-class FinalOutput:
-    """What a built-in manager reads from the final row of a trajectory.
-
-    Attributes:
-        row: the one-row batch ``data[-1:]``.
-        solution_str: the decoded valid response.
-        data_source: the sample's ``data_source`` (None when the column is absent).
-        ground_truth: ``reward_model["ground_truth"]``.
-        extra_info: a deep copy of the sample's ``extra_info`` (``{}`` when absent);
-            safe to modify.
-        valid_response_length: number of valid response tokens (tool tokens included).
-    """
-
-    row: Any
-    solution_str: str
-    data_source: Any
-    ground_truth: Any
-    extra_info: dict
-    valid_response_length: int
-
-
-def read_final_output(manager: RewardManager, data: Any) -> FinalOutput:
-    """Read the final output of ``data`` (see :class:`FinalOutput`).
-
-    Raises:
-        ScoringError: the sample has no ``reward_model`` dict with ``ground_truth``, or
-            ``extra_info`` is not a dict.
-    """
-    row = last_row(data)
-    reward_model = non_tensor(row, "reward_model")
-    if not isinstance(reward_model, Mapping) or "ground_truth" not in reward_model:
-        raise ScoringError("the sample has no reward_model['ground_truth'] (got reward_model="
-                           f"{reward_model!r:.80}); built-in managers pass it to the scoring function as "
-                           "ground_truth, so push samples with reward_model={'ground_truth': ...}")
-    extra_info = non_tensor(row, "extra_info")
-    if extra_info is None:
-        extra_info = {}
-    elif not isinstance(extra_info, Mapping):
-        raise ScoringError(f"the sample's extra_info must be a dict, got {type(extra_info).__name__}")
-    ids = valid_response_ids(row)
-    return FinalOutput(
-        row=row,
-        solution_str=manager.decode_response(row, ids),
-        data_source=non_tensor(row, "data_source"),
-        ground_truth=reward_model["ground_truth"],
-        extra_info=copy_value(dict(extra_info)),
-        valid_response_length=int(ids.shape[0]),
-    )
-
-
-def merge_rollout_fields(extra_info: dict, row: Any, *, turns_and_scores: bool = True) -> dict:
-    """Merge the final output's ``extra_fields`` into ``extra_info`` (in place) and return it.
-
-    With ``turns_and_scores`` also set ``extra_info["num_turns"]`` (the output's
-    ``num_turns``) and ``extra_info["rollout_reward_scores"]`` (the rollout's
-    precomputed reward, ``{}`` when there is none), as verl's naive manager does.
-    """
-    tool_extra_fields = non_tensor(row, "tool_extra_fields")
-    if tool_extra_fields:
-        extra_info.update(copy_value(dict(tool_extra_fields)))
-    if turns_and_scores:
-        extra_info["num_turns"] = non_tensor(row, "__num_turns__")
-        extra_info["rollout_reward_scores"] = copy_value(non_tensor(row, "reward_scores", {}))
-    return extra_info
-
-
-async def score_final_output(manager: RewardManager, final: FinalOutput, extra_info: dict) -> dict:
-    """Call the manager's scoring function (or the default one) and normalise the result.
-
-    A scorer exception propagates (the worker records it as an error result); an
-    unusable return value raises :class:`~rewardq.errors.ScoringError`.
-    """
-    result = await manager.call_score_fn(
-        manager.compute_score or default_compute_score,
-        data_source=final.data_source,
-        solution_str=final.solution_str,
-        ground_truth=final.ground_truth,
-        extra_info=extra_info,
-    )
-    return normalize_result(result)
 
 
 @register("naive")
@@ -126,8 +40,9 @@ class NaiveRewardManager(RewardManager):
         context: see :class:`~rewardq.reward.base.ManagerContext`.
     """
 
-    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
-                 context: ManagerContext | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, compute_score: ScoreFn | None = None, *, context: ManagerContext | None = None
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
 
     def build_extra_info(self, final: FinalOutput) -> dict:

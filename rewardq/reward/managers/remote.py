@@ -14,7 +14,7 @@ each sample is scored in the main thread of one of ``num_workers`` scorer proces
 * A scoring function that raises: :class:`~rewardq.errors.ScoringError` with the child's
   message, as with the ``naive`` manager (the worker records the error / retries).
 
-What is scored, and how (REFERENCE §3): the final output only; the scoring function gets
+What is scored, and how (as verl's naive manager does): the final output only; the scoring function gets
 ``extra_info`` = a copy of the sample's ``extra_info`` with the final output's
 ``extra_fields`` merged in, plus ``num_turns`` and ``rollout_reward_scores``.
 
@@ -96,25 +96,36 @@ class RemoteRewardManager(RewardManager):
         kill_grace: seconds between SIGTERM and SIGKILL for a process that timed out.
     """
 
-    def __init__(self, tokenizer: Any, compute_score: ScoreFn | None = None, *,
-                 context: ManagerContext | None = None, num_workers: int = 2, timeout: float = 30.0,
-                 start_method: str | None = None, scorer: str | None = None, scorer_spec: str | None = None,
-                 scorer_kwargs: dict | None = None, kill_grace: float = 1.0) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        compute_score: ScoreFn | None = None,
+        *,
+        context: ManagerContext | None = None,
+        num_workers: int = 2,
+        timeout: float = 30.0,
+        start_method: str | None = None,
+        scorer: str | None = None,
+        scorer_spec: str | None = None,
+        scorer_kwargs: dict | None = None,
+        kill_grace: float = 1.0,
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ConfigError(f"manager 'remote': timeout must be a number > 0, got {timeout!r}")
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ConfigError(f"manager 'remote': num_workers must be an integer >= 1, got {num_workers!r}")
         if start_method is not None and start_method not in START_METHODS:
-            raise ConfigError(f"manager 'remote': start_method must be one of {START_METHODS}, got "
-                              f"{start_method!r}")
+            raise ConfigError(f"manager 'remote': start_method must be one of {START_METHODS}, got {start_method!r}")
         if scorer is not None and scorer_spec is not None:
-            raise ConfigError(f"manager 'remote': give either scorer={scorer!r} or a reward function "
-                              f"({scorer_spec!r}), not both")
+            raise ConfigError(
+                f"manager 'remote': give either scorer={scorer!r} or a reward function ({scorer_spec!r}), not both"
+            )
         self.timeout = float(timeout)
         self.target, self.target_kwargs = self._choose_target(compute_score, scorer or scorer_spec, scorer_kwargs)
-        self.pool = ScorerPool(self.target, self.target_kwargs, num_workers=num_workers,
-                               start_method=start_method, kill_grace=kill_grace)
+        self.pool = ScorerPool(
+            self.target, self.target_kwargs, num_workers=num_workers, start_method=start_method, kill_grace=kill_grace
+        )
 
     @staticmethod
     def _choose_target(compute_score: Any, spec: str | None, kwargs: dict | None) -> tuple[Any, dict]:
@@ -128,14 +139,18 @@ class RemoteRewardManager(RewardManager):
 
             fn = load_score_fn(spec, kwargs)  # fail fast, in the parent, with the loader's message
             if is_async_callable(fn):
-                raise ConfigError(f"manager 'remote' cannot run the async scoring function {spec!r} in worker "
-                                  "processes; use the 'naive' or 'limited' manager for async functions")
+                raise ConfigError(
+                    f"manager 'remote' cannot run the async scoring function {spec!r} in worker "
+                    "processes; use the 'naive' or 'limited' manager for async functions"
+                )
             return spec, kwargs
         if compute_score is None:
             return DEFAULT_SPEC, kwargs
         if is_async_callable(compute_score):
-            raise ConfigError(f"manager 'remote' cannot run the async scoring function {compute_score!r} in "
-                              "worker processes; use the 'naive' or 'limited' manager for async functions")
+            raise ConfigError(
+                f"manager 'remote' cannot run the async scoring function {compute_score!r} in "
+                "worker processes; use the 'naive' or 'limited' manager for async functions"
+            )
         fn = compute_score
         if isinstance(fn, functools.partial):
             kwargs = {**fn.keywords, **kwargs}
@@ -143,9 +158,11 @@ class RemoteRewardManager(RewardManager):
         by_name = _spec_of(fn)
         if by_name is not None:
             return by_name, kwargs
-        raise ConfigError(f"manager 'remote' sends its scoring function to the worker processes by name, and "
-                          f"{fn!r} cannot be imported by name (a lambda, closure or nested function?); define "
-                          "it at module level or give it as a spec, e.g. scorer_spec='path/to/file.py:compute_score'")
+        raise ConfigError(
+            f"manager 'remote' sends its scoring function to the worker processes by name, and "
+            f"{fn!r} cannot be imported by name (a lambda, closure or nested function?); define "
+            "it at module level or give it as a spec, e.g. scorer_spec='path/to/file.py:compute_score'"
+        )
 
     async def setup(self) -> None:
         """Start the scorer processes (and wait until each has loaded the function)."""
@@ -155,23 +172,30 @@ class RemoteRewardManager(RewardManager):
         await self.pool.close()
 
     async def run_single(self, data: Any) -> dict:
-        from rewardq.reward.managers.naive import merge_rollout_fields, read_final_output
+        from rewardq.reward.final_output import merge_rollout_fields, read_final_output
 
         final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
         data_source = final.data_source
         extra_info = merge_rollout_fields(final.extra_info, final.row)
-        result = await self.pool.run({"data_source": data_source, "solution_str": final.solution_str,
-                                      "ground_truth": final.ground_truth, "extra_info": extra_info}, self.timeout)
+        result = await self.pool.run(
+            {
+                "data_source": data_source,
+                "solution_str": final.solution_str,
+                "ground_truth": final.ground_truth,
+                "extra_info": extra_info,
+            },
+            self.timeout,
+        )
         if result.status == "ok":
             return normalize_result(result.value)
         if result.status == "timeout":
-            logger.warning("remote: scoring timed out after %.1fs (data_source=%s); scored 0.0", self.timeout,
-                           data_source)
+            logger.warning(
+                "remote: scoring timed out after %.1fs (data_source=%s); scored 0.0", self.timeout, data_source
+            )
             return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
         if result.status == "crash":
             return {"reward_score": 0.0, "reward_extra_info": {"error": result.message, "acc": 0.0}}
-        raise ScoringError(f"the scoring function failed in its worker process (pid {result.pid}): "
-                           f"{result.message}")
+        raise ScoringError(f"the scoring function failed in its worker process (pid {result.pid}): {result.message}")
 
     def stats(self) -> dict:
         """Pool counters for metrics: tasks, timeouts, crashes, errors, replaced."""

@@ -6,7 +6,7 @@ data_source                                                       scorer        
 ``openai/gsm8k``                                                  :mod:`.gsm8k` (strict)     1.0 / 0.0
 ``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,       :mod:`.math_boxed`         1.0 / 0.0
 ``HuggingFaceH4/MATH-500``
-``math_dapo``, ``math``, ``math_dapo_reasoning``, ``aime*``       :mod:`.dapo_math`          ``{"score": ±1.0, "acc", "pred"}``
+``math_dapo``, ``math``, ``math_dapo_reasoning``, ``aime*``       :mod:`.dapo_math`          ``{score, acc, pred}``
 ``searchR1_nq``, ``_triviaqa``, ``_popqa``, ``_hotpotqa``,        :mod:`.search_r1`          1.0 / 0.0
 ``_2wikimultihopqa``, ``_musique``, ``_bamboogle``
 ================================================================  =========================  ============
@@ -26,14 +26,31 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rewardq.errors import UnknownDataSourceError
 from rewardq.reward.scoring import dapo_math, gsm8k, math_boxed, search_r1
 
-__all__ = ["default_compute_score", "EXACT_SCORERS", "PREFIX_SCORERS", "known_data_sources"]
+__all__ = [
+    "default_compute_score",
+    "compute_score_async",
+    "placement_of",
+    "EXACT_SCORERS",
+    "PREFIX_SCORERS",
+    "known_data_sources",
+]
 
 Scorer = Callable[..., Any]
+
+#: Where a worker runs a built-in scorer, read from the scorer's ``placement`` attribute
+#: (default ``"inline"``); :meth:`rewardq.reward.base.RewardManager.call_score_fn` honours it:
+#:
+#: * ``"inline"``:  called in the event loop (regex scorers: tens of microseconds);
+#: * ``"process"``: called in a scorer process (CPU-heavy work, or timeouts that use
+#:   ``signal.alarm``, which only works in a process's main thread);
+#: * ``"async"``:   an ``async def`` scorer awaited in the event loop (I/O-bound work).
+PLACEMENTS = ("inline", "process", "async")
 
 
 def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: Any) -> Any:
@@ -71,9 +88,7 @@ EXACT_SCORERS: dict[str, Scorer] = {
 }
 
 #: (prefix, scorer) rules tried in order when no exact entry matches.
-PREFIX_SCORERS: tuple[tuple[str, Scorer], ...] = (
-    ("aime", _dapo),
-)
+PREFIX_SCORERS: tuple[tuple[str, Scorer], ...] = (("aime", _dapo),)
 
 
 def known_data_sources() -> list[str]:
@@ -94,11 +109,22 @@ def _scorer_for(data_source: Any) -> Scorer:
         f"{', '.join(known_data_sources())}. To score it, give the worker your own function with "
         "--reward-fn FILE_OR_MODULE:FUNC (it is called as f(data_source=..., solution_str=..., "
         "ground_truth=..., extra_info=...) and returns a number or a dict with 'score'), "
-        "or a custom manager with --manager package.module:Class")
+        "or a custom manager with --manager package.module:Class"
+    )
 
 
-def default_compute_score(data_source: Any, solution_str: str, ground_truth: Any,
-                          extra_info: dict | None = None, **kwargs: Any) -> float | dict:
+def placement_of(data_source: Any) -> str:
+    """Where the worker runs the default scorer of ``data_source`` (one of :data:`PLACEMENTS`).
+
+    Raises:
+        UnknownDataSourceError: no scorer handles ``data_source``.
+    """
+    return getattr(_scorer_for(data_source), "placement", "inline")
+
+
+def default_compute_score(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
+) -> float | dict:
     """Score one response with the scorer registered for its ``data_source``.
 
     Args:
@@ -115,7 +141,25 @@ def default_compute_score(data_source: Any, solution_str: str, ground_truth: Any
     Raises:
         UnknownDataSourceError: no scorer handles ``data_source``.
     """
-    result = _scorer_for(data_source)(solution_str, ground_truth, **kwargs)
-    if isinstance(result, dict):
-        return result
-    return float(result)
+    scorer = _scorer_for(data_source)
+    if getattr(scorer, "placement", "inline") == "async":
+        import asyncio
+
+        return _plain(asyncio.run(scorer(solution_str, ground_truth, extra_info=extra_info, **kwargs)))
+    return _plain(scorer(solution_str, ground_truth, extra_info=extra_info, **kwargs))
+
+
+async def compute_score_async(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
+) -> float | dict:
+    """:func:`default_compute_score` for callers inside an event loop: an ``async`` scorer is
+    awaited, any other is called directly (so only call this for ``async`` or ``inline`` ones)."""
+    scorer = _scorer_for(data_source)
+    result = scorer(solution_str, ground_truth, extra_info=extra_info, **kwargs)
+    if getattr(scorer, "placement", "inline") == "async":
+        result = await result
+    return _plain(result)
+
+
+def _plain(result: Any) -> float | dict:
+    return result if isinstance(result, dict) else float(result)

@@ -37,15 +37,59 @@ BOX_WINDOW_CHARS = 100
 ANSWER_PATTERN = r"(?i)Answer\s*:\s*([^\n]+)"
 
 SUBSTITUTIONS = [
-    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), (r"\ ", ""), (" ", ""),
-    ("mbox", "text"), (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
+    ("an ", ""),
+    ("a ", ""),
+    (".$", "$"),
+    ("\\$", ""),
+    (r"\ ", ""),
+    (" ", ""),
+    ("mbox", "text"),
+    (",\\text{and}", ","),
+    ("\\text{and}", ","),
+    ("\\text{m}", "\\text{}"),
 ]
 REMOVED_EXPRESSIONS = [
-    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units",
-    "\\ldots", "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm",
-    "gm", "pounds", "meters", "meals", "edges", "students", "childrentickets", "multiples",
-    "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}",
-    "\\text{}", r"\mathrm{th}", r"^\circ", r"^{\circ}", r"\;", r",\!", "{,}", '"', "\\dots",
+    "square",
+    "ways",
+    "integers",
+    "dollars",
+    "mph",
+    "inches",
+    "hours",
+    "km",
+    "units",
+    "\\ldots",
+    "sue",
+    "points",
+    "feet",
+    "minutes",
+    "digits",
+    "cents",
+    "degrees",
+    "cm",
+    "gm",
+    "pounds",
+    "meters",
+    "meals",
+    "edges",
+    "students",
+    "childrentickets",
+    "multiples",
+    "\\text{s}",
+    "\\text{.}",
+    "\\text{\ns}",
+    "\\text{}^2",
+    "\\text{}^3",
+    "\\text{\n}",
+    "\\text{}",
+    r"\mathrm{th}",
+    r"^\circ",
+    r"^{\circ}",
+    r"\;",
+    r",\!",
+    "{,}",
+    '"',
+    "\\dots",
 ]
 
 
@@ -60,7 +104,7 @@ def remove_boxed(s: str) -> str:
     left = "\\boxed{"
     if not (s.startswith(left) and s.endswith("}")):
         raise ValueError(f"not a boxed expression: {s[:80]!r}")
-    return s[len(left):-1]
+    return s[len(left) : -1]
 
 
 def normalize_final_answer(final_answer: str) -> str:
@@ -84,8 +128,9 @@ def normalize_final_answer(final_answer: str) -> str:
     return final_answer.strip()
 
 
-def is_correct_minerva(solution_str: str, gt: str, gt_need_extract: bool = False,
-                       answer_pattern: str = ANSWER_PATTERN) -> tuple[bool, str]:
+def is_correct_minerva(
+    solution_str: str, gt: str, gt_need_extract: bool = False, answer_pattern: str = ANSWER_PATTERN
+) -> tuple[bool, str]:
     """``(correct, normalised prediction)`` from the last ``Answer:`` line."""
     match = re.findall(answer_pattern, solution_str)
     pred = normalize_final_answer(match[-1] if match else INVALID)
@@ -99,13 +144,12 @@ def is_correct_minerva(solution_str: str, gt: str, gt_need_extract: bool = False
     return pred == gt, pred
 
 
-def is_correct_strict_box(pred: str, gt: str,
-                          pause_tokens_index: list[int] | None = None) -> tuple[int, str | None]:
+def is_correct_strict_box(pred: str, gt: str, pause_tokens_index: list[int] | None = None) -> tuple[int, str | None]:
     """``(1 or -1, boxed content or None)`` from the last box of the last 100 characters."""
     if pause_tokens_index is not None:
         if len(pause_tokens_index) != 4:
             raise ValueError(f"pause_tokens_index must have 4 entries, got {len(pause_tokens_index)}")
-        pred = pred[pause_tokens_index[-1] - BOX_WINDOW_CHARS:]
+        pred = pred[pause_tokens_index[-1] - BOX_WINDOW_CHARS :]
     else:
         pred = pred[-BOX_WINDOW_CHARS:]
     boxed = last_boxed_only_string(pred)
@@ -113,8 +157,9 @@ def is_correct_strict_box(pred: str, gt: str,
     return (1 if extracted == gt else -1), extracted
 
 
-def verify(solution_str: str, answer: str, strict_box_verify: bool = False,
-           pause_tokens_index: list[int] | None = None) -> tuple[bool, str | None]:
+def verify(
+    solution_str: str, answer: str, strict_box_verify: bool = False, pause_tokens_index: list[int] | None = None
+) -> tuple[bool, str | None]:
     """``(correct, pred)``: Minerva first, then the boxed fallback (unless strict-box mode)."""
     if strict_box_verify:
         correct, pred = is_correct_strict_box(solution_str, answer, pause_tokens_index)
@@ -129,8 +174,9 @@ def verify(solution_str: str, answer: str, strict_box_verify: bool = False,
     return correct, pred
 
 
-def compute_score(solution_str: str, ground_truth: str, strict_box_verify: bool = False,
-                  pause_tokens_index: list[int] | None = None) -> dict:
+def compute_score(
+    solution_str: str, ground_truth: str, strict_box_verify: bool = False, pause_tokens_index: list[int] | None = None
+) -> dict:
     """``{"score": 1.0 | -1.0, "acc": bool, "pred": str | None}`` (see the module docstring)."""
     solution_str = solution_str[-SOLUTION_CLIP_CHARS:]
     correct, pred = verify(solution_str, ground_truth, strict_box_verify, pause_tokens_index)

@@ -58,8 +58,9 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
     return candidates[0]
 
 
-def compute_score(solution_str: str, ground_truth: str, method: str = "strict",
-                  format_score: float = 0.0, score: float = 1.0) -> float:
+def compute_score(
+    solution_str: str, ground_truth: str, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+) -> float:
     """GSM8K reward: ``score`` when the extracted answer equals ``ground_truth``.
 
     Returns 0.0 when no answer is found, ``format_score`` when an answer is found but

@@ -62,7 +62,7 @@ def balanced_from(string: str, idx: int) -> str | None:
         elif string[i] == "}":
             depth -= 1
             if depth == 0:
-                return string[idx:i + 1]
+                return string[idx : i + 1]
     return None
 
 
@@ -81,10 +81,10 @@ def last_boxed_only_string(string: str) -> str | None:
 def remove_boxed(s: str) -> str:
     r"""The content of ``\boxed{x}``, ``\boxed x`` or ``\fbox{x}``."""
     if s.startswith("\\boxed "):
-        return s[len("\\boxed "):]
+        return s[len("\\boxed ") :]
     for left in ("\\boxed{", "\\fbox{"):
         if s.startswith(left) and s.endswith("}"):
-            return s[len(left):-1]
+            return s[len(left) : -1]
     raise ValueError(f"not a boxed expression: {s[:80]!r}")
 
 

@@ -30,9 +30,11 @@ logger = logging.getLogger("rewardq.reward.scoring")
 #: Decimal places used for numeric comparison (verl's ``math_metric`` default).
 FLOAT_ROUNDING = 6
 
-_THREAD_MESSAGE = ("math-verify uses signal.alarm for its timeouts, which only works in the main thread "
-                   "of a process; it was called from thread {name!r}. Score it in worker processes "
-                   "(--manager remote) instead of threads")
+_THREAD_MESSAGE = (
+    "math-verify uses signal.alarm for its timeouts, which only works in the main thread "
+    "of a process; it was called from thread {name!r}. Score it in worker processes "
+    "(--manager remote) instead of threads"
+)
 
 
 def _import_math_verify() -> Any:
@@ -40,13 +42,16 @@ def _import_math_verify() -> Any:
         import math_verify
         from math_verify.errors import TimeoutException
     except ImportError:
-        raise ConfigError("the math-verify scorer needs the math-verify package: "
-                          "pip install 'rewardq[math]' (or pip install math-verify)") from None
+        raise ConfigError(
+            "the math-verify scorer needs the math-verify package: "
+            "pip install 'rewardq[math]' (or pip install math-verify)"
+        ) from None
     return math_verify, TimeoutException
 
 
-def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                  timeout_score: float = 0.0) -> float:
+def compute_score(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, timeout_score: float = 0.0
+) -> float:
     r"""1.0 when some answer in ``solution_str`` equals ``\boxed{ground_truth}``, else 0.0.
 
     Args:
@@ -71,8 +76,9 @@ def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_
             # verl's math_metric raises "No gold targets found" here and its wrapper scores 0.0.
             logger.debug("math-verify found no gold answer in %r", gold_boxed[:120])
             return 0.0
-        pred = math_verify.parse(solution_str,
-                                 (math_verify.ExprExtractionConfig(), math_verify.LatexExtractionConfig()))
+        pred = math_verify.parse(
+            solution_str, (math_verify.ExprExtractionConfig(), math_verify.LatexExtractionConfig())
+        )
         if not pred:
             return 0.0
         return 1.0 if math_verify.verify(gold, pred, FLOAT_ROUNDING) else 0.0

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rewardq.errors import ScoringError
 
@@ -64,13 +65,16 @@ def extract_solution(solution_str: str) -> str | None:
 
 def _targets(ground_truth: Any) -> Any:
     if not isinstance(ground_truth, dict) or "target" not in ground_truth:
-        raise ScoringError("Search-R1 scoring needs reward_model.ground_truth = {'target': <answer or list of "
-                           f"answers>}}, got {type(ground_truth).__name__} {ground_truth!r:.80}")
+        raise ScoringError(
+            "Search-R1 scoring needs reward_model.ground_truth = {'target': <answer or list of "
+            f"answers>}}, got {type(ground_truth).__name__} {ground_truth!r:.80}"
+        )
     return ground_truth["target"]
 
 
-def compute_score(solution_str: str, ground_truth: dict, method: str = "strict",
-                  format_score: float = 0.0, score: float = 1.0) -> float:
+def compute_score(
+    solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+) -> float:
     """Exact-match reward (see the module docstring). ``method`` is accepted and ignored, as in verl."""
     targets = _targets(ground_truth)
     answer = extract_solution(solution_str)
@@ -83,8 +87,9 @@ def compute_score(solution_str: str, ground_truth: dict, method: str = "strict",
     return float(score)
 
 
-def compute_score_subem(solution_str: str, ground_truth: dict, method: str = "strict",
-                        format_score: float = 0.0, score: float = 1.0) -> float:
+def compute_score_subem(
+    solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+) -> float:
     """Substring-match variant: a golden answer contained in the extracted answer counts."""
     targets = _targets(ground_truth)
     answer = extract_solution(solution_str)

@@ -1,0 +1,51 @@
+"""Every default setting of rewardq, in one place, each with what it bounds.
+
+The CLI, the clients, the worker configuration and the operator commands import these;
+nothing else repeats the literals. This module imports nothing, so ``rewardq --help``
+stays instant.
+"""
+
+from __future__ import annotations
+
+#: Where producers, workers and operator commands connect unless told otherwise.
+REDIS_URL = "redis://127.0.0.1:6379/0"
+#: First component of every key; two pipelines on one Redis use two namespaces.
+NAMESPACE = "rewardq"
+#: The consumer group every worker of a pipeline joins.
+GROUP = "rewardq-workers"
+
+#: Largest encoded record, in bytes: producers refuse larger ones, workers dead-letter them.
+MAX_RECORD_BYTES = 32 * 1024 * 1024
+#: Undelivered + in-flight stream entries per shard before ``put_*`` waits for workers.
+MAX_BACKLOG = 100_000
+#: Seconds ``put_*`` waits for the backlog to drain before raising BackpressureTimeout.
+BACKPRESSURE_TIMEOUT = 60.0
+#: Connections one client may open; past it a command waits for a free one.
+MAX_CONNECTIONS = 256
+
+#: Trajectories one worker scores at once.
+CONCURRENCY = 32
+#: Stream entries per XREADGROUP.
+BATCH_SIZE = 256
+#: Milliseconds one XREADGROUP blocks waiting for entries.
+BLOCK_MS = 1000
+#: Seconds one trajectory's ``run_single`` may take before it is an error result.
+SCORE_TIMEOUT = 300.0
+#: Seconds an entry stays pending before another worker may reclaim it.
+CLAIM_IDLE = 60.0
+#: Deliveries of one entry before it is dead-lettered.
+MAX_DELIVERIES = 5
+#: Seconds a trajectory stays leased to its scorer without renewal.
+LEASE_SECONDS = 30.0
+#: Seconds between worker heartbeats (and lease renewals).
+HEARTBEAT_INTERVAL = 2.0
+#: Seconds between maintenance passes (reclaim, expiry of incomplete trajectories).
+MAINTENANCE_INTERVAL = 5.0
+#: Seconds a trajectory may wait for its missing outputs before every key gets an error.
+INCOMPLETE_TIMEOUT = 600.0
+#: Seconds results and finished trajectories live in Redis; 0 keeps them forever.
+RESULT_TTL = 7 * 86400.0
+#: Seconds a stopping worker lets in-flight scoring finish before handing it back.
+SHUTDOWN_GRACE = 30.0
+#: Seconds ``wait_rewards`` waits when no timeout is given.
+WAIT_TIMEOUT = 300.0

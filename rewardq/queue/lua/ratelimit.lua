@@ -1,0 +1,86 @@
+-- ratelimit: fleet-wide token buckets and concurrency slots (rewardq/queue/ratelimit.py).
+-- Standalone: not prefixed with common.lua. Its one loop runs over the slot holders of one
+-- limiter (at most the fleet's concurrent callers), never over anything a record controls.
+-- One limiter = one hash KEYS[1]. ARGV[1] is the operation:
+--   take    ARGV[2]=bucket name  ARGV[3]=capacity (per minute)  ARGV[4]=cost  ARGV[5]=1 to only look
+--           -> {wait_seconds, level_after}; wait 0 means the cost was taken
+--   slot    ARGV[2]=holder  ARGV[3]=max_concurrent  ARGV[4]=lease seconds
+--           -> {wait_seconds, live_slots}; wait 0 means the slot is held
+--   renew   ARGV[2]=holder  ARGV[3]=lease seconds  -> {1} renewed, {0} the slot was lost
+--   release ARGV[2]=holder                         -> {1} released, {0} was not held
+if redis.replicate_commands then pcall(redis.replicate_commands) end  -- TIME before writes on Redis < 5
+local key = KEYS[1]
+-- seconds a bucket key outlives the moment it would be full again (and a slot its lease)
+local KEEP_EXTRA = 60
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local op = ARGV[1]
+local function num(x) return string.format('%.17g', x) end
+
+local function keep(seconds)
+  local want = math.ceil(seconds * 1000)
+  if redis.call('PTTL', key) < want then redis.call('PEXPIRE', key, want) end
+end
+
+if op == 'take' then
+  local name, cap, cost = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  local look = ARGV[5] == '1'
+  local rate = cap / 60.0
+  local tf, sf = 'b:' .. name .. ':tokens', 'b:' .. name .. ':ts'
+  local v = redis.call('HMGET', key, tf, sf)
+  local level, ts = tonumber(v[1]), tonumber(v[2])
+  if level == nil or ts == nil then level, ts = cap, now end
+  local elapsed = now - ts
+  if elapsed < 0 then elapsed = 0 end  -- a failover to a server whose clock is behind
+  level = math.min(cap, level + elapsed * rate)
+  local need = math.min(cost, cap)
+  local wait = 0
+  if level + 1e-9 * cap >= need then
+    if look then return {'0', num(level)} end
+    level = level - cost
+  else
+    wait = (need - level) / rate
+    if look then return {num(wait), num(level)} end
+  end
+  redis.call('HSET', key, tf, num(level), sf, num(now))
+  keep((cap - level) / rate + KEEP_EXTRA)
+  return {num(wait), num(level)}
+end
+
+if op == 'slot' or op == 'renew' or op == 'release' then
+  local field = 's:' .. ARGV[2]
+  if op == 'release' then return {redis.call('HDEL', key, field)} end
+  if op == 'renew' then
+    -- the field still exists only if nobody reaped it, so nobody was given its place
+    if redis.call('HEXISTS', key, field) == 0 then return {0} end
+    local lease = tonumber(ARGV[3])
+    redis.call('HSET', key, field, num(now + lease))
+    keep(lease + KEEP_EXTRA)
+    return {1}
+  end
+  local max, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local all = redis.call('HGETALL', key)
+  local live, earliest, mine = 0, nil, false
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 2) == 's:' then
+      local exp = tonumber(all[i + 1])
+      if exp == nil or exp <= now then
+        redis.call('HDEL', key, f)
+      elseif f == field then
+        mine = true
+      else
+        live = live + 1
+        if earliest == nil or exp < earliest then earliest = exp end
+      end
+    end
+  end
+  if mine or live < max then
+    redis.call('HSET', key, field, num(now + lease))
+    keep(lease + KEEP_EXTRA)
+    return {'0', num(live + 1)}
+  end
+  return {num(earliest - now), num(live)}
+end
+
+return redis.error_reply('rewardq ratelimit: unknown operation ' .. tostring(op))

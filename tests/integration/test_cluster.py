@@ -1,0 +1,479 @@
+"""rewardq on a real Redis Cluster: 3 local masters started by the suite, 6 shards.
+
+The cluster is started once per session by :class:`tests.support.cluster.LocalCluster` and stopped by
+the PIDs in its pidfiles. If it cannot start, every test here FAILS with the redis log tails:
+the cluster path is part of the contract, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from rewardq import AsyncRewardClient, RewardClient
+from rewardq.consumers.worker import Worker
+from rewardq.queue import scripts
+from rewardq.queue.broker import StreamBroker
+from rewardq.queue.keys import Keyspace, key_slot
+from tests.support.cluster import ClusterStartError, LocalCluster
+from tests.support.helpers import SAMPLE, Hang, output, running_workers, worker_config
+from tests.support.helpers import abandon_worker as _abandon
+from tests.support.managers import LengthManager
+
+pytestmark = pytest.mark.cluster
+
+SHARDS = 6
+
+
+@pytest.fixture(scope="session")
+def redis_cluster():
+    """A fresh 3-master cluster for the session; fails (never skips) when it cannot start."""
+    try:
+        cluster = LocalCluster().start()
+    except ClusterStartError as exc:
+        pytest.fail(f"could not start the local Redis Cluster:\n{exc}")
+    print(f"\n[cluster] 3 masters on ports {cluster.ports} ready in {cluster.startup_seconds:.2f}s")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def single_slot_scripts(monkeypatch):
+    """Run every rewardq script with a ``#!lua`` shebang (and no flags) in these tests.
+
+    Scripts without a shebang may touch any key of the node they run on (Redis keeps that
+    for old scripts); with it, the cluster refuses any key outside the slot of the declared
+    keys, including the keys a script builds from a prefix. So every script that runs here
+    is proven to stay in one slot.
+    """
+    plain = scripts.source
+    monkeypatch.setattr(scripts, "source", lambda name: "#!lua\n" + plain(name))
+
+
+@pytest.fixture
+def cns() -> str:
+    """A namespace of its own for each test (the cluster is thrown away at the end)."""
+    return f"c-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def rc(redis_cluster):
+    """A blocking cluster client for checks."""
+    r = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
+    yield r
+    r.close()
+
+
+def _uid_on_shard(ks: Keyspace, shard: int, prefix: str) -> str:
+    """A uid whose trajectory ``<uid>_s`` routes to ``shard``."""
+    for i in range(10_000):
+        if ks.shard_of(f"{prefix}{i}_s") == shard:
+            return f"{prefix}{i}"
+    raise AssertionError(f"no uid for shard {shard}")
+
+
+def _shard_owner(rc: redis.RedisCluster, ks: Keyspace) -> dict[int, str]:
+    return {s: rc.get_node_from_key(ks.stream(s)).name for s in range(ks.shards)}
+
+
+def _assert_drained(rc: redis.RedisCluster, ks: Keyspace) -> None:
+    for s in range(ks.shards):
+        assert rc.xlen(ks.stream(s)) == 0, f"shard {s} stream not empty"
+        assert rc.xpending(ks.stream(s), ks.group)["pending"] == 0, f"shard {s} has pending entries"
+
+
+def test_a_cluster_that_cannot_start_reports_why():
+    """The fixture fails with the server's own words, and leaves no process or directory behind."""
+    c = LocalCluster(node_timeout_ms="not-a-number")  # type: ignore[arg-type]
+    with pytest.raises(ClusterStartError, match="FATAL CONFIG FILE ERROR") as info:
+        c.start()
+    assert "log tail" in str(info.value) and c.dir is None
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) keyspace placement
+# ---------------------------------------------------------------------------------------------
+async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(redis_cluster, cns, rc):
+    # Given a 6-shard keyspace whose streams and groups exist on the cluster
+    ks = Keyspace(cns, SHARDS)
+    w = Worker(worker_config(cns, redis_cluster.url, name="placement", shards=SHARDS), manager=LengthManager(None))
+    await w.start()
+    await w.stop()
+    masters = {n.name: n for n in rc.get_primaries()}
+    assert len(masters) == 3
+    owner = _shard_owner(rc, ks)
+    for s in range(SHARDS):
+        # Then every key of one shard hashes (server side, CLUSTER KEYSLOT) to one slot ...
+        keys = [
+            ks.stream(s),
+            ks.done(s),
+            ks.dead(s),
+            ks.waiting(s),
+            ks.traj(s, "u_s"),
+            ks.reward(s, "u_s_0"),
+            ks.traj_prefix(s) + "other_tid",
+            ks.reward_prefix(s) + "other_tid_7",
+        ]
+        slots = {int(rc.cluster_keyslot(k)) for k in keys}
+        assert slots == {key_slot(ks.stream(s).encode())}, (s, slots)
+        # ... and the stream physically lives on the master that owns that slot
+        host, port = owner[s].split(":")
+        direct = redis.Redis(host=host, port=int(port))
+        try:
+            assert direct.exists(ks.stream(s)) == 1
+            assert direct.execute_command("CLUSTER", "COUNTKEYSINSLOT", next(iter(slots))) >= 1
+        finally:
+            direct.close()
+    # And the six shards sit two by two on the three masters
+    per_master: dict[str, list[int]] = {}
+    for s, name in owner.items():
+        per_master.setdefault(name, []).append(s)
+    assert sorted(len(v) for v in per_master.values()) == [2, 2, 2], per_master
+
+
+async def test_a_script_leaving_its_slot_is_refused(redis_cluster, cns):
+    """The single-slot guard above can fail: fail.lua given another shard's reward prefix."""
+    from rewardq.queue.connection import connect_async
+
+    ks = Keyspace(cns, SHARDS)
+    client = connect_async(redis_cluster.url)
+    try:
+        broker = StreamBroker(client, ks, worker="probe")
+        await broker.ensure_groups()
+        owner = {s: client.get_node_from_key(ks.stream(s)).name for s in range(SHARDS)}
+        other = next(s for s in range(1, SHARDS) if owner[s] == owner[0])  # same node, other slot
+        keys = [ks.traj(0, "u_s"), ks.stream(0), ks.waiting(0), ks.done(0), ks.dead(0)]
+        args = [ks.group, "u_s", ks.reward_prefix(other), 60, "boom", "probe", 0, "", 100, 100]
+        with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
+            await broker._scripts["fail"](keys=keys, args=args)
+        args[2] = ks.reward_prefix(0)
+        assert await broker._scripts["fail"](keys=keys, args=args) == 1
+    finally:
+        await client.aclose()
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) a full run
+# ---------------------------------------------------------------------------------------------
+N_TRAJ = 1000
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _response_len(t: int, i: int) -> int:
+    return 1 + (7 * t + 13 * i) % 61
+
+
+@contextlib.contextmanager
+def cli_worker(url: str, ns: str, name: str, log_path: Path) -> Iterator[subprocess.Popen]:
+    """``python -m rewardq worker`` against the cluster; SIGTERM by its PID on exit."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "REWARDQ_HEARTBEAT_INTERVAL": "0.2",
+        "REWARDQ_MAINTENANCE_INTERVAL": "0.2",
+        "REWARDQ_BLOCK_MS": "100",
+    }
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rewardq",
+                "worker",
+                "--redis-url",
+                url,
+                "--namespace",
+                ns,
+                "--shards",
+                str(SHARDS),
+                "--manager",
+                "tests.support.managers:LengthManager",
+                "--name",
+                name,
+                "--batch-size",
+                "32",
+                "--claim-idle",
+                "1",
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_once(redis_cluster, cns, rc, tmp_path):
+    # Given a CLI worker process and two in-process workers on a 6-shard namespace of the cluster
+    url = redis_cluster.url
+    ks = Keyspace(cns, SHARDS)
+    rng = random.Random(1234)
+    sizes = [rng.randint(1, 8) for _ in range(N_TRAJ)]
+    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
+    LengthManager.calls = []
+    log = tmp_path / "cli0.log"
+
+    def push() -> list[str]:
+        keys: list[str] = []
+        for t, n in enumerate(sizes):
+            outs = [output(2 + i, _response_len(t, i), seed=t * 8 + i) for i in range(n)]
+            keys += client.put_trajectory(f"traj{t}", "sess", outs, SAMPLE)
+        return keys
+
+    t_cli = time.perf_counter()
+    with cli_worker(url, cns, "cli0", log) as proc:
+        for _ in range(600):
+            if rc.zscore(ks.workers, "cli0") is not None or proc.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert rc.zscore(ks.workers, "cli0") is not None, f"CLI worker did not start:\n{log.read_text()[-3000:]}"
+        t_cli = time.perf_counter() - t_cli
+        # When 1,000 trajectories of 1-8 outputs are pushed through redis+cluster:// and awaited
+        t0 = time.perf_counter()
+        async with running_workers(
+            cns, url, [LengthManager(None), LengthManager(None)], shards=SHARDS, batch_size=32
+        ) as workers:
+            keys = await asyncio.to_thread(push)
+            t_push = time.perf_counter() - t0
+            results = await asyncio.to_thread(client.wait_rewards, keys, 60)
+            t_all = time.perf_counter() - t0
+            scored = {w.name: w.stats["scored"] for w in workers}
+        t_stop = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0, log.read_text()[-3000:]
+        t_stop = time.perf_counter() - t_stop
+    # Then every key has its trajectory's reward: the final output's response length
+    assert len(keys) == sum(sizes)
+    by_traj: dict[int, set[str]] = {}
+    for k, r in results.items():
+        t = int(k.split("_")[0][4:])
+        assert r.status == "ok" and r.reward_score == float(_response_len(t, sizes[t] - 1)), (k, r)
+        assert r.reward_extra_info == {"rows": sizes[t], "gt": "42"}, (k, r)
+        by_traj.setdefault(t, set()).add(r.worker)
+    # And each trajectory was scored exactly once, by one worker, and all three workers took part
+    assert len(by_traj) == N_TRAJ and all(len(ws) == 1 for ws in by_traj.values())
+    per_worker = Counter(next(iter(ws)) for ws in by_traj.values())
+    print(
+        f"\n[cluster] {N_TRAJ} trajectories / {len(keys)} outputs: pushed in {t_push:.2f}s, "
+        f"all rewarded in {t_all:.2f}s; trajectories per worker {dict(per_worker)}; CLI worker up in "
+        f"{t_cli:.2f}s, stopped in {t_stop:.2f}s"
+    )
+    assert set(per_worker) == {"w0", "w1", "cli0"}
+    assert {n: per_worker[n] for n in scored} == scored
+    assert len(LengthManager.calls) == scored["w0"] + scored["w1"]
+    done_lens = [rc.xlen(ks.done(s)) for s in range(SHARDS)]
+    assert sum(done_lens) == N_TRAJ and min(done_lens) > 0, done_lens
+    _assert_drained(rc, ks)
+    # And the stopped workers unregistered from every shard's group and the presence set
+    for s in range(SHARDS):
+        names = {_text(c["name"]) for c in rc.xinfo_consumers(ks.stream(s), ks.group)}
+        assert not names & {"w0", "w1", "cli0"}, (s, names)
+    assert rc.zcard(ks.workers) == 0
+    client.close()
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) crash recovery and hand-back
+# ---------------------------------------------------------------------------------------------
+async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(redis_cluster, cns, rc):
+    url = redis_cluster.url
+    ks = Keyspace(cns, SHARDS)
+    shard = SHARDS - 1  # on the last master, never the node the URL names
+    uid = _uid_on_shard(ks, shard, "crash")
+    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
+    keys = client.put_trajectory(uid, "s", [output(3, 4), output(3, 6), output(2, 9)], SAMPLE)
+    # Given worker A took the trajectory, renewed its lease (renew.lua) and then died mid-scoring
+    a = Worker(worker_config(cns, url, name="A", shards=SHARDS), manager=Hang(None))
+    await a.start()
+    await a.handle(await a.broker.read([shard], 10, None))
+    assert list(a.in_flight) == [f"{uid}_s"]
+    assert await a.broker.renew(a._held()) == 1
+    await _abandon(a)
+    # (all three outputs came in one read: the trajectory was claimed whole, its entries stay pending)
+    assert rc.xpending(ks.stream(shard), ks.group)["pending"] == 3
+    # When another worker runs, it reclaims the idle entry once the lease has run out
+    LengthManager.calls = []
+    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS, max_deliveries=10) as (b,):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 20)
+        reclaimed = b.stats["reclaimed"]
+    # Then it is scored once, by the survivor, and nothing is left pending
+    assert [r.reward_score for r in res.values()] == [9.0, 9.0, 9.0]
+    assert {r.worker for r in res.values()} == {"w0"}
+    assert reclaimed >= 1 and len(LengthManager.calls) == 1
+    assert rc.xlen(ks.done(shard)) == 1
+    _assert_drained(rc, ks)
+    client.close()
+
+
+async def test_graceful_stop_hands_back_on_the_cluster(redis_cluster, cns, rc):
+    url = redis_cluster.url
+    ks = Keyspace(cns, SHARDS)
+    uid = _uid_on_shard(ks, 2, "hand")
+    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
+    keys = client.put_trajectory(uid, "s", [output(2, 5)], SAMPLE)
+    # Given a worker stopped while scoring (release.lua hands the trajectory back)
+    a = Worker(
+        worker_config(cns, url, name="A", shards=SHARDS, shutdown_grace=0.2, claim_idle=30.0), manager=Hang(None)
+    )
+    task = asyncio.create_task(a.run())
+    for _ in range(100):
+        if a.in_flight:
+            break
+        await asyncio.sleep(0.05)
+    assert a.in_flight
+    a.request_stop("test")
+    await task
+    assert not rc.hget(ks.traj_key(f"{uid}_s"), "lease")
+    # Then the next worker picks it up at once, although claim_idle is 30 s
+    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS, claim_idle=30.0):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 10)
+    assert res[keys[0]].reward_score == 5.0
+    _assert_drained(rc, ks)
+    client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) dead letters and incomplete trajectories
+# ---------------------------------------------------------------------------------------------
+async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(redis_cluster, cns, rc):
+    import msgpack
+
+    from rewardq.queue.codec import encode_output
+
+    url = redis_cluster.url
+    ks = Keyspace(cns, SHARDS)
+    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
+    good = client.put_trajectory(_uid_on_shard(ks, 4, "good"), "s", [output(3, 5), output(4, 6)], SAMPLE)
+    # Given a garbage entry on shard 4, a malformed record on its own shard (1) and one misrouted to shard 4
+    garbage = b"\xc1\xff not msgpack"
+    rc.xadd(ks.stream(4), {"key": "entry-garbage", "data": garbage, "ts": "0"})
+
+    def bad(uid: str) -> bytes:
+        rec = msgpack.unpackb(
+            encode_output(uid, "s", 0, {"prompt_ids": [1], "response_ids": [2]}, SAMPLE, final=True),
+            raw=False,
+            ext_hook=lambda c, b: msgpack.ExtType(c, b),
+        )
+        rec["response_ids"] = "hello"
+        return msgpack.packb(rec, use_bin_type=True)
+
+    own, misrouted = _uid_on_shard(ks, 1, "own"), _uid_on_shard(ks, 1, "mis")
+    while misrouted == own:
+        misrouted = _uid_on_shard(ks, 1, misrouted + "x")
+    rc.xadd(ks.stream(1), {"key": f"{own}_s_0", "data": bad(own), "ts": "0"})
+    rc.xadd(ks.stream(4), {"key": f"{misrouted}_s_0", "data": bad(misrouted), "ts": "0"})
+    # and a trajectory on shard 3 whose final output never arrives (expire.lua)
+    lost = _uid_on_shard(ks, 3, "lost")
+    client.put_output(lost, "s", 0, output(2, 2), SAMPLE)
+    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS, incomplete_timeout=1.0) as (w,):
+        res = await asyncio.to_thread(client.wait_rewards, good + [f"{own}_s_0", f"{misrouted}_s_0", f"{lost}_s_0"], 15)
+        for _ in range(50):
+            if w.stats["dead_letters"] >= 3:
+                break
+            await asyncio.sleep(0.1)
+    # Then the good trajectory is scored and every bad key has an error result
+    assert [res[k].reward_score for k in good] == [6.0, 6.0]
+    assert "response_ids" in res[f"{own}_s_0"].error and "response_ids" in res[f"{misrouted}_s_0"].error
+    assert "final output never arrived" in res[f"{lost}_s_0"].error
+    # And the dead letters sit on the shard the entry was read from, raw data kept
+    dead4 = {f[b"key"]: f for _, f in rc.xrange(ks.dead(4))}
+    assert set(dead4) == {b"entry-garbage", f"{misrouted}_s_0".encode()}
+    assert dead4[b"entry-garbage"][b"kind"] == b"invalid" and dead4[b"entry-garbage"][b"data"] == garbage
+    assert b"not a valid msgpack record" in dead4[b"entry-garbage"][b"reason"]
+    (dead1,) = [f for _, f in rc.xrange(ks.dead(1))]
+    assert dead1[b"key"] == f"{own}_s_0".encode() and dead1[b"kind"] == b"invalid"
+    (dead3,) = [f for _, f in rc.xrange(ks.dead(3))]
+    assert dead3[b"kind"] == b"incomplete" and dead3[b"tid"] == f"{lost}_s".encode()
+    _assert_drained(rc, ks)
+    client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) the async client waiting across shards
+# ---------------------------------------------------------------------------------------------
+async def test_async_wait_rewards_across_shards(redis_cluster, cns):
+    url = redis_cluster.url
+    ks = Keyspace(cns, SHARDS)
+    client = AsyncRewardClient.from_url(url, namespace=cns, shards=SHARDS)
+    async with running_workers(cns, url, [LengthManager(None), LengthManager(None)], shards=SHARDS, concurrency=8):
+        # Given many coroutines each waiting for their own trajectory ...
+        async def one(t: int) -> dict:
+            keys = await client.put_trajectory(f"a{t}", "s", [output(4, t % 7 + 1)] * (t % 3 + 1), SAMPLE)
+            return await client.wait_rewards(keys, timeout=20)
+
+        all_res = await asyncio.gather(*(one(t) for t in range(120)))
+        # ... and one call waiting for keys spread over every shard
+        spread = []
+        for t in range(30):
+            spread += await client.put_trajectory(f"b{t}", "s", [output(2, 3), output(2, t + 1)], SAMPLE)
+        assert {ks.shard_of_key(k) for k in spread} == set(range(SHARDS))
+        res = await client.wait_rewards(spread, timeout=20)
+        # And a lone trajectory is reported soon after it is scored
+        lone = await client.put_trajectory(_uid_on_shard(ks, 5, "lone"), "s", [output(2, 2)], SAMPLE)
+        t0 = time.perf_counter()
+        await client.wait_rewards(lone, timeout=10)
+        lone_s = time.perf_counter() - t0
+    print(f"\n[cluster] lone trajectory reward seen {lone_s * 1000:.0f} ms after the put")
+    for t, r in enumerate(all_res):
+        assert [x.reward_score for x in r.values()] == [float(t % 7 + 1)] * (t % 3 + 1)
+    for k, r in res.items():
+        assert r.reward_score == float(int(k.split("_")[0][1:]) + 1), k
+    assert lone_s < 1.0
+    await client.aclose()
+
+
+async def test_scripts_are_reloaded_after_the_nodes_forget_them(redis_cluster, cns, rc, caplog):
+    """A fresh or failed-over master answers NOSCRIPT: pipelined and single script calls recover."""
+    import logging
+
+    url = redis_cluster.url
+    ks = Keyspace(cns, SHARDS)
+    client = AsyncRewardClient.from_url(url, namespace=cns, shards=SHARDS)
+    caplog.set_level(logging.INFO, logger="rewardq.queue")
+    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS):
+        before = []
+        for t in range(12):
+            before += await client.put_trajectory(f"p{t}", "s", [output(2, 2), output(2, t + 1)], SAMPLE)
+        await client.wait_rewards(before, timeout=20)
+        # Given every master forgets every script (SCRIPT FLUSH goes to all primaries)
+        assert rc.script_flush() is True
+        caplog.clear()
+        # When more trajectories arrive on every shard
+        after = []
+        for shard in range(SHARDS):
+            uid = _uid_on_shard(ks, shard, f"q{shard}x")
+            after += await client.put_trajectory(uid, "s", [output(2, 2), output(2, shard + 1)], SAMPLE)
+        res = await client.wait_rewards(after, timeout=20)
+    # Then the workers reloaded the scripts and scored everything
+    assert all(r.reward_score == float(ks.shard_of_key(k) + 1) for k, r in res.items())
+    assert any("loading it on every primary" in m for m in caplog.messages)
+    await client.aclose()

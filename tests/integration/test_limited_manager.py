@@ -1,0 +1,232 @@
+"""The ``limited`` manager: results on timeout / error, acquisition order, and fleet-wide limits on real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+
+import numpy as np
+import pytest
+
+from rewardq.consumers.batch import build_batch
+from rewardq.errors import ConfigError
+from rewardq.queue.codec import OutputRecord
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
+from rewardq.reward.base import ManagerContext
+from rewardq.reward.managers.limited import LimitedRewardManager
+from rewardq.reward.tokenizer import load_tokenizer
+
+TOK = load_tokenizer("builtin:demo")
+
+
+def trajectory(response: str = "The answer is 42", ground_truth: str = "42", extra_info=None) -> object:
+    sample = {
+        "data_source": "judge",
+        "reward_model": {"ground_truth": ground_truth},
+        "extra_info": dict(extra_info or {"split": "test"}),
+    }
+    records = [
+        OutputRecord(
+            uid="u",
+            session_id="s",
+            index=i,
+            final=i == 1,
+            prompt_ids=np.array(TOK.encode("Question?"), dtype=np.int32),
+            response_ids=np.array(TOK.encode(response if i == 1 else "thinking"), dtype=np.int32),
+            num_turns=i + 1,
+            extra_fields={"judge_hint": f"h{i}"},
+            reward_score=0.5,
+            sample=sample,
+        )
+        for i in range(2)
+    ]
+    return build_batch(records)
+
+
+@pytest.fixture
+async def managers(redis_url, ns):
+    made = []
+
+    async def make(fn, *, redis: bool = True, worker: str = "w0", **options):
+        ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker)
+        m = LimitedRewardManager(TOK, fn, context=ctx, **options)
+        made.append(m)
+        await m.setup()
+        return m
+
+    yield make
+    for m in made:
+        await m.close()
+
+
+async def judge(data_source, solution_str, ground_truth, extra_info):
+    await asyncio.sleep(0)
+    return {"score": 1.0 if ground_truth in solution_str else 0.0, "seen": dict(extra_info)}
+
+
+async def test_scores_with_the_judge_and_merges_extra_fields_only(managers):
+    m = await managers(judge)
+    data = trajectory(extra_info={"split": "test", "judge_hint": "from-dataset"})
+    out = await m.run_single(data)
+    assert out["reward_score"] == 1.0
+    # only the final output's extra_fields are merged; no num_turns / rollout_reward_scores here
+    assert out["reward_extra_info"]["seen"] == {"split": "test", "judge_hint": "h1"}
+    assert data[-1]["extra_info"] == {"split": "test", "judge_hint": "from-dataset"}  # a copy was merged
+    assert isinstance(m.limiter, FleetRateLimiter)
+
+
+async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers):
+    async def slow(**kw):
+        await asyncio.sleep(30)
+
+    m = await managers(slow, timeout=0.3)
+    t0 = time.monotonic()
+    out = await m.run_single(trajectory())
+    assert out == {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
+    assert time.monotonic() - t0 < 5.0
+
+
+async def test_a_failing_call_scores_zero_with_the_error_message(managers):
+    def broken(**kw):
+        raise RuntimeError("judge said no")
+
+    def no_score(**kw):
+        return {"verdict": "yes"}
+
+    m = await managers(broken)
+    assert await m.run_single(trajectory()) == {
+        "reward_score": 0.0,
+        "reward_extra_info": {"error": "judge said no", "acc": 0.0},
+    }
+    m2 = await managers(no_score, limiter_name="other")
+    out = await m2.run_single(trajectory())
+    assert out["reward_score"] == 0.0 and out["reward_extra_info"]["acc"] == 0.0
+    assert "without 'score'" in out["reward_extra_info"]["error"]
+
+
+class Recording:
+    """Wraps the manager's real limiter and logs every step, in order."""
+
+    def __init__(self, inner, log):
+        self.inner, self.log = inner, log
+
+    async def acquire_request(self):
+        self.log.append("request")
+        return await self.inner.acquire_request()
+
+    async def acquire_tokens(self, n):
+        self.log.append(f"tokens:{n}")
+        return await self.inner.acquire_tokens(n)
+
+    @asynccontextmanager
+    async def slot(self):
+        self.log.append("slot")
+        async with self.inner.slot():
+            yield
+        self.log.append("slot released")
+
+    def stats(self):
+        return self.inner.stats()
+
+
+async def test_acquisition_order_request_tokens_slot_then_call(managers, sync_redis, ns):
+    log = []
+    key = Keyspace(ns).ratelimit("default")
+
+    async def call(**kw):
+        # the call runs while this worker holds a slot in Redis
+        held = [f for f in sync_redis.hkeys(key) if f.startswith(b"s:w0:")]
+        log.append(f"call with {len(held)} slot(s) held")
+        return 0.5
+
+    m = await managers(call, max_rpm=100, max_tpm=10_000, estimated_tokens_per_request=1234, max_concurrent=3)
+    m.limiter = Recording(m.limiter, log)
+    out = await m.run_single(trajectory())
+    assert out == {"reward_score": 0.5, "reward_extra_info": {"acc": 0.5}}
+    assert log == ["request", "tokens:1234", "slot", "call with 1 slot(s) held", "slot released"]
+    assert [f for f in sync_redis.hkeys(key) if f.startswith(b"s:")] == []
+    # both buckets were charged in Redis: 1 request, 1234 tokens
+    assert 98.9 < float(sync_redis.hget(key, "b:rpm:tokens")) < 99.2
+    assert 8765 < float(sync_redis.hget(key, "b:tpm:tokens")) < 8800
+
+
+@pytest.mark.parametrize(
+    "limits", [dict(max_rpm=600), dict(max_tpm=60_000, estimated_tokens_per_request=100)], ids=["rpm", "tpm"]
+)
+async def test_two_managers_share_one_rate_through_redis(managers, limits):
+    """Two managers (two workers' worth) together get 10 calls/s, not 10 each."""
+    calls = []
+
+    async def record(**kw):
+        calls.append(time.monotonic())
+        return 1.0
+
+    a = await managers(record, worker="w1", max_concurrent=8, **limits)
+    b = await managers(record, worker="w2", max_concurrent=8, **limits)
+    # empty the shared bucket first, so the test sees the refill rate rather than the burst
+    if "max_rpm" in limits:
+        while await a.limiter.try_request() == 0.0:
+            pass
+    else:
+        assert await a.limiter.try_tokens(60_000) == 0.0
+    t0 = time.monotonic()
+    outs = await asyncio.gather(*(m.run_single(trajectory()) for m in [a, b] * 10))
+    elapsed = time.monotonic() - t0
+    assert [o["reward_score"] for o in outs] == [1.0] * 20
+    assert 1.6 < elapsed < 8.0, elapsed  # 20 calls at 10/s; per-worker limits would take ~1 s
+    assert a.stats()[("request" if "max_rpm" in limits else "tokens")]["waits"] > 0
+    assert b.stats()[("request" if "max_rpm" in limits else "tokens")]["waits"] > 0
+
+
+async def test_concurrency_limit_holds_across_managers(managers):
+    active, peak = 0, 0
+
+    async def slow(**kw):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.1)
+        active -= 1
+        return 1.0
+
+    a = await managers(slow, worker="w1", max_concurrent=2)
+    b = await managers(slow, worker="w2", max_concurrent=2)
+    outs = await asyncio.wait_for(asyncio.gather(*(m.run_single(trajectory()) for m in [a, b] * 4)), 20)
+    assert len(outs) == 8 and peak == 2
+
+
+async def test_without_redis_the_limits_hold_in_process(managers):
+    active, peak = 0, 0
+
+    async def slow(**kw):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.05)
+        active -= 1
+        return 1.0
+
+    m = await managers(slow, redis=False, max_concurrent=1, max_rpm=6000)
+    assert isinstance(m.limiter, LocalRateLimiter)
+    outs = await asyncio.gather(*(m.run_single(trajectory()) for _ in range(4)))
+    assert [o["reward_score"] for o in outs] == [1.0] * 4 and peak == 1
+
+
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("max_concurrent", 0),
+        ("max_rpm", 0),
+        ("max_rpm", -1),
+        ("max_tpm", 0),
+        ("timeout", 0),
+        ("estimated_tokens_per_request", -5),
+        ("max_concurrent", 2.5),
+    ],
+)
+def test_non_positive_options_are_refused_naming_the_value(option, value):
+    with pytest.raises(ConfigError, match=option) as info:
+        LimitedRewardManager(TOK, judge, **{option: value})
+    assert repr(value) in str(info.value)

@@ -1,0 +1,58 @@
+"""Prometheus endpoint: scraped during a run, the counters move."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import urllib.request
+
+from rewardq import RewardClient
+from rewardq.consumers.worker import Worker
+from rewardq.queue.keys import Keyspace
+from tests.support.helpers import SAMPLE, output, worker_config
+from tests.support.managers import LengthManager
+
+
+def _scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    w = Worker(
+        worker_config(ns, redis_url, name="m", metrics_port=0, manager="test-length"), manager=LengthManager(None)
+    )
+    task = asyncio.create_task(w.run())
+    try:
+        for _ in range(100):
+            if w.metrics_port:
+                break
+            await asyncio.sleep(0.02)
+        before = await asyncio.to_thread(_scrape, w.metrics_port)
+        keys = []
+        for t in range(20):
+            keys += client.put_trajectory(f"u{t}", "s", [output(3, 2), output(3, 4)], SAMPLE)
+        sync_redis.xadd(Keyspace(ns).stream(0), {"key": "junk", "data": b"\x00not msgpack"})
+        await asyncio.to_thread(client.wait_rewards, keys, 10)
+        for _ in range(50):
+            after = await asyncio.to_thread(_scrape, w.metrics_port)
+            if after.get('rewardq_dead_letters_total{reason="invalid"}', 0) >= 1:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        w.request_stop()
+        await task
+        client.close()
+    assert before.get("rewardq_records_read_total", 0) == 0
+    assert after["rewardq_records_read_total"] == 41
+    assert after['rewardq_trajectories_total{manager="test-length",outcome="ok"}'] == 20
+    assert after['rewardq_dead_letters_total{reason="invalid"}'] == 1
+    count = [v for k, v in after.items() if re.match(r'rewardq_scoring_seconds_count\{.*data_source="test"', k)]
+    assert count == [20.0]
+    assert "rewardq_in_flight" in after and "rewardq_reclaimed_total" in after

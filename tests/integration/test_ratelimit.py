@@ -1,0 +1,290 @@
+"""The fleet-wide rate limiter, on the real Redis at 127.0.0.1:6379 and with real processes.
+
+Each test uses its own namespace (uuid) and deletes only its own keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+
+from rewardq.errors import ConfigError
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter, bucket_take
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+async def redis():
+    client = aioredis.Redis.from_url(REDIS_URL)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def key(redis):
+    ns = f"rqtest-{uuid.uuid4().hex[:12]}"
+    k = Keyspace(ns).ratelimit("t")
+    yield k
+    async for found in redis.scan_iter(match=f"{ns}:*"):
+        await redis.delete(found)
+
+
+@pytest.fixture(params=["fleet", "local"])
+def make(request, redis, key):
+    """Build a limiter of either backend: the contract tests run on both."""
+
+    def factory(**kw):
+        if request.param == "fleet":
+            return FleetRateLimiter(redis, key, **kw)
+        return LocalRateLimiter(**kw)
+
+    return factory
+
+
+# ---------------------------------------------------------------------------------------
+# the bucket rule itself
+# ---------------------------------------------------------------------------------------
+
+
+def test_bucket_rule_refill_wait_and_debt():
+    # a new bucket is full: capacity = the per-minute limit
+    assert bucket_take(None, None, 10.0, capacity=120, cost=1) == (0.0, 119.0)
+    # refill is continuous at capacity/60 per second, capped at capacity
+    assert bucket_take(0.0, 10.0, 11.0, capacity=120, cost=2) == (0.0, 0.0)
+    assert bucket_take(0.0, 10.0, 1000.0, capacity=120, cost=0, look=True) == (0.0, 120.0)
+    # not enough: the wait is exactly what the refill needs, and nothing is taken
+    wait, level = bucket_take(0.5, 10.0, 10.0, capacity=60, cost=2)
+    assert (wait, level) == (1.5, 0.5)
+    # oversize on a partly full bucket waits until the bucket is full ...
+    wait, level = bucket_take(30.0, 10.0, 10.0, capacity=60, cost=100)
+    assert (wait, level) == (30.0, 30.0)
+    # ... then goes, leaving debt that the next request must wait out
+    wait, level = bucket_take(30.0, 10.0, 40.0, capacity=60, cost=100)
+    assert (wait, level) == (0.0, -40.0)
+    assert bucket_take(-40.0, 40.0, 40.0, capacity=60, cost=1) == (41.0, -40.0)
+    # a clock that steps back refills nothing (and does not drain either)
+    assert bucket_take(5.0, 100.0, 90.0, capacity=60, cost=1) == (0.0, 4.0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_rpm": 0},
+        {"max_rpm": -5},
+        {"max_tpm": 0},
+        {"max_concurrent": 0},
+        {"max_concurrent": 1.5},
+        {"lease_seconds": 0},
+    ],
+)
+def test_bad_limits_are_refused_naming_the_value(bad):
+    name, value = next(iter(bad.items()))
+    with pytest.raises(ConfigError, match=name) as info:
+        LocalRateLimiter(**bad)
+    assert repr(value) in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------
+# contract tests, on both backends
+# ---------------------------------------------------------------------------------------
+
+
+async def test_burst_then_wait_for_refill(make):
+    lim = make(max_rpm=60, max_concurrent=None)  # capacity 60, 1 per second
+    for _ in range(60):
+        assert await lim.try_request() == 0.0
+    wait = await lim.try_request()
+    assert 0.5 < wait <= 1.0  # ~1 s minus what refilled meanwhile
+    assert abs(await lim.level("rpm")) < 0.5
+    assert await lim.level("tpm") is None  # that limit is off
+
+
+async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make):
+    lim = make(max_tpm=600, max_concurrent=None)  # capacity 600, 10 tokens per second
+    assert await lim.try_tokens(100) == 0.0
+    wait = await lim.try_tokens(1500)  # oversize: waits until the bucket is full
+    assert 9.0 < wait <= 10.0
+    assert 495 < await lim.level("tpm") <= 501  # and took nothing meanwhile
+    lim2 = make(max_tpm=600, max_concurrent=None)
+    # pretend the 10 s passed: on a full bucket the oversize request goes at once
+    if isinstance(lim, LocalRateLimiter):
+        lim._buckets["tpm"] = (600.0, time.monotonic())
+    else:
+        await lim.redis.hset(lim.key, mapping={"b:tpm:tokens": "600"})
+    assert await lim.try_tokens(1500) == 0.0
+    level = await lim.level("tpm")
+    assert -901 < level < -895  # debt: 600 - 1500
+    wait = await lim.try_tokens(1)
+    assert 89.0 < wait <= 90.1  # the debt is repaid first
+    if isinstance(lim, FleetRateLimiter):  # another client sees the same debt
+        assert -901 < await lim2.level("tpm") < -895
+
+
+async def test_acquire_sleeps_until_allowed_and_counts_waits(make):
+    lim = make(max_tpm=6000, max_concurrent=None)  # 100 tokens per second
+    t0 = time.monotonic()
+    assert await lim.acquire_tokens(6100) == 0.0  # full bucket: oversize goes, level -100
+    await lim.acquire_tokens(50)  # must wait (100 + 50) / 100 = 1.5 s
+    elapsed = time.monotonic() - t0
+    assert 1.4 < elapsed < 5.0
+    stats = lim.stats()
+    assert stats["tokens"]["waits"] == 1
+    assert 1.4 < stats["tokens"]["wait_seconds"] < 5.0
+    assert stats["request"]["waits"] == 0 and stats["slot"]["waits"] == 0
+
+
+async def test_concurrency_slots_are_shared_and_released(make):
+    limiters = [make(max_concurrent=2, lease_seconds=5), make(max_concurrent=2, lease_seconds=5)]
+    if isinstance(limiters[0], LocalRateLimiter):
+        limiters = [limiters[0], limiters[0]]  # one process: one limiter object
+    active, peak = 0, 0
+
+    async def job(i):
+        nonlocal active, peak
+        async with limiters[i % 2].slot() as holder:
+            assert holder
+            active += 1
+            peak = max(peak, active)
+            await asyncio.sleep(0.15)
+            active -= 1
+
+    await asyncio.wait_for(asyncio.gather(*(job(i) for i in range(6))), timeout=20)
+    assert peak == 2
+    assert sum(lim.stats()["slot"]["waits"] for lim in set(limiters)) >= 3
+    async with limiters[0].slot(), limiters[1].slot():  # all released: two are free again
+        assert await limiters[0]._slot_op("slot", "third") > 0
+
+
+async def test_slot_released_on_cancellation(make):
+    lim = make(max_concurrent=1, lease_seconds=30)
+    entered = asyncio.Event()
+
+    async def holder():
+        async with lim.slot():
+            entered.set()
+            await asyncio.sleep(60)
+
+    task = asyncio.create_task(holder())
+    await asyncio.wait_for(entered.wait(), 5)
+    assert await lim._slot_op("slot", "other") > 0
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await lim._slot_op("slot", "other") == 0.0  # freed at once, not after 30 s
+
+
+# ---------------------------------------------------------------------------------------
+# real processes
+# ---------------------------------------------------------------------------------------
+
+_HOLDER = """
+import asyncio, sys
+import redis.asyncio as aioredis
+from rewardq.queue.ratelimit import FleetRateLimiter
+async def main():
+    r = aioredis.Redis.from_url(sys.argv[1])
+    lim = FleetRateLimiter(r, sys.argv[2], max_concurrent=1, lease_seconds=float(sys.argv[3]))
+    async with lim.slot():
+        print("HELD", flush=True)
+        await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+async def test_dead_holder_frees_its_slot_after_the_lease(redis, key):
+    lease = 1.0
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, REDIS_URL, key, str(lease)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 30)
+        assert line.strip() == "HELD"
+        lim = FleetRateLimiter(redis, key, max_concurrent=1, lease_seconds=lease)
+        # the live holder renews its lease: for 2.5 leases nobody else gets the slot
+        deadline = time.monotonic() + 2.5 * lease
+        while time.monotonic() < deadline:
+            assert await lim._slot_op("slot", "probe") > 0
+            await asyncio.sleep(0.1)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        killed_at = time.monotonic()
+        assert await lim._slot_op("slot", "probe") > 0  # the dead holder's lease still runs
+        async with lim.slot():
+            freed_after = time.monotonic() - killed_at
+        assert freed_after <= lease + 1.5
+        assert lim.stats()["slot"]["waits"] == 1
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        child.stdout.close()
+
+
+_HAMMER = """
+import asyncio, json, sys, time
+import redis.asyncio as aioredis
+from rewardq.queue.ratelimit import FleetRateLimiter
+async def main():
+    url, key, rpm = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    start_at, duration = float(sys.argv[4]), float(sys.argv[5])
+    r = aioredis.Redis.from_url(url)
+    lim = FleetRateLimiter(r, key, max_rpm=rpm, max_concurrent=None)
+    await r.ping()
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    stamps = []
+    while True:
+        await lim.acquire_request()
+        now = time.time()
+        if now >= start_at + duration:
+            break
+        stamps.append(now - start_at)
+    print(json.dumps({"stamps": stamps, "stats": lim.stats()}), flush=True)
+    await r.aclose()
+asyncio.run(main())
+"""
+
+
+async def test_fleet_of_processes_holds_the_combined_rate(key):
+    rpm, duration, n_procs = 600, 8.0, 2  # 10 requests/s, burst capacity 600
+    start_at = time.time() + 3.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _HAMMER, REDIS_URL, key, str(rpm), str(start_at), str(duration)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for _ in range(n_procs)
+    ]
+    try:
+        outs = [await asyncio.to_thread(p.communicate, timeout=40) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs)
+    results = [json.loads(out[0]) for out in outs]
+    counts = [len(r["stamps"]) for r in results]
+    total = sum(counts)
+    rate = rpm / 60
+    # everything: the initial burst (one full bucket) plus the refill over the window
+    assert total <= rpm + rate * duration + 5, counts
+    assert total >= rpm + 0.75 * rate * duration, counts
+    # steady state, after the burst: the fleet together holds 10/s (per-process limiters: 20/s)
+    steady = sum(1 for r in results for t in r["stamps"] if t >= 2.0)
+    assert 0.75 * rate * (duration - 2.0) <= steady <= rate * (duration - 2.0) + 5, steady
+    assert all(c > 0 for c in counts)
+    assert all(r["stats"]["request"]["waits"] > 0 for r in results)
+    print(f"fleet: {counts} acquisitions in {duration}s, steady {steady / (duration - 2.0):.2f}/s (limit {rate:.2f}/s)")

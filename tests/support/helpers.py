@@ -1,0 +1,104 @@
+"""Helpers for tests that run workers in-process against the real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+
+from rewardq.config import WorkerConfig
+from rewardq.consumers.worker import Worker
+from rewardq.reward.base import RewardManager
+
+FAST = dict(
+    heartbeat_interval=0.2,
+    lease_seconds=2.0,
+    maintenance_interval=0.2,
+    claim_idle=1.0,
+    block_ms=100,
+    shutdown_grace=5.0,
+)
+
+
+def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
+    return WorkerConfig(redis_url=url, namespace=ns, **{**FAST, **kw}).validate()
+
+
+@contextlib.asynccontextmanager
+async def running_workers(
+    ns: str, url: str, managers: list, *, name_prefix: str = "w", **kw: Any
+) -> AsyncIterator[list[Worker]]:
+    """Start one in-process worker per manager (named ``w0``, ``w1``, ...); stop them all on exit."""
+    workers = [
+        Worker(worker_config(ns, url, name=f"{name_prefix}{i}", **kw), manager=m) for i, m in enumerate(managers)
+    ]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        yield workers
+    finally:
+        for w in workers:
+            w.request_stop("test done")
+        await asyncio.gather(*tasks)
+
+
+def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "prompt_ids": rng.integers(1, 1000, prompt_len),
+        "response_ids": rng.integers(1, 1000, response_len),
+        **extra,
+    }
+
+
+SAMPLE = {"data_source": "test", "reward_model": {"ground_truth": "42"}, "extra_info": {"split": "train"}}
+
+
+class FlakyJudge(RewardManager):
+    """A judge that fails (503) while ``FlakyJudge.broken``, then scores 0.5."""
+
+    broken = True
+
+    async def run_single(self, data):
+        if type(self).broken:
+            raise RuntimeError("judge endpoint returned 503")
+        return {"reward_score": 0.5, "reward_extra_info": {"judge": "ok"}}
+
+
+async def fail_a_trajectory_and_a_junk_entry(ns: str, url: str, r: Any, client: Any, junk_key: str):
+    """Given a 3-output trajectory scored by a broken judge and a junk entry: two dead letters.
+
+    Returns ``(keys, first_results)``; the worker has stopped and both dead letters exist.
+    """
+    from rewardq.queue.keys import Keyspace
+
+    ks = Keyspace(ns)
+    keys = client.put_trajectory("flaky", "s", [output(3, 3), output(3, 4), output(3, 5)], SAMPLE)
+    r.xadd(ks.stream(0), {"key": junk_key, "data": b"\x93garbage"})
+    FlakyJudge.broken = True
+    async with running_workers(ns, url, [FlakyJudge(None)]):
+        first = await asyncio.to_thread(client.wait_rewards, keys, 10)
+        for _ in range(50):
+            if r.xlen(ks.dead(0)) == 2:
+                break
+            await asyncio.sleep(0.1)
+    return keys, first
+
+
+class Hang(RewardManager):
+    """A manager whose scoring never returns (a worker stuck mid-trajectory)."""
+
+    async def run_single(self, data):
+        await asyncio.sleep(3600)
+
+
+async def abandon_worker(w: Any) -> None:
+    """Simulate SIGKILL: the worker's tasks vanish without releasing, acking or unregistering."""
+    for f in list(w.in_flight.values()):
+        f.task.cancel()
+    for t in w._tasks:
+        t.cancel()
+    await asyncio.gather(*(f.task for f in w.in_flight.values()), *w._tasks, return_exceptions=True)
+    await w._client.aclose()

@@ -1,0 +1,83 @@
+"""Deterministic reward managers for tests that run real worker processes.
+
+Loaded by workers as ``--manager tests.support.managers:EchoManager`` (the operator's
+configuration naming the code, as in production). Every output key gets its own reward,
+computed from that output's own response ids by :func:`expected_reward`, so a test can
+check each key's value and would notice results written to the wrong key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rewardq.reward.base import RewardManager
+from rewardq.reward.rows import non_tensor, valid_response_ids
+
+
+def expected_reward(response_ids: Sequence[int]) -> float:
+    """The reward :class:`EchoManager` gives an output with these response ids."""
+    ids = np.asarray(response_ids, dtype=np.int64)
+    return float(int(ids.sum()) % 100_003) + len(ids) / 1000.0
+
+
+class EchoManager(RewardManager):
+    """One reward per output, from its response ids; optionally slow, optionally announcing itself.
+
+    Args:
+        sleep: seconds each trajectory takes to score (``asyncio.sleep``: other
+            trajectories proceed meanwhile).
+        jitter: extra random seconds, up to this much, per trajectory.
+        mark_dir: when set, a file ``<mark_dir>/<pid>-<random>`` is created as scoring starts, so a
+            test knows the worker is "while scoring" before it kills it.
+    """
+
+    name = "test-echo"
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        compute_score: Any = None,
+        *,
+        context: Any = None,
+        sleep: float = 0.0,
+        jitter: float = 0.0,
+        mark_dir: str | None = None,
+    ) -> None:
+        super().__init__(tokenizer, compute_score, context=context)
+        self.sleep = float(sleep)
+        self.jitter = float(jitter)
+        self.mark_dir = Path(mark_dir) if mark_dir else None
+
+    async def run_single(self, data: Any) -> list[dict]:
+        n = int(data.batch_size[0])
+        if self.mark_dir is not None:
+            (self.mark_dir / f"{os.getpid()}-{os.urandom(4).hex()}").write_text(str(n))
+        delay = self.sleep + (random.random() * self.jitter if self.jitter else 0.0)
+        if delay:
+            await asyncio.sleep(delay)
+        out = []
+        for i in range(n):
+            ids = valid_response_ids(data[i : i + 1]).tolist()
+            out.append({"reward_score": expected_reward(ids), "reward_extra_info": {"i": i, "n": n}})
+        return out
+
+
+class LengthManager(RewardManager):
+    """Test manager: reward = valid response length of the final row; records the batch."""
+
+    name = "test-length"
+    calls: list = []
+
+    async def run_single(self, data):
+        type(self).calls.append(data)
+        last = data[-1:]
+        ids = valid_response_ids(last)
+        gt = (non_tensor(last, "reward_model") or {}).get("ground_truth")
+        return {"reward_score": float(len(ids)), "reward_extra_info": {"rows": int(data.batch_size[0]), "gt": gt}}

@@ -1,0 +1,36 @@
+"""Scoring functions the remote-manager tests load in scorer processes (by file path)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+    """1.0 + bonus when the response equals the ground truth, else 0.0; reports its process and extras."""
+    return {
+        "score": (1.0 if solution_str.strip() == str(ground_truth) else 0.0) + bonus,
+        "pid": os.getpid(),
+        "seen_extra": dict(extra_info or {}),
+    }
+
+
+def by_behaviour(data_source, solution_str, ground_truth, extra_info=None):
+    """What the response asks for: ``hang``, ``segfault``, ``exit``, ``raise``, ``sleep:<s>``, else score 1."""
+    if solution_str == "hang":
+        while True:
+            time.sleep(1)
+    if solution_str == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if solution_str == "exit":
+        os._exit(3)
+    if solution_str == "raise":
+        raise ValueError("scorer refused this answer")
+    if solution_str.startswith("sleep:"):
+        time.sleep(float(solution_str.split(":")[1]))
+    return 1.0
+
+
+async def async_score(data_source, solution_str, ground_truth, extra_info=None):
+    return 1.0

@@ -1,0 +1,120 @@
+"""Settings: defaults < config file < environment < CLI; verl `reward:` blocks translate."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from rewardq.config import WorkerConfig, translate_verl_reward
+from rewardq.errors import ConfigError
+from rewardq.reward.factory import build_manager
+
+VERL_YAML = textwrap.dedent("""
+    trainer:
+      total_epochs: 3
+    reward:
+      reward_manager:
+        name: dapo
+      custom_reward_function:
+        path: /opt/rewards/my_reward.py
+        name: my_score
+        reward_kwargs:
+          strict: true
+      reward_kwargs:
+        overlong_buffer_cfg:
+          enable: true
+          len: 512
+          penalty_factor: 1.0
+          log: true
+        max_resp_len: 4096
+      max_concurrent: 8
+      max_rpm: 120
+      max_tpm: 100000
+      timeout: 60
+      num_workers: 4
+""")
+
+
+def test_verl_reward_block_maps_onto_worker_settings(tmp_path):
+    f = tmp_path / "verl.yaml"
+    f.write_text(VERL_YAML)
+    cfg = WorkerConfig.load(config_file=str(f), env={})
+    assert cfg.manager == "dapo"
+    assert cfg.reward_fn == "/opt/rewards/my_reward.py:my_score"
+    assert cfg.reward_fn_kwargs == {"strict": True}
+    assert cfg.manager_options == {
+        "overlong_buffer": {"enable": True, "len": 512, "penalty_factor": 1.0, "log": True},
+        "max_resp_len": 4096,
+        "max_concurrent": 8,
+        "max_rpm": 120,
+        "max_tpm": 100000,
+        "timeout": 60,
+        "num_workers": 4,
+    }
+
+
+def test_verl_options_a_manager_does_not_take_are_dropped_not_fatal():
+    opts = translate_verl_reward(
+        {
+            "reward_manager": {"name": "dapo"},
+            "max_rpm": 60,
+            "num_workers": 2,
+            "reward_kwargs": {"overlong_buffer_cfg": {"enable": False}, "max_resp_len": 64},
+        }
+    )
+    m = build_manager("dapo", tokenizer=None, options=opts["manager_options"])
+    assert type(m).__name__.lower().startswith("dapo")
+    with pytest.raises(ConfigError, match="does not take option 'max_rmp'"):
+        build_manager("naive", tokenizer=None, options={"max_rmp": 60})
+
+
+def test_reward_model_block_selects_disrm():
+    out = translate_verl_reward(
+        {"reward_model": {"enable": True, "base_url": "http://rm:8000", "model": "rm", "backend": "vllm"}}
+    )
+    assert out["manager"] == "disrm"
+    assert out["manager_options"] == {"base_url": "http://rm:8000", "model": "rm", "backend": "vllm"}
+
+
+def test_precedence_file_env_flags(tmp_path):
+    f = tmp_path / "rq.yaml"
+    f.write_text("namespace: from-file\nconcurrency: 3\nbatch_size: 7\nmanager: gdpo\n")
+    env = {"REWARDQ_CONCURRENCY": "5", "REWARDQ_NAMESPACE": "from-env", "REWARDQ_CLUSTER": "true"}
+    cfg = WorkerConfig.load(config_file=str(f), env=env, overrides={"namespace": "from-flag", "batch_size": None})
+    assert (cfg.namespace, cfg.concurrency, cfg.batch_size, cfg.manager, cfg.cluster) == (
+        "from-flag",
+        5,
+        7,
+        "gdpo",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    "env,match",
+    [
+        ({"REWARDQ_CONCURRENCY": "many"}, "REWARDQ_CONCURRENCY='many' is not a valid int"),
+        ({"REWARDQ_CONCURRENCY": "0"}, "concurrency must be a positive number"),
+        ({"REWARDQ_LOG_FORMAT": "xml"}, "log_format must be 'text' or 'json'"),
+        ({"REWARDQ_MANAGER_OPTIONS": "[1]"}, "REWARDQ_MANAGER_OPTIONS"),
+        ({"REWARDQ_LEASE_SECONDS": "1", "REWARDQ_HEARTBEAT_INTERVAL": "2"}, "lease_seconds"),
+    ],
+)
+def test_bad_settings_name_the_setting(env, match):
+    with pytest.raises(ConfigError, match=match):
+        WorkerConfig.load(env=env)
+
+
+def test_unknown_file_setting_and_missing_file(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("concurency: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['concurency'\]"):
+        WorkerConfig.load(config_file=str(f), env={})
+    with pytest.raises(ConfigError, match="does not exist"):
+        WorkerConfig.load(config_file=str(tmp_path / "nope.yaml"), env={})
+
+
+def test_dapo_config_errors_surface_at_start():
+    with pytest.raises(ConfigError, match="max_resp_len"):
+        build_manager("dapo", tokenizer=None, options={"overlong_buffer": {"enable": True, "len": 4}})

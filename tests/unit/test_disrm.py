@@ -1,0 +1,275 @@
+"""The ``disrm`` manager against a loopback HTTP server that answers like vLLM and SGLang."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from rewardq.config import translate_verl_reward
+from rewardq.consumers.batch import build_batch
+from rewardq.errors import ConfigError, ScoringError
+from rewardq.queue.codec import OutputRecord
+from rewardq.reward.factory import build_manager
+from rewardq.reward.managers.disrm import DisRMRewardManager
+from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
+
+POLICY_TOK = load_tokenizer("builtin:demo")
+RAW_PROMPT = [{"role": "system", "content": "You are a judge."}, {"role": "user", "content": "What is 6*7?"}]
+# the reward model's template starts with its BOS, as Llama's does; the manager strips it
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+)
+EXPECTED_PROMPT = (
+    "<|im_start|>system\nYou are a judge.<|im_end|>\n<|im_start|>user\nWhat is 6*7?<|im_end|>\n"
+    "<|im_start|>assistant\nThe answer is 42<|im_end|>\n"
+)
+DEFAULTS = {
+    "/classify": {"object": "list", "data": [{"index": 0, "label": "LABEL_0", "probs": [0.17, 0.83]}]},
+    "/v1/embeddings": {"object": "list", "data": [{"index": 0, "embedding": [0.5, -1.25]}]},
+}
+
+
+class FakeRewardServer:
+    """A threaded HTTP server on 127.0.0.1:<free port>; ``script`` holds answers to give first."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.script: list[tuple] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with server.lock:
+                    server.requests.append(
+                        {
+                            "path": self.path,
+                            "json": json.loads(body),
+                            "t": time.monotonic(),
+                            "content_type": self.headers["Content-Type"],
+                        }
+                    )
+                    step = server.script.pop(0) if server.script else None
+                if step and step[0] == "sleep":
+                    time.sleep(step[1])
+                    step = None
+                status, payload = step or ((200, DEFAULTS[self.path]) if self.path in DEFAULTS else (404, "no"))
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and hung up (the timeout test)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = FakeRewardServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def rm_tokenizer_dir(tmp_path):
+    folder = tmp_path / "rm-tokenizer"
+    folder.mkdir()
+    shutil.copy(DEMO_PATH, folder / "tokenizer.json")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>", "chat_template": TEMPLATE})
+    )
+    return str(folder)
+
+
+@pytest.fixture
+async def make(server, rm_tokenizer_dir):
+    made = []
+
+    async def factory(**kw):
+        options = dict(
+            base_url=server.url,
+            model="rm-7b",
+            backend="vllm",
+            tokenizer=rm_tokenizer_dir,
+            backoff_base=0.01,
+            backoff_cap=0.02,
+            timeout=5.0,
+        )
+        options.update(kw)
+        m = DisRMRewardManager(POLICY_TOK, None, **options)
+        made.append(m)
+        await m.setup()
+        return m
+
+    yield factory
+    for m in made:
+        await m.close()
+
+
+def trajectory(raw_prompt=RAW_PROMPT, response="The answer is 42"):
+    sample = {"data_source": "rm", "reward_model": {"ground_truth": None}, "raw_prompt": raw_prompt}
+    records = [
+        OutputRecord(
+            uid="u",
+            session_id="s",
+            index=i,
+            final=i == 1,
+            prompt_ids=np.array(POLICY_TOK.encode("What is 6*7?"), dtype=np.int32),
+            response_ids=np.array(
+                POLICY_TOK.encode(response if i == 1 else "call tool") + [POLICY_TOK.eos_token_id], dtype=np.int32
+            ),
+            sample=sample,
+        )
+        for i in range(2)
+    ]
+    return build_batch(records)
+
+
+async def test_vllm_classify_request_and_score(make, server):
+    m = await make(backend="vllm")
+    out = await m.run_single(trajectory())
+    assert out == {"reward_score": 0.83, "reward_extra_info": {}}
+    assert len(server.requests) == 1
+    req = server.requests[0]
+    assert req["path"] == "/classify" and req["content_type"] == "application/json"
+    assert req["json"] == {"model": "rm-7b", "input": EXPECTED_PROMPT, "use_activation": False}
+
+
+async def test_sglang_embeddings_request_and_score(make, server):
+    m = await make(backend="sglang")
+    out = await m.run_single(trajectory())
+    assert out == {"reward_score": -1.25, "reward_extra_info": {}}
+    assert [r["path"] for r in server.requests] == ["/v1/embeddings"]
+    assert server.requests[0]["json"] == {"model": "rm-7b", "input": EXPECTED_PROMPT}
+
+
+async def test_server_errors_are_retried_until_success(make, server):
+    server.script = [(503, "loading"), (500, {"error": "oops"})]
+    m = await make()
+    assert (await m.run_single(trajectory()))["reward_score"] == 0.83
+    assert len(server.requests) == 3
+    assert all(r["json"] == server.requests[0]["json"] for r in server.requests)
+    assert m.stats()["retries"] == 2
+
+
+async def test_client_errors_are_not_retried(make, server):
+    server.script = [(400, {"error": "input is too long for this model"})]
+    m = await make()
+    with pytest.raises(ScoringError, match="HTTP 400") as info:
+        await m.run_single(trajectory())
+    assert "input is too long" in str(info.value)
+    assert len(server.requests) == 1
+    assert m.stats()["retries"] == 0
+
+
+async def test_retries_run_out(make, server):
+    server.script = [(502, "bad gateway")] * 10
+    m = await make(max_retries=2)
+    with pytest.raises(ScoringError, match="after 3 attempts; last: HTTP 502: bad gateway"):
+        await m.run_single(trajectory())
+    assert len(server.requests) == 3
+
+
+async def test_backoff_is_exponential_and_capped(make, server):
+    server.script = [(503, "busy")] * 5
+    m = await make(backoff_base=0.1, backoff_cap=0.2, max_retries=5)
+    assert (await m.run_single(trajectory()))["reward_score"] == 0.83
+    assert len(server.requests) == 6
+    # planned sleeps: 0.1, 0.2, 0.2, 0.2, 0.2 (less <= 20 % jitter); uncapped they would add up to 3.1 s
+    assert 0.8 * 0.9 <= m.stats()["backoff_seconds"] <= 0.9
+    gaps = [b["t"] - a["t"] for a, b in zip(server.requests, server.requests[1:])]
+    assert all(gap < 0.2 + 0.5 for gap in gaps), gaps  # the last would be 1.6 s uncapped
+    assert gaps[1] >= 0.8 * 0.2 - 0.01 and gaps[0] >= 0.8 * 0.1 - 0.01
+
+
+async def test_a_request_timeout_is_retried(make, server):
+    server.script = [("sleep", 1.5)]
+    m = await make(timeout=0.3)
+    assert (await m.run_single(trajectory()))["reward_score"] == 0.83
+    assert len(server.requests) == 2
+
+
+async def test_connection_refused_is_retried_then_reported(make):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    m = await make(base_url=f"http://127.0.0.1:{port}", max_retries=2)
+    with pytest.raises(ScoringError, match="after 3 attempts") as info:
+        await m.run_single(trajectory())
+    assert "Connect" in str(info.value)
+    assert m.stats()["requests"] == 3
+
+
+async def test_an_answer_without_the_score_field_is_an_error(make, server):
+    server.script = [(200, {"data": [{"embedding": [1.0]}]})]
+    m = await make(backend="vllm")
+    with pytest.raises(ScoringError, match=r"data\[-1\]\.probs\[-1\]"):
+        await m.run_single(trajectory())
+    assert len(server.requests) == 1
+
+
+async def test_a_sample_without_a_chat_prompt_is_an_error(make, server):
+    m = await make()
+    with pytest.raises(ScoringError, match="raw_prompt"):
+        await m.run_single(trajectory(raw_prompt="What is 6*7?"))
+    assert server.requests == []
+
+
+def test_built_from_a_verl_reward_model_block(server, rm_tokenizer_dir):
+    cfg = translate_verl_reward(
+        {
+            "reward_model": {
+                "enable": True,
+                "base_url": server.url,
+                "model": "rm-7b",
+                "backend": "sglang",
+                "tokenizer": rm_tokenizer_dir,
+            }
+        }
+    )
+    m = build_manager(cfg["manager"], tokenizer=POLICY_TOK, options=cfg["manager_options"])
+    assert isinstance(m, DisRMRewardManager) and m.backend == "sglang"
+    assert m.rm_tokenizer.bos_token == "<|endoftext|>"
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"tokenizer": None}, "needs tokenizer="),
+        ({"backend": "trtllm"}, "backend"),
+        ({"base_url": "localhost:8000"}, "base_url"),
+        ({"model": ""}, "model"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"backoff_cap": 0}, "backoff_cap"),
+        ({"timeout": -2}, "timeout"),
+        ({"retries": 3}, "does not take option"),
+    ],
+)
+def test_bad_options_are_refused(server, rm_tokenizer_dir, bad, match):
+    options = dict(base_url=server.url, model="rm-7b", tokenizer=rm_tokenizer_dir)
+    options.update(bad)
+    with pytest.raises(ConfigError, match=match):
+        DisRMRewardManager(POLICY_TOK, None, **options)

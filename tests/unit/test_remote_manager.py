@@ -1,0 +1,224 @@
+"""The ``remote`` manager: scoring in real separate processes, killed on timeout, replaced on crash."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rewardq.consumers.batch import build_batch
+from rewardq.errors import ConfigError, ScoringError
+from rewardq.queue.codec import OutputRecord
+from rewardq.reward.managers.remote import RemoteRewardManager
+from rewardq.reward.tokenizer import load_tokenizer
+from tests.support import remote_scorers
+
+SCORERS = str(Path(__file__).parents[1] / "support" / "remote_scorers.py")
+TOK = load_tokenizer("builtin:demo")
+
+
+def trajectory(
+    response: str, ground_truth: str = "1", *, data_source: str = "test", extra_info=None, n: int = 1
+) -> object:
+    sample = {
+        "data_source": data_source,
+        "reward_model": {"ground_truth": ground_truth},
+        "extra_info": dict(extra_info or {"split": "test"}),
+    }
+    records = []
+    for i in range(n):
+        final = i == n - 1
+        text = response if final else f"turn {i}"
+        records.append(
+            OutputRecord(
+                uid="u",
+                session_id="s",
+                index=i,
+                final=final,
+                prompt_ids=np.array(TOK.encode("What is it?"), dtype=np.int32),
+                response_ids=np.array(TOK.encode(text), dtype=np.int32),
+                num_turns=2 * (i + 1),
+                extra_fields={"tool_calls": i + 1, "turn": f"t{i}"},
+                reward_score=0.25 if final else None,
+                sample=sample,
+            )
+        )
+    return build_batch(records)
+
+
+@pytest.fixture
+async def managers():
+    made = []
+
+    async def make(**kw):
+        m = RemoteRewardManager(TOK, **kw)
+        made.append(m)
+        await m.setup()
+        return m
+
+    yield make
+    for m in made:
+        await m.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(managers):
+    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=2, timeout=2.0)
+    pids_before = list(m.pool.pids)
+    t0 = time.monotonic()
+    finished = {}
+
+    async def timed(name, response):
+        out = await m.run_single(trajectory(response))
+        finished[name] = time.monotonic() - t0
+        return out
+
+    hung, fine = await asyncio.gather(timed("hung", "hang"), timed("fine", "sleep:0.2"))
+    assert hung == {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
+    assert fine == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
+    assert finished["fine"] < 2.0 <= finished["hung"] < 10.0  # unaffected by the hung one
+    # exactly one process was replaced; the hung one is gone
+    pids_after = list(m.pool.pids)
+    replaced = [p for p in pids_before if p not in pids_after]
+    assert len(replaced) == 1 and not alive(replaced[0])
+    assert len(set(pids_after)) == 2 and all(alive(p) for p in pids_after)
+    assert m.stats()["timeouts"] == 1 and m.stats()["replaced"] == 1
+    # the pool is whole again once the replacement has loaded: two 1 s samples run side by side
+    deadline = time.monotonic() + 20
+    while not all(s.ready for s in m.pool._slots) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    t1 = time.monotonic()
+    again = await asyncio.gather(*(m.run_single(trajectory("sleep:1.0")) for _ in range(2)))
+    assert [r["reward_score"] for r in again] == [1.0, 1.0]
+    assert time.monotonic() - t1 < 1.9  # one after the other: >= 2 s
+
+
+async def test_crashing_scorer_gives_an_error_result_and_a_new_process(managers):
+    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=1, timeout=10.0)
+    first_pid = m.pool.pids[0]
+    seg = await m.run_single(trajectory("segfault"))
+    assert seg["reward_score"] == 0.0
+    assert seg["reward_extra_info"]["acc"] == 0.0
+    assert "SIGSEGV" in seg["reward_extra_info"]["error"] and str(first_pid) in seg["reward_extra_info"]["error"]
+    second_pid = m.pool.pids[0]
+    assert second_pid != first_pid and not alive(first_pid)
+    gone = await m.run_single(trajectory("exit"))
+    assert "exited with code 3" in gone["reward_extra_info"]["error"]
+    assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
+    assert m.stats()["crashes"] == 2 and m.stats()["replaced"] == 2
+
+
+async def test_an_exception_in_the_scorer_raises_and_keeps_the_process(managers):
+    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=1)
+    pid = m.pool.pids[0]
+    with pytest.raises(ScoringError, match="ValueError: scorer refused this answer"):
+        await m.run_single(trajectory("raise"))
+    assert m.pool.pids == [pid]
+    assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
+
+
+def test_async_scoring_functions_are_refused_at_construction():
+    with pytest.raises(ConfigError, match="async scoring function"):
+        RemoteRewardManager(TOK, remote_scorers.async_score)
+    with pytest.raises(ConfigError, match="async scoring function"):
+        RemoteRewardManager(TOK, scorer_spec=f"{SCORERS}:async_score")
+
+
+def test_unusable_targets_and_options_are_refused():
+    with pytest.raises(ConfigError, match="define it at module level"):
+        RemoteRewardManager(TOK, lambda **kw: 1.0)
+    with pytest.raises(ConfigError, match="no_such_fn"):
+        RemoteRewardManager(TOK, scorer_spec=f"{SCORERS}:no_such_fn")
+    with pytest.raises(ConfigError, match="start_method"):
+        RemoteRewardManager(TOK, start_method="fork")
+    with pytest.raises(ConfigError, match="timeout"):
+        RemoteRewardManager(TOK, timeout=0)
+    with pytest.raises(ConfigError, match="not both"):
+        RemoteRewardManager(TOK, scorer="math_verify", scorer_spec=f"{SCORERS}:compute_score")
+
+
+async def test_function_by_reference_with_kwargs_and_the_extras(managers):
+    fn = functools.partial(remote_scorers.compute_score, bonus=0.5)
+    m = await managers(compute_score=fn, num_workers=1, start_method="spawn")
+    assert m.target == "tests.support.remote_scorers:compute_score" and m.target_kwargs == {"bonus": 0.5}
+    data = trajectory("42", "42", extra_info={"split": "test", "turn": "from-dataset"}, n=2)
+    dataset_extra = data[-1]["extra_info"]
+    out = await m.run_single(data)
+    assert out["reward_score"] == 1.5
+    info = out["reward_extra_info"]
+    assert info["pid"] != os.getpid()
+    assert info["seen_extra"] == {
+        "split": "test",
+        "turn": "t1",
+        "tool_calls": 2,
+        "num_turns": 4,
+        "rollout_reward_scores": {"reward_score": 0.25},
+    }
+    assert dataset_extra == {"split": "test", "turn": "from-dataset"}  # merged into a copy
+
+
+async def test_math_verify_equivalence_through_the_pool(managers):
+    m = await managers(scorer="math_verify", num_workers=2, timeout=30.0)
+    half, third = await asyncio.gather(
+        m.run_single(trajectory(r"The answer is \boxed{1/2}", "0.5", data_source="anything")),
+        m.run_single(trajectory(r"The answer is \boxed{1/3}", "0.5", data_source="anything")),
+    )
+    assert half == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
+    assert third == {"reward_score": 0.0, "reward_extra_info": {"acc": 0.0}}
+    # the reason for the processes: in a thread, math-verify's signal.alarm timeouts cannot work
+    from rewardq.reward.scoring.math_verify_scorer import compute_score
+
+    loop = asyncio.get_running_loop()
+    with pytest.raises(ScoringError, match="main thread"):
+        await loop.run_in_executor(None, functools.partial(compute_score, "x", r"\boxed{1/2}", "0.5"))
+
+
+async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs():
+    from rewardq.reward.factory import build_manager
+    from rewardq.reward.loader import load_score_fn
+
+    spec = f"{SCORERS}:compute_score"
+    m = build_manager(
+        "remote",
+        tokenizer=TOK,
+        compute_score=load_score_fn(spec, {"bonus": 2.0}),
+        options={"scorer_spec": spec, "num_workers": 1, "timeout": 10},
+    )
+    try:
+        await m.setup()
+        out = await m.run_single(trajectory("7", "7"))
+        assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
+        assert m.target == spec and m.target_kwargs == {"bonus": 2.0}
+    finally:
+        await m.close()
+
+
+async def test_an_unpicklable_sample_is_refused_without_losing_the_process(managers):
+    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=1)
+    with pytest.raises(ScoringError, match="cannot send the sample"):
+        await m.pool.run(
+            {"solution_str": "ok", "data_source": "x", "ground_truth": "1", "extra_info": {"handle": threading.Lock()}},
+            5,
+        )
+    assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
+
+
+def test_a_function_loaded_from_a_file_is_sent_by_path():
+    from rewardq.reward.loader import load_score_fn
+
+    fn = load_score_fn(f"{SCORERS}:compute_score", {"bonus": 1.0})
+    m = RemoteRewardManager(TOK, fn)  # no spec: derived from the function
+    assert m.target == f"{os.path.realpath(SCORERS)}:compute_score" and m.target_kwargs == {"bonus": 1.0}
