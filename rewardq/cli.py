@@ -111,6 +111,18 @@ def cli(debug: bool) -> None:
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None, help="text, or one JSON per line.")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
 @click.option(
+    "--max-outputs",
+    type=click.IntRange(min=1, max=1_000_000),
+    default=None,
+    help=f"Outputs one trajectory may have (default {defaults.MAX_OUTPUTS}); bounds every Lua script's work.",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds to wait for Redis at start-up, retrying with backoff (default: forever).",
+)
+@click.option(
     "--processes",
     type=click.IntRange(min=1),
     default=None,
@@ -132,7 +144,7 @@ def worker(processes: int | None, **params: Any) -> int:
 def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
     from rewardq.errors import ConfigError
     from rewardq.logs import setup_logging
-    from rewardq.ops.common import probe_redis
+    from rewardq.ops.common import wait_for_redis
     from rewardq.ops.supervisor import Supervisor, child_argvs
     from rewardq.ops.worker import worker_argv
 
@@ -140,7 +152,7 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
         setup_logging(cfg.log_level, cfg.log_format)
     except ValueError as exc:
         raise ConfigError(f"log settings: {exc}") from None
-    probe_redis(cfg.redis_url, cluster=cfg.cluster)  # the parent stays light: no torch, no manager
+    wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)  # the parent stays light
     base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port")})
     argvs = child_argvs(
         base,
@@ -277,6 +289,12 @@ def _exit_code_for(exc: BaseException) -> int | None:
     if isinstance(exc, RewardqError):
         _error(str(exc))
         return getattr(exc, "exit_code", EXIT_CONFIG)
+    if isinstance(exc, rx.NoPermissionError):
+        _error(
+            f"Redis refused a command for lack of permission ({exc}); grant the ACL user the rewardq "
+            "namespace's keys (~<namespace>:*) and its commands (see docs/failures.md)"
+        )
+        return EXIT_CONFIG
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
         _error(f"lost the connection to Redis ({exc}); check the server and --redis-url, then run again")
         return EXIT_REDIS

@@ -59,6 +59,8 @@ class WorkerConfig:
     keep_records: float = 0.0  # seconds to keep a scored trajectory's outputs for `rewardq inspect`
     shutdown_grace: float = 30.0
     max_record_bytes: int = defaults.MAX_RECORD_BYTES
+    max_outputs: int = defaults.MAX_OUTPUTS  # outputs per trajectory; bounds every Lua script's work
+    connect_timeout: float | None = defaults.WORKER_CONNECT_TIMEOUT  # None: wait for Redis forever
     # observability
     metrics_port: int | None = None
     log_level: str = "INFO"
@@ -84,9 +86,16 @@ class WorkerConfig:
             "incomplete_timeout",
             "shutdown_grace",
             "max_record_bytes",
+            "max_outputs",
             "shards",
+            "connect_timeout",
         ):
             positive(n)
+        if isinstance(self.max_outputs, bool) or not isinstance(self.max_outputs, int) or self.max_outputs > 1_000_000:
+            raise ConfigError(
+                f"max_outputs must be an integer from 1 to 1000000, got {self.max_outputs!r} (every Lua script's "
+                "worst-case run time grows with it; the default 4096 keeps each under ~50 ms)"
+            )
         for n in ("result_ttl", "block_ms", "keep_records"):
             positive(n, allow_zero=True)
         if str(self.log_level).upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -143,6 +152,8 @@ def build(cls: type, values: Mapping[str, Any]) -> Any:
 
 def _coerce(name: str, raw: str, f: dataclasses.Field) -> Any:
     typ = str(f.type)
+    if raw == "" and "None" in typ:
+        return None
     try:
         if typ.startswith("bool"):
             if raw.lower() in ("1", "true", "yes", "on"):

@@ -16,6 +16,17 @@ GROUP = "rewardq-workers"
 
 #: Largest encoded record, in bytes: producers refuse larger ones, workers dead-letter them.
 MAX_RECORD_BYTES = 32 * 1024 * 1024
+#: Outputs one trajectory may have (indices 0 .. MAX_OUTPUTS - 1). Producers refuse a larger index,
+#: workers reject it, and every Lua script is given it as the bound of its loops, so no record can
+#: make a script's work grow past it.
+MAX_OUTPUTS = 4096
+#: Longest ``uid`` (characters); verl's uids are 36-character UUIDs.
+MAX_UID_CHARS = 256
+#: Longest ``session_id`` (characters); verl's session ids are small integers.
+MAX_SESSION_ID_CHARS = 64
+#: Longest ``key`` field of a stream entry a worker will parse or write anywhere (dead letters keep a
+#: cut copy): ``<uid>_<session_id>_<index>`` with the longest uid, session id and index.
+MAX_KEY_CHARS = MAX_UID_CHARS + MAX_SESSION_ID_CHARS + 24
 #: Undelivered + in-flight stream entries per shard before ``put_*`` waits for workers.
 MAX_BACKLOG = 100_000
 #: Seconds ``put_*`` waits for the backlog to drain before raising BackpressureTimeout.
@@ -49,3 +60,14 @@ RESULT_TTL = 7 * 86400.0
 SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.
 WAIT_TIMEOUT = 300.0
+
+#: Seconds ``rewardq worker`` waits for Redis at start-up; None waits forever (a supervisor or
+#: k8s restarts workers while Redis is still coming up).
+WORKER_CONNECT_TIMEOUT: float | None = None
+#: Seconds one-shot commands (``status``, ``inspect``, ``dead-letters``, ``health``, ``produce``)
+#: wait for Redis before they exit with code 3.
+ONESHOT_CONNECT_TIMEOUT = 5.0
+#: Seconds to wait for a TCP connection to Redis.
+SOCKET_CONNECT_TIMEOUT = 5.0
+#: Seconds to wait for the reply to one command (longer blocking reads raise it for their client).
+SOCKET_TIMEOUT = 30.0

@@ -60,9 +60,21 @@ class RewardTimeout(RewardqError, TimeoutError):
 
 
 class RedisUnavailable(RewardqError):
-    """Redis could not be reached or refused us. The CLI exits with code 3 for it."""
+    """Redis could not be reached or refused us. The CLI exits with code 3 for it.
+
+    ``retryable`` is True when waiting may help (the server did not answer), False when it
+    cannot (refused credentials, a malformed URL).
+    """
 
     exit_code = 3
+    retryable = False
+
+
+class RedisPermissionError(RewardqError):
+    """The Redis ACL user may not run a command or touch a key rewardq needs. Exit code 2:
+    restarting does not help, granting the permission does."""
+
+    exit_code = 2
 
 
 class NotFound(RewardqError):

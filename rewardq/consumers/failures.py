@@ -17,7 +17,7 @@ from typing import Any
 from rewardq.consumers.metrics import Metrics
 from rewardq.queue.broker import Entry, StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
-from rewardq.queue.keys import Keyspace, trajectory_id
+from rewardq.queue.keys import Keyspace, parse_key, trajectory_id
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -57,14 +57,18 @@ class FailureHandler:
     async def dead_letter(
         self, entry: Entry, kind: str, reason: str, *, record: OutputRecord | None = None, tb: str = ""
     ) -> None:
-        """Dead-letter one entry; if it names a trajectory, every key of it gets an error result."""
-        ident = (record.uid, record.session_id, record.index) if record is not None else peek_identity(entry.data)
-        dead = self._dead_fields(entry, kind, reason, tb)
+        """Dead-letter one entry; if it names a trajectory, every key of it gets an error result.
+
+        The trajectory and output are the record's when it decoded, else what can be read of it
+        (:func:`peek_identity`), else the entry's ``key`` field when it is a well-formed output key.
+        Keys that already have a result keep it.
+        """
+        ident = self._identity(entry, record)
+        dead = self._dead_fields(entry, kind, reason, tb, tid=ident[0] if ident else "")
         if ident is None:
             await self.broker.dead_letter_entry(entry, dead)
         else:
-            uid, sid, idx = ident
-            tid = trajectory_id(uid, sid)
+            tid, idx = ident
             shard = self.ks.shard_of(tid)
             if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
                 await self.broker.dead_letter_entry(entry, dead)
@@ -81,6 +85,24 @@ class FailureHandler:
         )
         self._count(kind)
         logger.warning("trajectory %s failed (%s): %s", tid, kind, reason)
+
+    @staticmethod
+    def _identity(entry: Entry, record: OutputRecord | None) -> tuple[str, str] | None:
+        """``(trajectory id, index digits or "-1")`` an entry answers for, or None."""
+        if record is not None:
+            return record.tid, str(record.index)
+        named = parse_key(entry.key)
+        peeked = peek_identity(entry.data)
+        if peeked is not None:
+            tid = trajectory_id(peeked[0], peeked[1])
+            if peeked[2] >= 0:
+                return tid, str(peeked[2])
+            if named is not None and trajectory_id(named[0], named[1]) == tid:
+                return tid, named[2]
+            return tid, "-1"
+        if named is not None:
+            return trajectory_id(named[0], named[1]), named[2]
+        return None
 
     def _count(self, kind: str) -> None:
         self.stats["dead_letters"] += 1

@@ -31,6 +31,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import NoPermissionError
+
+from rewardq import defaults
 from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
 from rewardq.consumers.commits import CommitCoalescer
@@ -42,8 +45,9 @@ from rewardq.errors import RecordError
 from rewardq.queue.aio import being_cancelled
 from rewardq.queue.broker import Entry, StoreOutcome, StreamBroker, default_worker_name, ensure_meta
 from rewardq.queue.codec import decode_output
-from rewardq.queue.connection import connect_async, is_cluster_client, redact_url
+from rewardq.queue.connection import connect_async, is_cluster_client, permission_error, redact_url
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.retry import backoff_delay, is_transient
 from rewardq.reward.base import ManagerContext, RewardManager
 
 logger = logging.getLogger("rewardq.worker")
@@ -148,10 +152,18 @@ class Worker:
         cfg = self.cfg
         limit_torch_threads()
         if self._client is None:
-            self._client = connect_async(cfg.redis_url, cluster=cfg.cluster)
+            self._client = connect_async(
+                cfg.redis_url,
+                cluster=cfg.cluster,
+                scripts_once=True,
+                socket_timeout=max(defaults.SOCKET_TIMEOUT, cfg.block_ms / 1000 + 10),
+            )
         client = self._client
         probe = Keyspace(cfg.namespace, 1, cfg.group)
-        shards = await ensure_meta(client, probe, cfg.shards)
+        try:
+            shards = await ensure_meta(client, probe, cfg.shards)
+        except NoPermissionError as exc:
+            raise permission_error(exc, cfg.namespace, cfg.redis_url) from None
         self.ks = Keyspace(cfg.namespace, shards, cfg.group)
         self.broker = StreamBroker(
             client,
@@ -161,8 +173,12 @@ class Worker:
             lease_seconds=cfg.lease_seconds,
             incomplete_timeout=cfg.incomplete_timeout,
             keep_records=cfg.keep_records,
+            max_outputs=cfg.max_outputs,
         )
-        await self.broker.ensure_groups()
+        try:
+            await self.broker.ensure_groups()
+        except NoPermissionError as exc:
+            raise permission_error(exc, cfg.namespace, cfg.redis_url) from None
         self.commits = CommitCoalescer(self.broker)
         if self.manager is None:
             from rewardq.reward.factory import build_from_config
@@ -281,8 +297,14 @@ class Worker:
     # reading
     # ==================================================================================
     async def _reader(self, shards: list[int]) -> None:
+        """Read and handle batches until stopping.
+
+        A batch that fails on a Redis outage (after the connection's own retries, see
+        :mod:`rewardq.queue.retry`) is not handled again here: its entries stay pending and are
+        reclaimed after ``claim_idle``. The reader pauses by the policy's backoff and reads on.
+        """
         assert self.broker is not None
-        backoff = 0.05
+        failures = 0
         while not self._stopping.is_set():
             await self._capacity.wait()
             if self._stopping.is_set():
@@ -291,13 +313,7 @@ class Worker:
                 entries = await self.broker.read(shards, self.cfg.batch_size, self.cfg.block_ms or None)
                 if entries:
                     await self.handle(entries)
-                backoff = 0.05
-            except (ConnectionError, OSError, TimeoutError) as exc:
-                if being_cancelled():
-                    raise asyncio.CancelledError from exc
-                logger.warning("redis unavailable while reading (%s); retrying in %.2fs", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                failures = 0
             except Exception as exc:
                 if being_cancelled():
                     raise asyncio.CancelledError from exc
@@ -305,12 +321,14 @@ class Worker:
                     logger.warning("consumer group vanished; re-creating it")
                     await self.broker.ensure_groups()
                     continue
-                if _is_redis_conn_error(exc):
-                    logger.warning("redis unavailable while reading (%s); retrying in %.2fs", exc, backoff)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
-                    continue
-                raise
+                if isinstance(exc, NoPermissionError):
+                    raise permission_error(exc, self.cfg.namespace, self.cfg.redis_url) from None
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                pause = backoff_delay(failures, cap=5.0)
+                logger.warning("redis unavailable while reading (%s); reading again in %.2fs", exc, pause)
+                await asyncio.sleep(pause)
 
     # ==================================================================================
     # handling a batch: decode -> reject | store -> start scoring
@@ -332,7 +350,12 @@ class Worker:
                 )
                 continue
             try:
-                rec = decode_output(entry.data, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size)
+                rec = decode_output(
+                    entry.data,
+                    max_bytes=self.cfg.max_record_bytes,
+                    vocab_size=self.vocab_size,
+                    max_outputs=self.cfg.max_outputs,
+                )
                 key = entry.key
                 if key and key != rec.key:
                     raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
@@ -422,7 +445,12 @@ class Worker:
             slot = True
             try:
                 records = o.records or assemble(
-                    tid, o.payloads, max_bytes=self.cfg.max_record_bytes, vocab_size=self.vocab_size, known=o.record
+                    tid,
+                    o.payloads,
+                    max_bytes=self.cfg.max_record_bytes,
+                    vocab_size=self.vocab_size,
+                    known=o.record,
+                    max_outputs=self.cfg.max_outputs,
                 )
             except RecordError as exc:
                 outcome = "invalid"
@@ -473,19 +501,10 @@ class Worker:
 
     async def _commit(self, shard: int, tid: str, results: list) -> None:
         """Write back, then ack (one atomic script, sent with the other commits of this loop
-        turn), retrying through a Redis outage."""
+        turn). The connection's retry policy rides out a short outage (:mod:`rewardq.queue.retry`);
+        a commit that still fails leaves the entries pending, to be reclaimed and scored again."""
         assert self.commits is not None
-        delay = 0.05
-        for attempt in range(12):
-            try:
-                await self.commits.commit(shard, tid, results)
-                return
-            except Exception as exc:
-                if not _is_redis_conn_error(exc) or attempt == 11:
-                    raise
-                logger.warning("commit of %s failed (%s); retrying in %.2fs", tid, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        await self.commits.commit(shard, tid, results)
 
     # ==================================================================================
     # background: heartbeat + lease renewal, maintenance
@@ -561,10 +580,3 @@ def _is_nogroup(exc: BaseException) -> bool:
     """The group or stream vanished (deleted by an operator, or a Redis without persistence restarted)."""
     text = str(exc)
     return "NOGROUP" in text or "UNBLOCKED" in text
-
-
-def _is_redis_conn_error(exc: BaseException) -> bool:
-    from redis.exceptions import ConnectionError as RCE
-    from redis.exceptions import TimeoutError as RTE
-
-    return isinstance(exc, (RCE, RTE, ConnectionError, OSError, TimeoutError))

@@ -7,20 +7,23 @@ instead of a traceback through five layers of redis-py.
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from typing import Any
 
 from rewardq.errors import RedisUnavailable
 from rewardq.queue.connection import connect_sync, redact_url, split_cluster
 
-__all__ = ["probe_redis", "delete_namespace", "delete_trajectory_keys", "namespace_key_count"]
+__all__ = ["probe_redis", "wait_for_redis", "delete_namespace", "delete_trajectory_keys", "namespace_key_count"]
+
+logger = logging.getLogger("rewardq.cli")
 
 
 def _no_retry() -> Any:
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
+    from rewardq.queue.retry import no_retry
 
-    return Retry(NoBackoff(), 0)
+    return no_retry(sync=True)
 
 
 def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> None:
@@ -47,11 +50,13 @@ def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> Non
         ) from None
     except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
         kind = "Redis Cluster" if is_cluster else "Redis"
-        raise RedisUnavailable(
+        err = RedisUnavailable(
             f"cannot connect to {kind} at {shown} ({exc}). Is the server running and "
             "reachable from here? Start one with `redis-server`, pass --redis-url, or try "
             "`rewardq demo` without --redis-url for a self-contained run"
-        ) from None
+        )
+        err.retryable = True
+        raise err from None
     except rx.ResponseError as exc:
         raise RedisUnavailable(f"Redis at {shown} answered PING with an error: {exc}") from None
     finally:
@@ -59,6 +64,45 @@ def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> Non
             client.close()
         except Exception:  # noqa: BLE001 - closing a client that never connected
             pass
+
+
+def wait_for_redis(url: str, *, cluster: bool = False, timeout: float | None = None) -> None:
+    """:func:`probe_redis` until Redis answers, pausing by the retry policy's backoff (capped at 5 s).
+
+    Logs one line per attempt window (what failed, how long it has waited, the next pause), so a
+    worker started before its Redis says what it is waiting for. ``timeout`` None waits forever;
+    otherwise the last :class:`RedisUnavailable` is raised once ``timeout`` seconds have passed.
+    Refused credentials and a bad URL fail at once.
+    """
+    from rewardq.queue.retry import backoff_delay
+
+    start = time.monotonic()
+    failures = 0
+    while True:
+        try:
+            probe_redis(url, cluster=cluster)
+            if failures:
+                logger.info("redis at %s answers after %.1fs", redact_url(url), time.monotonic() - start)
+            return
+        except RedisUnavailable as exc:
+            if not getattr(exc, "retryable", False):
+                raise
+            failures += 1
+            waited = time.monotonic() - start
+            if timeout is not None and waited >= timeout:
+                raise RedisUnavailable(f"{exc} (waited {waited:.1f}s, --connect-timeout {timeout:g}s)") from None
+            pause = backoff_delay(failures, base=0.5, cap=5.0)
+            if timeout is not None:
+                pause = min(pause, max(0.0, timeout - waited))
+            logger.warning(
+                "redis not reachable yet (attempt %d, waited %.1fs of %s): %s; trying again in %.1fs",
+                failures,
+                waited,
+                "forever" if timeout is None else f"{timeout:g}s",
+                exc,
+                pause,
+            )
+            time.sleep(pause)
 
 
 def _glob_escape(text: str) -> str:

@@ -37,10 +37,32 @@ __all__ = [
 ]
 
 DEFAULT_URL, DEFAULT_NAMESPACE, DEFAULT_GROUP = defaults.REDIS_URL, defaults.NAMESPACE, defaults.GROUP
+_CONNECT_TIMEOUT = "rewardq.connect_timeout"
+
+
+def _remember_connect_timeout(ctx: click.Context, _param: click.Parameter, value: float | None) -> None:
+    ctx.meta[_CONNECT_TIMEOUT] = value
+
+
+def connect_timeout() -> float:
+    """The ``--connect-timeout`` of the running command (default ``ONESHOT_CONNECT_TIMEOUT``)."""
+    ctx = click.get_current_context(silent=True)
+    value = ctx.meta.get(_CONNECT_TIMEOUT) if ctx is not None else None
+    return defaults.ONESHOT_CONNECT_TIMEOUT if value is None else float(value)
 
 
 def pipeline_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The ``--redis-url``, ``--namespace``, ``--cluster`` and ``--group`` options of the operator commands."""
+    """The ``--redis-url``, ``--namespace``, ``--cluster``, ``--group`` and ``--connect-timeout``
+    options of the operator commands (the last one is read by :func:`open_pipeline`, not passed)."""
+    f = click.option(
+        "--connect-timeout",
+        type=click.FloatRange(min=0),
+        default=None,
+        envvar="REWARDQ_CONNECT_TIMEOUT",
+        expose_value=False,
+        callback=_remember_connect_timeout,
+        help=f"Seconds to wait for Redis, retrying with backoff (default {defaults.ONESHOT_CONNECT_TIMEOUT:g}).",
+    )(f)
     f = click.option(
         "--group",
         default=DEFAULT_GROUP,
@@ -125,25 +147,31 @@ def open_pipeline(
     """Connect to the pipeline ``namespace`` at ``redis_url``.
 
     Raises:
-        RedisUnavailable: Redis does not answer (exit 3).
+        RedisUnavailable: Redis does not answer within ``--connect-timeout`` (exit 3).
+        RedisPermissionError: the ACL user may not read the namespace (exit 2).
         NotFound: ``require`` and the namespace has no ``<ns>:meta`` (exit 1); the message lists
             the namespaces that exist.
         ConfigError: the namespace name is invalid (exit 2).
     """
+    from redis.exceptions import NoPermissionError
+
     from rewardq.errors import ConfigError
-    from rewardq.ops.common import probe_redis
-    from rewardq.queue.connection import connect_sync, redact_url
+    from rewardq.ops.common import wait_for_redis
+    from rewardq.queue.connection import connect_sync, permission_error, redact_url
     from rewardq.queue.keys import Keyspace
 
     try:
         Keyspace(namespace, 1, group)
     except ValueError as exc:
         raise ConfigError(f"--namespace: {exc}") from None
-    probe_redis(redis_url, cluster=cluster)
+    wait_for_redis(redis_url, cluster=cluster, timeout=connect_timeout())
     shown = redact_url(redis_url)
     client = connect_sync(redis_url, cluster=cluster)
     try:
         shards = _shards(client, namespace, shown, require)
+    except NoPermissionError as exc:
+        client.close()
+        raise permission_error(exc, namespace, redis_url) from None
     except BaseException:
         client.close()
         raise
@@ -154,10 +182,17 @@ def open_pipeline(
 def opened(
     redis_url: str, namespace: str, *, cluster: bool = False, group: str = DEFAULT_GROUP, require: bool = True
 ) -> Iterator[Pipeline]:
-    """``with opened(...) as p:`` — :func:`open_pipeline`, closed on exit."""
+    """``with opened(...) as p:`` — :func:`open_pipeline`, closed on exit; a command the ACL user
+    may not run inside becomes one :class:`~rewardq.errors.RedisPermissionError` line."""
+    from redis.exceptions import NoPermissionError
+
+    from rewardq.queue.connection import permission_error
+
     p = open_pipeline(redis_url, namespace, cluster=cluster, group=group, require=require)
     try:
         yield p
+    except NoPermissionError as exc:
+        raise permission_error(exc, namespace, redis_url) from None
     finally:
         p.close()
 

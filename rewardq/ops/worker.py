@@ -8,8 +8,9 @@ field, and only flags actually given become overrides, so the precedence is
 Start-up order, each step failing with a message that says what to fix:
 
 1. load the configuration (exit 2 on a bad value);
-2. PING Redis once (exit 3 with the redacted URL when it is unreachable; a second, not
-   the ~7 s of connection retries the worker itself would go through);
+2. PING Redis until it answers, with backoff and one log line per attempt, for up to
+   ``--connect-timeout`` seconds (default: forever), then exit 3 with the redacted URL; refused
+   credentials exit at once;
 3. build the manager, tokenizer and scoring function before the worker starts, so a
    misspelt ``--manager`` fails with the list of known managers (exit 2) instead of
    inside the worker's start-up;
@@ -68,6 +69,8 @@ FLAG_FIELDS: dict[str, str] = {
     "log_level": "log_level",
     "log_format": "log_format",
     "metrics_port": "metrics_port",
+    "max_outputs": "max_outputs",
+    "connect_timeout": "connect_timeout",
 }
 
 
@@ -194,7 +197,7 @@ async def _serve(cfg: Any, manager: Any, tokenizer: Any, early: EarlySignals) ->
 def run_worker(cfg: Any, early: EarlySignals) -> int:
     """Build, check and run one worker (see the module docstring); returns the exit code."""
     from rewardq.logs import setup_logging
-    from rewardq.ops.common import probe_redis
+    from rewardq.ops.common import wait_for_redis
     from rewardq.queue.broker import default_worker_name
     from rewardq.queue.connection import split_cluster
     from rewardq.reward.base import ManagerContext
@@ -207,7 +210,7 @@ def run_worker(cfg: Any, early: EarlySignals) -> int:
     cfg.name = cfg.name or default_worker_name()
     eff = effective_config(cfg)
     logger.info("effective config: %s", json.dumps(eff, sort_keys=True, default=str), extra={"config": eff})
-    probe_redis(cfg.redis_url, cluster=cfg.cluster)
+    wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
     cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
     ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
     manager, tokenizer = build_from_config(cfg, ctx)

@@ -117,6 +117,7 @@ class AsyncRewardClient(ClientBase):
             sample,
             final=final,
             max_bytes=self.settings.max_record_bytes,
+            max_outputs=self.settings.max_outputs,
         )
         await self._send([put])
         return put.key
@@ -125,7 +126,13 @@ class AsyncRewardClient(ClientBase):
         self, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Mapping[str, Any] | None = None
     ) -> list[str]:
         puts = prepare_trajectory(
-            await self.keyspace(), uid, session_id, outputs, sample, max_bytes=self.settings.max_record_bytes
+            await self.keyspace(),
+            uid,
+            session_id,
+            outputs,
+            sample,
+            max_bytes=self.settings.max_record_bytes,
+            max_outputs=self.settings.max_outputs,
         )
         await self._send(puts)
         return [p.key for p in puts]

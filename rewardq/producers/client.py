@@ -113,7 +113,15 @@ class RewardClient(ClientBase):
         Raises RecordError naming the bad field.
         """
         put = prepare_output(
-            self.keyspace, uid, session_id, index, output, sample, final=final, max_bytes=self.settings.max_record_bytes
+            self.keyspace,
+            uid,
+            session_id,
+            index,
+            output,
+            sample,
+            final=final,
+            max_bytes=self.settings.max_record_bytes,
+            max_outputs=self.settings.max_outputs,
         )
         self._send([put])
         return put.key
@@ -123,7 +131,13 @@ class RewardClient(ClientBase):
     ) -> list[str]:
         """Push all outputs of a trajectory at once (the last is final); returns their keys."""
         puts = prepare_trajectory(
-            self.keyspace, uid, session_id, outputs, sample, max_bytes=self.settings.max_record_bytes
+            self.keyspace,
+            uid,
+            session_id,
+            outputs,
+            sample,
+            max_bytes=self.settings.max_record_bytes,
+            max_outputs=self.settings.max_outputs,
         )
         self._send(puts)
         return [p.key for p in puts]

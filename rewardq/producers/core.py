@@ -28,6 +28,8 @@ class ClientSettings:
         namespace: the pipeline's namespace (must match the workers').
         shards: None reads the count from ``<ns>:meta`` (creating it with 1 if absent).
         max_record_bytes: refuse records larger than this (workers dead-letter them anyway).
+        max_outputs: refuse output indices at or above this (workers reject them anyway); must
+            not exceed the workers' ``max_outputs``.
         max_backlog: per shard; past it ``put_*`` waits for workers to catch up. None: no bound.
         backpressure_timeout: how long ``put_*`` waits before raising BackpressureTimeout.
         cluster: treat the URL as a Redis Cluster.
@@ -36,6 +38,7 @@ class ClientSettings:
     namespace: str = defaults.NAMESPACE
     shards: int | None = None
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_outputs: int = defaults.MAX_OUTPUTS
     max_backlog: int | None = DEFAULT_MAX_BACKLOG
     backpressure_timeout: float = defaults.BACKPRESSURE_TIMEOUT
     cluster: bool = False
@@ -51,24 +54,46 @@ class Put:
 
 
 def prepare_output(
-    ks: Keyspace, uid: Any, session_id: Any, index: Any, output: Any, sample: Any, *, final: bool, max_bytes: int
+    ks: Keyspace,
+    uid: Any,
+    session_id: Any,
+    index: Any,
+    output: Any,
+    sample: Any,
+    *,
+    final: bool,
+    max_bytes: int,
+    max_outputs: int = defaults.MAX_OUTPUTS,
 ) -> Put:
-    data = encode_output(uid, session_id, index, output, sample, final=final, max_bytes=max_bytes)
+    data = encode_output(
+        uid, session_id, index, output, sample, final=final, max_bytes=max_bytes, max_outputs=max_outputs
+    )
     key = output_key(str(uid), str(session_id), int(index))
     shard = ks.shard_of(key.rpartition("_")[0])
     return Put(shard, key, {"key": key, "data": data, "ts": f"{time.time():.6f}"})
 
 
 def prepare_trajectory(
-    ks: Keyspace, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Any, *, max_bytes: int
+    ks: Keyspace,
+    uid: Any,
+    session_id: Any,
+    outputs: Sequence[Any],
+    sample: Any,
+    *,
+    max_bytes: int,
+    max_outputs: int = defaults.MAX_OUTPUTS,
 ) -> list[Put]:
     if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence) or isinstance(outputs, Mapping):
         raise RecordError("outputs", f"must be a list of outputs, got {type(outputs).__name__}")
     if len(outputs) == 0:
         raise RecordError("outputs", "a trajectory needs at least one output")
     n = len(outputs)
+    if n > max_outputs:
+        raise RecordError("outputs", f"has {n} outputs; a trajectory may have at most max_outputs={max_outputs}")
     return [
-        prepare_output(ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes)
+        prepare_output(
+            ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes, max_outputs=max_outputs
+        )
         for i, out in enumerate(outputs)
     ]
 

@@ -18,16 +18,20 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from rewardq import defaults
 from rewardq.errors import ConfigError
 from rewardq.queue import scripts
-from rewardq.queue.codec import SCHEMA_VERSION, OutputRecord
+from rewardq.queue.codec import SCHEMA_VERSION, OutputRecord, record_digest
 from rewardq.queue.connection import is_cluster_client
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult, as_text, same_fields
+from rewardq.queue.retry import script_call
 
 logger = logging.getLogger("rewardq.queue")
 
 RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager", "scored_at", "latency_ms")
+#: Bytes of entries ``claimable.lua`` reads in one call before it leaves the rest for a later pass.
+CLAIMABLE_BYTE_BUDGET = 64 * 1024 * 1024
 
 
 _s = as_text
@@ -48,7 +52,10 @@ class Entry:
 
     @property
     def key(self) -> str:
-        return _s(self.fields.get(b"key", b""))
+        """The entry's ``key`` field as text, cut to :data:`~rewardq.defaults.MAX_KEY_CHARS` + 1
+        characters (a longer one is never a valid key, and must not be copied around whole)."""
+        raw = self.fields.get(b"key", b"")
+        return _s(raw[: defaults.MAX_KEY_CHARS + 1] if isinstance(raw, (bytes, bytearray)) else raw)
 
     @property
     def ts(self) -> float:
@@ -99,6 +106,7 @@ class StreamBroker:
         result_ttl: seconds results and finished trajectories live; 0 keeps them forever.
         lease_seconds: how long a trajectory stays leased without renewal.
         incomplete_timeout: seconds a trajectory may wait for missing outputs.
+        max_outputs: the bound every script is given for a trajectory's outputs (never a record's).
     """
 
     def __init__(
@@ -113,6 +121,7 @@ class StreamBroker:
         done_maxlen: int = 100_000,
         dead_maxlen: int = 1_000_000,
         keep_records: float = 0.0,
+        max_outputs: int = defaults.MAX_OUTPUTS,
     ) -> None:
         self.r = client
         self.ks = ks
@@ -123,6 +132,7 @@ class StreamBroker:
         self.done_maxlen = done_maxlen
         self.dead_maxlen = dead_maxlen
         self.keep_records = keep_records
+        self.max_outputs = int(max_outputs)
         self.cluster = is_cluster_client(client)
         self._scripts = {name: client.register_script(scripts.source(name)) for name in scripts.NAMES}
 
@@ -180,12 +190,8 @@ class StreamBroker:
             return []
         ids = [_s(p["message_id"]) for p in pending]
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
-        ids = [
-            _s(i)
-            for i in await self._scripts["claimable"](
-                keys=[stream], args=[self.ks.traj_prefix(shard), self.worker, *ids]
-            )
-        ]
+        args = [self.ks.traj_prefix(shard), self.worker, defaults.MAX_KEY_CHARS, CLAIMABLE_BYTE_BUDGET, *ids]
+        ids = [_s(i) for i in await self._script("claimable", [stream], args)]
         if not ids:
             return []
         claimed_raw = await self.r.xclaim(stream, self.ks.group, self.worker, min_idle_ms, ids)
@@ -209,7 +215,7 @@ class StreamBroker:
         if not items:
             return []
         calls = []
-        for entry, rec, _payload in items:
+        for entry, rec, payload in items:
             s = entry.shard
             calls.append(
                 (
@@ -220,13 +226,14 @@ class StreamBroker:
                         rec.tid,
                         rec.index,
                         1 if rec.final else 0,
-                        "",
+                        record_digest(payload),
                         self.incomplete_timeout,
                         self.lease_seconds,
                         self.worker,
                         self.ks.reward_prefix(s),
                         self.result_ttl,
                         self.done_maxlen,
+                        self.max_outputs,
                     ],
                 )
             )
@@ -254,7 +261,17 @@ class StreamBroker:
         if not groups:
             return []
         calls = [
-            ([self.ks.traj(shard, tid)], [self.worker, self.lease_seconds, *(e.id for e in entries)])
+            (
+                [self.ks.traj(shard, tid)],
+                [
+                    self.worker,
+                    self.lease_seconds,
+                    self.max_outputs,
+                    len(entries),
+                    *(e.id for e in entries),
+                    *(record_digest(e.data) for e in entries),
+                ],
+            )
             for shard, tid, entries in groups
         ]
         out = []
@@ -275,6 +292,24 @@ class StreamBroker:
         the keys' slot and sends as one batch per node, and the calls a node answered with
         NOSCRIPT (a fresh or failed-over node) are retried after ``SCRIPT LOAD`` on every primary.
         """
+        with script_call():
+            return await self._pipelined_script_calls(name, calls)
+
+    async def _script(self, name: str, keys: list[Any], args: list[Any]) -> Any:
+        """Run script ``name`` once and return its reply (raise its error).
+
+        On Redis Cluster it goes as a one-call pipeline, which the worker's client sends once
+        (see :func:`~rewardq.queue.connection.connect_async`, ``scripts_once``).
+        """
+        if self.cluster:
+            (reply,) = await self._pipelined_script(name, [(keys, args)])
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        with script_call():
+            return await self._scripts[name](keys=keys, args=args)
+
+    async def _pipelined_script_calls(self, name: str, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
         script = self._scripts[name]
         if not self.cluster:
             replies = await self._script_pipeline(script, calls)
@@ -288,7 +323,7 @@ class StreamBroker:
                 ):
                     replies[i] = reply
             return replies
-        replies: list[Any] = [None] * len(calls)
+        replies = [None] * len(calls)
         todo = list(range(len(calls)))
         for attempt in range(3):
             if attempt:
@@ -326,7 +361,7 @@ class StreamBroker:
         Returns True when this call finished it.
         """
         keys, args = self._commit_call(shard, tid, results, status)
-        return bool(await self._scripts["commit"](keys=keys, args=args))
+        return bool(await self._script("commit", keys, args))
 
     async def commit_many(self, items: Sequence[tuple[int, str, Sequence[RewardResult]]]) -> list[Any]:
         """:meth:`commit` of several trajectories in one round trip (each still atomic on its own).
@@ -367,6 +402,7 @@ class StreamBroker:
             self.ks.reward_prefix(shard),
             status,
             self.keep_records,
+            self.max_outputs,
         ]
         keys = [
             self.ks.traj(shard, tid),
@@ -383,11 +419,15 @@ class StreamBroker:
         tid: str,
         message: str,
         *,
-        index: int = -1,
+        index: int | str = -1,
         entry: Entry | None = None,
         dead: dict[str, Any] | None = None,
     ) -> int:
-        """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``."""
+        """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``.
+
+        ``index`` is the output the failure is about (-1: none; digits beyond ``max_outputs`` name
+        that one key only). Keys that already have a result keep it.
+        """
         keys = [
             self.ks.traj(shard, tid),
             self.ks.stream(shard),
@@ -402,14 +442,15 @@ class StreamBroker:
             self.result_ttl,
             message,
             self.worker,
-            index,
+            str(index),
             entry.id if entry else "",
             self.done_maxlen,
             self.dead_maxlen,
+            self.max_outputs,
         ]
         for k, v in (dead or {}).items():
             args.extend([k, v])
-        return int(await self._scripts["fail"](keys=keys, args=args))
+        return int(await self._script("fail", keys, args))
 
     async def dead_letter_entry(self, entry: Entry, dead: dict[str, Any]) -> None:
         """Dead-letter an entry that names no trajectory at all, and ack it."""
@@ -433,8 +474,9 @@ class StreamBroker:
             f"{self.incomplete_timeout:g}",
             self.done_maxlen,
             self.dead_maxlen,
+            self.max_outputs,
         ]
-        out = await self._scripts["expire"](keys=keys, args=args)
+        out = await self._script("expire", keys, args)
         return [(_s(out[i]), _s(out[i + 1])) for i in range(0, len(out), 2)]
 
     # -- leases ----------------------------------------------------------------------------
@@ -444,7 +486,7 @@ class StreamBroker:
         for shard, tids in held.items():
             if tids:
                 keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self._scripts["renew"](keys=keys, args=[self.ks.group, self.worker, self.lease_seconds]))
+                n += int(await self._script("renew", keys, [self.ks.group, self.worker, self.lease_seconds]))
         return n
 
     async def release(self, held: dict[int, list[str]], idle_ms: int) -> int:
@@ -453,7 +495,7 @@ class StreamBroker:
         for shard, tids in held.items():
             if tids:
                 keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self._scripts["release"](keys=keys, args=[self.ks.group, self.worker, idle_ms]))
+                n += int(await self._script("release", keys, [self.ks.group, self.worker, idle_ms]))
         return n
 
     # -- presence ---------------------------------------------------------------------------

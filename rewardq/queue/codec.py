@@ -2,7 +2,7 @@
 
 A record is a msgpack map::
 
-    {"v": 1, "uid": str, "session_id": str, "index": int >= 0, "final": bool,
+    {"v": 1, "uid": str, "session_id": str, "index": 0 <= int < max_outputs, "final": bool,
      "prompt_ids": Ext(1|2), "response_ids": Ext(1|2), "response_mask": Ext(4) | nil,
      "response_logprobs": Ext(3) | nil, "num_turns": int | nil, "extra_fields": map,
      "reward_score": float | nil, "sample": map}
@@ -10,7 +10,12 @@ A record is a msgpack map::
 Token ids travel as msgpack extension types holding little-endian packed arrays
 (ext 1: int32, ext 2: int64, ext 3: float32, ext 4: uint8), never as lists of Python
 ints and never as pickle. Decoding is bounded by ``max_bytes`` and validates every
-field; a failure raises :class:`~rewardq.errors.RecordError` naming the field.
+field; a failure raises :class:`~rewardq.errors.RecordError` naming the field. The producer
+checks exactly what the decoder accepts (:func:`check_value` mirrors the unpacker's limits), so a
+record the producer sent is never refused by a worker of the same version.
+
+Keys are ``<uid>_<session_id>_<index>`` and parse from the right: a ``session_id`` never holds
+``_`` (a ``uid`` may), so two trajectories never share a key.
 
 The encoding is deterministic (the same output always gives the same bytes), so a record
 delivered twice is recognised as the same record, and two *different* records for one key
@@ -20,6 +25,8 @@ stream entry's ``ts`` field, not inside it.
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,11 +40,17 @@ from rewardq.queue.keys import output_key, trajectory_id
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_RECORD_BYTES = defaults.MAX_RECORD_BYTES
+DEFAULT_MAX_OUTPUTS = defaults.MAX_OUTPUTS
+#: Longest list and largest map the decoder unpacks (msgpack's ``max_array_len`` / ``max_map_len``).
+MAX_ARRAY_LEN = 1_000_000
+MAX_MAP_LEN = 100_000
+#: Deepest nesting of lists and maps in a record (msgpack's packer and unpacker both stop at 1024).
+MAX_DEPTH = 1024
 #: Token ids must fit in int32; vocabularies are far smaller.
 MAX_TOKEN_ID = 2**31 - 1
 
 EXT_INT32, EXT_INT64, EXT_FLOAT32, EXT_UINT8 = 1, 2, 3, 4
-_EXT_DTYPES = {
+_EXT_DTYPES: dict[int, np.dtype[Any]] = {
     EXT_INT32: np.dtype("<i4"),
     EXT_INT64: np.dtype("<i8"),
     EXT_FLOAT32: np.dtype("<f4"),
@@ -62,9 +75,9 @@ class OutputRecord:
     response_mask: np.ndarray | None = None
     response_logprobs: np.ndarray | None = None
     num_turns: int | None = None
-    extra_fields: dict = field(default_factory=dict)
+    extra_fields: dict[str, Any] = field(default_factory=dict)
     reward_score: float | None = None
-    sample: dict = field(default_factory=dict)
+    sample: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -134,7 +147,24 @@ def _as_logprobs(value: Any, n: int) -> np.ndarray | None:
         raise RecordError("response_logprobs", f"must be numbers ({exc})") from None
     if arr.shape[0] != n:
         raise RecordError("response_logprobs", f"has {arr.shape[0]} entries but response_ids has {n}")
+    _check_finite(arr)
     return arr
+
+
+def _check_finite(arr: np.ndarray) -> None:
+    if arr.size and not bool(np.isfinite(arr).all()):
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise RecordError("response_logprobs", f"entry {bad} is {arr[bad]}; log-probabilities must be finite")
+
+
+def record_digest(data: Any) -> str:
+    """A short fingerprint of a record's bytes (16 hex digits of BLAKE2b).
+
+    The encoding is deterministic, so a redelivery of a record has the digest of the record a
+    trajectory finished with, and a different record for the same key has another one.
+    """
+    raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else b""
+    return hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
 def _ext(arr: np.ndarray) -> msgpack.ExtType:
@@ -180,22 +210,47 @@ def _get(output: Any, name: str, default: Any = None) -> Any:
     return getattr(output, name, default)
 
 
-def _check_name(value: Any, name: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+def check_name(value: Any, name: str) -> str:
+    """Validate a ``uid`` or ``session_id`` (an int is taken as its decimal text).
+
+    Both are non-empty UTF-8 text without newlines or NUL, at most ``MAX_UID_CHARS`` /
+    ``MAX_SESSION_ID_CHARS`` long; a ``session_id`` holds no ``_``, so keys parse from the right.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
         raise RecordError(name, f"must be a string, got {type(value).__name__}")
     value = str(value)
     if not value:
         raise RecordError(name, "must not be empty")
+    limit = defaults.MAX_SESSION_ID_CHARS if name == "session_id" else defaults.MAX_UID_CHARS
+    if len(value) > limit:
+        raise RecordError(name, f"is {len(value)} characters long; at most {limit} are allowed")
     if any(c in value for c in "\r\n\x00"):
         raise RecordError(name, "must not contain newlines or NUL characters")
+    if name == "session_id" and "_" in value:
+        raise RecordError(
+            name,
+            f"{value!r} contains '_'; session ids may not (keys are <uid>_<session_id>_<index> and "
+            "parse from the right, so '_' would let two trajectories share a key). Use e.g. '-'",
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError(name, "must be valid UTF-8 text (it holds a lone surrogate)") from None
     return value
 
 
-def _check_index(value: Any) -> int:
+def check_index(value: Any, max_outputs: int = DEFAULT_MAX_OUTPUTS) -> int:
+    """Validate an output index: an integer in ``0 .. max_outputs - 1``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise RecordError("index", f"must be an integer, got {type(value).__name__}")
     if value < 0:
         raise RecordError("index", f"must be >= 0, got {value}")
+    if value >= max_outputs:
+        raise RecordError(
+            "index",
+            f"{value} is too large: a trajectory has at most max_outputs={max_outputs} outputs "
+            "(indices 0..max_outputs-1); raise max_outputs on producers and workers if that is too few",
+        )
     return int(value)
 
 
@@ -206,10 +261,54 @@ def _check_score(value: Any, name: str = "reward_score") -> float | None:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordError(name, f"must be a number or None, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise RecordError(name, f"is {value}; it must be a finite number or None")
     return float(value)
 
 
-def _check_dict(value: Any, name: str) -> dict:
+_SCALARS = (str, int, float, bool, type(None), bytes, bytearray)
+
+
+def check_value(value: Any, name: str) -> None:
+    """Check a ``sample`` / ``extra_fields`` value the way the worker's decoder will unpack it.
+
+    Map keys must be ``str`` or ``bytes`` (the decoder's ``strict_map_key``), lists hold at most
+    :data:`MAX_ARRAY_LEN` items, maps :data:`MAX_MAP_LEN`, nesting is at most :data:`MAX_DEPTH`
+    deep, and no msgpack extension values. Raises RecordError naming the path, e.g.
+    ``sample.reward_model.ground_truth[2]``. Walks iteratively: deep nesting cannot overflow.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, name, 1)]
+    while stack:
+        v, path, depth = stack.pop()
+        if isinstance(v, _SCALARS):
+            continue
+        if isinstance(v, msgpack.ExtType):
+            raise RecordError(path, "is a msgpack extension value; use plain str/int/float/bool/list/dict values")
+        if depth > MAX_DEPTH - 1:  # the record map itself is one level
+            raise RecordError(path, f"nests lists/dicts deeper than {MAX_DEPTH - 1} levels")
+        if isinstance(v, Mapping):
+            if len(v) > MAX_MAP_LEN:
+                raise RecordError(path, f"has {len(v)} keys; at most {MAX_MAP_LEN} are allowed")
+            for k, item in v.items():
+                if not isinstance(k, (str, bytes)):
+                    raise RecordError(path, f"keys must be strings, got {type(k).__name__} key {k!r}")
+                stack.append((item, f"{path}.{k if isinstance(k, str) else k!r}", depth + 1))
+            continue
+        if isinstance(v, np.ndarray) or (hasattr(v, "detach") and hasattr(v, "tolist")):
+            size = int(np.prod(getattr(v, "shape", ()) or (1,)))
+            if size > MAX_ARRAY_LEN:
+                raise RecordError(path, f"has {size} items; at most {MAX_ARRAY_LEN} are allowed")
+            continue
+        if isinstance(v, (list, tuple, set, frozenset)):
+            if len(v) > MAX_ARRAY_LEN:
+                raise RecordError(path, f"has {len(v)} items; at most {MAX_ARRAY_LEN} are allowed")
+            for i, item in enumerate(v):
+                if not isinstance(item, _SCALARS):
+                    stack.append((item, f"{path}[{i}]", depth + 1))
+            continue
+
+
+def _check_dict(value: Any, name: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -217,6 +316,7 @@ def _check_dict(value: Any, name: str) -> dict:
     for k in value:
         if not isinstance(k, str):
             raise RecordError(name, f"keys must be strings, got {type(k).__name__} key {k!r}")
+    check_value(value, name)
     return dict(value)
 
 
@@ -229,15 +329,16 @@ def encode_output(
     *,
     final: bool,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_outputs: int = DEFAULT_MAX_OUTPUTS,
 ) -> bytes:
     """Validate one output and encode it for the wire.
 
     ``output`` is a dict with the fields of a verl ``AgentLoopOutput`` or any object with
     those attributes. Raises RecordError naming the first bad field.
     """
-    uid = _check_name(uid, "uid")
-    session_id = _check_name(session_id, "session_id")
-    index = _check_index(index)
+    uid = check_name(uid, "uid")
+    session_id = check_name(session_id, "session_id")
+    index = check_index(index, max_outputs)
     if not isinstance(final, bool):
         raise RecordError("final", f"must be True or False, got {type(final).__name__}")
     if output is None:
@@ -298,7 +399,15 @@ def _need(d: dict, name: str, types: type | tuple[type, ...], what: str) -> Any:
     return value
 
 
-def _array(d: dict, name: str, kinds: tuple[str, ...], *, required: bool) -> np.ndarray | None:
+def _ids(d: dict[str, Any], name: str) -> np.ndarray:
+    """A required packed integer array (``prompt_ids``, ``response_ids``)."""
+    arr = _array(d, name, ("i",), required=True)
+    if arr is None:  # _array raised already; this keeps the type checker informed
+        raise RecordError(name, "is missing")
+    return arr
+
+
+def _array(d: dict[str, Any], name: str, kinds: tuple[str, ...], *, required: bool) -> np.ndarray | None:
     value = d.get(name)
     if value is None:
         if required:
@@ -323,10 +432,11 @@ def _ids_in_range(arr: np.ndarray, vocab_size: int | None) -> bool:
 
 
 def decode_output(  # noqa: C901 - one check per wire field, in field order
-    data: bytes,
+    data: Any,
     *,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     vocab_size: int | None = None,
+    max_outputs: int = DEFAULT_MAX_OUTPUTS,
 ) -> OutputRecord:
     """Decode and validate one record. Raises RecordError naming the bad field."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -342,8 +452,8 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
             max_bin_len=max_bytes,
             max_str_len=max_bytes,
             max_ext_len=max_bytes,
-            max_array_len=1_000_000,
-            max_map_len=100_000,
+            max_array_len=MAX_ARRAY_LEN,
+            max_map_len=MAX_MAP_LEN,
         )
     except RecordError:
         raise
@@ -361,16 +471,12 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     extra = set(d) - _KNOWN
     if extra:
         raise RecordError(sorted(extra)[0], f"unknown field(s) {sorted(extra)}; producer and worker versions disagree")
-    uid = _need(d, "uid", str, "a string")
-    session_id = _need(d, "session_id", str, "a string")
-    if not uid or not session_id:
-        raise RecordError("uid" if not uid else "session_id", "must not be empty")
-    index = _need(d, "index", int, "an integer")
-    if index < 0:
-        raise RecordError("index", f"must be >= 0, got {index}")
+    uid = check_name(_need(d, "uid", str, "a string"), "uid")
+    session_id = check_name(_need(d, "session_id", str, "a string"), "session_id")
+    index = check_index(_need(d, "index", int, "an integer"), max_outputs)
     final = _need(d, "final", bool, "a bool")
-    prompt = _array(d, "prompt_ids", ("i",), required=True)
-    response = _array(d, "response_ids", ("i",), required=True)
+    prompt = _ids(d, "prompt_ids")
+    response = _ids(d, "response_ids")
     for name, arr in (("prompt_ids", prompt), ("response_ids", response)):
         if arr.size and not _ids_in_range(arr, vocab_size):
             lo, hi = int(arr.min()), int(arr.max())
@@ -385,6 +491,8 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
         raise RecordError(
             "response_logprobs", f"has {logprobs.shape[0]} entries but response_ids has {response.shape[0]}"
         )
+    if logprobs is not None:
+        _check_finite(logprobs)
     num_turns = d.get("num_turns")
     if num_turns is not None and (isinstance(num_turns, bool) or not isinstance(num_turns, int) or num_turns < 0):
         raise RecordError("num_turns", f"must be a non-negative integer or nil, got {num_turns!r}")
@@ -397,6 +505,8 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     score = d.get("reward_score")
     if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
         raise RecordError("reward_score", f"must be a number or nil, got {type(score).__name__}")
+    if score is not None and not math.isfinite(score):
+        raise RecordError("reward_score", f"is {score}; it must be a finite number or nil")
     return OutputRecord(
         uid=uid,
         session_id=session_id,
@@ -420,10 +530,11 @@ PEEK_BYTES = 64 * 1024
 def peek_identity(data: Any) -> tuple[str, str, int] | None:
     """Best-effort ``(uid, session_id, index)`` of a record that failed validation.
 
-    Lets the worker write an error result for the keys of a rejected record. Returns
-    None when even that cannot be read. Only the first :data:`PEEK_BYTES` bytes are
-    looked at (the encoder writes the identity first), so an oversize or hostile record
-    costs no more than that to peek at.
+    Lets the worker write an error result for the keys of a rejected record. The uid and
+    session id must pass :func:`check_name`; an index that is not a non-negative integer is
+    given as -1 (unknown). Returns None when even the names cannot be read. Only the first
+    :data:`PEEK_BYTES` bytes are looked at (the encoder writes the identity first), so an
+    oversize or hostile record costs no more than that to peek at.
     """
     try:
         unpacker = msgpack.Unpacker(
@@ -439,17 +550,12 @@ def peek_identity(data: Any) -> tuple[str, str, int] | None:
                     break
             else:
                 unpacker.skip()
-        uid, sid, idx = found["uid"], found["session_id"], found["index"]
-        if (
-            isinstance(uid, str)
-            and uid
-            and isinstance(sid, str)
-            and sid
-            and isinstance(idx, int)
-            and not isinstance(idx, bool)
-            and idx >= 0
-        ):
-            return uid, sid, idx
-    except Exception:
-        pass
-    return None
+        uid, sid, idx = found["uid"], found["session_id"], found.get("index")
+        if not isinstance(uid, str) or not isinstance(sid, str):
+            return None
+        uid, sid = check_name(uid, "uid"), check_name(sid, "session_id")
+    except Exception:  # noqa: BLE001 - anything unreadable means "no identity"
+        return None
+    if isinstance(idx, int) and not isinstance(idx, bool) and idx >= 0:
+        return uid, sid, idx
+    return uid, sid, -1

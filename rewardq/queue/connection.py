@@ -9,7 +9,8 @@ URLs:
   Redis Cluster; the other nodes are discovered from the one given.
 * ``unix:///path/to/redis.sock`` — a local socket.
 
-Passwords never reach logs: use :func:`redact_url` whenever a URL is printed.
+Passwords never reach logs: use :func:`redact_url` whenever a URL is printed. Every client
+carries the one retry policy of :mod:`rewardq.queue.retry`.
 """
 
 from __future__ import annotations
@@ -19,14 +20,10 @@ from typing import Any
 
 import redis
 import redis.asyncio as aredis
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry as SyncRetry
 
 from rewardq import defaults
+from rewardq.errors import RedisPermissionError
+from rewardq.queue.retry import RETRY_ON, AsyncPolicyRetry, PolicyRetry
 
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 DEFAULT_URL = defaults.REDIS_URL
@@ -51,50 +48,13 @@ def split_cluster(url: str, cluster: bool = False) -> tuple[str, bool]:
     return url, cluster
 
 
-#: Errors after which a command is sent again on a fresh connection (a restart, a dropped
-#: connection, AOF still loading). redis-py retries a command only for the error types in
-#: ``retry_on_error`` (empty by default), whatever the ``retry`` object says.
-RETRY_ON = (RedisConnectionError, RedisTimeoutError, OSError)
-
-
-class _SyncRetry(SyncRetry):
-    """Retry with backoff, except that a refused password fails at once (no point in waiting).
-
-    The extra arguments redis-py passes (``is_retryable``, ``with_failure_count`` in redis-py 6+,
-    where ``fail`` then takes ``(error, failures)``) are passed through untouched.
-    """
-
-    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        def fail_fast(error: Exception, *rest: Any) -> None:
-            fail(error, *rest)
-            if isinstance(error, AuthenticationError):
-                raise error
-
-        return super().call_with_retry(do, fail_fast, *args, **kwargs)
-
-
-class _AsyncRetry(AsyncRetry):
-    """The asyncio twin of :class:`_SyncRetry`."""
-
-    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        async def fail_fast(error: Exception, *rest: Any) -> None:
-            await fail(error, *rest)
-            if isinstance(error, AuthenticationError):
-                raise error
-
-        return await super().call_with_retry(do, fail_fast, *args, **kwargs)
-
-
-def _retry(sync: bool) -> Any:
-    cls = _SyncRetry if sync else _AsyncRetry
-    return cls(ExponentialBackoff(cap=2.0, base=0.05), retries=8, supported_errors=RETRY_ON)
-
-
 def _common(sync: bool) -> dict[str, Any]:
+    """Connection settings every client shares; the retry policy is :mod:`rewardq.queue.retry`'s."""
     return {
-        "retry": _retry(sync),
+        "retry": PolicyRetry() if sync else AsyncPolicyRetry(),
         "retry_on_error": list(RETRY_ON),
-        "socket_connect_timeout": 5,
+        "socket_connect_timeout": defaults.SOCKET_CONNECT_TIMEOUT,
+        "socket_timeout": defaults.SOCKET_TIMEOUT,
         "socket_keepalive": True,
         "health_check_interval": 30,
     }
@@ -111,10 +71,17 @@ def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: An
     The single-Redis client uses a *blocking* pool of ``max_connections`` (default 256): when
     every connection is busy a command waits ``pool_timeout`` (default 30 s) for one, where
     redis-py's default pool fails at once with "Too many connections".
+
+    ``scripts_once=True`` (the worker's client) makes a cluster client try each call once
+    (``cluster_error_retry_attempts=1``, which the broker's one-call pipelines obey), so that no
+    Lua script is re-sent after a node failed under it (:mod:`rewardq.queue.retry`).
     """
     url, cluster = split_cluster(url, cluster)
+    scripts_once = kwargs.pop("scripts_once", False)
     opts = {**_common(False), **kwargs}
-    if cluster:  # the cluster client has its own retry rules (MOVED, failover): left as they are
+    if cluster:  # the cluster client has its own rules for MOVED and failover; see rewardq.queue.retry
+        if scripts_once:
+            opts["cluster_error_retry_attempts"] = 1
         opts.pop("health_check_interval", None)
         opts.pop("retry_on_error", None)
         return aredis.RedisCluster.from_url(url, **opts)
@@ -146,3 +113,17 @@ def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any
 
 def is_cluster_client(client: Any) -> bool:
     return isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
+
+
+def permission_error(exc: Exception, namespace: str, url: str) -> RedisPermissionError:
+    """One line for a Redis ACL refusal (``NOPERM``): what was refused, and what to grant."""
+    from urllib.parse import unquote, urlsplit
+
+    user = unquote(urlsplit(split_cluster(url)[0]).username or "") or "default"
+    detail = str(exc).strip() or type(exc).__name__
+    return RedisPermissionError(
+        f"Redis user {user!r} lacks a permission rewardq needs: {detail}. rewardq reads and writes the "
+        f"keys '{namespace}:*' (key pattern ~{namespace}:*) with stream, hash, sorted-set, string and "
+        f"script commands; grant them, e.g. ACL SETUSER {user} ~{namespace}:* +@read +@write +@stream "
+        "+@hash +@sortedset +@string +@scripting +@connection +@keyspace +info"
+    )

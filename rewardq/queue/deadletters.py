@@ -73,7 +73,7 @@ class DeadLetter:
 
     def summary(self) -> dict[str, Any]:
         """Everything but the raw bytes, as plain JSON-able values."""
-        out = {k: _s(v) for k, v in self.fields.items() if k not in ("data",)}
+        out: dict[str, Any] = {k: _s(v) for k, v in self.fields.items() if k not in ("data",)}
         data = self.fields.get("data") or b""
         out["data_bytes"] = len(data)
         ident = peek_identity(data) if data else None

@@ -72,8 +72,9 @@ def output_key(uid: str, session_id: str, index: int) -> str:
 def split_key(key: str) -> tuple[str, int]:
     """Split an output key into ``(trajectory_id, index)``.
 
-    The index is the text after the *last* underscore, so uids and session ids may
-    themselves contain underscores.
+    The index is the text after the *last* underscore. Session ids never hold an underscore
+    (producers and workers refuse them), so ``<uid>_<session_id>`` splits at its last one too,
+    and uids may hold underscores.
 
     >>> split_key("my_uid_s1_3")
     ('my_uid_s1', 3)
@@ -84,6 +85,24 @@ def split_key(key: str) -> tuple[str, int]:
             f"{key!r} is not an output key: expected '<uid>_<session_id>_<index>' with a non-negative integer index"
         )
     return tid, int(idx)
+
+
+def parse_key(key: str) -> tuple[str, str, str] | None:
+    """``(uid, session_id, index_digits)`` of a well-formed output key, else None.
+
+    Strict: the index is canonical decimal digits (``0``, ``17``; not ``007``), uid and session
+    id are non-empty, and the whole key is at most ``MAX_KEY_CHARS`` long. Used to answer for a
+    stream entry whose record cannot be read, by the key the entry names.
+    """
+    if not isinstance(key, str) or len(key) > defaults.MAX_KEY_CHARS:
+        return None
+    tid, sep, idx = key.rpartition("_")
+    uid, sep2, sid = tid.rpartition("_")
+    if not (sep and sep2 and uid and sid and idx.isascii() and idx.isdigit()) or idx != str(int(idx)):
+        return None
+    if len(uid) > defaults.MAX_UID_CHARS or len(sid) > defaults.MAX_SESSION_ID_CHARS:
+        return None
+    return uid, sid, idx
 
 
 def _spread_tag(shard: int, shards: int) -> str:

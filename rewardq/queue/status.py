@@ -103,7 +103,7 @@ def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
             }
         )
-    out.sort(key=lambda w: w["name"])
+    out.sort(key=lambda w: str(w["name"]))
     return out
 
 

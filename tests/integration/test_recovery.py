@@ -147,10 +147,16 @@ async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, 
     assert "missing output indices 1,2 of 0..3" in res["gap_s_0"].error
     assert res["gap_s_1"].error == res["gap_s_0"].error
     assert "final output never arrived (have indices 0)" in res["nofinal_s_0"].error
-    assert late["gap_s_2"].status == "error"
+    assert late["gap_s_2"].error == res["gap_s_0"].error  # its existing result is kept
     dead = [f for _, f in sync_redis.xrange(ks.dead(0))]
-    assert sorted(f[b"tid"] for f in dead) == [b"gap_s", b"nofinal_s"]
-    assert all(f[b"kind"] == b"incomplete" for f in dead)
+    assert sorted((f[b"tid"], f[b"kind"]) for f in dead) == [
+        (b"gap_s", b"conflict"),  # the late output: dead-lettered, not dropped silently
+        (b"gap_s", b"incomplete"),
+        (b"nofinal_s", b"incomplete"),
+    ]
+    late_dead = next(f for f in dead if f[b"kind"] == b"conflict")
+    assert b"output 2 arrived after its trajectory finished" in late_dead[b"reason"]
+    assert late_dead[b"key"] == b"gap_s_2"
     assert sync_redis.zcard(ks.waiting(0)) == 0
     client.close()
 

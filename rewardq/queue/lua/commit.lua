@@ -5,8 +5,10 @@
 --       rows * nfields values: rows = 1 gives every key the same values (a manager's one result
 --       copied to every key), rows = n gives key 0's values, key 1's values, ...; then
 --       reward_prefix, status, keep_records (seconds to keep the stored outputs in `records`
---       for inspection; 0: drop)
+--       for inspection; 0: drop), max_outputs
 -- Returns 1 when this call finished the trajectory, 0 when it was already finished.
+-- Budget: n <= max_outputs keys written (refused otherwise), one HMGET/HDEL of n fields in
+-- chunks, and the acknowledgement of at most max_outputs + 16 recorded entries.
 local traj, stream, waiting, done, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, tid, worker = ARGV[1], ARGV[2], ARGV[3]
 local ttl, maxlen, n, nf = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -16,6 +18,11 @@ local rows = tonumber(ARGV[8 + nf])
 local base = 8 + nf
 local rprefix, status = ARGV[base + rows * nf + 1], ARGV[base + rows * nf + 2]
 local keep = tonumber(ARGV[base + rows * nf + 3] or '0')
+local max_out = tonumber(ARGV[base + rows * nf + 4])
+if not max_out or n < 1 or n > max_out or (rows ~= 1 and rows ~= n) then
+  return redis.error_reply('commit of ' .. tid .. ': ' .. n .. ' outputs is not in 1..max_outputs=' ..
+                           tostring(max_out) .. ' (or rows ' .. rows .. ' is neither 1 nor n)')
+end
 local now = now_seconds()
 
 if redis.call('HGET', traj, 'state') == 'done' then
@@ -42,7 +49,7 @@ local fields = {}
 for i = 0, n - 1 do fields[#fields + 1] = 'o:' .. i end
 if keep > 0 then
   materialize(traj, stream)
-  local payloads = redis.call('HMGET', traj, unpack(fields))
+  local payloads = hmget_all(traj, fields)
   local pairs_ = {}
   for i = 1, #fields do
     if payloads[i] then
@@ -52,11 +59,11 @@ if keep > 0 then
   end
   if #pairs_ > 0 then
     redis.call('DEL', records)
-    redis.call('HSET', records, unpack(pairs_))
+    each_chunk(#pairs_, function(a, b) redis.call('HSET', records, unpack(pairs_, a, b)) end)
     redis.call('EXPIRE', records, math.ceil(keep))
   end
 end
-redis.call('HDEL', traj, unpack(fields))
+each_chunk(#fields, function(a, b) redis.call('HDEL', traj, unpack(fields, a, b)) end)
 redis.call('HDEL', traj, 'lease', 'lease_until', 'whole')
 redis.call('HSET', traj, 'state', 'done', 'status', status, 'worker', worker,
            'done_at', string.format('%.6f', now), 'n', n)

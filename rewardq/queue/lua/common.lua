@@ -1,18 +1,58 @@
 -- Shared helpers, prepended to every rewardq script (see rewardq/queue/scripts.py).
 -- Every key a script touches carries the shard's hash tag, so one script = one slot.
+--
+-- Bounds. No loop here runs over a count a record controls without `max_out` (the worker's
+-- max_outputs, passed by the worker, never taken from a record): a trajectory's indices are
+-- 0 .. max_out - 1, its hash holds at most max_out records and digests, and its `acks` list at
+-- most max_out + ACK_SLACK entry ids. Variadic calls go in chunks of CHUNK values (Lua's
+-- unpack() stops at ~8000).
+
+local CHUNK = 1000
+local ACK_SLACK = 16
 
 local function now_seconds()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 
+-- Call fn(first, last) for consecutive slices of 1..n, CHUNK at a time.
+local function each_chunk(n, fn)
+  for a = 1, n, CHUNK do fn(a, math.min(n, a + CHUNK - 1)) end
+end
+
+-- HMGET of many fields, chunked; returns the values in order (false for missing ones).
+local function hmget_all(key, fields)
+  local out = {}
+  each_chunk(#fields, function(a, b)
+    local got = redis.call('HMGET', key, unpack(fields, a, b))
+    for i = 1, #got do out[#out + 1] = got[i] end
+  end)
+  return out
+end
+
+-- "0-3,7,8,10-12" for a sorted list of integers (runs of three or more as ranges): short text for humans, however many there are.
+local function ranges(list)
+  local parts, i = {}, 1
+  while i <= #list do
+    local j = i
+    while j < #list and list[j + 1] == list[j] + 1 do j = j + 1 end
+    if j >= i + 2 then
+      parts[#parts + 1] = list[i] .. '-' .. list[j]
+    else
+      for k = i, j do parts[#parts + 1] = tostring(list[k]) end
+    end
+    i = j + 1
+  end
+  return table.concat(parts, ',')
+end
+
 -- Acknowledge and delete stream entries: their data lives in the trajectory hash, or
 -- their trajectory is finished.
 local function ack_delete(stream, group, ids)
-  if #ids > 0 then
-    redis.call('XACK', stream, group, unpack(ids))
-    redis.call('XDEL', stream, unpack(ids))
-  end
+  each_chunk(#ids, function(a, b)
+    redis.call('XACK', stream, group, unpack(ids, a, b))
+    redis.call('XDEL', stream, unpack(ids, a, b))
+  end)
 end
 
 -- Entry ids recorded in the trajectory hash ("acks" field, comma separated).
@@ -25,66 +65,78 @@ local function recorded_acks(traj)
   return ids
 end
 
-local function add_ack(traj, id)
+-- Record entry `id` to be acknowledged at commit. Returns false (recording nothing) when the
+-- list already holds max_out + ACK_SLACK ids: the caller acknowledges that entry at once (the
+-- trajectory's data is in the hash, or in the entries already listed).
+local function add_ack(traj, id, max_out)
   local s = redis.call('HGET', traj, 'acks')
   if not s or s == '' then
     redis.call('HSET', traj, 'acks', id)
-  elseif not string.find(',' .. s .. ',', ',' .. id .. ',', 1, true) then
-    redis.call('HSET', traj, 'acks', s .. ',' .. id)
+    return true
   end
+  if string.find(',' .. s .. ',', ',' .. id .. ',', 1, true) then return true end
+  local _, commas = string.gsub(s, ',', '')
+  if commas + 1 >= max_out + ACK_SLACK then return false end
+  redis.call('HSET', traj, 'acks', s .. ',' .. id)
+  return true
 end
 
--- The indices a finished-with-error trajectory must answer for: every stored output,
--- 0..final when the final index is known (else 0..highest seen), and `extra`.
-local function known_indices(traj, extra)
-  local hi = -1
+-- The highest output index a trajectory is known to have (-1: none): its final index, else the
+-- highest stored one (`hi`). A hash without `hi` (written by an older rewardq) is scanned only
+-- when it is small enough to hold no more than max_out outputs.
+local function highest_index(traj, max_out)
   local final = redis.call('HGET', traj, 'final')
-  if final then
-    hi = tonumber(final)
-  else
-    local keys = redis.call('HKEYS', traj)
-    for _, f in ipairs(keys) do
+  if final then return tonumber(final) end
+  local hi = redis.call('HGET', traj, 'hi')
+  if hi then return tonumber(hi) end
+  local best = -1
+  if redis.call('HLEN', traj) <= max_out + 32 then
+    for _, f in ipairs(redis.call('HKEYS', traj)) do
       if string.sub(f, 1, 2) == 'o:' then
         local i = tonumber(string.sub(f, 3))
-        if i and i > hi then hi = i end
+        if i and i > best then best = i end
       end
     end
   end
-  if extra and extra > hi then hi = extra end
-  return hi
+  return best
 end
 
+-- Give output key `rkey` an error result, unless it already has a result (which may be another
+-- or a finished trajectory's: never overwritten). Returns 1 when it wrote, else 0.
 local function write_error(rkey, msg, worker, now, ttl)
-  redis.call('DEL', rkey)
+  if redis.call('EXISTS', rkey) == 1 then return 0 end
   redis.call('HSET', rkey, 'status', 'error', 'reward_score', '',
              'reward_extra_info', cjson.encode({error = msg}), 'error', msg,
              'worker', worker, 'manager', '', 'scored_at', string.format('%.6f', now),
              'latency_ms', '')
   if ttl > 0 then redis.call('EXPIRE', rkey, ttl) end
+  return 1
 end
 
--- Missing indices of a trajectory still collecting, as a string for humans.
-local function missing_text(traj)
+-- Missing indices of a trajectory still collecting, as a short string for humans.
+local function missing_text(traj, max_out)
   local final = redis.call('HGET', traj, 'final')
-  local have = {}
-  local keys = redis.call('HKEYS', traj)
-  local seen = {}
-  for _, f in ipairs(keys) do
-    if string.sub(f, 1, 2) == 'o:' then
-      local i = tonumber(string.sub(f, 3))
-      seen[i] = true
-      have[#have + 1] = i
+  local have, seen = {}, {}
+  if redis.call('HLEN', traj) <= max_out + 32 then
+    for _, f in ipairs(redis.call('HKEYS', traj)) do
+      if string.sub(f, 1, 2) == 'o:' then
+        local i = tonumber(string.sub(f, 3))
+        if i then
+          seen[i] = true
+          have[#have + 1] = i
+        end
+      end
     end
   end
   table.sort(have)
   if not final then
-    return 'final output never arrived (have indices ' .. table.concat(have, ',') .. ')'
+    return 'final output never arrived (have indices ' .. ranges(have) .. ')'
   end
   local miss = {}
-  for i = 0, tonumber(final) do
+  for i = 0, math.min(tonumber(final), max_out - 1) do
     if not seen[i] then miss[#miss + 1] = i end
   end
-  return 'missing output indices ' .. table.concat(miss, ',') .. ' of 0..' .. final
+  return 'missing output indices ' .. ranges(miss) .. ' of 0..' .. final
 end
 
 -- Take the trajectory's scoring lease for `worker`, unless another worker holds a live one.
@@ -111,7 +163,7 @@ local function entry_data(stream, id)
 end
 
 -- A trajectory claimed whole (lua/claim.lua) keeps its records in the stream until commit;
--- `whole` lists their entry ids in index order. Returns that list, or nil.
+-- `whole` lists their entry ids in index order (at most max_out of them). Returns that list, or nil.
 local function whole_ids(traj)
   local s = redis.call('HGET', traj, 'whole')
   if not s then return nil end
@@ -131,14 +183,23 @@ local function materialize(traj, stream)
   redis.call('HDEL', traj, 'whole')
 end
 
--- Finish a trajectory with an error for every key it answers for. Payloads are kept
--- (until the hash expires) so `rewardq dead-letters retry` can score it again.
+-- Finish a trajectory with an error for every key it answers for: 0 .. its highest known index
+-- (and `extra`, the index a failing record named), never past max_out - 1; an `extra` index at or
+-- past max_out gets its own key's error alone (`extra_text` spells it: no float formatting).
+-- Keys that already have a result keep it. Payloads are kept (until the hash expires) so
+-- `rewardq dead-letters retry` can score it again. Work: at most max_out + 1 keys written.
+-- Returns the number of keys written.
 local function finish_error(traj, stream, waiting, done, group, tid, rprefix, ttl, msg,
-                            worker, extra, maxlen, now)
+                            worker, extra, extra_text, maxlen, now, max_out)
   materialize(traj, stream)  -- keep the records for `rewardq dead-letters retry`
-  local hi = known_indices(traj, extra)
+  local hi = math.min(highest_index(traj, max_out), max_out - 1)
+  if extra and extra >= 0 and extra < max_out and extra > hi then hi = extra end
+  local written = 0
   for i = 0, hi do
-    write_error(rprefix .. tid .. '_' .. i, msg, worker, now, ttl)
+    written = written + write_error(rprefix .. tid .. '_' .. i, msg, worker, now, ttl)
+  end
+  if extra and extra >= max_out and string.match(extra_text or '', '^%d+$') then
+    written = written + write_error(rprefix .. tid .. '_' .. extra_text, msg, worker, now, ttl)
   end
   redis.call('HSET', traj, 'state', 'done', 'status', 'error', 'error', msg, 'worker', worker,
              'done_at', string.format('%.6f', now), 'n', hi + 1)
@@ -147,5 +208,5 @@ local function finish_error(traj, stream, waiting, done, group, tid, rprefix, tt
   redis.call('ZREM', waiting, tid)
   ack_delete(stream, group, recorded_acks(traj))
   redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', hi + 1, 'status', 'error')
-  return hi + 1
+  return written
 end

@@ -1,6 +1,8 @@
 -- release: hand trajectories back (graceful shutdown): drop our lease and mark their pending
 -- entries as long idle, so the next worker's reclaim picks them up at once.
 -- KEYS: stream, traj...   ARGV: group, worker, idle_ms
+-- Budget: one XCLAIM per trajectory given (the worker's in-flight ones) of its recorded entries
+-- (at most max_outputs + 16 each, capped where they are recorded).
 local stream, group, worker, idle = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local n = 0
 for k = 2, #KEYS do
@@ -8,9 +10,9 @@ for k = 2, #KEYS do
   if redis.call('HGET', traj, 'lease') == worker then
     redis.call('HDEL', traj, 'lease', 'lease_until')
     local ids = recorded_acks(traj)
-    if #ids > 0 then
-      redis.call('XCLAIM', stream, group, worker, 0, unpack(ids), 'IDLE', idle, 'JUSTID')
-    end
+    each_chunk(#ids, function(a, b)
+      redis.call('XCLAIM', stream, group, worker, 0, unpack(ids, a, b), 'IDLE', idle, 'JUSTID')
+    end)
     n = n + 1
   end
 end

@@ -3,6 +3,8 @@
 -- other worker reclaims them while we are alive.
 -- KEYS: stream, traj...   ARGV: group, worker, lease_seconds
 -- Returns how many leases were still ours.
+-- Budget: one XCLAIM per trajectory given (the worker's in-flight ones) of its recorded entries
+-- (at most max_outputs + 16 each, capped where they are recorded).
 local stream, group, worker, lease = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = now_seconds()
 local n = 0
@@ -11,9 +13,9 @@ for k = 2, #KEYS do
   if redis.call('HGET', traj, 'lease') == worker then
     redis.call('HSET', traj, 'lease_until', string.format('%.6f', now + lease))
     local ids = recorded_acks(traj)
-    if #ids > 0 then
-      redis.call('XCLAIM', stream, group, worker, 0, unpack(ids), 'JUSTID')
-    end
+    each_chunk(#ids, function(a, b)
+      redis.call('XCLAIM', stream, group, worker, 0, unpack(ids, a, b), 'JUSTID')
+    end)
     n = n + 1
   end
 end

@@ -1,33 +1,49 @@
 -- store: file one output record of a trajectory, and say whether the trajectory is complete.
 -- KEYS: traj, stream, waiting, done
--- ARGV: group, entry_id, tid, index, final(0|1), '' (unused), incomplete_timeout, lease_seconds,
---       worker, reward_prefix, result_ttl, done_maxlen
+-- ARGV: group, entry_id, tid, index, final(0|1), digest, incomplete_timeout, lease_seconds,
+--       worker, reward_prefix, result_ttl, done_maxlen, max_outputs
+--   digest: the worker's short hash of the record bytes (kept per output as h:<i>, so a later
+--   record for a finished key is told apart from a redelivery of the same one).
 -- Returns one of
 --   {'parked', stored, final}      data kept in the hash; the entry is acked and deleted
 --   {'complete', final, p0, .., pn} this caller now holds the lease and must score + commit
 --   {'leased', holder}             another live worker is scoring it; leave the entry pending
---   {'done', wrote}                already finished; entry acked (wrote=1: this key got an error result)
---   {'conflict', reason}           the record contradicts what is stored; caller fails the trajectory
+--   {'done', 0}                    the same record again, for a finished trajectory; entry acked
+--   {'conflict', reason}           the record contradicts what is stored, or arrived after its
+--                                  trajectory finished; the caller dead-letters it (`fail`),
+--                                  which never overwrites an existing result
+-- Budget: O(1) calls, plus on completion one HMGET of final+1 <= max_outputs fields (the reply
+-- carries those payloads); a `whole` trajectory reads at most max_outputs entries. Nothing loops
+-- over a count the record sets beyond max_outputs.
 local traj, stream, waiting, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, id, tid = ARGV[1], ARGV[2], ARGV[3]
-local index, is_final = tonumber(ARGV[4]), ARGV[5] == '1'
+local index, is_final, digest = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6]
 local incomplete_timeout, lease_seconds = tonumber(ARGV[7]), tonumber(ARGV[8])
 local worker, rprefix, ttl = ARGV[9], ARGV[10], tonumber(ARGV[11])
+local max_out = tonumber(ARGV[13])
 local now = now_seconds()
+
+if not index or index < 0 or index >= max_out then
+  return {'conflict', 'output index ' .. ARGV[4] .. ' is not in 0..' .. (max_out - 1) .. ' (max_outputs=' .. max_out .. ')'}
+end
 
 local state = redis.call('HGET', traj, 'state')
 if state == 'done' then
-  local rkey = rprefix .. tid .. '_' .. index
-  local wrote = 0
-  if redis.call('EXISTS', rkey) == 0 then
-    local st = redis.call('HGET', traj, 'status') or 'ok'
-    local why = redis.call('HGET', traj, 'error') or ''
-    write_error(rkey, 'output ' .. index .. ' arrived after its trajectory finished (' .. st ..
-                (why ~= '' and (': ' .. why) or '') .. ')', worker, now, ttl)
-    wrote = 1
+  local key = tid .. '_' .. index
+  local had = redis.call('HGET', traj, 'h:' .. index)
+  if had and had == digest then  -- the record it finished with, delivered again
+    ack_delete(stream, group, {id})
+    return {'done', 0}
   end
-  ack_delete(stream, group, {id})
-  return {'done', wrote}
+  local st = redis.call('HGET', traj, 'status') or 'ok'
+  local why = redis.call('HGET', traj, 'error') or ''
+  local status = st .. (why ~= '' and (': ' .. why) or '')
+  local kept = redis.call('EXISTS', rprefix .. key) == 1 and '; its existing result is kept' or ''
+  if had then
+    return {'conflict', 'a different record for key ' .. key .. ' arrived after its trajectory finished (' ..
+            status .. ')' .. kept}
+  end
+  return {'conflict', 'output ' .. index .. ' arrived after its trajectory finished (' .. status .. ')' .. kept}
 end
 
 -- The record is read from the stream entry itself: the worker validated its copy, and
@@ -58,7 +74,10 @@ if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redeliver
   if whole[index + 1] ~= id and entry_data(stream, whole[index + 1]) ~= payload then
     return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
   end
-  add_ack(traj, id)
+  if not add_ack(traj, id, max_out) then
+    ack_delete(stream, group, {id})  -- one more copy of a listed record: nothing to keep it for
+    return {'done', 0}
+  end
   local holder = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   local out = {'complete', final_i}
@@ -81,11 +100,9 @@ if is_final then
     return {'conflict', 'two outputs marked final: ' .. final .. ' and ' .. index}
   end
   if not final then
-    local stored = redis.call('HKEYS', traj)
-    for _, f in ipairs(stored) do
-      if string.sub(f, 1, 2) == 'o:' and tonumber(string.sub(f, 3)) > index then
-        return {'conflict', 'output ' .. string.sub(f, 3) .. ' has an index beyond the final output ' .. index}
-      end
+    local hi = highest_index(traj, max_out)
+    if hi > index then
+      return {'conflict', 'output ' .. hi .. ' has an index beyond the final output ' .. index}
     end
     redis.call('HSET', traj, 'final', index)
     final = tostring(index)
@@ -97,8 +114,9 @@ elseif final and index == tonumber(final) then
 end
 
 if not existing then
-  redis.call('HSET', traj, field, payload)
+  redis.call('HSET', traj, field, payload, 'h:' .. index, digest)
   redis.call('HINCRBY', traj, 'stored', 1)
+  if index > tonumber(redis.call('HGET', traj, 'hi') or '-1') then redis.call('HSET', traj, 'hi', index) end
 end
 redis.call('HSETNX', traj, 'first_seen', string.format('%.6f', now))
 redis.call('HSETNX', traj, 'state', 'collecting')
@@ -106,15 +124,17 @@ redis.call('HSET', traj, 'last_seen', string.format('%.6f', now))
 
 local stored = tonumber(redis.call('HGET', traj, 'stored'))
 if final and stored == tonumber(final) + 1 then
-  add_ack(traj, id)
+  if not add_ack(traj, id, max_out) then
+    ack_delete(stream, group, {id})  -- its data is in the hash; a listed entry stays pending
+    return {'done', 0}
+  end
   local holder = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   redis.call('ZREM', waiting, tid)
   local fields = {}
   for i = 0, tonumber(final) do fields[#fields + 1] = 'o:' .. i end
   local out = {'complete', final}
-  local payloads = redis.call('HMGET', traj, unpack(fields))
-  for i = 1, #payloads do out[#out + 1] = payloads[i] end
+  for _, p in ipairs(hmget_all(traj, fields)) do out[#out + 1] = p end
   return out
 end
 
