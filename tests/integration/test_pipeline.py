@@ -20,8 +20,8 @@ async def test_trajectory_scored_once_and_copied_to_every_key(ns, redis_url, len
     lens = [(50, 300), (700, 10), (5, 1200), (120, 0), (300, 77)]
     outs = [output(p, r, seed=i, num_turns=2 * i + 1, extra_fields={"turn": i}) for i, (p, r) in enumerate(lens)]
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
-    keys = await client.put_trajectory("uid_with_underscores", "sess_1", outs, SAMPLE)
-    assert keys == [f"uid_with_underscores_sess_1_{i}" for i in range(5)]
+    keys = await client.put_trajectory("uid_with_underscores", "sess-1", outs, SAMPLE)
+    assert keys == [f"uid_with_underscores_sess-1_{i}" for i in range(5)]
     # When one worker scores it
     async with running_workers(ns, redis_url, [length_manager]):
         results = await client.wait_rewards(keys, timeout=20)
