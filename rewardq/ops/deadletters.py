@@ -74,17 +74,29 @@ def _select(
     return [d for d in dls.iter(kind=kind, newest_first=False) if cutoff is None or d.time <= cutoff]
 
 
+#: Longest text of one column in ``list`` (key, trajectory, worker: one line each; reason: one line).
+COLUMN_CHARS = {"ref": 40, "kind": 16, "tid": 80, "key": 80, "worker": 60, "reason": 200}
+
+
+def _cap(text: Any, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters (a cut one ends with an ellipsis)."""
+    line = str(text).replace("\r", " ").replace("\n", " ")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _row(d: Any) -> dict[str, Any]:
+    """One dead letter as ``list`` shows it; every text column is capped (:data:`COLUMN_CHARS`)."""
     s = d.summary()
+    deliveries = str(s.get("deliveries", ""))
     return {
-        "ref": d.ref,
-        "kind": d.kind,
+        "ref": _cap(d.ref, COLUMN_CHARS["ref"]),
+        "kind": _cap(d.kind, COLUMN_CHARS["kind"]),
         "time": d.time,
-        "tid": s.get("tid", ""),
-        "key": s.get("key", ""),
-        "deliveries": int(s["deliveries"]) if str(s.get("deliveries", "")).isdigit() else None,
-        "worker": s.get("worker", ""),
-        "reason": s.get("reason", ""),
+        "tid": _cap(s.get("tid", ""), COLUMN_CHARS["tid"]),
+        "key": _cap(s.get("key", ""), COLUMN_CHARS["key"]),
+        "deliveries": int(deliveries) if deliveries.isdigit() and len(deliveries) < 10 else None,
+        "worker": _cap(s.get("worker", ""), COLUMN_CHARS["worker"]),
+        "reason": _cap(s.get("reason", ""), COLUMN_CHARS["reason"]),
         "data_bytes": s["data_bytes"],
     }
 
@@ -132,11 +144,12 @@ def list_(
             col,
             overflow="fold" if wide else "ellipsis",
             no_wrap=not wide,
+            max_width=COLUMN_CHARS.get(col),
             ratio=(2 if col == "reason" else 1) if wide else None,
             min_width=12 if wide else None,
         )
     for r in rows:
-        reason = r["reason"].splitlines()[0] if r["reason"] else ""
+        reason = r["reason"]
         table.add_row(
             r["ref"],
             fmt_duration(now - r["time"]) if r["time"] else "-",
@@ -189,7 +202,7 @@ def show(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, as
     )
     for name in ("tid", "key", "stream", "entry_id", "deliveries", "worker"):
         if info.get(name):
-            t.add_row(name, escape(str(info[name])))
+            t.add_row(name, escape(_cap(info[name], 1000)))
     console.print(t)
     if info.get("traceback"):
         console.print("[bold]traceback:[/]")

@@ -20,15 +20,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardq import defaults
 from rewardq.queue.codec import peek_identity
-from rewardq.queue.keys import Keyspace, split_key
+from rewardq.queue.keys import Keyspace, parse_key
 from rewardq.queue.results import as_text
 
 #: Lua: reopen a finished trajectory so that a retried record is scored again.
+#: Budget: deletes at most max_outputs (ARGV[4]) result keys, whatever the hash's ``n`` says.
 _REOPEN = """
 local traj, waiting, rprefix, tid, deadline = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local max_out = tonumber(ARGV[4])
 if redis.call('EXISTS', traj) == 0 then return -1 end
-local n = tonumber(redis.call('HGET', traj, 'n') or '0')
+local n = math.min(tonumber(redis.call('HGET', traj, 'n') or '0') or 0, max_out)
 for i = 0, n - 1 do redis.call('DEL', rprefix .. tid .. '_' .. i) end
 redis.call('HDEL', traj, 'status', 'error', 'done_at', 'n', 'worker', 'lease', 'lease_until', 'acks')
 redis.call('HSET', traj, 'state', 'collecting')
@@ -86,10 +89,18 @@ class DeadLetter:
 class DeadLetters:
     """Dead-letter operations on a blocking client (``decode_responses=False``)."""
 
-    def __init__(self, client: Any, ks: Keyspace, *, incomplete_timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        client: Any,
+        ks: Keyspace,
+        *,
+        incomplete_timeout: float = 600.0,
+        max_outputs: int = defaults.MAX_OUTPUTS,
+    ) -> None:
         self.r = client
         self.ks = ks
         self.incomplete_timeout = incomplete_timeout
+        self.max_outputs = max_outputs
 
     def count(self) -> int:
         return sum(int(self.r.xlen(self.ks.dead(s))) for s in range(self.ks.shards))
@@ -97,10 +108,15 @@ class DeadLetters:
     def iter(
         self, *, kind: str | None = None, newest_first: bool = True, limit: int | None = None
     ) -> Iterator[DeadLetter]:
-        """Dead letters of every shard, merged by time."""
+        """Dead letters of every shard, merged by time (newest first: only the newest ``limit``
+        of each shard are read when no ``kind`` is asked for)."""
         items: list[DeadLetter] = []
         for s in range(self.ks.shards):
-            for eid, fields in self.r.xrange(self.ks.dead(s)):
+            if newest_first and limit is not None and kind is None:
+                got = self.r.xrevrange(self.ks.dead(s), count=limit)
+            else:
+                got = self.r.xrange(self.ks.dead(s))
+            for eid, fields in got:
                 dl = DeadLetter(s, _s(eid), {_s(k): v for k, v in fields.items()})
                 if kind is None or dl.kind == kind:
                     items.append(dl)
@@ -129,10 +145,8 @@ class DeadLetters:
             if ident:
                 tid = f"{ident[0]}_{ident[1]}"
         if not tid and dl.text("key"):
-            try:
-                tid = split_key(dl.text("key"))[0]
-            except ValueError:
-                tid = ""
+            named = parse_key(dl.text("key"))
+            tid = f"{named[0]}_{named[1]}" if named else ""
         actions = []
         if tid:
             shard = self.ks.shard_of(tid)
@@ -144,6 +158,7 @@ class DeadLetters:
                 self.ks.reward_prefix(shard),
                 tid,
                 time.time() + self.incomplete_timeout,
+                self.max_outputs,
             )
             if int(reopened) >= 0:
                 actions.append(f"reopened {tid} ({int(reopened)} results cleared)")

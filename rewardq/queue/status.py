@@ -11,6 +11,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from rewardq import defaults
 from rewardq.queue.codec import decode_output
 from rewardq.queue.keys import Keyspace, split_key
 from rewardq.queue.results import as_text
@@ -108,10 +109,14 @@ def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[
 
 
 def _missing(h: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
+    """Stored indices, missing indices (at most ``MAX_OUTPUTS`` of them listed) and the final index."""
     have = sorted(int(k[2:]) for k in h if k.startswith("o:") and k[2:].isdigit())
     final = h.get("final")
-    final_i = int(final) if final not in (None, "") else None
-    missing = [i for i in range(final_i + 1) if i not in set(have)] if final_i is not None else []
+    final_i = int(final) if final not in (None, "") and str(final).isdigit() else None
+    if final_i is None:
+        return have, [], None
+    stored = set(have)
+    missing = [i for i in range(min(final_i + 1, defaults.MAX_OUTPUTS)) if i not in stored]
     return have, missing, final_i
 
 
@@ -226,7 +231,7 @@ def inspect_trajectory(
     payloads = {**kept, **payloads}
     have, missing, final = _missing({**meta, **{f"o:{i}": "" for i in payloads}})
     n = int(_f(meta.get("n"), 0)) or (final + 1 if final is not None else (max(payloads) + 1 if payloads else 0))
-    indices = [index] if index is not None else list(range(max(n, (index or 0) + 1)))
+    indices = [index] if index is not None else list(range(min(n, defaults.MAX_OUTPUTS)))
     outputs = []
     for i in indices:
         item: dict[str, Any] = {"key": f"{tid}_{i}", "index": i}

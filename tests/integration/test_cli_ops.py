@@ -197,7 +197,10 @@ async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(ns, re
     assert [w["name"] for w in st["workers"]] == ["w0"] and st["workers"][0]["scored"] == 1
     assert st["workers"][0]["host"] == socket.gethostname() and st["workers"][0]["pid"] == os.getpid()
     assert st["dead_letters"] == 1 and st["dead_letters_by_kind"] == {"invalid": 1}
-    assert st["recent"]["trajectories"] == 1 and st["recent"]["latency_ms_p50"] is not None
+    # (the junk entry names the key junk_s_0, which got an error result: one errored trajectory)
+    assert st["recent"]["trajectories"] == 2 and st["recent"]["errors"] == 1
+    assert st["recent"]["latency_ms_p50"] is not None
+    assert client.get_reward("junk_s_0").status == "error"
     messages = " | ".join(d["message"] for d in st["diagnosis"])
     assert "1 entry held by consumers that are not alive: ghost (1)" in messages
     assert "the oldest, stuck_s, has waited" in messages and "for outputs 1,2" in messages

@@ -1,0 +1,76 @@
+"""Hostile input, end to end: every case of ``tests.support.hostile`` against a real worker.
+
+Each case ends in exactly the state the catalogue names: every key it names holds an error result
+whose reason says what was wrong, keys that had a result keep it, and each bad entry is a dead
+letter of the named kind; nothing stays pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+from rewardq import RewardClient, defaults
+from rewardq.queue.keys import Keyspace
+from tests.support.helpers import running_workers
+from tests.support.hostile import cases
+from tests.support.managers import LengthManager
+
+
+def _wait(client: RewardClient, keys: list[str], timeout: float = 30) -> dict:
+    return client.wait_rewards(keys, timeout=timeout) if keys else {}
+
+
+async def test_every_hostile_case_ends_in_its_documented_state(ns, redis_url, sync_redis, caplog):
+    caplog.set_level(logging.WARNING, logger="rewardq.worker")
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    catalogue = cases("h")
+    want_dead = Counter(kind for c in catalogue for kind in c.dead)
+    maybe_dead = Counter(kind for c in catalogue for kind in c.maybe)
+    async with running_workers(ns, redis_url, [LengthManager(None)], max_record_bytes=1024 * 1024) as (w,):
+        # Given the trajectories some cases need to be finished first
+        first = [k for c in catalogue if c.before for k in c.before(client)]
+        before = await asyncio.to_thread(_wait, client, first)
+        assert all(r.status == "ok" for r in before.values()), before
+        # When every hostile input is sent
+        for c in catalogue:
+            c.send(sync_redis, client, ks)
+        errors = {k: why for c in catalogue for k, why in c.errors.items()}
+        got = await asyncio.to_thread(_wait, client, list(errors))
+        for _ in range(100):
+            if sum(1 for _ in sync_redis.xrange(ks.dead(0))) >= sum(want_dead.values()):
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # anything that would still (wrongly) happen, happens now
+    # Then every key a case names holds an error result naming the reason
+    for key, why in errors.items():
+        r = got[key]
+        assert r.status == "error" and r.reward_score is None and why in r.error, (key, r.error)
+        assert r.reward_extra_info == {"error": r.error}
+    # And keys that had a result keep it (no crossed rewards, no overwrite by an error)
+    kept = client.get_rewards([k for c in catalogue for k in c.kept])
+    for c in catalogue:
+        for key, reward in c.kept.items():
+            assert kept[key] is not None and kept[key].status == "ok" and kept[key].reward_score == reward, (
+                c.name,
+                key,
+            )
+    # And each bad entry is one dead letter of its kind (none for a plain redelivery)
+    dead = [f for _, f in sync_redis.xrange(ks.dead(0))]
+    kinds = Counter(f[b"kind"].decode() for f in dead)
+    assert all(kinds[k] >= n for k, n in want_dead.items()), (kinds, want_dead)
+    assert all(kinds[k] <= want_dead[k] + maybe_dead[k] for k in kinds), (kinds, want_dead, maybe_dead)
+    # And every error key's trajectory has its dead letter; no dead letter keeps a giant key
+    dead_tids = {f[b"tid"].decode() for f in dead}
+    assert {k.rpartition("_")[0] for k in errors} <= dead_tids
+    assert max(len(f[b"key"]) for f in dead) <= defaults.MAX_KEY_CHARS + 1
+    # And a conflict is logged, not dropped silently
+    conflicts = [rec.getMessage() for rec in caplog.records if "(conflict)" in rec.getMessage()]
+    assert any("a different record for key hfin_s_0" in m for m in conflicts), conflicts
+    # And nothing is left pending or waiting
+    assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
+    assert sync_redis.zcard(ks.waiting(0)) == 0
+    assert w.stats["dead_letters"] == len(dead)
+    client.close()
