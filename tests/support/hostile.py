@@ -73,13 +73,17 @@ BIG = 10**12
 DEEP = b"\x91" * 5000 + b"\x01"  # 5000 nested one-element lists: past msgpack's nesting limit
 
 
-def cases(p: str = "h", *, big_payload: int = 2 * 1024 * 1024) -> list[Case]:
+def cases(
+    p: str = "h", *, big_payload: int = 2 * 1024 * 1024, reward: Callable[[list[int]], float] = lambda ids: len(ids)
+) -> list[Case]:
     """Every hostile case, with trajectory ids prefixed by ``p`` (so runs do not collide).
 
     ``big_payload`` is the size of the oversize record (the worker under test must run with a
-    smaller ``max_record_bytes``).
+    smaller ``max_record_bytes``); ``reward`` is what the worker's manager gives a one-output
+    trajectory with these response ids (default: their count, as ``LengthManager``).
     """
     k = f"{p}big_s_{BIG}"
+    good = float(reward(GOOD["response_ids"]))
     return [
         Case(
             "huge index, raw",
@@ -188,28 +192,28 @@ def cases(p: str = "h", *, big_payload: int = 2 * 1024 * 1024) -> list[Case]:
             "ambiguous key: session id with '_', raw, after the key's owner was scored",
             lambda r, c, ks: xadd(r, ks, f"{p}job_1_a_0", raw_record(f"{p}job", "1_a", 0, response_ids=OTHER_IDS)),
             before=_api(f"{p}job_1", "a", [GOOD]),
-            kept={f"{p}job_1_a_0": 2.0},
+            kept={f"{p}job_1_a_0": good},
             dead=["invalid"],
         ),
         Case(
             "a different record for a finished key",
             lambda r, c, ks: c.put_output(f"{p}fin", "s", 0, OTHER, SAMPLE, final=True),
             before=_api(f"{p}fin", "s", [GOOD]),
-            kept={f"{p}fin_s_0": 2.0},
+            kept={f"{p}fin_s_0": good},
             dead=["conflict"],
         ),
         Case(
             "the same record again for a finished key (a redelivery: no dead letter)",
             lambda r, c, ks: c.put_output(f"{p}same", "s", 0, GOOD, SAMPLE, final=True),
             before=_api(f"{p}same", "s", [GOOD]),
-            kept={f"{p}same_s_0": 2.0},
+            kept={f"{p}same_s_0": good},
         ),
         Case(
             "an output after its trajectory finished",
             lambda r, c, ks: c.put_output(f"{p}late", "s", 1, OTHER, SAMPLE, final=True),
             before=_api(f"{p}late", "s", [GOOD]),
             errors={f"{p}late_s_1": "arrived after its trajectory finished"},
-            kept={f"{p}late_s_0": 2.0},
+            kept={f"{p}late_s_0": good},
             dead=["conflict"],
         ),
         Case(
