@@ -292,7 +292,8 @@ def check_value(value: Any, name: str) -> None:
             for k, item in v.items():
                 if not isinstance(k, (str, bytes)):
                     raise RecordError(path, f"keys must be strings, got {type(k).__name__} key {k!r}")
-                stack.append((item, f"{path}.{k if isinstance(k, str) else k!r}", depth + 1))
+                label = k if isinstance(k, str) else repr(k)
+                stack.append((item, f"{path}.{label}", depth + 1))
             continue
         if isinstance(v, np.ndarray) or (hasattr(v, "detach") and hasattr(v, "tolist")):
             size = int(np.prod(getattr(v, "shape", ()) or (1,)))
