@@ -121,6 +121,7 @@ def permission_error(exc: Exception, namespace: str, url: str) -> RedisPermissio
 
     user = unquote(urlsplit(split_cluster(url)[0]).username or "") or "default"
     detail = str(exc).strip() or type(exc).__name__
+    detail = detail if detail.startswith("NOPERM") else f"NOPERM {detail}"  # redis-py drops the prefix
     return RedisPermissionError(
         f"Redis user {user!r} lacks a permission rewardq needs: {detail}. rewardq reads and writes the "
         f"keys '{namespace}:*' (key pattern ~{namespace}:*) with stream, hash, sorted-set, string and "
