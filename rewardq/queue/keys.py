@@ -9,7 +9,11 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  ``data`` (msgpack, see rewardq.queue.codec).
                                                  Consumer group: ``rewardq-workers`` (configurable)
     rewardq:{s0}:traj:<uid>_<session_id> HASH    assembly state of one trajectory: ``o:<i>`` the stored
-                                                 record of output i, ``final`` the final index,
+                                                 record of output i, ``h:<i>`` a digest of it (kept
+                                                 after scoring, to tell a redelivery from a different
+                                                 record), ``final`` the final index, ``hi`` the
+                                                 highest stored index, ``acks`` entry ids to
+                                                 acknowledge at commit (at most max_outputs + 16),
                                                  ``whole`` (entry ids, when all outputs arrived in one
                                                  read and the records stay in the stream until the
                                                  commit), ``state`` (collecting|done), ``first_seen``,
