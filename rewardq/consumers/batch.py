@@ -105,7 +105,7 @@ def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> 
     rows["reward_scores"] = [{} if r.reward_score is None else {"reward_score": r.reward_score} for r in records]
     rows["prompt_len"] = plens
     rows["response_len"] = rlens
-    columns: dict[str, Any] = dict(tensors)
+    columns: dict[Any, Any] = dict(tensors)
     for col, values in rows.items():
         columns[col] = non_tensor_column(values)
     if not row_readers.FAST_PATH:
