@@ -20,7 +20,7 @@ column of the sample, ``__num_turns__``, ``tool_extra_fields`` (that output's
 The valid response of row ``i`` is always ``responses[i, :response_len[i]]``, equal to
 ``responses[i][attention_mask[i, P:].bool()]``, whatever the other rows' lengths.
 
-Cost (benchmarks/PROFILE.md): the non-tensor columns are built through tensordict's own
+Cost (docs/performance.md): the non-tensor columns are built through tensordict's own
 flat-stack fast path (the objects ``NonTensorStack.from_list`` builds, ~3x cheaper for
 dict values), and :func:`last_row` gives the one-row batch ``data[-1:]`` ~7x cheaper
 than TensorDict's general indexing (both in :mod:`rewardq.reward.rows`, which falls back to
