@@ -195,7 +195,18 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
             ["worker", "--redis-url", redis_url, "--namespace", ns, "--manager", "no-such-manager"],
             {},
         ),
-        "unreachable": (["worker", "--redis-url", "redis://:hunter2@127.0.0.1:1/0", "--tokenizer", "builtin:demo"], {}),
+        "unreachable": (
+            [
+                "worker",
+                "--redis-url",
+                "redis://:hunter2@127.0.0.1:1/0",
+                "--tokenizer",
+                "builtin:demo",
+                "--connect-timeout",
+                "1",
+            ],
+            {},
+        ),
         "bad-kwargs": (["worker", "--reward-kwargs", "[1, 2]"], {}),
         "bad-kwargs-debug-flag": (["--debug", "worker", "--reward-kwargs", "[1, 2]"], {}),
         "bad-kwargs-debug-env": (["worker", "--reward-kwargs", "[1, 2]"], {"REWARDQ_DEBUG": "1"}),
@@ -216,7 +227,8 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
     assert "unknown reward manager 'no-such-manager'" in err["unknown-manager"]
     for name in ("naive", "dapo", "gdpo", "limited", "remote"):
         assert name in err["unknown-manager"]
-    # And an unreachable Redis exits 3, naming the URL without its password
+    # And an unreachable Redis exits 3 once --connect-timeout passed (the default waits forever), naming
+    # the URL without its password
     assert rc["unreachable"] == 3, err["unreachable"]
     assert "redis://:***@127.0.0.1:1/0" in err["unreachable"] and "hunter2" not in err["unreachable"]
     # And bad values exit 2 with one line that names the setting; tracebacks only with --debug / REWARDQ_DEBUG
