@@ -11,8 +11,9 @@ Token ids travel as msgpack extension types holding little-endian packed arrays
 (ext 1: int32, ext 2: int64, ext 3: float32, ext 4: uint8), never as lists of Python
 ints and never as pickle. Decoding is bounded by ``max_bytes`` and validates every
 field; a failure raises :class:`~rewardq.errors.RecordError` naming the field. The producer
-checks exactly what the decoder accepts (:func:`check_value` mirrors the unpacker's limits), so a
-record the producer sent is never refused by a worker of the same version.
+checks exactly what the decoder accepts (``check_value`` mirrors the unpacker's limits), so a
+record the producer sent is never refused by a worker of the same version (the checks live in
+:mod:`rewardq.queue.checks`).
 
 Keys are ``<uid>_<session_id>_<index>`` and parse from the right: a ``session_id`` never holds
 ``_`` (a ``uid`` may), so two trajectories never share a key.
@@ -36,16 +37,20 @@ import numpy as np
 
 from rewardq import defaults
 from rewardq.errors import RecordError
+from rewardq.queue.checks import (
+    MAX_ARRAY_LEN,
+    MAX_MAP_LEN,
+    check_dict,
+    check_finite,
+    check_index,
+    check_name,
+    check_score,
+)
 from rewardq.queue.keys import output_key, trajectory_id
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_RECORD_BYTES = defaults.MAX_RECORD_BYTES
 DEFAULT_MAX_OUTPUTS = defaults.MAX_OUTPUTS
-#: Longest list and largest map the decoder unpacks (msgpack's ``max_array_len`` / ``max_map_len``).
-MAX_ARRAY_LEN = 1_000_000
-MAX_MAP_LEN = 100_000
-#: Deepest nesting of lists and maps in a record (msgpack's packer and unpacker both stop at 1024).
-MAX_DEPTH = 1024
 #: Token ids must fit in int32; vocabularies are far smaller.
 MAX_TOKEN_ID = 2**31 - 1
 
@@ -147,14 +152,8 @@ def _as_logprobs(value: Any, n: int) -> np.ndarray | None:
         raise RecordError("response_logprobs", f"must be numbers ({exc})") from None
     if arr.shape[0] != n:
         raise RecordError("response_logprobs", f"has {arr.shape[0]} entries but response_ids has {n}")
-    _check_finite(arr)
+    check_finite(arr)
     return arr
-
-
-def _check_finite(arr: np.ndarray) -> None:
-    if arr.size and not bool(np.isfinite(arr).all()):
-        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise RecordError("response_logprobs", f"entry {bad} is {arr[bad]}; log-probabilities must be finite")
 
 
 def record_digest(data: Any) -> str:
@@ -210,117 +209,6 @@ def _get(output: Any, name: str, default: Any = None) -> Any:
     return getattr(output, name, default)
 
 
-def check_name(value: Any, name: str) -> str:
-    """Validate a ``uid`` or ``session_id`` (an int is taken as its decimal text).
-
-    Both are non-empty UTF-8 text without newlines or NUL, at most ``MAX_UID_CHARS`` /
-    ``MAX_SESSION_ID_CHARS`` long; a ``session_id`` holds no ``_``, so keys parse from the right.
-    """
-    if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
-        raise RecordError(name, f"must be a string, got {type(value).__name__}")
-    value = str(value)
-    if not value:
-        raise RecordError(name, "must not be empty")
-    limit = defaults.MAX_SESSION_ID_CHARS if name == "session_id" else defaults.MAX_UID_CHARS
-    if len(value) > limit:
-        raise RecordError(name, f"is {len(value)} characters long; at most {limit} are allowed")
-    if any(c in value for c in "\r\n\x00"):
-        raise RecordError(name, "must not contain newlines or NUL characters")
-    if name == "session_id" and "_" in value:
-        raise RecordError(
-            name,
-            f"{value!r} contains '_'; session ids may not (keys are <uid>_<session_id>_<index> and "
-            "parse from the right, so '_' would let two trajectories share a key). Use e.g. '-'",
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RecordError(name, "must be valid UTF-8 text (it holds a lone surrogate)") from None
-    return value
-
-
-def check_index(value: Any, max_outputs: int = DEFAULT_MAX_OUTPUTS) -> int:
-    """Validate an output index: an integer in ``0 .. max_outputs - 1``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise RecordError("index", f"must be an integer, got {type(value).__name__}")
-    if value < 0:
-        raise RecordError("index", f"must be >= 0, got {value}")
-    if value >= max_outputs:
-        raise RecordError(
-            "index",
-            f"{value} is too large: a trajectory has at most max_outputs={max_outputs} outputs "
-            "(indices 0..max_outputs-1); raise max_outputs on producers and workers if that is too few",
-        )
-    return int(value)
-
-
-def _check_score(value: Any, name: str = "reward_score") -> float | None:
-    if value is None:
-        return None
-    if hasattr(value, "item") and not isinstance(value, (int, float)):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RecordError(name, f"must be a number or None, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise RecordError(name, f"is {value}; it must be a finite number or None")
-    return float(value)
-
-
-_SCALARS = (str, int, float, bool, type(None), bytes, bytearray)
-
-
-def check_value(value: Any, name: str) -> None:
-    """Check a ``sample`` / ``extra_fields`` value the way the worker's decoder will unpack it.
-
-    Map keys must be ``str`` or ``bytes`` (the decoder's ``strict_map_key``), lists hold at most
-    :data:`MAX_ARRAY_LEN` items, maps :data:`MAX_MAP_LEN`, nesting is at most :data:`MAX_DEPTH`
-    deep, and no msgpack extension values. Raises RecordError naming the path, e.g.
-    ``sample.reward_model.ground_truth[2]``. Walks iteratively: deep nesting cannot overflow.
-    """
-    stack: list[tuple[Any, str, int]] = [(value, name, 1)]
-    while stack:
-        v, path, depth = stack.pop()
-        if isinstance(v, _SCALARS):
-            continue
-        if isinstance(v, msgpack.ExtType):
-            raise RecordError(path, "is a msgpack extension value; use plain str/int/float/bool/list/dict values")
-        if depth > MAX_DEPTH - 1:  # the record map itself is one level
-            raise RecordError(path, f"nests lists/dicts deeper than {MAX_DEPTH - 1} levels")
-        if isinstance(v, Mapping):
-            if len(v) > MAX_MAP_LEN:
-                raise RecordError(path, f"has {len(v)} keys; at most {MAX_MAP_LEN} are allowed")
-            for k, item in v.items():
-                if not isinstance(k, (str, bytes)):
-                    raise RecordError(path, f"keys must be strings, got {type(k).__name__} key {k!r}")
-                label = k if isinstance(k, str) else repr(k)
-                stack.append((item, f"{path}.{label}", depth + 1))
-            continue
-        if isinstance(v, np.ndarray) or (hasattr(v, "detach") and hasattr(v, "tolist")):
-            size = int(np.prod(getattr(v, "shape", ()) or (1,)))
-            if size > MAX_ARRAY_LEN:
-                raise RecordError(path, f"has {size} items; at most {MAX_ARRAY_LEN} are allowed")
-            continue
-        if isinstance(v, (list, tuple, set, frozenset)):
-            if len(v) > MAX_ARRAY_LEN:
-                raise RecordError(path, f"has {len(v)} items; at most {MAX_ARRAY_LEN} are allowed")
-            for i, item in enumerate(v):
-                if not isinstance(item, _SCALARS):
-                    stack.append((item, f"{path}[{i}]", depth + 1))
-            continue
-
-
-def _check_dict(value: Any, name: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise RecordError(name, f"must be a dict, got {type(value).__name__}")
-    for k in value:
-        if not isinstance(k, str):
-            raise RecordError(name, f"keys must be strings, got {type(k).__name__} key {k!r}")
-    check_value(value, name)
-    return dict(value)
-
-
 def encode_output(
     uid: Any,
     session_id: Any,
@@ -364,9 +252,9 @@ def encode_output(
         "response_mask": None if mask is None else _ext(mask),
         "response_logprobs": None if logprobs is None else _ext(logprobs),
         "num_turns": None if num_turns is None else int(num_turns),
-        "extra_fields": _check_dict(_get(output, "extra_fields"), "extra_fields"),
-        "reward_score": _check_score(_get(output, "reward_score")),
-        "sample": _check_dict(sample, "sample"),
+        "extra_fields": check_dict(_get(output, "extra_fields"), "extra_fields"),
+        "reward_score": check_score(_get(output, "reward_score")),
+        "sample": check_dict(sample, "sample"),
     }
     try:
         data = msgpack.packb(record, default=_plain, use_bin_type=True)
@@ -493,7 +381,7 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
             "response_logprobs", f"has {logprobs.shape[0]} entries but response_ids has {response.shape[0]}"
         )
     if logprobs is not None:
-        _check_finite(logprobs)
+        check_finite(logprobs)
     num_turns = d.get("num_turns")
     if num_turns is not None and (isinstance(num_turns, bool) or not isinstance(num_turns, int) or num_turns < 0):
         raise RecordError("num_turns", f"must be a non-negative integer or nil, got {num_turns!r}")

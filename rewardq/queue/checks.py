@@ -1,0 +1,144 @@
+"""Field checks shared by the producer (before encoding) and the worker (after decoding).
+
+One definition of what a record may hold, so a producer never sends what a worker of the same
+version refuses: names (:func:`check_name`), the output index (:func:`check_index`), finite
+numbers (:func:`check_score`, :func:`check_finite`) and the nested ``sample`` / ``extra_fields``
+values (:func:`check_value`, which mirrors the msgpack unpacker's limits below). Each raises
+:class:`~rewardq.errors.RecordError` naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from rewardq import defaults
+from rewardq.errors import RecordError
+
+DEFAULT_MAX_OUTPUTS = defaults.MAX_OUTPUTS
+#: Longest list and largest map the decoder unpacks (msgpack's ``max_array_len`` / ``max_map_len``).
+MAX_ARRAY_LEN = 1_000_000
+MAX_MAP_LEN = 100_000
+#: Deepest nesting of lists and maps in a record (msgpack's packer and unpacker both stop at 1024).
+MAX_DEPTH = 1024
+
+
+def check_finite(arr: np.ndarray) -> None:
+    if arr.size and not bool(np.isfinite(arr).all()):
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise RecordError("response_logprobs", f"entry {bad} is {arr[bad]}; log-probabilities must be finite")
+
+
+def check_name(value: Any, name: str) -> str:
+    """Validate a ``uid`` or ``session_id`` (an int is taken as its decimal text).
+
+    Both are non-empty UTF-8 text without newlines or NUL, at most ``MAX_UID_CHARS`` /
+    ``MAX_SESSION_ID_CHARS`` long; a ``session_id`` holds no ``_``, so keys parse from the right.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
+        raise RecordError(name, f"must be a string, got {type(value).__name__}")
+    value = str(value)
+    if not value:
+        raise RecordError(name, "must not be empty")
+    limit = defaults.MAX_SESSION_ID_CHARS if name == "session_id" else defaults.MAX_UID_CHARS
+    if len(value) > limit:
+        raise RecordError(name, f"is {len(value)} characters long; at most {limit} are allowed")
+    if any(c in value for c in "\r\n\x00"):
+        raise RecordError(name, "must not contain newlines or NUL characters")
+    if name == "session_id" and "_" in value:
+        raise RecordError(
+            name,
+            f"{value!r} contains '_'; session ids may not (keys are <uid>_<session_id>_<index> and "
+            "parse from the right, so '_' would let two trajectories share a key). Use e.g. '-'",
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError(name, "must be valid UTF-8 text (it holds a lone surrogate)") from None
+    return value
+
+
+def check_index(value: Any, max_outputs: int = DEFAULT_MAX_OUTPUTS) -> int:
+    """Validate an output index: an integer in ``0 .. max_outputs - 1``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise RecordError("index", f"must be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise RecordError("index", f"must be >= 0, got {value}")
+    if value >= max_outputs:
+        raise RecordError(
+            "index",
+            f"{value} is too large: a trajectory has at most max_outputs={max_outputs} outputs "
+            "(indices 0..max_outputs-1); raise max_outputs on producers and workers if that is too few",
+        )
+    return int(value)
+
+
+def check_score(value: Any, name: str = "reward_score") -> float | None:
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (int, float)):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RecordError(name, f"must be a number or None, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise RecordError(name, f"is {value}; it must be a finite number or None")
+    return float(value)
+
+
+_SCALARS = (str, int, float, bool, type(None), bytes, bytearray)
+
+
+def check_value(value: Any, name: str) -> None:
+    """Check a ``sample`` / ``extra_fields`` value the way the worker's decoder will unpack it.
+
+    Map keys must be ``str`` or ``bytes`` (the decoder's ``strict_map_key``), lists hold at most
+    :data:`MAX_ARRAY_LEN` items, maps :data:`MAX_MAP_LEN`, nesting is at most :data:`MAX_DEPTH`
+    deep, and no msgpack extension values. Raises RecordError naming the path, e.g.
+    ``sample.reward_model.ground_truth[2]``. Walks iteratively: deep nesting cannot overflow.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, name, 1)]
+    while stack:
+        v, path, depth = stack.pop()
+        if isinstance(v, _SCALARS):
+            continue
+        if isinstance(v, msgpack.ExtType):
+            raise RecordError(path, "is a msgpack extension value; use plain str/int/float/bool/list/dict values")
+        if depth > MAX_DEPTH - 1:  # the record map itself is one level
+            raise RecordError(path, f"nests lists/dicts deeper than {MAX_DEPTH - 1} levels")
+        if isinstance(v, Mapping):
+            if len(v) > MAX_MAP_LEN:
+                raise RecordError(path, f"has {len(v)} keys; at most {MAX_MAP_LEN} are allowed")
+            for k, item in v.items():
+                if not isinstance(k, (str, bytes)):
+                    raise RecordError(path, f"keys must be strings, got {type(k).__name__} key {k!r}")
+                label = k if isinstance(k, str) else repr(k)
+                stack.append((item, f"{path}.{label}", depth + 1))
+            continue
+        if isinstance(v, np.ndarray) or (hasattr(v, "detach") and hasattr(v, "tolist")):
+            size = int(np.prod(getattr(v, "shape", ()) or (1,)))
+            if size > MAX_ARRAY_LEN:
+                raise RecordError(path, f"has {size} items; at most {MAX_ARRAY_LEN} are allowed")
+            continue
+        if isinstance(v, (list, tuple, set, frozenset)):
+            if len(v) > MAX_ARRAY_LEN:
+                raise RecordError(path, f"has {len(v)} items; at most {MAX_ARRAY_LEN} are allowed")
+            for i, item in enumerate(v):
+                if not isinstance(item, _SCALARS):
+                    stack.append((item, f"{path}[{i}]", depth + 1))
+            continue
+
+
+def check_dict(value: Any, name: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RecordError(name, f"must be a dict, got {type(value).__name__}")
+    for k in value:
+        if not isinstance(k, str):
+            raise RecordError(name, f"keys must be strings, got {type(k).__name__} key {k!r}")
+    check_value(value, name)
+    return dict(value)
