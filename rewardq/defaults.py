@@ -69,5 +69,6 @@ WORKER_CONNECT_TIMEOUT: float | None = None
 ONESHOT_CONNECT_TIMEOUT = 5.0
 #: Seconds to wait for a TCP connection to Redis.
 SOCKET_CONNECT_TIMEOUT = 5.0
-#: Seconds to wait for the reply to one command (longer blocking reads raise it for their client).
+#: Seconds a blocking client waits for the reply to one command (asyncio clients: see
+#: ``rewardq.queue.connection``).
 SOCKET_TIMEOUT = 30.0

@@ -33,7 +33,6 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError
 
-from rewardq import defaults
 from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
 from rewardq.consumers.commits import CommitCoalescer
@@ -152,12 +151,7 @@ class Worker:
         cfg = self.cfg
         limit_torch_threads()
         if self._client is None:
-            self._client = connect_async(
-                cfg.redis_url,
-                cluster=cfg.cluster,
-                scripts_once=True,
-                socket_timeout=max(defaults.SOCKET_TIMEOUT, cfg.block_ms / 1000 + 10),
-            )
+            self._client = connect_async(cfg.redis_url, cluster=cfg.cluster, scripts_once=True)
         client = self._client
         probe = Keyspace(cfg.namespace, 1, cfg.group)
         try:
@@ -547,6 +541,8 @@ class Worker:
                 if being_cancelled():
                     raise asyncio.CancelledError from exc
                 logger.warning("%s failed: %s", what, exc)
+            if being_cancelled():  # a client call swallowed our cancellation: honour it anyway
+                raise asyncio.CancelledError
 
     async def _heartbeat(self) -> None:
         """Publish liveness and counters, and renew the leases of in-flight trajectories."""

@@ -49,15 +49,24 @@ def split_cluster(url: str, cluster: bool = False) -> tuple[str, bool]:
 
 
 def _common(sync: bool) -> dict[str, Any]:
-    """Connection settings every client shares; the retry policy is :mod:`rewardq.queue.retry`'s."""
-    return {
+    """Connection settings every client shares; the retry policy is :mod:`rewardq.queue.retry`'s.
+
+    Blocking clients wait at most ``SOCKET_TIMEOUT`` for a reply. asyncio clients set no reply
+    timeout: with one, redis-py 5 sends each command through ``asyncio.wait_for``, which on
+    Python 3.11 can swallow the cancellation of the calling task (CPython gh-86296), and a
+    worker's tasks must stop when it is told to. A dead server is found by the connect timeout
+    and TCP keepalive instead.
+    """
+    opts: dict[str, Any] = {
         "retry": PolicyRetry() if sync else AsyncPolicyRetry(),
         "retry_on_error": list(RETRY_ON),
         "socket_connect_timeout": defaults.SOCKET_CONNECT_TIMEOUT,
-        "socket_timeout": defaults.SOCKET_TIMEOUT,
         "socket_keepalive": True,
         "health_check_interval": 30,
     }
+    if sync:
+        opts["socket_timeout"] = defaults.SOCKET_TIMEOUT
+    return opts
 
 
 #: Connections one client may open. Past it a command waits for a free connection (up to

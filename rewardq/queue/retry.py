@@ -28,10 +28,12 @@ client makes one attempt per script call (see :func:`~rewardq.queue.connection.c
 the cluster client refreshes its view of the slots after a failure.
 
 **Worst case before a failure surfaces**, for one command: the deadline, :data:`DEADLINE` = 20 s,
-plus the attempt that is running when it passes, itself bounded by the socket timeouts
-(``socket_connect_timeout`` 5 s, ``socket_timeout`` 30 s by default): at most ~55 s, and ~20 s
-when Redis refuses connections (it is down). A script call fails within ~1 s when its first
-attempt failed after more than :data:`SCRIPT_RESEND_WINDOW`, else as for any command.
+plus the attempt that is running when it passes. When Redis is down (connections refused or
+timing out after ``socket_connect_timeout``, 5 s) that is at most ~25 s. A blocking client also
+bounds a reply by ``socket_timeout`` (30 s: at most ~50 s); an asyncio client sets none (see
+:mod:`rewardq.queue.connection`), so a server that accepts a command and never answers is left to
+TCP keepalive. A script call fails at once when its failed attempt took longer than
+:data:`SCRIPT_RESEND_WINDOW` or timed out, else as for any command.
 
 redis-py's own ``Retry`` is the hook: it is where a command can be re-sent on a fresh connection
 for every client and every command, which a decorator library (tenacity, stamina) around our call
