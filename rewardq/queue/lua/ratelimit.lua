@@ -1,6 +1,7 @@
 -- ratelimit: fleet-wide token buckets and concurrency slots (rewardq/queue/ratelimit.py).
 -- Standalone: not prefixed with common.lua. Its one loop runs over the slot holders of one
 -- limiter (at most the fleet's concurrent callers), never over anything a record controls.
+-- Budget: O(slot holders of one limiter) per call; one hash.
 -- One limiter = one hash KEYS[1]. ARGV[1] is the operation:
 --   take    ARGV[2]=bucket name  ARGV[3]=capacity (per minute)  ARGV[4]=cost  ARGV[5]=1 to only look
 --           -> {wait_seconds, level_after}; wait 0 means the cost was taken
