@@ -38,6 +38,10 @@ class UnknownDataSourceError(ScoringError):
     """No default scorer exists for a ``data_source``."""
 
 
+class MissingDependencyError(ScoringError):
+    """A scorer needs an optional package that is not installed. The message names the extra to install."""
+
+
 class UnknownManagerError(ConfigError):
     """``--manager`` names no registered manager and is not ``module:Class``."""
 
