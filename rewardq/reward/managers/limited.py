@@ -118,7 +118,7 @@ class LimitedRewardManager(RewardManager):
             return
         from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
 
-        limits = dict(
+        limits: dict[str, Any] = dict(
             max_rpm=self.max_rpm,
             max_tpm=self.max_tpm,
             max_concurrent=self.max_concurrent,
