@@ -131,8 +131,8 @@ class Worker:
         """
         failed = True
 
-        def exit_code() -> int:
-            return 1 if failed and not self.stopped else 0
+        def exit_code() -> int:  # for a forced exit: 0 only when the worker had stopped cleanly
+            return 0 if self.stopped and not failed else 1
 
         if install_signal_handlers:
             deadline = self.cfg.shutdown_grace + defaults.EXIT_AFTER_GRACE

@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rewardq.errors import RemoteTraceback, ScoringError
+from rewardq.reward import scoring
 from rewardq.reward.base import ScoringSettings, is_async_callable
 from rewardq.reward.escapes import describe_escape
 from rewardq.reward.process_pool import ScorerPool, TaskResult
@@ -197,17 +198,13 @@ class ScoreFnRouter:
         self._builtin: _Processes | None = None
 
     async def call(self, fn: Callable[..., Any], kwargs: dict) -> Any:
-        from rewardq.reward.scoring import default_compute_score
-
-        if fn is default_compute_score:
+        if fn is scoring.default_compute_score:
             return await self._call_builtin(kwargs)
         return await self.place_of(fn).call(kwargs)
 
     async def prepare(self, fn: Callable[..., Any]) -> None:
         """Decide where ``fn`` runs (logged) and start its processes now."""
-        from rewardq.reward.scoring import default_compute_score
-
-        if fn is not default_compute_score:
+        if fn is not scoring.default_compute_score:
             await self.place_of(fn).start()
 
     async def close(self) -> None:
@@ -265,13 +262,11 @@ class ScoreFnRouter:
         return spec_of(base) or repr(base)
 
     async def _call_builtin(self, kwargs: dict) -> Any:
-        from rewardq.reward.scoring import compute_score_async, default_compute_score, placement_of
-
-        placement = placement_of(kwargs.get("data_source"))
+        placement = scoring.placement_of(kwargs.get("data_source"))
         if placement == "inline":
-            return default_compute_score(**kwargs)
+            return scoring.default_compute_score(**kwargs)
         if placement == "async":
-            return await _awaited(compute_score_async, kwargs)
+            return await _awaited(scoring.compute_score_async, kwargs)
         if self._builtin is None:
             self._builtin = _Processes(BUILTIN_SPEC, {}, self.settings)
             logger.info("built-in scorers with placement 'process' run %s", self._builtin.where)

@@ -322,10 +322,10 @@ class ScorerPool:
             try:
                 slot = self._free.get_nowait()  # the usual case: no task, no timer
             except asyncio.QueueEmpty:
+                self._start_spare_if_stuck()
                 try:
                     slot = await asyncio.wait_for(self._free.get(), self._spare_check_in())
                 except asyncio.TimeoutError:
-                    self._start_spare_if_stuck()
                     continue
             if slot is None:
                 self._free.put_nowait(None)  # wake the next waiter too
@@ -420,15 +420,16 @@ class ScorerPool:
         return result
 
     def _release(self, slot: _Slot) -> None:
-        """A slot finished its task: back to the idle queue, or retired when the pool is above its size."""
+        """A slot finished its task: back to the idle queue, or retired when more than ``num_workers``
+        processes can take work (stuck ones do not count) and no call waits."""
         slot.future = None
         slot.task_id = None
         slot.busy_since = None
         if self._closed:
             return
         assert self._free is not None
-        alive = sum(1 for s in self._slots if not s.dead)
-        if alive > self.num_workers and self._waiting == 0:
+        now = time.monotonic()
+        if self._waiting == 0 and sum(1 for s in self._slots if self._can_take_work(s, now)) > self.num_workers:
             self._slots.remove(slot)
             self._background(self._retire(slot))
             return
