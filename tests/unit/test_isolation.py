@@ -286,3 +286,26 @@ async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape,
     with pytest.raises(ScoringError) as info:
         await scorer.score([record])
     assert str(info.value) == reason
+
+
+async def test_spares_stay_within_their_bound(naive):
+    m = naive(misbehaving.misbehave, processes=1, spare_after=0.2, max_spares=1)
+    await m.prepare_scoring()
+    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    hung = [asyncio.create_task(m.run_single(trajectory("hang"))) for _ in range(3)]
+    most = 0
+    for _ in range(30):  # 1.5 s: long enough for several spare checks
+        most = max(most, sum(1 for s in pool._slots if not s.dead))
+        await asyncio.sleep(0.05)
+    assert most == 2 and pool.counters["spares"] == 1  # one process plus at most one spare
+    for task in hung:
+        task.cancel()
+    await asyncio.gather(*hung, return_exceptions=True)
+
+
+async def test_the_cost_benchmark_measures_every_placement():
+    from benchmarks.isolation import PLACEMENTS, per_call
+
+    for placement in PLACEMENTS:
+        m = await per_call(placement, 64)
+        assert m["sequential_us"] > 0 and m["concurrent_cpu_us"] > 0, (placement, m)
