@@ -79,6 +79,15 @@ def cli(debug: bool) -> None:
 @click.option("--reward-fn", default=None, help="Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].")
 @click.option("--reward-kwargs", default=None, help="JSON object of extra keyword arguments for --reward-fn.")
 @click.option(
+    "--reward-fn-placement",
+    type=click.Choice(["process", "thread", "inline"]),
+    default=None,
+    help="Where a sync --reward-fn runs: scorer processes (default), threads, or inline (trusted, cheap code only).",
+)
+@click.option(
+    "--scorer-processes", type=int, default=None, help="Scorer processes per function (default: one per core, >= 2)."
+)
+@click.option(
     "--manager-option",
     multiple=True,
     metavar="KEY=VALUE",
@@ -91,6 +100,12 @@ def cli(debug: bool) -> None:
 @click.option("--name", default=None, help="Consumer name (default <host>-<pid>-<random>).")
 @click.option("--claim-idle", type=float, default=None, help="Seconds before a dead worker's entries are reclaimed.")
 @click.option("--max-deliveries", type=int, default=None, help="Deliveries before an entry is dead-lettered.")
+@click.option(
+    "--max-crashes",
+    type=int,
+    default=None,
+    help="Worker deaths while a trajectory is scored alone before it gets an error result (default 2).",
+)
 @click.option("--incomplete-timeout", type=float, default=None, help="Seconds a trajectory may wait for outputs.")
 @click.option("--score-timeout", type=float, default=None, help="Seconds one trajectory's scoring may take.")
 @click.option("--result-ttl", type=float, default=None, help="Seconds results are kept (0: forever).")

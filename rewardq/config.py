@@ -43,6 +43,8 @@ class WorkerConfig:
     tokenizer: str | None = None  # tokenizer.json, HF folder, or builtin:demo
     reward_fn: str | None = None  # FILE.py[:FUNC] or package.module[:FUNC]
     reward_fn_kwargs: dict = field(default_factory=dict)
+    reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT  # sync reward function: process | thread | inline
+    scorer_processes: int | None = defaults.SCORER_PROCESSES  # per function; None: one per core (>= 2)
     # how much
     concurrency: int = 32  # trajectories scored at once by one worker
     batch_size: int = 256  # entries per XREADGROUP
@@ -51,6 +53,7 @@ class WorkerConfig:
     # recovery
     claim_idle: float = 60.0  # seconds before another worker reclaims a pending entry
     max_deliveries: int = 5  # deliveries before an entry is dead-lettered
+    max_crashes: int = defaults.MAX_CRASHES  # worker deaths while a trajectory is scored alone
     lease_seconds: float = 30.0
     heartbeat_interval: float = 2.0
     maintenance_interval: float = 5.0
@@ -78,6 +81,7 @@ class WorkerConfig:
             "score_timeout",
             "claim_idle",
             "max_deliveries",
+            "max_crashes",
             "lease_seconds",
             "heartbeat_interval",
             "maintenance_interval",
@@ -85,12 +89,17 @@ class WorkerConfig:
             "shutdown_grace",
             "max_record_bytes",
             "shards",
+            "scorer_processes",
         ):
             positive(n)
         for n in ("result_ttl", "block_ms", "keep_records"):
             positive(n, allow_zero=True)
         if str(self.log_level).upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigError(f"log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {self.log_level!r}")
+        if self.reward_fn_placement not in ("process", "thread", "inline"):
+            raise ConfigError(
+                f"reward_fn_placement must be process, thread or inline, got {self.reward_fn_placement!r}"
+            )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         if self.claim_idle <= self.heartbeat_interval:

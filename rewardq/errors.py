@@ -34,6 +34,22 @@ class ScoringError(RewardqError):
     """A reward manager or scoring function failed or returned something unusable."""
 
 
+class RemoteTraceback(RewardqError):
+    """The traceback of an exception raised in a scorer process, as text.
+
+    Attached as the ``__cause__`` of the :class:`ScoringError` raised in the worker, so the
+    worker's log and the dead letter show the line of the reward function that failed: read
+    it there, fix the function, then ``rewardq dead-letters retry``.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return f"\n{self.text}"
+
+
 class UnknownDataSourceError(ScoringError):
     """No default scorer exists for a ``data_source``."""
 

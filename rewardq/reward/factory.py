@@ -7,12 +7,13 @@ constructor so a misspelt option fails at start-up, not on the first trajectory.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from typing import Any
 
 from rewardq.errors import ConfigError
-from rewardq.reward.base import ManagerContext, RewardManager
+from rewardq.reward.base import ManagerContext, RewardManager, ScoringSettings
 from rewardq.reward.registry import get_manager_class
 
 logger = logging.getLogger("rewardq.reward")
@@ -36,7 +37,7 @@ VERL_SHARED_OPTIONS = frozenset(
 
 def accepted_options(cls: type) -> tuple[set[str], bool]:
     """Keyword options ``cls.__init__`` takes, and whether it takes ``**kwargs``."""
-    sig = inspect.signature(cls.__init__)
+    sig = inspect.signature(cls)
     names, var_kw = set(), False
     for p in sig.parameters.values():
         if p.kind is p.VAR_KEYWORD:
@@ -76,10 +77,23 @@ def build_manager(
         raise ConfigError(f"cannot build manager {spec!r}: {exc}") from None
 
 
+def scoring_settings(cfg: Any) -> ScoringSettings:
+    """Where the manager's scoring functions run, from a :class:`~rewardq.config.WorkerConfig`."""
+    return ScoringSettings(
+        reward_fn=cfg.reward_fn or None,
+        reward_fn_kwargs=dict(cfg.reward_fn_kwargs or {}),
+        reward_fn_placement=cfg.reward_fn_placement,
+        processes=cfg.scorer_processes,
+        max_spares=cfg.concurrency,  # at most one hung call per trajectory in flight
+    )
+
+
 def build_from_config(cfg: Any, context: ManagerContext) -> tuple[RewardManager, Any]:
     """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig`."""
     from rewardq.reward.loader import load_score_fn
     from rewardq.reward.tokenizer import load_tokenizer
+
+    context = dataclasses.replace(context, scoring=scoring_settings(cfg))
 
     tokenizer = load_tokenizer(cfg.tokenizer)
     score_fn = load_score_fn(cfg.reward_fn, cfg.reward_fn_kwargs) if cfg.reward_fn else None

@@ -22,10 +22,10 @@ function that raises (or returns something unusable) scores 0.0 with
 ``{"error": "<message>", "acc": 0.0}``. Failures of the limiter itself (Redis down) are
 not caught: the worker retries the trajectory instead of recording a fake zero.
 
-A synchronous scoring function runs in the default thread pool; when it times out its
-thread runs on in the background (Python cannot kill a thread), only the result is
-dropped. Prefer async scoring functions (an HTTP judge) here, and the ``remote`` manager
-for CPU-bound scorers.
+A synchronous scoring function runs where :meth:`~rewardq.reward.base.RewardManager.call_score_fn`
+puts it (by default a scorer process, killed and replaced when its call times out; see
+docs/isolation.md). Prefer async scoring functions (an HTTP judge) here: they are awaited in
+the event loop and cost no process hop.
 
 Options (``--manager-option`` / config)::
 
@@ -118,7 +118,7 @@ class LimitedRewardManager(RewardManager):
             return
         from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
 
-        limits = dict(
+        limits: dict[str, Any] = dict(
             max_rpm=self.max_rpm,
             max_tpm=self.max_tpm,
             max_concurrent=self.max_concurrent,
