@@ -1,6 +1,6 @@
 """``python -m rewardq ...``: the same command line as the ``rewardq`` console script."""
 
-from rewardq.cli import main
+from rewardq.entry import main
 
 if __name__ == "__main__":
     main()

@@ -70,11 +70,13 @@ def cli(debug: bool) -> None:
     "config",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML/JSON file of WorkerConfig fields or a verl `reward:` block (lowest precedence).",
+    help="YAML/JSON file of WorkerConfig fields and/or verl's trainer config (lowest precedence).",
 )
 @click.option("--redis-url", default=None, help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
 @click.option("--namespace", default=None, help="First component of every key; producers must use the same.")
-@click.option("--manager", default=None, help="naive, dapo, gdpo, limited, remote, disrm, or package.module:Class.")
+@click.option(
+    "--manager", default=None, help="naive, dapo, gdpo, rate_limited, remote, disrm, or package.module:Class."
+)
 @click.option("--tokenizer", default=None, help="tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
 @click.option("--reward-fn", default=None, help="Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].")
 @click.option("--reward-kwargs", default=None, help="JSON object of extra keyword arguments for --reward-fn.")
@@ -272,8 +274,12 @@ def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""
     import redis.exceptions as rx
 
-    from rewardq.errors import RewardqError
+    from rewardq.entry import missing_worker_module
+    from rewardq.errors import MissingDependency, RewardqError
 
+    module = missing_worker_module(exc)
+    if module is not None:
+        exc = MissingDependency(module)
     if isinstance(exc, RewardqError):
         _error(str(exc))
         return getattr(exc, "exit_code", EXIT_CONFIG)

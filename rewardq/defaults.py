@@ -49,3 +49,6 @@ RESULT_TTL = 7 * 86400.0
 SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.
 WAIT_TIMEOUT = 300.0
+#: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
+#: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
+VERL_TIMEOUT = 900.0

@@ -127,36 +127,17 @@ class _Reader:
 def migrate_legacy(data: Mapping[str, Any]) -> dict[str, Any]:
     """verl's ``migrate_legacy_reward_impl`` on a plain dict: legacy sections move onto ``reward:``."""
     cfg = copy.deepcopy(dict(data))
-    legacy_rm = cfg.get("reward_model")
-    legacy_crf = cfg.get("custom_reward_function")
-    legacy_sf = cfg.get("sandbox_fusion")
-    if not any(isinstance(x, Mapping) for x in (legacy_rm, legacy_crf, legacy_sf)):
+    legacy = {k: cfg.get(k) for k in ("reward_model", "custom_reward_function", "sandbox_fusion")}
+    if not any(isinstance(x, Mapping) for x in legacy.values()) or not isinstance(cfg.setdefault("reward", {}), dict):
         return cfg
-    reward = cfg.setdefault("reward", {})
-    if not isinstance(reward, dict):
-        return cfg
-    rm = dict(legacy_rm) if isinstance(legacy_rm, Mapping) else {}
-
-    def sub(d: dict, key: str) -> dict:
-        child = d.get(key)
-        if not isinstance(child, dict):
-            child = {}
-            d[key] = child
-        return child
-
-    if rm.get("num_workers") is not None:
-        reward["num_workers"] = rm["num_workers"]
-    if rm.get("reward_manager") is not None:
-        sub(reward, "reward_manager")["name"] = rm["reward_manager"]
-    if rm.get("reward_loop_source") is not None:
-        manager = sub(reward, "reward_manager")
-        manager["source"] = rm["reward_loop_source"]
-        module = sub(manager, "module")
-        module["path"] = rm.get("reward_loop_module_path")
-        module["name"] = rm.get("reward_loop_class_name")
-    if isinstance(legacy_crf, Mapping) and not all(v is None for v in legacy_crf.values()):
-        reward["custom_reward_function"] = dict(legacy_crf)
-    new_rm = sub(reward, "reward_model")
+    reward = cfg["reward"]
+    rm = dict(legacy["reward_model"]) if isinstance(legacy["reward_model"], Mapping) else {}
+    _migrate_manager(rm, reward)
+    for section in ("custom_reward_function", "sandbox_fusion"):
+        old = legacy[section]
+        if isinstance(old, Mapping) and not all(v is None for v in old.values()):
+            reward[section] = dict(old)
+    new_rm = _sub(reward, "reward_model")
     for key in ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes"):
         if rm.get(key) is not None:
             new_rm[key] = rm[key]
@@ -167,15 +148,30 @@ def migrate_legacy(data: Mapping[str, Any]) -> dict[str, Any]:
         reward["reward_kwargs"] = rm["reward_kwargs"]
     rollout = rm.get("rollout")
     if isinstance(rollout, Mapping):
-        new_rollout = sub(new_rm, "rollout")
-        for key, value in rollout.items():
-            if value is not None:
-                new_rollout[key] = value
-    if isinstance(legacy_sf, Mapping) and not all(v is None for v in legacy_sf.values()):
-        reward["sandbox_fusion"] = dict(legacy_sf)
-    for key in ("reward_model", "custom_reward_function", "sandbox_fusion"):
+        _sub(new_rm, "rollout").update({k: v for k, v in rollout.items() if v is not None})
+    for key in legacy:
         cfg.pop(key, None)
     return cfg
+
+
+def _sub(d: dict, key: str) -> dict:
+    child = d.get(key)
+    if not isinstance(child, dict):
+        child = d[key] = {}
+    return child
+
+
+def _migrate_manager(rm: Mapping[str, Any], reward: dict) -> None:
+    if rm.get("num_workers") is not None:
+        reward["num_workers"] = rm["num_workers"]
+    if rm.get("reward_manager") is not None:
+        _sub(reward, "reward_manager")["name"] = rm["reward_manager"]
+    if rm.get("reward_loop_source") is not None:
+        manager = _sub(reward, "reward_manager")
+        manager["source"] = rm["reward_loop_source"]
+        module = _sub(manager, "module")
+        module["path"] = rm.get("reward_loop_module_path")
+        module["name"] = rm.get("reward_loop_class_name")
 
 
 def translate(data: Mapping[str, Any]) -> VerlTranslation:

@@ -194,10 +194,14 @@ class LimitedRewardManager(RewardManager):
                 )
                 return normalize_result(result)
             except asyncio.TimeoutError:
-                logger.warning("rate_limited: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source)
+                logger.warning(
+                    "rate_limited: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source
+                )
                 return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
             except Exception as exc:
-                logger.warning("rate_limited: scoring failed (data_source=%s): %s: %s", data_source, type(exc).__name__, exc)
+                logger.warning(
+                    "rate_limited: scoring failed (data_source=%s): %s: %s", data_source, type(exc).__name__, exc
+                )
                 return {"reward_score": 0.0, "reward_extra_info": {"error": str(exc), "acc": 0.0}}
 
     def stats(self) -> dict:
