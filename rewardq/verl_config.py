@@ -211,6 +211,7 @@ def translate(data: Mapping[str, Any]) -> VerlTranslation:
         out["tokenizer"] = os.path.expanduser(policy)
     if opts:
         out["manager_options"] = opts
+    r.read.add("reward.rewardq")  # rewardq's own settings: read by rewardq.config
     reward = r.raw("reward")
     unused = _unused(reward, "reward", r.read) if isinstance(reward, Mapping) else []
     return VerlTranslation(out, unused)
