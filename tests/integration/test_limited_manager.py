@@ -1,4 +1,5 @@
-"""The ``rate_limited`` manager (alias ``limited``): results on timeout / error, acquisition order, and fleet-wide limits on real Redis."""
+"""The ``rate_limited`` manager (alias ``limited``): results on timeout / error, acquisition order,
+and fleet-wide limits on real Redis."""
 
 from __future__ import annotations
 
