@@ -304,19 +304,22 @@ def _same(a: RewardResult, b: RewardResult) -> bool:
 
 
 def align_reward_extra_info(extra_fields: Sequence[dict], scores: Sequence[float | None]) -> None:
-    """Give every row's ``reward_extra_info`` the same keys, in place.
+    """Give every row's ``reward_extra_info`` the same keys in the same order, in place.
 
     verl's ``_postprocess`` reads the keys of row 0 and looks each up in every row, so rows
     with different keys (an error next to a DAPO result, two data sources) raise KeyError
     there. A missing ``score`` becomes the row's reward; any other missing key the empty value
-    of its type in the rows that have it (0, 0.0, False, ""; None otherwise).
+    of its type in the rows that have it (0, 0.0, False, ""; None otherwise). The order is that
+    of the first ok row (then keys only other rows have), so a batch with errors lists its keys
+    as an all-ok batch of the same scorer does, and verl can concatenate the two.
     """
     infos = [dict(f.get("reward_extra_info") or {}) for f in extra_fields]
+    ok_first = sorted(range(len(infos)), key=lambda i: extra_fields[i].get("reward_error") is not None)
     keys: dict[str, Any] = {}
-    for info in infos:
-        for k, v in info.items():
+    for i in ok_first:
+        for k, v in infos[i].items():
             keys.setdefault(k, v)
-    if all(len(info) == len(keys) for info in infos):
+    if all(list(info) == list(keys) for info in infos):
         return
     for fields, info, score in zip(extra_fields, infos, scores):
         for k, example in keys.items():
