@@ -147,7 +147,7 @@ def session_id_for(kwargs: Mapping[str, Any]) -> str:
     """
     given = kwargs.get("session_id")
     tail = uuid.uuid4().hex[:12]
-    return f"{_plain(given)}.{tail}" if given is not None else tail
+    return f"{_plain_or_self(given)}.{tail}" if given is not None else tail
 
 
 def _plain(value: Any) -> Any:
