@@ -74,3 +74,21 @@ def echo_fleet(module_procs, module_redis) -> Iterator[Fleet]:
     for w in fleet.workers:
         w.terminate()
     _delete_namespace(REDIS_URL, fleet.namespace)
+
+
+@pytest.fixture(autouse=True)
+async def close_adapter_clients(monkeypatch):
+    """Close the Redis clients adapters opened in this test, on the test's own event loop."""
+    from rewardq.integrations.verl_scoring import TrajectoryScorer
+
+    created: list[TrajectoryScorer] = []
+    init = TrajectoryScorer.__init__
+
+    def tracking_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(TrajectoryScorer, "__init__", tracking_init)
+    yield
+    for scorer in created:
+        await scorer.aclose()
