@@ -123,8 +123,10 @@ def worker(processes: int | None, **params: Any) -> int:
 
     Flags win over REWARDQ_* environment variables, which win over --config.
     """
+    from rewardq.entry import require_worker_extra
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
+    require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
     if processes and processes > 1:
         return _supervise(processes, params, load_config(params))
     early = EarlySignals().install()  # a SIGTERM during start-up still ends in a clean exit 0

@@ -23,6 +23,17 @@ def missing_worker_module(exc: BaseException) -> str | None:
     return top if top in WORKER_MODULES else None
 
 
+def require_worker_extra() -> None:
+    """Raise MissingDependency naming the first worker-extra module that is not installed (no imports)."""
+    import importlib.util
+
+    from rewardq.errors import MissingDependency
+
+    for module in sorted(WORKER_MODULES):
+        if importlib.util.find_spec(module) is None:
+            raise MissingDependency(module)
+
+
 def main() -> None:
     """Run the CLI; report a missing worker dependency as one line and exit 2."""
     try:
