@@ -8,7 +8,10 @@ import sys
 from tests.support.cli_procs import REPO
 
 # Run rewardq as if `module` were not installed (None in sys.modules makes its import fail).
-WITHOUT = "import sys; sys.modules[{module!r}] = None; sys.argv = ['rewardq', *{argv!r}]; from rewardq.entry import main; main()"
+WITHOUT = (
+    "import sys; sys.modules[{module!r}] = None; sys.argv = ['rewardq', *{argv!r}]; "
+    "from rewardq.entry import main; main()"
+)
 
 
 def run_without(module: str, *argv: str) -> subprocess.CompletedProcess:
