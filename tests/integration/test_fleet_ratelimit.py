@@ -60,6 +60,7 @@ def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, syn
     times = sorted(r.scored_at for r in res.values())
     spread = times[-1] - times[0]
     assert spread >= 10.0, (spread, by_worker)
+    print(f"24 requests at {RPM} rpm across two workers: {spread:.2f} s from first to last, by worker {by_worker}")
     # never more than the bucket plus the refill over any prefix of the run
     for i, t in enumerate(times):
         assert i + 1 <= 2 + (t - times[0]) * RPM / 60 + 1, (i, t - times[0])
