@@ -123,7 +123,7 @@ def worker(processes: int | None, **params: Any) -> int:
 
     Flags win over REWARDQ_* environment variables, which win over --config.
     """
-    from rewardq.entry import require_worker_extra
+    from rewardq.extras import require_worker_extra
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
     require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
@@ -276,8 +276,8 @@ def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""
     import redis.exceptions as rx
 
-    from rewardq.entry import missing_worker_module
     from rewardq.errors import MissingDependency, RewardqError
+    from rewardq.extras import missing_worker_module
 
     module = missing_worker_module(exc)
     if module is not None:

@@ -10,7 +10,7 @@ from tests.support.cli_procs import REPO
 # Run rewardq as if `module` were not installed (None in sys.modules makes its import fail).
 WITHOUT = (
     "import sys; sys.modules[{module!r}] = None; sys.argv = ['rewardq', *{argv!r}]; "
-    "from rewardq.entry import main; main()"
+    "from rewardq.__main__ import main; main()"
 )
 
 

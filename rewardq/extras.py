@@ -1,13 +1,12 @@
-"""The ``rewardq`` console script and ``python -m rewardq``.
+"""What the optional extras provide, and the one-line message when one is missing.
 
 ``pip install rewardq`` is the producer side and the verl adapter only; the command line and
 the workers need the ``worker`` extra. Without it, every command ends with one line that
-says what to install (exit code 2) instead of an ImportError traceback.
+says what to install (exit code 2) instead of an ImportError traceback
+(:mod:`rewardq.__main__` and :mod:`rewardq.cli` use these helpers).
 """
 
 from __future__ import annotations
-
-import sys
 
 #: Top-level modules that come with ``rewardq[worker]`` (and not with the core install).
 WORKER_MODULES = frozenset(
@@ -32,22 +31,3 @@ def require_worker_extra() -> None:
     for module in sorted(WORKER_MODULES):
         if importlib.util.find_spec(module) is None:
             raise MissingDependency(module)
-
-
-def main() -> None:
-    """Run the CLI; report a missing worker dependency as one line and exit 2."""
-    try:
-        from rewardq.cli import main as cli_main
-    except ModuleNotFoundError as exc:
-        module = missing_worker_module(exc)
-        if module is None:
-            raise
-        from rewardq.errors import MissingDependency
-
-        sys.stderr.write(f"error: {MissingDependency(module)}\n")
-        sys.exit(2)
-    cli_main()
-
-
-if __name__ == "__main__":
-    main()
