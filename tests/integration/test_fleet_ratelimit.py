@@ -32,10 +32,11 @@ def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, syn
             f"max_rpm={RPM}",
             "--manager-option",
             "max_concurrent=16",
+            # few in flight per worker, so both workers take part (one could read all 24 at once)
             "--concurrency",
-            "16",
+            "3",
             "--batch-size",
-            "8",
+            "1",
             "--log-level",
             "WARNING",
         ]
