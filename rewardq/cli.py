@@ -70,11 +70,13 @@ def cli(debug: bool) -> None:
     "config",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML/JSON file of WorkerConfig fields or a verl `reward:` block (lowest precedence).",
+    help="YAML/JSON file of WorkerConfig fields and/or verl's trainer config (lowest precedence).",
 )
 @click.option("--redis-url", default=None, help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
 @click.option("--namespace", default=None, help="First component of every key; producers must use the same.")
-@click.option("--manager", default=None, help="naive, dapo, gdpo, limited, remote, disrm, or package.module:Class.")
+@click.option(
+    "--manager", default=None, help="naive, dapo, gdpo, rate_limited, remote, disrm, or package.module:Class."
+)
 @click.option("--tokenizer", default=None, help="tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
 @click.option("--reward-fn", default=None, help="Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].")
 @click.option("--reward-kwargs", default=None, help="JSON object of extra keyword arguments for --reward-fn.")
@@ -136,8 +138,10 @@ def worker(processes: int | None, **params: Any) -> int:
 
     Flags win over REWARDQ_* environment variables, which win over --config.
     """
+    from rewardq.extras import require_worker_extra
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
+    require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
     if processes and processes > 1:
         return _supervise(processes, params, load_config(params))
     early = EarlySignals().install()  # a SIGTERM during start-up still ends in a clean exit 0
@@ -287,8 +291,12 @@ def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""
     import redis.exceptions as rx
 
-    from rewardq.errors import RewardqError
+    from rewardq.errors import MissingDependency, RewardqError
+    from rewardq.extras import missing_worker_module
 
+    module = missing_worker_module(exc)
+    if module is not None:
+        exc = MissingDependency(module)
     if isinstance(exc, RewardqError):
         _error(str(exc))
         return getattr(exc, "exit_code", EXIT_CONFIG)

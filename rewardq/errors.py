@@ -15,6 +15,17 @@ class ConfigError(RewardqError):
     """A setting is missing or wrong. The message names the setting."""
 
 
+class MissingDependency(ConfigError):
+    """A module of the ``worker`` extra is missing: the core install is the producer side only."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+        super().__init__(
+            f"{module} is not installed; the rewardq command line and reward workers need the worker "
+            "extra: pip install 'rewardq[worker]' (the core install is the producer side and the verl adapter)"
+        )
+
+
 class RecordError(RewardqError, ValueError):
     """A record failed to encode, decode or validate.
 

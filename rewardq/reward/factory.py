@@ -18,8 +18,9 @@ from rewardq.reward.registry import get_manager_class
 
 logger = logging.getLogger("rewardq.reward")
 
-#: Options a verl ``reward:`` block carries for some managers only; dropped (with a warning)
-#: when the selected manager does not take them, instead of failing the start-up.
+#: Options a verl config carries for some managers only (verl's reward loop hands them to
+#: whichever manager is selected); dropped, in one log line, when the selected manager does not
+#: take them, instead of failing the start-up.
 VERL_SHARED_OPTIONS = frozenset(
     {
         "max_concurrent",
@@ -31,13 +32,16 @@ VERL_SHARED_OPTIONS = frozenset(
         "overlong_buffer",
         "max_resp_len",
         "experiment_name",
+        "sandbox_fusion_url",
+        "sandbox_fusion_max_concurrent",
+        "sandbox_fusion_memory_limit_mb",
     }
 )
 
 
 def accepted_options(cls: type) -> tuple[set[str], bool]:
     """Keyword options ``cls.__init__`` takes, and whether it takes ``**kwargs``."""
-    sig = inspect.signature(cls)
+    sig = inspect.signature(cls)  # the constructor's parameters, without self
     names, var_kw = set(), False
     for p in sig.parameters.values():
         if p.kind is p.VAR_KEYWORD:
@@ -63,14 +67,16 @@ def build_manager(
     options = dict(options or {})
     names, var_kw = accepted_options(cls)
     if not var_kw:
-        for key in sorted(set(options) - names):
-            if key in VERL_SHARED_OPTIONS:
-                logger.warning("manager %s does not take option %r; ignoring it", spec, key)
-                options.pop(key)
-            else:
+        extra = sorted(set(options) - names)
+        for key in extra:
+            if key not in VERL_SHARED_OPTIONS:
                 raise ConfigError(
                     f"manager {spec!r} does not take option {key!r}; it takes {sorted(names) or 'no options'}"
                 )
+        if extra:
+            logger.info("manager %s does not use the verl option(s) %s; ignoring them", spec, ", ".join(extra))
+            for key in extra:
+                options.pop(key)
     try:
         return cls(tokenizer, compute_score, context=context, **options)
     except TypeError as exc:
