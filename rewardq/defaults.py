@@ -49,7 +49,6 @@ RESULT_TTL = 7 * 86400.0
 SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.
 WAIT_TIMEOUT = 300.0
-<<<<<<< HEAD
 
 #: Where a synchronous ``--reward-fn`` runs: ``process`` (scorer processes, killed on timeout),
 #: ``thread`` (threads of the worker) or ``inline`` (the worker's event loop; trusted, cheap code only).
@@ -71,8 +70,7 @@ EXIT_AFTER_GRACE = 4.0
 #: Seconds a worker process that has stopped (everything handed back) may take to exit before
 #: it exits anyway: a hung thread in asyncio's default executor would otherwise hold it forever.
 EXIT_AFTER_STOP = 2.0
-=======
+
 #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
 #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
 VERL_TIMEOUT = 900.0
->>>>>>> verl
