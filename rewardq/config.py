@@ -55,21 +55,21 @@ class WorkerConfig:
     reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT  # sync reward function: process | thread | inline
     scorer_processes: int | None = defaults.SCORER_PROCESSES  # per function; None: one per core (>= 2)
     # how much
-    concurrency: int = 32  # trajectories scored at once by one worker
-    batch_size: int = 256  # entries per XREADGROUP
-    block_ms: int = 1000
-    score_timeout: float = 300.0  # one trajectory's run_single, seconds
+    concurrency: int = defaults.CONCURRENCY  # trajectories scored at once by one worker
+    batch_size: int = defaults.BATCH_SIZE  # entries per XREADGROUP
+    block_ms: int = defaults.BLOCK_MS
+    score_timeout: float = defaults.SCORE_TIMEOUT  # one trajectory's run_single, seconds
     # recovery
-    claim_idle: float = 60.0  # seconds before another worker reclaims a pending entry
-    max_deliveries: int = 5  # deliveries before an entry is dead-lettered
+    claim_idle: float = defaults.CLAIM_IDLE  # seconds before another worker reclaims a pending entry
+    max_deliveries: int = defaults.MAX_DELIVERIES  # deliveries before an entry is dead-lettered
     max_crashes: int = defaults.MAX_CRASHES  # worker deaths while a trajectory is scored alone
-    lease_seconds: float = 30.0
-    heartbeat_interval: float = 2.0
-    maintenance_interval: float = 5.0
-    incomplete_timeout: float = 600.0  # seconds a trajectory may wait for missing outputs
-    result_ttl: float = 7 * 86400.0  # 0 keeps results forever
+    lease_seconds: float = defaults.LEASE_SECONDS
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
+    maintenance_interval: float = defaults.MAINTENANCE_INTERVAL
+    incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT  # seconds a trajectory may wait for missing outputs
+    result_ttl: float = defaults.RESULT_TTL  # 0 keeps results forever
     keep_records: float = 0.0  # seconds to keep a scored trajectory's outputs for `rewardq inspect`
-    shutdown_grace: float = 30.0
+    shutdown_grace: float = defaults.SHUTDOWN_GRACE
     max_record_bytes: int = defaults.MAX_RECORD_BYTES
     # observability
     metrics_port: int | None = None
