@@ -35,18 +35,25 @@ __all__ = ["time_limit", "require_main_thread"]
 
 
 def require_main_thread(scorer: str) -> None:
-    """Raise :class:`~rewardq.errors.ScoringError` unless called in a process's main thread."""
+    """Raise :class:`~rewardq.errors.ScoringError` unless called in a process's main thread.
+
+    Args:
+        scorer: what needs the signal, for the message (``"the numina (prime_math) scorer"``).
+
+    Raises:
+        ScoringError: in any other thread.
+    """
     current = threading.current_thread()
     if current is not threading.main_thread():
         raise ScoringError(
-            f"the {scorer} scorer bounds sympy with SIGALRM, which only works in the main thread of a "
-            f"process; it was called from thread {current.name!r}. Score these data sources in scorer "
-            "processes (the worker does so for placement='process' scorers; or --manager remote)"
+            f"{scorer} uses SIGALRM for its time limit, which only works in the main thread of a process; "
+            f"it was called from thread {current.name!r}. Score these data sources in scorer processes "
+            "(the worker does so for placement='process' scorers; or --manager remote)"
         )
 
 
 @contextmanager
-def time_limit(seconds: float, what: str = "the block") -> Iterator[None]:
+def time_limit(seconds: float, what: str = "the timed step") -> Iterator[None]:
     """Raise :class:`TimeoutError` in the ``with`` block once ``seconds`` have passed.
 
     An outer ``ITIMER_REAL`` that would fire sooner is left alone (the outer limit wins);

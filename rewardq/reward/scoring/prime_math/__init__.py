@@ -121,7 +121,7 @@ def compute_score(solution_str: Any, ground_truth: Any) -> float:
         ScoringError: called outside a process's main thread.
         MissingDependencyError: the ``math`` extra is not installed.
     """
-    require_main_thread("numina (prime_math)")
+    require_main_thread("the numina (prime_math) scorer")
     prm800k = import_math_extra("rewardq.reward.scoring.prime_math.prm800k", "numina (prime_math)")
     from rewardq.reward.scoring.prime_math import tora
 
