@@ -16,57 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rewardq.consumers.batch import build_batch
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.reward import scoring
-from rewardq.reward.base import ManagerContext, RewardManager, ScoringSettings
+from rewardq.reward.base import RewardManager
 from rewardq.reward.loader import load_score_fn
-from rewardq.reward.managers.naive import NaiveRewardManager
-from rewardq.reward.tokenizer import load_tokenizer
 from tests.support import misbehaving
-
-TOK = load_tokenizer("builtin:demo")
-MISBEHAVING = str(Path(__file__).parents[1] / "support" / "misbehaving.py")
-
-
-def trajectory(response: str, ground_truth: str = "ok", data_source: str = "test") -> object:
-    sample = {"data_source": data_source, "reward_model": {"ground_truth": ground_truth}, "extra_info": {}}
-    record = OutputRecord(
-        uid="u",
-        session_id="s",
-        index=0,
-        final=True,
-        prompt_ids=np.array(TOK.encode("Q?"), dtype=np.int32),
-        response_ids=np.array(TOK.encode(response), dtype=np.int32),
-        sample=sample,
-    )
-    return build_batch([record])
-
-
-@pytest.fixture
-async def naive():
-    """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
-    made: list[RewardManager] = []
-
-    def make(fn, **settings) -> NaiveRewardManager:
-        m = NaiveRewardManager(TOK, fn, context=ManagerContext(scoring=ScoringSettings(**settings)))
-        made.append(m)
-        return m
-
-    yield make
-    for m in made:
-        await m.close()
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
+from tests.support.isolation import alive, trajectory
 
 # -- placement ---------------------------------------------------------------------------------
 
@@ -163,57 +120,6 @@ async def test_an_exception_keeps_its_type_message_and_the_child_traceback(naive
     assert isinstance(cause, RemoteTraceback) and "misbehaving.py" in cause.text and "_act" in cause.text
 
 
-async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive):
-    """Four calls hang in a pool of two; good calls after them finish long before the hung
-    ones time out (spares), and the hung processes are killed when their callers give up."""
-    m = naive(misbehaving.misbehave, processes=2, spare_after=0.5, max_spares=8)
-    await m.prepare_scoring()
-    pool = m.score_router.place_of(misbehaving.misbehave).pool
-
-    async def hung():
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(m.run_single(trajectory("hang")), 8.0)
-
-    async def good():
-        t0 = time.monotonic()
-        assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
-        return time.monotonic() - t0
-
-    hangs = [asyncio.create_task(hung()) for _ in range(4)]
-    await asyncio.sleep(0.2)
-    busy = list(pool.pids)
-    took = await asyncio.gather(*(good() for _ in range(4)))
-    assert max(took) < 6.0, took  # a good call never waits for a hung one's timeout (8 s)
-    await asyncio.gather(*hangs)
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in busy) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert not any(alive(p) for p in busy), "the hung processes were killed"
-    assert pool.counters["spares"] >= 2
-    assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
-
-
-async def test_a_gil_holder_does_not_stall_its_neighbours(naive):
-    m = naive(misbehaving.misbehave, processes=2)
-    await m.prepare_scoring()
-    t0 = time.monotonic()
-    ticks = []
-
-    async def ticker():
-        while time.monotonic() - t0 < 2.5:
-            ticks.append(time.monotonic())
-            await asyncio.sleep(0.05)
-
-    holder = asyncio.create_task(m.run_single(trajectory("gil:3")))
-    await asyncio.sleep(0.2)
-    tick = asyncio.create_task(ticker())
-    neighbour = await m.run_single(trajectory("ok"))
-    assert neighbour["reward_score"] == 1.0 and time.monotonic() - t0 < 2.5
-    await tick
-    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 1.0  # the event loop kept running
-    assert (await holder)["reward_score"] == 0.0
-
-
 # -- threads and in-process code ----------------------------------------------------------------
 
 
@@ -286,21 +192,6 @@ async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape,
     with pytest.raises(ScoringError) as info:
         await scorer.score([record])
     assert str(info.value) == reason
-
-
-async def test_spares_stay_within_their_bound(naive):
-    m = naive(misbehaving.misbehave, processes=1, spare_after=0.2, max_spares=1)
-    await m.prepare_scoring()
-    pool = m.score_router.place_of(misbehaving.misbehave).pool
-    hung = [asyncio.create_task(m.run_single(trajectory("hang"))) for _ in range(3)]
-    most = 0
-    for _ in range(30):  # 1.5 s: long enough for several spare checks
-        most = max(most, sum(1 for s in pool._slots if not s.dead))
-        await asyncio.sleep(0.05)
-    assert most == 2 and pool.counters["spares"] == 1  # one process plus at most one spare
-    for task in hung:
-        task.cancel()
-    await asyncio.gather(*hung, return_exceptions=True)
 
 
 async def test_the_cost_benchmark_measures_every_placement():
