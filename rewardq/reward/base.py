@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.codeexec.stats import CodeStats
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -46,6 +48,10 @@ class ManagerContext:
         worker_name: the hosting worker's name (for logs and limiter bookkeeping).
         cluster: True when ``redis_url`` is a Redis Cluster.
         extra: anything else a deployment wants to hand its custom managers.
+        code: how the default scorer runs code (``sandbox_fusion_*`` / ``code_local_*``
+            manager options, which every manager accepts; see
+            :mod:`rewardq.reward.codeexec.settings`).
+        code_stats: code-execution counters per data source (``rewardq status``, ``/metrics``).
     """
 
     redis_url: str | None = None
@@ -53,6 +59,30 @@ class ManagerContext:
     worker_name: str = "local"
     cluster: bool = False
     extra: dict = field(default_factory=dict)
+    code: CodeExecSettings = field(default_factory=CodeExecSettings)
+    code_stats: CodeStats = field(default_factory=CodeStats)
+    _code_runtime: Any = field(default=None, init=False, repr=False)
+
+    def code_runtime(self) -> Any:
+        """The worker's :class:`~rewardq.reward.codeexec.runtime.CodeRuntime` (created on first use)."""
+        if self._code_runtime is None:
+            from rewardq.reward.codeexec.runtime import CodeRuntime
+
+            self._code_runtime = CodeRuntime(
+                self.code,
+                stats=self.code_stats,
+                redis_url=self.redis_url,
+                namespace=self.namespace,
+                cluster=self.cluster,
+                worker_name=self.worker_name,
+            )
+        return self._code_runtime
+
+    async def aclose(self) -> None:
+        """Release what the context created (the code runtime's HTTP session and Redis client)."""
+        if self._code_runtime is not None:
+            await self._code_runtime.close()
+            self._code_runtime = None
 
 
 class RewardManager(ABC):
@@ -107,9 +137,11 @@ class RewardManager(ABC):
         """
         if is_async_callable(fn):
             return await fn(**kwargs)
-        from rewardq.reward.scoring import default_compute_score
+        from rewardq.reward.scoring import compute_score_async, default_compute_score, placement_of
 
         if fn is default_compute_score:
+            if placement_of(kwargs.get("data_source")) == "async":  # code execution: awaited, never blocking
+                return await compute_score_async(**kwargs, code_runtime=self.context.code_runtime())
             return fn(**kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, lambda: fn(**kwargs))

@@ -9,6 +9,7 @@ data_source                                                       scorer        
 ``math_dapo``, ``math``, ``math_dapo_reasoning``, ``aime*``       :mod:`.dapo_math`          ``{score, acc, pred}``
 ``searchR1_nq``, ``_triviaqa``, ``_popqa``, ``_hotpotqa``,        :mod:`.search_r1`          1.0 / 0.0
 ``_2wikimultihopqa``, ``_musique``, ``_bamboogle``
+``codecontests``, ``apps``, ``codeforces``, ``taco``              :mod:`.code` (async)       ``{score, acc, ...}``
 ================================================================  =========================  ============
 
 Anything else raises :class:`~rewardq.errors.UnknownDataSourceError`, which names the
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq.errors import UnknownDataSourceError
-from rewardq.reward.scoring import dapo_math, gsm8k, math_boxed, search_r1
+from rewardq.reward.scoring import code, dapo_math, gsm8k, math_boxed, search_r1
 
 __all__ = [
     "default_compute_score",
@@ -85,6 +86,7 @@ EXACT_SCORERS: dict[str, Scorer] = {
     "searchR1_2wikimultihopqa": _search_r1,
     "searchR1_musique": _search_r1,
     "searchR1_bamboogle": _search_r1,
+    **{name: code.scorer_for(name) for name in code.CODE_DATA_SOURCES},
 }
 
 #: (prefix, scorer) rules tried in order when no exact entry matches.
