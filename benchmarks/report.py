@@ -1,4 +1,5 @@
-"""The result table, the ratios measured in the same run, and PASS/MISS against issue 5's targets.
+"""The result table, the ratios measured in the same run, and PASS/MISS against the performance targets
+(0.5x the raw loop's outputs/s, 5x the fastest peer, p99 <= 3 ms and below every peer).
 
 Ratios: on a throughput row, "vs raw" is its outputs/s over the raw baseline's and
 "vs best peer" its trajectories/s over the fastest peer's (every system drains the same
@@ -207,7 +208,7 @@ def render(rows: list[Row], tgts: list[Target], console: Console | None = None, 
             r.note,
         )
     console.print(t)
-    tt = Table(title="targets (issue 5)")
+    tt = Table(title="targets")
     for col in ("target", "goal", "measured", "result"):
         tt.add_column(col, overflow="fold")
     for g in tgts:

@@ -10,7 +10,7 @@ before ``serve`` reads the first entry. The worker is built from a plain
 tokenizer, concurrency 32, batch 256), so what is measured is what ``rewardq worker`` runs.
 
 With ``BENCH_PYINSTRUMENT=FILE`` the serving part runs under pyinstrument (main thread only;
-the scoring executor thread is invisible to it: prefer py-spy, see ``benchmarks/PROFILE.md``).
+the scoring executor thread is invisible to it: prefer py-spy, see ``docs/performance.md``).
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def run(s: Settings, cleanup: Cleanup) -> list[Row]:
                 "throughput",
                 status=f"not runnable: kombu's Redis transport needs redis-py>=6.1, "
                 f"this environment has {redis.__version__} (arq pins redis<6)",
-                note="run with a redis-py>=6.1 on PYTHONPATH, see benchmarks/PROFILE.md",
+                note="run with a redis-py>=6.1 on PYTHONPATH, see docs/performance.md",
             )
         ]
     return base.run(CeleryPeer(s), cleanup)

@@ -20,7 +20,7 @@ column of the sample, ``__num_turns__``, ``tool_extra_fields`` (that output's
 The valid response of row ``i`` is always ``responses[i, :response_len[i]]``, equal to
 ``responses[i][attention_mask[i, P:].bool()]``, whatever the other rows' lengths.
 
-Cost (benchmarks/PROFILE.md): the non-tensor columns are built through tensordict's own
+Cost (docs/performance.md): the non-tensor columns are built through tensordict's own
 flat-stack fast path (the objects ``NonTensorStack.from_list`` builds, ~3x cheaper for
 dict values), and :func:`last_row` gives the one-row batch ``data[-1:]`` ~7x cheaper
 than TensorDict's general indexing (both in :mod:`rewardq.reward.rows`, which falls back to
@@ -105,7 +105,7 @@ def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> 
     rows["reward_scores"] = [{} if r.reward_score is None else {"reward_score": r.reward_score} for r in records]
     rows["prompt_len"] = plens
     rows["response_len"] = rlens
-    columns: dict[str, Any] = dict(tensors)
+    columns: dict[Any, Any] = dict(tensors)
     for col, values in rows.items():
         columns[col] = non_tensor_column(values)
     if not row_readers.FAST_PATH:

@@ -43,12 +43,12 @@ class _LimiterCollector:
             "rewardq_ratelimit_wait_seconds", "Seconds spent waiting for the rate limiter", labels=["kind"]
         )
         for kind, st in (self._stats() or {}).items():
-            count = st.get("waits", st.get("count", 0)) if isinstance(st, dict) else getattr(st, "count", 0)
-            seconds = (
-                st.get("wait_seconds", st.get("seconds", 0.0)) if isinstance(st, dict) else getattr(st, "seconds", 0.0)
-            )
-            waits.add_metric([kind], float(count))
-            secs.add_metric([kind], float(seconds))
+            if isinstance(st, dict):
+                count, seconds = st.get("waits", st.get("count")), st.get("wait_seconds", st.get("seconds"))
+            else:
+                count, seconds = getattr(st, "count", None), getattr(st, "seconds", None)
+            waits.add_metric([kind], float(count or 0))
+            secs.add_metric([kind], float(seconds or 0.0))
         yield waits
         yield secs
 

@@ -222,6 +222,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
             url = embedded.start().url
             where = f"embedded Redis stand-in (fakeredis over TCP at {url})"
         else:
+            assert opts.redis_url is not None  # no embedded stand-in means a URL was given
             url = opts.redis_url
             probe_redis(url)
             where = f"Redis at {redact_url(url)}"

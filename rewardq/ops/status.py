@@ -284,7 +284,10 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
         parts.append(_code_table(st["code"]))
 
     rec = st["recent"]
-    lat = lambda v: "-" if v is None else f"{v:,.1f} ms"  # noqa: E731
+
+    def lat(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.1f} ms"
+
     kinds = ", ".join(f"{k}: {n}" for k, n in sorted(st["dead_letters_by_kind"].items()))
     facts = Table(show_header=False, box=None, padding=(0, 2))
     facts.add_column(style="bold")

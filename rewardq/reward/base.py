@@ -133,7 +133,7 @@ class RewardManager(ABC):
         """Call a sync or async scoring function; sync ones run in the default executor.
 
         The built-in default scorer (regexes over the end of the text, tens of microseconds)
-        is called inline: the executor hop alone costs ~0.4 ms of CPU (benchmarks/PROFILE.md).
+        is called inline: the executor hop alone costs ~0.4 ms of CPU (docs/performance.md).
         """
         if is_async_callable(fn):
             return await fn(**kwargs)

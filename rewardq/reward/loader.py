@@ -121,7 +121,7 @@ def bind_kwargs(fn: Callable[..., Any], kwargs: dict) -> Callable[..., Any]:
         async def bound(*args: Any, **call_kwargs: Any) -> Any:
             return await fn(*args, **{**kwargs, **call_kwargs})
 
-        bound.keywords = dict(kwargs)  # type: ignore[attr-defined]  # like functools.partial.keywords
+        setattr(bound, "keywords", dict(kwargs))  # noqa: B010 - like functools.partial.keywords; mypy sees no such attribute
         return bound
     return functools.partial(fn, **kwargs)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import TypeVar
 
 from rewardq.errors import UnknownManagerError
@@ -67,7 +67,7 @@ def _load_builtins() -> None:
             logger.debug("built-in manager module %s not present", mod)
 
 
-def _entry_point_classes() -> dict[str, object]:
+def _entry_point_classes() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
@@ -96,7 +96,7 @@ def get_manager_class(spec: str) -> type[RewardManager]:
         return _REGISTRY[spec]
     eps = _entry_point_classes()
     if spec in eps:
-        cls = eps[spec].load()  # type: ignore[attr-defined]
+        cls = eps[spec].load()
     elif ":" in spec:
         try:
             cls = import_object(spec, "manager")

@@ -19,15 +19,17 @@ private) where it exists and the public ``NonTensorStack`` API where it does not
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
 
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
-try:  # tensordict's flat-stack fast path (0.15): same objects as NonTensorStack.from_list
-    from tensordict.tensorclass import _flat_ntd, _init_flat
-except ImportError:  # tensordict 0.10 and earlier: the public path below
-    _flat_ntd = _init_flat = None
+# tensordict's flat-stack fast path (0.15): the objects NonTensorStack.from_list builds. Private
+# helpers, looked up by name so that a release without them (0.10) takes the public path.
+_tensorclass = importlib.import_module("tensordict.tensorclass")
+_flat_ntd: Any = getattr(_tensorclass, "_flat_ntd", None)
+_init_flat: Any = getattr(_tensorclass, "_init_flat", None)
 
 #: True when tensordict's private flat-stack helpers are available (see the module doc).
 FAST_PATH = _init_flat is not None
@@ -72,7 +74,7 @@ def last_row(data: TensorDict) -> TensorDict:
         return data
     if not FAST_PATH or n == 0 or type(data) is not TensorDict:
         return data[-1:]
-    columns: dict[str, Any] = {}
+    columns: dict[Any, Any] = {}
     for key, value in data.items():
         if isinstance(value, torch.Tensor):
             columns[key] = value[n - 1 :]

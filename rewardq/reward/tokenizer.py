@@ -55,8 +55,11 @@ BACKENDS = ("auto", "tokenizers", "transformers")
 class Tokenizer(Protocol):
     """What rewardq needs from a tokenizer (both wrappers below implement it)."""
 
-    eos_token: str | None
-    bos_token: str | None
+    @property
+    def eos_token(self) -> str | None: ...
+
+    @property
+    def bos_token(self) -> str | None: ...
 
     @property
     def vocab_size(self) -> int: ...
@@ -341,7 +344,7 @@ def _from_tokenizer_json(path: Path, name: str, meta: dict) -> FastTokenizer:
 
 def _transformers_available() -> bool:
     try:
-        import transformers  # noqa: F401
+        import transformers  # noqa: F401 - only whether it imports matters
     except ImportError:
         return False
     return True

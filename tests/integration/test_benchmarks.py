@@ -88,9 +88,15 @@ def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, t
     # And latency is timed from the final output's put by default (outputs 0..n-2 went before)
     assert data["settings"]["latency_mode"] == "final"
     assert "put_output(final)" in rows[("rewardq", "latency", 1, None)]["note"]
+    # And each verdict follows from the numbers of this run
     verdicts = {t["name"]: t["verdict"] for t in data["targets"]}
-    assert verdicts["throughput vs raw baseline (1 worker)"] in ("PASS", "MISS")
-    assert verdicts["p99 latency, final put -> reward readable"] in ("PASS", "MISS")
+    ratio = (
+        rows[("rewardq", "throughput", 1, None)]["outputs_per_s"]
+        / rows[("raw", "throughput", 1, None)]["outputs_per_s"]
+    )
+    assert verdicts["throughput vs raw baseline (1 worker)"] == ("PASS" if ratio >= 0.5 else "MISS"), (ratio, verdicts)
+    p99 = rows[("rewardq", "latency", 1, None)]["p99_ms"]
+    assert verdicts["p99 latency, final put -> reward readable"] == ("PASS" if p99 <= 3.0 else "MISS"), (p99, verdicts)
     # And it left none of its keys behind
     run_id = data["settings"]["run_id"]
     assert not list(sync_redis.scan_iter(match=f"rqbench-{run_id}-*", count=1000))

@@ -83,7 +83,7 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
                 _die(f"kill-after-read: {len(entries)} entries delivered, none stored")
             return entries
 
-        broker.read = faulty_read  # type: ignore[method-assign]
+        broker.read = faulty_read  # type: ignore[method-assign] - the fault hook replaces the method
         return
 
     commit_many = broker.commit_many
@@ -115,8 +115,8 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
 
     # the worker commits through its CommitCoalescer: commit alone, commit_many in batches
     commit = broker.commit
-    broker.commit_many = faulty_commit_many  # type: ignore[method-assign]
-    broker.commit = faulty_commit  # type: ignore[method-assign]
+    broker.commit_many = faulty_commit_many  # type: ignore[method-assign] - fault hook
+    broker.commit = faulty_commit  # type: ignore[method-assign] - fault hook
 
 
 class FaultyWorker(Worker):

@@ -31,7 +31,7 @@ Run it with ``rewardq worker --manager seqpo_simt`` (an entry point of this pack
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
@@ -41,7 +41,13 @@ from rewardq.reward.rows import non_tensor, valid_response_ids
 
 
 def fused_reward(
-    chunks: list[str], reads: list[int], reference: str, source_len: int, *, latency_weight: float, quality=chrf
+    chunks: list[str],
+    reads: list[int],
+    reference: str,
+    source_len: int,
+    *,
+    latency_weight: float,
+    quality: Callable[[str, str], float] = chrf,
 ) -> dict[str, Any]:
     """The SeqPO-SiMT reward of a sequence of steps (pure function; see the module doc)."""
     words: list[str] = []

@@ -43,7 +43,10 @@ def make_simt_trajectories(
         src = [rng.choice(_WORDS) for _ in range(rng.randint(4, 14))]
         ref = [translate_word(w) for w in src]
         k = rng.randint(1, 4)
-        read, written, outputs, chunks, reads = 0, 0, [], [], []
+        read, written = 0, 0
+        outputs: list[dict[str, Any]] = []
+        chunks: list[str] = []
+        reads: list[int] = []
         prompt = "Translate simultaneously:"
         while read < len(src):
             read = min(len(src), read + rng.randint(1, 3))

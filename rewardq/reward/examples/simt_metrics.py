@@ -26,7 +26,8 @@ def chrf(hypothesis: str, reference: str, *, max_order: int = 6, beta: float = 2
     hyp, ref = hypothesis.replace(" ", ""), reference.replace(" ", "")
     if not hyp or not ref:
         return 1.0 if hyp == ref else 0.0
-    precisions, recalls = [], []
+    precisions: list[float] = []
+    recalls: list[float] = []
     for n in range(1, max_order + 1):
         h, r = _ngrams(hyp, n), _ngrams(ref, n)
         if not h or not r:
@@ -36,11 +37,12 @@ def chrf(hypothesis: str, reference: str, *, max_order: int = 6, beta: float = 2
         recalls.append(overlap / sum(r.values()))
     if not precisions:
         return 0.0
-    p, r = sum(precisions) / len(precisions), sum(recalls) / len(recalls)
-    if p == 0 and r == 0:
+    p: float = sum(precisions) / len(precisions)
+    r_: float = sum(recalls) / len(recalls)
+    if p == 0 and r_ == 0:
         return 0.0
     b2 = beta * beta
-    return (1 + b2) * p * r / (b2 * p + r)
+    return (1 + b2) * p * r_ / (b2 * p + r_)
 
 
 def average_lagging(delays: Sequence[int], source_len: int) -> float:

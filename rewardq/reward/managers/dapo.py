@@ -151,7 +151,8 @@ class DAPORewardManager(RewardManager):
         result = await score_final_output(self, final, final.extra_info)
         cfg = self.overlong_buffer
         if cfg is not None and cfg.enable:
-            penalty = cfg.penalty(final.valid_response_length, self.max_resp_len)  # type: ignore[arg-type]
+            assert self.max_resp_len is not None  # OverlongBuffer.from_option refuses an enabled buffer without it
+            penalty = cfg.penalty(final.valid_response_length, self.max_resp_len)
             result["reward_score"] = to_float(result["reward_score"] + penalty)
             if cfg.log:
                 result["reward_extra_info"]["overlong_reward"] = penalty

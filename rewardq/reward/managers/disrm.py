@@ -178,6 +178,8 @@ class DisRMRewardManager(RewardManager):
             response = response.replace(eos, "")
         chat = [dict(m) for m in raw_prompt] + [{"role": "assistant", "content": response}]
         prompt = self.rm_tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False)
+        if not isinstance(prompt, str):
+            raise ScoringError("the reward model's chat template returned token ids, not text")
         bos = getattr(self.rm_tokenizer, "bos_token", None)
         if bos and prompt.startswith(bos):
             prompt = prompt[len(bos) :]
