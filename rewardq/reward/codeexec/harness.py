@@ -252,21 +252,35 @@ def _call_stdin_program(method: Any, text: str) -> None:
     inner(method)
 
 
+def _describe(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"[:2000]
+    except MemoryError:  # the program used up its memory: keep the report small
+        return type(exc).__name__
+
+
 def _stdin_case(method: Any, text: str, timeout: int) -> dict:
     buf = io.StringIO()
     setattr(buf, "close", lambda x: 1)  # noqa: B010 - prime_code's capture: close(x) is a no-op taking one argument
     real = sys.stdout
+    failure: Exception | None = None
     sys.stdout = buf
     signal.alarm(timeout)
     try:
         _call_stdin_program(method, text)
     except Exception as exc:  # noqa: BLE001 - the program's failure is the result
-        signal.alarm(0)
-        return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        failure = exc
     finally:
+        signal.alarm(0)
         sys.stdout = real
-    signal.alarm(0)
-    return {"out": buf.getvalue()}
+    if failure is not None:
+        io.StringIO.close(buf)  # free what it printed before building the report (MemoryError)
+        return {"error": _describe(failure)}
+    try:
+        return {"out": buf.getvalue()}
+    except MemoryError:  # as in prime_code, collecting the output fails and the whole run ends
+        io.StringIO.close(buf)
+        return {"abort": "MemoryError: its output does not fit in the memory limit"}
 
 
 def _call_case(method: Any, args: list, timeout: int) -> dict:
@@ -277,7 +291,7 @@ def _call_case(method: Any, args: list, timeout: int) -> dict:
         plain = json.dumps(_plain(value))
     except Exception as exc:  # noqa: BLE001 - the program's failure is the result
         signal.alarm(0)
-        return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        return {"error": _describe(exc)}
     signal.alarm(0)
     return {"value": plain}
 
@@ -320,10 +334,10 @@ def run_program(job: dict, run: dict, fd: int, workdir: str) -> None:
     try:
         method = _load(job, timeout)
     except Exception as exc:  # noqa: BLE001 - a program that does not load is a compile error
-        out.emit({"load_error": f"{type(exc).__name__}: {exc}"[:2000]})
+        out.emit({"load_error": _describe(exc)})
         _exit(0)
     except BaseException as exc:  # noqa: BLE001 - SystemExit at import: prime_code's process ends
-        out.emit({"case": run["cases"][0] if run["cases"] else -1, "abort": f"{type(exc).__name__}: {exc}"[:2000]})
+        out.emit({"case": run["cases"][0] if run["cases"] else -1, "abort": _describe(exc)})
         _exit(0)
     for i in run["cases"]:
         raw = job["inputs"][i]
@@ -332,12 +346,12 @@ def run_program(job: dict, run: dict, fd: int, workdir: str) -> None:
                 raise TypeError(f"input must be text, got {type(raw).__name__}")
             args = _call_args(raw) if call_based else None
         except Exception as exc:  # noqa: BLE001 - prime_code's whole run dies on such an input
-            out.emit({"case": i, "abort": f"{type(exc).__name__}: {exc}"[:2000]})
+            out.emit({"case": i, "abort": _describe(exc)})
             _exit(0)
         try:
             result = _call_case(method, args, timeout) if args is not None else _stdin_case(method, raw, timeout)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt end prime_code's process
-            out.emit({"case": i, "abort": f"{type(exc).__name__}: {exc}"[:2000]})
+            out.emit({"case": i, "abort": _describe(exc)})
             _exit(0)
         out.emit({"case": i, **result})
     out.emit({"done": True})

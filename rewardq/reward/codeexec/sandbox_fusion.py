@@ -157,6 +157,17 @@ class SandboxFusionClient:
         )
 
 
+async def _all_or_none(coros: list[Any]) -> list[CaseOutcome]:
+    """Await every case; the first failure cancels the others (a down sandbox fails them all anyway)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def classify(answer: dict, expected: Any) -> CaseOutcome:
     """verl's reading of one ``run_code`` answer for a case whose expected output is ``expected``."""
     status = answer.get("status")
@@ -232,7 +243,7 @@ async def score_sandbox_fusion(
         outcome = classify(answer, tc.outputs[i])
         return outcome if outcome.passed else CaseOutcome(outcome.code, outcome.status, f"case {i}: {outcome.message}")
 
-    outcomes = list(await asyncio.gather(*(one(i) for i in range(counted))))
+    outcomes = await _all_or_none([one(i) for i in range(counted)])
     first_compile = next((i for i, o in enumerate(outcomes) if o.code == -4), None)
     if first_compile is not None:  # verl: every later case counts as a compile error too
         outcomes[first_compile + 1 :] = [outcomes[first_compile]] * (counted - first_compile - 1)
