@@ -46,7 +46,8 @@ CASES = [
         "stdin-right-main-guard",
         "codeforces",
         fenced(
-            "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\nif __name__ == '__main__':\n    main()"
+            "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\n"
+            "if __name__ == '__main__':\n    main()"
         ),
         ADD,
     ),
