@@ -316,10 +316,13 @@ async def _invoke(cmd: list[str], env: dict[str, str], job: bytes, wall: float, 
                 raise CodeSandboxError(f"the local code sandbox printed more than {limit} bytes")
         return bytes(data)
 
+    async def communicate() -> tuple[bytes, bytes]:
+        assert proc.stdout is not None and proc.stderr is not None
+        _, out, err = await asyncio.gather(feed(), read(proc.stdout, cap), read(proc.stderr, _STDERR_CAP))
+        return out, err
+
     try:
-        _, out, err = await asyncio.wait_for(
-            asyncio.gather(feed(), read(proc.stdout, cap), read(proc.stderr, _STDERR_CAP)), wall
-        )
+        out, err = await asyncio.wait_for(communicate(), wall)
         code = await proc.wait()
     except asyncio.TimeoutError:
         raise CodeSandboxError(f"the local code sandbox did not finish within {wall:.0f}s") from None
