@@ -58,6 +58,21 @@ CASES = [
         ADD,
     ),
     CodeCase("stdin-right-open0", "codecontests", fenced("a, b = map(int, open(0).read().split())\nprint(a + b)"), ADD),
+    CodeCase(
+        "stdin-right-builtins-open",
+        "codecontests",
+        fenced("import builtins\nprint(sum(map(int, builtins.open(0).read().split())))"),
+        ADD,
+    ),
+    CodeCase(
+        "stdin-right-readline-past-eof",
+        "codecontests",
+        fenced(
+            "import sys\na = sys.stdin.readline()\nb = sys.stdin.readline()\n"
+            "print(sum(map(int, a.split())) if b == '' else 0)"
+        ),
+        ADD,
+    ),
     CodeCase("stdin-right-sys-exit", "codecontests", fenced(READ_ADD + "\nimport sys\nsys.exit(0)"), ADD),
     CodeCase(
         "stdin-right-lines", "codecontests", fenced("n = int(input())\nfor x in input().split():\n    print(x)"), LINES

@@ -53,7 +53,7 @@ ISOLATIONS = ("auto", "namespaces", "rlimits")
 #: What ``unshare`` creates for a job: everything but a user and a cgroup namespace.
 UNSHARE_ARGS = ("--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "--kill-child", "--mount-proc")
 #: Imported by the supervisor before it forks runners, so no run pays for them.
-PREIMPORT = (*PREAMBLE_STAR_MODULES, "unittest.mock")
+PREIMPORT = PREAMBLE_STAR_MODULES
 _STDERR_CAP = 65536
 #: The isolation each requested mode resolved to in this process (the host does not change).
 _DECIDED: dict[str, str] = {}
