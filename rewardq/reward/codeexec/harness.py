@@ -260,8 +260,8 @@ class _InputFile:
     def __enter__(self) -> _InputFile:
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
-        return False
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
     def write(self, data: Any) -> int:
         return len(data)
