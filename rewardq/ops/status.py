@@ -165,6 +165,15 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
             f"{_n(st['dead_letters'], 'dead letter')} ({kinds or 'kinds not counted'}): rewardq "
             f"dead-letters list{_ns(ns)}; after a fix: rewardq dead-letters retry --all{_ns(ns)}",
         )
+    broken = {ds: c["statuses"]["error"] for ds, c in st.get("code", {}).items() if c["statuses"].get("error")}
+    if broken:
+        shown = ", ".join(f"{ds} {n}" for ds, n in sorted(broken.items()))
+        say(
+            "warning",
+            f"{_n(sum(broken.values()), 'code response')} could not be scored because the code sandbox failed "
+            f"({shown}): their trajectories have error results naming why (rewardq dead-letters list{_ns(ns)}); "
+            "check the worker logs and sandbox_fusion_url, then rewardq dead-letters retry --all",
+        )
     rec = st["recent"]
     if rec["errors"]:
         say(

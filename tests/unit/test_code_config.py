@@ -96,8 +96,10 @@ def test_counters_per_data_source_and_their_sum_over_workers():
     assert total["taco"]["statuses"] == {"passed": 2, "timeout": 2}
 
 
-def test_status_renders_a_code_table():
+def test_status_renders_a_code_table_and_names_sandbox_failures():
     from rich.console import Console
+
+    from rewardq.ops.status import diagnose
 
     st = {
         "time": 0.0,
@@ -116,6 +118,10 @@ def test_status_renders_a_code_table():
         "code": code_totals([{"code": _stats().snapshot()}]),
     }
     st["recent"].update(latency_ms_p50=None, latency_ms_p99=None)
+    st["diagnosis"] = diagnose(st)
+    assert any(
+        "1 code response could not be scored" in d["message"] and "apps 1" in d["message"] for d in st["diagnosis"]
+    )
     console = Console(width=200, record=True)
     console.print(render_status(st))
     text = console.export_text()

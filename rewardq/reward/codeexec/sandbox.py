@@ -17,8 +17,9 @@ allows, detected once by :meth:`LocalSandbox.start` with a probe program:
     the same child processes, rlimits, scrubbed environment, fresh work dir (removed
     afterwards) and no inherited descriptors, but as the worker's own user: the program can
     open network connections, read what the worker's user can read, and signal the worker's
-    user's processes. The worker logs a warning naming these at start-up; use SandboxFusion
-    or a host where namespaces work for untrusted code.
+    user's processes, and a process that leaves its process group (``setsid``) can outlive the
+    run. The worker logs a warning naming this when it scores its first code response; use
+    SandboxFusion or a host where namespaces work for untrusted code.
 
 In both, each run's process gets: RLIMIT_AS = ``memory_limit_mb``, RLIMIT_CPU = the run's
 deadline + 1 s, RLIMIT_FSIZE, RLIMIT_NPROC (per sandbox uid, so with namespaces only),
@@ -108,6 +109,14 @@ class SandboxLimits:
     output_bytes: int = defaults.CODE_MAX_OUTPUT_BYTES
 
 
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), not the host's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _scrubbed_env(home: str) -> dict[str, str]:
     return {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -147,7 +156,7 @@ class LocalSandbox:
         limits: per-run limits.
         isolation: ``"auto"`` (namespaces when the probe passes, else rlimits),
             ``"namespaces"`` (fail when unavailable) or ``"rlimits"``.
-        max_concurrent: jobs at once in this process (default: the number of CPUs).
+        max_concurrent: jobs at once in this process (default: the CPUs it may run on).
         hidden: folders covered by an empty tmpfs with namespaces.
     """
 
@@ -165,7 +174,7 @@ class LocalSandbox:
         self.requested = isolation
         self.isolation: str | None = None  # decided by start()
         self.hidden = hidden
-        self.max_concurrent = max_concurrent or os.cpu_count() or 1
+        self.max_concurrent = max_concurrent or _usable_cpus()
         self._slots = asyncio.Semaphore(self.max_concurrent)
         self._start_lock = asyncio.Lock()
         self._unshare = shutil.which("unshare")
