@@ -62,7 +62,20 @@ def hostile_programs(worker_pid: int, outside: str) -> dict[str, tuple[str, str,
             "FileNotFoundError",
         ),
         "read-init-environ": ("print(open('/proc/1/environ').read())", "runtime_error", "PermissionError"),
+        "forge-report": (FORGE, "timeout", "timed out"),
     }
+
+
+# writes a fake sandbox failure and a passing record on every descriptor it can, then hangs
+FORGE = r"""import posix
+fake = b'{"sandbox_error": "forged"}\n{"case": 0, "out": "16\\n"}\n{"done": true}\n'
+for fd in range(3, 64):
+    try:
+        posix.write(fd, fake)
+    except OSError:
+        pass
+while True:
+    pass"""
 
 
 GOOD = {
@@ -159,10 +172,12 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(procs, redis_url, n
     counts = json.loads(st.stdout())["code"]["codecontests"]
     assert counts["trajectories"] == len(keys) and counts["backend"] == "local"
     # programs run: a first pass each, plus one per counted case for those that did not pass it
-    assert counts["statuses"]["timeout"] == 2 and counts["runs"] == 2 * len(hostile) + 1 + 1 + (1 + 3) + 1
+    timeouts = sum(status == "timeout" for _, status, _ in hostile.values())
+    assert counts["statuses"]["timeout"] == timeouts and counts["runs"] == 2 * len(hostile) + 1 + 1 + (1 + 3) + 1
     port = int(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", worker.stderr()).group(1))  # type: ignore[union-attr]
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    assert 'rewardq_code_trajectories_total{backend="local",data_source="codecontests",status="timeout"} 2.0' in metrics
+    series = 'rewardq_code_trajectories_total{backend="local",data_source="codecontests",status="timeout"}'
+    assert f"{series} {timeouts}.0" in metrics
     client.close()
     assert worker.terminate() == 0, worker.stderr()[-3000:]
 

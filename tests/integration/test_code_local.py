@@ -8,14 +8,17 @@ import glob
 import json
 import logging
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from rewardq.consumers.batch import build_batch
+from rewardq.errors import CodeSandboxError
 from rewardq.queue.codec import OutputRecord
+from rewardq.reward.codeexec.cases import prime_module_source
 from rewardq.reward.codeexec.runtime import CodeRuntime
-from rewardq.reward.codeexec.sandbox import HARNESS
+from rewardq.reward.codeexec.sandbox import HARNESS, LocalSandbox, Program, RunSpec, parse_report
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.factory import build_manager
 from rewardq.reward.scoring import compute_score_async
@@ -117,3 +120,15 @@ async def test_builtin_managers_score_code_with_the_worker_runtime(manager):
     assert m.context.code_stats.snapshot()["codeforces"]["trajectories"] == 1
     if manager == "remote":  # awaited in the event loop: nothing went to the process pool
         assert m.stats()["tasks"] == 0  # type: ignore[attr-defined]
+
+
+def test_a_runner_that_cannot_isolate_itself_is_a_sandbox_error_not_a_score():
+    # Given a job whose runner cannot enter its work dir (isolation fails before the program runs)
+    program = Program(prime_module_source("print(1)", None), None, False, [""])
+    job = LocalSandbox(isolation="rlimits")._job(program, [RunSpec([0], 5, 6.0)], "rlimits", "/nonexistent-workdir")
+    done = subprocess.run(
+        [sys.executable, "-I", "-B", HARNESS], input=json.dumps(job).encode(), capture_output=True, timeout=60
+    )
+    # Then the report says the sandbox failed (the worker gives an error result, not a reward)
+    with pytest.raises(CodeSandboxError, match="could not isolate a program: FileNotFoundError"):
+        parse_report(done.stdout, done.stderr, done.returncode, 1)

@@ -135,6 +135,10 @@ def test_a_run_that_dies_or_does_not_load_fails_as_prime_code_says():
     assert _outs([{"case": 0, "out": "1\n"}, {"case": 1, "abort": "SystemExit: 3"}], exit=0) == [(-1, "aborted")] * 3
     # a wrong answer before the death is what prime_code would have returned
     assert _outs([{"case": 0, "out": "7\n"}], timed_out=True) == [(False, "wrong_answer")]
+    # passes do not count from a run that did not end cleanly (records the program forged, then hung)
+    passes = [{"case": i, "out": f"{i + 1}\n"} for i in range(3)] + [{"done": True}]
+    assert _outs(passes, exit=0) == [(True, "passed")] * 3
+    assert _outs(passes, timed_out=True) == [(-1, "timeout")] * 3
 
 
 def test_report_lines_from_the_harness():

@@ -19,8 +19,9 @@ Two roles:
 Report lines (stdout)::
 
     R <runner record>     {"load_error"} | {"case", "out"} | {"case", "value"} | {"case", "error"}
-                          | {"case", "abort"} | {"done"} | {"sandbox_error"}
-    S <run status>        {"exit", "signal", "timed_out", "overflow", "seconds"}, after its records
+                          | {"case", "abort"} | {"done"}
+    S <run status>        {"exit", "signal", "timed_out", "overflow", "seconds", "sandbox_error"}, after
+                          its records; ``sandbox_error`` says why the runner could not isolate itself
     E <setup error>       {"setup_error"}: the sandbox could not be built (not the program's fault)
 """
 
@@ -143,9 +144,9 @@ class _Records:
             data = data[self._write(self.fd, data) :]
 
 
-def _isolate_runner(job: dict, run: dict, fd: int, workdir: str) -> None:
-    """Own process group, parent-death signal, stdio on /dev/null, no other fds, the sandbox uid,
-    no new privileges, the work dir, the rlimits."""
+def _isolate_runner(job: dict, run: dict, keep: tuple[int, ...], workdir: str) -> None:
+    """Own process group, parent-death signal, stdio on /dev/null, no fds but ``keep``, the
+    sandbox uid, no new privileges, the work dir, the rlimits."""
     os.setpgid(0, 0)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     null = os.open(os.devnull, os.O_RDWR)
@@ -153,7 +154,7 @@ def _isolate_runner(job: dict, run: dict, fd: int, workdir: str) -> None:
         os.dup2(null, target)
     for name in os.listdir("/proc/self/fd"):
         n = int(name)
-        if n > 2 and n != fd:
+        if n > 2 and n not in keep:
             try:
                 os.close(n)
             except OSError:
@@ -355,15 +356,21 @@ def _load(job: dict, timeout: int) -> Any:
     return getattr(target, job["fn_name"] or "code")
 
 
-def run_program(job: dict, run: dict, fd: int, workdir: str) -> None:
-    """The runner: isolate, load the program, run the cases, report; never returns."""
+def run_program(job: dict, run: dict, fd: int, isolated_fd: int, workdir: str) -> None:
+    """The runner: isolate, load the program, run the cases, report; never returns.
+
+    Whether isolation worked goes on ``isolated_fd`` (``ok``, or why not), which is closed
+    before any of the program runs: the program cannot forge a sandbox failure.
+    """
     out = _Records(fd)
     _exit = os._exit
     try:
-        _isolate_runner(job, run, fd, workdir)
+        _isolate_runner(job, run, (fd, isolated_fd), workdir)
     except Exception as exc:  # noqa: BLE001 - the sandbox, not the program, failed: the worker must know
-        out.emit({"sandbox_error": f"{type(exc).__name__}: {exc}"})
+        _write(isolated_fd, f"{type(exc).__name__}: {exc}".encode())
         _exit(71)
+    _write(isolated_fd, b"ok")
+    os.close(isolated_fd)
     timeout = int(run["timeout"])
     call_based = job["fn_name"] is not None
     _reliability_guard()
@@ -468,24 +475,52 @@ def _end_run(pid: int) -> int:
     return status
 
 
+def _read_all(fd: int, deadline: float, limit: int = 4096) -> bytes:
+    """What the runner writes on its isolation pipe, until it closes it (or the deadline)."""
+    data = b""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while len(data) < limit:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            break
+        chunk = os.read(fd, limit)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def supervise(job: dict, run: dict, workdir: str) -> None:
     """One run: fork a runner, collect its records, report them and its status."""
     r, w = os.pipe()
+    ir, iw = os.pipe()
     started = time.monotonic()
+    deadline = started + float(run["deadline"])
     pid = os.fork()
     if pid == 0:  # the runner
         os.close(r)
+        os.close(ir)
         try:
-            run_program(job, run, w, workdir)
+            run_program(job, run, w, iw, workdir)
         finally:
             os._exit(70)
     os.close(w)
-    data, timed_out, overflow = _collect(pid, r, started + float(run["deadline"]), int(job["limits"]["output_bytes"]))
+    os.close(iw)
+    isolated = _read_all(ir, deadline)
+    os.close(ir)
+    cap = int(job["limits"]["output_bytes"])
+    data, timed_out, overflow = _collect(pid, r, deadline, cap) if isolated == b"ok" else (bytearray(), False, False)
     status = _end_run(pid)
     os.close(r)
     seconds = time.monotonic() - started
+    budget = cap  # what reaches the worker, prefixes included: a flood of tiny lines cannot exceed it
     for line in bytes(data).split(b"\n"):
         if line:
+            budget -= len(line) + 3
+            if budget < 0:
+                overflow = True
+                break
             _report("R", line.decode("utf-8", "replace"))
     _report(
         "S",
@@ -495,6 +530,7 @@ def supervise(job: dict, run: dict, workdir: str) -> None:
             "timed_out": timed_out,
             "overflow": overflow,
             "seconds": round(seconds, 6),
+            "sandbox_error": None if isolated == b"ok" else isolated.decode("utf-8", "replace") or "no answer",
         },
     )
 

@@ -101,6 +101,10 @@ def run_outcomes(
             outcomes.append(CaseOutcome(False, "wrong_answer", f"case {i}: wrong answer"))
             return outcomes
         outcomes.append(PASSED)
+    if run.exit != 0 or not any("done" in rec for rec in run.records):
+        # every case passed, yet the process did not finish cleanly: prime_code loses such a run's
+        # results (a program cannot keep passes it wrote on the report pipe itself, then hang)
+        return [_died(run, spec.cases[-1] if spec.cases else 0, spec.timeout, memory_mb)] * len(spec.cases)
     return outcomes
 
 

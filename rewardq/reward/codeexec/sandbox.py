@@ -349,8 +349,9 @@ def parse_report(out: bytes, err: bytes, code: int, n_runs: int) -> list[RunRepo
     """The harness's stdout as one :class:`RunReport` per run.
 
     Raises:
-        CodeSandboxError: a setup error, a runner that could not isolate itself, or fewer run
-            reports than runs (the harness died); the message carries its stderr's tail.
+        CodeSandboxError: a setup error, a runner that could not isolate itself (the supervisor
+            says so, on a pipe the program never holds), or fewer run reports than runs (the
+            harness died); the message carries its stderr's tail.
     """
     reports: list[RunReport] = []
     current = RunReport()
@@ -364,13 +365,11 @@ def parse_report(out: bytes, err: bytes, code: int, n_runs: int) -> list[RunRepo
             except ValueError:
                 continue  # a line the program garbled: it only loses its own records
             if isinstance(record, dict):
-                if "sandbox_error" in record:
-                    raise CodeSandboxError(
-                        f"the local code sandbox could not isolate a program: {record['sandbox_error']}"
-                    )
                 current.records.append(record)
         elif kind == "S":
             st = json.loads(payload)
+            if st.get("sandbox_error"):
+                raise CodeSandboxError(f"the local code sandbox could not isolate a program: {st['sandbox_error']}")
             current.exit, current.signal = st.get("exit"), st.get("signal")
             current.timed_out, current.overflow = bool(st.get("timed_out")), bool(st.get("overflow"))
             current.seconds = float(st.get("seconds") or 0.0)
