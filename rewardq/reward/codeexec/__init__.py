@@ -5,7 +5,8 @@ Two backends score a response against the test cases in its ``ground_truth``:
 * :mod:`.sandbox_fusion`: verl's SandboxFusion protocol over HTTP, when ``sandbox_fusion_url``
   is configured, with its concurrency held across the fleet;
 * :mod:`.local`: verl's ``prime_code`` rules, every program run by :mod:`.sandbox` in isolated
-  child processes (:mod:`.harness` is the part that runs inside the sandbox).
+  child processes (:mod:`.harness` and :mod:`.harness_fs` are the part that runs inside the
+  sandbox).
 
 :mod:`.cases` (the program and its test cases), :mod:`.compare` (is an output right),
 :mod:`.result` (what a score says), :mod:`.settings`, :mod:`.stats` and :mod:`.runtime` (one

@@ -131,10 +131,10 @@ def _scrubbed_env(home: str) -> dict[str, str]:
 
 
 def exposed_paths(hidden: tuple[str, ...]) -> list[str]:
-    """Folders the program needs (interpreter, virtualenv, ``sys.path``) that lie under a
-    hidden folder, outermost first, without nesting."""
-    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(Path(HARNESS).parent)}
-    wanted.update(p for p in sys.path if p and os.path.isdir(p))
+    """The interpreter's folders (``sys.prefix``, ``sys.base_prefix``: the stdlib and the
+    virtualenv's site-packages) that lie under a hidden folder, outermost first, without
+    nesting. Nothing else is bound back: not the worker's working directory, not ``PYTHONPATH``."""
+    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     under = sorted(
         {
             real
