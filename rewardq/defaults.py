@@ -50,6 +50,31 @@ SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.
 WAIT_TIMEOUT = 300.0
 
+#: Where a synchronous ``--reward-fn`` runs: ``process`` (scorer processes, killed on timeout),
+#: ``thread`` (threads of the worker) or ``inline`` (the worker's event loop; trusted, cheap code only).
+REWARD_FN_PLACEMENT = "process"
+#: Scorer processes kept ready per function; None: one per CPU core, at least 2.
+SCORER_PROCESSES: int | None = None
+#: Seconds a scorer process may be busy before it stops counting toward the pool's size, so
+#: the calls waiting behind a hung one get a spare process instead of waiting for its timeout.
+SCORER_SPARE_AFTER = 2.0
+#: Calls of a thread-run reward function that may hang (their threads cannot be stopped)
+#: before further calls are refused.
+MAX_LOST_THREADS = 32
+#: Times a trajectory may take its worker process down while scored alone before it gets an
+#: error result (a crash while scored alone can only be its own doing).
+MAX_CRASHES = 2
+#: Seconds after ``shutdown_grace`` at which a stopping worker process exits even if threads
+#: or children it cannot stop still run (SIGTERM ends the process within grace + 5 s).
+EXIT_AFTER_GRACE = 4.0
+#: Seconds a worker process that has stopped (everything handed back) may take to exit before
+#: it exits anyway: a hung thread in asyncio's default executor would otherwise hold it forever.
+EXIT_AFTER_STOP = 2.0
+
+#: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
+#: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
+VERL_TIMEOUT = 900.0
+
 # -- code execution (data sources codecontests, apps, codeforces, taco) ------------------------
 #: SandboxFusion run_code requests in flight at once across the whole fleet (verl's default).
 SANDBOX_FUSION_MAX_CONCURRENT = 64

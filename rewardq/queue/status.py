@@ -105,7 +105,7 @@ def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[
                 "code": _json_dict(d.get("code")),
             }
         )
-    out.sort(key=lambda w: w["name"])
+    out.sort(key=lambda w: str(w["name"]))
     return out
 
 

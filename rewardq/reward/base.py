@@ -19,23 +19,70 @@ it to every key of the trajectory, as verl does.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.codeexec.stats import CodeStats
 
+if TYPE_CHECKING:
+    from rewardq.reward.isolation import ScoreFnRouter
+
 logger = logging.getLogger("rewardq.reward")
 
 ScoreFn = Callable[..., Any]
+
+#: Where a synchronous reward function may run (see :class:`ScoringSettings`).
+REWARD_FN_PLACEMENTS = ("process", "thread", "inline")
+
+
+@dataclass
+class ScoringSettings:
+    """Where a manager's scoring functions run (:mod:`rewardq.reward.isolation`).
+
+    Attributes:
+        reward_fn: the worker's ``--reward-fn`` spec; scorer processes load the function by it.
+        reward_fn_kwargs: its ``--reward-kwargs``.
+        reward_fn_placement: where a synchronous reward function runs: ``process`` (default:
+            scorer processes, killed on timeout), ``thread`` or ``inline`` (see docs/isolation.md).
+        processes: scorer processes kept ready per function (None: one per core, at least 2).
+        spare_after: seconds a busy scorer process still counts toward the pool's size.
+        max_spares: spare processes at most, beyond ``processes``.
+        max_lost_threads: hung calls of a thread-run function before its calls are refused.
+        start_method: ``forkserver`` (Linux default) or ``spawn``.
+    """
+
+    reward_fn: str | None = None
+    reward_fn_kwargs: dict = field(default_factory=dict)
+    reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT
+    processes: int | None = defaults.SCORER_PROCESSES
+    spare_after: float = defaults.SCORER_SPARE_AFTER
+    max_spares: int = defaults.CONCURRENCY
+    max_lost_threads: int = defaults.MAX_LOST_THREADS
+    start_method: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reward_fn_placement not in REWARD_FN_PLACEMENTS:
+            raise ConfigError(
+                f"reward_fn_placement must be one of {', '.join(REWARD_FN_PLACEMENTS)}, "
+                f"got {self.reward_fn_placement!r}"
+            )
+        if self.processes is not None and (
+            isinstance(self.processes, bool) or not isinstance(self.processes, int) or self.processes < 1
+        ):
+            raise ConfigError(f"scorer_processes must be an integer >= 1, got {self.processes!r}")
+
+    def process_count(self) -> int:
+        """Scorer processes per function: ``processes``, or one per core (at least 2)."""
+        return self.processes or max(2, os.cpu_count() or 2)
 
 
 @dataclass
@@ -47,6 +94,7 @@ class ManagerContext:
         namespace: the pipeline's namespace (limiter keys live under it).
         worker_name: the hosting worker's name (for logs and limiter bookkeeping).
         cluster: True when ``redis_url`` is a Redis Cluster.
+        scoring: where scoring functions run (see :class:`ScoringSettings`).
         extra: anything else a deployment wants to hand its custom managers.
         code: how the default scorer runs code (``sandbox_fusion_*`` / ``code_local_*``
             manager options, which every manager accepts; see
@@ -58,6 +106,7 @@ class ManagerContext:
     namespace: str = defaults.NAMESPACE
     worker_name: str = "local"
     cluster: bool = False
+    scoring: ScoringSettings = field(default_factory=ScoringSettings)
     extra: dict = field(default_factory=dict)
     code: CodeExecSettings = field(default_factory=CodeExecSettings)
     code_stats: CodeStats = field(default_factory=CodeStats)
@@ -108,6 +157,7 @@ class RewardManager(ABC):
         self.tokenizer = tokenizer
         self.compute_score = compute_score
         self.context = context or ManagerContext()
+        self._score_router: ScoreFnRouter | None = None
 
     async def setup(self) -> None:
         """Called once in the worker's event loop before the first ``run_single``."""
@@ -117,7 +167,34 @@ class RewardManager(ABC):
         """Score one trajectory. See the module docstring for the return value."""
 
     async def close(self) -> None:
-        """Called once when the worker stops; release pools, sessions, connections."""
+        """Called once when the worker stops; release pools, sessions, connections.
+
+        Overrides need not call this: the worker also calls :meth:`close_scoring` itself.
+        """
+        await self.close_scoring()
+
+    # -- where scoring functions run (rewardq.reward.isolation) ------------------------
+    @property
+    def score_router(self) -> ScoreFnRouter:
+        """Runs scoring functions where they belong (see :meth:`call_score_fn`)."""
+        if getattr(self, "_score_router", None) is None:
+            from rewardq.reward.isolation import ScoreFnRouter
+
+            self._score_router = ScoreFnRouter(self.context.scoring, configured=self.compute_score)
+        assert self._score_router is not None
+        return self._score_router
+
+    async def prepare_scoring(self) -> None:
+        """Called by the worker after :meth:`setup`: decide where ``compute_score`` runs, say so
+        in the log, and start its scorer processes now rather than on the first trajectory."""
+        if self.compute_score is not None:
+            await self.score_router.prepare(self.compute_score)
+
+    async def close_scoring(self) -> None:
+        """Stop the scorer processes and threads :meth:`call_score_fn` started. Idempotent."""
+        router = getattr(self, "_score_router", None)
+        if router is not None:
+            await router.close()
 
     # -- helpers shared by the built-in managers ---------------------------------------
     def decode_response(self, row: Any, ids: Any = None) -> str:
@@ -130,21 +207,35 @@ class RewardManager(ABC):
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     async def call_score_fn(self, fn: ScoreFn, **kwargs: Any) -> Any:
-        """Call a sync or async scoring function; sync ones run in the default executor.
+        """Call a scoring function where it cannot block, kill or stop the worker.
 
-        The built-in default scorer (regexes over the end of the text, tens of microseconds)
-        is called inline: the executor hop alone costs ~0.4 ms of CPU (docs/performance.md).
+        * the built-in default scorer: by its data source's placement
+          (:func:`rewardq.reward.scoring.placement_of`): regex scorers inline in the event
+          loop (tens of microseconds), CPU-heavy ones in scorer processes, async ones awaited;
+        * an ``async`` function: awaited in the event loop;
+        * a sync function: in scorer processes (killed and replaced when the trajectory
+          times out), unless ``reward_fn_placement`` says ``thread`` or ``inline``; one that
+          cannot be loaded by name in a process (a lambda, a closure) runs in threads.
+
+        ``sys.exit()`` and ``KeyboardInterrupt`` in the function raise a
+        :class:`~rewardq.errors.ScoringError` naming them; a scorer process that dies raises
+        one naming its exit code or signal. See :mod:`rewardq.reward.isolation`.
         """
-        if is_async_callable(fn):
-            return await fn(**kwargs)
-        from rewardq.reward.scoring import compute_score_async, default_compute_score, placement_of
+        return await self.score_router.call(fn, self._with_code_runtime(fn, kwargs))
 
-        if fn is default_compute_score:
-            if placement_of(kwargs.get("data_source")) == "async":  # code execution: awaited, never blocking
-                return await compute_score_async(**kwargs, code_runtime=self.context.code_runtime())
-            return fn(**kwargs)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: fn(**kwargs))
+    def _with_code_runtime(self, fn: ScoreFn, kwargs: dict) -> dict:
+        """The default scorer's code data sources (placement ``async``) also get the worker's
+        code-execution runtime as ``code_runtime``: its backend, limits and counters."""
+        from rewardq.reward import scoring
+
+        if fn is not scoring.default_compute_score:
+            return kwargs
+        try:
+            if scoring.placement_of(kwargs.get("data_source")) != "async":
+                return kwargs
+        except ScoringError:  # an unknown data source: the router reports it
+            return kwargs
+        return {**kwargs, "code_runtime": self.context.code_runtime()}
 
 
 def is_async_callable(fn: Any) -> bool:

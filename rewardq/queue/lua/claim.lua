@@ -15,5 +15,5 @@ for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
 local list = table.concat(ids, ',')
 redis.call('HSET', traj, 'state', 'collecting', 'whole', list, 'acks', list, 'final', #ids - 1,
            'stored', #ids, 'first_seen', string.format('%.6f', now), 'last_seen', string.format('%.6f', now),
-           'lease', worker, 'lease_until', string.format('%.6f', now + lease))
+           'lease', worker, 'lease_until', string.format('%.6f', now + lease), 'attempts', 1)
 return {'complete'}

@@ -1,5 +1,6 @@
 -- release: hand trajectories back (graceful shutdown): drop our lease and mark their pending
--- entries as long idle, so the next worker's reclaim picks them up at once.
+-- entries as long idle, so the next worker's reclaim picks them up at once. The attempt the
+-- lease counted is taken back: a trajectory handed back is not suspected of crashing workers.
 -- KEYS: stream, traj...   ARGV: group, worker, idle_ms
 local stream, group, worker, idle = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local n = 0
@@ -7,6 +8,7 @@ for k = 2, #KEYS do
   local traj = KEYS[k]
   if redis.call('HGET', traj, 'lease') == worker then
     redis.call('HDEL', traj, 'lease', 'lease_until')
+    redis.call('HINCRBY', traj, 'attempts', -1)  -- handed back unfinished, not died: not an attempt
     local ids = recorded_acks(traj)
     if #ids > 0 then
       redis.call('XCLAIM', stream, group, worker, 0, unpack(ids), 'IDLE', idle, 'JUSTID')

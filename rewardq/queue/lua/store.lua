@@ -4,7 +4,7 @@
 --       worker, reward_prefix, result_ttl, done_maxlen
 -- Returns one of
 --   {'parked', stored, final}      data kept in the hash; the entry is acked and deleted
---   {'complete', final, p0, .., pn} this caller now holds the lease and must score + commit
+--   {'complete', final, attempts, p0, .., pn} this caller now holds the lease and must score + commit
 --   {'leased', holder}             another live worker is scoring it; leave the entry pending
 --   {'done', wrote}                already finished; entry acked (wrote=1: this key got an error result)
 --   {'conflict', reason}           the record contradicts what is stored; caller fails the trajectory
@@ -59,9 +59,9 @@ if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redeliver
     return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
   end
   add_ack(traj, id)
-  local holder = take_lease(traj, worker, now, lease_seconds)
+  local holder, attempts = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
-  local out = {'complete', final_i}
+  local out = {'complete', final_i, attempts}
   for _, wid in ipairs(whole) do
     local data = entry_data(stream, wid)
     if not data then return {'conflict', 'stored output entry ' .. wid .. ' of ' .. tid .. ' vanished'} end
@@ -107,12 +107,12 @@ redis.call('HSET', traj, 'last_seen', string.format('%.6f', now))
 local stored = tonumber(redis.call('HGET', traj, 'stored'))
 if final and stored == tonumber(final) + 1 then
   add_ack(traj, id)
-  local holder = take_lease(traj, worker, now, lease_seconds)
+  local holder, attempts = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   redis.call('ZREM', waiting, tid)
   local fields = {}
   for i = 0, tonumber(final) do fields[#fields + 1] = 'o:' .. i end
-  local out = {'complete', final}
+  local out = {'complete', final, attempts}
   local payloads = redis.call('HMGET', traj, unpack(fields))
   for i = 1, #payloads do out[#out + 1] = payloads[i] end
   return out
