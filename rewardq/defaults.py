@@ -31,6 +31,9 @@ BATCH_SIZE = 256
 BLOCK_MS = 1000
 #: Seconds one trajectory's ``run_single`` may take before it is an error result.
 SCORE_TIMEOUT = 300.0
+#: Seconds one sympy comparison of the ``numina_*`` scorer may take before it counts as
+#: "not equal" (verl's ``prime_math`` limit; each part of a tuple answer gets its own).
+PRIME_MATH_SYMPY_TIMEOUT = 10.0
 #: Seconds an entry stays pending before another worker may reclaim it.
 CLAIM_IDLE = 60.0
 #: Deliveries of one entry before it is dead-lettered.

@@ -65,6 +65,10 @@ class UnknownDataSourceError(ScoringError):
     """No default scorer exists for a ``data_source``."""
 
 
+class MissingDependencyError(ScoringError):
+    """A scorer needs an optional package that is not installed. The message names the extra to install."""
+
+
 class CodeSandboxError(ScoringError):
     """The local code sandbox failed, not the program under test (it could not start, set up its
     namespaces, or report): the trajectory gets an error result instead of a reward."""

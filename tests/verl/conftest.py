@@ -12,6 +12,14 @@ from dataclasses import dataclass
 
 import pytest
 
+try:
+    import verl  # noqa: F401  # imported to fail here, clearly, rather than in every test module
+except ImportError as exc:
+    raise pytest.UsageError(
+        f"tests/verl compares rewardq with verl itself and runs only where verl 0.9.1 is installed ({exc}). "
+        "Run it from the verl environment .ci/run builds: .venv-verl/bin/python -m pytest tests/verl"
+    ) from None
+
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Proc, Procs, wait_for
 
