@@ -77,3 +77,37 @@ EXIT_AFTER_STOP = 2.0
 #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
 #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
 VERL_TIMEOUT = 900.0
+
+# -- code execution (data sources codecontests, apps, codeforces, taco) ------------------------
+#: SandboxFusion run_code requests in flight at once across the whole fleet (verl's default).
+SANDBOX_FUSION_MAX_CONCURRENT = 64
+#: Memory of one program, in MB: SandboxFusion's ``memory_limit_MB`` and the local runner's
+#: address-space limit (verl's default).
+CODE_MEMORY_LIMIT_MB = 1024
+#: SandboxFusion compile and run timeout of one test case, in seconds (verl's).
+SANDBOX_FUSION_RUN_TIMEOUT = 10
+#: Seconds added to compile + run timeout for one run_code HTTP request (verl's API_TIMEOUT).
+SANDBOX_FUSION_API_TIMEOUT = 10
+#: Attempts of one run_code request on connection errors and 5xx answers (verl's MAX_RETRIES).
+SANDBOX_FUSION_ATTEMPTS = 3
+#: Seconds before retry k is ``k * SANDBOX_FUSION_RETRY_DELAY`` (verl's linear back-off).
+SANDBOX_FUSION_RETRY_DELAY = 1.0
+#: Test cases that count toward the continuous score: the first 10, as verl counts them.
+CODE_MAX_CASES = 10
+#: Local runner: per-case timeout when every case runs in one process (prime_code's first pass).
+CODE_FIRST_PASS_TIMEOUT = 5
+#: Local runner: per-case timeout when each case runs in a process of its own (prime_code's).
+CODE_CASE_TIMEOUT = 10
+#: Local runner: largest file one program may write, in MB (RLIMIT_FSIZE).
+CODE_FILE_SIZE_MB = 16
+#: Local runner: processes the sandbox uid may have at once (RLIMIT_NPROC; bounds a fork bomb).
+CODE_MAX_PROCESSES = 32
+#: Local runner: bytes one run may report (its printed output, JSON-escaped) before it is killed.
+CODE_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+#: Local runner: seconds allowed, on top of the runs' deadlines, to start and tear down a sandbox.
+CODE_STARTUP_SLACK = 10.0
+#: Local runner with namespaces: each job runs as a uid drawn from [BASE, BASE + COUNT).
+CODE_SANDBOX_UID_BASE = 61000
+CODE_SANDBOX_UID_COUNT = 4000
+#: Local runner with namespaces: folders covered by an empty tmpfs (home folders, /run's secrets).
+CODE_HIDDEN_PATHS = ("/root", "/home", "/run")

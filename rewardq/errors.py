@@ -69,6 +69,17 @@ class MissingDependencyError(ScoringError):
     """A scorer needs an optional package that is not installed. The message names the extra to install."""
 
 
+class CodeSandboxError(ScoringError):
+    """The local code sandbox failed, not the program under test (it could not start, set up its
+    namespaces, or report): the trajectory gets an error result instead of a reward."""
+
+
+class SandboxUnavailableError(ScoringError):
+    """SandboxFusion did not answer usably (connection refused, 5xx after the capped retries, 4xx,
+    a timeout or a reply that is not JSON): the trajectory gets an error result naming the sandbox,
+    never a fake zero reward."""
+
+
 class UnknownManagerError(ConfigError):
     """``--manager`` names no registered manager and is not ``module:Class``."""
 

@@ -24,6 +24,7 @@ written with the same result and added once to the ``done`` stream.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -197,7 +198,12 @@ class Worker:
             from rewardq.consumers.metrics import WorkerMetrics
 
             stats = getattr(self.manager, "stats", None)
-            served = WorkerMetrics(cfg.manager, limiter_stats=stats if callable(stats) else None)
+            code = self._code_stats()
+            served = WorkerMetrics(
+                cfg.manager,
+                limiter_stats=stats if callable(stats) else None,
+                code_stats=code.snapshot if code is not None else None,
+            )
             self.metrics_port = served.serve(cfg.metrics_port)
             self.metrics = served
             logger.info("metrics on http://0.0.0.0:%d/metrics", self.metrics_port)
@@ -287,6 +293,9 @@ class Worker:
         if self.manager is not None:
             try:
                 await self.manager.close()
+                context = getattr(self.manager, "context", None)
+                if context is not None:
+                    await context.aclose()
             except Exception:
                 logger.exception("manager close failed")
             try:
@@ -540,11 +549,17 @@ class Worker:
             held.setdefault(f.shard, []).append(f.tid)
         return held
 
+    def _code_stats(self) -> Any:
+        """The manager's code-execution counters (None for a manager without a context)."""
+        return getattr(getattr(self.manager, "context", None), "code_stats", None)
+
     def snapshot(self) -> dict[str, Any]:
         now = time.time()
         recent = [lat for t, lat in self._recent if now - t <= 60]
         window = [t for t, _ in self._recent if now - t <= 10]
+        code = self._code_stats()
         return {
+            **({"code": json.dumps(code.snapshot())} if code is not None and code.sources else {}),
             **self.stats,
             "in_flight": len(self.in_flight),
             "host": socket.gethostname(),

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.codeexec.stats import CodeStats
 
 if TYPE_CHECKING:
     from rewardq.reward.isolation import ScoreFnRouter
@@ -94,6 +96,10 @@ class ManagerContext:
         cluster: True when ``redis_url`` is a Redis Cluster.
         scoring: where scoring functions run (see :class:`ScoringSettings`).
         extra: anything else a deployment wants to hand its custom managers.
+        code: how the default scorer runs code (``sandbox_fusion_*`` / ``code_local_*``
+            manager options, which every manager accepts; see
+            :mod:`rewardq.reward.codeexec.settings`).
+        code_stats: code-execution counters per data source (``rewardq status``, ``/metrics``).
     """
 
     redis_url: str | None = None
@@ -102,6 +108,30 @@ class ManagerContext:
     cluster: bool = False
     scoring: ScoringSettings = field(default_factory=ScoringSettings)
     extra: dict = field(default_factory=dict)
+    code: CodeExecSettings = field(default_factory=CodeExecSettings)
+    code_stats: CodeStats = field(default_factory=CodeStats)
+    _code_runtime: Any = field(default=None, init=False, repr=False)
+
+    def code_runtime(self) -> Any:
+        """The worker's :class:`~rewardq.reward.codeexec.runtime.CodeRuntime` (created on first use)."""
+        if self._code_runtime is None:
+            from rewardq.reward.codeexec.runtime import CodeRuntime
+
+            self._code_runtime = CodeRuntime(
+                self.code,
+                stats=self.code_stats,
+                redis_url=self.redis_url,
+                namespace=self.namespace,
+                cluster=self.cluster,
+                worker_name=self.worker_name,
+            )
+        return self._code_runtime
+
+    async def aclose(self) -> None:
+        """Release what the context created (the code runtime's HTTP session and Redis client)."""
+        if self._code_runtime is not None:
+            await self._code_runtime.close()
+            self._code_runtime = None
 
 
 class RewardManager(ABC):
@@ -191,7 +221,21 @@ class RewardManager(ABC):
         :class:`~rewardq.errors.ScoringError` naming them; a scorer process that dies raises
         one naming its exit code or signal. See :mod:`rewardq.reward.isolation`.
         """
-        return await self.score_router.call(fn, kwargs)
+        return await self.score_router.call(fn, self._with_code_runtime(fn, kwargs))
+
+    def _with_code_runtime(self, fn: ScoreFn, kwargs: dict) -> dict:
+        """The default scorer's code data sources (placement ``async``) also get the worker's
+        code-execution runtime as ``code_runtime``: its backend, limits and counters."""
+        from rewardq.reward import scoring
+
+        if fn is not scoring.default_compute_score:
+            return kwargs
+        try:
+            if scoring.placement_of(kwargs.get("data_source")) != "async":
+                return kwargs
+        except ScoringError:  # an unknown data source: the router reports it
+            return kwargs
+        return {**kwargs, "code_runtime": self.context.code_runtime()}
 
 
 def is_async_callable(fn: Any) -> bool:

@@ -14,6 +14,8 @@ from typing import Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoringSettings
+from rewardq.reward.codeexec.settings import OPTION_NAMES as CODE_OPTIONS
+from rewardq.reward.codeexec.settings import pop_code_options
 from rewardq.reward.registry import get_manager_class
 
 logger = logging.getLogger("rewardq.reward")
@@ -62,9 +64,17 @@ def build_manager(
     options: dict | None = None,
     context: ManagerContext | None = None,
 ) -> RewardManager:
-    """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong."""
+    """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong.
+
+    The code-execution options (``sandbox_fusion_*``, ``code_local_*``) configure the default
+    scorer, not the manager: every manager accepts them, and they reach the scorer as
+    ``context.code``.
+    """
     cls = get_manager_class(spec)
     options = dict(options or {})
+    if CODE_OPTIONS & set(options):
+        context = context or ManagerContext()
+        context.code = pop_code_options(options)
     names, var_kw = accepted_options(cls)
     if not var_kw:
         extra = sorted(set(options) - names)

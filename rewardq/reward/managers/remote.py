@@ -32,7 +32,10 @@ Which function runs in the children, in order of precedence:
 * nothing: :func:`rewardq.reward.scoring.default_compute_score`.
 
 Async scoring functions are refused at construction: a process pool adds nothing to
-them; use ``naive`` or ``limited``.
+them; use ``naive`` or ``limited``. For the same reason the default scorer's ``async``
+data sources (code execution: ``codecontests``, ``apps``, ``codeforces``, ``taco``, whose
+programs already run in their own sandboxed processes) are awaited in the worker, not sent to
+the pool.
 
 Options::
 
@@ -60,6 +63,15 @@ SCORERS = {
     "default": "rewardq.reward.scoring:default_compute_score",
 }
 DEFAULT_SPEC = SCORERS["default"]
+
+
+def _is_async_default(data_source: Any) -> bool:
+    from rewardq.reward.scoring import placement_of
+
+    try:
+        return placement_of(data_source) == "async"
+    except ScoringError:  # unknown data source: the pool reports it as the other managers do
+        return False
 
 
 @register("remote")
@@ -163,6 +175,19 @@ class RemoteRewardManager(RewardManager):
         final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
         data_source = final.data_source
         extra_info = merge_rollout_fields(final.extra_info, final.row)
+        if self.target == DEFAULT_SPEC and _is_async_default(data_source):
+            # code execution waits on its own sandboxed processes or HTTP: awaited here, not in the pool
+            from rewardq.reward.scoring import default_compute_score
+
+            return normalize_result(
+                await self.call_score_fn(
+                    default_compute_score,
+                    data_source=data_source,
+                    solution_str=final.solution_str,
+                    ground_truth=final.ground_truth,
+                    extra_info=extra_info,
+                )
+            )
         result = await self.pool.run(
             {
                 "data_source": data_source,

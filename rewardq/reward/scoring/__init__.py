@@ -14,6 +14,7 @@ data_source                                                       scorer        
 ``numina_cn_k12``, ``numina_olympiads``
 ``hiyouga/geometry3k``                                            :mod:`.geo3k`              0.0 / 0.1 /
                                                                   (process, ``math`` extra)  0.9 / 1.0
+``codecontests``, ``apps``, ``codeforces``, ``taco``              :mod:`.code` (async)       ``{score, acc, ...}``
 ================================================================  =========================  ============
 
 Anything else raises :class:`~rewardq.errors.UnknownDataSourceError`, which names the
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq.errors import UnknownDataSourceError
-from rewardq.reward.scoring import dapo_math, geo3k, gsm8k, math_boxed, prime_math, search_r1
+from rewardq.reward.scoring import code, dapo_math, geo3k, gsm8k, math_boxed, prime_math, search_r1
 
 __all__ = [
     "default_compute_score",
@@ -97,6 +98,7 @@ EXACT_SCORERS: dict[str, Scorer] = {
     "numina_cn_k12": prime_math.score,
     "numina_olympiads": prime_math.score,
     "hiyouga/geometry3k": geo3k.score,
+    **{name: code.scorer_for(name) for name in code.CODE_DATA_SOURCES},
 }
 
 #: (prefix, scorer) rules tried in order when no exact entry matches.
