@@ -34,7 +34,11 @@ from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.codeexec.stats import CodeStats
 
 if TYPE_CHECKING:
+    import torch
+    from tensordict import TensorDict
+
     from rewardq.reward.isolation import ScoreFnRouter
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -152,7 +156,11 @@ class RewardManager(ABC):
     name: ClassVar[str] = ""
 
     def __init__(
-        self, tokenizer: Any, compute_score: ScoreFn | None = None, *, context: ManagerContext | None = None
+        self,
+        tokenizer: Tokenizer | None,
+        compute_score: ScoreFn | None = None,
+        *,
+        context: ManagerContext | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.compute_score = compute_score
@@ -163,7 +171,7 @@ class RewardManager(ABC):
         """Called once in the worker's event loop before the first ``run_single``."""
 
     @abstractmethod
-    async def run_single(self, data: Any) -> dict | list[dict]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any] | list[dict[str, Any]]:
         """Score one trajectory. See the module docstring for the return value."""
 
     async def close(self) -> None:
@@ -197,14 +205,23 @@ class RewardManager(ABC):
             await router.close()
 
     # -- helpers shared by the built-in managers ---------------------------------------
-    def decode_response(self, row: Any, ids: Any = None) -> str:
+    def decode_response(self, row: TensorDict, ids: torch.Tensor | None = None) -> str:
         """Decode the valid response of one row (``data[i]`` or ``data[-1:]``) with
         ``skip_special_tokens``; ``ids``: that row's valid response ids when already at hand."""
         if ids is None:
             from rewardq.reward.rows import valid_response_ids
 
             ids = valid_response_ids(row)
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.require_tokenizer().decode(ids, skip_special_tokens=True)
+
+    def require_tokenizer(self) -> Tokenizer:
+        """The tokenizer, or ConfigError saying how to give the worker one."""
+        if self.tokenizer is None:
+            raise ConfigError(
+                f"manager {self.name or type(self).__name__!r} decodes responses but was built without a "
+                "tokenizer; start the worker with --tokenizer (a tokenizer.json, a Hugging Face folder or builtin:demo)"
+            )
+        return self.tokenizer
 
     async def call_score_fn(self, fn: ScoreFn, **kwargs: Any) -> Any:
         """Call a scoring function where it cannot block, kill or stop the worker.
