@@ -8,7 +8,7 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY rewardq ./rewardq
 RUN if [ -n "$TORCH_INDEX_URL" ]; then \
       pip install --no-cache-dir -c constraints.txt torch --index-url "$TORCH_INDEX_URL"; fi \
- && pip install --no-cache-dir -c constraints.txt .
+ && pip install --no-cache-dir -c constraints.txt '.[worker]'
 RUN useradd --create-home rewardq
 USER rewardq
 ENTRYPOINT ["rewardq"]

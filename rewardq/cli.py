@@ -70,14 +70,25 @@ def cli(debug: bool) -> None:
     "config",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML/JSON file of WorkerConfig fields or a verl `reward:` block (lowest precedence).",
+    help="YAML/JSON file of WorkerConfig fields and/or verl's trainer config (lowest precedence).",
 )
 @click.option("--redis-url", default=None, help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
 @click.option("--namespace", default=None, help="First component of every key; producers must use the same.")
-@click.option("--manager", default=None, help="naive, dapo, gdpo, limited, remote, disrm, or package.module:Class.")
+@click.option(
+    "--manager", default=None, help="naive, dapo, gdpo, rate_limited, remote, disrm, or package.module:Class."
+)
 @click.option("--tokenizer", default=None, help="tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
 @click.option("--reward-fn", default=None, help="Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].")
 @click.option("--reward-kwargs", default=None, help="JSON object of extra keyword arguments for --reward-fn.")
+@click.option(
+    "--reward-fn-placement",
+    type=click.Choice(["process", "thread", "inline"]),
+    default=None,
+    help="Where a sync --reward-fn runs: scorer processes (default), threads, or inline (trusted, cheap code only).",
+)
+@click.option(
+    "--scorer-processes", type=int, default=None, help="Scorer processes per function (default: one per core, >= 2)."
+)
 @click.option(
     "--manager-option",
     multiple=True,
@@ -91,6 +102,12 @@ def cli(debug: bool) -> None:
 @click.option("--name", default=None, help="Consumer name (default <host>-<pid>-<random>).")
 @click.option("--claim-idle", type=float, default=None, help="Seconds before a dead worker's entries are reclaimed.")
 @click.option("--max-deliveries", type=int, default=None, help="Deliveries before an entry is dead-lettered.")
+@click.option(
+    "--max-crashes",
+    type=int,
+    default=None,
+    help="Worker deaths while a trajectory is scored alone before it gets an error result (default 2).",
+)
 @click.option("--incomplete-timeout", type=float, default=None, help="Seconds a trajectory may wait for outputs.")
 @click.option("--score-timeout", type=float, default=None, help="Seconds one trajectory's scoring may take.")
 @click.option("--result-ttl", type=float, default=None, help="Seconds results are kept (0: forever).")
@@ -133,8 +150,10 @@ def worker(processes: int | None, **params: Any) -> int:
 
     Flags win over REWARDQ_* environment variables, which win over --config.
     """
+    from rewardq.extras import require_worker_extra
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
+    require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
     if processes and processes > 1:
         return _supervise(processes, params, load_config(params))
     early = EarlySignals().install()  # a SIGTERM during start-up still ends in a clean exit 0
@@ -284,8 +303,12 @@ def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""
     import redis.exceptions as rx
 
-    from rewardq.errors import RewardqError
+    from rewardq.errors import MissingDependency, RewardqError
+    from rewardq.extras import missing_worker_module
 
+    module = missing_worker_module(exc)
+    if module is not None:
+        exc = MissingDependency(module)
     if isinstance(exc, RewardqError):
         _error(str(exc))
         return getattr(exc, "exit_code", EXIT_CONFIG)

@@ -3,18 +3,27 @@
 Precedence (lowest to highest): defaults < config file (``--config``) < environment
 (``REWARDQ_<FIELD>``, e.g. ``REWARDQ_REDIS_URL``) < command-line flags.
 
-A config file is YAML (or JSON) holding either our own fields at top level, or a
-verl-style ``reward:`` block (``reward_manager.name``, ``custom_reward_function.path/name/
-reward_kwargs``, ``reward_kwargs.overlong_buffer_cfg``, ``reward_kwargs.max_resp_len``,
-``max_concurrent``, ``max_rpm``, ``max_tpm``, ``timeout``, ``num_workers``, ...), so a team can
-point rewardq at the config it already has.
+A config file is YAML (or JSON) holding our own fields at top level, or verl's whole trainer
+config (its ``reward:`` block and the rest, read as verl reads them: :mod:`rewardq.verl_config`),
+or both: rewardq keys beside verl's sections, in a ``rewardq:`` block or in ``reward.rewardq``.
+File values are type-checked as environment variables are (``cluster: "false"`` is False, a
+word where a number belongs is an error naming the file and key). Keys rewardq does not use are
+collected in ``WorkerConfig.unused_keys`` and listed once when the worker starts; they never
+stop it.
+
+The coercion is written out here (~60 lines over the dataclass's own type hints) rather than
+taken from a settings library: the core install must stay redis + msgpack + numpy, and the
+worker extra must fit beside verl's pins without adding packages a verl environment lacks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import json
 import os
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,21 +52,24 @@ class WorkerConfig:
     tokenizer: str | None = None  # tokenizer.json, HF folder, or builtin:demo
     reward_fn: str | None = None  # FILE.py[:FUNC] or package.module[:FUNC]
     reward_fn_kwargs: dict = field(default_factory=dict)
+    reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT  # sync reward function: process | thread | inline
+    scorer_processes: int | None = defaults.SCORER_PROCESSES  # per function; None: one per core (>= 2)
     # how much
-    concurrency: int = 32  # trajectories scored at once by one worker
-    batch_size: int = 256  # entries per XREADGROUP
-    block_ms: int = 1000
-    score_timeout: float = 300.0  # one trajectory's run_single, seconds
+    concurrency: int = defaults.CONCURRENCY  # trajectories scored at once by one worker
+    batch_size: int = defaults.BATCH_SIZE  # entries per XREADGROUP
+    block_ms: int = defaults.BLOCK_MS
+    score_timeout: float = defaults.SCORE_TIMEOUT  # one trajectory's run_single, seconds
     # recovery
-    claim_idle: float = 60.0  # seconds before another worker reclaims a pending entry
-    max_deliveries: int = 5  # deliveries before an entry is dead-lettered
-    lease_seconds: float = 30.0
-    heartbeat_interval: float = 2.0
-    maintenance_interval: float = 5.0
-    incomplete_timeout: float = 600.0  # seconds a trajectory may wait for missing outputs
-    result_ttl: float = 7 * 86400.0  # 0 keeps results forever
+    claim_idle: float = defaults.CLAIM_IDLE  # seconds before another worker reclaims a pending entry
+    max_deliveries: int = defaults.MAX_DELIVERIES  # deliveries before an entry is dead-lettered
+    max_crashes: int = defaults.MAX_CRASHES  # worker deaths while a trajectory is scored alone
+    lease_seconds: float = defaults.LEASE_SECONDS
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
+    maintenance_interval: float = defaults.MAINTENANCE_INTERVAL
+    incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT  # seconds a trajectory may wait for missing outputs
+    result_ttl: float = defaults.RESULT_TTL  # 0 keeps results forever
     keep_records: float = 0.0  # seconds to keep a scored trajectory's outputs for `rewardq inspect`
-    shutdown_grace: float = 30.0
+    shutdown_grace: float = defaults.SHUTDOWN_GRACE
     max_record_bytes: int = defaults.MAX_RECORD_BYTES
     max_outputs: int = defaults.MAX_OUTPUTS  # outputs per trajectory; bounds every Lua script's work
     connect_timeout: float | None = defaults.WORKER_CONNECT_TIMEOUT  # None: wait for Redis forever
@@ -65,6 +77,8 @@ class WorkerConfig:
     metrics_port: int | None = None
     log_level: str = "INFO"
     log_format: str = "text"  # text | json
+    # bookkeeping, not a setting: keys of the config file rewardq does not use
+    unused_keys: list[str] = field(default_factory=list, repr=False, compare=False, metadata={"internal": True})
 
     def validate(self) -> WorkerConfig:
         def positive(name: str, allow_zero: bool = False) -> None:
@@ -80,6 +94,7 @@ class WorkerConfig:
             "score_timeout",
             "claim_idle",
             "max_deliveries",
+            "max_crashes",
             "lease_seconds",
             "heartbeat_interval",
             "maintenance_interval",
@@ -89,6 +104,7 @@ class WorkerConfig:
             "max_outputs",
             "shards",
             "connect_timeout",
+            "scorer_processes",
         ):
             positive(n)
         if isinstance(self.max_outputs, bool) or not isinstance(self.max_outputs, int) or self.max_outputs > 1_000_000:
@@ -100,6 +116,10 @@ class WorkerConfig:
             positive(n, allow_zero=True)
         if str(self.log_level).upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigError(f"log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {self.log_level!r}")
+        if self.reward_fn_placement not in ("process", "thread", "inline"):
+            raise ConfigError(
+                f"reward_fn_placement must be process, thread or inline, got {self.reward_fn_placement!r}"
+            )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         if self.claim_idle <= self.heartbeat_interval:
@@ -123,10 +143,17 @@ class WorkerConfig:
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> WorkerConfig:
-        """Defaults, then ``config_file``, then environment, then ``overrides`` (CLI flags)."""
+        """Defaults, then ``config_file``, then environment, then ``overrides`` (CLI flags).
+
+        Keys of the file that rewardq does not use end up in :attr:`unused_keys` (the worker
+        lists them once at start-up); they never fail the load.
+        """
         values: dict[str, Any] = {}
+        unused: list[str] = []
         if config_file:
-            values.update(read_config_file(config_file))
+            loaded = read_config_file(config_file)
+            values.update(loaded.values)
+            unused = loaded.unused
         values.update(from_env(os.environ if env is None else env))
         for k, v in (overrides or {}).items():
             if v is None:
@@ -135,11 +162,19 @@ class WorkerConfig:
                 values[k] = {**values.get(k, {}), **v}
             else:
                 values[k] = v
-        return build(cls, values).validate()
+        cfg = build(cls, values).validate()
+        cfg.unused_keys = unused
+        return cfg
+
+
+#: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a
+#: shared config file without listing them as unused.
+ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error"})
 
 
 def _fields(cls: type) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls)}
+    """The settable fields of a settings dataclass (internal bookkeeping fields left out)."""
+    return {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
 
 
 def build(cls: type, values: Mapping[str, Any]) -> Any:
@@ -150,29 +185,68 @@ def build(cls: type, values: Mapping[str, Any]) -> Any:
     return cls(**values)
 
 
-def _coerce(name: str, raw: str, f: dataclasses.Field) -> Any:
-    typ = str(f.type)
-    if raw == "" and "None" in typ:
-        return None
+def _base_type(hint: Any) -> tuple[type, bool]:
+    """``int | None`` -> ``(int, True)``; ``dict`` -> ``(dict, False)``."""
+    args = typing.get_args(hint)
+    if args:
+        non_none = [a for a in args if a is not type(None)]
+        base = typing.get_origin(non_none[0]) or non_none[0]
+        return base, len(non_none) < len(args)
+    return (typing.get_origin(hint) or hint), False
+
+
+def _coerce(name: str, raw: str, f: dataclasses.Field, *, where: str | None = None) -> Any:
+    """An environment string as the field's type (``where`` names the source in errors)."""
+    typ, optional = _base_type(_hints().get(f.name, str))
+    source = where or f"{ENV_PREFIX}{name.upper()}={raw!r}"
     try:
-        if typ.startswith("bool"):
-            if raw.lower() in ("1", "true", "yes", "on"):
+        if optional and raw.strip().lower() in ("", "none", "null"):
+            return None
+        if typ is bool:
+            if raw.strip().lower() in ("1", "true", "yes", "on"):
                 return True
-            if raw.lower() in ("0", "false", "no", "off", ""):
+            if raw.strip().lower() in ("0", "false", "no", "off", ""):
                 return False
-            raise ValueError(raw)
-        if typ.startswith("int"):
-            return None if raw == "" and "None" in typ else int(raw)
-        if typ.startswith("float"):
+            raise ValueError("expected true/false, yes/no, on/off or 1/0")
+        if typ is int:
+            return int(raw)
+        if typ is float:
             return float(raw)
-        if typ.startswith("dict"):
+        if typ is dict:
             value = json.loads(raw)
             if not isinstance(value, dict):
                 raise ValueError("not a JSON object")
             return value
     except ValueError as exc:
-        raise ConfigError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {typ} ({exc})") from None
-    return None if raw == "" and "None" in typ else raw
+        raise ConfigError(f"{source} is not a valid {typ.__name__} ({exc})") from None
+    return raw
+
+
+@functools.cache
+def _hints() -> dict[str, Any]:
+    """WorkerConfig's resolved type hints (``from __future__`` leaves them as strings)."""
+    return typing.get_type_hints(WorkerConfig)
+
+
+def check_value(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
+    """A config-file value, type-checked like an environment variable: strings are parsed
+    (``cluster: "false"`` is False), numbers must be numbers, ``bool`` is not an ``int``."""
+    if isinstance(value, str):
+        return _coerce(name, value, f, where=f"{where}: {name}={value!r}")
+    typ, optional = _base_type(_hints().get(f.name, str))
+    if value is None and optional:
+        return None
+    ok = (
+        (typ is bool and isinstance(value, bool))
+        or (typ is int and isinstance(value, int) and not isinstance(value, bool))
+        or (typ is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (typ is dict and isinstance(value, Mapping))
+    )
+    if not ok:
+        raise ConfigError(f"{where}: {name} must be a {typ.__name__}, got {type(value).__name__} {value!r:.80}")
+    if typ is float:
+        return float(value)
+    return dict(value) if typ is dict else value
 
 
 def from_env(env: Mapping[str, str], cls: type = WorkerConfig) -> dict[str, Any]:
@@ -185,8 +259,16 @@ def from_env(env: Mapping[str, str], cls: type = WorkerConfig) -> dict[str, Any]
     return out
 
 
-def read_config_file(path: str) -> dict[str, Any]:
-    """Read our YAML/JSON config, or translate a verl ``reward:`` block."""
+@dataclass
+class LoadedFile:
+    """A config file's WorkerConfig values and the keys rewardq does not use (dotted paths)."""
+
+    values: dict[str, Any]
+    unused: list[str]
+
+
+def parse_file(path: str) -> dict[str, Any]:
+    """The mapping a YAML/JSON config file holds (ConfigError when it is missing or malformed)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {path} does not exist")
@@ -203,52 +285,66 @@ def read_config_file(path: str) -> dict[str, Any]:
     data = data or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at top level")
-    if "reward" in data and isinstance(data["reward"], dict):
-        ours = {k: v for k, v in data.items() if k != "reward"}
-        ours.pop("rewardq", None)
-        merged = translate_verl_reward(data["reward"])
-        merged.update(data.get("rewardq") or {})
-        return merged
     return data
 
 
+def read_config_file(path: str) -> LoadedFile:
+    """Read a rewardq config file, or verl's trainer config (see :mod:`rewardq.verl_config`).
+
+    Precedence inside one file: what a verl config implies < top-level rewardq keys < a
+    top-level ``rewardq:`` block < a ``reward.rewardq`` block. Every value is type-checked
+    (:func:`check_value`); keys that are neither WorkerConfig fields nor verl's are listed in
+    :attr:`LoadedFile.unused`, with a suggestion when one looks like a misspelt field.
+    """
+    from rewardq.verl_config import VERL_SECTIONS, is_verl_config, translate
+
+    data = parse_file(path)
+    known = _fields(WorkerConfig)
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    unused: list[str] = []
+    verl = is_verl_config(data)
+    if verl:
+        translated = translate(data)
+        layers.append(("verl config", translated.values))
+        unused += translated.unused
+    top = {k: v for k, v in data.items() if not (verl and k in VERL_SECTIONS) and k != "rewardq"}
+    layers.append(("", top))
+    for block_path, block in (("rewardq", data.get("rewardq")), ("reward.rewardq", _reward_block(data))):
+        if block is None:
+            continue
+        if not isinstance(block, Mapping):
+            raise ConfigError(f"{path}: {block_path} must be a mapping of rewardq settings, got {block!r:.80}")
+        layers.append((block_path, block))
+    values: dict[str, Any] = {}
+    for prefix, layer in layers:
+        for key, value in layer.items():
+            dotted = f"{prefix}.{key}" if prefix and prefix != "verl config" else str(key)
+            if key in ADAPTER_KEYS:
+                continue
+            if key not in known:
+                unused.append(dotted + _suggestion(str(key), known))
+                continue
+            where = f"{path} ({prefix})" if prefix else path
+            checked = check_value(key, value, known[key], where)
+            if key in ("manager_options", "reward_fn_kwargs") and key in values:
+                values[key] = {**values[key], **checked}
+            else:
+                values[key] = checked
+    return LoadedFile(values, unused)
+
+
+def _reward_block(data: Mapping[str, Any]) -> Any:
+    reward = data.get("reward")
+    return reward.get("rewardq") if isinstance(reward, Mapping) else None
+
+
+def _suggestion(key: str, known: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def translate_verl_reward(reward: Mapping[str, Any]) -> dict[str, Any]:
-    """Map a verl ``reward:`` config block onto WorkerConfig fields."""
-    out: dict[str, Any] = {}
-    opts: dict[str, Any] = {}
-    rm = reward.get("reward_manager")
-    name = rm.get("name") if isinstance(rm, Mapping) else rm
-    if name:
-        out["manager"] = str(name)
-    crf = reward.get("custom_reward_function") or {}
-    if crf.get("path"):
-        fn = crf.get("name") or "compute_score"
-        out["reward_fn"] = f"{crf['path']}:{fn}"
-        if crf.get("reward_kwargs"):
-            out["reward_fn_kwargs"] = dict(crf["reward_kwargs"])
-    rk = reward.get("reward_kwargs") or {}
-    if rk.get("overlong_buffer_cfg") is not None:
-        opts["overlong_buffer"] = dict(rk["overlong_buffer_cfg"])
-    if rk.get("max_resp_len") is not None:
-        opts["max_resp_len"] = int(rk["max_resp_len"])
-    for k in (
-        "max_concurrent",
-        "max_rpm",
-        "max_tpm",
-        "estimated_tokens_per_request",
-        "timeout",
-        "num_workers",
-        "experiment_name",
-    ):
-        v = reward.get(k, rk.get(k))
-        if v is not None:
-            opts[k] = v
-    rmodel = reward.get("reward_model") or {}
-    if isinstance(rmodel, Mapping) and rmodel.get("enable"):
-        out["manager"] = "disrm"
-        for k in ("base_url", "model", "backend", "tokenizer"):
-            if rmodel.get(k) is not None:
-                opts[k] = rmodel[k]
-    if opts:
-        out["manager_options"] = opts
-    return out
+    """Map a verl ``reward:`` block alone onto WorkerConfig fields (see :mod:`rewardq.verl_config`)."""
+    from rewardq.verl_config import translate
+
+    return translate({"reward": dict(reward)}).values

@@ -42,6 +42,9 @@ BATCH_SIZE = 256
 BLOCK_MS = 1000
 #: Seconds one trajectory's ``run_single`` may take before it is an error result.
 SCORE_TIMEOUT = 300.0
+#: Seconds one sympy comparison of the ``numina_*`` scorer may take before it counts as
+#: "not equal" (verl's ``prime_math`` limit; each part of a tuple answer gets its own).
+PRIME_MATH_SYMPY_TIMEOUT = 10.0
 #: Seconds an entry stays pending before another worker may reclaim it.
 CLAIM_IDLE = 60.0
 #: Deliveries of one entry before it is dead-lettered.
@@ -72,3 +75,62 @@ SOCKET_CONNECT_TIMEOUT = 5.0
 #: Seconds a blocking client waits for the reply to one command (asyncio clients: see
 #: ``rewardq.queue.connection``).
 SOCKET_TIMEOUT = 30.0
+
+#: Where a synchronous ``--reward-fn`` runs: ``process`` (scorer processes, killed on timeout),
+#: ``thread`` (threads of the worker) or ``inline`` (the worker's event loop; trusted, cheap code only).
+REWARD_FN_PLACEMENT = "process"
+#: Scorer processes kept ready per function; None: one per CPU core, at least 2.
+SCORER_PROCESSES: int | None = None
+#: Seconds a scorer process may be busy before it stops counting toward the pool's size, so
+#: the calls waiting behind a hung one get a spare process instead of waiting for its timeout.
+SCORER_SPARE_AFTER = 2.0
+#: Calls of a thread-run reward function that may hang (their threads cannot be stopped)
+#: before further calls are refused.
+MAX_LOST_THREADS = 32
+#: Times a trajectory may take its worker process down while scored alone before it gets an
+#: error result (a crash while scored alone can only be its own doing).
+MAX_CRASHES = 2
+#: Seconds after ``shutdown_grace`` at which a stopping worker process exits even if threads
+#: or children it cannot stop still run (SIGTERM ends the process within grace + 5 s).
+EXIT_AFTER_GRACE = 4.0
+#: Seconds a worker process that has stopped (everything handed back) may take to exit before
+#: it exits anyway: a hung thread in asyncio's default executor would otherwise hold it forever.
+EXIT_AFTER_STOP = 2.0
+
+#: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
+#: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
+VERL_TIMEOUT = 900.0
+
+# -- code execution (data sources codecontests, apps, codeforces, taco) ------------------------
+#: SandboxFusion run_code requests in flight at once across the whole fleet (verl's default).
+SANDBOX_FUSION_MAX_CONCURRENT = 64
+#: Memory of one program, in MB: SandboxFusion's ``memory_limit_MB`` and the local runner's
+#: address-space limit (verl's default).
+CODE_MEMORY_LIMIT_MB = 1024
+#: SandboxFusion compile and run timeout of one test case, in seconds (verl's).
+SANDBOX_FUSION_RUN_TIMEOUT = 10
+#: Seconds added to compile + run timeout for one run_code HTTP request (verl's API_TIMEOUT).
+SANDBOX_FUSION_API_TIMEOUT = 10
+#: Attempts of one run_code request on connection errors and 5xx answers (verl's MAX_RETRIES).
+SANDBOX_FUSION_ATTEMPTS = 3
+#: Seconds before retry k is ``k * SANDBOX_FUSION_RETRY_DELAY`` (verl's linear back-off).
+SANDBOX_FUSION_RETRY_DELAY = 1.0
+#: Test cases that count toward the continuous score: the first 10, as verl counts them.
+CODE_MAX_CASES = 10
+#: Local runner: per-case timeout when every case runs in one process (prime_code's first pass).
+CODE_FIRST_PASS_TIMEOUT = 5
+#: Local runner: per-case timeout when each case runs in a process of its own (prime_code's).
+CODE_CASE_TIMEOUT = 10
+#: Local runner: largest file one program may write, in MB (RLIMIT_FSIZE).
+CODE_FILE_SIZE_MB = 16
+#: Local runner: processes the sandbox uid may have at once (RLIMIT_NPROC; bounds a fork bomb).
+CODE_MAX_PROCESSES = 32
+#: Local runner: bytes one run may report (its printed output, JSON-escaped) before it is killed.
+CODE_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+#: Local runner: seconds allowed, on top of the runs' deadlines, to start and tear down a sandbox.
+CODE_STARTUP_SLACK = 10.0
+#: Local runner with namespaces: each job runs as a uid drawn from [BASE, BASE + COUNT).
+CODE_SANDBOX_UID_BASE = 61000
+CODE_SANDBOX_UID_COUNT = 4000
+#: Local runner with namespaces: folders covered by an empty tmpfs (home folders, /run's secrets).
+CODE_HIDDEN_PATHS = ("/root", "/home", "/run")

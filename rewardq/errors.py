@@ -15,6 +15,17 @@ class ConfigError(RewardqError):
     """A setting is missing or wrong. The message names the setting."""
 
 
+class MissingDependency(ConfigError):
+    """A module of the ``worker`` extra is missing: the core install is the producer side only."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+        super().__init__(
+            f"{module} is not installed; the rewardq command line and reward workers need the worker "
+            "extra: pip install 'rewardq[worker]' (the core install is the producer side and the verl adapter)"
+        )
+
+
 class RecordError(RewardqError, ValueError):
     """A record failed to encode, decode or validate.
 
@@ -34,8 +45,39 @@ class ScoringError(RewardqError):
     """A reward manager or scoring function failed or returned something unusable."""
 
 
+class RemoteTraceback(RewardqError):
+    """The traceback of an exception raised in a scorer process, as text.
+
+    Attached as the ``__cause__`` of the :class:`ScoringError` raised in the worker, so the
+    worker's log and the dead letter show the line of the reward function that failed: read
+    it there, fix the function, then ``rewardq dead-letters retry``.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return f"\n{self.text}"
+
+
 class UnknownDataSourceError(ScoringError):
     """No default scorer exists for a ``data_source``."""
+
+
+class MissingDependencyError(ScoringError):
+    """A scorer needs an optional package that is not installed. The message names the extra to install."""
+
+
+class CodeSandboxError(ScoringError):
+    """The local code sandbox failed, not the program under test (it could not start, set up its
+    namespaces, or report): the trajectory gets an error result instead of a reward."""
+
+
+class SandboxUnavailableError(ScoringError):
+    """SandboxFusion did not answer usably (connection refused, 5xx after the capped retries, 4xx,
+    a timeout or a reply that is not JSON): the trajectory gets an error result naming the sandbox,
+    never a fake zero reward."""
 
 
 class UnknownManagerError(ConfigError):

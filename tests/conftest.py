@@ -77,3 +77,22 @@ def procs(tmp_path):
     p = Procs(tmp_path)
     yield p
     p.kill_all()
+
+
+@pytest.fixture
+async def naive():
+    from rewardq.reward.base import ManagerContext, ScoringSettings
+    from rewardq.reward.managers.naive import NaiveRewardManager
+    from tests.support.isolation import TOK
+
+    """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
+    made: list = []
+
+    def make(fn, **settings) -> NaiveRewardManager:
+        m = NaiveRewardManager(TOK, fn, context=ManagerContext(scoring=ScoringSettings(**settings)))
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        await m.close()

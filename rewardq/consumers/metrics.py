@@ -11,6 +11,12 @@ Exposed series (all prefixed ``rewardq_``):
 * ``reclaimed_total``                          entries taken over from dead workers
 * ``ratelimit_waits_total{kind}`` / ``ratelimit_wait_seconds_total{kind}``
                                                fleet rate-limiter waits (``limited`` manager)
+* ``code_trajectories_total{data_source,backend,status}``
+                                               code responses scored, by ``code_status``
+                                               (``error``: the sandbox failed, no reward)
+* ``code_runs_total{data_source,backend}``     programs executed (local processes or
+                                               SandboxFusion requests)
+* ``code_seconds_total{data_source,backend}``  wall time spent scoring code
 
 Each worker owns a private registry, so several workers in one process (tests, the demo)
 never collide.
@@ -44,6 +50,29 @@ class _LimiterCollector:
             waits.add_metric([kind], float(count or 0))
             secs.add_metric([kind], float(seconds or 0.0))
         yield waits
+        yield secs
+
+
+class _CodeCollector:
+    """Code-execution counters per data source, read from ``CodeStats.snapshot`` at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], dict]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self):  # noqa: ANN201 - prometheus collector protocol
+        labels = ["data_source", "backend"]
+        done = CounterMetricFamily(
+            "rewardq_code_trajectories", "Code responses scored, by code_status", labels=[*labels, "status"]
+        )
+        runs = CounterMetricFamily("rewardq_code_runs", "Programs executed to score code", labels=labels)
+        secs = CounterMetricFamily("rewardq_code_seconds", "Wall time spent scoring code", labels=labels)
+        for ds, st in (self._snapshot() or {}).items():
+            for status, n in st.get("statuses", {}).items():
+                done.add_metric([ds, st["backend"], status], float(n))
+            runs.add_metric([ds, st["backend"]], float(st.get("runs", 0)))
+            secs.add_metric([ds, st["backend"]], float(st.get("seconds", 0.0)))
+        yield done
+        yield runs
         yield secs
 
 
@@ -83,7 +112,12 @@ class NoMetrics:
 class WorkerMetrics:
     """The worker's instruments. Call :meth:`serve` to expose them over HTTP."""
 
-    def __init__(self, manager_name: str, limiter_stats: Callable[[], dict] | None = None) -> None:
+    def __init__(
+        self,
+        manager_name: str,
+        limiter_stats: Callable[[], dict] | None = None,
+        code_stats: Callable[[], dict] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.manager_name = manager_name
         r = self.registry
@@ -101,6 +135,8 @@ class WorkerMetrics:
         self.reclaimed_total = Counter("rewardq_reclaimed", "Entries reclaimed from dead workers", registry=r)
         if limiter_stats is not None:
             r.register(_LimiterCollector(limiter_stats))
+        if code_stats is not None:
+            r.register(_CodeCollector(code_stats))
         self._server: Any = None
 
     # -- hooks called by the worker -----------------------------------------------------

@@ -2,13 +2,23 @@
 
 A :class:`~rewardq.consumers.worker.Worker` embedded in someone else's process (a test, the
 embedded demo) leaves the interpreter alone except for torch's intra-op thread count;
-``rewardq worker`` also freezes the start-up heap.
+``rewardq worker`` also freezes the start-up heap and installs :class:`StopSignals`, which
+guarantee that SIGTERM ends the process within ``shutdown_grace`` + 5 s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
 import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("rewardq.worker")
 
 
 def freeze_startup_heap() -> None:
@@ -39,3 +49,97 @@ def limit_torch_threads() -> None:
 
     if torch.get_num_threads() > 1:
         torch.set_num_threads(1)
+
+
+class StopSignals:
+    """SIGTERM/SIGINT handling for a process the worker owns, with a deadline that always holds.
+
+    The first signal asks the worker to stop (``on_stop(name)``, run in its event loop) and
+    arms a deadline: ``deadline`` seconds later the process ends with ``os._exit`` whatever
+    still runs. What it guards against: a thread running a hung reward function (Python
+    cannot stop one; asyncio waits for its default executor's threads when the loop closes,
+    and the interpreter joins ``concurrent.futures`` threads at exit), a child that ignores
+    SIGTERM, or an event loop blocked by user code.
+
+    The handlers are plain ``signal.signal`` ones, which the main thread runs between two
+    bytecodes even while user code holds the event loop, not ``loop.add_signal_handler``
+    ones, which run only once the loop gets control back.
+
+    Args:
+        loop: the worker's event loop.
+        on_stop: called in the loop with the signal's name (the worker's ``request_stop``).
+        deadline: seconds from the first signal to the forced exit.
+        exit_code: called at the deadline for the exit status (0 when the worker had
+            stopped cleanly and only leftovers kept the process alive).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_stop: Callable[[str], None],
+        *,
+        deadline: float,
+        exit_code: Callable[[], int],
+    ) -> None:
+        self.loop = loop
+        self.on_stop = on_stop
+        self.deadline = deadline
+        self.exit_code = exit_code
+        self.received: str | None = None
+
+    def install(self) -> StopSignals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.received is None:
+            self.received = name
+            exit_after(self.deadline, self.exit_code, why=f"{name} received")
+        try:
+            self.loop.call_soon_threadsafe(self.on_stop, name)
+        except RuntimeError:  # the loop is closed: the worker has stopped already
+            pass
+
+
+_deadline_lock = threading.Lock()
+_deadline: list[float] = []  # the monotonic time of the forced exit, once armed
+
+
+def exit_after(seconds: float, exit_code: Callable[[], int], *, why: str) -> None:
+    """End the process with ``os._exit(exit_code())`` in ``seconds`` unless it ended by then.
+
+    A daemon thread waits, logs what is still running, flushes the log handlers and exits.
+    Arming it again can only bring the exit closer (the earlier deadline wins).
+    """
+    at = time.monotonic() + seconds
+    with _deadline_lock:
+        if _deadline:
+            _deadline[0] = min(_deadline[0], at)
+            return
+        _deadline.append(at)
+
+    def expire() -> None:
+        while True:
+            with _deadline_lock:
+                left = _deadline[0] - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, 0.1))
+        others = [t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()]
+        code = exit_code()
+        logger.error(
+            "process still running after %s (threads: %s); exiting now with code %d",
+            why,
+            ", ".join(others) or "none",
+            code,
+        )
+        for handler in logging.getLogger().handlers:
+            try:
+                handler.flush()
+            except Exception:  # noqa: BLE001 - exiting anyway
+                pass
+        os._exit(code)
+
+    threading.Thread(target=expire, name="rewardq-exit-deadline", daemon=True).start()

@@ -16,6 +16,7 @@ from rewardq.errors import ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.results import STATUS_OK, RewardResult
 from rewardq.reward.base import RewardManager, check_manager_output
+from rewardq.reward.escapes import describe_escape
 
 
 async def run_with_timeout(coro: Any, seconds: float) -> Any:
@@ -52,12 +53,17 @@ class TrajectoryScorer:
         """Score a trajectory; one :class:`RewardResult` per output, in index order.
 
         Raises ScoringError (or whatever the manager raised) when no reward can be given.
+        ``SystemExit`` and ``KeyboardInterrupt`` from the manager become a ScoringError naming
+        them: they end this trajectory, never the worker (asyncio would re-raise them out of
+        the event loop and stop it).
         """
         batch = build_batch(records, trajectory_sample(records))
         try:
             out: Any = await run_with_timeout(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:
             raise ScoringError(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise ScoringError(describe_escape(exc, "the reward manager's run_single")) from None
         per_key = check_manager_output(out, len(records))
         now = time.time()
         latency = (now - started_ts) * 1000.0 if started_ts else None

@@ -11,8 +11,11 @@ One worker is one asyncio process. Its life, top to bottom (:meth:`Worker.run`):
                   scored in its own task, bounded by ``concurrency``;
 4. ``score``      assemble, build the batch, run the manager, then **commit**: write every
                   key's result and acknowledge, in one atomic step. No ack before the write.
+                  A trajectory whose earlier attempt never finished is scored alone
+                  (:mod:`rewardq.consumers.quarantine`), so a crash is blamed on it only;
 5. ``stop``       on SIGTERM/SIGINT: stop reading, let in-flight scoring finish within
-                  ``shutdown_grace``, hand back what is left, unregister, exit 0.
+                  ``shutdown_grace``, hand back what is left, unregister, exit 0 (a process
+                  of its own always ends within ``shutdown_grace`` + 5 s).
 
 Delivery is at-least-once; the commit is idempotent, so a redelivered trajectory is
 written with the same result and added once to the ``done`` stream.
@@ -21,9 +24,9 @@ written with the same result and added once to the ``done`` stream.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
-import signal
 import socket
 import time
 import traceback
@@ -33,12 +36,14 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError
 
+from rewardq import defaults
 from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics, NoMetrics
-from rewardq.consumers.process import freeze_startup_heap, limit_torch_threads
+from rewardq.consumers.process import StopSignals, exit_after, freeze_startup_heap, limit_torch_threads
+from rewardq.consumers.quarantine import Quarantine, crash_reason
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError
 from rewardq.queue.aio import being_cancelled
@@ -109,6 +114,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._capacity = asyncio.Event()  # set while fewer than `concurrency` trajectories are held
         self._slots = asyncio.Semaphore(config.concurrency)  # at most `concurrency` scored at once
+        self.quarantine: Quarantine | None = None  # ordinary trajectories side by side, quarantined ones alone
+        self.stopped = False
         self._capacity.set()
         self._tasks: list[asyncio.Task] = []
         self._started_at = time.time()
@@ -122,19 +129,28 @@ class Worker:
         """Start, serve until :meth:`request_stop` (or SIGTERM/SIGINT), then stop cleanly.
 
         ``install_signal_handlers`` and ``freeze_heap`` (:func:`freeze_startup_heap`) are
-        for a process that is the worker's own, as ``rewardq worker`` is.
+        for a process that is the worker's own, as ``rewardq worker`` is. With the signal
+        handlers (:class:`~rewardq.consumers.process.StopSignals`) the process ends within
+        ``shutdown_grace`` + 5 s of SIGTERM, even when threads or children it started hang.
         """
+        failed = True
+
+        def exit_code() -> int:  # for a forced exit: 0 only when the worker had stopped cleanly
+            return 0 if self.stopped and not failed else 1
+
         if install_signal_handlers:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.request_stop, sig.name)
+            deadline = self.cfg.shutdown_grace + defaults.EXIT_AFTER_GRACE
+            StopSignals(asyncio.get_running_loop(), self.request_stop, deadline=deadline, exit_code=exit_code).install()
         try:
             await self.start()
             if freeze_heap:
                 freeze_startup_heap()
             await self.serve()
+            failed = False
         finally:
             await self.stop()
+            if install_signal_handlers:  # nothing left to wait for: leftover threads must not hold the exit
+                exit_after(defaults.EXIT_AFTER_STOP, exit_code, why=f"worker {self.name} stopped")
 
     def request_stop(self, why: str = "requested") -> None:
         if not self._stopping.is_set():
@@ -174,6 +190,7 @@ class Worker:
         except NoPermissionError as exc:
             raise permission_error(exc, cfg.namespace, cfg.redis_url) from None
         self.commits = CommitCoalescer(self.broker)
+        self.quarantine = Quarantine(self.broker)
         if self.manager is None:
             from rewardq.reward.factory import build_from_config
 
@@ -186,11 +203,17 @@ class Worker:
             self.manager, self.tokenizer = build_from_config(cfg, ctx)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
         await self.manager.setup()
+        await self.manager.prepare_scoring()
         if not self._metrics_given and cfg.metrics_port is not None:
             from rewardq.consumers.metrics import WorkerMetrics
 
             stats = getattr(self.manager, "stats", None)
-            served = WorkerMetrics(cfg.manager, limiter_stats=stats if callable(stats) else None)
+            code = self._code_stats()
+            served = WorkerMetrics(
+                cfg.manager,
+                limiter_stats=stats if callable(stats) else None,
+                code_stats=code.snapshot if code is not None else None,
+            )
             self.metrics_port = served.serve(cfg.metrics_port)
             self.metrics = served
             logger.info("metrics on http://0.0.0.0:%d/metrics", self.metrics_port)
@@ -280,11 +303,19 @@ class Worker:
         if self.manager is not None:
             try:
                 await self.manager.close()
+                context = getattr(self.manager, "context", None)
+                if context is not None:
+                    await context.aclose()
             except Exception:
                 logger.exception("manager close failed")
+            try:
+                await self.manager.close_scoring()
+            except Exception:
+                logger.exception("closing the scorer processes failed")
         if self._own_client and self._client is not None:
             await self._client.aclose()
             self._client = None
+        self.stopped = True
         logger.info("worker %s stopped: %s", self.name, self.stats)
 
     # ==================================================================================
@@ -428,70 +459,92 @@ class Worker:
         flight.task = asyncio.create_task(self._score_and_commit(o, flight), name=f"score-{tid}")
 
     async def _score_and_commit(self, o: StoreOutcome, flight: InFlight) -> None:
-        assert self.broker is not None and self.scorer is not None and self.failures is not None
-        shard, tid = o.entry.shard, o.record.tid
+        assert self.quarantine is not None and self.failures is not None
+        shard, tid, gates = o.entry.shard, o.record.tid, self.quarantine.gate
         t0 = time.perf_counter()
         outcome = "ok"
-        slot = False
+        slot = gate = False
+        alone = o.attempts > 1  # an earlier attempt never finished: quarantine
         data_source = str(o.record.sample.get("data_source", ""))
         try:
             await self._slots.acquire()  # held (and its lease renewed) while it waits for a slot
             slot = True
-            try:
-                records = o.records or assemble(
-                    tid,
-                    o.payloads,
-                    max_bytes=self.cfg.max_record_bytes,
-                    vocab_size=self.vocab_size,
-                    known=o.record,
-                    max_outputs=self.cfg.max_outputs,
-                )
-            except RecordError as exc:
-                outcome = "invalid"
-                await self.failures.fail_trajectory(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
-                return
-            try:
-                results = await self.scorer.score(records, started_ts=o.entry.ts)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                outcome = "error"
-                await self.failures.fail_trajectory(
-                    shard,
-                    tid,
-                    o.entry,
-                    "scoring",
-                    f"scoring failed: {type(exc).__name__}: {exc}",
-                    tb=traceback.format_exc(),
-                )
-                return
-            await self._commit(shard, tid, results)
-            self.stats["scored"] += 1
-            if results and results[-1].latency_ms is not None:
-                self._recent.append((time.time(), results[-1].latency_ms))
+            if alone:
+                crashes = await self.quarantine.enter_alone(shard, tid, o.attempts, o.solo)
+                gate = True
+                if crashes >= self.cfg.max_crashes:
+                    outcome = "crashed"
+                    await self.failures.fail_trajectory(shard, tid, o.entry, "crashed", crash_reason(crashes))
+                    return
+            else:
+                await gates.enter_shared()
+                gate = True
+            outcome = await self._score(o, shard, tid)
         except asyncio.CancelledError:
             outcome = "handed-back"
+            if alone and gate:
+                await self.quarantine.handed_back(shard, tid)
             raise
         except Exception:
             outcome = "commit-failed"
             logger.exception("could not finish %s; its entry stays pending and will be reclaimed", tid)
         finally:
+            if gate:
+                gates.leave_alone() if alone else gates.leave_shared()
             if slot:
                 self._slots.release()
-            if outcome != "handed-back":
-                self.in_flight.pop(tid, None)
-            if len(self.in_flight) < self.cfg.concurrency:
-                self._capacity.set()
-            elapsed = (time.perf_counter() - t0) * 1000
-            self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
-            logger.info(
-                "trajectory %s manager=%s outcome=%s elapsed_ms=%.1f",
+            self._finished(tid, outcome, t0, data_source)
+
+    async def _score(self, o: StoreOutcome, shard: int, tid: str) -> str:
+        """Assemble, score and commit one trajectory (or fail it); returns the outcome to log."""
+        assert self.scorer is not None and self.failures is not None
+        try:
+            records = o.records or assemble(
                 tid,
-                self.cfg.manager,
-                outcome,
-                elapsed,
-                extra={"tid": tid, "manager": self.cfg.manager, "outcome": outcome, "elapsed_ms": round(elapsed, 3)},
+                o.payloads,
+                max_bytes=self.cfg.max_record_bytes,
+                vocab_size=self.vocab_size,
+                known=o.record,
+                max_outputs=self.cfg.max_outputs,
             )
+        except RecordError as exc:
+            await self.failures.fail_trajectory(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
+            return "invalid"
+        try:
+            results = await self.scorer.score(records, started_ts=o.entry.ts)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self.failures.fail_trajectory(
+                shard,
+                tid,
+                o.entry,
+                "scoring",
+                f"scoring failed: {type(exc).__name__}: {exc}",
+                tb=traceback.format_exc(),
+            )
+            return "error"
+        await self._commit(shard, tid, results)
+        self.stats["scored"] += 1
+        if results and results[-1].latency_ms is not None:
+            self._recent.append((time.time(), results[-1].latency_ms))
+        return "ok"
+
+    def _finished(self, tid: str, outcome: str, t0: float, data_source: str) -> None:
+        if outcome != "handed-back":
+            self.in_flight.pop(tid, None)
+        if len(self.in_flight) < self.cfg.concurrency:
+            self._capacity.set()
+        elapsed = (time.perf_counter() - t0) * 1000
+        self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
+        logger.info(
+            "trajectory %s manager=%s outcome=%s elapsed_ms=%.1f",
+            tid,
+            self.cfg.manager,
+            outcome,
+            elapsed,
+            extra={"tid": tid, "manager": self.cfg.manager, "outcome": outcome, "elapsed_ms": round(elapsed, 3)},
+        )
 
     async def _commit(self, shard: int, tid: str, results: list) -> None:
         """Write back, then ack (one atomic script, sent with the other commits of this loop
@@ -509,11 +562,17 @@ class Worker:
             held.setdefault(f.shard, []).append(f.tid)
         return held
 
+    def _code_stats(self) -> Any:
+        """The manager's code-execution counters (None for a manager without a context)."""
+        return getattr(getattr(self.manager, "context", None), "code_stats", None)
+
     def snapshot(self) -> dict[str, Any]:
         now = time.time()
         recent = [lat for t, lat in self._recent if now - t <= 60]
         window = [t for t, _ in self._recent if now - t <= 10]
+        code = self._code_stats()
         return {
+            **({"code": json.dumps(code.snapshot())} if code is not None and code.sources else {}),
             **self.stats,
             "in_flight": len(self.in_flight),
             "host": socket.gethostname(),

@@ -10,6 +10,8 @@ held by a worker that died show up) as rich tables:
                  second, counters;
 * **waiting**    trajectories still collecting outputs, oldest first, with the missing indices,
                  how long they have waited and when they will be given up;
+* **code execution** per data source (live workers' counters): responses scored by outcome,
+                 programs run, time spent, through SandboxFusion or the local runner;
 * **dead letters** by kind, and the last minute's throughput and push-to-result latency;
 * **diagnosis**  one line per thing an operator should act on, each saying what to do.
 
@@ -163,6 +165,15 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
             f"{_n(st['dead_letters'], 'dead letter')} ({kinds or 'kinds not counted'}): rewardq "
             f"dead-letters list{_ns(ns)}; after a fix: rewardq dead-letters retry --all{_ns(ns)}",
         )
+    broken = {ds: c["statuses"]["error"] for ds, c in st.get("code", {}).items() if c["statuses"].get("error")}
+    if broken:
+        shown = ", ".join(f"{ds} {n}" for ds, n in sorted(broken.items()))
+        say(
+            "warning",
+            f"{_n(sum(broken.values()), 'code response')} could not be scored because the code sandbox failed "
+            f"({shown}): their trajectories have error results naming why (rewardq dead-letters list{_ns(ns)}); "
+            "check the worker logs and sandbox_fusion_url, then rewardq dead-letters retry --all",
+        )
     rec = st["recent"]
     if rec["errors"]:
         say(
@@ -278,6 +289,9 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
         waiting.add_row("[green]none[/]", *[""] * 7)
     parts.append(waiting)
 
+    if st.get("code"):
+        parts.append(_code_table(st["code"]))
+
     rec = st["recent"]
 
     def lat(v: float | None) -> str:
@@ -301,6 +315,34 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
     if footer:
         parts.append(Text(footer, style="dim"))
     return Group(*parts)
+
+
+def _code_table(code: dict[str, Any]) -> Any:
+    """Code execution per data source, summed over live workers."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(
+        title="code execution (live workers)", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True
+    )
+    for col in ("data source", "backend", "scored", "passed", "errors", "programs", "seconds", "s/program", "outcomes"):
+        table.add_column(col, justify="left" if col in ("data source", "backend", "outcomes") else "right")
+    for ds, c in code.items():
+        statuses = c.get("statuses", {})
+        errors = statuses.get("error", 0)
+        table.add_row(
+            escape(ds),
+            escape(c.get("backend", "")),
+            str(c.get("trajectories", 0)),
+            str(statuses.get("passed", 0)),
+            f"[red]{errors}[/]" if errors else "0",
+            str(c.get("runs", 0)),
+            f"{c.get('seconds', 0.0):.1f}",
+            f"{c['seconds'] / c['runs']:.3f}" if c.get("runs") else "-",
+            escape(", ".join(f"{k}: {n}" for k, n in sorted(statuses.items()))),
+        )
+    return table
 
 
 @click.command()

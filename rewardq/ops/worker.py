@@ -52,6 +52,8 @@ FLAG_FIELDS: dict[str, str] = {
     "tokenizer": "tokenizer",
     "reward_fn": "reward_fn",
     "reward_kwargs": "reward_fn_kwargs",
+    "reward_fn_placement": "reward_fn_placement",
+    "scorer_processes": "scorer_processes",
     "concurrency": "concurrency",
     "batch_size": "batch_size",
     "manager_option": "manager_options",
@@ -60,6 +62,7 @@ FLAG_FIELDS: dict[str, str] = {
     "name": "name",
     "claim_idle": "claim_idle",
     "max_deliveries": "max_deliveries",
+    "max_crashes": "max_crashes",
     "incomplete_timeout": "incomplete_timeout",
     "score_timeout": "score_timeout",
     "result_ttl": "result_ttl",
@@ -160,6 +163,7 @@ def effective_config(cfg: Any) -> dict[str, Any]:
     from rewardq.queue.connection import redact_url
 
     d = dataclasses.asdict(cfg)
+    d.pop("unused_keys", None)  # listed on their own line
     d["redis_url"] = redact_url(d["redis_url"])
     return d
 
@@ -210,6 +214,12 @@ def run_worker(cfg: Any, early: EarlySignals) -> int:
     cfg.name = cfg.name or default_worker_name()
     eff = effective_config(cfg)
     logger.info("effective config: %s", json.dumps(eff, sort_keys=True, default=str), extra={"config": eff})
+    if cfg.unused_keys:
+        logger.warning(
+            "config file: rewardq does not use %d key(s), ignoring them: %s",
+            len(cfg.unused_keys),
+            ", ".join(cfg.unused_keys),
+        )
     wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
     cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
     ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)

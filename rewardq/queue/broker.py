@@ -76,6 +76,12 @@ class StoreOutcome:
     detail: str = ""
     #: the decoded outputs in index order, when the worker already holds them all (fast path)
     records: list[OutputRecord] | None = None
+    #: scoring attempts of the trajectory, this one included (``complete`` only); above 1 an
+    #: earlier lease ended without a commit (its worker died, or lost the lease)
+    attempts: int = 1
+    #: earlier starts of scoring it alone (``complete`` with ``attempts > 1`` only; see
+    #: :meth:`StreamBroker.start_solo`)
+    solo: int = 0
 
 
 async def ensure_meta(client: Any, ks: Keyspace, shards: int | None) -> int:
@@ -208,7 +214,8 @@ class StreamBroker:
         """File each record in its trajectory hash (one pipelined round trip).
 
         For each record, exactly one of: parked (acked, waiting for more outputs),
-        complete (this worker holds the lease and must score, then :meth:`commit`),
+        complete (this worker holds the lease and must score, then :meth:`commit`; with its
+        ``attempts`` and, after an attempt that never finished, its ``solo`` starts),
         leased (another live worker scores it), done (already finished; acked),
         conflict (contradicts stored data; the caller must :meth:`fail`).
         """
@@ -244,11 +251,18 @@ class StreamBroker:
                 raise reply
             kind = _s(reply[0])
             if kind == "complete":
-                out.append(StoreOutcome(kind, entry, rec, payloads=list(reply[2:])))
+                out.append(StoreOutcome(kind, entry, rec, payloads=list(reply[3:]), attempts=int(reply[2])))
             elif kind in ("leased", "conflict"):
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1])))
             else:
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1]) if len(reply) > 1 else ""))
+        suspects = [o for o in out if o.kind == "complete" and o.attempts > 1]
+        if suspects:  # rare (after a worker died): one more round trip
+            pipe = self.r.pipeline(transaction=False)
+            for o in suspects:
+                pipe.hget(self.ks.traj(o.entry.shard, o.record.tid), "solo")
+            for o, solo in zip(suspects, await pipe.execute()):
+                o.solo = int(solo or 0)
         return out
 
     async def claim_whole(self, groups: Sequence[tuple[int, str, list[Entry]]]) -> list[bool]:
@@ -478,6 +492,16 @@ class StreamBroker:
         ]
         out = await self._script("expire", keys, args)
         return [(_s(out[i]), _s(out[i + 1])) for i in range(0, len(out), 2)]
+
+    # -- crash attribution -----------------------------------------------------------------
+    async def start_solo(self, shard: int, tid: str, by: int = 1) -> int:
+        """Count a start of scoring this trajectory alone; returns the count, this one included.
+
+        A start that was never followed by a commit means the worker died while this
+        trajectory, and nothing else, was being scored: it took the process down. ``by=-1``
+        takes a start back (it was handed back at shutdown, not crashed).
+        """
+        return int(await self.r.hincrby(self.ks.traj(shard, tid), "solo", by))
 
     # -- leases ----------------------------------------------------------------------------
     async def renew(self, held: dict[int, list[str]]) -> int:

@@ -2,8 +2,9 @@
 
 A dead letter is an entry of a shard's ``<ns>:{s}:dead`` stream. Its fields: ``kind``
 (``invalid`` undecodable or invalid record; ``conflict`` contradicting records; ``scoring``
-the manager failed; ``exhausted`` delivered ``max_deliveries`` times; ``incomplete`` outputs
-never arrived), ``reason``, ``traceback``, ``tid``, ``key``, ``entry_id``, ``deliveries``,
+the manager failed; ``crashed`` its scoring took the worker process down ``max_crashes``
+times while scored alone; ``exhausted`` delivered ``max_deliveries`` times; ``incomplete``
+outputs never arrived), ``reason``, ``traceback``, ``tid``, ``key``, ``entry_id``, ``deliveries``,
 ``worker``, ``time``, ``ts`` and ``data`` (the raw record, when there was one).
 
 **Retry** puts a dead letter back to work: the trajectory it names is reopened (its error
@@ -33,7 +34,8 @@ local max_out = tonumber(ARGV[4])
 if redis.call('EXISTS', traj) == 0 then return -1 end
 local n = math.min(tonumber(redis.call('HGET', traj, 'n') or '0') or 0, max_out)
 for i = 0, n - 1 do redis.call('DEL', rprefix .. tid .. '_' .. i) end
-redis.call('HDEL', traj, 'status', 'error', 'done_at', 'n', 'worker', 'lease', 'lease_until', 'acks')
+redis.call('HDEL', traj, 'status', 'error', 'done_at', 'n', 'worker', 'lease', 'lease_until', 'acks',
+           'attempts', 'solo')
 redis.call('HSET', traj, 'state', 'collecting')
 redis.call('PERSIST', traj)
 local final = redis.call('HGET', traj, 'final')

@@ -13,14 +13,16 @@ What one limiter holds (one HASH, ``<ns>:ratelimit:<name>``, see :mod:`rewardq.q
 
 Semantics:
 
-* **Token buckets.** Capacity = the per-minute limit; refill is continuous at
-  ``limit / 60`` per second; a new bucket starts full (so a fleet may burst up to one
-  minute's budget, then holds the average rate).
+* **Token buckets**, as verl's rate-limited manager keeps them: a bucket holds one second of
+  the rate (``limit / 60``: 120 rpm is a bucket of 2 requests), refills continuously at
+  ``limit / 60`` per second, and starts full. So 120 rpm is a smooth 2 requests/s with a
+  burst of at most 2, across the whole fleet: the kind of traffic API providers accept,
+  where a minute-sized bucket would let the fleet fire 120 requests at once.
 * **Oversize requests.** A request costing more than the capacity cannot ever fit. Rather
   than stall forever it waits until the bucket is *full*, then goes and drives the level
   negative (debt). Later requests wait for the debt to be refilled, so the fleet's average
   rate still holds. (An oversize request can be overtaken by smaller ones while it waits
-  for a full bucket; with the ``limited`` manager every request has the same estimated
+  for a full bucket; with the ``rate_limited`` manager every request has the same estimated
   cost, so that does not arise there.)
 * **Concurrency slots** are leases: a holder owns ``s:<holder>`` until it releases it or
   its lease expires. Holders renew every ``lease_seconds / 3`` while they work, so a holder
@@ -34,12 +36,15 @@ Semantics:
   so a fleet of waiters does not retry in lock-step) and asks again.
 * **Expiry.** The hash expires when it would hold nothing but full buckets and dead slots
   (time to refill any debt plus 60 s, or the lease plus 60 s), so idle limiters vanish.
+* **Oversize requests, compared with verl.** verl charges an oversize request at once and
+  makes its caller sleep until the debt is refilled; here the request waits for a full bucket,
+  goes, and the debt delays whoever comes next. Both keep the average rate; neither stalls.
 
 All processes naming one limiter should use the same limits; each call applies the limits
 its caller was configured with.
 
 :class:`LocalRateLimiter` has the same interface and semantics inside one process (state in
-memory, ``time.monotonic`` as the clock). The ``limited`` manager falls back to it when no
+memory, ``time.monotonic`` as the clock). The ``rate_limited`` manager falls back to it when no
 Redis is configured, e.g. for a single-process run.
 
 Example::
@@ -83,7 +88,8 @@ def bucket_take(
     Args:
         level, ts: the stored level and the time it was computed at (None: a new, full bucket).
         now: the current time in seconds.
-        capacity: the per-minute limit (also the bucket's size); refill is ``capacity / 60`` per s.
+        capacity: the per-minute limit; the bucket holds one second of it (``capacity / 60``)
+            and refills at ``capacity / 60`` per second.
         cost: what this request takes.
         look: only report, take nothing.
 
@@ -91,19 +97,19 @@ def bucket_take(
         ``(wait, level_after)``: ``wait == 0`` means the cost was taken (``level_after`` may be
         negative after an oversize request); otherwise ``wait`` seconds are needed first.
 
-    >>> bucket_take(None, None, 100.0, capacity=60, cost=1)        # new bucket: full
-    (0.0, 59.0)
-    >>> bucket_take(0.0, 100.0, 100.5, capacity=60, cost=1)        # 0.5 s refilled 0.5
-    (0.5, 0.5)
-    >>> bucket_take(60.0, 100.0, 100.0, capacity=60, cost=150)     # oversize on a full bucket
-    (0.0, -90.0)
+    >>> bucket_take(None, None, 100.0, capacity=120, cost=1)       # new bucket: full (2 requests)
+    (0.0, 1.0)
+    >>> bucket_take(0.0, 100.0, 100.25, capacity=120, cost=1)      # 0.25 s refilled 0.5
+    (0.25, 0.5)
+    >>> bucket_take(2.0, 100.0, 100.0, capacity=120, cost=5)       # oversize on a full bucket
+    (0.0, -3.0)
     """
-    rate = capacity / 60.0
+    size = rate = capacity / 60.0
     if level is None or ts is None:
-        level, ts = float(capacity), now
-    level = min(float(capacity), level + max(0.0, now - ts) * rate)
-    need = min(cost, capacity)
-    if level + _EPS * capacity >= need:
+        level, ts = size, now
+    level = min(size, level + max(0.0, now - ts) * rate)
+    need = min(cost, size)
+    if level + _EPS * size >= need:
         return 0.0, level if look else level - cost
     return (need - level) / rate, level
 

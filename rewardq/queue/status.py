@@ -6,6 +6,7 @@ renders it. Nothing here writes to Redis.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -102,10 +103,37 @@ def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[
                 "manager": d.get("manager", ""),
                 "uptime_s": round(now - _f(d.get("started_at"), now), 1),
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
+                "code": _json_dict(d.get("code")),
             }
         )
     out.sort(key=lambda w: str(w["name"]))
     return out
+
+
+def _json_dict(text: str | None) -> dict[str, Any]:
+    """A heartbeat field holding a JSON object ({} when absent or unreadable)."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def code_totals(workers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Code-execution counters per data source, summed over live workers (their ``code`` fields)."""
+    out: dict[str, dict[str, Any]] = {}
+    for w in workers:
+        for ds, st in (w.get("code") or {}).items():
+            if not isinstance(st, dict):
+                continue
+            tot = out.setdefault(ds, {"backend": "", "trajectories": 0, "runs": 0, "seconds": 0.0, "statuses": {}})
+            tot["backend"] = str(st.get("backend", tot["backend"]))
+            tot["trajectories"] += int(_f(st.get("trajectories")))
+            tot["runs"] += int(_f(st.get("runs")))
+            tot["seconds"] += _f(st.get("seconds"))
+            for status, n in (st.get("statuses") or {}).items():
+                tot["statuses"][status] = tot["statuses"].get(status, 0) + int(_f(n))
+    return dict(sorted(out.items()))
 
 
 def _missing(h: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
@@ -191,11 +219,13 @@ def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = 20) -> dict[st
                 k = _s(f.get(b"kind", b"?"))
                 dead_by_kind[k] = dead_by_kind.get(k, 0) + 1
     waiting_total = sum(int(r.zcard(ks.waiting(s))) for s in range(ks.shards))
+    workers = workers_status(r, ks, now)
     return {
         "namespace": ks.namespace,
         "group": ks.group,
         "shards": [shard_status(r, ks, s) for s in range(ks.shards)],
-        "workers": workers_status(r, ks, now),
+        "workers": workers,
+        "code": code_totals(workers),
         "dead_letters": dead_total,
         "dead_letters_by_kind": dead_by_kind,
         "waiting_total": waiting_total,

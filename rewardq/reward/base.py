@@ -19,21 +19,74 @@ it to every key of the trajectory, as verl does.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.codeexec.stats import CodeStats
+
+if TYPE_CHECKING:
+    import torch
+    from tensordict import TensorDict
+
+    from rewardq.reward.isolation import ScoreFnRouter
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward")
 
 ScoreFn = Callable[..., Any]
+
+#: Where a synchronous reward function may run (see :class:`ScoringSettings`).
+REWARD_FN_PLACEMENTS = ("process", "thread", "inline")
+
+
+@dataclass
+class ScoringSettings:
+    """Where a manager's scoring functions run (:mod:`rewardq.reward.isolation`).
+
+    Attributes:
+        reward_fn: the worker's ``--reward-fn`` spec; scorer processes load the function by it.
+        reward_fn_kwargs: its ``--reward-kwargs``.
+        reward_fn_placement: where a synchronous reward function runs: ``process`` (default:
+            scorer processes, killed on timeout), ``thread`` or ``inline`` (see docs/isolation.md).
+        processes: scorer processes kept ready per function (None: one per core, at least 2).
+        spare_after: seconds a busy scorer process still counts toward the pool's size.
+        max_spares: spare processes at most, beyond ``processes``.
+        max_lost_threads: hung calls of a thread-run function before its calls are refused.
+        start_method: ``forkserver`` (Linux default) or ``spawn``.
+    """
+
+    reward_fn: str | None = None
+    reward_fn_kwargs: dict = field(default_factory=dict)
+    reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT
+    processes: int | None = defaults.SCORER_PROCESSES
+    spare_after: float = defaults.SCORER_SPARE_AFTER
+    max_spares: int = defaults.CONCURRENCY
+    max_lost_threads: int = defaults.MAX_LOST_THREADS
+    start_method: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reward_fn_placement not in REWARD_FN_PLACEMENTS:
+            raise ConfigError(
+                f"reward_fn_placement must be one of {', '.join(REWARD_FN_PLACEMENTS)}, "
+                f"got {self.reward_fn_placement!r}"
+            )
+        if self.processes is not None and (
+            isinstance(self.processes, bool) or not isinstance(self.processes, int) or self.processes < 1
+        ):
+            raise ConfigError(f"scorer_processes must be an integer >= 1, got {self.processes!r}")
+
+    def process_count(self) -> int:
+        """Scorer processes per function: ``processes``, or one per core (at least 2)."""
+        return self.processes or max(2, os.cpu_count() or 2)
 
 
 @dataclass
@@ -45,14 +98,44 @@ class ManagerContext:
         namespace: the pipeline's namespace (limiter keys live under it).
         worker_name: the hosting worker's name (for logs and limiter bookkeeping).
         cluster: True when ``redis_url`` is a Redis Cluster.
+        scoring: where scoring functions run (see :class:`ScoringSettings`).
         extra: anything else a deployment wants to hand its custom managers.
+        code: how the default scorer runs code (``sandbox_fusion_*`` / ``code_local_*``
+            manager options, which every manager accepts; see
+            :mod:`rewardq.reward.codeexec.settings`).
+        code_stats: code-execution counters per data source (``rewardq status``, ``/metrics``).
     """
 
     redis_url: str | None = None
     namespace: str = defaults.NAMESPACE
     worker_name: str = "local"
     cluster: bool = False
+    scoring: ScoringSettings = field(default_factory=ScoringSettings)
     extra: dict = field(default_factory=dict)
+    code: CodeExecSettings = field(default_factory=CodeExecSettings)
+    code_stats: CodeStats = field(default_factory=CodeStats)
+    _code_runtime: Any = field(default=None, init=False, repr=False)
+
+    def code_runtime(self) -> Any:
+        """The worker's :class:`~rewardq.reward.codeexec.runtime.CodeRuntime` (created on first use)."""
+        if self._code_runtime is None:
+            from rewardq.reward.codeexec.runtime import CodeRuntime
+
+            self._code_runtime = CodeRuntime(
+                self.code,
+                stats=self.code_stats,
+                redis_url=self.redis_url,
+                namespace=self.namespace,
+                cluster=self.cluster,
+                worker_name=self.worker_name,
+            )
+        return self._code_runtime
+
+    async def aclose(self) -> None:
+        """Release what the context created (the code runtime's HTTP session and Redis client)."""
+        if self._code_runtime is not None:
+            await self._code_runtime.close()
+            self._code_runtime = None
 
 
 class RewardManager(ABC):
@@ -73,46 +156,103 @@ class RewardManager(ABC):
     name: ClassVar[str] = ""
 
     def __init__(
-        self, tokenizer: Any, compute_score: ScoreFn | None = None, *, context: ManagerContext | None = None
+        self,
+        tokenizer: Tokenizer | None,
+        compute_score: ScoreFn | None = None,
+        *,
+        context: ManagerContext | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.compute_score = compute_score
         self.context = context or ManagerContext()
+        self._score_router: ScoreFnRouter | None = None
 
     async def setup(self) -> None:
         """Called once in the worker's event loop before the first ``run_single``."""
 
     @abstractmethod
-    async def run_single(self, data: Any) -> dict | list[dict]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any] | list[dict[str, Any]]:
         """Score one trajectory. See the module docstring for the return value."""
 
     async def close(self) -> None:
-        """Called once when the worker stops; release pools, sessions, connections."""
+        """Called once when the worker stops; release pools, sessions, connections.
+
+        Overrides need not call this: the worker also calls :meth:`close_scoring` itself.
+        """
+        await self.close_scoring()
+
+    # -- where scoring functions run (rewardq.reward.isolation) ------------------------
+    @property
+    def score_router(self) -> ScoreFnRouter:
+        """Runs scoring functions where they belong (see :meth:`call_score_fn`)."""
+        if getattr(self, "_score_router", None) is None:
+            from rewardq.reward.isolation import ScoreFnRouter
+
+            self._score_router = ScoreFnRouter(self.context.scoring, configured=self.compute_score)
+        assert self._score_router is not None
+        return self._score_router
+
+    async def prepare_scoring(self) -> None:
+        """Called by the worker after :meth:`setup`: decide where ``compute_score`` runs, say so
+        in the log, and start its scorer processes now rather than on the first trajectory."""
+        if self.compute_score is not None:
+            await self.score_router.prepare(self.compute_score)
+
+    async def close_scoring(self) -> None:
+        """Stop the scorer processes and threads :meth:`call_score_fn` started. Idempotent."""
+        router = getattr(self, "_score_router", None)
+        if router is not None:
+            await router.close()
 
     # -- helpers shared by the built-in managers ---------------------------------------
-    def decode_response(self, row: Any, ids: Any = None) -> str:
+    def decode_response(self, row: TensorDict, ids: torch.Tensor | None = None) -> str:
         """Decode the valid response of one row (``data[i]`` or ``data[-1:]``) with
         ``skip_special_tokens``; ``ids``: that row's valid response ids when already at hand."""
         if ids is None:
             from rewardq.reward.rows import valid_response_ids
 
             ids = valid_response_ids(row)
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.require_tokenizer().decode(ids, skip_special_tokens=True)
+
+    def require_tokenizer(self) -> Tokenizer:
+        """The tokenizer, or ConfigError saying how to give the worker one."""
+        if self.tokenizer is None:
+            raise ConfigError(
+                f"manager {self.name or type(self).__name__!r} decodes responses but was built without a "
+                "tokenizer; start the worker with --tokenizer (a tokenizer.json, a Hugging Face folder or builtin:demo)"
+            )
+        return self.tokenizer
 
     async def call_score_fn(self, fn: ScoreFn, **kwargs: Any) -> Any:
-        """Call a sync or async scoring function; sync ones run in the default executor.
+        """Call a scoring function where it cannot block, kill or stop the worker.
 
-        The built-in default scorer (regexes over the end of the text, tens of microseconds)
-        is called inline: the executor hop alone costs ~0.4 ms of CPU (docs/performance.md).
+        * the built-in default scorer: by its data source's placement
+          (:func:`rewardq.reward.scoring.placement_of`): regex scorers inline in the event
+          loop (tens of microseconds), CPU-heavy ones in scorer processes, async ones awaited;
+        * an ``async`` function: awaited in the event loop;
+        * a sync function: in scorer processes (killed and replaced when the trajectory
+          times out), unless ``reward_fn_placement`` says ``thread`` or ``inline``; one that
+          cannot be loaded by name in a process (a lambda, a closure) runs in threads.
+
+        ``sys.exit()`` and ``KeyboardInterrupt`` in the function raise a
+        :class:`~rewardq.errors.ScoringError` naming them; a scorer process that dies raises
+        one naming its exit code or signal. See :mod:`rewardq.reward.isolation`.
         """
-        if is_async_callable(fn):
-            return await fn(**kwargs)
-        from rewardq.reward.scoring import default_compute_score
+        return await self.score_router.call(fn, self._with_code_runtime(fn, kwargs))
 
-        if fn is default_compute_score:
-            return fn(**kwargs)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: fn(**kwargs))
+    def _with_code_runtime(self, fn: ScoreFn, kwargs: dict) -> dict:
+        """The default scorer's code data sources (placement ``async``) also get the worker's
+        code-execution runtime as ``code_runtime``: its backend, limits and counters."""
+        from rewardq.reward import scoring
+
+        if fn is not scoring.default_compute_score:
+            return kwargs
+        try:
+            if scoring.placement_of(kwargs.get("data_source")) != "async":
+                return kwargs
+        except ScoringError:  # an unknown data source: the router reports it
+            return kwargs
+        return {**kwargs, "code_runtime": self.context.code_runtime()}
 
 
 def is_async_callable(fn: Any) -> bool:

@@ -7,18 +7,22 @@ constructor so a misspelt option fails at start-up, not on the first trajectory.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from typing import Any
 
 from rewardq.errors import ConfigError
-from rewardq.reward.base import ManagerContext, RewardManager
+from rewardq.reward.base import ManagerContext, RewardManager, ScoringSettings
+from rewardq.reward.codeexec.settings import OPTION_NAMES as CODE_OPTIONS
+from rewardq.reward.codeexec.settings import pop_code_options
 from rewardq.reward.registry import get_manager_class
 
 logger = logging.getLogger("rewardq.reward")
 
-#: Options a verl ``reward:`` block carries for some managers only; dropped (with a warning)
-#: when the selected manager does not take them, instead of failing the start-up.
+#: Options a verl config carries for some managers only (verl's reward loop hands them to
+#: whichever manager is selected); dropped, in one log line, when the selected manager does not
+#: take them, instead of failing the start-up.
 VERL_SHARED_OPTIONS = frozenset(
     {
         "max_concurrent",
@@ -30,13 +34,16 @@ VERL_SHARED_OPTIONS = frozenset(
         "overlong_buffer",
         "max_resp_len",
         "experiment_name",
+        "sandbox_fusion_url",
+        "sandbox_fusion_max_concurrent",
+        "sandbox_fusion_memory_limit_mb",
     }
 )
 
 
 def accepted_options(cls: type) -> tuple[set[str], bool]:
     """Keyword options ``cls.__init__`` takes, and whether it takes ``**kwargs``."""
-    sig = inspect.signature(cls.__init__)
+    sig = inspect.signature(cls)  # the constructor's parameters, without self
     names, var_kw = set(), False
     for p in sig.parameters.values():
         if p.kind is p.VAR_KEYWORD:
@@ -57,29 +64,52 @@ def build_manager(
     options: dict | None = None,
     context: ManagerContext | None = None,
 ) -> RewardManager:
-    """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong."""
+    """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong.
+
+    The code-execution options (``sandbox_fusion_*``, ``code_local_*``) configure the default
+    scorer, not the manager: every manager accepts them, and they reach the scorer as
+    ``context.code``.
+    """
     cls = get_manager_class(spec)
     options = dict(options or {})
+    if CODE_OPTIONS & set(options):
+        context = context or ManagerContext()
+        context.code = pop_code_options(options)
     names, var_kw = accepted_options(cls)
     if not var_kw:
-        for key in sorted(set(options) - names):
-            if key in VERL_SHARED_OPTIONS:
-                logger.warning("manager %s does not take option %r; ignoring it", spec, key)
-                options.pop(key)
-            else:
+        extra = sorted(set(options) - names)
+        for key in extra:
+            if key not in VERL_SHARED_OPTIONS:
                 raise ConfigError(
                     f"manager {spec!r} does not take option {key!r}; it takes {sorted(names) or 'no options'}"
                 )
+        if extra:
+            logger.info("manager %s does not use the verl option(s) %s; ignoring them", spec, ", ".join(extra))
+            for key in extra:
+                options.pop(key)
     try:
         return cls(tokenizer, compute_score, context=context, **options)
     except TypeError as exc:
         raise ConfigError(f"cannot build manager {spec!r}: {exc}") from None
 
 
+def scoring_settings(cfg: Any) -> ScoringSettings:
+    """Where the manager's scoring functions run, from a :class:`~rewardq.config.WorkerConfig`."""
+    return ScoringSettings(
+        reward_fn=cfg.reward_fn or None,
+        reward_fn_kwargs=dict(cfg.reward_fn_kwargs or {}),
+        reward_fn_placement=cfg.reward_fn_placement,
+        processes=cfg.scorer_processes,
+        max_spares=cfg.concurrency,  # at most one hung call per trajectory in flight
+    )
+
+
 def build_from_config(cfg: Any, context: ManagerContext) -> tuple[RewardManager, Any]:
     """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig`."""
     from rewardq.reward.loader import load_score_fn
     from rewardq.reward.tokenizer import load_tokenizer
+
+    context = dataclasses.replace(context, scoring=scoring_settings(cfg))
 
     tokenizer = load_tokenizer(cfg.tokenizer)
     score_fn = load_score_fn(cfg.reward_fn, cfg.reward_fn_kwargs) if cfg.reward_fn else None

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensordict import TensorDict
+
 from rewardq.errors import ScoringError
 from rewardq.reward.base import RewardManager, normalize_result
 from rewardq.reward.rows import copy_value, last_row, non_tensor, valid_response_ids
@@ -41,7 +43,7 @@ class FinalOutput:
     valid_response_length: int
 
 
-def read_final_output(manager: RewardManager, data: Any) -> FinalOutput:
+def read_final_output(manager: RewardManager, data: TensorDict) -> FinalOutput:
     """Read the final output of ``data`` (see :class:`FinalOutput`).
 
     Raises:
@@ -72,7 +74,7 @@ def read_final_output(manager: RewardManager, data: Any) -> FinalOutput:
     )
 
 
-def merge_rollout_fields(extra_info: dict, row: Any, *, turns_and_scores: bool = True) -> dict:
+def merge_rollout_fields(extra_info: dict, row: TensorDict, *, turns_and_scores: bool = True) -> dict:
     """Merge the final output's ``extra_fields`` into ``extra_info`` (in place) and return it.
 
     With ``turns_and_scores`` also set ``extra_info["num_turns"]`` (the output's

@@ -45,6 +45,8 @@ from rewardq.reward.base import is_async_callable
 logger = logging.getLogger("rewardq.reward")
 
 DEFAULT_FUNCTION = "compute_score"
+#: Start of the module names reward files are imported under (see :func:`module_name_for`).
+FILE_MODULE_PREFIX = "rewardq_reward_fn_"
 #: The keywords every manager passes; configured kwargs may not override them.
 SCORING_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
 
@@ -135,7 +137,7 @@ def module_name_for(path: str) -> str:
     path = os.path.realpath(path)
     stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) or "file"
     digest = hashlib.sha1(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"rewardq_reward_fn_{stem}_{digest}"
+    return f"{FILE_MODULE_PREFIX}{stem}_{digest}"
 
 
 def _load_file(path: str) -> ModuleType:

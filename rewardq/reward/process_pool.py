@@ -2,8 +2,8 @@
 
 Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot stop one hung task (a
 cancelled future keeps its worker busy forever) and a worker that dies breaks the whole
-pool. Why not threads: CPU-bound scorers hold the GIL, and math-verify's timeouts use
-``signal.alarm``, which only works in a process's main thread.
+pool. Why not threads: CPU-bound scorers hold the GIL, a hung thread can never be stopped,
+and math-verify's timeouts use ``signal.alarm``, which only works in a process's main thread.
 
 Design: one ``multiprocessing`` Process and one duplex Pipe per slot. A child loads the
 scoring function once, says ``ready``, then loops: receive ``(task_id, kwargs)``, call the
@@ -12,13 +12,22 @@ idle, ready slots and hands each task to the first free one; it watches every pi
 ``loop.add_reader`` (no thread per slot), so a reply or the EOF of a dead child wakes the
 event loop directly.
 
-* A task that exceeds its timeout: the child is sent SIGTERM, then SIGKILL after
-  ``kill_grace`` seconds, and replaced by a fresh process; the caller gets
-  ``TaskResult("timeout")``. Other tasks, in other slots, never notice.
+* A task that exceeds its timeout, or whose caller gives up (cancels): the child is sent
+  SIGTERM, then SIGKILL after ``kill_grace`` seconds, and replaced by a fresh process; the
+  caller gets ``TaskResult("timeout")`` (or its cancellation). Other tasks, in other slots,
+  never notice.
 * A child that dies (segfault, ``os._exit``, OOM kill): the caller gets
-  ``TaskResult("crash", message=...)`` naming the exit code or signal; the slot is replaced.
-* An exception in the scoring function is *not* a crash: ``TaskResult("error", message=...)``
-  and the process stays.
+  ``TaskResult("crash", message=...)`` naming the exit code or signal and its usual cause;
+  the slot is replaced.
+* An exception in the scoring function is *not* a crash: ``TaskResult("error", message=...,
+  traceback=...)`` and the process stays. So is ``sys.exit()`` or ``KeyboardInterrupt``:
+  the message names the call (``the reward function called sys.exit(3)``).
+* **Spares** (``spare_after``): a process busy for longer than ``spare_after`` seconds no
+  longer counts toward the pool's size. When calls are waiting and fewer than
+  ``num_workers`` processes can take them, a spare process starts (at most ``max_spares``
+  beyond ``num_workers``), so calls stuck until their timeout never hold up the ones
+  behind them. A process that finishes while the pool is above its size, and nobody waits,
+  exits; one that is killed is only replaced up to ``num_workers``.
 
 A task's timeout counts from when it is handed to an idle process, not from when it was
 queued. A replacement process is only given work once it has loaded the function, so
@@ -41,7 +50,6 @@ closes their pipe, which ends them), so a scoring function cannot itself start p
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import logging
 import multiprocessing
@@ -55,6 +63,8 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
+from rewardq.reward.escapes import describe_exit, exit_hint
+from rewardq.reward.scorer_process import WHO, child_main
 
 logger = logging.getLogger("rewardq.reward.remote")
 
@@ -63,66 +73,16 @@ START_METHODS = ("forkserver", "spawn")
 
 @dataclass
 class TaskResult:
-    """What became of one task: ``status`` is ``ok``, ``error``, ``timeout`` or ``crash``."""
+    """What became of one task: ``status`` is ``ok``, ``error``, ``timeout`` or ``crash``.
+
+    ``traceback`` is the child's traceback text for an ``error``.
+    """
 
     status: str
     value: Any = None
     message: str = ""
     pid: int | None = None
-
-
-def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None) -> Callable[..., Any]:
-    """The callable a spec names (with ``kwargs`` bound), or ``target`` itself with ``kwargs`` bound."""
-    if callable(target):
-        fn = target
-    else:
-        try:
-            from rewardq.reward.loader import load_score_fn
-        except ImportError:  # pragma: no cover - the loader ships with rewardq
-            from rewardq.reward.registry import import_object
-
-            fn = import_object(target if ":" in target else f"{target}:compute_score")
-        else:
-            return load_score_fn(target, dict(kwargs or {}))
-    if kwargs:
-        import functools
-
-        fn = functools.partial(fn, **kwargs)
-    return fn
-
-
-def _child_main(conn: Any, target: Any, kwargs: dict | None) -> None:
-    """Body of a scorer process: load the function, then serve tasks until EOF or ``None``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker; it closes the pool
-    try:
-        fn = resolve_target(target, kwargs)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails start-up
-        conn.send(("init_error", f"{type(exc).__name__}: {exc}"))
-        return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        task_id, call_kwargs = msg
-        try:
-            result = fn(**call_kwargs)
-            if inspect.isawaitable(result):
-                if hasattr(result, "close"):
-                    result.close()
-                raise TypeError(
-                    "the scoring function returned an awaitable; the remote manager needs a synchronous function"
-                )
-            reply = ("ok", task_id, result)
-        except Exception as exc:  # noqa: BLE001 - the parent turns it into an error result
-            reply = ("error", task_id, f"{type(exc).__name__}: {exc}")
-        try:
-            conn.send(reply)
-        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result; nothing was written
-            conn.send(("error", task_id, f"cannot send the result back ({type(exc).__name__}: {exc})"))
+    traceback: str = ""
 
 
 @dataclass(eq=False)
@@ -136,22 +96,11 @@ class _Slot:
     future: asyncio.Future | None = None
     init_error: str | None = None
     started: float = field(default_factory=time.monotonic)
+    busy_since: float | None = None
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """``"killed by SIGSEGV"`` / ``"exited with code 3"`` / ``"still running"``."""
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
 
 
 class ScorerPool:
@@ -160,11 +109,14 @@ class ScorerPool:
     Args:
         target: a spec string (``module:fn`` or ``file.py:fn``) or a picklable module-level function.
         kwargs: extra keyword arguments bound to the function in the child.
-        num_workers: processes (= tasks in flight at once).
+        num_workers: processes kept ready (= tasks in flight at once, spares aside).
         start_method: ``"forkserver"`` (default on Linux) or ``"spawn"``. ``fork`` is refused:
             forking a process that runs an event loop, threads and torch is unsafe.
         kill_grace: seconds between SIGTERM and SIGKILL for a task that timed out.
         start_timeout: seconds to wait for the processes to load the function at start-up.
+        spare_after: seconds a process may be busy before a spare starts for waiting calls;
+            None: never (the pool stays at ``num_workers``).
+        max_spares: most spare processes alive at once beyond ``num_workers``.
     """
 
     def __init__(
@@ -176,6 +128,8 @@ class ScorerPool:
         start_method: str | None = None,
         kill_grace: float = 1.0,
         start_timeout: float = 120.0,
+        spare_after: float | None = None,
+        max_spares: int = 0,
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ConfigError(f"num_workers must be an integer >= 1, got {num_workers!r}")
@@ -192,17 +146,22 @@ class ScorerPool:
         self.start_method = start_method
         self.kill_grace = kill_grace
         self.start_timeout = start_timeout
-        self.counters = {"tasks": 0, "timeouts": 0, "crashes": 0, "errors": 0, "replaced": 0}
-        self._ctx = multiprocessing.get_context(start_method)
+        self.spare_after = spare_after
+        self.max_spares = max(0, int(max_spares))
+        self.counters = {"tasks": 0, "timeouts": 0, "crashes": 0, "errors": 0, "replaced": 0, "spares": 0}
+        self._ctx: Any = multiprocessing.get_context(start_method)
         self._slots: list[_Slot] = []
         self._free: asyncio.Queue | None = None
         self._ids = itertools.count(1)
+        self._names = itertools.count(num_workers)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._broken: str | None = None
         self._started = False
         self._init_failures = 0
+        self._waiting = 0
         self._bg: set[asyncio.Task] = set()
+        self._leaving: set[_Slot] = set()  # retired or replaced processes not yet reaped
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -246,7 +205,7 @@ class ScorerPool:
     def _spawn(self, index: int) -> _Slot:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
-            target=_child_main, args=(child_conn, self.target, self.kwargs), name=f"rewardq-scorer-{index}", daemon=True
+            target=child_main, args=(child_conn, self.target, self.kwargs), name=f"rewardq-scorer-{index}", daemon=True
         )
         proc.start()
         child_conn.close()
@@ -256,25 +215,33 @@ class ScorerPool:
         return slot
 
     async def close(self) -> None:
-        """Ask every process to exit, kill the ones that do not, and fail waiting callers."""
+        """Stop every process within about a second and fail waiting callers.
+
+        Idle processes are asked to exit, busy ones are sent SIGTERM at once (their callers
+        are going away too), and whatever is still alive a second later is killed.
+        """
         self._closed = True
         for task in list(self._bg):
             task.cancel()
-        for slot in self._slots:
-            if not slot.dead:
-                try:
-                    slot.conn.send(None)
-                except (OSError, ValueError):
-                    pass
-        deadline = time.monotonic() + 2.0
-        while any(s.proc.is_alive() for s in self._slots) and time.monotonic() < deadline:
+        everyone = [*self._slots, *self._leaving]
+        for slot in everyone:
+            if slot.dead or slot.busy_since is not None:
+                _signal(slot.proc, signal.SIGTERM)
+                continue
+            try:
+                slot.conn.send(None)
+            except (OSError, ValueError):
+                _signal(slot.proc, signal.SIGTERM)
+        deadline = time.monotonic() + 1.0
+        while any(s.proc.is_alive() for s in everyone) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        for slot in self._slots:
+        for slot in everyone:
             self._detach(slot)
             if slot.future is not None and not slot.future.done():
                 slot.future.set_result(TaskResult("error", message="the scorer pool was closed"))
-            await self._kill(slot)
+            await self._kill(slot, grace=0.0)
         self._slots = []
+        self._leaving.clear()
         if self._free is not None:
             self._free.put_nowait(None)
 
@@ -304,6 +271,7 @@ class ScorerPool:
                     value=msg[2] if kind == "ok" else None,
                     message=msg[2] if kind == "error" else "",
                     pid=slot.pid,
+                    traceback=msg[3] if kind == "error" and len(msg) > 3 else "",
                 )
             )
 
@@ -351,26 +319,76 @@ class ScorerPool:
                     f"the scorer pool is {'closed' if self._closed else 'broken'}"
                     f"{': ' + self._broken if self._broken else ''}"
                 )
-            slot = await self._free.get()
+            try:
+                slot = self._free.get_nowait()  # the usual case: no task, no timer
+            except asyncio.QueueEmpty:
+                self._start_spare_if_stuck()
+                try:
+                    slot = await asyncio.wait_for(self._free.get(), self._spare_check_in())
+                except asyncio.TimeoutError:
+                    continue
             if slot is None:
                 self._free.put_nowait(None)  # wake the next waiter too
                 continue
             if not slot.dead and slot in self._slots:
                 return slot
 
-    async def run(self, call_kwargs: dict, timeout: float) -> TaskResult:
-        """Run the function with ``call_kwargs`` in an idle process, within ``timeout`` seconds."""
-        slot = await self._idle_slot()
-        assert self._loop is not None and self._free is not None
+    def _can_take_work(self, slot: _Slot, now: float) -> bool:
+        """Starting, idle, or busy for less than ``spare_after``."""
+        if slot.dead:
+            return False
+        return slot.busy_since is None or self.spare_after is None or now - slot.busy_since < self.spare_after
+
+    def _spare_check_in(self) -> float | None:
+        """Seconds until a waiting caller should check for stuck processes (None: never)."""
+        if self.spare_after is None or self.max_spares == 0:
+            return None
+        now = time.monotonic()
+        due = [s.busy_since + self.spare_after - now for s in self._slots if s.busy_since is not None and not s.dead]
+        due = [d for d in due if d > 0]
+        return max(0.05, min(due)) if due else self.spare_after
+
+    def _start_spare_if_stuck(self) -> None:
+        if self._closed or self._broken or self._loop is None:
+            return
+        now = time.monotonic()
+        able = sum(1 for s in self._slots if self._can_take_work(s, now))
+        alive = sum(1 for s in self._slots if not s.dead)
+        if able >= self.num_workers or alive >= self.num_workers + self.max_spares:
+            return
+        stuck = [s for s in self._slots if not self._can_take_work(s, now)]
+        slot = self._spawn(next(self._names))
+        self._slots.append(slot)
+        self.counters["spares"] += 1
+        logger.warning(
+            "%d scorer process(es) busy for over %.1fs (pids %s); starting spare process %s for the calls waiting",
+            len(stuck),
+            self.spare_after or 0.0,
+            ",".join(str(s.pid) for s in stuck),
+            slot.pid,
+        )
+
+    async def run(self, call_kwargs: dict, timeout: float | None = None) -> TaskResult:
+        """Run the function with ``call_kwargs`` in an idle process, within ``timeout`` seconds.
+
+        ``timeout`` None: no limit of its own; a caller that gives up (cancels) still gets
+        its process killed and replaced.
+        """
         task_id = next(self._ids)
         try:
             message = bytes(ForkingPickler.dumps((task_id, call_kwargs)))
         except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable value in extra_info
-            self._free.put_nowait(slot)
             raise ScoringError(f"cannot send the sample to a scorer process: {type(exc).__name__}: {exc}") from None
+        self._waiting += 1
+        try:
+            slot = await self._idle_slot()
+        finally:
+            self._waiting -= 1
+        assert self._loop is not None
         self.counters["tasks"] += 1
         slot.task_id = task_id
         slot.future = fut = self._loop.create_future()
+        slot.busy_since = time.monotonic()
         try:
             slot.conn.send_bytes(message)
         except (OSError, ValueError):
@@ -383,30 +401,62 @@ class ScorerPool:
             await self._replace(slot, "timeout")
             return TaskResult("timeout", pid=slot.pid)
         except asyncio.CancelledError:  # the caller gave up: the process is busy with it, so replace it
-            self._background(self._replace(slot, "task cancelled"))
+            self._background(self._replace(slot, "its caller gave up (timeout or shutdown)"))
             raise
         if result.status == "crash":
             self.counters["crashes"] += 1
             await self._kill(slot)
-            result.message = f"the scorer process (pid {slot.pid}) {describe_exit(slot.proc.exitcode)} while scoring"
+            code = slot.proc.exitcode
+            hint = exit_hint(code)
+            result.message = f"{WHO}'s process (pid {slot.pid}) {describe_exit(code)} while scoring" + (
+                f" ({hint})" if hint else ""
+            )
             logger.error("%s; replacing it", result.message)
             await self._replace(slot, "crash")
             return result
         if result.status == "error":
             self.counters["errors"] += 1
-        slot.future = None
-        slot.task_id = None
-        if not self._closed:
-            assert self._free is not None
-            self._free.put_nowait(slot)
+        self._release(slot)
         return result
 
-    async def _kill(self, slot: _Slot) -> None:
-        """SIGTERM, then SIGKILL after ``kill_grace``; reap the process and close its pipe."""
+    def _release(self, slot: _Slot) -> None:
+        """A slot finished its task: back to the idle queue, or retired when more than ``num_workers``
+        processes can take work (stuck ones do not count) and no call waits."""
+        slot.future = None
+        slot.task_id = None
+        slot.busy_since = None
+        if self._closed:
+            return
+        assert self._free is not None
+        now = time.monotonic()
+        if self._waiting == 0 and sum(1 for s in self._slots if self._can_take_work(s, now)) > self.num_workers:
+            self._slots.remove(slot)
+            self._background(self._retire(slot))
+            return
+        self._free.put_nowait(slot)
+
+    async def _retire(self, slot: _Slot) -> None:
+        """Let a surplus process exit on its own (``None``), killing it if it does not."""
+        self._leaving.add(slot)
+        self._detach(slot)
+        try:
+            slot.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        deadline = time.monotonic() + self.kill_grace
+        while slot.proc.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        slot.dead = True
+        await self._kill(slot)
+        self._leaving.discard(slot)
+        logger.debug("spare scorer process %s retired", slot.pid)
+
+    async def _kill(self, slot: _Slot, grace: float | None = None) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` (default ``kill_grace``); reap the process and close its pipe."""
         proc = slot.proc
         if proc.is_alive():
             proc.terminate()
-            deadline = time.monotonic() + self.kill_grace
+            deadline = time.monotonic() + (self.kill_grace if grace is None else grace)
             while proc.is_alive() and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
             if proc.is_alive():
@@ -420,16 +470,33 @@ class ScorerPool:
             pass
 
     async def _replace(self, slot: _Slot, reason: str, delay: float = 0.0) -> None:
+        """Kill ``slot``'s process and start another while fewer than ``num_workers`` can take work."""
         slot.dead = True
         self._detach(slot)
         if slot.future is not None and not slot.future.done():
             slot.future.cancel()
+        if slot not in self._slots:
+            await self._kill(slot)
+            return
+        self._slots.remove(slot)
+        self._leaving.add(slot)
         await self._kill(slot)
+        self._leaving.discard(slot)
         if delay:
             await asyncio.sleep(delay)
-        if self._closed or slot not in self._slots:
+        now = time.monotonic()  # processes stuck on calls of their own do not count: they are about to go too
+        if self._closed or sum(1 for s in self._slots if self._can_take_work(s, now)) >= self.num_workers:
+            logger.info("scorer process %s stopped (%s); the pool is at its size without it", slot.pid, reason)
             return
         new = self._spawn(slot.index)
-        self._slots[slot.index] = new
+        self._slots.append(new)
         self.counters["replaced"] += 1
         logger.info("scorer process %s replaced by %s (%s)", slot.pid, new.pid, reason)
+
+
+def _signal(proc: Any, sig: int) -> None:
+    if proc.pid is not None and proc.is_alive():
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass

@@ -1,17 +1,23 @@
 """The explicit registry of reward managers.
 
 Built-in managers register themselves with :func:`register` when their module is
-imported by :func:`_load_builtins`; third-party packages add theirs through the
-``rewardq.managers`` entry-point group; anything else is named ``package.module:ClassName``.
-Unknown names fail fast with the list of known ones.
+imported by :func:`_load_builtins`, under verl's names (``naive``, ``dapo``, ``gdpo``,
+``rate_limited``, ``remote``) and aliases (``limited``); third-party packages add theirs
+through the ``rewardq.managers`` entry-point group; anything else is named
+``package.module:ClassName`` or ``path/to/file.py:ClassName`` (verl's
+``reward_manager.source: importlib``). Unknown names fail fast with the list of known ones.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
+import os
+import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
 from typing import TypeVar
 
 from rewardq.errors import UnknownManagerError
@@ -35,18 +41,20 @@ _loaded = False
 M = TypeVar("M", bound=type[RewardManager])
 
 
-def register(name: str) -> Callable[[M], M]:
-    """Class decorator: register a manager under ``name``. Duplicate names are refused."""
+def register(name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[M], M]:
+    """Class decorator: register a manager under ``name`` (and ``aliases``). Duplicate names are refused."""
 
     def deco(cls: M) -> M:
         if not (isinstance(cls, type) and issubclass(cls, RewardManager)):
             raise TypeError(f"{cls!r} is not a RewardManager subclass")
-        existing = _REGISTRY.get(name)
-        if existing is not None and existing is not cls:
-            raise ValueError(
-                f"reward manager {name!r} is already registered by {existing.__module__}.{existing.__qualname__}"
-            )
-        _REGISTRY[name] = cls
+        for each in (name, *aliases):
+            existing = _REGISTRY.get(each)
+            if existing is not None and existing is not cls:
+                raise ValueError(
+                    f"reward manager {each!r} is already registered by {existing.__module__}.{existing.__qualname__}"
+                )
+        for each in (name, *aliases):
+            _REGISTRY[each] = cls
         cls.name = name
         return cls
 
@@ -78,19 +86,47 @@ def known_managers() -> list[str]:
 
 
 def import_object(spec: str, what: str = "object") -> object:
-    """Import ``package.module:attr`` (``attr`` may be dotted)."""
-    module_name, _, attr = spec.partition(":")
+    """Import ``package.module:attr`` or ``path/to/file.py:attr`` (``attr`` may be dotted)."""
+    module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
-        raise ValueError(f"{spec!r} is not of the form package.module:Name")
-    module = importlib.import_module(module_name)
+        raise ValueError(f"{spec!r} is not of the form package.module:Name or path/to/file.py:Name")
+    module = _import_file(module_name) if _is_file(module_name) else importlib.import_module(module_name)
     obj: object = module
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
 
 
+def _is_file(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or os.sep in target
+
+
+def _import_file(path: str) -> ModuleType:
+    """Import a manager file once, under the stable name :mod:`rewardq.reward.loader` gives files."""
+    from rewardq.reward.loader import module_name_for
+
+    expanded = os.path.expanduser(path)
+    if not os.path.isfile(expanded):
+        raise ImportError(f"no such file {path!r} (looked in {os.path.abspath(expanded)!r})")
+    name = module_name_for(expanded)
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, expanded)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path!r} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
 def get_manager_class(spec: str) -> type[RewardManager]:
-    """Resolve ``--manager``: a registered name, an entry point, or ``package.module:ClassName``."""
+    """Resolve ``--manager``: a registered name or alias, an entry point, ``package.module:ClassName``
+    or ``path/to/file.py:ClassName``."""
     _load_builtins()
     if spec in _REGISTRY:
         return _REGISTRY[spec]
@@ -100,7 +136,7 @@ def get_manager_class(spec: str) -> type[RewardManager]:
     elif ":" in spec:
         try:
             cls = import_object(spec, "manager")
-        except (ImportError, AttributeError, ValueError) as exc:
+        except (ImportError, AttributeError, ValueError, SyntaxError) as exc:
             raise UnknownManagerError(
                 f"cannot import manager {spec!r}: {exc}. Check that the module is "
                 "importable on the worker (PYTHONPATH) and the class name"
@@ -108,8 +144,12 @@ def get_manager_class(spec: str) -> type[RewardManager]:
     else:
         raise UnknownManagerError(
             f"unknown reward manager {spec!r}; known: {', '.join(known_managers())}; "
-            "or give a custom one as package.module:ClassName"
+            "or give a custom one as package.module:ClassName or path/to/file.py:ClassName"
         )
     if not (isinstance(cls, type) and issubclass(cls, RewardManager)):
-        raise UnknownManagerError(f"{spec!r} is not a subclass of rewardq.reward.RewardManager")
+        raise UnknownManagerError(
+            f"{spec!r} is not a subclass of rewardq.reward.RewardManager; a verl reward manager "
+            "(RewardManagerBase) runs inside verl's reward loop only: port it by subclassing "
+            "rewardq.reward.RewardManager and implementing async run_single(data) (docs/verl-integration.md)"
+        )
     return cls

@@ -1,5 +1,7 @@
-"""The `limited` manager's limits hold for the whole fleet: two real `rewardq worker`
-processes share one max_rpm budget (per-process limiters would allow twice as much)."""
+"""The `rate_limited` manager's limits hold for the whole fleet, with verl's token buckets: two
+real `rewardq worker` processes share one max_rpm budget whose bucket holds one second of the
+rate (per-process limiters would allow twice as much; minute-sized buckets would let every
+request out at once)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ from rewardq import RewardClient
 from tests.support.cli_procs import wait_for
 from tests.support.helpers import SAMPLE, output
 
-RPM = 120  # bucket of 120 requests, refilled at 2/s
-N = RPM + 24  # the burst, then 24 requests that must wait for the refill: >= 12 s together
+RPM = 120  # a bucket of 2 requests, refilled at 2/s
+N = 24  # 2 at once, then 22 at 2/s: ~11 s together
 
 
 def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, sync_redis):
-    # Given two worker processes running `limited` with max_rpm=120, both alive before any work arrives
+    # Given two worker processes running `rate_limited` with max_rpm=120, both alive before any work arrives
     def args(name):
         return [
             "worker",
@@ -21,7 +23,7 @@ def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, syn
             "--namespace",
             ns,
             "--manager",
-            "limited",
+            "rate_limited",
             "--tokenizer",
             "builtin:demo",
             "--name",
@@ -30,10 +32,11 @@ def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, syn
             f"max_rpm={RPM}",
             "--manager-option",
             "max_concurrent=16",
+            # few in flight per worker, so both workers take part (one could read all 24 at once)
             "--concurrency",
-            "16",
+            "3",
             "--batch-size",
-            "8",
+            "1",
             "--log-level",
             "WARNING",
         ]
@@ -53,13 +56,15 @@ def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, syn
     assert all(r.status == "ok" for r in res.values())
     by_worker = {w: sum(r.worker == w for r in res.values()) for w in ("lim0", "lim1")}
     assert min(by_worker.values()) > 0, by_worker
-    # ... and the combined rate after the burst is the configured one, not twice it
+    # ... and together they took at least 10 s: the fleet sent 2 requests/s, not 120 at once
+    # (the issue's measurement before: all 24 went out in 1.4 s)
     times = sorted(r.scored_at for r in res.values())
-    after_burst = times[-1] - times[RPM - 1]
-    assert after_burst >= (N - RPM) / (RPM / 60) * 0.8, (after_burst, by_worker)  # >= ~9.6 s for 24 at 2/s
-    # token-bucket bound: at most the bucket plus what refilled while they ran (per-process
-    # limiters would let all N through at once)
-    assert N <= RPM + (times[-1] - times[0]) * RPM / 60 + 1
+    spread = times[-1] - times[0]
+    assert spread >= 10.0, (spread, by_worker)
+    print(f"24 requests at {RPM} rpm across two workers: {spread:.2f} s from first to last, by worker {by_worker}")
+    # never more than the bucket plus the refill over any prefix of the run
+    for i, t in enumerate(times):
+        assert i + 1 <= 2 + (t - times[0]) * RPM / 60 + 1, (i, t - times[0])
     client.close()
     for w in workers:
         assert w.terminate() == 0, w.stderr()[-2000:]

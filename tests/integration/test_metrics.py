@@ -40,9 +40,11 @@ async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
             keys += client.put_trajectory(f"u{t}", "s", [output(3, 2), output(3, 4)], SAMPLE)
         sync_redis.xadd(Keyspace(ns).stream(0), {"key": "junk", "data": b"\x00not msgpack"})
         await asyncio.to_thread(client.wait_rewards, keys, 10)
-        for _ in range(50):
+        for _ in range(100):
             after = await asyncio.to_thread(_scrape, w.metrics_port)
-            if after.get('rewardq_dead_letters_total{reason="invalid"}', 0) >= 1:
+            # a task counts its trajectory just after its commit: wait for all 20 and the junk
+            ok = after.get('rewardq_trajectories_total{manager="test-length",outcome="ok"}', 0)
+            if after.get('rewardq_dead_letters_total{reason="invalid"}', 0) >= 1 and ok >= 20:
                 break
             await asyncio.sleep(0.1)
     finally:

@@ -59,23 +59,23 @@ def make(request, redis, key):
 
 
 def test_bucket_rule_refill_wait_and_debt():
-    # a new bucket is full: capacity = the per-minute limit
-    assert bucket_take(None, None, 10.0, capacity=120, cost=1) == (0.0, 119.0)
-    # refill is continuous at capacity/60 per second, capped at capacity
+    # a new bucket is full, and holds one second of the rate (verl's): 120 rpm is 2 requests
+    assert bucket_take(None, None, 10.0, capacity=120, cost=1) == (0.0, 1.0)
+    # refill is continuous at rate/60 per second, capped at one second's worth
     assert bucket_take(0.0, 10.0, 11.0, capacity=120, cost=2) == (0.0, 0.0)
-    assert bucket_take(0.0, 10.0, 1000.0, capacity=120, cost=0, look=True) == (0.0, 120.0)
+    assert bucket_take(0.0, 10.0, 1000.0, capacity=120, cost=0, look=True) == (0.0, 2.0)
     # not enough: the wait is exactly what the refill needs, and nothing is taken
-    wait, level = bucket_take(0.5, 10.0, 10.0, capacity=60, cost=2)
-    assert (wait, level) == (1.5, 0.5)
-    # oversize on a partly full bucket waits until the bucket is full ...
-    wait, level = bucket_take(30.0, 10.0, 10.0, capacity=60, cost=100)
-    assert (wait, level) == (30.0, 30.0)
+    wait, level = bucket_take(0.25, 10.0, 10.0, capacity=60, cost=1)
+    assert (wait, level) == (0.75, 0.25)
+    # oversize (5 tokens, bucket of 1) on a partly full bucket waits until the bucket is full ...
+    wait, level = bucket_take(0.5, 10.0, 10.0, capacity=60, cost=5)
+    assert (wait, level) == (0.5, 0.5)
     # ... then goes, leaving debt that the next request must wait out
-    wait, level = bucket_take(30.0, 10.0, 40.0, capacity=60, cost=100)
-    assert (wait, level) == (0.0, -40.0)
-    assert bucket_take(-40.0, 40.0, 40.0, capacity=60, cost=1) == (41.0, -40.0)
+    wait, level = bucket_take(0.5, 10.0, 10.5, capacity=60, cost=5)
+    assert (wait, level) == (0.0, -4.0)
+    assert bucket_take(-4.0, 10.5, 10.5, capacity=60, cost=1) == (5.0, -4.0)
     # a clock that steps back refills nothing (and does not drain either)
-    assert bucket_take(5.0, 100.0, 90.0, capacity=60, cost=1) == (0.0, 4.0)
+    assert bucket_take(0.75, 100.0, 90.0, capacity=60, cost=0.5) == (0.0, 0.25)
 
 
 @pytest.mark.parametrize(
@@ -102,40 +102,49 @@ def test_bad_limits_are_refused_naming_the_value(bad):
 
 
 async def test_burst_then_wait_for_refill(make):
-    lim = make(max_rpm=60, max_concurrent=None)  # capacity 60, 1 per second
-    for _ in range(60):
+    lim = make(max_rpm=600, max_concurrent=None)  # a bucket of 10 (one second), refilled at 10/s
+    for _ in range(10):
         assert await lim.try_request() == 0.0
     wait = await lim.try_request()
-    assert 0.5 < wait <= 1.0  # ~1 s minus what refilled meanwhile
+    assert 0.02 < wait <= 0.1  # ~0.1 s minus what refilled meanwhile
     assert abs(await lim.level("rpm")) < 0.5
     assert await lim.level("tpm") is None  # that limit is off
 
 
+async def test_a_minute_of_budget_never_goes_out_at_once(make):
+    # verl's semantics: 120 rpm is a smooth 2/s with a burst of 2, not 120 requests at once
+    lim = make(max_rpm=120, max_concurrent=None)
+    taken = 0
+    while await lim.try_request() == 0.0:
+        taken += 1
+    assert taken == 2
+
+
 async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make):
-    lim = make(max_tpm=600, max_concurrent=None)  # capacity 600, 10 tokens per second
-    assert await lim.try_tokens(100) == 0.0
-    wait = await lim.try_tokens(1500)  # oversize: waits until the bucket is full
-    assert 9.0 < wait <= 10.0
-    assert 495 < await lim.level("tpm") <= 501  # and took nothing meanwhile
+    lim = make(max_tpm=600, max_concurrent=None)  # bucket of 10 tokens, 10 tokens per second
+    assert await lim.try_tokens(5) == 0.0
+    wait = await lim.try_tokens(25)  # oversize: waits until the bucket is full
+    assert 0.4 < wait <= 0.5
+    assert 4.9 < await lim.level("tpm") <= 5.5  # and took nothing meanwhile
     lim2 = make(max_tpm=600, max_concurrent=None)
-    # pretend the 10 s passed: on a full bucket the oversize request goes at once
+    # pretend the 0.5 s passed: on a full bucket the oversize request goes at once
     if isinstance(lim, LocalRateLimiter):
-        lim._buckets["tpm"] = (600.0, time.monotonic())
+        lim._buckets["tpm"] = (10.0, time.monotonic())
     else:
-        await lim.redis.hset(lim.key, mapping={"b:tpm:tokens": "600"})
-    assert await lim.try_tokens(1500) == 0.0
+        await lim.redis.hset(lim.key, mapping={"b:tpm:tokens": "10"})
+    assert await lim.try_tokens(25) == 0.0
     level = await lim.level("tpm")
-    assert -901 < level < -895  # debt: 600 - 1500
+    assert -15.1 < level < -14.5  # debt: 10 - 25
     wait = await lim.try_tokens(1)
-    assert 89.0 < wait <= 90.1  # the debt is repaid first
+    assert 1.45 < wait <= 1.61  # the debt is repaid first
     if isinstance(lim, FleetRateLimiter):  # another client sees the same debt
-        assert -901 < await lim2.level("tpm") < -895
+        assert -15.1 < await lim2.level("tpm") < -14.5
 
 
 async def test_acquire_sleeps_until_allowed_and_counts_waits(make):
-    lim = make(max_tpm=6000, max_concurrent=None)  # 100 tokens per second
+    lim = make(max_tpm=6000, max_concurrent=None)  # bucket of 100 tokens, 100 tokens per second
     t0 = time.monotonic()
-    assert await lim.acquire_tokens(6100) == 0.0  # full bucket: oversize goes, level -100
+    assert await lim.acquire_tokens(200) == 0.0  # full bucket: oversize goes, level -100
     await lim.acquire_tokens(50)  # must wait (100 + 50) / 100 = 1.5 s
     elapsed = time.monotonic() - t0
     assert 1.4 < elapsed < 5.0
@@ -257,7 +266,7 @@ asyncio.run(main())
 
 
 async def test_fleet_of_processes_holds_the_combined_rate(key):
-    rpm, duration, n_procs = 600, 8.0, 2  # 10 requests/s, burst capacity 600
+    rpm, duration, n_procs = 600, 8.0, 2  # 10 requests/s, a bucket of 10
     start_at = time.time() + 3.0
     procs = [
         subprocess.Popen(
@@ -279,9 +288,9 @@ async def test_fleet_of_processes_holds_the_combined_rate(key):
     counts = [len(r["stamps"]) for r in results]
     total = sum(counts)
     rate = rpm / 60
-    # everything: the initial burst (one full bucket) plus the refill over the window
-    assert total <= rpm + rate * duration + 5, counts
-    assert total >= rpm + 0.75 * rate * duration, counts
+    # everything: the initial burst (one full bucket: one second's worth) plus the refill over the window
+    assert total <= rate + rate * duration + 5, counts
+    assert total >= rate + 0.75 * rate * duration, counts
     # steady state, after the burst: the fleet together holds 10/s (per-process limiters: 20/s)
     steady = sum(1 for r in results for t in r["stamps"] if t >= 2.0)
     assert 0.75 * rate * (duration - 2.0) <= steady <= rate * (duration - 2.0) + 5, steady

@@ -239,18 +239,13 @@ async def test_a_sample_without_a_chat_prompt_is_an_error(make, server):
 
 
 def test_built_from_a_verl_reward_model_block(server, rm_tokenizer_dir):
+    # verl's keys: model_path (the model served, and its tokenizer) and rollout.name (the engine);
+    # the server's URL is rewardq's own option (verl starts the server itself)
     cfg = translate_verl_reward(
-        {
-            "reward_model": {
-                "enable": True,
-                "base_url": server.url,
-                "model": "rm-7b",
-                "backend": "sglang",
-                "tokenizer": rm_tokenizer_dir,
-            }
-        }
+        {"reward_model": {"enable": True, "model_path": rm_tokenizer_dir, "rollout": {"name": "sglang"}}}
     )
-    m = build_manager(cfg["manager"], tokenizer=POLICY_TOK, options=cfg["manager_options"])
+    options = {**cfg["manager_options"], "base_url": server.url}
+    m = build_manager(cfg["manager"], tokenizer=POLICY_TOK, options=options)
     assert isinstance(m, DisRMRewardManager) and m.backend == "sglang"
     assert m.rm_tokenizer.bos_token == "<|endoftext|>"
 

@@ -251,7 +251,9 @@ def test_unknown_data_source_names_it_and_says_how_to_plug_in(data_source):
 def test_known_data_sources_lists_the_table():
     known = known_data_sources()
     assert "openai/gsm8k" in known and "searchR1_2wikimultihopqa" in known and "aime*" in known
-    assert len(known) == 15
+    assert "numina_olympiads" in known and "hiyouga/geometry3k" in known
+    assert {"codecontests", "apps", "codeforces", "taco"} <= set(known)
+    assert len(known) == 26
 
 
 # --------------------------------------------------------------------------------------

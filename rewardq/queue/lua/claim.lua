@@ -19,7 +19,7 @@ for i = 1, n do ids[i] = ARGV[4 + i] end
 local list = table.concat(ids, ',')
 redis.call('HSET', traj, 'state', 'collecting', 'whole', list, 'acks', list, 'final', n - 1, 'hi', n - 1,
            'stored', n, 'first_seen', string.format('%.6f', now), 'last_seen', string.format('%.6f', now),
-           'lease', worker, 'lease_until', string.format('%.6f', now + lease))
+           'lease', worker, 'lease_until', string.format('%.6f', now + lease), 'attempts', 1)
 local digests = {}
 for i = 1, n do
   digests[#digests + 1] = 'h:' .. (i - 1)

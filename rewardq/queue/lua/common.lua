@@ -140,7 +140,8 @@ local function missing_text(traj, max_out)
 end
 
 -- Take the trajectory's scoring lease for `worker`, unless another worker holds a live one.
--- Returns the other holder's name when it does, nil when the lease is now ours.
+-- Returns the other holder's name when it does; else nil and the trajectory's scoring
+-- attempts, this one included (above 1: an earlier lease ended without a commit).
 local function take_lease(traj, worker, now, seconds)
   local holder = redis.call('HGET', traj, 'lease')
   local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
@@ -148,7 +149,7 @@ local function take_lease(traj, worker, now, seconds)
     return holder
   end
   redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + seconds))
-  return nil
+  return nil, redis.call('HINCRBY', traj, 'attempts', 1)
 end
 
 -- The record bytes of a stream entry (nil when the entry is gone).

@@ -3,7 +3,8 @@
 -- limiter (at most the fleet's concurrent callers), never over anything a record controls.
 -- Budget: O(slot holders of one limiter) per call; one hash.
 -- One limiter = one hash KEYS[1]. ARGV[1] is the operation:
---   take    ARGV[2]=bucket name  ARGV[3]=capacity (per minute)  ARGV[4]=cost  ARGV[5]=1 to only look
+--   take    ARGV[2]=bucket name  ARGV[3]=limit per minute  ARGV[4]=cost  ARGV[5]=1 to only look
+--           (the bucket holds one second of the limit, limit/60, and refills at limit/60 per second)
 --           -> {wait_seconds, level_after}; wait 0 means the cost was taken
 --   slot    ARGV[2]=holder  ARGV[3]=max_concurrent  ARGV[4]=lease seconds
 --           -> {wait_seconds, live_slots}; wait 0 means the slot is held
@@ -24,9 +25,10 @@ local function keep(seconds)
 end
 
 if op == 'take' then
-  local name, cap, cost = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  local name, cost = ARGV[2], tonumber(ARGV[4])
   local look = ARGV[5] == '1'
-  local rate = cap / 60.0
+  local rate = tonumber(ARGV[3]) / 60.0
+  local cap = rate  -- one second of the rate, as verl's buckets
   local tf, sf = 'b:' .. name .. ':tokens', 'b:' .. name .. ':ts'
   local v = redis.call('HMGET', key, tf, sf)
   local level, ts = tonumber(v[1]), tonumber(v[2])

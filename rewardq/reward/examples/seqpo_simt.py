@@ -127,7 +127,7 @@ class SeqPOSiMTManager(RewardManager):
                     f"got {read!r}"
                 )
             previous = read
-            chunks.append(self.tokenizer.decode(valid_response_ids(row), skip_special_tokens=True))
+            chunks.append(self.require_tokenizer().decode(valid_response_ids(row), skip_special_tokens=True))
             reads.append(read)
         return chunks, reads, reward_model["ground_truth"], source_len
 

@@ -172,7 +172,7 @@ class DisRMRewardManager(RewardManager):
                 "disrm needs the sample's raw_prompt as a list of chat messages "
                 f"({{'role': ..., 'content': ...}}), got {raw_prompt!r:.100}"
             )
-        response = self.tokenizer.decode(valid_response_ids(row), skip_special_tokens=False)
+        response = self.require_tokenizer().decode(valid_response_ids(row), skip_special_tokens=False)
         eos = getattr(self.tokenizer, "eos_token", None)
         if eos:
             response = response.replace(eos, "")

@@ -1,4 +1,4 @@
-"""``limited``: a rate-limited manager for LLM-as-judge and paid-API scoring functions.
+"""``rate_limited`` (alias ``limited``): a rate-limited manager for LLM-as-judge and paid-API scoring functions.
 
 Each trajectory's final output is scored by calling the scoring function once, after
 taking, in this order (as verl's rate-limited manager does):
@@ -8,7 +8,9 @@ taking, in this order (as verl's rate-limited manager does):
 3. one of ``max_concurrent`` concurrency slots, held for the call,
 4. the call itself, under ``timeout`` seconds.
 
-The limits hold **across every worker process of the fleet**: the limiter's state lives in
+The limits are token buckets holding one second of the rate, as verl's are (120 rpm is a
+smooth 2 requests/s with a burst of 2), and they hold **across every worker process of the
+fleet**: the limiter's state lives in
 Redis under ``<namespace>:ratelimit:<limiter_name>`` (see
 :mod:`rewardq.queue.ratelimit`), so eight workers together send the configured rate, not
 eight times it (verl keeps its limiters per process). Managers that share a
@@ -22,10 +24,10 @@ function that raises (or returns something unusable) scores 0.0 with
 ``{"error": "<message>", "acc": 0.0}``. Failures of the limiter itself (Redis down) are
 not caught: the worker retries the trajectory instead of recording a fake zero.
 
-A synchronous scoring function runs in the default thread pool; when it times out its
-thread runs on in the background (Python cannot kill a thread), only the result is
-dropped. Prefer async scoring functions (an HTTP judge) here, and the ``remote`` manager
-for CPU-bound scorers.
+A synchronous scoring function runs where :meth:`~rewardq.reward.base.RewardManager.call_score_fn`
+puts it (by default a scorer process, killed and replaced when its call times out; see
+docs/isolation.md). Prefer async scoring functions (an HTTP judge) here: they are awaited in
+the event loop and cost no process hop.
 
 Options (``--manager-option`` / config)::
 
@@ -44,7 +46,7 @@ from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, normalize_result
 from rewardq.reward.registry import register
 
-logger = logging.getLogger("rewardq.reward.limited")
+logger = logging.getLogger("rewardq.reward.rate_limited")
 
 
 def _positive(name: str, value: Any, *, allow_none: bool, integer: bool = False) -> None:
@@ -54,10 +56,10 @@ def _positive(name: str, value: Any, *, allow_none: bool, integer: bool = False)
     ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0
     if not ok:
         extra = " or None (unlimited)" if allow_none else ""
-        raise ConfigError(f"manager 'limited': {name} must be {kind} > 0{extra}, got {value!r}")
+        raise ConfigError(f"manager 'rate_limited': {name} must be {kind} > 0{extra}, got {value!r}")
 
 
-@register("limited")
+@register("rate_limited", aliases=("limited",))
 class LimitedRewardManager(RewardManager):
     """Scores the final output through a fleet-wide rate limiter; see the module docstring.
 
@@ -98,7 +100,7 @@ class LimitedRewardManager(RewardManager):
         _positive("lease_seconds", lease_seconds, allow_none=False)
         if not isinstance(limiter_name, str) or not limiter_name or any(c in limiter_name for c in "{} \n"):
             raise ConfigError(
-                f"manager 'limited': limiter_name must be a non-empty name without "
+                f"manager 'rate_limited': limiter_name must be a non-empty name without "
                 f"braces or spaces, got {limiter_name!r}"
             )
         self.max_concurrent = max_concurrent
@@ -118,7 +120,7 @@ class LimitedRewardManager(RewardManager):
             return
         from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
 
-        limits = dict(
+        limits: dict[str, Any] = dict(
             max_rpm=self.max_rpm,
             max_tpm=self.max_tpm,
             max_concurrent=self.max_concurrent,
@@ -126,7 +128,7 @@ class LimitedRewardManager(RewardManager):
             holder_prefix=f"{self.context.worker_name}:{os.getpid()}",
         )
         if self.context.redis_url is None:
-            logger.info("limited: no Redis configured; limits hold within this process only")
+            logger.info("rate_limited: no Redis configured; limits hold within this process only")
             self.limiter = LocalRateLimiter(**limits)
             return
         from rewardq.queue.keys import Keyspace
@@ -135,7 +137,7 @@ class LimitedRewardManager(RewardManager):
         self._redis = self._connect(self.context.redis_url, self.context.cluster)
         self.limiter = FleetRateLimiter(self._redis, key, **limits)
         logger.info(
-            "limited: fleet limiter %s (rpm=%s tpm=%s concurrent=%s)",
+            "rate_limited: fleet limiter %s (rpm=%s tpm=%s concurrent=%s)",
             key,
             self.max_rpm,
             self.max_tpm,
@@ -192,10 +194,14 @@ class LimitedRewardManager(RewardManager):
                 )
                 return normalize_result(result)
             except asyncio.TimeoutError:
-                logger.warning("limited: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source)
+                logger.warning(
+                    "rate_limited: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source
+                )
                 return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
             except Exception as exc:
-                logger.warning("limited: scoring failed (data_source=%s): %s: %s", data_source, type(exc).__name__, exc)
+                logger.warning(
+                    "rate_limited: scoring failed (data_source=%s): %s: %s", data_source, type(exc).__name__, exc
+                )
                 return {"reward_score": 0.0, "reward_extra_info": {"error": str(exc), "acc": 0.0}}
 
     def stats(self) -> dict:

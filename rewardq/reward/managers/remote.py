@@ -11,8 +11,10 @@ each sample is scored in the main thread of one of ``num_workers`` scorer proces
   unaffected.
 * A scorer process that dies (segfault, ``os._exit``): 0.0 with
   ``{"error": "<what happened>", "acc": 0.0}``; the process is replaced.
-* A scoring function that raises: :class:`~rewardq.errors.ScoringError` with the child's
-  message, as with the ``naive`` manager (the worker records the error / retries).
+* A scoring function that raises, or calls ``sys.exit()``, or raises ``KeyboardInterrupt``:
+  :class:`~rewardq.errors.ScoringError` with the child's message (``ValueError: ...``,
+  ``the reward function called sys.exit(3)``), as with the ``naive`` manager (the worker
+  writes an error result); the process stays.
 
 What is scored, and how (as verl's naive manager does): the final output only; the scoring function gets
 ``extra_info`` = a copy of the sample's ``extra_info`` with the final output's
@@ -30,7 +32,10 @@ Which function runs in the children, in order of precedence:
 * nothing: :func:`rewardq.reward.scoring.default_compute_score`.
 
 Async scoring functions are refused at construction: a process pool adds nothing to
-them; use ``naive`` or ``limited``.
+them; use ``naive`` or ``limited``. For the same reason the default scorer's ``async``
+data sources (code execution: ``codecontests``, ``apps``, ``codeforces``, ``taco``, whose
+programs already run in their own sandboxed processes) are awaited in the worker, not sent to
+the pool.
 
 Options::
 
@@ -42,11 +47,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, is_async_callable, normalize_result
+from rewardq.reward.isolation import spec_of
 from rewardq.reward.process_pool import START_METHODS, ScorerPool
 from rewardq.reward.registry import register
 
@@ -58,25 +63,15 @@ SCORERS = {
     "default": "rewardq.reward.scoring:default_compute_score",
 }
 DEFAULT_SPEC = SCORERS["default"]
-#: Module names :mod:`rewardq.reward.loader` gives to files it imports.
-FILE_MODULE_PREFIX = "rewardq_reward_fn_"
 
 
-def _spec_of(fn: Any) -> str | None:
-    """``module:qualname`` when that name imports back to ``fn`` itself (so a child can load it)."""
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not module or not qualname or module == "__main__" or "<" in qualname:
-        return None
-    loaded = sys.modules.get(module)
-    if module.startswith(FILE_MODULE_PREFIX) and getattr(loaded, "__file__", None):
-        # loaded from a file by rewardq.reward.loader: a child finds it by path, not by that name
-        return f"{loaded.__file__}:{qualname}" if getattr(loaded, qualname, None) is fn else None
+def _is_async_default(data_source: Any) -> bool:
+    from rewardq.reward.scoring import placement_of
+
     try:
-        from rewardq.reward.registry import import_object
-
-        return f"{module}:{qualname}" if import_object(f"{module}:{qualname}") is fn else None
-    except Exception:  # noqa: BLE001 - not importable by name
-        return None
+        return placement_of(data_source) == "async"
+    except ScoringError:  # unknown data source: the pool reports it as the other managers do
+        return False
 
 
 @register("remote")
@@ -155,7 +150,7 @@ class RemoteRewardManager(RewardManager):
         if isinstance(fn, functools.partial):
             kwargs = {**fn.keywords, **kwargs}
             fn = fn.func
-        by_name = _spec_of(fn)
+        by_name = spec_of(fn)
         if by_name is not None:
             return by_name, kwargs
         raise ConfigError(
@@ -168,6 +163,9 @@ class RemoteRewardManager(RewardManager):
         """Start the scorer processes (and wait until each has loaded the function)."""
         await self.pool.start()
 
+    async def prepare_scoring(self) -> None:
+        """Nothing to prepare: :meth:`setup` started this manager's own pool."""
+
     async def close(self) -> None:
         await self.pool.close()
 
@@ -177,6 +175,19 @@ class RemoteRewardManager(RewardManager):
         final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
         data_source = final.data_source
         extra_info = merge_rollout_fields(final.extra_info, final.row)
+        if self.target == DEFAULT_SPEC and _is_async_default(data_source):
+            # code execution waits on its own sandboxed processes or HTTP: awaited here, not in the pool
+            from rewardq.reward.scoring import default_compute_score
+
+            return normalize_result(
+                await self.call_score_fn(
+                    default_compute_score,
+                    data_source=data_source,
+                    solution_str=final.solution_str,
+                    ground_truth=final.ground_truth,
+                    extra_info=extra_info,
+                )
+            )
         result = await self.pool.run(
             {
                 "data_source": data_source,

@@ -9,6 +9,12 @@ data_source                                                       scorer        
 ``math_dapo``, ``math``, ``math_dapo_reasoning``, ``aime*``       :mod:`.dapo_math`          ``{score, acc, pred}``
 ``searchR1_nq``, ``_triviaqa``, ``_popqa``, ``_hotpotqa``,        :mod:`.search_r1`          1.0 / 0.0
 ``_2wikimultihopqa``, ``_musique``, ``_bamboogle``
+``numina_aops_forum``, ``numina_synthetic_math``,                 :mod:`.prime_math`         1.0 / 0.0
+``numina_amc_aime``, ``numina_synthetic_amc``,                    (process, ``math`` extra)
+``numina_cn_k12``, ``numina_olympiads``
+``hiyouga/geometry3k``                                            :mod:`.geo3k`              0.0 / 0.1 /
+                                                                  (process, ``math`` extra)  0.9 / 1.0
+``codecontests``, ``apps``, ``codeforces``, ``taco``              :mod:`.code` (async)       ``{score, acc, ...}``
 ================================================================  =========================  ============
 
 Anything else raises :class:`~rewardq.errors.UnknownDataSourceError`, which names the
@@ -30,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq.errors import UnknownDataSourceError
-from rewardq.reward.scoring import dapo_math, gsm8k, math_boxed, search_r1
+from rewardq.reward.scoring import code, dapo_math, geo3k, gsm8k, math_boxed, prime_math, search_r1
 
 __all__ = [
     "default_compute_score",
@@ -85,6 +91,14 @@ EXACT_SCORERS: dict[str, Scorer] = {
     "searchR1_2wikimultihopqa": _search_r1,
     "searchR1_musique": _search_r1,
     "searchR1_bamboogle": _search_r1,
+    "numina_aops_forum": prime_math.score,
+    "numina_synthetic_math": prime_math.score,
+    "numina_amc_aime": prime_math.score,
+    "numina_synthetic_amc": prime_math.score,
+    "numina_cn_k12": prime_math.score,
+    "numina_olympiads": prime_math.score,
+    "hiyouga/geometry3k": geo3k.score,
+    **{name: code.scorer_for(name) for name in code.CODE_DATA_SOURCES},
 }
 
 #: (prefix, scorer) rules tried in order when no exact entry matches.

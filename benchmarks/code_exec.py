@@ -1,0 +1,117 @@
+"""``python -m benchmarks.code_exec``: what the local code runner costs.
+
+Two numbers, measured in one run on this machine:
+
+1. **Isolation overhead per program**: the median wall time of running one small
+   stdin/stdout program (read a number, print its square) through the local sandbox (one
+   harness start, one run) minus the median of a bare ``subprocess.run([python, prog.py])``
+   of the same program; also against the program with ``prime_code``'s import preamble
+   (what every run executes, sandboxed or not). All sequential, ``--programs`` times each,
+   after one warm-up.
+2. **Code trajectories per second per core**: ``--trajectories`` responses to a 3-case problem
+   (80 % right: one run; 20 % partly right: one first pass and three single-case runs, as
+   ``prime_code`` does), scored through :class:`~rewardq.reward.codeexec.runtime.CodeRuntime`
+   with one sandbox per CPU; the rate is trajectories divided by the CPU seconds the scoring
+   used (this process plus every child: ``getrusage``), so it does not depend on how busy
+   the machine is; the wall-clock rate is printed next to it.
+
+``--isolation namespaces|rlimits`` picks the sandbox (default: what ``auto`` finds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rewardq.reward.codeexec.cases import PRIME_PREAMBLE, prime_module_source
+from rewardq.reward.codeexec.runtime import CodeRuntime
+from rewardq.reward.codeexec.sandbox import LocalSandbox, Program, RunSpec
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.scoring import compute_score_async
+
+PROGRAM = "n = int(input())\nprint(n * n)\n"
+PARTIAL = "n = int(input())\nprint(n * n if n < 3 else 0)\n"
+SQUARES = json.dumps({"inputs": ["1\n", "2\n", "3\n"], "outputs": ["1\n", "4\n", "9\n"]})
+
+
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def bare_runs(n: int, source: str = PROGRAM) -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "prog.py"
+        path.write_text(source)
+        times = []
+        for _ in range(n + 1):
+            t = time.perf_counter()
+            out = subprocess.run([sys.executable, str(path)], input="4\n", capture_output=True, text=True, check=True)
+            times.append(time.perf_counter() - t)
+            assert out.stdout == "16\n"
+        return times[1:]
+
+
+async def sandbox_runs(n: int, isolation: str) -> tuple[list[float], str]:
+    sandbox = LocalSandbox(isolation=isolation, max_concurrent=1)
+    program = Program(prime_module_source(PROGRAM, None), None, False, ["4\n"])
+    await sandbox.start()
+    times = []
+    for _ in range(n + 1):
+        t = time.perf_counter()
+        [run] = await sandbox.execute(program, [RunSpec([0], 5, 6.0)])
+        times.append(time.perf_counter() - t)
+        assert run.records[0] == {"case": 0, "out": "16\n"}, run.records
+    return times[1:], str(sandbox.isolation)
+
+
+async def throughput(n: int, isolation: str) -> dict[str, float]:
+    runtime = CodeRuntime(CodeExecSettings(code_local_isolation=isolation))
+    await runtime.sandbox().start()
+    completions = [f"```python\n{PARTIAL if i % 5 == 0 else PROGRAM}```" for i in range(n)]
+    cpu, wall = _cpu(), time.perf_counter()
+    results = await asyncio.gather(
+        *(compute_score_async("taco", c, SQUARES, code_runtime=runtime) for c in completions)
+    )
+    cpu, wall = _cpu() - cpu, time.perf_counter() - wall
+    assert [r["score"] for r in results] == [2 / 3 if i % 5 == 0 else 1.0 for i in range(n)]
+    runs = runtime.stats.snapshot()["taco"]["runs"]
+    return {"trajectories": n, "programs": runs, "cpu_s": cpu, "wall_s": wall, "per_core_s": n / cpu, "per_s": n / wall}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", type=int, default=50)
+    parser.add_argument("--trajectories", type=int, default=200)
+    parser.add_argument("--isolation", default="auto", choices=["auto", "namespaces", "rlimits"])
+    args = parser.parse_args()
+    bare = statistics.median(bare_runs(args.programs))
+    with_preamble = statistics.median(bare_runs(args.programs, PRIME_PREAMBLE + PROGRAM))
+    boxed_times, isolation = await sandbox_runs(args.programs, args.isolation)
+    boxed = statistics.median(boxed_times)
+    tp = await throughput(args.trajectories, args.isolation)
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, isolation {isolation}")
+    print(f"bare subprocess.run                  median {bare * 1000:7.1f} ms  (n={args.programs})")
+    print(f"bare subprocess.run, with preamble   median {with_preamble * 1000:7.1f} ms")
+    print(f"local sandbox, one run               median {boxed * 1000:7.1f} ms")
+    print(
+        f"isolation overhead per program       {1000 * (boxed - bare):7.1f} ms "
+        f"({1000 * (boxed - with_preamble):.1f} ms beyond the preamble every run imports)"
+    )
+    print(
+        f"throughput: {tp['trajectories']} trajectories ({tp['programs']} programs) in {tp['wall_s']:.1f} s wall, "
+        f"{tp['cpu_s']:.1f} CPU s: {tp['per_core_s']:.1f} trajectories/s per core ({tp['per_s']:.1f}/s wall)"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,1 @@
+"""Adapters that put rewardq inside other frameworks' training loops (:mod:`rewardq.integrations.verl`)."""

@@ -1,0 +1,159 @@
+"""rewardq inside a verl run: agent loops score on the rewardq fleet instead of verl's reward loop.
+
+One override switches a verl (0.9.1) run over::
+
+    python -m verl.trainer.main_ppo ... \\
+        +actor_rollout_ref.rollout.agent.agent_loop_manager_class=rewardq.integrations.verl.RewardqAgentLoopManager
+
+* :class:`RewardqAgentLoopManager` makes verl start :class:`RewardqAgentLoopWorker` actors. When
+  the run uses verl's V1 trainer (``trainer.use_v1``, verl's default, which stores rollouts in
+  TransferQueue), its ``create`` hands over to :class:`RewardqAgentLoopManagerTQ`, so the same
+  override works on both trainers.
+* :class:`RewardqAgentLoopWorker` (and its TransferQueue twin :class:`RewardqAgentLoopWorkerTQ`)
+  replace ``_compute_score(outputs, kwargs)``: the trajectory is pushed to Redis, a fleet of
+  ``rewardq worker`` processes scores it, and the rewards land on the outputs exactly where
+  verl's reward loop puts them (``outputs[-1].reward_score``,
+  ``outputs[-1].extra_fields["reward_extra_info"]``, ``outputs[-1].metrics.compute_score``).
+  verl's reward-loop workers are not called, whether they exist or not.
+* Errors (a failing scorer, an unknown data source, a timeout) score 0.0 with
+  ``reward_extra_info == {"acc": 0.0}`` and the message in ``extra_fields["reward_error"]``;
+  ``REWARDQ_VERL_ON_ERROR=raise`` raises instead. Settings: :mod:`rewardq.integrations.verl_scoring`.
+
+This module imports verl (and Ray); the TransferQueue classes import verl's V1 trainer, which
+needs the ``transfer_queue`` package, so they are built on first access.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
+
+from rewardq.integrations.verl_scoring import TrajectoryScorer, align_reward_extra_info, settings_for
+
+# RewardqAgentLoopManagerTQ and RewardqAgentLoopWorkerTQ are built on first access (module __getattr__)
+__all__ = ["RewardqAgentLoopManager", "RewardqAgentLoopWorker", "RewardqScoring"]
+
+
+class RewardqScoring:
+    """The rewardq ``_compute_score``, shared by the plain and the TransferQueue agent-loop workers.
+
+    Works on an instance whose verl ``__init__`` never ran (``object.__new__``): without
+    ``self.config`` the settings come from the ``REWARDQ_*`` environment alone.
+    """
+
+    def rewardq_scorer(self) -> TrajectoryScorer:
+        scorer = self.__dict__.get("_rewardq_scorer")
+        if scorer is None:
+            scorer = TrajectoryScorer(settings_for(self.__dict__.get("config")))
+            self.__dict__["_rewardq_scorer"] = scorer
+        return scorer
+
+    async def _compute_score(self, outputs: list[Any], kwargs: dict) -> None:
+        """Score the trajectory ``outputs`` (one sample of ``kwargs``'s dataset row) on the rewardq fleet."""
+        await self.rewardq_scorer().score(outputs, kwargs)
+
+
+class RewardqAgentLoopWorker(RewardqScoring, AgentLoopWorker):
+    """verl's ``AgentLoopWorker``, scoring on the rewardq fleet (see the module docstring)."""
+
+    def _postprocess(
+        self, inputs: list[Any], input_non_tensor_batch: dict | None = None, validate: bool = False
+    ) -> Any:
+        """verl's batch assembly, after giving every row's ``reward_extra_info`` the same keys.
+
+        verl takes the keys of row 0 and indexes every row with them; an error result (only
+        ``acc``) beside a DAPO result (``score``, ``acc``, ``pred``) would raise KeyError there.
+        """
+        align_reward_extra_info([i.extra_fields for i in inputs], [i.reward_score for i in inputs])
+        return super()._postprocess(inputs, input_non_tensor_batch=input_non_tensor_batch, validate=validate)
+
+
+class RewardqAgentLoopManager(AgentLoopManager):
+    """verl's ``AgentLoopManager`` with :class:`RewardqAgentLoopWorker` actors.
+
+    On verl's V1 trainer (``trainer.use_v1: true``) :meth:`create` returns a
+    :class:`RewardqAgentLoopManagerTQ` instead, which is what that trainer needs.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorker)
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def create(cls, *args: Any, **kwargs: Any) -> Any:
+        config = kwargs.get("config", args[0] if args else None)
+        if cls is RewardqAgentLoopManager and uses_v1_trainer(config):
+            return _tq_classes()["RewardqAgentLoopManagerTQ"].create(*args, **kwargs)
+        return super().create(*args, **kwargs)
+
+
+def uses_v1_trainer(config: Any) -> bool:
+    """Whether ``config`` runs verl's V1 (TransferQueue) trainer, as ``main_ppo`` decides."""
+    try:
+        return bool(config.trainer.use_v1)
+    except (AttributeError, KeyError, TypeError):
+        return False
+
+
+_TQ: dict[str, Any] = {}
+
+
+def _tq_classes() -> dict[str, Any]:
+    """Build the TransferQueue variants (verl's V1 trainer imports ``transfer_queue``)."""
+    if _TQ:
+        return _TQ
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
+
+    base: Any = AgentLoopWorkerTQ.__ray_metadata__.modified_class  # the class under verl's @ray.remote
+
+    class RewardqAgentLoopWorkerTQ(RewardqScoring, base):
+        """verl's ``AgentLoopWorkerTQ``, scoring on the rewardq fleet.
+
+        verl's TransferQueue post-processing copies the final output's reward onto the
+        trajectory's other outputs after scoring. When the manager gave one reward per output,
+        each output's own reward is put back before verl stores it.
+        """
+
+        async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
+            outputs = output if isinstance(output, list) else [output]
+            if outputs:
+                await self._compute_score(outputs, kwargs=kwargs)  # verl's own call then finds it scored
+                pinned = self.__dict__.setdefault("_rewardq_pinned", {})
+                for o in outputs[:-1]:
+                    if o.reward_score is not None:
+                        pinned[id(o)] = (o.reward_score, o.extra_fields.get("reward_extra_info"))
+            try:
+                await super()._agent_loop_postprocess(output, validate, **kwargs)
+            finally:
+                for o in outputs:
+                    self.__dict__.get("_rewardq_pinned", {}).pop(id(o), None)
+
+        def _compute_multi_modal_inputs(self, output: Any, input_ids: Any) -> Any:
+            # verl calls this once per output between its reward copy and its put to TransferQueue:
+            # the one point where a per-output reward can be put back (tests/verl prove it still is)
+            pinned = self.__dict__.get("_rewardq_pinned", {}).get(id(output))
+            if pinned is not None:
+                output.reward_score, output.extra_fields["reward_extra_info"] = pinned
+            return super()._compute_multi_modal_inputs(output, input_ids)
+
+    class RewardqAgentLoopManagerTQ(AgentLoopManagerTQ):
+        """verl's ``AgentLoopManagerTQ`` with :class:`RewardqAgentLoopWorkerTQ` actors (it picks its
+        worker class inside its own ``__init__``, so the choice is made after it)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorkerTQ)
+
+    for cls in (RewardqAgentLoopWorkerTQ, RewardqAgentLoopManagerTQ):
+        # importable by name (module __getattr__ below), so Ray ships them by reference
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__
+    _TQ.update(RewardqAgentLoopWorkerTQ=RewardqAgentLoopWorkerTQ, RewardqAgentLoopManagerTQ=RewardqAgentLoopManagerTQ)
+    return _TQ
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RewardqAgentLoopWorkerTQ", "RewardqAgentLoopManagerTQ"):
+        return _tq_classes()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

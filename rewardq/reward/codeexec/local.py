@@ -1,0 +1,156 @@
+"""The local runner: verl's ``prime_code`` scoring, with every program in the local sandbox.
+
+``prime_code`` with ``continuous=True`` (what verl's ``default_compute_score`` uses) scores in
+two passes, and so does :func:`score_local`:
+
+1. **All cases in one process**, each case under a 5 s alarm, the whole run under 6 s. If
+   every case passes, the score is 1.0 (also for a problem with no cases, if the program loads).
+2. Otherwise **each of the first 10 cases in a process of its own** (10 s alarm, 11 s run);
+   the score is the fraction of them that pass.
+
+Quirks of ``prime_code`` kept so scores stay identical (documented in docs/code-execution.md):
+the second pass drops ``fn_name``, so a call-based program that failed the first pass is then
+run as a standard-input program (and rarely prints the expected JSON); a case whose program
+dies (timeout, crash, ``os._exit``) takes the whole run with it (every case of that run
+fails); the first pass stops judging at the first failing case.
+
+How a run's records become verl's per-case results (``True``, ``False``, ``-1``, ``-2``) is
+:func:`run_outcomes`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewardq import defaults
+from rewardq.reward.codeexec.cases import (
+    InvalidTestCases,
+    TestCases,
+    extract_prime_code,
+    parse_test_cases,
+    prime_module_source,
+)
+from rewardq.reward.codeexec.compare import CaseAbort, call_verdict, decode_value, expected_for_case, stdin_verdict
+from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
+from rewardq.reward.codeexec.sandbox import LocalSandbox, Program, RunReport, RunSpec
+
+BACKEND = "local"
+
+
+def _died(run: RunReport, case: int, timeout: int, memory_mb: int) -> CaseOutcome:
+    """What a run whose process ended before reporting ``case`` means for every case of it."""
+    if run.timed_out or run.signal in ("SIGALRM", "SIGXCPU"):
+        what = "ran out of CPU time" if run.signal == "SIGXCPU" else f"timed out after {timeout}s"
+        return CaseOutcome(-1, "timeout", f"case {case}: {what}")
+    if run.overflow:
+        return CaseOutcome(-1, "output_limit", f"case {case}: printed more than the output limit")
+    if run.signal:
+        hint = f" (memory limit {memory_mb} MB?)" if run.signal in ("SIGSEGV", "SIGABRT", "SIGBUS") else ""
+        return CaseOutcome(-1, "killed", f"case {case}: the program was killed by {run.signal}{hint}")
+    return CaseOutcome(-1, "exited", f"case {case}: the program exited with code {run.exit} before finishing")
+
+
+def _verdict(record: dict, expected: Any, call_based: bool) -> bool:
+    if call_based:
+        value = record.get("value")
+        if not isinstance(value, str):
+            return False
+        try:
+            return call_verdict(decode_value(value), expected)
+        except ValueError:
+            return False
+    printed = record.get("out")
+    return isinstance(printed, str) and stdin_verdict(printed, expected)
+
+
+def run_outcomes(
+    run: RunReport, spec: RunSpec, outputs: list[Any], call_based: bool, memory_mb: int
+) -> list[CaseOutcome]:
+    """verl's result list for one run, from what the sandboxed program reported.
+
+    ``[-2]`` when the program does not load; otherwise one outcome per case up to and
+    including the first that is not a pass; every case ``-1`` when the run ends before a
+    verdict (its process died, or ``prime_code`` would have aborted the run).
+    """
+    by_case: dict[int, dict] = {}
+    for rec in run.records:
+        if "load_error" in rec:
+            return [CaseOutcome(-2, "compile_error", f"the program does not load: {rec['load_error']}")]
+        case = rec.get("case")
+        if isinstance(case, int) and case not in by_case:
+            by_case[case] = rec
+    outcomes: list[CaseOutcome] = []
+    for i in spec.cases:
+        try:
+            expected = expected_for_case(outputs[i], call_based)
+        except CaseAbort as exc:
+            return [CaseOutcome(-1, "aborted", f"case {i}: {exc}")] * len(spec.cases)
+        record = by_case.get(i)
+        if record is None:
+            return [_died(run, i, spec.timeout, memory_mb)] * len(spec.cases)
+        if "abort" in record:
+            return [CaseOutcome(-1, "aborted", f"case {i}: {record['abort']}")] * len(spec.cases)
+        if "error" in record:
+            outcomes.append(CaseOutcome(-1, "runtime_error", f"case {i}: {record['error']}"))
+            return outcomes
+        try:
+            ok = _verdict(record, expected, call_based)
+        except Exception as exc:  # noqa: BLE001 - a comparison prime_code cannot make kills its run
+            return [CaseOutcome(-1, "aborted", f"case {i}: cannot compare ({type(exc).__name__})")] * len(spec.cases)
+        if not ok:
+            outcomes.append(CaseOutcome(False, "wrong_answer", f"case {i}: wrong answer"))
+            return outcomes
+        outcomes.append(PASSED)
+    if run.exit != 0 or not any("done" in rec for rec in run.records):
+        # every case passed, yet the process did not finish cleanly: prime_code loses such a run's
+        # results (a program cannot keep passes it wrote on the report pipe itself, then hang)
+        return [_died(run, spec.cases[-1] if spec.cases else 0, spec.timeout, memory_mb)] * len(spec.cases)
+    return outcomes
+
+
+def _timeout(seconds: float) -> int:
+    return max(1, int(-(-seconds // 1)))  # signal.alarm takes whole seconds
+
+
+async def score_local(
+    sandbox: LocalSandbox,
+    completion: str,
+    ground_truth: Any,
+    *,
+    first_pass_timeout: float = defaults.CODE_FIRST_PASS_TIMEOUT,
+    case_timeout: float = defaults.CODE_CASE_TIMEOUT,
+    max_cases: int = defaults.CODE_MAX_CASES,
+) -> CodeResult:
+    """Score ``completion`` against ``ground_truth`` as verl's ``prime_code`` (continuous) does.
+
+    Raises:
+        CodeSandboxError: the sandbox failed (not the program).
+    """
+    code = extract_prime_code(completion)
+    try:
+        tc = parse_test_cases(ground_truth, assert_cases=False)
+        if len(tc.outputs) < len(tc.inputs):
+            raise InvalidTestCases(f"{len(tc.inputs)} inputs but only {len(tc.outputs)} outputs")
+    except InvalidTestCases as exc:
+        return CodeResult(0.0, 0, 0, "invalid_test_cases", str(exc), BACKEND)
+    memory = sandbox.limits.memory_mb
+    first = await _first_pass(sandbox, code, tc, _timeout(first_pass_timeout), memory)
+    if all(o.passed for o in first):
+        return CodeResult(1.0, len(tc.inputs), len(tc.inputs), "passed", "", BACKEND, runs=1)
+    # second pass: prime_code builds these cases without fn_name, so they run on stdin
+    timeout = _timeout(case_timeout)
+    specs = [RunSpec([i], timeout, timeout + 1.0) for i in range(min(len(tc.inputs), max_cases))]
+    program = Program(prime_module_source(code, None), None, False, tc.inputs)
+    reports = await sandbox.execute(program, specs)
+    outcomes = [o for spec, run in zip(specs, reports) for o in run_outcomes(run, spec, tc.outputs, False, memory)]
+    return summarize(outcomes, BACKEND, runs=1 + len(specs))
+
+
+async def _first_pass(sandbox: LocalSandbox, code: str, tc: TestCases, timeout: int, memory: int) -> list[CaseOutcome]:
+    call_based = tc.fn_name is not None
+    program = Program(
+        prime_module_source(code, tc.fn_name), tc.fn_name, call_based and "class Solution" in code, tc.inputs
+    )
+    spec = RunSpec(list(range(len(tc.inputs))), timeout, timeout + 1.0)
+    [report] = await sandbox.execute(program, [spec])
+    return run_outcomes(report, spec, tc.outputs, call_based, memory)

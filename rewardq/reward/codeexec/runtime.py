@@ -1,0 +1,160 @@
+"""The code-execution state of one worker: the chosen backend, its limits, its counters.
+
+A :class:`CodeRuntime` is created on first use by :meth:`ManagerContext.code_runtime
+<rewardq.reward.base.ManagerContext.code_runtime>` and closed with the worker. It holds
+
+* the local sandbox (:class:`~rewardq.reward.codeexec.sandbox.LocalSandbox`), or
+* the SandboxFusion client, whose requests hold slots of a **fleet** limiter (state in the
+  pipeline's Redis under ``<namespace>:ratelimit:sandbox_fusion:<hash of the URL>``, so every
+  worker scoring against one sandbox shares ``sandbox_fusion_max_concurrent``); without a
+  Redis URL (an embedded run) the limit holds for this process only;
+* the per-data-source counters (:class:`~rewardq.reward.codeexec.stats.CodeStats`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from typing import Any
+
+from rewardq import defaults
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.codeexec.stats import CodeStats
+
+logger = logging.getLogger("rewardq.reward.codeexec")
+
+
+class CodeRuntime:
+    """Scores code responses with the configured backend (see the module docstring).
+
+    Args:
+        settings: the code-execution options.
+        stats: where to count (a fresh :class:`CodeStats` by default).
+        redis_url, namespace, cluster: the pipeline's Redis, for the fleet limiter.
+        worker_name: names this worker's limiter slots.
+    """
+
+    def __init__(
+        self,
+        settings: CodeExecSettings | None = None,
+        *,
+        stats: CodeStats | None = None,
+        redis_url: str | None = None,
+        namespace: str = defaults.NAMESPACE,
+        cluster: bool = False,
+        worker_name: str = "local",
+    ) -> None:
+        self.settings = settings or CodeExecSettings()
+        self.stats = stats or CodeStats()
+        self.redis_url = redis_url
+        self.namespace = namespace
+        self.cluster = cluster
+        self.worker_name = worker_name
+        self._sandbox: Any = None
+        self._client: Any = None
+        self._redis: Any = None
+
+    @property
+    def backend(self) -> str:
+        return self.settings.backend
+
+    def limiter_key(self) -> str:
+        """The fleet limiter's key for this runtime's SandboxFusion URL."""
+        from rewardq.queue.keys import Keyspace
+
+        digest = hashlib.sha1(str(self.settings.sandbox_fusion_url).encode()).hexdigest()[:12]
+        return Keyspace(self.namespace).ratelimit(f"sandbox_fusion:{digest}")
+
+    def sandbox(self) -> Any:
+        """The local sandbox (created on first use)."""
+        if self._sandbox is None:
+            from rewardq.reward.codeexec.sandbox import LocalSandbox, SandboxLimits
+
+            s = self.settings
+            self._sandbox = LocalSandbox(
+                SandboxLimits(memory_mb=s.sandbox_fusion_memory_limit_mb),
+                isolation=s.code_local_isolation,
+                max_concurrent=s.code_local_max_concurrent,
+            )
+        return self._sandbox
+
+    def client(self) -> Any:
+        """The SandboxFusion client with its limiter (created on first use)."""
+        if self._client is None:
+            from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
+            from rewardq.reward.codeexec.sandbox_fusion import SandboxFusionClient
+
+            s = self.settings
+            limits: dict[str, Any] = dict(
+                max_concurrent=s.sandbox_fusion_max_concurrent, holder_prefix=f"{self.worker_name}:{os.getpid()}"
+            )
+            if self.redis_url is None:
+                limiter: Any = LocalRateLimiter(**limits)
+                logger.info("sandbox_fusion: no Redis configured; max_concurrent holds within this process only")
+            else:
+                self._redis = _connect(self.redis_url, self.cluster)
+                limiter = FleetRateLimiter(self._redis, self.limiter_key(), **limits)
+            self._client = SandboxFusionClient(
+                str(s.sandbox_fusion_url),
+                limiter=limiter,
+                max_concurrent=s.sandbox_fusion_max_concurrent,
+                attempts=s.sandbox_fusion_attempts,
+                retry_delay=s.sandbox_fusion_retry_delay,
+            )
+        return self._client
+
+    async def score(self, data_source: str, completion: str, ground_truth: Any) -> dict:
+        """Score one response; the scorer's dict (see :mod:`~rewardq.reward.codeexec.result`).
+
+        Raises:
+            CodeSandboxError, SandboxUnavailableError: the backend failed (not the program).
+        """
+        s = self.settings
+        started = time.perf_counter()
+        try:
+            if self.backend == "sandbox_fusion":
+                from rewardq.reward.codeexec.sandbox_fusion import score_sandbox_fusion
+
+                result = await score_sandbox_fusion(
+                    self.client(),
+                    completion,
+                    ground_truth,
+                    memory_limit_mb=s.sandbox_fusion_memory_limit_mb,
+                    timeout=s.sandbox_fusion_run_timeout,
+                )
+            else:
+                from rewardq.reward.codeexec.local import score_local
+
+                result = await score_local(
+                    self.sandbox(),
+                    completion,
+                    ground_truth,
+                    first_pass_timeout=s.code_local_first_pass_timeout,
+                    case_timeout=s.code_local_case_timeout,
+                )
+        except Exception:
+            self.stats.record(str(data_source), self.backend, time.perf_counter() - started, None)
+            raise
+        self.stats.record(str(data_source), self.backend, time.perf_counter() - started, result)
+        return result.as_dict()
+
+    async def close(self) -> None:
+        """Close the HTTP session and the limiter's Redis connection."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+
+
+def _connect(url: str, cluster: bool) -> Any:
+    if cluster:
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(url)
+    import redis.asyncio as aioredis
+
+    return aioredis.Redis.from_url(url)

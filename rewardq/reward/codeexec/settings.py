@@ -1,0 +1,92 @@
+"""Code-execution settings: which backend scores code, and its limits.
+
+They are manager options (``--manager-option sandbox_fusion_url=http://...``, a config file's
+``manager_options``, ``REWARDQ_MANAGER_OPTIONS``), accepted by every manager: the factory
+takes them out of the options before building the manager and hands them to the scorer
+through :class:`~rewardq.reward.base.ManagerContext` (``context.code``). verl's
+``reward.sandbox_fusion.{url,max_concurrent,memory_limit_mb}`` map to the first three.
+
+=====================================  =========  ============================================
+option                                 default    what it sets
+=====================================  =========  ============================================
+``sandbox_fusion_url``                 none       the ``run_code`` endpoint; unset: local runner
+``sandbox_fusion_max_concurrent``      64         requests in flight across the whole fleet
+``sandbox_fusion_memory_limit_mb``     1024       memory of one program (both backends)
+``sandbox_fusion_run_timeout``         10         compile and run timeout per case, seconds
+``sandbox_fusion_attempts``            3          tries on connection errors and 5xx
+``sandbox_fusion_retry_delay``         1.0        retry k waits k times this, seconds
+``code_local_max_concurrent``          CPUs       sandboxes at once in one worker process
+``code_local_isolation``               auto       ``auto`` | ``namespaces`` | ``rlimits``
+``code_local_first_pass_timeout``      5          per case, all cases in one process, seconds
+``code_local_case_timeout``            10         per case, one process per case, seconds
+=====================================  =========  ============================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from rewardq import defaults
+from rewardq.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CodeExecSettings:
+    """The options in the module docstring, validated."""
+
+    sandbox_fusion_url: str | None = None
+    sandbox_fusion_max_concurrent: int = defaults.SANDBOX_FUSION_MAX_CONCURRENT
+    sandbox_fusion_memory_limit_mb: int = defaults.CODE_MEMORY_LIMIT_MB
+    sandbox_fusion_run_timeout: float = defaults.SANDBOX_FUSION_RUN_TIMEOUT
+    sandbox_fusion_attempts: int = defaults.SANDBOX_FUSION_ATTEMPTS
+    sandbox_fusion_retry_delay: float = defaults.SANDBOX_FUSION_RETRY_DELAY
+    code_local_max_concurrent: int | None = None
+    code_local_isolation: str = "auto"
+    code_local_first_pass_timeout: float = defaults.CODE_FIRST_PASS_TIMEOUT
+    code_local_case_timeout: float = defaults.CODE_CASE_TIMEOUT
+
+    def __post_init__(self) -> None:
+        url = self.sandbox_fusion_url
+        if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+            raise ConfigError(
+                f"sandbox_fusion_url must be an http(s) URL of SandboxFusion's run_code endpoint, got {url!r}"
+            )
+        for name in ("sandbox_fusion_max_concurrent", "sandbox_fusion_memory_limit_mb", "sandbox_fusion_attempts"):
+            _check(name, getattr(self, name), integer=True)
+        for name in ("sandbox_fusion_run_timeout", "code_local_first_pass_timeout", "code_local_case_timeout"):
+            _check(name, getattr(self, name), integer=False)
+        if self.code_local_max_concurrent is not None:
+            _check("code_local_max_concurrent", self.code_local_max_concurrent, integer=True)
+        delay = self.sandbox_fusion_retry_delay
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+            raise ConfigError(f"sandbox_fusion_retry_delay must be a number >= 0, got {delay!r}")
+        if self.code_local_isolation not in ("auto", "namespaces", "rlimits"):
+            raise ConfigError(
+                f"code_local_isolation must be 'auto', 'namespaces' or 'rlimits', got {self.code_local_isolation!r}"
+            )
+
+    @property
+    def backend(self) -> str:
+        """``"sandbox_fusion"`` when a URL is set, else ``"local"``."""
+        return "sandbox_fusion" if self.sandbox_fusion_url else "local"
+
+
+def _check(name: str, value: Any, *, integer: bool) -> None:
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0
+    if not ok:
+        raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'} > 0, got {value!r}")
+
+
+#: Every option name :class:`CodeExecSettings` takes.
+OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(CodeExecSettings))
+
+
+def pop_code_options(options: dict) -> CodeExecSettings:
+    """Remove the code-execution options from ``options`` (in place) and return them validated.
+
+    A ``None`` value means "not set" (verl's config writes ``url: null``).
+    """
+    taken = {k: options.pop(k) for k in sorted(OPTION_NAMES & set(options))}
+    return CodeExecSettings(**{k: v for k, v in taken.items() if v is not None})

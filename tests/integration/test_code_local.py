@@ -1,0 +1,134 @@
+"""The local runner in-process: both isolation modes, clean-up on cancellation, and the
+built-in managers that reach it (``remote`` awaits code in the event loop, not in its pool)."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rewardq.consumers.batch import build_batch
+from rewardq.errors import CodeSandboxError
+from rewardq.queue.codec import OutputRecord
+from rewardq.reward.codeexec.cases import prime_module_source
+from rewardq.reward.codeexec.runtime import CodeRuntime
+from rewardq.reward.codeexec.sandbox import HARNESS, LocalSandbox, Program, RunSpec, parse_report
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.factory import build_manager
+from rewardq.reward.scoring import compute_score_async
+from rewardq.reward.tokenizer import load_tokenizer
+
+pytestmark = pytest.mark.timeout(300)
+
+TOK = load_tokenizer("builtin:demo")
+SQUARES = json.dumps({"inputs": ["1\n", "2\n", "3\n"], "outputs": ["1\n", "4\n", "9\n"]})
+PROGRAMS = {
+    "right": ("n = int(input())\nprint(n * n)", 1.0, "passed"),
+    "partial": ("n = int(input())\nprint(n * n if n < 3 else 0)", 2 / 3, "wrong_answer"),
+    "loop": ("while True:\n    pass", 0.0, "timeout"),
+}
+FAST = dict(code_local_first_pass_timeout=1, code_local_case_timeout=1)
+
+
+def _harness_processes() -> list[str]:
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
+    return [ln for ln in out.splitlines() if HARNESS in ln]
+
+
+async def _score_all(runtime: CodeRuntime) -> dict[str, dict]:
+    results = await asyncio.gather(
+        *(compute_score_async("taco", p, SQUARES, code_runtime=runtime) for p, _, _ in PROGRAMS.values())
+    )
+    return dict(zip(PROGRAMS, results))
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "rlimits"])
+async def test_both_isolation_modes_score_alike_and_leave_nothing_behind(isolation, caplog):
+    # Given a runtime with the isolation forced
+    before = set(glob.glob("/tmp/rewardq-code-*"))
+    runtime = CodeRuntime(CodeExecSettings(code_local_isolation=isolation, **FAST))
+    # When it scores a right, a partly right and a looping program
+    with caplog.at_level(logging.INFO, logger="rewardq.reward.codeexec"):
+        results = await _score_all(runtime)
+    # Then the scores are the same in both modes
+    for name, (_, score, status) in PROGRAMS.items():
+        assert (results[name]["score"], results[name]["code_status"]) == (pytest.approx(score), status), results[name]
+    # ... the mode is the one asked for (rlimits warns what it does not isolate)
+    assert runtime.sandbox().isolation == isolation
+    if isolation == "rlimits":
+        assert "CAN open network connections" in caplog.text
+    # ... and no work dir or process is left
+    assert set(glob.glob("/tmp/rewardq-code-*")) == before
+    assert not _harness_processes()
+    await runtime.close()
+
+
+async def test_a_cancelled_scoring_kills_its_sandbox():
+    # Given a program that would run for 10 s per pass
+    runtime = CodeRuntime(CodeExecSettings(code_local_first_pass_timeout=10))
+    await runtime.sandbox().start()  # the probe program has run and gone
+    task = asyncio.create_task(compute_score_async("apps", "while True:\n    pass", SQUARES, code_runtime=runtime))
+    running: list[str] = []
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        running = _harness_processes()
+        if running:
+            break
+    assert running
+    # When its scoring is cancelled (worker shutdown, score_timeout)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Then the whole sandbox is gone at once
+    assert not _harness_processes()
+
+
+def _batch(program: str, data_source: str = "codeforces"):
+    text = f"```python\n{program}\n```"
+    rec = OutputRecord(
+        uid="u",
+        session_id="s",
+        index=0,
+        final=True,
+        prompt_ids=np.asarray(TOK.encode("Square it."), dtype=np.int32),
+        response_ids=np.asarray(TOK.encode(text) + [TOK.eos_token_id], dtype=np.int32),
+        sample={"data_source": data_source, "reward_model": {"ground_truth": SQUARES}, "extra_info": {}},
+    )
+    return build_batch([rec])
+
+
+@pytest.mark.parametrize("manager", ["naive", "dapo", "gdpo", "limited", "remote"])
+async def test_builtin_managers_score_code_with_the_worker_runtime(manager):
+    # Given a built-in manager configured through options, as the worker builds it
+    m = build_manager(manager, tokenizer=TOK, options={**FAST, "sandbox_fusion_memory_limit_mb": 256})
+    await m.setup()
+    try:
+        # When it scores a partly right program
+        out = await m.run_single(_batch(PROGRAMS["partial"][0]))
+    finally:
+        await m.close()
+        await m.context.aclose()
+    # Then the default scorer ran it in the local sandbox, counted under its data source
+    assert out["reward_score"] == pytest.approx(2 / 3)
+    assert out["reward_extra_info"]["code_status"] == "wrong_answer"
+    assert m.context.code_stats.snapshot()["codeforces"]["trajectories"] == 1
+    if manager == "remote":  # awaited in the event loop: nothing went to the process pool
+        assert m.stats()["tasks"] == 0  # type: ignore[attr-defined]
+
+
+def test_a_runner_that_cannot_isolate_itself_is_a_sandbox_error_not_a_score():
+    # Given a job whose runner cannot enter its work dir (isolation fails before the program runs)
+    program = Program(prime_module_source("print(1)", None), None, False, [""])
+    job = LocalSandbox(isolation="rlimits")._job(program, [RunSpec([0], 5, 6.0)], "rlimits", "/nonexistent-workdir")
+    done = subprocess.run(
+        [sys.executable, "-I", "-B", HARNESS], input=json.dumps(job).encode(), capture_output=True, timeout=60
+    )
+    # Then the report says the sandbox failed (the worker gives an error result, not a reward)
+    with pytest.raises(CodeSandboxError, match="could not isolate a program: FileNotFoundError"):
+        parse_report(done.stdout, done.stderr, done.returncode, 1)

@@ -1,0 +1,77 @@
+"""Scorer processes under load: hung calls, a GIL holder, spare processes (real child processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.support import misbehaving
+from tests.support.isolation import alive, trajectory
+
+
+async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive):
+    """Four calls hang in a pool of two; good calls after them finish long before the hung
+    ones time out (spares), and the hung processes are killed when their callers give up."""
+    m = naive(misbehaving.misbehave, processes=2, spare_after=0.5, max_spares=8)
+    await m.prepare_scoring()
+    pool = m.score_router.place_of(misbehaving.misbehave).pool
+
+    async def hung():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(m.run_single(trajectory("hang")), 8.0)
+
+    async def good():
+        t0 = time.monotonic()
+        assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
+        return time.monotonic() - t0
+
+    hangs = [asyncio.create_task(hung()) for _ in range(4)]
+    await asyncio.sleep(0.2)
+    busy = list(pool.pids)
+    took = await asyncio.gather(*(good() for _ in range(4)))
+    assert max(took) < 6.0, took  # a good call never waits for a hung one's timeout (8 s)
+    await asyncio.gather(*hangs)
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in busy) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not any(alive(p) for p in busy), "the hung processes were killed"
+    assert pool.counters["spares"] >= 2
+    assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
+
+
+async def test_a_gil_holder_does_not_stall_its_neighbours(naive):
+    m = naive(misbehaving.misbehave, processes=2)
+    await m.prepare_scoring()
+    t0 = time.monotonic()
+    ticks = []
+
+    async def ticker():
+        while time.monotonic() - t0 < 2.5:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.05)
+
+    holder = asyncio.create_task(m.run_single(trajectory("gil:3")))
+    await asyncio.sleep(0.2)
+    tick = asyncio.create_task(ticker())
+    neighbour = await m.run_single(trajectory("ok"))
+    assert neighbour["reward_score"] == 1.0 and time.monotonic() - t0 < 2.5
+    await tick
+    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 1.0  # the event loop kept running
+    assert (await holder)["reward_score"] == 0.0
+
+
+async def test_spares_stay_within_their_bound(naive):
+    m = naive(misbehaving.misbehave, processes=1, spare_after=0.2, max_spares=1)
+    await m.prepare_scoring()
+    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    hung = [asyncio.create_task(m.run_single(trajectory("hang"))) for _ in range(3)]
+    most = 0
+    for _ in range(30):  # 1.5 s: long enough for several spare checks
+        most = max(most, sum(1 for s in pool._slots if not s.dead))
+        await asyncio.sleep(0.05)
+    assert most == 2 and pool.counters["spares"] == 1  # one process plus at most one spare
+    for task in hung:
+        task.cancel()
+    await asyncio.gather(*hung, return_exceptions=True)

@@ -1,0 +1,90 @@
+r"""The ``numina_*`` and ``hiyouga/geometry3k`` scorers in a real ``rewardq worker`` on the real Redis.
+
+A ``naive`` worker routes these data sources to its scorer processes (placement ``process``):
+every known answer of :mod:`tests.support.math_cases` comes back with verl's score; a sample
+whose sympy comparison runs into the 10 s limit is scored 0.0 by the ``SIGALRM`` limit in the
+main thread of a scorer process, while trajectories pushed after it are scored at once (the
+worker's event loop never waits for sympy).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rewardq.producers.client import RewardClient
+from rewardq.reward.tokenizer import load_tokenizer
+from tests.conftest import _delete_namespace
+from tests.support.math_cases import CASES, SLOW_CASES
+from tests.support.proc_worker import WorkerProcess
+
+pytestmark = pytest.mark.slow
+
+TOK = load_tokenizer("builtin:demo")
+START_TIMEOUT = 120  # worker start-up imports torch; several at once on a busy 2-core machine
+
+
+def push(client: RewardClient, data_source: str, response: str, truth: Any) -> str:
+    """One single-output trajectory; returns its key."""
+    output = {
+        "prompt_ids": np.array(TOK.encode("Solve it."), dtype=np.int32),
+        "response_ids": np.array(TOK.encode(response), dtype=np.int32),
+    }
+    sample = {"data_source": data_source, "reward_model": {"ground_truth": truth}, "extra_info": {}}
+    (key,) = client.put_trajectory(f"u-{uuid.uuid4().hex[:10]}", "0", [output], sample)
+    return key
+
+
+@pytest.fixture
+def math_worker(redis_url, tmp_path):
+    ns = f"math-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess(
+        redis_url,
+        ns,
+        cli=True,
+        log_dir=tmp_path,
+        manager="naive",
+        tokenizer="builtin:demo",
+        scorer_processes=2,
+        score_timeout=120,
+        shutdown_grace=3,
+    )
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    try:
+        assert worker.wait_for_log(f"worker {worker.name} started", START_TIMEOUT), worker.log()
+        yield worker, client
+    finally:
+        client.close()
+        worker.terminate(30)
+        _delete_namespace(redis_url, ns)
+
+
+def test_a_worker_scores_numina_and_geometry3k_as_verl_does(math_worker):
+    worker, client = math_worker
+    # Given a slow numina sample (sympy runs into its 10 s limit), pushed first
+    (_, slow_response, slow_truth, slow_expected) = SLOW_CASES[0]
+    slow = push(client, "numina_olympiads", slow_response, slow_truth)
+    time.sleep(1.0)
+    # When every known answer is pushed behind it, with GSM8K trajectories in between
+    keys = {push(client, ds, response, truth): expected for ds, response, truth, expected in CASES}
+    gsm8k = [push(client, "openai/gsm8k", "so #### 18", "18") for _ in range(5)]
+    results = client.wait_rewards([*keys, *gsm8k], timeout=90)
+    # Then each gets verl's score, or an error result naming verl's exception
+    for key, expected in keys.items():
+        r = results[key]
+        if isinstance(expected, type):
+            assert r.status == "error" and expected.__name__ in r.error, (key, r.error)
+        else:
+            assert (r.status, r.reward_score, r.reward_extra_info) == ("ok", expected, {"acc": expected}), key
+    assert {(results[k].status, results[k].reward_score) for k in gsm8k} == {("ok", 1.0)}
+    # And they were not held up by the slow sample, still being compared in its scorer process
+    assert client.get_rewards([slow])[slow] is None
+    # And the slow sample is scored 0.0 once sympy's 10 s limit fires (not an error, not the score timeout)
+    r = client.wait_rewards([slow], timeout=60)[slow]
+    assert (r.status, r.reward_score) == ("ok", slow_expected), r.error
+    assert 9_000 < r.latency_ms < 60_000
+    assert "built-in scorers with placement 'process' run" in worker.log()

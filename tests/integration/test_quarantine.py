@@ -1,0 +1,80 @@
+"""Quarantine with in-process workers on the real Redis: after an attempt that never finished,
+a trajectory is scored alone; a graceful hand-back is not held against it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rewardq import RewardClient
+from rewardq.consumers.worker import Worker
+from rewardq.queue.keys import Keyspace
+from rewardq.reward.base import RewardManager
+from rewardq.reward.rows import last_row, valid_response_ids
+from tests.support.helpers import SAMPLE, Hang, abandon_worker, output, running_workers, worker_config
+
+
+class Overlap(RewardManager):
+    """Reward = final response length; records how many trajectories it scored at once."""
+
+    running = 0
+    most = 0
+
+    async def run_single(self, data):
+        cls = type(self)
+        cls.running += 1
+        cls.most = max(cls.most, cls.running)
+        try:
+            await asyncio.sleep(0.1)
+            return {"reward_score": float(valid_response_ids(last_row(data)).shape[0]), "reward_extra_info": {}}
+        finally:
+            cls.running -= 1
+
+
+async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_ones_together(ns, redis_url, sync_redis):
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    # Given four trajectories in flight at a worker that dies
+    keys = [client.put_trajectory(f"dead{i}", "0", [output(2, 3 + i)], SAMPLE)[0] for i in range(4)]
+    a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
+    await a.start()
+    await a.handle(await a.broker.read([0], 10, None))
+    assert len(a.in_flight) == 4
+    await abandon_worker(a)
+    Overlap.running = Overlap.most = 0
+    async with running_workers(ns, redis_url, [Overlap(None)]):
+        # When another worker takes them over
+        res = await asyncio.to_thread(client.wait_rewards, keys, 30)
+        # Then each is scored, alone: never two at once
+        assert [r.reward_score for r in res.values()] == [3.0, 4.0, 5.0, 6.0]
+        assert Overlap.most == 1
+        for i in range(4):
+            assert sync_redis.hmget(ks.traj(0, f"dead{i}_0"), "attempts", "solo") == [b"2", b"1"]
+        # And fresh trajectories afterwards score side by side again
+        fresh = [client.put_trajectory(f"fresh{i}", "0", [output(2, 2)], SAMPLE)[0] for i in range(6)]
+        await asyncio.to_thread(client.wait_rewards, fresh, 30)
+        assert Overlap.most > 1
+    client.close()
+
+
+async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(ns, redis_url, sync_redis):
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    (key,) = client.put_trajectory("handed", "0", [output(2, 5)], SAMPLE)
+    # Given a worker stopping (SIGTERM) while it scores a trajectory that outlasts its grace
+    a = Worker(worker_config(ns, redis_url, name="A", shutdown_grace=0.3), manager=Hang(None))
+    task = asyncio.create_task(a.run())
+    for _ in range(100):
+        if a.in_flight:
+            break
+        await asyncio.sleep(0.05)
+    a.request_stop("test")
+    await task
+    # Then the attempt its lease counted is taken back when it hands the trajectory back
+    assert sync_redis.hget(ks.traj(0, "handed_0"), "attempts") == b"0"
+    Overlap.running = Overlap.most = 0
+    async with running_workers(ns, redis_url, [Overlap(None)]):
+        res = await asyncio.to_thread(client.wait_rewards, [key], 30)
+    # And the next worker scores it as a first attempt (no solo start counted)
+    assert res[key].status == "ok" and res[key].reward_score == 5.0
+    assert sync_redis.hmget(ks.traj(0, "handed_0"), "attempts", "solo") == [b"1", None]
+    client.close()

@@ -1,0 +1,202 @@
+"""Where scoring functions run (rewardq.reward.isolation) and what their failures become.
+
+Real scorer processes and threads, no Redis: each test asserts the exact reason a
+misbehaving function's trajectory gets, and that the next call is scored normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rewardq.consumers.scorer import TrajectoryScorer
+from rewardq.errors import RemoteTraceback, ScoringError
+from rewardq.queue.codec import OutputRecord
+from rewardq.reward import scoring
+from rewardq.reward.base import RewardManager
+from rewardq.reward.loader import load_score_fn
+from tests.support import misbehaving
+from tests.support.isolation import alive, trajectory
+
+# -- placement ---------------------------------------------------------------------------------
+
+
+async def test_builtin_inline_scorer_stays_in_the_event_loop(naive):
+    m = naive(None)
+    out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
+    assert out == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
+    assert m.score_router._builtin is None  # no scorer process was started
+
+
+async def test_builtin_process_scorer_runs_in_a_scorer_process(naive, monkeypatch):
+    monkeypatch.setattr(scoring, "placement_of", lambda data_source: "process")
+    m = naive(None, processes=1)
+    out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
+    assert out["reward_score"] == 1.0
+    pool = m.score_router._builtin.pool
+    assert pool.counters["tasks"] == 1 and pool.target == "rewardq.reward.scoring:default_compute_score"
+    assert all(pid != os.getpid() and alive(pid) for pid in pool.pids)
+
+
+async def test_builtin_async_scorer_is_awaited(naive, monkeypatch):
+    seen = []
+
+    async def judge(solution_str, ground_truth, **_):
+        await asyncio.sleep(0)
+        seen.append(threading.current_thread())
+        return 0.5
+
+    judge.placement = "async"
+    monkeypatch.setitem(scoring.EXACT_SCORERS, "test/async-judge", judge)
+    m = naive(None)
+    assert (await m.run_single(trajectory("x", data_source="test/async-judge")))["reward_score"] == 0.5
+    assert seen == [threading.main_thread()] and m.score_router._builtin is None
+
+
+@pytest.mark.parametrize(
+    "placement, in_child, thread",
+    [("process", True, "MainThread"), ("thread", False, "rewardq-score-1"), ("inline", False, "MainThread")],
+)
+async def test_sync_function_runs_where_its_placement_says(naive, placement, in_child, thread):
+    m = naive(misbehaving.where, reward_fn_placement=placement, processes=1)
+    info = (await m.run_single(trajectory("ok")))["reward_extra_info"]
+    assert (info["pid"] != os.getpid()) is in_child and info["thread"] == thread
+
+
+async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(naive):
+    spec = str(Path(__file__).parents[1] / "support" / "remote_scorers.py") + ":compute_score"
+    fn = load_score_fn(spec, {"bonus": 2.0})
+    m = naive(fn, reward_fn=spec, reward_fn_kwargs={"bonus": 2.0}, processes=1)
+    out = await m.run_single(trajectory("7", "7"))
+    assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
+    assert m.score_router.place_of(fn).pool.target == spec
+
+
+async def test_a_closure_runs_in_threads_and_says_so_at_start_up(naive, caplog):
+    def closure(**kw):
+        return threading.current_thread().name.startswith("rewardq-score")
+
+    m = naive(closure)
+    with caplog.at_level(logging.WARNING, logger="rewardq.reward"):
+        await m.prepare_scoring()
+        assert (await m.run_single(trajectory("x")))["reward_score"] == 1.0
+    text = caplog.text
+    assert "cannot be loaded by name in a scorer process" in text and "threads of the worker" in text
+
+
+# -- what a sync function's misbehaviour becomes (scorer processes) ------------------------------
+
+
+async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive):
+    m = naive(misbehaving.misbehave, processes=1)
+    cases = {
+        "sysexit:3": r"^the reward function called sys\.exit\(3\)$",
+        "interrupt": r"^the reward function raised KeyboardInterrupt$",
+        "exit:7": r"^the reward function's process \(pid \d+\) exited with code 7 while scoring "
+        r"\(os\._exit, or a fatal error in native code\?\)$",
+        "segfault": r"^the reward function's process \(pid \d+\) killed by SIGSEGV while scoring "
+        r"\(a crash in native code\)$",
+    }
+    for response, reason in cases.items():
+        with pytest.raises(ScoringError, match=reason):
+            await m.run_single(trajectory(response))
+        assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0, f"after {response}"
+    counters = m.score_router.place_of(misbehaving.misbehave).pool.counters
+    assert counters["crashes"] == 2 and counters["errors"] == 2 and counters["replaced"] == 2
+
+
+async def test_an_exception_keeps_its_type_message_and_the_child_traceback(naive):
+    m = naive(misbehaving.misbehave, processes=1)
+    with pytest.raises(ScoringError, match="^ValueError: this answer is refused on purpose$") as info:
+        await m.run_single(trajectory("raise"))
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteTraceback) and "misbehaving.py" in cause.text and "_act" in cause.text
+
+
+# -- threads and in-process code ----------------------------------------------------------------
+
+
+async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive):
+    release = threading.Event()
+
+    def stuck(**kw):
+        release.wait()
+        return 1.0
+
+    m = naive(stuck, processes=2, max_lost_threads=5)  # 4 threads at once
+    for _ in range(5):
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(m.run_single(trajectory("x")), 0.2)
+    runner = m.score_router.place_of(stuck).runner
+    assert runner.lost == 5 and runner.counters["calls"] == 5  # each hung call had a fresh thread
+    with pytest.raises(ScoringError, match="5 earlier calls .* never returned"):
+        await m.run_single(trajectory("x"))
+    release.set()
+    deadline = time.monotonic() + 5
+    while runner.lost and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert runner.lost == 0 and (await m.run_single(trajectory("x")))["reward_score"] == 1.0
+    lost_threads = [t for t in threading.enumerate() if t.name.startswith("rewardq-score")]
+    assert all(t.daemon for t in lost_threads)
+
+
+@pytest.mark.parametrize("fn", ["thread", "inline", "async"])
+@pytest.mark.parametrize(
+    "response, reason",
+    [
+        ("sysexit:4", "the reward function called sys.exit(4)"),
+        ("interrupt", "the reward function raised KeyboardInterrupt"),
+    ],
+)
+async def test_exit_and_interrupt_in_process_are_scoring_errors(naive, fn, response, reason):
+    if fn == "async":
+        m = naive(misbehaving.misbehave_async)
+    else:
+        m = naive(misbehaving.misbehave, reward_fn_placement=fn)
+    with pytest.raises(ScoringError) as info:
+        await m.run_single(trajectory(response))
+    assert str(info.value) == reason
+    assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
+
+
+class Quits(RewardManager):
+    def __init__(self, escape: BaseException) -> None:
+        super().__init__(None)
+        self.escape = escape
+
+    async def run_single(self, data):
+        await asyncio.sleep(0)
+        raise self.escape
+
+
+@pytest.mark.parametrize(
+    "escape, reason",
+    [
+        (SystemExit(5), "the reward manager's run_single called sys.exit(5)"),
+        (SystemExit(), "the reward manager's run_single called sys.exit()"),
+        (KeyboardInterrupt(), "the reward manager's run_single raised KeyboardInterrupt"),
+    ],
+)
+async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape, reason):
+    scorer = TrajectoryScorer(Quits(escape), manager_name="quits", worker_name="w", timeout=5)
+    record = OutputRecord(
+        uid="u", session_id="s", index=0, final=True, prompt_ids=np.array([1]), response_ids=np.array([2])
+    )
+    with pytest.raises(ScoringError) as info:
+        await scorer.score([record])
+    assert str(info.value) == reason
+
+
+async def test_the_cost_benchmark_measures_every_placement():
+    from benchmarks.isolation import PLACEMENTS, per_call
+
+    for placement in PLACEMENTS:
+        m = await per_call(placement, 64)
+        assert m["sequential_us"] > 0 and m["concurrent_cpu_us"] > 0, (placement, m)

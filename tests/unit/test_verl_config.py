@@ -1,0 +1,269 @@
+"""verl's own trainer config, read as verl reads it; file values type-checked; unused keys listed, never fatal."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from rewardq.config import WorkerConfig
+from rewardq.errors import ConfigError, UnknownManagerError
+from rewardq.reward.factory import build_manager
+from rewardq.reward.managers.limited import LimitedRewardManager
+from rewardq.reward.registry import get_manager_class, known_managers
+from rewardq.verl_config import migrate_legacy, translate
+
+
+def load(tmp_path, text: str, env: dict | None = None, **overrides) -> WorkerConfig:
+    f = tmp_path / "cfg.yaml"
+    f.write_text(textwrap.dedent(text))
+    return WorkerConfig.load(config_file=str(f), env=env or {}, overrides=overrides)
+
+
+# --- typed file values --------------------------------------------------------------------
+
+
+def test_file_values_are_typed_like_environment_variables(tmp_path):
+    cfg = load(tmp_path, 'cluster: "false"\nconcurrency: "12"\nscore_timeout: 5\nshards: null\n')
+    assert cfg.cluster is False  # the string "false" is not truthy
+    assert cfg.concurrency == 12 and isinstance(cfg.concurrency, int)
+    assert cfg.score_timeout == 5.0 and isinstance(cfg.score_timeout, float)
+    assert cfg.shards is None
+    assert load(tmp_path, "cluster: 'yes'\n").cluster is True
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("cluster: maybe\n", r"cluster='maybe' is not a valid bool"),
+        ("concurrency: many\n", r"concurrency='many' is not a valid int"),
+        ("concurrency: true\n", r"concurrency must be a int, got bool"),
+        ("cluster: 3\n", r"cluster must be a bool, got int"),
+        ("manager_options: [1, 2]\n", r"manager_options must be a dict"),
+        ("reward:\n  rewardq:\n    batch_size: lots\n", r"\(reward.rewardq\): batch_size='lots'"),
+    ],
+)
+def test_bad_file_values_name_the_file_and_key(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        load(tmp_path, text)
+    assert "cfg.yaml" in str(info.value)
+
+
+# --- verl's generated trainer config ---------------------------------------------------------
+
+GENERATED_LIKE = """
+    trainer:
+      project_name: p
+      experiment_name: exp-42
+      default_local_dir: checkpoints/${trainer.project_name}/${trainer.experiment_name}
+    actor_rollout_ref:
+      model:
+        path: {policy}
+      rollout:
+        trace:
+          experiment_name: ${oc.select:trainer.experiment_name,null}
+    custom_reward_function:
+      path: null
+      name: null
+    reward_model:
+      num_workers: null
+      reward_manager: null
+      enable: null
+      model:
+        path: null
+      rollout:
+        name: null
+    sandbox_fusion:
+      url: null
+    reward:
+      _target_: verl.workers.config.RewardConfig
+      num_workers: 8
+      custom_reward_function:
+        path: null
+        name: compute_score
+      reward_manager:
+        _target_: verl.workers.config.reward.RewardManagerConfig
+        source: register
+        name: {manager}
+        module:
+          path: null
+          name: custom_reward_manager
+      reward_model:
+        enable: false
+        n_gpus_per_node: 8
+        model_path: null
+        rollout:
+          name: ???
+          dtype: bfloat16
+      sandbox_fusion:
+        url: null
+        max_concurrent: 64
+        memory_limit_mb: 1024
+"""
+
+
+def generated(manager="naive", policy="~/models/none"):
+    return GENERATED_LIKE.replace("{manager}", manager).replace("{policy}", policy)
+
+
+@pytest.mark.parametrize("name", ["naive", "dapo", "gdpo", "rate_limited", "remote"])
+def test_every_manager_verl_registers_loads_from_the_generated_layout(tmp_path, name):
+    cfg = load(tmp_path, generated(name))
+    assert cfg.manager == name
+    assert cfg.unused_keys == []  # verl's defaults for a disabled reward model / sandbox are not "unused"
+    assert cfg.manager_options["num_workers"] == 8
+    assert cfg.manager_options["experiment_name"] == "exp-42"
+    assert "sandbox_fusion_url" not in cfg.manager_options  # no url: no sandbox options at all
+    manager = build_manager(cfg.manager, tokenizer=None, options=cfg.manager_options)
+    assert get_manager_class(name) is type(manager)
+    if name == "gdpo":
+        assert manager.experiment_name == "exp-42"  # trainer.experiment_name reaches gdpo
+
+
+def test_limited_stays_an_alias_of_rate_limited():
+    assert get_manager_class("limited") is get_manager_class("rate_limited") is LimitedRewardManager
+    assert LimitedRewardManager.name == "rate_limited"
+    assert {"limited", "rate_limited"} <= set(known_managers())
+
+
+def test_policy_folder_becomes_the_default_tokenizer(tmp_path):
+    folder = tmp_path / "policy"
+    folder.mkdir()
+    assert load(tmp_path, generated(policy=str(folder))).tokenizer == str(folder)
+    assert load(tmp_path, generated(policy=str(folder)), tokenizer="builtin:demo").tokenizer == "builtin:demo"
+    assert load(tmp_path, generated(policy="Qwen/Qwen2.5-7B")).tokenizer is None  # a hub id: not a local folder
+
+
+def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tmp_path):
+    cfg = load(
+        tmp_path,
+        """
+        redis_url: redis://from-top-level:6379/0
+        concurrency: 9
+        rewardq:
+          namespace: from-block
+        reward:
+          reward_manager: {name: rate_limited}
+          max_rpm: 120
+          rewardq:
+            batch_size: 17
+            verl_timeout: 30
+        """,
+    )
+    assert cfg.redis_url == "redis://from-top-level:6379/0"  # not silently the default any more
+    assert (cfg.concurrency, cfg.namespace, cfg.batch_size) == (9, "from-block", 17)
+    assert cfg.manager == "rate_limited" and cfg.manager_options == {"max_rpm": 120}
+    assert cfg.unused_keys == []  # verl_timeout belongs to the verl adapter: accepted, not listed
+
+
+def test_environment_and_flags_still_win_over_the_file(tmp_path):
+    cfg = load(
+        tmp_path,
+        "redis_url: redis://file:1/0\nreward: {reward_manager: {name: dapo}}\n",
+        env={"REWARDQ_REDIS_URL": "redis://env:2/0"},
+        manager="rate_limited",
+    )
+    assert (cfg.redis_url, cfg.manager) == ("redis://env:2/0", "rate_limited")
+
+
+def test_unused_keys_are_listed_once_by_content_and_never_fatal(tmp_path):
+    cfg = load(
+        tmp_path,
+        """
+        concurency: 4
+        my_team_setting: 1
+        trainer: {experiment_name: e}
+        reward:
+          reward_manager: {name: naive}
+          custom_reward_function: {path: /opt/r.py, name: score}
+          future_verl_knob: 3
+          reward_model:
+            enable: true
+            model_path: /models/genrm
+            rollout: {name: vllm, tensor_model_parallel_size: 2}
+        """,
+    )
+    # a custom reward function with the reward model on is verl's generative-RM layout: the
+    # function is what scores, so the reward model's settings are unused here
+    assert cfg.manager == "naive" and cfg.reward_fn == "/opt/r.py:score"
+    assert sorted(cfg.unused_keys) == sorted(
+        [
+            "concurency (did you mean concurrency?)",
+            "my_team_setting",
+            "reward.future_verl_knob",
+            "reward.reward_model.model_path",
+            "reward.reward_model.rollout",
+        ]
+    )
+    assert len(cfg.unused_keys) == len(set(cfg.unused_keys))  # each listed once
+
+
+def test_importlib_source_loads_the_manager_from_a_file_or_module(tmp_path):
+    mod = tmp_path / "my_managers.py"
+    mod.write_text(
+        "from rewardq.reward import RewardManager\n"
+        "class Judge(RewardManager):\n"
+        "    async def run_single(self, data):\n"
+        "        return {'reward_score': 1.0, 'reward_extra_info': {}}\n"
+    )
+    text = """
+        reward:
+          reward_manager:
+            source: importlib
+            name: Judge
+            module: {path: PATH, name: null}
+    """
+    cfg = load(tmp_path, text.replace("PATH", str(mod)))
+    assert cfg.manager == f"{mod}:Judge"
+    assert get_manager_class(cfg.manager).__name__ == "Judge"
+    cfg = load(
+        tmp_path, text.replace("PATH", "pkg://rewardq.reward.managers.naive").replace("Judge", "NaiveRewardManager")
+    )
+    assert get_manager_class(cfg.manager).__name__ == "NaiveRewardManager"
+    with pytest.raises(ConfigError, match="module.path"):
+        load(tmp_path, text.replace("PATH", "null"))
+
+
+def test_importlib_source_refuses_a_verl_manager_with_the_way_out(tmp_path):
+    mod = tmp_path / "verl_style.py"
+    mod.write_text("class MyVerlManager:\n    pass\n")
+    with pytest.raises(UnknownManagerError, match="port it by subclassing"):
+        get_manager_class(f"{mod}:MyVerlManager")
+
+
+def test_sandbox_fusion_options_only_when_a_url_is_set():
+    out = translate(
+        {"reward": {"sandbox_fusion": {"url": "http://sb:8080", "max_concurrent": 8, "memory_limit_mb": None}}}
+    )
+    assert out.values["manager_options"] == {"sandbox_fusion_url": "http://sb:8080", "sandbox_fusion_max_concurrent": 8}
+
+
+def test_legacy_layout_is_migrated_as_verl_migrates_it():
+    legacy = {
+        "reward_model": {
+            "num_workers": 3,
+            "reward_manager": "dapo",
+            "enable": False,
+            "model": {"path": None},
+            "reward_kwargs": {
+                "overlong_buffer_cfg": {"enable": True, "len": 4, "penalty_factor": 1.0},
+                "max_resp_len": 16,
+            },
+            "rollout": {"name": None},
+        },
+        "custom_reward_function": {"path": "/opt/r.py", "name": "f"},
+        "sandbox_fusion": {"url": None},
+        "reward": {"reward_manager": {"name": "naive"}, "num_workers": 8},
+    }
+    migrated = migrate_legacy(legacy)
+    assert "reward_model" not in migrated and "custom_reward_function" not in migrated
+    assert migrated["reward"]["reward_manager"]["name"] == "dapo"
+    out = translate(legacy).values
+    assert out["manager"] == "dapo" and out["reward_fn"] == "/opt/r.py:f"
+    assert out["manager_options"] == {
+        "overlong_buffer": {"enable": True, "len": 4, "penalty_factor": 1.0},
+        "max_resp_len": 16,
+        "num_workers": 3,
+    }
+    m = build_manager(out["manager"], tokenizer=None, options=out["manager_options"])
+    assert m.max_resp_len == 16 and m.overlong_buffer.len == 4

@@ -1,0 +1,102 @@
+"""Fixtures for tests/verl: worker fleets started from this (verl) environment, and verl objects.
+
+These tests run only in the verl 0.9.1 environment that .ci/run builds (tensordict 0.10); the
+main run does not collect them (pyproject ``testpaths``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+try:
+    import verl  # noqa: F401  # imported to fail here, clearly, rather than in every test module
+except ImportError as exc:
+    raise pytest.UsageError(
+        f"tests/verl compares rewardq with verl itself and runs only where verl 0.9.1 is installed ({exc}). "
+        "Run it from the verl environment .ci/run builds: .venv-verl/bin/python -m pytest tests/verl"
+    ) from None
+
+from tests.conftest import REDIS_URL, _delete_namespace
+from tests.support.cli_procs import Proc, Procs, wait_for
+
+
+@dataclass
+class Fleet:
+    """Worker processes serving one namespace."""
+
+    namespace: str
+    workers: list[Proc]
+
+
+def start_fleet(procs: Procs, sync_redis, *extra: str, n: int = 1, tag: str = "w") -> Fleet:
+    ns = f"t-verl-{uuid.uuid4().hex[:8]}"
+    names = [f"{tag}{i}-{uuid.uuid4().hex[:4]}" for i in range(n)]
+    workers = [
+        procs.start(
+            ["worker", "--redis-url", REDIS_URL, "--namespace", ns, "--name", name, "--log-level", "WARNING", *extra],
+            tag=name,
+        )
+        for name in names
+    ]
+    wait_for(lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names), 120, "worker heartbeats", procs=workers)
+    return Fleet(ns, workers)
+
+
+@pytest.fixture(scope="module")
+def module_procs(tmp_path_factory) -> Iterator[Procs]:
+    p = Procs(tmp_path_factory.mktemp("procs"))
+    yield p
+    p.kill_all()
+
+
+@pytest.fixture(scope="module")
+def module_redis():
+    import redis
+
+    r = redis.Redis.from_url(REDIS_URL)
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def naive_fleet(module_procs, module_redis) -> Iterator[Fleet]:
+    """Two naive workers with the demo tokenizer, started from this environment."""
+    fleet = start_fleet(module_procs, module_redis, "--manager", "naive", "--tokenizer", "builtin:demo", n=2)
+    yield fleet
+    for w in fleet.workers:
+        w.terminate()
+    _delete_namespace(REDIS_URL, fleet.namespace)
+
+
+@pytest.fixture(scope="module")
+def echo_fleet(module_procs, module_redis) -> Iterator[Fleet]:
+    """A worker whose manager gives one reward per output (tests.support.managers.EchoManager)."""
+    fleet = start_fleet(
+        module_procs, module_redis, "--manager", "tests.support.managers:EchoManager", "--tokenizer", "builtin:demo"
+    )
+    yield fleet
+    for w in fleet.workers:
+        w.terminate()
+    _delete_namespace(REDIS_URL, fleet.namespace)
+
+
+@pytest.fixture(autouse=True)
+async def close_adapter_clients(monkeypatch):
+    """Close the Redis clients adapters opened in this test, on the test's own event loop."""
+    from rewardq.integrations.verl_scoring import TrajectoryScorer
+
+    created: list[TrajectoryScorer] = []
+    init = TrajectoryScorer.__init__
+
+    def tracking_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(TrajectoryScorer, "__init__", tracking_init)
+    yield
+    for scorer in created:
+        await scorer.aclose()

@@ -1,0 +1,104 @@
+"""Parity with verl 0.9.1's own code scorers (runs only in the verl environment).
+
+Every case of :mod:`tests.verl.code_cases` is scored twice, by
+``verl.utils.reward_score.default_compute_score`` and by rewardq's default scorer, and the
+scores must be equal:
+
+* without a sandbox URL: rewardq's local runner (each program isolated) against verl's
+  ``prime_code`` (which runs the program in a fork of the scoring process);
+* with a SandboxFusion URL (the local stand-in): rewardq's async client against verl's
+  ``sandbox_fusion`` module, both talking to the same server.
+
+verl's side runs in a pool of separate processes, ours concurrently in the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import multiprocessing
+
+import pytest
+from verl.utils.reward_score import default_compute_score as verl_compute_score
+
+from rewardq.reward.codeexec.runtime import CodeRuntime
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.scoring import compute_score_async
+from tests.support.sandbox_standin import Standin
+from tests.verl.code_cases import CASES, CodeCase
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _fork_children() -> None:
+    """In a spawned pool worker, multiprocessing defaults to spawn; verl's prime_code expects
+    the Linux default (fork) for its per-case processes, as in a verl trainer."""
+    multiprocessing.set_start_method("fork", force=True)
+
+
+def _verl(case: CodeCase, url: str | None) -> float:
+    return float(
+        verl_compute_score(
+            case.data_source,
+            case.completion,
+            case.ground_truth,
+            sandbox_fusion_url=url,
+            concurrent_semaphore=None,
+            memory_limit_mb=1024,
+        )
+    )
+
+
+async def _both(cases: list[CodeCase], settings: CodeExecSettings) -> tuple[list[float], list[dict]]:
+    ctx = multiprocessing.get_context("spawn")  # a clean process per worker: nothing forked from the event loop
+    with concurrent.futures.ProcessPoolExecutor(max_workers=4, mp_context=ctx, initializer=_fork_children) as pool:
+        loop = asyncio.get_running_loop()
+        theirs = [loop.run_in_executor(pool, _verl, c, settings.sandbox_fusion_url) for c in cases]
+        runtime = CodeRuntime(settings)
+        try:
+            ours = await asyncio.gather(
+                *(compute_score_async(c.data_source, c.completion, c.ground_truth, code_runtime=runtime) for c in cases)
+            )
+        finally:
+            await runtime.close()
+        return list(await asyncio.gather(*theirs)), list(ours)
+
+
+def _assert_same(cases: list[CodeCase], theirs: list[float], ours: list[dict]) -> None:
+    diffs = [
+        (c.name, t, o["score"], o["code_status"], o["code_error"])
+        for c, t, o in zip(cases, theirs, ours)
+        if t != o["score"]
+    ]
+    assert not diffs, "\n".join(map(str, diffs))
+
+
+async def test_local_runner_scores_as_verl_prime_code():
+    # Given >= 30 problems in both modes, from right to timed out
+    assert len(CASES) >= 30
+    assert sum("fn_name" in c.ground_truth for c in CASES) >= 12
+    # When verl's prime_code and rewardq's local runner score every one of them
+    theirs, ours = await _both(CASES, CodeExecSettings(code_local_max_concurrent=4))
+    # Then the scores are identical, case by case
+    _assert_same(CASES, theirs, ours)
+    # and the cases really span right, wrong, partial and every kind of failure
+    assert {o["code_backend"] for o in ours} == {"local"}
+    statuses = {o["code_status"] for o in ours}
+    assert {"passed", "wrong_answer", "compile_error", "runtime_error", "timeout", "invalid_test_cases"} <= statuses
+    assert sum(0.0 < t < 1.0 for t in theirs) >= 5
+    assert sum(t == 1.0 for t in theirs) >= 10 and sum(t == 0.0 for t in theirs) >= 10
+
+
+async def test_sandbox_fusion_client_scores_as_verl(tmp_path):
+    # Given a SandboxFusion stand-in and the cases that do not time out (its timeout is verl's 10 s)
+    standin = Standin(tmp_path)
+    cases = [c for c in CASES if "timeout" not in c.name]
+    try:
+        # When verl's sandbox_fusion module and rewardq's client score them against it
+        theirs, ours = await _both(cases, CodeExecSettings(sandbox_fusion_url=standin.url))
+    finally:
+        standin.stop()
+    # Then the scores are identical
+    _assert_same(cases, theirs, ours)
+    assert {o["code_backend"] for o in ours} == {"sandbox_fusion"}
+    assert sum(0.0 < t < 1.0 for t in theirs) >= 5
