@@ -159,9 +159,9 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster, cns):
         keys = [ks.traj(0, "u_s"), ks.stream(0), ks.waiting(0), ks.done(0), ks.dead(0)]
         args = [ks.group, "u_s", ks.reward_prefix(other), 60, "boom", "probe", 0, "", 100, 100, 4096]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
-            await broker._scripts["fail"](keys=keys, args=args)
+            await broker.scripts._scripts["fail"](keys=keys, args=args)
         args[2] = ks.reward_prefix(0)
-        assert await broker._scripts["fail"](keys=keys, args=args) == 1
+        assert await broker.scripts._scripts["fail"](keys=keys, args=args) == 1
     finally:
         await client.aclose()
 
