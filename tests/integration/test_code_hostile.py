@@ -20,7 +20,7 @@ import pytest
 
 from rewardq import RewardClient
 from rewardq.reward.tokenizer import load_tokenizer
-from tests.support.cli_procs import REPO, wait_for
+from tests.support.cli_procs import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -129,7 +129,9 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(procs, redis_url, n
         tag="code",
     )
     wait_for(lambda: sync_redis.exists(f"{ns}:worker:{name}"), 90, "worker heartbeat", procs=[worker])
-    outside = str(REPO / f"pwned-{uuid.uuid4().hex[:8]}.txt")
+    # a host folder the sandbox shows read-only wherever the checkout lies (a checkout under /tmp is
+    # not visible at all in the sandbox's private /tmp)
+    outside = f"/var/tmp/pwned-{uuid.uuid4().hex[:8]}.txt"
     hostile = hostile_programs(worker.pid, outside)
 
     # When hostile and good programs arrive together
