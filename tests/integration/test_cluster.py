@@ -29,6 +29,7 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue import scripts
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace, key_slot
+from tests.support.cli_procs import worker_argv
 from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.helpers import SAMPLE, Hang, output, running_workers, worker_config
 from tests.support.helpers import abandon_worker as _abandon
@@ -193,23 +194,21 @@ def cli_worker(url: str, ns: str, name: str, log_path: Path) -> Iterator[subproc
                 sys.executable,
                 "-m",
                 "rewardq",
-                "worker",
-                "--redis-url",
-                url,
-                "--namespace",
-                ns,
-                "--shards",
-                str(SHARDS),
-                "--manager",
-                "tests.support.managers:LengthManager",
-                "--name",
-                name,
-                "--batch-size",
-                "32",
-                "--claim-idle",
-                "1",
-                "--log-level",
-                "WARNING",
+                *worker_argv(
+                    url,
+                    ns,
+                    name,
+                    "--shards",
+                    str(SHARDS),
+                    "--batch-size",
+                    "32",
+                    "--claim-idle",
+                    "1",
+                    "--log-level",
+                    "WARNING",
+                    manager="tests.support.managers:LengthManager",
+                    tokenizer=None,
+                ),
             ],
             cwd=REPO,
             env=env,

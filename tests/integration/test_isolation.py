@@ -20,7 +20,7 @@ from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.conftest import _delete_namespace
-from tests.support.cli_procs import wait_for
+from tests.support.cli_procs import wait_for, worker_argv
 from tests.support.proc_worker import WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -200,25 +200,18 @@ def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(procs
     # Given two worker processes under the supervisor, with a custom manager that runs in
     # the worker's own process and an async reward function it calls
     sup = procs.start(
-        [
-            "worker",
+        worker_argv(
+            redis_url,
+            ns,
+            "crash",
             "--processes",
             "2",
-            "--redis-url",
-            redis_url,
-            "--namespace",
-            ns,
-            "--manager",
-            MANAGER,
-            "--tokenizer",
-            "builtin:demo",
             "--reward-fn",
             f"{MISBEHAVING}:misbehave_async",
             "--claim-idle",
             "3",
-            "--name",
-            "crash",
-        ],
+            manager=MANAGER,
+        ),
         env={
             "REWARDQ_LEASE_SECONDS": "2.5",
             "REWARDQ_HEARTBEAT_INTERVAL": "0.5",
