@@ -7,7 +7,6 @@ on request are in ``tests/support/misbehaving.py``: the response text says what 
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import uuid
@@ -21,6 +20,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.conftest import _delete_namespace
 from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.isolation import alive
 from tests.support.proc_worker import WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -41,14 +41,6 @@ def push(client: RewardClient, text: str, *, ground_truth: str = "ok") -> str:
     sample = {"data_source": "test", "reward_model": {"ground_truth": ground_truth}}
     (key,) = client.put_trajectory(f"u-{uuid.uuid4().hex[:10]}", "0", [output], sample)
     return key
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def marked_pids(marks: Path, verb: str) -> list[int]:
