@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -344,6 +345,21 @@ class Drain:
         if self.first_t is None or self.last_t is None:
             return None
         return self.last_t - self.first_t
+
+
+def drain_fields(d: Drain, nt: int, no: int) -> dict[str, Any]:
+    """The :class:`Row` fields a drain of ``nt`` trajectories holding ``no`` outputs measured:
+    completions, time, rates, CPU per completion (worker and Redis, where snapshotted), status."""
+    rate = d.rate
+    return dict(
+        trajectories=d.last_count,
+        seconds=d.seconds,
+        traj_per_s=rate,
+        outputs_per_s=(rate * no / nt) if rate else None,
+        cpu_ms=d.per_completion_ms("cpu"),
+        redis_cpu_ms=d.per_completion_ms("redis"),
+        status="ok" if d.complete else "partial",
+    )
 
 
 def watch_drain(
