@@ -333,6 +333,20 @@ class Drain:
             return None
         return 1000.0 * (self.last_snap[name] - self.first_snap[name]) / n
 
+    def row_fields(self, nt: int, no: int) -> dict[str, Any]:
+        """The :class:`Row` fields this drain of ``nt`` trajectories holding ``no`` outputs measured:
+        completions, time, rates, CPU per completion (worker and Redis, where snapshotted), status."""
+        rate = self.rate
+        return dict(
+            trajectories=self.last_count,
+            seconds=self.seconds,
+            traj_per_s=rate,
+            outputs_per_s=(rate * no / nt) if rate else None,
+            cpu_ms=self.per_completion_ms("cpu"),
+            redis_cpu_ms=self.per_completion_ms("redis"),
+            status="ok" if self.complete else "partial",
+        )
+
     @property
     def rate(self) -> float | None:
         """Completions per second between the first and the last completion seen."""
@@ -345,21 +359,6 @@ class Drain:
         if self.first_t is None or self.last_t is None:
             return None
         return self.last_t - self.first_t
-
-
-def drain_fields(d: Drain, nt: int, no: int) -> dict[str, Any]:
-    """The :class:`Row` fields a drain of ``nt`` trajectories holding ``no`` outputs measured:
-    completions, time, rates, CPU per completion (worker and Redis, where snapshotted), status."""
-    rate = d.rate
-    return dict(
-        trajectories=d.last_count,
-        seconds=d.seconds,
-        traj_per_s=rate,
-        outputs_per_s=(rate * no / nt) if rate else None,
-        cpu_ms=d.per_completion_ms("cpu"),
-        redis_cpu_ms=d.per_completion_ms("redis"),
-        status="ok" if d.complete else "partial",
-    )
 
 
 def watch_drain(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.common import Cleanup, Row, Settings, connect, drain_fields, mem_available_mb, status_kb, watch_drain
+from benchmarks.common import Cleanup, Row, Settings, connect, mem_available_mb, status_kb, watch_drain
 from benchmarks.rewardq_bench import done_count, fill, start_workers
 from benchmarks.workload import Workload
 
@@ -63,7 +63,7 @@ def one(s: Settings, cleanup: Cleanup, backlog: int) -> Row:
             backlog=nt,
             rss_mb=hwm,
             note="; ".join(notes),
-            **drain_fields(d, nt, no),
+            **d.row_fields(nt, no),
             extra={"redis_mb": grown_mb, "fill_s": fill_s, "rss_now_mb": (rss_kb or 0) / 1024},
         )
     finally:

@@ -30,17 +30,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from benchmarks.common import (
-    PYTHON,
-    Child,
-    Cleanup,
-    Row,
-    Settings,
-    connect,
-    drain_fields,
-    redis_cpu_seconds,
-    watch_drain,
-)
+from benchmarks.common import PYTHON, Child, Cleanup, Row, Settings, connect, redis_cpu_seconds, watch_drain
 from benchmarks.workload import Trajectory, Workload, score_final_response, trivial_score
 
 GROUP = "raw"
@@ -204,7 +194,7 @@ def run(s: Settings, cleanup: Cleanup, trivial: bool = False) -> list[Row]:
                     note=("plain redis-py loop, trivial scorer" if baseline else "queue only, trivial scorer")
                     if trivial
                     else "plain redis-py loop",
-                    **drain_fields(d, nt, no),
+                    **d.row_fields(nt, no),
                 )
             )
         if "latency" in s.phases and baseline:

@@ -22,17 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    PYTHON,
-    Child,
-    Cleanup,
-    Row,
-    Settings,
-    connect,
-    drain_fields,
-    redis_cpu_seconds,
-    watch_drain,
-)
+from benchmarks.common import PYTHON, Child, Cleanup, Row, Settings, connect, redis_cpu_seconds, watch_drain
 from benchmarks.workload import Trajectory, Workload
 
 
@@ -229,7 +219,7 @@ def throughput(s: Settings, cleanup: Cleanup, workers: int, keep_first: bool = F
             rss_mb=rss,
             check=check_rewards(r, ns, sample, s.scorer),
             note=note,
-            **drain_fields(d, nt, no),
+            **d.row_fields(nt, no),
         )
         if not d.complete and not all(c.alive() for c in children):
             row.status = f"error: a worker died ({children[0].log_tail(300)})"

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
-from benchmarks.common import Child, Cleanup, Row, Settings, connect, drain_fields, redis_cpu_seconds, watch_drain
+from benchmarks.common import Child, Cleanup, Row, Settings, connect, redis_cpu_seconds, watch_drain
 from benchmarks.latency import measure, summarize
 from benchmarks.peers.tasks import done_key, reward_key
 from benchmarks.workload import Trajectory, Workload
@@ -109,7 +109,7 @@ def run(peer: Peer, cleanup: Cleanup) -> list[Row]:
                     [wl[i] for i in range(0, max(1, d.last_count), max(1, d.last_count // 50))],
                     s.scorer,
                 ),
-                **drain_fields(d, nt, no),
+                **d.row_fields(nt, no),
             )
             if not child.alive():
                 row.status = f"error: worker exited ({child.log_tail(300)})"
