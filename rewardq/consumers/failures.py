@@ -15,8 +15,9 @@ import time
 from typing import Any
 
 from rewardq.consumers.metrics import Metrics
-from rewardq.queue.broker import Entry, StreamBroker
+from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
+from rewardq.queue.entries import Entry
 from rewardq.queue.keys import Keyspace, parse_key, trajectory_id
 
 logger = logging.getLogger("rewardq.worker")

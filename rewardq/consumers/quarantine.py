@@ -27,9 +27,11 @@ more), so they finish within a couple of redeliveries whatever the order they ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from rewardq.queue.broker import StreamBroker
@@ -128,6 +130,32 @@ class Quarantine:
     def __init__(self, broker: StreamBroker) -> None:
         self.broker = broker
         self.gate = ScoringGate()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, shard: int, tid: str, attempts: int, earlier: int) -> AsyncIterator[int]:
+        """Hold the gate while one trajectory is scored: shared on its first attempt, alone after
+        an attempt that never finished (``attempts > 1``; ``earlier`` as for :meth:`enter_alone`).
+
+        Yields the deaths of the worker process while it was scored alone before (0 when
+        shared). A turn alone that ends cancelled (handed back at shutdown) takes its start back.
+        """
+        alone = attempts > 1
+        crashes = 0
+        if alone:
+            crashes = await self.enter_alone(shard, tid, attempts, earlier)
+        else:
+            await self.gate.enter_shared()
+        try:
+            yield crashes
+        except asyncio.CancelledError:
+            if alone:
+                await self.handed_back(shard, tid)
+            raise
+        finally:
+            if alone:
+                self.gate.leave_alone()
+            else:
+                self.gate.leave_shared()
 
     async def enter_alone(self, shard: int, tid: str, attempts: int, earlier: int) -> int:
         """Wait until this quarantined trajectory may score alone, and count the start.

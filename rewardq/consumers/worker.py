@@ -19,50 +19,50 @@ One worker is one asyncio process. Its life, top to bottom (:meth:`Worker.run`):
 
 Delivery is at-least-once; the commit is idempotent, so a redelivered trajectory is
 written with the same result and added once to the ``done`` stream.
+
+:class:`Worker` owns the loop and what is in flight; each step's detail is a collaborator:
+:class:`~rewardq.consumers.reader.StreamReader` (reading),
+:class:`~rewardq.consumers.intake.Intake` (handling a batch),
+:class:`~rewardq.consumers.scorer.TrajectoryScorer` (scoring),
+:class:`~rewardq.consumers.commits.CommitCoalescer` (committing),
+:class:`~rewardq.consumers.failures.FailureHandler` (dead letters),
+:class:`~rewardq.consumers.quarantine.Quarantine` (scoring alone), and
+:mod:`rewardq.consumers.resources` (what is opened at start and closed at stop).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import socket
 import time
 import traceback
-from collections import deque
-from dataclasses import dataclass
 from typing import Any
-
-from redis.exceptions import NoPermissionError
 
 from rewardq import defaults
 from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
+from rewardq.consumers.inflight import InFlight, InFlightTable
+from rewardq.consumers.intake import Intake
 from rewardq.consumers.metrics import Metrics, NoMetrics
+from rewardq.consumers.periodic import run_every
+from rewardq.consumers.presence import COUNTERS, Presence
 from rewardq.consumers.process import StopSignals, exit_after, freeze_startup_heap, limit_torch_threads
 from rewardq.consumers.quarantine import Quarantine, crash_reason
+from rewardq.consumers.reader import StreamReader, read_groups
+from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError
-from rewardq.queue.aio import being_cancelled
-from rewardq.queue.broker import Entry, StoreOutcome, StreamBroker, default_worker_name, ensure_meta
-from rewardq.queue.codec import decode_output
-from rewardq.queue.connection import connect_async, is_cluster_client, permission_error, redact_url
+from rewardq.queue.broker import StreamBroker
+from rewardq.queue.connection import connect_async, redact_url
+from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.retry import backoff_delay, is_transient
-from rewardq.reward.base import ManagerContext, RewardManager
+from rewardq.queue.meta import default_worker_name
+from rewardq.queue.results import RewardResult
+from rewardq.reward.base import RewardManager
 
 logger = logging.getLogger("rewardq.worker")
-
-
-@dataclass
-class InFlight:
-    shard: int
-    tid: str
-    started: float
-    task: asyncio.Task | None = None
 
 
 class Worker:
@@ -74,6 +74,7 @@ class Worker:
             connect to ``config.redis_url``.
         manager: an already-built manager (tests); default: built from ``config``.
         tokenizer: used to bound token ids by ``vocab_size`` when given.
+        metrics: the metrics hooks (tests); default: served on ``config.metrics_port`` if set.
     """
 
     def __init__(
@@ -98,29 +99,21 @@ class Worker:
         self.scorer: TrajectoryScorer | None = None
         self.commits: CommitCoalescer | None = None
         self.failures: FailureHandler | None = None
-        self.in_flight: dict[str, InFlight] = {}
-        self.stats = {
-            "read": 0,
-            "stored": 0,
-            "parked": 0,
-            "scored": 0,
-            "errors": 0,
-            "dead_letters": 0,
-            "reclaimed": 0,
-            "duplicates": 0,
-            "expired": 0,
-        }
-        self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (time, latency_ms)
+        self.intake: Intake | None = None
+        self.flights = InFlightTable(config.concurrency)
+        self.stats = dict.fromkeys(COUNTERS, 0)
+        self.presence = Presence(manager_name=config.manager, stats=self.stats, in_flight=self.flights.by_tid)
         self._stopping = asyncio.Event()
-        self._capacity = asyncio.Event()  # set while fewer than `concurrency` trajectories are held
-        self._slots = asyncio.Semaphore(config.concurrency)  # at most `concurrency` scored at once
         self.quarantine: Quarantine | None = None  # ordinary trajectories side by side, quarantined ones alone
         self.stopped = False
-        self._capacity.set()
         self._tasks: list[asyncio.Task] = []
-        self._started_at = time.time()
         self.vocab_size: int | None = None
         self.metrics_port: int | None = None
+
+    @property
+    def in_flight(self) -> dict[str, InFlight]:
+        """The trajectories this worker holds, by id (:class:`~rewardq.consumers.inflight.InFlightTable`)."""
+        return self.flights.by_tid
 
     # ==================================================================================
     # life cycle
@@ -161,69 +154,43 @@ class Worker:
                 len(self.in_flight),
             )
             self._stopping.set()
-            self._capacity.set()
+            self.flights.capacity.set()
 
     async def start(self) -> None:
+        """Connect, agree on shards, create the groups, set up the manager and the collaborators."""
         cfg = self.cfg
         limit_torch_threads()
         if self._client is None:
             self._client = connect_async(cfg.redis_url, cluster=cfg.cluster, scripts_once=True)
-        client = self._client
-        probe = Keyspace(cfg.namespace, 1, cfg.group)
-        try:
-            shards = await ensure_meta(client, probe, cfg.shards)
-        except NoPermissionError as exc:
-            raise permission_error(exc, cfg.namespace, cfg.redis_url) from None
-        self.ks = Keyspace(cfg.namespace, shards, cfg.group)
-        self.broker = StreamBroker(
-            client,
-            self.ks,
-            worker=self.name,
-            result_ttl=cfg.result_ttl,
-            lease_seconds=cfg.lease_seconds,
-            incomplete_timeout=cfg.incomplete_timeout,
-            keep_records=cfg.keep_records,
-            max_outputs=cfg.max_outputs,
-        )
-        try:
-            await self.broker.ensure_groups()
-        except NoPermissionError as exc:
-            raise permission_error(exc, cfg.namespace, cfg.redis_url) from None
-        self.commits = CommitCoalescer(self.broker)
-        self.quarantine = Quarantine(self.broker)
+        self.broker = broker = await open_broker(self._client, cfg, self.name)
+        self.ks = broker.ks
+        self.commits = CommitCoalescer(broker)
+        self.quarantine = Quarantine(broker)
         if self.manager is None:
-            from rewardq.reward.factory import build_from_config
-
-            ctx = ManagerContext(
-                redis_url=cfg.redis_url,
-                namespace=cfg.namespace,
-                worker_name=self.name,
-                cluster=is_cluster_client(client),
-            )
-            self.manager, self.tokenizer = build_from_config(cfg, ctx)
+            self.manager, self.tokenizer = build_manager(cfg, self._client, self.name)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
         await self.manager.setup()
         await self.manager.prepare_scoring()
         if not self._metrics_given and cfg.metrics_port is not None:
-            from rewardq.consumers.metrics import WorkerMetrics
-
-            stats = getattr(self.manager, "stats", None)
-            code = self._code_stats()
-            served = WorkerMetrics(
-                cfg.manager,
-                limiter_stats=stats if callable(stats) else None,
-                code_stats=code.snapshot if code is not None else None,
-            )
-            self.metrics_port = served.serve(cfg.metrics_port)
-            self.metrics = served
-            logger.info("metrics on http://0.0.0.0:%d/metrics", self.metrics_port)
+            self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port)
         self.failures = FailureHandler(
-            self.broker,
-            self.ks,
+            broker,
+            broker.ks,
             worker_name=self.name,
             max_record_bytes=cfg.max_record_bytes,
             stats=self.stats,
             metrics=self.metrics,
+        )
+        self.intake = Intake(
+            broker,
+            self.failures,
+            max_deliveries=cfg.max_deliveries,
+            max_record_bytes=cfg.max_record_bytes,
+            max_outputs=cfg.max_outputs,
+            vocab_size=self.vocab_size,
+            stats=self.stats,
+            metrics=self.metrics,
+            on_complete=self._start_scoring,
         )
         self.scorer = TrajectoryScorer(
             self.manager, manager_name=cfg.manager, worker_name=self.name, timeout=cfg.score_timeout
@@ -234,7 +201,7 @@ class Worker:
             self.name,
             redact_url(cfg.redis_url),
             cfg.namespace,
-            shards,
+            broker.ks.shards,
             cfg.group,
             cfg.manager,
             cfg.concurrency,
@@ -242,19 +209,24 @@ class Worker:
 
     async def serve(self) -> None:
         """Run the readers and the background loops until stopping."""
-        assert self.ks is not None
-        groups = (
-            [[s] for s in range(self.ks.shards)] if is_cluster_client(self._client) else [list(range(self.ks.shards))]
+        assert self.broker is not None
+        cfg = self.cfg
+        reader = StreamReader(
+            self.broker,
+            handle=self.handle,
+            stopping=self._stopping,
+            capacity=self.flights.capacity,
+            batch_size=cfg.batch_size,
+            block_ms=cfg.block_ms or None,
+            namespace=cfg.namespace,
+            redis_url=cfg.redis_url,
         )
         self._tasks = [
-            asyncio.create_task(
-                self._periodic(self.cfg.heartbeat_interval, self._heartbeat, "heartbeat"), name="heartbeat"
-            ),
-            asyncio.create_task(
-                self._periodic(self.cfg.maintenance_interval, self.maintain, "maintenance"), name="maintenance"
-            ),
+            asyncio.create_task(run_every(cfg.heartbeat_interval, self._heartbeat, "heartbeat"), name="heartbeat"),
+            asyncio.create_task(run_every(cfg.maintenance_interval, self.maintain, "maintenance"), name="maintenance"),
         ]
-        readers = [asyncio.create_task(self._reader(g), name=f"reader-{g[0]}") for g in groups]
+        groups = read_groups(self.broker.ks.shards, self.broker.cluster)
+        readers = [asyncio.create_task(reader.run(g), name=f"reader-{g[0]}") for g in groups]
         stop = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
         failure: BaseException | None = None
@@ -271,25 +243,8 @@ class Worker:
     async def stop(self) -> None:
         """Finish or hand back in-flight work, unregister, close. Safe to call twice."""
         self._stopping.set()
-        self._capacity.set()
-        pending = [f.task for f in self.in_flight.values() if f.task is not None]
-        if pending:
-            done, not_done = await asyncio.wait(pending, timeout=self.cfg.shutdown_grace)
-            for t in not_done:
-                t.cancel()
-            await asyncio.gather(*not_done, return_exceptions=True)
-        if self.commits is not None:
-            await self.commits.drain()
-        if self.in_flight and self.broker is not None:
-            held = self._held()
-            try:
-                n = await self.broker.release(held, idle_ms=int(self.cfg.claim_idle * 1000) * 1000)
-                logger.warning("worker %s handed back %d unfinished trajectories", self.name, n)
-            except Exception:
-                logger.exception(
-                    "could not hand back in-flight trajectories; they will be reclaimed after claim_idle=%ss",
-                    self.cfg.claim_idle,
-                )
+        self.flights.capacity.set()
+        await self._finish_in_flight()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -301,198 +256,64 @@ class Worker:
                 logger.debug("unregister failed", exc_info=True)
         self.metrics.close()
         if self.manager is not None:
-            try:
-                await self.manager.close()
-                context = getattr(self.manager, "context", None)
-                if context is not None:
-                    await context.aclose()
-            except Exception:
-                logger.exception("manager close failed")
-            try:
-                await self.manager.close_scoring()
-            except Exception:
-                logger.exception("closing the scorer processes failed")
+            await close_manager(self.manager)
         if self._own_client and self._client is not None:
             await self._client.aclose()
             self._client = None
         self.stopped = True
         logger.info("worker %s stopped: %s", self.name, self.stats)
 
-    # ==================================================================================
-    # reading
-    # ==================================================================================
-    async def _reader(self, shards: list[int]) -> None:
-        """Read and handle batches until stopping.
-
-        A batch that fails on a Redis outage (after the connection's own retries, see
-        :mod:`rewardq.queue.retry`) is not handled again here: its entries stay pending and are
-        reclaimed after ``claim_idle``. The reader pauses by the policy's backoff and reads on.
-        """
-        assert self.broker is not None
-        failures = 0
-        while not self._stopping.is_set():
-            await self._capacity.wait()
-            if self._stopping.is_set():
-                break
+    async def _finish_in_flight(self) -> None:
+        """Let scoring finish within ``shutdown_grace``, send its commits, hand back what is left."""
+        await self.flights.settle(self.cfg.shutdown_grace)
+        if self.commits is not None:
+            await self.commits.drain()
+        if self.in_flight and self.broker is not None:
             try:
-                entries = await self.broker.read(shards, self.cfg.batch_size, self.cfg.block_ms or None)
-                if entries:
-                    await self.handle(entries)
-                failures = 0
-            except Exception as exc:
-                if being_cancelled():
-                    raise asyncio.CancelledError from exc
-                if _is_nogroup(exc):
-                    logger.warning("consumer group vanished; re-creating it")
-                    await self.broker.ensure_groups()
-                    continue
-                if isinstance(exc, NoPermissionError):
-                    raise permission_error(exc, self.cfg.namespace, self.cfg.redis_url) from None
-                if not is_transient(exc):
-                    raise
-                failures += 1
-                pause = backoff_delay(failures, cap=5.0)
-                logger.warning("redis unavailable while reading (%s); reading again in %.2fs", exc, pause)
-                await asyncio.sleep(pause)
+                n = await self.broker.release(self.flights.held(), idle_ms=int(self.cfg.claim_idle * 1000) * 1000)
+                logger.warning("worker %s handed back %d unfinished trajectories", self.name, n)
+            except Exception:
+                logger.exception(
+                    "could not hand back in-flight trajectories; they will be reclaimed after claim_idle=%ss",
+                    self.cfg.claim_idle,
+                )
 
     # ==================================================================================
-    # handling a batch: decode -> reject | store -> start scoring
+    # handle a batch -> score each complete trajectory -> commit
     # ==================================================================================
     async def handle(self, entries: list[Entry]) -> None:
-        """Decode, store and dispatch a batch of entries (from a read or a reclaim)."""
-        assert self.broker is not None and self.failures is not None
-        self.stats["read"] += len(entries)
-        self.metrics.read(len(entries))
-        valid = []
-        for entry in entries:
-            if entry.deliveries > self.cfg.max_deliveries:
-                await self.failures.dead_letter(
-                    entry,
-                    "exhausted",
-                    f"delivered {entry.deliveries} times without finishing "
-                    f"(max_deliveries={self.cfg.max_deliveries}); the worker scoring it "
-                    "probably crashed each time",
-                )
-                continue
-            try:
-                rec = decode_output(
-                    entry.data,
-                    max_bytes=self.cfg.max_record_bytes,
-                    vocab_size=self.vocab_size,
-                    max_outputs=self.cfg.max_outputs,
-                )
-                key = entry.key
-                if key and key != rec.key:
-                    raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
-            except RecordError as exc:
-                await self.failures.dead_letter(entry, "invalid", f"invalid record: {exc}")
-                continue
-            valid.append((entry, rec, bytes(entry.data)))
-        valid = await self._claim_whole_trajectories(valid)
-        outcomes = await self.broker.store(valid)
-        for o in outcomes:
-            self.stats["stored"] += 1
-            if o.kind == "complete":
-                self._start_scoring(o)
-            elif o.kind == "parked":
-                self.stats["parked"] += 1
-            elif o.kind == "conflict":
-                await self.failures.dead_letter(o.entry, "conflict", f"conflicting record: {o.detail}", record=o.record)
-            elif o.kind == "done":
-                self.stats["duplicates"] += 1
-            elif o.kind == "leased":
-                logger.debug("%s is being scored by %s; leaving entry %s to it", o.record.tid, o.detail, o.entry.id)
-
-    async def _claim_whole_trajectories(self, valid: list) -> list:
-        """Start scoring every trajectory whose outputs 0..final all came in this batch.
-
-        One ``claim`` script per trajectory instead of one ``store`` per output (see
-        ``lua/claim.lua``). Returns the records that still need :meth:`StreamBroker.store`:
-        partial trajectories, redeliveries, and trajectories Redis already knows.
-        """
-        assert self.broker is not None
-        groups: dict[tuple[int, str], list] = {}
-        for item in valid:
-            entry, rec, _ = item
-            groups.setdefault((entry.shard, rec.tid), []).append(item)
-        whole, rest = [], []
-        for (shard, tid), items in groups.items():
-            items.sort(key=lambda it: it[1].index)
-            recs = [it[1] for it in items]
-            if (
-                all(r.index == i for i, r in enumerate(recs))
-                and recs[-1].final
-                and not any(r.final for r in recs[:-1])
-                and all(it[0].deliveries == 1 for it in items)
-            ):
-                whole.append((shard, tid, items))
-            else:
-                rest.extend(items)
-        if not whole:
-            return rest
-        claimed = await self.broker.claim_whole([(shard, tid, [it[0] for it in items]) for shard, tid, items in whole])
-        for (_shard, _tid, items), ok in zip(whole, claimed):
-            if not ok:
-                rest.extend(items)
-                continue
-            self.stats["stored"] += len(items)
-            final_entry, final_rec, _ = items[-1]
-            self._start_scoring(
-                StoreOutcome(
-                    "complete",
-                    final_entry,
-                    final_rec,
-                    payloads=[it[2] for it in items],
-                    records=[it[1] for it in items],
-                )
-            )
-        return rest
+        """Decode, store and dispatch a batch of entries (from a read or a reclaim; see :class:`Intake`)."""
+        assert self.intake is not None
+        await self.intake.handle(entries)
 
     def _start_scoring(self, o: StoreOutcome) -> None:
-        tid = o.record.tid
-        if tid in self.in_flight:  # our own redelivery while we score it: the commit will ack it
-            return
-        flight = InFlight(o.entry.shard, tid, time.time())
-        self.in_flight[tid] = flight
-        if len(self.in_flight) >= self.cfg.concurrency:
-            self._capacity.clear()
-        flight.task = asyncio.create_task(self._score_and_commit(o, flight), name=f"score-{tid}")
+        """Hold a trajectory this worker must score and score it in its own task."""
+        flight = self.flights.hold(o.entry.shard, o.record.tid)
+        if flight is not None:  # else held already: our own redelivery, which the commit will ack
+            flight.task = asyncio.create_task(self._score_and_commit(o), name=f"score-{flight.tid}")
 
-    async def _score_and_commit(self, o: StoreOutcome, flight: InFlight) -> None:
+    async def _score_and_commit(self, o: StoreOutcome) -> None:
+        """Wait for a slot and the quarantine gate, then score and commit (or fail) one trajectory."""
         assert self.quarantine is not None and self.failures is not None
-        shard, tid, gates = o.entry.shard, o.record.tid, self.quarantine.gate
+        shard, tid = o.entry.shard, o.record.tid
         t0 = time.perf_counter()
         outcome = "ok"
-        slot = gate = False
-        alone = o.attempts > 1  # an earlier attempt never finished: quarantine
         data_source = str(o.record.sample.get("data_source", ""))
         try:
-            await self._slots.acquire()  # held (and its lease renewed) while it waits for a slot
-            slot = True
-            if alone:
-                crashes = await self.quarantine.enter_alone(shard, tid, o.attempts, o.solo)
-                gate = True
-                if crashes >= self.cfg.max_crashes:
+            # in flight (its lease renewed) while it waits for a slot and its turn
+            async with self.flights.slots, self.quarantine.turn(shard, tid, o.attempts, o.solo) as crashes:
+                if o.attempts > 1 and crashes >= self.cfg.max_crashes:
                     outcome = "crashed"
                     await self.failures.fail_trajectory(shard, tid, o.entry, "crashed", crash_reason(crashes))
-                    return
-            else:
-                await gates.enter_shared()
-                gate = True
-            outcome = await self._score(o, shard, tid)
+                else:
+                    outcome = await self._score(o, shard, tid)
         except asyncio.CancelledError:
             outcome = "handed-back"
-            if alone and gate:
-                await self.quarantine.handed_back(shard, tid)
             raise
         except Exception:
             outcome = "commit-failed"
             logger.exception("could not finish %s; its entry stays pending and will be reclaimed", tid)
         finally:
-            if gate:
-                gates.leave_alone() if alone else gates.leave_shared()
-            if slot:
-                self._slots.release()
             self._finished(tid, outcome, t0, data_source)
 
     async def _score(self, o: StoreOutcome, shard: int, tid: str) -> str:
@@ -527,14 +348,18 @@ class Worker:
         await self._commit(shard, tid, results)
         self.stats["scored"] += 1
         if results and results[-1].latency_ms is not None:
-            self._recent.append((time.time(), results[-1].latency_ms))
+            self.presence.scored(results[-1].latency_ms)
         return "ok"
 
+    async def _commit(self, shard: int, tid: str, results: list[RewardResult]) -> None:
+        """Write back, then ack (one atomic script, sent with the other commits of this loop
+        turn). The connection's retry policy rides out a short outage (:mod:`rewardq.queue.retry`);
+        a commit that still fails leaves the entries pending, to be reclaimed and scored again."""
+        assert self.commits is not None
+        await self.commits.commit(shard, tid, results)
+
     def _finished(self, tid: str, outcome: str, t0: float, data_source: str) -> None:
-        if outcome != "handed-back":
-            self.in_flight.pop(tid, None)
-        if len(self.in_flight) < self.cfg.concurrency:
-            self._capacity.set()
+        self.flights.finished(tid, handed_back=outcome == "handed-back")
         elapsed = (time.perf_counter() - t0) * 1000
         self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
         logger.info(
@@ -546,78 +371,32 @@ class Worker:
             extra={"tid": tid, "manager": self.cfg.manager, "outcome": outcome, "elapsed_ms": round(elapsed, 3)},
         )
 
-    async def _commit(self, shard: int, tid: str, results: list) -> None:
-        """Write back, then ack (one atomic script, sent with the other commits of this loop
-        turn). The connection's retry policy rides out a short outage (:mod:`rewardq.queue.retry`);
-        a commit that still fails leaves the entries pending, to be reclaimed and scored again."""
-        assert self.commits is not None
-        await self.commits.commit(shard, tid, results)
-
     # ==================================================================================
     # background: heartbeat + lease renewal, maintenance
     # ==================================================================================
-    def _held(self) -> dict[int, list[str]]:
-        held: dict[int, list[str]] = {}
-        for f in self.in_flight.values():
-            held.setdefault(f.shard, []).append(f.tid)
-        return held
-
-    def _code_stats(self) -> Any:
-        """The manager's code-execution counters (None for a manager without a context)."""
-        return getattr(getattr(self.manager, "context", None), "code_stats", None)
-
     def snapshot(self) -> dict[str, Any]:
-        now = time.time()
-        recent = [lat for t, lat in self._recent if now - t <= 60]
-        window = [t for t, _ in self._recent if now - t <= 10]
-        code = self._code_stats()
-        return {
-            **({"code": json.dumps(code.snapshot())} if code is not None and code.sources else {}),
-            **self.stats,
-            "in_flight": len(self.in_flight),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "manager": self.cfg.manager,
-            "started_at": f"{self._started_at:.3f}",
-            "rate": round(len(window) / 10.0, 3),
-            "latency_p50_ms": round(sorted(recent)[len(recent) // 2], 3) if recent else "",
-            "in_flight_tids": ",".join(list(self.in_flight)[:20]),
-        }
+        """What the heartbeat publishes (:class:`~rewardq.consumers.presence.Presence`)."""
+        return self.presence.snapshot(code_stats(self.manager))
 
     async def _beat(self) -> None:
         assert self.broker is not None
         await self.broker.heartbeat(self.snapshot(), ttl=max(3 * self.cfg.heartbeat_interval, 5))
-
-    async def _periodic(self, interval: float, step: Any, what: str) -> None:
-        """Run ``step()`` every ``interval`` seconds; log its failures, never swallow a cancellation."""
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await step()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if being_cancelled():
-                    raise asyncio.CancelledError from exc
-                logger.warning("%s failed: %s", what, exc)
-            if being_cancelled():  # a client call swallowed our cancellation: honour it anyway
-                raise asyncio.CancelledError
 
     async def _heartbeat(self) -> None:
         """Publish liveness and counters, and renew the leases of in-flight trajectories."""
         assert self.broker is not None
         await self._beat()
         if self.in_flight:
-            await self.broker.renew(self._held())
+            await self.broker.renew(self.flights.held())
         self.metrics.in_flight(len(self.in_flight))
 
     async def maintain(self) -> None:
         """Reclaim idle entries of dead workers and end trajectories that waited too long."""
-        assert self.broker is not None and self.ks is not None
-        for shard in range(self.ks.shards):
+        assert self.broker is not None
+        for shard in range(self.broker.ks.shards):
             if self._stopping.is_set():
                 return
-            if self._capacity.is_set():
+            if self.flights.capacity.is_set():
                 claimed = await self.broker.reclaim(shard, int(self.cfg.claim_idle * 1000), self.cfg.batch_size)
                 if claimed:
                     self.stats["reclaimed"] += len(claimed)
@@ -629,9 +408,3 @@ class Worker:
                 self.stats["errors"] += 1
                 self.metrics.dead_letter("incomplete")
                 logger.warning("trajectory %s ended: %s", tid, reason)
-
-
-def _is_nogroup(exc: BaseException) -> bool:
-    """The group or stream vanished (deleted by an operator, or a Redis without persistence restarted)."""
-    text = str(exc)
-    return "NOGROUP" in text or "UNBLOCKED" in text

@@ -202,8 +202,8 @@ def run_worker(cfg: Any, early: EarlySignals) -> int:
     """Build, check and run one worker (see the module docstring); returns the exit code."""
     from rewardq.logs import setup_logging
     from rewardq.ops.common import wait_for_redis
-    from rewardq.queue.broker import default_worker_name
     from rewardq.queue.connection import split_cluster
+    from rewardq.queue.meta import default_worker_name
     from rewardq.reward.base import ManagerContext
     from rewardq.reward.factory import build_from_config
 

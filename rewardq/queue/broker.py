@@ -4,30 +4,27 @@
 named step of the worker loop (read, reclaim, store, commit, fail, expire, renew,
 release, heartbeat) and documents what it guarantees. It works on one Redis and on
 Redis Cluster: every multi-key call stays inside one shard's hash slot.
+
+What it reads and what filing a record answers are :mod:`rewardq.queue.entries`; its Lua
+scripts run through :class:`~rewardq.queue.script_runner.ScriptRunner` (NOSCRIPT and cluster
+routing); the shard count it is built with is agreed in :mod:`rewardq.queue.meta`.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from rewardq import defaults
-from rewardq.errors import ConfigError
-from rewardq.queue import scripts
-from rewardq.queue.codec import SCHEMA_VERSION, OutputRecord, record_digest
+from rewardq.queue.codec import OutputRecord, record_digest
 from rewardq.queue.connection import is_cluster_client
+from rewardq.queue.entries import Entry, StoreOutcome, entries_from_reply
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult, as_text, same_fields
-from rewardq.queue.retry import script_call
-
-logger = logging.getLogger("rewardq.queue")
+from rewardq.queue.script_runner import ScriptRunner
 
 RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager", "scored_at", "latency_ms")
 #: Bytes of entries ``claimable.lua`` reads in one call before it leaves the rest for a later pass.
@@ -35,71 +32,6 @@ CLAIMABLE_BYTE_BUDGET = 64 * 1024 * 1024
 
 
 _s = as_text
-
-
-@dataclass
-class Entry:
-    """One stream entry as read by a worker."""
-
-    shard: int
-    id: str
-    fields: dict[bytes, bytes]
-    deliveries: int = 1
-
-    @property
-    def data(self) -> Any:
-        return self.fields.get(b"data")
-
-    @property
-    def key(self) -> str:
-        """The entry's ``key`` field as text, cut to :data:`~rewardq.defaults.MAX_KEY_CHARS` + 1
-        characters (a longer one is never a valid key, and must not be copied around whole)."""
-        raw = self.fields.get(b"key", b"")
-        return _s(raw[: defaults.MAX_KEY_CHARS + 1] if isinstance(raw, (bytes, bytearray)) else raw)
-
-    @property
-    def ts(self) -> float:
-        try:
-            return float(self.fields.get(b"ts", b"0"))
-        except ValueError:
-            return 0.0
-
-
-@dataclass
-class StoreOutcome:
-    """What :meth:`StreamBroker.store` said about one record (see ``lua/store.lua``)."""
-
-    kind: str  # parked | complete | leased | done | conflict
-    entry: Entry
-    record: OutputRecord
-    payloads: list[bytes] = field(default_factory=list)
-    detail: str = ""
-    #: the decoded outputs in index order, when the worker already holds them all (fast path)
-    records: list[OutputRecord] | None = None
-    #: scoring attempts of the trajectory, this one included (``complete`` only); above 1 an
-    #: earlier lease ended without a commit (its worker died, or lost the lease)
-    attempts: int = 1
-    #: earlier starts of scoring it alone (``complete`` with ``attempts > 1`` only; see
-    #: :meth:`StreamBroker.start_solo`)
-    solo: int = 0
-
-
-async def ensure_meta(client: Any, ks: Keyspace, shards: int | None) -> int:
-    """Agree on the shard count through ``<ns>:meta``; returns the pipeline's shard count.
-
-    The first producer or worker writes it; later ones must ask for the same or nothing.
-    """
-    want = shards or 1
-    await client.hsetnx(ks.meta, "shards", want)
-    await client.hsetnx(ks.meta, "schema", SCHEMA_VERSION)
-    await client.hsetnx(ks.meta, "created_at", f"{time.time():.3f}")
-    have = int(await client.hget(ks.meta, "shards"))
-    if shards is not None and have != shards:
-        raise ConfigError(
-            f"namespace {ks.namespace!r} already uses shards={have}, but shards={shards} "
-            "was asked for; use the same value everywhere (or a new namespace)"
-        )
-    return have
 
 
 class StreamBroker:
@@ -140,7 +72,7 @@ class StreamBroker:
         self.keep_records = keep_records
         self.max_outputs = int(max_outputs)
         self.cluster = is_cluster_client(client)
-        self._scripts = {name: client.register_script(scripts.source(name)) for name in scripts.NAMES}
+        self.scripts = ScriptRunner(client)
 
     # -- set-up ------------------------------------------------------------------------
     async def ensure_groups(self) -> None:
@@ -157,29 +89,7 @@ class StreamBroker:
         """New entries (``>``) from the given shards, up to ``count`` per stream."""
         streams = {self.ks.stream(s): ">" for s in shards}
         resp = await self.r.xreadgroup(self.ks.group, self.worker, streams, count=count, block=block_ms)
-        return self._entries(resp)
-
-    def _entries(self, resp: Any) -> list[Entry]:
-        out: list[Entry] = []
-        if not resp:
-            return out
-        items = resp.items() if isinstance(resp, dict) else resp
-        shard_of = {s.encode(): i for i, s in enumerate(self.ks.streams)}
-        for name, entries in items:
-            if (
-                isinstance(entries, list)
-                and entries
-                and isinstance(entries[0], list)
-                and len(entries) == 1
-                and isinstance(entries[0][0], (list, tuple))
-            ):
-                entries = entries[0]
-            shard = shard_of[name if isinstance(name, bytes) else name.encode()]
-            for eid, fields in entries:
-                if fields is None:  # deleted while pending
-                    continue
-                out.append(Entry(shard, _s(eid), fields))
-        return out
+        return entries_from_reply(resp, self.ks)
 
     async def reclaim(self, shard: int, min_idle_ms: int, count: int) -> list[Entry]:
         """Take over entries other (dead) workers left pending for ``min_idle_ms``.
@@ -197,7 +107,7 @@ class StreamBroker:
         ids = [_s(p["message_id"]) for p in pending]
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
         args = [self.ks.traj_prefix(shard), self.worker, defaults.MAX_KEY_CHARS, CLAIMABLE_BYTE_BUDGET, *ids]
-        ids = [_s(i) for i in await self._script("claimable", [stream], args)]
+        ids = [_s(i) for i in await self.scripts.run("claimable", [stream], args)]
         if not ids:
             return []
         claimed_raw = await self.r.xclaim(stream, self.ks.group, self.worker, min_idle_ms, ids)
@@ -244,7 +154,7 @@ class StreamBroker:
                     ],
                 )
             )
-        replies = await self._pipelined_script("store", calls)
+        replies = await self.scripts.run_many("store", calls)
         out = []
         for (entry, rec, _), reply in zip(items, replies):
             if isinstance(reply, Exception):
@@ -289,83 +199,11 @@ class StreamBroker:
             for shard, tid, entries in groups
         ]
         out = []
-        for reply in await self._pipelined_script("claim", calls):
+        for reply in await self.scripts.run_many("claim", calls):
             if isinstance(reply, Exception):
                 raise reply
             out.append(_s(reply[0]) == "complete")
         return out
-
-    async def _pipelined_script(self, name: str, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
-        """Run script ``name`` once per ``(keys, args)`` in one round trip; replies (or errors) in order.
-
-        On one Redis this is an ordinary pipeline of ``EVALSHA`` (redis-py's own pipelined
-        scripts would send ``SCRIPT EXISTS`` first: one more round trip on every call); the
-        calls answered NOSCRIPT (a restarted Redis) go again after ``SCRIPT LOAD``. On Redis
-        Cluster, redis-py's ClusterPipeline refuses ``evalsha()`` because it cannot reload
-        a script; so the calls go as raw ``EVALSHA`` commands, which the pipeline routes by
-        the keys' slot and sends as one batch per node, and the calls a node answered with
-        NOSCRIPT (a fresh or failed-over node) are retried after ``SCRIPT LOAD`` on every primary.
-        """
-        with script_call():
-            return await self._pipelined_script_calls(name, calls)
-
-    async def _script(self, name: str, keys: list[Any], args: list[Any]) -> Any:
-        """Run script ``name`` once and return its reply (raise its error).
-
-        On Redis Cluster it goes as a one-call pipeline, which the worker's client sends once
-        (see :func:`~rewardq.queue.connection.connect_async`, ``scripts_once``).
-        """
-        if self.cluster:
-            (reply,) = await self._pipelined_script(name, [(keys, args)])
-            if isinstance(reply, Exception):
-                raise reply
-            return reply
-        with script_call():
-            return await self._scripts[name](keys=keys, args=args)
-
-    async def _pipelined_script_calls(self, name: str, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
-        script = self._scripts[name]
-        if not self.cluster:
-            replies = await self._script_pipeline(script, calls)
-            for _ in range(2):  # a fresh or restarted Redis; twice if it restarts again in between
-                missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-                if not missing:
-                    break
-                logger.info("script %s is not loaded in Redis (fresh or restarted); loading it", name)
-                for i, reply in zip(
-                    missing, await self._script_pipeline(script, [calls[i] for i in missing], load=True)
-                ):
-                    replies[i] = reply
-            return replies
-        replies = [None] * len(calls)
-        todo = list(range(len(calls)))
-        for attempt in range(3):
-            if attempt:
-                logger.info("script %s missing on a cluster node; loading it on every primary", name)
-                await self.r.script_load(script.script)
-            pipe = self.r.pipeline()
-            for i in todo:
-                keys, args = calls[i]
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            got = await pipe.execute(raise_on_error=False)
-            for i, reply in zip(todo, got):
-                replies[i] = reply
-            todo = [i for i, reply in zip(todo, got) if isinstance(reply, NoScriptError)]
-            if not todo:
-                break
-        return replies
-
-    async def _script_pipeline(
-        self, script: Any, calls: Sequence[tuple[list[Any], list[Any]]], *, load: bool = False
-    ) -> list[Any]:
-        """One pipeline of ``EVALSHA`` calls (``SCRIPT LOAD`` first when ``load``); replies in order."""
-        pipe = self.r.pipeline(transaction=False)
-        if load:
-            pipe.script_load(script.script)
-        for keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        replies = await pipe.execute(raise_on_error=False)
-        return replies[1:] if load else replies
 
     # -- finish ----------------------------------------------------------------------------
     async def commit(self, shard: int, tid: str, results: Sequence[RewardResult], status: str = "ok") -> bool:
@@ -375,7 +213,7 @@ class StreamBroker:
         Returns True when this call finished it.
         """
         keys, args = self._commit_call(shard, tid, results, status)
-        return bool(await self._script("commit", keys, args))
+        return bool(await self.scripts.run("commit", keys, args))
 
     async def commit_many(self, items: Sequence[tuple[int, str, Sequence[RewardResult]]]) -> list[Any]:
         """:meth:`commit` of several trajectories in one round trip (each still atomic on its own).
@@ -383,7 +221,7 @@ class StreamBroker:
         Returns, in order, True/False as :meth:`commit` would, or the exception of that call.
         """
         calls = [self._commit_call(shard, tid, results, "ok") for shard, tid, results in items]
-        return [r if isinstance(r, Exception) else bool(r) for r in await self._pipelined_script("commit", calls)]
+        return [r if isinstance(r, Exception) else bool(r) for r in await self.scripts.run_many("commit", calls)]
 
     def _commit_call(
         self, shard: int, tid: str, results: Sequence[RewardResult], status: str
@@ -464,7 +302,7 @@ class StreamBroker:
         ]
         for k, v in (dead or {}).items():
             args.extend([k, v])
-        return int(await self._script("fail", keys, args))
+        return int(await self.scripts.run("fail", keys, args))
 
     async def dead_letter_entry(self, entry: Entry, dead: dict[str, Any]) -> None:
         """Dead-letter an entry that names no trajectory at all, and ack it."""
@@ -490,7 +328,7 @@ class StreamBroker:
             self.dead_maxlen,
             self.max_outputs,
         ]
-        out = await self._script("expire", keys, args)
+        out = await self.scripts.run("expire", keys, args)
         return [(_s(out[i]), _s(out[i + 1])) for i in range(0, len(out), 2)]
 
     # -- crash attribution -----------------------------------------------------------------
@@ -510,7 +348,7 @@ class StreamBroker:
         for shard, tids in held.items():
             if tids:
                 keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self._script("renew", keys, [self.ks.group, self.worker, self.lease_seconds]))
+                n += int(await self.scripts.run("renew", keys, [self.ks.group, self.worker, self.lease_seconds]))
         return n
 
     async def release(self, held: dict[int, list[str]], idle_ms: int) -> int:
@@ -519,7 +357,7 @@ class StreamBroker:
         for shard, tids in held.items():
             if tids:
                 keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self._script("release", keys, [self.ks.group, self.worker, idle_ms]))
+                n += int(await self.scripts.run("release", keys, [self.ks.group, self.worker, idle_ms]))
         return n
 
     # -- presence ---------------------------------------------------------------------------
@@ -547,8 +385,3 @@ class StreamBroker:
             mine = [c for c in info if _s(c.get("name", b"")) == self.worker]
             if mine and int(mine[0].get("pending", 0)) == 0:
                 await self.r.xgroup_delconsumer(stream, self.ks.group, self.worker)
-
-
-def default_worker_name() -> str:
-    """``<host>-<pid>-<random>``: unique per process, readable in ``rewardq status``."""
-    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"

@@ -23,7 +23,7 @@ never sent again after a timeout (it may still be running), after a ``BUSY`` rep
 running a long script; redis-py does not treat it as retryable at all), or after an attempt that
 took longer than the window (it may have blocked Redis). ``NOSCRIPT`` (the script is not loaded:
 it did not run) is answered by loading it and sending it again, in
-:meth:`~rewardq.queue.broker.StreamBroker._pipelined_script`. On Redis Cluster the worker's
+:meth:`~rewardq.queue.script_runner.ScriptRunner.run_many`. On Redis Cluster the worker's
 client makes one attempt per script call (see :func:`~rewardq.queue.connection.connect_async`);
 the cluster client refreshes its view of the slots after a failure.
 

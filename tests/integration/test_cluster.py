@@ -160,9 +160,9 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster, cns):
         keys = [ks.traj(0, "u_s"), ks.stream(0), ks.waiting(0), ks.done(0), ks.dead(0)]
         args = [ks.group, "u_s", ks.reward_prefix(other), 60, "boom", "probe", 0, "", 100, 100, 4096]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
-            await broker._scripts["fail"](keys=keys, args=args)
+            await broker.scripts._scripts["fail"](keys=keys, args=args)
         args[2] = ks.reward_prefix(0)
-        assert await broker._scripts["fail"](keys=keys, args=args) == 1
+        assert await broker.scripts._scripts["fail"](keys=keys, args=args) == 1
     finally:
         await client.aclose()
 
@@ -315,7 +315,7 @@ async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(redis_clus
     await a.start()
     await a.handle(await a.broker.read([shard], 10, None))
     assert list(a.in_flight) == [f"{uid}_s"]
-    assert await a.broker.renew(a._held()) == 1
+    assert await a.broker.renew(a.flights.held()) == 1
     await _abandon(a)
     # (all three outputs came in one read: the trajectory was claimed whole, its entries stay pending)
     assert rc.xpending(ks.stream(shard), ks.group)["pending"] == 3

@@ -315,14 +315,14 @@ async def test_store_and_claim_survive_script_cache_loss(server):
     w = Worker(WorkerConfig(redis_url=server.url, namespace=ns, name="ns-w"), manager=EchoManager())
     await w.start()
     try:
-        real = w.broker._script_pipeline
+        real = w.broker.scripts._pipeline
         loads = []
 
         async def counting(script, calls, *, load=False):
             loads.append(load)
             return await real(script, calls, load=load)
 
-        w.broker._script_pipeline = counting
+        w.broker.scripts._pipeline = counting
         entries = await w.broker.read([0], 100, None)
         by_tid: dict = {}
         for e in entries:

@@ -1,0 +1,175 @@
+"""Handling a batch of entries: decode -> reject | claim whole | store -> hand on to scoring.
+
+:class:`Intake` is a collaborator of :class:`~rewardq.consumers.worker.Worker`, like
+:class:`~rewardq.consumers.commits.CommitCoalescer`: it is given the broker, the failure
+handler, the record bounds, the worker's counters and metrics, and the callback that starts
+scoring a trajectory. Each batch, read or reclaimed, ends as:
+
+* a dead letter (with an error result for its keys) for every entry delivered more than
+  ``max_deliveries`` times or whose record does not decode;
+* a lease on every trajectory whose outputs ``0..final`` all came in this batch, first
+  delivery each: one ``claim`` script per trajectory (``lua/claim.lua``) instead of one
+  ``store`` per output;
+* the ``store`` script's answer for every other record (parked, complete, leased, done, conflict).
+
+Every trajectory this worker now holds the lease of goes to ``on_complete`` as soon as the
+lease is known, so its scoring starts while the rest of the batch is still being filed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from rewardq.consumers.failures import FailureHandler
+from rewardq.consumers.metrics import Metrics
+from rewardq.errors import RecordError
+from rewardq.queue.broker import StreamBroker
+from rewardq.queue.codec import OutputRecord, decode_output
+from rewardq.queue.entries import Entry, StoreOutcome
+
+logger = logging.getLogger("rewardq.worker")
+
+#: A decoded entry: the entry, its record, its raw payload.
+Filed = tuple[Entry, OutputRecord, bytes]
+#: A trajectory read whole: its shard, its id, its entries in index order.
+Whole = tuple[int, str, list[Filed]]
+
+
+def split_whole(valid: Sequence[Filed]) -> tuple[list[Whole], list[Filed]]:
+    """The trajectories whose outputs ``0..final`` are all in ``valid``, each delivered once, and the rest.
+
+    Only those can take the ``claim`` fast path: a partial trajectory, a second final output
+    or a redelivery needs what Redis already knows about it (``store``).
+    """
+    groups: dict[tuple[int, str], list[Filed]] = {}
+    for item in valid:
+        entry, rec, _ = item
+        groups.setdefault((entry.shard, rec.tid), []).append(item)
+    whole: list[Whole] = []
+    rest: list[Filed] = []
+    for (shard, tid), items in groups.items():
+        items.sort(key=lambda it: it[1].index)
+        recs = [it[1] for it in items]
+        if (
+            all(r.index == i for i, r in enumerate(recs))
+            and recs[-1].final
+            and not any(r.final for r in recs[:-1])
+            and all(it[0].deliveries == 1 for it in items)
+        ):
+            whole.append((shard, tid, items))
+        else:
+            rest.extend(items)
+    return whole, rest
+
+
+class Intake:
+    """Turns batches of stream entries into trajectories to score (see the module doc).
+
+    Args:
+        broker: the worker's gateway to Redis.
+        failures: dead-letters the entries that are rejected here.
+        max_deliveries: an entry delivered more often than this is dead-lettered unread.
+        max_record_bytes, max_outputs, vocab_size: the bounds a record must keep to decode.
+        stats: the worker's counters; ``read``, ``stored``, ``parked`` and ``duplicates`` are counted here.
+        metrics: the worker's metrics hooks.
+        on_complete: called with every trajectory whose lease this worker now holds; it must score it.
+    """
+
+    def __init__(
+        self,
+        broker: StreamBroker,
+        failures: FailureHandler,
+        *,
+        max_deliveries: int,
+        max_record_bytes: int,
+        max_outputs: int,
+        vocab_size: int | None,
+        stats: dict[str, int],
+        metrics: Metrics,
+        on_complete: Callable[[StoreOutcome], None],
+    ) -> None:
+        self.broker = broker
+        self.failures = failures
+        self.max_deliveries = max_deliveries
+        self.max_record_bytes = max_record_bytes
+        self.max_outputs = max_outputs
+        self.vocab_size = vocab_size
+        self.stats = stats
+        self.metrics = metrics
+        self.on_complete = on_complete
+
+    async def handle(self, entries: list[Entry]) -> None:
+        """Decode, store and dispatch a batch of entries (from a read or a reclaim)."""
+        self.stats["read"] += len(entries)
+        self.metrics.read(len(entries))
+        valid = await self._decode(entries)
+        rest = await self._claim_whole(valid)
+        for o in await self.broker.store(rest):
+            self.stats["stored"] += 1
+            if o.kind == "complete":
+                self.on_complete(o)
+            elif o.kind == "parked":
+                self.stats["parked"] += 1
+            elif o.kind == "conflict":
+                await self.failures.dead_letter(o.entry, "conflict", f"conflicting record: {o.detail}", record=o.record)
+            elif o.kind == "done":
+                self.stats["duplicates"] += 1
+            elif o.kind == "leased":
+                logger.debug("%s is being scored by %s; leaving entry %s to it", o.record.tid, o.detail, o.entry.id)
+
+    async def _decode(self, entries: list[Entry]) -> list[Filed]:
+        """The entries whose records decode within the bounds; the others are dead-lettered."""
+        valid: list[Filed] = []
+        for entry in entries:
+            if entry.deliveries > self.max_deliveries:
+                await self.failures.dead_letter(
+                    entry,
+                    "exhausted",
+                    f"delivered {entry.deliveries} times without finishing "
+                    f"(max_deliveries={self.max_deliveries}); the worker scoring it "
+                    "probably crashed each time",
+                )
+                continue
+            try:
+                rec = decode_output(
+                    entry.data,
+                    max_bytes=self.max_record_bytes,
+                    vocab_size=self.vocab_size,
+                    max_outputs=self.max_outputs,
+                )
+                key = entry.key
+                if key and key != rec.key:
+                    raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
+            except RecordError as exc:
+                await self.failures.dead_letter(entry, "invalid", f"invalid record: {exc}")
+                continue
+            valid.append((entry, rec, bytes(entry.data)))
+        return valid
+
+    async def _claim_whole(self, valid: list[Filed]) -> list[Filed]:
+        """Start scoring every trajectory whose outputs 0..final all came in this batch.
+
+        Returns the records that still need :meth:`StreamBroker.store`: partial trajectories,
+        redeliveries, and trajectories Redis already knows.
+        """
+        whole, rest = split_whole(valid)
+        if not whole:
+            return rest
+        claimed = await self.broker.claim_whole([(shard, tid, [it[0] for it in items]) for shard, tid, items in whole])
+        for (_shard, _tid, items), ok in zip(whole, claimed):
+            if not ok:
+                rest.extend(items)
+                continue
+            self.stats["stored"] += len(items)
+            final_entry, final_rec, _ = items[-1]
+            self.on_complete(
+                StoreOutcome(
+                    "complete",
+                    final_entry,
+                    final_rec,
+                    payloads=[it[2] for it in items],
+                    records=[it[1] for it in items],
+                )
+            )
+        return rest

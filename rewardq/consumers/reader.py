@@ -1,0 +1,103 @@
+"""Reading: pull batches with ``XREADGROUP`` and hand them on, through Redis outages.
+
+:class:`StreamReader` is a collaborator of :class:`~rewardq.consumers.worker.Worker`: it is
+given the broker, the batch settings, the worker's stop and capacity events and the function
+that handles a batch, and runs one read loop per group of shards (:func:`read_groups`).
+
+A batch that fails on a Redis outage (after the connection's own retries, see
+:mod:`rewardq.queue.retry`) is not handled again here: its entries stay pending and are
+reclaimed after ``claim_idle``. The loop pauses by the policy's backoff and reads on. A
+vanished consumer group is created again; a refused permission and any other error end the
+loop (the worker then stops and says why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import NoPermissionError
+
+from rewardq.queue.aio import being_cancelled
+from rewardq.queue.broker import StreamBroker
+from rewardq.queue.connection import permission_error
+from rewardq.queue.entries import Entry
+from rewardq.queue.retry import backoff_delay, is_transient
+
+logger = logging.getLogger("rewardq.worker")
+
+
+def read_groups(shards: int, cluster: bool) -> list[list[int]]:
+    """The shards each read loop covers: all in one call on one Redis, one per loop on a cluster
+    (the cluster client refuses an ``XREADGROUP`` over streams in different slots)."""
+    return [[s] for s in range(shards)] if cluster else [list(range(shards))]
+
+
+def is_nogroup(exc: BaseException) -> bool:
+    """The group or stream vanished (deleted by an operator, or a Redis without persistence restarted)."""
+    text = str(exc)
+    return "NOGROUP" in text or "UNBLOCKED" in text
+
+
+class StreamReader:
+    """The worker's read loops (see the module doc).
+
+    Args:
+        broker: the worker's gateway to Redis.
+        handle: called with every non-empty batch; the loop waits for it before it reads again.
+        stopping: set when the worker stops; no read starts after it.
+        capacity: set while the worker can take more trajectories; a read waits for it.
+        batch_size: entries per stream and read.
+        block_ms: how long a read waits for entries (None: forever).
+        namespace, redis_url: named in the error when Redis refuses a permission.
+    """
+
+    def __init__(
+        self,
+        broker: StreamBroker,
+        *,
+        handle: Callable[[list[Entry]], Awaitable[None]],
+        stopping: asyncio.Event,
+        capacity: asyncio.Event,
+        batch_size: int,
+        block_ms: int | None,
+        namespace: str,
+        redis_url: str,
+    ) -> None:
+        self.broker = broker
+        self.handle = handle
+        self.stopping = stopping
+        self.capacity = capacity
+        self.batch_size = batch_size
+        self.block_ms = block_ms
+        self.namespace = namespace
+        self.redis_url = redis_url
+
+    async def run(self, shards: list[int]) -> None:
+        """Read and handle batches of ``shards`` until stopping."""
+        failures = 0
+        while not self.stopping.is_set():
+            await self.capacity.wait()
+            if self.stopping.is_set():
+                break
+            try:
+                entries = await self.broker.read(shards, self.batch_size, self.block_ms)
+                if entries:
+                    await self.handle(entries)
+                failures = 0
+            except Exception as exc:
+                if being_cancelled():
+                    raise asyncio.CancelledError from exc
+                if is_nogroup(exc):
+                    logger.warning("consumer group vanished; re-creating it")
+                    await self.broker.ensure_groups()
+                    continue
+                if isinstance(exc, NoPermissionError):
+                    raise permission_error(exc, self.namespace, self.redis_url) from None
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                pause = backoff_delay(failures, cap=5.0)
+                logger.warning("redis unavailable while reading (%s); reading again in %.2fs", exc, pause)
+                await asyncio.sleep(pause)

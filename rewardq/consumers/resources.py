@@ -1,0 +1,96 @@
+"""What a worker opens when it starts and closes when it stops, besides its Redis client.
+
+* :func:`open_broker`: agree on the shard count, build the :class:`StreamBroker`, create
+  the consumer groups;
+* :func:`build_manager`: the reward manager (and tokenizer) the config names;
+* :func:`serve_metrics`: the Prometheus endpoint of ``--metrics-port``;
+* :func:`close_manager`: the manager, its context and its scorer processes, each failure logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.exceptions import NoPermissionError
+
+from rewardq.config import WorkerConfig
+from rewardq.consumers.metrics import WorkerMetrics
+from rewardq.queue.broker import StreamBroker
+from rewardq.queue.connection import is_cluster_client, permission_error
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.meta import ensure_meta
+from rewardq.reward.base import ManagerContext, RewardManager
+
+logger = logging.getLogger("rewardq.worker")
+
+
+async def open_broker(client: Any, cfg: WorkerConfig, worker_name: str) -> StreamBroker:
+    """The worker's broker on the pipeline's shards, with every shard's consumer group created.
+
+    A Redis user that lacks a permission gets the error naming it (:func:`permission_error`).
+    """
+    probe = Keyspace(cfg.namespace, 1, cfg.group)
+    try:
+        shards = await ensure_meta(client, probe, cfg.shards)
+        broker = StreamBroker(
+            client,
+            Keyspace(cfg.namespace, shards, cfg.group),
+            worker=worker_name,
+            result_ttl=cfg.result_ttl,
+            lease_seconds=cfg.lease_seconds,
+            incomplete_timeout=cfg.incomplete_timeout,
+            keep_records=cfg.keep_records,
+            max_outputs=cfg.max_outputs,
+        )
+        await broker.ensure_groups()
+    except NoPermissionError as exc:
+        raise permission_error(exc, cfg.namespace, cfg.redis_url) from None
+    return broker
+
+
+def build_manager(cfg: WorkerConfig, client: Any, worker_name: str) -> tuple[RewardManager, Any]:
+    """The manager and tokenizer ``cfg`` names (not set up yet)."""
+    from rewardq.reward.factory import build_from_config
+
+    ctx = ManagerContext(
+        redis_url=cfg.redis_url,
+        namespace=cfg.namespace,
+        worker_name=worker_name,
+        cluster=is_cluster_client(client),
+    )
+    return build_from_config(cfg, ctx)
+
+
+def code_stats(manager: Any) -> Any:
+    """The manager's code-execution counters (None for a manager without a context)."""
+    return getattr(getattr(manager, "context", None), "code_stats", None)
+
+
+def serve_metrics(cfg: WorkerConfig, manager: Any, port: int) -> tuple[WorkerMetrics, int]:
+    """The worker's metrics, served on ``port`` (0 picks one); returns them and the bound port."""
+    stats = getattr(manager, "stats", None)
+    code = code_stats(manager)
+    served = WorkerMetrics(
+        cfg.manager,
+        limiter_stats=stats if callable(stats) else None,
+        code_stats=code.snapshot if code is not None else None,
+    )
+    bound = served.serve(port)
+    logger.info("metrics on http://0.0.0.0:%d/metrics", bound)
+    return served, bound
+
+
+async def close_manager(manager: RewardManager) -> None:
+    """Close the manager and its context, then its scorer processes; failures are logged, not raised."""
+    try:
+        await manager.close()
+        context = getattr(manager, "context", None)
+        if context is not None:
+            await context.aclose()
+    except Exception:
+        logger.exception("manager close failed")
+    try:
+        await manager.close_scoring()
+    except Exception:
+        logger.exception("closing the scorer processes failed")

@@ -1,0 +1,40 @@
+"""What a pipeline's processes settle before they serve: the shard count, and a worker's name.
+
+``<ns>:meta`` holds the shard count (and the wire schema version and creation time); the
+first producer or worker writes it and every later one must agree. A worker without a
+configured name gets :func:`default_worker_name`, its consumer name in the group.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from rewardq.errors import ConfigError
+from rewardq.queue.codec import SCHEMA_VERSION
+from rewardq.queue.keys import Keyspace
+
+
+async def ensure_meta(client: Any, ks: Keyspace, shards: int | None) -> int:
+    """Agree on the shard count through ``<ns>:meta``; returns the pipeline's shard count.
+
+    The first producer or worker writes it; later ones must ask for the same or nothing.
+    """
+    want = shards or 1
+    await client.hsetnx(ks.meta, "shards", want)
+    await client.hsetnx(ks.meta, "schema", SCHEMA_VERSION)
+    await client.hsetnx(ks.meta, "created_at", f"{time.time():.3f}")
+    have = int(await client.hget(ks.meta, "shards"))
+    if shards is not None and have != shards:
+        raise ConfigError(
+            f"namespace {ks.namespace!r} already uses shards={have}, but shards={shards} "
+            "was asked for; use the same value everywhere (or a new namespace)"
+        )
+    return have
+
+
+def default_worker_name() -> str:
+    """``<host>-<pid>-<random>``: unique per process, readable in ``rewardq status``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
