@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -331,6 +332,20 @@ class Drain:
         if n <= 0 or name not in self.first_snap or name not in self.last_snap:
             return None
         return 1000.0 * (self.last_snap[name] - self.first_snap[name]) / n
+
+    def row_fields(self, nt: int, no: int) -> dict[str, Any]:
+        """The :class:`Row` fields this drain of ``nt`` trajectories holding ``no`` outputs measured:
+        completions, time, rates, CPU per completion (worker and Redis, where snapshotted), status."""
+        rate = self.rate
+        return dict(
+            trajectories=self.last_count,
+            seconds=self.seconds,
+            traj_per_s=rate,
+            outputs_per_s=(rate * no / nt) if rate else None,
+            cpu_ms=self.per_completion_ms("cpu"),
+            redis_cpu_ms=self.per_completion_ms("redis"),
+            status="ok" if self.complete else "partial",
+        )
 
     @property
     def rate(self) -> float | None:

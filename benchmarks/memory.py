@@ -56,20 +56,14 @@ def one(s: Settings, cleanup: Cleanup, backlog: int) -> Row:
             f"{no} outputs waiting, Redis +{grown_mb:.0f} MB, filled in {fill_s:.0f}s; "
             f"RSS now {rss_kb / 1024 if rss_kb else float('nan'):.0f} MB"
         )
-        rate = d.rate
         return Row(
             "rewardq",
             "memory",
             1,
             backlog=nt,
-            trajectories=d.last_count,
-            seconds=d.seconds,
-            traj_per_s=rate,
-            outputs_per_s=(rate * no / nt) if rate else None,
             rss_mb=hwm,
-            cpu_ms=d.per_completion_ms("cpu"),
-            status="ok" if d.complete else "partial",
             note="; ".join(notes),
+            **d.row_fields(nt, no),
             extra={"redis_mb": grown_mb, "fill_s": fill_s, "rss_now_mb": (rss_kb or 0) / 1024},
         )
     finally:

@@ -183,26 +183,18 @@ def run(s: Settings, cleanup: Cleanup, trivial: bool = False) -> list[Row]:
                 alive=child.alive,
                 snaps={"cpu": child.cpu_seconds, "redis": lambda: redis_cpu_seconds(r)},
             )
-            rate = d.rate
-            done_out = round(no * d.last_count / nt) if nt else 0
             rows.append(
                 Row(
                     system,
                     "throughput",
                     1,
-                    trajectories=d.last_count,
-                    outputs=done_out,
-                    seconds=d.seconds,
-                    traj_per_s=rate,
-                    outputs_per_s=(rate * no / nt) if rate else None,
+                    outputs=round(no * d.last_count / nt) if nt else 0,
                     rss_mb=child.peak_rss_mb(),
-                    cpu_ms=d.per_completion_ms("cpu"),
-                    redis_cpu_ms=d.per_completion_ms("redis"),
-                    status="ok" if d.complete else "partial",
                     check=check_rewards(r, prefix, [wl[i] for i in range(0, nt, max(1, nt // 50))], trivial),
                     note=("plain redis-py loop, trivial scorer" if baseline else "queue only, trivial scorer")
                     if trivial
                     else "plain redis-py loop",
+                    **d.row_fields(nt, no),
                 )
             )
         if "latency" in s.phases and baseline:

@@ -210,23 +210,16 @@ def throughput(s: Settings, cleanup: Cleanup, workers: int, keep_first: bool = F
             if not os.path.exists(spy.out):
                 note += f"; py-spy failed: {err.strip()[-200:]}"
             spy = None
-        rate = d.rate
         sample = [wl[i] for i in range(0, nt, max(1, nt // 50))]
         row = Row(
             "rewardq",
             "throughput",
             workers,
-            trajectories=d.last_count,
             outputs=round(no * d.last_count / nt) if nt else 0,
-            seconds=d.seconds,
-            traj_per_s=rate,
-            outputs_per_s=(rate * no / nt) if rate else None,
             rss_mb=rss,
-            cpu_ms=d.per_completion_ms("cpu"),
-            redis_cpu_ms=d.per_completion_ms("redis"),
-            status="ok" if d.complete else "partial",
             check=check_rewards(r, ns, sample, s.scorer),
             note=note,
+            **d.row_fields(nt, no),
         )
         if not d.complete and not all(c.alive() for c in children):
             row.status = f"error: a worker died ({children[0].log_tail(300)})"

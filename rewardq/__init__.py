@@ -10,8 +10,23 @@ child process, say) does not pay for redis, numpy and msgpack.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+from rewardq._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from rewardq.errors import (
+        BackpressureTimeout,
+        ConfigError,
+        RecordError,
+        RewardqError,
+        RewardTimeout,
+        ScoringError,
+    )
+    from rewardq.producers.aio import AsyncRewardClient
+    from rewardq.producers.client import RewardClient
+    from rewardq.producers.core import ClientSettings
+    from rewardq.queue.results import RewardResult
 
 __version__ = "0.1.0"
 
@@ -28,16 +43,22 @@ _EXPORTS = {
     "RewardTimeout": "rewardq.errors",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "AsyncRewardClient",
+    "BackpressureTimeout",
+    "ClientSettings",
+    "ConfigError",
+    "RecordError",
+    "RewardClient",
+    "RewardResult",
+    "RewardTimeout",
+    "RewardqError",
+    "ScoringError",
+    "__version__",
+]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rewardq' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -81,11 +81,11 @@ def procs(tmp_path):
 
 @pytest.fixture
 async def naive():
+    """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
     from rewardq.reward.base import ManagerContext, ScoringSettings
     from rewardq.reward.managers.naive import NaiveRewardManager
-    from tests.support.isolation import TOK
+    from tests.support.records import TOK
 
-    """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
     made: list = []
 
     def make(fn, **settings) -> NaiveRewardManager:

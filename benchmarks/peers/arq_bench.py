@@ -58,7 +58,6 @@ class ArqPeer(base.Peer):
         self.loop = asyncio.new_event_loop()
         self.queue = f"{self.prefix}:queue"
         self.pool: Any = self.loop.run_until_complete(self._pool())
-        self.n = 0
 
     async def _pool(self) -> Any:
         from arq import create_pool
@@ -71,20 +70,16 @@ class ArqPeer(base.Peer):
 
         return [PYTHON, "-m", "benchmarks.peers.arq_bench"]
 
-    def _id(self) -> str:
-        self.n += 1
-        return f"{self.prefix}-{self.n}"
-
     def enqueue_many(self, payloads: Iterable[dict]) -> None:
         async def go() -> None:
             for p in payloads:
-                await self.pool.enqueue_job("score", p, _job_id=self._id())
+                await self.pool.enqueue_job("score", p, _job_id=self.job_id())
 
         self.loop.run_until_complete(go())
 
     def call(self, payload: dict, timeout: float) -> dict:
         async def go() -> dict:
-            job = await self.pool.enqueue_job("score", payload, _job_id=self._id())
+            job = await self.pool.enqueue_job("score", payload, _job_id=self.job_id())
             return await job.result(timeout=timeout, poll_delay=0.001)
 
         return self.loop.run_until_complete(go())

@@ -37,6 +37,7 @@ class Peer(ABC):
         self.s = s
         self.prefix = s.prefix(self.name)
         self.env = {"BENCH_REDIS_URL": s.redis_url, "BENCH_PREFIX": self.prefix, "BENCH_SCORER": s.scorer}
+        self._jobs = 0
 
     @abstractmethod
     def worker_cmd(self) -> list[str]:
@@ -59,6 +60,11 @@ class Peer(ABC):
 
     def payload(self, traj: Trajectory) -> dict:
         return traj.job_payload()
+
+    def job_id(self) -> str:
+        """A fresh job id carrying the run's prefix (for peers whose jobs are named by the client)."""
+        self._jobs += 1
+        return f"{self.prefix}-{self._jobs}"
 
 
 def check(r: Any, prefix: str, trajs: list[Trajectory], scorer: str) -> str:
@@ -90,20 +96,12 @@ def run(peer: Peer, cleanup: Cleanup) -> list[Row]:
                 alive=child.alive,
                 snaps={"cpu": child.cpu_seconds, "redis": lambda: redis_cpu_seconds(r)},
             )
-            rate = d.rate
             row = Row(
                 peer.name,
                 "throughput",
                 1,
-                trajectories=d.last_count,
                 outputs=round(no * d.last_count / nt),
-                seconds=d.seconds,
-                traj_per_s=rate,
-                outputs_per_s=(rate * no / nt) if rate else None,
                 rss_mb=child.peak_rss_mb(),
-                cpu_ms=d.per_completion_ms("cpu"),
-                redis_cpu_ms=d.per_completion_ms("redis"),
-                status="ok" if d.complete else "partial",
                 note=peer.settings_note,
                 check=check(
                     r,
@@ -111,6 +109,7 @@ def run(peer: Peer, cleanup: Cleanup) -> list[Row]:
                     [wl[i] for i in range(0, max(1, d.last_count), max(1, d.last_count // 50))],
                     s.scorer,
                 ),
+                **d.row_fields(nt, no),
             )
             if not child.alive():
                 row.status = f"error: worker exited ({child.log_tail(300)})"

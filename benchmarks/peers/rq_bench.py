@@ -38,7 +38,6 @@ class RQPeer(base.Peer):
         self.r = connect(s.redis_url)
         self.queue = Queue(self.prefix, connection=self.r)
         self.worker_name = f"{self.prefix}-w"
-        self.n = 0
 
     def worker_cmd(self) -> list[str]:
         from benchmarks.common import PYTHON
@@ -60,16 +59,12 @@ class RQPeer(base.Peer):
             self.prefix,
         ]
 
-    def _id(self) -> str:
-        self.n += 1
-        return f"{self.prefix}-{self.n}"
-
     def enqueue_many(self, payloads: Iterable[dict]) -> None:
         from rq import Queue
 
         batch = []
         for p in payloads:
-            batch.append(Queue.prepare_data(score, (p,), job_id=self._id(), result_ttl=0))
+            batch.append(Queue.prepare_data(score, (p,), job_id=self.job_id(), result_ttl=0))
             if len(batch) >= 500:
                 self._flush(batch)
                 batch = []
@@ -82,7 +77,7 @@ class RQPeer(base.Peer):
             pipe.execute()
 
     def call(self, payload: dict, timeout: float) -> dict:
-        job = self.queue.enqueue(score, payload, job_id=self._id(), result_ttl=60)
+        job = self.queue.enqueue(score, payload, job_id=self.job_id(), result_ttl=60)
         res = job.latest_result(timeout=max(1, int(timeout)))
         if res is None or res.return_value is None:
             raise TimeoutError(f"rq: no result for {job.id} ({None if res is None else res.type})")

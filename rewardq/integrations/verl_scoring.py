@@ -35,6 +35,7 @@ import numpy as np
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, RecordError, RewardTimeout, ScoringError
+from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
 
 logger = logging.getLogger("rewardq.verl")
@@ -150,21 +151,9 @@ def session_id_for(kwargs: Mapping[str, Any]) -> str:
     return f"{_plain_or_self(given)}.{tail}" if given is not None else tail
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if hasattr(value, "detach") and hasattr(value, "tolist"):
-        return value.detach().cpu().tolist()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    raise TypeError(f"cannot serialise a value of type {type(value).__name__}")
-
-
 def _encodable(value: Any) -> bool:
     try:
-        msgpack.packb(value, default=_plain, use_bin_type=True)
+        msgpack.packb(value, default=plain_value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError):
         return False
     return True

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -34,6 +35,18 @@ __all__ = ["dead_letters", "KINDS"]
 #: Kinds of dead letters the workers write (see rewardq.queue.deadletters).
 KINDS = ("invalid", "conflict", "scoring", "exhausted", "incomplete")
 _kind_option = click.option("--kind", type=click.Choice(KINDS), default=None, help="Only dead letters of this kind.")
+
+
+def _selection_options(all_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``REF...``, the pipeline options, ``--all`` and ``--kind``: which dead letters ``retry`` and
+    ``purge`` act on (see :func:`_select`)."""
+
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = _kind_option(f)
+        f = click.option("--all", "every", is_flag=True, help=all_help)(f)
+        return click.argument("refs", nargs=-1)(pipeline_options(f))
+
+    return wrap
 
 
 def _letters(p: Any, incomplete_timeout: float = 600.0) -> Any:
@@ -214,10 +227,7 @@ def show(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, as
 
 
 @dead_letters.command()
-@click.argument("refs", nargs=-1)
-@pipeline_options
-@click.option("--all", "every", is_flag=True, help="Retry every dead letter (of --kind).")
-@_kind_option
+@_selection_options("Retry every dead letter (of --kind).")
 @click.option(
     "--incomplete-timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -273,10 +283,7 @@ def retry(
 
 
 @dead_letters.command()
-@click.argument("refs", nargs=-1)
-@pipeline_options
-@click.option("--all", "every", is_flag=True, help="Purge every dead letter (of --kind, older than --older-than).")
-@_kind_option
+@_selection_options("Purge every dead letter (of --kind, older than --older-than).")
 @click.option(
     "--older-than",
     type=click.FloatRange(min=0),

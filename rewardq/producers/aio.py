@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,8 +21,6 @@ from rewardq.producers.core import (
     check_keys,
     finished_tids,
     parse_results,
-    prepare_output,
-    prepare_trajectory,
     settings_from_kwargs,
 )
 from rewardq.queue.aio import being_cancelled
@@ -74,30 +71,14 @@ class AsyncRewardClient(ClientBase):
     async def _gate(self, shards: Iterable[int]) -> None:
         ks = await self.keyspace()
         for shard in set(shards) & self._backlog.full:
-            deadline = time.monotonic() + self._backlog.timeout
-            delay = 0.01
-            while True:
-                length = int(await self.r.xlen(ks.stream(shard)))
-                self._backlog.note(shard, length)
-                if shard not in self._backlog.full:
-                    break
-                if time.monotonic() >= deadline:
-                    raise self._backlog.error(shard, length)
+            wait = self._backlog.waiting(shard)
+            while (delay := wait.after(int(await self.r.xlen(ks.stream(shard))))) is not None:
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
 
     async def _send(self, puts: list[Put]) -> None:
         await self._gate(p.shard for p in puts)
-        ks = await self.keyspace()
-        shards = sorted({p.shard for p in puts})
-        pipe = self.r.pipeline(transaction=not self.cluster and len(shards) == 1)  # one wake-up (see client.py)
-        for p in puts:
-            pipe.xadd(ks.stream(p.shard), p.fields)
-        for shard in shards:
-            pipe.xlen(ks.stream(shard))
-        replies = await pipe.execute()
-        for shard, length in zip(shards, replies[len(puts) :]):
-            self._backlog.note(shard, int(length))
+        pipe, shards = self._send_pipeline(await self.keyspace(), puts)
+        self._backlog.note_all(shards, (await pipe.execute())[len(puts) :])
 
     async def put_output(
         self,
@@ -108,32 +89,14 @@ class AsyncRewardClient(ClientBase):
         sample: Mapping[str, Any] | None = None,
         final: bool = False,
     ) -> str:
-        put = prepare_output(
-            await self.keyspace(),
-            uid,
-            session_id,
-            index,
-            output,
-            sample,
-            final=final,
-            max_bytes=self.settings.max_record_bytes,
-            max_outputs=self.settings.max_outputs,
-        )
+        put = self._prepare_output(await self.keyspace(), uid, session_id, index, output, sample, final)
         await self._send([put])
         return put.key
 
     async def put_trajectory(
         self, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Mapping[str, Any] | None = None
     ) -> list[str]:
-        puts = prepare_trajectory(
-            await self.keyspace(),
-            uid,
-            session_id,
-            outputs,
-            sample,
-            max_bytes=self.settings.max_record_bytes,
-            max_outputs=self.settings.max_outputs,
-        )
+        puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
         await self._send(puts)
         return [p.key for p in puts]
 
@@ -141,11 +104,7 @@ class AsyncRewardClient(ClientBase):
         keys = check_keys(keys)
         if not keys:
             return {}
-        ks = await self.keyspace()
-        pipe = self.r.pipeline(transaction=False)
-        for k in keys:
-            pipe.hgetall(ks.reward_key(k))
-        return parse_results(keys, await pipe.execute())
+        return parse_results(keys, await self._reward_pipeline(await self.keyspace(), keys).execute())
 
     async def get_reward(self, key: str) -> RewardResult | None:
         return (await self.get_rewards([key]))[key]

@@ -22,8 +22,6 @@ from rewardq.producers.core import (
     check_keys,
     finished_tids,
     parse_results,
-    prepare_output,
-    prepare_trajectory,
     settings_from_kwargs,
 )
 from rewardq.queue.connection import connect_sync
@@ -69,31 +67,14 @@ class RewardClient(ClientBase):
     def _gate(self, shards: Iterable[int]) -> None:
         for shard in set(shards) & self._backlog.full:
             stream = self.keyspace.stream(shard)
-            deadline = time.monotonic() + self._backlog.timeout
-            delay = 0.01
-            while True:
-                length = int(self.r.xlen(stream))
-                self._backlog.note(shard, length)
-                if shard not in self._backlog.full:
-                    break
-                if time.monotonic() >= deadline:
-                    raise self._backlog.error(shard, length)
+            wait = self._backlog.waiting(shard)
+            while (delay := wait.after(int(self.r.xlen(stream)))) is not None:
                 time.sleep(delay)
-                delay = min(delay * 2, 0.5)
 
     def _send(self, puts: list[Put]) -> None:
         self._gate(p.shard for p in puts)
-        ks = self.keyspace
-        # one Redis, one shard: MULTI/EXEC, so a worker blocked in XREADGROUP wakes once with
-        # every output instead of after the first XADD (one read + store round trip less)
-        pipe = self.r.pipeline(transaction=not self.cluster and len({p.shard for p in puts}) == 1)
-        for p in puts:
-            pipe.xadd(ks.stream(p.shard), p.fields)
-        for shard in sorted({p.shard for p in puts}):
-            pipe.xlen(ks.stream(shard))
-        replies = pipe.execute()
-        for shard, length in zip(sorted({p.shard for p in puts}), replies[len(puts) :]):
-            self._backlog.note(shard, int(length))
+        pipe, shards = self._send_pipeline(self.keyspace, puts)
+        self._backlog.note_all(shards, pipe.execute()[len(puts) :])
 
     # -- producing ---------------------------------------------------------------------------
     def put_output(
@@ -112,17 +93,7 @@ class RewardClient(ClientBase):
         ``num_turns``, ``extra_fields``, ``reward_score``. Mark the last output ``final=True``.
         Raises RecordError naming the bad field.
         """
-        put = prepare_output(
-            self.keyspace,
-            uid,
-            session_id,
-            index,
-            output,
-            sample,
-            final=final,
-            max_bytes=self.settings.max_record_bytes,
-            max_outputs=self.settings.max_outputs,
-        )
+        put = self._prepare_output(self.keyspace, uid, session_id, index, output, sample, final)
         self._send([put])
         return put.key
 
@@ -130,15 +101,7 @@ class RewardClient(ClientBase):
         self, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Mapping[str, Any] | None = None
     ) -> list[str]:
         """Push all outputs of a trajectory at once (the last is final); returns their keys."""
-        puts = prepare_trajectory(
-            self.keyspace,
-            uid,
-            session_id,
-            outputs,
-            sample,
-            max_bytes=self.settings.max_record_bytes,
-            max_outputs=self.settings.max_outputs,
-        )
+        puts = self._prepare_trajectory(self.keyspace, uid, session_id, outputs, sample)
         self._send(puts)
         return [p.key for p in puts]
 
@@ -148,10 +111,7 @@ class RewardClient(ClientBase):
         keys = check_keys(keys)
         if not keys:
             return {}
-        pipe = self.r.pipeline(transaction=False)
-        for k in keys:
-            pipe.hgetall(self.keyspace.reward_key(k))
-        return parse_results(keys, pipe.execute())
+        return parse_results(keys, self._reward_pipeline(self.keyspace, keys).execute())
 
     def get_reward(self, key: str) -> RewardResult | None:
         return self.get_rewards([key])[key]

@@ -165,6 +165,52 @@ class ClientBase:
         self._ks: Keyspace | None = None
         self._backlog = Backlog(s.max_backlog, s.backpressure_timeout)
 
+    def _prepare_output(
+        self, ks: Keyspace, uid: Any, session_id: Any, index: Any, output: Any, sample: Any, final: bool
+    ) -> Put:
+        s = self.settings
+        return prepare_output(
+            ks,
+            uid,
+            session_id,
+            index,
+            output,
+            sample,
+            final=final,
+            max_bytes=s.max_record_bytes,
+            max_outputs=s.max_outputs,
+        )
+
+    def _prepare_trajectory(
+        self, ks: Keyspace, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Any
+    ) -> list[Put]:
+        s = self.settings
+        return prepare_trajectory(
+            ks, uid, session_id, outputs, sample, max_bytes=s.max_record_bytes, max_outputs=s.max_outputs
+        )
+
+    def _send_pipeline(self, ks: Keyspace, puts: list[Put]) -> tuple[Any, list[int]]:
+        """A pipeline holding one XADD per put, then one XLEN per shard touched; returns it and
+        those shards (the order of the XLEN replies after the ``len(puts)`` XADD replies).
+
+        One Redis, one shard: MULTI/EXEC, so a worker blocked in XREADGROUP wakes once with every
+        output instead of after the first XADD (one read + store round trip less).
+        """
+        shards = sorted({p.shard for p in puts})
+        pipe = self.r.pipeline(transaction=not self.cluster and len(shards) == 1)
+        for p in puts:
+            pipe.xadd(ks.stream(p.shard), p.fields)
+        for shard in shards:
+            pipe.xlen(ks.stream(shard))
+        return pipe, shards
+
+    def _reward_pipeline(self, ks: Keyspace, keys: list[str]) -> Any:
+        """A pipeline holding one HGETALL per key's reward hash (parse the replies with parse_results)."""
+        pipe = self.r.pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(ks.reward_key(k))
+        return pipe
+
     def _keyspace_from_meta(self, have: Any) -> Keyspace:
         """The keyspace for the shard count ``<ns>:meta`` holds; refuses a mismatch."""
         from rewardq.errors import ConfigError
@@ -207,9 +253,39 @@ class Backlog:
         else:
             self.full.discard(shard)
 
+    def note_all(self, shards: Sequence[int], lengths: Iterable[Any]) -> None:
+        for shard, length in zip(shards, lengths):
+            self.note(shard, int(length))
+
+    def waiting(self, shard: int) -> BacklogWait:
+        """Start waiting for a full ``shard`` to drain (see :class:`BacklogWait`)."""
+        return BacklogWait(self, shard)
+
     def error(self, shard: int, length: int) -> BackpressureTimeout:
         return BackpressureTimeout(
             f"shard {shard} still holds {length} unprocessed entries (max_backlog={self.max_backlog}) after "
             f"waiting {self.timeout:g}s; start more workers (`rewardq worker`), check them with "
             "`rewardq status`, or raise max_backlog"
         )
+
+
+class BacklogWait:
+    """One wait for a full shard to drain: the caller polls XLEN and sleeps as :meth:`after` says,
+    0.01 s doubling up to 0.5 s, for at most the backlog's timeout."""
+
+    def __init__(self, backlog: Backlog, shard: int) -> None:
+        self.backlog = backlog
+        self.shard = shard
+        self.deadline = time.monotonic() + backlog.timeout
+        self.delay = 0.01
+
+    def after(self, length: int) -> float | None:
+        """Note the shard's ``length``: None once it has room, else the seconds to sleep before the
+        next poll. Raises BackpressureTimeout once the wait has lasted the timeout."""
+        self.backlog.note(self.shard, length)
+        if self.shard not in self.backlog.full:
+            return None
+        if time.monotonic() >= self.deadline:
+            raise self.backlog.error(self.shard, length)
+        delay, self.delay = self.delay, min(self.delay * 2, 0.5)
+        return delay

@@ -185,8 +185,9 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return np.frombuffer(data, dtype=dtype)
 
 
-def _plain(obj: Any) -> Any:
-    """msgpack ``default`` hook for values in ``sample`` / ``extra_fields``."""
+def plain_value(obj: Any) -> Any:
+    """msgpack ``default`` hook for values in ``sample`` / ``extra_fields``: numpy and torch values
+    as Python numbers and lists, sets and tuples as lists; anything else raises TypeError."""
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, np.ndarray):
@@ -257,7 +258,7 @@ def encode_output(
         "sample": check_dict(sample, "sample"),
     }
     try:
-        data = msgpack.packb(record, default=_plain, use_bin_type=True)
+        data = msgpack.packb(record, default=plain_value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         field_name = "sample" if "sample" in str(exc) else "extra_fields/sample"
         raise RecordError(

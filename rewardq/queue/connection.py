@@ -88,36 +88,31 @@ def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: An
     url, cluster = split_cluster(url, cluster)
     scripts_once = kwargs.pop("scripts_once", False)
     opts = {**_common(False), **kwargs}
-    if cluster:  # the cluster client has its own rules for MOVED and failover; see rewardq.queue.retry
-        if scripts_once:
-            opts["cluster_error_retry_attempts"] = 1
-        opts.pop("health_check_interval", None)
-        opts.pop("retry_on_error", None)
-        return aredis.RedisCluster.from_url(url, **opts)
-    pool = aredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
-        timeout=opts.pop("pool_timeout", 30),
-        **opts,
-    )
-    return aredis.Redis.from_pool(pool)
+    if cluster and scripts_once:
+        opts["cluster_error_retry_attempts"] = 1
+    return _client(aredis, url, cluster, opts)
 
 
 def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any) -> Any:
     """A blocking client (``redis.Redis`` or ``redis.RedisCluster``) for ``url``."""
     url, cluster = split_cluster(url, cluster)
-    opts = {**_common(True), **kwargs}
-    if cluster:  # the cluster client has its own retry rules (MOVED, failover): left as they are
+    return _client(redis, url, cluster, {**_common(True), **kwargs})
+
+
+def _client(lib: Any, url: str, cluster: bool, opts: dict[str, Any]) -> Any:
+    """``lib.RedisCluster``, or ``lib.Redis`` on a blocking pool; ``lib`` is ``redis`` or ``redis.asyncio``
+    (the same names in both)."""
+    if cluster:  # the cluster client has its own rules for MOVED and failover; see rewardq.queue.retry
         opts.pop("health_check_interval", None)
         opts.pop("retry_on_error", None)
-        return redis.RedisCluster.from_url(url, **opts)
-    pool = redis.BlockingConnectionPool.from_url(
+        return lib.RedisCluster.from_url(url, **opts)
+    pool = lib.BlockingConnectionPool.from_url(
         url,
         max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
         timeout=opts.pop("pool_timeout", 30),
         **opts,
     )
-    return redis.Redis.from_pool(pool)
+    return lib.Redis.from_pool(pool)
 
 
 def is_cluster_client(client: Any) -> bool:

@@ -288,17 +288,8 @@ class FleetRateLimiter(_LimiterBase):
         holder_prefix: names the slot holders (default ``host:pid``).
     """
 
-    def __init__(
-        self,
-        redis: Any,
-        key: str,
-        max_rpm: float | None = None,
-        max_tpm: float | None = None,
-        max_concurrent: int | None = 1,
-        lease_seconds: float = 30.0,
-        **kw: Any,
-    ) -> None:
-        super().__init__(max_rpm, max_tpm, max_concurrent, lease_seconds, **kw)
+    def __init__(self, redis: Any, key: str, **limits: Any) -> None:
+        super().__init__(**limits)
         self.redis = redis
         self.key = key
         self._script = redis.register_script(scripts.standalone("ratelimit"))
@@ -326,15 +317,8 @@ class LocalRateLimiter(_LimiterBase):
     Limits hold only within this process; use it when there is no Redis to share state in.
     """
 
-    def __init__(
-        self,
-        max_rpm: float | None = None,
-        max_tpm: float | None = None,
-        max_concurrent: int | None = 1,
-        lease_seconds: float = 30.0,
-        **kw: Any,
-    ) -> None:
-        super().__init__(max_rpm, max_tpm, max_concurrent, lease_seconds, **kw)
+    def __init__(self, **limits: Any) -> None:
+        super().__init__(**limits)
         self._buckets: dict[str, tuple[float, float]] = {}
         self._slots: dict[str, float] = {}
 

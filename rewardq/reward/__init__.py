@@ -11,9 +11,9 @@ processes import it).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rewardq._lazy import lazy_getattr
 from rewardq.reward.base import ManagerContext, RewardManager, normalize_result
 from rewardq.reward.registry import get_manager_class, known_managers, register
 
@@ -63,13 +63,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rewardq.reward' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -140,6 +140,22 @@ def module_name_for(path: str) -> str:
     return f"{FILE_MODULE_PREFIX}{stem}_{digest}"
 
 
+def import_file_as(path: str, name: str) -> ModuleType | None:
+    """Run the Python file ``path`` as the module ``name``, registered in ``sys.modules`` (and
+    taken out again if running it raises); None if ``path`` cannot be imported as Python."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
 def _load_file(path: str) -> ModuleType:
     expanded = os.path.expanduser(path)
     if not os.path.exists(expanded):
@@ -150,16 +166,12 @@ def _load_file(path: str) -> ModuleType:
     if not os.path.isfile(expanded):
         raise ConfigError(f"reward function path {path!r} is a directory; give the .py file inside it")
     name = module_name_for(expanded)
-    spec = importlib.util.spec_from_file_location(name, expanded)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"cannot import {path!r} as Python; the reward function file must be a .py file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        module = import_file_as(expanded, name)
     except Exception as exc:
-        sys.modules.pop(name, None)
         raise ConfigError(f"importing reward function file {path!r} failed: {type(exc).__name__}: {exc}") from exc
+    if module is None:
+        raise ConfigError(f"cannot import {path!r} as Python; the reward function file must be a .py file")
     logger.debug("loaded reward function file %s as module %s", expanded, name)
     return module
 

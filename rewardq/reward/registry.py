@@ -103,7 +103,7 @@ def _is_file(target: str) -> bool:
 
 def _import_file(path: str) -> ModuleType:
     """Import a manager file once, under the stable name :mod:`rewardq.reward.loader` gives files."""
-    from rewardq.reward.loader import module_name_for
+    from rewardq.reward.loader import import_file_as, module_name_for
 
     expanded = os.path.expanduser(path)
     if not os.path.isfile(expanded):
@@ -111,16 +111,9 @@ def _import_file(path: str) -> ModuleType:
     name = module_name_for(expanded)
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, expanded)
-    if spec is None or spec.loader is None:
+    module = import_file_as(expanded, name)
+    if module is None:
         raise ImportError(f"{path!r} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
     return module
 
 

@@ -20,11 +20,12 @@ import yaml
 
 from rewardq.demo.data import make_trajectories
 from rewardq.logs import JsonFormatter
-from rewardq.ops.worker import overrides_from_flags, parse_manager_options, worker_argv
+from rewardq.ops import worker as ops_worker
+from rewardq.ops.worker import overrides_from_flags, parse_manager_options
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
-from tests.support.cli_procs import wait_for
+from tests.support.cli_procs import wait_for, worker_argv
 
 pytestmark = pytest.mark.slow
 
@@ -34,28 +35,22 @@ def tokenizer():
     return load_tokenizer(None)
 
 
-def _worker_args(url: str, ns: str, name: str, *extra: str) -> list[str]:
-    return [
-        "worker",
-        "--redis-url",
-        url,
-        "--namespace",
-        ns,
-        "--manager",
-        "naive",
-        "--tokenizer",
-        "builtin:demo",
-        "--name",
-        name,
-        *extra,
-    ]
-
-
 def test_two_worker_processes_score_500_trajectories_exactly_once(procs, redis_url, ns, sync_redis, tokenizer):
     # Given `rewardq worker --processes 2`: a supervisor of two worker processes on a two-shard namespace
     sup = procs.start(
-        _worker_args(
-            redis_url, ns, "w", "--processes", "2", "--shards", "2", "--batch-size", "32", "--log-level", "WARNING"
+        worker_argv(
+            redis_url,
+            ns,
+            "w",
+            "--processes",
+            "2",
+            "--shards",
+            "2",
+            "--batch-size",
+            "32",
+            "--log-level",
+            "WARNING",
+            manager="naive",
         ),
         tag="sup",
     )
@@ -215,7 +210,7 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
     }
     started = {name: procs.start(args, env=env, tag=name) for name, (args, env) in cases.items()}
     # ... and a healthy worker that gets SIGTERM while still starting up (importing torch, building its manager)
-    early = procs.start(_worker_args(redis_url, ns, "early"), tag="early")
+    early = procs.start(worker_argv(redis_url, ns, "early", manager="naive"), tag="early")
     wait_for(lambda: "effective config" in early.stderr(), 30, "the worker's first log line", procs=[early])
     early.popen.send_signal(signal.SIGTERM)
     rc = {name: p.wait(60) for name, p in started.items()}
@@ -279,7 +274,7 @@ def test_only_given_flags_become_overrides_and_round_trip_to_argv():
         "manager_options": {"a": 1, "b": {"c": "x"}},
         "reward_fn_kwargs": {"k": 2},
     }
-    assert worker_argv(params) == [
+    assert ops_worker.worker_argv(params) == [
         "--config",
         "c.yaml",
         "--redis-url",

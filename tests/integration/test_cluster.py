@@ -29,8 +29,9 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue import scripts
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace, key_slot
+from tests.support.cli_procs import worker_argv
 from tests.support.cluster import ClusterStartError, LocalCluster
-from tests.support.helpers import SAMPLE, Hang, output, running_workers, worker_config
+from tests.support.helpers import SAMPLE, Hang, output, running_workers, stop_while_scoring, worker_config
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
 
@@ -193,23 +194,21 @@ def cli_worker(url: str, ns: str, name: str, log_path: Path) -> Iterator[subproc
                 sys.executable,
                 "-m",
                 "rewardq",
-                "worker",
-                "--redis-url",
-                url,
-                "--namespace",
-                ns,
-                "--shards",
-                str(SHARDS),
-                "--manager",
-                "tests.support.managers:LengthManager",
-                "--name",
-                name,
-                "--batch-size",
-                "32",
-                "--claim-idle",
-                "1",
-                "--log-level",
-                "WARNING",
+                *worker_argv(
+                    url,
+                    ns,
+                    name,
+                    "--shards",
+                    str(SHARDS),
+                    "--batch-size",
+                    "32",
+                    "--claim-idle",
+                    "1",
+                    "--log-level",
+                    "WARNING",
+                    manager="tests.support.managers:LengthManager",
+                    tokenizer=None,
+                ),
             ],
             cwd=REPO,
             env=env,
@@ -341,17 +340,7 @@ async def test_graceful_stop_hands_back_on_the_cluster(redis_cluster, cns, rc):
     client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
     keys = client.put_trajectory(uid, "s", [output(2, 5)], SAMPLE)
     # Given a worker stopped while scoring (release.lua hands the trajectory back)
-    a = Worker(
-        worker_config(cns, url, name="A", shards=SHARDS, shutdown_grace=0.2, claim_idle=30.0), manager=Hang(None)
-    )
-    task = asyncio.create_task(a.run())
-    for _ in range(100):
-        if a.in_flight:
-            break
-        await asyncio.sleep(0.05)
-    assert a.in_flight
-    a.request_stop("test")
-    await task
+    await stop_while_scoring(worker_config(cns, url, name="A", shards=SHARDS, shutdown_grace=0.2, claim_idle=30.0))
     assert not rc.hget(ks.traj_key(f"{uid}_s"), "lease")
     # Then the next worker picks it up at once, although claim_idle is 30 s
     async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS, claim_idle=30.0):

@@ -20,7 +20,7 @@ import pytest
 
 from rewardq import RewardClient
 from rewardq.reward.tokenizer import load_tokenizer
-from tests.support.cli_procs import wait_for
+from tests.support.cli_procs import wait_for, worker_argv
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -100,16 +100,10 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(procs, redis_url, n
     # Given a worker process (holding a secret in its environment) using the local runner with short timeouts
     name = f"code-{uuid.uuid4().hex[:6]}"
     worker = procs.start(
-        [
-            "worker",
-            "--redis-url",
+        worker_argv(
             redis_url,
-            "--namespace",
             ns,
-            "--name",
             name,
-            "--tokenizer",
-            "builtin:demo",
             "--metrics-port",
             "0",
             "--concurrency",
@@ -124,7 +118,7 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(procs, redis_url, n
             "code_local_max_concurrent=4",
             "--log-level",
             "INFO",
-        ],
+        ),
         env={"REWARDQ_TEST_SECRET": SECRET},
         tag="code",
     )

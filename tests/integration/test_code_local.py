@@ -10,23 +10,19 @@ import logging
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from rewardq.consumers.batch import build_batch
 from rewardq.errors import CodeSandboxError
-from rewardq.queue.codec import OutputRecord
 from rewardq.reward.codeexec.cases import prime_module_source
 from rewardq.reward.codeexec.runtime import CodeRuntime
 from rewardq.reward.codeexec.sandbox import HARNESS, LocalSandbox, Program, RunSpec, parse_report
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.factory import build_manager
 from rewardq.reward.scoring import compute_score_async
-from rewardq.reward.tokenizer import load_tokenizer
+from tests.support.records import TOK, trajectory_batch
 
 pytestmark = pytest.mark.timeout(300)
 
-TOK = load_tokenizer("builtin:demo")
 SQUARES = json.dumps({"inputs": ["1\n", "2\n", "3\n"], "outputs": ["1\n", "4\n", "9\n"]})
 PROGRAMS = {
     "right": ("n = int(input())\nprint(n * n)", 1.0, "passed"),
@@ -90,17 +86,8 @@ async def test_a_cancelled_scoring_kills_its_sandbox():
 
 
 def _batch(program: str, data_source: str = "codeforces"):
-    text = f"```python\n{program}\n```"
-    rec = OutputRecord(
-        uid="u",
-        session_id="s",
-        index=0,
-        final=True,
-        prompt_ids=np.asarray(TOK.encode("Square it."), dtype=np.int32),
-        response_ids=np.asarray(TOK.encode(text) + [TOK.eos_token_id], dtype=np.int32),
-        sample={"data_source": data_source, "reward_model": {"ground_truth": SQUARES}, "extra_info": {}},
-    )
-    return build_batch([rec])
+    sample = {"data_source": data_source, "reward_model": {"ground_truth": SQUARES}, "extra_info": {}}
+    return trajectory_batch(f"```python\n{program}\n```", sample=sample, prompt="Square it.", eos=True)
 
 
 @pytest.mark.parametrize("manager", ["naive", "dapo", "gdpo", "limited", "remote"])

@@ -15,7 +15,7 @@ from rewardq import AsyncRewardClient, RewardClient
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.factory import build_manager
 from rewardq.reward.tokenizer import load_tokenizer
-from tests.support.cli_procs import wait_for
+from tests.support.cli_procs import wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.sandbox_standin import Standin
 
@@ -43,16 +43,10 @@ def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(procs, redi
     # Given two worker processes sharing sandbox_fusion_max_concurrent=4, each willing to score 32 at once
     def worker(name: str):
         return procs.start(
-            [
-                "worker",
-                "--redis-url",
+            worker_argv(
                 redis_url,
-                "--namespace",
                 ns,
-                "--name",
                 name,
-                "--tokenizer",
-                "builtin:demo",
                 "--concurrency",
                 "32",
                 "--manager-option",
@@ -63,7 +57,7 @@ def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(procs, redi
                 "sandbox_fusion_memory_limit_mb=256",
                 "--log-level",
                 "WARNING",
-            ],
+            ),
             tag=name,
         )
 

@@ -6,7 +6,7 @@ request out at once)."""
 from __future__ import annotations
 
 from rewardq import RewardClient
-from tests.support.cli_procs import wait_for
+from tests.support.cli_procs import wait_for, worker_argv
 from tests.support.helpers import SAMPLE, output
 
 RPM = 120  # a bucket of 2 requests, refilled at 2/s
@@ -16,17 +16,9 @@ N = 24  # 2 at once, then 22 at 2/s: ~11 s together
 def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, sync_redis):
     # Given two worker processes running `rate_limited` with max_rpm=120, both alive before any work arrives
     def args(name):
-        return [
-            "worker",
-            "--redis-url",
+        return worker_argv(
             redis_url,
-            "--namespace",
             ns,
-            "--manager",
-            "rate_limited",
-            "--tokenizer",
-            "builtin:demo",
-            "--name",
             name,
             "--manager-option",
             f"max_rpm={RPM}",
@@ -39,7 +31,8 @@ def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, syn
             "1",
             "--log-level",
             "WARNING",
-        ]
+            manager="rate_limited",
+        )
 
     workers = [procs.start(args(f"lim{i}"), tag=f"lim{i}") for i in range(2)]
     wait_for(

@@ -7,7 +7,6 @@ on request are in ``tests/support/misbehaving.py``: the response text says what 
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import uuid
@@ -20,7 +19,8 @@ from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.conftest import _delete_namespace
-from tests.support.cli_procs import wait_for
+from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.isolation import alive
 from tests.support.proc_worker import WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -41,14 +41,6 @@ def push(client: RewardClient, text: str, *, ground_truth: str = "ok") -> str:
     sample = {"data_source": "test", "reward_model": {"ground_truth": ground_truth}}
     (key,) = client.put_trajectory(f"u-{uuid.uuid4().hex[:10]}", "0", [output], sample)
     return key
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def marked_pids(marks: Path, verb: str) -> list[int]:
@@ -200,25 +192,18 @@ def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(procs
     # Given two worker processes under the supervisor, with a custom manager that runs in
     # the worker's own process and an async reward function it calls
     sup = procs.start(
-        [
-            "worker",
+        worker_argv(
+            redis_url,
+            ns,
+            "crash",
             "--processes",
             "2",
-            "--redis-url",
-            redis_url,
-            "--namespace",
-            ns,
-            "--manager",
-            MANAGER,
-            "--tokenizer",
-            "builtin:demo",
             "--reward-fn",
             f"{MISBEHAVING}:misbehave_async",
             "--claim-idle",
             "3",
-            "--name",
-            "crash",
-        ],
+            manager=MANAGER,
+        ),
         env={
             "REWARDQ_LEASE_SECONDS": "2.5",
             "REWARDQ_HEARTBEAT_INTERVAL": "0.5",

@@ -7,19 +7,17 @@ import asyncio
 import time
 from contextlib import asynccontextmanager
 
-import numpy as np
 import pytest
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError
-from rewardq.queue.codec import OutputRecord
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.managers.limited import LimitedRewardManager
-from rewardq.reward.tokenizer import load_tokenizer
-
-TOK = load_tokenizer("builtin:demo")
+from tests.support.helpers import PeakCounter
+from tests.support.managers import set_up_managers
+from tests.support.records import TOK, record
 
 
 def trajectory(response: str = "The answer is 42", ground_truth: str = "42", extra_info=None) -> object:
@@ -28,38 +26,31 @@ def trajectory(response: str = "The answer is 42", ground_truth: str = "42", ext
         "reward_model": {"ground_truth": ground_truth},
         "extra_info": dict(extra_info or {"split": "test"}),
     }
-    records = [
-        OutputRecord(
-            uid="u",
-            session_id="s",
-            index=i,
-            final=i == 1,
-            prompt_ids=np.array(TOK.encode("Question?"), dtype=np.int32),
-            response_ids=np.array(TOK.encode(response if i == 1 else "thinking"), dtype=np.int32),
-            num_turns=i + 1,
-            extra_fields={"judge_hint": f"h{i}"},
-            reward_score=0.5,
-            sample=sample,
-        )
-        for i in range(2)
-    ]
-    return build_batch(records)
+    return build_batch(
+        [
+            record(
+                i,
+                response if i == 1 else "thinking",
+                final=i == 1,
+                sample=sample,
+                prompt="Question?",
+                num_turns=i + 1,
+                extra_fields={"judge_hint": f"h{i}"},
+                reward_score=0.5,
+            )
+            for i in range(2)
+        ]
+    )
 
 
 @pytest.fixture
 async def managers(redis_url, ns):
-    made = []
-
-    async def make(fn, *, redis: bool = True, worker: str = "w0", **options):
+    def build(fn, *, redis: bool = True, worker: str = "w0", **options):
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker)
-        m = LimitedRewardManager(TOK, fn, context=ctx, **options)
-        made.append(m)
-        await m.setup()
-        return m
+        return LimitedRewardManager(TOK, fn, context=ctx, **options)
 
-    yield make
-    for m in made:
-        await m.close()
+    async with set_up_managers(build) as make:
+        yield make
 
 
 async def judge(data_source, solution_str, ground_truth, extra_info):
@@ -183,37 +174,31 @@ async def test_two_managers_share_one_rate_through_redis(managers, limits):
 
 
 async def test_concurrency_limit_holds_across_managers(managers):
-    active, peak = 0, 0
+    at_once = PeakCounter()
 
     async def slow(**kw):
-        nonlocal active, peak
-        active += 1
-        peak = max(peak, active)
-        await asyncio.sleep(0.1)
-        active -= 1
+        with at_once:
+            await asyncio.sleep(0.1)
         return 1.0
 
     a = await managers(slow, worker="w1", max_concurrent=2)
     b = await managers(slow, worker="w2", max_concurrent=2)
     outs = await asyncio.wait_for(asyncio.gather(*(m.run_single(trajectory()) for m in [a, b] * 4)), 20)
-    assert len(outs) == 8 and peak == 2
+    assert len(outs) == 8 and at_once.peak == 2
 
 
 async def test_without_redis_the_limits_hold_in_process(managers):
-    active, peak = 0, 0
+    at_once = PeakCounter()
 
     async def slow(**kw):
-        nonlocal active, peak
-        active += 1
-        peak = max(peak, active)
-        await asyncio.sleep(0.05)
-        active -= 1
+        with at_once:
+            await asyncio.sleep(0.05)
         return 1.0
 
     m = await managers(slow, redis=False, max_concurrent=1, max_rpm=6000)
     assert isinstance(m.limiter, LocalRateLimiter)
     outs = await asyncio.gather(*(m.run_single(trajectory()) for _ in range(4)))
-    assert [o["reward_score"] for o in outs] == [1.0] * 4 and peak == 1
+    assert [o["reward_score"] for o in outs] == [1.0] * 4 and at_once.peak == 1
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.support.cli_procs import wait_for
+from tests.support.cli_procs import wait_for, worker_argv
 
 pytestmark = pytest.mark.slow
 
@@ -19,21 +19,7 @@ pytestmark = pytest.mark.slow
 def test_produce_reports_bad_lines_and_scores_the_rest(procs, redis_url, ns, sync_redis, tmp_path):
     # Given a worker (starting in the background) and a 40-line file from `rewardq generate`
     worker = procs.start(
-        [
-            "worker",
-            "--redis-url",
-            redis_url,
-            "--namespace",
-            ns,
-            "--manager",
-            "naive",
-            "--tokenizer",
-            "builtin:demo",
-            "--name",
-            "pw",
-            "--log-level",
-            "WARNING",
-        ],
+        worker_argv(redis_url, ns, "pw", "--log-level", "WARNING", manager="naive"),
         tag="worker",
     )
     path = tmp_path / "rollouts.jsonl"

@@ -10,7 +10,15 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import RewardManager
 from rewardq.reward.rows import last_row, valid_response_ids
-from tests.support.helpers import SAMPLE, Hang, abandon_worker, output, running_workers, worker_config
+from tests.support.helpers import (
+    SAMPLE,
+    Hang,
+    abandon_worker,
+    output,
+    running_workers,
+    stop_while_scoring,
+    worker_config,
+)
 
 
 class Overlap(RewardManager):
@@ -61,14 +69,7 @@ async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(ns, redis
     client = RewardClient.from_url(redis_url, namespace=ns)
     (key,) = client.put_trajectory("handed", "0", [output(2, 5)], SAMPLE)
     # Given a worker stopping (SIGTERM) while it scores a trajectory that outlasts its grace
-    a = Worker(worker_config(ns, redis_url, name="A", shutdown_grace=0.3), manager=Hang(None))
-    task = asyncio.create_task(a.run())
-    for _ in range(100):
-        if a.in_flight:
-            break
-        await asyncio.sleep(0.05)
-    a.request_stop("test")
-    await task
+    await stop_while_scoring(worker_config(ns, redis_url, name="A", shutdown_grace=0.3))
     # Then the attempt its lease counted is taken back when it hands the trajectory back
     assert sync_redis.hget(ks.traj(0, "handed_0"), "attempts") == b"0"
     Overlap.running = Overlap.most = 0

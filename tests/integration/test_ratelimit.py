@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from rewardq.errors import ConfigError
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter, bucket_take
+from tests.support.helpers import PeakCounter
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -158,19 +159,16 @@ async def test_concurrency_slots_are_shared_and_released(make):
     limiters = [make(max_concurrent=2, lease_seconds=5), make(max_concurrent=2, lease_seconds=5)]
     if isinstance(limiters[0], LocalRateLimiter):
         limiters = [limiters[0], limiters[0]]  # one process: one limiter object
-    active, peak = 0, 0
+    at_once = PeakCounter()
 
     async def job(i):
-        nonlocal active, peak
         async with limiters[i % 2].slot() as holder:
             assert holder
-            active += 1
-            peak = max(peak, active)
-            await asyncio.sleep(0.15)
-            active -= 1
+            with at_once:
+                await asyncio.sleep(0.15)
 
     await asyncio.wait_for(asyncio.gather(*(job(i) for i in range(6))), timeout=20)
-    assert peak == 2
+    assert at_once.peak == 2
     assert sum(lim.stats()["slot"]["waits"] for lim in set(limiters)) >= 3
     async with limiters[0].slot(), limiters[1].slot():  # all released: two are free again
         assert await limiters[0]._slot_op("slot", "third") > 0

@@ -13,7 +13,15 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
 from rewardq.reward.base import RewardManager
-from tests.support.helpers import SAMPLE, Hang, output, running_workers, worker_config
+from tests.support.helpers import (
+    SAMPLE,
+    Hang,
+    output,
+    running_workers,
+    stop_while_scoring,
+    until_in_flight,
+    worker_config,
+)
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
 
@@ -51,11 +59,7 @@ async def test_live_lease_is_respected_while_owner_renews(ns, redis_url):
     keys = client.put_trajectory("slow", "s", [output(2, 2)], SAMPLE)
     LengthManager.calls = []
     async with running_workers(ns, redis_url, [Slow(None)]) as (a,):
-        for _ in range(100):  # the slow worker has taken it ...
-            if a.in_flight:
-                break
-            await asyncio.sleep(0.05)
-        assert a.in_flight
+        assert await until_in_flight(a)  # the slow worker has taken it ...
         # ... and a second worker, started now, would reclaim it after claim_idle if the lease lapsed
         async with running_workers(ns, redis_url, [LengthManager(None)], name_prefix="b"):
             res = await asyncio.to_thread(client.wait_rewards, keys, 20)
@@ -67,14 +71,8 @@ async def test_live_lease_is_respected_while_owner_renews(ns, redis_url):
 async def test_graceful_stop_hands_back_and_another_worker_finishes(ns, redis_url, sync_redis):
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("h", "s", [output(2, 5)], SAMPLE)
-    a = Worker(worker_config(ns, redis_url, name="A", shutdown_grace=0.2, claim_idle=30.0), manager=Hang(None))
-    task = asyncio.create_task(a.run())
-    for _ in range(100):
-        if a.in_flight:
-            break
-        await asyncio.sleep(0.05)
-    a.request_stop("test")
-    await task  # returns normally: hands the trajectory back instead of hanging
+    # returns normally: hands the trajectory back instead of hanging
+    await stop_while_scoring(worker_config(ns, redis_url, name="A", shutdown_grace=0.2, claim_idle=30.0))
     assert not sync_redis.hget(Keyspace(ns).traj_key("h_s"), "lease")
     # claim_idle is 30 s, yet the handed-back entry is picked up at once
     async with running_workers(ns, redis_url, [LengthManager(None)], claim_idle=30.0):

@@ -24,6 +24,15 @@ def _rq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
+def _exit_and_log(w: WorkerProcess) -> tuple[int, str]:
+    """``w``'s exit code (it must exit by itself within 120 s; it is killed either way) and its log."""
+    try:
+        code = w.wait(120)
+    finally:
+        w.kill()
+    return code, w.log()
+
+
 def test_acl_user_without_rights_on_the_namespace_gets_one_line_from_status_and_worker(tmp_path):
     with RedisServer(password="admin-pw") as srv:
         admin = srv.client()
@@ -37,12 +46,9 @@ def test_acl_user_without_rights_on_the_namespace_gets_one_line_from_status_and_
         assert "NOPERM" in lines[0] and "~locked:*" in lines[0] and "'narrow'" in lines[0], lines
         assert "narrow-pw" not in out.stderr and "this is a bug" not in out.stderr
         # a worker on it: the same one line, and an exit code that says "fix the setting"
-        w = WorkerProcess(url, "locked", cli=True, log_dir=tmp_path, name="narrow-w", manager="naive")
-        try:
-            code = w.wait(120)
-        finally:
-            w.kill()
-        log = w.log()
+        code, log = _exit_and_log(
+            WorkerProcess(url, "locked", cli=True, log_dir=tmp_path, name="narrow-w", manager="naive")
+        )
         assert code == 2, log
         assert "Traceback" not in log and "this is a bug" not in log, log
         errors = [line for line in log.splitlines() if "NOPERM" in line]
@@ -60,12 +66,9 @@ def test_worker_started_before_redis_waits_visibly_then_serves(tmp_path):
     url = f"redis://127.0.0.1:{port}/0"
     # with a connect timeout: gives up after it, exit 3, having said what it waited for
     t0 = time.monotonic()
-    w = WorkerProcess(url, "early", cli=True, log_dir=tmp_path, name="gives-up", manager="naive", connect_timeout=2)
-    try:
-        code = w.wait(120)
-    finally:
-        w.kill()
-    log = w.log()
+    code, log = _exit_and_log(
+        WorkerProcess(url, "early", cli=True, log_dir=tmp_path, name="gives-up", manager="naive", connect_timeout=2)
+    )
     assert code == 3, log
     assert "redis not reachable yet (attempt 1" in log and "--connect-timeout 2s" in log, log
     assert 2 <= time.monotonic() - t0 < 60

@@ -83,6 +83,20 @@ class Procs:
                 p.popen.wait(timeout=10)
 
 
+def worker_argv(
+    redis_url: str,
+    ns: str,
+    name: str,
+    *extra: str,
+    manager: str | None = None,
+    tokenizer: str | None = "builtin:demo",
+) -> list[str]:
+    """``worker --redis-url URL --namespace NS [--manager M] [--tokenizer T] --name NAME *extra``:
+    the arguments of a ``rewardq worker`` on a test's namespace (no ``--manager``: the default one)."""
+    chosen = [*(["--manager", manager] if manager else []), *(["--tokenizer", tokenizer] if tokenizer else [])]
+    return ["worker", "--redis-url", redis_url, "--namespace", ns, *chosen, "--name", name, *extra]
+
+
 def wait_for(
     predicate: Callable[[], object], timeout: float, what: str, poll: float = 0.05, procs: Sequence[Proc] = ()
 ) -> object:

@@ -53,6 +53,22 @@ def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> d
     }
 
 
+class PeakCounter:
+    """Counts the callers inside ``with counter:``; ``peak`` is the most that were ever inside at once."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.peak = 0
+
+    def __enter__(self) -> PeakCounter:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.active -= 1
+
+
 SAMPLE = {"data_source": "test", "reward_model": {"ground_truth": "42"}, "extra_info": {"split": "train"}}
 
 
@@ -92,6 +108,25 @@ class Hang(RewardManager):
 
     async def run_single(self, data):
         await asyncio.sleep(3600)
+
+
+async def until_in_flight(w: Worker) -> bool:
+    """Wait (up to 5 s) until ``w`` is scoring something; returns whether it is."""
+    for _ in range(100):
+        if w.in_flight:
+            break
+        await asyncio.sleep(0.05)
+    return bool(w.in_flight)
+
+
+async def stop_while_scoring(cfg: WorkerConfig) -> None:
+    """Run a worker on ``cfg`` whose manager never returns, and stop it (as SIGTERM does) once it
+    is scoring a trajectory; returns when it has stopped (handing the trajectory back)."""
+    w = Worker(cfg, manager=Hang(None))
+    task = asyncio.create_task(w.run())
+    assert await until_in_flight(w)
+    w.request_stop("test")
+    await task
 
 
 async def abandon_worker(w: Any) -> None:

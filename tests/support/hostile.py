@@ -73,6 +73,17 @@ BIG = 10**12
 DEEP = b"\x91" * 5000 + b"\x01"  # 5000 nested one-element lists: past msgpack's nesting limit
 
 
+def invalid(name: str, key: str, data: bytes | Callable[[], bytes] | None, reason: str) -> Case:
+    """A raw entry for ``key`` that workers must dead-letter as invalid, answering ``key`` with an
+    error naming ``reason``; ``data`` may be a function (called when the case is sent)."""
+    return Case(
+        name,
+        lambda r, c, ks: xadd(r, ks, key, data() if callable(data) else data),
+        errors={key: reason},
+        dead=["invalid"],
+    )
+
+
 def cases(
     p: str = "h", *, big_payload: int = 2 * 1024 * 1024, reward: Callable[[list[int]], float] = lambda ids: len(ids)
 ) -> list[Case]:
@@ -85,12 +96,7 @@ def cases(
     k = f"{p}big_s_{BIG}"
     good = float(reward(GOOD["response_ids"]))
     return [
-        Case(
-            "huge index, raw",
-            lambda r, c, ks: xadd(r, ks, k, raw_record(f"{p}big", "s", BIG)),
-            errors={k: f"index: {BIG} is too large"},
-            dead=["invalid"],
-        ),
+        invalid("huge index, raw", k, lambda: raw_record(f"{p}big", "s", BIG), f"index: {BIG} is too large"),
         Case(
             "huge index after a stored output",
             lambda r, c, ks: (
@@ -101,86 +107,52 @@ def cases(
             dead=["invalid"],
             maybe=["conflict"],  # output 0 stored after the trajectory failed: it arrived late
         ),
-        Case(
+        invalid(
             "index just past max_outputs, raw",
-            lambda r, c, ks: xadd(
-                r, ks, f"{p}edge_s_{defaults.MAX_OUTPUTS}", raw_record(f"{p}edge", "s", defaults.MAX_OUTPUTS)
-            ),
-            errors={f"{p}edge_s_{defaults.MAX_OUTPUTS}": "is too large"},
-            dead=["invalid"],
+            f"{p}edge_s_{defaults.MAX_OUTPUTS}",
+            lambda: raw_record(f"{p}edge", "s", defaults.MAX_OUTPUTS),
+            "is too large",
         ),
-        Case(
-            "index -1, raw",
-            lambda r, c, ks: xadd(r, ks, f"{p}neg_s_0", raw_record(f"{p}neg", "s", -1)),
-            errors={f"{p}neg_s_0": "index: must be >= 0"},
-            dead=["invalid"],
-        ),
-        Case(
-            "not msgpack (the redis-cli example)",
-            lambda r, c, ks: xadd(r, ks, f"{p}garb_s_0", b"hello"),
-            errors={f"{p}garb_s_0": "not a valid msgpack record"},
-            dead=["invalid"],
-        ),
-        Case(
-            "a msgpack list",
-            lambda r, c, ks: xadd(r, ks, f"{p}list_s_0", msgpack.packb([1, 2, 3])),
-            errors={f"{p}list_s_0": "expected a msgpack map"},
-            dead=["invalid"],
-        ),
-        Case(
-            "no data field",
-            lambda r, c, ks: xadd(r, ks, f"{p}nodata_s_0", None),
-            errors={f"{p}nodata_s_0": "has no binary 'data' field"},
-            dead=["invalid"],
-        ),
-        Case(
+        invalid("index -1, raw", f"{p}neg_s_0", lambda: raw_record(f"{p}neg", "s", -1), "index: must be >= 0"),
+        invalid("not msgpack (the redis-cli example)", f"{p}garb_s_0", b"hello", "not a valid msgpack record"),
+        invalid("a msgpack list", f"{p}list_s_0", lambda: msgpack.packb([1, 2, 3]), "expected a msgpack map"),
+        invalid("no data field", f"{p}nodata_s_0", None, "has no binary 'data' field"),
+        invalid(
             "oversize payload",
-            lambda r, c, ks: xadd(r, ks, f"{p}huge_s_0", raw_record(f"{p}huge", "s", 0, pad="x" * big_payload)),
-            errors={f"{p}huge_s_0": "exceeds max_record_bytes"},
-            dead=["invalid"],
+            f"{p}huge_s_0",
+            lambda: raw_record(f"{p}huge", "s", 0, pad="x" * big_payload),
+            "exceeds max_record_bytes",
         ),
-        Case(
-            "deep nesting",
-            lambda r, c, ks: xadd(r, ks, f"{p}deep_s_0", DEEP),
-            errors={f"{p}deep_s_0": "not a valid msgpack record"},
-            dead=["invalid"],
-        ),
-        Case(
+        invalid("deep nesting", f"{p}deep_s_0", DEEP, "not a valid msgpack record"),
+        invalid(
             "NaN log-probabilities, raw",
-            lambda r, c, ks: xadd(
-                r,
-                ks,
-                f"{p}nanlp_s_0",
-                raw_record(f"{p}nanlp", "s", 0, response_logprobs=msgpack.ExtType(3, b"\x00\x00\xc0\x7f" * 2)),
-            ),
-            errors={f"{p}nanlp_s_0": "response_logprobs: entry 0 is nan"},
-            dead=["invalid"],
+            f"{p}nanlp_s_0",
+            lambda: raw_record(f"{p}nanlp", "s", 0, response_logprobs=msgpack.ExtType(3, b"\x00\x00\xc0\x7f" * 2)),
+            "response_logprobs: entry 0 is nan",
         ),
-        Case(
+        invalid(
             "infinite reward_score, raw",
-            lambda r, c, ks: xadd(r, ks, f"{p}inf_s_0", raw_record(f"{p}inf", "s", 0, reward_score=float("inf"))),
-            errors={f"{p}inf_s_0": "reward_score: is inf"},
-            dead=["invalid"],
+            f"{p}inf_s_0",
+            lambda: raw_record(f"{p}inf", "s", 0, reward_score=float("inf")),
+            "reward_score: is inf",
         ),
-        Case(
+        invalid(
             "int key nested in the sample, raw",
-            lambda r, c, ks: xadd(
-                r, ks, f"{p}intkey_s_0", raw_record(f"{p}intkey", "s", 0, sample={"reward_model": {1: "x"}})
-            ),
-            errors={f"{p}intkey_s_0": "int is not allowed for map key"},
-            dead=["invalid"],
+            f"{p}intkey_s_0",
+            lambda: raw_record(f"{p}intkey", "s", 0, sample={"reward_model": {1: "x"}}),
+            "int is not allowed for map key",
         ),
-        Case(
+        invalid(
             "unknown schema version",
-            lambda r, c, ks: xadd(r, ks, f"{p}ver_s_0", raw_record(f"{p}ver", "s", 0, v=99)),
-            errors={f"{p}ver_s_0": "unknown schema version 99"},
-            dead=["invalid"],
+            f"{p}ver_s_0",
+            lambda: raw_record(f"{p}ver", "s", 0, v=99),
+            "unknown schema version 99",
         ),
-        Case(
+        invalid(
             "token ids as a plain list",
-            lambda r, c, ks: xadd(r, ks, f"{p}ids_s_0", raw_record(f"{p}ids", "s", 0, prompt_ids=[1, 2])),
-            errors={f"{p}ids_s_0": "prompt_ids: must be a packed integer array"},
-            dead=["invalid"],
+            f"{p}ids_s_0",
+            lambda: raw_record(f"{p}ids", "s", 0, prompt_ids=[1, 2]),
+            "prompt_ids: must be a packed integer array",
         ),
         Case(
             "entry key does not match the record",

@@ -4,14 +4,17 @@ Loaded by workers as ``--manager tests.support.managers:EchoManager`` (the opera
 configuration naming the code, as in production). Every output key gets its own reward,
 computed from that output's own response ids by :func:`expected_reward`, so a test can
 check each key's value and would notice results written to the wrong key.
+
+:func:`set_up_managers` is the fixture body of tests that build managers in-process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,25 @@ import numpy as np
 
 from rewardq.reward.base import RewardManager
 from rewardq.reward.rows import non_tensor, valid_response_ids
+
+
+@contextlib.asynccontextmanager
+async def set_up_managers(
+    build: Callable[..., RewardManager],
+) -> AsyncIterator[Callable[..., Awaitable[RewardManager]]]:
+    """Yields ``make(*args, **kw)``: a manager from ``build(*args, **kw)``, set up; every manager
+    made is closed on exit."""
+    made: list[RewardManager] = []
+
+    async def make(*args: Any, **kw: Any) -> RewardManager:
+        m = build(*args, **kw)
+        made.append(m)
+        await m.setup()
+        return m
+
+    yield make
+    for m in made:
+        await m.close()
 
 
 def expected_reward(response_ids: Sequence[int]) -> float:

@@ -9,18 +9,17 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import numpy as np
 import pytest
 
 from rewardq.config import translate_verl_reward
-from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.queue.codec import OutputRecord
 from rewardq.reward.factory import build_manager
 from rewardq.reward.managers.disrm import DisRMRewardManager
-from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
+from rewardq.reward.tokenizer import DEMO_PATH
+from tests.support.managers import set_up_managers
+from tests.support.records import TOK as POLICY_TOK
+from tests.support.records import trajectory_batch
 
-POLICY_TOK = load_tokenizer("builtin:demo")
 RAW_PROMPT = [{"role": "system", "content": "You are a judge."}, {"role": "user", "content": "What is 6*7?"}]
 # the reward model's template starts with its BOS, as Llama's does; the manager strips it
 TEMPLATE = (
@@ -106,9 +105,7 @@ def rm_tokenizer_dir(tmp_path):
 
 @pytest.fixture
 async def make(server, rm_tokenizer_dir):
-    made = []
-
-    async def factory(**kw):
+    def build(**kw):
         options = dict(
             base_url=server.url,
             model="rm-7b",
@@ -119,33 +116,15 @@ async def make(server, rm_tokenizer_dir):
             timeout=5.0,
         )
         options.update(kw)
-        m = DisRMRewardManager(POLICY_TOK, None, **options)
-        made.append(m)
-        await m.setup()
-        return m
+        return DisRMRewardManager(POLICY_TOK, None, **options)
 
-    yield factory
-    for m in made:
-        await m.close()
+    async with set_up_managers(build) as factory:
+        yield factory
 
 
 def trajectory(raw_prompt=RAW_PROMPT, response="The answer is 42"):
     sample = {"data_source": "rm", "reward_model": {"ground_truth": None}, "raw_prompt": raw_prompt}
-    records = [
-        OutputRecord(
-            uid="u",
-            session_id="s",
-            index=i,
-            final=i == 1,
-            prompt_ids=np.array(POLICY_TOK.encode("What is 6*7?"), dtype=np.int32),
-            response_ids=np.array(
-                POLICY_TOK.encode(response if i == 1 else "call tool") + [POLICY_TOK.eos_token_id], dtype=np.int32
-            ),
-            sample=sample,
-        )
-        for i in range(2)
-    ]
-    return build_batch(records)
+    return trajectory_batch("call tool", response, sample=sample, prompt="What is 6*7?", eos=True)
 
 
 async def test_vllm_classify_request_and_score(make, server):

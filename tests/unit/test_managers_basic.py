@@ -18,9 +18,9 @@ from rewardq.reward.managers.dapo import DAPORewardManager
 from rewardq.reward.managers.gdpo import GDPORewardManager
 from rewardq.reward.managers.naive import NaiveRewardManager
 from rewardq.reward.rows import non_tensor
-from rewardq.reward.tokenizer import load_tokenizer
+from tests.support import records
+from tests.support.records import TOK
 
-TOK = load_tokenizer("builtin:demo")
 GSM8K = {
     "data_source": "openai/gsm8k",
     "reward_model": {"ground_truth": "72", "style": "rule"},
@@ -29,41 +29,16 @@ GSM8K = {
 }
 
 
-def record(
-    index: int,
-    response: str | list[int],
-    *,
-    sample: dict = GSM8K,
-    final: bool = False,
-    num_turns: int | None = None,
-    extra_fields: dict | None = None,
-    reward_score: float | None = None,
-    response_mask: list[int] | None = None,
-    prompt: str = "Natalia sold clips. How many?",
-    eos: bool = True,
-) -> OutputRecord:
+PROMPT = "Natalia sold clips. How many?"
+
+
+def record(index: int, response: str | list[int], **kw) -> OutputRecord:
     """One output whose response is ``response`` encoded with the demo tokenizer (+ EOS)."""
-    ids = TOK.encode(response) if isinstance(response, str) else list(response)
-    if eos:
-        ids = ids + [TOK.eos_token_id]
-    return OutputRecord(
-        uid="u1",
-        session_id="s1",
-        index=index,
-        final=final,
-        prompt_ids=np.asarray(TOK.encode(prompt), dtype=np.int32),
-        response_ids=np.asarray(ids, dtype=np.int32),
-        response_mask=None if response_mask is None else np.asarray(response_mask, dtype=np.uint8),
-        num_turns=num_turns,
-        extra_fields=extra_fields or {},
-        reward_score=reward_score,
-        sample=sample,
-    )
+    return records.record(index, response, **{"sample": GSM8K, "prompt": PROMPT, "eos": True, **kw})
 
 
 def batch(*responses: str, **kw):
-    n = len(responses)
-    return build_batch([record(i, r, final=i == n - 1, **kw) for i, r in enumerate(responses)])
+    return records.trajectory_batch(*responses, **{"sample": GSM8K, "prompt": PROMPT, "eos": True, **kw})
 
 
 class Recorder:

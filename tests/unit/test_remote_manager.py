@@ -9,18 +9,17 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.queue.codec import OutputRecord
 from rewardq.reward.managers.remote import RemoteRewardManager
-from rewardq.reward.tokenizer import load_tokenizer
 from tests.support import remote_scorers
+from tests.support.isolation import alive
+from tests.support.managers import set_up_managers
+from tests.support.records import TOK, record
 
 SCORERS = str(Path(__file__).parents[1] / "support" / "remote_scorers.py")
-TOK = load_tokenizer("builtin:demo")
 
 
 def trajectory(
@@ -31,48 +30,27 @@ def trajectory(
         "reward_model": {"ground_truth": ground_truth},
         "extra_info": dict(extra_info or {"split": "test"}),
     }
-    records = []
-    for i in range(n):
-        final = i == n - 1
-        text = response if final else f"turn {i}"
-        records.append(
-            OutputRecord(
-                uid="u",
-                session_id="s",
-                index=i,
-                final=final,
-                prompt_ids=np.array(TOK.encode("What is it?"), dtype=np.int32),
-                response_ids=np.array(TOK.encode(text), dtype=np.int32),
+    return build_batch(
+        [
+            record(
+                i,
+                response if i == n - 1 else f"turn {i}",
+                final=i == n - 1,
+                sample=sample,
+                prompt="What is it?",
                 num_turns=2 * (i + 1),
                 extra_fields={"tool_calls": i + 1, "turn": f"t{i}"},
-                reward_score=0.25 if final else None,
-                sample=sample,
+                reward_score=0.25 if i == n - 1 else None,
             )
-        )
-    return build_batch(records)
+            for i in range(n)
+        ]
+    )
 
 
 @pytest.fixture
 async def managers():
-    made = []
-
-    async def make(**kw):
-        m = RemoteRewardManager(TOK, **kw)
-        made.append(m)
-        await m.setup()
-        return m
-
-    yield make
-    for m in made:
-        await m.close()
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    async with set_up_managers(lambda **kw: RemoteRewardManager(TOK, **kw)) as make:
+        yield make
 
 
 async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(managers):

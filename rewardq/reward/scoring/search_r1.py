@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rewardq.errors import ScoringError
@@ -72,15 +72,21 @@ def _targets(ground_truth: Any) -> Any:
     return ground_truth["target"]
 
 
+def _matched(solution_str: str, ground_truth: Any, check: Callable[[str, Any], Any]) -> bool | None:
+    """None when the solution has no answer tag, else whether ``check(answer, targets)`` holds."""
+    targets = _targets(ground_truth)
+    answer = extract_solution(solution_str)
+    return None if answer is None else bool(check(answer, targets))
+
+
 def compute_score(
     solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0, score: float = 1.0
 ) -> float:
     """Exact-match reward (see the module docstring). ``method`` is accepted and ignored, as in verl."""
-    targets = _targets(ground_truth)
-    answer = extract_solution(solution_str)
-    if answer is None:
+    matched = _matched(solution_str, ground_truth, em_check)
+    if matched is None:
         return 0.0
-    if not em_check(answer, targets):
+    if not matched:
         return float(format_score)
     if solution_str.count("<answer>") > MAX_ANSWER_TAGS or solution_str.count("</answer>") > MAX_ANSWER_TAGS:
         return float(score) / 4
@@ -91,8 +97,7 @@ def compute_score_subem(
     solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0, score: float = 1.0
 ) -> float:
     """Substring-match variant: a golden answer contained in the extracted answer counts."""
-    targets = _targets(ground_truth)
-    answer = extract_solution(solution_str)
-    if answer is None:
+    matched = _matched(solution_str, ground_truth, subem_check)
+    if matched is None:
         return 0.0
-    return float(score) if subem_check(answer, targets) else float(format_score)
+    return float(score) if matched else float(format_score)

@@ -1,0 +1,55 @@
+"""Output records and one-trajectory batches encoded with the demo tokenizer, for manager tests.
+
+The uid and session id are fixed (``u`` / ``s``): a batch never carries them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rewardq.consumers.batch import build_batch
+from rewardq.queue.codec import OutputRecord
+from rewardq.reward.tokenizer import load_tokenizer
+
+TOK = load_tokenizer("builtin:demo")
+
+
+def record(
+    index: int,
+    response: str | list[int],
+    *,
+    sample: dict,
+    final: bool = False,
+    prompt: str = "Q?",
+    eos: bool = False,
+    num_turns: int | None = None,
+    extra_fields: dict | None = None,
+    reward_score: float | None = None,
+    response_mask: list[int] | None = None,
+) -> OutputRecord:
+    """Output ``index`` whose response is ``response`` (text, encoded, or ids), plus EOS with ``eos``."""
+    ids = TOK.encode(response) if isinstance(response, str) else list(response)
+    if eos:
+        ids = ids + [TOK.eos_token_id]
+    return OutputRecord(
+        uid="u",
+        session_id="s",
+        index=index,
+        final=final,
+        prompt_ids=np.asarray(TOK.encode(prompt), dtype=np.int32),
+        response_ids=np.asarray(ids, dtype=np.int32),
+        response_mask=None if response_mask is None else np.asarray(response_mask, dtype=np.uint8),
+        num_turns=num_turns,
+        extra_fields=extra_fields or {},
+        reward_score=reward_score,
+        sample=sample,
+    )
+
+
+def trajectory_batch(*responses: str, **kw: Any) -> Any:
+    """The batch of one trajectory with these responses, in order (the last one final);
+    ``kw`` goes to every :func:`record`."""
+    n = len(responses)
+    return build_batch([record(i, r, final=i == n - 1, **kw) for i, r in enumerate(responses)])
