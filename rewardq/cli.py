@@ -301,8 +301,7 @@ cli.add_command(dead_letters)
 
 def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""
-    import redis.exceptions as rx
-
+    import rewardq.queue.redis_errors as rx
     from rewardq.errors import MissingDependency, RewardqError
     from rewardq.extras import missing_worker_module
 

@@ -33,6 +33,8 @@ MAX_BACKLOG = 100_000
 BACKPRESSURE_TIMEOUT = 60.0
 #: Connections one client may open; past it a command waits for a free one.
 MAX_CONNECTIONS = 256
+#: Seconds a command waits for a free connection when all MAX_CONNECTIONS are busy.
+POOL_TIMEOUT = 30.0
 
 #: Trajectories one worker scores at once.
 CONCURRENCY = 32

@@ -17,12 +17,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import NoPermissionError
-
 from rewardq.queue.aio import being_cancelled
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import permission_error
 from rewardq.queue.entries import Entry
+from rewardq.queue.redis_errors import NoPermissionError
 from rewardq.queue.retry import backoff_delay, is_transient
 
 logger = logging.getLogger("rewardq.worker")

@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from redis.exceptions import NoPermissionError
-
 from rewardq.config import WorkerConfig
 from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import is_cluster_client, permission_error
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import ensure_meta
+from rewardq.queue.redis_errors import NoPermissionError
 from rewardq.reward.base import ManagerContext, RewardManager
 
 logger = logging.getLogger("rewardq.worker")

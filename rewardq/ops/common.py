@@ -28,7 +28,7 @@ def _no_retry() -> Any:
 
 def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> None:
     """PING ``url`` once (no retries); raise :class:`RedisUnavailable` with a hint if that fails."""
-    import redis.exceptions as rx
+    import rewardq.queue.redis_errors as rx
 
     shown = redact_url(url)
     _, is_cluster = split_cluster(url, cluster)

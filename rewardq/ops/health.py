@@ -91,7 +91,7 @@ class HealthReport:
 
 
 def _group_check(client: Any, ks: Any) -> Check:
-    from redis.exceptions import ResponseError
+    from rewardq.queue.redis_errors import ResponseError
 
     missing = []
     for s in range(ks.shards):

@@ -39,7 +39,7 @@ def _s(v: Any) -> str:
 
 def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
     """Every shard's consumers: ``{shard: [{name, pending, idle_ms, inactive_ms}]}`` (empty without a group)."""
-    from redis.exceptions import ResponseError
+    from rewardq.queue.redis_errors import ResponseError
 
     out: dict[int, list[dict[str, Any]]] = {}
     for s in range(ks.shards):

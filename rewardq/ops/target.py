@@ -153,12 +153,11 @@ def open_pipeline(
             the namespaces that exist.
         ConfigError: the namespace name is invalid (exit 2).
     """
-    from redis.exceptions import NoPermissionError
-
     from rewardq.errors import ConfigError
     from rewardq.ops.common import wait_for_redis
     from rewardq.queue.connection import connect_sync, permission_error, redact_url
     from rewardq.queue.keys import Keyspace
+    from rewardq.queue.redis_errors import NoPermissionError
 
     try:
         Keyspace(namespace, 1, group)
@@ -184,9 +183,8 @@ def opened(
 ) -> Iterator[Pipeline]:
     """``with opened(...) as p:`` — :func:`open_pipeline`, closed on exit; a command the ACL user
     may not run inside becomes one :class:`~rewardq.errors.RedisPermissionError` line."""
-    from redis.exceptions import NoPermissionError
-
     from rewardq.queue.connection import permission_error
+    from rewardq.queue.redis_errors import NoPermissionError
 
     p = open_pipeline(redis_url, namespace, cluster=cluster, group=group, require=require)
     try:

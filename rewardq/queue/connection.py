@@ -78,7 +78,7 @@ def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: An
     """An asyncio client (``redis.asyncio.Redis`` or ``RedisCluster``) for ``url``.
 
     The single-Redis client uses a *blocking* pool of ``max_connections`` (default 256): when
-    every connection is busy a command waits ``pool_timeout`` (default 30 s) for one, where
+    every connection is busy a command waits ``pool_timeout`` (``defaults.POOL_TIMEOUT``) for one, where
     redis-py's default pool fails at once with "Too many connections".
 
     ``scripts_once=True`` (the worker's client) makes a cluster client try each call once
@@ -109,7 +109,7 @@ def _client(lib: Any, url: str, cluster: bool, opts: dict[str, Any]) -> Any:
     pool = lib.BlockingConnectionPool.from_url(
         url,
         max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
-        timeout=opts.pop("pool_timeout", 30),
+        timeout=opts.pop("pool_timeout", defaults.POOL_TIMEOUT),
         **opts,
     )
     return lib.Redis.from_pool(pool)

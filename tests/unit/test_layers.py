@@ -136,3 +136,19 @@ def test_no_cycles_between_components():
         if v not in index:
             visit(v)
     assert not cycles, cycles
+
+
+def test_only_the_queue_layer_imports_redis_py():
+    speakers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            if any(n == "redis" or n.startswith("redis.") for n in names):
+                speakers.add(_component(_module_name(path)))
+    assert speakers == {"queue"}, speakers

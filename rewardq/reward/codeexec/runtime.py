@@ -94,7 +94,9 @@ class CodeRuntime:
                 limiter: Any = LocalRateLimiter(**limits)
                 logger.info("sandbox_fusion: no Redis configured; max_concurrent holds within this process only")
             else:
-                self._redis = _connect(self.redis_url, self.cluster)
+                from rewardq.queue.connection import connect_async
+
+                self._redis = connect_async(self.redis_url, cluster=self.cluster)
                 limiter = FleetRateLimiter(self._redis, self.limiter_key(), **limits)
             self._client = SandboxFusionClient(
                 str(s.sandbox_fusion_url),
@@ -148,13 +150,3 @@ class CodeRuntime:
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
-
-
-def _connect(url: str, cluster: bool) -> Any:
-    if cluster:
-        from redis.asyncio.cluster import RedisCluster
-
-        return RedisCluster.from_url(url)
-    import redis.asyncio as aioredis
-
-    return aioredis.Redis.from_url(url)

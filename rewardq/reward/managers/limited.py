@@ -134,7 +134,9 @@ class LimitedRewardManager(RewardManager):
         from rewardq.queue.keys import Keyspace
 
         key = Keyspace(self.context.namespace).ratelimit(self.limiter_name)
-        self._redis = self._connect(self.context.redis_url, self.context.cluster)
+        from rewardq.queue.connection import connect_async
+
+        self._redis = connect_async(self.context.redis_url, cluster=self.context.cluster)
         self.limiter = FleetRateLimiter(self._redis, key, **limits)
         logger.info(
             "rate_limited: fleet limiter %s (rpm=%s tpm=%s concurrent=%s)",
@@ -143,16 +145,6 @@ class LimitedRewardManager(RewardManager):
             self.max_tpm,
             self.max_concurrent,
         )
-
-    @staticmethod
-    def _connect(url: str, cluster: bool) -> Any:
-        if cluster:
-            from redis.asyncio.cluster import RedisCluster
-
-            return RedisCluster.from_url(url)
-        import redis.asyncio as aioredis
-
-        return aioredis.Redis.from_url(url)
 
     async def close(self) -> None:
         if self._redis is not None:
