@@ -168,7 +168,7 @@ async def serve(port: int) -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr] # aiohttp keeps the server private
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr] - aiohttp keeps the server private
     print(f"PORT {bound}", flush=True)
     await asyncio.Event().wait()
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 try:
-    import verl  # noqa: F401  # imported to fail here, clearly, rather than in every test module
+    import verl  # noqa: F401 - imported to fail here, clearly, rather than in every test module
 except ImportError as exc:
     raise pytest.UsageError(
         f"tests/verl compares rewardq with verl itself and runs only where verl 0.9.1 is installed ({exc}). "

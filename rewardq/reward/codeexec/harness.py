@@ -136,17 +136,18 @@ def _reliability_guard() -> None:
     import subprocess
 
     faulthandler.disable()
-    builtins.exit = None  # type: ignore[assignment]
-    builtins.quit = None  # type: ignore[assignment]
-    builtins.help = None  # type: ignore[assignment]
+    # the program under test must not reach these (as verl's prime_code harness disables them)
+    builtins.exit = None  # type: ignore[assignment]  # disabled on purpose
+    builtins.quit = None  # type: ignore[assignment]  # disabled on purpose
+    builtins.help = None  # type: ignore[assignment]  # disabled on purpose
     os.environ["OMP_NUM_THREADS"] = "1"
     for name in _OS_DISABLED:
         setattr(os, name, None)
     for name in ("rmtree", "move", "chown"):
         setattr(shutil, name, None)
-    subprocess.Popen = None  # type: ignore[assignment,misc]
+    subprocess.Popen = None  # type: ignore[assignment,misc]  # disabled on purpose
     for name in ("ipdb", "joblib", "resource", "psutil", "tkinter", "subprocess", "ctypes"):
-        sys.modules[name] = None  # type: ignore[assignment]
+        sys.modules[name] = None  # type: ignore[assignment]  # None blocks the import on purpose
 
 
 def _plain(value: Any) -> Any:
@@ -216,7 +217,7 @@ def _call_stdin_program(method: Any, text: str) -> None:
 
     real_stdin, real_open = sys.stdin, builtins.open
     sys.stdin = io.StringIO(text)
-    builtins.open = lambda *args, **kwargs: _InputFile(text)  # type: ignore[assignment]
+    builtins.open = lambda *args, **kwargs: _InputFile(text)  # type: ignore[assignment]  # stdin-only open()
     try:
         method()
     except SystemExit:

@@ -37,11 +37,13 @@ from typing import Any
 
 from rewardq.errors import UnknownDataSourceError
 from rewardq.reward.scoring import code, dapo_math, geo3k, gsm8k, math_boxed, prime_math, search_r1
+from rewardq.reward.scoring.placement import PLACEMENTS, placement
 
 __all__ = [
     "default_compute_score",
     "compute_score_async",
     "placement_of",
+    "PLACEMENTS",
     "EXACT_SCORERS",
     "PREFIX_SCORERS",
     "known_data_sources",
@@ -49,14 +51,8 @@ __all__ = [
 
 Scorer = Callable[..., Any]
 
-#: Where a worker runs a built-in scorer, read from the scorer's ``placement`` attribute
-#: (default ``"inline"``); :meth:`rewardq.reward.base.RewardManager.call_score_fn` honours it:
-#:
-#: * ``"inline"``:  called in the event loop (regex scorers: tens of microseconds);
-#: * ``"process"``: called in a scorer process (CPU-heavy work, or timeouts that use
-#:   ``signal.alarm``, which only works in a process's main thread);
-#: * ``"async"``:   an ``async def`` scorer awaited in the event loop (I/O-bound work).
-PLACEMENTS = ("inline", "process", "async")
+# Where a worker runs each scorer: rewardq.reward.scoring.placement (PLACEMENTS, place, placement);
+# RewardManager.call_score_fn honours it.
 
 
 def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: Any) -> Any:
@@ -133,7 +129,7 @@ def placement_of(data_source: Any) -> str:
     Raises:
         UnknownDataSourceError: no scorer handles ``data_source``.
     """
-    return getattr(_scorer_for(data_source), "placement", "inline")
+    return placement(_scorer_for(data_source))
 
 
 def default_compute_score(
@@ -156,7 +152,7 @@ def default_compute_score(
         UnknownDataSourceError: no scorer handles ``data_source``.
     """
     scorer = _scorer_for(data_source)
-    if getattr(scorer, "placement", "inline") == "async":
+    if placement(scorer) == "async":
         import asyncio
 
         return _plain(asyncio.run(scorer(solution_str, ground_truth, extra_info=extra_info, **kwargs)))
@@ -170,7 +166,7 @@ async def compute_score_async(
     awaited, any other is called directly (so only call this for ``async`` or ``inline`` ones)."""
     scorer = _scorer_for(data_source)
     result = scorer(solution_str, ground_truth, extra_info=extra_info, **kwargs)
-    if getattr(scorer, "placement", "inline") == "async":
+    if placement(scorer) == "async":
         result = await result
     return _plain(result)
 

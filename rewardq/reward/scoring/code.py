@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq import defaults
+from rewardq.reward.scoring.placement import place
 
 #: The data sources verl scores by running code.
 CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
@@ -52,6 +53,5 @@ def scorer_for(data_source: str) -> Callable[..., Any]:
         finally:
             await runtime.close()
 
-    score.placement = "async"  # type: ignore[attr-defined]
     score.__qualname__ = score.__name__ = f"score_code_{data_source}"
-    return score
+    return place(score, "async")

@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from rewardq.reward.scoring.extras import import_math_extra
+from rewardq.reward.scoring.placement import place
 
 __all__ = ["compute_score", "score", "format_reward", "acc_reward"]
 
@@ -64,4 +65,4 @@ def score(solution_str: str, ground_truth: Any, **_: Any) -> float:
     return compute_score(solution_str, ground_truth)
 
 
-score.placement = "process"  # type: ignore[attr-defined]  # read by rewardq.reward.scoring.placement_of
+place(score, "process")

@@ -47,6 +47,7 @@ import math
 from typing import Any
 
 from rewardq.reward.scoring.extras import import_math_extra
+from rewardq.reward.scoring.placement import place
 from rewardq.reward.scoring.time_limit import require_main_thread
 
 __all__ = ["compute_score", "score", "match_answer", "last_boxed_content"]
@@ -145,4 +146,4 @@ def score(solution_str: Any, ground_truth: Any, **_: Any) -> float:
     return compute_score(solution_str, ground_truth)
 
 
-score.placement = "process"  # type: ignore[attr-defined]  # read by rewardq.reward.scoring.placement_of
+place(score, "process")
