@@ -250,11 +250,13 @@ def demo(
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True, envvar="REWARDQ_REDIS_URL")
+@click.option("--redis-url", default=defaults.REDIS_URL, show_default=True, envvar="REWARDQ_REDIS_URL")
 @click.option("--namespace", default=defaults.NAMESPACE, show_default=True, envvar="REWARDQ_NAMESPACE")
 @click.option("--cluster", is_flag=True, help="Treat --redis-url as a Redis Cluster.")
 @click.option("--wait", is_flag=True, help="Wait for every reward and print a summary.")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait (with --wait).")
+@click.option(
+    "--timeout", type=float, default=defaults.WAIT_TIMEOUT, show_default=True, help="Seconds to wait (with --wait)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def produce(file: str, redis_url: str, namespace: str, cluster: bool, wait: bool, timeout: float, as_json: bool) -> int:
     """Replay recorded trajectories from a JSONL file (one trajectory per line)."""

@@ -27,6 +27,7 @@ from typing import Any
 
 import click
 
+from rewardq import defaults
 from rewardq.errors import ConfigError, NotFound
 from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 
@@ -231,7 +232,7 @@ def show(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, as
 @click.option(
     "--incomplete-timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=600.0,
+    default=defaults.INCOMPLETE_TIMEOUT,
     show_default=True,
     help="Seconds a reopened incomplete trajectory waits again for its missing outputs.",
 )

@@ -16,6 +16,8 @@ from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (
     ClientBase,
     ClientSettings,
+    Name,
+    Output,
     Put,
     Waiter,
     check_keys,
@@ -82,10 +84,10 @@ class AsyncRewardClient(ClientBase):
 
     async def put_output(
         self,
-        uid: Any,
-        session_id: Any,
+        uid: Name,
+        session_id: Name,
         index: int,
-        output: Any,
+        output: Output,
         sample: Mapping[str, Any] | None = None,
         final: bool = False,
     ) -> str:
@@ -94,7 +96,7 @@ class AsyncRewardClient(ClientBase):
         return put.key
 
     async def put_trajectory(
-        self, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Mapping[str, Any] | None = None
+        self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, Any] | None = None
     ) -> list[str]:
         puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
         await self._send(puts)
@@ -109,7 +111,9 @@ class AsyncRewardClient(ClientBase):
     async def get_reward(self, key: str) -> RewardResult | None:
         return (await self.get_rewards([key]))[key]
 
-    async def wait_rewards(self, keys: Iterable[str], timeout: float = 600.0) -> dict[str, RewardResult]:
+    async def wait_rewards(
+        self, keys: Iterable[str], timeout: float = defaults.WAIT_TIMEOUT
+    ) -> dict[str, RewardResult]:
         """Wait until every key has a result; raises RewardTimeout naming the missing keys."""
         w = Waiter(check_keys(keys), timeout)
         tids = {k.rpartition("_")[0] for k in w.keys}

@@ -17,6 +17,8 @@ from rewardq import defaults
 from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (
     ClientBase,
+    Name,
+    Output,
     Put,
     Waiter,
     check_keys,
@@ -79,10 +81,10 @@ class RewardClient(ClientBase):
     # -- producing ---------------------------------------------------------------------------
     def put_output(
         self,
-        uid: Any,
-        session_id: Any,
+        uid: Name,
+        session_id: Name,
         index: int,
-        output: Any,
+        output: Output,
         sample: Mapping[str, Any] | None = None,
         final: bool = False,
     ) -> str:
@@ -98,7 +100,7 @@ class RewardClient(ClientBase):
         return put.key
 
     def put_trajectory(
-        self, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Mapping[str, Any] | None = None
+        self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, Any] | None = None
     ) -> list[str]:
         """Push all outputs of a trajectory at once (the last is final); returns their keys."""
         puts = self._prepare_trajectory(self.keyspace, uid, session_id, outputs, sample)
@@ -116,7 +118,7 @@ class RewardClient(ClientBase):
     def get_reward(self, key: str) -> RewardResult | None:
         return self.get_rewards([key])[key]
 
-    def wait_rewards(self, keys: Iterable[str], timeout: float = 600.0) -> dict[str, RewardResult]:
+    def wait_rewards(self, keys: Iterable[str], timeout: float = defaults.WAIT_TIMEOUT) -> dict[str, RewardResult]:
         """Block until every key has a result; ``{key: RewardResult}`` in the order given.
 
         Raises RewardTimeout (a TimeoutError) naming the keys still missing.

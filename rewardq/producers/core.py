@@ -9,13 +9,28 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 
 from rewardq import defaults
 from rewardq.errors import BackpressureTimeout, RecordError
 from rewardq.queue.codec import DEFAULT_MAX_RECORD_BYTES, encode_output
 from rewardq.queue.keys import Keyspace, output_key, split_key
 from rewardq.queue.results import RewardResult
+
+
+class OutputLike(Protocol):
+    """A verl ``AgentLoopOutput``, or any object with these attributes (a dict with these keys
+    works too). Only ``prompt_ids`` and ``response_ids`` are required; ids may be lists, numpy
+    arrays or torch tensors."""
+
+    prompt_ids: Any
+    response_ids: Any
+
+
+#: One output as ``put_output`` takes it: a dict, or an object with the same attributes.
+Output: TypeAlias = Mapping[str, Any] | OutputLike
+#: A uid or session id: a string, or an int (verl's session ids), turned into its text.
+Name: TypeAlias = str | int
 
 DEFAULT_MAX_BACKLOG = defaults.MAX_BACKLOG
 
