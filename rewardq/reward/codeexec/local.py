@@ -25,7 +25,6 @@ from typing import Any
 from rewardq import defaults
 from rewardq.reward.codeexec.cases import (
     InvalidTestCases,
-    TestCases,
     extract_prime_code,
     parse_test_cases,
     prime_module_source,
@@ -134,23 +133,26 @@ async def score_local(
     except InvalidTestCases as exc:
         return CodeResult(0.0, 0, 0, "invalid_test_cases", str(exc), BACKEND)
     memory = sandbox.limits.memory_mb
-    first = await _first_pass(sandbox, code, tc, _timeout(first_pass_timeout), memory)
+    call_based = tc.fn_name is not None
+    first_program = Program(
+        prime_module_source(code, tc.fn_name), tc.fn_name, call_based and "class Solution" in code, tc.inputs
+    )
+    first = await _first_pass(sandbox, first_program, tc.outputs, _timeout(first_pass_timeout), memory)
     if all(o.passed for o in first):
         return CodeResult(1.0, len(tc.inputs), len(tc.inputs), "passed", "", BACKEND, runs=1)
-    # second pass: prime_code builds these cases without fn_name, so they run on stdin
+    # second pass: prime_code builds these cases without fn_name, so they run on stdin; for a
+    # standard-input problem that is the first pass's program (its module is not built again)
     timeout = _timeout(case_timeout)
     specs = [RunSpec([i], timeout, timeout + 1.0) for i in range(min(len(tc.inputs), max_cases))]
-    program = Program(prime_module_source(code, None), None, False, tc.inputs)
+    program = Program(prime_module_source(code, None), None, False, tc.inputs) if call_based else first_program
     reports = await sandbox.execute(program, specs)
     outcomes = [o for spec, run in zip(specs, reports) for o in run_outcomes(run, spec, tc.outputs, False, memory)]
     return summarize(outcomes, BACKEND, runs=1 + len(specs))
 
 
-async def _first_pass(sandbox: LocalSandbox, code: str, tc: TestCases, timeout: int, memory: int) -> list[CaseOutcome]:
-    call_based = tc.fn_name is not None
-    program = Program(
-        prime_module_source(code, tc.fn_name), tc.fn_name, call_based and "class Solution" in code, tc.inputs
-    )
-    spec = RunSpec(list(range(len(tc.inputs))), timeout, timeout + 1.0)
+async def _first_pass(
+    sandbox: LocalSandbox, program: Program, outputs: list[Any], timeout: int, memory: int
+) -> list[CaseOutcome]:
+    spec = RunSpec(list(range(len(program.inputs))), timeout, timeout + 1.0)
     [report] = await sandbox.execute(program, [spec])
-    return run_outcomes(report, spec, tc.outputs, call_based, memory)
+    return run_outcomes(report, spec, outputs, program.fn_name is not None, memory)
