@@ -47,6 +47,7 @@ import math
 from typing import Any
 
 from rewardq.reward.scoring.extras import import_math_extra
+from rewardq.reward.scoring.math_boxed import balanced_from
 from rewardq.reward.scoring.placement import place
 from rewardq.reward.scoring.time_limit import require_main_thread
 
@@ -66,25 +67,16 @@ def last_boxed_content(text: str) -> str | None:
     r"""What the last ``\boxed`` (else ``\fbox``) encloses, stripped; None when absent or unclosed.
 
     As verl reads it: from the marker, the first ``{`` opens and the brace that brings
-    the depth back to zero closes (a ``}`` before any ``{`` counts too).
+    the depth back to zero closes (a ``}`` before any ``{`` counts too), which is
+    :func:`~rewardq.reward.scoring.math_boxed.balanced_from`'s scan.
     """
     idx = text.rfind("\\boxed")
     if idx < 0:
         idx = text.rfind("\\fbox")
         if idx < 0:
             return None
-    depth = 0
-    opened = None
-    for i in range(idx, len(text)):
-        if text[i] == "{":
-            depth += 1
-            if opened is None:
-                opened = i
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return None if opened is None else text[opened + 1 : i].strip()
-    return None
+    boxed = balanced_from(text, idx)
+    return None if boxed is None else boxed[boxed.index("{") + 1 : -1].strip()
 
 
 def _after_last(text: str, marker: str) -> str | None:
