@@ -46,11 +46,11 @@ from typing import Any
 from rewardq import defaults
 from rewardq.errors import CodeSandboxError, ConfigError
 from rewardq.reward.codeexec.cases import PREAMBLE_STAR_MODULES, prime_module_source
+from rewardq.reward.codeexec.settings import ISOLATIONS
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
 HARNESS = str(Path(__file__).with_name("harness.py"))
-ISOLATIONS = ("auto", "namespaces", "rlimits")
 #: What ``unshare`` creates for a job: everything but a user and a cgroup namespace.
 UNSHARE_ARGS = ("--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "--kill-child", "--mount-proc")
 #: Imported by the supervisor before it forks runners, so no run pays for them.
@@ -169,7 +169,7 @@ class LocalSandbox:
         hidden: tuple[str, ...] = defaults.CODE_HIDDEN_PATHS,
     ) -> None:
         if isolation not in ISOLATIONS:
-            raise ConfigError(f"code_local_isolation must be one of {ISOLATIONS}, got {isolation!r}")
+            raise ConfigError(f"code_local_isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
         self.limits = limits or SandboxLimits()
         self.requested = isolation
         self.isolation: str | None = None  # decided by start()

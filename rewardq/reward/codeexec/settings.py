@@ -31,6 +31,9 @@ from typing import Any
 from rewardq import defaults
 from rewardq.errors import ConfigError
 
+#: The local runner's isolation modes (``auto``: namespaces when they work, else rlimits).
+ISOLATIONS = ("auto", "namespaces", "rlimits")
+
 
 @dataclass(frozen=True)
 class CodeExecSettings:
@@ -62,9 +65,9 @@ class CodeExecSettings:
         delay = self.sandbox_fusion_retry_delay
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
             raise ConfigError(f"sandbox_fusion_retry_delay must be a number >= 0, got {delay!r}")
-        if self.code_local_isolation not in ("auto", "namespaces", "rlimits"):
+        if self.code_local_isolation not in ISOLATIONS:
             raise ConfigError(
-                f"code_local_isolation must be 'auto', 'namespaces' or 'rlimits', got {self.code_local_isolation!r}"
+                f"code_local_isolation must be one of {', '.join(ISOLATIONS)}, got {self.code_local_isolation!r}"
             )
 
     @property
