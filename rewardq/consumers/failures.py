@@ -1,8 +1,8 @@
 """How a worker fails a record or a trajectory: dead letter + error result for every key.
 
 :class:`FailureHandler` is a collaborator of :class:`~rewardq.consumers.worker.Worker`, like
-:class:`~rewardq.consumers.commits.CommitCoalescer`: it is given the broker, the keyspace,
-the worker's name and its counters, and does nothing else. Every failure ends in a visible,
+:class:`~rewardq.consumers.commits.CommitCoalescer`: it is given the broker, the
+worker's name and its counters, and does nothing else. Every failure ends in a visible,
 explained state: a dead letter holding the raw entry, the reason, the traceback where there
 is one, the delivery count and the worker; and an error result for every key of the
 trajectory, so a waiting trainer is released.
@@ -18,7 +18,7 @@ from rewardq.consumers.metrics import Metrics
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
 from rewardq.queue.entries import Entry
-from rewardq.queue.keys import Keyspace, parse_key, trajectory_id
+from rewardq.queue.keys import parse_key, trajectory_id
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -31,7 +31,6 @@ class FailureHandler:
 
     Args:
         broker: the worker's gateway to Redis.
-        ks: the pipeline's keyspace.
         worker_name: written into every dead letter.
         max_record_bytes: records larger than this keep only their first 64 KiB in the dead letter.
         stats: the worker's counters; ``dead_letters`` and ``errors`` are incremented here.
@@ -41,7 +40,6 @@ class FailureHandler:
     def __init__(
         self,
         broker: StreamBroker,
-        ks: Keyspace,
         *,
         worker_name: str,
         max_record_bytes: int,
@@ -49,7 +47,7 @@ class FailureHandler:
         metrics: Metrics,
     ) -> None:
         self.broker = broker
-        self.ks = ks
+        self.ks = broker.ks
         self.worker_name = worker_name
         self.max_record_bytes = max_record_bytes
         self.stats = stats

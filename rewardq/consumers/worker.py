@@ -175,7 +175,6 @@ class Worker:
             self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port)
         self.failures = FailureHandler(
             broker,
-            broker.ks,
             worker_name=self.name,
             max_record_bytes=cfg.max_record_bytes,
             stats=self.stats,

@@ -161,18 +161,13 @@ class StreamBroker:
                 raise reply
             kind = _s(reply[0])
             if kind == "complete":
-                out.append(StoreOutcome(kind, entry, rec, payloads=list(reply[3:]), attempts=int(reply[2])))
+                out.append(
+                    StoreOutcome(kind, entry, rec, payloads=list(reply[4:]), attempts=int(reply[2]), solo=int(reply[3]))
+                )
             elif kind in ("leased", "conflict"):
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1])))
             else:
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1]) if len(reply) > 1 else ""))
-        suspects = [o for o in out if o.kind == "complete" and o.attempts > 1]
-        if suspects:  # rare (after a worker died): one more round trip
-            pipe = self.r.pipeline(transaction=False)
-            for o in suspects:
-                pipe.hget(self.ks.traj(o.entry.shard, o.record.tid), "solo")
-            for o, solo in zip(suspects, await pipe.execute()):
-                o.solo = int(solo or 0)
         return out
 
     async def claim_whole(self, groups: Sequence[tuple[int, str, list[Entry]]]) -> list[bool]:

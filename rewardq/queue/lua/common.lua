@@ -140,8 +140,9 @@ local function missing_text(traj, max_out)
 end
 
 -- Take the trajectory's scoring lease for `worker`, unless another worker holds a live one.
--- Returns the other holder's name when it does; else nil and the trajectory's scoring
--- attempts, this one included (above 1: an earlier lease ended without a commit).
+-- Returns the other holder's name when it does; else nil, the trajectory's scoring attempts,
+-- this one included (above 1: an earlier lease ended without a commit), and then its earlier
+-- starts of scoring alone (`solo`, read only when attempts > 1; see rewardq.consumers.quarantine).
 local function take_lease(traj, worker, now, seconds)
   local holder = redis.call('HGET', traj, 'lease')
   local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
@@ -149,7 +150,10 @@ local function take_lease(traj, worker, now, seconds)
     return holder
   end
   redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + seconds))
-  return nil, redis.call('HINCRBY', traj, 'attempts', 1)
+  local attempts = redis.call('HINCRBY', traj, 'attempts', 1)
+  local solo = 0
+  if attempts > 1 then solo = tonumber(redis.call('HGET', traj, 'solo') or '0') or 0 end
+  return nil, attempts, solo
 end
 
 -- The record bytes of a stream entry (nil when the entry is gone).

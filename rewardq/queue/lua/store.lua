@@ -6,7 +6,8 @@
 --   record for a finished key is told apart from a redelivery of the same one).
 -- Returns one of
 --   {'parked', stored, final}      data kept in the hash; the entry is acked and deleted
---   {'complete', final, attempts, p0, .., pn} this caller now holds the lease and must score + commit
+--   {'complete', final, attempts, solo, p0, .., pn} this caller now holds the lease and must score +
+--                                  commit (solo: see take_lease in common.lua)
 --   {'leased', holder}             another live worker is scoring it; leave the entry pending
 --   {'done', 0}                    the same record again, for a finished trajectory; entry acked
 --   {'conflict', reason}           the record contradicts what is stored, or arrived after its
@@ -78,9 +79,9 @@ if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redeliver
     ack_delete(stream, group, {id})  -- one more copy of a listed record: nothing to keep it for
     return {'done', 0}
   end
-  local holder, attempts = take_lease(traj, worker, now, lease_seconds)
+  local holder, attempts, solo = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
-  local out = {'complete', final_i, attempts}
+  local out = {'complete', final_i, attempts, solo}
   for _, wid in ipairs(whole) do
     local data = entry_data(stream, wid)
     if not data then return {'conflict', 'stored output entry ' .. wid .. ' of ' .. tid .. ' vanished'} end
@@ -128,12 +129,12 @@ if final and stored == tonumber(final) + 1 then
     ack_delete(stream, group, {id})  -- its data is in the hash; a listed entry stays pending
     return {'done', 0}
   end
-  local holder, attempts = take_lease(traj, worker, now, lease_seconds)
+  local holder, attempts, solo = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   redis.call('ZREM', waiting, tid)
   local fields = {}
   for i = 0, tonumber(final) do fields[#fields + 1] = 'o:' .. i end
-  local out = {'complete', final, attempts}
+  local out = {'complete', final, attempts, solo}
   for _, p in ipairs(hmget_all(traj, fields)) do out[#out + 1] = p end
   return out
 end
