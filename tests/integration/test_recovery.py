@@ -125,6 +125,18 @@ async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
         assert sync_redis.hgetall(ks.reward_key("c_s_1")) == first
 
 
+async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_outputs(ns, redis_url):
+    # every stored output keeps its record and its digest in the trajectory hash: 2 fields each
+    client = RewardClient.from_url(redis_url, namespace=ns, max_outputs=50)
+    for i in range(40):
+        if i != 7:
+            client.put_output("wide", "s", i, output(2, 2), SAMPLE, final=i == 39)
+    async with running_workers(ns, redis_url, [LengthManager(None)], incomplete_timeout=1.0, max_outputs=50):
+        res = await asyncio.to_thread(client.wait_rewards, ["wide_s_0", "wide_s_39"], 10)
+    assert all(r.status == "error" for r in res.values())
+    assert "missing output indices 7 of 0..39" in res["wide_s_0"].error, res["wide_s_0"].error
+
+
 async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, redis_url, sync_redis):
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

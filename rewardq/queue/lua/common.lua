@@ -117,7 +117,9 @@ end
 local function missing_text(traj, max_out)
   local final = redis.call('HGET', traj, 'final')
   local have, seen = {}, {}
-  if redis.call('HLEN', traj) <= max_out + 32 then
+  -- a trajectory hash holds o:<i> and h:<i> (its digest) per stored output, at most max_out
+  -- each, plus a few scalar fields
+  if redis.call('HLEN', traj) <= 2 * max_out + 32 then
     for _, f in ipairs(redis.call('HKEYS', traj)) do
       if string.sub(f, 1, 2) == 'o:' then
         local i = tonumber(string.sub(f, 3))
