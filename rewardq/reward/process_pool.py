@@ -339,6 +339,10 @@ class ScorerPool:
             return False
         return slot.busy_since is None or self.spare_after is None or now - slot.busy_since < self.spare_after
 
+    def _able(self, now: float) -> int:
+        """How many processes can take work at ``now`` (stuck and dead ones do not count)."""
+        return sum(1 for s in self._slots if self._can_take_work(s, now))
+
     def _spare_check_in(self) -> float | None:
         """Seconds until a waiting caller should check for stuck processes (None: never)."""
         if self.spare_after is None or self.max_spares == 0:
@@ -352,9 +356,8 @@ class ScorerPool:
         if self._closed or self._broken or self._loop is None:
             return
         now = time.monotonic()
-        able = sum(1 for s in self._slots if self._can_take_work(s, now))
         alive = sum(1 for s in self._slots if not s.dead)
-        if able >= self.num_workers or alive >= self.num_workers + self.max_spares:
+        if self._able(now) >= self.num_workers or alive >= self.num_workers + self.max_spares:
             return
         stuck = [s for s in self._slots if not self._can_take_work(s, now)]
         slot = self._spawn(next(self._names))
@@ -428,8 +431,7 @@ class ScorerPool:
         if self._closed:
             return
         assert self._free is not None
-        now = time.monotonic()
-        if self._waiting == 0 and sum(1 for s in self._slots if self._can_take_work(s, now)) > self.num_workers:
+        if self._waiting == 0 and self._able(time.monotonic()) > self.num_workers:
             self._slots.remove(slot)
             self._background(self._retire(slot))
             return
@@ -484,8 +486,8 @@ class ScorerPool:
         self._leaving.discard(slot)
         if delay:
             await asyncio.sleep(delay)
-        now = time.monotonic()  # processes stuck on calls of their own do not count: they are about to go too
-        if self._closed or sum(1 for s in self._slots if self._can_take_work(s, now)) >= self.num_workers:
+        # processes stuck on calls of their own do not count: they are about to go too
+        if self._closed or self._able(time.monotonic()) >= self.num_workers:
             logger.info("scorer process %s stopped (%s); the pool is at its size without it", slot.pid, reason)
             return
         new = self._spawn(slot.index)
