@@ -46,7 +46,8 @@ from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.reward import scoring
 from rewardq.reward.base import ScoringSettings, is_async_callable
 from rewardq.reward.escapes import describe_escape
-from rewardq.reward.process_pool import ScorerPool, TaskResult
+from rewardq.reward.process_pool import ScorerPool
+from rewardq.reward.scorer_slot import TaskResult
 from rewardq.reward.threads import ThreadRunner
 
 logger = logging.getLogger("rewardq.reward")
