@@ -45,14 +45,13 @@ from typing import Any
 from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.reward import scoring
 from rewardq.reward.base import ScoringSettings, is_async_callable
-from rewardq.reward.escapes import describe_escape
+from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
 from rewardq.reward.process_pool import ScorerPool
 from rewardq.reward.scorer_slot import TaskResult
 from rewardq.reward.threads import ThreadRunner
 
 logger = logging.getLogger("rewardq.reward")
 
-WHO = "the reward function"
 #: The built-in scorer, as scorer processes load it.
 BUILTIN_SPEC = "rewardq.reward.scoring:default_compute_score"
 
@@ -89,21 +88,23 @@ def task_value(result: TaskResult) -> Any:
         raise ScoringError(result.message)
     if result.status == "crash":
         raise ScoringError(result.message)
-    raise ScoringError(f"{WHO} timed out in its scorer process (pid {result.pid}), which was killed and replaced")
+    raise ScoringError(
+        f"{REWARD_FUNCTION} timed out in its scorer process (pid {result.pid}), which was killed and replaced"
+    )
 
 
 async def _awaited(fn: Callable[..., Awaitable[Any]], kwargs: dict) -> Any:
     try:
         return await fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
-        raise ScoringError(describe_escape(exc, WHO)) from None
+        raise ScoringError(describe_escape(exc, REWARD_FUNCTION)) from None
 
 
 def _inline(fn: Callable[..., Any], kwargs: dict) -> Any:
     try:
         return fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
-        raise ScoringError(describe_escape(exc, WHO)) from None
+        raise ScoringError(describe_escape(exc, REWARD_FUNCTION)) from None
 
 
 class _Place:

@@ -61,8 +61,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.reward.escapes import describe_exit, exit_hint
-from rewardq.reward.scorer_process import WHO
+from rewardq.reward.escapes import REWARD_FUNCTION, describe_exit, exit_hint
 from rewardq.reward.scorer_slot import ScorerSlot, TaskResult
 
 logger = logging.getLogger("rewardq.reward.remote")
@@ -372,7 +371,7 @@ class ScorerPool:
             await slot.stop(self.kill_grace)
             code = slot.proc.exitcode
             hint = exit_hint(code)
-            result.message = f"{WHO}'s process (pid {slot.pid}) {describe_exit(code)} while scoring" + (
+            result.message = f"{REWARD_FUNCTION}'s process (pid {slot.pid}) {describe_exit(code)} while scoring" + (
                 f" ({hint})" if hint else ""
             )
             logger.error("%s; replacing it", result.message)
