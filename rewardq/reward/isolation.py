@@ -191,11 +191,21 @@ class ScoreFnRouter:
         settings: the worker's :class:`~rewardq.reward.base.ScoringSettings`.
         configured: the manager's ``compute_score``; when ``settings.reward_fn`` names it,
             scorer processes load it by that spec (with ``settings.reward_fn_kwargs``).
+        code_runtime: gives the worker's code-execution runtime (its backend, limits and
+            counters), passed as ``code_runtime`` to the built-in scorer's ``async`` (code)
+            data sources; None: they run without one.
     """
 
-    def __init__(self, settings: ScoringSettings, *, configured: Any = None) -> None:
+    def __init__(
+        self,
+        settings: ScoringSettings,
+        *,
+        configured: Any = None,
+        code_runtime: Callable[[], Any] | None = None,
+    ) -> None:
         self.settings = settings
         self.configured = configured
+        self.code_runtime = code_runtime
         self._places: dict[int, tuple[Any, _Place]] = {}  # id(fn) -> (fn, place); fn kept so ids stay unique
         self._builtin: _Processes | None = None
 
@@ -268,6 +278,8 @@ class ScoreFnRouter:
         if placement == "inline":
             return scoring.default_compute_score(**kwargs)
         if placement == "async":
+            if self.code_runtime is not None:
+                kwargs = {**kwargs, "code_runtime": self.code_runtime()}
             return await _awaited(scoring.compute_score_async, kwargs)
         if self._builtin is None:
             self._builtin = _Processes(BUILTIN_SPEC, {}, self.settings)
