@@ -188,7 +188,9 @@ class RewardManager(ABC):
         if getattr(self, "_score_router", None) is None:
             from rewardq.reward.isolation import ScoreFnRouter
 
-            self._score_router = ScoreFnRouter(self.context.scoring, configured=self.compute_score)
+            self._score_router = ScoreFnRouter(
+                self.context.scoring, configured=self.compute_score, code_runtime=self.context.code_runtime
+            )
         assert self._score_router is not None
         return self._score_router
 
@@ -238,21 +240,7 @@ class RewardManager(ABC):
         :class:`~rewardq.errors.ScoringError` naming them; a scorer process that dies raises
         one naming its exit code or signal. See :mod:`rewardq.reward.isolation`.
         """
-        return await self.score_router.call(fn, self._with_code_runtime(fn, kwargs))
-
-    def _with_code_runtime(self, fn: ScoreFn, kwargs: dict) -> dict:
-        """The default scorer's code data sources (placement ``async``) also get the worker's
-        code-execution runtime as ``code_runtime``: its backend, limits and counters."""
-        from rewardq.reward import scoring
-
-        if fn is not scoring.default_compute_score:
-            return kwargs
-        try:
-            if scoring.placement_of(kwargs.get("data_source")) != "async":
-                return kwargs
-        except ScoringError:  # an unknown data source: the router reports it
-            return kwargs
-        return {**kwargs, "code_runtime": self.context.code_runtime()}
+        return await self.score_router.call(fn, kwargs)
 
 
 def is_async_callable(fn: Any) -> bool:

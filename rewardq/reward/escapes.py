@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import signal
 
+#: How the reasons name a user's reward function (``the reward function called sys.exit(3)``).
+REWARD_FUNCTION = "the reward function"
+
 #: Signals that mean the code itself crashed in native code.
 _NATIVE_CRASHES = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"})
 

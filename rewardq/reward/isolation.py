@@ -45,13 +45,13 @@ from typing import Any
 from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.reward import scoring
 from rewardq.reward.base import ScoringSettings, is_async_callable
-from rewardq.reward.escapes import describe_escape
-from rewardq.reward.process_pool import ScorerPool, TaskResult
+from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
+from rewardq.reward.process_pool import ScorerPool
+from rewardq.reward.scorer_slot import TaskResult
 from rewardq.reward.threads import ThreadRunner
 
 logger = logging.getLogger("rewardq.reward")
 
-WHO = "the reward function"
 #: The built-in scorer, as scorer processes load it.
 BUILTIN_SPEC = "rewardq.reward.scoring:default_compute_score"
 
@@ -88,21 +88,23 @@ def task_value(result: TaskResult) -> Any:
         raise ScoringError(result.message)
     if result.status == "crash":
         raise ScoringError(result.message)
-    raise ScoringError(f"{WHO} timed out in its scorer process (pid {result.pid}), which was killed and replaced")
+    raise ScoringError(
+        f"{REWARD_FUNCTION} timed out in its scorer process (pid {result.pid}), which was killed and replaced"
+    )
 
 
 async def _awaited(fn: Callable[..., Awaitable[Any]], kwargs: dict) -> Any:
     try:
         return await fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
-        raise ScoringError(describe_escape(exc, WHO)) from None
+        raise ScoringError(describe_escape(exc, REWARD_FUNCTION)) from None
 
 
 def _inline(fn: Callable[..., Any], kwargs: dict) -> Any:
     try:
         return fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
-        raise ScoringError(describe_escape(exc, WHO)) from None
+        raise ScoringError(describe_escape(exc, REWARD_FUNCTION)) from None
 
 
 class _Place:
@@ -189,11 +191,21 @@ class ScoreFnRouter:
         settings: the worker's :class:`~rewardq.reward.base.ScoringSettings`.
         configured: the manager's ``compute_score``; when ``settings.reward_fn`` names it,
             scorer processes load it by that spec (with ``settings.reward_fn_kwargs``).
+        code_runtime: gives the worker's code-execution runtime (its backend, limits and
+            counters), passed as ``code_runtime`` to the built-in scorer's ``async`` (code)
+            data sources; None: they run without one.
     """
 
-    def __init__(self, settings: ScoringSettings, *, configured: Any = None) -> None:
+    def __init__(
+        self,
+        settings: ScoringSettings,
+        *,
+        configured: Any = None,
+        code_runtime: Callable[[], Any] | None = None,
+    ) -> None:
         self.settings = settings
         self.configured = configured
+        self.code_runtime = code_runtime
         self._places: dict[int, tuple[Any, _Place]] = {}  # id(fn) -> (fn, place); fn kept so ids stay unique
         self._builtin: _Processes | None = None
 
@@ -266,6 +278,8 @@ class ScoreFnRouter:
         if placement == "inline":
             return scoring.default_compute_score(**kwargs)
         if placement == "async":
+            if self.code_runtime is not None:
+                kwargs = {**kwargs, "code_runtime": self.code_runtime()}
             return await _awaited(scoring.compute_score_async, kwargs)
         if self._builtin is None:
             self._builtin = _Processes(BUILTIN_SPEC, {}, self.settings)

@@ -5,12 +5,12 @@ cancelled future keeps its worker busy forever) and a worker that dies breaks th
 pool. Why not threads: CPU-bound scorers hold the GIL, a hung thread can never be stopped,
 and math-verify's timeouts use ``signal.alarm``, which only works in a process's main thread.
 
-Design: one ``multiprocessing`` Process and one duplex Pipe per slot. A child loads the
-scoring function once, says ``ready``, then loops: receive ``(task_id, kwargs)``, call the
-function **in its main thread**, send back ``ok``/``error``. The parent keeps a queue of
-idle, ready slots and hands each task to the first free one; it watches every pipe with
-``loop.add_reader`` (no thread per slot), so a reply or the EOF of a dead child wakes the
-event loop directly.
+Design: one ``multiprocessing`` Process and one duplex Pipe per slot
+(:class:`~rewardq.reward.scorer_slot.ScorerSlot`). A child loads the scoring function once,
+says ``ready``, then loops: receive ``(task_id, kwargs)``, call the function **in its main
+thread**, send back ``ok``/``error``. The parent keeps a queue of idle, ready slots and hands
+each task to the first free one; it watches every pipe with ``loop.add_reader`` (no thread
+per slot), so a reply or the EOF of a dead child wakes the event loop directly.
 
 * A task that exceeds its timeout, or whose caller gives up (cancels): the child is sent
   SIGTERM, then SIGKILL after ``kill_grace`` seconds, and replaced by a fresh process; the
@@ -53,54 +53,20 @@ import asyncio
 import itertools
 import logging
 import multiprocessing
-import os
 import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.reward.escapes import describe_exit, exit_hint
-from rewardq.reward.scorer_process import WHO, child_main
+from rewardq.reward.escapes import REWARD_FUNCTION, describe_exit, exit_hint
+from rewardq.reward.scorer_slot import ScorerSlot, TaskResult
 
 logger = logging.getLogger("rewardq.reward.remote")
 
 START_METHODS = ("forkserver", "spawn")
-
-
-@dataclass
-class TaskResult:
-    """What became of one task: ``status`` is ``ok``, ``error``, ``timeout`` or ``crash``.
-
-    ``traceback`` is the child's traceback text for an ``error``.
-    """
-
-    status: str
-    value: Any = None
-    message: str = ""
-    pid: int | None = None
-    traceback: str = ""
-
-
-@dataclass(eq=False)
-class _Slot:
-    index: int
-    proc: Any
-    conn: Any
-    ready: bool = False
-    dead: bool = False
-    task_id: int | None = None
-    future: asyncio.Future | None = None
-    init_error: str | None = None
-    started: float = field(default_factory=time.monotonic)
-    busy_since: float | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid
 
 
 class ScorerPool:
@@ -150,7 +116,7 @@ class ScorerPool:
         self.max_spares = max(0, int(max_spares))
         self.counters = {"tasks": 0, "timeouts": 0, "crashes": 0, "errors": 0, "replaced": 0, "spares": 0}
         self._ctx: Any = multiprocessing.get_context(start_method)
-        self._slots: list[_Slot] = []
+        self._slots: list[ScorerSlot] = []
         self._free: asyncio.Queue | None = None
         self._ids = itertools.count(1)
         self._names = itertools.count(num_workers)
@@ -161,7 +127,7 @@ class ScorerPool:
         self._init_failures = 0
         self._waiting = 0
         self._bg: set[asyncio.Task] = set()
-        self._leaving: set[_Slot] = set()  # retired or replaced processes not yet reaped
+        self._leaving: set[ScorerSlot] = set()  # retired or replaced processes not yet reaped
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -202,16 +168,10 @@ class ScorerPool:
     def pids(self) -> list[int | None]:
         return [s.pid for s in self._slots]
 
-    def _spawn(self, index: int) -> _Slot:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=child_main, args=(child_conn, self.target, self.kwargs), name=f"rewardq-scorer-{index}", daemon=True
-        )
-        proc.start()
-        child_conn.close()
-        slot = _Slot(index=index, proc=proc, conn=parent_conn)
+    def _spawn(self, index: int) -> ScorerSlot:
+        slot = ScorerSlot.start(self._ctx, index, self.target, self.kwargs)
         assert self._loop is not None
-        self._loop.add_reader(parent_conn.fileno(), self._on_readable, slot)
+        self._loop.add_reader(slot.conn.fileno(), self._on_readable, slot)
         return slot
 
     async def close(self) -> None:
@@ -226,12 +186,12 @@ class ScorerPool:
         everyone = [*self._slots, *self._leaving]
         for slot in everyone:
             if slot.dead or slot.busy_since is not None:
-                _signal(slot.proc, signal.SIGTERM)
+                slot.send_signal(signal.SIGTERM)
                 continue
             try:
                 slot.conn.send(None)
             except (OSError, ValueError):
-                _signal(slot.proc, signal.SIGTERM)
+                slot.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 1.0
         while any(s.proc.is_alive() for s in everyone) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -239,21 +199,21 @@ class ScorerPool:
             self._detach(slot)
             if slot.future is not None and not slot.future.done():
                 slot.future.set_result(TaskResult("error", message="the scorer pool was closed"))
-            await self._kill(slot, grace=0.0)
+            await slot.stop(grace=0.0)
         self._slots = []
         self._leaving.clear()
         if self._free is not None:
             self._free.put_nowait(None)
 
     # -- events from the children ------------------------------------------------------
-    def _on_readable(self, slot: _Slot) -> None:
+    def _on_readable(self, slot: ScorerSlot) -> None:
         try:
             while not slot.dead and slot.conn.poll():
                 self._on_message(slot, slot.conn.recv())
         except (EOFError, OSError):
             self._on_dead(slot)
 
-    def _on_message(self, slot: _Slot, msg: tuple) -> None:
+    def _on_message(self, slot: ScorerSlot, msg: tuple) -> None:
         kind = msg[0]
         if kind == "ready":
             slot.ready = True
@@ -275,7 +235,7 @@ class ScorerPool:
                 )
             )
 
-    def _on_dead(self, slot: _Slot) -> None:
+    def _on_dead(self, slot: ScorerSlot) -> None:
         if slot.dead:
             return
         slot.dead = True
@@ -296,7 +256,7 @@ class ScorerPool:
                 assert self._free is not None
                 self._free.put_nowait(None)
 
-    def _detach(self, slot: _Slot) -> None:
+    def _detach(self, slot: ScorerSlot) -> None:
         if self._loop is not None:
             try:
                 self._loop.remove_reader(slot.conn.fileno())
@@ -309,7 +269,7 @@ class ScorerPool:
         task.add_done_callback(self._bg.discard)
 
     # -- running tasks -------------------------------------------------------------------
-    async def _idle_slot(self) -> _Slot:
+    async def _idle_slot(self) -> ScorerSlot:
         if not self._slots and not self._closed:
             await self.start()
         assert self._free is not None
@@ -333,11 +293,15 @@ class ScorerPool:
             if not slot.dead and slot in self._slots:
                 return slot
 
-    def _can_take_work(self, slot: _Slot, now: float) -> bool:
+    def _can_take_work(self, slot: ScorerSlot, now: float) -> bool:
         """Starting, idle, or busy for less than ``spare_after``."""
         if slot.dead:
             return False
         return slot.busy_since is None or self.spare_after is None or now - slot.busy_since < self.spare_after
+
+    def _able(self, now: float) -> int:
+        """How many processes can take work at ``now`` (stuck and dead ones do not count)."""
+        return sum(1 for s in self._slots if self._can_take_work(s, now))
 
     def _spare_check_in(self) -> float | None:
         """Seconds until a waiting caller should check for stuck processes (None: never)."""
@@ -352,9 +316,8 @@ class ScorerPool:
         if self._closed or self._broken or self._loop is None:
             return
         now = time.monotonic()
-        able = sum(1 for s in self._slots if self._can_take_work(s, now))
         alive = sum(1 for s in self._slots if not s.dead)
-        if able >= self.num_workers or alive >= self.num_workers + self.max_spares:
+        if self._able(now) >= self.num_workers or alive >= self.num_workers + self.max_spares:
             return
         stuck = [s for s in self._slots if not self._can_take_work(s, now)]
         slot = self._spawn(next(self._names))
@@ -405,10 +368,10 @@ class ScorerPool:
             raise
         if result.status == "crash":
             self.counters["crashes"] += 1
-            await self._kill(slot)
+            await slot.stop(self.kill_grace)
             code = slot.proc.exitcode
             hint = exit_hint(code)
-            result.message = f"{WHO}'s process (pid {slot.pid}) {describe_exit(code)} while scoring" + (
+            result.message = f"{REWARD_FUNCTION}'s process (pid {slot.pid}) {describe_exit(code)} while scoring" + (
                 f" ({hint})" if hint else ""
             )
             logger.error("%s; replacing it", result.message)
@@ -419,7 +382,7 @@ class ScorerPool:
         self._release(slot)
         return result
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: ScorerSlot) -> None:
         """A slot finished its task: back to the idle queue, or retired when more than ``num_workers``
         processes can take work (stuck ones do not count) and no call waits."""
         slot.future = None
@@ -428,14 +391,13 @@ class ScorerPool:
         if self._closed:
             return
         assert self._free is not None
-        now = time.monotonic()
-        if self._waiting == 0 and sum(1 for s in self._slots if self._can_take_work(s, now)) > self.num_workers:
+        if self._waiting == 0 and self._able(time.monotonic()) > self.num_workers:
             self._slots.remove(slot)
             self._background(self._retire(slot))
             return
         self._free.put_nowait(slot)
 
-    async def _retire(self, slot: _Slot) -> None:
+    async def _retire(self, slot: ScorerSlot) -> None:
         """Let a surplus process exit on its own (``None``), killing it if it does not."""
         self._leaving.add(slot)
         self._detach(slot)
@@ -447,56 +409,30 @@ class ScorerPool:
         while slot.proc.is_alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         slot.dead = True
-        await self._kill(slot)
+        await slot.stop(self.kill_grace)
         self._leaving.discard(slot)
         logger.debug("spare scorer process %s retired", slot.pid)
 
-    async def _kill(self, slot: _Slot, grace: float | None = None) -> None:
-        """SIGTERM, then SIGKILL after ``grace`` (default ``kill_grace``); reap the process and close its pipe."""
-        proc = slot.proc
-        if proc.is_alive():
-            proc.terminate()
-            deadline = time.monotonic() + (self.kill_grace if grace is None else grace)
-            while proc.is_alive() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            if proc.is_alive():
-                proc.kill()
-            while proc.is_alive():
-                await asyncio.sleep(0.01)
-        proc.join(timeout=0)
-        try:
-            slot.conn.close()
-        except OSError:
-            pass
-
-    async def _replace(self, slot: _Slot, reason: str, delay: float = 0.0) -> None:
+    async def _replace(self, slot: ScorerSlot, reason: str, delay: float = 0.0) -> None:
         """Kill ``slot``'s process and start another while fewer than ``num_workers`` can take work."""
         slot.dead = True
         self._detach(slot)
         if slot.future is not None and not slot.future.done():
             slot.future.cancel()
         if slot not in self._slots:
-            await self._kill(slot)
+            await slot.stop(self.kill_grace)
             return
         self._slots.remove(slot)
         self._leaving.add(slot)
-        await self._kill(slot)
+        await slot.stop(self.kill_grace)
         self._leaving.discard(slot)
         if delay:
             await asyncio.sleep(delay)
-        now = time.monotonic()  # processes stuck on calls of their own do not count: they are about to go too
-        if self._closed or sum(1 for s in self._slots if self._can_take_work(s, now)) >= self.num_workers:
+        # processes stuck on calls of their own do not count: they are about to go too
+        if self._closed or self._able(time.monotonic()) >= self.num_workers:
             logger.info("scorer process %s stopped (%s); the pool is at its size without it", slot.pid, reason)
             return
         new = self._spawn(slot.index)
         self._slots.append(new)
         self.counters["replaced"] += 1
         logger.info("scorer process %s replaced by %s (%s)", slot.pid, new.pid, reason)
-
-
-def _signal(proc: Any, sig: int) -> None:
-    if proc.pid is not None and proc.is_alive():
-        try:
-            os.kill(proc.pid, sig)
-        except ProcessLookupError:
-            pass

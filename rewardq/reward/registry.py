@@ -11,7 +11,6 @@ through the ``rewardq.managers`` entry-point group; anything else is named
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import os
 import sys

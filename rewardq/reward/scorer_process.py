@@ -18,10 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq.errors import ConfigError
-from rewardq.reward.escapes import describe_escape
-
-#: Who the messages of a child name.
-WHO = "the reward function"
+from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
 
 
 def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None) -> Callable[..., Any]:
@@ -46,7 +43,7 @@ def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict) -> tuple:
             raise TypeError("the scoring function returned an awaitable; scorer processes need a synchronous function")
         return ("ok", task_id, result, "")
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: an error of this task
-        message = describe_escape(exc, WHO) or f"{type(exc).__name__}: {exc}"
+        message = describe_escape(exc, REWARD_FUNCTION) or f"{type(exc).__name__}: {exc}"
         return ("error", task_id, message, traceback.format_exc())
 
 

@@ -27,9 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq.errors import ScoringError
-from rewardq.reward.escapes import describe_escape
-
-WHO = "the reward function"
+from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
 
 
 class ThreadRunner:
@@ -56,8 +54,8 @@ class ThreadRunner:
         ``KeyboardInterrupt`` as a :class:`ScoringError` naming them)."""
         if self.lost >= self.max_lost:
             raise ScoringError(
-                f"{self.lost} earlier calls of {WHO} {self.fn!r} never returned and their threads cannot be "
-                "stopped; no more calls are started. Make the function importable by name (a module-level "
+                f"{self.lost} earlier calls of {REWARD_FUNCTION} {self.fn!r} never returned and their threads "
+                "cannot be stopped; no more calls are started. Make the function importable by name (a module-level "
                 "function, or --reward-fn FILE.py:FUNC) so it runs in scorer processes, which are killed on "
                 "timeout, or restart the worker"
             )
@@ -99,7 +97,7 @@ class ThreadRunner:
                 raise
         if ok:
             return value
-        why = describe_escape(value, WHO)
+        why = describe_escape(value, REWARD_FUNCTION)
         if why is not None:
             raise ScoringError(why) from None
         raise value

@@ -51,7 +51,7 @@ from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, is_async_callable, normalize_result
-from rewardq.reward.isolation import spec_of
+from rewardq.reward.isolation import BUILTIN_SPEC, spec_of
 from rewardq.reward.process_pool import START_METHODS, ScorerPool
 from rewardq.reward.registry import register
 
@@ -60,7 +60,7 @@ logger = logging.getLogger("rewardq.reward.remote")
 #: ``scorer=`` shortcuts.
 SCORERS = {
     "math_verify": "rewardq.reward.scoring.math_verify_scorer:compute_score",
-    "default": "rewardq.reward.scoring:default_compute_score",
+    "default": BUILTIN_SPEC,
 }
 DEFAULT_SPEC = SCORERS["default"]
 
