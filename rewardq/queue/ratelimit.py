@@ -288,11 +288,18 @@ class FleetRateLimiter(_LimiterBase):
         holder_prefix: names the slot holders (default ``host:pid``).
     """
 
-    def __init__(self, redis: Any, key: str, **limits: Any) -> None:
+    def __init__(self, redis: Any, key: str, *, owns_redis: bool = False, **limits: Any) -> None:
         super().__init__(**limits)
         self.redis = redis
         self.key = key
+        self.owns_redis = owns_redis
         self._script = redis.register_script(scripts.standalone("ratelimit"))
+
+    async def close(self) -> None:
+        """Close the Redis client when it is the limiter's own (see :func:`open_limiter`)."""
+        if self.owns_redis:
+            await self.redis.aclose()
+            self.owns_redis = False
 
     async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
         wait, level = await self._script(
@@ -308,6 +315,18 @@ class FleetRateLimiter(_LimiterBase):
         else:
             args = ["release", holder]
         return float((await self._script(keys=[self.key], args=args))[0])
+
+
+def open_limiter(redis_url: str | None, key: str, *, cluster: bool = False, **limits: Any) -> _LimiterBase:
+    """The limiter named by ``key``: fleet-wide on the pipeline's Redis at ``redis_url``, through a
+    client of its own that :meth:`~FleetRateLimiter.close` closes; per process (a
+    :class:`LocalRateLimiter`) when there is no Redis. ``limits`` as :class:`FleetRateLimiter` takes them.
+    """
+    if redis_url is None:
+        return LocalRateLimiter(**limits)
+    from rewardq.queue.connection import connect_async
+
+    return FleetRateLimiter(connect_async(redis_url, cluster=cluster), key, owns_redis=True, **limits)
 
 
 class LocalRateLimiter(_LimiterBase):

@@ -122,6 +122,9 @@ class Recording:
     def stats(self):
         return self.inner.stats()
 
+    async def close(self):
+        await self.inner.close()
+
 
 async def test_acquisition_order_request_tokens_slot_then_call(managers, sync_redis, ns):
     log = []

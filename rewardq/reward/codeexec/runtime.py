@@ -54,7 +54,7 @@ class CodeRuntime:
         self.worker_name = worker_name
         self._sandbox: Any = None
         self._client: Any = None
-        self._redis: Any = None
+        self._limiter: Any = None
 
     @property
     def backend(self) -> str:
@@ -83,24 +83,22 @@ class CodeRuntime:
     def client(self) -> Any:
         """The SandboxFusion client with its limiter (created on first use)."""
         if self._client is None:
-            from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
+            from rewardq.queue.ratelimit import open_limiter
             from rewardq.reward.codeexec.sandbox_fusion import SandboxFusionClient
 
             s = self.settings
-            limits: dict[str, Any] = dict(
-                max_concurrent=s.sandbox_fusion_max_concurrent, holder_prefix=f"{self.worker_name}:{os.getpid()}"
+            self._limiter = open_limiter(
+                self.redis_url,
+                self.limiter_key(),
+                cluster=self.cluster,
+                max_concurrent=s.sandbox_fusion_max_concurrent,
+                holder_prefix=f"{self.worker_name}:{os.getpid()}",
             )
             if self.redis_url is None:
-                limiter: Any = LocalRateLimiter(**limits)
                 logger.info("sandbox_fusion: no Redis configured; max_concurrent holds within this process only")
-            else:
-                from rewardq.queue.connection import connect_async
-
-                self._redis = connect_async(self.redis_url, cluster=self.cluster)
-                limiter = FleetRateLimiter(self._redis, self.limiter_key(), **limits)
             self._client = SandboxFusionClient(
                 str(s.sandbox_fusion_url),
-                limiter=limiter,
+                limiter=self._limiter,
                 max_concurrent=s.sandbox_fusion_max_concurrent,
                 attempts=s.sandbox_fusion_attempts,
                 retry_delay=s.sandbox_fusion_retry_delay,
@@ -147,6 +145,6 @@ class CodeRuntime:
         if self._client is not None:
             await self._client.close()
             self._client = None
-        if self._redis is not None:
-            await self._redis.aclose()
-            self._redis = None
+        if self._limiter is not None:
+            await self._limiter.close()
+            self._limiter = None

@@ -111,16 +111,20 @@ class LimitedRewardManager(RewardManager):
         self.limiter_name = limiter_name
         self.lease_seconds = float(lease_seconds)
         self.limiter: Any = None
-        self._redis: Any = None
 
     # -- lifecycle -------------------------------------------------------------------
     async def setup(self) -> None:
         """Connect to the pipeline's Redis and build the fleet limiter (or the local one)."""
         if self.limiter is not None:
             return
-        from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
+        from rewardq.queue.keys import Keyspace
+        from rewardq.queue.ratelimit import open_limiter
 
-        limits: dict[str, Any] = dict(
+        key = Keyspace(self.context.namespace).ratelimit(self.limiter_name)
+        self.limiter = open_limiter(
+            self.context.redis_url,
+            key,
+            cluster=self.context.cluster,
             max_rpm=self.max_rpm,
             max_tpm=self.max_tpm,
             max_concurrent=self.max_concurrent,
@@ -129,15 +133,7 @@ class LimitedRewardManager(RewardManager):
         )
         if self.context.redis_url is None:
             logger.info("rate_limited: no Redis configured; limits hold within this process only")
-            self.limiter = LocalRateLimiter(**limits)
             return
-        from rewardq.queue.keys import Keyspace
-
-        key = Keyspace(self.context.namespace).ratelimit(self.limiter_name)
-        from rewardq.queue.connection import connect_async
-
-        self._redis = connect_async(self.context.redis_url, cluster=self.context.cluster)
-        self.limiter = FleetRateLimiter(self._redis, key, **limits)
         logger.info(
             "rate_limited: fleet limiter %s (rpm=%s tpm=%s concurrent=%s)",
             key,
@@ -147,9 +143,8 @@ class LimitedRewardManager(RewardManager):
         )
 
     async def close(self) -> None:
-        if self._redis is not None:
-            await self._redis.aclose()
-            self._redis = None
+        if self.limiter is not None:
+            await self.limiter.close()
         self.limiter = None
 
     # -- scoring ---------------------------------------------------------------------
