@@ -172,18 +172,16 @@ def sample_columns(kwargs: Mapping[str, Any], strict: bool = False) -> dict[str,
     return sample
 
 
-def wire_output(output: Any, strict: bool = False) -> dict[str, Any]:
-    """The fields of an ``AgentLoopOutput`` rewardq pushes (``strict``: unencodable extra fields left out)."""
-    extra = dict(getattr(output, "extra_fields", None) or {})
-    if strict:
-        extra = {str(k): v for k, v in extra.items() if _encodable(v)}
+def wire_output(output: Any) -> dict[str, Any]:
+    """The fields of an ``AgentLoopOutput`` rewardq pushes, with the extra fields msgpack cannot carry left out."""
+    extra = getattr(output, "extra_fields", None) or {}
     return {
         "prompt_ids": output.prompt_ids,
         "response_ids": output.response_ids,
         "response_mask": getattr(output, "response_mask", None),
         "response_logprobs": getattr(output, "response_logprobs", None),
         "num_turns": getattr(output, "num_turns", None),
-        "extra_fields": extra,
+        "extra_fields": {str(k): v for k, v in extra.items() if _encodable(v)},
         "reward_score": getattr(output, "reward_score", None),
     }
 
@@ -243,14 +241,13 @@ class TrajectoryScorer:
     async def _push(self, uid: str, session_id: str, outputs: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str]:
         client = await self.client()
         try:
-            return await client.put_trajectory(
-                uid, session_id, [wire_output(o) for o in outputs], sample_columns(kwargs)
-            )
+            # the producer reads an AgentLoopOutput's fields itself (rewardq.producers.core.OutputLike)
+            return await client.put_trajectory(uid, session_id, outputs, sample_columns(kwargs))
         except RecordError as exc:
             if "sample" not in exc.field and "extra_fields" not in exc.field:
                 raise
             logger.warning("rewardq: leaving out values that cannot be sent (%s)", exc)
-            strict = [wire_output(o, strict=True) for o in outputs]
+            strict = [wire_output(o) for o in outputs]
             return await client.put_trajectory(uid, session_id, strict, sample_columns(kwargs, strict=True))
 
     def _fail(self, output: Any, where: str, message: str) -> None:
