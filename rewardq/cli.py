@@ -41,7 +41,9 @@ _state = {"debug": False}
 
 
 def _debug() -> bool:
-    return _state["debug"] or os.environ.get("REWARDQ_DEBUG", "").lower() in ("1", "true", "yes", "on")
+    from rewardq.config import parse_bool
+
+    return _state["debug"] or parse_bool(os.environ.get("REWARDQ_DEBUG", "")) is True
 
 
 def _error(message: str) -> None:

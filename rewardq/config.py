@@ -33,6 +33,15 @@ from rewardq import defaults
 from rewardq.errors import ConfigError
 
 ENV_PREFIX = "REWARDQ_"
+#: Words a boolean setting accepts, in any case (environment, config file, the verl adapter's settings).
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def parse_bool(text: str) -> bool | None:
+    """``text`` as a boolean word (:data:`TRUE_WORDS`, :data:`FALSE_WORDS`), or None when it is neither."""
+    word = text.strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 @dataclass
@@ -203,11 +212,10 @@ def _coerce(name: str, raw: str, f: dataclasses.Field, *, where: str | None = No
         if optional and raw.strip().lower() in ("", "none", "null"):
             return None
         if typ is bool:
-            if raw.strip().lower() in ("1", "true", "yes", "on"):
-                return True
-            if raw.strip().lower() in ("0", "false", "no", "off", ""):
-                return False
-            raise ValueError("expected true/false, yes/no, on/off or 1/0")
+            flag = parse_bool(raw) if raw.strip() else False
+            if flag is None:
+                raise ValueError("expected true/false, yes/no, on/off or 1/0")
+            return flag
         if typ is int:
             return int(raw)
         if typ is float:

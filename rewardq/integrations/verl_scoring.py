@@ -34,6 +34,7 @@ import msgpack
 import numpy as np
 
 from rewardq import defaults
+from rewardq.config import parse_bool
 from rewardq.errors import ConfigError, RecordError, RewardTimeout, ScoringError
 from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
@@ -82,14 +83,10 @@ class VerlAdapterSettings:
 
 def _typed(attr: str, where: str, value: Any) -> Any:
     if attr == "cluster":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{where}={value!r} must be true or false")
+        flag = value if isinstance(value, bool) else parse_bool(str(value))
+        if flag is None:
+            raise ConfigError(f"{where}={value!r} must be true or false")
+        return flag
     if attr == "timeout":
         try:
             timeout = float(value)
