@@ -165,12 +165,8 @@ class WorkerConfig:
             unused = loaded.unused
         values.update(from_env(os.environ if env is None else env))
         for k, v in (overrides or {}).items():
-            if v is None:
-                continue
-            if k in ("manager_options", "reward_fn_kwargs"):
-                values[k] = {**values.get(k, {}), **v}
-            else:
-                values[k] = v
+            if v is not None:
+                _set_layered(values, k, v)
         cfg = build(cls, values).validate()
         cfg.unused_keys = unused
         return cfg
@@ -179,6 +175,16 @@ class WorkerConfig:
 #: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a
 #: shared config file without listing them as unused.
 ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error"})
+
+
+#: Dict settings whose layers merge key by key (a flag's manager option beside the file's) instead
+#: of the higher layer replacing the lower one's whole dict.
+MERGED_FIELDS = frozenset({"manager_options", "reward_fn_kwargs"})
+
+
+def _set_layered(values: dict[str, Any], key: str, value: Any) -> None:
+    """Put a higher-precedence layer's ``value`` into ``values`` (:data:`MERGED_FIELDS` merge)."""
+    values[key] = {**values.get(key, {}), **value} if key in MERGED_FIELDS else value
 
 
 def _fields(cls: type) -> dict[str, dataclasses.Field]:
@@ -333,11 +339,7 @@ def read_config_file(path: str) -> LoadedFile:
                 unused.append(dotted + _suggestion(str(key), known))
                 continue
             where = f"{path} ({prefix})" if prefix else path
-            checked = check_value(key, value, known[key], where)
-            if key in ("manager_options", "reward_fn_kwargs") and key in values:
-                values[key] = {**values[key], **checked}
-            else:
-                values[key] = checked
+            _set_layered(values, key, check_value(key, value, known[key], where))
     return LoadedFile(values, unused)
 
 
