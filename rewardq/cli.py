@@ -41,7 +41,9 @@ _state = {"debug": False}
 
 
 def _debug() -> bool:
-    return _state["debug"] or os.environ.get("REWARDQ_DEBUG", "").lower() in ("1", "true", "yes", "on")
+    from rewardq.config import parse_bool
+
+    return _state["debug"] or parse_bool(os.environ.get("REWARDQ_DEBUG", "")) is True
 
 
 def _error(message: str) -> None:
@@ -106,7 +108,8 @@ def cli(debug: bool) -> None:
     "--max-crashes",
     type=int,
     default=None,
-    help="Worker deaths while a trajectory is scored alone before it gets an error result (default 2).",
+    help="Worker deaths while a trajectory is scored alone before it gets an error result "
+    f"(default {defaults.MAX_CRASHES}).",
 )
 @click.option("--incomplete-timeout", type=float, default=None, help="Seconds a trajectory may wait for outputs.")
 @click.option("--score-timeout", type=float, default=None, help="Seconds one trajectory's scoring may take.")
@@ -117,7 +120,7 @@ def cli(debug: bool) -> None:
     default=None,
     help="Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (default 0: dropped).",
 )
-@click.option("--group", default=None, help="Consumer group (default rewardq-workers).")
+@click.option("--group", default=None, help=f"Consumer group (default {defaults.GROUP}).")
 @click.option("--block-ms", type=int, default=None, help="Longest blocking read, in milliseconds.")
 @click.option(
     "--log-level",
@@ -205,7 +208,9 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
 )
 @click.option("--manager", default="naive", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for rewards.")
+@click.option(
+    "--timeout", type=float, default=defaults.DEMO_TIMEOUT, show_default=True, help="Seconds to wait for rewards."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option(
     "--write-jsonl",

@@ -33,6 +33,15 @@ from rewardq import defaults
 from rewardq.errors import ConfigError
 
 ENV_PREFIX = "REWARDQ_"
+#: Words a boolean setting accepts, in any case (environment, config file, the verl adapter's settings).
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def parse_bool(text: str) -> bool | None:
+    """``text`` as a boolean word (:data:`TRUE_WORDS`, :data:`FALSE_WORDS`), or None when it is neither."""
+    word = text.strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 @dataclass
@@ -156,12 +165,8 @@ class WorkerConfig:
             unused = loaded.unused
         values.update(from_env(os.environ if env is None else env))
         for k, v in (overrides or {}).items():
-            if v is None:
-                continue
-            if k in ("manager_options", "reward_fn_kwargs"):
-                values[k] = {**values.get(k, {}), **v}
-            else:
-                values[k] = v
+            if v is not None:
+                _set_layered(values, k, v)
         cfg = build(cls, values).validate()
         cfg.unused_keys = unused
         return cfg
@@ -170,6 +175,16 @@ class WorkerConfig:
 #: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a
 #: shared config file without listing them as unused.
 ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error"})
+
+
+#: Dict settings whose layers merge key by key (a flag's manager option beside the file's) instead
+#: of the higher layer replacing the lower one's whole dict.
+MERGED_FIELDS = frozenset({"manager_options", "reward_fn_kwargs"})
+
+
+def _set_layered(values: dict[str, Any], key: str, value: Any) -> None:
+    """Put a higher-precedence layer's ``value`` into ``values`` (:data:`MERGED_FIELDS` merge)."""
+    values[key] = {**values.get(key, {}), **value} if key in MERGED_FIELDS else value
 
 
 def _fields(cls: type) -> dict[str, dataclasses.Field]:
@@ -203,11 +218,10 @@ def _coerce(name: str, raw: str, f: dataclasses.Field, *, where: str | None = No
         if optional and raw.strip().lower() in ("", "none", "null"):
             return None
         if typ is bool:
-            if raw.strip().lower() in ("1", "true", "yes", "on"):
-                return True
-            if raw.strip().lower() in ("0", "false", "no", "off", ""):
-                return False
-            raise ValueError("expected true/false, yes/no, on/off or 1/0")
+            flag = parse_bool(raw) if raw.strip() else False
+            if flag is None:
+                raise ValueError("expected true/false, yes/no, on/off or 1/0")
+            return flag
         if typ is int:
             return int(raw)
         if typ is float:
@@ -325,11 +339,7 @@ def read_config_file(path: str) -> LoadedFile:
                 unused.append(dotted + _suggestion(str(key), known))
                 continue
             where = f"{path} ({prefix})" if prefix else path
-            checked = check_value(key, value, known[key], where)
-            if key in ("manager_options", "reward_fn_kwargs") and key in values:
-                values[key] = {**values[key], **checked}
-            else:
-                values[key] = checked
+            _set_layered(values, key, check_value(key, value, known[key], where))
     return LoadedFile(values, unused)
 
 

@@ -65,6 +65,8 @@ RESULT_TTL = 7 * 86400.0
 SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.
 WAIT_TIMEOUT = 600.0
+#: Seconds ``rewardq demo`` waits for its rewards.
+DEMO_TIMEOUT = 300.0
 
 #: Seconds ``rewardq worker`` waits for Redis at start-up; None waits forever (a supervisor or
 #: k8s restarts workers while Redis is still coming up).

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError, DemoError
 from rewardq.ops.summary import Pushed, render, summarize
 
@@ -53,7 +54,7 @@ class DemoOptions:
     manager: str = "naive"
     seed: int = 0
     as_json: bool = False
-    timeout: float = 300.0
+    timeout: float = defaults.DEMO_TIMEOUT
     ready_timeout: float = 120.0
     worker_args: list[str] = field(default_factory=list)
 
@@ -203,7 +204,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
             "--namespace or REWARDQ_NAMESPACE naming their namespace)"
         )
     namespace = opts.namespace or (
-        os.environ.get("REWARDQ_NAMESPACE") or "rewardq" if external else f"demo-{os.urandom(4).hex()}"
+        os.environ.get("REWARDQ_NAMESPACE") or defaults.NAMESPACE if external else f"demo-{os.urandom(4).hex()}"
     )
     embedded = EmbeddedRedis() if opts.redis_url is None else None
     logdir = Path(tempfile.mkdtemp(prefix="rewardq-demo-"))

@@ -25,6 +25,7 @@ needs the ``transfer_queue`` package, so they are built on first access.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ray
@@ -97,13 +98,9 @@ def uses_v1_trainer(config: Any) -> bool:
         return False
 
 
-_TQ: dict[str, Any] = {}
-
-
+@functools.cache
 def _tq_classes() -> dict[str, Any]:
-    """Build the TransferQueue variants (verl's V1 trainer imports ``transfer_queue``)."""
-    if _TQ:
-        return _TQ
+    """Build the TransferQueue variants once (verl's V1 trainer imports ``transfer_queue``)."""
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
     base: Any = AgentLoopWorkerTQ.__ray_metadata__.modified_class  # the class under verl's @ray.remote
@@ -146,11 +143,11 @@ def _tq_classes() -> dict[str, Any]:
             super().__init__(*args, **kwargs)
             self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorkerTQ)
 
-    for cls in (RewardqAgentLoopWorkerTQ, RewardqAgentLoopManagerTQ):
+    classes = (RewardqAgentLoopWorkerTQ, RewardqAgentLoopManagerTQ)
+    for cls in classes:
         # importable by name (module __getattr__ below), so Ray ships them by reference
         cls.__module__, cls.__qualname__ = __name__, cls.__name__
-    _TQ.update(RewardqAgentLoopWorkerTQ=RewardqAgentLoopWorkerTQ, RewardqAgentLoopManagerTQ=RewardqAgentLoopManagerTQ)
-    return _TQ
+    return {cls.__name__: cls for cls in classes}
 
 
 def __getattr__(name: str) -> Any:

@@ -34,6 +34,7 @@ import msgpack
 import numpy as np
 
 from rewardq import defaults
+from rewardq.config import parse_bool
 from rewardq.errors import ConfigError, RecordError, RewardTimeout, ScoringError
 from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
@@ -82,14 +83,10 @@ class VerlAdapterSettings:
 
 def _typed(attr: str, where: str, value: Any) -> Any:
     if attr == "cluster":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{where}={value!r} must be true or false")
+        flag = value if isinstance(value, bool) else parse_bool(str(value))
+        if flag is None:
+            raise ConfigError(f"{where}={value!r} must be true or false")
+        return flag
     if attr == "timeout":
         try:
             timeout = float(value)
@@ -172,18 +169,16 @@ def sample_columns(kwargs: Mapping[str, Any], strict: bool = False) -> dict[str,
     return sample
 
 
-def wire_output(output: Any, strict: bool = False) -> dict[str, Any]:
-    """The fields of an ``AgentLoopOutput`` rewardq pushes (``strict``: unencodable extra fields left out)."""
-    extra = dict(getattr(output, "extra_fields", None) or {})
-    if strict:
-        extra = {str(k): v for k, v in extra.items() if _encodable(v)}
+def wire_output(output: Any) -> dict[str, Any]:
+    """The fields of an ``AgentLoopOutput`` rewardq pushes, with the extra fields msgpack cannot carry left out."""
+    extra = getattr(output, "extra_fields", None) or {}
     return {
         "prompt_ids": output.prompt_ids,
         "response_ids": output.response_ids,
         "response_mask": getattr(output, "response_mask", None),
         "response_logprobs": getattr(output, "response_logprobs", None),
         "num_turns": getattr(output, "num_turns", None),
-        "extra_fields": extra,
+        "extra_fields": {str(k): v for k, v in extra.items() if _encodable(v)},
         "reward_score": getattr(output, "reward_score", None),
     }
 
@@ -243,14 +238,13 @@ class TrajectoryScorer:
     async def _push(self, uid: str, session_id: str, outputs: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str]:
         client = await self.client()
         try:
-            return await client.put_trajectory(
-                uid, session_id, [wire_output(o) for o in outputs], sample_columns(kwargs)
-            )
+            # the producer reads an AgentLoopOutput's fields itself (rewardq.producers.core.OutputLike)
+            return await client.put_trajectory(uid, session_id, outputs, sample_columns(kwargs))
         except RecordError as exc:
             if "sample" not in exc.field and "extra_fields" not in exc.field:
                 raise
             logger.warning("rewardq: leaving out values that cannot be sent (%s)", exc)
-            strict = [wire_output(o, strict=True) for o in outputs]
+            strict = [wire_output(o) for o in outputs]
             return await client.put_trajectory(uid, session_id, strict, sample_columns(kwargs, strict=True))
 
     def _fail(self, output: Any, where: str, message: str) -> None:

@@ -14,16 +14,11 @@ from typing import Any
 
 from rewardq.errors import RedisUnavailable
 from rewardq.queue.connection import connect_sync, redact_url, split_cluster
+from rewardq.queue.retry import backoff_delay, no_retry
 
 __all__ = ["probe_redis", "wait_for_redis", "delete_namespace", "delete_trajectory_keys", "namespace_key_count"]
 
 logger = logging.getLogger("rewardq.cli")
-
-
-def _no_retry() -> Any:
-    from rewardq.queue.retry import no_retry
-
-    return no_retry(sync=True)
 
 
 def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> None:
@@ -34,7 +29,7 @@ def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> Non
     _, is_cluster = split_cluster(url, cluster)
     try:
         client = connect_sync(
-            url, cluster=cluster, retry=_no_retry(), socket_connect_timeout=timeout, socket_timeout=timeout
+            url, cluster=cluster, retry=no_retry(sync=True), socket_connect_timeout=timeout, socket_timeout=timeout
         )
     except (ValueError, rx.RedisError) as exc:
         raise RedisUnavailable(
@@ -74,8 +69,6 @@ def wait_for_redis(url: str, *, cluster: bool = False, timeout: float | None = N
     otherwise the last :class:`RedisUnavailable` is raised once ``timeout`` seconds have passed.
     Refused credentials and a bad URL fail at once.
     """
-    from rewardq.queue.retry import backoff_delay
-
     start = time.monotonic()
     failures = 0
     while True:
@@ -85,7 +78,7 @@ def wait_for_redis(url: str, *, cluster: bool = False, timeout: float | None = N
                 logger.info("redis at %s answers after %.1fs", redact_url(url), time.monotonic() - start)
             return
         except RedisUnavailable as exc:
-            if not getattr(exc, "retryable", False):
+            if not exc.retryable:
                 raise
             failures += 1
             waited = time.monotonic() - start

@@ -50,7 +50,7 @@ def _selection_options(all_help: str) -> Callable[[Callable[..., Any]], Callable
     return wrap
 
 
-def _letters(p: Any, incomplete_timeout: float = 600.0) -> Any:
+def _letters(p: Any, incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT) -> Any:
     from rewardq.queue.deadletters import DeadLetters
 
     return DeadLetters(p.client, p.ks, incomplete_timeout=incomplete_timeout)

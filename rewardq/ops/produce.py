@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError, JsonlLineError, RewardqError
 from rewardq.ops.summary import Pushed, render, summarize
 from rewardq.producers.jsonl import read_jsonl
@@ -50,7 +51,7 @@ def produce_file(
     redis_url: str,
     namespace: str,
     wait: bool = False,
-    timeout: float = 600.0,
+    timeout: float = defaults.WAIT_TIMEOUT,
     cluster: bool = False,
     as_json: bool = False,
     console: Any = None,

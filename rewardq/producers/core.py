@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeAlias
 
 from rewardq import defaults
 from rewardq.errors import BackpressureTimeout, RecordError
-from rewardq.queue.codec import DEFAULT_MAX_RECORD_BYTES, encode_output
+from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace, output_key, split_key
 from rewardq.queue.results import RewardResult
 
@@ -31,8 +31,6 @@ class OutputLike(Protocol):
 Output: TypeAlias = Mapping[str, Any] | OutputLike
 #: A uid or session id: a string, or an int (verl's session ids), turned into its text.
 Name: TypeAlias = str | int
-
-DEFAULT_MAX_BACKLOG = defaults.MAX_BACKLOG
 
 
 @dataclass
@@ -52,9 +50,9 @@ class ClientSettings:
 
     namespace: str = defaults.NAMESPACE
     shards: int | None = None
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_record_bytes: int = defaults.MAX_RECORD_BYTES
     max_outputs: int = defaults.MAX_OUTPUTS
-    max_backlog: int | None = DEFAULT_MAX_BACKLOG
+    max_backlog: int | None = defaults.MAX_BACKLOG
     backpressure_timeout: float = defaults.BACKPRESSURE_TIMEOUT
     cluster: bool = False
 
