@@ -73,6 +73,7 @@ from typing import Any
 
 from rewardq.errors import ConfigError
 from rewardq.queue import scripts
+from rewardq.queue.retry import script_call
 
 logger = logging.getLogger("rewardq.queue.ratelimit")
 
@@ -302,9 +303,7 @@ class FleetRateLimiter(_LimiterBase):
             self.owns_redis = False
 
     async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
-        wait, level = await self._script(
-            keys=[self.key], args=["take", bucket, repr(float(capacity)), repr(float(cost)), "1" if look else "0"]
-        )
+        wait, level = await self._run(["take", bucket, repr(float(capacity)), repr(float(cost)), "1" if look else "0"])
         return float(wait), float(level)
 
     async def _slot_op(self, op: str, holder: str) -> float:
@@ -314,7 +313,13 @@ class FleetRateLimiter(_LimiterBase):
             args = ["renew", holder, repr(self.lease_seconds)]
         else:
             args = ["release", holder]
-        return float((await self._script(keys=[self.key], args=args))[0])
+        return float((await self._run(args))[0])
+
+    async def _run(self, args: list[str]) -> Any:
+        """One call of the limiter's script, marked as a script call so the retry policy never
+        re-sends one that may have run (a bucket charged twice)."""
+        with script_call():
+            return await self._script(keys=[self.key], args=args)
 
 
 def open_limiter(redis_url: str | None, key: str, *, cluster: bool = False, **limits: Any) -> _LimiterBase:
