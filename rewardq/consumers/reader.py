@@ -19,9 +19,8 @@ from collections.abc import Awaitable, Callable
 
 from rewardq.queue.aio import being_cancelled
 from rewardq.queue.broker import StreamBroker
-from rewardq.queue.connection import permission_error
+from rewardq.queue.connection import refusals_named
 from rewardq.queue.entries import Entry
-from rewardq.queue.redis_errors import NoPermissionError
 from rewardq.queue.retry import backoff_delay, is_transient
 
 logger = logging.getLogger("rewardq.worker")
@@ -81,9 +80,10 @@ class StreamReader:
             if self.stopping.is_set():
                 break
             try:
-                entries = await self.broker.read(shards, self.batch_size, self.block_ms)
-                if entries:
-                    await self.handle(entries)
+                with refusals_named(self.namespace, self.redis_url):
+                    entries = await self.broker.read(shards, self.batch_size, self.block_ms)
+                    if entries:
+                        await self.handle(entries)
                 failures = 0
             except Exception as exc:
                 if being_cancelled():
@@ -92,8 +92,6 @@ class StreamReader:
                     logger.warning("consumer group vanished; re-creating it")
                     await self.broker.ensure_groups()
                     continue
-                if isinstance(exc, NoPermissionError):
-                    raise permission_error(exc, self.namespace, self.redis_url) from None
                 if not is_transient(exc):
                     raise
                 failures += 1

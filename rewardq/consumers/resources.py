@@ -15,10 +15,9 @@ from typing import Any
 from rewardq.config import WorkerConfig
 from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.queue.broker import StreamBroker
-from rewardq.queue.connection import is_cluster_client, permission_error
+from rewardq.queue.connection import is_cluster_client, refusals_named
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import ensure_meta
-from rewardq.queue.redis_errors import NoPermissionError
 from rewardq.reward.base import ManagerContext, RewardManager
 
 logger = logging.getLogger("rewardq.worker")
@@ -27,10 +26,10 @@ logger = logging.getLogger("rewardq.worker")
 async def open_broker(client: Any, cfg: WorkerConfig, worker_name: str) -> StreamBroker:
     """The worker's broker on the pipeline's shards, with every shard's consumer group created.
 
-    A Redis user that lacks a permission gets the error naming it (:func:`permission_error`).
+    A Redis user that lacks a permission gets the error naming it (:func:`refusals_named`).
     """
     probe = Keyspace(cfg.namespace, 1, cfg.group)
-    try:
+    with refusals_named(cfg.namespace, cfg.redis_url):
         shards = await ensure_meta(client, probe, cfg.shards)
         broker = StreamBroker(
             client,
@@ -43,8 +42,6 @@ async def open_broker(client: Any, cfg: WorkerConfig, worker_name: str) -> Strea
             max_outputs=cfg.max_outputs,
         )
         await broker.ensure_groups()
-    except NoPermissionError as exc:
-        raise permission_error(exc, cfg.namespace, cfg.redis_url) from None
     return broker
 
 

@@ -155,9 +155,8 @@ def open_pipeline(
     """
     from rewardq.errors import ConfigError
     from rewardq.ops.common import wait_for_redis
-    from rewardq.queue.connection import connect_sync, permission_error, redact_url
+    from rewardq.queue.connection import connect_sync, redact_url, refusals_named
     from rewardq.queue.keys import Keyspace
-    from rewardq.queue.redis_errors import NoPermissionError
 
     try:
         Keyspace(namespace, 1, group)
@@ -167,10 +166,8 @@ def open_pipeline(
     shown = redact_url(redis_url)
     client = connect_sync(redis_url, cluster=cluster)
     try:
-        shards = _shards(client, namespace, shown, require)
-    except NoPermissionError as exc:
-        client.close()
-        raise permission_error(exc, namespace, redis_url) from None
+        with refusals_named(namespace, redis_url):
+            shards = _shards(client, namespace, shown, require)
     except BaseException:
         client.close()
         raise
@@ -183,14 +180,12 @@ def opened(
 ) -> Iterator[Pipeline]:
     """``with opened(...) as p:`` — :func:`open_pipeline`, closed on exit; a command the ACL user
     may not run inside becomes one :class:`~rewardq.errors.RedisPermissionError` line."""
-    from rewardq.queue.connection import permission_error
-    from rewardq.queue.redis_errors import NoPermissionError
+    from rewardq.queue.connection import refusals_named
 
     p = open_pipeline(redis_url, namespace, cluster=cluster, group=group, require=require)
     try:
-        yield p
-    except NoPermissionError as exc:
-        raise permission_error(exc, namespace, redis_url) from None
+        with refusals_named(namespace, redis_url):
+            yield p
     finally:
         p.close()
 

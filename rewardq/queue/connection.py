@@ -15,7 +15,9 @@ carries the one retry policy of :mod:`rewardq.queue.retry`.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -117,6 +119,16 @@ def _client(lib: Any, url: str, cluster: bool, opts: dict[str, Any]) -> Any:
 
 def is_cluster_client(client: Any) -> bool:
     return isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
+
+
+@contextlib.contextmanager
+def refusals_named(namespace: str, url: str) -> Iterator[None]:
+    """Inside, a command the Redis user may not run raises :func:`permission_error`'s one line
+    instead of redis-py's ``NoPermissionError``."""
+    try:
+        yield
+    except redis.exceptions.NoPermissionError as exc:
+        raise permission_error(exc, namespace, url) from None
 
 
 def permission_error(exc: Exception, namespace: str, url: str) -> RedisPermissionError:
