@@ -9,18 +9,16 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from tests.support.cli_procs import REPO
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDQ_")}
     return subprocess.run(
-        [sys.executable, "-m", "rewardq", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+        [sys.executable, "-m", "rewardq", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env
     )
 
 
