@@ -20,13 +20,12 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.conftest import _delete_namespace
 from tests.support.cli_procs import wait_for, worker_argv
-from tests.support.isolation import alive
+from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
 
 pytestmark = pytest.mark.slow
 
 TOK = load_tokenizer("builtin:demo")
-MISBEHAVING = str(Path(__file__).parents[1] / "support" / "misbehaving.py")
 MANAGER = "tests.support.misbehaving:MisbehavingManager"
 START_TIMEOUT = 120  # worker start-up imports torch; several at once on a busy 2-core machine
 SCORE_TIMEOUT = 8.0

@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
 from rewardq.reward.loader import load_score_fn
 from tests.support import misbehaving
-from tests.support.isolation import alive, trajectory
+from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
 
 # -- placement ---------------------------------------------------------------------------------
 
@@ -71,7 +70,7 @@ async def test_sync_function_runs_where_its_placement_says(naive, placement, in_
 
 
 async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(naive):
-    spec = str(Path(__file__).parents[1] / "support" / "remote_scorers.py") + ":compute_score"
+    spec = f"{REMOTE_SCORERS}:compute_score"
     fn = load_score_fn(spec, {"bonus": 2.0})
     m = naive(fn, reward_fn=spec, reward_fn_kwargs={"bonus": 2.0}, processes=1)
     out = await m.run_single(trajectory("7", "7"))
