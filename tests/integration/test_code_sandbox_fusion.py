@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 
 import numpy as np
@@ -17,6 +16,7 @@ from rewardq.reward.factory import build_manager
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.cli_procs import wait_for, worker_argv
 from tests.support.helpers import running_workers
+from tests.support.redis_server import free_port
 from tests.support.sandbox_standin import Standin
 
 pytestmark = pytest.mark.timeout(600)
@@ -94,15 +94,9 @@ def _manager(ns: str, redis_url: str, **options):
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_a_down_sandbox_gives_error_results_naming_it(redis_url, ns):
     # Given a worker pointed at a sandbox nobody listens on
-    url = f"http://127.0.0.1:{_free_port()}/run_code"
+    url = f"http://127.0.0.1:{free_port()}/run_code"
     manager = _manager(ns, redis_url, sandbox_fusion_url=url, sandbox_fusion_attempts=3)
     async with running_workers(ns, redis_url, [manager]):
         client = AsyncRewardClient.from_url(redis_url, namespace=ns)
