@@ -7,21 +7,19 @@ import asyncio
 import json
 import time
 
-import numpy as np
 import pytest
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.factory import build_manager
-from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.cli_procs import wait_for, worker_argv
 from tests.support.helpers import running_workers
+from tests.support.records import TOK, text_output
 from tests.support.redis_server import free_port
 from tests.support.sandbox_standin import Standin
 
 pytestmark = pytest.mark.timeout(600)
 
-TOK = load_tokenizer("builtin:demo")
 ADD = json.dumps({"inputs": ["2 3\n"], "outputs": ["5\n"]})
 RIGHT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 WRONG = "```python\nprint(0)\n```"
@@ -29,7 +27,7 @@ SAMPLE = {"data_source": "taco", "reward_model": {"ground_truth": ADD}, "extra_i
 
 
 def _output(text: str) -> dict:
-    return {"prompt_ids": np.asarray(TOK.encode("Add them."), dtype=np.int32), "response_ids": TOK.encode(text)}
+    return text_output(text, "Add them.")
 
 
 @pytest.fixture
