@@ -10,7 +10,6 @@ import asyncio
 import logging
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
 from rewardq.reward.loader import load_score_fn
 from tests.support import misbehaving
+from tests.support.helpers import until
 from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
 
 # -- placement ---------------------------------------------------------------------------------
@@ -138,9 +138,7 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive)
     with pytest.raises(ScoringError, match="5 earlier calls .* never returned"):
         await m.run_single(trajectory("x"))
     release.set()
-    deadline = time.monotonic() + 5
-    while runner.lost and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await until(lambda: runner.lost == 0, "the released threads to be counted back", 5.0, poll=0.01)
     assert runner.lost == 0 and (await m.run_single(trajectory("x")))["reward_score"] == 1.0
     lost_threads = [t for t in threading.enumerate() if t.name.startswith("rewardq-score")]
     assert all(t.daemon for t in lost_threads)
