@@ -55,7 +55,8 @@ def test_acl_user_without_rights_on_the_namespace_gets_one_line_from_status_and_
         grant = lines[0].split("e.g. ACL SETUSER ")[1].split()
         assert admin.execute_command("ACL", "SETUSER", *grant) == b"OK"
         again = _rq("status", "--redis-url", url, "--namespace", "locked")
-        assert again.returncode in (0, 1) and "NOPERM" not in again.stderr, again
+        assert again.returncode == 1 and "NOPERM" not in again.stderr, again
+        assert "namespace 'locked' does not exist" in again.stderr, again.stderr
         admin.close()
 
 
