@@ -24,7 +24,7 @@ import time
 import uuid
 from typing import Any
 
-from benchmarks.common import cpu_seconds, delete_matching
+from benchmarks.common import Cleanup, cpu_seconds
 from rewardq.reward.base import ScoringSettings
 from rewardq.reward.isolation import ScoreFnRouter
 from rewardq.reward.scoring import gsm8k
@@ -122,11 +122,7 @@ async def end_to_end(placement: str, url: str, n: int) -> dict[str, float]:
         return {"per_s": n / took, "cpu_ms": cpu / n * 1000, "errors": float(worker.stats["errors"])}
     finally:
         client.close()
-        import redis
-
-        r = redis.Redis.from_url(url)
-        delete_matching(r, f"{ns}:*")
-        r.close()
+        Cleanup(url).run([f"{ns}:*"])
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -29,12 +29,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from rewardq.reward.tokenizer import DEMO_PATH
+
 #: Special tokens, in id order.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 VOCAB_SIZE = 3000
 SEED = 20240601
 N_DOCUMENTS = 4000
-ASSET_PATH = Path(__file__).resolve().parent.parent / "rewardq" / "assets" / "demo-tokenizer.json"
 
 _NAMES = [
     "Natalia",
@@ -235,7 +236,7 @@ def build_json(vocab_size: int = VOCAB_SIZE) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed asset differs")
-    parser.add_argument("--out", type=Path, default=ASSET_PATH, help="where to write (default: the asset)")
+    parser.add_argument("--out", type=Path, default=DEMO_PATH, help="where to write (default: the asset)")
     args = parser.parse_args(argv)
     text = build_json()
     if args.check:

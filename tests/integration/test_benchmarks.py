@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.cli_procs import REPO
 
 
 def run_bench(redis_url: str, out: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess, dict]:

@@ -19,7 +19,7 @@ import redis
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq
-from tests.support.helpers import SAMPLE, output, running_workers
+from tests.support.helpers import SAMPLE, output, running_workers, until
 from tests.support.managers import LengthManager
 
 
@@ -37,26 +37,19 @@ async def _populate(ns: str, r: redis.Redis, client: RewardClient) -> list[str]:
     ks = Keyspace(ns)
     client.put_output("stuck", "s", 0, output(2, 2), SAMPLE)
     client.put_output("stuck", "s", 3, output(2, 2), SAMPLE, final=True)
-    await _until(lambda: r.hget(ks.traj_key("stuck_s"), "stored") == b"2", "the worker to store stuck_s")
+    await until(lambda: r.hget(ks.traj_key("stuck_s"), "stored") == b"2", "the worker to store stuck_s")
     await asyncio.sleep(0.4)  # so that nofinal_s is seen 0.4 s later: the oldest is stuck_s
     client.put_output("nofinal", "s", 0, output(2, 2), SAMPLE)
     r.xadd(ks.stream(0), {"key": "junk_s_0", "data": b"junk"})
     keys = client.put_trajectory("fine", "s", [output(3, 3, seed=1), output(3, 5, seed=2)], SAMPLE)
     await asyncio.to_thread(client.wait_rewards, keys, 10)
-    await _until(
+    await until(
         lambda: (
             r.hget(ks.worker("w0"), "scored") == b"1" and r.xlen(ks.dead(0)) == 1 and r.exists(ks.traj_key("nofinal_s"))
         ),
         "the heartbeat to count the scored trajectory",
     )
     return keys
-
-
-async def _until(predicate, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 STATUS_SPEC = {

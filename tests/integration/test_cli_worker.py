@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from rewardq.demo.data import make_trajectories
+from rewardq.errors import ConfigError
 from rewardq.logs import JsonFormatter
 from rewardq.ops import worker as ops_worker
 from rewardq.ops.worker import overrides_from_flags, parse_manager_options
@@ -253,7 +254,7 @@ def test_manager_options_parse_json_values_and_nest():
             "tags=[1, 2]",
         ]
     ) == {"max_rpm": 60, "base_url": "http://x:8000", "overlong_buffer": {"enable": True, "len": 512}, "tags": [1, 2]}
-    with pytest.raises(Exception, match="KEY=VALUE"):
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_manager_options(["oops"])
 
 

@@ -29,7 +29,7 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue import scripts
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace, key_slot
-from tests.support.cli_procs import worker_argv
+from tests.support.cli_procs import REPO, worker_argv
 from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.helpers import SAMPLE, Hang, output, running_workers, stop_while_scoring, worker_config
 from tests.support.helpers import abandon_worker as _abandon
@@ -171,7 +171,6 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster, cns):
 # (b) a full run
 # ---------------------------------------------------------------------------------------------
 N_TRAJ = 1000
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _response_len(t: int, i: int) -> int:

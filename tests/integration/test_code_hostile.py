@@ -15,16 +15,14 @@ import subprocess
 import urllib.request
 import uuid
 
-import numpy as np
 import pytest
 
 from rewardq import RewardClient
-from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.records import text_output
 
 pytestmark = pytest.mark.timeout(300)
 
-TOK = load_tokenizer("builtin:demo")
 SECRET = f"s3cret-{uuid.uuid4().hex}"
 ONE_CASE = json.dumps({"inputs": ["4\n"], "outputs": ["16\n"]})
 THREE_CASES = json.dumps({"inputs": ["1\n", "2\n", "3\n"], "outputs": ["1\n", "4\n", "9\n"]})
@@ -88,7 +86,7 @@ GOOD = {
 
 def _output(program: str) -> dict:
     text = f"My answer:\n```python\n{program}\n```"
-    return {"prompt_ids": np.asarray(TOK.encode("Solve it."), dtype=np.int32), "response_ids": TOK.encode(text)}
+    return text_output(text, "Solve it.")
 
 
 def _sandbox_uid_processes() -> list[str]:

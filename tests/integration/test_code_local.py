@@ -19,6 +19,7 @@ from rewardq.reward.codeexec.sandbox import HARNESS, LocalSandbox, Program, RunS
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.factory import build_manager
 from rewardq.reward.scoring import compute_score_async
+from tests.support.helpers import until
 from tests.support.records import TOK, trajectory_batch
 
 pytestmark = pytest.mark.timeout(300)
@@ -70,13 +71,7 @@ async def test_a_cancelled_scoring_kills_its_sandbox():
     runtime = CodeRuntime(CodeExecSettings(code_local_first_pass_timeout=10))
     await runtime.sandbox().start()  # the probe program has run and gone
     task = asyncio.create_task(compute_score_async("apps", "while True:\n    pass", SQUARES, code_runtime=runtime))
-    running: list[str] = []
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        running = _harness_processes()
-        if running:
-            break
-    assert running
+    await until(_harness_processes, "the program's sandbox to start", 5.0)
     # When its scoring is cancelled (worker shutdown, score_timeout)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

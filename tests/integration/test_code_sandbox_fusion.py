@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 
-import numpy as np
 import pytest
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.factory import build_manager
-from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.cli_procs import wait_for, worker_argv
 from tests.support.helpers import running_workers
+from tests.support.records import TOK, text_output
+from tests.support.redis_server import free_port
 from tests.support.sandbox_standin import Standin
 
 pytestmark = pytest.mark.timeout(600)
 
-TOK = load_tokenizer("builtin:demo")
 ADD = json.dumps({"inputs": ["2 3\n"], "outputs": ["5\n"]})
 RIGHT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 WRONG = "```python\nprint(0)\n```"
@@ -29,7 +27,7 @@ SAMPLE = {"data_source": "taco", "reward_model": {"ground_truth": ADD}, "extra_i
 
 
 def _output(text: str) -> dict:
-    return {"prompt_ids": np.asarray(TOK.encode("Add them."), dtype=np.int32), "response_ids": TOK.encode(text)}
+    return text_output(text, "Add them.")
 
 
 @pytest.fixture
@@ -94,15 +92,9 @@ def _manager(ns: str, redis_url: str, **options):
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_a_down_sandbox_gives_error_results_naming_it(redis_url, ns):
     # Given a worker pointed at a sandbox nobody listens on
-    url = f"http://127.0.0.1:{_free_port()}/run_code"
+    url = f"http://127.0.0.1:{free_port()}/run_code"
     manager = _manager(ns, redis_url, sandbox_fusion_url=url, sandbox_fusion_attempts=3)
     async with running_workers(ns, redis_url, [manager]):
         client = AsyncRewardClient.from_url(redis_url, namespace=ns)

@@ -13,7 +13,7 @@ from collections import Counter
 
 from rewardq import RewardClient, defaults
 from rewardq.queue.keys import Keyspace
-from tests.support.helpers import running_workers
+from tests.support.helpers import running_workers, until
 from tests.support.hostile import cases
 from tests.support.managers import LengthManager
 
@@ -39,10 +39,7 @@ async def test_every_hostile_case_ends_in_its_documented_state(ns, redis_url, sy
             c.send(sync_redis, client, ks)
         errors = {k: why for c in catalogue for k, why in c.errors.items()}
         got = await asyncio.to_thread(_wait, client, list(errors))
-        for _ in range(100):
-            if sum(1 for _ in sync_redis.xrange(ks.dead(0))) >= sum(want_dead.values()):
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: sync_redis.xlen(ks.dead(0)) >= sum(want_dead.values()), "the dead letters")
         await asyncio.sleep(0.5)  # anything that would still (wrongly) happen, happens now
     # Then every key a case names holds an error result naming the reason
     for key, why in errors.items():

@@ -49,28 +49,27 @@ def test_worker_under_every_hostile_case_stays_correct_and_redis_stays_responsiv
         )
         try:
             assert worker.wait_for_log("started", 90), worker.log()
-            sampler = PingSampler(srv.url).__enter__()
-            # Given 200 good trajectories interleaved with every hostile case (a 40 MB payload among
-            # them) and one trajectory of max_outputs outputs that times out incomplete (the largest
-            # error write any script makes)
-            good = make_trajectories(200, seed=5, prefix="g")
-            catalogue = cases("x", big_payload=40 * 1024 * 1024, reward=expected_reward)
-            first = [k for c in catalogue if c.before for k in c.before(client)]
-            good_keys = push(client, good[:100])
-            client.put_output("wide", "s", 0, GOOD, SAMPLE)
-            client.put_output("wide", "s", MAX - 1, GOOD, SAMPLE, final=True)
-            client.wait_rewards(first, timeout=60)
-            rest = iter(good[100:])
-            for c in catalogue:
-                c.send(raw, client, ks)
-                good_keys += push(client, [t for _, t in zip(range(4), rest)])
-            good_keys += push(client, list(rest))
-            # When the worker has answered every key
-            got = client.wait_rewards(good_keys, timeout=120)
-            errors = {k: why for c in catalogue for k, why in c.errors.items()}
-            bad = client.wait_rewards(list(errors), timeout=60)
-            wide = client.wait_rewards([f"wide_s_{i}" for i in range(MAX)], timeout=60)
-            sampler.__exit__(None, None, None)
+            with PingSampler(srv.url) as sampler:
+                # Given 200 good trajectories interleaved with every hostile case (a 40 MB payload among
+                # them) and one trajectory of max_outputs outputs that times out incomplete (the largest
+                # error write any script makes)
+                good = make_trajectories(200, seed=5, prefix="g")
+                catalogue = cases("x", big_payload=40 * 1024 * 1024, reward=expected_reward)
+                first = [k for c in catalogue if c.before for k in c.before(client)]
+                good_keys = push(client, good[:100])
+                client.put_output("wide", "s", 0, GOOD, SAMPLE)
+                client.put_output("wide", "s", MAX - 1, GOOD, SAMPLE, final=True)
+                client.wait_rewards(first, timeout=60)
+                rest = iter(good[100:])
+                for c in catalogue:
+                    c.send(raw, client, ks)
+                    good_keys += push(client, [t for _, t in zip(range(4), rest)])
+                good_keys += push(client, list(rest))
+                # When the worker has answered every key
+                got = client.wait_rewards(good_keys, timeout=120)
+                errors = {k: why for c in catalogue for k, why in c.errors.items()}
+                bad = client.wait_rewards(list(errors), timeout=60)
+                wide = client.wait_rewards([f"wide_s_{i}" for i in range(MAX)], timeout=60)
         finally:
             worker.kill()
             client.close()

@@ -12,21 +12,18 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
-from rewardq.reward.tokenizer import load_tokenizer
 from tests.conftest import _delete_namespace
 from tests.support.cli_procs import wait_for, worker_argv
-from tests.support.isolation import alive
+from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
+from tests.support.records import text_output
 
 pytestmark = pytest.mark.slow
 
-TOK = load_tokenizer("builtin:demo")
-MISBEHAVING = str(Path(__file__).parents[1] / "support" / "misbehaving.py")
 MANAGER = "tests.support.misbehaving:MisbehavingManager"
 START_TIMEOUT = 120  # worker start-up imports torch; several at once on a busy 2-core machine
 SCORE_TIMEOUT = 8.0
@@ -34,12 +31,8 @@ SCORE_TIMEOUT = 8.0
 
 def push(client: RewardClient, text: str, *, ground_truth: str = "ok") -> str:
     """One single-output trajectory whose response is ``text``; returns its key."""
-    output = {
-        "prompt_ids": np.array(TOK.encode("What now?"), dtype=np.int32),
-        "response_ids": np.array(TOK.encode(text), dtype=np.int32),
-    }
     sample = {"data_source": "test", "reward_model": {"ground_truth": ground_truth}}
-    (key,) = client.put_trajectory(f"u-{uuid.uuid4().hex[:10]}", "0", [output], sample)
+    (key,) = client.put_trajectory(f"u-{uuid.uuid4().hex[:10]}", "0", [text_output(text, "What now?")], sample)
     return key
 
 

@@ -13,29 +13,23 @@ import time
 import uuid
 from typing import Any
 
-import numpy as np
 import pytest
 
 from rewardq.producers.client import RewardClient
-from rewardq.reward.tokenizer import load_tokenizer
 from tests.conftest import _delete_namespace
 from tests.support.math_cases import CASES, SLOW_CASES
 from tests.support.proc_worker import WorkerProcess
+from tests.support.records import text_output
 
 pytestmark = pytest.mark.slow
 
-TOK = load_tokenizer("builtin:demo")
 START_TIMEOUT = 120  # worker start-up imports torch; several at once on a busy 2-core machine
 
 
 def push(client: RewardClient, data_source: str, response: str, truth: Any) -> str:
     """One single-output trajectory; returns its key."""
-    output = {
-        "prompt_ids": np.array(TOK.encode("Solve it."), dtype=np.int32),
-        "response_ids": np.array(TOK.encode(response), dtype=np.int32),
-    }
     sample = {"data_source": data_source, "reward_model": {"ground_truth": truth}, "extra_info": {}}
-    (key,) = client.put_trajectory(f"u-{uuid.uuid4().hex[:10]}", "0", [output], sample)
+    (key,) = client.put_trajectory(f"u-{uuid.uuid4().hex[:10]}", "0", [text_output(response, "Solve it.")], sample)
     return key
 
 

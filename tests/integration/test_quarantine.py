@@ -13,6 +13,7 @@ from rewardq.reward.rows import last_row, valid_response_ids
 from tests.support.helpers import (
     SAMPLE,
     Hang,
+    PeakCounter,
     abandon_worker,
     output,
     running_workers,
@@ -22,20 +23,14 @@ from tests.support.helpers import (
 
 
 class Overlap(RewardManager):
-    """Reward = final response length; records how many trajectories it scored at once."""
+    """Reward = final response length; ``at_once.peak`` is the most trajectories it scored at once."""
 
-    running = 0
-    most = 0
+    at_once = PeakCounter()
 
     async def run_single(self, data):
-        cls = type(self)
-        cls.running += 1
-        cls.most = max(cls.most, cls.running)
-        try:
+        with type(self).at_once:
             await asyncio.sleep(0.1)
             return {"reward_score": float(valid_response_ids(last_row(data)).shape[0]), "reward_extra_info": {}}
-        finally:
-            cls.running -= 1
 
 
 async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_ones_together(ns, redis_url, sync_redis):
@@ -48,19 +43,19 @@ async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_o
     await a.handle(await a.broker.read([0], 10, None))
     assert len(a.in_flight) == 4
     await abandon_worker(a)
-    Overlap.running = Overlap.most = 0
+    Overlap.at_once = PeakCounter()
     async with running_workers(ns, redis_url, [Overlap(None)]):
         # When another worker takes them over
         res = await asyncio.to_thread(client.wait_rewards, keys, 30)
         # Then each is scored, alone: never two at once
         assert [r.reward_score for r in res.values()] == [3.0, 4.0, 5.0, 6.0]
-        assert Overlap.most == 1
+        assert Overlap.at_once.peak == 1
         for i in range(4):
             assert sync_redis.hmget(ks.traj(0, f"dead{i}_0"), "attempts", "solo") == [b"2", b"1"]
         # And fresh trajectories afterwards score side by side again
         fresh = [client.put_trajectory(f"fresh{i}", "0", [output(2, 2)], SAMPLE)[0] for i in range(6)]
         await asyncio.to_thread(client.wait_rewards, fresh, 30)
-        assert Overlap.most > 1
+        assert Overlap.at_once.peak > 1
     client.close()
 
 
@@ -72,7 +67,7 @@ async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(ns, redis
     await stop_while_scoring(worker_config(ns, redis_url, name="A", shutdown_grace=0.3))
     # Then the attempt its lease counted is taken back when it hands the trajectory back
     assert sync_redis.hget(ks.traj(0, "handed_0"), "attempts") == b"0"
-    Overlap.running = Overlap.most = 0
+    Overlap.at_once = PeakCounter()
     async with running_workers(ns, redis_url, [Overlap(None)]):
         res = await asyncio.to_thread(client.wait_rewards, [key], 30)
     # And the next worker scores it as a first attempt (no solo start counted)

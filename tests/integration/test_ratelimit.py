@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,10 +19,10 @@ import redis.asyncio as aioredis
 from rewardq.errors import ConfigError
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter, bucket_take
+from tests.support.cli_procs import REPO
 from tests.support.helpers import PeakCounter
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -213,7 +212,7 @@ asyncio.run(main())
 async def test_dead_holder_frees_its_slot_after_the_lease(redis, key):
     lease = 1.0
     child = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, REDIS_URL, key, str(lease)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+        [sys.executable, "-c", _HOLDER, REDIS_URL, key, str(lease)], stdout=subprocess.PIPE, text=True, cwd=REPO
     )
     try:
         line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 30)
@@ -271,7 +270,7 @@ async def test_fleet_of_processes_holds_the_combined_rate(key):
             [sys.executable, "-c", _HAMMER, REDIS_URL, key, str(rpm), str(start_at), str(duration)],
             stdout=subprocess.PIPE,
             text=True,
-            cwd=ROOT,
+            cwd=REPO,
         )
         for _ in range(n_procs)
     ]

@@ -9,18 +9,16 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from tests.support.cli_procs import REPO
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDQ_")}
     return subprocess.run(
-        [sys.executable, "-m", "rewardq", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+        [sys.executable, "-m", "rewardq", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env
     )
 
 
@@ -57,7 +55,8 @@ def test_acl_user_without_rights_on_the_namespace_gets_one_line_from_status_and_
         grant = lines[0].split("e.g. ACL SETUSER ")[1].split()
         assert admin.execute_command("ACL", "SETUSER", *grant) == b"OK"
         again = _rq("status", "--redis-url", url, "--namespace", "locked")
-        assert again.returncode in (0, 1) and "NOPERM" not in again.stderr, again
+        assert again.returncode == 1 and "NOPERM" not in again.stderr, again
+        assert "namespace 'locked' does not exist" in again.stderr, again.stderr
         admin.close()
 
 

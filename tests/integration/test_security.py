@@ -27,11 +27,11 @@ from rewardq import RecordError, RewardClient
 from rewardq.queue.codec import decode_output, encode_output, peek_identity
 from rewardq.queue.connection import redact_url
 from rewardq.queue.keys import Keyspace
+from tests.support.cli_procs import REPO
 from tests.support.exactly_once import make_trajectories, push, settle
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parents[2]
 ECHO = "tests.support.managers:EchoManager"
 FAST = dict(
     manager=ECHO, heartbeat_interval=0.3, lease_seconds=1.5, claim_idle=2.0, maintenance_interval=0.3, block_ms=200
@@ -103,7 +103,7 @@ def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path)
                     capture_output=True,
                     text=True,
                     timeout=120,
-                    cwd=ROOT,
+                    cwd=REPO,
                     env={**os.environ, "COLUMNS": "200"},
                 )
                 assert out.returncode == 0, out.stderr
@@ -199,7 +199,7 @@ UNSAFE_CALLS = {("torch", "load"), ("pickle", "loads"), ("yaml", "load"), ("yaml
 
 def test_no_module_imports_pickle_or_calls_an_unsafe_loader():
     offenders = []
-    files = sorted((ROOT / "rewardq").rglob("*.py"))
+    files = sorted((REPO / "rewardq").rglob("*.py"))
     assert len(files) > 20
     for path in files:
         tree = ast.parse(path.read_text(), str(path))
@@ -209,16 +209,16 @@ def test_no_module_imports_pickle_or_calls_an_unsafe_loader():
                 names = [a.name.split(".")[0] for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module.split(".")[0]]
-            offenders += [f"{path.relative_to(ROOT)}: imports {n}" for n in names if n in UNSAFE_MODULES]
+            offenders += [f"{path.relative_to(REPO)}: imports {n}" for n in names if n in UNSAFE_MODULES]
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and isinstance(node.func.value, ast.Name)
                 and (node.func.value.id, node.func.attr) in UNSAFE_CALLS
             ):
-                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.func.value.id}.{node.func.attr}()")
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.func.value.id}.{node.func.attr}()")
             if isinstance(node, ast.keyword) and node.arg == "allow_pickle":
-                offenders.append(f"{path.relative_to(ROOT)}:{node.value.lineno}: allow_pickle=")
+                offenders.append(f"{path.relative_to(REPO)}:{node.value.lineno}: allow_pickle=")
     assert not offenders, offenders
 
 
@@ -295,8 +295,8 @@ print("done")
         input=msgpack.packb(BOMBS, use_bin_type=True),
         capture_output=True,
         timeout=120,
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"},
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"},
     )
     stdout = out.stdout.decode()
     assert out.returncode == 0, out.stderr.decode()[-2000:]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,16 @@ async def running_workers(
         for w in workers:
             w.request_stop("test done")
         await asyncio.gather(*tasks)
+
+
+async def until(predicate: Callable[[], object], what: str, timeout: float = 10.0, poll: float = 0.05) -> object:
+    """Poll ``predicate`` until truthy, letting the event loop run meanwhile; returns its value, or
+    fails naming ``what`` after ``timeout`` seconds (the async twin of ``cli_procs.wait_for``)."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(poll)
+    return value
 
 
 def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> dict:
@@ -96,10 +107,7 @@ async def fail_a_trajectory_and_a_junk_entry(ns: str, url: str, r: Any, client: 
     FlakyJudge.broken = True
     async with running_workers(ns, url, [FlakyJudge(None)]):
         first = await asyncio.to_thread(client.wait_rewards, keys, 10)
-        for _ in range(50):
-            if r.xlen(ks.dead(0)) == 2:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: r.xlen(ks.dead(0)) == 2, "both dead letters", 5.0)
     return keys, first
 
 
@@ -110,13 +118,9 @@ class Hang(RewardManager):
         await asyncio.sleep(3600)
 
 
-async def until_in_flight(w: Worker) -> bool:
-    """Wait (up to 5 s) until ``w`` is scoring something; returns whether it is."""
-    for _ in range(100):
-        if w.in_flight:
-            break
-        await asyncio.sleep(0.05)
-    return bool(w.in_flight)
+async def until_in_flight(w: Worker) -> None:
+    """Wait (up to 5 s) until ``w`` is scoring something."""
+    await until(lambda: w.in_flight, f"worker {w.name} to take a trajectory", 5.0)
 
 
 async def stop_while_scoring(cfg: WorkerConfig) -> None:
@@ -124,7 +128,7 @@ async def stop_while_scoring(cfg: WorkerConfig) -> None:
     is scoring a trajectory; returns when it has stopped (handing the trajectory back)."""
     w = Worker(cfg, manager=Hang(None))
     task = asyncio.create_task(w.run())
-    assert await until_in_flight(w)
+    await until_in_flight(w)
     w.request_stop("test")
     await task
 

@@ -1,4 +1,5 @@
-"""Helpers for the scorer-isolation tests: a one-output trajectory batch, is a process alive."""
+"""Helpers for the scorer-isolation tests: the test scorer files, a one-output trajectory batch,
+is a process alive."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 
 from tests.support.records import TOK, trajectory_batch
 
-__all__ = ["MISBEHAVING", "TOK", "alive", "trajectory"]
+__all__ = ["MISBEHAVING", "REMOTE_SCORERS", "TOK", "alive", "trajectory"]
 
+#: The scorer files, as a ``--reward-fn`` / ``scorer_spec`` path names them.
 MISBEHAVING = str(Path(__file__).with_name("misbehaving.py"))
+REMOTE_SCORERS = str(Path(__file__).with_name("remote_scorers.py"))
 
 
 def trajectory(response: str, ground_truth: str = "ok", data_source: str = "test") -> object:

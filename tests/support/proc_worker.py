@@ -48,6 +48,7 @@ from rewardq.config import WorkerConfig, _coerce
 from rewardq.consumers.worker import Worker
 from rewardq.logs import setup_logging
 from rewardq.queue.broker import RESULT_FIELDS, StreamBroker
+from tests.support.cli_procs import REPO
 
 logger = logging.getLogger("rewardq.test.fault")
 FAULT_ENV = "REWARDQ_TEST_FAULT"
@@ -151,9 +152,6 @@ def parse_args(argv: list[str] | None = None) -> dict[str, Any]:
     return out
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 #: WorkerConfig fields the real ``rewardq worker`` command takes as flags (the rest go as
 #: ``REWARDQ_<FIELD>`` variables, which it reads too).
 CLI_FLAGS = (
@@ -209,7 +207,7 @@ class WorkerProcess:
         extra_env = env or {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDQ_")}
         env.update(extra_env)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["REWARDQ_REDIS_URL"] = url
         if fault:
             env[FAULT_ENV] = fault
@@ -230,7 +228,7 @@ class WorkerProcess:
         self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="rewardq-worker-")) / f"{self.name}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+            args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
         )
 
     @property

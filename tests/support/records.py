@@ -1,6 +1,8 @@
-"""Output records and one-trajectory batches encoded with the demo tokenizer, for manager tests.
+"""Outputs, records and one-trajectory batches encoded with the demo tokenizer.
 
-The uid and session id are fixed (``u`` / ``s``): a batch never carries them.
+:func:`text_output` is what a producer hands to ``put_trajectory``; :func:`record` and
+:func:`trajectory_batch` are what a manager receives (their uid and session id are fixed,
+``u`` / ``s``: a batch never carries them).
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from rewardq.queue.codec import OutputRecord
 from rewardq.reward.tokenizer import load_tokenizer
 
 TOK = load_tokenizer("builtin:demo")
+
+
+def text_output(response: str, prompt: str = "Q?") -> dict[str, Any]:
+    """An output as ``put_output`` / ``put_trajectory`` take it, its prompt and response encoded."""
+    return {
+        "prompt_ids": np.asarray(TOK.encode(prompt), dtype=np.int32),
+        "response_ids": np.asarray(TOK.encode(response), dtype=np.int32),
+    }
 
 
 def record(

@@ -33,6 +33,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.cli_procs import REPO
+
 OUTPUT_CAP = 1 << 20
 
 
@@ -178,15 +180,14 @@ class Standin:
 
     def __init__(self, tmp: Path) -> None:
         self.log = tmp / "standin.log"
-        repo = Path(__file__).resolve().parents[2]
-        env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.sandbox_standin", "--port", "0"],
                 stdout=subprocess.PIPE,
                 stderr=err,
                 env=env,
-                cwd=str(repo),
+                cwd=str(REPO),
             )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()

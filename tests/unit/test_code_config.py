@@ -58,7 +58,8 @@ def test_bad_values_and_misspelt_options_fail_at_start_up():
         {"code_local_isolation": "chroot"},
         {"sandbox_fusion_retry_delay": -1},
     ):
-        with pytest.raises(ConfigError):
+        (name,) = bad
+        with pytest.raises(ConfigError, match=f"^{name} must be"):  # refused for that option, not another
             pop_code_options(dict(bad))
     with pytest.raises(ConfigError, match="sandbox_fusion_ulr"):
         build_manager("naive", tokenizer=TOK, options={"sandbox_fusion_ulr": URL})

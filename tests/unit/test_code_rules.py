@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rewardq.errors import SandboxUnavailableError
+from rewardq.errors import CodeSandboxError, SandboxUnavailableError
 from rewardq.reward.codeexec import harness
 from rewardq.reward.codeexec.cases import (
     InvalidTestCases,
@@ -148,9 +148,9 @@ def test_report_lines_from_the_harness():
     )
     [run] = parse_report(out, b"", 0, 1)
     assert run.records == [{"case": 0, "out": "1\n"}] and run.exit == 0
-    with pytest.raises(Exception, match="could not be set up: mount /tmp"):
+    with pytest.raises(CodeSandboxError, match="could not be set up: mount /tmp"):
         parse_report(b'E {"setup_error": "mount /tmp"}\n', b"", 3, 1)
-    with pytest.raises(Exception, match="after 0 of 1 runs: Traceback"):
+    with pytest.raises(CodeSandboxError, match="after 0 of 1 runs: Traceback"):
         parse_report(b"", b"Traceback\nboom", 1, 1)
 
 

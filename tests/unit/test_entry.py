@@ -36,3 +36,5 @@ def test_missing_torch_when_a_worker_starts_names_the_worker_extra():
 def test_other_import_errors_are_not_disguised():
     done = run_without("rewardq.ops.status", "--help")
     assert done.returncode != 0 and "rewardq[worker]" not in done.stderr
+    # the import's own error reaches the user, naming the module that failed
+    assert "ModuleNotFoundError: import of rewardq.ops.status halted" in done.stderr, done.stderr

@@ -10,8 +10,6 @@ import asyncio
 import logging
 import os
 import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +21,8 @@ from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
 from rewardq.reward.loader import load_score_fn
 from tests.support import misbehaving
-from tests.support.isolation import alive, trajectory
+from tests.support.helpers import until
+from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
 
 # -- placement ---------------------------------------------------------------------------------
 
@@ -71,7 +70,7 @@ async def test_sync_function_runs_where_its_placement_says(naive, placement, in_
 
 
 async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(naive):
-    spec = str(Path(__file__).parents[1] / "support" / "remote_scorers.py") + ":compute_score"
+    spec = f"{REMOTE_SCORERS}:compute_score"
     fn = load_score_fn(spec, {"bonus": 2.0})
     m = naive(fn, reward_fn=spec, reward_fn_kwargs={"bonus": 2.0}, processes=1)
     out = await m.run_single(trajectory("7", "7"))
@@ -139,9 +138,7 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive)
     with pytest.raises(ScoringError, match="5 earlier calls .* never returned"):
         await m.run_single(trajectory("x"))
     release.set()
-    deadline = time.monotonic() + 5
-    while runner.lost and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await until(lambda: runner.lost == 0, "the released threads to be counted back", 5.0, poll=0.01)
     assert runner.lost == 0 and (await m.run_single(trajectory("x")))["reward_score"] == 1.0
     lost_threads = [t for t in threading.enumerate() if t.name.startswith("rewardq-score")]
     assert all(t.daemon for t in lost_threads)

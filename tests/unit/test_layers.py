@@ -11,7 +11,9 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "rewardq"
+from tests.support.cli_procs import REPO
+
+PACKAGE = REPO / "rewardq"
 #: Top-level modules everything may use: they import nothing of rewardq's above themselves.
 FOUNDATION = {"errors", "defaults"}
 

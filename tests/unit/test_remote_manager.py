@@ -7,7 +7,6 @@ import functools
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,11 +14,9 @@ from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.managers.remote import RemoteRewardManager
 from tests.support import remote_scorers
-from tests.support.isolation import alive
+from tests.support.isolation import REMOTE_SCORERS, alive
 from tests.support.managers import set_up_managers
 from tests.support.records import TOK, record
-
-SCORERS = str(Path(__file__).parents[1] / "support" / "remote_scorers.py")
 
 
 def trajectory(
@@ -54,7 +51,7 @@ async def managers():
 
 
 async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(managers):
-    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=2, timeout=2.0)
+    m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=2, timeout=2.0)
     pids_before = list(m.pool.pids)
     t0 = time.monotonic()
     finished = {}
@@ -85,7 +82,7 @@ async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(ma
 
 
 async def test_crashing_scorer_gives_an_error_result_and_a_new_process(managers):
-    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=1, timeout=10.0)
+    m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=1, timeout=10.0)
     first_pid = m.pool.pids[0]
     seg = await m.run_single(trajectory("segfault"))
     assert seg["reward_score"] == 0.0
@@ -100,7 +97,7 @@ async def test_crashing_scorer_gives_an_error_result_and_a_new_process(managers)
 
 
 async def test_an_exception_in_the_scorer_raises_and_keeps_the_process(managers):
-    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=1)
+    m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=1)
     pid = m.pool.pids[0]
     with pytest.raises(ScoringError, match="ValueError: scorer refused this answer"):
         await m.run_single(trajectory("raise"))
@@ -112,20 +109,20 @@ def test_async_scoring_functions_are_refused_at_construction():
     with pytest.raises(ConfigError, match="async scoring function"):
         RemoteRewardManager(TOK, remote_scorers.async_score)
     with pytest.raises(ConfigError, match="async scoring function"):
-        RemoteRewardManager(TOK, scorer_spec=f"{SCORERS}:async_score")
+        RemoteRewardManager(TOK, scorer_spec=f"{REMOTE_SCORERS}:async_score")
 
 
 def test_unusable_targets_and_options_are_refused():
     with pytest.raises(ConfigError, match="define it at module level"):
         RemoteRewardManager(TOK, lambda **kw: 1.0)
     with pytest.raises(ConfigError, match="no_such_fn"):
-        RemoteRewardManager(TOK, scorer_spec=f"{SCORERS}:no_such_fn")
+        RemoteRewardManager(TOK, scorer_spec=f"{REMOTE_SCORERS}:no_such_fn")
     with pytest.raises(ConfigError, match="start_method"):
         RemoteRewardManager(TOK, start_method="fork")
     with pytest.raises(ConfigError, match="timeout"):
         RemoteRewardManager(TOK, timeout=0)
     with pytest.raises(ConfigError, match="not both"):
-        RemoteRewardManager(TOK, scorer="math_verify", scorer_spec=f"{SCORERS}:compute_score")
+        RemoteRewardManager(TOK, scorer="math_verify", scorer_spec=f"{REMOTE_SCORERS}:compute_score")
 
 
 async def test_function_by_reference_with_kwargs_and_the_extras(managers):
@@ -168,7 +165,7 @@ async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs():
     from rewardq.reward.factory import build_manager
     from rewardq.reward.loader import load_score_fn
 
-    spec = f"{SCORERS}:compute_score"
+    spec = f"{REMOTE_SCORERS}:compute_score"
     m = build_manager(
         "remote",
         tokenizer=TOK,
@@ -185,7 +182,7 @@ async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs():
 
 
 async def test_an_unpicklable_sample_is_refused_without_losing_the_process(managers):
-    m = await managers(scorer_spec=f"{SCORERS}:by_behaviour", num_workers=1)
+    m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=1)
     with pytest.raises(ScoringError, match="cannot send the sample"):
         await m.pool.run(
             {"solution_str": "ok", "data_source": "x", "ground_truth": "1", "extra_info": {"handle": threading.Lock()}},
@@ -197,6 +194,6 @@ async def test_an_unpicklable_sample_is_refused_without_losing_the_process(manag
 def test_a_function_loaded_from_a_file_is_sent_by_path():
     from rewardq.reward.loader import load_score_fn
 
-    fn = load_score_fn(f"{SCORERS}:compute_score", {"bonus": 1.0})
+    fn = load_score_fn(f"{REMOTE_SCORERS}:compute_score", {"bonus": 1.0})
     m = RemoteRewardManager(TOK, fn)  # no spec: derived from the function
-    assert m.target == f"{os.path.realpath(SCORERS)}:compute_score" and m.target_kwargs == {"bonus": 1.0}
+    assert m.target == f"{os.path.realpath(REMOTE_SCORERS)}:compute_score" and m.target_kwargs == {"bonus": 1.0}

@@ -21,7 +21,7 @@ except ImportError as exc:
     ) from None
 
 from tests.conftest import REDIS_URL, _delete_namespace
-from tests.support.cli_procs import Proc, Procs, wait_for
+from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
 
 
 @dataclass
@@ -36,10 +36,7 @@ def start_fleet(procs: Procs, sync_redis, *extra: str, n: int = 1, tag: str = "w
     ns = f"t-verl-{uuid.uuid4().hex[:8]}"
     names = [f"{tag}{i}-{uuid.uuid4().hex[:4]}" for i in range(n)]
     workers = [
-        procs.start(
-            ["worker", "--redis-url", REDIS_URL, "--namespace", ns, "--name", name, "--log-level", "WARNING", *extra],
-            tag=name,
-        )
+        procs.start(worker_argv(REDIS_URL, ns, name, "--log-level", "WARNING", *extra, tokenizer=None), tag=name)
         for name in names
     ]
     wait_for(lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names), 120, "worker heartbeats", procs=workers)

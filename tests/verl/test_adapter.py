@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
 
-from rewardq.errors import ScoringError
+from rewardq.errors import ConfigError, ScoringError
 from rewardq.integrations.verl import RewardqAgentLoopWorker
 from rewardq.integrations.verl_scoring import VerlAdapterSettings
 from rewardq.queue.keys import Keyspace
@@ -184,7 +184,7 @@ def test_settings_from_the_environment_and_the_verl_config(monkeypatch):
         False,
     )
     monkeypatch.setenv("REWARDQ_VERL_ON_ERROR", "ignore")
-    with pytest.raises(Exception, match="must be 'zero'"):
+    with pytest.raises(ConfigError, match="must be 'zero'"):
         object.__new__(RewardqAgentLoopWorker).rewardq_scorer()
 
 
