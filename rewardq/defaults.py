@@ -16,6 +16,10 @@ GROUP = "rewardq-workers"
 
 #: Largest encoded record, in bytes: producers refuse larger ones, workers dead-letter them.
 MAX_RECORD_BYTES = 32 * 1024 * 1024
+#: Largest encoded image (PNG/JPEG/WebP bytes) a record may carry, in bytes: producers refuse larger
+#: ones naming the output and the image, workers dead-letter them. The record as a whole is also
+#: bounded by MAX_RECORD_BYTES.
+MAX_IMAGE_BYTES = 16 * 1024 * 1024
 #: Outputs one trajectory may have (indices 0 .. MAX_OUTPUTS - 1). Producers refuse a larger index,
 #: workers reject it, and every Lua script is given it as the bound of its loops, so no record can
 #: make a script's work grow past it.

@@ -54,6 +54,7 @@ def build_manager(cfg: WorkerConfig, client: Any, worker_name: str) -> tuple[Rew
         namespace=cfg.namespace,
         worker_name=worker_name,
         cluster=is_cluster_client(client),
+        result_ttl=cfg.result_ttl,
     )
     return build_from_config(cfg, ctx)
 

@@ -41,6 +41,10 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  errors, started_at, ... (expires when it stops beating)
     rewardq:ratelimit:<limiter>          HASH    fleet-wide token buckets and concurrency slots
     rewardq:lock:<name>                  STRING  short TTL'd locks for periodic maintenance
+    rewardq:judge:<sha256>               HASH    one LLM-judge request (digest of its full body): ``a``
+                                                 the answer, kept for result_ttl; ``c``/``cu`` the claim
+                                                 of the worker sending it (rewardq.queue.judge_cache)
+    rewardq:judge-stats                  HASH    fleet-wide judge counters, ``<counter>:<model>``
 
 ``{s0}`` is a Redis Cluster hash tag: every key of one shard lives in one hash slot, so
 the Lua scripts that store a record, commit a result and acknowledge the entry touch a
@@ -217,3 +221,12 @@ class Keyspace:
 
     def lock(self, name: str) -> str:
         return f"{self.namespace}:lock:{name}"
+
+    def judge(self, digest: str) -> str:
+        """The answer cache and send claim of one LLM-judge request (:mod:`rewardq.queue.judge_cache`)."""
+        return f"{self.namespace}:judge:{digest}"
+
+    @property
+    def judge_stats(self) -> str:
+        """The fleet's judge counters per model."""
+        return f"{self.namespace}:judge-stats"

@@ -82,7 +82,13 @@ _EPS = 1e-9
 
 
 def bucket_take(
-    level: float | None, ts: float | None, now: float, capacity: float, cost: float, look: bool = False
+    level: float | None,
+    ts: float | None,
+    now: float,
+    capacity: float,
+    cost: float,
+    look: bool = False,
+    charge: bool = False,
 ) -> tuple[float, float]:
     """The token-bucket rule, in Python; the Lua script applies the very same rule.
 
@@ -93,6 +99,8 @@ def bucket_take(
             and refills at ``capacity / 60`` per second.
         cost: what this request takes.
         look: only report, take nothing.
+        charge: take the cost whatever the level (a cost known only after the call: a judge's
+            reported token usage); the level may go negative.
 
     Returns:
         ``(wait, level_after)``: ``wait == 0`` means the cost was taken (``level_after`` may be
@@ -104,13 +112,15 @@ def bucket_take(
     (0.25, 0.5)
     >>> bucket_take(2.0, 100.0, 100.0, capacity=120, cost=5)       # oversize on a full bucket
     (0.0, -3.0)
+    >>> bucket_take(0.5, 100.0, 100.0, capacity=120, cost=3, charge=True)  # charged afterwards
+    (0.0, -2.5)
     """
     size = rate = capacity / 60.0
     if level is None or ts is None:
         level, ts = size, now
     level = min(size, level + max(0.0, now - ts) * rate)
     need = min(cost, size)
-    if level + _EPS * size >= need:
+    if charge or level + _EPS * size >= need:
         return 0.0, level if look else level - cost
     return (need - level) / rate, level
 
@@ -156,7 +166,9 @@ class _LimiterBase:
         self.waits = {"request": WaitStats(), "tokens": WaitStats(), "slot": WaitStats()}
 
     # -- what subclasses provide -------------------------------------------------------
-    async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
+    async def _take(
+        self, bucket: str, capacity: float, cost: float, look: bool, charge: bool = False
+    ) -> tuple[float, float]:
         raise NotImplementedError
 
     async def _slot_op(self, op: str, holder: str) -> float:
@@ -176,6 +188,14 @@ class _LimiterBase:
             return 0.0
         return (await self._take("tpm", self.max_tpm, float(n), False))[0]
 
+    async def charge_tokens(self, n: float) -> float:
+        """Charge ``n`` tokens now, whatever the level (the bucket may go into debt, which later
+        callers wait out): for a cost known only after the call, such as the tokens a judge server
+        reports in its ``usage``. Returns the level after. Never waits."""
+        if self.max_tpm is None or n <= 0:
+            return 0.0
+        return (await self._take("tpm", self.max_tpm, float(n), False, charge=True))[1]
+
     async def level(self, bucket: str) -> float | None:
         """The current level of ``"rpm"`` or ``"tpm"`` (None when that limit is off). Takes nothing."""
         cap = {"rpm": self.max_rpm, "tpm": self.max_tpm}[bucket]
@@ -193,6 +213,20 @@ class _LimiterBase:
         if n < 0:
             raise ValueError(f"cannot acquire a negative number of tokens ({n})")
         return await self._wait("tokens", lambda: self.try_tokens(n))
+
+    async def wait_for_tokens(self, n: float) -> float:
+        """Wait until ``n`` tokens could be taken (as :meth:`acquire_tokens` would), taking none: the
+        caller charges what the call really cost afterwards with :meth:`charge_tokens`. Returns
+        the seconds spent waiting."""
+        if n < 0:
+            raise ValueError(f"cannot wait for a negative number of tokens ({n})")
+
+        async def look() -> float:
+            if self.max_tpm is None or n <= 0:
+                return 0.0
+            return (await self._take("tpm", self.max_tpm, float(n), True))[0]
+
+        return await self._wait("tokens", look)
 
     async def _wait(self, kind: str, attempt: Any) -> float:
         waited = 0.0
@@ -302,8 +336,11 @@ class FleetRateLimiter(_LimiterBase):
             await self.redis.aclose()
             self.owns_redis = False
 
-    async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
-        wait, level = await self._run(["take", bucket, repr(float(capacity)), repr(float(cost)), "1" if look else "0"])
+    async def _take(
+        self, bucket: str, capacity: float, cost: float, look: bool, charge: bool = False
+    ) -> tuple[float, float]:
+        mode = "2" if charge else "1" if look else "0"
+        wait, level = await self._run(["take", bucket, repr(float(capacity)), repr(float(cost)), mode])
         return float(wait), float(level)
 
     async def _slot_op(self, op: str, holder: str) -> float:
@@ -346,10 +383,12 @@ class LocalRateLimiter(_LimiterBase):
         self._buckets: dict[str, tuple[float, float]] = {}
         self._slots: dict[str, float] = {}
 
-    async def _take(self, bucket: str, capacity: float, cost: float, look: bool) -> tuple[float, float]:
+    async def _take(
+        self, bucket: str, capacity: float, cost: float, look: bool, charge: bool = False
+    ) -> tuple[float, float]:
         now = time.monotonic()
         level, ts = self._buckets.get(bucket, (None, None))
-        wait, after = bucket_take(level, ts, now, capacity, cost, look)
+        wait, after = bucket_take(level, ts, now, capacity, cost, look, charge)
         if not look:
             self._buckets[bucket] = (after, now)
         return wait, after

@@ -11,7 +11,7 @@ from importlib import resources
 
 NAMES = ("store", "commit", "fail", "expire", "renew", "release", "claimable", "claim")
 #: Scripts that run on their own, without ``common.lua``.
-STANDALONE = ("ratelimit",)
+STANDALONE = ("ratelimit", "judge")
 
 
 @cache

@@ -32,6 +32,7 @@ from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.codeexec.stats import CodeStats
+from rewardq.reward.judge.stats import JudgeStats
 
 if TYPE_CHECKING:
     import torch
@@ -104,6 +105,8 @@ class ManagerContext:
             manager options, which every manager accepts; see
             :mod:`rewardq.reward.codeexec.settings`).
         code_stats: code-execution counters per data source (``rewardq status``, ``/metrics``).
+        result_ttl: seconds results live in Redis (0: for ever); LLM-judge answers are kept as long.
+        judge_stats: LLM-judge counters per model (``/metrics``; see :mod:`rewardq.reward.judge`).
     """
 
     redis_url: str | None = None
@@ -114,6 +117,8 @@ class ManagerContext:
     extra: dict = field(default_factory=dict)
     code: CodeExecSettings = field(default_factory=CodeExecSettings)
     code_stats: CodeStats = field(default_factory=CodeStats)
+    result_ttl: float = defaults.RESULT_TTL
+    judge_stats: JudgeStats = field(default_factory=JudgeStats)
     _code_runtime: Any = field(default=None, init=False, repr=False)
 
     def code_runtime(self) -> Any:

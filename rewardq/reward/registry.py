@@ -33,6 +33,7 @@ BUILTIN_MODULES = (
     "rewardq.reward.managers.limited",
     "rewardq.reward.managers.remote",
     "rewardq.reward.managers.disrm",
+    "rewardq.reward.managers.genrm",
 )
 
 _REGISTRY: dict[str, type[RewardManager]] = {}

@@ -3,7 +3,8 @@
 -- limiter (at most the fleet's concurrent callers), never over anything a record controls.
 -- Budget: O(slot holders of one limiter) per call; one hash.
 -- One limiter = one hash KEYS[1]. ARGV[1] is the operation:
---   take    ARGV[2]=bucket name  ARGV[3]=limit per minute  ARGV[4]=cost  ARGV[5]=1 to only look
+--   take    ARGV[2]=bucket name  ARGV[3]=limit per minute  ARGV[4]=cost  ARGV[5]=1 to only look,
+--           2 to charge the cost whatever the level (a cost known only afterwards: a judge's usage)
 --           (the bucket holds one second of the limit, limit/60, and refills at limit/60 per second)
 --           -> {wait_seconds, level_after}; wait 0 means the cost was taken
 --   slot    ARGV[2]=holder  ARGV[3]=max_concurrent  ARGV[4]=lease seconds
@@ -26,7 +27,7 @@ end
 
 if op == 'take' then
   local name, cost = ARGV[2], tonumber(ARGV[4])
-  local look = ARGV[5] == '1'
+  local look, charge = ARGV[5] == '1', ARGV[5] == '2'
   local rate = tonumber(ARGV[3]) / 60.0
   local cap = rate  -- one second of the rate, as verl's buckets
   local tf, sf = 'b:' .. name .. ':tokens', 'b:' .. name .. ':ts'
@@ -38,7 +39,7 @@ if op == 'take' then
   level = math.min(cap, level + elapsed * rate)
   local need = math.min(cost, cap)
   local wait = 0
-  if level + 1e-9 * cap >= need then
+  if charge or level + 1e-9 * cap >= need then
     if look then return {'0', num(level)} end
     level = level - cost
   else

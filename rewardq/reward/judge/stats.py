@@ -1,0 +1,36 @@
+"""Counters of LLM-judge calls per model, for one worker (``/metrics``).
+
+The fleet's totals live in Redis (:mod:`rewardq.queue.judge_cache`, read by ``rewardq status``);
+these are the same counters for this process, exposed as Prometheus counters.
+"""
+
+from __future__ import annotations
+
+from rewardq.queue.judge_cache import COUNTERS
+
+
+class JudgeStats:
+    """``{model: {counter: n}}`` for the counters of :data:`rewardq.queue.judge_cache.COUNTERS`:
+
+    * ``requests``: HTTP requests sent (every attempt, retries included);
+    * ``errors``: requests that failed (a status other than 200, a connection error, a timeout);
+    * ``failed``: judge calls that gave up (the trajectory got an error result);
+    * ``answers``: requests answered with a usable answer;
+    * ``cache_hits``: answers reused from the cache instead of a request;
+    * ``prompt_tokens`` / ``completion_tokens``: what the server reported in ``usage``.
+    """
+
+    def __init__(self) -> None:
+        self.models: dict[str, dict[str, int]] = {}
+
+    def add(self, model: str, **increments: int) -> None:
+        mine = self.models.setdefault(model, dict.fromkeys(COUNTERS, 0))
+        for name, n in increments.items():
+            mine[name] += int(n)
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """``{model: {counters..., error_rate}}`` (JSON-able); ``error_rate`` = errors / requests."""
+        out: dict[str, dict[str, float]] = {}
+        for model, c in sorted(self.models.items()):
+            out[model] = {**c, "error_rate": round(c["errors"] / c["requests"], 4) if c["requests"] else 0.0}
+        return out

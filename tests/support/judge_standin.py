@@ -1,0 +1,328 @@
+"""A local stand-in for an OpenAI-compatible chat-completions server (an LLM judge), started by the tests.
+
+``POST /v1/chat/completions`` parses the request as vLLM's OpenAI server does and answers
+according to it:
+
+* **The score** comes from the judged text: the last ``grade=<number>`` in the user message's text;
+  without one, 1 when the text after ``Reference answer:`` appears in the text after
+  ``Model's answer:``, else 0. ``votes=a,b,c`` makes choice ``i`` answer ``votes[i % 3]``.
+* **The form** follows the request: with ``response_format`` ``json_schema`` the answer is exactly a
+  JSON object of that schema (the score at the schema's property path; for a string ``enum``, the
+  first label when the score is >= 0.5, else the last); when the prompt asks for "a JSON object",
+  prose plus a fenced JSON block; otherwise prose ending ``Score: <x>``. ``n`` choices come back.
+* **usage** counts words: prompt tokens = words of every text part + 85 per image; completion tokens
+  = words of the answers.
+* **Images** (``image_url`` parts) must be ``data:`` URLs with base64 PNG/JPEG/WebP; each is decoded
+  and recorded (MIME type, size, SHA-256).
+* **API key**: started with ``--api-key K``, a request without ``Authorization: Bearer K`` gets 401.
+
+Failures, asked for per request (in the judged text) or for the server (``POST /control``):
+``judge-fail=<status>`` in the text: that request always gets the status with an OpenAI-style error
+body (``{"error": {"message": ...}}``); ``{"fail_next": n, "status": 429, "retry_after": 1}``: the
+next n requests; ``{"fail_always": 500}`` (0 turns it off); ``{"delay": s}``: wait before answering;
+``{"refuse_structured": true}``: 400 for any ``response_format``.
+
+Counting (``GET /stats``): requests received, **served** (answered 200 to a client still
+connected), abandoned (the client went away before the answer: the handler is cancelled, as vLLM
+aborts a request whose client disconnects), served per request-body digest, in flight now and the
+most ever, statuses, and the images received.
+
+Run it as ``python -m tests.support.judge_standin --port 0``; it prints ``PORT <n>`` when it
+listens. :class:`JudgeStandin` starts and stops it from a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from tests.support.cli_procs import REPO
+
+_GRADE = re.compile(r"grade=([-+]?\d+(?:\.\d+)?)")
+_VOTES = re.compile(r"votes=([-+\d.,]+)")
+_FAIL = re.compile(r"judge-fail=(\d{3})")
+_SIGNATURES = {b"\x89PNG": "image/png", b"\xff\xd8\xff": "image/jpeg", b"RIFF": "image/webp"}
+
+
+class State:
+    def __init__(self, api_key: str | None) -> None:
+        self.api_key = api_key
+        self.received = 0
+        self.served = 0
+        self.abandoned = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.by_digest: Counter[str] = Counter()
+        self.statuses: Counter[int] = Counter()
+        self.images: list[dict[str, Any]] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.fail_next = 0
+        self.fail_status = 500
+        self.retry_after: str | None = None
+        self.fail_always = 0
+        self.delay = 0.0
+        self.refuse_structured = False
+
+
+def _error(status: int, message: str, retry_after: str | None = None) -> web.Response:
+    headers = {"Retry-After": retry_after} if retry_after is not None else None
+    body = {"error": {"message": message, "type": "standin_error", "code": status}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _texts_and_images(messages: Any, state: State) -> tuple[str, int]:
+    """The user text of the request (every text part) and the number of images, recording each image."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list")
+    texts, images = [], 0
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+            raise ValueError(f"bad message {m!r:.80}")
+        content = m.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+            continue
+        if not isinstance(content, list):
+            raise ValueError("content must be a string or a list of parts")
+        for part in content:
+            if part.get("type") == "text":
+                texts.append(str(part["text"]))
+            elif part.get("type") == "image_url":
+                url = part["image_url"]["url"]
+                head, _, payload = url.partition(",")
+                if not head.startswith("data:image/") or not head.endswith(";base64"):
+                    raise ValueError(f"image_url must be a base64 data URL, got {url[:40]!r}")
+                data = base64.b64decode(payload, validate=True)
+                mime = head[len("data:") : -len(";base64")]
+                if not any(data.startswith(sig) and mime == t for sig, t in _SIGNATURES.items()):
+                    raise ValueError(f"image bytes do not match {mime}")
+                state.images.append({"mime": mime, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+                images += 1
+            else:
+                raise ValueError(f"unknown content part type {part.get('type')!r}")
+    return "\n".join(texts), images
+
+
+def _score(text: str) -> float:
+    grades = _GRADE.findall(text)
+    if grades:
+        return float(grades[-1])
+    ref = re.search(r"Reference answer:\s*(.*?)\n\s*\n", text, flags=re.DOTALL)
+    ans = re.search(r"Model's answer:\s*(.*?)(\n\s*\n|$)", text, flags=re.DOTALL)
+    if ref and ans:
+        return 1.0 if ref.group(1).strip() and ref.group(1).strip() in ans.group(1) else 0.0
+    return 0.0
+
+
+def _schema_answer(schema: dict, score: float) -> Any:
+    if schema.get("type") == "object":
+        return {name: _schema_answer(sub, score) for name, sub in schema["properties"].items()}
+    enum = schema.get("enum")
+    if enum and isinstance(enum[0], str):
+        return enum[0] if score >= 0.5 else enum[-1]
+    if enum:
+        return min(enum, key=lambda v: abs(v - score))
+    return score
+
+
+def _answer(body: dict, text: str, score: float) -> str:
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        return json.dumps(_schema_answer(fmt["json_schema"]["schema"], score))
+    shown = int(score) if float(score).is_integer() else score
+    if "JSON object" in text:
+        m = re.search(r'\{"([\w.]+)"', text)
+        field = m.group(1) if m else "score"
+        return f'I compared the answer with the reference.\n```json\n{{"{field}": {json.dumps(shown)}}}\n```'
+    return f"I compared the answer with the reference; it is {'right' if score >= 0.5 else 'wrong'}.\nScore: {shown}"
+
+
+def _digest(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+async def chat(request: web.Request) -> web.Response:
+    state: State = request.app["state"]
+    state.received += 1
+    if state.api_key is not None and request.headers.get("Authorization") != f"Bearer {state.api_key}":
+        state.statuses[401] += 1
+        return _error(401, "invalid or missing API key")
+    try:
+        body = await request.json()
+        if not isinstance(body.get("model"), str):
+            raise ValueError("model is required")
+        text, images = _texts_and_images(body.get("messages"), state)
+        n = int(body.get("n", 1))
+        if not 1 <= n <= 16:
+            raise ValueError("n must be in 1..16")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        state.statuses[400] += 1
+        return _error(400, f"bad request: {exc}")
+    state.bodies.append(body)
+    failing = _FAIL.search(text)
+    status = int(failing.group(1)) if failing else 0
+    if not status and state.fail_next > 0:
+        state.fail_next -= 1
+        status = state.fail_status
+    status = status or state.fail_always
+    if not status and state.refuse_structured and "response_format" in body:
+        status = 400
+    if status:
+        state.statuses[status] += 1
+        message = "response_format is not supported by this server" if status == 400 else f"injected {status}"
+        return _error(status, message, state.retry_after if status in (429, 503) else None)
+    state.in_flight += 1
+    state.max_in_flight = max(state.max_in_flight, state.in_flight)
+    try:
+        if state.delay:
+            await asyncio.sleep(state.delay)
+    except asyncio.CancelledError:
+        state.abandoned += 1
+        raise
+    finally:
+        state.in_flight -= 1
+    score = _score(text)
+    votes = _VOTES.findall(text)
+    choices = []
+    for i in range(n):
+        s = float(votes[-1].split(",")[i % len(votes[-1].split(","))]) if votes else score
+        choices.append(
+            {"index": i, "message": {"role": "assistant", "content": _answer(body, text, s)}, "finish_reason": "stop"}
+        )
+    prompt_tokens = len(text.split()) + 85 * images
+    completion_tokens = sum(len(c["message"]["content"].split()) for c in choices)
+    state.served += 1
+    state.by_digest[_digest(body)] += 1
+    state.statuses[200] += 1
+    return web.json_response(
+        {
+            "id": f"chatcmpl-{state.served}",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+    )
+
+
+async def stats(request: web.Request) -> web.Response:
+    s: State = request.app["state"]
+    return web.json_response(
+        {
+            "received": s.received,
+            "served": s.served,
+            "abandoned": s.abandoned,
+            "in_flight": s.in_flight,
+            "max_in_flight": s.max_in_flight,
+            "by_digest": dict(s.by_digest),
+            "statuses": {str(k): v for k, v in s.statuses.items()},
+            "images": s.images,
+        }
+    )
+
+
+async def bodies(request: web.Request) -> web.Response:
+    return web.json_response(request.app["state"].bodies)
+
+
+async def control(request: web.Request) -> web.Response:
+    s: State = request.app["state"]
+    body = await request.json()
+    if body.get("reset"):
+        request.app["state"] = State(s.api_key)
+        return web.json_response({"ok": True})
+    s.fail_next = int(body.get("fail_next", s.fail_next))
+    s.fail_status = int(body.get("status", s.fail_status))
+    if "retry_after" in body:
+        s.retry_after = None if body["retry_after"] is None else str(body["retry_after"])
+    s.fail_always = int(body.get("fail_always", s.fail_always))
+    s.delay = float(body.get("delay", s.delay))
+    s.refuse_structured = bool(body.get("refuse_structured", s.refuse_structured))
+    return web.json_response({"ok": True})
+
+
+def make_app(api_key: str | None = None) -> web.Application:
+    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app["state"] = State(api_key)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/stats", stats)
+    app.router.add_get("/bodies", bodies)
+    app.router.add_post("/control", control)
+    return app
+
+
+async def serve(port: int, api_key: str | None) -> None:
+    # handler_cancellation: a handler whose client disconnects is cancelled (counted as abandoned)
+    runner = web.AppRunner(make_app(api_key), handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr] - aiohttp keeps the server private
+    print(f"PORT {bound}", flush=True)
+    await asyncio.Event().wait()
+
+
+class JudgeStandin:
+    """The stand-in as a child process: ``base_url`` (with /v1), :meth:`stats`, :meth:`control`, :meth:`stop`."""
+
+    def __init__(self, tmp: Path, api_key: str | None = None) -> None:
+        self.log = tmp / "judge-standin.log"
+        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        argv = [sys.executable, "-m", "tests.support.judge_standin", "--port", "0"]
+        if api_key is not None:
+            argv += ["--api-key", api_key]
+        with open(self.log, "wb") as err:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env, cwd=str(REPO))
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("PORT "):
+            self.stop()
+            raise RuntimeError(f"judge stand-in did not start: {line!r} {self.log.read_text()[-2000:]}")
+        self.root = f"http://127.0.0.1:{int(line.split()[1])}"
+        self.base_url = self.root + "/v1"
+
+    def _call(self, path: str, body: dict | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.root + path, data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def stats(self) -> dict:
+        return self._call("/stats")
+
+    def bodies(self) -> list[dict]:
+        """Every request body the stand-in accepted, in order."""
+        return self._call("/bodies")
+
+    def control(self, **body: Any) -> dict:
+        return self._call("/control", body)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--api-key", default=None)
+    args = parser.parse_args()
+    asyncio.run(serve(args.port, args.api_key))
