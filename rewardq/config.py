@@ -80,6 +80,7 @@ class WorkerConfig:
     keep_records: float = 0.0  # seconds to keep a scored trajectory's outputs for `rewardq inspect`
     shutdown_grace: float = defaults.SHUTDOWN_GRACE
     max_record_bytes: int = defaults.MAX_RECORD_BYTES
+    max_image_bytes: int = defaults.MAX_IMAGE_BYTES  # one encoded image of a record's multi_modal_data
     max_outputs: int = defaults.MAX_OUTPUTS  # outputs per trajectory; bounds every Lua script's work
     connect_timeout: float | None = defaults.WORKER_CONNECT_TIMEOUT  # None: wait for Redis forever
     # observability
@@ -110,6 +111,7 @@ class WorkerConfig:
             "incomplete_timeout",
             "shutdown_grace",
             "max_record_bytes",
+            "max_image_bytes",
             "max_outputs",
             "shards",
             "connect_timeout",

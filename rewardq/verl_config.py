@@ -16,6 +16,7 @@ run). What rewardq reads from it::
                                                  -> sandbox_fusion_url/_max_concurrent/_memory_limit_mb
     reward.reward_model.enable (no custom fn)    -> manager disrm; model_path -> model and tokenizer,
                                                     rollout.name -> backend (base_url: a rewardq option)
+    reward.reward_model.model_path (genrm)       -> the judge's model, with reward_manager.name: genrm
     trainer.experiment_name                      -> manager option experiment_name (gdpo)
     actor_rollout_ref.model.path                 -> tokenizer, when it is a local folder
     reward.rewardq / rewardq / top-level keys    -> WorkerConfig fields, as in a rewardq config
@@ -192,7 +193,9 @@ def translate(data: Mapping[str, Any]) -> VerlTranslation:
         value = r.get(f"reward.sandbox_fusion.{key}")
         if sandbox_on and value is not None:
             opts[option] = value
-    if r.get("reward.reward_model.enable") is not True:
+    if out.get("manager") == "genrm":
+        _genrm_model(r, opts)
+    elif r.get("reward.reward_model.enable") is not True:
         r.get("reward.reward_model")  # a disabled reward model: verl reads none of it either
     elif not out.get("reward_fn"):
         out["manager"] = "disrm"
@@ -215,6 +218,16 @@ def translate(data: Mapping[str, Any]) -> VerlTranslation:
     reward = r.raw("reward")
     unused = _unused(reward, "reward", r.read) if isinstance(reward, Mapping) else []
     return VerlTranslation(out, unused)
+
+
+def _genrm_model(r: _Reader, opts: dict[str, Any]) -> None:
+    """The ``genrm`` judge's model is verl's reward model (``reward.reward_model.model_path``, the
+    name vLLM serves it under by default), enabled or not: rewardq's judge is served outside the
+    trainer, so verl's ``enable`` (start reward-model servers in the trainer) does not apply."""
+    r.get("reward.reward_model")
+    model_path = r.get("reward.reward_model.model_path")
+    if model_path:
+        opts.setdefault("model", model_path)
 
 
 def _manager(r: _Reader, out: dict[str, Any]) -> None:

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rewardq.errors import RecordError
-from rewardq.queue.codec import DEFAULT_MAX_OUTPUTS, DEFAULT_MAX_RECORD_BYTES, OutputRecord, decode_output
+from rewardq.queue.codec import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_OUTPUTS,
+    DEFAULT_MAX_RECORD_BYTES,
+    OutputRecord,
+    decode_output,
+)
 
 
 def assemble(
@@ -21,6 +27,7 @@ def assemble(
     vocab_size: int | None = None,
     known: OutputRecord | None = None,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
 ) -> list[OutputRecord]:
     """Decode the outputs of trajectory ``tid`` in index order.
 
@@ -36,7 +43,13 @@ def assemble(
         if known is not None and known.index == i and known.tid == tid:
             rec = known
         else:
-            rec = decode_output(payload, max_bytes=max_bytes, vocab_size=vocab_size, max_outputs=max_outputs)
+            rec = decode_output(
+                payload,
+                max_bytes=max_bytes,
+                vocab_size=vocab_size,
+                max_outputs=max_outputs,
+                max_image_bytes=max_image_bytes,
+            )
         if rec.tid != tid or rec.index != i:
             raise RecordError("index", f"stored output {i} of {tid} is {rec.key}")
         if rec.final != (i == n - 1):

@@ -15,7 +15,9 @@ outputs of a trajectory differ in length.)
 plus per-row non-tensor fields that survive ``data[-1:]`` and ``data[-1]``: every dataset
 column of the sample, ``__num_turns__``, ``tool_extra_fields`` (that output's
 ``extra_fields``), ``reward_scores`` (the rollout's precomputed reward, ``{}`` if none),
-``prompt_len`` and ``response_len``.
+``prompt_len`` and ``response_len``; ``multi_modal_data`` when some output (or the sample) carries
+images or video paths: that output's own map, else the sample's column, images as
+:class:`~rewardq.queue.images.EncodedImage` (encoded bytes, decoded only when a manager asks).
 
 The valid response of row ``i`` is always ``responses[i, :response_len[i]]``, equal to
 ``responses[i][attention_mask[i, P:].bool()]``, whatever the other rows' lengths.
@@ -103,6 +105,9 @@ def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> 
     rows["__num_turns__"] = [r.num_turns for r in records]
     rows["tool_extra_fields"] = [dict(r.extra_fields) for r in records]
     rows["reward_scores"] = [{} if r.reward_score is None else {"reward_score": r.reward_score} for r in records]
+    if any(r.multi_modal_data for r in records):  # else absent, or the sample's column as it is
+        shared = rows.get("multi_modal_data")
+        rows["multi_modal_data"] = [r.multi_modal_data or (shared[i] if shared else {}) for i, r in enumerate(records)]
     rows["prompt_len"] = plens
     rows["response_len"] = rlens
     columns: dict[Any, Any] = dict(tensors)

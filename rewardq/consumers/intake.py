@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from rewardq import defaults
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics
 from rewardq.errors import RecordError
@@ -70,7 +71,7 @@ class Intake:
         broker: the worker's gateway to Redis.
         failures: dead-letters the entries that are rejected here.
         max_deliveries: an entry delivered more often than this is dead-lettered unread.
-        max_record_bytes, max_outputs, vocab_size: the bounds a record must keep to decode.
+        max_record_bytes, max_outputs, vocab_size, max_image_bytes: the bounds a record must keep to decode.
         stats: the worker's counters; ``read``, ``stored``, ``parked`` and ``duplicates`` are counted here.
         metrics: the worker's metrics hooks.
         on_complete: called with every trajectory whose lease this worker now holds; it must score it.
@@ -88,12 +89,14 @@ class Intake:
         stats: dict[str, int],
         metrics: Metrics,
         on_complete: Callable[[StoreOutcome], None],
+        max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
     ) -> None:
         self.broker = broker
         self.failures = failures
         self.max_deliveries = max_deliveries
         self.max_record_bytes = max_record_bytes
         self.max_outputs = max_outputs
+        self.max_image_bytes = max_image_bytes
         self.vocab_size = vocab_size
         self.stats = stats
         self.metrics = metrics
@@ -137,6 +140,7 @@ class Intake:
                     max_bytes=self.max_record_bytes,
                     vocab_size=self.vocab_size,
                     max_outputs=self.max_outputs,
+                    max_image_bytes=self.max_image_bytes,
                 )
                 key = entry.key
                 if key and key != rec.key:

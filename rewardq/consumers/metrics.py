@@ -17,6 +17,12 @@ Exposed series (all prefixed ``rewardq_``):
 * ``code_runs_total{data_source,backend}``     programs executed (local processes or
                                                SandboxFusion requests)
 * ``code_seconds_total{data_source,backend}``  wall time spent scoring code
+* ``judge_requests_total{model}``              LLM-judge HTTP requests (every attempt)
+* ``judge_errors_total{model}``                requests that failed (non-200, connection, timeout)
+* ``judge_failed_total{model}``                judge calls that gave up (an error result)
+* ``judge_cache_hits_total{model}``            answers reused instead of paid for
+* ``judge_tokens_total{model,kind}``           tokens the server reported (``prompt``, ``completion``)
+* ``judge_error_ratio{model}``                 errors / requests of this worker so far
 
 Each worker owns a private registry, so several workers in one process (tests, the demo)
 never collide.
@@ -76,6 +82,35 @@ class _CodeCollector:
         yield secs
 
 
+class _JudgeCollector:
+    """LLM-judge counters per model, read from ``JudgeStats.snapshot`` at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], dict]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self):  # noqa: ANN201 - prometheus collector protocol
+        from prometheus_client.core import GaugeMetricFamily
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> CounterMetricFamily:
+            return CounterMetricFamily(f"rewardq_judge_{name}", doc, labels=list(labels))
+
+        requests = counter("requests", "LLM-judge HTTP requests sent (every attempt)")
+        errors = counter("errors", "LLM-judge requests that failed (non-200, connection error, timeout)")
+        failed = counter("failed", "LLM-judge calls that gave up after retries (an error result)")
+        hits = counter("cache_hits", "LLM-judge answers reused from the cache instead of a request")
+        tokens = counter("tokens", "Tokens the LLM-judge server reported in usage", ("model", "kind"))
+        ratio = GaugeMetricFamily("rewardq_judge_error_ratio", "Failed share of LLM-judge requests", labels=["model"])
+        for model, st in (self._snapshot() or {}).items():
+            requests.add_metric([model], float(st.get("requests", 0)))
+            errors.add_metric([model], float(st.get("errors", 0)))
+            failed.add_metric([model], float(st.get("failed", 0)))
+            hits.add_metric([model], float(st.get("cache_hits", 0)))
+            tokens.add_metric([model, "prompt"], float(st.get("prompt_tokens", 0)))
+            tokens.add_metric([model, "completion"], float(st.get("completion_tokens", 0)))
+            ratio.add_metric([model], float(st.get("error_rate", 0.0)))
+        yield from (requests, errors, failed, hits, tokens, ratio)
+
+
 class Metrics(Protocol):
     """The hooks a worker calls; :class:`WorkerMetrics` records them, :class:`NoMetrics` drops them."""
 
@@ -117,6 +152,7 @@ class WorkerMetrics:
         manager_name: str,
         limiter_stats: Callable[[], dict] | None = None,
         code_stats: Callable[[], dict] | None = None,
+        judge_stats: Callable[[], dict] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.manager_name = manager_name
@@ -137,6 +173,8 @@ class WorkerMetrics:
             r.register(_LimiterCollector(limiter_stats))
         if code_stats is not None:
             r.register(_CodeCollector(code_stats))
+        if judge_stats is not None:
+            r.register(_JudgeCollector(judge_stats))
         self._server: Any = None
 
     # -- hooks called by the worker -----------------------------------------------------

@@ -68,10 +68,12 @@ def serve_metrics(cfg: WorkerConfig, manager: Any, port: int) -> tuple[WorkerMet
     """The worker's metrics, served on ``port`` (0 picks one); returns them and the bound port."""
     stats = getattr(manager, "stats", None)
     code = code_stats(manager)
+    judges = getattr(getattr(manager, "context", None), "judge_stats", None)
     served = WorkerMetrics(
         cfg.manager,
         limiter_stats=stats if callable(stats) else None,
         code_stats=code.snapshot if code is not None else None,
+        judge_stats=judges.snapshot if judges is not None else None,
     )
     bound = served.serve(port)
     logger.info("metrics on http://0.0.0.0:%d/metrics", bound)

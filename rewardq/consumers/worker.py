@@ -190,6 +190,7 @@ class Worker:
             stats=self.stats,
             metrics=self.metrics,
             on_complete=self._start_scoring,
+            max_image_bytes=cfg.max_image_bytes,
         )
         self.scorer = TrajectoryScorer(
             self.manager, manager_name=cfg.manager, worker_name=self.name, timeout=cfg.score_timeout
@@ -326,6 +327,7 @@ class Worker:
                 vocab_size=self.vocab_size,
                 known=o.record,
                 max_outputs=self.cfg.max_outputs,
+                max_image_bytes=self.cfg.max_image_bytes,
             )
         except RecordError as exc:
             await self.failures.fail_trajectory(shard, tid, o.entry, "invalid", f"invalid record: {exc}")

@@ -174,6 +174,15 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
             f"({shown}): their trajectories have error results naming why (rewardq dead-letters list{_ns(ns)}); "
             "check the worker logs and sandbox_fusion_url, then rewardq dead-letters retry --all",
         )
+    gave_up = {m: j["failed"] for m, j in st.get("judges", {}).items() if j.get("failed")}
+    if gave_up:
+        shown = ", ".join(f"{m} {n}" for m, n in sorted(gave_up.items()))
+        say(
+            "warning",
+            f"{_n(sum(gave_up.values()), 'judge call')} gave up after retries ({shown}): those trajectories have "
+            f"error results naming the judge's status (rewardq dead-letters list{_ns(ns)}); check the judge "
+            "server and base_url, then rewardq dead-letters retry --all",
+        )
     rec = st["recent"]
     if rec["errors"]:
         say(
@@ -291,6 +300,8 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
 
     if st.get("code"):
         parts.append(_code_table(st["code"]))
+    if st.get("judges"):
+        parts.append(_judge_table(st["judges"]))
 
     rec = st["recent"]
 
@@ -341,6 +352,32 @@ def _code_table(code: dict[str, Any]) -> Any:
             f"{c.get('seconds', 0.0):.1f}",
             f"{c['seconds'] / c['runs']:.3f}" if c.get("runs") else "-",
             escape(", ".join(f"{k}: {n}" for k, n in sorted(statuses.items()))),
+        )
+    return table
+
+
+def _judge_table(judges: dict[str, Any]) -> Any:
+    """LLM-judge calls per model, for the whole fleet (counters kept in Redis)."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="LLM judges (fleet)", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
+    cols = ("model", "requests", "answers", "cache hits", "errors", "error rate", "gave up", "prompt tok", "compl. tok")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for model, j in judges.items():
+        rate = j.get("error_rate", 0.0)
+        table.add_row(
+            escape(model),
+            f"{j.get('requests', 0):,}",
+            f"{j.get('answers', 0):,}",
+            f"{j.get('cache_hits', 0):,}",
+            f"[red]{j['errors']:,}[/]" if j.get("errors") else "0",
+            f"[red]{rate:.1%}[/]" if rate else "0.0%",
+            f"[red]{j['failed']:,}[/]" if j.get("failed") else "0",
+            f"{j.get('prompt_tokens', 0):,}",
+            f"{j.get('completion_tokens', 0):,}",
         )
     return table
 

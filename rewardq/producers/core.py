@@ -41,6 +41,8 @@ class ClientSettings:
         namespace: the pipeline's namespace (must match the workers').
         shards: None reads the count from ``<ns>:meta`` (creating it with 1 if absent).
         max_record_bytes: refuse records larger than this (workers dead-letter them anyway).
+        max_image_bytes: refuse an image larger than this, naming the output and the image (workers
+            dead-letter it anyway); must not exceed the workers' ``max_image_bytes``.
         max_outputs: refuse output indices at or above this (workers reject them anyway); must
             not exceed the workers' ``max_outputs``.
         max_backlog: per shard; past it ``put_*`` waits for workers to catch up. None: no bound.
@@ -52,6 +54,7 @@ class ClientSettings:
     shards: int | None = None
     max_record_bytes: int = defaults.MAX_RECORD_BYTES
     max_outputs: int = defaults.MAX_OUTPUTS
+    max_image_bytes: int = defaults.MAX_IMAGE_BYTES
     max_backlog: int | None = defaults.MAX_BACKLOG
     backpressure_timeout: float = defaults.BACKPRESSURE_TIMEOUT
     cluster: bool = False
@@ -77,9 +80,18 @@ def prepare_output(
     final: bool,
     max_bytes: int,
     max_outputs: int = defaults.MAX_OUTPUTS,
+    max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
 ) -> Put:
     data = encode_output(
-        uid, session_id, index, output, sample, final=final, max_bytes=max_bytes, max_outputs=max_outputs
+        uid,
+        session_id,
+        index,
+        output,
+        sample,
+        final=final,
+        max_bytes=max_bytes,
+        max_outputs=max_outputs,
+        max_image_bytes=max_image_bytes,
     )
     key = output_key(str(uid), str(session_id), int(index))
     shard = ks.shard_of(key.rpartition("_")[0])
@@ -95,6 +107,7 @@ def prepare_trajectory(
     *,
     max_bytes: int,
     max_outputs: int = defaults.MAX_OUTPUTS,
+    max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
 ) -> list[Put]:
     if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence) or isinstance(outputs, Mapping):
         raise RecordError("outputs", f"must be a list of outputs, got {type(outputs).__name__}")
@@ -105,7 +118,16 @@ def prepare_trajectory(
         raise RecordError("outputs", f"has {n} outputs; a trajectory may have at most max_outputs={max_outputs}")
     return [
         prepare_output(
-            ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes, max_outputs=max_outputs
+            ks,
+            uid,
+            session_id,
+            i,
+            out,
+            sample,
+            final=(i == n - 1),
+            max_bytes=max_bytes,
+            max_outputs=max_outputs,
+            max_image_bytes=max_image_bytes,
         )
         for i, out in enumerate(outputs)
     ]
@@ -192,6 +214,7 @@ class ClientBase:
             final=final,
             max_bytes=s.max_record_bytes,
             max_outputs=s.max_outputs,
+            max_image_bytes=s.max_image_bytes,
         )
 
     def _prepare_trajectory(
@@ -199,7 +222,14 @@ class ClientBase:
     ) -> list[Put]:
         s = self.settings
         return prepare_trajectory(
-            ks, uid, session_id, outputs, sample, max_bytes=s.max_record_bytes, max_outputs=s.max_outputs
+            ks,
+            uid,
+            session_id,
+            outputs,
+            sample,
+            max_bytes=s.max_record_bytes,
+            max_outputs=s.max_outputs,
+            max_image_bytes=s.max_image_bytes,
         )
 
     def _send_pipeline(self, ks: Keyspace, puts: list[Put]) -> tuple[Any, list[int]]:

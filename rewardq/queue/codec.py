@@ -5,11 +5,13 @@ A record is a msgpack map::
     {"v": 1, "uid": str, "session_id": str, "index": 0 <= int < max_outputs, "final": bool,
      "prompt_ids": Ext(1|2), "response_ids": Ext(1|2), "response_mask": Ext(4) | nil,
      "response_logprobs": Ext(3) | nil, "num_turns": int | nil, "extra_fields": map,
-     "reward_score": float | nil, "sample": map}
+     "reward_score": float | nil, "sample": map, "multi_modal_data": map (only when present)}
 
 Token ids travel as msgpack extension types holding little-endian packed arrays
 (ext 1: int32, ext 2: int64, ext 3: float32, ext 4: uint8), never as lists of Python
-ints and never as pickle. Decoding is bounded by ``max_bytes`` and validates every
+ints and never as pickle. Images travel as their encoded bytes (PNG/JPEG/WebP) in msgpack
+binary, each bounded by ``max_image_bytes`` (:mod:`rewardq.queue.images`, which also reads the
+sample's ``multi_modal_data`` column). Decoding is bounded by ``max_bytes`` and validates every
 field; a failure raises :class:`~rewardq.errors.RecordError` naming the field. The producer
 checks exactly what the decoder accepts (``check_value`` mirrors the unpacker's limits), so a
 record the producer sent is never refused by a worker of the same version (the checks live in
@@ -46,11 +48,13 @@ from rewardq.queue.checks import (
     check_name,
     check_score,
 )
+from rewardq.queue.images import decode_multi_modal, encode_multi_modal, with_sample_media
 from rewardq.queue.keys import output_key, trajectory_id
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_RECORD_BYTES = defaults.MAX_RECORD_BYTES
 DEFAULT_MAX_OUTPUTS = defaults.MAX_OUTPUTS
+DEFAULT_MAX_IMAGE_BYTES = defaults.MAX_IMAGE_BYTES
 #: Token ids must fit in int32; vocabularies are far smaller.
 MAX_TOKEN_ID = 2**31 - 1
 
@@ -63,7 +67,9 @@ _EXT_DTYPES: dict[int, np.dtype[Any]] = {
 }
 _REQUIRED = ("uid", "session_id", "index", "final", "prompt_ids", "response_ids")
 _KNOWN = frozenset(
-    _REQUIRED + ("v", "response_mask", "response_logprobs", "num_turns", "extra_fields", "reward_score", "sample")
+    _REQUIRED
+    + ("v", "response_mask", "response_logprobs", "num_turns", "extra_fields", "reward_score", "sample")
+    + ("multi_modal_data",)
 )
 
 
@@ -83,6 +89,8 @@ class OutputRecord:
     extra_fields: dict[str, Any] = field(default_factory=dict)
     reward_score: float | None = None
     sample: dict[str, Any] = field(default_factory=dict)
+    #: the output's images (:class:`~rewardq.queue.images.EncodedImage`) and video paths, if any
+    multi_modal_data: dict[str, list[Any]] | None = None
 
     @property
     def key(self) -> str:
@@ -220,11 +228,13 @@ def encode_output(
     final: bool,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
 ) -> bytes:
     """Validate one output and encode it for the wire.
 
     ``output`` is a dict with the fields of a verl ``AgentLoopOutput`` or any object with
-    those attributes. Raises RecordError naming the first bad field.
+    those attributes (its ``multi_modal_data`` images are encoded once, here). Raises
+    RecordError naming the first bad field.
     """
     uid = check_name(uid, "uid")
     session_id = check_name(session_id, "session_id")
@@ -242,6 +252,8 @@ def encode_output(
         isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or num_turns < 0
     ):
         raise RecordError("num_turns", f"must be a non-negative integer or None, got {num_turns!r}")
+    media = encode_multi_modal(_get(output, "multi_modal_data"), output=index, max_image_bytes=max_image_bytes)
+    sample = with_sample_media(sample, output=index, max_image_bytes=max_image_bytes, decode=False)
     record = {
         "v": SCHEMA_VERSION,
         "uid": uid,
@@ -257,6 +269,8 @@ def encode_output(
         "reward_score": check_score(_get(output, "reward_score")),
         "sample": check_dict(sample, "sample"),
     }
+    if media is not None:  # absent otherwise: a text-only record keeps its bytes (and digest)
+        record["multi_modal_data"] = media
     try:
         data = msgpack.packb(record, default=plain_value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -327,6 +341,7 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     vocab_size: int | None = None,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
 ) -> OutputRecord:
     """Decode and validate one record. Raises RecordError naming the bad field."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -397,6 +412,8 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
         raise RecordError("reward_score", f"must be a number or nil, got {type(score).__name__}")
     if score is not None and not math.isfinite(score):
         raise RecordError("reward_score", f"is {score}; it must be a finite number or nil")
+    media = decode_multi_modal(d.get("multi_modal_data"), output=index, max_image_bytes=max_image_bytes)
+    sample = with_sample_media(sample, output=index, max_image_bytes=max_image_bytes, decode=True)
     return OutputRecord(
         uid=uid,
         session_id=session_id,
@@ -410,6 +427,7 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
         extra_fields=extra_fields,
         reward_score=None if score is None else float(score),
         sample=sample,
+        multi_modal_data=media,
     )
 
 

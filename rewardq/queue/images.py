@@ -333,6 +333,18 @@ def decode_multi_modal(
     return out or None
 
 
+def with_sample_media(sample: Any, *, output: int | None, max_image_bytes: int, decode: bool) -> Any:
+    """``sample`` with its ``multi_modal_data`` column encoded for the wire (``decode=False``) or read
+    back from it (``decode=True``); a sample without one is returned as it is."""
+    if not isinstance(sample, Mapping) or sample.get("multi_modal_data") is None:
+        return sample
+    convert = decode_multi_modal if decode else encode_multi_modal
+    media = convert(
+        sample["multi_modal_data"], output=output, name="sample.multi_modal_data", max_image_bytes=max_image_bytes
+    )
+    return {**sample, "multi_modal_data": media}
+
+
 def images_of(multi_modal_data: Any) -> list[EncodedImage]:
     """Every :class:`EncodedImage` of a decoded ``multi_modal_data`` map, in order (``[]`` for none)."""
     if not isinstance(multi_modal_data, Mapping):

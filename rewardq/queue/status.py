@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 
 from rewardq import defaults
 from rewardq.queue.codec import decode_output
+from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace, split_key
 from rewardq.queue.results import as_text
 
@@ -226,6 +227,7 @@ def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = 20) -> dict[st
         "shards": [shard_status(r, ks, s) for s in range(ks.shards)],
         "workers": workers,
         "code": code_totals(workers),
+        "judges": judge_totals(r, ks),
         "dead_letters": dead_total,
         "dead_letters_by_kind": dead_by_kind,
         "waiting_total": waiting_total,
