@@ -248,6 +248,8 @@ def _decoded_or_refused(data: bytes, fmt: str | None, where: Spot) -> bytes:
         image = Image.open(io.BytesIO(data))
         image.load()
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types for a bad image
+        if fmt is None:
+            raise where.error("is not a PNG, JPEG or WebP image, nor any other format Pillow reads") from None
         raise where.error(f"cannot be decoded as an image ({type(exc).__name__}: {exc})") from None
     return data if fmt is not None else _png_of(image, where)
 

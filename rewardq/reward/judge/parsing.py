@@ -29,7 +29,7 @@ from typing import Any
 from rewardq.errors import ConfigError
 
 #: ``Score: 7``, ``score = 0.5``, ``**Score:** 1``, ``Final score: 3/10`` (the 3).
-DEFAULT_SCORE_REGEX = r"(?i)score\W{0,4}\s*[:=]?\s*\**\s*([-+]?\d+(?:\.\d+)?)"
+DEFAULT_SCORE_REGEX = r"(?i)score[^\w+-]{0,4}([-+]?\d+(?:\.\d+)?)"
 PARSERS = ("regex", "json", "choice")
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
