@@ -38,7 +38,7 @@ BUILTIN_MODULES = (
 
 #: The names (and aliases) the built-in managers register, listed without importing them (their
 #: modules import torch), for ``rewardq worker --help``; a test checks it against the registry.
-BUILTIN_NAMES = ("naive", "dapo", "gdpo", "rate_limited", "limited", "remote", "disrm")
+BUILTIN_NAMES = ("naive", "dapo", "gdpo", "rate_limited", "limited", "remote", "disrm", "genrm")
 
 _REGISTRY: dict[str, type[RewardManager]] = {}
 _loaded = False
