@@ -1,0 +1,170 @@
+"""genrm on a fleet of real `rewardq worker` processes against the stand-in judge server: fleet-wide
+limits, billed once across a SIGKILL and a reclaim, a judge that stays down beside healthy
+neighbours, and the judge counters in `rewardq status` and `/metrics`."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from rewardq import RewardClient
+from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.judge_standin import JudgeStandin
+from tests.support.records import text_output
+
+pytestmark = pytest.mark.slow
+
+SAMPLE = {"data_source": "judged", "reward_model": {"ground_truth": "42"}}
+FAST = ["--heartbeat-interval", "0.5", "--maintenance-interval", "0.5", "--log-level", "INFO"]
+
+
+@pytest.fixture
+def judge(tmp_path):
+    s = JudgeStandin(tmp_path)
+    yield s
+    s.stop()
+
+
+def config_file(tmp_path, judge, **options) -> str:
+    """A rewardq config file switching the workers to genrm (as a user writes one)."""
+    path = tmp_path / "genrm.yaml"
+    opts = {"base_url": judge.base_url, "model": "judge-model", "backoff_base": 0.05, **options}
+    path.write_text(yaml.safe_dump({"manager": "genrm", "manager_options": opts}))
+    return str(path)
+
+
+def start_workers(procs, redis_url, ns, names, config, *extra):
+    workers = [
+        procs.start(worker_argv(redis_url, ns, name, "--config", config, *FAST, *extra), tag=name) for name in names
+    ]
+    return workers
+
+
+def both_alive(sync_redis, ns, names, workers):
+    wait_for(lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names), 90, "worker heartbeats", procs=workers)
+
+
+def test_forty_trajectories_on_two_workers_keep_the_fleets_rate_and_concurrency(
+    procs, redis_url, ns, sync_redis, judge, tmp_path
+):
+    # Given a judge that takes 0.8 s per answer and two workers sharing max_rpm 120 and max_concurrent 2
+    judge.control(delay=0.8)
+    config = config_file(tmp_path, judge, max_rpm=120, max_concurrent=2)
+    names = ["g0", "g1"]
+    workers = start_workers(procs, redis_url, ns, names, config, "--concurrency", "8", "--batch-size", "2")
+    both_alive(sync_redis, ns, names, workers)
+    # When 40 trajectories arrive at once
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    t0 = time.monotonic()
+    keys = [
+        key
+        for i in range(40)
+        for key in client.put_trajectory(
+            f"t{i}", "s", [text_output("thinking"), text_output(f"case {i}: grade=0.{i % 10}")], SAMPLE
+        )
+    ]
+    results = client.wait_rewards(keys, timeout=180)
+    elapsed = time.monotonic() - t0
+    # Then every key has the score the judge's answer implies, ...
+    for i in range(40):
+        assert results[keys[2 * i + 1]].reward_score == pytest.approx(i % 10 / 10), results[keys[2 * i + 1]]
+        assert results[keys[2 * i]].reward_score == results[keys[2 * i + 1]].reward_score  # copied to every key
+    by_worker = {n: sum(r.worker == n for r in results.values()) for n in names}
+    assert min(by_worker.values()) > 0, by_worker
+    # ... the fleet sent 2 requests/s (a bucket of 2, then 38 at 2/s: >= 18 s), ...
+    stats = judge.stats()
+    assert stats["served"] == 40
+    assert elapsed >= 18.0, elapsed
+    # ... and the server never saw more than max_concurrent requests at once
+    assert stats["max_in_flight"] <= 2, stats
+    print(f"40 judged trajectories at 120 rpm on 2 workers: {elapsed:.1f} s, max in flight {stats['max_in_flight']}")
+    client.close()
+    for w in workers:
+        assert w.terminate() == 0, w.stderr()[-2000:]
+
+
+def test_a_worker_killed_mid_judging_costs_no_request_twice(procs, redis_url, ns, sync_redis, judge, tmp_path):
+    # Given one worker judging 8 trajectories of 3 outputs each, turn by turn, one request at a time
+    judge.control(delay=0.3)
+    config = config_file(tmp_path, judge, per_turn=True, max_concurrent=1, lease_seconds=3)
+    recovery = ["--claim-idle", "3", "--lease-seconds", "3"]
+    [a] = start_workers(procs, redis_url, ns, ["a"], config, *recovery)
+    both_alive(sync_redis, ns, ["a"], [a])
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = []
+    for t in range(8):
+        outs = [text_output(f"traj {t} turn {i} grade=0.{t}{i}") for i in range(3)]
+        keys += client.put_trajectory(f"k{t}", "s", outs, SAMPLE)
+    # When it is SIGKILLed after some answers arrived, before it finished
+    wait_for(lambda: judge.stats()["served"] >= 8, 60, "eight answers", procs=[a])
+    a.popen.send_signal(signal.SIGKILL)
+    a.popen.wait(timeout=10)
+    done_before = sum(1 for r in client.get_rewards(keys).values() if r is not None)
+    assert done_before < len(keys), "the worker finished before it was killed; nothing to recover"
+    # and another worker reclaims its trajectories
+    [b] = start_workers(procs, redis_url, ns, ["b"], config, *recovery)
+    results = client.wait_rewards(keys, timeout=120)
+    # Then every key has its own reward, ...
+    for t in range(8):
+        for i in range(3):
+            r = results[f"k{t}_s_{i}"]
+            assert r.status == "ok" and r.reward_score == pytest.approx(float(f"0.{t}{i}")), r
+    # ... and the server served each of the 24 distinct requests exactly once
+    stats = judge.stats()
+    assert len(stats["by_digest"]) == 24 and set(stats["by_digest"].values()) == {1}, stats
+    assert stats["served"] == 24
+    reused = [r for r in results.values() if r.worker == "b" and r.reward_extra_info["judge_cached"]]
+    assert reused, "the reclaiming worker paid again for answers the dead one got"
+    print(
+        f"SIGKILL mid-judging: {stats['served']} requests served for 24 distinct, {len(reused)} answers reused, "
+        f"{stats['abandoned']} abandoned by the killed worker"
+    )
+    client.close()
+    assert b.terminate() == 0, b.stderr()[-2000:]
+
+
+def _scrape(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbours_score(
+    procs, redis_url, ns, sync_redis, judge, tmp_path
+):
+    # Given a worker whose judge answers 500 forever for two trajectories
+    config = config_file(tmp_path, judge, max_retries=2)
+    [w] = start_workers(procs, redis_url, ns, ["f"], config, "--metrics-port", "0")
+    both_alive(sync_redis, ns, ["f"], [w])
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    texts = ["grade=1", "judge-fail=500", "grade=0.5", "judge-fail=500", "grade=0.25", "it is 42"]
+    keys = [client.put_trajectory(f"f{i}", "s", [text_output(t)], SAMPLE)[0] for i, t in enumerate(texts)]
+    results = client.wait_rewards(keys, timeout=120)
+    # Then those get error results naming the status and the server's message, never a zero, ...
+    for i in (1, 3):
+        r = results[keys[i]]
+        assert r.status == "error" and r.reward_score is None, r
+        assert "HTTP 500: injected 500" in r.error and "failed after 3 attempts" in r.error, r.error
+    # ... and their neighbours score normally
+    assert [results[keys[i]].reward_score for i in (0, 2, 4, 5)] == [1.0, 0.5, 0.25, 1.0]
+    # The fleet's judge counters show requests, tokens, errors, gave-ups and the error rate per model
+    rc, proc = procs.run(["status", "--redis-url", redis_url, "--namespace", ns, "--json"], tag="status")
+    judges = json.loads(proc.stdout())["judges"]["judge-model"]
+    assert (judges["requests"], judges["errors"], judges["failed"], judges["answers"]) == (10, 6, 2, 4)
+    assert judges["error_rate"] == 0.6 and judges["prompt_tokens"] > 0 and judges["completion_tokens"] > 0
+    rc, proc = procs.run(["status", "--redis-url", redis_url, "--namespace", ns], tag="status-text")
+    text = proc.stdout()
+    assert "LLM judges (fleet)" in text and "judge-model" in text and "gave up after retries" in text
+    # and this worker's /metrics the same, for itself
+    port = int(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", w.stderr()).group(1))
+    metrics = _scrape(port)
+    assert 'rewardq_judge_requests_total{model="judge-model"} 10.0' in metrics
+    assert 'rewardq_judge_failed_total{model="judge-model"} 2.0' in metrics
+    assert 'rewardq_judge_error_ratio{model="judge-model"} 0.6' in metrics
+    assert re.search(r'rewardq_judge_tokens_total\{kind="prompt",model="judge-model"\} [1-9]', metrics)
+    client.close()
+    assert w.terminate() == 0, w.stderr()[-2000:]
