@@ -9,11 +9,19 @@ everything pending, caching trajectories) would show it here; a bounded one (XRE
 
 The large backlog is ~70 KB per trajectory in Redis (~7 GB for 100,000). When the machine
 has less than twice that available, the backlog is scaled down and the row says so.
+
+**With images** (the ``memory+images`` row): the smaller backlog again, each trajectory's final
+output carrying :data:`IMAGES` (a 336x336 PNG and a 336x336 JPEG, ~235 KB, as a vision-language
+rollout's ``multi_modal_data`` holds them), scored by the same text-only manager. Against the row
+without images of the same backlog it gives Redis memory per waiting trajectory with images, and
+shows what a text-only scorer pays for images it never decodes (worker CPU and peak RSS).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from benchmarks.common import Cleanup, Row, Settings, connect, mem_available_mb, status_kb, watch_drain
 from benchmarks.rewardq_bench import done_count, fill, start_workers
@@ -23,17 +31,58 @@ from benchmarks.workload import Workload
 MB_PER_TRAJECTORY = 0.075
 
 
+#: The images each trajectory of the ``memory+images`` row carries on its final output: (side, format).
+IMAGES = ((336, "PNG"), (336, "JPEG"))
+
+
 def run(s: Settings, cleanup: Cleanup) -> list[Row]:
-    return [one(s, cleanup, backlog) for backlog in s.backlogs]
+    rows = [one(s, cleanup, backlog) for backlog in s.backlogs]
+    rows.append(one(s, cleanup, min(s.backlogs), images=True))
+    return rows
 
 
-def one(s: Settings, cleanup: Cleanup, backlog: int) -> Row:
-    ns = s.prefix(f"mem{backlog}")
+def image_set(seed: int) -> list[bytes]:
+    """:data:`IMAGES` as encoded bytes: smooth noise (a photo-like image, not a flat colour that
+    compresses to nothing), deterministic."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng([seed, 0x1A6E])
+    out = []
+    for side, fmt in IMAGES:
+        small = (rng.random((side // 8, side // 8, 3)) * 255).astype("uint8")
+        buf = io.BytesIO()
+        Image.fromarray(small).resize((side, side), Image.Resampling.BICUBIC).save(buf, fmt, quality=90)
+        out.append(buf.getvalue())
+    return out
+
+
+class WithImages:
+    """A workload trajectory whose final output carries ``images`` in its ``multi_modal_data``."""
+
+    def __init__(self, traj: Any, images: list[bytes]) -> None:
+        self.traj, self.images = traj, images
+        self.uid, self.session_id = traj.uid, traj.session_id
+
+    def sample(self) -> dict:
+        return self.traj.sample()
+
+    def outputs(self) -> list[dict]:
+        outs = self.traj.outputs()
+        outs[-1] = {**outs[-1], "multi_modal_data": {"images": self.images}}
+        return outs
+
+
+def one(s: Settings, cleanup: Cleanup, backlog: int, images: bool = False) -> Row:
+    ns = s.prefix(f"mem{backlog}{'img' if images else ''}")
     cleanup.add(f"{ns}:*")
     notes = []
     room = mem_available_mb() / 2.0
-    if backlog * MB_PER_TRAJECTORY > room:
-        scaled = int(room / MB_PER_TRAJECTORY)
+    per_trajectory = MB_PER_TRAJECTORY + (sum(len(b) for b in image_set(s.seed)) / 2**20 if images else 0.0)
+    if backlog * per_trajectory > room:
+        scaled = int(room / per_trajectory)
         notes.append(f"backlog scaled down from {backlog} (only {room * 2:.0f} MB available)")
         backlog = scaled
     r = connect(s.redis_url)
@@ -41,7 +90,12 @@ def one(s: Settings, cleanup: Cleanup, backlog: int) -> Row:
     try:
         before = int(r.info("memory")["used_memory"])
         t0 = time.perf_counter()
-        nt, no = fill(s.redis_url, ns, Workload(s.seed + 2, tag=f"mem{backlog}-").range(0, backlog))
+        trajs: Iterable[Any] = Workload(s.seed + 2, tag=f"mem{backlog}-").range(0, backlog)
+        if images:
+            pictures = image_set(s.seed)
+            trajs = (WithImages(t, pictures) for t in trajs)
+            notes.append(f"{len(pictures)} images ({sum(map(len, pictures)) / 1024:.0f} KB) on each final output")
+        nt, no = fill(s.redis_url, ns, trajs)
         fill_s = time.perf_counter() - t0
         grown_mb = (int(r.info("memory")["used_memory"]) - before) / 2**20
         worker = start_workers(s, ns, 1, f"{s.run_id}-mem{backlog}")[0]
@@ -58,13 +112,18 @@ def one(s: Settings, cleanup: Cleanup, backlog: int) -> Row:
         )
         return Row(
             "rewardq",
-            "memory",
+            "memory+images" if images else "memory",
             1,
             backlog=nt,
             rss_mb=hwm,
             note="; ".join(notes),
             **d.row_fields(nt, no),
-            extra={"redis_mb": grown_mb, "fill_s": fill_s, "rss_now_mb": (rss_kb or 0) / 1024},
+            extra={
+                "redis_mb": grown_mb,
+                "redis_kb_per_trajectory": grown_mb * 1024 / max(nt, 1),
+                "fill_s": fill_s,
+                "rss_now_mb": (rss_kb or 0) / 1024,
+            },
         )
     finally:
         if worker is not None:

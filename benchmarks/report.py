@@ -136,6 +136,20 @@ def targets(rows: list[Row]) -> list[Target]:
         )
     else:
         out.append(Target("worker peak RSS independent of backlog", "big/small <= 1.15", "not measured", "n/a"))
+    img = next((r for r in rows if r.phase == "memory+images" and finite(r.rss_mb)), None)
+    plain = next((r for r in mem if img is not None and r.backlog == img.backlog), None)
+    if img is not None and plain is not None:
+        kb, kb0 = img.extra.get("redis_kb_per_trajectory"), plain.extra.get("redis_kb_per_trajectory")
+        cpu = f", worker CPU {img.cpu_ms:.2f} vs {plain.cpu_ms:.2f} ms/traj" if img.cpu_ms and plain.cpu_ms else ""
+        out.append(
+            Target(
+                "a waiting trajectory with images (information)",
+                "-",
+                f"Redis {_f(kb)} KB vs {_f(kb0)} KB without; worker peak RSS {img.rss_mb:.0f} vs "
+                f"{plain.rss_mb:.0f} MB{cpu} (text-only scorer)",
+                "n/a",
+            )
+        )
     if rq1 and rq2 and finite(rq1.traj_per_s) and finite(rq2.traj_per_s):
         out.append(
             Target(

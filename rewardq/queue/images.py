@@ -229,6 +229,8 @@ def _is_pil(value: Any) -> bool:
 
 
 def _png_of(image: Any, where: Spot) -> bytes:
+    """The image as Pillow's default PNG (``image.save(buf, "PNG")``): lossless, so a manager sees
+    the very pixels, and the bytes are what anyone encoding the image the usual way gets."""
     mode = _PNG_CONVERT.get(image.mode)
     if mode is not None and mode != image.mode:
         image = image.convert(mode)
@@ -241,12 +243,20 @@ def _png_of(image: Any, where: Spot) -> bytes:
 
 
 def _decoded_or_refused(data: bytes, fmt: str | None, where: Spot) -> bytes:
-    """Decode ``data`` with Pillow: an undecodable image is refused here; one in another format
-    (GIF, BMP, TIFF, ...) is encoded to PNG."""
+    """Check ``data`` with Pillow: an image it cannot read is refused here; one in another format
+    (GIF, BMP, TIFF, ...) is decoded and encoded to PNG.
+
+    A PNG, JPEG or WebP is opened (its header parsed) and verified (a PNG's chunk checksums),
+    not decoded: ~0.3 ms for a 200 KB PNG where a full decode takes ~9 ms, in the rollout's
+    event loop. :func:`check_image_bytes` adds the framing checks (a cut image fails there).
+    """
     Image = _pil_module()
     try:
         image = Image.open(io.BytesIO(data))
-        image.load()
+        if fmt is None:
+            image.load()
+        else:
+            image.verify()
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types for a bad image
         if fmt is None:
             raise where.error("is not a PNG, JPEG or WebP image, nor any other format Pillow reads") from None

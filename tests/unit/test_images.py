@@ -85,9 +85,17 @@ def test_an_oversize_image_is_refused_at_the_producer_naming_output_and_image():
     assert f"output 1, image 1 is {len(big)} bytes, more than max_image_bytes={len(big) - 1}" in str(err.value)
 
 
+def corrupt_png() -> bytes:
+    data = bytearray(png_bytes(picture(size=(32, 32))))
+    data[len(data) // 2] ^= 0xFF  # inside the pixel data: its chunk checksum no longer matches
+    return bytes(data)
+
+
 @pytest.mark.parametrize(
     "bad,problem",
     [
+        (corrupt_png(), "cannot be decoded"),
+        (png_bytes(picture())[:-12], "truncated PNG"),
         (b"certainly not an image", "not a PNG, JPEG or WebP image"),
         (b"\x89PNG\r\n\x1a\n" + b"\x00" * 40, "cannot be decoded"),
         ("/no/such/image.png", "cannot read"),
