@@ -267,3 +267,34 @@ def test_legacy_layout_is_migrated_as_verl_migrates_it():
     }
     m = build_manager(out["manager"], tokenizer=None, options=out["manager_options"])
     assert m.max_resp_len == 16 and m.overlong_buffer.len == 4
+
+
+def test_genrm_takes_its_model_from_the_reward_model_block_and_its_limits_from_reward(tmp_path):
+    cfg = load(
+        tmp_path,
+        """
+        reward:
+          reward_manager: {name: genrm}
+          reward_model: {enable: false, model_path: Qwen/Qwen2.5-7B-Instruct}
+          max_rpm: 600
+          max_concurrent: 16
+          rewardq:
+            manager_options: {base_url: "http://judge:8000/v1", score_parser: json}
+        """,
+    )
+    assert cfg.manager == "genrm"
+    assert cfg.manager_options == {
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "max_rpm": 600,
+        "max_concurrent": 16,
+        "base_url": "http://judge:8000/v1",
+        "score_parser": "json",
+    }
+    assert "reward.reward_model" not in " ".join(cfg.unused_keys)
+    m = build_manager(cfg.manager, tokenizer=None, options=cfg.manager_options)
+    assert (m.model, m.limits["max_rpm"], m.limits["max_concurrent"]) == ("Qwen/Qwen2.5-7B-Instruct", 600, 16)
+    # an enabled reward model does not turn genrm into the discriminative disrm
+    enabled = translate(
+        {"reward": {"reward_manager": {"name": "genrm"}, "reward_model": {"enable": True, "model_path": "m"}}}
+    )
+    assert enabled.values["manager"] == "genrm" and enabled.values["manager_options"] == {"model": "m"}
