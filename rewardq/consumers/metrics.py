@@ -91,6 +91,10 @@ class _JudgeCollector:
     def collect(self):  # noqa: ANN201 - prometheus collector protocol
         from prometheus_client.core import GaugeMetricFamily
 
+        models = self._snapshot() or {}
+        if not models:  # a worker without a judge exposes no judge series
+            return
+
         def counter(name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> CounterMetricFamily:
             return CounterMetricFamily(f"rewardq_judge_{name}", doc, labels=list(labels))
 
@@ -100,7 +104,7 @@ class _JudgeCollector:
         hits = counter("cache_hits", "LLM-judge answers reused from the cache instead of a request")
         tokens = counter("tokens", "Tokens the LLM-judge server reported in usage", ("model", "kind"))
         ratio = GaugeMetricFamily("rewardq_judge_error_ratio", "Failed share of LLM-judge requests", labels=["model"])
-        for model, st in (self._snapshot() or {}).items():
+        for model, st in models.items():
             requests.add_metric([model], float(st.get("requests", 0)))
             errors.add_metric([model], float(st.get("errors", 0)))
             failed.add_metric([model], float(st.get("failed", 0)))

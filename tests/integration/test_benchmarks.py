@@ -70,6 +70,7 @@ def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, t
         ("rewardq", "latency", 1),
         ("rewardq", "throughput", 2),
         ("rewardq", "memory", 1),
+        ("rewardq", "memory+images", 1),
     }
     for key, r in rows.items():
         assert r["status"] == "ok", (key, r["status"])
@@ -77,14 +78,19 @@ def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, t
             "throughput": ("outputs_per_s", "traj_per_s", "seconds", "rss_mb", "cpu_ms"),
             "latency": ("p50_ms", "p99_ms", "max_ms"),
             "memory": ("rss_mb",),
+            "memory+images": ("rss_mb",),
         }[r["phase"]]
         for name in wanted:
             # cpu_ms is CPU time per trajectory, rounded: a 200-trajectory raw run may round to 0
             floor_ok = r[name] >= 0 if name == "cpu_ms" else r[name] > 0
             assert isinstance(r[name], (int, float)) and math.isfinite(r[name]) and floor_ok, (key, name, r)
-        if r["phase"] != "memory":
+        if not r["phase"].startswith("memory"):
             assert r["check"] == "ok", (key, r["check"])
     assert sorted(r["backlog"] for r in data["rows"] if r["phase"] == "memory") == [100, 1000]
+    # And the row with images costs Redis their bytes on top of the records, per waiting trajectory
+    images, plain = rows[("rewardq", "memory+images", 1, 100)], rows[("rewardq", "memory", 1, 100)]
+    added_kb = images["extra"]["redis_kb_per_trajectory"] - plain["extra"]["redis_kb_per_trajectory"]
+    assert 200 < added_kb < 300, (added_kb, images["note"])  # 228 KB of images per trajectory
     # And latency is timed from the final output's put by default (outputs 0..n-2 went before)
     assert data["settings"]["latency_mode"] == "final"
     assert "put_output(final)" in rows[("rewardq", "latency", 1, None)]["note"]
