@@ -164,9 +164,10 @@ def check_image_bytes(data: Any, where: Spot, max_image_bytes: int) -> str:
 def encode_image(value: Any, where: Spot, max_image_bytes: int = defaults.MAX_IMAGE_BYTES) -> bytes:
     """One image as the producer sends it: PNG, JPEG or WebP bytes (see the module doc)."""
     data = _image_bytes(value, where)
-    fmt = sniff(data)
+    if len(data) > max_image_bytes:  # before any decoding: an oversize image costs nothing more
+        check_image_bytes(data, where, max_image_bytes)
     if _has_pil():
-        data = _decoded_or_refused(data, fmt, where)
+        data = _decoded_or_refused(data, sniff(data), where)
     check_image_bytes(data, where, max_image_bytes)
     return data
 

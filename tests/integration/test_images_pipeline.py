@@ -14,38 +14,15 @@ from PIL import Image
 
 from rewardq import RecordError, RewardClient
 from rewardq.queue.codec import encode_output
-from rewardq.queue.images import EncodedImage, images_of
 from rewardq.queue.keys import Keyspace
-from rewardq.reward.base import RewardManager
-from rewardq.reward.rows import non_tensor
 from tests.support.helpers import SAMPLE, output, running_workers
+from tests.support.image_managers import ImageDigests
 
 
 def png(color, size=(24, 16)) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", size, color).save(buf, format="PNG")
     return buf.getvalue()
-
-
-class ImageDigests(RewardManager):
-    """Rewards each output with its image count; reports the images' SHA-256 and whether any was decoded."""
-
-    async def run_single(self, data):
-        out = []
-        for i in range(data.batch_size[0]):
-            images = images_of(non_tensor(data[i : i + 1], "multi_modal_data"))
-            out.append(
-                {
-                    "reward_score": float(len(images)),
-                    "reward_extra_info": {
-                        "sha256": ",".join(hashlib.sha256(img.data).hexdigest() for img in images),
-                        "formats": ",".join(img.format for img in images),
-                        "decoded": any(img._pil is not None for img in images),
-                        "all_encoded": all(isinstance(img, EncodedImage) for img in images),
-                    },
-                }
-            )
-        return out
 
 
 async def test_the_manager_sees_the_bytes_the_producer_sent(ns, redis_url):
