@@ -38,18 +38,14 @@ import asyncio
 import base64
 import hashlib
 import json
-import os
 import re
-import subprocess
-import sys
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from tests.support.cli_procs import REPO
+from tests.support.standin_process import StandinProcess, serve
 
 _GRADE = re.compile(r"grade=([-+]?\d+(?:\.\d+)?)")
 _VOTES = re.compile(r"votes=([-+\d.,]+)")
@@ -268,56 +264,18 @@ def make_app(api_key: str | None = None) -> web.Application:
     return app
 
 
-async def serve(port: int, api_key: str | None) -> None:
-    # handler_cancellation: a handler whose client disconnects is cancelled (counted as abandoned)
-    runner = web.AppRunner(make_app(api_key), handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr] - aiohttp keeps the server private
-    print(f"PORT {bound}", flush=True)
-    await asyncio.Event().wait()
-
-
-class JudgeStandin:
-    """The stand-in as a child process: ``base_url`` (with /v1), :meth:`stats`, :meth:`control`, :meth:`stop`."""
+class JudgeStandin(StandinProcess):
+    """The stand-in as a child process: ``base_url`` (with /v1), :meth:`stats`, :meth:`bodies`,
+    :meth:`control`, :meth:`stop`."""
 
     def __init__(self, tmp: Path, api_key: str | None = None) -> None:
-        self.log = tmp / "judge-standin.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        argv = [sys.executable, "-m", "tests.support.judge_standin", "--port", "0"]
-        if api_key is not None:
-            argv += ["--api-key", api_key]
-        with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env, cwd=str(REPO))
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if not line.startswith("PORT "):
-            self.stop()
-            raise RuntimeError(f"judge stand-in did not start: {line!r} {self.log.read_text()[-2000:]}")
-        self.root = f"http://127.0.0.1:{int(line.split()[1])}"
+        args = ["--api-key", api_key] if api_key is not None else []
+        super().__init__("tests.support.judge_standin", tmp / "judge-standin.log", *args)
         self.base_url = self.root + "/v1"
-
-    def _call(self, path: str, body: dict | None = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.root + path, data=data, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
-
-    def stats(self) -> dict:
-        return self._call("/stats")
 
     def bodies(self) -> list[dict]:
         """Every request body the stand-in accepted, in order."""
-        return self._call("/bodies")
-
-    def control(self, **body: Any) -> dict:
-        return self._call("/control", body)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
+        return self.call("/bodies")
 
 
 if __name__ == "__main__":
@@ -325,4 +283,5 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--api-key", default=None)
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.api_key))
+    # handler_cancellation: a handler whose client disconnects is cancelled (counted as abandoned)
+    asyncio.run(serve(make_app(args.api_key), args.port, handler_cancellation=True))

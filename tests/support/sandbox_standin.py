@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
 import signal
@@ -27,13 +26,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from tests.support.cli_procs import REPO
+from tests.support.standin_process import StandinProcess, serve
 
 OUTPUT_CAP = 1 << 20
 
@@ -165,57 +163,16 @@ def make_app() -> web.Application:
     return app
 
 
-async def serve(port: int) -> None:
-    runner = web.AppRunner(make_app())
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr] - aiohttp keeps the server private
-    print(f"PORT {bound}", flush=True)
-    await asyncio.Event().wait()
-
-
-class Standin:
+class Standin(StandinProcess):
     """The stand-in as a child process of the test: ``url``, :meth:`stats`, :meth:`control`, :meth:`stop`."""
 
     def __init__(self, tmp: Path) -> None:
-        self.log = tmp / "standin.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.sandbox_standin", "--port", "0"],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env=env,
-                cwd=str(REPO),
-            )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if not line.startswith("PORT "):
-            self.stop()
-            raise RuntimeError(f"stand-in did not start: {line!r} {self.log.read_text()[-2000:]}")
-        self.base = f"http://127.0.0.1:{int(line.split()[1])}"
+        super().__init__("tests.support.sandbox_standin", tmp / "standin.log")
+        self.base = self.root
         self.url = self.base + "/run_code"
-
-    def _call(self, path: str, body: dict | None = None) -> dict:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
-
-    def stats(self) -> dict:
-        return self._call("/stats")
-
-    def control(self, **body: Any) -> dict:
-        return self._call("/control", body)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
-    asyncio.run(serve(parser.parse_args().port))
+    asyncio.run(serve(make_app(), parser.parse_args().port))

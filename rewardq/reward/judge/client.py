@@ -38,6 +38,7 @@ from typing import Any
 
 from rewardq.errors import ScoringError
 from rewardq.queue.retry import backoff_delay
+from rewardq.reward.http import HttpSession
 from rewardq.reward.judge.stats import JudgeStats
 
 logger = logging.getLogger("rewardq.reward.genrm")
@@ -198,22 +199,18 @@ class ChatJudge:
         self.timeout = float(timeout)
         self.estimated_tokens = float(estimated_tokens_per_request)
         self.retry = retry or RetryPolicy()
-        self._session: Any = None
+        self._http = HttpSession(self.timeout)
         self._warned_usage = False
 
     def __repr__(self) -> str:  # never the headers: they hold the key
         return f"ChatJudge(url={self.url!r}, model={self.model!r})"
 
     async def setup(self) -> None:
-        if self._session is None:
-            import aiohttp
-
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        """Open the HTTP session (one connection pool for every request of this worker)."""
+        await self._http.get()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()
 
     # -- one judge call ------------------------------------------------------------------
     async def complete(self, body: dict[str, Any]) -> JudgeAnswer:
@@ -237,8 +234,6 @@ class ChatJudge:
 
     async def _send(self, body: dict[str, Any]) -> JudgeAnswer:
         """Send ``body`` under the limits, retrying as the policy says."""
-        if self._session is None:
-            await self.setup()
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         failures, last = 0, ""
         while True:
@@ -248,11 +243,11 @@ class ChatJudge:
                 await self._charge(answer)
                 return answer
             failures += 1
-            await self._count(requests=0, errors=1)
             message = error or server_message(text)
             last = f"HTTP {status}: {message}" if status is not None else message
-            if status is not None and status not in RETRY_STATUSES:
-                await self._count(failed=1)
+            refused = status is not None and status not in RETRY_STATUSES
+            await self._count(requests=1, errors=1, failed=int(refused))
+            if refused:
                 raise JudgeUnavailable(
                     f"judge {self.model} at {self.url} refused the request with HTTP {status} (not retried): {message}",
                     status=status,
@@ -288,12 +283,12 @@ class ChatJudge:
         """One HTTP request under the limits: ``(status, retry_after, body text, connection error)``."""
         import aiohttp
 
+        session = await self._http.get()
         await self.limiter.acquire_request()
         await self.limiter.wait_for_tokens(self.estimated_tokens)
-        async with self.limiter.slot():
-            await self._count(requests=1)
+        async with self.limiter.slot():  # held only while the request is in flight
             try:
-                async with self._session.post(self.url, data=payload, headers=self._headers) as resp:
+                async with session.post(self.url, data=payload, headers=self._headers) as resp:
                     text = await resp.text()
                     return resp.status, retry_after_seconds(resp.headers.get("Retry-After")), text, None
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -334,7 +329,9 @@ class ChatJudge:
                     used,
                 )
         await self.limiter.charge_tokens(used)
-        await self._count(answers=1, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens)
+        await self._count(
+            requests=1, answers=1, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens
+        )
 
     async def _count(self, **increments: int) -> None:
         """This worker's counters and the fleet's (in Redis); a failed fleet count is logged, not raised."""

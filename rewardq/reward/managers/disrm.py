@@ -45,6 +45,7 @@ from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, reject_unknown_options, to_float
+from rewardq.reward.http import HttpSession
 from rewardq.reward.registry import register
 
 logger = logging.getLogger("rewardq.reward.disrm")
@@ -145,20 +146,15 @@ class DisRMRewardManager(RewardManager):
         self.backoff_base = float(backoff_base)
         self.backoff_cap = float(backoff_cap)
         self.counters = {"requests": 0, "retries": 0, "backoff_seconds": 0.0}
-        self._session: Any = None
+        self._http = HttpSession(self.timeout)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def setup(self) -> None:
         """Open the HTTP session (one connection pool for every request of this worker)."""
-        if self._session is None:
-            import aiohttp
-
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        await self._http.get()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()
 
     # -- scoring -----------------------------------------------------------------------
     def build_prompt(self, data: Any) -> str:
@@ -204,8 +200,7 @@ class DisRMRewardManager(RewardManager):
         """POST ``payload`` as JSON with retries (see the module docstring); returns the decoded JSON."""
         import aiohttp
 
-        if self._session is None:
-            await self.setup()
+        session = await self._http.get()
         url = self.base_url + path
         last = ""
         for attempt in range(self.max_retries + 1):
@@ -219,7 +214,7 @@ class DisRMRewardManager(RewardManager):
                 await asyncio.sleep(delay)
             self.counters["requests"] += 1
             try:
-                async with self._session.post(url, json=payload) as resp:
+                async with session.post(url, json=payload) as resp:
                     text = await resp.text()
                     status = resp.status
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as exc:
