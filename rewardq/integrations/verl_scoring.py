@@ -36,6 +36,7 @@ import numpy as np
 from rewardq import defaults
 from rewardq.config import parse_bool
 from rewardq.errors import ConfigError, RecordError, RewardTimeout, ScoringError
+from rewardq.integrations.verl_media import has_media, wire_media, wire_sample_media
 from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
 
@@ -45,8 +46,9 @@ ON_ERROR_CHOICES = ("zero", "raise")
 #: What an error result leaves in ``reward_extra_info``: only keys every ok result of the default
 #: scorers has, so verl's ``_postprocess`` (which indexes every row with row 0's keys) never fails.
 ERROR_EXTRA_INFO: dict[str, Any] = {"acc": 0.0}
-#: Dataset columns never pushed: multimodal inputs are out of scope for the scorers.
-SKIPPED_COLUMNS = frozenset({"multi_modal_data", "multi_modal_inputs"})
+#: Dataset columns never pushed: the processor's tensors (``pixel_values``, ...); the images themselves
+#: go as ``multi_modal_data`` (:mod:`rewardq.integrations.verl_media`).
+SKIPPED_COLUMNS = frozenset({"multi_modal_inputs"})
 
 
 @dataclass
@@ -163,9 +165,9 @@ def sample_columns(kwargs: Mapping[str, Any], strict: bool = False) -> dict[str,
     are left out; the default scorers read only ``data_source``, ``reward_model``,
     ``extra_info`` and ``raw_prompt``.
     """
-    sample = {str(k): v for k, v in kwargs.items() if k not in SKIPPED_COLUMNS}
-    if strict:
-        sample = {k: v for k, v in sample.items() if _encodable(v)}
+    sample = wire_sample_media({str(k): v for k, v in kwargs.items() if k not in SKIPPED_COLUMNS})
+    if strict:  # multi_modal_data goes as the record's images (rewardq.queue.images), not plain msgpack
+        sample = {k: v for k, v in sample.items() if k == "multi_modal_data" or _encodable(v)}
     return sample
 
 
@@ -180,6 +182,7 @@ def wire_output(output: Any) -> dict[str, Any]:
         "num_turns": getattr(output, "num_turns", None),
         "extra_fields": {str(k): v for k, v in extra.items() if _encodable(v)},
         "reward_score": getattr(output, "reward_score", None),
+        "multi_modal_data": wire_media(getattr(output, "multi_modal_data", None)),
     }
 
 
@@ -238,8 +241,10 @@ class TrajectoryScorer:
     async def _push(self, uid: str, session_id: str, outputs: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str]:
         client = await self.client()
         try:
-            # the producer reads an AgentLoopOutput's fields itself (rewardq.producers.core.OutputLike)
-            return await client.put_trajectory(uid, session_id, outputs, sample_columns(kwargs))
+            # the producer reads an AgentLoopOutput's fields itself (rewardq.producers.core.OutputLike);
+            # outputs with images go as wire_output gives them: images and video paths only
+            pushed = [wire_output(o) for o in outputs] if has_media(outputs) else outputs
+            return await client.put_trajectory(uid, session_id, pushed, sample_columns(kwargs))
         except RecordError as exc:
             if "sample" not in exc.field and "extra_fields" not in exc.field:
                 raise
