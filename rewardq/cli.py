@@ -154,19 +154,29 @@ def worker(processes: int | None, **params: Any) -> int:
     Flags win over REWARDQ_* environment variables, which win over --config.
     """
     from rewardq.extras import require_worker_extra
+    from rewardq.ops import redis_secret
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
     require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
+    flag_url = params.get("redis_url")
+    file_url = redis_secret.read_url_file()
+    if file_url and flag_url is None:
+        params = {**params, "redis_url": file_url}
+    cfg = load_config(params)
+    if (cfg.manager_options or {}).get("code_local_isolation") == "rlimits":
+        redis_secret.conceal()  # programs run as this user: nothing of the URL where they can look
     if processes and processes > 1:
-        return _supervise(processes, params, load_config(params))
+        return _supervise(processes, params, cfg)
     early = EarlySignals().install()  # a SIGTERM during start-up still ends in a clean exit 0
-    return run_worker(load_config(params), early)
+    redis_secret.warn_if_on_command_line(flag_url)
+    return run_worker(cfg, early)
 
 
 def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
     from rewardq.errors import ConfigError
     from rewardq.logs import setup_logging
     from rewardq.ops.common import wait_for_redis
+    from rewardq.ops.redis_secret import child_environment, warn_if_on_command_line
     from rewardq.ops.supervisor import Supervisor, child_argvs
     from rewardq.ops.worker import worker_argv
 
@@ -175,7 +185,9 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
     except ValueError as exc:
         raise ConfigError(f"log settings: {exc}") from None
     wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)  # the parent stays light
-    base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port")})
+    warn_if_on_command_line(params.get("redis_url"))
+    # the URL goes to the children in their environment, never on their command lines
+    base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port", "redis_url")})
     argvs = child_argvs(
         base,
         n,
@@ -183,7 +195,7 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
         metrics_port=params.get("metrics_port"),
         prefix=["--debug"] if _debug() else [],
     )
-    return Supervisor(argvs, grace=cfg.shutdown_grace + 10).run()
+    return Supervisor(argvs, grace=cfg.shutdown_grace + 10, env=child_environment(cfg.redis_url)).run()
 
 
 # ---------------------------------------------------------------------------------------------

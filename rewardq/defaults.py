@@ -135,8 +135,9 @@ CODE_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 #: Local runner: bytes one job (all its runs) may send back to the worker.
 CODE_MAX_JOB_OUTPUT_BYTES = 16 * 1024 * 1024
 #: Local runner: a run's timeouts count the job's own time (see harness_cgroup); the wall
-#: clock ends it at this many times its deadline whatever the job's time says.
-CODE_WALL_FACTOR = 3.0
+#: clock ends it at this many times its deadline whatever the job's time says (a job starved
+#: of CPU by the host; past that, score_timeout gives an error result, never a wrong 0.0).
+CODE_WALL_FACTOR = 10.0
 #: Local runner: CPUs one job may use at once (its cgroup's quota), and its CPU weight
 #: (equal for every job, whatever number of processes it runs).
 CODE_JOB_CPUS = 1.0

@@ -8,8 +8,9 @@
   root of its cgroup namespace (a container) its processes move into a leaf ``rewardq-init``
   first, as container init systems do; anywhere else the operator delegates a cgroup.
 * **cgroup v1** with the ``cpu``, ``memory`` and ``pids`` hierarchies writable (as root),
-  plus the v2 ``unified`` mount when there is one (a "hybrid" host), used only for what v1
-  lacks: pressure-stall information, the job's clock (``harness_cgroup``).
+  ``cpuacct`` for the job's CPU time (the job's clock, ``harness_cgroup``), and the v2
+  ``unified`` mount when there is one (a "hybrid" host: its ``cgroup.kill`` ends a job at
+  once, and its ``cpu.stat`` stands in for a missing ``cpuacct``).
 
 Each job's cgroup, ``<worker's own cgroup>/rewardq-<pid>/job-<n>`` in each hierarchy, gets
 ``memory_limit_mb`` + 64 MB of memory with no swap (v2 ``memory.swap.max`` 0, v1
@@ -28,7 +29,7 @@ import asyncio
 import logging
 import os
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import count
 
 from rewardq import defaults
@@ -38,6 +39,7 @@ logger = logging.getLogger("rewardq.reward.codeexec")
 
 CONTROLLERS = ("cpu", "memory", "pids")
 _PERIOD_US = 100_000
+_JOB_NUMBERS = count()  # one sequence per process: every CgroupHost of it shares the parent folders
 
 
 @dataclass(frozen=True)
@@ -93,14 +95,12 @@ class JobCgroup:
     dirs: list[str]
     v2_dir: str | None
     cpu_usage: str | None
-    pressure: str | None
 
     def harness_fields(self) -> dict:
         """What the harness needs: the ``cgroup.procs`` files to join and the clock's files."""
         return {
             "procs": [os.path.join(d, "cgroup.procs") for d in self.dirs],
             "cpu_usage": self.cpu_usage,
-            "pressure": self.pressure,
         }
 
     def _pids(self) -> set[int]:
@@ -146,11 +146,12 @@ class CgroupHost:
 
     version: int
     parents: dict[str, str]  # hierarchy key ("cpu", "memory", "pids", "cpuacct", "unified") -> this worker's folder
-    _names: count = field(default_factory=count)
 
     @classmethod
-    def detect(cls, *, proc_root: str = "/proc") -> CgroupHost:
-        """The hierarchies this process can use, with a parent folder made in each.
+    def detect(cls, *, jobs: int = 1, proc_root: str = "/proc") -> CgroupHost:
+        """The hierarchies this process can use, with a parent folder made in each, weighted as
+        ``jobs`` processes (each job then competes with the host's other processes as one
+        process would, however many are in its parent).
 
         Raises:
             CodeSandboxError: no writable cgroup with the cpu, memory and pids controllers; the
@@ -164,7 +165,7 @@ class CgroupHost:
         v2 = next(((root, point) for root, point, kind, _ in mounts if kind == "cgroup2"), None)
         v2_dir = _under(v2[1], v2[0], own.get("", "/")) if v2 else None
         if v2_dir and set(CONTROLLERS) <= set(_read_quiet(os.path.join(v2_dir, "cgroup.controllers")).split()):
-            return cls._v2(v2_dir, own.get("", "/"))
+            return cls._v2(v2_dir, own.get("", "/"), jobs)
         v1: dict[str, str] = {}
         for root, point, kind, options in mounts:
             for c in ("cpu", "memory", "pids", "cpuacct"):
@@ -180,10 +181,12 @@ class CgroupHost:
             )
         if v2_dir:
             v1["unified"] = v2_dir
-        return cls._made(1, v1)
+        host = cls._made(1, v1)
+        _write(os.path.join(host.parents["cpu"], "cpu.shares"), str(1024 * max(1, jobs)))
+        return host
 
     @classmethod
-    def _v2(cls, own_dir: str, own_path: str) -> CgroupHost:
+    def _v2(cls, own_dir: str, own_path: str, jobs: int) -> CgroupHost:
         enable = " ".join(f"+{c}" for c in CONTROLLERS)
         wanted = set(CONTROLLERS)
         if not wanted <= set(_read_quiet(os.path.join(own_dir, "cgroup.subtree_control")).split()):
@@ -212,6 +215,7 @@ class CgroupHost:
         host = cls._made(2, {"unified": own_dir})
         try:
             _write(os.path.join(host.parents["unified"], "cgroup.subtree_control"), enable)
+            _write(os.path.join(host.parents["unified"], "cpu.weight"), str(min(10000, 100 * max(1, jobs))))
         except OSError as exc:
             raise CodeSandboxError(f"cannot enable the cpu, memory and pids controllers ({exc})") from None
         return host
@@ -238,17 +242,17 @@ class CgroupHost:
         Raises:
             CodeSandboxError: the kernel refused a folder or a limit.
         """
-        name = f"job-{next(self._names)}"
+        name = f"job-{next(_JOB_NUMBERS)}"
         made: list[str] = []
         try:
             for key in sorted(self.parents):
                 path = os.path.join(self.parents[key], name)
                 os.mkdir(path)
                 made.append(path)
-            job = JobCgroup(list(made), None, None, None)
+            job = JobCgroup(list(made), None, None)
             if self.version == 2:
                 d = made[0]
-                job.v2_dir, job.cpu_usage, job.pressure = d, os.path.join(d, "cpu.stat"), _pressure(d)
+                job.v2_dir, job.cpu_usage = d, os.path.join(d, "cpu.stat")
                 _write(os.path.join(d, "cpu.max"), f"{int(_PERIOD_US * limits.cpus)} {_PERIOD_US}")
                 _write(os.path.join(d, "cpu.weight"), "100")
                 _write(os.path.join(d, "memory.max"), str(limits.memory_bytes))
@@ -267,13 +271,11 @@ class CgroupHost:
             else:
                 _write(os.path.join(memory, "memory.swappiness"), "0")
             _write(os.path.join(by_key["pids"], "pids.max"), str(limits.pids))
-            unified = by_key.get("unified")
-            job.v2_dir = unified
-            job.pressure = _pressure(unified) if unified else None
-            if unified and os.path.exists(os.path.join(unified, "cpu.stat")):
-                job.cpu_usage = os.path.join(unified, "cpu.stat")
-            elif "cpuacct" in by_key:
+            job.v2_dir = by_key.get("unified")
+            if "cpuacct" in by_key:
                 job.cpu_usage = os.path.join(by_key["cpuacct"], "cpuacct.usage")
+            elif job.v2_dir and os.path.exists(os.path.join(job.v2_dir, "cpu.stat")):
+                job.cpu_usage = os.path.join(job.v2_dir, "cpu.stat")
             return job
         except OSError as exc:
             for path in made:
@@ -289,15 +291,6 @@ def _read_quiet(path: str) -> str:
         return _read(path)
     except OSError:
         return ""
-
-
-def _pressure(folder: str) -> str | None:
-    """The folder's ``cpu.pressure`` when the kernel keeps pressure-stall information."""
-    path = os.path.join(folder, "cpu.pressure")
-    try:
-        return path if "total=" in _read(path) else None
-    except OSError:
-        return None
 
 
 def _remove_stale(base: str) -> None:

@@ -583,11 +583,8 @@ def _prepare(job: dict) -> tuple[str, Any, Any]:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)  # what the program starts stays a descendant, even after setsid
     guard = _sibling("harness_guard")
     guard.filter = guard.SyscallFilter()
-    clock = (
-        cgroup_mod.JobClock(cgroup.get("cpu_usage"), cgroup.get("pressure"))
-        if cgroup
-        else cgroup_mod.JobClock(None, None)
-    )
+    # run-queue waits are read from /proc, which shows only the job's own processes with namespaces
+    clock = cgroup_mod.JobClock(cgroup["cpu_usage"] if cgroup and job["isolation"] == "namespaces" else None)
     workdir = _sibling("harness_fs").build_filesystem(job) if job["isolation"] == "namespaces" else job["workdir"]
     for name in job.get("preimport", ()):
         __import__(name)

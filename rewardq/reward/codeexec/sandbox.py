@@ -197,6 +197,7 @@ class LocalSandbox:
         self._unshare = shutil.which("unshare")
         self._uids = uids or UidPool()
         self._cgroups: CgroupHost | None = None
+        self._hid_world_writable = False
         self._refusal: str | None = None
         self.warned = False
 
@@ -226,7 +227,10 @@ class LocalSandbox:
             if self.isolation is None:
                 key = f"{self.requested}:{self.job_cgroups}"
                 try:
-                    self.isolation = _DECIDED.get(key) or await self._decide()
+                    decided = _DECIDED.get(key)
+                    if decided is not None:
+                        self._prepare_host(decided)  # the probe ran in another sandbox of this process
+                    self.isolation = decided or await self._decide()
                 except CodeSandboxError as exc:
                     self._refusal = str(exc)
                     raise
@@ -261,8 +265,9 @@ class LocalSandbox:
             return
         self._uids.check()
         if self.job_cgroups and self._cgroups is None:
-            self._cgroups = CgroupHost.detect()
-        if isolation == "namespaces":
+            self._cgroups = CgroupHost.detect(jobs=self.max_concurrent)
+        if isolation == "namespaces" and not self._hid_world_writable:
+            self._hid_world_writable = True
             self.hidden = tuple(_outermost([*self.hidden, *world_writable()]))
 
     async def _probe(self, isolation: str) -> str:
