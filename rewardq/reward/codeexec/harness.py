@@ -91,10 +91,13 @@ class _Records:
 def _oom_first() -> None:
     """``oom_score_adj`` 1000 (the kernel's first victim, not the worker or Redis), checked:
     written while still privileged, so the program cannot lower it again."""
-    with open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")
     with open("/proc/self/oom_score_adj") as f:
         value = f.read().strip()
+    if value != "1000":
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        with open("/proc/self/oom_score_adj") as f:
+            value = f.read().strip()
     if value != "1000":
         raise OSError(f"oom_score_adj is {value}, not 1000")
 
@@ -579,6 +582,8 @@ def _prepare(job: dict) -> tuple[str, Any, Any]:
     if cgroup:
         cgroup_mod.join(cgroup["procs"])  # before /sys turns read-only, before any runner exists
     if job["isolation"] == "rlimits":
+        if job.get("uid") is None:  # the runners keep this uid, and undumpable they cannot write /proc/self
+            _oom_first()
         _prctl(PR_SET_DUMPABLE, 0)  # same uid as the program: no /proc/<pid>/fd, mem or ptrace of this one
         _prctl(PR_SET_CHILD_SUBREAPER, 1)  # what the program starts stays a descendant, even after setsid
     guard = _sibling("harness_guard")
