@@ -63,7 +63,8 @@ def _start(tmp: Path, caps: list[str], redis_url: str, ns: str, name: str) -> tu
     args += ["--manager-option", "code_local_first_pass_timeout=1", "--manager-option", "code_local_case_timeout=1"]
     with open(log, "wb") as err:
         popen = subprocess.Popen(
-            ["setpriv", f"--bounding-set={bounding}", "--inh-caps=-all", "sh", str(REPO / "docker/entrypoint.sh"), *args],
+            ["setpriv", f"--bounding-set={bounding}", "--inh-caps=-all", "sh", str(REPO / "docker/entrypoint.sh")]
+            + args,
             stdout=subprocess.DEVNULL,
             stderr=err,
             stdin=subprocess.DEVNULL,
@@ -87,7 +88,9 @@ def _score(redis_url: str, ns: str, programs: dict[str, tuple[str, str]]) -> dic
 
 
 @pytest.mark.parametrize("drop", [None, "SYS_ADMIN"])
-def test_the_entrypoint_with_the_compose_capabilities_runs_the_namespaces_mode(drop, redis_url, ns, sync_redis, tmp_path):
+def test_the_entrypoint_with_the_compose_capabilities_runs_the_namespaces_mode(
+    drop, redis_url, ns, sync_redis, tmp_path
+):
     caps = [c for c in WORKER["cap_add"] if c != drop]
     name = f"box-{uuid.uuid4().hex[:6]}"
     worker, log = _start(tmp_path, caps, redis_url, ns, name)

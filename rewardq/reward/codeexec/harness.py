@@ -28,7 +28,6 @@ Report lines (stdout)::
 from __future__ import annotations
 
 import ctypes
-import io
 import json
 import math
 import os
@@ -37,7 +36,6 @@ import select
 import signal
 import sys
 import time
-import types
 from typing import Any
 
 # -- prctl(2) ---------------------------------------------------------------------------------
@@ -66,6 +64,9 @@ def _sibling(name: str) -> Any:
 
 
 # -- the runner ------------------------------------------------------------------------------
+program = _sibling("harness_program")
+
+
 class _Records:
     """JSON lines on the pipe to the supervisor, at most ``cap`` bytes in all (the run's share
     of the output limit): what the program printed is bounded here, at the source."""
@@ -146,195 +147,6 @@ def _isolate_runner(job: dict, run: dict, keep: tuple[int, ...], workdir: str, g
     return ", ".join(confined)
 
 
-_OS_DISABLED = (
-    "kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg rename renames truncate "
-    "replace unlink fchmod fchown chmod chown chroot lchflags lchmod lchown getcwd chdir"
-).split()
-
-
-def _reliability_guard() -> None:
-    """What ``prime_code`` disables before it runs a program (so programs score the same);
-    the isolation itself comes from the process, uid, namespaces and rlimits."""
-    import builtins
-    import faulthandler
-    import shutil
-    import subprocess
-
-    faulthandler.disable()
-    # the program under test must not reach these (as verl's prime_code harness disables them)
-    builtins.exit = None  # type: ignore[assignment]  # disabled on purpose
-    builtins.quit = None  # type: ignore[assignment]  # disabled on purpose
-    builtins.help = None  # type: ignore[assignment]  # disabled on purpose
-    os.environ["OMP_NUM_THREADS"] = "1"
-    for name in _OS_DISABLED:
-        setattr(os, name, None)
-    for name in ("rmtree", "move", "chown"):
-        setattr(shutil, name, None)
-    subprocess.Popen = None  # type: ignore[assignment,misc]  # disabled on purpose
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter", "subprocess", "ctypes"):
-        sys.modules[name] = None  # type: ignore[assignment]  # None blocks the import on purpose
-
-
-def _plain(value: Any) -> Any:
-    """A returned value as tagged JSON data (see ``compare.decode_value``)."""
-    if value is None or isinstance(value, bool):
-        return None if value is None else bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        f = float(value)
-        return f if math.isfinite(f) else {"f": repr(f)}
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, tuple):
-        return {"t": [_plain(v) for v in value]}
-    if isinstance(value, dict):
-        return {"d": [[_plain(k), _plain(v)] for k, v in value.items()]}
-    raise TypeError(f"cannot report a {type(value).__name__}")
-
-
-class _InputFile:
-    """What ``open(...)`` returns while a standard-input program runs: the case's input again.
-
-    ``prime_code`` patches ``builtins.open`` with ``unittest.mock.mock_open(read_data=input)``
-    (a fresh read position on every call). A program reaches it only through
-    ``builtins.open`` itself: the preamble's ``from builtins import *`` binds the real
-    ``open`` in the program's own namespace. This small stand-in reads the same way and keeps
-    ``unittest.mock`` (30 ms of imports) out of every sandbox.
-    """
-
-    def __init__(self, text: str) -> None:
-        self._data = io.StringIO(text)
-
-    def read(self, *args: Any) -> str:
-        return self._data.read()
-
-    def readline(self, *args: Any) -> str:
-        return self._data.readline()
-
-    def readlines(self, *args: Any) -> list[str]:
-        return self._data.readlines()
-
-    def __iter__(self) -> Any:
-        return iter(self._data.readlines())
-
-    def __enter__(self) -> _InputFile:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def write(self, data: Any) -> int:
-        return len(data)
-
-    def close(self) -> None:
-        pass
-
-
-def _call_stdin_program(method: Any, text: str) -> None:
-    """Run ``code()`` with ``text`` as its standard input, as ``prime_code`` feeds it: for the
-    call, ``sys.stdin`` is ``io.StringIO(text)`` and ``builtins.open`` opens that text again
-    (what its stacked ``unittest.mock.patch`` decorators amount to); ``SystemExit`` ends the
-    program normally."""
-    import builtins
-
-    real_stdin, real_open = sys.stdin, builtins.open
-    sys.stdin = io.StringIO(text)
-    builtins.open = lambda *args, **kwargs: _InputFile(text)  # type: ignore[assignment]  # stdin-only open()
-    try:
-        method()
-    except SystemExit:
-        pass
-    finally:
-        sys.stdin, builtins.open = real_stdin, real_open
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` (at most 2,000 characters), whatever the exception's ``__str__`` does."""
-    try:
-        return f"{type(exc).__name__}: {exc}"[:2000]
-    except BaseException:  # noqa: BLE001 - a MemoryError, or a __str__ that raises: keep the report small
-        return type(exc).__name__
-
-
-class _OutputLimit(Exception):
-    """The case printed more than its share of the output limit."""
-
-
-class _Capture(io.StringIO):
-    """``sys.stdout`` while a standard-input case runs: at most ``cap`` characters are kept; the
-    write that would pass it raises :class:`_OutputLimit` (and so does every later one)."""
-
-    def __init__(self, cap: int) -> None:
-        super().__init__()
-        self.cap = cap
-        self.over = False
-
-    def write(self, text: Any) -> int:
-        if self.over or self.tell() + len(text) > self.cap:
-            self.over = True
-            raise _OutputLimit(f"printed more than {self.cap} characters")
-        return super().write(text)
-
-    def close(self, *args: Any) -> None:
-        """prime_code's capture: ``close(x)`` is a no-op taking one argument."""
-
-
-def _stdin_case(method: Any, text: str, cap: int) -> dict:
-    buf = _Capture(max(0, cap))
-    real = sys.stdout
-    failure: Exception | None = None
-    sys.stdout = buf
-    try:
-        _call_stdin_program(method, text)
-    except Exception as exc:  # noqa: BLE001 - the program's failure is the result
-        failure = exc
-    finally:
-        sys.stdout = real
-    if buf.over:
-        io.StringIO.close(buf)
-        return {"overflow": True}
-    if failure is not None:
-        io.StringIO.close(buf)  # free what it printed before building the report (MemoryError)
-        return {"error": _describe(failure)}
-    try:
-        return {"out": buf.getvalue()}
-    except MemoryError:  # as in prime_code, collecting the output fails and the whole run ends
-        io.StringIO.close(buf)
-        return {"abort": "MemoryError: its output does not fit in the memory limit"}
-
-
-def _call_case(method: Any, args: list) -> dict:
-    try:
-        value = method(*args)
-        json.dumps(value)  # prime_code's check: an unserialisable result is a runtime error
-        plain = json.dumps(_plain(value))
-    except Exception as exc:  # noqa: BLE001 - the program's failure is the result
-        return {"error": _describe(exc)}
-    return {"value": plain}
-
-
-def _call_args(raw: Any) -> list:
-    args = [json.loads(line) for line in raw.split("\n")]
-    try:
-        if isinstance(args[0], dict):
-            args = [{int(k): v for k, v in args[0].items()}]
-    except Exception:  # noqa: BLE001 - prime_code leaves such arguments as they are
-        pass
-    return args
-
-
-def _load(job: dict) -> Any:
-    """Execute the program's module and find what each case calls (raises what the program raised)."""
-    module = types.ModuleType("tmp_sol")
-    exec(compile(job["module"], "<string>", "exec"), module.__dict__)
-    sys.modules["tmp_sol"] = module
-    target = module.Solution() if job["solution_class"] else module
-    return getattr(target, job["fn_name"] or "code")
-
-
 def run_program(job: dict, run: dict, fd: int, isolated_fd: int, workdir: str, guard: Any) -> None:
     """The runner: isolate, load the program, run the cases, report; never returns.
 
@@ -352,14 +164,14 @@ def run_program(job: dict, run: dict, fd: int, isolated_fd: int, workdir: str, g
     _write(isolated_fd, b"ok " + confined.encode())
     os.close(isolated_fd)
     call_based = job["fn_name"] is not None
-    _reliability_guard()
+    program.reliability_guard()
     try:
-        method = _load(job)
+        method = program.load(job)
     except Exception as exc:  # noqa: BLE001 - a program that does not load is a compile error
-        out.emit({"load_error": _describe(exc)})
+        out.emit({"load_error": program.describe(exc)})
         _exit(0)
     except BaseException as exc:  # noqa: BLE001 - SystemExit at import: prime_code's process ends
-        out.emit({"case": run["cases"][0] if run["cases"] else -1, "abort": _describe(exc)})
+        out.emit({"case": run["cases"][0] if run["cases"] else -1, "abort": program.describe(exc)})
         _exit(0)
     out.emit({"loaded": True})
     for i in run["cases"]:
@@ -367,14 +179,18 @@ def run_program(job: dict, run: dict, fd: int, isolated_fd: int, workdir: str, g
         try:
             if not isinstance(raw, str):
                 raise TypeError(f"input must be text, got {type(raw).__name__}")
-            args = _call_args(raw) if call_based else None
+            args = program.call_args(raw) if call_based else None
         except Exception as exc:  # noqa: BLE001 - prime_code's whole run dies on such an input
-            out.emit({"case": i, "abort": _describe(exc)})
+            out.emit({"case": i, "abort": program.describe(exc)})
             _exit(0)
         try:
-            result = _call_case(method, args) if args is not None else _stdin_case(method, raw, out.left - 1024)
+            result = (
+                program.call_case(method, args)
+                if args is not None
+                else program.stdin_case(method, raw, out.left - 1024)
+            )
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt end prime_code's process
-            out.emit({"case": i, "abort": _describe(exc)})
+            out.emit({"case": i, "abort": program.describe(exc)})
             _exit(0)
         if "overflow" in out.emit({"case": i, **result}):  # a failed case ends what prime_code judges of this run
             break
