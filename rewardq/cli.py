@@ -101,17 +101,13 @@ def worker(processes: int | None, **params: Any) -> int:
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
     require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
-    flag_url = params.get("redis_url")
-    file_url = redis_secret.read_url_file()
-    if file_url and flag_url is None:
-        params = {**params, "redis_url": file_url}
     cfg = load_config(params)
     if (cfg.manager_options or {}).get("code_local_isolation") == "rlimits":
         redis_secret.conceal()  # programs run as this user: nothing of the URL where they can look
     if processes and processes > 1:
         return _supervise(processes, params, cfg)
     early = EarlySignals().install()  # a SIGTERM during start-up still ends in a clean exit 0
-    redis_secret.warn_if_on_command_line(flag_url)
+    redis_secret.warn_if_on_command_line(params.get("redis_url"))
     return run_worker(cfg, early)
 
 
@@ -154,7 +150,9 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
     wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)  # the parent stays light
     warn_if_on_command_line(params.get("redis_url"))
     # the URL goes to the children in their environment, never on their command lines
-    base = worker_argv(params, leave_out=("name", "metrics_port", "redis_url"))
+    from_flag = cfg.sources["redis_url"].startswith("flag")
+    leave_out = ("name", "metrics_port", "redis_url", *(("redis_url_file",) if from_flag else ()))
+    base = worker_argv(params, leave_out=leave_out)
     argvs = child_argvs(
         base,
         n,
@@ -162,7 +160,9 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
         metrics_port=cfg.metrics_port,
         prefix=["--debug"] if _debug() else [],
     )
-    return Supervisor(argvs, grace=cfg.shutdown_grace + 10, env=child_environment(cfg.redis_url)).run()
+    return Supervisor(
+        argvs, grace=cfg.shutdown_grace + 10, env=child_environment(cfg.redis_url, from_flag=from_flag)
+    ).run()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,10 +5,10 @@ runs have the worker's uid, so anything the worker's user can read they can read
 the worker hides it. The URL therefore never sits where such a program looks:
 
 * **the command line** (``/proc/<pid>/cmdline`` is readable by everyone): pass the URL in a
-  file, ``REWARDQ_REDIS_URL_FILE=/path`` (its first line; it wins over ``REWARDQ_REDIS_URL``,
-  and ``--redis-url`` wins over both), or in ``REWARDQ_REDIS_URL``; ``rewardq worker
-  --processes N`` never puts it on its children's command lines either (they get it in their
-  environment and remove it at once);
+  file (the ``redis_url_file`` setting: ``--redis-url-file``, ``REWARDQ_REDIS_URL_FILE`` or
+  the config file; its first line replaces ``redis_url`` from any layer but ``--redis-url``),
+  or in ``REWARDQ_REDIS_URL``; ``rewardq worker --processes N`` never puts it on its
+  children's command lines either (they get it in their environment and remove it at once);
 * **the environment**: :func:`conceal` removes ``REWARDQ_REDIS_URL`` from ``os.environ`` and
   from the C environment, and overwrites its bytes in the process's initial environment
   block, which ``/proc/<pid>/environ`` shows whatever ``unsetenv`` does;
@@ -24,35 +24,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from collections.abc import MutableMapping
-
-from rewardq.errors import ConfigError
 
 logger = logging.getLogger("rewardq.cli")
 
 URL_ENV = "REWARDQ_REDIS_URL"
 URL_FILE_ENV = "REWARDQ_REDIS_URL_FILE"
 _PR_SET_DUMPABLE = 4
-
-
-def read_url_file(environ: MutableMapping[str, str] | None = None) -> str | None:
-    """The URL in the file ``REWARDQ_REDIS_URL_FILE`` names (its first line), or None when unset.
-
-    Raises:
-        ConfigError: the file cannot be read or holds no URL.
-    """
-    env = os.environ if environ is None else environ
-    path = env.get(URL_FILE_ENV)
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            url = f.readline().strip()
-    except OSError as exc:
-        raise ConfigError(f"{URL_FILE_ENV}={path}: cannot read the Redis URL file ({exc.strerror})") from None
-    if "://" not in url:
-        raise ConfigError(f"{URL_FILE_ENV}={path}: the file's first line must be a Redis URL (redis://...)")
-    return url
 
 
 def _scrub_c_environment(name: str) -> None:
@@ -69,14 +46,14 @@ def _scrub_c_environment(name: str) -> None:
 def conceal() -> None:
     """Remove ``REWARDQ_REDIS_URL`` from this process (see the module docstring) and make the
     process undumpable. Idempotent; a no-op for what is not set."""
-    os.environ.pop(URL_ENV, None)
     try:
-        _scrub_c_environment(URL_ENV)
+        _scrub_c_environment(URL_ENV)  # first: os.environ.pop unsets it, and getenv then finds nothing to zero
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
     except (OSError, AttributeError) as exc:  # not Linux / glibc
         logger.warning("could not hide the Redis URL from programs of this user (%s)", exc)
+    os.environ.pop(URL_ENV, None)
 
 
 def warn_if_on_command_line(url_from_flag: str | None) -> None:
@@ -90,10 +67,11 @@ def warn_if_on_command_line(url_from_flag: str | None) -> None:
         )
 
 
-def child_environment(url: str) -> dict[str, str]:
-    """The environment of a ``--processes`` child: this one's, with the URL in ``REWARDQ_REDIS_URL``
-    (unless the children read the same file), never on their command line."""
+def child_environment(url: str, *, from_flag: bool) -> dict[str, str]:
+    """The environment of a ``--processes`` child: this one's, with the URL in ``REWARDQ_REDIS_URL``,
+    never on its command line. A URL given with ``--redis-url`` replaces any URL file."""
     env = os.environ.copy()
-    if not env.get(URL_FILE_ENV):
-        env[URL_ENV] = url
+    env[URL_ENV] = url
+    if from_flag:
+        env.pop(URL_FILE_ENV, None)
     return env
