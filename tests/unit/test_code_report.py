@@ -4,11 +4,12 @@ parsing. No processes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from rewardq.errors import CodeSandboxError
-from rewardq.reward.codeexec.cgroups import _mounts, _own_paths, _under
+from rewardq.reward.codeexec.cgroups import CgroupHost, JobLimits, _mounts, _own_paths, _under
 from rewardq.reward.codeexec.local import run_outcomes
 from rewardq.reward.codeexec.report import MAX_RECORD_BYTES, MalformedRecord, clean_text, parse_record, parse_report
 from rewardq.reward.codeexec.sandbox import RunSpec
@@ -108,3 +109,61 @@ def test_cgroup_discovery_reads_mountinfo_and_proc_cgroup():
     assert own == {"memory": "/process_api/abc", "cpu": "/", "cpuacct": "/", "": "/user.slice", "systemd": "/"}
     assert _under("/sys/fs/cgroup/memory", "/process_api", "/process_api/abc") == "/sys/fs/cgroup/memory/abc"
     assert _under("/sys/fs/cgroup", "/", "/") == "/sys/fs/cgroup"
+
+
+def _fake_host(tmp_path, *, v2_controllers: str, v1: bool) -> str:
+    """A /proc of our own describing cgroup mounts that are plain folders under ``tmp_path``."""
+    proc = tmp_path / "proc" / "self"
+    proc.mkdir(parents=True)
+    lines, cgroup = [], []
+    unified = tmp_path / "unified"
+    unified.mkdir()
+    (unified / "cgroup.controllers").write_text(v2_controllers)
+    (unified / "cgroup.subtree_control").write_text("")
+    lines.append(f"37 25 0:32 / {unified} rw,relatime - cgroup2 cgroup2 rw")
+    cgroup.append("0::/")
+    if v1:
+        for i, c in enumerate(("cpu", "cpuacct", "memory", "pids")):
+            d = tmp_path / c
+            d.mkdir()
+            lines.append(f"{40 + i} 25 0:{40 + i} / {d} rw,relatime - cgroup cgroup rw,{c}")
+            cgroup.append(f"{i + 1}:{c}:/")
+    (proc / "mountinfo").write_text("\n".join(lines) + "\n")
+    (proc / "cgroup").write_text("\n".join(cgroup) + "\n")
+    return str(tmp_path / "proc")
+
+
+def test_a_v2_host_gets_one_cgroup_per_job_with_every_limit(tmp_path):
+    host = CgroupHost.detect(jobs=4, proc_root=_fake_host(tmp_path, v2_controllers="cpu memory pids io", v1=False))
+    parent = Path(host.parents["unified"])
+    assert host.version == 2 and parent.parent == tmp_path / "unified"
+    assert (tmp_path / "unified" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert (parent / "cpu.weight").read_text() == "400"  # the jobs together weigh as 4 processes
+    job = host.create(JobLimits(memory_bytes=1088 << 20, pids=34))
+    d = Path(job.dirs[0])
+    assert {f: (d / f).read_text() for f in ("cpu.max", "cpu.weight", "memory.max", "memory.swap.max", "pids.max")} == {
+        "cpu.max": "100000 100000",
+        "cpu.weight": "100",
+        "memory.max": str(1088 << 20),
+        "memory.swap.max": "0",
+        "pids.max": "34",
+    }
+    assert job.harness_fields() == {"procs": [str(d / "cgroup.procs")], "cpu_usage": str(d / "cpu.stat")}
+
+
+def test_a_v1_host_limits_each_hierarchy_and_counts_cpu_with_cpuacct(tmp_path):
+    host = CgroupHost.detect(jobs=2, proc_root=_fake_host(tmp_path, v2_controllers="", v1=True))
+    assert host.version == 1 and set(host.parents) == {"cpu", "cpuacct", "memory", "pids", "unified"}
+    assert (Path(host.parents["cpu"]) / "cpu.shares").read_text() == "2048"
+    job = host.create(JobLimits(memory_bytes=1 << 30, pids=34, cpus=1.0))
+    by = {Path(d).parent.parent.name: Path(d) for d in job.dirs}
+    assert (by["cpu"] / "cpu.cfs_quota_us").read_text() == "100000"
+    assert (by["memory"] / "memory.limit_in_bytes").read_text() == str(1 << 30)
+    assert (by["memory"] / "memory.swappiness").read_text() == "0"  # no memsw file: swap not accounted
+    assert (by["pids"] / "pids.max").read_text() == "34"
+    assert job.cpu_usage == str(by["cpuacct"] / "cpuacct.usage")
+
+
+def test_no_usable_cgroup_is_a_refusal_naming_the_fix(tmp_path):
+    with pytest.raises(CodeSandboxError, match="no cgroup with the cpu, memory, pids controller"):
+        CgroupHost.detect(proc_root=_fake_host(tmp_path, v2_controllers="io", v1=False))
