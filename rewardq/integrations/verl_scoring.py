@@ -161,9 +161,10 @@ def _encodable(value: Any) -> bool:
 def sample_columns(kwargs: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
     """The dataset row as the sample every output carries (verl's naive manager sees all columns).
 
-    With ``strict``, columns whose values cannot go over the wire (images, arbitrary objects)
-    are left out; the default scorers read only ``data_source``, ``reward_model``,
-    ``extra_info`` and ``raw_prompt``.
+    Its images go as the record carries them (:func:`~rewardq.integrations.verl_media.wire_sample_media`).
+    With ``strict``, other columns whose values cannot go over the wire (arbitrary objects) are
+    left out; the default scorers read only ``data_source``, ``reward_model``, ``extra_info`` and
+    ``raw_prompt``.
     """
     sample = wire_sample_media({str(k): v for k, v in kwargs.items() if k not in SKIPPED_COLUMNS})
     if strict:  # multi_modal_data goes as the record's images (rewardq.queue.images), not plain msgpack
