@@ -60,6 +60,7 @@ from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
 from rewardq.queue.results import RewardResult
+from rewardq.queue.states import DeadLetterKind
 from rewardq.reward.base import RewardManager
 
 logger = logging.getLogger("rewardq.worker")
@@ -302,8 +303,8 @@ class Worker:
             # in flight (its lease renewed) while it waits for a slot and its turn
             async with self.flights.slots, self.quarantine.turn(shard, tid, o.attempts, o.solo) as crashes:
                 if o.attempts > 1 and crashes >= self.cfg.max_crashes:
-                    outcome = "crashed"
-                    await self.failures.fail_trajectory(shard, tid, o.entry, "crashed", crash_reason(crashes))
+                    outcome = DeadLetterKind.CRASHED
+                    await self.failures.fail_trajectory(shard, tid, o.entry, outcome, crash_reason(crashes))
                 else:
                     outcome = await self._score(o, shard, tid)
         except asyncio.CancelledError:
@@ -328,8 +329,8 @@ class Worker:
                 max_outputs=self.cfg.max_outputs,
             )
         except RecordError as exc:
-            await self.failures.fail_trajectory(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
-            return "invalid"
+            await self.failures.fail_trajectory(shard, tid, o.entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
+            return DeadLetterKind.INVALID
         try:
             results = await self.scorer.score(records, started_ts=o.entry.ts)
         except asyncio.CancelledError:
@@ -339,7 +340,7 @@ class Worker:
                 shard,
                 tid,
                 o.entry,
-                "scoring",
+                DeadLetterKind.SCORING,
                 f"scoring failed: {type(exc).__name__}: {exc}",
                 tb=traceback.format_exc(),
             )
@@ -405,5 +406,5 @@ class Worker:
             for tid, reason in await self.broker.expire_incomplete(shard):
                 self.stats["expired"] += 1
                 self.stats["errors"] += 1
-                self.metrics.dead_letter("incomplete")
+                self.metrics.dead_letter(DeadLetterKind.INCOMPLETE)
                 logger.warning("trajectory %s ended: %s", tid, reason)

@@ -25,6 +25,7 @@ from rewardq.queue.entries import Entry, StoreOutcome, entries_from_reply
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult, as_text, same_fields
 from rewardq.queue.script_runner import ScriptRunner
+from rewardq.queue.states import ResultStatus
 
 RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager", "scored_at", "latency_ms")
 #: Bytes of entries ``claimable.lua`` reads in one call before it leaves the rest for a later pass.
@@ -201,7 +202,9 @@ class StreamBroker:
         return out
 
     # -- finish ----------------------------------------------------------------------------
-    async def commit(self, shard: int, tid: str, results: Sequence[RewardResult], status: str = "ok") -> bool:
+    async def commit(
+        self, shard: int, tid: str, results: Sequence[RewardResult], status: str = ResultStatus.OK
+    ) -> bool:
         """Write every key's result, then acknowledge the trajectory's entries (atomically).
 
         Idempotent: a second commit of a finished trajectory only re-acknowledges.
