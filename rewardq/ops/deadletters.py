@@ -124,7 +124,9 @@ def dead_letters() -> None:
 @dead_letters.command("list")
 @pipeline_options
 @_kind_option
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Newest N.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=defaults.DEAD_LETTERS_LISTED, show_default=True, help="Newest N."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def list_(
     redis_url: str, namespace: str, cluster: bool, group: str, kind: str | None, limit: int, as_json: bool

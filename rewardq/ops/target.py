@@ -105,7 +105,9 @@ class Pipeline:
             pass
 
 
-def known_namespaces(client: Any, budget_s: float = 1.0, limit: int = 20) -> list[str]:
+def known_namespaces(
+    client: Any, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_LISTED
+) -> list[str]:
     """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds."""
     found: set[str] = set()
     deadline = time.monotonic() + budget_s

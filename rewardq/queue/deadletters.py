@@ -97,7 +97,7 @@ class DeadLetters:
         client: Any,
         ks: Keyspace,
         *,
-        incomplete_timeout: float = 600.0,
+        incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT,
         max_outputs: int = defaults.MAX_OUTPUTS,
     ) -> None:
         self.r = client
