@@ -97,6 +97,8 @@ REWARD_FN_PLACEMENT = "process"
 REWARD_FN_PLACEMENTS = ("process", "thread", "inline")
 #: Scorer processes kept ready per function; None: one per CPU core, at least 2.
 SCORER_PROCESSES: int | None = None
+#: Scorer processes per function of the managers ``rewardq.testing`` builds (a test needs one).
+TESTING_SCORER_PROCESSES = 1
 #: Seconds a scorer process may be busy before it stops counting toward the pool's size, so
 #: the calls waiting behind a hung one get a spare process instead of waiting for its timeout.
 SCORER_SPARE_AFTER = 2.0
@@ -194,6 +196,9 @@ DISRM_BACKOFF_CAP = 30.0
 #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
 #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
 VERL_TIMEOUT = 900.0
+#: What the verl adapter does with a trajectory that got no reward: ``zero`` scores it 0.0 with the
+#: reason in ``extra_fields["reward_error"]``; ``raise`` fails the rollout.
+VERL_ON_ERROR = "zero"
 
 # -- code execution (data sources codecontests, apps, codeforces, taco) ------------------------
 #: SandboxFusion run_code requests in flight at once across the whole fleet (verl's default).

@@ -211,7 +211,7 @@ def worker_manager(
     reward_fn: str | None = None,
     reward_fn_kwargs: Mapping[str, Any] | None = None,
     reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT,
-    scorer_processes: int | None = 1,
+    scorer_processes: int | None = defaults.TESTING_SCORER_PROCESSES,
     manager_options: Mapping[str, Any] | None = None,
 ) -> RewardManager:
     """The manager ``rewardq worker`` builds from these settings (same names as its flags), by the
