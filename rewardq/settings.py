@@ -91,7 +91,6 @@ class Spec:
     minimum: float | None = None
     above: float | None = None
     maximum: float | None = None
-    integer: bool = False
     bound_why: str = ""
     shown_default: str | None = None
     pairs: bool = False
