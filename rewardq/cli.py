@@ -118,7 +118,28 @@ def cli(debug: bool) -> None:
     "--keep-records",
     type=float,
     default=None,
-    help="Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (default 0: dropped).",
+    help="Seconds an ended trajectory's outputs (scored or failed) stay for `rewardq inspect` and "
+    "`rewardq dead-letters retry` (default 0: deleted once its result is written).",
+)
+@click.option(
+    "--max-result-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Largest stored result of one key, reward_extra_info included (default {defaults.MAX_RESULT_BYTES}); "
+    "a larger one becomes an error result naming it.",
+)
+@click.option(
+    "--max-trajectory-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Largest total of one trajectory's records (default {defaults.MAX_TRAJECTORY_BYTES}); "
+    "past it every key gets an error result.",
+)
+@click.option(
+    "--max-batch-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Largest padded batch of one trajectory, checked before it is built (default {defaults.MAX_BATCH_BYTES}).",
 )
 @click.option("--group", default=None, help=f"Consumer group (default {defaults.GROUP}).")
 @click.option("--block-ms", type=int, default=None, help="Longest blocking read, in milliseconds.")

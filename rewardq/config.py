@@ -33,6 +33,8 @@ from rewardq import defaults
 from rewardq.errors import ConfigError
 
 ENV_PREFIX = "REWARDQ_"
+#: Redis refuses a string over 512 MiB (``proto-max-bulk-len``): no result may be larger.
+MAX_RESULT_BYTES_CAP = 512 * 1024 * 1024
 #: Words a boolean setting accepts, in any case (environment, config file, the verl adapter's settings).
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -77,9 +79,12 @@ class WorkerConfig:
     maintenance_interval: float = defaults.MAINTENANCE_INTERVAL
     incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT  # seconds a trajectory may wait for missing outputs
     result_ttl: float = defaults.RESULT_TTL  # 0 keeps results forever
-    keep_records: float = 0.0  # seconds to keep a scored trajectory's outputs for `rewardq inspect`
+    keep_records: float = defaults.KEEP_RECORDS  # seconds an ended trajectory's outputs stay (inspect, retry)
     shutdown_grace: float = defaults.SHUTDOWN_GRACE
     max_record_bytes: int = defaults.MAX_RECORD_BYTES
+    max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES  # one trajectory's records, in all
+    max_batch_bytes: int = defaults.MAX_BATCH_BYTES  # one trajectory's padded batch, before it is built
+    max_result_bytes: int = defaults.MAX_RESULT_BYTES  # one key's stored result (reward_extra_info included)
     max_outputs: int = defaults.MAX_OUTPUTS  # outputs per trajectory; bounds every Lua script's work
     connect_timeout: float | None = defaults.WORKER_CONNECT_TIMEOUT  # None: wait for Redis forever
     # observability
@@ -110,6 +115,9 @@ class WorkerConfig:
             "incomplete_timeout",
             "shutdown_grace",
             "max_record_bytes",
+            "max_trajectory_bytes",
+            "max_batch_bytes",
+            "max_result_bytes",
             "max_outputs",
             "shards",
             "connect_timeout",
@@ -123,6 +131,7 @@ class WorkerConfig:
             )
         for n in ("result_ttl", "block_ms", "keep_records"):
             positive(n, allow_zero=True)
+        self._validate_byte_limits()
         if str(self.log_level).upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigError(f"log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {self.log_level!r}")
         if self.reward_fn_placement not in ("process", "thread", "inline"):
@@ -142,6 +151,18 @@ class WorkerConfig:
                 f"({self.heartbeat_interval}) or leases lapse between renewals"
             )
         return self
+
+    def _validate_byte_limits(self) -> None:
+        if self.max_trajectory_bytes < self.max_record_bytes:
+            raise ConfigError(
+                f"max_trajectory_bytes ({self.max_trajectory_bytes}) must be at least max_record_bytes "
+                f"({self.max_record_bytes}): a trajectory holds at least one record"
+            )
+        if self.max_result_bytes > MAX_RESULT_BYTES_CAP:
+            raise ConfigError(
+                f"max_result_bytes must be at most {MAX_RESULT_BYTES_CAP} (512 MiB, the largest value Redis "
+                f"stores), got {self.max_result_bytes}"
+            )
 
     # -- doors -----------------------------------------------------------------------
     @classmethod

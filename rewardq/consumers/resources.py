@@ -40,6 +40,8 @@ async def open_broker(client: Any, cfg: WorkerConfig, worker_name: str) -> Strea
             incomplete_timeout=cfg.incomplete_timeout,
             keep_records=cfg.keep_records,
             max_outputs=cfg.max_outputs,
+            max_trajectory_bytes=cfg.max_trajectory_bytes,
+            max_result_bytes=cfg.max_result_bytes,
         )
         await broker.ensure_groups()
     return broker

@@ -94,8 +94,11 @@ class FlakyJudge(RewardManager):
         return {"reward_score": 0.5, "reward_extra_info": {"judge": "ok"}}
 
 
-async def fail_a_trajectory_and_a_junk_entry(ns: str, url: str, r: Any, client: Any, junk_key: str):
-    """Given a 3-output trajectory scored by a broken judge and a junk entry: two dead letters.
+async def fail_a_trajectory_and_a_junk_entry(
+    ns: str, url: str, r: Any, client: Any, junk_key: str, *, keep_records: float = 600.0
+):
+    """Given a 3-output trajectory scored by a broken judge (by a worker that keeps the records of
+    ended trajectories ``keep_records`` seconds, so it can be retried) and a junk entry: two dead letters.
 
     Returns ``(keys, first_results)``; the worker has stopped and both dead letters exist.
     """
@@ -105,7 +108,7 @@ async def fail_a_trajectory_and_a_junk_entry(ns: str, url: str, r: Any, client: 
     keys = client.put_trajectory("flaky", "s", [output(3, 3), output(3, 4), output(3, 5)], SAMPLE)
     r.xadd(ks.stream(0), {"key": junk_key, "data": b"\x93garbage"})
     FlakyJudge.broken = True
-    async with running_workers(ns, url, [FlakyJudge(None)]):
+    async with running_workers(ns, url, [FlakyJudge(None)], keep_records=keep_records):
         first = await asyncio.to_thread(client.wait_rewards, keys, 10)
         await until(lambda: r.xlen(ks.dead(0)) == 2, "both dead letters", 5.0)
     return keys, first
