@@ -268,7 +268,9 @@ class StreamBroker:
         Idempotent: a second commit of a finished trajectory only re-acknowledges.
         Returns True when this call finished it.
         """
-        calls = self.commit_calls(shard, tid, self.encode(results), status)
+        return await self._run_commit(self.commit_calls(shard, tid, self.encode(results), status))
+
+    async def _run_commit(self, calls: list[Call]) -> bool:
         reply = None
         for keys, args in calls:  # one at a time: at most one chunk's bytes in flight
             reply = await self.scripts.run("commit", keys, args)
@@ -283,7 +285,7 @@ class StreamBroker:
         """
         out: list[Any] = [None] * len(items)
         single: list[tuple[int, Call]] = []
-        chunked: list[tuple[int, int, str, EncodedResults]] = []
+        chunked: list[tuple[int, list[Call]]] = []
         for i, (shard, tid, results) in enumerate(items):
             try:
                 enc = self.encode(results)
@@ -294,14 +296,14 @@ class StreamBroker:
             if len(calls) == 1:
                 single.append((i, calls[0]))
             else:
-                chunked.append((i, shard, tid, enc))
+                chunked.append((i, calls))
         if single:
             replies = await self.scripts.run_many("commit", [call for _, call in single])
             for (i, _), r in zip(single, replies):
                 out[i] = r if isinstance(r, Exception) else bool(r)
-        for i, shard, tid, enc in chunked:
+        for i, calls in chunked:
             try:
-                out[i] = await self.commit(shard, tid, enc)
+                out[i] = await self._run_commit(calls)
             except Exception as exc:  # noqa: BLE001 - returned for that trajectory alone
                 out[i] = exc
         return out

@@ -157,8 +157,8 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster, cns):
         await broker.ensure_groups()
         owner = {s: client.get_node_from_key(ks.stream(s)).name for s in range(SHARDS)}
         other = next(s for s in range(1, SHARDS) if owner[s] == owner[0])  # same node, other slot
-        keys = [ks.traj(0, "u_s"), ks.stream(0), ks.waiting(0), ks.done(0), ks.dead(0)]
-        args = [ks.group, "u_s", ks.reward_prefix(other), 60, "boom", "probe", 0, "", 100, 100, 4096]
+        keys = [ks.traj(0, "u_s"), ks.stream(0), ks.waiting(0), ks.done(0), ks.dead(0), ks.records(0, "u_s")]
+        args = [ks.group, "u_s", ks.reward_prefix(other), 60, "boom", "probe", 0, "", 100, 100, 4096, 0, 0]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
             await broker.scripts._scripts["fail"](keys=keys, args=args)
         args[2] = ks.reward_prefix(0)
