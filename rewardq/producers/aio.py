@@ -19,6 +19,7 @@ from rewardq.producers.core import (
     Name,
     Output,
     PutCall,
+    ReadPlan,
     Waiter,
     backlog_lengths,
     check_keys,
@@ -131,9 +132,13 @@ class AsyncRewardClient(ClientBase):
 
     async def get_rewards(self, keys: Iterable[str]) -> dict[str, RewardResult | None]:
         keys = check_keys(keys)
-        if not keys:
-            return {}
-        return parse_results(keys, await self._reward_pipeline(await self.keyspace(), keys).execute())
+        out: dict[str, RewardResult | None] = {}
+        plan = ReadPlan(keys)
+        for chunk in plan:
+            hashes = await self._reward_pipeline(await self.keyspace(), chunk).execute()
+            plan.took(hashes)
+            out.update(parse_results(chunk, hashes))
+        return out
 
     async def get_reward(self, key: str) -> RewardResult | None:
         return (await self.get_rewards([key]))[key]

@@ -20,6 +20,7 @@ from rewardq.producers.core import (
     Name,
     Output,
     PutCall,
+    ReadPlan,
     Waiter,
     backlog_lengths,
     check_keys,
@@ -141,11 +142,16 @@ class RewardClient(ClientBase):
 
     # -- results -------------------------------------------------------------------------------
     def get_rewards(self, keys: Iterable[str]) -> dict[str, RewardResult | None]:
-        """The results there are now: ``{key: RewardResult or None}``, in the order given."""
+        """The results there are now: ``{key: RewardResult or None}``, in the order given (read in
+        round trips of bounded size, :class:`~rewardq.producers.core.ReadPlan`)."""
         keys = check_keys(keys)
-        if not keys:
-            return {}
-        return parse_results(keys, self._reward_pipeline(self.keyspace, keys).execute())
+        out: dict[str, RewardResult | None] = {}
+        plan = ReadPlan(keys)
+        for chunk in plan:
+            hashes = self._reward_pipeline(self.keyspace, chunk).execute()
+            plan.took(hashes)
+            out.update(parse_results(chunk, hashes))
+        return out
 
     def get_reward(self, key: str) -> RewardResult | None:
         return self.get_rewards([key])[key]
@@ -158,15 +164,12 @@ class RewardClient(ClientBase):
         w = Waiter(check_keys(keys), timeout)
         ks = self.keyspace
         shards = sorted({ks.shard_of_key(k) for k in w.keys})
-        # where each done stream ends now, and the results already there: one round trip
+        # where each done stream ends now, then the results already there
         pipe = self.r.pipeline(transaction=False)
         for s in shards:
             pipe.xrevrange(ks.done(s), count=1)
-        for k in w.keys:
-            pipe.hgetall(ks.reward_key(k))
-        replies = pipe.execute()
-        last = {s: (got[0][0] if got else b"0-0") for s, got in zip(shards, replies)}
-        w.absorb(parse_results(w.keys, replies[len(shards) :]))
+        last = {s: (got[0][0] if got else b"0-0") for s, got in zip(shards, pipe.execute())}
+        w.absorb(self.get_rewards(w.keys))
         full_check = time.monotonic() + 2.0
         while w.missing:
             remaining = w.remaining()

@@ -189,17 +189,22 @@ def encode_results(results: Sequence[RewardResult], max_result_bytes: int) -> En
     sizes: list[int] = []
     encoded: dict[int, bytes] = {}  # per-output results may still share one extra-info dict
     for r in distinct:
+        whose = (
+            r.key
+            if len(distinct) > 1 or len(results) == 1
+            else f"all {len(results)} keys of {r.key.rpartition('_')[0]}"
+        )
         js = encoded.get(id(r.reward_extra_info))
         if js is None:
             try:
                 js = encoded[id(r.reward_extra_info)] = r.extra_info_json(max_result_bytes)
             except ResultError as exc:
-                raise ResultError(f"the result of {r.key} cannot be stored: {exc}") from None
+                raise ResultError(f"the result of {whose} cannot be stored: {exc}") from None
         row = r.row(js)
         size = _NAMES_BYTES + sum(len(v) for v in row)
         if size > max_result_bytes:
             raise ResultError(
-                f"the result of {r.key} is {size:,} bytes ({len(js):,} of them reward_extra_info), "
+                f"the result of {whose} is {size:,} bytes ({len(js):,} of them reward_extra_info), "
                 f"over max_result_bytes={max_result_bytes:,}; return less reward_extra_info, or raise "
                 "max_result_bytes on the workers"
             )
