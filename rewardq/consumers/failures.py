@@ -88,14 +88,16 @@ class FailureHandler:
         tb: str = "",
         *,
         also_ack: Sequence[Entry] = (),
+        last_index: int = -1,
     ) -> None:
         """Fail a whole trajectory (scoring failed, or its stored records are bad); ``also_ack``:
-        its other entries this worker holds, acknowledged with it."""
+        its other entries this worker holds, acknowledged with it; ``last_index``: its final index
+        when Redis does not know it yet (a trajectory read whole and refused before its claim)."""
         await self.broker.fail(
             shard,
             tid,
             reason,
-            index=-1,
+            index=last_index,
             entry=entry,
             dead=self._dead_fields(entry, kind, reason, tb, tid=tid),
             also_ack=also_ack,

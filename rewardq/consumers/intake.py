@@ -191,7 +191,13 @@ class Intake:
         except TrajectoryTooLarge as exc:
             entries = [it[0] for it in items]
             await self.failures.fail_trajectory(
-                shard, tid, entries[-1], "invalid", f"trajectory {tid}: {exc.message}", also_ack=entries[:-1]
+                shard,
+                tid,
+                entries[-1],
+                "invalid",
+                f"trajectory {tid}: {exc.message}",
+                also_ack=entries[:-1],
+                last_index=len(entries) - 1,
             )
             return True
         return False

@@ -396,12 +396,9 @@ class StreamBroker:
     # -- attempts that never finished --------------------------------------------------------
     async def note_unfinished(self, shard: int, tid: str, why: str) -> None:
         """Record that this worker's attempt at ``tid`` ended without an answer, and why (a commit
-        that failed, say), so a later dead letter tells it apart from a worker that died."""
-        traj = self.ks.traj(shard, tid)
-        pipe = self.r.pipeline(transaction=False)
-        pipe.hincrby(traj, "unfinished", 1)
-        pipe.hset(traj, "last_failure", reason_text(why, 500))
-        await pipe.execute()
+        that failed, say), so a later dead letter tells it apart from a worker that died; and drop
+        this worker's lease, so the next attempt starts at once (``lua/unfinished.lua``)."""
+        await self.scripts.run("unfinished", [self.ks.traj(shard, tid)], [self.worker, reason_text(why, 500)])
 
     async def attempt_history(self, shard: int, tid: str) -> dict[str, Any]:
         """``attempts`` (leases taken, hand-backs not counted), ``unfinished`` (attempts that ended

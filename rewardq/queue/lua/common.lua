@@ -161,14 +161,22 @@ end
 -- Returns the other holder's name when it does; else nil, the trajectory's scoring attempts,
 -- this one included (above 1: an earlier lease ended without a commit), and then its earlier
 -- starts of scoring alone (`solo`, read only when attempts > 1; see rewardq.consumers.quarantine).
+-- A lease this worker still holds is the same attempt (another entry of the trajectory it is
+-- scoring, filed in the same batch): it is extended, not counted again.
 local function take_lease(traj, worker, now, seconds)
   local holder = redis.call('HGET', traj, 'lease')
   local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
   if holder and holder ~= worker and until_ > now then
     return holder
   end
+  local same = holder == worker and until_ > now
   redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + seconds))
-  local attempts = redis.call('HINCRBY', traj, 'attempts', 1)
+  local attempts
+  if same then
+    attempts = tonumber(redis.call('HGET', traj, 'attempts') or '1') or 1
+  else
+    attempts = redis.call('HINCRBY', traj, 'attempts', 1)
+  end
   local solo = 0
   if attempts > 1 then solo = tonumber(redis.call('HGET', traj, 'solo') or '0') or 0 end
   return nil, attempts, solo
