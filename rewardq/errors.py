@@ -135,7 +135,11 @@ class PutError(RewardqError):
         keys: the output keys the call was putting.
         written: False when nothing of this call was written, None when that is unknown (the reply
             never came). Outputs put by *earlier* calls stay queued either way.
+
+    The CLI exits with code 3 for it, as for an unreachable Redis.
     """
+
+    exit_code = 3
 
     def __init__(self, message: str, *, keys: list[str], written: bool | None) -> None:
         self.keys = list(keys)
