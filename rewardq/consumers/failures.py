@@ -76,7 +76,7 @@ class FailureHandler:
             else:
                 await self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead)
         self._count(kind)
-        logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason)
+        logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
 
     async def fail_trajectory(
         self,
