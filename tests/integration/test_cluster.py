@@ -26,7 +26,6 @@ import redis
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.consumers.worker import Worker
-from rewardq.queue import scripts
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace, key_slot
 from tests.support.cli_procs import REPO, worker_argv
@@ -35,34 +34,11 @@ from tests.support.helpers import SAMPLE, Hang, output, running_workers, stop_wh
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
 
-pytestmark = pytest.mark.cluster
+# the local cluster (`redis_cluster`) and the one-slot guard on every script (`single_slot_scripts`)
+# are fixtures of tests/conftest.py, shared with tests/integration/test_cluster_limits.py
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
 
 SHARDS = 6
-
-
-@pytest.fixture(scope="session")
-def redis_cluster():
-    """A fresh 3-master cluster for the session; fails (never skips) when it cannot start."""
-    try:
-        cluster = LocalCluster().start()
-    except ClusterStartError as exc:
-        pytest.fail(f"could not start the local Redis Cluster:\n{exc}")
-    print(f"\n[cluster] 3 masters on ports {cluster.ports} ready in {cluster.startup_seconds:.2f}s")
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture(autouse=True)
-def single_slot_scripts(monkeypatch):
-    """Run every rewardq script with a ``#!lua`` shebang (and no flags) in these tests.
-
-    Scripts without a shebang may touch any key of the node they run on (Redis keeps that
-    for old scripts); with it, the cluster refuses any key outside the slot of the declared
-    keys, including the keys a script builds from a prefix. So every script that runs here
-    is proven to stay in one slot.
-    """
-    plain = scripts.source
-    monkeypatch.setattr(scripts, "source", lambda name: "#!lua\n" + plain(name))
 
 
 @pytest.fixture

@@ -15,62 +15,28 @@ import redis
 
 from rewardq import RewardClient
 from rewardq.errors import RedisOutOfMemory
-from rewardq.queue import scripts
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.results import RewardResult
-from tests.support.cluster import ClusterStartError, LocalCluster
-from tests.support.helpers import SAMPLE, output
+from tests.support.helpers import SAMPLE, output, results_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
 
 SHARDS = 6
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    try:
-        c = LocalCluster().start()
-    except ClusterStartError as exc:
-        pytest.fail(f"could not start the local Redis Cluster:\n{exc}")
-    yield c
-    c.stop()
-
-
-@pytest.fixture(autouse=True)
-def single_slot_scripts(monkeypatch):
-    plain = scripts.source
-    monkeypatch.setattr(scripts, "source", lambda name: "#!lua\n" + plain(name))
-
-
 @pytest.fixture
-def rc(cluster):
-    r = redis.RedisCluster(host="127.0.0.1", port=cluster.ports[0])
+def rc(redis_cluster):
+    r = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
     yield r
     r.close()
 
 
-def _results(tid: str, n: int, pad: int) -> list[RewardResult]:
-    return [
-        RewardResult(
-            key=f"{tid}_{i}",
-            status="ok",
-            reward_score=float(i),
-            reward_extra_info={"pad": "p" * pad, "i": i},
-            worker="w",
-            manager="m",
-            scored_at=1.0,
-        )
-        for i in range(n)
-    ]
-
-
-async def test_chunked_commits_and_kept_records_stay_in_their_slot(cluster, rc):
+async def test_chunked_commits_and_kept_records_stay_in_their_slot(redis_cluster, rc):
     ns = f"cl-{uuid.uuid4().hex[:8]}"
     ks = Keyspace(ns, SHARDS)
-    producer = RewardClient.from_url(cluster.url, namespace=ns, shards=SHARDS)
-    client = connect_async(cluster.url)
+    producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
+    client = connect_async(redis_cluster.url)
     broker = StreamBroker(client, ks, worker="w", commit_bytes=5000, keep_records=60)
     try:
         await broker.ensure_groups()
@@ -87,7 +53,7 @@ async def test_chunked_commits_and_kept_records_stay_in_their_slot(cluster, rc):
             claimed = await broker.claim_whole([(shard, t, es) for t, es in by_tid.items()])
             assert all(claimed)
             # every trajectory's 8 results of ~1.5 kB take 3 chunked script calls of at most 5 kB
-            got = await broker.commit_many([(shard, t, _results(t, 8, 1500)) for t in by_tid])
+            got = await broker.commit_many([(shard, t, results_for(t, 8, 1500)) for t in by_tid])
             assert got == [True] * len(by_tid)
         for t in tids:
             shard = ks.shard_of(t)
@@ -102,10 +68,10 @@ async def test_chunked_commits_and_kept_records_stay_in_their_slot(cluster, rc):
         producer.close()
 
 
-def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(cluster, rc):
+def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(redis_cluster, rc):
     ns = f"cl-{uuid.uuid4().hex[:8]}"
     ks = Keyspace(ns, SHARDS)
-    producer = RewardClient.from_url(cluster.url, namespace=ns, shards=SHARDS)
+    producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
     _ = producer.keyspace
     tid = "half_s"
     shard = ks.shard_of(tid)

@@ -26,8 +26,7 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue.broker import STAGE_TTL, StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.results import RewardResult
-from tests.support.helpers import output, until, worker_config
+from tests.support.helpers import output, results_for, until, worker_config
 from tests.support.ping_sampler import PingSampler
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -195,22 +194,6 @@ async def test_a_lone_surrogate_in_extra_info_is_stored_as_a_replacement_charact
     assert got[keys[-1]].reward_extra_info == {"pred": "bad\ufffdtext"}
 
 
-def _results(tid: str, n: int, pad: int) -> list[RewardResult]:
-    return [
-        RewardResult(
-            key=f"{tid}_{i}",
-            status="ok",
-            reward_score=float(i),
-            reward_extra_info={"i": i, "pad": "z" * pad},
-            worker="w",
-            manager="m",
-            scored_at=1.0,
-            latency_ms=1.0,
-        )
-        for i in range(n)
-    ]
-
-
 async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(ns, redis_url, sync_redis):
     # Given a complete trajectory of 20 outputs held by a broker whose scripts write at most 4 kB each
     ks = Keyspace(ns)
@@ -222,7 +205,7 @@ async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(
         await broker.ensure_groups()
         entries = await broker.read([0], 100, None)
         assert await broker.claim_whole([(0, "ch_s", entries)]) == [True]  # its entries stay pending
-        results = _results("ch_s", 20, 800)
+        results = results_for("ch_s", 20, 800)
         calls = broker.commit_calls(0, "ch_s", broker.encode(results))
         assert len(calls) > 3
         # When a worker runs every chunk but the last, then dies
@@ -242,7 +225,7 @@ async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(
         assert sync_redis.xlen(ks.done(0)) == 1
         assert all(0 < sync_redis.ttl(ks.reward(0, k)) <= broker.result_ttl for k in keys)
         # And a repeated commit changes nothing
-        assert await broker.commit(0, "ch_s", _results("ch_s", 20, 900)) is False
+        assert await broker.commit(0, "ch_s", results_for("ch_s", 20, 900)) is False
         assert sync_redis.xlen(ks.done(0)) == 1 and client.get_reward(keys[3]).reward_extra_info["pad"] == "z" * 800
         # And the dead attempt's staged keys are all that is left staged, expiring
         left = set(sync_redis.scan_iter(match=f"{ns}:*:staged:*", count=1000))
@@ -257,7 +240,7 @@ async def test_a_commit_script_refuses_to_write_more_than_its_byte_budget(ns, re
     r = connect_async(redis_url)
     broker = StreamBroker(r, ks, worker="w", commit_bytes=4000)
     try:
-        enc = broker.encode(_results("bb_s", 20, 800))
+        enc = broker.encode(results_for("bb_s", 20, 800))
         wide = StreamBroker(r, ks, worker="w", commit_bytes=10**9)
         ((keys_, args),) = wide.commit_calls(0, "bb_s", enc)
         args[14] = 4000  # the budget this script call is given: far less than the 20 keys it writes

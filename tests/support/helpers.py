@@ -12,6 +12,7 @@ import numpy as np
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.worker import Worker
+from rewardq.queue.results import RewardResult
 from rewardq.reward.base import RewardManager
 
 FAST = dict(
@@ -53,6 +54,23 @@ async def until(predicate: Callable[[], object], what: str, timeout: float = 10.
         assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
         await asyncio.sleep(poll)
     return value
+
+
+def results_for(tid: str, n: int, pad: int) -> list[RewardResult]:
+    """``n`` ok results of trajectory ``tid``, key ``i`` scoring ``i`` with ``pad`` bytes of extra info."""
+    return [
+        RewardResult(
+            key=f"{tid}_{i}",
+            status="ok",
+            reward_score=float(i),
+            reward_extra_info={"i": i, "pad": "z" * pad},
+            worker="w",
+            manager="m",
+            scored_at=1.0,
+            latency_ms=1.0,
+        )
+        for i in range(n)
+    ]
 
 
 def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> dict:
