@@ -186,17 +186,20 @@ class FailureHandler:
 def exhausted_reason(deliveries: int, max_deliveries: int, history: dict[str, Any] | None) -> str:
     """Why a trajectory ran out of deliveries, from what its hash recorded of its attempts.
 
-    ``attempts`` counts the scoring leases taken (hand-backs at shutdown take theirs back);
-    ``unfinished`` the attempts that ended without an answer and said why (``last_failure``: a
-    commit that failed, say). An attempt that said nothing ended with its worker: only then is a
-    crash named.
+    ``attempts`` counts the scoring leases taken (hand-backs at shutdown take theirs back and are
+    counted in ``handbacks``); ``unfinished`` the attempts that ended without an answer and said why
+    (``last_failure``: a commit that failed, say). An attempt that said nothing ended with its
+    worker: only then is a crash named.
     """
     head = f"delivered {deliveries} times without an answer (max_deliveries={max_deliveries})"
     if history is None:
         return f"{head}; no trajectory could be read from it, so nothing is known of the earlier deliveries"
     attempts, unfinished, last = history["attempts"], history["unfinished"], history["last_failure"]
+    handbacks = history.get("handbacks", 0)
     silent = attempts - unfinished
     parts = []
+    if handbacks > 0:
+        parts.append(f"{handbacks} attempt(s) were handed back unfinished by workers that were stopping")
     if silent > 0:
         parts.append(
             f"{silent} scoring attempt(s) never reported back: the worker scoring it died each time "

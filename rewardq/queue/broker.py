@@ -402,14 +402,16 @@ class StreamBroker:
 
     async def attempt_history(self, shard: int, tid: str) -> dict[str, Any]:
         """``attempts`` (leases taken, hand-backs not counted), ``unfinished`` (attempts that ended
-        without an answer and said so) and ``last_failure`` of a trajectory."""
-        attempts, unfinished, last = await self.r.hmget(
-            self.ks.traj(shard, tid), ["attempts", "unfinished", "last_failure"]
+        without an answer and said so), ``last_failure``, and ``handbacks`` (attempts handed back by
+        workers that stopped) of a trajectory."""
+        attempts, unfinished, last, handbacks = await self.r.hmget(
+            self.ks.traj(shard, tid), ["attempts", "unfinished", "last_failure", "handbacks"]
         )
         return {
             "attempts": int(attempts or 0),
             "unfinished": int(unfinished or 0),
             "last_failure": as_text(last) if last else "",
+            "handbacks": int(handbacks or 0),
         }
 
     async def dead_letter_entry(self, entry: Entry, dead: dict[str, Any]) -> None:

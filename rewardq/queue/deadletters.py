@@ -62,7 +62,7 @@ else
   redis.call('HSET', traj, 'bytes', 0)
 end
 redis.call('HDEL', traj, 'status', 'error', 'done_at', 'n', 'worker', 'lease', 'lease_until', 'acks',
-           'attempts', 'solo', 'unfinished', 'last_failure')
+           'attempts', 'solo', 'unfinished', 'last_failure', 'handbacks')
 redis.call('HSET', traj, 'state', 'collecting', 'stored', restored)
 redis.call('PERSIST', traj)
 local final = redis.call('HGET', traj, 'final')

@@ -15,8 +15,9 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  highest stored index, ``bytes`` the stored
                                                  records' size (at most max_trajectory_bytes),
                                                  ``attempts``/``solo``/``unfinished``/
-                                                 ``last_failure`` (scoring attempts and how the
-                                                 unfinished ones ended), ``acks`` entry ids to
+                                                 ``last_failure``/``handbacks`` (scoring attempts
+                                                 and how the unfinished ones ended), ``acks``
+                                                 entry ids to
                                                  acknowledge at commit (at most max_outputs + 16),
                                                  ``whole`` (entry ids, when all outputs arrived in one
                                                  read and the records stay in the stream until the

@@ -20,7 +20,7 @@ from redis.exceptions import ResponseError
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.support.cli_procs import wait_for
-from tests.support.helpers import SAMPLE, output, running_workers, until
+from tests.support.helpers import SAMPLE, Hang, output, running_workers, until
 from tests.support.hostile_results import HostileResultManager
 from tests.support.managers import LengthManager
 from tests.support.proc_worker import WorkerProcess
@@ -146,3 +146,27 @@ def sync_redis_dead(url: str, ks: Keyspace) -> list[dict[bytes, bytes]]:
         return [f for _, f in r.xrange(ks.dead(0))]
     finally:
         r.close()
+
+
+async def test_a_trajectory_handed_back_past_max_deliveries_says_its_workers_were_stopping(ns, redis_url, sync_redis):
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    ks = Keyspace(ns)
+    keys = client.put_trajectory("back", "s", [output(2, 3), output(2, 4)], SAMPLE)
+    settings = dict(max_deliveries=1, shutdown_grace=0.5)
+    # Given a worker that stops (hands its trajectory back) while the manager still runs
+    async with running_workers(ns, redis_url, [Hang(None)], name_prefix="first", **settings) as (w,):
+        await until(lambda: w.in_flight, "the trajectory to be scored", 30)
+    assert sync_redis.hget(ks.traj(0, "back_s"), "handbacks") == b"1"
+    # When the next worker finds it handed back once more than max_deliveries allows
+    async with running_workers(ns, redis_url, [Hang(None)], name_prefix="second", **settings):
+        got = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    # Then every key has an error whose reason says the workers were stopping, not that one died
+    assert {x.status for x in got.values()} == {"error"}
+    (dead,) = [f for _, f in sync_redis.xrange(ks.dead(0))]
+    reason = dead[b"reason"].decode()
+    assert (
+        dead[b"kind"] == b"exhausted"
+        and "1 attempt(s) were handed back unfinished by workers that were stopping" in reason
+    )
+    assert "died" not in reason and "never scored" not in reason
+    client.close()

@@ -232,3 +232,6 @@ def test_an_exhausted_trajectory_whose_workers_died_says_so_and_counts_them():
     assert "1 attempt(s) failed without a result" in reason
     never = exhausted_reason(6, 5, {"attempts": 0, "unfinished": 0, "last_failure": ""})
     assert "never scored" in never and "died each time" not in never
+    stopped = exhausted_reason(6, 5, {"attempts": 0, "unfinished": 0, "last_failure": "", "handbacks": 6})
+    assert "6 attempt(s) were handed back unfinished by workers that were stopping" in stopped
+    assert "died" not in stopped and "never scored" not in stopped
