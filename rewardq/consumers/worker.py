@@ -319,7 +319,7 @@ class Worker:
         except Exception as exc:
             outcome = "commit-failed"
             logger.exception("could not finish %s; its entry stays pending and will be reclaimed", tid)
-            await self._note_unfinished(shard, tid, f"its commit failed ({type(exc).__name__}: {exc})")
+            await self._note_unfinished(shard, tid, f"its result could not be written ({type(exc).__name__}: {exc})")
         finally:
             self._finished(tid, outcome, t0, data_source)
 

@@ -93,7 +93,7 @@ async def test_a_trajectory_whose_commits_keep_failing_ends_as_a_dead_letter_bla
     assert [(f[b"kind"], f[b"tid"]) for _, f in dead] == [(b"exhausted", b"stuck_s")]
     reason = dead[0][1][b"reason"].decode()
     assert "delivered 3 times without an answer (max_deliveries=2)" in reason
-    assert "2 attempt(s) failed without a result, the last because its commit failed" in reason
+    assert "2 attempt(s) failed without a result, the last because its result could not be written" in reason
     assert "simulated refusal of the commit" in reason
     assert "died" not in reason and "crash" not in reason
     assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
