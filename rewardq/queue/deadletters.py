@@ -8,9 +8,11 @@ outputs never arrived), ``reason``, ``traceback``, ``tid``, ``key``, ``entry_id`
 ``worker``, ``time``, ``ts`` and ``data`` (the raw record, when there was one).
 
 **Retry** puts a dead letter back to work: the trajectory it names is reopened (its error
-results are deleted, its stored outputs kept) and the raw record is added to the stream again,
-so a worker re-assembles and re-scores it — after you fixed the scorer, raised a limit or
-upgraded the workers. An ``incomplete`` trajectory is reopened to wait for its missing outputs
+results are deleted, the records workers kept with ``keep_records`` restored) and the raw record is
+added to the stream again, so a worker re-assembles and re-scores it — after you fixed the scorer,
+raised a limit or upgraded the workers. Records are deleted when a trajectory ends, so without
+kept records a trajectory of several outputs waits for its other outputs (retry says so: put the
+trajectory again). An ``incomplete`` trajectory is reopened to wait for its missing outputs
 for another ``incomplete_timeout``. The dead letter is removed once it has been put back.
 """
 
