@@ -114,7 +114,7 @@ class AsyncRewardClient(ClientBase):
         final: bool = False,
     ) -> str:
         """See :meth:`RewardClient.put_output <rewardq.producers.client.RewardClient.put_output>`."""
-        call = PutCall("put_output", uid, session_id)
+        call = PutCall("put_output", uid, session_id, self)
         with call.errors():
             call.puts = [self._prepare_output(await self.keyspace(), uid, session_id, index, output, sample, final)]
             await self._send(call)
@@ -124,7 +124,7 @@ class AsyncRewardClient(ClientBase):
         self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, Any] | None = None
     ) -> list[str]:
         """See :meth:`RewardClient.put_trajectory <rewardq.producers.client.RewardClient.put_trajectory>`."""
-        call = PutCall("put_trajectory", uid, session_id)
+        call = PutCall("put_trajectory", uid, session_id, self)
         with call.errors():
             call.puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
             await self._send(call)

@@ -119,7 +119,7 @@ class RewardClient(ClientBase):
         :class:`~rewardq.errors.RedisConnectionLost`) when Redis fails the put; the outputs put by
         earlier calls stay queued, and putting the same output again is safe.
         """
-        call = PutCall("put_output", uid, session_id)
+        call = PutCall("put_output", uid, session_id, self)
         with call.errors():
             call.puts = [self._prepare_output(self.keyspace, uid, session_id, index, output, sample, final)]
             self._send(call)
@@ -134,7 +134,7 @@ class RewardClient(ClientBase):
         RecordError before anything is sent, and when Redis refuses one of the outputs none of them
         stays queued (a :class:`~rewardq.errors.PutError` says so).
         """
-        call = PutCall("put_trajectory", uid, session_id)
+        call = PutCall("put_trajectory", uid, session_id, self)
         with call.errors():
             call.puts = self._prepare_trajectory(self.keyspace, uid, session_id, outputs, sample)
             self._send(call)

@@ -16,6 +16,7 @@ from rewardq import defaults
 from rewardq.errors import BackpressureTimeout, RecordError, RewardqError
 from rewardq.queue.checks import check_trajectory_bytes
 from rewardq.queue.codec import encode_output
+from rewardq.queue.connection import client_user
 from rewardq.queue.keys import Keyspace, output_key, split_key
 from rewardq.queue.put_errors import put_error
 from rewardq.queue.results import RewardResult
@@ -91,6 +92,7 @@ class PutCall:
     name: str
     uid: Any
     session_id: Any
+    client: ClientBase | None = None
     puts: list[Put] = field(default_factory=list)
     written: bool | None = False
 
@@ -115,7 +117,10 @@ class PutCall:
         except RewardqError:
             raise
         except Exception as exc:
-            err = put_error(exc, self.what(), self.keys, written=self.written)
+            namespace, user = "", "default"
+            if self.client is not None:
+                namespace, user = self.client.settings.namespace, client_user(self.client.r)
+            err = put_error(exc, self.what(), self.keys, written=self.written, namespace=namespace, user=user)
             if err is None:
                 raise
             raise err from None

@@ -11,8 +11,10 @@ byte) says what happened, whether this call wrote anything, and what to do:
 * :class:`~rewardq.errors.RedisTimeout`: no answer in time; whether it was applied is unknown, and
   putting the same outputs again is safe (a record sent twice is scored once);
 * :class:`~rewardq.errors.RedisConnectionLost`: Redis could not be reached (after the retry policy);
-* :class:`~rewardq.errors.PutError`: any other refusal (``MISCONF``, ``READONLY``, ``NOPERM``, ...),
-  with Redis's own words, cut short.
+* :class:`~rewardq.errors.RedisPermissionError`: the ACL user may not run a command (``NOPERM``),
+  with the ``ACL SETUSER`` that grants what rewardq needs, as the worker and the CLI say it;
+* :class:`~rewardq.errors.PutError`: refused credentials, and any other refusal (``MISCONF``,
+  ``READONLY``, ...), with Redis's own words, cut short.
 
 They are raised ``from None``: the original's message is exactly what must not be printed; its
 type and Redis's own words are in ours.
@@ -20,11 +22,12 @@ type and Redis's own words are in ours.
 
 from __future__ import annotations
 
+from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rewardq.errors import PutError, RedisConnectionLost, RedisOutOfMemory, RedisTimeout
+from rewardq.errors import PutError, RedisConnectionLost, RedisOutOfMemory, RedisTimeout, RewardqError
+from rewardq.queue.connection import permission_error
 
 #: Characters of Redis's own message kept in ours.
 _REDIS_WORDS = 160
@@ -49,16 +52,34 @@ def _is_oom(exc: BaseException) -> bool:
     )
 
 
-def put_error(exc: BaseException, what: str, keys: list[str], *, written: bool | None) -> PutError | None:
-    """The :class:`~rewardq.errors.PutError` for a Redis failure of a put, or None when ``exc`` is
-    not a Redis failure (a bug, a cancellation: the caller re-raises it as is).
+def put_error(
+    exc: BaseException,
+    what: str,
+    keys: list[str],
+    *,
+    written: bool | None,
+    namespace: str = "",
+    user: str = "default",
+) -> RewardqError | None:
+    """The rewardq error for a Redis failure of a put, or None when ``exc`` is not a Redis failure
+    (a bug, a cancellation: the caller re-raises it as is).
 
     ``what`` names the call (``put_trajectory of 40 outputs of u_s (1.2 MB)``); ``written`` says
-    whether anything of it was written (False: nothing; None: unknown).
+    whether anything of it was written (False: nothing; None: unknown); ``namespace`` and ``user``
+    go into the grant a permission error suggests.
     """
     nothing = "nothing of it was written" if written is False else "it may or may not have been written"
     earlier = "outputs put by earlier calls stay queued"
     again = "putting the same outputs again is safe: a record sent twice is scored once"
+    if isinstance(exc, NoPermissionError):
+        return permission_error(exc, namespace or "<namespace>", "", user=user)
+    if isinstance(exc, AuthenticationError):
+        return PutError(
+            f"Redis refused the credentials for {what} ({redis_words(exc)}); nothing of it was written. "
+            "Check the user and password in the Redis URL",
+            keys=keys,
+            written=False,
+        )
     if _is_oom(exc):
         return RedisOutOfMemory(
             f"Redis is out of memory and refused {what} ({redis_words(exc)}); {nothing}, and {earlier}. "

@@ -236,7 +236,8 @@ async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_o
             t_push = time.perf_counter() - t0
             results = await asyncio.to_thread(client.wait_rewards, keys, 60)
             t_all = time.perf_counter() - t0
-            scored = {w.name: w.stats["scored"] for w in workers}
+        # counted once the workers stopped: a result is visible before its worker counts it
+        scored = {w.name: w.stats["scored"] for w in workers}
         t_stop = time.perf_counter()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 30) == 0, log.read_text()[-3000:]
