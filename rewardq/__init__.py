@@ -18,10 +18,15 @@ if TYPE_CHECKING:
     from rewardq.errors import (
         BackpressureTimeout,
         ConfigError,
+        PutError,
         RecordError,
+        RedisConnectionLost,
+        RedisOutOfMemory,
+        RedisTimeout,
         RewardqError,
         RewardTimeout,
         ScoringError,
+        TrajectoryTooLarge,
     )
     from rewardq.producers.aio import AsyncRewardClient
     from rewardq.producers.client import RewardClient
@@ -44,6 +49,11 @@ _EXPORTS = {
     "ScoringError": "rewardq.errors",
     "BackpressureTimeout": "rewardq.errors",
     "RewardTimeout": "rewardq.errors",
+    "PutError": "rewardq.errors",
+    "RedisOutOfMemory": "rewardq.errors",
+    "RedisTimeout": "rewardq.errors",
+    "RedisConnectionLost": "rewardq.errors",
+    "TrajectoryTooLarge": "rewardq.errors",
 }
 
 __all__ = [
@@ -52,13 +62,18 @@ __all__ = [
     "ClientSettings",
     "ConfigError",
     "DeadLetterKind",
+    "PutError",
     "RecordError",
+    "RedisConnectionLost",
+    "RedisOutOfMemory",
+    "RedisTimeout",
     "RewardClient",
     "ResultStatus",
     "RewardResult",
     "RewardTimeout",
     "RewardqError",
     "ScoringError",
+    "TrajectoryTooLarge",
     "__version__",
 ]
 

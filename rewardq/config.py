@@ -170,7 +170,8 @@ class WorkerConfig:
     )
     keep_records: float = setting(
         defaults.KEEP_RECORDS,
-        "Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (0: dropped).",
+        "Seconds an ended trajectory's outputs (scored or failed) stay for `rewardq inspect` and "
+        "`rewardq dead-letters retry` (0: deleted once its result is written).",
         minimum=0,
         passed_to="broker",
     )
@@ -181,6 +182,27 @@ class WorkerConfig:
     )
     max_record_bytes: int = setting(
         defaults.MAX_RECORD_BYTES, "Largest record, in bytes; larger ones are dead-lettered.", above=0
+    )
+    max_trajectory_bytes: int = setting(
+        defaults.MAX_TRAJECTORY_BYTES,
+        "Largest total of one trajectory's records, in bytes; past it every key gets an error result.",
+        above=0,
+        passed_to="broker",
+    )
+    max_batch_bytes: int = setting(
+        defaults.MAX_BATCH_BYTES,
+        "Largest padded batch of one trajectory, in bytes, checked before it is built; past it every key "
+        "gets an error result.",
+        above=0,
+    )
+    max_result_bytes: int = setting(
+        defaults.MAX_RESULT_BYTES,
+        "Largest stored result of one key, reward_extra_info included, in bytes; a larger one becomes an "
+        "error result naming it.",
+        minimum=1,
+        maximum=defaults.MAX_RESULT_BYTES_LIMIT,
+        bound_why="Redis refuses a string over 512 MiB",
+        passed_to="broker",
     )
     max_outputs: int = setting(
         defaults.MAX_OUTPUTS,
@@ -231,6 +253,11 @@ class WorkerConfig:
             raise ConfigError(
                 f"lease_seconds ({self.lease_seconds}) must exceed heartbeat_interval "
                 f"({self.heartbeat_interval}) or leases lapse between renewals"
+            )
+        if self.max_trajectory_bytes < self.max_record_bytes:
+            raise ConfigError(
+                f"max_trajectory_bytes ({self.max_trajectory_bytes}) must be at least max_record_bytes "
+                f"({self.max_record_bytes}): a trajectory holds at least one record"
             )
         return self
 

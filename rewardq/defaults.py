@@ -20,13 +20,33 @@ MAX_RECORD_BYTES = 32 * 1024 * 1024
 #: workers reject it, and every Lua script is given it as the bound of its loops, so no record can
 #: make a script's work grow past it.
 MAX_OUTPUTS = 4096
-#: Longest ``uid`` (characters); verl's uids are 36-character UUIDs.
-MAX_UID_CHARS = 256
-#: Longest ``session_id`` (characters); verl's session ids are small integers.
-MAX_SESSION_ID_CHARS = 64
+#: Longest ``uid``, in bytes of UTF-8 (Redis counts key lengths in bytes, so every limit on a key
+#: does too); verl's uids are 36-character UUIDs.
+MAX_UID_BYTES = 256
+#: Longest ``session_id``, in bytes of UTF-8; verl's session ids are small integers.
+MAX_SESSION_ID_BYTES = 64
 #: Longest ``key`` field of a stream entry a worker will parse or write anywhere (dead letters keep a
-#: cut copy): ``<uid>_<session_id>_<index>`` with the longest uid, session id and index.
-MAX_KEY_CHARS = MAX_UID_CHARS + MAX_SESSION_ID_CHARS + 24
+#: cut copy), in bytes: ``<uid>_<session_id>_<index>`` with the longest uid, session id and index.
+MAX_KEY_BYTES = MAX_UID_BYTES + MAX_SESSION_ID_BYTES + 24
+#: Largest sum of the encoded records of one trajectory, in bytes. ``put_trajectory`` refuses a
+#: larger trajectory before anything is written; workers stop storing a trajectory's outputs once
+#: they pass it and give every key an error result. A trajectory of this size decodes to about as
+#: much worker memory, so it bounds what one trajectory can cost Redis and a worker. 256 MiB is
+#: 8 records of the largest size (``MAX_RECORD_BYTES``), or 4,096 outputs of ~16k tokens each,
+#: far past the agent trajectories of a real run (tens of MB at most).
+MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
+#: Largest padded batch (the ``TensorDict`` one trajectory's manager receives), in bytes, computed
+#: from the outputs' lengths before anything is allocated. Padding multiplies: 4,096 outputs padded
+#: to one 8M-token response would take ~1 TB. 1 GiB holds a batch of 64 outputs of 128k-token
+#: prompts and 128k-token responses; a larger one is refused with an error result naming it.
+MAX_BATCH_BYTES = 1024 * 1024 * 1024
+#: Largest result of one output key, in bytes as stored (``reward_extra_info``'s JSON and the other
+#: fields of its hash). A larger one becomes an error result naming this limit and the size. The
+#: default extra info of every built-in scorer is under 1 KiB; 1 MiB leaves room for a full decoded
+#: response (a 256k-token answer) or a code run's captured output in ``reward_extra_info``, while a
+#: 300-output trajectory of maximal results (one result copied to every key) still costs Redis
+#: at most 300 MiB, written in bounded chunks.
+MAX_RESULT_BYTES = 1024 * 1024
 #: Undelivered + in-flight stream entries per shard before ``put_*`` waits for workers.
 MAX_BACKLOG = 100_000
 #: Seconds ``put_*`` waits for the backlog to drain before raising BackpressureTimeout.
@@ -40,8 +60,8 @@ POOL_TIMEOUT = 30.0
 MANAGER = "naive"
 #: Largest ``max_outputs`` a worker accepts: every Lua script's worst-case run time grows with it.
 MAX_OUTPUTS_LIMIT = 1_000_000
-#: Seconds a scored trajectory's outputs stay readable by ``rewardq inspect``; 0 drops them at once.
-KEEP_RECORDS = 0.0
+#: Largest ``max_result_bytes`` a worker accepts: Redis refuses a string over 512 MiB (``proto-max-bulk-len``).
+MAX_RESULT_BYTES_LIMIT = 512 * 1024 * 1024
 #: Worker log level, and log format (``text`` or ``json``: one object per line).
 LOG_LEVEL = "INFO"
 LOG_FORMAT = "text"
@@ -59,7 +79,8 @@ SCORE_TIMEOUT = 300.0
 PRIME_MATH_SYMPY_TIMEOUT = 10.0
 #: Seconds an entry stays pending before another worker may reclaim it.
 CLAIM_IDLE = 60.0
-#: Deliveries of one entry before it is dead-lettered.
+#: Deliveries of one entry (its first read, then each reclaim or hand-back) before its trajectory is
+#: dead-lettered with an error result for every key, naming what became of the earlier attempts.
 MAX_DELIVERIES = 5
 #: Seconds a trajectory stays leased to its scorer without renewal.
 LEASE_SECONDS = 30.0
@@ -71,6 +92,10 @@ MAINTENANCE_INTERVAL = 5.0
 INCOMPLETE_TIMEOUT = 600.0
 #: Seconds results and finished trajectories live in Redis; 0 keeps them forever.
 RESULT_TTL = 7 * 86400.0
+#: Seconds the records of an ended trajectory (scored or failed) are kept for ``rewardq inspect`` and
+#: ``rewardq dead-letters retry``; 0 deletes them as soon as the result is written. Off by default:
+#: kept records cost as much memory as the traffic of that many seconds.
+KEEP_RECORDS = 0.0
 #: Seconds a stopping worker lets in-flight scoring finish before handing it back.
 SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.

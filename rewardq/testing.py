@@ -178,7 +178,7 @@ class ManagerRunner:
         vocab = getattr(self.manager.tokenizer, "vocab_size", None)
         sid = session_id if session_id is not None else uuid.uuid4().hex[:8]
         records = _records(outputs, sample, uid=uid, session_id=sid, vocab_size=vocab)
-        return await self.scorer.score(records)
+        return list((await self.scorer.score(records)).results)
 
 
 async def score_trajectory(

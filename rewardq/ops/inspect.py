@@ -7,8 +7,8 @@ the trajectory's state (collecting / done / failed) and what it waits for, each 
 reward, ``reward_extra_info`` or error, the worker that scored it and the timings. Renders
 :func:`rewardq.queue.status.inspect_trajectory`; read-only.
 
-Records are dropped once a trajectory is scored, unless workers keep them
-(``REWARDQ_KEEP_RECORDS=SECONDS``, or ``keep_records:`` in the worker's ``--config``).
+Records are deleted once a trajectory ends, scored or failed, unless workers keep them
+(``--keep-records SECONDS``, ``REWARDQ_KEEP_RECORDS``, or ``keep_records:`` in the worker's ``--config``).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def render_inspect(view: dict[str, Any]) -> Any:  # noqa: C901 - one branch per 
             + ("not pushed yet" if view["final"] is None else str(view["final"])),
         )
     else:
-        head.add_row("outputs", f"{len(view['outputs'])}, final index {view['final']} (records dropped once scored)")
+        head.add_row("outputs", f"{len(view['outputs'])}, final index {view['final']} (records deleted when it ended)")
     if view["missing"]:
         head.add_row("missing", f"[red]{','.join(map(str, view['missing']))}[/]")
     if meta.get("error"):

@@ -313,6 +313,6 @@ def inspect_trajectory(
         "records_kept": bool(kept),
         "records_note": None
         if payloads or state != "done"
-        else "records are dropped once scored; start workers with --keep-records SECONDS "
+        else "records are deleted when a trajectory ends; start workers with --keep-records SECONDS "
         "(or REWARDQ_KEEP_RECORDS) to keep them",
     }

@@ -236,6 +236,8 @@ def test_broker_arguments_come_from_the_declarations():
         "incomplete_timeout": cfg.incomplete_timeout,
         "result_ttl": 5.0,
         "keep_records": 2.0,
+        "max_trajectory_bytes": cfg.max_trajectory_bytes,
+        "max_result_bytes": cfg.max_result_bytes,
         "max_outputs": cfg.max_outputs,
     }
 
