@@ -281,3 +281,27 @@ CODE_UID_LOCK_DIR = "/run/rewardq/sandbox-uids"
 #: Local runner with namespaces: folders covered by an empty tmpfs (home folders, /run's
 #: secrets, /var/tmp); every other world-writable folder found is covered too.
 CODE_HIDDEN_PATHS = ("/root", "/home", "/run", "/var/tmp")
+
+# -- LLM judges (the genrm manager; rewardq.reward.judge, rewardq.queue.judge_cache) ------------
+#: Tokens one judge answer may have (``max_tokens`` of each request).
+JUDGE_MAX_TOKENS = 1024
+#: Answers asked for in one judge request (``n``).
+JUDGE_ANSWERS = 1
+#: Judge requests in flight at once across the whole fleet.
+JUDGE_MAX_CONCURRENT = 64
+#: Tokens the fleet's token bucket must hold before a judge request goes (the request is then
+#: charged what the server reports in ``usage``).
+JUDGE_ESTIMATED_TOKENS = 2000
+#: Seconds a dead worker's claim on a judge request (and its concurrency slot) holds others back.
+JUDGE_LEASE_SECONDS = 30.0
+#: Longest pause, in seconds, between two looks at a judge request another worker is sending.
+JUDGE_MAX_POLL = 0.5
+#: Seconds one judge HTTP request may take.
+JUDGE_TIMEOUT = 120.0
+#: Retries of a judge request after its first attempt (429, 5xx, 408, timeouts, connection errors).
+JUDGE_MAX_RETRIES = 5
+#: First pause (seconds) before a judge retry without ``Retry-After``; it doubles up to the cap.
+JUDGE_BACKOFF_BASE = 0.5
+JUDGE_BACKOFF_CAP = 30.0
+#: Longest ``Retry-After`` (seconds) a judge call waits for; a longer one ends the call at once.
+JUDGE_MAX_RETRY_WAIT = 120.0

@@ -49,6 +49,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardq import defaults
 from rewardq.queue import scripts
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import as_text
@@ -93,8 +94,8 @@ class _CacheBase:
         self,
         *,
         ttl: float,
-        lease_seconds: float = 30.0,
-        max_poll: float = 0.5,
+        lease_seconds: float = defaults.JUDGE_LEASE_SECONDS,
+        max_poll: float = defaults.JUDGE_MAX_POLL,
         holder_prefix: str | None = None,
         reuse: bool = True,
     ) -> None:

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ScoringError
 from rewardq.queue.retry import backoff_delay
 from rewardq.reward.http import HttpSession
@@ -154,10 +155,10 @@ def server_message(text: str) -> str:
 class RetryPolicy:
     """How :class:`ChatJudge` retries (see the module doc)."""
 
-    max_retries: int = 5
-    backoff_base: float = 0.5
-    backoff_cap: float = 30.0
-    max_retry_wait: float = 120.0
+    max_retries: int = defaults.JUDGE_MAX_RETRIES
+    backoff_base: float = defaults.JUDGE_BACKOFF_BASE
+    backoff_cap: float = defaults.JUDGE_BACKOFF_CAP
+    max_retry_wait: float = defaults.JUDGE_MAX_RETRY_WAIT
 
 
 class ChatJudge:
@@ -184,8 +185,8 @@ class ChatJudge:
         limiter: Any,
         cache: Any,
         stats: JudgeStats,
-        timeout: float = 120.0,
-        estimated_tokens_per_request: float = 2000,
+        timeout: float = defaults.JUDGE_TIMEOUT,
+        estimated_tokens_per_request: float = defaults.JUDGE_ESTIMATED_TOKENS,
         retry: RetryPolicy | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"

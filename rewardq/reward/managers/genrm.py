@@ -49,6 +49,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.queue.images import images_of
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
@@ -145,8 +146,8 @@ class GenRMRewardManager(RewardManager):
         structured_output: Any = "auto",
         unparsed_score: float | None = None,
         temperature: float = 0.0,
-        max_tokens: int | None = 1024,
-        n: int = 1,
+        max_tokens: int | None = defaults.JUDGE_MAX_TOKENS,
+        n: int = defaults.JUDGE_ANSWERS,
         combine: str = "mean",
         extra_body: dict | None = None,
         per_turn: Any = False,
@@ -154,15 +155,15 @@ class GenRMRewardManager(RewardManager):
         cache: Any = True,
         max_rpm: float | None = None,
         max_tpm: float | None = None,
-        max_concurrent: int | None = 64,
-        estimated_tokens_per_request: float = 2000,
+        max_concurrent: int | None = defaults.JUDGE_MAX_CONCURRENT,
+        estimated_tokens_per_request: float = defaults.JUDGE_ESTIMATED_TOKENS,
         limiter_name: str = "genrm",
-        lease_seconds: float = 30.0,
-        timeout: float = 120.0,
-        max_retries: int = 5,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 30.0,
-        max_retry_wait: float = 120.0,
+        lease_seconds: float = defaults.JUDGE_LEASE_SECONDS,
+        timeout: float = defaults.JUDGE_TIMEOUT,
+        max_retries: int = defaults.JUDGE_MAX_RETRIES,
+        backoff_base: float = defaults.JUDGE_BACKOFF_BASE,
+        backoff_cap: float = defaults.JUDGE_BACKOFF_CAP,
+        max_retry_wait: float = defaults.JUDGE_MAX_RETRY_WAIT,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
