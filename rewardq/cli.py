@@ -79,7 +79,12 @@ def cli(debug: bool) -> None:
 @click.option(
     "--manager", default=None, help="naive, dapo, gdpo, rate_limited, remote, disrm, or package.module:Class."
 )
-@click.option("--tokenizer", default=None, help="tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
+@click.option(
+    "--tokenizer",
+    default=None,
+    help="Required: the trainer's tokenizer (a Hugging Face folder, a Hub id in the local cache, a "
+    "tokenizer.json), or builtin:demo for the demo's data. From a verl --config: its model.path.",
+)
 @click.option("--reward-fn", default=None, help="Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].")
 @click.option("--reward-kwargs", default=None, help="JSON object of extra keyword arguments for --reward-fn.")
 @click.option(
@@ -174,6 +179,10 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
         setup_logging(cfg.log_level, cfg.log_format)
     except ValueError as exc:
         raise ConfigError(f"log settings: {exc}") from None
+    if not cfg.tokenizer:  # every child would exit 2 with it: say it once, before waiting for Redis
+        from rewardq.reward.tokenizer import NO_TOKENIZER
+
+        raise ConfigError(NO_TOKENIZER)
     wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)  # the parent stays light
     base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port")})
     argvs = child_argvs(

@@ -86,8 +86,10 @@ class WorkerConfig:
     metrics_port: int | None = None
     log_level: str = "INFO"
     log_format: str = "text"  # text | json
-    # bookkeeping, not a setting: keys of the config file rewardq does not use
+    # bookkeeping, not settings: keys of the config file rewardq does not use; where the tokenizer came
+    # from when a verl config named it (named in the error when it cannot be loaded)
     unused_keys: list[str] = field(default_factory=list, repr=False, compare=False, metadata={"internal": True})
+    tokenizer_origin: str | None = field(default=None, repr=False, compare=False, metadata={"internal": True})
 
     def validate(self) -> WorkerConfig:
         def positive(name: str, allow_zero: bool = False) -> None:
@@ -159,16 +161,21 @@ class WorkerConfig:
         """
         values: dict[str, Any] = {}
         unused: list[str] = []
+        origins: dict[str, str] = {}
         if config_file:
             loaded = read_config_file(config_file)
             values.update(loaded.values)
-            unused = loaded.unused
-        values.update(from_env(os.environ if env is None else env))
-        for k, v in (overrides or {}).items():
-            if v is not None:
-                _set_layered(values, k, v)
+            unused, origins = loaded.unused, loaded.origins
+        from_environment = from_env(os.environ if env is None else env)
+        values.update(from_environment)
+        flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+        for k, v in flags.items():
+            _set_layered(values, k, v)
+        for k in (*from_environment, *flags):  # a value given later no longer comes from the file
+            origins.pop(k, None)
         cfg = build(cls, values).validate()
         cfg.unused_keys = unused
+        cfg.tokenizer_origin = origins.get("tokenizer")
         return cfg
 
 
@@ -279,6 +286,7 @@ class LoadedFile:
 
     values: dict[str, Any]
     unused: list[str]
+    origins: dict[str, str] = field(default_factory=dict)
 
 
 def parse_file(path: str) -> dict[str, Any]:
@@ -316,11 +324,13 @@ def read_config_file(path: str) -> LoadedFile:
     known = _fields(WorkerConfig)
     layers: list[tuple[str, Mapping[str, Any]]] = []
     unused: list[str] = []
+    origins: dict[str, str] = {}
     verl = is_verl_config(data)
     if verl:
         translated = translate(data)
         layers.append(("verl config", translated.values))
         unused += translated.unused
+        origins = {k: f"{key} in {path}" for k, key in translated.origins.items()}
     top = {k: v for k, v in data.items() if not (verl and k in VERL_SECTIONS) and k != "rewardq"}
     layers.append(("", top))
     for block_path, block in (("rewardq", data.get("rewardq")), ("reward.rewardq", _reward_block(data))):
@@ -340,7 +350,9 @@ def read_config_file(path: str) -> LoadedFile:
                 continue
             where = f"{path} ({prefix})" if prefix else path
             _set_layered(values, key, check_value(key, value, known[key], where))
-    return LoadedFile(values, unused)
+            if prefix != "verl config":
+                origins.pop(key, None)
+    return LoadedFile(values, unused, origins)
 
 
 def _reward_block(data: Mapping[str, Any]) -> Any:

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(None)
+    return load_tokenizer("builtin:demo")
 
 
 def test_two_worker_processes_score_500_trajectories_exactly_once(procs, redis_url, ns, sync_redis, tokenizer):
