@@ -181,7 +181,7 @@ class WorkerConfig:
 
 #: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a
 #: shared config file without listing them as unused.
-ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error"})
+ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error", "verl_max_error_rate", "verl_error_window"})
 
 
 #: Dict settings whose layers merge key by key (a flag's manager option beside the file's) instead
