@@ -104,8 +104,9 @@ class RewardqAgentLoopWorker(RewardqScoring, AgentLoopWorker):
 class RewardqAgentLoopManager(AgentLoopManager):
     """verl's ``AgentLoopManager`` with :class:`RewardqAgentLoopWorker` actors.
 
-    On verl's V1 trainer (``trainer.use_v1: true``) :meth:`create` returns a
-    :class:`RewardqAgentLoopManagerTQ` instead, which is what that trainer needs.
+    On verl's V1 trainer (``trainer.use_v1: true``, whose task runner turns ``transfer_queue.enable``
+    on) :meth:`create` returns a :class:`RewardqAgentLoopManagerTQ` instead, which is what that
+    trainer needs.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -169,9 +170,14 @@ class RewardqRewardManager(RewardManagerBase):
 
 
 def uses_v1_trainer(config: Any) -> bool:
-    """Whether ``config`` runs verl's V1 (TransferQueue) trainer, as ``main_ppo`` decides."""
+    """Whether ``config`` is that of verl's V1 (TransferQueue) trainer.
+
+    verl's V1 task runner sets ``transfer_queue.enable = True`` before it creates the agent-loop
+    manager. ``trainer.use_v1`` alone does not tell: the one-step-off trainer's config inherits
+    ``use_v1: true`` from ``ppo_trainer`` but runs the DataProto trainer, without TransferQueue.
+    """
     try:
-        return bool(config.trainer.use_v1)
+        return bool(config.transfer_queue.enable)
     except (AttributeError, KeyError, TypeError):
         return False
 
