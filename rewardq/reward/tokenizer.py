@@ -15,12 +15,12 @@ returns an object with exactly that surface (the :class:`Tokenizer` protocol) fr
   is installed, else ``tokenizers`` on the folder's ``tokenizer.json`` plus its
   ``tokenizer_config.json``;
 * a Hub id (``Qwen/Qwen2.5-7B-Instruct``) → loaded as verl loads it: through transformers
-  when installed, else the tokenizer files from the Hugging Face cache
-  (``huggingface_hub.snapshot_download``). Both read the cache under ``HF_HOME`` and honour
-  offline mode (``HF_HUB_OFFLINE=1``); a tokenizer that is neither local nor cached fails with
-  a message saying how to download it.
+  when installed, else (or when transformers cannot, e.g. a repository without ``config.json``)
+  the tokenizer files from the Hugging Face cache (``huggingface_hub.snapshot_download``). Both
+  read the cache under ``HF_HOME`` and honour offline mode (``HF_HUB_OFFLINE=1``); a tokenizer
+  that is neither local nor cached fails with a message saying how to download it.
 
-:func:`tokenizer_fingerprint` names a tokenizer by its vocabulary (``sha256=<16 hex digits of
+:func:`rewardq.reward.fingerprint.tokenizer_fingerprint` names a tokenizer by its vocabulary (``sha256=<16 hex digits of
 the id -> token map> vocab=<ids> name=<where it came from>``). Producers send it with every
 record and a worker refuses records made with another vocabulary (see
 :func:`rewardq.queue.checks.tokenizer_mismatch`).
@@ -495,7 +495,15 @@ def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto", ori
             )
         return _from_tokenizer_json(tj, text, folder_metadata(p))
     if looks_like_hub_id(text):
-        return _from_transformers(text, origin) if use_transformers else _from_hub_cache(text, origin)
+        if not use_transformers:
+            return _from_hub_cache(text, origin)
+        try:
+            return _from_transformers(text, origin)
+        except ConfigError as exc:
+            try:  # a repository of tokenizer files alone (no config.json) is still a tokenizer
+                return _from_hub_cache(text, origin)
+            except ConfigError:
+                raise exc from None
     where = f" ({origin})" if origin else ""
     raise ConfigError(
         f"tokenizer path {text!r}{where} does not exist on this machine (looked in {str(p.absolute())!r}). "
