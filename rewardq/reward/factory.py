@@ -109,7 +109,8 @@ def load_worker_tokenizer(cfg: Any) -> Any:
     when it names none (there is no default) and naming the path when it cannot be loaded."""
     from rewardq.reward.tokenizer import load_tokenizer
 
-    return load_tokenizer(cfg.tokenizer, origin=getattr(cfg, "tokenizer_origin", None))
+    source = getattr(cfg, "sources", {}).get("tokenizer", "")
+    return load_tokenizer(cfg.tokenizer, origin=source if source.startswith("file ") else None)
 
 
 def build_from_config(cfg: Any, context: ManagerContext, tokenizer: Any = None) -> tuple[RewardManager, Any]:

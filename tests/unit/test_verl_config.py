@@ -131,7 +131,7 @@ def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path):
     folder.mkdir()
     cfg = load(tmp_path, generated(policy=str(folder)))
     assert cfg.tokenizer == str(folder)
-    assert cfg.tokenizer_origin == f"actor_rollout_ref.model.path in {tmp_path / 'cfg.yaml'}"
+    assert cfg.sources["tokenizer"] == f"file {tmp_path / 'cfg.yaml'} (actor_rollout_ref.model.path)"
     # a Hub id and verl's own default path are taken as given: loading them decides (and names them)
     assert load(tmp_path, generated(policy="Qwen/Qwen2.5-7B")).tokenizer == "Qwen/Qwen2.5-7B"
     assert load(tmp_path, generated()).tokenizer == "~/models/none"
@@ -141,14 +141,14 @@ def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path):
     )
     cfg = load(tmp_path, with_path)
     assert cfg.tokenizer == "my/tok"
-    assert cfg.tokenizer_origin.startswith("actor_rollout_ref.model.tokenizer_path in ")
+    assert cfg.sources["tokenizer"].endswith("(actor_rollout_ref.model.tokenizer_path)")
     # a flag, the environment or a rewardq key beside verl's sections wins, and then no verl key is named
     flagged = load(tmp_path, generated(policy=str(folder)), tokenizer="builtin:demo")
-    assert (flagged.tokenizer, flagged.tokenizer_origin) == ("builtin:demo", None)
+    assert (flagged.tokenizer, flagged.sources["tokenizer"].startswith("file")) == ("builtin:demo", False)
     env = load(tmp_path, generated(policy=str(folder)), env={"REWARDQ_TOKENIZER": "builtin:demo"})
-    assert (env.tokenizer, env.tokenizer_origin) == ("builtin:demo", None)
+    assert (env.tokenizer, env.sources["tokenizer"]) == ("builtin:demo", "env REWARDQ_TOKENIZER")
     beside = load(tmp_path, generated(policy=str(folder)) + "    tokenizer: builtin:demo\n")
-    assert (beside.tokenizer, beside.tokenizer_origin) == ("builtin:demo", None)
+    assert beside.tokenizer == "builtin:demo" and "model.path" not in beside.sources["tokenizer"]
     # no model.path at all: nothing is implied (the worker then asks for --tokenizer)
     assert load(tmp_path, "reward:\n  reward_manager:\n    name: naive\n").tokenizer is None
 
