@@ -22,6 +22,7 @@ from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
 from tests.support.cli_procs import wait_for, worker_argv
 from tests.support.helpers import running_workers
+from tests.support.hf_cache import fake_hub_cache
 from tests.support.records import text_output
 
 pytestmark = pytest.mark.slow
@@ -49,21 +50,10 @@ def test_no_tokenizer_exits_2_naming_the_flag(procs, extra, env):
     assert "no tokenizer given" in err and "--tokenizer" in err and "REWARDQ_TOKENIZER" in err
 
 
-def fake_hub_cache(home, repo: str) -> None:
-    """The demo tokenizer as a cached snapshot of Hub repository ``repo`` under ``home``."""
-    snapshot = "89abcdef0123456789abcdef0123456789abcdef"
-    root = home / "hub" / f"models--{repo.replace('/', '--')}"
-    (root / "refs").mkdir(parents=True)
-    (root / "refs" / "main").write_text(snapshot)
-    files = root / "snapshots" / snapshot
-    files.mkdir(parents=True)
-    (files / "tokenizer.json").write_text(DEMO_PATH.read_text())
-    (files / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
-
-
 def test_a_hub_id_comes_from_the_local_cache_offline(procs, redis_url, ns, sync_redis, tmp_path):
     home = tmp_path / "hf"
-    fake_hub_cache(home, "acme/policy-7b")
+    config = json.dumps({"eos_token": "<|im_end|>"}).encode()
+    fake_hub_cache(home, "acme/policy-7b", {"tokenizer.json": DEMO_PATH.read_bytes(), "tokenizer_config.json": config})
     env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     worker = procs.start(worker_argv(redis_url, ns, "hub", tokenizer="acme/policy-7b"), env=env, tag="hub")
     wait_for(lambda: sync_redis.exists(f"{ns}:worker:hub"), 240, "the worker", procs=[worker])

@@ -25,6 +25,7 @@ from rewardq.integrations.verl import RewardqRewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import wait_for
+from tests.support.hf_cache import fake_hub_cache
 from tests.support.redis_server import free_port
 from tests.verl.data import TOK, output, row
 from tests.verl.harness import (
@@ -92,13 +93,16 @@ def adapter_scorer(monkeypatch, namespace: str):
     return score
 
 
-@pytest.mark.parametrize("path", ["adapter", "hook"])
-async def test_fourteen_failures_in_a_row_stop_the_run_by_the_twelfth(monkeypatch, naive_fleet, path):
+def budgeted_scorer(monkeypatch, namespace: str, path: str):
+    """The adapter's or the hook's scoring, with the budget of :data:`BUDGET` from the environment."""
     for k, v in BUDGET.items():
         monkeypatch.setenv(k, v)
-    score = adapter_scorer(monkeypatch, naive_fleet.namespace) if path == "adapter" else None
-    if score is None:
-        score, _ = hook_scorer(naive_fleet.namespace)
+    return adapter_scorer(monkeypatch, namespace) if path == "adapter" else hook_scorer(namespace)[0]
+
+
+@pytest.mark.parametrize("path", ["adapter", "hook"])
+async def test_fourteen_failures_in_a_row_stop_the_run_by_the_twelfth(monkeypatch, naive_fleet, path):
+    score = budgeted_scorer(monkeypatch, naive_fleet.namespace, path)
     scored, error, at = await run_until_raised(score, [failing(i) for i in range(14)])
     assert len(scored) == 7 and at == 8  # the window of 8 is full at the 8th: 8 errors > 0.5 * 8
     for message, outputs in scored:
@@ -111,11 +115,7 @@ async def test_fourteen_failures_in_a_row_stop_the_run_by_the_twelfth(monkeypatc
 
 @pytest.mark.parametrize("path", ["adapter", "hook"])
 async def test_a_run_with_a_quarter_errors_goes_on(monkeypatch, naive_fleet, path):
-    for k, v in BUDGET.items():
-        monkeypatch.setenv(k, v)
-    score = adapter_scorer(monkeypatch, naive_fleet.namespace) if path == "adapter" else None
-    if score is None:
-        score, _ = hook_scorer(naive_fleet.namespace)
+    score = budgeted_scorer(monkeypatch, naive_fleet.namespace, path)
     mix = [failing(i) if i % 4 == 3 else passing(i) for i in range(40)]
     scored, error, _ = await run_until_raised(score, mix)
     assert error is None and len(scored) == 40
@@ -228,24 +228,13 @@ async def test_ids_of_another_tokenizer_get_an_error_naming_both(deepseek, deeps
     assert "builtin:demo" in message and "deepseek-policy" in message
 
 
-def fake_hub_cache(home, repo: str, folder) -> None:
-    """``folder``'s files as a snapshot of ``repo`` in a Hugging Face cache under ``home``."""
-    snapshot = "0123456789abcdef0123456789abcdef01234567"
-    root = home / "hub" / f"models--{repo.replace('/', '--')}"
-    (root / "refs").mkdir(parents=True)
-    (root / "refs" / "main").write_text(snapshot)
-    target = root / "snapshots" / snapshot
-    target.mkdir(parents=True)
-    for f in folder.iterdir():
-        (target / f.name).write_bytes(f.read_bytes())
-
-
 async def test_a_hub_id_is_loaded_from_the_local_cache_offline(
     deepseek, module_procs, module_redis, tmp_path, monkeypatch
 ):
     folder, tok = deepseek
     home = tmp_path / "hf"
-    fake_hub_cache(home, "deepseek-ai/DeepSeek-V4-Tokenizer", folder)
+    # tokenizer files alone, no config.json: transformers cannot load that, the cached tokenizer.json can
+    fake_hub_cache(home, "deepseek-ai/DeepSeek-V4-Tokenizer", {f.name: f.read_bytes() for f in folder.iterdir()})
     ns = unique_namespace("hub")
     path = save_config(hook_config("deepseek-ai/DeepSeek-V4-Tokenizer", ns), tmp_path / "trainer.yaml")
     env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
