@@ -167,12 +167,20 @@ def trainer_batch(cases: list[tuple[str, str, str]], width: int = 16, resp_width
 
 
 def test_verls_reward_loop_manager_scores_a_training_batch(hook_run):
-    cases = [("openai/gsm8k", "42", "#### 42"), ("openai/gsm8k", "42", "#### 40"), ("math_dapo", "3", "Answer: 3")]
+    cases = [
+        ("openai/gsm8k", "42", "#### 42"),
+        ("openai/gsm8k", "42", "#### 40"),
+        ("no-such-source", "1", "#### 1"),  # an error row between scored ones
+        ("math_dapo", "3", "Answer: 3"),
+    ]
     out = hook_run.manager.compute_rm_score(trainer_batch(cases))  # verl's own batch path
     rewards = out.batch["rm_scores"].sum(-1).tolist()
-    expected = [verl_expected([output(final)], row(ds, truth))[0] for ds, truth, final in cases]
-    assert rewards == expected
-    assert list(out.non_tensor_batch["reward_error"]) == [None, None, None]
+    ok = [c for c in cases if c[0] != "no-such-source"]
+    expected = [verl_expected([output(final)], row(ds, truth))[0] for ds, truth, final in ok]
+    assert rewards == [*expected[:2], 0.0, expected[2]]
+    errors = list(out.non_tensor_batch["reward_error"])
+    assert errors[:2] == [None, None] and errors[3] is None and "no-such-source" in errors[2]
+    assert list(out.non_tensor_batch["acc"])[2] == 0.0
 
 
 def test_the_worker_read_the_hook_config_as_naive_with_the_policy_tokenizer(hook_run):
