@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rewardq.producers.client import RewardClient
     from rewardq.producers.core import ClientSettings
     from rewardq.queue.results import RewardResult
+    from rewardq.queue.states import DeadLetterKind, ResultStatus
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,8 @@ _EXPORTS = {
     "AsyncRewardClient": "rewardq.producers.aio",
     "ClientSettings": "rewardq.producers.core",
     "RewardResult": "rewardq.queue.results",
+    "ResultStatus": "rewardq.queue.states",
+    "DeadLetterKind": "rewardq.queue.states",
     "RewardqError": "rewardq.errors",
     "ConfigError": "rewardq.errors",
     "RecordError": "rewardq.errors",
@@ -48,8 +51,10 @@ __all__ = [
     "BackpressureTimeout",
     "ClientSettings",
     "ConfigError",
+    "DeadLetterKind",
     "RecordError",
     "RewardClient",
+    "ResultStatus",
     "RewardResult",
     "RewardTimeout",
     "RewardqError",

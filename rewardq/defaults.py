@@ -97,6 +97,8 @@ REWARD_FN_PLACEMENT = "process"
 REWARD_FN_PLACEMENTS = ("process", "thread", "inline")
 #: Scorer processes kept ready per function; None: one per CPU core, at least 2.
 SCORER_PROCESSES: int | None = None
+#: Scorer processes per function of the managers ``rewardq.testing`` builds (a test needs one).
+TESTING_SCORER_PROCESSES = 1
 #: Seconds a scorer process may be busy before it stops counting toward the pool's size, so
 #: the calls waiting behind a hung one get a spare process instead of waiting for its timeout.
 SCORER_SPARE_AFTER = 2.0
@@ -113,9 +115,90 @@ EXIT_AFTER_GRACE = 4.0
 #: it exits anyway: a hung thread in asyncio's default executor would otherwise hold it forever.
 EXIT_AFTER_STOP = 2.0
 
+#: Seconds a worker's last heartbeat may be old for it to count as alive (``rewardq health``,
+#: ``rewardq demo`` waiting for its workers).
+HEALTH_MAX_AGE = 10.0
+#: Shard count of a namespace that does not exist yet.
+SHARDS = 1
+#: Entries a shard's ``done`` stream keeps (approximately): the latest finished trajectories.
+DONE_MAXLEN = 100_000
+#: Entries a shard's dead-letter stream keeps (approximately).
+DEAD_MAXLEN = 1_000_000
+#: Trajectories one maintenance pass of one shard ends for missing outputs, at most.
+EXPIRE_BATCH = 100
+
+# -- retries and backoff (rewardq.backoff.compute_backoff) --------------------------------------
+#: Longest pause (seconds) of the worker's reader after failed reads in a row.
+READ_BACKOFF_CAP = 5.0
+#: First and longest pause (seconds) between the start-up pings of a process waiting for Redis.
+CONNECT_BACKOFF_BASE = 0.5
+CONNECT_BACKOFF_CAP = 5.0
+#: Seconds one start-up ping of Redis may take (connection and reply).
+PROBE_TIMEOUT = 3.0
+#: ``rewardq worker --processes``: the first and longest pause before a dead child is restarted
+#: (it doubles with each death in a row), and how long a child must stay up for the next death to
+#: start from the first pause again.
+SUPERVISOR_BACKOFF_START = 1.0
+SUPERVISOR_BACKOFF_MAX = 30.0
+SUPERVISOR_STABLE_AFTER = 30.0
+#: Seconds beyond a child's ``shutdown_grace`` before the supervisor kills a child that has not stopped.
+SUPERVISOR_KILL_SLACK = 10.0
+#: Seconds between the supervisor's checks of its children.
+SUPERVISOR_POLL = 0.1
+
+# -- operator commands ---------------------------------------------------------------------------
+#: Waiting trajectories ``rewardq status`` lists.
+STATUS_WAITING_LIMIT = 20
+#: Seconds of finished trajectories ``rewardq status`` measures its rates over.
+STATUS_RATE_WINDOW = 60.0
+#: Characters of a decoded prompt or response ``rewardq inspect`` shows.
+INSPECT_PREVIEW_CHARS = 200
+#: Dead letters ``rewardq dead-letters list`` shows.
+DEAD_LETTERS_LISTED = 50
+#: Namespaces an error about an unknown ``--namespace`` lists, and the seconds its SCAN may take.
+NAMESPACES_LISTED = 20
+NAMESPACE_SCAN_BUDGET = 1.0
+#: ``rewardq demo``: worker processes, trajectories, and seconds its workers may take to start.
+DEMO_WORKERS = 2
+DEMO_TRAJECTORIES = 200
+DEMO_READY_TIMEOUT = 120.0
+#: Lines of a failed demo worker's log that ``rewardq demo`` prints.
+DEMO_LOG_TAIL_LINES = 15
+#: Trajectories ``rewardq generate`` writes.
+GENERATE_TRAJECTORIES = 100
+
+# -- managers (verl's defaults where verl has the option) ---------------------------------------
+#: ``rate_limited``: requests in flight across the fleet, tokens assumed per request (verl's
+#: ``estimated_tokens_per_request``) and seconds one call may take (verl's ``timeout``).
+RATE_LIMITED_MAX_CONCURRENT = 1
+RATE_LIMITED_TOKENS_PER_REQUEST = 2000
+RATE_LIMITED_TIMEOUT = 300.0
+#: Fleet-wide rate limiter: seconds a concurrency slot is held without renewal (a dead worker's
+#: slot frees itself), the share of a wait drawn at random, and the longest single poll (seconds).
+RATE_LIMIT_LEASE_SECONDS = 30.0
+RATE_LIMIT_JITTER = 0.1
+RATE_LIMIT_MAX_POLL = 0.5
+#: ``remote``: scorer processes in its pool (and in any scorer pool built without a count), and
+#: seconds one call may take.
+REMOTE_NUM_WORKERS = 2
+REMOTE_TIMEOUT = 30.0
+#: Seconds between SIGTERM and SIGKILL for a scorer process that must stop.
+KILL_GRACE = 1.0
+#: Seconds a new scorer process may take to load its function before its start counts as failed.
+SCORER_START_TIMEOUT = 120.0
+#: ``disrm``: retries after the first attempt, seconds per request, and the retry backoff's first
+#: and longest pause (seconds).
+DISRM_MAX_RETRIES = 5
+DISRM_TIMEOUT = 30.0
+DISRM_BACKOFF_BASE = 0.5
+DISRM_BACKOFF_CAP = 30.0
+
 #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
 #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
 VERL_TIMEOUT = 900.0
+#: What the verl adapter does with a trajectory that got no reward: ``zero`` scores it 0.0 with the
+#: reason in ``extra_fields["reward_error"]``; ``raise`` fails the rollout.
+VERL_ON_ERROR = "zero"
 #: The verl adapter's and hook's failure budget: more than this share of errors among the last
 #: ``VERL_ERROR_WINDOW`` trajectories one process scored raises ScoringError (never before the window
 #: has filled). 256 trajectories is well under one rollout step of one agent-loop process on a large
@@ -162,6 +245,10 @@ CODE_WALL_FACTOR = 10.0
 CODE_JOB_CPUS = 1.0
 #: Local runner: memory a job's cgroup allows beyond ``memory_limit_mb`` (the supervisor's own).
 CODE_JOB_MEMORY_SLACK_MB = 64
+#: Local runner: tries at killing the processes left in a job's cgroup and removing it (~10 ms apart).
+CODE_CGROUP_KILL_ATTEMPTS = 100
+#: Local runner: jobs a worker's cgroup parent is weighted as when nobody says how many it runs.
+CODE_CGROUP_JOBS = 1
 #: Local runner: seconds allowed, on top of the runs' deadlines, to start and tear down a sandbox.
 CODE_STARTUP_SLACK = 10.0
 #: Local runner as root: each job runs as a uid of [BASE, BASE + COUNT) that no other live job

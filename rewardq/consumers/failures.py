@@ -19,6 +19,7 @@ from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import parse_key, trajectory_id
+from rewardq.queue.states import DeadLetterKind
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -54,7 +55,7 @@ class FailureHandler:
         self.metrics = metrics
 
     async def dead_letter(
-        self, entry: Entry, kind: str, reason: str, *, record: OutputRecord | None = None, tb: str = ""
+        self, entry: Entry, kind: DeadLetterKind, reason: str, *, record: OutputRecord | None = None, tb: str = ""
     ) -> None:
         """Dead-letter one entry; if it names a trajectory, every key of it gets an error result.
 
@@ -77,7 +78,9 @@ class FailureHandler:
         self._count(kind)
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason)
 
-    async def fail_trajectory(self, shard: int, tid: str, entry: Entry, kind: str, reason: str, tb: str = "") -> None:
+    async def fail_trajectory(
+        self, shard: int, tid: str, entry: Entry, kind: DeadLetterKind, reason: str, tb: str = ""
+    ) -> None:
         """Fail a whole trajectory (scoring failed, or its stored records are bad)."""
         await self.broker.fail(
             shard, tid, reason, index=-1, entry=entry, dead=self._dead_fields(entry, kind, reason, tb, tid=tid)

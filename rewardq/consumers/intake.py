@@ -27,6 +27,7 @@ from rewardq.errors import RecordError, TokenizerMismatch
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, decode_output
 from rewardq.queue.entries import Entry, StoreOutcome
+from rewardq.queue.states import DeadLetterKind
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -116,7 +117,8 @@ class Intake:
             elif o.kind == "parked":
                 self.stats["parked"] += 1
             elif o.kind == "conflict":
-                await self.failures.dead_letter(o.entry, "conflict", f"conflicting record: {o.detail}", record=o.record)
+                reason = f"conflicting record: {o.detail}"
+                await self.failures.dead_letter(o.entry, DeadLetterKind.CONFLICT, reason, record=o.record)
             elif o.kind == "done":
                 self.stats["duplicates"] += 1
             elif o.kind == "leased":
@@ -129,7 +131,7 @@ class Intake:
             if entry.deliveries > self.max_deliveries:
                 await self.failures.dead_letter(
                     entry,
-                    "exhausted",
+                    DeadLetterKind.EXHAUSTED,
                     f"delivered {entry.deliveries} times without finishing "
                     f"(max_deliveries={self.max_deliveries}); the worker scoring it "
                     "probably crashed each time",
@@ -147,10 +149,10 @@ class Intake:
                 if key and key != rec.key:
                     raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
             except TokenizerMismatch as exc:
-                await self.failures.dead_letter(entry, "tokenizer", str(exc))
+                await self.failures.dead_letter(entry, DeadLetterKind.TOKENIZER, str(exc))
                 continue
             except RecordError as exc:
-                await self.failures.dead_letter(entry, "invalid", f"invalid record: {exc}")
+                await self.failures.dead_letter(entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
                 continue
             valid.append((entry, rec, bytes(entry.data)))
         return valid

@@ -60,6 +60,7 @@ from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
 from rewardq.queue.results import RewardResult
+from rewardq.queue.states import DeadLetterKind
 from rewardq.reward.base import RewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 
@@ -306,8 +307,8 @@ class Worker:
             # in flight (its lease renewed) while it waits for a slot and its turn
             async with self.flights.slots, self.quarantine.turn(shard, tid, o.attempts, o.solo) as crashes:
                 if o.attempts > 1 and crashes >= self.cfg.max_crashes:
-                    outcome = "crashed"
-                    await self.failures.fail_trajectory(shard, tid, o.entry, "crashed", crash_reason(crashes))
+                    outcome = DeadLetterKind.CRASHED
+                    await self.failures.fail_trajectory(shard, tid, o.entry, outcome, crash_reason(crashes))
                 else:
                     outcome = await self._score(o, shard, tid)
         except asyncio.CancelledError:
@@ -333,11 +334,11 @@ class Worker:
                 tokenizer=self.tokenizer_fingerprint,
             )
         except TokenizerMismatch as exc:
-            await self.failures.fail_trajectory(shard, tid, o.entry, "tokenizer", str(exc))
-            return "invalid"
+            await self.failures.fail_trajectory(shard, tid, o.entry, DeadLetterKind.TOKENIZER, str(exc))
+            return DeadLetterKind.TOKENIZER
         except RecordError as exc:
-            await self.failures.fail_trajectory(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
-            return "invalid"
+            await self.failures.fail_trajectory(shard, tid, o.entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
+            return DeadLetterKind.INVALID
         try:
             results = await self.scorer.score(records, started_ts=o.entry.ts)
         except asyncio.CancelledError:
@@ -347,7 +348,7 @@ class Worker:
                 shard,
                 tid,
                 o.entry,
-                "scoring",
+                DeadLetterKind.SCORING,
                 f"scoring failed: {type(exc).__name__}: {exc}",
                 tb=traceback.format_exc(),
             )
@@ -413,5 +414,5 @@ class Worker:
             for tid, reason in await self.broker.expire_incomplete(shard):
                 self.stats["expired"] += 1
                 self.stats["errors"] += 1
-                self.metrics.dead_letter("incomplete")
+                self.metrics.dead_letter(DeadLetterKind.INCOMPLETE)
                 logger.warning("trajectory %s ended: %s", tid, reason)

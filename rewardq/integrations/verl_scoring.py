@@ -33,7 +33,7 @@ import numpy as np
 
 from rewardq.errors import RecordError, RedisUnavailable, RewardTimeout, ScoringError
 from rewardq.integrations.verl_budget import ErrorBudget
-from rewardq.integrations.verl_settings import VerlAdapterSettings, settings_for
+from rewardq.integrations.verl_settings import VerlAdapterSettings, settings_for, where
 from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
 
@@ -128,8 +128,8 @@ class TrajectoryScorer:
         self.budget = ErrorBudget(
             settings.max_error_rate,
             settings.error_window,
-            settings_hint=f"{settings.where('max_error_rate')}; verl_error_window={settings.error_window} from "
-            f"{settings.where('error_window')}",
+            settings_hint=f"{where(settings, 'max_error_rate')}; verl_error_window={settings.error_window} from "
+            f"{where(settings, 'error_window')}",
         )
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -227,7 +227,7 @@ class TrajectoryScorer:
         s = self.settings
         err = RedisUnavailable(
             f"rewardq: cannot reach the workers' Redis at {redact_url(s.redis_url)} "
-            f"({type(exc).__name__}: {exc}); the URL comes from {s.where('redis_url')}. Check that this "
+            f"({type(exc).__name__}: {exc}); the URL comes from {where(s, 'redis_url')}. Check that this "
             "Redis runs and is reachable from this node, and that it is the one the `rewardq worker` fleet uses. "
             "No reward was computed for this trajectory"
         )

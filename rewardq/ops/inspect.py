@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from rewardq import defaults
 from rewardq.errors import NotFound
 from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 
@@ -64,7 +65,9 @@ def timings(view: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def inspect_view(r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = 200) -> dict[str, Any]:
+def inspect_view(
+    r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = defaults.INSPECT_PREVIEW_CHARS
+) -> dict[str, Any]:
     """``inspect_trajectory`` plus timings; raises :class:`NotFound` when nothing is known about ``ref``."""
     from rewardq.queue.status import inspect_trajectory
 
@@ -213,7 +216,7 @@ def render_inspect(view: dict[str, Any]) -> Any:  # noqa: C901 - one branch per 
 @click.option(
     "--preview",
     type=click.IntRange(min=1),
-    default=200,
+    default=defaults.INSPECT_PREVIEW_CHARS,
     show_default=True,
     help="Characters of decoded response to show (with --tokenizer).",
 )

@@ -25,6 +25,7 @@ from rewardq.queue.entries import Entry, StoreOutcome, entries_from_reply
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult, as_text, same_fields
 from rewardq.queue.script_runner import ScriptRunner
+from rewardq.queue.states import ResultStatus
 
 RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager", "scored_at", "latency_ms")
 #: Bytes of entries ``claimable.lua`` reads in one call before it leaves the rest for a later pass.
@@ -53,12 +54,12 @@ class StreamBroker:
         ks: Keyspace,
         *,
         worker: str,
-        result_ttl: float = 86400,
-        lease_seconds: float = 30.0,
-        incomplete_timeout: float = 600.0,
-        done_maxlen: int = 100_000,
-        dead_maxlen: int = 1_000_000,
-        keep_records: float = 0.0,
+        result_ttl: float = defaults.RESULT_TTL,
+        lease_seconds: float = defaults.LEASE_SECONDS,
+        incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT,
+        done_maxlen: int = defaults.DONE_MAXLEN,
+        dead_maxlen: int = defaults.DEAD_MAXLEN,
+        keep_records: float = defaults.KEEP_RECORDS,
         max_outputs: int = defaults.MAX_OUTPUTS,
     ) -> None:
         self.r = client
@@ -201,7 +202,9 @@ class StreamBroker:
         return out
 
     # -- finish ----------------------------------------------------------------------------
-    async def commit(self, shard: int, tid: str, results: Sequence[RewardResult], status: str = "ok") -> bool:
+    async def commit(
+        self, shard: int, tid: str, results: Sequence[RewardResult], status: str = ResultStatus.OK
+    ) -> bool:
         """Write every key's result, then acknowledge the trajectory's entries (atomically).
 
         Idempotent: a second commit of a finished trajectory only re-acknowledges.
@@ -308,7 +311,7 @@ class StreamBroker:
         pipe.xdel(stream, entry.id)
         await pipe.execute()
 
-    async def expire_incomplete(self, shard: int, limit: int = 100) -> list[tuple[str, str]]:
+    async def expire_incomplete(self, shard: int, limit: int = defaults.EXPIRE_BATCH) -> list[tuple[str, str]]:
         """End trajectories of ``shard`` whose outputs stopped arriving; returns ``(tid, reason)``."""
         keys = [self.ks.waiting(shard), self.ks.stream(shard), self.ks.done(shard), self.ks.dead(shard)]
         args = [

@@ -1,11 +1,12 @@
 """Dead letters: list, show, retry and purge them (what ``rewardq dead-letters`` runs).
 
-A dead letter is an entry of a shard's ``<ns>:{s}:dead`` stream. Its fields: ``kind``
-(``invalid`` undecodable or invalid record; ``conflict`` contradicting records; ``scoring``
-the manager failed; ``crashed`` its scoring took the worker process down ``max_crashes``
-times while scored alone; ``exhausted`` delivered ``max_deliveries`` times; ``incomplete``
-outputs never arrived), ``reason``, ``traceback``, ``tid``, ``key``, ``entry_id``, ``deliveries``,
-``worker``, ``time``, ``ts`` and ``data`` (the raw record, when there was one).
+A dead letter is an entry of a shard's ``<ns>:{s}:dead`` stream. Its fields: ``kind`` (a
+:class:`~rewardq.queue.states.DeadLetterKind`: ``invalid`` undecodable or invalid record;
+``conflict`` contradicting records; ``scoring`` the manager failed; ``crashed`` its scoring took
+the worker process down ``max_crashes`` times while scored alone; ``exhausted`` delivered
+``max_deliveries`` times; ``incomplete`` outputs never arrived), ``reason``, ``traceback``,
+``tid``, ``key``, ``entry_id``, ``deliveries``, ``worker``, ``time``, ``ts`` and ``data`` (the
+raw record, when there was one).
 
 **Retry** puts a dead letter back to work: the trajectory it names is reopened (its error
 results are deleted, its stored outputs kept) and the raw record is added to the stream again,
@@ -96,7 +97,7 @@ class DeadLetters:
         client: Any,
         ks: Keyspace,
         *,
-        incomplete_timeout: float = 600.0,
+        incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT,
         max_outputs: int = defaults.MAX_OUTPUTS,
     ) -> None:
         self.r = client

@@ -136,7 +136,7 @@ class Keyspace:
     """
 
     namespace: str = defaults.NAMESPACE
-    shards: int = 1
+    shards: int = defaults.SHARDS
     group: str = defaults.GROUP
     _tags: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 

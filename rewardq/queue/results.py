@@ -17,8 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUS_OK = "ok"
-STATUS_ERROR = "error"
+from rewardq.queue.states import ResultStatus
+
+#: The two statuses by their older names (:class:`~rewardq.queue.states.ResultStatus`).
+STATUS_OK = ResultStatus.OK
+STATUS_ERROR = ResultStatus.ERROR
 
 
 def as_text(value: Any) -> str:
@@ -49,7 +52,7 @@ class RewardResult:
 
     Attributes:
         key: ``<uid>_<session_id>_<i>``.
-        status: ``"ok"`` or ``"error"``.
+        status: a :class:`~rewardq.queue.states.ResultStatus` (``"ok"`` or ``"error"``).
         reward_score: the reward (a plain float), None for errors.
         reward_extra_info: the manager's extra metrics (``acc``, ``pred``, ...); for
             errors ``{"error": reason}`` so downstream filters never meet a missing dict.
@@ -102,7 +105,7 @@ class RewardResult:
             extra = {"raw": d.get("reward_extra_info")}
         return cls(
             key=key,
-            status=d.get("status", STATUS_ERROR),
+            status=_status(d.get("status")),
             reward_score=float(score) if score else None,
             reward_extra_info=extra,
             error=d.get("error") or None,
@@ -124,6 +127,14 @@ class RewardResult:
             "scored_at": self.scored_at,
             "latency_ms": self.latency_ms,
         }
+
+
+def _status(text: str | None) -> str:
+    """A stored status as its :class:`ResultStatus` (an unknown word is kept as it is)."""
+    try:
+        return ResultStatus(text or ResultStatus.ERROR)
+    except ValueError:
+        return str(text)
 
 
 def same_fields(a: RewardResult, b: RewardResult) -> bool:
