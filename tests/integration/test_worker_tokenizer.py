@@ -25,11 +25,10 @@ from tests.support.helpers import running_workers
 from tests.support.hf_cache import fake_hub_cache
 from tests.support.records import text_output
 
-pytestmark = pytest.mark.slow
-
 UNREACHABLE = "redis://127.0.0.1:1/0"  # never reached: the tokenizer is checked first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("extra", "env"),
     [
@@ -50,6 +49,7 @@ def test_no_tokenizer_exits_2_naming_the_flag(procs, extra, env):
     assert "no tokenizer given" in err and "--tokenizer" in err and "REWARDQ_TOKENIZER" in err
 
 
+@pytest.mark.slow
 def test_a_hub_id_comes_from_the_local_cache_offline(procs, redis_url, ns, sync_redis, tmp_path):
     home = tmp_path / "hf"
     config = json.dumps({"eos_token": "<|im_end|>"}).encode()
@@ -60,6 +60,7 @@ def test_a_hub_id_comes_from_the_local_cache_offline(procs, redis_url, ns, sync_
     assert worker.terminate() == 0
 
 
+@pytest.mark.slow
 def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs, tmp_path):
     env = {"HF_HOME": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
     rc, proc = procs.run(
