@@ -110,7 +110,12 @@ class WorkerConfig:
         pairs=True,
         merge=True,
     )
-    tokenizer: str | None = setting(None, "tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
+    tokenizer: str | None = setting(
+        None,
+        "Required: the trainer's tokenizer (a Hugging Face folder, a Hub id in the local Hugging Face cache, "
+        "a tokenizer.json), or builtin:demo for the demo's data. From a verl --config: its model.path.",
+        shown_default="none, required",
+    )
     reward_fn: str | None = setting(
         None, "Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].", shown_default="the default scorer"
     )
@@ -350,6 +355,21 @@ class AdapterSettings:
         bound_why="zero: an error scores 0.0 and its message goes to extra_fields['reward_error']; "
         "raise: the error fails the rollout",
     )
+    max_error_rate: float = setting(
+        defaults.VERL_MAX_ERROR_RATE,
+        "Failure budget: the largest share of errors among the last verl_error_window trajectories of one "
+        "adapter or hook process; more raises ScoringError (1: never).",
+        key="verl_max_error_rate",
+        minimum=0,
+        maximum=1,
+        bound_why="a share of trajectories",
+    )
+    error_window: int = setting(
+        defaults.VERL_ERROR_WINDOW,
+        "Failure budget: how many last trajectories the share of errors is taken over.",
+        key="verl_error_window",
+        minimum=1,
+    )
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -429,11 +449,13 @@ def read_config_file(path: str) -> LoadedFile:
     known = {s.key: s for s in WorkerConfig.settings().values()}
     layers: list[tuple[str, Mapping[str, Any]]] = []
     unused: list[str] = []
+    origins: dict[str, str] = {}
     verl = is_verl_config(data)
     if verl:
         translated = translate(data)
         layers.append(("verl config", translated.values))
         unused += translated.unused
+        origins = translated.origins
     top = {k: v for k, v in data.items() if not (verl and k in VERL_SECTIONS) and k != "rewardq"}
     layers.append(("", top))
     for block_path, block in (("rewardq", data.get("rewardq")), ("reward.rewardq", _reward_block(data))):
@@ -452,6 +474,8 @@ def read_config_file(path: str) -> LoadedFile:
                 unused.append(dotted + _suggestion(str(key), known))
                 continue
             where = f"{path} ({prefix})" if prefix else path
+            if prefix == "verl config" and key in origins:  # the verl key it came from, for errors
+                where = f"{path} ({origins[key]})"
             found.put(known[key], file_value(known[key], value, where), f"file {where}")
     return LoadedFile(found.values, unused, found.sources)
 

@@ -28,12 +28,14 @@ def assemble(
     known: OutputRecord | None = None,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    tokenizer: str | None = None,
 ) -> list[OutputRecord]:
     """Decode the outputs of trajectory ``tid`` in index order.
 
     ``known`` is a record the caller already decoded from the same bytes (the one that
     completed the trajectory); it is used as is. Raises RecordError when a payload is
-    missing, undecodable, or out of place.
+    missing, undecodable, or out of place (:class:`~rewardq.errors.TokenizerMismatch` when one was
+    made with another tokenizer than ``tokenizer``, the worker's fingerprint).
     """
     records = []
     n = len(payloads)
@@ -49,6 +51,7 @@ def assemble(
                 vocab_size=vocab_size,
                 max_outputs=max_outputs,
                 max_image_bytes=max_image_bytes,
+                tokenizer=tokenizer,
             )
         if rec.tid != tid or rec.index != i:
             raise RecordError("index", f"stored output {i} of {tid} is {rec.key}")

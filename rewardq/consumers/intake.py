@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from rewardq import defaults
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics
-from rewardq.errors import RecordError, TrajectoryTooLarge
+from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.checks import check_trajectory_bytes
 from rewardq.queue.codec import OutputRecord, decode_output
@@ -78,6 +78,8 @@ class Intake:
         max_deliveries: an entry delivered more often than this is dead-lettered unread.
         max_record_bytes, max_outputs, vocab_size, max_image_bytes: the bounds a record must keep to decode.
         max_trajectory_bytes: the most a trajectory's records may total.
+        tokenizer: the worker's tokenizer fingerprint; a record made with another vocabulary is
+            dead-lettered (kind ``tokenizer``), with an error result naming both tokenizers.
         stats: the worker's counters; ``read``, ``stored``, ``parked`` and ``duplicates`` are counted here.
         metrics: the worker's metrics hooks.
         on_complete: called with every trajectory whose lease this worker now holds; it must score it.
@@ -94,6 +96,7 @@ class Intake:
         max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES,
         vocab_size: int | None,
         stats: dict[str, int],
+        tokenizer: str | None = None,
         metrics: Metrics,
         on_complete: Callable[[StoreOutcome], None],
         max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
@@ -106,6 +109,7 @@ class Intake:
         self.max_outputs = max_outputs
         self.max_image_bytes = max_image_bytes
         self.vocab_size = vocab_size
+        self.tokenizer = tokenizer
         self.stats = stats
         self.metrics = metrics
         self.on_complete = on_complete
@@ -148,10 +152,14 @@ class Intake:
                     vocab_size=self.vocab_size,
                     max_outputs=self.max_outputs,
                     max_image_bytes=self.max_image_bytes,
+                    tokenizer=self.tokenizer,
                 )
                 key = entry.key
                 if key and key != rec.key:
                     raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
+            except TokenizerMismatch as exc:
+                await self.failures.dead_letter(entry, DeadLetterKind.TOKENIZER, str(exc))
+                continue
             except RecordError as exc:
                 await self.failures.dead_letter(entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
                 continue

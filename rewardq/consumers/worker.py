@@ -54,7 +54,7 @@ from rewardq.consumers.quarantine import Quarantine, crash_reason
 from rewardq.consumers.reader import StreamReader, read_groups
 from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
 from rewardq.consumers.scorer import TrajectoryScorer
-from rewardq.errors import RecordError, TrajectoryTooLarge
+from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async, redact_url
 from rewardq.queue.entries import Entry, StoreOutcome
@@ -63,6 +63,7 @@ from rewardq.queue.meta import default_worker_name
 from rewardq.queue.results import EncodedResults
 from rewardq.queue.states import DeadLetterKind
 from rewardq.reward.base import RewardManager
+from rewardq.reward.fingerprint import tokenizer_fingerprint
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -110,6 +111,7 @@ class Worker:
         self.stopped = False
         self._tasks: list[asyncio.Task] = []
         self.vocab_size: int | None = None
+        self.tokenizer_fingerprint: str | None = None
         self.metrics_port: int | None = None
 
     @property
@@ -171,6 +173,7 @@ class Worker:
         if self.manager is None:
             self.manager, self.tokenizer = build_manager(cfg, self._client, self.name)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
+        self.tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
         await self.manager.setup()
         await self.manager.prepare_scoring()
         if not self._metrics_given and cfg.metrics_port is not None:
@@ -190,6 +193,7 @@ class Worker:
             max_trajectory_bytes=cfg.max_trajectory_bytes,
             max_outputs=cfg.max_outputs,
             vocab_size=self.vocab_size,
+            tokenizer=self.tokenizer_fingerprint,
             stats=self.stats,
             metrics=self.metrics,
             on_complete=self._start_scoring,
@@ -346,6 +350,7 @@ class Worker:
                 known=o.record,
                 max_outputs=self.cfg.max_outputs,
                 max_image_bytes=self.cfg.max_image_bytes,
+                tokenizer=self.tokenizer_fingerprint,
             )
             check_batch_bytes(records, self.cfg.max_batch_bytes)  # before the batch is built
         except TrajectoryTooLarge as exc:
@@ -353,6 +358,9 @@ class Worker:
                 shard, tid, o.entry, DeadLetterKind.INVALID, f"trajectory {tid}: {exc.message}"
             )
             return DeadLetterKind.INVALID
+        except TokenizerMismatch as exc:
+            await self.failures.fail_trajectory(shard, tid, o.entry, DeadLetterKind.TOKENIZER, str(exc))
+            return DeadLetterKind.TOKENIZER
         except RecordError as exc:
             await self.failures.fail_trajectory(shard, tid, o.entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
             return DeadLetterKind.INVALID

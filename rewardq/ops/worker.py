@@ -8,7 +8,8 @@ actually given become overrides, so the precedence is
 
 Start-up order, each step failing with a message that says what to fix:
 
-1. load the configuration (exit 2 on a bad value);
+1. load the configuration and the tokenizer (exit 2 on a bad value, on no ``--tokenizer`` at all,
+   and on a tokenizer that cannot be loaded: the message names its path and how to get it);
 2. PING Redis until it answers, with backoff and one log line per attempt, for up to
    ``--connect-timeout`` seconds (default: forever), then exit 3 with the redacted URL; refused
    credentials exit at once;
@@ -132,7 +133,7 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     from rewardq.queue.connection import split_cluster
     from rewardq.queue.meta import default_worker_name
     from rewardq.reward.base import ManagerContext
-    from rewardq.reward.factory import build_from_config
+    from rewardq.reward.factory import build_from_config, load_worker_tokenizer
 
     try:
         setup_logging(cfg.log_level, cfg.log_format)
@@ -151,10 +152,11 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
             len(cfg.unused_keys),
             ", ".join(cfg.unused_keys),
         )
+    tokenizer = load_worker_tokenizer(cfg)  # before waiting for Redis: a wrong tokenizer must not wait
     wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
     cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
     ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
-    manager, tokenizer = build_from_config(cfg, ctx)
+    manager, tokenizer = build_from_config(cfg, ctx, tokenizer)
     ctx.code_runtime().announce()  # the rlimits warning, or that code will be refused, at every start
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)

@@ -54,6 +54,9 @@ class ClientSettings:
         max_backlog: per shard; past it ``put_*`` waits for workers to catch up. None: no bound.
         backpressure_timeout: how long ``put_*`` waits before raising BackpressureTimeout.
         cluster: treat the URL as a Redis Cluster.
+        tokenizer: the fingerprint of the tokenizer that made the ids
+            (:func:`rewardq.reward.fingerprint.tokenizer_fingerprint`), sent with every record so a
+            worker decoding with another vocabulary answers with an error instead of a wrong reward.
     """
 
     namespace: str = defaults.NAMESPACE
@@ -65,6 +68,7 @@ class ClientSettings:
     max_backlog: int | None = defaults.MAX_BACKLOG
     backpressure_timeout: float = defaults.BACKPRESSURE_TIMEOUT
     cluster: bool = False
+    tokenizer: str | None = None
 
 
 @dataclass
@@ -159,6 +163,7 @@ def prepare_output(
     max_bytes: int,
     max_outputs: int = defaults.MAX_OUTPUTS,
     max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
+    tokenizer: str | None = None,
 ) -> Put:
     data = encode_output(
         uid,
@@ -170,6 +175,7 @@ def prepare_output(
         max_bytes=max_bytes,
         max_outputs=max_outputs,
         max_image_bytes=max_image_bytes,
+        tokenizer=tokenizer,
     )
     key = output_key(str(uid), str(session_id), int(index))
     shard = ks.shard_of(key.rpartition("_")[0])
@@ -187,6 +193,7 @@ def prepare_trajectory(
     max_outputs: int = defaults.MAX_OUTPUTS,
     max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
     max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES,
+    tokenizer: str | None = None,
 ) -> list[Put]:
     """The puts of a whole trajectory; raises RecordError for a bad output, and
     :class:`~rewardq.errors.TrajectoryTooLarge` as soon as the records encoded so far pass
@@ -212,6 +219,7 @@ def prepare_trajectory(
             max_bytes=max_bytes,
             max_outputs=max_outputs,
             max_image_bytes=max_image_bytes,
+            tokenizer=tokenizer,
         )
         total += put.size
         check_trajectory_bytes(total, max_trajectory_bytes, n, counted=i + 1)
@@ -337,6 +345,7 @@ class ClientBase:
             max_bytes=s.max_record_bytes,
             max_outputs=s.max_outputs,
             max_image_bytes=s.max_image_bytes,
+            tokenizer=s.tokenizer,
         )
 
     def _prepare_trajectory(
@@ -353,6 +362,7 @@ class ClientBase:
             max_outputs=s.max_outputs,
             max_image_bytes=s.max_image_bytes,
             max_trajectory_bytes=s.max_trajectory_bytes,
+            tokenizer=s.tokenizer,
         )
 
     def _send_pipeline(self, ks: Keyspace, puts: list[Put]) -> tuple[Any, list[int], bool]:

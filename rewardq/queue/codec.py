@@ -5,7 +5,8 @@ A record is a msgpack map::
     {"v": 1, "uid": str, "session_id": str, "index": 0 <= int < max_outputs, "final": bool,
      "prompt_ids": Ext(1|2), "response_ids": Ext(1|2), "response_mask": Ext(4) | nil,
      "response_logprobs": Ext(3) | nil, "num_turns": int | nil, "extra_fields": map,
-     "reward_score": float | nil, "sample": map, "multi_modal_data": map (only when present)}
+     "reward_score": float | nil, "sample": map, "multi_modal_data": map (only when present),
+     "tokenizer": str (optional)}
 
 Token ids travel as msgpack extension types holding little-endian packed arrays
 (ext 1: int32, ext 2: int64, ext 3: float32, ext 4: uint8), never as lists of Python
@@ -16,6 +17,10 @@ field; a failure raises :class:`~rewardq.errors.RecordError` naming the field. T
 checks exactly what the decoder accepts (``check_value`` mirrors the unpacker's limits), so a
 record the producer sent is never refused by a worker of the same version (the checks live in
 :mod:`rewardq.queue.checks`).
+
+``tokenizer`` is present only when the producer knows it: the fingerprint of the tokenizer
+that made the ids (:mod:`rewardq.reward.fingerprint`). A worker given its own refuses a record
+made with another vocabulary (:class:`~rewardq.errors.TokenizerMismatch`, naming both).
 
 Keys are ``<uid>_<session_id>_<index>`` and parse from the right: a ``session_id`` never holds
 ``_`` (a ``uid`` may), so two trajectories never share a key.
@@ -38,7 +43,7 @@ import msgpack
 import numpy as np
 
 from rewardq import defaults
-from rewardq.errors import RecordError
+from rewardq.errors import RecordError, TokenizerMismatch
 from rewardq.queue.checks import (
     MAX_ARRAY_LEN,
     MAX_MAP_LEN,
@@ -48,7 +53,9 @@ from rewardq.queue.checks import (
     check_mask,
     check_name,
     check_score,
+    check_tokenizer,
     check_unique_fields,
+    tokenizer_mismatch,
 )
 from rewardq.queue.images import decode_multi_modal, encode_multi_modal, with_sample_media
 from rewardq.queue.keys import output_key, trajectory_id
@@ -71,7 +78,7 @@ _REQUIRED = ("uid", "session_id", "index", "final", "prompt_ids", "response_ids"
 _KNOWN = frozenset(
     _REQUIRED
     + ("v", "response_mask", "response_logprobs", "num_turns", "extra_fields", "reward_score", "sample")
-    + ("multi_modal_data",)
+    + ("multi_modal_data", "tokenizer")
 )
 
 
@@ -93,6 +100,7 @@ class OutputRecord:
     sample: dict[str, Any] = field(default_factory=dict)
     #: the output's images (:class:`~rewardq.queue.images.EncodedImage`) and video paths, if any
     multi_modal_data: dict[str, list[Any]] | None = None
+    tokenizer: str | None = None
 
     @property
     def key(self) -> str:
@@ -238,12 +246,14 @@ def encode_output(
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    tokenizer: str | None = None,
 ) -> bytes:
     """Validate one output and encode it for the wire.
 
     ``output`` is a dict with the fields of a verl ``AgentLoopOutput`` or any object with
-    those attributes (its ``multi_modal_data`` images are encoded once, here). Raises
-    RecordError naming the first bad field.
+    those attributes (its ``multi_modal_data`` images are encoded once, here); ``tokenizer`` the
+    fingerprint of the tokenizer that made its ids, if known. Raises RecordError naming the first
+    bad field.
     """
     uid = check_name(uid, "uid")
     session_id = check_name(session_id, "session_id")
@@ -280,6 +290,8 @@ def encode_output(
     }
     if media is not None:  # absent otherwise: a text-only record keeps its bytes (and digest)
         record["multi_modal_data"] = media
+    if tokenizer is not None:  # absent otherwise: a record without it encodes as it always did
+        record["tokenizer"] = check_tokenizer(tokenizer)
     try:
         data = msgpack.packb(record, default=plain_value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -351,8 +363,13 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     vocab_size: int | None = None,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    tokenizer: str | None = None,
 ) -> OutputRecord:
-    """Decode and validate one record. Raises RecordError naming the bad field."""
+    """Decode and validate one record. Raises RecordError naming the bad field.
+
+    ``tokenizer``: the worker's tokenizer fingerprint; a record made with another vocabulary is
+    refused (field ``tokenizer``) before its ids are checked against ``vocab_size``.
+    """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise RecordError("data", f"stream entry has no binary 'data' field (got {type(data).__name__})")
     if len(data) > max_bytes:
@@ -390,6 +407,10 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     session_id = check_name(_need(d, "session_id", str, "a string"), "session_id")
     index = check_index(_need(d, "index", int, "an integer"), max_outputs)
     final = _need(d, "final", bool, "a bool")
+    made_with = check_tokenizer(d.get("tokenizer"))
+    wrong = tokenizer_mismatch(made_with, tokenizer)
+    if wrong is not None:
+        raise TokenizerMismatch(wrong)
     prompt = _ids(d, "prompt_ids")
     response = _ids(d, "response_ids")
     for name, arr in (("prompt_ids", prompt), ("response_ids", response)):
@@ -438,6 +459,7 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
         reward_score=None if score is None else float(score),
         sample=sample,
         multi_modal_data=media,
+        tokenizer=made_with,
     )
 
 

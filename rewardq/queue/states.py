@@ -41,6 +41,9 @@ class DeadLetterKind(_Text):
     #: the record does not decode or breaks a bound (size, ids, index, key), or the stored
     #: records of a trajectory do not assemble.
     INVALID = "invalid"
+    #: the record's ids were made with another tokenizer than the worker decodes with (its
+    #: ``tokenizer`` fingerprint names another vocabulary); the error names both tokenizers.
+    TOKENIZER = "tokenizer"
     #: the record contradicts what is stored (two finals, another record for a key, an index
     #: past the final one) or arrived after its trajectory finished.
     CONFLICT = "conflict"

@@ -311,7 +311,8 @@ def test_a_setting_declared_in_one_file_reaches_every_door(patched_package, tmp_
     # And a starting worker logs it in its effective config (here before it gives up on an unreachable Redis)
     w = run_copy(
         root,
-        ["worker", "--redis-url", "redis://127.0.0.1:1/0", "--connect-timeout", "0.5", "--log-format", "json"],
+        ["worker", "--redis-url", "redis://127.0.0.1:1/0", "--connect-timeout", "0.5", "--log-format", "json"]
+        + ["--tokenizer", "builtin:demo"],
         env={"REWARDQ_PROBE_KNOB": "6.5"},
     )
     assert w.returncode == 3, w.stderr
@@ -328,7 +329,7 @@ def test_the_adapter_reads_the_workers_declarations_and_its_own():
     for name in ("redis_url", "namespace", "cluster"):
         assert adapter[name].spec is worker_settings[name].spec and adapter[name].env == worker_settings[name].env
     assert (adapter["timeout"].key, adapter["timeout"].env) == ("verl_timeout", "REWARDQ_VERL_TIMEOUT")
-    assert ADAPTER_KEYS == {"verl_timeout", "verl_on_error"}  # a worker's config file may carry them
+    assert ADAPTER_KEYS == {"verl_timeout", "verl_on_error", "verl_max_error_rate", "verl_error_window"}
 
 
 def test_adapter_settings_block_then_environment():

@@ -39,7 +39,15 @@ def test_members_are_their_values_wherever_a_string_goes():
         assert member == member.value and f"{member}" == str(member) == member.value
         assert json.dumps(member) == json.dumps(member.value)
         assert msgpack.unpackb(msgpack.packb(member)) == member.value
-    assert [k.value for k in DeadLetterKind] == ["invalid", "conflict", "scoring", "crashed", "exhausted", "incomplete"]
+    assert [k.value for k in DeadLetterKind] == [
+        "invalid",
+        "tokenizer",
+        "conflict",
+        "scoring",
+        "crashed",
+        "exhausted",
+        "incomplete",
+    ]
     assert RewardResult.from_hash("k", {b"status": b"ok"}).status is ResultStatus.OK
     assert RewardResult.from_hash("k", {}).status is ResultStatus.ERROR
 
