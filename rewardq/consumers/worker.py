@@ -172,7 +172,7 @@ class Worker:
         await self.manager.setup()
         await self.manager.prepare_scoring()
         if not self._metrics_given and cfg.metrics_port is not None:
-            self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port)
+            self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port, self._client, self.ks)
         self.failures = FailureHandler(
             broker,
             worker_name=self.name,
@@ -346,8 +346,8 @@ class Worker:
             return "error"
         await self._commit(shard, tid, results)
         self.stats["scored"] += 1
-        if results and results[-1].latency_ms is not None:
-            self.presence.scored(results[-1].latency_ms)
+        if results:
+            self.presence.scored(results[-1].latency_ms, outputs=len(results))
         return "ok"
 
     async def _commit(self, shard: int, tid: str, results: list[RewardResult]) -> None:
@@ -361,6 +361,8 @@ class Worker:
         self.flights.finished(tid, handed_back=outcome == "handed-back")
         elapsed = (time.perf_counter() - t0) * 1000
         self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
+        if outcome != "handed-back":
+            self.presence.finished(data_source, elapsed / 1000.0)
         logger.info(
             "trajectory %s manager=%s outcome=%s elapsed_ms=%.1f",
             tid,

@@ -67,11 +67,6 @@ def collect(r: Any, ks: Any, *, limit: int = 20, url: str = "") -> dict[str, Any
     live = {w["name"] for w in st["workers"]}
     cons = consumers(r, ks)
     for sh in st["shards"]:
-        # Redis reports no lag (NULL) when entries after the last delivered one may have been deleted,
-        # which is nearly always once workers delete what they stored: estimate it as the entries
-        # still in the stream that no consumer holds.
-        sh["backlog"] = sh["lag"] if sh["lag"] is not None else max(0, sh["length"] - sh["pending"])
-        sh["backlog_exact"] = sh["lag"] is not None
         sh["owners"] = [
             {"name": c["name"], "pending": c["pending"], "alive": c["name"] in live}
             for c in cons.get(sh["shard"], [])

@@ -51,23 +51,34 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 def shard_status(r: Any, ks: Keyspace, shard: int) -> dict[str, Any]:
-    """Length, consumer-group lag and pending count of one shard's stream."""
+    """Length, consumer-group lag, pending count and backlog of one shard's stream (:func:`shard_figures`)."""
     stream = ks.stream(shard)
+    try:
+        groups = r.xinfo_groups(stream)
+    except ResponseError:
+        groups = None
+    return shard_figures(shard, stream, int(r.xlen(stream)), groups, ks.group)
+
+
+def shard_figures(shard: int, stream: str, length: int, groups: list[Any] | None, group: str) -> dict[str, Any]:
+    """One shard's status from its XLEN and XINFO GROUPS (None: the stream has no groups).
+
+    ``backlog`` is the entries no worker has been given yet: the group's lag when Redis knows it,
+    else (``backlog_exact`` False) the entries still in the stream that no consumer holds. Redis
+    reports no lag once entries after the last delivered one may have been deleted, which is
+    nearly always so, because workers delete the entries whose records they stored.
+    """
     out: dict[str, Any] = {
         "shard": shard,
         "stream": stream,
-        "length": int(r.xlen(stream)),
+        "length": length,
         "lag": None,
         "pending": 0,
         "consumers": 0,
         "group": False,
     }
-    try:
-        groups = r.xinfo_groups(stream)
-    except ResponseError:
-        return out
-    for g in groups:
-        if _s(g.get("name")) == ks.group:
+    for g in groups or ():
+        if _s(g.get("name")) == group:
             lag = g.get("lag")
             out.update(
                 group=True,
@@ -76,7 +87,62 @@ def shard_status(r: Any, ks: Keyspace, shard: int) -> dict[str, Any]:
                 lag=None if lag is None else int(lag),
                 last_delivered=_s(g.get("last-delivered-id", "")),
             )
+    out["backlog"] = out["lag"] if out["lag"] is not None else max(0, out["length"] - out["pending"])
+    out["backlog_exact"] = out["lag"] is not None
     return out
+
+
+def drain_estimate(backlog: int, outputs_per_s: float) -> float | None:
+    """Seconds the fleet needs to take ``backlog`` entries at ``outputs_per_s``: 0 with no backlog,
+    None when there is a backlog and nothing is being scored (it never drains at that rate)."""
+    if backlog <= 0:
+        return 0.0
+    if outputs_per_s <= 0:
+        return None
+    return round(backlog / outputs_per_s, 1)
+
+
+def backlog_status(shards: list[dict[str, Any]], workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fleet's backlog (entries not yet given to a worker, over every shard), its measured rate
+    (outputs scored per second by the live workers over their last 10 s) and the drain time."""
+    entries = sum(int(sh["backlog"]) for sh in shards)
+    rate = round(sum(float(w.get("outputs_per_s", 0.0)) for w in workers), 3)
+    return {
+        "entries": entries,
+        "exact": all(sh["backlog_exact"] for sh in shards),
+        "outputs_per_s": rate,
+        "seconds": drain_estimate(entries, rate),
+        "workers": len(workers),
+    }
+
+
+def fleet_backlog(r: Any, ks: Keyspace, now: float | None = None) -> dict[str, Any]:
+    """:func:`backlog_status` read from Redis: one XLEN and XINFO GROUPS per shard, and every live
+    worker's heartbeat (what the Ray fleet's handle and autoscaler poll)."""
+    return backlog_status([shard_status(r, ks, s) for s in range(ks.shards)], workers_status(r, ks, now))
+
+
+async def fleet_backlog_async(r: Any, ks: Keyspace) -> dict[str, Any]:
+    """:func:`fleet_backlog` on an asyncio client (a worker's ``rewardq_backlog_seconds`` gauge)."""
+    shards = []
+    for shard in range(ks.shards):
+        stream = ks.stream(shard)
+        try:
+            groups = await r.xinfo_groups(stream)
+        except ResponseError:
+            groups = None
+        shards.append(shard_figures(shard, stream, int(await r.xlen(stream)), groups, ks.group))
+    workers = []
+    for name in await r.zrange(ks.workers, 0, -1):
+        rates = await r.hmget(ks.worker(_s(name)), ["outputs_rate", "rate"])
+        if any(v is not None for v in rates):
+            workers.append({"outputs_per_s": _outputs_rate(*rates)})
+    return backlog_status(shards, workers)
+
+
+def _outputs_rate(outputs_rate: Any, rate: Any) -> float:
+    """A heartbeat's outputs per second (a worker that does not publish it: its trajectories per second)."""
+    return _f(outputs_rate) if outputs_rate not in (None, b"", "") else _f(rate)
 
 
 def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[str, Any]]:
@@ -100,10 +166,12 @@ def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[
                 "dead_letters": int(_f(d.get("dead_letters"))),
                 "reclaimed": int(_f(d.get("reclaimed"))),
                 "rate_per_s": _f(d.get("rate")),
+                "outputs_per_s": _outputs_rate(d.get("outputs_rate"), d.get("rate")),
                 "manager": d.get("manager", ""),
                 "uptime_s": round(now - _f(d.get("started_at"), now), 1),
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
                 "code": _json_dict(d.get("code")),
+                "sources": _json_dict(d.get("sources")),
             }
         )
     out.sort(key=lambda w: str(w["name"]))
@@ -220,10 +288,14 @@ def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = 20) -> dict[st
                 dead_by_kind[k] = dead_by_kind.get(k, 0) + 1
     waiting_total = sum(int(r.zcard(ks.waiting(s))) for s in range(ks.shards))
     workers = workers_status(r, ks, now)
+    shards = [shard_status(r, ks, s) for s in range(ks.shards)]
+    backlog = backlog_status(shards, workers)
     return {
         "namespace": ks.namespace,
         "group": ks.group,
-        "shards": [shard_status(r, ks, s) for s in range(ks.shards)],
+        "shards": shards,
+        "backlog": backlog,
+        "backlog_seconds": backlog["seconds"],
         "workers": workers,
         "code": code_totals(workers),
         "dead_letters": dead_total,
