@@ -7,6 +7,7 @@ Commands::
     rewardq produce  FILE.jsonl --redis-url URL --namespace NS [--wait] [--timeout S]
     rewardq generate FILE.jsonl -n 100 [--seed S]
     rewardq status   [--namespace NS] [--watch [S]] [--json]  # what is waiting for what
+    rewardq top      [--namespace NS] [--once] [--json]       # live view: rates, backlog, workers
     rewardq inspect  KEY|TRAJECTORY [--tokenizer T] [--json]  # one key or trajectory, decoded
     rewardq dead-letters list|show|retry|purge                 # what could not be scored
     rewardq health   [--namespace NS] [--name W] [--json]     # exit 0 if a worker on this host is alive
@@ -35,6 +36,7 @@ from rewardq.ops.deadletters import dead_letters
 from rewardq.ops.health import health
 from rewardq.ops.inspect import inspect
 from rewardq.ops.status import status
+from rewardq.ops.top import top
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_REDIS, EXIT_INTERRUPTED = 1, 2, 3, 130
 _state = {"debug": False}
@@ -297,6 +299,7 @@ def _generate(path: str, n: int, seed: int) -> int:
 
 cli.add_command(health)
 cli.add_command(status)
+cli.add_command(top)
 cli.add_command(inspect)
 cli.add_command(dead_letters)
 

@@ -298,9 +298,11 @@ class Worker:
         t0 = time.perf_counter()
         outcome = "ok"
         data_source = str(o.record.sample.get("data_source", ""))
+        t_slot: float | None = None  # when it got a slot: its scoring time excludes the wait
         try:
             # in flight (its lease renewed) while it waits for a slot and its turn
             async with self.flights.slots, self.quarantine.turn(shard, tid, o.attempts, o.solo) as crashes:
+                t_slot = time.perf_counter()
                 if o.attempts > 1 and crashes >= self.cfg.max_crashes:
                     outcome = "crashed"
                     await self.failures.fail_trajectory(shard, tid, o.entry, "crashed", crash_reason(crashes))
@@ -314,6 +316,8 @@ class Worker:
             logger.exception("could not finish %s; its entry stays pending and will be reclaimed", tid)
         finally:
             self._finished(tid, outcome, t0, data_source)
+            if t_slot is not None and outcome != "handed-back":
+                self.presence.finished(data_source, time.perf_counter() - t_slot)
 
     async def _score(self, o: StoreOutcome, shard: int, tid: str) -> str:
         """Assemble, score and commit one trajectory (or fail it); returns the outcome to log."""
@@ -361,8 +365,6 @@ class Worker:
         self.flights.finished(tid, handed_back=outcome == "handed-back")
         elapsed = (time.perf_counter() - t0) * 1000
         self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
-        if outcome != "handed-back":
-            self.presence.finished(data_source, elapsed / 1000.0)
         logger.info(
             "trajectory %s manager=%s outcome=%s elapsed_ms=%.1f",
             tid,

@@ -384,3 +384,49 @@ def inspect_trajectory(
         else "records are dropped once scored; start workers with --keep-records SECONDS "
         "(or REWARDQ_KEEP_RECORDS) to keep them",
     }
+
+
+class DoneFeed:
+    """Every shard's ``done`` stream, read incrementally: the trajectories finished since the last
+    :meth:`poll` (``rewardq top``'s rates and sparklines), from ``since_s`` seconds ago at first."""
+
+    def __init__(self, r: Any, ks: Keyspace, since_s: float = 300.0) -> None:
+        self.r, self.ks = r, ks
+        start = f"{int((time.time() - since_s) * 1000)}-0"
+        self._last = dict.fromkeys(range(ks.shards), start)
+        self._first = True
+
+    def poll(self, limit: int = 20_000) -> list[dict[str, Any]]:
+        """``[{"time", "tid", "status", "worker", "n"}]`` finished since the last call (at most
+        ``limit`` per shard and call; the rest come with the next calls), oldest first."""
+        out: list[dict[str, Any]] = []
+        for shard in range(self.ks.shards):
+            start = self._last[shard] if self._first else "(" + self._last[shard]
+            entries = self.r.xrange(self.ks.done(shard), min=start, max="+", count=limit)
+            for eid, f in entries:
+                eid = _s(eid)
+                out.append(
+                    {
+                        "time": int(eid.partition("-")[0]) / 1000.0,
+                        "tid": _s(f.get(b"tid", b"")),
+                        "status": _s(f.get(b"status", b"")),
+                        "worker": _s(f.get(b"worker", b"")),
+                        "n": int(_f(f.get(b"n"), 1)),
+                        "shard": shard,
+                    }
+                )
+            if entries:
+                self._last[shard] = _s(entries[-1][0])
+        self._first = False
+        out.sort(key=lambda d: d["time"])
+        return out
+
+    def error_of(self, shard: int, tid: str) -> tuple[str, str]:
+        """``(worker, error)`` of a trajectory that finished with an error (its hash, else its last key's result)."""
+        worker, error, n = (_s(v) if v is not None else "" for v in self.r.hmget(self.ks.traj(shard, tid), _ERR))
+        if not error and n.isdigit() and int(n) > 0:
+            error = _s(self.r.hget(self.ks.reward(shard, f"{tid}_{int(n) - 1}"), "error") or "")
+        return worker, error
+
+
+_ERR = ("worker", "error", "n")
