@@ -173,7 +173,8 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
 @click.option(
     "--namespace",
     default=None,
-    help="Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).",
+    help="Keep this namespace's keys afterwards (the demo prints the commands that show them). "
+    "Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).",
 )
 @click.option("--manager", default="naive", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -230,11 +230,12 @@ class FleetWorker:
 def _config_values(config: Any) -> dict[str, Any]:
     """The mapping the workers read as their ``--config`` file, from what ``start_fleet`` was given."""
     from rewardq.config import WorkerConfig, parse_file
+    from rewardq.settings import settings_of
 
     if config is None:
         return {}
     if isinstance(config, WorkerConfig):
-        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if not f.metadata.get("internal")}
+        return {name: getattr(config, name) for name in settings_of(WorkerConfig)}
     if isinstance(config, (str, os.PathLike)):
         return parse_file(os.fspath(config))
     if hasattr(config, "_metadata") and hasattr(config, "_get_node"):  # an OmegaConf DictConfig (verl's config)
@@ -262,13 +263,10 @@ def _checked(values: dict[str, Any], flags: dict[str, Any]) -> Any:
 
 def _flags(overrides: dict[str, Any]) -> list[str]:
     """``rewardq worker`` arguments for the settings ``start_fleet`` took as parameters."""
-    out: list[str] = []
-    for key, value in overrides.items():
-        if key == "cluster":
-            out.append("--cluster" if value else "--no-cluster")
-        else:
-            out += ["--" + key.replace("_", "-"), str(value)]
-    return out
+    from rewardq.config import WorkerConfig
+    from rewardq.settings import flag_argv
+
+    return flag_argv(WorkerConfig, overrides)
 
 
 class RayFleet:
