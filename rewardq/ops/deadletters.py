@@ -160,7 +160,7 @@ def list_(
         Column("key", lead=True),
         Column("tries", "right"),
         Column("worker"),
-        Column("reason"),
+        Column("reason", wrap=True),
     ]
     cells = [
         [

@@ -28,18 +28,20 @@ WIDE_WIDTH = 1000
 
 @dataclass(frozen=True)
 class Column:
-    """One column: its header and alignment; ``lead`` columns head each stacked block."""
+    """One column: its header and alignment; ``lead`` columns head each stacked block; a ``wrap``
+    column (a reason) may wrap between its words, the others never wrap."""
 
     header: str
     justify: str = "left"
     lead: bool = False
+    wrap: bool = False
 
 
 def natural_width(console: Any, renderable: Any) -> int:
-    """The width ``renderable`` takes when nothing limits it."""
+    """The narrowest ``renderable`` can be without cutting a word (its wrap columns wrapped at words)."""
     from rich.measure import Measurement
 
-    return int(Measurement.get(console, console.options.update(width=WIDE_WIDTH), renderable).maximum)
+    return int(Measurement.get(console, console.options.update(width=WIDE_WIDTH), renderable).minimum)
 
 
 def table_or_stack(
@@ -58,7 +60,13 @@ def table_or_stack(
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
     for col in columns:
-        table.add_column(col.header, justify=col.justify, no_wrap=True)  # type: ignore[arg-type]
+        table.add_column(
+            col.header,
+            justify=col.justify,  # type: ignore[arg-type]
+            no_wrap=not col.wrap,
+            overflow="fold" if col.wrap else "ellipsis",
+            ratio=1 if col.wrap else None,
+        )
     for row in rows:
         table.add_row(*row)
     if not rows and empty is not None:
