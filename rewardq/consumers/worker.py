@@ -54,6 +54,7 @@ from rewardq.consumers.reader import StreamReader, read_groups
 from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError
+from rewardq.logs import startup_step
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async, redact_url
 from rewardq.queue.entries import Entry, StoreOutcome
@@ -169,8 +170,10 @@ class Worker:
         if self.manager is None:
             self.manager, self.tokenizer = build_manager(cfg, self._client, self.name)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
-        await self.manager.setup()
-        await self.manager.prepare_scoring()
+        with startup_step(logger, f"setting up the {cfg.manager} manager"):
+            await self.manager.setup()
+        with startup_step(logger, "starting the scorer processes"):
+            await self.manager.prepare_scoring()
         if not self._metrics_given and cfg.metrics_port is not None:
             self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port, self._client, self.ks)
         self.failures = FailureHandler(

@@ -127,12 +127,11 @@ async def _serve(cfg: WorkerConfig, manager: Any, tokenizer: Any, early: EarlySi
 
 def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     """Build, check and run one worker (see the module docstring); returns the exit code."""
-    from rewardq.logs import setup_logging
+    from rewardq.logs import setup_logging, startup_step
     from rewardq.ops.common import wait_for_redis
-    from rewardq.queue.connection import split_cluster
+    from rewardq.queue.connection import redact_url, split_cluster
     from rewardq.queue.meta import default_worker_name
     from rewardq.reward.base import ManagerContext
-    from rewardq.reward.factory import build_from_config
 
     try:
         setup_logging(cfg.log_level, cfg.log_format)
@@ -151,10 +150,17 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
             len(cfg.unused_keys),
             ", ".join(cfg.unused_keys),
         )
-    wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
+    with startup_step(logger, f"connecting to Redis at {redact_url(cfg.redis_url)}"):
+        wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
     cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
     ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
-    manager, tokenizer = build_from_config(cfg, ctx)
+    with startup_step(logger, "importing torch, tensordict and the reward managers"):
+        import tensordict  # noqa: F401 - the worker needs both; importing them is most of a start-up
+        import torch  # noqa: F401
+
+        from rewardq.reward.factory import build_from_config
+    with startup_step(logger, f"loading the tokenizer ({cfg.tokenizer}) and building the {cfg.manager} manager"):
+        manager, tokenizer = build_from_config(cfg, ctx)
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)
         return 0
