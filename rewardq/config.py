@@ -258,7 +258,7 @@ class WorkerConfig:
 
 #: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a
 #: shared config file without listing them as unused.
-ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error"})
+ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error", "fleet"})  # fleet: rewardq.integrations.verl_fleet
 
 
 @dataclass

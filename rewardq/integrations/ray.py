@@ -22,10 +22,11 @@ process and watches it:
   ``REWARDQ_*`` variables of the driver travel too. It is checked on the driver first, so a bad
   setting fails :func:`start_fleet` once instead of N workers;
 * when the worker process dies (a crash, an OOM kill, a SIGKILL), the actor exits so that Ray
-  restarts it, and the new actor starts a new worker process; when the actor's own process dies,
-  the worker process gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``) and stops gracefully,
-  and Ray starts a new pair. Nothing is lost either way: the dead worker's entries are reclaimed
-  by live workers after ``claim_idle`` seconds (docs/recovery.md);
+  restarts it, and the new actor starts a new worker process; when the actor's own process ends
+  (killed, or with its owner's job), the worker's guardian (:mod:`rewardq.integrations.ray_guardian`,
+  no descendant of the actor, so Ray's SIGKILL of an actor's children cannot reach it) sends the
+  worker SIGTERM and it stops gracefully. Nothing is lost either way: the dead worker's entries
+  are reclaimed by live workers after ``claim_idle`` seconds (docs/recovery.md);
 * a worker process that exits with code 2 (a configuration error, which no restart fixes) is
   not restarted: its actor stays up and reports the error and the tail of its log;
 * stopping (``scale`` down, :meth:`RayFleet.stop`, or the driver exiting) sends SIGTERM: the
@@ -75,20 +76,6 @@ CRASH_BACKOFF = 5.0
 #: Lines of a worker's log kept for the error message when it fails to start.
 LOG_TAIL_LINES = 15
 
-# Started with `python -c`: ask the kernel for SIGTERM when the actor (the thread that started us)
-# dies, then become `python -m rewardq worker ...`. A parent that died before the prctl call is
-# caught by comparing the parent pid.
-_LAUNCHER = """\
-import ctypes, os, signal, sys
-parent = int(sys.argv[1])
-prctl = getattr(ctypes.CDLL(None), "prctl", None)
-if prctl is not None:
-    prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-if os.getppid() != parent:
-    sys.exit(0)
-os.execv(sys.executable, [sys.executable, "-m", "rewardq", *sys.argv[2:]])
-"""
-
 
 class FleetError(RewardqError):
     """A fleet could not start (a worker exited with a configuration error, or none became ready)."""
@@ -96,6 +83,10 @@ class FleetError(RewardqError):
 
 class FleetWorker:
     """The body of one fleet actor: runs and watches one ``rewardq worker`` process.
+
+    The worker runs under a guardian (:mod:`rewardq.integrations.ray_guardian`) that is no
+    descendant of the actor, so Ray's abrupt end of an actor's processes cannot reach it: the
+    guardian stops it gracefully when the actor is gone.
 
     Args:
         spec: ``index``, ``prefix`` (worker names are ``<prefix>-<index>-<4 hex>``), ``config``
@@ -113,6 +104,7 @@ class FleetWorker:
         self.node_ip = ray.util.get_node_ip_address()
         base = Path(ctx.get_temp_dir() if hasattr(ctx, "get_temp_dir") else tempfile.gettempdir()) / "rewardq"
         base.mkdir(parents=True, exist_ok=True)
+        self.state_path = base / self.name  # the guardian writes <name>.pid and <name>.rc
         self.log_path = base / f"{self.name}.log"
         self.config_path = base / f"{self.name}.json"
         self.config_path.write_text(json.dumps(spec["config"]))
@@ -120,18 +112,19 @@ class FleetWorker:
         self.exit_code: int | None = None
         self.started_at = time.time()
         self._stopping = threading.Event()
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._pids: tuple[int, int] | None = None  # (worker, guardian)
         spawned = threading.Event()
         self._watcher = threading.Thread(target=self._watch, args=(spawned,), name="rewardq-worker", daemon=True)
         self._watcher.start()
-        spawned.wait(30)
+        spawned.wait(60)
 
     def _argv(self) -> list[str]:
         return [
             sys.executable,
-            "-c",
-            _LAUNCHER,
+            "-m",
+            "rewardq.integrations.ray_guardian",
             str(os.getpid()),
+            str(self.state_path),
             "worker",
             "--config",
             str(self.config_path),
@@ -140,22 +133,34 @@ class FleetWorker:
             self.name,
         ]
 
+    def _file(self, suffix: str) -> str | None:
+        try:
+            return self.state_path.with_name(self.name + suffix).read_text()
+        except OSError:
+            return None
+
     def _watch(self, spawned: threading.Event) -> None:
-        """Start the worker process from this thread (its parent-death signal is tied to it) and wait."""
+        """Start the guardian, then follow the worker until it exits; act on how it exited."""
         env = {**os.environ, **self.spec.get("env", {})}
-        with open(self.log_path, "ab") as log:
-            try:
-                self._proc = subprocess.Popen(
-                    self._argv(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            except OSError as exc:
+        try:
+            with open(self.log_path, "ab") as log:
+                subprocess.run(self._argv(), env=env, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=60)
+            deadline = time.monotonic() + 60
+            while self._file(".pid") is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            pids = (self._file(".pid") or "").split()
+            if len(pids) != 2:
+                raise OSError(f"the guardian did not start the worker (see {self.log_path})")
+            self._pids = (int(pids[0]), int(pids[1]))
+        except (OSError, subprocess.SubprocessError) as exc:
+            with open(self.log_path, "ab") as log:
                 log.write(f"could not start the worker process: {exc}\n".encode())
-                self.state, self.exit_code = "failed", 2
-                return
-            finally:
-                spawned.set()
-            self.state = "running"
-            rc = self._proc.wait()
+            self.state, self.exit_code = "failed", 2
+            spawned.set()
+            return
+        self.state = "running"
+        spawned.set()
+        rc = self._wait_exit()
         self.exit_code = rc
         self._sweep()
         if self._stopping.is_set():
@@ -166,26 +171,46 @@ class FleetWorker:
             return
         self.state = "died"
         ran = time.time() - self.started_at
-        print(f"rewardq worker {self.name} (pid {self._proc.pid}) died with code {rc} after {ran:.1f}s; restarting")
+        print(f"rewardq worker {self.name} (pid {self.worker_pid()}) died with code {rc} after {ran:.1f}s; restarting")
         if ran < CRASH_BACKOFF * 2:
             time.sleep(CRASH_BACKOFF)
         sys.stdout.flush()
         os._exit(1)  # the actor dies with its worker: Ray restarts the actor, which starts a new one
 
+    def _wait_exit(self, timeout: float | None = None) -> int | None:
+        """The worker's exit code once it has exited (``-1`` when its guardian died without saying),
+        or None after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        assert self._pids is not None
+        while True:
+            rc = self._file(".rc")
+            if rc is not None:
+                return int(rc)
+            if not _alive(self._pids[1]) and not _alive(self._pids[0]) and self._file(".rc") is None:
+                return -1
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            time.sleep(0.1)
+
+    def worker_pid(self) -> int | None:
+        """The worker process's pid, once its guardian has started it."""
+        return self._pids[0] if self._pids else None
+
     def _sweep(self) -> None:
         """Kill what the worker process left in its process group (scorer processes, sandboxes)."""
-        if self._proc is not None:
+        pid = self.worker_pid()
+        if pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)
 
     def info(self) -> dict[str, Any]:
         """Who and where this worker is, and how its process is doing."""
-        proc = self._proc
         out = {
             "index": self.index,
             "name": self.name,
             "state": self.state,
-            "pid": proc.pid if proc is not None else None,
+            "pid": self.worker_pid(),
+            "guardian_pid": self._pids[1] if self._pids else None,
             "actor_pid": os.getpid(),
             "host": socket.gethostname(),
             "node_ip": self.node_ip,
@@ -208,23 +233,30 @@ class FleetWorker:
     def stop(self, grace: float | None = None) -> int | None:
         """SIGTERM the worker process, wait up to ``grace`` seconds, then kill its process group."""
         self._stopping.set()
-        proc = self._proc
-        if proc is None:
+        pid = self.worker_pid()
+        if pid is None or self._pids is None:
             return None
         grace = float(self.spec.get("grace", defaults.SHUTDOWN_GRACE + STOP_SLACK)) if grace is None else grace
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                logger.warning("worker %s did not stop within %.0fs; killing it", self.name, grace)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        rc = self._wait_exit(grace)
+        if rc is None:
+            logger.warning("worker %s did not stop within %.0fs; killing it", self.name, grace)
+            self._sweep()
+            rc = self._wait_exit(5)
         self._sweep()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(5)
         self._watcher.join(5)
         self.state = "stopped"
-        return proc.returncode
+        return rc
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (not zombie) process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _config_values(config: Any) -> dict[str, Any]:
@@ -418,12 +450,12 @@ class RayFleet:
     def _redis(self) -> tuple[Any, Any]:
         from rewardq.queue.connection import connect_sync
         from rewardq.queue.keys import Keyspace
+        from rewardq.queue.meta import known_shards
 
         if self._client is None:
             self._client = connect_sync(self.cfg.redis_url, cluster=self.cfg.cluster)
-        if self._ks is None or self._ks.shards == 1:
-            raw = self._client.hget(Keyspace(self.namespace).meta, "shards")
-            self._ks = Keyspace(self.namespace, int(raw) if raw else 1, self.cfg.group)
+        if self._ks is None or self._ks.shards == 1:  # a new namespace gets its shard count from the workers
+            self._ks = Keyspace(self.namespace, known_shards(self._client, self.namespace) or 1, self.cfg.group)
         return self._client, self._ks
 
     def _infos(self, actors: list[Any]) -> list[dict[str, Any] | None]:

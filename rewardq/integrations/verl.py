@@ -31,6 +31,7 @@ from typing import Any
 import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 
+from rewardq.integrations.verl_fleet import ensure_fleet_once
 from rewardq.integrations.verl_scoring import TrajectoryScorer, align_reward_extra_info, settings_for
 
 # RewardqAgentLoopManagerTQ and RewardqAgentLoopWorkerTQ are built on first access (module __getattr__)
@@ -52,7 +53,9 @@ class RewardqScoring:
         return scorer
 
     async def _compute_score(self, outputs: list[Any], kwargs: dict) -> None:
-        """Score the trajectory ``outputs`` (one sample of ``kwargs``'s dataset row) on the rewardq fleet."""
+        """Score the trajectory ``outputs`` (one sample of ``kwargs``'s dataset row) on the rewardq fleet
+        (started first on the trainer's Ray cluster when the config has ``reward.rewardq.fleet.workers``)."""
+        await ensure_fleet_once(self.__dict__.get("config"))
         await self.rewardq_scorer().score(outputs, kwargs)
 
 
