@@ -12,7 +12,7 @@ import pytest
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
-from tests.support.helpers import SAMPLE, output, worker_config
+from tests.support.helpers import SAMPLE, output, until, worker_config
 from tests.support.managers import LengthManager
 
 
@@ -33,10 +33,7 @@ async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
     )
     task = asyncio.create_task(w.run())
     try:
-        for _ in range(100):
-            if w.metrics_port:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: w.metrics_port, "the metrics endpoint")
         before = await asyncio.to_thread(_scrape, w.metrics_port)
         keys = []
         for t in range(20):
@@ -73,10 +70,7 @@ async def test_backlog_gauges_show_the_namespaces_backlog_and_its_drain_time(ns,
     )
     task = asyncio.create_task(w.run())
     try:
-        for _ in range(100):
-            if w.metrics_port:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: w.metrics_port, "the metrics endpoint")
         keys = []
         for t in range(40):
             keys += client.put_trajectory(f"u{t}", "s", [output(3, 2)], SAMPLE)
