@@ -161,6 +161,7 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
         from rewardq.reward.factory import build_from_config
     with startup_step(logger, f"loading the tokenizer ({cfg.tokenizer}) and building the {cfg.manager} manager"):
         manager, tokenizer = build_from_config(cfg, ctx)
+    ctx.code_runtime().announce()  # the rlimits warning, or that code will be refused, at every start
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)
         return 0
