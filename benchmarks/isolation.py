@@ -104,6 +104,7 @@ async def end_to_end(placement: str, url: str, n: int) -> dict[str, float]:
             reward_fn=f"{os.path.abspath(__file__)}:gsm8k_reward",
             reward_fn_placement=placement,
             scorer_processes=2,
+            tokenizer="builtin:demo",  # the workload's ids are the demo tokenizer's
         ).validate()
         worker = Worker(cfg)
         await worker.start()

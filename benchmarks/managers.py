@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=200, help="trajectories per manager")
     args = ap.parse_args(argv)
-    tok = load_tokenizer(None)
+    tok = load_tokenizer("builtin:demo")
     recs = trajectory(tok)
     t0 = time.perf_counter()
     for _ in range(args.n):

@@ -48,6 +48,7 @@ async def main(args: argparse.Namespace) -> None:
         manager=args.manager,
         concurrency=args.concurrency,
         batch_size=args.batch_size,
+        tokenizer="builtin:demo",  # the workload's ids are the demo tokenizer's
     ).validate()
     worker = Worker(cfg)
     loop = asyncio.get_running_loop()

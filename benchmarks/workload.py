@@ -39,10 +39,10 @@ DATA_SOURCE = "openai/gsm8k"
 
 @lru_cache(maxsize=1)
 def tokenizer() -> Any:
-    """The bundled demo tokenizer (``load_tokenizer(None)``), loaded once per process."""
+    """The bundled demo tokenizer (``load_tokenizer("builtin:demo")``), loaded once per process."""
     from rewardq.reward.tokenizer import load_tokenizer
 
-    return load_tokenizer(None)
+    return load_tokenizer("builtin:demo")
 
 
 @lru_cache(maxsize=4)

@@ -149,6 +149,10 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
         setup_logging(cfg.log_level, cfg.log_format)
     except ValueError as exc:
         raise ConfigError(f"log settings: {exc}") from None
+    if not cfg.tokenizer:  # every child would exit 2 with it: say it once, before waiting for Redis
+        from rewardq.reward.tokenizer import NO_TOKENIZER
+
+        raise ConfigError(NO_TOKENIZER)
     wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)  # the parent stays light
     warn_if_on_command_line(params.get("redis_url"))
     # the URL goes to the children in their environment, never on their command lines

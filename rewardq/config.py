@@ -98,7 +98,12 @@ class WorkerConfig:
         pairs=True,
         merge=True,
     )
-    tokenizer: str | None = setting(None, "tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
+    tokenizer: str | None = setting(
+        None,
+        "Required: the trainer's tokenizer (a Hugging Face folder, a Hub id in the local Hugging Face cache, "
+        "a tokenizer.json), or builtin:demo for the demo's data. From a verl --config: its model.path.",
+        shown_default="none, required",
+    )
     reward_fn: str | None = setting(
         None, "Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].", shown_default="the default scorer"
     )
@@ -283,7 +288,9 @@ def read_url_file(path: str) -> str:
 
 #: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a
 #: shared config file without listing them as unused.
-ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error", "fleet"})  # fleet: rewardq.integrations.verl_fleet
+ADAPTER_KEYS = frozenset(
+    {"verl_timeout", "verl_on_error", "verl_max_error_rate", "verl_error_window", "fleet"}
+)  # fleet: the Ray fleet the adapter starts (rewardq.integrations.verl_fleet)
 
 
 @dataclass
@@ -331,11 +338,13 @@ def read_config_file(path: str) -> LoadedFile:
     known = {s.key: s for s in WorkerConfig.settings().values()}
     layers: list[tuple[str, Mapping[str, Any]]] = []
     unused: list[str] = []
+    origins: dict[str, str] = {}
     verl = is_verl_config(data)
     if verl:
         translated = translate(data)
         layers.append(("verl config", translated.values))
         unused += translated.unused
+        origins = translated.origins
     top = {k: v for k, v in data.items() if not (verl and k in VERL_SECTIONS) and k != "rewardq"}
     layers.append(("", top))
     for block_path, block in (("rewardq", data.get("rewardq")), ("reward.rewardq", _reward_block(data))):
@@ -354,6 +363,8 @@ def read_config_file(path: str) -> LoadedFile:
                 unused.append(dotted + _suggestion(str(key), known))
                 continue
             where = f"{path} ({prefix})" if prefix else path
+            if prefix == "verl config" and key in origins:  # the verl key it came from, for errors
+                where = f"{path} ({origins[key]})"
             found.put(known[key], file_value(known[key], value, where), f"file {where}")
     return LoadedFile(found.values, unused, found.sources)
 

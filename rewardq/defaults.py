@@ -116,6 +116,13 @@ EXIT_AFTER_STOP = 2.0
 #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
 #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
 VERL_TIMEOUT = 900.0
+#: The verl adapter's and hook's failure budget: more than this share of errors among the last
+#: ``VERL_ERROR_WINDOW`` trajectories one process scored raises ScoringError (never before the window
+#: has filled). 256 trajectories is well under one rollout step of one agent-loop process on a large
+#: run, so a fleet that fails everything stops the run within a step; at a true error rate of 10 %
+#: (a flaky judge) more than 51 errors in 256 is a >5-sigma event, so a healthy run goes on.
+VERL_MAX_ERROR_RATE = 0.2
+VERL_ERROR_WINDOW = 256
 
 # -- code execution (data sources codecontests, apps, codeforces, taco) ------------------------
 #: SandboxFusion run_code requests in flight at once across the whole fleet (verl's default).

@@ -41,6 +41,13 @@ class RecordError(RewardqError, ValueError):
         super().__init__(f"{field}: {message}")
 
 
+class TokenizerMismatch(RecordError):
+    """A record's ids were made with another tokenizer than the worker decodes with (field ``tokenizer``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("tokenizer", message)
+
+
 class ScoringError(RewardqError):
     """A reward manager or scoring function failed or returned something unusable."""
 

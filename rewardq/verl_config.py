@@ -6,7 +6,10 @@ run). What rewardq reads from it::
 
     reward.reward_manager.name                   -> manager (naive, dapo, gdpo, rate_limited, remote)
     reward.reward_manager.source: importlib      -> manager = the class ``reward_manager.name`` from
-        + module.path (file or pkg://) / module.name   that file or module (a rewardq RewardManager)
+        + module.path (file or pkg://) / module.name   that file or module (a rewardq RewardManager);
+                                                    rewardq's own hook (pkg://rewardq.integrations.verl,
+                                                    RewardqRewardManager) -> reward.rewardq.manager,
+                                                    default naive
     reward.custom_reward_function.path/.name     -> reward_fn (name defaults to compute_score)
     reward.custom_reward_function.reward_kwargs  -> reward_fn_kwargs
     reward.reward_kwargs                         -> manager options (overlong_buffer_cfg -> overlong_buffer)
@@ -17,7 +20,9 @@ run). What rewardq reads from it::
     reward.reward_model.enable (no custom fn)    -> manager disrm; model_path -> model and tokenizer,
                                                     rollout.name -> backend (base_url: a rewardq option)
     trainer.experiment_name                      -> manager option experiment_name (gdpo)
-    actor_rollout_ref.model.path                 -> tokenizer, when it is a local folder
+    actor_rollout_ref.model.tokenizer_path, else actor_rollout_ref.model.path
+                                                 -> tokenizer (a local folder or a Hub id, loaded as
+                                                    verl loads it; see rewardq.reward.tokenizer)
     reward.rewardq / rewardq / top-level keys    -> WorkerConfig fields, as in a rewardq config
 
 The legacy layout (top-level ``reward_model:``, ``custom_reward_function:``, ``sandbox_fusion:``,
@@ -31,7 +36,6 @@ in :attr:`VerlTranslation.unused`; nothing here raises for a key it does not kno
 from __future__ import annotations
 
 import copy
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,21 +43,29 @@ from typing import Any
 
 from rewardq.errors import ConfigError
 
-#: Top-level sections of verl's trainer config (none of them is a rewardq setting).
+#: Top-level sections of verl 0.9.1's trainer configs (none of them is a rewardq setting): the
+#: generated ``_generated_ppo_*trainer.yaml`` files, what Hydra composes from ``ppo_trainer`` (which
+#: adds the ``model_engine`` group) and from the one-step-off and fully-async trainers' configs
+#: (``rollout``, ``async_training``), and the ``defaults`` list of an uncomposed file.
+#: tests/verl/test_verl_config_keys.py derives the set from verl's own files and checks it is here.
 VERL_SECTIONS = frozenset(
     {
         "actor_rollout_ref",
         "algorithm",
+        "async_training",
         "critic",
         "custom_reward_function",
         "data",
+        "defaults",
         "distillation",
         "global_profiler",
         "hydra",
+        "model_engine",
         "ray_kwargs",
         "ray_init",
         "reward",
         "reward_model",
+        "rollout",
         "sandbox_fusion",
         "skip",
         "trainer",
@@ -68,6 +80,8 @@ SANDBOX_OPTIONS = {
     "max_concurrent": "sandbox_fusion_max_concurrent",
     "memory_limit_mb": "sandbox_fusion_memory_limit_mb",
 }
+#: Where verl finds the policy's tokenizer, first match wins (``hf_tokenizer(tokenizer_path or path)``).
+POLICY_TOKENIZER_KEYS = ("actor_rollout_ref.model.tokenizer_path", "actor_rollout_ref.model.path")
 _MISSING = "???"
 _INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?([^,}]+)(?:,([^}]*))?\}$")
 
@@ -86,10 +100,13 @@ class VerlTranslation:
     Attributes:
         values: WorkerConfig fields (lowest precedence among the file's contents).
         unused: dotted paths of ``reward:`` keys that were set but rewardq does not use.
+        origins: the verl key each value came from, where naming it helps an error
+            (``{"tokenizer": "actor_rollout_ref.model.path"}``).
     """
 
     values: dict[str, Any] = field(default_factory=dict)
     unused: list[str] = field(default_factory=list)
+    origins: dict[str, str] = field(default_factory=dict)
 
 
 class _Reader:
@@ -206,15 +223,18 @@ def translate(data: Mapping[str, Any]) -> VerlTranslation:
     experiment = r.get("trainer.experiment_name")
     if isinstance(experiment, str) and experiment:
         opts["experiment_name"] = experiment
-    policy = r.get("actor_rollout_ref.model.path")
-    if isinstance(policy, str) and os.path.isdir(os.path.expanduser(policy)):
-        out["tokenizer"] = os.path.expanduser(policy)
+    origins: dict[str, str] = {}
+    for key in POLICY_TOKENIZER_KEYS:  # as verl's workers load it: tokenizer_path, else the model itself
+        tokenizer = r.get(key)
+        if isinstance(tokenizer, str) and tokenizer.strip():
+            out["tokenizer"], origins["tokenizer"] = tokenizer.strip(), key
+            break
     if opts:
         out["manager_options"] = opts
     r.read.add("reward.rewardq")  # rewardq's own settings: read by rewardq.config
     reward = r.raw("reward")
     unused = _unused(reward, "reward", r.read) if isinstance(reward, Mapping) else []
-    return VerlTranslation(out, unused)
+    return VerlTranslation(out, unused, origins)
 
 
 def _manager(r: _Reader, out: dict[str, Any]) -> None:
@@ -226,7 +246,9 @@ def _manager(r: _Reader, out: dict[str, Any]) -> None:
     if source == "importlib":
         path = r.get("reward.reward_manager.module.path")
         module = r.get("reward.reward_manager.module.name")
-        if isinstance(path, str) and path.startswith("pkg://"):
+        if is_rewardq_hook(name, path, module):
+            out["manager"] = "naive"  # verl's reward loop forwards to the fleet; reward.rewardq.manager picks one
+        elif isinstance(path, str) and path.startswith("pkg://"):
             out["manager"] = f"{path[len('pkg://') :].replace('/', '.')}:{name}"
         elif isinstance(path, str) and path:
             out["manager"] = f"{path.removeprefix('file://')}:{name}"
@@ -242,6 +264,21 @@ def _manager(r: _Reader, out: dict[str, Any]) -> None:
         raise ConfigError(f"reward.reward_manager.source must be register or importlib (as in verl), got {source!r}")
     elif name:
         out["manager"] = str(name)
+
+
+#: The module verl's ``reward.reward_manager.module.path`` names to forward its reward loop to rewardq.
+HOOK_MODULE = "rewardq.integrations.verl"
+HOOK_CLASS = "RewardqRewardManager"
+
+
+def is_rewardq_hook(name: Any, path: Any, module: Any) -> bool:
+    """Whether verl's ``reward.reward_manager`` (source importlib) names rewardq's own reward-loop hook
+    (:class:`rewardq.integrations.verl.RewardqRewardManager`): then the workers score with the manager
+    ``reward.rewardq.manager`` names (``naive`` by default), not with the hook itself."""
+    if name != HOOK_CLASS:
+        return False
+    given = path[len("pkg://") :].replace("/", ".") if isinstance(path, str) and path.startswith("pkg://") else None
+    return HOOK_MODULE in (given, module)
 
 
 def _reward_function(r: _Reader, out: dict[str, Any]) -> None:

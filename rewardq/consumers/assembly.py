@@ -21,12 +21,14 @@ def assemble(
     vocab_size: int | None = None,
     known: OutputRecord | None = None,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
+    tokenizer: str | None = None,
 ) -> list[OutputRecord]:
     """Decode the outputs of trajectory ``tid`` in index order.
 
     ``known`` is a record the caller already decoded from the same bytes (the one that
     completed the trajectory); it is used as is. Raises RecordError when a payload is
-    missing, undecodable, or out of place.
+    missing, undecodable, or out of place (:class:`~rewardq.errors.TokenizerMismatch` when one was
+    made with another tokenizer than ``tokenizer``, the worker's fingerprint).
     """
     records = []
     n = len(payloads)
@@ -36,7 +38,9 @@ def assemble(
         if known is not None and known.index == i and known.tid == tid:
             rec = known
         else:
-            rec = decode_output(payload, max_bytes=max_bytes, vocab_size=vocab_size, max_outputs=max_outputs)
+            rec = decode_output(
+                payload, max_bytes=max_bytes, vocab_size=vocab_size, max_outputs=max_outputs, tokenizer=tokenizer
+            )
         if rec.tid != tid or rec.index != i:
             raise RecordError("index", f"stored output {i} of {tid} is {rec.key}")
         if rec.final != (i == n - 1):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics
-from rewardq.errors import RecordError
+from rewardq.errors import RecordError, TokenizerMismatch
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, decode_output
 from rewardq.queue.entries import Entry, StoreOutcome
@@ -71,6 +71,8 @@ class Intake:
         failures: dead-letters the entries that are rejected here.
         max_deliveries: an entry delivered more often than this is dead-lettered unread.
         max_record_bytes, max_outputs, vocab_size: the bounds a record must keep to decode.
+        tokenizer: the worker's tokenizer fingerprint; a record made with another vocabulary is
+            dead-lettered (kind ``tokenizer``), with an error result naming both tokenizers.
         stats: the worker's counters; ``read``, ``stored``, ``parked`` and ``duplicates`` are counted here.
         metrics: the worker's metrics hooks.
         on_complete: called with every trajectory whose lease this worker now holds; it must score it.
@@ -86,6 +88,7 @@ class Intake:
         max_outputs: int,
         vocab_size: int | None,
         stats: dict[str, int],
+        tokenizer: str | None = None,
         metrics: Metrics,
         on_complete: Callable[[StoreOutcome], None],
     ) -> None:
@@ -95,6 +98,7 @@ class Intake:
         self.max_record_bytes = max_record_bytes
         self.max_outputs = max_outputs
         self.vocab_size = vocab_size
+        self.tokenizer = tokenizer
         self.stats = stats
         self.metrics = metrics
         self.on_complete = on_complete
@@ -137,10 +141,14 @@ class Intake:
                     max_bytes=self.max_record_bytes,
                     vocab_size=self.vocab_size,
                     max_outputs=self.max_outputs,
+                    tokenizer=self.tokenizer,
                 )
                 key = entry.key
                 if key and key != rec.key:
                     raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
+            except TokenizerMismatch as exc:
+                await self.failures.dead_letter(entry, "tokenizer", str(exc))
+                continue
             except RecordError as exc:
                 await self.failures.dead_letter(entry, "invalid", f"invalid record: {exc}")
                 continue

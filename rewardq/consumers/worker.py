@@ -53,7 +53,7 @@ from rewardq.consumers.quarantine import Quarantine, crash_reason
 from rewardq.consumers.reader import StreamReader, read_groups
 from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
 from rewardq.consumers.scorer import TrajectoryScorer
-from rewardq.errors import RecordError
+from rewardq.errors import RecordError, TokenizerMismatch
 from rewardq.logs import startup_step
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async, redact_url
@@ -62,6 +62,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
 from rewardq.queue.results import RewardResult
 from rewardq.reward.base import RewardManager
+from rewardq.reward.fingerprint import tokenizer_fingerprint
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -109,6 +110,7 @@ class Worker:
         self.stopped = False
         self._tasks: list[asyncio.Task] = []
         self.vocab_size: int | None = None
+        self.tokenizer_fingerprint: str | None = None
         self.metrics_port: int | None = None
 
     @property
@@ -170,6 +172,7 @@ class Worker:
         if self.manager is None:
             self.manager, self.tokenizer = build_manager(cfg, self._client, self.name)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
+        self.tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
         with startup_step(logger, f"setting up the {cfg.manager} manager"):
             await self.manager.setup()
         with startup_step(logger, "starting the scorer processes"):
@@ -190,6 +193,7 @@ class Worker:
             max_record_bytes=cfg.max_record_bytes,
             max_outputs=cfg.max_outputs,
             vocab_size=self.vocab_size,
+            tokenizer=self.tokenizer_fingerprint,
             stats=self.stats,
             metrics=self.metrics,
             on_complete=self._start_scoring,
@@ -333,7 +337,11 @@ class Worker:
                 vocab_size=self.vocab_size,
                 known=o.record,
                 max_outputs=self.cfg.max_outputs,
+                tokenizer=self.tokenizer_fingerprint,
             )
+        except TokenizerMismatch as exc:
+            await self.failures.fail_trajectory(shard, tid, o.entry, "tokenizer", str(exc))
+            return "invalid"
         except RecordError as exc:
             await self.failures.fail_trajectory(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
             return "invalid"

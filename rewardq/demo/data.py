@@ -335,7 +335,7 @@ def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict
         n: how many trajectories (sessions) to make.
         seed: same ``(n, seed)``, same trajectories, token for token.
         tokenizer: anything with ``encode(text) -> list[int]``; default the bundled demo
-            tokenizer (``rewardq.reward.tokenizer.load_tokenizer(None)``). Workers must
+            tokenizer (``rewardq.reward.tokenizer.load_tokenizer("builtin:demo")``). Workers must
             decode with the same tokenizer (``--tokenizer builtin:demo``).
 
     Returns:
@@ -347,7 +347,7 @@ def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict
     if tokenizer is None:
         from rewardq.reward.tokenizer import load_tokenizer
 
-        tokenizer = load_tokenizer(None)
+        tokenizer = load_tokenizer("builtin:demo")
     rng = random.Random(seed)
     continue_ids = list(tokenizer.encode(CONTINUE))
     out: list[dict] = []

@@ -220,7 +220,9 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
     try:
         t_gen = time.perf_counter()
         with err.status(f"generating {opts.trajectories} trajectories"):
-            trajectories = make_trajectories(opts.trajectories, seed=opts.seed, tokenizer=load_tokenizer(None))
+            trajectories = make_trajectories(
+                opts.trajectories, seed=opts.seed, tokenizer=load_tokenizer("builtin:demo")
+            )
         gen_s = time.perf_counter() - t_gen
         if embedded is not None:
             url = embedded.start().url

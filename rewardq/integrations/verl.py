@@ -1,9 +1,25 @@
-"""rewardq inside a verl run: agent loops score on the rewardq fleet instead of verl's reward loop.
+"""rewardq inside a verl run: verl's trainers score on the rewardq fleet instead of verl's reward loop.
 
-One override switches a verl (0.9.1) run over::
+Two ways in, both for verl 0.9.1 (docs/verl-integration.md has the table of trainers):
 
-    python -m verl.trainer.main_ppo ... \\
-        +actor_rollout_ref.rollout.agent.agent_loop_manager_class=rewardq.integrations.verl.RewardqAgentLoopManager
+**The reward-manager hook** reaches every verl trainer (legacy, V1/TransferQueue, one-step-off,
+fully-async), because each loads its reward manager through ``RewardLoopManager`` ->
+``RewardLoopWorker`` -> ``load_reward_manager``::
+
+    reward.reward_manager.source=importlib \\
+    reward.reward_manager.module.path=pkg://rewardq.integrations.verl \\
+    reward.reward_manager.name=RewardqRewardManager \\
+    +reward.rewardq.redis_url=redis://redis-host:6379/0 +reward.rewardq.namespace=my-run
+
+:class:`RewardqRewardManager` is a verl ``RewardManagerBase``: verl's reward-loop actors call its
+``run_single(data)``, which rebuilds every output's exact ids from verl's ``prompt_len`` /
+``response_len`` (never from the padded mask, which cuts a final response shorter than an earlier
+one), pushes the trajectory, and returns ``{"reward_score", "reward_extra_info"}``.
+
+**The agent-loop manager** skips verl's reward-loop hop (a Ray round trip per trajectory) on the
+trainers that honour ``agent_loop_manager_class`` (legacy, V1, one-step-off)::
+
+    +actor_rollout_ref.rollout.agent.agent_loop_manager_class=rewardq.integrations.verl.RewardqAgentLoopManager
 
 * :class:`RewardqAgentLoopManager` makes verl start :class:`RewardqAgentLoopWorker` actors. When
   the run uses verl's V1 trainer (``trainer.use_v1``, verl's default, which stores rollouts in
@@ -15,9 +31,12 @@ One override switches a verl (0.9.1) run over::
   verl's reward loop puts them (``outputs[-1].reward_score``,
   ``outputs[-1].extra_fields["reward_extra_info"]``, ``outputs[-1].metrics.compute_score``).
   verl's reward-loop workers are not called, whether they exist or not.
-* Errors (a failing scorer, an unknown data source, a timeout) score 0.0 with
-  ``reward_extra_info == {"acc": 0.0}`` and the message in ``extra_fields["reward_error"]``;
-  ``REWARDQ_VERL_ON_ERROR=raise`` raises instead. Settings: :mod:`rewardq.integrations.verl_scoring`.
+
+Both paths share :class:`~rewardq.integrations.verl_scoring.TrajectoryScorer`: errors (a failing
+scorer, an unknown data source, a timeout, a worker with another tokenizer) score 0.0 with
+``reward_error`` saying why (``REWARDQ_VERL_ON_ERROR=raise`` raises instead); too many of them
+among the last trajectories raise ``ScoringError`` (the failure budget); an unreachable Redis
+raises ``RedisUnavailable``. Settings: :mod:`rewardq.integrations.verl_settings`.
 
 This module imports verl (and Ray); the TransferQueue classes import verl's V1 trainer, which
 needs the ``transfer_queue`` package, so they are built on first access.
@@ -30,25 +49,36 @@ from typing import Any
 
 import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
+from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
+from rewardq.integrations.verl_batch import trajectory_outputs, trajectory_sample
 from rewardq.integrations.verl_fleet import ensure_fleet_once
-from rewardq.integrations.verl_scoring import TrajectoryScorer, align_reward_extra_info, settings_for
+from rewardq.integrations.verl_scoring import (
+    ERROR_EXTRA_INFO,
+    SKIPPED_COLUMNS,
+    TrajectoryScorer,
+    align_reward_extra_info,
+    empty_like,
+    settings_for,
+    trajectory_names,
+)
 
 # RewardqAgentLoopManagerTQ and RewardqAgentLoopWorkerTQ are built on first access (module __getattr__)
-__all__ = ["RewardqAgentLoopManager", "RewardqAgentLoopWorker", "RewardqScoring"]
+__all__ = ["RewardqAgentLoopManager", "RewardqAgentLoopWorker", "RewardqRewardManager", "RewardqScoring"]
 
 
 class RewardqScoring:
     """The rewardq ``_compute_score``, shared by the plain and the TransferQueue agent-loop workers.
 
     Works on an instance whose verl ``__init__`` never ran (``object.__new__``): without
-    ``self.config`` the settings come from the ``REWARDQ_*`` environment alone.
+    ``self.config`` the settings come from the ``REWARDQ_*`` environment alone, and without
+    ``self.tokenizer`` (verl's policy tokenizer) no tokenizer fingerprint is sent.
     """
 
     def rewardq_scorer(self) -> TrajectoryScorer:
         scorer = self.__dict__.get("_rewardq_scorer")
         if scorer is None:
-            scorer = TrajectoryScorer(settings_for(self.__dict__.get("config")))
+            scorer = TrajectoryScorer(settings_for(self.__dict__.get("config")), self.__dict__.get("tokenizer"))
             self.__dict__["_rewardq_scorer"] = scorer
         return scorer
 
@@ -77,8 +107,9 @@ class RewardqAgentLoopWorker(RewardqScoring, AgentLoopWorker):
 class RewardqAgentLoopManager(AgentLoopManager):
     """verl's ``AgentLoopManager`` with :class:`RewardqAgentLoopWorker` actors.
 
-    On verl's V1 trainer (``trainer.use_v1: true``) :meth:`create` returns a
-    :class:`RewardqAgentLoopManagerTQ` instead, which is what that trainer needs.
+    On verl's V1 trainer (``trainer.use_v1: true``, whose task runner turns ``transfer_queue.enable``
+    on) :meth:`create` returns a :class:`RewardqAgentLoopManagerTQ` instead, which is what that
+    trainer needs.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -93,10 +124,65 @@ class RewardqAgentLoopManager(AgentLoopManager):
         return super().create(*args, **kwargs)
 
 
+class RewardqRewardManager(RewardManagerBase):
+    """verl's reward manager API in front of the rewardq fleet: the hook every verl trainer loads.
+
+    verl constructs it as ``cls(config, tokenizer, compute_score, reward_router_address=...,
+    reward_model_tokenizer=...)`` in each reward-loop actor; ``tokenizer`` is the policy's, whose
+    fingerprint goes with every record. ``compute_score`` is verl's (the workers score with their
+    own, from the same config file), so it is not called here.
+
+    ``run_single(data)`` takes one trajectory as verl's reward loop batches it (see
+    :mod:`rewardq.integrations.verl_batch`) and returns ``{"reward_score", "reward_extra_info"}``.
+    ``reward_extra_info`` is the final output's result plus ``reward_error`` (None when scored):
+    verl builds its batch columns from row 0's keys and looks each up in every row, so every row
+    carries the same keys. An error row gets ``reward_score`` 0.0 and the keys of the last scored
+    result of its data source seen by this actor (each empty of its type, ``score`` 0.0), else
+    ``{"acc": 0.0}``.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        tokenizer: Any,
+        compute_score: Any = None,
+        reward_router_address: str | None = None,
+        reward_model_tokenizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(config, tokenizer, compute_score)
+        self.rewardq_config = config  # reward.rewardq.fleet in it starts the Ray fleet on first use
+        self.reward_router_address = reward_router_address
+        self.reward_model_tokenizer = reward_model_tokenizer
+        self.scorer = TrajectoryScorer(settings_for(config), tokenizer)
+        self._keys_by_source: dict[Any, dict[str, Any]] = {}
+
+    async def run_single(self, data: Any) -> dict[str, Any]:
+        """Score the trajectory in ``data`` on the rewardq fleet; verl's reward-manager return value."""
+        await ensure_fleet_once(self.rewardq_config)
+        sample = trajectory_sample(data, SKIPPED_COLUMNS)
+        uid, session_id = trajectory_names(sample)
+        result, failure = await self.scorer.score_trajectory(uid, session_id, trajectory_outputs(data), sample)
+        source = str(sample.get("data_source"))
+        if result is not None and result.reward_score is not None:
+            info = {**result.reward_extra_info, "reward_error": None}
+            self._keys_by_source[source] = self._keys_by_source[None] = info
+            return {"reward_score": float(result.reward_score), "reward_extra_info": info}
+        example = self._keys_by_source.get(source) or self._keys_by_source.get(None) or ERROR_EXTRA_INFO
+        info = {k: 0.0 if k == "score" else empty_like(v) for k, v in example.items()}
+        info.update(ERROR_EXTRA_INFO, reward_error=failure)
+        return {"reward_score": 0.0, "reward_extra_info": info}
+
+
 def uses_v1_trainer(config: Any) -> bool:
-    """Whether ``config`` runs verl's V1 (TransferQueue) trainer, as ``main_ppo`` decides."""
+    """Whether ``config`` is that of verl's V1 (TransferQueue) trainer.
+
+    verl's V1 task runner sets ``transfer_queue.enable = True`` before it creates the agent-loop
+    manager. ``trainer.use_v1`` alone does not tell: the one-step-off trainer's config inherits
+    ``use_v1: true`` from ``ppo_trainer`` but runs the DataProto trainer, without TransferQueue.
+    """
     try:
-        return bool(config.trainer.use_v1)
+        return bool(config.transfer_queue.enable)
     except (AttributeError, KeyError, TypeError):
         return False
 

@@ -1,139 +1,62 @@
-"""The scoring step of a verl agent loop, done on the rewardq fleet; no verl import here.
+"""The scoring step of a verl agent loop or reward loop, done on the rewardq fleet; no verl import here.
 
-:class:`TrajectoryScorer` is what :class:`rewardq.integrations.verl.RewardqAgentLoopWorker`
-runs in ``_compute_score(outputs, kwargs)``: push the trajectory, wait for its rewards, and
-leave the outputs as verl's reward loop leaves them. It needs only the producer side of rewardq
-(redis, msgpack, numpy), so it runs in verl's rollout processes without torch extras.
+:class:`TrajectoryScorer` is what both of rewardq's verl entry points run:
 
-Settings (:class:`VerlAdapterSettings`), lowest precedence first: defaults, the verl config's
-``rewardq`` or ``reward.rewardq`` block, then the environment:
+* :class:`rewardq.integrations.verl.RewardqAgentLoopWorker` in ``_compute_score(outputs, kwargs)``
+  (:meth:`TrajectoryScorer.score`): push the trajectory, wait for its rewards, and leave the
+  outputs as verl's reward loop leaves them;
+* :class:`rewardq.integrations.verl.RewardqRewardManager` in ``run_single(data)``
+  (:meth:`TrajectoryScorer.score_trajectory`): the same, returning what verl's reward managers
+  return (``{"reward_score", "reward_extra_info"}``).
 
-=========================  ==========================  ===========================================
-variable                   config key                  meaning
-=========================  ==========================  ===========================================
-``REWARDQ_REDIS_URL``      ``redis_url``               where the workers are (rediss://, cluster)
-``REWARDQ_NAMESPACE``      ``namespace``               the workers' namespace
-``REWARDQ_CLUSTER``        ``cluster``                 the URL is a Redis Cluster
-``REWARDQ_VERL_TIMEOUT``   ``verl_timeout``            seconds to wait for one trajectory's rewards
-``REWARDQ_VERL_ON_ERROR``  ``verl_on_error``           ``zero`` (default) or ``raise``
-=========================  ==========================  ===========================================
+Both share the error policy (``verl_on_error``), the timeout (``verl_timeout``), the failure budget
+(:mod:`rewardq.integrations.verl_budget`), the trainer's tokenizer fingerprint sent with every
+record, and one place where they first connect (:meth:`TrajectoryScorer.client`). An unreachable
+Redis raises :class:`~rewardq.errors.RedisUnavailable` naming the URL (password hidden) and the
+setting that set it. Settings: :mod:`rewardq.integrations.verl_settings`.
+
+It needs only the producer side of rewardq (redis, msgpack, numpy), so it runs in verl's rollout
+processes without torch extras.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from rewardq import defaults
-from rewardq.config import parse_bool
-from rewardq.errors import ConfigError, RecordError, RewardTimeout, ScoringError
+from rewardq.errors import RecordError, RedisUnavailable, RewardTimeout, ScoringError
+from rewardq.integrations.verl_budget import ErrorBudget
+from rewardq.integrations.verl_settings import VerlAdapterSettings, settings_for
 from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
 
+__all__ = [
+    "ERROR_EXTRA_INFO",
+    "TrajectoryScorer",
+    "VerlAdapterSettings",
+    "align_reward_extra_info",
+    "apply_results",
+    "sample_columns",
+    "session_id_for",
+    "settings_for",
+]
+
 logger = logging.getLogger("rewardq.verl")
 
-ON_ERROR_CHOICES = ("zero", "raise")
 #: What an error result leaves in ``reward_extra_info``: only keys every ok result of the default
 #: scorers has, so verl's ``_postprocess`` (which indexes every row with row 0's keys) never fails.
 ERROR_EXTRA_INFO: dict[str, Any] = {"acc": 0.0}
 #: Dataset columns never pushed: multimodal inputs are out of scope for the scorers.
 SKIPPED_COLUMNS = frozenset({"multi_modal_data", "multi_modal_inputs"})
-
-
-@dataclass
-class VerlAdapterSettings:
-    """Where the adapter finds the workers and how it treats failures (see the module table)."""
-
-    redis_url: str = defaults.REDIS_URL
-    namespace: str = defaults.NAMESPACE
-    cluster: bool = False
-    timeout: float = defaults.VERL_TIMEOUT
-    on_error: str = "zero"
-
-    @classmethod
-    def from_sources(cls, block: Mapping[str, Any] | None, env: Mapping[str, str]) -> VerlAdapterSettings:
-        """Defaults < ``block`` (the verl config's ``rewardq`` settings) < ``env``."""
-        s = cls()
-        block = block or {}
-        sources: list[tuple[str, str, Any]] = []
-        for attr, key, var in (
-            ("redis_url", "redis_url", "REWARDQ_REDIS_URL"),
-            ("namespace", "namespace", "REWARDQ_NAMESPACE"),
-            ("cluster", "cluster", "REWARDQ_CLUSTER"),
-            ("timeout", "verl_timeout", "REWARDQ_VERL_TIMEOUT"),
-            ("on_error", "verl_on_error", "REWARDQ_VERL_ON_ERROR"),
-        ):
-            if block.get(key) is not None:
-                sources.append((attr, f"rewardq config {key}", block[key]))
-            if env.get(var) not in (None, ""):
-                sources.append((attr, var, env[var]))
-        for attr, where, value in sources:
-            setattr(s, attr, _typed(attr, where, value))
-        return s
-
-
-def _typed(attr: str, where: str, value: Any) -> Any:
-    if attr == "cluster":
-        flag = value if isinstance(value, bool) else parse_bool(str(value))
-        if flag is None:
-            raise ConfigError(f"{where}={value!r} must be true or false")
-        return flag
-    if attr == "timeout":
-        try:
-            timeout = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}={value!r} must be a number of seconds") from None
-        if isinstance(value, bool) or not timeout > 0:
-            raise ConfigError(f"{where}={value!r} must be a number of seconds > 0")
-        return timeout
-    if attr == "on_error":
-        text = str(value).strip().lower()
-        if text not in ON_ERROR_CHOICES:
-            raise ConfigError(
-                f"{where}={value!r} must be 'zero' (an error scores 0.0, the message goes to "
-                "extra_fields['reward_error']) or 'raise' (the error fails the rollout)"
-            )
-        return text
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}={value!r} must be a non-empty string")
-    return value
-
-
-def settings_for(config: Any, env: Mapping[str, str] | None = None) -> VerlAdapterSettings:
-    """The adapter's settings for a verl config (an OmegaConf ``DictConfig``, a dict or None)."""
-    block: dict[str, Any] = {}
-    for path in ("rewardq", "reward.rewardq"):
-        found = _select(config, path)
-        if found is not None:
-            if not isinstance(found, Mapping):
-                raise ConfigError(f"the verl config's {path} must be a mapping of rewardq settings, got {found!r:.80}")
-            block.update(found)
-    return VerlAdapterSettings.from_sources(block, os.environ if env is None else env)
-
-
-def _select(config: Any, path: str) -> Any:
-    node = config
-    for part in path.split("."):
-        if node is None:
-            return None
-        try:
-            node = node.get(part) if hasattr(node, "get") else None
-        except Exception:  # noqa: BLE001 - an OmegaConf node that cannot resolve is "not set" here
-            return None
-    if node is not None and hasattr(node, "_get_node"):  # an OmegaConf container: plain dict, resolved
-        from omegaconf import OmegaConf
-
-        node = OmegaConf.to_container(node, resolve=True)
-    return node
+#: Why a message failed a trajectory (None: it was scored): what the failure budget counts.
+Failure = str | None
 
 
 def session_id_for(kwargs: Mapping[str, Any]) -> str:
@@ -164,9 +87,12 @@ def sample_columns(kwargs: Mapping[str, Any], strict: bool = False) -> dict[str,
     ``extra_info`` and ``raw_prompt``.
     """
     sample = {str(k): v for k, v in kwargs.items() if k not in SKIPPED_COLUMNS}
-    if strict:
-        sample = {k: v for k, v in sample.items() if _encodable(v)}
-    return sample
+    return encodable_only(sample) if strict else sample
+
+
+def encodable_only(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns of ``sample`` whose values msgpack can carry."""
+    return {k: v for k, v in sample.items() if _encodable(v)}
 
 
 def wire_output(output: Any) -> dict[str, Any]:
@@ -184,24 +110,40 @@ def wire_output(output: Any) -> dict[str, Any]:
 
 
 class TrajectoryScorer:
-    """Scores verl agent-loop outputs on the rewardq fleet (one instance per agent-loop worker).
+    """Scores verl trajectories on the rewardq fleet (one instance per agent-loop worker or reward-loop actor).
+
+    Args:
+        settings: where the workers are, the error policy, the timeout and the failure budget.
+        tokenizer: the trainer's tokenizer that made the ids; its fingerprint
+            (:func:`rewardq.reward.fingerprint.tokenizer_fingerprint`, computed once per process)
+            goes with every record, so a worker with another vocabulary answers with an error.
 
     The Redis client is created on first use, on the event loop that uses it (a Ray actor's
     loop, or each ``asyncio.run`` of a test).
     """
 
-    def __init__(self, settings: VerlAdapterSettings) -> None:
+    def __init__(self, settings: VerlAdapterSettings, tokenizer: Any = None) -> None:
         self.settings = settings
+        self.tokenizer = tokenizer
+        self.budget = ErrorBudget(
+            settings.max_error_rate,
+            settings.error_window,
+            settings_hint=f"{settings.where('max_error_rate')}; verl_error_window={settings.error_window} from "
+            f"{settings.where('error_window')}",
+        )
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def client(self) -> Any:
+        """The producer client: the one place where the adapter and the hook first connect."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             from rewardq.producers.aio import AsyncRewardClient
+            from rewardq.reward.fingerprint import tokenizer_fingerprint
 
+            s = self.settings
             self._client = AsyncRewardClient.from_url(
-                self.settings.redis_url, namespace=self.settings.namespace, cluster=self.settings.cluster
+                s.redis_url, namespace=s.namespace, cluster=s.cluster, tokenizer=tokenizer_fingerprint(self.tokenizer)
             )
             self._loop = loop
         return self._client
@@ -212,55 +154,115 @@ class TrajectoryScorer:
         self._client = self._loop = None
 
     async def score(self, outputs: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """Push one trajectory, wait for its rewards, and write them onto ``outputs``.
+        """Push one trajectory of verl ``AgentLoopOutput`` s, wait for its rewards, and write them onto ``outputs``.
 
         A final output that already has a ``reward_score`` (scored inside the agent loop) is
-        left alone and nothing is pushed, as verl does. Failures follow ``on_error``; an
-        unreachable Redis always raises (a run must not train on rewards nobody computed).
+        left alone and nothing is pushed, as verl does. Failures follow ``on_error`` and count
+        against the failure budget; an unreachable Redis always raises.
         """
         if not outputs or outputs[-1].reward_score is not None:
             return
         started = time.perf_counter()
-        uid = str(_plain_or_self(kwargs.get("uid")) or uuid.uuid4().hex)
-        session_id = session_id_for(kwargs)
+        uid, session_id = trajectory_names(kwargs)
+        failures: list[str] = []
+
+        def fail(output: Any, where: str, message: str) -> None:
+            failures.append(self._failed(where, message))
+            output.reward_score = 0.0
+            output.extra_fields["reward_extra_info"] = dict(ERROR_EXTRA_INFO)
+            output.extra_fields["reward_error"] = message
+
+        keys, results, failure = await self._fetch(uid, session_id, outputs, sample_columns(kwargs))
+        if results is None:
+            fail(outputs[-1], f"{uid}_{session_id}", failure or "no result")
+        else:
+            apply_results(outputs, keys, results, fail)
+        outputs[-1].metrics.compute_score = time.perf_counter() - started
+        self.budget.record(failures[0] if failures else None)
+
+    async def score_trajectory(
+        self, uid: str, session_id: str, outputs: Sequence[Any], sample: Mapping[str, Any]
+    ) -> tuple[RewardResult | None, Failure]:
+        """Push one trajectory, wait, and return the final output's result (or the failure message).
+
+        What verl's reward-loop hook needs: one reward for the trajectory. Failures follow
+        ``on_error`` (``raise`` raises here) and count against the failure budget.
+        """
+        keys, results, failure = await self._fetch(uid, session_id, outputs, sample)
+        final = None if results is None else results[keys[-1]]
+        if final is not None and not (final.ok and final.reward_score is not None):
+            failure = final.error or "scored as an error without a message"
+        if failure is not None:
+            failure = self._failed(keys[-1] if keys else f"{uid}_{session_id}", failure)
+        self.budget.record(failure)
+        return (final if failure is None else None), failure
+
+    def _failed(self, where: str, message: str) -> str:
+        """An error for ``where``: raised with ``on_error=raise``, else logged and returned."""
+        if self.settings.on_error == "raise":
+            raise ScoringError(f"{where}: {message} (REWARDQ_VERL_ON_ERROR=raise)")
+        logger.warning("rewardq: %s scored 0.0: %s", where, message)
+        return message
+
+    async def _fetch(
+        self, uid: str, session_id: str, outputs: Sequence[Any], sample: Mapping[str, Any]
+    ) -> tuple[list[str], Mapping[str, RewardResult] | None, Failure]:
+        """Push and wait: the keys, their results, or why there are none (a timeout, a record not sent)."""
+        import rewardq.queue.redis_errors as rx
+
         keys: list[str] = []
         try:
-            keys = await self._push(uid, session_id, outputs, kwargs)
+            keys = await self._push(uid, session_id, outputs, sample)
             client = await self.client()
-            results = await client.wait_rewards(keys, timeout=self.settings.timeout)
+            return keys, await client.wait_rewards(keys, timeout=self.settings.timeout), None
         except (RewardTimeout, RecordError) as exc:
             what = "timed out" if isinstance(exc, RewardTimeout) else "could not be sent"
-            self._fail(outputs[-1], f"{uid}_{session_id}", f"rewardq: the trajectory {what}: {exc}")
-        else:
-            apply_results(outputs, keys, results, self._fail)
-        outputs[-1].metrics.compute_score = time.perf_counter() - started
+            return keys, None, f"rewardq: the trajectory {what}: {exc}"
+        except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
+            raise self._unreachable(exc) from exc
 
-    async def _push(self, uid: str, session_id: str, outputs: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str]:
+    def _unreachable(self, exc: BaseException) -> RedisUnavailable:
+        from rewardq.queue.connection import redact_url
+
+        s = self.settings
+        err = RedisUnavailable(
+            f"rewardq: cannot reach the workers' Redis at {redact_url(s.redis_url)} "
+            f"({type(exc).__name__}: {exc}); the URL comes from {s.where('redis_url')}. Check that this "
+            "Redis runs and is reachable from this node, and that it is the one the `rewardq worker` fleet uses. "
+            "No reward was computed for this trajectory"
+        )
+        err.retryable = True
+        return err
+
+    async def _push(self, uid: str, session_id: str, outputs: Sequence[Any], sample: Mapping[str, Any]) -> list[str]:
         client = await self.client()
         try:
             # the producer reads an AgentLoopOutput's fields itself (rewardq.producers.core.OutputLike)
-            return await client.put_trajectory(uid, session_id, outputs, sample_columns(kwargs))
+            return await client.put_trajectory(uid, session_id, outputs, sample)
         except RecordError as exc:
             if "sample" not in exc.field and "extra_fields" not in exc.field:
                 raise
             logger.warning("rewardq: leaving out values that cannot be sent (%s)", exc)
             strict = [wire_output(o) for o in outputs]
-            return await client.put_trajectory(uid, session_id, strict, sample_columns(kwargs, strict=True))
+            return await client.put_trajectory(uid, session_id, strict, encodable_only(sample))
 
-    def _fail(self, output: Any, where: str, message: str) -> None:
-        if self.settings.on_error == "raise":
-            raise ScoringError(f"{where}: {message} (REWARDQ_VERL_ON_ERROR=raise)")
-        logger.warning("rewardq: %s scored 0.0: %s", where, message)
-        output.reward_score = 0.0
-        output.extra_fields["reward_extra_info"] = dict(ERROR_EXTRA_INFO)
-        output.extra_fields["reward_error"] = message
+
+def trajectory_names(columns: Mapping[str, Any]) -> tuple[str, str]:
+    """The uid (the dataset row's, shared by its ``rollout.n`` samples) and a fresh session id."""
+    uid = str(_plain_or_self(columns.get("uid")) or uuid.uuid4().hex)
+    return uid, session_id_for(columns)
 
 
 def _plain_or_self(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def apply_results(outputs: Sequence[Any], keys: Sequence[str], results: Mapping[str, RewardResult], fail: Any) -> None:
+def apply_results(
+    outputs: Sequence[Any],
+    keys: Sequence[str],
+    results: Mapping[str, RewardResult],
+    fail: Callable[[Any, str, str], None],
+) -> None:
     """Write results onto outputs as verl's reward loop does: the final output gets
     ``reward_score`` and ``extra_fields["reward_extra_info"]``; the others get theirs only when
     the manager gave per-output rewards. ``fail(output, key, message)`` handles error results."""
@@ -307,11 +309,11 @@ def align_reward_extra_info(extra_fields: Sequence[dict], scores: Sequence[float
     for fields, info, score in zip(extra_fields, infos, scores):
         for k, example in keys.items():
             if k not in info:
-                info[k] = float(score) if k == "score" and score is not None else _empty_like(example)
+                info[k] = float(score) if k == "score" and score is not None else empty_like(example)
         fields["reward_extra_info"] = {k: info[k] for k in keys}
 
 
-def _empty_like(value: Any) -> Any:
+def empty_like(value: Any) -> Any:
     for typ in (bool, int, float, str):
         if isinstance(value, typ):
             return typ()

@@ -35,7 +35,7 @@ from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 __all__ = ["dead_letters", "KINDS"]
 
 #: Kinds of dead letters the workers write (see rewardq.queue.deadletters).
-KINDS = ("invalid", "conflict", "scoring", "exhausted", "incomplete")
+KINDS = ("invalid", "tokenizer", "conflict", "scoring", "exhausted", "incomplete")
 _kind_option = click.option("--kind", type=click.Choice(KINDS), default=None, help="Only dead letters of this kind.")
 
 

@@ -8,7 +8,8 @@ actually given become overrides, so the precedence is
 
 Start-up order, each step failing with a message that says what to fix:
 
-1. load the configuration (exit 2 on a bad value);
+1. load the configuration and the tokenizer (exit 2 on a bad value, on no ``--tokenizer`` at all,
+   and on a tokenizer that cannot be loaded: the message names its path and how to get it);
 2. PING Redis until it answers, with backoff and one log line per attempt, for up to
    ``--connect-timeout`` seconds (default: forever), then exit 3 with the redacted URL; refused
    credentials exit at once;
@@ -150,17 +151,19 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
             len(cfg.unused_keys),
             ", ".join(cfg.unused_keys),
         )
-    with startup_step(logger, f"connecting to Redis at {redact_url(cfg.redis_url)}"):
-        wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
-    cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
-    ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
     with startup_step(logger, "importing torch, tensordict and the reward managers"):
         import tensordict  # noqa: F401 - the worker needs both; importing them is most of a start-up
         import torch  # noqa: F401
 
-        from rewardq.reward.factory import build_from_config
-    with startup_step(logger, f"loading the tokenizer ({cfg.tokenizer}) and building the {cfg.manager} manager"):
-        manager, tokenizer = build_from_config(cfg, ctx)
+        from rewardq.reward.factory import build_from_config, load_worker_tokenizer
+    with startup_step(logger, f"loading the tokenizer ({cfg.tokenizer})"):
+        tokenizer = load_worker_tokenizer(cfg)  # before waiting for Redis: a wrong tokenizer must not wait
+    with startup_step(logger, f"connecting to Redis at {redact_url(cfg.redis_url)}"):
+        wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
+    cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
+    ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
+    with startup_step(logger, f"building the {cfg.manager} manager"):
+        manager, tokenizer = build_from_config(cfg, ctx, tokenizer)
     ctx.code_runtime().announce()  # the rlimits warning, or that code will be refused, at every start
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)

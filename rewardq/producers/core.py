@@ -46,6 +46,9 @@ class ClientSettings:
         max_backlog: per shard; past it ``put_*`` waits for workers to catch up. None: no bound.
         backpressure_timeout: how long ``put_*`` waits before raising BackpressureTimeout.
         cluster: treat the URL as a Redis Cluster.
+        tokenizer: the fingerprint of the tokenizer that made the ids
+            (:func:`rewardq.reward.fingerprint.tokenizer_fingerprint`), sent with every record so a
+            worker decoding with another vocabulary answers with an error instead of a wrong reward.
     """
 
     namespace: str = defaults.NAMESPACE
@@ -55,6 +58,7 @@ class ClientSettings:
     max_backlog: int | None = defaults.MAX_BACKLOG
     backpressure_timeout: float = defaults.BACKPRESSURE_TIMEOUT
     cluster: bool = False
+    tokenizer: str | None = None
 
 
 @dataclass
@@ -77,9 +81,18 @@ def prepare_output(
     final: bool,
     max_bytes: int,
     max_outputs: int = defaults.MAX_OUTPUTS,
+    tokenizer: str | None = None,
 ) -> Put:
     data = encode_output(
-        uid, session_id, index, output, sample, final=final, max_bytes=max_bytes, max_outputs=max_outputs
+        uid,
+        session_id,
+        index,
+        output,
+        sample,
+        final=final,
+        max_bytes=max_bytes,
+        max_outputs=max_outputs,
+        tokenizer=tokenizer,
     )
     key = output_key(str(uid), str(session_id), int(index))
     shard = ks.shard_of(key.rpartition("_")[0])
@@ -95,6 +108,7 @@ def prepare_trajectory(
     *,
     max_bytes: int,
     max_outputs: int = defaults.MAX_OUTPUTS,
+    tokenizer: str | None = None,
 ) -> list[Put]:
     if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence) or isinstance(outputs, Mapping):
         raise RecordError("outputs", f"must be a list of outputs, got {type(outputs).__name__}")
@@ -105,7 +119,16 @@ def prepare_trajectory(
         raise RecordError("outputs", f"has {n} outputs; a trajectory may have at most max_outputs={max_outputs}")
     return [
         prepare_output(
-            ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes, max_outputs=max_outputs
+            ks,
+            uid,
+            session_id,
+            i,
+            out,
+            sample,
+            final=(i == n - 1),
+            max_bytes=max_bytes,
+            max_outputs=max_outputs,
+            tokenizer=tokenizer,
         )
         for i, out in enumerate(outputs)
     ]
@@ -192,6 +215,7 @@ class ClientBase:
             final=final,
             max_bytes=s.max_record_bytes,
             max_outputs=s.max_outputs,
+            tokenizer=s.tokenizer,
         )
 
     def _prepare_trajectory(
@@ -199,7 +223,14 @@ class ClientBase:
     ) -> list[Put]:
         s = self.settings
         return prepare_trajectory(
-            ks, uid, session_id, outputs, sample, max_bytes=s.max_record_bytes, max_outputs=s.max_outputs
+            ks,
+            uid,
+            session_id,
+            outputs,
+            sample,
+            max_bytes=s.max_record_bytes,
+            max_outputs=s.max_outputs,
+            tokenizer=s.tokenizer,
         )
 
     def _send_pipeline(self, ks: Keyspace, puts: list[Put]) -> tuple[Any, list[int]]:

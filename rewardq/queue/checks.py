@@ -2,8 +2,9 @@
 
 One definition of what a record may hold, so a producer never sends what a worker of the same
 version refuses: names (:func:`check_name`), the output index (:func:`check_index`), finite
-numbers (:func:`check_score`, :func:`check_finite`) and the nested ``sample`` / ``extra_fields``
-values (:func:`check_value`, which mirrors the msgpack unpacker's limits below). Each raises
+numbers (:func:`check_score`, :func:`check_finite`), the nested ``sample`` / ``extra_fields``
+values (:func:`check_value`, which mirrors the msgpack unpacker's limits below) and the
+tokenizer fingerprint (:func:`check_tokenizer`, :func:`tokenizer_mismatch`). Each raises
 :class:`~rewardq.errors.RecordError` naming the field.
 """
 
@@ -142,3 +143,40 @@ def check_dict(value: Any, name: str) -> dict[str, Any]:
             raise RecordError(name, f"keys must be strings, got {type(k).__name__} key {k!r}")
     check_value(value, name)
     return dict(value)
+
+
+#: Longest tokenizer fingerprint a record may carry (``rewardq.reward.fingerprint`` writes ~250 characters).
+MAX_TOKENIZER_CHARS = 512
+
+
+def check_tokenizer(value: Any) -> str | None:
+    """Validate the optional ``tokenizer`` field: one line of text naming the tokenizer that made the ids."""
+    if value is None:
+        return None
+    one_line = isinstance(value, str) and not any(c in value for c in "\r\n\x00")
+    if not one_line or not value or len(value) > MAX_TOKENIZER_CHARS:
+        raise RecordError(
+            "tokenizer",
+            f"must be a tokenizer fingerprint (one line of text, at most {MAX_TOKENIZER_CHARS} characters, "
+            f"as rewardq.reward.fingerprint.tokenizer_fingerprint writes it), got {value!r:.80}",
+        )
+    return value
+
+
+def _vocabulary_part(fingerprint: str) -> str:
+    """What identifies a vocabulary in a fingerprint: its ``sha256=`` part (``vocab=`` counts added tokens,
+    which transformers and the plain tokenizers library may disagree on; ``name=`` is informative)."""
+    return fingerprint.split(" name=", 1)[0].split(" vocab=", 1)[0].strip()
+
+
+def tokenizer_mismatch(record: str | None, worker: str | None) -> str | None:
+    """Why a record made with tokenizer ``record`` must not be decoded by a worker holding ``worker``;
+    None when they agree or either is unknown."""
+    if record is None or worker is None or _vocabulary_part(record) == _vocabulary_part(worker):
+        return None
+    return (
+        f"wrong tokenizer: the ids were made with the trainer's tokenizer [{record}] but this worker decodes "
+        f"with [{worker}], so every reward computed here would come from the wrong text. Start the workers "
+        "with the trainer's tokenizer (rewardq worker --tokenizer <the trainer's actor_rollout_ref.model.path>, "
+        "or --config with the trainer's config)"
+    )

@@ -5,7 +5,7 @@ A record is a msgpack map::
     {"v": 1, "uid": str, "session_id": str, "index": 0 <= int < max_outputs, "final": bool,
      "prompt_ids": Ext(1|2), "response_ids": Ext(1|2), "response_mask": Ext(4) | nil,
      "response_logprobs": Ext(3) | nil, "num_turns": int | nil, "extra_fields": map,
-     "reward_score": float | nil, "sample": map}
+     "reward_score": float | nil, "sample": map, "tokenizer": str (optional)}
 
 Token ids travel as msgpack extension types holding little-endian packed arrays
 (ext 1: int32, ext 2: int64, ext 3: float32, ext 4: uint8), never as lists of Python
@@ -14,6 +14,10 @@ field; a failure raises :class:`~rewardq.errors.RecordError` naming the field. T
 checks exactly what the decoder accepts (``check_value`` mirrors the unpacker's limits), so a
 record the producer sent is never refused by a worker of the same version (the checks live in
 :mod:`rewardq.queue.checks`).
+
+``tokenizer`` is present only when the producer knows it: the fingerprint of the tokenizer
+that made the ids (:mod:`rewardq.reward.fingerprint`). A worker given its own refuses a record
+made with another vocabulary (:class:`~rewardq.errors.TokenizerMismatch`, naming both).
 
 Keys are ``<uid>_<session_id>_<index>`` and parse from the right: a ``session_id`` never holds
 ``_`` (a ``uid`` may), so two trajectories never share a key.
@@ -36,7 +40,7 @@ import msgpack
 import numpy as np
 
 from rewardq import defaults
-from rewardq.errors import RecordError
+from rewardq.errors import RecordError, TokenizerMismatch
 from rewardq.queue.checks import (
     MAX_ARRAY_LEN,
     MAX_MAP_LEN,
@@ -45,6 +49,8 @@ from rewardq.queue.checks import (
     check_index,
     check_name,
     check_score,
+    check_tokenizer,
+    tokenizer_mismatch,
 )
 from rewardq.queue.keys import output_key, trajectory_id
 
@@ -63,7 +69,8 @@ _EXT_DTYPES: dict[int, np.dtype[Any]] = {
 }
 _REQUIRED = ("uid", "session_id", "index", "final", "prompt_ids", "response_ids")
 _KNOWN = frozenset(
-    _REQUIRED + ("v", "response_mask", "response_logprobs", "num_turns", "extra_fields", "reward_score", "sample")
+    _REQUIRED
+    + ("v", "response_mask", "response_logprobs", "num_turns", "extra_fields", "reward_score", "sample", "tokenizer")
 )
 
 
@@ -83,6 +90,7 @@ class OutputRecord:
     extra_fields: dict[str, Any] = field(default_factory=dict)
     reward_score: float | None = None
     sample: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str | None = None
 
     @property
     def key(self) -> str:
@@ -220,11 +228,13 @@ def encode_output(
     final: bool,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
+    tokenizer: str | None = None,
 ) -> bytes:
     """Validate one output and encode it for the wire.
 
     ``output`` is a dict with the fields of a verl ``AgentLoopOutput`` or any object with
-    those attributes. Raises RecordError naming the first bad field.
+    those attributes; ``tokenizer`` the fingerprint of the tokenizer that made its ids, if
+    known. Raises RecordError naming the first bad field.
     """
     uid = check_name(uid, "uid")
     session_id = check_name(session_id, "session_id")
@@ -257,6 +267,8 @@ def encode_output(
         "reward_score": check_score(_get(output, "reward_score")),
         "sample": check_dict(sample, "sample"),
     }
+    if tokenizer is not None:  # absent otherwise: a record without it encodes as it always did
+        record["tokenizer"] = check_tokenizer(tokenizer)
     try:
         data = msgpack.packb(record, default=plain_value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -327,8 +339,13 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     vocab_size: int | None = None,
     max_outputs: int = DEFAULT_MAX_OUTPUTS,
+    tokenizer: str | None = None,
 ) -> OutputRecord:
-    """Decode and validate one record. Raises RecordError naming the bad field."""
+    """Decode and validate one record. Raises RecordError naming the bad field.
+
+    ``tokenizer``: the worker's tokenizer fingerprint; a record made with another vocabulary is
+    refused (field ``tokenizer``) before its ids are checked against ``vocab_size``.
+    """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise RecordError("data", f"stream entry has no binary 'data' field (got {type(data).__name__})")
     if len(data) > max_bytes:
@@ -365,6 +382,10 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     session_id = check_name(_need(d, "session_id", str, "a string"), "session_id")
     index = check_index(_need(d, "index", int, "an integer"), max_outputs)
     final = _need(d, "final", bool, "a bool")
+    made_with = check_tokenizer(d.get("tokenizer"))
+    wrong = tokenizer_mismatch(made_with, tokenizer)
+    if wrong is not None:
+        raise TokenizerMismatch(wrong)
     prompt = _ids(d, "prompt_ids")
     response = _ids(d, "response_ids")
     for name, arr in (("prompt_ids", prompt), ("response_ids", response)):
@@ -410,6 +431,7 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
         extra_fields=extra_fields,
         reward_score=None if score is None else float(score),
         sample=sample,
+        tokenizer=made_with,
     )
 
 

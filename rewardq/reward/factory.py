@@ -104,14 +104,24 @@ def scoring_settings(cfg: Any) -> ScoringSettings:
     )
 
 
-def build_from_config(cfg: Any, context: ManagerContext) -> tuple[RewardManager, Any]:
-    """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig`."""
-    from rewardq.reward.loader import load_score_fn
+def load_worker_tokenizer(cfg: Any) -> Any:
+    """The tokenizer a :class:`~rewardq.config.WorkerConfig` names; ConfigError naming ``--tokenizer``
+    when it names none (there is no default) and naming the path when it cannot be loaded."""
     from rewardq.reward.tokenizer import load_tokenizer
+
+    source = getattr(cfg, "sources", {}).get("tokenizer", "")
+    return load_tokenizer(cfg.tokenizer, origin=source if source.startswith("file ") else None)
+
+
+def build_from_config(cfg: Any, context: ManagerContext, tokenizer: Any = None) -> tuple[RewardManager, Any]:
+    """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig` (``tokenizer``:
+    already loaded by :func:`load_worker_tokenizer`)."""
+    from rewardq.reward.loader import load_score_fn
 
     context = dataclasses.replace(context, scoring=scoring_settings(cfg))
 
-    tokenizer = load_tokenizer(cfg.tokenizer)
+    if tokenizer is None:
+        tokenizer = load_worker_tokenizer(cfg)
     score_fn = load_score_fn(cfg.reward_fn, cfg.reward_fn_kwargs) if cfg.reward_fn else None
     options = dict(cfg.manager_options)
     if cfg.reward_fn and "scorer_spec" in accepted_options(get_manager_class(cfg.manager))[0]:

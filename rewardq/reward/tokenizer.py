@@ -1,19 +1,29 @@
-"""Load the tokenizer a reward worker decodes responses with.
+"""Load the tokenizer a reward worker decodes responses with, and fingerprint it.
 
 Managers need four things from a tokenizer: ``decode`` the response ids to text,
 ``encode`` text (tests, judges), ``vocab_size`` (the codec rejects out-of-range ids)
 and, for reward models over HTTP, ``apply_chat_template``. :func:`load_tokenizer`
 returns an object with exactly that surface (the :class:`Tokenizer` protocol) from:
 
-* ``None`` or ``"builtin:demo"`` → the bundled demo tokenizer (byte-level BPE, ~3k
-  tokens, ChatML special tokens; see :mod:`tools.make_demo_tokenizer`);
+* ``"builtin:demo"`` → the bundled demo tokenizer (byte-level BPE, ~3k tokens, ChatML
+  special tokens; see :mod:`tools.make_demo_tokenizer`). It must be asked for by name:
+  there is no default tokenizer, because a worker decoding with a tokenizer other than the
+  trainer's computes every reward from the wrong text;
 * a ``tokenizer.json`` file → the ``tokenizers`` library (special-token names and the
   chat template come from a ``tokenizer_config.json`` beside it, if there is one);
 * a Hugging Face tokenizer folder → ``transformers.AutoTokenizer`` when transformers
   is installed, else ``tokenizers`` on the folder's ``tokenizer.json`` plus its
   ``tokenizer_config.json``;
-* any other string, when transformers is installed → ``AutoTokenizer.from_pretrained``
-  (a Hub id, fetched as transformers normally does).
+* a Hub id (``Qwen/Qwen2.5-7B-Instruct``) → loaded as verl loads it: through transformers
+  when installed, else (or when transformers cannot, e.g. a repository without ``config.json``)
+  the tokenizer files from the Hugging Face cache (``huggingface_hub.snapshot_download``). Both
+  read the cache under ``HF_HOME`` and honour offline mode (``HF_HUB_OFFLINE=1``); a tokenizer
+  that is neither local nor cached fails with a message saying how to download it.
+
+:func:`rewardq.reward.fingerprint.tokenizer_fingerprint` names a tokenizer by its vocabulary (``sha256=<16 hex digits of
+the id -> token map> vocab=<ids> name=<where it came from>``). Producers send it with every
+record and a worker refuses records made with another vocabulary (see
+:func:`rewardq.queue.checks.tokenizer_mismatch`).
 
 Example::
 
@@ -35,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -350,17 +361,83 @@ def _transformers_available() -> bool:
     return True
 
 
-def _from_transformers(path: str) -> TransformersTokenizer:
+#: What to do when no tokenizer was given (``rewardq worker`` exits 2 with it).
+NO_TOKENIZER = (
+    "no tokenizer given: a reward worker must decode responses with the tokenizer the trainer "
+    "encoded them with, so there is no default. Pass --tokenizer (a Hugging Face tokenizer folder, "
+    "a Hub id in the local Hugging Face cache, or a tokenizer.json; builtin:demo only for the demo's "
+    "own data), or set REWARDQ_TOKENIZER, or tokenizer: in the config file. From a verl config "
+    "(--config) it is read as verl reads it: actor_rollout_ref.model.tokenizer_path, else "
+    "actor_rollout_ref.model.path"
+)
+#: Files of a Hugging Face repository that make up its tokenizer (what a Hub id fetches without transformers).
+TOKENIZER_FILES = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+]
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """``org/name`` or ``name``: what transformers would look up on the Hub (not a path, not a URL)."""
+    return bool(_HUB_ID.fullmatch(text)) and ".." not in text and not text.endswith((".json", ".model"))
+
+
+def _hub_help(name: str, origin: str | None) -> str:
+    from huggingface_hub import constants
+
+    offline = " (offline mode is on: HF_HUB_OFFLINE)" if constants.HF_HUB_OFFLINE else ""
+    where = f" ({origin})" if origin else ""
+    return (
+        f"cannot load the tokenizer {name!r}{where}: it is not a folder on this machine and not in the "
+        f"local Hugging Face cache {constants.HF_HUB_CACHE}{offline}. Download it into the cache here "
+        f"(`hf download {name} --include 'tokenizer*' '*.json'`, with HF_HOME as the workers have it), "
+        "or pass --tokenizer with a local tokenizer folder or tokenizer.json"
+    )
+
+
+def _from_transformers(path: str, origin: str | None = None) -> TransformersTokenizer:
     from transformers import AutoTokenizer
 
     try:
         backend = AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # OSError, ValueError, HTTP errors, ...
+        if not Path(path).expanduser().exists() and looks_like_hub_id(path):
+            raise ConfigError(f"{_hub_help(path, origin)} [{type(exc).__name__}: {_first_line(exc)}]") from None
         raise ConfigError(
-            f"transformers could not load a tokenizer from {path!r}: {exc}. Give a local "
-            "Hugging Face tokenizer folder, a tokenizer.json file, or builtin:demo"
+            f"transformers could not load a tokenizer from {path!r}{f' ({origin})' if origin else ''}: "
+            f"{_first_line(exc)}. Give a Hugging Face tokenizer folder or a tokenizer.json with --tokenizer"
         ) from None
     return TransformersTokenizer(backend, path)
+
+
+def _from_hub_cache(name: str, origin: str | None) -> FastTokenizer:
+    """A Hub id without transformers: its tokenizer files through huggingface_hub (cache first)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # tokenizers depends on it; only a stripped environment lacks it
+        raise ConfigError(
+            f"tokenizer {name!r} is a Hub id, and loading one needs huggingface_hub or transformers: "
+            "pip install transformers, or pass --tokenizer with a local tokenizer folder"
+        ) from None
+    try:
+        folder = Path(snapshot_download(name, allow_patterns=TOKENIZER_FILES))
+    except Exception as exc:  # not cached and offline, no network, no such repository, ...
+        raise ConfigError(f"{_hub_help(name, origin)} [{type(exc).__name__}: {_first_line(exc)}]") from None
+    if not (folder / "tokenizer.json").is_file():
+        raise ConfigError(
+            f"the Hugging Face repository {name!r} has no tokenizer.json (a slow tokenizer); "
+            "pip install transformers to load it, or pass --tokenizer with a fast tokenizer"
+        )
+    return _from_tokenizer_json(folder / "tokenizer.json", name, folder_metadata(folder))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
 
 
 def load_demo_tokenizer() -> FastTokenizer:
@@ -373,24 +450,27 @@ def load_demo_tokenizer() -> FastTokenizer:
     return _from_tokenizer_json(DEMO_PATH, DEMO_SPEC, dict(DEMO_SPECIAL, chat_template=None))
 
 
-def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto") -> Tokenizer:
+def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto", origin: str | None = None) -> Tokenizer:
     """Load a tokenizer (see the module docstring for what ``path`` may be).
 
     Args:
-        path: ``None``/``"builtin:demo"``, a ``tokenizer.json`` file, a tokenizer folder,
-            or (with transformers) a Hub id.
+        path: ``"builtin:demo"``, a ``tokenizer.json`` file, a tokenizer folder, or a Hub id.
         backend: ``"auto"`` (transformers for folders when installed), ``"tokenizers"``
             (never import transformers) or ``"transformers"`` (require it).
+        origin: where ``path`` came from (``"actor_rollout_ref.model.path in run.yaml"``), named
+            in errors.
 
     Raises:
-        ConfigError: the path does not exist or holds no usable tokenizer; the message
-            names the path and what to give instead.
+        ConfigError: no path was given (:data:`NO_TOKENIZER`), or it does not exist, is not
+            cached or holds no usable tokenizer; the message names the path and what to do.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"tokenizer backend must be one of {BACKENDS}, got {backend!r}")
-    if path is None or str(path) in ("", DEMO_SPEC):
-        return load_demo_tokenizer()
+    if path is None or not os.fspath(path).strip():
+        raise ConfigError(NO_TOKENIZER)
     text = os.fspath(path)
+    if text == DEMO_SPEC:
+        return load_demo_tokenizer()
     if text.startswith("builtin:"):
         raise ConfigError(f"unknown built-in tokenizer {text!r}; the only one is {DEMO_SPEC!r}")
     p = Path(text).expanduser()
@@ -401,11 +481,11 @@ def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto") -> 
         )
     if p.is_file():
         if backend == "transformers":
-            return _from_transformers(str(p.parent))
+            return _from_transformers(str(p.parent), origin)
         return _from_tokenizer_json(p, text, folder_metadata(p.parent))
     if p.is_dir():
         if use_transformers:
-            return _from_transformers(str(p))
+            return _from_transformers(str(p), origin)
         tj = p / "tokenizer.json"
         if not tj.is_file():
             raise ConfigError(
@@ -414,10 +494,20 @@ def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto") -> 
                 "this folder, or save it with a fast tokenizer"
             )
         return _from_tokenizer_json(tj, text, folder_metadata(p))
-    if use_transformers:
-        return _from_transformers(text)
+    if looks_like_hub_id(text):
+        if not use_transformers:
+            return _from_hub_cache(text, origin)
+        try:
+            return _from_transformers(text, origin)
+        except ConfigError as exc:
+            try:  # a repository of tokenizer files alone (no config.json) is still a tokenizer
+                return _from_hub_cache(text, origin)
+            except ConfigError:
+                raise exc from None
+    where = f" ({origin})" if origin else ""
     raise ConfigError(
-        f"tokenizer path {text!r} does not exist (looked in {str(p.absolute())!r}). Give a "
-        "tokenizer.json file, a Hugging Face tokenizer folder, or builtin:demo; to load a Hub id "
-        "such as Qwen/Qwen2.5-7B-Instruct, pip install transformers"
+        f"tokenizer path {text!r}{where} does not exist on this machine (looked in {str(p.absolute())!r}). "
+        "Copy the trainer's tokenizer folder here, or pass --tokenizer with a Hugging Face tokenizer "
+        "folder, a Hub id in the local Hugging Face cache or a tokenizer.json (builtin:demo only for "
+        "the demo's own data)"
     )

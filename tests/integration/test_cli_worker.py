@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(None)
+    return load_tokenizer("builtin:demo")
 
 
 def test_two_worker_processes_score_500_trajectories_exactly_once(procs, redis_url, ns, sync_redis, tokenizer):
@@ -189,7 +189,17 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
     # Given several broken invocations, run side by side
     cases = {
         "unknown-manager": (
-            ["worker", "--redis-url", redis_url, "--namespace", ns, "--manager", "no-such-manager"],
+            [
+                "worker",
+                "--redis-url",
+                redis_url,
+                "--namespace",
+                ns,
+                "--manager",
+                "no-such-manager",
+                "--tokenizer",
+                "builtin:demo",
+            ],
             {},
         ),
         "unreachable": (

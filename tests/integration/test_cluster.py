@@ -206,7 +206,6 @@ def cli_worker(url: str, ns: str, name: str, log_path: Path) -> Iterator[subproc
                     "--log-level",
                     "WARNING",
                     manager="tests.support.managers:LengthManager",
-                    tokenizer=None,
                 ),
             ],
             cwd=REPO,

@@ -20,7 +20,7 @@ from tests.support.helpers import running_workers
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer(None)
+    return load_tokenizer("builtin:demo")
 
 
 def _batch(traj):

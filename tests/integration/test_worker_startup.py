@@ -11,9 +11,10 @@ from tests.support.cli_procs import wait_for, worker_argv
 pytestmark = pytest.mark.slow
 
 STEPS = (
-    "connecting to Redis at redis://127.0.0.1:6379/0",
     "importing torch, tensordict and the reward managers",
-    "loading the tokenizer (builtin:demo) and building the naive manager",
+    "loading the tokenizer (builtin:demo)",
+    "connecting to Redis at redis://127.0.0.1:6379/0",
+    "building the naive manager",
     "setting up the naive manager",
     "starting the scorer processes",
 )

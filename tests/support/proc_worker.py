@@ -175,6 +175,7 @@ class WorkerProcess:
         if cli and fault:
             raise ValueError("fault hooks exist only in tests.support.proc_worker, not in the rewardq CLI")
         self.name = str(settings.setdefault("name", f"pw-{os.urandom(3).hex()}"))
+        settings.setdefault("tokenizer", "builtin:demo")  # the tests' ids are the demo tokenizer's: asked for by name
         self.namespace = settings["namespace"] = namespace
         extra_env = env or {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDQ_")}

@@ -24,7 +24,7 @@ from rewardq.reward.tokenizer import load_tokenizer
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer(None)
+    return load_tokenizer("builtin:demo")
 
 
 @pytest.fixture(scope="module")

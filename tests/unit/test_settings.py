@@ -309,7 +309,8 @@ def test_a_setting_declared_in_one_file_reaches_every_door(patched_package, tmp_
     # And a starting worker logs it in its effective config (here before it gives up on an unreachable Redis)
     w = run_copy(
         root,
-        ["worker", "--redis-url", "redis://127.0.0.1:1/0", "--connect-timeout", "0.5", "--log-format", "json"],
+        ["worker", "--redis-url", "redis://127.0.0.1:1/0", "--connect-timeout", "0.5", "--log-format", "json"]
+        + ["--tokenizer", "builtin:demo"],
         env={"REWARDQ_PROBE_KNOB": "6.5"},
     )
     assert w.returncode == 3, w.stderr

@@ -55,8 +55,16 @@ def hf_folder(tmp_path, demo):
 # --------------------------------------------------------------------------------------
 
 
-def test_demo_is_the_default_and_has_a_sensible_vocabulary(demo):
-    assert isinstance(load_tokenizer(None), FastTokenizer)
+@pytest.mark.parametrize("given", [None, "", "  "])
+def test_there_is_no_default_tokenizer(given):
+    with pytest.raises(ConfigError, match="no tokenizer given") as info:
+        load_tokenizer(given)
+    message = str(info.value)
+    assert "--tokenizer" in message and "REWARDQ_TOKENIZER" in message and "actor_rollout_ref.model.path" in message
+
+
+def test_demo_is_asked_for_by_name_and_has_a_sensible_vocabulary(demo):
+    assert isinstance(demo, FastTokenizer)
     assert isinstance(demo, Tokenizer)
     assert 2000 <= demo.vocab_size <= 4000
     assert [demo.backend.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2]
@@ -264,8 +272,11 @@ def test_folder_uses_transformers_when_installed(hf_folder, fake_transformers):
 
 def test_hub_id_goes_to_transformers(fake_transformers):
     assert isinstance(load_tokenizer("Qwen/Qwen2.5-0.5B-Instruct"), TransformersTokenizer)
-    with pytest.raises(ConfigError, match="missing/model.*builtin:demo"):
-        load_tokenizer("missing/model")
+    with pytest.raises(ConfigError, match="missing/model.*not in the local Hugging Face cache") as info:
+        load_tokenizer("missing/model", origin="actor_rollout_ref.model.path in run.yaml")
+    message = str(info.value)
+    assert "hf download missing/model" in message and "--tokenizer" in message
+    assert "actor_rollout_ref.model.path in run.yaml" in message and "OSError" in message
 
 
 # --------------------------------------------------------------------------------------
@@ -279,7 +290,9 @@ def test_missing_path_names_it_and_what_to_do(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as info:
         load_tokenizer(str(missing))
     message = str(info.value)
-    assert str(missing) in message and "builtin:demo" in message and "transformers" in message
+    assert str(missing) in message and "does not exist" in message and "--tokenizer" in message
+    with pytest.raises(ConfigError, match="~/models/deepseek-llm-7b-chat.*model.path in t.yaml.*--tokenizer"):
+        load_tokenizer("~/models/deepseek-llm-7b-chat", origin="model.path in t.yaml")
 
 
 def test_folder_without_tokenizer_json(tmp_path):

@@ -126,12 +126,45 @@ def test_limited_stays_an_alias_of_rate_limited():
     assert {"limited", "rate_limited"} <= set(known_managers())
 
 
-def test_policy_folder_becomes_the_default_tokenizer(tmp_path):
+def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path):
     folder = tmp_path / "policy"
     folder.mkdir()
-    assert load(tmp_path, generated(policy=str(folder))).tokenizer == str(folder)
-    assert load(tmp_path, generated(policy=str(folder)), tokenizer="builtin:demo").tokenizer == "builtin:demo"
-    assert load(tmp_path, generated(policy="Qwen/Qwen2.5-7B")).tokenizer is None  # a hub id: not a local folder
+    cfg = load(tmp_path, generated(policy=str(folder)))
+    assert cfg.tokenizer == str(folder)
+    assert cfg.sources["tokenizer"] == f"file {tmp_path / 'cfg.yaml'} (actor_rollout_ref.model.path)"
+    # a Hub id and verl's own default path are taken as given: loading them decides (and names them)
+    assert load(tmp_path, generated(policy="Qwen/Qwen2.5-7B")).tokenizer == "Qwen/Qwen2.5-7B"
+    assert load(tmp_path, generated()).tokenizer == "~/models/none"
+    # model.tokenizer_path wins over model.path, as in verl's workers
+    with_path = generated(policy="Qwen/Qwen2.5-7B").replace(
+        "        path: Qwen/Qwen2.5-7B\n", "        path: Qwen/Qwen2.5-7B\n        tokenizer_path: my/tok\n", 1
+    )
+    cfg = load(tmp_path, with_path)
+    assert cfg.tokenizer == "my/tok"
+    assert cfg.sources["tokenizer"].endswith("(actor_rollout_ref.model.tokenizer_path)")
+    # a flag, the environment or a rewardq key beside verl's sections wins, and then no verl key is named
+    flagged = load(tmp_path, generated(policy=str(folder)), tokenizer="builtin:demo")
+    assert (flagged.tokenizer, flagged.sources["tokenizer"].startswith("file")) == ("builtin:demo", False)
+    env = load(tmp_path, generated(policy=str(folder)), env={"REWARDQ_TOKENIZER": "builtin:demo"})
+    assert (env.tokenizer, env.sources["tokenizer"]) == ("builtin:demo", "env REWARDQ_TOKENIZER")
+    beside = load(tmp_path, generated(policy=str(folder)) + "    tokenizer: builtin:demo\n")
+    assert beside.tokenizer == "builtin:demo" and "model.path" not in beside.sources["tokenizer"]
+    # no model.path at all: nothing is implied (the worker then asks for --tokenizer)
+    assert load(tmp_path, "reward:\n  reward_manager:\n    name: naive\n").tokenizer is None
+
+
+def test_the_hook_in_a_verl_config_means_the_manager_reward_rewardq_names(tmp_path):
+    hook = (
+        generated()
+        .replace("source: register", "source: importlib")
+        .replace("path: null\n          name: custom_reward_manager", "path: pkg://rewardq.integrations.verl")
+    )
+    hook = hook.replace("name: naive", "name: RewardqRewardManager")
+    assert load(tmp_path, hook).manager == "naive"
+    chosen = hook.replace("    reward:\n", "    reward:\n      rewardq:\n        manager: dapo\n", 1)
+    assert load(tmp_path, chosen).manager == "dapo"
+    slashed = hook.replace("pkg://rewardq.integrations.verl", "pkg://rewardq/integrations/verl")
+    assert load(tmp_path, slashed).manager == "naive"
 
 
 def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tmp_path):

@@ -97,3 +97,23 @@ async def close_adapter_clients(monkeypatch):
     yield
     for scorer in created:
         await scorer.aclose()
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """A Ray of this test run's own (``address="local"``), for verl's reward loop and TransferQueue."""
+    from tests.verl.harness import start_local_ray, stop_local_ray
+
+    temp = start_local_ray()
+    yield
+    stop_local_ray(temp)
+
+
+@pytest.fixture(scope="session")
+def real_tq(local_ray):
+    """The registry's ``transfer_queue`` package, initialised on the local Ray (what verl's V1 trainer imports)."""
+    import transfer_queue as tq
+
+    tq.init()
+    yield tq
+    tq.close()

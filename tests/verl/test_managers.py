@@ -1,39 +1,49 @@
-"""The managers verl loads from ``agent_loop_manager_class``, and the TransferQueue path.
+"""The managers verl loads from ``agent_loop_manager_class``, on the trainers that read it.
 
-verl's V1 trainer (its default) imports the ``transfer_queue`` package, which verl 0.9.1 does
-not install by itself; :mod:`tests.verl.tq_stub` stands in for it, recording every put, so verl's
-real ``AgentLoopWorkerTQ._agent_loop_postprocess`` runs here on real outputs.
+verl's V1 trainer (its default) imports the ``transfer_queue`` package, which verl 0.9.1 does not
+install by itself: the registry's ``transferqueue==0.1.11`` is installed beside it (.ci/run), and
+verl's real ``AgentLoopWorkerTQ._agent_loop_postprocess`` stores into it here, on a local Ray;
+the stored rewards are read back with the real client. The one-step-off trainer builds its manager
+with verl's own ``OneStepOffRayTrainer._init_async_rollout_manager``.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
+import verl
 from omegaconf import OmegaConf
 
 from rewardq.integrations import verl as adapter
 from tests.conftest import REDIS_URL
 from tests.support.managers import expected_reward
-from tests.verl import tq_stub
 from tests.verl.data import output, row, verl_expected
+
+MANAGER = "rewardq.integrations.verl.RewardqAgentLoopManager"
 
 
 def config(use_v1: bool):
+    """The parts of a trainer config the managers read; verl's V1 task runner turns TransferQueue on."""
     return OmegaConf.create(
         {
             "trainer": {"use_v1": use_v1},
+            "transfer_queue": {"enable": use_v1},
             "actor_rollout_ref": {"rollout": {"agent": {"num_workers": 1}}, "model": {"path": "/nowhere"}},
         }
     )
 
 
+async def no_workers(self):
+    self.agent_loop_workers = []
+
+
 @pytest.fixture
-def no_actors(monkeypatch):
-    """Managers built without starting Ray actors (verl's _init_agent_loop_workers needs a cluster)."""
-    tq_stub.install(monkeypatch)
-
-    async def no_workers(self):
-        self.agent_loop_workers = []
-
+def no_actors(monkeypatch, real_tq):
+    """Managers built without starting agent-loop actors (verl's _init_agent_loop_workers needs LLM servers)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 
     monkeypatch.setattr(AgentLoopManager, "_init_agent_loop_workers", no_workers)
@@ -73,30 +83,78 @@ def tq_worker(monkeypatch, namespace: str):
     return w
 
 
-async def test_transferqueue_path_stores_verls_rewards(monkeypatch, naive_fleet):
-    puts = tq_stub.install(monkeypatch)
+def stored(tq, keys: list[str]) -> list[tuple[float, dict]]:
+    """Each key's reward and reward_extra_info as verl's V1 trainer reads them back from TransferQueue."""
+    got = tq.kv_batch_get(keys=keys, partition_id="train")
+    return [(float(got["rm_scores"][i].sum()), got["extra_fields"][i]["reward_extra_info"]) for i in range(len(keys))]
+
+
+async def test_transferqueue_path_stores_verls_rewards(monkeypatch, naive_fleet, real_tq):
     w = tq_worker(monkeypatch, naive_fleet.namespace)
+    uid = f"tq-{uuid.uuid4().hex[:8]}"
     outputs = [output("first turn"), output("Answer: 42", tool="<tool>ok</tool>")]
-    kwargs = {**row("math_dapo", "42", uid="tq-uid"), "session_id": 3, "global_steps": 7}
+    kwargs = {**row("math_dapo", "42", uid=uid), "session_id": 3, "global_steps": 7}
     score, extra = verl_expected(outputs, kwargs)
     await w._agent_loop_postprocess(outputs, False, **kwargs)
-    (put,) = puts
-    assert put["keys"] == ["tq-uid_3_0", "tq-uid_3_1"]  # verl's TransferQueue keys
-    fields = put["fields"]
-    for i in range(2):  # verl copies the final reward to every output, as with its own reward loop
-        assert float(fields["rm_scores"][i].sum()) == score
-        assert fields["extra_fields"][i]["reward_extra_info"] == extra
-    assert put["partition_id"] == "train"
+    keys = [f"{uid}_3_0", f"{uid}_3_1"]  # verl's TransferQueue keys
+    assert set(keys) <= set(real_tq.kv_list(partition_id="train")["train"])
+    # verl copies the final reward to every output, as with its own reward loop
+    assert stored(real_tq, keys) == [(score, extra), (score, extra)]
+    real_tq.kv_clear(keys=keys, partition_id="train")
 
 
-async def test_transferqueue_path_keeps_per_output_rewards(monkeypatch, echo_fleet):
-    puts = tq_stub.install(monkeypatch)
+async def test_transferqueue_path_keeps_per_output_rewards(monkeypatch, echo_fleet, real_tq):
     w = tq_worker(monkeypatch, echo_fleet.namespace)
+    uid = f"tq-echo-{uuid.uuid4().hex[:8]}"
     outputs = [output("a"), output("bb bb"), output("ccc ccc ccc")]
     expected = [expected_reward(o.response_ids) for o in outputs]
-    kwargs = {**row("openai/gsm8k", "42", uid="tq-echo"), "session_id": 0, "global_steps": 1}
+    kwargs = {**row("openai/gsm8k", "42", uid=uid), "session_id": 0, "global_steps": 1}
     await w._agent_loop_postprocess(outputs, False, **kwargs)
-    fields = puts[0]["fields"]
-    stored = [float(fields["rm_scores"][i].sum()) for i in range(3)]
-    assert stored == pytest.approx(expected)  # not the final reward copied three times
-    assert [fields["extra_fields"][i]["reward_extra_info"] for i in range(3)] == [{"i": i, "n": 3} for i in range(3)]
+    keys = [f"{uid}_0_{i}" for i in range(3)]
+    got = stored(real_tq, keys)
+    assert [g[0] for g in got] == pytest.approx(expected)  # not the final reward copied three times
+    assert [g[1] for g in got] == [{"i": i, "n": 3} for i in range(3)]
+    real_tq.kv_clear(keys=keys, partition_id="train")
+
+
+def one_step_off_config(manager: str | None):
+    """The one-step-off trainer's own config, composed by Hydra as its main_ppo composes it."""
+    from hydra import compose, initialize_config_dir
+
+    base = Path(verl.__file__).parent
+    overrides = [f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={manager}"] if manager else []
+    cwd = os.getcwd()
+    os.chdir(base.parent)  # its defaults name file://verl/trainer/config, relative to verl's parent
+    try:
+        config_dir = str(base / "experimental" / "one_step_off_policy" / "config")
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            return compose(config_name="one_step_off_ppo_trainer", overrides=overrides)
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("manager", [MANAGER, None])
+def test_one_step_off_trainer_builds_the_manager_it_is_given(monkeypatch, real_tq, manager):
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
+    from verl.experimental.one_step_off_policy import ray_trainer as one_step_off
+
+    cfg = one_step_off_config(manager)
+    assert cfg.trainer.use_v1 is True and cfg.transfer_queue.enable is False  # inherited, yet no TransferQueue
+    monkeypatch.setattr(AgentLoopManager, "_init_agent_loop_workers", no_workers)
+    monkeypatch.setattr(
+        one_step_off.LLMServerManager,
+        "create",
+        classmethod(lambda cls, config: SimpleNamespace(get_client=lambda: None)),
+    )
+    trainer = object.__new__(one_step_off.OneStepOffRayTrainer)
+    trainer.config, trainer.use_rm = cfg, False
+    trainer.reward_loop_manager = SimpleNamespace(reward_loop_workers=["reward-actor"])
+    one_step_off.OneStepOffRayTrainer._init_async_rollout_manager(trainer)  # verl's own set-up step
+    built = trainer.async_rollout_manager
+    assert built.reward_loop_worker_handles == ["reward-actor"]  # the hook's path, if the config names it
+    if manager:  # the DataProto trainer: the plain rewardq manager, never the TransferQueue one
+        assert type(built) is adapter.RewardqAgentLoopManager
+        assert issubclass(worker_class_of(built), adapter.RewardqAgentLoopWorker)
+    else:
+        assert type(built) is AgentLoopManager and not issubclass(worker_class_of(built), adapter.RewardqScoring)
+        assert issubclass(worker_class_of(built), AgentLoopWorker)

@@ -1,0 +1,111 @@
+"""A worker never scores with the wrong tokenizer: none by default, the trainer's checked on every record.
+
+* ``rewardq worker`` without ``--tokenizer`` (flag, REWARDQ_TOKENIZER, config) exits 2 naming it, with
+  and without ``--processes``, before it waits for Redis;
+* a Hub id is read from the local Hugging Face cache offline (here without transformers, through
+  huggingface_hub); one that is not cached exits 2 naming it and how to get it;
+* records carrying another tokenizer's fingerprint get an error result for every key of their
+  trajectory naming both tokenizers (dead letter kind ``tokenizer``); records carrying the worker's
+  own, or none, are scored.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rewardq.producers.aio import AsyncRewardClient
+from rewardq.queue.keys import Keyspace
+from rewardq.reward.factory import build_manager
+from rewardq.reward.fingerprint import tokenizer_fingerprint
+from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
+from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.helpers import running_workers
+from tests.support.hf_cache import fake_hub_cache
+from tests.support.records import text_output
+
+pytestmark = pytest.mark.slow
+
+UNREACHABLE = "redis://127.0.0.1:1/0"  # never reached: the tokenizer is checked first
+
+
+@pytest.mark.parametrize(
+    ("extra", "env"),
+    [
+        ([], {}),
+        (["--processes", "2"], {}),
+        ([], {"REWARDQ_TOKENIZER": ""}),  # set but empty is not a tokenizer either
+    ],
+    ids=["plain", "processes", "empty-env"],
+)
+def test_no_tokenizer_exits_2_naming_the_flag(procs, extra, env):
+    rc, proc = procs.run(
+        ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--connect-timeout", "1", *extra],
+        env=env,
+        timeout=60,
+    )
+    err = proc.stderr()
+    assert rc == 2, err[-2000:]
+    assert "no tokenizer given" in err and "--tokenizer" in err and "REWARDQ_TOKENIZER" in err
+
+
+def test_a_hub_id_comes_from_the_local_cache_offline(procs, redis_url, ns, sync_redis, tmp_path):
+    home = tmp_path / "hf"
+    config = json.dumps({"eos_token": "<|im_end|>"}).encode()
+    fake_hub_cache(home, "acme/policy-7b", {"tokenizer.json": DEMO_PATH.read_bytes(), "tokenizer_config.json": config})
+    env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    worker = procs.start(worker_argv(redis_url, ns, "hub", tokenizer="acme/policy-7b"), env=env, tag="hub")
+    wait_for(lambda: sync_redis.exists(f"{ns}:worker:hub"), 240, "the worker", procs=[worker])
+    assert worker.terminate() == 0
+
+
+def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs, tmp_path):
+    env = {"HF_HOME": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
+    rc, proc = procs.run(
+        ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--tokenizer", "acme/not-here"],
+        env=env,
+        timeout=60,
+    )
+    err = proc.stderr()
+    assert rc == 2, err[-2000:]
+    assert "acme/not-here" in err and "not in the local Hugging Face cache" in err and "offline mode" in err
+    assert "hf download acme/not-here" in err and "--tokenizer" in err
+
+
+async def test_records_of_another_tokenizer_get_an_error_for_every_key(redis_url, ns, sync_redis, tmp_path):
+    demo = load_tokenizer("builtin:demo")
+    copy = tmp_path / "tokenizer.json"
+    vocab = json.loads(DEMO_PATH.read_text())
+    ids = vocab["model"]["vocab"]
+    a, b = sorted(ids, key=ids.get)[200:202]
+    ids[a], ids[b] = ids[b], ids[a]  # same size, two tokens swapped: another tokenizer
+    copy.write_text(json.dumps(vocab))
+    other = tokenizer_fingerprint(load_tokenizer(str(copy)))
+    mine = tokenizer_fingerprint(demo)
+    outputs = [text_output("turn one"), text_output("#### 42")]
+    sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "42"}}
+    async with running_workers(ns, redis_url, [build_manager("naive", tokenizer=demo)]) as workers:
+        workers[0].tokenizer = demo  # before its task first runs: the fingerprint is taken at start-up
+        await _wait_started(workers[0])
+        results = {}
+        for tag, fingerprint in (("other", other), ("mine", mine), ("none", None)):
+            async with AsyncRewardClient.from_url(redis_url, namespace=ns, tokenizer=fingerprint) as client:
+                keys = await client.put_trajectory(f"u-{tag}", "s1", outputs, sample)
+                results[tag] = [await client.wait_rewards(keys, timeout=30), keys]
+    wrong, keys = results["other"]
+    for key in keys:
+        assert wrong[key].status == "error" and "wrong tokenizer" in wrong[key].error
+        assert other in wrong[key].error and mine in wrong[key].error
+    for tag in ("mine", "none"):
+        got, keys = results[tag]
+        assert got[keys[-1]].ok and got[keys[-1]].reward_score == 1.0, tag
+    dead = sync_redis.xrange(Keyspace(ns).dead(0))
+    assert len(dead) == 2 and {fields[b"kind"] for _, fields in dead} == {b"tokenizer"}  # both outputs, no others
+
+
+async def _wait_started(worker) -> None:
+    from tests.support.helpers import until
+
+    await until(lambda: worker.intake is not None, "the worker to start")
+    assert worker.tokenizer_fingerprint == tokenizer_fingerprint(worker.tokenizer)
