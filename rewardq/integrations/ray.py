@@ -273,7 +273,10 @@ def _config_values(config: Any) -> dict[str, Any]:
     if hasattr(config, "_metadata") and hasattr(config, "_get_node"):  # an OmegaConf DictConfig (verl's config)
         from omegaconf import OmegaConf
 
-        return dict(OmegaConf.to_container(config, resolve=True))
+        try:
+            return dict(OmegaConf.to_container(config, resolve=True))
+        except Exception:  # noqa: BLE001 - an interpolation that does not resolve here: the worker reads it as written
+            return dict(OmegaConf.to_container(config, resolve=False))
     if isinstance(config, Mapping):
         return json.loads(json.dumps(config, default=str))
     raise ConfigError(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REDIS_URL, _delete_namespace
-from tests.support.cli_procs import REPO, wait_for
+from tests.support.cli_procs import wait_for
 from tests.verl.data import output, row, verl_expected
 
 ray = pytest.importorskip("ray")
@@ -29,19 +29,10 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def trainer_cluster(tmp_path_factory):
-    """The trainer's Ray cluster (this machine only), its processes able to import the tests."""
-    ray.init(
-        address="local",
-        include_dashboard=False,
-        _temp_dir=str(tmp_path_factory.mktemp("ray")),
-        num_cpus=4,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
-    )
-    yield
-    ray.shutdown()
+@pytest.fixture
+def trainer_cluster(local_ray):
+    """The trainer's Ray cluster: this test run's local Ray (tests/verl/conftest.py)."""
+    return local_ray
 
 
 @pytest.fixture
@@ -144,3 +135,48 @@ def test_a_bad_fleet_block_fails_the_first_trajectory_with_the_reason(trainer_cl
     with pytest.raises(ray.exceptions.RayTaskError, match=r"unknown key\(s\) \['cpus'\]"):
         ray.get(loop.score.remote(CASES[:1]), timeout=60)
     ray.kill(loop)
+
+
+def test_through_verls_reward_loop_the_hook_starts_the_fleet_and_it_ends_with_the_reward_loop(
+    trainer_cluster, namespace, sync_redis, tmp_path
+):
+    """verl's own RewardLoopManager loads RewardqRewardManager; verl's own AgentLoopWorker._compute_score
+    sends it trajectories; the hook starts the fleet from inside verl's reward-loop actor."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.experimental.reward_loop import RewardLoopManager
+
+    from tests.verl.harness import bare_agent_loop_worker, demo_hf_folder, hook_config
+
+    cfg = hook_config(
+        demo_hf_folder(tmp_path / "policy"),
+        namespace,
+        shutdown_grace=5,
+        fleet={"workers": 2, "num_cpus": 1, "timeout": 240},
+    )
+    assert sync_redis.zcard(f"{namespace}:workers") == 0
+    manager = RewardLoopManager(cfg)  # verl's: reward.num_workers RewardLoopWorker actors
+    w = bare_agent_loop_worker(AgentLoopWorker, manager.reward_loop_worker_handles)
+
+    async def score_all() -> list[tuple[float, float]]:
+        out = []
+        for i, (data_source, truth, final) in enumerate(CASES):
+            outputs = [output("turn one " * (i + 1)), output(final, prompt="Question? " * 2)]
+            kwargs = row(data_source, truth, index=i)
+            await AgentLoopWorker._compute_score(w, outputs, kwargs=kwargs)  # verl's own method
+            out.append((outputs[-1].reward_score, verl_expected(outputs, kwargs)[0]))
+        return out
+
+    import asyncio
+
+    scored = asyncio.run(score_all())
+    assert [got for got, _ in scored] == [want for _, want in scored]
+    beats = [
+        sync_redis.hgetall(f"{namespace}:worker:{n.decode()}") for n in sync_redis.zrange(f"{namespace}:workers", 0, -1)
+    ]
+    assert len(beats) == 2 and all(b[b"host"] for b in beats)
+    pids = [int(b[b"pid"]) for b in beats]
+    assert all(map(_alive, pids))
+    for handle in manager.reward_loop_worker_handles:  # the trainer ends: its reward loop goes with it
+        ray.kill(handle)
+    wait_for(lambda: not any(map(_alive, pids)), 60, "the fleet's workers to end")
+    wait_for(lambda: sync_redis.zcard(f"{namespace}:workers") == 0, 20, "the workers to unregister")
