@@ -49,14 +49,12 @@ _seen: dict[int, tuple[Any, concurrent.futures.Future[Any] | None]] = {}  # id(c
 def fleet_request(config: Any) -> dict[str, Any] | None:
     """The ``fleet`` block of a verl config's ``reward.rewardq`` (or ``rewardq``), or None when it has
     no ``workers`` key. Raises ConfigError naming an unknown key or a bad worker count."""
+    from rewardq.integrations.verl_settings import config_at
+
     for path in ("reward.rewardq.fleet", "rewardq.fleet"):
-        block = _select(config, path)
+        block = config_at(config, path)
         if block is None:
             continue
-        if hasattr(block, "_metadata"):  # an OmegaConf node
-            from omegaconf import OmegaConf
-
-            block = OmegaConf.to_container(block, resolve=True)
         if not isinstance(block, Mapping):
             raise ConfigError(f"the verl config's {path} must be a mapping (workers, num_cpus, ...), got {block!r:.80}")
         unknown = sorted(set(map(str, block)) - FLEET_KEYS)
@@ -69,19 +67,6 @@ def fleet_request(config: Any) -> dict[str, Any] | None:
             raise ConfigError(f"the verl config's {path}.workers must be a whole number >= 0, got {workers!r}")
         return dict(block)
     return None
-
-
-def _select(config: Any, path: str) -> Any:
-    """``config[a][b][c]`` for ``path`` ``a.b.c`` over dicts or OmegaConf configs; None when absent."""
-    node = config
-    for part in path.split("."):
-        if node is None:
-            return None
-        try:
-            node = node.get(part) if hasattr(node, "get") else getattr(node, part, None)
-        except Exception:  # noqa: BLE001 - OmegaConf raises for a missing key of a struct config
-            return None
-    return node
 
 
 def ensure_fleet(config: Any, settings: Any) -> Any:
@@ -121,7 +106,7 @@ def ensure_fleet(config: Any, settings: Any) -> Any:
 
 def _start(config: Any) -> concurrent.futures.Future[Any] | None:
     """The (shared) start of ``config``'s fleet, in a thread of its own; None without a fleet key."""
-    from rewardq.integrations.verl_scoring import settings_for
+    from rewardq.integrations.verl_settings import settings_for
 
     if fleet_request(config) is None:
         return None

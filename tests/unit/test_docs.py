@@ -109,3 +109,11 @@ def test_the_keys_module_docstring_names_every_key_too():
     for key in code_keys():
         kind = key.replace("<ns>", "rewardq").split(":<")[0]
         assert kind in doc, f"rewardq/queue/keys.py's docstring does not name {key}"
+
+
+def test_the_license_is_an_spdx_expression():
+    """``license = "Apache-2.0"``: the table form makes setuptools warn on every install."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
