@@ -8,6 +8,7 @@ Commands::
     rewardq produce  FILE.jsonl --redis-url URL --namespace NS [--wait] [--timeout S]
     rewardq generate FILE.jsonl -n 100 [--seed S]
     rewardq status   [--namespace NS] [--watch [S]] [--json]  # what is waiting for what
+    rewardq top      [--namespace NS] [--once] [--json]       # live view: rates, backlog, workers
     rewardq inspect  KEY|TRAJECTORY [--tokenizer T] [--json]  # one key or trajectory, decoded
     rewardq dead-letters list|show|retry|purge                 # what could not be scored
     rewardq health   [--namespace NS] [--name W] [--json]     # exit 0 if a worker on this host is alive
@@ -39,6 +40,7 @@ from rewardq.ops.flags import click_options
 from rewardq.ops.health import health
 from rewardq.ops.inspect import inspect
 from rewardq.ops.status import status
+from rewardq.ops.top import top
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_REDIS, EXIT_INTERRUPTED = 1, 2, 3, 130
 _state = {"debug": False}
@@ -189,7 +191,8 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
 @click.option(
     "--namespace",
     default=None,
-    help="Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).",
+    help="Keep this namespace's keys afterwards (the demo prints the commands that show them). "
+    "Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).",
 )
 @click.option("--manager", default=defaults.MANAGER, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -284,6 +287,7 @@ def _generate(path: str, n: int, seed: int) -> int:
 
 cli.add_command(health)
 cli.add_command(status)
+cli.add_command(top)
 cli.add_command(inspect)
 cli.add_command(dead_letters)
 

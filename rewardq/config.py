@@ -399,9 +399,10 @@ class AdapterSettings:
 
 #: Settings only the verl adapter reads; workers accept them in a shared config file without
 #: listing them as unused.
-ADAPTER_KEYS = frozenset(s.key for s in settings_of(AdapterSettings).values()) - {
-    s.key for s in settings_of(WorkerConfig).values()
-}
+ADAPTER_KEYS = (
+    frozenset(s.key for s in settings_of(AdapterSettings).values())
+    - {s.key for s in settings_of(WorkerConfig).values()}
+) | {"fleet"}  # fleet: the Ray fleet the adapter starts (rewardq.integrations.verl_fleet)
 
 
 @dataclass

@@ -312,3 +312,33 @@ JUDGE_BACKOFF_BASE = 0.5
 JUDGE_BACKOFF_CAP = 30.0
 #: Longest ``Retry-After`` (seconds) a judge call waits for; a longer one ends the call at once.
 JUDGE_MAX_RETRY_WAIT = 120.0
+
+# -- the fleet on Ray and the live view (rewardq.integrations.ray, rewardq top) -----------------
+#: Workers ``start_fleet`` starts when told no number.
+FLEET_WORKERS = 16
+#: CPUs Ray reserves for each worker actor (a worker is one scoring process plus its scorers).
+FLEET_NUM_CPUS = 1.0
+#: Seconds ``start_fleet`` waits for its workers to report in before it raises.
+FLEET_START_TIMEOUT = 300.0
+#: Autoscaling: the fewest and the most workers it keeps.
+AUTOSCALE_MIN_WORKERS = 1
+AUTOSCALE_MAX_WORKERS = 16
+#: Autoscaling: seconds the backlog should take to drain at the fleet's measured rate.
+AUTOSCALE_TARGET_DRAIN_S = 60.0
+#: Autoscaling: seconds between two decisions.
+AUTOSCALE_INTERVAL_S = 10.0
+#: Autoscaling: seconds fewer workers must be wanted before one is removed.
+AUTOSCALE_SCALE_DOWN_AFTER_S = 60.0
+#: Seconds of scoring time per data source a heartbeat summarises, and how many sources it keeps.
+SOURCES_WINDOW_S = 60.0
+SOURCES_LIMIT = 20
+#: ``rewardq top``: seconds between refreshes, minutes its sparklines cover, the slowest data
+#: sources it lists, and the width it renders at when the output is no terminal.
+TOP_INTERVAL = 1.0
+TOP_HISTORY_MINUTES = 5.0
+TOP_SLOWEST_SOURCES = 5
+PIPE_WIDTH = 80
+#: Seconds of finished trajectories ``rewardq top`` reads back when it starts, and the most done
+#: entries it reads per shard in one refresh.
+DONE_FEED_SINCE_S = 300.0
+DONE_FEED_READ_LIMIT = 20_000

@@ -27,13 +27,15 @@ Two formats:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
-__all__ = ["JsonFormatter", "TextFormatter", "setup_logging", "LOG_FORMATS"]
+__all__ = ["JsonFormatter", "TextFormatter", "setup_logging", "LOG_FORMATS", "startup_step"]
 
 LOG_FORMATS = ("text", "json")
 
@@ -112,3 +114,17 @@ def setup_logging(level: str | int = "INFO", fmt: str = "text", stream: TextIO |
     root.setLevel(level)
     logging.captureWarnings(True)
     return handler
+
+
+@contextlib.contextmanager
+def startup_step(logger: logging.Logger, what: str) -> Iterator[None]:
+    """Log ``start-up: <what> ...`` before a slow start-up step and how long it took after it, so
+    a worker that takes seconds to start says what it is doing (``extra``: ``startup_step``,
+    ``elapsed_ms``)."""
+    logger.info("start-up: %s ...", what, extra={"startup_step": what})
+    t0 = time.perf_counter()
+    yield
+    ms = (time.perf_counter() - t0) * 1000
+    logger.info(
+        "start-up: %s: done in %.1fs", what, ms / 1000, extra={"startup_step": what, "elapsed_ms": round(ms, 1)}
+    )

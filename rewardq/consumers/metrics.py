@@ -23,6 +23,12 @@ Exposed series (all prefixed ``rewardq_``):
 * ``judge_cache_hits_total{model}``            answers reused instead of paid for
 * ``judge_tokens_total{model,kind}``           tokens the server reported (``prompt``, ``completion``)
 * ``judge_error_ratio{model}``                 errors / requests of this worker so far
+* ``backlog_entries``                          stream entries no worker has been given yet, over
+                                               every shard of the namespace (the whole fleet's)
+* ``backlog_seconds``                          how long that backlog takes to drain at the fleet's
+                                               measured rate (the live workers' outputs scored per
+                                               second); ``+Inf`` while entries wait and nothing is
+                                               scored. Refreshed every ``maintenance_interval``
 
 Each worker owns a private registry, so several workers in one process (tests, the demo)
 never collide.
@@ -30,11 +36,16 @@ never collide.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import logging
+import math
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
+
+logger = logging.getLogger("rewardq.worker")
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -173,6 +184,15 @@ class WorkerMetrics:
         )
         self.in_flight_gauge = Gauge("rewardq_in_flight", "Trajectories being scored", registry=r)
         self.reclaimed_total = Counter("rewardq_reclaimed", "Entries reclaimed from dead workers", registry=r)
+        self.backlog_entries = Gauge(
+            "rewardq_backlog_entries", "Stream entries no worker has been given yet (whole namespace)", registry=r
+        )
+        self.backlog_seconds = Gauge(
+            "rewardq_backlog_seconds",
+            "Seconds the namespace's backlog takes to drain at the fleet's measured rate (+Inf: no progress)",
+            registry=r,
+        )
+        self._backlog_task: asyncio.Task | None = None
         if limiter_stats is not None:
             r.register(_LimiterCollector(limiter_stats))
         if code_stats is not None:
@@ -199,6 +219,27 @@ class WorkerMetrics:
     def in_flight(self, n: int) -> None:
         self.in_flight_gauge.set(n)
 
+    def backlog(self, figures: dict[str, Any]) -> None:
+        """Set the backlog gauges from :func:`rewardq.queue.status.backlog_status`'s figures."""
+        self.backlog_entries.set(figures["entries"])
+        seconds = figures["seconds"]
+        self.backlog_seconds.set(math.inf if seconds is None else seconds)
+
+    def watch_backlog(self, probe: Callable[[], Awaitable[dict[str, Any]]], every: float) -> None:
+        """Refresh the backlog gauges from ``probe()`` every ``every`` seconds (until :meth:`close`)."""
+
+        async def loop() -> None:
+            while True:
+                try:
+                    self.backlog(await probe())
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - a gauge never stops the worker; the next pass retries
+                    logger.debug("could not refresh the backlog gauges", exc_info=True)
+                await asyncio.sleep(every)
+
+        self._backlog_task = asyncio.get_running_loop().create_task(loop(), name="backlog-gauge")
+
     # -- exposition -------------------------------------------------------------------------
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
         """Start the HTTP endpoint (``/metrics``); returns the bound port (``port=0`` picks one)."""
@@ -206,6 +247,9 @@ class WorkerMetrics:
         return int(self._server.server_port)
 
     def close(self) -> None:
+        if self._backlog_task is not None:
+            self._backlog_task.cancel()
+            self._backlog_task = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -1,8 +1,10 @@
 """What a worker says about itself: the snapshot its heartbeat writes to ``<ns>:worker:<name>``.
 
-``rewardq status`` and ``rewardq health`` read it. :class:`Presence` keeps what the snapshot
-needs beyond the worker's counters: when the worker started, and the latencies of the
-trajectories scored in the last minute (for the rate and the median latency).
+``rewardq status``, ``rewardq top`` and ``rewardq health`` read it. :class:`Presence` keeps what
+the snapshot needs beyond the worker's counters: when the worker started, the latencies and
+output counts of the trajectories scored in the last minute (for the rates, which the fleet's
+backlog drain time is computed from, and the median latency), and each data source's scoring
+time over the last minute (``rewardq top``'s slowest data sources).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
+
+from rewardq import defaults
 
 #: The worker's counters, in the order its heartbeat publishes them.
 COUNTERS = ("read", "stored", "parked", "scored", "errors", "dead_letters", "reclaimed", "duplicates", "expired")
@@ -33,20 +37,43 @@ class Presence:
         self.stats = stats
         self.in_flight = in_flight
         self.started_at = time.time()
-        self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (time, latency_ms)
+        self._recent: deque[tuple[float, float, int]] = deque(maxlen=4096)  # (time, latency_ms, outputs)
+        self._sources: deque[tuple[float, str, float]] = deque(maxlen=4096)  # (time, data source, seconds)
 
-    def scored(self, latency_ms: float) -> None:
-        """Count a trajectory scored now, ``latency_ms`` after its producer sent it."""
-        self._recent.append((time.time(), latency_ms))
+    def scored(self, latency_ms: float | None, outputs: int = 1) -> None:
+        """Count a trajectory of ``outputs`` outputs scored now, ``latency_ms`` after its producer sent it."""
+        self._recent.append((time.time(), -1.0 if latency_ms is None else latency_ms, outputs))
+
+    def finished(self, data_source: str, seconds: float) -> None:
+        """Record how long one trajectory of ``data_source`` took to score and commit (any outcome)."""
+        self._sources.append((time.time(), data_source or "unknown", seconds))
+
+    def sources(
+        self, now: float, window: float = defaults.SOURCES_WINDOW_S, limit: int = defaults.SOURCES_LIMIT
+    ) -> dict[str, dict[str, float]]:
+        """The last ``window`` seconds per data source: ``{ds: {"n", "mean_s", "max_s"}}``, the
+        ``limit`` slowest by mean."""
+        acc: dict[str, list[float]] = {}
+        for t, ds, sec in self._sources:
+            if now - t <= window:
+                acc.setdefault(ds, []).append(sec)
+        stats = {
+            ds: {"n": len(v), "mean_s": round(sum(v) / len(v), 4), "max_s": round(max(v), 4)} for ds, v in acc.items()
+        }
+        slowest = sorted(stats, key=lambda ds: -stats[ds]["mean_s"])[:limit]
+        return {ds: stats[ds] for ds in slowest}
 
     def snapshot(self, code: Any = None) -> dict[str, Any]:
-        """Counters, in-flight work, rate (last 10 s) and median latency (last 60 s);
-        ``code``: the manager's code-execution counters, if any."""
+        """Counters, in-flight work, rates (trajectories and outputs per second, last 10 s), median
+        latency (last 60 s) and scoring time per data source; ``code``: the manager's
+        code-execution counters, if any."""
         now = time.time()
-        recent = [lat for t, lat in self._recent if now - t <= 60]
-        window = [t for t, _ in self._recent if now - t <= 10]
+        recent = [lat for t, lat, _ in self._recent if now - t <= 60 and lat >= 0]
+        window = [n for t, _, n in self._recent if now - t <= 10]
+        sources = self.sources(now)
         return {
             **({"code": json.dumps(code.snapshot())} if code is not None and code.sources else {}),
+            **({"sources": json.dumps(sources)} if sources else {}),
             **self.stats,
             "in_flight": len(self.in_flight),
             "host": socket.gethostname(),
@@ -54,6 +81,7 @@ class Presence:
             "manager": self.manager_name,
             "started_at": f"{self.started_at:.3f}",
             "rate": round(len(window) / 10.0, 3),
+            "outputs_rate": round(sum(window) / 10.0, 3),
             "latency_p50_ms": round(sorted(recent)[len(recent) // 2], 3) if recent else "",
             "in_flight_tids": ",".join(list(self.in_flight)[:20]),
         }

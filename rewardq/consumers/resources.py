@@ -18,6 +18,7 @@ from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import is_cluster_client, refusals_named
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import ensure_meta
+from rewardq.queue.status import fleet_backlog_async
 from rewardq.reward.base import ManagerContext, RewardManager
 
 logger = logging.getLogger("rewardq.worker")
@@ -58,8 +59,9 @@ def code_stats(manager: Any) -> Any:
     return getattr(getattr(manager, "context", None), "code_stats", None)
 
 
-def serve_metrics(cfg: WorkerConfig, manager: Any, port: int) -> tuple[WorkerMetrics, int]:
-    """The worker's metrics, served on ``port`` (0 picks one); returns them and the bound port."""
+def serve_metrics(cfg: WorkerConfig, manager: Any, port: int, client: Any, ks: Keyspace) -> tuple[WorkerMetrics, int]:
+    """The worker's metrics, served on ``port`` (0 picks one), with the namespace's backlog gauges
+    refreshed every ``maintenance_interval`` through ``client``; returns them and the bound port."""
     stats = getattr(manager, "stats", None)
     code = code_stats(manager)
     judges = getattr(getattr(manager, "context", None), "judge_stats", None)
@@ -69,6 +71,7 @@ def serve_metrics(cfg: WorkerConfig, manager: Any, port: int) -> tuple[WorkerMet
         code_stats=code.snapshot if code is not None else None,
         judge_stats=judges.snapshot if judges is not None else None,
     )
+    served.watch_backlog(lambda: fleet_backlog_async(client, ks), cfg.maintenance_interval)
     bound = served.serve(port)
     logger.info("metrics on http://0.0.0.0:%d/metrics", bound)
     return served, bound

@@ -55,6 +55,7 @@ from rewardq.consumers.reader import StreamReader, read_groups
 from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
+from rewardq.logs import startup_step
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async, redact_url
 from rewardq.queue.entries import Entry, StoreOutcome
@@ -174,10 +175,12 @@ class Worker:
             self.manager, self.tokenizer = build_manager(cfg, self._client, self.name)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
         self.tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
-        await self.manager.setup()
-        await self.manager.prepare_scoring()
+        with startup_step(logger, f"setting up the {cfg.manager} manager"):
+            await self.manager.setup()
+        with startup_step(logger, "starting the scorer processes"):
+            await self.manager.prepare_scoring()
         if not self._metrics_given and cfg.metrics_port is not None:
-            self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port)
+            self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port, self._client, self.ks)
         self.failures = FailureHandler(
             broker,
             worker_name=self.name,
@@ -311,9 +314,11 @@ class Worker:
         t0 = time.perf_counter()
         outcome = "ok"
         data_source = str(o.record.sample.get("data_source", ""))
+        t_slot: float | None = None  # when it got a slot: its scoring time excludes the wait
         try:
             # in flight (its lease renewed) while it waits for a slot and its turn
             async with self.flights.slots, self.quarantine.turn(shard, tid, o.attempts, o.solo) as crashes:
+                t_slot = time.perf_counter()
                 if o.attempts > 1 and crashes >= self.cfg.max_crashes:
                     outcome = DeadLetterKind.CRASHED
                     await self.failures.fail_trajectory(shard, tid, o.entry, outcome, crash_reason(crashes))
@@ -328,6 +333,8 @@ class Worker:
             await self._note_unfinished(shard, tid, f"its result could not be written ({type(exc).__name__}: {exc})")
         finally:
             self._finished(tid, outcome, t0, data_source)
+            if t_slot is not None and outcome != "handed-back":
+                self.presence.finished(data_source, time.perf_counter() - t_slot)
 
     async def _note_unfinished(self, shard: int, tid: str, why: str) -> None:
         """Best effort: record why this attempt ended unanswered, for the dead letter of a trajectory
@@ -380,9 +387,7 @@ class Worker:
             return "error"
         await self._commit(shard, tid, results)
         self.stats["scored"] += 1
-        latency = results.results[-1].latency_ms
-        if latency is not None:
-            self.presence.scored(latency)
+        self.presence.scored(results.results[-1].latency_ms, outputs=results.n)
         return "ok"
 
     async def _commit(self, shard: int, tid: str, results: EncodedResults) -> None:

@@ -11,13 +11,15 @@ What happens, in order:
 4. push every trajectory (progress bar), then wait for every reward (progress bar);
 5. print the summary: rewards by data source, throughput, push-to-result latency p50/p99,
    errors, and how many rewards equal the value the generator expected;
-6. stop every worker (SIGTERM, then SIGKILL after a grace period), delete the namespace's keys
-   on a real server, stop the embedded server.
+6. stop every worker (SIGTERM, then SIGKILL after a grace period), delete the generated
+   namespace's keys on a real server, stop the embedded server.
 
-``--workers 0`` pushes to workers that are already running (``docker compose --profile demo
-up producer``): the namespace is ``--namespace``, else ``REWARDQ_NAMESPACE``, else
-``rewardq``, and afterwards only the demo's own result and trajectory keys are deleted. The
-same happens when ``--namespace`` names a namespace that already holds keys.
+``--namespace NAME`` on a real server keeps NAME's keys (results, trajectories, the ``done``
+stream, dead letters) for you to look at, and the demo ends by printing the ``redis-cli`` and
+``rewardq`` commands that show them (and the one that deletes them). A generated namespace is
+deleted. ``--workers 0`` pushes to workers that are already running (``docker compose --profile
+demo up producer``): the namespace is ``--namespace``, else ``REWARDQ_NAMESPACE``, else
+``rewardq``, and afterwards only the demo's own result and trajectory keys are deleted.
 
 Exit code 0 when every key got a non-error result and every worker exited cleanly, else 1.
 """
@@ -189,7 +191,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
 
     from rewardq.demo.data import make_trajectories
     from rewardq.demo.embedded import EmbeddedRedis
-    from rewardq.ops.common import delete_namespace, delete_trajectory_keys, namespace_key_count, probe_redis
+    from rewardq.ops.common import delete_namespace, delete_trajectory_keys, probe_redis
     from rewardq.ops.waiting import done_marks, wait_for_results
     from rewardq.producers.client import RewardClient
     from rewardq.queue.connection import redact_url
@@ -211,7 +213,8 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
     fleet: WorkerFleet | None = None
     client: Any = None
     pushed: list[Pushed] = []
-    cleanup = None if embedded is not None else "own-keys" if external else "namespace"
+    kept = opts.namespace is not None and not external  # a namespace the user named: its keys stay
+    cleanup = None if embedded is not None or kept else "own-keys" if external else "namespace"
     exit_codes: list[int | None] = []
     failed = True
     try:
@@ -242,12 +245,6 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
             )
         )
         client = RewardClient.from_url(url, namespace=namespace)
-        if cleanup == "namespace" and opts.namespace and namespace_key_count(client.r, namespace):
-            cleanup = "own-keys"
-            err.print(
-                f"[yellow]namespace {escape(namespace)} already holds keys: only the demo's own results are "
-                "deleted afterwards[/]"
-            )
         _ = client.keyspace  # creates <ns>:meta with one shard before the workers start
         if external:
             with err.status(f"waiting for a live worker on namespace {namespace}"):
@@ -284,6 +281,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
                 "mode": mode,
                 "workers": opts.workers,
                 "namespace": namespace,
+                "kept_namespace": kept and embedded is None,
                 "manager": opts.manager,
                 "startup_s": round(startup_s, 3),
                 "push_s": round(push_s, 3),
@@ -317,4 +315,36 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
         render(summary, console, title=escape(f"rewardq demo: {mode}"))
         if any(rc != 0 for rc in exit_codes):
             console.print(f"[red]worker exit codes: {exit_codes}[/]")
+    if kept:
+        err.print(kept_note(namespace, None if embedded is not None else url, [k for p in pushed for k in p.keys]))
     return (1 if failed else 0), summary
+
+
+def kept_note(namespace: str, url: str | None, keys: list[str]) -> str:
+    """What the demo says at the end about the namespace it kept (rich markup), with the commands to look."""
+    from rich.markup import escape
+
+    from rewardq.queue.connection import redact_url
+    from rewardq.queue.keys import Keyspace
+
+    if url is None:
+        return (
+            f"[yellow]namespace {escape(namespace)} lived in the embedded stand-in, which is gone now; "
+            "run with --redis-url to keep its keys[/]"
+        )
+    shown = redact_url(url)
+    cli = f"redis-cli -u {shown}"
+    ks = Keyspace(namespace)  # the demo's namespaces have one shard
+    lines = [
+        f"[bold]kept namespace {escape(namespace)}[/] on {escape(shown)}; look at it with:",
+        f"  {cli} --scan --pattern '{namespace}:*' | head",
+        f"  {cli} XREVRANGE '{ks.done(0)}' + - COUNT 3",
+    ]
+    if keys:
+        lines.append(f"  {cli} HGETALL '{ks.reward_key(keys[-1])}'")
+        lines.append(f"  rewardq inspect {keys[-1]} --redis-url {shown} --namespace {namespace}")
+    lines += [
+        f"  rewardq status --redis-url {shown} --namespace {namespace}",
+        f"delete it with: {cli} --scan --pattern '{namespace}:*' | xargs -r {cli} DEL",
+    ]
+    return "\n".join([lines[0], *(escape(x) for x in lines[1:])])

@@ -52,6 +52,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopW
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from rewardq.integrations.verl_batch import trajectory_outputs, trajectory_sample
+from rewardq.integrations.verl_fleet import ensure_fleet_once
 from rewardq.integrations.verl_scoring import (
     ERROR_EXTRA_INFO,
     SKIPPED_COLUMNS,
@@ -82,7 +83,9 @@ class RewardqScoring:
         return scorer
 
     async def _compute_score(self, outputs: list[Any], kwargs: dict) -> None:
-        """Score the trajectory ``outputs`` (one sample of ``kwargs``'s dataset row) on the rewardq fleet."""
+        """Score the trajectory ``outputs`` (one sample of ``kwargs``'s dataset row) on the rewardq fleet
+        (started first on the trainer's Ray cluster when the config has ``reward.rewardq.fleet.workers``)."""
+        await ensure_fleet_once(self.__dict__.get("config"))
         await self.rewardq_scorer().score(outputs, kwargs)
 
 
@@ -148,6 +151,7 @@ class RewardqRewardManager(RewardManagerBase):
         **kwargs: Any,
     ) -> None:
         super().__init__(config, tokenizer, compute_score)
+        self.rewardq_config = config  # reward.rewardq.fleet in it starts the Ray fleet on first use
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
         self.scorer = TrajectoryScorer(settings_for(config), tokenizer)
@@ -155,6 +159,7 @@ class RewardqRewardManager(RewardManagerBase):
 
     async def run_single(self, data: Any) -> dict[str, Any]:
         """Score the trajectory in ``data`` on the rewardq fleet; verl's reward-manager return value."""
+        await ensure_fleet_once(self.rewardq_config)
         sample = trajectory_sample(data, SKIPPED_COLUMNS)
         uid, session_id = trajectory_names(sample)
         result, failure = await self.scorer.score_trajectory(uid, session_id, trajectory_outputs(data), sample)

@@ -40,7 +40,7 @@ def settings_for(config: Any, env: Mapping[str, str] | None = None) -> VerlAdapt
     block: dict[str, Any] = {}
     blocks: dict[str, str] = {}  # key -> the block it was read from
     for path in BLOCKS:
-        found = _select(config, path)
+        found = config_at(config, path)
         if found is not None:
             if not isinstance(found, Mapping):
                 raise ConfigError(f"the verl config's {path} must be a mapping of rewardq settings, got {found!r:.80}")
@@ -65,7 +65,9 @@ def where(settings: VerlAdapterSettings, name: str) -> str:
     return f"the default; set {s.env} or reward.rewardq.{s.key}"
 
 
-def _select(config: Any, path: str) -> Any:
+def config_at(config: Any, path: str) -> Any:
+    """``config[a][b]`` for ``path`` ``a.b`` over dicts or OmegaConf configs (a container comes back
+    as a plain, resolved dict); None when absent."""
     node = config
     for part in path.split("."):
         if node is None:

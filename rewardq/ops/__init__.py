@@ -6,6 +6,7 @@
 * :mod:`.waiting`    wait for rewards with a progress bar;
 * :mod:`.summary`    the end-of-run table (rewards by data source, throughput, latency);
 * :mod:`.status`     ``rewardq status``: streams, workers, trajectories waiting for outputs, diagnosis;
+* :mod:`.top`        ``rewardq top``: a live full-screen view (rates, backlog and drain time, workers);
 * :mod:`.inspect`    ``rewardq inspect``: one key or trajectory, decoded, with its rewards and timings;
 * :mod:`.deadletters` ``rewardq dead-letters list|show|retry|purge``;
 * :mod:`.health`     ``rewardq health``: Redis, group and a fresh heartbeat (container health checks);

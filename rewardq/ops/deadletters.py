@@ -29,6 +29,7 @@ import click
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, NotFound
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
 from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 from rewardq.queue.states import DeadLetterKind
 
@@ -90,13 +91,18 @@ def _select(
 
 
 #: Longest text of one column in ``list`` (key, trajectory, worker: one line each; reason: one line).
-COLUMN_CHARS = {"ref": 40, "kind": 16, "tid": 80, "key": 80, "worker": 60, "reason": 200}
+COLUMN_CHARS = {"ref": 40, "kind": 16, "tid": 400, "key": 400, "worker": 200, "reason": 400}
 
 
 def _cap(text: Any, limit: int) -> str:
-    """``text`` on one line, at most ``limit`` characters (a cut one ends with an ellipsis)."""
+    """``text`` on one line, at most ``limit`` characters: a longer one is cut at its last space
+    before the limit (mid-word only when there is none) and ends with an ellipsis."""
     line = str(text).replace("\r", " ").replace("\n", " ")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if len(line) <= limit:
+        return line
+    head = line[: limit - 1]
+    cut = head.rsplit(" ", 1)[0]
+    return (cut if len(cut) >= limit // 2 else head) + "…"
 
 
 def _row(d: Any) -> dict[str, Any]:
@@ -128,14 +134,15 @@ def dead_letters() -> None:
     "--limit", type=click.IntRange(min=1), default=defaults.DEAD_LETTERS_LISTED, show_default=True, help="Newest N."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
 def list_(
-    redis_url: str, namespace: str, cluster: bool, group: str, kind: str | None, limit: int, as_json: bool
+    redis_url: str, namespace: str, cluster: bool, group: str, kind: str | None, limit: int, as_json: bool, wide: bool
 ) -> int:
     """List dead letters, newest first."""
-    from rich import box
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
+
+    from rewardq.ops.layout import Column, table_or_stack
 
     with opened(redis_url, namespace, cluster=cluster, group=group) as p:
         dls = _letters(p)
@@ -146,37 +153,31 @@ def list_(
             json.dumps({"namespace": namespace, "total": total, "kind": kind, "shown": len(rows), "dead_letters": rows})
         )
         return 0
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=WIDE_WIDTH if wide else None)
     now = time.time()
-    table = Table(
-        title=f"dead letters in {escape(namespace)}: {len(rows)} shown of {total}"
-        + (f" (kind {kind})" if kind else ""),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        collapse_padding=True,
-    )
-    for col in ("ref", "age", "kind", "key", "tries", "worker", "reason"):
-        wide = col in ("key", "reason")
-        table.add_column(
-            col,
-            overflow="fold" if wide else "ellipsis",
-            no_wrap=not wide,
-            max_width=COLUMN_CHARS.get(col),
-            ratio=(2 if col == "reason" else 1) if wide else None,
-            min_width=12 if wide else None,
-        )
-    for r in rows:
-        reason = r["reason"]
-        table.add_row(
-            r["ref"],
+    title = f"dead letters in {escape(namespace)}: {len(rows)} shown of {total}" + (f" (kind {kind})" if kind else "")
+    columns = [
+        Column("ref", lead=True),
+        Column("age", "right"),
+        Column("kind"),
+        Column("key", lead=True),
+        Column("tries", "right"),
+        Column("worker"),
+        Column("reason", wrap=True),
+    ]
+    cells = [
+        [
+            escape(r["ref"]),
             fmt_duration(now - r["time"]) if r["time"] else "-",
-            r["kind"],
+            escape(r["kind"]),
             escape(r["key"] or r["tid"] or "-"),
             "-" if r["deliveries"] is None else str(r["deliveries"]),
             escape(r["worker"]),
-            escape(reason[:120] + ("…" if len(reason) > 120 else "")),
-        )
-    console.print(table)
+            escape(r["reason"]),
+        ]
+        for r in rows
+    ]
+    console.print(table_or_stack(console, title, columns, cells, wide=wide, empty="[green]none[/]"))
     if rows:
         console.print(
             "[dim]details: rewardq dead-letters show REF; after a fix: rewardq dead-letters retry REF (or --all)[/]"

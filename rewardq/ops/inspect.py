@@ -21,6 +21,7 @@ import click
 
 from rewardq import defaults
 from rewardq.errors import NotFound
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
 from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 
 __all__ = ["inspect", "normalize_ref", "render_inspect"]
@@ -105,12 +106,14 @@ def _state_style(state: str) -> str:
     return {"done": "green", "collecting": "yellow", "failed": "red"}.get(state, "white")
 
 
-def render_inspect(view: dict[str, Any]) -> Any:  # noqa: C901 - one branch per section of the rendered page
-    """The inspect dict as one rich renderable."""
-    from rich import box
-    from rich.console import Group
+def render_inspect(view: dict[str, Any], *, console: Any = None, wide: bool = False) -> Any:  # noqa: C901 - one branch per section of the rendered page
+    """The inspect dict as one rich renderable; the outputs table is stacked when it does not fit
+    ``console``'s width (unless ``wide``): keys are never cut (:mod:`rewardq.ops.layout`)."""
+    from rich.console import Console, Group
     from rich.markup import escape
     from rich.table import Table
+
+    from rewardq.ops.layout import Column, table_or_stack
 
     parts: list[Any] = []
     meta, t = view["meta"], view["timings"]
@@ -158,34 +161,45 @@ def render_inspect(view: dict[str, Any]) -> Any:  # noqa: C901 - one branch per 
         head.add_row("waiting", f"{fmt_duration(t['since_first_s'])} since the first output")
     parts.append(head)
 
-    table = Table(
-        title="outputs (tokens: prompt, response, model-generated)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        collapse_padding=True,
-    )
-    for col in ("i", "key", "prompt", "response", "model", "turns", "status", "reward", "worker", "latency"):
-        table.add_column(
-            col,
-            justify="right" if col in ("i", "prompt", "response", "model", "turns", "reward", "latency") else "left",
-            overflow="fold" if col == "key" else "ellipsis",
-        )
+    right = "right"
+    columns = [
+        Column("i", right),
+        Column("key", lead=True),
+        Column("prompt", right),
+        Column("response", right),
+        Column("model", right),
+        Column("turns", right),
+        Column("status"),
+        Column("reward", right),
+        Column("worker"),
+        Column("latency", right),
+    ]
+    rows = []
     for o in view["outputs"]:
         rec, res = o.get("record") or {}, o.get("result") or {}
         status = res.get("status", "")
-        table.add_row(
-            str(o["index"]),
-            escape(o["key"]),
-            str(rec.get("prompt_tokens", "-")),
-            str(rec.get("response_tokens", "-")),
-            str(rec.get("model_tokens", "-")),
-            str(rec.get("num_turns", "-") if rec.get("num_turns") is not None else "-"),
-            ("[green]ok[/]" if status == "ok" else f"[red]{escape(status)}[/]" if status else "[yellow]no result[/]"),
-            "-" if res.get("reward_score") is None else f"{res['reward_score']:g}",
-            escape(res.get("worker", "") or "-"),
-            "-" if res.get("latency_ms") is None else f"{res['latency_ms']:,.1f} ms",
+        rows.append(
+            [
+                str(o["index"]),
+                escape(o["key"]),
+                str(rec.get("prompt_tokens", "-")),
+                str(rec.get("response_tokens", "-")),
+                str(rec.get("model_tokens", "-")),
+                str(rec.get("num_turns", "-") if rec.get("num_turns") is not None else "-"),
+                (
+                    "[green]ok[/]"
+                    if status == "ok"
+                    else f"[red]{escape(status)}[/]"
+                    if status
+                    else "[yellow]no result[/]"
+                ),
+                "-" if res.get("reward_score") is None else f"{res['reward_score']:g}",
+                escape(res.get("worker", "") or "-"),
+                "-" if res.get("latency_ms") is None else f"{res['latency_ms']:,.1f} ms",
+            ]
         )
-    parts.append(table)
+    title = "outputs (tokens: prompt, response, model-generated)"
+    parts.append(table_or_stack(console or Console(highlight=False), title, columns, rows, wide=wide))
     for o in view["outputs"]:
         res, rec = o.get("result") or {}, o.get("record") or {}
         error, extra = res.get("error"), res.get("reward_extra_info")
@@ -221,6 +235,7 @@ def render_inspect(view: dict[str, Any]) -> Any:  # noqa: C901 - one branch per 
     help="Characters of decoded response to show (with --tokenizer).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
 def inspect(
     ref: str,
     redis_url: str,
@@ -230,6 +245,7 @@ def inspect(
     tokenizer: str | None,
     preview: int,
     as_json: bool,
+    wide: bool,
 ) -> int:
     """Show one output key (<uid>_<session_id>_<i>) or trajectory (<uid>_<session_id>): records, state, rewards.
 
@@ -247,5 +263,6 @@ def inspect(
     if as_json:
         click.echo(json.dumps(view, default=str))
     else:
-        Console(highlight=False).print(render_inspect(view))
+        console = Console(highlight=False, width=WIDE_WIDTH if wide else None)
+        console.print(render_inspect(view, console=console, wide=wide))
     return 0

@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from rewardq import defaults
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
 from rewardq.ops.target import fmt_duration, opened, pipeline_options
 
 __all__ = ["status", "collect", "diagnose", "render_status"]
@@ -67,11 +68,6 @@ def collect(r: Any, ks: Any, *, limit: int = defaults.STATUS_WAITING_LIMIT, url:
     live = {w["name"] for w in st["workers"]}
     cons = consumers(r, ks)
     for sh in st["shards"]:
-        # Redis reports no lag (NULL) when entries after the last delivered one may have been deleted,
-        # which is nearly always once workers delete what they stored: estimate it as the entries
-        # still in the stream that no consumer holds.
-        sh["backlog"] = sh["lag"] if sh["lag"] is not None else max(0, sh["length"] - sh["pending"])
-        sh["backlog_exact"] = sh["lag"] is not None
         sh["owners"] = [
             {"name": c["name"], "pending": c["pending"], "alive": c["name"] in live}
             for c in cons.get(sh["shard"], [])
@@ -198,14 +194,20 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
 _STYLE = {"error": "bold red", "warning": "yellow", "ok": "green"}
 
 
-def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
-    """The status dict as one rich renderable (tables and the diagnosis; ``footer`` under them)."""
-    from rich import box
-    from rich.console import Group
+def render_status(st: dict[str, Any], footer: str | None = None, *, console: Any = None, wide: bool = False) -> Any:
+    """The status dict as one rich renderable (tables and the diagnosis; ``footer`` under them).
+
+    A table wider than ``console``'s width (80 columns when output is not a terminal) is shown as
+    stacked blocks (:mod:`rewardq.ops.layout`) unless ``wide``: no name or key is ever cut.
+    """
+    from rich.console import Console, Group
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
+    from rewardq.ops.layout import Column, table_or_stack
+
+    console = console or Console(highlight=False)
     parts: list[Any] = []
     head = Text.assemble(
         (f"{time.strftime('%H:%M:%S', time.localtime(st['time']))}  {st['namespace']}", "bold"),
@@ -213,78 +215,89 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
     )
     parts.append(head)
 
-    shards = Table(title="streams", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
-    for col in ("shard", "length", "lag", "pending", "held by", "group"):
-        shards.add_column(col, justify="right" if col in ("shard", "length", "lag", "pending") else "left")
+    shard_rows = []
     for sh in st["shards"]:
         owners = ", ".join(
             f"{o['name']}: {o['pending']}" + ("" if o["alive"] else " (not alive)") for o in sh.get("owners", [])
         )
         lag = str(sh["backlog"]) if sh["backlog_exact"] else f"≈{sh['backlog']}"
-        shards.add_row(
-            str(sh["shard"]),
-            str(sh["length"]),
-            lag,
-            str(sh["pending"]),
-            escape(owners or "-"),
-            "[green]yes[/]" if sh["group"] else "[red]missing[/]",
+        shard_rows.append(
+            [
+                str(sh["shard"]),
+                str(sh["length"]),
+                lag,
+                str(sh["pending"]),
+                escape(owners or "-"),
+                "[green]yes[/]" if sh["group"] else "[red]missing[/]",
+            ]
         )
-    parts.append(shards)
+    right = "right"
+    shard_cols = [
+        Column("shard", right, lead=True),
+        Column("length", right),
+        Column("lag", right),
+        Column("pending", right),
+        Column("held by"),
+        Column("group"),
+    ]
+    parts.append(table_or_stack(console, "streams", shard_cols, shard_rows, wide=wide))
 
     # "idle" (time since the worker last got an entry) needs XINFO CONSUMERS "inactive": Redis >= 7.2
     idle = any(w.get("inactive_s") is not None for w in st["workers"])
-    workers = Table(
-        title=f"live workers ({len(st['workers'])})", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True
-    )
-    cols = [
-        "name",
-        "host",
-        "pid",
-        "in flight",
-        "last beat",
-        *(["idle"] if idle else []),
-        "scored/s",
-        "scored",
-        "errors",
-        "dead",
-        "manager",
-        "up",
+    worker_cols = [
+        Column("name", lead=True),
+        Column("host"),
+        Column("pid", right),
+        Column("in flight", right),
+        Column("last beat", right),
+        *([Column("idle", right)] if idle else []),
+        Column("scored/s", right),
+        Column("scored", right),
+        Column("errors", right),
+        Column("dead", right),
+        Column("manager"),
+        Column("up", right),
     ]  # entries each worker holds: the streams table's "held by"
-    for col in cols:
-        workers.add_column(col, justify="left" if col in ("name", "host", "manager") else "right", no_wrap=True)
+    worker_rows = []
     for w in st["workers"]:
         beat = fmt_duration(w["idle_s"])
-        workers.add_row(
-            escape(w["name"]),
-            escape(w["host"]),
-            str(w["pid"]),
-            str(w["in_flight"]),
-            beat if w["idle_s"] < 10 else f"[yellow]{beat}[/]",
-            *([fmt_duration(w.get("inactive_s"))] if idle else []),
-            f"{w['rate_per_s']:g}",
-            str(w["scored"]),
-            f"[red]{w['errors']}[/]" if w["errors"] else "0",
-            str(w["dead_letters"]),
-            escape(w["manager"]),
-            fmt_duration(w["uptime_s"]),
+        worker_rows.append(
+            [
+                escape(w["name"]),
+                escape(w["host"]),
+                str(w["pid"]),
+                str(w["in_flight"]),
+                beat if w["idle_s"] < 10 else f"[yellow]{beat}[/]",
+                *([fmt_duration(w.get("inactive_s"))] if idle else []),
+                f"{w['rate_per_s']:g}",
+                str(w["scored"]),
+                f"[red]{w['errors']}[/]" if w["errors"] else "0",
+                str(w["dead_letters"]),
+                escape(w["manager"]),
+                fmt_duration(w["uptime_s"]),
+            ]
         )
-    if not st["workers"]:
-        workers.add_row("[red]none[/]", *[""] * (len(cols) - 1))
-    parts.append(workers)
+    title = f"live workers ({len(st['workers'])})"
+    parts.append(table_or_stack(console, title, worker_cols, worker_rows, wide=wide, empty="[red]none[/]"))
 
     shown = len(st["waiting"])
-    waiting = Table(
-        title=f"waiting for outputs ({st['waiting_total']}, oldest first"
+    title = (
+        f"waiting for outputs ({st['waiting_total']}, oldest first"
         + (f", {shown} shown" if shown < st["waiting_total"] else "")
-        + ")",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        collapse_padding=True,
+        + ")"
     )
-    for col in ("trajectory", "shard", "have", "final", "missing", "waiting for", "waited", "given up in"):
-        waiting.add_column(col, justify="right" if col in ("shard", "final", "waited", "given up in") else "left")
-    for w in st["waiting"]:
-        waiting.add_row(
+    waiting_cols = [
+        Column("trajectory", lead=True),
+        Column("shard", right),
+        Column("have"),
+        Column("final", right),
+        Column("missing"),
+        Column("waiting for"),
+        Column("waited", right),
+        Column("given up in", right),
+    ]
+    waiting_rows = [
+        [
             escape(w["tid"]),
             str(w["shard"]),
             ",".join(map(str, w["have"])) or "-",
@@ -293,15 +306,15 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
             escape(w["waiting_for"]),
             fmt_duration(w["waited_s"]),
             fmt_duration(w["expires_in_s"]),
-        )
-    if not st["waiting"]:
-        waiting.add_row("[green]none[/]", *[""] * 7)
-    parts.append(waiting)
+        ]
+        for w in st["waiting"]
+    ]
+    parts.append(table_or_stack(console, title, waiting_cols, waiting_rows, wide=wide, empty="[green]none[/]"))
 
     if st.get("code"):
-        parts.append(_code_table(st["code"]))
+        parts.append(_code_table(st["code"], console, wide))
     if st.get("judges"):
-        parts.append(_judge_table(st["judges"]))
+        parts.append(_judge_table(st["judges"], console, wide))
 
     rec = st["recent"]
 
@@ -312,6 +325,14 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
     facts = Table(show_header=False, box=None, padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
+    b = st.get("backlog")
+    if b is not None:
+        drain = "never at this rate (nothing is scored)" if b["seconds"] is None else fmt_duration(b["seconds"])
+        facts.add_row(
+            "backlog",
+            f"{b['entries']:,} entries" + ("" if b["exact"] else " (estimated)") + f", drains in {drain} at "
+            f"{b['outputs_per_s']:g} outputs/s",
+        )
     facts.add_row(
         "dead letters", (f"[red]{st['dead_letters']}[/] ({escape(kinds)})" if st["dead_letters"] else "[green]0[/]")
     )
@@ -328,58 +349,72 @@ def render_status(st: dict[str, Any], footer: str | None = None) -> Any:
     return Group(*parts)
 
 
-def _code_table(code: dict[str, Any]) -> Any:
+def _code_table(code: dict[str, Any], console: Any, wide: bool) -> Any:
     """Code execution per data source, summed over live workers."""
-    from rich import box
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(
-        title="code execution (live workers)", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True
-    )
-    for col in ("data source", "backend", "scored", "passed", "errors", "programs", "seconds", "s/program", "outcomes"):
-        table.add_column(col, justify="left" if col in ("data source", "backend", "outcomes") else "right")
+    from rewardq.ops.layout import Column, table_or_stack
+
+    heads = ("data source", "backend", "scored", "passed", "errors", "programs", "seconds", "s/program", "outcomes")
+    columns = [
+        Column(h, "left" if h in ("data source", "backend", "outcomes") else "right", lead=h == "data source")
+        for h in heads
+    ]
+    rows = []
     for ds, c in code.items():
         statuses = c.get("statuses", {})
         errors = statuses.get("error", 0)
-        table.add_row(
-            escape(ds),
-            escape(c.get("backend", "")),
-            str(c.get("trajectories", 0)),
-            str(statuses.get("passed", 0)),
-            f"[red]{errors}[/]" if errors else "0",
-            str(c.get("runs", 0)),
-            f"{c.get('seconds', 0.0):.1f}",
-            f"{c['seconds'] / c['runs']:.3f}" if c.get("runs") else "-",
-            escape(", ".join(f"{k}: {n}" for k, n in sorted(statuses.items()))),
+        rows.append(
+            [
+                escape(ds),
+                escape(c.get("backend", "")),
+                str(c.get("trajectories", 0)),
+                str(statuses.get("passed", 0)),
+                f"[red]{errors}[/]" if errors else "0",
+                str(c.get("runs", 0)),
+                f"{c.get('seconds', 0.0):.1f}",
+                f"{c['seconds'] / c['runs']:.3f}" if c.get("runs") else "-",
+                escape(", ".join(f"{k}: {n}" for k, n in sorted(statuses.items()))),
+            ]
         )
-    return table
+    return table_or_stack(console, "code execution (live workers)", columns, rows, wide=wide)
 
 
-def _judge_table(judges: dict[str, Any]) -> Any:
+def _judge_table(judges: dict[str, Any], console: Any, wide: bool) -> Any:
     """LLM-judge calls per model, for the whole fleet (counters kept in Redis)."""
-    from rich import box
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title="LLM judges (fleet)", title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
-    cols = ("model", "requests", "answers", "cache hits", "errors", "error rate", "gave up", "prompt tok", "compl. tok")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "model" else "right")
+    from rewardq.ops.layout import Column, table_or_stack
+
+    headers = (
+        "model",
+        "requests",
+        "answers",
+        "cache hits",
+        "errors",
+        "error rate",
+        "gave up",
+        "prompt tok",
+        "compl. tok",
+    )
+    columns = [Column(h, "left" if h == "model" else "right", lead=h == "model") for h in headers]
+    rows = []
     for model, j in judges.items():
         rate = j.get("error_rate", 0.0)
-        table.add_row(
-            escape(model),
-            f"{j.get('requests', 0):,}",
-            f"{j.get('answers', 0):,}",
-            f"{j.get('cache_hits', 0):,}",
-            f"[red]{j['errors']:,}[/]" if j.get("errors") else "0",
-            f"[red]{rate:.1%}[/]" if rate else "0.0%",
-            f"[red]{j['failed']:,}[/]" if j.get("failed") else "0",
-            f"{j.get('prompt_tokens', 0):,}",
-            f"{j.get('completion_tokens', 0):,}",
+        rows.append(
+            [
+                escape(model),
+                f"{j.get('requests', 0):,}",
+                f"{j.get('answers', 0):,}",
+                f"{j.get('cache_hits', 0):,}",
+                f"[red]{j['errors']:,}[/]" if j.get("errors") else "0",
+                f"[red]{rate:.1%}[/]" if rate else "0.0%",
+                f"[red]{j['failed']:,}[/]" if j.get("failed") else "0",
+                f"{j.get('prompt_tokens', 0):,}",
+                f"{j.get('completion_tokens', 0):,}",
+            ]
         )
-    return table
+    return table_or_stack(console, "LLM judges (fleet)", columns, rows, wide=wide)
 
 
 @click.command()
@@ -402,6 +437,7 @@ def _judge_table(judges: dict[str, Any]) -> Any:
     show_default=True,
     help="Waiting trajectories to list.",
 )
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
 def status(
     redis_url: str,
     namespace: str,
@@ -411,6 +447,7 @@ def status(
     watch: float | None,
     count: int | None,
     limit: int,
+    wide: bool,
 ) -> int:
     """Show streams, workers, trajectories waiting for outputs, dead letters and recent throughput.
 
@@ -419,32 +456,35 @@ def status(
     """
     from rich.console import Console
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=WIDE_WIDTH if wide else None)
     with opened(redis_url, namespace, cluster=cluster, group=group) as p:
 
         def snapshot() -> dict[str, Any]:
             return collect(p.client, p.ks, limit=limit, url=p.url)
 
+        def render(st: dict[str, Any], footer: str | None = None) -> Any:
+            return render_status(st, footer, console=console, wide=wide)
+
         if watch is None:
-            _emit(console, snapshot(), as_json)
+            _emit(console, snapshot(), as_json, render)
             return 0
-        return _watch(console, snapshot, watch, count, as_json)
+        return _watch(console, snapshot, watch, count, as_json, render)
 
 
-def _emit(console: Any, st: dict[str, Any], as_json: bool) -> None:
+def _emit(console: Any, st: dict[str, Any], as_json: bool, render: Any) -> None:
     if as_json:
         click.echo(json.dumps(st))
     else:
-        console.print(render_status(st))
+        console.print(render(st))
 
 
-def _watch(console: Any, snapshot: Any, every: float, count: int | None, as_json: bool) -> int:
+def _watch(console: Any, snapshot: Any, every: float, count: int | None, as_json: bool, render: Any) -> int:
     """Refresh until Ctrl-C or ``count`` frames: a live screen in a terminal, frames one after another otherwise."""
     frames = 0
     try:
         if as_json or not console.is_terminal:
             while True:
-                _emit(console, snapshot(), as_json)
+                _emit(console, snapshot(), as_json, render)
                 frames += 1
                 if count is not None and frames >= count:
                     return 0
@@ -454,11 +494,11 @@ def _watch(console: Any, snapshot: Any, every: float, count: int | None, as_json
         from rich.live import Live
 
         footer = f"refreshing every {every:g}s; Ctrl-C to stop"
-        with Live(render_status(snapshot(), footer), console=console, auto_refresh=False, screen=False) as live:
+        with Live(render(snapshot(), footer), console=console, auto_refresh=False, screen=False) as live:
             frames = 1
             while count is None or frames < count:
                 time.sleep(every)
-                live.update(render_status(snapshot(), footer), refresh=True)
+                live.update(render(snapshot(), footer), refresh=True)
                 frames += 1
         return 0
     except KeyboardInterrupt:  # Ctrl-C is how a watch ends: not an error

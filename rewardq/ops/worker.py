@@ -128,12 +128,11 @@ async def _serve(cfg: WorkerConfig, manager: Any, tokenizer: Any, early: EarlySi
 
 def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     """Build, check and run one worker (see the module docstring); returns the exit code."""
-    from rewardq.logs import setup_logging
+    from rewardq.logs import setup_logging, startup_step
     from rewardq.ops.common import wait_for_redis
-    from rewardq.queue.connection import split_cluster
+    from rewardq.queue.connection import redact_url, split_cluster
     from rewardq.queue.meta import default_worker_name
     from rewardq.reward.base import ManagerContext
-    from rewardq.reward.factory import build_from_config, load_worker_tokenizer
 
     try:
         setup_logging(cfg.log_level, cfg.log_format)
@@ -152,11 +151,19 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
             len(cfg.unused_keys),
             ", ".join(cfg.unused_keys),
         )
-    tokenizer = load_worker_tokenizer(cfg)  # before waiting for Redis: a wrong tokenizer must not wait
-    wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
+    with startup_step(logger, "importing torch, tensordict and the reward managers"):
+        import tensordict  # noqa: F401 - the worker needs both; importing them is most of a start-up
+        import torch  # noqa: F401
+
+        from rewardq.reward.factory import build_from_config, load_worker_tokenizer
+    with startup_step(logger, f"loading the tokenizer ({cfg.tokenizer})"):
+        tokenizer = load_worker_tokenizer(cfg)  # before waiting for Redis: a wrong tokenizer must not wait
+    with startup_step(logger, f"connecting to Redis at {redact_url(cfg.redis_url)}"):
+        wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
     cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
     ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
-    manager, tokenizer = build_from_config(cfg, ctx, tokenizer)
+    with startup_step(logger, f"building the {cfg.manager} manager"):
+        manager, tokenizer = build_from_config(cfg, ctx, tokenizer)
     ctx.code_runtime().announce()  # the rlimits warning, or that code will be refused, at every start
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)

@@ -38,3 +38,17 @@ async def ensure_meta(client: Any, ks: Keyspace, shards: int | None) -> int:
 def default_worker_name() -> str:
     """``<host>-<pid>-<random>``: unique per process, readable in ``rewardq status``."""
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
+
+
+def known_shards(client: Any, namespace: str) -> int | None:
+    """The shard count ``<namespace>:meta`` holds, or None for a namespace nobody has used yet."""
+    raw = client.hget(Keyspace(namespace).meta, "shards")
+    return int(raw) if raw is not None else None
+
+
+def try_lock(client: Any, ks: Keyspace, name: str, ttl: float) -> Any:
+    """Take ``<ns>:lock:<name>`` for at most ``ttl`` seconds without waiting: the held lock (its
+    ``release()`` frees it only if it is still ours), or None when another process holds it.
+    redis-py's :class:`redis.lock.Lock` (a token checked by a Lua script) does the work."""
+    lock = client.lock(ks.lock(name), timeout=ttl, blocking=False)
+    return lock if lock.acquire() else None

@@ -52,23 +52,34 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 def shard_status(r: Any, ks: Keyspace, shard: int) -> dict[str, Any]:
-    """Length, consumer-group lag and pending count of one shard's stream."""
+    """Length, consumer-group lag, pending count and backlog of one shard's stream (:func:`shard_figures`)."""
     stream = ks.stream(shard)
+    try:
+        groups = r.xinfo_groups(stream)
+    except ResponseError:
+        groups = None
+    return shard_figures(shard, stream, int(r.xlen(stream)), groups, ks.group)
+
+
+def shard_figures(shard: int, stream: str, length: int, groups: list[Any] | None, group: str) -> dict[str, Any]:
+    """One shard's status from its XLEN and XINFO GROUPS (None: the stream has no groups).
+
+    ``backlog`` is the entries no worker has been given yet: the group's lag when Redis knows it,
+    else (``backlog_exact`` False) the entries still in the stream that no consumer holds. Redis
+    reports no lag once entries after the last delivered one may have been deleted, which is
+    nearly always so, because workers delete the entries whose records they stored.
+    """
     out: dict[str, Any] = {
         "shard": shard,
         "stream": stream,
-        "length": int(r.xlen(stream)),
+        "length": length,
         "lag": None,
         "pending": 0,
         "consumers": 0,
         "group": False,
     }
-    try:
-        groups = r.xinfo_groups(stream)
-    except ResponseError:
-        return out
-    for g in groups:
-        if _s(g.get("name")) == ks.group:
+    for g in groups or ():
+        if _s(g.get("name")) == group:
             lag = g.get("lag")
             out.update(
                 group=True,
@@ -77,7 +88,62 @@ def shard_status(r: Any, ks: Keyspace, shard: int) -> dict[str, Any]:
                 lag=None if lag is None else int(lag),
                 last_delivered=_s(g.get("last-delivered-id", "")),
             )
+    out["backlog"] = out["lag"] if out["lag"] is not None else max(0, out["length"] - out["pending"])
+    out["backlog_exact"] = out["lag"] is not None
     return out
+
+
+def drain_estimate(backlog: int, outputs_per_s: float) -> float | None:
+    """Seconds the fleet needs to take ``backlog`` entries at ``outputs_per_s``: 0 with no backlog,
+    None when there is a backlog and nothing is being scored (it never drains at that rate)."""
+    if backlog <= 0:
+        return 0.0
+    if outputs_per_s <= 0:
+        return None
+    return round(backlog / outputs_per_s, 1)
+
+
+def backlog_status(shards: list[dict[str, Any]], workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fleet's backlog (entries not yet given to a worker, over every shard), its measured rate
+    (outputs scored per second by the live workers over their last 10 s) and the drain time."""
+    entries = sum(int(sh["backlog"]) for sh in shards)
+    rate = round(sum(float(w.get("outputs_per_s", 0.0)) for w in workers), 3)
+    return {
+        "entries": entries,
+        "exact": all(sh["backlog_exact"] for sh in shards),
+        "outputs_per_s": rate,
+        "seconds": drain_estimate(entries, rate),
+        "workers": len(workers),
+    }
+
+
+def fleet_backlog(r: Any, ks: Keyspace, now: float | None = None) -> dict[str, Any]:
+    """:func:`backlog_status` read from Redis: one XLEN and XINFO GROUPS per shard, and every live
+    worker's heartbeat (what the Ray fleet's handle and autoscaler poll)."""
+    return backlog_status([shard_status(r, ks, s) for s in range(ks.shards)], workers_status(r, ks, now))
+
+
+async def fleet_backlog_async(r: Any, ks: Keyspace) -> dict[str, Any]:
+    """:func:`fleet_backlog` on an asyncio client (a worker's ``rewardq_backlog_seconds`` gauge)."""
+    shards = []
+    for shard in range(ks.shards):
+        stream = ks.stream(shard)
+        try:
+            groups = await r.xinfo_groups(stream)
+        except ResponseError:
+            groups = None
+        shards.append(shard_figures(shard, stream, int(await r.xlen(stream)), groups, ks.group))
+    workers = []
+    for name in await r.zrange(ks.workers, 0, -1):
+        rates = await r.hmget(ks.worker(_s(name)), ["outputs_rate", "rate"])
+        if any(v is not None for v in rates):
+            workers.append({"outputs_per_s": _outputs_rate(*rates)})
+    return backlog_status(shards, workers)
+
+
+def _outputs_rate(outputs_rate: Any, rate: Any) -> float:
+    """A heartbeat's outputs per second (a worker that does not publish it: its trajectories per second)."""
+    return _f(outputs_rate) if outputs_rate not in (None, b"", "") else _f(rate)
 
 
 def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[str, Any]]:
@@ -101,10 +167,12 @@ def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[
                 "dead_letters": int(_f(d.get("dead_letters"))),
                 "reclaimed": int(_f(d.get("reclaimed"))),
                 "rate_per_s": _f(d.get("rate")),
+                "outputs_per_s": _outputs_rate(d.get("outputs_rate"), d.get("rate")),
                 "manager": d.get("manager", ""),
                 "uptime_s": round(now - _f(d.get("started_at"), now), 1),
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
                 "code": _json_dict(d.get("code")),
+                "sources": _json_dict(d.get("sources")),
             }
         )
     out.sort(key=lambda w: str(w["name"]))
@@ -225,10 +293,14 @@ def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = defaults.STATU
                 dead_by_kind[k] = dead_by_kind.get(k, 0) + 1
     waiting_total = sum(int(r.zcard(ks.waiting(s))) for s in range(ks.shards))
     workers = workers_status(r, ks, now)
+    shards = [shard_status(r, ks, s) for s in range(ks.shards)]
+    backlog = backlog_status(shards, workers)
     return {
         "namespace": ks.namespace,
         "group": ks.group,
-        "shards": [shard_status(r, ks, s) for s in range(ks.shards)],
+        "shards": shards,
+        "backlog": backlog,
+        "backlog_seconds": backlog["seconds"],
         "workers": workers,
         "code": code_totals(workers),
         "judges": judge_totals(r, ks),
@@ -318,3 +390,49 @@ def inspect_trajectory(
         else "records are deleted when a trajectory ends; start workers with --keep-records SECONDS "
         "(or REWARDQ_KEEP_RECORDS) to keep them",
     }
+
+
+class DoneFeed:
+    """Every shard's ``done`` stream, read incrementally: the trajectories finished since the last
+    :meth:`poll` (``rewardq top``'s rates and sparklines), from ``since_s`` seconds ago at first."""
+
+    def __init__(self, r: Any, ks: Keyspace, since_s: float = defaults.DONE_FEED_SINCE_S) -> None:
+        self.r, self.ks = r, ks
+        start = f"{int((time.time() - since_s) * 1000)}-0"
+        self._last = dict.fromkeys(range(ks.shards), start)
+        self._first = True
+
+    def poll(self, limit: int = defaults.DONE_FEED_READ_LIMIT) -> list[dict[str, Any]]:
+        """``[{"time", "tid", "status", "worker", "n"}]`` finished since the last call (at most
+        ``limit`` per shard and call; the rest come with the next calls), oldest first."""
+        out: list[dict[str, Any]] = []
+        for shard in range(self.ks.shards):
+            start = self._last[shard] if self._first else "(" + self._last[shard]
+            entries = self.r.xrange(self.ks.done(shard), min=start, max="+", count=limit)
+            for eid, f in entries:
+                eid = _s(eid)
+                out.append(
+                    {
+                        "time": int(eid.partition("-")[0]) / 1000.0,
+                        "tid": _s(f.get(b"tid", b"")),
+                        "status": _s(f.get(b"status", b"")),
+                        "worker": _s(f.get(b"worker", b"")),
+                        "n": int(_f(f.get(b"n"), 1)),
+                        "shard": shard,
+                    }
+                )
+            if entries:
+                self._last[shard] = _s(entries[-1][0])
+        self._first = False
+        out.sort(key=lambda d: d["time"])
+        return out
+
+    def error_of(self, shard: int, tid: str) -> tuple[str, str]:
+        """``(worker, error)`` of a trajectory that finished with an error (its hash, else its last key's result)."""
+        worker, error, n = (_s(v) if v is not None else "" for v in self.r.hmget(self.ks.traj(shard, tid), _ERR))
+        if not error and n.isdigit() and int(n) > 0:
+            error = _s(self.r.hget(self.ks.reward(shard, f"{tid}_{int(n) - 1}"), "error") or "")
+        return worker, error
+
+
+_ERR = ("worker", "error", "n")

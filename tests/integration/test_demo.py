@@ -37,7 +37,7 @@ def test_demo_embedded_prints_summary_and_exits_0(procs):
     assert "pushing trajectories" in err and "waiting for rewards" in err
 
 
-def test_demo_real_redis_json_cleans_up(procs, redis_url, ns, sync_redis):
+def test_demo_named_namespace_keeps_its_keys_and_says_how_to_look(procs, redis_url, ns, sync_redis):
     rc, p = procs.run(
         ["demo", "--redis-url", redis_url, "--namespace", ns, "--trajectories", "150", "--workers", "1", "--json"],
         timeout=120,
@@ -54,5 +54,24 @@ def test_demo_real_redis_json_cleans_up(procs, redis_url, ns, sync_redis):
         assert 0 < row["accuracy"] < 1 and row["mean_reward"] == row["accuracy"]
     assert sum(summary["by_worker"].values()) == 150
     assert summary["worker_exit_codes"] == [0] and summary["workers"] == 1
-    # its namespace is gone from the server
-    assert not list(sync_redis.scan_iter(match=f"{ns}:*", count=1000))
+    # the namespace the user named stays, with a result for every key, and the demo says how to look
+    assert summary["namespace"] == ns and summary["kept_namespace"] is True
+    rewards = list(sync_redis.scan_iter(match=f"{ns}:*:reward:*", count=1000))
+    assert len(rewards) == summary["outputs"]
+    assert sync_redis.xlen(f"{ns}:{{s0}}:done") == 150
+    err = p.stderr()
+    assert f"kept namespace {ns}" in err and f"redis-cli -u redis://127.0.0.1:6379/0 --scan --pattern '{ns}:*'" in err
+    assert f"rewardq status --redis-url redis://127.0.0.1:6379/0 --namespace {ns}" in err and "DEL" in err
+    hgetall = next(line for line in err.splitlines() if "HGETALL" in line).strip().split()
+    assert hgetall[:3] == ["redis-cli", "-u", redis_url] and sync_redis.exists(hgetall[-1].strip("'"))
+
+
+def test_demo_generated_namespace_is_deleted(procs, redis_url, sync_redis):
+    rc, p = procs.run(
+        ["demo", "--redis-url", redis_url, "--trajectories", "20", "--workers", "1", "--json"], timeout=120
+    )
+    assert rc == 0, p.stderr() + p.stdout()
+    summary = json.loads(p.stdout())
+    assert summary["namespace"].startswith("demo-") and summary["kept_namespace"] is False
+    assert "kept namespace" not in p.stderr()
+    assert not list(sync_redis.scan_iter(match=f"{summary['namespace']}:*", count=1000))

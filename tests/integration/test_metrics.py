@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import urllib.request
+
+import pytest
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
-from tests.support.helpers import SAMPLE, output, worker_config
+from tests.support.helpers import SAMPLE, output, until, worker_config
 from tests.support.managers import LengthManager
 
 
@@ -30,10 +33,7 @@ async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
     )
     task = asyncio.create_task(w.run())
     try:
-        for _ in range(100):
-            if w.metrics_port:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: w.metrics_port, "the metrics endpoint")
         before = await asyncio.to_thread(_scrape, w.metrics_port)
         keys = []
         for t in range(20):
@@ -58,3 +58,40 @@ async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
     count = [v for k, v in after.items() if re.match(r'rewardq_scoring_seconds_count\{.*data_source="test"', k)]
     assert count == [20.0]
     assert "rewardq_in_flight" in after and "rewardq_reclaimed_total" in after
+
+
+async def test_backlog_gauges_show_the_namespaces_backlog_and_its_drain_time(ns, redis_url, sync_redis):
+    from tests.support.managers import EchoManager
+
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    w = Worker(
+        worker_config(ns, redis_url, name="slow", metrics_port=0, concurrency=1, batch_size=1),
+        manager=EchoManager(sleep=0.1),
+    )
+    task = asyncio.create_task(w.run())
+    try:
+        await until(lambda: w.metrics_port, "the metrics endpoint")
+        keys = []
+        for t in range(40):
+            keys += client.put_trajectory(f"u{t}", "s", [output(3, 2)], SAMPLE)
+        seen = {}
+        for _ in range(100):  # until the worker has a measured rate and entries still wait
+            seen = await asyncio.to_thread(_scrape, w.metrics_port)
+            if seen.get("rewardq_backlog_entries", 0) > 0 and 0 < seen.get("rewardq_backlog_seconds", 0) < math.inf:
+                break
+            await asyncio.sleep(0.1)
+        rate = float(sync_redis.hget(Keyspace(ns).worker("slow"), "outputs_rate") or 0)
+        await asyncio.to_thread(client.wait_rewards, keys, 60)
+        for _ in range(100):
+            drained = await asyncio.to_thread(_scrape, w.metrics_port)
+            if drained["rewardq_backlog_entries"] == 0:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        w.request_stop()
+        await task
+        client.close()
+    entries, seconds = seen["rewardq_backlog_entries"], seen["rewardq_backlog_seconds"]
+    assert 0 < entries < 40 and 0 < seconds < math.inf, seen
+    assert rate > 0 and seconds == pytest.approx(entries / rate, rel=0.6)  # the figures of the same minute
+    assert drained["rewardq_backlog_entries"] == 0 and drained["rewardq_backlog_seconds"] == 0

@@ -28,6 +28,7 @@ KEPT = {
     ("queue/entries.py", "deliveries"): "the first delivery of an entry",
     ("queue/entries.py", "attempts"): "the first attempt at a trajectory",
     ("queue/broker.py", "by"): "one start counted",
+    ("consumers/presence.py", "outputs"): "a trajectory of one output",
     # verl's scorer signatures, kept as verl spells them so that a direct call behaves the same
     ("reward/scoring/gsm8k.py", "score"): "verl's gsm8k.compute_score",
     ("reward/scoring/search_r1.py", "score"): "verl's search_r1_like_qa_em.compute_score",

@@ -17,6 +17,7 @@ from tests.support.cli_procs import REPO
 TESTS = REPO / "tests"
 #: Names a test that starts processes uses: fixtures and helpers from tests/support and the modules.
 PROCESS_NAMES = {
+    "start_fleet",  # Ray actors running rewardq worker processes
     "procs",
     "sync_fn_worker",
     "math_worker",

@@ -329,7 +329,8 @@ def test_the_adapter_reads_the_workers_declarations_and_its_own():
     for name in ("redis_url", "namespace", "cluster"):
         assert adapter[name].spec is worker_settings[name].spec and adapter[name].env == worker_settings[name].env
     assert (adapter["timeout"].key, adapter["timeout"].env) == ("verl_timeout", "REWARDQ_VERL_TIMEOUT")
-    assert ADAPTER_KEYS == {"verl_timeout", "verl_on_error", "verl_max_error_rate", "verl_error_window"}
+    # fleet: the Ray fleet block the adapter starts (rewardq.integrations.verl_fleet), read by the adapter only
+    assert ADAPTER_KEYS == {"verl_timeout", "verl_on_error", "verl_max_error_rate", "verl_error_window", "fleet"}
 
 
 def test_adapter_settings_block_then_environment():

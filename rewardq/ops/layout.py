@@ -1,0 +1,96 @@
+"""Tables that never cut a name: a table when it fits the width, stacked blocks when it does not.
+
+The operator commands (``status``, ``inspect``, ``dead-letters list``) print worker names, pids,
+keys and reasons that an operator copies into the next command, so none of them may be cut
+mid-word or lose characters to an ellipsis. :func:`table_or_stack` renders the same rows either
+as a rich table (when its natural width fits the console, or with ``--wide``) or, at 80
+columns (the width when output is not a terminal), as one block per row::
+
+    reward-worker-node17-0
+        host vm · pid 4121 · in flight 3 · scored/s 12.5 · errors 0
+
+where only the lines wrap, at the spaces between words. A single word longer than the whole
+line (a very long key) is folded onto the next line, never shortened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Column", "table_or_stack", "natural_width", "WIDE_HELP"]
+
+WIDE_HELP = "Keep tables whole, however wide (default: a table wider than the terminal is shown as stacked blocks)."
+#: What the console width is taken to be with ``--wide`` (tables are only as wide as their content).
+WIDE_WIDTH = 1000
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its header and alignment; ``lead`` columns head each stacked block; a ``wrap``
+    column (a reason) may wrap between its words, the others never wrap."""
+
+    header: str
+    justify: str = "left"
+    lead: bool = False
+    wrap: bool = False
+
+
+def natural_width(console: Any, renderable: Any) -> int:
+    """The narrowest ``renderable`` can be without cutting a word (its wrap columns wrapped at words)."""
+    from rich.measure import Measurement
+
+    return int(Measurement.get(console, console.options.update(width=WIDE_WIDTH), renderable).minimum)
+
+
+def table_or_stack(
+    console: Any,
+    title: str,
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    *,
+    wide: bool = False,
+    empty: str | None = None,
+) -> Any:
+    """``rows`` (rich markup, one string per column) as a table if it fits ``console.width`` (or
+    ``wide``), else as stacked blocks; ``empty`` is shown when there are no rows."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
+    for col in columns:
+        table.add_column(
+            col.header,
+            justify=col.justify,  # type: ignore[arg-type]
+            no_wrap=not col.wrap,
+            overflow="fold" if col.wrap else "ellipsis",
+            ratio=1 if col.wrap else None,
+        )
+    for row in rows:
+        table.add_row(*row)
+    if not rows and empty is not None:
+        table.add_row(empty, *[""] * (len(columns) - 1))
+    if wide or not rows or natural_width(console, table) <= console.width:
+        return table
+    return _stacked(title, columns, rows)
+
+
+def _stacked(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> Any:
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.text import Text
+
+    leads = [i for i, c in enumerate(columns) if c.lead] or [0]
+    parts: list[Any] = [Text.from_markup(f"[italic]{title}[/]")]
+    for row in rows:
+        head = "  ".join(row[i] for i in leads if row[i])
+        facts = [
+            f"[dim]{columns[i].header}[/] {row[i]}"
+            for i in range(len(columns))
+            if i not in leads and row[i] not in ("", "-")
+        ]
+        parts.append(Padding(Text.from_markup(f"[bold]{head}[/]", overflow="fold"), (0, 0, 0, 2)))
+        if facts:
+            parts.append(Padding(Text.from_markup(" · ".join(facts), overflow="fold"), (0, 0, 0, 6)))
+    return Group(*parts)

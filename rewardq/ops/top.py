@@ -1,0 +1,347 @@
+"""``rewardq top``: a live, full-screen view of one namespace, refreshed every second.
+
+What it shows (each refresh reads only what changed in the ``done`` streams, plus one XLEN and
+XINFO GROUPS per shard and the live workers' heartbeats):
+
+* **throughput**: trajectories scored per second and errors per second over the last 10 s, each
+  with a sparkline of the last minutes (``--history``, 5 by default);
+* **backlog**: entries no worker has been given yet, and how long they take to drain at the fleet's
+  measured rate (:func:`rewardq.queue.status.backlog_status`), trajectories waiting for outputs,
+  dead letters;
+* **workers**: each live worker's rate, in-flight trajectories, counters and its last error
+  (from the ``done`` streams: which trajectory, and why);
+* **slowest data sources** over the last minute (the workers' heartbeats: mean and longest time to
+  score one trajectory);
+* **the oldest trajectory still waiting for outputs**, and which outputs it misses.
+
+``q`` (or Ctrl-C) quits. Without a terminal (piped, or ``--once``) it prints one snapshot and
+exits; ``--json`` prints that snapshot as JSON. Read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from rewardq import defaults
+from rewardq.ops.target import fmt_duration, opened, pipeline_options
+
+__all__ = ["top", "TopModel", "render_top", "sparkline"]
+
+#: Seconds over which the current rates are measured.
+RATE_WINDOW = 10
+#: Errors looked up per refresh (one HMGET each): a burst of failures cannot slow the view down.
+ERROR_LOOKUPS = 20
+_BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int) -> str:
+    """``values`` (oldest first) in ``width`` characters: sums of equal bins, scaled to the largest."""
+    if width <= 0 or not values:
+        return ""
+    per = max(1, -(-len(values) // width))
+    bins = [sum(values[i : i + per]) for i in range(0, len(values), per)][-width:]
+    top = max(bins)
+    if top <= 0:
+        return _BLOCKS[1] * len(bins)
+    return "".join(_BLOCKS[max(1, round(b / top * (len(_BLOCKS) - 1)))] if b else _BLOCKS[1] for b in bins)
+
+
+class TopModel:
+    """What ``rewardq top`` shows, kept up to date by :meth:`refresh` (one call per screen)."""
+
+    def __init__(self, r: Any, ks: Any, url: str, history_s: float = defaults.DONE_FEED_SINCE_S) -> None:
+        from rewardq.queue.status import DoneFeed
+
+        self.r, self.ks, self.url = r, ks, url
+        self.history_s = history_s
+        self.feed = DoneFeed(r, ks, since_s=history_s)
+        self.buckets: dict[int, list[int]] = {}  # unix second -> [finished, errors]
+        self.last_error: dict[str, dict[str, Any]] = {}  # worker -> {"time", "tid", "error"}
+
+    def _take(self, finished: list[dict[str, Any]]) -> None:
+        errors = []
+        for d in finished:
+            b = self.buckets.setdefault(int(d["time"]), [0, 0])
+            b[0] += 1
+            if d["status"] == "error":
+                b[1] += 1
+                errors.append(d)
+        for d in errors[-ERROR_LOOKUPS:]:
+            worker, error = self.feed.error_of(d["shard"], d["tid"])
+            worker = d["worker"] or worker
+            if worker:
+                self.last_error[worker] = {"time": d["time"], "tid": d["tid"], "error": error}
+        oldest = int(time.time() - self.history_s)
+        for second in [s for s in self.buckets if s < oldest]:
+            del self.buckets[second]
+
+    def series(self, now: float) -> tuple[list[int], list[int]]:
+        """Trajectories finished and errors, per second of the history, oldest first."""
+        end = int(now)
+        seconds = range(end - int(self.history_s) + 1, end + 1)
+        return [self.buckets.get(s, [0, 0])[0] for s in seconds], [self.buckets.get(s, [0, 0])[1] for s in seconds]
+
+    def refresh(self) -> dict[str, Any]:
+        """One snapshot (JSON-able; what ``--json`` prints)."""
+        from rewardq.queue.status import backlog_status, shard_status, waiting_status, workers_status
+
+        self._take(self.feed.poll())
+        now = time.time()
+        done, errs = self.series(now)
+        workers = workers_status(self.r, self.ks, now)
+        shards = [shard_status(self.r, self.ks, s) for s in range(self.ks.shards)]
+        waiting = [w for w in waiting_status(self.r, self.ks, limit=5, now=now) if w["missing"] or w["final"] is None]
+        # the last RATE_WINDOW whole seconds (the current one is still filling)
+        window = slice(-RATE_WINDOW - 1, -1)
+        return {
+            "namespace": self.ks.namespace,
+            "redis_url": self.url,
+            "time": now,
+            "trajectories_per_s": round(sum(done[window]) / RATE_WINDOW, 2),
+            "errors_per_s": round(sum(errs[window]) / RATE_WINDOW, 2),
+            "history_s": self.history_s,
+            "scored_per_second": done,
+            "errors_per_second": errs,
+            "backlog": backlog_status(shards, workers),
+            "waiting_total": sum(int(self.r.zcard(self.ks.waiting(s))) for s in range(self.ks.shards)),
+            "dead_letters": sum(int(self.r.xlen(self.ks.dead(s))) for s in range(self.ks.shards)),
+            "workers": [
+                {
+                    **{k: w[k] for k in ("name", "host", "pid", "rate_per_s", "outputs_per_s", "in_flight")},
+                    **{k: w[k] for k in ("scored", "errors", "idle_s")},
+                    "last_error": self.last_error.get(w["name"]),
+                }
+                for w in workers
+            ],
+            "sources": slowest_sources(workers),
+            "oldest_waiting": waiting[0] if waiting else None,
+        }
+
+
+def slowest_sources(workers: list[dict[str, Any]], limit: int = defaults.TOP_SLOWEST_SOURCES) -> list[dict[str, Any]]:
+    """The data sources that took longest to score over the last minute, over every live worker."""
+    acc: dict[str, dict[str, float]] = {}
+    for w in workers:
+        for ds, st in (w.get("sources") or {}).items():
+            if not isinstance(st, dict):
+                continue
+            a = acc.setdefault(ds, {"n": 0, "total_s": 0.0, "max_s": 0.0})
+            n = float(st.get("n", 0))
+            a["n"] += n
+            a["total_s"] += n * float(st.get("mean_s", 0.0))
+            a["max_s"] = max(a["max_s"], float(st.get("max_s", 0.0)))
+    rows: list[dict[str, Any]] = [
+        {"data_source": ds, "trajectories": int(a["n"]), "mean_s": round(a["total_s"] / a["n"], 4), "max_s": a["max_s"]}
+        for ds, a in acc.items()
+        if a["n"]
+    ]
+    rows.sort(key=lambda r: -r["mean_s"])
+    return rows[:limit]
+
+
+def clip(text: str, chars: int) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``chars`` characters (with ``…``)."""
+    line = " ".join(text.split())
+    if len(line) <= chars:
+        return line
+    cut = line[: chars - 1].rsplit(" ", 1)[0]
+    return (cut if len(cut) > chars // 2 else line[: chars - 1]) + "…"
+
+
+def _secs(v: float | None) -> str:
+    return "never (nothing is scored)" if v is None else fmt_duration(v)
+
+
+def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
+    """One snapshot as a rich renderable that fits ``width`` columns."""
+    from rich import box
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = []
+    head = Text.assemble(
+        ("rewardq top ", "bold"),
+        (snap["namespace"], "bold cyan"),
+        f" on {snap['redis_url']}  {time.strftime('%H:%M:%S', time.localtime(snap['time']))}",
+        ("   q quits", "dim"),
+    )
+    parts.append(head)
+    spark_w = max(10, width - 36)
+    minutes = f"{snap['history_s'] / 60:g} min"
+    rates = Table(show_header=False, box=None, padding=(0, 1))
+    rates.add_column(style="bold", no_wrap=True)
+    rates.add_column(justify="right", no_wrap=True)
+    rates.add_column(no_wrap=True)
+    rates.add_row(
+        "scored/s", f"{snap['trajectories_per_s']:g}", Text(sparkline(snap["scored_per_second"], spark_w), "green")
+    )
+    rates.add_row("errors/s", f"{snap['errors_per_s']:g}", Text(sparkline(snap["errors_per_second"], spark_w), "red"))
+    parts.append(rates)
+    parts.append(Text(f"sparklines: the last {minutes}; rates: the last {RATE_WINDOW}s", style="dim"))
+    b = snap["backlog"]
+    facts = Table(show_header=False, box=None, padding=(0, 1))
+    facts.add_column(style="bold", no_wrap=True)
+    facts.add_column()
+    drain = b["seconds"]
+    facts.add_row(
+        "backlog",
+        Text.assemble(
+            f"{b['entries']:,} entries" + ("" if b["exact"] else " (estimated)") + ", drains in ",
+            (_secs(drain), "yellow" if drain is None or drain > 60 else "green"),
+            f" at {b['outputs_per_s']:g} outputs/s",
+        ),
+    )
+    facts.add_row(
+        "waiting",
+        Text.assemble(
+            f"{snap['waiting_total']} trajector{'y' if snap['waiting_total'] == 1 else 'ies'} waiting for outputs; ",
+            (
+                f"{snap['dead_letters']} dead letter{'' if snap['dead_letters'] == 1 else 's'}",
+                "red" if snap["dead_letters"] else "",
+            ),
+        ),
+    )
+    parts.append(facts)
+
+    clip_at = max(40, (width - 45) * 2)  # about two lines of the "last error" column
+    workers = Table(
+        title=f"workers ({len(snap['workers'])})", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1)
+    )
+    workers.add_column("worker", overflow="fold", ratio=2)
+    workers.add_column("pid", justify="right", no_wrap=True)
+    workers.add_column("scored/s", justify="right", no_wrap=True)
+    workers.add_column("in flight", justify="right", no_wrap=True)
+    workers.add_column("errors", justify="right", no_wrap=True)
+    workers.add_column("last error", overflow="fold", ratio=3)
+    for w in snap["workers"]:
+        last = w.get("last_error")
+        workers.add_row(
+            escape(w["name"]),
+            str(w["pid"]),
+            f"{w['rate_per_s']:g}",
+            str(w["in_flight"]),
+            f"[red]{w['errors']}[/]" if w["errors"] else "0",
+            "-"
+            if not last
+            else escape(
+                clip(f"{fmt_duration(snap['time'] - last['time'])} ago {last['tid']}: {last['error']}", clip_at)
+            ),
+        )
+    if not snap["workers"]:
+        workers.add_row("[red]none alive[/]", "", "", "", "", "")
+    parts.append(workers)
+
+    sources = Table(title="slowest data sources (last 60s)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+    sources.add_column("data source", overflow="fold", ratio=1)
+    for col in ("trajectories", "mean", "longest"):
+        sources.add_column(col, justify="right", no_wrap=True)
+    for s in snap["sources"]:
+        sources.add_row(escape(s["data_source"]), str(s["trajectories"]), f"{s['mean_s']:.3f}s", f"{s['max_s']:.3f}s")
+    if not snap["sources"]:
+        sources.add_row("-", "", "", "")
+    parts.append(sources)
+
+    w = snap["oldest_waiting"]
+    if w:
+        misses = f"outputs {','.join(map(str, w['missing']))}" if w["missing"] else "its final output"
+        parts.append(
+            Text.assemble(
+                ("oldest waiting ", "bold"),
+                (w["tid"], "yellow"),
+                f": waited {fmt_duration(w['waited_s'])} for {misses}; given up in {fmt_duration(w['expires_in_s'])}",
+            )
+        )
+    else:
+        parts.append(Text.assemble(("oldest waiting ", "bold"), ("none: every trajectory has its outputs", "green")))
+    return Group(*parts)
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[Any]:
+    """Single key presses from the terminal (cbreak mode, restored on exit); a no-op without one."""
+    if not sys.stdin.isatty():
+        yield lambda timeout: time.sleep(timeout)
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def read(timeout: float) -> str | None:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return os.read(fd, 1).decode(errors="replace") if ready else None
+
+    try:
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+@click.command()
+@pipeline_options
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=defaults.TOP_INTERVAL,
+    show_default=True,
+    help="Seconds between refreshes.",
+)
+@click.option(
+    "--history",
+    type=click.FloatRange(min=1),
+    default=defaults.TOP_HISTORY_MINUTES,
+    show_default=True,
+    help="Minutes the sparklines cover.",
+)
+@click.option("--once", is_flag=True, help="Print one snapshot and exit (what a pipe gets anyway).")
+@click.option("--json", "as_json", is_flag=True, help="Print one snapshot as JSON and exit.")
+def top(
+    redis_url: str,
+    namespace: str,
+    cluster: bool,
+    group: str,
+    interval: float,
+    history: float,
+    once: bool,
+    as_json: bool,
+) -> int:
+    """Live view of one namespace: rates with sparklines, backlog and drain time, workers, slow sources.
+
+    q quits. Piped (no terminal), it prints one snapshot and exits. Exit code 0; 1 when the
+    namespace does not exist; 3 when Redis is unreachable.
+    """
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console(highlight=False)
+    with opened(redis_url, namespace, cluster=cluster, group=group) as p:
+        model = TopModel(p.client, p.ks, p.url, history_s=history * 60)
+        if as_json:
+            click.echo(json.dumps(model.refresh()))
+            return 0
+        if once or not console.is_terminal:
+            console.print(render_top(model.refresh(), console.width))
+            return 0
+        try:
+            with _keys() as read, Live(console=console, screen=True, auto_refresh=False) as live:
+                while True:
+                    live.update(render_top(model.refresh(), console.width), refresh=True)
+                    deadline = time.monotonic() + interval
+                    while (left := deadline - time.monotonic()) > 0:
+                        if (read(left) or "").lower() == "q":
+                            return 0
+        except KeyboardInterrupt:  # Ctrl-C is a way to quit too
+            return 0

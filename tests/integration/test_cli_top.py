@@ -1,0 +1,120 @@
+"""``rewardq top`` as a person uses it: in a terminal (tmux), watching a running namespace, quit with q.
+
+A real ``rewardq worker`` scores demo trajectories (naive manager) while the test pushes more than
+it can score at once; one trajectory has an unknown data source (an error result, the worker's
+last error) and one misses an output (the oldest waiting). tmux runs on a socket of its own
+(``-L``), which the test kills at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from rewardq import RewardClient
+from rewardq.demo.data import make_trajectories
+from rewardq.reward.tokenizer import load_tokenizer
+from tests.conftest import _delete_namespace
+from tests.support.cli_procs import REPO, Procs, wait_for, worker_argv
+
+pytestmark = pytest.mark.slow
+
+
+def _workload(client: RewardClient, n: int) -> None:
+    ids = np.arange(1, 6)
+    client.put_trajectory("bad", "1", [{"prompt_ids": ids, "response_ids": ids}], {"data_source": "no/such_source"})
+    client.put_output("gap", "1", 0, {"prompt_ids": ids, "response_ids": ids}, {"data_source": "openai/gsm8k"})
+    client.put_output(
+        "gap", "1", 2, {"prompt_ids": ids, "response_ids": ids}, {"data_source": "openai/gsm8k"}, final=True
+    )
+    for t in make_trajectories(n, seed=7, tokenizer=load_tokenizer("builtin:demo")):
+        client.put_trajectory(t["uid"], t["session_id"], t["outputs"], t["sample"])
+
+
+@pytest.fixture(scope="module")
+def busy_namespace(redis_url, tmp_path_factory):
+    """A namespace with a live worker, a backlog, an error and a trajectory missing output 1 (one per module)."""
+    ns, procs = f"t-top-{uuid.uuid4().hex[:8]}", Procs(tmp_path_factory.mktemp("top"))
+    worker = procs.start(worker_argv(redis_url, ns, "topw", "--manager", "naive", "--concurrency", "1"), tag="w")
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    wait_for(lambda: client.r.zcard(f"{ns}:workers"), 120, "the worker to beat", procs=[worker])
+    _workload(client, 1500)
+    wait_for(lambda: client.r.exists(f"{ns}:{{s0}}:reward:bad_1_0"), 60, "the error result", procs=[worker])
+    try:
+        yield ns
+    finally:
+        client.close()
+        procs.kill_all()
+        _delete_namespace(redis_url, ns)
+
+
+def _tmux(sock: str, *args: str) -> str:
+    return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True, timeout=10).stdout
+
+
+def test_top_in_a_terminal_shows_rates_backlog_workers_and_quits_on_q(busy_namespace, redis_url):
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is needed (.ci/run installs it from the Debian packages)")
+    ns, sock = busy_namespace, f"rq-top-{uuid.uuid4().hex[:8]}"
+    top = f"{sys.executable} -m rewardq top --redis-url {redis_url} --namespace {ns}"
+    cmd = f"cd {REPO} && {top}; echo TOP-EXIT=$?; sleep 60"
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "top", "-x", "100", "-y", "45", cmd], check=True)
+    try:
+
+        def screen() -> str:
+            return _tmux(sock, "capture-pane", "-p", "-t", "top")
+
+        def scoring() -> bool:
+            s = screen()
+            m = re.search(r"scored/s\s+([\d.]+)", s)
+            return bool(m and float(m.group(1)) > 0 and "topw" in s)
+
+        wait_for(scoring, 60, "top to show the worker and a non-zero rate")
+        text = screen()
+        assert re.search(r"backlog\s+[1-9][\d,]* entries( \(estimated\))?, drains in \S+ at [\d.]+ outputs/s", text), (
+            text
+        )
+        assert re.search(r"errors/s\s+[\d.]+", text), text
+        assert "topw" in text and "bad_1" in text, text  # the worker and its last error
+        assert "oldest waiting gap_1" in text and "outputs 1" in text, text
+        assert "openai/gsm8k" in text or "lighteval/MATH" in text, text  # slowest data sources
+        first = text
+        time.sleep(2.5)
+        assert screen() != first  # refreshed (the clock and the rates move)
+        _tmux(sock, "send-keys", "-t", "top", "q")
+        wait_for(lambda: "TOP-EXIT=0" in screen(), 15, "top to quit on q")
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
+
+
+def test_top_piped_prints_one_snapshot_and_exits(busy_namespace, redis_url):
+    run = subprocess.run(
+        [sys.executable, "-m", "rewardq", "top", "--redis-url", redis_url, "--namespace", busy_namespace],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "scored/s" in run.stdout and "workers (1)" in run.stdout and "topw" in run.stdout
+    assert all(len(line) <= 80 for line in run.stdout.splitlines()), run.stdout  # 80 columns without a terminal
+    js = subprocess.run(
+        [sys.executable, "-m", "rewardq", "top", "--json", "--redis-url", redis_url, "--namespace", busy_namespace],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    snap = json.loads(js.stdout)
+    assert snap["workers"][0]["name"] == "topw" and snap["oldest_waiting"]["missing"] == [1]
+    assert set(snap["backlog"]) >= {"entries", "outputs_per_s", "seconds"}
+    assert len(snap["scored_per_second"]) == 300 and sum(snap["scored_per_second"]) > 0
+    assert snap["workers"][0]["last_error"]["tid"] == "bad_1"

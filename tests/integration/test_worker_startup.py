@@ -1,0 +1,34 @@
+"""A starting worker says what it is doing: one line before each slow step and its time after it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support.cli_procs import wait_for, worker_argv
+
+pytestmark = pytest.mark.slow
+
+STEPS = (
+    "importing torch, tensordict and the reward managers",
+    "loading the tokenizer (builtin:demo)",
+    "connecting to Redis at redis://127.0.0.1:6379/0",
+    "building the naive manager",
+    "setting up the naive manager",
+    "starting the scorer processes",
+)
+
+
+def test_startup_steps_are_logged_in_order_with_their_times(procs, redis_url, ns, sync_redis):
+    w = procs.start(worker_argv(redis_url, ns, "su", "--manager", "naive"), tag="w")
+    wait_for(lambda: sync_redis.zcard(f"{ns}:workers"), 120, "the worker to beat", procs=[w])
+    assert w.terminate() == 0
+    log = w.stderr()
+    at = []
+    for step in STEPS:
+        begin = log.index(f"start-up: {step} ...")
+        done = re.search(re.escape(f"start-up: {step}: done in ") + r"\d+\.\ds", log)
+        assert done and done.start() > begin, (step, log[-3000:])
+        at.append(begin)
+    assert at == sorted(at) and at[-1] < log.index("worker su started")
