@@ -146,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in run_side(system, size, plans, common, workdir):
                     results.append({**r, "repeat": rep + 1})
                 loads.append(load())
-    baselines = {
-        name: json.loads(Path(path).read_text())["baseline"] for name, path in common["refs"].items()
-    }
+    baselines = {name: json.loads(Path(path).read_text())["baseline"] for name, path in common["refs"].items()}
     tgts = targets(results, baselines)
     render(results, tgts, baselines, loads, time.perf_counter() - started)
     if a.json:

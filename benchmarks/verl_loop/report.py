@@ -54,7 +54,8 @@ def render(
         console.print(f"[red]{r['system']} x{r['size']}: {r.get('status')}[/]")
     for phase in ("burst", "steady"):
         table = Table(
-            title=f"{phase}: verl's reward loop vs rewardq (CPU ms per trajectory: total (scorers / Ray or Redis / producer))",
+            title=f"{phase}: verl's reward loop vs rewardq "
+            "(CPU ms per trajectory: total (scorers / Ray or Redis / producer))",
             show_lines=False,
         )
         for col in ("scorer", "size", "round", "n"):
@@ -104,7 +105,9 @@ def render(
         colour = {"PASS": "green", "MISS": "red"}.get(g["verdict"], "white")
         t.add_row(g["name"], g["goal"], g["measured"], f"[{colour}]{g['verdict']}[/]")
     console.print(t)
-    console.print(f"{os.cpu_count()} cores; load averages at the start and after each side: {', '.join(loads)}; {seconds:.0f}s")
+    console.print(
+        f"{os.cpu_count()} cores; load averages at the start and after each side: {', '.join(loads)}; {seconds:.0f}s"
+    )
 
 
 def _target(name: str, goal: str, values: list[float], limit: float, fmt: str = "{:.2f}×", lower: bool = True) -> dict:
@@ -139,12 +142,8 @@ def targets(results: list[dict[str, Any]], baselines: dict[str, Any]) -> list[di
             [per_traj_ms(q) / per_traj_ms(v) for v, q in sel("gsm8k", "burst")],
             0.25,
         ),
-        _target(
-            "GSM8K steady p99", "≤ 0.2× verl", [q["p99_ms"] / v["p99_ms"] for v, q in sel("gsm8k", "steady")], 0.2
-        ),
-        _target(
-            "GSM8K steady p50", "≤ 0.7× verl", [q["p50_ms"] / v["p50_ms"] for v, q in sel("gsm8k", "steady")], 0.7
-        ),
+        _target("GSM8K steady p99", "≤ 0.2× verl", [q["p99_ms"] / v["p99_ms"] for v, q in sel("gsm8k", "steady")], 0.2),
+        _target("GSM8K steady p50", "≤ 0.7× verl", [q["p50_ms"] / v["p50_ms"] for v, q in sel("gsm8k", "steady")], 0.7),
         _target(
             "math-verify burst wall vs verl",
             "≤ 0.5× verl",

@@ -170,9 +170,25 @@ class RewardqSide:
         logs = [open(self.tmp / f"{n}.log", "ab") for n in names]
         self.workers = [
             subprocess.Popen(
-                [sys.executable, "-m", "rewardq", "worker", "--redis-url", self.url, "--namespace", ns,
-                 "--name", name, "--manager", "naive", "--tokenizer", self.plan["tokenizer"],
-                 "--log-level", "warning", *extra],
+                [
+                    sys.executable,
+                    "-m",
+                    "rewardq",
+                    "worker",
+                    "--redis-url",
+                    self.url,
+                    "--namespace",
+                    ns,
+                    "--name",
+                    name,
+                    "--manager",
+                    "naive",
+                    "--tokenizer",
+                    self.plan["tokenizer"],
+                    "--log-level",
+                    "warning",
+                    *extra,
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
