@@ -15,7 +15,7 @@ from rewardq.consumers.batch import build_batch
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.results import STATUS_OK, RewardResult
-from rewardq.reward.base import RewardManager, check_manager_output
+from rewardq.reward.base import RewardManager, check_manager_output, reads_of
 from rewardq.reward.escapes import describe_escape
 
 
@@ -37,7 +37,9 @@ class TrajectoryScorer:
     """Runs a manager on whole trajectories and turns its answer into per-key results.
 
     Args:
-        manager: the reward manager (``run_single`` receives the full trajectory batch).
+        manager: the reward manager. ``run_single`` receives the trajectory batch: one row per
+            output, or only the final output's row when the manager declares ``reads = "final"``
+            (:func:`~rewardq.reward.base.reads_of`; the built-in managers, which read ``data[-1:]``).
         manager_name: written into each result (``manager`` field).
         worker_name: written into each result (``worker`` field).
         timeout: seconds one ``run_single`` may take before it counts as failed.
@@ -48,6 +50,7 @@ class TrajectoryScorer:
         self.manager_name = manager_name
         self.worker_name = worker_name
         self.timeout = timeout
+        self.final_only = reads_of(manager) == "final"
 
     async def score(self, records: Sequence[OutputRecord], *, started_ts: float = 0.0) -> list[RewardResult]:
         """Score a trajectory; one :class:`RewardResult` per output, in index order.
@@ -57,7 +60,7 @@ class TrajectoryScorer:
         them: they end this trajectory, never the worker (asyncio would re-raise them out of
         the event loop and stop it).
         """
-        batch = build_batch(records, trajectory_sample(records))
+        batch = build_batch(records[-1:] if self.final_only else records, trajectory_sample(records))
         try:
             out: Any = await run_with_timeout(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:

@@ -154,6 +154,11 @@ class RewardManager(ABC):
 
     #: Registry name (``--manager NAME``); custom managers loaded as ``module:Class`` may omit it.
     name: ClassVar[str] = ""
+    #: What ``run_single`` reads of the trajectory (:data:`READS`): ``"trajectory"`` (the default:
+    #: one row per output) or ``"final"`` (a manager that reads only ``data[-1:]`` gets a one-row
+    #: batch of the final output, which saves building the other rows). A subclass that overrides
+    #: ``run_single`` without declaring it gets the whole trajectory (:func:`reads_of`).
+    reads: ClassVar[str] = "trajectory"
 
     def __init__(
         self,
@@ -241,6 +246,25 @@ class RewardManager(ABC):
         one naming its exit code or signal. See :mod:`rewardq.reward.isolation`.
         """
         return await self.score_router.call(fn, kwargs)
+
+
+#: The values of :attr:`RewardManager.reads`.
+READS = ("trajectory", "final")
+
+
+def reads_of(manager: Any) -> str:
+    """What ``manager.run_single`` reads: the ``reads`` of the most derived class that declares it
+    or defines ``run_single``; one that defines ``run_single`` without declaring ``reads`` reads
+    the whole trajectory. Raises ConfigError for a value not in :data:`READS`."""
+    for cls in type(manager).__mro__:
+        if "reads" in cls.__dict__:
+            declared = cls.__dict__["reads"]
+            if declared not in READS:
+                raise ConfigError(f"{cls.__name__}.reads must be one of {', '.join(READS)}, got {declared!r}")
+            return str(declared)
+        if "run_single" in cls.__dict__:
+            return "trajectory"
+    return "trajectory"
 
 
 def is_async_callable(fn: Any) -> bool:

@@ -129,6 +129,8 @@ class DAPORewardManager(RewardManager):
             or a malformed ``overlong_buffer``.
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self,
         tokenizer: Any,

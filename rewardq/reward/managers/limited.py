@@ -77,6 +77,8 @@ class LimitedRewardManager(RewardManager):
         lease_seconds: how long a concurrency slot outlives a worker that died holding it.
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self,
         tokenizer: Any,

@@ -40,6 +40,8 @@ class NaiveRewardManager(RewardManager):
         context: see :class:`~rewardq.reward.base.ManagerContext`.
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self, tokenizer: Any, compute_score: ScoreFn | None = None, *, context: ManagerContext | None = None
     ) -> None:

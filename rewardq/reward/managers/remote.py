@@ -91,6 +91,8 @@ class RemoteRewardManager(RewardManager):
         kill_grace: seconds between SIGTERM and SIGKILL for a process that timed out.
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self,
         tokenizer: Any,
