@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeAlias
 
 from rewardq import defaults
 from rewardq.errors import BackpressureTimeout, RecordError
+from rewardq.queue.checks import CheckedDict, check_dict
 from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace, output_key, split_key
 from rewardq.queue.results import RewardResult
@@ -103,6 +104,7 @@ def prepare_trajectory(
     n = len(outputs)
     if n > max_outputs:
         raise RecordError("outputs", f"has {n} outputs; a trajectory may have at most max_outputs={max_outputs}")
+    sample = CheckedDict(check_dict(sample, "sample"))  # checked once, not once per output
     return [
         prepare_output(
             ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes, max_outputs=max_outputs
