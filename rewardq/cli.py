@@ -3,6 +3,7 @@
 Commands::
 
     rewardq worker   --redis-url URL --namespace NS --manager naive --tokenizer builtin:demo [...]
+    rewardq config   [the worker's flags] [--json]                # every setting, its value and source
     rewardq demo     [--redis-url URL] [--workers 2] [--trajectories 200] [--json]
     rewardq produce  FILE.jsonl --redis-url URL --namespace NS [--wait] [--timeout S]
     rewardq generate FILE.jsonl -n 100 [--seed S]
@@ -22,6 +23,7 @@ tensordict) happen inside commands, so ``rewardq --help`` stays fast.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -31,7 +33,9 @@ from typing import Any
 import click
 
 from rewardq import __version__, defaults
+from rewardq.config import WorkerConfig
 from rewardq.ops.deadletters import dead_letters
+from rewardq.ops.flags import click_options
 from rewardq.ops.health import health
 from rewardq.ops.inspect import inspect
 from rewardq.ops.status import status
@@ -66,92 +70,31 @@ def cli(debug: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _config_option(f: Any) -> Any:
+    return click.option(
+        "--config",
+        "config",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="YAML/JSON file of rewardq settings and/or verl's trainer config (lowest precedence).",
+    )(f)
+
+
 @cli.command()
-@click.option(
-    "--config",
-    "config",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="YAML/JSON file of WorkerConfig fields and/or verl's trainer config (lowest precedence).",
-)
-@click.option("--redis-url", default=None, help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
-@click.option("--namespace", default=None, help="First component of every key; producers must use the same.")
-@click.option(
-    "--manager", default=None, help="naive, dapo, gdpo, rate_limited, remote, disrm, or package.module:Class."
-)
-@click.option("--tokenizer", default=None, help="tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
-@click.option("--reward-fn", default=None, help="Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].")
-@click.option("--reward-kwargs", default=None, help="JSON object of extra keyword arguments for --reward-fn.")
-@click.option(
-    "--reward-fn-placement",
-    type=click.Choice(["process", "thread", "inline"]),
-    default=None,
-    help="Where a sync --reward-fn runs: scorer processes (default), threads, or inline (trusted, cheap code only).",
-)
-@click.option(
-    "--scorer-processes", type=int, default=None, help="Scorer processes per function (default: one per core, >= 2)."
-)
-@click.option(
-    "--manager-option",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Manager option (repeatable); VALUE is JSON if it parses, else a string; a.b=1 nests.",
-)
-@click.option("--concurrency", type=int, default=None, help="Trajectories scored at once by one worker.")
-@click.option("--batch-size", type=int, default=None, help="Stream entries per read.")
-@click.option("--shards", type=int, default=None, help="Stream shards (must match the namespace's).")
-@click.option("--cluster/--no-cluster", default=None, help="Treat --redis-url as a Redis Cluster.")
-@click.option("--name", default=None, help="Consumer name (default <host>-<pid>-<random>).")
-@click.option("--claim-idle", type=float, default=None, help="Seconds before a dead worker's entries are reclaimed.")
-@click.option("--max-deliveries", type=int, default=None, help="Deliveries before an entry is dead-lettered.")
-@click.option(
-    "--max-crashes",
-    type=int,
-    default=None,
-    help="Worker deaths while a trajectory is scored alone before it gets an error result "
-    f"(default {defaults.MAX_CRASHES}).",
-)
-@click.option("--incomplete-timeout", type=float, default=None, help="Seconds a trajectory may wait for outputs.")
-@click.option("--score-timeout", type=float, default=None, help="Seconds one trajectory's scoring may take.")
-@click.option("--result-ttl", type=float, default=None, help="Seconds results are kept (0: forever).")
-@click.option(
-    "--keep-records",
-    type=float,
-    default=None,
-    help="Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (default 0: dropped).",
-)
-@click.option("--group", default=None, help=f"Consumer group (default {defaults.GROUP}).")
-@click.option("--block-ms", type=int, default=None, help="Longest blocking read, in milliseconds.")
-@click.option(
-    "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default=None,
-    help="Log level (default INFO).",
-)
-@click.option("--log-format", type=click.Choice(["text", "json"]), default=None, help="text, or one JSON per line.")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
-@click.option(
-    "--max-outputs",
-    type=click.IntRange(min=1, max=1_000_000),
-    default=None,
-    help=f"Outputs one trajectory may have (default {defaults.MAX_OUTPUTS}); bounds every Lua script's work.",
-)
-@click.option(
-    "--connect-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Seconds to wait for Redis at start-up, retrying with backoff (default: forever).",
-)
+@_config_option
+@click_options(WorkerConfig)
 @click.option(
     "--processes",
     type=click.IntRange(min=1),
     default=None,
-    help="Run N worker processes under a supervisor that restarts them.",
+    help="Run N worker processes under a supervisor that restarts them.  [default: 1]",
 )
 def worker(processes: int | None, **params: Any) -> int:
     """Run a reward worker: read trajectories, score them, write rewards back.
 
-    Flags win over REWARDQ_* environment variables, which win over --config.
+    Flags win over REWARDQ_* environment variables, which win over --config. Every setting
+    is a flag, a REWARDQ_<NAME> variable and a config-file key; `rewardq config` shows the
+    value each one takes and where it comes from.
     """
     from rewardq.extras import require_worker_extra
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
@@ -163,7 +106,31 @@ def worker(processes: int | None, **params: Any) -> int:
     return run_worker(load_config(params), early)
 
 
-def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
+@cli.command("config")
+@_config_option
+@click_options(WorkerConfig)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each setting's value and source.")
+def config_command(as_json: bool, **params: Any) -> int:
+    """Show every worker setting: the value it takes and where it comes from.
+
+    Reads the same flags, REWARDQ_* variables and --config file as `rewardq worker` and prints,
+    for each setting, its value and its source (flag, env, file or default), without starting
+    anything. Passwords in the Redis URL are redacted.
+    """
+    from rewardq.ops.worker import config_rows, load_config
+
+    rows = config_rows(load_config(params))
+    if as_json:
+        click.echo(json.dumps({r["name"]: r for r in rows}, indent=2, default=str))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        value = json.dumps(r["value"], default=str) if isinstance(r["value"], (dict, list)) else r["value"]
+        click.echo(f"{r['name']:<{width}}  {value}  ({r['source']})")
+    return 0
+
+
+def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
     from rewardq.errors import ConfigError
     from rewardq.logs import setup_logging
     from rewardq.ops.common import wait_for_redis
@@ -175,12 +142,12 @@ def _supervise(n: int, params: dict[str, Any], cfg: Any) -> int:
     except ValueError as exc:
         raise ConfigError(f"log settings: {exc}") from None
     wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)  # the parent stays light
-    base = worker_argv({k: v for k, v in params.items() if k not in ("name", "metrics_port")})
+    base = worker_argv(params, leave_out=("name", "metrics_port"))
     argvs = child_argvs(
         base,
         n,
-        name=params.get("name"),
-        metrics_port=params.get("metrics_port"),
+        name=cfg.name,
+        metrics_port=cfg.metrics_port,
         prefix=["--debug"] if _debug() else [],
     )
     return Supervisor(argvs, grace=cfg.shutdown_grace + 10).run()

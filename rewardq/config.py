@@ -1,29 +1,28 @@
-"""Worker and client settings: one dataclass, with environment, file and CLI as thin doors.
+"""The worker's settings: each declared once, in :class:`WorkerConfig`.
 
 Precedence (lowest to highest): defaults < config file (``--config``) < environment
-(``REWARDQ_<FIELD>``, e.g. ``REWARDQ_REDIS_URL``) < command-line flags.
+(``REWARDQ_<NAME>``, e.g. ``REWARDQ_REDIS_URL``) < command-line flags (``--<name>``).
 
-A config file is YAML (or JSON) holding our own fields at top level, or verl's whole trainer
+Each field is one :func:`~rewardq.settings.setting` declaration: type, default, help text and
+bounds. The environment variable, the config-file key, the ``rewardq worker`` flag with its
+``--help`` line, the checks and ``rewardq config``'s "where did this come from" are all derived
+from it (:mod:`rewardq.settings`, :mod:`rewardq.ops.flags`), so adding a setting is one
+declaration here. Defaults are named in :mod:`rewardq.defaults`.
+
+A config file is YAML (or JSON) holding our own keys at top level, or verl's whole trainer
 config (its ``reward:`` block and the rest, read as verl reads them: :mod:`rewardq.verl_config`),
 or both: rewardq keys beside verl's sections, in a ``rewardq:`` block or in ``reward.rewardq``.
 File values are type-checked as environment variables are (``cluster: "false"`` is False, a
 word where a number belongs is an error naming the file and key). Keys rewardq does not use are
 collected in ``WorkerConfig.unused_keys`` and listed once when the worker starts; they never
 stop it.
-
-The coercion is written out here (~60 lines over the dataclass's own type hints) rather than
-taken from a settings library: the core install must stay redis + msgpack + numpy, and the
-worker extra must fit beside verl's pins without adding packages a verl environment lacks.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import functools
 import json
 import os
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,106 +30,180 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
+from rewardq.settings import (
+    ENV_PREFIX,
+    FALSE_WORDS,
+    TRUE_WORDS,
+    Layers,
+    Setting,
+    check_bounds,
+    choice_of,
+    env_values,
+    file_value,
+    parse_bool,
+    setting,
+    settings_of,
+)
 
-ENV_PREFIX = "REWARDQ_"
-#: Words a boolean setting accepts, in any case (environment, config file, the verl adapter's settings).
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
+__all__ = [
+    "ENV_PREFIX",
+    "TRUE_WORDS",
+    "FALSE_WORDS",
+    "parse_bool",
+    "WorkerConfig",
+    "ADAPTER_KEYS",
+    "LoadedFile",
+    "parse_file",
+    "read_config_file",
+    "translate_verl_reward",
+]
+
+#: Log levels ``log_level`` accepts (in any case).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def parse_bool(text: str) -> bool | None:
-    """``text`` as a boolean word (:data:`TRUE_WORDS`, :data:`FALSE_WORDS`), or None when it is neither."""
-    word = text.strip().lower()
-    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+def _manager_names() -> str:
+    """The managers ``--manager`` takes, found when ``--help`` is shown (entry points included)."""
+    from rewardq.reward.registry import listed_managers
+
+    return f"One of: {', '.join(listed_managers())}; or package.module:Class, or FILE.py:Class."
 
 
 @dataclass
 class WorkerConfig:
-    """Everything a reward worker needs to know. Every field is also ``REWARDQ_<NAME>``."""
+    """Everything a reward worker needs to know: one declaration per setting (module docstring)."""
 
     # where
-    redis_url: str = defaults.REDIS_URL
-    cluster: bool = False
-    namespace: str = defaults.NAMESPACE
-    group: str = defaults.GROUP
-    shards: int | None = None  # None: whatever <ns>:meta says (1 for a new namespace)
-    name: str | None = None  # consumer name; default <host>-<pid>-<rand>
+    redis_url: str = setting(defaults.REDIS_URL, "redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
+    cluster: bool = setting(False, "Treat --redis-url as a Redis Cluster.")
+    namespace: str = setting(defaults.NAMESPACE, "First component of every key; producers must use the same.")
+    group: str = setting(defaults.GROUP, "Consumer group the workers of one pipeline share.")
+    shards: int | None = setting(
+        None, "Stream shards (must match the namespace's).", above=0, shown_default="the namespace's (1 if new)"
+    )
+    name: str | None = setting(None, "Consumer name of this worker.", shown_default="<host>-<pid>-<random>")
     # what
-    manager: str = "naive"
-    manager_options: dict = field(default_factory=dict)
-    tokenizer: str | None = None  # tokenizer.json, HF folder, or builtin:demo
-    reward_fn: str | None = None  # FILE.py[:FUNC] or package.module[:FUNC]
-    reward_fn_kwargs: dict = field(default_factory=dict)
-    reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT  # sync reward function: process | thread | inline
-    scorer_processes: int | None = defaults.SCORER_PROCESSES  # per function; None: one per core (>= 2)
+    manager: str = setting(defaults.MANAGER, "Reward manager.", more_help=_manager_names)
+    manager_options: dict[str, Any] = setting(
+        {},
+        "Manager option (repeatable); VALUE is JSON if it parses, else a string; a.b=1 nests.",
+        flag="--manager-option",
+        metavar="KEY=VALUE",
+        pairs=True,
+        merge=True,
+    )
+    tokenizer: str | None = setting(None, "tokenizer.json, a Hugging Face folder/id, or builtin:demo.")
+    reward_fn: str | None = setting(
+        None, "Custom scoring function: FILE.py[:FUNC] or package.module[:FUNC].", shown_default="the default scorer"
+    )
+    reward_fn_kwargs: dict[str, Any] = setting(
+        {},
+        "JSON object of extra keyword arguments for --reward-fn.",
+        flag="--reward-kwargs",
+        aliases=("--reward-fn-kwargs",),
+        metavar="JSON",
+        merge=True,
+    )
+    reward_fn_placement: str = setting(
+        defaults.REWARD_FN_PLACEMENT,
+        "Where a sync --reward-fn runs: scorer processes, threads, or inline (trusted, cheap code only).",
+        choices=defaults.REWARD_FN_PLACEMENTS,
+    )
+    scorer_processes: int | None = setting(
+        defaults.SCORER_PROCESSES, "Scorer processes per function.", above=0, shown_default="one per core, at least 2"
+    )
     # how much
-    concurrency: int = defaults.CONCURRENCY  # trajectories scored at once by one worker
-    batch_size: int = defaults.BATCH_SIZE  # entries per XREADGROUP
-    block_ms: int = defaults.BLOCK_MS
-    score_timeout: float = defaults.SCORE_TIMEOUT  # one trajectory's run_single, seconds
+    concurrency: int = setting(defaults.CONCURRENCY, "Trajectories scored at once by one worker.", above=0)
+    batch_size: int = setting(defaults.BATCH_SIZE, "Stream entries per read.", above=0)
+    block_ms: int = setting(defaults.BLOCK_MS, "Longest blocking read, in milliseconds (0: do not block).", minimum=0)
+    score_timeout: float = setting(defaults.SCORE_TIMEOUT, "Seconds one trajectory's scoring may take.", above=0)
     # recovery
-    claim_idle: float = defaults.CLAIM_IDLE  # seconds before another worker reclaims a pending entry
-    max_deliveries: int = defaults.MAX_DELIVERIES  # deliveries before an entry is dead-lettered
-    max_crashes: int = defaults.MAX_CRASHES  # worker deaths while a trajectory is scored alone
-    lease_seconds: float = defaults.LEASE_SECONDS
-    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
-    maintenance_interval: float = defaults.MAINTENANCE_INTERVAL
-    incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT  # seconds a trajectory may wait for missing outputs
-    result_ttl: float = defaults.RESULT_TTL  # 0 keeps results forever
-    keep_records: float = 0.0  # seconds to keep a scored trajectory's outputs for `rewardq inspect`
-    shutdown_grace: float = defaults.SHUTDOWN_GRACE
-    max_record_bytes: int = defaults.MAX_RECORD_BYTES
-    max_outputs: int = defaults.MAX_OUTPUTS  # outputs per trajectory; bounds every Lua script's work
-    connect_timeout: float | None = defaults.WORKER_CONNECT_TIMEOUT  # None: wait for Redis forever
+    claim_idle: float = setting(
+        defaults.CLAIM_IDLE, "Seconds an entry stays pending before another worker reclaims it.", above=0
+    )
+    max_deliveries: int = setting(defaults.MAX_DELIVERIES, "Deliveries before an entry is dead-lettered.", above=0)
+    max_crashes: int = setting(
+        defaults.MAX_CRASHES,
+        "Worker deaths while a trajectory is scored alone before it gets an error result.",
+        above=0,
+    )
+    lease_seconds: float = setting(
+        defaults.LEASE_SECONDS,
+        "Seconds a trajectory stays leased to its worker without renewal.",
+        above=0,
+        passed_to="broker",
+    )
+    heartbeat_interval: float = setting(
+        defaults.HEARTBEAT_INTERVAL, "Seconds between heartbeats (and lease renewals).", above=0
+    )
+    maintenance_interval: float = setting(
+        defaults.MAINTENANCE_INTERVAL,
+        "Seconds between maintenance passes (reclaim, expiry of incomplete trajectories).",
+        above=0,
+    )
+    incomplete_timeout: float = setting(
+        defaults.INCOMPLETE_TIMEOUT,
+        "Seconds a trajectory may wait for missing outputs before every key gets an error.",
+        above=0,
+        passed_to="broker",
+    )
+    result_ttl: float = setting(
+        defaults.RESULT_TTL, "Seconds results are kept (0: forever).", minimum=0, passed_to="broker"
+    )
+    keep_records: float = setting(
+        defaults.KEEP_RECORDS,
+        "Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (0: dropped).",
+        minimum=0,
+        passed_to="broker",
+    )
+    shutdown_grace: float = setting(
+        defaults.SHUTDOWN_GRACE,
+        "Seconds a stopping worker lets in-flight scoring finish before handing it back.",
+        above=0,
+    )
+    max_record_bytes: int = setting(
+        defaults.MAX_RECORD_BYTES, "Largest record, in bytes; larger ones are dead-lettered.", above=0
+    )
+    max_outputs: int = setting(
+        defaults.MAX_OUTPUTS,
+        "Outputs one trajectory may have; bounds every Lua script's work.",
+        minimum=1,
+        maximum=defaults.MAX_OUTPUTS_LIMIT,
+        bound_why="every Lua script's worst-case run time grows with it; the default 4096 keeps each under ~50 ms",
+        passed_to="broker",
+    )
+    connect_timeout: float | None = setting(
+        defaults.WORKER_CONNECT_TIMEOUT,
+        "Seconds to wait for Redis at start-up, retrying with backoff.",
+        above=0,
+        shown_default="forever",
+    )
     # observability
-    metrics_port: int | None = None
-    log_level: str = "INFO"
-    log_format: str = "text"  # text | json
-    # bookkeeping, not a setting: keys of the config file rewardq does not use
-    unused_keys: list[str] = field(default_factory=list, repr=False, compare=False, metadata={"internal": True})
+    metrics_port: int | None = setting(
+        None, "Serve Prometheus metrics on this port (0: any free port).", minimum=0, shown_default="off"
+    )
+    log_level: str = setting(defaults.LOG_LEVEL, "Log level.", choices=LOG_LEVELS, ignore_case=True)
+    log_format: str = setting(defaults.LOG_FORMAT, "text, or one JSON object per line.", choices=("text", "json"))
+    # bookkeeping, not settings: keys of the config file rewardq does not use, and where each value came from
+    unused_keys: list[str] = field(default_factory=list, repr=False, compare=False)
+    sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def settings(cls) -> dict[str, Setting]:
+        """Every declared setting, by name, in declaration order."""
+        return settings_of(cls)
+
+    def arguments_for(self, component: str) -> dict[str, Any]:
+        """The settings declared ``passed_to=component``, as that component's keyword arguments."""
+        return {n: getattr(self, n) for n, s in self.settings().items() if s.spec.passed_to == component}
 
     def validate(self) -> WorkerConfig:
-        def positive(name: str, allow_zero: bool = False) -> None:
-            v = getattr(self, name)
-            if v is None:
-                return
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (v == 0 and not allow_zero):
-                raise ConfigError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
-
-        for n in (
-            "concurrency",
-            "batch_size",
-            "score_timeout",
-            "claim_idle",
-            "max_deliveries",
-            "max_crashes",
-            "lease_seconds",
-            "heartbeat_interval",
-            "maintenance_interval",
-            "incomplete_timeout",
-            "shutdown_grace",
-            "max_record_bytes",
-            "max_outputs",
-            "shards",
-            "connect_timeout",
-            "scorer_processes",
-        ):
-            positive(n)
-        if isinstance(self.max_outputs, bool) or not isinstance(self.max_outputs, int) or self.max_outputs > 1_000_000:
-            raise ConfigError(
-                f"max_outputs must be an integer from 1 to 1000000, got {self.max_outputs!r} (every Lua script's "
-                "worst-case run time grows with it; the default 4096 keeps each under ~50 ms)"
-            )
-        for n in ("result_ttl", "block_ms", "keep_records"):
-            positive(n, allow_zero=True)
-        if str(self.log_level).upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            raise ConfigError(f"log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {self.log_level!r}")
-        if self.reward_fn_placement not in ("process", "thread", "inline"):
-            raise ConfigError(
-                f"reward_fn_placement must be process, thread or inline, got {self.reward_fn_placement!r}"
-            )
-        if self.log_format not in ("text", "json"):
-            raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
+        """Check every value against its declaration, then the rules between settings; returns self."""
+        for name, s in self.settings().items():
+            value = getattr(self, name)
+            check_bounds(s, value, self.sources.get(name, ""))
+            if s.spec.choices:  # stored as declared: "info" from a file is INFO
+                setattr(self, name, choice_of(s, str(value)))
         if self.claim_idle <= self.heartbeat_interval:
             raise ConfigError(
                 f"claim_idle ({self.claim_idle}s) must exceed heartbeat_interval "
@@ -151,25 +224,36 @@ class WorkerConfig:
         config_file: str | None = None,
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, Any] | None = None,
+        override_source: str = "flag",
     ) -> WorkerConfig:
         """Defaults, then ``config_file``, then environment, then ``overrides`` (CLI flags).
 
-        Keys of the file that rewardq does not use end up in :attr:`unused_keys` (the worker
-        lists them once at start-up); they never fail the load.
+        Where each value came from ends up in :attr:`sources` (``default``, ``file PATH``,
+        ``env REWARDQ_X``, ``flag --x``); keys of the file that rewardq does not use in
+        :attr:`unused_keys` (the worker lists them once at start-up); they never fail the load.
+        ``overrides`` maps setting names to values, or to ``(value, source)`` pairs.
         """
-        values: dict[str, Any] = {}
+        layers = Layers()
         unused: list[str] = []
         if config_file:
             loaded = read_config_file(config_file)
-            values.update(loaded.values)
+            for name, value in loaded.values.items():
+                layers.put(cls.settings()[name], value, loaded.sources.get(name, f"file {config_file}"))
             unused = loaded.unused
-        values.update(from_env(os.environ if env is None else env))
-        for k, v in (overrides or {}).items():
-            if v is not None:
-                _set_layered(values, k, v)
-        cfg = build(cls, values).validate()
+        for name, (value, var) in env_values(cls, os.environ if env is None else env).items():
+            layers.put(cls.settings()[name], value, f"env {var}")
+        known = cls.settings()
+        for name, given in (overrides or {}).items():
+            if name not in known:
+                raise ConfigError(f"unknown setting {name!r}; known settings: {sorted(known)}")
+            # a plain None means "not given"; (None, source) sets an optional setting to None
+            value, source = given if isinstance(given, tuple) else (given, override_source)
+            if value is not None or isinstance(given, tuple):
+                layers.put(known[name], value, source)
+        cfg = cls(**layers.values)
+        cfg.sources = {name: layers.sources.get(name, "default") for name in known}
         cfg.unused_keys = unused
-        return cfg
+        return cfg.validate()
 
 
 #: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a
@@ -177,108 +261,14 @@ class WorkerConfig:
 ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error"})
 
 
-#: Dict settings whose layers merge key by key (a flag's manager option beside the file's) instead
-#: of the higher layer replacing the lower one's whole dict.
-MERGED_FIELDS = frozenset({"manager_options", "reward_fn_kwargs"})
-
-
-def _set_layered(values: dict[str, Any], key: str, value: Any) -> None:
-    """Put a higher-precedence layer's ``value`` into ``values`` (:data:`MERGED_FIELDS` merge)."""
-    values[key] = {**values.get(key, {}), **value} if key in MERGED_FIELDS else value
-
-
-def _fields(cls: type) -> dict[str, dataclasses.Field]:
-    """The settable fields of a settings dataclass (internal bookkeeping fields left out)."""
-    return {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
-
-
-def build(cls: type, values: Mapping[str, Any]) -> Any:
-    known = _fields(cls)
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ConfigError(f"unknown setting(s) {unknown}; known settings: {sorted(known)}")
-    return cls(**values)
-
-
-def _base_type(hint: Any) -> tuple[type, bool]:
-    """``int | None`` -> ``(int, True)``; ``dict`` -> ``(dict, False)``."""
-    args = typing.get_args(hint)
-    if args:
-        non_none = [a for a in args if a is not type(None)]
-        base = typing.get_origin(non_none[0]) or non_none[0]
-        return base, len(non_none) < len(args)
-    return (typing.get_origin(hint) or hint), False
-
-
-def _coerce(name: str, raw: str, f: dataclasses.Field, *, where: str | None = None) -> Any:
-    """An environment string as the field's type (``where`` names the source in errors)."""
-    typ, optional = _base_type(_hints().get(f.name, str))
-    source = where or f"{ENV_PREFIX}{name.upper()}={raw!r}"
-    try:
-        if optional and raw.strip().lower() in ("", "none", "null"):
-            return None
-        if typ is bool:
-            flag = parse_bool(raw) if raw.strip() else False
-            if flag is None:
-                raise ValueError("expected true/false, yes/no, on/off or 1/0")
-            return flag
-        if typ is int:
-            return int(raw)
-        if typ is float:
-            return float(raw)
-        if typ is dict:
-            value = json.loads(raw)
-            if not isinstance(value, dict):
-                raise ValueError("not a JSON object")
-            return value
-    except ValueError as exc:
-        raise ConfigError(f"{source} is not a valid {typ.__name__} ({exc})") from None
-    return raw
-
-
-@functools.cache
-def _hints() -> dict[str, Any]:
-    """WorkerConfig's resolved type hints (``from __future__`` leaves them as strings)."""
-    return typing.get_type_hints(WorkerConfig)
-
-
-def check_value(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
-    """A config-file value, type-checked like an environment variable: strings are parsed
-    (``cluster: "false"`` is False), numbers must be numbers, ``bool`` is not an ``int``."""
-    if isinstance(value, str):
-        return _coerce(name, value, f, where=f"{where}: {name}={value!r}")
-    typ, optional = _base_type(_hints().get(f.name, str))
-    if value is None and optional:
-        return None
-    ok = (
-        (typ is bool and isinstance(value, bool))
-        or (typ is int and isinstance(value, int) and not isinstance(value, bool))
-        or (typ is float and isinstance(value, (int, float)) and not isinstance(value, bool))
-        or (typ is dict and isinstance(value, Mapping))
-    )
-    if not ok:
-        raise ConfigError(f"{where}: {name} must be a {typ.__name__}, got {type(value).__name__} {value!r:.80}")
-    if typ is float:
-        return float(value)
-    return dict(value) if typ is dict else value
-
-
-def from_env(env: Mapping[str, str], cls: type = WorkerConfig) -> dict[str, Any]:
-    """The ``REWARDQ_*`` variables that name a field of ``cls``."""
-    out = {}
-    for name, f in _fields(cls).items():
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw is not None:
-            out[name] = _coerce(name, raw, f)
-    return out
-
-
 @dataclass
 class LoadedFile:
-    """A config file's WorkerConfig values and the keys rewardq does not use (dotted paths)."""
+    """A config file's WorkerConfig values, where in the file each came from, and the keys rewardq
+    does not use (dotted paths)."""
 
     values: dict[str, Any]
     unused: list[str]
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 def parse_file(path: str) -> dict[str, Any]:
@@ -307,13 +297,13 @@ def read_config_file(path: str) -> LoadedFile:
 
     Precedence inside one file: what a verl config implies < top-level rewardq keys < a
     top-level ``rewardq:`` block < a ``reward.rewardq`` block. Every value is type-checked
-    (:func:`check_value`); keys that are neither WorkerConfig fields nor verl's are listed in
+    (:func:`rewardq.settings.file_value`); keys that are neither WorkerConfig fields nor verl's are listed in
     :attr:`LoadedFile.unused`, with a suggestion when one looks like a misspelt field.
     """
     from rewardq.verl_config import VERL_SECTIONS, is_verl_config, translate
 
     data = parse_file(path)
-    known = _fields(WorkerConfig)
+    known = {s.key: s for s in WorkerConfig.settings().values()}
     layers: list[tuple[str, Mapping[str, Any]]] = []
     unused: list[str] = []
     verl = is_verl_config(data)
@@ -329,7 +319,7 @@ def read_config_file(path: str) -> LoadedFile:
         if not isinstance(block, Mapping):
             raise ConfigError(f"{path}: {block_path} must be a mapping of rewardq settings, got {block!r:.80}")
         layers.append((block_path, block))
-    values: dict[str, Any] = {}
+    found = Layers()
     for prefix, layer in layers:
         for key, value in layer.items():
             dotted = f"{prefix}.{key}" if prefix and prefix != "verl config" else str(key)
@@ -339,8 +329,8 @@ def read_config_file(path: str) -> LoadedFile:
                 unused.append(dotted + _suggestion(str(key), known))
                 continue
             where = f"{path} ({prefix})" if prefix else path
-            _set_layered(values, key, check_value(key, value, known[key], where))
-    return LoadedFile(values, unused)
+            found.put(known[key], file_value(known[key], value, where), f"file {where}")
+    return LoadedFile(found.values, unused, found.sources)
 
 
 def _reward_block(data: Mapping[str, Any]) -> Any:

@@ -36,6 +36,16 @@ MAX_CONNECTIONS = 256
 #: Seconds a command waits for a free connection when all MAX_CONNECTIONS are busy.
 POOL_TIMEOUT = 30.0
 
+#: The reward manager a worker runs unless told otherwise (verl's default).
+MANAGER = "naive"
+#: Largest ``max_outputs`` a worker accepts: every Lua script's worst-case run time grows with it.
+MAX_OUTPUTS_LIMIT = 1_000_000
+#: Seconds a scored trajectory's outputs stay readable by ``rewardq inspect``; 0 drops them at once.
+KEEP_RECORDS = 0.0
+#: Worker log level, and log format (``text`` or ``json``: one object per line).
+LOG_LEVEL = "INFO"
+LOG_FORMAT = "text"
+
 #: Trajectories one worker scores at once.
 CONCURRENCY = 32
 #: Stream entries per XREADGROUP.
@@ -83,6 +93,8 @@ SOCKET_TIMEOUT = 30.0
 #: Where a synchronous ``--reward-fn`` runs: ``process`` (scorer processes, killed on timeout),
 #: ``thread`` (threads of the worker) or ``inline`` (the worker's event loop; trusted, cheap code only).
 REWARD_FN_PLACEMENT = "process"
+#: Every placement ``reward_fn_placement`` accepts.
+REWARD_FN_PLACEMENTS = ("process", "thread", "inline")
 #: Scorer processes kept ready per function; None: one per CPU core, at least 2.
 SCORER_PROCESSES: int | None = None
 #: Seconds a scorer process may be busy before it stops counting toward the pool's size, so

@@ -31,15 +31,9 @@ async def open_broker(client: Any, cfg: WorkerConfig, worker_name: str) -> Strea
     probe = Keyspace(cfg.namespace, 1, cfg.group)
     with refusals_named(cfg.namespace, cfg.redis_url):
         shards = await ensure_meta(client, probe, cfg.shards)
+        # the settings declared passed_to="broker" (result_ttl, lease_seconds, ...), by name
         broker = StreamBroker(
-            client,
-            Keyspace(cfg.namespace, shards, cfg.group),
-            worker=worker_name,
-            result_ttl=cfg.result_ttl,
-            lease_seconds=cfg.lease_seconds,
-            incomplete_timeout=cfg.incomplete_timeout,
-            keep_records=cfg.keep_records,
-            max_outputs=cfg.max_outputs,
+            client, Keyspace(cfg.namespace, shards, cfg.group), worker=worker_name, **cfg.arguments_for("broker")
         )
         await broker.ensure_groups()
     return broker

@@ -1,7 +1,8 @@
 """``rewardq worker``: command-line flags in, one running reward worker out.
 
-The flags are a thin door into :class:`~rewardq.config.WorkerConfig`: every flag names one
-field, and only flags actually given become overrides, so the precedence is
+The flags are a thin door into :class:`~rewardq.config.WorkerConfig`: each is made from one
+setting's declaration (:func:`rewardq.ops.flags.click_options`) and named as it, and only flags
+actually given become overrides, so the precedence is
 
     defaults  <  --config FILE  <  REWARDQ_* environment  <  flags.
 
@@ -23,58 +24,28 @@ A signal that arrives while the worker is still starting is remembered
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import signal
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rewardq.config import WorkerConfig
 
 logger = logging.getLogger("rewardq.cli")
 
 __all__ = [
-    "FLAG_FIELDS",
     "EarlySignals",
     "overrides_from_flags",
     "load_config",
+    "effective_config",
+    "config_rows",
     "run_worker",
     "worker_argv",
-    "parse_manager_options",
 ]
-
-#: click parameter name -> WorkerConfig field.
-FLAG_FIELDS: dict[str, str] = {
-    "redis_url": "redis_url",
-    "namespace": "namespace",
-    "manager": "manager",
-    "tokenizer": "tokenizer",
-    "reward_fn": "reward_fn",
-    "reward_kwargs": "reward_fn_kwargs",
-    "reward_fn_placement": "reward_fn_placement",
-    "scorer_processes": "scorer_processes",
-    "concurrency": "concurrency",
-    "batch_size": "batch_size",
-    "manager_option": "manager_options",
-    "shards": "shards",
-    "cluster": "cluster",
-    "name": "name",
-    "claim_idle": "claim_idle",
-    "max_deliveries": "max_deliveries",
-    "max_crashes": "max_crashes",
-    "incomplete_timeout": "incomplete_timeout",
-    "score_timeout": "score_timeout",
-    "result_ttl": "result_ttl",
-    "keep_records": "keep_records",
-    "group": "group",
-    "block_ms": "block_ms",
-    "log_level": "log_level",
-    "log_format": "log_format",
-    "metrics_port": "metrics_port",
-    "max_outputs": "max_outputs",
-    "connect_timeout": "connect_timeout",
-}
 
 
 class EarlySignals:
@@ -99,96 +70,52 @@ class EarlySignals:
             self.target(self.received)
 
 
-def _json_or_str(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+def overrides_from_flags(params: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    """The WorkerConfig overrides for the flags that were given (None means "not given"):
+    setting name -> (value, ``flag --x``)."""
+    from rewardq.config import WorkerConfig
+    from rewardq.settings import flag_values
+
+    return {name: (value, f"flag {flag}") for name, (value, flag) in flag_values(WorkerConfig, params).items()}
 
 
-def parse_manager_options(items: tuple[str, ...] | list[str]) -> dict:
-    """``("max_rpm=60", "overlong_buffer.enable=true")`` -> ``{"max_rpm": 60, "overlong_buffer": {"enable": True}}``.
-
-    Values are JSON when they parse as JSON (numbers, booleans, lists, objects, ``null``),
-    otherwise plain strings. Dots in a key build nested dicts.
-    """
-    out: dict = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--manager-option {item!r} is not KEY=VALUE (e.g. --manager-option max_rpm=60)")
-        *parents, leaf = key.split(".")
-        node = out
-        for p in parents:
-            child = node.setdefault(p, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--manager-option {item!r}: {p!r} was already given a plain value")
-            node = child
-        node[leaf] = _json_or_str(raw)
-    return out
-
-
-def overrides_from_flags(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The WorkerConfig overrides for the flags that were given (None means "not given")."""
-    out: dict[str, Any] = {}
-    for param, fld in FLAG_FIELDS.items():
-        value = params.get(param)
-        if value is None or (param == "manager_option" and not value):
-            continue
-        if param == "manager_option":
-            value = parse_manager_options(value)
-        elif param == "reward_kwargs":
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise ConfigError(
-                    f"--reward-kwargs must be a JSON object, e.g. '{{\"penalty\": 0.1}}' ({exc})"
-                ) from None
-            if not isinstance(value, dict):
-                raise ConfigError(f"--reward-kwargs must be a JSON object, got {type(value).__name__}")
-        out[fld] = value
-    return out
-
-
-def load_config(params: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Any:
+def load_config(params: Mapping[str, Any], env: Mapping[str, str] | None = None) -> WorkerConfig:
     """Defaults < ``--config`` < environment < flags, validated."""
     from rewardq.config import WorkerConfig
 
     return WorkerConfig.load(config_file=params.get("config"), env=env, overrides=overrides_from_flags(params))
 
 
-def effective_config(cfg: Any) -> dict[str, Any]:
-    """The configuration as logged at start-up (password redacted)."""
+def effective_config(cfg: WorkerConfig) -> dict[str, Any]:
+    """Every setting's value, as logged at start-up (password redacted)."""
     from rewardq.queue.connection import redact_url
 
-    d = dataclasses.asdict(cfg)
-    d.pop("unused_keys", None)  # listed on their own line
+    d = {name: getattr(cfg, name) for name in cfg.settings()}
     d["redis_url"] = redact_url(d["redis_url"])
     return d
 
 
-def worker_argv(params: Mapping[str, Any]) -> list[str]:
+def config_rows(cfg: WorkerConfig) -> list[dict[str, Any]]:
+    """One row per setting: name, value (password redacted), source, flag and environment variable."""
+    values = effective_config(cfg)
+    return [
+        {"name": n, "value": values[n], "source": cfg.sources.get(n, "default"), "flag": s.flag, "env": s.env}
+        for n, s in cfg.settings().items()
+    ]
+
+
+def worker_argv(params: Mapping[str, Any], *, leave_out: Iterable[str] = ()) -> list[str]:
     """The ``rewardq worker`` arguments that reproduce ``params`` (``--processes`` left out)."""
+    from rewardq.config import WorkerConfig
+    from rewardq.settings import flag_argv
+
     argv: list[str] = []
     if params.get("config"):
         argv += ["--config", str(params["config"])]
-    for param in FLAG_FIELDS:
-        value = params.get(param)
-        if value is None:
-            continue
-        flag = "--" + param.replace("_", "-")
-        if param == "cluster":
-            argv.append("--cluster" if value else "--no-cluster")
-        elif param == "manager_option":
-            for item in value:
-                argv += [flag, item]
-        else:
-            argv += [flag, str(value)]
-    return argv
+    return argv + flag_argv(WorkerConfig, params, leave_out=leave_out)
 
 
-async def _serve(cfg: Any, manager: Any, tokenizer: Any, early: EarlySignals) -> None:
+async def _serve(cfg: WorkerConfig, manager: Any, tokenizer: Any, early: EarlySignals) -> None:
     from rewardq.consumers.worker import Worker
 
     worker = Worker(cfg, manager=manager, tokenizer=tokenizer)
@@ -198,7 +125,7 @@ async def _serve(cfg: Any, manager: Any, tokenizer: Any, early: EarlySignals) ->
     await worker.run(install_signal_handlers=True, freeze_heap=True)
 
 
-def run_worker(cfg: Any, early: EarlySignals) -> int:
+def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     """Build, check and run one worker (see the module docstring); returns the exit code."""
     from rewardq.logs import setup_logging
     from rewardq.ops.common import wait_for_redis
@@ -213,7 +140,11 @@ def run_worker(cfg: Any, early: EarlySignals) -> int:
         raise ConfigError(f"log settings: {exc}") from None
     cfg.name = cfg.name or default_worker_name()
     eff = effective_config(cfg)
-    logger.info("effective config: %s", json.dumps(eff, sort_keys=True, default=str), extra={"config": eff})
+    logger.info(
+        "effective config: %s",
+        json.dumps(eff, sort_keys=True, default=str),
+        extra={"config": eff, "sources": dict(cfg.sources)},
+    )
     if cfg.unused_keys:
         logger.warning(
             "config file: rewardq does not use %d key(s), ignoring them: %s",

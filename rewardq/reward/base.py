@@ -45,7 +45,7 @@ logger = logging.getLogger("rewardq.reward")
 ScoreFn = Callable[..., Any]
 
 #: Where a synchronous reward function may run (see :class:`ScoringSettings`).
-REWARD_FN_PLACEMENTS = ("process", "thread", "inline")
+REWARD_FN_PLACEMENTS = defaults.REWARD_FN_PLACEMENTS
 
 
 @dataclass

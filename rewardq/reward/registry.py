@@ -35,6 +35,10 @@ BUILTIN_MODULES = (
     "rewardq.reward.managers.disrm",
 )
 
+#: The names (and aliases) the built-in managers register, listed without importing them (their
+#: modules import torch), for ``rewardq worker --help``; a test checks it against the registry.
+BUILTIN_NAMES = ("naive", "dapo", "gdpo", "rate_limited", "limited", "remote", "disrm")
+
 _REGISTRY: dict[str, type[RewardManager]] = {}
 _loaded = False
 M = TypeVar("M", bound=type[RewardManager])
@@ -82,6 +86,13 @@ def known_managers() -> list[str]:
     """Every name ``--manager`` accepts (built-ins and installed entry points)."""
     _load_builtins()
     return sorted(set(_REGISTRY) | set(_entry_point_classes()))
+
+
+def listed_managers() -> list[str]:
+    """The names :func:`known_managers` gives, found without importing the built-in managers:
+    the built-ins first, then installed entry points (e.g. ``seqpo_simt``) and other registered names."""
+    rest = sorted((set(_REGISTRY) | set(_entry_point_classes())) - set(BUILTIN_NAMES))
+    return [*BUILTIN_NAMES, *rest]
 
 
 def import_object(spec: str, what: str = "object") -> object:

@@ -22,10 +22,11 @@ from rewardq.demo.data import make_trajectories
 from rewardq.errors import ConfigError
 from rewardq.logs import JsonFormatter
 from rewardq.ops import worker as ops_worker
-from rewardq.ops.worker import overrides_from_flags, parse_manager_options
+from rewardq.ops.worker import overrides_from_flags
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
+from rewardq.settings import NONE_GIVEN, parse_pairs
 from tests.support.cli_procs import wait_for, worker_argv
 
 pytestmark = pytest.mark.slow
@@ -245,17 +246,18 @@ def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
 
 
 def test_manager_options_parse_json_values_and_nest():
-    assert parse_manager_options(
+    assert parse_pairs(
+        "--manager-option",
         [
             "max_rpm=60",
             "base_url=http://x:8000",
             "overlong_buffer.enable=true",
             "overlong_buffer.len=512",
             "tags=[1, 2]",
-        ]
+        ],
     ) == {"max_rpm": 60, "base_url": "http://x:8000", "overlong_buffer": {"enable": True, "len": 512}, "tags": [1, 2]}
     with pytest.raises(ConfigError, match="KEY=VALUE"):
-        parse_manager_options(["oops"])
+        parse_pairs("--manager-option", ["oops"])
 
 
 def test_only_given_flags_become_overrides_and_round_trip_to_argv():
@@ -264,32 +266,42 @@ def test_only_given_flags_become_overrides_and_round_trip_to_argv():
         "namespace": None,
         "concurrency": 4,
         "cluster": False,
-        "manager_option": ("a=1", "b.c=x"),
-        "reward_kwargs": '{"k": 2}',
+        "manager_options": ("a=1", "b.c=x"),
+        "reward_fn_kwargs": '{"k": 2}',
+        "connect_timeout": NONE_GIVEN,
         "config": "c.yaml",
     }
     assert overrides_from_flags(params) == {
-        "redis_url": "redis://h:1/0",
-        "concurrency": 4,
-        "cluster": False,
-        "manager_options": {"a": 1, "b": {"c": "x"}},
-        "reward_fn_kwargs": {"k": 2},
+        "redis_url": ("redis://h:1/0", "flag --redis-url"),
+        "concurrency": (4, "flag --concurrency"),
+        "cluster": (False, "flag --cluster"),
+        "manager_options": ({"a": 1, "b": {"c": "x"}}, "flag --manager-option"),
+        "reward_fn_kwargs": ({"k": 2}, "flag --reward-kwargs"),
+        "connect_timeout": (None, "flag --connect-timeout"),
     }
-    assert ops_worker.worker_argv(params) == [
+    argv = ops_worker.worker_argv(params)
+    assert argv == [
         "--config",
         "c.yaml",
         "--redis-url",
         "redis://h:1/0",
-        "--reward-kwargs",
-        '{"k": 2}',
-        "--concurrency",
-        "4",
+        "--no-cluster",
         "--manager-option",
         "a=1",
         "--manager-option",
         "b.c=x",
-        "--no-cluster",
+        "--reward-kwargs",
+        '{"k": 2}',
+        "--concurrency",
+        "4",
+        "--connect-timeout",
+        "none",
     ]
+    # And the argv, parsed by the real command, gives the same overrides back
+    from rewardq.cli import worker
+
+    ctx = worker.make_context("worker", argv)
+    assert overrides_from_flags(ctx.params) == overrides_from_flags(params)
 
 
 def test_json_log_lines_carry_extra_fields():

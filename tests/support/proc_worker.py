@@ -3,8 +3,8 @@
     python -m tests.support.proc_worker --redis-url redis://127.0.0.1:7001/0 --namespace t1 \\
         --manager tests.support.managers:EchoManager --manager-options '{"sleep": 0.2}' --claim-idle 2
 
-Every :class:`~rewardq.config.WorkerConfig` field is a flag (``--claim-idle``,
-``--result-ttl``, ...) and, as in production, a ``REWARDQ_<FIELD>`` variable. The worker
+Every :class:`~rewardq.config.WorkerConfig` setting is a flag (``--claim-idle``,
+``--result-ttl``, ...; dicts as JSON objects) and, as in production, a ``REWARDQ_<NAME>`` variable. The worker
 runs exactly as the real one does (``Worker(cfg).run(install_signal_handlers=True)``:
 SIGTERM hands in-flight work back), logging to stderr.
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -44,10 +43,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rewardq.config import WorkerConfig, _coerce
+from rewardq.config import WorkerConfig
 from rewardq.consumers.worker import Worker
 from rewardq.logs import setup_logging
 from rewardq.queue.broker import RESULT_FIELDS, StreamBroker
+from rewardq.settings import parse_text
 from tests.support.cli_procs import REPO
 
 logger = logging.getLogger("rewardq.test.fault")
@@ -136,41 +136,13 @@ class FaultyWorker(Worker):
 
 
 def parse_args(argv: list[str] | None = None) -> dict[str, Any]:
-    """One ``--flag`` per WorkerConfig field; returns the overrides given."""
-    fields = {f.name: f for f in dataclasses.fields(WorkerConfig)}
+    """One ``--flag`` per WorkerConfig setting (values as in ``REWARDQ_*``); returns the overrides given."""
+    known = WorkerConfig.settings()
     p = argparse.ArgumentParser(prog="python -m tests.support.proc_worker", description=__doc__.splitlines()[0])
-    for name in fields:
+    for name in known:
         p.add_argument("--" + name.replace("_", "-"), dest=name, default=None)
-    ns = vars(p.parse_args(argv))
-    out = {}
-    for name, raw in ns.items():
-        if raw is None:
-            continue
-        out[name] = (
-            json.loads(raw) if name in ("manager_options", "reward_fn_kwargs") else _coerce(name, raw, fields[name])
-        )
-    return out
-
-
-#: WorkerConfig fields the real ``rewardq worker`` command takes as flags (the rest go as
-#: ``REWARDQ_<FIELD>`` variables, which it reads too).
-CLI_FLAGS = (
-    "namespace",
-    "manager",
-    "tokenizer",
-    "reward_fn",
-    "concurrency",
-    "batch_size",
-    "shards",
-    "name",
-    "claim_idle",
-    "max_deliveries",
-    "incomplete_timeout",
-    "score_timeout",
-    "result_ttl",
-    "log_level",
-    "log_format",
-)
+    given = {name: raw for name, raw in vars(p.parse_args(argv)).items() if raw is not None}
+    return {name: parse_text(known[name], raw, f"--{name.replace('_', '-')}={raw!r}") for name, raw in given.items()}
 
 
 class WorkerProcess:
@@ -219,10 +191,11 @@ class WorkerProcess:
             if cli and k == "manager_options":
                 for ok, ov in v.items():
                     args += ["--manager-option", f"{ok}={json.dumps(ov)}"]
-            elif cli and k == "reward_fn_kwargs":
-                args += ["--reward-kwargs", raw]
-            elif cli and k not in CLI_FLAGS:
-                env["REWARDQ_" + k.upper()] = raw
+            elif cli and isinstance(v, bool):
+                flag = WorkerConfig.settings()[k].flag
+                args.append(flag if v else "--no-" + flag[2:])
+            elif cli:
+                args += [WorkerConfig.settings()[k].flag, "none" if v is None else raw]
             else:
                 args += ["--" + k.replace("_", "-"), raw]
         self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="rewardq-worker-")) / f"{self.name}.log"

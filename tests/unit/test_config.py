@@ -95,8 +95,11 @@ def test_precedence_file_env_flags(tmp_path):
     "env,match",
     [
         ({"REWARDQ_CONCURRENCY": "many"}, "REWARDQ_CONCURRENCY='many' is not a valid int"),
-        ({"REWARDQ_CONCURRENCY": "0"}, "concurrency must be a positive number"),
-        ({"REWARDQ_LOG_FORMAT": "xml"}, "log_format must be 'text' or 'json'"),
+        (
+            {"REWARDQ_CONCURRENCY": "0"},
+            "concurrency must be a positive integer, got 0 \\(from env REWARDQ_CONCURRENCY\\)",
+        ),
+        ({"REWARDQ_LOG_FORMAT": "xml"}, "log_format must be text or json, got 'xml' \\(from env REWARDQ_LOG_FORMAT\\)"),
         ({"REWARDQ_MANAGER_OPTIONS": "[1]"}, "REWARDQ_MANAGER_OPTIONS"),
         ({"REWARDQ_LEASE_SECONDS": "1", "REWARDQ_HEARTBEAT_INTERVAL": "2"}, "lease_seconds"),
     ],

@@ -1,0 +1,310 @@
+"""One declaration per setting: flags, environment, config file, ``--help`` and ``rewardq config``
+all come from :class:`rewardq.config.WorkerConfig`'s declarations.
+
+Given every declared setting, each one is a flag, a ``REWARDQ_*`` variable and a config-file key
+that reach the same value, its ``--help`` line shows its default and variable, and ``rewardq
+config`` names where its value came from. And a setting declared in ``config.py`` alone (in a
+copy of the package) shows up in all of them, and in a starting worker's ``effective config``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from rewardq import defaults
+from rewardq.cli import cli, worker
+from rewardq.config import WorkerConfig
+from rewardq.errors import ConfigError
+from rewardq.ops.worker import config_rows, load_config, worker_argv
+from rewardq.reward.registry import BUILTIN_NAMES, known_managers, listed_managers
+from rewardq.settings import NONE_GIVEN, Setting, flag_values
+
+REPO = Path(__file__).resolve().parents[2]
+SETTINGS = WorkerConfig.settings()
+
+
+def sample(s: Setting) -> Any:
+    """A valid value of ``s`` that is not its default."""
+    if s.kind is bool:
+        return not s.default
+    if s.spec.choices:
+        return next(c for c in s.spec.choices if c != s.default)
+    if s.kind is int:
+        return 3 if s.default is None else s.default + 1
+    if s.kind is float:
+        return 7.5 if s.default is None else s.default + 1.5
+    if s.kind is dict:
+        return {"k": 1, "nested": {"x": "y"}}
+    return f"x-{s.name}"
+
+
+def as_text(s: Setting, value: Any) -> str:
+    """``value`` as an environment variable or flag spells it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, dict) else str(value)
+
+
+def as_flags(s: Setting, value: Any) -> list[str]:
+    if s.kind is bool:
+        return [s.flag if value else "--no-" + s.flag[2:]]
+    if s.spec.pairs:
+        return [s.flag, "k=1", s.flag, "nested.x=y"]
+    return [s.flag, as_text(s, value)]
+
+
+def parsed(argv: list[str]) -> dict[str, Any]:
+    return dict(worker.make_context("worker", list(argv)).params)
+
+
+def test_every_setting_has_a_flag_an_env_var_and_a_config_key():
+    assert len(SETTINGS) >= 33
+    for name, s in SETTINGS.items():
+        assert s.env == "REWARDQ_" + name.upper() and s.key == name
+        assert s.flag.startswith("--") and s.spec.help.strip()
+    flags = [s.flag for s in SETTINGS.values()]
+    assert len(set(flags)) == len(flags)
+    # shutdown_grace and the four others that once had no flag
+    for name in ("shutdown_grace", "lease_seconds", "heartbeat_interval", "maintenance_interval", "max_record_bytes"):
+        assert parsed([SETTINGS[name].flag, "9"])[name] == 9
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_flag_env_and_file_reach_the_same_value_and_name_their_source(name, tmp_path):
+    s = SETTINGS[name]
+    value = sample(s)
+    # Given the value as a flag, an environment variable and a config-file key
+    by_flag = load_config(parsed(as_flags(s, value)), env={})
+    by_env = WorkerConfig.load(env={s.env: as_text(s, value)})
+    f = tmp_path / "rq.yaml"
+    f.write_text(yaml.safe_dump({s.key: value}))
+    by_file = WorkerConfig.load(config_file=str(f), env={})
+    # Then each layer set it to the same value, and says where it came from
+    for cfg in (by_flag, by_env, by_file):
+        assert getattr(cfg, name) == value != s.default
+    assert by_flag.sources[name] == f"flag {s.flag}"
+    assert by_env.sources[name] == f"env {s.env}"
+    assert by_file.sources[name] == f"file {f}"
+    assert all(src == "default" for n, src in by_env.sources.items() if n != name)
+
+
+def test_precedence_is_flags_over_env_over_file(tmp_path):
+    f = tmp_path / "rq.yaml"
+    f.write_text("concurrency: 3\nbatch_size: 7\nclaim_idle: 9\nmanager_options: {a: 1, b: 1}\n")
+    env = {"REWARDQ_BATCH_SIZE": "8", "REWARDQ_CLAIM_IDLE": "10", "REWARDQ_MANAGER_OPTIONS": '{"b": 2, "c": 2}'}
+    params = {**parsed(["--claim-idle", "11", "--manager-option", "c=3"]), "config": str(f)}
+    cfg = load_config(params, env=env)
+    assert (cfg.concurrency, cfg.batch_size, cfg.claim_idle) == (3, 8, 11.0)
+    assert cfg.manager_options == {"a": 1, "b": 2, "c": 3}  # option dicts merge key by key
+    assert cfg.sources["manager_options"] == f"file {f} + env REWARDQ_MANAGER_OPTIONS + flag --manager-option"
+    rows = {r["name"]: r for r in config_rows(cfg)}
+    assert set(rows) == set(SETTINGS)
+    assert rows["claim_idle"] == {
+        "name": "claim_idle",
+        "value": 11.0,
+        "source": "flag --claim-idle",
+        "flag": "--claim-idle",
+        "env": "REWARDQ_CLAIM_IDLE",
+    }
+
+
+def test_optional_settings_take_none_from_every_layer(tmp_path):
+    f = tmp_path / "rq.yaml"
+    f.write_text("connect_timeout: 5\nscorer_processes: 2\n")
+    cfg = load_config(
+        {**parsed(["--connect-timeout", "none"]), "config": str(f)}, env={"REWARDQ_SCORER_PROCESSES": "null"}
+    )
+    assert cfg.connect_timeout is None and cfg.sources["connect_timeout"] == "flag --connect-timeout"
+    assert cfg.scorer_processes is None and cfg.sources["scorer_processes"] == "env REWARDQ_SCORER_PROCESSES"
+    assert parsed(["--metrics-port", "none"])["metrics_port"] is NONE_GIVEN
+
+
+@pytest.mark.parametrize(
+    "argv,env,match",
+    [
+        (["--concurrency", "0"], {}, r"concurrency must be a positive integer, got 0 \(from flag --concurrency\)"),
+        ([], {"REWARDQ_RESULT_TTL": "-1"}, r"result_ttl must be a non-negative number, got -1.0 \(from env"),
+        (["--max-outputs", "2000000"], {}, "max_outputs must be an integer from 1 to 1e[+]06, got 2000000.*Lua"),
+        ([], {"REWARDQ_LOG_LEVEL": "loud"}, "log_level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got 'loud'"),
+        ([], {"REWARDQ_SHUTDOWN_GRACE": "soon"}, "REWARDQ_SHUTDOWN_GRACE='soon' is not a valid float"),
+        (["--reward-kwargs", "[1]"], {}, "--reward-kwargs must be a JSON object, got list"),
+        (["--manager-option", "oops"], {}, "--manager-option 'oops' is not KEY=VALUE"),
+    ],
+)
+def test_bad_values_name_the_setting_and_where_they_came_from(argv, env, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(parsed(argv), env=env)
+
+
+def test_choices_are_stored_as_declared_from_any_layer(tmp_path):
+    f = tmp_path / "rq.yaml"
+    f.write_text("log_level: warning\n")
+    assert WorkerConfig.load(config_file=str(f), env={}).log_level == "WARNING"
+    assert load_config(parsed(["--log-level", "debug"]), env={}).log_level == "DEBUG"
+
+
+def test_worker_help_shows_every_flag_with_its_default_and_variable():
+    # Given the real command's --help, wide enough that click wraps no line
+    out = CliRunner().invoke(cli, ["worker", "--help"], terminal_width=400).output
+    lines = out.splitlines()
+    for s in SETTINGS.values():
+        at = next((i for i, x in enumerate(lines) if re.match(rf"\s*{re.escape(s.flag)}[ ,/]", x)), None)
+        assert at is not None, f"{s.flag} missing from --help"
+        line = " ".join(lines[at : at + 2])  # a long option column puts the help on the next line
+        assert f"[default: {s.default_text()}; env: {s.env}]" in line, line
+    assert "[default: 32; env: REWARDQ_CONCURRENCY]" in out
+    assert "[default: 30; env: REWARDQ_SHUTDOWN_GRACE]" in out
+    assert "[default: forever; env: REWARDQ_CONNECT_TIMEOUT]" in out
+
+
+def test_manager_help_lists_every_manager_including_entry_points():
+    out = CliRunner().invoke(cli, ["worker", "--help"], terminal_width=400).output
+    line = next(x for x in out.splitlines() if x.strip().startswith("--manager "))
+    listed = re.search(r"One of: ([^;]+);", line)
+    assert listed is not None, line
+    names = [n.strip() for n in listed.group(1).split(",")]
+    assert "seqpo_simt" in names  # an entry-point manager (pyproject's rewardq.managers group)
+    assert set(names) == set(known_managers()) == set(listed_managers())
+
+
+def test_builtin_names_are_what_the_builtin_managers_register():
+    from rewardq.reward import registry
+
+    registry._load_builtins()
+    builtin = {n for n, cls in registry._REGISTRY.items() if cls.__module__ in registry.BUILTIN_MODULES}
+    assert builtin == set(BUILTIN_NAMES)
+
+
+def test_supervisor_children_get_the_given_flags_back():
+    argv = ["--concurrency", "4", "--no-cluster", "--manager-option", "a=1", "--scorer-processes", "none"]
+    params = parsed([*argv, "--name", "w", "--metrics-port", "9100"])
+    assert worker_argv(params, leave_out=("name", "metrics_port")) == [
+        "--no-cluster",
+        "--manager-option",
+        "a=1",
+        "--scorer-processes",
+        "none",
+        "--concurrency",
+        "4",
+    ]
+    assert flag_values(WorkerConfig, parsed(worker_argv(params))) == flag_values(WorkerConfig, params)
+
+
+def test_rewardq_config_prints_each_value_and_its_source(tmp_path):
+    f = tmp_path / "rq.yaml"
+    f.write_text("concurrency: 3\n")
+    r = CliRunner().invoke(
+        cli,
+        ["config", "--config", str(f), "--batch-size", "9", "--json"],
+        env={"REWARDQ_REDIS_URL": "redis://u:hunter2@h:1/0", "REWARDQ_SHUTDOWN_GRACE": "12"},
+    )
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert set(rows) == set(SETTINGS)
+    assert rows["concurrency"]["value"] == 3 and rows["concurrency"]["source"] == f"file {f}"
+    assert rows["batch_size"]["source"] == "flag --batch-size"
+    assert rows["shutdown_grace"]["value"] == 12.0 and rows["shutdown_grace"]["source"] == "env REWARDQ_SHUTDOWN_GRACE"
+    assert rows["redis_url"]["value"] == "redis://u:***@h:1/0" and "hunter2" not in r.output
+    assert rows["result_ttl"] == {**rows["result_ttl"], "value": defaults.RESULT_TTL, "source": "default"}
+    text = CliRunner().invoke(cli, ["config"], env={"REWARDQ_MAX_CRASHES": "4"}).output
+    assert re.search(r"^max_crashes +4 +\(env REWARDQ_MAX_CRASHES\)$", text, re.M), text
+
+
+def test_broker_arguments_come_from_the_declarations():
+    cfg = WorkerConfig(result_ttl=5.0, keep_records=2.0)
+    assert cfg.arguments_for("broker") == {
+        "lease_seconds": cfg.lease_seconds,
+        "incomplete_timeout": cfg.incomplete_timeout,
+        "result_ttl": 5.0,
+        "keep_records": 2.0,
+        "max_outputs": cfg.max_outputs,
+    }
+
+
+# -- adding a setting is a one-file change ------------------------------------------------------
+
+NEW_SETTING = '    probe_knob: float = setting(2.5, "Seconds a knob added by a test waits.", above=0)\n'
+
+
+@pytest.fixture(scope="module")
+def patched_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the rewardq package whose config.py alone gained one declaration."""
+    root = tmp_path_factory.mktemp("one-file-change")
+    shutil.copytree(REPO / "rewardq", root / "rewardq", ignore=shutil.ignore_patterns("__pycache__"))
+    config = root / "rewardq" / "config.py"
+    text = config.read_text()
+    anchor = "    # observability\n"
+    assert text.count(anchor) == 1
+    config.write_text(text.replace(anchor, NEW_SETTING + anchor))
+    changed = [
+        p.relative_to(root)
+        for p in (root / "rewardq").rglob("*")
+        if p.is_file() and p.read_bytes() != (REPO / p.relative_to(root)).read_bytes()
+    ]
+    assert changed == [Path("rewardq/config.py")]
+    return root
+
+
+def run_copy(root: Path, args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("REWARDQ_")}
+    full.update(env or {}, PYTHONPATH=str(root))
+    return subprocess.run(
+        [sys.executable, "-m", "rewardq", *args], env=full, cwd=root, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_setting_declared_in_one_file_reaches_every_door(patched_package, tmp_path):
+    root = patched_package
+    # Then --help shows its flag, default and variable
+    help_ = run_copy(root, ["worker", "--help"])
+    assert help_.returncode == 0, help_.stderr
+    words = " ".join(help_.stdout.split())  # click wraps at the terminal's width
+    assert "--probe-knob FLOAT Seconds a knob added by a test waits. [default: 2.5; env: REWARDQ_PROBE_KNOB]" in words
+
+    # And the flag, the environment and the config file set it, each named as the source
+    f = tmp_path / "rq.yaml"
+    f.write_text("probe_knob: 4.5\n")
+    seen = {}
+    for how, args, env in (
+        ("default", [], {}),
+        ("flag", ["--probe-knob", "3.5"], {}),
+        ("env", [], {"REWARDQ_PROBE_KNOB": "5.5"}),
+        ("file", ["--config", str(f)], {}),
+    ):
+        r = run_copy(root, ["config", "--json", *args], env=env)
+        assert r.returncode == 0, r.stderr
+        row = json.loads(r.stdout)["probe_knob"]
+        seen[how] = (row["value"], row["source"])
+    assert seen == {
+        "default": (2.5, "default"),
+        "flag": (3.5, "flag --probe-knob"),
+        "env": (5.5, "env REWARDQ_PROBE_KNOB"),
+        "file": (4.5, f"file {f}"),
+    }
+    # And its bounds are checked like every other setting's
+    bad = run_copy(root, ["config", "--probe-knob", "0"])
+    assert (
+        bad.returncode == 2 and "probe_knob must be a positive number, got 0.0 (from flag --probe-knob)" in bad.stderr
+    )
+
+    # And a starting worker logs it in its effective config (here before it gives up on an unreachable Redis)
+    w = run_copy(
+        root,
+        ["worker", "--redis-url", "redis://127.0.0.1:1/0", "--connect-timeout", "0.5", "--log-format", "json"],
+        env={"REWARDQ_PROBE_KNOB": "6.5"},
+    )
+    assert w.returncode == 3, w.stderr
+    effective = next(json.loads(x) for x in w.stderr.splitlines() if "effective config" in x)
+    assert effective["config"]["probe_knob"] == 6.5
+    assert effective["sources"]["probe_knob"] == "env REWARDQ_PROBE_KNOB"
