@@ -223,11 +223,8 @@ class TrajectoryScorer:
         started = time.perf_counter()
         uid = str(_plain_or_self(kwargs.get("uid")) or uuid.uuid4().hex)
         session_id = session_id_for(kwargs)
-        keys: list[str] = []
         try:
-            keys = await self._push(uid, session_id, outputs, kwargs)
-            client = await self.client()
-            results = await client.wait_rewards(keys, timeout=self.settings.timeout)
+            keys, results = await self._push_and_wait(uid, session_id, outputs, kwargs)
         except (RewardTimeout, RecordError) as exc:
             what = "timed out" if isinstance(exc, RewardTimeout) else "could not be sent"
             self._fail(outputs[-1], f"{uid}_{session_id}", f"rewardq: the trajectory {what}: {exc}")
@@ -235,17 +232,25 @@ class TrajectoryScorer:
             apply_results(outputs, keys, results, self._fail)
         outputs[-1].metrics.compute_score = time.perf_counter() - started
 
-    async def _push(self, uid: str, session_id: str, outputs: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str]:
+    async def _push_and_wait(
+        self, uid: str, session_id: str, outputs: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[list[str], dict[str, RewardResult]]:
+        """Push the trajectory and wait for its results (one read of them: the waiter listens
+        before the put). A record refused before anything was sent for holding values msgpack
+        cannot carry is sent again without them."""
         client = await self.client()
+        timeout = self.settings.timeout
         try:
             # the producer reads an AgentLoopOutput's fields itself (rewardq.producers.core.OutputLike)
-            return await client.put_trajectory(uid, session_id, outputs, sample_columns(kwargs))
+            return await client.put_trajectory_and_wait(uid, session_id, outputs, sample_columns(kwargs), timeout)
         except RecordError as exc:
             if "sample" not in exc.field and "extra_fields" not in exc.field:
                 raise
             logger.warning("rewardq: leaving out values that cannot be sent (%s)", exc)
             strict = [wire_output(o) for o in outputs]
-            return await client.put_trajectory(uid, session_id, strict, sample_columns(kwargs, strict=True))
+            return await client.put_trajectory_and_wait(
+                uid, session_id, strict, sample_columns(kwargs, strict=True), timeout
+            )
 
     def _fail(self, output: Any, where: str, message: str) -> None:
         if self.settings.on_error == "raise":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from rewardq import defaults
@@ -115,14 +115,41 @@ class AsyncRewardClient(ClientBase):
         self, keys: Iterable[str], timeout: float = defaults.WAIT_TIMEOUT
     ) -> dict[str, RewardResult]:
         """Wait until every key has a result; raises RewardTimeout naming the missing keys."""
-        w = Waiter(check_keys(keys), timeout)
+        return await self._wait(Waiter(check_keys(keys), timeout))
+
+    async def put_trajectory_and_wait(
+        self,
+        uid: Name,
+        session_id: Name,
+        outputs: Sequence[Output],
+        sample: Mapping[str, Any] | None = None,
+        timeout: float = defaults.WAIT_TIMEOUT,
+    ) -> tuple[list[str], dict[str, RewardResult]]:
+        """``put_trajectory`` then ``wait_rewards``, one read of the results fewer.
+
+        The waiter is registered and the ``done``-stream watcher started before the put, so
+        the trajectory's completion cannot come before anyone listens, and the results are read
+        once, after it (``wait_rewards`` alone must read them first: the trajectory may have
+        finished before it was called). Returns the keys and their results; raises
+        RewardTimeout naming the missing keys.
+        """
+        puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
+        keys = [p.key for p in puts]
+        return keys, await self._wait(Waiter(keys, timeout), before=lambda: self._send(puts))
+
+    async def _wait(self, w: Waiter, before: Callable[[], Awaitable[None]] | None = None) -> dict[str, RewardResult]:
+        """Listen for ``w``'s trajectories, run ``before`` (the put) if given, wait for every result."""
         tids = {k.rpartition("_")[0] for k in w.keys}
+        timeout = w.timeout
         event = asyncio.Event()
         for t in tids:
             self._watchers.setdefault(t, set()).add(event)
         try:
             await self._ensure_watcher()
-            w.absorb(await self.get_rewards(w.keys))
+            if before is None:
+                w.absorb(await self.get_rewards(w.keys))
+            else:
+                await before()
             while w.missing:
                 remaining = w.remaining()
                 if remaining <= 0:
