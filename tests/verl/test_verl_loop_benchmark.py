@@ -49,3 +49,24 @@ def test_smoke_run_scores_every_trajectory_right_in_both_systems(tmp_path):
     assert "every rewardq reward equals the reference" in names
     assert next(t for t in report["targets"] if t["name"].startswith("every"))["verdict"] == "PASS"
     assert report["baselines"]["math_verify"]["calls"] == 16  # the bare ProcessPoolExecutor ran
+
+
+def test_the_real_tokenizer_folder_decodes_in_batches_exactly_as_transformers_does(tmp_path):
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from benchmarks.verl_loop.tokenizer import tokenizer_folder
+    from rewardq.reward.tokenizer import TransformersTokenizer, batch_decoder, load_tokenizer
+
+    folder = tokenizer_folder(tmp_path)
+    tok = load_tokenizer(str(folder))
+    assert isinstance(tok, TransformersTokenizer) and tok.vocab_size > 128_000
+    native = batch_decoder(tok)
+    assert native is not None
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(0, tok.vocab_size, int(rng.integers(1, 3000))).tolist() for _ in range(20)]
+    for skip in (True, False):
+        assert native(seqs, skip) == [tok.decode(s, skip_special_tokens=skip) for s in seqs]
+    # a tokenizer that post-processes its decode keeps decoding through transformers
+    cleaning = TransformersTokenizer(AutoTokenizer.from_pretrained(str(folder), clean_up_tokenization_spaces=True), "x")
+    assert batch_decoder(cleaning) is None
