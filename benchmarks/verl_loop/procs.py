@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
+from benchmarks.common import process_tree as tree
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -22,27 +24,6 @@ def stat_cpu(pid: int) -> tuple[float, float]:
         return (int(fields[11]) + int(fields[12])) / _TICK, (int(fields[13]) + int(fields[14])) / _TICK
     except (OSError, IndexError, ValueError):
         return 0.0, 0.0
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out.extend(int(c) for c in f.read().split())
-    except OSError:
-        pass
-    return out
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children(p))
-    return out
 
 
 def cmdline(pid: int) -> str:
