@@ -200,12 +200,8 @@ class TrajectoryScorer:
         if self._client is None or self._loop is not loop:
             from rewardq.producers.aio import AsyncRewardClient
 
-            # an agent-loop worker may put thousands of trajectories at once: one waiting for a free
-            # connection of the (single-Redis, blocking) pool waits as long as it would wait for its
-            # rewards, instead of the pool's 30 s
-            pool = {} if self.settings.cluster else {"pool_timeout": self.settings.timeout}
             self._client = AsyncRewardClient.from_url(
-                self.settings.redis_url, namespace=self.settings.namespace, cluster=self.settings.cluster, **pool
+                self.settings.redis_url, namespace=self.settings.namespace, cluster=self.settings.cluster
             )
             self._loop = loop
         return self._client

@@ -40,6 +40,7 @@ class AsyncRewardClient(ClientBase):
         super().__init__(redis, settings, **overrides)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._watch_task: asyncio.Task | None = None
+        self._watch_ready: asyncio.Future | None = None  # set once the watcher knows where the streams end
 
     @classmethod
     def from_url(
@@ -170,13 +171,35 @@ class AsyncRewardClient(ClientBase):
                         self._watchers.pop(t, None)
 
     async def _ensure_watcher(self) -> None:
-        if self._watch_task is None or self._watch_task.done():
+        """Start the one ``done``-stream watcher unless it runs, and wait until it knows where the
+        streams end (every completion after this returns wakes its waiters).
+
+        The task is created before any ``await``: coroutines that wait at once (an agent-loop
+        worker's whole batch) share one watcher, where each used to start its own, every one
+        holding a pooled connection in its blocking XREAD.
+        """
+        ready = self._watch_ready
+        if self._watch_task is None or self._watch_task.done() or ready is None:
+            ready = self._watch_ready = asyncio.get_running_loop().create_future()
+            self._watch_task = asyncio.create_task(self._watch_from_now(ready), name="rewardq-done-watcher")
+        await asyncio.shield(ready)
+
+    async def _watch_from_now(self, ready: asyncio.Future) -> None:
+        try:
             ks = await self.keyspace()
             last = {}
             for s in range(ks.shards):
                 got = await self.r.xrevrange(ks.done(s), count=1)
                 last[s] = got[0][0] if got else b"0-0"
-            self._watch_task = asyncio.create_task(self._watch(last), name="rewardq-done-watcher")
+        except BaseException as exc:
+            if not ready.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    ready.cancel()
+                else:
+                    ready.set_exception(exc)
+            raise
+        ready.set_result(None)
+        await self._watch(last)
 
     async def _watch(self, last: dict[int, bytes]) -> None:
         """Follow the ``done`` streams from the ids in ``last`` and wake the matching waiters.

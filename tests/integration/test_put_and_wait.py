@@ -62,3 +62,24 @@ async def test_a_bad_record_is_refused_before_anything_is_sent(ns, redis_url, sy
     assert sync_redis.xlen(Keyspace(ns).stream(0)) == 0
     assert not client._watchers  # the waiter it registered is gone again
     await client.aclose()
+
+
+async def test_waiters_that_start_together_share_one_watcher(ns, redis_url, length_manager):
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+
+    def watchers() -> int:
+        return sum(1 for t in asyncio.all_tasks() if t.get_name() == "rewardq-done-watcher" and not t.done())
+
+    async with running_workers(ns, redis_url, [length_manager], concurrency=16):
+        got = await asyncio.gather(
+            *(
+                client.put_trajectory_and_wait(f"a{t}", "s", [output(3, t % 5 + 1)], SAMPLE, timeout=30)
+                for t in range(150)
+            ),
+            *(client.wait_rewards([f"a{t}_s_0"], timeout=30) for t in range(150)),
+        )
+        assert watchers() == 1  # each used to start its own, each holding a pooled connection in XREAD
+    assert [r.reward_score for _, res in got[:150] for r in res.values()] == [float(t % 5 + 1) for t in range(150)]
+    assert all(res[f"a{t}_s_0"].reward_score == float(t % 5 + 1) for t, res in enumerate(got[150:]))
+    await client.aclose()
+    assert watchers() == 0
