@@ -66,7 +66,7 @@ def scorer_plans(a: argparse.Namespace) -> list[dict[str, Any]]:
     return plans
 
 
-def references(plans: list[dict[str, Any]], seed: int, workdir: Path) -> dict[str, str]:
+def references(plans: list[dict[str, Any]], seed: int, workdir: Path, smoke: bool) -> dict[str, str]:
     """Compute and store the references of every trajectory any phase will submit."""
     from benchmarks.verl_loop import reference
 
@@ -75,7 +75,8 @@ def references(plans: list[dict[str, Any]], seed: int, workdir: Path) -> dict[st
         t0 = time.perf_counter()
         trajs = Trajectories(p["name"], seed)
         burst = trajs.range(0, p["burst"])
-        refs = reference.compute(p["name"], burst, baseline=True)
+        # code: run verl's prime_code for the references only at smoke size (see reference.compute)
+        refs = reference.compute(p["name"], burst, baseline=p["name"] != "code" or smoke)
         rest = reference.compute(p["name"], trajs.range(p["burst"], p["steady"] + p["warm"]))
         refs.right.update(rest.right)
         refs.verl.update(rest.verl)
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     loads = [load()]
     common = {"seed": a.seed, "tokenizer": str(tokenizer_folder()), "workdir": str(workdir)}
-    common["refs"] = references(plans, a.seed, workdir)
+    common["refs"] = references(plans, a.seed, workdir, a.smoke)
     results: list[dict[str, Any]] = []
     for rep in range(a.repeat):
         for size in sizes:

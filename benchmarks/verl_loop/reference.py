@@ -7,9 +7,12 @@ Beside it, the reward verl's multi-output batch gives through its padding arithm
 (:meth:`~benchmarks.verl_loop.trajectories.Trajectory.verl_valid_length`), so a verl reward
 that differs from the reference only because of that bug is counted as such, not as a failure.
 
-The math-verify references run in a bare ``concurrent.futures.ProcessPoolExecutor`` with one
-process per core: that run is also the baseline the scorer-process pool is measured against
-(its wall time, and the CPU the function itself used, summed over the pool's processes).
+The math-verify (and code) references run in a bare ``concurrent.futures.ProcessPoolExecutor``
+with one process per core; code references of a full-size run are given by construction instead
+(``baseline=False``: verl's ``prime_code`` runs every case in a process of its own, minutes for
+hundreds of programs on 2 cores), and the smoke run in tests/verl checks the construction against
+what ``prime_code`` computes. For math-verify the pool run is also the baseline the scorer-process pool is measured against (its wall time, and the
+CPU the function itself used, summed over the pool's processes).
 """
 
 from __future__ import annotations
@@ -94,6 +97,12 @@ def compute(scorer: str, trajs: list[Trajectory], *, baseline: bool = False) -> 
     if scorer == "gsm8k":
         right = [_score_one(j) for j in jobs]
         wrong = [_score_one(j) for j in cut_jobs]
+    elif scorer == "code" and not baseline:
+        # by construction (tests/verl's smoke run checks it against verl's prime_code): the right
+        # program passes all three cases, the other two of three; only verl's cut texts are run
+        right = [1.0 if t.right else 2 / 3 for t in trajs]
+        with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            wrong = list(pool.map(_score_one, cut_jobs))
     else:
         cores = os.cpu_count() or 2
         # the pool's processes are started and warmed up (imports) before the clock starts
