@@ -11,8 +11,9 @@ The math-verify (and code) references run in a bare ``concurrent.futures.Process
 with one process per core; code references of a full-size run are given by construction instead
 (``baseline=False``: verl's ``prime_code`` runs every case in a process of its own, minutes for
 hundreds of programs on 2 cores), and the smoke run in tests/verl checks the construction against
-what ``prime_code`` computes. For math-verify the pool run is also the baseline the scorer-process pool is measured against (its wall time, and the
-CPU the function itself used, summed over the pool's processes).
+what ``prime_code`` computes. For math-verify the pool run is also the baseline the scorer-process
+pool is measured against (its wall time, and the CPU the function itself used, summed over the
+pool's processes).
 """
 
 from __future__ import annotations
