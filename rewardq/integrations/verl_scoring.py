@@ -200,8 +200,13 @@ class TrajectoryScorer:
         if self._client is None or self._loop is not loop:
             from rewardq.producers.aio import AsyncRewardClient
 
+            # an agent-loop worker may put thousands of trajectories at once from a busy process: a
+            # put waiting for a free connection of the (single-Redis, blocking) pool waits as long as
+            # it would wait for its rewards, not the pool's 30 s (a 2,048-trajectory burst on a
+            # loaded 2-core machine failed with "No connection available" after them)
+            pool = {} if self.settings.cluster else {"pool_timeout": self.settings.timeout}
             self._client = AsyncRewardClient.from_url(
-                self.settings.redis_url, namespace=self.settings.namespace, cluster=self.settings.cluster
+                self.settings.redis_url, namespace=self.settings.namespace, cluster=self.settings.cluster, **pool
             )
             self._loop = loop
         return self._client
