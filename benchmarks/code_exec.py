@@ -15,7 +15,17 @@ Two numbers, measured in one run on this machine:
    used (this process plus every child: ``getrusage``), so it does not depend on how busy
    the machine is; the wall-clock rate is printed next to it.
 
-``--isolation namespaces|rlimits`` picks the sandbox (default: what ``auto`` finds).
+3. **Neighbours** (as root): a correct program needing 3 s of CPU, run beside a ``setsid``
+   fork bomb that spins with SIGALRM ignored (and, with job cgroups, a program forking 8
+   children of 900 MB each): its score, wall time and job time, with and without job
+   cgroups in the same run (without them the forker is left out: it would take 7 GB).
+
+Every sandboxed figure is measured twice in the same run: with a cgroup per job (what the
+worker does) and without (``LocalSandbox(job_cgroups=False)``, the isolation before job
+cgroups existed), so the cost of the cgroups is a difference within one run.
+
+``--isolation namespaces|rlimits`` picks the sandbox (default: ``namespaces`` as root, else
+``rlimits``).
 """
 
 from __future__ import annotations
@@ -61,8 +71,8 @@ def bare_runs(n: int, source: str = PROGRAM) -> list[float]:
         return times[1:]
 
 
-async def sandbox_runs(n: int, isolation: str) -> tuple[list[float], str]:
-    sandbox = LocalSandbox(isolation=isolation, max_concurrent=1)
+async def sandbox_runs(n: int, isolation: str, cgroups: bool = True) -> tuple[list[float], str]:
+    sandbox = LocalSandbox(isolation=isolation, max_concurrent=1, job_cgroups=cgroups)
     program = Program(prime_module_source(PROGRAM, None), None, False, ["4\n"])
     await sandbox.start()
     times = []
@@ -70,12 +80,13 @@ async def sandbox_runs(n: int, isolation: str) -> tuple[list[float], str]:
         t = time.perf_counter()
         [run] = await sandbox.execute(program, [RunSpec([0], 5, 6.0)])
         times.append(time.perf_counter() - t)
-        assert run.records[0] == {"case": 0, "out": "16\n"}, run.records
+        assert run.records[1] == {"case": 0, "out": "16\n"}, run.records
     return times[1:], str(sandbox.isolation)
 
 
-async def throughput(n: int, isolation: str) -> dict[str, float]:
+async def throughput(n: int, isolation: str, cgroups: bool = True) -> dict[str, float]:
     runtime = CodeRuntime(CodeExecSettings(code_local_isolation=isolation))
+    runtime._sandbox = LocalSandbox(isolation=isolation, job_cgroups=cgroups)
     await runtime.sandbox().start()
     completions = [f"```python\n{PARTIAL if i % 5 == 0 else PROGRAM}```" for i in range(n)]
     cpu, wall = _cpu(), time.perf_counter()
@@ -88,29 +99,75 @@ async def throughput(n: int, isolation: str) -> dict[str, float]:
     return {"trajectories": n, "programs": runs, "cpu_s": cpu, "wall_s": wall, "per_core_s": n / cpu, "per_s": n / wall}
 
 
+CPU_3S = (
+    "import time\nt = time.process_time()\nwhile time.process_time() - t < 3:\n    pass\nprint(int(input()) ** 2)\n"
+)
+SPINNER = (
+    "import posix, signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nfor _ in range(64):\n    try:\n"
+    "        if posix.fork() == 0:\n            posix.setsid()\n            while True:\n                pass\n"
+    "    except OSError:\n        break\nwhile True:\n    pass\n"
+)
+FORKER = (
+    "import posix, time\nfor _ in range(8):\n    if posix.fork() == 0:\n"
+    "        block = b'x' * (900 * 1024 * 1024)\n        while True:\n            time.sleep(1)\n"
+    "while True:\n    time.sleep(1)\n"
+)
+
+
+async def neighbours(isolation: str, cgroups: bool) -> dict[str, float | str]:
+    """The 3 s program's first pass (5 s per case, as prime_code's) beside the hostile ones."""
+    sandbox = LocalSandbox(isolation=isolation, max_concurrent=3, job_cgroups=cgroups)
+    await sandbox.start()
+    spec = [RunSpec([0], 5, 6.0)]
+    hostile = [SPINNER, FORKER] if cgroups else [SPINNER]
+    jobs = [sandbox.execute(Program(prime_module_source(p, None), None, False, ["4\n"]), spec) for p in hostile]
+    good = Program(prime_module_source(CPU_3S, None), None, False, ["4\n"])
+    await asyncio.sleep(0.5)  # the hostile ones are spinning and allocating
+    [run], *_ = await asyncio.gather(sandbox.execute(good, spec), *jobs)
+    ok = run.records[-2:] == [{"case": 0, "out": "16\n"}, {"done": True}] and not run.timed_out
+    return {
+        "result": "passed" if ok else "FAILED (timeout)" if run.timed_out else "FAILED",
+        "wall_s": run.seconds,
+        "job_s": run.job_seconds,
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, default=50)
     parser.add_argument("--trajectories", type=int, default=200)
-    parser.add_argument("--isolation", default="auto", choices=["auto", "namespaces", "rlimits"])
+    parser.add_argument(
+        "--isolation", default="namespaces" if os.geteuid() == 0 else "rlimits", choices=["namespaces", "rlimits"]
+    )
     args = parser.parse_args()
+    modes = [True, False] if os.geteuid() == 0 else [False]
     bare = statistics.median(bare_runs(args.programs))
     with_preamble = statistics.median(bare_runs(args.programs, PRIME_PREAMBLE + PROGRAM))
-    boxed_times, isolation = await sandbox_runs(args.programs, args.isolation)
-    boxed = statistics.median(boxed_times)
-    tp = await throughput(args.trajectories, args.isolation)
-    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, isolation {isolation}")
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}")
     print(f"bare subprocess.run                  median {bare * 1000:7.1f} ms  (n={args.programs})")
     print(f"bare subprocess.run, with preamble   median {with_preamble * 1000:7.1f} ms")
-    print(f"local sandbox, one run               median {boxed * 1000:7.1f} ms")
-    print(
-        f"isolation overhead per program       {1000 * (boxed - bare):7.1f} ms "
-        f"({1000 * (boxed - with_preamble):.1f} ms beyond the preamble every run imports)"
-    )
-    print(
-        f"throughput: {tp['trajectories']} trajectories ({tp['programs']} programs) in {tp['wall_s']:.1f} s wall, "
-        f"{tp['cpu_s']:.1f} CPU s: {tp['per_core_s']:.1f} trajectories/s per core ({tp['per_s']:.1f}/s wall)"
-    )
+    for cgroups in modes:
+        label = "job cgroups" if cgroups else "no job cgroups"
+        boxed_times, isolation = await sandbox_runs(args.programs, args.isolation, cgroups)
+        boxed = statistics.median(boxed_times)
+        print(f"local sandbox ({isolation}, {label}), one run  median {boxed * 1000:7.1f} ms")
+        print(
+            f"  isolation overhead per program     {1000 * (boxed - bare):7.1f} ms "
+            f"({1000 * (boxed - with_preamble):.1f} ms beyond the preamble every run imports)"
+        )
+        tp = await throughput(args.trajectories, args.isolation, cgroups)
+        print(
+            f"  throughput: {tp['trajectories']} trajectories ({tp['programs']} programs) "
+            f"in {tp['wall_s']:.1f} s wall, "
+            f"{tp['cpu_s']:.1f} CPU s: {tp['per_core_s']:.1f} trajectories/s per core ({tp['per_s']:.1f}/s wall)"
+        )
+        if os.geteuid() == 0:
+            nb = await neighbours(args.isolation, cgroups)
+            beside = "spinner + 8 x 900 MB forker" if cgroups else "spinner"
+            print(
+                f"  3 s CPU program beside the {beside}: {nb['result']}, "
+                f"{nb['wall_s']:.2f} s wall, {nb['job_s']:.2f} s job time (limit 5 s)"
+            )
 
 
 if __name__ == "__main__":

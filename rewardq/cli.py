@@ -97,13 +97,18 @@ def worker(processes: int | None, **params: Any) -> int:
     value each one takes and where it comes from.
     """
     from rewardq.extras import require_worker_extra
+    from rewardq.ops import redis_secret
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
     require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
+    cfg = load_config(params)
+    if (cfg.manager_options or {}).get("code_local_isolation") == "rlimits":
+        redis_secret.conceal()  # programs run as this user: nothing of the URL where they can look
     if processes and processes > 1:
-        return _supervise(processes, params, load_config(params))
+        return _supervise(processes, params, cfg)
     early = EarlySignals().install()  # a SIGTERM during start-up still ends in a clean exit 0
-    return run_worker(load_config(params), early)
+    redis_secret.warn_if_on_command_line(params.get("redis_url"))
+    return run_worker(cfg, early)
 
 
 @cli.command("config")
@@ -134,6 +139,7 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
     from rewardq.errors import ConfigError
     from rewardq.logs import setup_logging
     from rewardq.ops.common import wait_for_redis
+    from rewardq.ops.redis_secret import child_environment, warn_if_on_command_line
     from rewardq.ops.supervisor import Supervisor, child_argvs
     from rewardq.ops.worker import worker_argv
 
@@ -142,7 +148,11 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
     except ValueError as exc:
         raise ConfigError(f"log settings: {exc}") from None
     wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)  # the parent stays light
-    base = worker_argv(params, leave_out=("name", "metrics_port"))
+    warn_if_on_command_line(params.get("redis_url"))
+    # the URL goes to the children in their environment, never on their command lines
+    from_flag = cfg.sources["redis_url"].startswith("flag")
+    leave_out = ("name", "metrics_port", "redis_url", *(("redis_url_file",) if from_flag else ()))
+    base = worker_argv(params, leave_out=leave_out)
     argvs = child_argvs(
         base,
         n,
@@ -150,7 +160,9 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
         metrics_port=cfg.metrics_port,
         prefix=["--debug"] if _debug() else [],
     )
-    return Supervisor(argvs, grace=cfg.shutdown_grace + 10).run()
+    return Supervisor(
+        argvs, grace=cfg.shutdown_grace + 10, env=child_environment(cfg.redis_url, from_flag=from_flag)
+    ).run()
 
 
 # ---------------------------------------------------------------------------------------------

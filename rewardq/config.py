@@ -75,6 +75,12 @@ class WorkerConfig:
 
     # where
     redis_url: str = setting(defaults.REDIS_URL, "redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
+    redis_url_file: str | None = setting(
+        None,
+        "A file whose first line is the Redis URL, which then replaces redis_url from any layer but "
+        "--redis-url: keeps the password off command lines and environments.",
+        metavar="PATH",
+    )
     cluster: bool = setting(False, "Treat --redis-url as a Redis Cluster.")
     namespace: str = setting(defaults.NAMESPACE, "First component of every key; producers must use the same.")
     group: str = setting(defaults.GROUP, "Consumer group the workers of one pipeline share.")
@@ -253,7 +259,26 @@ class WorkerConfig:
         cfg = cls(**layers.values)
         cfg.sources = {name: layers.sources.get(name, "default") for name in known}
         cfg.unused_keys = unused
+        if cfg.redis_url_file and not cfg.sources["redis_url"].startswith("flag"):
+            cfg.redis_url = read_url_file(cfg.redis_url_file)
+            cfg.sources["redis_url"] = f"redis_url_file {cfg.redis_url_file}"
         return cfg.validate()
+
+
+def read_url_file(path: str) -> str:
+    """The Redis URL on the first line of ``path``.
+
+    Raises:
+        ConfigError: the file cannot be read or its first line is not a URL.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            url = f.readline().strip()
+    except OSError as exc:
+        raise ConfigError(f"redis_url_file {path}: cannot read the Redis URL file ({exc.strerror})") from None
+    if "://" not in url:
+        raise ConfigError(f"redis_url_file {path}: the file's first line must be a Redis URL (redis://...)")
+    return url
 
 
 #: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a

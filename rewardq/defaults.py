@@ -141,12 +141,27 @@ CODE_CASE_TIMEOUT = 10
 CODE_FILE_SIZE_MB = 16
 #: Local runner: processes the sandbox uid may have at once (RLIMIT_NPROC; bounds a fork bomb).
 CODE_MAX_PROCESSES = 32
-#: Local runner: bytes one run may report (its printed output, JSON-escaped) before it is killed.
+#: Local runner: bytes one run may report (its printed output, JSON-escaped), counted where it
+#: is printed; a case past it fails (``output_limit``).
 CODE_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+#: Local runner: bytes one job (all its runs) may send back to the worker.
+CODE_MAX_JOB_OUTPUT_BYTES = 16 * 1024 * 1024
+#: Local runner: a run's timeouts count the job's own time (see harness_cgroup); the wall
+#: clock ends it at this many times its deadline whatever the job's time says (a job starved
+#: of CPU by the host; past that, score_timeout gives an error result, never a wrong 0.0).
+CODE_WALL_FACTOR = 10.0
+#: Local runner: CPUs one job may use at once (its cgroup's quota), and its CPU weight
+#: (equal for every job, whatever number of processes it runs).
+CODE_JOB_CPUS = 1.0
+#: Local runner: memory a job's cgroup allows beyond ``memory_limit_mb`` (the supervisor's own).
+CODE_JOB_MEMORY_SLACK_MB = 64
 #: Local runner: seconds allowed, on top of the runs' deadlines, to start and tear down a sandbox.
 CODE_STARTUP_SLACK = 10.0
-#: Local runner with namespaces: each job runs as a uid drawn from [BASE, BASE + COUNT).
+#: Local runner as root: each job runs as a uid of [BASE, BASE + COUNT) that no other live job
+#: on this host holds (a lock file per uid in CODE_UID_LOCK_DIR).
 CODE_SANDBOX_UID_BASE = 61000
 CODE_SANDBOX_UID_COUNT = 4000
-#: Local runner with namespaces: folders covered by an empty tmpfs (home folders, /run's secrets).
-CODE_HIDDEN_PATHS = ("/root", "/home", "/run")
+CODE_UID_LOCK_DIR = "/run/rewardq/sandbox-uids"
+#: Local runner with namespaces: folders covered by an empty tmpfs (home folders, /run's
+#: secrets, /var/tmp); every other world-writable folder found is covered too.
+CODE_HIDDEN_PATHS = ("/root", "/home", "/run", "/var/tmp")

@@ -73,10 +73,20 @@ class Supervisor:
         argvs: one command line per child (from :func:`child_argvs`).
         grace: seconds a child may take to stop after SIGTERM before it is killed.
         poll: seconds between checks of the children.
+        env: the children's environment (default: this process's); the Redis URL travels
+            here, never on their command lines (``rewardq.ops.redis_secret``).
     """
 
-    def __init__(self, argvs: Sequence[Sequence[str]], *, grace: float = 40.0, poll: float = 0.1) -> None:
+    def __init__(
+        self,
+        argvs: Sequence[Sequence[str]],
+        *,
+        grace: float = 40.0,
+        poll: float = 0.1,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.slots = [_Slot(list(a)) for a in argvs]
+        self.env = env
         self.grace = grace
         self.poll = poll
         self.stopping: str | None = None
@@ -130,7 +140,7 @@ class Supervisor:
 
     # -- one child -----------------------------------------------------------------------
     def _spawn(self, i: int, slot: _Slot) -> None:
-        slot.proc = subprocess.Popen(slot.argv, env=os.environ.copy())
+        slot.proc = subprocess.Popen(slot.argv, env=self.env if self.env is not None else os.environ.copy())
         slot.started = time.monotonic()
         slot.restart_at = None
         logger.info("worker process %d started (pid %d)", i, slot.proc.pid)

@@ -155,6 +155,7 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
     ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
     manager, tokenizer = build_from_config(cfg, ctx)
+    ctx.code_runtime().announce()  # the rlimits warning, or that code will be refused, at every start
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)
         return 0

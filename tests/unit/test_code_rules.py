@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rewardq.errors import CodeSandboxError, SandboxUnavailableError
-from rewardq.reward.codeexec import harness
+from rewardq.reward.codeexec import harness_program
 from rewardq.reward.codeexec.cases import (
     InvalidTestCases,
     call_wrapper_source,
@@ -102,13 +102,13 @@ def test_call_verdict_and_expected_values():
 
 def test_returned_values_round_trip_with_their_types():
     value = {"t": (1, [2.5, float("inf")]), 3: None, True: "x", 4.5: {"k": (1,)}}
-    wire = json.dumps(harness._plain(value))
+    wire = json.dumps(harness_program.plain(value))
     back = decode_value(wire)
     assert back == value and isinstance(back["t"], tuple) and 3 in back
     with pytest.raises(ValueError):
         decode_value('{"evil": 1}')
     with pytest.raises(TypeError):
-        harness._plain({1, 2})
+        harness_program.plain({1, 2})
 
 
 # -- what a run's records mean ------------------------------------------------------------
@@ -148,6 +148,7 @@ def test_report_lines_from_the_harness():
     )
     [run] = parse_report(out, b"", 0, 1)
     assert run.records == [{"case": 0, "out": "1\n"}] and run.exit == 0
+    assert run.malformed == "a record that is not one flat JSON object"  # the garbled line: the program's fault
     with pytest.raises(CodeSandboxError, match="could not be set up: mount /tmp"):
         parse_report(b'E {"setup_error": "mount /tmp"}\n', b"", 3, 1)
     with pytest.raises(CodeSandboxError, match="after 0 of 1 runs: Traceback"):

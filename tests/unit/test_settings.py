@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ from rewardq.settings import NONE_GIVEN, Setting, flag_values
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = WorkerConfig.settings()
+#: redis_url_file is read when the config loads: its sample value must name a real file
+URL_FILE = Path(tempfile.mkdtemp(prefix="rewardq-settings-")) / "redis-url"
+URL_FILE.write_text("redis://127.0.0.1:6399/0\n")
 
 
 def sample(s: Setting) -> Any:
@@ -46,6 +50,8 @@ def sample(s: Setting) -> Any:
         return 7.5 if s.default is None else s.default + 1.5
     if s.kind is dict:
         return {"k": 1, "nested": {"x": "y"}}
+    if s.name == "redis_url_file":
+        return str(URL_FILE)
     return f"x-{s.name}"
 
 
@@ -96,7 +102,9 @@ def test_flag_env_and_file_reach_the_same_value_and_name_their_source(name, tmp_
     assert by_flag.sources[name] == f"flag {s.flag}"
     assert by_env.sources[name] == f"env {s.env}"
     assert by_file.sources[name] == f"file {f}"
-    assert all(src == "default" for n, src in by_env.sources.items() if n != name)
+    # (redis_url_file sets redis_url too, by design: from the file it names)
+    derived = {"redis_url_file": {"redis_url": f"redis_url_file {value}"}}.get(name, {})
+    assert all(src == derived.get(n, "default") for n, src in by_env.sources.items() if n != name)
 
 
 def test_precedence_is_flags_over_env_over_file(tmp_path):

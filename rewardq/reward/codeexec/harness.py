@@ -28,7 +28,6 @@ Report lines (stdout)::
 from __future__ import annotations
 
 import ctypes
-import io
 import json
 import math
 import os
@@ -37,11 +36,10 @@ import select
 import signal
 import sys
 import time
-import types
 from typing import Any
 
 # -- prctl(2) ---------------------------------------------------------------------------------
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 38, 36
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -52,37 +50,63 @@ def _prctl(option: int, arg: int) -> None:
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
 
 
-def _build_filesystem(job: dict) -> str:
-    """With namespaces: :func:`harness_fs.build_filesystem`, loaded by its path (this file runs
-    as a script, and its own folder is not on ``sys.path``)."""
+def _sibling(name: str) -> Any:
+    """A sibling module of this file (``harness_fs``, ``harness_guard``, ``harness_cgroup``),
+    loaded by its path: this file runs as a script, and its own folder is not on ``sys.path``."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness_fs.py")
-    spec = importlib.util.spec_from_file_location("rewardq_harness_fs", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"rewardq_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.build_filesystem(job)
+    return module
 
 
 # -- the runner ------------------------------------------------------------------------------
-class _Records:
-    """JSON lines on the pipe to the supervisor."""
+program = _sibling("harness_program")
 
-    def __init__(self, fd: int) -> None:
+
+class _Records:
+    """JSON lines on the pipe to the supervisor, at most ``cap`` bytes in all (the run's share
+    of the output limit): what the program printed is bounded here, at the source."""
+
+    def __init__(self, fd: int, cap: int) -> None:
         self.fd = fd
+        self.left = cap
         self._write = os.write
         self._dumps = json.dumps
 
-    def emit(self, record: dict) -> None:
-        data = (self._dumps(record) + "\n").encode("utf-8", "surrogatepass")
+    def emit(self, record: dict) -> dict:
+        """Write ``record``, or ``{"case", "overflow"}`` in its place when it does not fit; returns what was written."""
+        data = (self._dumps(record) + "\n").encode("ascii")  # json.dumps escapes everything else
+        if len(data) > self.left - 256 and "case" in record:
+            record = {"case": record["case"], "overflow": True}
+            data = (self._dumps(record) + "\n").encode("ascii")
+        self.left -= len(data)
         while data:
             data = data[self._write(self.fd, data) :]
+        return record
 
 
-def _isolate_runner(job: dict, run: dict, keep: tuple[int, ...], workdir: str) -> None:
-    """Own process group, parent-death signal, stdio on /dev/null, no fds but ``keep``, the
-    sandbox uid, no new privileges, the work dir, the rlimits."""
+def _oom_first() -> None:
+    """``oom_score_adj`` 1000 (the kernel's first victim, not the worker or Redis), checked:
+    written while still privileged, so the program cannot lower it again."""
+    with open("/proc/self/oom_score_adj") as f:
+        value = f.read().strip()
+    if value != "1000":
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        with open("/proc/self/oom_score_adj") as f:
+            value = f.read().strip()
+    if value != "1000":
+        raise OSError(f"oom_score_adj is {value}, not 1000")
+
+
+def _isolate_runner(job: dict, run: dict, keep: tuple[int, ...], workdir: str, guard: Any) -> str:
+    """Own process group, parent-death signal, stdio on /dev/null, no fds but ``keep``,
+    ``oom_score_adj`` 1000, the sandbox uid, no new privileges, the work dir, the rlimits,
+    Landlock (``rlimits`` mode), the syscall filter. Returns what confines it, for the report."""
     os.setpgid(0, 0)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     null = os.open(os.devnull, os.O_RDWR)
@@ -95,11 +119,7 @@ def _isolate_runner(job: dict, run: dict, keep: tuple[int, ...], workdir: str) -
                 os.close(n)
             except OSError:
                 pass
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:  # the kernel's first victim, not the worker
-            f.write("1000")
-    except OSError:
-        pass
+    _oom_first()
     uid = job.get("uid")
     if uid is not None:
         os.setgroups([])
@@ -111,229 +131,69 @@ def _isolate_runner(job: dict, run: dict, keep: tuple[int, ...], workdir: str) -
     limits = job["limits"]
     memory = int(limits["memory_mb"]) * 1024 * 1024
     file_size = int(limits["file_mb"]) * 1024 * 1024
-    cpu = int(math.ceil(run["deadline"])) + 1
+    cpu = int(math.ceil(run["deadline"] * job["wall_factor"])) + 1
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    if uid is not None:  # counted per uid: only meaningful for the sandbox's own uid
+    if uid is not None:  # counted per uid: only meaningful for the job's own uid
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversize write raises OSError instead of killing
+    confined = ["seccomp"]
+    if job["isolation"] == "rlimits":
+        abi = guard.restrict_paths(job["read_paths"], [workdir])
+        confined.append(f"landlock {abi}" if abi else "no landlock")
+    guard.filter.load()
+    return ", ".join(confined)
 
 
-_OS_DISABLED = (
-    "kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg rename renames truncate "
-    "replace unlink fchmod fchown chmod chown chroot lchflags lchmod lchown getcwd chdir"
-).split()
-
-
-def _reliability_guard() -> None:
-    """What ``prime_code`` disables before it runs a program (so programs score the same);
-    the isolation itself comes from the process, uid, namespaces and rlimits."""
-    import builtins
-    import faulthandler
-    import shutil
-    import subprocess
-
-    faulthandler.disable()
-    # the program under test must not reach these (as verl's prime_code harness disables them)
-    builtins.exit = None  # type: ignore[assignment]  # disabled on purpose
-    builtins.quit = None  # type: ignore[assignment]  # disabled on purpose
-    builtins.help = None  # type: ignore[assignment]  # disabled on purpose
-    os.environ["OMP_NUM_THREADS"] = "1"
-    for name in _OS_DISABLED:
-        setattr(os, name, None)
-    for name in ("rmtree", "move", "chown"):
-        setattr(shutil, name, None)
-    subprocess.Popen = None  # type: ignore[assignment,misc]  # disabled on purpose
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter", "subprocess", "ctypes"):
-        sys.modules[name] = None  # type: ignore[assignment]  # None blocks the import on purpose
-
-
-def _plain(value: Any) -> Any:
-    """A returned value as tagged JSON data (see ``compare.decode_value``)."""
-    if value is None or isinstance(value, bool):
-        return None if value is None else bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        f = float(value)
-        return f if math.isfinite(f) else {"f": repr(f)}
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, tuple):
-        return {"t": [_plain(v) for v in value]}
-    if isinstance(value, dict):
-        return {"d": [[_plain(k), _plain(v)] for k, v in value.items()]}
-    raise TypeError(f"cannot report a {type(value).__name__}")
-
-
-class _InputFile:
-    """What ``open(...)`` returns while a standard-input program runs: the case's input again.
-
-    ``prime_code`` patches ``builtins.open`` with ``unittest.mock.mock_open(read_data=input)``
-    (a fresh read position on every call). A program reaches it only through
-    ``builtins.open`` itself: the preamble's ``from builtins import *`` binds the real
-    ``open`` in the program's own namespace. This small stand-in reads the same way and keeps
-    ``unittest.mock`` (30 ms of imports) out of every sandbox.
-    """
-
-    def __init__(self, text: str) -> None:
-        self._data = io.StringIO(text)
-
-    def read(self, *args: Any) -> str:
-        return self._data.read()
-
-    def readline(self, *args: Any) -> str:
-        return self._data.readline()
-
-    def readlines(self, *args: Any) -> list[str]:
-        return self._data.readlines()
-
-    def __iter__(self) -> Any:
-        return iter(self._data.readlines())
-
-    def __enter__(self) -> _InputFile:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def write(self, data: Any) -> int:
-        return len(data)
-
-    def close(self) -> None:
-        pass
-
-
-def _call_stdin_program(method: Any, text: str) -> None:
-    """Run ``code()`` with ``text`` as its standard input, as ``prime_code`` feeds it: for the
-    call, ``sys.stdin`` is ``io.StringIO(text)`` and ``builtins.open`` opens that text again
-    (what its stacked ``unittest.mock.patch`` decorators amount to); ``SystemExit`` ends the
-    program normally."""
-    import builtins
-
-    real_stdin, real_open = sys.stdin, builtins.open
-    sys.stdin = io.StringIO(text)
-    builtins.open = lambda *args, **kwargs: _InputFile(text)  # type: ignore[assignment]  # stdin-only open()
-    try:
-        method()
-    except SystemExit:
-        pass
-    finally:
-        sys.stdin, builtins.open = real_stdin, real_open
-
-
-def _describe(exc: BaseException) -> str:
-    try:
-        return f"{type(exc).__name__}: {exc}"[:2000]
-    except MemoryError:  # the program used up its memory: keep the report small
-        return type(exc).__name__
-
-
-def _stdin_case(method: Any, text: str, timeout: int) -> dict:
-    buf = io.StringIO()
-    setattr(buf, "close", lambda x: 1)  # noqa: B010 - prime_code's capture: close(x) is a no-op taking one argument
-    real = sys.stdout
-    failure: Exception | None = None
-    sys.stdout = buf
-    signal.alarm(timeout)
-    try:
-        _call_stdin_program(method, text)
-    except Exception as exc:  # noqa: BLE001 - the program's failure is the result
-        failure = exc
-    finally:
-        signal.alarm(0)
-        sys.stdout = real
-    if failure is not None:
-        io.StringIO.close(buf)  # free what it printed before building the report (MemoryError)
-        return {"error": _describe(failure)}
-    try:
-        return {"out": buf.getvalue()}
-    except MemoryError:  # as in prime_code, collecting the output fails and the whole run ends
-        io.StringIO.close(buf)
-        return {"abort": "MemoryError: its output does not fit in the memory limit"}
-
-
-def _call_case(method: Any, args: list, timeout: int) -> dict:
-    signal.alarm(timeout)
-    try:
-        value = method(*args)
-        json.dumps(value)  # prime_code's check: an unserialisable result is a runtime error
-        plain = json.dumps(_plain(value))
-    except Exception as exc:  # noqa: BLE001 - the program's failure is the result
-        signal.alarm(0)
-        return {"error": _describe(exc)}
-    signal.alarm(0)
-    return {"value": plain}
-
-
-def _call_args(raw: Any) -> list:
-    args = [json.loads(line) for line in raw.split("\n")]
-    try:
-        if isinstance(args[0], dict):
-            args = [{int(k): v for k, v in args[0].items()}]
-    except Exception:  # noqa: BLE001 - prime_code leaves such arguments as they are
-        pass
-    return args
-
-
-def _load(job: dict, timeout: int) -> Any:
-    """Execute the program's module and find what each case calls (raises what the program raised)."""
-    signal.alarm(timeout)
-    try:
-        module = types.ModuleType("tmp_sol")
-        exec(compile(job["module"], "<string>", "exec"), module.__dict__)
-        sys.modules["tmp_sol"] = module
-        target = module.Solution() if job["solution_class"] else module
-    finally:
-        signal.alarm(0)
-    return getattr(target, job["fn_name"] or "code")
-
-
-def run_program(job: dict, run: dict, fd: int, isolated_fd: int, workdir: str) -> None:
+def run_program(job: dict, run: dict, fd: int, isolated_fd: int, workdir: str, guard: Any) -> None:
     """The runner: isolate, load the program, run the cases, report; never returns.
 
     Whether isolation worked goes on ``isolated_fd`` (``ok``, or why not), which is closed
-    before any of the program runs: the program cannot forge a sandbox failure.
+    before any of the program runs: the program cannot forge a sandbox failure. No timer runs
+    here: the supervisor measures the job's time and ends the run (see ``harness_cgroup``).
     """
-    out = _Records(fd)
+    out = _Records(fd, int(job["limits"]["output_bytes"]))
     _exit = os._exit
     try:
-        _isolate_runner(job, run, (fd, isolated_fd), workdir)
+        confined = _isolate_runner(job, run, (fd, isolated_fd), workdir, guard)
     except Exception as exc:  # noqa: BLE001 - the sandbox, not the program, failed: the worker must know
-        _write(isolated_fd, f"{type(exc).__name__}: {exc}".encode())
+        _write(isolated_fd, f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
         _exit(71)
-    _write(isolated_fd, b"ok")
+    _write(isolated_fd, b"ok " + confined.encode())
     os.close(isolated_fd)
-    timeout = int(run["timeout"])
     call_based = job["fn_name"] is not None
-    _reliability_guard()
+    program.reliability_guard()
     try:
-        method = _load(job, timeout)
+        method = program.load(job)
     except Exception as exc:  # noqa: BLE001 - a program that does not load is a compile error
-        out.emit({"load_error": _describe(exc)})
+        out.emit({"load_error": program.describe(exc)})
         _exit(0)
     except BaseException as exc:  # noqa: BLE001 - SystemExit at import: prime_code's process ends
-        out.emit({"case": run["cases"][0] if run["cases"] else -1, "abort": _describe(exc)})
+        out.emit({"case": run["cases"][0] if run["cases"] else -1, "abort": program.describe(exc)})
         _exit(0)
+    out.emit({"loaded": True})
     for i in run["cases"]:
         raw = job["inputs"][i]
         try:
             if not isinstance(raw, str):
                 raise TypeError(f"input must be text, got {type(raw).__name__}")
-            args = _call_args(raw) if call_based else None
+            args = program.call_args(raw) if call_based else None
         except Exception as exc:  # noqa: BLE001 - prime_code's whole run dies on such an input
-            out.emit({"case": i, "abort": _describe(exc)})
+            out.emit({"case": i, "abort": program.describe(exc)})
             _exit(0)
         try:
-            result = _call_case(method, args, timeout) if args is not None else _stdin_case(method, raw, timeout)
+            result = (
+                program.call_case(method, args)
+                if args is not None
+                else program.stdin_case(method, raw, out.left - 1024)
+            )
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt end prime_code's process
-            out.emit({"case": i, "abort": _describe(exc)})
+            out.emit({"case": i, "abort": program.describe(exc)})
             _exit(0)
-        out.emit({"case": i, **result})
+        if "overflow" in out.emit({"case": i, **result}):  # a failed case ends what prime_code judges of this run
+            break
     out.emit({"done": True})
     _exit(0)
 
@@ -345,14 +205,20 @@ def _write(fd: int, data: bytes) -> None:
 
 
 def _report(kind: str, payload: Any) -> None:
-    _write(1, (kind + " " + (payload if isinstance(payload, str) else json.dumps(payload)) + "\n").encode())
+    _write(1, kind.encode() + b" " + json.dumps(payload).encode() + b"\n")
 
 
-def _collect(pid: int, fd: int, deadline: float, cap: int) -> tuple[bytearray, bool, bool]:
-    """Read the runner's records until it exits, the deadline passes or more than ``cap`` bytes arrived.
+def _collect(pid: int, fd: int, run: dict, clock: Any, wall_factor: float, cap: int) -> tuple[bytearray, bool, bool]:
+    """Read the runner's records until it exits, its time runs out or more than ``cap`` bytes arrived.
 
-    Returns ``(data, timed_out, overflow)``. The runner is not reaped here (``WNOWAIT``).
+    Time is the job's own (``clock``, see ``harness_cgroup``): the run may take ``deadline``
+    seconds, each step of it (loading the program, then each case: one record line each) at
+    most ``timeout``; the wall clock stops it at ``wall_factor`` times the deadline whatever
+    the job's time says. Returns ``(data, timed_out, overflow)``. The runner is not reaped here
+    (``WNOWAIT``).
     """
+    timeout, deadline = float(run["timeout"]), float(run["deadline"])
+    hard = deadline * wall_factor
     try:
         pidfd: int | None = os.pidfd_open(pid)  # readable once the runner exits: no polling
     except (AttributeError, OSError):
@@ -361,19 +227,23 @@ def _collect(pid: int, fd: int, deadline: float, cap: int) -> tuple[bytearray, b
     poller.register(fd, select.POLLIN)
     if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
-    data, pipe_open = bytearray(), True
+    data, pipe_open, step = bytearray(), True, 0.0
     try:
         while True:
-            left = deadline - time.monotonic()
+            now = clock.now()
+            left = min(deadline - now, timeout - (now - step), hard - clock.wall())
             if left <= 0:
                 return data, True, False
-            for ready, _ in poller.poll((left if pidfd is not None else min(left, 0.05)) * 1000):
+            # job time never runs faster than one CPU, so nothing can expire before ``left`` has passed
+            for ready, _ in poller.poll(max(left if pidfd is not None else min(left, 0.05), 0.005) * 1000):
                 if ready == fd and pipe_open:
                     chunk = os.read(fd, 65536)
                     data += chunk
                     if not chunk:  # every writer closed the pipe
                         poller.unregister(fd)
                         pipe_open = False
+                    elif b"\n" in chunk:
+                        step = clock.now()
             if len(data) > cap:
                 return data, False, True
             if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
@@ -392,23 +262,54 @@ def _collect(pid: int, fd: int, deadline: float, cap: int) -> tuple[bytearray, b
             os.close(pidfd)
 
 
+def _descendants() -> list[int]:
+    """Every process whose chain of parents leads to this one (a scan of ``/proc``)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read()
+                parents[int(name)] = int(stat.rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    me, found = os.getpid(), []
+    for pid in parents:
+        p, hops = pid, 0
+        while p in parents and p != me and hops < 4096:
+            p, hops = parents[p], hops + 1
+        if p == me and pid != me:
+            found.append(pid)
+    return found
+
+
 def _end_run(pid: int) -> int:
-    """Kill the runner and everything it started; reap. Returns the runner's wait status."""
-    if os.getpid() == 1:  # pid 1 of the sandbox's own pid namespace: -1 means "every process in it"
+    """Kill the runner and everything it started; reap. Returns the runner's wait status.
+
+    As pid 1 of the job's pid namespace, ``kill(-1)`` reaches every process in it. Otherwise
+    (``rlimits``) this process is a child subreaper: whatever the program started, even after
+    ``setsid``, is a descendant, and is killed until none is left.
+    """
+    if os.getpid() == 1:
         os.kill(-1, signal.SIGKILL)
     else:
-        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        for victim in [pid, *_descendants()]:
             try:
-                kill()
+                os.kill(victim, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     _, status = os.waitpid(pid, 0)
-    if os.getpid() == 1:
-        while True:
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):  # children left, none exited yet
+                for victim in _descendants():
+                    try:
+                        os.kill(victim, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.005)
+        except ChildProcessError:
+            break
     return status
 
 
@@ -428,37 +329,52 @@ def _read_all(fd: int, deadline: float, limit: int = 4096) -> bytes:
     return data
 
 
-def supervise(job: dict, run: dict, workdir: str) -> None:
+class _Budget:
+    """What the job may still send the worker, ``R`` prefixes included (the job's share of the
+    output limit): a flood of tiny lines, run after run, cannot pass it."""
+
+    def __init__(self, total: int) -> None:
+        self.left = total
+
+    def forward(self, data: bytes) -> bool:
+        """Report the complete lines of ``data`` as ``R`` lines; False when some did not fit."""
+        complete = data[: data.rfind(b"\n") + 1]  # a line cut off by a kill or a cap is not a record
+        for line in complete.split(b"\n"):
+            if line:
+                self.left -= len(line) + 3
+                if self.left < 0:
+                    return False
+                _write(1, b"R " + line + b"\n")
+        return True
+
+
+def supervise(job: dict, run: dict, workdir: str, guard: Any, clock: Any, budget: _Budget) -> None:
     """One run: fork a runner, collect its records, report them and its status."""
     r, w = os.pipe()
     ir, iw = os.pipe()
     started = time.monotonic()
-    deadline = started + float(run["deadline"])
+    wall_factor = float(job["wall_factor"])
+    clock.reset()
     pid = os.fork()
     if pid == 0:  # the runner
         os.close(r)
         os.close(ir)
         try:
-            run_program(job, run, w, iw, workdir)
+            run_program(job, run, w, iw, workdir, guard)
         finally:
             os._exit(70)
     os.close(w)
     os.close(iw)
-    isolated = _read_all(ir, deadline)
+    isolated = _read_all(ir, started + float(run["deadline"]) * wall_factor)
     os.close(ir)
-    cap = int(job["limits"]["output_bytes"])
-    data, timed_out, overflow = _collect(pid, r, deadline, cap) if isolated == b"ok" else (bytearray(), False, False)
+    ok = isolated.startswith(b"ok ")
+    cap = int(job["limits"]["output_bytes"]) + 4096
+    data, timed_out, overflow = _collect(pid, r, run, clock, wall_factor, cap) if ok else (bytearray(), False, False)
+    job_seconds = clock.now()
     status = _end_run(pid)
     os.close(r)
-    seconds = time.monotonic() - started
-    budget = cap  # what reaches the worker, prefixes included: a flood of tiny lines cannot exceed it
-    for line in bytes(data).split(b"\n"):
-        if line:
-            budget -= len(line) + 3
-            if budget < 0:
-                overflow = True
-                break
-            _report("R", line.decode("utf-8", "replace"))
+    if not budget.forward(bytes(data)):
+        overflow = True
     _report(
         "S",
         {
@@ -466,10 +382,34 @@ def supervise(job: dict, run: dict, workdir: str) -> None:
             "signal": signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else None,
             "timed_out": timed_out,
             "overflow": overflow,
-            "seconds": round(seconds, 6),
-            "sandbox_error": None if isolated == b"ok" else isolated.decode("utf-8", "replace") or "no answer",
+            "seconds": round(time.monotonic() - started, 6),
+            "job_seconds": round(job_seconds, 6),
+            "confined": isolated[3:].decode("utf-8", "replace") if ok else None,
+            "sandbox_error": None if ok else isolated.decode("utf-8", "replace") or "no answer",
         },
     )
+
+
+def _prepare(job: dict) -> tuple[str, Any, Any]:
+    """Everything before the first run: the cgroup, the filter, the filesystem, the imports.
+    Returns ``(workdir, guard, clock)``."""
+    cgroup_mod = _sibling("harness_cgroup")
+    cgroup = job.get("cgroup")
+    if cgroup:
+        cgroup_mod.join(cgroup["procs"])  # before /sys turns read-only, before any runner exists
+    if job["isolation"] == "rlimits":
+        if job.get("uid") is None:  # the runners keep this uid, and undumpable they cannot write /proc/self
+            _oom_first()
+        _prctl(PR_SET_DUMPABLE, 0)  # same uid as the program: no /proc/<pid>/fd, mem or ptrace of this one
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)  # what the program starts stays a descendant, even after setsid
+    guard = _sibling("harness_guard")
+    guard.filter = guard.SyscallFilter()
+    # run-queue waits are read from /proc, which shows only the job's own processes with namespaces
+    clock = cgroup_mod.JobClock(cgroup["cpu_usage"] if cgroup and job["isolation"] == "namespaces" else None)
+    workdir = _sibling("harness_fs").build_filesystem(job) if job["isolation"] == "namespaces" else job["workdir"]
+    for name in job.get("preimport", ()):
+        __import__(name)
+    return workdir, guard, clock
 
 
 def main() -> int:
@@ -479,14 +419,13 @@ def main() -> int:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     try:
-        workdir = _build_filesystem(job) if job["isolation"] == "namespaces" else job["workdir"]
-        for name in job.get("preimport", ()):
-            __import__(name)
+        workdir, guard, clock = _prepare(job)
     except Exception as exc:  # noqa: BLE001 - reported to the worker, which fails the trajectory
         _report("E", {"setup_error": f"{type(exc).__name__}: {exc}"})
         return 3
+    budget = _Budget(int(job["limits"]["job_output_bytes"]))
     for run in job["runs"]:
-        supervise(job, run, workdir)
+        supervise(job, run, workdir, guard, clock, budget)
     return 0
 
 

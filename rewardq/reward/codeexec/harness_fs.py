@@ -54,17 +54,52 @@ def _read_only(point: str, kept: int) -> None:
     _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
 
 
+_SKIPPED = ("/proc", "/sys", "/tmp", "/dev/shm")
+
+
+def world_writable(max_depth: int = 3) -> list[str]:
+    """Folders anyone may write (not ``/proc``, ``/sys``, ``/tmp``, ``/dev/shm``, which get views
+    of their own), down to ``max_depth`` levels: where a process outside the sandbox, or an
+    earlier job, could leave a socket or a file for a program to find."""
+    found: list[str] = []
+    level = ["/"]
+    for _ in range(max_depth):
+        below = []
+        for folder in level:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                path = entry.path
+                if path in _SKIPPED or not entry.is_dir(follow_symlinks=False):
+                    continue
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except OSError:
+                    continue
+                if mode & 0o002:
+                    found.append(path)
+                else:
+                    below.append(path)
+        level = below
+    return found
+
+
 def build_filesystem(job: dict) -> str:
     """Inside fresh mount/pid namespaces, as root: the view the program gets. Returns its work dir.
 
-    Every mount read-only; a fresh tmpfs on ``/tmp`` (root's, 0755) holding the work dir (the
-    sandbox uid's, 0700); ``job["hide"]`` covered by empty read-only tmpfs, with the
-    ``job["expose"]`` folders under them (the interpreter, the venv) bound back read-only; a
-    private ``/dev/shm``. All of it vanishes with the namespace.
+    Every mount read-only but the job's own ``/proc`` (a fresh one showing only the job's
+    processes, where the runner sets ``oom_score_adj``; as writable as ``/proc`` is for any
+    unprivileged process); a fresh tmpfs on ``/tmp`` (root's, 0755) holding the work dir (the
+    sandbox uid's, 0700); ``job["hide"]`` (the worker adds :func:`world_writable` to it) covered
+    by empty read-only tmpfs, with the ``job["expose"]`` folders under them (the interpreter, the
+    venv) bound back read-only; a private ``/dev/shm``. All of it vanishes with the namespace.
     """
     size = f"size={int(job['limits']['file_mb']) * 4}m"
     for point, kept in _mount_points():
-        _read_only(point, kept)
+        if point != "/proc":
+            _read_only(point, kept)
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=755")
     work = "/tmp/work"
     os.mkdir(work, 0o700)

@@ -30,14 +30,17 @@ from rewardq.reward.codeexec.cases import (
     prime_module_source,
 )
 from rewardq.reward.codeexec.compare import CaseAbort, call_verdict, decode_value, expected_for_case, stdin_verdict
+from rewardq.reward.codeexec.report import RunReport, clean_text
 from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
-from rewardq.reward.codeexec.sandbox import LocalSandbox, Program, RunReport, RunSpec
+from rewardq.reward.codeexec.sandbox import LocalSandbox, Program, RunSpec
 
 BACKEND = "local"
 
 
 def _died(run: RunReport, case: int, timeout: int, memory_mb: int) -> CaseOutcome:
     """What a run whose process ended before reporting ``case`` means for every case of it."""
+    if run.malformed:
+        return CaseOutcome(-1, "malformed_report", f"case {case}: the program wrote {run.malformed} on its report pipe")
     if run.timed_out or run.signal in ("SIGALRM", "SIGXCPU"):
         what = "ran out of CPU time" if run.signal == "SIGXCPU" else f"timed out after {timeout}s"
         return CaseOutcome(-1, "timeout", f"case {case}: {what}")
@@ -71,10 +74,12 @@ def run_outcomes(
     including the first that is not a pass; every case ``-1`` when the run ends before a
     verdict (its process died, or ``prime_code`` would have aborted the run).
     """
+    if run.malformed:  # it tampered with its own report: the run fails, as one that dies does
+        return [_died(run, spec.cases[0] if spec.cases else 0, spec.timeout, memory_mb)] * len(spec.cases)
     by_case: dict[int, dict] = {}
     for rec in run.records:
         if "load_error" in rec:
-            return [CaseOutcome(-2, "compile_error", f"the program does not load: {rec['load_error']}")]
+            return [CaseOutcome(-2, "compile_error", f"the program does not load: {clean_text(rec['load_error'])}")]
         case = rec.get("case")
         if isinstance(case, int) and case not in by_case:
             by_case[case] = rec
@@ -88,9 +93,12 @@ def run_outcomes(
         if record is None:
             return [_died(run, i, spec.timeout, memory_mb)] * len(spec.cases)
         if "abort" in record:
-            return [CaseOutcome(-1, "aborted", f"case {i}: {record['abort']}")] * len(spec.cases)
+            return [CaseOutcome(-1, "aborted", f"case {i}: {clean_text(record['abort'])}")] * len(spec.cases)
         if "error" in record:
-            outcomes.append(CaseOutcome(-1, "runtime_error", f"case {i}: {record['error']}"))
+            outcomes.append(CaseOutcome(-1, "runtime_error", f"case {i}: {clean_text(record['error'])}"))
+            return outcomes
+        if "overflow" in record:
+            outcomes.append(CaseOutcome(False, "output_limit", f"case {i}: printed more than the output limit"))
             return outcomes
         try:
             ok = _verdict(record, expected, call_based)

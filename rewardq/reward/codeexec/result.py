@@ -10,14 +10,18 @@ differ between the rows of a batch)::
 
 ``code_status`` is ``passed`` or what stopped the first failing counted case:
 ``wrong_answer``, ``runtime_error``, ``timeout``, ``compile_error``, ``killed``, ``exited``,
-``output_limit``, ``aborted``, ``sandbox_error`` (SandboxFusion's own), ``no_code``,
-``invalid_test_cases``.
+``output_limit``, ``aborted``, ``malformed_report`` (the program wrote on its report pipe),
+``sandbox_error`` (SandboxFusion's own), ``no_code``, ``invalid_test_cases``. Text a program
+wrote (an exception's message) reaches ``code_error`` only through
+:func:`~rewardq.reward.codeexec.report.clean_text`: valid UTF-8, bounded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from rewardq.reward.codeexec.report import clean_text
 
 #: verl's per-case codes: True passed, False wrong answer, negative numbers errors
 #: (local: -1 runtime error, timeout or death, -2 does not load; SandboxFusion: -1 API/sandbox
@@ -88,7 +92,7 @@ def summarize(outcomes: list[CaseOutcome], backend: str, runs: int, *, counted: 
         passed=passed,
         total=total,
         status=first_bad.status if first_bad else ("passed" if total else "no_cases"),
-        error=first_bad.message[:500] if first_bad else "",
+        error=clean_text(first_bad.message, 500) if first_bad else "",  # program text: SandboxFusion's stderr too
         backend=backend,
         runs=runs,
     )

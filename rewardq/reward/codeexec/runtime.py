@@ -80,6 +80,26 @@ class CodeRuntime:
             )
         return self._sandbox
 
+    def announce(self) -> None:
+        """Say at worker start-up what code scoring will do here: the ``rlimits`` warning (at
+        every start), or that code data sources will be refused and how to fix it."""
+        if self.backend != "local":
+            return
+        from rewardq.reward.codeexec.sandbox import FIXES
+
+        sandbox = self.sandbox()
+        if sandbox.requested == "rlimits":
+            sandbox.warn_rlimits()
+            return
+        reason = sandbox.precheck()
+        if reason:
+            logger.error(
+                "code data sources (codecontests, apps, codeforces, taco) will get error results: the local "
+                "code sandbox refuses to run programs without namespaces (%s). To score code here, %s",
+                reason,
+                FIXES,
+            )
+
     def client(self) -> Any:
         """The SandboxFusion client with its limiter (created on first use)."""
         if self._client is None:

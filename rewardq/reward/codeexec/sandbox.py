@@ -1,31 +1,37 @@
 """Run a program in the local sandbox: one child process tree per job, never in the worker.
 
 :class:`LocalSandbox` starts :mod:`~rewardq.reward.codeexec.harness` as an asyncio
-subprocess (the event loop never blocks), feeds it one job and reads its report under a
-wall-clock timeout and a byte cap. What isolates the program depends on what the machine
-allows, detected once by :meth:`LocalSandbox.start` with a probe program:
+subprocess (the event loop never blocks), feeds it one job and reads its report (bounded:
+:mod:`.report`) under a wall-clock timeout and a byte cap. The isolation is decided once, by
+:meth:`LocalSandbox.start`, and never silently weaker than the one asked for:
 
-``namespaces`` (the worker runs as root and ``unshare`` works)
+``namespaces`` (what ``auto`` means: the worker runs as root, ``unshare`` works, a cgroup
+can be made)
     new mount, pid, network, IPC and UTS namespaces (util-linux ``unshare``); every mount
-    read-only; ``/root``, ``/home`` and ``/run`` hidden (the interpreter and the virtualenv
-    are bound back read-only when they live there); a private ``/tmp`` holding the work dir;
-    the program runs as its own unprivileged uid with no new privileges, so it can signal
-    nothing outside its run, read only world-readable files, write only its work dir, and
-    reach no network (only a loopback that is down). Killing the ``unshare`` process kills the
-    whole pid namespace.
-``rlimits`` (anything else)
-    the same child processes, rlimits, scrubbed environment, fresh work dir (removed
-    afterwards) and no inherited descriptors, but as the worker's own user: the program can
-    open network connections, read what the worker's user can read, and signal the worker's
-    user's processes, and a process that leaves its process group (``setsid``) can outlive the
-    run. The worker logs a warning naming this when it scores its first code response; use
-    SandboxFusion or a host where namespaces work for untrusted code.
+    read-only but the job's own ``/proc``; ``/root``, ``/home``, ``/run`` and every
+    world-writable folder covered by an empty view (the interpreter and the virtualenv bound
+    back read-only when they live there); a private ``/tmp`` holding the work dir; a uid that
+    no other live job holds (:mod:`.uids`), no new privileges, the syscall filter
+    (:mod:`.harness_guard`: no keyrings, no Unix sockets, no namespaces); its own cgroup
+    (:mod:`.cgroups`: one CPU at most, the same CPU weight as every job, memory without
+    swap, a process count), whose time its timeouts count (:mod:`.harness_cgroup`). Killing
+    the ``unshare`` process kills the whole pid namespace.
+``rlimits`` (only when asked for by name: ``code_local_isolation=rlimits``)
+    no namespaces. As root: the same uid, cgroup and filter, but the host's filesystem and
+    network. As any other user: the worker's own uid, Landlock (read only the interpreter
+    and system libraries, write only the work dir, no TCP, no signals out), the filter,
+    wall-clock timeouts. The worker logs a warning naming what is not isolated at every start.
 
-In both, each run's process gets: RLIMIT_AS = ``memory_limit_mb``, RLIMIT_CPU = the run's
-deadline + 1 s, RLIMIT_FSIZE, RLIMIT_NPROC (per sandbox uid, so with namespaces only),
-no core dumps, ``oom_score_adj`` 1000 (the kernel's first OOM victim), a scrubbed
-environment, stdin/stdout/stderr on ``/dev/null``, its own process group, and a run
-deadline after which its whole tree is killed.
+With ``auto`` and no namespaces the sandbox refuses (:class:`~rewardq.errors.CodeSandboxError`
+naming the fixes: root with the capabilities docs/code-execution.md lists, SandboxFusion, or
+an explicit ``rlimits``), so code trajectories get an error result, never a reward computed
+with less isolation than configured.
+
+In both, each run's process gets: RLIMIT_AS = ``memory_limit_mb``, RLIMIT_CPU, RLIMIT_FSIZE,
+RLIMIT_NPROC (per job uid), no core dumps, ``oom_score_adj`` 1000 (checked), a scrubbed
+environment, stdin/stdout/stderr on ``/dev/null``, no inherited descriptors, its own process
+group, output bounded where it is printed, and a run deadline after which its whole tree is
+killed.
 """
 
 from __future__ import annotations
@@ -34,19 +40,24 @@ import asyncio
 import json
 import logging
 import os
-import random
 import shutil
 import signal
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import CodeSandboxError, ConfigError
 from rewardq.reward.codeexec.cases import PREAMBLE_STAR_MODULES, prime_module_source
+from rewardq.reward.codeexec.cgroups import CgroupHost, JobCgroup, JobLimits
+from rewardq.reward.codeexec.harness_fs import world_writable
+from rewardq.reward.codeexec.report import RunReport, clean_text, parse_report
 from rewardq.reward.codeexec.settings import ISOLATIONS
+from rewardq.reward.codeexec.uids import UidLease, UidPool
+
+__all__ = ["HARNESS", "LocalSandbox", "Program", "RunReport", "RunSpec", "SandboxLimits", "parse_report"]
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
@@ -55,9 +66,18 @@ HARNESS = str(Path(__file__).with_name("harness.py"))
 UNSHARE_ARGS = ("--mount", "--uts", "--ipc", "--net", "--pid", "--fork", "--kill-child", "--mount-proc")
 #: Imported by the supervisor before it forks runners, so no run pays for them.
 PREIMPORT = PREAMBLE_STAR_MODULES
+#: What a program may read under Landlock (``rlimits`` as another user than root), besides
+#: the interpreter's own folders.
+SYSTEM_READABLE = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime")
 _STDERR_CAP = 65536
 #: The isolation each requested mode resolved to in this process (the host does not change).
 _DECIDED: dict[str, str] = {}
+#: How to get isolation, for every refusal.
+FIXES = (
+    "run the worker as root with the capabilities listed in docs/code-execution.md (the shipped "
+    "container does), configure sandbox_fusion_url, or set code_local_isolation=rlimits to accept "
+    "weaker isolation"
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +99,8 @@ class Program:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run: a fresh process runs ``cases`` in order, each under ``timeout`` seconds
-    (``signal.alarm``), the whole run under ``deadline`` seconds."""
+    """One run: a fresh process runs ``cases`` in order, each under ``timeout`` seconds, the
+    whole run under ``deadline`` seconds (job time: see :mod:`.harness_cgroup`)."""
 
     cases: list[int]
     timeout: int
@@ -88,25 +108,14 @@ class RunSpec:
 
 
 @dataclass
-class RunReport:
-    """What one run reported: the runner's records in order, and how its process ended."""
-
-    records: list[dict] = field(default_factory=list)
-    exit: int | None = None
-    signal: str | None = None
-    timed_out: bool = False
-    overflow: bool = False
-    seconds: float = 0.0
-
-
-@dataclass
 class SandboxLimits:
-    """Per-run limits (see the module docstring)."""
+    """Per-job limits (see the module docstring)."""
 
     memory_mb: int = defaults.CODE_MEMORY_LIMIT_MB
     file_mb: int = defaults.CODE_FILE_SIZE_MB
     processes: int = defaults.CODE_MAX_PROCESSES
     output_bytes: int = defaults.CODE_MAX_OUTPUT_BYTES
+    job_output_bytes: int = defaults.CODE_MAX_JOB_OUTPUT_BYTES
 
 
 def _usable_cpus() -> int:
@@ -130,34 +139,38 @@ def _scrubbed_env(home: str) -> dict[str, str]:
     }
 
 
+def _interpreter_dirs() -> list[str]:
+    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)})
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    out: list[str] = []
+    for p in sorted(set(paths)):
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+            out.append(p)
+    return out
+
+
 def exposed_paths(hidden: tuple[str, ...]) -> list[str]:
     """The interpreter's folders (``sys.prefix``, ``sys.base_prefix``: the stdlib and the
     virtualenv's site-packages) that lie under a hidden folder, outermost first, without
     nesting. Nothing else is bound back: not the worker's working directory, not ``PYTHONPATH``."""
-    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    under = sorted(
-        {
-            real
-            for real in (os.path.realpath(p) for p in wanted)
-            if any(real == h or real.startswith(h.rstrip("/") + "/") for h in hidden)
-        }
-    )
-    out: list[str] = []
-    for p in under:
-        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
-            out.append(p)
-    return out
+    under = [p for p in _interpreter_dirs() if any(p == h or p.startswith(h.rstrip("/") + "/") for h in hidden)]
+    return _outermost(under)
 
 
 class LocalSandbox:
     """Runs programs in isolated child processes; see the module docstring.
 
     Args:
-        limits: per-run limits.
-        isolation: ``"auto"`` (namespaces when the probe passes, else rlimits),
-            ``"namespaces"`` (fail when unavailable) or ``"rlimits"``.
+        limits: per-job limits.
+        isolation: ``"auto"`` (namespaces, or refuse), ``"namespaces"`` (the same) or
+            ``"rlimits"`` (weaker, on purpose).
         max_concurrent: jobs at once in this process (default: the CPUs it may run on).
-        hidden: folders covered by an empty tmpfs with namespaces.
+        hidden: folders covered by an empty tmpfs with namespaces (world-writable folders are
+            added when the sandbox starts).
+        job_cgroups: give each job a cgroup (only benchmarks turn this off, to measure its cost).
+        uids: where job uids come from (tests pass a pool with a lock folder of their own).
     """
 
     def __init__(
@@ -167,81 +180,131 @@ class LocalSandbox:
         isolation: str = "auto",
         max_concurrent: int | None = None,
         hidden: tuple[str, ...] = defaults.CODE_HIDDEN_PATHS,
+        job_cgroups: bool = True,
+        uids: UidPool | None = None,
     ) -> None:
         if isolation not in ISOLATIONS:
             raise ConfigError(f"code_local_isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
         self.limits = limits or SandboxLimits()
         self.requested = isolation
         self.isolation: str | None = None  # decided by start()
+        self.confined: str | None = None  # what the probe's runner reported confining it
         self.hidden = hidden
         self.max_concurrent = max_concurrent or _usable_cpus()
+        self.job_cgroups = job_cgroups
         self._slots = asyncio.Semaphore(self.max_concurrent)
         self._start_lock = asyncio.Lock()
         self._unshare = shutil.which("unshare")
+        self._uids = uids or UidPool()
+        self._cgroups: CgroupHost | None = None
+        self._hid_world_writable = False
+        self._refusal: str | None = None
+        self.warned = False
 
     # -- start-up ----------------------------------------------------------------------
+    def precheck(self) -> str:
+        """Why ``start`` will refuse, from what is visible without running anything ("" when
+        nothing is visibly missing): the worker says so at start-up, before any code arrives."""
+        if self.requested == "rlimits":
+            return ""
+        if os.geteuid() != 0:
+            return "the worker is not running as root"
+        if self._unshare is None:
+            return "the `unshare` command (util-linux) is not installed"
+        return ""
+
     async def start(self) -> str:
         """Decide the isolation (once) with a probe program; returns it.
 
         Raises:
-            CodeSandboxError: ``isolation="namespaces"`` was asked for and the probe failed, or
-                even the ``rlimits`` probe failed (the interpreter cannot run the harness).
+            CodeSandboxError: namespaces were asked for (``auto`` or ``namespaces``) and do not
+                work here, or even ``rlimits`` fails; the message names the fixes. Raised again
+                on every later call: a refusal is final for this worker process.
         """
         async with self._start_lock:
+            if self._refusal is not None:
+                raise CodeSandboxError(self._refusal)
             if self.isolation is None:
-                self.isolation = _DECIDED.get(self.requested) or await self._decide()
-                _DECIDED[self.requested] = self.isolation
+                key = f"{self.requested}:{self.job_cgroups}"
+                try:
+                    decided = _DECIDED.get(key)
+                    if decided is not None:
+                        self._prepare_host(decided)  # the probe ran in another sandbox of this process
+                    self.isolation = decided or await self._decide()
+                except CodeSandboxError as exc:
+                    self._refusal = str(exc)
+                    raise
+                _DECIDED[key] = self.isolation
             return self.isolation
 
     async def _decide(self) -> str:
-        """Probe namespaces (unless ``rlimits`` was asked for), then rlimits; the first that works."""
-        reason = ""
         if self.requested in ("auto", "namespaces"):
-            reason = await self._probe("namespaces")
-            if not reason:
-                logger.info("local code runner: namespaces (no network, read-only filesystem, own uid)")
-                return "namespaces"
-            if self.requested == "namespaces":
+            reason = self.precheck() or await self._probe("namespaces")
+            if reason:
                 raise CodeSandboxError(
-                    f"the local code sandbox cannot use namespaces: {reason}. Run the worker as root "
-                    "on a host (or a privileged container) where `unshare` works, set "
-                    "code_local_isolation=rlimits to accept weaker isolation, or configure sandbox_fusion_url"
+                    f"the local code sandbox refuses to run programs: namespaces are not available ({reason}). "
+                    f"To score code here, {FIXES}"
                 )
+            logger.info("local code runner: namespaces (%s, own uid, own cgroup, no network)", self.confined)
+            return "namespaces"
         failure = await self._probe("rlimits")
         if failure:
             raise CodeSandboxError(f"the local code sandbox does not work on this host: {failure}")
-        logger.warning(
-            "local code runner: namespaces unavailable (%s); programs run with rlimits only, as the "
-            "worker's user: they CAN open network connections, read files this user can read and "
-            "signal this user's processes. Use sandbox_fusion_url or a host where namespaces work "
-            "for untrusted code",
-            reason or "not requested",
-        )
+        if not self.warned:
+            self.warn_rlimits()
         return "rlimits"
+
+    def warn_rlimits(self) -> None:
+        """Log what ``rlimits`` leaves open here (the worker does at every start)."""
+        self.warned = True
+        logger.warning("%s", self.rlimits_warning())
+
+    def _prepare_host(self, isolation: str) -> None:
+        """The uid locks and the cgroups, once (both need root)."""
+        if os.geteuid() != 0:
+            return
+        self._uids.check()
+        if self.job_cgroups and self._cgroups is None:
+            self._cgroups = CgroupHost.detect(jobs=self.max_concurrent)
+        if isolation == "namespaces" and not self._hid_world_writable:
+            self._hid_world_writable = True
+            self.hidden = tuple(_outermost([*self.hidden, *world_writable()]))
 
     async def _probe(self, isolation: str) -> str:
         """Run ``print(input())`` on ``ok`` with ``isolation``; "" when it worked, else why not."""
-        if isolation == "namespaces":
-            if os.geteuid() != 0:
-                return "the worker is not running as root"
-            if self._unshare is None:
-                return "the `unshare` command (util-linux) is not installed"
         program = Program(prime_module_source("print(input())", None), None, False, ["ok"])
         try:
-            report = await self._run(program, [RunSpec([0], 5, 10.0)], isolation)
+            self._prepare_host(isolation)
+            [report] = await self._run(program, [RunSpec([0], 5, 10.0)], isolation)
         except CodeSandboxError as exc:
             return str(exc)
-        records = report[0].records if report else []
-        if [r for r in records if "case" in r] != [{"case": 0, "out": "ok\n"}]:
-            return f"the probe program did not run as expected: {records!r:.300}"
+        records = [r for r in report.records if "case" in r]
+        if records != [{"case": 0, "out": "ok\n"}]:
+            return f"the probe program did not run as expected: {clean_text(repr(report.records), 300)}"
+        self.confined = report.confined
         return ""
+
+    def rlimits_warning(self) -> str:
+        """What ``rlimits`` leaves open here (logged at every worker start)."""
+        if os.geteuid() == 0:
+            return (
+                "code_local_isolation=rlimits: programs run without namespaces (own uid, cgroup and syscall "
+                "filter, but they see the host's filesystem and network: they CAN open network connections and "
+                "read world-readable files). Use the default (namespaces) or sandbox_fusion_url for untrusted code"
+            )
+        return (
+            "code_local_isolation=rlimits: programs run as this worker's user without namespaces or cgroups: "
+            "Landlock (where the kernel has it) limits what they read and blocks TCP and signals, but a "
+            "hostile program can still use all the CPU and memory its limits allow and slow its neighbours' "
+            "programs. Use the default (namespaces, as root) or sandbox_fusion_url for untrusted code"
+        )
 
     # -- running ------------------------------------------------------------------------
     async def execute(self, program: Program, runs: list[RunSpec]) -> list[RunReport]:
         """Run ``program`` once per entry of ``runs``, each in a fresh process, in one sandbox.
 
         Raises:
-            CodeSandboxError: the sandbox itself failed (not the program).
+            CodeSandboxError: the sandbox itself failed, or refuses (not the program).
         """
         if not runs:
             return []
@@ -249,21 +312,30 @@ class LocalSandbox:
         async with self._slots:
             return await self._run(program, runs, isolation)
 
-    def _job(self, program: Program, runs: list[RunSpec], isolation: str, workdir: str | None) -> dict:
-        uid = None
-        if isolation == "namespaces":
-            uid = defaults.CODE_SANDBOX_UID_BASE + random.randrange(defaults.CODE_SANDBOX_UID_COUNT)
+    def _job(
+        self,
+        program: Program,
+        runs: list[RunSpec],
+        isolation: str,
+        workdir: str | None,
+        uid: int | None = None,
+        cgroup: JobCgroup | None = None,
+    ) -> dict:
         return {
             "isolation": isolation,
             "uid": uid,
             "workdir": workdir,
             "expose": exposed_paths(self.hidden) if isolation == "namespaces" else [],
             "hide": list(self.hidden),
+            "read_paths": [*_interpreter_dirs(), *SYSTEM_READABLE],
+            "cgroup": cgroup.harness_fields() if cgroup else None,
+            "wall_factor": defaults.CODE_WALL_FACTOR,
             "limits": {
                 "memory_mb": self.limits.memory_mb,
                 "file_mb": self.limits.file_mb,
                 "processes": self.limits.processes,
                 "output_bytes": self.limits.output_bytes,
+                "job_output_bytes": self.limits.job_output_bytes,
             },
             "module": program.module,
             "fn_name": program.fn_name,
@@ -273,10 +345,21 @@ class LocalSandbox:
             "preimport": list(PREIMPORT),
         }
 
+    def _job_limits(self) -> JobLimits:
+        memory = (self.limits.memory_mb + defaults.CODE_JOB_MEMORY_SLACK_MB) * 1024 * 1024
+        return JobLimits(memory_bytes=memory, pids=self.limits.processes + 2)
+
     async def _run(self, program: Program, runs: list[RunSpec], isolation: str) -> list[RunReport]:
-        workdir = None if isolation == "namespaces" else tempfile.mkdtemp(prefix="rewardq-code-")
+        root = os.geteuid() == 0
+        lease: UidLease | None = self._uids.acquire() if root else None
+        cgroup = self._cgroups.create(self._job_limits()) if root and self._cgroups is not None else None
+        workdir = None
         try:
-            job = json.dumps(self._job(program, runs, isolation, workdir)).encode()
+            if isolation == "rlimits":
+                workdir = tempfile.mkdtemp(prefix="rewardq-code-")
+                if lease is not None:
+                    os.chown(workdir, lease.uid, lease.uid)
+            job = self._job(program, runs, isolation, workdir, lease.uid if lease else None, cgroup)
             if isolation == "namespaces":
                 assert self._unshare is not None
                 cmd = [self._unshare, *UNSHARE_ARGS, "--", sys.executable, "-I", "-B", HARNESS]
@@ -284,11 +367,15 @@ class LocalSandbox:
             else:
                 cmd = [sys.executable, "-I", "-B", HARNESS]
                 env = _scrubbed_env(workdir or "/tmp")
-            wall = sum(r.deadline for r in runs) + defaults.CODE_STARTUP_SLACK
-            cap = len(runs) * (self.limits.output_bytes + 65536) + 65536
-            out, err, code = await _invoke(cmd, env, job, wall, cap)
+            wall = sum(r.deadline for r in runs) * defaults.CODE_WALL_FACTOR + defaults.CODE_STARTUP_SLACK
+            cap = self.limits.job_output_bytes + len(runs) * 65536 + 65536
+            out, err, code = await _invoke(cmd, env, json.dumps(job).encode(), wall, cap)
             return parse_report(out, err, code, len(runs))
         finally:
+            if cgroup is not None:
+                await asyncio.shield(cgroup.destroy())
+            if lease is not None:
+                lease.release()  # after the cgroup is empty: no process of this uid is left
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
 
@@ -343,49 +430,3 @@ async def _invoke(cmd: list[str], env: dict[str, str], job: bytes, wall: float, 
                 pass
             await asyncio.shield(proc.wait())
     return out, err, code
-
-
-def parse_report(out: bytes, err: bytes, code: int, n_runs: int) -> list[RunReport]:
-    """The harness's stdout as one :class:`RunReport` per run.
-
-    Raises:
-        CodeSandboxError: a setup error, a runner that could not isolate itself (the supervisor
-            says so, on a pipe the program never holds), or fewer run reports than runs (the
-            harness died); the message carries its stderr's tail.
-    """
-    reports: list[RunReport] = []
-    current = RunReport()
-    for line in out.decode("utf-8", "replace").split("\n"):
-        kind, _, payload = line.partition(" ")
-        if kind == "E":
-            raise CodeSandboxError(f"the local code sandbox could not be set up: {_field(payload, 'setup_error')}")
-        if kind == "R":
-            try:
-                record = json.loads(payload)
-            except ValueError:
-                continue  # a line the program garbled: it only loses its own records
-            if isinstance(record, dict):
-                current.records.append(record)
-        elif kind == "S":
-            st = json.loads(payload)
-            if st.get("sandbox_error"):
-                raise CodeSandboxError(f"the local code sandbox could not isolate a program: {st['sandbox_error']}")
-            current.exit, current.signal = st.get("exit"), st.get("signal")
-            current.timed_out, current.overflow = bool(st.get("timed_out")), bool(st.get("overflow"))
-            current.seconds = float(st.get("seconds") or 0.0)
-            reports.append(current)
-            current = RunReport()
-    if len(reports) != n_runs:
-        tail = err.decode("utf-8", "replace").strip()[-800:]
-        raise CodeSandboxError(
-            f"the local code sandbox ended (exit code {code}) after {len(reports)} of {n_runs} runs"
-            + (f": {tail}" if tail else "")
-        )
-    return reports
-
-
-def _field(payload: str, name: str) -> str:
-    try:
-        return str(json.loads(payload).get(name, payload))
-    except (ValueError, AttributeError):
-        return payload

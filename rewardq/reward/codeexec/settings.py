@@ -16,7 +16,7 @@ option                                 default    what it sets
 ``sandbox_fusion_attempts``            3          tries on connection errors and 5xx
 ``sandbox_fusion_retry_delay``         1.0        retry k waits k times this, seconds
 ``code_local_max_concurrent``          CPUs       sandboxes at once in one worker process
-``code_local_isolation``               auto       ``auto`` | ``namespaces`` | ``rlimits``
+``code_local_isolation``               auto       ``auto`` (= namespaces, or refuse) | ``rlimits``
 ``code_local_first_pass_timeout``      5          per case, all cases in one process, seconds
 ``code_local_case_timeout``            10         per case, one process per case, seconds
 =====================================  =========  ============================================
@@ -31,7 +31,8 @@ from typing import Any
 from rewardq import defaults
 from rewardq.errors import ConfigError
 
-#: The local runner's isolation modes (``auto``: namespaces when they work, else rlimits).
+#: The local runner's isolation modes (``auto``: namespaces, refusing code where they do not
+#: work; never a silent fall back to ``rlimits``, which must be asked for by name).
 ISOLATIONS = ("auto", "namespaces", "rlimits")
 
 
