@@ -18,15 +18,21 @@ if TYPE_CHECKING:
     from rewardq.errors import (
         BackpressureTimeout,
         ConfigError,
+        PutError,
         RecordError,
+        RedisConnectionLost,
+        RedisOutOfMemory,
+        RedisTimeout,
         RewardqError,
         RewardTimeout,
         ScoringError,
+        TrajectoryTooLarge,
     )
     from rewardq.producers.aio import AsyncRewardClient
     from rewardq.producers.client import RewardClient
     from rewardq.producers.core import ClientSettings
     from rewardq.queue.results import RewardResult
+    from rewardq.queue.states import DeadLetterKind, ResultStatus
 
 __version__ = "0.1.0"
 
@@ -35,12 +41,19 @@ _EXPORTS = {
     "AsyncRewardClient": "rewardq.producers.aio",
     "ClientSettings": "rewardq.producers.core",
     "RewardResult": "rewardq.queue.results",
+    "ResultStatus": "rewardq.queue.states",
+    "DeadLetterKind": "rewardq.queue.states",
     "RewardqError": "rewardq.errors",
     "ConfigError": "rewardq.errors",
     "RecordError": "rewardq.errors",
     "ScoringError": "rewardq.errors",
     "BackpressureTimeout": "rewardq.errors",
     "RewardTimeout": "rewardq.errors",
+    "PutError": "rewardq.errors",
+    "RedisOutOfMemory": "rewardq.errors",
+    "RedisTimeout": "rewardq.errors",
+    "RedisConnectionLost": "rewardq.errors",
+    "TrajectoryTooLarge": "rewardq.errors",
 }
 
 __all__ = [
@@ -48,12 +61,19 @@ __all__ = [
     "BackpressureTimeout",
     "ClientSettings",
     "ConfigError",
+    "DeadLetterKind",
+    "PutError",
     "RecordError",
+    "RedisConnectionLost",
+    "RedisOutOfMemory",
+    "RedisTimeout",
     "RewardClient",
+    "ResultStatus",
     "RewardResult",
     "RewardTimeout",
     "RewardqError",
     "ScoringError",
+    "TrajectoryTooLarge",
     "__version__",
 ]
 

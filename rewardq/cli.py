@@ -161,7 +161,9 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
         prefix=["--debug"] if _debug() else [],
     )
     return Supervisor(
-        argvs, grace=cfg.shutdown_grace + 10, env=child_environment(cfg.redis_url, from_flag=from_flag)
+        argvs,
+        grace=cfg.shutdown_grace + defaults.SUPERVISOR_KILL_SLACK,
+        env=child_environment(cfg.redis_url, from_flag=from_flag),
     ).run()
 
 
@@ -175,17 +177,17 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
 @click.option(
     "--workers",
     type=click.IntRange(min=0),
-    default=2,
+    default=defaults.DEMO_WORKERS,
     show_default=True,
     help="Worker processes to start; 0: use workers already running on --namespace (needs --redis-url).",
 )
-@click.option("--trajectories", "-n", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--trajectories", "-n", type=click.IntRange(min=1), default=defaults.DEMO_TRAJECTORIES, show_default=True)
 @click.option(
     "--namespace",
     default=None,
     help="Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).",
 )
-@click.option("--manager", default="naive", show_default=True)
+@click.option("--manager", default=defaults.MANAGER, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--timeout", type=float, default=defaults.DEMO_TIMEOUT, show_default=True, help="Seconds to wait for rewards."
@@ -253,7 +255,9 @@ def produce(file: str, redis_url: str, namespace: str, cluster: bool, wait: bool
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-n", "--trajectories", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "-n", "--trajectories", type=click.IntRange(min=1), default=defaults.GENERATE_TRAJECTORIES, show_default=True
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 def generate(file: str, trajectories: int, seed: int) -> int:
     """Write demo trajectories (GSM8K and MATH, with expected rewards) to a JSONL file."""

@@ -1,4 +1,5 @@
-"""The worker's settings: each declared once, in :class:`WorkerConfig`.
+"""rewardq's settings: each declared once, in :class:`WorkerConfig` (and :class:`AdapterSettings`,
+the verl adapter's, which shares the worker's declarations of where Redis is).
 
 Precedence (lowest to highest): defaults < config file (``--config``) < environment
 (``REWARDQ_<NAME>``, e.g. ``REWARDQ_REDIS_URL``) < command-line flags (``--<name>``).
@@ -7,7 +8,16 @@ Each field is one :func:`~rewardq.settings.setting` declaration: type, default, 
 bounds. The environment variable, the config-file key, the ``rewardq worker`` flag with its
 ``--help`` line, the checks and ``rewardq config``'s "where did this come from" are all derived
 from it (:mod:`rewardq.settings`, :mod:`rewardq.ops.flags`), so adding a setting is one
-declaration here. Defaults are named in :mod:`rewardq.defaults`.
+declaration here::
+
+    drain_grace: float = setting(defaults.DRAIN_GRACE, "Seconds a draining worker waits.", above=0)
+
+gives ``--drain-grace`` (with ``[default: ...; env: REWARDQ_DRAIN_GRACE]`` in ``--help``), the
+variable, the file key ``drain_grace``, the check, and a row of ``rewardq config``. Its default
+is named in :mod:`rewardq.defaults` (``tests/unit/test_defaults.py`` refuses a numeric literal
+default anywhere else). ``choices=``, ``minimum=``/``above=``/``maximum=``, ``shown_default=`` (for a
+None that means something) and ``passed_to="broker"`` (a keyword argument of the same name of
+:class:`~rewardq.queue.broker.StreamBroker`) say the rest; see :func:`rewardq.settings.setting`.
 
 A config file is YAML (or JSON) holding our own keys at top level, or verl's whole trainer
 config (its ``reward:`` block and the rest, read as verl reads them: :mod:`rewardq.verl_config`),
@@ -41,6 +51,7 @@ from rewardq.settings import (
     env_values,
     file_value,
     parse_bool,
+    same_as,
     setting,
     settings_of,
 )
@@ -51,6 +62,7 @@ __all__ = [
     "FALSE_WORDS",
     "parse_bool",
     "WorkerConfig",
+    "AdapterSettings",
     "ADAPTER_KEYS",
     "LoadedFile",
     "parse_file",
@@ -158,7 +170,8 @@ class WorkerConfig:
     )
     keep_records: float = setting(
         defaults.KEEP_RECORDS,
-        "Seconds a scored trajectory's outputs stay readable by `rewardq inspect` (0: dropped).",
+        "Seconds an ended trajectory's outputs (scored or failed) stay for `rewardq inspect` and "
+        "`rewardq dead-letters retry` (0: deleted once its result is written).",
         minimum=0,
         passed_to="broker",
     )
@@ -169,6 +182,27 @@ class WorkerConfig:
     )
     max_record_bytes: int = setting(
         defaults.MAX_RECORD_BYTES, "Largest record, in bytes; larger ones are dead-lettered.", above=0
+    )
+    max_trajectory_bytes: int = setting(
+        defaults.MAX_TRAJECTORY_BYTES,
+        "Largest total of one trajectory's records, in bytes; past it every key gets an error result.",
+        above=0,
+        passed_to="broker",
+    )
+    max_batch_bytes: int = setting(
+        defaults.MAX_BATCH_BYTES,
+        "Largest padded batch of one trajectory, in bytes, checked before it is built; past it every key "
+        "gets an error result.",
+        above=0,
+    )
+    max_result_bytes: int = setting(
+        defaults.MAX_RESULT_BYTES,
+        "Largest stored result of one key, reward_extra_info included, in bytes; a larger one becomes an "
+        "error result naming it.",
+        minimum=1,
+        maximum=defaults.MAX_RESULT_BYTES_LIMIT,
+        bound_why="Redis refuses a string over 512 MiB",
+        passed_to="broker",
     )
     max_outputs: int = setting(
         defaults.MAX_OUTPUTS,
@@ -219,6 +253,11 @@ class WorkerConfig:
             raise ConfigError(
                 f"lease_seconds ({self.lease_seconds}) must exceed heartbeat_interval "
                 f"({self.heartbeat_interval}) or leases lapse between renewals"
+            )
+        if self.max_trajectory_bytes < self.max_record_bytes:
+            raise ConfigError(
+                f"max_trajectory_bytes ({self.max_trajectory_bytes}) must be at least max_record_bytes "
+                f"({self.max_record_bytes}): a trajectory holds at least one record"
             )
         return self
 
@@ -281,9 +320,62 @@ def read_url_file(path: str) -> str:
     return url
 
 
-#: Settings only the verl adapter reads (:mod:`rewardq.integrations.verl`); workers accept them in a
-#: shared config file without listing them as unused.
-ADAPTER_KEYS = frozenset({"verl_timeout", "verl_on_error"})
+@dataclass
+class AdapterSettings:
+    """What the verl adapter (:mod:`rewardq.integrations.verl`) reads, in verl's rollout processes.
+
+    Lowest precedence first: the defaults, the verl config's ``rewardq`` / ``reward.rewardq``
+    block (the keys below), then the ``REWARDQ_*`` environment (a variable set to "" counts as
+    unset). ``redis_url``, ``namespace`` and ``cluster`` are the worker's own declarations.
+    """
+
+    redis_url: str = same_as(WorkerConfig, "redis_url")
+    namespace: str = same_as(WorkerConfig, "namespace")
+    cluster: bool = same_as(WorkerConfig, "cluster")
+    timeout: float = setting(
+        defaults.VERL_TIMEOUT, "Seconds the adapter waits for one trajectory's rewards.", key="verl_timeout", above=0
+    )
+    on_error: str = setting(
+        defaults.VERL_ON_ERROR,
+        "What a trajectory that got no reward does to the rollout.",
+        key="verl_on_error",
+        choices=("zero", "raise"),
+        ignore_case=True,
+        bound_why="zero: an error scores 0.0 and its message goes to extra_fields['reward_error']; "
+        "raise: the error fails the rollout",
+    )
+    sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def settings(cls) -> dict[str, Setting]:
+        """Every declared setting, by name, in declaration order."""
+        return settings_of(cls)
+
+    @classmethod
+    def load(cls, block: Mapping[str, Any] | None, env: Mapping[str, str]) -> AdapterSettings:
+        """Defaults < ``block`` (the verl config's rewardq settings, by key) < ``env``, checked."""
+        layers = Layers()
+        by_key = {s.key: s for s in cls.settings().values()}
+        for key, value in (block or {}).items():
+            s = by_key.get(key)
+            if s is not None and value is not None:
+                layers.put(s, file_value(s, value, "the verl config's rewardq block"), f"rewardq config {key}")
+        for name, (value, var) in env_values(cls, env, skip_empty=True).items():
+            layers.put(cls.settings()[name], value, f"env {var}")
+        out = cls(**layers.values)
+        out.sources = dict(layers.sources)
+        for name, s in cls.settings().items():
+            check_bounds(s, getattr(out, name), out.sources.get(name, ""))
+            if s.spec.choices:
+                setattr(out, name, choice_of(s, str(getattr(out, name))))
+        return out
+
+
+#: Settings only the verl adapter reads; workers accept them in a shared config file without
+#: listing them as unused.
+ADAPTER_KEYS = frozenset(s.key for s in settings_of(AdapterSettings).values()) - {
+    s.key for s in settings_of(WorkerConfig).values()
+}
 
 
 @dataclass

@@ -20,13 +20,33 @@ MAX_RECORD_BYTES = 32 * 1024 * 1024
 #: workers reject it, and every Lua script is given it as the bound of its loops, so no record can
 #: make a script's work grow past it.
 MAX_OUTPUTS = 4096
-#: Longest ``uid`` (characters); verl's uids are 36-character UUIDs.
-MAX_UID_CHARS = 256
-#: Longest ``session_id`` (characters); verl's session ids are small integers.
-MAX_SESSION_ID_CHARS = 64
+#: Longest ``uid``, in bytes of UTF-8 (Redis counts key lengths in bytes, so every limit on a key
+#: does too); verl's uids are 36-character UUIDs.
+MAX_UID_BYTES = 256
+#: Longest ``session_id``, in bytes of UTF-8; verl's session ids are small integers.
+MAX_SESSION_ID_BYTES = 64
 #: Longest ``key`` field of a stream entry a worker will parse or write anywhere (dead letters keep a
-#: cut copy): ``<uid>_<session_id>_<index>`` with the longest uid, session id and index.
-MAX_KEY_CHARS = MAX_UID_CHARS + MAX_SESSION_ID_CHARS + 24
+#: cut copy), in bytes: ``<uid>_<session_id>_<index>`` with the longest uid, session id and index.
+MAX_KEY_BYTES = MAX_UID_BYTES + MAX_SESSION_ID_BYTES + 24
+#: Largest sum of the encoded records of one trajectory, in bytes. ``put_trajectory`` refuses a
+#: larger trajectory before anything is written; workers stop storing a trajectory's outputs once
+#: they pass it and give every key an error result. A trajectory of this size decodes to about as
+#: much worker memory, so it bounds what one trajectory can cost Redis and a worker. 256 MiB is
+#: 8 records of the largest size (``MAX_RECORD_BYTES``), or 4,096 outputs of ~16k tokens each,
+#: far past the agent trajectories of a real run (tens of MB at most).
+MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
+#: Largest padded batch (the ``TensorDict`` one trajectory's manager receives), in bytes, computed
+#: from the outputs' lengths before anything is allocated. Padding multiplies: 4,096 outputs padded
+#: to one 8M-token response would take ~1 TB. 1 GiB holds a batch of 64 outputs of 128k-token
+#: prompts and 128k-token responses; a larger one is refused with an error result naming it.
+MAX_BATCH_BYTES = 1024 * 1024 * 1024
+#: Largest result of one output key, in bytes as stored (``reward_extra_info``'s JSON and the other
+#: fields of its hash). A larger one becomes an error result naming this limit and the size. The
+#: default extra info of every built-in scorer is under 1 KiB; 1 MiB leaves room for a full decoded
+#: response (a 256k-token answer) or a code run's captured output in ``reward_extra_info``, while a
+#: 300-output trajectory of maximal results (one result copied to every key) still costs Redis
+#: at most 300 MiB, written in bounded chunks.
+MAX_RESULT_BYTES = 1024 * 1024
 #: Undelivered + in-flight stream entries per shard before ``put_*`` waits for workers.
 MAX_BACKLOG = 100_000
 #: Seconds ``put_*`` waits for the backlog to drain before raising BackpressureTimeout.
@@ -40,8 +60,8 @@ POOL_TIMEOUT = 30.0
 MANAGER = "naive"
 #: Largest ``max_outputs`` a worker accepts: every Lua script's worst-case run time grows with it.
 MAX_OUTPUTS_LIMIT = 1_000_000
-#: Seconds a scored trajectory's outputs stay readable by ``rewardq inspect``; 0 drops them at once.
-KEEP_RECORDS = 0.0
+#: Largest ``max_result_bytes`` a worker accepts: Redis refuses a string over 512 MiB (``proto-max-bulk-len``).
+MAX_RESULT_BYTES_LIMIT = 512 * 1024 * 1024
 #: Worker log level, and log format (``text`` or ``json``: one object per line).
 LOG_LEVEL = "INFO"
 LOG_FORMAT = "text"
@@ -59,7 +79,8 @@ SCORE_TIMEOUT = 300.0
 PRIME_MATH_SYMPY_TIMEOUT = 10.0
 #: Seconds an entry stays pending before another worker may reclaim it.
 CLAIM_IDLE = 60.0
-#: Deliveries of one entry before it is dead-lettered.
+#: Deliveries of one entry (its first read, then each reclaim or hand-back) before its trajectory is
+#: dead-lettered with an error result for every key, naming what became of the earlier attempts.
 MAX_DELIVERIES = 5
 #: Seconds a trajectory stays leased to its scorer without renewal.
 LEASE_SECONDS = 30.0
@@ -71,6 +92,10 @@ MAINTENANCE_INTERVAL = 5.0
 INCOMPLETE_TIMEOUT = 600.0
 #: Seconds results and finished trajectories live in Redis; 0 keeps them forever.
 RESULT_TTL = 7 * 86400.0
+#: Seconds the records of an ended trajectory (scored or failed) are kept for ``rewardq inspect`` and
+#: ``rewardq dead-letters retry``; 0 deletes them as soon as the result is written. Off by default:
+#: kept records cost as much memory as the traffic of that many seconds.
+KEEP_RECORDS = 0.0
 #: Seconds a stopping worker lets in-flight scoring finish before handing it back.
 SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.
@@ -97,6 +122,8 @@ REWARD_FN_PLACEMENT = "process"
 REWARD_FN_PLACEMENTS = ("process", "thread", "inline")
 #: Scorer processes kept ready per function; None: one per CPU core, at least 2.
 SCORER_PROCESSES: int | None = None
+#: Scorer processes per function of the managers ``rewardq.testing`` builds (a test needs one).
+TESTING_SCORER_PROCESSES = 1
 #: Seconds a scorer process may be busy before it stops counting toward the pool's size, so
 #: the calls waiting behind a hung one get a spare process instead of waiting for its timeout.
 SCORER_SPARE_AFTER = 2.0
@@ -113,9 +140,90 @@ EXIT_AFTER_GRACE = 4.0
 #: it exits anyway: a hung thread in asyncio's default executor would otherwise hold it forever.
 EXIT_AFTER_STOP = 2.0
 
+#: Seconds a worker's last heartbeat may be old for it to count as alive (``rewardq health``,
+#: ``rewardq demo`` waiting for its workers).
+HEALTH_MAX_AGE = 10.0
+#: Shard count of a namespace that does not exist yet.
+SHARDS = 1
+#: Entries a shard's ``done`` stream keeps (approximately): the latest finished trajectories.
+DONE_MAXLEN = 100_000
+#: Entries a shard's dead-letter stream keeps (approximately).
+DEAD_MAXLEN = 1_000_000
+#: Trajectories one maintenance pass of one shard ends for missing outputs, at most.
+EXPIRE_BATCH = 100
+
+# -- retries and backoff (rewardq.backoff.compute_backoff) --------------------------------------
+#: Longest pause (seconds) of the worker's reader after failed reads in a row.
+READ_BACKOFF_CAP = 5.0
+#: First and longest pause (seconds) between the start-up pings of a process waiting for Redis.
+CONNECT_BACKOFF_BASE = 0.5
+CONNECT_BACKOFF_CAP = 5.0
+#: Seconds one start-up ping of Redis may take (connection and reply).
+PROBE_TIMEOUT = 3.0
+#: ``rewardq worker --processes``: the first and longest pause before a dead child is restarted
+#: (it doubles with each death in a row), and how long a child must stay up for the next death to
+#: start from the first pause again.
+SUPERVISOR_BACKOFF_START = 1.0
+SUPERVISOR_BACKOFF_MAX = 30.0
+SUPERVISOR_STABLE_AFTER = 30.0
+#: Seconds beyond a child's ``shutdown_grace`` before the supervisor kills a child that has not stopped.
+SUPERVISOR_KILL_SLACK = 10.0
+#: Seconds between the supervisor's checks of its children.
+SUPERVISOR_POLL = 0.1
+
+# -- operator commands ---------------------------------------------------------------------------
+#: Waiting trajectories ``rewardq status`` lists.
+STATUS_WAITING_LIMIT = 20
+#: Seconds of finished trajectories ``rewardq status`` measures its rates over.
+STATUS_RATE_WINDOW = 60.0
+#: Characters of a decoded prompt or response ``rewardq inspect`` shows.
+INSPECT_PREVIEW_CHARS = 200
+#: Dead letters ``rewardq dead-letters list`` shows.
+DEAD_LETTERS_LISTED = 50
+#: Namespaces an error about an unknown ``--namespace`` lists, and the seconds its SCAN may take.
+NAMESPACES_LISTED = 20
+NAMESPACE_SCAN_BUDGET = 1.0
+#: ``rewardq demo``: worker processes, trajectories, and seconds its workers may take to start.
+DEMO_WORKERS = 2
+DEMO_TRAJECTORIES = 200
+DEMO_READY_TIMEOUT = 120.0
+#: Lines of a failed demo worker's log that ``rewardq demo`` prints.
+DEMO_LOG_TAIL_LINES = 15
+#: Trajectories ``rewardq generate`` writes.
+GENERATE_TRAJECTORIES = 100
+
+# -- managers (verl's defaults where verl has the option) ---------------------------------------
+#: ``rate_limited``: requests in flight across the fleet, tokens assumed per request (verl's
+#: ``estimated_tokens_per_request``) and seconds one call may take (verl's ``timeout``).
+RATE_LIMITED_MAX_CONCURRENT = 1
+RATE_LIMITED_TOKENS_PER_REQUEST = 2000
+RATE_LIMITED_TIMEOUT = 300.0
+#: Fleet-wide rate limiter: seconds a concurrency slot is held without renewal (a dead worker's
+#: slot frees itself), the share of a wait drawn at random, and the longest single poll (seconds).
+RATE_LIMIT_LEASE_SECONDS = 30.0
+RATE_LIMIT_JITTER = 0.1
+RATE_LIMIT_MAX_POLL = 0.5
+#: ``remote``: scorer processes in its pool (and in any scorer pool built without a count), and
+#: seconds one call may take.
+REMOTE_NUM_WORKERS = 2
+REMOTE_TIMEOUT = 30.0
+#: Seconds between SIGTERM and SIGKILL for a scorer process that must stop.
+KILL_GRACE = 1.0
+#: Seconds a new scorer process may take to load its function before its start counts as failed.
+SCORER_START_TIMEOUT = 120.0
+#: ``disrm``: retries after the first attempt, seconds per request, and the retry backoff's first
+#: and longest pause (seconds).
+DISRM_MAX_RETRIES = 5
+DISRM_TIMEOUT = 30.0
+DISRM_BACKOFF_BASE = 0.5
+DISRM_BACKOFF_CAP = 30.0
+
 #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
 #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
 VERL_TIMEOUT = 900.0
+#: What the verl adapter does with a trajectory that got no reward: ``zero`` scores it 0.0 with the
+#: reason in ``extra_fields["reward_error"]``; ``raise`` fails the rollout.
+VERL_ON_ERROR = "zero"
 
 # -- code execution (data sources codecontests, apps, codeforces, taco) ------------------------
 #: SandboxFusion run_code requests in flight at once across the whole fleet (verl's default).
@@ -155,6 +263,10 @@ CODE_WALL_FACTOR = 10.0
 CODE_JOB_CPUS = 1.0
 #: Local runner: memory a job's cgroup allows beyond ``memory_limit_mb`` (the supervisor's own).
 CODE_JOB_MEMORY_SLACK_MB = 64
+#: Local runner: tries at killing the processes left in a job's cgroup and removing it (~10 ms apart).
+CODE_CGROUP_KILL_ATTEMPTS = 100
+#: Local runner: jobs a worker's cgroup parent is weighted as when nobody says how many it runs.
+CODE_CGROUP_JOBS = 1
 #: Local runner: seconds allowed, on top of the runs' deadlines, to start and tear down a sandbox.
 CODE_STARTUP_SLACK = 10.0
 #: Local runner as root: each job runs as a uid of [BASE, BASE + COUNT) that no other live job

@@ -45,6 +45,21 @@ class ScoringError(RewardqError):
     """A reward manager or scoring function failed or returned something unusable."""
 
 
+class ResultError(ScoringError):
+    """A manager's result cannot be stored: its ``reward_extra_info`` holds a cycle, nests too deep,
+    has two keys that become one in JSON, cannot be turned into JSON, or the key's result is over
+    ``max_result_bytes``. Only that trajectory fails; the message names the key, the path and the limit."""
+
+
+class TrajectoryTooLarge(RecordError):
+    """A trajectory is over ``max_trajectory_bytes`` (its records) or ``max_batch_bytes`` (the padded
+    batch its manager would receive). Every key gets an error result naming the limit."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__("outputs", message)
+
+
 class RemoteTraceback(RewardqError):
     """The traceback of an exception raised in a scorer process, as text.
 
@@ -110,6 +125,44 @@ class RedisUnavailable(RewardqError):
 
     exit_code = 3
     retryable = False
+
+
+class PutError(RewardqError):
+    """A ``put_*`` call failed in Redis; the message says what happened, whether anything of the call
+    was written, and what to do. It never holds the record's bytes.
+
+    Attributes:
+        keys: the output keys the call was putting.
+        written: False when nothing of this call was written, None when that is unknown (the reply
+            never came). Outputs put by *earlier* calls stay queued either way.
+
+    The CLI exits with code 3 for it, as for an unreachable Redis.
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, keys: list[str], written: bool | None) -> None:
+        self.keys = list(keys)
+        self.written = written
+        super().__init__(message)
+
+
+class RedisOutOfMemory(PutError):
+    """Redis refused the write: its memory is past ``maxmemory`` (with a ``noeviction`` policy, as
+    a queue must use). Raise ``maxmemory``, or let workers drain the backlog, then put again."""
+
+
+class RedisTimeout(PutError, RedisUnavailable, TimeoutError):
+    """Redis did not answer a ``put_*`` in time (a stalled or overloaded server). Whether the call
+    was applied is unknown; putting the same outputs again is safe (a record sent twice is scored once)."""
+
+    retryable = True
+
+
+class RedisConnectionLost(PutError, RedisUnavailable, ConnectionError):
+    """Redis could not be reached for a ``put_*`` after the retry policy's attempts."""
+
+    retryable = True
 
 
 class RedisPermissionError(RewardqError):

@@ -48,6 +48,7 @@ __all__ = [
     "Layers",
     "setting",
     "settings_of",
+    "same_as",
     "parse_bool",
     "parse_text",
     "file_value",
@@ -82,13 +83,14 @@ class Spec:
 
     help: str
     flag: str | None = None
+    key: str | None = None
+    env: str | None = None
     aliases: tuple[str, ...] = ()
     choices: tuple[str, ...] = ()
     ignore_case: bool = False
     minimum: float | None = None
     above: float | None = None
     maximum: float | None = None
-    integer: bool = False
     bound_why: str = ""
     shown_default: str | None = None
     pairs: bool = False
@@ -103,6 +105,8 @@ def setting(
     help: str,
     *,
     flag: str | None = None,
+    key: str | None = None,
+    env: str | None = None,
     aliases: tuple[str, ...] = (),
     choices: tuple[str, ...] = (),
     ignore_case: bool = False,
@@ -123,6 +127,8 @@ def setting(
         default: the value when no layer sets it (a dict is copied for each instance).
         help: one sentence for ``--help``; the default and the variable are added to it.
         flag: the flag, when it is not ``--<name-with-dashes>``; ``aliases``: further spellings.
+        key, env: the config-file key and the environment variable, when they are not ``<name>``
+            and ``REWARDQ_<NAME>`` (the flag then follows the key).
         choices: the words it accepts (``ignore_case``: in any case, stored as spelt here).
         minimum, above, maximum: bounds (``above`` is exclusive); ``bound_why`` says why, in errors.
         shown_default: what ``--help`` says the default is, when the value (None) means something
@@ -138,6 +144,8 @@ def setting(
     spec = Spec(
         help=help,
         flag=flag,
+        key=key,
+        env=env,
         aliases=aliases,
         choices=choices,
         ignore_case=ignore_case,
@@ -152,10 +160,15 @@ def setting(
         passed_to=passed_to,
         more_help=more_help,
     )
+    return cast(T, _field(default, spec))
+
+
+def _field(default: Any, spec: Spec) -> Any:
+    """The dataclass field of a declaration (a dict default is copied for each instance)."""
     metadata = {_METADATA_KEY: spec}
     if isinstance(default, dict):
         template = dict(default)
-        return cast(T, dataclasses.field(default_factory=lambda: dict(template), metadata=metadata))
+        return dataclasses.field(default_factory=lambda: dict(template), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -179,18 +192,18 @@ class Setting:
 
     @property
     def key(self) -> str:
-        """Its key in a config file."""
-        return self.name
+        """Its key in a config file (and the name its errors give it)."""
+        return self.spec.key or self.name
 
     @property
     def env(self) -> str:
         """Its environment variable."""
-        return ENV_PREFIX + self.name.upper()
+        return self.spec.env or ENV_PREFIX + self.key.upper()
 
     @property
     def flag(self) -> str:
         """Its command-line flag (the main spelling)."""
-        return self.spec.flag or "--" + self.name.replace("_", "-")
+        return self.spec.flag or "--" + self.key.replace("_", "-")
 
     def default_text(self) -> str:
         """The default as ``--help`` shows it."""
@@ -206,6 +219,13 @@ class Setting:
         if self.kind is dict:
             return json.dumps(value) if value else "none"
         return str(value)
+
+
+def same_as(cls: type, name: str) -> Any:
+    """A field declared as ``cls``'s setting ``name`` is (the same default, help, bounds and names):
+    one setting read by two settings classes, e.g. the worker's and the verl adapter's ``redis_url``."""
+    s = settings_of(cls)[name]
+    return _field(s.default, s.spec)
 
 
 def settings_of(cls: type) -> dict[str, Setting]:
@@ -300,7 +320,8 @@ def choice_of(s: Setting, text: str, source: str = "") -> str:
         if text == choice or (s.spec.ignore_case and text.lower() == choice.lower()):
             return choice
     at = f" (from {source})" if source and source != "default" else ""
-    raise ConfigError(f"{s.name} must be {_words(s.spec.choices)}, got {text!r}{at}")
+    why = f" ({s.spec.bound_why})" if s.spec.bound_why else ""
+    raise ConfigError(f"{s.key} must be {_words(s.spec.choices)}, got {text!r}{at}{why}")
 
 
 def _words(items: Sequence[str]) -> str:
@@ -314,6 +335,8 @@ def check_bounds(s: Setting, value: Any, source: str = "") -> None:
     at = f" (from {source})" if source and source != "default" else ""
     if s.spec.choices:
         choice_of(s, str(value), source)
+    if s.kind is str and not s.optional and not (isinstance(value, str) and value.strip()):
+        raise ConfigError(f"{s.key} must be a non-empty string, got {value!r}{at}")
     spec = s.spec
     if s.kind not in (int, float) or (spec.minimum is None and spec.above is None and spec.maximum is None):
         return
@@ -337,7 +360,7 @@ def check_bounds(s: Setting, value: Any, source: str = "") -> None:
     else:
         rule = f"{what} >= {_num(spec.minimum)}"
     why = f" ({spec.bound_why})" if spec.bound_why else ""
-    raise ConfigError(f"{s.name} must be {rule}, got {value!r}{at}{why}")
+    raise ConfigError(f"{s.key} must be {rule}, got {value!r}{at}{why}")
 
 
 def _num(x: float | None) -> str:
@@ -376,12 +399,13 @@ class Layers:
             self.put(known[name], value, source)
 
 
-def env_values(cls: type, env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-    """The ``REWARDQ_*`` variables that name a setting of ``cls``: name -> (value, variable)."""
+def env_values(cls: type, env: Mapping[str, str], *, skip_empty: bool = False) -> dict[str, tuple[Any, str]]:
+    """The ``REWARDQ_*`` variables that name a setting of ``cls``: name -> (value, variable)
+    (``skip_empty``: a variable set to the empty string counts as not set)."""
     out: dict[str, tuple[Any, str]] = {}
     for name, s in settings_of(cls).items():
         raw = env.get(s.env)
-        if raw is not None:
+        if raw is not None and not (skip_empty and raw == ""):
             out[name] = (parse_text(s, raw, f"{s.env}={raw!r}"), s.env)
     return out
 

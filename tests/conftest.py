@@ -13,7 +13,9 @@ import uuid
 import pytest
 import redis
 
+from rewardq.queue import scripts
 from tests.support.cli_procs import Procs
+from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.managers import LengthManager
 
 REDIS_URL = os.environ.get("REWARDQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -96,3 +98,28 @@ async def naive():
     yield make
     for m in made:
         await m.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster():
+    """A fresh 3-master cluster for the session; fails (never skips) when it cannot start."""
+    try:
+        cluster = LocalCluster().start()
+    except ClusterStartError as exc:
+        pytest.fail(f"could not start the local Redis Cluster:\n{exc}")
+    print(f"\n[cluster] 3 masters on ports {cluster.ports} ready in {cluster.startup_seconds:.2f}s")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def single_slot_scripts(monkeypatch):
+    """Run every rewardq script with a ``#!lua`` shebang (and no flags) in the tests that use it.
+
+    Scripts without a shebang may touch any key of the node they run on (Redis keeps that
+    for old scripts); with it, the cluster refuses any key outside the slot of the declared
+    keys, including the keys a script builds from a prefix. So every script that runs here
+    is proven to stay in one slot.
+    """
+    plain = scripts.source
+    monkeypatch.setattr(scripts, "source", lambda name: "#!lua\n" + plain(name))

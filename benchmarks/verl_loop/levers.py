@@ -93,7 +93,7 @@ async def scoring(trajs: list[list[Any]], tokenizer: Any, variant: str) -> tuple
     results = await asyncio.gather(*(scorer.score(r) for r in trajs))
     cpu, wall = 1000 * (_cpu() - c) / len(trajs), 1000 * (time.perf_counter() - t) / len(trajs)
     await manager.close_scoring()
-    assert all(x[0].status == "ok" for x in results)
+    assert all(x.results[0].status == "ok" for x in results)
     return cpu, wall
 
 

@@ -36,11 +36,44 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rewardq.errors import TrajectoryTooLarge
 from rewardq.queue.codec import OutputRecord
 from rewardq.reward import rows as row_readers
 from rewardq.reward.rows import copy_value, non_tensor_column
 
 TENSOR_KEYS = ("prompts", "responses", "response_mask", "attention_mask", "input_ids", "position_ids")
+
+
+def batch_bytes(records: Sequence[OutputRecord]) -> int:
+    """The bytes :func:`build_batch` allocates for its tensors, from the outputs' lengths alone.
+
+    ``n`` rows padded to the widest prompt ``P`` and response ``R``: ``prompts`` ``[n, P]``,
+    ``responses`` and ``response_mask`` ``[n, R]``, ``attention_mask``, ``input_ids`` and
+    ``position_ids`` ``[n, P+R]``, all int64, and ``rollout_log_probs`` ``[n, R]`` float32 when
+    some output carried logprobs: ``8n(4P + 5R)`` (+ ``4nR``). Padding multiplies: one long
+    output among many short ones makes every row as long.
+    """
+    n = len(records)
+    if n == 0:
+        return 0
+    P = max(r.prompt_ids.shape[0] for r in records)
+    R = max(r.response_ids.shape[0] for r in records)
+    logprobs = any(r.response_logprobs is not None for r in records)
+    return 8 * n * (4 * P + 5 * R) + (4 * n * R if logprobs else 0)
+
+
+def check_batch_bytes(records: Sequence[OutputRecord], limit: int) -> None:
+    """Refuse, before anything is allocated, a trajectory whose batch would take more than ``limit``
+    (``max_batch_bytes``); raises :class:`~rewardq.errors.TrajectoryTooLarge` naming the sizes."""
+    size = batch_bytes(records)
+    if size > limit:
+        P = max(r.prompt_ids.shape[0] for r in records)
+        R = max(r.response_ids.shape[0] for r in records)
+        raise TrajectoryTooLarge(
+            f"its batch would take {size:,} bytes ({len(records)} outputs padded to {P:,} prompt and {R:,} "
+            f"response tokens), over max_batch_bytes={limit:,}; send shorter or fewer outputs, or raise "
+            "max_batch_bytes on the workers"
+        )
 
 
 def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> TensorDict:

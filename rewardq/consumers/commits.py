@@ -8,6 +8,12 @@ of ``commit`` scripts (:meth:`StreamBroker.commit_many`). Each script is still a
 own: write every key's result, then acknowledge. A commit that finds nothing queued or on the
 wire goes out at once from its own task (at a low rate that is every commit: nothing waits for
 company); the ones that arrive while it is out are sent together in the next turn.
+
+Every commit arrives checked and encoded (:class:`~rewardq.queue.results.EncodedResults`): a
+result that cannot be stored has already failed its own trajectory, so nothing in a batch can
+fail the others. A batch carries at most the broker's ``commit_bytes`` of results per round trip
+(the rest go in the next one), and a trajectory too large for one script call is sent on its
+own, in chunks (:meth:`StreamBroker.commit`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rewardq.queue.broker import StreamBroker
-from rewardq.queue.results import RewardResult
+from rewardq.queue.results import EncodedResults, RewardResult
+
+_Item = tuple[int, str, EncodedResults, asyncio.Future]
 
 
 class CommitCoalescer:
@@ -25,17 +33,19 @@ class CommitCoalescer:
 
     def __init__(self, broker: StreamBroker) -> None:
         self.broker = broker
-        self._queue: list[tuple[int, str, Sequence[RewardResult], asyncio.Future]] = []
+        self._queue: list[_Item] = []
         self._gathering: asyncio.Task | None = None  # the batch that takes what is queued now
         self._sending: set[asyncio.Task] = set()
         self._direct = 0  # commits sent straight from their own task, not yet answered
 
-    async def commit(self, shard: int, tid: str, results: Sequence[RewardResult]) -> bool:
+    async def commit(self, shard: int, tid: str, results: Sequence[RewardResult] | EncodedResults) -> bool:
         """Commit one trajectory; True when this call finished it (see :meth:`StreamBroker.commit`).
 
-        Raises what that trajectory's script or the round trip raised.
+        Raises what that trajectory's encoding, its script or the round trip raised.
         """
-        if self._gathering is None and not self._sending and not self._direct:
+        results = self.broker.encode(results)
+        large = results.written_bytes > self.broker.commit_bytes
+        if large or (self._gathering is None and not self._sending and not self._direct):
             # nothing queued or on the wire: send it now from this task (no extra loop turn);
             # commits that come while it is out gather into the next batch
             self._direct += 1
@@ -56,16 +66,36 @@ class CommitCoalescer:
         return await future
 
     async def _send(self) -> None:
-        batch = [item for item in self._queue if not item[3].done()]  # a cancelled waiter drops out
+        queued = [item for item in self._queue if not item[3].done()]  # a cancelled waiter drops out
         self._queue = []
         self._gathering = None  # commits queued from now on form the next batch
-        if not batch:
-            return
+        batches = self._by_budget(queued)
+        try:
+            for batch in batches:
+                await self._send_batch(batch)
+        except asyncio.CancelledError:
+            for *_, future in (item for batch in batches for item in batch):
+                future.cancel()
+            raise
+
+    def _by_budget(self, items: list[_Item]) -> list[list[_Item]]:
+        """``items`` in consecutive batches of at most ``commit_bytes`` of results (at least one each)."""
+        budget = self.broker.commit_bytes
+        batches: list[list[_Item]] = []
+        size = 0
+        for item in items:
+            n = item[2].written_bytes
+            if not batches or size + n > budget:
+                batches.append([])
+                size = 0
+            batches[-1].append(item)
+            size += n
+        return batches
+
+    async def _send_batch(self, batch: list[_Item]) -> None:
         try:
             replies: list[Any] = await self.broker.commit_many([(s, t, r) for s, t, r, _ in batch])
         except asyncio.CancelledError:
-            for *_, future in batch:
-                future.cancel()
             raise
         except Exception as exc:  # the round trip failed: every waiter decides (retry or not) itself
             for *_, future in batch:

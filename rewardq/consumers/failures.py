@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rewardq.consumers.metrics import Metrics
@@ -19,6 +20,7 @@ from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import parse_key, trajectory_id
+from rewardq.queue.states import DeadLetterKind
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -54,7 +56,7 @@ class FailureHandler:
         self.metrics = metrics
 
     async def dead_letter(
-        self, entry: Entry, kind: str, reason: str, *, record: OutputRecord | None = None, tb: str = ""
+        self, entry: Entry, kind: DeadLetterKind, reason: str, *, record: OutputRecord | None = None, tb: str = ""
     ) -> None:
         """Dead-letter one entry; if it names a trajectory, every key of it gets an error result.
 
@@ -75,15 +77,69 @@ class FailureHandler:
             else:
                 await self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead)
         self._count(kind)
-        logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason)
+        logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
 
-    async def fail_trajectory(self, shard: int, tid: str, entry: Entry, kind: str, reason: str, tb: str = "") -> None:
-        """Fail a whole trajectory (scoring failed, or its stored records are bad)."""
+    async def fail_trajectory(
+        self,
+        shard: int,
+        tid: str,
+        entry: Entry,
+        kind: DeadLetterKind,
+        reason: str,
+        tb: str = "",
+        *,
+        also_ack: Sequence[Entry] = (),
+        last_index: int = -1,
+    ) -> None:
+        """Fail a whole trajectory (scoring failed, or its stored records are bad); ``also_ack``:
+        its other entries this worker holds, acknowledged with it; ``last_index``: its final index
+        when Redis does not know it yet (a trajectory read whole and refused before its claim)."""
         await self.broker.fail(
-            shard, tid, reason, index=-1, entry=entry, dead=self._dead_fields(entry, kind, reason, tb, tid=tid)
+            shard,
+            tid,
+            reason,
+            index=last_index,
+            entry=entry,
+            dead=self._dead_fields(entry, kind, reason, tb, tid=tid),
+            also_ack=also_ack,
         )
         self._count(kind)
-        logger.warning("trajectory %s failed (%s): %s", tid, kind, reason)
+        logger.warning("trajectory %s failed (%s): %s", tid, kind, reason[:2000])
+
+    async def exhausted(self, entries: Sequence[Entry], max_deliveries: int) -> None:
+        """Dead-letter entries delivered more than ``max_deliveries`` times: one dead letter per
+        trajectory (every key answered, every one of these entries acknowledged), whose reason says
+        how the earlier attempts ended, as the trajectory's hash recorded them."""
+        by_tid: dict[str, list[tuple[Entry, str]]] = {}
+        for entry in entries:
+            ident = self._identity(entry, None)
+            if ident is None:
+                reason = exhausted_reason(entry.deliveries, max_deliveries, None)
+                await self.dead_letter(entry, DeadLetterKind.EXHAUSTED, reason)
+                continue
+            by_tid.setdefault(ident[0], []).append((entry, ident[1]))
+        for tid, items in by_tid.items():
+            shard = self.ks.shard_of(tid)
+            first, index = items[0]
+            if shard != first.shard:  # routed to the wrong shard: answer by the dead-letter path
+                for entry, _ in items:
+                    await self.dead_letter(
+                        entry, DeadLetterKind.EXHAUSTED, exhausted_reason(entry.deliveries, max_deliveries, None)
+                    )
+                continue
+            history = await self.broker.attempt_history(shard, tid)
+            reason = exhausted_reason(max(e.deliveries for e, _ in items), max_deliveries, history)
+            await self.broker.fail(
+                shard,
+                tid,
+                reason,
+                index=index if len(items) == 1 else -1,
+                entry=first,
+                dead=self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid),
+                also_ack=[e for e, _ in items[1:]],
+            )
+            self._count(DeadLetterKind.EXHAUSTED)
+            logger.warning("trajectory %s dead-lettered (exhausted): %s", tid, reason)
 
     @staticmethod
     def _identity(entry: Entry, record: OutputRecord | None) -> tuple[str, str] | None:
@@ -128,3 +184,36 @@ class FailureHandler:
         """The raw record kept in a dead letter; an oversize one is cut to its first 64 KiB."""
         data = entry.data if isinstance(entry.data, (bytes, bytearray)) else b""
         return bytes(data[:DEAD_DATA_CAP]) if len(data) > self.max_record_bytes else bytes(data)
+
+
+def exhausted_reason(deliveries: int, max_deliveries: int, history: dict[str, Any] | None) -> str:
+    """Why a trajectory ran out of deliveries, from what its hash recorded of its attempts.
+
+    ``attempts`` counts the scoring leases taken (hand-backs at shutdown take theirs back and are
+    counted in ``handbacks``); ``unfinished`` the attempts that ended without an answer and said why
+    (``last_failure``: a commit that failed, say). An attempt that said nothing ended with its
+    worker: only then is a crash named.
+    """
+    head = f"delivered {deliveries} times without an answer (max_deliveries={max_deliveries})"
+    if history is None:
+        return f"{head}; no trajectory could be read from it, so nothing is known of the earlier deliveries"
+    attempts, unfinished, last = history["attempts"], history["unfinished"], history["last_failure"]
+    handbacks = history.get("handbacks", 0)
+    silent = attempts - unfinished
+    parts = []
+    if handbacks > 0:
+        parts.append(f"{handbacks} attempt(s) were handed back unfinished by workers that were stopping")
+    if silent > 0:
+        parts.append(
+            f"{silent} scoring attempt(s) never reported back: the worker scoring it died each time "
+            "(a crash, a kill, an out-of-memory kill) or lost its lease"
+        )
+    if unfinished > 0:
+        why = last or "of an unknown error"
+        parts.append(f"{unfinished} attempt(s) failed without a result, the last because {why}")
+    if not parts:
+        parts.append(
+            "it was never scored: each delivery ended before its trajectory was complete and leased "
+            "(the worker reading it died, or Redis refused to store it)"
+        )
+    return f"{head}; " + "; ".join(parts)

@@ -5,8 +5,11 @@
 handler, the record bounds, the worker's counters and metrics, and the callback that starts
 scoring a trajectory. Each batch, read or reclaimed, ends as:
 
-* a dead letter (with an error result for its keys) for every entry delivered more than
-  ``max_deliveries`` times or whose record does not decode;
+* a dead letter (with an error result for its keys) for every entry whose record does not decode,
+  and one per trajectory whose entries were delivered more than ``max_deliveries`` times (its
+  reason says how the earlier attempts ended: a worker that died, or commits that failed);
+* an error result for every key of a trajectory whose records total more than
+  ``max_trajectory_bytes`` (checked here for a trajectory read whole, by ``store`` otherwise);
 * a lease on every trajectory whose outputs ``0..final`` all came in this batch, first
   delivery each: one ``claim`` script per trajectory (``lua/claim.lua``) instead of one
   ``store`` per output;
@@ -21,12 +24,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from rewardq import defaults
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics
-from rewardq.errors import RecordError
+from rewardq.errors import RecordError, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
+from rewardq.queue.checks import check_trajectory_bytes
 from rewardq.queue.codec import OutputRecord, decode_output
 from rewardq.queue.entries import Entry, StoreOutcome
+from rewardq.queue.states import DeadLetterKind
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -71,6 +77,7 @@ class Intake:
         failures: dead-letters the entries that are rejected here.
         max_deliveries: an entry delivered more often than this is dead-lettered unread.
         max_record_bytes, max_outputs, vocab_size: the bounds a record must keep to decode.
+        max_trajectory_bytes: the most a trajectory's records may total.
         stats: the worker's counters; ``read``, ``stored``, ``parked`` and ``duplicates`` are counted here.
         metrics: the worker's metrics hooks.
         on_complete: called with every trajectory whose lease this worker now holds; it must score it.
@@ -84,6 +91,7 @@ class Intake:
         max_deliveries: int,
         max_record_bytes: int,
         max_outputs: int,
+        max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES,
         vocab_size: int | None,
         stats: dict[str, int],
         metrics: Metrics,
@@ -93,6 +101,7 @@ class Intake:
         self.failures = failures
         self.max_deliveries = max_deliveries
         self.max_record_bytes = max_record_bytes
+        self.max_trajectory_bytes = max_trajectory_bytes
         self.max_outputs = max_outputs
         self.vocab_size = vocab_size
         self.stats = stats
@@ -112,7 +121,10 @@ class Intake:
             elif o.kind == "parked":
                 self.stats["parked"] += 1
             elif o.kind == "conflict":
-                await self.failures.dead_letter(o.entry, "conflict", f"conflicting record: {o.detail}", record=o.record)
+                reason = f"conflicting record: {o.detail}"
+                await self.failures.dead_letter(o.entry, DeadLetterKind.CONFLICT, reason, record=o.record)
+            elif o.kind == "toolarge":
+                await self.failures.dead_letter(o.entry, DeadLetterKind.INVALID, o.detail, record=o.record)
             elif o.kind == "done":
                 self.stats["duplicates"] += 1
             elif o.kind == "leased":
@@ -121,15 +133,11 @@ class Intake:
     async def _decode(self, entries: list[Entry]) -> list[Filed]:
         """The entries whose records decode within the bounds; the others are dead-lettered."""
         valid: list[Filed] = []
+        exhausted = [e for e in entries if e.deliveries > self.max_deliveries]
+        if exhausted:
+            await self.failures.exhausted(exhausted, self.max_deliveries)
         for entry in entries:
             if entry.deliveries > self.max_deliveries:
-                await self.failures.dead_letter(
-                    entry,
-                    "exhausted",
-                    f"delivered {entry.deliveries} times without finishing "
-                    f"(max_deliveries={self.max_deliveries}); the worker scoring it "
-                    "probably crashed each time",
-                )
                 continue
             try:
                 rec = decode_output(
@@ -142,7 +150,7 @@ class Intake:
                 if key and key != rec.key:
                     raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
             except RecordError as exc:
-                await self.failures.dead_letter(entry, "invalid", f"invalid record: {exc}")
+                await self.failures.dead_letter(entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
                 continue
             valid.append((entry, rec, bytes(entry.data)))
         return valid
@@ -154,6 +162,7 @@ class Intake:
         redeliveries, and trajectories Redis already knows.
         """
         whole, rest = split_whole(valid)
+        whole = [w for w in whole if not await self._too_large(w)]
         if not whole:
             return rest
         claimed = await self.broker.claim_whole([(shard, tid, [it[0] for it in items]) for shard, tid, items in whole])
@@ -173,3 +182,24 @@ class Intake:
                 )
             )
         return rest
+
+    async def _too_large(self, whole: Whole) -> bool:
+        """Fail a trajectory read whole whose records total more than ``max_trajectory_bytes``
+        (every key answered, every entry acknowledged); True when it did."""
+        shard, tid, items = whole
+        total = sum(len(it[2]) for it in items)
+        try:
+            check_trajectory_bytes(total, self.max_trajectory_bytes, len(items))
+        except TrajectoryTooLarge as exc:
+            entries = [it[0] for it in items]
+            await self.failures.fail_trajectory(
+                shard,
+                tid,
+                entries[-1],
+                DeadLetterKind.INVALID,
+                f"trajectory {tid}: {exc.message}",
+                also_ack=entries[:-1],
+                last_index=len(entries) - 1,
+            )
+            return True
+        return False

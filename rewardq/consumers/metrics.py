@@ -4,8 +4,8 @@ Exposed series (all prefixed ``rewardq_``):
 
 * ``records_read_total``                       entries read from the streams (incl. reclaimed)
 * ``trajectories_total{manager,outcome}``      finished trajectories: ok | error | invalid | ...
-* ``dead_letters_total{reason}``               dead letters by kind: invalid | conflict | scoring |
-                                               exhausted | incomplete
+* ``dead_letters_total{reason}``               dead letters by kind: every
+                                               :class:`~rewardq.queue.states.DeadLetterKind`
 * ``scoring_seconds{manager,data_source}``     histogram: assemble + batch + manager + commit
 * ``in_flight``                                trajectories being scored now
 * ``reclaimed_total``                          entries taken over from dead workers

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from rewardq import defaults
 from rewardq.queue.aio import being_cancelled
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import refusals_named
@@ -95,6 +96,6 @@ class StreamReader:
                 if not is_transient(exc):
                     raise
                 failures += 1
-                pause = backoff_delay(failures, cap=5.0)
+                pause = backoff_delay(failures, cap=defaults.READ_BACKOFF_CAP)
                 logger.warning("redis unavailable while reading (%s); reading again in %.2fs", exc, pause)
                 await asyncio.sleep(pause)

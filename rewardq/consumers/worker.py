@@ -41,6 +41,7 @@ from typing import Any
 from rewardq import defaults
 from rewardq.config import WorkerConfig
 from rewardq.consumers.assembly import assemble
+from rewardq.consumers.batch import check_batch_bytes
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.inflight import InFlight, InFlightTable
@@ -53,13 +54,14 @@ from rewardq.consumers.quarantine import Quarantine, crash_reason
 from rewardq.consumers.reader import StreamReader, read_groups
 from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
 from rewardq.consumers.scorer import TrajectoryScorer
-from rewardq.errors import RecordError
+from rewardq.errors import RecordError, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async, redact_url
 from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
-from rewardq.queue.results import RewardResult
+from rewardq.queue.results import EncodedResults
+from rewardq.queue.states import DeadLetterKind
 from rewardq.reward.base import RewardManager
 
 logger = logging.getLogger("rewardq.worker")
@@ -185,6 +187,7 @@ class Worker:
             self.failures,
             max_deliveries=cfg.max_deliveries,
             max_record_bytes=cfg.max_record_bytes,
+            max_trajectory_bytes=cfg.max_trajectory_bytes,
             max_outputs=cfg.max_outputs,
             vocab_size=self.vocab_size,
             stats=self.stats,
@@ -192,7 +195,12 @@ class Worker:
             on_complete=self._start_scoring,
         )
         self.scorer = TrajectoryScorer(
-            self.manager, manager_name=cfg.manager, worker_name=self.name, timeout=cfg.score_timeout
+            self.manager,
+            manager_name=cfg.manager,
+            worker_name=self.name,
+            timeout=cfg.score_timeout,
+            max_result_bytes=cfg.max_result_bytes,
+            stopping=self._stopping.is_set,
         )
         await self._beat()
         logger.info(
@@ -302,18 +310,28 @@ class Worker:
             # in flight (its lease renewed) while it waits for a slot and its turn
             async with self.flights.slots, self.quarantine.turn(shard, tid, o.attempts, o.solo) as crashes:
                 if o.attempts > 1 and crashes >= self.cfg.max_crashes:
-                    outcome = "crashed"
-                    await self.failures.fail_trajectory(shard, tid, o.entry, "crashed", crash_reason(crashes))
+                    outcome = DeadLetterKind.CRASHED
+                    await self.failures.fail_trajectory(shard, tid, o.entry, outcome, crash_reason(crashes))
                 else:
                     outcome = await self._score(o, shard, tid)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the worker's own (the scorer turns any other into an error)
             outcome = "handed-back"
             raise
-        except Exception:
+        except Exception as exc:
             outcome = "commit-failed"
             logger.exception("could not finish %s; its entry stays pending and will be reclaimed", tid)
+            await self._note_unfinished(shard, tid, f"its result could not be written ({type(exc).__name__}: {exc})")
         finally:
             self._finished(tid, outcome, t0, data_source)
+
+    async def _note_unfinished(self, shard: int, tid: str, why: str) -> None:
+        """Best effort: record why this attempt ended unanswered, for the dead letter of a trajectory
+        that runs out of deliveries (so it never blames a crash that did not happen)."""
+        assert self.broker is not None
+        try:
+            await self.broker.note_unfinished(shard, tid, why)
+        except Exception as exc:  # noqa: BLE001 - Redis is likely what failed; the delivery count still counts
+            logger.debug("could not record the failed attempt of %s: %s", tid, exc)
 
     async def _score(self, o: StoreOutcome, shard: int, tid: str) -> str:
         """Assemble, score and commit one trajectory (or fail it); returns the outcome to log."""
@@ -327,9 +345,15 @@ class Worker:
                 known=o.record,
                 max_outputs=self.cfg.max_outputs,
             )
+            check_batch_bytes(records, self.cfg.max_batch_bytes)  # before the batch is built
+        except TrajectoryTooLarge as exc:
+            await self.failures.fail_trajectory(
+                shard, tid, o.entry, DeadLetterKind.INVALID, f"trajectory {tid}: {exc.message}"
+            )
+            return DeadLetterKind.INVALID
         except RecordError as exc:
-            await self.failures.fail_trajectory(shard, tid, o.entry, "invalid", f"invalid record: {exc}")
-            return "invalid"
+            await self.failures.fail_trajectory(shard, tid, o.entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
+            return DeadLetterKind.INVALID
         try:
             results = await self.scorer.score(records, started_ts=o.entry.ts)
         except asyncio.CancelledError:
@@ -339,18 +363,19 @@ class Worker:
                 shard,
                 tid,
                 o.entry,
-                "scoring",
+                DeadLetterKind.SCORING,
                 f"scoring failed: {type(exc).__name__}: {exc}",
                 tb=traceback.format_exc(),
             )
             return "error"
         await self._commit(shard, tid, results)
         self.stats["scored"] += 1
-        if results and results[-1].latency_ms is not None:
-            self.presence.scored(results[-1].latency_ms)
+        latency = results.results[-1].latency_ms
+        if latency is not None:
+            self.presence.scored(latency)
         return "ok"
 
-    async def _commit(self, shard: int, tid: str, results: list[RewardResult]) -> None:
+    async def _commit(self, shard: int, tid: str, results: EncodedResults) -> None:
         """Write back, then ack (one atomic script, sent with the other commits of this loop
         turn). The connection's retry policy rides out a short outage (:mod:`rewardq.queue.retry`);
         a commit that still fails leaves the entries pending, to be reclaimed and scored again."""
@@ -405,5 +430,5 @@ class Worker:
             for tid, reason in await self.broker.expire_incomplete(shard):
                 self.stats["expired"] += 1
                 self.stats["errors"] += 1
-                self.metrics.dead_letter("incomplete")
+                self.metrics.dead_letter(DeadLetterKind.INCOMPLETE)
                 logger.warning("trajectory %s ended: %s", tid, reason)

@@ -48,14 +48,14 @@ class DemoOptions:
     """``rewardq demo`` options (see the command's ``--help``)."""
 
     redis_url: str | None = None
-    workers: int = 2
-    trajectories: int = 200
+    workers: int = defaults.DEMO_WORKERS
+    trajectories: int = defaults.DEMO_TRAJECTORIES
     namespace: str | None = None
-    manager: str = "naive"
+    manager: str = defaults.MANAGER
     seed: int = 0
     as_json: bool = False
     timeout: float = defaults.DEMO_TIMEOUT
-    ready_timeout: float = 120.0
+    ready_timeout: float = defaults.DEMO_READY_TIMEOUT
     worker_args: list[str] = field(default_factory=list)
 
 
@@ -105,7 +105,7 @@ class WorkerFleet:
             self._logs.append(log)
             self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
 
-    def log_tail(self, i: int, lines: int = 15) -> str:
+    def log_tail(self, i: int, lines: int = defaults.DEMO_LOG_TAIL_LINES) -> str:
         try:
             text = (self.logdir / f"worker-{i}.log").read_text(errors="replace")
         except OSError:
@@ -134,7 +134,7 @@ class WorkerFleet:
                 raise DemoError(f"workers did not start within {timeout:.0f}s; worker 0 log:\n{self.log_tail(0)}")
             time.sleep(0.1)
 
-    def stop(self, grace: float = 30.0) -> list[int | None]:
+    def stop(self, grace: float = defaults.SHUTDOWN_GRACE) -> list[int | None]:
         """SIGTERM every worker, wait up to ``grace`` seconds, SIGKILL the rest; returns exit codes."""
         for p in self.procs:
             if p.poll() is None:
@@ -151,7 +151,7 @@ class WorkerFleet:
         return [p.returncode for p in self.procs]
 
 
-def wait_for_live_worker(client: Any, timeout: float, fresh: float = 10.0) -> float:
+def wait_for_live_worker(client: Any, timeout: float, fresh: float = defaults.HEALTH_MAX_AGE) -> float:
     """Block until some worker has beaten its heart on the client's namespace in the last ``fresh`` seconds."""
     t0 = time.monotonic()
     while not client.r.zrangebyscore(client.keyspace.workers, time.time() - fresh, "+inf", start=0, num=1):

@@ -27,21 +27,18 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from rewardq import defaults
-from rewardq.config import parse_bool
+from rewardq.config import AdapterSettings
 from rewardq.errors import ConfigError, RecordError, RewardTimeout, ScoringError
 from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
 
 logger = logging.getLogger("rewardq.verl")
 
-ON_ERROR_CHOICES = ("zero", "raise")
 #: What an error result leaves in ``reward_extra_info``: only keys every ok result of the default
 #: scorers has, so verl's ``_postprocess`` (which indexes every row with row 0's keys) never fails.
 ERROR_EXTRA_INFO: dict[str, Any] = {"acc": 0.0}
@@ -49,63 +46,8 @@ ERROR_EXTRA_INFO: dict[str, Any] = {"acc": 0.0}
 SKIPPED_COLUMNS = frozenset({"multi_modal_data", "multi_modal_inputs"})
 
 
-@dataclass
-class VerlAdapterSettings:
-    """Where the adapter finds the workers and how it treats failures (see the module table)."""
-
-    redis_url: str = defaults.REDIS_URL
-    namespace: str = defaults.NAMESPACE
-    cluster: bool = False
-    timeout: float = defaults.VERL_TIMEOUT
-    on_error: str = "zero"
-
-    @classmethod
-    def from_sources(cls, block: Mapping[str, Any] | None, env: Mapping[str, str]) -> VerlAdapterSettings:
-        """Defaults < ``block`` (the verl config's ``rewardq`` settings) < ``env``."""
-        s = cls()
-        block = block or {}
-        sources: list[tuple[str, str, Any]] = []
-        for attr, key, var in (
-            ("redis_url", "redis_url", "REWARDQ_REDIS_URL"),
-            ("namespace", "namespace", "REWARDQ_NAMESPACE"),
-            ("cluster", "cluster", "REWARDQ_CLUSTER"),
-            ("timeout", "verl_timeout", "REWARDQ_VERL_TIMEOUT"),
-            ("on_error", "verl_on_error", "REWARDQ_VERL_ON_ERROR"),
-        ):
-            if block.get(key) is not None:
-                sources.append((attr, f"rewardq config {key}", block[key]))
-            if env.get(var) not in (None, ""):
-                sources.append((attr, var, env[var]))
-        for attr, where, value in sources:
-            setattr(s, attr, _typed(attr, where, value))
-        return s
-
-
-def _typed(attr: str, where: str, value: Any) -> Any:
-    if attr == "cluster":
-        flag = value if isinstance(value, bool) else parse_bool(str(value))
-        if flag is None:
-            raise ConfigError(f"{where}={value!r} must be true or false")
-        return flag
-    if attr == "timeout":
-        try:
-            timeout = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}={value!r} must be a number of seconds") from None
-        if isinstance(value, bool) or not timeout > 0:
-            raise ConfigError(f"{where}={value!r} must be a number of seconds > 0")
-        return timeout
-    if attr == "on_error":
-        text = str(value).strip().lower()
-        if text not in ON_ERROR_CHOICES:
-            raise ConfigError(
-                f"{where}={value!r} must be 'zero' (an error scores 0.0, the message goes to "
-                "extra_fields['reward_error']) or 'raise' (the error fails the rollout)"
-            )
-        return text
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}={value!r} must be a non-empty string")
-    return value
+#: The adapter's settings, declared with the worker's in :mod:`rewardq.config` (the module table).
+VerlAdapterSettings = AdapterSettings
 
 
 def settings_for(config: Any, env: Mapping[str, str] | None = None) -> VerlAdapterSettings:
@@ -117,7 +59,7 @@ def settings_for(config: Any, env: Mapping[str, str] | None = None) -> VerlAdapt
             if not isinstance(found, Mapping):
                 raise ConfigError(f"the verl config's {path} must be a mapping of rewardq settings, got {found!r:.80}")
             block.update(found)
-    return VerlAdapterSettings.from_sources(block, os.environ if env is None else env)
+    return VerlAdapterSettings.load(block, os.environ if env is None else env)
 
 
 def _select(config: Any, path: str) -> Any:

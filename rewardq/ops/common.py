@@ -12,6 +12,7 @@ import re
 import time
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import RedisUnavailable
 from rewardq.queue.connection import connect_sync, redact_url, split_cluster
 from rewardq.queue.retry import backoff_delay, no_retry
@@ -21,7 +22,7 @@ __all__ = ["probe_redis", "wait_for_redis", "delete_namespace", "delete_trajecto
 logger = logging.getLogger("rewardq.cli")
 
 
-def probe_redis(url: str, *, cluster: bool = False, timeout: float = 3.0) -> None:
+def probe_redis(url: str, *, cluster: bool = False, timeout: float = defaults.PROBE_TIMEOUT) -> None:
     """PING ``url`` once (no retries); raise :class:`RedisUnavailable` with a hint if that fails."""
     import rewardq.queue.redis_errors as rx
 
@@ -84,7 +85,7 @@ def wait_for_redis(url: str, *, cluster: bool = False, timeout: float | None = N
             waited = time.monotonic() - start
             if timeout is not None and waited >= timeout:
                 raise RedisUnavailable(f"{exc} (waited {waited:.1f}s, --connect-timeout {timeout:g}s)") from None
-            pause = backoff_delay(failures, base=0.5, cap=5.0)
+            pause = backoff_delay(failures, base=defaults.CONNECT_BACKOFF_BASE, cap=defaults.CONNECT_BACKOFF_CAP)
             if timeout is not None:
                 pause = min(pause, max(0.0, timeout - waited))
             logger.warning(

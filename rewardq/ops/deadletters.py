@@ -30,11 +30,12 @@ import click
 from rewardq import defaults
 from rewardq.errors import ConfigError, NotFound
 from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
+from rewardq.queue.states import DeadLetterKind
 
 __all__ = ["dead_letters", "KINDS"]
 
-#: Kinds of dead letters the workers write (see rewardq.queue.deadletters).
-KINDS = ("invalid", "conflict", "scoring", "exhausted", "incomplete")
+#: Kinds of dead letters the workers write: every :class:`~rewardq.queue.states.DeadLetterKind`.
+KINDS = tuple(kind.value for kind in DeadLetterKind)
 _kind_option = click.option("--kind", type=click.Choice(KINDS), default=None, help="Only dead letters of this kind.")
 
 
@@ -123,7 +124,9 @@ def dead_letters() -> None:
 @dead_letters.command("list")
 @pipeline_options
 @_kind_option
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Newest N.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=defaults.DEAD_LETTERS_LISTED, show_default=True, help="Newest N."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def list_(
     redis_url: str, namespace: str, cluster: bool, group: str, kind: str | None, limit: int, as_json: bool

@@ -31,6 +31,7 @@ from typing import Any
 
 import click
 
+from rewardq import defaults
 from rewardq.ops.target import open_pipeline, pipeline_options
 from rewardq.queue.results import as_text
 
@@ -116,7 +117,7 @@ def check_health(
     client: Any,
     namespace: str,
     *,
-    max_age: float = 10.0,
+    max_age: float = defaults.HEALTH_MAX_AGE,
     host: str | None = None,
     name: str | None = None,
     any_host: bool = False,
@@ -196,7 +197,7 @@ def check_health(
 @click.option(
     "--max-age",
     type=click.FloatRange(min=0, min_open=True),
-    default=10.0,
+    default=defaults.HEALTH_MAX_AGE,
     show_default=True,
     help="Seconds since a worker's last heartbeat for it to count as alive.",
 )

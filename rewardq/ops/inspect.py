@@ -7,8 +7,8 @@ the trajectory's state (collecting / done / failed) and what it waits for, each 
 reward, ``reward_extra_info`` or error, the worker that scored it and the timings. Renders
 :func:`rewardq.queue.status.inspect_trajectory`; read-only.
 
-Records are dropped once a trajectory is scored, unless workers keep them
-(``REWARDQ_KEEP_RECORDS=SECONDS``, or ``keep_records:`` in the worker's ``--config``).
+Records are deleted once a trajectory ends, scored or failed, unless workers keep them
+(``--keep-records SECONDS``, ``REWARDQ_KEEP_RECORDS``, or ``keep_records:`` in the worker's ``--config``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from rewardq import defaults
 from rewardq.errors import NotFound
 from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 
@@ -64,7 +65,9 @@ def timings(view: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def inspect_view(r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = 200) -> dict[str, Any]:
+def inspect_view(
+    r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = defaults.INSPECT_PREVIEW_CHARS
+) -> dict[str, Any]:
     """``inspect_trajectory`` plus timings; raises :class:`NotFound` when nothing is known about ``ref``."""
     from rewardq.queue.status import inspect_trajectory
 
@@ -134,7 +137,7 @@ def render_inspect(view: dict[str, Any]) -> Any:  # noqa: C901 - one branch per 
             + ("not pushed yet" if view["final"] is None else str(view["final"])),
         )
     else:
-        head.add_row("outputs", f"{len(view['outputs'])}, final index {view['final']} (records dropped once scored)")
+        head.add_row("outputs", f"{len(view['outputs'])}, final index {view['final']} (records deleted when it ended)")
     if view["missing"]:
         head.add_row("missing", f"[red]{','.join(map(str, view['missing']))}[/]")
     if meta.get("error"):
@@ -213,7 +216,7 @@ def render_inspect(view: dict[str, Any]) -> Any:  # noqa: C901 - one branch per 
 @click.option(
     "--preview",
     type=click.IntRange(min=1),
-    default=200,
+    default=defaults.INSPECT_PREVIEW_CHARS,
     show_default=True,
     help="Characters of decoded response to show (with --tokenizer).",
 )

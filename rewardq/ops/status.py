@@ -59,7 +59,7 @@ def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def collect(r: Any, ks: Any, *, limit: int = 20, url: str = "") -> dict[str, Any]:
+def collect(r: Any, ks: Any, *, limit: int = defaults.STATUS_WAITING_LIMIT, url: str = "") -> dict[str, Any]:
     """The status dict ``--json`` prints: ``pipeline_status`` + consumers, owners, diagnosis."""
     from rewardq.queue.status import pipeline_status
 
@@ -359,7 +359,11 @@ def _code_table(code: dict[str, Any]) -> Any:
 )
 @click.option("--count", type=click.IntRange(min=1), default=None, help="With --watch: stop after this many refreshes.")
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Waiting trajectories to list."
+    "--limit",
+    type=click.IntRange(min=1),
+    default=defaults.STATUS_WAITING_LIMIT,
+    show_default=True,
+    help="Waiting trajectories to list.",
 )
 def status(
     redis_url: str,

@@ -5,7 +5,8 @@ Each child is ``python -m rewardq worker ...`` with the parent's flags (minus ``
 never collide). The supervisor:
 
 * restarts a child that dies (crash, OOM kill, exit code other than 0 and 2) after a backoff
-  that doubles from 1 s to 30 s, and resets once a child has stayed up for 30 s;
+  that doubles from 1 s to 30 s (:func:`rewardq.backoff.compute_backoff`), and resets once a
+  child has stayed up for 30 s (``defaults.SUPERVISOR_*``);
 * does **not** restart a child that exits 2: that is a configuration error, which a restart
   cannot fix, so it stops the others and exits 2 as well;
 * forwards SIGTERM and SIGINT to every child as SIGTERM (each finishes its in-flight
@@ -24,11 +25,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rewardq import defaults
+from rewardq.backoff import compute_backoff
+
 logger = logging.getLogger("rewardq.supervisor")
 
 __all__ = ["Supervisor", "child_argvs"]
-
-BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 1.0, 30.0, 30.0
 
 
 def child_argvs(
@@ -59,7 +61,7 @@ class _Slot:
     argv: list[str]
     proc: subprocess.Popen | None = None
     started: float = 0.0
-    backoff: float = BACKOFF_START
+    failures: int = 0  # deaths in a row, each after less than SUPERVISOR_STABLE_AFTER seconds up
     restart_at: float | None = None
     last_rc: int | None = None
     restarts: int = 0
@@ -81,8 +83,8 @@ class Supervisor:
         self,
         argvs: Sequence[Sequence[str]],
         *,
-        grace: float = 40.0,
-        poll: float = 0.1,
+        grace: float = defaults.SHUTDOWN_GRACE + defaults.SUPERVISOR_KILL_SLACK,
+        poll: float = defaults.SUPERVISOR_POLL,
         env: dict[str, str] | None = None,
     ) -> None:
         self.slots = [_Slot(list(a)) for a in argvs]
@@ -170,15 +172,16 @@ class Supervisor:
             self.fatal_rc = 2
             self.request_stop("a worker had a configuration error")
             return
-        if ran >= STABLE_AFTER:
-            slot.backoff = BACKOFF_START
-        slot.restart_at = now + slot.backoff
+        slot.failures = 1 if ran >= defaults.SUPERVISOR_STABLE_AFTER else slot.failures + 1
+        pause = compute_backoff(
+            slot.failures, base=defaults.SUPERVISOR_BACKOFF_START, cap=defaults.SUPERVISOR_BACKOFF_MAX
+        )
+        slot.restart_at = now + pause
         logger.warning(
             "worker process %d (pid %d) died with code %d after %.1fs; restarting in %.0fs",
             i,
             pid,
             rc,
             ran,
-            slot.backoff,
+            pause,
         )
-        slot.backoff = min(slot.backoff * 2, BACKOFF_MAX)

@@ -1,11 +1,12 @@
 """Which pipeline an operator command looks at, and the small formatting helpers they share.
 
 ``rewardq status``, ``inspect``, ``health`` and ``dead-letters`` all take the same three doors
-(:func:`pipeline_options`): ``--redis-url`` (``REWARDQ_REDIS_URL``), ``--namespace``
-(``REWARDQ_NAMESPACE``), ``--cluster`` (``REWARDQ_CLUSTER``), plus ``--group``
-(``REWARDQ_GROUP``). :func:`open_pipeline` checks Redis answers (exit 3 with a hint if not),
-reads the namespace's shard count from ``<ns>:meta`` and refuses a namespace that does not
-exist, listing the ones that do: a typo in ``--namespace`` must not look like an idle pipeline.
+(:func:`pipeline_options`, made from the worker's declarations of these settings): ``--redis-url``
+(``REWARDQ_REDIS_URL``), ``--namespace`` (``REWARDQ_NAMESPACE``), ``--cluster``
+(``REWARDQ_CLUSTER``), plus ``--group`` (``REWARDQ_GROUP``). :func:`open_pipeline` checks Redis
+answers (exit 3 with a hint if not), reads the namespace's shard count from ``<ns>:meta`` and
+refuses a namespace that does not exist, listing the ones that do: a typo in ``--namespace``
+must not look like an idle pipeline.
 
 Read-only: nothing here writes to Redis.
 """
@@ -53,40 +54,28 @@ def connect_timeout() -> float:
 
 def pipeline_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The ``--redis-url``, ``--namespace``, ``--cluster``, ``--group`` and ``--connect-timeout``
-    options of the operator commands (the last one is read by :func:`open_pipeline`, not passed)."""
+    options of the operator commands (the last one is read by :func:`open_pipeline`, not passed).
+
+    The first four are the worker's settings (:class:`~rewardq.config.WorkerConfig`: the same
+    flag, variable, default and help); here click reads the variable itself, as these commands
+    have no config file.
+    """
+    from rewardq.config import WorkerConfig
+    from rewardq.ops.flags import setting_option
+
+    known = WorkerConfig.settings()
     f = click.option(
         "--connect-timeout",
         type=click.FloatRange(min=0),
         default=None,
-        envvar="REWARDQ_CONNECT_TIMEOUT",
+        envvar=known["connect_timeout"].env,
         expose_value=False,
         callback=_remember_connect_timeout,
         help=f"Seconds to wait for Redis, retrying with backoff (default {defaults.ONESHOT_CONNECT_TIMEOUT:g}).",
     )(f)
-    f = click.option(
-        "--group",
-        default=DEFAULT_GROUP,
-        show_default=True,
-        envvar="REWARDQ_GROUP",
-        help="Consumer group the workers use.",
-    )(f)
-    f = click.option("--cluster", is_flag=True, envvar="REWARDQ_CLUSTER", help="Treat --redis-url as a Redis Cluster.")(
-        f
-    )
-    f = click.option(
-        "--namespace",
-        default=DEFAULT_NAMESPACE,
-        show_default=True,
-        envvar="REWARDQ_NAMESPACE",
-        help="The pipeline's namespace (first component of every key).",
-    )(f)
-    f = click.option(
-        "--redis-url",
-        default=DEFAULT_URL,
-        show_default=True,
-        envvar="REWARDQ_REDIS_URL",
-        help="redis://[user:pass@]host:port/db, rediss://, redis+cluster://.",
-    )(f)
+    for name in ("group", "cluster", "namespace", "redis_url"):
+        s = known[name]
+        f = setting_option(s, envvar=s.env, default=s.default)(f)
     return f
 
 
@@ -105,7 +94,9 @@ class Pipeline:
             pass
 
 
-def known_namespaces(client: Any, budget_s: float = 1.0, limit: int = 20) -> list[str]:
+def known_namespaces(
+    client: Any, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_LISTED
+) -> list[str]:
     """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds."""
     found: set[str] = set()
     deadline = time.monotonic() + budget_s

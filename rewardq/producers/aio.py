@@ -18,16 +18,20 @@ from rewardq.producers.core import (
     ClientSettings,
     Name,
     Output,
-    Put,
+    PutCall,
+    ReadPlan,
     Waiter,
+    backlog_lengths,
     check_keys,
     finished_tids,
     parse_results,
     settings_from_kwargs,
+    split_replies,
 )
 from rewardq.queue.aio import being_cancelled
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.redis_errors import ResponseError
 from rewardq.queue.results import RewardResult
 
 logger = logging.getLogger("rewardq.client")
@@ -78,10 +82,28 @@ class AsyncRewardClient(ClientBase):
             while (delay := wait.after(int(await self.r.xlen(ks.stream(shard))))) is not None:
                 await asyncio.sleep(delay)
 
-    async def _send(self, puts: list[Put]) -> None:
+    async def _send(self, call: PutCall) -> None:
+        """Send a call's puts (see :meth:`ClientBase._send_pipeline`: all or nothing)."""
+        puts = call.puts
         await self._gate(p.shard for p in puts)
-        pipe, shards = self._send_pipeline(await self.keyspace(), puts)
-        self._backlog.note_all(shards, (await pipe.execute())[len(puts) :])
+        ks = await self.keyspace()
+        pipe, shards, atomic = self._send_pipeline(ks, puts)
+        call.written = None
+        if atomic:
+            try:
+                replies = await pipe.execute()
+            except ResponseError:  # Redis refused it: MULTI/EXEC discarded every XADD
+                call.written = False
+                raise
+        else:
+            replies = await pipe.execute(raise_on_error=False)
+            failure, added = split_replies(puts, replies)
+            if failure is not None:
+                for shard, ids in added.items():
+                    await self.r.xdel(ks.stream(shard), *ids)
+                call.written = False
+                raise failure
+        self._backlog.note_all(shards, backlog_lengths(replies[len(puts) :]))
 
     async def put_output(
         self,
@@ -92,22 +114,32 @@ class AsyncRewardClient(ClientBase):
         sample: Mapping[str, Any] | None = None,
         final: bool = False,
     ) -> str:
-        put = self._prepare_output(await self.keyspace(), uid, session_id, index, output, sample, final)
-        await self._send([put])
-        return put.key
+        """See :meth:`RewardClient.put_output <rewardq.producers.client.RewardClient.put_output>`."""
+        call = PutCall("put_output", uid, session_id, self)
+        with call.errors():
+            call.puts = [self._prepare_output(await self.keyspace(), uid, session_id, index, output, sample, final)]
+            await self._send(call)
+        return call.puts[0].key
 
     async def put_trajectory(
         self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, Any] | None = None
     ) -> list[str]:
-        puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
-        await self._send(puts)
-        return [p.key for p in puts]
+        """See :meth:`RewardClient.put_trajectory <rewardq.producers.client.RewardClient.put_trajectory>`."""
+        call = PutCall("put_trajectory", uid, session_id, self)
+        with call.errors():
+            call.puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
+            await self._send(call)
+        return call.keys
 
     async def get_rewards(self, keys: Iterable[str]) -> dict[str, RewardResult | None]:
         keys = check_keys(keys)
-        if not keys:
-            return {}
-        return parse_results(keys, await self._reward_pipeline(await self.keyspace(), keys).execute())
+        out: dict[str, RewardResult | None] = {}
+        plan = ReadPlan(keys)
+        for chunk in plan:
+            hashes = await self._reward_pipeline(await self.keyspace(), chunk).execute()
+            plan.took(hashes)
+            out.update(parse_results(chunk, hashes))
+        return out
 
     async def get_reward(self, key: str) -> RewardResult | None:
         return (await self.get_rewards([key]))[key]
@@ -134,9 +166,15 @@ class AsyncRewardClient(ClientBase):
         finished before it was called). Returns the keys and their results; raises
         RewardTimeout naming the missing keys.
         """
-        puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
-        keys = [p.key for p in puts]
-        return keys, await self._wait(Waiter(keys, timeout), before=lambda: self._send(puts))
+        call = PutCall("put_trajectory", uid, session_id, self)
+        with call.errors():
+            call.puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
+
+        async def put() -> None:
+            with call.errors():
+                await self._send(call)
+
+        return call.keys, await self._wait(Waiter(call.keys, timeout), before=put)
 
     async def _wait(self, w: Waiter, before: Callable[[], Awaitable[None]] | None = None) -> dict[str, RewardResult]:
         """Listen for ``w``'s trajectories, run ``before`` (the put) if given, wait for every result."""

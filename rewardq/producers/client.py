@@ -19,15 +19,19 @@ from rewardq.producers.core import (
     ClientBase,
     Name,
     Output,
-    Put,
+    PutCall,
+    ReadPlan,
     Waiter,
+    backlog_lengths,
     check_keys,
     finished_tids,
     parse_results,
     settings_from_kwargs,
+    split_replies,
 )
 from rewardq.queue.connection import connect_sync
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.redis_errors import ResponseError
 from rewardq.queue.results import RewardResult
 
 
@@ -73,10 +77,27 @@ class RewardClient(ClientBase):
             while (delay := wait.after(int(self.r.xlen(stream)))) is not None:
                 time.sleep(delay)
 
-    def _send(self, puts: list[Put]) -> None:
+    def _send(self, call: PutCall) -> None:
+        """Send a call's puts (see :meth:`ClientBase._send_pipeline`: all or nothing)."""
+        puts = call.puts
         self._gate(p.shard for p in puts)
-        pipe, shards = self._send_pipeline(self.keyspace, puts)
-        self._backlog.note_all(shards, pipe.execute()[len(puts) :])
+        pipe, shards, atomic = self._send_pipeline(self.keyspace, puts)
+        call.written = None
+        if atomic:
+            try:
+                replies = pipe.execute()
+            except ResponseError:  # Redis refused it: MULTI/EXEC discarded every XADD
+                call.written = False
+                raise
+        else:
+            replies = pipe.execute(raise_on_error=False)
+            failure, added = split_replies(puts, replies)
+            if failure is not None:
+                for shard, ids in added.items():
+                    self.r.xdel(self.keyspace.stream(shard), *ids)
+                call.written = False
+                raise failure
+        self._backlog.note_all(shards, backlog_lengths(replies[len(puts) :]))
 
     # -- producing ---------------------------------------------------------------------------
     def put_output(
@@ -93,27 +114,44 @@ class RewardClient(ClientBase):
         ``output`` is a dict (or verl ``AgentLoopOutput``-like object) with ``prompt_ids``,
         ``response_ids`` and optionally ``response_mask``, ``response_logprobs``,
         ``num_turns``, ``extra_fields``, ``reward_score``. Mark the last output ``final=True``.
-        Raises RecordError naming the bad field.
+        Raises RecordError naming the bad field, and a :class:`~rewardq.errors.PutError`
+        (:class:`~rewardq.errors.RedisOutOfMemory`, :class:`~rewardq.errors.RedisTimeout`,
+        :class:`~rewardq.errors.RedisConnectionLost`) when Redis fails the put; the outputs put by
+        earlier calls stay queued, and putting the same output again is safe.
         """
-        put = self._prepare_output(self.keyspace, uid, session_id, index, output, sample, final)
-        self._send([put])
-        return put.key
+        call = PutCall("put_output", uid, session_id, self)
+        with call.errors():
+            call.puts = [self._prepare_output(self.keyspace, uid, session_id, index, output, sample, final)]
+            self._send(call)
+        return call.puts[0].key
 
     def put_trajectory(
         self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, Any] | None = None
     ) -> list[str]:
-        """Push all outputs of a trajectory at once (the last is final); returns their keys."""
-        puts = self._prepare_trajectory(self.keyspace, uid, session_id, outputs, sample)
-        self._send(puts)
-        return [p.key for p in puts]
+        """Push all outputs of a trajectory at once (the last is final); returns their keys.
+
+        All or nothing: a trajectory over ``max_trajectory_bytes`` or with a bad output raises
+        RecordError before anything is sent, and when Redis refuses one of the outputs none of them
+        stays queued (a :class:`~rewardq.errors.PutError` says so).
+        """
+        call = PutCall("put_trajectory", uid, session_id, self)
+        with call.errors():
+            call.puts = self._prepare_trajectory(self.keyspace, uid, session_id, outputs, sample)
+            self._send(call)
+        return call.keys
 
     # -- results -------------------------------------------------------------------------------
     def get_rewards(self, keys: Iterable[str]) -> dict[str, RewardResult | None]:
-        """The results there are now: ``{key: RewardResult or None}``, in the order given."""
+        """The results there are now: ``{key: RewardResult or None}``, in the order given (read in
+        round trips of bounded size, :class:`~rewardq.producers.core.ReadPlan`)."""
         keys = check_keys(keys)
-        if not keys:
-            return {}
-        return parse_results(keys, self._reward_pipeline(self.keyspace, keys).execute())
+        out: dict[str, RewardResult | None] = {}
+        plan = ReadPlan(keys)
+        for chunk in plan:
+            hashes = self._reward_pipeline(self.keyspace, chunk).execute()
+            plan.took(hashes)
+            out.update(parse_results(chunk, hashes))
+        return out
 
     def get_reward(self, key: str) -> RewardResult | None:
         return self.get_rewards([key])[key]
@@ -126,15 +164,12 @@ class RewardClient(ClientBase):
         w = Waiter(check_keys(keys), timeout)
         ks = self.keyspace
         shards = sorted({ks.shard_of_key(k) for k in w.keys})
-        # where each done stream ends now, and the results already there: one round trip
+        # where each done stream ends now, then the results already there
         pipe = self.r.pipeline(transaction=False)
         for s in shards:
             pipe.xrevrange(ks.done(s), count=1)
-        for k in w.keys:
-            pipe.hgetall(ks.reward_key(k))
-        replies = pipe.execute()
-        last = {s: (got[0][0] if got else b"0-0") for s, got in zip(shards, replies)}
-        w.absorb(parse_results(w.keys, replies[len(shards) :]))
+        last = {s: (got[0][0] if got else b"0-0") for s, got in zip(shards, pipe.execute())}
+        w.absorb(self.get_rewards(w.keys))
         full_check = time.monotonic() + 2.0
         while w.missing:
             remaining = w.remaining()

@@ -6,16 +6,19 @@ commands these helpers describe.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
 from rewardq import defaults
-from rewardq.errors import BackpressureTimeout, RecordError
-from rewardq.queue.checks import CheckedDict, check_dict
+from rewardq.errors import BackpressureTimeout, RecordError, RewardqError
+from rewardq.queue.checks import CheckedDict, check_dict, check_trajectory_bytes
 from rewardq.queue.codec import encode_output
+from rewardq.queue.connection import client_user
 from rewardq.queue.keys import Keyspace, output_key, split_key
+from rewardq.queue.put_errors import put_error
 from rewardq.queue.results import RewardResult
 
 
@@ -42,6 +45,8 @@ class ClientSettings:
         namespace: the pipeline's namespace (must match the workers').
         shards: None reads the count from ``<ns>:meta`` (creating it with 1 if absent).
         max_record_bytes: refuse records larger than this (workers dead-letter them anyway).
+        max_trajectory_bytes: ``put_trajectory`` refuses a trajectory whose records total more than
+            this, before anything is written (workers fail such a trajectory anyway).
         max_outputs: refuse output indices at or above this (workers reject them anyway); must
             not exceed the workers' ``max_outputs``.
         max_backlog: per shard; past it ``put_*`` waits for workers to catch up. None: no bound.
@@ -52,6 +57,7 @@ class ClientSettings:
     namespace: str = defaults.NAMESPACE
     shards: int | None = None
     max_record_bytes: int = defaults.MAX_RECORD_BYTES
+    max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES
     max_outputs: int = defaults.MAX_OUTPUTS
     max_backlog: int | None = defaults.MAX_BACKLOG
     backpressure_timeout: float = defaults.BACKPRESSURE_TIMEOUT
@@ -65,6 +71,77 @@ class Put:
     shard: int
     key: str
     fields: dict[str, Any]
+
+    @property
+    def size(self) -> int:
+        return len(self.fields["data"])
+
+
+def _bytes_text(n: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+@dataclass
+class PutCall:
+    """One ``put_*`` call, for the error it may end in: what it puts, and whether it wrote anything
+    (False until its commands are sent; then unknown until Redis answers)."""
+
+    name: str
+    uid: Any
+    session_id: Any
+    client: ClientBase | None = None
+    puts: list[Put] = field(default_factory=list)
+    written: bool | None = False
+
+    @property
+    def keys(self) -> list[str]:
+        return [p.key for p in self.puts]
+
+    def what(self) -> str:
+        if not self.puts:
+            return f"{self.name} for uid {str(self.uid)[:80]!r}"
+        size = _bytes_text(sum(p.size for p in self.puts))
+        if len(self.puts) == 1:
+            return f"{self.name} of {self.puts[0].key[:200]} ({size})"
+        tid = self.puts[0].key.rpartition("_")[0]
+        return f"{self.name} of {len(self.puts)} outputs of {tid[:200]} ({size})"
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """Inside, a Redis failure raises :func:`~rewardq.queue.put_errors.put_error`'s PutError."""
+        try:
+            yield
+        except RewardqError:
+            raise
+        except Exception as exc:
+            namespace, user = "", "default"
+            if self.client is not None:
+                namespace, user = self.client.settings.namespace, client_user(self.client.r)
+            err = put_error(exc, self.what(), self.keys, written=self.written, namespace=namespace, user=user)
+            if err is None:
+                raise
+            raise err from None
+
+
+def split_replies(puts: Sequence[Put], replies: Sequence[Any]) -> tuple[BaseException | None, dict[int, list[Any]]]:
+    """The first error among the XADD replies of a non-transactional pipeline, and the entry ids
+    each shard's stream did add (what a rollback deletes again)."""
+    failure: BaseException | None = None
+    added: dict[int, list[Any]] = {}
+    for p, reply in zip(puts, replies):
+        if isinstance(reply, BaseException):
+            failure = failure or reply
+        else:
+            added.setdefault(p.shard, []).append(reply)
+    return failure, added
+
+
+def backlog_lengths(replies: Sequence[Any]) -> list[int]:
+    """The XLEN replies of a put's pipeline as lengths (an error counts as empty)."""
+    return [0 if isinstance(r, BaseException) else int(r) for r in replies]
 
 
 def prepare_output(
@@ -96,7 +173,11 @@ def prepare_trajectory(
     *,
     max_bytes: int,
     max_outputs: int = defaults.MAX_OUTPUTS,
+    max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES,
 ) -> list[Put]:
+    """The puts of a whole trajectory; raises RecordError for a bad output, and
+    :class:`~rewardq.errors.TrajectoryTooLarge` as soon as the records encoded so far pass
+    ``max_trajectory_bytes`` (the rest are not encoded), before anything is written."""
     if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence) or isinstance(outputs, Mapping):
         raise RecordError("outputs", f"must be a list of outputs, got {type(outputs).__name__}")
     if len(outputs) == 0:
@@ -105,16 +186,56 @@ def prepare_trajectory(
     if n > max_outputs:
         raise RecordError("outputs", f"has {n} outputs; a trajectory may have at most max_outputs={max_outputs}")
     sample = CheckedDict(check_dict(sample, "sample"))  # checked once, not once per output
-    return [
-        prepare_output(
+    puts: list[Put] = []
+    total = 0
+    for i, out in enumerate(outputs):
+        put = prepare_output(
             ks, uid, session_id, i, out, sample, final=(i == n - 1), max_bytes=max_bytes, max_outputs=max_outputs
         )
-        for i, out in enumerate(outputs)
-    ]
+        total += put.size
+        check_trajectory_bytes(total, max_trajectory_bytes, n, counted=i + 1)
+        puts.append(put)
+    return puts
 
 
 def parse_results(keys: Sequence[str], hashes: Iterable[Mapping[Any, Any]]) -> dict[str, RewardResult | None]:
     return {k: (RewardResult.from_hash(k, h) if h else None) for k, h in zip(keys, hashes)}
+
+
+class ReadPlan:
+    """The keys of one read of results, in round trips that each bring back about ``budget`` bytes.
+
+    One pipeline of HGETALLs is answered by Redis in one go, other clients waiting meanwhile: 300
+    results of 900 KB read at once held every other client for ~0.4 s. So a read starts with
+    :data:`FIRST` keys and sizes each next round trip from the results seen so far (up to
+    :data:`MOST` keys): thousands of small results still come in a few round trips, large ones
+    about ``budget`` bytes at a time.
+    """
+
+    FIRST = 16
+    MOST = 1024
+    BUDGET = 8 * 1024 * 1024
+
+    def __init__(self, keys: Sequence[str], budget: int = BUDGET) -> None:
+        self.keys = list(keys)
+        self.budget = budget
+        self.next = self.FIRST
+        self.read = 0
+        self.bytes = 0
+
+    def __iter__(self) -> Iterator[list[str]]:
+        start = 0
+        while start < len(self.keys):
+            chunk = self.keys[start : start + self.next]
+            start += len(chunk)
+            yield chunk
+
+    def took(self, hashes: Sequence[Mapping[Any, Any]]) -> None:
+        """Note what a round trip brought back, to size the next one."""
+        self.read += len(hashes)
+        self.bytes += sum(len(k) + len(v) for h in hashes if h for k, v in h.items())
+        per_key = max(1, self.bytes // max(1, self.read))
+        self.next = max(1, min(self.MOST, self.budget // per_key))
 
 
 def check_keys(keys: Iterable[str]) -> list[str]:
@@ -201,23 +322,35 @@ class ClientBase:
     ) -> list[Put]:
         s = self.settings
         return prepare_trajectory(
-            ks, uid, session_id, outputs, sample, max_bytes=s.max_record_bytes, max_outputs=s.max_outputs
+            ks,
+            uid,
+            session_id,
+            outputs,
+            sample,
+            max_bytes=s.max_record_bytes,
+            max_outputs=s.max_outputs,
+            max_trajectory_bytes=s.max_trajectory_bytes,
         )
 
-    def _send_pipeline(self, ks: Keyspace, puts: list[Put]) -> tuple[Any, list[int]]:
-        """A pipeline holding one XADD per put, then one XLEN per shard touched; returns it and
-        those shards (the order of the XLEN replies after the ``len(puts)`` XADD replies).
+    def _send_pipeline(self, ks: Keyspace, puts: list[Put]) -> tuple[Any, list[int], bool]:
+        """A pipeline holding one XADD per put, then one XLEN per shard touched; returns it, those
+        shards (the order of the XLEN replies after the ``len(puts)`` XADD replies) and whether it is
+        a transaction.
 
-        One Redis, one shard: MULTI/EXEC, so a worker blocked in XREADGROUP wakes once with every
-        output instead of after the first XADD (one read + store round trip less).
+        The puts of one call all go to one shard (a trajectory's). On one Redis they go in MULTI/EXEC:
+        all or nothing (a refused XADD discards them all), and a worker blocked in XREADGROUP wakes once
+        with every output instead of after the first. redis-py's cluster client has no transactions:
+        there the pipeline is plain, and the caller deletes again the entries it added when one of
+        them is refused (:func:`split_replies`), so a failed call leaves nothing queued either way.
         """
         shards = sorted({p.shard for p in puts})
-        pipe = self.r.pipeline(transaction=not self.cluster and len(shards) == 1)
+        atomic = not self.cluster and len(shards) == 1
+        pipe = self.r.pipeline(transaction=atomic)
         for p in puts:
             pipe.xadd(ks.stream(p.shard), p.fields)
         for shard in shards:
             pipe.xlen(ks.stream(shard))
-        return pipe, shards
+        return pipe, shards, atomic
 
     def _reward_pipeline(self, ks: Keyspace, keys: list[str]) -> Any:
         """A pipeline holding one HGETALL per key's reward hash (parse the replies with parse_results)."""

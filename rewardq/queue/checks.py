@@ -1,10 +1,12 @@
 """Field checks shared by the producer (before encoding) and the worker (after decoding).
 
 One definition of what a record may hold, so a producer never sends what a worker of the same
-version refuses: names (:func:`check_name`), the output index (:func:`check_index`), finite
-numbers (:func:`check_score`, :func:`check_finite`) and the nested ``sample`` / ``extra_fields``
-values (:func:`check_value`, which mirrors the msgpack unpacker's limits below). Each raises
-:class:`~rewardq.errors.RecordError` naming the field.
+version refuses: names, counted in bytes as Redis counts them (:func:`check_name`), the output
+index (:func:`check_index`), the response mask (:func:`check_mask`), finite numbers
+(:func:`check_score`, :func:`check_finite`), the nested ``sample`` / ``extra_fields`` values
+(:func:`check_value`, which mirrors the msgpack unpacker's limits below), a record map without a
+field given twice (:func:`check_unique_fields`) and a trajectory's total size
+(:func:`check_trajectory_bytes`). Each raises :class:`~rewardq.errors.RecordError` naming the field.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import msgpack
 import numpy as np
 
 from rewardq import defaults
-from rewardq.errors import RecordError
+from rewardq.errors import RecordError, TrajectoryTooLarge
 
 DEFAULT_MAX_OUTPUTS = defaults.MAX_OUTPUTS
 #: Longest list and largest map the decoder unpacks (msgpack's ``max_array_len`` / ``max_map_len``).
@@ -36,17 +38,26 @@ def check_finite(arr: np.ndarray) -> None:
 def check_name(value: Any, name: str) -> str:
     """Validate a ``uid`` or ``session_id`` (an int is taken as its decimal text).
 
-    Both are non-empty UTF-8 text without newlines or NUL, at most ``MAX_UID_CHARS`` /
-    ``MAX_SESSION_ID_CHARS`` long; a ``session_id`` holds no ``_``, so keys parse from the right.
+    Both are non-empty UTF-8 text without newlines or NUL, at most ``MAX_UID_BYTES`` /
+    ``MAX_SESSION_ID_BYTES`` bytes of UTF-8 long (Redis counts key lengths in bytes, and so does
+    every limit on a key, at both ends); a ``session_id`` holds no ``_``, so keys parse from the right.
     """
     if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
         raise RecordError(name, f"must be a string, got {type(value).__name__}")
     value = str(value)
     if not value:
         raise RecordError(name, "must not be empty")
-    limit = defaults.MAX_SESSION_ID_CHARS if name == "session_id" else defaults.MAX_UID_CHARS
-    if len(value) > limit:
-        raise RecordError(name, f"is {len(value)} characters long; at most {limit} are allowed")
+    limit = defaults.MAX_SESSION_ID_BYTES if name == "session_id" else defaults.MAX_UID_BYTES
+    if len(value) > limit:  # at least that many bytes: refused without encoding a huge value
+        raise RecordError(name, f"is {len(value)} characters long; at most {limit} bytes of UTF-8 are allowed")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise RecordError(name, "must be valid UTF-8 text (it holds a lone surrogate)") from None
+    if size > limit:
+        raise RecordError(
+            name, f"is {size} bytes of UTF-8 ({len(value)} characters); at most {limit} bytes are allowed"
+        )
     if any(c in value for c in "\r\n\x00"):
         raise RecordError(name, "must not contain newlines or NUL characters")
     if name == "session_id" and "_" in value:
@@ -55,11 +66,26 @@ def check_name(value: Any, name: str) -> str:
             f"{value!r} contains '_'; session ids may not (keys are <uid>_<session_id>_<index> and "
             "parse from the right, so '_' would let two trajectories share a key). Use e.g. '-'",
         )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RecordError(name, "must be valid UTF-8 text (it holds a lone surrogate)") from None
     return value
+
+
+def check_mask(arr: np.ndarray, n: int) -> np.ndarray:
+    """Validate a ``response_mask`` against a response of ``n`` tokens: ``n`` values, each 0 or 1.
+
+    The producer checks it before encoding and the worker after decoding (a raw ``XADD`` may carry
+    a mask of 2, 7 or -1), so both ends refuse the same masks. Returns the mask as uint8.
+    """
+    if arr.shape[0] != n:
+        raise RecordError("response_mask", f"has {arr.shape[0]} entries but response_ids has {n}")
+    if arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi > 1:
+            bad = hi if hi > 1 else lo
+            raise RecordError(
+                "response_mask",
+                f"holds {bad}; it must hold only 0 (tool/observation token) and 1 (model token)",
+            )
+    return arr.astype(np.uint8, copy=False)
 
 
 def check_index(value: Any, max_outputs: int = DEFAULT_MAX_OUTPUTS) -> int:
@@ -149,3 +175,47 @@ def check_dict(value: Any, name: str) -> dict[str, Any]:
             raise RecordError(name, f"keys must be strings, got {type(k).__name__} key {k!r}")
     check_value(value, name)
     return dict(value)
+
+
+def map_header_size(data: bytes | bytearray | memoryview) -> int | None:
+    """The entry count a msgpack map declares in its header (None when ``data`` is no map)."""
+    if not data:
+        return None
+    first = data[0]
+    if 0x80 <= first <= 0x8F:
+        return first & 0x0F
+    if first == 0xDE and len(data) >= 3:
+        return int.from_bytes(bytes(data[1:3]), "big")
+    if first == 0xDF and len(data) >= 5:
+        return int.from_bytes(bytes(data[1:5]), "big")
+    return None
+
+
+def check_unique_fields(data: bytes | bytearray | memoryview, decoded: Mapping[str, Any]) -> None:
+    """Refuse a record map that holds a field twice (``uid`` twice, say).
+
+    msgpack keeps the last of two equal keys, and a reader that stops at the first one (the
+    worker's :func:`~rewardq.queue.codec.peek_identity`, or another language's decoder) would see
+    another record: the record is ambiguous, so it is refused whole. Costs O(1): the header's count
+    against the decoded map's size.
+    """
+    declared = map_header_size(data)
+    if declared is not None and declared != len(decoded):
+        raise RecordError(
+            "<record>",
+            f"the record map declares {declared} fields but holds {len(decoded)} distinct ones: a field "
+            "is given twice, so the record is ambiguous (which uid, which index?); send each field once",
+        )
+
+
+def check_trajectory_bytes(total: int, limit: int, n: int, *, counted: int | None = None) -> None:
+    """Refuse a trajectory whose ``n`` encoded records total more than ``max_trajectory_bytes``
+    (:class:`~rewardq.errors.TrajectoryTooLarge`, a RecordError for the field ``outputs``).
+    ``counted``: how many of the ``n`` records ``total`` covers (a producer stops encoding at the
+    first that takes it over)."""
+    if total > limit:
+        which = f"its {n} outputs encode" if counted in (None, n) else f"the first {counted} of its {n} outputs encode"
+        raise TrajectoryTooLarge(
+            f"{which} to {total:,} bytes, over max_trajectory_bytes={limit:,}; "
+            "send fewer or shorter outputs, or raise max_trajectory_bytes on producers and workers"
+        )

@@ -44,8 +44,10 @@ from rewardq.queue.checks import (
     check_dict,
     check_finite,
     check_index,
+    check_mask,
     check_name,
     check_score,
+    check_unique_fields,
 )
 from rewardq.queue.keys import output_key, trajectory_id
 
@@ -158,12 +160,19 @@ def _as_mask(value: Any, n: int) -> np.ndarray | None:
         packed = _packed_list(value, "B", "u1")
         if packed is not None and packed.shape[0] == n and (n == 0 or int(packed.max()) <= 1):
             return packed
-    arr = as_id_array(value, "response_mask")
-    if arr.shape[0] != n:
-        raise RecordError("response_mask", f"has {arr.shape[0]} entries but response_ids has {n}")
-    if arr.size and int(arr.max()) > 1:
-        raise RecordError("response_mask", "must hold only 0 (tool/observation token) and 1 (model token)")
-    return arr.astype(np.uint8)
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise RecordError("response_mask", f"cannot be read as an array of 0/1 values ({exc})") from None
+    if arr.size == 0:
+        arr = np.zeros(0, dtype=np.uint8)
+    if arr.ndim != 1:
+        raise RecordError("response_mask", f"expected a 1-D sequence of 0/1 values, got shape {tuple(arr.shape)}")
+    if arr.dtype != np.bool_ and not np.issubdtype(arr.dtype, np.integer):
+        raise RecordError("response_mask", f"expected integer 0/1 values, got {arr.dtype} values")
+    return check_mask(arr.astype(np.int64, copy=False) if arr.dtype == np.bool_ else arr, n)
 
 
 def _as_logprobs(value: Any, n: int) -> np.ndarray | None:
@@ -376,6 +385,7 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
         raise RecordError("<record>", f"not a valid msgpack record ({type(exc).__name__}: {exc})") from None
     if not isinstance(d, dict):
         raise RecordError("<record>", f"expected a msgpack map, got {type(d).__name__}")
+    check_unique_fields(data, d)
     version = d.get("v")
     if version != SCHEMA_VERSION:
         raise RecordError(
@@ -399,8 +409,8 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
                 raise RecordError(name, f"token id {lo} is negative")
             raise RecordError(name, f"token id {hi} is out of range for a vocabulary of {vocab_size}")
     mask = _array(d, "response_mask", ("u", "i"), required=False)
-    if mask is not None and mask.shape[0] != response.shape[0]:
-        raise RecordError("response_mask", f"has {mask.shape[0]} entries but response_ids has {response.shape[0]}")
+    if mask is not None:
+        mask = check_mask(mask, response.shape[0])
     logprobs = _array(d, "response_logprobs", ("f",), required=False)
     if logprobs is not None and logprobs.shape[0] != response.shape[0]:
         raise RecordError(
@@ -447,7 +457,9 @@ def peek_identity(data: Any) -> tuple[str, str, int] | None:
 
     Lets the worker write an error result for the keys of a rejected record. The uid and
     session id must pass :func:`check_name`; an index that is not a non-negative integer is
-    given as -1 (unknown). Returns None when even the names cannot be read. Only the first
+    given as -1 (unknown). Returns None when even the names cannot be read, or when the record
+    gives one of them twice with two values (it names two keys: the caller then answers the key
+    the stream entry names, if any, rather than guess). Only the first
     :data:`PEEK_BYTES` bytes are looked at (the encoder writes the identity first), so an
     oversize or hostile record costs no more than that to peek at.
     """
@@ -457,14 +469,18 @@ def peek_identity(data: Any) -> tuple[str, str, int] | None:
         )
         unpacker.feed(bytes(memoryview(data)[:PEEK_BYTES]))
         found: dict[str, Any] = {}
-        for _ in range(min(unpacker.read_map_header(), 32)):
-            name = unpacker.unpack()
-            if name in ("uid", "session_id", "index"):
-                found[name] = unpacker.unpack()
-                if len(found) == 3:
-                    break
-            else:
-                unpacker.skip()
+        try:
+            for _ in range(min(unpacker.read_map_header(), 32)):
+                name = unpacker.unpack()
+                if name in ("uid", "session_id", "index"):
+                    value = unpacker.unpack()
+                    if name in found and found[name] != value:
+                        return None  # the field twice, with two values: no identity can be trusted
+                    found[name] = value
+                else:
+                    unpacker.skip()
+        except msgpack.OutOfData:  # past the peeked bytes (token ids): what was read is the identity
+            pass
         uid, sid, idx = found["uid"], found["session_id"], found.get("index")
         if not isinstance(uid, str) or not isinstance(sid, str):
             return None

@@ -131,11 +131,22 @@ def refusals_named(namespace: str, url: str) -> Iterator[None]:
         raise permission_error(exc, namespace, url) from None
 
 
-def permission_error(exc: Exception, namespace: str, url: str) -> RedisPermissionError:
-    """One line for a Redis ACL refusal (``NOPERM``): what was refused, and what to grant."""
+def client_user(client: Any) -> str:
+    """The ACL user a client connects as (``default`` when it gives none)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None and hasattr(client, "get_default_node"):  # a cluster client: its nodes share the user
+        node = client.get_default_node()
+        pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", {}) or {}
+    return str(kwargs.get("username") or "default")
+
+
+def permission_error(exc: Exception, namespace: str, url: str, *, user: str | None = None) -> RedisPermissionError:
+    """One line for a Redis ACL refusal (``NOPERM``): what was refused, and what to grant.
+    ``user``: the ACL user, when the URL is not at hand (a producer's client)."""
     from urllib.parse import unquote, urlsplit
 
-    user = unquote(urlsplit(split_cluster(url)[0]).username or "") or "default"
+    user = user or unquote(urlsplit(split_cluster(url)[0]).username or "") or "default"
     detail = str(exc).strip() or type(exc).__name__
     detail = detail if detail.startswith("NOPERM") else f"NOPERM {detail}"  # redis-py drops the prefix
     return RedisPermissionError(

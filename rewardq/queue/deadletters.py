@@ -1,16 +1,19 @@
 """Dead letters: list, show, retry and purge them (what ``rewardq dead-letters`` runs).
 
-A dead letter is an entry of a shard's ``<ns>:{s}:dead`` stream. Its fields: ``kind``
-(``invalid`` undecodable or invalid record; ``conflict`` contradicting records; ``scoring``
-the manager failed; ``crashed`` its scoring took the worker process down ``max_crashes``
-times while scored alone; ``exhausted`` delivered ``max_deliveries`` times; ``incomplete``
-outputs never arrived), ``reason``, ``traceback``, ``tid``, ``key``, ``entry_id``, ``deliveries``,
-``worker``, ``time``, ``ts`` and ``data`` (the raw record, when there was one).
+A dead letter is an entry of a shard's ``<ns>:{s}:dead`` stream. Its fields: ``kind`` (a
+:class:`~rewardq.queue.states.DeadLetterKind`: ``invalid`` undecodable or invalid record;
+``conflict`` contradicting records; ``scoring`` the manager failed; ``crashed`` its scoring took
+the worker process down ``max_crashes`` times while scored alone; ``exhausted`` delivered
+``max_deliveries`` times; ``incomplete`` outputs never arrived), ``reason``, ``traceback``,
+``tid``, ``key``, ``entry_id``, ``deliveries``, ``worker``, ``time``, ``ts`` and ``data`` (the
+raw record, when there was one).
 
 **Retry** puts a dead letter back to work: the trajectory it names is reopened (its error
-results are deleted, its stored outputs kept) and the raw record is added to the stream again,
-so a worker re-assembles and re-scores it — after you fixed the scorer, raised a limit or
-upgraded the workers. An ``incomplete`` trajectory is reopened to wait for its missing outputs
+results are deleted, the records workers kept with ``keep_records`` restored) and the raw record is
+added to the stream again, so a worker re-assembles and re-scores it — after you fixed the scorer,
+raised a limit or upgraded the workers. Records are deleted when a trajectory ends, so without
+kept records a trajectory of several outputs waits for its other outputs (retry says so: put the
+trajectory again). An ``incomplete`` trajectory is reopened to wait for its missing outputs
 for another ``incomplete_timeout``. The dead letter is removed once it has been put back.
 """
 
@@ -26,24 +29,50 @@ from rewardq.queue.codec import peek_identity
 from rewardq.queue.keys import Keyspace, parse_key
 from rewardq.queue.results import as_text
 
-#: Lua: reopen a finished trajectory so that a retried record is scored again.
+#: Lua: reopen a finished trajectory so that a retried record is scored again. Its kept records
+#: (``records``, kept ``keep_records`` seconds) come back by one RENAME: the trajectory hash's own
+#: fields (at most 2 * max_outputs + 32 small ones) are copied into the records hash, which then
+#: replaces it; no record byte is copied.
 #: Budget: deletes at most max_outputs (ARGV[4]) result keys, whatever the hash's ``n`` says.
+#: Returns {results cleared, records restored, outputs the trajectory has (0: unknown)}, or -1.
 _REOPEN = """
-local traj, waiting, rprefix, tid, deadline = KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local traj, waiting, records = KEYS[1], KEYS[2], KEYS[3]
+local rprefix, tid, deadline = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_out = tonumber(ARGV[4])
 if redis.call('EXISTS', traj) == 0 then return -1 end
 local n = math.min(tonumber(redis.call('HGET', traj, 'n') or '0') or 0, max_out)
 for i = 0, n - 1 do redis.call('DEL', rprefix .. tid .. '_' .. i) end
+local restored = 0
+if redis.call('EXISTS', records) == 1 and redis.call('HLEN', traj) <= 2 * max_out + 32 then
+  local names = redis.call('HKEYS', traj)
+  local values = {}
+  for a = 1, #names, 1000 do
+    for _, v in ipairs(redis.call('HMGET', traj, unpack(names, a, math.min(#names, a + 999)))) do
+      values[#values + 1] = v
+    end
+  end
+  local pairs_ = {}
+  for j = 1, #names do
+    if string.sub(names[j], 1, 2) ~= 'o:' then
+      pairs_[#pairs_ + 1] = names[j]
+      pairs_[#pairs_ + 1] = values[j]
+    end
+  end
+  restored = math.min(redis.call('HLEN', records), max_out)
+  for a = 1, #pairs_, 1000 do redis.call('HSET', records, unpack(pairs_, a, math.min(#pairs_, a + 999))) end
+  redis.call('RENAME', records, traj)
+else
+  redis.call('HSET', traj, 'bytes', 0)
+end
 redis.call('HDEL', traj, 'status', 'error', 'done_at', 'n', 'worker', 'lease', 'lease_until', 'acks',
-           'attempts', 'solo')
-redis.call('HSET', traj, 'state', 'collecting')
+           'attempts', 'solo', 'unfinished', 'last_failure', 'handbacks')
+redis.call('HSET', traj, 'state', 'collecting', 'stored', restored)
 redis.call('PERSIST', traj)
 local final = redis.call('HGET', traj, 'final')
-local stored = tonumber(redis.call('HGET', traj, 'stored') or '0')
-if not (final and stored == tonumber(final) + 1) then
+if not (final and restored == tonumber(final) + 1) then
   redis.call('ZADD', waiting, deadline, tid)
 end
-return n
+return {n, restored, final and (tonumber(final) + 1) or 0}
 """
 
 
@@ -96,7 +125,7 @@ class DeadLetters:
         client: Any,
         ks: Keyspace,
         *,
-        incomplete_timeout: float = 600.0,
+        incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT,
         max_outputs: int = defaults.MAX_OUTPUTS,
     ) -> None:
         self.r = client
@@ -154,16 +183,19 @@ class DeadLetters:
             shard = self.ks.shard_of(tid)
             reopened = self.r.eval(
                 _REOPEN,
-                2,
+                3,
                 self.ks.traj(shard, tid),
                 self.ks.waiting(shard),
+                self.ks.records(shard, tid),
                 self.ks.reward_prefix(shard),
                 tid,
                 time.time() + self.incomplete_timeout,
                 self.max_outputs,
             )
-            if int(reopened) >= 0:
-                actions.append(f"reopened {tid} ({int(reopened)} results cleared)")
+            if reopened != -1:
+                cleared, restored, outputs = (int(x) for x in reopened)
+                actions.append(f"reopened {tid} ({cleared} results cleared)")
+                actions.extend(_records_note(outputs, restored, bool(data)))
         else:
             shard = dl.shard
         if data:
@@ -182,3 +214,16 @@ class DeadLetters:
         for d in targets:
             self.r.xdel(self.ks.dead(d.shard), d.id)
         return len(targets)
+
+
+def _records_note(outputs: int, restored: int, requeued: bool) -> list[str]:
+    """What a retry says about the trajectory's records: which came back, which the producer must
+    put again (records are deleted when a trajectory ends, unless workers keep them)."""
+    if restored:
+        return [f"{restored} kept record(s) restored"]
+    if outputs > 1 or (outputs == 0 and not requeued):
+        return [
+            "its other outputs' records were not kept (workers delete them when a trajectory ends unless "
+            "--keep-records is set): put the trajectory again, or it ends as incomplete after incomplete_timeout"
+        ]
+    return []

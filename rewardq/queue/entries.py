@@ -32,10 +32,14 @@ class Entry:
 
     @property
     def key(self) -> str:
-        """The entry's ``key`` field as text, cut to :data:`~rewardq.defaults.MAX_KEY_CHARS` + 1
-        characters (a longer one is never a valid key, and must not be copied around whole)."""
+        """The entry's ``key`` field as text, cut to :data:`~rewardq.defaults.MAX_KEY_BYTES` + 1
+        bytes (a longer one is never a valid key, and must not be copied around whole). Limits on
+        keys count bytes, as Redis does, so a valid key is never cut; a cut one stays too long
+        to be taken for a valid key."""
         raw = self.fields.get(b"key", b"")
-        return as_text(raw[: defaults.MAX_KEY_CHARS + 1] if isinstance(raw, (bytes, bytearray)) else raw)
+        if isinstance(raw, (bytes, bytearray)):
+            return as_text(raw[: defaults.MAX_KEY_BYTES + 1])
+        return as_text(raw)[: defaults.MAX_KEY_BYTES + 1]
 
     @property
     def ts(self) -> float:

@@ -12,23 +12,38 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  record of output i, ``h:<i>`` a digest of it (kept
                                                  after scoring, to tell a redelivery from a different
                                                  record), ``final`` the final index, ``hi`` the
-                                                 highest stored index, ``acks`` entry ids to
+                                                 highest stored index, ``bytes`` the stored
+                                                 records' size (at most max_trajectory_bytes),
+                                                 ``attempts``/``solo``/``unfinished``/
+                                                 ``last_failure``/``handbacks`` (scoring attempts
+                                                 and how the unfinished ones ended), ``acks``
+                                                 entry ids to
                                                  acknowledge at commit (at most max_outputs + 16),
                                                  ``whole`` (entry ids, when all outputs arrived in one
                                                  read and the records stay in the stream until the
                                                  commit), ``state`` (collecting|done), ``first_seen``,
                                                  ``last_seen``, ``lease``/``lease_until`` while scored,
-                                                 ``worker`` and ``done_at`` once scored.  Payloads are
-                                                 dropped when done; the rest expires with results.
+                                                 ``worker``, ``status``, ``error``, ``done_at`` and
+                                                 ``n`` once it ended.  Records (``o:<i>``) are deleted
+                                                 when it ends, scored or failed (or moved to
+                                                 ``records`` with keep_records); the rest expires
+                                                 with the results.
     rewardq:{s0}:reward:<uid>_<session_id>_<i>
                                          HASH    the result of one output key, all readable text:
                                                  ``status`` (ok|error), ``reward_score``,
                                                  ``reward_extra_info`` (JSON), ``error``, ``worker``,
                                                  ``manager``, ``scored_at``, ``latency_ms``
     rewardq:{s0}:records:<uid>_<session_id>
-                                         HASH    the stored outputs of a scored trajectory, kept for
-                                                 ``rewardq inspect`` only when ``keep_records`` > 0
-                                                 (seconds; off by default: it costs memory)
+                                         HASH    the stored outputs (``o:<i>``) of an ended trajectory,
+                                                 scored or failed, kept for ``rewardq inspect`` and
+                                                 ``rewardq dead-letters retry`` only when
+                                                 ``keep_records`` > 0, and only for that many seconds
+                                                 (off by default: it costs memory)
+    rewardq:{s0}:staged:<uid>_<session_id>:<token>:<i>
+                                         HASH    one key's result while a trajectory too large for one
+                                                 commit script is committed in chunks; renamed to its
+                                                 ``reward`` key by the last chunk, which also acks
+                                                 (expires after a few minutes if the worker died)
     rewardq:{s0}:waiting                 ZSET    trajectories still collecting outputs, scored by the
                                                  time they expire (last_seen + incomplete_timeout)
     rewardq:{s0}:done                    STREAM  one entry per finished trajectory (``tid``, ``n``,
@@ -95,16 +110,23 @@ def parse_key(key: str) -> tuple[str, str, str] | None:
     """``(uid, session_id, index_digits)`` of a well-formed output key, else None.
 
     Strict: the index is canonical decimal digits (``0``, ``17``; not ``007``), uid and session
-    id are non-empty, and the whole key is at most ``MAX_KEY_CHARS`` long. Used to answer for a
+    id are non-empty, and the whole key is at most ``MAX_KEY_BYTES`` bytes of UTF-8 long (its uid
+    and session id within their own byte limits, as the producer checks them). Used to answer for a
     stream entry whose record cannot be read, by the key the entry names.
     """
-    if not isinstance(key, str) or len(key) > defaults.MAX_KEY_CHARS:
+    if not isinstance(key, str) or len(key) > defaults.MAX_KEY_BYTES:
+        return None
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+    if size > defaults.MAX_KEY_BYTES:
         return None
     tid, sep, idx = key.rpartition("_")
     uid, sep2, sid = tid.rpartition("_")
     if not (sep and sep2 and uid and sid and idx.isascii() and idx.isdigit()) or idx != str(int(idx)):
         return None
-    if len(uid) > defaults.MAX_UID_CHARS or len(sid) > defaults.MAX_SESSION_ID_CHARS:
+    if len(uid.encode("utf-8")) > defaults.MAX_UID_BYTES or len(sid.encode("utf-8")) > defaults.MAX_SESSION_ID_BYTES:
         return None
     return uid, sid, idx
 
@@ -136,7 +158,7 @@ class Keyspace:
     """
 
     namespace: str = defaults.NAMESPACE
-    shards: int = 1
+    shards: int = defaults.SHARDS
     group: str = defaults.GROUP
     _tags: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
@@ -182,6 +204,13 @@ class Keyspace:
 
     def records(self, shard: int, tid: str) -> str:
         return f"{self._p(shard)}:records:{tid}"
+
+    def records_prefix(self, shard: int) -> str:
+        return f"{self._p(shard)}:records:"
+
+    def staged(self, shard: int, tid: str, token: str) -> str:
+        """The prefix of one chunked commit's staged results (``<prefix><i>`` for key ``i``)."""
+        return f"{self._p(shard)}:staged:{tid}:{token}:"
 
     def waiting(self, shard: int) -> str:
         return f"{self._p(shard)}:waiting"

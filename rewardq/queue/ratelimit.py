@@ -71,6 +71,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError
 from rewardq.queue import scripts
 from rewardq.queue.retry import script_call
@@ -130,11 +131,11 @@ class _LimiterBase:
         self,
         max_rpm: float | None = None,
         max_tpm: float | None = None,
-        max_concurrent: int | None = 1,
-        lease_seconds: float = 30.0,
+        max_concurrent: int | None = defaults.RATE_LIMITED_MAX_CONCURRENT,
+        lease_seconds: float = defaults.RATE_LIMIT_LEASE_SECONDS,
         *,
-        jitter: float = 0.1,
-        max_poll: float = 0.5,
+        jitter: float = defaults.RATE_LIMIT_JITTER,
+        max_poll: float = defaults.RATE_LIMIT_MAX_POLL,
         holder_prefix: str | None = None,
     ) -> None:
         for name, value in (("max_rpm", max_rpm), ("max_tpm", max_tpm)):

@@ -12,35 +12,29 @@ Everything in the hash is readable text, so ``redis-cli HGETALL`` shows it as is
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUS_OK = "ok"
-STATUS_ERROR = "error"
+from rewardq.errors import ResultError
+from rewardq.queue.extra_info import encode_extra_info
+from rewardq.queue.states import ResultStatus
+from rewardq.queue.text import reason_text, utf8
+
+#: The two statuses by their older names (:class:`~rewardq.queue.states.ResultStatus`).
+STATUS_OK = ResultStatus.OK
+STATUS_ERROR = ResultStatus.ERROR
+#: The fields of a result hash, in the order the ``commit`` script receives their values.
+RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager", "scored_at", "latency_ms")
+#: Bytes the field names of one result hash take (counted in a result's size, as Redis stores them).
+_NAMES_BYTES = sum(len(f) for f in RESULT_FIELDS)
+#: What :meth:`RewardResult.to_hash` allows when no limit is given (the worker always gives one).
+_UNBOUNDED = 2**62
 
 
 def as_text(value: Any) -> str:
     """A Redis reply value as text (bytes decoded as UTF-8, undecodable bytes replaced)."""
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
-
-
-def to_jsonable(value: Any) -> Any:
-    """Plain-JSON copy of a reward_extra_info value (numpy / torch scalars become numbers)."""
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if hasattr(value, "tolist"):  # numpy / torch scalars and arrays
-        return to_jsonable(value.tolist())
-    if hasattr(value, "item"):
-        return to_jsonable(value.item())
-    return str(value)
 
 
 @dataclass
@@ -49,7 +43,7 @@ class RewardResult:
 
     Attributes:
         key: ``<uid>_<session_id>_<i>``.
-        status: ``"ok"`` or ``"error"``.
+        status: a :class:`~rewardq.queue.states.ResultStatus` (``"ok"`` or ``"error"``).
         reward_score: the reward (a plain float), None for errors.
         reward_extra_info: the manager's extra metrics (``acc``, ``pred``, ...); for
             errors ``{"error": reason}`` so downstream filters never meet a missing dict.
@@ -70,23 +64,29 @@ class RewardResult:
     def ok(self) -> bool:
         return self.status == STATUS_OK
 
-    def extra_info_json(self) -> str:
-        """``reward_extra_info`` as stored: compact JSON of :func:`to_jsonable`."""
-        return json.dumps(to_jsonable(self.reward_extra_info), ensure_ascii=False, separators=(",", ":"))
+    def extra_info_json(self, limit: int = _UNBOUNDED) -> bytes:
+        """``reward_extra_info`` as stored: compact JSON in UTF-8 (see :mod:`rewardq.queue.extra_info`);
+        raises :class:`~rewardq.errors.ResultError` when it cannot be stored or is over ``limit`` bytes."""
+        return encode_extra_info(self.reward_extra_info, limit)
 
-    def to_hash(self, extra_info_json: str | None = None) -> dict[str, str]:
-        """The fields written to Redis (all text). ``extra_info_json``: :meth:`extra_info_json`,
-        when the caller already has it (one dict shared by every key of a trajectory)."""
-        return {
-            "status": self.status,
-            "reward_score": "" if self.reward_score is None else repr(float(self.reward_score)),
-            "reward_extra_info": self.extra_info_json() if extra_info_json is None else extra_info_json,
-            "error": self.error or "",
-            "worker": self.worker,
-            "manager": self.manager,
-            "scored_at": f"{self.scored_at:.6f}",
-            "latency_ms": "" if self.latency_ms is None else f"{self.latency_ms:.3f}",
-        }
+    def row(self, extra_info_json: bytes | None = None) -> list[bytes]:
+        """The values of :data:`RESULT_FIELDS`, as written to Redis (UTF-8 text; a lone surrogate in a
+        name or reason becomes U+FFFD, so no string can fail the commit). ``extra_info_json``:
+        :meth:`extra_info_json`, when the caller already has it (one dict shared by every key)."""
+        return [
+            self.status.encode(),
+            b"" if self.reward_score is None else repr(float(self.reward_score)).encode(),
+            self.extra_info_json() if extra_info_json is None else extra_info_json,
+            reason_text(self.error).encode() if self.error else b"",
+            utf8(self.worker),
+            utf8(self.manager),
+            f"{self.scored_at:.6f}".encode(),
+            b"" if self.latency_ms is None else f"{self.latency_ms:.3f}".encode(),
+        ]
+
+    def to_hash(self, extra_info_json: bytes | None = None) -> dict[str, str]:
+        """The fields written to Redis, as text (:meth:`row` by field name)."""
+        return {f: v.decode() for f, v in zip(RESULT_FIELDS, self.row(extra_info_json))}
 
     @classmethod
     def from_hash(cls, key: str, h: Mapping[Any, Any]) -> RewardResult:
@@ -102,7 +102,7 @@ class RewardResult:
             extra = {"raw": d.get("reward_extra_info")}
         return cls(
             key=key,
-            status=d.get("status", STATUS_ERROR),
+            status=_status(d.get("status")),
             reward_score=float(score) if score else None,
             reward_extra_info=extra,
             error=d.get("error") or None,
@@ -126,6 +126,14 @@ class RewardResult:
         }
 
 
+def _status(text: str | None) -> str:
+    """A stored status as its :class:`ResultStatus` (an unknown word is kept as it is)."""
+    try:
+        return ResultStatus(text or ResultStatus.ERROR)
+    except ValueError:
+        return str(text)
+
+
 def same_fields(a: RewardResult, b: RewardResult) -> bool:
     """Whether ``a`` and ``b`` store the same hash fields (their keys aside): the same values
     and the very same extra-info dict, as when one manager result is copied to every key."""
@@ -139,3 +147,77 @@ def same_fields(a: RewardResult, b: RewardResult) -> bool:
         and a.scored_at == b.scored_at
         and a.latency_ms == b.latency_ms
     )
+
+
+@dataclass
+class EncodedResults:
+    """A trajectory's results, checked and encoded for the ``commit`` script (:func:`encode_results`).
+
+    Attributes:
+        results: the results, one per output key in index order.
+        rows: the field values (:data:`RESULT_FIELDS` order) of each distinct row: one row for every
+            key when every key gets the same result (``shared``), else one per key.
+        sizes: the bytes each row takes in Redis (field names and values).
+    """
+
+    results: Sequence[RewardResult]
+    rows: list[list[bytes]]
+    sizes: list[int]
+
+    @property
+    def n(self) -> int:
+        return len(self.results)
+
+    @property
+    def shared(self) -> bool:
+        return len(self.rows) == 1 and self.n > 1
+
+    def size_of(self, i: int) -> int:
+        """Bytes key ``i``'s result takes in Redis."""
+        return self.sizes[0 if len(self.rows) == 1 else i]
+
+    @property
+    def written_bytes(self) -> int:
+        """Bytes the commit writes: every key's result."""
+        return self.sizes[0] * self.n if len(self.rows) == 1 else sum(self.sizes)
+
+
+def encode_results(results: Sequence[RewardResult], max_result_bytes: int) -> EncodedResults:
+    """Check and encode a trajectory's results once, before its commit.
+
+    When every key gets the same result (a manager's one dict copied to every key, the built-in
+    managers' case) it is encoded once. Per-output results sharing one extra-info dict encode it
+    once too. Raises :class:`~rewardq.errors.ResultError` naming the key when a result cannot be
+    stored (see :mod:`rewardq.queue.extra_info`) or takes more than ``max_result_bytes``: only
+    that trajectory fails, never the commits it would have been sent with.
+    """
+    if not results:
+        raise ValueError("a trajectory has at least one result")
+    first = results[0]
+    distinct = results[:1] if all(same_fields(first, r) for r in results[1:]) else results
+    rows: list[list[bytes]] = []
+    sizes: list[int] = []
+    encoded: dict[int, bytes] = {}  # per-output results may still share one extra-info dict
+    for r in distinct:
+        whose = (
+            r.key
+            if len(distinct) > 1 or len(results) == 1
+            else f"all {len(results)} keys of {r.key.rpartition('_')[0]}"
+        )
+        js = encoded.get(id(r.reward_extra_info))
+        if js is None:
+            try:
+                js = encoded[id(r.reward_extra_info)] = r.extra_info_json(max_result_bytes)
+            except ResultError as exc:
+                raise ResultError(f"the result of {whose} cannot be stored: {exc}") from None
+        row = r.row(js)
+        size = _NAMES_BYTES + sum(len(v) for v in row)
+        if size > max_result_bytes:
+            raise ResultError(
+                f"the result of {whose} is {size:,} bytes ({len(js):,} of them reward_extra_info), "
+                f"over max_result_bytes={max_result_bytes:,}; return less reward_extra_info, or raise "
+                "max_result_bytes on the workers"
+            )
+        rows.append(row)
+        sizes.append(size)
+    return EncodedResults(results, rows, sizes)

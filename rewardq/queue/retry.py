@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import random
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -56,6 +55,8 @@ from redis.exceptions import AuthenticationError, BusyLoadingError, ResponseErro
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry as _SyncRetryBase
+
+from rewardq.backoff import compute_backoff
 
 #: Re-sends of one command after its first try.
 RETRIES = 8
@@ -87,9 +88,9 @@ def script_call() -> Iterator[None]:
 
 def backoff_delay(failures: int, *, base: float = BASE, cap: float = CAP) -> float:
     """The pause after the ``failures``-th failure in a row: ``min(cap, base * 2**(failures-1))``,
-    with equal jitter (half fixed, half random) so that many clients do not reconnect in step."""
-    step = min(cap, base * 2 ** max(0, failures - 1))
-    return step / 2 + random.uniform(0, step / 2)
+    with equal jitter (half fixed, half random) so that many clients do not reconnect in step
+    (:func:`rewardq.backoff.compute_backoff`)."""
+    return compute_backoff(failures, base=base, cap=cap, jitter=0.5)
 
 
 def may_resend(error: BaseException, *, failures: int, attempt_s: float, deadline: float, script: bool) -> bool:

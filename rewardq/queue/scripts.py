@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-NAMES = ("store", "commit", "fail", "expire", "renew", "release", "claimable", "claim")
+NAMES = ("store", "commit", "fail", "expire", "renew", "release", "claimable", "claim", "unfinished")
 #: Scripts that run on their own, without ``common.lua``.
 STANDALONE = ("ratelimit",)
 

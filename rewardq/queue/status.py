@@ -148,7 +148,9 @@ def _missing(h: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
     return have, missing, final_i
 
 
-def waiting_status(r: Any, ks: Keyspace, limit: int = 20, now: float | None = None) -> list[dict[str, Any]]:
+def waiting_status(
+    r: Any, ks: Keyspace, limit: int = defaults.STATUS_WAITING_LIMIT, now: float | None = None
+) -> list[dict[str, Any]]:
     """Trajectories still collecting outputs, oldest first, with what they are waiting for."""
     now = time.time() if now is None else now
     items = []
@@ -183,7 +185,9 @@ def waiting_status(r: Any, ks: Keyspace, limit: int = 20, now: float | None = No
     return items[:limit]
 
 
-def recent_activity(r: Any, ks: Keyspace, window: float = 60.0, now: float | None = None) -> dict[str, Any]:
+def recent_activity(
+    r: Any, ks: Keyspace, window: float = defaults.STATUS_RATE_WINDOW, now: float | None = None
+) -> dict[str, Any]:
     """Finished trajectories in the last ``window`` seconds: rate, errors, latency p50/p99."""
     now = time.time() if now is None else now
     start = f"{int((now - window) * 1000)}-0"
@@ -206,7 +210,7 @@ def recent_activity(r: Any, ks: Keyspace, window: float = 60.0, now: float | Non
     }
 
 
-def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = 20) -> dict[str, Any]:
+def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = defaults.STATUS_WAITING_LIMIT) -> dict[str, Any]:
     """Everything ``rewardq status`` shows, as one dict."""
     now = time.time()
     dead_by_kind: dict[str, int] = {}
@@ -236,7 +240,7 @@ def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = 20) -> dict[st
 
 
 def inspect_trajectory(
-    r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, preview_chars: int = 200
+    r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, preview_chars: int = defaults.INSPECT_PREVIEW_CHARS
 ) -> dict[str, Any]:
     """One key (``<uid>_<sid>_<i>``) or trajectory (``<uid>_<sid>``): records, state, rewards.
 
@@ -309,6 +313,6 @@ def inspect_trajectory(
         "records_kept": bool(kept),
         "records_note": None
         if payloads or state != "done"
-        else "records are dropped once scored; start workers with --keep-records SECONDS "
+        else "records are deleted when a trajectory ends; start workers with --keep-records SECONDS "
         "(or REWARDQ_KEEP_RECORDS) to keep them",
     }

@@ -60,6 +60,7 @@ from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.escapes import REWARD_FUNCTION, describe_exit, exit_hint
 from rewardq.reward.scorer_slot import ScorerSlot, TaskResult
@@ -90,10 +91,10 @@ class ScorerPool:
         target: str | Callable[..., Any],
         kwargs: dict | None = None,
         *,
-        num_workers: int = 2,
+        num_workers: int = defaults.REMOTE_NUM_WORKERS,
         start_method: str | None = None,
-        kill_grace: float = 1.0,
-        start_timeout: float = 120.0,
+        kill_grace: float = defaults.KILL_GRACE,
+        start_timeout: float = defaults.SCORER_START_TIMEOUT,
         spare_after: float | None = None,
         max_spares: int = 0,
     ) -> None:

@@ -305,7 +305,7 @@ async def test_inspect_a_scored_trajectory_whose_records_were_dropped(ns, redis_
     assert [o["result"]["reward_score"] for o in view["outputs"]] == [4.0, 4.0]
     assert all("record" not in o for o in view["outputs"])
     code, out, _ = rq("inspect", "plain_s", "--redis-url", redis_url, "--namespace", ns)
-    assert "2, final index 1 (records dropped once scored)" in out and "missing" not in out
+    assert "2, final index 1 (records deleted when it ended)" in out and "missing" not in out
     assert "--keep-records SECONDS (or REWARDQ_KEEP_RECORDS)" in out
     client.close()
 

@@ -26,7 +26,6 @@ import redis
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.consumers.worker import Worker
-from rewardq.queue import scripts
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace, key_slot
 from tests.support.cli_procs import REPO, worker_argv
@@ -35,34 +34,11 @@ from tests.support.helpers import SAMPLE, Hang, output, running_workers, stop_wh
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
 
-pytestmark = pytest.mark.cluster
+# the local cluster (`redis_cluster`) and the one-slot guard on every script (`single_slot_scripts`)
+# are fixtures of tests/conftest.py, shared with tests/integration/test_cluster_limits.py
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
 
 SHARDS = 6
-
-
-@pytest.fixture(scope="session")
-def redis_cluster():
-    """A fresh 3-master cluster for the session; fails (never skips) when it cannot start."""
-    try:
-        cluster = LocalCluster().start()
-    except ClusterStartError as exc:
-        pytest.fail(f"could not start the local Redis Cluster:\n{exc}")
-    print(f"\n[cluster] 3 masters on ports {cluster.ports} ready in {cluster.startup_seconds:.2f}s")
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture(autouse=True)
-def single_slot_scripts(monkeypatch):
-    """Run every rewardq script with a ``#!lua`` shebang (and no flags) in these tests.
-
-    Scripts without a shebang may touch any key of the node they run on (Redis keeps that
-    for old scripts); with it, the cluster refuses any key outside the slot of the declared
-    keys, including the keys a script builds from a prefix. So every script that runs here
-    is proven to stay in one slot.
-    """
-    plain = scripts.source
-    monkeypatch.setattr(scripts, "source", lambda name: "#!lua\n" + plain(name))
 
 
 @pytest.fixture
@@ -157,8 +133,8 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster, cns):
         await broker.ensure_groups()
         owner = {s: client.get_node_from_key(ks.stream(s)).name for s in range(SHARDS)}
         other = next(s for s in range(1, SHARDS) if owner[s] == owner[0])  # same node, other slot
-        keys = [ks.traj(0, "u_s"), ks.stream(0), ks.waiting(0), ks.done(0), ks.dead(0)]
-        args = [ks.group, "u_s", ks.reward_prefix(other), 60, "boom", "probe", 0, "", 100, 100, 4096]
+        keys = [ks.traj(0, "u_s"), ks.stream(0), ks.waiting(0), ks.done(0), ks.dead(0), ks.records(0, "u_s")]
+        args = [ks.group, "u_s", ks.reward_prefix(other), 60, "boom", "probe", 0, "", 100, 100, 4096, 0, 0]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
             await broker.scripts._scripts["fail"](keys=keys, args=args)
         args[2] = ks.reward_prefix(0)
@@ -260,7 +236,8 @@ async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_o
             t_push = time.perf_counter() - t0
             results = await asyncio.to_thread(client.wait_rewards, keys, 60)
             t_all = time.perf_counter() - t0
-            scored = {w.name: w.stats["scored"] for w in workers}
+        # counted once the workers stopped: a result is visible before its worker counts it
+        scored = {w.name: w.stats["scored"] for w in workers}
         t_stop = time.perf_counter()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 30) == 0, log.read_text()[-3000:]

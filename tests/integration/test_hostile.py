@@ -62,7 +62,7 @@ async def test_every_hostile_case_ends_in_its_documented_state(ns, redis_url, sy
     # And every error key's trajectory has its dead letter; no dead letter keeps a giant key
     dead_tids = {f[b"tid"].decode() for f in dead}
     assert {k.rpartition("_")[0] for k in errors} <= dead_tids
-    assert max(len(f[b"key"]) for f in dead) <= defaults.MAX_KEY_CHARS + 1
+    assert max(len(f[b"key"]) for f in dead) <= defaults.MAX_KEY_BYTES + 1
     # And a conflict is logged, not dropped silently
     conflicts = [rec.getMessage() for rec in caplog.records if "(conflict)" in rec.getMessage()]
     assert any("a different record for key hfin_s_0" in m for m in conflicts), conflicts

@@ -250,7 +250,7 @@ async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(ns, r
             )
             for i in range(3)
         ]
-        _, args = w.broker._commit_call(0, "sh_s", results, "ok")
+        ((_, args),) = w.broker.commit_calls(0, "sh_s", w.broker.encode(results))
         assert await w.broker.commit(0, "sh_s", results) is True
         # Then every key holds its own result, read back through the client
         got = client.get_rewards([f"sh_s_{i}" for i in range(3)])
@@ -260,9 +260,9 @@ async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(ns, r
             assert r.reward_score == (1.0 if shared else float(i))
             assert r.reward_extra_info == (extra if shared else {"i": i})
             assert r.latency_ms == 3.25 and r.manager == "m"
-        # And a shared result went over the wire once, not once per key (7 fixed arguments,
-        # 8 field names, the row count, 8 values per row, 4 trailing: prefix, status, keep_records, max_outputs)
-        assert len(args) == 7 + 8 + 1 + 8 * (1 if shared else 3) + 4
+        # And a shared result went over the wire once, not once per key (16 fixed arguments, 8 field
+        # names, the row count, 8 values per row)
+        assert len(args) == 16 + 8 + 1 + 8 * (1 if shared else 3)
         done = sync_redis.xrange(ks.done(0))
         assert len(done) == 1 and done[0][1][b"latency_ms"] == b"3.250" and done[0][1][b"n"] == b"3"
         assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 import redis
 
-from rewardq import RecordError, RewardClient
+from rewardq import PutError, RecordError, RewardClient
+from rewardq.errors import RedisPermissionError
 from rewardq.queue.codec import decode_output, encode_output, peek_identity
 from rewardq.queue.connection import redact_url
 from rewardq.queue.keys import Keyspace
@@ -125,7 +126,7 @@ def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path)
         # a wrong password: a quick, clear error on both sides, which does not echo the password
         bad = srv.url_for(password="Wrong-Pw-123")
         t0 = time.monotonic()
-        with pytest.raises(redis.AuthenticationError, match="invalid username-password pair"):
+        with pytest.raises(PutError, match="Redis refused the credentials .*invalid username-password pair"):
             RewardClient.from_url(bad, namespace="x").put_trajectory(
                 "u", "s", [{"prompt_ids": [1], "response_ids": [2]}]
             )
@@ -154,11 +155,12 @@ def test_acl_user_works_for_client_and_worker(tmp_path):
         finally:
             worker.kill()
             client.close()
-        # a user without write permission gets Redis's NOPERM, naming the command
+        # a user without write permission gets Redis's NOPERM, naming the command, and the grant
         admin.execute_command("ACL", "SETUSER", "reader", "on", ">r-pw", "~*", "+@read", "+ping", "+hello")
         ro = RewardClient.from_url(srv.url_for("reader", "r-pw"), namespace=ns)
-        with pytest.raises(redis.exceptions.NoPermissionError, match="permissions"):
+        with pytest.raises(RedisPermissionError, match="permissions to run the 'hsetnx' command") as info:
             push(ro, make_trajectories(1))
+        assert "ACL SETUSER reader" in str(info.value) and f"~{ns}:*" in str(info.value)
         ro.close()
         admin.close()
 

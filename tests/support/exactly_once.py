@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from redis.exceptions import ResponseError
 
 from rewardq.queue.keys import Keyspace, split_key
 from rewardq.queue.results import RewardResult
@@ -112,14 +113,33 @@ def done_counts(r: Any, ks: Keyspace) -> tuple[Counter, Counter]:
     return per_tid, per_status
 
 
+def pending(r: Any, ks: Keyspace, shard: int) -> int:
+    """Entries of ``shard``'s stream delivered to the group's workers and not acknowledged.
+
+    A stream that does not exist holds nothing, pending or not: 0. Any error (the group is
+    missing from an existing stream, Redis is unreachable) is raised: a count that cannot be
+    read is never reported as "nothing pending".
+    """
+    stream = ks.stream(shard)
+    if not r.exists(stream):
+        return 0
+    try:
+        return int(r.xpending(stream, ks.group)["pending"])
+    except ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        raise AssertionError(
+            f"{stream} has no consumer group {ks.group!r}: no worker read it, or the group was deleted ({exc})"
+        ) from exc
+
+
 def leftovers(r: Any, ks: Keyspace) -> dict[str, int]:
+    """What must be empty once every trajectory is scored: entries still in the streams, pending
+    entries, trajectories waiting for outputs, dead letters (every shard's, added up)."""
     out = {"stream": 0, "pending": 0, "waiting": 0, "dead": 0}
     for s in range(ks.shards):
         out["stream"] += int(r.xlen(ks.stream(s)))
-        try:
-            out["pending"] += int(r.xpending(ks.stream(s), ks.group)["pending"])
-        except Exception:
-            pass
+        out["pending"] += pending(r, ks, s)
         out["waiting"] += int(r.zcard(ks.waiting(s)))
         out["dead"] += int(r.xlen(ks.dead(s)))
     return out

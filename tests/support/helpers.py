@@ -12,6 +12,7 @@ import numpy as np
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.worker import Worker
+from rewardq.queue.results import RewardResult
 from rewardq.reward.base import RewardManager
 
 FAST = dict(
@@ -55,6 +56,23 @@ async def until(predicate: Callable[[], object], what: str, timeout: float = 10.
     return value
 
 
+def results_for(tid: str, n: int, pad: int) -> list[RewardResult]:
+    """``n`` ok results of trajectory ``tid``, key ``i`` scoring ``i`` with ``pad`` bytes of extra info."""
+    return [
+        RewardResult(
+            key=f"{tid}_{i}",
+            status="ok",
+            reward_score=float(i),
+            reward_extra_info={"i": i, "pad": "z" * pad},
+            worker="w",
+            manager="m",
+            scored_at=1.0,
+            latency_ms=1.0,
+        )
+        for i in range(n)
+    ]
+
+
 def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> dict:
     rng = np.random.default_rng(seed)
     return {
@@ -94,8 +112,11 @@ class FlakyJudge(RewardManager):
         return {"reward_score": 0.5, "reward_extra_info": {"judge": "ok"}}
 
 
-async def fail_a_trajectory_and_a_junk_entry(ns: str, url: str, r: Any, client: Any, junk_key: str):
-    """Given a 3-output trajectory scored by a broken judge and a junk entry: two dead letters.
+async def fail_a_trajectory_and_a_junk_entry(
+    ns: str, url: str, r: Any, client: Any, junk_key: str, *, keep_records: float = 600.0
+):
+    """Given a 3-output trajectory scored by a broken judge (by a worker that keeps the records of
+    ended trajectories ``keep_records`` seconds, so it can be retried) and a junk entry: two dead letters.
 
     Returns ``(keys, first_results)``; the worker has stopped and both dead letters exist.
     """
@@ -105,7 +126,7 @@ async def fail_a_trajectory_and_a_junk_entry(ns: str, url: str, r: Any, client: 
     keys = client.put_trajectory("flaky", "s", [output(3, 3), output(3, 4), output(3, 5)], SAMPLE)
     r.xadd(ks.stream(0), {"key": junk_key, "data": b"\x93garbage"})
     FlakyJudge.broken = True
-    async with running_workers(ns, url, [FlakyJudge(None)]):
+    async with running_workers(ns, url, [FlakyJudge(None)], keep_records=keep_records):
         first = await asyncio.to_thread(client.wait_rewards, keys, 10)
         await until(lambda: r.xlen(ks.dead(0)) == 2, "both dead letters", 5.0)
     return keys, first

@@ -92,6 +92,7 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
     async def faulty_commit_many(items: Any) -> list[Any]:
         if mode == "kill-before-commit" and hit():
             shard, tid, results = items[0]
+            results = getattr(results, "results", results)  # EncodedResults keeps the RewardResults
             pipe = broker.r.pipeline(transaction=False)
             for r in results:
                 rkey = broker.ks.reward(shard, r.key)

@@ -69,7 +69,7 @@ def test_bad_id_lists_are_refused_naming_the_field(ids, reason):
     "mask, reason",
     [
         ([1, 2, 0], "only 0"),
-        ([1, -1, 0], "negative"),
+        ([1, -1, 0], "holds -1"),
         ([1, 1], "has 2 entries but response_ids has 3"),
         ([1, 300, 0], "only 0"),
         ([1.0, 0.0, 1.0], "integer"),

@@ -15,12 +15,24 @@ from redis.exceptions import ResponseError
 from rewardq.consumers.commits import CommitCoalescer
 
 
+class Encoded:
+    """Stands in for EncodedResults: the coalescer only reads the bytes a commit writes."""
+
+    def __init__(self, written_bytes: int = 0):
+        self.written_bytes = written_bytes
+
+
 class RecordingBroker:
+    commit_bytes = 1000
+
     def __init__(self, replies=None, fail: BaseException | None = None, delay: float = 0.0):
         self.calls: list[list[str]] = []
         self.replies = replies or {}
         self.fail = fail
         self.delay = delay
+
+    def encode(self, results):
+        return results if isinstance(results, Encoded) else Encoded()
 
     async def commit_many(self, items):
         self.calls.append([tid for _, tid, _ in items])

@@ -14,8 +14,9 @@ from pathlib import Path
 from tests.support.cli_procs import REPO
 
 PACKAGE = REPO / "rewardq"
-#: Top-level modules everything may use: they import nothing of rewardq's above themselves.
-FOUNDATION = {"errors", "defaults"}
+#: Top-level modules everything may use: they import nothing of rewardq's above themselves
+#: (``backoff``: the one pause computation of every retrying loop, standard library only).
+FOUNDATION = {"errors", "defaults", "backoff"}
 
 
 def _component(module: str) -> str | None:
@@ -79,7 +80,9 @@ GRAPH = _graph()
 
 
 def test_the_graph_sees_every_subpackage():
-    assert {"queue", "reward", "consumers", "producers", "ops", "demo", "cli", "errors", "defaults"} <= set(GRAPH)
+    assert {"queue", "reward", "consumers", "producers", "ops", "demo", "cli", "errors", "defaults", "backoff"} <= set(
+        GRAPH
+    )
     assert "queue" in GRAPH["consumers"] and "reward" in GRAPH["consumers"]  # the graph is not empty
 
 

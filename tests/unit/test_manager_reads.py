@@ -102,7 +102,7 @@ def test_custom_managers_read_the_trajectory_unless_they_say_so():
 async def test_a_custom_manager_gets_every_output():
     recs = trajectory("one", "two two", "#### 72")
     scorer = TrajectoryScorer(WholeTrajectory(TOK), manager_name="w", worker_name="t", timeout=5)
-    results = await scorer.score(recs)
+    results = (await scorer.score(recs)).results
     assert [r.reward_score for r in results] == [3.0, 3.0, 3.0]
 
 
@@ -114,8 +114,8 @@ async def test_a_final_reading_manager_gets_the_final_row_as_data_minus_one_slic
     final.batches = []
     whole = SeenNaive(TOK)
     whole.batches = []
-    got = await TrajectoryScorer(final, manager_name="n", worker_name="t", timeout=5).score(recs)
-    want = await TrajectoryScorer(whole, manager_name="n", worker_name="t", timeout=5).score(recs)
+    got = (await TrajectoryScorer(final, manager_name="n", worker_name="t", timeout=5).score(recs)).results
+    want = (await TrajectoryScorer(whole, manager_name="n", worker_name="t", timeout=5).score(recs)).results
     assert [(r.reward_score, r.reward_extra_info) for r in got] == [(r.reward_score, r.reward_extra_info) for r in want]
     assert got[0].reward_score == 1.0 and len(got) == n
     [lazy] = final.batches

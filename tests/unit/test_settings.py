@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from rewardq import defaults
 from rewardq.cli import cli, worker
-from rewardq.config import WorkerConfig
+from rewardq.config import ADAPTER_KEYS, AdapterSettings, WorkerConfig
 from rewardq.errors import ConfigError
 from rewardq.ops.worker import config_rows, load_config, worker_argv
 from rewardq.reward.registry import BUILTIN_NAMES, known_managers, listed_managers
@@ -236,6 +236,8 @@ def test_broker_arguments_come_from_the_declarations():
         "incomplete_timeout": cfg.incomplete_timeout,
         "result_ttl": 5.0,
         "keep_records": 2.0,
+        "max_trajectory_bytes": cfg.max_trajectory_bytes,
+        "max_result_bytes": cfg.max_result_bytes,
         "max_outputs": cfg.max_outputs,
     }
 
@@ -316,3 +318,55 @@ def test_a_setting_declared_in_one_file_reaches_every_door(patched_package, tmp_
     effective = next(json.loads(x) for x in w.stderr.splitlines() if "effective config" in x)
     assert effective["config"]["probe_knob"] == 6.5
     assert effective["sources"]["probe_knob"] == "env REWARDQ_PROBE_KNOB"
+
+
+# -- the verl adapter's settings share the worker's declarations ---------------------------------
+
+
+def test_the_adapter_reads_the_workers_declarations_and_its_own():
+    adapter, worker_settings = AdapterSettings.settings(), WorkerConfig.settings()
+    for name in ("redis_url", "namespace", "cluster"):
+        assert adapter[name].spec is worker_settings[name].spec and adapter[name].env == worker_settings[name].env
+    assert (adapter["timeout"].key, adapter["timeout"].env) == ("verl_timeout", "REWARDQ_VERL_TIMEOUT")
+    assert ADAPTER_KEYS == {"verl_timeout", "verl_on_error"}  # a worker's config file may carry them
+
+
+def test_adapter_settings_block_then_environment():
+    block = {"namespace": "cfg-ns", "verl_timeout": 30, "verl_on_error": "RAISE", "cluster": "false", "other": 1}
+    s = AdapterSettings.load(block, {"REWARDQ_NAMESPACE": "env-ns", "REWARDQ_REDIS_URL": ""})
+    assert (s.redis_url, s.namespace, s.cluster, s.timeout, s.on_error) == (
+        defaults.REDIS_URL,  # an empty variable counts as unset
+        "env-ns",
+        False,
+        30.0,
+        "raise",
+    )
+    assert s.sources == {
+        "namespace": "env REWARDQ_NAMESPACE",
+        "timeout": "rewardq config verl_timeout",
+        "on_error": "rewardq config verl_on_error",
+        "cluster": "rewardq config cluster",
+    }
+
+
+@pytest.mark.parametrize(
+    ("block", "env", "match"),
+    [
+        (
+            {},
+            {"REWARDQ_VERL_ON_ERROR": "ignore"},
+            "verl_on_error must be zero or raise, got 'ignore'.*fails the rollout",
+        ),
+        (
+            {"verl_timeout": 0},
+            {},
+            r"verl_timeout must be a positive number, got 0.0 \(from rewardq config verl_timeout",
+        ),
+        ({"verl_timeout": "soon"}, {}, "verl_timeout='soon' is not a valid float"),
+        ({"cluster": "maybe"}, {}, "cluster='maybe' is not a valid bool"),
+        ({"namespace": " "}, {}, "namespace must be a non-empty string"),
+    ],
+)
+def test_bad_adapter_settings_name_the_key(block, env, match):
+    with pytest.raises(ConfigError, match=match):
+        AdapterSettings.load(block, env)

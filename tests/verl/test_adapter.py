@@ -184,7 +184,9 @@ def test_settings_from_the_environment_and_the_verl_config(monkeypatch):
         False,
     )
     monkeypatch.setenv("REWARDQ_VERL_ON_ERROR", "ignore")
-    with pytest.raises(ConfigError, match="must be 'zero'"):
+    with pytest.raises(
+        ConfigError, match="verl_on_error must be zero or raise, got 'ignore' \\(from env REWARDQ_VERL_ON_ERROR\\)"
+    ):
         object.__new__(RewardqAgentLoopWorker).rewardq_scorer()
 
 

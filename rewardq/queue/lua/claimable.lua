@@ -1,10 +1,10 @@
 -- claimable: of the idle pending entries given, those another worker may take over now.
 -- An entry whose trajectory is leased to another worker until later is left alone: its owner
 -- is scoring it (or died less than lease_seconds ago); claiming it would only count a delivery.
--- KEYS: stream   ARGV: traj_prefix, worker, max_key_chars, byte_budget, id...
+-- KEYS: stream   ARGV: traj_prefix, worker, max_key_bytes, byte_budget, id...
 -- Budget: one XRANGE per id given (the worker gives at most its batch size); it stops vetting
 -- once the entries read total byte_budget bytes (the ids left are vetted on a later pass), so it
--- copies at most byte_budget bytes plus one entry. A `key` field longer than max_key_chars is
+-- copies at most byte_budget bytes plus one entry. A `key` field longer than max_key_bytes bytes is
 -- not parsed (its entry is claimable).
 local stream, tprefix, worker = KEYS[1], ARGV[1], ARGV[2]
 local max_key, budget = tonumber(ARGV[3]), tonumber(ARGV[4])

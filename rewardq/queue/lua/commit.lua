@@ -1,33 +1,68 @@
--- commit: write every key's result, then acknowledge. The ack is taken only here, after
--- the write-back, in the same atomic step. A repeated commit (after a crash) changes nothing.
+-- commit: write every key's result, then acknowledge. The ack is taken only here, after the
+-- write-back, in the same atomic step. A repeated commit (after a crash) changes nothing.
 -- KEYS: traj, stream, waiting, done, records
--- ARGV: group, tid, worker, result_ttl, done_maxlen, n, nfields, field names..., rows, then
---       rows * nfields values: rows = 1 gives every key the same values (a manager's one result
---       copied to every key), rows = n gives key 0's values, key 1's values, ...; then
---       reward_prefix, status, keep_records (seconds to keep the stored outputs in `records`
---       for inspection; 0: drop), max_outputs
--- Returns 1 when this call finished the trajectory, 0 when it was already finished.
--- Budget: n <= max_outputs keys written (refused otherwise), one HMGET/HDEL of n fields in
--- chunks, and the acknowledgement of at most max_outputs + 16 recorded entries.
+-- ARGV: group, tid, worker, result_ttl, done_maxlen, n, first, last, staged_prefix, stage_ttl,
+--       reward_prefix, status, keep_records, max_outputs, max_bytes, nfields, field names...,
+--       rows, then rows * nfields values
+--   This call writes the results of keys first..last: rows = 1 gives each of them the same values
+--   (a manager's one result copied to every key), rows = last - first + 1 gives each its own.
+--   keep_records: seconds to keep the stored outputs in `records` for inspection (0: delete them).
+-- One call commits a trajectory whose results take at most max_bytes (first = 0, last = n - 1).
+-- A larger one is committed in several calls, none writing more than max_bytes: `stage` calls
+-- (last < n - 1) write their keys' results under staged_prefix .. i, keys nobody reads that expire
+-- after stage_ttl; the final call (last = n - 1) checks that keys 0..first-1 are all staged,
+-- RENAMEs them into place (O(1) each: no byte is copied), writes its own keys, acknowledges and
+-- publishes to `done`, in one atomic step. So no result is visible before its trajectory is
+-- acknowledged, however large the trajectory; a worker dying between the calls leaves only staged
+-- keys, which expire, and the entries pending, to be reclaimed and scored again.
+-- Returns 1 when this call finished the trajectory (a stage call: when it staged), 0 when the
+-- trajectory was already finished (nothing written; the final call then only re-acknowledges and
+-- deletes the staged keys).
+-- Budget: last - first + 1 <= max_outputs keys written, of at most max_bytes bytes in all (refused
+-- otherwise; counted here from the arguments), and for the final call first <= max_outputs - 1
+-- staged keys renamed, the stored records ended (`end_records`) and at most max_outputs + 16
+-- entries acknowledged.
 local traj, stream, waiting, done, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, tid, worker = ARGV[1], ARGV[2], ARGV[3]
-local ttl, maxlen, n, nf = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local ttl, maxlen, n = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local first, last, staged, stage_ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
+local rprefix, status, keep = ARGV[11], ARGV[12], tonumber(ARGV[13])
+local max_out, max_bytes, nf = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
 local names = {}
-for j = 1, nf do names[j] = ARGV[7 + j] end
-local rows = tonumber(ARGV[8 + nf])
-local base = 8 + nf
-local rprefix, status = ARGV[base + rows * nf + 1], ARGV[base + rows * nf + 2]
-local keep = tonumber(ARGV[base + rows * nf + 3] or '0')
-local max_out = tonumber(ARGV[base + rows * nf + 4])
-if not max_out or n < 1 or n > max_out or (rows ~= 1 and rows ~= n) then
-  return redis.error_reply('commit of ' .. tid .. ': ' .. n .. ' outputs is not in 1..max_outputs=' ..
-                           tostring(max_out) .. ' (or rows ' .. rows .. ' is neither 1 nor n)')
+for j = 1, nf do names[j] = ARGV[16 + j] end
+local rows = tonumber(ARGV[17 + nf])
+local base = 17 + nf
+local count = (last or -1) - (first or 0) + 1
+if not max_out or n < 1 or n > max_out or first < 0 or count < 1 or last > n - 1 or
+   (rows ~= 1 and rows ~= count) or #ARGV ~= base + rows * nf then
+  return redis.error_reply('commit of ' .. tid .. ': keys ' .. tostring(first) .. '..' .. tostring(last) ..
+                           ' of ' .. tostring(n) .. ' outputs are not in 0..max_outputs-1 (max_outputs=' ..
+                           tostring(max_out) .. '), or rows ' .. tostring(rows) .. ' is neither 1 nor their count')
 end
-local now = now_seconds()
+local bytes = 0
+for j = base + 1, base + rows * nf do bytes = bytes + #ARGV[j] end
+if rows == 1 then bytes = bytes * count end
+if bytes > max_bytes then
+  return redis.error_reply('commit of ' .. tid .. ': this call would write ' .. bytes .. ' bytes, over its ' ..
+                           max_bytes .. '-byte budget')
+end
+local final = last == n - 1
+local function stage_key(i) return staged .. i end
 
 if redis.call('HGET', traj, 'state') == 'done' then
-  ack_delete(stream, group, recorded_acks(traj))
+  if final then
+    for i = 0, first - 1 do redis.call('DEL', stage_key(i)) end
+    ack_delete(stream, group, recorded_acks(traj))
+  end
   return 0
+end
+if final then
+  for i = 0, first - 1 do
+    if redis.call('EXISTS', stage_key(i)) == 0 then
+      return redis.error_reply('commit of ' .. tid .. ': the staged result of key ' .. i ..
+                               ' is gone (expired after ' .. stage_ttl .. 's?); the trajectory stays pending')
+    end
+  end
 end
 local function row_args(row)
   local args = {}
@@ -38,35 +73,27 @@ local function row_args(row)
   return args
 end
 local shared = rows == 1 and row_args(0) or nil
-for i = 0, n - 1 do
-  local rkey = rprefix .. tid .. '_' .. i
-  local args = shared or row_args(i)
+for i = first, last do
+  local args = shared or row_args(i - first)
+  local rkey = final and (rprefix .. tid .. '_' .. i) or stage_key(i)
   redis.call('DEL', rkey)
   redis.call('HSET', rkey, unpack(args))
-  if ttl > 0 then redis.call('EXPIRE', rkey, ttl) end
-end
-local fields = {}
-for i = 0, n - 1 do fields[#fields + 1] = 'o:' .. i end
-if keep > 0 then
-  materialize(traj, stream)
-  local payloads = hmget_all(traj, fields)
-  local pairs_ = {}
-  for i = 1, #fields do
-    if payloads[i] then
-      pairs_[#pairs_ + 1] = fields[i]
-      pairs_[#pairs_ + 1] = payloads[i]
-    end
-  end
-  if #pairs_ > 0 then
-    redis.call('DEL', records)
-    each_chunk(#pairs_, function(a, b) redis.call('HSET', records, unpack(pairs_, a, b)) end)
-    redis.call('EXPIRE', records, math.ceil(keep))
+  if not final then
+    redis.call('EXPIRE', rkey, stage_ttl)
+  elseif ttl > 0 then
+    redis.call('EXPIRE', rkey, ttl)
   end
 end
-each_chunk(#fields, function(a, b) redis.call('HDEL', traj, unpack(fields, a, b)) end)
-redis.call('HDEL', traj, 'lease', 'lease_until', 'whole')
+if not final then return 1 end
+for i = 0, first - 1 do
+  local rkey = rprefix .. tid .. '_' .. i
+  redis.call('RENAME', stage_key(i), rkey)
+  if ttl > 0 then redis.call('EXPIRE', rkey, ttl) else redis.call('PERSIST', rkey) end
+end
+end_records(traj, stream, records, keep, max_out)
+redis.call('HDEL', traj, 'lease', 'lease_until')
 redis.call('HSET', traj, 'state', 'done', 'status', status, 'worker', worker,
-           'done_at', string.format('%.6f', now), 'n', n)
+           'done_at', string.format('%.6f', now_seconds()), 'n', n)
 if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
 redis.call('ZREM', waiting, tid)
 ack_delete(stream, group, recorded_acks(traj))

@@ -9,6 +9,11 @@
 
 local CHUNK = 1000
 local ACK_SLACK = 16
+-- Bytes of a `whole` trajectory's records (still in the stream) copied into its `records` hash when
+-- records are kept; the rest are not kept. Records in the trajectory hash are kept by one RENAME.
+local KEEP_COPY_BYTES = 8 * 1024 * 1024
+-- Longest list of missing indices an error reason spells out (the rest are counted).
+local MISSING_TEXT_CHARS = 300
 
 local function now_seconds()
   local t = redis.call('TIME')
@@ -30,17 +35,28 @@ local function hmget_all(key, fields)
   return out
 end
 
--- "0-3,7,8,10-12" for a sorted list of integers (runs of three or more as ranges): short text for humans, however many there are.
+-- "0-3,7,8,10-12" for a sorted list of integers (runs of three or more as ranges): short text for
+-- humans, however many there are: past MISSING_TEXT_CHARS the rest is counted ("... and 812 more"),
+-- so an error reason written into every key of a trajectory stays small.
 local function ranges(list)
-  local parts, i = {}, 1
+  local parts, i, len = {}, 1, 0
   while i <= #list do
     local j = i
     while j < #list and list[j + 1] == list[j] + 1 do j = j + 1 end
-    if j >= i + 2 then
-      parts[#parts + 1] = list[i] .. '-' .. list[j]
-    else
-      for k = i, j do parts[#parts + 1] = tostring(list[k]) end
+    if len > MISSING_TEXT_CHARS then
+      local rest = #list - i + 1
+      parts[#parts + 1] = '... and ' .. rest .. ' more'
+      break
     end
+    local part
+    if j >= i + 2 then
+      part = list[i] .. '-' .. list[j]
+    else
+      j = i
+      part = tostring(list[i])
+    end
+    parts[#parts + 1] = part
+    len = len + #part + 1
     i = j + 1
   end
   return table.concat(parts, ',')
@@ -145,14 +161,22 @@ end
 -- Returns the other holder's name when it does; else nil, the trajectory's scoring attempts,
 -- this one included (above 1: an earlier lease ended without a commit), and then its earlier
 -- starts of scoring alone (`solo`, read only when attempts > 1; see rewardq.consumers.quarantine).
+-- A lease this worker still holds is the same attempt (another entry of the trajectory it is
+-- scoring, filed in the same batch): it is extended, not counted again.
 local function take_lease(traj, worker, now, seconds)
   local holder = redis.call('HGET', traj, 'lease')
   local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
   if holder and holder ~= worker and until_ > now then
     return holder
   end
+  local same = holder == worker and until_ > now
   redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + seconds))
-  local attempts = redis.call('HINCRBY', traj, 'attempts', 1)
+  local attempts
+  if same then
+    attempts = tonumber(redis.call('HGET', traj, 'attempts') or '1') or 1
+  else
+    attempts = redis.call('HINCRBY', traj, 'attempts', 1)
+  end
   local solo = 0
   if attempts > 1 then solo = tonumber(redis.call('HGET', traj, 'solo') or '0') or 0 end
   return nil, attempts, solo
@@ -179,26 +203,67 @@ local function whole_ids(traj)
   return ids
 end
 
--- Turn a whole trajectory into an ordinary one: copy its records into the hash (o:<i>).
-local function materialize(traj, stream)
+-- The stored records of an ended trajectory (scored or failed): with keep > 0 they move into
+-- `records` for keep seconds (for `rewardq inspect` and `rewardq dead-letters retry`), else they
+-- are deleted. Records in the hash move by one RENAME of the hash, whose other fields (digests and
+-- a few scalars, at most max_out + 32: refused past 2 * max_out + 32 fields) are then copied back
+-- into a new trajectory hash, so no record byte is copied; records of a `whole` trajectory (still
+-- in the stream, deleted with their entries) are copied, up to KEEP_COPY_BYTES.
+-- Work: at most 2 * max_out + 32 hash fields, one RENAME, or KEEP_COPY_BYTES copied.
+local function end_records(traj, stream, records, keep, max_out)
   local ids = whole_ids(traj)
-  if not ids then return end
-  for i, id in ipairs(ids) do
-    local data = entry_data(stream, id)
-    if data then redis.call('HSET', traj, 'o:' .. (i - 1), data) end
+  if ids then
+    if keep > 0 then
+      redis.call('DEL', records)
+      local copied = 0
+      for i, id in ipairs(ids) do
+        if copied >= KEEP_COPY_BYTES then break end
+        local data = entry_data(stream, id)
+        if data then
+          redis.call('HSET', records, 'o:' .. (i - 1), data)
+          copied = copied + #data
+        end
+      end
+      if copied > 0 then redis.call('EXPIRE', records, math.ceil(keep)) end
+    end
+    redis.call('HDEL', traj, 'whole')
+    return
   end
-  redis.call('HDEL', traj, 'whole')
+  local hi = math.min(highest_index(traj, max_out), max_out - 1)
+  if keep > 0 and hi >= 0 and redis.call('HLEN', traj) <= 2 * max_out + 32 then
+    local meta, has_records = {}, false
+    for _, f in ipairs(redis.call('HKEYS', traj)) do
+      if string.sub(f, 1, 2) == 'o:' then has_records = true else meta[#meta + 1] = f end
+    end
+    if has_records then
+      local values = hmget_all(traj, meta)
+      redis.call('DEL', records)
+      redis.call('RENAME', traj, records)
+      each_chunk(#meta, function(a, b) redis.call('HDEL', records, unpack(meta, a, b)) end)
+      local pairs_ = {}
+      for j = 1, #meta do
+        pairs_[#pairs_ + 1] = meta[j]
+        pairs_[#pairs_ + 1] = values[j]
+      end
+      each_chunk(#pairs_, function(a, b) redis.call('HSET', traj, unpack(pairs_, a, b)) end)
+      redis.call('EXPIRE', records, math.ceil(keep))
+      return
+    end
+  end
+  local fields = {}
+  for i = 0, hi do fields[#fields + 1] = 'o:' .. i end
+  each_chunk(#fields, function(a, b) redis.call('HDEL', traj, unpack(fields, a, b)) end)
 end
 
 -- Finish a trajectory with an error for every key it answers for: 0 .. its highest known index
 -- (and `extra`, the index a failing record named), never past max_out - 1; an `extra` index at or
 -- past max_out gets its own key's error alone (`extra_text` spells it: no float formatting).
--- Keys that already have a result keep it. Payloads are kept (until the hash expires) so
--- `rewardq dead-letters retry` can score it again. Work: at most max_out + 1 keys written.
--- Returns the number of keys written.
-local function finish_error(traj, stream, waiting, done, group, tid, rprefix, ttl, msg,
-                            worker, extra, extra_text, maxlen, now, max_out)
-  materialize(traj, stream)  -- keep the records for `rewardq dead-letters retry`
+-- Keys that already have a result keep it. Its stored records end as a scored trajectory's do
+-- (`end_records`: kept in `records` for keep seconds, else deleted). `msg` is at most ~1 KB (the
+-- worker cuts reasons to rewardq.queue.text.MAX_REASON_BYTES; the reasons written here are short).
+-- Work: at most max_out + 1 keys written, plus `end_records`. Returns the number of keys written.
+local function finish_error(traj, stream, waiting, done, records, group, tid, rprefix, ttl, msg,
+                            worker, extra, extra_text, maxlen, now, max_out, keep)
   local hi = math.min(highest_index(traj, max_out), max_out - 1)
   if extra and extra >= 0 and extra < max_out and extra > hi then hi = extra end
   local written = 0
@@ -208,6 +273,7 @@ local function finish_error(traj, stream, waiting, done, group, tid, rprefix, tt
   if extra and extra >= max_out and string.match(extra_text or '', '^%d+$') then
     written = written + write_error(rprefix .. tid .. '_' .. extra_text, msg, worker, now, ttl)
   end
+  end_records(traj, stream, records, keep, max_out)
   redis.call('HSET', traj, 'state', 'done', 'status', 'error', 'error', msg, 'worker', worker,
              'done_at', string.format('%.6f', now), 'n', hi + 1)
   redis.call('HDEL', traj, 'lease', 'lease_until')

@@ -1,6 +1,7 @@
 -- release: hand trajectories back (graceful shutdown): drop our lease and mark their pending
 -- entries as long idle, so the next worker's reclaim picks them up at once. The attempt the
--- lease counted is taken back: a trajectory handed back is not suspected of crashing workers.
+-- lease counted is taken back: a trajectory handed back is not suspected of crashing workers; the
+-- hand-back is counted instead (`handbacks`), so running out of deliveries can say why.
 -- KEYS: stream, traj...   ARGV: group, worker, idle_ms
 -- Budget: one XCLAIM per trajectory given (the worker's in-flight ones) of its recorded entries
 -- (at most max_outputs + 16 each, capped where they are recorded).
@@ -11,6 +12,7 @@ for k = 2, #KEYS do
   if redis.call('HGET', traj, 'lease') == worker then
     redis.call('HDEL', traj, 'lease', 'lease_until')
     redis.call('HINCRBY', traj, 'attempts', -1)  -- handed back unfinished, not died: not an attempt
+    redis.call('HINCRBY', traj, 'handbacks', 1)  -- but counted, for the reason of a dead letter
     local ids = recorded_acks(traj)
     each_chunk(#ids, function(a, b)
       redis.call('XCLAIM', stream, group, worker, 0, unpack(ids, a, b), 'IDLE', idle, 'JUSTID')

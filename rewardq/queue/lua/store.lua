@@ -1,7 +1,7 @@
 -- store: file one output record of a trajectory, and say whether the trajectory is complete.
 -- KEYS: traj, stream, waiting, done
 -- ARGV: group, entry_id, tid, index, final(0|1), digest, incomplete_timeout, lease_seconds,
---       worker, reward_prefix, result_ttl, done_maxlen, max_outputs
+--       worker, reward_prefix, result_ttl, done_maxlen, max_outputs, max_trajectory_bytes
 --   digest: the worker's short hash of the record bytes (kept per output as h:<i>, so a later
 --   record for a finished key is told apart from a redelivery of the same one).
 -- Returns one of
@@ -13,6 +13,8 @@
 --   {'conflict', reason}           the record contradicts what is stored, or arrived after its
 --                                  trajectory finished; the caller dead-letters it (`fail`),
 --                                  which never overwrites an existing result
+--   {'toolarge', reason}           storing it would take the trajectory's records (`bytes`) past
+--                                  max_trajectory_bytes; nothing stored, the caller fails it
 -- Budget: O(1) calls, plus on completion one HMGET of final+1 <= max_outputs fields (the reply
 -- carries those payloads); a `whole` trajectory reads at most max_outputs entries. Nothing loops
 -- over a count the record sets beyond max_outputs.
@@ -21,7 +23,7 @@ local group, id, tid = ARGV[1], ARGV[2], ARGV[3]
 local index, is_final, digest = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6]
 local incomplete_timeout, lease_seconds = tonumber(ARGV[7]), tonumber(ARGV[8])
 local worker, rprefix, ttl = ARGV[9], ARGV[10], tonumber(ARGV[11])
-local max_out = tonumber(ARGV[13])
+local max_out, max_bytes = tonumber(ARGV[13]), tonumber(ARGV[14])
 local now = now_seconds()
 
 if not index or index < 0 or index >= max_out then
@@ -95,6 +97,14 @@ local existing = redis.call('HGET', traj, field)
 if existing and existing ~= payload then
   return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
 end
+if not existing then
+  local have = tonumber(redis.call('HGET', traj, 'bytes') or '0')
+  if have + #payload > max_bytes then
+    return {'toolarge', 'trajectory ' .. tid .. ': storing output ' .. index .. ' (' .. #payload ..
+            ' bytes) would take its records to ' .. (have + #payload) .. ' bytes, over max_trajectory_bytes=' ..
+            max_bytes .. '; send fewer or shorter outputs, or raise max_trajectory_bytes on producers and workers'}
+  end
+end
 local final = redis.call('HGET', traj, 'final')
 if is_final then
   if final and tonumber(final) ~= index then
@@ -115,6 +125,7 @@ elseif final and index == tonumber(final) then
 end
 
 if not existing then
+  redis.call('HINCRBY', traj, 'bytes', #payload)
   redis.call('HSET', traj, field, payload, 'h:' .. index, digest)
   redis.call('HINCRBY', traj, 'stored', 1)
   if index > tonumber(redis.call('HGET', traj, 'hi') or '-1') then redis.call('HSET', traj, 'hi', index) end

@@ -112,7 +112,7 @@ class JobCgroup:
                 pass
         return pids
 
-    async def destroy(self, attempts: int = 100) -> None:
+    async def destroy(self, attempts: int = defaults.CODE_CGROUP_KILL_ATTEMPTS) -> None:
         """Kill every process still in the job's cgroup and remove it (waits up to ~1 s)."""
         for _ in range(attempts):
             if self.v2_dir and os.path.exists(os.path.join(self.v2_dir, "cgroup.kill")):
@@ -148,7 +148,7 @@ class CgroupHost:
     parents: dict[str, str]  # hierarchy key ("cpu", "memory", "pids", "cpuacct", "unified") -> this worker's folder
 
     @classmethod
-    def detect(cls, *, jobs: int = 1, proc_root: str = "/proc") -> CgroupHost:
+    def detect(cls, *, jobs: int = defaults.CODE_CGROUP_JOBS, proc_root: str = "/proc") -> CgroupHost:
         """The hierarchies this process can use, with a parent folder made in each, weighted as
         ``jobs`` processes (each job then competes with the host's other processes as one
         process would, however many are in its parent).

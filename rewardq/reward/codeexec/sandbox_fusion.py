@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from rewardq import defaults
+from rewardq.backoff import compute_backoff
 from rewardq.errors import SandboxUnavailableError
 from rewardq.reward.codeexec.cases import InvalidTestCases, call_wrapper_source, extract_fenced_code, parse_test_cases
 from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
@@ -147,7 +148,7 @@ class SandboxFusionClient:
                 raise self._error(f"did not answer within {timeout.total:g}s") from None
             if attempt < self.attempts:
                 logger.warning("sandbox %s: %s (attempt %d/%d)", self.url, last, attempt, self.attempts)
-                await asyncio.sleep(self.retry_delay * attempt)
+                await asyncio.sleep(compute_backoff(attempt, base=self.retry_delay, growth="linear"))  # verl's
         raise self._error(f"failed {self.attempts} times; last: {last}")
 
     def _error(self, what: str) -> SandboxUnavailableError:

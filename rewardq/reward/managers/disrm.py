@@ -18,8 +18,9 @@ For each trajectory the final output is scored by the reward model, as verl's re
 The result is ``{"reward_score": score, "reward_extra_info": {}}``.
 
 Failures: connection errors, timeouts and 5xx answers are retried up to ``max_retries``
-times, sleeping ``min(backoff_cap, backoff_base * 2**attempt)`` (less up to 20 % jitter)
-between attempts; a 4xx answer is not retried (the request itself is wrong) and raises
+times, sleeping ``min(backoff_cap, backoff_base * 2**(attempt-1))`` (less up to 20 % jitter;
+:func:`rewardq.backoff.compute_backoff`) between attempts; a 4xx answer is not retried (the
+request itself is wrong) and raises
 :class:`~rewardq.errors.ScoringError` with the status and the start of the body, as does a
 200 answer without the expected fields, or running out of retries.
 
@@ -40,9 +41,10 @@ import asyncio
 import json
 import logging
 import os
-import random
 from typing import Any
 
+from rewardq import defaults
+from rewardq.backoff import compute_backoff
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, reject_unknown_options, to_float
 from rewardq.reward.registry import register
@@ -99,10 +101,10 @@ class DisRMRewardManager(RewardManager):
         base_url: str | None = None,
         model: str | None = None,
         backend: str = "vllm",
-        max_retries: int = 5,
-        timeout: float = 30.0,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 30.0,
+        max_retries: int = defaults.DISRM_MAX_RETRIES,
+        timeout: float = defaults.DISRM_TIMEOUT,
+        backoff_base: float = defaults.DISRM_BACKOFF_BASE,
+        backoff_cap: float = defaults.DISRM_BACKOFF_CAP,
         **options: Any,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
@@ -212,7 +214,7 @@ class DisRMRewardManager(RewardManager):
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
-                delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)) * (1 - 0.2 * random.random())
+                delay = compute_backoff(attempt, base=self.backoff_base, cap=self.backoff_cap, jitter=0.2)
                 logger.warning(
                     "disrm: %s failed (%s); retry %d/%d in %.2fs", url, last, attempt, self.max_retries, delay
                 )

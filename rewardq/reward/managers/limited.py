@@ -42,6 +42,7 @@ import logging
 import os
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, normalize_result
 from rewardq.reward.registry import register
@@ -85,13 +86,13 @@ class LimitedRewardManager(RewardManager):
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
-        max_concurrent: int | None = 1,
+        max_concurrent: int | None = defaults.RATE_LIMITED_MAX_CONCURRENT,
         max_rpm: float | None = None,
         max_tpm: float | None = None,
-        estimated_tokens_per_request: float = 2000,
-        timeout: float = 300.0,
+        estimated_tokens_per_request: float = defaults.RATE_LIMITED_TOKENS_PER_REQUEST,
+        timeout: float = defaults.RATE_LIMITED_TIMEOUT,
         limiter_name: str = "default",
-        lease_seconds: float = 30.0,
+        lease_seconds: float = defaults.RATE_LIMIT_LEASE_SECONDS,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         _positive("max_concurrent", max_concurrent, allow_none=True, integer=True)

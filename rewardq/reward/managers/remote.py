@@ -49,6 +49,7 @@ import functools
 import logging
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, is_async_callable, normalize_result
 from rewardq.reward.isolation import BUILTIN_SPEC, spec_of
@@ -99,13 +100,13 @@ class RemoteRewardManager(RewardManager):
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
-        num_workers: int = 2,
-        timeout: float = 30.0,
+        num_workers: int = defaults.REMOTE_NUM_WORKERS,
+        timeout: float = defaults.REMOTE_TIMEOUT,
         start_method: str | None = None,
         scorer: str | None = None,
         scorer_spec: str | None = None,
         scorer_kwargs: dict | None = None,
-        kill_grace: float = 1.0,
+        kill_grace: float = defaults.KILL_GRACE,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:

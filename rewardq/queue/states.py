@@ -1,0 +1,54 @@
+"""The states rewardq writes into Redis, each spelt once: result statuses and dead-letter kinds.
+
+Both are ``str`` enums, as rq's ``JobStatus``: a member *is* its value wherever a string is
+expected (a Redis field, a JSON document, a Prometheus label, a comparison with what a hash
+holds), and everything that lists the states (``rewardq dead-letters --kind``, the metrics'
+documentation, the tests) lists the members, so a new state cannot be forgotten by one of them.
+The Lua scripts spell the few they write themselves (``'error'`` results, ``'incomplete'``
+dead letters); a test checks every literal they write against these enums.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["ResultStatus", "DeadLetterKind"]
+
+
+class _Text(str, Enum):
+    """A ``str`` enum that prints as its value (``f"{kind}"`` is ``crashed`` on every Python)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class ResultStatus(_Text):
+    """The ``status`` field of an output key's result hash."""
+
+    #: scored: ``reward_score`` and ``reward_extra_info`` hold the reward.
+    OK = "ok"
+    #: not scored: ``error`` says why, ``reward_extra_info`` is ``{"error": reason}``.
+    ERROR = "error"
+
+
+class DeadLetterKind(_Text):
+    """Why an entry or a trajectory ended in the dead-letter stream (its ``kind`` field).
+
+    Every kind but ``exhausted`` and ``conflict`` on a key of an unknown trajectory also gives
+    every key of the trajectory an error result.
+    """
+
+    #: the record does not decode or breaks a bound (size, ids, index, key), or the stored
+    #: records of a trajectory do not assemble.
+    INVALID = "invalid"
+    #: the record contradicts what is stored (two finals, another record for a key, an index
+    #: past the final one) or arrived after its trajectory finished.
+    CONFLICT = "conflict"
+    #: the manager raised or timed out while scoring the trajectory.
+    SCORING = "scoring"
+    #: the trajectory took its worker process down ``max_crashes`` times while scored alone.
+    CRASHED = "crashed"
+    #: the entry was delivered more than ``max_deliveries`` times without finishing.
+    EXHAUSTED = "exhausted"
+    #: the trajectory waited ``incomplete_timeout`` seconds for outputs that never came.
+    INCOMPLETE = "incomplete"

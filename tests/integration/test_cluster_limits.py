@@ -1,0 +1,95 @@
+"""Bounded results and trajectories on a real Redis Cluster (3 local masters, 6 shards).
+
+Every script runs with a ``#!lua`` shebang here, so the cluster refuses any key outside the slot of
+the declared keys: the staged results of a chunked commit, the kept records and the renames stay
+in their trajectory's slot. A ``put_trajectory`` the cluster refuses half-way leaves nothing queued.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+import redis
+
+from rewardq import RewardClient
+from rewardq.errors import RedisOutOfMemory
+from rewardq.queue.broker import StreamBroker
+from rewardq.queue.connection import connect_async
+from rewardq.queue.keys import Keyspace
+from tests.support.helpers import SAMPLE, output, results_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
+
+SHARDS = 6
+
+
+@pytest.fixture
+def rc(redis_cluster):
+    r = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
+    yield r
+    r.close()
+
+
+async def test_chunked_commits_and_kept_records_stay_in_their_slot(redis_cluster, rc):
+    ns = f"cl-{uuid.uuid4().hex[:8]}"
+    ks = Keyspace(ns, SHARDS)
+    producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
+    client = connect_async(redis_cluster.url)
+    broker = StreamBroker(client, ks, worker="w", commit_bytes=5000, keep_records=60)
+    try:
+        await broker.ensure_groups()
+        tids = [f"t{i}_s" for i in range(12)]
+        for i in range(12):
+            producer.put_trajectory(f"t{i}", "s", [output(2, 3, seed=j) for j in range(8)], SAMPLE)
+        shards = {ks.shard_of(t) for t in tids}
+        assert len(shards) > 2  # the trajectories spread over several shards and nodes
+        for shard in shards:
+            entries = await broker.read([shard], 1000, None)
+            by_tid: dict[str, list] = {}
+            for e in entries:
+                by_tid.setdefault(e.key.rpartition("_")[0], []).append(e)
+            claimed = await broker.claim_whole([(shard, t, es) for t, es in by_tid.items()])
+            assert all(claimed)
+            # every trajectory's 8 results of ~1.5 kB take 3 chunked script calls of at most 5 kB
+            got = await broker.commit_many([(shard, t, results_for(t, 8, 1500)) for t in by_tid])
+            assert got == [True] * len(by_tid)
+        for t in tids:
+            shard = ks.shard_of(t)
+            hashes = [rc.hgetall(ks.reward(shard, f"{t}_{i}")) for i in range(8)]
+            assert [h[b"reward_score"] for h in hashes] == [repr(float(i)).encode() for i in range(8)]
+            kept = rc.hkeys(ks.records(shard, t))
+            assert len(kept) == 8 and 0 < rc.ttl(ks.records(shard, t)) <= 60
+        assert not [k for k in rc.scan_iter(match=f"{ns}:*:staged:*")]
+        assert sum(rc.xlen(ks.done(s)) for s in range(SHARDS)) == 12
+    finally:
+        await client.aclose()
+        producer.close()
+
+
+def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(redis_cluster, rc):
+    ns = f"cl-{uuid.uuid4().hex[:8]}"
+    ks = Keyspace(ns, SHARDS)
+    producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
+    _ = producer.keyspace
+    tid = "half_s"
+    shard = ks.shard_of(tid)
+    node = rc.get_node_from_key(ks.stream(shard))
+    direct = redis.Redis(host=node.host, port=node.port)
+    big = {"prompt_ids": np.arange(1, 750_000, dtype=np.int32), "response_ids": [1, 2]}  # ~3 MB each
+    try:
+        used = int(direct.info("memory")["used_memory"])
+        direct.config_set("maxmemory", used + 7 * 1024 * 1024)  # room for two of the five outputs
+        direct.config_set("maxmemory-policy", "noeviction")
+        with pytest.raises(RedisOutOfMemory) as err:
+            producer.put_trajectory("half", "s", [big] * 5, SAMPLE)
+        assert err.value.written is False and "nothing of it was written" in str(err.value)
+        assert len(str(err.value)) < 1000
+        assert rc.xlen(ks.stream(shard)) == 0  # the outputs added before the refusal were deleted again
+    finally:
+        direct.config_set("maxmemory", 0)
+        direct.close()
+    assert producer.put_trajectory("half", "s", [output(2, 3)] * 2, SAMPLE) == ["half_s_0", "half_s_1"]
+    assert rc.xlen(ks.stream(shard)) == 2
+    producer.close()

@@ -1,0 +1,78 @@
+"""One backoff, :func:`rewardq.backoff.compute_backoff`, for every loop that retries.
+
+Given the schedules rewardq's retrying loops use, the pauses are the ones each documents: the
+Redis policy's equal jitter, the reward model's 20 % jitter, the supervisor's doubling restarts,
+and SandboxFusion's linear schedule as verl runs it (``INITIAL_RETRY_DELAY * (attempt + 1)``,
+``verl/utils/reward_score/sandbox_fusion/utils.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pytest
+
+import rewardq
+from rewardq import defaults
+from rewardq.backoff import compute_backoff
+from rewardq.queue import retry
+
+PACKAGE = Path(rewardq.__file__).parent
+
+
+def test_exponential_doubles_from_base_up_to_cap_without_jitter():
+    assert [compute_backoff(k, base=1.0, cap=30.0) for k in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    assert compute_backoff(0, base=0.5) == compute_backoff(1, base=0.5) == 0.5  # no failure counts as one
+    assert compute_backoff(5000, base=0.1, cap=2.0) == 2.0  # no overflow for a long outage
+    assert math.isfinite(compute_backoff(5000, base=0.1))  # uncapped: huge, but a number
+
+
+def test_linear_is_verls_sandbox_fusion_schedule():
+    # verl: delay = INITIAL_RETRY_DELAY * (attempt + 1) for the 0-based attempt that failed
+    verl = [
+        defaults.SANDBOX_FUSION_RETRY_DELAY * (attempt + 1) for attempt in range(defaults.SANDBOX_FUSION_ATTEMPTS - 1)
+    ]
+    ours = [
+        compute_backoff(k, base=defaults.SANDBOX_FUSION_RETRY_DELAY, growth="linear")
+        for k in range(1, defaults.SANDBOX_FUSION_ATTEMPTS)
+    ]
+    assert ours == verl == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.2, 0.5, 1.0])
+def test_jitter_takes_up_to_its_share_off_the_step(jitter):
+    step = compute_backoff(3, base=1.0)
+    assert compute_backoff(3, base=1.0, jitter=jitter, rand=lambda: 0.0) == step
+    assert compute_backoff(3, base=1.0, jitter=jitter, rand=lambda: 0.999999) == pytest.approx(
+        step * (1 - jitter), abs=1e-5
+    )
+
+
+def test_the_redis_policy_is_equal_jitter_within_base_and_cap():
+    pauses = [retry.backoff_delay(k) for k in range(1, 12) for _ in range(20)]
+    assert all(retry.BASE / 2 <= p <= retry.CAP for p in pauses)
+    assert max(retry.backoff_delay(10) for _ in range(200)) > retry.CAP * 0.75  # the random half is drawn
+    assert min(retry.backoff_delay(10) for _ in range(200)) >= retry.CAP / 2  # the fixed half is kept
+
+
+@pytest.mark.parametrize("bad", [dict(base=-1.0), dict(base=1.0, jitter=1.5), dict(base=1.0, growth="cubic")])
+def test_nonsense_schedules_are_refused(bad):
+    with pytest.raises(ValueError):
+        compute_backoff(1, **bad)
+
+
+def test_no_retrying_loop_computes_its_own_backoff():
+    # Given every module of the package, no expression doubles a pause by hand (`x * 2 ** n`)
+    # or grows it in a loop (`backoff * 2`): pauses come from compute_backoff
+    hand_made = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "backoff.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+                base = node.left
+                if isinstance(base, ast.Constant) and base.value == 2 and not isinstance(node.right, ast.Constant):
+                    hand_made.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    assert not hand_made, hand_made
