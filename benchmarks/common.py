@@ -216,18 +216,8 @@ class Child:
             return ""
 
     def tree(self) -> list[int]:
-        """This process and its descendants (from ``/proc/<pid>/task/*/children``)."""
-        out, todo = [], [self.pid]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            try:
-                for task in os.listdir(f"/proc/{pid}/task"):
-                    with open(f"/proc/{pid}/task/{task}/children") as f:
-                        todo.extend(int(c) for c in f.read().split())
-            except OSError:
-                continue
-        return out
+        """This process and its descendants."""
+        return process_tree(self.pid)
 
     def peak_rss_mb(self) -> float | None:
         """The largest ``VmHWM`` (peak resident set) among this process and its children."""
@@ -260,6 +250,21 @@ class Child:
         if self in _CHILDREN:
             _CHILDREN.remove(self)
         return self.proc.returncode
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and its live descendants (from ``/proc/<pid>/task/*/children``)."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
+    return out
 
 
 def stop_all_children() -> None:

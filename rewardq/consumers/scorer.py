@@ -20,7 +20,7 @@ from rewardq.consumers.batch import build_batch
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.results import STATUS_OK, EncodedResults, RewardResult, encode_results
-from rewardq.reward.base import RewardManager, check_manager_output
+from rewardq.reward.base import RewardManager, check_manager_output, reads_of
 from rewardq.reward.escapes import describe_escape
 
 _RUN_SINGLE = "the reward manager's run_single"
@@ -58,7 +58,9 @@ class TrajectoryScorer:
     """Runs a manager on whole trajectories and turns its answer into checked per-key results.
 
     Args:
-        manager: the reward manager (``run_single`` receives the full trajectory batch).
+        manager: the reward manager. ``run_single`` receives the trajectory batch: one row per
+            output, or only the final output's row when the manager declares ``reads = "final"``
+            (:func:`~rewardq.reward.base.reads_of`; the built-in managers, which read ``data[-1:]``).
         manager_name: written into each result (``manager`` field).
         worker_name: written into each result (``worker`` field).
         timeout: seconds one ``run_single`` may take before it counts as failed.
@@ -82,6 +84,7 @@ class TrajectoryScorer:
         self.timeout = timeout
         self.max_result_bytes = max_result_bytes
         self.stopping = stopping
+        self.final_only = reads_of(manager) == "final"
 
     async def score(self, records: Sequence[OutputRecord], *, started_ts: float = 0.0) -> EncodedResults:
         """Score a trajectory; its results, one per output in index order, checked and encoded for
@@ -93,7 +96,7 @@ class TrajectoryScorer:
         ``KeyboardInterrupt`` out of the event loop and stop the worker; a stray ``CancelledError``
         would hand the trajectory back for ever), except the worker's own cancellation.
         """
-        batch = build_batch(records, trajectory_sample(records))
+        batch = build_batch(records[-1:] if self.final_only else records, trajectory_sample(records))
         try:
             out: Any = await run_with_timeout(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:

@@ -147,8 +147,17 @@ class TrajectoryScorer:
             from rewardq.reward.fingerprint import tokenizer_fingerprint
 
             s = self.settings
+            # an agent-loop worker may put thousands of trajectories at once from a busy process: a
+            # put waiting for a free connection of the (single-Redis, blocking) pool waits as long as
+            # it would wait for its rewards, not the pool's 30 s (a 2,048-trajectory burst on a
+            # loaded 2-core machine failed with "No connection available" after them)
+            pool = {} if s.cluster else {"pool_timeout": s.timeout}
             self._client = AsyncRewardClient.from_url(
-                s.redis_url, namespace=s.namespace, cluster=s.cluster, tokenizer=tokenizer_fingerprint(self.tokenizer)
+                s.redis_url,
+                namespace=s.namespace,
+                cluster=s.cluster,
+                tokenizer=tokenizer_fingerprint(self.tokenizer),
+                **pool,
             )
             self._loop = loop
         return self._client
@@ -217,9 +226,8 @@ class TrajectoryScorer:
 
         keys: list[str] = []
         try:
-            keys = await self._push(uid, session_id, outputs, sample)
-            client = await self.client()
-            return keys, await client.wait_rewards(keys, timeout=self.settings.timeout), None
+            keys, results = await self._push_and_wait(uid, session_id, outputs, sample)
+            return keys, results, None
         except (RewardTimeout, RecordError) as exc:
             what = "timed out" if isinstance(exc, RewardTimeout) else "could not be sent"
             return keys, None, f"rewardq: the trajectory {what}: {exc}"
@@ -239,19 +247,25 @@ class TrajectoryScorer:
         err.retryable = True
         return err
 
-    async def _push(self, uid: str, session_id: str, outputs: Sequence[Any], sample: Mapping[str, Any]) -> list[str]:
+    async def _push_and_wait(
+        self, uid: str, session_id: str, outputs: Sequence[Any], sample: Mapping[str, Any]
+    ) -> tuple[list[str], dict[str, RewardResult]]:
+        """Push the trajectory and wait for its results (one read of them: the waiter listens
+        before the put). A record refused before anything was sent for holding values msgpack
+        cannot carry is sent again without them."""
         client = await self.client()
+        timeout = self.settings.timeout
         try:
             # the producer reads an AgentLoopOutput's fields itself (rewardq.producers.core.OutputLike);
             # outputs with images go as wire_output gives them: images and video paths only
             pushed = [wire_output(o) for o in outputs] if has_media(outputs) else outputs
-            return await client.put_trajectory(uid, session_id, pushed, sample)
+            return await client.put_trajectory_and_wait(uid, session_id, pushed, sample, timeout)
         except RecordError as exc:
             if "sample" not in exc.field and "extra_fields" not in exc.field:
                 raise
             logger.warning("rewardq: leaving out values that cannot be sent (%s)", exc)
             strict = [wire_output(o) for o in outputs]
-            return await client.put_trajectory(uid, session_id, strict, encodable_only(sample))
+            return await client.put_trajectory_and_wait(uid, session_id, strict, encodable_only(sample), timeout)
 
 
 def trajectory_names(columns: Mapping[str, Any]) -> tuple[str, str]:

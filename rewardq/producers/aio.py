@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from rewardq import defaults
@@ -44,6 +44,7 @@ class AsyncRewardClient(ClientBase):
         super().__init__(redis, settings, **overrides)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._watch_task: asyncio.Task | None = None
+        self._watch_ready: asyncio.Future | None = None  # set once the watcher knows where the streams end
 
     @classmethod
     def from_url(
@@ -147,14 +148,47 @@ class AsyncRewardClient(ClientBase):
         self, keys: Iterable[str], timeout: float = defaults.WAIT_TIMEOUT
     ) -> dict[str, RewardResult]:
         """Wait until every key has a result; raises RewardTimeout naming the missing keys."""
-        w = Waiter(check_keys(keys), timeout)
+        return await self._wait(Waiter(check_keys(keys), timeout))
+
+    async def put_trajectory_and_wait(
+        self,
+        uid: Name,
+        session_id: Name,
+        outputs: Sequence[Output],
+        sample: Mapping[str, Any] | None = None,
+        timeout: float = defaults.WAIT_TIMEOUT,
+    ) -> tuple[list[str], dict[str, RewardResult]]:
+        """``put_trajectory`` then ``wait_rewards``, one read of the results fewer.
+
+        The waiter is registered and the ``done``-stream watcher started before the put, so
+        the trajectory's completion cannot come before anyone listens, and the results are read
+        once, after it (``wait_rewards`` alone must read them first: the trajectory may have
+        finished before it was called). Returns the keys and their results; raises
+        RewardTimeout naming the missing keys.
+        """
+        call = PutCall("put_trajectory", uid, session_id, self)
+        with call.errors():
+            call.puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
+
+        async def put() -> None:
+            with call.errors():
+                await self._send(call)
+
+        return call.keys, await self._wait(Waiter(call.keys, timeout), before=put)
+
+    async def _wait(self, w: Waiter, before: Callable[[], Awaitable[None]] | None = None) -> dict[str, RewardResult]:
+        """Listen for ``w``'s trajectories, run ``before`` (the put) if given, wait for every result."""
         tids = {k.rpartition("_")[0] for k in w.keys}
+        timeout = w.timeout
         event = asyncio.Event()
         for t in tids:
             self._watchers.setdefault(t, set()).add(event)
         try:
             await self._ensure_watcher()
-            w.absorb(await self.get_rewards(w.keys))
+            if before is None:
+                w.absorb(await self.get_rewards(w.keys))
+            else:
+                await before()
             while w.missing:
                 remaining = w.remaining()
                 if remaining <= 0:
@@ -175,13 +209,35 @@ class AsyncRewardClient(ClientBase):
                         self._watchers.pop(t, None)
 
     async def _ensure_watcher(self) -> None:
-        if self._watch_task is None or self._watch_task.done():
+        """Start the one ``done``-stream watcher unless it runs, and wait until it knows where the
+        streams end (every completion after this returns wakes its waiters).
+
+        The task is created before any ``await``: coroutines that wait at once (an agent-loop
+        worker's whole batch) share one watcher, where each used to start its own, every one
+        holding a pooled connection in its blocking XREAD.
+        """
+        ready = self._watch_ready
+        if self._watch_task is None or self._watch_task.done() or ready is None:
+            ready = self._watch_ready = asyncio.get_running_loop().create_future()
+            self._watch_task = asyncio.create_task(self._watch_from_now(ready), name="rewardq-done-watcher")
+        await asyncio.shield(ready)
+
+    async def _watch_from_now(self, ready: asyncio.Future) -> None:
+        try:
             ks = await self.keyspace()
             last = {}
             for s in range(ks.shards):
                 got = await self.r.xrevrange(ks.done(s), count=1)
                 last[s] = got[0][0] if got else b"0-0"
-            self._watch_task = asyncio.create_task(self._watch(last), name="rewardq-done-watcher")
+        except BaseException as exc:
+            if not ready.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    ready.cancel()
+                else:
+                    ready.set_exception(exc)
+            raise
+        ready.set_result(None)
+        await self._watch(last)
 
     async def _watch(self, last: dict[int, bytes]) -> None:
         """Follow the ``done`` streams from the ids in ``last`` and wake the matching waiters.

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeAlias
 
 from rewardq import defaults
 from rewardq.errors import BackpressureTimeout, RecordError, RewardqError
-from rewardq.queue.checks import check_trajectory_bytes
+from rewardq.queue.checks import CheckedDict, check_dict, check_trajectory_bytes
 from rewardq.queue.codec import encode_output
 from rewardq.queue.connection import client_user
 from rewardq.queue.keys import Keyspace, output_key, split_key
@@ -205,6 +205,7 @@ def prepare_trajectory(
     n = len(outputs)
     if n > max_outputs:
         raise RecordError("outputs", f"has {n} outputs; a trajectory may have at most max_outputs={max_outputs}")
+    sample = CheckedDict(check_dict(sample, "sample"))  # checked once, not once per output
     puts: list[Put] = []
     total = 0
     for i, out in enumerate(outputs):

@@ -159,7 +159,14 @@ def check_value(value: Any, name: str) -> None:
             continue
 
 
+class CheckedDict(dict):
+    """A dict :func:`check_dict` accepted already: the sample every output of a trajectory
+    carries is checked once for all of them (``producers.core.prepare_trajectory``)."""
+
+
 def check_dict(value: Any, name: str) -> dict[str, Any]:
+    if type(value) is CheckedDict:
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,7 +125,11 @@ def as_id_array(value: Any, name: str, *, vocab_size: int | None = None) -> np.n
     """
     if value is None:
         raise RecordError(name, "is required (a list, numpy array or torch tensor of token ids)")
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor, without importing torch
+    if type(value) is list:
+        packed = _packed_list(value, "<I", "<i4")
+        if packed is not None:
+            value = packed  # the checks below then run on the array: no Python-level loop at all
+    elif hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor, without importing torch
         value = value.detach().cpu().numpy()
     if isinstance(value, (bytes, bytearray, memoryview, str)):
         raise RecordError(name, f"expected a sequence of integer token ids, got {type(value).__name__}")
@@ -148,9 +153,29 @@ def as_id_array(value: Any, name: str, *, vocab_size: int | None = None) -> np.n
     return np.ascontiguousarray(arr, dtype="<i4")
 
 
+def _packed_list(value: list, fmt: str, dtype: str) -> np.ndarray | None:
+    """A list of Python ints as an array, packed in C (``struct``; ``bytes`` for ``"B"``): ~2x
+    cheaper than ``np.asarray`` for ids, ~10x for a mask (verl's agent loop hands both over as
+    lists). None when the list holds anything else or a value out of the format's range: the
+    numpy path then converts it, or names what is wrong."""
+    if not value or type(value[0]) is not int:  # bools, floats, numpy scalars: the numpy path
+        return None
+    try:
+        raw = bytes(value) if fmt == "B" else struct.pack(f"{fmt[0]}{len(value)}{fmt[1]}", *value)
+    except (struct.error, ValueError, TypeError):
+        return None
+    arr = np.frombuffer(raw, dtype=dtype)
+    # an unsigned id of 2**31 or more reads as negative int32: the numpy path names it out of range
+    return arr if fmt == "B" or int(arr.min()) >= 0 else None
+
+
 def _as_mask(value: Any, n: int) -> np.ndarray | None:
     if value is None:
         return None
+    if type(value) is list:
+        packed = _packed_list(value, "B", "u1")
+        if packed is not None and packed.shape[0] == n and (n == 0 or int(packed.max()) <= 1):
+            return packed
     if hasattr(value, "detach") and hasattr(value, "cpu"):
         value = value.detach().cpu().numpy()
     try:

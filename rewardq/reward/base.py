@@ -159,6 +159,11 @@ class RewardManager(ABC):
 
     #: Registry name (``--manager NAME``); custom managers loaded as ``module:Class`` may omit it.
     name: ClassVar[str] = ""
+    #: What ``run_single`` reads of the trajectory (:data:`READS`): ``"trajectory"`` (the default:
+    #: one row per output) or ``"final"`` (a manager that reads only ``data[-1:]`` gets a one-row
+    #: batch of the final output, which saves building the other rows). A subclass that overrides
+    #: ``run_single`` without declaring it gets the whole trajectory (:func:`reads_of`).
+    reads: ClassVar[str] = "trajectory"
 
     def __init__(
         self,
@@ -171,6 +176,7 @@ class RewardManager(ABC):
         self.compute_score = compute_score
         self.context = context or ManagerContext()
         self._score_router: ScoreFnRouter | None = None
+        self._decoder: Any = None  # BatchDecoder, False when the tokenizer has no batch path, None: not chosen
 
     async def setup(self) -> None:
         """Called once in the worker's event loop before the first ``run_single``."""
@@ -206,10 +212,15 @@ class RewardManager(ABC):
             await self.score_router.prepare(self.compute_score)
 
     async def close_scoring(self) -> None:
-        """Stop the scorer processes and threads :meth:`call_score_fn` started. Idempotent."""
+        """Stop the scorer processes and threads :meth:`call_score_fn` started, and the decode
+        thread. Idempotent."""
         router = getattr(self, "_score_router", None)
         if router is not None:
             await router.close()
+        decoder = getattr(self, "_decoder", None)
+        if decoder:
+            decoder.close()
+            self._decoder = None
 
     # -- helpers shared by the built-in managers ---------------------------------------
     def decode_response(self, row: TensorDict, ids: torch.Tensor | None = None) -> str:
@@ -220,6 +231,27 @@ class RewardManager(ABC):
 
             ids = valid_response_ids(row)
         return self.require_tokenizer().decode(ids, skip_special_tokens=True)
+
+    async def decode_response_async(self, row: TensorDict, ids: torch.Tensor | None = None) -> str:
+        """:meth:`decode_response`, off the event loop: the responses every trajectory being scored
+        asks for in one loop turn are decoded together, in Rust threads without the GIL
+        (:class:`~rewardq.reward.decoding.BatchDecoder`). A tokenizer without that path
+        (:func:`~rewardq.reward.tokenizer.batch_decoder`) decodes inline."""
+        if ids is None:
+            from rewardq.reward.rows import valid_response_ids
+
+            ids = valid_response_ids(row)
+        from rewardq.reward.decoding import BatchDecoder
+
+        decoder = getattr(self, "_decoder", None)
+        if decoder is None:
+            from rewardq.reward.tokenizer import batch_decoder
+
+            native = batch_decoder(self.require_tokenizer())
+            decoder = self._decoder = BatchDecoder(native) if native is not None else False
+        if not isinstance(decoder, BatchDecoder):
+            return self.decode_response(row, ids)
+        return await decoder.decode(ids, skip_special_tokens=True)
 
     def require_tokenizer(self) -> Tokenizer:
         """The tokenizer, or ConfigError saying how to give the worker one."""
@@ -246,6 +278,25 @@ class RewardManager(ABC):
         one naming its exit code or signal. See :mod:`rewardq.reward.isolation`.
         """
         return await self.score_router.call(fn, kwargs)
+
+
+#: The values of :attr:`RewardManager.reads`.
+READS = ("trajectory", "final")
+
+
+def reads_of(manager: Any) -> str:
+    """What ``manager.run_single`` reads: the ``reads`` of the most derived class that declares it
+    or defines ``run_single``; one that defines ``run_single`` without declaring ``reads`` reads
+    the whole trajectory. Raises ConfigError for a value not in :data:`READS`."""
+    for cls in type(manager).__mro__:
+        if "reads" in cls.__dict__:
+            declared = cls.__dict__["reads"]
+            if declared not in READS:
+                raise ConfigError(f"{cls.__name__}.reads must be one of {', '.join(READS)}, got {declared!r}")
+            return str(declared)
+        if "run_single" in cls.__dict__:
+            return "trajectory"
+    return "trajectory"
 
 
 def is_async_callable(fn: Any) -> bool:

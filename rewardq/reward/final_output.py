@@ -50,6 +50,22 @@ def read_final_output(manager: RewardManager, data: TensorDict) -> FinalOutput:
         ScoringError: the sample has no ``reward_model`` dict with ``ground_truth``, or
             ``extra_info`` is not a dict.
     """
+    final, ids = _read_final_row(data)
+    final.solution_str = manager.decode_response(final.row, ids)
+    return final
+
+
+async def aread_final_output(manager: RewardManager, data: TensorDict) -> FinalOutput:
+    """:func:`read_final_output` with the decode off the event loop, batched with the other
+    trajectories' (:meth:`~rewardq.reward.base.RewardManager.decode_response_async`): what the
+    built-in managers use."""
+    final, ids = _read_final_row(data)
+    final.solution_str = await manager.decode_response_async(final.row, ids)
+    return final
+
+
+def _read_final_row(data: TensorDict) -> tuple[FinalOutput, Any]:
+    """Everything of :class:`FinalOutput` but the decoded text, and the valid response ids."""
     row = last_row(data)
     reward_model = non_tensor(row, "reward_model")
     if not isinstance(reward_model, Mapping) or "ground_truth" not in reward_model:
@@ -64,14 +80,15 @@ def read_final_output(manager: RewardManager, data: TensorDict) -> FinalOutput:
     elif not isinstance(extra_info, Mapping):
         raise ScoringError(f"the sample's extra_info must be a dict, got {type(extra_info).__name__}")
     ids = valid_response_ids(row)
-    return FinalOutput(
+    final = FinalOutput(
         row=row,
-        solution_str=manager.decode_response(row, ids),
+        solution_str="",
         data_source=non_tensor(row, "data_source"),
         ground_truth=reward_model["ground_truth"],
         extra_info=copy_value(dict(extra_info)),
         valid_response_length=int(ids.shape[0]),
     )
+    return final, ids
 
 
 def merge_rollout_fields(extra_info: dict, row: TensorDict, *, turns_and_scores: bool = True) -> dict:

@@ -46,7 +46,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -241,6 +241,45 @@ class TransformersTokenizer:
         return self.backend.apply_chat_template(
             list(messages), tokenize=tokenize, add_generation_prompt=add_generation_prompt, **kwargs
         )
+
+
+def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]], bool], list[str]] | None:
+    """``tokenizer``'s Rust ``decode_batch(sequences, skip_special_tokens)`` when it gives exactly
+    what ``tokenizer.decode`` gives for each sequence (and releases the GIL); None otherwise.
+
+    That holds for a :class:`FastTokenizer`, and for a :class:`TransformersTokenizer` over a fast
+    tokenizer that does not post-process its decode (no ``clean_up_tokenization_spaces``, no
+    ``decode`` of its own), which is what a byte-level BPE folder loads as.
+    """
+    if isinstance(tokenizer, FastTokenizer):
+        return _rust_decode_batch(tokenizer.backend)
+    if not isinstance(tokenizer, TransformersTokenizer):
+        return None
+    backend = tokenizer.backend
+    rust = getattr(backend, "backend_tokenizer", None)
+    if rust is None or getattr(backend, "clean_up_tokenization_spaces", True) is not False:
+        return None
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        return None
+    cls = type(backend)
+    if not issubclass(cls, PreTrainedTokenizerFast) or any(
+        getattr(cls, m, None) is not getattr(PreTrainedTokenizerFast, m, None) for m in ("decode", "_decode")
+    ):
+        return None
+    return _rust_decode_batch(rust)
+
+
+def _rust_decode_batch(rust: Any) -> Callable[[list[list[int]], bool], list[str]] | None:
+    fn = getattr(rust, "decode_batch", None)
+    if fn is None:
+        return None
+
+    def decode_batch(sequences: list[list[int]], skip_special_tokens: bool) -> list[str]:
+        return list(fn(sequences, skip_special_tokens=skip_special_tokens))
+
+    return decode_batch
 
 
 # --------------------------------------------------------------------------------------

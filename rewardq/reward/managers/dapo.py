@@ -36,7 +36,7 @@ from typing import Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
-from rewardq.reward.final_output import read_final_output, score_final_output
+from rewardq.reward.final_output import aread_final_output, score_final_output
 from rewardq.reward.registry import register
 
 logger = logging.getLogger("rewardq.reward")
@@ -129,6 +129,8 @@ class DAPORewardManager(RewardManager):
             or a malformed ``overlong_buffer``.
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self,
         tokenizer: Any,
@@ -147,7 +149,7 @@ class DAPORewardManager(RewardManager):
         self.overlong_buffer = OverlongBuffer.from_option(overlong_buffer, max_resp_len)
 
     async def run_single(self, data: Any) -> dict:
-        final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
+        final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
         result = await score_final_output(self, final, final.extra_info)
         cfg = self.overlong_buffer
         if cfg is not None and cfg.enable:

@@ -90,6 +90,8 @@ class DisRMRewardManager(RewardManager):
         **options: ``tokenizer`` = the reward model's tokenizer (a path or a loaded tokenizer).
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self,
         tokenizer: Any,

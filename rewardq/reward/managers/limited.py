@@ -78,6 +78,8 @@ class LimitedRewardManager(RewardManager):
         lease_seconds: how long a concurrency slot outlives a worker that died holding it.
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self,
         tokenizer: Any,
@@ -157,11 +159,11 @@ class LimitedRewardManager(RewardManager):
         return self.compute_score
 
     async def run_single(self, data: Any) -> dict:
-        from rewardq.reward.final_output import merge_rollout_fields, read_final_output
+        from rewardq.reward.final_output import aread_final_output, merge_rollout_fields
 
         if self.limiter is None:
             await self.setup()
-        final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
+        final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
         data_source = final.data_source
         extra_info = merge_rollout_fields(final.extra_info, final.row, turns_and_scores=False)
         fn = self._score_fn()

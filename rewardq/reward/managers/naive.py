@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
-from rewardq.reward.final_output import FinalOutput, merge_rollout_fields, read_final_output, score_final_output
+from rewardq.reward.final_output import FinalOutput, aread_final_output, merge_rollout_fields, score_final_output
 from rewardq.reward.registry import register
 
 
@@ -40,6 +40,8 @@ class NaiveRewardManager(RewardManager):
         context: see :class:`~rewardq.reward.base.ManagerContext`.
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self, tokenizer: Any, compute_score: ScoreFn | None = None, *, context: ManagerContext | None = None
     ) -> None:
@@ -50,5 +52,5 @@ class NaiveRewardManager(RewardManager):
         return merge_rollout_fields(final.extra_info, final.row)
 
     async def run_single(self, data: Any) -> dict:
-        final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
+        final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
         return await score_final_output(self, final, self.build_extra_info(final))

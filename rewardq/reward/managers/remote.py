@@ -92,6 +92,8 @@ class RemoteRewardManager(RewardManager):
         kill_grace: seconds between SIGTERM and SIGKILL for a process that timed out.
     """
 
+    reads = "final"  # run_single reads data[-1:] only
+
     def __init__(
         self,
         tokenizer: Any,
@@ -171,9 +173,9 @@ class RemoteRewardManager(RewardManager):
         await self.pool.close()
 
     async def run_single(self, data: Any) -> dict:
-        from rewardq.reward.final_output import merge_rollout_fields, read_final_output
+        from rewardq.reward.final_output import aread_final_output, merge_rollout_fields
 
-        final = read_final_output(self, data)  # the final row only: data[-1:] (last_row)
+        final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
         data_source = final.data_source
         extra_info = merge_rollout_fields(final.extra_info, final.row)
         if self.target == DEFAULT_SPEC and _is_async_default(data_source):

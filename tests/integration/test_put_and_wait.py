@@ -1,0 +1,85 @@
+"""``AsyncRewardClient.put_trajectory_and_wait``: the put and the wait, with one read of the results
+fewer than ``put_trajectory`` + ``wait_rewards`` (the waiter listens before the put)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rewardq import AsyncRewardClient
+from rewardq.errors import RewardTimeout
+from rewardq.queue.keys import Keyspace
+from tests.support.helpers import SAMPLE, output, running_workers
+
+
+async def test_concurrent_trajectories_get_their_own_rewards(ns, redis_url, length_manager):
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+    async with running_workers(ns, redis_url, [length_manager], concurrency=8):
+
+        async def one(t: int):
+            outs = [output(4, 3, seed=t), output(5, t % 7 + 1, seed=t + 1)]
+            return await client.put_trajectory_and_wait(f"u{t}", "s", outs, SAMPLE, timeout=30)
+
+        got = await asyncio.gather(*(one(t) for t in range(60)))
+    await client.aclose()
+    for t, (keys, results) in enumerate(got):
+        assert keys == [f"u{t}_s_0", f"u{t}_s_1"] and list(results) == keys
+        assert [r.reward_score for r in results.values()] == [float(t % 7 + 1)] * 2
+
+
+async def test_the_results_are_read_after_the_put_not_before(ns, redis_url, sync_redis, monkeypatch):
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+    reads: list[list[str]] = []
+    real = client.get_rewards
+
+    async def counting(keys):
+        keys = list(keys)
+        reads.append(keys)
+        return await real(keys)
+
+    monkeypatch.setattr(client, "get_rewards", counting)
+    # nobody scores this namespace: the wait times out, naming the keys, after the put went in
+    with pytest.raises(RewardTimeout) as err:
+        await client.put_trajectory_and_wait("lonely", "s", [output(3, 3), output(2, 2)], SAMPLE, timeout=0.5)
+    assert err.value.missing == ["lonely_s_0", "lonely_s_1"]
+    assert sync_redis.xlen(Keyspace(ns).stream(0)) == 2
+    assert reads == [["lonely_s_0", "lonely_s_1"]]  # one read, at the deadline; none before the put
+    # wait_rewards alone reads first (the trajectory may have finished before it was called)
+    reads.clear()
+    with pytest.raises(RewardTimeout):
+        await client.wait_rewards(["lonely_s_0", "lonely_s_1"], timeout=0.5)
+    assert len(reads) == 2
+    await client.aclose()
+
+
+async def test_a_bad_record_is_refused_before_anything_is_sent(ns, redis_url, sync_redis):
+    from rewardq.errors import RecordError
+
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+    with pytest.raises(RecordError, match="response_ids"):
+        await client.put_trajectory_and_wait("u", "s", [output(3, 3), {"prompt_ids": [1], "response_ids": [-1]}])
+    assert sync_redis.xlen(Keyspace(ns).stream(0)) == 0
+    assert not client._watchers  # the waiter it registered is gone again
+    await client.aclose()
+
+
+async def test_waiters_that_start_together_share_one_watcher(ns, redis_url, length_manager):
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+
+    def watchers() -> int:
+        return sum(1 for t in asyncio.all_tasks() if t.get_name() == "rewardq-done-watcher" and not t.done())
+
+    async with running_workers(ns, redis_url, [length_manager], concurrency=16):
+        got = await asyncio.gather(
+            *(
+                client.put_trajectory_and_wait(f"a{t}", "s", [output(3, t % 5 + 1)], SAMPLE, timeout=30)
+                for t in range(150)
+            ),
+            *(client.wait_rewards([f"a{t}_s_0"], timeout=30) for t in range(150)),
+        )
+        assert watchers() == 1  # each used to start its own, each holding a pooled connection in XREAD
+    assert [r.reward_score for _, res in got[:150] for r in res.values()] == [float(t % 5 + 1) for t in range(150)]
+    assert all(res[f"a{t}_s_0"].reward_score == float(t % 5 + 1) for t, res in enumerate(got[150:]))
+    await client.aclose()
+    assert watchers() == 0
