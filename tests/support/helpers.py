@@ -26,7 +26,9 @@ FAST = dict(
 
 
 def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
-    return WorkerConfig(redis_url=url, namespace=ns, **{**FAST, **kw}).validate()
+    """A quick test worker's settings; it decodes with the demo tokenizer, asked for by name as a worker
+    must (there is no default tokenizer), unless ``tokenizer`` says otherwise."""
+    return WorkerConfig(redis_url=url, namespace=ns, **{"tokenizer": "builtin:demo", **FAST, **kw}).validate()
 
 
 @contextlib.asynccontextmanager
