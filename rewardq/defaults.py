@@ -184,8 +184,10 @@ STATUS_RATE_WINDOW = 60.0
 INSPECT_PREVIEW_CHARS = 200
 #: Dead letters ``rewardq dead-letters list`` shows.
 DEAD_LETTERS_LISTED = 50
-#: Namespaces an error about an unknown ``--namespace`` lists, and the seconds its SCAN may take.
+#: Namespaces an error about an unknown ``--namespace`` lists (closest to the typed name first),
+#: the most its SCAN collects to rank, and the seconds that SCAN may take.
 NAMESPACES_LISTED = 20
+NAMESPACES_SCANNED = 5000
 NAMESPACE_SCAN_BUDGET = 1.0
 #: ``rewardq demo``: worker processes, trajectories, and seconds its workers may take to start.
 DEMO_WORKERS = 2

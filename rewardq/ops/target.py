@@ -14,6 +14,7 @@ Read-only: nothing here writes to Redis.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "pipeline_options",
     "open_pipeline",
     "known_namespaces",
+    "namespace_hint",
     "fmt_duration",
     "fmt_age",
     "opened",
@@ -95,9 +97,10 @@ class Pipeline:
 
 
 def known_namespaces(
-    client: Any, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_LISTED
+    client: Any, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_SCANNED
 ) -> list[str]:
-    """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds."""
+    """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds and
+    ``limit`` names."""
     found: set[str] = set()
     deadline = time.monotonic() + budget_s
     try:
@@ -111,6 +114,19 @@ def known_namespaces(
     return sorted(found)
 
 
+def namespace_hint(wanted: str, others: list[str], listed: int = defaults.NAMESPACES_LISTED) -> str:
+    """What to say about a namespace that does not exist: the closest names first (a typo's
+    intended name leads, however many namespaces the server holds), at most ``listed`` of them."""
+    if not others:
+        return "this server has no rewardq namespace at all"
+    close = difflib.get_close_matches(wanted, others, n=3, cutoff=0.6)
+    ranked = close + [n for n in others if n not in close]
+    shown = ranked[:listed]
+    more = f" and {len(ranked) - len(shown):,} more" if len(ranked) > len(shown) else ""
+    mean = f"did you mean {close[0]!r}? " if close else ""
+    return f"{mean}namespaces on this server: {', '.join(shown)}{more}"
+
+
 def _shards(client: Any, namespace: str, url: str, require: bool) -> int | None:
     from rewardq.queue.keys import Keyspace
 
@@ -119,12 +135,7 @@ def _shards(client: Any, namespace: str, url: str, require: bool) -> int | None:
     if raw is None:
         if not require:
             return None
-        others = [n for n in known_namespaces(client) if n != namespace]
-        hint = (
-            f"namespaces on this server: {', '.join(others)}"
-            if others
-            else "this server has no rewardq namespace at all"
-        )
+        hint = namespace_hint(namespace, [n for n in known_namespaces(client) if n != namespace])
         raise NotFound(
             f"namespace {namespace!r} does not exist on {url} (no {probe.meta} key: no producer or "
             f"worker has used it); {hint}. Check --namespace (REWARDQ_NAMESPACE) and --redis-url"

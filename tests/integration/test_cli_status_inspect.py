@@ -204,7 +204,8 @@ def test_status_unknown_namespace_and_unreachable_redis(ns, redis_url):
     _ = RewardClient.from_url(redis_url, namespace=ns).keyspace  # creates <ns>:meta
     code, out, err = rq("status", "--redis-url", redis_url, "--namespace", ns + "-typo")
     assert code == 1 and out == ""
-    assert f"namespace '{ns}-typo' does not exist" in err and ns in err.split("namespaces on this server:")[1]
+    assert f"namespace '{ns}-typo' does not exist" in err and f"did you mean '{ns}'?" in err
+    assert ns in err.split("namespaces on this server:")[1]
     assert "Traceback" not in err and err.count("error:") == 1
     code, _, err = rq("status", "--redis-url", "redis://:hunter2@127.0.0.1:1/0")
     assert code == 3 and "redis://:***@127.0.0.1:1/0" in err and "hunter2" not in err

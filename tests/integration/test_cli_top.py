@@ -27,6 +27,15 @@ from tests.support.cli_procs import REPO, Procs, wait_for, worker_argv
 
 pytestmark = pytest.mark.slow
 
+PACED_SCORER = """
+import time
+from rewardq.reward.scoring import default_compute_score
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    time.sleep(0.01)
+    return default_compute_score(data_source, solution_str, ground_truth, extra_info)
+"""
+
 
 def _workload(client: RewardClient, n: int) -> None:
     ids = np.arange(1, 6)
@@ -43,7 +52,11 @@ def _workload(client: RewardClient, n: int) -> None:
 def busy_namespace(redis_url, tmp_path_factory):
     """A namespace with a live worker, a backlog, an error and a trajectory missing output 1 (one per module)."""
     ns, procs = f"t-top-{uuid.uuid4().hex[:8]}", Procs(tmp_path_factory.mktemp("top"))
-    worker = procs.start(worker_argv(redis_url, ns, "topw", "--manager", "naive", "--concurrency", "1"), tag="w")
+    # a worker that scores ~100 outputs/s, so the backlog lasts while top is watched
+    paced = tmp_path_factory.mktemp("paced") / "paced.py"
+    paced.write_text(PACED_SCORER)
+    argv = worker_argv(redis_url, ns, "topw", "--manager", "naive", "--concurrency", "1", "--reward-fn", str(paced))
+    worker = procs.start([*argv, "--reward-fn-placement", "thread"], tag="w")
     client = RewardClient.from_url(redis_url, namespace=ns)
     wait_for(lambda: client.r.zcard(f"{ns}:workers"), 120, "the worker to beat", procs=[worker])
     _workload(client, 1500)
@@ -72,16 +85,19 @@ def test_top_in_a_terminal_shows_rates_backlog_workers_and_quits_on_q(busy_names
         def screen() -> str:
             return _tmux(sock, "capture-pane", "-p", "-t", "top")
 
+        backlog = (
+            r"backlog\s+[1-9][\d,]* entries( \(estimated\))?, drains in \d[\d.smhd]* at [\d.]*[1-9][\d.]* outputs/s"
+        )
+
         def scoring() -> bool:
+            # the namespace's rate comes from the results, the drain rate from the workers' next
+            # heartbeat: wait for both (a beat apart) rather than read the screen in between
             s = screen()
             m = re.search(r"scored/s\s+([\d.]+)", s)
-            return bool(m and float(m.group(1)) > 0 and "topw" in s)
+            return bool(m and float(m.group(1)) > 0 and "topw" in s and re.search(backlog, s))
 
-        wait_for(scoring, 60, "top to show the worker and a non-zero rate")
+        wait_for(scoring, 60, "top to show the worker, a non-zero rate and the backlog's drain time")
         text = screen()
-        assert re.search(r"backlog\s+[1-9][\d,]* entries( \(estimated\))?, drains in \S+ at [\d.]+ outputs/s", text), (
-            text
-        )
         assert re.search(r"errors/s\s+[\d.]+", text), text
         assert "topw" in text and "bad_1" in text, text  # the worker and its last error
         assert "oldest waiting gap_1" in text and "outputs 1" in text, text
