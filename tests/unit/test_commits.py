@@ -61,14 +61,45 @@ async def test_commits_of_one_turn_go_in_one_call_and_keep_their_replies():
     assert broker.calls[-1] == ["t9"]
 
 
+class GatedBroker(RecordingBroker):
+    """A recorder whose round trips stay out until the test lets each one answer: ``sent``
+    is set when a call goes out, and ``answer()`` releases the oldest call still out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = asyncio.Event()
+        self._gates: list[asyncio.Event] = []
+
+    async def commit_many(self, items):
+        self.calls.append([tid for _, tid, _ in items])
+        gate = asyncio.Event()
+        self._gates.append(gate)
+        self.sent.set()
+        await gate.wait()
+        return [True for _ in items]
+
+    async def next_call(self) -> list[str]:
+        """Wait until a round trip is on the wire; the tids it carries."""
+        await self.sent.wait()
+        self.sent.clear()
+        return self.calls[-1]
+
+    def answer(self) -> None:
+        self._gates.pop(0).set()
+
+
 async def test_commits_arriving_while_a_batch_is_out_form_the_next_batch():
-    broker = RecordingBroker(delay=0.02)
+    broker = GatedBroker()
     c = CommitCoalescer(broker)
     first = asyncio.create_task(c.commit(0, "a", []))
-    await asyncio.sleep(0.005)  # "a" is on the wire
+    assert await broker.next_call() == ["a"]  # "a" is on the wire
     second = [asyncio.create_task(c.commit(0, t, [])) for t in ("b", "c")]
-    await asyncio.sleep(0.005)
-    third = asyncio.create_task(c.commit(0, "d", []))  # "b", "c" are on the wire
+    broker.answer()  # "a" answers; "b" and "c" arrived while it was out and go together
+    assert await broker.next_call() == ["b", "c"]
+    third = asyncio.create_task(c.commit(0, "d", []))  # arrives while "b", "c" are on the wire
+    broker.answer()
+    assert await broker.next_call() == ["d"]
+    broker.answer()
     assert await asyncio.gather(first, *second, third) == [True] * 4
     assert broker.calls == [["a"], ["b", "c"], ["d"]]
     await c.drain()
