@@ -128,9 +128,27 @@ REWARD_FN_PLACEMENTS = ("process", "thread", "inline")
 SCORER_PROCESSES: int | None = None
 #: Scorer processes per function of the managers ``rewardq.testing`` builds (a test needs one).
 TESTING_SCORER_PROCESSES = 1
-#: Seconds a scorer process may be busy before it stops counting toward the pool's size, so
-#: the calls waiting behind a hung one get a spare process instead of waiting for its timeout.
+#: Seconds a scorer process may be busy on one call before it may count as stuck (no longer
+#: toward the pool's size), so the calls waiting behind a hung one get a spare process instead of
+#: waiting for its timeout. A call's own budget can make it sooner (``SCORER_SPARE_SHARE``).
 SCORER_SPARE_AFTER = 2.0
+#: Share of a call's budget (the trajectory's ``score_timeout``) after which its busy process may
+#: count as stuck, when that comes before ``SCORER_SPARE_AFTER``.
+SCORER_SPARE_SHARE = 0.25
+#: A busy process past that point counts as stuck only when its call used less CPU than this
+#: share of its wall time (it sleeps or waits: a hang), or CPU time beyond the same point (it
+#: spins). A call that only waits for a core on a loaded machine keeps its process counted.
+SCORER_STUCK_CPU_SHARE = 0.05
+#: Spare scorer processes per function at most, beyond ``scorer_processes``.
+SCORER_SPARES = 2
+#: Seconds a process beyond the pool's size stays idle before it exits (a burst that comes back
+#: within that finds it ready, instead of starting and importing another).
+SCORER_SPARE_IDLE = 30.0
+#: Bytes of a scorer process's stdout, and of its stderr, that reach the worker's log per call;
+#: the rest are counted, dropped, and the drop logged.
+SCORER_OUTPUT_CAP = 64 * 1024
+#: Seconds a scorer process waits, after a call, for what its killed leftover children held.
+SCORER_CHILD_REAP = 1.0
 #: Calls of a thread-run reward function that may hang (their threads cannot be stopped)
 #: before further calls are refused.
 MAX_LOST_THREADS = 32

@@ -22,16 +22,23 @@ per slot), so a reply or the EOF of a dead child wakes the event loop directly.
 * An exception in the scoring function is *not* a crash: ``TaskResult("error", message=...,
   traceback=...)`` and the process stays. So is ``sys.exit()`` or ``KeyboardInterrupt``:
   the message names the call (``the reward function called sys.exit(3)``).
-* **Spares** (``spare_after``): a process busy for longer than ``spare_after`` seconds no
-  longer counts toward the pool's size. When calls are waiting and fewer than
-  ``num_workers`` processes can take them, a spare process starts (at most ``max_spares``
-  beyond ``num_workers``), so calls stuck until their timeout never hold up the ones
-  behind them. A process that finishes while the pool is above its size, and nobody waits,
-  exits; one that is killed is only replaced up to ``num_workers``.
+* **Spares** (:class:`~rewardq.reward.spares.SparePolicy`): a process whose call is stuck (past
+  ``spare_after`` seconds or a quarter of the call's budget, and sleeping or spinning rather
+  than waiting for a core) no longer counts toward the pool's size. When a call waits, no idle
+  or starting process will take it, and fewer than ``num_workers`` processes can take work, a
+  spare process starts (at most ``max_spares`` alive beyond ``num_workers``). A process beyond
+  the pool's size exits after ``spare_idle`` seconds without work; one that is killed is only
+  replaced up to ``num_workers``.
 
 A task's timeout counts from when it is handed to an idle process, not from when it was
-queued. A replacement process is only given work once it has loaded the function, so
-import time (sympy takes a second) never eats into a task's timeout.
+queued, and while a call waits for a process its trajectory's clock stands still
+(:func:`~rewardq.reward.budget.waiting_for_a_place`): a good call's budget counts its own run,
+never its wait behind hung ones. A replacement process is only given work once it has loaded
+the function, so import time (sympy takes a second) never eats into a task's timeout.
+
+Each process is put back as it was after every call (working directory, environment, signal
+handlers), the children a call leaves behind are killed when it ends, and its stdout and stderr
+reach the worker's log capped per call (:mod:`rewardq.reward.scorer_process`).
 
 What crosses the pipe is pickled: the target (a spec string such as
 ``"package.module:fn"`` or ``"path/to/file.py:fn"``, resolved in the child with
@@ -44,7 +51,9 @@ With ``spawn`` and ``forkserver`` a child re-imports the parent's main *script* 
 ``if __name__ == "__main__":``. Under the ``rewardq`` CLI a child starts in about 0.3 s.
 
 Children are daemonic (they die with the parent's interpreter, and a SIGKILLed parent
-closes their pipe, which ends them), so a scoring function cannot itself start processes.
+closes their pipe, which ends them; on Linux they also die with the process that started
+them), so a scoring function's own ``multiprocessing`` children are refused; what it forks or
+spawns otherwise is killed when its call ends.
 """
 
 from __future__ import annotations
@@ -62,8 +71,10 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
+from rewardq.reward.budget import current_budget, waiting_for_a_place
 from rewardq.reward.escapes import REWARD_FUNCTION, describe_exit, exit_hint
 from rewardq.reward.scorer_slot import ScorerSlot, TaskResult
+from rewardq.reward.spares import SparePolicy
 
 logger = logging.getLogger("rewardq.reward.remote")
 
@@ -81,9 +92,14 @@ class ScorerPool:
             forking a process that runs an event loop, threads and torch is unsafe.
         kill_grace: seconds between SIGTERM and SIGKILL for a task that timed out.
         start_timeout: seconds to wait for the processes to load the function at start-up.
-        spare_after: seconds a process may be busy before a spare starts for waiting calls;
-            None: never (the pool stays at ``num_workers``).
+        spare_after: seconds a call may run before its process may count as stuck and a spare
+            start for waiting calls (sooner for a short budget); None: never (the pool stays at
+            ``num_workers``).
         max_spares: most spare processes alive at once beyond ``num_workers``.
+        spare_idle: seconds a process beyond ``num_workers`` stays idle before it exits.
+        output_cap: bytes of each process's stdout, and of its stderr, per call that reach the log.
+        policy: the spare rules in full (tests); overrides ``spare_after``, ``max_spares`` and
+            ``spare_idle``.
     """
 
     def __init__(
@@ -97,6 +113,9 @@ class ScorerPool:
         start_timeout: float = defaults.SCORER_START_TIMEOUT,
         spare_after: float | None = None,
         max_spares: int = 0,
+        spare_idle: float = defaults.SCORER_SPARE_IDLE,
+        output_cap: int = defaults.SCORER_OUTPUT_CAP,
+        policy: SparePolicy | None = None,
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ConfigError(f"num_workers must be an integer >= 1, got {num_workers!r}")
@@ -113,9 +132,18 @@ class ScorerPool:
         self.start_method = start_method
         self.kill_grace = kill_grace
         self.start_timeout = start_timeout
-        self.spare_after = spare_after
-        self.max_spares = max(0, int(max_spares))
-        self.counters = {"tasks": 0, "timeouts": 0, "crashes": 0, "errors": 0, "replaced": 0, "spares": 0}
+        self.spares = policy or SparePolicy(after=spare_after, most=max_spares, idle=spare_idle)
+        self.output_cap = output_cap
+        self.counters = {
+            "tasks": 0,
+            "timeouts": 0,
+            "crashes": 0,
+            "errors": 0,
+            "replaced": 0,
+            "spares": 0,
+            "retired": 0,
+            "output_cut": 0,
+        }
         self._ctx: Any = multiprocessing.get_context(start_method)
         self._slots: list[ScorerSlot] = []
         self._free: asyncio.Queue | None = None
@@ -129,6 +157,11 @@ class ScorerPool:
         self._waiting = 0
         self._bg: set[asyncio.Task] = set()
         self._leaving: set[ScorerSlot] = set()  # retired or replaced processes not yet reaped
+        self._trim: asyncio.TimerHandle | None = None  # retires processes beyond the size once idle
+
+    @property
+    def max_spares(self) -> int:
+        return self.spares.most
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -170,7 +203,7 @@ class ScorerPool:
         return [s.pid for s in self._slots]
 
     def _spawn(self, index: int) -> ScorerSlot:
-        slot = ScorerSlot.start(self._ctx, index, self.target, self.kwargs)
+        slot = ScorerSlot.start(self._ctx, index, self.target, self.kwargs, output_cap=self.output_cap)
         assert self._loop is not None
         self._loop.add_reader(slot.conn.fileno(), self._on_readable, slot)
         return slot
@@ -182,6 +215,9 @@ class ScorerPool:
         are going away too), and whatever is still alive a second later is killed.
         """
         self._closed = True
+        if self._trim is not None:
+            self._trim.cancel()
+            self._trim = None
         for task in list(self._bg):
             task.cancel()
         everyone = [*self._slots, *self._leaving]
@@ -218,10 +254,27 @@ class ScorerPool:
         kind = msg[0]
         if kind == "ready":
             slot.ready = True
+            slot.own_group = bool(msg[2]) if len(msg) > 2 else False
+            slot.idle_since = time.monotonic()
             self._init_failures = 0
             logger.debug("scorer process %s ready in %.2fs", slot.pid, time.monotonic() - slot.started)
             if self._free is not None and not self._closed:
                 self._free.put_nowait(slot)
+        elif kind == "output":
+            self.counters["output_cut"] += 1
+            for stream, written, dropped in msg[2]:
+                logger.warning(
+                    "scorer process %s: %s wrote %d bytes to %s %s; the first %d are in the log, %d were "
+                    "dropped (a scorer's output is capped at %d bytes per stream per call)",
+                    slot.pid,
+                    REWARD_FUNCTION,
+                    written,
+                    stream,
+                    "in one call" if msg[1] else "while loading",
+                    written - dropped,
+                    dropped,
+                    self.output_cap,
+                )
         elif kind == "init_error":
             slot.init_error = msg[1]
             self._on_dead(slot)
@@ -294,58 +347,82 @@ class ScorerPool:
             if not slot.dead and slot in self._slots:
                 return slot
 
-    def _can_take_work(self, slot: ScorerSlot, now: float) -> bool:
-        """Starting, idle, or busy for less than ``spare_after``."""
-        if slot.dead:
+    def _stuck(self, slot: ScorerSlot, now: float) -> bool:
+        """Busy on a call the spare policy counts as stuck."""
+        if slot.busy_since is None:
             return False
-        return slot.busy_since is None or self.spare_after is None or now - slot.busy_since < self.spare_after
+        return self.spares.stuck(slot.pid, now - slot.busy_since, slot.threshold, slot.cpu_start)
 
     def _able(self, now: float) -> int:
-        """How many processes can take work at ``now`` (stuck and dead ones do not count)."""
-        return sum(1 for s in self._slots if self._can_take_work(s, now))
+        """How many processes can take work at ``now``: starting, idle, or busy on a call that is
+        not stuck (stuck and dead ones do not count)."""
+        return sum(1 for s in self._slots if not s.dead and not self._stuck(s, now))
 
     def _spare_check_in(self) -> float | None:
         """Seconds until a waiting caller should check for stuck processes (None: never)."""
-        if self.spare_after is None or self.max_spares == 0:
+        if not self.spares.enabled:
             return None
         now = time.monotonic()
-        due = [s.busy_since + self.spare_after - now for s in self._slots if s.busy_since is not None and not s.dead]
-        due = [d for d in due if d > 0]
-        return max(0.05, min(due)) if due else self.spare_after
+        due = [
+            s.busy_since + s.threshold - now
+            for s in self._slots
+            if s.busy_since is not None and s.threshold is not None and not s.dead
+        ]
+        ahead = [d for d in due if d > 0]
+        if ahead:
+            return max(0.02, min(ahead))
+        # past their thresholds but not stuck (computing, or waiting for a core): look again soon
+        return max(0.05, min(0.25, self.spares.after or 0.25))
 
     def _start_spare_if_stuck(self) -> None:
-        if self._closed or self._broken or self._loop is None:
+        """Start a spare for a waiting call when it is due (see :mod:`rewardq.reward.spares`)."""
+        if self._closed or self._broken or self._loop is None or not self.spares.enabled:
             return
         now = time.monotonic()
-        alive = sum(1 for s in self._slots if not s.dead)
-        if self._able(now) >= self.num_workers or alive >= self.num_workers + self.max_spares:
+        live = [s for s in self._slots if not s.dead]
+        if len(live) >= self.num_workers + self.spares.most:
             return
-        stuck = [s for s in self._slots if not self._can_take_work(s, now)]
+        coming = sum(1 for s in live if s.busy_since is None)  # idle or starting: will take a waiter
+        if coming >= self._waiting or self._able(now) >= self.num_workers:
+            return
+        stuck = [s for s in live if self._stuck(s, now)]
         slot = self._spawn(next(self._names))
         self._slots.append(slot)
         self.counters["spares"] += 1
         logger.warning(
-            "%d scorer process(es) busy for over %.1fs (pids %s); starting spare process %s for the calls waiting",
+            "%d scorer process(es) stuck on their calls (pids %s); starting spare process %s for the %d call(s) "
+            "waiting (%d of at most %d spares alive)",
             len(stuck),
-            self.spare_after or 0.0,
             ",".join(str(s.pid) for s in stuck),
             slot.pid,
+            self._waiting,
+            len(live) + 1 - self.num_workers,
+            self.spares.most,
         )
 
     async def run(self, call_kwargs: dict, timeout: float | None = None) -> TaskResult:
         """Run the function with ``call_kwargs`` in an idle process, within ``timeout`` seconds.
 
-        ``timeout`` None: no limit of its own; a caller that gives up (cancels) still gets
-        its process killed and replaced.
+        ``timeout`` None: the current trajectory's budget (:func:`~rewardq.reward.budget.current_budget`),
+        if any, else no limit of its own; a caller that gives up (cancels) still gets its process
+        killed and replaced. The timeout counts from when a process takes the call; while the
+        call waits for one, its trajectory's clock stands still.
         """
         task_id = next(self._ids)
         try:
             message = bytes(ForkingPickler.dumps((task_id, call_kwargs)))
         except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable value in extra_info
             raise ScoringError(f"cannot send the sample to a scorer process: {type(exc).__name__}: {exc}") from None
+        if timeout is None:
+            budget = current_budget()
+            timeout = budget.seconds if budget is not None else None
         self._waiting += 1
         try:
-            slot = await self._idle_slot()
+            if self._free is not None and not self._free.empty():
+                slot = await self._idle_slot()  # a process is idle: no wait to take off the clock
+            else:
+                with waiting_for_a_place():
+                    slot = await self._idle_slot()
         finally:
             self._waiting -= 1
         assert self._loop is not None
@@ -353,6 +430,8 @@ class ScorerPool:
         slot.task_id = task_id
         slot.future = fut = self._loop.create_future()
         slot.busy_since = time.monotonic()
+        slot.threshold = self.spares.threshold(timeout)
+        slot.cpu_start = self.spares.cpu_of(slot.pid) if self.spares.enabled else None
         try:
             slot.conn.send_bytes(message)
         except (OSError, ValueError):
@@ -363,7 +442,7 @@ class ScorerPool:
             self.counters["timeouts"] += 1
             logger.warning("scorer process %s exceeded its %.1fs timeout; killing and replacing it", slot.pid, timeout)
             await self._replace(slot, "timeout")
-            return TaskResult("timeout", pid=slot.pid)
+            return TaskResult("timeout", pid=slot.pid, message=f"{timeout:g}s")
         except asyncio.CancelledError:  # the caller gave up: the process is busy with it, so replace it
             self._background(self._replace(slot, "its caller gave up (timeout or shutdown)"))
             raise
@@ -384,19 +463,42 @@ class ScorerPool:
         return result
 
     def _release(self, slot: ScorerSlot) -> None:
-        """A slot finished its task: back to the idle queue, or retired when more than ``num_workers``
-        processes can take work (stuck ones do not count) and no call waits."""
+        """A slot finished its task: back to the idle queue. When more than ``num_workers``
+        processes can take work, the surplus exits once idle for ``spare_idle`` seconds."""
+        now = time.monotonic()
         slot.future = None
         slot.task_id = None
         slot.busy_since = None
+        slot.threshold = slot.cpu_start = None
+        slot.idle_since = now
         if self._closed:
             return
-        assert self._free is not None
-        if self._waiting == 0 and self._able(time.monotonic()) > self.num_workers:
-            self._slots.remove(slot)
-            self._background(self._retire(slot))
-            return
+        assert self._free is not None and self._loop is not None
         self._free.put_nowait(slot)
+        if self._trim is None and self._able(now) > self.num_workers:
+            self._trim = self._loop.call_later(self.spares.idle, self._trim_surplus)
+
+    def _trim_surplus(self) -> None:
+        """Retire the processes beyond ``num_workers`` that have been idle for ``spare_idle`` seconds."""
+        self._trim = None
+        if self._closed or self._loop is None:
+            return
+        now = time.monotonic()
+        surplus = self._able(now) - self.num_workers
+        idle = sorted(
+            (s for s in self._slots if s.ready and not s.dead and s.busy_since is None),
+            key=lambda s: s.idle_since,
+        )
+        for slot in idle:
+            if surplus <= 0 or self._waiting or now - slot.idle_since < self.spares.idle:
+                break
+            self._slots.remove(slot)  # its place in the idle queue is skipped from now on
+            self.counters["retired"] += 1
+            self._background(self._retire(slot))
+            surplus -= 1
+        if surplus > 0:
+            later = [s.idle_since + self.spares.idle - now for s in idle if s in self._slots]
+            self._trim = self._loop.call_later(max(0.05, min(later, default=self.spares.idle)), self._trim_surplus)
 
     async def _retire(self, slot: ScorerSlot) -> None:
         """Let a surplus process exit on its own (``None``), killing it if it does not."""

@@ -4,7 +4,9 @@ A child loads its scoring function once, says ``ready``, then serves tasks until
 closes or it is sent ``None``. Whatever a task does short of ending the process comes back
 as a reply: its value, or its exception with the traceback, ``sys.exit()`` and
 ``KeyboardInterrupt`` included (``the reward function called sys.exit(3)``); the process
-then serves the next task.
+then serves the next task, in a process put back as it was (working directory, environment,
+signal handlers), without the children the task left behind, and with its output capped in the
+worker's log.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from rewardq import defaults
 from rewardq.errors import ConfigError
 from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
+from rewardq.reward.scorer_children import become_reaper, children, kill_leftovers
+from rewardq.reward.scorer_output import CappedOutput, StreamCount
+from rewardq.reward.scorer_state import ProcessState
 
 
 def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None) -> Callable[..., Any]:
@@ -47,15 +53,28 @@ def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict) -> tuple:
         return ("error", task_id, message, traceback.format_exc())
 
 
-def child_main(conn: Any, target: Any, kwargs: dict | None) -> None:
-    """Body of a scorer process: load the function, then serve tasks until EOF or ``None``."""
+def child_main(conn: Any, target: Any, kwargs: dict | None, output_cap: int = defaults.SCORER_OUTPUT_CAP) -> None:
+    """Body of a scorer process: load the function, then serve tasks until EOF or ``None``.
+
+    After each call, before its reply: the process state is put back
+    (:class:`~rewardq.reward.scorer_state.ProcessState`), the children the call left are
+    killed (:func:`~rewardq.reward.scorer_children.kill_leftovers`), and what it printed beyond
+    ``output_cap`` bytes per stream is reported (``("output", task_id, [(stream, written,
+    dropped), ...])``) instead of forwarded to the log.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker; it closes the pool
+    become_reaper()
+    output = CappedOutput(output_cap)
     try:
         fn = resolve_target(target, kwargs)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails start-up
         conn.send(("init_error", f"{type(exc).__name__}: {exc}"))
+        output.end_call()
         return
-    conn.send(("ready", os.getpid()))
+    state = ProcessState()
+    spared = children(os.getpid())  # started while loading: the function's own helpers
+    _report(conn, 0, output.end_call())
+    conn.send(("ready", os.getpid(), os.getpgid(0) == os.getpid()))
     while True:
         try:
             msg = conn.recv()
@@ -65,7 +84,16 @@ def child_main(conn: Any, target: Any, kwargs: dict | None) -> None:
             return
         task_id, call_kwargs = msg
         reply = _call(fn, task_id, call_kwargs)
+        state.restore()
+        kill_leftovers(spared)
+        _report(conn, task_id, output.end_call())
         try:
             conn.send(reply)
         except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result; nothing was written
             conn.send(("error", task_id, f"cannot send the result back ({type(exc).__name__}: {exc})", ""))
+
+
+def _report(conn: Any, task_id: int, counts: list[StreamCount]) -> None:
+    cut = [(c.name, c.written, c.dropped) for c in counts if c.dropped]
+    if cut:
+        conn.send(("output", task_id, cut))

@@ -3,19 +3,23 @@
 A :class:`ScorerSlot` is one ``multiprocessing`` Process running
 :func:`rewardq.reward.scorer_process.child_main`, the parent's end of its duplex Pipe, and
 the pool's notes on it (ready, busy since when, with which task). It starts its process,
-signals it, and stops it: SIGTERM, then SIGKILL after a grace period, then reaped with its
-pipe closed. Which slot gets which task, and when one is replaced or a spare starts, is
-:class:`rewardq.reward.process_pool.ScorerPool`'s business.
+signals it, and stops it: its descendants (what a hung call forked) SIGKILLed, then the process
+SIGTERMed, SIGKILLed after a grace period and reaped with its pipe closed, then what is left of
+its process group killed. Which slot gets which task, and when one is replaced or a spare
+starts, is :class:`rewardq.reward.process_pool.ScorerPool`'s business.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardq import defaults
+from rewardq.reward.scorer_children import descendants, kill
 from rewardq.reward.scorer_process import child_main
 
 
@@ -37,7 +41,10 @@ class TaskResult:
 class ScorerSlot:
     """One scorer process and the parent's end of its pipe.
 
-    ``busy_since`` is when the current task was handed over (None: starting or idle);
+    ``busy_since`` is when the current task was handed over (None: starting or idle), and
+    ``threshold`` and ``cpu_start`` what :class:`~rewardq.reward.spares.SparePolicy` needs to
+    tell whether that task is stuck; ``idle_since`` is when the process last became idle;
+    ``own_group`` is whether it leads a process group of its own (it says so when ready);
     ``init_error`` is the child's message when it could not load the function.
     """
 
@@ -51,14 +58,24 @@ class ScorerSlot:
     init_error: str | None = None
     started: float = field(default_factory=time.monotonic)
     busy_since: float | None = None
+    threshold: float | None = None
+    cpu_start: float | None = None
+    idle_since: float = field(default_factory=time.monotonic)
+    own_group: bool = False
 
     @classmethod
-    def start(cls, ctx: Any, index: int, target: Any, kwargs: dict) -> ScorerSlot:
+    def start(
+        cls, ctx: Any, index: int, target: Any, kwargs: dict, *, output_cap: int = defaults.SCORER_OUTPUT_CAP
+    ) -> ScorerSlot:
         """Start a daemonic process ``rewardq-scorer-<index>`` (``ctx``: a multiprocessing
-        context) that loads ``target`` with ``kwargs`` and then serves tasks."""
+        context) that loads ``target`` with ``kwargs`` and then serves tasks, its output capped
+        at ``output_cap`` bytes per stream per task."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         proc = ctx.Process(
-            target=child_main, args=(child_conn, target, kwargs), name=f"rewardq-scorer-{index}", daemon=True
+            target=child_main,
+            args=(child_conn, target, kwargs, output_cap),
+            name=f"rewardq-scorer-{index}",
+            daemon=True,
         )
         proc.start()
         child_conn.close()
@@ -77,9 +94,12 @@ class ScorerSlot:
                 pass
 
     async def stop(self, grace: float) -> None:
-        """SIGTERM, then SIGKILL after ``grace`` seconds; reap the process and close its pipe."""
+        """Kill the process's descendants; SIGTERM it, then SIGKILL after ``grace`` seconds; reap
+        it and close its pipe; kill what is left of its process group."""
         proc = self.proc
         if proc.is_alive():
+            if proc.pid is not None:
+                kill(descendants(proc.pid))  # what a hung call forked: it cannot clean up after itself
             proc.terminate()
             deadline = time.monotonic() + grace
             while proc.is_alive() and time.monotonic() < deadline:
@@ -89,6 +109,11 @@ class ScorerSlot:
             while proc.is_alive():
                 await asyncio.sleep(0.01)
         proc.join(timeout=0)
+        if self.own_group and proc.pid is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # its group outlives it while any member does
+            except OSError:
+                pass
         try:
             self.conn.close()
         except OSError:

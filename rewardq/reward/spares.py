@@ -1,0 +1,94 @@
+"""When a busy scorer process counts as stuck, so that a spare process starts for the calls waiting.
+
+A spare exists to protect calls that wait behind hung ones. Starting one costs a process and
+its imports (sympy and math-verify take seconds of CPU), so it must start only for a call that
+waits, and only behind a process that is really stuck. Wall time alone cannot tell: on a loaded
+machine an ordinary call waits longer for a core than a fixed limit, and spares started for such
+calls load the machine further (a storm). So a busy process counts as stuck (:meth:`SparePolicy.stuck`)
+once its call has run for its **threshold** and then either
+
+* used less CPU than ``cpu_share`` of its wall time (it sleeps or waits on something: a hang), or
+* used CPU time beyond the threshold itself (it spins);
+
+a call that merely waits for a core keeps its process counted. The threshold is ``spare_after``
+seconds, or ``share`` of the call's own budget when that is sooner, so a spare starts well before
+the budget of a call behind it would be at risk, whatever ``score_timeout`` is. Where a process's
+CPU time cannot be read (no ``/proc``), wall time alone decides.
+
+The pool (:class:`~rewardq.reward.process_pool.ScorerPool`) adds the bounds: at most ``most``
+spares alive at once, one started only for a waiting call that no idle or starting process
+will take, and a process beyond the pool's size exits only after ``idle`` seconds without work.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rewardq import defaults
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """CPU time (user + system) process ``pid`` has used, or None when it cannot be read."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()  # after "pid (comm) ": state is field 3
+    try:
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass
+class SparePolicy:
+    """The pool's spare rules (see the module docstring).
+
+    Attributes:
+        after: seconds a call may run before its process may count as stuck; None: never (no spares).
+        most: spare processes alive at once at most, beyond the pool's size.
+        idle: seconds a process beyond the pool's size stays idle before it exits.
+        share: share of a call's budget after which its process may count as stuck, if sooner.
+        cpu_share: below this share of CPU per wall second, a call past its threshold is a hang.
+        cpu_of: reads a process's CPU seconds (:func:`cpu_seconds`; tests give their own).
+    """
+
+    after: float | None = defaults.SCORER_SPARE_AFTER
+    most: int = defaults.SCORER_SPARES
+    idle: float = defaults.SCORER_SPARE_IDLE
+    share: float = defaults.SCORER_SPARE_SHARE
+    cpu_share: float = defaults.SCORER_STUCK_CPU_SHARE
+    cpu_of: Callable[[int | None], float | None] = field(default=cpu_seconds, repr=False)
+
+    def __post_init__(self) -> None:
+        self.most = max(0, int(self.most))
+
+    @property
+    def enabled(self) -> bool:
+        return self.after is not None and self.most > 0
+
+    def threshold(self, budget: float | None) -> float | None:
+        """Seconds a call with ``budget`` seconds runs before its process may count as stuck."""
+        if self.after is None:
+            return None
+        if budget is None or budget <= 0:
+            return self.after
+        return min(self.after, self.share * budget)
+
+    def stuck(self, pid: int | None, ran: float, threshold: float | None, cpu_start: float | None) -> bool:
+        """Whether a process busy for ``ran`` seconds on a call (``cpu_start``: its CPU seconds
+        when the call began) counts as stuck."""
+        if threshold is None or ran < threshold:
+            return False
+        now_cpu = self.cpu_of(pid) if cpu_start is not None else None
+        if now_cpu is None:
+            return True
+        used = now_cpu - cpu_start
+        return used >= threshold or used < self.cpu_share * ran
