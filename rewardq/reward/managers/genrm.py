@@ -52,11 +52,12 @@ from typing import Any
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.queue.images import images_of
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, RetryPolicy
 from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, build_parser
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
 from rewardq.reward.registry import register
+from rewardq.reward.results import to_float
 
 logger = logging.getLogger("rewardq.reward.genrm")
 

@@ -44,8 +44,9 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, normalize_result
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.registry import register
+from rewardq.reward.results import normalize_result
 
 logger = logging.getLogger("rewardq.reward.rate_limited")
 
