@@ -15,7 +15,7 @@ seconds, or ``share`` of the call's own budget when that is sooner, so a spare s
 the budget of a call behind it would be at risk, whatever ``score_timeout`` is. Where a process's
 CPU time cannot be read (no ``/proc``), wall time alone decides.
 
-The pool (:class:`~rewardq.reward.process_pool.ScorerPool`) adds the bounds: at most ``most``
+The pool (:class:`~rewardq.reward.execution.process_pool.ScorerPool`) adds the bounds: at most ``most``
 spares alive at once, one started only for a waiting call that no idle or starting process
 will take, and a process beyond the pool's size exits only after ``idle`` seconds without work.
 """
@@ -88,7 +88,7 @@ class SparePolicy:
         if threshold is None or ran < threshold:
             return False
         now_cpu = self.cpu_of(pid) if cpu_start is not None else None
-        if now_cpu is None:
+        if now_cpu is None or cpu_start is None:
             return True
         used = now_cpu - cpu_start
         return used >= threshold or used < self.cpu_share * ran

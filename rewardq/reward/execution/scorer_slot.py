@@ -1,12 +1,12 @@
 """One scorer process as its pool sees it, and what became of a task sent to it.
 
 A :class:`ScorerSlot` is one ``multiprocessing`` Process running
-:func:`rewardq.reward.scorer_process.child_main`, the parent's end of its duplex Pipe, and
+:func:`rewardq.reward.execution.scorer_process.child_main`, the parent's end of its duplex Pipe, and
 the pool's notes on it (ready, busy since when, with which task). It starts its process,
 signals it, and stops it: its descendants (what a hung call forked) SIGKILLed, then the process
 SIGTERMed, SIGKILLed after a grace period and reaped with its pipe closed, then what is left of
 its process group killed. Which slot gets which task, and when one is replaced or a spare
-starts, is :class:`rewardq.reward.process_pool.ScorerPool`'s business.
+starts, is :class:`rewardq.reward.execution.process_pool.ScorerPool`'s business.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rewardq import defaults
-from rewardq.reward.scorer_children import descendants, kill
-from rewardq.reward.scorer_process import child_main
+from rewardq.reward.execution.scorer_children import descendants, kill
+from rewardq.reward.execution.scorer_process import child_main
 
 
 @dataclass
@@ -42,7 +42,7 @@ class ScorerSlot:
     """One scorer process and the parent's end of its pipe.
 
     ``busy_since`` is when the current task was handed over (None: starting or idle), and
-    ``threshold`` and ``cpu_start`` what :class:`~rewardq.reward.spares.SparePolicy` needs to
+    ``threshold`` and ``cpu_start`` what :class:`~rewardq.reward.execution.spares.SparePolicy` needs to
     tell whether that task is stuck; ``idle_since`` is when the process last became idle;
     ``own_group`` is whether it leads a process group of its own (it says so when ready);
     ``init_error`` is the child's message when it could not load the function.

@@ -6,7 +6,7 @@ pool. Why not threads: CPU-bound scorers hold the GIL, a hung thread can never b
 and math-verify's timeouts use ``signal.alarm``, which only works in a process's main thread.
 
 Design: one ``multiprocessing`` Process and one duplex Pipe per slot
-(:class:`~rewardq.reward.scorer_slot.ScorerSlot`). A child loads the scoring function once,
+(:class:`~rewardq.reward.execution.scorer_slot.ScorerSlot`). A child loads the scoring function once,
 says ``ready``, then loops: receive ``(task_id, kwargs)``, call the function **in its main
 thread**, send back ``ok``/``error``. The parent keeps a queue of idle, ready slots and hands
 each task to the first free one; it watches every pipe with ``loop.add_reader`` (no thread
@@ -22,7 +22,7 @@ per slot), so a reply or the EOF of a dead child wakes the event loop directly.
 * An exception in the scoring function is *not* a crash: ``TaskResult("error", message=...,
   traceback=...)`` and the process stays. So is ``sys.exit()`` or ``KeyboardInterrupt``:
   the message names the call (``the reward function called sys.exit(3)``).
-* **Spares** (:class:`~rewardq.reward.spares.SparePolicy`): a process whose call is stuck (past
+* **Spares** (:class:`~rewardq.reward.execution.spares.SparePolicy`): a process whose call is stuck (past
   ``spare_after`` seconds or a quarter of the call's budget, and sleeping or spinning rather
   than waiting for a core) no longer counts toward the pool's size. When a call waits, no idle
   or starting process will take it, and fewer than ``num_workers`` processes can take work, a
@@ -32,17 +32,17 @@ per slot), so a reply or the EOF of a dead child wakes the event loop directly.
 
 A task's timeout counts from when it is handed to an idle process, not from when it was
 queued, and while a call waits for a process its trajectory's clock stands still
-(:func:`~rewardq.reward.budget.waiting_for_a_place`): a good call's budget counts its own run,
+(:func:`~rewardq.reward.execution.budget.waiting_for_a_place`): a good call's budget counts its own run,
 never its wait behind hung ones. A replacement process is only given work once it has loaded
 the function, so import time (sympy takes a second) never eats into a task's timeout.
 
 Each process is put back as it was after every call (working directory, environment, signal
 handlers), the children a call leaves behind are killed when it ends, and its stdout and stderr
-reach the worker's log capped per call (:mod:`rewardq.reward.scorer_process`).
+reach the worker's log capped per call (:mod:`rewardq.reward.execution.scorer_process`).
 
 What crosses the pipe is pickled: the target (a spec string such as
 ``"package.module:fn"`` or ``"path/to/file.py:fn"``, resolved in the child with
-:func:`rewardq.reward.loader.load_score_fn`, or a picklable module-level function), the
+:func:`rewardq.reward.execution.loader.load_score_fn`, or a picklable module-level function), the
 task's keyword arguments and the result. This pipe is local between a parent and its own
 children; pickle is never used on the Redis wire.
 
@@ -71,10 +71,10 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.reward.budget import current_budget, waiting_for_a_place
-from rewardq.reward.escapes import REWARD_FUNCTION, describe_exit, exit_hint
-from rewardq.reward.scorer_slot import ScorerSlot, TaskResult
-from rewardq.reward.spares import SparePolicy
+from rewardq.reward.execution.budget import current_budget, waiting_for_a_place
+from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_exit, exit_hint
+from rewardq.reward.execution.scorer_slot import ScorerSlot, TaskResult
+from rewardq.reward.execution.spares import SparePolicy
 
 logger = logging.getLogger("rewardq.reward.remote")
 
@@ -375,7 +375,7 @@ class ScorerPool:
         return max(0.05, min(0.25, self.spares.after or 0.25))
 
     def _start_spare_if_stuck(self) -> None:
-        """Start a spare for a waiting call when it is due (see :mod:`rewardq.reward.spares`)."""
+        """Start a spare for a waiting call when it is due (see :mod:`rewardq.reward.execution.spares`)."""
         if self._closed or self._broken or self._loop is None or not self.spares.enabled:
             return
         now = time.monotonic()
@@ -403,7 +403,7 @@ class ScorerPool:
     async def run(self, call_kwargs: dict, timeout: float | None = None) -> TaskResult:
         """Run the function with ``call_kwargs`` in an idle process, within ``timeout`` seconds.
 
-        ``timeout`` None: the current trajectory's budget (:func:`~rewardq.reward.budget.current_budget`),
+        ``timeout`` None: the current trajectory's budget (:func:`~rewardq.reward.execution.budget.current_budget`),
         if any, else no limit of its own; a caller that gives up (cancels) still gets its process
         killed and replaced. The timeout counts from when a process takes the call; while the
         call waits for one, its trajectory's clock stands still.

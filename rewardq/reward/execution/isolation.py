@@ -29,9 +29,11 @@ so the worker writes its keys an error result and scores the others as usual):
   and its scorer process is killed and replaced (a thread cannot be killed: it is left
   running, and replaced by a new one, up to ``max_lost_threads``).
 
-A scorer process busy for more than ``spare_after`` seconds no longer counts toward the
-pool's size: calls waiting for a process then get a spare, so hung calls never hold up the
-good ones behind them (at most ``max_spares`` spares at once).
+A call that waits for a scorer process (or a thread) does not spend its trajectory's budget
+while it waits (:mod:`~rewardq.reward.execution.budget`), and a scorer process stuck on a hung
+call no longer counts toward the pool's size: calls waiting for a process then get a spare
+(:mod:`~rewardq.reward.execution.spares`; at most ``max_spares`` at once), so hung calls never
+time out the good ones behind them.
 """
 
 from __future__ import annotations
@@ -44,11 +46,12 @@ from typing import Any
 
 from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.reward import scoring
-from rewardq.reward.base import ScoringSettings, is_async_callable
-from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
-from rewardq.reward.process_pool import ScorerPool
-from rewardq.reward.scorer_slot import TaskResult
-from rewardq.reward.threads import ThreadRunner
+from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
+from rewardq.reward.execution.loader import FILE_MODULE_PREFIX, import_object, is_async_callable
+from rewardq.reward.execution.process_pool import ScorerPool
+from rewardq.reward.execution.scorer_slot import TaskResult
+from rewardq.reward.execution.settings import ScoringSettings
+from rewardq.reward.execution.threads import ThreadRunner
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -60,19 +63,15 @@ def spec_of(fn: Any) -> str | None:
     """``module:qualname`` (or ``path.py:qualname`` for a file the loader imported) when that
     name loads back to ``fn`` itself in another process; None otherwise (a lambda, a closure,
     a callable object, a function of ``__main__``)."""
-    from rewardq.reward.loader import FILE_MODULE_PREFIX
-
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__" or "<" in qualname:
         return None
     loaded = sys.modules.get(module)
     if module.startswith(FILE_MODULE_PREFIX):
-        # loaded from a file by rewardq.reward.loader: a child finds it by path, not by that name
+        # loaded from a file by rewardq.reward.execution.loader: a child finds it by path, not by that name
         path = getattr(loaded, "__file__", None)
         return f"{path}:{qualname}" if path and getattr(loaded, qualname, None) is fn else None
     try:
-        from rewardq.reward.registry import import_object
-
         return f"{module}:{qualname}" if import_object(f"{module}:{qualname}") is fn else None
     except Exception:  # noqa: BLE001 - not importable by name
         return None
@@ -88,8 +87,9 @@ def task_value(result: TaskResult) -> Any:
         raise ScoringError(result.message)
     if result.status == "crash":
         raise ScoringError(result.message)
+    after = f" after {result.message}" if result.message else ""
     raise ScoringError(
-        f"{REWARD_FUNCTION} timed out in its scorer process (pid {result.pid}), which was killed and replaced"
+        f"{REWARD_FUNCTION} timed out{after} in its scorer process (pid {result.pid}), which was killed and replaced"
     )
 
 
@@ -168,6 +168,8 @@ class _Processes(_Place):
             start_method=settings.start_method,
             spare_after=settings.spare_after,
             max_spares=settings.max_spares,
+            spare_idle=settings.spare_idle,
+            output_cap=settings.output_cap,
         )
         self.where = (
             f"in {self.pool.num_workers} scorer processes ({self.pool.start_method}, loaded as {target!r}; "
@@ -188,7 +190,7 @@ class ScoreFnRouter:
     """Calls scoring functions where they belong (see the module docstring).
 
     Args:
-        settings: the worker's :class:`~rewardq.reward.base.ScoringSettings`.
+        settings: the worker's :class:`~rewardq.reward.execution.settings.ScoringSettings`.
         configured: the manager's ``compute_score``; when ``settings.reward_fn`` names it,
             scorer processes load it by that spec (with ``settings.reward_fn_kwargs``).
         code_runtime: gives the worker's code-execution runtime (its backend, limits and

@@ -1,6 +1,6 @@
 """Processes a reward function leaves behind, found through ``/proc`` and killed.
 
-A scorer process (:mod:`rewardq.reward.scorer_process`) starts as the leader of a process group
+A scorer process (:mod:`rewardq.reward.execution.scorer_process`) starts as the leader of a process group
 of its own and, on Linux, as a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): whatever a call
 forks, daemonised or not, stays its descendant, and an orphan comes back to it as a direct child.
 So when a call ends, :func:`kill_leftovers` kills every child that was not there before the first

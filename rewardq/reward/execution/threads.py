@@ -4,7 +4,8 @@ A function a scorer process cannot load by name (a lambda, a closure, a callable
 built in the worker's own process) runs here, in threads of the worker. Python cannot stop a
 thread, so this runner does the next best thing:
 
-* at most ``size`` calls run at once;
+* at most ``size`` calls run at once (one that waits for a place does not spend its
+  trajectory's budget meanwhile: :mod:`rewardq.reward.execution.budget`);
 * a call whose caller gives up (the trajectory's timeout, a shutdown) frees its place at
   once and leaves its thread running, *lost*, so later calls are never starved by hung ones;
 * at most ``max_lost`` threads may be lost at a time; past that, calls fail at once with a
@@ -15,7 +16,7 @@ thread, so this runner does the next best thing:
 
 What a thread cannot protect against: ``os._exit`` or a segfault ends the whole worker, and
 a call that holds the GIL stalls the worker's event loop while it runs. Scorer processes
-(:mod:`rewardq.reward.process_pool`) have neither problem.
+(:mod:`rewardq.reward.execution.process_pool`) have neither problem.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq.errors import ScoringError
-from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
+from rewardq.reward.execution.budget import waiting_for_a_place
+from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
 
 
 class ThreadRunner:
@@ -59,7 +61,12 @@ class ThreadRunner:
                 "function, or --reward-fn FILE.py:FUNC) so it runs in scorer processes, which are killed on "
                 "timeout, or restart the worker"
             )
-        async with self._slots:
+        if self._slots.locked():  # every place taken: the trajectory's clock stops while it waits
+            with waiting_for_a_place():
+                await self._slots.acquire()
+        else:
+            await self._slots.acquire()
+        try:
             loop = asyncio.get_running_loop()
             done: asyncio.Future = loop.create_future()
             state = {"finished": False, "abandoned": False}  # guarded by self._lock
@@ -95,6 +102,8 @@ class ThreadRunner:
                         self.lost += 1
                         self.counters["lost"] += 1
                 raise
+        finally:
+            self._slots.release()
         if ok:
             return value
         why = describe_escape(value, REWARD_FUNCTION)

@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 _UNSETTABLE = {signal.SIGKILL, signal.SIGSTOP}
-_TIMERS = tuple(getattr(signal, name) for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF") if hasattr(signal, name))
+_TIMERS = tuple(getattr(signal, n) for n in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF") if hasattr(signal, n))
 
 
 class ProcessState:

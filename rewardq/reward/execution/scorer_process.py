@@ -1,4 +1,4 @@
-"""The body of a scorer process (:class:`rewardq.reward.process_pool.ScorerPool`'s children).
+"""The body of a scorer process (:class:`rewardq.reward.execution.process_pool.ScorerPool`'s children).
 
 A child loads its scoring function once, says ``ready``, then serves tasks until its pipe
 closes or it is sent ``None``. Whatever a task does short of ending the process comes back
@@ -21,16 +21,16 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
-from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
-from rewardq.reward.scorer_children import become_reaper, children, kill_leftovers
-from rewardq.reward.scorer_output import CappedOutput, StreamCount
-from rewardq.reward.scorer_state import ProcessState
+from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
+from rewardq.reward.execution.scorer_children import become_reaper, children, kill_leftovers
+from rewardq.reward.execution.scorer_output import CappedOutput, StreamCount
+from rewardq.reward.execution.scorer_state import ProcessState
 
 
 def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None) -> Callable[..., Any]:
     """The callable a spec names (with ``kwargs`` bound), or ``target`` itself with ``kwargs`` bound."""
     if not callable(target):
-        from rewardq.reward.loader import load_score_fn
+        from rewardq.reward.execution.loader import load_score_fn
 
         fn = load_score_fn(target, dict(kwargs or {}))
         if fn is None:
@@ -57,8 +57,8 @@ def child_main(conn: Any, target: Any, kwargs: dict | None, output_cap: int = de
     """Body of a scorer process: load the function, then serve tasks until EOF or ``None``.
 
     After each call, before its reply: the process state is put back
-    (:class:`~rewardq.reward.scorer_state.ProcessState`), the children the call left are
-    killed (:func:`~rewardq.reward.scorer_children.kill_leftovers`), and what it printed beyond
+    (:class:`~rewardq.reward.execution.scorer_state.ProcessState`), the children the call left are
+    killed (:func:`~rewardq.reward.execution.scorer_children.kill_leftovers`), and what it printed beyond
     ``output_cap`` bytes per stream is reported (``("output", task_id, [(stream, written,
     dropped), ...])``) instead of forwarded to the log.
     """
