@@ -135,6 +135,9 @@ class WorkerConfig:
     scorer_processes: int | None = setting(
         defaults.SCORER_PROCESSES, "Scorer processes per function.", above=0, shown_default="one per core, at least 2"
     )
+    scorer_spares: int = setting(
+        defaults.SCORER_SPARES, "Spare scorer processes at most, for calls waiting behind stuck ones.", minimum=0
+    )
     # how much
     concurrency: int = setting(defaults.CONCURRENCY, "Trajectories scored at once by one worker.", above=0)
     batch_size: int = setting(defaults.BATCH_SIZE, "Stream entries per read.", above=0)

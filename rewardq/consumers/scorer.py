@@ -21,24 +21,11 @@ from rewardq.errors import ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.results import STATUS_OK, EncodedResults, RewardResult, encode_results
 from rewardq.reward.base import RewardManager
+from rewardq.reward.execution.budget import run_within_budget
 from rewardq.reward.execution.escapes import describe_escape
 from rewardq.reward.results import check_manager_output, reads_of
 
 _RUN_SINGLE = "the reward manager's run_single"
-
-
-async def run_with_timeout(coro: Any, seconds: float) -> Any:
-    """``await coro`` for at most ``seconds`` (raises ``asyncio.TimeoutError``).
-
-    On Python 3.11+ this is ``asyncio.timeout``, which runs the manager in the calling
-    task; ``asyncio.wait_for`` (3.10) wraps it in a task of its own, one more event-loop
-    turn per trajectory.
-    """
-    timeout = getattr(asyncio, "timeout", None)
-    if timeout is None:  # Python 3.10
-        return await asyncio.wait_for(coro, seconds)
-    async with timeout(seconds):
-        return await coro
 
 
 def cancelled_by_caller(stopping: Callable[[], bool]) -> bool:
@@ -64,7 +51,9 @@ class TrajectoryScorer:
             (:func:`~rewardq.reward.base.reads_of`; the built-in managers, which read ``data[-1:]``).
         manager_name: written into each result (``manager`` field).
         worker_name: written into each result (``worker`` field).
-        timeout: seconds one ``run_single`` may take before it counts as failed.
+        timeout: seconds one ``run_single`` may take before it counts as failed, not counting the
+            time its calls wait for a scorer process or thread
+            (:mod:`rewardq.reward.execution.budget`).
         max_result_bytes: the most one key's stored result may take (see :func:`encode_results`).
         stopping: whether the worker is shutting down (Python 3.10's way to tell its own cancellation).
     """
@@ -99,7 +88,7 @@ class TrajectoryScorer:
         """
         batch = build_batch(records[-1:] if self.final_only else records, trajectory_sample(records))
         try:
-            out: Any = await run_with_timeout(self.manager.run_single(batch), self.timeout)
+            out: Any = await run_within_budget(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:
             raise ScoringError(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
         except asyncio.CancelledError:

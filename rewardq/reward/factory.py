@@ -101,7 +101,7 @@ def scoring_settings(cfg: Any) -> ScoringSettings:
         reward_fn_kwargs=dict(cfg.reward_fn_kwargs or {}),
         reward_fn_placement=cfg.reward_fn_placement,
         processes=cfg.scorer_processes,
-        max_spares=cfg.concurrency,  # at most one hung call per trajectory in flight
+        max_spares=cfg.scorer_spares,
     )
 
 
