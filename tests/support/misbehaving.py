@@ -11,10 +11,19 @@ The decoded response says what to do:
                       does not release it)
 ``stubborn``          ignore SIGTERM, then hang
 ``raise``             raise ``ValueError``
+``sleep:<seconds>``   sleep that long, then score as usual (a slow call that uses no CPU)
+``spin:<seconds>``    compute (a busy loop) for that much CPU time, then score as usual
+``taint``             change the process: ``chdir`` to ``/``, ``PATH``, a new variable,
+                      ``SIG_IGN`` for SIGTERM, a pending ``alarm``, the umask, ``sys.stdout``
+``state``             return ``{"score": 1.0, ...}`` describing what ``taint`` changes
+``fork``              leave children behind: a ``sleep 600`` child, and a daemon (double fork,
+                      a session of its own); their pids go in ``<marks>/fork-<pid>``
+``spew:<bytes>``      write that many bytes to stdout (half through ``sys.stdout``, half to
+                      file descriptor 1) and a line to stderr
 anything else         1.0 when it equals the ground truth, else 0.0
 
-With ``MISBEHAVING_MARKS=<dir>`` in the environment, ``hang`` and ``stubborn`` first create
-``<dir>/<verb>-<pid>``, so a test knows the call started and which process runs it.
+With ``MISBEHAVING_MARKS=<dir>`` in the environment, ``hang`` and ``stubborn`` first
+create ``<dir>/<verb>-<pid>``, so a test knows the call started and which process runs it.
 
 Loaded by workers as ``--reward-fn tests/support/misbehaving.py:misbehave`` (sync),
 ``...:misbehave_async`` (async), or ``--manager tests.support.misbehaving:MisbehavingManager``.
@@ -59,10 +68,88 @@ def _act(text: str) -> None:
             time.sleep(1)
     if verb == "raise":
         raise ValueError("this answer is refused on purpose")
+    _change_the_process(verb, arg, marks)
 
 
-def misbehave(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
+def _change_the_process(verb: str, arg: str, marks: str | None) -> None:
+    """The verbs that leave something behind in the process, or take time (module docstring)."""
+    if verb == "sleep":
+        time.sleep(float(arg))
+    if verb == "spin":
+        end = time.process_time() + float(arg)
+        while time.process_time() < end:
+            pass
+    if verb == "taint":
+        os.chdir("/")
+        os.environ["PATH"] = "/nowhere"
+        os.environ["MISBEHAVING_TAINT"] = "1"
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.alarm(600)
+        os.umask(0o077)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - left open on purpose
+    if verb == "fork":
+        _leave_children(marks)
+    if verb == "spew":
+        half = int(arg) // 2
+        line = "x" * 1023 + "\n"
+        for _ in range(half // 1024):
+            sys.stdout.write(line)
+        sys.stdout.flush()
+        block = b"y" * 1023 + b"\n"
+        for _ in range(half // 1024):
+            os.write(1, block)
+        sys.stderr.write("misbehaving: spew done\n")
+
+
+def _leave_children(marks: str | None) -> None:
+    """Start a ``sleep 600`` child and a daemonised grandchild, record both pids, and return."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "600"])
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the middle process: a session of its own, forks the daemon and leaves
+        try:
+            os.setsid()
+            daemon = os.fork()
+            if daemon == 0:
+                time.sleep(600)
+            else:
+                os.write(write_end, str(daemon).encode())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(write_end)
+    daemon = int(os.read(read_end, 32))
+    os.close(read_end)
+    if marks:
+        with open(os.path.join(marks, f"fork-{os.getpid()}"), "w") as f:
+            f.write(f"{child.pid} {daemon}")
+
+
+def state(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict:
+    """What a call sees of its process: the things ``taint`` changes (see :func:`misbehave`)."""
+    pending = signal.alarm(0)
+    handler = signal.getsignal(signal.SIGTERM)
+    mask = os.umask(0)
+    os.umask(mask)
+    return {
+        "score": 1.0,
+        "cwd": os.getcwd(),
+        "path": os.environ.get("PATH", ""),
+        "taint": os.environ.get("MISBEHAVING_TAINT", ""),
+        "sigterm": getattr(handler, "name", repr(handler)),
+        "alarm": pending,
+        "umask": mask,
+        "stdout": getattr(sys.stdout, "name", repr(sys.stdout)),
+        "pid": os.getpid(),
+    }
+
+
+def misbehave(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float | dict:
     """A sync reward function: does what the response says (module docstring), else exact match."""
+    if solution_str == "state":
+        return state(data_source, solution_str, ground_truth, extra_info)
     _act(solution_str)
     return 1.0 if solution_str == str(ground_truth) else 0.0
 

@@ -84,10 +84,18 @@ def children(pid: int) -> set[int]:
     found: set[int] = set()
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                found.update(int(p) for p in f.read().split())
-        except (OSError, ValueError):  # the thread ended meanwhile
+            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
+        except OSError:  # the thread ended meanwhile
             continue
+        try:
+            raw = b""
+            while chunk := os.read(fd, 65536):
+                raw += chunk
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        found.update(int(p) for p in raw.split())
     return found
 
 

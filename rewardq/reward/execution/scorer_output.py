@@ -56,6 +56,7 @@ class CappedOutput:
             self._targets[read_end] = target
             self._counts[read_end] = StreamCount(name)
         self._ctl_r, self._ctl_w = os.pipe()
+        self._busy = False  # the thread has read bytes it has not counted yet
         self._epoch = threading.Event()
         self._taken: list[StreamCount] = []
         self._thread = threading.Thread(target=self._pump, name="rewardq-scorer-output", daemon=True)
@@ -68,6 +69,9 @@ class CappedOutput:
             with contextlib.suppress(Exception):
                 if stream is not None:
                     stream.flush()
+        if not any(_pending(fd) for fd in self._targets) and not self._busy:
+            with self._lock:  # everything written was read and counted (the usual case: no round trip)
+                return self._take()
         self._epoch.clear()
         os.write(self._ctl_w, b".")
         if not self._epoch.wait(wait):
@@ -90,12 +94,14 @@ class CappedOutput:
         while True:
             ready = [key.fd for key, _ in sel.select()]
             data_ready = [fd for fd in ready if fd != self._ctl_r]
+            self._busy = True  # before the read: end_call's fast path must not count too early
             for fd in data_ready:
                 chunk = os.read(fd, _CHUNK)
                 if not chunk:
                     sel.unregister(fd)
                     continue
                 self._forward(fd, chunk)
+            self._busy = False
             if self._ctl_r in ready and not data_ready and not any(_pending(fd) for fd in self._targets):
                 os.read(self._ctl_r, 1)
                 with self._lock:

@@ -9,8 +9,8 @@ after every call:
 
 * the working directory and the umask;
 * the environment (``os.environ``: added, removed and changed variables);
-* every signal's Python-level handler, the signal mask, and the interval timers (a pending
-  ``alarm``);
+* every named signal's Python-level handler (``SIGTERM``, ``SIGALRM``, ... ; not the unnamed
+  real-time ones), the signal mask, and the interval timers (a pending ``alarm``);
 * ``sys.stdout``, ``sys.stderr`` and ``sys.stdin``, and file descriptors 0, 1 and 2.
 
 Each is compared first and written only when it changed, so an ordinary call costs a few
@@ -40,16 +40,9 @@ class ProcessState:
         self.umask = os.umask(0)
         os.umask(self.umask)
         self.environ = dict(os.environ)
-        self.handlers: dict[int, Any] = {}
-        for sig in signal.valid_signals():
-            if sig in _UNSETTABLE:
-                continue
-            try:
-                handler = signal.getsignal(sig)
-            except (ValueError, OSError):
-                continue
-            if handler is not None:  # None: set outside Python, cannot be put back from here
-                self.handlers[sig] = handler
+        self._raw_environ = dict(_raw(os.environ))
+        self.signals = tuple(s for s in signal.Signals if s not in _UNSETTABLE and _handler(s) is not None)
+        self.handlers = [signal.getsignal(s) for s in self.signals]  # None: set outside Python: not ours to put back
         self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, []) if hasattr(signal, "pthread_sigmask") else None
         self.streams = (sys.stdin, sys.stdout, sys.stderr)
         self.fds = dict(fds) if fds is not None else {fd: os.dup(fd) for fd in (0, 1, 2) if _is_open(fd)}
@@ -67,7 +60,7 @@ class ProcessState:
         mask = os.umask(self.umask)
         if mask != self.umask:
             changed.append("umask")
-        if os.environ != self.environ:
+        if _raw(os.environ) != self._raw_environ:
             for key in [k for k in os.environ if k not in self.environ]:
                 del os.environ[key]
             for key, value in self.environ.items():
@@ -92,15 +85,29 @@ class ProcessState:
         return changed
 
     def _restore_signals(self) -> bool:
-        changed = False
-        for sig, handler in self.handlers.items():
-            try:
-                if signal.getsignal(sig) != handler:
+        now = list(map(signal.getsignal, self.signals))
+        if now == self.handlers:
+            return False
+        for sig, was, handler in zip(self.signals, now, self.handlers):
+            if was != handler:
+                try:
                     signal.signal(sig, handler)
-                    changed = True
-            except (ValueError, OSError):
-                continue
-        return changed
+                except (ValueError, OSError, TypeError):
+                    continue
+        return True
+
+
+def _handler(sig: int) -> Any:
+    try:
+        return signal.getsignal(sig)
+    except (ValueError, OSError):
+        return None
+
+
+def _raw(environ: Any) -> Any:
+    """``os.environ``'s own mapping of encoded names to values (compared in C), or a copy of it."""
+    data = getattr(environ, "_data", None)
+    return data if isinstance(data, dict) else dict(environ)
 
 
 def _cwd() -> str | None:
