@@ -18,6 +18,7 @@ The decoded response says what to do:
 ``state``             return ``{"score": 1.0, ...}`` describing what ``taint`` changes
 ``fork``              leave children behind: a ``sleep 600`` child, and a daemon (double fork,
                       a session of its own); their pids go in ``<marks>/fork-<pid>``
+``forkhang``          ``fork``, then hang
 ``spew:<bytes>``      write that many bytes to stdout (half through ``sys.stdout``, half to
                       file descriptor 1) and a line to stderr
 anything else         1.0 when it equals the ground truth, else 0.0
@@ -87,8 +88,10 @@ def _change_the_process(verb: str, arg: str, marks: str | None) -> None:
         signal.alarm(600)
         os.umask(0o077)
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - left open on purpose
-    if verb == "fork":
+    if verb in ("fork", "forkhang"):
         _leave_children(marks)
+    while verb == "forkhang":
+        time.sleep(1)
     if verb == "spew":
         half = int(arg) // 2
         line = "x" * 1023 + "\n"
