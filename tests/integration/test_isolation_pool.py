@@ -73,3 +73,47 @@ async def test_spares_stay_within_their_bound(naive):
     for task in hung:
         task.cancel()
     await asyncio.gather(*hung, return_exceptions=True)
+
+
+async def _bursts(m, pool, text: str, bursts: int, size: int, gap: float) -> int:
+    """Run ``bursts`` bursts of ``size`` calls of ``text``, ``gap`` seconds apart; the most processes
+    alive at once meanwhile."""
+    most = 0
+    done = asyncio.Event()
+
+    async def watch():
+        nonlocal most
+        while not done.is_set():
+            most = max(most, sum(1 for s in pool._slots if not s.dead))
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
+    for _ in range(bursts):
+        results = await asyncio.gather(*(m.run_single(trajectory(text)) for _ in range(size)))
+        assert {r["reward_score"] for r in results} == {0.0}  # each scored (the text is not the ground truth)
+        await asyncio.sleep(gap)
+    done.set()
+    await watcher
+    return most
+
+
+async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_bound(naive):
+    """Calls slower than spare_after, in bursts with idle gaps: spares start once, up to the bound,
+    and stay through the gaps (they exit only after spare_idle), instead of starting again each burst."""
+    m = naive(misbehaving.misbehave, processes=1, spare_after=0.1, max_spares=2)
+    await m.prepare_scoring()
+    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    most = await _bursts(m, pool, "sleep:0.3", bursts=3, size=6, gap=0.5)
+    print(f"\nspares started: {pool.counters['spares']}, most processes alive: {most}")
+    assert pool.counters["spares"] <= 2 and most <= 3, (pool.counters, most)
+    assert pool.counters["retired"] == 0  # none left during the gaps
+
+
+async def test_calls_that_compute_even_at_half_speed_start_no_spare(naive):
+    """A call past spare_after that keeps computing (a process waiting for a core looks like this)
+    is not stuck: the calls behind it wait for it, and no spare loads the machine further."""
+    m = naive(misbehaving.misbehave, processes=1, spare_after=0.3, max_spares=2)
+    await m.prepare_scoring()
+    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    await _bursts(m, pool, "halfcore:0.5", bursts=1, size=4, gap=0.0)
+    assert pool.counters["spares"] == 0, pool.counters

@@ -13,6 +13,7 @@ The decoded response says what to do:
 ``raise``             raise ``ValueError``
 ``sleep:<seconds>``   sleep that long, then score as usual (a slow call that uses no CPU)
 ``spin:<seconds>``    compute (a busy loop) for that much CPU time, then score as usual
+``halfcore:<seconds>`` compute half of the time and sleep the other half, that long in all
 ``taint``             change the process: ``chdir`` to ``/``, ``PATH``, a new variable,
                       ``SIG_IGN`` for SIGTERM, a pending ``alarm``, the umask, ``sys.stdout``
 ``state``             return ``{"score": 1.0, ...}`` describing what ``taint`` changes
@@ -80,6 +81,13 @@ def _change_the_process(verb: str, arg: str, marks: str | None) -> None:
         end = time.process_time() + float(arg)
         while time.process_time() < end:
             pass
+    if verb == "halfcore":  # compute at half speed, as a process given half a core does
+        end = time.monotonic() + float(arg)
+        while time.monotonic() < end:
+            burst = time.process_time() + 0.005
+            while time.process_time() < burst:
+                pass
+            time.sleep(0.005)
     if verb == "taint":
         os.chdir("/")
         os.environ["PATH"] = "/nowhere"

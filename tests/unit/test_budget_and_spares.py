@@ -1,0 +1,95 @@
+"""A trajectory's budget stops while it waits for a place; when a busy scorer process counts as stuck."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from rewardq.reward.execution.budget import current_budget, run_within_budget, waiting_for_a_place
+from rewardq.reward.execution.spares import SparePolicy, cpu_seconds
+
+BOTH_WAYS = pytest.mark.parametrize("own_task", [False, True], ids=["in-task", "own-task (3.10)"])
+
+
+@BOTH_WAYS
+async def test_time_spent_waiting_for_a_place_is_not_spent_from_the_budget(own_task):
+    async def queued_then_quick():
+        with waiting_for_a_place():
+            await asyncio.sleep(1.0)  # twice the budget, all of it waiting
+        await asyncio.sleep(0.01)
+        return current_budget()
+
+    budget = await run_within_budget(queued_then_quick(), 0.5, own_task=own_task)
+    assert budget is not None and budget.waited >= 1.0 and budget.remaining() > 0
+
+
+@BOTH_WAYS
+async def test_the_budget_still_ends_work_that_runs_too_long(own_task):
+    async def runs_on():
+        with waiting_for_a_place():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(30)
+
+    with pytest.raises(asyncio.TimeoutError):
+        await run_within_budget(runs_on(), 0.3, own_task=own_task)
+
+
+@BOTH_WAYS
+async def test_calls_waiting_together_stop_the_clock_once(own_task):
+    async def row(wait: float):
+        with waiting_for_a_place():
+            await asyncio.sleep(wait)
+
+    async def rows():
+        await asyncio.gather(row(0.4), row(0.4), row(0.2))  # tasks of their own share the budget
+        return current_budget()
+
+    budget = await run_within_budget(rows(), 5.0, own_task=own_task)
+    assert budget is not None and 0.4 <= budget.waited < 0.8  # the overlap counted once, not 1.0 s
+
+
+async def test_outside_a_trajectory_waiting_changes_nothing():
+    with waiting_for_a_place() as budget:
+        assert budget is None
+
+
+def policy(cpu: dict[int, float]) -> SparePolicy:
+    return SparePolicy(after=2.0, most=2, cpu_of=lambda pid: cpu.get(pid) if pid is not None else None)
+
+
+def test_the_threshold_is_spare_after_or_a_quarter_of_a_short_budget():
+    p = policy({})
+    assert p.threshold(None) == 2.0
+    assert p.threshold(300.0) == 2.0
+    assert p.threshold(2.0) == 0.5  # --score-timeout 2: a spare is due well before the budget is at risk
+    assert SparePolicy(after=None).threshold(2.0) is None
+
+
+def test_a_process_counts_as_stuck_only_when_it_sleeps_or_spins_past_its_threshold():
+    cpu = {1: 10.0}
+    p = policy(cpu)
+    assert not p.stuck(1, ran=0.4, threshold=0.5, cpu_start=10.0)  # not yet at its threshold
+    # sleeping or waiting on something: no CPU in 3 s -> a hang
+    assert p.stuck(1, ran=3.0, threshold=2.0, cpu_start=10.0)
+    # computing, but slowly (it waits for a core on a loaded machine): counted, no spare
+    cpu[1] = 10.6
+    assert not p.stuck(1, ran=3.0, threshold=2.0, cpu_start=10.0)
+    # spinning: CPU time beyond the threshold itself
+    cpu[1] = 12.5
+    assert p.stuck(1, ran=3.0, threshold=2.0, cpu_start=10.0)
+    # without /proc, wall time alone decides
+    assert p.stuck(2, ran=3.0, threshold=2.0, cpu_start=None)
+
+
+def test_cpu_seconds_reads_this_process_and_nothing_for_a_missing_one():
+
+    before = cpu_seconds(os.getpid())
+    end = time.process_time() + 0.05
+    while time.process_time() < end:
+        pass
+    after = cpu_seconds(os.getpid())
+    assert before is not None and after is not None and after > before
+    assert cpu_seconds(2**22 + 12345) is None and cpu_seconds(None) is None
