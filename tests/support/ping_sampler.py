@@ -1,10 +1,15 @@
-"""PING a Redis every 10 ms from a process of its own and report the slowest answers.
+"""PING a Redis every 10 ms from a process of its own and report how its answers were spread.
 
-    python -m tests.support.ping_sampler redis://127.0.0.1:PORT/0
+    python -m tests.support.ping_sampler redis://127.0.0.1:PORT/0 [redis://127.0.0.1:OTHER/0]
 
-Runs until its standard input closes, then prints one JSON object: ``samples``, ``worst_ms``,
-``over_100ms`` (how many took longer) and the five slowest ``(unix time, ms)``. Its own process
-keeps the test's Python work (and its GIL) out of the measurement.
+Runs until its standard input closes, then prints one JSON object about the first server:
+``samples``, ``worst_ms``, ``over_100ms`` (how many took longer), ``slow_share`` (that count over
+``samples``), ``excess_share`` (the time spent beyond 100 ms in slow answers, over the run's wall
+time: a one-second freeze counts a second, however few samples it stopped) and the five slowest
+``(unix time, ms)``. With a second URL (a **control**: an idle server on the same machine) it
+PINGs both in turn and adds the same figures for the control under ``control``, so a test can
+tell what its own load did to Redis from what a busy machine did to every process at that time.
+Its own process keeps the test's Python work (and its GIL) out of the measurement.
 """
 
 from __future__ import annotations
@@ -18,41 +23,54 @@ from typing import Any
 
 import redis
 
+SLOW_MS = 100.0
 
-def main(url: str) -> None:
-    r = redis.Redis.from_url(url, socket_timeout=30)
+
+def summary(times: list[tuple[float, float]], wall_ms: float) -> dict[str, Any]:
+    """The figures of the module docstring for ``(unix time, ms)`` samples over ``wall_ms``."""
+    slow = sorted(times, key=lambda t: -t[1])
+    over = [ms for _, ms in times if ms > SLOW_MS]
+    return {
+        "samples": len(times),
+        "worst_ms": slow[0][1] if slow else None,
+        "over_100ms": len(over),
+        "slow_share": len(over) / len(times) if times else 0.0,
+        "excess_share": sum(ms - SLOW_MS for ms in over) / wall_ms if wall_ms > 0 else 0.0,
+        "slowest": [(round(t, 3), round(ms, 2)) for t, ms in slow[:5]],
+    }
+
+
+def main(url: str, control_url: str | None = None) -> None:
+    targets = [redis.Redis.from_url(u, socket_timeout=30) for u in (url, control_url) if u]
     done = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
-    times: list[tuple[float, float]] = []
+    times: list[list[tuple[float, float]]] = [[] for _ in targets]
+    start = time.perf_counter()
     while not done.is_set():
-        t0 = time.perf_counter()
-        r.ping()
-        times.append((time.time(), (time.perf_counter() - t0) * 1000))
+        for r, got in zip(targets, times):
+            t0 = time.perf_counter()
+            r.ping()
+            got.append((time.time(), (time.perf_counter() - t0) * 1000))
         time.sleep(0.01)
-    slow = sorted(times, key=lambda t: -t[1])
-    print(
-        json.dumps(
-            {
-                "samples": len(times),
-                "worst_ms": slow[0][1] if slow else None,
-                "over_100ms": sum(1 for _, ms in times if ms > 100),
-                "slowest": [(round(t, 3), round(ms, 2)) for t, ms in slow[:5]],
-            }
-        )
-    )
+    wall_ms = (time.perf_counter() - start) * 1000
+    out = summary(times[0], wall_ms)
+    if control_url:
+        out["control"] = summary(times[1], wall_ms)
+    print(json.dumps(out))
 
 
 class PingSampler:
-    """``with PingSampler(url) as s: ...`` then ``s.result`` (the JSON above, as a dict)."""
+    """``with PingSampler(url[, control=url2]) as s: ...`` then ``s.result`` (the JSON above, as a dict)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, control: str | None = None) -> None:
         self.url = url
+        self.control = control
         self.result: dict[str, Any] = {}
         self.proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> PingSampler:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.ping_sampler", self.url],
+            [sys.executable, "-m", "tests.support.ping_sampler", self.url, *([self.control] if self.control else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -67,4 +85,4 @@ class PingSampler:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
