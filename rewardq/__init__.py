@@ -12,8 +12,9 @@ The folders follow the pipeline::
     rewards         keys, Lua   score, commit    run (reward/execution/)
 
 ``ops/`` holds the commands (``cli.py`` is only the door), ``integrations/`` the verl and Ray
-adapters, ``demo/`` the self-contained demo. Beside them: ``settings.py`` (every setting, declared
-once), ``config.py``, ``defaults.py``, ``errors.py``, ``testing.py`` (helpers for testing a manager).
+adapters, ``demo/`` the self-contained demo. Beside them: ``config.py`` (every setting, declared
+once; ``settings.py`` derives the flags, variables and file layer), ``defaults.py``, ``errors.py``
+and ``testing.py`` (helpers for testing a manager or a scoring function).
 
 The public names below are imported lazily, so importing a submodule (a scorer in a
 child process, say) does not pay for redis, numpy and msgpack.
