@@ -102,7 +102,7 @@ async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_
     and stay through the gaps (they exit only after spare_idle), instead of starting again each burst."""
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.1, max_spares=2)
     await m.prepare_scoring()
-    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    pool = m.host.router.place_of(misbehaving.misbehave).pool
     most = await _bursts(m, pool, "sleep:0.3", bursts=3, size=6, gap=0.5)
     print(f"\nspares started: {pool.counters['spares']}, most processes alive: {most}")
     assert pool.counters["spares"] <= 2 and most <= 3, (pool.counters, most)
@@ -114,6 +114,6 @@ async def test_calls_that_compute_even_at_half_speed_start_no_spare(naive):
     is not stuck: the calls behind it wait for it, and no spare loads the machine further."""
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.3, max_spares=2)
     await m.prepare_scoring()
-    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    pool = m.host.router.place_of(misbehaving.misbehave).pool
     await _bursts(m, pool, "halfcore:0.5", bursts=1, size=4, gap=0.0)
     assert pool.counters["spares"] == 0, pool.counters
