@@ -149,6 +149,8 @@ SCORER_SPARE_IDLE = 30.0
 SCORER_OUTPUT_CAP = 64 * 1024
 #: Seconds a scorer process waits, after a call, for what its killed leftover children held.
 SCORER_CHILD_REAP = 1.0
+#: Seconds a scorer process waits, after a call, for its output thread to read what the call wrote.
+SCORER_OUTPUT_DRAIN = 1.0
 #: Calls of a thread-run reward function that may hang (their threads cannot be stopped)
 #: before further calls are refused.
 MAX_LOST_THREADS = 32

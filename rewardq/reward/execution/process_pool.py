@@ -22,13 +22,10 @@ per slot), so a reply or the EOF of a dead child wakes the event loop directly.
 * An exception in the scoring function is *not* a crash: ``TaskResult("error", message=...,
   traceback=...)`` and the process stays. So is ``sys.exit()`` or ``KeyboardInterrupt``:
   the message names the call (``the reward function called sys.exit(3)``).
-* **Spares** (:class:`~rewardq.reward.execution.spares.SparePolicy`): a process whose call is stuck (past
-  ``spare_after`` seconds or a quarter of the call's budget, and sleeping or spinning rather
-  than waiting for a core) no longer counts toward the pool's size. When a call waits, no idle
-  or starting process will take it, and fewer than ``num_workers`` processes can take work, a
-  spare process starts (at most ``max_spares`` alive beyond ``num_workers``). A process beyond
-  the pool's size exits after ``spare_idle`` seconds without work; one that is killed is only
-  replaced up to ``num_workers``.
+* **Spares** (:mod:`~rewardq.reward.execution.spares`): a process stuck on its call no longer
+  counts toward the pool's size, and a call waiting behind it gets a spare process (at most
+  ``max_spares`` beyond ``num_workers``; one beyond the size exits after ``spare_idle`` idle
+  seconds). A process that is killed is only replaced up to ``num_workers``.
 
 A task's timeout counts from when it is handed to an idle process, not from when it was
 queued, and while a call waits for a process its trajectory's clock stands still
@@ -73,6 +70,7 @@ from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.execution.budget import current_budget, waiting_for_a_place
 from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_exit, exit_hint
+from rewardq.reward.execution.scorer_output import describe_cut
 from rewardq.reward.execution.scorer_slot import ScorerSlot, TaskResult
 from rewardq.reward.execution.spares import SparePolicy
 
@@ -263,18 +261,7 @@ class ScorerPool:
         elif kind == "output":
             self.counters["output_cut"] += 1
             for stream, written, dropped in msg[2]:
-                logger.warning(
-                    "scorer process %s: %s wrote %d bytes to %s %s; the first %d are in the log, %d were "
-                    "dropped (a scorer's output is capped at %d bytes per stream per call)",
-                    slot.pid,
-                    REWARD_FUNCTION,
-                    written,
-                    stream,
-                    "in one call" if msg[1] else "while loading",
-                    written - dropped,
-                    dropped,
-                    self.output_cap,
-                )
+                logger.warning("scorer process %s: %s", slot.pid, describe_cut(stream, written, dropped, msg[1] == 0))
         elif kind == "init_error":
             slot.init_error = msg[1]
             self._on_dead(slot)
@@ -347,45 +334,21 @@ class ScorerPool:
             if not slot.dead and slot in self._slots:
                 return slot
 
-    def _stuck(self, slot: ScorerSlot, now: float) -> bool:
-        """Busy on a call the spare policy counts as stuck."""
-        if slot.busy_since is None:
-            return False
-        return self.spares.stuck(slot.pid, now - slot.busy_since, slot.threshold, slot.cpu_start)
-
     def _able(self, now: float) -> int:
-        """How many processes can take work at ``now``: starting, idle, or busy on a call that is
-        not stuck (stuck and dead ones do not count)."""
-        return sum(1 for s in self._slots if not s.dead and not self._stuck(s, now))
+        return self.spares.able(self._slots, now)
 
     def _spare_check_in(self) -> float | None:
-        """Seconds until a waiting caller should check for stuck processes (None: never)."""
-        if not self.spares.enabled:
-            return None
-        now = time.monotonic()
-        due = [
-            s.busy_since + s.threshold - now
-            for s in self._slots
-            if s.busy_since is not None and s.threshold is not None and not s.dead
-        ]
-        ahead = [d for d in due if d > 0]
-        if ahead:
-            return max(0.02, min(ahead))
-        # past their thresholds but not stuck (computing, or waiting for a core): look again soon
-        return max(0.05, min(0.25, self.spares.after or 0.25))
+        return self.spares.check_in(self._slots, time.monotonic())
 
     def _start_spare_if_stuck(self) -> None:
-        """Start a spare for a waiting call when it is due (see :mod:`rewardq.reward.execution.spares`)."""
-        if self._closed or self._broken or self._loop is None or not self.spares.enabled:
+        """Start a spare for a waiting call when one is due (see :mod:`rewardq.reward.execution.spares`)."""
+        if self._closed or self._broken or self._loop is None:
             return
         now = time.monotonic()
-        live = [s for s in self._slots if not s.dead]
-        if len(live) >= self.num_workers + self.spares.most:
+        if not self.spares.spare_due(self._slots, self._waiting, self.num_workers, now):
             return
-        coming = sum(1 for s in live if s.busy_since is None)  # idle or starting: will take a waiter
-        if coming >= self._waiting or self._able(now) >= self.num_workers:
-            return
-        stuck = [s for s in live if self._stuck(s, now)]
+        stuck = [s for s in self._slots if not s.dead and self.spares.slot_stuck(s, now)]
+        alive = sum(1 for s in self._slots if not s.dead)
         slot = self._spawn(next(self._names))
         self._slots.append(slot)
         self.counters["spares"] += 1
@@ -396,7 +359,7 @@ class ScorerPool:
             ",".join(str(s.pid) for s in stuck),
             slot.pid,
             self._waiting,
-            len(live) + 1 - self.num_workers,
+            alive + 1 - self.num_workers,
             self.spares.most,
         )
 
@@ -484,21 +447,13 @@ class ScorerPool:
         if self._closed or self._loop is None:
             return
         now = time.monotonic()
-        surplus = self._able(now) - self.num_workers
-        idle = sorted(
-            (s for s in self._slots if s.ready and not s.dead and s.busy_since is None),
-            key=lambda s: s.idle_since,
-        )
-        for slot in idle:
-            if surplus <= 0 or self._waiting or now - slot.idle_since < self.spares.idle:
-                break
+        for slot in self.spares.to_retire(self._slots, self._waiting, self.num_workers, now):
             self._slots.remove(slot)  # its place in the idle queue is skipped from now on
             self.counters["retired"] += 1
             self._background(self._retire(slot))
-            surplus -= 1
-        if surplus > 0:
-            later = [s.idle_since + self.spares.idle - now for s in idle if s in self._slots]
-            self._trim = self._loop.call_later(max(0.05, min(later, default=self.spares.idle)), self._trim_surplus)
+        later = self.spares.next_trim(self._slots, self.num_workers, now)
+        if later is not None:
+            self._trim = self._loop.call_later(later, self._trim_surplus)
 
     async def _retire(self, slot: ScorerSlot) -> None:
         """Let a surplus process exit on its own (``None``), killing it if it does not."""

@@ -25,6 +25,8 @@ import termios
 import threading
 from dataclasses import dataclass
 
+from rewardq import defaults
+
 _CHUNK = 64 * 1024
 
 
@@ -62,7 +64,7 @@ class CappedOutput:
         self._thread = threading.Thread(target=self._pump, name="rewardq-scorer-output", daemon=True)
         self._thread.start()
 
-    def end_call(self, wait: float = 1.0) -> list[StreamCount]:
+    def end_call(self, wait: float = defaults.SCORER_OUTPUT_DRAIN) -> list[StreamCount]:
         """What the call that just ended wrote to each stream (after flushing Python's buffers),
         once the thread has read it all (or ``wait`` seconds have passed); counters start again."""
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
@@ -121,6 +123,15 @@ class CappedOutput:
                 view = view[os.write(self._targets[fd], view) :]
             except OSError:  # the log is gone: nothing to forward to
                 return
+
+
+def describe_cut(stream: str, written: int, dropped: int, loading: bool = False) -> str:
+    """The log line for output cut from one call (or from loading the function)."""
+    return (
+        f"the reward function wrote {written} bytes to {stream} {'while loading' if loading else 'in one call'}; "
+        f"the first {written - dropped} are in the log, {dropped} were dropped (a scorer process's output is "
+        "capped per stream per call)"
+    )
 
 
 def _pending(fd: int) -> int:

@@ -23,10 +23,14 @@ will take, and a process beyond the pool's size exits only after ``idle`` second
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rewardq import defaults
+
+if TYPE_CHECKING:
+    from rewardq.reward.execution.scorer_slot import ScorerSlot
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -92,3 +96,55 @@ class SparePolicy:
             return True
         used = now_cpu - cpu_start
         return used >= threshold or used < self.cpu_share * ran
+
+    # -- decisions over a pool's slots (the pool acts on them) --------------------------------
+    def slot_stuck(self, slot: ScorerSlot, now: float) -> bool:
+        """``slot`` is busy on a call that counts as stuck."""
+        if slot.busy_since is None:
+            return False
+        return self.stuck(slot.pid, now - slot.busy_since, slot.threshold, slot.cpu_start)
+
+    def able(self, slots: Sequence[ScorerSlot], now: float) -> int:
+        """How many of ``slots`` can take work: starting, idle, or busy on a call not stuck."""
+        return sum(1 for s in slots if not s.dead and not self.slot_stuck(s, now))
+
+    def check_in(self, slots: Sequence[ScorerSlot], now: float) -> float | None:
+        """Seconds until a waiting call should look for stuck processes again (None: never)."""
+        if not self.enabled:
+            return None
+        due = [
+            s.busy_since + s.threshold - now
+            for s in slots
+            if s.busy_since is not None and s.threshold is not None and not s.dead
+        ]
+        ahead = [d for d in due if d > 0]
+        if ahead:
+            return max(0.02, min(ahead))
+        # past their thresholds but not stuck (computing, or waiting for a core): look again soon
+        return max(0.05, min(0.25, self.after or 0.25))
+
+    def spare_due(self, slots: Sequence[ScorerSlot], waiting: int, size: int, now: float) -> bool:
+        """Whether a spare should start: below ``size + most`` processes alive, a waiting call that
+        no idle or starting process will take, and fewer than ``size`` processes able to take work."""
+        if not self.enabled:
+            return False
+        live = [s for s in slots if not s.dead]
+        if len(live) >= size + self.most:
+            return False
+        coming = sum(1 for s in live if s.busy_since is None)
+        return coming < waiting and self.able(live, now) < size
+
+    def to_retire(self, slots: Sequence[ScorerSlot], waiting: int, size: int, now: float) -> list[ScorerSlot]:
+        """The processes beyond ``size`` idle for ``idle`` seconds, longest idle first (none while a call waits)."""
+        if waiting:
+            return []
+        surplus = self.able(slots, now) - size
+        idle = sorted((s for s in slots if s.ready and not s.dead and s.busy_since is None), key=lambda s: s.idle_since)
+        return [s for s in idle if now - s.idle_since >= self.idle][: max(0, surplus)]
+
+    def next_trim(self, slots: Sequence[ScorerSlot], size: int, now: float) -> float | None:
+        """Seconds until an idle process beyond ``size`` is due to exit (None: none is beyond it)."""
+        if self.able(slots, now) <= size:
+            return None
+        idle = [s.idle_since + self.idle - now for s in slots if s.ready and not s.dead and s.busy_since is None]
+        return max(0.05, min(idle, default=self.idle))
