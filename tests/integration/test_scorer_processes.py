@@ -193,9 +193,9 @@ def test_a_forked_child_never_outlives_the_worker(redis_url, ns, tmp_path):
         # When the worker stops (SIGTERM)
         t0 = time.monotonic()
         assert worker.terminate(30) == 0, worker.log()
-        # Then the children are gone with it
-        wait_for(lambda: not any(alive(p) for p in pids), 10, "the children to be gone")
-        print(f"\nchildren gone {time.monotonic() - t0:.2f}s after SIGTERM to the worker")
+        # Then the children are gone by the time it has exited
+        print(f"\nworker exited {time.monotonic() - t0:.2f}s after SIGTERM (shutdown_grace 3 s)")
+        assert not any(alive(p) for p in pids), pids
     finally:
         client.close()
         worker.kill()

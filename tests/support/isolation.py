@@ -21,8 +21,15 @@ def trajectory(response: str, ground_truth: str = "ok", data_source: str = "test
 
 
 def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie, dead but not yet reaped by
+    its new parent, has ended)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return True  # no /proc: it exists
+    return raw[raw.rfind(b")") + 2 :][:1] not in (b"Z", b"X")

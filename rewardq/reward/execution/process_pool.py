@@ -210,7 +210,8 @@ class ScorerPool:
         """Stop every process within about a second and fail waiting callers.
 
         Idle processes are asked to exit, busy ones are sent SIGTERM at once (their callers
-        are going away too), and whatever is still alive a second later is killed.
+        are going away too, and what their calls forked is killed first), and whatever is still
+        alive a second later is killed.
         """
         self._closed = True
         if self._trim is not None:
@@ -221,6 +222,7 @@ class ScorerPool:
         everyone = [*self._slots, *self._leaving]
         for slot in everyone:
             if slot.dead or slot.busy_since is not None:
+                slot.kill_descendants()  # what a call in flight forked goes with it
                 slot.send_signal(signal.SIGTERM)
                 continue
             try:

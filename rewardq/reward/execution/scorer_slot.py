@@ -93,13 +93,17 @@ class ScorerSlot:
             except ProcessLookupError:
                 pass
 
+    def kill_descendants(self) -> None:
+        """SIGKILL every descendant of the process (what a call forked), if it is still alive."""
+        if self.proc.pid is not None and self.proc.is_alive():
+            kill(descendants(self.proc.pid))
+
     async def stop(self, grace: float) -> None:
         """Kill the process's descendants; SIGTERM it, then SIGKILL after ``grace`` seconds; reap
         it and close its pipe; kill what is left of its process group."""
         proc = self.proc
         if proc.is_alive():
-            if proc.pid is not None:
-                kill(descendants(proc.pid))  # what a hung call forked: it cannot clean up after itself
+            self.kill_descendants()  # what a hung call forked: it cannot clean up after itself
             proc.terminate()
             deadline = time.monotonic() + grace
             while proc.is_alive() and time.monotonic() < deadline:
