@@ -11,7 +11,7 @@ from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
 
-#: The values of :attr:`RewardManager.reads`.
+#: The values of :attr:`~rewardq.reward.base.RewardManager.reads`.
 READS = ("trajectory", "final")
 
 
