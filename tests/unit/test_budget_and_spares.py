@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
 import pytest
@@ -93,3 +94,16 @@ def test_cpu_seconds_reads_this_process_and_nothing_for_a_missing_one():
     after = cpu_seconds(os.getpid())
     assert before is not None and after is not None and after > before
     assert cpu_seconds(2**22 + 12345) is None and cpu_seconds(None) is None
+
+
+async def test_a_call_waiting_for_a_scoring_thread_does_not_spend_its_budget():
+    from rewardq.reward.execution.threads import ThreadRunner
+
+    release = threading.Event()
+    runner = ThreadRunner(lambda wait: (release.wait(wait), "done")[1], size=1, max_lost=4)
+    holder = asyncio.create_task(runner.call({"wait": 5.0}))  # takes the only thread
+    await asyncio.sleep(0.05)
+    # the second call waits behind it for longer than its own budget, then runs at once
+    asyncio.get_running_loop().call_later(0.6, release.set)
+    assert await run_within_budget(runner.call({"wait": 0.0}), 0.3) == "done"
+    assert await holder == "done"
