@@ -39,6 +39,11 @@ def marked(marks: Path, verb: str) -> list[Path]:
     return [p for p in marks.iterdir() if p.name.startswith(verb + "-")]
 
 
+def parent_of(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(raw[raw.rfind(b")") + 2 :].split()[1])
+
+
 def start_worker(redis_url: str, ns: str, log_dir: Path, marks: Path, **settings: object) -> WorkerProcess:
     worker = WorkerProcess(
         redis_url,
@@ -190,12 +195,17 @@ def test_a_forked_child_never_outlives_the_worker(redis_url, ns, tmp_path):
         wait_for(lambda: marked(marks, "fork") and marked(marks, "fork")[0].read_text(), 30, "the forkhang call")
         pids = [int(p) for p in marked(marks, "fork")[0].read_text().split()]
         assert all(alive(p) for p in pids)
+        scorer = int(marked(marks, "fork")[0].name.split("-")[1])
+        forkserver = parent_of(scorer)
+        assert forkserver != worker.pid  # the scorer process was started by the worker's forkserver
         # When the worker stops (SIGTERM)
         t0 = time.monotonic()
         assert worker.terminate(30) == 0, worker.log()
         # Then the children are gone by the time it has exited
         print(f"\nworker exited {time.monotonic() - t0:.2f}s after SIGTERM (shutdown_grace 3 s)")
         assert not any(alive(p) for p in pids), pids
+        # And nothing they held keeps the forkserver alive after the worker
+        wait_for(lambda: not alive(forkserver), 10, "the forkserver to exit")
     finally:
         client.close()
         worker.kill()

@@ -104,18 +104,18 @@ async def run_within_budget(coro: Awaitable[T], seconds: float, *, own_task: boo
     """``await coro`` with a :class:`ScoringBudget` of ``seconds``; raises ``asyncio.TimeoutError``
     once the budget is spent.
 
-    On Python 3.11+ the coroutine runs in the calling task under ``asyncio.timeout``, which the
+    On Python 3.11+ the coroutine runs in the calling task under ``asyncio.timeout_at``, which the
     budget reschedules. Python 3.10 (``own_task=True``, which tests can ask for) runs it in a
     task of its own, watched until it ends or the budget is spent.
     """
     loop = asyncio.get_running_loop()
     budget = ScoringBudget(seconds, loop)
-    timeout = getattr(asyncio, "timeout", None)
-    if own_task or timeout is None:
+    timeout_at = getattr(asyncio, "timeout_at", None)
+    if own_task or timeout_at is None:
         return await _watched(coro, budget)
     token = _current.set(budget)
     try:
-        async with timeout(seconds) as scope:
+        async with timeout_at(budget.deadline) as scope:
             budget._timeout = scope
             return await coro
     finally:
