@@ -51,7 +51,10 @@ class CappedOutput:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
-            target = os.dup(fd)
+            try:
+                target = os.dup(fd)
+            except OSError:  # not open in this process: nothing reaches a log from it anyway
+                continue
             read_end, write_end = os.pipe()
             os.dup2(write_end, fd)
             os.close(write_end)
