@@ -313,8 +313,11 @@ class ScorerPool:
 
     # -- running tasks -------------------------------------------------------------------
     async def _idle_slot(self) -> ScorerSlot:
+        """An idle, ready process; while the call waits for one (or for the pool to start), its
+        trajectory's clock stands still."""
         if not self._slots and not self._closed:
-            await self.start()
+            with waiting_for_a_place():
+                await self.start()
         assert self._free is not None
         while True:
             if self._closed or self._broken:
@@ -327,7 +330,8 @@ class ScorerPool:
             except asyncio.QueueEmpty:
                 self._start_spare_if_stuck()
                 try:
-                    slot = await asyncio.wait_for(self._free.get(), self._spare_check_in())
+                    with waiting_for_a_place():
+                        slot = await asyncio.wait_for(self._free.get(), self._spare_check_in())
                 except asyncio.TimeoutError:
                     continue
             if slot is None:
@@ -383,11 +387,7 @@ class ScorerPool:
             timeout = budget.seconds if budget is not None else None
         self._waiting += 1
         try:
-            if self._free is not None and not self._free.empty():
-                slot = await self._idle_slot()  # a process is idle: no wait to take off the clock
-            else:
-                with waiting_for_a_place():
-                    slot = await self._idle_slot()
+            slot = await self._idle_slot()
         finally:
             self._waiting -= 1
         assert self._loop is not None
