@@ -48,8 +48,8 @@ With ``spawn`` and ``forkserver`` a child re-imports the parent's main *script* 
 ``if __name__ == "__main__":``. Under the ``rewardq`` CLI a child starts in about 0.3 s.
 
 Children are daemonic (they die with the parent's interpreter, and a SIGKILLed parent
-closes their pipe, which ends them; on Linux they also die with the process that started
-them), so a scoring function's own ``multiprocessing`` children are refused; what it forks or
+closes their pipe, which ends them; on Linux, children of the forkserver also die with it,
+which ends with the worker), so a scoring function's own ``multiprocessing`` children are refused; what it forks or
 spawns otherwise is killed when its call ends.
 """
 

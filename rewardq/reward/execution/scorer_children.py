@@ -34,8 +34,10 @@ MAX_PROCESSES = 4096
 MAX_PASSES = 64
 
 
-def become_reaper() -> None:
-    """Lead a process group of our own, adopt orphaned descendants, and die with our parent.
+def become_reaper(*, die_with_parent: bool = False) -> None:
+    """Lead a process group of our own, adopt orphaned descendants, and (``die_with_parent``)
+    be SIGKILLed when our parent ends. The last is only safe when the parent is a process whose
+    life is the pool's, such as the forkserver: the kernel sends it when the parent *thread* ends.
 
     Each step is best-effort: a platform without ``prctl`` keeps only the process group.
     """
@@ -48,7 +50,8 @@ def become_reaper() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # its parent (pool or forkserver) is gone
+        if die_with_parent:
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):
         pass
 

@@ -53,7 +53,13 @@ def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict) -> tuple:
         return ("error", task_id, message, traceback.format_exc())
 
 
-def child_main(conn: Any, target: Any, kwargs: dict | None, output_cap: int = defaults.SCORER_OUTPUT_CAP) -> None:
+def child_main(
+    conn: Any,
+    target: Any,
+    kwargs: dict | None,
+    output_cap: int = defaults.SCORER_OUTPUT_CAP,
+    die_with_parent: bool = False,
+) -> None:
     """Body of a scorer process: load the function, then serve tasks until EOF or ``None``.
 
     After each call, before its reply: the process state is put back
@@ -63,7 +69,7 @@ def child_main(conn: Any, target: Any, kwargs: dict | None, output_cap: int = de
     dropped), ...])``) instead of forwarded to the log.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker; it closes the pool
-    become_reaper()
+    become_reaper(die_with_parent=die_with_parent)  # with the forkserver, which ends with the worker
     output = CappedOutput(output_cap)
     try:
         fn = resolve_target(target, kwargs)

@@ -69,11 +69,12 @@ class ScorerSlot:
     ) -> ScorerSlot:
         """Start a daemonic process ``rewardq-scorer-<index>`` (``ctx``: a multiprocessing
         context) that loads ``target`` with ``kwargs`` and then serves tasks, its output capped
-        at ``output_cap`` bytes per stream per task."""
+        at ``output_cap`` bytes per stream per task. Started by a forkserver, it dies with it (and
+        so with the worker, even one that was SIGKILLed)."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=child_main,
-            args=(child_conn, target, kwargs, output_cap),
+            args=(child_conn, target, kwargs, output_cap, ctx.get_start_method() == "forkserver"),
             name=f"rewardq-scorer-{index}",
             daemon=True,
         )
