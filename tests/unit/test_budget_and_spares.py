@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -69,20 +70,30 @@ def test_the_threshold_is_spare_after_or_a_quarter_of_a_short_budget():
     assert SparePolicy(after=None).threshold(2.0) is None
 
 
+def busy_slot(pid: int, threshold: float) -> SimpleNamespace:
+    """What the policy reads of a busy slot: busy since 0 on a call with ``threshold``."""
+    return SimpleNamespace(pid=pid, busy_since=0.0, threshold=threshold, cpu_mark=None, stuck_seen=False, dead=False)
+
+
 def test_a_process_counts_as_stuck_only_when_it_sleeps_or_spins_past_its_threshold():
-    cpu = {1: 10.0}
+    cpu = {1: 10.0, 2: 10.0, 3: 10.0}
     p = policy(cpu)
-    assert not p.stuck(1, ran=0.4, threshold=0.5, cpu_start=10.0)  # not yet at its threshold
-    # sleeping or waiting on something: no CPU in 3 s -> a hang
-    assert p.stuck(1, ran=3.0, threshold=2.0, cpu_start=10.0)
-    # computing, but slowly (it waits for a core on a loaded machine): counted, no spare
-    cpu[1] = 10.6
-    assert not p.stuck(1, ran=3.0, threshold=2.0, cpu_start=10.0)
-    # spinning: CPU time beyond the threshold itself
-    cpu[1] = 12.5
-    assert p.stuck(1, ran=3.0, threshold=2.0, cpu_start=10.0)
+    sleeper, slow, spinner = busy_slot(1, 2.0), busy_slot(2, 2.0), busy_slot(3, 2.0)
+    for s in (sleeper, slow, spinner):
+        assert not p.slot_stuck(s, 1.0)  # not yet at its threshold: no /proc read either
+        assert not p.slot_stuck(s, 2.0)  # the first look past it notes the CPU time
+    cpu.update({1: 10.0, 2: 10.1, 3: 10.5})  # half a second later
+    # sleeping or waiting on something: no CPU -> a hang
+    assert p.slot_stuck(sleeper, 2.5)
+    # computing, but at a fifth of a core (waiting for one on a loaded machine): counted, no spare
+    assert not p.slot_stuck(slow, 2.5)
+    # spinning: a whole core, which over the call comes to more than the threshold
+    assert p.slot_stuck(spinner, 2.5)
+    # a look too soon after the last keeps the verdict
+    assert p.slot_stuck(sleeper, 2.55) and not p.slot_stuck(slow, 2.55)
     # without /proc, wall time alone decides
-    assert p.stuck(2, ran=3.0, threshold=2.0, cpu_start=None)
+    assert p.slot_stuck(busy_slot(4, 2.0), 2.5)
+    assert p.able([sleeper, slow, spinner], 2.6) == 1
 
 
 def test_cpu_seconds_reads_this_process_and_nothing_for_a_missing_one():

@@ -396,7 +396,7 @@ class ScorerPool:
         slot.future = fut = self._loop.create_future()
         slot.busy_since = time.monotonic()
         slot.threshold = self.spares.threshold(timeout)
-        slot.cpu_start = self.spares.cpu_of(slot.pid) if self.spares.enabled else None
+        slot.cpu_mark, slot.stuck_seen = None, False
         try:
             slot.conn.send_bytes(message)
         except (OSError, ValueError):
@@ -434,7 +434,7 @@ class ScorerPool:
         slot.future = None
         slot.task_id = None
         slot.busy_since = None
-        slot.threshold = slot.cpu_start = None
+        slot.threshold, slot.cpu_mark, slot.stuck_seen = None, None, False
         slot.idle_since = now
         if self._closed:
             return

@@ -42,10 +42,11 @@ class ScorerSlot:
     """One scorer process and the parent's end of its pipe.
 
     ``busy_since`` is when the current task was handed over (None: starting or idle), and
-    ``threshold`` and ``cpu_start`` what :class:`~rewardq.reward.execution.spares.SparePolicy` needs to
-    tell whether that task is stuck; ``idle_since`` is when the process last became idle;
-    ``own_group`` is whether it leads a process group of its own (it says so when ready);
-    ``init_error`` is the child's message when it could not load the function.
+    ``threshold``, ``cpu_mark`` and ``stuck_seen`` what
+    :class:`~rewardq.reward.execution.spares.SparePolicy` needs to tell whether that task is
+    stuck; ``idle_since`` is when the process last became idle; ``own_group`` is whether it
+    leads a process group of its own (it says so when ready); ``init_error`` is the child's
+    message when it could not load the function.
     """
 
     index: int
@@ -59,7 +60,8 @@ class ScorerSlot:
     started: float = field(default_factory=time.monotonic)
     busy_since: float | None = None
     threshold: float | None = None
-    cpu_start: float | None = None
+    cpu_mark: tuple[float, float] | None = None
+    stuck_seen: bool = False
     idle_since: float = field(default_factory=time.monotonic)
     own_group: bool = False
 

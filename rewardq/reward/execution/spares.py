@@ -4,11 +4,12 @@ A spare exists to protect calls that wait behind hung ones. Starting one costs a
 its imports (sympy and math-verify take seconds of CPU), so it must start only for a call that
 waits, and only behind a process that is really stuck. Wall time alone cannot tell: on a loaded
 machine an ordinary call waits longer for a core than a fixed limit, and spares started for such
-calls load the machine further (a storm). So a busy process counts as stuck (:meth:`SparePolicy.stuck`)
-once its call has run for its **threshold** and then either
+calls load the machine further (a storm). So a busy process counts as stuck
+(:meth:`SparePolicy.slot_stuck`) once its call has run for its **threshold** and, from then on,
+either
 
-* used less CPU than ``cpu_share`` of its wall time (it sleeps or waits on something: a hang), or
-* used CPU time beyond the threshold itself (it spins);
+* uses less CPU than ``cpu_share`` of its wall time (it sleeps or waits on something: a hang), or
+* uses CPU at a rate that, over the whole call, comes to more than the threshold itself (it spins);
 
 a call that merely waits for a core keeps its process counted. The threshold is ``spare_after``
 seconds, or ``share`` of the call's own budget when that is sooner, so a spare starts well before
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from rewardq.reward.execution.scorer_slot import ScorerSlot
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: Seconds between the two looks at a call's CPU time (the kernel counts it in 10 ms ticks).
+MIN_WINDOW = 0.1
 
 
 def cpu_seconds(pid: int | None) -> float | None:
@@ -86,23 +89,30 @@ class SparePolicy:
             return self.after
         return min(self.after, self.share * budget)
 
-    def stuck(self, pid: int | None, ran: float, threshold: float | None, cpu_start: float | None) -> bool:
-        """Whether a process busy for ``ran`` seconds on a call (``cpu_start``: its CPU seconds
-        when the call began) counts as stuck."""
-        if threshold is None or ran < threshold:
-            return False
-        now_cpu = self.cpu_of(pid) if cpu_start is not None else None
-        if now_cpu is None or cpu_start is None:
-            return True
-        used = now_cpu - cpu_start
-        return used >= threshold or used < self.cpu_share * ran
-
     # -- decisions over a pool's slots (the pool acts on them) --------------------------------
     def slot_stuck(self, slot: ScorerSlot, now: float) -> bool:
-        """``slot`` is busy on a call that counts as stuck."""
-        if slot.busy_since is None:
+        """Whether ``slot`` is busy on a call that counts as stuck.
+
+        A call past its threshold is looked at twice: the first look notes its process's CPU time
+        (``slot.cpu_mark``; nothing is read before, so an ordinary call costs no ``/proc`` read),
+        later looks, at least ``MIN_WINDOW`` seconds on, judge by the CPU it used in between.
+        """
+        if slot.busy_since is None or slot.threshold is None:
             return False
-        return self.stuck(slot.pid, now - slot.busy_since, slot.threshold, slot.cpu_start)
+        ran = now - slot.busy_since
+        if ran < slot.threshold:
+            return False
+        cpu = self.cpu_of(slot.pid)
+        if cpu is None:
+            return True  # no /proc: wall time alone
+        if slot.cpu_mark is None:
+            slot.cpu_mark = (ran, cpu)
+            return False
+        ran0, cpu0 = slot.cpu_mark
+        if ran - ran0 >= MIN_WINDOW:
+            rate = (cpu - cpu0) / (ran - ran0)
+            slot.stuck_seen = rate < self.cpu_share or rate * ran >= slot.threshold
+        return slot.stuck_seen
 
     def able(self, slots: Sequence[ScorerSlot], now: float) -> int:
         """How many of ``slots`` can take work: starting, idle, or busy on a call not stuck."""
