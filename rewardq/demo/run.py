@@ -36,11 +36,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, DemoError
 from rewardq.ops.summary import Pushed, render, summarize
+
+if TYPE_CHECKING:
+    from rewardq.producers.client import RewardClient
 
 __all__ = ["DemoOptions", "WorkerFleet", "run_demo"]
 
@@ -118,7 +121,7 @@ class WorkerFleet:
         """``(index, exit code)`` of workers that have exited."""
         return [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
 
-    def wait_ready(self, client: Any, timeout: float) -> float:
+    def wait_ready(self, client: RewardClient, timeout: float) -> float:
         """Block until every worker has sent a heartbeat; returns the seconds it took."""
         t0 = time.monotonic()
         keys = [client.keyspace.worker(name) for name in self.names]
@@ -153,7 +156,7 @@ class WorkerFleet:
         return [p.returncode for p in self.procs]
 
 
-def wait_for_live_worker(client: Any, timeout: float, fresh: float = defaults.HEALTH_MAX_AGE) -> float:
+def wait_for_live_worker(client: RewardClient, timeout: float, fresh: float = defaults.HEALTH_MAX_AGE) -> float:
     """Block until some worker has beaten its heart on the client's namespace in the last ``fresh`` seconds."""
     t0 = time.monotonic()
     while not client.r.zrangebyscore(client.keyspace.workers, time.time() - fresh, "+inf", start=0, num=1):
@@ -211,7 +214,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
     embedded = EmbeddedRedis() if opts.redis_url is None else None
     logdir = Path(tempfile.mkdtemp(prefix="rewardq-demo-"))
     fleet: WorkerFleet | None = None
-    client: Any = None
+    client: RewardClient | None = None
     pushed: list[Pushed] = []
     kept = opts.namespace is not None and not external  # a namespace the user named: its keys stay
     cleanup = None if embedded is not None or kept else "own-keys" if external else "namespace"

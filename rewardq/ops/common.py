@@ -10,12 +10,16 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rewardq import defaults
 from rewardq.errors import RedisUnavailable
 from rewardq.queue.connection import connect_sync, redact_url, split_cluster
 from rewardq.queue.retry import backoff_delay, no_retry
+
+if TYPE_CHECKING:
+    from rewardq.producers.client import RewardClient
+    from rewardq.queue.clients import SyncRedis
 
 __all__ = ["probe_redis", "wait_for_redis", "delete_namespace", "delete_trajectory_keys", "namespace_key_count"]
 
@@ -103,19 +107,19 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def _scan(client: Any, pattern: str) -> list[bytes]:
+def _scan(client: SyncRedis, pattern: str) -> list[bytes]:
     keys: list[bytes] = []
     for key in client.scan_iter(match=pattern, count=1000):
         keys.append(key)
     return keys
 
 
-def namespace_key_count(client: Any, namespace: str) -> int:
+def namespace_key_count(client: SyncRedis, namespace: str) -> int:
     """How many keys live under ``<namespace>:`` (SCAN; fine for demos and tests)."""
     return len(_scan(client, _glob_escape(namespace) + ":*"))
 
 
-def delete_namespace(client: Any, namespace: str) -> int:
+def delete_namespace(client: SyncRedis, namespace: str) -> int:
     """Delete every key under ``<namespace>:``; returns how many. Never touches other keys."""
     keys = _scan(client, _glob_escape(namespace) + ":*")
     deleted = 0
@@ -129,7 +133,7 @@ def delete_namespace(client: Any, namespace: str) -> int:
     return deleted
 
 
-def delete_trajectory_keys(client: Any, keys: list[str]) -> int:
+def delete_trajectory_keys(client: RewardClient, keys: list[str]) -> int:
     """Delete the result hashes of ``keys`` and their trajectories' hashes, nothing else.
 
     ``client`` is a :class:`~rewardq.producers.client.RewardClient`; used when the namespace

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +23,11 @@ from rewardq import defaults
 from rewardq.errors import NotFound
 from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
 from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
+    from rewardq.queue.keys import Keyspace
+    from rewardq.reward.tokenizer import Tokenizer
 
 __all__ = ["inspect", "normalize_ref", "render_inspect"]
 
@@ -67,7 +72,11 @@ def timings(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def inspect_view(
-    r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = defaults.INSPECT_PREVIEW_CHARS
+    r: SyncRedis,
+    ks: Keyspace,
+    ref: str,
+    tokenizer: Tokenizer | None = None,
+    preview: int = defaults.INSPECT_PREVIEW_CHARS,
 ) -> dict[str, Any]:
     """``inspect_trajectory`` plus timings; raises :class:`NotFound` when nothing is known about ``ref``."""
     from rewardq.queue.status import inspect_trajectory

@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rewardq import defaults
 from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
 from rewardq.ops.target import fmt_duration, opened, pipeline_options
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
+    from rewardq.queue.keys import Keyspace
 
 __all__ = ["status", "collect", "diagnose", "render_status"]
 
@@ -38,7 +42,7 @@ def _s(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
 
 
-def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
+def consumers(r: SyncRedis, ks: Keyspace) -> dict[int, list[dict[str, Any]]]:
     """Every shard's consumers: ``{shard: [{name, pending, idle_ms, inactive_ms}]}`` (empty without a group)."""
     from rewardq.queue.redis_errors import ResponseError
 
@@ -60,7 +64,7 @@ def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def collect(r: Any, ks: Any, *, limit: int = defaults.STATUS_WAITING_LIMIT, url: str = "") -> dict[str, Any]:
+def collect(r: SyncRedis, ks: Keyspace, *, limit: int = defaults.STATUS_WAITING_LIMIT, url: str = "") -> dict[str, Any]:
     """The status dict ``--json`` prints: ``pipeline_status`` + consumers, owners, diagnosis."""
     from rewardq.queue.status import pipeline_status
 

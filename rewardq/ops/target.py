@@ -26,6 +26,7 @@ from rewardq import defaults
 from rewardq.errors import NotFound
 
 if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
     from rewardq.queue.keys import Keyspace
 
 __all__ = [
@@ -85,7 +86,7 @@ def pipeline_options(f: Callable[..., Any]) -> Callable[..., Any]:
 class Pipeline:
     """An open connection to one namespace: the blocking client, its keyspace, the redacted URL."""
 
-    client: Any
+    client: SyncRedis
     ks: Keyspace
     url: str  # password-redacted, safe to print
 
@@ -97,7 +98,7 @@ class Pipeline:
 
 
 def known_namespaces(
-    client: Any, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_SCANNED
+    client: SyncRedis, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_SCANNED
 ) -> list[str]:
     """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds and
     ``limit`` names."""
@@ -127,7 +128,7 @@ def namespace_hint(wanted: str, others: list[str], listed: int = defaults.NAMESP
     return f"{mean}namespaces on this server: {', '.join(shown)}{more}"
 
 
-def _shards(client: Any, namespace: str, url: str, require: bool) -> int | None:
+def _shards(client: SyncRedis, namespace: str, url: str, require: bool) -> int | None:
     from rewardq.queue.keys import Keyspace
 
     probe = Keyspace(namespace)

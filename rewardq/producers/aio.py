@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import RewardTimeout
@@ -34,13 +34,16 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.redis_errors import ResponseError
 from rewardq.queue.results import RewardResult
 
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
+
 logger = logging.getLogger("rewardq.client")
 
 
 class AsyncRewardClient(ClientBase):
     """asyncio client for producers (agent loops) and trainers. See RewardClient for the methods."""
 
-    def __init__(self, redis: Any, settings: ClientSettings | None = None, **overrides: Any) -> None:
+    def __init__(self, redis: AsyncRedis, settings: ClientSettings | None = None, **overrides: Any) -> None:
         super().__init__(redis, settings, **overrides)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._watch_task: asyncio.Task | None = None

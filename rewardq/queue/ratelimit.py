@@ -69,12 +69,15 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
 from rewardq.queue import scripts
 from rewardq.queue.retry import script_call
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
 
 logger = logging.getLogger("rewardq.queue.ratelimit")
 
@@ -324,12 +327,12 @@ class FleetRateLimiter(_LimiterBase):
         holder_prefix: names the slot holders (default ``host:pid``).
     """
 
-    def __init__(self, redis: Any, key: str, *, owns_redis: bool = False, **limits: Any) -> None:
+    def __init__(self, redis: AsyncRedis, key: str, *, owns_redis: bool = False, **limits: Any) -> None:
         super().__init__(**limits)
         self.redis = redis
         self.key = key
         self.owns_redis = owns_redis
-        self._script = redis.register_script(scripts.standalone("ratelimit"))
+        self._script = redis.register_script(scripts.standalone("ratelimit"))  # type: ignore[misc]  # redis-py's asyncio RedisCluster.register_script is typed for Redis only; it has one
 
     async def close(self) -> None:
         """Close the Redis client when it is the limiter's own (see :func:`open_limiter`)."""
