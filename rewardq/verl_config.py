@@ -172,14 +172,14 @@ def migrate_legacy(data: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def _sub(d: dict, key: str) -> dict:
+def _sub(d: dict[str, Any], key: str) -> dict[str, Any]:
     child = d.get(key)
     if not isinstance(child, dict):
         child = d[key] = {}
     return child
 
 
-def _migrate_manager(rm: Mapping[str, Any], reward: dict) -> None:
+def _migrate_manager(rm: Mapping[str, Any], reward: dict[str, Any]) -> None:
     if rm.get("num_workers") is not None:
         reward["num_workers"] = rm["num_workers"]
     if rm.get("reward_manager") is not None:

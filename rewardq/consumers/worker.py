@@ -114,7 +114,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self.quarantine: Quarantine | None = None  # ordinary trajectories side by side, quarantined ones alone
         self.stopped = False
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         self.vocab_size: int | None = None
         self.tokenizer_fingerprint: str | None = None
         self.metrics_port: int | None = None

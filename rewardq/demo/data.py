@@ -106,7 +106,7 @@ class Problem:
     ground_truth: str
     answer_forms: list[str]
     wrong: str
-    extra: dict
+    extra: dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ def _uuid(rng: random.Random) -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:]}"
 
 
-def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict]:
+def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict[str, Any]]:
     """``n`` trajectories of a GRPO math rollout, each with the reward it must get.
 
     Args:
@@ -350,7 +350,7 @@ def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict
         tokenizer = load_tokenizer("builtin:demo")
     rng = random.Random(seed)
     continue_ids = list(tokenizer.encode(CONTINUE))
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     index = 0
     while len(out) < n:
         make: Callable[[random.Random], Problem] = _gsm8k_problem if rng.random() < 0.55 else _math_problem

@@ -101,7 +101,7 @@ class WorkerFleet:
             ]
             for name in self.names
         ]
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[Any] = []
 
     def start(self) -> None:

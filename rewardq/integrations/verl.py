@@ -82,7 +82,7 @@ class RewardqScoring:
             self.__dict__["_rewardq_scorer"] = scorer
         return scorer
 
-    async def _compute_score(self, outputs: list[Any], kwargs: dict) -> None:
+    async def _compute_score(self, outputs: list[Any], kwargs: dict[str, Any]) -> None:
         """Score the trajectory ``outputs`` (one sample of ``kwargs``'s dataset row) on the rewardq fleet
         (started first on the trainer's Ray cluster when the config has ``reward.rewardq.fleet.workers``)."""
         await ensure_fleet_once(self.__dict__.get("config"))
@@ -93,7 +93,7 @@ class RewardqAgentLoopWorker(RewardqScoring, AgentLoopWorker):
     """verl's ``AgentLoopWorker``, scoring on the rewardq fleet (see the module docstring)."""
 
     def _postprocess(
-        self, inputs: list[Any], input_non_tensor_batch: dict | None = None, validate: bool = False
+        self, inputs: list[Any], input_non_tensor_batch: dict[str, Any] | None = None, validate: bool = False
     ) -> Any:
         """verl's batch assembly, after giving every row's ``reward_extra_info`` the same keys.
 

@@ -46,8 +46,8 @@ class AsyncRewardClient(ClientBase):
     def __init__(self, redis: AsyncRedis, settings: ClientSettings | None = None, **overrides: Any) -> None:
         super().__init__(redis, settings, **overrides)
         self._watchers: dict[str, set[asyncio.Event]] = {}
-        self._watch_task: asyncio.Task | None = None
-        self._watch_ready: asyncio.Future | None = None  # set once the watcher knows where the streams end
+        self._watch_task: asyncio.Task[Any] | None = None
+        self._watch_ready: asyncio.Future[Any] | None = None  # set once the watcher knows where the streams end
 
     @classmethod
     def from_url(
@@ -225,7 +225,7 @@ class AsyncRewardClient(ClientBase):
             self._watch_task = asyncio.create_task(self._watch_from_now(ready), name="rewardq-done-watcher")
         await asyncio.shield(ready)
 
-    async def _watch_from_now(self, ready: asyncio.Future) -> None:
+    async def _watch_from_now(self, ready: asyncio.Future[Any]) -> None:
         try:
             ks = await self.keyspace()
             last = {}

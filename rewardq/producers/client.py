@@ -194,7 +194,7 @@ class RewardClient(ClientBase):
         ks = self.keyspace
         ms = max(1, block_ms)
         if self.cluster and len(last) > 1:
-            resp: list = []
+            resp: list[Any] = []
             for s in list(last):
                 resp += self.r.xread({ks.done(s): last[s]}, block=max(1, ms // len(last))) or []
         else:

@@ -96,7 +96,8 @@ def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: An
     if cluster and scripts_once:
         opts["cluster_error_retry_attempts"] = 1
     if cluster:
-        return aredis.RedisCluster.from_url(url, **_cluster_opts(opts))
+        cluster_client: aredis.RedisCluster = aredis.RedisCluster.from_url(url, **_cluster_opts(opts))
+        return cluster_client
     pool = aredis.BlockingConnectionPool.from_url(url, **_pool_opts(opts))
     return aredis.Redis.from_pool(pool)
 

@@ -108,7 +108,7 @@ def _int(v: int, w: _Walk) -> int:
     return int(v)
 
 
-def _mapping(v: Mapping, depth: int, w: _Walk) -> dict[str, Any]:
+def _mapping(v: Mapping[Any, Any], depth: int, w: _Walk) -> dict[str, Any]:
     out: dict[str, Any] = {}
     converted = False
     w.spend(2)

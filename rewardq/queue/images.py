@@ -93,7 +93,7 @@ class EncodedImage:
     def __copy__(self) -> EncodedImage:
         return self
 
-    def __deepcopy__(self, memo: dict) -> EncodedImage:
+    def __deepcopy__(self, memo: dict[str, Any]) -> EncodedImage:
         return self  # immutable: a row's copy of the sample shares the bytes
 
 

@@ -53,7 +53,7 @@ class RewardResult:
     key: str
     status: str
     reward_score: float | None
-    reward_extra_info: dict = field(default_factory=dict)
+    reward_extra_info: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     worker: str = ""
     manager: str = ""

@@ -62,7 +62,7 @@ def build_manager(
     *,
     tokenizer: Any,
     compute_score: Any = None,
-    options: dict | None = None,
+    options: dict[str, Any] | None = None,
     context: ManagerContext | None = None,
 ) -> RewardManager:
     """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong.

@@ -126,7 +126,7 @@ def valid_prompt_ids(row: TensorDict) -> torch.Tensor:
 
 def _row_tensor(row: TensorDict, name: str) -> torch.Tensor:
     """A tensor column of one row: ``data[i]``'s as it is, a one-row batch's first row."""
-    value = row.get(name)
+    value: torch.Tensor = row.get(name)
     return value[0] if row.batch_dims == 1 else value
 
 

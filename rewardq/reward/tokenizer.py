@@ -49,9 +49,12 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rewardq.errors import ConfigError
+
+if TYPE_CHECKING:
+    import tokenizers
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -80,7 +83,36 @@ class Tokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
 
     def apply_chat_template(
-        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+        self,
+        messages: Sequence[dict[str, Any]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
+    ) -> str | list[int]: ...
+
+
+class HFTokenizer(Protocol):
+    """What :class:`TransformersTokenizer` reads of a ``transformers`` tokenizer (which ships no types)."""
+
+    eos_token: str | None
+    bos_token: str | None
+    pad_token: str | None
+    eos_token_id: int | None
+    bos_token_id: int | None
+    pad_token_id: int | None
+
+    def __len__(self) -> int: ...
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def apply_chat_template(
+        self,
+        conversation: list[dict[str, Any]],
+        tokenize: bool = True,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
     ) -> str | list[int]: ...
 
 
@@ -112,7 +144,7 @@ class FastTokenizer:
 
     def __init__(
         self,
-        backend: Any,
+        backend: tokenizers.Tokenizer,
         name: str,
         *,
         eos_token: str | None = None,
@@ -165,7 +197,11 @@ class FastTokenizer:
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def apply_chat_template(
-        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+        self,
+        messages: Sequence[dict[str, Any]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
     ) -> str | list[int]:
         """Render a chat with the folder's template (jinja2) or the ChatML fallback."""
         text = None
@@ -187,7 +223,7 @@ class FastTokenizer:
 class TransformersTokenizer:
     """A ``transformers`` tokenizer behind the same small surface as :class:`FastTokenizer`."""
 
-    def __init__(self, backend: Any, name: str) -> None:
+    def __init__(self, backend: HFTokenizer, name: str) -> None:
         self.backend = backend
         self.name = name
 
@@ -236,7 +272,11 @@ class TransformersTokenizer:
         return list(self.backend.encode(text, add_special_tokens=add_special_tokens))
 
     def apply_chat_template(
-        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+        self,
+        messages: Sequence[dict[str, Any]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
     ) -> str | list[int]:
         return self.backend.apply_chat_template(
             list(messages), tokenize=tokenize, add_generation_prompt=add_generation_prompt, **kwargs
@@ -293,7 +333,7 @@ def _content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def render_chatml(messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
+def render_chatml(messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False) -> str:
     """The ChatML fallback (see the module docstring)."""
     parts = [f"<|im_start|>{m['role']}\n{_content_text(m.get('content'))}<|im_end|>\n" for m in messages]
     if add_generation_prompt:
@@ -301,7 +341,7 @@ def render_chatml(messages: Sequence[dict], add_generation_prompt: bool = False)
     return "".join(parts)
 
 
-def render_jinja_chat(template: str, messages: Sequence[dict], **variables: Any) -> str | None:
+def render_jinja_chat(template: str, messages: Sequence[dict[str, Any]], **variables: Any) -> str | None:
     """Render a transformers-style chat template; None when jinja2 is not installed."""
     try:
         import jinja2
@@ -343,7 +383,7 @@ def _token_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -360,7 +400,7 @@ def _pick_template(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def folder_metadata(folder: Path) -> dict:
+def folder_metadata(folder: Path) -> dict[str, Any]:
     """Special-token names and chat template from a Hugging Face tokenizer folder's side files."""
     meta: dict[str, Any] = {"eos_token": None, "bos_token": None, "pad_token": None, "chat_template": None}
     for fname in ("special_tokens_map.json", "tokenizer_config.json"):  # the latter wins
@@ -379,7 +419,7 @@ def folder_metadata(folder: Path) -> dict:
     return meta
 
 
-def _from_tokenizer_json(path: Path, name: str, meta: dict) -> FastTokenizer:
+def _from_tokenizer_json(path: Path, name: str, meta: dict[str, Any]) -> FastTokenizer:
     from tokenizers import Tokenizer as RawTokenizer
 
     try:
@@ -489,7 +529,9 @@ def load_demo_tokenizer() -> FastTokenizer:
     return _from_tokenizer_json(DEMO_PATH, DEMO_SPEC, dict(DEMO_SPECIAL, chat_template=None))
 
 
-def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto", origin: str | None = None) -> Tokenizer:
+def load_tokenizer(
+    path: str | os.PathLike[str] | None, *, backend: str = "auto", origin: str | None = None
+) -> Tokenizer:
     """Load a tokenizer (see the module docstring for what ``path`` may be).
 
     Args:

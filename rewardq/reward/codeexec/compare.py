@@ -25,7 +25,7 @@ class CaseAbort(Exception):
     there its whole run dies, so every case of that run counts as ``-1``."""
 
 
-def _int_keys(d: dict) -> dict:
+def _int_keys(d: dict[str, Any]) -> dict[int, Any]:
     return {int(k): v for k, v in d.items()}
 
 
@@ -136,7 +136,7 @@ def call_verdict(value: Any, expected: Any) -> bool:
 
 
 # -- the value a call-based program returned ----------------------------------------------
-def _hook(obj: dict) -> Any:
+def _hook(obj: dict[str, Any]) -> Any:
     if len(obj) != 1:
         raise ValueError(f"unexpected object {sorted(obj)[:3]}")
     [(tag, body)] = obj.items()

@@ -153,7 +153,7 @@ class Capture(io.StringIO):
         """prime_code's capture: ``close(x)`` is a no-op taking one argument."""
 
 
-def stdin_case(method: Any, text: str, cap: int) -> dict:
+def stdin_case(method: Any, text: str, cap: int) -> dict[str, Any]:
     buf = Capture(max(0, cap))
     real = sys.stdout
     failure: Exception | None = None
@@ -177,7 +177,7 @@ def stdin_case(method: Any, text: str, cap: int) -> dict:
         return {"abort": "MemoryError: its output does not fit in the memory limit"}
 
 
-def call_case(method: Any, args: list) -> dict:
+def call_case(method: Any, args: list[Any]) -> dict[str, Any]:
     try:
         value = method(*args)
         json.dumps(value)  # prime_code's check: an unserialisable result is a runtime error
@@ -187,7 +187,7 @@ def call_case(method: Any, args: list) -> dict:
     return {"value": encoded}
 
 
-def call_args(raw: Any) -> list:
+def call_args(raw: Any) -> list[Any]:
     args = [json.loads(line) for line in raw.split("\n")]
     try:
         if isinstance(args[0], dict):
@@ -197,7 +197,7 @@ def call_args(raw: Any) -> list:
     return args
 
 
-def load(job: dict) -> Any:
+def load(job: dict[str, Any]) -> Any:
     """Execute the program's module and find what each case calls (raises what the program raised)."""
     module = types.ModuleType("tmp_sol")
     exec(compile(job["module"], "<string>", "exec"), module.__dict__)

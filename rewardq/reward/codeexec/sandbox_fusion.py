@@ -104,7 +104,7 @@ class SandboxFusionClient:
         run_timeout: float,
         memory_limit_mb: int,
         language: str = "python",
-    ) -> dict:
+    ) -> dict[str, Any]:
         """One ``run_code`` request (holding a concurrency slot); the answer's JSON.
 
         Raises:
@@ -169,7 +169,7 @@ async def _all_or_none(coros: list[Any]) -> list[CaseOutcome]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def classify(answer: dict, expected: Any) -> CaseOutcome:
+def classify(answer: dict[str, Any], expected: Any) -> CaseOutcome:
     """verl's reading of one ``run_code`` answer for a case whose expected output is ``expected``."""
     status = answer.get("status")
     compiled = answer.get("compile_result") or None

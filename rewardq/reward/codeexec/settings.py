@@ -87,7 +87,7 @@ def _check(name: str, value: Any, *, integer: bool) -> None:
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(CodeExecSettings))
 
 
-def pop_code_options(options: dict) -> CodeExecSettings:
+def pop_code_options(options: dict[str, Any]) -> CodeExecSettings:
     """Remove the code-execution options from ``options`` (in place) and return them validated.
 
     A ``None`` value means "not set" (verl's config writes ``url: null``).

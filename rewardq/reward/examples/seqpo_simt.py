@@ -131,7 +131,7 @@ class SeqPOSiMTManager(RewardManager):
             reads.append(read)
         return chunks, reads, reward_model["ground_truth"], source_len
 
-    async def run_single(self, data: Any) -> dict | list[dict]:
+    async def run_single(self, data: Any) -> dict[str, Any] | list[dict[str, Any]]:
         chunks, reads, reference, source_len = self._steps(data)
 
         def reward(k: int) -> dict[str, Any]:

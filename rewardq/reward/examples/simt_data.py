@@ -31,7 +31,7 @@ def translate_word(word: str) -> str:
 
 def make_simt_trajectories(
     n: int, seed: int, tokenizer: Any, *, latency_weight: float = 0.5, error_rate: float = 0.15
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """``n`` trajectories ``{"uid", "session_id", "sample", "outputs", "expected"}``.
 
     ``expected`` is the reward SeqPO-SiMT gives (``latency_weight`` λ), computed from the

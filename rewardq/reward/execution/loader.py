@@ -52,7 +52,7 @@ SCORING_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-def load_score_fn(spec: str | None, kwargs: dict | None = None) -> Callable[..., Any] | None:
+def load_score_fn(spec: str | None, kwargs: dict[str, Any] | None = None) -> Callable[..., Any] | None:
     """Resolve ``spec`` to a scoring function with ``kwargs`` bound.
 
     Args:
@@ -109,7 +109,7 @@ def split_spec(spec: str) -> tuple[str, str]:
     return spec, DEFAULT_FUNCTION
 
 
-def bind_kwargs(fn: Callable[..., Any], kwargs: dict) -> Callable[..., Any]:
+def bind_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
     """Bind ``kwargs`` to ``fn`` without hiding whether it is async.
 
     Keywords given at call time win over the bound ones, as with ``functools.partial``.
@@ -213,7 +213,7 @@ def _get_function(module: ModuleType, func_name: str, spec: str) -> Callable[...
     return fn
 
 
-def _check_kwargs(fn: Callable[..., Any], kwargs: dict, spec: str) -> None:
+def _check_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any], spec: str) -> None:
     bad_keys = [k for k in kwargs if not isinstance(k, str)]
     if bad_keys:
         raise ConfigError(f"reward function kwargs must have string keys, got {bad_keys!r}")

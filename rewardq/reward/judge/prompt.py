@@ -115,8 +115,9 @@ def question_from(raw_prompt: Any, extra_info: Any, decode_prompt: Callable[[], 
                 text = message_text(message.get("content"))
                 if text:
                     return text
-    if isinstance(extra_info, Mapping) and isinstance(extra_info.get("question"), str):
-        return extra_info["question"]
+    question = extra_info.get("question") if isinstance(extra_info, Mapping) else None
+    if isinstance(question, str):
+        return question
     return decode_prompt()
 
 

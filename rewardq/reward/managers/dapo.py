@@ -138,7 +138,7 @@ class DAPORewardManager(RewardManager):
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
-        overlong_buffer: dict | None = None,
+        overlong_buffer: dict[str, Any] | None = None,
         max_resp_len: int | None = None,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
@@ -149,7 +149,7 @@ class DAPORewardManager(RewardManager):
         self.max_resp_len = max_resp_len
         self.overlong_buffer = OverlongBuffer.from_option(overlong_buffer, max_resp_len)
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
         result = await score_final_output(self, final, final.extra_info)
         cfg = self.overlong_buffer

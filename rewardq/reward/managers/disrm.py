@@ -186,7 +186,7 @@ class DisRMRewardManager(RewardManager):
             prompt = prompt[len(bos) :]
         return prompt
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         prompt = self.build_prompt(data)  # reads the final row only (data[-1:])
         path, activation_flag, field = BACKENDS[self.backend]
         payload: dict[str, Any] = {"model": self.model, "input": prompt}
@@ -201,7 +201,7 @@ class DisRMRewardManager(RewardManager):
             ) from None
         return {"reward_score": to_float(value, "the reward model's score"), "reward_extra_info": {}}
 
-    async def post(self, path: str, payload: dict) -> Any:
+    async def post(self, path: str, payload: dict[str, Any]) -> Any:
         """POST ``payload`` as JSON with retries (see the module docstring); returns the decoded JSON."""
         import aiohttp
 
@@ -240,6 +240,6 @@ class DisRMRewardManager(RewardManager):
                 ) from None
         raise ScoringError(f"reward model at {url} failed after {self.max_retries + 1} attempts; last: {last}")
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """HTTP counters for metrics: requests, retries, backoff_seconds."""
         return dict(self.counters)

@@ -49,7 +49,7 @@ class GDPORewardManager(NaiveRewardManager):
             raise ConfigError(f"gdpo: experiment_name must be a string, got {type(experiment_name).__name__}")
         self.experiment_name = experiment_name
 
-    def build_extra_info(self, final: FinalOutput) -> dict:
+    def build_extra_info(self, final: FinalOutput) -> dict[str, Any]:
         extra_info = super().build_extra_info(final)
         extra_info["experiment_name"] = self.experiment_name
         return extra_info

@@ -150,7 +150,7 @@ class GenRMRewardManager(RewardManager):
         max_tokens: int | None = defaults.JUDGE_MAX_TOKENS,
         n: int = defaults.JUDGE_ANSWERS,
         combine: str = "mean",
-        extra_body: dict | None = None,
+        extra_body: dict[str, Any] | None = None,
         per_turn: Any = False,
         images: Any = True,
         cache: Any = True,
@@ -321,7 +321,7 @@ class GenRMRewardManager(RewardManager):
             await judge.cache.close()
 
     # -- scoring ---------------------------------------------------------------------
-    async def run_single(self, data: Any) -> dict | list[dict]:
+    async def run_single(self, data: Any) -> dict[str, Any] | list[dict[str, Any]]:
         if self.judge is None:
             await self.setup()
         n = data.batch_size[0]
@@ -329,7 +329,7 @@ class GenRMRewardManager(RewardManager):
             return await self.judge_output(data, n - 1)
         return list(await asyncio.gather(*(self.judge_output(data, i) for i in range(n))))
 
-    async def judge_output(self, data: Any, index: int) -> dict:
+    async def judge_output(self, data: Any, index: int) -> dict[str, Any]:
         """Ask the judge about output ``index`` of the trajectory ``data``; one result."""
         assert self.judge is not None
         text, image_urls = self.prompt_for(data, index)
@@ -393,7 +393,7 @@ class GenRMRewardManager(RewardManager):
         urls = [img.data_url() for img in images_of(non_tensor(row, "multi_modal_data"))] if self.send_images else []
         return self.template.render(values), urls
 
-    def result_of(self, answer: JudgeAnswer) -> dict:
+    def result_of(self, answer: JudgeAnswer) -> dict[str, Any]:
         """Score and extra info of one answer (its ``n`` choices combined)."""
         scores: list[float] = []
         reasons: list[str] = []
@@ -423,7 +423,7 @@ class GenRMRewardManager(RewardManager):
             },
         }
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """The limiter's wait counters for metrics (``{kind: {"waits", "wait_seconds"}}``)."""
         return self.judge.limiter.stats() if self.judge is not None else {}
 

@@ -159,7 +159,7 @@ class LimitedRewardManager(RewardManager):
             self.compute_score = default_compute_score
         return self.compute_score
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         from rewardq.reward.final_output import aread_final_output, merge_rollout_fields
 
         if self.limiter is None:
@@ -195,6 +195,6 @@ class LimitedRewardManager(RewardManager):
                 )
                 return {"reward_score": 0.0, "reward_extra_info": {"error": str(exc), "acc": 0.0}}
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """The limiter's wait counters (``{kind: {"waits", "wait_seconds"}}``) for metrics."""
         return self.limiter.stats() if self.limiter is not None else {}

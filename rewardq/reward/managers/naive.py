@@ -47,10 +47,10 @@ class NaiveRewardManager(RewardManager):
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
 
-    def build_extra_info(self, final: FinalOutput) -> dict:
+    def build_extra_info(self, final: FinalOutput) -> dict[str, Any]:
         """The ``extra_info`` handed to the scoring function (a copy; subclasses extend it)."""
         return merge_rollout_fields(final.extra_info, final.row)
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
         return await score_final_output(self, final, self.build_extra_info(final))

@@ -107,7 +107,7 @@ class RemoteRewardManager(RewardManager):
         start_method: str | None = None,
         scorer: str | None = None,
         scorer_spec: str | None = None,
-        scorer_kwargs: dict | None = None,
+        scorer_kwargs: dict[str, Any] | None = None,
         kill_grace: float = defaults.KILL_GRACE,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
@@ -128,7 +128,9 @@ class RemoteRewardManager(RewardManager):
         )
 
     @staticmethod
-    def _choose_target(compute_score: Any, spec: str | None, kwargs: dict | None) -> tuple[Any, dict]:
+    def _choose_target(
+        compute_score: Any, spec: str | None, kwargs: dict[str, Any] | None
+    ) -> tuple[Any, dict[str, Any]]:
         """What the children run (a spec string or a picklable function) and its bound kwargs."""
         kwargs = dict(kwargs or {})
         if spec is not None:
@@ -174,7 +176,7 @@ class RemoteRewardManager(RewardManager):
     async def close(self) -> None:
         await self.pool.close()
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         from rewardq.reward.final_output import aread_final_output, merge_rollout_fields
 
         final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
@@ -213,6 +215,6 @@ class RemoteRewardManager(RewardManager):
             return {"reward_score": 0.0, "reward_extra_info": {"error": result.message, "acc": 0.0}}
         raise ScoringError(f"the scoring function failed in its worker process (pid {result.pid}): {result.message}")
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Pool counters for metrics: tasks, timeouts, crashes, errors, replaced."""
         return dict(self.pool.counters)

@@ -133,8 +133,8 @@ def placement_of(data_source: Any) -> str:
 
 
 def default_compute_score(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
-) -> float | dict:
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> float | dict[str, Any]:
     """Score one response with the scorer registered for its ``data_source``.
 
     Args:
@@ -160,8 +160,8 @@ def default_compute_score(
 
 
 async def compute_score_async(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
-) -> float | dict:
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> float | dict[str, Any]:
     """:func:`default_compute_score` for callers inside an event loop: an ``async`` scorer is
     awaited, any other is called directly (so only call this for ``async`` or ``inline`` ones)."""
     scorer = _scorer_for(data_source)
@@ -171,5 +171,5 @@ async def compute_score_async(
     return _plain(result)
 
 
-def _plain(result: Any) -> float | dict:
+def _plain(result: Any) -> float | dict[str, Any]:
     return result if isinstance(result, dict) else float(result)

@@ -39,7 +39,7 @@ def normalize_answer(s: str) -> str:
     return " ".join(s.split())
 
 
-def _as_list(golden_answers: Any) -> Iterable[str]:
+def _as_list(golden_answers: str | Iterable[str]) -> Iterable[str]:
     if isinstance(golden_answers, str):
         return [golden_answers]
     return golden_answers
@@ -80,7 +80,11 @@ def _matched(solution_str: str, ground_truth: Any, check: Callable[[str, Any], A
 
 
 def compute_score(
-    solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+    solution_str: str,
+    ground_truth: dict[str, Any],
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
 ) -> float:
     """Exact-match reward (see the module docstring). ``method`` is accepted and ignored, as in verl."""
     matched = _matched(solution_str, ground_truth, em_check)
@@ -94,7 +98,11 @@ def compute_score(
 
 
 def compute_score_subem(
-    solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+    solution_str: str,
+    ground_truth: dict[str, Any],
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
 ) -> float:
     """Substring-match variant: a golden answer contained in the extracted answer counts."""
     matched = _matched(solution_str, ground_truth, subem_check)
