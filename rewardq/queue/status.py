@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import ResponseError
 
@@ -20,7 +20,6 @@ from rewardq.queue.results import as_text
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis, SyncRedis
-    from rewardq.reward.tokenizer import Tokenizer
 
 _META_FIELDS = (
     "state",
@@ -39,6 +38,12 @@ _META_FIELDS = (
 
 
 _s = as_text
+
+
+class Decoder(Protocol):
+    """What :func:`inspect_trajectory` needs of a tokenizer (``rewardq.reward.tokenizer.Tokenizer`` has it)."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str: ...
 
 
 def _f(v: Any, default: float = 0.0) -> float:
@@ -323,7 +328,7 @@ def inspect_trajectory(
     r: SyncRedis,
     ks: Keyspace,
     ref: str,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: Decoder | None = None,
     preview_chars: int = defaults.INSPECT_PREVIEW_CHARS,
 ) -> dict[str, Any]:
     """One key (``<uid>_<sid>_<i>``) or trajectory (``<uid>_<sid>``): records, state, rewards.
