@@ -57,13 +57,13 @@ def build_manager(cfg: WorkerConfig, client: AsyncRedis, worker_name: str) -> tu
     return build_from_config(cfg, ctx)
 
 
-def code_stats(manager: Any) -> Any:
+def code_stats(manager: RewardManager | None) -> Any:
     """The manager's code-execution counters (None for a manager without a context)."""
     return getattr(getattr(manager, "context", None), "code_stats", None)
 
 
 def serve_metrics(
-    cfg: WorkerConfig, manager: Any, port: int, client: AsyncRedis, ks: Keyspace
+    cfg: WorkerConfig, manager: RewardManager, port: int, client: AsyncRedis, ks: Keyspace
 ) -> tuple[WorkerMetrics, int]:
     """The worker's metrics, served on ``port`` (0 picks one), with the namespace's backlog gauges
     refreshed every ``maintenance_interval`` through ``client``; returns them and the bound port."""

@@ -43,6 +43,8 @@ from rewardq.errors import ConfigError, DemoError
 from rewardq.ops.summary import Pushed, render, summarize
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from rewardq.producers.client import RewardClient
 
 __all__ = ["DemoOptions", "WorkerFleet", "run_demo"]
@@ -170,7 +172,7 @@ def wait_for_live_worker(client: RewardClient, timeout: float, fresh: float = de
     return time.monotonic() - t0
 
 
-def _progress(console: Any) -> Any:
+def _progress(console: Console) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
@@ -187,7 +189,9 @@ def _rate(done: int, t0: float) -> str:
     return f"{done / max(time.perf_counter() - t0, 1e-9):,.0f}/s"
 
 
-def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[int, dict[str, Any]]:  # noqa: C901 - one linear script of demo steps; splitting it scatters the story
+def run_demo(  # noqa: C901 - one linear script of demo steps; splitting it scatters the story
+    opts: DemoOptions, console: Console | None = None, err: Console | None = None
+) -> tuple[int, dict[str, Any]]:
     """Run the demo (see the module docstring); returns ``(exit_code, summary)``."""
     from rich.console import Console
     from rich.markup import escape

@@ -45,7 +45,7 @@ needs the ``transfer_queue`` package, so they are built on first access.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
@@ -62,6 +62,11 @@ from rewardq.integrations.verl_scoring import (
     settings_for,
     trajectory_names,
 )
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 # RewardqAgentLoopManagerTQ and RewardqAgentLoopWorkerTQ are built on first access (module __getattr__)
 __all__ = ["RewardqAgentLoopManager", "RewardqAgentLoopWorker", "RewardqRewardManager", "RewardqScoring"]
@@ -144,7 +149,7 @@ class RewardqRewardManager(RewardManagerBase):
     def __init__(
         self,
         config: Any,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: Any = None,
         reward_router_address: str | None = None,
         reward_model_tokenizer: Any = None,
@@ -157,7 +162,7 @@ class RewardqRewardManager(RewardManagerBase):
         self.scorer = TrajectoryScorer(settings_for(config), tokenizer)
         self._keys_by_source: dict[Any, dict[str, Any]] = {}
 
-    async def run_single(self, data: Any) -> dict[str, Any]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         """Score the trajectory in ``data`` on the rewardq fleet; verl's reward-manager return value."""
         await ensure_fleet_once(self.rewardq_config)
         sample = trajectory_sample(data, SKIPPED_COLUMNS)

@@ -25,6 +25,8 @@ from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
 from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from rewardq.queue.clients import SyncRedis
     from rewardq.queue.keys import Keyspace
     from rewardq.reward.tokenizer import Tokenizer
@@ -115,7 +117,7 @@ def _state_style(state: str) -> str:
     return {"done": "green", "collecting": "yellow", "failed": "red"}.get(state, "white")
 
 
-def render_inspect(view: dict[str, Any], *, console: Any = None, wide: bool = False) -> Any:  # noqa: C901 - one branch per section of the rendered page
+def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide: bool = False) -> Any:  # noqa: C901 - one branch per section of the rendered page
     """The inspect dict as one rich renderable; the outputs table is stacked when it does not fit
     ``console``'s width (unless ``wide``): keys are never cut (:mod:`rewardq.ops.layout`)."""
     from rich.console import Console, Group

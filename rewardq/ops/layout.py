@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 __all__ = ["Column", "table_or_stack", "natural_width", "WIDE_HELP"]
 
@@ -37,7 +40,7 @@ class Column:
     wrap: bool = False
 
 
-def natural_width(console: Any, renderable: Any) -> int:
+def natural_width(console: Console, renderable: RenderableType) -> int:
     """The narrowest ``renderable`` can be without cutting a word (its wrap columns wrapped at words)."""
     from rich.measure import Measurement
 
@@ -45,7 +48,7 @@ def natural_width(console: Any, renderable: Any) -> int:
 
 
 def table_or_stack(
-    console: Any,
+    console: Console,
     title: str,
     columns: Sequence[Column],
     rows: Sequence[Sequence[str]],

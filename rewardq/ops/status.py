@@ -32,6 +32,8 @@ from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
 from rewardq.ops.target import fmt_duration, opened, pipeline_options
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from rewardq.queue.clients import SyncRedis
     from rewardq.queue.keys import Keyspace
 
@@ -198,7 +200,9 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
 _STYLE = {"error": "bold red", "warning": "yellow", "ok": "green"}
 
 
-def render_status(st: dict[str, Any], footer: str | None = None, *, console: Any = None, wide: bool = False) -> Any:
+def render_status(
+    st: dict[str, Any], footer: str | None = None, *, console: Console | None = None, wide: bool = False
+) -> Any:
     """The status dict as one rich renderable (tables and the diagnosis; ``footer`` under them).
 
     A table wider than ``console``'s width (80 columns when output is not a terminal) is shown as
@@ -353,7 +357,7 @@ def render_status(st: dict[str, Any], footer: str | None = None, *, console: Any
     return Group(*parts)
 
 
-def _code_table(code: dict[str, Any], console: Any, wide: bool) -> Any:
+def _code_table(code: dict[str, Any], console: Console, wide: bool) -> Any:
     """Code execution per data source, summed over live workers."""
     from rich.markup import escape
 
@@ -384,7 +388,7 @@ def _code_table(code: dict[str, Any], console: Any, wide: bool) -> Any:
     return table_or_stack(console, "code execution (live workers)", columns, rows, wide=wide)
 
 
-def _judge_table(judges: dict[str, Any], console: Any, wide: bool) -> Any:
+def _judge_table(judges: dict[str, Any], console: Console, wide: bool) -> Any:
     """LLM-judge calls per model, for the whole fleet (counters kept in Redis)."""
     from rich.markup import escape
 
@@ -475,14 +479,14 @@ def status(
         return _watch(console, snapshot, watch, count, as_json, render)
 
 
-def _emit(console: Any, st: dict[str, Any], as_json: bool, render: Any) -> None:
+def _emit(console: Console, st: dict[str, Any], as_json: bool, render: Any) -> None:
     if as_json:
         click.echo(json.dumps(st))
     else:
         console.print(render(st))
 
 
-def _watch(console: Any, snapshot: Any, every: float, count: int | None, as_json: bool, render: Any) -> int:
+def _watch(console: Console, snapshot: Any, every: float, count: int | None, as_json: bool, render: Any) -> int:
     """Refresh until Ctrl-C or ``count`` frames: a live screen in a terminal, frames one after another otherwise."""
     frames = 0
     try:

@@ -35,6 +35,8 @@ from rewardq.errors import ConfigError
 
 if TYPE_CHECKING:
     from rewardq.config import WorkerConfig
+    from rewardq.reward.base import RewardManager
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.cli")
 
@@ -116,7 +118,7 @@ def worker_argv(params: Mapping[str, Any], *, leave_out: Iterable[str] = ()) -> 
     return argv + flag_argv(WorkerConfig, params, leave_out=leave_out)
 
 
-async def _serve(cfg: WorkerConfig, manager: Any, tokenizer: Any, early: EarlySignals) -> None:
+async def _serve(cfg: WorkerConfig, manager: RewardManager, tokenizer: Tokenizer, early: EarlySignals) -> None:
     from rewardq.consumers.worker import Worker
 
     worker = Worker(cfg, manager=manager, tokenizer=tokenizer)

@@ -7,15 +7,18 @@ scoring function's value into a result with :func:`normalize_result`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError, ScoringError
+
+if TYPE_CHECKING:
+    from rewardq.reward.base import RewardManager
 
 #: The values of :attr:`RewardManager.reads`.
 READS = ("trajectory", "final")
 
 
-def reads_of(manager: Any) -> str:
+def reads_of(manager: RewardManager) -> str:
     """What ``manager.run_single`` reads: the ``reads`` of the most derived class that declares it
     or defines ``run_single``; one that defines ``run_single`` without declaring ``reads`` reads
     the whole trajectory. Raises ConfigError for a value not in :data:`READS`."""

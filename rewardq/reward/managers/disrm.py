@@ -41,7 +41,7 @@ import asyncio
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.backoff import compute_backoff
@@ -50,6 +50,11 @@ from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.http import HttpSession
 from rewardq.reward.registry import register
 from rewardq.reward.results import reject_unknown_options, to_float
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward.disrm")
 
@@ -95,7 +100,7 @@ class DisRMRewardManager(RewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         /,
         *,
@@ -162,7 +167,7 @@ class DisRMRewardManager(RewardManager):
         await self._http.close()
 
     # -- scoring -----------------------------------------------------------------------
-    def build_prompt(self, data: Any) -> str:
+    def build_prompt(self, data: TensorDict) -> str:
         """The reward model's input for the final output of ``data`` (steps 1-3 above)."""
         from rewardq.reward.rows import last_row, non_tensor, valid_response_ids
 
@@ -186,7 +191,7 @@ class DisRMRewardManager(RewardManager):
             prompt = prompt[len(bos) :]
         return prompt
 
-    async def run_single(self, data: Any) -> dict[str, Any]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         prompt = self.build_prompt(data)  # reads the final row only (data[-1:])
         path, activation_flag, field = BACKENDS[self.backend]
         payload: dict[str, Any] = {"model": self.model, "input": prompt}

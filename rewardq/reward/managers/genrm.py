@@ -47,7 +47,7 @@ import logging
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
@@ -58,6 +58,11 @@ from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, build_p
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
 from rewardq.reward.registry import register
 from rewardq.reward.results import to_float
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
@@ -130,7 +135,7 @@ class GenRMRewardManager(RewardManager):
 
     def __init__(  # noqa: C901 - one check per option
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
@@ -321,7 +326,7 @@ class GenRMRewardManager(RewardManager):
             await judge.cache.close()
 
     # -- scoring ---------------------------------------------------------------------
-    async def run_single(self, data: Any) -> dict[str, Any] | list[dict[str, Any]]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any] | list[dict[str, Any]]:
         if self.judge is None:
             await self.setup()
         n = data.batch_size[0]
@@ -329,7 +334,7 @@ class GenRMRewardManager(RewardManager):
             return await self.judge_output(data, n - 1)
         return list(await asyncio.gather(*(self.judge_output(data, i) for i in range(n))))
 
-    async def judge_output(self, data: Any, index: int) -> dict[str, Any]:
+    async def judge_output(self, data: TensorDict, index: int) -> dict[str, Any]:
         """Ask the judge about output ``index`` of the trajectory ``data``; one result."""
         assert self.judge is not None
         text, image_urls = self.prompt_for(data, index)
@@ -365,7 +370,7 @@ class GenRMRewardManager(RewardManager):
         body.update(self.extra_body)
         return body
 
-    def prompt_for(self, data: Any, index: int) -> tuple[str, list[str]]:
+    def prompt_for(self, data: TensorDict, index: int) -> tuple[str, list[str]]:
         """The rendered prompt about output ``index``, and its images as data URLs."""
         from rewardq.reward.rows import non_tensor, valid_prompt_ids
 

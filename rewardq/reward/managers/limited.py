@@ -40,13 +40,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.registry import register
 from rewardq.reward.results import normalize_result
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward.rate_limited")
 
@@ -83,7 +88,7 @@ class LimitedRewardManager(RewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
@@ -159,7 +164,7 @@ class LimitedRewardManager(RewardManager):
             self.compute_score = default_compute_score
         return self.compute_score
 
-    async def run_single(self, data: Any) -> dict[str, Any]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         from rewardq.reward.final_output import aread_final_output, merge_rollout_fields
 
         if self.limiter is None:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
@@ -57,6 +57,11 @@ from rewardq.reward.execution.loader import is_async_callable
 from rewardq.reward.execution.process_pool import START_METHODS, ScorerPool
 from rewardq.reward.registry import register
 from rewardq.reward.results import normalize_result
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward.remote")
 
@@ -98,7 +103,7 @@ class RemoteRewardManager(RewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
@@ -176,7 +181,7 @@ class RemoteRewardManager(RewardManager):
     async def close(self) -> None:
         await self.pool.close()
 
-    async def run_single(self, data: Any) -> dict[str, Any]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         from rewardq.reward.final_output import aread_final_output, merge_rollout_fields
 
         final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)

@@ -55,19 +55,19 @@ Scorer = Callable[..., Any]
 # RewardManager.call_score_fn honours it.
 
 
-def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: Any) -> Any:
+def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: object) -> Any:
     return gsm8k.compute_score(solution_str, ground_truth, method=method)
 
 
-def _math(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+def _math(solution_str: str, ground_truth: Any, **_: object) -> Any:
     return math_boxed.compute_score(solution_str, ground_truth)
 
 
-def _dapo(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+def _dapo(solution_str: str, ground_truth: Any, **_: object) -> Any:
     return dapo_math.compute_score(solution_str, ground_truth)
 
 
-def _search_r1(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+def _search_r1(solution_str: str, ground_truth: Any, **_: object) -> Any:
     return search_r1.compute_score(solution_str, ground_truth)
 
 

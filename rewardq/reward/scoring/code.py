@@ -38,7 +38,7 @@ def scorer_for(data_source: str) -> Callable[..., Any]:
         code_runtime: CodeRuntime | None = None,
         sandbox_fusion_url: str | None = None,
         memory_limit_mb: int | None = None,
-        **_: Any,
+        **_: object,
     ) -> dict[str, Any]:
         if code_runtime is not None:
             return await code_runtime.score(data_source, solution_str, ground_truth)

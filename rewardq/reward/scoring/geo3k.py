@@ -60,7 +60,7 @@ def compute_score(
     )
 
 
-def score(solution_str: str, ground_truth: Any, **_: Any) -> float:
+def score(solution_str: str, ground_truth: Any, **_: object) -> float:
     """:func:`compute_score` with the default scorer's signature (``extra_info`` and the rest ignored)."""
     return compute_score(solution_str, ground_truth)
 

@@ -133,7 +133,7 @@ def compute_score(solution_str: Any, ground_truth: Any) -> float:
     return 1.0 if correct else 0.0
 
 
-def score(solution_str: Any, ground_truth: Any, **_: Any) -> float:
+def score(solution_str: Any, ground_truth: Any, **_: object) -> float:
     """:func:`compute_score` with the default scorer's signature (``extra_info`` and the rest ignored)."""
     return compute_score(solution_str, ground_truth)
 
