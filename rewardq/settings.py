@@ -163,7 +163,7 @@ def setting(
     return cast(T, _field(default, spec))
 
 
-def _field(default: Any, spec: Spec) -> Any:
+def _field(default: object, spec: Spec) -> Any:
     """The dataclass field of a declaration (a dict default is copied for each instance)."""
     metadata = {_METADATA_KEY: spec}
     if isinstance(default, dict):
@@ -252,7 +252,7 @@ def _settings_of(cls: type) -> tuple[tuple[str, Setting], ...]:
     return tuple(out)
 
 
-def _base_type(hint: Any) -> tuple[type, bool]:
+def _base_type(hint: object) -> tuple[type, bool]:
     """``int | None`` -> ``(int, True)``; ``dict[str, Any]`` -> ``(dict, False)``."""
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
@@ -383,7 +383,7 @@ class Layers:
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def put(self, s: Setting, value: Any, source: str) -> None:
+    def put(self, s: Setting, value: object, source: str) -> None:
         """Set ``s`` from a higher layer (a merged dict merges into what the lower layers gave)."""
         if s.spec.merge and isinstance(self.values.get(s.name), dict) and isinstance(value, Mapping):
             self.values[s.name] = {**self.values[s.name], **value}

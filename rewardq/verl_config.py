@@ -125,7 +125,7 @@ class _Reader:
             node = node[part]
         return node
 
-    def get(self, path: str, default: Any = None, _depth: int = 0) -> Any:
+    def get(self, path: str, default: object = None, _depth: int = 0) -> Any:
         self.read.add(path)
         value = self.raw(path)
         if isinstance(value, str):
@@ -284,7 +284,7 @@ HOOK_MODULE = "rewardq.integrations.verl"
 HOOK_CLASS = "RewardqRewardManager"
 
 
-def is_rewardq_hook(name: Any, path: Any, module: Any) -> bool:
+def is_rewardq_hook(name: object, path: object, module: object) -> bool:
     """Whether verl's ``reward.reward_manager`` (source importlib) names rewardq's own reward-loop hook
     (:class:`rewardq.integrations.verl.RewardqRewardManager`): then the workers score with the manager
     ``reward.rewardq.manager`` names (``naive`` by default), not with the hook itself."""

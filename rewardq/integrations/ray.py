@@ -259,7 +259,7 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _config_values(config: Any) -> dict[str, Any]:
+def _config_values(config: object) -> dict[str, Any]:
     """The mapping the workers read as their ``--config`` file, from what ``start_fleet`` was given."""
     from rewardq.config import WorkerConfig, parse_file
     from rewardq.settings import settings_of
@@ -572,7 +572,7 @@ class RayFleet:
 
 def start_fleet(
     workers: int = defaults.FLEET_WORKERS,
-    config: Any = None,
+    config: object = None,
     namespace: str | None = None,
     *,
     redis_url: str | None = None,

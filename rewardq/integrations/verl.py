@@ -117,12 +117,12 @@ class RewardqAgentLoopManager(AgentLoopManager):
     trainer needs.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorker)
         super().__init__(*args, **kwargs)
 
     @classmethod
-    def create(cls, *args: Any, **kwargs: Any) -> Any:
+    def create(cls, *args: object, **kwargs: object) -> Any:
         config = kwargs.get("config", args[0] if args else None)
         if cls is RewardqAgentLoopManager and uses_v1_trainer(config):
             return _tq_classes()["RewardqAgentLoopManagerTQ"].create(*args, **kwargs)
@@ -148,12 +148,12 @@ class RewardqRewardManager(RewardManagerBase):
 
     def __init__(
         self,
-        config: Any,
+        config: object,
         tokenizer: Tokenizer,
-        compute_score: Any = None,
+        compute_score: object = None,
         reward_router_address: str | None = None,
-        reward_model_tokenizer: Any = None,
-        **kwargs: Any,
+        reward_model_tokenizer: object = None,
+        **kwargs: object,
     ) -> None:
         super().__init__(config, tokenizer, compute_score)
         self.rewardq_config = config  # reward.rewardq.fleet in it starts the Ray fleet on first use
@@ -233,7 +233,7 @@ def _tq_classes() -> dict[str, Any]:
         """verl's ``AgentLoopManagerTQ`` with :class:`RewardqAgentLoopWorkerTQ` actors (it picks its
         worker class inside its own ``__init__``, so the choice is made after it)."""
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, **kwargs)
             self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorkerTQ)
 

@@ -77,7 +77,7 @@ def session_id_for(kwargs: Mapping[str, Any]) -> str:
     return f"{_plain_or_self(given)}.{tail}" if given is not None else tail
 
 
-def _encodable(value: Any) -> bool:
+def _encodable(value: object) -> bool:
     try:
         msgpack.packb(value, default=plain_value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError):
@@ -278,7 +278,7 @@ def trajectory_names(columns: Mapping[str, Any]) -> tuple[str, str]:
     return uid, session_id_for(columns)
 
 
-def _plain_or_self(value: Any) -> Any:
+def _plain_or_self(value: object) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -338,7 +338,7 @@ def align_reward_extra_info(extra_fields: Sequence[dict[str, Any]], scores: Sequ
         fields["reward_extra_info"] = {k: info[k] for k in keys}
 
 
-def empty_like(value: Any) -> Any:
+def empty_like(value: object) -> Any:
     for typ in (bool, int, float, str):
         if isinstance(value, typ):
             return typ()

@@ -104,7 +104,7 @@ def inspect_view(
     return view
 
 
-def _json(value: Any) -> Any:
+def _json(value: object) -> Any:
     """Pretty, highlighted JSON that folds long strings instead of cropping them."""
     from rich.json import JSON
 

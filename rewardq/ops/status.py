@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["status", "collect", "diagnose", "render_status"]
 
 
-def _s(v: Any) -> str:
+def _s(v: object) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
 
 

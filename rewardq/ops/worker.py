@@ -67,7 +67,7 @@ class EarlySignals:
             signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: object) -> None:
         self.received = signal.Signals(signum).name
         if self.target is not None:
             self.target(self.received)

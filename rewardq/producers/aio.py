@@ -43,7 +43,7 @@ logger = logging.getLogger("rewardq.client")
 class AsyncRewardClient(ClientBase):
     """asyncio client for producers (agent loops) and trainers. See RewardClient for the methods."""
 
-    def __init__(self, redis: AsyncRedis, settings: ClientSettings | None = None, **overrides: Any) -> None:
+    def __init__(self, redis: AsyncRedis, settings: ClientSettings | None = None, **overrides: object) -> None:
         super().__init__(redis, settings, **overrides)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._watch_task: asyncio.Task[Any] | None = None
@@ -51,7 +51,7 @@ class AsyncRewardClient(ClientBase):
 
     @classmethod
     def from_url(
-        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: Any
+        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: object
     ) -> AsyncRewardClient:
         settings = settings_from_kwargs(namespace, kwargs)
         return cls(connect_async(url, cluster=settings.cluster, **kwargs), settings)
@@ -75,7 +75,7 @@ class AsyncRewardClient(ClientBase):
     async def __aenter__(self) -> AsyncRewardClient:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def _gate(self, shards: Iterable[int]) -> None:

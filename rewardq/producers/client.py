@@ -46,7 +46,7 @@ class RewardClient(ClientBase):
 
     @classmethod
     def from_url(
-        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: Any
+        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: object
     ) -> RewardClient:
         """Connect to ``url`` (see :mod:`rewardq.queue.connection` for cluster and TLS URLs)."""
         settings = settings_from_kwargs(namespace, kwargs)
@@ -67,7 +67,7 @@ class RewardClient(ClientBase):
     def __enter__(self) -> RewardClient:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _gate(self, shards: Iterable[int]) -> None:

@@ -505,7 +505,7 @@ class StreamBroker:
                 await self.r.xgroup_delconsumer(stream, self.ks.group, self.worker)
 
 
-def dead_value(name: str, value: Any) -> Any:
+def dead_value(name: str, value: object) -> Any:
     """A dead letter's field as written: bytes as they are (the raw record), text as valid UTF-8,
     the reason and traceback cut (so user code's text can never make the dead letter fail)."""
     if isinstance(value, (bytes, bytearray)):

@@ -79,7 +79,7 @@ def _common(sync: bool) -> dict[str, Any]:
 DEFAULT_MAX_CONNECTIONS = defaults.MAX_CONNECTIONS
 
 
-def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any) -> AsyncRedis:
+def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: object) -> AsyncRedis:
     """An asyncio client (``redis.asyncio.Redis`` or ``RedisCluster``) for ``url``.
 
     The single-Redis client uses a *blocking* pool of ``max_connections`` (default 256): when
@@ -102,7 +102,7 @@ def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: An
     return aredis.Redis.from_pool(pool)
 
 
-def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any) -> SyncRedis:
+def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: object) -> SyncRedis:
     """A blocking client (``redis.Redis`` or ``redis.RedisCluster``) for ``url``."""
     url, cluster = split_cluster(url, cluster)
     opts = {**_common(True), **kwargs}

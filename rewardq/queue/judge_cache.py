@@ -290,7 +290,7 @@ class LocalJudgeCache(_CacheBase):
 
 
 def open_judge_cache(
-    redis_url: str | None, keyspace: Keyspace, *, cluster: bool = False, **settings: Any
+    redis_url: str | None, keyspace: Keyspace, *, cluster: bool = False, **settings: object
 ) -> _CacheBase:
     """The judge cache of a pipeline: fleet-wide on its Redis at ``redis_url`` (through a client of
     its own, closed by :meth:`~JudgeCache.close`); per process when there is no Redis."""

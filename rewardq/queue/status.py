@@ -46,7 +46,7 @@ class Decoder(Protocol):
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str: ...
 
 
-def _f(v: Any, default: float = 0.0) -> float:
+def _f(v: object, default: float = 0.0) -> float:
     try:
         return float(_s(v))
     except (TypeError, ValueError):
@@ -150,7 +150,7 @@ async def fleet_backlog_async(r: AsyncRedis, ks: Keyspace) -> dict[str, Any]:
     return backlog_status(shards, workers)
 
 
-def _outputs_rate(outputs_rate: Any, rate: Any) -> float:
+def _outputs_rate(outputs_rate: object, rate: object) -> float:
     """A heartbeat's outputs per second (a worker that does not publish it: its trajectories per second)."""
     return _f(outputs_rate) if outputs_rate not in (None, b"", "") else _f(rate)
 

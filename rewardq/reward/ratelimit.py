@@ -346,7 +346,7 @@ class FleetRateLimiter(_LimiterBase):
         return await self.state.release(holder)
 
 
-def open_limiter(redis_url: str | None, key: str, *, cluster: bool = False, **limits: Any) -> _LimiterBase:
+def open_limiter(redis_url: str | None, key: str, *, cluster: bool = False, **limits: object) -> _LimiterBase:
     """The limiter named by ``key``: fleet-wide on the pipeline's Redis at ``redis_url``, through a
     client of its own that :meth:`~FleetRateLimiter.close` closes; per process (a
     :class:`LocalRateLimiter`) when there is no Redis. ``limits`` as :class:`FleetRateLimiter` takes them.

@@ -33,7 +33,7 @@ def reads_of(manager: RewardManager) -> str:
     return "trajectory"
 
 
-def normalize_result(result: Any) -> dict[str, Any]:
+def normalize_result(result: object) -> dict[str, Any]:
     """verl's normalisation of a scoring function's return value.
 
     A dict gives ``reward_score = result["score"]`` and ``reward_extra_info = the whole dict``;
@@ -53,7 +53,7 @@ def normalize_result(result: Any) -> dict[str, Any]:
     return {"reward_score": score, "reward_extra_info": {"acc": acc}}
 
 
-def to_float(value: Any, what: str = "reward_score") -> float:
+def to_float(value: object, what: str = "reward_score") -> float:
     """A finite plain float, or ScoringError explaining what came back instead."""
     if hasattr(value, "item") and not isinstance(value, (int, float)):
         try:
@@ -70,7 +70,7 @@ def to_float(value: Any, what: str = "reward_score") -> float:
     return number
 
 
-def check_manager_output(out: Any, n: int) -> list[dict[str, Any]]:
+def check_manager_output(out: object, n: int) -> list[dict[str, Any]]:
     """Validate what ``run_single`` returned and expand it to one result per output.
 
     Returns n dicts ``{"reward_score": float, "reward_extra_info": dict}``.

@@ -185,7 +185,7 @@ class FastTokenizer:
     def pad_token_id(self) -> int | None:
         return self._id(self.pad_token)
 
-    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+    def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
         """Text of ``ids``; special tokens (``<|im_end|>`` ...) are dropped unless asked for."""
         return self.backend.decode(as_id_list(ids), skip_special_tokens=skip_special_tokens)
 
@@ -201,7 +201,7 @@ class FastTokenizer:
         messages: Sequence[dict[str, Any]],
         tokenize: bool = False,
         add_generation_prompt: bool = False,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> str | list[int]:
         """Render a chat with the folder's template (jinja2) or the ChatML fallback."""
         text = None
@@ -262,7 +262,7 @@ class TransformersTokenizer:
     def pad_token_id(self) -> int | None:
         return self.backend.pad_token_id
 
-    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+    def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
         return self.backend.decode(as_id_list(ids), skip_special_tokens=skip_special_tokens)
 
     def batch_decode(self, sequences: Sequence[Any], skip_special_tokens: bool = True) -> list[str]:
@@ -276,14 +276,14 @@ class TransformersTokenizer:
         messages: Sequence[dict[str, Any]],
         tokenize: bool = False,
         add_generation_prompt: bool = False,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> str | list[int]:
         return self.backend.apply_chat_template(
             list(messages), tokenize=tokenize, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
 
-def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]], bool], list[str]] | None:
+def batch_decoder(tokenizer: object) -> Callable[[list[list[int]], bool], list[str]] | None:
     """``tokenizer``'s Rust ``decode_batch(sequences, skip_special_tokens)`` when it gives exactly
     what ``tokenizer.decode`` gives for each sequence (and releases the GIL); None otherwise.
 
@@ -311,7 +311,7 @@ def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]], bool], list[str]
     return _rust_decode_batch(rust)
 
 
-def _rust_decode_batch(rust: Any) -> Callable[[list[list[int]], bool], list[str]] | None:
+def _rust_decode_batch(rust: object) -> Callable[[list[list[int]], bool], list[str]] | None:
     fn = getattr(rust, "decode_batch", None)
     if fn is None:
         return None
@@ -327,7 +327,7 @@ def _rust_decode_batch(rust: Any) -> Callable[[list[list[int]], bool], list[str]
 # --------------------------------------------------------------------------------------
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     if isinstance(content, list):  # OpenAI-style parts: keep the text ones
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
     return "" if content is None else str(content)
@@ -377,7 +377,7 @@ def render_jinja_chat(template: str, messages: Sequence[dict[str, Any]], **varia
 # --------------------------------------------------------------------------------------
 
 
-def _token_str(value: Any) -> str | None:
+def _token_str(value: object) -> str | None:
     if isinstance(value, dict):  # {"content": "<|im_end|>", "lstrip": false, ...}
         value = value.get("content")
     return value if isinstance(value, str) else None
@@ -393,7 +393,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _pick_template(value: Any) -> str | None:
+def _pick_template(value: object) -> str | None:
     if isinstance(value, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         value = named.get("default") or next(iter(named.values()), None)

@@ -45,7 +45,7 @@ def _convert_dict_keys(value: Any) -> Any:
     return value
 
 
-def expected_for_case(raw: Any, call_based: bool) -> Any:
+def expected_for_case(raw: object, call_based: bool) -> Any:
     """The expected output of one case, as ``prime_code`` prepares it before comparing.
 
     Raises:
@@ -62,7 +62,7 @@ def expected_for_case(raw: Any, call_based: bool) -> Any:
     return _convert_dict_keys(value)
 
 
-def _int_like(v: Any) -> bool:
+def _int_like(v: object) -> bool:
     return isinstance(v, int) or (isinstance(v, str) and v.isdigit())
 
 

@@ -147,7 +147,9 @@ def _isolate_runner(job: dict[str, Any], run: dict[str, Any], keep: tuple[int, .
     return ", ".join(confined)
 
 
-def run_program(job: dict[str, Any], run: dict[str, Any], fd: int, isolated_fd: int, workdir: str, guard: Any) -> None:
+def run_program(
+    job: dict[str, Any], run: dict[str, Any], fd: int, isolated_fd: int, workdir: str, guard: object
+) -> None:
     """The runner: isolate, load the program, run the cases, report; never returns.
 
     Whether isolation worked goes on ``isolated_fd`` (``ok``, or why not), which is closed
@@ -204,7 +206,7 @@ def _write(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data) :]
 
 
-def _report(kind: str, payload: Any) -> None:
+def _report(kind: str, payload: object) -> None:
     _write(1, kind.encode() + b" " + json.dumps(payload).encode() + b"\n")
 
 

@@ -122,7 +122,7 @@ def _timeout(seconds: float) -> int:
 async def score_local(
     sandbox: LocalSandbox,
     completion: str,
-    ground_truth: Any,
+    ground_truth: object,
     *,
     first_pass_timeout: float = defaults.CODE_FIRST_PASS_TIMEOUT,
     case_timeout: float = defaults.CODE_CASE_TIMEOUT,

@@ -42,7 +42,7 @@ class MalformedRecord(ValueError):
     """A record line that is not one the runner writes (the program wrote on the pipe)."""
 
 
-def clean_text(value: Any, limit: int = MAX_TEXT_CHARS) -> str:
+def clean_text(value: object, limit: int = MAX_TEXT_CHARS) -> str:
     """``value`` as text fit for a result: valid UTF-8 (lone surrogates and undecodable bytes
     become U+FFFD), no NUL, at most ``limit`` characters (an ellipsis marks a cut)."""
     if isinstance(value, bytes):
@@ -119,7 +119,7 @@ def _status(payload: bytes) -> dict[str, Any]:
     return st
 
 
-def _number(value: Any) -> float:
+def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 

@@ -169,7 +169,7 @@ async def _all_or_none(coros: list[Any]) -> list[CaseOutcome]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def classify(answer: dict[str, Any], expected: Any) -> CaseOutcome:
+def classify(answer: dict[str, Any], expected: object) -> CaseOutcome:
     """verl's reading of one ``run_code`` answer for a case whose expected output is ``expected``."""
     status = answer.get("status")
     compiled = answer.get("compile_result") or None
@@ -206,7 +206,7 @@ def classify(answer: dict[str, Any], expected: Any) -> CaseOutcome:
 async def score_sandbox_fusion(
     client: SandboxFusionClient,
     completion: str,
-    ground_truth: Any,
+    ground_truth: object,
     *,
     memory_limit_mb: int = defaults.CODE_MEMORY_LIMIT_MB,
     timeout: float = defaults.SANDBOX_FUSION_RUN_TIMEOUT,

@@ -44,7 +44,7 @@ class BatchDecoder:
         self._executor: ThreadPoolExecutor | None = None
         self.calls = 0  # decode_batch calls made (tests and profiling)
 
-    async def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+    async def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
         """The text of ``ids`` (a tensor, array or list), decoded with the others of this loop turn."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[str] = loop.create_future()
@@ -81,7 +81,7 @@ class BatchDecoder:
                 out[i] = text
         return out
 
-    def _one(self, ids: Any, skip: bool) -> str | BaseException:
+    def _one(self, ids: object, skip: bool) -> str | BaseException:
         try:
             return self._decode_batch([as_id_list(ids)], skip)[0]
         except Exception as exc:  # noqa: BLE001 - handed to the caller that asked for this one

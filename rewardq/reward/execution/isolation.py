@@ -57,7 +57,7 @@ logger = logging.getLogger("rewardq.reward")
 BUILTIN_SPEC = "rewardq.reward.scoring:default_compute_score"
 
 
-def spec_of(fn: Any) -> str | None:
+def spec_of(fn: object) -> str | None:
     """``module:qualname`` (or ``path.py:qualname`` for a file the loader imported) when that
     name loads back to ``fn`` itself in another process; None otherwise (a lambda, a closure,
     a callable object, a function of ``__main__``)."""
@@ -197,7 +197,7 @@ class ScoreFnRouter:
         self,
         settings: ScoringSettings,
         *,
-        configured: Any = None,
+        configured: object = None,
         code_runtime: Callable[[], Any] | None = None,
     ) -> None:
         self.settings = settings
@@ -264,7 +264,7 @@ class ScoreFnRouter:
         spec = spec_of(fn)
         return (spec, kwargs) if spec is not None else None
 
-    def _name(self, fn: Any) -> str:
+    def _name(self, fn: object) -> str:
         if self.settings.reward_fn and fn is self.configured:
             return repr(self.settings.reward_fn)
         base = fn.func if isinstance(fn, functools.partial) else fn

@@ -119,7 +119,7 @@ def bind_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[...,
     if is_async_callable(fn):
 
         @functools.wraps(fn)
-        async def bound(*args: Any, **call_kwargs: Any) -> Any:
+        async def bound(*args: object, **call_kwargs: object) -> Any:
             return await fn(*args, **{**kwargs, **call_kwargs})
 
         setattr(bound, "keywords", dict(kwargs))  # noqa: B010 - like functools.partial.keywords; mypy sees no such attribute
@@ -238,7 +238,7 @@ def _check_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any], spec: str) -> 
         ) from None
 
 
-def is_async_callable(fn: Any) -> bool:
+def is_async_callable(fn: object) -> bool:
     """True for ``async def`` functions and for objects whose ``__call__`` is one."""
     call = type(fn).__call__ if not inspect.isroutine(fn) and callable(fn) else None
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)

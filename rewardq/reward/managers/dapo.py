@@ -63,7 +63,7 @@ class OverlongBuffer:
     log: bool = False
 
     @classmethod
-    def from_option(cls, value: Any, max_resp_len: Any) -> OverlongBuffer | None:
+    def from_option(cls, value: object, max_resp_len: object) -> OverlongBuffer | None:
         """Validate ``overlong_buffer`` together with ``max_resp_len``; ConfigError names the bad value."""
         if value is None:
             return None

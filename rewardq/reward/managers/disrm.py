@@ -67,7 +67,7 @@ BACKENDS = {
 _EXTRA_OPTIONS = ["tokenizer"]
 
 
-def _check_number(name: str, value: Any, *, integer: bool = False) -> None:
+def _check_number(name: str, value: object, *, integer: bool = False) -> None:
     """Integers must be >= 0 (a retry count); other numbers > 0 (times)."""
     if (
         isinstance(value, bool)
@@ -112,7 +112,7 @@ class DisRMRewardManager(RewardManager):
         timeout: float = defaults.DISRM_TIMEOUT,
         backoff_base: float = defaults.DISRM_BACKOFF_BASE,
         backoff_cap: float = defaults.DISRM_BACKOFF_CAP,
-        **options: Any,
+        **options: object,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         reject_unknown_options(

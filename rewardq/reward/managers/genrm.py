@@ -87,7 +87,7 @@ def _number(name: str, value: Any, *, at_least: float | None = None, integer: bo
         raise ConfigError(f"manager 'genrm': {name} must be {what} {bound}{' or None' if none else ''}, got {value!r}")
 
 
-def _flag(name: str, value: Any) -> bool:
+def _flag(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()

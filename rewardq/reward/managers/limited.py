@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rewardq.reward.rate_limited")
 
 
-def _positive(name: str, value: Any, *, allow_none: bool, integer: bool = False) -> None:
+def _positive(name: str, value: object, *, allow_none: bool, integer: bool = False) -> None:
     if value is None and allow_none:
         return
     kind = "an integer" if integer else "a number"

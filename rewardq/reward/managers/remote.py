@@ -73,7 +73,7 @@ SCORERS = {
 DEFAULT_SPEC = SCORERS["default"]
 
 
-def _is_async_default(data_source: Any) -> bool:
+def _is_async_default(data_source: object) -> bool:
     from rewardq.reward.scoring import placement_of
 
     try:

@@ -106,7 +106,7 @@ def known_data_sources() -> list[str]:
     return sorted(EXACT_SCORERS) + [prefix + "*" for prefix, _ in PREFIX_SCORERS]
 
 
-def _scorer_for(data_source: Any) -> Scorer:
+def _scorer_for(data_source: object) -> Scorer:
     if isinstance(data_source, str):
         scorer = EXACT_SCORERS.get(data_source)
         if scorer is not None:
@@ -123,7 +123,7 @@ def _scorer_for(data_source: Any) -> Scorer:
     )
 
 
-def placement_of(data_source: Any) -> str:
+def placement_of(data_source: object) -> str:
     """Where the worker runs the default scorer of ``data_source`` (one of :data:`PLACEMENTS`).
 
     Raises:
@@ -133,7 +133,11 @@ def placement_of(data_source: Any) -> str:
 
 
 def default_compute_score(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+    data_source: object,
+    solution_str: str,
+    ground_truth: object,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: object,
 ) -> float | dict[str, Any]:
     """Score one response with the scorer registered for its ``data_source``.
 
@@ -160,7 +164,11 @@ def default_compute_score(
 
 
 async def compute_score_async(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+    data_source: object,
+    solution_str: str,
+    ground_truth: object,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: object,
 ) -> float | dict[str, Any]:
     """:func:`default_compute_score` for callers inside an event loop: an ``async`` scorer is
     awaited, any other is called directly (so only call this for ``async`` or ``inline`` ones)."""

@@ -32,7 +32,7 @@ def scorer_for(data_source: str) -> Callable[..., Any]:
 
     async def score(
         solution_str: str,
-        ground_truth: Any,
+        ground_truth: object,
         extra_info: dict[str, Any] | None = None,
         *,
         code_runtime: CodeRuntime | None = None,

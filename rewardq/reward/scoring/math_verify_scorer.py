@@ -50,9 +50,9 @@ def _import_math_verify() -> Any:
 
 
 def compute_score(
-    data_source: Any,
+    data_source: object,
     solution_str: str,
-    ground_truth: Any,
+    ground_truth: object,
     extra_info: dict[str, Any] | None = None,
     timeout_score: float = 0.0,
 ) -> float:

@@ -63,7 +63,7 @@ def extract_solution(solution_str: str) -> str | None:
     return matches[-1].strip() if matches else None
 
 
-def _targets(ground_truth: Any) -> Any:
+def _targets(ground_truth: object) -> Any:
     if not isinstance(ground_truth, dict) or "target" not in ground_truth:
         raise ScoringError(
             "Search-R1 scoring needs reward_model.ground_truth = {'target': <answer or list of "
@@ -72,7 +72,7 @@ def _targets(ground_truth: Any) -> Any:
     return ground_truth["target"]
 
 
-def _matched(solution_str: str, ground_truth: Any, check: Callable[[str, Any], Any]) -> bool | None:
+def _matched(solution_str: str, ground_truth: object, check: Callable[[str, Any], Any]) -> bool | None:
     """None when the solution has no answer tag, else whether ``check(answer, targets)`` holds."""
     targets = _targets(ground_truth)
     answer = extract_solution(solution_str)
