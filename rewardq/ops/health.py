@@ -125,7 +125,7 @@ def check_health(
     host: str | None = None,
     name: str | None = None,
     any_host: bool = False,
-    ks: Any = None,
+    ks: Keyspace | None = None,
 ) -> HealthReport:
     """Run every check against ``namespace`` (Redis is known to answer).
 
