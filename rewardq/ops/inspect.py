@@ -25,7 +25,7 @@ from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_age, fmt_duration
 from rewardq.ops.target import opened, pipeline_options
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
 
     from rewardq.queue.clients import SyncRedis
     from rewardq.queue.keys import Keyspace
@@ -250,7 +250,7 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
         head.add_row("waiting", f"{fmt_duration(t['since_first_s'])} since the first output")
     parts.append(head)
 
-    right = "right"
+    right: JustifyMethod = "right"
     columns = [
         Column("i", right),
         Column("key", lead=True),
