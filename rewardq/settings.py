@@ -163,7 +163,7 @@ def setting(
     return cast(T, _field(default, spec))
 
 
-def _field(default: object, spec: Spec) -> Any:
+def _field(default: object, spec: Spec) -> object:
     """The dataclass field of a declaration (a dict default is copied for each instance)."""
     metadata = {_METADATA_KEY: spec}
     if isinstance(default, dict):
@@ -187,7 +187,7 @@ class Setting:
     name: str
     kind: type
     optional: bool
-    default: Any
+    default: object
     spec: Spec
 
     @property
@@ -420,7 +420,7 @@ class _NoneGiven:
         return "none"
 
 
-NONE_GIVEN: Any = _NoneGiven()
+NONE_GIVEN: object = _NoneGiven()
 
 
 def parse_pairs(flag: str, items: Iterable[str]) -> dict[str, Any]:
@@ -446,7 +446,7 @@ def parse_pairs(flag: str, items: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def _json_or_str(text: str) -> Any:
+def _json_or_str(text: str) -> object:
     try:
         return json.loads(text)
     except ValueError:
@@ -461,7 +461,7 @@ def flag_values(cls: type, params: Mapping[str, Any]) -> dict[str, tuple[Any, st
         if raw is None or (s.spec.pairs and not raw):
             continue
         if raw is NONE_GIVEN:
-            value: Any = None
+            value: object = None
         elif s.kind is dict and s.spec.pairs:
             value = parse_pairs(s.flag, raw)
         elif s.kind is dict:

@@ -118,7 +118,7 @@ class _Reader:
         self.read: set[str] = set()
 
     def raw(self, path: str) -> Any:
-        node: Any = self.root
+        node: object = self.root
         for part in path.split("."):
             if not isinstance(node, Mapping) or part not in node:
                 return None

@@ -99,7 +99,7 @@ class TrajectoryScorer:
         """
         batch = build_batch(records[-1:] if self.final_only else records, trajectory_sample(records))
         try:
-            out: Any = await run_with_timeout(self.manager.run_single(batch), self.timeout)
+            out: object = await run_with_timeout(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:
             raise ScoringError(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
         except asyncio.CancelledError:

@@ -99,7 +99,7 @@ class RewardqAgentLoopWorker(RewardqScoring, AgentLoopWorker):
 
     def _postprocess(
         self, inputs: list[Any], input_non_tensor_batch: dict[str, Any] | None = None, validate: bool = False
-    ) -> Any:
+    ) -> object:
         """verl's batch assembly, after giving every row's ``reward_extra_info`` the same keys.
 
         verl takes the keys of row 0 and indexes every row with them; an error result (only
@@ -221,7 +221,7 @@ def _tq_classes() -> dict[str, Any]:
                 for o in outputs:
                     self.__dict__.get("_rewardq_pinned", {}).pop(id(o), None)
 
-        def _compute_multi_modal_inputs(self, output: Any, input_ids: Any) -> Any:
+        def _compute_multi_modal_inputs(self, output: Any, input_ids: object) -> object:
             # verl calls this once per output between its reward copy and its put to TransferQueue:
             # the one point where a per-output reward can be put back (tests/verl prove it still is)
             pinned = self.__dict__.get("_rewardq_pinned", {}).get(id(output))

@@ -69,7 +69,7 @@ def fleet_request(config: object) -> dict[str, Any] | None:
     return None
 
 
-def ensure_fleet(config: Any, settings: Any) -> Any:
+def ensure_fleet(config: object, settings: Any) -> Any:
     """Start the fleet ``config`` asks for, unless workers of ``settings.namespace`` are alive or another
     process holds the start lock; returns the started :class:`~rewardq.integrations.ray.RayFleet` or None.
     Blocks until the workers beat (or raises ConfigError / FleetError)."""

@@ -86,7 +86,7 @@ def _has_media(message: object) -> bool:
     return isinstance(content, list) and any(isinstance(p, Mapping) and p.get("type") in MEDIA_PARTS for p in content)
 
 
-def _without_media(message: Any) -> Any:
+def _without_media(message: Any) -> object:
     if not _has_media(message):
         return message
     parts = [

@@ -278,7 +278,7 @@ def trajectory_names(columns: Mapping[str, Any]) -> tuple[str, str]:
     return uid, session_id_for(columns)
 
 
-def _plain_or_self(value: object) -> Any:
+def _plain_or_self(value: object) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 

@@ -182,7 +182,7 @@ def inspect_view(
     return view
 
 
-def _json(value: object) -> Any:
+def _json(value: object) -> object:
     """Pretty, highlighted JSON that folds long strings instead of cropping them."""
     from rich.json import JSON
 

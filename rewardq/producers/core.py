@@ -97,8 +97,8 @@ class PutCall:
     (False until its commands are sent; then unknown until Redis answers)."""
 
     name: str
-    uid: Any
-    session_id: Any
+    uid: object
+    session_id: object
     client: ClientBase | None = None
     puts: list[Put] = field(default_factory=list)
     written: bool | None = False
@@ -156,7 +156,7 @@ def prepare_output(
     uid: Any,
     session_id: Any,
     index: Any,
-    output: Any,
+    output: object,
     sample: Any,
     *,
     final: bool,

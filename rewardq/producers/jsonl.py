@@ -30,7 +30,7 @@ __all__ = ["LINE_KEYS", "JsonlLineError", "parse_line", "read_jsonl", "write_jso
 LINE_KEYS = ("uid", "session_id", "sample", "outputs", "expected")
 
 
-def _to_jsonable(value: object) -> Any:
+def _to_jsonable(value: object) -> object:
     if hasattr(value, "tolist"):  # numpy arrays, torch tensors
         return value.tolist()
     raise TypeError(f"cannot write a {type(value).__name__} to JSONL")

@@ -161,7 +161,7 @@ def _container(v: object, depth: int, w: _Walk) -> Any:
         del w.ancestors[vid]
 
 
-def _array(v: Any, depth: int, w: _Walk) -> Any:
+def _array(v: Any, depth: int, w: _Walk) -> object:
     """A numpy / torch value, its size checked before ``tolist`` allocates it."""
     size = v.numel() if hasattr(v, "numel") else int(getattr(v, "size", 1))
     w.spend(int(size))  # at least one byte per element
@@ -170,7 +170,7 @@ def _array(v: Any, depth: int, w: _Walk) -> Any:
     return _plain(v.tolist(), depth, w)
 
 
-def _plain(v: Any, depth: int, w: _Walk) -> Any:
+def _plain(v: Any, depth: int, w: _Walk) -> object:
     """The plain-JSON copy of ``v`` (see the module doc)."""
     t = type(v)
     if t is str:
@@ -188,7 +188,7 @@ def _plain(v: Any, depth: int, w: _Walk) -> Any:
     return _other(v, depth, w)
 
 
-def _other(v: object, depth: int, w: _Walk) -> Any:
+def _other(v: object, depth: int, w: _Walk) -> object:
     """What is neither a plain scalar nor a container: arrays, subclasses, anything with a ``str()``."""
     t = type(v)
     if isinstance(v, (np.ndarray, np.generic)) or (hasattr(v, "tolist") and hasattr(v, "numel")):

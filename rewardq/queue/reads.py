@@ -40,7 +40,7 @@ _META_FIELDS = (
 _s = as_text
 
 
-def as_number(v: Any, default: float = 0.0) -> float:
+def as_number(v: object, default: float = 0.0) -> float:
     """A stored number as a float (``default`` when absent or not a number)."""
     try:
         return float(_s(v))

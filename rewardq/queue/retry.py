@@ -158,7 +158,7 @@ class AsyncPolicyRetry(_AsyncRetryBase):
     def __init__(self) -> None:
         super().__init__(NoBackoff(), RETRIES, supported_errors=RETRY_ON)  # type: ignore[arg-type]  # redis-py annotates RedisError types; OSError is retried too
 
-    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+    async def call_with_retry(self, do: Any, fail: Any, *args: object, **kwargs: object) -> Any:
         tries = _Tries()
         try:
             while True:

@@ -38,8 +38,8 @@ class FinalOutput:
 
     row: Any
     solution_str: str
-    data_source: Any
-    ground_truth: Any
+    data_source: object
+    ground_truth: object
     extra_info: dict[str, Any]
     valid_response_length: int
 

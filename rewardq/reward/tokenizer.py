@@ -341,7 +341,7 @@ def render_chatml(messages: Sequence[dict[str, Any]], add_generation_prompt: boo
     return "".join(parts)
 
 
-def render_jinja_chat(template: str, messages: Sequence[dict[str, Any]], **variables: Any) -> str | None:
+def render_jinja_chat(template: str, messages: Sequence[dict[str, Any]], **variables: object) -> str | None:
     """Render a transformers-style chat template; None when jinja2 is not installed."""
     try:
         import jinja2
@@ -358,7 +358,11 @@ def render_jinja_chat(template: str, messages: Sequence[dict[str, Any]], **varia
         raise jinja2.exceptions.TemplateError(message)
 
     def tojson(
-        x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+        x: object,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: Any = None,
+        sort_keys: bool = False,
     ) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 

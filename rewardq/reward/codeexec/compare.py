@@ -136,7 +136,7 @@ def call_verdict(value: Any, expected: Any) -> bool:
 
 
 # -- the value a call-based program returned ----------------------------------------------
-def _hook(obj: dict[str, Any]) -> Any:
+def _hook(obj: dict[str, Any]) -> object:
     if len(obj) != 1:
         raise ValueError(f"unexpected object {sorted(obj)[:3]}")
     [(tag, body)] = obj.items()

@@ -352,7 +352,9 @@ class _Budget:
         return True
 
 
-def supervise(job: dict[str, Any], run: dict[str, Any], workdir: str, guard: Any, clock: Any, budget: _Budget) -> None:
+def supervise(
+    job: dict[str, Any], run: dict[str, Any], workdir: str, guard: object, clock: Any, budget: _Budget
+) -> None:
     """One run: fork a runner, collect its records, report them and its status."""
     r, w = os.pipe()
     ir, iw = os.pipe()

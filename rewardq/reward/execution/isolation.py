@@ -90,14 +90,14 @@ def task_value(result: TaskResult) -> Any:
     )
 
 
-async def _awaited(fn: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
+async def _awaited(fn: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> object:
     try:
         return await fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
         raise ScoringError(describe_escape(exc, REWARD_FUNCTION)) from None
 
 
-def _inline(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+def _inline(fn: Callable[..., Any], kwargs: dict[str, Any]) -> object:
     try:
         return fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
@@ -270,7 +270,7 @@ class ScoreFnRouter:
         base = fn.func if isinstance(fn, functools.partial) else fn
         return spec_of(base) or repr(base)
 
-    async def _call_builtin(self, kwargs: dict[str, Any]) -> Any:
+    async def _call_builtin(self, kwargs: dict[str, Any]) -> object:
         placement = scoring.placement_of(kwargs.get("data_source"))
         if placement == "inline":
             return scoring.default_compute_score(**kwargs)

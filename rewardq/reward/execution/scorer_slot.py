@@ -27,7 +27,7 @@ class TaskResult:
     """
 
     status: str
-    value: Any = None
+    value: object = None
     message: str = ""
     pid: int | None = None
     traceback: str = ""
@@ -53,7 +53,7 @@ class ScorerSlot:
     busy_since: float | None = None
 
     @classmethod
-    def start(cls, ctx: Any, index: int, target: Any, kwargs: dict[str, Any]) -> ScorerSlot:
+    def start(cls, ctx: Any, index: int, target: object, kwargs: dict[str, Any]) -> ScorerSlot:
         """Start a daemonic process ``rewardq-scorer-<index>`` (``ctx``: a multiprocessing
         context) that loads ``target`` with ``kwargs`` and then serves tasks."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)

@@ -146,7 +146,7 @@ class JsonFieldParser(ScoreParser):
         obj = find_json_object(text)
         if obj is None:
             return Unparsed("no JSON object in the answer")
-        node: Any = obj
+        node: object = obj
         for part in self.path:
             if not isinstance(node, Mapping) or part not in node:
                 return Unparsed(f"the JSON answer has no field {self.field!r}")

@@ -55,11 +55,11 @@ Scorer = Callable[..., Any]
 # RewardManager.call_score_fn honours it.
 
 
-def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: object) -> Any:
+def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: object) -> object:
     return gsm8k.compute_score(solution_str, ground_truth, method=method)
 
 
-def _math(solution_str: str, ground_truth: Any, **_: object) -> Any:
+def _math(solution_str: str, ground_truth: Any, **_: object) -> object:
     return math_boxed.compute_score(solution_str, ground_truth)
 
 

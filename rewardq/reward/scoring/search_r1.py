@@ -63,7 +63,7 @@ def extract_solution(solution_str: str) -> str | None:
     return matches[-1].strip() if matches else None
 
 
-def _targets(ground_truth: object) -> Any:
+def _targets(ground_truth: object) -> object:
     if not isinstance(ground_truth, dict) or "target" not in ground_truth:
         raise ScoringError(
             "Search-R1 scoring needs reward_model.ground_truth = {'target': <answer or list of "

@@ -57,7 +57,7 @@ def _as_number(value: object) -> tuple[bool, float | None]:
         return False, None
 
 
-def _substitute_pi(text: str, pi: float) -> Any:
+def _substitute_pi(text: str, pi: float) -> object:
     at = text.find("\\pi")
     while at != -1:
         factor = f"*{pi}" if at > 0 and text[at - 1].isdigit() else f"1*{pi}"
