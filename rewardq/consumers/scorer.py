@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from rewardq import defaults
 from rewardq.consumers.assembly import trajectory_sample
@@ -25,9 +25,10 @@ from rewardq.reward.execution.escapes import describe_escape
 from rewardq.reward.results import check_manager_output, reads_of
 
 _RUN_SINGLE = "the reward manager's run_single"
+T = TypeVar("T")
 
 
-async def run_with_timeout(coro: Any, seconds: float) -> Any:
+async def run_with_timeout(coro: Awaitable[T], seconds: float) -> T:
     """``await coro`` for at most ``seconds`` (raises ``asyncio.TimeoutError``).
 
     On Python 3.11+ this is ``asyncio.timeout``, which runs the manager in the calling

@@ -361,7 +361,7 @@ def render_jinja_chat(template: str, messages: Sequence[dict[str, Any]], **varia
         x: object,
         ensure_ascii: bool = False,
         indent: int | None = None,
-        separators: Any = None,
+        separators: tuple[str, str] | None = None,
         sort_keys: bool = False,
     ) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)

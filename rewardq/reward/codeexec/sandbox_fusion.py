@@ -32,13 +32,16 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.backoff import compute_backoff
 from rewardq.errors import SandboxUnavailableError
 from rewardq.reward.codeexec.cases import InvalidTestCases, call_wrapper_source, extract_fenced_code, parse_test_cases
 from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
+
+if TYPE_CHECKING:
+    import aiohttp
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
@@ -72,7 +75,7 @@ class SandboxFusionClient:
         self.retry_delay = retry_delay
         self._local = asyncio.Semaphore(max_concurrent)
         self._max_concurrent = max_concurrent
-        self._session: Any = None
+        self._session: aiohttp.ClientSession | None = None
 
     async def _http(self) -> Any:
         if self._session is None:

@@ -56,7 +56,7 @@ import multiprocessing
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -264,7 +264,7 @@ class ScorerPool:
             except (OSError, ValueError):
                 pass
 
-    def _background(self, coro: Any) -> None:
+    def _background(self, coro: Awaitable[object]) -> None:
         task = asyncio.ensure_future(coro)
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
