@@ -428,7 +428,7 @@ def parse_file(path: str) -> dict[str, Any]:
             import yaml
 
             data = yaml.safe_load(text)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - JSON's ValueError, PyYAML's YAMLError tree, no PyYAML, deep nesting: one ConfigError
         raise ConfigError(f"cannot parse config file {path}: {exc}") from None
     data = data or {}
     if not isinstance(data, dict):

@@ -564,7 +564,7 @@ class RayFleet:
         while not self._autoscale_stop.wait(self.autoscaler.policy.interval_s):
             try:
                 self.autoscale_once()
-            except Exception:  # noqa: BLE001 - one failed decision (Redis blip, restarting actor) is retried
+            except Exception:
                 if self.stopped:
                     return
                 logger.warning("fleet %s: autoscaling pass failed; retrying", self.prefix, exc_info=True)
