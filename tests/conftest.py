@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
 from rewardq.queue import scripts
+from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support.cli_procs import Procs
 from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.managers import LengthManager
@@ -50,21 +53,21 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-def ns(redis_url: str):
+def ns(redis_url: str) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     yield name
     _delete_namespace(redis_url, name)
 
 
 @pytest.fixture
-def sync_redis(redis_url: str):
+def sync_redis(redis_url: str) -> Iterator[redis.Redis]:
     r = redis.Redis.from_url(redis_url)
     yield r
     r.close()
 
 
 @pytest.fixture
-def length_manager():
+def length_manager() -> LengthManager:
     LengthManager.calls = []
     return LengthManager(None)
 
@@ -74,7 +77,7 @@ def run(coro):
 
 
 @pytest.fixture
-def procs(tmp_path):
+def procs(tmp_path: Path) -> Iterator[Procs]:
     """CLI processes started by a test (``tests.support.cli_procs.Procs``), killed after it."""
     p = Procs(tmp_path)
     yield p
@@ -82,7 +85,7 @@ def procs(tmp_path):
 
 
 @pytest.fixture
-async def naive():
+async def naive() -> AsyncIterator[Callable[..., NaiveRewardManager]]:
     """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
     from rewardq.reward.base import ManagerContext, ScoringSettings
     from rewardq.reward.managers.naive import NaiveRewardManager
@@ -101,7 +104,7 @@ async def naive():
 
 
 @pytest.fixture(scope="session")
-def redis_cluster():
+def redis_cluster() -> Iterator[LocalCluster]:
     """A fresh 3-master cluster for the session; fails (never skips) when it cannot start."""
     try:
         cluster = LocalCluster().start()
@@ -113,7 +116,7 @@ def redis_cluster():
 
 
 @pytest.fixture
-def single_slot_scripts(monkeypatch):
+def single_slot_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run every rewardq script with a ``#!lua`` shebang (and no flags) in the tests that use it.
 
     Scripts without a shebang may touch any key of the node they run on (Redis keeps that

@@ -48,7 +48,7 @@ def cns() -> str:
 
 
 @pytest.fixture
-def rc(redis_cluster):
+def rc(redis_cluster: LocalCluster) -> Iterator[redis.RedisCluster]:
     """A blocking cluster client for checks."""
     r = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
     yield r
@@ -73,7 +73,7 @@ def _assert_drained(rc: redis.RedisCluster, ks: Keyspace) -> None:
         assert rc.xpending(ks.stream(s), ks.group)["pending"] == 0, f"shard {s} has pending entries"
 
 
-def test_a_cluster_that_cannot_start_reports_why():
+def test_a_cluster_that_cannot_start_reports_why() -> None:
     """The fixture fails with the server's own words, and leaves no process or directory behind."""
     c = LocalCluster(node_timeout_ms="not-a-number")  # type: ignore[arg-type] - the wrong type is the test
     with pytest.raises(ClusterStartError, match="FATAL CONFIG FILE ERROR") as info:
@@ -84,7 +84,9 @@ def test_a_cluster_that_cannot_start_reports_why():
 # ---------------------------------------------------------------------------------------------
 # (a) keyspace placement
 # ---------------------------------------------------------------------------------------------
-async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(redis_cluster, cns, rc):
+async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(
+    redis_cluster: LocalCluster, cns: str, rc: redis.RedisCluster
+) -> None:
     # Given a 6-shard keyspace whose streams and groups exist on the cluster
     ks = Keyspace(cns, SHARDS)
     w = Worker(worker_config(cns, redis_cluster.url, name="placement", shards=SHARDS), manager=LengthManager(None))
@@ -122,7 +124,7 @@ async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(redis_c
     assert sorted(len(v) for v in per_master.values()) == [2, 2, 2], per_master
 
 
-async def test_a_script_leaving_its_slot_is_refused(redis_cluster, cns):
+async def test_a_script_leaving_its_slot_is_refused(redis_cluster: LocalCluster, cns: str) -> None:
     """The single-slot guard above can fail: fail.lua given another shard's reward prefix."""
     from rewardq.queue.connection import connect_async
 
@@ -201,7 +203,9 @@ def cli_worker(url: str, ns: str, name: str, log_path: Path) -> Iterator[subproc
                     proc.wait()
 
 
-async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_once(redis_cluster, cns, rc, tmp_path):
+async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_once(
+    redis_cluster: LocalCluster, cns: str, rc: redis.RedisCluster, tmp_path: Path
+) -> None:
     # Given a CLI worker process and two in-process workers on a 6-shard namespace of the cluster
     url = redis_cluster.url
     ks = Keyspace(cns, SHARDS)
@@ -278,7 +282,9 @@ def _text(v: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 # (c) crash recovery and hand-back
 # ---------------------------------------------------------------------------------------------
-async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(redis_cluster, cns, rc):
+async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(
+    redis_cluster: LocalCluster, cns: str, rc: redis.RedisCluster
+) -> None:
     url = redis_cluster.url
     ks = Keyspace(cns, SHARDS)
     shard = SHARDS - 1  # on the last master, never the node the URL names
@@ -308,7 +314,9 @@ async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(redis_clus
     client.close()
 
 
-async def test_graceful_stop_hands_back_on_the_cluster(redis_cluster, cns, rc):
+async def test_graceful_stop_hands_back_on_the_cluster(
+    redis_cluster: LocalCluster, cns: str, rc: redis.RedisCluster
+) -> None:
     url = redis_cluster.url
     ks = Keyspace(cns, SHARDS)
     uid = _uid_on_shard(ks, 2, "hand")
@@ -328,7 +336,9 @@ async def test_graceful_stop_hands_back_on_the_cluster(redis_cluster, cns, rc):
 # ---------------------------------------------------------------------------------------------
 # (d) dead letters and incomplete trajectories
 # ---------------------------------------------------------------------------------------------
-async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(redis_cluster, cns, rc):
+async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(
+    redis_cluster: LocalCluster, cns: str, rc: redis.RedisCluster
+) -> None:
     import msgpack
 
     from rewardq.queue.codec import encode_output
@@ -384,7 +394,7 @@ async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(redis_c
 # ---------------------------------------------------------------------------------------------
 # (e) the async client waiting across shards
 # ---------------------------------------------------------------------------------------------
-async def test_async_wait_rewards_across_shards(redis_cluster, cns):
+async def test_async_wait_rewards_across_shards(redis_cluster: LocalCluster, cns: str) -> None:
     url = redis_cluster.url
     ks = Keyspace(cns, SHARDS)
     client = AsyncRewardClient.from_url(url, namespace=cns, shards=SHARDS)
@@ -415,7 +425,9 @@ async def test_async_wait_rewards_across_shards(redis_cluster, cns):
     await client.aclose()
 
 
-async def test_scripts_are_reloaded_after_the_nodes_forget_them(redis_cluster, cns, rc, caplog):
+async def test_scripts_are_reloaded_after_the_nodes_forget_them(
+    redis_cluster: LocalCluster, cns: str, rc: redis.RedisCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     """A fresh or failed-over master answers NOSCRIPT: pipelined and single script calls recover."""
     import logging
 

@@ -8,6 +8,7 @@ in their trajectory's slot. A ``put_trajectory`` the cluster refuses half-way le
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from rewardq.errors import RedisOutOfMemory
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
+from tests.support.cluster import LocalCluster
 from tests.support.helpers import SAMPLE, output, results_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
@@ -26,13 +28,15 @@ SHARDS = 6
 
 
 @pytest.fixture
-def rc(redis_cluster):
+def rc(redis_cluster: LocalCluster) -> Iterator[redis.RedisCluster]:
     r = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
     yield r
     r.close()
 
 
-async def test_chunked_commits_and_kept_records_stay_in_their_slot(redis_cluster, rc):
+async def test_chunked_commits_and_kept_records_stay_in_their_slot(
+    redis_cluster: LocalCluster, rc: redis.RedisCluster
+) -> None:
     ns = f"cl-{uuid.uuid4().hex[:8]}"
     ks = Keyspace(ns, SHARDS)
     producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
@@ -68,7 +72,9 @@ async def test_chunked_commits_and_kept_records_stay_in_their_slot(redis_cluster
         producer.close()
 
 
-def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(redis_cluster, rc):
+def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(
+    redis_cluster: LocalCluster, rc: redis.RedisCluster
+) -> None:
     ns = f"cl-{uuid.uuid4().hex[:8]}"
     ks = Keyspace(ns, SHARDS)
     producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 import yaml
 
 from rewardq import RewardClient
@@ -41,7 +42,7 @@ SPINNER = (
 )
 
 
-def test_the_image_runs_the_entrypoint_as_root_with_the_compose_capabilities():
+def test_the_image_runs_the_entrypoint_as_root_with_the_compose_capabilities() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     assert re.search(r'^ENTRYPOINT \["rewardq-entrypoint"\]', dockerfile, re.M)
     assert "COPY docker/entrypoint.sh /usr/local/bin/rewardq-entrypoint" in dockerfile
@@ -89,8 +90,8 @@ def _score(redis_url: str, ns: str, programs: dict[str, tuple[str, str]]) -> dic
 
 @pytest.mark.parametrize("drop", [None, "SYS_ADMIN"])
 def test_the_entrypoint_with_the_compose_capabilities_runs_the_namespaces_mode(
-    drop, redis_url, ns, sync_redis, tmp_path
-):
+    drop: str | None, redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
     caps = [c for c in WORKER["cap_add"] if c != drop]
     name = f"box-{uuid.uuid4().hex[:6]}"
     worker, log = _start(tmp_path, caps, redis_url, ns, name)

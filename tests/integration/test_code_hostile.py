@@ -14,11 +14,13 @@ import re
 import subprocess
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
+import redis
 
 from rewardq import RewardClient
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.records import text_output
 
 pytestmark = pytest.mark.timeout(300)
@@ -94,7 +96,9 @@ def _sandbox_uid_processes() -> list[str]:
     return [ln for ln in out.splitlines() if 61000 <= int(ln.split()[0]) < 65000]
 
 
-def test_hostile_programs_fail_by_name_and_hurt_nothing_else(procs, redis_url, ns, sync_redis, tmp_path):
+def test_hostile_programs_fail_by_name_and_hurt_nothing_else(
+    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
     # Given a worker process (holding a secret in its environment) using the local runner with short timeouts
     name = f"code-{uuid.uuid4().hex[:6]}"
     worker = procs.start(

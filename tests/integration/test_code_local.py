@@ -46,7 +46,9 @@ async def _score_all(runtime: CodeRuntime) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("isolation", ["namespaces", "rlimits"])
-async def test_both_isolation_modes_score_alike_and_leave_nothing_behind(isolation, caplog):
+async def test_both_isolation_modes_score_alike_and_leave_nothing_behind(
+    isolation: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # Given a runtime with the isolation forced
     before = set(glob.glob("/tmp/rewardq-code-*"))
     runtime = CodeRuntime(CodeExecSettings(code_local_isolation=isolation, **FAST))
@@ -66,7 +68,7 @@ async def test_both_isolation_modes_score_alike_and_leave_nothing_behind(isolati
     await runtime.close()
 
 
-async def test_a_cancelled_scoring_kills_its_sandbox():
+async def test_a_cancelled_scoring_kills_its_sandbox() -> None:
     # Given a program that would run for 10 s per pass
     runtime = CodeRuntime(CodeExecSettings(code_local_first_pass_timeout=10))
     await runtime.sandbox().start()  # the probe program has run and gone
@@ -86,7 +88,7 @@ def _batch(program: str, data_source: str = "codeforces"):
 
 
 @pytest.mark.parametrize("manager", ["naive", "dapo", "gdpo", "limited", "remote"])
-async def test_builtin_managers_score_code_with_the_worker_runtime(manager):
+async def test_builtin_managers_score_code_with_the_worker_runtime(manager: str) -> None:
     # Given a built-in manager configured through options, as the worker builds it
     m = build_manager(manager, tokenizer=TOK, options={**FAST, "sandbox_fusion_memory_limit_mb": 256})
     await m.setup()
@@ -104,7 +106,7 @@ async def test_builtin_managers_score_code_with_the_worker_runtime(manager):
         assert m.stats()["tasks"] == 0  # type: ignore[attr-defined] - every built-in manager has stats()
 
 
-def test_a_runner_that_cannot_isolate_itself_is_a_sandbox_error_not_a_score():
+def test_a_runner_that_cannot_isolate_itself_is_a_sandbox_error_not_a_score() -> None:
     # Given a job whose runner cannot enter its work dir (isolation fails before the program runs)
     program = Program(prime_module_source("print(1)", None), None, False, [""])
     job = LocalSandbox(isolation="rlimits")._job(program, [RunSpec([0], 5, 6.0)], "rlimits", "/nonexistent-workdir")

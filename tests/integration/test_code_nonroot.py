@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ PASSWORD = PASSWORD_HEAD + PASSWORD_TAIL  # no program's source holds it in one 
 
 
 @pytest.fixture
-def user(tmp_path):
+def user(tmp_path: Path) -> Iterator[pwd.struct_passwd]:
     name = f"rq{uuid.uuid4().hex[:8]}"
     home = Path(f"/tmp/{name}-home")
     subprocess.run(["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/sh", name], check=True)
@@ -102,7 +103,7 @@ def _put(client: RewardClient, uid: str, program: str, outputs: list[str]) -> st
     return client.put_trajectory(uid, "0", [text_output(text, "Solve it.")], _sample(outputs))[0]
 
 
-def test_auto_as_a_normal_user_refuses_code_naming_the_fix(user, tmp_path):
+def test_auto_as_a_normal_user_refuses_code_naming_the_fix(user: pwd.struct_passwd, tmp_path: Path) -> None:
     with RedisServer(password=PASSWORD) as srv:
         url = srv.url_for(password=PASSWORD)
         ns = f"nr-{uuid.uuid4().hex[:6]}"
@@ -171,7 +172,7 @@ print("clean" if not found else "found " + " ".join(found)[:300])
 """
 
 
-def test_rlimits_as_a_normal_user_hides_the_redis_password(user, tmp_path):
+def test_rlimits_as_a_normal_user_hides_the_redis_password(user: pwd.struct_passwd, tmp_path: Path) -> None:
     url_file = Path(user.pw_dir) / "redis-url"
     with RedisServer(password=PASSWORD) as srv:
         url = srv.url_for(password=PASSWORD)

@@ -13,7 +13,7 @@ from tests.support.helpers import SAMPLE, FlakyJudge, fail_a_trajectory_and_a_ju
 from tests.support.managers import LengthManager
 
 
-async def test_failed_trajectory_is_retried_after_the_fix(ns, redis_url):
+async def test_failed_trajectory_is_retried_after_the_fix(ns: str, redis_url: str) -> None:
     r = redis.Redis.from_url(redis_url)
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
@@ -39,7 +39,7 @@ async def test_failed_trajectory_is_retried_after_the_fix(ns, redis_url):
     r.close()
 
 
-async def test_incomplete_trajectory_retry_waits_again_and_completes(ns, redis_url):
+async def test_incomplete_trajectory_retry_waits_again_and_completes(ns: str, redis_url: str) -> None:
     r = redis.Redis.from_url(redis_url)
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)

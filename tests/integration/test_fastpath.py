@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import redis
+
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
@@ -13,7 +15,9 @@ from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
 
 
-async def test_whole_trajectory_is_claimed_without_copying_records(ns, redis_url, sync_redis):
+async def test_whole_trajectory_is_claimed_without_copying_records(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_trajectory("fast", "s", [output(3, 4), output(3, 5), output(3, 6)], SAMPLE)
@@ -31,7 +35,7 @@ async def test_whole_trajectory_is_claimed_without_copying_records(ns, redis_url
         client.close()
 
 
-async def test_late_duplicates_of_a_whole_trajectory(ns, redis_url, sync_redis):
+async def test_late_duplicates_of_a_whole_trajectory(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     same = client.put_trajectory("same", "s", [output(3, 4, seed=1), output(3, 5, seed=2)], SAMPLE)
@@ -51,7 +55,9 @@ async def test_late_duplicates_of_a_whole_trajectory(ns, redis_url, sync_redis):
     client.close()
 
 
-async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(ns, redis_url, sync_redis):
+async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     """A whole trajectory whose claim finds it already finished goes through ``store``, which
     acknowledges the duplicate and rewrites nothing."""
     ks = Keyspace(ns)
@@ -82,7 +88,9 @@ async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(ns, r
         client.close()
 
 
-async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(ns, redis_url, sync_redis):
+async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_trajectory("lost", "s", [output(3, 4), output(3, 5)], SAMPLE)

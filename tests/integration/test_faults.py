@@ -13,6 +13,8 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -42,7 +44,7 @@ START_TIMEOUT = 90  # worker start-up imports torch; several at once on a busy 2
 
 
 @pytest.fixture(scope="module")
-def server():
+def server() -> Iterator[RedisServer]:
     with RedisServer(appendonly=True) as srv:
         yield srv
 
@@ -70,7 +72,7 @@ def _pending_by_consumer(r: redis.Redis, ks: Keyspace) -> dict[str, int]:
     return {c["name"].decode(): int(c["pending"]) for c in info.get("consumers") or []}
 
 
-def test_sigkill_at_every_phase_loses_nothing(server, tmp_path):
+def test_sigkill_at_every_phase_loses_nothing(server: RedisServer, tmp_path: Path) -> None:
     # Given one doomed worker per phase, each in its own namespace
     phases = {
         "scoring": None,
@@ -202,7 +204,7 @@ def _produce_async(url: str, ns: str, jobs, keys: list[str], errors: list[BaseEx
         errors.append(exc)
 
 
-def test_redis_crash_mid_run_with_aof_loses_nothing(server, tmp_path):
+def test_redis_crash_mid_run_with_aof_loses_nothing(server: RedisServer, tmp_path: Path) -> None:
     # Given two workers scoring a stream of trajectories on an AOF (appendfsync always) server
     ns = _ns("crash")
     workers = [
@@ -257,7 +259,7 @@ def test_redis_crash_mid_run_with_aof_loses_nothing(server, tmp_path):
             r.close()
 
 
-def test_dropped_connections_worker_carries_on(server, tmp_path):
+def test_dropped_connections_worker_carries_on(server: RedisServer, tmp_path: Path) -> None:
     # Given a worker and a producer, and an admin killing every client connection repeatedly
     ns = _ns("drop")
     worker = WorkerProcess(
@@ -303,7 +305,7 @@ def test_dropped_connections_worker_carries_on(server, tmp_path):
         admin.close()
 
 
-async def test_store_and_claim_survive_script_cache_loss(server):
+async def test_store_and_claim_survive_script_cache_loss(server: RedisServer) -> None:
     """A fresh or restarted Redis has no scripts: the pipelined EVALSHAs answer NOSCRIPT; the
     broker loads the script and runs those calls again instead of failing the read."""
     from rewardq.queue.codec import decode_output
@@ -345,7 +347,7 @@ async def test_store_and_claim_survive_script_cache_loss(server):
         client.close()
 
 
-def test_verdict_counts_lost_duplicated_and_errors(ns, sync_redis):
+def test_verdict_counts_lost_duplicated_and_errors(ns: str, sync_redis: redis.Redis) -> None:
     """The checker itself can fail: a missing result, a second finish, a wrong value, an error."""
     from rewardq.queue.results import RewardResult
 

@@ -9,8 +9,11 @@ import hashlib
 import io
 import logging
 import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
+import redis
 
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import decode_output, encode_output
@@ -20,7 +23,7 @@ from rewardq.reward.base import ManagerContext
 from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
 from tests.support.judge_standin import JudgeStandin
-from tests.support.managers import set_up_managers
+from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, text_output, trajectory_batch
 
 SAMPLE = {
@@ -31,20 +34,20 @@ SAMPLE = {
 
 
 @pytest.fixture(scope="module")
-def standin(tmp_path_factory):
+def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JudgeStandin]:
     s = JudgeStandin(tmp_path_factory.mktemp("judge"))
     yield s
     s.stop()
 
 
 @pytest.fixture
-def judge(standin):
+def judge(standin: JudgeStandin) -> JudgeStandin:
     standin.control(reset=True)
     return standin
 
 
 @pytest.fixture
-async def genrm(judge, redis_url, ns):
+async def genrm(judge: JudgeStandin, redis_url: str, ns: str) -> AsyncIterator[MakeManager[GenRMRewardManager]]:
     def build(*, redis: bool = True, worker: str = "w0", **options):
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker, result_ttl=600)
         options.setdefault("backoff_base", 0.05)
@@ -70,7 +73,9 @@ def batch(*responses: str, sample=SAMPLE):
     ],
     ids=["regex", "json-structured", "json-text", "json-nested", "choice-structured", "choice-text"],
 )
-async def test_the_reward_is_the_score_the_answer_implies(genrm, judge, options):
+async def test_the_reward_is_the_score_the_answer_implies(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options
+) -> None:
     m = await genrm(**options)
     graded = await m.run_single(batch("thinking", "the answer is 42, grade=0.75"))
     assert graded["reward_score"] == 0.75
@@ -86,13 +91,15 @@ async def test_the_reward_is_the_score_the_answer_implies(genrm, judge, options)
     assert "What is 6*7?" in bodies[0]["messages"][-1]["content"]  # the question, from raw_prompt
 
 
-async def test_labels_under_structured_output(genrm):
+async def test_labels_under_structured_output(genrm: MakeManager[GenRMRewardManager]) -> None:
     m = await genrm(score_parser="choice", choices={"correct": 1, "incorrect": 0})
     assert (await m.run_single(batch("it is 42")))["reward_score"] == 1.0
     assert (await m.run_single(batch("it is 7")))["reward_score"] == 0.0
 
 
-async def test_n_answers_from_one_request_combined_by_mean_or_majority(genrm, judge):
+async def test_n_answers_from_one_request_combined_by_mean_or_majority(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     mean = await genrm(n=3, temperature=0.8)
     out = await mean.run_single(batch("votes=1,0,1"))
     assert out["reward_score"] == pytest.approx(2 / 3) and out["reward_extra_info"]["judge_votes"] == 3
@@ -103,7 +110,9 @@ async def test_n_answers_from_one_request_combined_by_mean_or_majority(genrm, ju
     assert judge.stats()["served"] == 1 and [b["n"] for b in judge.bodies()] == [3]
 
 
-async def test_rescoring_reuses_the_answer_across_managers_and_workers(genrm, judge, sync_redis, ns):
+async def test_rescoring_reuses_the_answer_across_managers_and_workers(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: redis.Redis, ns: str
+) -> None:
     first = await genrm(worker="w0")
     second = await genrm(worker="w1")
     data = batch("thinking", "grade=0.5")
@@ -118,7 +127,9 @@ async def test_rescoring_reuses_the_answer_across_managers_and_workers(genrm, ju
     assert totals["prompt_tokens"] == a["reward_extra_info"]["judge_prompt_tokens"]
 
 
-async def test_racing_workers_on_one_request_make_one(genrm, judge):
+async def test_racing_workers_on_one_request_make_one(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     judge.control(delay=0.5)
     managers = [await genrm(worker=f"w{i}") for i in range(4)]
     data = batch("grade=1")
@@ -128,7 +139,9 @@ async def test_racing_workers_on_one_request_make_one(genrm, judge):
     assert judge.stats()["served"] == 1
 
 
-async def test_per_turn_judging_gives_each_output_its_own_reward(genrm, judge):
+async def test_per_turn_judging_gives_each_output_its_own_reward(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     m = await genrm(per_turn=True, prompt_template="{trajectory}\nJudge the last output. {format_instructions}")
     out = await m.run_single(batch("grade=0.25", "grade=0.5", "grade=1"))
     assert [o["reward_score"] for o in out] == [0.25, 0.5, 1.0]
@@ -137,7 +150,9 @@ async def test_per_turn_judging_gives_each_output_its_own_reward(genrm, judge):
     assert texts[0].startswith("[output 0]\ngrade=0.25\n")
 
 
-async def test_a_429_is_retried_after_its_retry_after(genrm, judge):
+async def test_a_429_is_retried_after_its_retry_after(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     judge.control(fail_next=2, status=429, retry_after=1)
     m = await genrm()
     t0 = time.monotonic()
@@ -147,7 +162,9 @@ async def test_a_429_is_retried_after_its_retry_after(genrm, judge):
     assert judge.stats()["statuses"] == {"429": 2, "200": 1}
 
 
-async def test_a_500_is_retried_with_backoff_then_scores(genrm, judge, sync_redis, ns):
+async def test_a_500_is_retried_with_backoff_then_scores(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: redis.Redis, ns: str
+) -> None:
     judge.control(fail_next=2, status=500)
     m = await genrm()
     assert (await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
@@ -156,7 +173,9 @@ async def test_a_500_is_retried_with_backoff_then_scores(genrm, judge, sync_redi
     assert totals["error_rate"] == round(2 / 3, 4)
 
 
-async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(genrm, judge, sync_redis, ns):
+async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: redis.Redis, ns: str
+) -> None:
     judge.control(fail_always=500)
     m = await genrm(max_retries=2)
     with pytest.raises(JudgeUnavailable, match=r"failed after 3 attempts; last: HTTP 500: injected 500") as err:
@@ -168,21 +187,25 @@ async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(
     assert (await m.run_single(batch("grade=1")))["reward_score"] == 1.0
 
 
-async def test_a_refused_request_is_not_retried(genrm, judge):
+async def test_a_refused_request_is_not_retried(genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin) -> None:
     m = await genrm()
     with pytest.raises(JudgeUnavailable, match=r"refused the request with HTTP 404 \(not retried\)"):
         await m.run_single(batch("judge-fail=404"))
     assert judge.stats()["received"] == 1
 
 
-async def test_a_retry_after_longer_than_max_retry_wait_ends_the_call(genrm, judge):
+async def test_a_retry_after_longer_than_max_retry_wait_ends_the_call(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     judge.control(fail_next=1, status=429, retry_after=3600)
     m = await genrm(max_retry_wait=10)
     with pytest.raises(JudgeUnavailable, match="asked to retry after 3600s"):
         await m.run_single(batch("grade=1"))
 
 
-async def test_a_server_without_structured_output_falls_back_to_json_in_text(genrm, judge, caplog):
+async def test_a_server_without_structured_output_falls_back_to_json_in_text(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, caplog: pytest.LogCaptureFixture
+) -> None:
     judge.control(refuse_structured=True)
     m = await genrm(score_parser="json")
     with caplog.at_level(logging.WARNING, logger="rewardq.reward.genrm"):
@@ -195,7 +218,9 @@ async def test_a_server_without_structured_output_falls_back_to_json_in_text(gen
         await strict.run_single(batch("grade=0.75"))
 
 
-async def test_the_api_key_comes_from_the_environment_and_is_never_logged(tmp_path, redis_url, ns, monkeypatch, caplog):
+async def test_the_api_key_comes_from_the_environment_and_is_never_logged(
+    tmp_path: Path, redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = "sk-test-" + hashlib.sha256(ns.encode()).hexdigest()[:20]
     keyed = JudgeStandin(tmp_path, api_key=secret)
     try:
@@ -216,7 +241,9 @@ async def test_the_api_key_comes_from_the_environment_and_is_never_logged(tmp_pa
         keyed.stop()
 
 
-async def test_the_token_bucket_is_charged_with_the_servers_usage(genrm, sync_redis, ns):
+async def test_the_token_bucket_is_charged_with_the_servers_usage(
+    genrm: MakeManager[GenRMRewardManager], sync_redis: redis.Redis, ns: str
+) -> None:
     m = await genrm(max_tpm=600_000, estimated_tokens_per_request=1)  # a bucket of 10,000 tokens
     out = await m.run_single(batch("grade=1"))
     used = out["reward_extra_info"]["judge_prompt_tokens"] + out["reward_extra_info"]["judge_completion_tokens"]
@@ -232,7 +259,9 @@ def png(color) -> bytes:
     return buf.getvalue()
 
 
-async def test_a_vision_judge_receives_the_outputs_images_as_data_urls(genrm, judge):
+async def test_a_vision_judge_receives_the_outputs_images_as_data_urls(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     from rewardq.consumers.batch import build_batch
 
     first, final = png((255, 0, 0)), png((0, 0, 255))
@@ -257,7 +286,9 @@ async def test_a_vision_judge_receives_the_outputs_images_as_data_urls(genrm, ju
     assert isinstance(judge.bodies()[-1]["messages"][-1]["content"], str)
 
 
-async def test_without_redis_the_cache_and_limits_hold_in_the_process(genrm, judge):
+async def test_without_redis_the_cache_and_limits_hold_in_the_process(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     m = await genrm(redis=False, max_concurrent=1)
     judge.control(delay=0.2)
     outs = await asyncio.gather(*(m.run_single(batch(f"grade=0.{i}")) for i in range(1, 4)))

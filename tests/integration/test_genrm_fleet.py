@@ -9,12 +9,15 @@ import re
 import signal
 import time
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import redis
 import yaml
 
 from rewardq import RewardClient
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
 
@@ -25,7 +28,7 @@ FAST = ["--heartbeat-interval", "0.5", "--maintenance-interval", "0.5", "--log-l
 
 
 @pytest.fixture
-def judge(tmp_path):
+def judge(tmp_path: Path) -> Iterator[JudgeStandin]:
     s = JudgeStandin(tmp_path)
     yield s
     s.stop()
@@ -51,8 +54,8 @@ def both_alive(sync_redis, ns, names, workers):
 
 
 def test_forty_trajectories_on_two_workers_keep_the_fleets_rate_and_concurrency(
-    procs, redis_url, ns, sync_redis, judge, tmp_path
-):
+    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, judge: JudgeStandin, tmp_path: Path
+) -> None:
     # Given a judge that takes 0.8 s per answer and two workers sharing max_rpm 120 and max_concurrent 2
     judge.control(delay=0.8)
     config = config_file(tmp_path, judge, max_rpm=120, max_concurrent=2)
@@ -89,7 +92,9 @@ def test_forty_trajectories_on_two_workers_keep_the_fleets_rate_and_concurrency(
         assert w.terminate() == 0, w.stderr()[-2000:]
 
 
-def test_a_worker_killed_mid_judging_costs_no_request_twice(procs, redis_url, ns, sync_redis, judge, tmp_path):
+def test_a_worker_killed_mid_judging_costs_no_request_twice(
+    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, judge: JudgeStandin, tmp_path: Path
+) -> None:
     # Given one worker judging 8 trajectories of 3 outputs each, turn by turn, one request at a time
     judge.control(delay=0.3)
     config = config_file(tmp_path, judge, per_turn=True, max_concurrent=1, lease_seconds=3)
@@ -134,8 +139,8 @@ def _scrape(port: int) -> str:
 
 
 def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbours_score(
-    procs, redis_url, ns, sync_redis, judge, tmp_path
-):
+    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, judge: JudgeStandin, tmp_path: Path
+) -> None:
     # Given a worker whose judge answers 500 forever for two trajectories
     config = config_file(tmp_path, judge, max_retries=2)
     [w] = start_workers(procs, redis_url, ns, ["f"], config, "--metrics-port", "0")

@@ -11,6 +11,9 @@ import asyncio
 import logging
 from collections import Counter
 
+import pytest
+import redis
+
 from rewardq import RewardClient, defaults
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import running_workers, until
@@ -22,7 +25,9 @@ def _wait(client: RewardClient, keys: list[str], timeout: float = 30) -> dict:
     return client.wait_rewards(keys, timeout=timeout) if keys else {}
 
 
-async def test_every_hostile_case_ends_in_its_documented_state(ns, redis_url, sync_redis, caplog):
+async def test_every_hostile_case_ends_in_its_documented_state(
+    ns: str, redis_url: str, sync_redis: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="rewardq.worker")
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

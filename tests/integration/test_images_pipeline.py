@@ -10,6 +10,7 @@ import io
 
 import msgpack
 import pytest
+import redis
 from PIL import Image
 
 from rewardq import RecordError, RewardClient
@@ -25,7 +26,7 @@ def png(color, size=(24, 16)) -> bytes:
     return buf.getvalue()
 
 
-async def test_the_manager_sees_the_bytes_the_producer_sent(ns, redis_url):
+async def test_the_manager_sees_the_bytes_the_producer_sent(ns: str, redis_url: str) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     jpg = io.BytesIO()
     Image.new("RGB", (20, 20), (5, 200, 5)).save(jpg, format="JPEG")
@@ -51,7 +52,9 @@ def png_of(img: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def test_the_producer_refuses_an_oversize_image_naming_output_and_image(ns, redis_url, sync_redis):
+def test_the_producer_refuses_an_oversize_image_naming_output_and_image(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns, max_image_bytes=200)
     big = png((1, 2, 3), size=(400, 400))
     assert len(big) > 200 > len(png((0, 0, 0), (2, 2)))
@@ -84,8 +87,8 @@ def forged(index: int, final: bool, image: bytes) -> bytes:
     ids=["garbage", "cut", "oversize"],
 )
 async def test_a_raw_entry_carrying_a_bad_image_fails_every_key_and_is_dead_lettered(
-    ns, redis_url, sync_redis, image, reason
-):
+    ns: str, redis_url: str, sync_redis: redis.Redis, image, reason
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     good = client.put_trajectory("good", "s", [output(3, 3, multi_modal_data={"images": [png((1, 1, 1))]})], SAMPLE)

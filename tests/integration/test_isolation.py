@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.conftest import _delete_namespace
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -41,7 +42,9 @@ def marked_pids(marks: Path, verb: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def sync_fn_worker(redis_url, tmp_path_factory):
+def sync_fn_worker(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[WorkerProcess, RewardClient, Path]]:
     """One ``rewardq worker`` (naive manager) whose sync ``--reward-fn`` misbehaves on request,
     with two scorer processes and an 8 s score timeout; shared by the tests of this group."""
     ns = f"iso-{uuid.uuid4().hex[:8]}"
@@ -69,7 +72,9 @@ def sync_fn_worker(redis_url, tmp_path_factory):
         _delete_namespace(redis_url, ns)
 
 
-def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(sync_fn_worker):
+def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     worker, client, marks = sync_fn_worker
     # Given five calls that hang, more than the two scorer processes, pushed first
     hung = [push(client, "hang") for _ in range(5)]
@@ -95,7 +100,9 @@ def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(syn
     assert max(r.latency_ms for r in later.values()) < 5000
 
 
-def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(sync_fn_worker):
+def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     worker, client, _ = sync_fn_worker
     reasons = {
         "sysexit:3": r"the reward function called sys.exit(3)",
@@ -120,7 +127,9 @@ def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(sync_fn_work
     assert client.wait_rewards([push(client, "ok")], timeout=30).popitem()[1].reward_score == 1.0
 
 
-def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(sync_fn_worker):
+def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     _, client, _ = sync_fn_worker
     # Given a call that holds the GIL for 6 s (in a thread of the worker, it froze the event
     # loop, so its neighbours' timeouts fired: "scoring timed out")
@@ -136,7 +145,9 @@ def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(sync_fn_wor
     assert (held.status, held.reward_score) == ("ok", 0.0) and held.latency_ms >= 6000
 
 
-def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_children(redis_url, ns, tmp_path):
+def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_children(
+    redis_url: str, ns: str, tmp_path: Path
+) -> None:
     # Given a worker whose manager left a hung thread in asyncio's default executor, and whose
     # reward function hangs in a scorer process that ignores SIGTERM
     marks = tmp_path / "marks"
@@ -181,7 +192,9 @@ def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_c
         worker.kill()
 
 
-def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(procs, redis_url, ns):
+def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(
+    procs: Procs, redis_url: str, ns: str
+) -> None:
     # Given two worker processes under the supervisor, with a custom manager that runs in
     # the worker's own process and an async reward function it calls
     sup = procs.start(

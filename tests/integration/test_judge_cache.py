@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import pytest
+import redis
 import redis.asyncio as aredis
 
 from rewardq.queue.judge_cache import JudgeCache, LocalJudgeCache, judge_totals
@@ -15,7 +16,7 @@ from rewardq.queue.keys import Keyspace
 
 
 @pytest.fixture(params=["redis", "local"])
-async def caches(request, redis_url, ns):
+async def caches(request: pytest.FixtureRequest, redis_url: str, ns: str):
     """``make(**settings)``: caches sharing one store (the same Redis namespace, or one process's memory)."""
     clients, local = [], {}
 
@@ -35,7 +36,7 @@ async def caches(request, redis_url, ns):
         await r.aclose()
 
 
-async def test_a_hit_returns_the_answer_and_claims_nothing(caches):
+async def test_a_hit_returns_the_answer_and_claims_nothing(caches) -> None:
     cache = caches()
     async with cache.claim("d1") as first:
         assert not first.hit
@@ -46,7 +47,7 @@ async def test_a_hit_returns_the_answer_and_claims_nothing(caches):
             await again.put("x")
 
 
-async def test_of_two_racing_callers_one_sends_and_the_other_gets_its_answer(caches):
+async def test_of_two_racing_callers_one_sends_and_the_other_gets_its_answer(caches) -> None:
     a, b = caches(), caches()
     sent = []
 
@@ -63,7 +64,7 @@ async def test_of_two_racing_callers_one_sends_and_the_other_gets_its_answer(cac
     assert len(sent) == 1 and got == [f"answer of {sent[0]}"] * 2
 
 
-async def test_a_dead_holders_claim_lapses_after_its_lease(caches):
+async def test_a_dead_holders_claim_lapses_after_its_lease(caches) -> None:
     short = caches(lease_seconds=0.6)
     kind, _ = await short._op("orphan", "get", "a-worker-that-is-then-killed")  # claimed, never renewed
     assert kind == "claimed"
@@ -77,7 +78,7 @@ async def test_a_dead_holders_claim_lapses_after_its_lease(caches):
     assert c.waited > 0
 
 
-async def test_a_holder_that_fails_frees_the_claim_at_once(caches):
+async def test_a_holder_that_fails_frees_the_claim_at_once(caches) -> None:
     a, b = caches(lease_seconds=30.0), caches(lease_seconds=30.0)
     started = asyncio.Event()
 
@@ -99,7 +100,7 @@ async def test_a_holder_that_fails_frees_the_claim_at_once(caches):
     assert waited < 5.0  # not the 30 s lease
 
 
-async def test_a_held_claim_is_renewed_while_its_holder_works(caches):
+async def test_a_held_claim_is_renewed_while_its_holder_works(caches) -> None:
     a, b = caches(lease_seconds=0.6), caches(lease_seconds=0.6)
     async with a.claim("slow") as c:
         assert not c.hit
@@ -115,7 +116,7 @@ async def test_a_held_claim_is_renewed_while_its_holder_works(caches):
         assert after.hit and after.answer == "done"
 
 
-async def test_answers_live_for_result_ttl_and_counters_add_up(caches, sync_redis, ns):
+async def test_answers_live_for_result_ttl_and_counters_add_up(caches, sync_redis: redis.Redis, ns: str) -> None:
     cache = caches(ttl=120.0)
     async with cache.claim("ttl") as c:
         await c.put("kept")
@@ -141,7 +142,7 @@ async def test_answers_live_for_result_ttl_and_counters_add_up(caches, sync_redi
     }
 
 
-async def test_without_reuse_every_caller_sends(caches):
+async def test_without_reuse_every_caller_sends(caches) -> None:
     cache = caches(reuse=False)
     for _ in range(2):
         async with cache.claim("fresh") as c:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
+import redis
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError
@@ -16,7 +18,7 @@ from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.managers.limited import LimitedRewardManager
 from tests.support.helpers import PeakCounter
-from tests.support.managers import set_up_managers
+from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, record
 
 
@@ -44,7 +46,7 @@ def trajectory(response: str = "The answer is 42", ground_truth: str = "42", ext
 
 
 @pytest.fixture
-async def managers(redis_url, ns):
+async def managers(redis_url: str, ns: str) -> AsyncIterator[MakeManager[LimitedRewardManager]]:
     def build(fn, *, redis: bool = True, worker: str = "w0", **options):
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker)
         return LimitedRewardManager(TOK, fn, context=ctx, **options)
@@ -58,7 +60,7 @@ async def judge(data_source, solution_str, ground_truth, extra_info):
     return {"score": 1.0 if ground_truth in solution_str else 0.0, "seen": dict(extra_info)}
 
 
-async def test_scores_with_the_judge_and_merges_extra_fields_only(managers):
+async def test_scores_with_the_judge_and_merges_extra_fields_only(managers: MakeManager[LimitedRewardManager]) -> None:
     m = await managers(judge)
     data = trajectory(extra_info={"split": "test", "judge_hint": "from-dataset"})
     out = await m.run_single(data)
@@ -69,7 +71,7 @@ async def test_scores_with_the_judge_and_merges_extra_fields_only(managers):
     assert isinstance(m.limiter, FleetRateLimiter)
 
 
-async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers):
+async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers: MakeManager[LimitedRewardManager]) -> None:
     async def slow(**kw):
         await asyncio.sleep(30)
 
@@ -80,7 +82,7 @@ async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers):
     assert time.monotonic() - t0 < 5.0
 
 
-async def test_a_failing_call_scores_zero_with_the_error_message(managers):
+async def test_a_failing_call_scores_zero_with_the_error_message(managers: MakeManager[LimitedRewardManager]) -> None:
     def broken(**kw):
         raise RuntimeError("judge said no")
 
@@ -126,7 +128,9 @@ class Recording:
         await self.inner.close()
 
 
-async def test_acquisition_order_request_tokens_slot_then_call(managers, sync_redis, ns):
+async def test_acquisition_order_request_tokens_slot_then_call(
+    managers: MakeManager[LimitedRewardManager], sync_redis: redis.Redis, ns: str
+) -> None:
     log = []
     key = Keyspace(ns).ratelimit("default")
 
@@ -151,7 +155,7 @@ async def test_acquisition_order_request_tokens_slot_then_call(managers, sync_re
 @pytest.mark.parametrize(
     "limits", [dict(max_rpm=600), dict(max_tpm=60_000, estimated_tokens_per_request=100)], ids=["rpm", "tpm"]
 )
-async def test_two_managers_share_one_rate_through_redis(managers, limits):
+async def test_two_managers_share_one_rate_through_redis(managers: MakeManager[LimitedRewardManager], limits) -> None:
     """Two managers (two workers' worth) together get 10 calls/s, not 10 each."""
     calls = []
 
@@ -176,7 +180,7 @@ async def test_two_managers_share_one_rate_through_redis(managers, limits):
     assert b.stats()[("request" if "max_rpm" in limits else "tokens")]["waits"] > 0
 
 
-async def test_concurrency_limit_holds_across_managers(managers):
+async def test_concurrency_limit_holds_across_managers(managers: MakeManager[LimitedRewardManager]) -> None:
     at_once = PeakCounter()
 
     async def slow(**kw):
@@ -190,7 +194,7 @@ async def test_concurrency_limit_holds_across_managers(managers):
     assert len(outs) == 8 and at_once.peak == 2
 
 
-async def test_without_redis_the_limits_hold_in_process(managers):
+async def test_without_redis_the_limits_hold_in_process(managers: MakeManager[LimitedRewardManager]) -> None:
     at_once = PeakCounter()
 
     async def slow(**kw):
@@ -216,7 +220,7 @@ async def test_without_redis_the_limits_hold_in_process(managers):
         ("max_concurrent", 2.5),
     ],
 )
-def test_non_positive_options_are_refused_naming_the_value(option, value):
+def test_non_positive_options_are_refused_naming_the_value(option: str, value: float) -> None:
     with pytest.raises(ConfigError, match=option) as info:
         LimitedRewardManager(TOK, judge, **{option: value})
     assert repr(value) in str(info.value)

@@ -8,6 +8,7 @@ import re
 import urllib.request
 
 import pytest
+import redis
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -26,7 +27,7 @@ def _scrape(port: int) -> dict[str, float]:
     return out
 
 
-async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
+async def test_metrics_endpoint_counts_a_run(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     w = Worker(
         worker_config(ns, redis_url, name="m", metrics_port=0, manager="test-length"), manager=LengthManager(None)
@@ -60,7 +61,9 @@ async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
     assert "rewardq_in_flight" in after and "rewardq_reclaimed_total" in after
 
 
-async def test_backlog_gauges_show_the_namespaces_backlog_and_its_drain_time(ns, redis_url, sync_redis):
+async def test_backlog_gauges_show_the_namespaces_backlog_and_its_drain_time(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     from tests.support.managers import EchoManager
 
     client = RewardClient.from_url(redis_url, namespace=ns)

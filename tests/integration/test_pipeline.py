@@ -6,6 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
+import redis
 import torch
 
 from rewardq import AsyncRewardClient, RewardClient
@@ -15,7 +16,9 @@ from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
 
 
-async def test_trajectory_scored_once_and_copied_to_every_key(ns, redis_url, length_manager, sync_redis):
+async def test_trajectory_scored_once_and_copied_to_every_key(
+    ns: str, redis_url: str, length_manager: LengthManager, sync_redis: redis.Redis
+) -> None:
     # Given a trajectory whose outputs have very different prompt and response lengths
     lens = [(50, 300), (700, 10), (5, 1200), (120, 0), (300, 77)]
     outs = [output(p, r, seed=i, num_turns=2 * i + 1, extra_fields={"turn": i}) for i, (p, r) in enumerate(lens)]
@@ -44,7 +47,9 @@ async def test_trajectory_scored_once_and_copied_to_every_key(ns, redis_url, len
     assert raw[b"reward_score"] == b"77.0" and raw[b"reward_extra_info"] == b'{"rows":5,"gt":"42"}'
 
 
-async def test_out_of_order_arrival_and_two_workers_assemble_once(ns, redis_url, sync_redis):
+async def test_out_of_order_arrival_and_two_workers_assemble_once(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     managers = [LengthManager(None), LengthManager(None)]
     LengthManager.calls = []
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -66,7 +71,9 @@ async def test_out_of_order_arrival_and_two_workers_assemble_once(ns, redis_url,
     client.close()
 
 
-async def test_outputs_read_by_different_workers_are_scored_once(ns, redis_url, sync_redis):
+async def test_outputs_read_by_different_workers_are_scored_once(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     """Worker A reads output 0, worker B reads the final output: B assembles and scores."""
     from rewardq.consumers.worker import Worker
     from tests.support.helpers import worker_config
@@ -97,7 +104,9 @@ async def test_outputs_read_by_different_workers_are_scored_once(ns, redis_url, 
         client.close()
 
 
-async def test_ids_as_lists_numpy_and_torch_and_verl_like_objects(ns, redis_url, length_manager):
+async def test_ids_as_lists_numpy_and_torch_and_verl_like_objects(
+    ns: str, redis_url: str, length_manager: LengthManager
+) -> None:
     class AgentLoopOutput:  # duck-typed verl output
         def __init__(self):
             self.prompt_ids = torch.tensor([1, 2, 3])
@@ -119,7 +128,7 @@ async def test_ids_as_lists_numpy_and_torch_and_verl_like_objects(ns, redis_url,
     await client.aclose()
 
 
-async def test_get_rewards_reports_missing_and_wait_times_out_naming_keys(ns, redis_url):
+async def test_get_rewards_reports_missing_and_wait_times_out_naming_keys(ns: str, redis_url: str) -> None:
     from rewardq.errors import RewardTimeout
 
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -132,7 +141,7 @@ async def test_get_rewards_reports_missing_and_wait_times_out_naming_keys(ns, re
     client.close()
 
 
-async def test_many_concurrent_async_waiters(ns, redis_url, length_manager):
+async def test_many_concurrent_async_waiters(ns: str, redis_url: str, length_manager: LengthManager) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [length_manager], concurrency=8):
 
@@ -146,7 +155,7 @@ async def test_many_concurrent_async_waiters(ns, redis_url, length_manager):
     await client.aclose()
 
 
-async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns, redis_url):
+async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns: str, redis_url: str) -> None:
     from rewardq.reward.base import RewardManager
 
     class Counting(RewardManager):
@@ -167,7 +176,9 @@ async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns, redis_u
     client.close()
 
 
-async def test_own_process_worker_freezes_the_start_up_heap_before_it_reads(ns, redis_url, length_manager, monkeypatch):
+async def test_own_process_worker_freezes_the_start_up_heap_before_it_reads(
+    ns: str, redis_url: str, length_manager: LengthManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a worker run as a process's own (as `rewardq worker` runs it); gc.freeze is
     # recorded, not done, so the test process's heap is left alone
     import gc

@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 
 from rewardq import AsyncRewardClient
 from rewardq.errors import RewardTimeout
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import SAMPLE, output, running_workers
+from tests.support.managers import LengthManager
 
 
-async def test_concurrent_trajectories_get_their_own_rewards(ns, redis_url, length_manager):
+async def test_concurrent_trajectories_get_their_own_rewards(
+    ns: str, redis_url: str, length_manager: LengthManager
+) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [length_manager], concurrency=8):
 
@@ -28,7 +32,9 @@ async def test_concurrent_trajectories_get_their_own_rewards(ns, redis_url, leng
         assert [r.reward_score for r in results.values()] == [float(t % 7 + 1)] * 2
 
 
-async def test_the_results_are_read_after_the_put_not_before(ns, redis_url, sync_redis, monkeypatch):
+async def test_the_results_are_read_after_the_put_not_before(
+    ns: str, redis_url: str, sync_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     reads: list[list[str]] = []
     real = client.get_rewards
@@ -53,7 +59,9 @@ async def test_the_results_are_read_after_the_put_not_before(ns, redis_url, sync
     await client.aclose()
 
 
-async def test_a_bad_record_is_refused_before_anything_is_sent(ns, redis_url, sync_redis):
+async def test_a_bad_record_is_refused_before_anything_is_sent(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     from rewardq.errors import RecordError
 
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
@@ -64,7 +72,9 @@ async def test_a_bad_record_is_refused_before_anything_is_sent(ns, redis_url, sy
     await client.aclose()
 
 
-async def test_waiters_that_start_together_share_one_watcher(ns, redis_url, length_manager):
+async def test_waiters_that_start_together_share_one_watcher(
+    ns: str, redis_url: str, length_manager: LengthManager
+) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
 
     def watchers() -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import redis
+
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
@@ -33,7 +35,9 @@ class Overlap(RewardManager):
             return {"reward_score": float(valid_response_ids(last_row(data)).shape[0]), "reward_extra_info": {}}
 
 
-async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_ones_together(ns, redis_url, sync_redis):
+async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_ones_together(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     # Given four trajectories in flight at a worker that dies
@@ -59,7 +63,9 @@ async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_o
     client.close()
 
 
-async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(ns, redis_url, sync_redis):
+async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     (key,) = client.put_trajectory("handed", "0", [output(2, 5)], SAMPLE)

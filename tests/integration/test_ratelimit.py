@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -26,14 +27,14 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture
-async def redis():
+async def redis() -> AsyncIterator[aioredis.Redis]:
     client = aioredis.Redis.from_url(REDIS_URL)
     yield client
     await client.aclose()
 
 
 @pytest.fixture
-async def key(redis):
+async def key(redis: aioredis.Redis) -> AsyncIterator[str]:
     ns = f"rqtest-{uuid.uuid4().hex[:12]}"
     k = Keyspace(ns).ratelimit("t")
     yield k
@@ -42,7 +43,7 @@ async def key(redis):
 
 
 @pytest.fixture(params=["fleet", "local"])
-def make(request, redis, key):
+def make(request: pytest.FixtureRequest, redis: aioredis.Redis, key: str):
     """Build a limiter of either backend: the contract tests run on both."""
 
     def factory(**kw):
@@ -58,7 +59,7 @@ def make(request, redis, key):
 # ---------------------------------------------------------------------------------------
 
 
-def test_bucket_rule_refill_wait_and_debt():
+def test_bucket_rule_refill_wait_and_debt() -> None:
     # a new bucket is full, and holds one second of the rate (verl's): 120 rpm is 2 requests
     assert bucket_take(None, None, 10.0, capacity=120, cost=1) == (0.0, 1.0)
     # refill is continuous at rate/60 per second, capped at one second's worth
@@ -89,7 +90,7 @@ def test_bucket_rule_refill_wait_and_debt():
         {"lease_seconds": 0},
     ],
 )
-def test_bad_limits_are_refused_naming_the_value(bad):
+def test_bad_limits_are_refused_naming_the_value(bad: dict[str, float] | dict[str, int]) -> None:
     name, value = next(iter(bad.items()))
     with pytest.raises(ConfigError, match=name) as info:
         LocalRateLimiter(**bad)
@@ -101,7 +102,7 @@ def test_bad_limits_are_refused_naming_the_value(bad):
 # ---------------------------------------------------------------------------------------
 
 
-async def test_burst_then_wait_for_refill(make):
+async def test_burst_then_wait_for_refill(make) -> None:
     lim = make(max_rpm=600, max_concurrent=None)  # a bucket of 10 (one second), refilled at 10/s
     for _ in range(10):
         assert await lim.try_request() == 0.0
@@ -111,7 +112,7 @@ async def test_burst_then_wait_for_refill(make):
     assert await lim.level("tpm") is None  # that limit is off
 
 
-async def test_a_minute_of_budget_never_goes_out_at_once(make):
+async def test_a_minute_of_budget_never_goes_out_at_once(make) -> None:
     # verl's semantics: 120 rpm is a smooth 2/s with a burst of 2, not 120 requests at once
     lim = make(max_rpm=120, max_concurrent=None)
     taken = 0
@@ -120,7 +121,7 @@ async def test_a_minute_of_budget_never_goes_out_at_once(make):
     assert taken == 2
 
 
-async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make):
+async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make) -> None:
     lim = make(max_tpm=600, max_concurrent=None)  # bucket of 10 tokens, 10 tokens per second
     assert await lim.try_tokens(5) == 0.0
     wait = await lim.try_tokens(25)  # oversize: waits until the bucket is full
@@ -141,7 +142,7 @@ async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make):
         assert -15.1 < await lim2.level("tpm") < -14.5
 
 
-async def test_acquire_sleeps_until_allowed_and_counts_waits(make):
+async def test_acquire_sleeps_until_allowed_and_counts_waits(make) -> None:
     lim = make(max_tpm=6000, max_concurrent=None)  # bucket of 100 tokens, 100 tokens per second
     t0 = time.monotonic()
     assert await lim.acquire_tokens(200) == 0.0  # full bucket: oversize goes, level -100
@@ -154,7 +155,7 @@ async def test_acquire_sleeps_until_allowed_and_counts_waits(make):
     assert stats["request"]["waits"] == 0 and stats["slot"]["waits"] == 0
 
 
-async def test_concurrency_slots_are_shared_and_released(make):
+async def test_concurrency_slots_are_shared_and_released(make) -> None:
     limiters = [make(max_concurrent=2, lease_seconds=5), make(max_concurrent=2, lease_seconds=5)]
     if isinstance(limiters[0], LocalRateLimiter):
         limiters = [limiters[0], limiters[0]]  # one process: one limiter object
@@ -173,7 +174,7 @@ async def test_concurrency_slots_are_shared_and_released(make):
         assert await limiters[0]._slot_op("slot", "third") > 0
 
 
-async def test_slot_released_on_cancellation(make):
+async def test_slot_released_on_cancellation(make) -> None:
     lim = make(max_concurrent=1, lease_seconds=30)
     entered = asyncio.Event()
 
@@ -209,7 +210,7 @@ asyncio.run(main())
 """
 
 
-async def test_dead_holder_frees_its_slot_after_the_lease(redis, key):
+async def test_dead_holder_frees_its_slot_after_the_lease(redis: aioredis.Redis, key: str) -> None:
     lease = 1.0
     child = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, REDIS_URL, key, str(lease)], stdout=subprocess.PIPE, text=True, cwd=REPO
@@ -262,7 +263,7 @@ asyncio.run(main())
 """
 
 
-async def test_fleet_of_processes_holds_the_combined_rate(key):
+async def test_fleet_of_processes_holds_the_combined_rate(key: str) -> None:
     rpm, duration, n_procs = 600, 8.0, 2  # 10 requests/s, a bucket of 10
     start_at = time.time() + 3.0
     procs = [

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -26,7 +27,9 @@ from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
 
 
-async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(ns, redis_url, sync_redis):
+async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("u", "s", [output(3, 4), output(3, 6)], SAMPLE)
@@ -47,7 +50,7 @@ async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(ns, redis_ur
     client.close()
 
 
-async def test_live_lease_is_respected_while_owner_renews(ns, redis_url):
+async def test_live_lease_is_respected_while_owner_renews(ns: str, redis_url: str) -> None:
     """A slow but alive scorer keeps its trajectory: nobody else scores it concurrently."""
 
     class Slow(RewardManager):
@@ -68,7 +71,9 @@ async def test_live_lease_is_respected_while_owner_renews(ns, redis_url):
     client.close()
 
 
-async def test_graceful_stop_hands_back_and_another_worker_finishes(ns, redis_url, sync_redis):
+async def test_graceful_stop_hands_back_and_another_worker_finishes(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("h", "s", [output(2, 5)], SAMPLE)
     # returns normally: hands the trajectory back instead of hanging
@@ -99,7 +104,7 @@ async def stored_trajectory(ns: str, url: str, uid: str, outputs: list) -> Async
         client.close()
 
 
-async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
+async def test_repeated_commit_changes_nothing(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
     ks = Keyspace(ns)
     async with stored_trajectory(ns, redis_url, "c", [output(2, 2), output(2, 3)]) as (client, w, outs):
         assert [o.kind for o in outs] == ["parked", "complete"]
@@ -125,7 +130,9 @@ async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
         assert sync_redis.hgetall(ks.reward_key("c_s_1")) == first
 
 
-async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_outputs(ns, redis_url):
+async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_outputs(
+    ns: str, redis_url: str
+) -> None:
     # every stored output keeps its record and its digest in the trajectory hash: 2 fields each
     client = RewardClient.from_url(redis_url, namespace=ns, max_outputs=50)
     for i in range(40):
@@ -137,7 +144,9 @@ async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_
     assert "missing output indices 7 of 0..39" in res["wide_s_0"].error, res["wide_s_0"].error
 
 
-async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, redis_url, sync_redis):
+async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_output("gap", "s", 0, output(2, 2), SAMPLE)
@@ -171,7 +180,7 @@ async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, 
     client.close()
 
 
-async def test_entry_redelivered_too_often_is_dead_lettered(ns, redis_url, sync_redis):
+async def test_entry_redelivered_too_often_is_dead_lettered(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("poison", "s", [output(2, 2)], SAMPLE)
@@ -197,7 +206,7 @@ async def test_entry_redelivered_too_often_is_dead_lettered(ns, redis_url, sync_
     client.close()
 
 
-async def test_deleted_stream_is_recreated_and_work_goes_on(ns, redis_url, sync_redis):
+async def test_deleted_stream_is_recreated_and_work_goes_on(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
     """An operator deletes the stream under a blocked reader: the worker re-creates it and carries on."""
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -211,7 +220,9 @@ async def test_deleted_stream_is_recreated_and_work_goes_on(ns, redis_url, sync_
     client.close()
 
 
-async def test_dead_owners_lease_running_out_costs_no_deliveries(ns, redis_url, sync_redis):
+async def test_dead_owners_lease_running_out_costs_no_deliveries(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     """claim_idle far below lease_seconds: the entry is not reclaimed (and counted) again and
     again while the dead owner's lease runs out, so it is scored, not dead-lettered."""
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -230,7 +241,9 @@ async def test_dead_owners_lease_running_out_costs_no_deliveries(ns, redis_url, 
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["one-result-for-every-key", "one-result-per-key"])
-async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(ns, redis_url, sync_redis, shared):
+async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(
+    ns: str, redis_url: str, sync_redis: redis.Redis, shared: bool
+) -> None:
     # Given a complete trajectory of three outputs held by a worker
     ks = Keyspace(ns)
     async with stored_trajectory(ns, redis_url, "sh", [output(2, 2), output(2, 3), output(3, 1)]) as (client, w, outs):

@@ -8,6 +8,7 @@ import math
 import msgpack
 import numpy as np
 import pytest
+import redis
 
 from rewardq import RecordError, RewardClient
 from rewardq.queue.codec import encode_output
@@ -41,14 +42,14 @@ GOOD = {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]}
         ("u\n", "s", 0, GOOD, "uid"),
     ],
 )
-def test_producer_rejects_naming_the_field(uid, sid, index, out, field):
+def test_producer_rejects_naming_the_field(uid, sid, index, out, field) -> None:
     with pytest.raises(RecordError) as info:
         encode_output(uid, sid, index, out, SAMPLE, final=True)
     assert info.value.field == field
     assert str(info.value).startswith(field)
 
 
-def test_producer_rejects_oversize_and_unserialisable_sample():
+def test_producer_rejects_oversize_and_unserialisable_sample() -> None:
     with pytest.raises(RecordError, match="max_record_bytes"):
         encode_output("u", "s", 0, {"prompt_ids": np.arange(5000), "response_ids": [1]}, {}, final=True, max_bytes=1000)
     with pytest.raises(RecordError, match="sample"):
@@ -57,7 +58,7 @@ def test_producer_rejects_oversize_and_unserialisable_sample():
         encode_output("u", "s", 0, GOOD, {1: "int key"}, final=True)
 
 
-def test_client_rejects_before_sending(ns, redis_url, sync_redis):
+def test_client_rejects_before_sending(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     with pytest.raises(RecordError, match="outputs"):
         client.put_trajectory("u", "s", [], SAMPLE)
@@ -101,7 +102,9 @@ def _bad_payload(name):
     }[name]()
 
 
-async def test_worker_dead_letters_bad_entries_and_scores_the_rest(ns, redis_url, sync_redis):
+async def test_worker_dead_letters_bad_entries_and_scores_the_rest(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     good_keys = client.put_trajectory("good", "s", [output(3, 5), output(4, 6)], SAMPLE)
@@ -134,7 +137,7 @@ async def test_worker_dead_letters_bad_entries_and_scores_the_rest(ns, redis_url
     client.close()
 
 
-async def test_vocab_range_and_worker_size_limit(ns, redis_url, sync_redis):
+async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
     class Tok:
         vocab_size = 100
 
@@ -161,7 +164,9 @@ async def test_vocab_range_and_worker_size_limit(ns, redis_url, sync_redis):
     client.close()
 
 
-async def test_conflicting_records_fail_the_trajectory_with_reasons(ns, redis_url, sync_redis):
+async def test_conflicting_records_fail_the_trajectory_with_reasons(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     # same key, different content
@@ -213,7 +218,9 @@ class _Bad(RewardManager):
         return {"reward_score": 1.0, "reward_extra_info": {"fine": True}}
 
 
-async def test_failing_scorers_give_error_results_and_dead_letters(ns, redis_url, sync_redis):
+async def test_failing_scorers_give_error_results_and_dead_letters(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     modes = ["raise", "nan", "string", "hang", "wrong-count", "fine"]

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -61,7 +63,7 @@ def _used_memory_peak(r: Any) -> int:
 
 
 @pytest.mark.slow
-def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(tmp_path):
+def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(tmp_path: Path) -> None:
     with RedisServer(extra=MAXMEMORY) as srv:
         ns = "big"
         r = srv.client()
@@ -148,8 +150,8 @@ async def _stop(w: Worker) -> None:
     ids=["manager-cycle", "per-output-cycle", "manager-deep", "manager-keys", "reward-fn-cycle"],
 )
 async def test_a_bad_extra_info_fails_only_its_trajectory_and_never_its_commit_batch(
-    ns, redis_url, sync_redis, settings, text, reason
-):
+    ns: str, redis_url: str, sync_redis: redis.Redis, settings, text, reason
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     _ = client.keyspace
@@ -179,7 +181,7 @@ async def test_a_bad_extra_info_fails_only_its_trajectory_and_never_its_commit_b
     assert b"probably crashed" not in dead[0][1][b"reason"]
 
 
-async def test_a_lone_surrogate_in_extra_info_is_stored_as_a_replacement_character(ns, redis_url):
+async def test_a_lone_surrogate_in_extra_info_is_stored_as_a_replacement_character(ns: str, redis_url: str) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     _ = client.keyspace
     w = await _score_in_process(ns, redis_url, manager=MANAGER)
@@ -193,7 +195,9 @@ async def test_a_lone_surrogate_in_extra_info_is_stored_as_a_replacement_charact
     assert got[keys[-1]].reward_extra_info == {"pred": "bad\ufffdtext"}
 
 
-async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(ns, redis_url, sync_redis):
+async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     # Given a complete trajectory of 20 outputs held by a broker whose scripts write at most 4 kB each
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -234,7 +238,7 @@ async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(
         client.close()
 
 
-async def test_a_commit_script_refuses_to_write_more_than_its_byte_budget(ns, redis_url):
+async def test_a_commit_script_refuses_to_write_more_than_its_byte_budget(ns: str, redis_url: str) -> None:
     ks = Keyspace(ns)
     r = connect_async(redis_url)
     broker = StreamBroker(r, ks, worker="w", commit_bytes=4000)

@@ -83,7 +83,7 @@ def _secret_forms(pw: str) -> list[str]:
     return [pw, quote(pw, safe=""), pw[:6]]
 
 
-def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path):
+def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path: Path) -> None:
     with RedisServer(password=PASSWORD, appendonly=True) as srv:
         assert "%40" in srv.url and PASSWORD not in srv.url  # the URL carries it quoted
         worker, client, ns = _score_through(srv.url, tmp_path, name="pw-worker", log_level="debug")
@@ -139,7 +139,7 @@ def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path)
         assert "refused the credentials" in w.log() and "Wrong-Pw" not in w.log()
 
 
-def test_acl_user_works_for_client_and_worker(tmp_path):
+def test_acl_user_works_for_client_and_worker(tmp_path: Path) -> None:
     with RedisServer(password="admin-pw") as srv:
         admin = srv.client()
         assert admin.execute_command("ACL", "SETUSER", "rq", "on", ">rq-Secret-1", "~*", "&*", "+@all") == b"OK"
@@ -165,7 +165,7 @@ def test_acl_user_works_for_client_and_worker(tmp_path):
         admin.close()
 
 
-def test_tls_rediss_url_works_for_client_and_worker(tmp_path):
+def test_tls_rediss_url_works_for_client_and_worker(tmp_path: Path) -> None:
     with RedisServer(tls=True, password=PASSWORD) as srv:
         assert srv.url.startswith("rediss://") and "ssl_ca_certs=" in srv.url
         worker, client, ns = _score_through(srv.url, tmp_path, name="tls-worker")
@@ -183,7 +183,7 @@ def test_tls_rediss_url_works_for_client_and_worker(tmp_path):
             redis.Redis.from_url(srv.url.split("?")[0], socket_connect_timeout=2).ping()
 
 
-def test_redact_url_hides_every_password_form():
+def test_redact_url_hides_every_password_form() -> None:
     assert redact_url("redis://u:p@ss@h:1/0") == "redis://u:***@h:1/0"
     assert redact_url("rediss://:s%40x@h/0?ssl_ca_certs=/ca.pem") == "rediss://:***@h/0?ssl_ca_certs=/ca.pem"
     assert redact_url("redis://h:6379/0?db=1&password=secret") == "redis://h:6379/0?db=1&password=***"
@@ -199,7 +199,7 @@ UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "shelve
 UNSAFE_CALLS = {("torch", "load"), ("pickle", "loads"), ("yaml", "load"), ("yaml", "unsafe_load")}
 
 
-def test_no_module_imports_pickle_or_calls_an_unsafe_loader():
+def test_no_module_imports_pickle_or_calls_an_unsafe_loader() -> None:
     offenders = []
     files = sorted((REPO / "rewardq").rglob("*.py"))
     assert len(files) > 20
@@ -238,7 +238,7 @@ BOMBS = {
 
 
 @pytest.mark.parametrize("name", list(BOMBS))
-def test_msgpack_bombs_are_refused_without_big_allocations(name):
+def test_msgpack_bombs_are_refused_without_big_allocations(name) -> None:
     data = BOMBS[name]
     tracemalloc.start()
     try:
@@ -251,7 +251,7 @@ def test_msgpack_bombs_are_refused_without_big_allocations(name):
     assert peak < 2_000_000, f"{name}: {peak} bytes allocated"
 
 
-def test_oversize_records_are_refused_before_decoding():
+def test_oversize_records_are_refused_before_decoding() -> None:
     big = encode_output(
         "big",
         "s",
@@ -272,7 +272,7 @@ def test_oversize_records_are_refused_before_decoding():
     assert len(big) > 8_000_000 and peak < 1_000_000, peak
 
 
-def test_bombs_cannot_allocate_even_under_a_hard_memory_cap():
+def test_bombs_cannot_allocate_even_under_a_hard_memory_cap() -> None:
     """In a child whose address space may grow by only 256 MB, every bomb is a RecordError."""
     code = """
 import resource, sys
@@ -305,7 +305,9 @@ print("done")
     assert stdout.count("refused") == len(BOMBS) and stdout.strip().endswith("done"), stdout
 
 
-def test_records_never_make_a_worker_import_code(tmp_path, redis_url, ns, sync_redis):
+def test_records_never_make_a_worker_import_code(
+    tmp_path: Path, redis_url: str, ns: str, sync_redis: redis.Redis
+) -> None:
     """Data sources, reward functions and managers come from the worker's configuration only:
     a record naming a module gets an "unknown data source" error, and nothing is imported."""
     canary = tmp_path / "canary"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from redis.exceptions import ResponseError
 
 from rewardq import RewardClient
@@ -42,8 +43,8 @@ def _push(client: RewardClient, uid: str, text: str, n: int = 2) -> list[str]:
     ],
 )
 async def test_a_manager_raising_cancelled_or_a_base_exception_gets_an_error_within_score_timeout(
-    ns, redis_url, sync_redis, text, reason
-):
+    ns: str, redis_url: str, sync_redis: redis.Redis, text: str, reason: str
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     async with running_workers(ns, redis_url, [HostileResultManager(TOK)], score_timeout=SCORE_TIMEOUT) as (w,):
@@ -66,8 +67,8 @@ async def test_a_manager_raising_cancelled_or_a_base_exception_gets_an_error_wit
 
 
 async def test_a_trajectory_whose_commits_keep_failing_ends_as_a_dead_letter_blaming_no_crash(
-    ns, redis_url, sync_redis
-):
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     async with running_workers(
@@ -101,7 +102,9 @@ async def test_a_trajectory_whose_commits_keep_failing_ends_as_a_dead_letter_bla
 
 
 @pytest.mark.slow
-def test_a_trajectory_whose_worker_died_says_so_when_it_runs_out_of_deliveries(ns, redis_url, tmp_path: Path):
+def test_a_trajectory_whose_worker_died_says_so_when_it_runs_out_of_deliveries(
+    ns: str, redis_url: str, tmp_path: Path
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     marks = tmp_path / "marks"
@@ -148,7 +151,9 @@ def sync_redis_dead(url: str, ks: Keyspace) -> list[dict[bytes, bytes]]:
         r.close()
 
 
-async def test_a_trajectory_handed_back_past_max_deliveries_says_its_workers_were_stopping(ns, redis_url, sync_redis):
+async def test_a_trajectory_handed_back_past_max_deliveries_says_its_workers_were_stopping(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     keys = client.put_trajectory("back", "s", [output(2, 3), output(2, 4)], SAMPLE)

@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 import numpy as np
 import pytest
+import redis
 
 from rewardq import RewardClient
 from rewardq.queue.codec import encode_output
@@ -43,7 +44,7 @@ def _record_fields(r: Any, key: str) -> list[bytes]:
 
 
 @pytest.mark.parametrize("arrival", ["whole", "one-by-one"])
-async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_on_every_key(arrival):
+async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_on_every_key(arrival: str) -> None:
     with RedisServer(extra=MAXMEMORY) as srv:
         ns, ks = "tb", Keyspace("tb")
         r = srv.client()
@@ -78,7 +79,9 @@ async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_
         r.close()
 
 
-async def test_a_batch_padded_past_max_batch_bytes_is_refused_before_it_is_built(ns, redis_url, sync_redis):
+async def test_a_batch_padded_past_max_batch_bytes_is_refused_before_it_is_built(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     # 40 one-token outputs and one of 500k response tokens: 41 rows padded to 500k, ~82 MB of int64 batch
@@ -119,8 +122,8 @@ async def _end_four_ways(ns: str, url: str, r: Any, client: RewardClient, **sett
 
 
 async def test_the_records_of_every_trajectory_that_ended_are_deleted_once_its_result_is_written(
-    ns, redis_url, sync_redis
-):
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks, r = Keyspace(ns), sync_redis
     keys = await _end_four_ways(ns, redis_url, r, client)
@@ -134,7 +137,9 @@ async def test_the_records_of_every_trajectory_that_ended_are_deleted_once_its_r
     client.close()
 
 
-async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_them(ns, redis_url, sync_redis):
+async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_them(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks, r = Keyspace(ns), sync_redis
     await _end_four_ways(ns, redis_url, r, client, keep_records=120)
@@ -146,7 +151,7 @@ async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_th
     assert len(r.hkeys(ks.records(0, "ok_s"))) == 3 and len(r.hkeys(ks.records(0, "inc_s"))) == 2
 
 
-async def test_a_retry_without_kept_records_says_what_to_do(ns, redis_url, sync_redis):
+async def test_a_retry_without_kept_records_says_what_to_do(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
     from rewardq.queue.deadletters import DeadLetters
 
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -160,7 +165,7 @@ async def test_a_retry_without_kept_records_says_what_to_do(ns, redis_url, sync_
 
 
 # -- keys count bytes; ambiguous records; masks ------------------------------------------------------------
-async def test_a_multibyte_uid_the_producer_accepts_is_scored_by_the_worker(ns, redis_url):
+async def test_a_multibyte_uid_the_producer_accepts_is_scored_by_the_worker(ns: str, redis_url: str) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     uid = "abcdef" + "漢" * 83  # 255 bytes
     keys = client.put_trajectory(uid, "s", [output(2, 3), output(2, 4)], SAMPLE)
@@ -177,7 +182,9 @@ def _uid_twice(first: str, second: str) -> bytes:
     return packer.pack_map_header(len(items)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in items)
 
 
-async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_it_names(ns, redis_url, sync_redis):
+async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_it_names(
+    ns: str, redis_url: str, sync_redis: redis.Redis
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     sync_redis.xadd(ks.stream(0), {"key": "named_s_0", "data": _uid_twice("first", "second")})
@@ -194,7 +201,7 @@ async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_i
 
 
 @pytest.mark.parametrize("value", [2, 7, -1])
-async def test_a_raw_mask_the_producer_refuses_is_refused_by_the_worker(ns, redis_url, value):
+async def test_a_raw_mask_the_producer_refuses_is_refused_by_the_worker(ns: str, redis_url: str, value: int) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     import redis as redis_lib

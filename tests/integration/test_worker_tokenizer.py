@@ -12,15 +12,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import redis
 
 from rewardq.producers.aio import AsyncRewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.factory import build_manager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.hf_cache import fake_hub_cache
 from tests.support.records import text_output
@@ -38,7 +40,7 @@ UNREACHABLE = "redis://127.0.0.1:1/0"  # never reached: the tokenizer is checked
     ],
     ids=["plain", "processes", "empty-env"],
 )
-def test_no_tokenizer_exits_2_naming_the_flag(procs, extra, env):
+def test_no_tokenizer_exits_2_naming_the_flag(procs: Procs, extra, env) -> None:
     rc, proc = procs.run(
         ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--connect-timeout", "1", *extra],
         env=env,
@@ -50,7 +52,9 @@ def test_no_tokenizer_exits_2_naming_the_flag(procs, extra, env):
 
 
 @pytest.mark.slow
-def test_a_hub_id_comes_from_the_local_cache_offline(procs, redis_url, ns, sync_redis, tmp_path):
+def test_a_hub_id_comes_from_the_local_cache_offline(
+    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
     home = tmp_path / "hf"
     config = json.dumps({"eos_token": "<|im_end|>"}).encode()
     fake_hub_cache(home, "acme/policy-7b", {"tokenizer.json": DEMO_PATH.read_bytes(), "tokenizer_config.json": config})
@@ -61,7 +65,7 @@ def test_a_hub_id_comes_from_the_local_cache_offline(procs, redis_url, ns, sync_
 
 
 @pytest.mark.slow
-def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs, tmp_path):
+def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs: Procs, tmp_path: Path) -> None:
     env = {"HF_HOME": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
     rc, proc = procs.run(
         ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--tokenizer", "acme/not-here"],
@@ -74,7 +78,9 @@ def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs, tmp_path):
     assert "hf download acme/not-here" in err and "--tokenizer" in err
 
 
-async def test_records_of_another_tokenizer_get_an_error_for_every_key(redis_url, ns, sync_redis, tmp_path):
+async def test_records_of_another_tokenizer_get_an_error_for_every_key(
+    redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
     demo = load_tokenizer("builtin:demo")
     copy = tmp_path / "tokenizer.json"
     vocab = json.loads(DEMO_PATH.read_text())

@@ -16,23 +16,26 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from rewardq.reward.base import RewardManager
 from rewardq.reward.rows import non_tensor, valid_response_ids
 
+M = TypeVar("M", bound=RewardManager)
+
+MakeManager = Callable[..., Awaitable[M]]
+"""What :func:`set_up_managers` yields: ``await make(*args, **kw)`` is a manager of type ``M``, set up."""
+
 
 @contextlib.asynccontextmanager
-async def set_up_managers(
-    build: Callable[..., RewardManager],
-) -> AsyncIterator[Callable[..., Awaitable[RewardManager]]]:
+async def set_up_managers(build: Callable[..., M]) -> AsyncIterator[MakeManager[M]]:
     """Yields ``make(*args, **kw)``: a manager from ``build(*args, **kw)``, set up; every manager
     made is closed on exit."""
-    made: list[RewardManager] = []
+    made: list[M] = []
 
-    async def make(*args: Any, **kw: Any) -> RewardManager:
+    async def make(*args: Any, **kw: Any) -> M:
         m = build(*args, **kw)
         made.append(m)
         await m.setup()

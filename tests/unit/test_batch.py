@@ -55,7 +55,7 @@ def records(lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: d
 
 
 @pytest.fixture(params=[True, False], ids=["fast-path", "public-api"])
-def fast(request, monkeypatch):
+def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     if not request.param:
         monkeypatch.setattr(rows_mod, "FAST_PATH", False)
     return request.param
@@ -64,7 +64,7 @@ def fast(request, monkeypatch):
 LENGTHS = [(5, 9), (3, 0), (8, 4), (1, 12)]
 
 
-def test_layout_left_padded_prompts_right_padded_responses(fast):
+def test_layout_left_padded_prompts_right_padded_responses(fast: bool) -> None:
     recs = records(LENGTHS, logprobs=True)
     td = build_batch(recs)
     P, R = 8, 12
@@ -99,11 +99,11 @@ def test_layout_left_padded_prompts_right_padded_responses(fast):
         assert valid_prompt_ids(td[i]).tolist() == rec.prompt_ids.tolist()
 
 
-def test_no_logprobs_column_when_no_output_has_them():
+def test_no_logprobs_column_when_no_output_has_them() -> None:
     assert "rollout_log_probs" not in build_batch(records(LENGTHS)).keys()
 
 
-def test_non_tensor_columns_are_per_row_and_independent(fast):
+def test_non_tensor_columns_are_per_row_and_independent(fast: bool) -> None:
     recs = records(LENGTHS)
     td = build_batch(recs)
     for i, _rec in enumerate(recs):
@@ -124,7 +124,7 @@ def test_non_tensor_columns_are_per_row_and_independent(fast):
     assert td.get("tags").tolist() == [["a", "b"]] * 4
 
 
-def test_non_tensor_column_matches_the_public_construction(fast):
+def test_non_tensor_column_matches_the_public_construction(fast: bool) -> None:
     values = [{"a": 1}, [1, 2], "x", 3, None, 2.5]
     column = non_tensor_column(values)
     assert column.tolist() == values
@@ -136,7 +136,7 @@ def test_non_tensor_column_matches_the_public_construction(fast):
 
 
 @pytest.mark.parametrize("lengths", [[(4, 6)], [(5, 9), (3, 0)], LENGTHS, [(2, 0), (2, 0)]])
-def test_last_row_is_data_minus_one_slice(fast, lengths):
+def test_last_row_is_data_minus_one_slice(fast: bool, lengths) -> None:
     td = build_batch(records(lengths, logprobs=True))
     cheap, ref = last_row(td), td[-1:]
     assert type(cheap) is type(ref) and cheap.batch_size == ref.batch_size == torch.Size([1])
@@ -156,7 +156,7 @@ def test_last_row_is_data_minus_one_slice(fast, lengths):
     assert last_row(cheap) is cheap
 
 
-def test_last_row_falls_back_for_nested_tensordicts():
+def test_last_row_falls_back_for_nested_tensordicts() -> None:
     td = build_batch(records(LENGTHS))
     td["nested"] = TensorDict({"x": torch.arange(4)}, batch_size=[4])
     row = last_row(td)
@@ -164,7 +164,7 @@ def test_last_row_falls_back_for_nested_tensordicts():
     assert row["data_source"] == ["openai/gsm8k"]
 
 
-def test_non_tensor_reads_rows_and_shared_values():
+def test_non_tensor_reads_rows_and_shared_values() -> None:
     td = build_batch(records(LENGTHS))
     td.set_non_tensor("experiment", "exp-1")  # one value for every row
     assert non_tensor(td[2], "extra_info") == SAMPLE["extra_info"]
@@ -176,7 +176,7 @@ def test_non_tensor_reads_rows_and_shared_values():
 
 
 @pytest.mark.parametrize("drop", ["response_len", "prompt_len"])
-def test_valid_ids_without_length_columns_read_the_attention_mask(fast, drop):
+def test_valid_ids_without_length_columns_read_the_attention_mask(fast: bool, drop: str) -> None:
     # Given a built batch, and the same batch without one of its length columns (as a
     # hand-built batch of a custom pipeline would be)
     recs = records(LENGTHS)

@@ -48,7 +48,7 @@ class RecordingBroker:
         return reply
 
 
-async def test_commits_of_one_turn_go_in_one_call_and_keep_their_replies():
+async def test_commits_of_one_turn_go_in_one_call_and_keep_their_replies() -> None:
     broker = RecordingBroker(replies={"t1": False, "t2": ResponseError("BUSY script")})
     c = CommitCoalescer(broker)
     got = await asyncio.gather(*(c.commit(0, f"t{i}", []) for i in range(4)), return_exceptions=True)
@@ -61,7 +61,7 @@ async def test_commits_of_one_turn_go_in_one_call_and_keep_their_replies():
     assert broker.calls[-1] == ["t9"]
 
 
-async def test_commits_arriving_while_a_batch_is_out_form_the_next_batch():
+async def test_commits_arriving_while_a_batch_is_out_form_the_next_batch() -> None:
     broker = RecordingBroker(delay=0.02)
     c = CommitCoalescer(broker)
     first = asyncio.create_task(c.commit(0, "a", []))
@@ -74,13 +74,13 @@ async def test_commits_arriving_while_a_batch_is_out_form_the_next_batch():
     await c.drain()
 
 
-async def test_a_failed_round_trip_reaches_every_waiter_of_that_batch():
+async def test_a_failed_round_trip_reaches_every_waiter_of_that_batch() -> None:
     c = CommitCoalescer(RecordingBroker(fail=RedisConnectionError("gone")))
     got = await asyncio.gather(c.commit(0, "a", []), c.commit(1, "b", []), return_exceptions=True)
     assert all(isinstance(g, RedisConnectionError) for g in got)
 
 
-async def test_a_cancelled_waiter_drops_out_and_drain_waits_for_the_sent():
+async def test_a_cancelled_waiter_drops_out_and_drain_waits_for_the_sent() -> None:
     broker = RecordingBroker(delay=0.05)
     c = CommitCoalescer(broker)
     keep = asyncio.create_task(c.commit(0, "keep", []))

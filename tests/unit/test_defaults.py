@@ -133,21 +133,21 @@ def package_findings() -> tuple[list[Default], list[tuple[Default, float]]]:
     return misplaced, disagreeing
 
 
-def test_no_numeric_default_lives_outside_defaults_py():
+def test_no_numeric_default_lives_outside_defaults_py() -> None:
     misplaced, _ = package_findings()
     assert not misplaced, "numeric defaults outside rewardq/defaults.py:\n" + "\n".join(
         f"  {d.where} {d.name}={d.value!r}" for d in misplaced
     )
 
 
-def test_no_literal_default_disagrees_with_defaults_py():
+def test_no_literal_default_disagrees_with_defaults_py() -> None:
     _, disagreeing = package_findings()
     assert not disagreeing, "\n".join(
         f"  {d.where} {d.name}={d.value!r} but defaults says {c!r}" for d, c in disagreeing
     )
 
 
-def test_the_scan_sees_every_kind_of_default():
+def test_the_scan_sees_every_kind_of_default() -> None:
     # the scan found the package's zero defaults and the kept ones (a scan that sees nothing passes vacuously)
     seen = {
         (str(p.relative_to(PACKAGE)), d.name)
@@ -189,7 +189,7 @@ def cmd(max_outputs): ...
 
 
 @pytest.mark.parametrize("name", [n for n in dir(defaults) if n.isupper()])
-def test_every_default_is_documented(name):
+def test_every_default_is_documented(name) -> None:
     source = (PACKAGE / "defaults.py").read_text()
     lines = source.splitlines()
     at = next(

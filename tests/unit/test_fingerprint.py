@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -13,18 +14,18 @@ from rewardq.queue.checks import tokenizer_mismatch
 from rewardq.queue.codec import decode_output, encode_output
 from rewardq.reward import fingerprint as fp
 from rewardq.reward.fingerprint import tokenizer_fingerprint
-from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
+from rewardq.reward.tokenizer import DEMO_PATH, Tokenizer, load_tokenizer
 
 OUT = {"prompt_ids": [5, 6], "response_ids": [7, 8, 9]}
 
 
 @pytest.fixture(scope="module")
-def demo():
+def demo() -> Tokenizer:
     return load_tokenizer("builtin:demo")
 
 
 @pytest.fixture(scope="module")
-def other(tmp_path_factory):
+def other(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     """The demo vocabulary with two tokens swapped: same size, other text for two ids."""
     data = json.loads(DEMO_PATH.read_text())
     vocab = data["model"]["vocab"]
@@ -35,14 +36,16 @@ def other(tmp_path_factory):
     return load_tokenizer(str(path))
 
 
-def test_the_fingerprint_names_the_vocabulary(demo):
+def test_the_fingerprint_names_the_vocabulary(demo: Tokenizer) -> None:
     text = tokenizer_fingerprint(demo)
     sha, vocab, name = text.split(" ", 2)
     assert sha.startswith("sha256=") and len(sha) == len("sha256=") + 16
     assert vocab == f"vocab={demo.vocab_size}" and name == "name=builtin:demo"
 
 
-def test_the_same_vocabulary_has_the_same_fingerprint_wherever_it_was_loaded_from(demo, tmp_path):
+def test_the_same_vocabulary_has_the_same_fingerprint_wherever_it_was_loaded_from(
+    demo: Tokenizer, tmp_path: Path
+) -> None:
     copy = tmp_path / "tokenizer.json"
     copy.write_text(DEMO_PATH.read_text())
     again = load_tokenizer(str(copy))
@@ -52,14 +55,14 @@ def test_the_same_vocabulary_has_the_same_fingerprint_wherever_it_was_loaded_fro
     assert tokenizer_mismatch(prints[0], prints[1]) is None  # names differ, vocabularies do not
 
 
-def test_another_vocabulary_of_the_same_size_differs(demo, other):
+def test_another_vocabulary_of_the_same_size_differs(demo: Tokenizer, other: Tokenizer) -> None:
     a, b = tokenizer_fingerprint(demo), tokenizer_fingerprint(other)
     assert other.vocab_size == demo.vocab_size and a.split(" ")[0] != b.split(" ")[0]
     message = tokenizer_mismatch(b, a)
     assert message is not None and a in message and b in message and "--tokenizer" in message
 
 
-def test_computed_once_per_tokenizer(demo, monkeypatch):
+def test_computed_once_per_tokenizer(demo: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     real = fp._vocabulary
     monkeypatch.setattr(fp, "_vocabulary", lambda tok: calls.append(tok) or real(tok))
@@ -69,12 +72,12 @@ def test_computed_once_per_tokenizer(demo, monkeypatch):
     assert len(calls) == 1
 
 
-def test_objects_without_a_vocabulary_are_not_fingerprinted():
+def test_objects_without_a_vocabulary_are_not_fingerprinted() -> None:
     assert tokenizer_fingerprint(None) is None
     assert tokenizer_fingerprint(object()) is None
 
 
-def test_the_record_field_is_optional_and_checked(demo, other):
+def test_the_record_field_is_optional_and_checked(demo: Tokenizer, other: Tokenizer) -> None:
     plain = encode_output("u", "s", 0, OUT, {}, final=True)
     assert "tokenizer" not in msgpack.unpackb(plain, raw=False, ext_hook=lambda c, d: None)  # unchanged bytes
     mine = tokenizer_fingerprint(demo)
@@ -87,7 +90,7 @@ def test_the_record_field_is_optional_and_checked(demo, other):
     assert info.value.field == "tokenizer"
 
 
-def test_a_mismatch_is_named_before_ids_are_found_out_of_range(demo, other):
+def test_a_mismatch_is_named_before_ids_are_found_out_of_range(demo: Tokenizer, other: Tokenizer) -> None:
     big = {"prompt_ids": [5], "response_ids": [100_000]}  # out of range for the demo vocabulary
     data = encode_output("u", "s", 0, big, {}, final=True, tokenizer=tokenizer_fingerprint(other))
     with pytest.raises(TokenizerMismatch):
@@ -95,7 +98,7 @@ def test_a_mismatch_is_named_before_ids_are_found_out_of_range(demo, other):
 
 
 @pytest.mark.parametrize("bad", ["", "two\nlines", "x" * 600, 7])
-def test_malformed_fingerprints_are_refused_on_both_sides(bad):
+def test_malformed_fingerprints_are_refused_on_both_sides(bad) -> None:
     with pytest.raises(RecordError, match="tokenizer"):
         encode_output("u", "s", 0, OUT, {}, final=True, tokenizer=bad)
     record = msgpack.unpackb(encode_output("u", "s", 0, OUT, {}, final=True), raw=False)  # ids stay ExtType

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from rewardq.queue.codec import OutputRecord
 from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
 from rewardq.reward.loader import load_score_fn
+from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support import misbehaving
 from tests.support.helpers import until
 from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
@@ -27,14 +29,16 @@ from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
 # -- placement ---------------------------------------------------------------------------------
 
 
-async def test_builtin_inline_scorer_stays_in_the_event_loop(naive):
+async def test_builtin_inline_scorer_stays_in_the_event_loop(naive: Callable[..., NaiveRewardManager]) -> None:
     m = naive(None)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
     assert out == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
     assert m.score_router._builtin is None  # no scorer process was started
 
 
-async def test_builtin_process_scorer_runs_in_a_scorer_process(naive, monkeypatch):
+async def test_builtin_process_scorer_runs_in_a_scorer_process(
+    naive: Callable[..., NaiveRewardManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(scoring, "placement_of", lambda data_source: "process")
     m = naive(None, processes=1)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
@@ -44,7 +48,9 @@ async def test_builtin_process_scorer_runs_in_a_scorer_process(naive, monkeypatc
     assert all(pid != os.getpid() and alive(pid) for pid in pool.pids)
 
 
-async def test_builtin_async_scorer_is_awaited(naive, monkeypatch):
+async def test_builtin_async_scorer_is_awaited(
+    naive: Callable[..., NaiveRewardManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen = []
 
     async def judge(solution_str, ground_truth, **_):
@@ -63,13 +69,17 @@ async def test_builtin_async_scorer_is_awaited(naive, monkeypatch):
     "placement, in_child, thread",
     [("process", True, "MainThread"), ("thread", False, "rewardq-score-1"), ("inline", False, "MainThread")],
 )
-async def test_sync_function_runs_where_its_placement_says(naive, placement, in_child, thread):
+async def test_sync_function_runs_where_its_placement_says(
+    naive: Callable[..., NaiveRewardManager], placement: str, in_child: bool, thread: str
+) -> None:
     m = naive(misbehaving.where, reward_fn_placement=placement, processes=1)
     info = (await m.run_single(trajectory("ok")))["reward_extra_info"]
     assert (info["pid"] != os.getpid()) is in_child and info["thread"] == thread
 
 
-async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(naive):
+async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(
+    naive: Callable[..., NaiveRewardManager],
+) -> None:
     spec = f"{REMOTE_SCORERS}:compute_score"
     fn = load_score_fn(spec, {"bonus": 2.0})
     m = naive(fn, reward_fn=spec, reward_fn_kwargs={"bonus": 2.0}, processes=1)
@@ -78,7 +88,9 @@ async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(n
     assert m.score_router.place_of(fn).pool.target == spec
 
 
-async def test_a_closure_runs_in_threads_and_says_so_at_start_up(naive, caplog):
+async def test_a_closure_runs_in_threads_and_says_so_at_start_up(
+    naive: Callable[..., NaiveRewardManager], caplog: pytest.LogCaptureFixture
+) -> None:
     def closure(**kw):
         return threading.current_thread().name.startswith("rewardq-score")
 
@@ -93,7 +105,7 @@ async def test_a_closure_runs_in_threads_and_says_so_at_start_up(naive, caplog):
 # -- what a sync function's misbehaviour becomes (scorer processes) ------------------------------
 
 
-async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive):
+async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive: Callable[..., NaiveRewardManager]) -> None:
     m = naive(misbehaving.misbehave, processes=1)
     cases = {
         "sysexit:3": r"^the reward function called sys\.exit\(3\)$",
@@ -111,7 +123,9 @@ async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive):
     assert counters["crashes"] == 2 and counters["errors"] == 2 and counters["replaced"] == 2
 
 
-async def test_an_exception_keeps_its_type_message_and_the_child_traceback(naive):
+async def test_an_exception_keeps_its_type_message_and_the_child_traceback(
+    naive: Callable[..., NaiveRewardManager],
+) -> None:
     m = naive(misbehaving.misbehave, processes=1)
     with pytest.raises(ScoringError, match="^ValueError: this answer is refused on purpose$") as info:
         await m.run_single(trajectory("raise"))
@@ -122,7 +136,9 @@ async def test_an_exception_keeps_its_type_message_and_the_child_traceback(naive
 # -- threads and in-process code ----------------------------------------------------------------
 
 
-async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive):
+async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(
+    naive: Callable[..., NaiveRewardManager],
+) -> None:
     release = threading.Event()
 
     def stuck(**kw):
@@ -152,7 +168,9 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive)
         ("interrupt", "the reward function raised KeyboardInterrupt"),
     ],
 )
-async def test_exit_and_interrupt_in_process_are_scoring_errors(naive, fn, response, reason):
+async def test_exit_and_interrupt_in_process_are_scoring_errors(
+    naive: Callable[..., NaiveRewardManager], fn: str, response: str, reason: str
+) -> None:
     if fn == "async":
         m = naive(misbehaving.misbehave_async)
     else:
@@ -181,7 +199,7 @@ class Quits(RewardManager):
         (KeyboardInterrupt(), "the reward manager's run_single raised KeyboardInterrupt"),
     ],
 )
-async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape, reason):
+async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape, reason) -> None:
     scorer = TrajectoryScorer(Quits(escape), manager_name="quits", worker_name="w", timeout=5)
     record = OutputRecord(
         uid="u", session_id="s", index=0, final=True, prompt_ids=np.array([1]), response_ids=np.array([2])
@@ -191,7 +209,7 @@ async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape,
     assert str(info.value) == reason
 
 
-async def test_the_cost_benchmark_measures_every_placement():
+async def test_the_cost_benchmark_measures_every_placement() -> None:
     from benchmarks.isolation import PLACEMENTS, per_call
 
     for placement in PLACEMENTS:

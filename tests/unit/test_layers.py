@@ -79,36 +79,36 @@ def _graph() -> dict[str, set[str]]:
 GRAPH = _graph()
 
 
-def test_the_graph_sees_every_subpackage():
+def test_the_graph_sees_every_subpackage() -> None:
     assert {"queue", "reward", "consumers", "producers", "ops", "demo", "cli", "errors", "defaults", "backoff"} <= set(
         GRAPH
     )
     assert "queue" in GRAPH["consumers"] and "reward" in GRAPH["consumers"]  # the graph is not empty
 
 
-def test_queue_imports_nothing_above_it():
+def test_queue_imports_nothing_above_it() -> None:
     assert GRAPH["queue"] <= FOUNDATION, GRAPH["queue"]
 
 
-def test_foundation_modules_import_no_other_component():
+def test_foundation_modules_import_no_other_component() -> None:
     for name in FOUNDATION:
         assert GRAPH[name] <= FOUNDATION - {name}, (name, GRAPH[name])
 
 
-def test_reward_never_imports_consumers_or_the_doors():
+def test_reward_never_imports_consumers_or_the_doors() -> None:
     assert not GRAPH["reward"] & {"consumers", "ops", "cli", "demo", "producers"}, GRAPH["reward"]
 
 
-def test_producers_never_import_the_worker_side():
+def test_producers_never_import_the_worker_side() -> None:
     assert not GRAPH["producers"] & {"consumers", "reward", "ops", "cli", "demo", "config"}, GRAPH["producers"]
 
 
-def test_only_the_entry_point_imports_the_cli():
+def test_only_the_entry_point_imports_the_cli() -> None:
     importers = {src for src, dsts in GRAPH.items() if "cli" in dsts}
     assert importers <= {"__main__"}, importers
 
 
-def test_no_cycles_between_components():
+def test_no_cycles_between_components() -> None:
     # Tarjan's strongly connected components: any component of size > 1 is a cycle
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -143,7 +143,7 @@ def test_no_cycles_between_components():
     assert not cycles, cycles
 
 
-def test_only_the_queue_layer_imports_redis_py():
+def test_only_the_queue_layer_imports_redis_py() -> None:
     speakers = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -80,11 +80,11 @@ class WholeTrajectory(RewardManager):
         DisRMRewardManager,
     ],
 )
-def test_every_built_in_manager_reads_the_final_output(cls):
+def test_every_built_in_manager_reads_the_final_output(cls) -> None:
     assert reads_of(object.__new__(cls)) == "final"
 
 
-def test_custom_managers_read_the_trajectory_unless_they_say_so():
+def test_custom_managers_read_the_trajectory_unless_they_say_so() -> None:
     assert reads_of(object.__new__(WholeTrajectory)) == "trajectory"
     assert reads_of(object.__new__(SeenNaive)) == "trajectory"  # a subclass that overrides run_single
     assert reads_of(object.__new__(FinalNaive)) == "final"
@@ -99,7 +99,7 @@ def test_custom_managers_read_the_trajectory_unless_they_say_so():
         reads_of(object.__new__(Wrong))
 
 
-async def test_a_custom_manager_gets_every_output():
+async def test_a_custom_manager_gets_every_output() -> None:
     recs = trajectory("one", "two two", "#### 72")
     scorer = TrajectoryScorer(WholeTrajectory(TOK), manager_name="w", worker_name="t", timeout=5)
     results = (await scorer.score(recs)).results
@@ -107,7 +107,7 @@ async def test_a_custom_manager_gets_every_output():
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
-async def test_a_final_reading_manager_gets_the_final_row_as_data_minus_one_slice_gives_it(n):
+async def test_a_final_reading_manager_gets_the_final_row_as_data_minus_one_slice_gives_it(n: int) -> None:
     recs = trajectory(*[f"turn {i} " * (i + 1) for i in range(n - 1)], "so #### 72")
     full = last_row(build_batch(recs))
     final = FinalNaive(TOK)

@@ -58,13 +58,13 @@ class Recorder:
 # --------------------------------------------------------------------------------------
 
 
-def test_registered_names():
+def test_registered_names() -> None:
     assert NaiveRewardManager.name == "naive"
     assert DAPORewardManager.name == "dapo"
     assert GDPORewardManager.name == "gdpo"
 
 
-async def test_naive_default_scorer_gsm8k():
+async def test_naive_default_scorer_gsm8k() -> None:
     manager = NaiveRewardManager(TOK)
     assert await manager.run_single(batch("48 + 24 = 72\n#### 72")) == {
         "reward_score": 1.0,
@@ -77,7 +77,7 @@ async def test_naive_default_scorer_gsm8k():
     assert await manager.run_single(batch("it is 72")) == {"reward_score": 0.0, "reward_extra_info": {"acc": 0.0}}
 
 
-async def test_naive_scores_only_the_last_row():
+async def test_naive_scores_only_the_last_row() -> None:
     scorer = Recorder()
     data = batch("#### 72", "tool call, a much longer first turn #### 72", "final #### 5")
     assert data.batch_size[0] == 3
@@ -92,7 +92,7 @@ async def test_naive_scores_only_the_last_row():
     assert check_manager_output(out, 3) == [{"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}] * 3
 
 
-async def test_naive_extra_info_is_a_merged_copy():
+async def test_naive_extra_info_is_a_merged_copy() -> None:
     sample = copy.deepcopy(GSM8K)
     records = [
         record(0, "turn one", sample=sample, num_turns=2, extra_fields={"tool_calls": 1, "early": True}),
@@ -118,14 +118,14 @@ async def test_naive_extra_info_is_a_merged_copy():
     assert seen[1] == seen[0]
 
 
-async def test_naive_without_extra_info_or_rollout_score():
+async def test_naive_without_extra_info_or_rollout_score() -> None:
     sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"}}
     scorer = Recorder()
     await NaiveRewardManager(TOK, scorer).run_single(build_batch([record(0, "#### 72", sample=sample, final=True)]))
     assert scorer.calls[0]["extra_info"] == {"num_turns": None, "rollout_reward_scores": {}}
 
 
-async def test_sync_scorer_runs_off_the_event_loop_and_async_scorer_is_awaited():
+async def test_sync_scorer_runs_off_the_event_loop_and_async_scorer_is_awaited() -> None:
     threads = []
 
     def sync_fn(**kw):
@@ -161,7 +161,7 @@ async def test_sync_scorer_runs_off_the_event_loop_and_async_scorer_is_awaited()
         ),
     ],
 )
-async def test_result_normalisation(result, expected):
+async def test_result_normalisation(result, expected) -> None:
     out = await NaiveRewardManager(TOK, Recorder(result)).run_single(batch("x"))
     assert out == expected
     assert type(out["reward_score"]) is float
@@ -177,12 +177,12 @@ async def test_result_normalisation(result, expected):
         (torch.tensor([1.0, 2.0]), "array"),
     ],
 )
-async def test_unusable_results_raise_scoring_error(result, match):
+async def test_unusable_results_raise_scoring_error(result, match) -> None:
     with pytest.raises(ScoringError, match=match):
         await NaiveRewardManager(TOK, Recorder(result)).run_single(batch("x"))
 
 
-async def test_scorer_exception_propagates():
+async def test_scorer_exception_propagates() -> None:
     def boom(**kw):
         raise RuntimeError("judge is down")
 
@@ -190,7 +190,7 @@ async def test_scorer_exception_propagates():
         await NaiveRewardManager(TOK, boom).run_single(batch("x"))
 
 
-async def test_naive_with_dapo_math_and_unknown_sources():
+async def test_naive_with_dapo_math_and_unknown_sources() -> None:
     dapo_sample = {"data_source": "aime2024", "reward_model": {"ground_truth": "33"}, "extra_info": {}}
     out = await NaiveRewardManager(TOK).run_single(batch("so the total is 34.\nAnswer: 34", sample=dapo_sample))
     assert out == {"reward_score": -1.0, "reward_extra_info": {"score": -1.0, "acc": False, "pred": "34"}}
@@ -199,14 +199,14 @@ async def test_naive_with_dapo_math_and_unknown_sources():
         await NaiveRewardManager(TOK).run_single(batch("#### 72", sample=unknown))
 
 
-async def test_missing_ground_truth_or_bad_extra_info():
+async def test_missing_ground_truth_or_bad_extra_info() -> None:
     with pytest.raises(ScoringError, match="ground_truth"):
         await NaiveRewardManager(TOK).run_single(batch("x", sample={"data_source": "openai/gsm8k"}))
     with pytest.raises(ScoringError, match="extra_info must be a dict"):
         await NaiveRewardManager(TOK).run_single(batch("x", sample=dict(GSM8K, extra_info="oops")))
 
 
-def test_unknown_option_is_a_type_error():
+def test_unknown_option_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="max_resp_len"):
         NaiveRewardManager(TOK, max_resp_len=3)
 
@@ -236,7 +236,7 @@ def ids_batch(*lengths: int, response_mask=None):
 
 
 @pytest.mark.parametrize("length, penalty", [(4, -1.0), (3, -0.5), (2, 0.0), (1, 0.0), (5, -1.5)])
-async def test_dapo_overlong_penalty_reference_example(length, penalty):
+async def test_dapo_overlong_penalty_reference_example(length: int, penalty: float) -> None:
     manager = DAPORewardManager(TOK, Recorder(0.5), overlong_buffer=OVERLONG, max_resp_len=4)
     out = await manager.run_single(ids_batch(length))
     assert out["reward_score"] == 0.5 + penalty
@@ -244,7 +244,7 @@ async def test_dapo_overlong_penalty_reference_example(length, penalty):
     assert type(out["reward_extra_info"]["overlong_reward"]) is float
 
 
-async def test_dapo_uses_the_final_rows_valid_length():
+async def test_dapo_uses_the_final_rows_valid_length() -> None:
     manager = DAPORewardManager(TOK, Recorder(1.0), overlong_buffer=OVERLONG, max_resp_len=4)
     # earlier rows are longer (so the final row is padded); only the final row's 3 tokens count
     assert (await manager.run_single(ids_batch(10, 9, 3)))["reward_score"] == 0.5
@@ -253,7 +253,7 @@ async def test_dapo_uses_the_final_rows_valid_length():
     assert (await manager.run_single(masked))["reward_score"] == 0.0
 
 
-async def test_dapo_without_log_disabled_or_unset():
+async def test_dapo_without_log_disabled_or_unset() -> None:
     quiet = DAPORewardManager(TOK, Recorder(0.5), overlong_buffer=dict(OVERLONG, log=False), max_resp_len=4)
     assert await quiet.run_single(ids_batch(4)) == {"reward_score": -0.5, "reward_extra_info": {"acc": 0.5}}
     off = DAPORewardManager(TOK, Recorder(0.5), overlong_buffer=dict(OVERLONG, enable=False), max_resp_len=4)
@@ -262,7 +262,7 @@ async def test_dapo_without_log_disabled_or_unset():
     assert await unset.run_single(ids_batch(100)) == {"reward_score": 0.5, "reward_extra_info": {"acc": 0.5}}
 
 
-async def test_dapo_dict_result_keeps_components_and_unpenalised_score():
+async def test_dapo_dict_result_keeps_components_and_unpenalised_score() -> None:
     result = {"score": 1.0, "acc": True, "pred": "72"}
     manager = DAPORewardManager(TOK, Recorder(result), overlong_buffer=OVERLONG, max_resp_len=4)
     out = await manager.run_single(ids_batch(4))
@@ -272,7 +272,7 @@ async def test_dapo_dict_result_keeps_components_and_unpenalised_score():
     }
 
 
-async def test_dapo_extra_info_is_the_datasets_unchanged():
+async def test_dapo_extra_info_is_the_datasets_unchanged() -> None:
     sample = copy.deepcopy(GSM8K)
     scorer = Recorder()
     data = build_batch(
@@ -282,7 +282,7 @@ async def test_dapo_extra_info_is_the_datasets_unchanged():
     assert scorer.calls[0]["extra_info"] == {"split": "train", "index": 7}  # no merge, no num_turns
 
 
-async def test_dapo_default_scorer_end_to_end():
+async def test_dapo_default_scorer_end_to_end() -> None:
     sample = {"data_source": "math_dapo", "reward_model": {"ground_truth": "72"}, "extra_info": {}}
     manager = DAPORewardManager(TOK, overlong_buffer=dict(OVERLONG, len=4), max_resp_len=8)
     data = batch("48 + 24 = 72\nAnswer: 72", sample=sample)
@@ -309,12 +309,12 @@ async def test_dapo_default_scorer_end_to_end():
         (dict(max_resp_len=0), "max_resp_len must be a positive integer"),
     ],
 )
-def test_dapo_rejects_bad_config_at_start_up(kwargs, match):
+def test_dapo_rejects_bad_config_at_start_up(kwargs, match) -> None:
     with pytest.raises(ConfigError, match=match):
         DAPORewardManager(TOK, **kwargs)
 
 
-def test_dapo_accepts_disabled_buffer_without_max_resp_len():
+def test_dapo_accepts_disabled_buffer_without_max_resp_len() -> None:
     manager = DAPORewardManager(TOK, overlong_buffer={"enable": False, "len": 0})
     assert manager.overlong_buffer.enable is False and manager.max_resp_len is None
     with pytest.raises(TypeError, match="overlong_buffer_cfg"):
@@ -326,7 +326,7 @@ def test_dapo_accepts_disabled_buffer_without_max_resp_len():
 # --------------------------------------------------------------------------------------
 
 
-async def test_gdpo_keeps_every_component_and_adds_experiment_name():
+async def test_gdpo_keeps_every_component_and_adds_experiment_name() -> None:
     components = {"score": 1.25, "format_reward": 0.5, "accuracy_reward": 1.0, "length_reward": -0.25}
     scorer = Recorder(components)
     data = build_batch([record(0, "first"), record(1, "#### 72", final=True, num_turns=2, extra_fields={"calls": 1})])
@@ -344,7 +344,7 @@ async def test_gdpo_keeps_every_component_and_adds_experiment_name():
     assert non_tensor(data[-1:], "extra_info") == {"split": "train", "index": 7}
 
 
-async def test_gdpo_default_experiment_name_and_validation():
+async def test_gdpo_default_experiment_name_and_validation() -> None:
     scorer = Recorder()
     await GDPORewardManager(TOK, scorer).run_single(batch("#### 72"))
     assert scorer.calls[0]["extra_info"]["experiment_name"] == ""

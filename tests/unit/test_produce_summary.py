@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def test_summary_counts_errors_missing_and_mismatches():
+def test_summary_counts_errors_missing_and_mismatches() -> None:
     from rewardq.ops.summary import Pushed, percentile, summarize
     from rewardq.queue.results import RewardResult
 

@@ -9,13 +9,13 @@ import pytest
 from rewardq.consumers.quarantine import ScoringGate
 
 
-async def test_shared_entries_do_not_wait_for_each_other():
+async def test_shared_entries_do_not_wait_for_each_other() -> None:
     gate = ScoringGate()
     await asyncio.wait_for(asyncio.gather(*(gate.enter_shared() for _ in range(5))), 1)
     assert gate.running == 5
 
 
-async def test_alone_waits_for_running_ones_and_holds_new_ones_back():
+async def test_alone_waits_for_running_ones_and_holds_new_ones_back() -> None:
     gate = ScoringGate()
     order: list[str] = []
     await gate.enter_shared()  # one ordinary trajectory is scoring
@@ -42,7 +42,7 @@ async def test_alone_waits_for_running_ones_and_holds_new_ones_back():
     assert order == ["alone", "alone done", "later"]
 
 
-async def test_quarantined_ones_go_fewest_earlier_deaths_first_then_by_arrival():
+async def test_quarantined_ones_go_fewest_earlier_deaths_first_then_by_arrival() -> None:
     gate = ScoringGate()
     order: list[str] = []
 
@@ -58,7 +58,7 @@ async def test_quarantined_ones_go_fewest_earlier_deaths_first_then_by_arrival()
     assert order == ["a", "b", "suspect", "worst"]
 
 
-async def test_a_cancelled_waiter_lets_the_next_one_in():
+async def test_a_cancelled_waiter_lets_the_next_one_in() -> None:
     gate = ScoringGate()
     await gate.enter_shared()
     first = asyncio.create_task(gate.enter_alone(0))

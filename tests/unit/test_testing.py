@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,7 +45,9 @@ def _plain(value):
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-async def test_the_batch_and_the_results_are_the_workers(ns, redis_url, length_manager):
+async def test_the_batch_and_the_results_are_the_workers(
+    ns: str, redis_url: str, length_manager: LengthManager
+) -> None:
     # Given a trajectory scored by a real worker on the real Redis
     client = RewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [LengthManager(None)]):
@@ -70,7 +73,7 @@ async def test_the_batch_and_the_results_are_the_workers(ns, redis_url, length_m
     assert [r.key.rsplit("_", 1)[1] for r in results] == ["0", "1", "2"]
 
 
-def test_text_outputs_use_the_tokenizer_and_round_trip():
+def test_text_outputs_use_the_tokenizer_and_round_trip() -> None:
     tok = load_tokenizer("builtin:demo")
     out = output("What is 6 * 7?", "It is 42.", num_turns=3)
     assert tok.decode(out["response_ids"]) == "It is 42." and out["num_turns"] == 3
@@ -81,13 +84,13 @@ def test_text_outputs_use_the_tokenizer_and_round_trip():
     ("bad", "field"),
     [({"prompt_ids": [1], "response_ids": [-3]}, "response_ids"), ({"prompt_ids": [1]}, "response_ids")],
 )
-def test_what_the_pipeline_refuses_is_refused_naming_the_field(bad, field):
+def test_what_the_pipeline_refuses_is_refused_naming_the_field(bad: dict[str, list[int]], field: str) -> None:
     with pytest.raises(RecordError) as err:
         make_batch([bad], SAMPLE)
     assert err.value.field == field
 
 
-def test_a_token_id_past_the_tokenizers_vocabulary_is_refused_as_the_worker_refuses_it():
+def test_a_token_id_past_the_tokenizers_vocabulary_is_refused_as_the_worker_refuses_it() -> None:
     vocab = load_tokenizer("builtin:demo").vocab_size
     with pytest.raises(RecordError, match="vocab"):
         make_batch([{"prompt_ids": [1], "response_ids": [vocab + 5]}], SAMPLE, vocab_size=vocab)
@@ -122,12 +125,12 @@ class Answers(RewardManager):
         ("1.0", "must return a dict or a list"),
     ],
 )
-def test_an_answer_the_worker_refuses_raises_its_message(answer, match):
+def test_an_answer_the_worker_refuses_raises_its_message(answer, match) -> None:
     with pytest.raises(ScoringError, match=match):
         score_trajectory_sync(Answers(answer=answer), OUTPUTS, SAMPLE)
 
 
-async def test_the_runner_sets_up_once_scores_many_and_closes():
+async def test_the_runner_sets_up_once_scores_many_and_closes() -> None:
     manager = Answers(answer={"reward_score": 0.5, "reward_extra_info": {"k": 1}})
     async with ManagerRunner(manager) as run:
         first = await run.score(OUTPUTS[:1], SAMPLE)
@@ -139,7 +142,7 @@ async def test_the_runner_sets_up_once_scores_many_and_closes():
         await ManagerRunner(manager).score(OUTPUTS, SAMPLE)
 
 
-async def test_a_slow_manager_times_out_as_score_timeout_says():
+async def test_a_slow_manager_times_out_as_score_timeout_says() -> None:
     class Slow(Answers):
         async def run_single(self, data):
             await asyncio.sleep(30)
@@ -157,7 +160,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonu
 """
 
 
-async def test_score_response_runs_the_function_where_the_worker_runs_it(tmp_path):
+async def test_score_response_runs_the_function_where_the_worker_runs_it(tmp_path: Path) -> None:
     fn = tmp_path / "my_rewards.py"
     fn.write_text(REWARD_FILE)
     spec = f"{fn}:compute_score"
@@ -169,13 +172,13 @@ async def test_score_response_runs_the_function_where_the_worker_runs_it(tmp_pat
     assert inline.reward_score == 0.0 and inline.reward_extra_info["pid"] == os.getpid()
 
 
-async def test_score_response_with_the_default_scorer_of_the_data_source():
+async def test_score_response_with_the_default_scorer_of_the_data_source() -> None:
     sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "42"}}
     assert (await score_response("so #### 42", sample)).reward_score == 1.0
     assert (await score_response("so #### 41", sample)).reward_score == 0.0
 
 
-def test_worker_manager_builds_as_the_worker_and_refuses_as_it():
+def test_worker_manager_builds_as_the_worker_and_refuses_as_it() -> None:
     assert type(worker_manager("dapo", manager_options={"max_resp_len": 64})).__name__.lower().startswith("dapo")
     with pytest.raises(ConfigError, match="unknown reward manager 'nope'"):
         worker_manager("nope")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ def load(tmp_path, text: str, env: dict | None = None, **overrides) -> WorkerCon
 # --- typed file values --------------------------------------------------------------------
 
 
-def test_file_values_are_typed_like_environment_variables(tmp_path):
+def test_file_values_are_typed_like_environment_variables(tmp_path: Path) -> None:
     cfg = load(tmp_path, 'cluster: "false"\nconcurrency: "12"\nscore_timeout: 5\nshards: null\n')
     assert cfg.cluster is False  # the string "false" is not truthy
     assert cfg.concurrency == 12 and isinstance(cfg.concurrency, int)
@@ -43,7 +44,7 @@ def test_file_values_are_typed_like_environment_variables(tmp_path):
         ("reward:\n  rewardq:\n    batch_size: lots\n", r"\(reward.rewardq\): batch_size='lots'"),
     ],
 )
-def test_bad_file_values_name_the_file_and_key(tmp_path, text, match):
+def test_bad_file_values_name_the_file_and_key(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match) as info:
         load(tmp_path, text)
     assert "cfg.yaml" in str(info.value)
@@ -107,7 +108,7 @@ def generated(manager="naive", policy="~/models/none"):
 
 
 @pytest.mark.parametrize("name", ["naive", "dapo", "gdpo", "rate_limited", "remote"])
-def test_every_manager_verl_registers_loads_from_the_generated_layout(tmp_path, name):
+def test_every_manager_verl_registers_loads_from_the_generated_layout(tmp_path: Path, name: str) -> None:
     cfg = load(tmp_path, generated(name))
     assert cfg.manager == name
     assert cfg.unused_keys == []  # verl's defaults for a disabled reward model / sandbox are not "unused"
@@ -120,13 +121,13 @@ def test_every_manager_verl_registers_loads_from_the_generated_layout(tmp_path, 
         assert manager.experiment_name == "exp-42"  # trainer.experiment_name reaches gdpo
 
 
-def test_limited_stays_an_alias_of_rate_limited():
+def test_limited_stays_an_alias_of_rate_limited() -> None:
     assert get_manager_class("limited") is get_manager_class("rate_limited") is LimitedRewardManager
     assert LimitedRewardManager.name == "rate_limited"
     assert {"limited", "rate_limited"} <= set(known_managers())
 
 
-def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path):
+def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path: Path) -> None:
     folder = tmp_path / "policy"
     folder.mkdir()
     cfg = load(tmp_path, generated(policy=str(folder)))
@@ -153,7 +154,7 @@ def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path):
     assert load(tmp_path, "reward:\n  reward_manager:\n    name: naive\n").tokenizer is None
 
 
-def test_the_hook_in_a_verl_config_means_the_manager_reward_rewardq_names(tmp_path):
+def test_the_hook_in_a_verl_config_means_the_manager_reward_rewardq_names(tmp_path: Path) -> None:
     hook = (
         generated()
         .replace("source: register", "source: importlib")
@@ -167,7 +168,7 @@ def test_the_hook_in_a_verl_config_means_the_manager_reward_rewardq_names(tmp_pa
     assert load(tmp_path, slashed).manager == "naive"
 
 
-def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tmp_path):
+def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
         """
@@ -189,7 +190,7 @@ def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tm
     assert cfg.unused_keys == []  # verl_timeout belongs to the verl adapter: accepted, not listed
 
 
-def test_environment_and_flags_still_win_over_the_file(tmp_path):
+def test_environment_and_flags_still_win_over_the_file(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
         "redis_url: redis://file:1/0\nreward: {reward_manager: {name: dapo}}\n",
@@ -199,7 +200,7 @@ def test_environment_and_flags_still_win_over_the_file(tmp_path):
     assert (cfg.redis_url, cfg.manager) == ("redis://env:2/0", "rate_limited")
 
 
-def test_unused_keys_are_listed_once_by_content_and_never_fatal(tmp_path):
+def test_unused_keys_are_listed_once_by_content_and_never_fatal(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
         """
@@ -231,7 +232,7 @@ def test_unused_keys_are_listed_once_by_content_and_never_fatal(tmp_path):
     assert len(cfg.unused_keys) == len(set(cfg.unused_keys))  # each listed once
 
 
-def test_importlib_source_loads_the_manager_from_a_file_or_module(tmp_path):
+def test_importlib_source_loads_the_manager_from_a_file_or_module(tmp_path: Path) -> None:
     mod = tmp_path / "my_managers.py"
     mod.write_text(
         "from rewardq.reward import RewardManager\n"
@@ -257,21 +258,21 @@ def test_importlib_source_loads_the_manager_from_a_file_or_module(tmp_path):
         load(tmp_path, text.replace("PATH", "null"))
 
 
-def test_importlib_source_refuses_a_verl_manager_with_the_way_out(tmp_path):
+def test_importlib_source_refuses_a_verl_manager_with_the_way_out(tmp_path: Path) -> None:
     mod = tmp_path / "verl_style.py"
     mod.write_text("class MyVerlManager:\n    pass\n")
     with pytest.raises(UnknownManagerError, match="port it by subclassing"):
         get_manager_class(f"{mod}:MyVerlManager")
 
 
-def test_sandbox_fusion_options_only_when_a_url_is_set():
+def test_sandbox_fusion_options_only_when_a_url_is_set() -> None:
     out = translate(
         {"reward": {"sandbox_fusion": {"url": "http://sb:8080", "max_concurrent": 8, "memory_limit_mb": None}}}
     )
     assert out.values["manager_options"] == {"sandbox_fusion_url": "http://sb:8080", "sandbox_fusion_max_concurrent": 8}
 
 
-def test_legacy_layout_is_migrated_as_verl_migrates_it():
+def test_legacy_layout_is_migrated_as_verl_migrates_it() -> None:
     legacy = {
         "reward_model": {
             "num_workers": 3,
@@ -302,7 +303,7 @@ def test_legacy_layout_is_migrated_as_verl_migrates_it():
     assert m.max_resp_len == 16 and m.overlong_buffer.len == 4
 
 
-def test_genrm_takes_its_model_from_the_reward_model_block_and_its_limits_from_reward(tmp_path):
+def test_genrm_takes_its_model_from_the_reward_model_block_and_its_limits_from_reward(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
         """

@@ -7,10 +7,11 @@ main run does not collect them (pyproject ``testpaths``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import pytest
+import redis
 
 try:
     import verl  # noqa: F401 - imported to fail here, clearly, rather than in every test module
@@ -44,14 +45,14 @@ def start_fleet(procs: Procs, sync_redis, *extra: str, n: int = 1, tag: str = "w
 
 
 @pytest.fixture(scope="module")
-def module_procs(tmp_path_factory) -> Iterator[Procs]:
+def module_procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procs]:
     p = Procs(tmp_path_factory.mktemp("procs"))
     yield p
     p.kill_all()
 
 
 @pytest.fixture(scope="module")
-def module_redis():
+def module_redis() -> Iterator[redis.Redis]:
     import redis
 
     r = redis.Redis.from_url(REDIS_URL)
@@ -82,7 +83,7 @@ def echo_fleet(module_procs, module_redis) -> Iterator[Fleet]:
 
 
 @pytest.fixture(autouse=True)
-async def close_adapter_clients(monkeypatch):
+async def close_adapter_clients(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     """Close the Redis clients adapters opened in this test, on the test's own event loop."""
     from rewardq.integrations.verl_scoring import TrajectoryScorer
 
@@ -100,7 +101,7 @@ async def close_adapter_clients(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def local_ray():
+def local_ray() -> Iterator[None]:
     """A Ray of this test run's own (``address="local"``), for verl's reward loop and TransferQueue."""
     from tests.verl.harness import start_local_ray, stop_local_ray
 

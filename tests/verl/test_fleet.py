@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import wait_for
@@ -30,13 +32,13 @@ CASES = [
 
 
 @pytest.fixture
-def trainer_cluster(local_ray):
+def trainer_cluster(local_ray: None) -> None:
     """The trainer's Ray cluster: this test run's local Ray (tests/verl/conftest.py)."""
     return local_ray
 
 
 @pytest.fixture
-def namespace():
+def namespace() -> Iterator[str]:
     ns = f"t-vfleet-{uuid.uuid4().hex[:8]}"
     yield ns
     _delete_namespace(REDIS_URL, ns)
@@ -89,8 +91,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owner(
-    trainer_cluster, namespace, sync_redis
-):
+    trainer_cluster: None, namespace: str, sync_redis: redis.Redis
+) -> None:
     config = trainer_config(namespace, {"workers": 2, "num_cpus": 1, "timeout": 180})
     assert sync_redis.zcard(f"{namespace}:workers") == 0  # nobody started a worker by hand
     first = AgentLoopProcess.remote(config)
@@ -117,7 +119,9 @@ def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owne
     wait_for(lambda: sync_redis.zcard(f"{namespace}:workers") == 0, 20, "the workers to unregister")
 
 
-def test_without_the_key_nothing_is_started(trainer_cluster, namespace, sync_redis, monkeypatch):
+def test_without_the_key_nothing_is_started(
+    trainer_cluster: None, namespace: str, sync_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = trainer_config(namespace, None)
     config["reward"]["rewardq"]["verl_timeout"] = 2
     loop = AgentLoopProcess.remote(config)
@@ -129,7 +133,7 @@ def test_without_the_key_nothing_is_started(trainer_cluster, namespace, sync_red
     ray.kill(loop)
 
 
-def test_a_bad_fleet_block_fails_the_first_trajectory_with_the_reason(trainer_cluster, namespace):
+def test_a_bad_fleet_block_fails_the_first_trajectory_with_the_reason(trainer_cluster: None, namespace: str) -> None:
     config = trainer_config(namespace, {"workers": 1, "cpus": 2})
     loop = AgentLoopProcess.remote(config)
     with pytest.raises(ray.exceptions.RayTaskError, match=r"unknown key\(s\) \['cpus'\]"):
@@ -138,8 +142,8 @@ def test_a_bad_fleet_block_fails_the_first_trajectory_with_the_reason(trainer_cl
 
 
 def test_through_verls_reward_loop_the_hook_starts_the_fleet_and_it_ends_with_the_reward_loop(
-    trainer_cluster, namespace, sync_redis, tmp_path
-):
+    trainer_cluster: None, namespace: str, sync_redis: redis.Redis, tmp_path: Path
+) -> None:
     """verl's own RewardLoopManager loads RewardqRewardManager; verl's own AgentLoopWorker._compute_score
     sends it trajectories; the hook starts the fleet from inside verl's reward-loop actor."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from rewardq.integrations import verl as adapter
 from tests.conftest import REDIS_URL
 from tests.support.managers import expected_reward
+from tests.verl.conftest import Fleet
 from tests.verl.data import output, row, verl_expected
 
 MANAGER = "rewardq.integrations.verl.RewardqAgentLoopManager"
@@ -42,7 +43,7 @@ async def no_workers(self):
 
 
 @pytest.fixture
-def no_actors(monkeypatch, real_tq):
+def no_actors(monkeypatch: pytest.MonkeyPatch, real_tq) -> None:
     """Managers built without starting agent-loop actors (verl's _init_agent_loop_workers needs LLM servers)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 
@@ -53,7 +54,7 @@ def worker_class_of(manager) -> type:
     return manager.agent_loop_workers_class.__ray_metadata__.modified_class
 
 
-def test_one_override_works_on_both_of_verls_trainers(no_actors):
+def test_one_override_works_on_both_of_verls_trainers(no_actors: None) -> None:
     # verl's legacy trainer: the plain manager and worker
     plain = adapter.RewardqAgentLoopManager.create(config=config(False), llm_client=None)
     assert type(plain) is adapter.RewardqAgentLoopManager
@@ -89,7 +90,9 @@ def stored(tq, keys: list[str]) -> list[tuple[float, dict]]:
     return [(float(got["rm_scores"][i].sum()), got["extra_fields"][i]["reward_extra_info"]) for i in range(len(keys))]
 
 
-async def test_transferqueue_path_stores_verls_rewards(monkeypatch, naive_fleet, real_tq):
+async def test_transferqueue_path_stores_verls_rewards(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, real_tq
+) -> None:
     w = tq_worker(monkeypatch, naive_fleet.namespace)
     uid = f"tq-{uuid.uuid4().hex[:8]}"
     outputs = [output("first turn"), output("Answer: 42", tool="<tool>ok</tool>")]
@@ -103,7 +106,9 @@ async def test_transferqueue_path_stores_verls_rewards(monkeypatch, naive_fleet,
     real_tq.kv_clear(keys=keys, partition_id="train")
 
 
-async def test_transferqueue_path_keeps_per_output_rewards(monkeypatch, echo_fleet, real_tq):
+async def test_transferqueue_path_keeps_per_output_rewards(
+    monkeypatch: pytest.MonkeyPatch, echo_fleet: Fleet, real_tq
+) -> None:
     w = tq_worker(monkeypatch, echo_fleet.namespace)
     uid = f"tq-echo-{uuid.uuid4().hex[:8]}"
     outputs = [output("a"), output("bb bb"), output("ccc ccc ccc")]
@@ -134,7 +139,7 @@ def one_step_off_config(manager: str | None):
 
 
 @pytest.mark.parametrize("manager", [MANAGER, None])
-def test_one_step_off_trainer_builds_the_manager_it_is_given(monkeypatch, real_tq, manager):
+def test_one_step_off_trainer_builds_the_manager_it_is_given(monkeypatch: pytest.MonkeyPatch, real_tq, manager) -> None:
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
     from verl.experimental.one_step_off_policy import ray_trainer as one_step_off
 

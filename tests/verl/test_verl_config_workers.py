@@ -10,15 +10,17 @@ block. Each scores a trajectory pushed by the verl adapter.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import verl
 import yaml
 
 from tests.conftest import REDIS_URL, _delete_namespace
-from tests.support.cli_procs import wait_for
-from tests.verl.conftest import start_fleet
+from tests.support.cli_procs import Procs, wait_for
+from tests.verl.conftest import Fleet, start_fleet
 from tests.verl.data import output, row, verl_expected
 from tests.verl.test_adapter import adapter
 
@@ -42,7 +44,7 @@ def verl_config(tmp_path: Path, manager: str | None, edit=None) -> Path:
 
 
 @pytest.fixture
-def fleets(procs, sync_redis):
+def fleets(procs: Procs, sync_redis: redis.Redis) -> Iterator[Callable[..., Fleet]]:
     started = []
 
     def start(*args: str, n: int = 1):
@@ -65,13 +67,15 @@ async def score(monkeypatch, namespace: str, case=("openai/gsm8k", "42", "#### 4
     return outputs, kwargs
 
 
-def test_the_generated_config_is_verls_own():
+def test_the_generated_config_is_verls_own() -> None:
     cfg = yaml.safe_load(GENERATED.read_text())
     assert cfg["reward"]["num_workers"] == 8 and cfg["reward"]["reward_manager"]["name"] == "naive"
     assert cfg["reward"]["reward_model"]["rollout"]["name"] == "???"
 
 
-async def test_a_worker_starts_from_verls_config_for_every_manager(tmp_path, fleets, monkeypatch):
+async def test_a_worker_starts_from_verls_config_for_every_manager(
+    tmp_path: Path, fleets: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch
+) -> None:
     reward_fn = tmp_path / "reward.py"
     reward_fn.write_text(REWARD_FN)
 
@@ -109,8 +113,8 @@ async def test_a_worker_starts_from_verls_config_for_every_manager(tmp_path, fle
 
 
 async def test_the_untouched_config_with_manager_rate_limited_and_unused_keys_listed(
-    tmp_path, fleets, monkeypatch, sync_redis
-):
+    tmp_path: Path, fleets: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch, sync_redis: redis.Redis
+) -> None:
     def extra(cfg):
         cfg["reward"]["future_verl_knob"] = 1
         cfg["concurency"] = 8  # a typo of a rewardq key: listed with a suggestion, not fatal
@@ -128,7 +132,9 @@ async def test_the_untouched_config_with_manager_rate_limited_and_unused_keys_li
     assert "reward.future_verl_knob" in lines[0] and "concurency (did you mean concurrency?)" in lines[0]
 
 
-async def test_top_level_rewardq_keys_beside_a_reward_block(tmp_path, procs, sync_redis, monkeypatch):
+async def test_top_level_rewardq_keys_beside_a_reward_block(
+    tmp_path: Path, procs: Procs, sync_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ns = f"t-verl-mixed-{uuid.uuid4().hex[:6]}"
     cfg = yaml.safe_load(GENERATED.read_text())
     cfg["reward"]["reward_manager"]["name"] = "dapo"
