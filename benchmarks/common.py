@@ -85,9 +85,9 @@ class Row:
     check: str = ""  # "ok" when sampled rewards matched the expected GSM8K scores
     status: str = "ok"  # ok | partial | not installed | error: ...
     note: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -66,10 +66,10 @@ class WithImages:
         self.traj, self.images = traj, images
         self.uid, self.session_id = traj.uid, traj.session_id
 
-    def sample(self) -> dict:
+    def sample(self) -> dict[str, Any]:
         return self.traj.sample()
 
-    def outputs(self) -> list[dict]:
+    def outputs(self) -> list[dict[str, Any]]:
         outs = self.traj.outputs()
         outs[-1] = {**outs[-1], "multi_modal_data": {"images": self.images}}
         return outs

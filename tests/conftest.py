@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -20,6 +21,9 @@ from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support.cli_procs import Procs
 from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient, connect
+
+T = TypeVar("T")
 
 REDIS_URL = os.environ.get("REWARDQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -60,8 +64,8 @@ def ns(redis_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def sync_redis(redis_url: str) -> Iterator[redis.Redis]:
-    r = redis.Redis.from_url(redis_url)
+def sync_redis(redis_url: str) -> Iterator[SyncClient]:
+    r = connect(redis_url)
     yield r
     r.close()
 
@@ -72,7 +76,7 @@ def length_manager() -> LengthManager:
     return LengthManager(None)
 
 
-def run(coro):
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.get_event_loop().run_until_complete(coro)
 
 
@@ -87,13 +91,13 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 @pytest.fixture
 async def naive() -> AsyncIterator[Callable[..., NaiveRewardManager]]:
     """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
-    from rewardq.reward.base import ManagerContext, ScoringSettings
+    from rewardq.reward.base import ManagerContext, ScoreFn, ScoringSettings
     from rewardq.reward.managers.naive import NaiveRewardManager
     from tests.support.records import TOK
 
-    made: list = []
+    made: list[NaiveRewardManager] = []
 
-    def make(fn, **settings) -> NaiveRewardManager:
+    def make(fn: ScoreFn, **settings: Any) -> NaiveRewardManager:
         m = NaiveRewardManager(TOK, fn, context=ManagerContext(scoring=ScoringSettings(**settings)))
         made.append(m)
         return m

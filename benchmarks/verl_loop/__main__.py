@@ -100,7 +100,9 @@ def references(plans: list[dict[str, Any]], seed: int, workdir: Path, smoke: boo
     return paths
 
 
-def run_side(system: str, size: int, plans: list[dict[str, Any]], common: dict[str, Any], workdir: Path) -> list[dict]:
+def run_side(
+    system: str, size: int, plans: list[dict[str, Any]], common: dict[str, Any], workdir: Path
+) -> list[dict[str, Any]]:
     out = workdir / f"{system}-{size}-{time.time_ns()}.json"
     plan = {**common, "system": system, "size": size, "scorers": plans, "out": str(out)}
     path = out.with_suffix(".plan.json")

@@ -12,14 +12,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-import redis
 
 from tests.support.cli_procs import REPO
+from tests.support.sync_client import SyncClient
 
 
-def run_bench(redis_url: str, out: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess, dict]:
+def run_bench(
+    redis_url: str, out: Path, *args: str, timeout: float
+) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
     """``python -m benchmarks --quick ARGS`` on the suite's Redis; the process and its JSON."""
     cmd = [sys.executable, "-m", "benchmarks", "--quick", *args, "--url", redis_url, "--json", str(out)]
     proc = subprocess.run(
@@ -31,7 +34,7 @@ def run_bench(redis_url: str, out: Path, *args: str, timeout: float) -> tuple[su
 
 @pytest.mark.timeout(120)
 def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(
-    redis_url: str, tmp_path: Path, sync_redis: redis.Redis
+    redis_url: str, tmp_path: Path, sync_redis: SyncClient
 ) -> None:
     # Given a tiny quick run of the raw baseline and rewardq (every phase)
     # When it runs

@@ -11,13 +11,12 @@ import json
 import socket
 import time
 
-import redis
-
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq
 from tests.support.helpers import FlakyJudge, fail_a_trajectory_and_a_junk_entry, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 # -- dead letters ------------------------------------------------------------------------------
 
@@ -35,7 +34,7 @@ DL_SPEC = {
 
 
 async def test_dead_letters_list_show_retry_after_a_fix_and_purge(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     r, ks = sync_redis, Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -104,7 +103,7 @@ async def test_dead_letters_list_show_retry_after_a_fix_and_purge(
 
 
 def test_dead_letters_retry_many_shows_progress_and_purge_asks_on_a_terminal(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     r, ks = sync_redis, Keyspace(ns)
     base = ("--redis-url", redis_url, "--namespace", ns)
@@ -144,7 +143,7 @@ def test_dead_letters_retry_many_shows_progress_and_purge_asks_on_a_terminal(
 # -- health ------------------------------------------------------------------------------------
 
 
-async def test_health_exit_codes(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+async def test_health_exit_codes(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     r, ks = sync_redis, Keyspace(ns)
     base = ("--redis-url", redis_url, "--namespace", ns)
     # No namespace yet, then a namespace without a group or worker: unhealthy (1), saying why

@@ -22,6 +22,7 @@ from rewardq.queue.keys import Keyspace
 from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq
 from tests.support.helpers import SAMPLE, output, running_workers, until
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
 def _hold_one(ns: str, r: redis.Redis, client: RewardClient) -> None:
@@ -119,7 +120,7 @@ RECENT_SPEC = {
 
 
 async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     # Given a pipeline with a stuck trajectory, an entry held by a dead consumer and a live worker
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -182,7 +183,7 @@ async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(
     client.close()
 
 
-def test_status_watch_refreshes_and_stops(ns: str, redis_url: str, sync_redis: redis.Redis, tmp_path: Path) -> None:
+def test_status_watch_refreshes_and_stops(ns: str, redis_url: str, sync_redis: SyncClient, tmp_path: Path) -> None:
     # Given one trajectory pushed and no worker
     RewardClient.from_url(redis_url, namespace=ns).put_output("lone", "s", 0, output(2, 2), SAMPLE, final=True)
     # --watch with --count stops by itself: frames one after another when not on a terminal
@@ -235,7 +236,7 @@ RECORD_SPEC = {"prompt_tokens": int, "response_tokens": int, "model_tokens": int
 RESULT_SPEC = {"status": str, "reward_score": float, "reward_extra_info": dict, "worker": str}
 
 
-async def test_inspect_a_key_a_trajectory_and_unknown_refs(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+async def test_inspect_a_key_a_trajectory_and_unknown_refs(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [LengthManager(None)], keep_records=60):
         await _populate(ns, sync_redis, client)

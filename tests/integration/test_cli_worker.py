@@ -15,7 +15,6 @@ import signal
 from pathlib import Path
 
 import pytest
-import redis
 import yaml
 
 from rewardq.demo.data import make_trajectories
@@ -23,6 +22,7 @@ from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
 from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def tokenizer() -> Tokenizer:
 
 
 def test_two_worker_processes_score_500_trajectories_exactly_once(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, tokenizer: Tokenizer
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tokenizer: Tokenizer
 ) -> None:
     # Given `rewardq worker --processes 2`: a supervisor of two worker processes on a two-shard namespace
     sup = procs.start(
@@ -113,7 +113,7 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(
 
 
 def test_config_precedence_json_logs_and_sigterm(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path, tokenizer: Tokenizer
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path, tokenizer: Tokenizer
 ) -> None:
     # Given a config file, environment variables and flags that disagree
     cfg = tmp_path / "worker.yaml"

@@ -400,7 +400,7 @@ async def test_async_wait_rewards_across_shards(redis_cluster: LocalCluster, cns
     client = AsyncRewardClient.from_url(url, namespace=cns, shards=SHARDS)
     async with running_workers(cns, url, [LengthManager(None), LengthManager(None)], shards=SHARDS, concurrency=8):
         # Given many coroutines each waiting for their own trajectory ...
-        async def one(t: int) -> dict:
+        async def one(t: int) -> dict[str, Any]:
             keys = await client.put_trajectory(f"a{t}", "s", [output(4, t % 7 + 1)] * (t % 3 + 1), SAMPLE)
             return await client.wait_rewards(keys, timeout=20)
 

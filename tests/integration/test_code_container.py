@@ -18,14 +18,15 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
-import redis
 import yaml
 
 from rewardq import RewardClient
 from tests.support.cli_procs import REPO, wait_for
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -75,7 +76,7 @@ def _start(tmp: Path, caps: list[str], redis_url: str, ns: str, name: str) -> tu
     return popen, log
 
 
-def _score(redis_url: str, ns: str, programs: dict[str, tuple[str, str]]) -> dict:
+def _score(redis_url: str, ns: str, programs: dict[str, tuple[str, str]]) -> dict[str, Any]:
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = {}
     for i, (label, (program, expected)) in enumerate(programs.items()):
@@ -90,7 +91,7 @@ def _score(redis_url: str, ns: str, programs: dict[str, tuple[str, str]]) -> dic
 
 @pytest.mark.parametrize("drop", [None, "SYS_ADMIN"])
 def test_the_entrypoint_with_the_compose_capabilities_runs_the_namespaces_mode(
-    drop: str | None, redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+    drop: str | None, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
 ) -> None:
     caps = [c for c in WORKER["cap_add"] if c != drop]
     name = f"box-{uuid.uuid4().hex[:6]}"

@@ -15,13 +15,14 @@ import subprocess
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
-import redis
 
 from rewardq import RewardClient
 from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -86,7 +87,7 @@ GOOD = {
 }
 
 
-def _output(program: str) -> dict:
+def _output(program: str) -> dict[str, Any]:
     text = f"My answer:\n```python\n{program}\n```"
     return text_output(text, "Solve it.")
 
@@ -97,7 +98,7 @@ def _sandbox_uid_processes() -> list[str]:
 
 
 def test_hostile_programs_fail_by_name_and_hurt_nothing_else(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
 ) -> None:
     # Given a worker process (holding a secret in its environment) using the local runner with short timeouts
     name = f"code-{uuid.uuid4().hex[:6]}"
@@ -180,5 +181,5 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(
     assert worker.terminate() == 0, worker.stderr()[-3000:]
 
 
-def _sample(ground_truth: str) -> dict:
+def _sample(ground_truth: str) -> dict[str, Any]:
     return {"data_source": "codecontests", "reward_model": {"ground_truth": ground_truth}, "extra_info": {}}

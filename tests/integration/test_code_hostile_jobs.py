@@ -22,14 +22,15 @@ import stat
 import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-import redis
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -122,7 +123,7 @@ def unix_probe(path: str) -> str:
     )
 
 
-def _sample(outputs: list[str]) -> dict:
+def _sample(outputs: list[str]) -> dict[str, Any]:
     gt = json.dumps({"inputs": ["4\n"], "outputs": outputs})
     return {"data_source": "codecontests", "reward_model": {"ground_truth": gt}, "extra_info": {}}
 
@@ -180,7 +181,7 @@ def unix_listener() -> Iterator[tuple[str, list[bytes]]]:
 
 
 def test_hostile_jobs_beside_correct_ones_change_nothing_but_their_own_score(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, unix_listener: tuple[str, list[bytes]]
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, unix_listener: tuple[str, list[bytes]]
 ) -> None:
     sock_path, socket_hits = unix_listener
     assert stat.S_IMODE(os.stat(sock_path).st_mode) == 0o777

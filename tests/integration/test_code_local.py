@@ -9,6 +9,7 @@ import json
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def _harness_processes() -> list[str]:
     return [ln for ln in out.splitlines() if HARNESS in ln]
 
 
-async def _score_all(runtime: CodeRuntime) -> dict[str, dict]:
+async def _score_all(runtime: CodeRuntime) -> dict[str, dict[str, Any]]:
     results = await asyncio.gather(
         *(compute_score_async("taco", p, SQUARES, code_runtime=runtime) for p, _, _ in PROGRAMS.values())
     )

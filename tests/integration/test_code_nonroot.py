@@ -19,6 +19,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -93,7 +94,7 @@ def _stop(popen: subprocess.Popen) -> None:
             popen.wait(10)
 
 
-def _sample(outputs: list[str]) -> dict:
+def _sample(outputs: list[str]) -> dict[str, Any]:
     gt = json.dumps({"inputs": ["4\n"], "outputs": outputs})
     return {"data_source": "codecontests", "reward_model": {"ground_truth": gt}, "extra_info": {}}
 

@@ -8,9 +8,9 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import redis
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.reward.base import ManagerContext
@@ -20,6 +20,7 @@ from tests.support.helpers import running_workers
 from tests.support.records import TOK, text_output
 from tests.support.redis_server import free_port
 from tests.support.sandbox_standin import Standin
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -29,7 +30,7 @@ WRONG = "```python\nprint(0)\n```"
 SAMPLE = {"data_source": "taco", "reward_model": {"ground_truth": ADD}, "extra_info": {}}
 
 
-def _output(text: str) -> dict:
+def _output(text: str) -> dict[str, Any]:
     return text_output(text, "Add them.")
 
 
@@ -41,7 +42,7 @@ def standin(tmp_path: Path) -> Iterator[Standin]:
 
 
 def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, standin: Standin
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, standin: Standin
 ) -> None:
     # Given two worker processes sharing sandbox_fusion_max_concurrent=4, each willing to score 32 at once
     def worker(name: str):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import redis
 
 from tests.support.cli_procs import Procs
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_demo_embedded_prints_summary_and_exits_0(procs: Procs) -> None:
 
 
 def test_demo_named_namespace_keeps_its_keys_and_says_how_to_look(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient
 ) -> None:
     rc, p = procs.run(
         ["demo", "--redis-url", redis_url, "--namespace", ns, "--trajectories", "150", "--workers", "1", "--json"],
@@ -71,7 +71,7 @@ def test_demo_named_namespace_keeps_its_keys_and_says_how_to_look(
     assert hgetall[:3] == ["redis-cli", "-u", redis_url] and sync_redis.exists(hgetall[-1].strip("'"))
 
 
-def test_demo_generated_namespace_is_deleted(procs: Procs, redis_url: str, sync_redis: redis.Redis) -> None:
+def test_demo_generated_namespace_is_deleted(procs: Procs, redis_url: str, sync_redis: SyncClient) -> None:
     rc, p = procs.run(
         ["demo", "--redis-url", redis_url, "--trajectories", "20", "--workers", "1", "--json"], timeout=120
     )

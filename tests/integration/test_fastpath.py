@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import asyncio
 
-import redis
-
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import SAMPLE, Hang, output, running_workers, worker_config
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
 async def test_whole_trajectory_is_claimed_without_copying_records(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -35,7 +34,7 @@ async def test_whole_trajectory_is_claimed_without_copying_records(
         client.close()
 
 
-async def test_late_duplicates_of_a_whole_trajectory(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+async def test_late_duplicates_of_a_whole_trajectory(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     same = client.put_trajectory("same", "s", [output(3, 4, seed=1), output(3, 5, seed=2)], SAMPLE)
@@ -56,7 +55,7 @@ async def test_late_duplicates_of_a_whole_trajectory(ns: str, redis_url: str, sy
 
 
 async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     """A whole trajectory whose claim finds it already finished goes through ``store``, which
     acknowledges the duplicate and rewrites nothing."""
@@ -89,7 +88,7 @@ async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(
 
 
 async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

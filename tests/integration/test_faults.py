@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -27,6 +28,7 @@ from tests.support.exactly_once import make_trajectories, push, settle
 from tests.support.managers import EchoManager
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import SyncClient
 
 ECHO = "tests.support.managers:EchoManager"
 #: Fast recovery: a dead worker's entries are reclaimed ~2 s after its last lease renewal.
@@ -326,7 +328,7 @@ async def test_store_and_claim_survive_script_cache_loss(server: RedisServer) ->
 
         w.broker.scripts._pipeline = counting
         entries = await w.broker.read([0], 100, None)
-        by_tid: dict = {}
+        by_tid: dict[str, Any] = {}
         for e in entries:
             by_tid.setdefault(decode_output(e.data).tid, []).append(e)
         first, rest = list(by_tid)[:2], list(by_tid)[2:]
@@ -347,7 +349,7 @@ async def test_store_and_claim_survive_script_cache_loss(server: RedisServer) ->
         client.close()
 
 
-def test_verdict_counts_lost_duplicated_and_errors(ns: str, sync_redis: redis.Redis) -> None:
+def test_verdict_counts_lost_duplicated_and_errors(ns: str, sync_redis: SyncClient) -> None:
     """The checker itself can fail: a missing result, a second finish, a wrong value, an error."""
     from rewardq.queue.results import RewardResult
 

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import decode_output, encode_output
@@ -25,6 +24,7 @@ from rewardq.reward.managers.genrm import GenRMRewardManager
 from tests.support.judge_standin import JudgeStandin
 from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, text_output, trajectory_batch
+from tests.support.sync_client import SyncClient
 
 SAMPLE = {
     "data_source": "judged",
@@ -111,7 +111,7 @@ async def test_n_answers_from_one_request_combined_by_mean_or_majority(
 
 
 async def test_rescoring_reuses_the_answer_across_managers_and_workers(
-    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: redis.Redis, ns: str
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: SyncClient, ns: str
 ) -> None:
     first = await genrm(worker="w0")
     second = await genrm(worker="w1")
@@ -163,7 +163,7 @@ async def test_a_429_is_retried_after_its_retry_after(
 
 
 async def test_a_500_is_retried_with_backoff_then_scores(
-    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: redis.Redis, ns: str
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: SyncClient, ns: str
 ) -> None:
     judge.control(fail_next=2, status=500)
     m = await genrm()
@@ -174,7 +174,7 @@ async def test_a_500_is_retried_with_backoff_then_scores(
 
 
 async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(
-    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: redis.Redis, ns: str
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: SyncClient, ns: str
 ) -> None:
     judge.control(fail_always=500)
     m = await genrm(max_retries=2)
@@ -242,7 +242,7 @@ async def test_the_api_key_comes_from_the_environment_and_is_never_logged(
 
 
 async def test_the_token_bucket_is_charged_with_the_servers_usage(
-    genrm: MakeManager[GenRMRewardManager], sync_redis: redis.Redis, ns: str
+    genrm: MakeManager[GenRMRewardManager], sync_redis: SyncClient, ns: str
 ) -> None:
     m = await genrm(max_tpm=600_000, estimated_tokens_per_request=1)  # a bucket of 10,000 tokens
     out = await m.run_single(batch("grade=1"))

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 import yaml
 
 from rewardq import RewardClient
 from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def both_alive(sync_redis, ns, names, workers):
 
 
 def test_forty_trajectories_on_two_workers_keep_the_fleets_rate_and_concurrency(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, judge: JudgeStandin, tmp_path: Path
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
 ) -> None:
     # Given a judge that takes 0.8 s per answer and two workers sharing max_rpm 120 and max_concurrent 2
     judge.control(delay=0.8)
@@ -93,7 +93,7 @@ def test_forty_trajectories_on_two_workers_keep_the_fleets_rate_and_concurrency(
 
 
 def test_a_worker_killed_mid_judging_costs_no_request_twice(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, judge: JudgeStandin, tmp_path: Path
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
 ) -> None:
     # Given one worker judging 8 trajectories of 3 outputs each, turn by turn, one request at a time
     judge.control(delay=0.3)
@@ -139,7 +139,7 @@ def _scrape(port: int) -> str:
 
 
 def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbours_score(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, judge: JudgeStandin, tmp_path: Path
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
 ) -> None:
     # Given a worker whose judge answers 500 forever for two trajectories
     config = config_file(tmp_path, judge, max_retries=2)

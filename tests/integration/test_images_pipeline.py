@@ -10,7 +10,6 @@ import io
 
 import msgpack
 import pytest
-import redis
 from PIL import Image
 
 from rewardq import RecordError, RewardClient
@@ -18,6 +17,7 @@ from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.image_managers import ImageDigests
+from tests.support.sync_client import SyncClient
 
 
 def png(color, size=(24, 16)) -> bytes:
@@ -53,7 +53,7 @@ def png_of(img: Image.Image) -> bytes:
 
 
 def test_the_producer_refuses_an_oversize_image_naming_output_and_image(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns, max_image_bytes=200)
     big = png((1, 2, 3), size=(400, 400))
@@ -87,7 +87,7 @@ def forged(index: int, final: bool, image: bytes) -> bytes:
     ids=["garbage", "cut", "oversize"],
 )
 async def test_a_raw_entry_carrying_a_bad_image_fails_every_key_and_is_dead_lettered(
-    ns: str, redis_url: str, sync_redis: redis.Redis, image, reason
+    ns: str, redis_url: str, sync_redis: SyncClient, image, reason
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

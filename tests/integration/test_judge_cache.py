@@ -8,11 +8,11 @@ import asyncio
 import time
 
 import pytest
-import redis
 import redis.asyncio as aredis
 
 from rewardq.queue.judge_cache import JudgeCache, LocalJudgeCache, judge_totals
 from rewardq.queue.keys import Keyspace
+from tests.support.sync_client import SyncClient
 
 
 @pytest.fixture(params=["redis", "local"])
@@ -116,7 +116,7 @@ async def test_a_held_claim_is_renewed_while_its_holder_works(caches) -> None:
         assert after.hit and after.answer == "done"
 
 
-async def test_answers_live_for_result_ttl_and_counters_add_up(caches, sync_redis: redis.Redis, ns: str) -> None:
+async def test_answers_live_for_result_ttl_and_counters_add_up(caches, sync_redis: SyncClient, ns: str) -> None:
     cache = caches(ttl=120.0)
     async with cache.claim("ttl") as c:
         await c.put("kept")

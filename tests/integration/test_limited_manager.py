@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-import redis
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError
@@ -20,6 +19,7 @@ from rewardq.reward.managers.limited import LimitedRewardManager
 from tests.support.helpers import PeakCounter
 from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, record
+from tests.support.sync_client import SyncClient
 
 
 def trajectory(response: str = "The answer is 42", ground_truth: str = "42", extra_info=None) -> object:
@@ -129,7 +129,7 @@ class Recording:
 
 
 async def test_acquisition_order_request_tokens_slot_then_call(
-    managers: MakeManager[LimitedRewardManager], sync_redis: redis.Redis, ns: str
+    managers: MakeManager[LimitedRewardManager], sync_redis: SyncClient, ns: str
 ) -> None:
     log = []
     key = Keyspace(ns).ratelimit("default")

@@ -6,7 +6,6 @@ import asyncio
 
 import numpy as np
 import pytest
-import redis
 import torch
 
 from rewardq import AsyncRewardClient, RewardClient
@@ -14,10 +13,11 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.rows import valid_response_ids
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
 async def test_trajectory_scored_once_and_copied_to_every_key(
-    ns: str, redis_url: str, length_manager: LengthManager, sync_redis: redis.Redis
+    ns: str, redis_url: str, length_manager: LengthManager, sync_redis: SyncClient
 ) -> None:
     # Given a trajectory whose outputs have very different prompt and response lengths
     lens = [(50, 300), (700, 10), (5, 1200), (120, 0), (300, 77)]
@@ -48,7 +48,7 @@ async def test_trajectory_scored_once_and_copied_to_every_key(
 
 
 async def test_out_of_order_arrival_and_two_workers_assemble_once(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     managers = [LengthManager(None), LengthManager(None)]
     LengthManager.calls = []
@@ -72,7 +72,7 @@ async def test_out_of_order_arrival_and_two_workers_assemble_once(
 
 
 async def test_outputs_read_by_different_workers_are_scored_once(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     """Worker A reads output 0, worker B reads the final output: B assembles and scores."""
     from rewardq.consumers.worker import Worker

@@ -11,15 +11,15 @@ import json
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
 
 def test_produce_reports_bad_lines_and_scores_the_rest(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
 ) -> None:
     # Given a worker (starting in the background) and a 40-line file from `rewardq generate`
     worker = procs.start(

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import redis
 
 from rewardq import AsyncRewardClient
 from rewardq.errors import RewardTimeout
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
 async def test_concurrent_trajectories_get_their_own_rewards(
@@ -33,7 +33,7 @@ async def test_concurrent_trajectories_get_their_own_rewards(
 
 
 async def test_the_results_are_read_after_the_put_not_before(
-    ns: str, redis_url: str, sync_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    ns: str, redis_url: str, sync_redis: SyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     reads: list[list[str]] = []
@@ -59,9 +59,7 @@ async def test_the_results_are_read_after_the_put_not_before(
     await client.aclose()
 
 
-async def test_a_bad_record_is_refused_before_anything_is_sent(
-    ns: str, redis_url: str, sync_redis: redis.Redis
-) -> None:
+async def test_a_bad_record_is_refused_before_anything_is_sent(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     from rewardq.errors import RecordError
 
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)

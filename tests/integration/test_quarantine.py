@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import redis
-
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
@@ -22,6 +20,7 @@ from tests.support.helpers import (
     stop_while_scoring,
     worker_config,
 )
+from tests.support.sync_client import SyncClient
 
 
 class Overlap(RewardManager):
@@ -36,7 +35,7 @@ class Overlap(RewardManager):
 
 
 async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_ones_together(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -64,7 +63,7 @@ async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_o
 
 
 async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

@@ -14,15 +14,16 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import redis
 
 from rewardq.errors import ConfigError
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.support.cli_procs import REPO, wait_for
 from tests.support.exactly_once import make_trajectories, push, settle
+from tests.support.sync_client import SyncClient
 
 ray = pytest.importorskip("ray", reason="rewardq[ray] is part of the test extra; install it")
 
@@ -84,14 +85,14 @@ def _exists(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _pids(st: dict) -> tuple[set[int], set[int]]:
+def _pids(st: dict[str, Any]) -> tuple[set[int], set[int]]:
     """The worker processes, and the actors with the guardians between them and their workers."""
     running = [w for w in st["workers"] if w.get("pid")]
     return {w["pid"] for w in running}, {w["actor_pid"] for w in running} | {w["guardian_pid"] for w in running}
 
 
 def test_two_workers_score_500_trajectories_and_stop_leaves_nothing(
-    ray_cluster: None, ns: str, redis_url: str, sync_redis: redis.Redis
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     before = ray.available_resources().get("rewardq_cpu", 0)
     fleet = start_fleet(
@@ -130,7 +131,7 @@ def test_two_workers_score_500_trajectories_and_stop_leaves_nothing(
 
 
 def test_sigkill_of_a_worker_process_is_restarted_by_ray_and_nothing_is_lost(
-    ray_cluster: None, ns: str, redis_url: str, sync_redis: redis.Redis
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     config = {**FAST, "manager_options": {"sleep": 0.05}, "concurrency": 8}
     fleet = start_fleet(workers=2, config=config, namespace=ns, redis_url=redis_url, env=ENV, timeout=120)
@@ -164,7 +165,7 @@ def test_sigkill_of_a_worker_process_is_restarted_by_ray_and_nothing_is_lost(
 
 
 def test_sigkill_of_an_actor_stops_its_worker_gracefully_and_ray_starts_a_new_pair(
-    ray_cluster: None, ns: str, redis_url: str, sync_redis: redis.Redis
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     fleet = start_fleet(workers=1, config=FAST, namespace=ns, redis_url=redis_url, env=ENV, timeout=120)
     try:
@@ -183,7 +184,7 @@ def test_sigkill_of_an_actor_stops_its_worker_gracefully_and_ray_starts_a_new_pa
 
 
 def test_scale_down_to_one_and_stop_leave_no_process(
-    ray_cluster: None, ns: str, redis_url: str, sync_redis: redis.Redis
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     fleet = start_fleet(workers=3, config=FAST, namespace=ns, redis_url=redis_url, env=ENV, timeout=120)
     try:
@@ -235,7 +236,7 @@ def test_resources_the_cluster_lacks_end_in_a_clear_error(ray_cluster: None, ns:
 
 
 def test_autoscaling_adds_a_worker_for_a_backlog_and_removes_it_once_drained(
-    ray_cluster: None, ns: str, redis_url: str, sync_redis: redis.Redis
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     config = {**FAST, "manager_options": {"sleep": 0.1}, "concurrency": 4}
     policy = Autoscale(min_workers=1, max_workers=2, target_drain_s=2.0, interval_s=0.5, scale_down_after_s=2.0)

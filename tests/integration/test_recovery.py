@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-import redis
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -25,10 +24,11 @@ from tests.support.helpers import (
 )
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
 async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -72,7 +72,7 @@ async def test_live_lease_is_respected_while_owner_renews(ns: str, redis_url: st
 
 
 async def test_graceful_stop_hands_back_and_another_worker_finishes(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("h", "s", [output(2, 5)], SAMPLE)
@@ -104,7 +104,7 @@ async def stored_trajectory(ns: str, url: str, uid: str, outputs: list) -> Async
         client.close()
 
 
-async def test_repeated_commit_changes_nothing(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+async def test_repeated_commit_changes_nothing(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     ks = Keyspace(ns)
     async with stored_trajectory(ns, redis_url, "c", [output(2, 2), output(2, 3)]) as (client, w, outs):
         assert [o.kind for o in outs] == ["parked", "complete"]
@@ -145,7 +145,7 @@ async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_
 
 
 async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -180,7 +180,7 @@ async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(
     client.close()
 
 
-async def test_entry_redelivered_too_often_is_dead_lettered(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+async def test_entry_redelivered_too_often_is_dead_lettered(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("poison", "s", [output(2, 2)], SAMPLE)
@@ -206,7 +206,7 @@ async def test_entry_redelivered_too_often_is_dead_lettered(ns: str, redis_url: 
     client.close()
 
 
-async def test_deleted_stream_is_recreated_and_work_goes_on(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+async def test_deleted_stream_is_recreated_and_work_goes_on(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     """An operator deletes the stream under a blocked reader: the worker re-creates it and carries on."""
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -221,7 +221,7 @@ async def test_deleted_stream_is_recreated_and_work_goes_on(ns: str, redis_url: 
 
 
 async def test_dead_owners_lease_running_out_costs_no_deliveries(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     """claim_idle far below lease_seconds: the entry is not reclaimed (and counted) again and
     again while the dead owner's lease runs out, so it is scored, not dead-lettered."""
@@ -242,7 +242,7 @@ async def test_dead_owners_lease_running_out_costs_no_deliveries(
 
 @pytest.mark.parametrize("shared", [True, False], ids=["one-result-for-every-key", "one-result-per-key"])
 async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(
-    ns: str, redis_url: str, sync_redis: redis.Redis, shared: bool
+    ns: str, redis_url: str, sync_redis: SyncClient, shared: bool
 ) -> None:
     # Given a complete trajectory of three outputs held by a worker
     ks = Keyspace(ns)

@@ -8,7 +8,6 @@ import math
 import msgpack
 import numpy as np
 import pytest
-import redis
 
 from rewardq import RecordError, RewardClient
 from rewardq.queue.codec import encode_output
@@ -16,6 +15,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import RewardManager
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 GOOD = {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]}
 
@@ -58,7 +58,7 @@ def test_producer_rejects_oversize_and_unserialisable_sample() -> None:
         encode_output("u", "s", 0, GOOD, {1: "int key"}, final=True)
 
 
-def test_client_rejects_before_sending(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+def test_client_rejects_before_sending(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     with pytest.raises(RecordError, match="outputs"):
         client.put_trajectory("u", "s", [], SAMPLE)
@@ -103,7 +103,7 @@ def _bad_payload(name):
 
 
 async def test_worker_dead_letters_bad_entries_and_scores_the_rest(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -137,7 +137,7 @@ async def test_worker_dead_letters_bad_entries_and_scores_the_rest(
     client.close()
 
 
-async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     class Tok:
         vocab_size = 100
 
@@ -165,7 +165,7 @@ async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_r
 
 
 async def test_conflicting_records_fail_the_trajectory_with_reasons(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -219,7 +219,7 @@ class _Bad(RewardManager):
 
 
 async def test_failing_scorers_give_error_results_and_dead_letters(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -33,6 +32,7 @@ from tests.support.ping_sampler import PingSampler
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import SyncClient
 
 MAXMEMORY = ["--maxmemory", "2gb", "--maxmemory-policy", "noeviction"]
 REWARD_FN = "tests/support/hostile_results.py:hostile_result"
@@ -150,7 +150,7 @@ async def _stop(w: Worker) -> None:
     ids=["manager-cycle", "per-output-cycle", "manager-deep", "manager-keys", "reward-fn-cycle"],
 )
 async def test_a_bad_extra_info_fails_only_its_trajectory_and_never_its_commit_batch(
-    ns: str, redis_url: str, sync_redis: redis.Redis, settings, text, reason
+    ns: str, redis_url: str, sync_redis: SyncClient, settings, text, reason
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
@@ -196,7 +196,7 @@ async def test_a_lone_surrogate_in_extra_info_is_stored_as_a_replacement_charact
 
 
 async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     # Given a complete trajectory of 20 outputs held by a broker whose scripts write at most 4 kB each
     ks = Keyspace(ns)

@@ -32,6 +32,7 @@ from tests.support.cli_procs import REPO
 from tests.support.exactly_once import make_trajectories, push, settle
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import SyncClient
 
 ECHO = "tests.support.managers:EchoManager"
 FAST = dict(
@@ -306,7 +307,7 @@ print("done")
 
 
 def test_records_never_make_a_worker_import_code(
-    tmp_path: Path, redis_url: str, ns: str, sync_redis: redis.Redis
+    tmp_path: Path, redis_url: str, ns: str, sync_redis: SyncClient
 ) -> None:
     """Data sources, reward functions and managers come from the worker's configuration only:
     a record naming a module gets an "unknown data source" error, and nothing is imported."""

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from redis.exceptions import ResponseError
 
 from rewardq import RewardClient
@@ -26,6 +25,7 @@ from tests.support.hostile_results import HostileResultManager
 from tests.support.managers import LengthManager
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import TOK, text_output
+from tests.support.sync_client import SyncClient
 
 SCORE_TIMEOUT = 60.0
 
@@ -43,7 +43,7 @@ def _push(client: RewardClient, uid: str, text: str, n: int = 2) -> list[str]:
     ],
 )
 async def test_a_manager_raising_cancelled_or_a_base_exception_gets_an_error_within_score_timeout(
-    ns: str, redis_url: str, sync_redis: redis.Redis, text: str, reason: str
+    ns: str, redis_url: str, sync_redis: SyncClient, text: str, reason: str
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
@@ -67,7 +67,7 @@ async def test_a_manager_raising_cancelled_or_a_base_exception_gets_an_error_wit
 
 
 async def test_a_trajectory_whose_commits_keep_failing_ends_as_a_dead_letter_blaming_no_crash(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
@@ -152,7 +152,7 @@ def sync_redis_dead(url: str, ks: Keyspace) -> list[dict[bytes, bytes]]:
 
 
 async def test_a_trajectory_handed_back_past_max_deliveries_says_its_workers_were_stopping(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)

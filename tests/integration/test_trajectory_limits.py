@@ -20,7 +20,6 @@ from typing import Any
 import msgpack
 import numpy as np
 import pytest
-import redis
 
 from rewardq import RewardClient
 from rewardq.queue.codec import encode_output
@@ -29,6 +28,7 @@ from tests.support.helpers import SAMPLE, FlakyJudge, output, running_workers, u
 from tests.support.hostile import raw_record
 from tests.support.managers import LengthManager
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import SyncClient
 
 MiB = 1024 * 1024
 MAXMEMORY = ["--maxmemory", "2gb", "--maxmemory-policy", "noeviction"]
@@ -80,7 +80,7 @@ async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_
 
 
 async def test_a_batch_padded_past_max_batch_bytes_is_refused_before_it_is_built(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
@@ -122,7 +122,7 @@ async def _end_four_ways(ns: str, url: str, r: Any, client: RewardClient, **sett
 
 
 async def test_the_records_of_every_trajectory_that_ended_are_deleted_once_its_result_is_written(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks, r = Keyspace(ns), sync_redis
@@ -138,7 +138,7 @@ async def test_the_records_of_every_trajectory_that_ended_are_deleted_once_its_r
 
 
 async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_them(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks, r = Keyspace(ns), sync_redis
@@ -151,7 +151,7 @@ async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_th
     assert len(r.hkeys(ks.records(0, "ok_s"))) == 3 and len(r.hkeys(ks.records(0, "inc_s"))) == 2
 
 
-async def test_a_retry_without_kept_records_says_what_to_do(ns: str, redis_url: str, sync_redis: redis.Redis) -> None:
+async def test_a_retry_without_kept_records_says_what_to_do(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     from rewardq.queue.deadletters import DeadLetters
 
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -183,7 +183,7 @@ def _uid_twice(first: str, second: str) -> bytes:
 
 
 async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_it_names(
-    ns: str, redis_url: str, sync_redis: redis.Redis
+    ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)

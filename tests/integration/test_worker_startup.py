@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-import redis
 
 from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ STEPS = (
 
 
 def test_startup_steps_are_logged_in_order_with_their_times(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient
 ) -> None:
     w = procs.start(worker_argv(redis_url, ns, "su", "--manager", "naive"), tag="w")
     wait_for(lambda: sync_redis.zcard(f"{ns}:workers"), 120, "the worker to beat", procs=[w])

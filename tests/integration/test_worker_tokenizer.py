@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 
 import pytest
-import redis
 
 from rewardq.producers.aio import AsyncRewardClient
 from rewardq.queue.keys import Keyspace
@@ -26,6 +25,7 @@ from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.hf_cache import fake_hub_cache
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 UNREACHABLE = "redis://127.0.0.1:1/0"  # never reached: the tokenizer is checked first
 
@@ -53,7 +53,7 @@ def test_no_tokenizer_exits_2_naming_the_flag(procs: Procs, extra, env) -> None:
 
 @pytest.mark.slow
 def test_a_hub_id_comes_from_the_local_cache_offline(
-    procs: Procs, redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
 ) -> None:
     home = tmp_path / "hf"
     config = json.dumps({"eos_token": "<|im_end|>"}).encode()
@@ -79,7 +79,7 @@ def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs: Procs, tmp_path: Pat
 
 
 async def test_records_of_another_tokenizer_get_an_error_for_every_key(
-    redis_url: str, ns: str, sync_redis: redis.Redis, tmp_path: Path
+    redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
 ) -> None:
     demo = load_tokenizer("builtin:demo")
     copy = tmp_path / "tokenizer.json"

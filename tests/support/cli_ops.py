@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -41,7 +42,7 @@ async def arq(*args: str, **kw) -> tuple[int, str, str]:
     return await asyncio.to_thread(rq, *args, **kw)
 
 
-def check_types(d: dict, spec: dict) -> None:
+def check_types(d: dict[str, Any], spec: dict[str, Any]) -> None:
     """Assert ``d`` has every key of ``spec`` with a value of the given type(s)."""
     for key, types in spec.items():
         assert key in d, f"missing {key!r} in {sorted(d)}"

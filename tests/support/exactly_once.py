@@ -34,7 +34,7 @@ SAMPLE = {"data_source": "test", "reward_model": {"ground_truth": "42"}, "extra_
 class Trajectory:
     uid: str
     session_id: str
-    outputs: list[dict]
+    outputs: list[dict[str, Any]]
     expected: dict[str, float]  # key -> reward EchoManager gives it
 
 
@@ -151,7 +151,7 @@ def verify(
     expected: dict[str, Any],
     *,
     tolerance: float = 0.0,
-    expected_extra: dict[str, dict] | None = None,
+    expected_extra: dict[str, dict[str, Any]] | None = None,
 ) -> Verdict:
     """Compare what Redis holds with ``expected`` (key -> reward, or None for "any ok value").
 

@@ -75,7 +75,7 @@ def results_for(tid: str, n: int, pad: int) -> list[RewardResult]:
     ]
 
 
-def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> dict:
+def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     return {
         "prompt_ids": rng.integers(1, 1000, prompt_len),

@@ -65,7 +65,7 @@ class Case:
     maybe: list[str] = field(default_factory=list)
 
 
-def _api(uid: str, sid: str, outputs: list[dict]) -> Callable[[Any], list[str]]:
+def _api(uid: str, sid: str, outputs: list[dict[str, Any]]) -> Callable[[Any], list[str]]:
     return lambda client: client.put_trajectory(uid, sid, outputs, SAMPLE)
 
 

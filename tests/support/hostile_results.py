@@ -56,7 +56,7 @@ def hostile_value(text: str, ground_truth: Any) -> dict[str, Any]:
     return {"score": float(ground_truth), "echo": text}
 
 
-def hostile_result(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict:
+def hostile_result(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, Any]:
     """A sync reward function (see the module doc)."""
     return hostile_value(solution_str, ground_truth)
 

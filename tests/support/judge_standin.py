@@ -123,7 +123,7 @@ def _score(text: str) -> float:
     return 0.0
 
 
-def _schema_answer(schema: dict, score: float) -> Any:
+def _schema_answer(schema: dict[str, Any], score: float) -> Any:
     if schema.get("type") == "object":
         return {name: _schema_answer(sub, score) for name, sub in schema["properties"].items()}
     enum = schema.get("enum")
@@ -134,7 +134,7 @@ def _schema_answer(schema: dict, score: float) -> Any:
     return score
 
 
-def _answer(body: dict, text: str, score: float) -> str:
+def _answer(body: dict[str, Any], text: str, score: float) -> str:
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         return json.dumps(_schema_answer(fmt["json_schema"]["schema"], score))
@@ -146,7 +146,7 @@ def _answer(body: dict, text: str, score: float) -> str:
     return f"I compared the answer with the reference; it is {'right' if score >= 0.5 else 'wrong'}.\nScore: {shown}"
 
 
-def _digest(body: dict) -> str:
+def _digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -273,7 +273,7 @@ class JudgeStandin(StandinProcess):
         super().__init__("tests.support.judge_standin", tmp / "judge-standin.log", *args)
         self.base_url = self.root + "/v1"
 
-    def bodies(self) -> list[dict]:
+    def bodies(self) -> list[dict[str, Any]]:
         """Every request body the stand-in accepted, in order."""
         return self.call("/bodies")
 

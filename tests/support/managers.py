@@ -80,7 +80,7 @@ class EchoManager(RewardManager):
         self.jitter = float(jitter)
         self.mark_dir = Path(mark_dir) if mark_dir else None
 
-    async def run_single(self, data: Any) -> list[dict]:
+    async def run_single(self, data: Any) -> list[dict[str, Any]]:
         n = int(data.batch_size[0])
         if self.mark_dir is not None:
             (self.mark_dir / f"{os.getpid()}-{os.urandom(4).hex()}").write_text(str(n))

@@ -54,17 +54,17 @@ class StandinProcess:
             raise RuntimeError(f"{module} did not start: {line!r} {self.log.read_text()[-2000:]}")
         self.root = f"http://127.0.0.1:{int(line.split()[1])}"
 
-    def call(self, path: str, body: dict | None = None) -> Any:
+    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
         """GET ``path`` (or POST ``body`` as JSON to it); the decoded JSON answer."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.root + path, data=data, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read())
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         return self.call("/stats")
 
-    def control(self, **body: Any) -> dict:
+    def control(self, **body: Any) -> dict[str, Any]:
         return self.call("/control", body)
 
     def stop(self) -> None:

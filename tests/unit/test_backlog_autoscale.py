@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -13,7 +14,7 @@ from rewardq.integrations.autoscale import Autoscale, Autoscaler
 from rewardq.queue.status import backlog_status, drain_estimate, shard_figures
 
 
-def _shard(backlog: int, exact: bool = True) -> dict:
+def _shard(backlog: int, exact: bool = True) -> dict[str, Any]:
     return {"backlog": backlog, "backlog_exact": exact}
 
 
@@ -44,7 +45,7 @@ def test_the_gauge_shows_infinity_while_nothing_drains() -> None:
     assert "rewardq_backlog_seconds 3.5" in generate_latest(m.registry).decode()
 
 
-def figures(entries: int, rate: float, workers: int) -> dict:
+def figures(entries: int, rate: float, workers: int) -> dict[str, Any]:
     return {"entries": entries, "outputs_per_s": rate, "workers": workers}
 
 

@@ -7,6 +7,8 @@ batch; each is checked here against what the public tensordict API gives (``data
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -32,7 +34,7 @@ SAMPLE = {
 }
 
 
-def records(lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: dict = SAMPLE):
+def records(lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: dict[str, Any] = SAMPLE):
     rng = np.random.default_rng(0)
     out = []
     n = len(lengths)

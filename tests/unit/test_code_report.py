@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from rewardq.reward.codeexec.report import MAX_RECORD_BYTES, MalformedRecord, cl
 from rewardq.reward.codeexec.sandbox import RunSpec
 
 
-def _line(record: dict) -> bytes:
+def _line(record: dict[str, Any]) -> bytes:
     return json.dumps(record).encode()
 
 

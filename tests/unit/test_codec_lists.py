@@ -3,6 +3,8 @@ the record is byte for byte what the numpy path gives, and every bad list is ref
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ from rewardq.queue.keys import Keyspace
 SAMPLE = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "1"}, "extra_info": {"i": np.int64(3)}}
 
 
-def output(rng: np.random.Generator, n: int = 3000) -> dict:
+def output(rng: np.random.Generator, n: int = 3000) -> dict[str, Any]:
     return {
         "prompt_ids": rng.integers(0, 129_000, 500).tolist(),
         "response_ids": rng.integers(0, 129_000, n).tolist(),
@@ -24,7 +26,7 @@ def output(rng: np.random.Generator, n: int = 3000) -> dict:
     }
 
 
-def as_arrays(out: dict) -> dict:
+def as_arrays(out: dict[str, Any]) -> dict[str, Any]:
     return {
         **out,
         "prompt_ids": np.asarray(out["prompt_ids"], dtype=np.int64),

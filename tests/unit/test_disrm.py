@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ class FakeRewardServer:
     """A threaded HTTP server on 127.0.0.1:<free port>; ``script`` holds answers to give first."""
 
     def __init__(self):
-        self.requests: list[dict] = []
+        self.requests: list[dict[str, Any]] = []
         self.script: list[tuple] = []
         self.lock = threading.Lock()
         server = self

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -98,7 +99,7 @@ NESTED = [
 ]
 
 
-def _producer_accepts(sample: dict) -> bool:
+def _producer_accepts(sample: dict[str, Any]) -> bool:
     try:
         encode_output("u", "s", 0, GOOD, sample, final=True)
         return True
@@ -106,7 +107,7 @@ def _producer_accepts(sample: dict) -> bool:
         return False
 
 
-def _decoder_accepts(sample: dict) -> bool:
+def _decoder_accepts(sample: dict[str, Any]) -> bool:
     try:
         decode_output(raw_record("u", "s", sample=sample))
         return True

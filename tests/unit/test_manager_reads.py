@@ -65,7 +65,7 @@ class FinalNaive(Seen, NaiveRewardManager):
 
 
 class WholeTrajectory(RewardManager):
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         return {"reward_score": float(data.batch_size[0]), "reward_extra_info": {}}
 
 
@@ -92,7 +92,7 @@ def test_custom_managers_read_the_trajectory_unless_they_say_so() -> None:
     class Wrong(WholeTrajectory):
         reads = "last"
 
-        async def run_single(self, data: Any) -> dict:
+        async def run_single(self, data: Any) -> dict[str, Any]:
             return {}
 
     with pytest.raises(ConfigError, match="reads must be one of trajectory, final"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,7 +47,7 @@ class Recorder:
 
     def __init__(self, result=1.0):
         self.result = result
-        self.calls: list[dict] = []
+        self.calls: list[dict[str, Any]] = []
 
     def __call__(self, **kwargs):
         self.calls.append(copy.deepcopy(kwargs))
@@ -106,7 +107,7 @@ async def test_naive_extra_info_is_a_merged_copy() -> None:
         extra_info["scribbled"] = True
         return 1.0
 
-    seen: list[dict] = []
+    seen: list[dict[str, Any]] = []
     await NaiveRewardManager(TOK, mutating_scorer).run_single(data)
     assert seen == [
         {"split": "train", "index": 7, "tool_calls": 3, "num_turns": 4, "rollout_reward_scores": {"reward_score": 0.7}}

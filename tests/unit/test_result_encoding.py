@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,7 +36,7 @@ def _decode(data: bytes) -> object:
 
 # -- refused, naming the path --------------------------------------------------------------------
 def test_a_self_referencing_dict_is_refused_naming_the_cycle() -> None:
-    d: dict = {"score": 1.0}
+    d: dict[str, Any] = {"score": 1.0}
     d["self"] = d
     with pytest.raises(ResultError) as err:
         encode_extra_info(d, MiB)
@@ -60,7 +61,7 @@ def test_the_same_dict_twice_is_no_cycle() -> None:
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 3000, 100_000])
 def test_nesting_past_the_limit_is_refused_without_a_recursion_error(depth) -> None:
-    deep: dict = {}
+    deep: dict[str, Any] = {}
     node = deep
     for _ in range(depth):
         node["a"] = {}
@@ -70,7 +71,7 @@ def test_nesting_past_the_limit_is_refused_without_a_recursion_error(depth) -> N
 
 
 def test_nesting_up_to_the_limit_is_kept() -> None:
-    deep: dict = {}
+    deep: dict[str, Any] = {}
     node = deep
     for _ in range(MAX_DEPTH - 1):
         node["a"] = {}

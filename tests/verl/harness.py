@@ -123,7 +123,7 @@ class CapturingHandle:
         outer = self
 
         class _Method:
-            async def _answer(self) -> dict:
+            async def _answer(self) -> dict[str, Any]:
                 return {"reward_score": 0.0, "reward_extra_info": {"acc": 0.0}}
 
             def remote(self, data: Any) -> Any:

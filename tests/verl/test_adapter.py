@@ -10,7 +10,6 @@ import itertools
 
 import numpy as np
 import pytest
-import redis
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
@@ -22,6 +21,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.rows import FAST_PATH
 from tests.conftest import REDIS_URL
 from tests.support.managers import expected_reward
+from tests.support.sync_client import SyncClient
 from tests.verl.conftest import Fleet
 from tests.verl.data import TOK, internal, output, row, verl_expected
 
@@ -140,7 +140,7 @@ async def test_on_error_raise(monkeypatch: pytest.MonkeyPatch, naive_fleet: Flee
 
 
 async def test_precomputed_reward_is_not_pushed(
-    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, sync_redis: redis.Redis
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, sync_redis: SyncClient
 ) -> None:
     ns = f"{naive_fleet.namespace}-pre"
     w = adapter(monkeypatch, ns)

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from PIL import Image
 
 from rewardq.errors import ScoringError
@@ -27,6 +26,7 @@ from rewardq.integrations.verl_media import wire_media, wire_raw_prompt
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Procs
 from tests.support.judge_standin import JudgeStandin
+from tests.support.sync_client import SyncClient
 from tests.verl.conftest import Fleet, start_fleet
 from tests.verl.data import output, row, verl_expected
 from tests.verl.test_adapter import adapter
@@ -64,7 +64,7 @@ def oversize_png(total: int = 17 * 1024 * 1024) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def digest_fleet(module_procs: Procs, module_redis: redis.Redis) -> Iterator[Fleet]:
+def digest_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]:
     """A worker whose manager reports the images it received (tests.support.image_managers:ImageEcho)."""
     fleet = start_fleet(
         module_procs, module_redis, "--manager", "tests.support.image_managers:ImageEcho", "--tokenizer", "builtin:demo"
@@ -107,7 +107,7 @@ async def test_the_manager_sees_the_identical_image_bytes(monkeypatch: pytest.Mo
 
 
 async def test_a_vision_judge_receives_the_image_as_a_data_url(
-    monkeypatch: pytest.MonkeyPatch, module_procs: Procs, module_redis: redis.Redis, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, module_procs: Procs, module_redis: SyncClient, tmp_path: Path
 ) -> None:
     judge = JudgeStandin(tmp_path)
     fleet = None
@@ -145,7 +145,7 @@ async def test_a_vision_judge_receives_the_image_as_a_data_url(
 
 
 async def test_an_oversize_image_is_refused_at_the_producer_by_name(
-    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, module_redis: redis.Redis
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, module_redis: SyncClient
 ) -> None:
     big = oversize_png()
     w = adapter(monkeypatch, naive_fleet.namespace)

@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from verl.utils.reward_score import default_compute_score as verl_compute_score
@@ -50,7 +51,7 @@ def _verl(case: CodeCase, url: str | None) -> float:
     )
 
 
-async def _both(cases: list[CodeCase], settings: CodeExecSettings) -> tuple[list[float], list[dict]]:
+async def _both(cases: list[CodeCase], settings: CodeExecSettings) -> tuple[list[float], list[dict[str, Any]]]:
     ctx = multiprocessing.get_context("spawn")  # a clean process per worker: nothing forked from the event loop
     with concurrent.futures.ProcessPoolExecutor(max_workers=4, mp_context=ctx, initializer=_fork_children) as pool:
         loop = asyncio.get_running_loop()
@@ -65,7 +66,7 @@ async def _both(cases: list[CodeCase], settings: CodeExecSettings) -> tuple[list
         return list(await asyncio.gather(*theirs)), list(ours)
 
 
-def _assert_same(cases: list[CodeCase], theirs: list[float], ours: list[dict]) -> None:
+def _assert_same(cases: list[CodeCase], theirs: list[float], ours: list[dict[str, Any]]) -> None:
     diffs = [
         (c.name, t, o["score"], o["code_status"], o["code_error"])
         for c, t, o in zip(cases, theirs, ours)

@@ -13,12 +13,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import redis
 
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import wait_for
+from tests.support.sync_client import SyncClient
 from tests.verl.data import output, row, verl_expected
 
 ray = pytest.importorskip("ray")
@@ -44,7 +45,7 @@ def namespace() -> Iterator[str]:
     _delete_namespace(REDIS_URL, ns)
 
 
-def trainer_config(ns: str, fleet: dict | None) -> dict:
+def trainer_config(ns: str, fleet: dict[str, Any] | None) -> dict[str, Any]:
     """What a verl run's config holds for rewardq (the rest of verl's config changes nothing here)."""
     rewardq = {"redis_url": REDIS_URL, "namespace": ns, "tokenizer": "builtin:demo", "shutdown_grace": 5}
     if fleet is not None:
@@ -56,7 +57,7 @@ def trainer_config(ns: str, fleet: dict | None) -> dict:
 class AgentLoopProcess:
     """One of verl's agent-loop worker processes: an actor holding rewardq's ``AgentLoopWorker``."""
 
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         from omegaconf import OmegaConf
 
         from rewardq.integrations.verl import RewardqAgentLoopWorker
@@ -73,7 +74,7 @@ class AgentLoopProcess:
             out.append((outputs[-1].reward_score, verl_expected(outputs, kwargs)[0]))
         return out
 
-    def fleet_status(self) -> dict | None:
+    def fleet_status(self) -> dict[str, Any] | None:
         from rewardq.integrations.verl_fleet import _starts
 
         started = [f.result() for f in _starts.values() if f.done() and f.exception() is None]
@@ -91,7 +92,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owner(
-    trainer_cluster: None, namespace: str, sync_redis: redis.Redis
+    trainer_cluster: None, namespace: str, sync_redis: SyncClient
 ) -> None:
     config = trainer_config(namespace, {"workers": 2, "num_cpus": 1, "timeout": 180})
     assert sync_redis.zcard(f"{namespace}:workers") == 0  # nobody started a worker by hand
@@ -120,7 +121,7 @@ def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owne
 
 
 def test_without_the_key_nothing_is_started(
-    trainer_cluster: None, namespace: str, sync_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    trainer_cluster: None, namespace: str, sync_redis: SyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = trainer_config(namespace, None)
     config["reward"]["rewardq"]["verl_timeout"] = 2
@@ -142,7 +143,7 @@ def test_a_bad_fleet_block_fails_the_first_trajectory_with_the_reason(trainer_cl
 
 
 def test_through_verls_reward_loop_the_hook_starts_the_fleet_and_it_ends_with_the_reward_loop(
-    trainer_cluster: None, namespace: str, sync_redis: redis.Redis, tmp_path: Path
+    trainer_cluster: None, namespace: str, sync_redis: SyncClient, tmp_path: Path
 ) -> None:
     """verl's own RewardLoopManager loads RewardqRewardManager; verl's own AgentLoopWorker._compute_score
     sends it trajectories; the hook starts the fleet from inside verl's reward-loop actor."""

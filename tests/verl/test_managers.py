@@ -13,6 +13,7 @@ import os
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import verl
@@ -84,7 +85,7 @@ def tq_worker(monkeypatch, namespace: str):
     return w
 
 
-def stored(tq, keys: list[str]) -> list[tuple[float, dict]]:
+def stored(tq, keys: list[str]) -> list[tuple[float, dict[str, Any]]]:
     """Each key's reward and reward_extra_info as verl's V1 trainer reads them back from TransferQueue."""
     got = tq.kv_batch_get(keys=keys, partition_id="train")
     return [(float(got["rm_scores"][i].sum()), got["extra_fields"][i]["reward_extra_info"]) for i in range(len(keys))]

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, AgentLoopWorker
 from verl.utils.reward_score import default_compute_score
 
@@ -30,6 +29,7 @@ from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Proc, Procs, wait_for
 from tests.support.hf_cache import fake_hub_cache
 from tests.support.redis_server import free_port
+from tests.support.sync_client import SyncClient
 from tests.verl.conftest import Fleet
 from tests.verl.data import TOK, output, row
 from tests.verl.harness import (
@@ -176,7 +176,7 @@ def deepseek(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def deepseek_worker(
-    deepseek, module_procs: Procs, module_redis: redis.Redis, tmp_path_factory: pytest.TempPathFactory
+    deepseek, module_procs: Procs, module_redis: SyncClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, Proc]]:
     """``rewardq worker --config trainer.yaml`` with the DeepSeek folder as ``model.path`` (no --tokenizer)."""
     folder, _ = deepseek
@@ -244,7 +244,7 @@ async def test_ids_of_another_tokenizer_get_an_error_naming_both(
 
 
 async def test_a_hub_id_is_loaded_from_the_local_cache_offline(
-    module_procs: Procs, module_redis: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    module_procs: Procs, module_redis: SyncClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from transformers import AutoTokenizer
 

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import redis
 import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, AgentLoopWorker
 from verl.experimental.reward_loop import RewardLoopManager
@@ -38,6 +37,7 @@ from verl.protocol import DataProto
 from rewardq.integrations.verl import RewardqRewardManager, RewardqScoring
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Proc, Procs, wait_for
+from tests.support.sync_client import SyncClient
 from tests.verl.data import TOK, output, row, verl_expected
 from tests.verl.harness import (
     CapturingHandle,
@@ -63,7 +63,7 @@ class HookRun:
 
 @pytest.fixture(scope="module")
 def hook_run(
-    local_ray: None, module_procs: Procs, module_redis: redis.Redis, tmp_path_factory: pytest.TempPathFactory
+    local_ray: None, module_procs: Procs, module_redis: SyncClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[HookRun]:
     from transformers import AutoTokenizer
 
@@ -85,7 +85,7 @@ async def no_workers(self) -> None:
     self.agent_loop_workers = []
 
 
-def expected_info(outputs, kwargs) -> tuple[float, dict]:
+def expected_info(outputs, kwargs) -> tuple[float, dict[str, Any]]:
     score, extra = verl_expected(outputs, kwargs)
     return score, {**extra, "reward_error": None}
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 import verl
 import yaml
 
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Procs, wait_for
+from tests.support.sync_client import SyncClient
 from tests.verl.conftest import Fleet, start_fleet
 from tests.verl.data import output, row, verl_expected
 from tests.verl.test_adapter import adapter
@@ -44,7 +44,7 @@ def verl_config(tmp_path: Path, manager: str | None, edit=None) -> Path:
 
 
 @pytest.fixture
-def fleets(procs: Procs, sync_redis: redis.Redis) -> Iterator[Callable[..., Fleet]]:
+def fleets(procs: Procs, sync_redis: SyncClient) -> Iterator[Callable[..., Fleet]]:
     started = []
 
     def start(*args: str, n: int = 1):
@@ -113,7 +113,7 @@ async def test_a_worker_starts_from_verls_config_for_every_manager(
 
 
 async def test_the_untouched_config_with_manager_rate_limited_and_unused_keys_listed(
-    tmp_path: Path, fleets: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch, sync_redis: redis.Redis
+    tmp_path: Path, fleets: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch, sync_redis: SyncClient
 ) -> None:
     def extra(cfg):
         cfg["reward"]["future_verl_knob"] = 1
@@ -133,7 +133,7 @@ async def test_the_untouched_config_with_manager_rate_limited_and_unused_keys_li
 
 
 async def test_top_level_rewardq_keys_beside_a_reward_block(
-    tmp_path: Path, procs: Procs, sync_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, procs: Procs, sync_redis: SyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ns = f"t-verl-mixed-{uuid.uuid4().hex[:6]}"
     cfg = yaml.safe_load(GENERATED.read_text())
