@@ -75,7 +75,7 @@ def _assert_drained(rc: redis.RedisCluster, ks: Keyspace) -> None:
 
 def test_a_cluster_that_cannot_start_reports_why() -> None:
     """The fixture fails with the server's own words, and leaves no process or directory behind."""
-    c = LocalCluster(node_timeout_ms="not-a-number")  # type: ignore[arg-type] - the wrong type is the test
+    c = LocalCluster(node_timeout_ms="not-a-number")  # type: ignore[arg-type]  # the wrong type is the test
     with pytest.raises(ClusterStartError, match="FATAL CONFIG FILE ERROR") as info:
         c.start()
     assert "log tail" in str(info.value) and c.dir is None

@@ -173,7 +173,7 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(
     # programs run: a first pass each, plus one per counted case for those that did not pass it
     timeouts = sum(status == "timeout" for _, status, _ in hostile.values())
     assert counts["statuses"]["timeout"] == timeouts and counts["runs"] == 2 * len(hostile) + 1 + 1 + (1 + 3) + 1
-    port = int(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", worker.stderr()).group(1))  # type: ignore[union-attr] - the line is there once the worker started
+    port = int(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", worker.stderr()).group(1))  # type: ignore[union-attr]  # the line is there once the worker started
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     series = 'rewardq_code_trajectories_total{backend="local",data_source="codecontests",status="timeout"}'
     assert f"{series} {timeouts}.0" in metrics

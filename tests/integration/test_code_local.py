@@ -104,7 +104,7 @@ async def test_builtin_managers_score_code_with_the_worker_runtime(manager: str)
     assert out["reward_extra_info"]["code_status"] == "wrong_answer"
     assert m.context.code_stats.snapshot()["codeforces"]["trajectories"] == 1
     if manager == "remote":  # awaited in the event loop: nothing went to the process pool
-        assert m.stats()["tasks"] == 0  # type: ignore[attr-defined] - every built-in manager has stats()
+        assert m.stats()["tasks"] == 0  # type: ignore[attr-defined]  # every built-in manager has stats()
 
 
 def test_a_runner_that_cannot_isolate_itself_is_a_sandbox_error_not_a_score() -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.queue.keys import Keyspace
@@ -161,7 +163,7 @@ async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns: str, re
     class Counting(RewardManager):
         now = peak = 0
 
-        async def run_single(self, data):
+        async def run_single(self, data: TensorDict) -> dict[str, Any]:
             type(self).now += 1
             type(self).peak = max(type(self).peak, type(self).now)
             await asyncio.sleep(0.05)

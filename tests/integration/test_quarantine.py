@@ -4,6 +4,9 @@ a trajectory is scored alone; a graceful hand-back is not held against it."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+from tensordict import TensorDict
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -28,7 +31,7 @@ class Overlap(RewardManager):
 
     at_once = PeakCounter()
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         with type(self).at_once:
             await asyncio.sleep(0.1)
             return {"reward_score": float(valid_response_ids(last_row(data)).shape[0]), "reward_extra_info": {}}

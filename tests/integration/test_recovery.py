@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -54,7 +56,7 @@ async def test_live_lease_is_respected_while_owner_renews(ns: str, redis_url: st
     """A slow but alive scorer keeps its trajectory: nobody else scores it concurrently."""
 
     class Slow(RewardManager):
-        async def run_single(self, data):
+        async def run_single(self, data: TensorDict) -> dict[str, Any]:
             await asyncio.sleep(4.0)  # longer than claim_idle and lease_seconds
             return {"reward_score": 1.0, "reward_extra_info": {}}
 

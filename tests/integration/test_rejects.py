@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
+from tensordict import TensorDict
 
 from rewardq import RecordError, RewardClient
 from rewardq.queue.codec import encode_output
@@ -203,7 +205,7 @@ class _Bad(RewardManager):
         super().__init__(None)
         self.mode = mode
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         uid = data[-1]["extra_info"]["mode"]
         if uid == "raise":
             raise ValueError("judge exploded")

@@ -94,10 +94,10 @@ class Verdict:
         )
 
 
-def done_counts(r: Any, ks: Keyspace) -> tuple[Counter, Counter]:
+def done_counts(r: Any, ks: Keyspace) -> tuple[Counter[str], Counter[str]]:
     """``(finishes per trajectory, finishes per status)`` from every shard's ``done`` stream."""
-    per_tid: Counter = Counter()
-    per_status: Counter = Counter()
+    per_tid: Counter[str] = Counter()
+    per_status: Counter[str] = Counter()
     for shard in range(ks.shards):
         last = "-"
         while True:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
+from tensordict import TensorDict
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.worker import Worker
@@ -33,7 +34,7 @@ def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
 
 @contextlib.asynccontextmanager
 async def running_workers(
-    ns: str, url: str, managers: list, *, name_prefix: str = "w", **kw: Any
+    ns: str, url: str, managers: list[RewardManager], *, name_prefix: str = "w", **kw: Any
 ) -> AsyncIterator[list[Worker]]:
     """Start one in-process worker per manager (named ``w0``, ``w1``, ...); stop them all on exit."""
     workers = [
@@ -108,7 +109,7 @@ class FlakyJudge(RewardManager):
 
     broken = True
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         if type(self).broken:
             raise RuntimeError("judge endpoint returned 503")
         return {"reward_score": 0.5, "reward_extra_info": {"judge": "ok"}}
@@ -116,7 +117,7 @@ class FlakyJudge(RewardManager):
 
 async def fail_a_trajectory_and_a_junk_entry(
     ns: str, url: str, r: Any, client: Any, junk_key: str, *, keep_records: float = 600.0
-):
+) -> tuple[list[str], dict[str, RewardResult]]:
     """Given a 3-output trajectory scored by a broken judge (by a worker that keeps the records of
     ended trajectories ``keep_records`` seconds, so it can be retried) and a junk entry: two dead letters.
 
@@ -137,8 +138,9 @@ async def fail_a_trajectory_and_a_junk_entry(
 class Hang(RewardManager):
     """A manager whose scoring never returns (a worker stuck mid-trajectory)."""
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         await asyncio.sleep(3600)
+        raise AssertionError("a trajectory stayed in flight for an hour")
 
 
 async def until_in_flight(w: Worker) -> None:

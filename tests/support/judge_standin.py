@@ -192,7 +192,7 @@ async def chat(request: web.Request) -> web.Response:
         state.in_flight -= 1
     score = _score(text)
     votes = _VOTES.findall(text)
-    choices = []
+    choices: list[dict[str, Any]] = []
     for i in range(n):
         s = float(votes[-1].split(",")[i % len(votes[-1].split(","))]) if votes else score
         choices.append(
@@ -275,7 +275,8 @@ class JudgeStandin(StandinProcess):
 
     def bodies(self) -> list[dict[str, Any]]:
         """Every request body the stand-in accepted, in order."""
-        return self.call("/bodies")
+        bodies: list[dict[str, Any]] = self.call("/bodies")
+        return bodies
 
 
 if __name__ == "__main__":

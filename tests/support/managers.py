@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+from tensordict import TensorDict
 
 from rewardq.reward.base import RewardManager
 from rewardq.reward.rows import non_tensor, valid_response_ids
@@ -46,7 +47,7 @@ async def set_up_managers(build: Callable[..., M]) -> AsyncIterator[MakeManager[
         await m.close()
 
 
-def expected_reward(response_ids: Sequence[int]) -> float:
+def expected_reward(response_ids: Sequence[int] | np.ndarray) -> float:
     """The reward :class:`EchoManager` gives an output with these response ids."""
     ids = np.asarray(response_ids, dtype=np.int64)
     return float(int(ids.sum()) % 100_003) + len(ids) / 1000.0
@@ -98,9 +99,9 @@ class LengthManager(RewardManager):
     """Test manager: reward = valid response length of the final row; records the batch."""
 
     name = "test-length"
-    calls: list = []
+    calls: list[TensorDict] = []
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         type(self).calls.append(data)
         last = data[-1:]
         ids = valid_response_ids(last)

@@ -13,9 +13,11 @@ import numpy as np
 
 from rewardq.consumers.batch import build_batch
 from rewardq.queue.codec import OutputRecord
-from rewardq.reward.tokenizer import load_tokenizer
+from rewardq.reward.tokenizer import FastTokenizer, load_tokenizer
 
-TOK = load_tokenizer("builtin:demo")
+_demo = load_tokenizer("builtin:demo")
+assert isinstance(_demo, FastTokenizer)  # the demo tokenizer: tests use its eos_token_id and backend too
+TOK: FastTokenizer = _demo
 
 
 def text_output(response: str, prompt: str = "Q?") -> dict[str, Any]:

@@ -37,7 +37,8 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def make_certificates(directory: Path) -> dict[str, Path]:
@@ -123,7 +124,7 @@ class RedisServer:
         self.extra = list(extra or [])
         self.dir = Path(tempfile.mkdtemp(prefix="rewardq-redis-"))
         self.certs = make_certificates(self.dir) if tls else {}
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
 
     # -- addresses -------------------------------------------------------------------------

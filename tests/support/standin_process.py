@@ -28,7 +28,7 @@ async def serve(app: web.Application, port: int, **runner_options: Any) -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr] - aiohttp keeps the server private
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp keeps the server private
     print(f"PORT {bound}", flush=True)
     await asyncio.Event().wait()
 
@@ -62,10 +62,12 @@ class StandinProcess:
             return json.loads(resp.read())
 
     def stats(self) -> dict[str, Any]:
-        return self.call("/stats")
+        answer: dict[str, Any] = self.call("/stats")
+        return answer
 
     def control(self, **body: Any) -> dict[str, Any]:
-        return self.call("/control", body)
+        answer: dict[str, Any] = self.call("/control", body)
+        return answer
 
     def stop(self) -> None:
         if self.proc.poll() is None:

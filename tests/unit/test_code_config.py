@@ -42,7 +42,7 @@ def test_every_builtin_manager_accepts_the_sandbox_options(manager: str) -> None
     assert m.context.code.sandbox_fusion_memory_limit_mb == 512
     assert m.context.code.backend == "sandbox_fusion"
     if manager == "gdpo":
-        assert m.experiment_name == "exp"  # type: ignore[attr-defined] - gdpo has it
+        assert m.experiment_name == "exp"  # type: ignore[attr-defined]  # gdpo has it
 
 
 def test_the_default_is_the_local_runner_and_null_means_unset() -> None:
@@ -141,4 +141,4 @@ def test_metrics_expose_code_counters() -> None:
 def test_settings_are_frozen_and_typed() -> None:
     s = CodeExecSettings(sandbox_fusion_url=URL)
     with pytest.raises(AttributeError):
-        s.sandbox_fusion_url = None  # type: ignore[misc] - frozen: the test proves it
+        s.sandbox_fusion_url = None  # type: ignore[misc]  # frozen: the test proves it

@@ -203,7 +203,7 @@ async def test_a_compile_error_counts_for_every_later_case_and_only_ten_count() 
     bad = {"status": "Failed", "compile_result": _run("Error", 1)}
     gt = {"inputs": ["x"] * 12, "outputs": ["1\n"] * 12}
     client = _CannedClient([ok, bad] + [ok] * 8)
-    res = await score_sandbox_fusion(client, "```python\nprint(1)\n```", gt, memory_limit_mb=77)  # type: ignore[arg-type] - a stand-in client
+    res = await score_sandbox_fusion(client, "```python\nprint(1)\n```", gt, memory_limit_mb=77)  # type: ignore[arg-type]  # a stand-in client
     assert (res.passed, res.total, res.status) == (1, 10, "compile_error")
     assert len(client.calls) == 10 and client.calls[0][2]["memory_limit_mb"] == 77
 
@@ -214,4 +214,4 @@ async def test_a_failing_request_fails_the_whole_response() -> None:
             raise SandboxUnavailableError("SandboxFusion at http://x/run_code failed 3 times")
 
     with pytest.raises(SandboxUnavailableError, match="http://x/run_code"):
-        await score_sandbox_fusion(Down(), "```python\nprint(1)\n```", {"inputs": ["", ""], "outputs": ["1", "1"]})  # type: ignore[arg-type] - a stand-in client
+        await score_sandbox_fusion(Down(), "```python\nprint(1)\n```", {"inputs": ["", ""], "outputs": ["1", "1"]})  # type: ignore[arg-type]  # a stand-in client

@@ -11,9 +11,11 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
+from tensordict import TensorDict
 
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RemoteTraceback, ScoringError
@@ -186,7 +188,7 @@ class Quits(RewardManager):
         super().__init__(None)
         self.escape = escape
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         await asyncio.sleep(0)
         raise self.escape
 

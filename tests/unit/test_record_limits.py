@@ -5,10 +5,12 @@ No Redis needed."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
+from tensordict import TensorDict
 
 from rewardq import defaults
 from rewardq.consumers.batch import batch_bytes, build_batch, check_batch_bytes
@@ -173,12 +175,12 @@ class Raises(RewardManager):
         super().__init__(None)
         self.exc = exc
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         raise self.exc
 
 
 class AwaitsACancelledTask(RewardManager):
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         task = asyncio.ensure_future(asyncio.sleep(10))
         task.cancel()
         await task  # its CancelledError escapes run_single: nobody cancelled the worker's task
@@ -207,7 +209,7 @@ async def test_whatever_a_manager_raises_instead_of_returning_is_a_scoring_error
 
 async def test_the_workers_own_cancellation_passes_through() -> None:
     class Hangs(RewardManager):
-        async def run_single(self, data):
+        async def run_single(self, data: TensorDict) -> dict[str, Any]:
             await asyncio.sleep(3600)
 
     scorer = TrajectoryScorer(Hangs(None), manager_name="m", worker_name="w", timeout=30)

@@ -13,9 +13,11 @@ import asyncio
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rewardq import RewardClient
 from rewardq.errors import ConfigError, RecordError, ScoringError
@@ -107,7 +109,7 @@ class Answers(RewardManager):
     async def setup(self):
         self.events.append("setup")
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         self.events.append(f"run:{len(data)}")
         return self.answer
 
@@ -144,7 +146,7 @@ async def test_the_runner_sets_up_once_scores_many_and_closes() -> None:
 
 async def test_a_slow_manager_times_out_as_score_timeout_says() -> None:
     class Slow(Answers):
-        async def run_single(self, data):
+        async def run_single(self, data: TensorDict) -> dict[str, Any]:
             await asyncio.sleep(30)
 
     with pytest.raises(ScoringError, match="timed out after 0.2s"):

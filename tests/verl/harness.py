@@ -105,7 +105,7 @@ def stop_local_ray(temp: Path) -> None:
 def bare_agent_loop_worker(cls: type, reward_handles: Any, tokenizer: Any = None) -> Any:
     """An instance of verl's ``AgentLoopWorker`` ``cls`` whose ``__init__`` never ran, as far as
     ``_compute_score`` and the TransferQueue post-processing need it."""
-    w = object.__new__(cls)
+    w: Any = object.__new__(cls)
     w.reward_loop_worker_handles = reward_handles
     w.processor = None  # a text-only model: verl's multimodal and position-id helpers take their plain path
     w.tokenizer = tokenizer
