@@ -20,8 +20,9 @@ from rewardq.consumers.batch import build_batch
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.results import STATUS_OK, EncodedResults, RewardResult, encode_results
-from rewardq.reward.base import RewardManager, check_manager_output, reads_of
-from rewardq.reward.escapes import describe_escape
+from rewardq.reward.base import RewardManager
+from rewardq.reward.execution.escapes import describe_escape
+from rewardq.reward.results import check_manager_output, reads_of
 
 _RUN_SINGLE = "the reward manager's run_single"
 

@@ -136,6 +136,20 @@ class DeadLetters:
     def count(self) -> int:
         return sum(int(self.r.xlen(self.ks.dead(s))) for s in range(self.ks.shards))
 
+    def tally(self, max_scan: int = 10_000) -> tuple[int, dict[str, int]]:
+        """``(total, by kind)`` over every shard; a shard holding more than ``max_scan`` dead
+        letters counts toward the total only (its kinds are not read)."""
+        total = 0
+        by_kind: dict[str, int] = {}
+        for s in range(self.ks.shards):
+            n = int(self.r.xlen(self.ks.dead(s)))
+            total += n
+            if n and n <= max_scan:
+                for _, f in self.r.xrange(self.ks.dead(s)):
+                    k = _s(f.get(b"kind", b"?"))
+                    by_kind[k] = by_kind.get(k, 0) + 1
+        return total, by_kind
+
     def iter(
         self, *, kind: str | None = None, newest_first: bool = True, limit: int | None = None
     ) -> Iterator[DeadLetter]:

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rewardq._lazy import lazy_getattr
-from rewardq.reward.base import ManagerContext, RewardManager, normalize_result
+from rewardq.reward.base import ManagerContext, RewardManager
 from rewardq.reward.registry import get_manager_class, known_managers, register
+from rewardq.reward.results import normalize_result
 
 if TYPE_CHECKING:
     from rewardq.reward.final_output import (

@@ -1,4 +1,4 @@
-"""Where scoring functions run (rewardq.reward.isolation) and what their failures become.
+"""Where scoring functions run (rewardq.reward.execution.isolation) and what their failures become.
 
 Real scorer processes and threads, no Redis: each test asserts the exact reason a
 misbehaving function's trajectory gets, and that the next call is scored normally.
@@ -22,8 +22,12 @@ from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
+<<<<<<< HEAD
 from rewardq.reward.loader import load_score_fn
 from rewardq.reward.managers.naive import NaiveRewardManager
+=======
+from rewardq.reward.execution.loader import load_score_fn
+>>>>>>> h21s
 from tests.support import misbehaving
 from tests.support.helpers import until
 from tests.support.isolation import REMOTE_SCORERS, alive, trajectory

@@ -103,8 +103,8 @@ class CodeRuntime:
     def client(self) -> Any:
         """The SandboxFusion client with its limiter (created on first use)."""
         if self._client is None:
-            from rewardq.queue.ratelimit import open_limiter
             from rewardq.reward.codeexec.sandbox_fusion import SandboxFusionClient
+            from rewardq.reward.ratelimit import open_limiter
 
             s = self.settings
             self._limiter = open_limiter(

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardq.errors import ConfigError
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.final_output import aread_final_output, score_final_output
 from rewardq.reward.registry import register
+from rewardq.reward.results import to_float
 
 logger = logging.getLogger("rewardq.reward")
 
