@@ -91,12 +91,8 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 @pytest.fixture
 async def naive() -> AsyncIterator[Callable[..., NaiveRewardManager]]:
     """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
-<<<<<<< HEAD
-    from rewardq.reward.base import ManagerContext, ScoreFn, ScoringSettings
-=======
-    from rewardq.reward.base import ManagerContext
+    from rewardq.reward.base import ManagerContext, ScoreFn
     from rewardq.reward.execution.settings import ScoringSettings
->>>>>>> h21s
     from rewardq.reward.managers.naive import NaiveRewardManager
     from tests.support.records import TOK
 

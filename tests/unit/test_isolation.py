@@ -22,12 +22,8 @@ from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
-<<<<<<< HEAD
-from rewardq.reward.loader import load_score_fn
-from rewardq.reward.managers.naive import NaiveRewardManager
-=======
 from rewardq.reward.execution.loader import load_score_fn
->>>>>>> h21s
+from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support import misbehaving
 from tests.support.helpers import until
 from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
