@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     systems = [x.strip() for x in a.systems.split(",")]
     started = time.perf_counter()
     loads = [load()]
-    common = {"seed": a.seed, "tokenizer": str(tokenizer_folder()), "workdir": str(workdir)}
+    common: dict[str, Any] = {"seed": a.seed, "tokenizer": str(tokenizer_folder()), "workdir": str(workdir)}
     common["refs"] = references(plans, a.seed, workdir, a.smoke)
     results: list[dict[str, Any]] = []
     for rep in range(a.repeat):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,9 @@ from tests.support.helpers import running_workers
 from tests.support.managers import EchoManager
 from tests.support.sync_client import SyncClient
 
-FAST = dict(heartbeat_interval=0.2, lease_seconds=1.5, maintenance_interval=0.2, claim_idle=2.0, block_ms=100)
+FAST: dict[str, Any] = dict(
+    heartbeat_interval=0.2, lease_seconds=1.5, maintenance_interval=0.2, claim_idle=2.0, block_ms=100
+)
 
 
 async def test_producer_waits_at_max_backlog_and_goes_on_when_workers_drain(

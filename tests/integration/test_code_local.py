@@ -31,7 +31,7 @@ PROGRAMS = {
     "partial": ("n = int(input())\nprint(n * n if n < 3 else 0)", 2 / 3, "wrong_answer"),
     "loop": ("while True:\n    pass", 0.0, "timeout"),
 }
-FAST = dict(code_local_first_pass_timeout=1, code_local_case_timeout=1)
+FAST: dict[str, Any] = dict(code_local_first_pass_timeout=1, code_local_case_timeout=1)
 
 
 def _harness_processes() -> list[str]:

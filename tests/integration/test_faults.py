@@ -32,7 +32,7 @@ from tests.support.sync_client import SyncClient
 
 ECHO = "tests.support.managers:EchoManager"
 #: Fast recovery: a dead worker's entries are reclaimed ~2 s after its last lease renewal.
-FAST = dict(
+FAST: dict[str, Any] = dict(
     manager=ECHO,
     heartbeat_interval=0.3,
     lease_seconds=1.5,
@@ -154,7 +154,7 @@ def test_sigkill_at_every_phase_loses_nothing(server: RedisServer, tmp_path: Pat
 
 
 async def _rescue(url: str, names: dict[str, str], clients: dict[str, RewardClient], keys: dict[str, list[str]]):
-    settings = {k: v for k, v in FAST.items() if k != "manager"}
+    settings: dict[str, Any] = {k: v for k, v in FAST.items() if k != "manager"}
     workers = [
         Worker(
             WorkerConfig(redis_url=url, namespace=names[p], name=f"rescuer-{p}", **settings).validate(),

@@ -32,7 +32,7 @@ from rewardq.integrations.ray import Autoscale, FleetError, start_fleet  # noqa:
 pytestmark = pytest.mark.slow
 
 ECHO = "tests.support.managers:EchoManager"
-FAST = {
+FAST: dict[str, Any] = {
     "manager": ECHO,
     "tokenizer": "builtin:demo",
     "heartbeat_interval": 0.5,

@@ -16,6 +16,7 @@ import time
 import tracemalloc
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import msgpack
@@ -35,7 +36,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.sync_client import SyncClient
 
 ECHO = "tests.support.managers:EchoManager"
-FAST = dict(
+FAST: dict[str, Any] = dict(
     manager=ECHO, heartbeat_interval=0.3, lease_seconds=1.5, claim_idle=2.0, maintenance_interval=0.3, block_ms=200
 )
 PASSWORD = "Pw-7q!x/K@z:9%"  # URL-special characters on purpose

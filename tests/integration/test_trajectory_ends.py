@@ -109,7 +109,9 @@ def test_a_trajectory_whose_worker_died_says_so_when_it_runs_out_of_deliveries(
     ks = Keyspace(ns)
     marks = tmp_path / "marks"
     marks.mkdir()
-    fast = dict(heartbeat_interval=0.3, lease_seconds=1.5, claim_idle=2.0, maintenance_interval=0.3, block_ms=200)
+    fast: dict[str, Any] = dict(
+        heartbeat_interval=0.3, lease_seconds=1.5, claim_idle=2.0, maintenance_interval=0.3, block_ms=200
+    )
     doomed = WorkerProcess(
         redis_url,
         ns,
@@ -157,7 +159,7 @@ async def test_a_trajectory_handed_back_past_max_deliveries_says_its_workers_wer
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     keys = client.put_trajectory("back", "s", [output(2, 3), output(2, 4)], SAMPLE)
-    settings = dict(max_deliveries=1, shutdown_grace=0.5)
+    settings: dict[str, Any] = dict(max_deliveries=1, shutdown_grace=0.5)
     # Given a worker that stops (hands its trajectory back) while the manager still runs
     async with running_workers(ns, redis_url, [Hang(None)], name_prefix="first", **settings) as (w,):
         await until(lambda: w.in_flight, "the trajectory to be scored", 30)

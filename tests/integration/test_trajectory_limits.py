@@ -32,7 +32,7 @@ from tests.support.sync_client import SyncClient
 
 MiB = 1024 * 1024
 MAXMEMORY = ["--maxmemory", "2gb", "--maxmemory-policy", "noeviction"]
-LIMITS = dict(max_record_bytes=4 * MiB, max_trajectory_bytes=10 * MiB)
+LIMITS: dict[str, Any] = dict(max_record_bytes=4 * MiB, max_trajectory_bytes=10 * MiB)
 
 
 def _big(i: int, mb: float = 3.0) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue.results import RewardResult
 from rewardq.reward.base import RewardManager
 
-FAST = dict(
+FAST: dict[str, Any] = dict(
     heartbeat_interval=0.2,
     lease_seconds=2.0,
     maintenance_interval=0.2,

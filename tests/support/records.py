@@ -44,7 +44,9 @@ def record(
     """Output ``index`` whose response is ``response`` (text, encoded, or ids), plus EOS with ``eos``."""
     ids = TOK.encode(response) if isinstance(response, str) else list(response)
     if eos:
-        ids = ids + [TOK.eos_token_id]
+        eos_id = TOK.eos_token_id
+        assert eos_id is not None
+        ids = ids + [eos_id]
     return OutputRecord(
         uid="u",
         session_id="s",

@@ -30,6 +30,8 @@ from urllib.parse import quote
 
 import redis
 
+from tests.support.sync_client import SyncClient, connect
+
 _LIVE: weakref.WeakSet[RedisServer] = weakref.WeakSet()
 
 
@@ -144,9 +146,9 @@ class RedisServer:
         """The default user's URL (with the password, if one is set)."""
         return self.url_for(password=self.password)
 
-    def client(self, **kwargs: Any) -> redis.Redis:
+    def client(self, **kwargs: Any) -> SyncClient:
         """A plain blocking client as the default user."""
-        return redis.Redis.from_url(self.url, socket_connect_timeout=2, **kwargs)
+        return connect(self.url, socket_connect_timeout=2, **kwargs)
 
     # -- life cycle ----------------------------------------------------------------------------
     def _args(self) -> list[str]:

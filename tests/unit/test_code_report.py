@@ -72,7 +72,14 @@ def test_clean_text_is_valid_utf8_and_bounded() -> None:
 
 
 def _status(**kw) -> bytes:
-    st = {"exit": 0, "signal": None, "timed_out": False, "overflow": False, "seconds": 0.1, "sandbox_error": None}
+    st: dict[str, Any] = {
+        "exit": 0,
+        "signal": None,
+        "timed_out": False,
+        "overflow": False,
+        "seconds": 0.1,
+        "sandbox_error": None,
+    }
     return b"S " + json.dumps({**st, **kw}).encode()
 
 

@@ -14,7 +14,11 @@ from rewardq.queue.checks import CheckedDict, check_dict
 from rewardq.queue.codec import as_id_array, decode_output, encode_output
 from rewardq.queue.keys import Keyspace
 
-SAMPLE = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "1"}, "extra_info": {"i": np.int64(3)}}
+SAMPLE: dict[str, Any] = {
+    "data_source": "openai/gsm8k",
+    "reward_model": {"ground_truth": "1"},
+    "extra_info": {"i": np.int64(3)},
+}
 
 
 def output(rng: np.random.Generator, n: int = 3000) -> dict[str, Any]:
@@ -79,7 +83,7 @@ def test_bad_id_lists_are_refused_naming_the_field(ids, reason) -> None:
 )
 def test_bad_mask_lists_are_refused(mask: list[float] | list[int], reason: str) -> None:
     with pytest.raises(RecordError, match=reason) as err:
-        out = {"prompt_ids": [1], "response_ids": [1, 2, 3], "response_mask": mask}
+        out: dict[str, Any] = {"prompt_ids": [1], "response_ids": [1, 2, 3], "response_mask": mask}
         encode_output("u", "s", 0, out, None, final=True)
     assert err.value.field == "response_mask"
 

@@ -109,7 +109,7 @@ def rm_tokenizer_dir(tmp_path: Path) -> str:
 @pytest.fixture
 async def make(server: FakeRewardServer, rm_tokenizer_dir: str) -> AsyncIterator[MakeManager[DisRMRewardManager]]:
     def build(**kw):
-        options = dict(
+        options: dict[str, Any] = dict(
             base_url=server.url,
             model="rm-7b",
             backend="vllm",
@@ -236,7 +236,7 @@ def test_built_from_a_verl_reward_model_block(server: FakeRewardServer, rm_token
     cfg = translate_verl_reward(
         {"reward_model": {"enable": True, "model_path": rm_tokenizer_dir, "rollout": {"name": "sglang"}}}
     )
-    options = {**cfg["manager_options"], "base_url": server.url}
+    options: dict[str, Any] = {**cfg["manager_options"], "base_url": server.url}
     m = build_manager(cfg["manager"], tokenizer=POLICY_TOK, options=options)
     assert isinstance(m, DisRMRewardManager) and m.backend == "sglang"
     assert m.rm_tokenizer.bos_token == "<|endoftext|>"
@@ -258,7 +258,7 @@ def test_built_from_a_verl_reward_model_block(server: FakeRewardServer, rm_token
 def test_bad_options_are_refused(
     server: FakeRewardServer, rm_tokenizer_dir: str, bad: dict[str, None] | dict[str, int] | dict[str, str], match: str
 ) -> None:
-    options = dict(base_url=server.url, model="rm-7b", tokenizer=rm_tokenizer_dir)
+    options: dict[str, Any] = dict(base_url=server.url, model="rm-7b", tokenizer=rm_tokenizer_dir)
     options.update(bad)
     with pytest.raises(ConfigError, match=match):
         DisRMRewardManager(POLICY_TOK, None, **options)

@@ -79,7 +79,7 @@ def test_producer_refuses_a_trajectory_longer_than_max_outputs_and_honours_a_sma
     ],
 )
 def test_decoder_rechecks_what_the_producer_checks(override, field) -> None:
-    fields = {"uid": "u", "session_id": "s", **override}
+    fields: dict[str, Any] = {"uid": "u", "session_id": "s", **override}
     uid, sid = fields.pop("uid"), fields.pop("session_id")
     with pytest.raises(RecordError) as info:
         decode_output(raw_record(uid, sid, **fields))

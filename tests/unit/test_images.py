@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -39,7 +40,7 @@ def output(**extra):
     return {"prompt_ids": [1, 2, 3], "response_ids": [4, 5], **extra}
 
 
-SAMPLE = {"data_source": "hiyouga/geometry3k", "reward_model": {"ground_truth": "3"}}
+SAMPLE: dict[str, Any] = {"data_source": "hiyouga/geometry3k", "reward_model": {"ground_truth": "3"}}
 
 
 def test_a_pil_image_is_encoded_once_to_png_and_arrives_byte_for_byte() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.utils
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -146,7 +147,7 @@ def test_retry_after_in_seconds_or_as_an_http_date() -> None:
 
 
 def test_the_digest_is_of_the_canonical_body() -> None:
-    a = {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 0.0}
+    a: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 0.0}
     b = {"temperature": 0.0, "messages": [{"content": "x", "role": "user"}], "model": "m"}
     assert request_digest(a) == request_digest(b)
     assert request_digest(a) != request_digest({**a, "temperature": 0.5})

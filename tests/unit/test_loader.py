@@ -7,13 +7,14 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rewardq.errors import ConfigError
 from rewardq.reward.execution.loader import bind_kwargs, is_async_callable, load_score_fn, module_name_for, split_spec
 
-CALL = dict(data_source="d", solution_str="s", ground_truth="g", extra_info={})
+CALL: dict[str, Any] = dict(data_source="d", solution_str="s", ground_truth="g", extra_info={})
 
 
 def write(path, body: str):

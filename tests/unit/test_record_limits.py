@@ -84,7 +84,7 @@ def test_a_mask_value_other_than_0_or_1_is_refused_at_both_ends(value: int) -> N
 
 
 def test_masks_of_0_and_1_pass_as_lists_bools_and_int32_at_both_ends() -> None:
-    out = {"prompt_ids": [1], "response_ids": [1, 2, 3]}
+    out: dict[str, Any] = {"prompt_ids": [1], "response_ids": [1, 2, 3]}
     for mask in ([1, 0, 1], np.array([True, False, True]), np.array([1, 0, 1], dtype=np.int32)):
         rec = decode_output(encode_output("u", "s", 0, {**out, "response_mask": mask}, SAMPLE, final=True))
         assert rec.response_mask is not None and rec.response_mask.tolist() == [1, 0, 1]
@@ -128,7 +128,7 @@ def test_peek_identity_still_reads_a_record_whose_ids_pass_the_peeked_bytes() ->
 # -- trajectory and batch sizes -----------------------------------------------------------------------
 def test_put_trajectory_refuses_a_trajectory_over_max_trajectory_bytes_before_encoding_it_all() -> None:
     ks = Keyspace("x")
-    out = {"prompt_ids": np.arange(1, 100_001), "response_ids": [1]}  # ~400 kB each
+    out: dict[str, Any] = {"prompt_ids": np.arange(1, 100_001), "response_ids": [1]}  # ~400 kB each
     with pytest.raises(TrajectoryTooLarge) as info:
         prepare_trajectory(ks, "u", "s", [out] * 40, SAMPLE, max_bytes=10**7, max_trajectory_bytes=2_000_000)
     text = str(info.value)
@@ -142,7 +142,7 @@ def test_put_trajectory_refuses_a_trajectory_over_max_trajectory_bytes_before_en
 def _records(*shapes: tuple[int, int], logprobs: bool = False):
     recs = []
     for i, (p, r) in enumerate(shapes):
-        out = {"prompt_ids": np.ones(p, dtype=np.int64), "response_ids": np.ones(r, dtype=np.int64)}
+        out: dict[str, Any] = {"prompt_ids": np.ones(p, dtype=np.int64), "response_ids": np.ones(r, dtype=np.int64)}
         if logprobs:
             out["response_logprobs"] = np.zeros(r, dtype=np.float32)
         recs.append(decode_output(encode_output("u", "s", i, out, SAMPLE, final=i == len(shapes) - 1)))

@@ -25,7 +25,7 @@ MiB = 1024 * 1024
 
 
 def _result(key: str, extra: object, **kw: object) -> RewardResult:
-    base = dict(status="ok", reward_score=1.0, worker="w", manager="m", scored_at=1.0, latency_ms=2.0)
+    base: dict[str, Any] = dict(status="ok", reward_score=1.0, worker="w", manager="m", scored_at=1.0, latency_ms=2.0)
     base.update(kw)
     return RewardResult(key=key, reward_extra_info=extra, **base)  # type: ignore[arg-type]
 

@@ -97,7 +97,7 @@ async def test_transferqueue_path_stores_verls_rewards(
     w = tq_worker(monkeypatch, naive_fleet.namespace)
     uid = f"tq-{uuid.uuid4().hex[:8]}"
     outputs = [output("first turn"), output("Answer: 42", tool="<tool>ok</tool>")]
-    kwargs = {**row("math_dapo", "42", uid=uid), "session_id": 3, "global_steps": 7}
+    kwargs: dict[str, Any] = {**row("math_dapo", "42", uid=uid), "session_id": 3, "global_steps": 7}
     score, extra = verl_expected(outputs, kwargs)
     await w._agent_loop_postprocess(outputs, False, **kwargs)
     keys = [f"{uid}_3_0", f"{uid}_3_1"]  # verl's TransferQueue keys
@@ -114,7 +114,7 @@ async def test_transferqueue_path_keeps_per_output_rewards(
     uid = f"tq-echo-{uuid.uuid4().hex[:8]}"
     outputs = [output("a"), output("bb bb"), output("ccc ccc ccc")]
     expected = [expected_reward(o.response_ids) for o in outputs]
-    kwargs = {**row("openai/gsm8k", "42", uid=uid), "session_id": 0, "global_steps": 1}
+    kwargs: dict[str, Any] = {**row("openai/gsm8k", "42", uid=uid), "session_id": 0, "global_steps": 1}
     await w._agent_loop_postprocess(outputs, False, **kwargs)
     keys = [f"{uid}_0_{i}" for i in range(3)]
     got = stored(real_tq, keys)

@@ -202,7 +202,7 @@ async def test_v1_transferqueue_trainer_stores_the_hooks_rewards(hook_run: HookR
     w = bare_agent_loop_worker(cls, hook_run.manager.reward_loop_worker_handles)
     uid = f"tq-{uuid.uuid4().hex[:8]}"
     outputs = multi_output("Answer: 42", [(40, 30)], 20)
-    kwargs = {**row("math_dapo", "42", uid=uid), "session_id": 2, "global_steps": 5}
+    kwargs: dict[str, Any] = {**row("math_dapo", "42", uid=uid), "session_id": 2, "global_steps": 5}
     await cls._agent_loop_postprocess(w, outputs, False, **kwargs)  # verl's own V1 post-processing
     keys = [f"{uid}_2_0", f"{uid}_2_1"]
     stored = tq.kv_batch_get(keys=keys, partition_id="train")
