@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import redis
 
@@ -91,7 +91,7 @@ class Row:
         return asdict(self)
 
 
-def finite(x: float | None) -> bool:
+def finite(x: float | None) -> TypeGuard[float]:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,7 +75,7 @@ def batch(*responses: str, sample=SAMPLE):
     ids=["regex", "json-structured", "json-text", "json-nested", "choice-structured", "choice-text"],
 )
 async def test_the_reward_is_the_score_the_answer_implies(
-    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options: Any
 ) -> None:
     m = await genrm(**options)
     graded = await m.run_single(batch("thinking", "the answer is 42, grade=0.75"))

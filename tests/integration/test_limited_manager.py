@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
@@ -155,7 +156,9 @@ async def test_acquisition_order_request_tokens_slot_then_call(
 @pytest.mark.parametrize(
     "limits", [dict(max_rpm=600), dict(max_tpm=60_000, estimated_tokens_per_request=100)], ids=["rpm", "tpm"]
 )
-async def test_two_managers_share_one_rate_through_redis(managers: MakeManager[LimitedRewardManager], limits) -> None:
+async def test_two_managers_share_one_rate_through_redis(
+    managers: MakeManager[LimitedRewardManager], limits: Any
+) -> None:
     """Two managers (two workers' worth) together get 10 calls/s, not 10 each."""
     calls = []
 

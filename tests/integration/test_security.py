@@ -240,7 +240,7 @@ BOMBS = {
 
 
 @pytest.mark.parametrize("name", list(BOMBS))
-def test_msgpack_bombs_are_refused_without_big_allocations(name) -> None:
+def test_msgpack_bombs_are_refused_without_big_allocations(name: Any) -> None:
     data = BOMBS[name]
     tracemalloc.start()
     try:

@@ -32,7 +32,7 @@ def _line(record: dict[str, Any]) -> bytes:
         {"case": 2, "overflow": True},
     ],
 )
-def test_records_the_runner_writes_are_read_back(record) -> None:
+def test_records_the_runner_writes_are_read_back(record: Any) -> None:
     assert parse_record(_line(record)) == record
 
 
@@ -57,7 +57,7 @@ def test_records_the_runner_writes_are_read_back(record) -> None:
         b'{"case": 1e400, "out": "x"}',
     ],
 )
-def test_anything_else_is_a_malformed_record_and_nothing_else(line) -> None:
+def test_anything_else_is_a_malformed_record_and_nothing_else(line: Any) -> None:
     with pytest.raises(MalformedRecord):
         parse_record(line)
 

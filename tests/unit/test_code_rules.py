@@ -4,6 +4,7 @@ what a run's records mean, and how a SandboxFusion answer is read. No processes.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -184,7 +185,7 @@ def _run(status, rc=0, out="", err=""):
         ({"status": "Weird"}, -1, "sandbox_error"),
     ],
 )
-def test_classify_reads_answers_as_verl(answer, code, status) -> None:
+def test_classify_reads_answers_as_verl(answer: Any, code: Any, status: Any) -> None:
     outcome = classify(answer, "3\n")
     assert (outcome.code, outcome.status) == (code, status)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,7 +190,7 @@ def cmd(max_outputs): ...
 
 
 @pytest.mark.parametrize("name", [n for n in dir(defaults) if n.isupper()])
-def test_every_default_is_documented(name) -> None:
+def test_every_default_is_documented(name: Any) -> None:
     source = (PACKAGE / "defaults.py").read_text()
     lines = source.splitlines()
     at = next(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -98,7 +99,7 @@ def test_a_mismatch_is_named_before_ids_are_found_out_of_range(demo: Tokenizer, 
 
 
 @pytest.mark.parametrize("bad", ["", "two\nlines", "x" * 600, 7])
-def test_malformed_fingerprints_are_refused_on_both_sides(bad) -> None:
+def test_malformed_fingerprints_are_refused_on_both_sides(bad: Any) -> None:
     with pytest.raises(RecordError, match="tokenizer"):
         encode_output("u", "s", 0, OUT, {}, final=True, tokenizer=bad)
     record = msgpack.unpackb(encode_output("u", "s", 0, OUT, {}, final=True), raw=False)  # ids stay ExtType

@@ -48,7 +48,9 @@ NAN_LP = {"prompt_ids": [1], "response_ids": [1, 2], "response_logprobs": [-0.1,
         ("u", "s", 0, GOOD, {"x": np.zeros(1_000_001)}, "sample.x"),
     ],
 )
-def test_producer_refuses_hostile_outputs_naming_the_field(uid, sid, index, out, sample, field) -> None:
+def test_producer_refuses_hostile_outputs_naming_the_field(
+    uid: Any, sid: Any, index: Any, out: Any, sample: Any, field: Any
+) -> None:
     with pytest.raises(RecordError) as info:
         encode_output(uid, sid, index, out, sample, final=True)
     assert info.value.field == field, str(info.value)
@@ -78,7 +80,7 @@ def test_producer_refuses_a_trajectory_longer_than_max_outputs_and_honours_a_sma
         ({"response_logprobs": msgpack.ExtType(3, np.array([0.0, math.nan], "<f4").tobytes())}, "response_logprobs"),
     ],
 )
-def test_decoder_rechecks_what_the_producer_checks(override, field) -> None:
+def test_decoder_rechecks_what_the_producer_checks(override: Any, field: Any) -> None:
     fields: dict[str, Any] = {"uid": "u", "session_id": "s", **override}
     uid, sid = fields.pop("uid"), fields.pop("session_id")
     with pytest.raises(RecordError) as info:
@@ -116,7 +118,7 @@ def _decoder_accepts(sample: dict[str, Any]) -> bool:
 
 
 @pytest.mark.parametrize("sample", NESTED, ids=range(len(NESTED)))
-def test_producer_accepts_exactly_what_the_decoder_accepts(sample) -> None:
+def test_producer_accepts_exactly_what_the_decoder_accepts(sample: Any) -> None:
     assert _producer_accepts(sample) == _decoder_accepts(sample)
 
 

@@ -60,7 +60,7 @@ def test_the_same_dict_twice_is_no_cycle() -> None:
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 3000, 100_000])
-def test_nesting_past_the_limit_is_refused_without_a_recursion_error(depth) -> None:
+def test_nesting_past_the_limit_is_refused_without_a_recursion_error(depth: Any) -> None:
     deep: dict[str, Any] = {}
     node = deep
     for _ in range(depth):

@@ -12,6 +12,7 @@ import ast
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -89,7 +90,7 @@ def test_every_state_the_lua_scripts_write_is_a_member() -> None:
 
 
 @pytest.mark.parametrize("kind", list(DeadLetterKind))
-async def test_dead_letters_list_filters_on_each_kind_the_worker_writes(kind, ns: str, redis_url: str) -> None:
+async def test_dead_letters_list_filters_on_each_kind_the_worker_writes(kind: Any, ns: str, redis_url: str) -> None:
     # Given a dead letter of this kind written by the worker's failure handler, beside one of another kind
     other = DeadLetterKind.SCORING if kind is not DeadLetterKind.SCORING else DeadLetterKind.INVALID
     client = connect_async(redis_url)

@@ -127,7 +127,7 @@ class Answers(RewardManager):
         ("1.0", "must return a dict or a list"),
     ],
 )
-def test_an_answer_the_worker_refuses_raises_its_message(answer, match) -> None:
+def test_an_answer_the_worker_refuses_raises_its_message(answer: Any, match: Any) -> None:
     with pytest.raises(ScoringError, match=match):
         score_trajectory_sync(Answers(answer=answer), OUTPUTS, SAMPLE)
 

@@ -7,6 +7,7 @@ import random
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -93,7 +94,7 @@ ROUND_TRIP = [
 
 
 @pytest.mark.parametrize("text", ROUND_TRIP)
-def test_demo_round_trip(demo, text) -> None:
+def test_demo_round_trip(demo, text: Any) -> None:
     ids = demo.encode(text)
     assert all(isinstance(i, int) for i in ids)
     assert demo.decode(ids) == text

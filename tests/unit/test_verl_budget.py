@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rewardq import defaults
@@ -60,7 +62,7 @@ def test_a_rate_of_one_never_raises() -> None:
         ("", "error"),
     ],
 )
-def test_error_reasons(message, reason) -> None:
+def test_error_reasons(message: Any, reason: Any) -> None:
     assert error_reason(message) == reason
 
 
