@@ -152,7 +152,7 @@ class Fleet:
 
     def __init__(
         self, url: str, ns: str, log_dir: str, settings: dict[str, Any], rng: random.Random, armed_share: float
-    ):
+    ) -> None:
         self.url, self.ns, self.log_dir, self.settings, self.rng = url, ns, log_dir, settings, rng
         self.armed_share = armed_share
         self.slots: list[Any] = []

@@ -51,7 +51,9 @@ def user(tmp_path: Path) -> Iterator[pwd.struct_passwd]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _start_as(user, tmp: Path, args: list[str], env: dict[str, str], tag: str) -> tuple[subprocess.Popen, Path]:
+def _start_as(
+    user: pwd.struct_passwd, tmp: Path, args: list[str], env: dict[str, str], tag: str
+) -> tuple[subprocess.Popen, Path]:
     log = tmp / f"{tag}.err"
     full = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

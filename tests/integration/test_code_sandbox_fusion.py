@@ -89,7 +89,7 @@ def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(
         assert w.terminate() == 0, w.stderr()[-2000:]
 
 
-def _manager(ns: str, redis_url: str, **options):
+def _manager(ns: str, redis_url: str, **options: Any):
     return build_manager(
         "naive",
         tokenizer=TOK,

@@ -97,7 +97,7 @@ async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(
     await w.start()
     try:
 
-        async def refused(groups):
+        async def refused(groups) -> None:
             raise ConnectionError("redis went away mid-claim")
 
         real, w.broker.claim_whole = w.broker.claim_whole, refused

@@ -11,8 +11,10 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 import yaml
 
 from rewardq import RewardClient
@@ -34,7 +36,7 @@ def judge(tmp_path: Path) -> Iterator[JudgeStandin]:
     s.stop()
 
 
-def config_file(tmp_path, judge, **options) -> str:
+def config_file(tmp_path: Path, judge: JudgeStandin, **options: Any) -> str:
     """A rewardq config file switching the workers to genrm (as a user writes one)."""
     path = tmp_path / "genrm.yaml"
     opts = {"base_url": judge.base_url, "model": "judge-model", "backoff_base": 0.05, **options}
@@ -42,14 +44,14 @@ def config_file(tmp_path, judge, **options) -> str:
     return str(path)
 
 
-def start_workers(procs, redis_url, ns, names, config, *extra):
+def start_workers(procs: Procs, redis_url: str, ns: str, names, config, *extra: Any):
     workers = [
         procs.start(worker_argv(redis_url, ns, name, "--config", config, *FAST, *extra), tag=name) for name in names
     ]
     return workers
 
 
-def both_alive(sync_redis, ns, names, workers):
+def both_alive(sync_redis: redis.Redis, ns: str, names, workers) -> None:
     wait_for(lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names), 90, "worker heartbeats", procs=workers)
 
 

@@ -21,7 +21,7 @@ async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive: Cal
     await m.prepare_scoring()
     pool = m.score_router.place_of(misbehaving.misbehave).pool
 
-    async def hung():
+    async def hung() -> None:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(m.run_single(trajectory("hang")), 8.0)
 
@@ -47,7 +47,7 @@ async def test_a_gil_holder_does_not_stall_its_neighbours(naive: Callable[..., N
     t0 = time.monotonic()
     ticks = []
 
-    async def ticker():
+    async def ticker() -> None:
         while time.monotonic() - t0 < 2.5:
             ticks.append(time.monotonic())
             await asyncio.sleep(0.05)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 import redis.asyncio as aredis
@@ -20,7 +21,7 @@ async def caches(request: pytest.FixtureRequest, redis_url: str, ns: str):
     """``make(**settings)``: caches sharing one store (the same Redis namespace, or one process's memory)."""
     clients, local = [], {}
 
-    def make(**settings):
+    def make(**settings: Any):
         settings.setdefault("ttl", 60.0)
         if request.param == "local":
             cache = local.get("c") or LocalJudgeCache(**settings)
@@ -82,7 +83,7 @@ async def test_a_holder_that_fails_frees_the_claim_at_once(caches) -> None:
     a, b = caches(lease_seconds=30.0), caches(lease_seconds=30.0)
     started = asyncio.Event()
 
-    async def failing():
+    async def failing() -> None:
         with pytest.raises(RuntimeError):
             async with a.claim("flaky"):
                 started.set()

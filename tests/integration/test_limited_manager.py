@@ -23,7 +23,9 @@ from tests.support.records import TOK, record
 from tests.support.sync_client import SyncClient
 
 
-def trajectory(response: str = "The answer is 42", ground_truth: str = "42", extra_info=None) -> object:
+def trajectory(
+    response: str = "The answer is 42", ground_truth: str = "42", extra_info: dict[str, Any] | None = None
+) -> object:
     sample = {
         "data_source": "judge",
         "reward_model": {"ground_truth": ground_truth},
@@ -48,7 +50,7 @@ def trajectory(response: str = "The answer is 42", ground_truth: str = "42", ext
 
 @pytest.fixture
 async def managers(redis_url: str, ns: str) -> AsyncIterator[MakeManager[LimitedRewardManager]]:
-    def build(fn, *, redis: bool = True, worker: str = "w0", **options):
+    def build(fn, *, redis: bool = True, worker: str = "w0", **options: Any):
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker)
         return LimitedRewardManager(TOK, fn, context=ctx, **options)
 
@@ -56,7 +58,7 @@ async def managers(redis_url: str, ns: str) -> AsyncIterator[MakeManager[Limited
         yield make
 
 
-async def judge(data_source, solution_str, ground_truth, extra_info):
+async def judge(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(0)
     return {"score": 1.0 if ground_truth in solution_str else 0.0, "seen": dict(extra_info)}
 
@@ -73,7 +75,7 @@ async def test_scores_with_the_judge_and_merges_extra_fields_only(managers: Make
 
 
 async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers: MakeManager[LimitedRewardManager]) -> None:
-    async def slow(**kw):
+    async def slow(**kw: Any) -> None:
         await asyncio.sleep(30)
 
     m = await managers(slow, timeout=0.3)
@@ -84,10 +86,10 @@ async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers: Mak
 
 
 async def test_a_failing_call_scores_zero_with_the_error_message(managers: MakeManager[LimitedRewardManager]) -> None:
-    def broken(**kw):
+    def broken(**kw: Any) -> None:
         raise RuntimeError("judge said no")
 
-    def no_score(**kw):
+    def no_score(**kw: Any) -> dict[str, Any]:
         return {"verdict": "yes"}
 
     m = await managers(broken)
@@ -104,7 +106,7 @@ async def test_a_failing_call_scores_zero_with_the_error_message(managers: MakeM
 class Recording:
     """Wraps the manager's real limiter and logs every step, in order."""
 
-    def __init__(self, inner, log):
+    def __init__(self, inner, log) -> None:
         self.inner, self.log = inner, log
 
     async def acquire_request(self):
@@ -125,7 +127,7 @@ class Recording:
     def stats(self):
         return self.inner.stats()
 
-    async def close(self):
+    async def close(self) -> None:
         await self.inner.close()
 
 
@@ -135,7 +137,7 @@ async def test_acquisition_order_request_tokens_slot_then_call(
     log = []
     key = Keyspace(ns).ratelimit("default")
 
-    async def call(**kw):
+    async def call(**kw: Any) -> float:
         # the call runs while this worker holds a slot in Redis
         held = [f for f in sync_redis.hkeys(key) if f.startswith(b"s:w0:")]
         log.append(f"call with {len(held)} slot(s) held")
@@ -162,7 +164,7 @@ async def test_two_managers_share_one_rate_through_redis(
     """Two managers (two workers' worth) together get 10 calls/s, not 10 each."""
     calls = []
 
-    async def record(**kw):
+    async def record(**kw: Any) -> float:
         calls.append(time.monotonic())
         return 1.0
 
@@ -186,7 +188,7 @@ async def test_two_managers_share_one_rate_through_redis(
 async def test_concurrency_limit_holds_across_managers(managers: MakeManager[LimitedRewardManager]) -> None:
     at_once = PeakCounter()
 
-    async def slow(**kw):
+    async def slow(**kw: Any) -> float:
         with at_once:
             await asyncio.sleep(0.1)
         return 1.0
@@ -200,7 +202,7 @@ async def test_concurrency_limit_holds_across_managers(managers: MakeManager[Lim
 async def test_without_redis_the_limits_hold_in_process(managers: MakeManager[LimitedRewardManager]) -> None:
     at_once = PeakCounter()
 
-    async def slow(**kw):
+    async def slow(**kw: Any) -> float:
         with at_once:
             await asyncio.sleep(0.05)
         return 1.0

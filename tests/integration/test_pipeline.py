@@ -110,7 +110,7 @@ async def test_ids_as_lists_numpy_and_torch_and_verl_like_objects(
     ns: str, redis_url: str, length_manager: LengthManager
 ) -> None:
     class AgentLoopOutput:  # duck-typed verl output
-        def __init__(self):
+        def __init__(self) -> None:
             self.prompt_ids = torch.tensor([1, 2, 3])
             self.response_ids = torch.tensor([4, 5, 6, 7])
             self.response_mask = torch.tensor([1, 1, 0, 1])

@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -46,7 +47,7 @@ async def key(redis: aioredis.Redis) -> AsyncIterator[str]:
 def make(request: pytest.FixtureRequest, redis: aioredis.Redis, key: str):
     """Build a limiter of either backend: the contract tests run on both."""
 
-    def factory(**kw):
+    def factory(**kw: Any):
         if request.param == "fleet":
             return FleetRateLimiter(redis, key, **kw)
         return LocalRateLimiter(**kw)
@@ -161,7 +162,7 @@ async def test_concurrency_slots_are_shared_and_released(make) -> None:
         limiters = [limiters[0], limiters[0]]  # one process: one limiter object
     at_once = PeakCounter()
 
-    async def job(i):
+    async def job(i) -> None:
         async with limiters[i % 2].slot() as holder:
             assert holder
             with at_once:
@@ -178,7 +179,7 @@ async def test_slot_released_on_cancellation(make) -> None:
     lim = make(max_concurrent=1, lease_seconds=30)
     entered = asyncio.Event()
 
-    async def holder():
+    async def holder() -> None:
         async with lim.slot():
             entered.set()
             await asyncio.sleep(60)

@@ -70,7 +70,7 @@ def test_client_rejects_before_sending(ns: str, redis_url: str, sync_redis: Sync
     client.close()
 
 
-def _raw(uid="u", **override):
+def _raw(uid="u", **override: Any):
     rec = msgpack.unpackb(
         encode_output(uid, "s", 0, GOOD, SAMPLE, final=True), raw=False, ext_hook=lambda c, b: msgpack.ExtType(c, b)
     )
@@ -201,7 +201,7 @@ async def test_conflicting_records_fail_the_trajectory_with_reasons(
 
 
 class _Bad(RewardManager):
-    def __init__(self, mode):
+    def __init__(self, mode) -> None:
         super().__init__(None)
         self.mode = mode
 

@@ -47,7 +47,7 @@ def _ns() -> str:
     return f"sec-{uuid.uuid4().hex[:6]}"
 
 
-def _score_through(url: str, tmp_path: Path, *, name: str, **extra) -> tuple[WorkerProcess, RewardClient, str]:
+def _score_through(url: str, tmp_path: Path, *, name: str, **extra: Any) -> tuple[WorkerProcess, RewardClient, str]:
     """Start a CLI worker on ``url``, push a few trajectories with a client on ``url``, check them."""
     ns = _ns()
     worker = WorkerProcess(url, ns, cli=True, log_dir=tmp_path, name=name, **{**FAST, **extra})

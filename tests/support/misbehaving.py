@@ -88,7 +88,9 @@ class MisbehavingManager(RewardManager):
 
     name = "test-misbehaving"
 
-    def __init__(self, tokenizer: Any = None, compute_score: Any = None, *, context: Any = None, delay: float = 0.5):
+    def __init__(
+        self, tokenizer: Any = None, compute_score: Any = None, *, context: Any = None, delay: float = 0.5
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         self.delay = float(delay)
 

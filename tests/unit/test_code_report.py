@@ -71,7 +71,7 @@ def test_clean_text_is_valid_utf8_and_bounded() -> None:
     clean_text("\udfff" * 5000).encode("utf-8")  # never raises
 
 
-def _status(**kw) -> bytes:
+def _status(**kw: Any) -> bytes:
     st: dict[str, Any] = {
         "exit": 0,
         "signal": None,
@@ -119,7 +119,7 @@ def test_cgroup_discovery_reads_mountinfo_and_proc_cgroup() -> None:
     assert _under("/sys/fs/cgroup", "/", "/") == "/sys/fs/cgroup"
 
 
-def _fake_host(tmp_path, *, v2_controllers: str, v1: bool) -> str:
+def _fake_host(tmp_path: Path, *, v2_controllers: str, v1: bool) -> str:
     """A /proc of our own describing cgroup mounts that are plain folders under ``tmp_path``."""
     proc = tmp_path / "proc" / "self"
     proc.mkdir(parents=True)

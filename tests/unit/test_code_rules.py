@@ -117,7 +117,7 @@ SPEC = RunSpec([0, 1, 2], 5, 6.0)
 OUTS = ["1\n", "2\n", "3\n"]
 
 
-def _outs(records, **status):
+def _outs(records, **status: Any):
     return [(o.code, o.status) for o in run_outcomes(RunReport(records, **status), SPEC, OUTS, False, 1024)]
 
 
@@ -164,7 +164,7 @@ def test_summary_counts_passes_and_names_the_first_failure() -> None:
 
 
 # -- SandboxFusion answers ------------------------------------------------------------------
-def _run(status, rc=0, out="", err=""):
+def _run(status, rc=0, out="", err="") -> dict[str, Any]:
     return {"status": status, "return_code": rc, "stdout": out, "stderr": err}
 
 
@@ -191,10 +191,10 @@ def test_classify_reads_answers_as_verl(answer: Any, code: Any, status: Any) -> 
 
 
 class _CannedClient:
-    def __init__(self, answers):
+    def __init__(self, answers) -> None:
         self.answers, self.calls = list(answers), []
 
-    async def run_code(self, code, stdin, **kw):
+    async def run_code(self, code, stdin, **kw: Any):
         self.calls.append((code, stdin, kw))
         return self.answers.pop(0)
 
@@ -211,7 +211,7 @@ async def test_a_compile_error_counts_for_every_later_case_and_only_ten_count() 
 
 async def test_a_failing_request_fails_the_whole_response() -> None:
     class Down:
-        async def run_code(self, *a, **kw):
+        async def run_code(self, *a: Any, **kw: Any) -> None:
             raise SandboxUnavailableError("SandboxFusion at http://x/run_code failed 3 times")
 
     with pytest.raises(SandboxUnavailableError, match="http://x/run_code"):

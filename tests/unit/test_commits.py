@@ -18,14 +18,14 @@ from rewardq.consumers.commits import CommitCoalescer
 class Encoded:
     """Stands in for EncodedResults: the coalescer only reads the bytes a commit writes."""
 
-    def __init__(self, written_bytes: int = 0):
+    def __init__(self, written_bytes: int = 0) -> None:
         self.written_bytes = written_bytes
 
 
 class RecordingBroker:
     commit_bytes = 1000
 
-    def __init__(self, replies=None, fail: BaseException | None = None, delay: float = 0.0):
+    def __init__(self, replies=None, fail: BaseException | None = None, delay: float = 0.0) -> None:
         self.calls: list[list[str]] = []
         self.replies = replies or {}
         self.fail = fail

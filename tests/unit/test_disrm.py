@@ -41,14 +41,14 @@ DEFAULTS = {
 class FakeRewardServer:
     """A threaded HTTP server on 127.0.0.1:<free port>; ``script`` holds answers to give first."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.script: list[tuple] = []
         self.lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with server.lock:
                     server.requests.append(
@@ -74,7 +74,7 @@ class FakeRewardServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and hung up (the timeout test)
 
-            def log_message(self, *args):
+            def log_message(self, *args: Any) -> None:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -83,7 +83,7 @@ class FakeRewardServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
-    def close(self):
+    def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -108,7 +108,7 @@ def rm_tokenizer_dir(tmp_path: Path) -> str:
 
 @pytest.fixture
 async def make(server: FakeRewardServer, rm_tokenizer_dir: str) -> AsyncIterator[MakeManager[DisRMRewardManager]]:
-    def build(**kw):
+    def build(**kw: Any):
         options: dict[str, Any] = dict(
             base_url=server.url,
             model="rm-7b",

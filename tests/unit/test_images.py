@@ -36,7 +36,7 @@ def jpeg_bytes(img: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def output(**extra):
+def output(**extra: Any):
     return {"prompt_ids": [1, 2, 3], "response_ids": [4, 5], **extra}
 
 

@@ -55,7 +55,7 @@ async def test_builtin_async_scorer_is_awaited(
 ) -> None:
     seen = []
 
-    async def judge(solution_str, ground_truth, **_):
+    async def judge(solution_str: str, ground_truth: Any, **_: Any) -> float:
         await asyncio.sleep(0)
         seen.append(threading.current_thread())
         return 0.5
@@ -93,7 +93,7 @@ async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(
 async def test_a_closure_runs_in_threads_and_says_so_at_start_up(
     naive: Callable[..., NaiveRewardManager], caplog: pytest.LogCaptureFixture
 ) -> None:
-    def closure(**kw):
+    def closure(**kw: Any):
         return threading.current_thread().name.startswith("rewardq-score")
 
     m = naive(closure)
@@ -143,7 +143,7 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(
 ) -> None:
     release = threading.Event()
 
-    def stuck(**kw):
+    def stuck(**kw: Any) -> float:
         release.wait()
         return 1.0
 

@@ -165,7 +165,7 @@ def test_an_answer_survives_the_cache_round_trip() -> None:
     assert (b.contents, b.prompt_tokens, b.completion_tokens, b.model, b.cached) == (a.contents, 12, 4, "m", True)
 
 
-def genrm(**options):
+def genrm(**options: Any):
     return GenRMRewardManager(TOK, **{"base_url": "http://127.0.0.1:9/v1", "model": "judge", **options})
 
 

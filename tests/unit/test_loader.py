@@ -120,7 +120,15 @@ async def test_async_function_stays_async_with_kwargs(reward_file: Path) -> None
 
 async def test_bind_kwargs_on_async_callable_object() -> None:
     class Judge:
-        async def __call__(self, *, data_source, solution_str, ground_truth, extra_info=None, model="m"):
+        async def __call__(
+            self,
+            *,
+            data_source: str,
+            solution_str: str,
+            ground_truth: Any,
+            extra_info: dict[str, Any] | None = None,
+            model="m",
+        ) -> dict[str, Any]:
             return {"score": 1.0, "model": model}
 
     bound = bind_kwargs(Judge(), {"model": "big"})

@@ -33,23 +33,23 @@ GSM8K = {
 PROMPT = "Natalia sold clips. How many?"
 
 
-def record(index: int, response: str | list[int], **kw) -> OutputRecord:
+def record(index: int, response: str | list[int], **kw: Any) -> OutputRecord:
     """One output whose response is ``response`` encoded with the demo tokenizer (+ EOS)."""
     return records.record(index, response, **{"sample": GSM8K, "prompt": PROMPT, "eos": True, **kw})
 
 
-def batch(*responses: str, **kw):
+def batch(*responses: str, **kw: Any):
     return records.trajectory_batch(*responses, **{"sample": GSM8K, "prompt": PROMPT, "eos": True, **kw})
 
 
 class Recorder:
     """A sync scoring function that records its keyword arguments."""
 
-    def __init__(self, result=1.0):
+    def __init__(self, result=1.0) -> None:
         self.result = result
         self.calls: list[dict[str, Any]] = []
 
-    def __call__(self, **kwargs):
+    def __call__(self, **kwargs: Any):
         self.calls.append(copy.deepcopy(kwargs))
         return self.result
 
@@ -102,7 +102,7 @@ async def test_naive_extra_info_is_a_merged_copy() -> None:
     data = build_batch(records, sample)
     before = copy.deepcopy(non_tensor(data[-1:], "extra_info"))
 
-    def mutating_scorer(data_source, solution_str, ground_truth, extra_info):
+    def mutating_scorer(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> float:
         seen.append(copy.deepcopy(extra_info))
         extra_info["scribbled"] = True
         return 1.0
@@ -129,11 +129,11 @@ async def test_naive_without_extra_info_or_rollout_score() -> None:
 async def test_sync_scorer_runs_off_the_event_loop_and_async_scorer_is_awaited() -> None:
     threads = []
 
-    def sync_fn(**kw):
+    def sync_fn(**kw: Any) -> float:
         threads.append(threading.current_thread())
         return 0.5
 
-    async def async_fn(**kw):
+    async def async_fn(**kw: Any) -> dict[str, Any]:
         await asyncio.sleep(0)
         threads.append(threading.current_thread())
         return {"score": 0.25, "judge": "ok"}
@@ -184,7 +184,7 @@ async def test_unusable_results_raise_scoring_error(result: Any, match: Any) -> 
 
 
 async def test_scorer_exception_propagates() -> None:
-    def boom(**kw):
+    def boom(**kw: Any) -> None:
         raise RuntimeError("judge is down")
 
     with pytest.raises(RuntimeError, match="judge is down"):

@@ -171,7 +171,7 @@ def test_a_batch_padded_past_max_batch_bytes_is_refused_before_it_is_built() -> 
 
 # -- every trajectory ends: what the manager raises instead of returning -------------------------------
 class Raises(RewardManager):
-    def __init__(self, exc: BaseException):
+    def __init__(self, exc: BaseException) -> None:
         super().__init__(None)
         self.exc = exc
 

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,12 @@ from tests.support.records import TOK, record
 
 
 def trajectory(
-    response: str, ground_truth: str = "1", *, data_source: str = "test", extra_info=None, n: int = 1
+    response: str,
+    ground_truth: str = "1",
+    *,
+    data_source: str = "test",
+    extra_info: dict[str, Any] | None = None,
+    n: int = 1,
 ) -> object:
     sample = {
         "data_source": data_source,

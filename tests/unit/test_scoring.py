@@ -287,7 +287,7 @@ def test_math_verify_in_a_process_pool() -> None:
 def test_math_verify_refuses_threads_instead_of_scoring_zero() -> None:
     errors = []
 
-    def target():
+    def target() -> None:
         try:
             math_verify_scorer.compute_score("x", r"\boxed{1/2}", "0.5")
         except ScoringError as exc:

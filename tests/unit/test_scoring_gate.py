@@ -20,14 +20,14 @@ async def test_alone_waits_for_running_ones_and_holds_new_ones_back() -> None:
     order: list[str] = []
     await gate.enter_shared()  # one ordinary trajectory is scoring
 
-    async def alone():
+    async def alone() -> None:
         await gate.enter_alone(0)
         order.append("alone")
         await asyncio.sleep(0.05)
         order.append("alone done")
         gate.leave_alone()
 
-    async def later():
+    async def later() -> None:
         await gate.enter_shared()
         order.append("later")
         gate.leave_shared()
@@ -46,7 +46,7 @@ async def test_quarantined_ones_go_fewest_earlier_deaths_first_then_by_arrival()
     gate = ScoringGate()
     order: list[str] = []
 
-    async def alone(name: str, deaths: int):
+    async def alone(name: str, deaths: int) -> None:
         await gate.enter_alone(deaths)
         order.append(name)
         await asyncio.sleep(0)

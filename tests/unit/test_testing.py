@@ -101,19 +101,19 @@ def test_a_token_id_past_the_tokenizers_vocabulary_is_refused_as_the_worker_refu
 class Answers(RewardManager):
     """Returns whatever it was built with (to see the worker's checks of an answer)."""
 
-    def __init__(self, tokenizer=None, compute_score=None, *, context=None, answer=None):
+    def __init__(self, tokenizer=None, compute_score=None, *, context=None, answer=None) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         self.answer = answer
         self.events: list[str] = []
 
-    async def setup(self):
+    async def setup(self) -> None:
         self.events.append("setup")
 
     async def run_single(self, data: TensorDict) -> dict[str, Any]:
         self.events.append(f"run:{len(data)}")
         return self.answer
 
-    async def close(self):
+    async def close(self) -> None:
         self.events.append("close")
         await super().close()
 

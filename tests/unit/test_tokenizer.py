@@ -29,12 +29,12 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 
 @pytest.fixture(scope="module")
-def demo():
+def demo() -> FastTokenizer:
     return load_tokenizer("builtin:demo")
 
 
 @pytest.fixture
-def hf_folder(tmp_path: Path, demo) -> Path:
+def hf_folder(tmp_path: Path, demo: FastTokenizer) -> Path:
     """A Hugging Face style folder: tokenizer.json + tokenizer_config.json with a jinja template."""
     folder = tmp_path / "my-model"
     folder.mkdir()
@@ -65,7 +65,7 @@ def test_there_is_no_default_tokenizer(given: str | None) -> None:
     assert "--tokenizer" in message and "REWARDQ_TOKENIZER" in message and "actor_rollout_ref.model.path" in message
 
 
-def test_demo_is_asked_for_by_name_and_has_a_sensible_vocabulary(demo) -> None:
+def test_demo_is_asked_for_by_name_and_has_a_sensible_vocabulary(demo: FastTokenizer) -> None:
     assert isinstance(demo, FastTokenizer)
     assert isinstance(demo, Tokenizer)
     assert 2000 <= demo.vocab_size <= 4000
@@ -94,13 +94,13 @@ ROUND_TRIP = [
 
 
 @pytest.mark.parametrize("text", ROUND_TRIP)
-def test_demo_round_trip(demo, text: Any) -> None:
+def test_demo_round_trip(demo: FastTokenizer, text: Any) -> None:
     ids = demo.encode(text)
     assert all(isinstance(i, int) for i in ids)
     assert demo.decode(ids) == text
 
 
-def test_demo_round_trip_random_unicode(demo) -> None:
+def test_demo_round_trip_random_unicode(demo: FastTokenizer) -> None:
     rng = random.Random(7)
     alphabet = [
         chr(c)
@@ -114,12 +114,12 @@ def test_demo_round_trip_random_unicode(demo) -> None:
         assert demo.decode(demo.encode(text)) == text
 
 
-def test_demo_is_compact_on_its_domain(demo) -> None:
+def test_demo_is_compact_on_its_domain(demo: FastTokenizer) -> None:
     text = "Natalia sold 48 clips in April, and then she sold half as many clips in May."
     assert len(demo.encode(text)) < len(text) / 2.5
 
 
-def test_decode_accepts_lists_arrays_and_tensors(demo) -> None:
+def test_decode_accepts_lists_arrays_and_tensors(demo: FastTokenizer) -> None:
     ids = demo.encode("#### 72")
     expected = "#### 72"
     assert demo.decode(ids) == expected
@@ -132,7 +132,7 @@ def test_decode_accepts_lists_arrays_and_tensors(demo) -> None:
     assert demo.batch_decode([ids, torch.tensor(ids)]) == [expected, expected]
 
 
-def test_skip_special_tokens(demo) -> None:
+def test_skip_special_tokens(demo: FastTokenizer) -> None:
     text = "<|im_start|>assistant\nAnswer: 4<|im_end|><|endoftext|>"
     ids = demo.encode(text)
     assert ids[0] == 1 and ids[-2:] == [2, 0]  # special strings become their ids
@@ -140,7 +140,7 @@ def test_skip_special_tokens(demo) -> None:
     assert demo.decode(ids, skip_special_tokens=False) == text
 
 
-def test_demo_chat_template_is_chatml(demo) -> None:
+def test_demo_chat_template_is_chatml(demo: FastTokenizer) -> None:
     text = demo.apply_chat_template(CHAT, add_generation_prompt=True)
     assert text == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
@@ -158,7 +158,7 @@ def test_demo_chat_template_is_chatml(demo) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def test_tokenizer_json_file(tmp_path: Path, demo) -> None:
+def test_tokenizer_json_file(tmp_path: Path, demo: FastTokenizer) -> None:
     path = tmp_path / "tokenizer.json"
     demo.backend.save(str(path))
     tok = load_tokenizer(str(path))
@@ -228,11 +228,11 @@ class _FakeHF:
     eos_token, bos_token, pad_token = "</s>", "<s>", "<pad>"
     eos_token_id, bos_token_id, pad_token_id = 2, 1, 0
 
-    def __init__(self, path):
+    def __init__(self, path) -> None:
         self.path = path
         self.calls = []
 
-    def __len__(self):
+    def __len__(self) -> int:
         return 32001
 
     def decode(self, ids, skip_special_tokens=True):
@@ -242,7 +242,7 @@ class _FakeHF:
     def encode(self, text, add_special_tokens=True):
         return [7, 8] if not add_special_tokens else [1, 7, 8]
 
-    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False, **kw):
+    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False, **kw: Any):
         return f"chat {len(messages)} {tokenize} {add_generation_prompt}"
 
 

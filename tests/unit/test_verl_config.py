@@ -16,7 +16,7 @@ from rewardq.reward.registry import get_manager_class, known_managers
 from rewardq.verl_config import migrate_legacy, translate
 
 
-def load(tmp_path, text: str, env: dict[str, Any] | None = None, **overrides) -> WorkerConfig:
+def load(tmp_path: Path, text: str, env: dict[str, Any] | None = None, **overrides: Any) -> WorkerConfig:
     f = tmp_path / "cfg.yaml"
     f.write_text(textwrap.dedent(text))
     return WorkerConfig.load(config_file=str(f), env=env or {}, overrides=overrides)

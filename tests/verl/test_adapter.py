@@ -39,7 +39,7 @@ CASES = [
 ]
 
 
-def adapter(monkeypatch, namespace: str, **env: str) -> RewardqAgentLoopWorker:
+def adapter(monkeypatch: pytest.MonkeyPatch, namespace: str, **env: str) -> RewardqAgentLoopWorker:
     """An adapter whose verl __init__ never ran: settings come from REWARDQ_* alone."""
     monkeypatch.setenv("REWARDQ_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("REWARDQ_NAMESPACE", namespace)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -39,12 +39,12 @@ def config(use_v1: bool):
     )
 
 
-async def no_workers(self):
+async def no_workers(self) -> None:
     self.agent_loop_workers = []
 
 
 @pytest.fixture
-def no_actors(monkeypatch: pytest.MonkeyPatch, real_tq) -> None:
+def no_actors(monkeypatch: pytest.MonkeyPatch, real_tq: ModuleType) -> None:
     """Managers built without starting agent-loop actors (verl's _init_agent_loop_workers needs LLM servers)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 
@@ -75,7 +75,7 @@ def test_one_override_works_on_both_of_verls_trainers(no_actors: None) -> None:
     assert load_class_from_fqn("rewardq.integrations.verl.RewardqAgentLoopManagerTQ") is type(v1)
 
 
-def tq_worker(monkeypatch, namespace: str):
+def tq_worker(monkeypatch: pytest.MonkeyPatch, namespace: str):
     """A TransferQueue worker whose verl __init__ never ran, as far as _agent_loop_postprocess needs."""
     monkeypatch.setenv("REWARDQ_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("REWARDQ_NAMESPACE", namespace)
@@ -92,7 +92,7 @@ def stored(tq, keys: list[str]) -> list[tuple[float, dict[str, Any]]]:
 
 
 async def test_transferqueue_path_stores_verls_rewards(
-    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, real_tq
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, real_tq: ModuleType
 ) -> None:
     w = tq_worker(monkeypatch, naive_fleet.namespace)
     uid = f"tq-{uuid.uuid4().hex[:8]}"
@@ -108,7 +108,7 @@ async def test_transferqueue_path_stores_verls_rewards(
 
 
 async def test_transferqueue_path_keeps_per_output_rewards(
-    monkeypatch: pytest.MonkeyPatch, echo_fleet: Fleet, real_tq
+    monkeypatch: pytest.MonkeyPatch, echo_fleet: Fleet, real_tq: ModuleType
 ) -> None:
     w = tq_worker(monkeypatch, echo_fleet.namespace)
     uid = f"tq-echo-{uuid.uuid4().hex[:8]}"
@@ -141,7 +141,7 @@ def one_step_off_config(manager: str | None):
 
 @pytest.mark.parametrize("manager", [MANAGER, None])
 def test_one_step_off_trainer_builds_the_manager_it_is_given(
-    monkeypatch: pytest.MonkeyPatch, real_tq, manager: Any
+    monkeypatch: pytest.MonkeyPatch, real_tq: ModuleType, manager: Any
 ) -> None:
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
     from verl.experimental.one_step_off_policy import ray_trainer as one_step_off

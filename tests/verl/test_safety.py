@@ -88,7 +88,7 @@ def hook_scorer(namespace: str, tokenizer: Any = None):
     return score, hook
 
 
-def adapter_scorer(monkeypatch, namespace: str):
+def adapter_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str):
     w = adapter(monkeypatch, namespace)
 
     async def score(outputs, kwargs):
@@ -98,7 +98,7 @@ def adapter_scorer(monkeypatch, namespace: str):
     return score
 
 
-def budgeted_scorer(monkeypatch, namespace: str, path: str):
+def budgeted_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str, path: str):
     """The adapter's or the hook's scoring, with the budget of :data:`BUDGET` from the environment."""
     for k, v in BUDGET.items():
         monkeypatch.setenv(k, v)
@@ -141,11 +141,11 @@ async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch: pytes
     monkeypatch.delenv("REWARDQ_REDIS_URL")
     hook = RewardqRewardManager(hook_config("/unused", "t-nowhere", redis_url=url), None)  # ... the hook its config
 
-    async def through_adapter():
+    async def through_adapter() -> None:
         outputs, kwargs = passing(0)
         await w._compute_score(outputs, kwargs=kwargs)
 
-    async def through_hook():
+    async def through_hook() -> None:
         outputs, kwargs = passing(1)
         await AgentLoopWorker._compute_score(
             bare_agent_loop_worker(AgentLoopWorker, [LocalHandle(hook)]), outputs, kwargs
@@ -165,7 +165,7 @@ async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch: pytes
 
 
 @pytest.fixture(scope="module")
-def deepseek(tmp_path_factory: pytest.TempPathFactory):
+def deepseek(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     """DeepSeek's real tokenizer as the Hugging Face folder a trainer's ``model.path`` names."""
     from transformers import AutoTokenizer
 
@@ -176,7 +176,7 @@ def deepseek(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def deepseek_worker(
-    deepseek, module_procs: Procs, module_redis: SyncClient, tmp_path_factory: pytest.TempPathFactory
+    deepseek: tuple[Path, Any], module_procs: Procs, module_redis: SyncClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, Proc]]:
     """``rewardq worker --config trainer.yaml`` with the DeepSeek folder as ``model.path`` (no --tokenizer)."""
     folder, _ = deepseek
@@ -210,7 +210,7 @@ RESPONSES = [
 
 
 async def test_a_real_tokenizer_folder_as_model_path_scores_real_text(
-    deepseek, deepseek_worker: tuple[str, Proc], monkeypatch: pytest.MonkeyPatch
+    deepseek: tuple[Path, Any], deepseek_worker: tuple[str, Proc], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, tok = deepseek
     ns, _ = deepseek_worker
@@ -226,7 +226,7 @@ async def test_a_real_tokenizer_folder_as_model_path_scores_real_text(
 
 
 async def test_ids_of_another_tokenizer_get_an_error_naming_both(
-    deepseek, deepseek_worker: tuple[str, Proc], monkeypatch: pytest.MonkeyPatch
+    deepseek: tuple[Path, Any], deepseek_worker: tuple[str, Proc], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, tok = deepseek
     ns, _ = deepseek_worker

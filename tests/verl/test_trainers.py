@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -194,7 +195,7 @@ def test_the_worker_read_the_hook_config_as_naive_with_the_policy_tokenizer(hook
     assert "config file: rewardq does not use" not in log  # every key of verl's generated config is known
 
 
-async def test_v1_transferqueue_trainer_stores_the_hooks_rewards(hook_run: HookRun, real_tq) -> None:
+async def test_v1_transferqueue_trainer_stores_the_hooks_rewards(hook_run: HookRun, real_tq: ModuleType) -> None:
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     tq = real_tq

@@ -59,7 +59,7 @@ def fleets(procs: Procs, sync_redis: SyncClient) -> Iterator[Callable[..., Fleet
         _delete_namespace(REDIS_URL, fleet.namespace)
 
 
-async def score(monkeypatch, namespace: str, case=("openai/gsm8k", "42", "#### 42")):
+async def score(monkeypatch: pytest.MonkeyPatch, namespace: str, case=("openai/gsm8k", "42", "#### 42")):
     w = adapter(monkeypatch, namespace)
     outputs = [output("turn one"), output(case[2])]
     kwargs = row(case[0], case[1])
@@ -79,20 +79,20 @@ async def test_a_worker_starts_from_verls_config_for_every_manager(
     reward_fn = tmp_path / "reward.py"
     reward_fn.write_text(REWARD_FN)
 
-    def gdpo(cfg):  # a GDPO run: its own scoring function, with kwargs, reading trainer.experiment_name
+    def gdpo(cfg) -> None:  # a GDPO run: its own scoring function, with kwargs, reading trainer.experiment_name
         cfg["reward"]["custom_reward_function"] = {"path": str(reward_fn), "name": "compute_score"}
         cfg["reward"]["custom_reward_function"]["reward_kwargs"] = {"bonus": 2}
 
-    def dapo(cfg):  # verl's DAPO recipe: the overlong buffer through reward_kwargs
+    def dapo(cfg) -> None:  # verl's DAPO recipe: the overlong buffer through reward_kwargs
         cfg["reward"]["reward_kwargs"] = {
             "overlong_buffer_cfg": {"enable": True, "len": 2, "penalty_factor": 1.0, "log": True},
             "max_resp_len": 64,
         }
 
-    def limited(cfg):
+    def limited(cfg) -> None:
         cfg["reward"].update(max_rpm=600, max_concurrent=4)
 
-    def remote(cfg):  # verl's num_workers sizes the scorer pool; 2 of them on this 2-core machine
+    def remote(cfg) -> None:  # verl's num_workers sizes the scorer pool; 2 of them on this 2-core machine
         cfg["reward"]["num_workers"] = 2
 
     edits = {"naive": None, "dapo": dapo, "gdpo": gdpo, "rate_limited": limited, "remote": remote}
@@ -115,7 +115,7 @@ async def test_a_worker_starts_from_verls_config_for_every_manager(
 async def test_the_untouched_config_with_manager_rate_limited_and_unused_keys_listed(
     tmp_path: Path, fleets: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch, sync_redis: SyncClient
 ) -> None:
-    def extra(cfg):
+    def extra(cfg) -> None:
         cfg["reward"]["future_verl_knob"] = 1
         cfg["concurency"] = 8  # a typo of a rewardq key: listed with a suggestion, not fatal
 
