@@ -21,7 +21,7 @@ from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.factory import build_manager
 from rewardq.reward.scoring import compute_score_async
 from tests.support.helpers import until
-from tests.support.records import TOK, trajectory_batch
+from tests.support.records import TOK, single, trajectory_batch
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -95,7 +95,7 @@ async def test_builtin_managers_score_code_with_the_worker_runtime(manager: str)
     await m.setup()
     try:
         # When it scores a partly right program
-        out = await m.run_single(_batch(PROGRAMS["partial"][0]))
+        out = single(await m.run_single(_batch(PROGRAMS["partial"][0])))
     finally:
         await m.close()
         await m.context.aclose()

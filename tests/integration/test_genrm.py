@@ -24,7 +24,7 @@ from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
 from tests.support.judge_standin import JudgeStandin
 from tests.support.managers import MakeManager, set_up_managers
-from tests.support.records import TOK, text_output, trajectory_batch
+from tests.support.records import TOK, single, text_output, trajectory_batch
 from tests.support.sync_client import SyncClient
 
 SAMPLE = {
@@ -78,9 +78,9 @@ async def test_the_reward_is_the_score_the_answer_implies(
     genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options: Any
 ) -> None:
     m = await genrm(**options)
-    graded = await m.run_single(batch("thinking", "the answer is 42, grade=0.75"))
+    graded = single(await m.run_single(batch("thinking", "the answer is 42, grade=0.75")))
     assert graded["reward_score"] == 0.75
-    right = await m.run_single(batch("thinking", "it is 42"))  # no grade: the stand-in compares with 42
+    right = single(await m.run_single(batch("thinking", "it is 42")))  # no grade: the stand-in compares with 42
     wrong = await m.run_single(batch("thinking", "it is 41"))
     assert (right["reward_score"], wrong["reward_score"]) == (1.0, 0.0)
     info = graded["reward_extra_info"]
@@ -94,19 +94,19 @@ async def test_the_reward_is_the_score_the_answer_implies(
 
 async def test_labels_under_structured_output(genrm: MakeManager[GenRMRewardManager]) -> None:
     m = await genrm(score_parser="choice", choices={"correct": 1, "incorrect": 0})
-    assert (await m.run_single(batch("it is 42")))["reward_score"] == 1.0
-    assert (await m.run_single(batch("it is 7")))["reward_score"] == 0.0
+    assert single(await m.run_single(batch("it is 42")))["reward_score"] == 1.0
+    assert single(await m.run_single(batch("it is 7")))["reward_score"] == 0.0
 
 
 async def test_n_answers_from_one_request_combined_by_mean_or_majority(
     genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
 ) -> None:
     mean = await genrm(n=3, temperature=0.8)
-    out = await mean.run_single(batch("votes=1,0,1"))
+    out = single(await mean.run_single(batch("votes=1,0,1")))
     assert out["reward_score"] == pytest.approx(2 / 3) and out["reward_extra_info"]["judge_votes"] == 3
     # the same request body, combined another way: the cached answer, nothing sent again
     majority = await genrm(n=3, temperature=0.8, combine="majority")
-    out = await majority.run_single(batch("votes=1,0,1"))
+    out = single(await majority.run_single(batch("votes=1,0,1")))
     assert out["reward_score"] == 1.0 and out["reward_extra_info"]["judge_cached"] is True
     assert judge.stats()["served"] == 1 and [b["n"] for b in judge.bodies()] == [3]
 
@@ -117,8 +117,8 @@ async def test_rescoring_reuses_the_answer_across_managers_and_workers(
     first = await genrm(worker="w0")
     second = await genrm(worker="w1")
     data = batch("thinking", "grade=0.5")
-    a = await first.run_single(data)
-    b = await second.run_single(data)  # another worker re-scoring the same trajectory
+    a = single(await first.run_single(data))
+    b = single(await second.run_single(data))  # another worker re-scoring the same trajectory
     assert a["reward_score"] == b["reward_score"] == 0.5
     assert (a["reward_extra_info"]["judge_cached"], b["reward_extra_info"]["judge_cached"]) == (False, True)
     assert b["reward_extra_info"]["judge_prompt_tokens"] == a["reward_extra_info"]["judge_prompt_tokens"]
@@ -157,7 +157,7 @@ async def test_a_429_is_retried_after_its_retry_after(
     judge.control(fail_next=2, status=429, retry_after=1)
     m = await genrm()
     t0 = time.monotonic()
-    out = await m.run_single(batch("grade=0.5"))
+    out = single(await m.run_single(batch("grade=0.5")))
     assert out["reward_score"] == 0.5
     assert time.monotonic() - t0 >= 2.0  # two Retry-After: 1 pauses, not the 0.05 s backoff
     assert judge.stats()["statuses"] == {"429": 2, "200": 1}
@@ -168,7 +168,7 @@ async def test_a_500_is_retried_with_backoff_then_scores(
 ) -> None:
     judge.control(fail_next=2, status=500)
     m = await genrm()
-    assert (await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
+    assert single(await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
     totals = judge_totals(sync_redis, Keyspace(ns))["judge-model"]
     assert (totals["requests"], totals["errors"], totals["failed"]) == (3, 2, 0)
     assert totals["error_rate"] == round(2 / 3, 4)
@@ -185,7 +185,7 @@ async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(
     assert judge.stats()["statuses"] == {"500": 3}
     assert judge_totals(sync_redis, Keyspace(ns))["judge-model"]["failed"] == 1
     judge.control(fail_always=0)  # back up: the claim was released, nothing was cached
-    assert (await m.run_single(batch("grade=1")))["reward_score"] == 1.0
+    assert single(await m.run_single(batch("grade=1")))["reward_score"] == 1.0
 
 
 async def test_a_refused_request_is_not_retried(genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin) -> None:
@@ -210,8 +210,8 @@ async def test_a_server_without_structured_output_falls_back_to_json_in_text(
     judge.control(refuse_structured=True)
     m = await genrm(score_parser="json")
     with caplog.at_level(logging.WARNING, logger="rewardq.reward.genrm"):
-        assert (await m.run_single(batch("grade=0.25")))["reward_score"] == 0.25
-        assert (await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
+        assert single(await m.run_single(batch("grade=0.25")))["reward_score"] == 0.25
+        assert single(await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
     assert sum("does not take response_format" in r.message for r in caplog.records) == 1
     assert judge.stats()["statuses"] == {"400": 1, "200": 2}
     strict = await genrm(score_parser="json", structured_output=True, limiter_name="strict")
@@ -235,7 +235,7 @@ async def test_the_api_key_comes_from_the_environment_and_is_never_logged(
         with caplog.at_level(logging.DEBUG):
             m = GenRMRewardManager(TOK, context=ctx, base_url=keyed.base_url, model="m", api_key_env="MY_JUDGE_KEY")
             await m.setup()
-            assert (await m.run_single(batch("grade=1")))["reward_score"] == 1.0
+            assert single(await m.run_single(batch("grade=1")))["reward_score"] == 1.0
             await m.close()
         assert secret not in caplog.text and secret not in repr(m) and secret not in repr(m.judge)
     finally:
@@ -246,7 +246,7 @@ async def test_the_token_bucket_is_charged_with_the_servers_usage(
     genrm: MakeManager[GenRMRewardManager], sync_redis: SyncClient, ns: str
 ) -> None:
     m = await genrm(max_tpm=600_000, estimated_tokens_per_request=1)  # a bucket of 10,000 tokens
-    out = await m.run_single(batch("grade=1"))
+    out = single(await m.run_single(batch("grade=1")))
     used = out["reward_extra_info"]["judge_prompt_tokens"] + out["reward_extra_info"]["judge_completion_tokens"]
     level = float(sync_redis.hget(Keyspace(ns).ratelimit("genrm"), "b:tpm:tokens"))
     assert 10_000 - used - 1 < level <= 10_000 - used + 200  # refilled a little since; the estimate was 1
@@ -273,7 +273,7 @@ async def test_a_vision_judge_receives_the_outputs_images_as_data_urls(
         for i, (r, img) in enumerate([("look", first), ("grade=1", final)])
     ]
     m = await genrm()
-    assert (await m.run_single(build_batch(recs)))["reward_score"] == 1.0
+    assert single(await m.run_single(build_batch(recs)))["reward_score"] == 1.0
     [body] = judge.bodies()
     parts = body["messages"][-1]["content"]
     assert parts[0]["type"] == "image_url" and parts[-1]["type"] == "text"
@@ -295,5 +295,5 @@ async def test_without_redis_the_cache_and_limits_hold_in_the_process(
     outs = await asyncio.gather(*(m.run_single(batch(f"grade=0.{i}")) for i in range(1, 4)))
     assert [o["reward_score"] for o in outs] == [0.1, 0.2, 0.3]
     assert judge.stats()["max_in_flight"] == 1
-    again = await m.run_single(batch("grade=0.1"))
+    again = single(await m.run_single(batch("grade=0.1")))
     assert again["reward_extra_info"]["judge_cached"] is True and judge.stats()["served"] == 3

@@ -16,6 +16,7 @@ from rewardq.reward.examples.simt_metrics import average_lagging, chrf
 from rewardq.reward.registry import get_manager_class, known_managers
 from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
 from tests.support.helpers import running_workers
+from tests.support.records import single
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +52,11 @@ async def test_reward_needs_every_output(tok: Tokenizer) -> None:
     differs = 0
     for traj in trajs:
         batch = _batch(traj)
-        got = await m.run_single(batch)
+        got = single(await m.run_single(batch))
         assert got["reward_score"] == pytest.approx(traj["expected"]["score"], abs=1e-12)
         assert got["reward_extra_info"]["average_lagging"] == pytest.approx(traj["expected"]["average_lagging"])
         if len(traj["outputs"]) > 1:
-            last_only = await m.run_single(batch[-1:])
+            last_only = single(await m.run_single(batch[-1:]))
             differs += last_only["reward_score"] != pytest.approx(got["reward_score"])
     assert differs >= 20  # the last output alone gives another (wrong) number
 
@@ -71,8 +72,8 @@ async def test_same_final_output_different_history_different_reward(tok: Tokeniz
         ]
         return _batch({"uid": "u", "session_id": "s", "outputs": outs, "sample": sample})
 
-    eager = await m.run_single(traj([("a", 1), ("b", 2), ("c", 3), ("d", 4)]))
-    lazy = await m.run_single(traj([("", 1), ("", 2), ("a b c", 3), ("d", 4)]))
+    eager = single(await m.run_single(traj([("a", 1), ("b", 2), ("c", 3), ("d", 4)])))
+    lazy = single(await m.run_single(traj([("", 1), ("", 2), ("a b c", 3), ("d", 4)])))
     assert eager["reward_extra_info"]["quality"] == lazy["reward_extra_info"]["quality"] == 1.0
     assert eager["reward_extra_info"]["average_lagging"] == 1.0
     # delays (3, 3, 3, 4), γ = 1, τ = 4: AL = (3 + 2 + 1 + 1) / 4

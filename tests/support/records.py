@@ -67,3 +67,9 @@ def trajectory_batch(*responses: str, **kw: Any) -> Any:
     ``kw`` goes to every :func:`record`."""
     n = len(responses)
     return build_batch([record(i, r, final=i == n - 1, **kw) for i, r in enumerate(responses)])
+
+
+def single(result: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
+    """A manager's result for a trajectory it scored as a whole: one dict (not one per output)."""
+    assert isinstance(result, dict), f"expected one result for the trajectory, got {result!r}"
+    return result

@@ -18,7 +18,7 @@ from rewardq.reward.managers.remote import RemoteRewardManager
 from tests.support import remote_scorers
 from tests.support.isolation import REMOTE_SCORERS, alive
 from tests.support.managers import MakeManager, set_up_managers
-from tests.support.records import TOK, record
+from tests.support.records import TOK, record, single
 
 
 def trajectory(
@@ -187,7 +187,7 @@ async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs() -> None:
     )
     try:
         await m.setup()
-        out = await m.run_single(trajectory("7", "7"))
+        out = single(await m.run_single(trajectory("7", "7")))
         assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
         assert m.target == spec and m.target_kwargs == {"bonus": 2.0}
     finally:
