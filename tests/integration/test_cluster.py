@@ -294,6 +294,7 @@ async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(
     # Given worker A took the trajectory, renewed its lease (renew.lua) and then died mid-scoring
     a = Worker(worker_config(cns, url, name="A", shards=SHARDS), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     await a.handle(await a.broker.read([shard], 10, None))
     assert list(a.in_flight) == [f"{uid}_s"]
     assert await a.broker.renew(a.flights.held()) == 1
@@ -376,8 +377,8 @@ async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(
             await asyncio.sleep(0.1)
     # Then the good trajectory is scored and every bad key has an error result
     assert [res[k].reward_score for k in good] == [6.0, 6.0]
-    assert "response_ids" in res[f"{own}_s_0"].error and "response_ids" in res[f"{misrouted}_s_0"].error
-    assert "final output never arrived" in res[f"{lost}_s_0"].error
+    assert "response_ids" in (res[f"{own}_s_0"].error or "") and "response_ids" in (res[f"{misrouted}_s_0"].error or "")
+    assert "final output never arrived" in (res[f"{lost}_s_0"].error or "")
     # And the dead letters sit on the shard the entry was read from, raw data kept
     dead4 = {f[b"key"]: f for _, f in rc.xrange(ks.dead(4))}
     assert set(dead4) == {b"entry-garbage", f"{misrouted}_s_0".encode()}

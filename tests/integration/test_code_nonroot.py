@@ -129,7 +129,7 @@ def test_auto_as_a_normal_user_refuses_code_naming_the_fix(user: pwd.struct_pass
     # the trajectory is not scored with weaker isolation: an error naming every fix
     assert res.status == "error", res
     for fix in ("not running as root", "capabilities", "sandbox_fusion_url", "code_local_isolation=rlimits"):
-        assert fix in res.error, res.error
+        assert fix in (res.error or ""), res.error
     # ... and the worker said so when it started, before any code arrived
     text = log.read_text()
     assert "will get error results" in text.split("scoring")[0] or "will get error results" in text

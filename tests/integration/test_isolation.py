@@ -120,7 +120,7 @@ def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(
     for text, reason in reasons.items():
         r = results[bad[text]]
         assert r.status == "error" and r.error.startswith("scoring failed: ScoringError: "), (text, r.error)
-        assert reason in r.error, (text, r.error)
+        assert reason in (r.error or ""), (text, r.error)
     # And its neighbours were scored normally, by a worker that is still running
     assert [(results[k].status, results[k].reward_score) for k in good] == [("ok", 1.0), ("ok", 0.0)] * 4
     assert worker.alive()
@@ -235,7 +235,7 @@ def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(
     # Then only the culprit ends in error, blamed for the deaths of its worker process
     r = results[culprit]
     assert r.status == "error", r
-    assert "the worker process scoring this trajectory died 2 time(s) while it was scored alone" in r.error
+    assert "the worker process scoring this trajectory died 2 time(s) while it was scored alone" in (r.error or "")
     # And the in-process exits and interrupts are errors naming them, not shutdowns
     for key, reason in reasons.items():
         assert results[key].status == "error" and results[key].error == f"scoring failed: ScoringError: {reason}"

@@ -73,7 +73,7 @@ def test_a_worker_scores_numina_and_geometry3k_as_verl_does(math_worker: tuple[W
     for key, expected in keys.items():
         r = results[key]
         if isinstance(expected, type):
-            assert r.status == "error" and expected.__name__ in r.error, (key, r.error)
+            assert r.status == "error" and expected.__name__ in (r.error or ""), (key, r.error)
         else:
             assert (r.status, r.reward_score, r.reward_extra_info) == ("ok", expected, {"acc": expected}), key
     assert {(results[k].status, results[k].reward_score) for k in gsm8k} == {("ok", 1.0)}

@@ -88,8 +88,10 @@ async def test_outputs_read_by_different_workers_are_scored_once(
     await b.start()
     try:
         client.put_output("u", "s", 0, output(5, 9), SAMPLE)
+        assert a.broker is not None
         got_a = await a.broker.read([0], 10, None)
         client.put_output("u", "s", 1, output(6, 4), SAMPLE, final=True)
+        assert b.broker is not None
         got_b = await b.broker.read([0], 10, None)
         assert [e.key for e in got_a] == ["u_s_0"] and [e.key for e in got_b] == ["u_s_1"]
         await a.handle(got_a)

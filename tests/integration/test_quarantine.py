@@ -46,6 +46,7 @@ async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_o
     keys = [client.put_trajectory(f"dead{i}", "0", [output(2, 3 + i)], SAMPLE)[0] for i in range(4)]
     a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     await a.handle(await a.broker.read([0], 10, None))
     assert len(a.in_flight) == 4
     await abandon_worker(a)

@@ -37,6 +37,7 @@ async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(
     keys = client.put_trajectory("u", "s", [output(3, 4), output(3, 6)], SAMPLE)
     a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     entries = await a.broker.read([0], 10, None)
     await a.handle(entries)
     assert list(a.in_flight) == ["u_s"]
@@ -99,6 +100,7 @@ async def stored_trajectory(ns: str, url: str, uid: str, outputs: list) -> Async
     w = Worker(worker_config(ns, url, name="A"), manager=Hang(None))
     await w.start()
     try:
+        assert w.broker is not None
         entries = await w.broker.read([0], 10, None)
         yield client, w, await w.broker.store([(e, decode_output(e.data), bytes(e.data)) for e in entries])
     finally:
@@ -143,7 +145,7 @@ async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_
     async with running_workers(ns, redis_url, [LengthManager(None)], incomplete_timeout=1.0, max_outputs=50):
         res = await asyncio.to_thread(client.wait_rewards, ["wide_s_0", "wide_s_39"], 10)
     assert all(r.status == "error" for r in res.values())
-    assert "missing output indices 7 of 0..39" in res["wide_s_0"].error, res["wide_s_0"].error
+    assert "missing output indices 7 of 0..39" in (res["wide_s_0"].error or ""), res["wide_s_0"].error
 
 
 async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(
@@ -165,9 +167,9 @@ async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(
         client.put_output("gap", "s", 2, output(2, 2), SAMPLE)
         late = await asyncio.to_thread(client.wait_rewards, ["gap_s_2"], 10)
     assert all(r.status == "error" for r in res.values())
-    assert "missing output indices 1,2 of 0..3" in res["gap_s_0"].error
+    assert "missing output indices 1,2 of 0..3" in (res["gap_s_0"].error or "")
     assert res["gap_s_1"].error == res["gap_s_0"].error
-    assert "final output never arrived (have indices 0)" in res["nofinal_s_0"].error
+    assert "final output never arrived (have indices 0)" in (res["nofinal_s_0"].error or "")
     assert late["gap_s_2"].error == res["gap_s_0"].error  # its existing result is kept
     dead = [f for _, f in sync_redis.xrange(ks.dead(0))]
     assert sorted((f[b"tid"], f[b"kind"]) for f in dead) == [
@@ -193,6 +195,7 @@ async def test_entry_redelivered_too_often_is_dead_lettered(ns: str, redis_url: 
         )
         await a.start()
         if i == 0:
+            assert a.broker is not None
             await a.handle(await a.broker.read([0], 10, None))
         else:
             await asyncio.sleep(1.1)
@@ -202,7 +205,7 @@ async def test_entry_redelivered_too_often_is_dead_lettered(ns: str, redis_url: 
     await asyncio.sleep(1.1)
     async with running_workers(ns, redis_url, [LengthManager(None)], max_deliveries=3):
         res = await asyncio.to_thread(client.wait_rewards, keys, 10)
-    assert res[keys[0]].status == "error" and "delivered 4 times" in res[keys[0]].error
+    assert res[keys[0]].status == "error" and "delivered 4 times" in (res[keys[0]].error or "")
     (dead,) = [f for _, f in sync_redis.xrange(ks.dead(0))]
     assert dead[b"kind"] == b"exhausted" and dead[b"deliveries"] == b"4"
     client.close()
@@ -231,6 +234,7 @@ async def test_dead_owners_lease_running_out_costs_no_deliveries(
     keys = client.put_trajectory("patient", "s", [output(2, 7)], SAMPLE)
     a = Worker(worker_config(ns, redis_url, name="A", lease_seconds=2.5), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     await a.handle(await a.broker.read([0], 10, None))
     await _abandon(a)
     async with running_workers(

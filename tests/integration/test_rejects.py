@@ -160,8 +160,8 @@ async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_r
     finally:
         w.request_stop()
         await task
-    assert "out of range for a vocabulary of 100" in res[k_big[0]].error
-    assert "exceeds max_record_bytes=10000" in res[k_huge[0]].error
+    assert "out of range for a vocabulary of 100" in (res[k_big[0]].error or "")
+    assert "exceeds max_record_bytes=10000" in (res[k_huge[0]].error or "")
     assert res[k_ok[0]].reward_score == 2.0
     client.close()
 
@@ -189,10 +189,10 @@ async def test_conflicting_records_fail_the_trajectory_with_reasons(
             ["dup_s_0", "fin_s_0", "fin_s_1", "beyond_s_0", "beyond_s_1", "beyond_s_3", "same_s_0", "same_s_1"],
             10,
         )
-    assert "two different records for key dup_s_0" in res["dup_s_0"].error
-    assert "two outputs marked final: 0 and 1" in res["fin_s_0"].error
+    assert "two different records for key dup_s_0" in (res["dup_s_0"].error or "")
+    assert "two outputs marked final: 0 and 1" in (res["fin_s_0"].error or "")
     assert res["fin_s_1"].status == "error"
-    assert "index beyond the final output 1" in res["beyond_s_3"].error
+    assert "index beyond the final output 1" in (res["beyond_s_3"].error or "")
     assert res["beyond_s_0"].status == "error" and res["beyond_s_1"].status == "error"
     assert res["same_s_0"].reward_score == 4.0 and res["same_s_1"].reward_score == 4.0
     kinds = [f[b"kind"] for _, f in sync_redis.xrange(ks.dead(0))]
@@ -233,11 +233,11 @@ async def test_failing_scorers_give_error_results_and_dead_letters(
     async with running_workers(ns, redis_url, [_Bad("x")], score_timeout=1.0):
         res = await asyncio.to_thread(client.wait_rewards, [k for ks_ in keys.values() for k in ks_], 15)
     err = {m: res[keys[m][0]].error for m in modes}
-    assert "ValueError: judge exploded" in err["raise"]
-    assert "nan" in err["nan"] and "finite" in err["nan"]
-    assert "must be a number, got str" in err["string"]
-    assert "timed out after 1s" in err["hang"]
-    assert "returned 5 results for a trajectory of 2 outputs" in err["wrong-count"]
+    assert "ValueError: judge exploded" in (err["raise"] or "")
+    assert "nan" in (err["nan"] or "") and "finite" in (err["nan"] or "")
+    assert "must be a number, got str" in (err["string"] or "")
+    assert "timed out after 1s" in (err["hang"] or "")
+    assert "returned 5 results for a trajectory of 2 outputs" in (err["wrong-count"] or "")
     assert err["fine"] is None and res[keys["fine"][1]].reward_score == 1.0
     for m in modes[:-1]:
         assert res[keys[m][1]].error == err[m]  # every key of the trajectory gets the error

@@ -111,7 +111,7 @@ def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(
     # And every key of the 10 MiB trajectory has an error naming max_result_bytes and the size
     assert {x.status for x in bad.values()} == {"error"}
     reason = bad[blob[-1]].error
-    assert "max_result_bytes=1,048,576" in reason and "at least 10,485," in reason, reason
+    assert "max_result_bytes=1,048,576" in (reason or "") and "at least 10,485," in (reason or ""), reason
     # And the good trajectories are correct
     assert {k: (x.status, x.reward_score) for k, x in got.items()} == {k: ("ok", v) for k, v in want.items()}
     # And the legal 270 MB result reached every key, published once, nothing left staged
@@ -175,7 +175,9 @@ async def test_a_bad_extra_info_fails_only_its_trajectory_and_never_its_commit_b
     # And the bad one has an error naming what is wrong with it, on every key, and one scoring dead letter
     assert {x.status for x in failed.values()} == {"error"}
     whose = "bad_0_2" if settings.get("manager_options") else "all 3 keys of bad_0"
-    assert all(reason in x.error and f"the result of {whose}" in x.error for x in failed.values()), failed
+    assert all(reason in (x.error or "") and f"the result of {whose}" in (x.error or "") for x in failed.values()), (
+        failed
+    )
     dead = sync_redis.xrange(ks.dead(0))
     assert [(f[b"kind"], f[b"tid"]) for _, f in dead] == [(b"scoring", b"bad_0")]
     assert b"probably crashed" not in dead[0][1][b"reason"]

@@ -69,7 +69,7 @@ async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_
             await until(lambda: r.xpending(ks.stream(0), ks.group)["pending"] == 0, "every entry acked", 30)
         # Then every key has an error naming the limit
         assert {x.status for x in got.values()} == {"error"}
-        assert all("max_trajectory_bytes=10" in x.error for x in got.values()), got[keys[0]].error
+        assert all("max_trajectory_bytes=10" in (x.error or "") for x in got.values()), got[keys[0]].error
         # And the records are gone: none in the trajectory hash, none in the stream
         assert _record_fields(r, ks.traj(0, "big_s")) == [] and r.xlen(ks.stream(0)) == 0
         assert not r.exists(ks.records(0, "big_s"))
@@ -94,7 +94,9 @@ async def test_a_batch_padded_past_max_batch_bytes_is_refused_before_it_is_built
         ok = await asyncio.to_thread(client.wait_rewards, good, 30)
     assert {x.status for x in got.values()} == {"error"}
     reason = got[keys[0]].error
-    assert "max_batch_bytes=67,108,864" in reason and "41 outputs padded to 1 prompt and 500,000 response" in reason
+    assert "max_batch_bytes=67,108,864" in (reason or "") and "41 outputs padded to 1 prompt and 500,000 response" in (
+        reason or ""
+    )
     assert [int(d.batch_size[0]) for d in LengthManager.calls] == [1]  # only the good one reached the manager
     assert ok[good[0]].status == "ok"
     assert [f[b"kind"] for _, f in sync_redis.xrange(ks.dead(0))] == [b"invalid"]
@@ -194,7 +196,7 @@ async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_i
         first = client.put_trajectory("first", "s", [output(2, 3)], SAMPLE)
         second = client.put_trajectory("second", "s", [output(2, 6)], SAMPLE)
         got = await asyncio.to_thread(client.wait_rewards, first + second, 30)
-    assert bad["named_s_0"].status == "error" and "a field is given twice" in bad["named_s_0"].error
+    assert bad["named_s_0"].status == "error" and "a field is given twice" in (bad["named_s_0"].error or "")
     assert [(x.status, x.reward_score) for x in got.values()] == [("ok", 3.0), ("ok", 6.0)]
     assert [f[b"kind"] for _, f in sync_redis.xrange(ks.dead(0))] == [b"invalid"]
     client.close()
@@ -212,6 +214,6 @@ async def test_a_raw_mask_the_producer_refuses_is_refused_by_the_worker(ns: str,
     raw.xadd(ks.stream(0), {"key": "m_s_0", "data": raw_record("m", "s", response_ids=ids, response_mask=mask)})
     async with running_workers(ns, redis_url, [LengthManager(None)]):
         got = await asyncio.to_thread(client.wait_rewards, ["m_s_0"], 30)
-    assert got["m_s_0"].status == "error" and f"response_mask: holds {value}" in got["m_s_0"].error
+    assert got["m_s_0"].status == "error" and f"response_mask: holds {value}" in (got["m_s_0"].error or "")
     raw.close()
     client.close()
