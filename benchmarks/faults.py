@@ -176,7 +176,8 @@ class Fleet:
         """Whether ``w`` has finished starting (it logged so); cached once true."""
         if not getattr(w, "ready", False):
             w.ready = f"worker {w.name} started" in w.log()
-        return w.ready
+        result: bool = w.ready
+        return result
 
     def reap(self, run: Run, redis_down_until: float) -> None:
         """Replace workers that died on their own: armed ones by their fault, others unexpectedly."""

@@ -80,7 +80,8 @@ class ArqPeer(base.Peer):
     def call(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             job = await self.pool.enqueue_job("score", payload, _job_id=self.job_id())
-            return await job.result(timeout=timeout, poll_delay=0.001)
+            result: dict[str, Any] = await job.result(timeout=timeout, poll_delay=0.001)
+            return result
 
         return self.loop.run_until_complete(go())
 

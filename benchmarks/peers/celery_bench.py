@@ -88,7 +88,8 @@ class CeleryPeer(base.Peer):
                 self.task.apply_async((p,), ignore_result=True, producer=producer)
 
     def call(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-        return self.task.apply_async((payload,)).get(timeout=timeout)
+        result: dict[str, Any] = self.task.apply_async((payload,)).get(timeout=timeout)
+        return result
 
     def finish(self) -> None:
         self.app.close()

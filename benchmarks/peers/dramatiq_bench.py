@@ -94,7 +94,8 @@ class DramatiqPeer(base.Peer):
 
     def call(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         msg = self.actor.send_with_options(args=(payload,), store_results=True)
-        return msg.get_result(backend=self.backend, block=True, timeout=int(timeout * 1000))
+        result: dict[str, Any] = msg.get_result(backend=self.backend, block=True, timeout=int(timeout * 1000))
+        return result
 
     def finish(self) -> None:
         self.broker.close()

@@ -82,7 +82,8 @@ class RQPeer(base.Peer):
         res = job.latest_result(timeout=max(1, int(timeout)))
         if res is None or res.return_value is None:
             raise TimeoutError(f"rq: no result for {job.id} ({None if res is None else res.type})")
-        return res.return_value
+        result: dict[str, Any] = res.return_value
+        return result
 
     def patterns(self) -> list[str]:
         return [f"{self.prefix}*", f"rq:*{self.prefix}*"]

@@ -114,7 +114,8 @@ def run_side(
     if proc.returncode != 0 or not out.exists():
         print(f"{system} x{size} failed (exit {proc.returncode})", file=sys.stderr)
         return [{"system": system, "size": size, "status": f"error: exit {proc.returncode}"}]
-    return json.loads(out.read_text())
+    result: list[dict[str, Any]] = json.loads(out.read_text())
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,8 @@ GROUPS = ("scorers", "broker", "producer")
 def per_traj_ms(r: dict[str, Any], group: str | None = None) -> float:
     cpu = r["cpu_s"]
     total = sum(cpu.values()) if group is None else cpu[group]
-    return 1000.0 * total / r["trajectories"]
+    result: float = 1000.0 * total / r["trajectories"]
+    return result
 
 
 def _key(r: dict[str, Any]) -> tuple:

@@ -137,7 +137,8 @@ def test_a_worker_killed_mid_judging_costs_no_request_twice(
 
 
 def _scrape(port: int) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    result: str = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return result
 
 
 def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbours_score(

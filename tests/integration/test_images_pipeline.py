@@ -75,7 +75,8 @@ def forged(index: int, final: bool, image: bytes) -> bytes:
         ext_hook=msgpack.ExtType,
     )
     rec["multi_modal_data"] = {"images": [image]}
-    return msgpack.packb(rec, use_bin_type=True)
+    result: bytes = msgpack.packb(rec, use_bin_type=True)
+    return result
 
 
 @pytest.mark.parametrize(

@@ -146,7 +146,8 @@ def test_sigkill_of_a_worker_process_is_restarted_by_ray_and_nothing_is_lost(
 
         def restarted() -> bool:
             w = fleet.status()["workers"][0]
-            return w["name"] != victim["name"] and w["alive"] and w["restarts"] >= 1
+            result: bool = w["name"] != victim["name"] and w["alive"] and w["restarts"] >= 1
+            return result
 
         wait_for(restarted, 120, "Ray to restart the killed worker")
         again = fleet.status()["workers"][0]

@@ -181,7 +181,8 @@ def _uid_twice(first: str, second: str) -> bytes:
     good = msgpack.unpackb(raw_record("x", "s"), raw=False, ext_hook=lambda c, b: msgpack.ExtType(c, b))
     items = [("uid", first), *((k, v) for k, v in good.items() if k != "uid"), ("uid", second)]
     packer = msgpack.Packer(use_bin_type=True)
-    return packer.pack_map_header(len(items)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in items)
+    result: bytes = packer.pack_map_header(len(items)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in items)
+    return result
 
 
 async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_it_names(

@@ -12,11 +12,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypedDict, cast
 
 import redis
+from redis.cluster import ClusterNode
 
 Key = str | bytes
 Field = str | bytes
 Value = str | bytes | int | float
-Fields = Mapping[str, Value] | Mapping[bytes, Value]
+Fields = Mapping[str, Value]
 Entry = tuple[bytes, dict[bytes, bytes]]
 """A stream entry: its id and its fields."""
 
@@ -77,8 +78,28 @@ class SyncClient(Protocol):
     def expire(self, name: Key, time: int) -> bool: ...
     def zscore(self, name: Key, value: Field) -> float | None: ...
     def script_flush(self) -> bool: ...
+    def zadd(self, name: Key, mapping: Mapping[str, float] | Mapping[bytes, float]) -> int: ...
+    def config_set(self, name: str, value: Value) -> bool: ...
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Any command; its reply's shape is the command's."""
+
+
+class ClusterClient(SyncClient, Protocol):
+    """A blocking ``redis.RedisCluster``: the commands above, routed by key, and its nodes."""
+
+    def get_node_from_key(self, key: Key, replica: bool = False) -> ClusterNode: ...
+    def get_primaries(self) -> list[ClusterNode]: ...
+    def cluster_keyslot(self, key: Key) -> int: ...
+
+
+def connect_cluster(host: str, port: int) -> ClusterClient:
+    """A blocking cluster client through the node at ``host:port``, typed by its replies."""
+    return cast(ClusterClient, redis.RedisCluster(host=host, port=port))
+
+
+def connect_node(host: str, port: int) -> SyncClient:
+    """A blocking client of one server (a cluster node, bypassing the cluster's routing)."""
+    return cast(SyncClient, redis.Redis(host=host, port=port))
 
 
 def connect(url: str, **options: Any) -> SyncClient:

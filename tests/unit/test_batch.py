@@ -60,7 +60,8 @@ def records(lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: d
 def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     if not request.param:
         monkeypatch.setattr(rows_mod, "FAST_PATH", False)
-    return request.param
+    result: bool = request.param
+    return result
 
 
 LENGTHS = [(5, 9), (3, 0), (8, 4), (1, 12)]

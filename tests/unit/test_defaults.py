@@ -64,7 +64,10 @@ def _number(node: ast.expr | None) -> float | None:
         inner = _number(node.operand)
         return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
     if isinstance(node, ast.BinOp) and _number(node.left) is not None and _number(node.right) is not None:
-        return eval(compile(ast.Expression(node), "<default>", "eval"))  # arithmetic of two literals only
+        result: float | None = eval(
+            compile(ast.Expression(node), "<default>", "eval")
+        )  # arithmetic of two literals only
+        return result
     return None
 
 

@@ -134,7 +134,8 @@ def forged(images) -> bytes:
     """A record as a producer that skipped the checks would send it."""
     ok = msgpack.unpackb(encode_output("u", "s", 0, output(), SAMPLE, final=True), raw=False, ext_hook=msgpack.ExtType)
     ok["multi_modal_data"] = {"images": images}
-    return msgpack.packb(ok, use_bin_type=True)
+    result: bytes = msgpack.packb(ok, use_bin_type=True)
+    return result
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from rewardq.reward.execution.loader import bind_kwargs, is_async_callable, load
 CALL: dict[str, Any] = dict(data_source="d", solution_str="s", ground_truth="g", extra_info={})
 
 
-def write(path, body: str):
+def write(path: Path, body: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(body))
     return path

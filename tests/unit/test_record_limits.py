@@ -104,7 +104,8 @@ def _twice(field: str, first: object, second: object) -> bytes:
     items = [(k, v) for k, v in good.items() if k != field]
     items = [(field, first), *items, (field, second)]
     packer = msgpack.Packer(use_bin_type=True)
-    return packer.pack_map_header(len(items)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in items)
+    result: bytes = packer.pack_map_header(len(items)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in items)
+    return result
 
 
 def test_a_record_with_a_field_twice_is_refused_as_ambiguous() -> None:

@@ -111,7 +111,8 @@ class Answers(RewardManager):
 
     async def run_single(self, data: TensorDict) -> dict[str, Any]:
         self.events.append(f"run:{len(data)}")
-        return self.answer
+        result: dict[str, Any] = self.answer
+        return result
 
     async def close(self) -> None:
         self.events.append("close")

@@ -52,7 +52,8 @@ def no_actors(monkeypatch: pytest.MonkeyPatch, real_tq: ModuleType) -> None:
 
 
 def worker_class_of(manager) -> type:
-    return manager.agent_loop_workers_class.__ray_metadata__.modified_class
+    result: type = manager.agent_loop_workers_class.__ray_metadata__.modified_class
+    return result
 
 
 def test_one_override_works_on_both_of_verls_trainers(no_actors: None) -> None:
