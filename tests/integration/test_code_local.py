@@ -20,8 +20,9 @@ from rewardq.reward.codeexec.sandbox import HARNESS, LocalSandbox, Program, RunS
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.factory import build_manager
 from rewardq.reward.scoring import compute_score_async
+from tests.support.checks import single
 from tests.support.helpers import until
-from tests.support.records import TOK, single, trajectory_batch
+from tests.support.records import TOK, trajectory_batch
 
 pytestmark = pytest.mark.timeout(300)
 

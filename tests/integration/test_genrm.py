@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import decode_output, encode_output
@@ -22,9 +23,10 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
+from tests.support.checks import must, single
 from tests.support.judge_standin import JudgeStandin
 from tests.support.managers import MakeManager, set_up_managers
-from tests.support.records import TOK, single, text_output, trajectory_batch
+from tests.support.records import TOK, text_output, trajectory_batch
 from tests.support.sync_client import SyncClient
 
 SAMPLE = {
@@ -49,7 +51,7 @@ def judge(standin: JudgeStandin) -> JudgeStandin:
 
 @pytest.fixture
 async def genrm(judge: JudgeStandin, redis_url: str, ns: str) -> AsyncIterator[MakeManager[GenRMRewardManager]]:
-    def build(*, redis: bool = True, worker: str = "w0", **options: Any):
+    def build(*, redis: bool = True, worker: str = "w0", **options: Any) -> GenRMRewardManager:
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker, result_ttl=600)
         options.setdefault("backoff_base", 0.05)
         return GenRMRewardManager(TOK, context=ctx, base_url=judge.base_url, model="judge-model", **options)
@@ -58,7 +60,7 @@ async def genrm(judge: JudgeStandin, redis_url: str, ns: str) -> AsyncIterator[M
         yield make
 
 
-def batch(*responses: str, sample=SAMPLE):
+def batch(*responses: str, sample: dict[str, Any] = SAMPLE) -> TensorDict:
     return trajectory_batch(*responses, sample=sample, prompt="What is 6*7?")
 
 
@@ -81,7 +83,7 @@ async def test_the_reward_is_the_score_the_answer_implies(
     graded = single(await m.run_single(batch("thinking", "the answer is 42, grade=0.75")))
     assert graded["reward_score"] == 0.75
     right = single(await m.run_single(batch("thinking", "it is 42")))  # no grade: the stand-in compares with 42
-    wrong = await m.run_single(batch("thinking", "it is 41"))
+    wrong = single(await m.run_single(batch("thinking", "it is 41")))
     assert (right["reward_score"], wrong["reward_score"]) == (1.0, 0.0)
     info = graded["reward_extra_info"]
     assert info["acc"] == 0.75 and info["judge_cached"] is False and info["judge_votes"] == 1
@@ -135,8 +137,8 @@ async def test_racing_workers_on_one_request_make_one(
     managers = [await genrm(worker=f"w{i}") for i in range(4)]
     data = batch("grade=1")
     outs = await asyncio.gather(*(m.run_single(data) for m in managers))
-    assert [o["reward_score"] for o in outs] == [1.0] * 4
-    assert sorted(o["reward_extra_info"]["judge_cached"] for o in outs) == [False, True, True, True]
+    assert [single(o)["reward_score"] for o in outs] == [1.0] * 4
+    assert sorted(single(o)["reward_extra_info"]["judge_cached"] for o in outs) == [False, True, True, True]
     assert judge.stats()["served"] == 1
 
 
@@ -248,11 +250,11 @@ async def test_the_token_bucket_is_charged_with_the_servers_usage(
     m = await genrm(max_tpm=600_000, estimated_tokens_per_request=1)  # a bucket of 10,000 tokens
     out = single(await m.run_single(batch("grade=1")))
     used = out["reward_extra_info"]["judge_prompt_tokens"] + out["reward_extra_info"]["judge_completion_tokens"]
-    level = float(sync_redis.hget(Keyspace(ns).ratelimit("genrm"), "b:tpm:tokens"))
+    level = float(must(sync_redis.hget(Keyspace(ns).ratelimit("genrm"), "b:tpm:tokens")))
     assert 10_000 - used - 1 < level <= 10_000 - used + 200  # refilled a little since; the estimate was 1
 
 
-def png(color) -> bytes:
+def png(color: tuple[int, int, int]) -> bytes:
     from PIL import Image
 
     buf = io.BytesIO()
@@ -293,7 +295,7 @@ async def test_without_redis_the_cache_and_limits_hold_in_the_process(
     m = await genrm(redis=False, max_concurrent=1)
     judge.control(delay=0.2)
     outs = await asyncio.gather(*(m.run_single(batch(f"grade=0.{i}")) for i in range(1, 4)))
-    assert [o["reward_score"] for o in outs] == [0.1, 0.2, 0.3]
+    assert [single(o)["reward_score"] for o in outs] == [0.1, 0.2, 0.3]
     assert judge.stats()["max_in_flight"] == 1
     again = single(await m.run_single(batch("grade=0.1")))
     assert again["reward_extra_info"]["judge_cached"] is True and judge.stats()["served"] == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -57,7 +58,7 @@ def test_producer_rejects_oversize_and_unserialisable_sample() -> None:
     with pytest.raises(RecordError, match="sample"):
         encode_output("u", "s", 0, GOOD, {"x": object()}, final=True)
     with pytest.raises(RecordError, match="sample"):
-        encode_output("u", "s", 0, GOOD, {1: "int key"}, final=True)
+        encode_output("u", "s", 0, GOOD, {1: "int key"}, final=True)  # type: ignore[dict-item]  # the wrong key is the test
 
 
 def test_client_rejects_before_sending(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
@@ -70,12 +71,13 @@ def test_client_rejects_before_sending(ns: str, redis_url: str, sync_redis: Sync
     client.close()
 
 
-def _raw(uid="u", **override: Any):
+def _raw(uid: str = "u", **override: Any) -> bytes:
     rec = msgpack.unpackb(
         encode_output(uid, "s", 0, GOOD, SAMPLE, final=True), raw=False, ext_hook=lambda c, b: msgpack.ExtType(c, b)
     )
     rec.update(override)
-    return msgpack.packb(rec, use_bin_type=True)
+    packed: bytes = msgpack.packb(rec, use_bin_type=True)
+    return packed
 
 
 BAD_ENTRIES = [
@@ -90,18 +92,20 @@ BAD_ENTRIES = [
 ]
 
 
-def _bad_payload(name):
+def _bad_payload(name: str) -> bytes:
     if name == "missing-field":
         d = msgpack.unpackb(_raw("bad1"), raw=False, ext_hook=lambda c, b: msgpack.ExtType(c, b))
         del d["prompt_ids"]
-        return msgpack.packb(d, use_bin_type=True)
-    return {
+        packed: bytes = msgpack.packb(d, use_bin_type=True)
+        return packed
+    makers: dict[str, Callable[[], bytes]] = {
         "wrong-type": lambda: _raw("bad2", response_ids="hello"),
         "version": lambda: _raw("bad3", v=99),
         "negative-index": lambda: _raw("bad4", index=-2),
         "extra-field": lambda: _raw("bad5", surprise=1),
         "list-ids": lambda: _raw("bad6", prompt_ids=[1, 2, 3]),
-    }[name]()
+    }
+    return makers[name]()
 
 
 async def test_worker_dead_letters_bad_entries_and_scores_the_rest(
@@ -143,7 +147,7 @@ async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_r
     class Tok:
         vocab_size = 100
 
-        def decode(self, ids, skip_special_tokens=True):
+        def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
             return ""
 
     from rewardq.consumers.worker import Worker
@@ -201,11 +205,11 @@ async def test_conflicting_records_fail_the_trajectory_with_reasons(
 
 
 class _Bad(RewardManager):
-    def __init__(self, mode) -> None:
+    def __init__(self, mode: str) -> None:
         super().__init__(None)
         self.mode = mode
 
-    async def run_single(self, data: TensorDict) -> dict[str, Any]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any] | list[dict[str, Any]]:
         uid = data[-1]["extra_info"]["mode"]
         if uid == "raise":
             raise ValueError("judge exploded")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq import RewardClient
 from rewardq.consumers.batch import build_batch
@@ -15,8 +17,8 @@ from rewardq.reward.examples.simt_data import make_simt_trajectories
 from rewardq.reward.examples.simt_metrics import average_lagging, chrf
 from rewardq.reward.registry import get_manager_class, known_managers
 from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
+from tests.support.checks import must, per_output, single
 from tests.support.helpers import running_workers
-from tests.support.records import single
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def tok() -> Tokenizer:
     return load_tokenizer("builtin:demo")
 
 
-def _batch(traj):
+def _batch(traj: dict[str, Any]) -> TensorDict:
     n = len(traj["outputs"])
     recs = [
         decode_output(encode_output(traj["uid"], traj["session_id"], i, o, traj["sample"], final=(i == n - 1)))
@@ -65,7 +67,7 @@ async def test_same_final_output_different_history_different_reward(tok: Tokeniz
     m = SeqPOSiMTManager(tok, latency_weight=1.0)
     sample = {"data_source": "simt", "reward_model": {"ground_truth": "a b c d"}, "extra_info": {"source": "w x y z"}}
 
-    def traj(steps):
+    def traj(steps: list[tuple[str, int]]) -> TensorDict:
         outs = [
             {"prompt_ids": tok.encode("p"), "response_ids": tok.encode(c), "extra_fields": {"source_read": r}}
             for c, r in steps
@@ -86,8 +88,8 @@ async def test_per_step_rewards_telescope_to_the_trajectory_reward(tok: Tokenize
     full_m, step_m = SeqPOSiMTManager(tok), SeqPOSiMTManager(tok, per_step=True)
     for traj in trajs:
         batch = _batch(traj)
-        full = await full_m.run_single(batch)
-        steps = await step_m.run_single(batch)
+        full = single(await full_m.run_single(batch))
+        steps = per_output(await step_m.run_single(batch))
         assert len(steps) == len(traj["outputs"])
         assert sum(s["reward_score"] for s in steps) == pytest.approx(full["reward_score"])
 
@@ -113,7 +115,7 @@ async def test_scored_end_to_end_through_workers(ns: str, redis_url: str, tok: T
     async with running_workers(ns, redis_url, managers, manager="seqpo_simt"):
         res = await asyncio.to_thread(client.wait_rewards, [k for ks in all_keys.values() for k in ks], 30)
     for t in trajs:
-        scores = [res[k].reward_score for k in all_keys[t["uid"]]]
+        scores = [must(res[k].reward_score) for k in all_keys[t["uid"]]]
         if per_step:
             assert sum(scores) == pytest.approx(t["expected"]["score"])
             assert [res[k].reward_extra_info["step"] for k in all_keys[t["uid"]]] == list(range(len(scores)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
 
 @contextlib.asynccontextmanager
 async def running_workers(
-    ns: str, url: str, managers: list[RewardManager], *, name_prefix: str = "w", **kw: Any
+    ns: str, url: str, managers: Sequence[RewardManager], *, name_prefix: str = "w", **kw: Any
 ) -> AsyncIterator[list[Worker]]:
     """Start one in-process worker per manager (named ``w0``, ``w1``, ...); stop them all on exit."""
     workers = [

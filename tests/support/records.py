@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.queue.codec import OutputRecord
@@ -62,14 +63,8 @@ def record(
     )
 
 
-def trajectory_batch(*responses: str, **kw: Any) -> Any:
+def trajectory_batch(*responses: str, **kw: Any) -> TensorDict:
     """The batch of one trajectory with these responses, in order (the last one final);
     ``kw`` goes to every :func:`record`."""
     n = len(responses)
     return build_batch([record(i, r, final=i == n - 1, **kw) for i, r in enumerate(responses)])
-
-
-def single(result: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
-    """A manager's result for a trajectory it scored as a whole: one dict (not one per output)."""
-    assert isinstance(result, dict), f"expected one result for the trajectory, got {result!r}"
-    return result

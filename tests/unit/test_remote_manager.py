@@ -16,9 +16,10 @@ from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.managers.remote import RemoteRewardManager
 from tests.support import remote_scorers
+from tests.support.checks import single
 from tests.support.isolation import REMOTE_SCORERS, alive
 from tests.support.managers import MakeManager, set_up_managers
-from tests.support.records import TOK, record, single
+from tests.support.records import TOK, record
 
 
 def trajectory(
