@@ -21,6 +21,7 @@ from rewardq.demo.data import make_trajectories
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
+from tests.support.checks import must
 from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.sync_client import SyncClient
 
@@ -56,7 +57,7 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(
     names = ["w-0", "w-1"]
     beats = [f"{ns}:worker:{n}" for n in names]
     wait_for(lambda: all(sync_redis.exists(k) for k in beats), 60, "both heartbeats", procs=[sup])
-    pids = [int(sync_redis.hget(k, "pid")) for k in beats]
+    pids = [int(must(sync_redis.hget(k, "pid"))) for k in beats]
     assert len(set(pids)) == 2 and sup.pid not in pids
     trajectories = make_trajectories(500, seed=11, tokenizer=tokenizer)
 
@@ -101,7 +102,7 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(
         "a restarted worker",
         procs=[sup],
     )
-    alive = [int(sync_redis.hget(beats[0], "pid")), pids[1]]
+    alive = [int(must(sync_redis.hget(beats[0], "pid"))), pids[1]]
     assert "restarting" in sup.stderr()
 
     # And SIGTERM to the supervisor stops every worker, each exiting 0, and the supervisor exits 0

@@ -10,13 +10,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError
 from rewardq.queue.keys import Keyspace
-from rewardq.reward.base import ManagerContext
+from rewardq.reward.base import ManagerContext, ScoreFn
 from rewardq.reward.managers.limited import LimitedRewardManager
 from rewardq.reward.ratelimit import FleetRateLimiter, LocalRateLimiter
+from tests.support.checks import must
 from tests.support.helpers import PeakCounter
 from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, record
@@ -25,7 +27,7 @@ from tests.support.sync_client import SyncClient
 
 def trajectory(
     response: str = "The answer is 42", ground_truth: str = "42", extra_info: dict[str, Any] | None = None
-) -> object:
+) -> TensorDict:
     sample = {
         "data_source": "judge",
         "reward_model": {"ground_truth": ground_truth},
@@ -50,7 +52,7 @@ def trajectory(
 
 @pytest.fixture
 async def managers(redis_url: str, ns: str) -> AsyncIterator[MakeManager[LimitedRewardManager]]:
-    def build(fn, *, redis: bool = True, worker: str = "w0", **options: Any):
+    def build(fn: ScoreFn, *, redis: bool = True, worker: str = "w0", **options: Any) -> LimitedRewardManager:
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker)
         return LimitedRewardManager(TOK, fn, context=ctx, **options)
 
@@ -106,26 +108,27 @@ async def test_a_failing_call_scores_zero_with_the_error_message(managers: MakeM
 class Recording:
     """Wraps the manager's real limiter and logs every step, in order."""
 
-    def __init__(self, inner, log) -> None:
+    def __init__(self, inner: Any, log: list[str]) -> None:
         self.inner, self.log = inner, log
 
-    async def acquire_request(self):
+    async def acquire_request(self) -> Any:
         self.log.append("request")
         return await self.inner.acquire_request()
 
-    async def acquire_tokens(self, n):
+    async def acquire_tokens(self, n: int) -> Any:
         self.log.append(f"tokens:{n}")
         return await self.inner.acquire_tokens(n)
 
     @asynccontextmanager
-    async def slot(self):
+    async def slot(self) -> AsyncIterator[None]:
         self.log.append("slot")
         async with self.inner.slot():
             yield
         self.log.append("slot released")
 
-    def stats(self):
-        return self.inner.stats()
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.inner.stats()
+        return result
 
     async def close(self) -> None:
         await self.inner.close()
@@ -151,8 +154,8 @@ async def test_acquisition_order_request_tokens_slot_then_call(
     assert [f for f in sync_redis.hkeys(key) if f.startswith(b"s:")] == []
     # both buckets (one second of each rate: 100/60 requests, 10_000/60 tokens) were charged in
     # Redis: 1 request, and the 1234 tokens, oversize for a bucket of 166.7, left it in debt
-    assert 0.66 < float(sync_redis.hget(key, "b:rpm:tokens")) < 0.7
-    assert -1068 < float(sync_redis.hget(key, "b:tpm:tokens")) < -1066
+    assert 0.66 < float(must(sync_redis.hget(key, "b:rpm:tokens"))) < 0.7
+    assert -1068 < float(must(sync_redis.hget(key, "b:tpm:tokens"))) < -1066
 
 
 @pytest.mark.parametrize(
@@ -227,5 +230,5 @@ async def test_without_redis_the_limits_hold_in_process(managers: MakeManager[Li
 )
 def test_non_positive_options_are_refused_naming_the_value(option: str, value: float) -> None:
     with pytest.raises(ConfigError, match=option) as info:
-        LimitedRewardManager(TOK, judge, **{option: value})
+        LimitedRewardManager(TOK, judge, **{option: value})  # type: ignore[arg-type]  # the bad value is the test
     assert repr(value) in str(info.value)

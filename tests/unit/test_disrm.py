@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.config import translate_verl_reward
 from rewardq.errors import ConfigError, ScoringError
@@ -43,7 +44,7 @@ class FakeRewardServer:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
-        self.script: list[tuple] = []
+        self.script: list[tuple[Any, ...]] = []
         self.lock = threading.Lock()
         server = self
 
@@ -108,7 +109,7 @@ def rm_tokenizer_dir(tmp_path: Path) -> str:
 
 @pytest.fixture
 async def make(server: FakeRewardServer, rm_tokenizer_dir: str) -> AsyncIterator[MakeManager[DisRMRewardManager]]:
-    def build(**kw: Any):
+    def build(**kw: Any) -> DisRMRewardManager:
         options: dict[str, Any] = dict(
             base_url=server.url,
             model="rm-7b",
@@ -125,7 +126,7 @@ async def make(server: FakeRewardServer, rm_tokenizer_dir: str) -> AsyncIterator
         yield factory
 
 
-def trajectory(raw_prompt=RAW_PROMPT, response="The answer is 42"):
+def trajectory(raw_prompt: Any = RAW_PROMPT, response: str = "The answer is 42") -> TensorDict:
     sample = {"data_source": "rm", "reward_model": {"ground_truth": None}, "raw_prompt": raw_prompt}
     return trajectory_batch("call tool", response, sample=sample, prompt="What is 6*7?", eos=True)
 

@@ -11,12 +11,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.managers.remote import RemoteRewardManager
 from tests.support import remote_scorers
-from tests.support.checks import single
+from tests.support.checks import must, single
 from tests.support.isolation import REMOTE_SCORERS, alive
 from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, record
@@ -29,7 +30,7 @@ def trajectory(
     data_source: str = "test",
     extra_info: dict[str, Any] | None = None,
     n: int = 1,
-) -> object:
+) -> TensorDict:
     sample = {
         "data_source": data_source,
         "reward_model": {"ground_truth": ground_truth},
@@ -64,9 +65,9 @@ async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(
     m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=2, timeout=2.0)
     pids_before = list(m.pool.pids)
     t0 = time.monotonic()
-    finished = {}
+    finished: dict[str, float] = {}
 
-    async def timed(name, response):
+    async def timed(name: str, response: str) -> dict[str, Any] | list[dict[str, Any]]:
         out = await m.run_single(trajectory(response))
         finished[name] = time.monotonic() - t0
         return out
@@ -78,8 +79,8 @@ async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(
     # exactly one process was replaced; the hung one is gone
     pids_after = list(m.pool.pids)
     replaced = [p for p in pids_before if p not in pids_after]
-    assert len(replaced) == 1 and not alive(replaced[0])
-    assert len(set(pids_after)) == 2 and all(alive(p) for p in pids_after)
+    assert len(replaced) == 1 and not alive(must(replaced[0]))
+    assert len(set(pids_after)) == 2 and all(alive(must(p)) for p in pids_after)
     assert m.stats()["timeouts"] == 1 and m.stats()["replaced"] == 1
     # the pool is whole again once the replacement has loaded: two 1 s samples run side by side
     deadline = time.monotonic() + 20
@@ -101,7 +102,7 @@ async def test_crashing_scorer_gives_an_error_result_and_a_new_process(
     assert seg["reward_extra_info"]["acc"] == 0.0
     assert "SIGSEGV" in seg["reward_extra_info"]["error"] and str(first_pid) in seg["reward_extra_info"]["error"]
     second_pid = m.pool.pids[0]
-    assert second_pid != first_pid and not alive(first_pid)
+    assert second_pid != first_pid and not alive(must(first_pid))
     gone = await m.run_single(trajectory("exit"))
     assert "exited with code 3" in gone["reward_extra_info"]["error"]
     assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
@@ -190,6 +191,7 @@ async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs() -> None:
         await m.setup()
         out = single(await m.run_single(trajectory("7", "7")))
         assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
+        assert isinstance(m, RemoteRewardManager)
         assert m.target == spec and m.target_kwargs == {"bonus": 2.0}
     finally:
         await m.close()

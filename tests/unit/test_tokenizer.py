@@ -30,7 +30,9 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 @pytest.fixture(scope="module")
 def demo() -> FastTokenizer:
-    return load_tokenizer("builtin:demo")
+    tok = load_tokenizer("builtin:demo")
+    assert isinstance(tok, FastTokenizer)
+    return tok
 
 
 @pytest.fixture
@@ -146,7 +148,7 @@ def test_demo_chat_template_is_chatml(demo: FastTokenizer) -> None:
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
     )
     assert demo.apply_chat_template(CHAT) == text[: -len("<|im_start|>assistant\n")]
-    assert demo.apply_chat_template(CHAT, tokenize=True) == demo.encode(demo.apply_chat_template(CHAT))
+    assert demo.apply_chat_template(CHAT, tokenize=True) == demo.encode(str(demo.apply_chat_template(CHAT)))
     parts = [
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}
     ]
@@ -205,7 +207,8 @@ def test_template_raise_exception_and_tojson(hf_folder: Path) -> None:
     tok = load_tokenizer(str(hf_folder), backend="tokenizers")
     with pytest.raises(ValueError, match="user first"):
         tok.apply_chat_template(CHAT)
-    assert json.loads(tok.apply_chat_template(CHAT[1:])) == CHAT[1:]
+    rendered = tok.apply_chat_template(CHAT[1:])
+    assert isinstance(rendered, str) and json.loads(rendered) == CHAT[1:]
 
 
 def test_without_jinja2_falls_back_to_chatml(
@@ -228,31 +231,33 @@ class _FakeHF:
     eos_token, bos_token, pad_token = "</s>", "<s>", "<pad>"
     eos_token_id, bos_token_id, pad_token_id = 2, 1, 0
 
-    def __init__(self, path) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.calls = []
+        self.calls: list[tuple[str, object, bool]] = []
 
     def __len__(self) -> int:
         return 32001
 
-    def decode(self, ids, skip_special_tokens=True):
+    def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
         self.calls.append(("decode", ids, skip_special_tokens))
         return f"decoded {ids}"
 
-    def encode(self, text, add_special_tokens=True):
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return [7, 8] if not add_special_tokens else [1, 7, 8]
 
-    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False, **kw: Any):
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tokenize: bool = True, add_generation_prompt: bool = False, **kw: Any
+    ) -> str:
         return f"chat {len(messages)} {tokenize} {add_generation_prompt}"
 
 
 @pytest.fixture
-def fake_transformers(monkeypatch: pytest.MonkeyPatch):
-    loaded = []
+def fake_transformers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    loaded: list[str] = []
 
     class AutoTokenizer:
         @staticmethod
-        def from_pretrained(path):
+        def from_pretrained(path: str) -> _FakeHF:
             if "missing" in str(path):
                 raise OSError(f"{path} is not a local folder and is not a valid model identifier")
             loaded.append(path)
@@ -262,7 +267,7 @@ def fake_transformers(monkeypatch: pytest.MonkeyPatch):
     return loaded
 
 
-def test_folder_uses_transformers_when_installed(hf_folder: Path, fake_transformers) -> None:
+def test_folder_uses_transformers_when_installed(hf_folder: Path, fake_transformers: list[str]) -> None:
     tok = load_tokenizer(str(hf_folder))
     assert isinstance(tok, TransformersTokenizer) and fake_transformers == [str(hf_folder)]
     assert tok.vocab_size == 32001 and tok.eos_token == "</s>" and tok.bos_token_id == 1
@@ -274,7 +279,7 @@ def test_folder_uses_transformers_when_installed(hf_folder: Path, fake_transform
     assert isinstance(load_tokenizer(str(hf_folder), backend="tokenizers"), FastTokenizer)
 
 
-def test_hub_id_goes_to_transformers(fake_transformers) -> None:
+def test_hub_id_goes_to_transformers(fake_transformers: list[str]) -> None:
     assert isinstance(load_tokenizer("Qwen/Qwen2.5-0.5B-Instruct"), TransformersTokenizer)
     with pytest.raises(ConfigError, match="missing/model.*not in the local Hugging Face cache") as info:
         load_tokenizer("missing/model", origin="actor_rollout_ref.model.path in run.yaml")

@@ -11,6 +11,9 @@ import pytest
 from rewardq.config import WorkerConfig
 from rewardq.errors import ConfigError, UnknownManagerError
 from rewardq.reward.factory import build_manager
+from rewardq.reward.managers.dapo import DAPORewardManager
+from rewardq.reward.managers.gdpo import GDPORewardManager
+from rewardq.reward.managers.genrm import GenRMRewardManager
 from rewardq.reward.managers.limited import LimitedRewardManager
 from rewardq.reward.registry import get_manager_class, known_managers
 from rewardq.verl_config import migrate_legacy, translate
@@ -104,7 +107,7 @@ GENERATED_LIKE = """
 """
 
 
-def generated(manager="naive", policy="~/models/none"):
+def generated(manager: str = "naive", policy: str = "~/models/none") -> str:
     return GENERATED_LIKE.replace("{manager}", manager).replace("{policy}", policy)
 
 
@@ -119,6 +122,7 @@ def test_every_manager_verl_registers_loads_from_the_generated_layout(tmp_path: 
     manager = build_manager(cfg.manager, tokenizer=None, options=cfg.manager_options)
     assert get_manager_class(name) is type(manager)
     if name == "gdpo":
+        assert isinstance(manager, GDPORewardManager)
         assert manager.experiment_name == "exp-42"  # trainer.experiment_name reaches gdpo
 
 
@@ -301,6 +305,7 @@ def test_legacy_layout_is_migrated_as_verl_migrates_it() -> None:
         "num_workers": 3,
     }
     m = build_manager(out["manager"], tokenizer=None, options=out["manager_options"])
+    assert isinstance(m, DAPORewardManager) and m.overlong_buffer is not None
     assert m.max_resp_len == 16 and m.overlong_buffer.len == 4
 
 
@@ -327,6 +332,7 @@ def test_genrm_takes_its_model_from_the_reward_model_block_and_its_limits_from_r
     }
     assert "reward.reward_model" not in " ".join(cfg.unused_keys)
     m = build_manager(cfg.manager, tokenizer=None, options=cfg.manager_options)
+    assert isinstance(m, GenRMRewardManager)
     assert (m.model, m.limits["max_rpm"], m.limits["max_concurrent"]) == ("Qwen/Qwen2.5-7B-Instruct", 600, 16)
     # an enabled reward model does not turn genrm into the discriminative disrm
     enabled = translate(
