@@ -18,6 +18,7 @@ import json
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ HOOK = {
 }
 
 
-def hf_folder(tokenizer_json: Path, dest: Path, special: dict[str, str | None]) -> Path:
+def hf_folder(tokenizer_json: Path, dest: Path, special: Mapping[str, str | None]) -> Path:
     """A Hugging Face tokenizer folder made from ``tokenizer_json`` (what ``model.path`` points at)."""
     from transformers import PreTrainedTokenizerFast
 

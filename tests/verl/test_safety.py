@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from rewardq.errors import RedisUnavailable, ScoringError
 from rewardq.integrations.verl import RewardqRewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from tests.conftest import REDIS_URL, _delete_namespace
+from tests.support.checks import must
 from tests.support.cli_procs import Proc, Procs, wait_for
 from tests.support.hf_cache import fake_hub_cache
 from tests.support.redis_server import free_port
@@ -57,17 +58,25 @@ class LocalHandle:
         return self.manager.run_single(data)
 
 
-def failing(i: int):
+Trajectory = tuple[list[AgentLoopOutput], dict[str, Any]]
+"""An agent loop's outputs and the dataset row they answer."""
+Score = Callable[[list[AgentLoopOutput], dict[str, Any]], Awaitable[Any]]
+"""Scores one trajectory the way verl's agent loop does; the reward error it reports, if any."""
+
+
+def failing(i: int) -> Trajectory:
     return [output("turn"), output("#### 1")], row("no-such-source", "1", index=i)
 
 
-def passing(i: int):
+def passing(i: int) -> Trajectory:
     return [output("turn"), output("#### 1")], row("openai/gsm8k", "1", index=i)
 
 
-async def run_until_raised(score, trajectories) -> tuple[list, ScoringError | None, int]:
+async def run_until_raised(
+    score: Score, trajectories: Iterable[Trajectory]
+) -> tuple[list[tuple[Any, list[AgentLoopOutput]]], ScoringError | None, int]:
     """Score trajectories in order until one raises; the scored ones, the error, its 1-based position."""
-    scored = []
+    scored: list[tuple[Any, list[AgentLoopOutput]]] = []
     for n, (outputs, kwargs) in enumerate(trajectories, start=1):
         try:
             scored.append((await score(outputs, kwargs), outputs))
@@ -76,29 +85,29 @@ async def run_until_raised(score, trajectories) -> tuple[list, ScoringError | No
     return scored, None, 0
 
 
-def hook_scorer(namespace: str, tokenizer: Any = None):
+def hook_scorer(namespace: str, tokenizer: Any = None) -> tuple[Score, RewardqRewardManager]:
     """verl's own ``_compute_score`` sending each trajectory to a RewardqRewardManager in this process."""
     hook = RewardqRewardManager(hook_config("/unused", namespace), tokenizer)
     w = bare_agent_loop_worker(AgentLoopWorker, [LocalHandle(hook)])
 
-    async def score(outputs, kwargs):
+    async def score(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> Any:
         await AgentLoopWorker._compute_score(w, outputs, kwargs=kwargs)
         return outputs[-1].extra_fields["reward_extra_info"].get("reward_error")
 
     return score, hook
 
 
-def adapter_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str):
+def adapter_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str) -> Score:
     w = adapter(monkeypatch, namespace)
 
-    async def score(outputs, kwargs):
+    async def score(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> Any:
         await w._compute_score(outputs, kwargs=kwargs)
         return outputs[-1].extra_fields["reward_error"]
 
     return score
 
 
-def budgeted_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str, path: str):
+def budgeted_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str, path: str) -> Score:
     """The adapter's or the hook's scoring, with the budget of :data:`BUDGET` from the environment."""
     for k, v in BUDGET.items():
         monkeypatch.setenv(k, v)
@@ -239,7 +248,7 @@ async def test_ids_of_another_tokenizer_get_an_error_naming_both(
     await w._compute_score(outputs, kwargs=row("openai/gsm8k", "42"))
     message = outputs[-1].extra_fields["reward_error"]
     assert outputs[-1].reward_score == 0.0 and "wrong tokenizer" in message
-    assert tokenizer_fingerprint(TOK) in message and tokenizer_fingerprint(tok).split(" name=")[0] in message
+    assert tokenizer_fingerprint(TOK) in message and must(tokenizer_fingerprint(tok)).split(" name=")[0] in message
     assert "builtin:demo" in message and "deepseek-policy" in message
 
 
