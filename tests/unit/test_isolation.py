@@ -22,9 +22,11 @@ from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
+from rewardq.reward.execution.isolation import _Processes, _Threads
 from rewardq.reward.execution.loader import load_score_fn
 from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support import misbehaving
+from tests.support.checks import must
 from tests.support.helpers import until
 from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
 
@@ -45,9 +47,10 @@ async def test_builtin_process_scorer_runs_in_a_scorer_process(
     m = naive(None, processes=1)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
     assert out["reward_score"] == 1.0
+    assert m.score_router._builtin is not None
     pool = m.score_router._builtin.pool
     assert pool.counters["tasks"] == 1 and pool.target == "rewardq.reward.scoring:default_compute_score"
-    assert all(pid != os.getpid() and alive(pid) for pid in pool.pids)
+    assert all(pid != os.getpid() and alive(must(pid)) for pid in pool.pids)
 
 
 async def test_builtin_async_scorer_is_awaited(
@@ -60,7 +63,7 @@ async def test_builtin_async_scorer_is_awaited(
         seen.append(threading.current_thread())
         return 0.5
 
-    judge.placement = "async"
+    judge.placement = "async"  # type: ignore[attr-defined]  # how a scorer declares where it runs
     monkeypatch.setitem(scoring.EXACT_SCORERS, "test/async-judge", judge)
     m = naive(None)
     assert (await m.run_single(trajectory("x", data_source="test/async-judge")))["reward_score"] == 0.5
@@ -87,13 +90,14 @@ async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(
     m = naive(fn, reward_fn=spec, reward_fn_kwargs={"bonus": 2.0}, processes=1)
     out = await m.run_single(trajectory("7", "7"))
     assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
-    assert m.score_router.place_of(fn).pool.target == spec
+    place = m.score_router.place_of(must(fn))
+    assert isinstance(place, _Processes) and place.pool.target == spec
 
 
 async def test_a_closure_runs_in_threads_and_says_so_at_start_up(
     naive: Callable[..., NaiveRewardManager], caplog: pytest.LogCaptureFixture
 ) -> None:
-    def closure(**kw: Any):
+    def closure(**kw: Any) -> bool:
         return threading.current_thread().name.startswith("rewardq-score")
 
     m = naive(closure)
@@ -121,7 +125,9 @@ async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive: Cal
         with pytest.raises(ScoringError, match=reason):
             await m.run_single(trajectory(response))
         assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0, f"after {response}"
-    counters = m.score_router.place_of(misbehaving.misbehave).pool.counters
+    place = m.score_router.place_of(misbehaving.misbehave)
+    assert isinstance(place, _Processes)
+    counters = place.pool.counters
     assert counters["crashes"] == 2 and counters["errors"] == 2 and counters["replaced"] == 2
 
 
@@ -151,7 +157,9 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(
     for _ in range(5):
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(m.run_single(trajectory("x")), 0.2)
-    runner = m.score_router.place_of(stuck).runner
+    place = m.score_router.place_of(stuck)
+    assert isinstance(place, _Threads)
+    runner = place.runner
     assert runner.lost == 5 and runner.counters["calls"] == 5  # each hung call had a fresh thread
     with pytest.raises(ScoringError, match="5 earlier calls .* never returned"):
         await m.run_single(trajectory("x"))

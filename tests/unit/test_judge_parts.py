@@ -22,6 +22,7 @@ from rewardq.reward.judge.parsing import (
 )
 from rewardq.reward.judge.prompt import PromptTemplate, chat_messages, question_from
 from rewardq.reward.managers.genrm import GenRMRewardManager, combine_scores
+from tests.support.checks import must
 from tests.support.records import TOK, trajectory_batch
 
 
@@ -61,11 +62,16 @@ def test_the_json_parser_finds_the_object_and_the_field(text: str) -> None:
     assert JsonFieldParser("score").parse(text) == 0.25
 
 
+def unparsed(result: float | Unparsed) -> Unparsed:
+    assert isinstance(result, Unparsed), result
+    return result
+
+
 def test_the_json_parser_follows_a_dotted_path_and_names_what_is_missing() -> None:
     assert JsonFieldParser("verdict.score").parse('{"verdict": {"score": 1, "note": {"x": 2}}}') == 1.0
-    assert "no field 'verdict.score'" in JsonFieldParser("verdict.score").parse('{"score": 1}').reason
-    assert "not a number" in JsonFieldParser("score").parse('{"score": [1]}').reason
-    assert "no JSON object" in JsonFieldParser("score").parse("Score: 1").reason
+    assert "no field 'verdict.score'" in unparsed(JsonFieldParser("verdict.score").parse('{"score": 1}')).reason
+    assert "not a number" in unparsed(JsonFieldParser("score").parse('{"score": [1]}')).reason
+    assert "no JSON object" in unparsed(JsonFieldParser("score").parse("Score: 1")).reason
     # the top-level object of the last one, not an object nested in it
     assert find_json_object('{"a": {"b": 1}}') == {"a": {"b": 1}}
 
@@ -86,11 +92,11 @@ def test_the_choice_parser_takes_numbers_or_labels() -> None:
 
 def test_structured_output_asks_for_the_parsers_schema() -> None:
     fmt = build_parser("json", score_regex=None, score_field="verdict.score", choices=None, structured=True)
-    schema = fmt.response_format()["json_schema"]["schema"]
+    schema = must(fmt.response_format())["json_schema"]["schema"]
     assert schema["properties"]["verdict"]["properties"]["score"] == {"type": "number"}
     assert schema["required"] == ["verdict"] and schema["additionalProperties"] is False
     labels = build_parser("choice", score_regex=None, score_field="score", choices={"A": 1, "B": 0}, structured=True)
-    leaf = labels.response_format()["json_schema"]["schema"]["properties"]["score"]
+    leaf = must(labels.response_format())["json_schema"]["schema"]["properties"]["score"]
     assert leaf == {"type": "string", "enum": ["A", "B"]}
     assert labels.parse('{"score": "B"}') == 0.0
     plain = build_parser("choice", score_regex=None, score_field="score", choices=[1, 2, 3], structured=False)
@@ -142,7 +148,7 @@ def test_retry_after_in_seconds_or_as_an_http_date() -> None:
     assert retry_after_seconds("3") == 3.0
     assert retry_after_seconds("0.5") == 0.5
     when = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 28 <= retry_after_seconds(when) <= 31
+    assert 28 <= must(retry_after_seconds(when)) <= 31
     assert retry_after_seconds(None) is None and retry_after_seconds("soon") is None
 
 
@@ -165,7 +171,7 @@ def test_an_answer_survives_the_cache_round_trip() -> None:
     assert (b.contents, b.prompt_tokens, b.completion_tokens, b.model, b.cached) == (a.contents, 12, 4, "m", True)
 
 
-def genrm(**options: Any):
+def genrm(**options: Any) -> GenRMRewardManager:
     return GenRMRewardManager(TOK, **{"base_url": "http://127.0.0.1:9/v1", "model": "judge", **options})
 
 

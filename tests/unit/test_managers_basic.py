@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, ScoringError, UnknownDataSourceError
@@ -38,18 +39,18 @@ def record(index: int, response: str | list[int], **kw: Any) -> OutputRecord:
     return records.record(index, response, **{"sample": GSM8K, "prompt": PROMPT, "eos": True, **kw})
 
 
-def batch(*responses: str, **kw: Any):
+def batch(*responses: str, **kw: Any) -> TensorDict:
     return records.trajectory_batch(*responses, **{"sample": GSM8K, "prompt": PROMPT, "eos": True, **kw})
 
 
 class Recorder:
     """A sync scoring function that records its keyword arguments."""
 
-    def __init__(self, result=1.0) -> None:
+    def __init__(self, result: object = 1.0) -> None:
         self.result = result
         self.calls: list[dict[str, Any]] = []
 
-    def __call__(self, **kwargs: Any):
+    def __call__(self, **kwargs: Any) -> object:
         self.calls.append(copy.deepcopy(kwargs))
         return self.result
 
@@ -209,7 +210,7 @@ async def test_missing_ground_truth_or_bad_extra_info() -> None:
 
 def test_unknown_option_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="max_resp_len"):
-        NaiveRewardManager(TOK, max_resp_len=3)
+        NaiveRewardManager(TOK, max_resp_len=3)  # type: ignore[call-arg]  # the unknown option is the test
 
 
 # --------------------------------------------------------------------------------------
@@ -219,7 +220,7 @@ def test_unknown_option_is_a_type_error() -> None:
 OVERLONG = {"enable": True, "len": 2, "penalty_factor": 1.0, "log": True}
 
 
-def ids_batch(*lengths: int, response_mask=None):
+def ids_batch(*lengths: int, response_mask: list[int] | None = None) -> TensorDict:
     """Responses of exactly the given token lengths (no EOS), last one final."""
     n = len(lengths)
     return build_batch(
@@ -317,9 +318,10 @@ def test_dapo_rejects_bad_config_at_start_up(kwargs: Any, match: Any) -> None:
 
 def test_dapo_accepts_disabled_buffer_without_max_resp_len() -> None:
     manager = DAPORewardManager(TOK, overlong_buffer={"enable": False, "len": 0})
+    assert manager.overlong_buffer is not None
     assert manager.overlong_buffer.enable is False and manager.max_resp_len is None
     with pytest.raises(TypeError, match="overlong_buffer_cfg"):
-        DAPORewardManager(TOK, overlong_buffer_cfg=OVERLONG)
+        DAPORewardManager(TOK, overlong_buffer_cfg=OVERLONG)  # type: ignore[call-arg]  # verl's name is the test
 
 
 # --------------------------------------------------------------------------------------
@@ -350,4 +352,4 @@ async def test_gdpo_default_experiment_name_and_validation() -> None:
     await GDPORewardManager(TOK, scorer).run_single(batch("#### 72"))
     assert scorer.calls[0]["extra_info"]["experiment_name"] == ""
     with pytest.raises(ConfigError, match="experiment_name"):
-        GDPORewardManager(TOK, experiment_name=3)
+        GDPORewardManager(TOK, experiment_name=3)  # type: ignore[arg-type]  # the wrong type is the test
