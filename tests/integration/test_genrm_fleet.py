@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import yaml
 
 from rewardq import RewardClient
-from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.checks import must
+from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
@@ -44,14 +44,14 @@ def config_file(tmp_path: Path, judge: JudgeStandin, **options: Any) -> str:
     return str(path)
 
 
-def start_workers(procs: Procs, redis_url: str, ns: str, names, config, *extra: Any):
+def start_workers(procs: Procs, redis_url: str, ns: str, names: list[str], config: str, *extra: str) -> list[Proc]:
     workers = [
         procs.start(worker_argv(redis_url, ns, name, "--config", config, *FAST, *extra), tag=name) for name in names
     ]
     return workers
 
 
-def both_alive(sync_redis: redis.Redis, ns: str, names, workers) -> None:
+def both_alive(sync_redis: SyncClient, ns: str, names: list[str], workers: list[Proc]) -> None:
     wait_for(lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names), 90, "worker heartbeats", procs=workers)
 
 
@@ -168,7 +168,7 @@ def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbo
     text = proc.stdout()
     assert "LLM judges (fleet)" in text and "judge-model" in text and "gave up after retries" in text
     # and this worker's /metrics the same, for itself
-    port = int(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", w.stderr()).group(1))
+    port = int(must(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", w.stderr())).group(1))
     metrics = _scrape(port)
     assert 'rewardq_judge_requests_total{model="judge-model"} 10.0' in metrics
     assert 'rewardq_judge_failed_total{model="judge-model"} 2.0' in metrics

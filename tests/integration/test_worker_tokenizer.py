@@ -17,11 +17,14 @@ from typing import Any
 
 import pytest
 
+from rewardq.consumers.worker import Worker
 from rewardq.producers.aio import AsyncRewardClient
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
 from rewardq.reward.factory import build_manager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
+from tests.support.checks import must
 from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.hf_cache import fake_hub_cache
@@ -96,15 +99,16 @@ async def test_records_of_another_tokenizer_get_an_error_for_every_key(
     async with running_workers(ns, redis_url, [build_manager("naive", tokenizer=demo)]) as workers:
         workers[0].tokenizer = demo  # before its task first runs: the fingerprint is taken at start-up
         await _wait_started(workers[0])
-        results = {}
+        results: dict[str, tuple[dict[str, RewardResult], list[str]]] = {}
         for tag, fingerprint in (("other", other), ("mine", mine), ("none", None)):
             async with AsyncRewardClient.from_url(redis_url, namespace=ns, tokenizer=fingerprint) as client:
                 keys = await client.put_trajectory(f"u-{tag}", "s1", outputs, sample)
-                results[tag] = [await client.wait_rewards(keys, timeout=30), keys]
+                results[tag] = (await client.wait_rewards(keys, timeout=30), keys)
     wrong, keys = results["other"]
     for key in keys:
-        assert wrong[key].status == "error" and "wrong tokenizer" in wrong[key].error
-        assert other in wrong[key].error and mine in wrong[key].error
+        error = must(wrong[key].error)
+        assert wrong[key].status == "error" and "wrong tokenizer" in error
+        assert must(other) in error and must(mine) in error
     for tag in ("mine", "none"):
         got, keys = results[tag]
         assert got[keys[-1]].ok and got[keys[-1]].reward_score == 1.0, tag
@@ -112,7 +116,7 @@ async def test_records_of_another_tokenizer_get_an_error_for_every_key(
     assert len(dead) == 2 and {fields[b"kind"] for _, fields in dead} == {b"tokenizer"}  # both outputs, no others
 
 
-async def _wait_started(worker) -> None:
+async def _wait_started(worker: Worker) -> None:
     from tests.support.helpers import until
 
     await until(lambda: worker.intake is not None, "the worker to start")

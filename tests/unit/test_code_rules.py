@@ -4,6 +4,7 @@ what a run's records mean, and how a SandboxFusion answer is read. No processes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -117,7 +118,7 @@ SPEC = RunSpec([0, 1, 2], 5, 6.0)
 OUTS = ["1\n", "2\n", "3\n"]
 
 
-def _outs(records, **status: Any):
+def _outs(records: list[Any], **status: Any) -> list[tuple[int | bool, str]]:
     return [(o.code, o.status) for o in run_outcomes(RunReport(records, **status), SPEC, OUTS, False, 1024)]
 
 
@@ -164,7 +165,7 @@ def test_summary_counts_passes_and_names_the_first_failure() -> None:
 
 
 # -- SandboxFusion answers ------------------------------------------------------------------
-def _run(status, rc=0, out="", err="") -> dict[str, Any]:
+def _run(status: str, rc: int | None = 0, out: str = "", err: str = "") -> dict[str, Any]:
     return {"status": status, "return_code": rc, "stdout": out, "stderr": err}
 
 
@@ -191,10 +192,11 @@ def test_classify_reads_answers_as_verl(answer: Any, code: Any, status: Any) -> 
 
 
 class _CannedClient:
-    def __init__(self, answers) -> None:
-        self.answers, self.calls = list(answers), []
+    def __init__(self, answers: Iterable[dict[str, Any]]) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, str | None, dict[str, Any]]] = []
 
-    async def run_code(self, code, stdin, **kw: Any):
+    async def run_code(self, code: str, stdin: str | None, **kw: Any) -> dict[str, Any]:
         self.calls.append((code, stdin, kw))
         return self.answers.pop(0)
 

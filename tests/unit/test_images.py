@@ -18,9 +18,12 @@ from rewardq.errors import RecordError
 from rewardq.queue.codec import decode_output, encode_output
 from rewardq.queue.images import EncodedImage, Spot, check_image_bytes, encode_multi_modal, images_of
 from rewardq.reward.rows import non_tensor
+from tests.support.checks import must
 
 
-def picture(size=(8, 6), color=(200, 30, 60), mode="RGB") -> Image.Image:
+def picture(
+    size: tuple[int, int] = (8, 6), color: tuple[int, ...] | int = (200, 30, 60), mode: str = "RGB"
+) -> Image.Image:
     return Image.new(mode, size, color)
 
 
@@ -36,7 +39,7 @@ def jpeg_bytes(img: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def output(**extra: Any):
+def output(**extra: Any) -> dict[str, Any]:
     return {"prompt_ids": [1, 2, 3], "response_ids": [4, 5], **extra}
 
 
@@ -49,7 +52,7 @@ def test_a_pil_image_is_encoded_once_to_png_and_arrives_byte_for_byte() -> None:
     raw = msgpack.unpackb(data, raw=False, ext_hook=lambda c, b: None)
     assert isinstance(raw["multi_modal_data"]["images"][0], bytes)  # msgpack binary, not an extension or pickle
     rec = decode_output(data)
-    got = rec.multi_modal_data["images"][0]
+    got = must(rec.multi_modal_data)["images"][0]
     assert isinstance(got, EncodedImage) and got.format == "png"
     assert got.data == png_bytes(img)
     assert got.to_pil().tobytes() == img.tobytes()
@@ -66,12 +69,12 @@ def test_encoded_bytes_files_and_data_urls_travel_as_they_are() -> None:
 def test_a_path_is_read_and_another_format_becomes_png(tmp_path: Path) -> None:
     gif = tmp_path / "x.gif"
     picture().save(gif, format="GIF")
-    [data] = encode_multi_modal({"image": [str(gif)]}, output=0)["image"]
+    [data] = must(encode_multi_modal({"image": [str(gif)]}, output=0))["image"]
     assert data.startswith(b"\x89PNG") and Image.open(io.BytesIO(data)).size == (8, 6)
-    [data2] = encode_multi_modal({"image": [f"file://{gif}"]}, output=0)["image"]
+    [data2] = must(encode_multi_modal({"image": [f"file://{gif}"]}, output=0))["image"]
     assert data2 == data
     arr = np.zeros((4, 5, 3), dtype=np.uint8)
-    [from_array] = encode_multi_modal({"images": [arr]}, output=0)["images"]
+    [from_array] = must(encode_multi_modal({"images": [arr]}, output=0))["images"]
     assert Image.open(io.BytesIO(from_array)).size == (5, 4)
 
 
@@ -130,7 +133,7 @@ def test_a_text_only_record_keeps_its_bytes() -> None:
     assert decode_output(plain).multi_modal_data is None
 
 
-def forged(images) -> bytes:
+def forged(images: list[Any]) -> bytes:
     """A record as a producer that skipped the checks would send it."""
     ok = msgpack.unpackb(encode_output("u", "s", 0, output(), SAMPLE, final=True), raw=False, ext_hook=msgpack.ExtType)
     ok["multi_modal_data"] = {"images": images}

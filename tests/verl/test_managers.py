@@ -28,7 +28,7 @@ from tests.verl.data import output, row, verl_expected
 MANAGER = "rewardq.integrations.verl.RewardqAgentLoopManager"
 
 
-def config(use_v1: bool):
+def config(use_v1: bool) -> Any:
     """The parts of a trainer config the managers read; verl's V1 task runner turns TransferQueue on."""
     return OmegaConf.create(
         {
@@ -39,7 +39,7 @@ def config(use_v1: bool):
     )
 
 
-async def no_workers(self) -> None:
+async def no_workers(self: Any) -> None:
     self.agent_loop_workers = []
 
 
@@ -51,7 +51,7 @@ def no_actors(monkeypatch: pytest.MonkeyPatch, real_tq: ModuleType) -> None:
     monkeypatch.setattr(AgentLoopManager, "_init_agent_loop_workers", no_workers)
 
 
-def worker_class_of(manager) -> type:
+def worker_class_of(manager: Any) -> type:
     result: type = manager.agent_loop_workers_class.__ray_metadata__.modified_class
     return result
 
@@ -76,7 +76,7 @@ def test_one_override_works_on_both_of_verls_trainers(no_actors: None) -> None:
     assert load_class_from_fqn("rewardq.integrations.verl.RewardqAgentLoopManagerTQ") is type(v1)
 
 
-def tq_worker(monkeypatch: pytest.MonkeyPatch, namespace: str):
+def tq_worker(monkeypatch: pytest.MonkeyPatch, namespace: str) -> Any:
     """A TransferQueue worker whose verl __init__ never ran, as far as _agent_loop_postprocess needs."""
     monkeypatch.setenv("REWARDQ_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("REWARDQ_NAMESPACE", namespace)
@@ -86,7 +86,7 @@ def tq_worker(monkeypatch: pytest.MonkeyPatch, namespace: str):
     return w
 
 
-def stored(tq, keys: list[str]) -> list[tuple[float, dict[str, Any]]]:
+def stored(tq: ModuleType, keys: list[str]) -> list[tuple[float, dict[str, Any]]]:
     """Each key's reward and reward_extra_info as verl's V1 trainer reads them back from TransferQueue."""
     got = tq.kv_batch_get(keys=keys, partition_id="train")
     return [(float(got["rm_scores"][i].sum()), got["extra_fields"][i]["reward_extra_info"]) for i in range(len(keys))]
@@ -124,7 +124,7 @@ async def test_transferqueue_path_keeps_per_output_rewards(
     real_tq.kv_clear(keys=keys, partition_id="train")
 
 
-def one_step_off_config(manager: str | None):
+def one_step_off_config(manager: str | None) -> Any:
     """The one-step-off trainer's own config, composed by Hydra as its main_ppo composes it."""
     from hydra import compose, initialize_config_dir
 
