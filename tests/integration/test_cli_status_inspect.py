@@ -15,17 +15,16 @@ import socket
 import time
 from pathlib import Path
 
-import redis
-
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
+from tests.support.checks import must
 from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq
 from tests.support.helpers import SAMPLE, output, running_workers, until
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
 
 
-def _hold_one(ns: str, r: redis.Redis, client: RewardClient) -> None:
+def _hold_one(ns: str, r: SyncClient, client: RewardClient) -> None:
     """An entry read by a consumer that then died (``ghost``): pending, never acknowledged."""
     ks = Keyspace(ns)
     client.put_output("held", "s", 0, output(2, 2), SAMPLE, final=True)
@@ -33,7 +32,7 @@ def _hold_one(ns: str, r: redis.Redis, client: RewardClient) -> None:
     assert r.xreadgroup(ks.group, "ghost", {ks.stream(0): ">"}, count=1)
 
 
-async def _populate(ns: str, r: redis.Redis, client: RewardClient) -> list[str]:
+async def _populate(ns: str, r: SyncClient, client: RewardClient) -> list[str]:
     """With workers running: a stuck trajectory, a later one without its final output, a junk
     record and a scored trajectory (whose keys are returned, once scored)."""
     ks = Keyspace(ns)
@@ -161,7 +160,7 @@ async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(
     # (the junk entry names the key junk_s_0, which got an error result: one errored trajectory)
     assert st["recent"]["trajectories"] == 2 and st["recent"]["errors"] == 1
     assert st["recent"]["latency_ms_p50"] is not None
-    assert client.get_reward("junk_s_0").status == "error"
+    assert must(client.get_reward("junk_s_0")).status == "error"
     messages = " | ".join(d["message"] for d in st["diagnosis"])
     assert "1 entry held by consumers that are not alive: ghost (1)" in messages
     assert "the oldest, stuck_s, has waited" in messages and "for outputs 1,2" in messages

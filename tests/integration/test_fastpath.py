@@ -8,6 +8,7 @@ import asyncio
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
+from tests.support.checks import must
 from tests.support.helpers import SAMPLE, Hang, output, running_workers, worker_config
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
@@ -80,8 +81,8 @@ async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(
             await asyncio.sleep(0.02)
         assert not w.in_flight
         again = client.get_rewards(keys)
-        assert [r.scored_at for r in again.values()] == [r.scored_at for r in first.values()]
-        assert [r.reward_score for r in again.values()] == [5.0, 5.0]
+        assert [must(r).scored_at for r in again.values()] == [must(r).scored_at for r in first.values()]
+        assert [must(r).reward_score for r in again.values()] == [5.0, 5.0]
         assert w.stats["duplicates"] == 2 and w.stats["scored"] == 1 and w.stats["errors"] == 0
         assert sync_redis.xlen(ks.stream(0)) == 0 and sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
         assert sync_redis.xlen(ks.done(0)) == 1  # finished once
@@ -100,11 +101,12 @@ async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(
     await w.start()
     try:
 
-        async def refused(groups) -> None:
+        async def refused(groups: object) -> list[bool]:
             raise ConnectionError("redis went away mid-claim")
 
         assert w.broker is not None
-        real, w.broker.claim_whole = w.broker.claim_whole, refused
+        real = w.broker.claim_whole
+        w.broker.claim_whole = refused  # type: ignore[method-assign]  # a claim that fails
         entries = await w.broker.read([0], 10, None)
         try:
             await w.handle(entries)
@@ -116,7 +118,7 @@ async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(
         assert not w.in_flight and w.stats["scored"] == 0
         assert not sync_redis.exists(ks.reward_key("lost_s_0"), ks.reward_key("lost_s_1"))
         assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 2  # for a reclaim to find
-        w.broker.claim_whole = real
+        w.broker.claim_whole = real  # type: ignore[method-assign]
     finally:
         await w.stop()
         client.close()

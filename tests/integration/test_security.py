@@ -61,7 +61,7 @@ def _score_through(url: str, tmp_path: Path, *, name: str, **extra: Any) -> tupl
     return worker, client, ns
 
 
-def _all_values(r: redis.Redis, ns: str) -> bytes:
+def _all_values(r: SyncClient, ns: str) -> bytes:
     """Every key name and value of a namespace, concatenated (to search for secrets)."""
     out = []
     for key in r.scan_iter(match=f"{ns}:*"):
@@ -351,7 +351,7 @@ def test_records_never_make_a_worker_import_code(
         assert worker.wait_for_log("worker canary-w started", START_TIMEOUT), worker.log()
         res = client.wait_rewards(keys + ["big_s_0"], timeout=60)
         for k in keys:
-            assert res[k].status == "error" and "data_source" in res[k].error.lower(), res[k].error
+            assert res[k].status == "error" and "data_source" in (res[k].error or "").lower(), res[k].error
         assert res["big_s_0"].status == "error" and "max_record_bytes=1048576" in (res["big_s_0"].error or "")
         deadline = time.monotonic() + 30
         while sync_redis.xlen(ks.stream(0)) and time.monotonic() < deadline:

@@ -16,6 +16,7 @@ from rewardq.queue.codec import decode_output, encode_output
 from rewardq.reward import fingerprint as fp
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.tokenizer import DEMO_PATH, Tokenizer, load_tokenizer
+from tests.support.checks import must
 
 OUT = {"prompt_ids": [5, 6], "response_ids": [7, 8, 9]}
 
@@ -38,7 +39,7 @@ def other(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
 
 
 def test_the_fingerprint_names_the_vocabulary(demo: Tokenizer) -> None:
-    text = tokenizer_fingerprint(demo)
+    text = must(tokenizer_fingerprint(demo))
     sha, vocab, name = text.split(" ", 2)
     assert sha.startswith("sha256=") and len(sha) == len("sha256=") + 16
     assert vocab == f"vocab={demo.vocab_size}" and name == "name=builtin:demo"
@@ -51,22 +52,27 @@ def test_the_same_vocabulary_has_the_same_fingerprint_wherever_it_was_loaded_fro
     copy.write_text(DEMO_PATH.read_text())
     again = load_tokenizer(str(copy))
     raw = RawTokenizer.from_file(str(DEMO_PATH))
-    prints = [tokenizer_fingerprint(t) for t in (demo, again, raw)]
+    prints = [must(tokenizer_fingerprint(t)) for t in (demo, again, raw)]
     assert len({p.split(" name=")[0] for p in prints}) == 1
     assert tokenizer_mismatch(prints[0], prints[1]) is None  # names differ, vocabularies do not
 
 
 def test_another_vocabulary_of_the_same_size_differs(demo: Tokenizer, other: Tokenizer) -> None:
-    a, b = tokenizer_fingerprint(demo), tokenizer_fingerprint(other)
+    a, b = must(tokenizer_fingerprint(demo)), must(tokenizer_fingerprint(other))
     assert other.vocab_size == demo.vocab_size and a.split(" ")[0] != b.split(" ")[0]
     message = tokenizer_mismatch(b, a)
     assert message is not None and a in message and b in message and "--tokenizer" in message
 
 
 def test_computed_once_per_tokenizer(demo: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
+    calls: list[Any] = []
     real = fp._vocabulary
-    monkeypatch.setattr(fp, "_vocabulary", lambda tok: calls.append(tok) or real(tok))
+
+    def counting(tok: Any) -> Any:
+        calls.append(tok)
+        return real(tok)
+
+    monkeypatch.setattr(fp, "_vocabulary", counting)
     monkeypatch.setattr(fp, "_cache", {})
     first = tokenizer_fingerprint(demo)
     assert all(tokenizer_fingerprint(demo) == first for _ in range(100))

@@ -22,6 +22,7 @@ from tensordict import TensorDict
 from rewardq import RewardClient
 from rewardq.errors import ConfigError, RecordError, ScoringError
 from rewardq.reward import RewardManager
+from rewardq.reward.base import ManagerContext
 from rewardq.reward.tokenizer import load_tokenizer
 from rewardq.testing import (
     ManagerRunner,
@@ -43,7 +44,7 @@ OUTPUTS = [
 ]
 
 
-def _plain(value):
+def _plain(value: object) -> object:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
@@ -101,7 +102,14 @@ def test_a_token_id_past_the_tokenizers_vocabulary_is_refused_as_the_worker_refu
 class Answers(RewardManager):
     """Returns whatever it was built with (to see the worker's checks of an answer)."""
 
-    def __init__(self, tokenizer=None, compute_score=None, *, context=None, answer=None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        compute_score: Any = None,
+        *,
+        context: ManagerContext | None = None,
+        answer: Any = None,
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         self.answer = answer
         self.events: list[str] = []
@@ -149,6 +157,7 @@ async def test_a_slow_manager_times_out_as_score_timeout_says() -> None:
     class Slow(Answers):
         async def run_single(self, data: TensorDict) -> dict[str, Any]:
             await asyncio.sleep(30)
+            raise AssertionError("the score timeout did not stop a slow manager")
 
     with pytest.raises(ScoringError, match="timed out after 0.2s"):
         await score_trajectory(Slow(), OUTPUTS, SAMPLE, timeout=0.2)

@@ -65,7 +65,7 @@ class AgentLoopProcess:
         self.worker = object.__new__(RewardqAgentLoopWorker)  # verl's __init__ needs its servers
         self.worker.config = OmegaConf.create(config)
 
-    async def score(self, cases: list) -> list[tuple[float, float]]:
+    async def score(self, cases: list[tuple[str, str, str]]) -> list[tuple[float, float]]:
         out = []
         for i, (data_source, truth, final) in enumerate(cases):
             outputs = [output("turn one " * (i + 1)), output(final, prompt="Question? " * 2)]
@@ -96,7 +96,7 @@ def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owne
 ) -> None:
     config = trainer_config(namespace, {"workers": 2, "num_cpus": 1, "timeout": 180})
     assert sync_redis.zcard(f"{namespace}:workers") == 0  # nobody started a worker by hand
-    first = AgentLoopProcess.remote(config)
+    first = AgentLoopProcess.remote(config)  # type: ignore[attr-defined]  # ray.remote adds it
     scored = ray.get(first.score.remote(CASES), timeout=300)
     assert [got for got, _ in scored] == [want for _, want in scored]
     assert {want for _, want in scored} == {0.0, 1.0}  # the cases tell right from wrong
@@ -107,7 +107,7 @@ def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owne
     pids = [w[k] for w in st["workers"] for k in ("pid", "guardian_pid", "actor_pid")]
 
     # a second agent-loop process finds the workers alive: it scores on them and starts none
-    second = AgentLoopProcess.remote(config)
+    second = AgentLoopProcess.remote(config)  # type: ignore[attr-defined]  # ray.remote adds it
     again = ray.get(second.score.remote(CASES[:2]), timeout=120)
     assert [got for got, _ in again] == [want for _, want in again]
     assert ray.get(second.fleet_status.remote()) is None
@@ -125,7 +125,7 @@ def test_without_the_key_nothing_is_started(
 ) -> None:
     config = trainer_config(namespace, None)
     config["reward"]["rewardq"]["verl_timeout"] = 2
-    loop = AgentLoopProcess.remote(config)
+    loop = AgentLoopProcess.remote(config)  # type: ignore[attr-defined]  # ray.remote adds it
     t0 = time.monotonic()
     ((got, _want),) = ray.get(loop.score.remote(CASES[:1]), timeout=60)
     assert got == 0.0 and time.monotonic() - t0 >= 2  # timed out: no worker, and none was started
@@ -136,7 +136,7 @@ def test_without_the_key_nothing_is_started(
 
 def test_a_bad_fleet_block_fails_the_first_trajectory_with_the_reason(trainer_cluster: None, namespace: str) -> None:
     config = trainer_config(namespace, {"workers": 1, "cpus": 2})
-    loop = AgentLoopProcess.remote(config)
+    loop = AgentLoopProcess.remote(config)  # type: ignore[attr-defined]  # ray.remote adds it
     with pytest.raises(ray.exceptions.RayTaskError, match=r"unknown key\(s\) \['cpus'\]"):
         ray.get(loop.score.remote(CASES[:1]), timeout=60)
     ray.kill(loop)
