@@ -16,7 +16,7 @@ from tensordict import TensorDict
 
 import rewardq.reward.rows as rows_mod
 from rewardq.consumers.batch import build_batch
-from rewardq.queue.codec import decode_output, encode_output
+from rewardq.queue.codec import OutputRecord, decode_output, encode_output
 from rewardq.reward.rows import (
     last_row,
     non_tensor,
@@ -24,8 +24,9 @@ from rewardq.reward.rows import (
     valid_prompt_ids,
     valid_response_ids,
 )
+from tests.support.checks import must
 
-SAMPLE = {
+SAMPLE: dict[str, Any] = {
     "data_source": "openai/gsm8k",
     "reward_model": {"ground_truth": "42", "style": "rule"},
     "extra_info": {"split": "test", "index": 7},
@@ -34,14 +35,16 @@ SAMPLE = {
 }
 
 
-def records(lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: dict[str, Any] = SAMPLE):
+def records(
+    lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: dict[str, Any] = SAMPLE
+) -> list[OutputRecord]:
     rng = np.random.default_rng(0)
     out = []
     n = len(lengths)
     for i, (pl, rl) in enumerate(lengths):
         mask = np.ones(rl, dtype=np.int32)
         mask[rl // 3 : rl // 2] = 0  # a tool span
-        output = {
+        output: dict[str, Any] = {
             "prompt_ids": rng.integers(3, 900, pl, dtype=np.int32),
             "response_ids": rng.integers(3, 900, rl, dtype=np.int32),
             "response_mask": mask,
@@ -92,9 +95,9 @@ def test_layout_left_padded_prompts_right_padded_responses(fast: bool) -> None:
         assert td["input_ids"][i].tolist() == td["prompts"][i].tolist() + td["responses"][i].tolist()
         pos = td["position_ids"][i]
         assert pos.tolist() == [0] * (P - pl) + list(range(pl + rl)) + [max(pl + rl - 1, 0)] * (R - rl)
-        assert td["response_mask"][i, :rl].tolist() == rec.response_mask.tolist()
+        assert td["response_mask"][i, :rl].tolist() == must(rec.response_mask).tolist()
         assert td["response_mask"][i, rl:].eq(0).all()
-        assert np.allclose(td["rollout_log_probs"][i, :rl].numpy(), rec.response_logprobs)
+        assert np.allclose(td["rollout_log_probs"][i, :rl].numpy(), must(rec.response_logprobs))
         # the valid ids of every row, by the batch's own masks and by the helpers
         assert td["responses"][i][att[P:].bool()].tolist() == rec.response_ids.tolist()
         assert valid_response_ids(td[i]).tolist() == rec.response_ids.tolist()
@@ -145,6 +148,7 @@ def test_last_row_is_data_minus_one_slice(fast: bool, lengths: Any) -> None:
     assert type(cheap) is type(ref) and cheap.batch_size == ref.batch_size == torch.Size([1])
     assert sorted(cheap.keys()) == sorted(ref.keys())
     for key in ref.keys():
+        assert isinstance(key, str)
         a, b = cheap.get(key), ref.get(key)
         if isinstance(b, torch.Tensor):
             assert a.dtype == b.dtype and torch.equal(a, b), key

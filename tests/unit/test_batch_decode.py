@@ -38,7 +38,7 @@ async def test_one_loop_turn_is_one_call_in_another_thread() -> None:
     native = batch_decoder(TOK)
     assert native is not None
 
-    def recording(seqs, skip):
+    def recording(seqs: list[list[int]], skip: bool) -> list[str]:
         seen_threads.add(threading.current_thread().name)
         return native(seqs, skip)
 

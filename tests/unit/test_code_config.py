@@ -4,6 +4,7 @@ validation, counters in the heartbeat, ``rewardq status`` and ``/metrics``. No p
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -102,7 +103,7 @@ def test_status_renders_a_code_table_and_names_sandbox_failures() -> None:
 
     from rewardq.ops.status import diagnose
 
-    st = {
+    st: dict[str, Any] = {
         "time": 0.0,
         "namespace": "ns",
         "redis_url": "redis://x",

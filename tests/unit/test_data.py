@@ -109,7 +109,7 @@ def test_jsonl_round_trip(trajs: list[dict[str, Any]], tmp_path: Path) -> None:
         {k: t[k] for k in ("uid", "session_id", "sample", "outputs", "expected")} for t in trajs[:25]
     ]
     write_jsonl(path, trajs[:3], with_expected=False)
-    assert all("expected" not in t for _, t in read_jsonl(path))
+    assert all(isinstance(t, dict) and "expected" not in t for _, t in read_jsonl(path))
 
 
 @pytest.mark.parametrize(
@@ -153,4 +153,6 @@ def test_read_jsonl_keeps_going_after_bad_lines(trajs: list[dict[str, Any]], tmp
     got = list(read_jsonl(path))
     assert [n for n, _ in got] == [1, 2, 3, 5, 6, 7]
     assert [type(x).__name__ for _, x in got] == ["dict", "JsonlLineError", "dict", "JsonlLineError", "dict", "dict"]
-    assert got[1][1].field == "<json>" and got[3][1].reason.startswith("expected a JSON object")
+    first, second = got[1][1], got[3][1]
+    assert isinstance(first, JsonlLineError) and isinstance(second, JsonlLineError)
+    assert first.field == "<json>" and second.reason.startswith("expected a JSON object")

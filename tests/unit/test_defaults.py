@@ -58,8 +58,8 @@ def _number(node: ast.expr | None) -> float | None:
     if node is None:
         return None
     if isinstance(node, ast.Constant):
-        ok = isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
-        return node.value if ok else None
+        value = node.value
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         inner = _number(node.operand)
         return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
@@ -104,7 +104,7 @@ def literal_defaults(source: str, rel: str) -> list[Default]:
                         kw = {k.arg: k.value for k in value.keywords}
                         value = kw.get("default", value.args[0] if value.args else None)  # type: ignore[assignment]
                     add(st.lineno, st.target.id, value)
-        elif _call_name(node) == "option" and isinstance(node, ast.Call):
+        elif isinstance(node, ast.Call) and _call_name(node) == "option":
             kw = {k.arg: k.value for k in node.keywords}
             flag = next(
                 (a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")), "?"

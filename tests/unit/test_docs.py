@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -122,9 +121,7 @@ def test_the_keys_module_docstring_names_every_key_too() -> None:
 
 def test_the_license_is_an_spdx_expression() -> None:
     """``license = "Apache-2.0"``: the table form makes setuptools warn on every install."""
-    if sys.version_info < (3, 11):
-        pytest.skip("reads pyproject.toml with tomllib (Python 3.11+)")
-    import tomllib
+    tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with tomllib (Python 3.11+)")
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0"

@@ -14,7 +14,7 @@ WITHOUT = (
 )
 
 
-def run_without(module: str, *argv: str) -> subprocess.CompletedProcess:
+def run_without(module: str, *argv: str) -> subprocess.CompletedProcess[str]:
     code = WITHOUT.format(module=module, argv=list(argv))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
 

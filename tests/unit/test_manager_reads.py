@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import ConfigError
+from rewardq.queue.codec import OutputRecord
 from rewardq.reward.base import RewardManager
 from rewardq.reward.managers.dapo import DAPORewardManager
 from rewardq.reward.managers.disrm import DisRMRewardManager
@@ -30,7 +32,7 @@ GSM8K = {
 }
 
 
-def trajectory(*responses: str) -> list:
+def trajectory(*responses: str) -> list[OutputRecord]:
     n = len(responses)
     return [
         records.record(
@@ -50,7 +52,7 @@ def trajectory(*responses: str) -> list:
 class Seen:
     """Mixed into a manager: keeps the batch ``run_single`` received."""
 
-    batches: list
+    batches: list[TensorDict]
 
     async def run_single(self, data: Any) -> Any:
         self.batches.append(data)
@@ -81,7 +83,7 @@ class WholeTrajectory(RewardManager):
         DisRMRewardManager,
     ],
 )
-def test_every_built_in_manager_reads_the_final_output(cls) -> None:
+def test_every_built_in_manager_reads_the_final_output(cls: type[RewardManager]) -> None:
     assert reads_of(object.__new__(cls)) == "final"
 
 

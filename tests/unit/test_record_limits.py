@@ -18,10 +18,11 @@ from rewardq.consumers.failures import exhausted_reason
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError, ScoringError, TrajectoryTooLarge
 from rewardq.producers.core import prepare_trajectory
-from rewardq.queue.codec import decode_output, encode_output, peek_identity
+from rewardq.queue.codec import OutputRecord, decode_output, encode_output, peek_identity
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import Keyspace, output_key, parse_key
 from rewardq.reward.base import RewardManager
+from tests.support.checks import must
 from tests.support.hostile import GOOD, SAMPLE, raw_record
 
 CJK = "漢"  # three bytes of UTF-8
@@ -94,7 +95,7 @@ def test_masks_of_0_and_1_pass_as_lists_bools_and_int32_at_both_ends() -> None:
         response_ids=msgpack.ExtType(1, np.array([1, 2], "<i4").tobytes()),
         response_mask=msgpack.ExtType(1, np.array([0, 1], "<i4").tobytes()),
     )
-    assert decode_output(raw).response_mask.tolist() == [0, 1]
+    assert must(decode_output(raw).response_mask).tolist() == [0, 1]
 
 
 # -- a field given twice ----------------------------------------------------------------------------------
@@ -140,7 +141,7 @@ def test_put_trajectory_refuses_a_trajectory_over_max_trajectory_bytes_before_en
     )
 
 
-def _records(*shapes: tuple[int, int], logprobs: bool = False):
+def _records(*shapes: tuple[int, int], logprobs: bool = False) -> list[OutputRecord]:
     recs = []
     for i, (p, r) in enumerate(shapes):
         out: dict[str, Any] = {"prompt_ids": np.ones(p, dtype=np.int64), "response_ids": np.ones(r, dtype=np.int64)}
@@ -185,6 +186,7 @@ class AwaitsACancelledTask(RewardManager):
         task = asyncio.ensure_future(asyncio.sleep(10))
         task.cancel()
         await task  # its CancelledError escapes run_single: nobody cancelled the worker's task
+        raise AssertionError("a cancelled task's await returned")
 
 
 class MyBaseException(BaseException):
@@ -212,6 +214,7 @@ async def test_the_workers_own_cancellation_passes_through() -> None:
     class Hangs(RewardManager):
         async def run_single(self, data: TensorDict) -> dict[str, Any]:
             await asyncio.sleep(3600)
+            raise AssertionError("the worker's cancellation did not reach the manager")
 
     scorer = TrajectoryScorer(Hangs(None), manager_name="m", worker_name="w", timeout=30)
     task = asyncio.ensure_future(scorer.score(_records((2, 2))))

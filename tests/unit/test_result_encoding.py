@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_a_self_referencing_dict_is_refused_naming_the_cycle() -> None:
 
 
 def test_a_cycle_deep_inside_names_both_ends() -> None:
-    inner: list = [1]
+    inner: list[object] = [1]
     inner.append({"back": inner})
     with pytest.raises(ResultError, match=r"reward_extra_info\.a\[1\]\.back refers back to reward_extra_info\.a,"):
         encode_extra_info({"a": inner}, MiB)
@@ -173,7 +174,7 @@ def test_a_huge_value_is_refused_before_it_is_converted() -> None:
         def numel(self) -> int:
             return 10**12
 
-        def tolist(self) -> list:
+        def tolist(self) -> list[float]:
             raise AssertionError("tolist called on a value already known to be over the limit")
 
     with pytest.raises(ResultError, match="max_result_bytes"):
@@ -201,10 +202,10 @@ def test_one_result_for_every_key_is_encoded_once_and_counts_every_key_it_writes
 
 
 def test_per_key_results_sharing_one_dict_encode_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
+    calls: list[str] = []
     real = RewardResult.extra_info_json
 
-    def counting(self, limit=2**62):
+    def counting(self: RewardResult, limit: int = 2**62) -> bytes:
         calls.append(self.key)
         return real(self, limit)
 
@@ -251,7 +252,7 @@ def test_checking_a_typical_result_costs_about_what_json_dumps_does() -> None:
     typical = {"score": 1.0, "acc": True, "pred": "72", "format": 0.1}
     n = 20_000
 
-    def best_of(fn) -> float:
+    def best_of(fn: Callable[[], object]) -> float:
         times = []
         for _ in range(5):
             t0 = time.perf_counter()

@@ -15,7 +15,7 @@ def right_padded(rows: list[list[int]]) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows], batch_first=True, padding_value=0)
 
 
-def agent_loop_batch(prompts, responses, **columns: Any):
+def agent_loop_batch(prompts: list[list[int]], responses: list[list[int]], **columns: Any) -> SimpleNamespace:
     """What verl's AgentLoopWorker._compute_score builds: every row right-padded, lengths beside."""
     n = len(prompts)
     full = [p + r for p, r in zip(prompts, responses)]

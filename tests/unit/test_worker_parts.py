@@ -17,7 +17,9 @@ from rewardq.queue.entries import Entry
 IDS = np.zeros(1, dtype=np.int32)
 
 
-def filed(uid: str, index: int, final: bool, *, shard: int = 0, deliveries: int = 1):
+def filed(
+    uid: str, index: int, final: bool, *, shard: int = 0, deliveries: int = 1
+) -> tuple[Entry, OutputRecord, bytes]:
     rec = OutputRecord(uid, "s", index, final, IDS, IDS)
     return Entry(shard, f"1-{uid}{index}", {b"data": b"x"}, deliveries=deliveries), rec, b"x"
 
@@ -81,7 +83,7 @@ class SoloCounts:
 
 async def test_a_first_attempt_shares_the_gate_and_a_later_one_scores_alone() -> None:
     broker = SoloCounts()
-    q = Quarantine(broker)  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
     async with q.turn(0, "t", attempts=1, earlier=0) as crashes:
         assert crashes == 0 and q.gate.running == 1 and broker.solo == {}
     assert q.gate.running == 0
@@ -93,7 +95,7 @@ async def test_a_first_attempt_shares_the_gate_and_a_later_one_scores_alone() ->
 
 async def test_a_turn_alone_cancelled_at_shutdown_takes_its_start_back() -> None:
     broker = SoloCounts()
-    q = Quarantine(broker)  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
     entered = asyncio.Event()
 
     async def scoring() -> None:
