@@ -61,7 +61,7 @@ class TrajectoryScorer:
     Args:
         manager: the reward manager. ``run_single`` receives the trajectory batch: one row per
             output, or only the final output's row when the manager declares ``reads = "final"``
-            (:func:`~rewardq.reward.base.reads_of`; the built-in managers, which read ``data[-1:]``).
+            (:func:`~rewardq.reward.results.reads_of`; the built-in managers, which read ``data[-1:]``).
         manager_name: written into each result (``manager`` field).
         worker_name: written into each result (``worker`` field).
         timeout: seconds one ``run_single`` may take before it counts as failed.

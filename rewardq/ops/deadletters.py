@@ -29,8 +29,8 @@ import click
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, NotFound
-from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
-from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_age, fmt_duration
+from rewardq.ops.target import opened, pipeline_options
 from rewardq.queue.states import DeadLetterKind
 
 __all__ = ["dead_letters", "KINDS"]

@@ -28,8 +28,8 @@ from typing import Any
 import click
 
 from rewardq import defaults
-from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
-from rewardq.ops.target import fmt_duration, opened, pipeline_options
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_duration
+from rewardq.ops.target import opened, pipeline_options
 
 __all__ = ["status", "collect", "diagnose", "render_status"]
 

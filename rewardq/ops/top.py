@@ -32,7 +32,8 @@ from typing import Any
 import click
 
 from rewardq import defaults
-from rewardq.ops.target import fmt_duration, opened, pipeline_options
+from rewardq.ops.layout import fmt_duration
+from rewardq.ops.target import opened, pipeline_options
 
 __all__ = ["top", "TopModel", "render_top", "sparkline"]
 

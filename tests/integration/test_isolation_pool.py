@@ -19,7 +19,7 @@ async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive: Cal
     ones time out (spares), and the hung processes are killed when their callers give up."""
     m = naive(misbehaving.misbehave, processes=2, spare_after=0.5, max_spares=8)
     await m.prepare_scoring()
-    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    pool = m.host.router.place_of(misbehaving.misbehave).pool
 
     async def hung() -> None:
         with pytest.raises(asyncio.TimeoutError):
@@ -65,7 +65,7 @@ async def test_a_gil_holder_does_not_stall_its_neighbours(naive: Callable[..., N
 async def test_spares_stay_within_their_bound(naive: Callable[..., NaiveRewardManager]) -> None:
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.2, max_spares=1)
     await m.prepare_scoring()
-    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    pool = m.host.router.place_of(misbehaving.misbehave).pool
     hung = [asyncio.create_task(m.run_single(trajectory("hang"))) for _ in range(3)]
     most = 0
     for _ in range(30):  # 1.5 s: long enough for several spare checks

@@ -37,7 +37,7 @@ async def test_builtin_inline_scorer_stays_in_the_event_loop(naive: Callable[...
     m = naive(None)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
     assert out == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
-    assert m.score_router._builtin is None  # no scorer process was started
+    assert m.host.router._builtin is None  # no scorer process was started
 
 
 async def test_builtin_process_scorer_runs_in_a_scorer_process(
@@ -47,8 +47,8 @@ async def test_builtin_process_scorer_runs_in_a_scorer_process(
     m = naive(None, processes=1)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
     assert out["reward_score"] == 1.0
-    assert m.score_router._builtin is not None
-    pool = m.score_router._builtin.pool
+    assert m.host.router._builtin is not None
+    pool = m.host.router._builtin.pool
     assert pool.counters["tasks"] == 1 and pool.target == "rewardq.reward.scoring:default_compute_score"
     assert all(pid != os.getpid() and alive(must(pid)) for pid in pool.pids)
 
@@ -67,7 +67,7 @@ async def test_builtin_async_scorer_is_awaited(
     monkeypatch.setitem(scoring.EXACT_SCORERS, "test/async-judge", judge)
     m = naive(None)
     assert (await m.run_single(trajectory("x", data_source="test/async-judge")))["reward_score"] == 0.5
-    assert seen == [threading.main_thread()] and m.score_router._builtin is None
+    assert seen == [threading.main_thread()] and m.host.router._builtin is None
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(
     m = naive(fn, reward_fn=spec, reward_fn_kwargs={"bonus": 2.0}, processes=1)
     out = await m.run_single(trajectory("7", "7"))
     assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
-    place = m.score_router.place_of(must(fn))
+    place = m.host.router.place_of(must(fn))
     assert isinstance(place, _Processes) and place.pool.target == spec
 
 
@@ -125,7 +125,7 @@ async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive: Cal
         with pytest.raises(ScoringError, match=reason):
             await m.run_single(trajectory(response))
         assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0, f"after {response}"
-    place = m.score_router.place_of(misbehaving.misbehave)
+    place = m.host.router.place_of(misbehaving.misbehave)
     assert isinstance(place, _Processes)
     counters = place.pool.counters
     assert counters["crashes"] == 2 and counters["errors"] == 2 and counters["replaced"] == 2
@@ -157,7 +157,7 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(
     for _ in range(5):
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(m.run_single(trajectory("x")), 0.2)
-    place = m.score_router.place_of(stuck)
+    place = m.host.router.place_of(stuck)
     assert isinstance(place, _Threads)
     runner = place.runner
     assert runner.lost == 5 and runner.counters["calls"] == 5  # each hung call had a fresh thread

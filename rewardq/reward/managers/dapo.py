@@ -119,7 +119,7 @@ class DAPORewardManager(RewardManager):
     Args:
         tokenizer: decodes response ids.
         compute_score: the scoring function; None uses the default scorer by data source.
-        context: see :class:`~rewardq.reward.base.ManagerContext`.
+        context: see :class:`~rewardq.reward.context.ManagerContext`.
         overlong_buffer: ``{"enable": bool, "len": int, "penalty_factor": float, "log": bool}``
             or None (no penalty).
         max_resp_len: the rollout's maximum response length in tokens; required when
