@@ -481,7 +481,7 @@ def read_config_file(path: str) -> LoadedFile:
     return LoadedFile(found.values, unused, found.sources)
 
 
-def _reward_block(data: Mapping[str, Any]) -> Any:
+def _reward_block(data: Mapping[str, Any]) -> object:
     reward = data.get("reward")
     return reward.get("rewardq") if isinstance(reward, Mapping) else None
 

@@ -101,7 +101,7 @@ class FleetWorker:
         self.name = f"{spec['prefix']}-{self.index}-{secrets.token_hex(2)}"
         ctx = ray.get_runtime_context()
         self.reconstructed = bool(ctx.was_current_actor_reconstructed)
-        self.node_ip = ray.util.get_node_ip_address()
+        self.node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]  # ray leaves it unannotated
         base = Path(ctx.get_temp_dir() if hasattr(ctx, "get_temp_dir") else tempfile.gettempdir()) / "rewardq"
         base.mkdir(parents=True, exist_ok=True)
         self.state_path = base / self.name  # the guardian writes <name>.pid and <name>.rc
@@ -259,7 +259,7 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _config_values(config: Any) -> dict[str, Any]:
+def _config_values(config: object) -> dict[str, Any]:
     """The mapping the workers read as their ``--config`` file, from what ``start_fleet`` was given."""
     from rewardq.config import WorkerConfig, parse_file
     from rewardq.settings import settings_of
@@ -278,7 +278,8 @@ def _config_values(config: Any) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - an interpolation that does not resolve here: the worker reads it as written
             return dict(OmegaConf.to_container(config, resolve=False))
     if isinstance(config, Mapping):
-        return json.loads(json.dumps(config, default=str))
+        plain: dict[str, Any] = json.loads(json.dumps(config, default=str))
+        return plain
     raise ConfigError(
         f"start_fleet: config must be a WorkerConfig, a mapping or a file path, got {type(config).__name__}"
     )
@@ -571,7 +572,7 @@ class RayFleet:
 
 def start_fleet(
     workers: int = defaults.FLEET_WORKERS,
-    config: Any = None,
+    config: object = None,
     namespace: str | None = None,
     *,
     redis_url: str | None = None,

@@ -97,8 +97,8 @@ class PutCall:
     (False until its commands are sent; then unknown until Redis answers)."""
 
     name: str
-    uid: Any
-    session_id: Any
+    uid: object
+    session_id: object
     client: ClientBase | None = None
     puts: list[Put] = field(default_factory=list)
     written: bool | None = False
@@ -156,7 +156,7 @@ def prepare_output(
     uid: Any,
     session_id: Any,
     index: Any,
-    output: Any,
+    output: object,
     sample: Any,
     *,
     final: bool,
@@ -184,10 +184,10 @@ def prepare_output(
 
 def prepare_trajectory(
     ks: Keyspace,
-    uid: Any,
-    session_id: Any,
+    uid: object,
+    session_id: object,
     outputs: Sequence[Any],
-    sample: Any,
+    sample: object,
     *,
     max_bytes: int,
     max_outputs: int = defaults.MAX_OUTPUTS,
@@ -332,7 +332,7 @@ class ClientBase:
         self._backlog = Backlog(s.max_backlog, s.backpressure_timeout)
 
     def _prepare_output(
-        self, ks: Keyspace, uid: Any, session_id: Any, index: Any, output: Any, sample: Any, final: bool
+        self, ks: Keyspace, uid: object, session_id: object, index: object, output: object, sample: object, final: bool
     ) -> Put:
         s = self.settings
         return prepare_output(
@@ -350,7 +350,7 @@ class ClientBase:
         )
 
     def _prepare_trajectory(
-        self, ks: Keyspace, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Any
+        self, ks: Keyspace, uid: object, session_id: object, outputs: Sequence[Any], sample: object
     ) -> list[Put]:
         s = self.settings
         return prepare_trajectory(

@@ -25,7 +25,7 @@ class CaseAbort(Exception):
     there its whole run dies, so every case of that run counts as ``-1``."""
 
 
-def _int_keys(d: dict) -> dict:
+def _int_keys(d: dict[str, Any]) -> dict[int, Any]:
     return {int(k): v for k, v in d.items()}
 
 
@@ -45,7 +45,7 @@ def _convert_dict_keys(value: Any) -> Any:
     return value
 
 
-def expected_for_case(raw: Any, call_based: bool) -> Any:
+def expected_for_case(raw: object, call_based: bool) -> Any:
     """The expected output of one case, as ``prime_code`` prepares it before comparing.
 
     Raises:
@@ -62,7 +62,7 @@ def expected_for_case(raw: Any, call_based: bool) -> Any:
     return _convert_dict_keys(value)
 
 
-def _int_like(v: Any) -> bool:
+def _int_like(v: object) -> bool:
     return isinstance(v, int) or (isinstance(v, str) and v.isdigit())
 
 
@@ -136,7 +136,7 @@ def call_verdict(value: Any, expected: Any) -> bool:
 
 
 # -- the value a call-based program returned ----------------------------------------------
-def _hook(obj: dict) -> Any:
+def _hook(obj: dict[str, Any]) -> object:
     if len(obj) != 1:
         raise ValueError(f"unexpected object {sorted(obj)[:3]}")
     [(tag, body)] = obj.items()

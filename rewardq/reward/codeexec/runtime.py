@@ -125,7 +125,7 @@ class CodeRuntime:
             )
         return self._client
 
-    async def score(self, data_source: str, completion: str, ground_truth: Any) -> dict:
+    async def score(self, data_source: str, completion: str, ground_truth: object) -> dict[str, Any]:
         """Score one response; the scorer's dict (see :mod:`~rewardq.reward.codeexec.result`).
 
         Raises:

@@ -346,7 +346,7 @@ class ChatJudge:
             logger.warning("genrm: could not update the fleet's judge counters: %s", exc)
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     """A message's content as text (a string, or a list of ``{"type": "text", "text": ...}`` parts)."""
     if content is None:
         return ""

@@ -50,7 +50,11 @@ def _import_math_verify() -> Any:
 
 
 def compute_score(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, timeout_score: float = 0.0
+    data_source: object,
+    solution_str: str,
+    ground_truth: object,
+    extra_info: dict[str, Any] | None = None,
+    timeout_score: float = 0.0,
 ) -> float:
     r"""1.0 when some answer in ``solution_str`` equals ``\boxed{ground_truth}``, else 0.0.
 
