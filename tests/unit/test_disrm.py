@@ -19,7 +19,7 @@ from rewardq.config import translate_verl_reward
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.factory import build_manager
 from rewardq.reward.managers.disrm import DisRMRewardManager
-from rewardq.reward.tokenizer import DEMO_PATH
+from rewardq.reward.tokenizer import DEMO_PATH, Tokenizer
 from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK as POLICY_TOK
 from tests.support.records import trajectory_batch
@@ -240,7 +240,7 @@ def test_built_from_a_verl_reward_model_block(server: FakeRewardServer, rm_token
     options: dict[str, Any] = {**cfg["manager_options"], "base_url": server.url}
     m = build_manager(cfg["manager"], tokenizer=POLICY_TOK, options=options)
     assert isinstance(m, DisRMRewardManager) and m.backend == "sglang"
-    assert m.rm_tokenizer.bos_token == "<|endoftext|>"
+    assert isinstance(m.rm_tokenizer, Tokenizer) and m.rm_tokenizer.bos_token == "<|endoftext|>"
 
 
 @pytest.mark.parametrize(

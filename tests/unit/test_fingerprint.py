@@ -52,7 +52,9 @@ def test_the_same_vocabulary_has_the_same_fingerprint_wherever_it_was_loaded_fro
     copy.write_text(DEMO_PATH.read_text())
     again = load_tokenizer(str(copy))
     raw = RawTokenizer.from_file(str(DEMO_PATH))
-    prints = [must(tokenizer_fingerprint(t)) for t in (demo, again, raw)]
+    prints = [must(tokenizer_fingerprint(t)) for t in (demo, again)] + [
+        must(tokenizer_fingerprint(raw))  # type: ignore[arg-type]  # the tokenizers library's own object, as verl may hold
+    ]
     assert len({p.split(" name=")[0] for p in prints}) == 1
     assert tokenizer_mismatch(prints[0], prints[1]) is None  # names differ, vocabularies do not
 
@@ -81,7 +83,7 @@ def test_computed_once_per_tokenizer(demo: Tokenizer, monkeypatch: pytest.Monkey
 
 def test_objects_without_a_vocabulary_are_not_fingerprinted() -> None:
     assert tokenizer_fingerprint(None) is None
-    assert tokenizer_fingerprint(object()) is None
+    assert tokenizer_fingerprint(object()) is None  # type: ignore[arg-type]  # a tokenizer of no known kind
 
 
 def test_the_record_field_is_optional_and_checked(demo: Tokenizer, other: Tokenizer) -> None:

@@ -45,9 +45,9 @@ def sample(s: Setting) -> Any:
     if s.spec.choices:
         return next(c for c in s.spec.choices if c != s.default)
     if s.kind is int:
-        return 3 if s.default is None else s.default + 1
+        return s.default + 1 if isinstance(s.default, int) else 3
     if s.kind is float:
-        return 7.5 if s.default is None else s.default + 1.5
+        return s.default + 1.5 if isinstance(s.default, (int, float)) else 7.5
     if s.kind is dict:
         return {"k": 1, "nested": {"x": "y"}}
     if s.name == "redis_url_file":

@@ -272,7 +272,7 @@ def test_folder_uses_transformers_when_installed(hf_folder: Path, fake_transform
     assert isinstance(tok, TransformersTokenizer) and fake_transformers == [str(hf_folder)]
     assert tok.vocab_size == 32001 and tok.eos_token == "</s>" and tok.bos_token_id == 1
     assert tok.decode(torch.tensor([5, 6])) == "decoded [5, 6]"
-    assert tok.backend.calls == [("decode", [5, 6], True)]
+    assert isinstance(tok.backend, _FakeHF) and tok.backend.calls == [("decode", [5, 6], True)]
     assert tok.encode("x") == [7, 8]
     assert tok.apply_chat_template(CHAT, add_generation_prompt=True) == "chat 2 False True"
     # backend="tokenizers" never touches transformers
