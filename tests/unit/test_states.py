@@ -102,7 +102,9 @@ async def test_dead_letters_list_filters_on_each_kind_the_worker_writes(kind: An
         failures.stats.update(dead_letters=0, errors=0)
         for k in (kind, other):
             fields = {b"key": f"u-{k}_s_0".encode(), b"data": b"\x93junk"}
-            entry_id = (await client.xadd(broker.ks.stream(0), {k: v for k, v in fields.items()})).decode()
+            entry_id = (
+                await client.xadd(broker.ks.stream(0), {name: value for name, value in fields.items()})
+            ).decode()
             await failures.dead_letter(Entry(0, entry_id, fields), k, f"a {k} dead letter")
     finally:
         await client.aclose()
