@@ -115,7 +115,8 @@ def run_system(name: str, s: Settings, cleanup: Cleanup) -> list[Row]:
         import importlib
 
         bench = importlib.import_module(f"benchmarks.peers.{name}_bench")
-        return bench.run(s, cleanup)
+        result: list[Row] = bench.run(s, cleanup)
+        return result
     except KeyboardInterrupt:
         raise
     except Exception as exc:

@@ -109,7 +109,7 @@ async def end_to_end(placement: str, url: str, n: int) -> dict[str, float]:
         worker = Worker(cfg)
         await worker.start()
         assert worker.manager is not None
-        router = worker.manager.score_router
+        router = worker.manager.host.router
         c0, t0 = _cpu(router), time.perf_counter()
         task = asyncio.create_task(worker.serve())
         while worker.stats["scored"] + worker.stats["errors"] < n:

@@ -139,7 +139,7 @@ class DeadLetters:
     def count(self) -> int:
         return sum(int(self.r.xlen(self.ks.dead(s))) for s in range(self.ks.shards))
 
-    def tally(self, max_scan: int = 10_000) -> tuple[int, dict[str, int]]:
+    def tally(self, max_scan: int = defaults.STATUS_DEAD_LETTER_SCAN) -> tuple[int, dict[str, int]]:
         """``(total, by kind)`` over every shard; a shard holding more than ``max_scan`` dead
         letters counts toward the total only (its kinds are not read)."""
         total = 0

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from tensordict import TensorDict
 
     from rewardq.reward.execution.host import ManagerHost
-    from rewardq.reward.execution.isolation import ScoreFnRouter
     from rewardq.reward.tokenizer import Tokenizer
 
 ScoreFn = Callable[..., Any]
@@ -117,11 +116,6 @@ class RewardManager(ABC):
             self._host = ManagerHost(self.context, self.compute_score)
         assert self._host is not None
         return self._host
-
-    @property
-    def score_router(self) -> ScoreFnRouter:
-        """Runs scoring functions where they belong (see :meth:`call_score_fn`)."""
-        return self.host.router
 
     async def prepare_scoring(self) -> None:
         """After :meth:`setup`: decide where ``compute_score`` runs and start its scorer processes."""

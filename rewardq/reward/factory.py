@@ -63,7 +63,7 @@ def accepted_options(cls: type) -> tuple[set[str], bool]:
 def build_manager(
     spec: str,
     *,
-    tokenizer: Tokenizer,
+    tokenizer: Tokenizer | None,
     compute_score: Any = None,
     options: dict[str, Any] | None = None,
     context: ManagerContext | None = None,
