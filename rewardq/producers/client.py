@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import RewardTimeout
@@ -29,13 +29,17 @@ from rewardq.producers.core import (
     settings_from_kwargs,
     split_replies,
 )
+from rewardq.queue.clients import SyncRedis
 from rewardq.queue.connection import connect_sync
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.redis_errors import ResponseError
 from rewardq.queue.results import RewardResult
 
+if TYPE_CHECKING:
+    pass
 
-class RewardClient(ClientBase):
+
+class RewardClient(ClientBase[SyncRedis]):
     """Blocking client for producers (agent loops) and trainers.
 
     Args:

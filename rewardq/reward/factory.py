@@ -20,6 +20,7 @@ from rewardq.reward.execution.settings import ScoringSettings
 from rewardq.reward.registry import get_manager_class
 
 if TYPE_CHECKING:
+    from rewardq.config import WorkerConfig
     from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward")
@@ -97,7 +98,7 @@ def build_manager(
         raise ConfigError(f"cannot build manager {spec!r}: {exc}") from None
 
 
-def scoring_settings(cfg: Any) -> ScoringSettings:
+def scoring_settings(cfg: WorkerConfig) -> ScoringSettings:
     """Where the manager's scoring functions run, from a :class:`~rewardq.config.WorkerConfig`."""
     return ScoringSettings(
         reward_fn=cfg.reward_fn or None,
@@ -108,7 +109,7 @@ def scoring_settings(cfg: Any) -> ScoringSettings:
     )
 
 
-def load_worker_tokenizer(cfg: Any) -> Any:
+def load_worker_tokenizer(cfg: WorkerConfig) -> Tokenizer:
     """The tokenizer a :class:`~rewardq.config.WorkerConfig` names; ConfigError naming ``--tokenizer``
     when it names none (there is no default) and naming the path when it cannot be loaded."""
     from rewardq.reward.tokenizer import load_tokenizer
@@ -118,8 +119,8 @@ def load_worker_tokenizer(cfg: Any) -> Any:
 
 
 def build_from_config(
-    cfg: Any, context: ManagerContext, tokenizer: Tokenizer | None = None
-) -> tuple[RewardManager, Any]:
+    cfg: WorkerConfig, context: ManagerContext, tokenizer: Tokenizer | None = None
+) -> tuple[RewardManager, Tokenizer]:
     """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig` (``tokenizer``:
     already loaded by :func:`load_worker_tokenizer`)."""
     from rewardq.reward.execution.loader import load_score_fn
