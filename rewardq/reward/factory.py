@@ -20,7 +20,6 @@ from rewardq.reward.execution.settings import ScoringSettings
 from rewardq.reward.registry import get_manager_class
 
 if TYPE_CHECKING:
-    from rewardq.config import WorkerConfig
     from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward")
@@ -98,7 +97,8 @@ def build_manager(
         raise ConfigError(f"cannot build manager {spec!r}: {exc}") from None
 
 
-def scoring_settings(cfg: WorkerConfig) -> ScoringSettings:
+# `cfg` below: a rewardq.config.WorkerConfig, read by attribute (reward/ imports nothing of config's)
+def scoring_settings(cfg: Any) -> ScoringSettings:
     """Where the manager's scoring functions run, from a :class:`~rewardq.config.WorkerConfig`."""
     return ScoringSettings(
         reward_fn=cfg.reward_fn or None,
@@ -109,7 +109,7 @@ def scoring_settings(cfg: WorkerConfig) -> ScoringSettings:
     )
 
 
-def load_worker_tokenizer(cfg: WorkerConfig) -> Tokenizer:
+def load_worker_tokenizer(cfg: Any) -> Tokenizer:
     """The tokenizer a :class:`~rewardq.config.WorkerConfig` names; ConfigError naming ``--tokenizer``
     when it names none (there is no default) and naming the path when it cannot be loaded."""
     from rewardq.reward.tokenizer import load_tokenizer
@@ -119,7 +119,7 @@ def load_worker_tokenizer(cfg: WorkerConfig) -> Tokenizer:
 
 
 def build_from_config(
-    cfg: WorkerConfig, context: ManagerContext, tokenizer: Tokenizer | None = None
+    cfg: Any, context: ManagerContext, tokenizer: Tokenizer | None = None
 ) -> tuple[RewardManager, Tokenizer]:
     """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig` (``tokenizer``:
     already loaded by :func:`load_worker_tokenizer`)."""
