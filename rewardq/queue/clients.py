@@ -4,7 +4,9 @@ A URL names one Redis or a Redis Cluster (:mod:`rewardq.queue.connection`), so e
 redis-py's single-server and cluster clients (and fakeredis's, which subclass them).
 
 * :data:`AsyncRedis` is redis-py's own ``redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster``:
-  its commands are typed ``Awaitable[T] | T`` and every asyncio call site awaits them.
+  its commands are typed ``Awaitable[T] | T`` and every asyncio call site awaits them. redis-py 5
+  types a few as blocking only (the hash commands, a cluster's ``register_script``): those call
+  sites carry ``# type: ignore[misc]`` naming this module.
 * :class:`SyncRedis` is a Protocol of the blocking commands rewardq uses, with the replies a client
   with ``decode_responses=False`` gives. redis-py types a blocking client's replies as
   ``Awaitable[T] | T`` too (its command mixins are shared with asyncio), which would make every
