@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import RewardTimeout
@@ -34,9 +34,6 @@ from rewardq.queue.connection import connect_sync
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.redis_errors import ResponseError
 from rewardq.queue.results import RewardResult
-
-if TYPE_CHECKING:
-    pass
 
 
 class RewardClient(ClientBase[SyncRedis]):
