@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from rewardq import defaults
 from rewardq.consumers.assembly import trajectory_sample
@@ -88,7 +87,7 @@ class TrajectoryScorer:
         """
         batch = build_batch(records[-1:] if self.final_only else records, trajectory_sample(records))
         try:
-            out: Any = await run_within_budget(self.manager.run_single(batch), self.timeout)
+            out: object = await run_within_budget(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:
             raise ScoringError(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
         except asyncio.CancelledError:
@@ -101,7 +100,7 @@ class TrajectoryScorer:
             ) from None
         except Exception:
             raise
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, a BaseException subclass
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, GeneratorExit from a manager: named
             reason = describe_escape(exc, _RUN_SINGLE)
             if reason is None:
                 reason = f"{_RUN_SINGLE} raised {type(exc).__name__}, a BaseException that is not an Exception: {exc}"

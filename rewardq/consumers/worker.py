@@ -36,7 +36,7 @@ import asyncio
 import logging
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.config import WorkerConfig
@@ -66,6 +66,10 @@ from rewardq.queue.states import DeadLetterKind
 from rewardq.reward.base import RewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
+    from rewardq.reward.tokenizer import Tokenizer
+
 logger = logging.getLogger("rewardq.worker")
 
 
@@ -85,9 +89,9 @@ class Worker:
         self,
         config: WorkerConfig,
         *,
-        client: Any = None,
+        client: AsyncRedis | None = None,
         manager: RewardManager | None = None,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.cfg = config
@@ -110,7 +114,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self.quarantine: Quarantine | None = None  # ordinary trajectories side by side, quarantined ones alone
         self.stopped = False
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         self.vocab_size: int | None = None
         self.tokenizer_fingerprint: str | None = None
         self.metrics_port: int | None = None
@@ -375,7 +379,7 @@ class Worker:
             results = await self.scorer.score(records, started_ts=o.entry.ts)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any manager failure dead-letters its trajectory, never ends the worker
             await self.failures.fail_trajectory(
                 shard,
                 tid,

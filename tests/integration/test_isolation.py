@@ -10,14 +10,17 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
 from tests.conftest import _delete_namespace
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.checks import must
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -41,7 +44,9 @@ def marked_pids(marks: Path, verb: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def sync_fn_worker(redis_url, tmp_path_factory):
+def sync_fn_worker(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[WorkerProcess, RewardClient, Path]]:
     """One ``rewardq worker`` (naive manager) whose sync ``--reward-fn`` misbehaves on request,
     with two scorer processes (and up to four spares) and an 8 s score timeout; shared by the
     tests of this group."""
@@ -71,11 +76,13 @@ def sync_fn_worker(redis_url, tmp_path_factory):
         _delete_namespace(redis_url, ns)
 
 
-def latencies(results: dict) -> list[float]:
-    return sorted(r.latency_ms for r in results.values())
+def latencies(results: dict[str, RewardResult]) -> list[float]:
+    return sorted(must(r.latency_ms) for r in results.values())
 
 
-def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(sync_fn_worker):
+def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     worker, client, marks = sync_fn_worker
     baseline = latencies(client.wait_rewards([push(client, "ok") for _ in range(10)], timeout=30))
     # Given five calls that hang, more than the two scorer processes (fewer than those and the
@@ -104,7 +111,9 @@ def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(syn
     assert later[len(later) // 2] <= 5 * baseline[len(baseline) // 2], (baseline, later)
 
 
-def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(sync_fn_worker):
+def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     worker, client, _ = sync_fn_worker
     reasons = {
         "sysexit:3": r"the reward function called sys.exit(3)",
@@ -121,15 +130,17 @@ def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(sync_fn_work
     # Then every misbehaving trajectory has an error result naming what its function did
     for text, reason in reasons.items():
         r = results[bad[text]]
-        assert r.status == "error" and r.error.startswith("scoring failed: ScoringError: "), (text, r.error)
-        assert reason in r.error, (text, r.error)
+        assert r.status == "error" and (r.error or "").startswith("scoring failed: ScoringError: "), (text, r.error)
+        assert reason in (r.error or ""), (text, r.error)
     # And its neighbours were scored normally, by a worker that is still running
     assert [(results[k].status, results[k].reward_score) for k in good] == [("ok", 1.0), ("ok", 0.0)] * 4
     assert worker.alive()
     assert client.wait_rewards([push(client, "ok")], timeout=30).popitem()[1].reward_score == 1.0
 
 
-def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(sync_fn_worker):
+def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     _, client, _ = sync_fn_worker
     # Given a call that holds the GIL for 6 s (in a thread of the worker, it froze the event
     # loop, so its neighbours' timeouts fired: "scoring timed out")
@@ -142,10 +153,12 @@ def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(sync_fn_wor
     assert {(r.status, r.reward_score) for r in results.values()} == {("ok", 1.0)}
     assert client.get_rewards([holder]) == {holder: None}, latencies(results)
     held = client.wait_rewards([holder], timeout=30)[holder]
-    assert (held.status, held.reward_score) == ("ok", 0.0) and held.latency_ms >= 6000
+    assert (held.status, held.reward_score) == ("ok", 0.0) and must(held.latency_ms) >= 6000
 
 
-def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_children(redis_url, ns, tmp_path):
+def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_children(
+    redis_url: str, ns: str, tmp_path: Path
+) -> None:
     # Given a worker whose manager left a hung thread in asyncio's default executor, and whose
     # reward function hangs in a scorer process that ignores SIGTERM
     marks = tmp_path / "marks"
@@ -190,7 +203,9 @@ def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_c
         worker.kill()
 
 
-def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(procs, redis_url, ns):
+def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(
+    procs: Procs, redis_url: str, ns: str
+) -> None:
     # Given two worker processes under the supervisor, with a custom manager that runs in
     # the worker's own process and an async reward function it calls
     sup = procs.start(
@@ -231,7 +246,7 @@ def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(procs
     # Then only the culprit ends in error, blamed for the deaths of its worker process
     r = results[culprit]
     assert r.status == "error", r
-    assert "the worker process scoring this trajectory died 2 time(s) while it was scored alone" in r.error
+    assert "the worker process scoring this trajectory died 2 time(s) while it was scored alone" in (r.error or "")
     # And the in-process exits and interrupts are errors naming them, not shutdowns
     for key, reason in reasons.items():
         assert results[key].status == "error" and results[key].error == f"scoring failed: ScoringError: {reason}"

@@ -95,7 +95,7 @@ def _change_the_process(verb: str, arg: str, marks: str | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.alarm(600)
         os.umask(0o077)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - left open on purpose
+        sys.stdout = open(os.devnull, "w")  # left open on purpose: the next call must not see it
     if verb in ("fork", "forkhang"):
         _leave_children(marks)
     while verb == "forkhang":
@@ -138,7 +138,7 @@ def _leave_children(marks: str | None) -> None:
             f.write(f"{child.pid} {daemon}")
 
 
-def state(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict:
+def state(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, object]:
     """What a call sees of its process: the things ``taint`` changes (see :func:`misbehave`)."""
     pending = signal.alarm(0)
     handler = signal.getsignal(signal.SIGTERM)
@@ -157,7 +157,9 @@ def state(data_source: Any, solution_str: str, ground_truth: Any, extra_info: An
     }
 
 
-def misbehave(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float | dict:
+def misbehave(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None
+) -> float | dict[str, object]:
     """A sync reward function: does what the response says (module docstring), else exact match."""
     if solution_str == "state":
         return state(data_source, solution_str, ground_truth, extra_info)
@@ -186,11 +188,13 @@ class MisbehavingManager(RewardManager):
 
     name = "test-misbehaving"
 
-    def __init__(self, tokenizer: Any = None, compute_score: Any = None, *, context: Any = None, delay: float = 0.5):
+    def __init__(
+        self, tokenizer: Any = None, compute_score: Any = None, *, context: Any = None, delay: float = 0.5
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         self.delay = float(delay)
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         from rewardq.reward.final_output import read_final_output  # torch: not in scorer processes
 
         final = read_final_output(self, data)
@@ -214,7 +218,7 @@ class MisbehavingManager(RewardManager):
         return {"reward_score": score, "reward_extra_info": {"pid": os.getpid()}}
 
 
-def where(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict:
+def where(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, Any]:
     """Scores 1.0 and says where it ran: ``pid`` and ``thread`` (its name)."""
     import threading
 

@@ -43,7 +43,12 @@ def summary(times: list[tuple[float, float]], wall_ms: float) -> dict[str, Any]:
 def main(url: str, control_url: str | None = None) -> None:
     targets = [redis.Redis.from_url(u, socket_timeout=30) for u in (url, control_url) if u]
     done = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+
+    def wait_for_stdin() -> None:
+        sys.stdin.read()
+        done.set()
+
+    threading.Thread(target=wait_for_stdin, daemon=True).start()
     times: list[list[tuple[float, float]]] = [[] for _ in targets]
     start = time.perf_counter()
     while not done.is_set():

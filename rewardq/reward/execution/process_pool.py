@@ -62,7 +62,7 @@ import multiprocessing
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -103,7 +103,7 @@ class ScorerPool:
     def __init__(
         self,
         target: str | Callable[..., Any],
-        kwargs: dict | None = None,
+        kwargs: dict[str, Any] | None = None,
         *,
         num_workers: int = defaults.REMOTE_NUM_WORKERS,
         start_method: str | None = None,
@@ -144,7 +144,7 @@ class ScorerPool:
         }
         self._ctx: Any = multiprocessing.get_context(start_method)
         self._slots: list[ScorerSlot] = []
-        self._free: asyncio.Queue | None = None
+        self._free: asyncio.Queue[ScorerSlot | None] | None = None
         self._ids = itertools.count(1)
         self._names = itertools.count(num_workers)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -153,7 +153,7 @@ class ScorerPool:
         self._started = False
         self._init_failures = 0
         self._waiting = 0
-        self._bg: set[asyncio.Task] = set()
+        self._bg: set[asyncio.Task[Any]] = set()
         self._leaving: set[ScorerSlot] = set()  # retired or replaced processes not yet reaped
         self._trim: asyncio.TimerHandle | None = None  # retires processes beyond the size once idle
 
@@ -250,7 +250,7 @@ class ScorerPool:
         except (EOFError, OSError):
             self._on_dead(slot)
 
-    def _on_message(self, slot: ScorerSlot, msg: tuple) -> None:
+    def _on_message(self, slot: ScorerSlot, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
         if kind == "ready":
             slot.ready = True
@@ -306,7 +306,7 @@ class ScorerPool:
             except (OSError, ValueError):
                 pass
 
-    def _background(self, coro: Any) -> None:
+    def _background(self, coro: Awaitable[object]) -> None:
         task = asyncio.ensure_future(coro)
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
@@ -369,7 +369,7 @@ class ScorerPool:
             self.spares.most,
         )
 
-    async def run(self, call_kwargs: dict, timeout: float | None = None) -> TaskResult:
+    async def run(self, call_kwargs: dict[str, Any], timeout: float | None = None) -> TaskResult:
         """Run the function with ``call_kwargs`` in an idle process, within ``timeout`` seconds.
 
         ``timeout`` None: the current trajectory's budget (:func:`~rewardq.reward.execution.budget.current_budget`),

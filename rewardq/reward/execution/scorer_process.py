@@ -27,7 +27,7 @@ from rewardq.reward.execution.scorer_output import CappedOutput, StreamCount
 from rewardq.reward.execution.scorer_state import ProcessState
 
 
-def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None) -> Callable[..., Any]:
+def resolve_target(target: str | Callable[..., Any], kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The callable a spec names (with ``kwargs`` bound), or ``target`` itself with ``kwargs`` bound."""
     if not callable(target):
         from rewardq.reward.execution.loader import load_score_fn
@@ -39,7 +39,7 @@ def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None)
     return functools.partial(target, **kwargs) if kwargs else target
 
 
-def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict) -> tuple:
+def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """One task in the child: the reply to send (``ok``/``error``), whatever the function did."""
     try:
         result = fn(**call_kwargs)
@@ -56,7 +56,7 @@ def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict) -> tuple:
 def child_main(
     conn: Any,
     target: Any,
-    kwargs: dict | None,
+    kwargs: dict[str, Any] | None,
     output_cap: int = defaults.SCORER_OUTPUT_CAP,
     die_with_parent: bool = False,
 ) -> None:

@@ -31,7 +31,7 @@ class TaskResult:
     """
 
     status: str
-    value: Any = None
+    value: object = None
     message: str = ""
     pid: int | None = None
     traceback: str = ""
@@ -55,7 +55,7 @@ class ScorerSlot:
     ready: bool = False
     dead: bool = False
     task_id: int | None = None
-    future: asyncio.Future | None = None
+    future: asyncio.Future[Any] | None = None
     init_error: str | None = None
     started: float = field(default_factory=time.monotonic)
     busy_since: float | None = None
@@ -67,7 +67,13 @@ class ScorerSlot:
 
     @classmethod
     def start(
-        cls, ctx: Any, index: int, target: Any, kwargs: dict, *, output_cap: int = defaults.SCORER_OUTPUT_CAP
+        cls,
+        ctx: Any,
+        index: int,
+        target: object,
+        kwargs: dict[str, Any],
+        *,
+        output_cap: int = defaults.SCORER_OUTPUT_CAP,
     ) -> ScorerSlot:
         """Start a daemonic process ``rewardq-scorer-<index>`` (``ctx``: a multiprocessing
         context) that loads ``target`` with ``kwargs`` and then serves tasks, its output capped
@@ -86,7 +92,8 @@ class ScorerSlot:
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid
+        pid: int | None = self.proc.pid
+        return pid
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the process if it is still alive."""
