@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 from collections.abc import Callable
 
 import pytest
@@ -77,13 +78,13 @@ async def test_spares_stay_within_their_bound(naive: Callable[..., NaiveRewardMa
     await asyncio.gather(*hung, return_exceptions=True)
 
 
-async def _bursts(m, pool, text: str, bursts: int, size: int, gap: float) -> int:
+async def _bursts(m: Any, pool: Any, text: str, bursts: int, size: int, gap: float) -> int:
     """Run ``bursts`` bursts of ``size`` calls of ``text``, ``gap`` seconds apart; the most processes
     alive at once meanwhile."""
     most = 0
     done = asyncio.Event()
 
-    async def watch():
+    async def watch() -> None:
         nonlocal most
         while not done.is_set():
             most = max(most, sum(1 for s in pool._slots if not s.dead))
@@ -99,7 +100,7 @@ async def _bursts(m, pool, text: str, bursts: int, size: int, gap: float) -> int
     return most
 
 
-async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_bound(naive):
+async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_bound(naive: Any) -> None:
     """Calls slower than spare_after, in bursts with idle gaps: spares start once, up to the bound,
     and stay through the gaps (they exit only after spare_idle), instead of starting again each burst."""
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.1, max_spares=2)
@@ -111,7 +112,7 @@ async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_
     assert pool.counters["retired"] == 0  # none left during the gaps
 
 
-async def test_calls_that_compute_even_at_half_speed_start_no_spare(naive):
+async def test_calls_that_compute_even_at_half_speed_start_no_spare(naive: Any) -> None:
     """A call past spare_after that keeps computing (a process waiting for a core looks like this)
     is not stuck: the calls behind it wait for it, and no spare loads the machine further."""
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.3, max_spares=2)

@@ -12,12 +12,15 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rewardq.producers.client import RewardClient
 from tests.conftest import _delete_namespace
+from tests.support.checks import must
 from tests.support.cli_procs import wait_for
 from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
@@ -44,7 +47,7 @@ def parent_of(pid: int) -> int:
     return int(raw[raw.rfind(b")") + 2 :].split()[1])
 
 
-def start_worker(redis_url: str, ns: str, log_dir: Path, marks: Path, **settings: object) -> WorkerProcess:
+def start_worker(redis_url: str, ns: str, log_dir: Path, marks: Path, **settings: Any) -> WorkerProcess:
     worker = WorkerProcess(
         redis_url,
         ns,
@@ -61,7 +64,7 @@ def start_worker(redis_url: str, ns: str, log_dir: Path, marks: Path, **settings
     return worker
 
 
-def test_six_hung_calls_beside_three_good_ones_leave_the_good_ones_ok(redis_url, ns, tmp_path):
+def test_six_hung_calls_beside_three_good_ones_leave_the_good_ones_ok(redis_url: str, ns: str, tmp_path: Path) -> None:
     # Given a worker with two scorer processes (this machine's cores) and --score-timeout 2
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -90,7 +93,7 @@ def test_six_hung_calls_beside_three_good_ones_leave_the_good_ones_ok(redis_url,
     spares = log.count("starting spare process")
     print(
         "\ngood latencies (ms):",
-        sorted(round(results[k].latency_ms) for k in good),
+        sorted(round(must(results[k].latency_ms)) for k in good),
         f"\nall answered {answered:.2f}s after the good ones were pushed; spares started: {spares}",
         f"\nhung: {results[hung[0]].error}",
     )
@@ -102,7 +105,9 @@ def test_six_hung_calls_beside_three_good_ones_leave_the_good_ones_ok(redis_url,
 
 
 @pytest.fixture(scope="module")
-def one_process_worker(redis_url, tmp_path_factory):
+def one_process_worker(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[WorkerProcess, RewardClient, Path]]:
     """A worker whose one scorer process serves every call in turn (so each call sees what the
     calls before it left), with a 3 s score timeout."""
     ns = f"sp-{uuid.uuid4().hex[:8]}"
@@ -119,14 +124,16 @@ def one_process_worker(redis_url, tmp_path_factory):
         _delete_namespace(redis_url, ns)
 
 
-def state_seen(client: RewardClient) -> dict:
+def state_seen(client: RewardClient) -> dict[str, object]:
     key = push(client, "state")
     r = client.wait_rewards([key], timeout=30)[key]
     assert r.status == "ok", r.error
     return dict(r.reward_extra_info)
 
 
-def test_a_call_that_changes_its_process_leaves_the_next_call_a_clean_one(one_process_worker):
+def test_a_call_that_changes_its_process_leaves_the_next_call_a_clean_one(
+    one_process_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     _, client, _ = one_process_worker
     before = state_seen(client)
     # Given a call that chdirs to /, changes PATH, sets a variable, ignores SIGTERM, leaves an
@@ -142,7 +149,9 @@ def test_a_call_that_changes_its_process_leaves_the_next_call_a_clean_one(one_pr
     assert after["cwd"] != "/" and after["path"] != "/nowhere"
 
 
-def test_the_children_a_call_leaves_are_gone_when_it_ends(one_process_worker):
+def test_the_children_a_call_leaves_are_gone_when_it_ends(
+    one_process_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     _, client, marks = one_process_worker
     # Given a call that starts a child and a daemonised grandchild (its own session) and returns
     key = push(client, "fork")
@@ -159,11 +168,13 @@ def test_the_children_a_call_leaves_are_gone_when_it_ends(one_process_worker):
     pids = [int(p) for p in marked(marks, "fork")[0].read_text().split()]
     assert all(alive(p) for p in pids)
     r = client.wait_rewards([key], timeout=30)[key]
-    assert r.status == "error" and "timed out" in r.error
+    assert r.status == "error" and "timed out" in (r.error or ""), r.error
     wait_for(lambda: not any(alive(p) for p in pids), 10, "the hung call's children to be killed")
 
 
-def test_100_mb_of_stdout_leaves_the_log_small_and_says_what_was_cut(one_process_worker):
+def test_100_mb_of_stdout_leaves_the_log_small_and_says_what_was_cut(
+    one_process_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     worker, client, _ = one_process_worker
     size_before = worker.log_path.stat().st_size
     # Given a call that writes 100 MB to stdout (through sys.stdout and straight to fd 1)
@@ -184,7 +195,7 @@ def test_100_mb_of_stdout_leaves_the_log_small_and_says_what_was_cut(one_process
     print(f"\nlog grew by {grown} bytes for 100 MB written; {json.dumps(line[-160:])}")
 
 
-def test_a_forked_child_never_outlives_the_worker(redis_url, ns, tmp_path):
+def test_a_forked_child_never_outlives_the_worker(redis_url: str, ns: str, tmp_path: Path) -> None:
     # Given a worker whose scorer process is hung in a call that forked a child and a daemon
     marks = tmp_path / "marks"
     marks.mkdir()

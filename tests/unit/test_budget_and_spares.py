@@ -7,18 +7,20 @@ import os
 import threading
 import time
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
-from rewardq.reward.execution.budget import current_budget, run_within_budget, waiting_for_a_place
+from rewardq.reward.execution.budget import ScoringBudget, current_budget, run_within_budget, waiting_for_a_place
+from rewardq.reward.execution.scorer_slot import ScorerSlot
 from rewardq.reward.execution.spares import SparePolicy, cpu_seconds
 
 BOTH_WAYS = pytest.mark.parametrize("own_task", [False, True], ids=["in-task", "own-task (3.10)"])
 
 
 @BOTH_WAYS
-async def test_time_spent_waiting_for_a_place_is_not_spent_from_the_budget(own_task):
-    async def queued_then_quick():
+async def test_time_spent_waiting_for_a_place_is_not_spent_from_the_budget(own_task: bool) -> None:
+    async def queued_then_quick() -> ScoringBudget | None:
         with waiting_for_a_place():
             await asyncio.sleep(1.0)  # twice the budget, all of it waiting
         await asyncio.sleep(0.01)
@@ -29,8 +31,8 @@ async def test_time_spent_waiting_for_a_place_is_not_spent_from_the_budget(own_t
 
 
 @BOTH_WAYS
-async def test_the_budget_still_ends_work_that_runs_too_long(own_task):
-    async def runs_on():
+async def test_the_budget_still_ends_work_that_runs_too_long(own_task: bool) -> None:
+    async def runs_on() -> None:
         with waiting_for_a_place():
             await asyncio.sleep(0.05)
         await asyncio.sleep(30)
@@ -40,12 +42,12 @@ async def test_the_budget_still_ends_work_that_runs_too_long(own_task):
 
 
 @BOTH_WAYS
-async def test_calls_waiting_together_stop_the_clock_once(own_task):
-    async def row(wait: float):
+async def test_calls_waiting_together_stop_the_clock_once(own_task: bool) -> None:
+    async def row(wait: float) -> None:
         with waiting_for_a_place():
             await asyncio.sleep(wait)
 
-    async def rows():
+    async def rows() -> ScoringBudget | None:
         await asyncio.gather(row(0.4), row(0.4), row(0.2))  # tasks of their own share the budget
         return current_budget()
 
@@ -53,7 +55,7 @@ async def test_calls_waiting_together_stop_the_clock_once(own_task):
     assert budget is not None and 0.4 <= budget.waited < 0.8  # the overlap counted once, not 1.0 s
 
 
-async def test_outside_a_trajectory_waiting_changes_nothing():
+async def test_outside_a_trajectory_waiting_changes_nothing() -> None:
     with waiting_for_a_place() as budget:
         assert budget is None
 
@@ -62,7 +64,7 @@ def policy(cpu: dict[int, float]) -> SparePolicy:
     return SparePolicy(after=2.0, most=2, cpu_of=lambda pid: cpu.get(pid) if pid is not None else None)
 
 
-def test_the_threshold_is_spare_after_or_a_quarter_of_a_short_budget():
+def test_the_threshold_is_spare_after_or_a_quarter_of_a_short_budget() -> None:
     p = policy({})
     assert p.threshold(None) == 2.0
     assert p.threshold(300.0) == 2.0
@@ -70,12 +72,13 @@ def test_the_threshold_is_spare_after_or_a_quarter_of_a_short_budget():
     assert SparePolicy(after=None).threshold(2.0) is None
 
 
-def busy_slot(pid: int, threshold: float) -> SimpleNamespace:
+def busy_slot(pid: int, threshold: float) -> ScorerSlot:
     """What the policy reads of a busy slot: busy since 0 on a call with ``threshold``."""
-    return SimpleNamespace(pid=pid, busy_since=0.0, threshold=threshold, cpu_mark=None, stuck_seen=False, dead=False)
+    slot = SimpleNamespace(pid=pid, busy_since=0.0, threshold=threshold, cpu_mark=None, stuck_seen=False, dead=False)
+    return cast(ScorerSlot, slot)
 
 
-def test_a_process_counts_as_stuck_only_when_it_sleeps_or_spins_past_its_threshold():
+def test_a_process_counts_as_stuck_only_when_it_sleeps_or_spins_past_its_threshold() -> None:
     cpu = {1: 10.0, 2: 10.0, 3: 10.0}
     p = policy(cpu)
     sleeper, slow, spinner = busy_slot(1, 2.0), busy_slot(2, 2.0), busy_slot(3, 2.0)
@@ -96,7 +99,7 @@ def test_a_process_counts_as_stuck_only_when_it_sleeps_or_spins_past_its_thresho
     assert p.able([sleeper, slow, spinner], 2.6) == 1
 
 
-def test_cpu_seconds_reads_this_process_and_nothing_for_a_missing_one():
+def test_cpu_seconds_reads_this_process_and_nothing_for_a_missing_one() -> None:
 
     before = cpu_seconds(os.getpid())
     end = time.process_time() + 0.05
@@ -107,7 +110,7 @@ def test_cpu_seconds_reads_this_process_and_nothing_for_a_missing_one():
     assert cpu_seconds(2**22 + 12345) is None and cpu_seconds(None) is None
 
 
-async def test_a_call_waiting_for_a_scoring_thread_does_not_spend_its_budget():
+async def test_a_call_waiting_for_a_scoring_thread_does_not_spend_its_budget() -> None:
     from rewardq.reward.execution.threads import ThreadRunner
 
     release = threading.Event()
