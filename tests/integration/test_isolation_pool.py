@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 from collections.abc import Callable
 
 import pytest
 
+from rewardq.reward.execution.process_pool import ScorerPool
 from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support import misbehaving
 from tests.support.helpers import until
@@ -78,7 +78,7 @@ async def test_spares_stay_within_their_bound(naive: Callable[..., NaiveRewardMa
     await asyncio.gather(*hung, return_exceptions=True)
 
 
-async def _bursts(m: Any, pool: Any, text: str, bursts: int, size: int, gap: float) -> int:
+async def _bursts(m: NaiveRewardManager, pool: ScorerPool, text: str, bursts: int, size: int, gap: float) -> int:
     """Run ``bursts`` bursts of ``size`` calls of ``text``, ``gap`` seconds apart; the most processes
     alive at once meanwhile."""
     most = 0
@@ -100,7 +100,9 @@ async def _bursts(m: Any, pool: Any, text: str, bursts: int, size: int, gap: flo
     return most
 
 
-async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_bound(naive: Any) -> None:
+async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_bound(
+    naive: Callable[..., NaiveRewardManager],
+) -> None:
     """Calls slower than spare_after, in bursts with idle gaps: spares start once, up to the bound,
     and stay through the gaps (they exit only after spare_idle), instead of starting again each burst."""
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.1, max_spares=2)
@@ -112,7 +114,9 @@ async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_
     assert pool.counters["retired"] == 0  # none left during the gaps
 
 
-async def test_calls_that_compute_even_at_half_speed_start_no_spare(naive: Any) -> None:
+async def test_calls_that_compute_even_at_half_speed_start_no_spare(
+    naive: Callable[..., NaiveRewardManager],
+) -> None:
     """A call past spare_after that keeps computing (a process waiting for a core looks like this)
     is not stuck: the calls behind it wait for it, and no spare loads the machine further."""
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.3, max_spares=2)
