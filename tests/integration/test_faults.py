@@ -370,7 +370,7 @@ def test_verdict_counts_lost_duplicated_and_errors(ns: str, sync_redis: SyncClie
             continue  # lost: no result
         status, score = ("error", None) if key == "d_s_0" else ("ok", 9.0 if key == "c_s_0" else value)
         h = RewardResult(key=key, status=status, reward_score=score, error="boom" if score is None else None)
-        sync_redis.hset(ks.reward_key(key), mapping=h.to_hash())
+        sync_redis.hset(ks.reward_key(key), mapping={field: v for field, v in h.to_hash().items()})
     for tid in ("a_s", "b_s", "b_s", "c_s", "d_s"):  # b finished twice; e never finished
         sync_redis.xadd(ks.done(0), {"tid": tid, "n": 1, "status": "ok"})
     v = settle(sync_redis, ks, expected, timeout=0)
