@@ -35,6 +35,7 @@ from rewardq.errors import (
 )
 from rewardq.queue.keys import Keyspace
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.sync_client import SyncClient
 
 SAMPLE = {"data_source": "test", "reward_model": {"ground_truth": "1"}}
 #: A marker inside every record, to prove no message carries record bytes.
@@ -66,7 +67,7 @@ def _check_short(err: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def oom_server() -> Iterator[tuple[RedisServer, redis.Redis]]:
+def oom_server() -> Iterator[tuple[RedisServer, SyncClient]]:
     with RedisServer(extra=["--maxmemory", "40mb", "--maxmemory-policy", "noeviction"]) as srv:
         r = srv.client()
         try:
