@@ -21,7 +21,7 @@ from tests.support.image_managers import ImageDigests
 from tests.support.sync_client import SyncClient
 
 
-def png(color, size=(24, 16)) -> bytes:
+def png(color: tuple[int, int, int], size: tuple[int, int] = (24, 16)) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", size, color).save(buf, format="PNG")
     return buf.getvalue()

@@ -46,7 +46,7 @@ def _outputs(n: int, tokens: int) -> list[dict[str, Any]]:
     return [{"prompt_ids": np.full(tokens, MARK, dtype=np.int32), "response_ids": [1, 2, 3]} for _ in range(n)]
 
 
-def _fill(r: redis.Redis) -> None:
+def _fill(r: SyncClient) -> None:
     """Write filler until Redis refuses a write for memory."""
     block = b"f" * (1024 * 1024)
     for i in range(10_000):

@@ -67,6 +67,7 @@ class SyncClient(SyncRedis, Protocol):
     def info(self, section: str | None = None) -> dict[str, Any]: ...  # INFO's fields: numbers and text
     def config_set(self, name: str, value: Value) -> bool: ...
     def script_flush(self) -> bool: ...
+    def flushdb(self) -> bool: ...  # only on a server a test started for itself
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Any command; its reply's shape is the command's."""
 

@@ -97,7 +97,7 @@ def combinations(seed: int, n: int) -> list[tuple[str, str]]:
 
 
 def test_seeded_combinations_score_the_same() -> None:
-    mismatches = []
+    mismatches: list[tuple[object, ...]] = []
     for i, (response, truth) in enumerate(combinations(seed=13, n=240)):
         data_source = GEO3K if i % 4 == 0 else NUMINA_SOURCES[i % len(NUMINA_SOURCES)]
         theirs = outcome(verl_score, data_source, response, truth)
@@ -107,7 +107,7 @@ def test_seeded_combinations_score_the_same() -> None:
 
 
 def test_seeded_combinations_grade_the_same_step_by_step() -> None:
-    mismatches = []
+    mismatches: list[tuple[object, ...]] = []
     for response, truth in combinations(seed=29, n=400):
         if verl_prime.match_answer(response)[1] != ours_prime.match_answer(response):
             mismatches.append(("match_answer", response))
