@@ -14,7 +14,7 @@ one question about the pipeline's keys:
 * :mod:`.connection`, :mod:`.retry`, :mod:`.redis_errors`, :mod:`.aio` clients and their failures.
 
 What other layers make of these reads stays with them: the operator views (``rewardq status``,
-``inspect``, ``dead-letters``) are :mod:`rewardq.ops`'s, and the rate limiter's waiting, leases
-and counters :mod:`rewardq.reward.ratelimit`'s: this package holds the Redis side of each, and
-nothing above it.
+``inspect``, ``dead-letters``, down to the words a retry is reported in) are :mod:`rewardq.ops`'s,
+and the rate limiter's waiting, leases and counters :mod:`rewardq.reward.ratelimit`'s: this package
+holds the Redis side of each, and nothing above it.
 """

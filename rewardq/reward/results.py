@@ -14,7 +14,7 @@ from rewardq.errors import ConfigError, ScoringError
 if TYPE_CHECKING:
     from rewardq.reward.base import RewardManager
 
-#: The values of :attr:`RewardManager.reads`.
+#: The values of :attr:`~rewardq.reward.base.RewardManager.reads`.
 READS = ("trajectory", "final")
 
 
