@@ -137,7 +137,7 @@ def produce(url: str, ns: str, jobs: list[Job], rate: float, run: Run) -> None:
             ahead = start + (i + 1) / rate - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the producer thread reports its end, whatever ends it
         run.producer_error = f"{type(exc).__name__}: {exc}"
         log(f"producer failed: {run.producer_error}")
     finally:
@@ -218,14 +218,14 @@ class Fleet:
         for w in self.slots:
             try:
                 w.terminate(timeout=30)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a worker that will not stop is killed
                 w.kill()
 
 
 def done_count(r: Any, stream: str) -> int | None:
     try:
         return int(r.xlen(stream))
-    except Exception:
+    except Exception:  # noqa: BLE001 - Redis is being restarted: no count this time
         return None  # Redis is restarting
 
 

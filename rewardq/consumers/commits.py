@@ -97,7 +97,7 @@ class CommitCoalescer:
             replies: list[Any] = await self.broker.commit_many([(s, t, r) for s, t, r, _ in batch])
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the round trip failed: every waiter decides (retry or not) itself
+        except Exception as exc:  # noqa: BLE001 - the round trip failed: every waiter decides (retry or not) itself
             for *_, future in batch:
                 if not future.done():
                     future.set_exception(exc)

@@ -234,7 +234,7 @@ class WorkerMetrics:
                     self.backlog(await probe())
                 except asyncio.CancelledError:
                     raise
-                except Exception:  # noqa: BLE001 - a gauge never stops the worker; the next pass retries
+                except Exception:
                     logger.debug("could not refresh the backlog gauges", exc_info=True)
                 await asyncio.sleep(every)
 

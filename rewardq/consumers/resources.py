@@ -23,6 +23,7 @@ from rewardq.reward.base import ManagerContext, RewardManager
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -43,7 +44,7 @@ async def open_broker(client: AsyncRedis, cfg: WorkerConfig, worker_name: str) -
     return broker
 
 
-def build_manager(cfg: WorkerConfig, client: AsyncRedis, worker_name: str) -> tuple[RewardManager, Any]:
+def build_manager(cfg: WorkerConfig, client: AsyncRedis, worker_name: str) -> tuple[RewardManager, Tokenizer]:
     """The manager and tokenizer ``cfg`` names (not set up yet)."""
     from rewardq.reward.factory import build_from_config
 

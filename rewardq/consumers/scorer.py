@@ -113,7 +113,7 @@ class TrajectoryScorer:
             ) from None
         except Exception:
             raise
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, a BaseException subclass
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, GeneratorExit from a manager: named
             reason = describe_escape(exc, _RUN_SINGLE)
             if reason is None:
                 reason = f"{_RUN_SINGLE} raised {type(exc).__name__}, a BaseException that is not an Exception: {exc}"

@@ -379,7 +379,7 @@ class Worker:
             results = await self.scorer.score(records, started_ts=o.entry.ts)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any manager failure dead-letters its trajectory, never ends the worker
             await self.failures.fail_trajectory(
                 shard,
                 tid,

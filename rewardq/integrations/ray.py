@@ -56,13 +56,17 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, RewardqError
 from rewardq.integrations.autoscale import Autoscale, Autoscaler
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
+    from rewardq.queue.keys import Keyspace
 
 __all__ = ["Autoscale", "FleetError", "FleetWorker", "RayFleet", "start_fleet"]
 
@@ -333,8 +337,8 @@ class RayFleet:
         self._seen: dict[int, tuple[int | None, str]] = {}  # index -> (actor pid, name) last seen
         self._restarts: dict[int, int] = {}
         self._lock = threading.RLock()
-        self._client: Any = None
-        self._ks: Any = None
+        self._client: SyncRedis | None = None
+        self._ks: Keyspace | None = None
         self.stopped = False
         self.autoscaler = Autoscaler(autoscale) if autoscale is not None else None
         self._autoscale_stop = threading.Event()
@@ -451,7 +455,7 @@ class RayFleet:
         self.stop()
 
     # -- what is running -------------------------------------------------------------------
-    def _redis(self) -> tuple[Any, Any]:
+    def _redis(self) -> tuple[SyncRedis, Keyspace]:
         from rewardq.queue.connection import connect_sync
         from rewardq.queue.keys import Keyspace
         from rewardq.queue.meta import known_shards
@@ -564,7 +568,7 @@ class RayFleet:
         while not self._autoscale_stop.wait(self.autoscaler.policy.interval_s):
             try:
                 self.autoscale_once()
-            except Exception:  # noqa: BLE001 - one failed decision (Redis blip, restarting actor) is retried
+            except Exception:
                 if self.stopped:
                     return
                 logger.warning("fleet %s: autoscaling pass failed; retrying", self.prefix, exc_info=True)

@@ -127,7 +127,7 @@ def inspect_trajectory(
                     item["record"]["response_preview"] = text[:preview_chars] + (
                         "…" if len(text) > preview_chars else ""
                     )
-            except Exception as exc:  # show what is wrong rather than fail the whole view
+            except Exception as exc:  # noqa: BLE001 - show what is wrong rather than fail the whole view
                 item["record_error"] = str(exc)
         res, ttl = reads.reward_hash(r, ks, shard, f"{tid}_{i}")
         if res:

@@ -23,6 +23,7 @@ import click
 
 from rewardq import defaults
 from rewardq.errors import NotFound
+from rewardq.queue.redis_errors import RedisError
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import SyncRedis
@@ -89,7 +90,7 @@ class Pipeline:
     def close(self) -> None:
         try:
             self.client.close()
-        except Exception:  # noqa: BLE001 - closing is best effort
+        except (RedisError, OSError):  # closing is best effort
             pass
 
 

@@ -36,7 +36,6 @@ from rewardq.ops.layout import fmt_duration
 from rewardq.ops.target import opened, pipeline_options
 
 if TYPE_CHECKING:
-    pass
     from rewardq.queue.clients import SyncRedis
     from rewardq.queue.keys import Keyspace
 

@@ -29,6 +29,7 @@ from rewardq.producers.core import (
     split_replies,
 )
 from rewardq.queue.aio import being_cancelled
+from rewardq.queue.clients import AsyncRedis
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.redis_errors import ResponseError
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rewardq.client")
 
 
-class AsyncRewardClient(ClientBase):
+class AsyncRewardClient(ClientBase[AsyncRedis]):
     """asyncio client for producers (agent loops) and trainers. See RewardClient for the methods."""
 
     def __init__(self, redis: AsyncRedis, settings: ClientSettings | None = None, **overrides: object) -> None:
@@ -59,8 +60,9 @@ class AsyncRewardClient(ClientBase):
     async def keyspace(self) -> Keyspace:
         if self._ks is None:
             probe = Keyspace(self.settings.namespace)
-            await self.r.hsetnx(probe.meta, "shards", self.settings.shards or 1)
-            return self._keyspace_from_meta(await self.r.hget(probe.meta, "shards"))
+            # redis-py types asyncio hash commands as blocking ones (rewardq.queue.clients)
+            await self.r.hsetnx(probe.meta, "shards", str(self.settings.shards or 1))  # type: ignore[misc]
+            return self._keyspace_from_meta(await self.r.hget(probe.meta, "shards"))  # type: ignore[misc]
         return self._ks
 
     async def aclose(self) -> None:

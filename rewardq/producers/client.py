@@ -29,13 +29,14 @@ from rewardq.producers.core import (
     settings_from_kwargs,
     split_replies,
 )
+from rewardq.queue.clients import SyncRedis
 from rewardq.queue.connection import connect_sync
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.redis_errors import ResponseError
 from rewardq.queue.results import RewardResult
 
 
-class RewardClient(ClientBase):
+class RewardClient(ClientBase[SyncRedis]):
     """Blocking client for producers (agent loops) and trainers.
 
     Args:

@@ -4,7 +4,9 @@ A URL names one Redis or a Redis Cluster (:mod:`rewardq.queue.connection`), so e
 redis-py's single-server and cluster clients (and fakeredis's, which subclass them).
 
 * :data:`AsyncRedis` is redis-py's own ``redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster``:
-  its commands are typed ``Awaitable[T] | T`` and every asyncio call site awaits them.
+  its commands are typed ``Awaitable[T] | T`` and every asyncio call site awaits them. redis-py 5
+  types a few as blocking only (the hash commands, a cluster's ``register_script``): those call
+  sites carry ``# type: ignore[misc]`` naming this module.
 * :class:`SyncRedis` is a Protocol of the blocking commands rewardq uses, with the replies a client
   with ``decode_responses=False`` gives. redis-py types a blocking client's replies as
   ``Awaitable[T] | T`` too (its command mixins are shared with asyncio), which would make every
@@ -15,11 +17,13 @@ redis-py's single-server and cluster clients (and fakeredis's, which subclass th
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, cast, overload
 
 if TYPE_CHECKING:
+    import redis
     import redis.asyncio
     import redis.asyncio.cluster
+    import redis.cluster
     from redis.lock import Lock
 
 #: An asyncio client: ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``.
@@ -29,6 +33,8 @@ AsyncRedis: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluste
 Key: TypeAlias = "str | bytes"
 #: A value Redis stores (redis-py encodes numbers as their decimal text).
 Value: TypeAlias = "str | bytes | int | float"
+#: A stream entry's field name or value as redis-py types it (``redis.typing.EncodableT``).
+Encodable: TypeAlias = "bytes | bytearray | memoryview | str | int | float"
 #: One stream entry: its id and its fields.
 StreamEntry: TypeAlias = "tuple[bytes, dict[bytes, bytes]]"
 
@@ -36,7 +42,7 @@ StreamEntry: TypeAlias = "tuple[bytes, dict[bytes, bytes]]"
 class SyncPipeline(Protocol):
     """A blocking pipeline: each command queues and returns the pipeline; :meth:`execute` sends them."""
 
-    def xadd(self, name: Key, fields: Mapping[Key, Value], id: Key = "*") -> SyncPipeline: ...
+    def xadd(self, name: Key, fields: Mapping[Encodable, Encodable], id: Key = "*") -> SyncPipeline: ...
     def xlen(self, name: Key) -> SyncPipeline: ...
     def xrevrange(self, name: Key, max: Key = "+", min: Key = "-", count: int | None = None) -> SyncPipeline: ...
     def hgetall(self, name: Key) -> SyncPipeline: ...
@@ -67,7 +73,7 @@ class SyncRedis(Protocol):
     def hkeys(self, name: Key) -> list[bytes]: ...
     def hsetnx(self, name: Key, key: Key, value: Value) -> bool: ...
     def hincrby(self, name: Key, key: Key, amount: int = ...) -> int: ...
-    def xadd(self, name: Key, fields: Mapping[Key, Value], id: Key = "*") -> bytes: ...
+    def xadd(self, name: Key, fields: Mapping[Encodable, Encodable], id: Key = "*") -> bytes: ...
     def xdel(self, name: Key, *ids: Key) -> int: ...
     def xlen(self, name: Key) -> int: ...
     def xrange(self, name: Key, min: Key = "-", max: Key = "+", count: int | None = None) -> list[StreamEntry]: ...
@@ -85,6 +91,13 @@ class SyncRedis(Protocol):
     def zrangebyscore(
         self, name: Key, min: float | str, max: float | str, start: int | None = None, num: int | None = None
     ) -> list[bytes]: ...
+
+
+def blocking(client: redis.Redis | redis.cluster.RedisCluster) -> SyncRedis:
+    """A blocking redis-py client as :class:`SyncRedis` (the same object): the one place where
+    redis-py's ``Awaitable[T] | T`` replies become the replies a blocking client gives. Code that
+    makes its own ``redis.Redis`` passes it through this to the functions that take a SyncRedis."""
+    return cast("SyncRedis", client)
 
 
 #: Either kind, for code that only inspects a client (its pool, its user, whether it is a cluster).

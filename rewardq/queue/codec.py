@@ -413,7 +413,7 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
         )
     except RecordError:
         raise
-    except Exception as exc:  # msgpack raises many types for garbage input
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many types for garbage input; each is a bad record
         raise RecordError("<record>", f"not a valid msgpack record ({type(exc).__name__}: {exc})") from None
     if not isinstance(d, dict):
         raise RecordError("<record>", f"expected a msgpack map, got {type(d).__name__}")

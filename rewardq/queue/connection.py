@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio as aredis
 
 from rewardq import defaults
 from rewardq.errors import RedisPermissionError
+from rewardq.queue.clients import blocking
 from rewardq.queue.retry import RETRY_ON, AsyncPolicyRetry, PolicyRetry
 
 if TYPE_CHECKING:
@@ -111,8 +112,7 @@ def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: obj
         client = redis.RedisCluster.from_url(url, **_cluster_opts(opts))
     else:
         client = redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(url, **_pool_opts(opts)))
-    # redis-py types a blocking client's replies as `Awaitable[T] | T`; SyncRedis states the real ones
-    return cast("SyncRedis", client)
+    return blocking(client)
 
 
 def _cluster_opts(opts: dict[str, Any]) -> dict[str, Any]:

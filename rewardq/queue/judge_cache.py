@@ -168,7 +168,7 @@ class _CacheBase:
                     await asyncio.shield(self._op(digest, "release", holder))
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:  # the lease frees it anyway
+                except Exception as exc:  # noqa: BLE001 - a failed release must not fail the judged call; the lease frees it
                     logger.warning(
                         "could not release judge claim %s (%s); it frees itself in %.0fs",
                         digest[:16],
@@ -181,7 +181,7 @@ class _CacheBase:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 _, renewed = await self._op(digest, "renew", holder)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the renew loop outlives a failed renew; the lease is the fallback
                 logger.warning("could not renew judge claim %s: %s", digest[:16], exc)
                 continue
             if not renewed:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rewardq import defaults
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.redis_errors import RedisError
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import SyncRedis
@@ -47,7 +48,7 @@ def known_namespaces(
             found.add(name[: -len(":meta")])
             if len(found) >= limit or time.monotonic() > deadline:
                 break
-    except Exception:  # noqa: BLE001 - a hint only; never fail the command over it
+    except (RedisError, OSError):  # a hint only (e.g. a user without SCAN): never fail the command over it
         pass
     return sorted(found)
 

@@ -97,6 +97,7 @@ def build_manager(
         raise ConfigError(f"cannot build manager {spec!r}: {exc}") from None
 
 
+# `cfg` below: a rewardq.config.WorkerConfig, read by attribute (reward/ imports nothing of config's)
 def scoring_settings(cfg: Any) -> ScoringSettings:
     """Where the manager's scoring functions run, from a :class:`~rewardq.config.WorkerConfig`."""
     return ScoringSettings(
@@ -108,7 +109,7 @@ def scoring_settings(cfg: Any) -> ScoringSettings:
     )
 
 
-def load_worker_tokenizer(cfg: Any) -> Any:
+def load_worker_tokenizer(cfg: Any) -> Tokenizer:
     """The tokenizer a :class:`~rewardq.config.WorkerConfig` names; ConfigError naming ``--tokenizer``
     when it names none (there is no default) and naming the path when it cannot be loaded."""
     from rewardq.reward.tokenizer import load_tokenizer
@@ -119,7 +120,7 @@ def load_worker_tokenizer(cfg: Any) -> Any:
 
 def build_from_config(
     cfg: Any, context: ManagerContext, tokenizer: Tokenizer | None = None
-) -> tuple[RewardManager, Any]:
+) -> tuple[RewardManager, Tokenizer]:
     """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig` (``tokenizer``:
     already loaded by :func:`load_worker_tokenizer`)."""
     from rewardq.reward.execution.loader import load_score_fn

@@ -277,7 +277,7 @@ class _LimiterBase:
                 await asyncio.shield(self._slot_op("release", holder))
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the lease expiry frees the slot anyway
+            except Exception as exc:  # noqa: BLE001 - a failed release must not fail the call; the lease expiry frees the slot
                 logger.warning(
                     "could not release rate-limit slot %s (%s); it frees itself in %.0fs",
                     holder,
@@ -297,7 +297,7 @@ class _LimiterBase:
                         self.lease_seconds,
                     )
                     return
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the renew loop outlives a failed renew; the lease is the fallback
                 logger.warning("could not renew rate-limit slot %s: %s", holder, exc)
 
     def stats(self) -> dict[str, dict[str, float]]:

@@ -428,7 +428,7 @@ def _from_tokenizer_json(path: Path, name: str, meta: dict[str, Any]) -> FastTok
 
     try:
         backend = RawTokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises bare Exception for bad JSON
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a bad tokenizer.json
         raise ConfigError(
             f"cannot load tokenizer {str(path)!r}: {exc}. Give a tokenizer.json written by the "
             "tokenizers/transformers libraries, a Hugging Face tokenizer folder, or builtin:demo"
@@ -487,7 +487,7 @@ def _from_transformers(path: str, origin: str | None = None) -> TransformersToke
 
     try:
         backend = AutoTokenizer.from_pretrained(path)
-    except Exception as exc:  # OSError, ValueError, HTTP errors, ...
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, HTTP errors, ...: one ConfigError
         if not Path(path).expanduser().exists() and looks_like_hub_id(path):
             raise ConfigError(f"{_hub_help(path, origin)} [{type(exc).__name__}: {_first_line(exc)}]") from None
         raise ConfigError(
@@ -508,7 +508,7 @@ def _from_hub_cache(name: str, origin: str | None) -> FastTokenizer:
         ) from None
     try:
         folder = Path(snapshot_download(name, allow_patterns=TOKENIZER_FILES))
-    except Exception as exc:  # not cached and offline, no network, no such repository, ...
+    except Exception as exc:  # noqa: BLE001 - offline and not cached, no network, no such repository, ...: one ConfigError
         raise ConfigError(f"{_hub_help(name, origin)} [{type(exc).__name__}: {_first_line(exc)}]") from None
     if not (folder / "tokenizer.json").is_file():
         raise ConfigError(

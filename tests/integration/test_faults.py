@@ -29,7 +29,7 @@ from tests.support.exactly_once import Trajectory, make_trajectories, push, sett
 from tests.support.managers import EchoManager
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
-from tests.support.sync_client import SyncClient
+from tests.support.sync_client import SyncClient, connect
 
 ECHO = "tests.support.managers:EchoManager"
 #: Fast recovery: a dead worker's entries are reclaimed ~2 s after its last lease renewal.
@@ -172,11 +172,14 @@ async def _rescue(
             await asyncio.to_thread(clients[p].wait_rewards, keys[p], 90)
         # results can be readable before the trajectory is finished (kill-before-commit wrote
         # them, acknowledging nothing): wait until the rescuers have acknowledged everything too
-        r = clients[next(iter(names))].r
-        deadline = time.monotonic() + 90
-        while any(_pending_by_consumer(r, Keyspace(ns)) for ns in names.values()):
-            assert time.monotonic() < deadline, "the rescuers left entries unacknowledged"
-            await asyncio.sleep(0.1)
+        r = connect(url)
+        try:
+            deadline = time.monotonic() + 90
+            while any(_pending_by_consumer(r, Keyspace(ns)) for ns in names.values()):
+                assert time.monotonic() < deadline, "the rescuers left entries unacknowledged"
+                await asyncio.sleep(0.1)
+        finally:
+            r.close()
     finally:
         for w in workers:
             w.request_stop("test done")
@@ -192,7 +195,7 @@ def _produce(
                 t.uid, t.session_id, t.outputs, {"data_source": "test", "reward_model": {"ground_truth": "1"}}
             )
             time.sleep(pause)
-    except BaseException as exc:  # the test asserts there were none
+    except BaseException as exc:  # noqa: BLE001 - the test asserts there were none
         errors.append(exc)
 
 
@@ -210,7 +213,7 @@ def _produce_async(
 
     try:
         asyncio.run(go())
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the test asserts there were none
         errors.append(exc)
 
 

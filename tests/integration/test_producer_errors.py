@@ -33,6 +33,7 @@ from rewardq.errors import (
     RewardqError,
     TrajectoryTooLarge,
 )
+from rewardq.queue.clients import blocking
 from rewardq.queue.keys import Keyspace
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.sync_client import SyncClient
@@ -124,7 +125,7 @@ def test_a_stalled_redis_is_a_timeout_that_says_a_retry_is_safe() -> None:
     with RedisServer() as srv:
         admin = srv.client()
         raw = redis.Redis.from_url(srv.url, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
-        client = RewardClient(raw, namespace="st")
+        client = RewardClient(blocking(raw), namespace="st")
         _ = client.keyspace
         pause = threading.Thread(target=admin.execute_command, args=("CLIENT", "PAUSE", "3000", "WRITE"))
         pause.start()
@@ -145,7 +146,7 @@ def test_a_stalled_redis_is_a_timeout_that_says_a_retry_is_safe() -> None:
 
 def test_no_redis_is_a_connection_error_for_both_clients() -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
-    client = RewardClient(redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0)), namespace="nc")
+    client = RewardClient(blocking(redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))), namespace="nc")
     with pytest.raises(RedisConnectionLost) as err:
         client.put_output("u", "s", 0, _outputs(1, 10)[0], SAMPLE)
     text = _check_short(err.value)

@@ -35,12 +35,12 @@ def _convert_dict_keys(value: Any) -> Any:
     try:
         if isinstance(value, dict):
             value = [_int_keys(value)]
-    except Exception:  # noqa: BLE001 - a key that is not an integer leaves the value as it is
+    except (ValueError, TypeError):  # a key that is not an integer leaves the value as it is
         pass
     try:
         if isinstance(value[0], dict):
             value = [_int_keys(value[0])]
-    except Exception:  # noqa: BLE001 - not indexable, empty, or non-integer keys: unchanged
+    except (TypeError, IndexError, KeyError, ValueError):  # not indexable, empty, or non-integer keys: unchanged
         pass
     return value
 
@@ -130,7 +130,7 @@ def call_verdict(value: Any, expected: Any) -> bool:
     try:
         if isinstance(value[0], tuple):
             same = same or [list(x) for x in value] == expected[0]
-    except Exception:  # noqa: BLE001 - not indexable or empty: no third chance
+    except (TypeError, IndexError, KeyError):  # not indexable, empty, or not a list of rows: no third chance
         pass
     return same is True
 

@@ -192,7 +192,7 @@ def call_args(raw: Any) -> list[Any]:
     try:
         if isinstance(args[0], dict):
             args = [{int(k): v for k, v in args[0].items()}]
-    except Exception:  # noqa: BLE001 - prime_code leaves such arguments as they are
+    except (ValueError, TypeError):  # a key that is not an integer: prime_code leaves such arguments as they are
         pass
     return args
 

@@ -194,7 +194,7 @@ class LimitedRewardManager(RewardManager):
                     "rate_limited: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source
                 )
                 return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed score is 0.0 with its error, the manager's contract
                 logger.warning(
                     "rate_limited: scoring failed (data_source=%s): %s: %s", data_source, type(exc).__name__, exc
                 )

@@ -89,7 +89,7 @@ def compute_score(
     except timeout_exception:
         logger.warning("math-verify timed out; scoring %s", timeout_score)
         return float(timeout_score)
-    except Exception as exc:  # noqa: BLE001 - verl scores any other math-verify failure as 0.0
+    except Exception as exc:
         if isinstance(exc, ValueError) and "thread" in str(exc):  # alarm refused (e.g. a sub-interpreter)
             raise ScoringError(_THREAD_MESSAGE.format(name=current.name)) from exc
         logger.debug("math-verify failed", exc_info=True)
