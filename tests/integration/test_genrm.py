@@ -77,7 +77,7 @@ def batch(*responses: str, sample: dict[str, Any] = SAMPLE) -> TensorDict:
     ids=["regex", "json-structured", "json-text", "json-nested", "choice-structured", "choice-text"],
 )
 async def test_the_reward_is_the_score_the_answer_implies(
-    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options: Any
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options: dict[str, Any]
 ) -> None:
     m = await genrm(**options)
     graded = single(await m.run_single(batch("thinking", "the answer is 42, grade=0.75")))

@@ -89,7 +89,7 @@ def forged(index: int, final: bool, image: bytes) -> bytes:
     ids=["garbage", "cut", "oversize"],
 )
 async def test_a_raw_entry_carrying_a_bad_image_fails_every_key_and_is_dead_lettered(
-    ns: str, redis_url: str, sync_redis: SyncClient, image: Any, reason: Any
+    ns: str, redis_url: str, sync_redis: SyncClient, image: Any, reason: str
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

@@ -45,7 +45,9 @@ GOOD = {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]}
         ("u\n", "s", 0, GOOD, "uid"),
     ],
 )
-def test_producer_rejects_naming_the_field(uid: Any, sid: Any, index: Any, out: Any, field: Any) -> None:
+def test_producer_rejects_naming_the_field(
+    uid: str, sid: str | None, index: float, out: dict[str, Any], field: str
+) -> None:
     with pytest.raises(RecordError) as info:
         encode_output(uid, sid, index, out, SAMPLE, final=True)
     assert info.value.field == field

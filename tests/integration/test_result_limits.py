@@ -151,7 +151,7 @@ async def _stop(w: Worker) -> None:
     ids=["manager-cycle", "per-output-cycle", "manager-deep", "manager-keys", "reward-fn-cycle"],
 )
 async def test_a_bad_extra_info_fails_only_its_trajectory_and_never_its_commit_batch(
-    ns: str, redis_url: str, sync_redis: SyncClient, settings: Any, text: Any, reason: Any
+    ns: str, redis_url: str, sync_redis: SyncClient, settings: dict[str, Any], text: str, reason: str
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)

@@ -136,7 +136,7 @@ def test_numina_refuses_to_run_off_the_main_thread() -> None:
     [("pylatexenc", "numina_cn_k12", r"\boxed{1}"), ("mathruler", GEO3K, r"\boxed{1}")],
 )
 def test_a_missing_math_extra_names_the_install_command(
-    monkeypatch: pytest.MonkeyPatch, missing: Any, data_source: Any, solution: Any
+    monkeypatch: pytest.MonkeyPatch, missing: str, data_source: Any, solution: str
 ) -> None:
     for name in list(sys.modules):
         if name == missing or name.startswith(missing + ".") or name.endswith("prime_math.prm800k"):
