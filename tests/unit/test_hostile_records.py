@@ -118,7 +118,7 @@ def _decoder_accepts(sample: dict[Any, Any]) -> bool:
 
 
 @pytest.mark.parametrize("sample", NESTED, ids=range(len(NESTED)))
-def test_producer_accepts_exactly_what_the_decoder_accepts(sample: Any) -> None:
+def test_producer_accepts_exactly_what_the_decoder_accepts(sample: dict[Any, Any]) -> None:
     assert _producer_accepts(sample) == _decoder_accepts(sample)
 
 

@@ -50,7 +50,7 @@ def test_the_reference_is_verl_0_9_1() -> None:
 
 
 @pytest.mark.parametrize("data_source, solution, truth, expected", CASES)
-def test_known_answers_are_verls_and_ours(data_source: Any, solution: Any, truth: Any, expected: Any) -> None:
+def test_known_answers_are_verls_and_ours(data_source: str, solution: str, truth: Any, expected: Any) -> None:
     theirs = outcome(verl_score, data_source, solution, truth)
     assert theirs == expected_outcome(expected), "verl no longer gives the table's value"
     assert outcome(default_compute_score, data_source, solution, truth) == theirs
@@ -58,7 +58,7 @@ def test_known_answers_are_verls_and_ours(data_source: Any, solution: Any, truth
 
 @pytest.mark.parametrize("data_source, solution, truth, expected", SLOW_CASES)
 def test_a_sympy_timeout_gives_verls_score_after_verls_limit(
-    data_source: Any, solution: Any, truth: Any, expected: Any
+    data_source: str, solution: str, truth: Any, expected: Any
 ) -> None:
     t0 = time.monotonic()
     theirs = verl_score(data_source, solution, truth)
