@@ -3,7 +3,7 @@
 Workers that score one namespace with different managers, options, reward functions or tokenizers
 would hand the trainer a mix of rewards, silently. So the first worker records the fingerprint of
 its scoring configuration (:mod:`rewardq.reward.scoring_fingerprint`) in ``<ns>:meta``
-(:mod:`rewardq.queue.fleet`), and :class:`ScoringGate` holds every later worker to it:
+(:mod:`rewardq.queue.fleet`), and :class:`FleetGate` holds every later worker to it:
 
 * the same fingerprint: the worker starts;
 * another one, without ``--takeover``: :class:`~rewardq.errors.ScoringConflict` (exit code 2), naming
@@ -15,7 +15,7 @@ its scoring configuration (:mod:`rewardq.reward.scoring_fingerprint`) in ``<ns>:
   workers with one configuration, the first records it and the others find it recorded) and starts.
   A stop requested while it waits ends the wait and the worker, cleanly.
 
-A running worker looks at the recorded fingerprint with every heartbeat (:meth:`ScoringGate.superseded`):
+A running worker looks at the recorded fingerprint with every heartbeat (:meth:`FleetGate.superseded`):
 one whose configuration was replaced (it missed heartbeats long enough to count as gone, say, and a
 takeover worker took over) stops taking new work, finishes what it holds and exits 2 with the reason.
 """
@@ -37,7 +37,7 @@ from rewardq.reward.scoring_fingerprint import ScoringFingerprint
 logger = logging.getLogger("rewardq.worker")
 
 
-class ScoringGate:
+class FleetGate:
     """Holds a worker to the scoring configuration its namespace records.
 
     Args:

@@ -44,7 +44,7 @@ from rewardq.consumers.assembly import assemble
 from rewardq.consumers.batch import check_batch_bytes
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
-from rewardq.consumers.fleet import ScoringGate
+from rewardq.consumers.fleet import FleetGate
 from rewardq.consumers.inflight import InFlight, InFlightTable
 from rewardq.consumers.intake import Intake
 from rewardq.consumers.metrics import Metrics, NoMetrics
@@ -116,7 +116,7 @@ class Worker:
         self.vocab_size: int | None = None
         self.tokenizer_fingerprint: str | None = None
         self.metrics_port: int | None = None
-        self.gate: ScoringGate | None = None
+        self.gate: FleetGate | None = None
         self.superseded: str | None = None  # why the namespace's scoring configuration is no longer ours
 
     @property
@@ -214,7 +214,7 @@ class Worker:
         assert self.ks is not None
         mine = scoring_fingerprint(self.cfg, self.tokenizer_fingerprint)
         self.presence.scoring = mine.digest
-        self.gate = ScoringGate(self._client, self.ks, mine, takeover=self.cfg.takeover, stopping=self._stopping.is_set)
+        self.gate = FleetGate(self._client, self.ks, mine, takeover=self.cfg.takeover, stopping=self._stopping.is_set)
         with startup_step(logger, "agreeing on the namespace's scoring configuration"):
             return await self.gate.join()
 
