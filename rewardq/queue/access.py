@@ -167,10 +167,13 @@ async def _dry_run(client: Any, user: str, calls: list[Probe]) -> list[str] | No
 async def _try_all(client: Any, calls: list[Probe], keys: Sequence[str], cluster: bool) -> list[str]:
     """The refused commands, by trying each (in order, the writes last undone), then the probe keys deleted."""
     refused: list[str] = []
-    if cluster:
+    if cluster:  # sent to the probe slot's node (SCRIPT LOAD to every primary), not routed by key parsing
+        await client.initialize()  # the slot map (a no-op once the client has it)
+        node = client.get_node_from_key(keys[0])
         for name, args in calls:
+            target = client.get_primaries() if name == "SCRIPT LOAD" else node
             try:
-                await client.execute_command(*args)
+                await client.execute_command(*args, target_nodes=target)
             except NoPermissionError:
                 refused.append(name)
             except ResponseError:

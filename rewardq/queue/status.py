@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 
 from rewardq import defaults
 from rewardq.queue.codec import decode_output
+from rewardq.queue.fleet import recorded_scoring_sync
 from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace, split_key
 from rewardq.queue.results import as_text
@@ -169,6 +170,7 @@ def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[
                 "rate_per_s": _f(d.get("rate")),
                 "outputs_per_s": _outputs_rate(d.get("outputs_rate"), d.get("rate")),
                 "manager": d.get("manager", ""),
+                "scoring": d.get("scoring", ""),
                 "uptime_s": round(now - _f(d.get("started_at"), now), 1),
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
                 "code": _json_dict(d.get("code")),
@@ -295,9 +297,11 @@ def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = defaults.STATU
     workers = workers_status(r, ks, now)
     shards = [shard_status(r, ks, s) for s in range(ks.shards)]
     backlog = backlog_status(shards, workers)
+    recorded = recorded_scoring_sync(r, ks)
     return {
         "namespace": ks.namespace,
         "group": ks.group,
+        "scoring": {"digest": recorded.digest, "config": recorded.config} if recorded is not None else None,
         "shards": shards,
         "backlog": backlog,
         "backlog_seconds": backlog["seconds"],

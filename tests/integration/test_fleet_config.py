@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import redis
 
+from rewardq.errors import RedisPermissionError
+from rewardq.queue import access
+from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
@@ -39,7 +43,9 @@ def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url, ns,
         assert first.wait_for_log("worker naive-w started", 120), first.log()
         assert "manager=naive" in _recorded(redis_url, ns)["config"]
         # When a dapo worker starts on the same namespace
-        code, log = _exit_and_log(WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="dapo-w", manager="dapo"))
+        code, log = _exit_and_log(
+            WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="dapo-w", manager="dapo")
+        )
         # Then it exits 2 with one line naming both configurations, who runs the recorded one, and the ways on
         assert code == 2, log
         errors = [line for line in log.splitlines() if line.startswith("error:")]
@@ -62,7 +68,9 @@ def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url, ns,
 
 def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url, ns, tmp_path):
     # Given a naive worker serving the namespace
-    old = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="old-w", manager="naive", heartbeat_interval=0.5)
+    old = WorkerProcess(
+        redis_url, ns, cli=True, log_dir=tmp_path, name="old-w", manager="naive", heartbeat_interval=0.5
+    )
     new = None
     try:
         assert old.wait_for_log("worker old-w started", 120), old.log()
@@ -81,7 +89,9 @@ def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url, ns, 
         assert after["digest"] != before["digest"] and "manager=dapo" in after["config"], after
         assert "takeover: namespace" in new.log()
         # And a worker of the old configuration is now the one refused
-        code, log = _exit_and_log(WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="late", manager="naive"))
+        code, log = _exit_and_log(
+            WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="late", manager="naive")
+        )
         assert code == 2 and "manager=dapo" in log and "manager=naive" in log, log
     finally:
         old.terminate()
@@ -151,3 +161,50 @@ def test_a_user_without_a_command_the_worker_needs_is_refused_at_start(tmp_path)
         admin = srv.client()
         assert not list(admin.scan_iter("acl:{probe-*")), list(admin.scan_iter("acl:*"))
         admin.close()
+
+
+async def test_both_ways_of_checking_find_the_same_refusal(tmp_path):
+    # ACL DRYRUN when the user may run it, harmless tries when not: each names the refused command
+    with RedisServer(password="admin-pw") as srv:
+        admin = srv.client()
+        for user, rules in (("dry", ("+@all", "-xclaim")), ("tries", ("+@all", "-acl", "-xclaim"))):
+            admin.execute_command("ACL", "SETUSER", user, "on", ">pw", "~acl:*", "&*", *rules)
+        ks = Keyspace("acl")
+        calls = [
+            (c, access.probe(c, "acl:{p}:a", "acl:{p}:b", "acl:{p}:h", "acl:{p}:z", ks.group))
+            for c in access.worker_commands()
+        ]
+        dry = connect_async(srv.url_for("dry", "pw"))
+        tries = connect_async(srv.url_for("tries", "pw"))
+        try:
+            assert await access._dry_run(dry, "dry", calls) == ["XCLAIM"]
+            assert await access._dry_run(tries, "tries", calls) is None  # may not run ACL DRYRUN: tries instead
+            for client in (dry, tries):
+                with pytest.raises(RedisPermissionError, match="may not run XCLAIM "):
+                    await access.check_worker_access(client, ks, srv.url)
+        finally:
+            await dry.aclose()
+            await tries.aclose()
+        assert not list(admin.scan_iter("acl:*"))
+        admin.close()
+
+
+async def test_the_check_runs_on_redis_cluster(redis_cluster):
+    nodes = [redis.Redis(host="127.0.0.1", port=p) for p in redis_cluster.ports]
+    for node in nodes:
+        node.execute_command("ACL", "SETUSER", "cl-noevalsha", "on", ">pw", "~acl:*", "&*", "+@all", "-acl", "-evalsha")
+        node.execute_command("ACL", "SETUSER", "cl-full", "on", ">pw", "~acl:*", "&*", "+@all", "-acl")
+    port = redis_cluster.ports[0]
+    ks = Keyspace("acl")
+    refused = connect_async(f"redis+cluster://cl-noevalsha:pw@127.0.0.1:{port}")
+    full = connect_async(f"redis+cluster://cl-full:pw@127.0.0.1:{port}")
+    try:
+        with pytest.raises(RedisPermissionError, match="may not run EVALSHA "):
+            await access.check_worker_access(refused, ks, redis_cluster.url)
+        await access.check_worker_access(full, ks, redis_cluster.url)  # everything permitted: no error
+    finally:
+        await refused.aclose()
+        await full.aclose()
+        for node in nodes:
+            node.execute_command("ACL", "DELUSER", "cl-noevalsha", "cl-full")
+            node.close()
