@@ -90,10 +90,14 @@ async def replace_scoring(client: Any, ks: Keyspace, seen: RecordedScoring | Non
 async def live_scorings(client: Any, ks: Keyspace) -> dict[str, str]:
     """``{worker name: scoring digest}`` of every live worker (one whose heartbeat hash exists);
     a worker that publishes no digest maps to ``""``."""
+    names = [as_text(raw) for raw in await client.zrange(ks.workers, 0, -1)]
+    if not names:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(ks.worker(name), [FIELD, "last_beat"])
     out: dict[str, str] = {}
-    for raw in await client.zrange(ks.workers, 0, -1):
-        name = as_text(raw)
-        digest, beat = await client.hmget(ks.worker(name), [FIELD, "last_beat"])
+    for name, (digest, beat) in zip(names, await pipe.execute()):
         if digest is not None or beat is not None:
             out[name] = as_text(digest) if digest is not None else ""
     return out

@@ -6,15 +6,19 @@ on throwaway redis-servers.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 import redis
 
-from rewardq.errors import RedisPermissionError
+from rewardq.consumers.fleet import FleetGate
+from rewardq.errors import RedisPermissionError, ScoringConflict
 from rewardq.queue import access
 from rewardq.queue.connection import connect_async
+from rewardq.queue.fleet import RecordedScoring, recorded_scoring, replace_scoring
 from rewardq.queue.keys import Keyspace
+from rewardq.reward.scoring_fingerprint import ScoringFingerprint
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
 
@@ -208,3 +212,44 @@ async def test_the_check_runs_on_redis_cluster(redis_cluster):
         for node in nodes:
             node.execute_command("ACL", "DELUSER", "cl-noevalsha", "cl-full")
             node.close()
+
+
+async def test_takeover_gates_of_one_configuration_agree_and_a_stale_one_replaces_nothing(redis_url, ns):
+    client = connect_async(redis_url)
+    ks = Keyspace(ns)
+    old, new = ScoringFingerprint("a" * 16, "manager=naive"), ScoringFingerprint("b" * 16, "manager=dapo")
+    try:
+        assert await FleetGate(client, ks, old).join()
+        # a live worker of the old configuration holds the takeover back
+        await client.hset(ks.worker("old-1"), mapping={"scoring": old.digest, "last_beat": "1"})
+        await client.zadd(ks.workers, {"old-1": 1})
+        gates = [FleetGate(client, ks, new, takeover=True, poll=0.05) for _ in range(3)]
+        waiting = [asyncio.create_task(g.join()) for g in gates]
+        await asyncio.sleep(0.5)
+        assert not any(t.done() for t in waiting)
+        assert (await recorded_scoring(client, ks)).digest == old.digest  # type: ignore[union-attr]
+        # the old worker's heartbeat ends: every takeover gate of the new configuration goes on
+        await client.delete(ks.worker("old-1"))
+        assert await asyncio.wait_for(asyncio.gather(*waiting), 10) == [True, True, True]
+        assert (await recorded_scoring(client, ks)).digest == new.digest  # type: ignore[union-attr]
+        # a replace that saw the old record changes nothing now
+        stale = RecordedScoring(old.digest, old.text)
+        third = RecordedScoring("c" * 16, "manager=gdpo")
+        assert not await replace_scoring(client, ks, stale, third)
+        assert (await recorded_scoring(client, ks)).digest == new.digest  # type: ignore[union-attr]
+        # and a gate of the old configuration without --takeover is refused, naming both
+        with pytest.raises(ScoringConflict, match=r"manager=dapo.*manager=naive"):
+            await FleetGate(client, ks, old).join()
+        # a takeover gate asked to stop while it waits gives up without recording
+        await client.hset(ks.worker("new-1"), mapping={"scoring": new.digest, "last_beat": "1"})
+        await client.zadd(ks.workers, {"new-1": 1})
+        stop = asyncio.Event()
+        gate = FleetGate(client, ks, old, takeover=True, stopping=stop.is_set, poll=0.05)
+        task = asyncio.create_task(gate.join())
+        await asyncio.sleep(0.2)
+        stop.set()
+        assert await asyncio.wait_for(task, 5) is False
+        assert (await recorded_scoring(client, ks)).digest == new.digest  # type: ignore[union-attr]
+    finally:
+        await client.delete(ks.worker("new-1"), ks.workers)
+        await client.aclose()
