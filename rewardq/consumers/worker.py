@@ -117,6 +117,7 @@ class Worker:
         self.tokenizer_fingerprint: str | None = None
         self.metrics_port: int | None = None
         self.gate: FleetGate | None = None
+        self.ready = False  # started up and serving (start() finished every step)
         self.superseded: str | None = None  # why the namespace's scoring configuration is no longer ours
 
     @property
@@ -144,7 +145,8 @@ class Worker:
             deadline = self.cfg.shutdown_grace + defaults.EXIT_AFTER_GRACE
             StopSignals(asyncio.get_running_loop(), self.request_stop, deadline=deadline, exit_code=exit_code).install()
         try:
-            if await self.start():
+            await self.start()
+            if self.ready:
                 if freeze_heap:
                     freeze_startup_heap()
                 await self.serve()
@@ -167,14 +169,14 @@ class Worker:
             self._stopping.set()
             self.flights.capacity.set()
 
-    async def start(self) -> bool:
-        """Start up, step by step; False when a stop was asked for before the worker could serve
-        (a ``--takeover`` worker still waiting for the old ones)."""
+    async def start(self) -> None:
+        """Start up, step by step, and set :attr:`ready`; a stop asked for before the worker could serve
+        (a ``--takeover`` worker still waiting for the old ones) leaves it unset."""
         limit_torch_threads()
         await self._connect()
         self._build_manager()
         if not await self._join_fleet():
-            return False
+            return
         await self._set_up_manager()
         self._build_collaborators()
         await self._beat()
@@ -191,7 +193,7 @@ class Worker:
             cfg.concurrency,
             self.presence.scoring,
         )
-        return True
+        self.ready = True
 
     async def _connect(self) -> None:
         """Connect, check the Redis user's permissions, agree on shards, create the groups."""
