@@ -2,7 +2,7 @@
 
 Two measurements, each with the same cheap scorer (:func:`gsm8k_reward`, GSM8K strict:
 a regex over the last 300 characters, ~10 µs), run inline, in threads and in scorer
-processes (:mod:`rewardq.reward.isolation`):
+processes (:mod:`rewardq.reward.execution.isolation`):
 
 1. **per call**: ``ScoreFnRouter.call`` alone, one call at a time (latency) and 32 in
    flight (throughput). CPU is the benchmark process's plus the scorer processes'.
@@ -25,8 +25,8 @@ import uuid
 from typing import Any
 
 from benchmarks.common import Cleanup, cpu_seconds
-from rewardq.reward.base import ScoringSettings
-from rewardq.reward.isolation import ScoreFnRouter
+from rewardq.reward.execution.isolation import ScoreFnRouter
+from rewardq.reward.execution.settings import ScoringSettings
 from rewardq.reward.scoring import gsm8k
 
 PLACEMENTS = ("inline", "thread", "process")
@@ -109,7 +109,7 @@ async def end_to_end(placement: str, url: str, n: int) -> dict[str, float]:
         worker = Worker(cfg)
         await worker.start()
         assert worker.manager is not None
-        router = worker.manager.score_router
+        router = worker.manager.host.router
         c0, t0 = _cpu(router), time.perf_counter()
         task = asyncio.create_task(worker.serve())
         while worker.stats["scored"] + worker.stats["errors"] < n:

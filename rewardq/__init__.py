@@ -4,6 +4,18 @@ Producers push one record per rollout output; workers assemble each trajectory, 
 with a verl-compatible reward manager, and write a reward back for every output key.
 Delivery is at-least-once; the write-back is idempotent.
 
+The folders follow the pipeline::
+
+    producers/  ->  queue/  ->  consumers/  ->  reward/
+    push outputs    Redis:      the worker:      managers, scorers, judges,
+    wait for        streams,    assemble,        and where scoring functions
+    rewards         keys, Lua   score, commit    run (reward/execution/)
+
+``ops/`` holds the commands (``cli.py`` is only the door), ``integrations/`` the verl and Ray
+adapters, ``demo/`` the self-contained demo. Beside them: ``config.py`` (every setting, declared
+once; ``settings.py`` derives the flags, variables and file layer), ``defaults.py``, ``errors.py``
+and ``testing.py`` (helpers for testing a manager or a scoring function).
+
 The public names below are imported lazily, so importing a submodule (a scorer in a
 child process, say) does not pay for redis, numpy and msgpack.
 """

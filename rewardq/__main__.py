@@ -11,7 +11,7 @@ import sys
 
 def main() -> None:
     """Run the CLI; report a missing worker dependency as one line and exit 2."""
-    from rewardq.extras import missing_worker_module
+    from rewardq.install import missing_worker_module
 
     try:
         from rewardq.cli import main as cli_main
@@ -19,9 +19,9 @@ def main() -> None:
         module = missing_worker_module(exc)
         if module is None:
             raise
-        from rewardq.errors import MissingDependency
+        from rewardq.errors import MissingExtra
 
-        sys.stderr.write(f"error: {MissingDependency(module)}\n")
+        sys.stderr.write(f"error: {MissingExtra(module)}\n")
         sys.exit(2)
     cli_main()
 

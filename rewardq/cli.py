@@ -98,7 +98,7 @@ def worker(processes: int | None, **params: Any) -> int:
     is a flag, a REWARDQ_<NAME> variable and a config-file key; `rewardq config` shows the
     value each one takes and where it comes from.
     """
-    from rewardq.extras import require_worker_extra
+    from rewardq.install import require_worker_extra
     from rewardq.ops import redis_secret
     from rewardq.ops.worker import EarlySignals, load_config, run_worker
 
@@ -140,7 +140,7 @@ def config_command(as_json: bool, **params: Any) -> int:
 def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
     from rewardq.errors import ConfigError
     from rewardq.logs import setup_logging
-    from rewardq.ops.common import wait_for_redis
+    from rewardq.ops.connect import wait_for_redis
     from rewardq.ops.redis_secret import child_environment, warn_if_on_command_line
     from rewardq.ops.supervisor import Supervisor, child_argvs
     from rewardq.ops.worker import worker_argv
@@ -300,12 +300,12 @@ cli.add_command(dead_letters)
 def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""
     import rewardq.queue.redis_errors as rx
-    from rewardq.errors import MissingDependency, RewardqError
-    from rewardq.extras import missing_worker_module
+    from rewardq.errors import MissingExtra, RewardqError
+    from rewardq.install import missing_worker_module
 
     module = missing_worker_module(exc)
     if module is not None:
-        exc = MissingDependency(module)
+        exc = MissingExtra(module)
     if isinstance(exc, RewardqError):
         _error(str(exc))
         return getattr(exc, "exit_code", EXIT_CONFIG)

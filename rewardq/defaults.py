@@ -187,6 +187,8 @@ SUPERVISOR_POLL = 0.1
 STATUS_WAITING_LIMIT = 20
 #: Seconds of finished trajectories ``rewardq status`` measures its rates over.
 STATUS_RATE_WINDOW = 60.0
+#: Dead letters of one shard ``rewardq status`` still reads to count them by kind (beyond: the total only).
+STATUS_DEAD_LETTER_SCAN = 10_000
 #: Characters of a decoded prompt or response ``rewardq inspect`` shows.
 INSPECT_PREVIEW_CHARS = 200
 #: Dead letters ``rewardq dead-letters list`` shows.

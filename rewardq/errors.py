@@ -20,8 +20,9 @@ class ScoringConflict(ConfigError):
     two side by side on two namespaces, or replace the recorded one with ``--takeover``."""
 
 
-class MissingDependency(ConfigError):
-    """A module of the ``worker`` extra is missing: the core install is the producer side only."""
+class MissingExtra(ConfigError):
+    """An install extra a command needs is missing (``worker``; ``vision`` for images): the core
+    install is the producer side only. Raised at start-up or on the record that needs it."""
 
     def __init__(self, module: str) -> None:
         self.module = module
@@ -92,8 +93,9 @@ class UnknownDataSourceError(ScoringError):
     """No default scorer exists for a ``data_source``."""
 
 
-class MissingDependencyError(ScoringError):
-    """A scorer needs an optional package that is not installed. The message names the extra to install."""
+class MissingScorerExtra(ScoringError):
+    """A built-in scorer needs a package of the ``math`` extra that is not installed: that sample's
+    trajectory gets an error result whose message names the extra to install."""
 
 
 class CodeSandboxError(ScoringError):

@@ -84,7 +84,8 @@ def procs(tmp_path):
 @pytest.fixture
 async def naive():
     """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
-    from rewardq.reward.base import ManagerContext, ScoringSettings
+    from rewardq.reward.base import ManagerContext
+    from rewardq.reward.execution.settings import ScoringSettings
     from rewardq.reward.managers.naive import NaiveRewardManager
     from tests.support.records import TOK
 

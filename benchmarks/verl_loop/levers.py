@@ -9,7 +9,7 @@ With the real tokenizer's ids (GSM8K trajectories of :mod:`benchmarks.verl_loop.
   with the naive manager on decoded records, all trajectories of a read batch side by side
   (``asyncio.gather``, as the worker runs them): the whole batch and inline decode (what every
   trajectory cost before), the final row only (lazy batch), and the final row with batched decode.
-* **scorer processes**: calls per second of rewardq's :class:`~rewardq.reward.process_pool.ScorerPool`
+* **scorer processes**: calls per second of rewardq's :class:`~rewardq.reward.execution.process_pool.ScorerPool`
   against a bare ``concurrent.futures.ProcessPoolExecutor`` on the same cores, with a function
   that returns at once (the per-call overhead) and with the math-verify function.
 
@@ -87,7 +87,7 @@ async def scoring(trajs: list[list[Any]], tokenizer: Any, variant: str) -> tuple
 
     manager = (WholeBatch if variant == "whole batch, inline decode" else NaiveRewardManager)(tokenizer)
     if variant != "final row, batched decode":
-        manager._decoder = False  # decode inline, in the event loop, as before
+        manager.host.decoder = False  # decode inline, in the event loop, as before
     scorer = TrajectoryScorer(manager, manager_name="naive", worker_name="levers", timeout=600)
     c, t = _cpu(), time.perf_counter()
     results = await asyncio.gather(*(scorer.score(r) for r in trajs))
@@ -99,8 +99,8 @@ async def scoring(trajs: list[list[Any]], tokenizer: Any, variant: str) -> tuple
 
 async def pools(n: int, fn_spec: str, kwargs_of: Any, bare_first: bool) -> dict[str, float]:
     """Calls per second of each pool over the same ``n`` calls (both warmed up with 4 calls per process)."""
-    from rewardq.reward.loader import load_score_fn
-    from rewardq.reward.process_pool import ScorerPool
+    from rewardq.reward.execution.loader import load_score_fn
+    from rewardq.reward.execution.process_pool import ScorerPool
 
     cores = os.cpu_count() or 2
     calls = [kwargs_of(i) for i in range(n)]

@@ -220,7 +220,7 @@ class WorkerMetrics:
         self.in_flight_gauge.set(n)
 
     def backlog(self, figures: dict[str, Any]) -> None:
-        """Set the backlog gauges from :func:`rewardq.queue.status.backlog_status`'s figures."""
+        """Set the backlog gauges from :func:`rewardq.queue.reads.backlog_status`'s figures."""
         self.backlog_entries.set(figures["entries"])
         seconds = figures["seconds"]
         self.backlog_seconds.set(math.inf if seconds is None else seconds)

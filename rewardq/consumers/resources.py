@@ -19,7 +19,7 @@ from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import is_cluster_client, refusals_named
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import ensure_meta
-from rewardq.queue.status import fleet_backlog_async
+from rewardq.queue.reads import fleet_backlog_async
 from rewardq.reward.base import ManagerContext, RewardManager
 
 logger = logging.getLogger("rewardq.worker")

@@ -20,8 +20,9 @@ from rewardq.consumers.batch import build_batch
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.results import STATUS_OK, EncodedResults, RewardResult, encode_results
-from rewardq.reward.base import RewardManager, check_manager_output, reads_of
-from rewardq.reward.escapes import describe_escape
+from rewardq.reward.base import RewardManager
+from rewardq.reward.execution.escapes import describe_escape
+from rewardq.reward.results import check_manager_output, reads_of
 
 _RUN_SINGLE = "the reward manager's run_single"
 
@@ -60,7 +61,7 @@ class TrajectoryScorer:
     Args:
         manager: the reward manager. ``run_single`` receives the trajectory batch: one row per
             output, or only the final output's row when the manager declares ``reads = "final"``
-            (:func:`~rewardq.reward.base.reads_of`; the built-in managers, which read ``data[-1:]``).
+            (:func:`~rewardq.reward.results.reads_of`; the built-in managers, which read ``data[-1:]``).
         manager_name: written into each result (``manager`` field).
         worker_name: written into each result (``worker`` field).
         timeout: seconds one ``run_single`` may take before it counts as failed.

@@ -191,10 +191,11 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
 
     from rewardq.demo.data import make_trajectories
     from rewardq.demo.embedded import EmbeddedRedis
-    from rewardq.ops.common import delete_namespace, delete_trajectory_keys, probe_redis
+    from rewardq.ops.connect import probe_redis
     from rewardq.ops.waiting import done_marks, wait_for_results
     from rewardq.producers.client import RewardClient
     from rewardq.queue.connection import redact_url
+    from rewardq.queue.namespace import delete_namespace, delete_trajectory_keys
     from rewardq.reward.tokenizer import load_tokenizer
 
     console = console or Console()

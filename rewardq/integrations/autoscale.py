@@ -1,7 +1,7 @@
 """How many workers a fleet needs for its backlog to drain within a target time.
 
 :class:`Autoscale` is the policy a user gives ``start_fleet(..., autoscale=...)``;
-:class:`Autoscaler` applies it to the figures of :func:`rewardq.queue.status.backlog_status`
+:class:`Autoscaler` applies it to the figures of :func:`rewardq.queue.reads.backlog_status`
 (entries not yet given to a worker, the live workers' measured outputs per second). No Ray here:
 the fleet handle (:mod:`rewardq.integrations.ray`) polls the figures and calls :meth:`Autoscaler.decide`.
 

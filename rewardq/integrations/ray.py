@@ -480,11 +480,11 @@ class RayFleet:
         failed, restarting, stopped —, ``alive`` (its heartbeat is fresh), ``pid`` of the worker
         process, ``actor_pid``, ``host``, ``node_ip``, ``restarts`` seen by this handle, ``log``,
         and from the heartbeat ``rate_per_s``, ``outputs_per_s``, ``in_flight``, ``scored``,
-        ``errors``). ``backlog``: :func:`rewardq.queue.status.backlog_status` for the namespace
+        ``errors``). ``backlog``: :func:`rewardq.queue.reads.backlog_status` for the namespace
         (entries waiting, outputs scored per second, ``seconds`` to drain); ``backlog_seconds``
         the same figure; ``autoscale``: the policy and its last decision, if any.
         """
-        from rewardq.queue.status import backlog_status, shard_status, workers_status
+        from rewardq.queue.reads import backlog_status, shard_status, workers_status
 
         with self._lock:
             actors = list(self._actors)

@@ -80,7 +80,7 @@ def ensure_fleet(config: Any, settings: Any) -> Any:
     from rewardq.queue.connection import connect_sync
     from rewardq.queue.keys import Keyspace
     from rewardq.queue.meta import known_shards, try_lock
-    from rewardq.queue.status import workers_status
+    from rewardq.queue.reads import workers_status
 
     client = connect_sync(settings.redis_url, cluster=settings.cluster)
     try:

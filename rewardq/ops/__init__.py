@@ -10,6 +10,11 @@
 * :mod:`.inspect`    ``rewardq inspect``: one key or trajectory, decoded, with its rewards and timings;
 * :mod:`.deadletters` ``rewardq dead-letters list|show|retry|purge``;
 * :mod:`.health`     ``rewardq health``: Redis, group and a fresh heartbeat (container health checks);
-* :mod:`.target`     the options and connection the operator commands share (namespace must exist);
-* :mod:`.common`     Redis reachability check and namespace clean-up.
+* :mod:`.overview`   the whole pipeline in one dict (what ``status`` shows and ``--json`` prints);
+* :mod:`.target`     which pipeline an operator command looks at: its options, opening it (namespace must exist);
+* :mod:`.connect`    whether Redis answers: one probe, or a wait with backoff;
+* :mod:`.layout`     how the commands print: tables that never cut a name, durations and times.
+
+The Redis reads these views are built from are :mod:`rewardq.queue`'s (:mod:`rewardq.queue.reads`,
+:mod:`rewardq.queue.deadletters`, :mod:`rewardq.queue.namespace`).
 """

@@ -23,15 +23,18 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, NotFound
-from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
-from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_age, fmt_duration
+from rewardq.ops.target import opened, pipeline_options
 from rewardq.queue.states import DeadLetterKind
+
+if TYPE_CHECKING:
+    from rewardq.queue.deadletters import Retried
 
 __all__ = ["dead_letters", "KINDS"]
 
@@ -267,7 +270,7 @@ def retry(
         with Progress(*columns, console=err, disable=len(targets) < 2, transient=False) as progress:
             task = progress.add_task("retrying dead letters", total=len(targets))
             for d in targets:
-                action = dls.retry(d)
+                action = describe_retry(dls.retry(d))
                 done.append({"ref": d.ref, "kind": d.kind, "tid": d.text("tid"), "action": action})
                 if not as_json:
                     out.print(
@@ -342,3 +345,27 @@ def purge(
     else:
         click.echo(f"purged {n} dead letter(s) from namespace {namespace!r}")
     return 0
+
+
+def describe_retry(done: Retried) -> str:
+    """What a retry did, as ``rewardq dead-letters retry`` prints it."""
+    actions = []
+    if done.reopened:
+        actions.append(f"reopened {done.tid} ({done.cleared} results cleared)")
+        actions.extend(_records_note(done.outputs, done.restored, done.requeued))
+    if done.requeued:
+        actions.append("record re-queued")
+    return "; ".join(actions) or "nothing to retry (no record and no trajectory); removed"
+
+
+def _records_note(outputs: int, restored: int, requeued: bool) -> list[str]:
+    """What a retry says about the trajectory's records: which came back, which the producer must
+    put again (records are deleted when a trajectory ends, unless workers keep them)."""
+    if restored:
+        return [f"{restored} kept record(s) restored"]
+    if outputs > 1 or (outputs == 0 and not requeued):
+        return [
+            "its other outputs' records were not kept (workers delete them when a trajectory ends unless "
+            "--keep-records is set): put the trajectory again, or it ends as incomplete after incomplete_timeout"
+        ]
+    return []

@@ -5,7 +5,7 @@ full Redis key copied from ``redis-cli`` (``<ns>:{s0}:reward:<key>``, ``...:traj
 the trajectory's state (collecting / done / failed) and what it waits for, each output's record
 (token counts, turns, a decoded preview with ``--tokenizer``), the sample columns, each key's
 reward, ``reward_extra_info`` or error, the worker that scored it and the timings. Renders
-:func:`rewardq.queue.status.inspect_trajectory`; read-only.
+:func:`inspect_trajectory` (built from :mod:`rewardq.queue.reads`); read-only.
 
 Records are deleted once a trajectory ends, scored or failed, unless workers keep them
 (``--keep-records SECONDS``, ``REWARDQ_KEEP_RECORDS``, or ``keep_records:`` in the worker's ``--config``).
@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rewardq import defaults
 from rewardq.errors import NotFound
-from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
-from rewardq.ops.target import fmt_age, fmt_duration, opened, pipeline_options
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_age, fmt_duration
+from rewardq.ops.target import opened, pipeline_options
 
-__all__ = ["inspect", "normalize_ref", "render_inspect"]
+if TYPE_CHECKING:
+    from rewardq.queue.keys import Keyspace
+
+__all__ = ["inspect", "inspect_trajectory", "normalize_ref", "render_inspect"]
 
 _PREFIXES = (":reward:", ":traj:", ":records:")
 
@@ -66,12 +69,86 @@ def timings(view: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def inspect_trajectory(
+    r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, preview_chars: int = defaults.INSPECT_PREVIEW_CHARS
+) -> dict[str, Any]:
+    """One key (``<uid>_<sid>_<i>``) or trajectory (``<uid>_<sid>``): records, state, rewards.
+
+    A ref that names an existing trajectory is taken as one; otherwise as an output key.
+    """
+    from rewardq.queue import reads  # redis-py, numpy: only when a trajectory is inspected
+    from rewardq.queue.codec import decode_output
+    from rewardq.queue.results import RewardResult, as_text
+
+    tid, index = reads.resolve_ref(r, ks, ref)
+    shard = ks.shard_of(tid)
+    h, kept = reads.trajectory_fields(r, ks, shard, tid)
+    if not h and index is not None and not reads.reward_exists(r, ks, shard, ref):
+        raise KeyError(
+            f"nothing known about {ref!r} in namespace {ks.namespace!r} (expired, never pushed, "
+            "or pushed to another namespace)"
+        )
+    meta = {k: as_text(v) for k, v in h.items() if not k.startswith("o:")}
+    payloads = {int(k[2:]): v for k, v in h.items() if k.startswith("o:")}
+    payloads = {**kept, **payloads}
+    have, missing, final = reads.missing_outputs({**meta, **{f"o:{i}": "" for i in payloads}})
+    n = int(reads.as_number(meta.get("n"), 0)) or (
+        final + 1 if final is not None else (max(payloads) + 1 if payloads else 0)
+    )
+    indices = [index] if index is not None else list(range(min(n, defaults.MAX_OUTPUTS)))
+    outputs = []
+    for i in indices:
+        item: dict[str, Any] = {"key": f"{tid}_{i}", "index": i}
+        raw = payloads.get(i)
+        if raw is not None:
+            try:
+                rec = decode_output(raw)
+                item["record"] = {
+                    "prompt_tokens": int(rec.prompt_ids.shape[0]),
+                    "response_tokens": int(rec.response_ids.shape[0]),
+                    "model_tokens": int(rec.response_mask.sum())
+                    if rec.response_mask is not None
+                    else int(rec.response_ids.shape[0]),
+                    "final": rec.final,
+                    "num_turns": rec.num_turns,
+                    "extra_fields": rec.extra_fields,
+                    "sample": rec.sample,
+                }
+                if tokenizer is not None:
+                    text = tokenizer.decode(rec.response_ids.tolist(), skip_special_tokens=True)
+                    item["record"]["response_preview"] = text[:preview_chars] + (
+                        "…" if len(text) > preview_chars else ""
+                    )
+            except Exception as exc:  # show what is wrong rather than fail the whole view
+                item["record_error"] = str(exc)
+        res, ttl = reads.reward_hash(r, ks, shard, f"{tid}_{i}")
+        if res:
+            item["result"] = RewardResult.from_hash(f"{tid}_{i}", res).as_dict()
+            item["result_expires_in_s"] = ttl
+        outputs.append(item)
+    state = meta.get("state") or ("done" if any("result" in o for o in outputs) else "unknown")
+    return {
+        "ref": ref,
+        "tid": tid,
+        "shard": shard,
+        "state": state,
+        "final": final,
+        "have": have,
+        "missing": missing,
+        "meta": meta,
+        "outputs": outputs,
+        "records_kept": bool(kept),
+        "records_note": None
+        if payloads or state != "done"
+        else "records are deleted when a trajectory ends; start workers with --keep-records SECONDS "
+        "(or REWARDQ_KEEP_RECORDS) to keep them",
+    }
+
+
 def inspect_view(
     r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = defaults.INSPECT_PREVIEW_CHARS
 ) -> dict[str, Any]:
     """``inspect_trajectory`` plus timings; raises :class:`NotFound` when nothing is known about ``ref``."""
-    from rewardq.queue.status import inspect_trajectory
-
     where = f"namespace {ks.namespace!r}"
     hint = (
         "check --namespace (REWARDQ_NAMESPACE) and --redis-url, that REF is <uid>_<session_id> or "

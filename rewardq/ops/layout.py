@@ -1,4 +1,4 @@
-"""Tables that never cut a name: a table when it fits the width, stacked blocks when it does not.
+"""How the operator commands print: tables that never cut a name, durations and times.
 
 The operator commands (``status``, ``inspect``, ``dead-letters list``) print worker names, pids,
 keys and reasons that an operator copies into the next command, so none of them may be cut
@@ -15,11 +15,12 @@ line (a very long key) is folded onto the next line, never shortened.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Column", "table_or_stack", "natural_width", "WIDE_HELP"]
+__all__ = ["Column", "table_or_stack", "natural_width", "WIDE_HELP", "fmt_duration", "fmt_age"]
 
 WIDE_HELP = "Keep tables whole, however wide (default: a table wider than the terminal is shown as stacked blocks)."
 #: What the console width is taken to be with ``--wide`` (tables are only as wide as their content).
@@ -94,3 +95,26 @@ def _stacked(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]
         if facts:
             parts.append(Padding(Text.from_markup(" · ".join(facts), overflow="fold"), (0, 0, 0, 6)))
     return Group(*parts)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``12.3s``, ``4m05s``, ``2h03m``, ``3d04h``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, float(seconds))
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def fmt_age(ts: float | None, now: float | None = None) -> str:
+    """A unix time as ``2026-01-02 03:04:05 (4m05s ago)``; ``-`` for None or 0."""
+    if not ts:
+        return "-"
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    return f"{stamp} ({fmt_duration(now - ts)} ago)" if now >= ts else stamp

@@ -71,7 +71,7 @@ def produce_file(
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rewardq.ops.common import probe_redis
+    from rewardq.ops.connect import probe_redis
     from rewardq.ops.waiting import done_marks, wait_for_results
     from rewardq.producers.client import RewardClient
 

@@ -1,6 +1,6 @@
 """``rewardq status``: what is waiting for what, in one screen.
 
-Renders :func:`rewardq.queue.status.pipeline_status` (plus each shard's consumers, so entries
+Renders :func:`rewardq.ops.overview.pipeline_status` (plus each shard's consumers, so entries
 held by a worker that died show up) as rich tables:
 
 * **shards**     stream length, consumer-group lag (entries never delivered; estimated as length
@@ -28,8 +28,8 @@ from typing import Any
 import click
 
 from rewardq import defaults
-from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH
-from rewardq.ops.target import fmt_duration, opened, pipeline_options
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_duration
+from rewardq.ops.target import opened, pipeline_options
 
 __all__ = ["status", "collect", "diagnose", "render_status"]
 
@@ -62,7 +62,7 @@ def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
 
 def collect(r: Any, ks: Any, *, limit: int = defaults.STATUS_WAITING_LIMIT, url: str = "") -> dict[str, Any]:
     """The status dict ``--json`` prints: ``pipeline_status`` + consumers, owners, diagnosis."""
-    from rewardq.queue.status import pipeline_status
+    from rewardq.ops.overview import pipeline_status
 
     st = pipeline_status(r, ks, waiting_limit=limit)
     live = {w["name"] for w in st["workers"]}

@@ -1,4 +1,4 @@
-"""Which pipeline an operator command looks at, and the small formatting helpers they share.
+"""Which pipeline an operator command looks at: the options that name it, and opening it.
 
 ``rewardq status``, ``inspect``, ``health`` and ``dead-letters`` all take the same three doors
 (:func:`pipeline_options`, made from the worker's declarations of these settings): ``--redis-url``
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,10 +31,7 @@ __all__ = [
     "Pipeline",
     "pipeline_options",
     "open_pipeline",
-    "known_namespaces",
     "namespace_hint",
-    "fmt_duration",
-    "fmt_age",
     "opened",
 ]
 
@@ -96,24 +92,6 @@ class Pipeline:
             pass
 
 
-def known_namespaces(
-    client: Any, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_SCANNED
-) -> list[str]:
-    """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds and
-    ``limit`` names."""
-    found: set[str] = set()
-    deadline = time.monotonic() + budget_s
-    try:
-        for key in client.scan_iter(match="*:meta", count=1000, _type="HASH"):
-            name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
-            found.add(name[: -len(":meta")])
-            if len(found) >= limit or time.monotonic() > deadline:
-                break
-    except Exception:  # noqa: BLE001 - a hint only; never fail the command over it
-        pass
-    return sorted(found)
-
-
 def namespace_hint(wanted: str, others: list[str], listed: int = defaults.NAMESPACES_LISTED) -> str:
     """What to say about a namespace that does not exist: the closest names first (a typo's
     intended name leads, however many namespaces the server holds), at most ``listed`` of them."""
@@ -129,9 +107,10 @@ def namespace_hint(wanted: str, others: list[str], listed: int = defaults.NAMESP
 
 def _shards(client: Any, namespace: str, url: str, require: bool) -> int | None:
     from rewardq.queue.keys import Keyspace
+    from rewardq.queue.namespace import known_namespaces, shard_count
 
     probe = Keyspace(namespace)
-    raw = client.hget(probe.meta, "shards")
+    raw = shard_count(client, probe)
     if raw is None:
         if not require:
             return None
@@ -156,7 +135,7 @@ def open_pipeline(
         ConfigError: the namespace name is invalid (exit 2).
     """
     from rewardq.errors import ConfigError
-    from rewardq.ops.common import wait_for_redis
+    from rewardq.ops.connect import wait_for_redis
     from rewardq.queue.connection import connect_sync, redact_url, refusals_named
     from rewardq.queue.keys import Keyspace
 
@@ -190,26 +169,3 @@ def opened(
             yield p
     finally:
         p.close()
-
-
-def fmt_duration(seconds: float | None) -> str:
-    """``12.3s``, ``4m05s``, ``2h03m``, ``3d04h``; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    s = max(0.0, float(seconds))
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
-
-
-def fmt_age(ts: float | None, now: float | None = None) -> str:
-    """A unix time as ``2026-01-02 03:04:05 (4m05s ago)``; ``-`` for None or 0."""
-    if not ts:
-        return "-"
-    now = time.time() if now is None else now
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-    return f"{stamp} ({fmt_duration(now - ts)} ago)" if now >= ts else stamp

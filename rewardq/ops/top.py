@@ -6,7 +6,7 @@ XINFO GROUPS per shard and the live workers' heartbeats):
 * **throughput**: trajectories scored per second and errors per second over the last 10 s, each
   with a sparkline of the last minutes (``--history``, 5 by default);
 * **backlog**: entries no worker has been given yet, and how long they take to drain at the fleet's
-  measured rate (:func:`rewardq.queue.status.backlog_status`), trajectories waiting for outputs,
+  measured rate (:func:`rewardq.queue.reads.backlog_status`), trajectories waiting for outputs,
   dead letters;
 * **workers**: each live worker's rate, in-flight trajectories, counters and its last error
   (from the ``done`` streams: which trajectory, and why);
@@ -32,7 +32,8 @@ from typing import Any
 import click
 
 from rewardq import defaults
-from rewardq.ops.target import fmt_duration, opened, pipeline_options
+from rewardq.ops.layout import fmt_duration
+from rewardq.ops.target import opened, pipeline_options
 
 __all__ = ["top", "TopModel", "render_top", "sparkline"]
 
@@ -59,7 +60,7 @@ class TopModel:
     """What ``rewardq top`` shows, kept up to date by :meth:`refresh` (one call per screen)."""
 
     def __init__(self, r: Any, ks: Any, url: str, history_s: float = defaults.DONE_FEED_SINCE_S) -> None:
-        from rewardq.queue.status import DoneFeed
+        from rewardq.queue.reads import DoneFeed
 
         self.r, self.ks, self.url = r, ks, url
         self.history_s = history_s
@@ -92,7 +93,7 @@ class TopModel:
 
     def refresh(self) -> dict[str, Any]:
         """One snapshot (JSON-able; what ``--json`` prints)."""
-        from rewardq.queue.status import backlog_status, shard_status, waiting_status, workers_status
+        from rewardq.queue.reads import backlog_status, shard_status, waiting_status, workers_status
 
         self._take(self.feed.poll())
         now = time.time()

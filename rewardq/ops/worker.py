@@ -129,7 +129,7 @@ async def _serve(cfg: WorkerConfig, manager: Any, tokenizer: Any, early: EarlySi
 def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     """Build, check and run one worker (see the module docstring); returns the exit code."""
     from rewardq.logs import setup_logging, startup_step
-    from rewardq.ops.common import wait_for_redis
+    from rewardq.ops.connect import wait_for_redis
     from rewardq.queue.connection import redact_url, split_cluster
     from rewardq.queue.meta import default_worker_name
     from rewardq.reward.base import ManagerContext

@@ -117,6 +117,22 @@ class DeadLetter:
         return out
 
 
+@dataclass(frozen=True)
+class Retried:
+    """What :meth:`DeadLetters.retry` did (``rewardq dead-letters retry`` words it)."""
+
+    #: The trajectory the dead letter names ("" when it names none).
+    tid: str = ""
+    #: Whether that trajectory was reopened (its error results cleared, kept records restored).
+    reopened: bool = False
+    #: Results deleted, kept records restored, and outputs the trajectory has.
+    cleared: int = 0
+    restored: int = 0
+    outputs: int = 0
+    #: Whether the raw record was added to the stream again.
+    requeued: bool = False
+
+
 class DeadLetters:
     """Dead-letter operations on a blocking client (``decode_responses=False``)."""
 
@@ -135,6 +151,20 @@ class DeadLetters:
 
     def count(self) -> int:
         return sum(int(self.r.xlen(self.ks.dead(s))) for s in range(self.ks.shards))
+
+    def tally(self, max_scan: int = defaults.STATUS_DEAD_LETTER_SCAN) -> tuple[int, dict[str, int]]:
+        """``(total, by kind)`` over every shard; a shard holding more than ``max_scan`` dead
+        letters counts toward the total only (its kinds are not read)."""
+        total = 0
+        by_kind: dict[str, int] = {}
+        for s in range(self.ks.shards):
+            n = int(self.r.xlen(self.ks.dead(s)))
+            total += n
+            if n and n <= max_scan:
+                for _, f in self.r.xrange(self.ks.dead(s)):
+                    k = _s(f.get(b"kind", b"?"))
+                    by_kind[k] = by_kind.get(k, 0) + 1
+        return total, by_kind
 
     def iter(
         self, *, kind: str | None = None, newest_first: bool = True, limit: int | None = None
@@ -167,7 +197,7 @@ class DeadLetters:
                 return DeadLetter(s, _s(got[0][0]), {_s(k): v for k, v in got[0][1].items()})
         raise KeyError(f"no dead letter {ref!r}; list them with `rewardq dead-letters list`")
 
-    def retry(self, dl: DeadLetter) -> str:
+    def retry(self, dl: DeadLetter) -> Retried:
         """Put one dead letter back to work (see the module doc); returns what was done."""
         tid = dl.text("tid")
         data = dl.fields.get("data") or b""
@@ -178,7 +208,7 @@ class DeadLetters:
         if not tid and dl.text("key"):
             named = parse_key(dl.text("key"))
             tid = f"{named[0]}_{named[1]}" if named else ""
-        actions = []
+        done = Retried(tid=tid, requeued=bool(data))
         if tid:
             shard = self.ks.shard_of(tid)
             reopened = self.r.eval(
@@ -194,15 +224,13 @@ class DeadLetters:
             )
             if reopened != -1:
                 cleared, restored, outputs = (int(x) for x in reopened)
-                actions.append(f"reopened {tid} ({cleared} results cleared)")
-                actions.extend(_records_note(outputs, restored, bool(data)))
+                done = Retried(tid, True, cleared, restored, outputs, bool(data))
         else:
             shard = dl.shard
         if data:
             self.r.xadd(self.ks.stream(shard), {"key": dl.text("key"), "data": data, "ts": f"{time.time():.6f}"})
-            actions.append("record re-queued")
         self.r.xdel(self.ks.dead(dl.shard), dl.id)
-        return "; ".join(actions) or "nothing to retry (no record and no trajectory); removed"
+        return done
 
     def purge(self, refs: list[str] | None = None, *, kind: str | None = None, older_than: float | None = None) -> int:
         """Delete dead letters: the given ones, or all matching ``kind`` / ``older_than`` seconds."""
@@ -214,16 +242,3 @@ class DeadLetters:
         for d in targets:
             self.r.xdel(self.ks.dead(d.shard), d.id)
         return len(targets)
-
-
-def _records_note(outputs: int, restored: int, requeued: bool) -> list[str]:
-    """What a retry says about the trajectory's records: which came back, which the producer must
-    put again (records are deleted when a trajectory ends, unless workers keep them)."""
-    if restored:
-        return [f"{restored} kept record(s) restored"]
-    if outputs > 1 or (outputs == 0 and not requeued):
-        return [
-            "its other outputs' records were not kept (workers delete them when a trajectory ends unless "
-            "--keep-records is set): put the trajectory again, or it ends as incomplete after incomplete_timeout"
-        ]
-    return []

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardq import defaults
-from rewardq.errors import MissingDependency, RecordError
+from rewardq.errors import MissingExtra, RecordError
 
 #: Formats an image may travel in, and their MIME types (what a chat request's data URL names).
 FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
@@ -101,7 +101,7 @@ def _pil_module() -> Any:
     try:
         from PIL import Image
     except ImportError:
-        raise MissingDependency("Pillow (pip install 'rewardq[vision]')") from None
+        raise MissingExtra("Pillow (pip install 'rewardq[vision]')") from None
     return Image
 
 

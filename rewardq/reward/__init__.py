@@ -1,8 +1,15 @@
-"""The manager API: base class, registry, row readers and the final-output helpers.
+"""Scoring a trajectory: the manager contract, the registry, the built-in managers and scorers.
 
 Everything a reward-manager author needs imports from here::
 
     from rewardq.reward import RewardManager, last_row, non_tensor, register, valid_response_ids
+
+* :mod:`.base`        the contract (:class:`RewardManager`); :mod:`.context` what the worker hands it;
+* :mod:`.registry`    names to manager classes (``--manager``); :mod:`.factory` builds one from the config;
+* :mod:`.rows`, :mod:`.final_output`, :mod:`.results`   reading the batch, checking what comes back;
+* :mod:`.managers`    the built-in managers; :mod:`.scoring` the default scorers by ``data_source``;
+* :mod:`.judge`, :mod:`.codeexec`, :mod:`.ratelimit`   LLM judges, code execution, fleet-wide rate limits;
+* :mod:`.execution`   where scoring functions run (threads, scorer processes), which the worker starts.
 
 The row readers need torch and tensordict (a worker's install, ``rewardq[worker]``); they
 are imported on first use, so ``import rewardq.reward`` alone stays light (scorer child
@@ -14,8 +21,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rewardq._lazy import lazy_getattr
-from rewardq.reward.base import ManagerContext, RewardManager, normalize_result
+from rewardq.reward.base import ManagerContext, RewardManager
 from rewardq.reward.registry import get_manager_class, known_managers, register
+from rewardq.reward.results import normalize_result
 
 if TYPE_CHECKING:
     from rewardq.reward.final_output import (

@@ -13,9 +13,10 @@ import logging
 from typing import Any
 
 from rewardq.errors import ConfigError
-from rewardq.reward.base import ManagerContext, RewardManager, ScoringSettings
+from rewardq.reward.base import ManagerContext, RewardManager
 from rewardq.reward.codeexec.settings import OPTION_NAMES as CODE_OPTIONS
 from rewardq.reward.codeexec.settings import pop_code_options
+from rewardq.reward.execution.settings import ScoringSettings
 from rewardq.reward.registry import get_manager_class
 
 logger = logging.getLogger("rewardq.reward")
@@ -116,7 +117,7 @@ def load_worker_tokenizer(cfg: Any) -> Any:
 def build_from_config(cfg: Any, context: ManagerContext, tokenizer: Any = None) -> tuple[RewardManager, Any]:
     """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig` (``tokenizer``:
     already loaded by :func:`load_worker_tokenizer`)."""
-    from rewardq.reward.loader import load_score_fn
+    from rewardq.reward.execution.loader import load_score_fn
 
     context = dataclasses.replace(context, scoring=scoring_settings(cfg))
 

@@ -16,7 +16,8 @@ from typing import Any
 from tensordict import TensorDict
 
 from rewardq.errors import ScoringError
-from rewardq.reward.base import RewardManager, normalize_result
+from rewardq.reward.base import RewardManager
+from rewardq.reward.results import normalize_result
 from rewardq.reward.rows import copy_value, last_row, non_tensor, valid_response_ids
 from rewardq.reward.scoring import default_compute_score
 

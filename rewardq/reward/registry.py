@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
-from types import ModuleType
 from typing import TypeVar
 
 from rewardq.errors import UnknownManagerError
 from rewardq.reward.base import RewardManager
+from rewardq.reward.execution.loader import import_object
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -94,38 +92,6 @@ def listed_managers() -> list[str]:
     the built-ins first, then installed entry points (e.g. ``seqpo_simt``) and other registered names."""
     rest = sorted((set(_REGISTRY) | set(_entry_point_classes())) - set(BUILTIN_NAMES))
     return [*BUILTIN_NAMES, *rest]
-
-
-def import_object(spec: str, what: str = "object") -> object:
-    """Import ``package.module:attr`` or ``path/to/file.py:attr`` (``attr`` may be dotted)."""
-    module_name, _, attr = spec.rpartition(":")
-    if not module_name or not attr:
-        raise ValueError(f"{spec!r} is not of the form package.module:Name or path/to/file.py:Name")
-    module = _import_file(module_name) if _is_file(module_name) else importlib.import_module(module_name)
-    obj: object = module
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _is_file(target: str) -> bool:
-    return target.endswith(".py") or "/" in target or os.sep in target
-
-
-def _import_file(path: str) -> ModuleType:
-    """Import a manager file once, under the stable name :mod:`rewardq.reward.loader` gives files."""
-    from rewardq.reward.loader import import_file_as, module_name_for
-
-    expanded = os.path.expanduser(path)
-    if not os.path.isfile(expanded):
-        raise ImportError(f"no such file {path!r} (looked in {os.path.abspath(expanded)!r})")
-    name = module_name_for(expanded)
-    if name in sys.modules:
-        return sys.modules[name]
-    module = import_file_as(expanded, name)
-    if module is None:
-        raise ImportError(f"{path!r} is not a Python file")
-    return module
 
 
 def get_manager_class(spec: str) -> type[RewardManager]:

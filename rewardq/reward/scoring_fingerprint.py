@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rewardq.reward.loader import split_spec
+from rewardq.reward.execution.loader import split_spec
 
 #: Longest ``text`` of a fingerprint, in characters (it is shown in errors and ``rewardq status``).
 MAX_TEXT_CHARS = 600

@@ -312,7 +312,7 @@ async def test_inspect_a_scored_trajectory_whose_records_were_dropped(ns, redis_
 
 
 def test_help_defaults_and_helpers():
-    from rewardq.ops import target
+    from rewardq.ops import layout, target
     from rewardq.ops.inspect import normalize_ref
 
     assert (target.DEFAULT_NAMESPACE, target.DEFAULT_GROUP) == (Keyspace().namespace, Keyspace().group)
@@ -331,7 +331,7 @@ def test_help_defaults_and_helpers():
         assert code == 0 and "--redis-url" in out and "--namespace" in out, cmd
     assert normalize_ref("ns:{s0}:reward:u_s_3", "ns") == "u_s_3"
     assert normalize_ref("ns:{s1.4}:traj:u_s", "ns") == "u_s" and normalize_ref("u_s_1", "ns") == "u_s_1"
-    assert [target.fmt_duration(x) for x in (None, 3.25, 245, 7380, 2 * 86400 + 3600)] == [
+    assert [layout.fmt_duration(x) for x in (None, 3.25, 245, 7380, 2 * 86400 + 3600)] == [
         "-",
         "3.2s",
         "4m05s",

@@ -7,6 +7,7 @@ import asyncio
 import redis
 
 from rewardq import RewardClient
+from rewardq.ops.deadletters import describe_retry
 from rewardq.queue.deadletters import DeadLetters
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import SAMPLE, FlakyJudge, fail_a_trajectory_and_a_junk_entry, output, running_workers
@@ -28,7 +29,7 @@ async def test_failed_trajectory_is_retried_after_the_fix(ns, redis_url):
     assert shown["record"] == {"uid": "flaky", "session_id": "s", "index": 2}
     # the operator fixes the judge and retries
     FlakyJudge.broken = False
-    assert "reopened flaky_s (3 results cleared); 3 kept record(s) restored" in dls.retry(scoring)
+    assert "reopened flaky_s (3 results cleared); 3 kept record(s) restored" in describe_retry(dls.retry(scoring))
     assert client.get_rewards(keys) == {k: None for k in keys}
     async with running_workers(ns, redis_url, [FlakyJudge(None)]):
         second = await asyncio.to_thread(client.wait_rewards, keys, 10)
@@ -49,7 +50,7 @@ async def test_incomplete_trajectory_retry_waits_again_and_completes(ns, redis_u
     assert "missing output indices 0 of 0..1" in res["late_s_1"].error
     dls = DeadLetters(r, ks, incomplete_timeout=30)
     (d,) = list(dls.iter(kind="incomplete"))
-    assert "reopened late_s (2 results cleared); 1 kept record(s) restored" in dls.retry(d)
+    assert "reopened late_s (2 results cleared); 1 kept record(s) restored" in describe_retry(dls.retry(d))
     assert r.zscore(ks.waiting(0), "late_s") is not None
     client.put_output("late", "s", 0, output(2, 2), SAMPLE)  # the missing output finally arrives
     async with running_workers(ns, redis_url, [LengthManager(None)]):

@@ -17,7 +17,7 @@ async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive):
     ones time out (spares), and the hung processes are killed when their callers give up."""
     m = naive(misbehaving.misbehave, processes=2, spare_after=0.5, max_spares=8)
     await m.prepare_scoring()
-    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    pool = m.host.router.place_of(misbehaving.misbehave).pool
 
     async def hung():
         with pytest.raises(asyncio.TimeoutError):
@@ -63,7 +63,7 @@ async def test_a_gil_holder_does_not_stall_its_neighbours(naive):
 async def test_spares_stay_within_their_bound(naive):
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.2, max_spares=1)
     await m.prepare_scoring()
-    pool = m.score_router.place_of(misbehaving.misbehave).pool
+    pool = m.host.router.place_of(misbehaving.misbehave).pool
     hung = [asyncio.create_task(m.run_single(trajectory("hang"))) for _ in range(3)]
     most = 0
     for _ in range(30):  # 1.5 s: long enough for several spare checks

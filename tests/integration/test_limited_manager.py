@@ -12,9 +12,9 @@ import pytest
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.managers.limited import LimitedRewardManager
+from rewardq.reward.ratelimit import FleetRateLimiter, LocalRateLimiter
 from tests.support.helpers import PeakCounter
 from tests.support.managers import set_up_managers
 from tests.support.records import TOK, record

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from rewardq.errors import ConfigError
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.ratelimit import FleetRateLimiter, LocalRateLimiter, bucket_take
+from rewardq.reward.ratelimit import FleetRateLimiter, LocalRateLimiter, bucket_take
 from tests.support.cli_procs import REPO
 from tests.support.helpers import PeakCounter
 
@@ -198,7 +198,7 @@ async def test_slot_released_on_cancellation(make):
 _HOLDER = """
 import asyncio, sys
 import redis.asyncio as aioredis
-from rewardq.queue.ratelimit import FleetRateLimiter
+from rewardq.reward.ratelimit import FleetRateLimiter
 async def main():
     r = aioredis.Redis.from_url(sys.argv[1])
     lim = FleetRateLimiter(r, sys.argv[2], max_concurrent=1, lease_seconds=float(sys.argv[3]))
@@ -241,7 +241,7 @@ async def test_dead_holder_frees_its_slot_after_the_lease(redis, key):
 _HAMMER = """
 import asyncio, json, sys, time
 import redis.asyncio as aioredis
-from rewardq.queue.ratelimit import FleetRateLimiter
+from rewardq.reward.ratelimit import FleetRateLimiter
 async def main():
     url, key, rpm = sys.argv[1], sys.argv[2], float(sys.argv[3])
     start_at, duration = float(sys.argv[4]), float(sys.argv[5])

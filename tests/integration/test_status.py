@@ -7,8 +7,9 @@ import asyncio
 import redis
 
 from rewardq import RewardClient
+from rewardq.ops.inspect import inspect_trajectory
+from rewardq.ops.overview import pipeline_status
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.status import inspect_trajectory, pipeline_status
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
 

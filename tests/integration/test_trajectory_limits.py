@@ -147,13 +147,14 @@ async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_th
 
 
 async def test_a_retry_without_kept_records_says_what_to_do(ns, redis_url, sync_redis):
+    from rewardq.ops.deadletters import describe_retry
     from rewardq.queue.deadletters import DeadLetters
 
     client = RewardClient.from_url(redis_url, namespace=ns)
     await _end_four_ways(ns, redis_url, sync_redis, client)
     dls = DeadLetters(sync_redis, Keyspace(ns))
     scoring = next(d for d in dls.iter() if d.kind == "scoring")
-    said = dls.retry(scoring)
+    said = describe_retry(dls.retry(scoring))
     assert "reopened flaky_s (3 results cleared)" in said
     assert "records were not kept" in said and "put the trajectory again" in said and "--keep-records" in said
     client.close()

@@ -1,4 +1,4 @@
-"""The backlog drain figure (queue.status.backlog_status), its gauge, and the autoscaling rule."""
+"""The backlog drain figure (queue.reads.backlog_status), its gauge, and the autoscaling rule."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.errors import ConfigError
 from rewardq.integrations.autoscale import Autoscale, Autoscaler
-from rewardq.queue.status import backlog_status, drain_estimate, shard_figures
+from rewardq.queue.reads import backlog_status, drain_estimate, shard_figures
 
 
 def _shard(backlog: int, exact: bool = True) -> dict:

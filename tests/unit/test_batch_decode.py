@@ -1,4 +1,4 @@
-"""Batched decoding off the event loop (rewardq.reward.decoding): one decode_batch per loop turn,
+"""Batched decoding off the event loop (rewardq.reward.execution.decoding): one decode_batch per loop turn,
 exactly the texts one decode per sequence gives, and a bad sequence fails only its own caller."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rewardq.reward.decoding import BatchDecoder
+from rewardq.reward.execution.decoding import BatchDecoder
 from rewardq.reward.managers.naive import NaiveRewardManager
 from rewardq.reward.tokenizer import batch_decoder, load_demo_tokenizer
 from tests.support import records
@@ -83,6 +83,7 @@ async def test_the_naive_manager_decodes_through_the_batch_path_with_the_same_re
     batches = [records.trajectory_batch("step one", a, sample=sample, eos=True) for a in answers]
     got = await asyncio.gather(*(manager.run_single(b) for b in batches))
     assert [g["reward_score"] for g in got] == [1.0, 0.0, 0.0, 1.0]
-    assert manager._decoder is not None and manager._decoder.calls == 1
+    decoder = manager.host.decoder
+    assert isinstance(decoder, BatchDecoder) and decoder.calls == 1
     await manager.close_scoring()
-    assert manager._decoder is None
+    assert manager.host.decoder is None

@@ -10,8 +10,8 @@ from prometheus_client import generate_latest
 
 from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.errors import ConfigError
+from rewardq.ops.overview import code_totals
 from rewardq.ops.status import render_status
-from rewardq.queue.status import code_totals
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.codeexec.result import CodeResult
 from rewardq.reward.codeexec.settings import CodeExecSettings, pop_code_options

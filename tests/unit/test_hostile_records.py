@@ -230,3 +230,15 @@ def test_dead_letter_list_caps_every_column():
     for col, limit in COLUMN_CHARS.items():
         assert len(row[col]) <= limit and "\n" not in row[col], col
     assert row["deliveries"] is None
+
+
+def test_a_retry_is_worded_from_what_it_did() -> None:
+    from rewardq.ops.deadletters import describe_retry
+    from rewardq.queue.deadletters import Retried
+
+    assert describe_retry(Retried()) == "nothing to retry (no record and no trajectory); removed"
+    assert describe_retry(Retried(tid="u_s", requeued=True)) == "record re-queued"
+    kept = Retried("u_s", reopened=True, cleared=2, restored=2, outputs=2, requeued=True)
+    assert describe_retry(kept) == "reopened u_s (2 results cleared); 2 kept record(s) restored; record re-queued"
+    lost = describe_retry(Retried("u_s", reopened=True, cleared=3, outputs=3, requeued=True))
+    assert lost.startswith("reopened u_s (3 results cleared); its other outputs' records were not kept")

@@ -1,4 +1,4 @@
-"""Where scoring functions run (rewardq.reward.isolation) and what their failures become.
+"""Where scoring functions run (rewardq.reward.execution.isolation) and what their failures become.
 
 Real scorer processes and threads, no Redis: each test asserts the exact reason a
 misbehaving function's trajectory gets, and that the next call is scored normally.
@@ -19,7 +19,7 @@ from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
-from rewardq.reward.loader import load_score_fn
+from rewardq.reward.execution.loader import load_score_fn
 from tests.support import misbehaving
 from tests.support.helpers import until
 from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
@@ -31,7 +31,7 @@ async def test_builtin_inline_scorer_stays_in_the_event_loop(naive):
     m = naive(None)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
     assert out == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
-    assert m.score_router._builtin is None  # no scorer process was started
+    assert m.host.router._builtin is None  # no scorer process was started
 
 
 async def test_builtin_process_scorer_runs_in_a_scorer_process(naive, monkeypatch):
@@ -39,7 +39,7 @@ async def test_builtin_process_scorer_runs_in_a_scorer_process(naive, monkeypatc
     m = naive(None, processes=1)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
     assert out["reward_score"] == 1.0
-    pool = m.score_router._builtin.pool
+    pool = m.host.router._builtin.pool
     assert pool.counters["tasks"] == 1 and pool.target == "rewardq.reward.scoring:default_compute_score"
     assert all(pid != os.getpid() and alive(pid) for pid in pool.pids)
 
@@ -56,7 +56,7 @@ async def test_builtin_async_scorer_is_awaited(naive, monkeypatch):
     monkeypatch.setitem(scoring.EXACT_SCORERS, "test/async-judge", judge)
     m = naive(None)
     assert (await m.run_single(trajectory("x", data_source="test/async-judge")))["reward_score"] == 0.5
-    assert seen == [threading.main_thread()] and m.score_router._builtin is None
+    assert seen == [threading.main_thread()] and m.host.router._builtin is None
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(n
     m = naive(fn, reward_fn=spec, reward_fn_kwargs={"bonus": 2.0}, processes=1)
     out = await m.run_single(trajectory("7", "7"))
     assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
-    assert m.score_router.place_of(fn).pool.target == spec
+    assert m.host.router.place_of(fn).pool.target == spec
 
 
 async def test_a_closure_runs_in_threads_and_says_so_at_start_up(naive, caplog):
@@ -107,7 +107,7 @@ async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive):
         with pytest.raises(ScoringError, match=reason):
             await m.run_single(trajectory(response))
         assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0, f"after {response}"
-    counters = m.score_router.place_of(misbehaving.misbehave).pool.counters
+    counters = m.host.router.place_of(misbehaving.misbehave).pool.counters
     assert counters["crashes"] == 2 and counters["errors"] == 2 and counters["replaced"] == 2
 
 
@@ -133,7 +133,7 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive)
     for _ in range(5):
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(m.run_single(trajectory("x")), 0.2)
-    runner = m.score_router.place_of(stuck).runner
+    runner = m.host.router.place_of(stuck).runner
     assert runner.lost == 5 and runner.counters["calls"] == 5  # each hung call had a fresh thread
     with pytest.raises(ScoringError, match="5 earlier calls .* never returned"):
         await m.run_single(trajectory("x"))

@@ -2,7 +2,9 @@
 
 Every ``import``/``from ... import`` in ``rewardq/`` (function-level imports included) is an
 arrow between components: a subpackage (``queue``, ``reward``, ``consumers``, ...) or a
-top-level module (``cli``, ``config``, ``errors``, ...).
+top-level module (``cli``, ``config``, ``errors``, ...). The same arrows, drawn between modules
+and between the folders inside every package, have no cycles either (there, imports under
+``if TYPE_CHECKING:`` are left out: they never run).
 """
 
 from __future__ import annotations
@@ -40,13 +42,29 @@ def _is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute names of the rewardq modules ``path`` imports (relative imports resolved)."""
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else ""
+            if name == "TYPE_CHECKING":
+                out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def _imports(path: Path, *, typing_only: bool = True) -> set[str]:
+    """Absolute names of the rewardq modules ``path`` imports (relative imports resolved), at
+    module level or in any function; ``typing_only=False`` leaves out ``TYPE_CHECKING`` imports."""
     tree = ast.parse(path.read_text(), str(path))
     here = _module_name(path)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    skip = set() if typing_only else _type_checking_nodes(tree)
     out: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -79,37 +97,37 @@ def _graph() -> dict[str, set[str]]:
 GRAPH = _graph()
 
 
-def test_the_graph_sees_every_subpackage():
+def test_the_graph_sees_every_subpackage() -> None:
     assert {"queue", "reward", "consumers", "producers", "ops", "demo", "cli", "errors", "defaults", "backoff"} <= set(
         GRAPH
     )
     assert "queue" in GRAPH["consumers"] and "reward" in GRAPH["consumers"]  # the graph is not empty
 
 
-def test_queue_imports_nothing_above_it():
+def test_queue_imports_nothing_above_it() -> None:
     assert GRAPH["queue"] <= FOUNDATION, GRAPH["queue"]
 
 
-def test_foundation_modules_import_no_other_component():
+def test_foundation_modules_import_no_other_component() -> None:
     for name in FOUNDATION:
         assert GRAPH[name] <= FOUNDATION - {name}, (name, GRAPH[name])
 
 
-def test_reward_never_imports_consumers_or_the_doors():
+def test_reward_never_imports_consumers_or_the_doors() -> None:
     assert not GRAPH["reward"] & {"consumers", "ops", "cli", "demo", "producers"}, GRAPH["reward"]
 
 
-def test_producers_never_import_the_worker_side():
+def test_producers_never_import_the_worker_side() -> None:
     assert not GRAPH["producers"] & {"consumers", "reward", "ops", "cli", "demo", "config"}, GRAPH["producers"]
 
 
-def test_only_the_entry_point_imports_the_cli():
+def test_only_the_entry_point_imports_the_cli() -> None:
     importers = {src for src, dsts in GRAPH.items() if "cli" in dsts}
     assert importers <= {"__main__"}, importers
 
 
-def test_no_cycles_between_components():
-    # Tarjan's strongly connected components: any component of size > 1 is a cycle
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's strongly connected components of more than one node: each one is a cycle."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -120,7 +138,7 @@ def test_no_cycles_between_components():
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in GRAPH.get(v, ()):
+        for w in graph.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -137,13 +155,128 @@ def test_no_cycles_between_components():
             if len(scc) > 1:
                 cycles.append(scc)
 
-    for v in list(GRAPH):
+    for v in list(graph):
         if v not in index:
             visit(v)
-    assert not cycles, cycles
+    return cycles
 
 
-def test_only_the_queue_layer_imports_redis_py():
+def test_no_cycles_between_components() -> None:
+    assert not _cycles(GRAPH), _cycles(GRAPH)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the rewardq modules it imports when it runs (``TYPE_CHECKING`` imports left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        here = _module_name(path)
+        graph[here] = {m for m in _imports(path, typing_only=False) if m != here and _is_module(m)}
+    return graph
+
+
+MODULES = _module_graph()
+
+
+def test_no_cycles_between_modules() -> None:
+    """No two modules import each other, directly or round a loop, at module level or in a function."""
+    assert len(MODULES) > 100 and "rewardq.reward.execution.isolation" in MODULES
+    assert not _cycles(MODULES), _cycles(MODULES)
+
+
+def _packages() -> list[str]:
+    return sorted(_module_name(p) for p in PACKAGE.rglob("__init__.py"))
+
+
+def _child(package: str, module: str) -> str | None:
+    """The child of ``package`` that holds ``module`` (a module or a subpackage), None outside it;
+    the package's own ``__init__`` is the child ``__init__``."""
+    if module == package:
+        return "__init__"
+    if not module.startswith(package + "."):
+        return None
+    return module[len(package) + 1 :].split(".")[0]
+
+
+def test_no_cycles_between_the_folders_of_any_package() -> None:
+    """Inside every package, its modules and subfolders (each folder taken whole) import one way:
+    ``reward/`` may use ``reward/execution/`` and ``reward/execution/`` ``reward/tokenizer.py``, but
+    nothing in ``execution/`` may import back what imports it."""
+    seen = 0
+    for package in _packages():
+        graph: dict[str, set[str]] = defaultdict(set)
+        for src, targets in MODULES.items():
+            a = _child(package, src)
+            if a is None:
+                continue
+            graph[a]
+            for target in targets:
+                b = _child(package, target)
+                if b is not None and b != a:
+                    graph[a].add(b)
+        seen += bool(graph)
+        assert not _cycles(graph), (package, _cycles(graph))
+    assert seen >= 10
+
+
+def test_the_manager_contract_loads_no_execution_machinery() -> None:
+    """``import rewardq.reward`` (what a scorer process pays) runs none of reward/execution/ but its
+    settings and loader: the contract reaches the rest only when a manager first scores or decodes."""
+    reach: set[str] = set()
+    todo = ["rewardq.reward"]
+    while todo:
+        name = todo.pop()
+        if name not in reach:
+            reach.add(name)
+            todo.extend(_module_level_imports(name))
+    assert "rewardq.reward.base" in reach and "rewardq.reward.registry" in reach
+    machinery = {m for m in reach if m.startswith("rewardq.reward.execution.")}
+    assert machinery <= {"rewardq.reward.execution.settings", "rewardq.reward.execution.loader"}, machinery
+
+
+def _path_of(module: str) -> Path:
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    return path / "__init__.py" if (path / "__init__.py").is_file() else path.with_suffix(".py")
+
+
+def _module_level_imports(module: str) -> set[str]:
+    """The rewardq modules ``module`` imports when it is imported (statements outside functions and
+    ``TYPE_CHECKING`` blocks), with the packages a dotted import runs on the way."""
+    path = _path_of(module)
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_checking_nodes(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if id(node) in skip or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            names = [f"{base}.{a.name}" if _is_module(f"{base}.{a.name}") else base for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))  # importing a.b.c runs a, a.b
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {m for m in out if m.startswith("rewardq") and _is_module(m)}
+
+
+def test_every_package_says_its_role_in_its_first_line() -> None:
+    for package in _packages():
+        doc = ast.get_docstring(ast.parse(_path_of(package).read_text())) or ""
+        first = doc.splitlines()[0] if doc else ""
+        assert len(first) > 20 and first.rstrip().endswith((".", ")")), f"{package}: {first!r}"
+
+
+def test_only_the_queue_layer_imports_redis_py() -> None:
     speakers = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

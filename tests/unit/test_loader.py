@@ -9,8 +9,7 @@ import textwrap
 import pytest
 
 from rewardq.errors import ConfigError
-from rewardq.reward.base import is_async_callable
-from rewardq.reward.loader import bind_kwargs, load_score_fn, module_name_for, split_spec
+from rewardq.reward.execution.loader import bind_kwargs, is_async_callable, load_score_fn, module_name_for, split_spec
 
 CALL = dict(data_source="d", solution_str="s", ground_truth="g", extra_info={})
 

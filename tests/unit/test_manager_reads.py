@@ -11,13 +11,14 @@ import torch
 from rewardq.consumers.batch import build_batch
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import ConfigError
-from rewardq.reward.base import RewardManager, reads_of
+from rewardq.reward.base import RewardManager
 from rewardq.reward.managers.dapo import DAPORewardManager
 from rewardq.reward.managers.disrm import DisRMRewardManager
 from rewardq.reward.managers.gdpo import GDPORewardManager
 from rewardq.reward.managers.limited import LimitedRewardManager
 from rewardq.reward.managers.naive import NaiveRewardManager
 from rewardq.reward.managers.remote import RemoteRewardManager
+from rewardq.reward.results import reads_of
 from rewardq.reward.rows import last_row, non_tensor, valid_prompt_ids, valid_response_ids
 from tests.support import records
 from tests.support.records import TOK

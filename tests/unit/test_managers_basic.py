@@ -13,10 +13,10 @@ import torch
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, ScoringError, UnknownDataSourceError
 from rewardq.queue.codec import OutputRecord
-from rewardq.reward.base import check_manager_output
 from rewardq.reward.managers.dapo import DAPORewardManager
 from rewardq.reward.managers.gdpo import GDPORewardManager
 from rewardq.reward.managers.naive import NaiveRewardManager
+from rewardq.reward.results import check_manager_output
 from rewardq.reward.rows import non_tensor
 from tests.support import records
 from tests.support.records import TOK

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from rewardq.errors import MissingDependencyError, ScoringError
+from rewardq.errors import MissingScorerExtra, ScoringError
 from rewardq.reward.scoring import default_compute_score, geo3k, placement_of, prime_math
 from rewardq.reward.scoring.prime_math import arith, matrix, prm800k, tora
 from rewardq.reward.scoring.time_limit import time_limit
@@ -139,7 +139,7 @@ def test_a_missing_math_extra_names_the_install_command(monkeypatch, missing, da
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, missing, None)  # import now raises ModuleNotFoundError
     message = r"needs the '" + missing + r"' package.*pip install 'rewardq\[math\]'"
-    with pytest.raises(MissingDependencyError, match=message):
+    with pytest.raises(MissingScorerExtra, match=message):
         default_compute_score(data_source, solution, "1")
 
 
@@ -162,7 +162,7 @@ def test_the_scorers_load_without_the_math_extra():
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "1.0",
-        "MissingDependencyError the numina (prime_math) scorer needs the 'pylatexenc' package, which is not "
+        "MissingScorerExtra the numina (prime_math) scorer needs the 'pylatexenc' package, which is not "
         "installed: pip install 'rewardq[math]'",
     ]
 

@@ -162,8 +162,8 @@ async def test_math_verify_equivalence_through_the_pool(managers):
 
 
 async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs():
+    from rewardq.reward.execution.loader import load_score_fn
     from rewardq.reward.factory import build_manager
-    from rewardq.reward.loader import load_score_fn
 
     spec = f"{REMOTE_SCORERS}:compute_score"
     m = build_manager(
@@ -192,7 +192,7 @@ async def test_an_unpicklable_sample_is_refused_without_losing_the_process(manag
 
 
 def test_a_function_loaded_from_a_file_is_sent_by_path():
-    from rewardq.reward.loader import load_score_fn
+    from rewardq.reward.execution.loader import load_score_fn
 
     fn = load_score_fn(f"{REMOTE_SCORERS}:compute_score", {"bonus": 1.0})
     m = RemoteRewardManager(TOK, fn)  # no spec: derived from the function

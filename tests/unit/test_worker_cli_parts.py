@@ -86,7 +86,7 @@ def test_json_log_lines_carry_extra_fields():
 
 def test_redis_connection_refused_probe_is_fast():
     from rewardq.errors import RedisUnavailable
-    from rewardq.ops.common import probe_redis
+    from rewardq.ops.connect import probe_redis
 
     t0 = time.monotonic()
     with pytest.raises(RedisUnavailable, match=r"redis://user:\*\*\*@127.0.0.1:1/0"):

@@ -1,4 +1,4 @@
--- ratelimit: fleet-wide token buckets and concurrency slots (rewardq/queue/ratelimit.py).
+-- ratelimit: fleet-wide token buckets and concurrency slots (rewardq/reward/ratelimit.py).
 -- Standalone: not prefixed with common.lua. Its one loop runs over the slot holders of one
 -- limiter (at most the fleet's concurrent callers), never over anything a record controls.
 -- Budget: O(slot holders of one limiter) per call; one hash.

@@ -1,7 +1,7 @@
 """The code-execution state of one worker: the chosen backend, its limits, its counters.
 
 A :class:`CodeRuntime` is created on first use by :meth:`ManagerContext.code_runtime
-<rewardq.reward.base.ManagerContext.code_runtime>` and closed with the worker. It holds
+<rewardq.reward.context.ManagerContext.code_runtime>` and closed with the worker. It holds
 
 * the local sandbox (:class:`~rewardq.reward.codeexec.sandbox.LocalSandbox`), or
 * the SandboxFusion client, whose requests hold slots of a **fleet** limiter (state in the
@@ -103,8 +103,8 @@ class CodeRuntime:
     def client(self) -> Any:
         """The SandboxFusion client with its limiter (created on first use)."""
         if self._client is None:
-            from rewardq.queue.ratelimit import open_limiter
             from rewardq.reward.codeexec.sandbox_fusion import SandboxFusionClient
+            from rewardq.reward.ratelimit import open_limiter
 
             s = self.settings
             self._limiter = open_limiter(

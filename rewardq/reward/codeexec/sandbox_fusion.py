@@ -12,7 +12,7 @@ after a compile error counted as one.
 Where rewardq differs on purpose:
 
 * **Concurrency holds across the fleet.** Each request holds one of ``max_concurrent`` slots
-  of a fleet limiter (:class:`rewardq.queue.ratelimit.FleetRateLimiter`, state in Redis);
+  of a fleet limiter (:class:`rewardq.reward.ratelimit.FleetRateLimiter`, state in Redis);
   verl's semaphore is per process.
 * **A sandbox that cannot be reached is an error, not a zero.** Connection errors and 5xx
   answers are retried (``attempts`` in all, verl's linear back-off); when they run out, or on

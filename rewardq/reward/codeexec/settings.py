@@ -3,7 +3,7 @@
 They are manager options (``--manager-option sandbox_fusion_url=http://...``, a config file's
 ``manager_options``, ``REWARDQ_MANAGER_OPTIONS``), accepted by every manager: the factory
 takes them out of the options before building the manager and hands them to the scorer
-through :class:`~rewardq.reward.base.ManagerContext` (``context.code``). verl's
+through :class:`~rewardq.reward.context.ManagerContext` (``context.code``). verl's
 ``reward.sandbox_fusion.{url,max_concurrent,memory_limit_mb}`` map to the first three.
 
 =====================================  =========  ============================================

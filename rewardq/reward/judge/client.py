@@ -9,7 +9,7 @@
    (:mod:`rewardq.queue.judge_cache`).
 2. **The limits**, for each attempt: one request token (``max_rpm``), then a wait until the token
    bucket (``max_tpm``) could pay ``estimated_tokens_per_request``, then one of ``max_concurrent``
-   slots, held only while the HTTP request is in flight (:mod:`rewardq.queue.ratelimit`; the
+   slots, held only while the HTTP request is in flight (:mod:`rewardq.reward.ratelimit`; the
    limits hold across every worker of the fleet). When the answer arrives, the token bucket is
    charged with the tokens the server reports in ``usage`` (prompt + completion), not the estimate.
 3. **Retries.** A 429, a 5xx, a 408, a connection error or a timeout is retried up to
@@ -168,7 +168,7 @@ class ChatJudge:
         base_url: the API root, with its version: ``http://host:8000/v1`` (vLLM, SGLang, TGI).
         api_key: the bearer token, or None (a local server without ``--api-key``).
         model: the served model's name (the ``model`` of each body; counters are kept by it).
-        limiter: a rate limiter (:func:`rewardq.queue.ratelimit.open_limiter`).
+        limiter: a rate limiter (:func:`rewardq.reward.ratelimit.open_limiter`).
         cache: a judge cache (:func:`rewardq.queue.judge_cache.open_judge_cache`).
         stats: this worker's counters (``/metrics``).
         timeout: seconds one HTTP request may take.

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardq.errors import ConfigError
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.final_output import aread_final_output, score_final_output
 from rewardq.reward.registry import register
+from rewardq.reward.results import to_float
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -118,7 +119,7 @@ class DAPORewardManager(RewardManager):
     Args:
         tokenizer: decodes response ids.
         compute_score: the scoring function; None uses the default scorer by data source.
-        context: see :class:`~rewardq.reward.base.ManagerContext`.
+        context: see :class:`~rewardq.reward.context.ManagerContext`.
         overlong_buffer: ``{"enable": bool, "len": int, "penalty_factor": float, "log": bool}``
             or None (no penalty).
         max_resp_len: the rollout's maximum response length in tokens; required when

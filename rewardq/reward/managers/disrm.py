@@ -46,9 +46,10 @@ from typing import Any
 from rewardq import defaults
 from rewardq.backoff import compute_backoff
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, reject_unknown_options, to_float
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.http import HttpSession
 from rewardq.reward.registry import register
+from rewardq.reward.results import reject_unknown_options, to_float
 
 logger = logging.getLogger("rewardq.reward.disrm")
 

@@ -32,7 +32,7 @@ class GDPORewardManager(NaiveRewardManager):
     Args:
         tokenizer: decodes response ids.
         compute_score: the scoring function; None uses the default scorer by data source.
-        context: see :class:`~rewardq.reward.base.ManagerContext`.
+        context: see :class:`~rewardq.reward.context.ManagerContext`.
         experiment_name: written to ``extra_info["experiment_name"]`` for every sample.
     """
 

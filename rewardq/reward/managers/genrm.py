@@ -16,7 +16,7 @@ in ``setup`` and closed in ``close``. The manager has all of that; its judge
   reuses it, and two workers holding one request make one HTTP request
   (:mod:`rewardq.queue.judge_cache`).
 * **Fleet-wide limits.** ``max_rpm``, ``max_tpm`` and ``max_concurrent`` hold across every worker
-  (:mod:`rewardq.queue.ratelimit`); ``max_tpm`` is charged with the tokens the server reports.
+  (:mod:`rewardq.reward.ratelimit`); ``max_tpm`` is charged with the tokens the server reports.
 * **Failures.** 429, 5xx, timeouts and connection errors are retried (``Retry-After`` honoured);
   a judge that stays down, or an answer without a readable score, is an error result naming why,
   never a zero (unless ``unparsed_score`` says what an unreadable answer scores).
@@ -52,11 +52,12 @@ from typing import Any
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.queue.images import images_of
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, to_float
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, RetryPolicy
 from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, build_parser
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
 from rewardq.reward.registry import register
+from rewardq.reward.results import to_float
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
@@ -120,7 +121,7 @@ class GenRMRewardManager(RewardManager):
         images: send the outputs' images to the judge (a vision-language model).
         cache: reuse answers across re-scoring and workers (billed once); false sends every request.
         max_rpm, max_tpm, max_concurrent, estimated_tokens_per_request, limiter_name,
-            lease_seconds: the fleet-wide limits (see :mod:`rewardq.queue.ratelimit`); ``lease_seconds``
+            lease_seconds: the fleet-wide limits (see :mod:`rewardq.reward.ratelimit`); ``lease_seconds``
             also bounds how long a dead worker's claim on a request holds others back.
         timeout: seconds one HTTP request may take.
         max_retries, backoff_base, backoff_cap, max_retry_wait: the retry policy
@@ -267,7 +268,7 @@ class GenRMRewardManager(RewardManager):
             return
         from rewardq.queue.judge_cache import open_judge_cache
         from rewardq.queue.keys import Keyspace
-        from rewardq.queue.ratelimit import open_limiter
+        from rewardq.reward.ratelimit import open_limiter
 
         ctx = self.context
         ks = Keyspace(ctx.namespace)

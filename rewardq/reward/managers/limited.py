@@ -12,7 +12,7 @@ The limits are token buckets holding one second of the rate, as verl's are (120 
 smooth 2 requests/s with a burst of 2), and they hold **across every worker process of the
 fleet**: the limiter's state lives in
 Redis under ``<namespace>:ratelimit:<limiter_name>`` (see
-:mod:`rewardq.queue.ratelimit`), so eight workers together send the configured rate, not
+:mod:`rewardq.reward.ratelimit`), so eight workers together send the configured rate, not
 eight times it (verl keeps its limiters per process). Managers that share a
 ``limiter_name`` share one budget; give a second judge its own name. When the worker has no
 Redis URL (``context.redis_url is None``, e.g. an embedded single-process run) the manager
@@ -44,8 +44,9 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, normalize_result
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.registry import register
+from rewardq.reward.results import normalize_result
 
 logger = logging.getLogger("rewardq.reward.rate_limited")
 
@@ -121,7 +122,7 @@ class LimitedRewardManager(RewardManager):
         if self.limiter is not None:
             return
         from rewardq.queue.keys import Keyspace
-        from rewardq.queue.ratelimit import open_limiter
+        from rewardq.reward.ratelimit import open_limiter
 
         key = Keyspace(self.context.namespace).ratelimit(self.limiter_name)
         self.limiter = open_limiter(

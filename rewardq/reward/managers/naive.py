@@ -37,7 +37,7 @@ class NaiveRewardManager(RewardManager):
         tokenizer: decodes response ids (``decode(ids, skip_special_tokens=True)``).
         compute_score: ``f(data_source, solution_str, ground_truth, extra_info)``, sync or
             async; None uses :func:`rewardq.reward.scoring.default_compute_score`.
-        context: see :class:`~rewardq.reward.base.ManagerContext`.
+        context: see :class:`~rewardq.reward.context.ManagerContext`.
     """
 
     reads = "final"  # run_single reads data[-1:] only

@@ -4,7 +4,7 @@ For CPU-bound scorers (math-verify, sympy): they hold the GIL in a thread pool, 
 math-verify's ``signal.alarm`` timeouts fail in any thread but a process's main thread,
 so in a thread pool it silently scores 0 for every sample (a long-standing verl bug). Here
 each sample is scored in the main thread of one of ``num_workers`` scorer processes
-(:class:`rewardq.reward.process_pool.ScorerPool`).
+(:class:`rewardq.reward.execution.process_pool.ScorerPool`).
 
 * A sample that takes longer than ``timeout`` seconds: its process is killed and replaced;
   the sample scores 0.0 with ``{"timeout": True, "acc": 0.0}``. Other samples in flight are
@@ -26,7 +26,7 @@ Which function runs in the children, in order of precedence:
   (:mod:`rewardq.reward.scoring.math_verify_scorer`); ``scorer`` may also be any spec.
 * ``scorer_spec="path/to/file.py:fn"`` or ``"package.module:fn"`` (the worker's
   ``--reward-fn``; the factory passes it), with ``scorer_kwargs``. Each child loads it with
-  :func:`rewardq.reward.loader.load_score_fn`.
+  :func:`rewardq.reward.execution.loader.load_score_fn`.
 * ``compute_score``, a function: sent by name (``module:qualname``); it must be importable
   by that name in the children (a module-level function), otherwise construction fails.
 * nothing: :func:`rewardq.reward.scoring.default_compute_score`.
@@ -51,10 +51,12 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn, is_async_callable, normalize_result
-from rewardq.reward.isolation import BUILTIN_SPEC, spec_of
-from rewardq.reward.process_pool import START_METHODS, ScorerPool
+from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
+from rewardq.reward.execution.isolation import BUILTIN_SPEC, spec_of
+from rewardq.reward.execution.loader import is_async_callable
+from rewardq.reward.execution.process_pool import START_METHODS, ScorerPool
 from rewardq.reward.registry import register
+from rewardq.reward.results import normalize_result
 
 logger = logging.getLogger("rewardq.reward.remote")
 
@@ -133,7 +135,7 @@ class RemoteRewardManager(RewardManager):
             spec = SCORERS.get(spec, spec)
             if not kwargs and compute_score is not None:
                 kwargs = dict(getattr(compute_score, "keywords", None) or {})  # bound by the loader
-            from rewardq.reward.loader import load_score_fn
+            from rewardq.reward.execution.loader import load_score_fn
 
             fn = load_score_fn(spec, kwargs)  # fail fast, in the parent, with the loader's message
             if is_async_callable(fn):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewardq.reward.scoring.extras import import_math_extra
+from rewardq.reward.scoring.math_extra import import_math_extra
 from rewardq.reward.scoring.placement import place
 
 __all__ = ["compute_score", "score", "format_reward", "acc_reward"]
@@ -44,7 +44,7 @@ def acc_reward(predict_str: str, ground_truth: Any, use_boxed: bool = True) -> f
     """1.0 when mathruler grades the (boxed) answer equal to ``ground_truth``, else 0.0.
 
     Raises:
-        MissingDependencyError: mathruler (the ``math`` extra) is not installed.
+        MissingScorerExtra: mathruler (the ``math`` extra) is not installed.
     """
     grader = import_math_extra("mathruler.grader", "hiyouga/geometry3k (geo3k)")
     answer = grader.extract_boxed_content(predict_str) if use_boxed else predict_str

@@ -46,8 +46,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rewardq.reward.scoring.extras import import_math_extra
 from rewardq.reward.scoring.math_boxed import balanced_from
+from rewardq.reward.scoring.math_extra import import_math_extra
 from rewardq.reward.scoring.placement import place
 from rewardq.reward.scoring.time_limit import require_main_thread
 
@@ -112,7 +112,7 @@ def compute_score(solution_str: Any, ground_truth: Any) -> float:
 
     Raises:
         ScoringError: called outside a process's main thread.
-        MissingDependencyError: the ``math`` extra is not installed.
+        MissingScorerExtra: the ``math`` extra is not installed.
     """
     require_main_thread("the numina (prime_math) scorer")
     prm800k = import_math_extra("rewardq.reward.scoring.prime_math.prm800k", "numina (prime_math)")

@@ -40,7 +40,6 @@ from types import ModuleType
 from typing import Any
 
 from rewardq.errors import ConfigError
-from rewardq.reward.base import is_async_callable
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -64,7 +63,7 @@ def load_score_fn(spec: str | None, kwargs: dict | None = None) -> Callable[...,
     Returns:
         The function, or None when ``spec`` is empty. With ``kwargs``, a sync function
         comes back as a ``functools.partial`` and an async one as an ``async def``
-        wrapper, so :func:`rewardq.reward.base.is_async_callable` still tells them apart.
+        wrapper, so :func:`is_async_callable` still tells them apart.
 
     Raises:
         ConfigError: the file/module/function is missing or unusable, or the kwargs
@@ -237,3 +236,39 @@ def _check_kwargs(fn: Callable[..., Any], kwargs: dict, spec: str) -> None:
             f"{', '.join(list(SCORING_KEYWORDS) + sorted(kwargs))} as keywords ({exc}). It is "
             "called as f(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)"
         ) from None
+
+
+def is_async_callable(fn: Any) -> bool:
+    """True for ``async def`` functions and for objects whose ``__call__`` is one."""
+    call = type(fn).__call__ if not inspect.isroutine(fn) and callable(fn) else None
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+def import_object(spec: str, what: str = "object") -> object:
+    """Import ``package.module:attr`` or ``path/to/file.py:attr`` (``attr`` may be dotted)."""
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise ValueError(f"{spec!r} is not of the form package.module:Name or path/to/file.py:Name")
+    module = _import_file(module_name) if _is_file(module_name) else importlib.import_module(module_name)
+    obj: object = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _is_file(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or os.sep in target
+
+
+def _import_file(path: str) -> ModuleType:
+    """Import a file once, under the stable name :func:`module_name_for` gives it."""
+    expanded = os.path.expanduser(path)
+    if not os.path.isfile(expanded):
+        raise ImportError(f"no such file {path!r} (looked in {os.path.abspath(expanded)!r})")
+    name = module_name_for(expanded)
+    if name in sys.modules:
+        return sys.modules[name]
+    module = import_file_as(expanded, name)
+    if module is None:
+        raise ImportError(f"{path!r} is not a Python file")
+    return module

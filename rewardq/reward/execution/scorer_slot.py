@@ -1,11 +1,11 @@
 """One scorer process as its pool sees it, and what became of a task sent to it.
 
 A :class:`ScorerSlot` is one ``multiprocessing`` Process running
-:func:`rewardq.reward.scorer_process.child_main`, the parent's end of its duplex Pipe, and
+:func:`rewardq.reward.execution.scorer_process.child_main`, the parent's end of its duplex Pipe, and
 the pool's notes on it (ready, busy since when, with which task). It starts its process,
 signals it, and stops it: SIGTERM, then SIGKILL after a grace period, then reaped with its
 pipe closed. Which slot gets which task, and when one is replaced or a spare starts, is
-:class:`rewardq.reward.process_pool.ScorerPool`'s business.
+:class:`rewardq.reward.execution.process_pool.ScorerPool`'s business.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardq.reward.scorer_process import child_main
+from rewardq.reward.execution.scorer_process import child_main
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Small pieces the commands share: checking Redis is reachable, removing a namespace.
+"""Whether Redis answers: probe it once, or wait for it with backoff, each failure said as what to try.
 
 :func:`probe_redis` turns "connection refused" into a :class:`RedisUnavailable` whose message
 names the (password-redacted) URL and says what to try, so the CLI can print one red line
@@ -8,16 +8,14 @@ instead of a traceback through five layers of redis-py.
 from __future__ import annotations
 
 import logging
-import re
 import time
-from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import RedisUnavailable
 from rewardq.queue.connection import connect_sync, redact_url, split_cluster
 from rewardq.queue.retry import backoff_delay, no_retry
 
-__all__ = ["probe_redis", "wait_for_redis", "delete_namespace", "delete_trajectory_keys", "namespace_key_count"]
+__all__ = ["probe_redis", "wait_for_redis"]
 
 logger = logging.getLogger("rewardq.cli")
 
@@ -97,50 +95,3 @@ def wait_for_redis(url: str, *, cluster: bool = False, timeout: float | None = N
                 pause,
             )
             time.sleep(pause)
-
-
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
-def _scan(client: Any, pattern: str) -> list[bytes]:
-    keys: list[bytes] = []
-    for key in client.scan_iter(match=pattern, count=1000):
-        keys.append(key)
-    return keys
-
-
-def namespace_key_count(client: Any, namespace: str) -> int:
-    """How many keys live under ``<namespace>:`` (SCAN; fine for demos and tests)."""
-    return len(_scan(client, _glob_escape(namespace) + ":*"))
-
-
-def delete_namespace(client: Any, namespace: str) -> int:
-    """Delete every key under ``<namespace>:``; returns how many. Never touches other keys."""
-    keys = _scan(client, _glob_escape(namespace) + ":*")
-    deleted = 0
-    for i in range(0, len(keys), 500):
-        chunk = keys[i : i + 500]
-        if getattr(client, "get_nodes", None) is not None:  # cluster: keys live in many slots
-            for k in chunk:
-                deleted += int(client.delete(k))
-        else:
-            deleted += int(client.delete(*chunk))
-    return deleted
-
-
-def delete_trajectory_keys(client: Any, keys: list[str]) -> int:
-    """Delete the result hashes of ``keys`` and their trajectories' hashes, nothing else.
-
-    ``client`` is a :class:`~rewardq.producers.client.RewardClient`; used when the namespace
-    is shared with other work (``rewardq demo --workers 0``).
-    """
-    ks = client.keyspace
-    targets = sorted({ks.reward_key(k) for k in keys} | {ks.traj_key(k.rpartition("_")[0]) for k in keys})
-    deleted = 0
-    for i in range(0, len(targets), 500):
-        pipe = client.r.pipeline(transaction=False)
-        for key in targets[i : i + 500]:
-            pipe.delete(key)
-        deleted += sum(int(n) for n in pipe.execute())
-    return deleted

@@ -44,11 +44,12 @@ from typing import Any
 
 from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.reward import scoring
-from rewardq.reward.base import ScoringSettings, is_async_callable
-from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
-from rewardq.reward.process_pool import ScorerPool
-from rewardq.reward.scorer_slot import TaskResult
-from rewardq.reward.threads import ThreadRunner
+from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
+from rewardq.reward.execution.loader import FILE_MODULE_PREFIX, import_object, is_async_callable
+from rewardq.reward.execution.process_pool import ScorerPool
+from rewardq.reward.execution.scorer_slot import TaskResult
+from rewardq.reward.execution.settings import ScoringSettings
+from rewardq.reward.execution.threads import ThreadRunner
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -60,19 +61,15 @@ def spec_of(fn: Any) -> str | None:
     """``module:qualname`` (or ``path.py:qualname`` for a file the loader imported) when that
     name loads back to ``fn`` itself in another process; None otherwise (a lambda, a closure,
     a callable object, a function of ``__main__``)."""
-    from rewardq.reward.loader import FILE_MODULE_PREFIX
-
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__" or "<" in qualname:
         return None
     loaded = sys.modules.get(module)
     if module.startswith(FILE_MODULE_PREFIX):
-        # loaded from a file by rewardq.reward.loader: a child finds it by path, not by that name
+        # loaded from a file by rewardq.reward.execution.loader: a child finds it by path, not by that name
         path = getattr(loaded, "__file__", None)
         return f"{path}:{qualname}" if path and getattr(loaded, qualname, None) is fn else None
     try:
-        from rewardq.reward.registry import import_object
-
         return f"{module}:{qualname}" if import_object(f"{module}:{qualname}") is fn else None
     except Exception:  # noqa: BLE001 - not importable by name
         return None
@@ -188,7 +185,7 @@ class ScoreFnRouter:
     """Calls scoring functions where they belong (see the module docstring).
 
     Args:
-        settings: the worker's :class:`~rewardq.reward.base.ScoringSettings`.
+        settings: the worker's :class:`~rewardq.reward.execution.settings.ScoringSettings`.
         configured: the manager's ``compute_score``; when ``settings.reward_fn`` names it,
             scorer processes load it by that spec (with ``settings.reward_fn_kwargs``).
         code_runtime: gives the worker's code-execution runtime (its backend, limits and

@@ -1,4 +1,4 @@
-"""The body of a scorer process (:class:`rewardq.reward.process_pool.ScorerPool`'s children).
+"""The body of a scorer process (:class:`rewardq.reward.execution.process_pool.ScorerPool`'s children).
 
 A child loads its scoring function once, says ``ready``, then serves tasks until its pipe
 closes or it is sent ``None``. Whatever a task does short of ending the process comes back
@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq.errors import ConfigError
-from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
+from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
 
 
 def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None) -> Callable[..., Any]:
     """The callable a spec names (with ``kwargs`` bound), or ``target`` itself with ``kwargs`` bound."""
     if not callable(target):
-        from rewardq.reward.loader import load_score_fn
+        from rewardq.reward.execution.loader import load_score_fn
 
         fn = load_score_fn(target, dict(kwargs or {}))
         if fn is None:

@@ -6,7 +6,7 @@ pool. Why not threads: CPU-bound scorers hold the GIL, a hung thread can never b
 and math-verify's timeouts use ``signal.alarm``, which only works in a process's main thread.
 
 Design: one ``multiprocessing`` Process and one duplex Pipe per slot
-(:class:`~rewardq.reward.scorer_slot.ScorerSlot`). A child loads the scoring function once,
+(:class:`~rewardq.reward.execution.scorer_slot.ScorerSlot`). A child loads the scoring function once,
 says ``ready``, then loops: receive ``(task_id, kwargs)``, call the function **in its main
 thread**, send back ``ok``/``error``. The parent keeps a queue of idle, ready slots and hands
 each task to the first free one; it watches every pipe with ``loop.add_reader`` (no thread
@@ -35,7 +35,7 @@ import time (sympy takes a second) never eats into a task's timeout.
 
 What crosses the pipe is pickled: the target (a spec string such as
 ``"package.module:fn"`` or ``"path/to/file.py:fn"``, resolved in the child with
-:func:`rewardq.reward.loader.load_score_fn`, or a picklable module-level function), the
+:func:`rewardq.reward.execution.loader.load_score_fn`, or a picklable module-level function), the
 task's keyword arguments and the result. This pipe is local between a parent and its own
 children; pickle is never used on the Redis wire.
 
@@ -62,8 +62,8 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.reward.escapes import REWARD_FUNCTION, describe_exit, exit_hint
-from rewardq.reward.scorer_slot import ScorerSlot, TaskResult
+from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_exit, exit_hint
+from rewardq.reward.execution.scorer_slot import ScorerSlot, TaskResult
 
 logger = logging.getLogger("rewardq.reward.remote")
 

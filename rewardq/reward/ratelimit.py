@@ -5,11 +5,8 @@ worker processes. verl keeps its limiters per process, so eight workers send eig
 the configured rate. :class:`FleetRateLimiter` keeps the state of one limiter in a single
 Redis hash, so every process that names the same key shares the same budget.
 
-What one limiter holds (one HASH, ``<ns>:ratelimit:<name>``, see :mod:`rewardq.queue.keys`)::
-
-    b:rpm:tokens  b:rpm:ts     request bucket: level and the server time it was computed at
-    b:tpm:tokens  b:tpm:ts     token bucket (same layout)
-    s:<holder>                 one concurrency slot: the server time its lease expires
+The state lives in one Redis hash per limiter, changed by one Lua script
+(:mod:`rewardq.queue.limits`); this module holds the waiting, the leases and the counters.
 
 Semantics:
 
@@ -73,10 +70,9 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
-from rewardq.queue import scripts
-from rewardq.queue.retry import script_call
+from rewardq.queue.limits import LimiterState
 
-logger = logging.getLogger("rewardq.queue.ratelimit")
+logger = logging.getLogger("rewardq.reward.ratelimit")
 
 #: Slack in bucket comparisons, so that float rounding never asks for a 1e-12 s wait.
 _EPS = 1e-9
@@ -326,38 +322,25 @@ class FleetRateLimiter(_LimiterBase):
 
     def __init__(self, redis: Any, key: str, *, owns_redis: bool = False, **limits: Any) -> None:
         super().__init__(**limits)
+        self.state = LimiterState(redis, key, owns_redis=owns_redis)
         self.redis = redis
         self.key = key
-        self.owns_redis = owns_redis
-        self._script = redis.register_script(scripts.standalone("ratelimit"))
 
     async def close(self) -> None:
         """Close the Redis client when it is the limiter's own (see :func:`open_limiter`)."""
-        if self.owns_redis:
-            await self.redis.aclose()
-            self.owns_redis = False
+        await self.state.close()
 
     async def _take(
         self, bucket: str, capacity: float, cost: float, look: bool, charge: bool = False
     ) -> tuple[float, float]:
-        mode = "2" if charge else "1" if look else "0"
-        wait, level = await self._run(["take", bucket, repr(float(capacity)), repr(float(cost)), mode])
-        return float(wait), float(level)
+        return await self.state.take(bucket, capacity, cost, look, charge)
 
     async def _slot_op(self, op: str, holder: str) -> float:
         if op == "slot":
-            args = ["slot", holder, str(self.max_concurrent), repr(self.lease_seconds)]
-        elif op == "renew":
-            args = ["renew", holder, repr(self.lease_seconds)]
-        else:
-            args = ["release", holder]
-        return float((await self._run(args))[0])
-
-    async def _run(self, args: list[str]) -> Any:
-        """One call of the limiter's script, marked as a script call so the retry policy never
-        re-sends one that may have run (a bucket charged twice)."""
-        with script_call():
-            return await self._script(keys=[self.key], args=args)
+            return await self.state.slot(holder, self.max_concurrent or 0, self.lease_seconds)
+        if op == "renew":
+            return await self.state.renew(holder, self.lease_seconds)
+        return await self.state.release(holder)
 
 
 def open_limiter(redis_url: str | None, key: str, *, cluster: bool = False, **limits: Any) -> _LimiterBase:

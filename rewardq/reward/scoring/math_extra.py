@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from rewardq.errors import MissingDependencyError
+from rewardq.errors import MissingScorerExtra
 
 __all__ = ["MATH_EXTRA_MODULES", "import_math_extra"]
 
@@ -20,7 +20,7 @@ MATH_EXTRA_MODULES = frozenset({"sympy", "mpmath", "pylatexenc", "mathruler", "t
 
 
 def import_math_extra(module: str, scorer: str) -> ModuleType:
-    """Import ``module``; a missing ``math``-extra package raises MissingDependencyError naming the fix.
+    """Import ``module``; a missing ``math``-extra package raises MissingScorerExtra naming the fix.
 
     Args:
         module: what to import (a rewardq module that needs the extra, or the package itself).
@@ -32,6 +32,6 @@ def import_math_extra(module: str, scorer: str) -> ModuleType:
         missing = (exc.name or "").partition(".")[0]
         if missing not in MATH_EXTRA_MODULES:
             raise
-        raise MissingDependencyError(
+        raise MissingScorerExtra(
             f"the {scorer} scorer needs the {missing!r} package, which is not installed: pip install 'rewardq[math]'"
         ) from None

@@ -15,7 +15,7 @@ thread, so this runner does the next best thing:
 
 What a thread cannot protect against: ``os._exit`` or a segfault ends the whole worker, and
 a call that holds the GIL stalls the worker's event loop while it runs. Scorer processes
-(:mod:`rewardq.reward.process_pool`) have neither problem.
+(:mod:`rewardq.reward.execution.process_pool`) have neither problem.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardq.errors import ScoringError
-from rewardq.reward.escapes import REWARD_FUNCTION, describe_escape
+from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
 
 
 class ThreadRunner:

@@ -1,7 +1,9 @@
-"""Read-only views of a pipeline for operators: ``rewardq status`` and ``rewardq inspect``.
+"""The pipeline's state read back from Redis: shards, workers, waiting and finished trajectories.
 
-Everything here is a plain dict of JSON-able values (what ``--json`` prints); the CLI only
-renders it. Nothing here writes to Redis.
+Each read decodes what the keys hold into plain dicts of JSON-able values; what the operator
+commands make of them is :mod:`rewardq.ops`'s (``rewardq status``, ``inspect``, ``top``), and the
+fleet's backlog figure (:func:`backlog_status`) is what the worker's gauge and the autoscaler read.
+Nothing here writes to Redis.
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from rewardq import defaults
-from rewardq.queue.codec import decode_output
-from rewardq.queue.fleet import recorded_scoring_sync
-from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace, split_key
 from rewardq.queue.results import as_text
 
@@ -38,11 +37,15 @@ _META_FIELDS = (
 _s = as_text
 
 
-def _f(v: Any, default: float = 0.0) -> float:
+def as_number(v: Any, default: float = 0.0) -> float:
+    """A stored number as a float (``default`` when absent or not a number)."""
     try:
         return float(_s(v))
     except (TypeError, ValueError):
         return default
+
+
+_f = as_number
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -190,24 +193,7 @@ def _json_dict(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def code_totals(workers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Code-execution counters per data source, summed over live workers (their ``code`` fields)."""
-    out: dict[str, dict[str, Any]] = {}
-    for w in workers:
-        for ds, st in (w.get("code") or {}).items():
-            if not isinstance(st, dict):
-                continue
-            tot = out.setdefault(ds, {"backend": "", "trajectories": 0, "runs": 0, "seconds": 0.0, "statuses": {}})
-            tot["backend"] = str(st.get("backend", tot["backend"]))
-            tot["trajectories"] += int(_f(st.get("trajectories")))
-            tot["runs"] += int(_f(st.get("runs")))
-            tot["seconds"] += _f(st.get("seconds"))
-            for status, n in (st.get("statuses") or {}).items():
-                tot["statuses"][status] = tot["statuses"].get(status, 0) + int(_f(n))
-    return dict(sorted(out.items()))
-
-
-def _missing(h: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
+def missing_outputs(h: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
     """Stored indices, missing indices (at most ``MAX_OUTPUTS`` of them listed) and the final index."""
     have = sorted(int(k[2:]) for k in h if k.startswith("o:") and k[2:].isdigit())
     final = h.get("final")
@@ -232,7 +218,7 @@ def waiting_status(
             meta = dict(zip(_META_FIELDS, r.hmget(ks.traj(s, tid), _META_FIELDS)))
             h = {_s(k): "" for k in fields}
             h.update({k: _s(v) for k, v in meta.items() if v is not None})
-            have, missing, final = _missing(h)
+            have, missing, final = missing_outputs(h)
             first = _f(h.get("first_seen"), now)
             items.append(
                 {
@@ -281,121 +267,6 @@ def recent_activity(
     }
 
 
-def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = defaults.STATUS_WAITING_LIMIT) -> dict[str, Any]:
-    """Everything ``rewardq status`` shows, as one dict."""
-    now = time.time()
-    dead_by_kind: dict[str, int] = {}
-    dead_total = 0
-    for s in range(ks.shards):
-        n = int(r.xlen(ks.dead(s)))
-        dead_total += n
-        if n and n <= 10_000:
-            for _, f in r.xrange(ks.dead(s)):
-                k = _s(f.get(b"kind", b"?"))
-                dead_by_kind[k] = dead_by_kind.get(k, 0) + 1
-    waiting_total = sum(int(r.zcard(ks.waiting(s))) for s in range(ks.shards))
-    workers = workers_status(r, ks, now)
-    shards = [shard_status(r, ks, s) for s in range(ks.shards)]
-    backlog = backlog_status(shards, workers)
-    recorded = recorded_scoring_sync(r, ks)
-    return {
-        "namespace": ks.namespace,
-        "group": ks.group,
-        "scoring": {"digest": recorded.digest, "config": recorded.config} if recorded is not None else None,
-        "shards": shards,
-        "backlog": backlog,
-        "backlog_seconds": backlog["seconds"],
-        "workers": workers,
-        "code": code_totals(workers),
-        "judges": judge_totals(r, ks),
-        "dead_letters": dead_total,
-        "dead_letters_by_kind": dead_by_kind,
-        "waiting_total": waiting_total,
-        "waiting": waiting_status(r, ks, waiting_limit, now),
-        "recent": recent_activity(r, ks, 60.0, now),
-        "time": now,
-    }
-
-
-def inspect_trajectory(
-    r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, preview_chars: int = defaults.INSPECT_PREVIEW_CHARS
-) -> dict[str, Any]:
-    """One key (``<uid>_<sid>_<i>``) or trajectory (``<uid>_<sid>``): records, state, rewards.
-
-    A ref that names an existing trajectory is taken as one; otherwise as an output key.
-    """
-    tid, index = ref, None
-    if not r.exists(ks.traj_key(ref)):
-        try:
-            tid, index = split_key(ref)
-        except ValueError:
-            pass
-    shard = ks.shard_of(tid)
-    h = {_s(k): v for k, v in r.hgetall(ks.traj(shard, tid)).items()}
-    if not h and index is not None and not r.exists(ks.reward(shard, ref)):
-        raise KeyError(
-            f"nothing known about {ref!r} in namespace {ks.namespace!r} (expired, never pushed, "
-            "or pushed to another namespace)"
-        )
-    meta = {k: _s(v) for k, v in h.items() if not k.startswith("o:")}
-    payloads = {int(k[2:]): v for k, v in h.items() if k.startswith("o:")}
-    kept = {int(_s(k)[2:]): v for k, v in r.hgetall(ks.records(shard, tid)).items()}
-    payloads = {**kept, **payloads}
-    have, missing, final = _missing({**meta, **{f"o:{i}": "" for i in payloads}})
-    n = int(_f(meta.get("n"), 0)) or (final + 1 if final is not None else (max(payloads) + 1 if payloads else 0))
-    indices = [index] if index is not None else list(range(min(n, defaults.MAX_OUTPUTS)))
-    outputs = []
-    for i in indices:
-        item: dict[str, Any] = {"key": f"{tid}_{i}", "index": i}
-        raw = payloads.get(i)
-        if raw is not None:
-            try:
-                rec = decode_output(raw)
-                item["record"] = {
-                    "prompt_tokens": int(rec.prompt_ids.shape[0]),
-                    "response_tokens": int(rec.response_ids.shape[0]),
-                    "model_tokens": int(rec.response_mask.sum())
-                    if rec.response_mask is not None
-                    else int(rec.response_ids.shape[0]),
-                    "final": rec.final,
-                    "num_turns": rec.num_turns,
-                    "extra_fields": rec.extra_fields,
-                    "sample": rec.sample,
-                }
-                if tokenizer is not None:
-                    text = tokenizer.decode(rec.response_ids.tolist(), skip_special_tokens=True)
-                    item["record"]["response_preview"] = text[:preview_chars] + (
-                        "…" if len(text) > preview_chars else ""
-                    )
-            except Exception as exc:  # show what is wrong rather than fail the whole view
-                item["record_error"] = str(exc)
-        res = r.hgetall(ks.reward(shard, f"{tid}_{i}"))
-        if res:
-            from rewardq.queue.results import RewardResult
-
-            item["result"] = RewardResult.from_hash(f"{tid}_{i}", res).as_dict()
-            ttl = r.ttl(ks.reward(shard, f"{tid}_{i}"))
-            item["result_expires_in_s"] = ttl if ttl >= 0 else None
-        outputs.append(item)
-    state = meta.get("state") or ("done" if any("result" in o for o in outputs) else "unknown")
-    return {
-        "ref": ref,
-        "tid": tid,
-        "shard": shard,
-        "state": state,
-        "final": final,
-        "have": have,
-        "missing": missing,
-        "meta": meta,
-        "outputs": outputs,
-        "records_kept": bool(kept),
-        "records_note": None
-        if payloads or state != "done"
-        else "records are deleted when a trajectory ends; start workers with --keep-records SECONDS "
-        "(or REWARDQ_KEEP_RECORDS) to keep them",
-    }
-
-
 class DoneFeed:
     """Every shard's ``done`` stream, read incrementally: the trajectories finished since the last
     :meth:`poll` (``rewardq top``'s rates and sparklines), from ``since_s`` seconds ago at first."""
@@ -440,3 +311,41 @@ class DoneFeed:
 
 
 _ERR = ("worker", "error", "n")
+
+
+def waiting_count(r: Any, ks: Keyspace) -> int:
+    """Trajectories still collecting outputs, over every shard."""
+    return sum(int(r.zcard(ks.waiting(s))) for s in range(ks.shards))
+
+
+def resolve_ref(r: Any, ks: Keyspace, ref: str) -> tuple[str, int | None]:
+    """``(tid, index)`` of ``ref``: a ref that names an existing trajectory is taken as one
+    (index None); otherwise as an output key ``<uid>_<sid>_<i>`` when it parses as one."""
+    if not r.exists(ks.traj_key(ref)):
+        try:
+            return split_key(ref)
+        except ValueError:
+            pass
+    return ref, None
+
+
+def trajectory_fields(r: Any, ks: Keyspace, shard: int, tid: str) -> tuple[dict[str, Any], dict[int, Any]]:
+    """A trajectory's hash (field names as text, values as stored) and the records workers kept
+    (``keep_records``) by output index."""
+    h = {_s(k): v for k, v in r.hgetall(ks.traj(shard, tid)).items()}
+    kept = {int(_s(k)[2:]): v for k, v in r.hgetall(ks.records(shard, tid)).items()}
+    return h, kept
+
+
+def reward_exists(r: Any, ks: Keyspace, shard: int, key: str) -> bool:
+    """Whether ``key`` has a result hash."""
+    return bool(r.exists(ks.reward(shard, key)))
+
+
+def reward_hash(r: Any, ks: Keyspace, shard: int, key: str) -> tuple[dict[Any, Any], int | None]:
+    """``key``'s result hash ({} when none) and the seconds it still lives (None: no expiry)."""
+    res = r.hgetall(ks.reward(shard, key))
+    if not res:
+        return {}, None
+    ttl = r.ttl(ks.reward(shard, key))
+    return res, ttl if ttl >= 0 else None

@@ -1,4 +1,4 @@
-"""What the optional extras provide, and the one-line message when one is missing.
+"""Which install extra the command line needs, and the one-line message when it is missing.
 
 ``pip install rewardq`` is the producer side and the verl adapter only; the command line and
 the workers need the ``worker`` extra. Without it, every command ends with one line that
@@ -23,11 +23,11 @@ def missing_worker_module(exc: BaseException) -> str | None:
 
 
 def require_worker_extra() -> None:
-    """Raise MissingDependency naming the first worker-extra module that is not installed (no imports)."""
+    """Raise MissingExtra naming the first worker-extra module that is not installed (no imports)."""
     import importlib.util
 
-    from rewardq.errors import MissingDependency
+    from rewardq.errors import MissingExtra
 
     for module in sorted(WORKER_MODULES):
         if importlib.util.find_spec(module) is None:
-            raise MissingDependency(module)
+            raise MissingExtra(module)

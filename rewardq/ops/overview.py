@@ -1,0 +1,71 @@
+"""The whole pipeline in one dict: what ``rewardq status`` shows and ``--json`` prints.
+
+Built from the reads of :mod:`rewardq.queue.reads` (shards, workers, waiting and finished
+trajectories), :class:`rewardq.queue.deadletters.DeadLetters` and the judge cache's totals;
+:mod:`rewardq.ops.status` renders it. Read-only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rewardq import defaults
+from rewardq.queue.deadletters import DeadLetters
+from rewardq.queue.fleet import recorded_scoring_sync
+from rewardq.queue.judge_cache import judge_totals
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.reads import (
+    as_number,
+    backlog_status,
+    recent_activity,
+    shard_status,
+    waiting_count,
+    waiting_status,
+    workers_status,
+)
+
+
+def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = defaults.STATUS_WAITING_LIMIT) -> dict[str, Any]:
+    """Everything ``rewardq status`` shows, as one dict."""
+    now = time.time()
+    dead_total, dead_by_kind = DeadLetters(r, ks).tally()
+    waiting_total = waiting_count(r, ks)
+    workers = workers_status(r, ks, now)
+    shards = [shard_status(r, ks, s) for s in range(ks.shards)]
+    backlog = backlog_status(shards, workers)
+    recorded = recorded_scoring_sync(r, ks)
+    return {
+        "namespace": ks.namespace,
+        "group": ks.group,
+        "scoring": {"digest": recorded.digest, "config": recorded.config} if recorded is not None else None,
+        "shards": shards,
+        "backlog": backlog,
+        "backlog_seconds": backlog["seconds"],
+        "workers": workers,
+        "code": code_totals(workers),
+        "judges": judge_totals(r, ks),
+        "dead_letters": dead_total,
+        "dead_letters_by_kind": dead_by_kind,
+        "waiting_total": waiting_total,
+        "waiting": waiting_status(r, ks, waiting_limit, now),
+        "recent": recent_activity(r, ks, 60.0, now),
+        "time": now,
+    }
+
+
+def code_totals(workers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Code-execution counters per data source, summed over live workers (their ``code`` fields)."""
+    out: dict[str, dict[str, Any]] = {}
+    for w in workers:
+        for ds, st in (w.get("code") or {}).items():
+            if not isinstance(st, dict):
+                continue
+            tot = out.setdefault(ds, {"backend": "", "trajectories": 0, "runs": 0, "seconds": 0.0, "statuses": {}})
+            tot["backend"] = str(st.get("backend", tot["backend"]))
+            tot["trajectories"] += int(as_number(st.get("trajectories")))
+            tot["runs"] += int(as_number(st.get("runs")))
+            tot["seconds"] += as_number(st.get("seconds"))
+            for status, n in (st.get("statuses") or {}).items():
+                tot["statuses"][status] = tot["statuses"].get(status, 0) + int(as_number(n))
+    return dict(sorted(out.items()))

@@ -1,0 +1,86 @@
+"""A namespace's keys as a whole: which namespaces a server holds, how many keys one has, deleting them.
+
+Used by the operator commands (a mistyped ``--namespace`` names the closest existing one) and by
+``rewardq demo`` and the tests, which remove what they created. Never touches keys outside the
+namespace it is given.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from rewardq import defaults
+from rewardq.queue.keys import Keyspace
+
+
+def shard_count(client: Any, ks: Keyspace) -> int | None:
+    """The shard count ``<ns>:meta`` records (None: no producer or worker has used the namespace)."""
+    raw = client.hget(ks.meta, "shards")
+    return None if raw is None else int(raw)
+
+
+def known_namespaces(
+    client: Any, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_SCANNED
+) -> list[str]:
+    """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds and
+    ``limit`` names."""
+    found: set[str] = set()
+    deadline = time.monotonic() + budget_s
+    try:
+        for key in client.scan_iter(match="*:meta", count=1000, _type="HASH"):
+            name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            found.add(name[: -len(":meta")])
+            if len(found) >= limit or time.monotonic() > deadline:
+                break
+    except Exception:  # noqa: BLE001 - a hint only; never fail the command over it
+        pass
+    return sorted(found)
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def _scan(client: Any, pattern: str) -> list[bytes]:
+    keys: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        keys.append(key)
+    return keys
+
+
+def namespace_key_count(client: Any, namespace: str) -> int:
+    """How many keys live under ``<namespace>:`` (SCAN; fine for demos and tests)."""
+    return len(_scan(client, _glob_escape(namespace) + ":*"))
+
+
+def delete_namespace(client: Any, namespace: str) -> int:
+    """Delete every key under ``<namespace>:``; returns how many. Never touches other keys."""
+    keys = _scan(client, _glob_escape(namespace) + ":*")
+    deleted = 0
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        if getattr(client, "get_nodes", None) is not None:  # cluster: keys live in many slots
+            for k in chunk:
+                deleted += int(client.delete(k))
+        else:
+            deleted += int(client.delete(*chunk))
+    return deleted
+
+
+def delete_trajectory_keys(client: Any, keys: list[str]) -> int:
+    """Delete the result hashes of ``keys`` and their trajectories' hashes, nothing else.
+
+    ``client`` is a :class:`~rewardq.producers.client.RewardClient`; used when the namespace
+    is shared with other work (``rewardq demo --workers 0``).
+    """
+    ks = client.keyspace
+    targets = sorted({ks.reward_key(k) for k in keys} | {ks.traj_key(k.rpartition("_")[0]) for k in keys})
+    deleted = 0
+    for i in range(0, len(targets), 500):
+        pipe = client.r.pipeline(transaction=False)
+        for key in targets[i : i + 500]:
+            pipe.delete(key)
+        deleted += sum(int(n) for n in pipe.execute())
+    return deleted
