@@ -2,7 +2,9 @@
 
 One worker is one asyncio process. Its life, top to bottom (:meth:`Worker.run`):
 
-1. ``start``      connect, agree on shards, create groups, set up the manager;
+1. ``start``      connect, check the Redis user's permissions, agree on shards, create groups,
+                  build the manager, hold to the namespace's scoring configuration
+                  (:mod:`rewardq.consumers.fleet`), set the manager up;
 2. ``serve``      reader tasks pull batches with XREADGROUP and hand them to ``handle``;
                   background tasks beat the heart (and renew leases) and do maintenance
                   (reclaim idle entries of dead workers, end incomplete trajectories);
@@ -180,6 +182,10 @@ class Worker:
         await self._set_up_manager()
         self._build_collaborators()
         await self._beat()
+        self._announce()
+        self.ready = True
+
+    def _announce(self) -> None:
         cfg = self.cfg
         assert self.broker is not None
         logger.info(
@@ -193,7 +199,6 @@ class Worker:
             cfg.concurrency,
             self.presence.scoring,
         )
-        self.ready = True
 
     async def _connect(self) -> None:
         """Connect, check the Redis user's permissions, agree on shards, create the groups."""
