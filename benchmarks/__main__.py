@@ -115,10 +115,11 @@ def run_system(name: str, s: Settings, cleanup: Cleanup) -> list[Row]:
         import importlib
 
         bench = importlib.import_module(f"benchmarks.peers.{name}_bench")
-        return bench.run(s, cleanup)
+        result: list[Row] = bench.run(s, cleanup)
+        return result
     except KeyboardInterrupt:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - one peer's failure is a row of the table, not the end of the run
         traceback.print_exc(file=sys.stderr)
         return [Row(name, "-", status=f"error: {type(exc).__name__}: {str(exc)[:300]}")]
     finally:
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     r = connect(s.redis_url)
     try:
         r.ping()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever stops the PING, the run cannot start: say so and exit 2
         console.print(f"[red]Redis is not reachable at {s.redis_url}: {exc}[/]")
         return 2
     finally:

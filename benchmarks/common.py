@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import redis
 
@@ -85,13 +85,13 @@ class Row:
     check: str = ""  # "ok" when sampled rewards matched the expected GSM8K scores
     status: str = "ok"  # ok | partial | not installed | error: ...
     note: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def finite(x: float | None) -> bool:
+def finite(x: float | None) -> TypeGuard[float]:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 

@@ -44,8 +44,13 @@ TIMEOUT_DEFAULT = 300.0
 
 
 async def slow_gsm8k(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, delay: float = 0.0, **_: Any
-) -> dict:
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    delay: float = 0.0,
+    **_: Any,
+) -> dict[str, Any]:
     """The GSM8K scorer after up to ``delay`` seconds; echoes the trajectory's index for the check."""
     from rewardq.reward.scoring import gsm8k
 
@@ -58,8 +63,8 @@ async def slow_gsm8k(
 @dataclass
 class Job:
     uid: str
-    outputs: list[dict]
-    sample: dict
+    outputs: list[dict[str, Any]]
+    sample: dict[str, Any]
     reward: float  # what every key of the trajectory must get
 
 
@@ -132,7 +137,7 @@ def produce(url: str, ns: str, jobs: list[Job], rate: float, run: Run) -> None:
             ahead = start + (i + 1) / rate - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the producer thread reports its end, whatever ends it
         run.producer_error = f"{type(exc).__name__}: {exc}"
         log(f"producer failed: {run.producer_error}")
     finally:
@@ -145,7 +150,9 @@ class Fleet:
 
     MODES = ("kill-after-read", "kill-before-commit", "kill-after-commit")
 
-    def __init__(self, url: str, ns: str, log_dir: str, settings: dict, rng: random.Random, armed_share: float):
+    def __init__(
+        self, url: str, ns: str, log_dir: str, settings: dict[str, Any], rng: random.Random, armed_share: float
+    ) -> None:
         self.url, self.ns, self.log_dir, self.settings, self.rng = url, ns, log_dir, settings, rng
         self.armed_share = armed_share
         self.slots: list[Any] = []
@@ -169,7 +176,8 @@ class Fleet:
         """Whether ``w`` has finished starting (it logged so); cached once true."""
         if not getattr(w, "ready", False):
             w.ready = f"worker {w.name} started" in w.log()
-        return w.ready
+        result: bool = w.ready
+        return result
 
     def reap(self, run: Run, redis_down_until: float) -> None:
         """Replace workers that died on their own: armed ones by their fault, others unexpectedly."""
@@ -210,14 +218,14 @@ class Fleet:
         for w in self.slots:
             try:
                 w.terminate(timeout=30)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a worker that will not stop is killed
                 w.kill()
 
 
 def done_count(r: Any, stream: str) -> int | None:
     try:
         return int(r.xlen(stream))
-    except Exception:
+    except Exception:  # noqa: BLE001 - Redis is being restarted: no count this time
         return None  # Redis is restarting
 
 

@@ -53,7 +53,7 @@ def trajectory(tok: Any, n: int = 4, seed: int = 0) -> list:
 
 
 class _VllmLike(BaseHTTPRequestHandler):
-    def do_POST(self):
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         body = json.dumps({"data": [{"index": 0, "probs": [0.2, 0.8]}]}).encode()
         self.send_response(200)
@@ -62,7 +62,7 @@ class _VllmLike(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *a):
+    def log_message(self, *a: Any) -> None:
         pass
 
 

@@ -66,13 +66,15 @@ class WithImages:
         self.traj, self.images = traj, images
         self.uid, self.session_id = traj.uid, traj.session_id
 
-    def sample(self) -> dict:
-        return self.traj.sample()
+    def sample(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.traj.sample()
+        return result
 
-    def outputs(self) -> list[dict]:
+    def outputs(self) -> list[dict[str, Any]]:
         outs = self.traj.outputs()
         outs[-1] = {**outs[-1], "multi_modal_data": {"images": self.images}}
-        return outs
+        result: list[dict[str, Any]] = outs
+        return result
 
 
 def one(s: Settings, cleanup: Cleanup, backlog: int, images: bool = False) -> Row:

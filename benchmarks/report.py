@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from benchmarks.common import Row, finite
@@ -40,9 +40,9 @@ def best_peer(rows: list[Row], phase: str) -> Row | None:
     cands = [r for r in rows if r.system in PEERS and r.phase == phase and r.status in ("ok", "partial")]
     if phase == "throughput":
         cands = [r for r in cands if finite(r.traj_per_s)]
-        return max(cands, key=lambda r: r.traj_per_s) if cands else None
+        return max(cands, key=lambda r: r.traj_per_s or 0.0) if cands else None
     cands = [r for r in cands if finite(r.p99_ms)]
-    return min(cands, key=lambda r: r.p99_ms) if cands else None
+    return min(cands, key=lambda r: r.p99_ms or 0.0) if cands else None
 
 
 def ratios(rows: list[Row]) -> None:
@@ -53,12 +53,12 @@ def ratios(rows: list[Row]) -> None:
         if r.phase == "throughput" and finite(r.outputs_per_s):
             if raw_t and finite(raw_t.outputs_per_s):
                 r.extra["vs_raw"] = r.outputs_per_s / raw_t.outputs_per_s
-            if peer_t and finite(r.traj_per_s):
+            if peer_t and finite(r.traj_per_s) and finite(peer_t.traj_per_s):
                 r.extra["vs_peer"] = r.traj_per_s / peer_t.traj_per_s
         if r.phase == "latency" and finite(r.p99_ms):
             if raw_l and finite(raw_l.p99_ms):
                 r.extra["vs_raw"] = r.p99_ms / raw_l.p99_ms
-            if peer_l:
+            if peer_l and finite(peer_l.p99_ms):
                 r.extra["vs_peer"] = r.p99_ms / peer_l.p99_ms
 
 
@@ -79,7 +79,7 @@ def targets(rows: list[Row]) -> list[Target]:
         )
     else:
         out.append(Target("throughput vs raw baseline (1 worker)", ">= 0.50x", "not measured", "n/a"))
-    if rq1 and peer and finite(rq1.traj_per_s):
+    if rq1 and peer and finite(rq1.traj_per_s) and finite(peer.traj_per_s):
         x = rq1.traj_per_s / peer.traj_per_s
         out.append(
             Target(
@@ -109,7 +109,7 @@ def targets(rows: list[Row]) -> list[Target]:
             )
         )
         pl = best_peer(rows, "latency")
-        if pl:
+        if pl and finite(pl.p99_ms):
             out.append(
                 Target(
                     "p99 latency below every peer",
@@ -122,9 +122,12 @@ def targets(rows: list[Row]) -> list[Target]:
             out.append(Target("p99 latency below every peer", "< every peer", "no peer measured", "n/a"))
     else:
         out.append(Target("p99 latency, final put -> reward readable", "<= 3 ms", "not measured", "n/a"))
-    mem = sorted((r for r in rows if r.phase == "memory" and finite(r.rss_mb) and r.backlog), key=lambda r: r.backlog)
+    mem = sorted(
+        (r for r in rows if r.phase == "memory" and finite(r.rss_mb) and r.backlog), key=lambda r: r.backlog or 0
+    )
     if len(mem) >= 2:
         small, big = mem[0], mem[-1]
+        assert small.rss_mb is not None and big.rss_mb is not None  # the rows were chosen for it
         x = big.rss_mb / small.rss_mb
         out.append(
             Target(
@@ -175,7 +178,7 @@ def _f(x: Any, fmt: str = "{:,.0f}") -> str:
 def render(rows: list[Row], tgts: list[Target], console: Console | None = None, title: str = "") -> None:
     console = console or Console(width=220)
     t = Table(title=title or "rewardq benchmark (all numbers measured in this run)", show_lines=False)
-    for col, just in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("system", "left"),
         ("phase", "left"),
         ("workers", "right"),
@@ -196,7 +199,8 @@ def render(rows: list[Row], tgts: list[Target], console: Console | None = None, 
         ("check", "left"),
         ("status", "left"),
         ("notes", "left"),
-    ):
+    )
+    for col, just in columns:
         t.add_column(col, justify=just, overflow="fold")
     for r in rows:
         t.add_row(

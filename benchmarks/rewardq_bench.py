@@ -108,7 +108,7 @@ def check_rewards(r: Any, namespace: str, trajs: list[Trajectory], scorer: str =
     return "ok" if bad == 0 else f"{bad}/{2 * len(trajs)} wrong"
 
 
-def commandstats_delta(before: dict, after: dict, trajectories: int) -> str:
+def commandstats_delta(before: dict[str, Any], after: dict[str, Any], trajectories: int) -> str:
     """Redis server time per command during the drain (``INFO commandstats``, all clients)."""
     rows = []
     for name, st in after.items():

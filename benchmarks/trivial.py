@@ -19,6 +19,6 @@ from rewardq.reward.rows import last_row, valid_response_ids
 class TrivialManager(RewardManager):
     """``reward_score`` = :func:`benchmarks.workload.trivial_score` of the final output."""
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         n = int(valid_response_ids(last_row(data)).shape[0])
         return {"reward_score": trivial_score(n), "reward_extra_info": {}}

@@ -124,7 +124,7 @@ class Trajectory:
     def tokens(self) -> int:
         return int(sum(p.shape[0] for p in self.prompts) + sum(r.shape[0] for r in self.responses))
 
-    def sample(self) -> dict:
+    def sample(self) -> dict[str, Any]:
         """The dataset row (verl's GSM8K columns)."""
         return {
             "data_source": DATA_SOURCE,
@@ -132,14 +132,14 @@ class Trajectory:
             "extra_info": {"split": "train", "index": self.index},
         }
 
-    def outputs(self) -> list[dict]:
+    def outputs(self) -> list[dict[str, Any]]:
         """Outputs as ``RewardClient.put_trajectory`` takes them (numpy arrays, no copies)."""
         return [
             {"prompt_ids": p, "response_ids": r, "response_mask": m, "num_turns": i + 1}
             for i, (p, r, m) in enumerate(zip(self.prompts, self.responses, self.masks))
         ]
 
-    def job_payload(self) -> dict:
+    def job_payload(self) -> dict[str, Any]:
         """One peer job: token ids as int32 / uint8 little-endian bytes, plus the sample."""
         return {
             "tid": self.tid,

@@ -117,7 +117,7 @@ def worker(processes: int | None, **params: Any) -> int:
 @_config_option
 @click_options(WorkerConfig)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each setting's value and source.")
-def config_command(as_json: bool, **params: Any) -> int:
+def config_command(as_json: bool, **params: object) -> int:
     """Show every worker setting: the value it takes and where it comes from.
 
     Reads the same flags, REWARDQ_* variables and --config file as `rewardq worker` and prints,

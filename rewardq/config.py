@@ -426,14 +426,11 @@ def parse_file(path: str) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file {path} does not exist")
     text = p.read_text()
-    try:
-        if p.suffix == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
+    import yaml
 
-            data = yaml.safe_load(text)
-    except Exception as exc:
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSON's errors are ValueErrors; deep nesting
         raise ConfigError(f"cannot parse config file {path}: {exc}") from None
     data = data or {}
     if not isinstance(data, dict):
@@ -486,7 +483,7 @@ def read_config_file(path: str) -> LoadedFile:
     return LoadedFile(found.values, unused, found.sources)
 
 
-def _reward_block(data: Mapping[str, Any]) -> Any:
+def _reward_block(data: Mapping[str, Any]) -> object:
     reward = data.get("reward")
     return reward.get("rewardq") if isinstance(reward, Mapping) else None
 

@@ -163,7 +163,7 @@ def setting(
     return cast(T, _field(default, spec))
 
 
-def _field(default: Any, spec: Spec) -> Any:
+def _field(default: object, spec: Spec) -> object:
     """The dataclass field of a declaration (a dict default is copied for each instance)."""
     metadata = {_METADATA_KEY: spec}
     if isinstance(default, dict):
@@ -187,7 +187,7 @@ class Setting:
     name: str
     kind: type
     optional: bool
-    default: Any
+    default: object
     spec: Spec
 
     @property
@@ -252,7 +252,7 @@ def _settings_of(cls: type) -> tuple[tuple[str, Setting], ...]:
     return tuple(out)
 
 
-def _base_type(hint: Any) -> tuple[type, bool]:
+def _base_type(hint: object) -> tuple[type, bool]:
     """``int | None`` -> ``(int, True)``; ``dict[str, Any]`` -> ``(dict, False)``."""
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
@@ -383,7 +383,7 @@ class Layers:
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def put(self, s: Setting, value: Any, source: str) -> None:
+    def put(self, s: Setting, value: object, source: str) -> None:
         """Set ``s`` from a higher layer (a merged dict merges into what the lower layers gave)."""
         if s.spec.merge and isinstance(self.values.get(s.name), dict) and isinstance(value, Mapping):
             self.values[s.name] = {**self.values[s.name], **value}
@@ -420,7 +420,7 @@ class _NoneGiven:
         return "none"
 
 
-NONE_GIVEN: Any = _NoneGiven()
+NONE_GIVEN: object = _NoneGiven()
 
 
 def parse_pairs(flag: str, items: Iterable[str]) -> dict[str, Any]:
@@ -446,7 +446,7 @@ def parse_pairs(flag: str, items: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def _json_or_str(text: str) -> Any:
+def _json_or_str(text: str) -> object:
     try:
         return json.loads(text)
     except ValueError:
@@ -461,7 +461,7 @@ def flag_values(cls: type, params: Mapping[str, Any]) -> dict[str, tuple[Any, st
         if raw is None or (s.spec.pairs and not raw):
             continue
         if raw is NONE_GIVEN:
-            value: Any = None
+            value: object = None
         elif s.kind is dict and s.spec.pairs:
             value = parse_pairs(s.flag, raw)
         elif s.kind is dict:

@@ -67,7 +67,7 @@ def output(
     response: str | Sequence[int] = "",
     *,
     tokenizer: Tokenizer | str | None = None,
-    **fields: Any,
+    **fields: object,
 ) -> dict[str, Any]:
     """One output as a producer pushes it: text is encoded with ``tokenizer`` (default the bundled
     one), ids are taken as they are; ``fields`` adds any other output field (``response_mask``,

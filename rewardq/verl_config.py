@@ -118,14 +118,14 @@ class _Reader:
         self.read: set[str] = set()
 
     def raw(self, path: str) -> Any:
-        node: Any = self.root
+        node: object = self.root
         for part in path.split("."):
             if not isinstance(node, Mapping) or part not in node:
                 return None
             node = node[part]
         return node
 
-    def get(self, path: str, default: Any = None, _depth: int = 0) -> Any:
+    def get(self, path: str, default: object = None, _depth: int = 0) -> Any:
         self.read.add(path)
         value = self.raw(path)
         if isinstance(value, str):
@@ -172,14 +172,14 @@ def migrate_legacy(data: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def _sub(d: dict, key: str) -> dict:
+def _sub(d: dict[str, Any], key: str) -> dict[str, Any]:
     child = d.get(key)
     if not isinstance(child, dict):
         child = d[key] = {}
     return child
 
 
-def _migrate_manager(rm: Mapping[str, Any], reward: dict) -> None:
+def _migrate_manager(rm: Mapping[str, Any], reward: dict[str, Any]) -> None:
     if rm.get("num_workers") is not None:
         reward["num_workers"] = rm["num_workers"]
     if rm.get("reward_manager") is not None:
@@ -284,7 +284,7 @@ HOOK_MODULE = "rewardq.integrations.verl"
 HOOK_CLASS = "RewardqRewardManager"
 
 
-def is_rewardq_hook(name: Any, path: Any, module: Any) -> bool:
+def is_rewardq_hook(name: object, path: object, module: object) -> bool:
     """Whether verl's ``reward.reward_manager`` (source importlib) names rewardq's own reward-loop hook
     (:class:`rewardq.integrations.verl.RewardqRewardManager`): then the workers score with the manager
     ``reward.rewardq.manager`` names (``naive`` by default), not with the hook itself."""

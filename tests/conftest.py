@@ -9,14 +9,21 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import redis
 
 from rewardq.queue import scripts
+from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support.cli_procs import Procs
 from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient, connect
+
+T = TypeVar("T")
 
 REDIS_URL = os.environ.get("REWARDQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -50,31 +57,31 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-def ns(redis_url: str):
+def ns(redis_url: str) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     yield name
     _delete_namespace(redis_url, name)
 
 
 @pytest.fixture
-def sync_redis(redis_url: str):
-    r = redis.Redis.from_url(redis_url)
+def sync_redis(redis_url: str) -> Iterator[SyncClient]:
+    r = connect(redis_url)
     yield r
     r.close()
 
 
 @pytest.fixture
-def length_manager():
+def length_manager() -> LengthManager:
     LengthManager.calls = []
     return LengthManager(None)
 
 
-def run(coro):
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.get_event_loop().run_until_complete(coro)
 
 
 @pytest.fixture
-def procs(tmp_path):
+def procs(tmp_path: Path) -> Iterator[Procs]:
     """CLI processes started by a test (``tests.support.cli_procs.Procs``), killed after it."""
     p = Procs(tmp_path)
     yield p
@@ -82,16 +89,16 @@ def procs(tmp_path):
 
 
 @pytest.fixture
-async def naive():
+async def naive() -> AsyncIterator[Callable[..., NaiveRewardManager]]:
     """``make(fn, **settings)``: a naive manager over ``fn`` with those ScoringSettings, closed after the test."""
-    from rewardq.reward.base import ManagerContext
+    from rewardq.reward.base import ManagerContext, ScoreFn
     from rewardq.reward.execution.settings import ScoringSettings
     from rewardq.reward.managers.naive import NaiveRewardManager
     from tests.support.records import TOK
 
-    made: list = []
+    made: list[NaiveRewardManager] = []
 
-    def make(fn, **settings) -> NaiveRewardManager:
+    def make(fn: ScoreFn, **settings: Any) -> NaiveRewardManager:
         m = NaiveRewardManager(TOK, fn, context=ManagerContext(scoring=ScoringSettings(**settings)))
         made.append(m)
         return m
@@ -102,7 +109,7 @@ async def naive():
 
 
 @pytest.fixture(scope="session")
-def redis_cluster():
+def redis_cluster() -> Iterator[LocalCluster]:
     """A fresh 3-master cluster for the session; fails (never skips) when it cannot start."""
     try:
         cluster = LocalCluster().start()
@@ -114,7 +121,7 @@ def redis_cluster():
 
 
 @pytest.fixture
-def single_slot_scripts(monkeypatch):
+def single_slot_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run every rewardq script with a ``#!lua`` shebang (and no flags) in the tests that use it.
 
     Scripts without a shebang may touch any key of the node they run on (Redis keeps that

@@ -23,7 +23,7 @@ from benchmarks.peers.tasks import env, write
 from benchmarks.peers.tasks import score as score_payload
 
 
-async def score(ctx: dict, payload: dict) -> dict:
+async def score(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     keys, s = score_payload(payload)
     await write(ctx["redis"].pipeline(transaction=False), env()[1], keys, s).execute()
     return {k: s for k in keys}
@@ -70,17 +70,18 @@ class ArqPeer(base.Peer):
 
         return [PYTHON, "-m", "benchmarks.peers.arq_bench"]
 
-    def enqueue_many(self, payloads: Iterable[dict]) -> None:
+    def enqueue_many(self, payloads: Iterable[dict[str, Any]]) -> None:
         async def go() -> None:
             for p in payloads:
                 await self.pool.enqueue_job("score", p, _job_id=self.job_id())
 
         self.loop.run_until_complete(go())
 
-    def call(self, payload: dict, timeout: float) -> dict:
-        async def go() -> dict:
+    def call(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
             job = await self.pool.enqueue_job("score", payload, _job_id=self.job_id())
-            return await job.result(timeout=timeout, poll_delay=0.001)
+            result: dict[str, Any] = await job.result(timeout=timeout, poll_delay=0.001)
+            return result
 
         return self.loop.run_until_complete(go())
 

@@ -44,11 +44,11 @@ class Peer(ABC):
         """argv of the worker process (its recommended settings for this job shape)."""
 
     @abstractmethod
-    def enqueue_many(self, payloads: Iterable[dict]) -> None:
+    def enqueue_many(self, payloads: Iterable[dict[str, Any]]) -> None:
         """Enqueue one job per payload, results not stored."""
 
     @abstractmethod
-    def call(self, payload: dict, timeout: float) -> dict:
+    def call(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Enqueue one job with results on and block until the framework returns them."""
 
     def patterns(self) -> list[str]:
@@ -58,7 +58,7 @@ class Peer(ABC):
     def finish(self) -> None:
         """Forget framework-global registrations (sets of workers/queues) and close clients."""
 
-    def payload(self, traj: Trajectory) -> dict:
+    def payload(self, traj: Trajectory) -> dict[str, Any]:
         return traj.job_payload()
 
     def job_id(self) -> str:

@@ -15,6 +15,7 @@ This module is also the app the worker imports (``celery -A benchmarks.peers.cel
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from celery import Celery
 
@@ -39,7 +40,7 @@ app.conf.update(
 
 
 @app.task(name="rqbench.score")
-def score(payload: dict) -> dict:
+def score(payload: dict[str, Any]) -> dict[str, Any]:
     return score_and_write(payload)
 
 
@@ -81,13 +82,14 @@ class CeleryPeer(base.Peer):
             f"{self.prefix}@%h",
         ]
 
-    def enqueue_many(self, payloads: Iterable[dict]) -> None:
+    def enqueue_many(self, payloads: Iterable[dict[str, Any]]) -> None:
         with self.app.producer_or_acquire() as producer:
             for p in payloads:
                 self.task.apply_async((p,), ignore_result=True, producer=producer)
 
-    def call(self, payload: dict, timeout: float) -> dict:
-        return self.task.apply_async((payload,)).get(timeout=timeout)
+    def call(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        result: dict[str, Any] = self.task.apply_async((payload,)).get(timeout=timeout)
+        return result
 
     def finish(self) -> None:
         self.app.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable
+from typing import Any
 
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
@@ -34,7 +35,7 @@ dramatiq.set_broker(broker)
 _BYTES = ("prompt_ids", "response_ids", "response_mask")
 
 
-def to_json(payload: dict) -> dict:
+def to_json(payload: dict[str, Any]) -> dict[str, Any]:
     """The job payload with its token-id bytes as base64 text (JSON has no bytes)."""
     return {
         **payload,
@@ -42,12 +43,12 @@ def to_json(payload: dict) -> dict:
     }
 
 
-def from_json(payload: dict) -> dict:
+def from_json(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "outputs": [{**o, **{k: base64.b64decode(o[k]) for k in _BYTES}} for o in payload["outputs"]]}
 
 
 @dramatiq.actor(actor_name="rqbench_score", queue_name="score", max_retries=0, time_limit=60_000)
-def score(payload: dict) -> dict:
+def score(payload: dict[str, Any]) -> dict[str, Any]:
     return score_and_write(from_json(payload))
 
 
@@ -70,7 +71,7 @@ class DramatiqPeer(base.Peer):
             options={"max_retries": 0},
         )
 
-    def payload(self, traj: Trajectory) -> dict:
+    def payload(self, traj: Trajectory) -> dict[str, Any]:
         return to_json(traj.job_payload())
 
     def worker_cmd(self) -> list[str]:
@@ -87,13 +88,14 @@ class DramatiqPeer(base.Peer):
             "score",
         ]
 
-    def enqueue_many(self, payloads: Iterable[dict]) -> None:
+    def enqueue_many(self, payloads: Iterable[dict[str, Any]]) -> None:
         for p in payloads:
             self.actor.send_with_options(args=(p,), store_results=False)
 
-    def call(self, payload: dict, timeout: float) -> dict:
+    def call(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         msg = self.actor.send_with_options(args=(payload,), store_results=True)
-        return msg.get_result(backend=self.backend, block=True, timeout=int(timeout * 1000))
+        result: dict[str, Any] = msg.get_result(backend=self.backend, block=True, timeout=int(timeout * 1000))
+        return result
 
     def finish(self) -> None:
         self.broker.close()

@@ -15,13 +15,14 @@ the maintenance lock ``rq:clean_groups`` the worker takes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from benchmarks.common import Cleanup, Row, Settings, connect
 from benchmarks.peers import base
 from benchmarks.peers.tasks import score_and_write
 
 
-def score(payload: dict) -> dict:
+def score(payload: dict[str, Any]) -> dict[str, Any]:
     """The RQ job function (imported by the worker as ``benchmarks.peers.rq_bench.score``)."""
     return score_and_write(payload)
 
@@ -59,7 +60,7 @@ class RQPeer(base.Peer):
             self.prefix,
         ]
 
-    def enqueue_many(self, payloads: Iterable[dict]) -> None:
+    def enqueue_many(self, payloads: Iterable[dict[str, Any]]) -> None:
         from rq import Queue
 
         batch = []
@@ -76,12 +77,13 @@ class RQPeer(base.Peer):
             self.queue.enqueue_many(batch, pipeline=pipe)
             pipe.execute()
 
-    def call(self, payload: dict, timeout: float) -> dict:
+    def call(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         job = self.queue.enqueue(score, payload, job_id=self.job_id(), result_ttl=60)
         res = job.latest_result(timeout=max(1, int(timeout)))
         if res is None or res.return_value is None:
             raise TimeoutError(f"rq: no result for {job.id} ({None if res is None else res.type})")
-        return res.return_value
+        result: dict[str, Any] = res.return_value
+        return result
 
     def patterns(self) -> list[str]:
         return [f"{self.prefix}*", f"rq:*{self.prefix}*"]

@@ -30,7 +30,7 @@ def done_key(prefix: str) -> str:
     return f"{prefix}:done"
 
 
-def score(payload: dict) -> tuple[list[str], float]:
+def score(payload: dict[str, Any]) -> tuple[list[str], float]:
     """Decode + GSM8K-score the final output; returns the trajectory's keys and the score."""
     final = payload["outputs"][-1]
     if os.environ.get("BENCH_SCORER") == "trivial":
@@ -48,7 +48,7 @@ def write(pipe: Any, prefix: str, keys: list[str], s: float) -> Any:
     return pipe
 
 
-def score_and_write(payload: dict) -> dict[str, float]:
+def score_and_write(payload: dict[str, Any]) -> dict[str, float]:
     """The whole job for the synchronous peers: score, write every key, return the rewards."""
     global _redis
     if _redis is None:

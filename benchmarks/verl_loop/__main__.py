@@ -100,7 +100,9 @@ def references(plans: list[dict[str, Any]], seed: int, workdir: Path, smoke: boo
     return paths
 
 
-def run_side(system: str, size: int, plans: list[dict[str, Any]], common: dict[str, Any], workdir: Path) -> list[dict]:
+def run_side(
+    system: str, size: int, plans: list[dict[str, Any]], common: dict[str, Any], workdir: Path
+) -> list[dict[str, Any]]:
     out = workdir / f"{system}-{size}-{time.time_ns()}.json"
     plan = {**common, "system": system, "size": size, "scorers": plans, "out": str(out)}
     path = out.with_suffix(".plan.json")
@@ -112,7 +114,8 @@ def run_side(system: str, size: int, plans: list[dict[str, Any]], common: dict[s
     if proc.returncode != 0 or not out.exists():
         print(f"{system} x{size} failed (exit {proc.returncode})", file=sys.stderr)
         return [{"system": system, "size": size, "status": f"error: exit {proc.returncode}"}]
-    return json.loads(out.read_text())
+    result: list[dict[str, Any]] = json.loads(out.read_text())
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     systems = [x.strip() for x in a.systems.split(",")]
     started = time.perf_counter()
     loads = [load()]
-    common = {"seed": a.seed, "tokenizer": str(tokenizer_folder()), "workdir": str(workdir)}
+    common: dict[str, Any] = {"seed": a.seed, "tokenizer": str(tokenizer_folder()), "workdir": str(workdir)}
     common["refs"] = references(plans, a.seed, workdir, a.smoke)
     results: list[dict[str, Any]] = []
     for rep in range(a.repeat):

@@ -132,7 +132,7 @@ async def pools(n: int, fn_spec: str, kwargs_of: Any, bare_first: bool) -> dict[
     return {"ScorerPool calls/s": o, "ProcessPoolExecutor calls/s": await bare()}
 
 
-def _call(args: tuple[Any, dict]) -> Any:
+def _call(args: tuple[Any, dict[str, Any]]) -> Any:
     fn, kwargs = args
     return fn(**kwargs)
 

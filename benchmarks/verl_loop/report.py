@@ -15,7 +15,8 @@ GROUPS = ("scorers", "broker", "producer")
 def per_traj_ms(r: dict[str, Any], group: str | None = None) -> float:
     cpu = r["cpu_s"]
     total = sum(cpu.values()) if group is None else cpu[group]
-    return 1000.0 * total / r["trajectories"]
+    result: float = 1000.0 * total / r["trajectories"]
+    return result
 
 
 def _key(r: dict[str, Any]) -> tuple:
@@ -110,7 +111,9 @@ def render(
     )
 
 
-def _target(name: str, goal: str, values: list[float], limit: float, fmt: str = "{:.2f}×", lower: bool = True) -> dict:
+def _target(
+    name: str, goal: str, values: list[float], limit: float, fmt: str = "{:.2f}×", lower: bool = True
+) -> dict[str, Any]:
     if not values:
         return {"name": name, "goal": goal, "measured": "not measured", "verdict": "n/a"}
     ok = all((x <= limit) if lower else (x >= limit) for x in values)
@@ -126,7 +129,7 @@ def targets(results: list[dict[str, Any]], baselines: dict[str, Any]) -> list[di
     ps = pairs(results)
     largest = max((q["size"] for _, q in ps), default=0)
 
-    def sel(scorer: str, phase: str) -> list[tuple[dict, dict]]:
+    def sel(scorer: str, phase: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         return [(v, q) for v, q in ps if q["scorer"] == scorer and q["phase"] == phase and q["size"] == largest]
 
     out = [

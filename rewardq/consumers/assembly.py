@@ -8,6 +8,7 @@ again against the trajectory it claims to belong to.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rewardq.errors import RecordError
 from rewardq.queue.codec import (
@@ -61,7 +62,7 @@ def assemble(
     return records
 
 
-def trajectory_sample(records: Sequence[OutputRecord]) -> dict:
+def trajectory_sample(records: Sequence[OutputRecord]) -> dict[str, Any]:
     """The dataset columns of a trajectory: the final output's, else the last non-empty one."""
     for rec in reversed(records):
         if rec.sample:

@@ -58,8 +58,8 @@ def batch_bytes(records: Sequence[OutputRecord]) -> int:
     n = len(records)
     if n == 0:
         return 0
-    P = max(r.prompt_ids.shape[0] for r in records)
-    R = max(r.response_ids.shape[0] for r in records)
+    P: int = max(r.prompt_ids.shape[0] for r in records)
+    R: int = max(r.response_ids.shape[0] for r in records)
     logprobs = any(r.response_logprobs is not None for r in records)
     return 8 * n * (4 * P + 5 * R) + (4 * n * R if logprobs else 0)
 
@@ -78,7 +78,7 @@ def check_batch_bytes(records: Sequence[OutputRecord], limit: int) -> None:
         )
 
 
-def build_batch(records: Sequence[OutputRecord], sample: dict | None = None) -> TensorDict:
+def build_batch(records: Sequence[OutputRecord], sample: dict[str, Any] | None = None) -> TensorDict:
     """Build the trajectory batch from its outputs, given in index order.
 
     Args:

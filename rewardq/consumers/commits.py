@@ -25,7 +25,7 @@ from typing import Any
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.results import EncodedResults, RewardResult
 
-_Item = tuple[int, str, EncodedResults, asyncio.Future]
+_Item = tuple[int, str, EncodedResults, asyncio.Future[bool]]
 
 
 class CommitCoalescer:
@@ -34,8 +34,8 @@ class CommitCoalescer:
     def __init__(self, broker: StreamBroker) -> None:
         self.broker = broker
         self._queue: list[_Item] = []
-        self._gathering: asyncio.Task | None = None  # the batch that takes what is queued now
-        self._sending: set[asyncio.Task] = set()
+        self._gathering: asyncio.Task[Any] | None = None  # the batch that takes what is queued now
+        self._sending: set[asyncio.Task[Any]] = set()
         self._direct = 0  # commits sent straight from their own task, not yet answered
 
     async def commit(self, shard: int, tid: str, results: Sequence[RewardResult] | EncodedResults) -> bool:
@@ -54,7 +54,7 @@ class CommitCoalescer:
             finally:
                 self._direct -= 1
         loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future[bool] = loop.create_future()
         self._queue.append((shard, tid, results, future))
         if self._gathering is None:
             # a task's first step runs in the next turn of the loop: by then every task that
@@ -97,7 +97,7 @@ class CommitCoalescer:
             replies: list[Any] = await self.broker.commit_many([(s, t, r) for s, t, r, _ in batch])
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the round trip failed: every waiter decides (retry or not) itself
+        except Exception as exc:  # noqa: BLE001 - the round trip failed: every waiter decides (retry or not) itself
             for *_, future in batch:
                 if not future.done():
                     future.set_exception(exc)

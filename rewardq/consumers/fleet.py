@@ -26,13 +26,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rewardq import defaults
 from rewardq.errors import ScoringConflict
 from rewardq.queue.fleet import RecordedScoring, live_scorings, record_scoring, recorded_scoring, replace_scoring
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.scoring_fingerprint import ScoringFingerprint
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
+
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -50,7 +54,7 @@ class FleetGate:
 
     def __init__(
         self,
-        client: Any,
+        client: AsyncRedis,
         ks: Keyspace,
         mine: ScoringFingerprint,
         *,

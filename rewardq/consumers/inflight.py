@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -22,7 +23,7 @@ class InFlight:
     shard: int
     tid: str
     started: float
-    task: asyncio.Task | None = None
+    task: asyncio.Task[Any] | None = None
 
 
 class InFlightTable:

@@ -39,11 +39,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -51,10 +51,10 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 
 
 class _LimiterCollector:
-    def __init__(self, stats: Callable[[], dict]) -> None:
+    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
         self._stats = stats
 
-    def collect(self):  # noqa: ANN201 - prometheus collector protocol
+    def collect(self) -> Iterator[Metric]:  # prometheus_client's Collector protocol
         waits = CounterMetricFamily("rewardq_ratelimit_waits", "Rate-limiter waits", labels=["kind"])
         secs = CounterMetricFamily(
             "rewardq_ratelimit_wait_seconds", "Seconds spent waiting for the rate limiter", labels=["kind"]
@@ -73,10 +73,10 @@ class _LimiterCollector:
 class _CodeCollector:
     """Code-execution counters per data source, read from ``CodeStats.snapshot`` at scrape time."""
 
-    def __init__(self, snapshot: Callable[[], dict]) -> None:
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         self._snapshot = snapshot
 
-    def collect(self):  # noqa: ANN201 - prometheus collector protocol
+    def collect(self) -> Iterator[Metric]:  # prometheus_client's Collector protocol
         labels = ["data_source", "backend"]
         done = CounterMetricFamily(
             "rewardq_code_trajectories", "Code responses scored, by code_status", labels=[*labels, "status"]
@@ -96,10 +96,10 @@ class _CodeCollector:
 class _JudgeCollector:
     """LLM-judge counters per model, read from ``JudgeStats.snapshot`` at scrape time."""
 
-    def __init__(self, snapshot: Callable[[], dict]) -> None:
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         self._snapshot = snapshot
 
-    def collect(self):  # noqa: ANN201 - prometheus collector protocol
+    def collect(self) -> Iterator[Metric]:  # prometheus_client's Collector protocol
         from prometheus_client.core import GaugeMetricFamily
 
         models = self._snapshot() or {}
@@ -165,9 +165,9 @@ class WorkerMetrics:
     def __init__(
         self,
         manager_name: str,
-        limiter_stats: Callable[[], dict] | None = None,
-        code_stats: Callable[[], dict] | None = None,
-        judge_stats: Callable[[], dict] | None = None,
+        limiter_stats: Callable[[], dict[str, Any]] | None = None,
+        code_stats: Callable[[], dict[str, Any]] | None = None,
+        judge_stats: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.manager_name = manager_name
@@ -192,7 +192,7 @@ class WorkerMetrics:
             "Seconds the namespace's backlog takes to drain at the fleet's measured rate (+Inf: no progress)",
             registry=r,
         )
-        self._backlog_task: asyncio.Task | None = None
+        self._backlog_task: asyncio.Task[Any] | None = None
         if limiter_stats is not None:
             r.register(_LimiterCollector(limiter_stats))
         if code_stats is not None:
@@ -234,7 +234,7 @@ class WorkerMetrics:
                     self.backlog(await probe())
                 except asyncio.CancelledError:
                     raise
-                except Exception:  # noqa: BLE001 - a gauge never stops the worker; the next pass retries
+                except Exception:
                     logger.debug("could not refresh the backlog gauges", exc_info=True)
                 await asyncio.sleep(every)
 

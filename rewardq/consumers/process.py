@@ -16,7 +16,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -92,7 +91,7 @@ class StopSignals:
             signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         if self.received is None:
             self.received = name

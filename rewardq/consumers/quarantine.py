@@ -33,6 +33,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from rewardq.queue.broker import StreamBroker
 
@@ -43,7 +44,7 @@ logger = logging.getLogger("rewardq.worker")
 class _Waiter:
     priority: int
     seq: int
-    wake: asyncio.Future | None = field(default=None, compare=False)
+    wake: asyncio.Future[Any] | None = field(default=None, compare=False)
 
 
 class ScoringGate:
@@ -59,7 +60,7 @@ class ScoringGate:
         self.running = 0
         self.alone = False
         self._queue: list[_Waiter] = []  # heap of quarantined trajectories waiting
-        self._shared_waiters: list[asyncio.Future] = []
+        self._shared_waiters: list[asyncio.Future[Any]] = []
         self._seq = itertools.count()
 
     async def enter_shared(self) -> None:

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.metrics import WorkerMetrics
@@ -22,10 +22,14 @@ from rewardq.queue.meta import ensure_meta
 from rewardq.queue.reads import fleet_backlog_async
 from rewardq.reward.base import ManagerContext, RewardManager
 
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
+    from rewardq.reward.tokenizer import Tokenizer
+
 logger = logging.getLogger("rewardq.worker")
 
 
-async def open_broker(client: Any, cfg: WorkerConfig, worker_name: str) -> StreamBroker:
+async def open_broker(client: AsyncRedis, cfg: WorkerConfig, worker_name: str) -> StreamBroker:
     """The worker's broker on the pipeline's shards, with every shard's consumer group created.
 
     A Redis user that lacks a permission the worker needs gets the error naming it, before anything
@@ -43,7 +47,7 @@ async def open_broker(client: Any, cfg: WorkerConfig, worker_name: str) -> Strea
     return broker
 
 
-def build_manager(cfg: WorkerConfig, client: Any, worker_name: str) -> tuple[RewardManager, Any]:
+def build_manager(cfg: WorkerConfig, client: AsyncRedis, worker_name: str) -> tuple[RewardManager, Tokenizer]:
     """The manager and tokenizer ``cfg`` names (not set up yet)."""
     from rewardq.reward.factory import build_from_config
 
@@ -57,12 +61,14 @@ def build_manager(cfg: WorkerConfig, client: Any, worker_name: str) -> tuple[Rew
     return build_from_config(cfg, ctx)
 
 
-def code_stats(manager: Any) -> Any:
+def code_stats(manager: RewardManager | None) -> Any:
     """The manager's code-execution counters (None for a manager without a context)."""
     return getattr(getattr(manager, "context", None), "code_stats", None)
 
 
-def serve_metrics(cfg: WorkerConfig, manager: Any, port: int, client: Any, ks: Keyspace) -> tuple[WorkerMetrics, int]:
+def serve_metrics(
+    cfg: WorkerConfig, manager: RewardManager, port: int, client: AsyncRedis, ks: Keyspace
+) -> tuple[WorkerMetrics, int]:
     """The worker's metrics, served on ``port`` (0 picks one), with the namespace's backlog gauges
     refreshed every ``maintenance_interval`` through ``client``; returns them and the bound port."""
     stats = getattr(manager, "stats", None)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from rewardq import defaults
 from rewardq.consumers.assembly import trajectory_sample
@@ -25,9 +25,10 @@ from rewardq.reward.execution.escapes import describe_escape
 from rewardq.reward.results import check_manager_output, reads_of
 
 _RUN_SINGLE = "the reward manager's run_single"
+T = TypeVar("T")
 
 
-async def run_with_timeout(coro: Any, seconds: float) -> Any:
+async def run_with_timeout(coro: Awaitable[T], seconds: float) -> T:
     """``await coro`` for at most ``seconds`` (raises ``asyncio.TimeoutError``).
 
     On Python 3.11+ this is ``asyncio.timeout``, which runs the manager in the calling
@@ -99,7 +100,7 @@ class TrajectoryScorer:
         """
         batch = build_batch(records[-1:] if self.final_only else records, trajectory_sample(records))
         try:
-            out: Any = await run_with_timeout(self.manager.run_single(batch), self.timeout)
+            out: object = await run_with_timeout(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:
             raise ScoringError(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
         except asyncio.CancelledError:
@@ -112,7 +113,7 @@ class TrajectoryScorer:
             ) from None
         except Exception:
             raise
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, a BaseException subclass
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, GeneratorExit from a manager: named
             reason = describe_escape(exc, _RUN_SINGLE)
             if reason is None:
                 reason = f"{_RUN_SINGLE} raised {type(exc).__name__}, a BaseException that is not an Exception: {exc}"

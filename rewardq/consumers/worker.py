@@ -38,7 +38,7 @@ import asyncio
 import logging
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.config import WorkerConfig
@@ -70,6 +70,10 @@ from rewardq.reward.base import RewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.scoring_fingerprint import scoring_fingerprint
 
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
+    from rewardq.reward.tokenizer import Tokenizer
+
 logger = logging.getLogger("rewardq.worker")
 
 
@@ -89,9 +93,9 @@ class Worker:
         self,
         config: WorkerConfig,
         *,
-        client: Any = None,
+        client: AsyncRedis | None = None,
         manager: RewardManager | None = None,
-        tokenizer: Any = None,
+        tokenizer: Tokenizer | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.cfg = config
@@ -114,7 +118,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self.quarantine: Quarantine | None = None  # ordinary trajectories side by side, quarantined ones alone
         self.stopped = False
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         self.vocab_size: int | None = None
         self.tokenizer_fingerprint: str | None = None
         self.metrics_port: int | None = None
@@ -212,13 +216,14 @@ class Worker:
     def _build_manager(self) -> None:
         """The manager and tokenizer the config names (unless given), and the tokenizer's fingerprint."""
         if self.manager is None:
+            assert self._client is not None
             self.manager, self.tokenizer = build_manager(self.cfg, self._client, self.name)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
         self.tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
 
     async def _join_fleet(self) -> bool:
         """Hold to the scoring configuration the namespace records (:mod:`rewardq.consumers.fleet`)."""
-        assert self.ks is not None
+        assert self.ks is not None and self._client is not None
         mine = scoring_fingerprint(self.cfg, self.tokenizer_fingerprint)
         self.presence.scoring = mine.digest
         self.gate = FleetGate(self._client, self.ks, mine, takeover=self.cfg.takeover, stopping=self._stopping.is_set)
@@ -234,7 +239,7 @@ class Worker:
         with startup_step(logger, "starting the scorer processes"):
             await self.manager.prepare_scoring()
         if not self._metrics_given and cfg.metrics_port is not None:
-            assert self.ks is not None
+            assert self.ks is not None and self._client is not None
             self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port, self._client, self.ks)
 
     def _build_collaborators(self) -> None:
@@ -424,7 +429,7 @@ class Worker:
             results = await self.scorer.score(records, started_ts=o.entry.ts)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any manager failure dead-letters its trajectory, never ends the worker
             await self.failures.fail_trajectory(
                 shard,
                 tid,

@@ -41,7 +41,10 @@ import math
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rewardq.reward.tokenizer import Tokenizer
 
 __all__ = ["make_trajectories", "GSM8K", "MATH"]
 
@@ -106,7 +109,7 @@ class Problem:
     ground_truth: str
     answer_forms: list[str]
     wrong: str
-    extra: dict
+    extra: dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------------
@@ -313,7 +316,7 @@ def _segments(p: Problem, k: int, use_tools: bool, outcome: str, rng: random.Ran
     return segs, finish
 
 
-def _encode(tokenizer: Any, pieces: Iterable[Piece]) -> tuple[list[int], list[int]]:
+def _encode(tokenizer: Tokenizer, pieces: Iterable[Piece]) -> tuple[list[int], list[int]]:
     ids: list[int] = []
     mask: list[int] = []
     for text, m in pieces:
@@ -328,7 +331,7 @@ def _uuid(rng: random.Random) -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:]}"
 
 
-def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict]:
+def make_trajectories(n: int, seed: int = 0, tokenizer: Tokenizer | None = None) -> list[dict[str, Any]]:
     """``n`` trajectories of a GRPO math rollout, each with the reward it must get.
 
     Args:
@@ -350,7 +353,7 @@ def make_trajectories(n: int, seed: int = 0, tokenizer: Any = None) -> list[dict
         tokenizer = load_tokenizer("builtin:demo")
     rng = random.Random(seed)
     continue_ids = list(tokenizer.encode(CONTINUE))
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     index = 0
     while len(out) < n:
         make: Callable[[random.Random], Problem] = _gsm8k_problem if rng.random() < 0.55 else _math_problem

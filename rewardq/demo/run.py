@@ -36,11 +36,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, DemoError
 from rewardq.ops.summary import Pushed, render, summarize
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from rewardq.producers.client import RewardClient
 
 __all__ = ["DemoOptions", "WorkerFleet", "run_demo"]
 
@@ -98,7 +103,7 @@ class WorkerFleet:
             ]
             for name in self.names
         ]
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[Any] = []
 
     def start(self) -> None:
@@ -118,7 +123,7 @@ class WorkerFleet:
         """``(index, exit code)`` of workers that have exited."""
         return [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
 
-    def wait_ready(self, client: Any, timeout: float) -> float:
+    def wait_ready(self, client: RewardClient, timeout: float) -> float:
         """Block until every worker has sent a heartbeat; returns the seconds it took."""
         t0 = time.monotonic()
         keys = [client.keyspace.worker(name) for name in self.names]
@@ -153,7 +158,7 @@ class WorkerFleet:
         return [p.returncode for p in self.procs]
 
 
-def wait_for_live_worker(client: Any, timeout: float, fresh: float = defaults.HEALTH_MAX_AGE) -> float:
+def wait_for_live_worker(client: RewardClient, timeout: float, fresh: float = defaults.HEALTH_MAX_AGE) -> float:
     """Block until some worker has beaten its heart on the client's namespace in the last ``fresh`` seconds."""
     t0 = time.monotonic()
     while not client.r.zrangebyscore(client.keyspace.workers, time.time() - fresh, "+inf", start=0, num=1):
@@ -167,7 +172,7 @@ def wait_for_live_worker(client: Any, timeout: float, fresh: float = defaults.HE
     return time.monotonic() - t0
 
 
-def _progress(console: Any) -> Any:
+def _progress(console: Console) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
@@ -184,7 +189,9 @@ def _rate(done: int, t0: float) -> str:
     return f"{done / max(time.perf_counter() - t0, 1e-9):,.0f}/s"
 
 
-def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[int, dict[str, Any]]:  # noqa: C901 - one linear script of demo steps; splitting it scatters the story
+def run_demo(  # noqa: C901 - one linear script of demo steps; splitting it scatters the story
+    opts: DemoOptions, console: Console | None = None, err: Console | None = None
+) -> tuple[int, dict[str, Any]]:
     """Run the demo (see the module docstring); returns ``(exit_code, summary)``."""
     from rich.console import Console
     from rich.markup import escape
@@ -212,7 +219,7 @@ def run_demo(opts: DemoOptions, console: Any = None, err: Any = None) -> tuple[i
     embedded = EmbeddedRedis() if opts.redis_url is None else None
     logdir = Path(tempfile.mkdtemp(prefix="rewardq-demo-"))
     fleet: WorkerFleet | None = None
-    client: Any = None
+    client: RewardClient | None = None
     pushed: list[Pushed] = []
     kept = opts.namespace is not None and not external  # a namespace the user named: its keys stay
     cleanup = None if embedded is not None or kept else "own-keys" if external else "namespace"

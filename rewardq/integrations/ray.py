@@ -56,13 +56,17 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, RewardqError
 from rewardq.integrations.autoscale import Autoscale, Autoscaler
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
+    from rewardq.queue.keys import Keyspace
 
 __all__ = ["Autoscale", "FleetError", "FleetWorker", "RayFleet", "start_fleet"]
 
@@ -101,7 +105,7 @@ class FleetWorker:
         self.name = f"{spec['prefix']}-{self.index}-{secrets.token_hex(2)}"
         ctx = ray.get_runtime_context()
         self.reconstructed = bool(ctx.was_current_actor_reconstructed)
-        self.node_ip = ray.util.get_node_ip_address()
+        self.node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]  # ray leaves it unannotated
         base = Path(ctx.get_temp_dir() if hasattr(ctx, "get_temp_dir") else tempfile.gettempdir()) / "rewardq"
         base.mkdir(parents=True, exist_ok=True)
         self.state_path = base / self.name  # the guardian writes <name>.pid and <name>.rc
@@ -259,7 +263,7 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _config_values(config: Any) -> dict[str, Any]:
+def _config_values(config: object) -> dict[str, Any]:
     """The mapping the workers read as their ``--config`` file, from what ``start_fleet`` was given."""
     from rewardq.config import WorkerConfig, parse_file
     from rewardq.settings import settings_of
@@ -278,7 +282,8 @@ def _config_values(config: Any) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - an interpolation that does not resolve here: the worker reads it as written
             return dict(OmegaConf.to_container(config, resolve=False))
     if isinstance(config, Mapping):
-        return json.loads(json.dumps(config, default=str))
+        plain: dict[str, Any] = json.loads(json.dumps(config, default=str))
+        return plain
     raise ConfigError(
         f"start_fleet: config must be a WorkerConfig, a mapping or a file path, got {type(config).__name__}"
     )
@@ -332,8 +337,8 @@ class RayFleet:
         self._seen: dict[int, tuple[int | None, str]] = {}  # index -> (actor pid, name) last seen
         self._restarts: dict[int, int] = {}
         self._lock = threading.RLock()
-        self._client: Any = None
-        self._ks: Any = None
+        self._client: SyncRedis | None = None
+        self._ks: Keyspace | None = None
         self.stopped = False
         self.autoscaler = Autoscaler(autoscale) if autoscale is not None else None
         self._autoscale_stop = threading.Event()
@@ -450,7 +455,7 @@ class RayFleet:
         self.stop()
 
     # -- what is running -------------------------------------------------------------------
-    def _redis(self) -> tuple[Any, Any]:
+    def _redis(self) -> tuple[SyncRedis, Keyspace]:
         from rewardq.queue.connection import connect_sync
         from rewardq.queue.keys import Keyspace
         from rewardq.queue.meta import known_shards
@@ -563,7 +568,7 @@ class RayFleet:
         while not self._autoscale_stop.wait(self.autoscaler.policy.interval_s):
             try:
                 self.autoscale_once()
-            except Exception:  # noqa: BLE001 - one failed decision (Redis blip, restarting actor) is retried
+            except Exception:
                 if self.stopped:
                     return
                 logger.warning("fleet %s: autoscaling pass failed; retrying", self.prefix, exc_info=True)
@@ -571,7 +576,7 @@ class RayFleet:
 
 def start_fleet(
     workers: int = defaults.FLEET_WORKERS,
-    config: Any = None,
+    config: object = None,
     namespace: str | None = None,
     *,
     redis_url: str | None = None,

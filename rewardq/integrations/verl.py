@@ -45,7 +45,7 @@ needs the ``transfer_queue`` package, so they are built on first access.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
@@ -62,6 +62,11 @@ from rewardq.integrations.verl_scoring import (
     settings_for,
     trajectory_names,
 )
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 # RewardqAgentLoopManagerTQ and RewardqAgentLoopWorkerTQ are built on first access (module __getattr__)
 __all__ = ["RewardqAgentLoopManager", "RewardqAgentLoopWorker", "RewardqRewardManager", "RewardqScoring"]
@@ -82,7 +87,7 @@ class RewardqScoring:
             self.__dict__["_rewardq_scorer"] = scorer
         return scorer
 
-    async def _compute_score(self, outputs: list[Any], kwargs: dict) -> None:
+    async def _compute_score(self, outputs: list[Any], kwargs: dict[str, Any]) -> None:
         """Score the trajectory ``outputs`` (one sample of ``kwargs``'s dataset row) on the rewardq fleet
         (started first on the trainer's Ray cluster when the config has ``reward.rewardq.fleet.workers``)."""
         await ensure_fleet_once(self.__dict__.get("config"))
@@ -93,8 +98,8 @@ class RewardqAgentLoopWorker(RewardqScoring, AgentLoopWorker):
     """verl's ``AgentLoopWorker``, scoring on the rewardq fleet (see the module docstring)."""
 
     def _postprocess(
-        self, inputs: list[Any], input_non_tensor_batch: dict | None = None, validate: bool = False
-    ) -> Any:
+        self, inputs: list[Any], input_non_tensor_batch: dict[str, Any] | None = None, validate: bool = False
+    ) -> object:
         """verl's batch assembly, after giving every row's ``reward_extra_info`` the same keys.
 
         verl takes the keys of row 0 and indexes every row with them; an error result (only
@@ -112,12 +117,12 @@ class RewardqAgentLoopManager(AgentLoopManager):
     trainer needs.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorker)
         super().__init__(*args, **kwargs)
 
     @classmethod
-    def create(cls, *args: Any, **kwargs: Any) -> Any:
+    def create(cls, *args: object, **kwargs: object) -> Any:
         config = kwargs.get("config", args[0] if args else None)
         if cls is RewardqAgentLoopManager and uses_v1_trainer(config):
             return _tq_classes()["RewardqAgentLoopManagerTQ"].create(*args, **kwargs)
@@ -143,12 +148,12 @@ class RewardqRewardManager(RewardManagerBase):
 
     def __init__(
         self,
-        config: Any,
-        tokenizer: Any,
-        compute_score: Any = None,
+        config: object,
+        tokenizer: Tokenizer,
+        compute_score: object = None,
         reward_router_address: str | None = None,
-        reward_model_tokenizer: Any = None,
-        **kwargs: Any,
+        reward_model_tokenizer: object = None,
+        **kwargs: object,
     ) -> None:
         super().__init__(config, tokenizer, compute_score)
         self.rewardq_config = config  # reward.rewardq.fleet in it starts the Ray fleet on first use
@@ -157,7 +162,7 @@ class RewardqRewardManager(RewardManagerBase):
         self.scorer = TrajectoryScorer(settings_for(config), tokenizer)
         self._keys_by_source: dict[Any, dict[str, Any]] = {}
 
-    async def run_single(self, data: Any) -> dict[str, Any]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         """Score the trajectory in ``data`` on the rewardq fleet; verl's reward-manager return value."""
         await ensure_fleet_once(self.rewardq_config)
         sample = trajectory_sample(data, SKIPPED_COLUMNS)
@@ -216,7 +221,7 @@ def _tq_classes() -> dict[str, Any]:
                 for o in outputs:
                     self.__dict__.get("_rewardq_pinned", {}).pop(id(o), None)
 
-        def _compute_multi_modal_inputs(self, output: Any, input_ids: Any) -> Any:
+        def _compute_multi_modal_inputs(self, output: Any, input_ids: object) -> object:
             # verl calls this once per output between its reward copy and its put to TransferQueue:
             # the one point where a per-output reward can be put back (tests/verl prove it still is)
             pinned = self.__dict__.get("_rewardq_pinned", {}).get(id(output))
@@ -228,7 +233,7 @@ def _tq_classes() -> dict[str, Any]:
         """verl's ``AgentLoopManagerTQ`` with :class:`RewardqAgentLoopWorkerTQ` actors (it picks its
         worker class inside its own ``__init__``, so the choice is made after it)."""
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, **kwargs)
             self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorkerTQ)
 

@@ -27,7 +27,7 @@ import numpy as np
 PER_OUTPUT_COLUMNS = frozenset({"__num_turns__", "tool_extra_fields", "prompt_len", "response_len"})
 
 
-def _numpy(value: Any) -> np.ndarray:
+def _numpy(value: object) -> np.ndarray:
     if hasattr(value, "detach"):  # torch.Tensor, without importing torch
         value = value.detach().cpu().numpy()
     return np.asarray(value)

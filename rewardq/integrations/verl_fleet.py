@@ -46,7 +46,7 @@ _starts: dict[tuple[str, str], concurrent.futures.Future[Any]] = {}  # (redis ur
 _seen: dict[int, tuple[Any, concurrent.futures.Future[Any] | None]] = {}  # id(config) -> (config, its start)
 
 
-def fleet_request(config: Any) -> dict[str, Any] | None:
+def fleet_request(config: object) -> dict[str, Any] | None:
     """The ``fleet`` block of a verl config's ``reward.rewardq`` (or ``rewardq``), or None when it has
     no ``workers`` key. Raises ConfigError naming an unknown key or a bad worker count."""
     from rewardq.integrations.verl_settings import config_at
@@ -69,7 +69,7 @@ def fleet_request(config: Any) -> dict[str, Any] | None:
     return None
 
 
-def ensure_fleet(config: Any, settings: Any) -> Any:
+def ensure_fleet(config: object, settings: Any) -> Any:
     """Start the fleet ``config`` asks for, unless workers of ``settings.namespace`` are alive or another
     process holds the start lock; returns the started :class:`~rewardq.integrations.ray.RayFleet` or None.
     Blocks until the workers beat (or raises ConfigError / FleetError)."""
@@ -104,7 +104,7 @@ def ensure_fleet(config: Any, settings: Any) -> Any:
         client.close()
 
 
-def _start(config: Any) -> concurrent.futures.Future[Any] | None:
+def _start(config: object) -> concurrent.futures.Future[Any] | None:
     """The (shared) start of ``config``'s fleet, in a thread of its own; None without a fleet key."""
     from rewardq.integrations.verl_settings import settings_for
 
@@ -127,7 +127,7 @@ def _start(config: Any) -> concurrent.futures.Future[Any] | None:
     return fut
 
 
-async def ensure_fleet_once(config: Any) -> None:
+async def ensure_fleet_once(config: object) -> None:
     """The adapter's hook, awaited before each trajectory is pushed: on the first one of a config that
     asks for a fleet, start it (once per process and namespace); afterwards it costs a dict lookup."""
     if config is None:

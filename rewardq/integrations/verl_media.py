@@ -33,7 +33,7 @@ logger = logging.getLogger("rewardq.verl")
 MEDIA_PARTS = frozenset({"image", "image_url", "video", "video_url", "audio", "input_audio"})
 
 
-def wire_media(multi_modal_data: Any) -> dict[str, list[Any]] | None:
+def wire_media(multi_modal_data: object) -> dict[str, list[Any]] | None:
     """The part of a ``multi_modal_data`` map that goes over the wire: its images as they are (the
     producer encodes them), its videos that are paths; None when nothing is left."""
     if not isinstance(multi_modal_data, Mapping):
@@ -59,7 +59,7 @@ def wire_media(multi_modal_data: Any) -> dict[str, list[Any]] | None:
     return {k: v for k, v in out.items() if v} or None
 
 
-def _is_path(value: Any) -> bool:
+def _is_path(value: object) -> bool:
     if isinstance(value, (str, os.PathLike)):
         return True
     if isinstance(value, Mapping):
@@ -67,7 +67,7 @@ def _is_path(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(f, (str, os.PathLike)) for f in value)
 
 
-def wire_raw_prompt(raw_prompt: Any) -> Any:
+def wire_raw_prompt(raw_prompt: object) -> Any:
     """``raw_prompt`` with every media part of its messages replaced by ``{"type": <kind>}``; a chat
     without media parts is returned as it is (the same object)."""
     if isinstance(raw_prompt, Sequence) and not isinstance(raw_prompt, (str, bytes)):
@@ -81,12 +81,12 @@ def wire_raw_prompt(raw_prompt: Any) -> Any:
     return [_without_media(m) for m in messages]
 
 
-def _has_media(message: Any) -> bool:
+def _has_media(message: object) -> bool:
     content = message.get("content") if isinstance(message, Mapping) else None
     return isinstance(content, list) and any(isinstance(p, Mapping) and p.get("type") in MEDIA_PARTS for p in content)
 
 
-def _without_media(message: Any) -> Any:
+def _without_media(message: Any) -> object:
     if not _has_media(message):
         return message
     parts = [

@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import numpy as np
@@ -37,6 +37,10 @@ from rewardq.integrations.verl_media import has_media, wire_media, wire_sample_m
 from rewardq.integrations.verl_settings import VerlAdapterSettings, settings_for, where
 from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
+
+if TYPE_CHECKING:
+    from rewardq.producers.aio import AsyncRewardClient
+    from rewardq.reward.tokenizer import Tokenizer
 
 __all__ = [
     "ERROR_EXTRA_INFO",
@@ -73,7 +77,7 @@ def session_id_for(kwargs: Mapping[str, Any]) -> str:
     return f"{_plain_or_self(given)}.{tail}" if given is not None else tail
 
 
-def _encodable(value: Any) -> bool:
+def _encodable(value: object) -> bool:
     try:
         msgpack.packb(value, default=plain_value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError):
@@ -127,7 +131,7 @@ class TrajectoryScorer:
     loop, or each ``asyncio.run`` of a test).
     """
 
-    def __init__(self, settings: VerlAdapterSettings, tokenizer: Any = None) -> None:
+    def __init__(self, settings: VerlAdapterSettings, tokenizer: Tokenizer | None = None) -> None:
         self.settings = settings
         self.tokenizer = tokenizer
         self.budget = ErrorBudget(
@@ -136,10 +140,10 @@ class TrajectoryScorer:
             settings_hint=f"{where(settings, 'max_error_rate')}; verl_error_window={settings.error_window} from "
             f"{where(settings, 'error_window')}",
         )
-        self._client: Any = None
+        self._client: AsyncRewardClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def client(self) -> Any:
+    async def client(self) -> AsyncRewardClient:
         """The producer client: the one place where the adapter and the hook first connect."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
@@ -274,7 +278,7 @@ def trajectory_names(columns: Mapping[str, Any]) -> tuple[str, str]:
     return uid, session_id_for(columns)
 
 
-def _plain_or_self(value: Any) -> Any:
+def _plain_or_self(value: object) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -309,7 +313,7 @@ def _same(a: RewardResult, b: RewardResult) -> bool:
     )
 
 
-def align_reward_extra_info(extra_fields: Sequence[dict], scores: Sequence[float | None]) -> None:
+def align_reward_extra_info(extra_fields: Sequence[dict[str, Any]], scores: Sequence[float | None]) -> None:
     """Give every row's ``reward_extra_info`` the same keys in the same order, in place.
 
     verl's ``_postprocess`` reads the keys of row 0 and looks each up in every row, so rows
@@ -334,7 +338,7 @@ def align_reward_extra_info(extra_fields: Sequence[dict], scores: Sequence[float
         fields["reward_extra_info"] = {k: info[k] for k in keys}
 
 
-def empty_like(value: Any) -> Any:
+def empty_like(value: object) -> Any:
     for typ in (bool, int, float, str):
         if isinstance(value, typ):
             return typ()

@@ -35,7 +35,7 @@ VerlAdapterSettings = AdapterSettings
 BLOCKS = ("rewardq", "reward.rewardq")
 
 
-def settings_for(config: Any, env: Mapping[str, str] | None = None) -> VerlAdapterSettings:
+def settings_for(config: object, env: Mapping[str, str] | None = None) -> VerlAdapterSettings:
     """The adapter's settings for a verl config (an OmegaConf ``DictConfig``, a dict or None)."""
     block: dict[str, Any] = {}
     blocks: dict[str, str] = {}  # key -> the block it was read from
@@ -65,7 +65,7 @@ def where(settings: VerlAdapterSettings, name: str) -> str:
     return f"the default; set {s.env} or reward.rewardq.{s.key}"
 
 
-def config_at(config: Any, path: str) -> Any:
+def config_at(config: object, path: str) -> Any:
     """``config[a][b]`` for ``path`` ``a.b`` over dicts or OmegaConf configs (a container comes back
     as a plain, resolved dict); None when absent."""
     node = config

@@ -56,7 +56,7 @@ def probe_redis(url: str, *, cluster: bool = False, timeout: float = defaults.PR
     finally:
         try:
             client.close()
-        except Exception:  # noqa: BLE001 - closing a client that never connected
+        except (rx.RedisError, OSError):  # closing a client that never connected
             pass
 
 

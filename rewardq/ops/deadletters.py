@@ -97,7 +97,7 @@ def _select(
 COLUMN_CHARS = {"ref": 40, "kind": 16, "tid": 400, "key": 400, "worker": 200, "reason": 400}
 
 
-def _cap(text: Any, limit: int) -> str:
+def _cap(text: object, limit: int) -> str:
     """``text`` on one line, at most ``limit`` characters: a longer one is cut at its last space
     before the limit (mid-word only when there is none) and ends with an ellipsis."""
     line = str(text).replace("\r", " ").replace("\n", " ")

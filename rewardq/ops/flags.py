@@ -37,7 +37,7 @@ class OrNone(_ParamType):
         inner = self.inner.get_metavar(param, ctx) or self.inner.name.upper()
         return f"{inner}|none"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and value.strip().lower() in NONE_WORDS:
             return NONE_GIVEN
         return self.inner.convert(value, param, ctx)
@@ -74,7 +74,7 @@ def _param_type(s: Setting) -> click.ParamType[Any, Any]:
     return OrNone(kind) if s.optional and s.kind is not str else kind
 
 
-def setting_option(s: Setting, **overrides: Any) -> Callable[[F], F]:
+def setting_option(s: Setting, **overrides: object) -> Callable[[F], F]:
     """The click option of setting ``s`` (``overrides``: click keyword arguments, e.g. ``envvar``)."""
     names = [s.flag, *s.spec.aliases]
     kwargs: dict[str, Any] = {"default": None, "help": s.spec.help, "cls": SettingOption, "setting": s}

@@ -27,13 +27,17 @@ import json
 import socket
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rewardq import defaults
 from rewardq.ops.target import open_pipeline, pipeline_options
 from rewardq.queue.results import as_text
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
+    from rewardq.queue.keys import Keyspace
 
 __all__ = ["Check", "HealthReport", "check_health", "health"]
 
@@ -91,7 +95,7 @@ class HealthReport:
         }
 
 
-def _group_check(client: Any, ks: Any) -> Check:
+def _group_check(client: SyncRedis, ks: Keyspace) -> Check:
     from rewardq.queue.redis_errors import ResponseError
 
     missing = []
@@ -114,14 +118,14 @@ def _group_check(client: Any, ks: Any) -> Check:
 
 
 def check_health(
-    client: Any,
+    client: SyncRedis,
     namespace: str,
     *,
     max_age: float = defaults.HEALTH_MAX_AGE,
     host: str | None = None,
     name: str | None = None,
     any_host: bool = False,
-    ks: Any = None,
+    ks: Keyspace | None = None,
 ) -> HealthReport:
     """Run every check against ``namespace`` (Redis is known to answer).
 
@@ -156,10 +160,10 @@ def check_health(
     now = time.time()
     beats = client.zrange(ks.workers, 0, -1, withscores=True)
     pipe = client.pipeline(transaction=False)
-    for n, _ in beats:
-        pipe.hget(ks.worker(_s(n)), "host")
-    for (n, beat), their_host in zip(beats, pipe.execute() if beats else []):
-        n, age = _s(n), max(0.0, now - beat)
+    for raw_name, _ in beats:
+        pipe.hget(ks.worker(_s(raw_name)), "host")
+    for (raw_name, beat), their_host in zip(beats, pipe.execute() if beats else []):
+        n, age = _s(raw_name), max(0.0, now - beat)
         alive = age <= max_age and their_host is not None  # an expired heartbeat hash: the worker is gone
         matches = n == name if name else any_host or (their_host is not None and _s(their_host) == host)
         if not matches:

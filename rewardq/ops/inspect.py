@@ -25,7 +25,11 @@ from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_age, fmt_duration
 from rewardq.ops.target import opened, pipeline_options
 
 if TYPE_CHECKING:
+    from rich.console import Console, JustifyMethod
+
+    from rewardq.queue.clients import SyncRedis
     from rewardq.queue.keys import Keyspace
+    from rewardq.reward.tokenizer import Tokenizer
 
 __all__ = ["inspect", "inspect_trajectory", "normalize_ref", "render_inspect"]
 
@@ -70,7 +74,11 @@ def timings(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def inspect_trajectory(
-    r: Any, ks: Keyspace, ref: str, tokenizer: Any = None, preview_chars: int = defaults.INSPECT_PREVIEW_CHARS
+    r: SyncRedis,
+    ks: Keyspace,
+    ref: str,
+    tokenizer: Tokenizer | None = None,
+    preview_chars: int = defaults.INSPECT_PREVIEW_CHARS,
 ) -> dict[str, Any]:
     """One key (``<uid>_<sid>_<i>``) or trajectory (``<uid>_<sid>``): records, state, rewards.
 
@@ -119,7 +127,7 @@ def inspect_trajectory(
                     item["record"]["response_preview"] = text[:preview_chars] + (
                         "…" if len(text) > preview_chars else ""
                     )
-            except Exception as exc:  # show what is wrong rather than fail the whole view
+            except Exception as exc:  # noqa: BLE001 - show what is wrong rather than fail the whole view
                 item["record_error"] = str(exc)
         res, ttl = reads.reward_hash(r, ks, shard, f"{tid}_{i}")
         if res:
@@ -146,7 +154,11 @@ def inspect_trajectory(
 
 
 def inspect_view(
-    r: Any, ks: Any, ref: str, tokenizer: Any = None, preview: int = defaults.INSPECT_PREVIEW_CHARS
+    r: SyncRedis,
+    ks: Keyspace,
+    ref: str,
+    tokenizer: Tokenizer | None = None,
+    preview: int = defaults.INSPECT_PREVIEW_CHARS,
 ) -> dict[str, Any]:
     """``inspect_trajectory`` plus timings; raises :class:`NotFound` when nothing is known about ``ref``."""
     where = f"namespace {ks.namespace!r}"
@@ -170,7 +182,7 @@ def inspect_view(
     return view
 
 
-def _json(value: Any) -> Any:
+def _json(value: object) -> object:
     """Pretty, highlighted JSON that folds long strings instead of cropping them."""
     from rich.json import JSON
 
@@ -183,7 +195,7 @@ def _state_style(state: str) -> str:
     return {"done": "green", "collecting": "yellow", "failed": "red"}.get(state, "white")
 
 
-def render_inspect(view: dict[str, Any], *, console: Any = None, wide: bool = False) -> Any:  # noqa: C901 - one branch per section of the rendered page
+def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide: bool = False) -> Any:  # noqa: C901 - one branch per section of the rendered page
     """The inspect dict as one rich renderable; the outputs table is stacked when it does not fit
     ``console``'s width (unless ``wide``): keys are never cut (:mod:`rewardq.ops.layout`)."""
     from rich.console import Console, Group
@@ -238,7 +250,7 @@ def render_inspect(view: dict[str, Any], *, console: Any = None, wide: bool = Fa
         head.add_row("waiting", f"{fmt_duration(t['since_first_s'])} since the first output")
     parts.append(head)
 
-    right = "right"
+    right: JustifyMethod = "right"
     columns = [
         Column("i", right),
         Column("key", lead=True),

@@ -18,7 +18,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console, Group, JustifyMethod, RenderableType
 
 __all__ = ["Column", "table_or_stack", "natural_width", "WIDE_HELP", "fmt_duration", "fmt_age"]
 
@@ -33,12 +36,12 @@ class Column:
     column (a reason) may wrap between its words, the others never wrap."""
 
     header: str
-    justify: str = "left"
+    justify: JustifyMethod = "left"
     lead: bool = False
     wrap: bool = False
 
 
-def natural_width(console: Any, renderable: Any) -> int:
+def natural_width(console: Console, renderable: RenderableType) -> int:
     """The narrowest ``renderable`` can be without cutting a word (its wrap columns wrapped at words)."""
     from rich.measure import Measurement
 
@@ -46,14 +49,14 @@ def natural_width(console: Any, renderable: Any) -> int:
 
 
 def table_or_stack(
-    console: Any,
+    console: Console,
     title: str,
     columns: Sequence[Column],
     rows: Sequence[Sequence[str]],
     *,
     wide: bool = False,
     empty: str | None = None,
-) -> Any:
+) -> RenderableType:
     """``rows`` (rich markup, one string per column) as a table if it fits ``console.width`` (or
     ``wide``), else as stacked blocks; ``empty`` is shown when there are no rows."""
     from rich import box
@@ -63,7 +66,7 @@ def table_or_stack(
     for col in columns:
         table.add_column(
             col.header,
-            justify=col.justify,  # type: ignore[arg-type]
+            justify=col.justify,
             no_wrap=not col.wrap,
             overflow="fold" if col.wrap else "ellipsis",
             ratio=1 if col.wrap else None,
@@ -77,13 +80,13 @@ def table_or_stack(
     return _stacked(title, columns, rows)
 
 
-def _stacked(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> Any:
+def _stacked(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> Group:
     from rich.console import Group
     from rich.padding import Padding
     from rich.text import Text
 
     leads = [i for i, c in enumerate(columns) if c.lead] or [0]
-    parts: list[Any] = [Text.from_markup(f"[italic]{title}[/]")]
+    parts: list[RenderableType] = [Text.from_markup(f"[italic]{title}[/]")]
     for row in rows:
         head = "  ".join(row[i] for i in leads if row[i])
         facts = [

@@ -8,7 +8,7 @@ trajectories), :class:`rewardq.queue.deadletters.DeadLetters` and the judge cach
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.queue.deadletters import DeadLetters
@@ -25,8 +25,13 @@ from rewardq.queue.reads import (
     workers_status,
 )
 
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
 
-def pipeline_status(r: Any, ks: Keyspace, *, waiting_limit: int = defaults.STATUS_WAITING_LIMIT) -> dict[str, Any]:
+
+def pipeline_status(
+    r: SyncRedis, ks: Keyspace, *, waiting_limit: int = defaults.STATUS_WAITING_LIMIT
+) -> dict[str, Any]:
     """Everything ``rewardq status`` shows, as one dict."""
     now = time.time()
     dead_total, dead_by_kind = DeadLetters(r, ks).tally()

@@ -16,12 +16,15 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, JsonlLineError, RewardqError
 from rewardq.ops.summary import Pushed, render, summarize
 from rewardq.producers.jsonl import read_jsonl
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["ProduceReport", "produce_file"]
 
@@ -54,8 +57,8 @@ def produce_file(
     timeout: float = defaults.WAIT_TIMEOUT,
     cluster: bool = False,
     as_json: bool = False,
-    console: Any = None,
-    err_console: Any = None,
+    console: Console | None = None,
+    err_console: Console | None = None,
 ) -> ProduceReport:
     """Push every valid line of ``path``; optionally wait for the rewards and summarise.
 

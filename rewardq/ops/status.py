@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,14 +31,26 @@ from rewardq import defaults
 from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_duration
 from rewardq.ops.target import opened, pipeline_options
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console, RenderableType
+
+    from rewardq.queue.clients import SyncRedis
+    from rewardq.queue.keys import Keyspace
+
+    #: How a status dict becomes what the console prints (``render_status``, or a view of it).
+    Render = Callable[..., RenderableType]
+    from rich.console import JustifyMethod
+
 __all__ = ["status", "collect", "diagnose", "render_status"]
 
 
-def _s(v: Any) -> str:
+def _s(v: object) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
 
 
-def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
+def consumers(r: SyncRedis, ks: Keyspace) -> dict[int, list[dict[str, Any]]]:
     """Every shard's consumers: ``{shard: [{name, pending, idle_ms, inactive_ms}]}`` (empty without a group)."""
     from rewardq.queue.redis_errors import ResponseError
 
@@ -60,7 +72,7 @@ def consumers(r: Any, ks: Any) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def collect(r: Any, ks: Any, *, limit: int = defaults.STATUS_WAITING_LIMIT, url: str = "") -> dict[str, Any]:
+def collect(r: SyncRedis, ks: Keyspace, *, limit: int = defaults.STATUS_WAITING_LIMIT, url: str = "") -> dict[str, Any]:
     """The status dict ``--json`` prints: ``pipeline_status`` + consumers, owners, diagnosis."""
     from rewardq.ops.overview import pipeline_status
 
@@ -202,7 +214,9 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
 _STYLE = {"error": "bold red", "warning": "yellow", "ok": "green"}
 
 
-def render_status(st: dict[str, Any], footer: str | None = None, *, console: Any = None, wide: bool = False) -> Any:
+def render_status(
+    st: dict[str, Any], footer: str | None = None, *, console: Console | None = None, wide: bool = False
+) -> RenderableType:
     """The status dict as one rich renderable (tables and the diagnosis; ``footer`` under them).
 
     A table wider than ``console``'s width (80 columns when output is not a terminal) is shown as
@@ -241,7 +255,7 @@ def render_status(st: dict[str, Any], footer: str | None = None, *, console: Any
                 "[green]yes[/]" if sh["group"] else "[red]missing[/]",
             ]
         )
-    right = "right"
+    right: JustifyMethod = "right"
     shard_cols = [
         Column("shard", right, lead=True),
         Column("length", right),
@@ -359,7 +373,7 @@ def render_status(st: dict[str, Any], footer: str | None = None, *, console: Any
     return Group(*parts)
 
 
-def _code_table(code: dict[str, Any], console: Any, wide: bool) -> Any:
+def _code_table(code: dict[str, Any], console: Console, wide: bool) -> RenderableType:
     """Code execution per data source, summed over live workers."""
     from rich.markup import escape
 
@@ -390,7 +404,7 @@ def _code_table(code: dict[str, Any], console: Any, wide: bool) -> Any:
     return table_or_stack(console, "code execution (live workers)", columns, rows, wide=wide)
 
 
-def _judge_table(judges: dict[str, Any], console: Any, wide: bool) -> Any:
+def _judge_table(judges: dict[str, Any], console: Console, wide: bool) -> RenderableType:
     """LLM-judge calls per model, for the whole fleet (counters kept in Redis)."""
     from rich.markup import escape
 
@@ -472,7 +486,7 @@ def status(
         def snapshot() -> dict[str, Any]:
             return collect(p.client, p.ks, limit=limit, url=p.url)
 
-        def render(st: dict[str, Any], footer: str | None = None) -> Any:
+        def render(st: dict[str, Any], footer: str | None = None) -> RenderableType:
             return render_status(st, footer, console=console, wide=wide)
 
         if watch is None:
@@ -481,14 +495,21 @@ def status(
         return _watch(console, snapshot, watch, count, as_json, render)
 
 
-def _emit(console: Any, st: dict[str, Any], as_json: bool, render: Any) -> None:
+def _emit(console: Console, st: dict[str, Any], as_json: bool, render: Render) -> None:
     if as_json:
         click.echo(json.dumps(st))
     else:
         console.print(render(st))
 
 
-def _watch(console: Any, snapshot: Any, every: float, count: int | None, as_json: bool, render: Any) -> int:
+def _watch(
+    console: Console,
+    snapshot: Callable[[], dict[str, Any]],
+    every: float,
+    count: int | None,
+    as_json: bool,
+    render: Render,
+) -> int:
     """Refresh until Ctrl-C or ``count`` frames: a live screen in a terminal, frames one after another otherwise."""
     frames = 0
     try:

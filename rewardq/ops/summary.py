@@ -16,7 +16,10 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["Pushed", "summarize", "render", "percentile"]
 
@@ -127,7 +130,7 @@ def _fmt_ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.1f} ms"
 
 
-def render(summary: Mapping[str, Any], console: Any, *, title: str = "rewardq: summary") -> None:
+def render(summary: Mapping[str, Any], console: Console, *, title: str = "rewardq: summary") -> None:
     """Print ``summary`` (from :func:`summarize`) as two rich tables on ``console``."""
     from rich.markup import escape
     from rich.table import Table

@@ -59,7 +59,7 @@ def child_argvs(
 @dataclass
 class _Slot:
     argv: list[str]
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     failures: int = 0  # deaths in a row, each after less than SUPERVISOR_STABLE_AFTER seconds up
     restart_at: float | None = None

@@ -23,8 +23,10 @@ import click
 
 from rewardq import defaults
 from rewardq.errors import NotFound
+from rewardq.queue.redis_errors import RedisError
 
 if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
     from rewardq.queue.keys import Keyspace
 
 __all__ = [
@@ -81,14 +83,14 @@ def pipeline_options(f: Callable[..., Any]) -> Callable[..., Any]:
 class Pipeline:
     """An open connection to one namespace: the blocking client, its keyspace, the redacted URL."""
 
-    client: Any
+    client: SyncRedis
     ks: Keyspace
     url: str  # password-redacted, safe to print
 
     def close(self) -> None:
         try:
             self.client.close()
-        except Exception:  # noqa: BLE001 - closing is best effort
+        except (RedisError, OSError):  # closing is best effort
             pass
 
 
@@ -105,7 +107,7 @@ def namespace_hint(wanted: str, others: list[str], listed: int = defaults.NAMESP
     return f"{mean}namespaces on this server: {', '.join(shown)}{more}"
 
 
-def _shards(client: Any, namespace: str, url: str, require: bool) -> int | None:
+def _shards(client: SyncRedis, namespace: str, url: str, require: bool) -> int | None:
     from rewardq.queue.keys import Keyspace
     from rewardq.queue.namespace import known_namespaces, shard_count
 

@@ -27,13 +27,17 @@ import select
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rewardq import defaults
 from rewardq.ops.layout import fmt_duration
 from rewardq.ops.target import opened, pipeline_options
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
+    from rewardq.queue.keys import Keyspace
 
 __all__ = ["top", "TopModel", "render_top", "sparkline"]
 
@@ -59,7 +63,7 @@ def sparkline(values: list[float], width: int) -> str:
 class TopModel:
     """What ``rewardq top`` shows, kept up to date by :meth:`refresh` (one call per screen)."""
 
-    def __init__(self, r: Any, ks: Any, url: str, history_s: float = defaults.DONE_FEED_SINCE_S) -> None:
+    def __init__(self, r: SyncRedis, ks: Keyspace, url: str, history_s: float = defaults.DONE_FEED_SINCE_S) -> None:
         from rewardq.queue.reads import DoneFeed
 
         self.r, self.ks, self.url = r, ks, url

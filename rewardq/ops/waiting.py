@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.ops.summary import Pushed
+
+if TYPE_CHECKING:
+    from rewardq.producers.client import RewardClient
 
 __all__ = ["done_marks", "wait_for_results", "fetch_results"]
 
 CHUNK = 1000
 
 
-def done_marks(client: Any) -> dict[int, bytes]:
+def done_marks(client: RewardClient) -> dict[int, bytes]:
     """The last entry id of every shard's ``done`` stream (take it before pushing)."""
     ks = client.keyspace
     marks = {}
@@ -33,7 +36,7 @@ def done_marks(client: Any) -> dict[int, bytes]:
     return marks
 
 
-def _existing(client: Any, keys: list[str]) -> set[str]:
+def _existing(client: RewardClient, keys: list[str]) -> set[str]:
     ks = client.keyspace
     found: set[str] = set()
     for i in range(0, len(keys), CHUNK):
@@ -45,7 +48,7 @@ def _existing(client: Any, keys: list[str]) -> set[str]:
     return found
 
 
-def fetch_results(client: Any, keys: Iterable[str]) -> dict[str, Any]:
+def fetch_results(client: RewardClient, keys: Iterable[str]) -> dict[str, Any]:
     """``{key: RewardResult or None}`` for any number of keys, in chunks."""
     keys = list(keys)
     out: dict[str, Any] = {}
@@ -55,7 +58,7 @@ def fetch_results(client: Any, keys: Iterable[str]) -> dict[str, Any]:
 
 
 def wait_for_results(
-    client: Any,
+    client: RewardClient,
     pushed: list[Pushed],
     marks: dict[int, bytes],
     timeout: float,

@@ -35,6 +35,8 @@ from rewardq.errors import ConfigError
 
 if TYPE_CHECKING:
     from rewardq.config import WorkerConfig
+    from rewardq.reward.base import RewardManager
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.cli")
 
@@ -65,7 +67,7 @@ class EarlySignals:
             signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: object) -> None:
         self.received = signal.Signals(signum).name
         if self.target is not None:
             self.target(self.received)
@@ -116,7 +118,7 @@ def worker_argv(params: Mapping[str, Any], *, leave_out: Iterable[str] = ()) -> 
     return argv + flag_argv(WorkerConfig, params, leave_out=leave_out)
 
 
-async def _serve(cfg: WorkerConfig, manager: Any, tokenizer: Any, early: EarlySignals) -> None:
+async def _serve(cfg: WorkerConfig, manager: RewardManager, tokenizer: Tokenizer, early: EarlySignals) -> None:
     from rewardq.consumers.worker import Worker
 
     worker = Worker(cfg, manager=manager, tokenizer=tokenizer)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import RewardTimeout
@@ -29,26 +29,30 @@ from rewardq.producers.core import (
     split_replies,
 )
 from rewardq.queue.aio import being_cancelled
+from rewardq.queue.clients import AsyncRedis
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.redis_errors import ResponseError
 from rewardq.queue.results import RewardResult
 
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
+
 logger = logging.getLogger("rewardq.client")
 
 
-class AsyncRewardClient(ClientBase):
+class AsyncRewardClient(ClientBase[AsyncRedis]):
     """asyncio client for producers (agent loops) and trainers. See RewardClient for the methods."""
 
-    def __init__(self, redis: Any, settings: ClientSettings | None = None, **overrides: Any) -> None:
+    def __init__(self, redis: AsyncRedis, settings: ClientSettings | None = None, **overrides: object) -> None:
         super().__init__(redis, settings, **overrides)
         self._watchers: dict[str, set[asyncio.Event]] = {}
-        self._watch_task: asyncio.Task | None = None
-        self._watch_ready: asyncio.Future | None = None  # set once the watcher knows where the streams end
+        self._watch_task: asyncio.Task[Any] | None = None
+        self._watch_ready: asyncio.Future[Any] | None = None  # set once the watcher knows where the streams end
 
     @classmethod
     def from_url(
-        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: Any
+        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: object
     ) -> AsyncRewardClient:
         settings = settings_from_kwargs(namespace, kwargs)
         return cls(connect_async(url, cluster=settings.cluster, **kwargs), settings)
@@ -56,8 +60,9 @@ class AsyncRewardClient(ClientBase):
     async def keyspace(self) -> Keyspace:
         if self._ks is None:
             probe = Keyspace(self.settings.namespace)
-            await self.r.hsetnx(probe.meta, "shards", self.settings.shards or 1)
-            return self._keyspace_from_meta(await self.r.hget(probe.meta, "shards"))
+            # redis-py types asyncio hash commands as blocking ones (rewardq.queue.clients)
+            await self.r.hsetnx(probe.meta, "shards", str(self.settings.shards or 1))  # type: ignore[misc]
+            return self._keyspace_from_meta(await self.r.hget(probe.meta, "shards"))  # type: ignore[misc]
         return self._ks
 
     async def aclose(self) -> None:
@@ -72,7 +77,7 @@ class AsyncRewardClient(ClientBase):
     async def __aenter__(self) -> AsyncRewardClient:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def _gate(self, shards: Iterable[int]) -> None:
@@ -222,7 +227,7 @@ class AsyncRewardClient(ClientBase):
             self._watch_task = asyncio.create_task(self._watch_from_now(ready), name="rewardq-done-watcher")
         await asyncio.shield(ready)
 
-    async def _watch_from_now(self, ready: asyncio.Future) -> None:
+    async def _watch_from_now(self, ready: asyncio.Future[Any]) -> None:
         try:
             ks = await self.keyspace()
             last = {}

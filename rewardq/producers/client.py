@@ -29,13 +29,14 @@ from rewardq.producers.core import (
     settings_from_kwargs,
     split_replies,
 )
+from rewardq.queue.clients import SyncRedis
 from rewardq.queue.connection import connect_sync
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.redis_errors import ResponseError
 from rewardq.queue.results import RewardResult
 
 
-class RewardClient(ClientBase):
+class RewardClient(ClientBase[SyncRedis]):
     """Blocking client for producers (agent loops) and trainers.
 
     Args:
@@ -46,7 +47,7 @@ class RewardClient(ClientBase):
 
     @classmethod
     def from_url(
-        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: Any
+        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: object
     ) -> RewardClient:
         """Connect to ``url`` (see :mod:`rewardq.queue.connection` for cluster and TLS URLs)."""
         settings = settings_from_kwargs(namespace, kwargs)
@@ -67,7 +68,7 @@ class RewardClient(ClientBase):
     def __enter__(self) -> RewardClient:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _gate(self, shards: Iterable[int]) -> None:
@@ -194,7 +195,7 @@ class RewardClient(ClientBase):
         ks = self.keyspace
         ms = max(1, block_ms)
         if self.cluster and len(last) > 1:
-            resp: list = []
+            resp: list[Any] = []
             for s in list(last):
                 resp += self.r.xread({ks.done(s): last[s]}, block=max(1, ms // len(last))) or []
         else:

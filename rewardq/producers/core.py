@@ -10,7 +10,7 @@ import contextlib
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar, cast
 
 from rewardq import defaults
 from rewardq.errors import BackpressureTimeout, RecordError, RewardqError
@@ -20,6 +20,12 @@ from rewardq.queue.connection import client_user
 from rewardq.queue.keys import Keyspace, output_key, split_key
 from rewardq.queue.put_errors import put_error
 from rewardq.queue.results import RewardResult
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis, Encodable, SyncRedis
+
+#: The Redis client a producer client holds: blocking (RewardClient) or asyncio (AsyncRewardClient).
+R = TypeVar("R", bound="SyncRedis | AsyncRedis")
 
 
 class OutputLike(Protocol):
@@ -77,11 +83,11 @@ class Put:
 
     shard: int
     key: str
-    fields: dict[str, Any]
+    fields: dict[Encodable, Encodable]
 
     @property
     def size(self) -> int:
-        return len(self.fields["data"])
+        return len(cast(bytes, self.fields["data"]))  # the encoded record prepare_output put there
 
 
 def _bytes_text(n: int) -> str:
@@ -97,9 +103,9 @@ class PutCall:
     (False until its commands are sent; then unknown until Redis answers)."""
 
     name: str
-    uid: Any
-    session_id: Any
-    client: ClientBase | None = None
+    uid: object
+    session_id: object
+    client: ClientBase[Any] | None = None
     puts: list[Put] = field(default_factory=list)
     written: bool | None = False
 
@@ -156,7 +162,7 @@ def prepare_output(
     uid: Any,
     session_id: Any,
     index: Any,
-    output: Any,
+    output: object,
     sample: Any,
     *,
     final: bool,
@@ -184,10 +190,10 @@ def prepare_output(
 
 def prepare_trajectory(
     ks: Keyspace,
-    uid: Any,
-    session_id: Any,
+    uid: object,
+    session_id: object,
     outputs: Sequence[Any],
-    sample: Any,
+    sample: object,
     *,
     max_bytes: int,
     max_outputs: int = defaults.MAX_OUTPUTS,
@@ -316,10 +322,10 @@ def settings_from_kwargs(namespace: str, kwargs: dict[str, Any]) -> ClientSettin
     return settings
 
 
-class ClientBase:
+class ClientBase(Generic[R]):
     """State the sync and async clients share: the Redis client, settings, backlog gate."""
 
-    def __init__(self, redis: Any, settings: ClientSettings | None = None, **overrides: Any) -> None:
+    def __init__(self, redis: R, settings: ClientSettings | None = None, **overrides: Any) -> None:
         from rewardq.queue.connection import is_cluster_client
 
         self.r = redis
@@ -332,7 +338,7 @@ class ClientBase:
         self._backlog = Backlog(s.max_backlog, s.backpressure_timeout)
 
     def _prepare_output(
-        self, ks: Keyspace, uid: Any, session_id: Any, index: Any, output: Any, sample: Any, final: bool
+        self, ks: Keyspace, uid: object, session_id: object, index: object, output: object, sample: object, final: bool
     ) -> Put:
         s = self.settings
         return prepare_output(
@@ -350,7 +356,7 @@ class ClientBase:
         )
 
     def _prepare_trajectory(
-        self, ks: Keyspace, uid: Any, session_id: Any, outputs: Sequence[Any], sample: Any
+        self, ks: Keyspace, uid: object, session_id: object, outputs: Sequence[Any], sample: object
     ) -> list[Put]:
         s = self.settings
         return prepare_trajectory(

@@ -30,13 +30,13 @@ __all__ = ["LINE_KEYS", "JsonlLineError", "parse_line", "read_jsonl", "write_jso
 LINE_KEYS = ("uid", "session_id", "sample", "outputs", "expected")
 
 
-def _to_jsonable(value: Any) -> Any:
+def _to_jsonable(value: object) -> object:
     if hasattr(value, "tolist"):  # numpy arrays, torch tensors
         return value.tolist()
     raise TypeError(f"cannot write a {type(value).__name__} to JSONL")
 
 
-def write_jsonl(path: str | Path, trajectories: Iterable[dict], *, with_expected: bool = True) -> int:
+def write_jsonl(path: str | Path, trajectories: Iterable[dict[str, Any]], *, with_expected: bool = True) -> int:
     """Write one trajectory per line; returns the number of lines. Arrays become int lists."""
     count = 0
     with open(path, "w", encoding="utf-8") as f:
@@ -47,7 +47,7 @@ def write_jsonl(path: str | Path, trajectories: Iterable[dict], *, with_expected
     return count
 
 
-def parse_line(text: str, line: int) -> dict:
+def parse_line(text: str, line: int) -> dict[str, Any]:
     """Parse and fully validate one JSONL line; raises :class:`JsonlLineError` naming the field.
 
     Every output is checked exactly as the producer will encode it (token ids are
@@ -91,7 +91,7 @@ def parse_line(text: str, line: int) -> dict:
     }
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict | JsonlLineError]]:
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | JsonlLineError]]:
     """Yield ``(line_number, trajectory)`` or ``(line_number, JsonlLineError)``; blank lines are skipped."""
     with open(path, encoding="utf-8") as f:
         for number, text in enumerate(f, start=1):

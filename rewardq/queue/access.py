@@ -25,14 +25,19 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, ResponseError
 
 from rewardq.errors import RedisPermissionError
 from rewardq.queue import scripts
 from rewardq.queue.connection import client_user, is_cluster_client, permission_error
 from rewardq.queue.keys import Keyspace
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
+
 
 #: Commands the worker sends itself, outside its Lua scripts.
 DIRECT = (
@@ -119,7 +124,7 @@ def probe(command: str, key: str, key2: str, hkey: str, zkey: str, group: str) -
     }[command]
 
 
-async def check_worker_access(client: Any, ks: Keyspace, url: str) -> None:
+async def check_worker_access(client: AsyncRedis, ks: Keyspace, url: str) -> None:
     """Raise :class:`~rewardq.errors.RedisPermissionError` naming every command of
     :func:`worker_commands` the client's Redis user may not run (see the module doc)."""
     tag = f"{ks.namespace}:{{probe-{secrets.token_hex(4)}}}"
@@ -128,10 +133,9 @@ async def check_worker_access(client: Any, ks: Keyspace, url: str) -> None:
     ordered = sorted(worker_commands(), key=lambda c: (c in last, last.index(c) if c in last else 0, c))
     calls = [(c, probe(c, *keys, group=ks.group)) for c in ordered]
     user = client_user(client)
-    cluster = is_cluster_client(client)
-    refused = None if cluster else await _dry_run(client, user, calls)
+    refused = None if is_cluster_client(client) else await _dry_run(client, user, calls)
     if refused is None:
-        refused = await _try_all(client, calls, keys, cluster)
+        refused = await _try_all(client, calls, keys)
     if refused:
         raise refusal(refused, ks.namespace, url, user)
 
@@ -147,7 +151,7 @@ def refusal(commands: Sequence[str], namespace: str, url: str, user: str) -> Red
     )
 
 
-async def _dry_run(client: Any, user: str, calls: list[Probe]) -> list[str] | None:
+async def _dry_run(client: AsyncRedis, user: str, calls: list[Probe]) -> list[str] | None:
     """The refused commands by ``ACL DRYRUN`` (MULTI and EXEC included), or None when it is not available."""
     try:
         if _text(await client.execute_command("ACL", "DRYRUN", user, "TIME")) != "OK":
@@ -164,10 +168,10 @@ async def _dry_run(client: Any, user: str, calls: list[Probe]) -> list[str] | No
     return [name for (name, _), r in zip(calls, replies) if isinstance(r, Exception) or _text(r) != "OK"]
 
 
-async def _try_all(client: Any, calls: list[Probe], keys: Sequence[str], cluster: bool) -> list[str]:
+async def _try_all(client: AsyncRedis, calls: list[Probe], keys: Sequence[str]) -> list[str]:
     """The refused commands, by trying each (in order, the writes last undone), then the probe keys deleted."""
     refused: list[str] = []
-    if cluster:  # sent to the probe slot's node (SCRIPT LOAD to every primary), not routed by key parsing
+    if isinstance(client, RedisCluster):  # to the probe slot's node (SCRIPT LOAD: every primary), not by key parsing
         await client.initialize()  # the slot map (a no-op once the client has it)
         node = client.get_node_from_key(keys[0])
         for name, args in calls:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
+from redis.typing import EncodableT, FieldT, KeyT, StreamIdT
 
 from rewardq import defaults
 from rewardq.queue.codec import OutputRecord, record_digest
@@ -28,6 +29,9 @@ from rewardq.queue.results import RESULT_FIELDS, EncodedResults, RewardResult, a
 from rewardq.queue.script_runner import Call, ScriptRunner
 from rewardq.queue.states import ResultStatus
 from rewardq.queue.text import reason_text, utf8
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
 
 __all__ = ["RESULT_FIELDS", "CLAIMABLE_BYTE_BUDGET", "COMMIT_BYTE_BUDGET", "StreamBroker"]
 
@@ -67,7 +71,7 @@ class StreamBroker:
 
     def __init__(
         self,
-        client: Any,
+        client: AsyncRedis,
         ks: Keyspace,
         *,
         worker: str,
@@ -111,7 +115,7 @@ class StreamBroker:
     # -- read ----------------------------------------------------------------------------
     async def read(self, shards: Sequence[int], count: int, block_ms: int | None) -> list[Entry]:
         """New entries (``>``) from the given shards, up to ``count`` per stream."""
-        streams = {self.ks.stream(s): ">" for s in shards}
+        streams: dict[KeyT, StreamIdT] = {self.ks.stream(s): ">" for s in shards}
         resp = await self.r.xreadgroup(self.ks.group, self.worker, streams, count=count, block=block_ms)
         return entries_from_reply(resp, self.ks)
 
@@ -131,10 +135,10 @@ class StreamBroker:
         ids = [_s(p["message_id"]) for p in pending]
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
         args = [self.ks.traj_prefix(shard), self.worker, defaults.MAX_KEY_BYTES, CLAIMABLE_BYTE_BUDGET, *ids]
-        ids = [_s(i) for i in await self.scripts.run("claimable", [stream], args)]
-        if not ids:
+        claimable: list[StreamIdT] = [_s(i) for i in await self.scripts.run("claimable", [stream], args)]
+        if not claimable:
             return []
-        claimed_raw = await self.r.xclaim(stream, self.ks.group, self.worker, min_idle_ms, ids)
+        claimed_raw = await self.r.xclaim(stream, self.ks.group, self.worker, min_idle_ms, claimable)
         claimed = []
         for eid, fields in claimed_raw or []:
             if fields is None:
@@ -405,7 +409,7 @@ class StreamBroker:
         """``attempts`` (leases taken, hand-backs not counted), ``unfinished`` (attempts that ended
         without an answer and said so), ``last_failure``, and ``handbacks`` (attempts handed back by
         workers that stopped) of a trajectory."""
-        attempts, unfinished, last, handbacks = await self.r.hmget(
+        attempts, unfinished, last, handbacks = await self.r.hmget(  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
             self.ks.traj(shard, tid), ["attempts", "unfinished", "last_failure", "handbacks"]
         )
         return {
@@ -419,7 +423,7 @@ class StreamBroker:
         """Dead-letter an entry that names no trajectory at all, and ack it."""
         stream = self.ks.stream(entry.shard)
         pipe = self.r.pipeline(transaction=not self.cluster)
-        fields = {k: dead_value(k, v) for k, v in dead.items()}
+        fields: dict[FieldT, EncodableT] = {k: dead_value(k, v) for k, v in dead.items()}
         pipe.xadd(self.ks.dead(entry.shard), fields, maxlen=self.dead_maxlen, approximate=True)
         pipe.xack(stream, self.ks.group, entry.id)
         pipe.xdel(stream, entry.id)
@@ -453,7 +457,7 @@ class StreamBroker:
         trajectory, and nothing else, was being scored: it took the process down. ``by=-1``
         takes a start back (it was handed back at shutdown, not crashed).
         """
-        return int(await self.r.hincrby(self.ks.traj(shard, tid), "solo", by))
+        return int(await self.r.hincrby(self.ks.traj(shard, tid), "solo", by))  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
 
     # -- leases ----------------------------------------------------------------------------
     async def renew(self, held: dict[int, list[str]]) -> int:
@@ -484,7 +488,7 @@ class StreamBroker:
             for k, v in stats.items()
         }
         mapping["last_beat"] = f"{now:.3f}"
-        await self.r.hset(key, mapping=mapping)
+        await self.r.hset(key, mapping=mapping)  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
         await self.r.expire(key, max(1, int(ttl)))
         await self.r.zadd(self.ks.workers, {self.worker: now})
 
@@ -501,7 +505,7 @@ class StreamBroker:
                 await self.r.xgroup_delconsumer(stream, self.ks.group, self.worker)
 
 
-def dead_value(name: str, value: Any) -> Any:
+def dead_value(name: str, value: object) -> Any:
     """A dead letter's field as written: bytes as they are (the raw record), text as valid UTF-8,
     the reason and traceback cut (so user code's text can never make the dead letter fail)."""
     if isinstance(value, (bytes, bytearray)):

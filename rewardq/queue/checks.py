@@ -36,7 +36,7 @@ def check_finite(arr: np.ndarray) -> None:
         raise RecordError("response_logprobs", f"entry {bad} is {arr[bad]}; log-probabilities must be finite")
 
 
-def check_name(value: Any, name: str) -> str:
+def check_name(value: object, name: str) -> str:
     """Validate a ``uid`` or ``session_id`` (an int is taken as its decimal text).
 
     Both are non-empty UTF-8 text without newlines or NUL, at most ``MAX_UID_BYTES`` /
@@ -89,7 +89,7 @@ def check_mask(arr: np.ndarray, n: int) -> np.ndarray:
     return arr.astype(np.uint8, copy=False)
 
 
-def check_index(value: Any, max_outputs: int = DEFAULT_MAX_OUTPUTS) -> int:
+def check_index(value: object, max_outputs: int = DEFAULT_MAX_OUTPUTS) -> int:
     """Validate an output index: an integer in ``0 .. max_outputs - 1``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise RecordError("index", f"must be an integer, got {type(value).__name__}")
@@ -104,7 +104,7 @@ def check_index(value: Any, max_outputs: int = DEFAULT_MAX_OUTPUTS) -> int:
     return int(value)
 
 
-def check_score(value: Any, name: str = "reward_score") -> float | None:
+def check_score(value: object, name: str = "reward_score") -> float | None:
     if value is None:
         return None
     if hasattr(value, "item") and not isinstance(value, (int, float)):
@@ -119,7 +119,7 @@ def check_score(value: Any, name: str = "reward_score") -> float | None:
 _SCALARS = (str, int, float, bool, type(None), bytes, bytearray)
 
 
-def check_value(value: Any, name: str) -> None:
+def check_value(value: object, name: str) -> None:
     """Check a ``sample`` / ``extra_fields`` value the way the worker's decoder will unpack it.
 
     Map keys must be ``str`` or ``bytes`` (the decoder's ``strict_map_key``), lists hold at most
@@ -159,12 +159,12 @@ def check_value(value: Any, name: str) -> None:
             continue
 
 
-class CheckedDict(dict):
+class CheckedDict(dict[str, Any]):
     """A dict :func:`check_dict` accepted already: the sample every output of a trajectory
     carries is checked once for all of them (``producers.core.prepare_trajectory``)."""
 
 
-def check_dict(value: Any, name: str) -> dict[str, Any]:
+def check_dict(value: object, name: str) -> dict[str, Any]:
     if type(value) is CheckedDict:
         return value
     if value is None:
@@ -226,12 +226,16 @@ def check_trajectory_bytes(total: int, limit: int, n: int, *, counted: int | Non
 MAX_TOKENIZER_CHARS = 512
 
 
-def check_tokenizer(value: Any) -> str | None:
+def check_tokenizer(value: object) -> str | None:
     """Validate the optional ``tokenizer`` field: one line of text naming the tokenizer that made the ids."""
     if value is None:
         return None
-    one_line = isinstance(value, str) and not any(c in value for c in "\r\n\x00")
-    if not one_line or not value or len(value) > MAX_TOKENIZER_CHARS:
+    if (
+        not isinstance(value, str)
+        or any(c in value for c in "\r\n\x00")
+        or not value
+        or len(value) > MAX_TOKENIZER_CHARS
+    ):
         raise RecordError(
             "tokenizer",
             f"must be a tokenizer fingerprint (one line of text, at most {MAX_TOKENIZER_CHARS} characters, "

@@ -117,7 +117,7 @@ class OutputRecord:
 # --------------------------------------------------------------------------------------
 
 
-def as_id_array(value: Any, name: str, *, vocab_size: int | None = None) -> np.ndarray:
+def as_id_array(value: object, name: str, *, vocab_size: int | None = None) -> np.ndarray:
     """Turn a list / numpy array / torch tensor of token ids into a contiguous int32 array.
 
     Raises RecordError naming ``name`` for non-integers, other than 1-D shapes, negative ids
@@ -153,7 +153,7 @@ def as_id_array(value: Any, name: str, *, vocab_size: int | None = None) -> np.n
     return np.ascontiguousarray(arr, dtype="<i4")
 
 
-def _packed_list(value: list, fmt: str, dtype: str) -> np.ndarray | None:
+def _packed_list(value: list[Any], fmt: str, dtype: str) -> np.ndarray | None:
     """A list of Python ints as an array, packed in C (``struct``; ``bytes`` for ``"B"``): ~2x
     cheaper than ``np.asarray`` for ids, ~10x for a mask (verl's agent loop hands both over as
     lists). None when the list holds anything else or a value out of the format's range: the
@@ -169,7 +169,7 @@ def _packed_list(value: list, fmt: str, dtype: str) -> np.ndarray | None:
     return arr if fmt == "B" or int(arr.min()) >= 0 else None
 
 
-def _as_mask(value: Any, n: int) -> np.ndarray | None:
+def _as_mask(value: object, n: int) -> np.ndarray | None:
     if value is None:
         return None
     if type(value) is list:
@@ -191,7 +191,7 @@ def _as_mask(value: Any, n: int) -> np.ndarray | None:
     return check_mask(arr.astype(np.int64, copy=False) if arr.dtype == np.bool_ else arr, n)
 
 
-def _as_logprobs(value: Any, n: int) -> np.ndarray | None:
+def _as_logprobs(value: object, n: int) -> np.ndarray | None:
     if value is None:
         return None
     if hasattr(value, "detach") and hasattr(value, "cpu"):
@@ -206,7 +206,7 @@ def _as_logprobs(value: Any, n: int) -> np.ndarray | None:
     return arr
 
 
-def record_digest(data: Any) -> str:
+def record_digest(data: object) -> str:
     """A short fingerprint of a record's bytes (16 hex digits of BLAKE2b).
 
     The encoding is deterministic, so a redelivery of a record has the digest of the record a
@@ -235,7 +235,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return np.frombuffer(data, dtype=dtype)
 
 
-def plain_value(obj: Any) -> Any:
+def plain_value(obj: object) -> Any:
     """msgpack ``default`` hook for values in ``sample`` / ``extra_fields``: numpy and torch values
     as Python numbers and lists, sets and tuples as lists; anything else raises TypeError."""
     if isinstance(obj, np.generic):
@@ -254,17 +254,17 @@ def plain_value(obj: Any) -> Any:
 # --------------------------------------------------------------------------------------
 
 
-def _get(output: Any, name: str, default: Any = None) -> Any:
+def _get(output: object, name: str, default: object = None) -> Any:
     if isinstance(output, Mapping):
         return output.get(name, default)
     return getattr(output, name, default)
 
 
 def encode_output(
-    uid: Any,
-    session_id: Any,
-    index: Any,
-    output: Any,
+    uid: object,
+    session_id: object,
+    index: object,
+    output: object,
     sample: Mapping[str, Any] | None,
     *,
     final: bool,
@@ -318,7 +318,7 @@ def encode_output(
     if tokenizer is not None:  # absent otherwise: a record without it encodes as it always did
         record["tokenizer"] = check_tokenizer(tokenizer)
     try:
-        data = msgpack.packb(record, default=plain_value, use_bin_type=True)
+        data: bytes = msgpack.packb(record, default=plain_value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         field_name = "sample" if "sample" in str(exc) else "extra_fields/sample"
         raise RecordError(
@@ -338,7 +338,7 @@ def encode_output(
 # --------------------------------------------------------------------------------------
 
 
-def _need(d: dict, name: str, types: type | tuple[type, ...], what: str) -> Any:
+def _need(d: dict[str, Any], name: str, types: type | tuple[type, ...], what: str) -> Any:
     if name not in d:
         raise RecordError(name, "is missing")
     value = d[name]
@@ -382,7 +382,7 @@ def _ids_in_range(arr: np.ndarray, vocab_size: int | None) -> bool:
 
 
 def decode_output(  # noqa: C901 - one check per wire field, in field order
-    data: Any,
+    data: object,
     *,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     vocab_size: int | None = None,
@@ -413,7 +413,7 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
         )
     except RecordError:
         raise
-    except Exception as exc:  # msgpack raises many types for garbage input
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many types for garbage input; each is a bad record
         raise RecordError("<record>", f"not a valid msgpack record ({type(exc).__name__}: {exc})") from None
     if not isinstance(d, dict):
         raise RecordError("<record>", f"expected a msgpack map, got {type(d).__name__}")

@@ -18,14 +18,18 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio as aredis
 
 from rewardq import defaults
 from rewardq.errors import RedisPermissionError
+from rewardq.queue.clients import blocking
 from rewardq.queue.retry import RETRY_ON, AsyncPolicyRetry, PolicyRetry
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AnyRedis, AsyncRedis, SyncRedis
 
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 DEFAULT_URL = defaults.REDIS_URL
@@ -76,7 +80,7 @@ def _common(sync: bool) -> dict[str, Any]:
 DEFAULT_MAX_CONNECTIONS = defaults.MAX_CONNECTIONS
 
 
-def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any) -> Any:
+def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: object) -> AsyncRedis:
     """An asyncio client (``redis.asyncio.Redis`` or ``RedisCluster``) for ``url``.
 
     The single-Redis client uses a *blocking* pool of ``max_connections`` (default 256): when
@@ -92,32 +96,40 @@ def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: An
     opts = {**_common(False), **kwargs}
     if cluster and scripts_once:
         opts["cluster_error_retry_attempts"] = 1
-    return _client(aredis, url, cluster, opts)
+    if cluster:
+        cluster_client: aredis.RedisCluster = aredis.RedisCluster.from_url(url, **_cluster_opts(opts))
+        return cluster_client
+    pool = aredis.BlockingConnectionPool.from_url(url, **_pool_opts(opts))
+    return aredis.Redis.from_pool(pool)
 
 
-def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: Any) -> Any:
+def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: object) -> SyncRedis:
     """A blocking client (``redis.Redis`` or ``redis.RedisCluster``) for ``url``."""
     url, cluster = split_cluster(url, cluster)
-    return _client(redis, url, cluster, {**_common(True), **kwargs})
+    opts = {**_common(True), **kwargs}
+    client: redis.Redis | redis.RedisCluster
+    if cluster:
+        client = redis.RedisCluster.from_url(url, **_cluster_opts(opts))
+    else:
+        client = redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(url, **_pool_opts(opts)))
+    return blocking(client)
 
 
-def _client(lib: Any, url: str, cluster: bool, opts: dict[str, Any]) -> Any:
-    """``lib.RedisCluster``, or ``lib.Redis`` on a blocking pool; ``lib`` is ``redis`` or ``redis.asyncio``
-    (the same names in both)."""
-    if cluster:  # the cluster client has its own rules for MOVED and failover; see rewardq.queue.retry
-        opts.pop("health_check_interval", None)
-        opts.pop("retry_on_error", None)
-        return lib.RedisCluster.from_url(url, **opts)
-    pool = lib.BlockingConnectionPool.from_url(
-        url,
-        max_connections=opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS),
-        timeout=opts.pop("pool_timeout", defaults.POOL_TIMEOUT),
-        **opts,
-    )
-    return lib.Redis.from_pool(pool)
+def _cluster_opts(opts: dict[str, Any]) -> dict[str, Any]:
+    """A cluster client's options: it has its own rules for MOVED and failover (see rewardq.queue.retry)."""
+    opts.pop("health_check_interval", None)
+    opts.pop("retry_on_error", None)
+    return opts
 
 
-def is_cluster_client(client: Any) -> bool:
+def _pool_opts(opts: dict[str, Any]) -> dict[str, Any]:
+    """A blocking pool's options: ``max_connections`` and ``pool_timeout`` become its size and wait."""
+    opts["max_connections"] = opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS)
+    opts["timeout"] = opts.pop("pool_timeout", defaults.POOL_TIMEOUT)
+    return opts
+
+
+def is_cluster_client(client: AnyRedis) -> bool:
     return isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
 
 
@@ -131,7 +143,7 @@ def refusals_named(namespace: str, url: str) -> Iterator[None]:
         raise permission_error(exc, namespace, url) from None
 
 
-def client_user(client: Any) -> str:
+def client_user(client: AnyRedis) -> str:
     """The ACL user a client connects as (``default`` when it gives none)."""
     pool = getattr(client, "connection_pool", None)
     if pool is None and hasattr(client, "get_default_node"):  # a cluster client: its nodes share the user

@@ -22,12 +22,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.queue.codec import peek_identity
 from rewardq.queue.keys import Keyspace, parse_key
 from rewardq.queue.results import as_text
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
 
 #: Lua: reopen a finished trajectory so that a retried record is scored again. Its kept records
 #: (``records``, kept ``keep_records`` seconds) come back by one RENAME: the trajectory hash's own
@@ -138,7 +141,7 @@ class DeadLetters:
 
     def __init__(
         self,
-        client: Any,
+        client: SyncRedis,
         ks: Keyspace,
         *,
         incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT,

@@ -71,7 +71,7 @@ class _Walk:
             raise _TooBig
 
 
-def _key_text(k: Any) -> str:
+def _key_text(k: object) -> str:
     """A non-string dict key as ``json`` would write it."""
     if k is True:
         return "true"
@@ -91,7 +91,7 @@ def _key_text(k: Any) -> str:
         raise _Bad(f"has a {type(k).__name__} key whose str() raised {type(exc).__name__}") from None
 
 
-def _label(k: Any) -> str:
+def _label(k: object) -> str:
     return k if isinstance(k, str) else repr(k)
 
 
@@ -108,7 +108,7 @@ def _int(v: int, w: _Walk) -> int:
     return int(v)
 
 
-def _mapping(v: Mapping, depth: int, w: _Walk) -> dict[str, Any]:
+def _mapping(v: Mapping[Any, Any], depth: int, w: _Walk) -> dict[str, Any]:
     out: dict[str, Any] = {}
     converted = False
     w.spend(2)
@@ -148,7 +148,7 @@ def _sequence(v: Any, depth: int, w: _Walk) -> list[Any]:
     return out
 
 
-def _container(v: Any, depth: int, w: _Walk) -> Any:
+def _container(v: object, depth: int, w: _Walk) -> Any:
     if depth >= MAX_DEPTH:
         raise _Bad(f"nests dicts/lists deeper than {MAX_DEPTH} levels")
     vid = id(v)
@@ -161,7 +161,7 @@ def _container(v: Any, depth: int, w: _Walk) -> Any:
         del w.ancestors[vid]
 
 
-def _array(v: Any, depth: int, w: _Walk) -> Any:
+def _array(v: Any, depth: int, w: _Walk) -> object:
     """A numpy / torch value, its size checked before ``tolist`` allocates it."""
     size = v.numel() if hasattr(v, "numel") else int(getattr(v, "size", 1))
     w.spend(int(size))  # at least one byte per element
@@ -170,7 +170,7 @@ def _array(v: Any, depth: int, w: _Walk) -> Any:
     return _plain(v.tolist(), depth, w)
 
 
-def _plain(v: Any, depth: int, w: _Walk) -> Any:
+def _plain(v: Any, depth: int, w: _Walk) -> object:
     """The plain-JSON copy of ``v`` (see the module doc)."""
     t = type(v)
     if t is str:
@@ -188,7 +188,7 @@ def _plain(v: Any, depth: int, w: _Walk) -> Any:
     return _other(v, depth, w)
 
 
-def _other(v: Any, depth: int, w: _Walk) -> Any:
+def _other(v: object, depth: int, w: _Walk) -> object:
     """What is neither a plain scalar nor a container: arrays, subclasses, anything with a ``str()``."""
     t = type(v)
     if isinstance(v, (np.ndarray, np.generic)) or (hasattr(v, "tolist") and hasattr(v, "numel")):
@@ -229,7 +229,7 @@ def _path(parts: list[str], upto: int | None = None) -> str:
     return "reward_extra_info" + "".join(inner)
 
 
-def encode_extra_info(value: Any, limit: int) -> bytes:
+def encode_extra_info(value: object, limit: int) -> bytes:
     """``value`` as stored: compact JSON, UTF-8, at most ``limit`` bytes (the worker's ``max_result_bytes``).
 
     Raises :class:`~rewardq.errors.ResultError` naming the path and the problem (see the module doc).

@@ -18,12 +18,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.queue import scripts
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import as_text
 from rewardq.queue.retry import script_call
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis, SyncRedis
+
 
 #: The field of ``<ns>:meta`` and of a worker's heartbeat hash that holds a scoring fingerprint.
 FIELD = "scoring"
@@ -52,27 +56,29 @@ class RecordedScoring:
             return cls(text[:64], f"(unreadable record {text[:64]!r})")
 
 
-async def recorded_scoring(client: Any, ks: Keyspace) -> RecordedScoring | None:
+async def recorded_scoring(client: AsyncRedis, ks: Keyspace) -> RecordedScoring | None:
     """The scoring configuration ``<ns>:meta`` records, or None."""
-    return RecordedScoring.decode(await client.hget(ks.meta, FIELD))
+    return RecordedScoring.decode(await client.hget(ks.meta, FIELD))  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
 
 
-def recorded_scoring_sync(client: Any, ks: Keyspace) -> RecordedScoring | None:
+def recorded_scoring_sync(client: SyncRedis, ks: Keyspace) -> RecordedScoring | None:
     """:func:`recorded_scoring` on a blocking client (``rewardq status``)."""
     return RecordedScoring.decode(client.hget(ks.meta, FIELD))
 
 
-async def record_scoring(client: Any, ks: Keyspace, mine: RecordedScoring) -> RecordedScoring:
+async def record_scoring(client: AsyncRedis, ks: Keyspace, mine: RecordedScoring) -> RecordedScoring:
     """Record ``mine`` unless a configuration is recorded already; returns the recorded one."""
-    await client.hsetnx(ks.meta, FIELD, mine.encode())
+    await client.hsetnx(ks.meta, FIELD, mine.encode())  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
     recorded = await recorded_scoring(client, ks)
     return recorded if recorded is not None else mine
 
 
-async def replace_scoring(client: Any, ks: Keyspace, seen: RecordedScoring | None, mine: RecordedScoring) -> bool:
+async def replace_scoring(
+    client: AsyncRedis, ks: Keyspace, seen: RecordedScoring | None, mine: RecordedScoring
+) -> bool:
     """Replace the recorded configuration by ``mine`` if it is still ``seen`` (same digest); True
     when ``mine`` is recorded afterwards (replaced now, or already)."""
-    raw = await client.hget(ks.meta, FIELD)
+    raw = await client.hget(ks.meta, FIELD)  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
     now = RecordedScoring.decode(raw)
     if now is not None and now.digest == mine.digest:
         return True
@@ -80,14 +86,14 @@ async def replace_scoring(client: Any, ks: Keyspace, seen: RecordedScoring | Non
         return (await record_scoring(client, ks, mine)).digest == mine.digest
     if seen is None or now.digest != seen.digest:
         return False
-    script = client.register_script(scripts.standalone("scoring"))
+    script = client.register_script(scripts.standalone("scoring"))  # type: ignore[misc]  # typed for Redis only; RedisCluster has one
     with script_call():
         after = await script(keys=[ks.meta], args=[FIELD, as_text(raw), mine.encode()])
     recorded = RecordedScoring.decode(after)
     return recorded is not None and recorded.digest == mine.digest
 
 
-async def live_scorings(client: Any, ks: Keyspace) -> dict[str, str]:
+async def live_scorings(client: AsyncRedis, ks: Keyspace) -> dict[str, str]:
     """``{worker name: scoring digest}`` of every live worker (one whose heartbeat hash exists);
     a worker that publishes no digest maps to ``""``."""
     names = [as_text(raw) for raw in await client.zrange(ks.workers, 0, -1)]

@@ -93,7 +93,7 @@ class EncodedImage:
     def __copy__(self) -> EncodedImage:
         return self
 
-    def __deepcopy__(self, memo: dict) -> EncodedImage:
+    def __deepcopy__(self, memo: dict[str, Any]) -> EncodedImage:
         return self  # immutable: a row's copy of the sample shares the bytes
 
 
@@ -125,7 +125,7 @@ def sniff(data: bytes | bytearray | memoryview) -> str | None:
     return None
 
 
-def check_image_bytes(data: Any, where: Spot, max_image_bytes: int) -> str:
+def check_image_bytes(data: object, where: Spot, max_image_bytes: int) -> str:
     """The format of one image's bytes, checked without decoding; RecordError naming ``where`` otherwise.
 
     Checks the size, the format's signature and its framing: a PNG starts with its IHDR chunk and
@@ -161,7 +161,7 @@ def check_image_bytes(data: Any, where: Spot, max_image_bytes: int) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def encode_image(value: Any, where: Spot, max_image_bytes: int = defaults.MAX_IMAGE_BYTES) -> bytes:
+def encode_image(value: object, where: Spot, max_image_bytes: int = defaults.MAX_IMAGE_BYTES) -> bytes:
     """One image as the producer sends it: PNG, JPEG or WebP bytes (see the module doc)."""
     data = _image_bytes(value, where)
     if len(data) > max_image_bytes:  # before any decoding: an oversize image costs nothing more
@@ -172,7 +172,7 @@ def encode_image(value: Any, where: Spot, max_image_bytes: int = defaults.MAX_IM
     return data
 
 
-def _image_bytes(value: Any, where: Spot) -> bytes:
+def _image_bytes(value: object, where: Spot) -> bytes:
     """The bytes an image value stands for (encoding it to PNG when it is pixels)."""
     if isinstance(value, EncodedImage):
         return value.data
@@ -225,7 +225,7 @@ def _read_reference(ref: str, where: Spot) -> bytes:
         raise where.error(f"cannot read {path!r} ({exc.strerror or exc})") from None
 
 
-def _is_pil(value: Any) -> bool:
+def _is_pil(value: object) -> bool:
     return type(value).__module__.startswith("PIL.") and hasattr(value, "save") and hasattr(value, "mode")
 
 
@@ -266,7 +266,11 @@ def _decoded_or_refused(data: bytes, fmt: str | None, where: Spot) -> bytes:
 
 
 def encode_multi_modal(
-    value: Any, *, output: int | None, name: str = "multi_modal_data", max_image_bytes: int = defaults.MAX_IMAGE_BYTES
+    value: object,
+    *,
+    output: int | None,
+    name: str = "multi_modal_data",
+    max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
 ) -> dict[str, list[Any]] | None:
     """A ``multi_modal_data`` map as it goes on the wire (None when empty); RecordError naming the
     output and the entry that cannot go."""
@@ -295,7 +299,7 @@ def encode_multi_modal(
     return out or None
 
 
-def _video_path(item: Any, where: Spot) -> str | list[str]:
+def _video_path(item: object, where: Spot) -> str | list[str]:
     if isinstance(item, (str, os.PathLike)):
         return os.fspath(item)
     if isinstance(item, Mapping) and isinstance(item.get("video"), (str, os.PathLike, list)):
@@ -314,7 +318,11 @@ def _video_path(item: Any, where: Spot) -> str | list[str]:
 
 
 def decode_multi_modal(
-    value: Any, *, output: int | None, name: str = "multi_modal_data", max_image_bytes: int = defaults.MAX_IMAGE_BYTES
+    value: object,
+    *,
+    output: int | None,
+    name: str = "multi_modal_data",
+    max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
 ) -> dict[str, list[Any]] | None:
     """A decoded record's ``multi_modal_data``, images as :class:`EncodedImage` (checked, not decoded)."""
     if value is None:
@@ -346,7 +354,7 @@ def decode_multi_modal(
     return out or None
 
 
-def with_sample_media(sample: Any, *, output: int | None, max_image_bytes: int, decode: bool) -> Any:
+def with_sample_media(sample: object, *, output: int | None, max_image_bytes: int, decode: bool) -> Any:
     """``sample`` with its ``multi_modal_data`` column encoded for the wire (``decode=False``) or read
     back from it (``decode=True``); a sample without one is returned as it is."""
     if not isinstance(sample, Mapping) or sample.get("multi_modal_data") is None:
@@ -358,7 +366,7 @@ def with_sample_media(sample: Any, *, output: int | None, max_image_bytes: int, 
     return {**sample, "multi_modal_data": media}
 
 
-def images_of(multi_modal_data: Any) -> list[EncodedImage]:
+def images_of(multi_modal_data: object) -> list[EncodedImage]:
     """Every :class:`EncodedImage` of a decoded ``multi_modal_data`` map, in order (``[]`` for none)."""
     if not isinstance(multi_modal_data, Mapping):
         return []

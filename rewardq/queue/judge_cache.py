@@ -47,13 +47,16 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.queue import scripts
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import as_text
 from rewardq.queue.retry import script_call
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis, SyncRedis
 
 logger = logging.getLogger("rewardq.queue.judge_cache")
 
@@ -165,7 +168,7 @@ class _CacheBase:
                     await asyncio.shield(self._op(digest, "release", holder))
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:  # the lease frees it anyway
+                except Exception as exc:  # noqa: BLE001 - a failed release must not fail the judged call; the lease frees it
                     logger.warning(
                         "could not release judge claim %s (%s); it frees itself in %.0fs",
                         digest[:16],
@@ -178,7 +181,7 @@ class _CacheBase:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 _, renewed = await self._op(digest, "renew", holder)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the renew loop outlives a failed renew; the lease is the fallback
                 logger.warning("could not renew judge claim %s: %s", digest[:16], exc)
                 continue
             if not renewed:
@@ -202,12 +205,12 @@ class JudgeCache(_CacheBase):
         owns_redis: close the client in :meth:`close` (see :func:`open_judge_cache`).
     """
 
-    def __init__(self, redis: Any, keyspace: Keyspace, *, owns_redis: bool = False, **settings: Any) -> None:
+    def __init__(self, redis: AsyncRedis, keyspace: Keyspace, *, owns_redis: bool = False, **settings: Any) -> None:
         super().__init__(**settings)
         self.redis = redis
         self.ks = keyspace
         self.owns_redis = owns_redis
-        self._script = redis.register_script(scripts.standalone("judge"))
+        self._script = redis.register_script(scripts.standalone("judge"))  # type: ignore[misc]  # redis-py's asyncio RedisCluster.register_script is typed for Redis only; it has one
 
     async def close(self) -> None:
         if self.owns_redis:
@@ -287,7 +290,7 @@ class LocalJudgeCache(_CacheBase):
 
 
 def open_judge_cache(
-    redis_url: str | None, keyspace: Keyspace, *, cluster: bool = False, **settings: Any
+    redis_url: str | None, keyspace: Keyspace, *, cluster: bool = False, **settings: object
 ) -> _CacheBase:
     """The judge cache of a pipeline: fleet-wide on its Redis at ``redis_url`` (through a client of
     its own, closed by :meth:`~JudgeCache.close`); per process when there is no Redis."""
@@ -298,7 +301,7 @@ def open_judge_cache(
     return JudgeCache(connect_async(redis_url, cluster=cluster), keyspace, owns_redis=True, **settings)
 
 
-def judge_totals(r: Any, ks: Keyspace) -> dict[str, dict[str, Any]]:
+def judge_totals(r: SyncRedis, ks: Keyspace) -> dict[str, dict[str, Any]]:
     """The fleet's judge counters per model (``rewardq status``), read with a blocking client:
     ``{model: {requests, errors, failed, answers, cache_hits, prompt_tokens, completion_tokens,
     error_rate}}``; ``error_rate`` is the share of requests that failed (a status other than 200,

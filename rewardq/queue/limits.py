@@ -14,10 +14,13 @@ The waiting, the leases and the counters are :mod:`rewardq.reward.ratelimit`'s.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.queue import scripts
 from rewardq.queue.retry import script_call
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
 
 
 class LimiterState:
@@ -29,11 +32,11 @@ class LimiterState:
         owns_redis: :meth:`close` closes ``redis`` (a client made for this limiter).
     """
 
-    def __init__(self, redis: Any, key: str, *, owns_redis: bool = False) -> None:
+    def __init__(self, redis: AsyncRedis, key: str, *, owns_redis: bool = False) -> None:
         self.redis = redis
         self.key = key
         self.owns_redis = owns_redis
-        self._script = redis.register_script(scripts.standalone("ratelimit"))
+        self._script = redis.register_script(scripts.standalone("ratelimit"))  # type: ignore[misc]  # redis-py's asyncio RedisCluster.register_script is typed for Redis only; it has one
 
     async def take(self, bucket: str, capacity: float, cost: float, look: bool, charge: bool) -> tuple[float, float]:
         """The token-bucket rule on ``bucket``: ``(wait, level_after)`` (see ``bucket_take``)."""

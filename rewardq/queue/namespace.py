@@ -9,20 +9,34 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from rewardq import defaults
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.redis_errors import RedisError
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import SyncRedis
 
 
-def shard_count(client: Any, ks: Keyspace) -> int | None:
+class ProducerClient(Protocol):
+    """What :func:`delete_trajectory_keys` needs of a ``rewardq.producers.client.RewardClient``."""
+
+    @property
+    def keyspace(self) -> Keyspace: ...
+
+    @property
+    def r(self) -> SyncRedis: ...
+
+
+def shard_count(client: SyncRedis, ks: Keyspace) -> int | None:
     """The shard count ``<ns>:meta`` records (None: no producer or worker has used the namespace)."""
     raw = client.hget(ks.meta, "shards")
     return None if raw is None else int(raw)
 
 
 def known_namespaces(
-    client: Any, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_SCANNED
+    client: SyncRedis, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_SCANNED
 ) -> list[str]:
     """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds and
     ``limit`` names."""
@@ -34,7 +48,7 @@ def known_namespaces(
             found.add(name[: -len(":meta")])
             if len(found) >= limit or time.monotonic() > deadline:
                 break
-    except Exception:  # noqa: BLE001 - a hint only; never fail the command over it
+    except (RedisError, OSError):  # a hint only (e.g. a user without SCAN): never fail the command over it
         pass
     return sorted(found)
 
@@ -43,19 +57,19 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def _scan(client: Any, pattern: str) -> list[bytes]:
+def _scan(client: SyncRedis, pattern: str) -> list[bytes]:
     keys: list[bytes] = []
     for key in client.scan_iter(match=pattern, count=1000):
         keys.append(key)
     return keys
 
 
-def namespace_key_count(client: Any, namespace: str) -> int:
+def namespace_key_count(client: SyncRedis, namespace: str) -> int:
     """How many keys live under ``<namespace>:`` (SCAN; fine for demos and tests)."""
     return len(_scan(client, _glob_escape(namespace) + ":*"))
 
 
-def delete_namespace(client: Any, namespace: str) -> int:
+def delete_namespace(client: SyncRedis, namespace: str) -> int:
     """Delete every key under ``<namespace>:``; returns how many. Never touches other keys."""
     keys = _scan(client, _glob_escape(namespace) + ":*")
     deleted = 0
@@ -69,7 +83,7 @@ def delete_namespace(client: Any, namespace: str) -> int:
     return deleted
 
 
-def delete_trajectory_keys(client: Any, keys: list[str]) -> int:
+def delete_trajectory_keys(client: ProducerClient, keys: list[str]) -> int:
     """Delete the result hashes of ``keys`` and their trajectories' hashes, nothing else.
 
     ``client`` is a :class:`~rewardq.producers.client.RewardClient`; used when the namespace

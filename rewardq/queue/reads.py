@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
 from rewardq import defaults
 from rewardq.queue.keys import Keyspace, split_key
 from rewardq.queue.results import as_text
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis, SyncRedis
 
 _META_FIELDS = (
     "state",
@@ -37,7 +40,7 @@ _META_FIELDS = (
 _s = as_text
 
 
-def as_number(v: Any, default: float = 0.0) -> float:
+def as_number(v: object, default: float = 0.0) -> float:
     """A stored number as a float (``default`` when absent or not a number)."""
     try:
         return float(_s(v))
@@ -55,7 +58,7 @@ def _percentile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
-def shard_status(r: Any, ks: Keyspace, shard: int) -> dict[str, Any]:
+def shard_status(r: SyncRedis, ks: Keyspace, shard: int) -> dict[str, Any]:
     """Length, consumer-group lag, pending count and backlog of one shard's stream (:func:`shard_figures`)."""
     stream = ks.stream(shard)
     try:
@@ -121,13 +124,13 @@ def backlog_status(shards: list[dict[str, Any]], workers: list[dict[str, Any]]) 
     }
 
 
-def fleet_backlog(r: Any, ks: Keyspace, now: float | None = None) -> dict[str, Any]:
+def fleet_backlog(r: SyncRedis, ks: Keyspace, now: float | None = None) -> dict[str, Any]:
     """:func:`backlog_status` read from Redis: one XLEN and XINFO GROUPS per shard, and every live
     worker's heartbeat (what the Ray fleet's handle and autoscaler poll)."""
     return backlog_status([shard_status(r, ks, s) for s in range(ks.shards)], workers_status(r, ks, now))
 
 
-async def fleet_backlog_async(r: Any, ks: Keyspace) -> dict[str, Any]:
+async def fleet_backlog_async(r: AsyncRedis, ks: Keyspace) -> dict[str, Any]:
     """:func:`fleet_backlog` on an asyncio client (a worker's ``rewardq_backlog_seconds`` gauge)."""
     shards = []
     for shard in range(ks.shards):
@@ -139,18 +142,18 @@ async def fleet_backlog_async(r: Any, ks: Keyspace) -> dict[str, Any]:
         shards.append(shard_figures(shard, stream, int(await r.xlen(stream)), groups, ks.group))
     workers = []
     for name in await r.zrange(ks.workers, 0, -1):
-        rates = await r.hmget(ks.worker(_s(name)), ["outputs_rate", "rate"])
+        rates = await r.hmget(ks.worker(_s(name)), ["outputs_rate", "rate"])  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
         if any(v is not None for v in rates):
             workers.append({"outputs_per_s": _outputs_rate(*rates)})
     return backlog_status(shards, workers)
 
 
-def _outputs_rate(outputs_rate: Any, rate: Any) -> float:
+def _outputs_rate(outputs_rate: object, rate: object) -> float:
     """A heartbeat's outputs per second (a worker that does not publish it: its trajectories per second)."""
     return _f(outputs_rate) if outputs_rate not in (None, b"", "") else _f(rate)
 
 
-def workers_status(r: Any, ks: Keyspace, now: float | None = None) -> list[dict[str, Any]]:
+def workers_status(r: SyncRedis, ks: Keyspace, now: float | None = None) -> list[dict[str, Any]]:
     """Live workers (their heartbeat hash still exists), with their counters."""
     now = time.time() if now is None else now
     out = []
@@ -206,14 +209,14 @@ def missing_outputs(h: dict[str, Any]) -> tuple[list[int], list[int], int | None
 
 
 def waiting_status(
-    r: Any, ks: Keyspace, limit: int = defaults.STATUS_WAITING_LIMIT, now: float | None = None
+    r: SyncRedis, ks: Keyspace, limit: int = defaults.STATUS_WAITING_LIMIT, now: float | None = None
 ) -> list[dict[str, Any]]:
     """Trajectories still collecting outputs, oldest first, with what they are waiting for."""
     now = time.time() if now is None else now
-    items = []
+    items: list[dict[str, Any]] = []
     for s in range(ks.shards):
-        for tid, deadline in r.zrange(ks.waiting(s), 0, limit - 1, withscores=True):
-            tid = _s(tid)
+        for raw_tid, deadline in r.zrange(ks.waiting(s), 0, limit - 1, withscores=True):
+            tid = _s(raw_tid)
             fields = r.hkeys(ks.traj(s, tid))
             meta = dict(zip(_META_FIELDS, r.hmget(ks.traj(s, tid), _META_FIELDS)))
             h = {_s(k): "" for k in fields}
@@ -243,7 +246,7 @@ def waiting_status(
 
 
 def recent_activity(
-    r: Any, ks: Keyspace, window: float = defaults.STATUS_RATE_WINDOW, now: float | None = None
+    r: SyncRedis, ks: Keyspace, window: float = defaults.STATUS_RATE_WINDOW, now: float | None = None
 ) -> dict[str, Any]:
     """Finished trajectories in the last ``window`` seconds: rate, errors, latency p50/p99."""
     now = time.time() if now is None else now
@@ -271,7 +274,7 @@ class DoneFeed:
     """Every shard's ``done`` stream, read incrementally: the trajectories finished since the last
     :meth:`poll` (``rewardq top``'s rates and sparklines), from ``since_s`` seconds ago at first."""
 
-    def __init__(self, r: Any, ks: Keyspace, since_s: float = defaults.DONE_FEED_SINCE_S) -> None:
+    def __init__(self, r: SyncRedis, ks: Keyspace, since_s: float = defaults.DONE_FEED_SINCE_S) -> None:
         self.r, self.ks = r, ks
         start = f"{int((time.time() - since_s) * 1000)}-0"
         self._last = dict.fromkeys(range(ks.shards), start)
@@ -284,8 +287,8 @@ class DoneFeed:
         for shard in range(self.ks.shards):
             start = self._last[shard] if self._first else "(" + self._last[shard]
             entries = self.r.xrange(self.ks.done(shard), min=start, max="+", count=limit)
-            for eid, f in entries:
-                eid = _s(eid)
+            for raw_id, f in entries:
+                eid = _s(raw_id)
                 out.append(
                     {
                         "time": int(eid.partition("-")[0]) / 1000.0,
@@ -313,12 +316,12 @@ class DoneFeed:
 _ERR = ("worker", "error", "n")
 
 
-def waiting_count(r: Any, ks: Keyspace) -> int:
+def waiting_count(r: SyncRedis, ks: Keyspace) -> int:
     """Trajectories still collecting outputs, over every shard."""
     return sum(int(r.zcard(ks.waiting(s))) for s in range(ks.shards))
 
 
-def resolve_ref(r: Any, ks: Keyspace, ref: str) -> tuple[str, int | None]:
+def resolve_ref(r: SyncRedis, ks: Keyspace, ref: str) -> tuple[str, int | None]:
     """``(tid, index)`` of ``ref``: a ref that names an existing trajectory is taken as one
     (index None); otherwise as an output key ``<uid>_<sid>_<i>`` when it parses as one."""
     if not r.exists(ks.traj_key(ref)):
@@ -329,7 +332,7 @@ def resolve_ref(r: Any, ks: Keyspace, ref: str) -> tuple[str, int | None]:
     return ref, None
 
 
-def trajectory_fields(r: Any, ks: Keyspace, shard: int, tid: str) -> tuple[dict[str, Any], dict[int, Any]]:
+def trajectory_fields(r: SyncRedis, ks: Keyspace, shard: int, tid: str) -> tuple[dict[str, Any], dict[int, Any]]:
     """A trajectory's hash (field names as text, values as stored) and the records workers kept
     (``keep_records``) by output index."""
     h = {_s(k): v for k, v in r.hgetall(ks.traj(shard, tid)).items()}
@@ -337,12 +340,12 @@ def trajectory_fields(r: Any, ks: Keyspace, shard: int, tid: str) -> tuple[dict[
     return h, kept
 
 
-def reward_exists(r: Any, ks: Keyspace, shard: int, key: str) -> bool:
+def reward_exists(r: SyncRedis, ks: Keyspace, shard: int, key: str) -> bool:
     """Whether ``key`` has a result hash."""
     return bool(r.exists(ks.reward(shard, key)))
 
 
-def reward_hash(r: Any, ks: Keyspace, shard: int, key: str) -> tuple[dict[Any, Any], int | None]:
+def reward_hash(r: SyncRedis, ks: Keyspace, shard: int, key: str) -> tuple[dict[Any, Any], int | None]:
     """``key``'s result hash ({} when none) and the seconds it still lives (None: no expiry)."""
     res = r.hgetall(ks.reward(shard, key))
     if not res:

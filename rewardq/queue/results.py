@@ -32,7 +32,7 @@ _NAMES_BYTES = sum(len(f) for f in RESULT_FIELDS)
 _UNBOUNDED = 2**62
 
 
-def as_text(value: Any) -> str:
+def as_text(value: object) -> str:
     """A Redis reply value as text (bytes decoded as UTF-8, undecodable bytes replaced)."""
     return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
@@ -53,7 +53,7 @@ class RewardResult:
     key: str
     status: str
     reward_score: float | None
-    reward_extra_info: dict = field(default_factory=dict)
+    reward_extra_info: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     worker: str = ""
     manager: str = ""

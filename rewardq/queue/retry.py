@@ -46,8 +46,8 @@ import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 from redis.asyncio.retry import Retry as _AsyncRetryBase
 from redis.backoff import NoBackoff
@@ -57,6 +57,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry as _SyncRetryBase
 
 from rewardq.backoff import compute_backoff
+
+T = TypeVar("T")
 
 #: Re-sends of one command after its first try.
 RETRIES = 8
@@ -135,7 +137,9 @@ class PolicyRetry(_SyncRetryBase):
     def __init__(self) -> None:
         super().__init__(NoBackoff(), RETRIES, supported_errors=RETRY_ON)
 
-    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+    def call_with_retry(
+        self, do: Callable[[], T], fail: Callable[[Exception], object], *args: object, **kwargs: object
+    ) -> T:
         tries = _Tries()
         try:
             while True:
@@ -158,7 +162,13 @@ class AsyncPolicyRetry(_AsyncRetryBase):
     def __init__(self) -> None:
         super().__init__(NoBackoff(), RETRIES, supported_errors=RETRY_ON)  # type: ignore[arg-type]  # redis-py annotates RedisError types; OSError is retried too
 
-    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+    async def call_with_retry(
+        self,
+        do: Callable[[], Awaitable[T]],
+        fail: Callable[[Any], Awaitable[object]],  # redis-py says RedisError; RETRY_ON adds OSError
+        *args: object,
+        **kwargs: object,
+    ) -> T:
         tries = _Tries()
         try:
             while True:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError
 
 from rewardq.queue import scripts
 from rewardq.queue.connection import is_cluster_client
 from rewardq.queue.retry import script_call
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
 
 logger = logging.getLogger("rewardq.queue")
 
@@ -38,10 +41,10 @@ class ScriptRunner:
         client: a ``redis.asyncio`` client (or cluster client) with ``decode_responses=False``.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: AsyncRedis) -> None:
         self.r = client
         self.cluster = is_cluster_client(client)
-        self._scripts = {name: client.register_script(scripts.source(name)) for name in scripts.NAMES}
+        self._scripts = {name: client.register_script(scripts.source(name)) for name in scripts.NAMES}  # type: ignore[misc]  # redis-py's asyncio RedisCluster.register_script is typed for Redis only; it has one
 
     async def run(self, name: str, keys: list[Any], args: list[Any]) -> Any:
         """Run script ``name`` once and return its reply (raise its error).

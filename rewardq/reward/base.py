@@ -80,7 +80,7 @@ class RewardManager(ABC):
         not call this: the worker also calls :meth:`close_scoring` itself)."""
         await self.close_scoring()
 
-    async def call_score_fn(self, fn: ScoreFn, **kwargs: Any) -> Any:
+    async def call_score_fn(self, fn: ScoreFn, **kwargs: object) -> Any:
         """Call a scoring function where it cannot block, kill or stop the worker (the built-in
         scorer by its data source's placement, ``async`` functions awaited, sync ones in scorer
         processes unless ``reward_fn_placement`` says otherwise). What a failure becomes, always a

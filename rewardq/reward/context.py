@@ -36,7 +36,7 @@ class ManagerContext:
     worker_name: str = "local"
     cluster: bool = False
     scoring: ScoringSettings = field(default_factory=ScoringSettings)
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     code: CodeExecSettings = field(default_factory=CodeExecSettings)
     code_stats: CodeStats = field(default_factory=CodeStats)
     result_ttl: float = defaults.RESULT_TTL

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager
@@ -18,6 +18,9 @@ from rewardq.reward.codeexec.settings import OPTION_NAMES as CODE_OPTIONS
 from rewardq.reward.codeexec.settings import pop_code_options
 from rewardq.reward.execution.settings import ScoringSettings
 from rewardq.reward.registry import get_manager_class
+
+if TYPE_CHECKING:
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -60,9 +63,9 @@ def accepted_options(cls: type) -> tuple[set[str], bool]:
 def build_manager(
     spec: str,
     *,
-    tokenizer: Any,
+    tokenizer: Tokenizer | None,
     compute_score: Any = None,
-    options: dict | None = None,
+    options: dict[str, Any] | None = None,
     context: ManagerContext | None = None,
 ) -> RewardManager:
     """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong.
@@ -94,6 +97,7 @@ def build_manager(
         raise ConfigError(f"cannot build manager {spec!r}: {exc}") from None
 
 
+# `cfg` below: a rewardq.config.WorkerConfig, read by attribute (reward/ imports nothing of config's)
 def scoring_settings(cfg: Any) -> ScoringSettings:
     """Where the manager's scoring functions run, from a :class:`~rewardq.config.WorkerConfig`."""
     return ScoringSettings(
@@ -105,7 +109,7 @@ def scoring_settings(cfg: Any) -> ScoringSettings:
     )
 
 
-def load_worker_tokenizer(cfg: Any) -> Any:
+def load_worker_tokenizer(cfg: Any) -> Tokenizer:
     """The tokenizer a :class:`~rewardq.config.WorkerConfig` names; ConfigError naming ``--tokenizer``
     when it names none (there is no default) and naming the path when it cannot be loaded."""
     from rewardq.reward.tokenizer import load_tokenizer
@@ -114,7 +118,9 @@ def load_worker_tokenizer(cfg: Any) -> Any:
     return load_tokenizer(cfg.tokenizer, origin=source if source.startswith("file ") else None)
 
 
-def build_from_config(cfg: Any, context: ManagerContext, tokenizer: Any = None) -> tuple[RewardManager, Any]:
+def build_from_config(
+    cfg: Any, context: ManagerContext, tokenizer: Tokenizer | None = None
+) -> tuple[RewardManager, Tokenizer]:
     """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig` (``tokenizer``:
     already loaded by :func:`load_worker_tokenizer`)."""
     from rewardq.reward.execution.loader import load_score_fn

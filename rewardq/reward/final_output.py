@@ -38,9 +38,9 @@ class FinalOutput:
 
     row: Any
     solution_str: str
-    data_source: Any
-    ground_truth: Any
-    extra_info: dict
+    data_source: object
+    ground_truth: object
+    extra_info: dict[str, Any]
     valid_response_length: int
 
 
@@ -92,7 +92,9 @@ def _read_final_row(data: TensorDict) -> tuple[FinalOutput, Any]:
     return final, ids
 
 
-def merge_rollout_fields(extra_info: dict, row: TensorDict, *, turns_and_scores: bool = True) -> dict:
+def merge_rollout_fields(
+    extra_info: dict[str, Any], row: TensorDict, *, turns_and_scores: bool = True
+) -> dict[str, Any]:
     """Merge the final output's ``extra_fields`` into ``extra_info`` (in place) and return it.
 
     With ``turns_and_scores`` also set ``extra_info["num_turns"]`` (the output's
@@ -108,7 +110,7 @@ def merge_rollout_fields(extra_info: dict, row: TensorDict, *, turns_and_scores:
     return extra_info
 
 
-async def score_final_output(manager: RewardManager, final: FinalOutput, extra_info: dict) -> dict:
+async def score_final_output(manager: RewardManager, final: FinalOutput, extra_info: dict[str, Any]) -> dict[str, Any]:
     """Call the manager's scoring function (or the default one) and normalise the result.
 
     A scorer exception propagates (the worker records it as an error result); an

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rewardq.reward.tokenizer import Tokenizer
 
 #: Longest ``name=`` part of a fingerprint (the whole string stays far below the wire limit).
 MAX_NAME_CHARS = 200
@@ -33,7 +36,7 @@ _lock = threading.Lock()
 _cache: dict[int, tuple[Any, str | None]] = {}
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str | None:
+def tokenizer_fingerprint(tokenizer: Tokenizer | None) -> str | None:
     """The fingerprint of ``tokenizer`` (see the module docstring), computed once per object."""
     if tokenizer is None:
         return None

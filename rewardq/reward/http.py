@@ -6,7 +6,10 @@ pool for all their requests; this is that pool's life cycle, in one place.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 class HttpSession:
@@ -14,9 +17,9 @@ class HttpSession:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = float(timeout)
-        self._session: Any = None
+        self._session: aiohttp.ClientSession | None = None
 
-    async def get(self) -> Any:
+    async def get(self) -> aiohttp.ClientSession:
         """The session, opened on the first call."""
         if self._session is None:
             import aiohttp

@@ -66,11 +66,14 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
 from rewardq.queue.limits import LimiterState
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
 
 logger = logging.getLogger("rewardq.reward.ratelimit")
 
@@ -274,7 +277,7 @@ class _LimiterBase:
                 await asyncio.shield(self._slot_op("release", holder))
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the lease expiry frees the slot anyway
+            except Exception as exc:  # noqa: BLE001 - a failed release must not fail the call; the lease expiry frees the slot
                 logger.warning(
                     "could not release rate-limit slot %s (%s); it frees itself in %.0fs",
                     holder,
@@ -294,7 +297,7 @@ class _LimiterBase:
                         self.lease_seconds,
                     )
                     return
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the renew loop outlives a failed renew; the lease is the fallback
                 logger.warning("could not renew rate-limit slot %s: %s", holder, exc)
 
     def stats(self) -> dict[str, dict[str, float]]:
@@ -320,7 +323,7 @@ class FleetRateLimiter(_LimiterBase):
         holder_prefix: names the slot holders (default ``host:pid``).
     """
 
-    def __init__(self, redis: Any, key: str, *, owns_redis: bool = False, **limits: Any) -> None:
+    def __init__(self, redis: AsyncRedis, key: str, *, owns_redis: bool = False, **limits: Any) -> None:
         super().__init__(**limits)
         self.state = LimiterState(redis, key, owns_redis=owns_redis)
         self.redis = redis
@@ -343,7 +346,7 @@ class FleetRateLimiter(_LimiterBase):
         return await self.state.release(holder)
 
 
-def open_limiter(redis_url: str | None, key: str, *, cluster: bool = False, **limits: Any) -> _LimiterBase:
+def open_limiter(redis_url: str | None, key: str, *, cluster: bool = False, **limits: object) -> _LimiterBase:
     """The limiter named by ``key``: fleet-wide on the pipeline's Redis at ``redis_url``, through a
     client of its own that :meth:`~FleetRateLimiter.close` closes; per process (a
     :class:`LocalRateLimiter`) when there is no Redis. ``limits`` as :class:`FleetRateLimiter` takes them.

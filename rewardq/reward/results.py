@@ -7,15 +7,18 @@ scoring function's value into a result with :func:`normalize_result`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError, ScoringError
+
+if TYPE_CHECKING:
+    from rewardq.reward.base import RewardManager
 
 #: The values of :attr:`~rewardq.reward.base.RewardManager.reads`.
 READS = ("trajectory", "final")
 
 
-def reads_of(manager: Any) -> str:
+def reads_of(manager: RewardManager) -> str:
     """What ``manager.run_single`` reads: the ``reads`` of the most derived class that declares it
     or defines ``run_single``; one that defines ``run_single`` without declaring ``reads`` reads
     the whole trajectory. Raises ConfigError for a value not in :data:`READS`."""
@@ -30,7 +33,7 @@ def reads_of(manager: Any) -> str:
     return "trajectory"
 
 
-def normalize_result(result: Any) -> dict:
+def normalize_result(result: object) -> dict[str, Any]:
     """verl's normalisation of a scoring function's return value.
 
     A dict gives ``reward_score = result["score"]`` and ``reward_extra_info = the whole dict``;
@@ -50,7 +53,7 @@ def normalize_result(result: Any) -> dict:
     return {"reward_score": score, "reward_extra_info": {"acc": acc}}
 
 
-def to_float(value: Any, what: str = "reward_score") -> float:
+def to_float(value: object, what: str = "reward_score") -> float:
     """A finite plain float, or ScoringError explaining what came back instead."""
     if hasattr(value, "item") and not isinstance(value, (int, float)):
         try:
@@ -61,13 +64,13 @@ def to_float(value: Any, what: str = "reward_score") -> float:
         value = float(value)
     if not isinstance(value, (int, float)):
         raise ScoringError(f"{what} must be a number, got {type(value).__name__} {value!r:.80}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ScoringError(f"{what} is {value}; a reward must be a finite number")
-    return value
+    number = float(value)
+    if not math.isfinite(number):
+        raise ScoringError(f"{what} is {number}; a reward must be a finite number")
+    return number
 
 
-def check_manager_output(out: Any, n: int) -> list[dict]:
+def check_manager_output(out: object, n: int) -> list[dict[str, Any]]:
     """Validate what ``run_single`` returned and expand it to one result per output.
 
     Returns n dicts ``{"reward_score": float, "reward_extra_info": dict}``.
@@ -97,7 +100,7 @@ def check_manager_output(out: Any, n: int) -> list[dict]:
     return checked if per_output else checked * n
 
 
-def reject_unknown_options(manager: str, options: dict, known: list[str]) -> None:
+def reject_unknown_options(manager: str, options: dict[str, Any], known: list[str]) -> None:
     """Fail fast on a misspelt manager option."""
     unknown = sorted(set(options) - set(known))
     if unknown:

@@ -85,7 +85,7 @@ def last_row(data: TensorDict) -> TensorDict:
     return TensorDict._new_unsafe(columns, batch_size=torch.Size([1]), device=data.device)
 
 
-def copy_value(value: Any) -> Any:
+def copy_value(value: object) -> Any:
     """A deep copy of a decoded value: dicts, lists and scalars by hand (~3x cheaper than
     ``copy.deepcopy``), anything else through ``copy.deepcopy``."""
     if isinstance(value, dict):
@@ -126,7 +126,7 @@ def valid_prompt_ids(row: TensorDict) -> torch.Tensor:
 
 def _row_tensor(row: TensorDict, name: str) -> torch.Tensor:
     """A tensor column of one row: ``data[i]``'s as it is, a one-row batch's first row."""
-    value = row.get(name)
+    value: torch.Tensor = row.get(name)
     return value[0] if row.batch_dims == 1 else value
 
 
@@ -141,7 +141,7 @@ def _length(row: TensorDict, name: str) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
-def non_tensor(row: TensorDict, name: str, default: Any = None) -> Any:
+def non_tensor(row: TensorDict, name: str, default: object = None) -> Any:
     """A per-row non-tensor field of one row (``data[i]`` or ``data[-1:]``), or ``default``."""
     value = row.get(name, None)
     if value is None:

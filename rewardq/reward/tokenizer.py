@@ -49,9 +49,12 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rewardq.errors import ConfigError
+
+if TYPE_CHECKING:
+    import tokenizers
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -80,7 +83,36 @@ class Tokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
 
     def apply_chat_template(
-        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+        self,
+        messages: Sequence[dict[str, Any]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
+    ) -> str | list[int]: ...
+
+
+class HFTokenizer(Protocol):
+    """What :class:`TransformersTokenizer` reads of a ``transformers`` tokenizer (which ships no types)."""
+
+    eos_token: str | None
+    bos_token: str | None
+    pad_token: str | None
+    eos_token_id: int | None
+    bos_token_id: int | None
+    pad_token_id: int | None
+
+    def __len__(self) -> int: ...
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def apply_chat_template(
+        self,
+        conversation: list[dict[str, Any]],
+        tokenize: bool = True,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
     ) -> str | list[int]: ...
 
 
@@ -112,7 +144,7 @@ class FastTokenizer:
 
     def __init__(
         self,
-        backend: Any,
+        backend: tokenizers.Tokenizer,
         name: str,
         *,
         eos_token: str | None = None,
@@ -153,7 +185,7 @@ class FastTokenizer:
     def pad_token_id(self) -> int | None:
         return self._id(self.pad_token)
 
-    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+    def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
         """Text of ``ids``; special tokens (``<|im_end|>`` ...) are dropped unless asked for."""
         return self.backend.decode(as_id_list(ids), skip_special_tokens=skip_special_tokens)
 
@@ -165,7 +197,11 @@ class FastTokenizer:
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def apply_chat_template(
-        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+        self,
+        messages: Sequence[dict[str, Any]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **kwargs: object,
     ) -> str | list[int]:
         """Render a chat with the folder's template (jinja2) or the ChatML fallback."""
         text = None
@@ -187,7 +223,7 @@ class FastTokenizer:
 class TransformersTokenizer:
     """A ``transformers`` tokenizer behind the same small surface as :class:`FastTokenizer`."""
 
-    def __init__(self, backend: Any, name: str) -> None:
+    def __init__(self, backend: HFTokenizer, name: str) -> None:
         self.backend = backend
         self.name = name
 
@@ -226,7 +262,7 @@ class TransformersTokenizer:
     def pad_token_id(self) -> int | None:
         return self.backend.pad_token_id
 
-    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+    def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
         return self.backend.decode(as_id_list(ids), skip_special_tokens=skip_special_tokens)
 
     def batch_decode(self, sequences: Sequence[Any], skip_special_tokens: bool = True) -> list[str]:
@@ -236,14 +272,18 @@ class TransformersTokenizer:
         return list(self.backend.encode(text, add_special_tokens=add_special_tokens))
 
     def apply_chat_template(
-        self, messages: Sequence[dict], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+        self,
+        messages: Sequence[dict[str, Any]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **kwargs: object,
     ) -> str | list[int]:
         return self.backend.apply_chat_template(
             list(messages), tokenize=tokenize, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
 
-def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]], bool], list[str]] | None:
+def batch_decoder(tokenizer: object) -> Callable[[list[list[int]], bool], list[str]] | None:
     """``tokenizer``'s Rust ``decode_batch(sequences, skip_special_tokens)`` when it gives exactly
     what ``tokenizer.decode`` gives for each sequence (and releases the GIL); None otherwise.
 
@@ -271,7 +311,7 @@ def batch_decoder(tokenizer: Any) -> Callable[[list[list[int]], bool], list[str]
     return _rust_decode_batch(rust)
 
 
-def _rust_decode_batch(rust: Any) -> Callable[[list[list[int]], bool], list[str]] | None:
+def _rust_decode_batch(rust: object) -> Callable[[list[list[int]], bool], list[str]] | None:
     fn = getattr(rust, "decode_batch", None)
     if fn is None:
         return None
@@ -287,13 +327,13 @@ def _rust_decode_batch(rust: Any) -> Callable[[list[list[int]], bool], list[str]
 # --------------------------------------------------------------------------------------
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     if isinstance(content, list):  # OpenAI-style parts: keep the text ones
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
     return "" if content is None else str(content)
 
 
-def render_chatml(messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
+def render_chatml(messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False) -> str:
     """The ChatML fallback (see the module docstring)."""
     parts = [f"<|im_start|>{m['role']}\n{_content_text(m.get('content'))}<|im_end|>\n" for m in messages]
     if add_generation_prompt:
@@ -301,7 +341,7 @@ def render_chatml(messages: Sequence[dict], add_generation_prompt: bool = False)
     return "".join(parts)
 
 
-def render_jinja_chat(template: str, messages: Sequence[dict], **variables: Any) -> str | None:
+def render_jinja_chat(template: str, messages: Sequence[dict[str, Any]], **variables: object) -> str | None:
     """Render a transformers-style chat template; None when jinja2 is not installed."""
     try:
         import jinja2
@@ -318,7 +358,11 @@ def render_jinja_chat(template: str, messages: Sequence[dict], **variables: Any)
         raise jinja2.exceptions.TemplateError(message)
 
     def tojson(
-        x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+        x: object,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        sort_keys: bool = False,
     ) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -337,13 +381,13 @@ def render_jinja_chat(template: str, messages: Sequence[dict], **variables: Any)
 # --------------------------------------------------------------------------------------
 
 
-def _token_str(value: Any) -> str | None:
+def _token_str(value: object) -> str | None:
     if isinstance(value, dict):  # {"content": "<|im_end|>", "lstrip": false, ...}
         value = value.get("content")
     return value if isinstance(value, str) else None
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -353,14 +397,14 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def _pick_template(value: Any) -> str | None:
+def _pick_template(value: object) -> str | None:
     if isinstance(value, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         value = named.get("default") or next(iter(named.values()), None)
     return value if isinstance(value, str) else None
 
 
-def folder_metadata(folder: Path) -> dict:
+def folder_metadata(folder: Path) -> dict[str, Any]:
     """Special-token names and chat template from a Hugging Face tokenizer folder's side files."""
     meta: dict[str, Any] = {"eos_token": None, "bos_token": None, "pad_token": None, "chat_template": None}
     for fname in ("special_tokens_map.json", "tokenizer_config.json"):  # the latter wins
@@ -379,12 +423,12 @@ def folder_metadata(folder: Path) -> dict:
     return meta
 
 
-def _from_tokenizer_json(path: Path, name: str, meta: dict) -> FastTokenizer:
+def _from_tokenizer_json(path: Path, name: str, meta: dict[str, Any]) -> FastTokenizer:
     from tokenizers import Tokenizer as RawTokenizer
 
     try:
         backend = RawTokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises bare Exception for bad JSON
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a bad tokenizer.json
         raise ConfigError(
             f"cannot load tokenizer {str(path)!r}: {exc}. Give a tokenizer.json written by the "
             "tokenizers/transformers libraries, a Hugging Face tokenizer folder, or builtin:demo"
@@ -443,7 +487,7 @@ def _from_transformers(path: str, origin: str | None = None) -> TransformersToke
 
     try:
         backend = AutoTokenizer.from_pretrained(path)
-    except Exception as exc:  # OSError, ValueError, HTTP errors, ...
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, HTTP errors, ...: one ConfigError
         if not Path(path).expanduser().exists() and looks_like_hub_id(path):
             raise ConfigError(f"{_hub_help(path, origin)} [{type(exc).__name__}: {_first_line(exc)}]") from None
         raise ConfigError(
@@ -464,7 +508,7 @@ def _from_hub_cache(name: str, origin: str | None) -> FastTokenizer:
         ) from None
     try:
         folder = Path(snapshot_download(name, allow_patterns=TOKENIZER_FILES))
-    except Exception as exc:  # not cached and offline, no network, no such repository, ...
+    except Exception as exc:  # noqa: BLE001 - offline and not cached, no network, no such repository, ...: one ConfigError
         raise ConfigError(f"{_hub_help(name, origin)} [{type(exc).__name__}: {_first_line(exc)}]") from None
     if not (folder / "tokenizer.json").is_file():
         raise ConfigError(
@@ -489,7 +533,9 @@ def load_demo_tokenizer() -> FastTokenizer:
     return _from_tokenizer_json(DEMO_PATH, DEMO_SPEC, dict(DEMO_SPECIAL, chat_template=None))
 
 
-def load_tokenizer(path: str | os.PathLike | None, *, backend: str = "auto", origin: str | None = None) -> Tokenizer:
+def load_tokenizer(
+    path: str | os.PathLike[str] | None, *, backend: str = "auto", origin: str | None = None
+) -> Tokenizer:
     """Load a tokenizer (see the module docstring for what ``path`` may be).
 
     Args:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,16 @@ from rewardq.queue.keys import Keyspace
 from tests.support.exactly_once import make_trajectories, push, settle
 from tests.support.helpers import running_workers
 from tests.support.managers import EchoManager
+from tests.support.sync_client import SyncClient
 
-FAST = dict(heartbeat_interval=0.2, lease_seconds=1.5, maintenance_interval=0.2, claim_idle=2.0, block_ms=100)
+FAST: dict[str, Any] = dict(
+    heartbeat_interval=0.2, lease_seconds=1.5, maintenance_interval=0.2, claim_idle=2.0, block_ms=100
+)
 
 
-async def test_producer_waits_at_max_backlog_and_goes_on_when_workers_drain(ns, redis_url, sync_redis):
+async def test_producer_waits_at_max_backlog_and_goes_on_when_workers_drain(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     jobs = make_trajectories(13, seed=1, max_outputs=1)
     client = RewardClient.from_url(redis_url, namespace=ns, max_backlog=10, backpressure_timeout=60)
@@ -49,7 +55,7 @@ async def test_producer_waits_at_max_backlog_and_goes_on_when_workers_drain(ns, 
     client.close()
 
 
-async def test_backpressure_timeout_is_a_clear_timeout_error(ns, redis_url, sync_redis):
+async def test_backpressure_timeout_is_a_clear_timeout_error(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     ks = Keyspace(ns)
     jobs = make_trajectories(6, seed=2, max_outputs=1)
     client = RewardClient.from_url(redis_url, namespace=ns, max_backlog=5, backpressure_timeout=0.5)
@@ -76,7 +82,9 @@ async def test_backpressure_timeout_is_a_clear_timeout_error(ns, redis_url, sync
     assert sync_redis.xlen(ks.stream(0)) == 6
 
 
-async def test_unprocessed_entries_are_never_trimmed_and_processed_ones_are_removed(ns, redis_url, sync_redis):
+async def test_unprocessed_entries_are_never_trimmed_and_processed_ones_are_removed(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     jobs = make_trajectories(40, seed=3, max_outputs=4)
     client = RewardClient.from_url(redis_url, namespace=ns, max_backlog=None)
@@ -94,7 +102,9 @@ async def test_unprocessed_entries_are_never_trimmed_and_processed_ones_are_remo
     client.close()
 
 
-async def test_results_and_trajectories_expire_after_result_ttl(redis_url, sync_redis, ns):
+async def test_results_and_trajectories_expire_after_result_ttl(
+    redis_url: str, sync_redis: SyncClient, ns: str
+) -> None:
     spaces = {ttl: f"{ns}-ttl{ttl}" for ttl in (0, 2, 60)}
     clients = {ttl: RewardClient.from_url(redis_url, namespace=n) for ttl, n in spaces.items()}
     keys = {ttl: push(clients[ttl], make_trajectories(3, seed=4, max_outputs=3)) for ttl in spaces}

@@ -12,13 +12,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.cli_procs import REPO
+from tests.support.sync_client import SyncClient
 
 
-def run_bench(redis_url: str, out: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess, dict]:
+def run_bench(
+    redis_url: str, out: Path, *args: str, timeout: float
+) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
     """``python -m benchmarks --quick ARGS`` on the suite's Redis; the process and its JSON."""
     cmd = [sys.executable, "-m", "benchmarks", "--quick", *args, "--url", redis_url, "--json", str(out)]
     proc = subprocess.run(
@@ -29,7 +33,9 @@ def run_bench(redis_url: str, out: Path, *args: str, timeout: float) -> tuple[su
 
 
 @pytest.mark.timeout(120)
-def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, tmp_path, sync_redis):
+def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(
+    redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
     # Given a tiny quick run of the raw baseline and rewardq (every phase)
     # When it runs
     proc, data = run_bench(
@@ -109,7 +115,7 @@ def test_quick_raw_and_rewardq_prints_every_row_with_finite_numbers(redis_url, t
 
 
 @pytest.mark.timeout(90)
-def test_whole_trajectory_latency_mode_times_one_put_of_every_output(redis_url, tmp_path):
+def test_whole_trajectory_latency_mode_times_one_put_of_every_output(redis_url: str, tmp_path: Path) -> None:
     # Given a latency-only run in "whole" mode (one put_trajectory inside the timed interval)
     _, data = run_bench(
         redis_url,
@@ -135,7 +141,7 @@ def test_whole_trajectory_latency_mode_times_one_put_of_every_output(redis_url, 
 
 
 @pytest.mark.timeout(120)
-def test_trivial_scorer_run_measures_every_system_around_a_decode_free_score(redis_url, tmp_path):
+def test_trivial_scorer_run_measures_every_system_around_a_decode_free_score(redis_url: str, tmp_path: Path) -> None:
     # Given a small run with the trivial scorer (the issue's reference conditions)
     _, data = run_bench(
         redis_url,
@@ -169,7 +175,7 @@ def test_trivial_scorer_run_measures_every_system_around_a_decode_free_score(red
         assert r["status"] == "ok" and r["check"] == "ok", (key, r)
 
 
-def test_trivial_expected_reward_is_the_parity_of_the_final_response():
+def test_trivial_expected_reward_is_the_parity_of_the_final_response() -> None:
     from benchmarks.workload import Workload, trivial_score
 
     wl = Workload(0)

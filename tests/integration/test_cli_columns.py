@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ JUNK = "junk_key_with_a_long_name_for_testing_0"
 
 
 @pytest.fixture(scope="module")
-def crowded(redis_url, tmp_path_factory):
+def crowded(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Procs]]:
     ns, procs = f"t-cols-{uuid.uuid4().hex[:8]}", Procs(tmp_path_factory.mktemp("cols"))
     w = procs.start(worker_argv(redis_url, ns, WORKER), tag="w")
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -76,7 +77,7 @@ def _words(out: str, text: str) -> None:
     assert not missing, (missing, out)
 
 
-def test_status_at_80_columns_cuts_nothing(crowded, redis_url):
+def test_status_at_80_columns_cuts_nothing(crowded: tuple[str, str, Procs], redis_url: str) -> None:
     ns, pid, procs = crowded
     out = _run(procs, "status", "--redis-url", redis_url, "--namespace", ns)
     _fits(out)
@@ -91,7 +92,7 @@ def test_status_at_80_columns_cuts_nothing(crowded, redis_url):
     assert "backlog_seconds" in st
 
 
-def test_inspect_at_80_columns_cuts_no_key(crowded, redis_url):
+def test_inspect_at_80_columns_cuts_no_key(crowded: tuple[str, str, Procs], redis_url: str) -> None:
     ns, _pid, procs = crowded
     for tid, keys in ((GAP + "_1", [f"{GAP}_1_{i}" for i in range(3)]), (BAD + "_1", [f"{BAD}_1_0"])):
         out = _run(procs, "inspect", tid, "--redis-url", redis_url, "--namespace", ns)
@@ -105,7 +106,7 @@ def test_inspect_at_80_columns_cuts_no_key(crowded, redis_url):
     assert any(f"{BAD}_1_0" in line and "error" in line and WORKER in line for line in wide.splitlines()), wide
 
 
-def test_dead_letters_list_at_80_columns_cuts_no_key_or_reason(crowded, redis_url):
+def test_dead_letters_list_at_80_columns_cuts_no_key_or_reason(crowded: tuple[str, str, Procs], redis_url: str) -> None:
     ns, _pid, procs = crowded
     listed = json.loads(_run(procs, "dead-letters", "list", "--json", "--redis-url", redis_url, "--namespace", ns))
     assert listed["total"] == 2 and {d["kind"] for d in listed["dead_letters"]} == {"invalid", "scoring"}

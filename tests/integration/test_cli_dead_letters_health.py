@@ -16,6 +16,7 @@ from rewardq.queue.keys import Keyspace
 from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq
 from tests.support.helpers import FlakyJudge, fail_a_trajectory_and_a_junk_entry, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 # -- dead letters ------------------------------------------------------------------------------
 
@@ -32,7 +33,9 @@ DL_SPEC = {
 }
 
 
-async def test_dead_letters_list_show_retry_after_a_fix_and_purge(ns, redis_url, sync_redis):
+async def test_dead_letters_list_show_retry_after_a_fix_and_purge(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     r, ks = sync_redis, Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     base = ("--redis-url", redis_url, "--namespace", ns)
@@ -99,7 +102,9 @@ async def test_dead_letters_list_show_retry_after_a_fix_and_purge(ns, redis_url,
     client.close()
 
 
-def test_dead_letters_retry_many_shows_progress_and_purge_asks_on_a_terminal(ns, redis_url, sync_redis):
+def test_dead_letters_retry_many_shows_progress_and_purge_asks_on_a_terminal(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     r, ks = sync_redis, Keyspace(ns)
     base = ("--redis-url", redis_url, "--namespace", ns)
     _ = RewardClient.from_url(redis_url, namespace=ns).keyspace  # <ns>:meta
@@ -138,7 +143,7 @@ def test_dead_letters_retry_many_shows_progress_and_purge_asks_on_a_terminal(ns,
 # -- health ------------------------------------------------------------------------------------
 
 
-async def test_health_exit_codes(ns, redis_url, sync_redis):
+async def test_health_exit_codes(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     r, ks = sync_redis, Keyspace(ns)
     base = ("--redis-url", redis_url, "--namespace", ns)
     # No namespace yet, then a namespace without a group or worker: unhealthy (1), saying why

@@ -13,17 +13,18 @@ import os
 import signal
 import socket
 import time
-
-import redis
+from pathlib import Path
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
+from tests.support.checks import must
 from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq
 from tests.support.helpers import SAMPLE, output, running_workers, until
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
-def _hold_one(ns: str, r: redis.Redis, client: RewardClient) -> None:
+def _hold_one(ns: str, r: SyncClient, client: RewardClient) -> None:
     """An entry read by a consumer that then died (``ghost``): pending, never acknowledged."""
     ks = Keyspace(ns)
     client.put_output("held", "s", 0, output(2, 2), SAMPLE, final=True)
@@ -31,7 +32,7 @@ def _hold_one(ns: str, r: redis.Redis, client: RewardClient) -> None:
     assert r.xreadgroup(ks.group, "ghost", {ks.stream(0): ">"}, count=1)
 
 
-async def _populate(ns: str, r: redis.Redis, client: RewardClient) -> list[str]:
+async def _populate(ns: str, r: SyncClient, client: RewardClient) -> list[str]:
     """With workers running: a stuck trajectory, a later one without its final output, a junk
     record and a scored trajectory (whose keys are returned, once scored)."""
     ks = Keyspace(ns)
@@ -117,7 +118,9 @@ RECENT_SPEC = {
 # -- status ------------------------------------------------------------------------------------
 
 
-async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(ns, redis_url, sync_redis):
+async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     # Given a pipeline with a stuck trajectory, an entry held by a dead consumer and a live worker
     client = RewardClient.from_url(redis_url, namespace=ns)
     _hold_one(ns, sync_redis, client)
@@ -157,7 +160,7 @@ async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(ns, re
     # (the junk entry names the key junk_s_0, which got an error result: one errored trajectory)
     assert st["recent"]["trajectories"] == 2 and st["recent"]["errors"] == 1
     assert st["recent"]["latency_ms_p50"] is not None
-    assert client.get_reward("junk_s_0").status == "error"
+    assert must(client.get_reward("junk_s_0")).status == "error"
     messages = " | ".join(d["message"] for d in st["diagnosis"])
     assert "1 entry held by consumers that are not alive: ghost (1)" in messages
     assert "the oldest, stuck_s, has waited" in messages and "for outputs 1,2" in messages
@@ -179,7 +182,7 @@ async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(ns, re
     client.close()
 
 
-def test_status_watch_refreshes_and_stops(ns, redis_url, sync_redis, tmp_path):
+def test_status_watch_refreshes_and_stops(ns: str, redis_url: str, sync_redis: SyncClient, tmp_path: Path) -> None:
     # Given one trajectory pushed and no worker
     RewardClient.from_url(redis_url, namespace=ns).put_output("lone", "s", 0, output(2, 2), SAMPLE, final=True)
     # --watch with --count stops by itself: frames one after another when not on a terminal
@@ -200,7 +203,7 @@ def test_status_watch_refreshes_and_stops(ns, redis_url, sync_redis, tmp_path):
         assert "nothing is being scored" in seen and "refreshing every 0.2s" in seen
 
 
-def test_status_unknown_namespace_and_unreachable_redis(ns, redis_url):
+def test_status_unknown_namespace_and_unreachable_redis(ns: str, redis_url: str) -> None:
     _ = RewardClient.from_url(redis_url, namespace=ns).keyspace  # creates <ns>:meta
     code, out, err = rq("status", "--redis-url", redis_url, "--namespace", ns + "-typo")
     assert code == 1 and out == ""
@@ -232,7 +235,7 @@ RECORD_SPEC = {"prompt_tokens": int, "response_tokens": int, "model_tokens": int
 RESULT_SPEC = {"status": str, "reward_score": float, "reward_extra_info": dict, "worker": str}
 
 
-async def test_inspect_a_key_a_trajectory_and_unknown_refs(ns, redis_url, sync_redis):
+async def test_inspect_a_key_a_trajectory_and_unknown_refs(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [LengthManager(None)], keep_records=60):
         await _populate(ns, sync_redis, client)
@@ -293,7 +296,7 @@ async def test_inspect_a_key_a_trajectory_and_unknown_refs(ns, redis_url, sync_r
     client.close()
 
 
-async def test_inspect_a_scored_trajectory_whose_records_were_dropped(ns, redis_url):
+async def test_inspect_a_scored_trajectory_whose_records_were_dropped(ns: str, redis_url: str) -> None:
     # Given workers that do not keep records (the default)
     client = RewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [LengthManager(None)]):
@@ -311,7 +314,7 @@ async def test_inspect_a_scored_trajectory_whose_records_were_dropped(ns, redis_
     client.close()
 
 
-def test_help_defaults_and_helpers():
+def test_help_defaults_and_helpers() -> None:
     from rewardq.ops import layout, target
     from rewardq.ops.inspect import normalize_ref
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -49,7 +50,7 @@ def _workload(client: RewardClient, n: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def busy_namespace(redis_url, tmp_path_factory):
+def busy_namespace(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A namespace with a live worker, a backlog, an error and a trajectory missing output 1 (one per module)."""
     ns, procs = f"t-top-{uuid.uuid4().hex[:8]}", Procs(tmp_path_factory.mktemp("top"))
     # a worker that scores ~100 outputs/s, so the backlog lasts while top is watched
@@ -73,7 +74,7 @@ def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True, timeout=10).stdout
 
 
-def test_top_in_a_terminal_shows_rates_backlog_workers_and_quits_on_q(busy_namespace, redis_url):
+def test_top_in_a_terminal_shows_rates_backlog_workers_and_quits_on_q(busy_namespace: str, redis_url: str) -> None:
     if shutil.which("tmux") is None:
         pytest.fail("tmux is needed (.ci/run installs it from the Debian packages)")
     ns, sock = busy_namespace, f"rq-top-{uuid.uuid4().hex[:8]}"
@@ -111,7 +112,7 @@ def test_top_in_a_terminal_shows_rates_backlog_workers_and_quits_on_q(busy_names
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
 
 
-def test_top_piped_prints_one_snapshot_and_exits(busy_namespace, redis_url):
+def test_top_piped_prints_one_snapshot_and_exits(busy_namespace: str, redis_url: str) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "rewardq", "top", "--redis-url", redis_url, "--namespace", busy_namespace],
         capture_output=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,18 +20,22 @@ import yaml
 from rewardq.demo.data import make_trajectories
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
-from rewardq.reward.tokenizer import load_tokenizer
-from tests.support.cli_procs import wait_for, worker_argv
+from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
+from tests.support.checks import must
+from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
+def tokenizer() -> Tokenizer:
     return load_tokenizer("builtin:demo")
 
 
-def test_two_worker_processes_score_500_trajectories_exactly_once(procs, redis_url, ns, sync_redis, tokenizer):
+def test_two_worker_processes_score_500_trajectories_exactly_once(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tokenizer: Tokenizer
+) -> None:
     # Given `rewardq worker --processes 2`: a supervisor of two worker processes on a two-shard namespace
     sup = procs.start(
         worker_argv(
@@ -52,7 +57,7 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(procs, redis_u
     names = ["w-0", "w-1"]
     beats = [f"{ns}:worker:{n}" for n in names]
     wait_for(lambda: all(sync_redis.exists(k) for k in beats), 60, "both heartbeats", procs=[sup])
-    pids = [int(sync_redis.hget(k, "pid")) for k in beats]
+    pids = [int(must(sync_redis.hget(k, "pid"))) for k in beats]
     assert len(set(pids)) == 2 and sup.pid not in pids
     trajectories = make_trajectories(500, seed=11, tokenizer=tokenizer)
 
@@ -97,7 +102,7 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(procs, redis_u
         "a restarted worker",
         procs=[sup],
     )
-    alive = [int(sync_redis.hget(beats[0], "pid")), pids[1]]
+    alive = [int(must(sync_redis.hget(beats[0], "pid"))), pids[1]]
     assert "restarting" in sup.stderr()
 
     # And SIGTERM to the supervisor stops every worker, each exiting 0, and the supervisor exits 0
@@ -108,7 +113,9 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(procs, redis_u
     assert not any(sync_redis.exists(k) for k in beats)
 
 
-def test_config_precedence_json_logs_and_sigterm(procs, redis_url, ns, sync_redis, tmp_path, tokenizer):
+def test_config_precedence_json_logs_and_sigterm(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path, tokenizer: Tokenizer
+) -> None:
     # Given a config file, environment variables and flags that disagree
     cfg = tmp_path / "worker.yaml"
     cfg.write_text(
@@ -178,7 +185,7 @@ def test_config_precedence_json_logs_and_sigterm(procs, redis_url, ns, sync_redi
     assert "stopped" in w.stderr().splitlines()[-1]
 
 
-def test_errors_are_one_red_line_with_exit_codes(procs, redis_url, ns):
+def test_errors_are_one_red_line_with_exit_codes(procs: Procs, redis_url: str, ns: str) -> None:
     # Given several broken invocations, run side by side
     cases = {
         "unknown-manager": (

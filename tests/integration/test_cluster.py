@@ -23,17 +23,19 @@ from typing import Any
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.broker import StreamBroker
-from rewardq.queue.keys import Keyspace, key_slot
+from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.cli_procs import REPO, worker_argv
 from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.helpers import SAMPLE, Hang, output, running_workers, stop_while_scoring, worker_config
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
+from tests.support.sync_client import ClusterClient, connect_cluster, connect_node
 
 # the local cluster (`redis_cluster`) and the one-slot guard on every script (`single_slot_scripts`)
 # are fixtures of tests/conftest.py, shared with tests/integration/test_cluster_limits.py
@@ -49,9 +51,9 @@ def cns() -> str:
 
 
 @pytest.fixture
-def rc(redis_cluster):
+def rc(redis_cluster: LocalCluster) -> Iterator[ClusterClient]:
     """A blocking cluster client for checks."""
-    r = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
+    r = connect_cluster("127.0.0.1", redis_cluster.ports[0])
     yield r
     r.close()
 
@@ -64,19 +66,19 @@ def _uid_on_shard(ks: Keyspace, shard: int, prefix: str) -> str:
     raise AssertionError(f"no uid for shard {shard}")
 
 
-def _shard_owner(rc: redis.RedisCluster, ks: Keyspace) -> dict[int, str]:
+def _shard_owner(rc: ClusterClient, ks: Keyspace) -> dict[int, str]:
     return {s: rc.get_node_from_key(ks.stream(s)).name for s in range(ks.shards)}
 
 
-def _assert_drained(rc: redis.RedisCluster, ks: Keyspace) -> None:
+def _assert_drained(rc: ClusterClient, ks: Keyspace) -> None:
     for s in range(ks.shards):
         assert rc.xlen(ks.stream(s)) == 0, f"shard {s} stream not empty"
         assert rc.xpending(ks.stream(s), ks.group)["pending"] == 0, f"shard {s} has pending entries"
 
 
-def test_a_cluster_that_cannot_start_reports_why():
+def test_a_cluster_that_cannot_start_reports_why() -> None:
     """The fixture fails with the server's own words, and leaves no process or directory behind."""
-    c = LocalCluster(node_timeout_ms="not-a-number")  # type: ignore[arg-type] - the wrong type is the test
+    c = LocalCluster(node_timeout_ms="not-a-number")  # type: ignore[arg-type]  # the wrong type is the test
     with pytest.raises(ClusterStartError, match="FATAL CONFIG FILE ERROR") as info:
         c.start()
     assert "log tail" in str(info.value) and c.dir is None
@@ -85,7 +87,9 @@ def test_a_cluster_that_cannot_start_reports_why():
 # ---------------------------------------------------------------------------------------------
 # (a) keyspace placement
 # ---------------------------------------------------------------------------------------------
-async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(redis_cluster, cns, rc):
+async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(
+    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
+) -> None:
     # Given a 6-shard keyspace whose streams and groups exist on the cluster
     ks = Keyspace(cns, SHARDS)
     w = Worker(worker_config(cns, redis_cluster.url, name="placement", shards=SHARDS), manager=LengthManager(None))
@@ -110,7 +114,7 @@ async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(redis_c
         assert slots == {key_slot(ks.stream(s).encode())}, (s, slots)
         # ... and the stream physically lives on the master that owns that slot
         host, port = owner[s].split(":")
-        direct = redis.Redis(host=host, port=int(port))
+        direct = connect_node(host, int(port))
         try:
             assert direct.exists(ks.stream(s)) == 1
             assert direct.execute_command("CLUSTER", "COUNTKEYSINSLOT", next(iter(slots))) >= 1
@@ -123,7 +127,7 @@ async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(redis_c
     assert sorted(len(v) for v in per_master.values()) == [2, 2, 2], per_master
 
 
-async def test_a_script_leaving_its_slot_is_refused(redis_cluster, cns):
+async def test_a_script_leaving_its_slot_is_refused(redis_cluster: LocalCluster, cns: str) -> None:
     """The single-slot guard above can fail: fail.lua given another shard's reward prefix."""
     from rewardq.queue.connection import connect_async
 
@@ -155,7 +159,7 @@ def _response_len(t: int, i: int) -> int:
 
 
 @contextlib.contextmanager
-def cli_worker(url: str, ns: str, name: str, log_path: Path) -> Iterator[subprocess.Popen]:
+def cli_worker(url: str, ns: str, name: str, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``python -m rewardq worker`` against the cluster; SIGTERM by its PID on exit."""
     env = {
         **os.environ,
@@ -202,7 +206,9 @@ def cli_worker(url: str, ns: str, name: str, log_path: Path) -> Iterator[subproc
                     proc.wait()
 
 
-async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_once(redis_cluster, cns, rc, tmp_path):
+async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_once(
+    redis_cluster: LocalCluster, cns: str, rc: ClusterClient, tmp_path: Path
+) -> None:
     # Given a CLI worker process and two in-process workers on a 6-shard namespace of the cluster
     url = redis_cluster.url
     ks = Keyspace(cns, SHARDS)
@@ -285,7 +291,9 @@ def _text(v: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 # (c) crash recovery and hand-back
 # ---------------------------------------------------------------------------------------------
-async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(redis_cluster, cns, rc):
+async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(
+    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
+) -> None:
     url = redis_cluster.url
     ks = Keyspace(cns, SHARDS)
     shard = SHARDS - 1  # on the last master, never the node the URL names
@@ -295,6 +303,7 @@ async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(redis_clus
     # Given worker A took the trajectory, renewed its lease (renew.lua) and then died mid-scoring
     a = Worker(worker_config(cns, url, name="A", shards=SHARDS), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     await a.handle(await a.broker.read([shard], 10, None))
     assert list(a.in_flight) == [f"{uid}_s"]
     assert await a.broker.renew(a.flights.held()) == 1
@@ -315,7 +324,9 @@ async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(redis_clus
     client.close()
 
 
-async def test_graceful_stop_hands_back_on_the_cluster(redis_cluster, cns, rc):
+async def test_graceful_stop_hands_back_on_the_cluster(
+    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
+) -> None:
     url = redis_cluster.url
     ks = Keyspace(cns, SHARDS)
     uid = _uid_on_shard(ks, 2, "hand")
@@ -335,7 +346,9 @@ async def test_graceful_stop_hands_back_on_the_cluster(redis_cluster, cns, rc):
 # ---------------------------------------------------------------------------------------------
 # (d) dead letters and incomplete trajectories
 # ---------------------------------------------------------------------------------------------
-async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(redis_cluster, cns, rc):
+async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(
+    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
+) -> None:
     import msgpack
 
     from rewardq.queue.codec import encode_output
@@ -355,7 +368,8 @@ async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(redis_c
             ext_hook=lambda c, b: msgpack.ExtType(c, b),
         )
         rec["response_ids"] = "hello"
-        return msgpack.packb(rec, use_bin_type=True)
+        packed: bytes = msgpack.packb(rec, use_bin_type=True)
+        return packed
 
     own, misrouted = _uid_on_shard(ks, 1, "own"), _uid_on_shard(ks, 1, "mis")
     while misrouted == own:
@@ -373,8 +387,8 @@ async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(redis_c
             await asyncio.sleep(0.1)
     # Then the good trajectory is scored and every bad key has an error result
     assert [res[k].reward_score for k in good] == [6.0, 6.0]
-    assert "response_ids" in res[f"{own}_s_0"].error and "response_ids" in res[f"{misrouted}_s_0"].error
-    assert "final output never arrived" in res[f"{lost}_s_0"].error
+    assert "response_ids" in (res[f"{own}_s_0"].error or "") and "response_ids" in (res[f"{misrouted}_s_0"].error or "")
+    assert "final output never arrived" in (res[f"{lost}_s_0"].error or "")
     # And the dead letters sit on the shard the entry was read from, raw data kept
     dead4 = {f[b"key"]: f for _, f in rc.xrange(ks.dead(4))}
     assert set(dead4) == {b"entry-garbage", f"{misrouted}_s_0".encode()}
@@ -391,13 +405,13 @@ async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(redis_c
 # ---------------------------------------------------------------------------------------------
 # (e) the async client waiting across shards
 # ---------------------------------------------------------------------------------------------
-async def test_async_wait_rewards_across_shards(redis_cluster, cns):
+async def test_async_wait_rewards_across_shards(redis_cluster: LocalCluster, cns: str) -> None:
     url = redis_cluster.url
     ks = Keyspace(cns, SHARDS)
     client = AsyncRewardClient.from_url(url, namespace=cns, shards=SHARDS)
     async with running_workers(cns, url, [LengthManager(None), LengthManager(None)], shards=SHARDS, concurrency=8):
         # Given many coroutines each waiting for their own trajectory ...
-        async def one(t: int) -> dict:
+        async def one(t: int) -> dict[str, Any]:
             keys = await client.put_trajectory(f"a{t}", "s", [output(4, t % 7 + 1)] * (t % 3 + 1), SAMPLE)
             return await client.wait_rewards(keys, timeout=20)
 
@@ -416,13 +430,15 @@ async def test_async_wait_rewards_across_shards(redis_cluster, cns):
     print(f"\n[cluster] lone trajectory reward seen {lone_s * 1000:.0f} ms after the put")
     for t, r in enumerate(all_res):
         assert [x.reward_score for x in r.values()] == [float(t % 7 + 1)] * (t % 3 + 1)
-    for k, r in res.items():
-        assert r.reward_score == float(int(k.split("_")[0][1:]) + 1), k
+    for k, result in res.items():
+        assert result.reward_score == float(int(k.split("_")[0][1:]) + 1), k
     assert lone_s < 1.0
     await client.aclose()
 
 
-async def test_scripts_are_reloaded_after_the_nodes_forget_them(redis_cluster, cns, rc, caplog):
+async def test_scripts_are_reloaded_after_the_nodes_forget_them(
+    redis_cluster: LocalCluster, cns: str, rc: ClusterClient, caplog: pytest.LogCaptureFixture
+) -> None:
     """A fresh or failed-over master answers NOSCRIPT: pipelined and single script calls recover."""
     import logging
 

@@ -8,17 +8,20 @@ in their trajectory's slot. A ``put_trajectory`` the cluster refuses half-way le
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import redis
 
 from rewardq import RewardClient
 from rewardq.errors import RedisOutOfMemory
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
+from rewardq.queue.entries import Entry
 from rewardq.queue.keys import Keyspace
+from tests.support.cluster import LocalCluster
 from tests.support.helpers import SAMPLE, output, results_for
+from tests.support.sync_client import ClusterClient, connect_cluster, connect_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
 
@@ -26,13 +29,15 @@ SHARDS = 6
 
 
 @pytest.fixture
-def rc(redis_cluster):
-    r = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
+def rc(redis_cluster: LocalCluster) -> Iterator[ClusterClient]:
+    r = connect_cluster("127.0.0.1", redis_cluster.ports[0])
     yield r
     r.close()
 
 
-async def test_chunked_commits_and_kept_records_stay_in_their_slot(redis_cluster, rc):
+async def test_chunked_commits_and_kept_records_stay_in_their_slot(
+    redis_cluster: LocalCluster, rc: ClusterClient
+) -> None:
     ns = f"cl-{uuid.uuid4().hex[:8]}"
     ks = Keyspace(ns, SHARDS)
     producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
@@ -47,7 +52,7 @@ async def test_chunked_commits_and_kept_records_stay_in_their_slot(redis_cluster
         assert len(shards) > 2  # the trajectories spread over several shards and nodes
         for shard in shards:
             entries = await broker.read([shard], 1000, None)
-            by_tid: dict[str, list] = {}
+            by_tid: dict[str, list[Entry]] = {}
             for e in entries:
                 by_tid.setdefault(e.key.rpartition("_")[0], []).append(e)
             claimed = await broker.claim_whole([(shard, t, es) for t, es in by_tid.items()])
@@ -68,7 +73,9 @@ async def test_chunked_commits_and_kept_records_stay_in_their_slot(redis_cluster
         producer.close()
 
 
-def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(redis_cluster, rc):
+def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(
+    redis_cluster: LocalCluster, rc: ClusterClient
+) -> None:
     ns = f"cl-{uuid.uuid4().hex[:8]}"
     ks = Keyspace(ns, SHARDS)
     producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
@@ -76,7 +83,7 @@ def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(red
     tid = "half_s"
     shard = ks.shard_of(tid)
     node = rc.get_node_from_key(ks.stream(shard))
-    direct = redis.Redis(host=node.host, port=node.port)
+    direct = connect_node(node.host, int(node.port))
     big = {"prompt_ids": np.arange(1, 750_000, dtype=np.int32), "response_ids": [1, 2]}  # ~3 MB each
     try:
         used = int(direct.info("memory")["used_memory"])

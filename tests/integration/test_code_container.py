@@ -18,6 +18,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,6 +26,7 @@ import yaml
 from rewardq import RewardClient
 from tests.support.cli_procs import REPO, wait_for
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -41,7 +43,7 @@ SPINNER = (
 )
 
 
-def test_the_image_runs_the_entrypoint_as_root_with_the_compose_capabilities():
+def test_the_image_runs_the_entrypoint_as_root_with_the_compose_capabilities() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     assert re.search(r'^ENTRYPOINT \["rewardq-entrypoint"\]', dockerfile, re.M)
     assert "COPY docker/entrypoint.sh /usr/local/bin/rewardq-entrypoint" in dockerfile
@@ -74,7 +76,7 @@ def _start(tmp: Path, caps: list[str], redis_url: str, ns: str, name: str) -> tu
     return popen, log
 
 
-def _score(redis_url: str, ns: str, programs: dict[str, tuple[str, str]]) -> dict:
+def _score(redis_url: str, ns: str, programs: dict[str, tuple[str, str]]) -> dict[str, Any]:
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = {}
     for i, (label, (program, expected)) in enumerate(programs.items()):
@@ -89,8 +91,8 @@ def _score(redis_url: str, ns: str, programs: dict[str, tuple[str, str]]) -> dic
 
 @pytest.mark.parametrize("drop", [None, "SYS_ADMIN"])
 def test_the_entrypoint_with_the_compose_capabilities_runs_the_namespaces_mode(
-    drop, redis_url, ns, sync_redis, tmp_path
-):
+    drop: str | None, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
+) -> None:
     caps = [c for c in WORKER["cap_add"] if c != drop]
     name = f"box-{uuid.uuid4().hex[:6]}"
     worker, log = _start(tmp_path, caps, redis_url, ns, name)

@@ -14,12 +14,15 @@ import re
 import subprocess
 import urllib.request
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rewardq import RewardClient
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,7 +87,7 @@ GOOD = {
 }
 
 
-def _output(program: str) -> dict:
+def _output(program: str) -> dict[str, Any]:
     text = f"My answer:\n```python\n{program}\n```"
     return text_output(text, "Solve it.")
 
@@ -94,7 +97,9 @@ def _sandbox_uid_processes() -> list[str]:
     return [ln for ln in out.splitlines() if 61000 <= int(ln.split()[0]) < 65000]
 
 
-def test_hostile_programs_fail_by_name_and_hurt_nothing_else(procs, redis_url, ns, sync_redis, tmp_path):
+def test_hostile_programs_fail_by_name_and_hurt_nothing_else(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
+) -> None:
     # Given a worker process (holding a secret in its environment) using the local runner with short timeouts
     name = f"code-{uuid.uuid4().hex[:6]}"
     worker = procs.start(
@@ -168,7 +173,7 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(procs, redis_url, n
     # programs run: a first pass each, plus one per counted case for those that did not pass it
     timeouts = sum(status == "timeout" for _, status, _ in hostile.values())
     assert counts["statuses"]["timeout"] == timeouts and counts["runs"] == 2 * len(hostile) + 1 + 1 + (1 + 3) + 1
-    port = int(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", worker.stderr()).group(1))  # type: ignore[union-attr] - the line is there once the worker started
+    port = int(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", worker.stderr()).group(1))  # type: ignore[union-attr]  # the line is there once the worker started
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     series = 'rewardq_code_trajectories_total{backend="local",data_source="codecontests",status="timeout"}'
     assert f"{series} {timeouts}.0" in metrics
@@ -176,5 +181,5 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(procs, redis_url, n
     assert worker.terminate() == 0, worker.stderr()[-3000:]
 
 
-def _sample(ground_truth: str) -> dict:
+def _sample(ground_truth: str) -> dict[str, Any]:
     return {"data_source": "codecontests", "reward_model": {"ground_truth": ground_truth}, "extra_info": {}}

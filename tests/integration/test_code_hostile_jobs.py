@@ -21,13 +21,16 @@ import socket
 import stat
 import threading
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -120,7 +123,7 @@ def unix_probe(path: str) -> str:
     )
 
 
-def _sample(outputs: list[str]) -> dict:
+def _sample(outputs: list[str]) -> dict[str, Any]:
     gt = json.dumps({"inputs": ["4\n"], "outputs": outputs})
     return {"data_source": "codecontests", "reward_model": {"ground_truth": gt}, "extra_info": {}}
 
@@ -140,7 +143,7 @@ def _peak_memory(worker_pid: int) -> int:
 
 
 @pytest.fixture
-def unix_listener():
+def unix_listener() -> Iterator[tuple[str, list[bytes]]]:
     """A Unix socket anyone may connect to, at a world-writable path, answering PONG."""
     path = f"/var/tmp/rewardq-probe-{uuid.uuid4().hex[:8]}.sock"
     server = socket.socket(socket.AF_UNIX)
@@ -178,8 +181,8 @@ def unix_listener():
 
 
 def test_hostile_jobs_beside_correct_ones_change_nothing_but_their_own_score(
-    procs, redis_url, ns, sync_redis, unix_listener
-):
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, unix_listener: tuple[str, list[bytes]]
+) -> None:
     sock_path, socket_hits = unix_listener
     assert stat.S_IMODE(os.stat(sock_path).st_mode) == 0o777
     # Given one worker with the default timeouts (5 s per case, then 10 s) and 4 sandboxes at once

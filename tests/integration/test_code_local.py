@@ -9,6 +9,7 @@ import json
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from rewardq.reward.codeexec.sandbox import HARNESS, LocalSandbox, Program, RunS
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.factory import build_manager
 from rewardq.reward.scoring import compute_score_async
+from tests.support.checks import single
 from tests.support.helpers import until
 from tests.support.records import TOK, trajectory_batch
 
@@ -30,7 +32,7 @@ PROGRAMS = {
     "partial": ("n = int(input())\nprint(n * n if n < 3 else 0)", 2 / 3, "wrong_answer"),
     "loop": ("while True:\n    pass", 0.0, "timeout"),
 }
-FAST = dict(code_local_first_pass_timeout=1, code_local_case_timeout=1)
+FAST: dict[str, Any] = dict(code_local_first_pass_timeout=1, code_local_case_timeout=1)
 
 
 def _harness_processes() -> list[str]:
@@ -38,7 +40,7 @@ def _harness_processes() -> list[str]:
     return [ln for ln in out.splitlines() if HARNESS in ln]
 
 
-async def _score_all(runtime: CodeRuntime) -> dict[str, dict]:
+async def _score_all(runtime: CodeRuntime) -> dict[str, dict[str, Any]]:
     results = await asyncio.gather(
         *(compute_score_async("taco", p, SQUARES, code_runtime=runtime) for p, _, _ in PROGRAMS.values())
     )
@@ -46,7 +48,9 @@ async def _score_all(runtime: CodeRuntime) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("isolation", ["namespaces", "rlimits"])
-async def test_both_isolation_modes_score_alike_and_leave_nothing_behind(isolation, caplog):
+async def test_both_isolation_modes_score_alike_and_leave_nothing_behind(
+    isolation: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # Given a runtime with the isolation forced
     before = set(glob.glob("/tmp/rewardq-code-*"))
     runtime = CodeRuntime(CodeExecSettings(code_local_isolation=isolation, **FAST))
@@ -66,7 +70,7 @@ async def test_both_isolation_modes_score_alike_and_leave_nothing_behind(isolati
     await runtime.close()
 
 
-async def test_a_cancelled_scoring_kills_its_sandbox():
+async def test_a_cancelled_scoring_kills_its_sandbox() -> None:
     # Given a program that would run for 10 s per pass
     runtime = CodeRuntime(CodeExecSettings(code_local_first_pass_timeout=10))
     await runtime.sandbox().start()  # the probe program has run and gone
@@ -86,13 +90,13 @@ def _batch(program: str, data_source: str = "codeforces"):
 
 
 @pytest.mark.parametrize("manager", ["naive", "dapo", "gdpo", "limited", "remote"])
-async def test_builtin_managers_score_code_with_the_worker_runtime(manager):
+async def test_builtin_managers_score_code_with_the_worker_runtime(manager: str) -> None:
     # Given a built-in manager configured through options, as the worker builds it
     m = build_manager(manager, tokenizer=TOK, options={**FAST, "sandbox_fusion_memory_limit_mb": 256})
     await m.setup()
     try:
         # When it scores a partly right program
-        out = await m.run_single(_batch(PROGRAMS["partial"][0]))
+        out = single(await m.run_single(_batch(PROGRAMS["partial"][0])))
     finally:
         await m.close()
         await m.context.aclose()
@@ -101,10 +105,10 @@ async def test_builtin_managers_score_code_with_the_worker_runtime(manager):
     assert out["reward_extra_info"]["code_status"] == "wrong_answer"
     assert m.context.code_stats.snapshot()["codeforces"]["trajectories"] == 1
     if manager == "remote":  # awaited in the event loop: nothing went to the process pool
-        assert m.stats()["tasks"] == 0  # type: ignore[attr-defined] - every built-in manager has stats()
+        assert m.stats()["tasks"] == 0  # type: ignore[attr-defined]  # every built-in manager has stats()
 
 
-def test_a_runner_that_cannot_isolate_itself_is_a_sandbox_error_not_a_score():
+def test_a_runner_that_cannot_isolate_itself_is_a_sandbox_error_not_a_score() -> None:
     # Given a job whose runner cannot enter its work dir (isolation fails before the program runs)
     program = Program(prime_module_source("print(1)", None), None, False, [""])
     job = LocalSandbox(isolation="rlimits")._job(program, [RunSpec([0], 5, 6.0)], "rlimits", "/nonexistent-workdir")

@@ -17,7 +17,9 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -37,7 +39,7 @@ PASSWORD = PASSWORD_HEAD + PASSWORD_TAIL  # no program's source holds it in one 
 
 
 @pytest.fixture
-def user(tmp_path):
+def user(tmp_path: Path) -> Iterator[pwd.struct_passwd]:
     name = f"rq{uuid.uuid4().hex[:8]}"
     home = Path(f"/tmp/{name}-home")
     subprocess.run(["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/sh", name], check=True)
@@ -49,7 +51,9 @@ def user(tmp_path):
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _start_as(user, tmp: Path, args: list[str], env: dict[str, str], tag: str) -> tuple[subprocess.Popen, Path]:
+def _start_as(
+    user: pwd.struct_passwd, tmp: Path, args: list[str], env: dict[str, str], tag: str
+) -> tuple[subprocess.Popen, Path]:
     log = tmp / f"{tag}.err"
     full = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -92,7 +96,7 @@ def _stop(popen: subprocess.Popen) -> None:
             popen.wait(10)
 
 
-def _sample(outputs: list[str]) -> dict:
+def _sample(outputs: list[str]) -> dict[str, Any]:
     gt = json.dumps({"inputs": ["4\n"], "outputs": outputs})
     return {"data_source": "codecontests", "reward_model": {"ground_truth": gt}, "extra_info": {}}
 
@@ -102,7 +106,7 @@ def _put(client: RewardClient, uid: str, program: str, outputs: list[str]) -> st
     return client.put_trajectory(uid, "0", [text_output(text, "Solve it.")], _sample(outputs))[0]
 
 
-def test_auto_as_a_normal_user_refuses_code_naming_the_fix(user, tmp_path):
+def test_auto_as_a_normal_user_refuses_code_naming_the_fix(user: pwd.struct_passwd, tmp_path: Path) -> None:
     with RedisServer(password=PASSWORD) as srv:
         url = srv.url_for(password=PASSWORD)
         ns = f"nr-{uuid.uuid4().hex[:6]}"
@@ -125,7 +129,7 @@ def test_auto_as_a_normal_user_refuses_code_naming_the_fix(user, tmp_path):
     # the trajectory is not scored with weaker isolation: an error naming every fix
     assert res.status == "error", res
     for fix in ("not running as root", "capabilities", "sandbox_fusion_url", "code_local_isolation=rlimits"):
-        assert fix in res.error, res.error
+        assert fix in (res.error or ""), res.error
     # ... and the worker said so when it started, before any code arrived
     text = log.read_text()
     assert "will get error results" in text.split("scoring")[0] or "will get error results" in text
@@ -171,7 +175,7 @@ print("clean" if not found else "found " + " ".join(found)[:300])
 """
 
 
-def test_rlimits_as_a_normal_user_hides_the_redis_password(user, tmp_path):
+def test_rlimits_as_a_normal_user_hides_the_redis_password(user: pwd.struct_passwd, tmp_path: Path) -> None:
     url_file = Path(user.pw_dir) / "redis-url"
     with RedisServer(password=PASSWORD) as srv:
         url = srv.url_for(password=PASSWORD)

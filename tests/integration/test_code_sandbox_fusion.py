@@ -6,17 +6,21 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.factory import build_manager
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.records import TOK, text_output
 from tests.support.redis_server import free_port
 from tests.support.sandbox_standin import Standin
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -26,18 +30,20 @@ WRONG = "```python\nprint(0)\n```"
 SAMPLE = {"data_source": "taco", "reward_model": {"ground_truth": ADD}, "extra_info": {}}
 
 
-def _output(text: str) -> dict:
+def _output(text: str) -> dict[str, Any]:
     return text_output(text, "Add them.")
 
 
 @pytest.fixture
-def standin(tmp_path):
+def standin(tmp_path: Path) -> Iterator[Standin]:
     s = Standin(tmp_path)
     yield s
     s.stop()
 
 
-def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(procs, redis_url, ns, sync_redis, standin):
+def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, standin: Standin
+) -> None:
     # Given two worker processes sharing sandbox_fusion_max_concurrent=4, each willing to score 32 at once
     def worker(name: str):
         return procs.start(
@@ -83,7 +89,7 @@ def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(procs, redi
         assert w.terminate() == 0, w.stderr()[-2000:]
 
 
-def _manager(ns: str, redis_url: str, **options):
+def _manager(ns: str, redis_url: str, **options: Any):
     return build_manager(
         "naive",
         tokenizer=TOK,
@@ -92,7 +98,7 @@ def _manager(ns: str, redis_url: str, **options):
     )
 
 
-async def test_a_down_sandbox_gives_error_results_naming_it(redis_url, ns):
+async def test_a_down_sandbox_gives_error_results_naming_it(redis_url: str, ns: str) -> None:
     # Given a worker pointed at a sandbox nobody listens on
     url = f"http://127.0.0.1:{free_port()}/run_code"
     manager = _manager(ns, redis_url, sandbox_fusion_url=url, sandbox_fusion_attempts=3)
@@ -112,7 +118,7 @@ async def test_a_down_sandbox_gives_error_results_naming_it(redis_url, ns):
         await client.aclose()
 
 
-async def test_5xx_answers_are_retried_and_a_hung_sandbox_times_out(redis_url, ns, standin):
+async def test_5xx_answers_are_retried_and_a_hung_sandbox_times_out(redis_url: str, ns: str, standin: Standin) -> None:
     # Given a sandbox that answers 503 twice, then works
     await asyncio.to_thread(standin.control, fail_next=2, status=503)
     manager = _manager(ns, redis_url, sandbox_fusion_url=standin.url, sandbox_fusion_run_timeout=0.5)

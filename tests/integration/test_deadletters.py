@@ -14,12 +14,12 @@ from tests.support.helpers import SAMPLE, FlakyJudge, fail_a_trajectory_and_a_ju
 from tests.support.managers import LengthManager
 
 
-async def test_failed_trajectory_is_retried_after_the_fix(ns, redis_url):
+async def test_failed_trajectory_is_retried_after_the_fix(ns: str, redis_url: str) -> None:
     r = redis.Redis.from_url(redis_url)
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     keys, first = await fail_a_trajectory_and_a_junk_entry(ns, redis_url, r, client, "junk")
-    assert all(x.status == "error" and "503" in x.error for x in first.values())
+    assert all(x.status == "error" and "503" in (x.error or "") for x in first.values())
     dls = DeadLetters(r, ks)
     listed = list(dls.iter())
     assert {d.kind for d in listed} == {"scoring", "invalid"} and dls.count() == 2
@@ -40,14 +40,14 @@ async def test_failed_trajectory_is_retried_after_the_fix(ns, redis_url):
     r.close()
 
 
-async def test_incomplete_trajectory_retry_waits_again_and_completes(ns, redis_url):
+async def test_incomplete_trajectory_retry_waits_again_and_completes(ns: str, redis_url: str) -> None:
     r = redis.Redis.from_url(redis_url)
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     client.put_output("late", "s", 1, output(2, 6), SAMPLE, final=True)
     async with running_workers(ns, redis_url, [LengthManager(None)], incomplete_timeout=0.5, keep_records=600):
         res = await asyncio.to_thread(client.wait_rewards, ["late_s_0", "late_s_1"], 10)
-    assert "missing output indices 0 of 0..1" in res["late_s_1"].error
+    assert "missing output indices 0 of 0..1" in (res["late_s_1"].error or "")
     dls = DeadLetters(r, ks, incomplete_timeout=30)
     (d,) = list(dls.iter(kind="incomplete"))
     assert "reopened late_s (2 results cleared); 1 kept record(s) restored" in describe_retry(dls.retry(d))

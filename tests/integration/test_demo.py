@@ -10,10 +10,13 @@ import json
 
 import pytest
 
+from tests.support.cli_procs import Procs
+from tests.support.sync_client import SyncClient
+
 pytestmark = pytest.mark.slow
 
 
-def test_demo_embedded_prints_summary_and_exits_0(procs):
+def test_demo_embedded_prints_summary_and_exits_0(procs: Procs) -> None:
     rc, p = procs.run(
         ["demo", "--trajectories", "120", "--workers", "2", "--seed", "3"], env={"COLUMNS": "200"}, timeout=120
     )
@@ -37,7 +40,9 @@ def test_demo_embedded_prints_summary_and_exits_0(procs):
     assert "pushing trajectories" in err and "waiting for rewards" in err
 
 
-def test_demo_named_namespace_keeps_its_keys_and_says_how_to_look(procs, redis_url, ns, sync_redis):
+def test_demo_named_namespace_keeps_its_keys_and_says_how_to_look(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient
+) -> None:
     rc, p = procs.run(
         ["demo", "--redis-url", redis_url, "--namespace", ns, "--trajectories", "150", "--workers", "1", "--json"],
         timeout=120,
@@ -66,7 +71,7 @@ def test_demo_named_namespace_keeps_its_keys_and_says_how_to_look(procs, redis_u
     assert hgetall[:3] == ["redis-cli", "-u", redis_url] and sync_redis.exists(hgetall[-1].strip("'"))
 
 
-def test_demo_generated_namespace_is_deleted(procs, redis_url, sync_redis):
+def test_demo_generated_namespace_is_deleted(procs: Procs, redis_url: str, sync_redis: SyncClient) -> None:
     rc, p = procs.run(
         ["demo", "--redis-url", redis_url, "--trajectories", "20", "--workers", "1", "--json"], timeout=120
     )

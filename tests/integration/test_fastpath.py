@@ -8,18 +8,23 @@ import asyncio
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
+from tests.support.checks import must
 from tests.support.helpers import SAMPLE, Hang, output, running_workers, worker_config
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
-async def test_whole_trajectory_is_claimed_without_copying_records(ns, redis_url, sync_redis):
+async def test_whole_trajectory_is_claimed_without_copying_records(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_trajectory("fast", "s", [output(3, 4), output(3, 5), output(3, 6)], SAMPLE)
     w = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     await w.start()
     try:
+        assert w.broker is not None
         await w.handle(await w.broker.read([0], 10, None))
         h = {k.decode(): v for k, v in sync_redis.hgetall(ks.traj_key("fast_s")).items()}
         assert h["lease"] == b"A" and h["final"] == b"2" and len(h["whole"].split(b",")) == 3
@@ -31,13 +36,14 @@ async def test_whole_trajectory_is_claimed_without_copying_records(ns, redis_url
         client.close()
 
 
-async def test_late_duplicates_of_a_whole_trajectory(ns, redis_url, sync_redis):
+async def test_late_duplicates_of_a_whole_trajectory(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     same = client.put_trajectory("same", "s", [output(3, 4, seed=1), output(3, 5, seed=2)], SAMPLE)
     client.put_trajectory("diff", "s", [output(3, 4, seed=1), output(3, 5, seed=2)], SAMPLE)
     a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     await a.handle(await a.broker.read([0], 10, None))  # both claimed whole by A, which then dies
     await _abandon(a)
     client.put_output("same", "s", 1, output(3, 5, seed=2), SAMPLE, final=True)  # identical: harmless
@@ -45,13 +51,15 @@ async def test_late_duplicates_of_a_whole_trajectory(ns, redis_url, sync_redis):
     async with running_workers(ns, redis_url, [LengthManager(None)]):
         res = await asyncio.to_thread(client.wait_rewards, same + ["diff_s_0", "diff_s_1"], 15)
     assert [res[k].reward_score for k in same] == [5.0, 5.0]
-    assert "two different records for key diff_s_0" in res["diff_s_0"].error
+    assert "two different records for key diff_s_0" in (res["diff_s_0"].error or "")
     assert res["diff_s_1"].status == "error"
     assert sync_redis.xlen(ks.stream(0)) == 0 and sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
     client.close()
 
 
-async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(ns, redis_url, sync_redis):
+async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     """A whole trajectory whose claim finds it already finished goes through ``store``, which
     acknowledges the duplicate and rewrites nothing."""
     ks = Keyspace(ns)
@@ -61,6 +69,7 @@ async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(ns, r
     w = Worker(worker_config(ns, redis_url, name="A"), manager=LengthManager(None))
     await w.start()
     try:
+        assert w.broker is not None
         await w.handle(await w.broker.read([0], 10, None))
         first = await asyncio.to_thread(client.wait_rewards, keys, 10)
         # the same trajectory again, whole in one read (a producer retried its put)
@@ -72,8 +81,8 @@ async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(ns, r
             await asyncio.sleep(0.02)
         assert not w.in_flight
         again = client.get_rewards(keys)
-        assert [r.scored_at for r in again.values()] == [r.scored_at for r in first.values()]
-        assert [r.reward_score for r in again.values()] == [5.0, 5.0]
+        assert [must(r).scored_at for r in again.values()] == [must(r).scored_at for r in first.values()]
+        assert [must(r).reward_score for r in again.values()] == [5.0, 5.0]
         assert w.stats["duplicates"] == 2 and w.stats["scored"] == 1 and w.stats["errors"] == 0
         assert sync_redis.xlen(ks.stream(0)) == 0 and sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
         assert sync_redis.xlen(ks.done(0)) == 1  # finished once
@@ -82,7 +91,9 @@ async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(ns, r
         client.close()
 
 
-async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(ns, redis_url, sync_redis):
+async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_trajectory("lost", "s", [output(3, 4), output(3, 5)], SAMPLE)
@@ -90,10 +101,12 @@ async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(ns, 
     await w.start()
     try:
 
-        async def refused(groups):
+        async def refused(groups: object) -> list[bool]:
             raise ConnectionError("redis went away mid-claim")
 
-        real, w.broker.claim_whole = w.broker.claim_whole, refused
+        assert w.broker is not None
+        real = w.broker.claim_whole
+        w.broker.claim_whole = refused  # type: ignore[method-assign]  # a claim that fails
         entries = await w.broker.read([0], 10, None)
         try:
             await w.handle(entries)
@@ -105,7 +118,7 @@ async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(ns, 
         assert not w.in_flight and w.stats["scored"] == 0
         assert not sync_redis.exists(ks.reward_key("lost_s_0"), ks.reward_key("lost_s_1"))
         assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 2  # for a reclaim to find
-        w.broker.claim_whole = real
+        w.broker.claim_whole = real  # type: ignore[method-assign]
     finally:
         await w.stop()
         client.close()

@@ -13,6 +13,9 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -21,14 +24,16 @@ from rewardq import AsyncRewardClient, RewardClient
 from rewardq.config import WorkerConfig
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
-from tests.support.exactly_once import make_trajectories, push, settle
+from rewardq.queue.script_runner import Call
+from tests.support.exactly_once import Trajectory, make_trajectories, push, settle
 from tests.support.managers import EchoManager
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import SyncClient
 
 ECHO = "tests.support.managers:EchoManager"
 #: Fast recovery: a dead worker's entries are reclaimed ~2 s after its last lease renewal.
-FAST = dict(
+FAST: dict[str, Any] = dict(
     manager=ECHO,
     heartbeat_interval=0.3,
     lease_seconds=1.5,
@@ -42,7 +47,7 @@ START_TIMEOUT = 90  # worker start-up imports torch; several at once on a busy 2
 
 
 @pytest.fixture(scope="module")
-def server():
+def server() -> Iterator[RedisServer]:
     with RedisServer(appendonly=True) as srv:
         yield srv
 
@@ -56,7 +61,7 @@ def _started(*workers: WorkerProcess) -> None:
         assert w.wait_for_log(f"worker {w.name} started", START_TIMEOUT), f"{w.name} did not start:\n{w.log()}"
 
 
-def _wait(cond, timeout: float, what: str) -> None:
+def _wait(cond: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -65,12 +70,12 @@ def _wait(cond, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def _pending_by_consumer(r: redis.Redis, ks: Keyspace) -> dict[str, int]:
+def _pending_by_consumer(r: SyncClient, ks: Keyspace) -> dict[str, int]:
     info = r.xpending(ks.stream(0), ks.group)
     return {c["name"].decode(): int(c["pending"]) for c in info.get("consumers") or []}
 
 
-def test_sigkill_at_every_phase_loses_nothing(server, tmp_path):
+def test_sigkill_at_every_phase_loses_nothing(server: RedisServer, tmp_path: Path) -> None:
     # Given one doomed worker per phase, each in its own namespace
     phases = {
         "scoring": None,
@@ -135,11 +140,12 @@ def test_sigkill_at_every_phase_loses_nothing(server, tmp_path):
             assert verdict.clean, f"{p}: {verdict.explain()}"
             assert verdict.leftovers == {"stream": 0, "pending": 0, "waiting": 0, "dead": 0}, p
             res = clients[p].get_rewards(keys[p])
-            workers = {x.worker for x in res.values()}
+            assert all(x is not None for x in res.values()), p
+            workers = {x.worker for x in res.values() if x is not None}
             if p in ("scoring", "reading"):
                 assert workers == {f"rescuer-{p}"}, (p, workers)
             elif p == "before-ack":  # the unacknowledged write-back was redone by the real commit
-                assert {res[k].worker for k in half_done} == {"rescuer-before-ack"}
+                assert {x.worker for k in half_done if (x := res[k]) is not None} == {"rescuer-before-ack"}
             else:  # the committed trajectory kept the dead worker's result; the rest were rescued
                 assert "doomed-after-commit" in workers and "rescuer-after-commit" in workers
             clients[p].close()
@@ -149,8 +155,10 @@ def test_sigkill_at_every_phase_loses_nothing(server, tmp_path):
         r.close()
 
 
-async def _rescue(url: str, names: dict[str, str], clients: dict[str, RewardClient], keys: dict[str, list[str]]):
-    settings = {k: v for k, v in FAST.items() if k != "manager"}
+async def _rescue(
+    url: str, names: dict[str, str], clients: dict[str, RewardClient], keys: dict[str, list[str]]
+) -> None:
+    settings: dict[str, Any] = {k: v for k, v in FAST.items() if k != "manager"}
     workers = [
         Worker(
             # another scoring configuration than the dead workers': it takes over once their heartbeats lapse
@@ -176,18 +184,22 @@ async def _rescue(url: str, names: dict[str, str], clients: dict[str, RewardClie
         await asyncio.gather(*tasks)
 
 
-def _produce(client: RewardClient, jobs, keys: list[str], errors: list[BaseException], pause: float) -> None:
+def _produce(
+    client: RewardClient, jobs: list[Trajectory], keys: list[str], errors: list[BaseException], pause: float
+) -> None:
     try:
         for t in jobs:
             keys += client.put_trajectory(
                 t.uid, t.session_id, t.outputs, {"data_source": "test", "reward_model": {"ground_truth": "1"}}
             )
             time.sleep(pause)
-    except BaseException as exc:  # the test asserts there were none
+    except BaseException as exc:  # noqa: BLE001 - the test asserts there were none
         errors.append(exc)
 
 
-def _produce_async(url: str, ns: str, jobs, keys: list[str], errors: list[BaseException], pause: float) -> None:
+def _produce_async(
+    url: str, ns: str, jobs: list[Trajectory], keys: list[str], errors: list[BaseException], pause: float
+) -> None:
     """The asyncio client's flavour of :func:`_produce`, ending with its own wait_rewards."""
 
     async def go() -> None:
@@ -199,11 +211,11 @@ def _produce_async(url: str, ns: str, jobs, keys: list[str], errors: list[BaseEx
 
     try:
         asyncio.run(go())
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the test asserts there were none
         errors.append(exc)
 
 
-def test_redis_crash_mid_run_with_aof_loses_nothing(server, tmp_path):
+def test_redis_crash_mid_run_with_aof_loses_nothing(server: RedisServer, tmp_path: Path) -> None:
     # Given two workers scoring a stream of trajectories on an AOF (appendfsync always) server
     ns = _ns("crash")
     workers = [
@@ -258,7 +270,7 @@ def test_redis_crash_mid_run_with_aof_loses_nothing(server, tmp_path):
             r.close()
 
 
-def test_dropped_connections_worker_carries_on(server, tmp_path):
+def test_dropped_connections_worker_carries_on(server: RedisServer, tmp_path: Path) -> None:
     # Given a worker and a producer, and an admin killing every client connection repeatedly
     ns = _ns("drop")
     worker = WorkerProcess(
@@ -304,7 +316,7 @@ def test_dropped_connections_worker_carries_on(server, tmp_path):
         admin.close()
 
 
-async def test_store_and_claim_survive_script_cache_loss(server):
+async def test_store_and_claim_survive_script_cache_loss(server: RedisServer) -> None:
     """A fresh or restarted Redis has no scripts: the pipelined EVALSHAs answer NOSCRIPT; the
     broker loads the script and runs those calls again instead of failing the read."""
     from rewardq.queue.codec import decode_output
@@ -315,29 +327,31 @@ async def test_store_and_claim_survive_script_cache_loss(server):
     push(client, jobs)
     w = Worker(WorkerConfig(redis_url=server.url, namespace=ns, name="ns-w"), manager=EchoManager())
     await w.start()
+    assert w.broker is not None
+    broker = w.broker
     try:
-        real = w.broker.scripts._pipeline
-        loads = []
+        real = broker.scripts._pipeline
+        loads: list[bool] = []
 
-        async def counting(script, calls, *, load=False):
+        async def counting(script: Any, calls: Sequence[Call], *, load: bool = False) -> list[Any]:
             loads.append(load)
             return await real(script, calls, load=load)
 
-        w.broker.scripts._pipeline = counting
-        entries = await w.broker.read([0], 100, None)
-        by_tid: dict = {}
+        broker.scripts._pipeline = counting  # type: ignore[method-assign]  # counts the calls it passes on
+        entries = await broker.read([0], 100, None)
+        by_tid: dict[str, Any] = {}
         for e in entries:
             by_tid.setdefault(decode_output(e.data).tid, []).append(e)
         first, rest = list(by_tid)[:2], list(by_tid)[2:]
         # Given Redis forgot every script, when two trajectories are claimed whole
-        assert await w.broker.r.script_flush() is True
-        claimed = await w.broker.claim_whole([(0, tid, by_tid[tid]) for tid in first])
+        assert await broker.r.script_flush() is True
+        claimed = await broker.claim_whole([(0, tid, by_tid[tid]) for tid in first])
         assert claimed == [True, True] and loads == [False, True]
         # and when the others are stored output by output after another loss
-        assert await w.broker.r.script_flush() is True
+        assert await broker.r.script_flush() is True
         loads.clear()
         todo = [e for tid in rest for e in by_tid[tid]]
-        outcomes = await w.broker.store([(e, decode_output(e.data), bytes(e.data)) for e in todo])
+        outcomes = await broker.store([(e, decode_output(e.data), bytes(e.data)) for e in todo])
         assert loads == [False, True], "the script cache was not lost: the test did not test anything"
         assert len(outcomes) == len(todo) and {o.kind for o in outcomes} <= {"parked", "complete"}
         assert sum(o.kind == "complete" for o in outcomes) == len(rest)
@@ -346,7 +360,7 @@ async def test_store_and_claim_survive_script_cache_loss(server):
         client.close()
 
 
-def test_verdict_counts_lost_duplicated_and_errors(ns, sync_redis):
+def test_verdict_counts_lost_duplicated_and_errors(ns: str, sync_redis: SyncClient) -> None:
     """The checker itself can fail: a missing result, a second finish, a wrong value, an error."""
     from rewardq.queue.results import RewardResult
 

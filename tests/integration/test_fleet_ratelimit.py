@@ -6,14 +6,17 @@ request out at once)."""
 from __future__ import annotations
 
 from rewardq import RewardClient
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.helpers import SAMPLE, output
+from tests.support.sync_client import SyncClient
 
 RPM = 120  # a bucket of 2 requests, refilled at 2/s
 N = 24  # 2 at once, then 22 at 2/s: ~11 s together
 
 
-def test_two_worker_processes_share_one_request_budget(procs, redis_url, ns, sync_redis):
+def test_two_worker_processes_share_one_request_budget(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient
+) -> None:
     # Given two worker processes running `rate_limited` with max_rpm=120, both alive before any work arrives
     def args(name):
         return worker_argv(

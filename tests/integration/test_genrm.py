@@ -9,8 +9,12 @@ import hashlib
 import io
 import logging
 import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import decode_output, encode_output
@@ -19,9 +23,11 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
+from tests.support.checks import must, single
 from tests.support.judge_standin import JudgeStandin
-from tests.support.managers import set_up_managers
+from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, text_output, trajectory_batch
+from tests.support.sync_client import SyncClient
 
 SAMPLE = {
     "data_source": "judged",
@@ -31,21 +37,21 @@ SAMPLE = {
 
 
 @pytest.fixture(scope="module")
-def standin(tmp_path_factory):
+def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JudgeStandin]:
     s = JudgeStandin(tmp_path_factory.mktemp("judge"))
     yield s
     s.stop()
 
 
 @pytest.fixture
-def judge(standin):
+def judge(standin: JudgeStandin) -> JudgeStandin:
     standin.control(reset=True)
     return standin
 
 
 @pytest.fixture
-async def genrm(judge, redis_url, ns):
-    def build(*, redis: bool = True, worker: str = "w0", **options):
+async def genrm(judge: JudgeStandin, redis_url: str, ns: str) -> AsyncIterator[MakeManager[GenRMRewardManager]]:
+    def build(*, redis: bool = True, worker: str = "w0", **options: Any) -> GenRMRewardManager:
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker, result_ttl=600)
         options.setdefault("backoff_base", 0.05)
         return GenRMRewardManager(TOK, context=ctx, base_url=judge.base_url, model="judge-model", **options)
@@ -54,7 +60,7 @@ async def genrm(judge, redis_url, ns):
         yield make
 
 
-def batch(*responses: str, sample=SAMPLE):
+def batch(*responses: str, sample: dict[str, Any] = SAMPLE) -> TensorDict:
     return trajectory_batch(*responses, sample=sample, prompt="What is 6*7?")
 
 
@@ -70,12 +76,14 @@ def batch(*responses: str, sample=SAMPLE):
     ],
     ids=["regex", "json-structured", "json-text", "json-nested", "choice-structured", "choice-text"],
 )
-async def test_the_reward_is_the_score_the_answer_implies(genrm, judge, options):
+async def test_the_reward_is_the_score_the_answer_implies(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options: Any
+) -> None:
     m = await genrm(**options)
-    graded = await m.run_single(batch("thinking", "the answer is 42, grade=0.75"))
+    graded = single(await m.run_single(batch("thinking", "the answer is 42, grade=0.75")))
     assert graded["reward_score"] == 0.75
-    right = await m.run_single(batch("thinking", "it is 42"))  # no grade: the stand-in compares with 42
-    wrong = await m.run_single(batch("thinking", "it is 41"))
+    right = single(await m.run_single(batch("thinking", "it is 42")))  # no grade: the stand-in compares with 42
+    wrong = single(await m.run_single(batch("thinking", "it is 41")))
     assert (right["reward_score"], wrong["reward_score"]) == (1.0, 0.0)
     info = graded["reward_extra_info"]
     assert info["acc"] == 0.75 and info["judge_cached"] is False and info["judge_votes"] == 1
@@ -86,29 +94,33 @@ async def test_the_reward_is_the_score_the_answer_implies(genrm, judge, options)
     assert "What is 6*7?" in bodies[0]["messages"][-1]["content"]  # the question, from raw_prompt
 
 
-async def test_labels_under_structured_output(genrm):
+async def test_labels_under_structured_output(genrm: MakeManager[GenRMRewardManager]) -> None:
     m = await genrm(score_parser="choice", choices={"correct": 1, "incorrect": 0})
-    assert (await m.run_single(batch("it is 42")))["reward_score"] == 1.0
-    assert (await m.run_single(batch("it is 7")))["reward_score"] == 0.0
+    assert single(await m.run_single(batch("it is 42")))["reward_score"] == 1.0
+    assert single(await m.run_single(batch("it is 7")))["reward_score"] == 0.0
 
 
-async def test_n_answers_from_one_request_combined_by_mean_or_majority(genrm, judge):
+async def test_n_answers_from_one_request_combined_by_mean_or_majority(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     mean = await genrm(n=3, temperature=0.8)
-    out = await mean.run_single(batch("votes=1,0,1"))
+    out = single(await mean.run_single(batch("votes=1,0,1")))
     assert out["reward_score"] == pytest.approx(2 / 3) and out["reward_extra_info"]["judge_votes"] == 3
     # the same request body, combined another way: the cached answer, nothing sent again
     majority = await genrm(n=3, temperature=0.8, combine="majority")
-    out = await majority.run_single(batch("votes=1,0,1"))
+    out = single(await majority.run_single(batch("votes=1,0,1")))
     assert out["reward_score"] == 1.0 and out["reward_extra_info"]["judge_cached"] is True
     assert judge.stats()["served"] == 1 and [b["n"] for b in judge.bodies()] == [3]
 
 
-async def test_rescoring_reuses_the_answer_across_managers_and_workers(genrm, judge, sync_redis, ns):
+async def test_rescoring_reuses_the_answer_across_managers_and_workers(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: SyncClient, ns: str
+) -> None:
     first = await genrm(worker="w0")
     second = await genrm(worker="w1")
     data = batch("thinking", "grade=0.5")
-    a = await first.run_single(data)
-    b = await second.run_single(data)  # another worker re-scoring the same trajectory
+    a = single(await first.run_single(data))
+    b = single(await second.run_single(data))  # another worker re-scoring the same trajectory
     assert a["reward_score"] == b["reward_score"] == 0.5
     assert (a["reward_extra_info"]["judge_cached"], b["reward_extra_info"]["judge_cached"]) == (False, True)
     assert b["reward_extra_info"]["judge_prompt_tokens"] == a["reward_extra_info"]["judge_prompt_tokens"]
@@ -118,17 +130,21 @@ async def test_rescoring_reuses_the_answer_across_managers_and_workers(genrm, ju
     assert totals["prompt_tokens"] == a["reward_extra_info"]["judge_prompt_tokens"]
 
 
-async def test_racing_workers_on_one_request_make_one(genrm, judge):
+async def test_racing_workers_on_one_request_make_one(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     judge.control(delay=0.5)
     managers = [await genrm(worker=f"w{i}") for i in range(4)]
     data = batch("grade=1")
     outs = await asyncio.gather(*(m.run_single(data) for m in managers))
-    assert [o["reward_score"] for o in outs] == [1.0] * 4
-    assert sorted(o["reward_extra_info"]["judge_cached"] for o in outs) == [False, True, True, True]
+    assert [single(o)["reward_score"] for o in outs] == [1.0] * 4
+    assert sorted(single(o)["reward_extra_info"]["judge_cached"] for o in outs) == [False, True, True, True]
     assert judge.stats()["served"] == 1
 
 
-async def test_per_turn_judging_gives_each_output_its_own_reward(genrm, judge):
+async def test_per_turn_judging_gives_each_output_its_own_reward(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     m = await genrm(per_turn=True, prompt_template="{trajectory}\nJudge the last output. {format_instructions}")
     out = await m.run_single(batch("grade=0.25", "grade=0.5", "grade=1"))
     assert [o["reward_score"] for o in out] == [0.25, 0.5, 1.0]
@@ -137,26 +153,32 @@ async def test_per_turn_judging_gives_each_output_its_own_reward(genrm, judge):
     assert texts[0].startswith("[output 0]\ngrade=0.25\n")
 
 
-async def test_a_429_is_retried_after_its_retry_after(genrm, judge):
+async def test_a_429_is_retried_after_its_retry_after(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     judge.control(fail_next=2, status=429, retry_after=1)
     m = await genrm()
     t0 = time.monotonic()
-    out = await m.run_single(batch("grade=0.5"))
+    out = single(await m.run_single(batch("grade=0.5")))
     assert out["reward_score"] == 0.5
     assert time.monotonic() - t0 >= 2.0  # two Retry-After: 1 pauses, not the 0.05 s backoff
     assert judge.stats()["statuses"] == {"429": 2, "200": 1}
 
 
-async def test_a_500_is_retried_with_backoff_then_scores(genrm, judge, sync_redis, ns):
+async def test_a_500_is_retried_with_backoff_then_scores(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: SyncClient, ns: str
+) -> None:
     judge.control(fail_next=2, status=500)
     m = await genrm()
-    assert (await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
+    assert single(await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
     totals = judge_totals(sync_redis, Keyspace(ns))["judge-model"]
     assert (totals["requests"], totals["errors"], totals["failed"]) == (3, 2, 0)
     assert totals["error_rate"] == round(2 / 3, 4)
 
 
-async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(genrm, judge, sync_redis, ns):
+async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: SyncClient, ns: str
+) -> None:
     judge.control(fail_always=500)
     m = await genrm(max_retries=2)
     with pytest.raises(JudgeUnavailable, match=r"failed after 3 attempts; last: HTTP 500: injected 500") as err:
@@ -165,29 +187,33 @@ async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(
     assert judge.stats()["statuses"] == {"500": 3}
     assert judge_totals(sync_redis, Keyspace(ns))["judge-model"]["failed"] == 1
     judge.control(fail_always=0)  # back up: the claim was released, nothing was cached
-    assert (await m.run_single(batch("grade=1")))["reward_score"] == 1.0
+    assert single(await m.run_single(batch("grade=1")))["reward_score"] == 1.0
 
 
-async def test_a_refused_request_is_not_retried(genrm, judge):
+async def test_a_refused_request_is_not_retried(genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin) -> None:
     m = await genrm()
     with pytest.raises(JudgeUnavailable, match=r"refused the request with HTTP 404 \(not retried\)"):
         await m.run_single(batch("judge-fail=404"))
     assert judge.stats()["received"] == 1
 
 
-async def test_a_retry_after_longer_than_max_retry_wait_ends_the_call(genrm, judge):
+async def test_a_retry_after_longer_than_max_retry_wait_ends_the_call(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     judge.control(fail_next=1, status=429, retry_after=3600)
     m = await genrm(max_retry_wait=10)
     with pytest.raises(JudgeUnavailable, match="asked to retry after 3600s"):
         await m.run_single(batch("grade=1"))
 
 
-async def test_a_server_without_structured_output_falls_back_to_json_in_text(genrm, judge, caplog):
+async def test_a_server_without_structured_output_falls_back_to_json_in_text(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, caplog: pytest.LogCaptureFixture
+) -> None:
     judge.control(refuse_structured=True)
     m = await genrm(score_parser="json")
     with caplog.at_level(logging.WARNING, logger="rewardq.reward.genrm"):
-        assert (await m.run_single(batch("grade=0.25")))["reward_score"] == 0.25
-        assert (await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
+        assert single(await m.run_single(batch("grade=0.25")))["reward_score"] == 0.25
+        assert single(await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
     assert sum("does not take response_format" in r.message for r in caplog.records) == 1
     assert judge.stats()["statuses"] == {"400": 1, "200": 2}
     strict = await genrm(score_parser="json", structured_output=True, limiter_name="strict")
@@ -195,7 +221,9 @@ async def test_a_server_without_structured_output_falls_back_to_json_in_text(gen
         await strict.run_single(batch("grade=0.75"))
 
 
-async def test_the_api_key_comes_from_the_environment_and_is_never_logged(tmp_path, redis_url, ns, monkeypatch, caplog):
+async def test_the_api_key_comes_from_the_environment_and_is_never_logged(
+    tmp_path: Path, redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = "sk-test-" + hashlib.sha256(ns.encode()).hexdigest()[:20]
     keyed = JudgeStandin(tmp_path, api_key=secret)
     try:
@@ -209,22 +237,24 @@ async def test_the_api_key_comes_from_the_environment_and_is_never_logged(tmp_pa
         with caplog.at_level(logging.DEBUG):
             m = GenRMRewardManager(TOK, context=ctx, base_url=keyed.base_url, model="m", api_key_env="MY_JUDGE_KEY")
             await m.setup()
-            assert (await m.run_single(batch("grade=1")))["reward_score"] == 1.0
+            assert single(await m.run_single(batch("grade=1")))["reward_score"] == 1.0
             await m.close()
         assert secret not in caplog.text and secret not in repr(m) and secret not in repr(m.judge)
     finally:
         keyed.stop()
 
 
-async def test_the_token_bucket_is_charged_with_the_servers_usage(genrm, sync_redis, ns):
+async def test_the_token_bucket_is_charged_with_the_servers_usage(
+    genrm: MakeManager[GenRMRewardManager], sync_redis: SyncClient, ns: str
+) -> None:
     m = await genrm(max_tpm=600_000, estimated_tokens_per_request=1)  # a bucket of 10,000 tokens
-    out = await m.run_single(batch("grade=1"))
+    out = single(await m.run_single(batch("grade=1")))
     used = out["reward_extra_info"]["judge_prompt_tokens"] + out["reward_extra_info"]["judge_completion_tokens"]
-    level = float(sync_redis.hget(Keyspace(ns).ratelimit("genrm"), "b:tpm:tokens"))
+    level = float(must(sync_redis.hget(Keyspace(ns).ratelimit("genrm"), "b:tpm:tokens")))
     assert 10_000 - used - 1 < level <= 10_000 - used + 200  # refilled a little since; the estimate was 1
 
 
-def png(color) -> bytes:
+def png(color: tuple[int, int, int]) -> bytes:
     from PIL import Image
 
     buf = io.BytesIO()
@@ -232,7 +262,9 @@ def png(color) -> bytes:
     return buf.getvalue()
 
 
-async def test_a_vision_judge_receives_the_outputs_images_as_data_urls(genrm, judge):
+async def test_a_vision_judge_receives_the_outputs_images_as_data_urls(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     from rewardq.consumers.batch import build_batch
 
     first, final = png((255, 0, 0)), png((0, 0, 255))
@@ -243,7 +275,7 @@ async def test_a_vision_judge_receives_the_outputs_images_as_data_urls(genrm, ju
         for i, (r, img) in enumerate([("look", first), ("grade=1", final)])
     ]
     m = await genrm()
-    assert (await m.run_single(build_batch(recs)))["reward_score"] == 1.0
+    assert single(await m.run_single(build_batch(recs)))["reward_score"] == 1.0
     [body] = judge.bodies()
     parts = body["messages"][-1]["content"]
     assert parts[0]["type"] == "image_url" and parts[-1]["type"] == "text"
@@ -257,11 +289,13 @@ async def test_a_vision_judge_receives_the_outputs_images_as_data_urls(genrm, ju
     assert isinstance(judge.bodies()[-1]["messages"][-1]["content"], str)
 
 
-async def test_without_redis_the_cache_and_limits_hold_in_the_process(genrm, judge):
+async def test_without_redis_the_cache_and_limits_hold_in_the_process(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
     m = await genrm(redis=False, max_concurrent=1)
     judge.control(delay=0.2)
     outs = await asyncio.gather(*(m.run_single(batch(f"grade=0.{i}")) for i in range(1, 4)))
-    assert [o["reward_score"] for o in outs] == [0.1, 0.2, 0.3]
+    assert [single(o)["reward_score"] for o in outs] == [0.1, 0.2, 0.3]
     assert judge.stats()["max_in_flight"] == 1
-    again = await m.run_single(batch("grade=0.1"))
+    again = single(await m.run_single(batch("grade=0.1")))
     assert again["reward_extra_info"]["judge_cached"] is True and judge.stats()["served"] == 3

@@ -9,14 +9,19 @@ import re
 import signal
 import time
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from rewardq import RewardClient
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.checks import must
+from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
@@ -25,13 +30,13 @@ FAST = ["--heartbeat-interval", "0.5", "--maintenance-interval", "0.5", "--log-l
 
 
 @pytest.fixture
-def judge(tmp_path):
+def judge(tmp_path: Path) -> Iterator[JudgeStandin]:
     s = JudgeStandin(tmp_path)
     yield s
     s.stop()
 
 
-def config_file(tmp_path, judge, **options) -> str:
+def config_file(tmp_path: Path, judge: JudgeStandin, **options: Any) -> str:
     """A rewardq config file switching the workers to genrm (as a user writes one)."""
     path = tmp_path / "genrm.yaml"
     opts = {"base_url": judge.base_url, "model": "judge-model", "backoff_base": 0.05, **options}
@@ -39,20 +44,20 @@ def config_file(tmp_path, judge, **options) -> str:
     return str(path)
 
 
-def start_workers(procs, redis_url, ns, names, config, *extra):
+def start_workers(procs: Procs, redis_url: str, ns: str, names: list[str], config: str, *extra: str) -> list[Proc]:
     workers = [
         procs.start(worker_argv(redis_url, ns, name, "--config", config, *FAST, *extra), tag=name) for name in names
     ]
     return workers
 
 
-def both_alive(sync_redis, ns, names, workers):
+def both_alive(sync_redis: SyncClient, ns: str, names: list[str], workers: list[Proc]) -> None:
     wait_for(lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names), 90, "worker heartbeats", procs=workers)
 
 
 def test_forty_trajectories_on_two_workers_keep_the_fleets_rate_and_concurrency(
-    procs, redis_url, ns, sync_redis, judge, tmp_path
-):
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
+) -> None:
     # Given a judge that takes 0.8 s per answer and two workers sharing max_rpm 120 and max_concurrent 2
     judge.control(delay=0.8)
     config = config_file(tmp_path, judge, max_rpm=120, max_concurrent=2)
@@ -89,7 +94,9 @@ def test_forty_trajectories_on_two_workers_keep_the_fleets_rate_and_concurrency(
         assert w.terminate() == 0, w.stderr()[-2000:]
 
 
-def test_a_worker_killed_mid_judging_costs_no_request_twice(procs, redis_url, ns, sync_redis, judge, tmp_path):
+def test_a_worker_killed_mid_judging_costs_no_request_twice(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
+) -> None:
     # Given one worker judging 8 trajectories of 3 outputs each, turn by turn, one request at a time
     judge.control(delay=0.3)
     config = config_file(tmp_path, judge, per_turn=True, max_concurrent=1, lease_seconds=3)
@@ -130,12 +137,13 @@ def test_a_worker_killed_mid_judging_costs_no_request_twice(procs, redis_url, ns
 
 
 def _scrape(port: int) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    result: str = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return result
 
 
 def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbours_score(
-    procs, redis_url, ns, sync_redis, judge, tmp_path
-):
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
+) -> None:
     # Given a worker whose judge answers 500 forever for two trajectories
     config = config_file(tmp_path, judge, max_retries=2)
     [w] = start_workers(procs, redis_url, ns, ["f"], config, "--metrics-port", "0")
@@ -148,7 +156,7 @@ def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbo
     for i in (1, 3):
         r = results[keys[i]]
         assert r.status == "error" and r.reward_score is None, r
-        assert "HTTP 500: injected 500" in r.error and "failed after 3 attempts" in r.error, r.error
+        assert "HTTP 500: injected 500" in (r.error or "") and "failed after 3 attempts" in (r.error or ""), r.error
     # ... and their neighbours score normally
     assert [results[keys[i]].reward_score for i in (0, 2, 4, 5)] == [1.0, 0.5, 0.25, 1.0]
     # The fleet's judge counters show requests, tokens, errors, gave-ups and the error rate per model
@@ -160,7 +168,7 @@ def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbo
     text = proc.stdout()
     assert "LLM judges (fleet)" in text and "judge-model" in text and "gave up after retries" in text
     # and this worker's /metrics the same, for itself
-    port = int(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", w.stderr()).group(1))
+    port = int(must(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", w.stderr())).group(1))
     metrics = _scrape(port)
     assert 'rewardq_judge_requests_total{model="judge-model"} 10.0' in metrics
     assert 'rewardq_judge_failed_total{model="judge-model"} 2.0' in metrics

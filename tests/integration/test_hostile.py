@@ -10,19 +10,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from typing import Any
+
+import pytest
 
 from rewardq import RewardClient, defaults
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import running_workers, until
 from tests.support.hostile import cases
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
-def _wait(client: RewardClient, keys: list[str], timeout: float = 30) -> dict:
+def _wait(client: RewardClient, keys: list[str], timeout: float = 30) -> dict[str, Any]:
     return client.wait_rewards(keys, timeout=timeout) if keys else {}
 
 
-async def test_every_hostile_case_ends_in_its_documented_state(ns, redis_url, sync_redis, caplog):
+async def test_every_hostile_case_ends_in_its_documented_state(
+    ns: str, redis_url: str, sync_redis: SyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="rewardq.worker")
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ import pytest
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.conftest import _delete_namespace
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.checks import must
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -41,7 +43,9 @@ def marked_pids(marks: Path, verb: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def sync_fn_worker(redis_url, tmp_path_factory):
+def sync_fn_worker(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[WorkerProcess, RewardClient, Path]]:
     """One ``rewardq worker`` (naive manager) whose sync ``--reward-fn`` misbehaves on request,
     with two scorer processes and an 8 s score timeout; shared by the tests of this group."""
     ns = f"iso-{uuid.uuid4().hex[:8]}"
@@ -69,7 +73,9 @@ def sync_fn_worker(redis_url, tmp_path_factory):
         _delete_namespace(redis_url, ns)
 
 
-def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(sync_fn_worker):
+def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     worker, client, marks = sync_fn_worker
     # Given five calls that hang, more than the two scorer processes, pushed first
     hung = [push(client, "hang") for _ in range(5)]
@@ -79,7 +85,7 @@ def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(syn
     results = client.wait_rewards(good, timeout=SCORE_TIMEOUT + 30)
     # Then each is scored correctly, and on time: well before any hung call's timeout
     assert {k: (r.status, r.reward_score) for k, r in results.items()} == {k: ("ok", 1.0) for k in good}
-    assert max(r.latency_ms for r in results.values()) < SCORE_TIMEOUT * 1000 * 0.75
+    assert max(must(r.latency_ms) for r in results.values()) < SCORE_TIMEOUT * 1000 * 0.75
     # And each hung trajectory ends in error at its timeout, its process killed
     ended = client.wait_rewards(hung, timeout=SCORE_TIMEOUT * 3 + 30)
     assert {r.status for r in ended.values()} == {"error"}
@@ -92,10 +98,12 @@ def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(syn
     # And trajectories after the hangs are scored in their normal time
     later = client.wait_rewards([push(client, "ok") for _ in range(10)], timeout=30)
     assert {r.reward_score for r in later.values()} == {1.0}
-    assert max(r.latency_ms for r in later.values()) < 5000
+    assert max(must(r.latency_ms) for r in later.values()) < 5000
 
 
-def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(sync_fn_worker):
+def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     worker, client, _ = sync_fn_worker
     reasons = {
         "sysexit:3": r"the reward function called sys.exit(3)",
@@ -112,15 +120,17 @@ def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(sync_fn_work
     # Then every misbehaving trajectory has an error result naming what its function did
     for text, reason in reasons.items():
         r = results[bad[text]]
-        assert r.status == "error" and r.error.startswith("scoring failed: ScoringError: "), (text, r.error)
-        assert reason in r.error, (text, r.error)
+        assert r.status == "error" and (r.error or "").startswith("scoring failed: ScoringError: "), (text, r.error)
+        assert reason in (r.error or ""), (text, r.error)
     # And its neighbours were scored normally, by a worker that is still running
     assert [(results[k].status, results[k].reward_score) for k in good] == [("ok", 1.0), ("ok", 0.0)] * 4
     assert worker.alive()
     assert client.wait_rewards([push(client, "ok")], timeout=30).popitem()[1].reward_score == 1.0
 
 
-def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(sync_fn_worker):
+def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(
+    sync_fn_worker: tuple[WorkerProcess, RewardClient, Path],
+) -> None:
     _, client, _ = sync_fn_worker
     # Given a call that holds the GIL for 6 s (in a thread of the worker, it froze the event
     # loop, so its neighbours' timeouts fired: "scoring timed out")
@@ -131,12 +141,14 @@ def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(sync_fn_wor
     results = client.wait_rewards(good, timeout=30)
     # Then they are scored at once, long before the holder lets go, and the holder finishes too
     assert {(r.status, r.reward_score) for r in results.values()} == {("ok", 1.0)}
-    assert max(r.latency_ms for r in results.values()) < 3000
+    assert max(must(r.latency_ms) for r in results.values()) < 3000
     held = client.wait_rewards([holder], timeout=30)[holder]
-    assert (held.status, held.reward_score) == ("ok", 0.0) and held.latency_ms >= 6000
+    assert (held.status, held.reward_score) == ("ok", 0.0) and must(held.latency_ms) >= 6000
 
 
-def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_children(redis_url, ns, tmp_path):
+def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_children(
+    redis_url: str, ns: str, tmp_path: Path
+) -> None:
     # Given a worker whose manager left a hung thread in asyncio's default executor, and whose
     # reward function hangs in a scorer process that ignores SIGTERM
     marks = tmp_path / "marks"
@@ -181,7 +193,9 @@ def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_c
         worker.kill()
 
 
-def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(procs, redis_url, ns):
+def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(
+    procs: Procs, redis_url: str, ns: str
+) -> None:
     # Given two worker processes under the supervisor, with a custom manager that runs in
     # the worker's own process and an async reward function it calls
     sup = procs.start(
@@ -222,7 +236,7 @@ def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(procs
     # Then only the culprit ends in error, blamed for the deaths of its worker process
     r = results[culprit]
     assert r.status == "error", r
-    assert "the worker process scoring this trajectory died 2 time(s) while it was scored alone" in r.error
+    assert "the worker process scoring this trajectory died 2 time(s) while it was scored alone" in (r.error or "")
     # And the in-process exits and interrupts are errors naming them, not shutdowns
     for key, reason in reasons.items():
         assert results[key].status == "error" and results[key].error == f"scoring failed: ScoringError: {reason}"

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 
+from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support import misbehaving
 from tests.support.helpers import until
 from tests.support.isolation import alive, trajectory
 
 
-async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive):
+async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive: Callable[..., NaiveRewardManager]) -> None:
     """Four calls hang in a pool of two; good calls after them finish long before the hung
     ones time out (spares), and the hung processes are killed when their callers give up."""
     m = naive(misbehaving.misbehave, processes=2, spare_after=0.5, max_spares=8)
     await m.prepare_scoring()
     pool = m.host.router.place_of(misbehaving.misbehave).pool
 
-    async def hung():
+    async def hung() -> None:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(m.run_single(trajectory("hang")), 8.0)
 
@@ -39,13 +41,13 @@ async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive):
     assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
 
 
-async def test_a_gil_holder_does_not_stall_its_neighbours(naive):
+async def test_a_gil_holder_does_not_stall_its_neighbours(naive: Callable[..., NaiveRewardManager]) -> None:
     m = naive(misbehaving.misbehave, processes=2)
     await m.prepare_scoring()
     t0 = time.monotonic()
     ticks = []
 
-    async def ticker():
+    async def ticker() -> None:
         while time.monotonic() - t0 < 2.5:
             ticks.append(time.monotonic())
             await asyncio.sleep(0.05)
@@ -60,7 +62,7 @@ async def test_a_gil_holder_does_not_stall_its_neighbours(naive):
     assert (await holder)["reward_score"] == 0.0
 
 
-async def test_spares_stay_within_their_bound(naive):
+async def test_spares_stay_within_their_bound(naive: Callable[..., NaiveRewardManager]) -> None:
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.2, max_spares=1)
     await m.prepare_scoring()
     pool = m.host.router.place_of(misbehaving.misbehave).pool

@@ -5,22 +5,29 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError
 from rewardq.queue.keys import Keyspace
-from rewardq.reward.base import ManagerContext
+from rewardq.reward.base import ManagerContext, ScoreFn
 from rewardq.reward.managers.limited import LimitedRewardManager
 from rewardq.reward.ratelimit import FleetRateLimiter, LocalRateLimiter
+from tests.support.checks import must
 from tests.support.helpers import PeakCounter
-from tests.support.managers import set_up_managers
+from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, record
+from tests.support.sync_client import SyncClient
 
 
-def trajectory(response: str = "The answer is 42", ground_truth: str = "42", extra_info=None) -> object:
+def trajectory(
+    response: str = "The answer is 42", ground_truth: str = "42", extra_info: dict[str, Any] | None = None
+) -> TensorDict:
     sample = {
         "data_source": "judge",
         "reward_model": {"ground_truth": ground_truth},
@@ -44,8 +51,8 @@ def trajectory(response: str = "The answer is 42", ground_truth: str = "42", ext
 
 
 @pytest.fixture
-async def managers(redis_url, ns):
-    def build(fn, *, redis: bool = True, worker: str = "w0", **options):
+async def managers(redis_url: str, ns: str) -> AsyncIterator[MakeManager[LimitedRewardManager]]:
+    def build(fn: ScoreFn, *, redis: bool = True, worker: str = "w0", **options: Any) -> LimitedRewardManager:
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker)
         return LimitedRewardManager(TOK, fn, context=ctx, **options)
 
@@ -53,12 +60,12 @@ async def managers(redis_url, ns):
         yield make
 
 
-async def judge(data_source, solution_str, ground_truth, extra_info):
+async def judge(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(0)
     return {"score": 1.0 if ground_truth in solution_str else 0.0, "seen": dict(extra_info)}
 
 
-async def test_scores_with_the_judge_and_merges_extra_fields_only(managers):
+async def test_scores_with_the_judge_and_merges_extra_fields_only(managers: MakeManager[LimitedRewardManager]) -> None:
     m = await managers(judge)
     data = trajectory(extra_info={"split": "test", "judge_hint": "from-dataset"})
     out = await m.run_single(data)
@@ -69,8 +76,8 @@ async def test_scores_with_the_judge_and_merges_extra_fields_only(managers):
     assert isinstance(m.limiter, FleetRateLimiter)
 
 
-async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers):
-    async def slow(**kw):
+async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers: MakeManager[LimitedRewardManager]) -> None:
+    async def slow(**kw: Any) -> None:
         await asyncio.sleep(30)
 
     m = await managers(slow, timeout=0.3)
@@ -80,11 +87,11 @@ async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers):
     assert time.monotonic() - t0 < 5.0
 
 
-async def test_a_failing_call_scores_zero_with_the_error_message(managers):
-    def broken(**kw):
+async def test_a_failing_call_scores_zero_with_the_error_message(managers: MakeManager[LimitedRewardManager]) -> None:
+    def broken(**kw: Any) -> None:
         raise RuntimeError("judge said no")
 
-    def no_score(**kw):
+    def no_score(**kw: Any) -> dict[str, Any]:
         return {"verdict": "yes"}
 
     m = await managers(broken)
@@ -101,36 +108,39 @@ async def test_a_failing_call_scores_zero_with_the_error_message(managers):
 class Recording:
     """Wraps the manager's real limiter and logs every step, in order."""
 
-    def __init__(self, inner, log):
+    def __init__(self, inner: Any, log: list[str]) -> None:
         self.inner, self.log = inner, log
 
-    async def acquire_request(self):
+    async def acquire_request(self) -> Any:
         self.log.append("request")
         return await self.inner.acquire_request()
 
-    async def acquire_tokens(self, n):
+    async def acquire_tokens(self, n: int) -> Any:
         self.log.append(f"tokens:{n}")
         return await self.inner.acquire_tokens(n)
 
     @asynccontextmanager
-    async def slot(self):
+    async def slot(self) -> AsyncIterator[None]:
         self.log.append("slot")
         async with self.inner.slot():
             yield
         self.log.append("slot released")
 
-    def stats(self):
-        return self.inner.stats()
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.inner.stats()
+        return result
 
-    async def close(self):
+    async def close(self) -> None:
         await self.inner.close()
 
 
-async def test_acquisition_order_request_tokens_slot_then_call(managers, sync_redis, ns):
+async def test_acquisition_order_request_tokens_slot_then_call(
+    managers: MakeManager[LimitedRewardManager], sync_redis: SyncClient, ns: str
+) -> None:
     log = []
     key = Keyspace(ns).ratelimit("default")
 
-    async def call(**kw):
+    async def call(**kw: Any) -> float:
         # the call runs while this worker holds a slot in Redis
         held = [f for f in sync_redis.hkeys(key) if f.startswith(b"s:w0:")]
         log.append(f"call with {len(held)} slot(s) held")
@@ -144,18 +154,20 @@ async def test_acquisition_order_request_tokens_slot_then_call(managers, sync_re
     assert [f for f in sync_redis.hkeys(key) if f.startswith(b"s:")] == []
     # both buckets (one second of each rate: 100/60 requests, 10_000/60 tokens) were charged in
     # Redis: 1 request, and the 1234 tokens, oversize for a bucket of 166.7, left it in debt
-    assert 0.66 < float(sync_redis.hget(key, "b:rpm:tokens")) < 0.7
-    assert -1068 < float(sync_redis.hget(key, "b:tpm:tokens")) < -1066
+    assert 0.66 < float(must(sync_redis.hget(key, "b:rpm:tokens"))) < 0.7
+    assert -1068 < float(must(sync_redis.hget(key, "b:tpm:tokens"))) < -1066
 
 
 @pytest.mark.parametrize(
     "limits", [dict(max_rpm=600), dict(max_tpm=60_000, estimated_tokens_per_request=100)], ids=["rpm", "tpm"]
 )
-async def test_two_managers_share_one_rate_through_redis(managers, limits):
+async def test_two_managers_share_one_rate_through_redis(
+    managers: MakeManager[LimitedRewardManager], limits: Any
+) -> None:
     """Two managers (two workers' worth) together get 10 calls/s, not 10 each."""
     calls = []
 
-    async def record(**kw):
+    async def record(**kw: Any) -> float:
         calls.append(time.monotonic())
         return 1.0
 
@@ -176,10 +188,10 @@ async def test_two_managers_share_one_rate_through_redis(managers, limits):
     assert b.stats()[("request" if "max_rpm" in limits else "tokens")]["waits"] > 0
 
 
-async def test_concurrency_limit_holds_across_managers(managers):
+async def test_concurrency_limit_holds_across_managers(managers: MakeManager[LimitedRewardManager]) -> None:
     at_once = PeakCounter()
 
-    async def slow(**kw):
+    async def slow(**kw: Any) -> float:
         with at_once:
             await asyncio.sleep(0.1)
         return 1.0
@@ -190,10 +202,10 @@ async def test_concurrency_limit_holds_across_managers(managers):
     assert len(outs) == 8 and at_once.peak == 2
 
 
-async def test_without_redis_the_limits_hold_in_process(managers):
+async def test_without_redis_the_limits_hold_in_process(managers: MakeManager[LimitedRewardManager]) -> None:
     at_once = PeakCounter()
 
-    async def slow(**kw):
+    async def slow(**kw: Any) -> float:
         with at_once:
             await asyncio.sleep(0.05)
         return 1.0
@@ -216,7 +228,7 @@ async def test_without_redis_the_limits_hold_in_process(managers):
         ("max_concurrent", 2.5),
     ],
 )
-def test_non_positive_options_are_refused_naming_the_value(option, value):
+def test_non_positive_options_are_refused_naming_the_value(option: str, value: float) -> None:
     with pytest.raises(ConfigError, match=option) as info:
-        LimitedRewardManager(TOK, judge, **{option: value})
+        LimitedRewardManager(TOK, judge, **{option: value})  # type: ignore[arg-type]  # the bad value is the test
     assert repr(value) in str(info.value)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,7 +36,7 @@ def push(client: RewardClient, data_source: str, response: str, truth: Any) -> s
 
 
 @pytest.fixture
-def math_worker(redis_url, tmp_path):
+def math_worker(redis_url: str, tmp_path: Path) -> Iterator[tuple[WorkerProcess, RewardClient]]:
     ns = f"math-{uuid.uuid4().hex[:8]}"
     worker = WorkerProcess(
         redis_url,
@@ -57,7 +59,7 @@ def math_worker(redis_url, tmp_path):
         _delete_namespace(redis_url, ns)
 
 
-def test_a_worker_scores_numina_and_geometry3k_as_verl_does(math_worker):
+def test_a_worker_scores_numina_and_geometry3k_as_verl_does(math_worker: tuple[WorkerProcess, RewardClient]) -> None:
     worker, client = math_worker
     # Given a slow numina sample (sympy runs into its 10 s limit), pushed first
     (_, slow_response, slow_truth, slow_expected) = SLOW_CASES[0]
@@ -71,7 +73,7 @@ def test_a_worker_scores_numina_and_geometry3k_as_verl_does(math_worker):
     for key, expected in keys.items():
         r = results[key]
         if isinstance(expected, type):
-            assert r.status == "error" and expected.__name__ in r.error, (key, r.error)
+            assert r.status == "error" and expected.__name__ in (r.error or ""), (key, r.error)
         else:
             assert (r.status, r.reward_score, r.reward_extra_info) == ("ok", expected, {"acc": expected}), key
     assert {(results[k].status, results[k].reward_score) for k in gsm8k} == {("ok", 1.0)}

@@ -14,6 +14,7 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import SAMPLE, output, until, worker_config
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
 def _scrape(port: int) -> dict[str, float]:
@@ -26,7 +27,7 @@ def _scrape(port: int) -> dict[str, float]:
     return out
 
 
-async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
+async def test_metrics_endpoint_counts_a_run(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     w = Worker(
         worker_config(ns, redis_url, name="m", metrics_port=0, manager="test-length"), manager=LengthManager(None)
@@ -60,7 +61,9 @@ async def test_metrics_endpoint_counts_a_run(ns, redis_url, sync_redis):
     assert "rewardq_in_flight" in after and "rewardq_reclaimed_total" in after
 
 
-async def test_backlog_gauges_show_the_namespaces_backlog_and_its_drain_time(ns, redis_url, sync_redis):
+async def test_backlog_gauges_show_the_namespaces_backlog_and_its_drain_time(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     from tests.support.managers import EchoManager
 
     client = RewardClient.from_url(redis_url, namespace=ns)

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.rows import valid_response_ids
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
-async def test_trajectory_scored_once_and_copied_to_every_key(ns, redis_url, length_manager, sync_redis):
+async def test_trajectory_scored_once_and_copied_to_every_key(
+    ns: str, redis_url: str, length_manager: LengthManager, sync_redis: SyncClient
+) -> None:
     # Given a trajectory whose outputs have very different prompt and response lengths
     lens = [(50, 300), (700, 10), (5, 1200), (120, 0), (300, 77)]
     outs = [output(p, r, seed=i, num_turns=2 * i + 1, extra_fields={"turn": i}) for i, (p, r) in enumerate(lens)]
@@ -44,7 +49,9 @@ async def test_trajectory_scored_once_and_copied_to_every_key(ns, redis_url, len
     assert raw[b"reward_score"] == b"77.0" and raw[b"reward_extra_info"] == b'{"rows":5,"gt":"42"}'
 
 
-async def test_out_of_order_arrival_and_two_workers_assemble_once(ns, redis_url, sync_redis):
+async def test_out_of_order_arrival_and_two_workers_assemble_once(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     managers = [LengthManager(None), LengthManager(None)]
     LengthManager.calls = []
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -66,7 +73,9 @@ async def test_out_of_order_arrival_and_two_workers_assemble_once(ns, redis_url,
     client.close()
 
 
-async def test_outputs_read_by_different_workers_are_scored_once(ns, redis_url, sync_redis):
+async def test_outputs_read_by_different_workers_are_scored_once(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     """Worker A reads output 0, worker B reads the final output: B assembles and scores."""
     from rewardq.consumers.worker import Worker
     from tests.support.helpers import worker_config
@@ -79,8 +88,10 @@ async def test_outputs_read_by_different_workers_are_scored_once(ns, redis_url, 
     await b.start()
     try:
         client.put_output("u", "s", 0, output(5, 9), SAMPLE)
+        assert a.broker is not None
         got_a = await a.broker.read([0], 10, None)
         client.put_output("u", "s", 1, output(6, 4), SAMPLE, final=True)
+        assert b.broker is not None
         got_b = await b.broker.read([0], 10, None)
         assert [e.key for e in got_a] == ["u_s_0"] and [e.key for e in got_b] == ["u_s_1"]
         await a.handle(got_a)
@@ -97,9 +108,11 @@ async def test_outputs_read_by_different_workers_are_scored_once(ns, redis_url, 
         client.close()
 
 
-async def test_ids_as_lists_numpy_and_torch_and_verl_like_objects(ns, redis_url, length_manager):
+async def test_ids_as_lists_numpy_and_torch_and_verl_like_objects(
+    ns: str, redis_url: str, length_manager: LengthManager
+) -> None:
     class AgentLoopOutput:  # duck-typed verl output
-        def __init__(self):
+        def __init__(self) -> None:
             self.prompt_ids = torch.tensor([1, 2, 3])
             self.response_ids = torch.tensor([4, 5, 6, 7])
             self.response_mask = torch.tensor([1, 1, 0, 1])
@@ -119,7 +132,7 @@ async def test_ids_as_lists_numpy_and_torch_and_verl_like_objects(ns, redis_url,
     await client.aclose()
 
 
-async def test_get_rewards_reports_missing_and_wait_times_out_naming_keys(ns, redis_url):
+async def test_get_rewards_reports_missing_and_wait_times_out_naming_keys(ns: str, redis_url: str) -> None:
     from rewardq.errors import RewardTimeout
 
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -132,7 +145,7 @@ async def test_get_rewards_reports_missing_and_wait_times_out_naming_keys(ns, re
     client.close()
 
 
-async def test_many_concurrent_async_waiters(ns, redis_url, length_manager):
+async def test_many_concurrent_async_waiters(ns: str, redis_url: str, length_manager: LengthManager) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [length_manager], concurrency=8):
 
@@ -146,13 +159,13 @@ async def test_many_concurrent_async_waiters(ns, redis_url, length_manager):
     await client.aclose()
 
 
-async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns, redis_url):
+async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns: str, redis_url: str) -> None:
     from rewardq.reward.base import RewardManager
 
     class Counting(RewardManager):
         now = peak = 0
 
-        async def run_single(self, data):
+        async def run_single(self, data: TensorDict) -> dict[str, Any]:
             type(self).now += 1
             type(self).peak = max(type(self).peak, type(self).now)
             await asyncio.sleep(0.05)
@@ -167,7 +180,9 @@ async def test_concurrency_bounds_scoring_even_within_one_read_batch(ns, redis_u
     client.close()
 
 
-async def test_own_process_worker_freezes_the_start_up_heap_before_it_reads(ns, redis_url, length_manager, monkeypatch):
+async def test_own_process_worker_freezes_the_start_up_heap_before_it_reads(
+    ns: str, redis_url: str, length_manager: LengthManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a worker run as a process's own (as `rewardq worker` runs it); gc.freeze is
     # recorded, not done, so the test process's heap is left alone
     import gc

@@ -8,15 +8,19 @@ reward, and the command exits 1 because lines failed.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
 
-def test_produce_reports_bad_lines_and_scores_the_rest(procs, redis_url, ns, sync_redis, tmp_path):
+def test_produce_reports_bad_lines_and_scores_the_rest(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
+) -> None:
     # Given a worker (starting in the background) and a 40-line file from `rewardq generate`
     worker = procs.start(
         worker_argv(redis_url, ns, "pw", "--log-level", "WARNING", manager="naive"),
@@ -70,7 +74,7 @@ def test_produce_reports_bad_lines_and_scores_the_rest(procs, redis_url, ns, syn
     assert worker.terminate() == 0
 
 
-def test_produce_unreachable_redis_and_missing_file(procs, tmp_path):
+def test_produce_unreachable_redis_and_missing_file(procs: Procs, tmp_path: Path) -> None:
     path = tmp_path / "one.jsonl"
     rc, _ = procs.run(["generate", str(path), "-n", "1"])
     assert rc == 0
@@ -80,7 +84,9 @@ def test_produce_unreachable_redis_and_missing_file(procs, tmp_path):
     assert rc == 2 and "does not exist" in p.stderr() and "rewardq generate" in p.stderr()
 
 
-def test_produce_wait_without_workers_times_out_and_exits_1(procs, redis_url, ns, tmp_path):
+def test_produce_wait_without_workers_times_out_and_exits_1(
+    procs: Procs, redis_url: str, ns: str, tmp_path: Path
+) -> None:
     path = tmp_path / "three.jsonl"
     assert procs.run(["generate", str(path), "-n", "3"])[0] == 0
     rc, p = procs.run(

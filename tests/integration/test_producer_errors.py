@@ -75,7 +75,7 @@ def oom_server() -> Iterator[tuple[RedisServer, redis.Redis]]:
             r.close()
 
 
-def test_an_out_of_memory_redis_refuses_puts_with_a_short_rewardq_error_and_keeps_nothing():
+def test_an_out_of_memory_redis_refuses_puts_with_a_short_rewardq_error_and_keeps_nothing() -> None:
     with oom_server() as (srv, r):
         ns = "oom"
         ks = Keyspace(ns)
@@ -104,7 +104,7 @@ def test_an_out_of_memory_redis_refuses_puts_with_a_short_rewardq_error_and_keep
         client.close()
 
 
-async def test_the_async_client_raises_the_same_errors():
+async def test_the_async_client_raises_the_same_errors() -> None:
     with oom_server() as (srv, r):
         client = AsyncRewardClient.from_url(srv.url, namespace="aoom")
         await client.keyspace()
@@ -119,7 +119,7 @@ async def test_the_async_client_raises_the_same_errors():
         await client.aclose()
 
 
-def test_a_stalled_redis_is_a_timeout_that_says_a_retry_is_safe():
+def test_a_stalled_redis_is_a_timeout_that_says_a_retry_is_safe() -> None:
     with RedisServer() as srv:
         admin = srv.client()
         raw = redis.Redis.from_url(srv.url, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
@@ -142,7 +142,7 @@ def test_a_stalled_redis_is_a_timeout_that_says_a_retry_is_safe():
         admin.close()
 
 
-def test_no_redis_is_a_connection_error_for_both_clients():
+def test_no_redis_is_a_connection_error_for_both_clients() -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     client = RewardClient(redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0)), namespace="nc")
     with pytest.raises(RedisConnectionLost) as err:
@@ -162,7 +162,7 @@ def test_no_redis_is_a_connection_error_for_both_clients():
         asyncio.run(put())
 
 
-def test_a_trajectory_over_max_trajectory_bytes_is_refused_before_anything_is_written():
+def test_a_trajectory_over_max_trajectory_bytes_is_refused_before_anything_is_written() -> None:
     # 40 legal outputs of 31 MB each: 1.24 GB in one put_trajectory
     with RedisServer(extra=["--maxmemory", "2gb", "--maxmemory-policy", "noeviction"]) as srv:
         r = srv.client()

@@ -4,20 +4,26 @@ fewer than ``put_trajectory`` + ``wait_rewards`` (the waiter listens before the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 import pytest
 
 from rewardq import AsyncRewardClient
 from rewardq.errors import RewardTimeout
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
 from tests.support.helpers import SAMPLE, output, running_workers
+from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
-async def test_concurrent_trajectories_get_their_own_rewards(ns, redis_url, length_manager):
+async def test_concurrent_trajectories_get_their_own_rewards(
+    ns: str, redis_url: str, length_manager: LengthManager
+) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [length_manager], concurrency=8):
 
-        async def one(t: int):
+        async def one(t: int) -> tuple[list[str], dict[str, RewardResult]]:
             outs = [output(4, 3, seed=t), output(5, t % 7 + 1, seed=t + 1)]
             return await client.put_trajectory_and_wait(f"u{t}", "s", outs, SAMPLE, timeout=30)
 
@@ -28,12 +34,14 @@ async def test_concurrent_trajectories_get_their_own_rewards(ns, redis_url, leng
         assert [r.reward_score for r in results.values()] == [float(t % 7 + 1)] * 2
 
 
-async def test_the_results_are_read_after_the_put_not_before(ns, redis_url, sync_redis, monkeypatch):
+async def test_the_results_are_read_after_the_put_not_before(
+    ns: str, redis_url: str, sync_redis: SyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     reads: list[list[str]] = []
     real = client.get_rewards
 
-    async def counting(keys):
+    async def counting(keys: Iterable[str]) -> dict[str, RewardResult | None]:
         keys = list(keys)
         reads.append(keys)
         return await real(keys)
@@ -53,7 +61,7 @@ async def test_the_results_are_read_after_the_put_not_before(ns, redis_url, sync
     await client.aclose()
 
 
-async def test_a_bad_record_is_refused_before_anything_is_sent(ns, redis_url, sync_redis):
+async def test_a_bad_record_is_refused_before_anything_is_sent(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     from rewardq.errors import RecordError
 
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
@@ -64,22 +72,26 @@ async def test_a_bad_record_is_refused_before_anything_is_sent(ns, redis_url, sy
     await client.aclose()
 
 
-async def test_waiters_that_start_together_share_one_watcher(ns, redis_url, length_manager):
+async def test_waiters_that_start_together_share_one_watcher(
+    ns: str, redis_url: str, length_manager: LengthManager
+) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
 
     def watchers() -> int:
         return sum(1 for t in asyncio.all_tasks() if t.get_name() == "rewardq-done-watcher" and not t.done())
 
     async with running_workers(ns, redis_url, [length_manager], concurrency=16):
-        got = await asyncio.gather(
-            *(
-                client.put_trajectory_and_wait(f"a{t}", "s", [output(3, t % 5 + 1)], SAMPLE, timeout=30)
-                for t in range(150)
+        put_and_waited, waited = await asyncio.gather(
+            asyncio.gather(
+                *(
+                    client.put_trajectory_and_wait(f"a{t}", "s", [output(3, t % 5 + 1)], SAMPLE, timeout=30)
+                    for t in range(150)
+                )
             ),
-            *(client.wait_rewards([f"a{t}_s_0"], timeout=30) for t in range(150)),
+            asyncio.gather(*(client.wait_rewards([f"a{t}_s_0"], timeout=30) for t in range(150))),
         )
         assert watchers() == 1  # each used to start its own, each holding a pooled connection in XREAD
-    assert [r.reward_score for _, res in got[:150] for r in res.values()] == [float(t % 5 + 1) for t in range(150)]
-    assert all(res[f"a{t}_s_0"].reward_score == float(t % 5 + 1) for t, res in enumerate(got[150:]))
+    assert [r.reward_score for _, res in put_and_waited for r in res.values()] == [float(t % 5 + 1) for t in range(150)]
+    assert all(res[f"a{t}_s_0"].reward_score == float(t % 5 + 1) for t, res in enumerate(waited))
     await client.aclose()
     assert watchers() == 0

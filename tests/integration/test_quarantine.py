@@ -4,6 +4,9 @@ a trajectory is scored alone; a graceful hand-back is not held against it."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+from tensordict import TensorDict
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -20,6 +23,7 @@ from tests.support.helpers import (
     stop_while_scoring,
     worker_config,
 )
+from tests.support.sync_client import SyncClient
 
 
 class Overlap(RewardManager):
@@ -27,19 +31,22 @@ class Overlap(RewardManager):
 
     at_once = PeakCounter()
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         with type(self).at_once:
             await asyncio.sleep(0.1)
             return {"reward_score": float(valid_response_ids(last_row(data)).shape[0]), "reward_extra_info": {}}
 
 
-async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_ones_together(ns, redis_url, sync_redis):
+async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_ones_together(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     # Given four trajectories in flight at a worker that dies
     keys = [client.put_trajectory(f"dead{i}", "0", [output(2, 3 + i)], SAMPLE)[0] for i in range(4)]
     a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     await a.handle(await a.broker.read([0], 10, None))
     assert len(a.in_flight) == 4
     await abandon_worker(a)
@@ -59,7 +66,9 @@ async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_o
     client.close()
 
 
-async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(ns, redis_url, sync_redis):
+async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     (key,) = client.put_trajectory("handed", "0", [output(2, 5)], SAMPLE)

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -19,6 +21,7 @@ import redis.asyncio as aioredis
 from rewardq.errors import ConfigError
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.ratelimit import FleetRateLimiter, LocalRateLimiter, bucket_take
+from tests.support.checks import must
 from tests.support.cli_procs import REPO
 from tests.support.helpers import PeakCounter
 
@@ -26,14 +29,14 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture
-async def redis():
+async def redis() -> AsyncIterator[aioredis.Redis]:
     client = aioredis.Redis.from_url(REDIS_URL)
     yield client
     await client.aclose()
 
 
 @pytest.fixture
-async def key(redis):
+async def key(redis: aioredis.Redis) -> AsyncIterator[str]:
     ns = f"rqtest-{uuid.uuid4().hex[:12]}"
     k = Keyspace(ns).ratelimit("t")
     yield k
@@ -41,11 +44,14 @@ async def key(redis):
         await redis.delete(found)
 
 
+MakeLimiter = Callable[..., FleetRateLimiter | LocalRateLimiter]
+
+
 @pytest.fixture(params=["fleet", "local"])
-def make(request, redis, key):
+def make(request: pytest.FixtureRequest, redis: aioredis.Redis, key: str) -> MakeLimiter:
     """Build a limiter of either backend: the contract tests run on both."""
 
-    def factory(**kw):
+    def factory(**kw: Any) -> FleetRateLimiter | LocalRateLimiter:
         if request.param == "fleet":
             return FleetRateLimiter(redis, key, **kw)
         return LocalRateLimiter(**kw)
@@ -58,7 +64,7 @@ def make(request, redis, key):
 # ---------------------------------------------------------------------------------------
 
 
-def test_bucket_rule_refill_wait_and_debt():
+def test_bucket_rule_refill_wait_and_debt() -> None:
     # a new bucket is full, and holds one second of the rate (verl's): 120 rpm is 2 requests
     assert bucket_take(None, None, 10.0, capacity=120, cost=1) == (0.0, 1.0)
     # refill is continuous at rate/60 per second, capped at one second's worth
@@ -89,7 +95,7 @@ def test_bucket_rule_refill_wait_and_debt():
         {"lease_seconds": 0},
     ],
 )
-def test_bad_limits_are_refused_naming_the_value(bad):
+def test_bad_limits_are_refused_naming_the_value(bad: dict[str, float] | dict[str, int]) -> None:
     name, value = next(iter(bad.items()))
     with pytest.raises(ConfigError, match=name) as info:
         LocalRateLimiter(**bad)
@@ -101,17 +107,17 @@ def test_bad_limits_are_refused_naming_the_value(bad):
 # ---------------------------------------------------------------------------------------
 
 
-async def test_burst_then_wait_for_refill(make):
+async def test_burst_then_wait_for_refill(make: MakeLimiter) -> None:
     lim = make(max_rpm=600, max_concurrent=None)  # a bucket of 10 (one second), refilled at 10/s
     for _ in range(10):
         assert await lim.try_request() == 0.0
     wait = await lim.try_request()
     assert 0.02 < wait <= 0.1  # ~0.1 s minus what refilled meanwhile
-    assert abs(await lim.level("rpm")) < 0.5
+    assert abs(must(await lim.level("rpm"))) < 0.5
     assert await lim.level("tpm") is None  # that limit is off
 
 
-async def test_a_minute_of_budget_never_goes_out_at_once(make):
+async def test_a_minute_of_budget_never_goes_out_at_once(make: MakeLimiter) -> None:
     # verl's semantics: 120 rpm is a smooth 2/s with a burst of 2, not 120 requests at once
     lim = make(max_rpm=120, max_concurrent=None)
     taken = 0
@@ -120,12 +126,12 @@ async def test_a_minute_of_budget_never_goes_out_at_once(make):
     assert taken == 2
 
 
-async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make):
+async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make: MakeLimiter) -> None:
     lim = make(max_tpm=600, max_concurrent=None)  # bucket of 10 tokens, 10 tokens per second
     assert await lim.try_tokens(5) == 0.0
     wait = await lim.try_tokens(25)  # oversize: waits until the bucket is full
     assert 0.4 < wait <= 0.5
-    assert 4.9 < await lim.level("tpm") <= 5.5  # and took nothing meanwhile
+    assert 4.9 < must(await lim.level("tpm")) <= 5.5  # and took nothing meanwhile
     lim2 = make(max_tpm=600, max_concurrent=None)
     # pretend the 0.5 s passed: on a full bucket the oversize request goes at once
     if isinstance(lim, LocalRateLimiter):
@@ -133,15 +139,15 @@ async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make):
     else:
         await lim.redis.hset(lim.key, mapping={"b:tpm:tokens": "10"})
     assert await lim.try_tokens(25) == 0.0
-    level = await lim.level("tpm")
+    level = must(await lim.level("tpm"))
     assert -15.1 < level < -14.5  # debt: 10 - 25
     wait = await lim.try_tokens(1)
     assert 1.45 < wait <= 1.61  # the debt is repaid first
     if isinstance(lim, FleetRateLimiter):  # another client sees the same debt
-        assert -15.1 < await lim2.level("tpm") < -14.5
+        assert -15.1 < must(await lim2.level("tpm")) < -14.5
 
 
-async def test_acquire_sleeps_until_allowed_and_counts_waits(make):
+async def test_acquire_sleeps_until_allowed_and_counts_waits(make: MakeLimiter) -> None:
     lim = make(max_tpm=6000, max_concurrent=None)  # bucket of 100 tokens, 100 tokens per second
     t0 = time.monotonic()
     assert await lim.acquire_tokens(200) == 0.0  # full bucket: oversize goes, level -100
@@ -154,13 +160,13 @@ async def test_acquire_sleeps_until_allowed_and_counts_waits(make):
     assert stats["request"]["waits"] == 0 and stats["slot"]["waits"] == 0
 
 
-async def test_concurrency_slots_are_shared_and_released(make):
+async def test_concurrency_slots_are_shared_and_released(make: MakeLimiter) -> None:
     limiters = [make(max_concurrent=2, lease_seconds=5), make(max_concurrent=2, lease_seconds=5)]
     if isinstance(limiters[0], LocalRateLimiter):
         limiters = [limiters[0], limiters[0]]  # one process: one limiter object
     at_once = PeakCounter()
 
-    async def job(i):
+    async def job(i: int) -> None:
         async with limiters[i % 2].slot() as holder:
             assert holder
             with at_once:
@@ -173,11 +179,11 @@ async def test_concurrency_slots_are_shared_and_released(make):
         assert await limiters[0]._slot_op("slot", "third") > 0
 
 
-async def test_slot_released_on_cancellation(make):
+async def test_slot_released_on_cancellation(make: MakeLimiter) -> None:
     lim = make(max_concurrent=1, lease_seconds=30)
     entered = asyncio.Event()
 
-    async def holder():
+    async def holder() -> None:
         async with lim.slot():
             entered.set()
             await asyncio.sleep(60)
@@ -209,12 +215,13 @@ asyncio.run(main())
 """
 
 
-async def test_dead_holder_frees_its_slot_after_the_lease(redis, key):
+async def test_dead_holder_frees_its_slot_after_the_lease(redis: aioredis.Redis, key: str) -> None:
     lease = 1.0
     child = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, REDIS_URL, key, str(lease)], stdout=subprocess.PIPE, text=True, cwd=REPO
     )
     try:
+        assert child.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 30)
         assert line.strip() == "HELD"
         lim = FleetRateLimiter(redis, key, max_concurrent=1, lease_seconds=lease)
@@ -235,7 +242,8 @@ async def test_dead_holder_frees_its_slot_after_the_lease(redis, key):
         if child.poll() is None:
             child.kill()
             child.wait(10)
-        child.stdout.close()
+        if child.stdout is not None:
+            child.stdout.close()
 
 
 _HAMMER = """
@@ -262,7 +270,7 @@ asyncio.run(main())
 """
 
 
-async def test_fleet_of_processes_holds_the_combined_rate(key):
+async def test_fleet_of_processes_holds_the_combined_rate(key: str) -> None:
     rpm, duration, n_procs = 600, 8.0, 2  # 10 requests/s, a bucket of 10
     start_at = time.time() + 3.0
     procs = [

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +23,7 @@ from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.support.cli_procs import REPO, wait_for
 from tests.support.exactly_once import make_trajectories, push, settle
+from tests.support.sync_client import SyncClient
 
 ray = pytest.importorskip("ray", reason="rewardq[ray] is part of the test extra; install it")
 
@@ -29,7 +32,7 @@ from rewardq.integrations.ray import Autoscale, FleetError, start_fleet  # noqa:
 pytestmark = pytest.mark.slow
 
 ECHO = "tests.support.managers:EchoManager"
-FAST = {
+FAST: dict[str, Any] = {
     "manager": ECHO,
     "tokenizer": "builtin:demo",
     "heartbeat_interval": 0.5,
@@ -44,7 +47,7 @@ ENV = {"PYTHONPATH": str(REPO)}  # the worker processes import tests.support.man
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     tmp = tmp_path_factory.mktemp("ray")
     ray.init(
         address="local",
@@ -82,13 +85,15 @@ def _exists(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _pids(st: dict) -> tuple[set[int], set[int]]:
+def _pids(st: dict[str, Any]) -> tuple[set[int], set[int]]:
     """The worker processes, and the actors with the guardians between them and their workers."""
     running = [w for w in st["workers"] if w.get("pid")]
     return {w["pid"] for w in running}, {w["actor_pid"] for w in running} | {w["guardian_pid"] for w in running}
 
 
-def test_two_workers_score_500_trajectories_and_stop_leaves_nothing(ray_cluster, ns, redis_url, sync_redis):
+def test_two_workers_score_500_trajectories_and_stop_leaves_nothing(
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     before = ray.available_resources().get("rewardq_cpu", 0)
     fleet = start_fleet(
         workers=2, config=FAST, namespace=ns, redis_url=redis_url, resources={"rewardq_cpu": 1}, env=ENV, timeout=120
@@ -125,7 +130,9 @@ def test_two_workers_score_500_trajectories_and_stop_leaves_nothing(ray_cluster,
     assert sync_redis.zcard(Keyspace(ns).workers) == 0  # every worker unregistered (a clean stop)
 
 
-def test_sigkill_of_a_worker_process_is_restarted_by_ray_and_nothing_is_lost(ray_cluster, ns, redis_url, sync_redis):
+def test_sigkill_of_a_worker_process_is_restarted_by_ray_and_nothing_is_lost(
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     config = {**FAST, "manager_options": {"sleep": 0.05}, "concurrency": 8}
     fleet = start_fleet(workers=2, config=config, namespace=ns, redis_url=redis_url, env=ENV, timeout=120)
     try:
@@ -139,7 +146,8 @@ def test_sigkill_of_a_worker_process_is_restarted_by_ray_and_nothing_is_lost(ray
 
         def restarted() -> bool:
             w = fleet.status()["workers"][0]
-            return w["name"] != victim["name"] and w["alive"] and w["restarts"] >= 1
+            result: bool = w["name"] != victim["name"] and w["alive"] and w["restarts"] >= 1
+            return result
 
         wait_for(restarted, 120, "Ray to restart the killed worker")
         again = fleet.status()["workers"][0]
@@ -158,8 +166,8 @@ def test_sigkill_of_a_worker_process_is_restarted_by_ray_and_nothing_is_lost(ray
 
 
 def test_sigkill_of_an_actor_stops_its_worker_gracefully_and_ray_starts_a_new_pair(
-    ray_cluster, ns, redis_url, sync_redis
-):
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     fleet = start_fleet(workers=1, config=FAST, namespace=ns, redis_url=redis_url, env=ENV, timeout=120)
     try:
         (old,) = fleet.status()["workers"]
@@ -176,7 +184,9 @@ def test_sigkill_of_an_actor_stops_its_worker_gracefully_and_ray_starts_a_new_pa
     wait_for(lambda: not _groups_alive(workers) and not any(map(_exists, actors)), 30, "every fleet process to end")
 
 
-def test_scale_down_to_one_and_stop_leave_no_process(ray_cluster, ns, redis_url, sync_redis):
+def test_scale_down_to_one_and_stop_leave_no_process(
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     fleet = start_fleet(workers=3, config=FAST, namespace=ns, redis_url=redis_url, env=ENV, timeout=120)
     try:
         st = fleet.status()
@@ -200,7 +210,9 @@ def test_scale_down_to_one_and_stop_leave_no_process(ray_cluster, ns, redis_url,
         fleet.scale(1)
 
 
-def test_a_worker_config_error_fails_start_fleet_with_the_log_and_is_not_restarted(ray_cluster, ns, redis_url):
+def test_a_worker_config_error_fails_start_fleet_with_the_log_and_is_not_restarted(
+    ray_cluster: None, ns: str, redis_url: str
+) -> None:
     with pytest.raises(FleetError) as info:
         start_fleet(
             workers=1, config={**FAST, "manager": "no_such_manager"}, namespace=ns, redis_url=redis_url, timeout=120
@@ -208,21 +220,25 @@ def test_a_worker_config_error_fails_start_fleet_with_the_log_and_is_not_restart
     assert "configuration error" in str(info.value) and "no_such_manager" in str(info.value)
 
 
-def test_a_bad_setting_is_refused_on_the_driver_before_any_actor_starts(ray_cluster, ns, redis_url):
+def test_a_bad_setting_is_refused_on_the_driver_before_any_actor_starts(
+    ray_cluster: None, ns: str, redis_url: str
+) -> None:
     with pytest.raises(ConfigError, match="concurrency"):
         start_fleet(workers=2, config={**FAST, "concurrency": -1}, namespace=ns, redis_url=redis_url)
     with pytest.raises(ConfigError, match="autoscale"):
         start_fleet(workers=1, config=FAST, namespace=ns, autoscale={"min": 3, "max": 2})
 
 
-def test_resources_the_cluster_lacks_end_in_a_clear_error(ray_cluster, ns, redis_url):
+def test_resources_the_cluster_lacks_end_in_a_clear_error(ray_cluster: None, ns: str, redis_url: str) -> None:
     t0 = time.monotonic()
     with pytest.raises(FleetError, match="resources"):
         start_fleet(workers=1, config=FAST, namespace=ns, redis_url=redis_url, resources={"no_such_node": 1}, timeout=5)
     assert time.monotonic() - t0 < 60
 
 
-def test_autoscaling_adds_a_worker_for_a_backlog_and_removes_it_once_drained(ray_cluster, ns, redis_url, sync_redis):
+def test_autoscaling_adds_a_worker_for_a_backlog_and_removes_it_once_drained(
+    ray_cluster: None, ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     config = {**FAST, "manager_options": {"sleep": 0.1}, "concurrency": 4}
     policy = Autoscale(min_workers=1, max_workers=2, target_drain_s=2.0, interval_s=0.5, scale_down_after_s=2.0)
     fleet = start_fleet(workers=1, config=config, namespace=ns, redis_url=redis_url, env=ENV, autoscale=policy)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
@@ -24,14 +26,18 @@ from tests.support.helpers import (
 )
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 
-async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(ns, redis_url, sync_redis):
+async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("u", "s", [output(3, 4), output(3, 6)], SAMPLE)
     a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     entries = await a.broker.read([0], 10, None)
     await a.handle(entries)
     assert list(a.in_flight) == ["u_s"]
@@ -47,11 +53,11 @@ async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(ns, redis_ur
     client.close()
 
 
-async def test_live_lease_is_respected_while_owner_renews(ns, redis_url):
+async def test_live_lease_is_respected_while_owner_renews(ns: str, redis_url: str) -> None:
     """A slow but alive scorer keeps its trajectory: nobody else scores it concurrently."""
 
     class Slow(RewardManager):
-        async def run_single(self, data):
+        async def run_single(self, data: TensorDict) -> dict[str, Any]:
             await asyncio.sleep(4.0)  # longer than claim_idle and lease_seconds
             return {"reward_score": 1.0, "reward_extra_info": {}}
 
@@ -68,7 +74,9 @@ async def test_live_lease_is_respected_while_owner_renews(ns, redis_url):
     client.close()
 
 
-async def test_graceful_stop_hands_back_and_another_worker_finishes(ns, redis_url, sync_redis):
+async def test_graceful_stop_hands_back_and_another_worker_finishes(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("h", "s", [output(2, 5)], SAMPLE)
     # returns normally: hands the trajectory back instead of hanging
@@ -92,6 +100,7 @@ async def stored_trajectory(ns: str, url: str, uid: str, outputs: list) -> Async
     w = Worker(worker_config(ns, url, name="A"), manager=Hang(None))
     await w.start()
     try:
+        assert w.broker is not None
         entries = await w.broker.read([0], 10, None)
         yield client, w, await w.broker.store([(e, decode_output(e.data), bytes(e.data)) for e in entries])
     finally:
@@ -99,7 +108,7 @@ async def stored_trajectory(ns: str, url: str, uid: str, outputs: list) -> Async
         client.close()
 
 
-async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
+async def test_repeated_commit_changes_nothing(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     ks = Keyspace(ns)
     async with stored_trajectory(ns, redis_url, "c", [output(2, 2), output(2, 3)]) as (client, w, outs):
         assert [o.kind for o in outs] == ["parked", "complete"]
@@ -125,7 +134,9 @@ async def test_repeated_commit_changes_nothing(ns, redis_url, sync_redis):
         assert sync_redis.hgetall(ks.reward_key("c_s_1")) == first
 
 
-async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_outputs(ns, redis_url):
+async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_outputs(
+    ns: str, redis_url: str
+) -> None:
     # every stored output keeps its record and its digest in the trajectory hash: 2 fields each
     client = RewardClient.from_url(redis_url, namespace=ns, max_outputs=50)
     for i in range(40):
@@ -134,10 +145,12 @@ async def test_missing_indices_are_named_for_a_trajectory_of_more_than_half_max_
     async with running_workers(ns, redis_url, [LengthManager(None)], incomplete_timeout=1.0, max_outputs=50):
         res = await asyncio.to_thread(client.wait_rewards, ["wide_s_0", "wide_s_39"], 10)
     assert all(r.status == "error" for r in res.values())
-    assert "missing output indices 7 of 0..39" in res["wide_s_0"].error, res["wide_s_0"].error
+    assert "missing output indices 7 of 0..39" in (res["wide_s_0"].error or ""), res["wide_s_0"].error
 
 
-async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, redis_url, sync_redis):
+async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_output("gap", "s", 0, output(2, 2), SAMPLE)
@@ -154,9 +167,9 @@ async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, 
         client.put_output("gap", "s", 2, output(2, 2), SAMPLE)
         late = await asyncio.to_thread(client.wait_rewards, ["gap_s_2"], 10)
     assert all(r.status == "error" for r in res.values())
-    assert "missing output indices 1,2 of 0..3" in res["gap_s_0"].error
+    assert "missing output indices 1,2 of 0..3" in (res["gap_s_0"].error or "")
     assert res["gap_s_1"].error == res["gap_s_0"].error
-    assert "final output never arrived (have indices 0)" in res["nofinal_s_0"].error
+    assert "final output never arrived (have indices 0)" in (res["nofinal_s_0"].error or "")
     assert late["gap_s_2"].error == res["gap_s_0"].error  # its existing result is kept
     dead = [f for _, f in sync_redis.xrange(ks.dead(0))]
     assert sorted((f[b"tid"], f[b"kind"]) for f in dead) == [
@@ -171,7 +184,7 @@ async def test_incomplete_trajectory_ends_with_error_naming_missing_indices(ns, 
     client.close()
 
 
-async def test_entry_redelivered_too_often_is_dead_lettered(ns, redis_url, sync_redis):
+async def test_entry_redelivered_too_often_is_dead_lettered(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("poison", "s", [output(2, 2)], SAMPLE)
@@ -182,6 +195,7 @@ async def test_entry_redelivered_too_often_is_dead_lettered(ns, redis_url, sync_
         )
         await a.start()
         if i == 0:
+            assert a.broker is not None
             await a.handle(await a.broker.read([0], 10, None))
         else:
             await asyncio.sleep(1.1)
@@ -191,13 +205,13 @@ async def test_entry_redelivered_too_often_is_dead_lettered(ns, redis_url, sync_
     await asyncio.sleep(1.1)
     async with running_workers(ns, redis_url, [LengthManager(None)], max_deliveries=3):
         res = await asyncio.to_thread(client.wait_rewards, keys, 10)
-    assert res[keys[0]].status == "error" and "delivered 4 times" in res[keys[0]].error
+    assert res[keys[0]].status == "error" and "delivered 4 times" in (res[keys[0]].error or "")
     (dead,) = [f for _, f in sync_redis.xrange(ks.dead(0))]
     assert dead[b"kind"] == b"exhausted" and dead[b"deliveries"] == b"4"
     client.close()
 
 
-async def test_deleted_stream_is_recreated_and_work_goes_on(ns, redis_url, sync_redis):
+async def test_deleted_stream_is_recreated_and_work_goes_on(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     """An operator deletes the stream under a blocked reader: the worker re-creates it and carries on."""
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -211,13 +225,16 @@ async def test_deleted_stream_is_recreated_and_work_goes_on(ns, redis_url, sync_
     client.close()
 
 
-async def test_dead_owners_lease_running_out_costs_no_deliveries(ns, redis_url, sync_redis):
+async def test_dead_owners_lease_running_out_costs_no_deliveries(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     """claim_idle far below lease_seconds: the entry is not reclaimed (and counted) again and
     again while the dead owner's lease runs out, so it is scored, not dead-lettered."""
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("patient", "s", [output(2, 7)], SAMPLE)
     a = Worker(worker_config(ns, redis_url, name="A", lease_seconds=2.5), manager=Hang(None))
     await a.start()
+    assert a.broker is not None
     await a.handle(await a.broker.read([0], 10, None))
     await _abandon(a)
     async with running_workers(
@@ -230,7 +247,9 @@ async def test_dead_owners_lease_running_out_costs_no_deliveries(ns, redis_url, 
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["one-result-for-every-key", "one-result-per-key"])
-async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(ns, redis_url, sync_redis, shared):
+async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(
+    ns: str, redis_url: str, sync_redis: SyncClient, shared: bool
+) -> None:
     # Given a complete trajectory of three outputs held by a worker
     ks = Keyspace(ns)
     async with stored_trajectory(ns, redis_url, "sh", [output(2, 2), output(2, 3), output(3, 1)]) as (client, w, outs):

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.support.cli_procs import REPO
 from tests.support.proc_worker import WorkerProcess
@@ -31,7 +32,7 @@ def _exit_and_log(w: WorkerProcess) -> tuple[int, str]:
     return code, w.log()
 
 
-def test_acl_user_without_rights_on_the_namespace_gets_one_line_from_status_and_worker(tmp_path):
+def test_acl_user_without_rights_on_the_namespace_gets_one_line_from_status_and_worker(tmp_path: Path) -> None:
     with RedisServer(password="admin-pw") as srv:
         admin = srv.client()
         admin.execute_command("ACL", "SETUSER", "narrow", "on", ">narrow-pw", "~elsewhere:*", "&*", "+@all")
@@ -60,7 +61,7 @@ def test_acl_user_without_rights_on_the_namespace_gets_one_line_from_status_and_
         admin.close()
 
 
-def test_worker_started_before_redis_waits_visibly_then_serves(tmp_path):
+def test_worker_started_before_redis_waits_visibly_then_serves(tmp_path: Path) -> None:
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     # with a connect timeout: gives up after it, exit 3, having said what it waited for

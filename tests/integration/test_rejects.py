@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
+from tensordict import TensorDict
 
 from rewardq import RecordError, RewardClient
 from rewardq.queue.codec import encode_output
@@ -15,6 +18,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import RewardManager
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import SyncClient
 
 GOOD = {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]}
 
@@ -41,23 +45,23 @@ GOOD = {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]}
         ("u\n", "s", 0, GOOD, "uid"),
     ],
 )
-def test_producer_rejects_naming_the_field(uid, sid, index, out, field):
+def test_producer_rejects_naming_the_field(uid: Any, sid: Any, index: Any, out: Any, field: Any) -> None:
     with pytest.raises(RecordError) as info:
         encode_output(uid, sid, index, out, SAMPLE, final=True)
     assert info.value.field == field
     assert str(info.value).startswith(field)
 
 
-def test_producer_rejects_oversize_and_unserialisable_sample():
+def test_producer_rejects_oversize_and_unserialisable_sample() -> None:
     with pytest.raises(RecordError, match="max_record_bytes"):
         encode_output("u", "s", 0, {"prompt_ids": np.arange(5000), "response_ids": [1]}, {}, final=True, max_bytes=1000)
     with pytest.raises(RecordError, match="sample"):
         encode_output("u", "s", 0, GOOD, {"x": object()}, final=True)
     with pytest.raises(RecordError, match="sample"):
-        encode_output("u", "s", 0, GOOD, {1: "int key"}, final=True)
+        encode_output("u", "s", 0, GOOD, {1: "int key"}, final=True)  # type: ignore[dict-item]  # the wrong key is the test
 
 
-def test_client_rejects_before_sending(ns, redis_url, sync_redis):
+def test_client_rejects_before_sending(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     with pytest.raises(RecordError, match="outputs"):
         client.put_trajectory("u", "s", [], SAMPLE)
@@ -67,12 +71,13 @@ def test_client_rejects_before_sending(ns, redis_url, sync_redis):
     client.close()
 
 
-def _raw(uid="u", **override):
+def _raw(uid: str = "u", **override: Any) -> bytes:
     rec = msgpack.unpackb(
         encode_output(uid, "s", 0, GOOD, SAMPLE, final=True), raw=False, ext_hook=lambda c, b: msgpack.ExtType(c, b)
     )
     rec.update(override)
-    return msgpack.packb(rec, use_bin_type=True)
+    packed: bytes = msgpack.packb(rec, use_bin_type=True)
+    return packed
 
 
 BAD_ENTRIES = [
@@ -87,21 +92,25 @@ BAD_ENTRIES = [
 ]
 
 
-def _bad_payload(name):
+def _bad_payload(name: str) -> bytes:
     if name == "missing-field":
         d = msgpack.unpackb(_raw("bad1"), raw=False, ext_hook=lambda c, b: msgpack.ExtType(c, b))
         del d["prompt_ids"]
-        return msgpack.packb(d, use_bin_type=True)
-    return {
+        packed: bytes = msgpack.packb(d, use_bin_type=True)
+        return packed
+    makers: dict[str, Callable[[], bytes]] = {
         "wrong-type": lambda: _raw("bad2", response_ids="hello"),
         "version": lambda: _raw("bad3", v=99),
         "negative-index": lambda: _raw("bad4", index=-2),
         "extra-field": lambda: _raw("bad5", surprise=1),
         "list-ids": lambda: _raw("bad6", prompt_ids=[1, 2, 3]),
-    }[name]()
+    }
+    return makers[name]()
 
 
-async def test_worker_dead_letters_bad_entries_and_scores_the_rest(ns, redis_url, sync_redis):
+async def test_worker_dead_letters_bad_entries_and_scores_the_rest(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     good_keys = client.put_trajectory("good", "s", [output(3, 5), output(4, 6)], SAMPLE)
@@ -134,11 +143,11 @@ async def test_worker_dead_letters_bad_entries_and_scores_the_rest(ns, redis_url
     client.close()
 
 
-async def test_vocab_range_and_worker_size_limit(ns, redis_url, sync_redis):
+async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     class Tok:
         vocab_size = 100
 
-        def decode(self, ids, skip_special_tokens=True):
+        def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
             return ""
 
     from rewardq.consumers.worker import Worker
@@ -155,13 +164,15 @@ async def test_vocab_range_and_worker_size_limit(ns, redis_url, sync_redis):
     finally:
         w.request_stop()
         await task
-    assert "out of range for a vocabulary of 100" in res[k_big[0]].error
-    assert "exceeds max_record_bytes=10000" in res[k_huge[0]].error
+    assert "out of range for a vocabulary of 100" in (res[k_big[0]].error or "")
+    assert "exceeds max_record_bytes=10000" in (res[k_huge[0]].error or "")
     assert res[k_ok[0]].reward_score == 2.0
     client.close()
 
 
-async def test_conflicting_records_fail_the_trajectory_with_reasons(ns, redis_url, sync_redis):
+async def test_conflicting_records_fail_the_trajectory_with_reasons(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     # same key, different content
@@ -182,10 +193,10 @@ async def test_conflicting_records_fail_the_trajectory_with_reasons(ns, redis_ur
             ["dup_s_0", "fin_s_0", "fin_s_1", "beyond_s_0", "beyond_s_1", "beyond_s_3", "same_s_0", "same_s_1"],
             10,
         )
-    assert "two different records for key dup_s_0" in res["dup_s_0"].error
-    assert "two outputs marked final: 0 and 1" in res["fin_s_0"].error
+    assert "two different records for key dup_s_0" in (res["dup_s_0"].error or "")
+    assert "two outputs marked final: 0 and 1" in (res["fin_s_0"].error or "")
     assert res["fin_s_1"].status == "error"
-    assert "index beyond the final output 1" in res["beyond_s_3"].error
+    assert "index beyond the final output 1" in (res["beyond_s_3"].error or "")
     assert res["beyond_s_0"].status == "error" and res["beyond_s_1"].status == "error"
     assert res["same_s_0"].reward_score == 4.0 and res["same_s_1"].reward_score == 4.0
     kinds = [f[b"kind"] for _, f in sync_redis.xrange(ks.dead(0))]
@@ -194,11 +205,11 @@ async def test_conflicting_records_fail_the_trajectory_with_reasons(ns, redis_ur
 
 
 class _Bad(RewardManager):
-    def __init__(self, mode):
+    def __init__(self, mode: str) -> None:
         super().__init__(None)
         self.mode = mode
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any] | list[dict[str, Any]]:
         uid = data[-1]["extra_info"]["mode"]
         if uid == "raise":
             raise ValueError("judge exploded")
@@ -213,7 +224,9 @@ class _Bad(RewardManager):
         return {"reward_score": 1.0, "reward_extra_info": {"fine": True}}
 
 
-async def test_failing_scorers_give_error_results_and_dead_letters(ns, redis_url, sync_redis):
+async def test_failing_scorers_give_error_results_and_dead_letters(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     modes = ["raise", "nan", "string", "hang", "wrong-count", "fine"]
@@ -224,11 +237,11 @@ async def test_failing_scorers_give_error_results_and_dead_letters(ns, redis_url
     async with running_workers(ns, redis_url, [_Bad("x")], score_timeout=1.0):
         res = await asyncio.to_thread(client.wait_rewards, [k for ks_ in keys.values() for k in ks_], 15)
     err = {m: res[keys[m][0]].error for m in modes}
-    assert "ValueError: judge exploded" in err["raise"]
-    assert "nan" in err["nan"] and "finite" in err["nan"]
-    assert "must be a number, got str" in err["string"]
-    assert "timed out after 1s" in err["hang"]
-    assert "returned 5 results for a trajectory of 2 outputs" in err["wrong-count"]
+    assert "ValueError: judge exploded" in (err["raise"] or "")
+    assert "nan" in (err["nan"] or "") and "finite" in (err["nan"] or "")
+    assert "must be a number, got str" in (err["string"] or "")
+    assert "timed out after 1s" in (err["hang"] or "")
+    assert "returned 5 results for a trajectory of 2 outputs" in (err["wrong-count"] or "")
     assert err["fine"] is None and res[keys["fine"][1]].reward_score == 1.0
     for m in modes[:-1]:
         assert res[keys[m][1]].error == err[m]  # every key of the trajectory gets the error

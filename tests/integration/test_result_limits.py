@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from tests.support.ping_sampler import PingSampler
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import SyncClient
 
 MAXMEMORY = ["--maxmemory", "2gb", "--maxmemory-policy", "noeviction"]
 REWARD_FN = "tests/support/hostile_results.py:hostile_result"
@@ -61,7 +63,7 @@ def _used_memory_peak(r: Any) -> int:
 
 
 @pytest.mark.slow
-def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(tmp_path):
+def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(tmp_path: Path) -> None:
     with RedisServer(extra=MAXMEMORY) as srv:
         ns = "big"
         r = srv.client()
@@ -109,7 +111,7 @@ def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(
     # And every key of the 10 MiB trajectory has an error naming max_result_bytes and the size
     assert {x.status for x in bad.values()} == {"error"}
     reason = bad[blob[-1]].error
-    assert "max_result_bytes=1,048,576" in reason and "at least 10,485," in reason, reason
+    assert "max_result_bytes=1,048,576" in (reason or "") and "at least 10,485," in (reason or ""), reason
     # And the good trajectories are correct
     assert {k: (x.status, x.reward_score) for k, x in got.items()} == {k: ("ok", v) for k, v in want.items()}
     # And the legal 270 MB result reached every key, published once, nothing left staged
@@ -148,8 +150,8 @@ async def _stop(w: Worker) -> None:
     ids=["manager-cycle", "per-output-cycle", "manager-deep", "manager-keys", "reward-fn-cycle"],
 )
 async def test_a_bad_extra_info_fails_only_its_trajectory_and_never_its_commit_batch(
-    ns, redis_url, sync_redis, settings, text, reason
-):
+    ns: str, redis_url: str, sync_redis: SyncClient, settings: Any, text: Any, reason: Any
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     _ = client.keyspace
@@ -173,13 +175,15 @@ async def test_a_bad_extra_info_fails_only_its_trajectory_and_never_its_commit_b
     # And the bad one has an error naming what is wrong with it, on every key, and one scoring dead letter
     assert {x.status for x in failed.values()} == {"error"}
     whose = "bad_0_2" if settings.get("manager_options") else "all 3 keys of bad_0"
-    assert all(reason in x.error and f"the result of {whose}" in x.error for x in failed.values()), failed
+    assert all(reason in (x.error or "") and f"the result of {whose}" in (x.error or "") for x in failed.values()), (
+        failed
+    )
     dead = sync_redis.xrange(ks.dead(0))
     assert [(f[b"kind"], f[b"tid"]) for _, f in dead] == [(b"scoring", b"bad_0")]
     assert b"probably crashed" not in dead[0][1][b"reason"]
 
 
-async def test_a_lone_surrogate_in_extra_info_is_stored_as_a_replacement_character(ns, redis_url):
+async def test_a_lone_surrogate_in_extra_info_is_stored_as_a_replacement_character(ns: str, redis_url: str) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     _ = client.keyspace
     w = await _score_in_process(ns, redis_url, manager=MANAGER)
@@ -193,7 +197,9 @@ async def test_a_lone_surrogate_in_extra_info_is_stored_as_a_replacement_charact
     assert got[keys[-1]].reward_extra_info == {"pred": "bad\ufffdtext"}
 
 
-async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(ns, redis_url, sync_redis):
+async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     # Given a complete trajectory of 20 outputs held by a broker whose scripts write at most 4 kB each
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
@@ -234,7 +240,7 @@ async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(
         client.close()
 
 
-async def test_a_commit_script_refuses_to_write_more_than_its_byte_budget(ns, redis_url):
+async def test_a_commit_script_refuses_to_write_more_than_its_byte_budget(ns: str, redis_url: str) -> None:
     ks = Keyspace(ns)
     r = connect_async(redis_url)
     broker = StreamBroker(r, ks, worker="w", commit_bytes=4000)

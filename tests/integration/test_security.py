@@ -16,6 +16,7 @@ import time
 import tracemalloc
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import msgpack
@@ -32,9 +33,10 @@ from tests.support.cli_procs import REPO
 from tests.support.exactly_once import make_trajectories, push, settle
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import SyncClient
 
 ECHO = "tests.support.managers:EchoManager"
-FAST = dict(
+FAST: dict[str, Any] = dict(
     manager=ECHO, heartbeat_interval=0.3, lease_seconds=1.5, claim_idle=2.0, maintenance_interval=0.3, block_ms=200
 )
 PASSWORD = "Pw-7q!x/K@z:9%"  # URL-special characters on purpose
@@ -45,7 +47,7 @@ def _ns() -> str:
     return f"sec-{uuid.uuid4().hex[:6]}"
 
 
-def _score_through(url: str, tmp_path: Path, *, name: str, **extra) -> tuple[WorkerProcess, RewardClient, str]:
+def _score_through(url: str, tmp_path: Path, *, name: str, **extra: Any) -> tuple[WorkerProcess, RewardClient, str]:
     """Start a CLI worker on ``url``, push a few trajectories with a client on ``url``, check them."""
     ns = _ns()
     worker = WorkerProcess(url, ns, cli=True, log_dir=tmp_path, name=name, **{**FAST, **extra})
@@ -59,7 +61,7 @@ def _score_through(url: str, tmp_path: Path, *, name: str, **extra) -> tuple[Wor
     return worker, client, ns
 
 
-def _all_values(r: redis.Redis, ns: str) -> bytes:
+def _all_values(r: SyncClient, ns: str) -> bytes:
     """Every key name and value of a namespace, concatenated (to search for secrets)."""
     out = []
     for key in r.scan_iter(match=f"{ns}:*"):
@@ -83,7 +85,7 @@ def _secret_forms(pw: str) -> list[str]:
     return [pw, quote(pw, safe=""), pw[:6]]
 
 
-def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path):
+def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path: Path) -> None:
     with RedisServer(password=PASSWORD, appendonly=True) as srv:
         assert "%40" in srv.url and PASSWORD not in srv.url  # the URL carries it quoted
         worker, client, ns = _score_through(srv.url, tmp_path, name="pw-worker", log_level="debug")
@@ -139,7 +141,7 @@ def test_password_in_url_works_and_never_shows_in_logs_status_or_redis(tmp_path)
         assert "refused the credentials" in w.log() and "Wrong-Pw" not in w.log()
 
 
-def test_acl_user_works_for_client_and_worker(tmp_path):
+def test_acl_user_works_for_client_and_worker(tmp_path: Path) -> None:
     with RedisServer(password="admin-pw") as srv:
         admin = srv.client()
         assert admin.execute_command("ACL", "SETUSER", "rq", "on", ">rq-Secret-1", "~*", "&*", "+@all") == b"OK"
@@ -165,7 +167,7 @@ def test_acl_user_works_for_client_and_worker(tmp_path):
         admin.close()
 
 
-def test_tls_rediss_url_works_for_client_and_worker(tmp_path):
+def test_tls_rediss_url_works_for_client_and_worker(tmp_path: Path) -> None:
     with RedisServer(tls=True, password=PASSWORD) as srv:
         assert srv.url.startswith("rediss://") and "ssl_ca_certs=" in srv.url
         worker, client, ns = _score_through(srv.url, tmp_path, name="tls-worker")
@@ -183,7 +185,7 @@ def test_tls_rediss_url_works_for_client_and_worker(tmp_path):
             redis.Redis.from_url(srv.url.split("?")[0], socket_connect_timeout=2).ping()
 
 
-def test_redact_url_hides_every_password_form():
+def test_redact_url_hides_every_password_form() -> None:
     assert redact_url("redis://u:p@ss@h:1/0") == "redis://u:***@h:1/0"
     assert redact_url("rediss://:s%40x@h/0?ssl_ca_certs=/ca.pem") == "rediss://:***@h/0?ssl_ca_certs=/ca.pem"
     assert redact_url("redis://h:6379/0?db=1&password=secret") == "redis://h:6379/0?db=1&password=***"
@@ -199,7 +201,7 @@ UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "shelve
 UNSAFE_CALLS = {("torch", "load"), ("pickle", "loads"), ("yaml", "load"), ("yaml", "unsafe_load")}
 
 
-def test_no_module_imports_pickle_or_calls_an_unsafe_loader():
+def test_no_module_imports_pickle_or_calls_an_unsafe_loader() -> None:
     offenders = []
     files = sorted((REPO / "rewardq").rglob("*.py"))
     assert len(files) > 20
@@ -238,7 +240,7 @@ BOMBS = {
 
 
 @pytest.mark.parametrize("name", list(BOMBS))
-def test_msgpack_bombs_are_refused_without_big_allocations(name):
+def test_msgpack_bombs_are_refused_without_big_allocations(name: Any) -> None:
     data = BOMBS[name]
     tracemalloc.start()
     try:
@@ -251,7 +253,7 @@ def test_msgpack_bombs_are_refused_without_big_allocations(name):
     assert peak < 2_000_000, f"{name}: {peak} bytes allocated"
 
 
-def test_oversize_records_are_refused_before_decoding():
+def test_oversize_records_are_refused_before_decoding() -> None:
     big = encode_output(
         "big",
         "s",
@@ -272,7 +274,7 @@ def test_oversize_records_are_refused_before_decoding():
     assert len(big) > 8_000_000 and peak < 1_000_000, peak
 
 
-def test_bombs_cannot_allocate_even_under_a_hard_memory_cap():
+def test_bombs_cannot_allocate_even_under_a_hard_memory_cap() -> None:
     """In a child whose address space may grow by only 256 MB, every bomb is a RecordError."""
     code = """
 import resource, sys
@@ -305,7 +307,9 @@ print("done")
     assert stdout.count("refused") == len(BOMBS) and stdout.strip().endswith("done"), stdout
 
 
-def test_records_never_make_a_worker_import_code(tmp_path, redis_url, ns, sync_redis):
+def test_records_never_make_a_worker_import_code(
+    tmp_path: Path, redis_url: str, ns: str, sync_redis: SyncClient
+) -> None:
     """Data sources, reward functions and managers come from the worker's configuration only:
     a record naming a module gets an "unknown data source" error, and nothing is imported."""
     canary = tmp_path / "canary"
@@ -347,8 +351,8 @@ def test_records_never_make_a_worker_import_code(tmp_path, redis_url, ns, sync_r
         assert worker.wait_for_log("worker canary-w started", START_TIMEOUT), worker.log()
         res = client.wait_rewards(keys + ["big_s_0"], timeout=60)
         for k in keys:
-            assert res[k].status == "error" and "data_source" in res[k].error.lower(), res[k].error
-        assert res["big_s_0"].status == "error" and "max_record_bytes=1048576" in res["big_s_0"].error
+            assert res[k].status == "error" and "data_source" in (res[k].error or "").lower(), res[k].error
+        assert res["big_s_0"].status == "error" and "max_record_bytes=1048576" in (res["big_s_0"].error or "")
         deadline = time.monotonic() + 30
         while sync_redis.xlen(ks.stream(0)) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -14,7 +14,7 @@ from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
 
 
-async def test_status_lists_stuck_trajectory_workers_and_activity(ns, redis_url):
+async def test_status_lists_stuck_trajectory_workers_and_activity(ns: str, redis_url: str) -> None:
     r = redis.Redis.from_url(redis_url)
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

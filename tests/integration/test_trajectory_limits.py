@@ -28,10 +28,11 @@ from tests.support.helpers import SAMPLE, FlakyJudge, output, running_workers, u
 from tests.support.hostile import raw_record
 from tests.support.managers import LengthManager
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import SyncClient
 
 MiB = 1024 * 1024
 MAXMEMORY = ["--maxmemory", "2gb", "--maxmemory-policy", "noeviction"]
-LIMITS = dict(max_record_bytes=4 * MiB, max_trajectory_bytes=10 * MiB)
+LIMITS: dict[str, Any] = dict(max_record_bytes=4 * MiB, max_trajectory_bytes=10 * MiB)
 
 
 def _big(i: int, mb: float = 3.0) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def _record_fields(r: Any, key: str) -> list[bytes]:
 
 
 @pytest.mark.parametrize("arrival", ["whole", "one-by-one"])
-async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_on_every_key(arrival):
+async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_on_every_key(arrival: str) -> None:
     with RedisServer(extra=MAXMEMORY) as srv:
         ns, ks = "tb", Keyspace("tb")
         r = srv.client()
@@ -68,7 +69,7 @@ async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_
             await until(lambda: r.xpending(ks.stream(0), ks.group)["pending"] == 0, "every entry acked", 30)
         # Then every key has an error naming the limit
         assert {x.status for x in got.values()} == {"error"}
-        assert all("max_trajectory_bytes=10" in x.error for x in got.values()), got[keys[0]].error
+        assert all("max_trajectory_bytes=10" in (x.error or "") for x in got.values()), got[keys[0]].error
         # And the records are gone: none in the trajectory hash, none in the stream
         assert _record_fields(r, ks.traj(0, "big_s")) == [] and r.xlen(ks.stream(0)) == 0
         assert not r.exists(ks.records(0, "big_s"))
@@ -78,7 +79,9 @@ async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_
         r.close()
 
 
-async def test_a_batch_padded_past_max_batch_bytes_is_refused_before_it_is_built(ns, redis_url, sync_redis):
+async def test_a_batch_padded_past_max_batch_bytes_is_refused_before_it_is_built(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     # 40 one-token outputs and one of 500k response tokens: 41 rows padded to 500k, ~82 MB of int64 batch
@@ -91,7 +94,9 @@ async def test_a_batch_padded_past_max_batch_bytes_is_refused_before_it_is_built
         ok = await asyncio.to_thread(client.wait_rewards, good, 30)
     assert {x.status for x in got.values()} == {"error"}
     reason = got[keys[0]].error
-    assert "max_batch_bytes=67,108,864" in reason and "41 outputs padded to 1 prompt and 500,000 response" in reason
+    assert "max_batch_bytes=67,108,864" in (reason or "") and "41 outputs padded to 1 prompt and 500,000 response" in (
+        reason or ""
+    )
     assert [int(d.batch_size[0]) for d in LengthManager.calls] == [1]  # only the good one reached the manager
     assert ok[good[0]].status == "ok"
     assert [f[b"kind"] for _, f in sync_redis.xrange(ks.dead(0))] == [b"invalid"]
@@ -119,8 +124,8 @@ async def _end_four_ways(ns: str, url: str, r: Any, client: RewardClient, **sett
 
 
 async def test_the_records_of_every_trajectory_that_ended_are_deleted_once_its_result_is_written(
-    ns, redis_url, sync_redis
-):
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks, r = Keyspace(ns), sync_redis
     keys = await _end_four_ways(ns, redis_url, r, client)
@@ -134,7 +139,9 @@ async def test_the_records_of_every_trajectory_that_ended_are_deleted_once_its_r
     client.close()
 
 
-async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_them(ns, redis_url, sync_redis):
+async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_them(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks, r = Keyspace(ns), sync_redis
     await _end_four_ways(ns, redis_url, r, client, keep_records=120)
@@ -146,7 +153,7 @@ async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_th
     assert len(r.hkeys(ks.records(0, "ok_s"))) == 3 and len(r.hkeys(ks.records(0, "inc_s"))) == 2
 
 
-async def test_a_retry_without_kept_records_says_what_to_do(ns, redis_url, sync_redis):
+async def test_a_retry_without_kept_records_says_what_to_do(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     from rewardq.ops.deadletters import describe_retry
     from rewardq.queue.deadletters import DeadLetters
 
@@ -161,7 +168,7 @@ async def test_a_retry_without_kept_records_says_what_to_do(ns, redis_url, sync_
 
 
 # -- keys count bytes; ambiguous records; masks ------------------------------------------------------------
-async def test_a_multibyte_uid_the_producer_accepts_is_scored_by_the_worker(ns, redis_url):
+async def test_a_multibyte_uid_the_producer_accepts_is_scored_by_the_worker(ns: str, redis_url: str) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     uid = "abcdef" + "漢" * 83  # 255 bytes
     keys = client.put_trajectory(uid, "s", [output(2, 3), output(2, 4)], SAMPLE)
@@ -175,10 +182,13 @@ def _uid_twice(first: str, second: str) -> bytes:
     good = msgpack.unpackb(raw_record("x", "s"), raw=False, ext_hook=lambda c, b: msgpack.ExtType(c, b))
     items = [("uid", first), *((k, v) for k, v in good.items() if k != "uid"), ("uid", second)]
     packer = msgpack.Packer(use_bin_type=True)
-    return packer.pack_map_header(len(items)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in items)
+    result: bytes = packer.pack_map_header(len(items)) + b"".join(packer.pack(k) + packer.pack(v) for k, v in items)
+    return result
 
 
-async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_it_names(ns, redis_url, sync_redis):
+async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_it_names(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     sync_redis.xadd(ks.stream(0), {"key": "named_s_0", "data": _uid_twice("first", "second")})
@@ -188,14 +198,14 @@ async def test_a_record_with_uid_twice_is_refused_and_harms_neither_trajectory_i
         first = client.put_trajectory("first", "s", [output(2, 3)], SAMPLE)
         second = client.put_trajectory("second", "s", [output(2, 6)], SAMPLE)
         got = await asyncio.to_thread(client.wait_rewards, first + second, 30)
-    assert bad["named_s_0"].status == "error" and "a field is given twice" in bad["named_s_0"].error
+    assert bad["named_s_0"].status == "error" and "a field is given twice" in (bad["named_s_0"].error or "")
     assert [(x.status, x.reward_score) for x in got.values()] == [("ok", 3.0), ("ok", 6.0)]
     assert [f[b"kind"] for _, f in sync_redis.xrange(ks.dead(0))] == [b"invalid"]
     client.close()
 
 
 @pytest.mark.parametrize("value", [2, 7, -1])
-async def test_a_raw_mask_the_producer_refuses_is_refused_by_the_worker(ns, redis_url, value):
+async def test_a_raw_mask_the_producer_refuses_is_refused_by_the_worker(ns: str, redis_url: str, value: int) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     import redis as redis_lib
@@ -206,6 +216,6 @@ async def test_a_raw_mask_the_producer_refuses_is_refused_by_the_worker(ns, redi
     raw.xadd(ks.stream(0), {"key": "m_s_0", "data": raw_record("m", "s", response_ids=ids, response_mask=mask)})
     async with running_workers(ns, redis_url, [LengthManager(None)]):
         got = await asyncio.to_thread(client.wait_rewards, ["m_s_0"], 30)
-    assert got["m_s_0"].status == "error" and f"response_mask: holds {value}" in got["m_s_0"].error
+    assert got["m_s_0"].status == "error" and f"response_mask: holds {value}" in (got["m_s_0"].error or "")
     raw.close()
     client.close()

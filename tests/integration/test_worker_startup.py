@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +21,9 @@ STEPS = (
 )
 
 
-def test_startup_steps_are_logged_in_order_with_their_times(procs, redis_url, ns, sync_redis):
+def test_startup_steps_are_logged_in_order_with_their_times(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient
+) -> None:
     w = procs.start(worker_argv(redis_url, ns, "su", "--manager", "naive"), tag="w")
     wait_for(lambda: sync_redis.zcard(f"{ns}:workers"), 120, "the worker to beat", procs=[w])
     assert w.terminate() == 0

@@ -12,18 +12,24 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rewardq.consumers.worker import Worker
 from rewardq.producers.aio import AsyncRewardClient
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
 from rewardq.reward.factory import build_manager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
-from tests.support.cli_procs import wait_for, worker_argv
+from tests.support.checks import must
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.hf_cache import fake_hub_cache
 from tests.support.records import text_output
+from tests.support.sync_client import SyncClient
 
 UNREACHABLE = "redis://127.0.0.1:1/0"  # never reached: the tokenizer is checked first
 
@@ -38,7 +44,7 @@ UNREACHABLE = "redis://127.0.0.1:1/0"  # never reached: the tokenizer is checked
     ],
     ids=["plain", "processes", "empty-env"],
 )
-def test_no_tokenizer_exits_2_naming_the_flag(procs, extra, env):
+def test_no_tokenizer_exits_2_naming_the_flag(procs: Procs, extra: Any, env: Any) -> None:
     rc, proc = procs.run(
         ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--connect-timeout", "1", *extra],
         env=env,
@@ -50,7 +56,9 @@ def test_no_tokenizer_exits_2_naming_the_flag(procs, extra, env):
 
 
 @pytest.mark.slow
-def test_a_hub_id_comes_from_the_local_cache_offline(procs, redis_url, ns, sync_redis, tmp_path):
+def test_a_hub_id_comes_from_the_local_cache_offline(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
+) -> None:
     home = tmp_path / "hf"
     config = json.dumps({"eos_token": "<|im_end|>"}).encode()
     fake_hub_cache(home, "acme/policy-7b", {"tokenizer.json": DEMO_PATH.read_bytes(), "tokenizer_config.json": config})
@@ -61,7 +69,7 @@ def test_a_hub_id_comes_from_the_local_cache_offline(procs, redis_url, ns, sync_
 
 
 @pytest.mark.slow
-def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs, tmp_path):
+def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs: Procs, tmp_path: Path) -> None:
     env = {"HF_HOME": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
     rc, proc = procs.run(
         ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--tokenizer", "acme/not-here"],
@@ -74,7 +82,9 @@ def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs, tmp_path):
     assert "hf download acme/not-here" in err and "--tokenizer" in err
 
 
-async def test_records_of_another_tokenizer_get_an_error_for_every_key(redis_url, ns, sync_redis, tmp_path):
+async def test_records_of_another_tokenizer_get_an_error_for_every_key(
+    redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
+) -> None:
     demo = load_tokenizer("builtin:demo")
     copy = tmp_path / "tokenizer.json"
     vocab = json.loads(DEMO_PATH.read_text())
@@ -89,15 +99,16 @@ async def test_records_of_another_tokenizer_get_an_error_for_every_key(redis_url
     async with running_workers(ns, redis_url, [build_manager("naive", tokenizer=demo)]) as workers:
         workers[0].tokenizer = demo  # before its task first runs: the fingerprint is taken at start-up
         await _wait_started(workers[0])
-        results = {}
+        results: dict[str, tuple[dict[str, RewardResult], list[str]]] = {}
         for tag, fingerprint in (("other", other), ("mine", mine), ("none", None)):
             async with AsyncRewardClient.from_url(redis_url, namespace=ns, tokenizer=fingerprint) as client:
                 keys = await client.put_trajectory(f"u-{tag}", "s1", outputs, sample)
-                results[tag] = [await client.wait_rewards(keys, timeout=30), keys]
+                results[tag] = (await client.wait_rewards(keys, timeout=30), keys)
     wrong, keys = results["other"]
     for key in keys:
-        assert wrong[key].status == "error" and "wrong tokenizer" in wrong[key].error
-        assert other in wrong[key].error and mine in wrong[key].error
+        error = must(wrong[key].error)
+        assert wrong[key].status == "error" and "wrong tokenizer" in error
+        assert must(other) in error and must(mine) in error
     for tag in ("mine", "none"):
         got, keys = results[tag]
         assert got[keys[-1]].ok and got[keys[-1]].reward_score == 1.0, tag
@@ -105,7 +116,7 @@ async def test_records_of_another_tokenizer_get_an_error_for_every_key(redis_url
     assert len(dead) == 2 and {fields[b"kind"] for _, fields in dead} == {b"tokenizer"}  # both outputs, no others
 
 
-async def _wait_started(worker) -> None:
+async def _wait_started(worker: Worker) -> None:
     from tests.support.helpers import until
 
     await until(lambda: worker.intake is not None, "the worker to start")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -36,12 +37,12 @@ def rq(*args: str, env: dict[str, str] | None = None, input: str | None = None) 
     return code, out.getvalue().decode(), err.getvalue().decode()
 
 
-async def arq(*args: str, **kw) -> tuple[int, str, str]:
+async def arq(*args: str, **kw: Any) -> tuple[int, str, str]:
     """:func:`rq` from a coroutine, so in-process workers keep running meanwhile."""
     return await asyncio.to_thread(rq, *args, **kw)
 
 
-def check_types(d: dict, spec: dict) -> None:
+def check_types(d: dict[str, Any], spec: dict[str, Any]) -> None:
     """Assert ``d`` has every key of ``spec`` with a value of the given type(s)."""
     for key, types in spec.items():
         assert key in d, f"missing {key!r} in {sorted(d)}"
@@ -49,7 +50,9 @@ def check_types(d: dict, spec: dict) -> None:
 
 
 @contextlib.contextmanager
-def on_a_terminal(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen, int]]:
+def on_a_terminal(
+    args: Sequence[str], env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``python -m rewardq ARGS`` with a pty for stdin, stdout and stderr; yields the process and the
     pty's master end (read it with :func:`read_until`). Kills the process if still running on exit."""
     master, slave = pty.openpty()

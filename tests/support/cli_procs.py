@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 class Proc:
     """A started ``rewardq`` process and its combined stdout/stderr file."""
 
-    def __init__(self, popen: subprocess.Popen, log: Path, out: Path) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], log: Path, out: Path) -> None:
         self.popen, self.log, self.out = popen, log, out
 
     @property

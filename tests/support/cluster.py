@@ -13,6 +13,7 @@ processes named in those pidfiles; nothing is ever killed by name.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 logger = logging.getLogger("rewardq.tests.support.cluster")
@@ -120,7 +122,7 @@ class LocalCluster:
             for port in self.ports:
                 self._start_node(port)
             for port in self.ports:
-                self._wait(lambda p=port: self._cli(p, "ping").strip() == "PONG", f"node {port} to answer PING", 10)
+                self._wait(functools.partial(self._answers_ping, port), f"node {port} to answer PING", 10)
             create = subprocess.run(
                 [
                     "redis-cli",
@@ -253,8 +255,11 @@ class LocalCluster:
             out.append(f"--- redis {port} log tail ---\n" + "\n".join(tail))
         return "\n".join(out)
 
+    def _answers_ping(self, port: int) -> bool:
+        return self._cli(port, "ping").strip() == "PONG"
+
     @staticmethod
-    def _wait(cond, what: str, timeout: float) -> None:
+    def _wait(cond: Callable[[], object], what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if cond():

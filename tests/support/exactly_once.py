@@ -34,7 +34,7 @@ SAMPLE = {"data_source": "test", "reward_model": {"ground_truth": "42"}, "extra_
 class Trajectory:
     uid: str
     session_id: str
-    outputs: list[dict]
+    outputs: list[dict[str, Any]]
     expected: dict[str, float]  # key -> reward EchoManager gives it
 
 
@@ -94,10 +94,10 @@ class Verdict:
         )
 
 
-def done_counts(r: Any, ks: Keyspace) -> tuple[Counter, Counter]:
+def done_counts(r: Any, ks: Keyspace) -> tuple[Counter[str], Counter[str]]:
     """``(finishes per trajectory, finishes per status)`` from every shard's ``done`` stream."""
-    per_tid: Counter = Counter()
-    per_status: Counter = Counter()
+    per_tid: Counter[str] = Counter()
+    per_status: Counter[str] = Counter()
     for shard in range(ks.shards):
         last = "-"
         while True:
@@ -151,7 +151,7 @@ def verify(
     expected: dict[str, Any],
     *,
     tolerance: float = 0.0,
-    expected_extra: dict[str, dict] | None = None,
+    expected_extra: dict[str, dict[str, Any]] | None = None,
 ) -> Verdict:
     """Compare what Redis holds with ``expected`` (key -> reward, or None for "any ok value").
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import numpy as np
+from tensordict import TensorDict
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.worker import Worker
 from rewardq.queue.results import RewardResult
 from rewardq.reward.base import RewardManager
 
-FAST = dict(
+FAST: dict[str, Any] = dict(
     heartbeat_interval=0.2,
     lease_seconds=2.0,
     maintenance_interval=0.2,
@@ -33,7 +34,13 @@ def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
 
 @contextlib.asynccontextmanager
 async def running_workers(
-    ns: str, url: str, managers: list, *, name_prefix: str = "w", tokenizer: Any = None, **kw: Any
+    ns: str,
+    url: str,
+    managers: Sequence[RewardManager],
+    *,
+    name_prefix: str = "w",
+    tokenizer: Any = None,
+    **kw: Any,
 ) -> AsyncIterator[list[Worker]]:
     """Start one in-process worker per manager (named ``w0``, ``w1``, ...); stop them all on exit.
 
@@ -79,7 +86,7 @@ def results_for(tid: str, n: int, pad: int) -> list[RewardResult]:
     ]
 
 
-def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> dict:
+def output(prompt_len: int, response_len: int, seed: int = 0, **extra: Any) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     return {
         "prompt_ids": rng.integers(1, 1000, prompt_len),
@@ -112,7 +119,7 @@ class FlakyJudge(RewardManager):
 
     broken = True
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         if type(self).broken:
             raise RuntimeError("judge endpoint returned 503")
         return {"reward_score": 0.5, "reward_extra_info": {"judge": "ok"}}
@@ -120,7 +127,7 @@ class FlakyJudge(RewardManager):
 
 async def fail_a_trajectory_and_a_junk_entry(
     ns: str, url: str, r: Any, client: Any, junk_key: str, *, keep_records: float = 600.0
-):
+) -> tuple[list[str], dict[str, RewardResult]]:
     """Given a 3-output trajectory scored by a broken judge (by a worker that keeps the records of
     ended trajectories ``keep_records`` seconds, so it can be retried) and a junk entry: two dead letters.
 
@@ -141,8 +148,9 @@ async def fail_a_trajectory_and_a_junk_entry(
 class Hang(RewardManager):
     """A manager whose scoring never returns (a worker stuck mid-trajectory)."""
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         await asyncio.sleep(3600)
+        raise AssertionError("a trajectory stayed in flight for an hour")
 
 
 async def until_in_flight(w: Worker) -> None:

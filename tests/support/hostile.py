@@ -33,17 +33,19 @@ def raw_record(uid: str, sid: str, index: int = 0, *, final: bool = True, **over
     )
     rec.update(uid=uid, session_id=sid, index=index, final=final)
     rec.update(override)
-    return msgpack.packb(rec, use_bin_type=True)
+    packed: bytes = msgpack.packb(rec, use_bin_type=True)
+    return packed
 
 
-def xadd(r: Any, ks: Keyspace, key: str | bytes, data: bytes | None, **extra: Any) -> None:
+def xadd(r: Any, ks: Keyspace, key: str | bytes, data: bytes | None, **extra: Any) -> bytes:
     """One raw stream entry on the shard the key's trajectory maps to (shard 0 when unparseable)."""
     fields: dict[str, Any] = {"key": key, "ts": "0", **extra}
     if data is not None:
         fields["data"] = data
     text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
     shard = ks.shard_of(text.rpartition("_")[0]) if len(text) < 1000 and "_" in text else 0
-    r.xadd(ks.stream(shard), fields)
+    entry_id: bytes = r.xadd(ks.stream(shard), fields)
+    return entry_id
 
 
 @dataclass
@@ -57,7 +59,7 @@ class Case:
     """
 
     name: str
-    send: Callable[[Any, Any, Keyspace], None]
+    send: Callable[[Any, Any, Keyspace], object]
     errors: dict[str, str] = field(default_factory=dict)
     kept: dict[str, float] = field(default_factory=dict)
     dead: list[str] = field(default_factory=list)
@@ -65,7 +67,7 @@ class Case:
     maybe: list[str] = field(default_factory=list)
 
 
-def _api(uid: str, sid: str, outputs: list[dict]) -> Callable[[Any], list[str]]:
+def _api(uid: str, sid: str, outputs: list[dict[str, Any]]) -> Callable[[Any], list[str]]:
     return lambda client: client.put_trajectory(uid, sid, outputs, SAMPLE)
 
 

@@ -50,13 +50,14 @@ def hostile_value(text: str, ground_truth: Any) -> dict[str, Any]:
             node = node["a"]
         return root
     if verb == "keys":
-        return {"score": 0.1, 1: "int", "1": "str"}
+        keys: dict[Any, Any] = {"score": 0.1, 1: "int", "1": "str"}  # a key that is not a string
+        return keys
     if verb == "surrogate":
         return {"score": 0.3, "pred": "bad\udc80text"}
     return {"score": float(ground_truth), "echo": text}
 
 
-def hostile_result(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict:
+def hostile_result(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, Any]:
     """A sync reward function (see the module doc)."""
     return hostile_value(solution_str, ground_truth)
 

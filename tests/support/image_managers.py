@@ -27,7 +27,7 @@ def report(images: list[Any]) -> dict[str, Any]:
 class ImageDigests(RewardManager):
     """Rewards each output with its image count; reports its images (:func:`report`)."""
 
-    async def run_single(self, data: Any) -> list[dict]:
+    async def run_single(self, data: Any) -> list[dict[str, Any]]:
         out = []
         for i in range(data.batch_size[0]):
             images = images_of(non_tensor(data[i : i + 1], "multi_modal_data"))
@@ -39,7 +39,7 @@ class ImageEcho(RewardManager):
     """Scores 1.0 and reports the final output's images (:func:`report`), the first one's top-left
     pixel once decoded, and the question read from the sample's chat."""
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         row = data[-1:]
         images = images_of(non_tensor(row, "multi_modal_data"))
         info = report(images)

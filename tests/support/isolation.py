@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tensordict import TensorDict
+
 from tests.support.records import TOK, trajectory_batch
 
 __all__ = ["MISBEHAVING", "REMOTE_SCORERS", "TOK", "alive", "trajectory"]
@@ -15,7 +17,7 @@ MISBEHAVING = str(Path(__file__).with_name("misbehaving.py"))
 REMOTE_SCORERS = str(Path(__file__).with_name("remote_scorers.py"))
 
 
-def trajectory(response: str, ground_truth: str = "ok", data_source: str = "test") -> object:
+def trajectory(response: str, ground_truth: str = "ok", data_source: str = "test") -> TensorDict:
     sample = {"data_source": data_source, "reward_model": {"ground_truth": ground_truth}, "extra_info": {}}
     return trajectory_batch(response, sample=sample)
 

@@ -123,7 +123,7 @@ def _score(text: str) -> float:
     return 0.0
 
 
-def _schema_answer(schema: dict, score: float) -> Any:
+def _schema_answer(schema: dict[str, Any], score: float) -> Any:
     if schema.get("type") == "object":
         return {name: _schema_answer(sub, score) for name, sub in schema["properties"].items()}
     enum = schema.get("enum")
@@ -134,7 +134,7 @@ def _schema_answer(schema: dict, score: float) -> Any:
     return score
 
 
-def _answer(body: dict, text: str, score: float) -> str:
+def _answer(body: dict[str, Any], text: str, score: float) -> str:
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         return json.dumps(_schema_answer(fmt["json_schema"]["schema"], score))
@@ -146,7 +146,7 @@ def _answer(body: dict, text: str, score: float) -> str:
     return f"I compared the answer with the reference; it is {'right' if score >= 0.5 else 'wrong'}.\nScore: {shown}"
 
 
-def _digest(body: dict) -> str:
+def _digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -192,7 +192,7 @@ async def chat(request: web.Request) -> web.Response:
         state.in_flight -= 1
     score = _score(text)
     votes = _VOTES.findall(text)
-    choices = []
+    choices: list[dict[str, Any]] = []
     for i in range(n):
         s = float(votes[-1].split(",")[i % len(votes[-1].split(","))]) if votes else score
         choices.append(
@@ -273,9 +273,10 @@ class JudgeStandin(StandinProcess):
         super().__init__("tests.support.judge_standin", tmp / "judge-standin.log", *args)
         self.base_url = self.root + "/v1"
 
-    def bodies(self) -> list[dict]:
+    def bodies(self) -> list[dict[str, Any]]:
         """Every request body the stand-in accepted, in order."""
-        return self.call("/bodies")
+        bodies: list[dict[str, Any]] = self.call("/bodies")
+        return bodies
 
 
 if __name__ == "__main__":

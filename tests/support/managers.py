@@ -16,23 +16,27 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from tensordict import TensorDict
 
 from rewardq.reward.base import RewardManager
 from rewardq.reward.rows import non_tensor, valid_response_ids
 
+M = TypeVar("M", bound=RewardManager)
+
+MakeManager = Callable[..., Awaitable[M]]
+"""What :func:`set_up_managers` yields: ``await make(*args, **kw)`` is a manager of type ``M``, set up."""
+
 
 @contextlib.asynccontextmanager
-async def set_up_managers(
-    build: Callable[..., RewardManager],
-) -> AsyncIterator[Callable[..., Awaitable[RewardManager]]]:
+async def set_up_managers(build: Callable[..., M]) -> AsyncIterator[MakeManager[M]]:
     """Yields ``make(*args, **kw)``: a manager from ``build(*args, **kw)``, set up; every manager
     made is closed on exit."""
-    made: list[RewardManager] = []
+    made: list[M] = []
 
-    async def make(*args: Any, **kw: Any) -> RewardManager:
+    async def make(*args: Any, **kw: Any) -> M:
         m = build(*args, **kw)
         made.append(m)
         await m.setup()
@@ -43,7 +47,7 @@ async def set_up_managers(
         await m.close()
 
 
-def expected_reward(response_ids: Sequence[int]) -> float:
+def expected_reward(response_ids: Sequence[int] | np.ndarray) -> float:
     """The reward :class:`EchoManager` gives an output with these response ids."""
     ids = np.asarray(response_ids, dtype=np.int64)
     return float(int(ids.sum()) % 100_003) + len(ids) / 1000.0
@@ -77,7 +81,7 @@ class EchoManager(RewardManager):
         self.jitter = float(jitter)
         self.mark_dir = Path(mark_dir) if mark_dir else None
 
-    async def run_single(self, data: Any) -> list[dict]:
+    async def run_single(self, data: Any) -> list[dict[str, Any]]:
         n = int(data.batch_size[0])
         if self.mark_dir is not None:
             (self.mark_dir / f"{os.getpid()}-{os.urandom(4).hex()}").write_text(str(n))
@@ -95,9 +99,9 @@ class LengthManager(RewardManager):
     """Test manager: reward = valid response length of the final row; records the batch."""
 
     name = "test-length"
-    calls: list = []
+    calls: list[TensorDict] = []
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         type(self).calls.append(data)
         last = data[-1:]
         ids = valid_response_ids(last)

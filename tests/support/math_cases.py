@@ -28,7 +28,7 @@ def _numina(i: int) -> str:
     return NUMINA_SOURCES[i % len(NUMINA_SOURCES)]
 
 
-_NUMINA: list[tuple[str, str, Any, Any]] = [
+_NUMINA: list[tuple[str, Any, Any]] = [
     # right
     (r"So the answer is $\boxed{5}$.", "5", 1.0),
     ("Adding them up.\nAnswer: 12", "12", 1.0),

@@ -88,11 +88,13 @@ class MisbehavingManager(RewardManager):
 
     name = "test-misbehaving"
 
-    def __init__(self, tokenizer: Any = None, compute_score: Any = None, *, context: Any = None, delay: float = 0.5):
+    def __init__(
+        self, tokenizer: Any = None, compute_score: Any = None, *, context: Any = None, delay: float = 0.5
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         self.delay = float(delay)
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         from rewardq.reward.final_output import read_final_output  # torch: not in scorer processes
 
         final = read_final_output(self, data)
@@ -116,7 +118,7 @@ class MisbehavingManager(RewardManager):
         return {"reward_score": score, "reward_extra_info": {"pid": os.getpid()}}
 
 
-def where(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict:
+def where(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, Any]:
     """Scores 1.0 and says where it ran: ``pid`` and ``thread`` (its name)."""
     import threading
 

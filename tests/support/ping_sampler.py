@@ -22,7 +22,12 @@ import redis
 def main(url: str) -> None:
     r = redis.Redis.from_url(url, socket_timeout=30)
     done = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+
+    def wait_for_stdin() -> None:
+        sys.stdin.read()
+        done.set()
+
+    threading.Thread(target=wait_for_stdin, daemon=True).start()
     times: list[tuple[float, float]] = []
     while not done.is_set():
         t0 = time.perf_counter()

@@ -84,7 +84,7 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
                 _die(f"kill-after-read: {len(entries)} entries delivered, none stored")
             return entries
 
-        broker.read = faulty_read  # type: ignore[method-assign] - the fault hook replaces the method
+        broker.read = faulty_read  # type: ignore[method-assign]  # the fault hook replaces the method
         return
 
     commit_many = broker.commit_many
@@ -113,12 +113,12 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
         reply = (await faulty_commit_many([(shard, tid, results)]))[0]
         if isinstance(reply, Exception):
             raise reply
-        return reply
+        return bool(reply)
 
     # the worker commits through its CommitCoalescer: commit alone, commit_many in batches
     commit = broker.commit
-    broker.commit_many = faulty_commit_many  # type: ignore[method-assign] - fault hook
-    broker.commit = faulty_commit  # type: ignore[method-assign] - fault hook
+    broker.commit_many = faulty_commit_many  # type: ignore[method-assign]  # fault hook
+    broker.commit = faulty_commit  # type: ignore[method-assign]  # fault hook
 
 
 class FaultyWorker(Worker):

@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.queue.codec import OutputRecord
-from rewardq.reward.tokenizer import load_tokenizer
+from rewardq.reward.tokenizer import FastTokenizer, load_tokenizer
 
-TOK = load_tokenizer("builtin:demo")
+_demo = load_tokenizer("builtin:demo")
+assert isinstance(_demo, FastTokenizer)  # the demo tokenizer: tests use its eos_token_id and backend too
+TOK: FastTokenizer = _demo
 
 
 def text_output(response: str, prompt: str = "Q?") -> dict[str, Any]:
@@ -30,19 +33,21 @@ def record(
     index: int,
     response: str | list[int],
     *,
-    sample: dict,
+    sample: dict[str, Any],
     final: bool = False,
     prompt: str = "Q?",
     eos: bool = False,
     num_turns: int | None = None,
-    extra_fields: dict | None = None,
+    extra_fields: dict[str, Any] | None = None,
     reward_score: float | None = None,
     response_mask: list[int] | None = None,
 ) -> OutputRecord:
     """Output ``index`` whose response is ``response`` (text, encoded, or ids), plus EOS with ``eos``."""
     ids = TOK.encode(response) if isinstance(response, str) else list(response)
     if eos:
-        ids = ids + [TOK.eos_token_id]
+        eos_id = TOK.eos_token_id
+        assert eos_id is not None
+        ids = ids + [eos_id]
     return OutputRecord(
         uid="u",
         session_id="s",
@@ -58,7 +63,7 @@ def record(
     )
 
 
-def trajectory_batch(*responses: str, **kw: Any) -> Any:
+def trajectory_batch(*responses: str, **kw: Any) -> TensorDict:
     """The batch of one trajectory with these responses, in order (the last one final);
     ``kw`` goes to every :func:`record`."""
     n = len(responses)

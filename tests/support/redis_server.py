@@ -30,6 +30,8 @@ from urllib.parse import quote
 
 import redis
 
+from tests.support.sync_client import SyncClient, connect
+
 _LIVE: weakref.WeakSet[RedisServer] = weakref.WeakSet()
 
 
@@ -37,7 +39,8 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def make_certificates(directory: Path) -> dict[str, Path]:
@@ -123,7 +126,7 @@ class RedisServer:
         self.extra = list(extra or [])
         self.dir = Path(tempfile.mkdtemp(prefix="rewardq-redis-"))
         self.certs = make_certificates(self.dir) if tls else {}
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
 
     # -- addresses -------------------------------------------------------------------------
@@ -143,9 +146,9 @@ class RedisServer:
         """The default user's URL (with the password, if one is set)."""
         return self.url_for(password=self.password)
 
-    def client(self, **kwargs: Any) -> redis.Redis:
+    def client(self, **kwargs: Any) -> SyncClient:
         """A plain blocking client as the default user."""
-        return redis.Redis.from_url(self.url, socket_connect_timeout=2, **kwargs)
+        return connect(self.url, socket_connect_timeout=2, **kwargs)
 
     # -- life cycle ----------------------------------------------------------------------------
     def _args(self) -> list[str]:
@@ -268,5 +271,5 @@ def _stop_leftovers() -> None:  # a test that died half-way must not leave serve
     for srv in list(_LIVE):
         try:
             srv.cleanup()
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort at exit: the other servers still stop
             pass

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, bonus: float = 0.0
+) -> dict[str, Any]:
     """1.0 + bonus when the response equals the ground truth, else 0.0; reports its process and extras."""
     return {
         "score": (1.0 if solution_str.strip() == str(ground_truth) else 0.0) + bonus,
@@ -16,7 +19,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonu
     }
 
 
-def by_behaviour(data_source, solution_str, ground_truth, extra_info=None):
+def by_behaviour(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None
+) -> float:
     """What the response asks for: ``hang``, ``segfault``, ``exit``, ``raise``, ``sleep:<s>``, else score 1."""
     if solution_str == "hang":
         while True:
@@ -32,5 +37,7 @@ def by_behaviour(data_source, solution_str, ground_truth, extra_info=None):
     return 1.0
 
 
-async def async_score(data_source, solution_str, ground_truth, extra_info=None):
+async def async_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None
+) -> float:
     return 1.0

@@ -119,6 +119,7 @@ async def run_code(request: web.Request) -> web.Response:
         state.memory_limits.add(int(body["memory_limit_MB"]))
         if state.delay:
             await asyncio.sleep(state.delay)
+        answer: dict[str, Any]
         if body.get("language") != "python":
             answer = {"status": "SandboxError", "message": f"unsupported language {body.get('language')!r}"}
         else:

@@ -28,7 +28,7 @@ async def serve(app: web.Application, port: int, **runner_options: Any) -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr] - aiohttp keeps the server private
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp keeps the server private
     print(f"PORT {bound}", flush=True)
     await asyncio.Event().wait()
 
@@ -54,18 +54,20 @@ class StandinProcess:
             raise RuntimeError(f"{module} did not start: {line!r} {self.log.read_text()[-2000:]}")
         self.root = f"http://127.0.0.1:{int(line.split()[1])}"
 
-    def call(self, path: str, body: dict | None = None) -> Any:
+    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
         """GET ``path`` (or POST ``body`` as JSON to it); the decoded JSON answer."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.root + path, data=data, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read())
 
-    def stats(self) -> dict:
-        return self.call("/stats")
+    def stats(self) -> dict[str, Any]:
+        answer: dict[str, Any] = self.call("/stats")
+        return answer
 
-    def control(self, **body: Any) -> dict:
-        return self.call("/control", body)
+    def control(self, **body: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = self.call("/control", body)
+        return answer
 
     def stop(self) -> None:
         if self.proc.poll() is None:

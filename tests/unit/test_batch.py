@@ -7,6 +7,8 @@ batch; each is checked here against what the public tensordict API gives (``data
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +16,7 @@ from tensordict import TensorDict
 
 import rewardq.reward.rows as rows_mod
 from rewardq.consumers.batch import build_batch
-from rewardq.queue.codec import decode_output, encode_output
+from rewardq.queue.codec import OutputRecord, decode_output, encode_output
 from rewardq.reward.rows import (
     last_row,
     non_tensor,
@@ -22,8 +24,9 @@ from rewardq.reward.rows import (
     valid_prompt_ids,
     valid_response_ids,
 )
+from tests.support.checks import must
 
-SAMPLE = {
+SAMPLE: dict[str, Any] = {
     "data_source": "openai/gsm8k",
     "reward_model": {"ground_truth": "42", "style": "rule"},
     "extra_info": {"split": "test", "index": 7},
@@ -32,14 +35,16 @@ SAMPLE = {
 }
 
 
-def records(lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: dict = SAMPLE):
+def records(
+    lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: dict[str, Any] = SAMPLE
+) -> list[OutputRecord]:
     rng = np.random.default_rng(0)
     out = []
     n = len(lengths)
     for i, (pl, rl) in enumerate(lengths):
         mask = np.ones(rl, dtype=np.int32)
         mask[rl // 3 : rl // 2] = 0  # a tool span
-        output = {
+        output: dict[str, Any] = {
             "prompt_ids": rng.integers(3, 900, pl, dtype=np.int32),
             "response_ids": rng.integers(3, 900, rl, dtype=np.int32),
             "response_mask": mask,
@@ -55,16 +60,17 @@ def records(lengths: list[tuple[int, int]], *, logprobs: bool = False, sample: d
 
 
 @pytest.fixture(params=[True, False], ids=["fast-path", "public-api"])
-def fast(request, monkeypatch):
+def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     if not request.param:
         monkeypatch.setattr(rows_mod, "FAST_PATH", False)
-    return request.param
+    result: bool = request.param
+    return result
 
 
 LENGTHS = [(5, 9), (3, 0), (8, 4), (1, 12)]
 
 
-def test_layout_left_padded_prompts_right_padded_responses(fast):
+def test_layout_left_padded_prompts_right_padded_responses(fast: bool) -> None:
     recs = records(LENGTHS, logprobs=True)
     td = build_batch(recs)
     P, R = 8, 12
@@ -89,9 +95,9 @@ def test_layout_left_padded_prompts_right_padded_responses(fast):
         assert td["input_ids"][i].tolist() == td["prompts"][i].tolist() + td["responses"][i].tolist()
         pos = td["position_ids"][i]
         assert pos.tolist() == [0] * (P - pl) + list(range(pl + rl)) + [max(pl + rl - 1, 0)] * (R - rl)
-        assert td["response_mask"][i, :rl].tolist() == rec.response_mask.tolist()
+        assert td["response_mask"][i, :rl].tolist() == must(rec.response_mask).tolist()
         assert td["response_mask"][i, rl:].eq(0).all()
-        assert np.allclose(td["rollout_log_probs"][i, :rl].numpy(), rec.response_logprobs)
+        assert np.allclose(td["rollout_log_probs"][i, :rl].numpy(), must(rec.response_logprobs))
         # the valid ids of every row, by the batch's own masks and by the helpers
         assert td["responses"][i][att[P:].bool()].tolist() == rec.response_ids.tolist()
         assert valid_response_ids(td[i]).tolist() == rec.response_ids.tolist()
@@ -99,11 +105,11 @@ def test_layout_left_padded_prompts_right_padded_responses(fast):
         assert valid_prompt_ids(td[i]).tolist() == rec.prompt_ids.tolist()
 
 
-def test_no_logprobs_column_when_no_output_has_them():
+def test_no_logprobs_column_when_no_output_has_them() -> None:
     assert "rollout_log_probs" not in build_batch(records(LENGTHS)).keys()
 
 
-def test_non_tensor_columns_are_per_row_and_independent(fast):
+def test_non_tensor_columns_are_per_row_and_independent(fast: bool) -> None:
     recs = records(LENGTHS)
     td = build_batch(recs)
     for i, _rec in enumerate(recs):
@@ -124,7 +130,7 @@ def test_non_tensor_columns_are_per_row_and_independent(fast):
     assert td.get("tags").tolist() == [["a", "b"]] * 4
 
 
-def test_non_tensor_column_matches_the_public_construction(fast):
+def test_non_tensor_column_matches_the_public_construction(fast: bool) -> None:
     values = [{"a": 1}, [1, 2], "x", 3, None, 2.5]
     column = non_tensor_column(values)
     assert column.tolist() == values
@@ -136,12 +142,13 @@ def test_non_tensor_column_matches_the_public_construction(fast):
 
 
 @pytest.mark.parametrize("lengths", [[(4, 6)], [(5, 9), (3, 0)], LENGTHS, [(2, 0), (2, 0)]])
-def test_last_row_is_data_minus_one_slice(fast, lengths):
+def test_last_row_is_data_minus_one_slice(fast: bool, lengths: Any) -> None:
     td = build_batch(records(lengths, logprobs=True))
     cheap, ref = last_row(td), td[-1:]
     assert type(cheap) is type(ref) and cheap.batch_size == ref.batch_size == torch.Size([1])
     assert sorted(cheap.keys()) == sorted(ref.keys())
     for key in ref.keys():
+        assert isinstance(key, str)
         a, b = cheap.get(key), ref.get(key)
         if isinstance(b, torch.Tensor):
             assert a.dtype == b.dtype and torch.equal(a, b), key
@@ -156,7 +163,7 @@ def test_last_row_is_data_minus_one_slice(fast, lengths):
     assert last_row(cheap) is cheap
 
 
-def test_last_row_falls_back_for_nested_tensordicts():
+def test_last_row_falls_back_for_nested_tensordicts() -> None:
     td = build_batch(records(LENGTHS))
     td["nested"] = TensorDict({"x": torch.arange(4)}, batch_size=[4])
     row = last_row(td)
@@ -164,7 +171,7 @@ def test_last_row_falls_back_for_nested_tensordicts():
     assert row["data_source"] == ["openai/gsm8k"]
 
 
-def test_non_tensor_reads_rows_and_shared_values():
+def test_non_tensor_reads_rows_and_shared_values() -> None:
     td = build_batch(records(LENGTHS))
     td.set_non_tensor("experiment", "exp-1")  # one value for every row
     assert non_tensor(td[2], "extra_info") == SAMPLE["extra_info"]
@@ -176,7 +183,7 @@ def test_non_tensor_reads_rows_and_shared_values():
 
 
 @pytest.mark.parametrize("drop", ["response_len", "prompt_len"])
-def test_valid_ids_without_length_columns_read_the_attention_mask(fast, drop):
+def test_valid_ids_without_length_columns_read_the_attention_mask(fast: bool, drop: str) -> None:
     # Given a built batch, and the same batch without one of its length columns (as a
     # hand-built batch of a custom pipeline would be)
     recs = records(LENGTHS)

@@ -23,7 +23,7 @@ def sequences(n: int, seed: int = 0) -> list[np.ndarray]:
     return [rng.integers(0, TOK.vocab_size, int(rng.integers(0, 400))).astype(np.int32) for _ in range(n)]
 
 
-def test_the_demo_tokenizers_batch_path_gives_what_decode_gives():
+def test_the_demo_tokenizers_batch_path_gives_what_decode_gives() -> None:
     native = batch_decoder(TOK)
     assert native is not None
     seqs = sequences(40)
@@ -33,12 +33,12 @@ def test_the_demo_tokenizers_batch_path_gives_what_decode_gives():
     assert batch_decoder(object()) is None  # anything else decodes inline
 
 
-async def test_one_loop_turn_is_one_call_in_another_thread():
+async def test_one_loop_turn_is_one_call_in_another_thread() -> None:
     seen_threads: set[str] = set()
     native = batch_decoder(TOK)
     assert native is not None
 
-    def recording(seqs, skip):
+    def recording(seqs: list[list[int]], skip: bool) -> list[str]:
         seen_threads.add(threading.current_thread().name)
         return native(seqs, skip)
 
@@ -56,7 +56,7 @@ async def test_one_loop_turn_is_one_call_in_another_thread():
     small.close()
 
 
-async def test_a_bad_sequence_fails_only_its_caller_and_a_cancelled_caller_harms_nobody():
+async def test_a_bad_sequence_fails_only_its_caller_and_a_cancelled_caller_harms_nobody() -> None:
     native = batch_decoder(TOK)
     assert native is not None
     decoder = BatchDecoder(native)
@@ -76,7 +76,7 @@ async def test_a_bad_sequence_fails_only_its_caller_and_a_cancelled_caller_harms
     decoder.close()
 
 
-async def test_the_naive_manager_decodes_through_the_batch_path_with_the_same_rewards():
+async def test_the_naive_manager_decodes_through_the_batch_path_with_the_same_rewards() -> None:
     sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"}, "extra_info": {}}
     manager = NaiveRewardManager(TOK)
     answers = ["#### 72", "#### 71", "no answer", "so #### 72"]

@@ -4,6 +4,7 @@ validation, counters in the heartbeat, ``rewardq status`` and ``/metrics``. No p
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -25,7 +26,7 @@ URL = "http://sandbox:8080/run_code"
 
 
 @pytest.mark.parametrize("manager", ["naive", "dapo", "gdpo", "limited", "remote"])
-def test_every_builtin_manager_accepts_the_sandbox_options(manager):
+def test_every_builtin_manager_accepts_the_sandbox_options(manager: str) -> None:
     # Given verl's three sandbox settings (as the verl config maps them) plus a manager option
     options = {
         "sandbox_fusion_url": URL,
@@ -42,15 +43,15 @@ def test_every_builtin_manager_accepts_the_sandbox_options(manager):
     assert m.context.code.sandbox_fusion_memory_limit_mb == 512
     assert m.context.code.backend == "sandbox_fusion"
     if manager == "gdpo":
-        assert m.experiment_name == "exp"  # type: ignore[attr-defined] - gdpo has it
+        assert m.experiment_name == "exp"  # type: ignore[attr-defined]  # gdpo has it
 
 
-def test_the_default_is_the_local_runner_and_null_means_unset():
+def test_the_default_is_the_local_runner_and_null_means_unset() -> None:
     assert ManagerContext().code.backend == "local"
     assert pop_code_options({"sandbox_fusion_url": None, "x": 1}).backend == "local"
 
 
-def test_bad_values_and_misspelt_options_fail_at_start_up():
+def test_bad_values_and_misspelt_options_fail_at_start_up() -> None:
     for bad in (
         {"sandbox_fusion_url": "sandbox:8080"},
         {"sandbox_fusion_max_concurrent": 0},
@@ -65,7 +66,7 @@ def test_bad_values_and_misspelt_options_fail_at_start_up():
         build_manager("naive", tokenizer=TOK, options={"sandbox_fusion_ulr": URL})
 
 
-def test_code_data_sources_are_async_scorers():
+def test_code_data_sources_are_async_scorers() -> None:
     for ds in ("codecontests", "apps", "codeforces", "taco"):
         assert placement_of(ds) == "async"
         assert EXACT_SCORERS[ds].__name__ == f"score_code_{ds}"
@@ -80,7 +81,7 @@ def _stats() -> CodeStats:
     return st
 
 
-def test_counters_per_data_source_and_their_sum_over_workers():
+def test_counters_per_data_source_and_their_sum_over_workers() -> None:
     snap = _stats().snapshot()
     assert snap["taco"] == {
         "backend": "local",
@@ -97,12 +98,12 @@ def test_counters_per_data_source_and_their_sum_over_workers():
     assert total["taco"]["statuses"] == {"passed": 2, "timeout": 2}
 
 
-def test_status_renders_a_code_table_and_names_sandbox_failures():
+def test_status_renders_a_code_table_and_names_sandbox_failures() -> None:
     from rich.console import Console
 
     from rewardq.ops.status import diagnose
 
-    st = {
+    st: dict[str, Any] = {
         "time": 0.0,
         "namespace": "ns",
         "redis_url": "redis://x",
@@ -129,7 +130,7 @@ def test_status_renders_a_code_table_and_names_sandbox_failures():
     assert "code execution" in text and "taco" in text and "timeout: 1" in text and "error: 1" in text
 
 
-def test_metrics_expose_code_counters():
+def test_metrics_expose_code_counters() -> None:
     stats = _stats()
     m = WorkerMetrics("naive", code_stats=stats.snapshot)
     text = generate_latest(m.registry).decode()
@@ -138,7 +139,7 @@ def test_metrics_expose_code_counters():
     assert 'rewardq_code_trajectories_total{backend="sandbox_fusion",data_source="apps",status="error"} 1.0' in text
 
 
-def test_settings_are_frozen_and_typed():
+def test_settings_are_frozen_and_typed() -> None:
     s = CodeExecSettings(sandbox_fusion_url=URL)
     with pytest.raises(AttributeError):
-        s.sandbox_fusion_url = None  # type: ignore[misc] - frozen: the test proves it
+        s.sandbox_fusion_url = None  # type: ignore[misc]  # frozen: the test proves it

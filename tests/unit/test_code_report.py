@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from rewardq.reward.codeexec.report import MAX_RECORD_BYTES, MalformedRecord, cl
 from rewardq.reward.codeexec.sandbox import RunSpec
 
 
-def _line(record: dict) -> bytes:
+def _line(record: dict[str, Any]) -> bytes:
     return json.dumps(record).encode()
 
 
@@ -31,7 +32,7 @@ def _line(record: dict) -> bytes:
         {"case": 2, "overflow": True},
     ],
 )
-def test_records_the_runner_writes_are_read_back(record):
+def test_records_the_runner_writes_are_read_back(record: Any) -> None:
     assert parse_record(_line(record)) == record
 
 
@@ -56,12 +57,12 @@ def test_records_the_runner_writes_are_read_back(record):
         b'{"case": 1e400, "out": "x"}',
     ],
 )
-def test_anything_else_is_a_malformed_record_and_nothing_else(line):
+def test_anything_else_is_a_malformed_record_and_nothing_else(line: Any) -> None:
     with pytest.raises(MalformedRecord):
         parse_record(line)
 
 
-def test_clean_text_is_valid_utf8_and_bounded():
+def test_clean_text_is_valid_utf8_and_bounded() -> None:
     assert clean_text("ValueError: \ud800") == "ValueError: \ufffd"
     assert clean_text("a\x00b") == "a\ufffdb"
     assert clean_text(b"\xff\xfe ok") == "\ufffd\ufffd ok"
@@ -70,12 +71,19 @@ def test_clean_text_is_valid_utf8_and_bounded():
     clean_text("\udfff" * 5000).encode("utf-8")  # never raises
 
 
-def _status(**kw) -> bytes:
-    st = {"exit": 0, "signal": None, "timed_out": False, "overflow": False, "seconds": 0.1, "sandbox_error": None}
+def _status(**kw: Any) -> bytes:
+    st: dict[str, Any] = {
+        "exit": 0,
+        "signal": None,
+        "timed_out": False,
+        "overflow": False,
+        "seconds": 0.1,
+        "sandbox_error": None,
+    }
     return b"S " + json.dumps({**st, **kw}).encode()
 
 
-def test_a_forged_record_fails_the_run_as_the_programs_own_failure():
+def test_a_forged_record_fails_the_run_as_the_programs_own_failure() -> None:
     out = b"\n".join([b"R " + _line({"loaded": True}), b"R " + b"[" * 200000, b"R " + _line({"done": True}), _status()])
     [run] = parse_report(out, b"", 0, 1)
     assert run.malformed and run.records == [{"loaded": True}, {"done": True}]
@@ -83,7 +91,7 @@ def test_a_forged_record_fails_the_run_as_the_programs_own_failure():
     assert [(o.code, o.status) for o in outcomes] == [(-1, "malformed_report")] * 2
 
 
-def test_supervisor_lines_that_do_not_parse_are_a_broken_sandbox():
+def test_supervisor_lines_that_do_not_parse_are_a_broken_sandbox() -> None:
     with pytest.raises(CodeSandboxError, match="unreadable status"):
         parse_report(b"S [[[", b"", 0, 1)
     with pytest.raises(CodeSandboxError, match="could not isolate a program: no\ufffd"):
@@ -92,7 +100,7 @@ def test_supervisor_lines_that_do_not_parse_are_a_broken_sandbox():
         parse_report(b"", b"boom\xff", 1, 1)
 
 
-def test_cgroup_discovery_reads_mountinfo_and_proc_cgroup():
+def test_cgroup_discovery_reads_mountinfo_and_proc_cgroup() -> None:
     mountinfo = (
         "35 25 0:30 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu\n"
         "36 25 0:31 /process_api /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
@@ -111,7 +119,7 @@ def test_cgroup_discovery_reads_mountinfo_and_proc_cgroup():
     assert _under("/sys/fs/cgroup", "/", "/") == "/sys/fs/cgroup"
 
 
-def _fake_host(tmp_path, *, v2_controllers: str, v1: bool) -> str:
+def _fake_host(tmp_path: Path, *, v2_controllers: str, v1: bool) -> str:
     """A /proc of our own describing cgroup mounts that are plain folders under ``tmp_path``."""
     proc = tmp_path / "proc" / "self"
     proc.mkdir(parents=True)
@@ -133,7 +141,7 @@ def _fake_host(tmp_path, *, v2_controllers: str, v1: bool) -> str:
     return str(tmp_path / "proc")
 
 
-def test_a_v2_host_gets_one_cgroup_per_job_with_every_limit(tmp_path):
+def test_a_v2_host_gets_one_cgroup_per_job_with_every_limit(tmp_path: Path) -> None:
     host = CgroupHost.detect(jobs=4, proc_root=_fake_host(tmp_path, v2_controllers="cpu memory pids io", v1=False))
     parent = Path(host.parents["unified"])
     assert host.version == 2 and parent.parent == tmp_path / "unified"
@@ -151,7 +159,7 @@ def test_a_v2_host_gets_one_cgroup_per_job_with_every_limit(tmp_path):
     assert job.harness_fields() == {"procs": [str(d / "cgroup.procs")], "cpu_usage": str(d / "cpu.stat")}
 
 
-def test_a_v1_host_limits_each_hierarchy_and_counts_cpu_with_cpuacct(tmp_path):
+def test_a_v1_host_limits_each_hierarchy_and_counts_cpu_with_cpuacct(tmp_path: Path) -> None:
     host = CgroupHost.detect(jobs=2, proc_root=_fake_host(tmp_path, v2_controllers="", v1=True))
     assert host.version == 1 and set(host.parents) == {"cpu", "cpuacct", "memory", "pids", "unified"}
     assert (Path(host.parents["cpu"]) / "cpu.shares").read_text() == "2048"
@@ -164,6 +172,6 @@ def test_a_v1_host_limits_each_hierarchy_and_counts_cpu_with_cpuacct(tmp_path):
     assert job.cpu_usage == str(by["cpuacct"] / "cpuacct.usage")
 
 
-def test_no_usable_cgroup_is_a_refusal_naming_the_fix(tmp_path):
+def test_no_usable_cgroup_is_a_refusal_naming_the_fix(tmp_path: Path) -> None:
     with pytest.raises(CodeSandboxError, match="no cgroup with the cpu, memory, pids controller"):
         CgroupHost.detect(proc_root=_fake_host(tmp_path, v2_controllers="io", v1=False))

@@ -3,6 +3,8 @@ the record is byte for byte what the numpy path gives, and every bad list is ref
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -12,10 +14,14 @@ from rewardq.queue.checks import CheckedDict, check_dict
 from rewardq.queue.codec import as_id_array, decode_output, encode_output
 from rewardq.queue.keys import Keyspace
 
-SAMPLE = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "1"}, "extra_info": {"i": np.int64(3)}}
+SAMPLE: dict[str, Any] = {
+    "data_source": "openai/gsm8k",
+    "reward_model": {"ground_truth": "1"},
+    "extra_info": {"i": np.int64(3)},
+}
 
 
-def output(rng: np.random.Generator, n: int = 3000) -> dict:
+def output(rng: np.random.Generator, n: int = 3000) -> dict[str, Any]:
     return {
         "prompt_ids": rng.integers(0, 129_000, 500).tolist(),
         "response_ids": rng.integers(0, 129_000, n).tolist(),
@@ -24,7 +30,7 @@ def output(rng: np.random.Generator, n: int = 3000) -> dict:
     }
 
 
-def as_arrays(out: dict) -> dict:
+def as_arrays(out: dict[str, Any]) -> dict[str, Any]:
     return {
         **out,
         "prompt_ids": np.asarray(out["prompt_ids"], dtype=np.int64),
@@ -33,7 +39,7 @@ def as_arrays(out: dict) -> dict:
     }
 
 
-def test_lists_encode_to_the_bytes_arrays_give():
+def test_lists_encode_to_the_bytes_arrays_give() -> None:
     rng = np.random.default_rng(0)
     for n in (1, 17, 3000):
         out = output(rng, n)
@@ -59,7 +65,7 @@ def test_lists_encode_to_the_bytes_arrays_give():
         ([[1, 2], [3, 4]], "1-D"),
     ],
 )
-def test_bad_id_lists_are_refused_naming_the_field(ids, reason):
+def test_bad_id_lists_are_refused_naming_the_field(ids: Any, reason: Any) -> None:
     with pytest.raises(RecordError, match=reason) as err:
         encode_output("u", "s", 0, {"prompt_ids": [1], "response_ids": ids}, None, final=True)
     assert err.value.field == "response_ids"
@@ -75,14 +81,14 @@ def test_bad_id_lists_are_refused_naming_the_field(ids, reason):
         ([1.0, 0.0, 1.0], "integer"),
     ],
 )
-def test_bad_mask_lists_are_refused(mask, reason):
+def test_bad_mask_lists_are_refused(mask: list[float] | list[int], reason: str) -> None:
     with pytest.raises(RecordError, match=reason) as err:
-        out = {"prompt_ids": [1], "response_ids": [1, 2, 3], "response_mask": mask}
+        out: dict[str, Any] = {"prompt_ids": [1], "response_ids": [1, 2, 3], "response_mask": mask}
         encode_output("u", "s", 0, out, None, final=True)
     assert err.value.field == "response_mask"
 
 
-def test_a_trajectorys_sample_is_checked_once_and_still_refused_when_bad():
+def test_a_trajectorys_sample_is_checked_once_and_still_refused_when_bad() -> None:
     rng = np.random.default_rng(1)
     ks = Keyspace("ns")
     puts = prepare_trajectory(ks, "u", "s", [output(rng, 5), output(rng, 7)], SAMPLE, max_bytes=1 << 20)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,7 @@ VERL_YAML = textwrap.dedent("""
 """)
 
 
-def test_verl_reward_block_maps_onto_worker_settings(tmp_path):
+def test_verl_reward_block_maps_onto_worker_settings(tmp_path: Path) -> None:
     f = tmp_path / "verl.yaml"
     f.write_text(VERL_YAML)
     cfg = WorkerConfig.load(config_file=str(f), env={})
@@ -54,7 +55,7 @@ def test_verl_reward_block_maps_onto_worker_settings(tmp_path):
     }
 
 
-def test_verl_options_a_manager_does_not_take_are_dropped_not_fatal():
+def test_verl_options_a_manager_does_not_take_are_dropped_not_fatal() -> None:
     opts = translate_verl_reward(
         {
             "reward_manager": {"name": "dapo"},
@@ -69,7 +70,7 @@ def test_verl_options_a_manager_does_not_take_are_dropped_not_fatal():
         build_manager("naive", tokenizer=None, options={"max_rmp": 60})
 
 
-def test_reward_model_block_selects_disrm_with_verls_keys():
+def test_reward_model_block_selects_disrm_with_verls_keys() -> None:
     out = translate_verl_reward(
         {"reward_model": {"enable": True, "model_path": "/models/rm", "rollout": {"name": "vllm", "dtype": "bf16"}}}
     )
@@ -77,7 +78,7 @@ def test_reward_model_block_selects_disrm_with_verls_keys():
     assert out["manager_options"] == {"model": "/models/rm", "tokenizer": "/models/rm", "backend": "vllm"}
 
 
-def test_precedence_file_env_flags(tmp_path):
+def test_precedence_file_env_flags(tmp_path: Path) -> None:
     f = tmp_path / "rq.yaml"
     f.write_text("namespace: from-file\nconcurrency: 3\nbatch_size: 7\nmanager: gdpo\n")
     env = {"REWARDQ_CONCURRENCY": "5", "REWARDQ_NAMESPACE": "from-env", "REWARDQ_CLUSTER": "true"}
@@ -104,12 +105,12 @@ def test_precedence_file_env_flags(tmp_path):
         ({"REWARDQ_LEASE_SECONDS": "1", "REWARDQ_HEARTBEAT_INTERVAL": "2"}, "lease_seconds"),
     ],
 )
-def test_bad_settings_name_the_setting(env, match):
+def test_bad_settings_name_the_setting(env: dict[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         WorkerConfig.load(env=env)
 
 
-def test_unknown_file_setting_is_listed_not_fatal_and_missing_file_is(tmp_path):
+def test_unknown_file_setting_is_listed_not_fatal_and_missing_file_is(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text("concurency: 3\n")
     cfg = WorkerConfig.load(config_file=str(f), env={})
@@ -119,6 +120,6 @@ def test_unknown_file_setting_is_listed_not_fatal_and_missing_file_is(tmp_path):
         WorkerConfig.load(config_file=str(tmp_path / "nope.yaml"), env={})
 
 
-def test_dapo_config_errors_surface_at_start():
+def test_dapo_config_errors_surface_at_start() -> None:
     with pytest.raises(ConfigError, match="max_resp_len"):
         build_manager("dapo", tokenizer=None, options={"overlong_buffer": {"enable": True, "len": 4}})

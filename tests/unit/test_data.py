@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,27 +21,27 @@ from rewardq.producers.jsonl import JsonlLineError, parse_line, read_jsonl, writ
 from rewardq.queue.codec import decode_output, encode_output
 from rewardq.reward.managers.naive import NaiveRewardManager
 from rewardq.reward.scoring import default_compute_score
-from rewardq.reward.tokenizer import load_tokenizer
+from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
 
 
 @pytest.fixture(scope="module")
-def tok():
+def tok() -> Tokenizer:
     return load_tokenizer("builtin:demo")
 
 
 @pytest.fixture(scope="module")
-def trajs(tok):
+def trajs(tok: Tokenizer) -> list[dict[str, Any]]:
     return make_trajectories(400, seed=21, tokenizer=tok)
 
 
-def test_same_seed_same_data_other_seed_other_data(tok):
+def test_same_seed_same_data_other_seed_other_data(tok: Tokenizer) -> None:
     a, b = make_trajectories(30, seed=4, tokenizer=tok), make_trajectories(30, seed=4, tokenizer=tok)
     assert json.dumps(a) == json.dumps(b)
     assert json.dumps(make_trajectories(30, seed=5, tokenizer=tok)) != json.dumps(a)
     assert len(make_trajectories(7, seed=4, tokenizer=tok)) == 7 and make_trajectories(0, tokenizer=tok) == []
 
 
-def test_expected_rewards_match_the_default_scorer(trajs, tok):
+def test_expected_rewards_match_the_default_scorer(trajs: list[dict[str, Any]], tok: Tokenizer) -> None:
     for t in trajs:
         final = t["outputs"][-1]
         text = tok.decode(final["response_ids"], skip_special_tokens=True)
@@ -50,7 +52,9 @@ def test_expected_rewards_match_the_default_scorer(trajs, tok):
     assert 0.45 < sum(t["expected"] for t in trajs) / len(trajs) < 0.75
 
 
-async def test_expected_rewards_match_the_naive_manager_on_the_worker_batch(trajs, tok):
+async def test_expected_rewards_match_the_naive_manager_on_the_worker_batch(
+    trajs: list[dict[str, Any]], tok: Tokenizer
+) -> None:
     manager = NaiveRewardManager(tok)
     for t in trajs[:80]:
         n = len(t["outputs"])
@@ -63,7 +67,7 @@ async def test_expected_rewards_match_the_naive_manager_on_the_worker_batch(traj
         assert out["reward_extra_info"] == {"acc": t["expected"]}
 
 
-def test_trajectories_look_like_multi_turn_agent_rollouts(trajs, tok):
+def test_trajectories_look_like_multi_turn_agent_rollouts(trajs: list[dict[str, Any]], tok: Tokenizer) -> None:
     lengths = Counter(len(t["outputs"]) for t in trajs)
     assert set(lengths) == {1, 2, 3, 4, 5, 6}
     groups = Counter(t["uid"] for t in trajs)
@@ -96,7 +100,7 @@ def test_trajectories_look_like_multi_turn_agent_rollouts(trajs, tok):
     assert tool_tokens > 1000
 
 
-def test_jsonl_round_trip(trajs, tmp_path):
+def test_jsonl_round_trip(trajs: list[dict[str, Any]], tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     assert write_jsonl(path, trajs[:25]) == 25
     back = list(read_jsonl(path))
@@ -105,7 +109,7 @@ def test_jsonl_round_trip(trajs, tmp_path):
         {k: t[k] for k in ("uid", "session_id", "sample", "outputs", "expected")} for t in trajs[:25]
     ]
     write_jsonl(path, trajs[:3], with_expected=False)
-    assert all("expected" not in t for _, t in read_jsonl(path))
+    assert all(isinstance(t, dict) and "expected" not in t for _, t in read_jsonl(path))
 
 
 @pytest.mark.parametrize(
@@ -128,7 +132,7 @@ def test_jsonl_round_trip(trajs, tmp_path):
         (lambda d: d["outputs"].append("x"), "outputs[{last}]", "must be an object"),
     ],
 )
-def test_bad_lines_name_line_and_field(trajs, mutate, field, reason):
+def test_bad_lines_name_line_and_field(trajs: list[dict[str, Any]], mutate: Any, field: Any, reason: Any) -> None:
     d = json.loads(json.dumps({k: trajs[0][k] for k in ("uid", "session_id", "sample", "outputs")}))
     mutate(d)
     last = len(d.get("outputs") or [1]) - 1
@@ -138,7 +142,7 @@ def test_bad_lines_name_line_and_field(trajs, mutate, field, reason):
     assert reason in info.value.reason
 
 
-def test_read_jsonl_keeps_going_after_bad_lines(trajs, tmp_path):
+def test_read_jsonl_keeps_going_after_bad_lines(trajs: list[dict[str, Any]], tmp_path: Path) -> None:
     path = tmp_path / "mixed.jsonl"
     write_jsonl(path, trajs[:4])
     lines = path.read_text().splitlines()
@@ -149,4 +153,6 @@ def test_read_jsonl_keeps_going_after_bad_lines(trajs, tmp_path):
     got = list(read_jsonl(path))
     assert [n for n, _ in got] == [1, 2, 3, 5, 6, 7]
     assert [type(x).__name__ for _, x in got] == ["dict", "JsonlLineError", "dict", "JsonlLineError", "dict", "dict"]
-    assert got[1][1].field == "<json>" and got[3][1].reason.startswith("expected a JSON object")
+    first, second = got[1][1], got[3][1]
+    assert isinstance(first, JsonlLineError) and isinstance(second, JsonlLineError)
+    assert first.field == "<json>" and second.reason.startswith("expected a JSON object")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,13 +58,16 @@ def _number(node: ast.expr | None) -> float | None:
     if node is None:
         return None
     if isinstance(node, ast.Constant):
-        ok = isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
-        return node.value if ok else None
+        value = node.value
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         inner = _number(node.operand)
         return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
     if isinstance(node, ast.BinOp) and _number(node.left) is not None and _number(node.right) is not None:
-        return eval(compile(ast.Expression(node), "<default>", "eval"))  # arithmetic of two literals only
+        result: float | None = eval(
+            compile(ast.Expression(node), "<default>", "eval")
+        )  # arithmetic of two literals only
+        return result
     return None
 
 
@@ -100,7 +104,7 @@ def literal_defaults(source: str, rel: str) -> list[Default]:
                         kw = {k.arg: k.value for k in value.keywords}
                         value = kw.get("default", value.args[0] if value.args else None)  # type: ignore[assignment]
                     add(st.lineno, st.target.id, value)
-        elif _call_name(node) == "option" and isinstance(node, ast.Call):
+        elif isinstance(node, ast.Call) and _call_name(node) == "option":
             kw = {k.arg: k.value for k in node.keywords}
             flag = next(
                 (a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")), "?"
@@ -133,21 +137,21 @@ def package_findings() -> tuple[list[Default], list[tuple[Default, float]]]:
     return misplaced, disagreeing
 
 
-def test_no_numeric_default_lives_outside_defaults_py():
+def test_no_numeric_default_lives_outside_defaults_py() -> None:
     misplaced, _ = package_findings()
     assert not misplaced, "numeric defaults outside rewardq/defaults.py:\n" + "\n".join(
         f"  {d.where} {d.name}={d.value!r}" for d in misplaced
     )
 
 
-def test_no_literal_default_disagrees_with_defaults_py():
+def test_no_literal_default_disagrees_with_defaults_py() -> None:
     _, disagreeing = package_findings()
     assert not disagreeing, "\n".join(
         f"  {d.where} {d.name}={d.value!r} but defaults says {c!r}" for d, c in disagreeing
     )
 
 
-def test_the_scan_sees_every_kind_of_default():
+def test_the_scan_sees_every_kind_of_default() -> None:
     # the scan found the package's zero defaults and the kept ones (a scan that sees nothing passes vacuously)
     seen = {
         (str(p.relative_to(PACKAGE)), d.name)
@@ -189,7 +193,7 @@ def cmd(max_outputs): ...
 
 
 @pytest.mark.parametrize("name", [n for n in dir(defaults) if n.isupper()])
-def test_every_default_is_documented(name):
+def test_every_default_is_documented(name: Any) -> None:
     source = (PACKAGE / "defaults.py").read_text()
     lines = source.splitlines()
     at = next(

@@ -7,16 +7,20 @@ import shutil
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.config import translate_verl_reward
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.factory import build_manager
 from rewardq.reward.managers.disrm import DisRMRewardManager
-from rewardq.reward.tokenizer import DEMO_PATH
-from tests.support.managers import set_up_managers
+from rewardq.reward.tokenizer import DEMO_PATH, Tokenizer
+from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK as POLICY_TOK
 from tests.support.records import trajectory_batch
 
@@ -38,14 +42,14 @@ DEFAULTS = {
 class FakeRewardServer:
     """A threaded HTTP server on 127.0.0.1:<free port>; ``script`` holds answers to give first."""
 
-    def __init__(self):
-        self.requests: list[dict] = []
-        self.script: list[tuple] = []
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.script: list[tuple[Any, ...]] = []
         self.lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with server.lock:
                     server.requests.append(
@@ -71,7 +75,7 @@ class FakeRewardServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and hung up (the timeout test)
 
-            def log_message(self, *args):
+            def log_message(self, *args: Any) -> None:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -80,20 +84,20 @@ class FakeRewardServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
-    def close(self):
+    def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[FakeRewardServer]:
     s = FakeRewardServer()
     yield s
     s.close()
 
 
 @pytest.fixture
-def rm_tokenizer_dir(tmp_path):
+def rm_tokenizer_dir(tmp_path: Path) -> str:
     folder = tmp_path / "rm-tokenizer"
     folder.mkdir()
     shutil.copy(DEMO_PATH, folder / "tokenizer.json")
@@ -104,9 +108,9 @@ def rm_tokenizer_dir(tmp_path):
 
 
 @pytest.fixture
-async def make(server, rm_tokenizer_dir):
-    def build(**kw):
-        options = dict(
+async def make(server: FakeRewardServer, rm_tokenizer_dir: str) -> AsyncIterator[MakeManager[DisRMRewardManager]]:
+    def build(**kw: Any) -> DisRMRewardManager:
+        options: dict[str, Any] = dict(
             base_url=server.url,
             model="rm-7b",
             backend="vllm",
@@ -122,12 +126,12 @@ async def make(server, rm_tokenizer_dir):
         yield factory
 
 
-def trajectory(raw_prompt=RAW_PROMPT, response="The answer is 42"):
+def trajectory(raw_prompt: Any = RAW_PROMPT, response: str = "The answer is 42") -> TensorDict:
     sample = {"data_source": "rm", "reward_model": {"ground_truth": None}, "raw_prompt": raw_prompt}
     return trajectory_batch("call tool", response, sample=sample, prompt="What is 6*7?", eos=True)
 
 
-async def test_vllm_classify_request_and_score(make, server):
+async def test_vllm_classify_request_and_score(make: MakeManager[DisRMRewardManager], server: FakeRewardServer) -> None:
     m = await make(backend="vllm")
     out = await m.run_single(trajectory())
     assert out == {"reward_score": 0.83, "reward_extra_info": {}}
@@ -137,7 +141,9 @@ async def test_vllm_classify_request_and_score(make, server):
     assert req["json"] == {"model": "rm-7b", "input": EXPECTED_PROMPT, "use_activation": False}
 
 
-async def test_sglang_embeddings_request_and_score(make, server):
+async def test_sglang_embeddings_request_and_score(
+    make: MakeManager[DisRMRewardManager], server: FakeRewardServer
+) -> None:
     m = await make(backend="sglang")
     out = await m.run_single(trajectory())
     assert out == {"reward_score": -1.25, "reward_extra_info": {}}
@@ -145,7 +151,9 @@ async def test_sglang_embeddings_request_and_score(make, server):
     assert server.requests[0]["json"] == {"model": "rm-7b", "input": EXPECTED_PROMPT}
 
 
-async def test_server_errors_are_retried_until_success(make, server):
+async def test_server_errors_are_retried_until_success(
+    make: MakeManager[DisRMRewardManager], server: FakeRewardServer
+) -> None:
     server.script = [(503, "loading"), (500, {"error": "oops"})]
     m = await make()
     assert (await m.run_single(trajectory()))["reward_score"] == 0.83
@@ -154,7 +162,7 @@ async def test_server_errors_are_retried_until_success(make, server):
     assert m.stats()["retries"] == 2
 
 
-async def test_client_errors_are_not_retried(make, server):
+async def test_client_errors_are_not_retried(make: MakeManager[DisRMRewardManager], server: FakeRewardServer) -> None:
     server.script = [(400, {"error": "input is too long for this model"})]
     m = await make()
     with pytest.raises(ScoringError, match="HTTP 400") as info:
@@ -164,7 +172,7 @@ async def test_client_errors_are_not_retried(make, server):
     assert m.stats()["retries"] == 0
 
 
-async def test_retries_run_out(make, server):
+async def test_retries_run_out(make: MakeManager[DisRMRewardManager], server: FakeRewardServer) -> None:
     server.script = [(502, "bad gateway")] * 10
     m = await make(max_retries=2)
     with pytest.raises(ScoringError, match="after 3 attempts; last: HTTP 502: bad gateway"):
@@ -172,7 +180,9 @@ async def test_retries_run_out(make, server):
     assert len(server.requests) == 3
 
 
-async def test_backoff_is_exponential_and_capped(make, server):
+async def test_backoff_is_exponential_and_capped(
+    make: MakeManager[DisRMRewardManager], server: FakeRewardServer
+) -> None:
     server.script = [(503, "busy")] * 5
     m = await make(backoff_base=0.1, backoff_cap=0.2, max_retries=5)
     assert (await m.run_single(trajectory()))["reward_score"] == 0.83
@@ -184,14 +194,14 @@ async def test_backoff_is_exponential_and_capped(make, server):
     assert gaps[1] >= 0.8 * 0.2 - 0.01 and gaps[0] >= 0.8 * 0.1 - 0.01
 
 
-async def test_a_request_timeout_is_retried(make, server):
+async def test_a_request_timeout_is_retried(make: MakeManager[DisRMRewardManager], server: FakeRewardServer) -> None:
     server.script = [("sleep", 1.5)]
     m = await make(timeout=0.3)
     assert (await m.run_single(trajectory()))["reward_score"] == 0.83
     assert len(server.requests) == 2
 
 
-async def test_connection_refused_is_retried_then_reported(make):
+async def test_connection_refused_is_retried_then_reported(make: MakeManager[DisRMRewardManager]) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -202,7 +212,9 @@ async def test_connection_refused_is_retried_then_reported(make):
     assert m.stats()["requests"] == 3
 
 
-async def test_an_answer_without_the_score_field_is_an_error(make, server):
+async def test_an_answer_without_the_score_field_is_an_error(
+    make: MakeManager[DisRMRewardManager], server: FakeRewardServer
+) -> None:
     server.script = [(200, {"data": [{"embedding": [1.0]}]})]
     m = await make(backend="vllm")
     with pytest.raises(ScoringError, match=r"data\[-1\]\.probs\[-1\]"):
@@ -210,23 +222,25 @@ async def test_an_answer_without_the_score_field_is_an_error(make, server):
     assert len(server.requests) == 1
 
 
-async def test_a_sample_without_a_chat_prompt_is_an_error(make, server):
+async def test_a_sample_without_a_chat_prompt_is_an_error(
+    make: MakeManager[DisRMRewardManager], server: FakeRewardServer
+) -> None:
     m = await make()
     with pytest.raises(ScoringError, match="raw_prompt"):
         await m.run_single(trajectory(raw_prompt="What is 6*7?"))
     assert server.requests == []
 
 
-def test_built_from_a_verl_reward_model_block(server, rm_tokenizer_dir):
+def test_built_from_a_verl_reward_model_block(server: FakeRewardServer, rm_tokenizer_dir: str) -> None:
     # verl's keys: model_path (the model served, and its tokenizer) and rollout.name (the engine);
     # the server's URL is rewardq's own option (verl starts the server itself)
     cfg = translate_verl_reward(
         {"reward_model": {"enable": True, "model_path": rm_tokenizer_dir, "rollout": {"name": "sglang"}}}
     )
-    options = {**cfg["manager_options"], "base_url": server.url}
+    options: dict[str, Any] = {**cfg["manager_options"], "base_url": server.url}
     m = build_manager(cfg["manager"], tokenizer=POLICY_TOK, options=options)
     assert isinstance(m, DisRMRewardManager) and m.backend == "sglang"
-    assert m.rm_tokenizer.bos_token == "<|endoftext|>"
+    assert isinstance(m.rm_tokenizer, Tokenizer) and m.rm_tokenizer.bos_token == "<|endoftext|>"
 
 
 @pytest.mark.parametrize(
@@ -242,8 +256,10 @@ def test_built_from_a_verl_reward_model_block(server, rm_tokenizer_dir):
         ({"retries": 3}, "does not take option"),
     ],
 )
-def test_bad_options_are_refused(server, rm_tokenizer_dir, bad, match):
-    options = dict(base_url=server.url, model="rm-7b", tokenizer=rm_tokenizer_dir)
+def test_bad_options_are_refused(
+    server: FakeRewardServer, rm_tokenizer_dir: str, bad: dict[str, None] | dict[str, int] | dict[str, str], match: str
+) -> None:
+    options: dict[str, Any] = dict(base_url=server.url, model="rm-7b", tokenizer=rm_tokenizer_dir)
     options.update(bad)
     with pytest.raises(ConfigError, match=match):
         DisRMRewardManager(POLICY_TOK, None, **options)

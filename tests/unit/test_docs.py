@@ -49,12 +49,12 @@ def links() -> list[tuple[Path, str]]:
     return out
 
 
-def test_the_pages_have_relative_links_to_check():
+def test_the_pages_have_relative_links_to_check() -> None:
     assert len(links()) > 30 and any("#" in t for _, t in links())
 
 
 @pytest.mark.parametrize(("page", "target"), links(), ids=lambda v: v if isinstance(v, str) else v.name)
-def test_every_relative_link_and_anchor_resolves(page: Path, target: str):
+def test_every_relative_link_and_anchor_resolves(page: Path, target: str) -> None:
     path, _, fragment = target.partition("#")
     dest = (page.parent / path).resolve() if path else page
     assert dest.exists(), f"{page.relative_to(REPO)} links {target!r}: {dest} does not exist"
@@ -66,7 +66,7 @@ def test_every_relative_link_and_anchor_resolves(page: Path, target: str):
         )
 
 
-def test_the_slug_rules_match_githubs():
+def test_the_slug_rules_match_githubs() -> None:
     assert github_slug("Operating it") == "operating-it"
     assert github_slug("`rewardq status`: what is waiting for what") == "rewardq-status-what-is-waiting-for-what"
     assert github_slug("Keyspace and wire format") == "keyspace-and-wire-format"
@@ -104,13 +104,13 @@ def documented_keys() -> set[str]:
     return set(re.findall(r"^\| `(<ns>:[^`]+)` \|", text, re.M))
 
 
-def test_keyspace_md_lists_every_key_the_code_builds_and_no_other():
+def test_keyspace_md_lists_every_key_the_code_builds_and_no_other() -> None:
     code, docs = code_keys(), documented_keys()
     assert "<ns>:{s0}:records:<uid>_<session_id>" in code
     assert docs == code, f"only in code: {sorted(code - docs)}; only in docs/keyspace.md: {sorted(docs - code)}"
 
 
-def test_the_keys_module_docstring_names_every_key_too():
+def test_the_keys_module_docstring_names_every_key_too() -> None:
     import rewardq.queue.keys as keys
 
     doc = keys.__doc__ or ""
@@ -119,9 +119,9 @@ def test_the_keys_module_docstring_names_every_key_too():
         assert kind in doc, f"rewardq/queue/keys.py's docstring does not name {key}"
 
 
-def test_the_license_is_an_spdx_expression():
+def test_the_license_is_an_spdx_expression() -> None:
     """``license = "Apache-2.0"``: the table form makes setuptools warn on every install."""
-    import tomllib
+    tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with tomllib (Python 3.11+)")
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0"

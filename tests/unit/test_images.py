@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import io
+from pathlib import Path
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -16,9 +18,12 @@ from rewardq.errors import RecordError
 from rewardq.queue.codec import decode_output, encode_output
 from rewardq.queue.images import EncodedImage, Spot, check_image_bytes, encode_multi_modal, images_of
 from rewardq.reward.rows import non_tensor
+from tests.support.checks import must
 
 
-def picture(size=(8, 6), color=(200, 30, 60), mode="RGB") -> Image.Image:
+def picture(
+    size: tuple[int, int] = (8, 6), color: tuple[int, ...] | int = (200, 30, 60), mode: str = "RGB"
+) -> Image.Image:
     return Image.new(mode, size, color)
 
 
@@ -34,26 +39,26 @@ def jpeg_bytes(img: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def output(**extra):
+def output(**extra: Any) -> dict[str, Any]:
     return {"prompt_ids": [1, 2, 3], "response_ids": [4, 5], **extra}
 
 
-SAMPLE = {"data_source": "hiyouga/geometry3k", "reward_model": {"ground_truth": "3"}}
+SAMPLE: dict[str, Any] = {"data_source": "hiyouga/geometry3k", "reward_model": {"ground_truth": "3"}}
 
 
-def test_a_pil_image_is_encoded_once_to_png_and_arrives_byte_for_byte():
+def test_a_pil_image_is_encoded_once_to_png_and_arrives_byte_for_byte() -> None:
     img = picture()
     data = encode_output("u", "s", 0, output(multi_modal_data={"images": [img]}), SAMPLE, final=True)
     raw = msgpack.unpackb(data, raw=False, ext_hook=lambda c, b: None)
     assert isinstance(raw["multi_modal_data"]["images"][0], bytes)  # msgpack binary, not an extension or pickle
     rec = decode_output(data)
-    got = rec.multi_modal_data["images"][0]
+    got = must(rec.multi_modal_data)["images"][0]
     assert isinstance(got, EncodedImage) and got.format == "png"
     assert got.data == png_bytes(img)
     assert got.to_pil().tobytes() == img.tobytes()
 
 
-def test_encoded_bytes_files_and_data_urls_travel_as_they_are():
+def test_encoded_bytes_files_and_data_urls_travel_as_they_are() -> None:
     jpg = jpeg_bytes(picture())
     url = "data:image/jpeg;base64," + base64.b64encode(jpg).decode()
     hf = {"bytes": jpg, "path": None}
@@ -61,19 +66,19 @@ def test_encoded_bytes_files_and_data_urls_travel_as_they_are():
     assert got == {"images": [jpg] * 4}
 
 
-def test_a_path_is_read_and_another_format_becomes_png(tmp_path):
+def test_a_path_is_read_and_another_format_becomes_png(tmp_path: Path) -> None:
     gif = tmp_path / "x.gif"
     picture().save(gif, format="GIF")
-    [data] = encode_multi_modal({"image": [str(gif)]}, output=0)["image"]
+    [data] = must(encode_multi_modal({"image": [str(gif)]}, output=0))["image"]
     assert data.startswith(b"\x89PNG") and Image.open(io.BytesIO(data)).size == (8, 6)
-    [data2] = encode_multi_modal({"image": [f"file://{gif}"]}, output=0)["image"]
+    [data2] = must(encode_multi_modal({"image": [f"file://{gif}"]}, output=0))["image"]
     assert data2 == data
     arr = np.zeros((4, 5, 3), dtype=np.uint8)
-    [from_array] = encode_multi_modal({"images": [arr]}, output=0)["images"]
+    [from_array] = must(encode_multi_modal({"images": [arr]}, output=0))["images"]
     assert Image.open(io.BytesIO(from_array)).size == (5, 4)
 
 
-def test_an_oversize_image_is_refused_at_the_producer_naming_output_and_image():
+def test_an_oversize_image_is_refused_at_the_producer_naming_output_and_image() -> None:
     small, big = png_bytes(picture()), png_bytes(picture(size=(300, 300), color=7, mode="L"))
     outs = [output(), output(multi_modal_data={"images": [small, big]})]
     from rewardq.producers.core import prepare_trajectory
@@ -103,14 +108,14 @@ def corrupt_png() -> bytes:
         (3.5, "is a float"),
     ],
 )
-def test_an_undecodable_image_is_refused_at_the_producer_by_name(bad, problem):
+def test_an_undecodable_image_is_refused_at_the_producer_by_name(bad: Any, problem: Any) -> None:
     with pytest.raises(RecordError) as err:
         encode_output("u", "s", 2, output(multi_modal_data={"images": [png_bytes(picture()), bad]}), SAMPLE, final=True)
     assert err.value.field == "multi_modal_data.images[1]"
     assert "output 2, image 1" in str(err.value) and problem in str(err.value)
 
 
-def test_videos_travel_as_paths_and_decoded_frames_are_refused():
+def test_videos_travel_as_paths_and_decoded_frames_are_refused() -> None:
     got = encode_multi_modal(
         {"videos": ["/data/v.mp4", ["/f/1.jpg", "/f/2.jpg"], {"video": "file:///v2.mp4"}]}, output=0
     )
@@ -121,18 +126,19 @@ def test_videos_travel_as_paths_and_decoded_frames_are_refused():
         encode_multi_modal({"audios": [b"x"]}, output=0)
 
 
-def test_a_text_only_record_keeps_its_bytes():
+def test_a_text_only_record_keeps_its_bytes() -> None:
     plain = encode_output("u", "s", 0, output(), SAMPLE, final=True)
     assert b"multi_modal_data" not in plain
     assert encode_output("u", "s", 0, output(multi_modal_data={}), SAMPLE, final=True) == plain
     assert decode_output(plain).multi_modal_data is None
 
 
-def forged(images) -> bytes:
+def forged(images: list[Any]) -> bytes:
     """A record as a producer that skipped the checks would send it."""
     ok = msgpack.unpackb(encode_output("u", "s", 0, output(), SAMPLE, final=True), raw=False, ext_hook=msgpack.ExtType)
     ok["multi_modal_data"] = {"images": images}
-    return msgpack.packb(ok, use_bin_type=True)
+    result: bytes = msgpack.packb(ok, use_bin_type=True)
+    return result
 
 
 @pytest.mark.parametrize(
@@ -143,13 +149,13 @@ def forged(images) -> bytes:
         ("a string", "must be encoded image bytes"),
     ],
 )
-def test_the_worker_refuses_a_forged_image_naming_it(image, problem):
+def test_the_worker_refuses_a_forged_image_naming_it(image: bytes | str | None, problem: str) -> None:
     with pytest.raises(RecordError) as err:
         decode_output(forged([image]))
     assert err.value.field == "multi_modal_data.images[0]" and problem in str(err.value)
 
 
-def test_the_worker_refuses_cut_images_and_oversize_ones_without_decoding():
+def test_the_worker_refuses_cut_images_and_oversize_ones_without_decoding() -> None:
     png, jpg = png_bytes(picture()), jpeg_bytes(picture())
     spot = Spot("multi_modal_data.images[0]", 0, 0)
     assert check_image_bytes(png, spot, 1 << 20) == "png"
@@ -166,7 +172,7 @@ def test_the_worker_refuses_cut_images_and_oversize_ones_without_decoding():
         check_image_bytes(webp.getvalue()[:-3], spot, 1 << 20)
 
 
-def test_managers_get_each_rows_images_lazily_and_the_samples_column_otherwise():
+def test_managers_get_each_rows_images_lazily_and_the_samples_column_otherwise() -> None:
     own = picture(color=(1, 2, 3))
     shared = picture(color=(9, 9, 9))
     sample = {**SAMPLE, "multi_modal_data": {"image": [shared]}}
@@ -184,6 +190,6 @@ def test_managers_get_each_rows_images_lazily_and_the_samples_column_otherwise()
     assert final[0].data_url().startswith("data:image/png;base64,")
 
 
-def test_a_text_only_batch_has_no_multi_modal_column():
+def test_a_text_only_batch_has_no_multi_modal_column() -> None:
     batch = build_batch([decode_output(encode_output("u", "s", 0, output(), SAMPLE, final=True))])
     assert "multi_modal_data" not in batch.keys()

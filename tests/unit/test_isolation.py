@@ -10,49 +10,60 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
+from tensordict import TensorDict
 
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RemoteTraceback, ScoringError
 from rewardq.queue.codec import OutputRecord
 from rewardq.reward import scoring
 from rewardq.reward.base import RewardManager
+from rewardq.reward.execution.isolation import _Processes, _Threads
 from rewardq.reward.execution.loader import load_score_fn
+from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support import misbehaving
+from tests.support.checks import must
 from tests.support.helpers import until
 from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
 
 # -- placement ---------------------------------------------------------------------------------
 
 
-async def test_builtin_inline_scorer_stays_in_the_event_loop(naive):
+async def test_builtin_inline_scorer_stays_in_the_event_loop(naive: Callable[..., NaiveRewardManager]) -> None:
     m = naive(None)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
     assert out == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
     assert m.host.router._builtin is None  # no scorer process was started
 
 
-async def test_builtin_process_scorer_runs_in_a_scorer_process(naive, monkeypatch):
+async def test_builtin_process_scorer_runs_in_a_scorer_process(
+    naive: Callable[..., NaiveRewardManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(scoring, "placement_of", lambda data_source: "process")
     m = naive(None, processes=1)
     out = await m.run_single(trajectory("#### 72", "72", data_source="openai/gsm8k"))
     assert out["reward_score"] == 1.0
+    assert m.host.router._builtin is not None
     pool = m.host.router._builtin.pool
     assert pool.counters["tasks"] == 1 and pool.target == "rewardq.reward.scoring:default_compute_score"
-    assert all(pid != os.getpid() and alive(pid) for pid in pool.pids)
+    assert all(pid != os.getpid() and alive(must(pid)) for pid in pool.pids)
 
 
-async def test_builtin_async_scorer_is_awaited(naive, monkeypatch):
+async def test_builtin_async_scorer_is_awaited(
+    naive: Callable[..., NaiveRewardManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen = []
 
-    async def judge(solution_str, ground_truth, **_):
+    async def judge(solution_str: str, ground_truth: Any, **_: Any) -> float:
         await asyncio.sleep(0)
         seen.append(threading.current_thread())
         return 0.5
 
-    judge.placement = "async"
+    judge.placement = "async"  # type: ignore[attr-defined]  # how a scorer declares where it runs
     monkeypatch.setitem(scoring.EXACT_SCORERS, "test/async-judge", judge)
     m = naive(None)
     assert (await m.run_single(trajectory("x", data_source="test/async-judge")))["reward_score"] == 0.5
@@ -63,23 +74,30 @@ async def test_builtin_async_scorer_is_awaited(naive, monkeypatch):
     "placement, in_child, thread",
     [("process", True, "MainThread"), ("thread", False, "rewardq-score-1"), ("inline", False, "MainThread")],
 )
-async def test_sync_function_runs_where_its_placement_says(naive, placement, in_child, thread):
+async def test_sync_function_runs_where_its_placement_says(
+    naive: Callable[..., NaiveRewardManager], placement: str, in_child: bool, thread: str
+) -> None:
     m = naive(misbehaving.where, reward_fn_placement=placement, processes=1)
     info = (await m.run_single(trajectory("ok")))["reward_extra_info"]
     assert (info["pid"] != os.getpid()) is in_child and info["thread"] == thread
 
 
-async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(naive):
+async def test_reward_fn_spec_is_what_the_scorer_process_loads_with_its_kwargs(
+    naive: Callable[..., NaiveRewardManager],
+) -> None:
     spec = f"{REMOTE_SCORERS}:compute_score"
     fn = load_score_fn(spec, {"bonus": 2.0})
     m = naive(fn, reward_fn=spec, reward_fn_kwargs={"bonus": 2.0}, processes=1)
     out = await m.run_single(trajectory("7", "7"))
     assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
-    assert m.host.router.place_of(fn).pool.target == spec
+    place = m.host.router.place_of(must(fn))
+    assert isinstance(place, _Processes) and place.pool.target == spec
 
 
-async def test_a_closure_runs_in_threads_and_says_so_at_start_up(naive, caplog):
-    def closure(**kw):
+async def test_a_closure_runs_in_threads_and_says_so_at_start_up(
+    naive: Callable[..., NaiveRewardManager], caplog: pytest.LogCaptureFixture
+) -> None:
+    def closure(**kw: Any) -> bool:
         return threading.current_thread().name.startswith("rewardq-score")
 
     m = naive(closure)
@@ -93,7 +111,7 @@ async def test_a_closure_runs_in_threads_and_says_so_at_start_up(naive, caplog):
 # -- what a sync function's misbehaviour becomes (scorer processes) ------------------------------
 
 
-async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive):
+async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive: Callable[..., NaiveRewardManager]) -> None:
     m = naive(misbehaving.misbehave, processes=1)
     cases = {
         "sysexit:3": r"^the reward function called sys\.exit\(3\)$",
@@ -107,11 +125,15 @@ async def test_exits_interrupts_and_crashes_end_only_their_trajectory(naive):
         with pytest.raises(ScoringError, match=reason):
             await m.run_single(trajectory(response))
         assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0, f"after {response}"
-    counters = m.host.router.place_of(misbehaving.misbehave).pool.counters
+    place = m.host.router.place_of(misbehaving.misbehave)
+    assert isinstance(place, _Processes)
+    counters = place.pool.counters
     assert counters["crashes"] == 2 and counters["errors"] == 2 and counters["replaced"] == 2
 
 
-async def test_an_exception_keeps_its_type_message_and_the_child_traceback(naive):
+async def test_an_exception_keeps_its_type_message_and_the_child_traceback(
+    naive: Callable[..., NaiveRewardManager],
+) -> None:
     m = naive(misbehaving.misbehave, processes=1)
     with pytest.raises(ScoringError, match="^ValueError: this answer is refused on purpose$") as info:
         await m.run_single(trajectory("raise"))
@@ -122,10 +144,12 @@ async def test_an_exception_keeps_its_type_message_and_the_child_traceback(naive
 # -- threads and in-process code ----------------------------------------------------------------
 
 
-async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive):
+async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(
+    naive: Callable[..., NaiveRewardManager],
+) -> None:
     release = threading.Event()
 
-    def stuck(**kw):
+    def stuck(**kw: Any) -> float:
         release.wait()
         return 1.0
 
@@ -133,7 +157,9 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive)
     for _ in range(5):
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(m.run_single(trajectory("x")), 0.2)
-    runner = m.host.router.place_of(stuck).runner
+    place = m.host.router.place_of(stuck)
+    assert isinstance(place, _Threads)
+    runner = place.runner
     assert runner.lost == 5 and runner.counters["calls"] == 5  # each hung call had a fresh thread
     with pytest.raises(ScoringError, match="5 earlier calls .* never returned"):
         await m.run_single(trajectory("x"))
@@ -152,7 +178,9 @@ async def test_hung_thread_calls_are_replaced_then_refused_past_the_bound(naive)
         ("interrupt", "the reward function raised KeyboardInterrupt"),
     ],
 )
-async def test_exit_and_interrupt_in_process_are_scoring_errors(naive, fn, response, reason):
+async def test_exit_and_interrupt_in_process_are_scoring_errors(
+    naive: Callable[..., NaiveRewardManager], fn: str, response: str, reason: str
+) -> None:
     if fn == "async":
         m = naive(misbehaving.misbehave_async)
     else:
@@ -168,7 +196,7 @@ class Quits(RewardManager):
         super().__init__(None)
         self.escape = escape
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         await asyncio.sleep(0)
         raise self.escape
 
@@ -181,7 +209,7 @@ class Quits(RewardManager):
         (KeyboardInterrupt(), "the reward manager's run_single raised KeyboardInterrupt"),
     ],
 )
-async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape, reason):
+async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape: Any, reason: Any) -> None:
     scorer = TrajectoryScorer(Quits(escape), manager_name="quits", worker_name="w", timeout=5)
     record = OutputRecord(
         uid="u", session_id="s", index=0, final=True, prompt_ids=np.array([1]), response_ids=np.array([2])
@@ -191,7 +219,7 @@ async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape,
     assert str(info.value) == reason
 
 
-async def test_the_cost_benchmark_measures_every_placement():
+async def test_the_cost_benchmark_measures_every_placement() -> None:
     from benchmarks.isolation import PLACEMENTS, per_call
 
     for placement in PLACEMENTS:

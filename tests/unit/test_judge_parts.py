@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.utils
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from rewardq.reward.judge.parsing import (
 )
 from rewardq.reward.judge.prompt import PromptTemplate, chat_messages, question_from
 from rewardq.reward.managers.genrm import GenRMRewardManager, combine_scores
+from tests.support.checks import must
 from tests.support.records import TOK, trajectory_batch
 
 
@@ -34,11 +36,11 @@ from tests.support.records import TOK, trajectory_batch
         ("SCORE:1", 1.0),
     ],
 )
-def test_the_regex_parser_reads_the_last_score(text, score):
+def test_the_regex_parser_reads_the_last_score(text: str, score: float) -> None:
     assert RegexParser().parse(text) == score
 
 
-def test_the_regex_parser_says_why_it_found_nothing_and_takes_a_named_group():
+def test_the_regex_parser_says_why_it_found_nothing_and_takes_a_named_group() -> None:
     assert isinstance(RegexParser().parse("no verdict here"), Unparsed)
     assert RegexParser(r"verdict (?P<score>\d) of \d").parse("verdict 4 of 5") == 4.0
     with pytest.raises(ConfigError, match="group"):
@@ -56,20 +58,25 @@ def test_the_regex_parser_says_why_it_found_nothing_and_takes_a_named_group():
         '  {"score": "0.25"}  ',
     ],
 )
-def test_the_json_parser_finds_the_object_and_the_field(text):
+def test_the_json_parser_finds_the_object_and_the_field(text: str) -> None:
     assert JsonFieldParser("score").parse(text) == 0.25
 
 
-def test_the_json_parser_follows_a_dotted_path_and_names_what_is_missing():
+def unparsed(result: float | Unparsed) -> Unparsed:
+    assert isinstance(result, Unparsed), result
+    return result
+
+
+def test_the_json_parser_follows_a_dotted_path_and_names_what_is_missing() -> None:
     assert JsonFieldParser("verdict.score").parse('{"verdict": {"score": 1, "note": {"x": 2}}}') == 1.0
-    assert "no field 'verdict.score'" in JsonFieldParser("verdict.score").parse('{"score": 1}').reason
-    assert "not a number" in JsonFieldParser("score").parse('{"score": [1]}').reason
-    assert "no JSON object" in JsonFieldParser("score").parse("Score: 1").reason
+    assert "no field 'verdict.score'" in unparsed(JsonFieldParser("verdict.score").parse('{"score": 1}')).reason
+    assert "not a number" in unparsed(JsonFieldParser("score").parse('{"score": [1]}')).reason
+    assert "no JSON object" in unparsed(JsonFieldParser("score").parse("Score: 1")).reason
     # the top-level object of the last one, not an object nested in it
     assert find_json_object('{"a": {"b": 1}}') == {"a": {"b": 1}}
 
 
-def test_the_choice_parser_takes_numbers_or_labels():
+def test_the_choice_parser_takes_numbers_or_labels() -> None:
     numbers = ChoiceParser([0, 0.5, 1])
     assert numbers.parse("between 3 and 4, I pick 0.5") == 0.5  # 3 and 4 are no choices
     assert isinstance(numbers.parse("7 out of 10"), Unparsed)
@@ -83,13 +90,13 @@ def test_the_choice_parser_takes_numbers_or_labels():
         ChoiceParser({"yes": "high"})
 
 
-def test_structured_output_asks_for_the_parsers_schema():
+def test_structured_output_asks_for_the_parsers_schema() -> None:
     fmt = build_parser("json", score_regex=None, score_field="verdict.score", choices=None, structured=True)
-    schema = fmt.response_format()["json_schema"]["schema"]
+    schema = must(fmt.response_format())["json_schema"]["schema"]
     assert schema["properties"]["verdict"]["properties"]["score"] == {"type": "number"}
     assert schema["required"] == ["verdict"] and schema["additionalProperties"] is False
     labels = build_parser("choice", score_regex=None, score_field="score", choices={"A": 1, "B": 0}, structured=True)
-    leaf = labels.response_format()["json_schema"]["schema"]["properties"]["score"]
+    leaf = must(labels.response_format())["json_schema"]["schema"]["properties"]["score"]
     assert leaf == {"type": "string", "enum": ["A", "B"]}
     assert labels.parse('{"score": "B"}') == 0.0
     plain = build_parser("choice", score_regex=None, score_field="score", choices=[1, 2, 3], structured=False)
@@ -100,7 +107,7 @@ def test_structured_output_asks_for_the_parsers_schema():
         build_parser("choice", score_regex=None, score_field="score", choices=None, structured=False)
 
 
-def test_the_template_fills_known_placeholders_and_leaves_json_braces_alone():
+def test_the_template_fills_known_placeholders_and_leaves_json_braces_alone() -> None:
     t = PromptTemplate('Q: {question}\nA: {response}\nReply {"score": 1} or {{literal}}')
     assert t.used == {"question", "response"}
     assert (
@@ -111,7 +118,7 @@ def test_the_template_fills_known_placeholders_and_leaves_json_braces_alone():
         PromptTemplate("{answer}")
 
 
-def test_the_question_is_the_last_user_message_then_extra_info_then_the_prompt():
+def test_the_question_is_the_last_user_message_then_extra_info_then_the_prompt() -> None:
     chat = [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "<image>Find x."}]},
@@ -121,7 +128,7 @@ def test_the_question_is_the_last_user_message_then_extra_info_then_the_prompt()
     assert question_from(None, {}, lambda: "decoded") == "decoded"
 
 
-def test_images_go_before_the_text_as_image_url_parts():
+def test_images_go_before_the_text_as_image_url_parts() -> None:
     msgs = chat_messages("sys", "judge this", ["data:image/png;base64,AAA"])
     assert msgs[0] == {"role": "system", "content": "sys"}
     assert msgs[1]["content"] == [
@@ -131,40 +138,40 @@ def test_images_go_before_the_text_as_image_url_parts():
     assert chat_messages(None, "t", []) == [{"role": "user", "content": "t"}]
 
 
-def test_mean_and_majority_of_n_answers():
+def test_mean_and_majority_of_n_answers() -> None:
     assert combine_scores([1, 0, 1, 1], "mean") == 0.75
     assert combine_scores([1, 0, 1, 1], "majority") == 1.0
     assert combine_scores([1, 0], "majority") == 0.5  # a tie: the mean of the tied scores
 
 
-def test_retry_after_in_seconds_or_as_an_http_date():
+def test_retry_after_in_seconds_or_as_an_http_date() -> None:
     assert retry_after_seconds("3") == 3.0
     assert retry_after_seconds("0.5") == 0.5
     when = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 28 <= retry_after_seconds(when) <= 31
+    assert 28 <= must(retry_after_seconds(when)) <= 31
     assert retry_after_seconds(None) is None and retry_after_seconds("soon") is None
 
 
-def test_the_digest_is_of_the_canonical_body():
-    a = {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 0.0}
+def test_the_digest_is_of_the_canonical_body() -> None:
+    a: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 0.0}
     b = {"temperature": 0.0, "messages": [{"content": "x", "role": "user"}], "model": "m"}
     assert request_digest(a) == request_digest(b)
     assert request_digest(a) != request_digest({**a, "temperature": 0.5})
 
 
-def test_the_servers_own_message_is_read_from_its_error_body():
+def test_the_servers_own_message_is_read_from_its_error_body() -> None:
     assert server_message(json.dumps({"error": {"message": "rate limit reached", "type": "x"}})) == "rate limit reached"
     assert server_message(json.dumps({"object": "error", "message": "model not found"})) == "model not found"
     assert server_message("<html>Bad Gateway</html>") == "<html>Bad Gateway</html>"
 
 
-def test_an_answer_survives_the_cache_round_trip():
+def test_an_answer_survives_the_cache_round_trip() -> None:
     a = JudgeAnswer(["Score: 1", "Score: 0"], prompt_tokens=12, completion_tokens=4, model="m", finish_reasons=["stop"])
     b = JudgeAnswer.from_json(a.to_json(), cached=True)
     assert (b.contents, b.prompt_tokens, b.completion_tokens, b.model, b.cached) == (a.contents, 12, 4, "m", True)
 
 
-def genrm(**options):
+def genrm(**options: Any) -> GenRMRewardManager:
     return GenRMRewardManager(TOK, **{"base_url": "http://127.0.0.1:9/v1", "model": "judge", **options})
 
 
@@ -186,12 +193,12 @@ def genrm(**options):
         ({"score_parser": "json", "score_regex": "(x)"}, "score_regex is for score_parser=regex"),
     ],
 )
-def test_bad_options_fail_at_start_up_naming_the_option(options, match):
+def test_bad_options_fail_at_start_up_naming_the_option(options: dict[str, int] | dict[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         genrm(**options)
 
 
-def test_the_prompt_holds_question_response_truth_and_the_trajectory():
+def test_the_prompt_holds_question_response_truth_and_the_trajectory() -> None:
     m = genrm(prompt_template="Q={question}|R={response}|T={ground_truth}|turn={turn}|{trajectory}")
     sample = {"reward_model": {"ground_truth": "42"}, "raw_prompt": [{"role": "user", "content": "What is 6*7?"}]}
     data = trajectory_batch("step one", "step two", "it is 42", sample=sample)
@@ -203,7 +210,7 @@ def test_the_prompt_holds_question_response_truth_and_the_trajectory():
     assert first.endswith("turn=0|[output 0]\nstep one")
 
 
-def test_the_request_body_carries_the_sampling_options_and_the_schema():
+def test_the_request_body_carries_the_sampling_options_and_the_schema() -> None:
     m = genrm(score_parser="json", temperature=0.7, max_tokens=64, n=3, extra_body={"seed": 5})
     body = m.request_body("judge this", [])
     assert body["model"] == "judge" and body["temperature"] == 0.7 and body["max_tokens"] == 64
@@ -213,7 +220,7 @@ def test_the_request_body_carries_the_sampling_options_and_the_schema():
     assert "n" not in plain and "response_format" not in plain
 
 
-def test_an_unreadable_answer_is_an_error_unless_unparsed_score_says_otherwise():
+def test_an_unreadable_answer_is_an_error_unless_unparsed_score_says_otherwise() -> None:
     from rewardq.errors import ScoringError
 
     with pytest.raises(ScoringError, match="no readable score"):

@@ -43,13 +43,13 @@ def by_kind(kind: str) -> list[dict[str, Any]]:
     return [doc for _, doc in documents() if doc["kind"] == kind]
 
 
-def test_there_are_a_deployment_and_a_scaledobject():
+def test_there_are_a_deployment_and_a_scaledobject() -> None:
     kinds = {doc["kind"] for _, doc in documents()}
     assert {"Deployment", "ScaledObject", "TriggerAuthentication", "ConfigMap", "Secret"} <= kinds
 
 
 @pytest.mark.parametrize(("name", "doc"), documents(), ids=[n for n, _ in documents()])
-def test_each_object_is_valid_against_its_schema(name: str, doc: dict[str, Any]):
+def test_each_object_is_valid_against_its_schema(name: str, doc: dict[str, Any]) -> None:
     if doc["apiVersion"].startswith("keda.sh/"):
         schema = json.loads(KEDA_SCHEMAS[doc["kind"]].read_text())
         jsonschema.validate(doc, schema)
@@ -57,7 +57,7 @@ def test_each_object_is_valid_against_its_schema(name: str, doc: dict[str, Any])
         kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
 
 
-def test_the_validators_refuse_a_broken_object():
+def test_the_validators_refuse_a_broken_object() -> None:
     (deployment,) = by_kind("Deployment")
     broken = json.loads(json.dumps(deployment))
     broken["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["exec"]["comand"] = ["x"]
@@ -70,7 +70,7 @@ def test_the_validators_refuse_a_broken_object():
         jsonschema.validate(broken, json.loads(KEDA_SCHEMAS["ScaledObject"].read_text()))
 
 
-def test_probes_run_rewardq_health_and_the_grace_covers_a_graceful_stop():
+def test_probes_run_rewardq_health_and_the_grace_covers_a_graceful_stop() -> None:
     from click.testing import CliRunner
 
     from rewardq.cli import cli
@@ -91,7 +91,7 @@ def test_probes_run_rewardq_health_and_the_grace_covers_a_graceful_stop():
     )
 
 
-def test_the_scaler_watches_the_workers_stream_and_group_on_pending_entries():
+def test_the_scaler_watches_the_workers_stream_and_group_on_pending_entries() -> None:
     (so,) = by_kind("ScaledObject")
     (deployment,) = by_kind("Deployment")
     assert so["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]

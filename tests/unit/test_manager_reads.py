@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import ConfigError
+from rewardq.queue.codec import OutputRecord
 from rewardq.reward.base import RewardManager
 from rewardq.reward.managers.dapo import DAPORewardManager
 from rewardq.reward.managers.disrm import DisRMRewardManager
@@ -30,7 +32,7 @@ GSM8K = {
 }
 
 
-def trajectory(*responses: str) -> list:
+def trajectory(*responses: str) -> list[OutputRecord]:
     n = len(responses)
     return [
         records.record(
@@ -50,7 +52,7 @@ def trajectory(*responses: str) -> list:
 class Seen:
     """Mixed into a manager: keeps the batch ``run_single`` received."""
 
-    batches: list
+    batches: list[TensorDict]
 
     async def run_single(self, data: Any) -> Any:
         self.batches.append(data)
@@ -66,7 +68,7 @@ class FinalNaive(Seen, NaiveRewardManager):
 
 
 class WholeTrajectory(RewardManager):
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         return {"reward_score": float(data.batch_size[0]), "reward_extra_info": {}}
 
 
@@ -81,11 +83,11 @@ class WholeTrajectory(RewardManager):
         DisRMRewardManager,
     ],
 )
-def test_every_built_in_manager_reads_the_final_output(cls):
+def test_every_built_in_manager_reads_the_final_output(cls: type[RewardManager]) -> None:
     assert reads_of(object.__new__(cls)) == "final"
 
 
-def test_custom_managers_read_the_trajectory_unless_they_say_so():
+def test_custom_managers_read_the_trajectory_unless_they_say_so() -> None:
     assert reads_of(object.__new__(WholeTrajectory)) == "trajectory"
     assert reads_of(object.__new__(SeenNaive)) == "trajectory"  # a subclass that overrides run_single
     assert reads_of(object.__new__(FinalNaive)) == "final"
@@ -93,14 +95,14 @@ def test_custom_managers_read_the_trajectory_unless_they_say_so():
     class Wrong(WholeTrajectory):
         reads = "last"
 
-        async def run_single(self, data: Any) -> dict:
+        async def run_single(self, data: Any) -> dict[str, Any]:
             return {}
 
     with pytest.raises(ConfigError, match="reads must be one of trajectory, final"):
         reads_of(object.__new__(Wrong))
 
 
-async def test_a_custom_manager_gets_every_output():
+async def test_a_custom_manager_gets_every_output() -> None:
     recs = trajectory("one", "two two", "#### 72")
     scorer = TrajectoryScorer(WholeTrajectory(TOK), manager_name="w", worker_name="t", timeout=5)
     results = (await scorer.score(recs)).results
@@ -108,7 +110,7 @@ async def test_a_custom_manager_gets_every_output():
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
-async def test_a_final_reading_manager_gets_the_final_row_as_data_minus_one_slice_gives_it(n):
+async def test_a_final_reading_manager_gets_the_final_row_as_data_minus_one_slice_gives_it(n: int) -> None:
     recs = trajectory(*[f"turn {i} " * (i + 1) for i in range(n - 1)], "so #### 72")
     full = last_row(build_batch(recs))
     final = FinalNaive(TOK)

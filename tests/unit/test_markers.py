@@ -9,6 +9,8 @@ themselves), and a module-wide ``cluster`` mark only tests that use the cluster.
 from __future__ import annotations
 
 import ast
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,14 +72,14 @@ def _tests_under(mark: str) -> list[tuple[str, set[str]]]:
 
 
 @pytest.mark.parametrize(("mark", "needs"), [("slow", PROCESS_NAMES), ("cluster", CLUSTER_NAMES)])
-def test_a_module_wide_mark_covers_only_tests_that_need_it(mark, needs):
+def test_a_module_wide_mark_covers_only_tests_that_need_it(mark: Any, needs: Any) -> None:
     covered = _tests_under(mark)
     assert covered, f"no module carries a module-wide {mark} mark: the check would prove nothing"
     misplaced = [name for name, used in covered if not used & needs]
     assert not misplaced, f"tests under a module-wide {mark!r} mark that need none of {sorted(needs)}: {misplaced}"
 
 
-def test_the_check_finds_a_pure_test_under_slow(tmp_path):
+def test_the_check_finds_a_pure_test_under_slow(tmp_path: Path) -> None:
     tree = ast.parse("import pytest\npytestmark = pytest.mark.slow\ndef test_pure():\n    assert 1 + 1 == 2\n")
     assert _module_marks(tree) == {"slow"}
     (test,) = [n for n in tree.body if isinstance(n, ast.FunctionDef)]

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +27,7 @@ from tests.support.math_cases import CASES, GEO3K, NUMINA_SOURCES, PMATRIX_12
 
 
 @pytest.mark.parametrize("data_source, solution, truth, expected", CASES)
-def test_known_answers(data_source, solution, truth, expected):
+def test_known_answers(data_source: Any, solution: Any, truth: Any, expected: Any) -> None:
     if isinstance(expected, type):
         with pytest.raises(expected):
             default_compute_score(data_source, solution, truth)
@@ -34,13 +36,13 @@ def test_known_answers(data_source, solution, truth, expected):
         assert type(score) is float and score == expected
 
 
-def test_every_numina_source_and_geometry3k_is_routed_to_a_process():
+def test_every_numina_source_and_geometry3k_is_routed_to_a_process() -> None:
     for data_source in (*NUMINA_SOURCES, GEO3K):
         assert placement_of(data_source) == "process"
     assert placement_of("openai/gsm8k") == "inline"
 
 
-def test_geometry3k_weights_accuracy_and_format():
+def test_geometry3k_weights_accuracy_and_format() -> None:
     well_formed, right = r"<think>a</think> \boxed{7}", "7"
     assert geo3k.acc_reward(well_formed, right) == 1.0 and geo3k.format_reward(well_formed) == 1.0
     assert geo3k.compute_score(well_formed, right, format_score=0.5) == 1.0
@@ -61,11 +63,11 @@ def test_geometry3k_weights_accuracy_and_format():
         (r"unclosed \boxed{5", r"unclosed \boxed{5"),
     ],
 )
-def test_answer_extraction(response, answer):
+def test_answer_extraction(response: str, answer: str) -> None:
     assert prime_math.match_answer(response) == answer
 
 
-def test_prm800k_normalisation():
+def test_prm800k_normalisation() -> None:
     assert prm800k.normalize(r"\text{5 cm}") == "5"
     assert prm800k.normalize("3 million") == "3 *10^6"  # so "3 million" is not 3000000 (nor in verl)
     assert prm800k.normalize(r"\frac{1}{2}") == "1/2"
@@ -77,7 +79,7 @@ def test_prm800k_normalisation():
 # -- time limits and threads --------------------------------------------------------------------
 
 
-def test_time_limit_interrupts_python_code():
+def test_time_limit_interrupts_python_code() -> None:
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="took longer than 0.2s"), time_limit(0.2, "the loop"):
         while True:
@@ -85,7 +87,7 @@ def test_time_limit_interrupts_python_code():
     assert time.monotonic() - t0 < 5
 
 
-def test_time_limit_restores_an_outer_timer_and_handler():
+def test_time_limit_restores_an_outer_timer_and_handler() -> None:
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
     try:
@@ -102,7 +104,7 @@ def test_time_limit_restores_an_outer_timer_and_handler():
         signal.signal(signal.SIGALRM, previous)
 
 
-def test_a_sympy_comparison_past_its_limit_is_not_equal(monkeypatch):
+def test_a_sympy_comparison_past_its_limit_is_not_equal(monkeypatch: pytest.MonkeyPatch) -> None:
     # 9999999! runs for minutes; the limit is verl's 10 s, shortened here
     monkeypatch.setattr(prm800k, "PRIME_MATH_SYMPY_TIMEOUT", 0.5)
     t0 = time.monotonic()
@@ -110,7 +112,7 @@ def test_a_sympy_comparison_past_its_limit_is_not_equal(monkeypatch):
     assert time.monotonic() - t0 < 8
 
 
-def test_numina_refuses_to_run_off_the_main_thread():
+def test_numina_refuses_to_run_off_the_main_thread() -> None:
     errors: list[BaseException] = []
 
     def score() -> None:
@@ -133,7 +135,9 @@ def test_numina_refuses_to_run_off_the_main_thread():
     "missing, data_source, solution",
     [("pylatexenc", "numina_cn_k12", r"\boxed{1}"), ("mathruler", GEO3K, r"\boxed{1}")],
 )
-def test_a_missing_math_extra_names_the_install_command(monkeypatch, missing, data_source, solution):
+def test_a_missing_math_extra_names_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, missing: Any, data_source: Any, solution: Any
+) -> None:
     for name in list(sys.modules):
         if name == missing or name.startswith(missing + ".") or name.endswith("prime_math.prm800k"):
             monkeypatch.delitem(sys.modules, name)
@@ -143,7 +147,7 @@ def test_a_missing_math_extra_names_the_install_command(monkeypatch, missing, da
         default_compute_score(data_source, solution, "1")
 
 
-def test_the_scorers_load_without_the_math_extra():
+def test_the_scorers_load_without_the_math_extra() -> None:
     # a worker without the extra (sympy comes with torch) starts, scores every other data source,
     # and a numina sample raises the error that becomes its error result
     code = (
@@ -173,19 +177,19 @@ def test_the_scorers_load_without_the_math_extra():
 @pytest.mark.parametrize(
     "text", ["2*3.14", "1*3.141592653589793/2", "(6.28, 3)", "[1, [2, 3]]", "-2**-1", "{1, 2}", "1 < 2 < 3", " 1+1"]
 )
-def test_arithmetic_evaluates_as_eval_does(text):
+def test_arithmetic_evaluates_as_eval_does(text: str) -> None:
     assert repr(arith.evaluate(text)) == repr(eval(text, {"__builtins__": {}}))
 
 
 @pytest.mark.parametrize(
     "text", ["__import__('os').getpid()", "abs(-1)", "(1).real", "[1][0]", "x", "9**9**9", "[0]*10**12", "1<<10**9"]
 )
-def test_arithmetic_refuses_code_and_huge_results(text):
+def test_arithmetic_refuses_code_and_huge_results(text: str) -> None:
     with pytest.raises(ValueError):
         arith.evaluate(text)
 
 
-def test_model_text_cannot_run_code(tmp_path):
+def test_model_text_cannot_run_code(tmp_path: Path) -> None:
     canary = tmp_path / "ran"
     payload = f"__import__('pathlib').Path({str(canary)!r}).touch()"
     responses = [
@@ -198,7 +202,7 @@ def test_model_text_cannot_run_code(tmp_path):
     assert not canary.exists()
 
 
-def test_matrix_answers_are_parsed_only_when_plain():
+def test_matrix_answers_are_parsed_only_when_plain() -> None:
     assert list(matrix.parse_matrix("Matrix([[1], [sqrt(2)]])")) == list(matrix.parse_matrix("Matrix([1, sqrt(2)])"))
     for text in ["Matrix([1]).T", "Matrix([[1]*10**9])", "Matrix(S('x'))", "Matrix([x**100000])", "Matrix(a=1)"]:
         with pytest.raises(ValueError):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 
-def test_summary_counts_errors_missing_and_mismatches():
+def test_summary_counts_errors_missing_and_mismatches() -> None:
     from rewardq.ops.summary import Pushed, percentile, summarize
     from rewardq.queue.results import RewardResult
 
-    def ok(key, score, worker="a", latency=10.0):
+    def ok(key: str, score: float, worker: str = "a", latency: float = 10.0) -> RewardResult:
         return RewardResult(key, "ok", score, {"acc": score > 0}, worker=worker, latency_ms=latency)
 
     pushed = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from rewardq.errors import ConfigError
 from rewardq.ops.redis_secret import child_environment
 
 
-def test_the_url_file_replaces_every_layer_but_the_flag(tmp_path):
+def test_the_url_file_replaces_every_layer_but_the_flag(tmp_path: Path) -> None:
     f = tmp_path / "url"
     f.write_text("redis://:from-file@h:1/0\nignored\n")
     env = {"REWARDQ_REDIS_URL": "redis://:from-env@h:1/0", "REWARDQ_REDIS_URL_FILE": str(f)}
@@ -28,7 +29,7 @@ def test_the_url_file_replaces_every_layer_but_the_flag(tmp_path):
         WorkerConfig.load(env={"REWARDQ_REDIS_URL_FILE": str(tmp_path / "missing")})
 
 
-def test_children_get_the_url_in_their_environment_only(monkeypatch):
+def test_children_get_the_url_in_their_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REWARDQ_REDIS_URL_FILE", "/some/file")
     env = child_environment("redis://:pw@h:1/0", from_flag=False)
     assert env["REWARDQ_REDIS_URL"] == "redis://:pw@h:1/0" and env["REWARDQ_REDIS_URL_FILE"] == "/some/file"
@@ -36,7 +37,7 @@ def test_children_get_the_url_in_their_environment_only(monkeypatch):
     assert "REWARDQ_REDIS_URL_FILE" not in env
 
 
-def test_conceal_removes_the_url_even_from_proc_environ_and_makes_the_process_undumpable():
+def test_conceal_removes_the_url_even_from_proc_environ_and_makes_the_process_undumpable() -> None:
     code = textwrap.dedent(
         """
         import ctypes, os

@@ -7,21 +7,30 @@ import functools
 import os
 import threading
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.managers.remote import RemoteRewardManager
 from tests.support import remote_scorers
+from tests.support.checks import must, single
 from tests.support.isolation import REMOTE_SCORERS, alive
-from tests.support.managers import set_up_managers
+from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, record
 
 
 def trajectory(
-    response: str, ground_truth: str = "1", *, data_source: str = "test", extra_info=None, n: int = 1
-) -> object:
+    response: str,
+    ground_truth: str = "1",
+    *,
+    data_source: str = "test",
+    extra_info: dict[str, Any] | None = None,
+    n: int = 1,
+) -> TensorDict:
     sample = {
         "data_source": data_source,
         "reward_model": {"ground_truth": ground_truth},
@@ -45,18 +54,20 @@ def trajectory(
 
 
 @pytest.fixture
-async def managers():
+async def managers() -> AsyncIterator[MakeManager[RemoteRewardManager]]:
     async with set_up_managers(lambda **kw: RemoteRewardManager(TOK, **kw)) as make:
         yield make
 
 
-async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(managers):
+async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(
+    managers: MakeManager[RemoteRewardManager],
+) -> None:
     m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=2, timeout=2.0)
     pids_before = list(m.pool.pids)
     t0 = time.monotonic()
-    finished = {}
+    finished: dict[str, float] = {}
 
-    async def timed(name, response):
+    async def timed(name: str, response: str) -> dict[str, Any] | list[dict[str, Any]]:
         out = await m.run_single(trajectory(response))
         finished[name] = time.monotonic() - t0
         return out
@@ -68,8 +79,8 @@ async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(ma
     # exactly one process was replaced; the hung one is gone
     pids_after = list(m.pool.pids)
     replaced = [p for p in pids_before if p not in pids_after]
-    assert len(replaced) == 1 and not alive(replaced[0])
-    assert len(set(pids_after)) == 2 and all(alive(p) for p in pids_after)
+    assert len(replaced) == 1 and not alive(must(replaced[0]))
+    assert len(set(pids_after)) == 2 and all(alive(must(p)) for p in pids_after)
     assert m.stats()["timeouts"] == 1 and m.stats()["replaced"] == 1
     # the pool is whole again once the replacement has loaded: two 1 s samples run side by side
     deadline = time.monotonic() + 20
@@ -81,7 +92,9 @@ async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(ma
     assert time.monotonic() - t1 < 1.9  # one after the other: >= 2 s
 
 
-async def test_crashing_scorer_gives_an_error_result_and_a_new_process(managers):
+async def test_crashing_scorer_gives_an_error_result_and_a_new_process(
+    managers: MakeManager[RemoteRewardManager],
+) -> None:
     m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=1, timeout=10.0)
     first_pid = m.pool.pids[0]
     seg = await m.run_single(trajectory("segfault"))
@@ -89,14 +102,16 @@ async def test_crashing_scorer_gives_an_error_result_and_a_new_process(managers)
     assert seg["reward_extra_info"]["acc"] == 0.0
     assert "SIGSEGV" in seg["reward_extra_info"]["error"] and str(first_pid) in seg["reward_extra_info"]["error"]
     second_pid = m.pool.pids[0]
-    assert second_pid != first_pid and not alive(first_pid)
+    assert second_pid != first_pid and not alive(must(first_pid))
     gone = await m.run_single(trajectory("exit"))
     assert "exited with code 3" in gone["reward_extra_info"]["error"]
     assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
     assert m.stats()["crashes"] == 2 and m.stats()["replaced"] == 2
 
 
-async def test_an_exception_in_the_scorer_raises_and_keeps_the_process(managers):
+async def test_an_exception_in_the_scorer_raises_and_keeps_the_process(
+    managers: MakeManager[RemoteRewardManager],
+) -> None:
     m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=1)
     pid = m.pool.pids[0]
     with pytest.raises(ScoringError, match="ValueError: scorer refused this answer"):
@@ -105,14 +120,14 @@ async def test_an_exception_in_the_scorer_raises_and_keeps_the_process(managers)
     assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
 
 
-def test_async_scoring_functions_are_refused_at_construction():
+def test_async_scoring_functions_are_refused_at_construction() -> None:
     with pytest.raises(ConfigError, match="async scoring function"):
         RemoteRewardManager(TOK, remote_scorers.async_score)
     with pytest.raises(ConfigError, match="async scoring function"):
         RemoteRewardManager(TOK, scorer_spec=f"{REMOTE_SCORERS}:async_score")
 
 
-def test_unusable_targets_and_options_are_refused():
+def test_unusable_targets_and_options_are_refused() -> None:
     with pytest.raises(ConfigError, match="define it at module level"):
         RemoteRewardManager(TOK, lambda **kw: 1.0)
     with pytest.raises(ConfigError, match="no_such_fn"):
@@ -125,7 +140,7 @@ def test_unusable_targets_and_options_are_refused():
         RemoteRewardManager(TOK, scorer="math_verify", scorer_spec=f"{REMOTE_SCORERS}:compute_score")
 
 
-async def test_function_by_reference_with_kwargs_and_the_extras(managers):
+async def test_function_by_reference_with_kwargs_and_the_extras(managers: MakeManager[RemoteRewardManager]) -> None:
     fn = functools.partial(remote_scorers.compute_score, bonus=0.5)
     m = await managers(compute_score=fn, num_workers=1, start_method="spawn")
     assert m.target == "tests.support.remote_scorers:compute_score" and m.target_kwargs == {"bonus": 0.5}
@@ -145,7 +160,7 @@ async def test_function_by_reference_with_kwargs_and_the_extras(managers):
     assert dataset_extra == {"split": "test", "turn": "from-dataset"}  # merged into a copy
 
 
-async def test_math_verify_equivalence_through_the_pool(managers):
+async def test_math_verify_equivalence_through_the_pool(managers: MakeManager[RemoteRewardManager]) -> None:
     m = await managers(scorer="math_verify", num_workers=2, timeout=30.0)
     half, third = await asyncio.gather(
         m.run_single(trajectory(r"The answer is \boxed{1/2}", "0.5", data_source="anything")),
@@ -161,7 +176,7 @@ async def test_math_verify_equivalence_through_the_pool(managers):
         await loop.run_in_executor(None, functools.partial(compute_score, "x", r"\boxed{1/2}", "0.5"))
 
 
-async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs():
+async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs() -> None:
     from rewardq.reward.execution.loader import load_score_fn
     from rewardq.reward.factory import build_manager
 
@@ -174,14 +189,17 @@ async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs():
     )
     try:
         await m.setup()
-        out = await m.run_single(trajectory("7", "7"))
+        out = single(await m.run_single(trajectory("7", "7")))
         assert out["reward_score"] == 3.0 and out["reward_extra_info"]["pid"] != os.getpid()
+        assert isinstance(m, RemoteRewardManager)
         assert m.target == spec and m.target_kwargs == {"bonus": 2.0}
     finally:
         await m.close()
 
 
-async def test_an_unpicklable_sample_is_refused_without_losing_the_process(managers):
+async def test_an_unpicklable_sample_is_refused_without_losing_the_process(
+    managers: MakeManager[RemoteRewardManager],
+) -> None:
     m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=1)
     with pytest.raises(ScoringError, match="cannot send the sample"):
         await m.pool.run(
@@ -191,7 +209,7 @@ async def test_an_unpicklable_sample_is_refused_without_losing_the_process(manag
     assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
 
 
-def test_a_function_loaded_from_a_file_is_sent_by_path():
+def test_a_function_loaded_from_a_file_is_sent_by_path() -> None:
     from rewardq.reward.execution.loader import load_score_fn
 
     fn = load_score_fn(f"{REMOTE_SCORERS}:compute_score", {"bonus": 1.0})

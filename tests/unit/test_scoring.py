@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -39,11 +40,11 @@ from rewardq.reward.scoring import (
         ("####72", "72", 0.0),  # the space is required
     ],
 )
-def test_gsm8k_strict(text, gt, expected):
+def test_gsm8k_strict(text: str, gt: str, expected: float) -> None:
     assert gsm8k.compute_score(text, gt) == expected
 
 
-def test_gsm8k_only_last_300_characters_are_read():
+def test_gsm8k_only_last_300_characters_are_read() -> None:
     answer = "#### 72"
     filler = "x" * 300
     assert gsm8k.compute_score(answer + filler, "72") == 0.0  # answer outside the window
@@ -54,13 +55,13 @@ def test_gsm8k_only_last_300_characters_are_read():
     assert gsm8k.compute_score(answer + "x" * 294, "72") == 0.0
 
 
-def test_gsm8k_format_score_and_score():
+def test_gsm8k_format_score_and_score() -> None:
     assert gsm8k.compute_score("#### 5", "6", format_score=0.1) == 0.1
     assert gsm8k.compute_score("no answer", "6", format_score=0.1) == 0.0  # no answer at all: 0
     assert gsm8k.compute_score("#### 6", "6", score=2.0) == 2.0
 
 
-def test_gsm8k_flexible():
+def test_gsm8k_flexible() -> None:
     assert gsm8k.compute_score("so she has 72 clips.", "72", method="flexible") == 1.0
     assert gsm8k.compute_score("so she has 72 clips. Done.", "72", method="flexible") == 1.0  # "." skipped
     assert gsm8k.compute_score("1,234", "1234", method="flexible") == 0.0  # flexible keeps commas
@@ -70,7 +71,7 @@ def test_gsm8k_flexible():
         gsm8k.extract_solution("#### 1", method="loose")
 
 
-def test_gsm8k_returns_plain_float():
+def test_gsm8k_returns_plain_float() -> None:
     assert type(gsm8k.compute_score("#### 1", "1")) is float
     assert type(gsm8k.compute_score("none", "1")) is float
 
@@ -103,11 +104,11 @@ def test_gsm8k_returns_plain_float():
         (r"\boxed{5", "5", 0.0),  # unbalanced
     ],
 )
-def test_math_boxed(text, gt, expected):
+def test_math_boxed(text: str, gt: str, expected: float) -> None:
     assert math_boxed.compute_score(text, gt) == expected
 
 
-def test_math_boxed_helpers():
+def test_math_boxed_helpers() -> None:
     assert math_boxed.last_boxed_only_string(r"a \boxed{\frac{1}{2}} b") == r"\boxed{\frac{1}{2}}"
     assert math_boxed.last_boxed_only_string("nothing") is None
     assert math_boxed.strip_string(r"\dfrac12") == r"\frac{1}{2}"
@@ -121,12 +122,12 @@ def test_math_boxed_helpers():
 # --------------------------------------------------------------------------------------
 
 
-def test_dapo_correct_and_wrong():
+def test_dapo_correct_and_wrong() -> None:
     assert dapo_math.compute_score("2 + 2 = 4.\nAnswer: 4", "4") == {"score": 1.0, "acc": True, "pred": "4"}
     assert dapo_math.compute_score("2 + 2 = 5.\nAnswer: 5", "4") == {"score": -1.0, "acc": False, "pred": "5"}
 
 
-def test_dapo_answer_line_rules():
+def test_dapo_answer_line_rules() -> None:
     # case-insensitive, last "Answer:" wins, normalised ($, thousands separators, units, "x =")
     assert dapo_math.compute_score("answer: 3\nANSWER : 7", "7")["score"] == 1.0
     assert dapo_math.compute_score("Answer: $1,000$ dollars", "1000") == {"score": 1.0, "acc": True, "pred": "1000"}
@@ -134,7 +135,7 @@ def test_dapo_answer_line_rules():
     assert dapo_math.compute_score(r"Answer: \text{(B)}", "(B)")["score"] == 1.0
 
 
-def test_dapo_boxed_fallback():
+def test_dapo_boxed_fallback() -> None:
     # no "Answer:" line: the last \boxed{} of the last 100 characters, normalised
     assert dapo_math.compute_score(r"so it is \boxed{42}.", "42") == {"score": 1.0, "acc": True, "pred": "42"}
     assert dapo_math.compute_score(r"so it is \boxed{41}.", "42") == {"score": -1.0, "acc": False, "pred": "41"}
@@ -145,14 +146,14 @@ def test_dapo_boxed_fallback():
     assert dapo_math.compute_score("\\boxed{42}\nAnswer: 41", "42")["pred"] == "41"
 
 
-def test_dapo_no_answer_and_window():
+def test_dapo_no_answer_and_window() -> None:
     assert dapo_math.compute_score("I give up", "4") == {"score": -1.0, "acc": False, "pred": "[INVALID]"}
     # only the last 300 characters are read
     assert dapo_math.compute_score("Answer: 4\n" + "z" * 300, "4")["pred"] == "[INVALID]"
     assert dapo_math.compute_score("z" * 300 + "\nAnswer: 4", "4")["score"] == 1.0
 
 
-def test_dapo_strict_box_mode():
+def test_dapo_strict_box_mode() -> None:
     assert dapo_math.compute_score(r"\boxed{4}", "4", strict_box_verify=True) == {
         "score": 1.0,
         "acc": True,
@@ -186,20 +187,20 @@ def test_dapo_strict_box_mode():
         ("<answer>\nNew\nYork\n</answer>", ["new york"], 1.0),  # multi-line
     ],
 )
-def test_search_r1_em(text, target, expected):
+def test_search_r1_em(text: str, target: list[str] | str, expected: float) -> None:
     assert search_r1.compute_score(text, {"target": target}) == expected
 
 
-def test_search_r1_tag_spam_quartered():
+def test_search_r1_tag_spam_quartered() -> None:
     spam = "<answer>x</answer>" * 11 + "<answer>Paris</answer>"
     assert search_r1.compute_score(spam, {"target": ["Paris"]}) == 0.25
     ok = "<answer>x</answer>" * 9 + "<answer>Paris</answer>"
     assert search_r1.compute_score(ok, {"target": ["Paris"]}) == 1.0
 
 
-def test_search_r1_bad_ground_truth_is_a_clear_error():
+def test_search_r1_bad_ground_truth_is_a_clear_error() -> None:
     with pytest.raises(ScoringError, match="target"):
-        search_r1.compute_score("<answer>Paris</answer>", "Paris")
+        search_r1.compute_score("<answer>Paris</answer>", "Paris")  # type: ignore[arg-type]  # the bad ground truth is the test
     assert search_r1.compute_score_subem("<answer>Paris, France</answer>", {"target": "paris"}) == 1.0
 
 
@@ -224,14 +225,16 @@ def test_search_r1_bad_ground_truth_is_a_clear_error():
         ("searchR1_bamboogle", "<answer>Lyon</answer>", {"target": ["Paris"]}, 0.0),
     ],
 )
-def test_default_compute_score_dispatch(data_source, text, gt, expected):
+def test_default_compute_score_dispatch(
+    data_source: str, text: str, gt: dict[str, list[str]] | str, expected: dict[str, float | str] | float
+) -> None:
     result = default_compute_score(data_source, text, gt, extra_info={"split": "test"})
     assert result == expected
     if not isinstance(expected, dict):
         assert type(result) is float
 
 
-def test_default_compute_score_gsm8k_flexible_keyword():
+def test_default_compute_score_gsm8k_flexible_keyword() -> None:
     assert default_compute_score("openai/gsm8k", "it is 18", "18") == 0.0
     assert default_compute_score("openai/gsm8k", "it is 18", "18", method="flexible") == 1.0
     # keywords meant for other scorers (verl's sandbox settings) are accepted and ignored
@@ -239,7 +242,7 @@ def test_default_compute_score_gsm8k_flexible_keyword():
 
 
 @pytest.mark.parametrize("data_source", ["my/dataset", "searchR1_unknown", "GSM8K", None, 3])
-def test_unknown_data_source_names_it_and_says_how_to_plug_in(data_source):
+def test_unknown_data_source_names_it_and_says_how_to_plug_in(data_source: int | str | None) -> None:
     with pytest.raises(UnknownDataSourceError) as info:
         default_compute_score(data_source, "x", "y")
     message = str(info.value)
@@ -248,7 +251,7 @@ def test_unknown_data_source_names_it_and_says_how_to_plug_in(data_source):
     assert "openai/gsm8k" in message and "aime*" in message
 
 
-def test_known_data_sources_lists_the_table():
+def test_known_data_sources_lists_the_table() -> None:
     known = known_data_sources()
     assert "openai/gsm8k" in known and "searchR1_2wikimultihopqa" in known and "aime*" in known
     assert "numina_olympiads" in known and "hiyouga/geometry3k" in known
@@ -269,12 +272,12 @@ MATH_VERIFY_CASES = [
 ]
 
 
-def _score_case(case):
+def _score_case(case: tuple[str, str, Any]) -> Any:
     text, gt, _ = case
     return math_verify_scorer.compute_score("math-verify", text, gt)
 
 
-def test_math_verify_in_a_process_pool():
+def test_math_verify_in_a_process_pool() -> None:
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
         results = list(pool.map(_score_case, MATH_VERIFY_CASES))
@@ -282,10 +285,10 @@ def test_math_verify_in_a_process_pool():
     assert all(type(r) is float for r in results)
 
 
-def test_math_verify_refuses_threads_instead_of_scoring_zero():
+def test_math_verify_refuses_threads_instead_of_scoring_zero() -> None:
     errors = []
 
-    def target():
+    def target() -> None:
         try:
             math_verify_scorer.compute_score("x", r"\boxed{1/2}", "0.5")
         except ScoringError as exc:

@@ -9,25 +9,25 @@ import pytest
 from rewardq.consumers.quarantine import ScoringGate
 
 
-async def test_shared_entries_do_not_wait_for_each_other():
+async def test_shared_entries_do_not_wait_for_each_other() -> None:
     gate = ScoringGate()
     await asyncio.wait_for(asyncio.gather(*(gate.enter_shared() for _ in range(5))), 1)
     assert gate.running == 5
 
 
-async def test_alone_waits_for_running_ones_and_holds_new_ones_back():
+async def test_alone_waits_for_running_ones_and_holds_new_ones_back() -> None:
     gate = ScoringGate()
     order: list[str] = []
     await gate.enter_shared()  # one ordinary trajectory is scoring
 
-    async def alone():
+    async def alone() -> None:
         await gate.enter_alone(0)
         order.append("alone")
         await asyncio.sleep(0.05)
         order.append("alone done")
         gate.leave_alone()
 
-    async def later():
+    async def later() -> None:
         await gate.enter_shared()
         order.append("later")
         gate.leave_shared()
@@ -42,11 +42,11 @@ async def test_alone_waits_for_running_ones_and_holds_new_ones_back():
     assert order == ["alone", "alone done", "later"]
 
 
-async def test_quarantined_ones_go_fewest_earlier_deaths_first_then_by_arrival():
+async def test_quarantined_ones_go_fewest_earlier_deaths_first_then_by_arrival() -> None:
     gate = ScoringGate()
     order: list[str] = []
 
-    async def alone(name: str, deaths: int):
+    async def alone(name: str, deaths: int) -> None:
         await gate.enter_alone(deaths)
         order.append(name)
         await asyncio.sleep(0)
@@ -58,7 +58,7 @@ async def test_quarantined_ones_go_fewest_earlier_deaths_first_then_by_arrival()
     assert order == ["a", "b", "suspect", "worst"]
 
 
-async def test_a_cancelled_waiter_lets_the_next_one_in():
+async def test_a_cancelled_waiter_lets_the_next_one_in() -> None:
     gate = ScoringGate()
     await gate.enter_shared()
     first = asyncio.create_task(gate.enter_alone(0))

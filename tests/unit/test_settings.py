@@ -45,9 +45,9 @@ def sample(s: Setting) -> Any:
     if s.spec.choices:
         return next(c for c in s.spec.choices if c != s.default)
     if s.kind is int:
-        return 3 if s.default is None else s.default + 1
+        return s.default + 1 if isinstance(s.default, int) else 3
     if s.kind is float:
-        return 7.5 if s.default is None else s.default + 1.5
+        return s.default + 1.5 if isinstance(s.default, (int, float)) else 7.5
     if s.kind is dict:
         return {"k": 1, "nested": {"x": "y"}}
     if s.name == "redis_url_file":
@@ -74,7 +74,7 @@ def parsed(argv: list[str]) -> dict[str, Any]:
     return dict(worker.make_context("worker", list(argv)).params)
 
 
-def test_every_setting_has_a_flag_an_env_var_and_a_config_key():
+def test_every_setting_has_a_flag_an_env_var_and_a_config_key() -> None:
     assert len(SETTINGS) >= 33
     for name, s in SETTINGS.items():
         assert s.env == "REWARDQ_" + name.upper() and s.key == name
@@ -87,7 +87,7 @@ def test_every_setting_has_a_flag_an_env_var_and_a_config_key():
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_flag_env_and_file_reach_the_same_value_and_name_their_source(name, tmp_path):
+def test_flag_env_and_file_reach_the_same_value_and_name_their_source(name: Any, tmp_path: Path) -> None:
     s = SETTINGS[name]
     value = sample(s)
     # Given the value as a flag, an environment variable and a config-file key
@@ -107,7 +107,7 @@ def test_flag_env_and_file_reach_the_same_value_and_name_their_source(name, tmp_
     assert all(src == derived.get(n, "default") for n, src in by_env.sources.items() if n != name)
 
 
-def test_precedence_is_flags_over_env_over_file(tmp_path):
+def test_precedence_is_flags_over_env_over_file(tmp_path: Path) -> None:
     f = tmp_path / "rq.yaml"
     f.write_text("concurrency: 3\nbatch_size: 7\nclaim_idle: 9\nmanager_options: {a: 1, b: 1}\n")
     env = {"REWARDQ_BATCH_SIZE": "8", "REWARDQ_CLAIM_IDLE": "10", "REWARDQ_MANAGER_OPTIONS": '{"b": 2, "c": 2}'}
@@ -127,7 +127,7 @@ def test_precedence_is_flags_over_env_over_file(tmp_path):
     }
 
 
-def test_optional_settings_take_none_from_every_layer(tmp_path):
+def test_optional_settings_take_none_from_every_layer(tmp_path: Path) -> None:
     f = tmp_path / "rq.yaml"
     f.write_text("connect_timeout: 5\nscorer_processes: 2\n")
     cfg = load_config(
@@ -150,19 +150,19 @@ def test_optional_settings_take_none_from_every_layer(tmp_path):
         (["--manager-option", "oops"], {}, "--manager-option 'oops' is not KEY=VALUE"),
     ],
 )
-def test_bad_values_name_the_setting_and_where_they_came_from(argv, env, match):
+def test_bad_values_name_the_setting_and_where_they_came_from(argv: Any, env: Any, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(parsed(argv), env=env)
 
 
-def test_choices_are_stored_as_declared_from_any_layer(tmp_path):
+def test_choices_are_stored_as_declared_from_any_layer(tmp_path: Path) -> None:
     f = tmp_path / "rq.yaml"
     f.write_text("log_level: warning\n")
     assert WorkerConfig.load(config_file=str(f), env={}).log_level == "WARNING"
     assert load_config(parsed(["--log-level", "debug"]), env={}).log_level == "DEBUG"
 
 
-def test_worker_help_shows_every_flag_with_its_default_and_variable():
+def test_worker_help_shows_every_flag_with_its_default_and_variable() -> None:
     # Given the real command's --help, wide enough that click wraps no line
     out = CliRunner().invoke(cli, ["worker", "--help"], terminal_width=400).output
     lines = out.splitlines()
@@ -176,7 +176,7 @@ def test_worker_help_shows_every_flag_with_its_default_and_variable():
     assert "[default: forever; env: REWARDQ_CONNECT_TIMEOUT]" in out
 
 
-def test_manager_help_lists_every_manager_including_entry_points():
+def test_manager_help_lists_every_manager_including_entry_points() -> None:
     out = CliRunner().invoke(cli, ["worker", "--help"], terminal_width=400).output
     line = next(x for x in out.splitlines() if x.strip().startswith("--manager "))
     listed = re.search(r"One of: ([^;]+);", line)
@@ -186,7 +186,7 @@ def test_manager_help_lists_every_manager_including_entry_points():
     assert set(names) == set(known_managers()) == set(listed_managers())
 
 
-def test_builtin_names_are_what_the_builtin_managers_register():
+def test_builtin_names_are_what_the_builtin_managers_register() -> None:
     from rewardq.reward import registry
 
     registry._load_builtins()
@@ -194,7 +194,7 @@ def test_builtin_names_are_what_the_builtin_managers_register():
     assert builtin == set(BUILTIN_NAMES)
 
 
-def test_supervisor_children_get_the_given_flags_back():
+def test_supervisor_children_get_the_given_flags_back() -> None:
     argv = ["--concurrency", "4", "--no-cluster", "--manager-option", "a=1", "--scorer-processes", "none"]
     params = parsed([*argv, "--name", "w", "--metrics-port", "9100"])
     assert worker_argv(params, leave_out=("name", "metrics_port")) == [
@@ -209,7 +209,7 @@ def test_supervisor_children_get_the_given_flags_back():
     assert flag_values(WorkerConfig, parsed(worker_argv(params))) == flag_values(WorkerConfig, params)
 
 
-def test_rewardq_config_prints_each_value_and_its_source(tmp_path):
+def test_rewardq_config_prints_each_value_and_its_source(tmp_path: Path) -> None:
     f = tmp_path / "rq.yaml"
     f.write_text("concurrency: 3\n")
     r = CliRunner().invoke(
@@ -229,7 +229,7 @@ def test_rewardq_config_prints_each_value_and_its_source(tmp_path):
     assert re.search(r"^max_crashes +4 +\(env REWARDQ_MAX_CRASHES\)$", text, re.M), text
 
 
-def test_broker_arguments_come_from_the_declarations():
+def test_broker_arguments_come_from_the_declarations() -> None:
     cfg = WorkerConfig(result_ttl=5.0, keep_records=2.0)
     assert cfg.arguments_for("broker") == {
         "lease_seconds": cfg.lease_seconds,
@@ -274,7 +274,7 @@ def run_copy(root: Path, args: list[str], env: dict[str, str] | None = None) -> 
     )
 
 
-def test_a_setting_declared_in_one_file_reaches_every_door(patched_package, tmp_path):
+def test_a_setting_declared_in_one_file_reaches_every_door(patched_package: Path, tmp_path: Path) -> None:
     root = patched_package
     # Then --help shows its flag, default and variable
     help_ = run_copy(root, ["worker", "--help"])
@@ -324,7 +324,7 @@ def test_a_setting_declared_in_one_file_reaches_every_door(patched_package, tmp_
 # -- the verl adapter's settings share the worker's declarations ---------------------------------
 
 
-def test_the_adapter_reads_the_workers_declarations_and_its_own():
+def test_the_adapter_reads_the_workers_declarations_and_its_own() -> None:
     adapter, worker_settings = AdapterSettings.settings(), WorkerConfig.settings()
     for name in ("redis_url", "namespace", "cluster"):
         assert adapter[name].spec is worker_settings[name].spec and adapter[name].env == worker_settings[name].env
@@ -333,7 +333,7 @@ def test_the_adapter_reads_the_workers_declarations_and_its_own():
     assert ADAPTER_KEYS == {"verl_timeout", "verl_on_error", "verl_max_error_rate", "verl_error_window", "fleet"}
 
 
-def test_adapter_settings_block_then_environment():
+def test_adapter_settings_block_then_environment() -> None:
     block = {"namespace": "cfg-ns", "verl_timeout": 30, "verl_on_error": "RAISE", "cluster": "false", "other": 1}
     s = AdapterSettings.load(block, {"REWARDQ_NAMESPACE": "env-ns", "REWARDQ_REDIS_URL": ""})
     assert (s.redis_url, s.namespace, s.cluster, s.timeout, s.on_error) == (
@@ -369,6 +369,6 @@ def test_adapter_settings_block_then_environment():
         ({"namespace": " "}, {}, "namespace must be a non-empty string"),
     ],
 )
-def test_bad_adapter_settings_name_the_key(block, env, match):
+def test_bad_adapter_settings_name_the_key(block: Any, env: Any, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         AdapterSettings.load(block, env)

@@ -12,6 +12,7 @@ import ast
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -34,7 +35,7 @@ PACKAGE = Path(rewardq.__file__).parent
 KIND_ARG = {"fail_trajectory": 3, "dead_letter": 1}
 
 
-def test_members_are_their_values_wherever_a_string_goes():
+def test_members_are_their_values_wherever_a_string_goes() -> None:
     for member in (*DeadLetterKind, *ResultStatus):
         assert member == member.value and f"{member}" == str(member) == member.value
         assert json.dumps(member) == json.dumps(member.value)
@@ -52,7 +53,7 @@ def test_members_are_their_values_wherever_a_string_goes():
     assert RewardResult.from_hash("k", {}).status is ResultStatus.ERROR
 
 
-def test_the_cli_filter_takes_exactly_the_enums_kinds():
+def test_the_cli_filter_takes_exactly_the_enums_kinds() -> None:
     assert KINDS == tuple(k.value for k in DeadLetterKind)
 
 
@@ -69,14 +70,14 @@ def _kind_args() -> list[tuple[str, ast.expr]]:
     return found
 
 
-def test_the_worker_names_kinds_by_the_enum_never_by_a_literal():
+def test_the_worker_names_kinds_by_the_enum_never_by_a_literal() -> None:
     calls = _kind_args()
     assert len(calls) >= 6  # the scan sees the worker's calls (a scan that found none would prove nothing)
     literals = {where: ast.unparse(arg) for where, arg in calls if isinstance(arg, ast.Constant)}
     assert not literals, f"dead-letter kinds spelt as literals: {literals}"
 
 
-def test_every_state_the_lua_scripts_write_is_a_member():
+def test_every_state_the_lua_scripts_write_is_a_member() -> None:
     kinds, statuses = set(), set()
     for path in sorted((PACKAGE / "queue" / "lua").glob("*.lua")):
         text = path.read_text()
@@ -89,7 +90,7 @@ def test_every_state_the_lua_scripts_write_is_a_member():
 
 
 @pytest.mark.parametrize("kind", list(DeadLetterKind))
-async def test_dead_letters_list_filters_on_each_kind_the_worker_writes(kind, ns, redis_url):
+async def test_dead_letters_list_filters_on_each_kind_the_worker_writes(kind: Any, ns: str, redis_url: str) -> None:
     # Given a dead letter of this kind written by the worker's failure handler, beside one of another kind
     other = DeadLetterKind.SCORING if kind is not DeadLetterKind.SCORING else DeadLetterKind.INVALID
     client = connect_async(redis_url)
@@ -101,7 +102,9 @@ async def test_dead_letters_list_filters_on_each_kind_the_worker_writes(kind, ns
         failures.stats.update(dead_letters=0, errors=0)
         for k in (kind, other):
             fields = {b"key": f"u-{k}_s_0".encode(), b"data": b"\x93junk"}
-            entry_id = (await client.xadd(broker.ks.stream(0), fields)).decode()
+            entry_id = (
+                await client.xadd(broker.ks.stream(0), {name: value for name, value in fields.items()})
+            ).decode()
             await failures.dead_letter(Entry(0, entry_id, fields), k, f"a {k} dead letter")
     finally:
         await client.aclose()

@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_sigterm_ends_the_process_at_its_deadline_even_with_a_blocked_loop_and_a_hung_thread():
+def test_sigterm_ends_the_process_at_its_deadline_even_with_a_blocked_loop_and_a_hung_thread() -> None:
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
     took = time.monotonic() - t0

@@ -12,13 +12,17 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rewardq import RewardClient
 from rewardq.errors import ConfigError, RecordError, ScoringError
 from rewardq.reward import RewardManager
+from rewardq.reward.base import ManagerContext
 from rewardq.reward.tokenizer import load_tokenizer
 from rewardq.testing import (
     ManagerRunner,
@@ -40,11 +44,13 @@ OUTPUTS = [
 ]
 
 
-def _plain(value):
+def _plain(value: object) -> object:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-async def test_the_batch_and_the_results_are_the_workers(ns, redis_url, length_manager):
+async def test_the_batch_and_the_results_are_the_workers(
+    ns: str, redis_url: str, length_manager: LengthManager
+) -> None:
     # Given a trajectory scored by a real worker on the real Redis
     client = RewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [LengthManager(None)]):
@@ -70,7 +76,7 @@ async def test_the_batch_and_the_results_are_the_workers(ns, redis_url, length_m
     assert [r.key.rsplit("_", 1)[1] for r in results] == ["0", "1", "2"]
 
 
-def test_text_outputs_use_the_tokenizer_and_round_trip():
+def test_text_outputs_use_the_tokenizer_and_round_trip() -> None:
     tok = load_tokenizer("builtin:demo")
     out = output("What is 6 * 7?", "It is 42.", num_turns=3)
     assert tok.decode(out["response_ids"]) == "It is 42." and out["num_turns"] == 3
@@ -81,13 +87,13 @@ def test_text_outputs_use_the_tokenizer_and_round_trip():
     ("bad", "field"),
     [({"prompt_ids": [1], "response_ids": [-3]}, "response_ids"), ({"prompt_ids": [1]}, "response_ids")],
 )
-def test_what_the_pipeline_refuses_is_refused_naming_the_field(bad, field):
+def test_what_the_pipeline_refuses_is_refused_naming_the_field(bad: dict[str, list[int]], field: str) -> None:
     with pytest.raises(RecordError) as err:
         make_batch([bad], SAMPLE)
     assert err.value.field == field
 
 
-def test_a_token_id_past_the_tokenizers_vocabulary_is_refused_as_the_worker_refuses_it():
+def test_a_token_id_past_the_tokenizers_vocabulary_is_refused_as_the_worker_refuses_it() -> None:
     vocab = load_tokenizer("builtin:demo").vocab_size
     with pytest.raises(RecordError, match="vocab"):
         make_batch([{"prompt_ids": [1], "response_ids": [vocab + 5]}], SAMPLE, vocab_size=vocab)
@@ -96,19 +102,27 @@ def test_a_token_id_past_the_tokenizers_vocabulary_is_refused_as_the_worker_refu
 class Answers(RewardManager):
     """Returns whatever it was built with (to see the worker's checks of an answer)."""
 
-    def __init__(self, tokenizer=None, compute_score=None, *, context=None, answer=None):
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        compute_score: Any = None,
+        *,
+        context: ManagerContext | None = None,
+        answer: Any = None,
+    ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         self.answer = answer
         self.events: list[str] = []
 
-    async def setup(self):
+    async def setup(self) -> None:
         self.events.append("setup")
 
-    async def run_single(self, data):
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         self.events.append(f"run:{len(data)}")
-        return self.answer
+        result: dict[str, Any] = self.answer
+        return result
 
-    async def close(self):
+    async def close(self) -> None:
         self.events.append("close")
         await super().close()
 
@@ -122,12 +136,12 @@ class Answers(RewardManager):
         ("1.0", "must return a dict or a list"),
     ],
 )
-def test_an_answer_the_worker_refuses_raises_its_message(answer, match):
+def test_an_answer_the_worker_refuses_raises_its_message(answer: Any, match: Any) -> None:
     with pytest.raises(ScoringError, match=match):
         score_trajectory_sync(Answers(answer=answer), OUTPUTS, SAMPLE)
 
 
-async def test_the_runner_sets_up_once_scores_many_and_closes():
+async def test_the_runner_sets_up_once_scores_many_and_closes() -> None:
     manager = Answers(answer={"reward_score": 0.5, "reward_extra_info": {"k": 1}})
     async with ManagerRunner(manager) as run:
         first = await run.score(OUTPUTS[:1], SAMPLE)
@@ -139,10 +153,11 @@ async def test_the_runner_sets_up_once_scores_many_and_closes():
         await ManagerRunner(manager).score(OUTPUTS, SAMPLE)
 
 
-async def test_a_slow_manager_times_out_as_score_timeout_says():
+async def test_a_slow_manager_times_out_as_score_timeout_says() -> None:
     class Slow(Answers):
-        async def run_single(self, data):
+        async def run_single(self, data: TensorDict) -> dict[str, Any]:
             await asyncio.sleep(30)
+            raise AssertionError("the score timeout did not stop a slow manager")
 
     with pytest.raises(ScoringError, match="timed out after 0.2s"):
         await score_trajectory(Slow(), OUTPUTS, SAMPLE, timeout=0.2)
@@ -157,7 +172,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonu
 """
 
 
-async def test_score_response_runs_the_function_where_the_worker_runs_it(tmp_path):
+async def test_score_response_runs_the_function_where_the_worker_runs_it(tmp_path: Path) -> None:
     fn = tmp_path / "my_rewards.py"
     fn.write_text(REWARD_FILE)
     spec = f"{fn}:compute_score"
@@ -169,13 +184,13 @@ async def test_score_response_runs_the_function_where_the_worker_runs_it(tmp_pat
     assert inline.reward_score == 0.0 and inline.reward_extra_info["pid"] == os.getpid()
 
 
-async def test_score_response_with_the_default_scorer_of_the_data_source():
+async def test_score_response_with_the_default_scorer_of_the_data_source() -> None:
     sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "42"}}
     assert (await score_response("so #### 42", sample)).reward_score == 1.0
     assert (await score_response("so #### 41", sample)).reward_score == 0.0
 
 
-def test_worker_manager_builds_as_the_worker_and_refuses_as_it():
+def test_worker_manager_builds_as_the_worker_and_refuses_as_it() -> None:
     assert type(worker_manager("dapo", manager_options={"max_resp_len": 64})).__name__.lower().startswith("dapo")
     with pytest.raises(ConfigError, match="unknown reward manager 'nope'"):
         worker_manager("nope")

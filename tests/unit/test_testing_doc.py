@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.cli_procs import REPO
 
@@ -18,14 +19,14 @@ DOC = REPO / "docs" / "testing.md"
 BLOCK = re.compile(r"^```python file=(\S+)\n(.*?)^```", re.S | re.M)
 
 
-def test_the_page_shows_a_scoring_function_and_a_manager_with_their_tests():
+def test_the_page_shows_a_scoring_function_and_a_manager_with_their_tests() -> None:
     files = dict(BLOCK.findall(DOC.read_text()))
     assert set(files) == {"my_rewards.py", "test_my_rewards.py", "my_manager.py", "test_my_manager.py"}
     for helper in ("score_response", "make_batch", "score_trajectory_sync", "ManagerRunner", "worker_manager"):
         assert helper in files["test_my_rewards.py"] + files["test_my_manager.py"], helper
 
 
-def test_the_pages_examples_pass_as_a_user_runs_them(tmp_path):
+def test_the_pages_examples_pass_as_a_user_runs_them(tmp_path: Path) -> None:
     files = dict(BLOCK.findall(DOC.read_text()))
     for name, text in files.items():
         (tmp_path / name).write_text(text)

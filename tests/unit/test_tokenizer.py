@@ -6,6 +6,8 @@ import json
 import random
 import sys
 import types
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,12 +29,14 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return load_tokenizer("builtin:demo")
+def demo() -> FastTokenizer:
+    tok = load_tokenizer("builtin:demo")
+    assert isinstance(tok, FastTokenizer)
+    return tok
 
 
 @pytest.fixture
-def hf_folder(tmp_path, demo):
+def hf_folder(tmp_path: Path, demo: FastTokenizer) -> Path:
     """A Hugging Face style folder: tokenizer.json + tokenizer_config.json with a jinja template."""
     folder = tmp_path / "my-model"
     folder.mkdir()
@@ -56,14 +60,14 @@ def hf_folder(tmp_path, demo):
 
 
 @pytest.mark.parametrize("given", [None, "", "  "])
-def test_there_is_no_default_tokenizer(given):
+def test_there_is_no_default_tokenizer(given: str | None) -> None:
     with pytest.raises(ConfigError, match="no tokenizer given") as info:
         load_tokenizer(given)
     message = str(info.value)
     assert "--tokenizer" in message and "REWARDQ_TOKENIZER" in message and "actor_rollout_ref.model.path" in message
 
 
-def test_demo_is_asked_for_by_name_and_has_a_sensible_vocabulary(demo):
+def test_demo_is_asked_for_by_name_and_has_a_sensible_vocabulary(demo: FastTokenizer) -> None:
     assert isinstance(demo, FastTokenizer)
     assert isinstance(demo, Tokenizer)
     assert 2000 <= demo.vocab_size <= 4000
@@ -74,7 +78,7 @@ def test_demo_is_asked_for_by_name_and_has_a_sensible_vocabulary(demo):
     assert DEMO_PATH.stat().st_size < 300_000
 
 
-def test_demo_asset_is_reproducible_from_its_generator():
+def test_demo_asset_is_reproducible_from_its_generator() -> None:
     assert build_json() == DEMO_PATH.read_text(encoding="utf-8")
 
 
@@ -92,13 +96,13 @@ ROUND_TRIP = [
 
 
 @pytest.mark.parametrize("text", ROUND_TRIP)
-def test_demo_round_trip(demo, text):
+def test_demo_round_trip(demo: FastTokenizer, text: Any) -> None:
     ids = demo.encode(text)
     assert all(isinstance(i, int) for i in ids)
     assert demo.decode(ids) == text
 
 
-def test_demo_round_trip_random_unicode(demo):
+def test_demo_round_trip_random_unicode(demo: FastTokenizer) -> None:
     rng = random.Random(7)
     alphabet = [
         chr(c)
@@ -112,12 +116,12 @@ def test_demo_round_trip_random_unicode(demo):
         assert demo.decode(demo.encode(text)) == text
 
 
-def test_demo_is_compact_on_its_domain(demo):
+def test_demo_is_compact_on_its_domain(demo: FastTokenizer) -> None:
     text = "Natalia sold 48 clips in April, and then she sold half as many clips in May."
     assert len(demo.encode(text)) < len(text) / 2.5
 
 
-def test_decode_accepts_lists_arrays_and_tensors(demo):
+def test_decode_accepts_lists_arrays_and_tensors(demo: FastTokenizer) -> None:
     ids = demo.encode("#### 72")
     expected = "#### 72"
     assert demo.decode(ids) == expected
@@ -130,7 +134,7 @@ def test_decode_accepts_lists_arrays_and_tensors(demo):
     assert demo.batch_decode([ids, torch.tensor(ids)]) == [expected, expected]
 
 
-def test_skip_special_tokens(demo):
+def test_skip_special_tokens(demo: FastTokenizer) -> None:
     text = "<|im_start|>assistant\nAnswer: 4<|im_end|><|endoftext|>"
     ids = demo.encode(text)
     assert ids[0] == 1 and ids[-2:] == [2, 0]  # special strings become their ids
@@ -138,13 +142,13 @@ def test_skip_special_tokens(demo):
     assert demo.decode(ids, skip_special_tokens=False) == text
 
 
-def test_demo_chat_template_is_chatml(demo):
+def test_demo_chat_template_is_chatml(demo: FastTokenizer) -> None:
     text = demo.apply_chat_template(CHAT, add_generation_prompt=True)
     assert text == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
     )
     assert demo.apply_chat_template(CHAT) == text[: -len("<|im_start|>assistant\n")]
-    assert demo.apply_chat_template(CHAT, tokenize=True) == demo.encode(demo.apply_chat_template(CHAT))
+    assert demo.apply_chat_template(CHAT, tokenize=True) == demo.encode(str(demo.apply_chat_template(CHAT)))
     parts = [
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}
     ]
@@ -156,7 +160,7 @@ def test_demo_chat_template_is_chatml(demo):
 # --------------------------------------------------------------------------------------
 
 
-def test_tokenizer_json_file(tmp_path, demo):
+def test_tokenizer_json_file(tmp_path: Path, demo: FastTokenizer) -> None:
     path = tmp_path / "tokenizer.json"
     demo.backend.save(str(path))
     tok = load_tokenizer(str(path))
@@ -167,7 +171,7 @@ def test_tokenizer_json_file(tmp_path, demo):
     assert tok.apply_chat_template(CHAT[1:]) == "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
 
 
-def test_folder_with_tokenizers_backend_uses_config_and_jinja_template(hf_folder):
+def test_folder_with_tokenizers_backend_uses_config_and_jinja_template(hf_folder: Path) -> None:
     tok = load_tokenizer(str(hf_folder), backend="tokenizers")
     assert isinstance(tok, FastTokenizer)
     assert tok.eos_token == "<|endoftext|>" and tok.eos_token_id == 0
@@ -179,13 +183,13 @@ def test_folder_with_tokenizers_backend_uses_config_and_jinja_template(hf_folder
     assert load_tokenizer(str(hf_folder / "tokenizer.json")).eos_token == "<|endoftext|>"
 
 
-def test_auto_backend_without_transformers_reads_the_folder(hf_folder, monkeypatch):
+def test_auto_backend_without_transformers_reads_the_folder(hf_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokmod, "_transformers_available", lambda: False)
     tok = load_tokenizer(hf_folder)  # a PathLike works too
     assert isinstance(tok, FastTokenizer) and tok.eos_token == "<|endoftext|>"
 
 
-def test_template_list_and_jinja_file(hf_folder):
+def test_template_list_and_jinja_file(hf_folder: Path) -> None:
     config = json.loads((hf_folder / "tokenizer_config.json").read_text())
     config["chat_template"] = [{"name": "tool_use", "template": "TOOLS"}, {"name": "default", "template": "DEF"}]
     (hf_folder / "tokenizer_config.json").write_text(json.dumps(config))
@@ -194,7 +198,7 @@ def test_template_list_and_jinja_file(hf_folder):
     assert load_tokenizer(str(hf_folder), backend="tokenizers").apply_chat_template(CHAT) == "2 messages"
 
 
-def test_template_raise_exception_and_tojson(hf_folder):
+def test_template_raise_exception_and_tojson(hf_folder: Path) -> None:
     config = json.loads((hf_folder / "tokenizer_config.json").read_text())
     config["chat_template"] = (
         "{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}{% endif %}{{ messages | tojson }}"
@@ -203,10 +207,13 @@ def test_template_raise_exception_and_tojson(hf_folder):
     tok = load_tokenizer(str(hf_folder), backend="tokenizers")
     with pytest.raises(ValueError, match="user first"):
         tok.apply_chat_template(CHAT)
-    assert json.loads(tok.apply_chat_template(CHAT[1:])) == CHAT[1:]
+    rendered = tok.apply_chat_template(CHAT[1:])
+    assert isinstance(rendered, str) and json.loads(rendered) == CHAT[1:]
 
 
-def test_without_jinja2_falls_back_to_chatml(hf_folder, monkeypatch, caplog):
+def test_without_jinja2_falls_back_to_chatml(
+    hf_folder: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setitem(sys.modules, "jinja2", None)
     monkeypatch.setitem(sys.modules, "jinja2.ext", None)
     monkeypatch.setitem(sys.modules, "jinja2.sandbox", None)
@@ -224,31 +231,33 @@ class _FakeHF:
     eos_token, bos_token, pad_token = "</s>", "<s>", "<pad>"
     eos_token_id, bos_token_id, pad_token_id = 2, 1, 0
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.calls = []
+        self.calls: list[tuple[str, object, bool]] = []
 
-    def __len__(self):
+    def __len__(self) -> int:
         return 32001
 
-    def decode(self, ids, skip_special_tokens=True):
+    def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
         self.calls.append(("decode", ids, skip_special_tokens))
         return f"decoded {ids}"
 
-    def encode(self, text, add_special_tokens=True):
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return [7, 8] if not add_special_tokens else [1, 7, 8]
 
-    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False, **kw):
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tokenize: bool = True, add_generation_prompt: bool = False, **kw: Any
+    ) -> str:
         return f"chat {len(messages)} {tokenize} {add_generation_prompt}"
 
 
 @pytest.fixture
-def fake_transformers(monkeypatch):
-    loaded = []
+def fake_transformers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    loaded: list[str] = []
 
     class AutoTokenizer:
         @staticmethod
-        def from_pretrained(path):
+        def from_pretrained(path: str) -> _FakeHF:
             if "missing" in str(path):
                 raise OSError(f"{path} is not a local folder and is not a valid model identifier")
             loaded.append(path)
@@ -258,19 +267,19 @@ def fake_transformers(monkeypatch):
     return loaded
 
 
-def test_folder_uses_transformers_when_installed(hf_folder, fake_transformers):
+def test_folder_uses_transformers_when_installed(hf_folder: Path, fake_transformers: list[str]) -> None:
     tok = load_tokenizer(str(hf_folder))
     assert isinstance(tok, TransformersTokenizer) and fake_transformers == [str(hf_folder)]
     assert tok.vocab_size == 32001 and tok.eos_token == "</s>" and tok.bos_token_id == 1
     assert tok.decode(torch.tensor([5, 6])) == "decoded [5, 6]"
-    assert tok.backend.calls == [("decode", [5, 6], True)]
+    assert isinstance(tok.backend, _FakeHF) and tok.backend.calls == [("decode", [5, 6], True)]
     assert tok.encode("x") == [7, 8]
     assert tok.apply_chat_template(CHAT, add_generation_prompt=True) == "chat 2 False True"
     # backend="tokenizers" never touches transformers
     assert isinstance(load_tokenizer(str(hf_folder), backend="tokenizers"), FastTokenizer)
 
 
-def test_hub_id_goes_to_transformers(fake_transformers):
+def test_hub_id_goes_to_transformers(fake_transformers: list[str]) -> None:
     assert isinstance(load_tokenizer("Qwen/Qwen2.5-0.5B-Instruct"), TransformersTokenizer)
     with pytest.raises(ConfigError, match="missing/model.*not in the local Hugging Face cache") as info:
         load_tokenizer("missing/model", origin="actor_rollout_ref.model.path in run.yaml")
@@ -284,7 +293,7 @@ def test_hub_id_goes_to_transformers(fake_transformers):
 # --------------------------------------------------------------------------------------
 
 
-def test_missing_path_names_it_and_what_to_do(tmp_path, monkeypatch):
+def test_missing_path_names_it_and_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokmod, "_transformers_available", lambda: False)
     missing = tmp_path / "no-such-tokenizer"
     with pytest.raises(ConfigError) as info:
@@ -295,12 +304,12 @@ def test_missing_path_names_it_and_what_to_do(tmp_path, monkeypatch):
         load_tokenizer("~/models/deepseek-llm-7b-chat", origin="model.path in t.yaml")
 
 
-def test_folder_without_tokenizer_json(tmp_path):
+def test_folder_without_tokenizer_json(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="has no tokenizer.json"):
         load_tokenizer(str(tmp_path), backend="tokenizers")
 
 
-def test_corrupt_files(tmp_path, hf_folder):
+def test_corrupt_files(tmp_path: Path, hf_folder: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="bad.json"):
@@ -310,14 +319,14 @@ def test_corrupt_files(tmp_path, hf_folder):
         load_tokenizer(str(hf_folder), backend="tokenizers")
 
 
-def test_bad_builtin_and_backend_names():
+def test_bad_builtin_and_backend_names() -> None:
     with pytest.raises(ConfigError, match="builtin:demo"):
         load_tokenizer("builtin:qwen")
     with pytest.raises(ConfigError, match="backend"):
         load_tokenizer(None, backend="sentencepiece")
 
 
-def test_transformers_backend_required_but_missing(hf_folder, monkeypatch):
+def test_transformers_backend_required_but_missing(hf_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokmod, "_transformers_available", lambda: False)
     with pytest.raises(ConfigError, match="pip install transformers"):
         load_tokenizer(str(hf_folder), backend="transformers")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,7 +15,7 @@ def right_padded(rows: list[list[int]]) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows], batch_first=True, padding_value=0)
 
 
-def agent_loop_batch(prompts, responses, **columns):
+def agent_loop_batch(prompts: list[list[int]], responses: list[list[int]], **columns: Any) -> SimpleNamespace:
     """What verl's AgentLoopWorker._compute_score builds: every row right-padded, lengths beside."""
     n = len(prompts)
     full = [p + r for p, r in zip(prompts, responses)]
@@ -33,7 +34,7 @@ def agent_loop_batch(prompts, responses, **columns):
     return SimpleNamespace(batch=batch, non_tensor_batch=non_tensor)
 
 
-def test_every_output_gets_its_exact_ids_even_a_short_final_one():
+def test_every_output_gets_its_exact_ids_even_a_short_final_one() -> None:
     prompts = [[11] * 50, [12] * 30]
     responses = [[21] * 30, [22, 23, 24, 25]]  # the final output is shorter than the first
     data = agent_loop_batch(prompts, responses, data_source="openai/gsm8k", uid="u1", multi_modal_data={})
@@ -49,7 +50,7 @@ def test_every_output_gets_its_exact_ids_even_a_short_final_one():
     assert sample == {"data_source": "openai/gsm8k", "uid": "u1"}
 
 
-def test_the_trainers_layout_reads_the_mask():
+def test_the_trainers_layout_reads_the_mask() -> None:
     prompts = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])  # left-padded
     responses = torch.tensor([[1, 2, 0], [3, 0, 0]])  # right-padded
     mask = torch.tensor([[0, 0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0]])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rewardq import defaults
@@ -12,7 +14,7 @@ from rewardq.integrations.verl_settings import settings_for, where
 UNKNOWN = "scoring failed: UnknownDataSourceError: no default scorer for data_source 'x'"
 
 
-def test_it_never_raises_before_the_window_has_filled():
+def test_it_never_raises_before_the_window_has_filled() -> None:
     budget = ErrorBudget(0.5, 8)
     for _ in range(7):
         budget.record(UNKNOWN)  # 7 of 7 failed, but the window is not full
@@ -20,7 +22,7 @@ def test_it_never_raises_before_the_window_has_filled():
         budget.record(UNKNOWN)
 
 
-def test_the_message_counts_errors_by_reason_and_names_the_settings():
+def test_the_message_counts_errors_by_reason_and_names_the_settings() -> None:
     budget = ErrorBudget(0.25, 4, settings_hint="REWARDQ_VERL_MAX_ERROR_RATE")
     budget.record(None)
     budget.record("rewardq: the trajectory timed out: 1 key(s) still have no reward after 900s")
@@ -33,7 +35,7 @@ def test_the_message_counts_errors_by_reason_and_names_the_settings():
     assert text.endswith(UNKNOWN)  # the last error, whole
 
 
-def test_exactly_the_allowed_share_goes_on_and_the_window_slides():
+def test_exactly_the_allowed_share_goes_on_and_the_window_slides() -> None:
     budget = ErrorBudget(0.5, 4)
     for outcome in [UNKNOWN, None, UNKNOWN, None] * 5:  # 2 of every 4: not more than half
         budget.record(outcome)
@@ -43,7 +45,7 @@ def test_exactly_the_allowed_share_goes_on_and_the_window_slides():
         budget.record(UNKNOWN)  # 3 of the last 4
 
 
-def test_a_rate_of_one_never_raises():
+def test_a_rate_of_one_never_raises() -> None:
     budget = ErrorBudget(1.0, 2)
     for _ in range(50):
         budget.record(UNKNOWN)
@@ -60,11 +62,11 @@ def test_a_rate_of_one_never_raises():
         ("", "error"),
     ],
 )
-def test_error_reasons(message, reason):
+def test_error_reasons(message: Any, reason: Any) -> None:
     assert error_reason(message) == reason
 
 
-def test_budget_settings_defaults_environment_and_config():
+def test_budget_settings_defaults_environment_and_config() -> None:
     s = settings_for(None, {})
     assert (s.max_error_rate, s.error_window) == (defaults.VERL_MAX_ERROR_RATE, defaults.VERL_ERROR_WINDOW)
     assert "REWARDQ_REDIS_URL or reward.rewardq.redis_url" in where(s, "redis_url")
@@ -89,7 +91,7 @@ def test_budget_settings_defaults_environment_and_config():
         ("verl_error_window", True, "bool"),
     ],
 )
-def test_bad_budget_settings_name_the_setting(key, value, match):
+def test_bad_budget_settings_name_the_setting(key: str, value: float | str, match: str) -> None:
     with pytest.raises(ConfigError, match=match) as info:
         settings_for({"reward": {"rewardq": {key: value}}}, {})
     assert key in str(info.value)

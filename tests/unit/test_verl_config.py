@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rewardq.config import WorkerConfig
 from rewardq.errors import ConfigError, UnknownManagerError
 from rewardq.reward.factory import build_manager
+from rewardq.reward.managers.dapo import DAPORewardManager
+from rewardq.reward.managers.gdpo import GDPORewardManager
+from rewardq.reward.managers.genrm import GenRMRewardManager
 from rewardq.reward.managers.limited import LimitedRewardManager
 from rewardq.reward.registry import get_manager_class, known_managers
 from rewardq.verl_config import migrate_legacy, translate
 
 
-def load(tmp_path, text: str, env: dict | None = None, **overrides) -> WorkerConfig:
+def load(tmp_path: Path, text: str, env: dict[str, Any] | None = None, **overrides: Any) -> WorkerConfig:
     f = tmp_path / "cfg.yaml"
     f.write_text(textwrap.dedent(text))
     return WorkerConfig.load(config_file=str(f), env=env or {}, overrides=overrides)
@@ -23,7 +28,7 @@ def load(tmp_path, text: str, env: dict | None = None, **overrides) -> WorkerCon
 # --- typed file values --------------------------------------------------------------------
 
 
-def test_file_values_are_typed_like_environment_variables(tmp_path):
+def test_file_values_are_typed_like_environment_variables(tmp_path: Path) -> None:
     cfg = load(tmp_path, 'cluster: "false"\nconcurrency: "12"\nscore_timeout: 5\nshards: null\n')
     assert cfg.cluster is False  # the string "false" is not truthy
     assert cfg.concurrency == 12 and isinstance(cfg.concurrency, int)
@@ -43,7 +48,7 @@ def test_file_values_are_typed_like_environment_variables(tmp_path):
         ("reward:\n  rewardq:\n    batch_size: lots\n", r"\(reward.rewardq\): batch_size='lots'"),
     ],
 )
-def test_bad_file_values_name_the_file_and_key(tmp_path, text, match):
+def test_bad_file_values_name_the_file_and_key(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match) as info:
         load(tmp_path, text)
     assert "cfg.yaml" in str(info.value)
@@ -102,12 +107,12 @@ GENERATED_LIKE = """
 """
 
 
-def generated(manager="naive", policy="~/models/none"):
+def generated(manager: str = "naive", policy: str = "~/models/none") -> str:
     return GENERATED_LIKE.replace("{manager}", manager).replace("{policy}", policy)
 
 
 @pytest.mark.parametrize("name", ["naive", "dapo", "gdpo", "rate_limited", "remote"])
-def test_every_manager_verl_registers_loads_from_the_generated_layout(tmp_path, name):
+def test_every_manager_verl_registers_loads_from_the_generated_layout(tmp_path: Path, name: str) -> None:
     cfg = load(tmp_path, generated(name))
     assert cfg.manager == name
     assert cfg.unused_keys == []  # verl's defaults for a disabled reward model / sandbox are not "unused"
@@ -117,16 +122,17 @@ def test_every_manager_verl_registers_loads_from_the_generated_layout(tmp_path, 
     manager = build_manager(cfg.manager, tokenizer=None, options=cfg.manager_options)
     assert get_manager_class(name) is type(manager)
     if name == "gdpo":
+        assert isinstance(manager, GDPORewardManager)
         assert manager.experiment_name == "exp-42"  # trainer.experiment_name reaches gdpo
 
 
-def test_limited_stays_an_alias_of_rate_limited():
+def test_limited_stays_an_alias_of_rate_limited() -> None:
     assert get_manager_class("limited") is get_manager_class("rate_limited") is LimitedRewardManager
     assert LimitedRewardManager.name == "rate_limited"
     assert {"limited", "rate_limited"} <= set(known_managers())
 
 
-def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path):
+def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path: Path) -> None:
     folder = tmp_path / "policy"
     folder.mkdir()
     cfg = load(tmp_path, generated(policy=str(folder)))
@@ -153,7 +159,7 @@ def test_the_tokenizer_is_found_as_verl_finds_it(tmp_path):
     assert load(tmp_path, "reward:\n  reward_manager:\n    name: naive\n").tokenizer is None
 
 
-def test_the_hook_in_a_verl_config_means_the_manager_reward_rewardq_names(tmp_path):
+def test_the_hook_in_a_verl_config_means_the_manager_reward_rewardq_names(tmp_path: Path) -> None:
     hook = (
         generated()
         .replace("source: register", "source: importlib")
@@ -167,7 +173,7 @@ def test_the_hook_in_a_verl_config_means_the_manager_reward_rewardq_names(tmp_pa
     assert load(tmp_path, slashed).manager == "naive"
 
 
-def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tmp_path):
+def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
         """
@@ -189,7 +195,7 @@ def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tm
     assert cfg.unused_keys == []  # verl_timeout belongs to the verl adapter: accepted, not listed
 
 
-def test_environment_and_flags_still_win_over_the_file(tmp_path):
+def test_environment_and_flags_still_win_over_the_file(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
         "redis_url: redis://file:1/0\nreward: {reward_manager: {name: dapo}}\n",
@@ -199,7 +205,7 @@ def test_environment_and_flags_still_win_over_the_file(tmp_path):
     assert (cfg.redis_url, cfg.manager) == ("redis://env:2/0", "rate_limited")
 
 
-def test_unused_keys_are_listed_once_by_content_and_never_fatal(tmp_path):
+def test_unused_keys_are_listed_once_by_content_and_never_fatal(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
         """
@@ -231,7 +237,7 @@ def test_unused_keys_are_listed_once_by_content_and_never_fatal(tmp_path):
     assert len(cfg.unused_keys) == len(set(cfg.unused_keys))  # each listed once
 
 
-def test_importlib_source_loads_the_manager_from_a_file_or_module(tmp_path):
+def test_importlib_source_loads_the_manager_from_a_file_or_module(tmp_path: Path) -> None:
     mod = tmp_path / "my_managers.py"
     mod.write_text(
         "from rewardq.reward import RewardManager\n"
@@ -257,21 +263,21 @@ def test_importlib_source_loads_the_manager_from_a_file_or_module(tmp_path):
         load(tmp_path, text.replace("PATH", "null"))
 
 
-def test_importlib_source_refuses_a_verl_manager_with_the_way_out(tmp_path):
+def test_importlib_source_refuses_a_verl_manager_with_the_way_out(tmp_path: Path) -> None:
     mod = tmp_path / "verl_style.py"
     mod.write_text("class MyVerlManager:\n    pass\n")
     with pytest.raises(UnknownManagerError, match="port it by subclassing"):
         get_manager_class(f"{mod}:MyVerlManager")
 
 
-def test_sandbox_fusion_options_only_when_a_url_is_set():
+def test_sandbox_fusion_options_only_when_a_url_is_set() -> None:
     out = translate(
         {"reward": {"sandbox_fusion": {"url": "http://sb:8080", "max_concurrent": 8, "memory_limit_mb": None}}}
     )
     assert out.values["manager_options"] == {"sandbox_fusion_url": "http://sb:8080", "sandbox_fusion_max_concurrent": 8}
 
 
-def test_legacy_layout_is_migrated_as_verl_migrates_it():
+def test_legacy_layout_is_migrated_as_verl_migrates_it() -> None:
     legacy = {
         "reward_model": {
             "num_workers": 3,
@@ -299,10 +305,11 @@ def test_legacy_layout_is_migrated_as_verl_migrates_it():
         "num_workers": 3,
     }
     m = build_manager(out["manager"], tokenizer=None, options=out["manager_options"])
+    assert isinstance(m, DAPORewardManager) and m.overlong_buffer is not None
     assert m.max_resp_len == 16 and m.overlong_buffer.len == 4
 
 
-def test_genrm_takes_its_model_from_the_reward_model_block_and_its_limits_from_reward(tmp_path):
+def test_genrm_takes_its_model_from_the_reward_model_block_and_its_limits_from_reward(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
         """
@@ -325,6 +332,7 @@ def test_genrm_takes_its_model_from_the_reward_model_block_and_its_limits_from_r
     }
     assert "reward.reward_model" not in " ".join(cfg.unused_keys)
     m = build_manager(cfg.manager, tokenizer=None, options=cfg.manager_options)
+    assert isinstance(m, GenRMRewardManager)
     assert (m.model, m.limits["max_rpm"], m.limits["max_concurrent"]) == ("Qwen/Qwen2.5-7B-Instruct", 600, 16)
     # an enabled reward model does not turn genrm into the discriminative disrm
     enabled = translate(

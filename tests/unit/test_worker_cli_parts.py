@@ -16,7 +16,7 @@ from rewardq.ops.worker import overrides_from_flags
 from rewardq.settings import NONE_GIVEN, parse_pairs
 
 
-def test_manager_options_parse_json_values_and_nest():
+def test_manager_options_parse_json_values_and_nest() -> None:
     assert parse_pairs(
         "--manager-option",
         [
@@ -31,7 +31,7 @@ def test_manager_options_parse_json_values_and_nest():
         parse_pairs("--manager-option", ["oops"])
 
 
-def test_only_given_flags_become_overrides_and_round_trip_to_argv():
+def test_only_given_flags_become_overrides_and_round_trip_to_argv() -> None:
     params = {
         "redis_url": "redis://h:1/0",
         "namespace": None,
@@ -75,7 +75,7 @@ def test_only_given_flags_become_overrides_and_round_trip_to_argv():
     assert overrides_from_flags(ctx.params) == overrides_from_flags(params)
 
 
-def test_json_log_lines_carry_extra_fields():
+def test_json_log_lines_carry_extra_fields() -> None:
     rec = logging.LogRecord("rewardq.worker", logging.INFO, __file__, 1, "trajectory %s done", ("u_s",), None)
     rec.tid, rec.outcome, rec.elapsed_ms = "u_s", "ok", 1.5
     out = json.loads(JsonFormatter().format(rec))
@@ -84,7 +84,7 @@ def test_json_log_lines_carry_extra_fields():
     assert time.strptime(out["time"][:19], "%Y-%m-%dT%H:%M:%S")
 
 
-def test_redis_connection_refused_probe_is_fast():
+def test_redis_connection_refused_probe_is_fast() -> None:
     from rewardq.errors import RedisUnavailable
     from rewardq.ops.connect import probe_redis
 
@@ -94,7 +94,7 @@ def test_redis_connection_refused_probe_is_fast():
     assert time.monotonic() - t0 < 2
 
 
-def test_supervisor_child_command_lines():
+def test_supervisor_child_command_lines() -> None:
     from rewardq.ops.supervisor import child_argvs
 
     argvs = child_argvs(["--namespace", "n"], 2, name="w", metrics_port=9100, prefix=["--debug"])

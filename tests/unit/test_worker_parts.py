@@ -17,12 +17,14 @@ from rewardq.queue.entries import Entry
 IDS = np.zeros(1, dtype=np.int32)
 
 
-def filed(uid: str, index: int, final: bool, *, shard: int = 0, deliveries: int = 1):
+def filed(
+    uid: str, index: int, final: bool, *, shard: int = 0, deliveries: int = 1
+) -> tuple[Entry, OutputRecord, bytes]:
     rec = OutputRecord(uid, "s", index, final, IDS, IDS)
     return Entry(shard, f"1-{uid}{index}", {b"data": b"x"}, deliveries=deliveries), rec, b"x"
 
 
-def test_only_trajectories_read_whole_and_delivered_once_take_the_fast_path():
+def test_only_trajectories_read_whole_and_delivered_once_take_the_fast_path() -> None:
     # Given a batch: a whole trajectory out of order, a partial one, a redelivered whole one,
     # and one with a final output before its last
     batch = [
@@ -46,17 +48,17 @@ def test_only_trajectories_read_whole_and_delivered_once_take_the_fast_path():
     ]
 
 
-def test_same_trajectory_id_on_two_shards_is_two_trajectories():
+def test_same_trajectory_id_on_two_shards_is_two_trajectories() -> None:
     whole, rest = split_whole([filed("u", 0, True, shard=0), filed("u", 0, True, shard=1)])
     assert sorted(shard for shard, _, _ in whole) == [0, 1] and rest == []
 
 
-def test_read_groups_one_call_on_one_redis_one_per_shard_on_a_cluster():
+def test_read_groups_one_call_on_one_redis_one_per_shard_on_a_cluster() -> None:
     assert read_groups(3, cluster=False) == [[0, 1, 2]]
     assert read_groups(3, cluster=True) == [[0], [1], [2]]
 
 
-async def test_capacity_closes_at_concurrency_and_a_handed_back_trajectory_stays_held():
+async def test_capacity_closes_at_concurrency_and_a_handed_back_trajectory_stays_held() -> None:
     table = InFlightTable(2)
     assert table.hold(0, "a") is not None and table.capacity.is_set()
     assert table.hold(0, "a") is None  # a redelivery of what we hold is not held twice
@@ -79,9 +81,9 @@ class SoloCounts:
         return self.solo[tid]
 
 
-async def test_a_first_attempt_shares_the_gate_and_a_later_one_scores_alone():
+async def test_a_first_attempt_shares_the_gate_and_a_later_one_scores_alone() -> None:
     broker = SoloCounts()
-    q = Quarantine(broker)  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
     async with q.turn(0, "t", attempts=1, earlier=0) as crashes:
         assert crashes == 0 and q.gate.running == 1 and broker.solo == {}
     assert q.gate.running == 0
@@ -91,9 +93,9 @@ async def test_a_first_attempt_shares_the_gate_and_a_later_one_scores_alone():
     assert not q.gate.alone and broker.solo["t"] == 3
 
 
-async def test_a_turn_alone_cancelled_at_shutdown_takes_its_start_back():
+async def test_a_turn_alone_cancelled_at_shutdown_takes_its_start_back() -> None:
     broker = SoloCounts()
-    q = Quarantine(broker)  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
     entered = asyncio.Event()
 
     async def scoring() -> None:

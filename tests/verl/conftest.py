@@ -7,8 +7,10 @@ main run does not collect them (pyproject ``testpaths``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,7 @@ except ImportError as exc:
 
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
+from tests.support.sync_client import SyncClient, connect
 
 
 @dataclass
@@ -32,7 +35,7 @@ class Fleet:
     workers: list[Proc]
 
 
-def start_fleet(procs: Procs, sync_redis, *extra: str, n: int = 1, tag: str = "w") -> Fleet:
+def start_fleet(procs: Procs, sync_redis: SyncClient, *extra: str, n: int = 1, tag: str = "w") -> Fleet:
     ns = f"t-verl-{uuid.uuid4().hex[:8]}"
     names = [f"{tag}{i}-{uuid.uuid4().hex[:4]}" for i in range(n)]
     workers = [
@@ -44,23 +47,21 @@ def start_fleet(procs: Procs, sync_redis, *extra: str, n: int = 1, tag: str = "w
 
 
 @pytest.fixture(scope="module")
-def module_procs(tmp_path_factory) -> Iterator[Procs]:
+def module_procs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procs]:
     p = Procs(tmp_path_factory.mktemp("procs"))
     yield p
     p.kill_all()
 
 
 @pytest.fixture(scope="module")
-def module_redis():
-    import redis
-
-    r = redis.Redis.from_url(REDIS_URL)
+def module_redis() -> Iterator[SyncClient]:
+    r = connect(REDIS_URL)
     yield r
     r.close()
 
 
 @pytest.fixture(scope="module")
-def naive_fleet(module_procs, module_redis) -> Iterator[Fleet]:
+def naive_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]:
     """Two naive workers with the demo tokenizer, started from this environment."""
     fleet = start_fleet(module_procs, module_redis, "--manager", "naive", "--tokenizer", "builtin:demo", n=2)
     yield fleet
@@ -70,7 +71,7 @@ def naive_fleet(module_procs, module_redis) -> Iterator[Fleet]:
 
 
 @pytest.fixture(scope="module")
-def echo_fleet(module_procs, module_redis) -> Iterator[Fleet]:
+def echo_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]:
     """A worker whose manager gives one reward per output (tests.support.managers.EchoManager)."""
     fleet = start_fleet(
         module_procs, module_redis, "--manager", "tests.support.managers:EchoManager", "--tokenizer", "builtin:demo"
@@ -82,14 +83,14 @@ def echo_fleet(module_procs, module_redis) -> Iterator[Fleet]:
 
 
 @pytest.fixture(autouse=True)
-async def close_adapter_clients(monkeypatch):
+async def close_adapter_clients(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     """Close the Redis clients adapters opened in this test, on the test's own event loop."""
     from rewardq.integrations.verl_scoring import TrajectoryScorer
 
     created: list[TrajectoryScorer] = []
     init = TrajectoryScorer.__init__
 
-    def tracking_init(self, *args, **kwargs):
+    def tracking_init(self: TrajectoryScorer, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         created.append(self)
 
@@ -100,7 +101,7 @@ async def close_adapter_clients(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def local_ray():
+def local_ray() -> Iterator[None]:
     """A Ray of this test run's own (``address="local"``), for verl's reward loop and TransferQueue."""
     from tests.verl.harness import start_local_ray, stop_local_ray
 
@@ -110,7 +111,7 @@ def local_ray():
 
 
 @pytest.fixture(scope="session")
-def real_tq(local_ray):
+def real_tq(local_ray: None) -> Iterator[ModuleType]:
     """The registry's ``transfer_queue`` package, initialised on the local Ray (what verl's V1 trainer imports)."""
     import transfer_queue as tq
 

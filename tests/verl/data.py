@@ -43,7 +43,7 @@ def row(data_source: str, ground_truth: Any, uid: str | None = None, index: int 
     }
 
 
-def verl_expected(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> tuple[float, dict]:
+def verl_expected(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     """What verl's naive reward manager gives: default_compute_score on the decoded final response,
     a dict result as (score, the dict), a number as (number, {"acc": number})."""
     final = outputs[-1]

@@ -18,6 +18,7 @@ import json
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ HOOK = {
 }
 
 
-def hf_folder(tokenizer_json: Path, dest: Path, special: dict[str, str | None]) -> Path:
+def hf_folder(tokenizer_json: Path, dest: Path, special: Mapping[str, str | None]) -> Path:
     """A Hugging Face tokenizer folder made from ``tokenizer_json`` (what ``model.path`` points at)."""
     from transformers import PreTrainedTokenizerFast
 
@@ -105,7 +106,7 @@ def stop_local_ray(temp: Path) -> None:
 def bare_agent_loop_worker(cls: type, reward_handles: Any, tokenizer: Any = None) -> Any:
     """An instance of verl's ``AgentLoopWorker`` ``cls`` whose ``__init__`` never ran, as far as
     ``_compute_score`` and the TransferQueue post-processing need it."""
-    w = object.__new__(cls)
+    w: Any = object.__new__(cls)
     w.reward_loop_worker_handles = reward_handles
     w.processor = None  # a text-only model: verl's multimodal and position-id helpers take their plain path
     w.tokenizer = tokenizer
@@ -123,7 +124,7 @@ class CapturingHandle:
         outer = self
 
         class _Method:
-            async def _answer(self) -> dict:
+            async def _answer(self) -> dict[str, Any]:
                 return {"reward_score": 0.0, "reward_extra_info": {"acc": 0.0}}
 
             def remote(self, data: Any) -> Any:

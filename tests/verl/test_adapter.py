@@ -21,6 +21,8 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.rows import FAST_PATH
 from tests.conftest import REDIS_URL
 from tests.support.managers import expected_reward
+from tests.support.sync_client import SyncClient
+from tests.verl.conftest import Fleet
 from tests.verl.data import TOK, internal, output, row, verl_expected
 
 CASES = [
@@ -37,7 +39,7 @@ CASES = [
 ]
 
 
-def adapter(monkeypatch, namespace: str, **env: str) -> RewardqAgentLoopWorker:
+def adapter(monkeypatch: pytest.MonkeyPatch, namespace: str, **env: str) -> RewardqAgentLoopWorker:
     """An adapter whose verl __init__ never ran: settings come from REWARDQ_* alone."""
     monkeypatch.setenv("REWARDQ_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("REWARDQ_NAMESPACE", namespace)
@@ -53,7 +55,7 @@ def trajectory(case: tuple, n_outputs: int, uid: str | None = None, index: int =
     return outputs, row(data_source, truth, uid=uid, index=index)
 
 
-async def test_rewards_match_verls_default_compute_score(monkeypatch, naive_fleet):
+async def test_rewards_match_verls_default_compute_score(monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet) -> None:
     w = adapter(monkeypatch, naive_fleet.namespace)
     for i, case in enumerate(CASES):
         for n_outputs in (1, 3):  # single-output and multi-output trajectories of different lengths
@@ -68,7 +70,9 @@ async def test_rewards_match_verls_default_compute_score(monkeypatch, naive_flee
             assert all(o.reward_score is None for o in outputs[:-1])  # verl's layout: the final output only
 
 
-async def test_two_samples_sharing_a_uid_get_their_own_rewards(monkeypatch, naive_fleet):
+async def test_two_samples_sharing_a_uid_get_their_own_rewards(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet
+) -> None:
     w = adapter(monkeypatch, naive_fleet.namespace)
     right, kw_right = trajectory(("openai/gsm8k", "42", "#### 42"), 2, uid="shared-uid")
     wrong, kw_wrong = trajectory(("openai/gsm8k", "42", "#### 43"), 1, uid="shared-uid")
@@ -81,7 +85,9 @@ async def test_two_samples_sharing_a_uid_get_their_own_rewards(monkeypatch, naiv
     assert again[-1].reward_score == 1.0
 
 
-async def test_error_results_score_zero_and_pass_verls_postprocess_in_any_order(monkeypatch, naive_fleet):
+async def test_error_results_score_zero_and_pass_verls_postprocess_in_any_order(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet
+) -> None:
     w = adapter(monkeypatch, naive_fleet.namespace)
     dapo, kw_dapo = trajectory(("math_dapo", "42", "Answer: 42"), 1)
     gsm, kw_gsm = trajectory(("openai/gsm8k", "42", "#### 42"), 1)
@@ -126,14 +132,16 @@ def bare_verl_worker() -> RewardqAgentLoopWorker:
     return w
 
 
-async def test_on_error_raise(monkeypatch, naive_fleet):
+async def test_on_error_raise(monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet) -> None:
     w = adapter(monkeypatch, naive_fleet.namespace, REWARDQ_VERL_ON_ERROR="raise")
     outs, kw = trajectory(("no-such-source", "1", "#### 1"), 1)
     with pytest.raises(ScoringError, match="no-such-source"):
         await w._compute_score(outs, kwargs=kw)
 
 
-async def test_precomputed_reward_is_not_pushed(monkeypatch, naive_fleet, sync_redis):
+async def test_precomputed_reward_is_not_pushed(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, sync_redis: SyncClient
+) -> None:
     ns = f"{naive_fleet.namespace}-pre"
     w = adapter(monkeypatch, ns)
     outs, kw = trajectory(("openai/gsm8k", "42", "#### 42"), 2)
@@ -143,7 +151,7 @@ async def test_precomputed_reward_is_not_pushed(monkeypatch, naive_fleet, sync_r
     assert sync_redis.exists(Keyspace(ns).stream(0)) == 0  # nothing was pushed
 
 
-async def test_per_output_rewards_land_on_their_own_outputs(monkeypatch, echo_fleet):
+async def test_per_output_rewards_land_on_their_own_outputs(monkeypatch: pytest.MonkeyPatch, echo_fleet: Fleet) -> None:
     w = adapter(monkeypatch, echo_fleet.namespace)
     outs, kw = trajectory(("openai/gsm8k", "42", "#### 42"), 3)
     await w._compute_score(outs, kwargs=kw)
@@ -151,7 +159,7 @@ async def test_per_output_rewards_land_on_their_own_outputs(monkeypatch, echo_fl
     assert [o.extra_fields["reward_extra_info"] for o in outs] == [{"i": i, "n": 3} for i in range(3)]
 
 
-def test_settings_from_the_environment_and_the_verl_config(monkeypatch):
+def test_settings_from_the_environment_and_the_verl_config(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {
         "REWARDQ_REDIS_URL": "redis://env-host:6380/2",
         "REWARDQ_NAMESPACE": "env-ns",
@@ -190,7 +198,7 @@ def test_settings_from_the_environment_and_the_verl_config(monkeypatch):
         object.__new__(RewardqAgentLoopWorker).rewardq_scorer()
 
 
-def test_workers_here_run_tensordicts_public_path():
+def test_workers_here_run_tensordicts_public_path() -> None:
     # verl 0.9.1 pins tensordict <= 0.10: the batch readers take their public fallback here
     # (the main run, on the newest tensordict, takes the fast path)
     import tensordict

@@ -15,6 +15,8 @@ import hashlib
 import io
 import struct
 import zlib
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -22,8 +24,10 @@ from PIL import Image
 from rewardq.errors import ScoringError
 from rewardq.integrations.verl_media import wire_media, wire_raw_prompt
 from tests.conftest import REDIS_URL, _delete_namespace
+from tests.support.cli_procs import Procs
 from tests.support.judge_standin import JudgeStandin
-from tests.verl.conftest import start_fleet
+from tests.support.sync_client import SyncClient
+from tests.verl.conftest import Fleet, start_fleet
 from tests.verl.data import output, row, verl_expected
 from tests.verl.test_adapter import adapter
 
@@ -60,7 +64,7 @@ def oversize_png(total: int = 17 * 1024 * 1024) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def digest_fleet(module_procs, module_redis):
+def digest_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]:
     """A worker whose manager reports the images it received (tests.support.image_managers:ImageEcho)."""
     fleet = start_fleet(
         module_procs, module_redis, "--manager", "tests.support.image_managers:ImageEcho", "--tokenizer", "builtin:demo"
@@ -72,7 +76,9 @@ def digest_fleet(module_procs, module_redis):
 
 
 @pytest.mark.parametrize("response,truth", [("<think>x is 3</think> \\boxed{3}", "3"), ("\\boxed{4}", "3")])
-async def test_geometry3k_with_images_scores_exactly_as_verl(monkeypatch, naive_fleet, response, truth):
+async def test_geometry3k_with_images_scores_exactly_as_verl(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, response: str, truth: str
+) -> None:
     w = adapter(monkeypatch, naive_fleet.namespace)
     outputs, kwargs = vl_trajectory(picture(), response, truth)
     await w._compute_score(outputs, kwargs=kwargs)
@@ -82,7 +88,7 @@ async def test_geometry3k_with_images_scores_exactly_as_verl(monkeypatch, naive_
     assert (final.reward_score, final.extra_fields["reward_extra_info"]) == (score, extra)
 
 
-async def test_the_manager_sees_the_identical_image_bytes(monkeypatch, digest_fleet):
+async def test_the_manager_sees_the_identical_image_bytes(monkeypatch: pytest.MonkeyPatch, digest_fleet: Fleet) -> None:
     w = adapter(monkeypatch, digest_fleet.namespace)
     image = picture((10, 120, 250))
     outputs, kwargs = vl_trajectory(image, "\\boxed{3}")
@@ -100,7 +106,9 @@ async def test_the_manager_sees_the_identical_image_bytes(monkeypatch, digest_fl
     assert outputs[-1].extra_fields["reward_extra_info"]["sha256"] == hashlib.sha256(jpeg.getvalue()).hexdigest()
 
 
-async def test_a_vision_judge_receives_the_image_as_a_data_url(monkeypatch, module_procs, module_redis, tmp_path):
+async def test_a_vision_judge_receives_the_image_as_a_data_url(
+    monkeypatch: pytest.MonkeyPatch, module_procs: Procs, module_redis: SyncClient, tmp_path: Path
+) -> None:
     judge = JudgeStandin(tmp_path)
     fleet = None
     try:
@@ -136,7 +144,9 @@ async def test_a_vision_judge_receives_the_image_as_a_data_url(monkeypatch, modu
             _delete_namespace(REDIS_URL, fleet.namespace)
 
 
-async def test_an_oversize_image_is_refused_at_the_producer_by_name(monkeypatch, naive_fleet, module_redis):
+async def test_an_oversize_image_is_refused_at_the_producer_by_name(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, module_redis: SyncClient
+) -> None:
     big = oversize_png()
     w = adapter(monkeypatch, naive_fleet.namespace)
     outputs, kwargs = vl_trajectory(picture(), "\\boxed{3}")
@@ -154,7 +164,7 @@ async def test_an_oversize_image_is_refused_at_the_producer_by_name(monkeypatch,
         await strict._compute_score(outputs, kwargs=kwargs)
 
 
-def test_what_goes_over_the_wire_of_verls_media():
+def test_what_goes_over_the_wire_of_verls_media() -> None:
     img = picture()
     assert wire_media({"images": [img], "videos": [object()], "audios": [b"x"]}) == {"images": [img]}
     assert wire_media({"videos": ["/v.mp4", ["/f1.jpg", "/f2.jpg"]]}) == {"videos": ["/v.mp4", ["/f1.jpg", "/f2.jpg"]]}

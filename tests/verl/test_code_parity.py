@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import multiprocessing
+from pathlib import Path
+from typing import Any
 
 import pytest
 from verl.utils.reward_score import default_compute_score as verl_compute_score
@@ -49,7 +51,7 @@ def _verl(case: CodeCase, url: str | None) -> float:
     )
 
 
-async def _both(cases: list[CodeCase], settings: CodeExecSettings) -> tuple[list[float], list[dict]]:
+async def _both(cases: list[CodeCase], settings: CodeExecSettings) -> tuple[list[float], list[dict[str, Any]]]:
     ctx = multiprocessing.get_context("spawn")  # a clean process per worker: nothing forked from the event loop
     with concurrent.futures.ProcessPoolExecutor(max_workers=4, mp_context=ctx, initializer=_fork_children) as pool:
         loop = asyncio.get_running_loop()
@@ -64,7 +66,7 @@ async def _both(cases: list[CodeCase], settings: CodeExecSettings) -> tuple[list
         return list(await asyncio.gather(*theirs)), list(ours)
 
 
-def _assert_same(cases: list[CodeCase], theirs: list[float], ours: list[dict]) -> None:
+def _assert_same(cases: list[CodeCase], theirs: list[float], ours: list[dict[str, Any]]) -> None:
     diffs = [
         (c.name, t, o["score"], o["code_status"], o["code_error"])
         for c, t, o in zip(cases, theirs, ours)
@@ -73,7 +75,7 @@ def _assert_same(cases: list[CodeCase], theirs: list[float], ours: list[dict]) -
     assert not diffs, "\n".join(map(str, diffs))
 
 
-async def test_local_runner_scores_as_verl_prime_code():
+async def test_local_runner_scores_as_verl_prime_code() -> None:
     # Given >= 30 problems in both modes, from right to timed out
     assert len(CASES) >= 30
     assert sum("fn_name" in c.ground_truth for c in CASES) >= 12
@@ -89,7 +91,7 @@ async def test_local_runner_scores_as_verl_prime_code():
     assert sum(t == 1.0 for t in theirs) >= 10 and sum(t == 0.0 for t in theirs) >= 10
 
 
-async def test_sandbox_fusion_client_scores_as_verl(tmp_path):
+async def test_sandbox_fusion_client_scores_as_verl(tmp_path: Path) -> None:
     # Given a SandboxFusion stand-in and the cases that do not time out (its timeout is verl's 10 s)
     standin = Standin(tmp_path)
     cases = [c for c in CASES if "timeout" not in c.name]

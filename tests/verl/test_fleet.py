@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import wait_for
+from tests.support.sync_client import SyncClient
 from tests.verl.data import output, row, verl_expected
 
 ray = pytest.importorskip("ray")
@@ -30,19 +33,19 @@ CASES = [
 
 
 @pytest.fixture
-def trainer_cluster(local_ray):
+def trainer_cluster(local_ray: None) -> None:
     """The trainer's Ray cluster: this test run's local Ray (tests/verl/conftest.py)."""
     return local_ray
 
 
 @pytest.fixture
-def namespace():
+def namespace() -> Iterator[str]:
     ns = f"t-vfleet-{uuid.uuid4().hex[:8]}"
     yield ns
     _delete_namespace(REDIS_URL, ns)
 
 
-def trainer_config(ns: str, fleet: dict | None) -> dict:
+def trainer_config(ns: str, fleet: dict[str, Any] | None) -> dict[str, Any]:
     """What a verl run's config holds for rewardq (the rest of verl's config changes nothing here)."""
     rewardq = {"redis_url": REDIS_URL, "namespace": ns, "tokenizer": "builtin:demo", "shutdown_grace": 5}
     if fleet is not None:
@@ -54,7 +57,7 @@ def trainer_config(ns: str, fleet: dict | None) -> dict:
 class AgentLoopProcess:
     """One of verl's agent-loop worker processes: an actor holding rewardq's ``AgentLoopWorker``."""
 
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         from omegaconf import OmegaConf
 
         from rewardq.integrations.verl import RewardqAgentLoopWorker
@@ -62,7 +65,7 @@ class AgentLoopProcess:
         self.worker = object.__new__(RewardqAgentLoopWorker)  # verl's __init__ needs its servers
         self.worker.config = OmegaConf.create(config)
 
-    async def score(self, cases: list) -> list[tuple[float, float]]:
+    async def score(self, cases: list[tuple[str, str, str]]) -> list[tuple[float, float]]:
         out = []
         for i, (data_source, truth, final) in enumerate(cases):
             outputs = [output("turn one " * (i + 1)), output(final, prompt="Question? " * 2)]
@@ -71,7 +74,7 @@ class AgentLoopProcess:
             out.append((outputs[-1].reward_score, verl_expected(outputs, kwargs)[0]))
         return out
 
-    def fleet_status(self) -> dict | None:
+    def fleet_status(self) -> dict[str, Any] | None:
         from rewardq.integrations.verl_fleet import _starts
 
         started = [f.result() for f in _starts.values() if f.done() and f.exception() is None]
@@ -89,11 +92,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owner(
-    trainer_cluster, namespace, sync_redis
-):
+    trainer_cluster: None, namespace: str, sync_redis: SyncClient
+) -> None:
     config = trainer_config(namespace, {"workers": 2, "num_cpus": 1, "timeout": 180})
     assert sync_redis.zcard(f"{namespace}:workers") == 0  # nobody started a worker by hand
-    first = AgentLoopProcess.remote(config)
+    first = AgentLoopProcess.remote(config)  # type: ignore[attr-defined]  # ray.remote adds it
     scored = ray.get(first.score.remote(CASES), timeout=300)
     assert [got for got, _ in scored] == [want for _, want in scored]
     assert {want for _, want in scored} == {0.0, 1.0}  # the cases tell right from wrong
@@ -104,7 +107,7 @@ def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owne
     pids = [w[k] for w in st["workers"] for k in ("pid", "guardian_pid", "actor_pid")]
 
     # a second agent-loop process finds the workers alive: it scores on them and starts none
-    second = AgentLoopProcess.remote(config)
+    second = AgentLoopProcess.remote(config)  # type: ignore[attr-defined]  # ray.remote adds it
     again = ray.get(second.score.remote(CASES[:2]), timeout=120)
     assert [got for got, _ in again] == [want for _, want in again]
     assert ray.get(second.fleet_status.remote()) is None
@@ -117,10 +120,12 @@ def test_the_fleet_key_starts_workers_on_first_use_and_they_stop_with_their_owne
     wait_for(lambda: sync_redis.zcard(f"{namespace}:workers") == 0, 20, "the workers to unregister")
 
 
-def test_without_the_key_nothing_is_started(trainer_cluster, namespace, sync_redis, monkeypatch):
+def test_without_the_key_nothing_is_started(
+    trainer_cluster: None, namespace: str, sync_redis: SyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = trainer_config(namespace, None)
     config["reward"]["rewardq"]["verl_timeout"] = 2
-    loop = AgentLoopProcess.remote(config)
+    loop = AgentLoopProcess.remote(config)  # type: ignore[attr-defined]  # ray.remote adds it
     t0 = time.monotonic()
     ((got, _want),) = ray.get(loop.score.remote(CASES[:1]), timeout=60)
     assert got == 0.0 and time.monotonic() - t0 >= 2  # timed out: no worker, and none was started
@@ -129,17 +134,17 @@ def test_without_the_key_nothing_is_started(trainer_cluster, namespace, sync_red
     ray.kill(loop)
 
 
-def test_a_bad_fleet_block_fails_the_first_trajectory_with_the_reason(trainer_cluster, namespace):
+def test_a_bad_fleet_block_fails_the_first_trajectory_with_the_reason(trainer_cluster: None, namespace: str) -> None:
     config = trainer_config(namespace, {"workers": 1, "cpus": 2})
-    loop = AgentLoopProcess.remote(config)
+    loop = AgentLoopProcess.remote(config)  # type: ignore[attr-defined]  # ray.remote adds it
     with pytest.raises(ray.exceptions.RayTaskError, match=r"unknown key\(s\) \['cpus'\]"):
         ray.get(loop.score.remote(CASES[:1]), timeout=60)
     ray.kill(loop)
 
 
 def test_through_verls_reward_loop_the_hook_starts_the_fleet_and_it_ends_with_the_reward_loop(
-    trainer_cluster, namespace, sync_redis, tmp_path
-):
+    trainer_cluster: None, namespace: str, sync_redis: SyncClient, tmp_path: Path
+) -> None:
     """verl's own RewardLoopManager loads RewardqRewardManager; verl's own AgentLoopWorker._compute_score
     sends it trajectories; the hook starts the fleet from inside verl's reward-loop actor."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 import verl
@@ -21,12 +22,13 @@ from omegaconf import OmegaConf
 from rewardq.integrations import verl as adapter
 from tests.conftest import REDIS_URL
 from tests.support.managers import expected_reward
+from tests.verl.conftest import Fleet
 from tests.verl.data import output, row, verl_expected
 
 MANAGER = "rewardq.integrations.verl.RewardqAgentLoopManager"
 
 
-def config(use_v1: bool):
+def config(use_v1: bool) -> Any:
     """The parts of a trainer config the managers read; verl's V1 task runner turns TransferQueue on."""
     return OmegaConf.create(
         {
@@ -37,23 +39,24 @@ def config(use_v1: bool):
     )
 
 
-async def no_workers(self):
+async def no_workers(self: Any) -> None:
     self.agent_loop_workers = []
 
 
 @pytest.fixture
-def no_actors(monkeypatch, real_tq):
+def no_actors(monkeypatch: pytest.MonkeyPatch, real_tq: ModuleType) -> None:
     """Managers built without starting agent-loop actors (verl's _init_agent_loop_workers needs LLM servers)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 
     monkeypatch.setattr(AgentLoopManager, "_init_agent_loop_workers", no_workers)
 
 
-def worker_class_of(manager) -> type:
-    return manager.agent_loop_workers_class.__ray_metadata__.modified_class
+def worker_class_of(manager: Any) -> type:
+    result: type = manager.agent_loop_workers_class.__ray_metadata__.modified_class
+    return result
 
 
-def test_one_override_works_on_both_of_verls_trainers(no_actors):
+def test_one_override_works_on_both_of_verls_trainers(no_actors: None) -> None:
     # verl's legacy trainer: the plain manager and worker
     plain = adapter.RewardqAgentLoopManager.create(config=config(False), llm_client=None)
     assert type(plain) is adapter.RewardqAgentLoopManager
@@ -73,7 +76,7 @@ def test_one_override_works_on_both_of_verls_trainers(no_actors):
     assert load_class_from_fqn("rewardq.integrations.verl.RewardqAgentLoopManagerTQ") is type(v1)
 
 
-def tq_worker(monkeypatch, namespace: str):
+def tq_worker(monkeypatch: pytest.MonkeyPatch, namespace: str) -> Any:
     """A TransferQueue worker whose verl __init__ never ran, as far as _agent_loop_postprocess needs."""
     monkeypatch.setenv("REWARDQ_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("REWARDQ_NAMESPACE", namespace)
@@ -83,17 +86,19 @@ def tq_worker(monkeypatch, namespace: str):
     return w
 
 
-def stored(tq, keys: list[str]) -> list[tuple[float, dict]]:
+def stored(tq: ModuleType, keys: list[str]) -> list[tuple[float, dict[str, Any]]]:
     """Each key's reward and reward_extra_info as verl's V1 trainer reads them back from TransferQueue."""
     got = tq.kv_batch_get(keys=keys, partition_id="train")
     return [(float(got["rm_scores"][i].sum()), got["extra_fields"][i]["reward_extra_info"]) for i in range(len(keys))]
 
 
-async def test_transferqueue_path_stores_verls_rewards(monkeypatch, naive_fleet, real_tq):
+async def test_transferqueue_path_stores_verls_rewards(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, real_tq: ModuleType
+) -> None:
     w = tq_worker(monkeypatch, naive_fleet.namespace)
     uid = f"tq-{uuid.uuid4().hex[:8]}"
     outputs = [output("first turn"), output("Answer: 42", tool="<tool>ok</tool>")]
-    kwargs = {**row("math_dapo", "42", uid=uid), "session_id": 3, "global_steps": 7}
+    kwargs: dict[str, Any] = {**row("math_dapo", "42", uid=uid), "session_id": 3, "global_steps": 7}
     score, extra = verl_expected(outputs, kwargs)
     await w._agent_loop_postprocess(outputs, False, **kwargs)
     keys = [f"{uid}_3_0", f"{uid}_3_1"]  # verl's TransferQueue keys
@@ -103,12 +108,14 @@ async def test_transferqueue_path_stores_verls_rewards(monkeypatch, naive_fleet,
     real_tq.kv_clear(keys=keys, partition_id="train")
 
 
-async def test_transferqueue_path_keeps_per_output_rewards(monkeypatch, echo_fleet, real_tq):
+async def test_transferqueue_path_keeps_per_output_rewards(
+    monkeypatch: pytest.MonkeyPatch, echo_fleet: Fleet, real_tq: ModuleType
+) -> None:
     w = tq_worker(monkeypatch, echo_fleet.namespace)
     uid = f"tq-echo-{uuid.uuid4().hex[:8]}"
     outputs = [output("a"), output("bb bb"), output("ccc ccc ccc")]
     expected = [expected_reward(o.response_ids) for o in outputs]
-    kwargs = {**row("openai/gsm8k", "42", uid=uid), "session_id": 0, "global_steps": 1}
+    kwargs: dict[str, Any] = {**row("openai/gsm8k", "42", uid=uid), "session_id": 0, "global_steps": 1}
     await w._agent_loop_postprocess(outputs, False, **kwargs)
     keys = [f"{uid}_0_{i}" for i in range(3)]
     got = stored(real_tq, keys)
@@ -117,7 +124,7 @@ async def test_transferqueue_path_keeps_per_output_rewards(monkeypatch, echo_fle
     real_tq.kv_clear(keys=keys, partition_id="train")
 
 
-def one_step_off_config(manager: str | None):
+def one_step_off_config(manager: str | None) -> Any:
     """The one-step-off trainer's own config, composed by Hydra as its main_ppo composes it."""
     from hydra import compose, initialize_config_dir
 
@@ -134,7 +141,9 @@ def one_step_off_config(manager: str | None):
 
 
 @pytest.mark.parametrize("manager", [MANAGER, None])
-def test_one_step_off_trainer_builds_the_manager_it_is_given(monkeypatch, real_tq, manager):
+def test_one_step_off_trainer_builds_the_manager_it_is_given(
+    monkeypatch: pytest.MonkeyPatch, real_tq: ModuleType, manager: Any
+) -> None:
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
     from verl.experimental.one_step_off_policy import ray_trainer as one_step_off
 

@@ -45,19 +45,21 @@ def expected_outcome(expected: Any) -> tuple[str, Any]:
     return ("value", (float, expected))
 
 
-def test_the_reference_is_verl_0_9_1():
+def test_the_reference_is_verl_0_9_1() -> None:
     assert verl.__version__ == "0.9.1"
 
 
 @pytest.mark.parametrize("data_source, solution, truth, expected", CASES)
-def test_known_answers_are_verls_and_ours(data_source, solution, truth, expected):
+def test_known_answers_are_verls_and_ours(data_source: Any, solution: Any, truth: Any, expected: Any) -> None:
     theirs = outcome(verl_score, data_source, solution, truth)
     assert theirs == expected_outcome(expected), "verl no longer gives the table's value"
     assert outcome(default_compute_score, data_source, solution, truth) == theirs
 
 
 @pytest.mark.parametrize("data_source, solution, truth, expected", SLOW_CASES)
-def test_a_sympy_timeout_gives_verls_score_after_verls_limit(data_source, solution, truth, expected):
+def test_a_sympy_timeout_gives_verls_score_after_verls_limit(
+    data_source: Any, solution: Any, truth: Any, expected: Any
+) -> None:
     t0 = time.monotonic()
     theirs = verl_score(data_source, solution, truth)
     verl_seconds = time.monotonic() - t0
@@ -94,7 +96,7 @@ def combinations(seed: int, n: int) -> list[tuple[str, str]]:
     return [(rng.choice(RESPONSES).format(a=rng.choice(ATOMS)), rng.choice(ATOMS)) for _ in range(n)]
 
 
-def test_seeded_combinations_score_the_same():
+def test_seeded_combinations_score_the_same() -> None:
     mismatches = []
     for i, (response, truth) in enumerate(combinations(seed=13, n=240)):
         data_source = GEO3K if i % 4 == 0 else NUMINA_SOURCES[i % len(NUMINA_SOURCES)]
@@ -104,7 +106,7 @@ def test_seeded_combinations_score_the_same():
     assert mismatches == []
 
 
-def test_seeded_combinations_grade_the_same_step_by_step():
+def test_seeded_combinations_grade_the_same_step_by_step() -> None:
     mismatches = []
     for response, truth in combinations(seed=29, n=400):
         if verl_prime.match_answer(response)[1] != ours_prime.match_answer(response):

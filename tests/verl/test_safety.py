@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +26,12 @@ from rewardq.errors import RedisUnavailable, ScoringError
 from rewardq.integrations.verl import RewardqRewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from tests.conftest import REDIS_URL, _delete_namespace
-from tests.support.cli_procs import wait_for
+from tests.support.checks import must
+from tests.support.cli_procs import Proc, Procs, wait_for
 from tests.support.hf_cache import fake_hub_cache
 from tests.support.redis_server import free_port
+from tests.support.sync_client import SyncClient
+from tests.verl.conftest import Fleet
 from tests.verl.data import TOK, output, row
 from tests.verl.harness import (
     bare_agent_loop_worker,
@@ -53,17 +58,25 @@ class LocalHandle:
         return self.manager.run_single(data)
 
 
-def failing(i: int):
+Trajectory = tuple[list[AgentLoopOutput], dict[str, Any]]
+"""An agent loop's outputs and the dataset row they answer."""
+Score = Callable[[list[AgentLoopOutput], dict[str, Any]], Awaitable[Any]]
+"""Scores one trajectory the way verl's agent loop does; the reward error it reports, if any."""
+
+
+def failing(i: int) -> Trajectory:
     return [output("turn"), output("#### 1")], row("no-such-source", "1", index=i)
 
 
-def passing(i: int):
+def passing(i: int) -> Trajectory:
     return [output("turn"), output("#### 1")], row("openai/gsm8k", "1", index=i)
 
 
-async def run_until_raised(score, trajectories) -> tuple[list, ScoringError | None, int]:
+async def run_until_raised(
+    score: Score, trajectories: Iterable[Trajectory]
+) -> tuple[list[tuple[Any, list[AgentLoopOutput]]], ScoringError | None, int]:
     """Score trajectories in order until one raises; the scored ones, the error, its 1-based position."""
-    scored = []
+    scored: list[tuple[Any, list[AgentLoopOutput]]] = []
     for n, (outputs, kwargs) in enumerate(trajectories, start=1):
         try:
             scored.append((await score(outputs, kwargs), outputs))
@@ -72,29 +85,29 @@ async def run_until_raised(score, trajectories) -> tuple[list, ScoringError | No
     return scored, None, 0
 
 
-def hook_scorer(namespace: str, tokenizer: Any = None):
+def hook_scorer(namespace: str, tokenizer: Any = None) -> tuple[Score, RewardqRewardManager]:
     """verl's own ``_compute_score`` sending each trajectory to a RewardqRewardManager in this process."""
     hook = RewardqRewardManager(hook_config("/unused", namespace), tokenizer)
     w = bare_agent_loop_worker(AgentLoopWorker, [LocalHandle(hook)])
 
-    async def score(outputs, kwargs):
+    async def score(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> Any:
         await AgentLoopWorker._compute_score(w, outputs, kwargs=kwargs)
         return outputs[-1].extra_fields["reward_extra_info"].get("reward_error")
 
     return score, hook
 
 
-def adapter_scorer(monkeypatch, namespace: str):
+def adapter_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str) -> Score:
     w = adapter(monkeypatch, namespace)
 
-    async def score(outputs, kwargs):
+    async def score(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> Any:
         await w._compute_score(outputs, kwargs=kwargs)
         return outputs[-1].extra_fields["reward_error"]
 
     return score
 
 
-def budgeted_scorer(monkeypatch, namespace: str, path: str):
+def budgeted_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str, path: str) -> Score:
     """The adapter's or the hook's scoring, with the budget of :data:`BUDGET` from the environment."""
     for k, v in BUDGET.items():
         monkeypatch.setenv(k, v)
@@ -102,7 +115,9 @@ def budgeted_scorer(monkeypatch, namespace: str, path: str):
 
 
 @pytest.mark.parametrize("path", ["adapter", "hook"])
-async def test_fourteen_failures_in_a_row_stop_the_run_by_the_twelfth(monkeypatch, naive_fleet, path):
+async def test_fourteen_failures_in_a_row_stop_the_run_by_the_twelfth(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, path: str
+) -> None:
     score = budgeted_scorer(monkeypatch, naive_fleet.namespace, path)
     scored, error, at = await run_until_raised(score, [failing(i) for i in range(14)])
     assert len(scored) == 7 and at == 8  # the window of 8 is full at the 8th: 8 errors > 0.5 * 8
@@ -115,7 +130,9 @@ async def test_fourteen_failures_in_a_row_stop_the_run_by_the_twelfth(monkeypatc
 
 
 @pytest.mark.parametrize("path", ["adapter", "hook"])
-async def test_a_run_with_a_quarter_errors_goes_on(monkeypatch, naive_fleet, path):
+async def test_a_run_with_a_quarter_errors_goes_on(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, path: str
+) -> None:
     score = budgeted_scorer(monkeypatch, naive_fleet.namespace, path)
     mix = [failing(i) if i % 4 == 3 else passing(i) for i in range(40)]
     scored, error, _ = await run_until_raised(score, mix)
@@ -124,7 +141,7 @@ async def test_a_run_with_a_quarter_errors_goes_on(monkeypatch, naive_fleet, pat
     assert [o[-1].reward_score for _, o in scored] == [0.0 if i % 4 == 3 else 1.0 for i in range(40)]
 
 
-async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch):
+async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
     url = f"redis://:s3cret@127.0.0.1:{port}/0"
     w = adapter(monkeypatch, "t-nowhere")
@@ -133,11 +150,11 @@ async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch):
     monkeypatch.delenv("REWARDQ_REDIS_URL")
     hook = RewardqRewardManager(hook_config("/unused", "t-nowhere", redis_url=url), None)  # ... the hook its config
 
-    async def through_adapter():
+    async def through_adapter() -> None:
         outputs, kwargs = passing(0)
         await w._compute_score(outputs, kwargs=kwargs)
 
-    async def through_hook():
+    async def through_hook() -> None:
         outputs, kwargs = passing(1)
         await AgentLoopWorker._compute_score(
             bare_agent_loop_worker(AgentLoopWorker, [LocalHandle(hook)]), outputs, kwargs
@@ -157,7 +174,7 @@ async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def deepseek(tmp_path_factory):
+def deepseek(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     """DeepSeek's real tokenizer as the Hugging Face folder a trainer's ``model.path`` names."""
     from transformers import AutoTokenizer
 
@@ -167,7 +184,9 @@ def deepseek(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def deepseek_worker(deepseek, module_procs, module_redis, tmp_path_factory):
+def deepseek_worker(
+    deepseek: tuple[Path, Any], module_procs: Procs, module_redis: SyncClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Proc]]:
     """``rewardq worker --config trainer.yaml`` with the DeepSeek folder as ``model.path`` (no --tokenizer)."""
     folder, _ = deepseek
     ns = unique_namespace("ds")
@@ -199,7 +218,9 @@ RESPONSES = [
 ]
 
 
-async def test_a_real_tokenizer_folder_as_model_path_scores_real_text(deepseek, deepseek_worker, monkeypatch):
+async def test_a_real_tokenizer_folder_as_model_path_scores_real_text(
+    deepseek: tuple[Path, Any], deepseek_worker: tuple[str, Proc], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, tok = deepseek
     ns, _ = deepseek_worker
     w = adapter(monkeypatch, ns)
@@ -213,7 +234,9 @@ async def test_a_real_tokenizer_folder_as_model_path_scores_real_text(deepseek, 
         assert outputs[-1].reward_score == default_compute_score("openai/gsm8k", decoded, truth), text
 
 
-async def test_ids_of_another_tokenizer_get_an_error_naming_both(deepseek, deepseek_worker, monkeypatch):
+async def test_ids_of_another_tokenizer_get_an_error_naming_both(
+    deepseek: tuple[Path, Any], deepseek_worker: tuple[str, Proc], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, tok = deepseek
     ns, _ = deepseek_worker
     # the demo tokenizer's ids all fit DeepSeek's 128k vocabulary: without the fingerprint this would
@@ -225,11 +248,13 @@ async def test_ids_of_another_tokenizer_get_an_error_naming_both(deepseek, deeps
     await w._compute_score(outputs, kwargs=row("openai/gsm8k", "42"))
     message = outputs[-1].extra_fields["reward_error"]
     assert outputs[-1].reward_score == 0.0 and "wrong tokenizer" in message
-    assert tokenizer_fingerprint(TOK) in message and tokenizer_fingerprint(tok).split(" name=")[0] in message
+    assert tokenizer_fingerprint(TOK) in message and must(tokenizer_fingerprint(tok)).split(" name=")[0] in message
     assert "builtin:demo" in message and "deepseek-policy" in message
 
 
-async def test_a_hub_id_is_loaded_from_the_local_cache_offline(module_procs, module_redis, tmp_path, monkeypatch):
+async def test_a_hub_id_is_loaded_from_the_local_cache_offline(
+    module_procs: Procs, module_redis: SyncClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from transformers import AutoTokenizer
 
     folder = demo_hf_folder(tmp_path / "policy")
@@ -252,7 +277,7 @@ async def test_a_hub_id_is_loaded_from_the_local_cache_offline(module_procs, mod
         _delete_namespace(REDIS_URL, ns)
 
 
-def test_a_model_path_that_cannot_be_loaded_stops_the_worker(procs, tmp_path):
+def test_a_model_path_that_cannot_be_loaded_stops_the_worker(procs: Procs, tmp_path: Path) -> None:
     paths = {"hub": "Qwen/Qwen2.5-7B-Instruct", "verl-default": "~/models/deepseek-llm-7b-chat"}
     env = {"HF_HOME": str(tmp_path / "empty-hf"), "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path)}
     started = {
@@ -272,6 +297,6 @@ def test_a_model_path_that_cannot_be_loaded_stops_the_worker(procs, tmp_path):
     assert "does not exist on this machine" in started["verl-default"].stderr()
 
 
-def test_no_tokenizer_at_all_stops_the_worker(procs):
+def test_no_tokenizer_at_all_stops_the_worker(procs: Procs) -> None:
     rc, proc = procs.run(["worker", "--redis-url", REDIS_URL, "--namespace", "t-never"], timeout=120)
     assert rc == 2 and "--tokenizer" in proc.stderr()

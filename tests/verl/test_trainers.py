@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import inspect
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -35,7 +37,8 @@ from verl.protocol import DataProto
 
 from rewardq.integrations.verl import RewardqRewardManager, RewardqScoring
 from tests.conftest import REDIS_URL, _delete_namespace
-from tests.support.cli_procs import Proc, wait_for
+from tests.support.cli_procs import Proc, Procs, wait_for
+from tests.support.sync_client import SyncClient
 from tests.verl.data import TOK, output, row, verl_expected
 from tests.verl.harness import (
     CapturingHandle,
@@ -60,7 +63,9 @@ class HookRun:
 
 
 @pytest.fixture(scope="module")
-def hook_run(local_ray, module_procs, module_redis, tmp_path_factory):
+def hook_run(
+    local_ray: None, module_procs: Procs, module_redis: SyncClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HookRun]:
     from transformers import AutoTokenizer
 
     tmp = tmp_path_factory.mktemp("hook")
@@ -81,7 +86,7 @@ async def no_workers(self) -> None:
     self.agent_loop_workers = []
 
 
-def expected_info(outputs, kwargs) -> tuple[float, dict]:
+def expected_info(outputs, kwargs) -> tuple[float, dict[str, Any]]:
     score, extra = verl_expected(outputs, kwargs)
     return score, {**extra, "reward_error": None}
 
@@ -117,7 +122,7 @@ SHAPES = [
 ]
 
 
-async def test_verls_agent_loop_scores_every_shape_through_the_hook(hook_run):
+async def test_verls_agent_loop_scores_every_shape_through_the_hook(hook_run: HookRun) -> None:
     w = bare_agent_loop_worker(AgentLoopWorker, hook_run.manager.reward_loop_worker_handles)
     for data_source, truth, final, shapes, final_prompt in SHAPES:
         outputs = multi_output(final, shapes, final_prompt)
@@ -127,7 +132,7 @@ async def test_verls_agent_loop_scores_every_shape_through_the_hook(hook_run):
         assert (outputs[-1].reward_score, outputs[-1].extra_fields["reward_extra_info"]) == (score, info), final
 
 
-async def test_verls_own_manager_cuts_what_the_hook_reads_whole(hook_run):
+async def test_verls_own_manager_cuts_what_the_hook_reads_whole(hook_run: HookRun) -> None:
     """The same padded batch: verl's naive manager reads a cut final response, the hook the real one."""
     capture = CapturingHandle()
     w = bare_agent_loop_worker(AgentLoopWorker, [capture])
@@ -166,7 +171,7 @@ def trainer_batch(cases: list[tuple[str, str, str]], width: int = 16, resp_width
     )
 
 
-def test_verls_reward_loop_manager_scores_a_training_batch(hook_run):
+def test_verls_reward_loop_manager_scores_a_training_batch(hook_run: HookRun) -> None:
     cases = [
         ("openai/gsm8k", "42", "#### 42"),
         ("openai/gsm8k", "42", "#### 40"),
@@ -183,14 +188,14 @@ def test_verls_reward_loop_manager_scores_a_training_batch(hook_run):
     assert list(out.non_tensor_batch["acc"])[2] == 0.0
 
 
-def test_the_worker_read_the_hook_config_as_naive_with_the_policy_tokenizer(hook_run):
+def test_the_worker_read_the_hook_config_as_naive_with_the_policy_tokenizer(hook_run: HookRun) -> None:
     log = hook_run.worker.stderr()
     effective = next(line for line in log.splitlines() if "effective config" in line)
     assert '"manager": "naive"' in effective and str(hook_run.config.actor_rollout_ref.model.path) in effective
     assert "config file: rewardq does not use" not in log  # every key of verl's generated config is known
 
 
-async def test_v1_transferqueue_trainer_stores_the_hooks_rewards(hook_run, real_tq):
+async def test_v1_transferqueue_trainer_stores_the_hooks_rewards(hook_run: HookRun, real_tq: ModuleType) -> None:
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     tq = real_tq
@@ -198,7 +203,7 @@ async def test_v1_transferqueue_trainer_stores_the_hooks_rewards(hook_run, real_
     w = bare_agent_loop_worker(cls, hook_run.manager.reward_loop_worker_handles)
     uid = f"tq-{uuid.uuid4().hex[:8]}"
     outputs = multi_output("Answer: 42", [(40, 30)], 20)
-    kwargs = {**row("math_dapo", "42", uid=uid), "session_id": 2, "global_steps": 5}
+    kwargs: dict[str, Any] = {**row("math_dapo", "42", uid=uid), "session_id": 2, "global_steps": 5}
     await cls._agent_loop_postprocess(w, outputs, False, **kwargs)  # verl's own V1 post-processing
     keys = [f"{uid}_2_0", f"{uid}_2_1"]
     stored = tq.kv_batch_get(keys=keys, partition_id="train")
@@ -209,7 +214,9 @@ async def test_v1_transferqueue_trainer_stores_the_hooks_rewards(hook_run, real_
     tq.kv_clear(keys=keys, partition_id="train")
 
 
-async def test_fully_async_trainer_builds_its_reward_loop_from_the_config(hook_run, monkeypatch):
+async def test_fully_async_trainer_builds_its_reward_loop_from_the_config(
+    hook_run: HookRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from verl.experimental import reward_loop
     from verl.experimental.fully_async_policy.fully_async_rollouter import (
         FullyAsyncAgentLoopManager,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import verl
@@ -49,13 +50,13 @@ def compose(folder: str, name: str):
         os.chdir(cwd)
 
 
-def test_verl_ships_the_trainer_configs_read_here():
+def test_verl_ships_the_trainer_configs_read_here() -> None:
     names = {p.name for p in TRAINER_YAMLS}
     assert {"_generated_ppo_trainer.yaml", "ppo_trainer.yaml", "fully_async_ppo_trainer.yaml"} <= names
     assert "one_step_off_ppo_trainer.yaml" in names
 
 
-def test_every_top_level_key_of_verls_trainer_configs_is_a_known_section():
+def test_every_top_level_key_of_verls_trainer_configs_is_a_known_section() -> None:
     found: set[str] = set()
     for path in TRAINER_YAMLS:
         data = yaml.safe_load(path.read_text()) or {}
@@ -67,7 +68,7 @@ def test_every_top_level_key_of_verls_trainer_configs_is_a_known_section():
 
 
 @pytest.mark.parametrize(("folder", "name"), COMPOSED, ids=[n for _, n in COMPOSED])
-def test_a_runs_saved_config_loads_with_no_unused_key(tmp_path, folder, name):
+def test_a_runs_saved_config_loads_with_no_unused_key(tmp_path: Path, folder: Any, name: Any) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(OmegaConf.to_yaml(compose(folder, name)))  # as Hydra saves .hydra/config.yaml
     cfg = WorkerConfig.load(config_file=str(path), env={}, overrides={"tokenizer": "builtin:demo"})
@@ -76,7 +77,7 @@ def test_a_runs_saved_config_loads_with_no_unused_key(tmp_path, folder, name):
 
 
 @pytest.mark.parametrize("path", [p for p in TRAINER_YAMLS if p.name.startswith("_generated")], ids=lambda p: p.name)
-def test_the_generated_configs_load_with_no_unused_key(path):
+def test_the_generated_configs_load_with_no_unused_key(path: Any) -> None:
     cfg = WorkerConfig.load(config_file=str(path), env={})
     assert cfg.unused_keys == []
     assert cfg.tokenizer == "~/models/deepseek-llm-7b-chat"  # verl's default model.path, as verl would read it

@@ -10,15 +10,19 @@ block. Each scores a trajectory pushed by the verl adapter.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import verl
 import yaml
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from tests.conftest import REDIS_URL, _delete_namespace
-from tests.support.cli_procs import wait_for
-from tests.verl.conftest import start_fleet
+from tests.support.cli_procs import Procs, wait_for
+from tests.support.sync_client import SyncClient
+from tests.verl.conftest import Fleet, start_fleet
 from tests.verl.data import output, row, verl_expected
 from tests.verl.test_adapter import adapter
 
@@ -30,7 +34,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 """
 
 
-def verl_config(tmp_path: Path, manager: str | None, edit=None) -> Path:
+def verl_config(tmp_path: Path, manager: str | None, edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
     cfg = yaml.safe_load(GENERATED.read_text())
     if manager is not None:
         cfg["reward"]["reward_manager"]["name"] = manager
@@ -42,10 +46,10 @@ def verl_config(tmp_path: Path, manager: str | None, edit=None) -> Path:
 
 
 @pytest.fixture
-def fleets(procs, sync_redis):
-    started = []
+def fleets(procs: Procs, sync_redis: SyncClient) -> Iterator[Callable[..., Fleet]]:
+    started: list[Fleet] = []
 
-    def start(*args: str, n: int = 1):
+    def start(*args: str, n: int = 1) -> Fleet:
         fleet = start_fleet(procs, sync_redis, *args, n=n, tag="cfg")
         started.append(fleet)
         return fleet
@@ -57,7 +61,9 @@ def fleets(procs, sync_redis):
         _delete_namespace(REDIS_URL, fleet.namespace)
 
 
-async def score(monkeypatch, namespace: str, case=("openai/gsm8k", "42", "#### 42")):
+async def score(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, case: tuple[str, str, str] = ("openai/gsm8k", "42", "#### 42")
+) -> tuple[list[AgentLoopOutput], dict[str, Any]]:
     w = adapter(monkeypatch, namespace)
     outputs = [output("turn one"), output(case[2])]
     kwargs = row(case[0], case[1])
@@ -65,30 +71,34 @@ async def score(monkeypatch, namespace: str, case=("openai/gsm8k", "42", "#### 4
     return outputs, kwargs
 
 
-def test_the_generated_config_is_verls_own():
+def test_the_generated_config_is_verls_own() -> None:
     cfg = yaml.safe_load(GENERATED.read_text())
     assert cfg["reward"]["num_workers"] == 8 and cfg["reward"]["reward_manager"]["name"] == "naive"
     assert cfg["reward"]["reward_model"]["rollout"]["name"] == "???"
 
 
-async def test_a_worker_starts_from_verls_config_for_every_manager(tmp_path, fleets, monkeypatch):
+async def test_a_worker_starts_from_verls_config_for_every_manager(
+    tmp_path: Path, fleets: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch
+) -> None:
     reward_fn = tmp_path / "reward.py"
     reward_fn.write_text(REWARD_FN)
 
-    def gdpo(cfg):  # a GDPO run: its own scoring function, with kwargs, reading trainer.experiment_name
+    # a GDPO run: its own scoring function, with kwargs, reading trainer.experiment_name
+    def gdpo(cfg: dict[str, Any]) -> None:
         cfg["reward"]["custom_reward_function"] = {"path": str(reward_fn), "name": "compute_score"}
         cfg["reward"]["custom_reward_function"]["reward_kwargs"] = {"bonus": 2}
 
-    def dapo(cfg):  # verl's DAPO recipe: the overlong buffer through reward_kwargs
+    def dapo(cfg: dict[str, Any]) -> None:  # verl's DAPO recipe: the overlong buffer through reward_kwargs
         cfg["reward"]["reward_kwargs"] = {
             "overlong_buffer_cfg": {"enable": True, "len": 2, "penalty_factor": 1.0, "log": True},
             "max_resp_len": 64,
         }
 
-    def limited(cfg):
+    def limited(cfg: dict[str, Any]) -> None:
         cfg["reward"].update(max_rpm=600, max_concurrent=4)
 
-    def remote(cfg):  # verl's num_workers sizes the scorer pool; 2 of them on this 2-core machine
+    # verl's num_workers sizes the scorer pool; 2 of them on this 2-core machine
+    def remote(cfg: dict[str, Any]) -> None:
         cfg["reward"]["num_workers"] = 2
 
     edits = {"naive": None, "dapo": dapo, "gdpo": gdpo, "rate_limited": limited, "remote": remote}
@@ -109,9 +119,9 @@ async def test_a_worker_starts_from_verls_config_for_every_manager(tmp_path, fle
 
 
 async def test_the_untouched_config_with_manager_rate_limited_and_unused_keys_listed(
-    tmp_path, fleets, monkeypatch, sync_redis
-):
-    def extra(cfg):
+    tmp_path: Path, fleets: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch, sync_redis: SyncClient
+) -> None:
+    def extra(cfg: dict[str, Any]) -> None:
         cfg["reward"]["future_verl_knob"] = 1
         cfg["concurency"] = 8  # a typo of a rewardq key: listed with a suggestion, not fatal
 
@@ -128,7 +138,9 @@ async def test_the_untouched_config_with_manager_rate_limited_and_unused_keys_li
     assert "reward.future_verl_knob" in lines[0] and "concurency (did you mean concurrency?)" in lines[0]
 
 
-async def test_top_level_rewardq_keys_beside_a_reward_block(tmp_path, procs, sync_redis, monkeypatch):
+async def test_top_level_rewardq_keys_beside_a_reward_block(
+    tmp_path: Path, procs: Procs, sync_redis: SyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ns = f"t-verl-mixed-{uuid.uuid4().hex[:6]}"
     cfg = yaml.safe_load(GENERATED.read_text())
     cfg["reward"]["reward_manager"]["name"] = "dapo"

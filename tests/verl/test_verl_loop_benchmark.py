@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(900)
-def test_smoke_run_scores_every_trajectory_right_in_both_systems(tmp_path):
+def test_smoke_run_scores_every_trajectory_right_in_both_systems(tmp_path: Path) -> None:
     out = tmp_path / "verl-loop.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.verl_loop", "--smoke", "--sizes", "1", "--json", str(out)],
@@ -51,7 +51,7 @@ def test_smoke_run_scores_every_trajectory_right_in_both_systems(tmp_path):
     assert report["baselines"]["math_verify"]["calls"] == 16  # the bare ProcessPoolExecutor ran
 
 
-def test_the_real_tokenizer_folder_decodes_in_batches_exactly_as_transformers_does(tmp_path):
+def test_the_real_tokenizer_folder_decodes_in_batches_exactly_as_transformers_does(tmp_path: Path) -> None:
     import numpy as np
     from transformers import AutoTokenizer
 

@@ -31,6 +31,7 @@ import os
 import signal
 from dataclasses import dataclass
 from itertools import count
+from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import CodeSandboxError
@@ -96,7 +97,7 @@ class JobCgroup:
     v2_dir: str | None
     cpu_usage: str | None
 
-    def harness_fields(self) -> dict:
+    def harness_fields(self) -> dict[str, Any]:
         """What the harness needs: the ``cgroup.procs`` files to join and the clock's files."""
         return {
             "procs": [os.path.join(d, "cgroup.procs") for d in self.dirs],

@@ -25,7 +25,7 @@ class CaseAbort(Exception):
     there its whole run dies, so every case of that run counts as ``-1``."""
 
 
-def _int_keys(d: dict) -> dict:
+def _int_keys(d: dict[str, Any]) -> dict[int, Any]:
     return {int(k): v for k, v in d.items()}
 
 
@@ -35,17 +35,17 @@ def _convert_dict_keys(value: Any) -> Any:
     try:
         if isinstance(value, dict):
             value = [_int_keys(value)]
-    except Exception:  # noqa: BLE001 - a key that is not an integer leaves the value as it is
+    except (ValueError, TypeError):  # a key that is not an integer leaves the value as it is
         pass
     try:
         if isinstance(value[0], dict):
             value = [_int_keys(value[0])]
-    except Exception:  # noqa: BLE001 - not indexable, empty, or non-integer keys: unchanged
+    except (TypeError, IndexError, KeyError, ValueError):  # not indexable, empty, or non-integer keys: unchanged
         pass
     return value
 
 
-def expected_for_case(raw: Any, call_based: bool) -> Any:
+def expected_for_case(raw: object, call_based: bool) -> Any:
     """The expected output of one case, as ``prime_code`` prepares it before comparing.
 
     Raises:
@@ -62,7 +62,7 @@ def expected_for_case(raw: Any, call_based: bool) -> Any:
     return _convert_dict_keys(value)
 
 
-def _int_like(v: Any) -> bool:
+def _int_like(v: object) -> bool:
     return isinstance(v, int) or (isinstance(v, str) and v.isdigit())
 
 
@@ -130,13 +130,13 @@ def call_verdict(value: Any, expected: Any) -> bool:
     try:
         if isinstance(value[0], tuple):
             same = same or [list(x) for x in value] == expected[0]
-    except Exception:  # noqa: BLE001 - not indexable or empty: no third chance
+    except (TypeError, IndexError, KeyError):  # not indexable, empty, or not a list of rows: no third chance
         pass
     return same is True
 
 
 # -- the value a call-based program returned ----------------------------------------------
-def _hook(obj: dict) -> Any:
+def _hook(obj: dict[str, Any]) -> object:
     if len(obj) != 1:
         raise ValueError(f"unexpected object {sorted(obj)[:3]}")
     [(tag, body)] = obj.items()

@@ -77,7 +77,7 @@ class _Records:
         self._write = os.write
         self._dumps = json.dumps
 
-    def emit(self, record: dict) -> dict:
+    def emit(self, record: dict[str, Any]) -> dict[str, Any]:
         """Write ``record``, or ``{"case", "overflow"}`` in its place when it does not fit; returns what was written."""
         data = (self._dumps(record) + "\n").encode("ascii")  # json.dumps escapes everything else
         if len(data) > self.left - 256 and "case" in record:
@@ -103,7 +103,7 @@ def _oom_first() -> None:
         raise OSError(f"oom_score_adj is {value}, not 1000")
 
 
-def _isolate_runner(job: dict, run: dict, keep: tuple[int, ...], workdir: str, guard: Any) -> str:
+def _isolate_runner(job: dict[str, Any], run: dict[str, Any], keep: tuple[int, ...], workdir: str, guard: Any) -> str:
     """Own process group, parent-death signal, stdio on /dev/null, no fds but ``keep``,
     ``oom_score_adj`` 1000, the sandbox uid, no new privileges, the work dir, the rlimits,
     Landlock (``rlimits`` mode), the syscall filter. Returns what confines it, for the report."""
@@ -147,7 +147,9 @@ def _isolate_runner(job: dict, run: dict, keep: tuple[int, ...], workdir: str, g
     return ", ".join(confined)
 
 
-def run_program(job: dict, run: dict, fd: int, isolated_fd: int, workdir: str, guard: Any) -> None:
+def run_program(
+    job: dict[str, Any], run: dict[str, Any], fd: int, isolated_fd: int, workdir: str, guard: object
+) -> None:
     """The runner: isolate, load the program, run the cases, report; never returns.
 
     Whether isolation worked goes on ``isolated_fd`` (``ok``, or why not), which is closed
@@ -204,11 +206,13 @@ def _write(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data) :]
 
 
-def _report(kind: str, payload: Any) -> None:
+def _report(kind: str, payload: object) -> None:
     _write(1, kind.encode() + b" " + json.dumps(payload).encode() + b"\n")
 
 
-def _collect(pid: int, fd: int, run: dict, clock: Any, wall_factor: float, cap: int) -> tuple[bytearray, bool, bool]:
+def _collect(
+    pid: int, fd: int, run: dict[str, Any], clock: Any, wall_factor: float, cap: int
+) -> tuple[bytearray, bool, bool]:
     """Read the runner's records until it exits, its time runs out or more than ``cap`` bytes arrived.
 
     Time is the job's own (``clock``, see ``harness_cgroup``): the run may take ``deadline``
@@ -348,7 +352,9 @@ class _Budget:
         return True
 
 
-def supervise(job: dict, run: dict, workdir: str, guard: Any, clock: Any, budget: _Budget) -> None:
+def supervise(
+    job: dict[str, Any], run: dict[str, Any], workdir: str, guard: object, clock: Any, budget: _Budget
+) -> None:
     """One run: fork a runner, collect its records, report them and its status."""
     r, w = os.pipe()
     ir, iw = os.pipe()
@@ -390,7 +396,7 @@ def supervise(job: dict, run: dict, workdir: str, guard: Any, clock: Any, budget
     )
 
 
-def _prepare(job: dict) -> tuple[str, Any, Any]:
+def _prepare(job: dict[str, Any]) -> tuple[str, Any, Any]:
     """Everything before the first run: the cgroup, the filter, the filesystem, the imports.
     Returns ``(workdir, guard, clock)``."""
     cgroup_mod = _sibling("harness_cgroup")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+from typing import Any
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_MOVE, MS_REC = 32, 1024, 2048, 4096, 8192, 16384
@@ -27,7 +28,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = lambda s: None if s is None else s.encode()  # noqa: E731 - tiny local encoder
+
+    def enc(s: str | None) -> bytes | None:
+        return None if s is None else s.encode()
+
     if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
@@ -86,7 +90,7 @@ def world_writable(max_depth: int = 3) -> list[str]:
     return found
 
 
-def build_filesystem(job: dict) -> str:
+def build_filesystem(job: dict[str, Any]) -> str:
     """Inside fresh mount/pid namespaces, as root: the view the program gets. Returns its work dir.
 
     Every mount read-only but the job's own ``/proc`` (a fresh one showing only the job's

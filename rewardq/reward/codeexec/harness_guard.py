@@ -37,7 +37,6 @@ import ctypes
 import ctypes.util
 import errno
 import os
-from typing import Any
 
 # -- seccomp ----------------------------------------------------------------------------------
 SCMP_ACT_ALLOW = 0x7FFF0000
@@ -158,7 +157,7 @@ def landlock_abi() -> int:
     return max(0, int(version))
 
 
-def _call(nr: int, *args: Any) -> int:
+def _call(nr: int, *args: object) -> int:
     rc = int(_libc.syscall(nr, *args))
     if rc < 0:
         err = ctypes.get_errno()

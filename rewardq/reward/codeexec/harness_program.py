@@ -46,7 +46,7 @@ def reliability_guard() -> None:
         sys.modules[name] = None  # type: ignore[assignment]  # None blocks the import on purpose
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Any:
     """A returned value as tagged JSON data (see ``compare.decode_value``)."""
     if value is None or isinstance(value, bool):
         return None if value is None else bool(value)
@@ -79,13 +79,13 @@ class InputFile:
     def __init__(self, text: str) -> None:
         self._data = io.StringIO(text)
 
-    def read(self, *args: Any) -> str:
+    def read(self, *args: object) -> str:
         return self._data.read()
 
-    def readline(self, *args: Any) -> str:
+    def readline(self, *args: object) -> str:
         return self._data.readline()
 
-    def readlines(self, *args: Any) -> list[str]:
+    def readlines(self, *args: object) -> list[str]:
         return self._data.readlines()
 
     def __iter__(self) -> Any:
@@ -94,7 +94,7 @@ class InputFile:
     def __enter__(self) -> InputFile:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
     def write(self, data: Any) -> int:
@@ -149,11 +149,11 @@ class Capture(io.StringIO):
             raise OutputLimit(f"printed more than {self.cap} characters")
         return super().write(text)
 
-    def close(self, *args: Any) -> None:
+    def close(self, *args: object) -> None:
         """prime_code's capture: ``close(x)`` is a no-op taking one argument."""
 
 
-def stdin_case(method: Any, text: str, cap: int) -> dict:
+def stdin_case(method: object, text: str, cap: int) -> dict[str, Any]:
     buf = Capture(max(0, cap))
     real = sys.stdout
     failure: Exception | None = None
@@ -177,7 +177,7 @@ def stdin_case(method: Any, text: str, cap: int) -> dict:
         return {"abort": "MemoryError: its output does not fit in the memory limit"}
 
 
-def call_case(method: Any, args: list) -> dict:
+def call_case(method: Any, args: list[Any]) -> dict[str, Any]:
     try:
         value = method(*args)
         json.dumps(value)  # prime_code's check: an unserialisable result is a runtime error
@@ -187,17 +187,17 @@ def call_case(method: Any, args: list) -> dict:
     return {"value": encoded}
 
 
-def call_args(raw: Any) -> list:
+def call_args(raw: Any) -> list[Any]:
     args = [json.loads(line) for line in raw.split("\n")]
     try:
         if isinstance(args[0], dict):
             args = [{int(k): v for k, v in args[0].items()}]
-    except Exception:  # noqa: BLE001 - prime_code leaves such arguments as they are
+    except (ValueError, TypeError):  # a key that is not an integer: prime_code leaves such arguments as they are
         pass
     return args
 
 
-def load(job: dict) -> Any:
+def load(job: dict[str, Any]) -> Any:
     """Execute the program's module and find what each case calls (raises what the program raised)."""
     module = types.ModuleType("tmp_sol")
     exec(compile(job["module"], "<string>", "exec"), module.__dict__)

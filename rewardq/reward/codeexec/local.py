@@ -52,7 +52,7 @@ def _died(run: RunReport, case: int, timeout: int, memory_mb: int) -> CaseOutcom
     return CaseOutcome(-1, "exited", f"case {case}: the program exited with code {run.exit} before finishing")
 
 
-def _verdict(record: dict, expected: Any, call_based: bool) -> bool:
+def _verdict(record: dict[str, Any], expected: Any, call_based: bool) -> bool:
     if call_based:
         value = record.get("value")
         if not isinstance(value, str):
@@ -76,7 +76,7 @@ def run_outcomes(
     """
     if run.malformed:  # it tampered with its own report: the run fails, as one that dies does
         return [_died(run, spec.cases[0] if spec.cases else 0, spec.timeout, memory_mb)] * len(spec.cases)
-    by_case: dict[int, dict] = {}
+    by_case: dict[int, dict[str, Any]] = {}
     for rec in run.records:
         if "load_error" in rec:
             return [CaseOutcome(-2, "compile_error", f"the program does not load: {clean_text(rec['load_error'])}")]
@@ -122,7 +122,7 @@ def _timeout(seconds: float) -> int:
 async def score_local(
     sandbox: LocalSandbox,
     completion: str,
-    ground_truth: Any,
+    ground_truth: object,
     *,
     first_pass_timeout: float = defaults.CODE_FIRST_PASS_TIMEOUT,
     case_timeout: float = defaults.CODE_CASE_TIMEOUT,

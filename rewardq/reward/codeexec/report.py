@@ -42,7 +42,7 @@ class MalformedRecord(ValueError):
     """A record line that is not one the runner writes (the program wrote on the pipe)."""
 
 
-def clean_text(value: Any, limit: int = MAX_TEXT_CHARS) -> str:
+def clean_text(value: object, limit: int = MAX_TEXT_CHARS) -> str:
     """``value`` as text fit for a result: valid UTF-8 (lone surrogates and undecodable bytes
     become U+FFFD), no NUL, at most ``limit`` characters (an ellipsis marks a cut)."""
     if isinstance(value, bytes):
@@ -54,7 +54,7 @@ def clean_text(value: Any, limit: int = MAX_TEXT_CHARS) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
-def parse_record(line: bytes) -> dict:
+def parse_record(line: bytes) -> dict[str, Any]:
     """One ``R`` line's payload as a record dict.
 
     Raises:
@@ -98,7 +98,7 @@ class RunReport:
         confined: what confined the runner (``"seccomp"``, ``"seccomp, landlock 7"``).
     """
 
-    records: list[dict] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
     exit: int | None = None
     signal: str | None = None
     timed_out: bool = False
@@ -109,7 +109,7 @@ class RunReport:
     confined: str | None = None
 
 
-def _status(payload: bytes) -> dict:
+def _status(payload: bytes) -> dict[str, Any]:
     try:
         st = json.loads(payload)
     except (ValueError, RecursionError):
@@ -119,7 +119,7 @@ def _status(payload: bytes) -> dict:
     return st
 
 
-def _number(value: Any) -> float:
+def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 

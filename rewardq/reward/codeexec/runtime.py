@@ -17,11 +17,14 @@ import hashlib
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.codeexec.stats import CodeStats
+
+if TYPE_CHECKING:
+    from rewardq.reward.codeexec.sandbox_fusion import SandboxFusionClient
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
@@ -53,7 +56,7 @@ class CodeRuntime:
         self.cluster = cluster
         self.worker_name = worker_name
         self._sandbox: Any = None
-        self._client: Any = None
+        self._client: SandboxFusionClient | None = None
         self._limiter: Any = None
 
     @property
@@ -100,7 +103,7 @@ class CodeRuntime:
                 FIXES,
             )
 
-    def client(self) -> Any:
+    def client(self) -> SandboxFusionClient:
         """The SandboxFusion client with its limiter (created on first use)."""
         if self._client is None:
             from rewardq.reward.codeexec.sandbox_fusion import SandboxFusionClient
@@ -125,7 +128,7 @@ class CodeRuntime:
             )
         return self._client
 
-    async def score(self, data_source: str, completion: str, ground_truth: Any) -> dict:
+    async def score(self, data_source: str, completion: str, ground_truth: object) -> dict[str, Any]:
         """Score one response; the scorer's dict (see :mod:`~rewardq.reward.codeexec.result`).
 
         Raises:

@@ -320,7 +320,7 @@ class LocalSandbox:
         workdir: str | None,
         uid: int | None = None,
         cgroup: JobCgroup | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         return {
             "isolation": isolation,
             "uid": uid,

@@ -32,13 +32,16 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.backoff import compute_backoff
 from rewardq.errors import SandboxUnavailableError
 from rewardq.reward.codeexec.cases import InvalidTestCases, call_wrapper_source, extract_fenced_code, parse_test_cases
 from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
+
+if TYPE_CHECKING:
+    import aiohttp
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
@@ -72,7 +75,7 @@ class SandboxFusionClient:
         self.retry_delay = retry_delay
         self._local = asyncio.Semaphore(max_concurrent)
         self._max_concurrent = max_concurrent
-        self._session: Any = None
+        self._session: aiohttp.ClientSession | None = None
 
     async def _http(self) -> Any:
         if self._session is None:
@@ -104,7 +107,7 @@ class SandboxFusionClient:
         run_timeout: float,
         memory_limit_mb: int,
         language: str = "python",
-    ) -> dict:
+    ) -> dict[str, Any]:
         """One ``run_code`` request (holding a concurrency slot); the answer's JSON.
 
         Raises:
@@ -169,7 +172,7 @@ async def _all_or_none(coros: list[Any]) -> list[CaseOutcome]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def classify(answer: dict, expected: Any) -> CaseOutcome:
+def classify(answer: dict[str, Any], expected: object) -> CaseOutcome:
     """verl's reading of one ``run_code`` answer for a case whose expected output is ``expected``."""
     status = answer.get("status")
     compiled = answer.get("compile_result") or None
@@ -206,7 +209,7 @@ def classify(answer: dict, expected: Any) -> CaseOutcome:
 async def score_sandbox_fusion(
     client: SandboxFusionClient,
     completion: str,
-    ground_truth: Any,
+    ground_truth: object,
     *,
     memory_limit_mb: int = defaults.CODE_MEMORY_LIMIT_MB,
     timeout: float = defaults.SANDBOX_FUSION_RUN_TIMEOUT,

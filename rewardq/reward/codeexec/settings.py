@@ -77,7 +77,7 @@ class CodeExecSettings:
         return "sandbox_fusion" if self.sandbox_fusion_url else "local"
 
 
-def _check(name: str, value: Any, *, integer: bool) -> None:
+def _check(name: str, value: object, *, integer: bool) -> None:
     ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0
     if not ok:
         raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'} > 0, got {value!r}")
@@ -87,7 +87,7 @@ def _check(name: str, value: Any, *, integer: bool) -> None:
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(CodeExecSettings))
 
 
-def pop_code_options(options: dict) -> CodeExecSettings:
+def pop_code_options(options: dict[str, Any]) -> CodeExecSettings:
     """Remove the code-execution options from ``options`` (in place) and return them validated.
 
     A ``None`` value means "not set" (verl's config writes ``url: null``).

@@ -32,12 +32,17 @@ Run it with ``rewardq worker --manager seqpo_simt`` (an entry point of this pack
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.examples.simt_metrics import average_lagging, chrf
 from rewardq.reward.rows import non_tensor, valid_response_ids
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 
 def fused_reward(
@@ -84,7 +89,7 @@ class SeqPOSiMTManager(RewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
@@ -104,7 +109,7 @@ class SeqPOSiMTManager(RewardManager):
     def quality(self, hypothesis: str, reference: str) -> float:
         return chrf(hypothesis, reference)
 
-    def _steps(self, data: Any) -> tuple[list[str], list[int], str, int]:
+    def _steps(self, data: TensorDict) -> tuple[list[str], list[int], str, int]:
         n = data.batch_size[0]
         last = data[n - 1]
         reward_model = non_tensor(last, "reward_model")
@@ -131,7 +136,7 @@ class SeqPOSiMTManager(RewardManager):
             reads.append(read)
         return chunks, reads, reward_model["ground_truth"], source_len
 
-    async def run_single(self, data: Any) -> dict | list[dict]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any] | list[dict[str, Any]]:
         chunks, reads, reference, source_len = self._steps(data)
 
         def reward(k: int) -> dict[str, Any]:

@@ -13,9 +13,12 @@ step (possibly empty: the policy waited), ``extra_fields.source_read`` = source 
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.reward.examples.seqpo_simt import fused_reward
+
+if TYPE_CHECKING:
+    from rewardq.reward.tokenizer import Tokenizer
 
 _WORDS = (
     "the model reads a stream of source words and writes its translation while listening to the "
@@ -30,8 +33,8 @@ def translate_word(word: str) -> str:
 
 
 def make_simt_trajectories(
-    n: int, seed: int, tokenizer: Any, *, latency_weight: float = 0.5, error_rate: float = 0.15
-) -> list[dict]:
+    n: int, seed: int, tokenizer: Tokenizer, *, latency_weight: float = 0.5, error_rate: float = 0.15
+) -> list[dict[str, Any]]:
     """``n`` trajectories ``{"uid", "session_id", "sample", "outputs", "expected"}``.
 
     ``expected`` is the reward SeqPO-SiMT gives (``latency_weight`` λ), computed from the

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 
-def _ngrams(text: str, n: int) -> Counter:
+def _ngrams(text: str, n: int) -> Counter[str]:
     return Counter(text[i : i + n] for i in range(len(text) - n + 1))
 
 

@@ -40,14 +40,14 @@ class BatchDecoder:
     def __init__(self, decode_batch: DecodeBatch, max_batch: int = MAX_BATCH) -> None:
         self._decode_batch = decode_batch
         self.max_batch = max_batch
-        self._pending: list[tuple[Any, bool, asyncio.Future]] = []
+        self._pending: list[tuple[Any, bool, asyncio.Future[str]]] = []
         self._executor: ThreadPoolExecutor | None = None
         self.calls = 0  # decode_batch calls made (tests and profiling)
 
-    async def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+    async def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
         """The text of ``ids`` (a tensor, array or list), decoded with the others of this loop turn."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future = loop.create_future()
+        fut: asyncio.Future[str] = loop.create_future()
         self._pending.append((ids, skip_special_tokens, fut))
         if len(self._pending) >= self.max_batch:
             self._flush()
@@ -81,23 +81,25 @@ class BatchDecoder:
                 out[i] = text
         return out
 
-    def _one(self, ids: Any, skip: bool) -> str | BaseException:
+    def _one(self, ids: object, skip: bool) -> str | BaseException:
         try:
             return self._decode_batch([as_id_list(ids)], skip)[0]
         except Exception as exc:  # noqa: BLE001 - handed to the caller that asked for this one
             return exc
 
     @staticmethod
-    def _deliver(batch: list[tuple[Any, bool, asyncio.Future]], done: asyncio.Future) -> None:
+    def _deliver(
+        batch: list[tuple[Any, bool, asyncio.Future[str]]], done: asyncio.Future[list[str | BaseException]]
+    ) -> None:
         failure = None if done.cancelled() else done.exception()
-        texts = None if failure is not None or done.cancelled() else done.result()
+        texts = [] if failure is not None or done.cancelled() else done.result()
         for k, (_, _, fut) in enumerate(batch):
             if fut.done():  # its caller gave up (a scoring timeout)
                 continue
             if done.cancelled():
                 fut.cancel()
                 continue
-            value = failure if texts is None else texts[k]
+            value = failure if failure is not None else texts[k]
             if isinstance(value, BaseException):
                 fut.set_exception(value)
             else:

@@ -41,7 +41,7 @@ class ManagerHost:
         if compute_score is not None:
             await self.router.prepare(compute_score)
 
-    async def call(self, fn: Callable[..., Any], kwargs: dict) -> Any:
+    async def call(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         """Call ``fn(**kwargs)`` where it belongs (:mod:`rewardq.reward.execution.isolation`)."""
         return await self.router.call(fn, kwargs)
 

@@ -57,7 +57,7 @@ logger = logging.getLogger("rewardq.reward")
 BUILTIN_SPEC = "rewardq.reward.scoring:default_compute_score"
 
 
-def spec_of(fn: Any) -> str | None:
+def spec_of(fn: object) -> str | None:
     """``module:qualname`` (or ``path.py:qualname`` for a file the loader imported) when that
     name loads back to ``fn`` itself in another process; None otherwise (a lambda, a closure,
     a callable object, a function of ``__main__``)."""
@@ -90,14 +90,14 @@ def task_value(result: TaskResult) -> Any:
     )
 
 
-async def _awaited(fn: Callable[..., Awaitable[Any]], kwargs: dict) -> Any:
+async def _awaited(fn: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> object:
     try:
         return await fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
         raise ScoringError(describe_escape(exc, REWARD_FUNCTION)) from None
 
 
-def _inline(fn: Callable[..., Any], kwargs: dict) -> Any:
+def _inline(fn: Callable[..., Any], kwargs: dict[str, Any]) -> object:
     try:
         return fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
@@ -109,7 +109,7 @@ class _Place:
 
     where = ""
 
-    async def call(self, kwargs: dict) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError
 
     async def start(self) -> None:
@@ -125,7 +125,7 @@ class _Awaited(_Place):
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
 
-    async def call(self, kwargs: dict) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> Any:
         return await _awaited(self.fn, kwargs)
 
 
@@ -138,7 +138,7 @@ class _Inline(_Place):
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
 
-    async def call(self, kwargs: dict) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> Any:
         return _inline(self.fn, kwargs)
 
 
@@ -152,12 +152,12 @@ class _Threads(_Place):
             "os._exit, a segfault or a call holding the GIL affect the whole worker"
         )
 
-    async def call(self, kwargs: dict) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> Any:
         return await self.runner.call(kwargs)
 
 
 class _Processes(_Place):
-    def __init__(self, target: str, kwargs: dict, settings: ScoringSettings) -> None:
+    def __init__(self, target: str, kwargs: dict[str, Any], settings: ScoringSettings) -> None:
         self.pool = ScorerPool(
             target,
             kwargs,
@@ -171,7 +171,7 @@ class _Processes(_Place):
             "a call still running at its trajectory's timeout is killed with its process, which is replaced)"
         )
 
-    async def call(self, kwargs: dict) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> Any:
         return task_value(await self.pool.run(kwargs))
 
     async def start(self) -> None:
@@ -197,7 +197,7 @@ class ScoreFnRouter:
         self,
         settings: ScoringSettings,
         *,
-        configured: Any = None,
+        configured: object = None,
         code_runtime: Callable[[], Any] | None = None,
     ) -> None:
         self.settings = settings
@@ -206,7 +206,7 @@ class ScoreFnRouter:
         self._places: dict[int, tuple[Any, _Place]] = {}  # id(fn) -> (fn, place); fn kept so ids stay unique
         self._builtin: _Processes | None = None
 
-    async def call(self, fn: Callable[..., Any], kwargs: dict) -> Any:
+    async def call(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         if fn is scoring.default_compute_score:
             return await self._call_builtin(kwargs)
         return await self.place_of(fn).call(kwargs)
@@ -254,23 +254,23 @@ class ScoreFnRouter:
             return _Threads(fn, self.settings, chosen=False)
         return _Processes(target[0], target[1], self.settings)
 
-    def _target_of(self, fn: Callable[..., Any]) -> tuple[str, dict] | None:
+    def _target_of(self, fn: Callable[..., Any]) -> tuple[str, dict[str, Any]] | None:
         """The spec and bound keyword arguments a scorer process loads ``fn`` by, if any."""
         if self.settings.reward_fn and fn is self.configured:
             return self.settings.reward_fn, dict(self.settings.reward_fn_kwargs)
-        kwargs: dict = {}
+        kwargs: dict[str, Any] = {}
         if isinstance(fn, functools.partial) and not fn.args:
             kwargs, fn = dict(fn.keywords), fn.func
         spec = spec_of(fn)
         return (spec, kwargs) if spec is not None else None
 
-    def _name(self, fn: Any) -> str:
+    def _name(self, fn: object) -> str:
         if self.settings.reward_fn and fn is self.configured:
             return repr(self.settings.reward_fn)
         base = fn.func if isinstance(fn, functools.partial) else fn
         return spec_of(base) or repr(base)
 
-    async def _call_builtin(self, kwargs: dict) -> Any:
+    async def _call_builtin(self, kwargs: dict[str, Any]) -> object:
         placement = scoring.placement_of(kwargs.get("data_source"))
         if placement == "inline":
             return scoring.default_compute_score(**kwargs)

@@ -52,7 +52,7 @@ SCORING_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-def load_score_fn(spec: str | None, kwargs: dict | None = None) -> Callable[..., Any] | None:
+def load_score_fn(spec: str | None, kwargs: dict[str, Any] | None = None) -> Callable[..., Any] | None:
     """Resolve ``spec`` to a scoring function with ``kwargs`` bound.
 
     Args:
@@ -109,7 +109,7 @@ def split_spec(spec: str) -> tuple[str, str]:
     return spec, DEFAULT_FUNCTION
 
 
-def bind_kwargs(fn: Callable[..., Any], kwargs: dict) -> Callable[..., Any]:
+def bind_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
     """Bind ``kwargs`` to ``fn`` without hiding whether it is async.
 
     Keywords given at call time win over the bound ones, as with ``functools.partial``.
@@ -119,7 +119,7 @@ def bind_kwargs(fn: Callable[..., Any], kwargs: dict) -> Callable[..., Any]:
     if is_async_callable(fn):
 
         @functools.wraps(fn)
-        async def bound(*args: Any, **call_kwargs: Any) -> Any:
+        async def bound(*args: object, **call_kwargs: object) -> Any:
             return await fn(*args, **{**kwargs, **call_kwargs})
 
         setattr(bound, "keywords", dict(kwargs))  # noqa: B010 - like functools.partial.keywords; mypy sees no such attribute
@@ -213,7 +213,7 @@ def _get_function(module: ModuleType, func_name: str, spec: str) -> Callable[...
     return fn
 
 
-def _check_kwargs(fn: Callable[..., Any], kwargs: dict, spec: str) -> None:
+def _check_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any], spec: str) -> None:
     bad_keys = [k for k in kwargs if not isinstance(k, str)]
     if bad_keys:
         raise ConfigError(f"reward function kwargs must have string keys, got {bad_keys!r}")
@@ -238,7 +238,7 @@ def _check_kwargs(fn: Callable[..., Any], kwargs: dict, spec: str) -> None:
         ) from None
 
 
-def is_async_callable(fn: Any) -> bool:
+def is_async_callable(fn: object) -> bool:
     """True for ``async def`` functions and for objects whose ``__call__`` is one."""
     call = type(fn).__call__ if not inspect.isroutine(fn) and callable(fn) else None
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)

@@ -56,7 +56,7 @@ import multiprocessing
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -89,7 +89,7 @@ class ScorerPool:
     def __init__(
         self,
         target: str | Callable[..., Any],
-        kwargs: dict | None = None,
+        kwargs: dict[str, Any] | None = None,
         *,
         num_workers: int = defaults.REMOTE_NUM_WORKERS,
         start_method: str | None = None,
@@ -118,7 +118,7 @@ class ScorerPool:
         self.counters = {"tasks": 0, "timeouts": 0, "crashes": 0, "errors": 0, "replaced": 0, "spares": 0}
         self._ctx: Any = multiprocessing.get_context(start_method)
         self._slots: list[ScorerSlot] = []
-        self._free: asyncio.Queue | None = None
+        self._free: asyncio.Queue[ScorerSlot | None] | None = None
         self._ids = itertools.count(1)
         self._names = itertools.count(num_workers)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,7 +127,7 @@ class ScorerPool:
         self._started = False
         self._init_failures = 0
         self._waiting = 0
-        self._bg: set[asyncio.Task] = set()
+        self._bg: set[asyncio.Task[Any]] = set()
         self._leaving: set[ScorerSlot] = set()  # retired or replaced processes not yet reaped
 
     # -- lifecycle -------------------------------------------------------------------
@@ -214,7 +214,7 @@ class ScorerPool:
         except (EOFError, OSError):
             self._on_dead(slot)
 
-    def _on_message(self, slot: ScorerSlot, msg: tuple) -> None:
+    def _on_message(self, slot: ScorerSlot, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
         if kind == "ready":
             slot.ready = True
@@ -264,7 +264,7 @@ class ScorerPool:
             except (OSError, ValueError):
                 pass
 
-    def _background(self, coro: Any) -> None:
+    def _background(self, coro: Awaitable[object]) -> None:
         task = asyncio.ensure_future(coro)
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
@@ -332,7 +332,7 @@ class ScorerPool:
             slot.pid,
         )
 
-    async def run(self, call_kwargs: dict, timeout: float | None = None) -> TaskResult:
+    async def run(self, call_kwargs: dict[str, Any], timeout: float | None = None) -> TaskResult:
         """Run the function with ``call_kwargs`` in an idle process, within ``timeout`` seconds.
 
         ``timeout`` None: no limit of its own; a caller that gives up (cancels) still gets

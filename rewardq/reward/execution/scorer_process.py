@@ -21,7 +21,7 @@ from rewardq.errors import ConfigError
 from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
 
 
-def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None) -> Callable[..., Any]:
+def resolve_target(target: str | Callable[..., Any], kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The callable a spec names (with ``kwargs`` bound), or ``target`` itself with ``kwargs`` bound."""
     if not callable(target):
         from rewardq.reward.execution.loader import load_score_fn
@@ -33,7 +33,7 @@ def resolve_target(target: str | Callable[..., Any], kwargs: dict | None = None)
     return functools.partial(target, **kwargs) if kwargs else target
 
 
-def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict) -> tuple:
+def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """One task in the child: the reply to send (``ok``/``error``), whatever the function did."""
     try:
         result = fn(**call_kwargs)
@@ -47,7 +47,7 @@ def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict) -> tuple:
         return ("error", task_id, message, traceback.format_exc())
 
 
-def child_main(conn: Any, target: Any, kwargs: dict | None) -> None:
+def child_main(conn: Any, target: Any, kwargs: dict[str, Any] | None) -> None:
     """Body of a scorer process: load the function, then serve tasks until EOF or ``None``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the worker; it closes the pool
     try:

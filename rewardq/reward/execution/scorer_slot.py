@@ -27,7 +27,7 @@ class TaskResult:
     """
 
     status: str
-    value: Any = None
+    value: object = None
     message: str = ""
     pid: int | None = None
     traceback: str = ""
@@ -47,13 +47,13 @@ class ScorerSlot:
     ready: bool = False
     dead: bool = False
     task_id: int | None = None
-    future: asyncio.Future | None = None
+    future: asyncio.Future[Any] | None = None
     init_error: str | None = None
     started: float = field(default_factory=time.monotonic)
     busy_since: float | None = None
 
     @classmethod
-    def start(cls, ctx: Any, index: int, target: Any, kwargs: dict) -> ScorerSlot:
+    def start(cls, ctx: Any, index: int, target: object, kwargs: dict[str, Any]) -> ScorerSlot:
         """Start a daemonic process ``rewardq-scorer-<index>`` (``ctx``: a multiprocessing
         context) that loads ``target`` with ``kwargs`` and then serves tasks."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -66,7 +66,8 @@ class ScorerSlot:
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid
+        pid: int | None = self.proc.pid
+        return pid
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the process if it is still alive."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
@@ -29,7 +30,7 @@ class ScoringSettings:
     """
 
     reward_fn: str | None = None
-    reward_fn_kwargs: dict = field(default_factory=dict)
+    reward_fn_kwargs: dict[str, Any] = field(default_factory=dict)
     reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT
     processes: int | None = defaults.SCORER_PROCESSES
     spare_after: float = defaults.SCORER_SPARE_AFTER

@@ -49,7 +49,7 @@ class ThreadRunner:
         self._lock = threading.Lock()
         self._names = itertools.count(1)
 
-    async def call(self, kwargs: dict) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> Any:
         """``fn(**kwargs)`` in a thread; its exception is raised here (``SystemExit`` and
         ``KeyboardInterrupt`` as a :class:`ScoringError` naming them)."""
         if self.lost >= self.max_lost:
@@ -61,7 +61,7 @@ class ThreadRunner:
             )
         async with self._slots:
             loop = asyncio.get_running_loop()
-            done: asyncio.Future = loop.create_future()
+            done: asyncio.Future[Any] = loop.create_future()
             state = {"finished": False, "abandoned": False}  # guarded by self._lock
 
             def deliver(outcome: tuple[bool, Any]) -> None:

@@ -342,11 +342,11 @@ class ChatJudge:
         self.stats.add(self.model, **increments)
         try:
             await self.cache.count(self.model, **increments)
-        except Exception as exc:  # counting must never cost a trajectory its reward
+        except Exception as exc:  # noqa: BLE001 - counting must never cost a trajectory its reward
             logger.warning("genrm: could not update the fleet's judge counters: %s", exc)
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     """A message's content as text (a string, or a list of ``{"type": "text", "text": ...}`` parts)."""
     if content is None:
         return ""

@@ -98,7 +98,7 @@ class ChoiceParser(ScoreParser):
                 f"manager 'genrm': choices must be a list of numbers or a mapping of labels to scores, got {choices!r}"
             )
 
-    def pick(self, value: Any) -> float | Unparsed:
+    def pick(self, value: object) -> float | Unparsed:
         """The score of one chosen value (a number or a label)."""
         if self.labels is not None:
             for label, score in self.labels.items():
@@ -146,7 +146,7 @@ class JsonFieldParser(ScoreParser):
         obj = find_json_object(text)
         if obj is None:
             return Unparsed("no JSON object in the answer")
-        node: Any = obj
+        node: object = obj
         for part in self.path:
             if not isinstance(node, Mapping) or part not in node:
                 return Unparsed(f"the JSON answer has no field {self.field!r}")
@@ -229,7 +229,7 @@ def _to_number(raw: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _number_option(name: str, value: Any) -> float:
+def _number_option(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"manager 'genrm': every score in {name} must be a finite number, got {value!r}")
     return float(value)

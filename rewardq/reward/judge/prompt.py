@@ -83,7 +83,7 @@ class PromptTemplate:
         return _TOKEN.sub(sub, self.text)
 
 
-def as_text(value: Any) -> str:
+def as_text(value: object) -> str:
     """A value as prompt text: text as it is, anything else as JSON."""
     if isinstance(value, str):
         return value
@@ -95,7 +95,7 @@ def as_text(value: Any) -> str:
         return str(value)
 
 
-def message_text(content: Any) -> str:
+def message_text(content: object) -> str:
     """The text of a chat message's content (a string, or a list of parts), media markers removed."""
     if isinstance(content, str):
         text = content
@@ -106,7 +106,7 @@ def message_text(content: Any) -> str:
     return _MEDIA_MARKERS.sub("", text).strip()
 
 
-def question_from(raw_prompt: Any, extra_info: Any, decode_prompt: Callable[[], str]) -> str:
+def question_from(raw_prompt: object, extra_info: object, decode_prompt: Callable[[], str]) -> str:
     """``{question}``: the last user message of ``raw_prompt``, else ``extra_info["question"]``, else the
     decoded prompt of the first output."""
     if isinstance(raw_prompt, Sequence) and not isinstance(raw_prompt, str):
@@ -115,8 +115,9 @@ def question_from(raw_prompt: Any, extra_info: Any, decode_prompt: Callable[[], 
                 text = message_text(message.get("content"))
                 if text:
                     return text
-    if isinstance(extra_info, Mapping) and isinstance(extra_info.get("question"), str):
-        return extra_info["question"]
+    question = extra_info.get("question") if isinstance(extra_info, Mapping) else None
+    if isinstance(question, str):
+        return question
     return decode_prompt()
 
 

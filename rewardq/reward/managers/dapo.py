@@ -32,13 +32,18 @@ from __future__ import annotations
 import logging
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.final_output import aread_final_output, score_final_output
 from rewardq.reward.registry import register
 from rewardq.reward.results import to_float
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -58,7 +63,7 @@ class OverlongBuffer:
     log: bool = False
 
     @classmethod
-    def from_option(cls, value: Any, max_resp_len: Any) -> OverlongBuffer | None:
+    def from_option(cls, value: object, max_resp_len: object) -> OverlongBuffer | None:
         """Validate ``overlong_buffer`` together with ``max_resp_len``; ConfigError names the bad value."""
         if value is None:
             return None
@@ -134,11 +139,11 @@ class DAPORewardManager(RewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
-        overlong_buffer: dict | None = None,
+        overlong_buffer: dict[str, Any] | None = None,
         max_resp_len: int | None = None,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
@@ -149,7 +154,7 @@ class DAPORewardManager(RewardManager):
         self.max_resp_len = max_resp_len
         self.overlong_buffer = OverlongBuffer.from_option(overlong_buffer, max_resp_len)
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
         result = await score_final_output(self, final, final.extra_info)
         cfg = self.overlong_buffer

@@ -41,7 +41,7 @@ import asyncio
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.backoff import compute_backoff
@@ -50,6 +50,11 @@ from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.http import HttpSession
 from rewardq.reward.registry import register
 from rewardq.reward.results import reject_unknown_options, to_float
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward.disrm")
 
@@ -62,7 +67,7 @@ BACKENDS = {
 _EXTRA_OPTIONS = ["tokenizer"]
 
 
-def _check_number(name: str, value: Any, *, integer: bool = False) -> None:
+def _check_number(name: str, value: object, *, integer: bool = False) -> None:
     """Integers must be >= 0 (a retry count); other numbers > 0 (times)."""
     if (
         isinstance(value, bool)
@@ -95,7 +100,7 @@ class DisRMRewardManager(RewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         /,
         *,
@@ -107,7 +112,7 @@ class DisRMRewardManager(RewardManager):
         timeout: float = defaults.DISRM_TIMEOUT,
         backoff_base: float = defaults.DISRM_BACKOFF_BASE,
         backoff_cap: float = defaults.DISRM_BACKOFF_CAP,
-        **options: Any,
+        **options: object,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         reject_unknown_options(
@@ -162,7 +167,7 @@ class DisRMRewardManager(RewardManager):
         await self._http.close()
 
     # -- scoring -----------------------------------------------------------------------
-    def build_prompt(self, data: Any) -> str:
+    def build_prompt(self, data: TensorDict) -> str:
         """The reward model's input for the final output of ``data`` (steps 1-3 above)."""
         from rewardq.reward.rows import last_row, non_tensor, valid_response_ids
 
@@ -186,7 +191,7 @@ class DisRMRewardManager(RewardManager):
             prompt = prompt[len(bos) :]
         return prompt
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         prompt = self.build_prompt(data)  # reads the final row only (data[-1:])
         path, activation_flag, field = BACKENDS[self.backend]
         payload: dict[str, Any] = {"model": self.model, "input": prompt}
@@ -201,7 +206,7 @@ class DisRMRewardManager(RewardManager):
             ) from None
         return {"reward_score": to_float(value, "the reward model's score"), "reward_extra_info": {}}
 
-    async def post(self, path: str, payload: dict) -> Any:
+    async def post(self, path: str, payload: dict[str, Any]) -> Any:
         """POST ``payload`` as JSON with retries (see the module docstring); returns the decoded JSON."""
         import aiohttp
 
@@ -240,6 +245,6 @@ class DisRMRewardManager(RewardManager):
                 ) from None
         raise ScoringError(f"reward model at {url} failed after {self.max_retries + 1} attempts; last: {last}")
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """HTTP counters for metrics: requests, retries, backoff_seconds."""
         return dict(self.counters)

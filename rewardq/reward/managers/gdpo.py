@@ -16,13 +16,16 @@ verl takes the name from ``trainer.experiment_name``; here it is the manager opt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, ScoreFn
 from rewardq.reward.final_output import FinalOutput
 from rewardq.reward.managers.naive import NaiveRewardManager
 from rewardq.reward.registry import register
+
+if TYPE_CHECKING:
+    from rewardq.reward.tokenizer import Tokenizer
 
 
 @register("gdpo")
@@ -38,7 +41,7 @@ class GDPORewardManager(NaiveRewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
@@ -49,7 +52,7 @@ class GDPORewardManager(NaiveRewardManager):
             raise ConfigError(f"gdpo: experiment_name must be a string, got {type(experiment_name).__name__}")
         self.experiment_name = experiment_name
 
-    def build_extra_info(self, final: FinalOutput) -> dict:
+    def build_extra_info(self, final: FinalOutput) -> dict[str, Any]:
         extra_info = super().build_extra_info(final)
         extra_info["experiment_name"] = self.experiment_name
         return extra_info

@@ -47,7 +47,7 @@ import logging
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
@@ -58,6 +58,11 @@ from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, build_p
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
 from rewardq.reward.registry import register
 from rewardq.reward.results import to_float
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
@@ -82,7 +87,7 @@ def _number(name: str, value: Any, *, at_least: float | None = None, integer: bo
         raise ConfigError(f"manager 'genrm': {name} must be {what} {bound}{' or None' if none else ''}, got {value!r}")
 
 
-def _flag(name: str, value: Any) -> bool:
+def _flag(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -130,7 +135,7 @@ class GenRMRewardManager(RewardManager):
 
     def __init__(  # noqa: C901 - one check per option
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
@@ -143,17 +148,17 @@ class GenRMRewardManager(RewardManager):
         score_parser: str = "regex",
         score_regex: str | None = None,
         score_field: str = "score",
-        choices: Any = None,
-        structured_output: Any = "auto",
+        choices: object = None,
+        structured_output: object = "auto",
         unparsed_score: float | None = None,
         temperature: float = 0.0,
         max_tokens: int | None = defaults.JUDGE_MAX_TOKENS,
         n: int = defaults.JUDGE_ANSWERS,
         combine: str = "mean",
-        extra_body: dict | None = None,
-        per_turn: Any = False,
-        images: Any = True,
-        cache: Any = True,
+        extra_body: dict[str, Any] | None = None,
+        per_turn: object = False,
+        images: object = True,
+        cache: object = True,
         max_rpm: float | None = None,
         max_tpm: float | None = None,
         max_concurrent: int | None = defaults.JUDGE_MAX_CONCURRENT,
@@ -321,7 +326,7 @@ class GenRMRewardManager(RewardManager):
             await judge.cache.close()
 
     # -- scoring ---------------------------------------------------------------------
-    async def run_single(self, data: Any) -> dict | list[dict]:
+    async def run_single(self, data: TensorDict) -> dict[str, Any] | list[dict[str, Any]]:
         if self.judge is None:
             await self.setup()
         n = data.batch_size[0]
@@ -329,7 +334,7 @@ class GenRMRewardManager(RewardManager):
             return await self.judge_output(data, n - 1)
         return list(await asyncio.gather(*(self.judge_output(data, i) for i in range(n))))
 
-    async def judge_output(self, data: Any, index: int) -> dict:
+    async def judge_output(self, data: TensorDict, index: int) -> dict[str, Any]:
         """Ask the judge about output ``index`` of the trajectory ``data``; one result."""
         assert self.judge is not None
         text, image_urls = self.prompt_for(data, index)
@@ -365,7 +370,7 @@ class GenRMRewardManager(RewardManager):
         body.update(self.extra_body)
         return body
 
-    def prompt_for(self, data: Any, index: int) -> tuple[str, list[str]]:
+    def prompt_for(self, data: TensorDict, index: int) -> tuple[str, list[str]]:
         """The rendered prompt about output ``index``, and its images as data URLs."""
         from rewardq.reward.rows import non_tensor, valid_prompt_ids
 
@@ -393,7 +398,7 @@ class GenRMRewardManager(RewardManager):
         urls = [img.data_url() for img in images_of(non_tensor(row, "multi_modal_data"))] if self.send_images else []
         return self.template.render(values), urls
 
-    def result_of(self, answer: JudgeAnswer) -> dict:
+    def result_of(self, answer: JudgeAnswer) -> dict[str, Any]:
         """Score and extra info of one answer (its ``n`` choices combined)."""
         scores: list[float] = []
         reasons: list[str] = []
@@ -423,7 +428,7 @@ class GenRMRewardManager(RewardManager):
             },
         }
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """The limiter's wait counters for metrics (``{kind: {"waits", "wait_seconds"}}``)."""
         return self.judge.limiter.stats() if self.judge is not None else {}
 

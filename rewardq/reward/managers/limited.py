@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
@@ -48,10 +48,15 @@ from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.registry import register
 from rewardq.reward.results import normalize_result
 
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
+
 logger = logging.getLogger("rewardq.reward.rate_limited")
 
 
-def _positive(name: str, value: Any, *, allow_none: bool, integer: bool = False) -> None:
+def _positive(name: str, value: object, *, allow_none: bool, integer: bool = False) -> None:
     if value is None and allow_none:
         return
     kind = "an integer" if integer else "a number"
@@ -83,7 +88,7 @@ class LimitedRewardManager(RewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
@@ -159,7 +164,7 @@ class LimitedRewardManager(RewardManager):
             self.compute_score = default_compute_score
         return self.compute_score
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         from rewardq.reward.final_output import aread_final_output, merge_rollout_fields
 
         if self.limiter is None:
@@ -189,12 +194,12 @@ class LimitedRewardManager(RewardManager):
                     "rate_limited: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source
                 )
                 return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed score is 0.0 with its error, the manager's contract
                 logger.warning(
                     "rate_limited: scoring failed (data_source=%s): %s: %s", data_source, type(exc).__name__, exc
                 )
                 return {"reward_score": 0.0, "reward_extra_info": {"error": str(exc), "acc": 0.0}}
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """The limiter's wait counters (``{kind: {"waits", "wait_seconds"}}``) for metrics."""
         return self.limiter.stats() if self.limiter is not None else {}

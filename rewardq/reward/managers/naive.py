@@ -22,11 +22,16 @@ managers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.final_output import FinalOutput, aread_final_output, merge_rollout_fields, score_final_output
 from rewardq.reward.registry import register
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 
 @register("naive")
@@ -43,14 +48,14 @@ class NaiveRewardManager(RewardManager):
     reads = "final"  # run_single reads data[-1:] only
 
     def __init__(
-        self, tokenizer: Any, compute_score: ScoreFn | None = None, *, context: ManagerContext | None = None
+        self, tokenizer: Tokenizer, compute_score: ScoreFn | None = None, *, context: ManagerContext | None = None
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
 
-    def build_extra_info(self, final: FinalOutput) -> dict:
+    def build_extra_info(self, final: FinalOutput) -> dict[str, Any]:
         """The ``extra_info`` handed to the scoring function (a copy; subclasses extend it)."""
         return merge_rollout_fields(final.extra_info, final.row)
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
         return await score_final_output(self, final, self.build_extra_info(final))

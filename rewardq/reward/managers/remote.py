@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
@@ -57,6 +57,11 @@ from rewardq.reward.execution.loader import is_async_callable
 from rewardq.reward.execution.process_pool import START_METHODS, ScorerPool
 from rewardq.reward.registry import register
 from rewardq.reward.results import normalize_result
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.reward.remote")
 
@@ -68,7 +73,7 @@ SCORERS = {
 DEFAULT_SPEC = SCORERS["default"]
 
 
-def _is_async_default(data_source: Any) -> bool:
+def _is_async_default(data_source: object) -> bool:
     from rewardq.reward.scoring import placement_of
 
     try:
@@ -98,7 +103,7 @@ class RemoteRewardManager(RewardManager):
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
@@ -107,7 +112,7 @@ class RemoteRewardManager(RewardManager):
         start_method: str | None = None,
         scorer: str | None = None,
         scorer_spec: str | None = None,
-        scorer_kwargs: dict | None = None,
+        scorer_kwargs: dict[str, Any] | None = None,
         kill_grace: float = defaults.KILL_GRACE,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
@@ -128,7 +133,9 @@ class RemoteRewardManager(RewardManager):
         )
 
     @staticmethod
-    def _choose_target(compute_score: Any, spec: str | None, kwargs: dict | None) -> tuple[Any, dict]:
+    def _choose_target(
+        compute_score: Any, spec: str | None, kwargs: dict[str, Any] | None
+    ) -> tuple[Any, dict[str, Any]]:
         """What the children run (a spec string or a picklable function) and its bound kwargs."""
         kwargs = dict(kwargs or {})
         if spec is not None:
@@ -174,7 +181,7 @@ class RemoteRewardManager(RewardManager):
     async def close(self) -> None:
         await self.pool.close()
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
         from rewardq.reward.final_output import aread_final_output, merge_rollout_fields
 
         final = await aread_final_output(self, data)  # the final row only: data[-1:] (last_row)
@@ -213,6 +220,6 @@ class RemoteRewardManager(RewardManager):
             return {"reward_score": 0.0, "reward_extra_info": {"error": result.message, "acc": 0.0}}
         raise ScoringError(f"the scoring function failed in its worker process (pid {result.pid}): {result.message}")
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Pool counters for metrics: tasks, timeouts, crashes, errors, replaced."""
         return dict(self.pool.counters)

@@ -55,19 +55,19 @@ Scorer = Callable[..., Any]
 # RewardManager.call_score_fn honours it.
 
 
-def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: Any) -> Any:
+def _gsm8k(solution_str: str, ground_truth: Any, method: str = "strict", **_: object) -> object:
     return gsm8k.compute_score(solution_str, ground_truth, method=method)
 
 
-def _math(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+def _math(solution_str: str, ground_truth: Any, **_: object) -> object:
     return math_boxed.compute_score(solution_str, ground_truth)
 
 
-def _dapo(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+def _dapo(solution_str: str, ground_truth: Any, **_: object) -> Any:
     return dapo_math.compute_score(solution_str, ground_truth)
 
 
-def _search_r1(solution_str: str, ground_truth: Any, **_: Any) -> Any:
+def _search_r1(solution_str: str, ground_truth: Any, **_: object) -> Any:
     return search_r1.compute_score(solution_str, ground_truth)
 
 
@@ -106,7 +106,7 @@ def known_data_sources() -> list[str]:
     return sorted(EXACT_SCORERS) + [prefix + "*" for prefix, _ in PREFIX_SCORERS]
 
 
-def _scorer_for(data_source: Any) -> Scorer:
+def _scorer_for(data_source: object) -> Scorer:
     if isinstance(data_source, str):
         scorer = EXACT_SCORERS.get(data_source)
         if scorer is not None:
@@ -123,7 +123,7 @@ def _scorer_for(data_source: Any) -> Scorer:
     )
 
 
-def placement_of(data_source: Any) -> str:
+def placement_of(data_source: object) -> str:
     """Where the worker runs the default scorer of ``data_source`` (one of :data:`PLACEMENTS`).
 
     Raises:
@@ -133,8 +133,12 @@ def placement_of(data_source: Any) -> str:
 
 
 def default_compute_score(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
-) -> float | dict:
+    data_source: object,
+    solution_str: str,
+    ground_truth: object,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: object,
+) -> float | dict[str, Any]:
     """Score one response with the scorer registered for its ``data_source``.
 
     Args:
@@ -160,8 +164,12 @@ def default_compute_score(
 
 
 async def compute_score_async(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
-) -> float | dict:
+    data_source: object,
+    solution_str: str,
+    ground_truth: object,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: object,
+) -> float | dict[str, Any]:
     """:func:`default_compute_score` for callers inside an event loop: an ``async`` scorer is
     awaited, any other is called directly (so only call this for ``async`` or ``inline`` ones)."""
     scorer = _scorer_for(data_source)
@@ -171,5 +179,5 @@ async def compute_score_async(
     return _plain(result)
 
 
-def _plain(result: Any) -> float | dict:
+def _plain(result: Any) -> float | dict[str, Any]:
     return result if isinstance(result, dict) else float(result)

@@ -15,10 +15,13 @@ one (e.g. ``default_compute_score`` used as a library, with verl's keyword argum
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.reward.scoring.placement import place
+
+if TYPE_CHECKING:
+    from rewardq.reward.codeexec.runtime import CodeRuntime
 
 #: The data sources verl scores by running code.
 CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
@@ -29,14 +32,14 @@ def scorer_for(data_source: str) -> Callable[..., Any]:
 
     async def score(
         solution_str: str,
-        ground_truth: Any,
-        extra_info: dict | None = None,
+        ground_truth: object,
+        extra_info: dict[str, Any] | None = None,
         *,
-        code_runtime: Any = None,
+        code_runtime: CodeRuntime | None = None,
         sandbox_fusion_url: str | None = None,
         memory_limit_mb: int | None = None,
-        **_: Any,
-    ) -> dict:
+        **_: object,
+    ) -> dict[str, Any]:
         if code_runtime is not None:
             return await code_runtime.score(data_source, solution_str, ground_truth)
         from rewardq.reward.codeexec.runtime import CodeRuntime

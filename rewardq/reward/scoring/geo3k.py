@@ -23,7 +23,6 @@ scored 0.0 with ``timeout: True``).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from rewardq.reward.scoring.math_extra import import_math_extra
 from rewardq.reward.scoring.placement import place
@@ -40,7 +39,7 @@ def format_reward(predict_str: str) -> float:
     return 1.0 if FORMAT_PATTERN.fullmatch(predict_str) else 0.0
 
 
-def acc_reward(predict_str: str, ground_truth: Any, use_boxed: bool = True) -> float:
+def acc_reward(predict_str: str, ground_truth: object, use_boxed: bool = True) -> float:
     """1.0 when mathruler grades the (boxed) answer equal to ``ground_truth``, else 0.0.
 
     Raises:
@@ -52,7 +51,7 @@ def acc_reward(predict_str: str, ground_truth: Any, use_boxed: bool = True) -> f
 
 
 def compute_score(
-    predict_str: str, ground_truth: Any, use_boxed: bool = True, format_score: float = FORMAT_SCORE
+    predict_str: str, ground_truth: object, use_boxed: bool = True, format_score: float = FORMAT_SCORE
 ) -> float:
     """``(1 - format_score) * acc + format_score * format`` (see the module doc)."""
     return (1.0 - format_score) * acc_reward(predict_str, ground_truth, use_boxed) + format_score * format_reward(
@@ -60,7 +59,7 @@ def compute_score(
     )
 
 
-def score(solution_str: str, ground_truth: Any, **_: Any) -> float:
+def score(solution_str: str, ground_truth: object, **_: object) -> float:
     """:func:`compute_score` with the default scorer's signature (``extra_info`` and the rest ignored)."""
     return compute_score(solution_str, ground_truth)
 

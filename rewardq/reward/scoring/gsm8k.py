@@ -43,11 +43,11 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
     if len(solution_str) > SOLUTION_CLIP_CHARS:
         solution_str = solution_str[-SOLUTION_CLIP_CHARS:]
     if method == "strict":
-        found = _STRICT.findall(solution_str)
+        found: list[str] = _STRICT.findall(solution_str)
         if not found:
             return None
         return found[-1].replace(",", "").replace("$", "")
-    candidates = _FLEXIBLE.findall(solution_str)
+    candidates: list[str] = _FLEXIBLE.findall(solution_str)
     if not candidates:
         return None
     for candidate in reversed(candidates):

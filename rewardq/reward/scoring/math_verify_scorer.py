@@ -50,7 +50,11 @@ def _import_math_verify() -> Any:
 
 
 def compute_score(
-    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None, timeout_score: float = 0.0
+    data_source: object,
+    solution_str: str,
+    ground_truth: object,
+    extra_info: dict[str, Any] | None = None,
+    timeout_score: float = 0.0,
 ) -> float:
     r"""1.0 when some answer in ``solution_str`` equals ``\boxed{ground_truth}``, else 0.0.
 
@@ -85,7 +89,7 @@ def compute_score(
     except timeout_exception:
         logger.warning("math-verify timed out; scoring %s", timeout_score)
         return float(timeout_score)
-    except Exception as exc:  # noqa: BLE001 - verl scores any other math-verify failure as 0.0
+    except Exception as exc:
         if isinstance(exc, ValueError) and "thread" in str(exc):  # alarm refused (e.g. a sub-interpreter)
             raise ScoringError(_THREAD_MESSAGE.format(name=current.name)) from exc
         logger.debug("math-verify failed", exc_info=True)

@@ -39,7 +39,7 @@ def normalize_answer(s: str) -> str:
     return " ".join(s.split())
 
 
-def _as_list(golden_answers: Any) -> Iterable[str]:
+def _as_list(golden_answers: str | Iterable[str]) -> Iterable[str]:
     if isinstance(golden_answers, str):
         return [golden_answers]
     return golden_answers
@@ -63,7 +63,7 @@ def extract_solution(solution_str: str) -> str | None:
     return matches[-1].strip() if matches else None
 
 
-def _targets(ground_truth: Any) -> Any:
+def _targets(ground_truth: object) -> object:
     if not isinstance(ground_truth, dict) or "target" not in ground_truth:
         raise ScoringError(
             "Search-R1 scoring needs reward_model.ground_truth = {'target': <answer or list of "
@@ -72,7 +72,7 @@ def _targets(ground_truth: Any) -> Any:
     return ground_truth["target"]
 
 
-def _matched(solution_str: str, ground_truth: Any, check: Callable[[str, Any], Any]) -> bool | None:
+def _matched(solution_str: str, ground_truth: object, check: Callable[[str, Any], Any]) -> bool | None:
     """None when the solution has no answer tag, else whether ``check(answer, targets)`` holds."""
     targets = _targets(ground_truth)
     answer = extract_solution(solution_str)
@@ -80,7 +80,11 @@ def _matched(solution_str: str, ground_truth: Any, check: Callable[[str, Any], A
 
 
 def compute_score(
-    solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+    solution_str: str,
+    ground_truth: dict[str, Any],
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
 ) -> float:
     """Exact-match reward (see the module docstring). ``method`` is accepted and ignored, as in verl."""
     matched = _matched(solution_str, ground_truth, em_check)
@@ -94,7 +98,11 @@ def compute_score(
 
 
 def compute_score_subem(
-    solution_str: str, ground_truth: dict, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+    solution_str: str,
+    ground_truth: dict[str, Any],
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
 ) -> float:
     """Substring-match variant: a golden answer contained in the extracted answer counts."""
     matched = _matched(solution_str, ground_truth, subem_check)

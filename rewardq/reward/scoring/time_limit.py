@@ -27,7 +27,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from rewardq.errors import ScoringError
 
@@ -68,7 +67,7 @@ def time_limit(seconds: float, what: str = "the timed step") -> Iterator[None]:
         yield
         return
 
-    def on_alarm(signum: int, frame: Any) -> None:
+    def on_alarm(signum: int, frame: object) -> None:
         raise TimeoutError(f"{what} took longer than {seconds:g}s")
 
     started = time.monotonic()

@@ -44,7 +44,6 @@ and refuses to run outside a process's main thread. It needs the ``math`` extra
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from rewardq.reward.scoring.math_boxed import balanced_from
 from rewardq.reward.scoring.math_extra import import_math_extra
@@ -107,7 +106,7 @@ def match_answer(response: str) -> str:
     return response
 
 
-def compute_score(solution_str: Any, ground_truth: Any) -> float:
+def compute_score(solution_str: object, ground_truth: object) -> float:
     """1.0 when the answer in ``solution_str`` equals ``ground_truth``, else 0.0.
 
     Raises:
@@ -133,7 +132,7 @@ def compute_score(solution_str: Any, ground_truth: Any) -> float:
     return 1.0 if correct else 0.0
 
 
-def score(solution_str: Any, ground_truth: Any, **_: Any) -> float:
+def score(solution_str: object, ground_truth: object, **_: object) -> float:
     """:func:`compute_score` with the default scorer's signature (``extra_info`` and the rest ignored)."""
     return compute_score(solution_str, ground_truth)
 

@@ -72,7 +72,7 @@ def evaluate(text: str, names: Mapping[str, Any] | None = None) -> Any:
     return _value(tree.body, dict(names or {}))
 
 
-def _value(node: ast.AST, names: dict[str, Any]) -> Any:
+def _value(node: ast.AST, names: dict[str, Any]) -> object:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name) and node.id in names:
@@ -96,7 +96,7 @@ def _value(node: ast.AST, names: dict[str, Any]) -> Any:
     raise ValueError(f"not plain arithmetic: {type(node).__name__}")
 
 
-def _compare(node: ast.Compare, names: dict[str, Any]) -> Any:
+def _compare(node: ast.Compare, names: dict[str, Any]) -> object:
     left = _value(node.left, names)
     result: Any = True
     for op, comparator in zip(node.ops, node.comparators):

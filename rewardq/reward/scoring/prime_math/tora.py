@@ -47,7 +47,7 @@ PMATRIX = r"\begin{pmatrix}"
 MAX_PREDICTION_CHARS = 1000
 
 
-def _as_number(value: Any) -> tuple[bool, float | None]:
+def _as_number(value: object) -> tuple[bool, float | None]:
     text = str(value)
     try:
         if "{,}" in text:
@@ -57,7 +57,7 @@ def _as_number(value: Any) -> tuple[bool, float | None]:
         return False, None
 
 
-def _substitute_pi(text: str, pi: float) -> Any:
+def _substitute_pi(text: str, pi: float) -> object:
     at = text.find("\\pi")
     while at != -1:
         factor = f"*{pi}" if at > 0 and text[at - 1].isdigit() else f"1*{pi}"
@@ -69,7 +69,7 @@ def _substitute_pi(text: str, pi: float) -> Any:
         return text
 
 
-def read_answer(answer: Any, pi: float) -> Any:
+def read_answer(answer: object, pi: float) -> Any:
     """ToRA's reading of one side (see the module doc); may return a number, text or a value."""
     if isinstance(answer, str):
         if _DOLLAR_AMOUNT.match(answer):
@@ -91,7 +91,7 @@ def _interval_text(prediction: str) -> str:
     return prediction
 
 
-def _numbers_close(prediction: Any, reference: Any, include_percentage: bool, tolerance: float) -> bool | None:
+def _numbers_close(prediction: object, reference: object, include_percentage: bool, tolerance: float) -> bool | None:
     """True/False when both read as numbers, None when either does not."""
     try:
         if _as_number(prediction)[0] and _as_number(reference)[0]:
@@ -110,7 +110,7 @@ def _all_equal(pairs: list[tuple[Any, Any]], include_percentage: bool, tolerance
 
 
 def math_equal(
-    prediction: Any, reference: Any, include_percentage: bool = True, tolerance: float = 1e-4, pi: float = math.pi
+    prediction: object, reference: object, include_percentage: bool = True, tolerance: float = 1e-4, pi: float = math.pi
 ) -> bool:
     """True when the prediction equals the reference (see the module doc).
 
