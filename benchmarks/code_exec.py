@@ -94,7 +94,8 @@ async def throughput(n: int, isolation: str, cgroups: bool = True) -> dict[str, 
         *(compute_score_async("taco", c, SQUARES, code_runtime=runtime) for c in completions)
     )
     cpu, wall = _cpu() - cpu, time.perf_counter() - wall
-    assert [r["score"] for r in results] == [2 / 3 if i % 5 == 0 else 1.0 for i in range(n)]
+    assert all(isinstance(r, dict) for r in results)  # a detailed score each
+    assert [r["score"] for r in results if isinstance(r, dict)] == [2 / 3 if i % 5 == 0 else 1.0 for i in range(n)]
     runs = runtime.stats.snapshot()["taco"]["runs"]
     return {"trajectories": n, "programs": runs, "cpu_s": cpu, "wall_s": wall, "per_core_s": n / cpu, "per_s": n / wall}
 

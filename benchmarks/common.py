@@ -15,12 +15,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard, cast
 
 import redis
+
+from rewardq.queue.clients import Key, StreamEntry, SyncPipeline, SyncRedis, Value
 
 PYTHON = sys.executable
 REPO = Path(__file__).resolve().parent.parent
@@ -108,11 +110,38 @@ def percentiles(samples_s: list[float]) -> tuple[float, float, float]:
 # ------------------------------------------------------------------------------------------
 
 
-def connect(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=5)
+class BenchPipeline(SyncPipeline, Protocol):
+    """A blocking pipeline with the commands the raw loop sends as well."""
+
+    def hset(self, name: Key, key: Key | None = None, value: Value | None = None) -> BenchPipeline: ...
+    def xack(self, name: Key, groupname: Key, *ids: Key) -> BenchPipeline: ...
 
 
-def delete_matching(r: redis.Redis, pattern: str) -> int:
+class BenchRedis(SyncRedis, Protocol):
+    """The blocking client of the benchmarks: rewardq's commands (with their replies, see
+    :mod:`rewardq.queue.clients`) and the few more the baselines and peers send."""
+
+    def pipeline(self, transaction: bool = True) -> BenchPipeline: ...
+    def unlink(self, *names: Key) -> int: ...
+    def get(self, name: Key) -> bytes | None: ...
+    def info(self, section: str | None = None) -> dict[str, Any]: ...  # INFO's fields: numbers and text
+    def xgroup_create(self, name: Key, groupname: Key, id: Key = "$", mkstream: bool = False) -> bool: ...
+    def xreadgroup(
+        self,
+        groupname: Key,
+        consumername: Key,
+        streams: Mapping[Key, Key],
+        count: int | None = None,
+        block: int | None = None,
+    ) -> list[tuple[bytes, list[StreamEntry]]]: ...
+
+
+def connect(url: str) -> BenchRedis:
+    """A blocking client for ``url``; redis-py types its replies ``Awaitable[T] | T``, BenchRedis states them."""
+    return cast(BenchRedis, redis.Redis.from_url(url, socket_connect_timeout=5))
+
+
+def delete_matching(r: BenchRedis, pattern: str) -> int:
     """UNLINK every key matching ``pattern`` (SCAN, never KEYS/FLUSH); returns the count."""
     n, batch = 0, []
     for k in r.scan_iter(match=pattern, count=2000):
@@ -298,7 +327,7 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def redis_cpu_seconds(r: redis.Redis) -> float:
+def redis_cpu_seconds(r: BenchRedis) -> float:
     """The Redis server's own CPU (``INFO cpu``: used_cpu_user + used_cpu_sys)."""
     info = r.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rewardq.consumers.batch import build_batch
-from rewardq.queue.codec import decode_output, encode_output
+from rewardq.queue.codec import OutputRecord, decode_output, encode_output
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.factory import build_manager
 from rewardq.reward.tokenizer import load_tokenizer
@@ -33,7 +33,7 @@ from rewardq.reward.tokenizer import load_tokenizer
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-def trajectory(tok: Any, n: int = 4, seed: int = 0) -> list:
+def trajectory(tok: Any, n: int = 4, seed: int = 0) -> list[OutputRecord]:
     rng = np.random.default_rng(seed)
     words = "the farmer sells eggs at the market for two dollars each and buys feed".split()
     recs = []

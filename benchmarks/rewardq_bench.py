@@ -41,7 +41,9 @@ def fill(url: str, namespace: str, trajs: Iterable[Trajectory], chunk_bytes: int
                 ks, traj.uid, traj.session_id, traj.outputs(), traj.sample(), max_bytes=max_bytes
             ):
                 pipe.xadd(ks.stream(put.shard), put.fields)
-                size += len(put.fields["data"])
+                data = put.fields["data"]
+                assert isinstance(data, bytes)  # the encoded record
+                size += len(data)
                 no += 1
             nt += 1
             if size >= chunk_bytes:

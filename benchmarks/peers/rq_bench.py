@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from benchmarks.common import Cleanup, Row, Settings, connect
+import redis
+
+from benchmarks.common import Cleanup, Row, Settings
 from benchmarks.peers import base
 from benchmarks.peers.tasks import score_and_write
 
@@ -36,7 +38,7 @@ class RQPeer(base.Peer):
         super().__init__(s)
         from rq import Queue
 
-        self.r = connect(s.redis_url)
+        self.r = redis.Redis.from_url(s.redis_url, socket_connect_timeout=5)  # rq takes redis-py's own client
         self.queue = Queue(self.prefix, connection=self.r)
         self.worker_name = f"{self.prefix}-w"
 
@@ -72,7 +74,7 @@ class RQPeer(base.Peer):
         if batch:
             self._flush(batch)
 
-    def _flush(self, batch: list) -> None:
+    def _flush(self, batch: list[Any]) -> None:
         with self.r.pipeline() as pipe:
             self.queue.enqueue_many(batch, pipeline=pipe)
             pipe.execute()

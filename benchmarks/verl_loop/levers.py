@@ -53,7 +53,7 @@ def producer(n: int) -> dict[str, float]:
         for outs, kw in items
     ]  # fmt: skip
 
-    def run(which: list) -> float:
+    def run(which: list[tuple[Any, Any]]) -> float:
         t = _cpu()
         for outs, kw in which:
             prepare_trajectory(ks, kw["uid"], "s", outs, sample_columns(kw), max_bytes=64 << 20)
@@ -166,8 +166,8 @@ def report_producer(a: argparse.Namespace) -> None:
     for _ in range(a.repeat):
         for k, v in producer(a.trajectories).items():
             prod.setdefault(k, []).append(v)
-    for k, v in prod.items():
-        print(f"producer prepare_trajectory, {k:22s} CPU ms/traj {spread(v)}")
+    for k, values in prod.items():
+        print(f"producer prepare_trajectory, {k:22s} CPU ms/traj {spread(values)}")
 
 
 async def report_scoring(a: argparse.Namespace) -> None:

@@ -19,6 +19,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     """1.0 when the response's final answer is equivalent to ``ground_truth`` (LaTeX), else 0.0."""
     from math_verify import parse, verify
 
-    gold = parse(f"${ground_truth}$", parsing_timeout=None)  # type: ignore[arg-type]
-    pred = parse(solution_str, parsing_timeout=None)  # type: ignore[arg-type]
+    gold = parse(f"${ground_truth}$", parsing_timeout=None)
+    pred = parse(solution_str, parsing_timeout=None)
     return 1.0 if verify(gold, pred, timeout_seconds=None) else 0.0

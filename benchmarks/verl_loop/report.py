@@ -19,7 +19,7 @@ def per_traj_ms(r: dict[str, Any], group: str | None = None) -> float:
     return result
 
 
-def _key(r: dict[str, Any]) -> tuple:
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r.get("repeat", 1), r["scorer"], r["size"], r["phase"], r["round"])
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -32,8 +33,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import process_tree as tree
 from benchmarks.verl_loop import drive
-from benchmarks.verl_loop.procs import cmdline, group_cpu, stat_cpu, tree
+from benchmarks.verl_loop.procs import cmdline, group_cpu, stat_cpu
 from benchmarks.verl_loop.reference import References
 from benchmarks.verl_loop.trajectories import Trajectories
 
@@ -67,7 +69,7 @@ class VerlSide:
             num_cpus=os.cpu_count() or 2,
             _temp_dir=str(self.tmp),
             log_to_driver=False,
-            logging_level="ERROR",
+            logging_level=logging.ERROR,
         )
         self.handles: list[Any] = []
 
@@ -142,7 +144,7 @@ class RewardqSide:
             stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.workers: list[subprocess.Popen] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
         self.adapter: Any = None
         self._wait_redis()
 

@@ -71,8 +71,8 @@ def answer_text(scorer: str, rng: np.random.Generator) -> tuple[str, Any, bool]:
         return f" So the total is {said}.\nThe answer is\n#### {said}", str(answer), right
     if scorer == "math_verify":
         num, den, right = int(rng.integers(1, 10)), int(rng.choice([2, 4, 5, 8])), bool(rng.random() < 0.5)
-        said = num / den if right else (num + 1) / den
-        return f" Putting it together, so the answer is $\\boxed{{{said:g}}}$.", f"\\frac{{{num}}}{{{den}}}", right
+        value = num / den if right else (num + 1) / den
+        return f" Putting it together, so the answer is $\\boxed{{{value:g}}}$.", f"\\frac{{{num}}}{{{den}}}", right
     if scorer == "code":
         right = bool(rng.random() < 0.8)
         return f" Here is my solution.\n```python\n{PROGRAM if right else PARTIAL}```\n", SQUARES, right

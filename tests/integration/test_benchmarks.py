@@ -22,7 +22,7 @@ from tests.support.sync_client import SyncClient
 
 def run_bench(
     redis_url: str, out: Path, *args: str, timeout: float
-) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """``python -m benchmarks --quick ARGS`` on the suite's Redis; the process and its JSON."""
     cmd = [sys.executable, "-m", "benchmarks", "--quick", *args, "--url", redis_url, "--json", str(out)]
     proc = subprocess.run(

@@ -20,6 +20,7 @@ import pytest
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.conftest import _delete_namespace
+from tests.support.checks import must
 from tests.support.cli_procs import Procs, wait_for, worker_argv
 
 pytestmark = pytest.mark.slow
@@ -44,7 +45,7 @@ def crowded(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         client.put_output(GAP, "1", 2, rec, {"data_source": "openai/gsm8k"}, final=True)
         client.r.xadd(Keyspace(ns).stream(0), {"key": JUNK, "data": b"\x00garbage"})
         wait_for(lambda: client.r.xlen(Keyspace(ns).dead(0)) == 2, 60, "two dead letters", procs=[w])
-        pid = str(int(client.r.hget(Keyspace(ns).worker(WORKER), "pid")))
+        pid = str(int(must(client.r.hget(Keyspace(ns).worker(WORKER), "pid"))))
         yield ns, pid, procs
     finally:
         client.close()

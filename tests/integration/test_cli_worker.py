@@ -177,6 +177,7 @@ def test_config_precedence_json_logs_and_sigterm(
         "the trajectory's log line",
         procs=[w],
     )
+    assert isinstance(rec, dict)
     assert rec["manager"] == "naive" and rec["outcome"] == "ok" and rec["elapsed_ms"] >= 0
 
     # And SIGTERM stops it with exit code 0

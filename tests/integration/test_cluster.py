@@ -30,6 +30,7 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
+from tests.support.checks import must
 from tests.support.cli_procs import REPO, worker_argv
 from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.helpers import SAMPLE, Hang, output, running_workers, stop_while_scoring, worker_config
@@ -136,10 +137,25 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster: LocalCluster,
     try:
         broker = StreamBroker(client, ks, worker="probe")
         await broker.ensure_groups()
-        owner = {s: client.get_node_from_key(ks.stream(s)).name for s in range(SHARDS)}
+        assert isinstance(client, redis.asyncio.cluster.RedisCluster)
+        owner = {s: must(client.get_node_from_key(ks.stream(s))).name for s in range(SHARDS)}
         other = next(s for s in range(1, SHARDS) if owner[s] == owner[0])  # same node, other slot
         keys = [ks.traj(0, "u_s"), ks.stream(0), ks.waiting(0), ks.done(0), ks.dead(0), ks.records(0, "u_s")]
-        args = [ks.group, "u_s", ks.reward_prefix(other), 60, "boom", "probe", 0, "", 100, 100, 4096, 0, 0]
+        args: list[str | int] = [
+            ks.group,
+            "u_s",
+            ks.reward_prefix(other),
+            60,
+            "boom",
+            "probe",
+            0,
+            "",
+            100,
+            100,
+            4096,
+            0,
+            0,
+        ]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
             await broker.scripts._scripts["fail"](keys=keys, args=args)
         args[2] = ks.reward_prefix(0)

@@ -52,7 +52,7 @@ def test_the_image_runs_the_entrypoint_as_root_with_the_compose_capabilities() -
     assert "apparmor:unconfined" in WORKER["security_opt"]
 
 
-def _start(tmp: Path, caps: list[str], redis_url: str, ns: str, name: str) -> tuple[subprocess.Popen, Path]:
+def _start(tmp: Path, caps: list[str], redis_url: str, ns: str, name: str) -> tuple[subprocess.Popen[bytes], Path]:
     bounding = ",".join(["-all", *(f"+{c.lower()}" for c in caps)])
     log = tmp / f"{name}.err"
     env = {

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import pytest
+from tensordict import TensorDict
 
 from rewardq.errors import CodeSandboxError
 from rewardq.reward.codeexec.cases import prime_module_source
@@ -20,7 +21,7 @@ from rewardq.reward.codeexec.sandbox import HARNESS, LocalSandbox, Program, RunS
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.factory import build_manager
 from rewardq.reward.scoring import compute_score_async
-from tests.support.checks import single
+from tests.support.checks import detailed, single
 from tests.support.helpers import until
 from tests.support.records import TOK, trajectory_batch
 
@@ -44,7 +45,7 @@ async def _score_all(runtime: CodeRuntime) -> dict[str, dict[str, Any]]:
     results = await asyncio.gather(
         *(compute_score_async("taco", p, SQUARES, code_runtime=runtime) for p, _, _ in PROGRAMS.values())
     )
-    return dict(zip(PROGRAMS, results))
+    return dict(zip(PROGRAMS, (detailed(r) for r in results)))
 
 
 @pytest.mark.parametrize("isolation", ["namespaces", "rlimits"])
@@ -84,7 +85,7 @@ async def test_a_cancelled_scoring_kills_its_sandbox() -> None:
     assert not _harness_processes()
 
 
-def _batch(program: str, data_source: str = "codeforces"):
+def _batch(program: str, data_source: str = "codeforces") -> TensorDict:
     sample = {"data_source": data_source, "reward_model": {"ground_truth": SQUARES}, "extra_info": {}}
     return trajectory_batch(f"```python\n{program}\n```", sample=sample, prompt="Square it.", eos=True)
 

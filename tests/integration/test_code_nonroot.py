@@ -53,7 +53,7 @@ def user(tmp_path: Path) -> Iterator[pwd.struct_passwd]:
 
 def _start_as(
     user: pwd.struct_passwd, tmp: Path, args: list[str], env: dict[str, str], tag: str
-) -> tuple[subprocess.Popen, Path]:
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp / f"{tag}.err"
     full = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -86,7 +86,7 @@ def _start_as(
     return popen, log
 
 
-def _stop(popen: subprocess.Popen) -> None:
+def _stop(popen: subprocess.Popen[bytes]) -> None:
     if popen.poll() is None:
         popen.terminate()
         try:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from rewardq import AsyncRewardClient, RewardClient
-from rewardq.reward.base import ManagerContext
+from rewardq.reward.base import ManagerContext, RewardManager
 from rewardq.reward.factory import build_manager
-from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.records import TOK, text_output
 from tests.support.redis_server import free_port
@@ -45,7 +45,7 @@ def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(
     procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, standin: Standin
 ) -> None:
     # Given two worker processes sharing sandbox_fusion_max_concurrent=4, each willing to score 32 at once
-    def worker(name: str):
+    def worker(name: str) -> Proc:
         return procs.start(
             worker_argv(
                 redis_url,
@@ -89,7 +89,7 @@ def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(
         assert w.terminate() == 0, w.stderr()[-2000:]
 
 
-def _manager(ns: str, redis_url: str, **options: Any):
+def _manager(ns: str, redis_url: str, **options: Any) -> RewardManager:
     return build_manager(
         "naive",
         tokenizer=TOK,

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-import redis
-
 from rewardq import RewardClient
 from rewardq.ops.deadletters import describe_retry
 from rewardq.queue.deadletters import DeadLetters
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import SAMPLE, FlakyJudge, fail_a_trajectory_and_a_junk_entry, output, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import connect
 
 
 async def test_failed_trajectory_is_retried_after_the_fix(ns: str, redis_url: str) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     keys, first = await fail_a_trajectory_and_a_junk_entry(ns, redis_url, r, client, "junk")
@@ -41,7 +40,7 @@ async def test_failed_trajectory_is_retried_after_the_fix(ns: str, redis_url: st
 
 
 async def test_incomplete_trajectory_retry_waits_again_and_completes(ns: str, redis_url: str) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
     client.put_output("late", "s", 1, output(2, 6), SAMPLE, final=True)

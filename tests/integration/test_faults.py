@@ -29,7 +29,7 @@ from tests.support.exactly_once import Trajectory, make_trajectories, push, sett
 from tests.support.managers import EchoManager
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
-from tests.support.sync_client import SyncClient
+from tests.support.sync_client import SyncClient, connect
 
 ECHO = "tests.support.managers:EchoManager"
 #: Fast recovery: a dead worker's entries are reclaimed ~2 s after its last lease renewal.
@@ -173,11 +173,14 @@ async def _rescue(
             await asyncio.to_thread(clients[p].wait_rewards, keys[p], 90)
         # results can be readable before the trajectory is finished (kill-before-commit wrote
         # them, acknowledging nothing): wait until the rescuers have acknowledged everything too
-        r = clients[next(iter(names))].r
-        deadline = time.monotonic() + 90
-        while any(_pending_by_consumer(r, Keyspace(ns)) for ns in names.values()):
-            assert time.monotonic() < deadline, "the rescuers left entries unacknowledged"
-            await asyncio.sleep(0.1)
+        r = connect(url)
+        try:
+            deadline = time.monotonic() + 90
+            while any(_pending_by_consumer(r, Keyspace(ns)) for ns in names.values()):
+                assert time.monotonic() < deadline, "the rescuers left entries unacknowledged"
+                await asyncio.sleep(0.1)
+        finally:
+            r.close()
     finally:
         for w in workers:
             w.request_stop("test done")
@@ -371,7 +374,7 @@ def test_verdict_counts_lost_duplicated_and_errors(ns: str, sync_redis: SyncClie
             continue  # lost: no result
         status, score = ("error", None) if key == "d_s_0" else ("ok", 9.0 if key == "c_s_0" else value)
         h = RewardResult(key=key, status=status, reward_score=score, error="boom" if score is None else None)
-        sync_redis.hset(ks.reward_key(key), mapping=h.to_hash())
+        sync_redis.hset(ks.reward_key(key), mapping={field: v for field, v in h.to_hash().items()})
     for tid in ("a_s", "b_s", "b_s", "c_s", "d_s"):  # b finished twice; e never finished
         sync_redis.xadd(ks.done(0), {"tid": tid, "n": 1, "status": "ok"})
     v = settle(sync_redis, ks, expected, timeout=0)

@@ -18,7 +18,7 @@ def test_two_worker_processes_share_one_request_budget(
     procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient
 ) -> None:
     # Given two worker processes running `rate_limited` with max_rpm=120, both alive before any work arrives
-    def args(name):
+    def args(name: str) -> list[str]:
         return worker_argv(
             redis_url,
             ns,

@@ -23,7 +23,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import ManagerContext
 from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
-from tests.support.checks import must, single
+from tests.support.checks import must, per_output, single
 from tests.support.judge_standin import JudgeStandin
 from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK, text_output, trajectory_batch
@@ -77,7 +77,7 @@ def batch(*responses: str, sample: dict[str, Any] = SAMPLE) -> TensorDict:
     ids=["regex", "json-structured", "json-text", "json-nested", "choice-structured", "choice-text"],
 )
 async def test_the_reward_is_the_score_the_answer_implies(
-    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options: Any
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, options: dict[str, Any]
 ) -> None:
     m = await genrm(**options)
     graded = single(await m.run_single(batch("thinking", "the answer is 42, grade=0.75")))
@@ -146,7 +146,7 @@ async def test_per_turn_judging_gives_each_output_its_own_reward(
     genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
 ) -> None:
     m = await genrm(per_turn=True, prompt_template="{trajectory}\nJudge the last output. {format_instructions}")
-    out = await m.run_single(batch("grade=0.25", "grade=0.5", "grade=1"))
+    out = per_output(await m.run_single(batch("grade=0.25", "grade=0.5", "grade=1")))
     assert [o["reward_score"] for o in out] == [0.25, 0.5, 1.0]
     texts = sorted((b["messages"][-1]["content"] for b in judge.bodies()), key=len)
     assert [t.count("[output") for t in texts] == [1, 2, 3]  # output i is judged with the trajectory up to it

@@ -56,7 +56,8 @@ async def test_every_hostile_case_ends_in_its_documented_state(
     kept = client.get_rewards([k for c in catalogue for k in c.kept])
     for c in catalogue:
         for key, reward in c.kept.items():
-            assert kept[key] is not None and kept[key].status == "ok" and kept[key].reward_score == reward, (
+            kept_result = kept[key]
+            assert kept_result is not None and kept_result.status == "ok" and kept_result.reward_score == reward, (
                 c.name,
                 key,
             )

@@ -8,6 +8,7 @@ server would freeze.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -105,7 +106,7 @@ async def test_no_script_run_time_grows_with_a_record_controlled_number() -> Non
             await broker.ensure_groups()
             # fail: an index of 10, max_outputs - 1, 10**12 and 10**18 (the last two name one key)
             fail = {
-                i: await _timed(lambda i=i: broker.fail(0, f"f{i}_s", "bad", index=i))
+                i: await _timed(functools.partial(broker.fail, 0, f"f{i}_s", "bad", index=i))
                 for i in (10, MAX - 1, 10**12, 10**18)
             }
             assert raw.exists(ks.reward(0, f"f{10**12}_s_{10**12}"))
@@ -115,7 +116,7 @@ async def test_no_script_run_time_grows_with_a_record_controlled_number() -> Non
             # expire: trajectories whose hash says final = max_outputs - 1, or 10**12 (written by hand:
             # the store script refuses such an index), or 10**6 stored outputs without a final
             def collecting(tid: str, **fields: Any) -> None:
-                raw.hset(ks.traj(0, tid), mapping={"state": "collecting", **fields})
+                raw.hset(ks.traj(0, tid), mapping={"state": "collecting", **{k: v for k, v in fields.items()}})
                 raw.zadd(ks.waiting(0), {tid: 1})
 
             many = ks.traj(0, "many_s")

@@ -21,7 +21,7 @@ from tests.support.image_managers import ImageDigests
 from tests.support.sync_client import SyncClient
 
 
-def png(color, size=(24, 16)) -> bytes:
+def png(color: tuple[int, int, int], size: tuple[int, int] = (24, 16)) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", size, color).save(buf, format="PNG")
     return buf.getvalue()
@@ -89,7 +89,7 @@ def forged(index: int, final: bool, image: bytes) -> bytes:
     ids=["garbage", "cut", "oversize"],
 )
 async def test_a_raw_entry_carrying_a_bad_image_fails_every_key_and_is_dead_lettered(
-    ns: str, redis_url: str, sync_redis: SyncClient, image: Any, reason: Any
+    ns: str, redis_url: str, sync_redis: SyncClient, image: Any, reason: str
 ) -> None:
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)

@@ -8,8 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
+from rewardq.reward.execution.isolation import _Processes
 from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support import misbehaving
+from tests.support.checks import must
 from tests.support.helpers import until
 from tests.support.isolation import alive, trajectory
 
@@ -19,13 +21,15 @@ async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive: Cal
     ones time out (spares), and the hung processes are killed when their callers give up."""
     m = naive(misbehaving.misbehave, processes=2, spare_after=0.5, max_spares=8)
     await m.prepare_scoring()
-    pool = m.host.router.place_of(misbehaving.misbehave).pool
+    place = m.host.router.place_of(misbehaving.misbehave)
+    assert isinstance(place, _Processes)
+    pool = place.pool
 
     async def hung() -> None:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(m.run_single(trajectory("hang")), 8.0)
 
-    async def good():
+    async def good() -> float:
         t0 = time.monotonic()
         assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
         return time.monotonic() - t0
@@ -36,7 +40,7 @@ async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive: Cal
     took = await asyncio.gather(*(good() for _ in range(4)))
     assert max(took) < 6.0, took  # a good call never waits for a hung one's timeout (8 s)
     await asyncio.gather(*hangs)
-    await until(lambda: not any(alive(p) for p in busy), "the hung processes to be killed")
+    await until(lambda: not any(alive(must(p)) for p in busy), "the hung processes to be killed")
     assert pool.counters["spares"] >= 2
     assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
 
@@ -65,7 +69,9 @@ async def test_a_gil_holder_does_not_stall_its_neighbours(naive: Callable[..., N
 async def test_spares_stay_within_their_bound(naive: Callable[..., NaiveRewardManager]) -> None:
     m = naive(misbehaving.misbehave, processes=1, spare_after=0.2, max_spares=1)
     await m.prepare_scoring()
-    pool = m.host.router.place_of(misbehaving.misbehave).pool
+    place = m.host.router.place_of(misbehaving.misbehave)
+    assert isinstance(place, _Processes)
+    pool = place.pool
     hung = [asyncio.create_task(m.run_single(trajectory("hang"))) for _ in range(3)]
     most = 0
     for _ in range(30):  # 1.5 s: long enough for several spare checks

@@ -162,7 +162,7 @@ async def test_acquisition_order_request_tokens_slot_then_call(
     "limits", [dict(max_rpm=600), dict(max_tpm=60_000, estimated_tokens_per_request=100)], ids=["rpm", "tpm"]
 )
 async def test_two_managers_share_one_rate_through_redis(
-    managers: MakeManager[LimitedRewardManager], limits: Any
+    managers: MakeManager[LimitedRewardManager], limits: dict[str, Any]
 ) -> None:
     """Two managers (two workers' worth) together get 10 calls/s, not 10 each."""
     calls = []

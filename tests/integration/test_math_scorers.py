@@ -19,6 +19,7 @@ import pytest
 
 from rewardq.producers.client import RewardClient
 from tests.conftest import _delete_namespace
+from tests.support.checks import must
 from tests.support.math_cases import CASES, SLOW_CASES
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -82,5 +83,5 @@ def test_a_worker_scores_numina_and_geometry3k_as_verl_does(math_worker: tuple[W
     # And the slow sample is scored 0.0 once sympy's 10 s limit fires (not an error, not the score timeout)
     r = client.wait_rewards([slow], timeout=60)[slow]
     assert (r.status, r.reward_score) == ("ok", slow_expected), r.error
-    assert 9_000 < r.latency_ms < 60_000
+    assert 9_000 < must(r.latency_ms) < 60_000
     assert "built-in scorers with placement 'process' run" in worker.log()

@@ -12,6 +12,7 @@ import pytest
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
+from tests.support.checks import must
 from tests.support.helpers import SAMPLE, output, until, worker_config
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
@@ -35,14 +36,14 @@ async def test_metrics_endpoint_counts_a_run(ns: str, redis_url: str, sync_redis
     task = asyncio.create_task(w.run())
     try:
         await until(lambda: w.metrics_port, "the metrics endpoint")
-        before = await asyncio.to_thread(_scrape, w.metrics_port)
+        before = await asyncio.to_thread(_scrape, must(w.metrics_port))
         keys = []
         for t in range(20):
             keys += client.put_trajectory(f"u{t}", "s", [output(3, 2), output(3, 4)], SAMPLE)
         sync_redis.xadd(Keyspace(ns).stream(0), {"key": "junk", "data": b"\x00not msgpack"})
         await asyncio.to_thread(client.wait_rewards, keys, 10)
         for _ in range(100):
-            after = await asyncio.to_thread(_scrape, w.metrics_port)
+            after = await asyncio.to_thread(_scrape, must(w.metrics_port))
             # a task counts its trajectory just after its commit: wait for all 20 and the junk
             ok = after.get('rewardq_trajectories_total{manager="test-length",outcome="ok"}', 0)
             if after.get('rewardq_dead_letters_total{reason="invalid"}', 0) >= 1 and ok >= 20:
@@ -79,14 +80,14 @@ async def test_backlog_gauges_show_the_namespaces_backlog_and_its_drain_time(
             keys += client.put_trajectory(f"u{t}", "s", [output(3, 2)], SAMPLE)
         seen = {}
         for _ in range(100):  # until the worker has a measured rate and entries still wait
-            seen = await asyncio.to_thread(_scrape, w.metrics_port)
+            seen = await asyncio.to_thread(_scrape, must(w.metrics_port))
             if seen.get("rewardq_backlog_entries", 0) > 0 and 0 < seen.get("rewardq_backlog_seconds", 0) < math.inf:
                 break
             await asyncio.sleep(0.1)
         rate = float(sync_redis.hget(Keyspace(ns).worker("slow"), "outputs_rate") or 0)
         await asyncio.to_thread(client.wait_rewards, keys, 60)
         for _ in range(100):
-            drained = await asyncio.to_thread(_scrape, w.metrics_port)
+            drained = await asyncio.to_thread(_scrape, must(w.metrics_port))
             if drained["rewardq_backlog_entries"] == 0:
                 break
             await asyncio.sleep(0.1)

@@ -12,7 +12,9 @@ from tensordict import TensorDict
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
 from rewardq.reward.rows import valid_response_ids
+from tests.support.checks import must
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
@@ -97,7 +99,7 @@ async def test_outputs_read_by_different_workers_are_scored_once(
         await a.handle(got_a)
         assert a.stats["parked"] == 1 and not a.in_flight
         await b.handle(got_b)
-        await asyncio.gather(*(f.task for f in list(b.in_flight.values())))
+        await asyncio.gather(*(must(f.task) for f in list(b.in_flight.values())))
         res = client.wait_rewards(["u_s_0", "u_s_1"], timeout=5)
         assert [r.reward_score for r in res.values()] == [4.0, 4.0]
         assert {r.worker for r in res.values()} == {"B"}
@@ -149,7 +151,7 @@ async def test_many_concurrent_async_waiters(ns: str, redis_url: str, length_man
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     async with running_workers(ns, redis_url, [length_manager], concurrency=8):
 
-        async def one(t):
+        async def one(t: int) -> dict[str, RewardResult]:
             keys = await client.put_trajectory(f"u{t}", "s", [output(4, t % 7 + 1)] * 2, SAMPLE)
             return await client.wait_rewards(keys, timeout=20)
 

@@ -33,8 +33,10 @@ from rewardq.errors import (
     RewardqError,
     TrajectoryTooLarge,
 )
+from rewardq.queue.clients import blocking
 from rewardq.queue.keys import Keyspace
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.sync_client import SyncClient
 
 SAMPLE = {"data_source": "test", "reward_model": {"ground_truth": "1"}}
 #: A marker inside every record, to prove no message carries record bytes.
@@ -45,7 +47,7 @@ def _outputs(n: int, tokens: int) -> list[dict[str, Any]]:
     return [{"prompt_ids": np.full(tokens, MARK, dtype=np.int32), "response_ids": [1, 2, 3]} for _ in range(n)]
 
 
-def _fill(r: redis.Redis) -> None:
+def _fill(r: SyncClient) -> None:
     """Write filler until Redis refuses a write for memory."""
     block = b"f" * (1024 * 1024)
     for i in range(10_000):
@@ -66,7 +68,7 @@ def _check_short(err: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def oom_server() -> Iterator[tuple[RedisServer, redis.Redis]]:
+def oom_server() -> Iterator[tuple[RedisServer, SyncClient]]:
     with RedisServer(extra=["--maxmemory", "40mb", "--maxmemory-policy", "noeviction"]) as srv:
         r = srv.client()
         try:
@@ -123,7 +125,7 @@ def test_a_stalled_redis_is_a_timeout_that_says_a_retry_is_safe() -> None:
     with RedisServer() as srv:
         admin = srv.client()
         raw = redis.Redis.from_url(srv.url, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
-        client = RewardClient(raw, namespace="st")
+        client = RewardClient(blocking(raw), namespace="st")
         _ = client.keyspace
         pause = threading.Thread(target=admin.execute_command, args=("CLIENT", "PAUSE", "3000", "WRITE"))
         pause.start()
@@ -144,7 +146,7 @@ def test_a_stalled_redis_is_a_timeout_that_says_a_retry_is_safe() -> None:
 
 def test_no_redis_is_a_connection_error_for_both_clients() -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
-    client = RewardClient(redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0)), namespace="nc")
+    client = RewardClient(blocking(redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))), namespace="nc")
     with pytest.raises(RedisConnectionLost) as err:
         client.put_output("u", "s", 0, _outputs(1, 10)[0], SAMPLE)
     text = _check_short(err.value)

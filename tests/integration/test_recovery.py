@@ -90,7 +90,9 @@ async def test_graceful_stop_hands_back_and_another_worker_finishes(
 
 
 @contextlib.asynccontextmanager
-async def stored_trajectory(ns: str, url: str, uid: str, outputs: list) -> AsyncIterator[tuple]:
+async def stored_trajectory(
+    ns: str, url: str, uid: str, outputs: list[dict[str, Any]]
+) -> AsyncIterator[tuple[RewardClient, Worker, list[Any]]]:
     """Put a trajectory ``<uid>_s``, read and store it with a started worker "A" (which
     never scores on its own); yields ``(client, worker, store outcomes)``."""
     from rewardq.queue.codec import decode_output
@@ -116,6 +118,7 @@ async def test_repeated_commit_changes_nothing(ns: str, redis_url: str, sync_red
             RewardResult(key=f"c_s_{i}", status="ok", reward_score=0.5, reward_extra_info={"i": i}, worker="A")
             for i in range(2)
         ]
+        assert w.broker is not None
         assert await w.broker.commit(0, "c_s", results) is True
         first = sync_redis.hgetall(ks.reward_key("c_s_1"))
         results[1].reward_score = 0.9  # a late duplicate commit with another value
@@ -269,6 +272,7 @@ async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(
             )
             for i in range(3)
         ]
+        assert w.broker is not None
         ((_, args),) = w.broker.commit_calls(0, "sh_s", w.broker.encode(results))
         assert await w.broker.commit(0, "sh_s", results) is True
         # Then every key holds its own result, read back through the client

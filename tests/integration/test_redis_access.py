@@ -16,7 +16,7 @@ from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer, free_port
 
 
-def _rq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _rq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDQ_")}
     return subprocess.run(
         [sys.executable, "-m", "rewardq", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env

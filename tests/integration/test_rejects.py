@@ -45,7 +45,9 @@ GOOD = {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]}
         ("u\n", "s", 0, GOOD, "uid"),
     ],
 )
-def test_producer_rejects_naming_the_field(uid: Any, sid: Any, index: Any, out: Any, field: Any) -> None:
+def test_producer_rejects_naming_the_field(
+    uid: str, sid: str | None, index: float, out: dict[str, Any], field: str
+) -> None:
     with pytest.raises(RecordError) as info:
         encode_output(uid, sid, index, out, SAMPLE, final=True)
     assert info.value.field == field
@@ -157,7 +159,7 @@ async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_r
     k_big = client.put_trajectory("big", "s", [{"prompt_ids": [1], "response_ids": [150]}], SAMPLE)
     k_huge = client.put_trajectory("huge", "s", [{"prompt_ids": list(range(90)) * 50, "response_ids": [1]}], SAMPLE)
     k_ok = client.put_trajectory("ok", "s", [{"prompt_ids": [1], "response_ids": [99, 98]}], SAMPLE)
-    w = Worker(worker_config(ns, redis_url, max_record_bytes=10_000), manager=LengthManager(None), tokenizer=Tok())
+    w = Worker(worker_config(ns, redis_url, max_record_bytes=10_000), manager=LengthManager(None), tokenizer=Tok())  # type: ignore[arg-type]  # only what the worker reads
     task = asyncio.create_task(w.run())
     try:
         res = await asyncio.to_thread(client.wait_rewards, k_big + k_huge + k_ok, 10)

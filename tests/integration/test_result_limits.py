@@ -27,6 +27,7 @@ from rewardq.consumers.worker import Worker
 from rewardq.queue.broker import STAGE_TTL, StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
+from tests.support.checks import must
 from tests.support.helpers import output, results_for, until, worker_config
 from tests.support.ping_sampler import PingSampler
 from tests.support.proc_worker import WorkerProcess
@@ -150,7 +151,7 @@ async def _stop(w: Worker) -> None:
     ids=["manager-cycle", "per-output-cycle", "manager-deep", "manager-keys", "reward-fn-cycle"],
 )
 async def test_a_bad_extra_info_fails_only_its_trajectory_and_never_its_commit_batch(
-    ns: str, redis_url: str, sync_redis: SyncClient, settings: Any, text: Any, reason: Any
+    ns: str, redis_url: str, sync_redis: SyncClient, settings: dict[str, Any], text: str, reason: str
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks = Keyspace(ns)
@@ -225,13 +226,15 @@ async def test_a_chunked_commit_shows_nothing_until_its_last_chunk_acknowledges(
         assert await broker.commit(0, "ch_s", results) is True
         # Then every key has its own result, the entries are acknowledged, `done` has one entry
         got = client.get_rewards(keys)
-        assert [x.reward_score for x in got.values()] == [float(i) for i in range(20)]
+        assert [must(x).reward_score for x in got.values()] == [float(i) for i in range(20)]
         assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
         assert sync_redis.xlen(ks.done(0)) == 1
         assert all(0 < sync_redis.ttl(ks.reward(0, k)) <= broker.result_ttl for k in keys)
         # And a repeated commit changes nothing
         assert await broker.commit(0, "ch_s", results_for("ch_s", 20, 900)) is False
-        assert sync_redis.xlen(ks.done(0)) == 1 and client.get_reward(keys[3]).reward_extra_info["pad"] == "z" * 800
+        assert (
+            sync_redis.xlen(ks.done(0)) == 1 and must(client.get_reward(keys[3])).reward_extra_info["pad"] == "z" * 800
+        )
         # And the dead attempt's staged keys are all that is left staged, expiring
         left = set(sync_redis.scan_iter(match=f"{ns}:*:staged:*", count=1000))
         assert left == set(staged)

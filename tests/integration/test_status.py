@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-import redis
-
 from rewardq import RewardClient
 from rewardq.ops.inspect import inspect_trajectory
 from rewardq.ops.overview import pipeline_status
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import SAMPLE, output, running_workers
 from tests.support.managers import LengthManager
+from tests.support.sync_client import connect
 
 
 async def test_status_lists_stuck_trajectory_workers_and_activity(ns: str, redis_url: str) -> None:
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_output("stuck", "s", 0, output(2, 2), SAMPLE)

@@ -25,7 +25,7 @@ from tests.support.hostile_results import HostileResultManager
 from tests.support.managers import LengthManager
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import TOK, text_output
-from tests.support.sync_client import SyncClient
+from tests.support.sync_client import SyncClient, connect
 
 SCORE_TIMEOUT = 60.0
 
@@ -150,9 +150,7 @@ def test_a_trajectory_whose_worker_died_says_so_when_it_runs_out_of_deliveries(
 
 
 def sync_redis_dead(url: str, ks: Keyspace) -> list[dict[bytes, bytes]]:
-    import redis
-
-    r = redis.Redis.from_url(url)
+    r = connect(url)
     try:
         return [f for _, f in r.xrange(ks.dead(0))]
     finally:

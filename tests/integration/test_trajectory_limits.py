@@ -15,6 +15,7 @@ Records here are a few MB at most; the throwaway server is used where a missing 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import msgpack
@@ -22,8 +23,10 @@ import numpy as np
 import pytest
 
 from rewardq import RewardClient
+from rewardq.consumers.worker import Worker
 from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace
+from tests.support.checks import must
 from tests.support.helpers import SAMPLE, FlakyJudge, output, running_workers, until
 from tests.support.hostile import raw_record
 from tests.support.managers import LengthManager
@@ -33,6 +36,11 @@ from tests.support.sync_client import SyncClient
 MiB = 1024 * 1024
 MAXMEMORY = ["--maxmemory", "2gb", "--maxmemory-policy", "noeviction"]
 LIMITS: dict[str, Any] = dict(max_record_bytes=4 * MiB, max_trajectory_bytes=10 * MiB)
+
+
+def _read_past(w: Worker, n: int) -> bool:
+    """``w`` has read more than ``n`` entries."""
+    return bool(w.stats["read"] >= n + 1)
 
 
 def _big(i: int, mb: float = 3.0) -> dict[str, Any]:
@@ -62,7 +70,7 @@ async def test_a_trajectory_past_max_trajectory_bytes_is_answered_with_an_error_
             else:  # output by output, each stored before the next arrives
                 for i, d in enumerate(datas):
                     r.xadd(ks.stream(0), {"key": f"big_s_{i}", "data": d})
-                    await until(lambda i=i: w.stats["read"] >= 2 + i + 1, f"output {i} to be read", 30)
+                    await until(functools.partial(_read_past, w, 2 + i), f"output {i} to be read", 30)
             keys = [f"big_s_{i}" for i in range(n)]
             got = await asyncio.to_thread(client.wait_rewards, keys, 60)
             ok = await asyncio.to_thread(client.wait_rewards, good, 30)
@@ -129,7 +137,7 @@ async def test_the_records_of_every_trajectory_that_ended_are_deleted_once_its_r
     client = RewardClient.from_url(redis_url, namespace=ns)
     ks, r = Keyspace(ns), sync_redis
     keys = await _end_four_ways(ns, redis_url, r, client)
-    statuses = {how: client.get_rewards(k)[k[0]].status for how, k in keys.items()}
+    statuses = {how: must(client.get_rewards(k)[k[0]]).status for how, k in keys.items()}
     assert statuses == {"scored": "ok", "incomplete": "error", "failed": "error", "conflict": "error"}
     for tid in ("ok_s", "inc_s", "flaky_s", "cf_s"):
         assert _record_fields(r, ks.traj(0, tid)) == [], tid  # no o:<i> left

@@ -44,7 +44,7 @@ UNREACHABLE = "redis://127.0.0.1:1/0"  # never reached: the tokenizer is checked
     ],
     ids=["plain", "processes", "empty-env"],
 )
-def test_no_tokenizer_exits_2_naming_the_flag(procs: Procs, extra: Any, env: Any) -> None:
+def test_no_tokenizer_exits_2_naming_the_flag(procs: Procs, extra: Any, env: dict[str, Any]) -> None:
     rc, proc = procs.run(
         ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--connect-timeout", "1", *extra],
         env=env,

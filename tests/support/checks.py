@@ -13,6 +13,12 @@ def must(value: T | None) -> T:
     return value
 
 
+def detailed(score: float | dict[str, Any]) -> dict[str, Any]:
+    """A scoring function's answer with its details: a dict (``score`` and the rest), not a bare number."""
+    assert isinstance(score, dict), f"expected a detailed score, got {score!r}"
+    return score
+
+
 def single(result: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
     """A manager's result for a trajectory it scored as a whole: one dict (not one per output)."""
     assert isinstance(result, dict), f"expected one result for the trajectory, got {result!r}"

@@ -59,7 +59,7 @@ def test_the_redis_policy_is_equal_jitter_within_base_and_cap() -> None:
 
 
 @pytest.mark.parametrize("bad", [dict(base=-1.0), dict(base=1.0, jitter=1.5), dict(base=1.0, growth="cubic")])
-def test_nonsense_schedules_are_refused(bad: Any) -> None:
+def test_nonsense_schedules_are_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         compute_backoff(1, **bad)
 

@@ -142,7 +142,7 @@ def test_non_tensor_column_matches_the_public_construction(fast: bool) -> None:
 
 
 @pytest.mark.parametrize("lengths", [[(4, 6)], [(5, 9), (3, 0)], LENGTHS, [(2, 0), (2, 0)]])
-def test_last_row_is_data_minus_one_slice(fast: bool, lengths: Any) -> None:
+def test_last_row_is_data_minus_one_slice(fast: bool, lengths: list[tuple[int, int]]) -> None:
     td = build_batch(records(lengths, logprobs=True))
     cheap, ref = last_row(td), td[-1:]
     assert type(cheap) is type(ref) and cheap.batch_size == ref.batch_size == torch.Size([1])

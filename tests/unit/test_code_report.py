@@ -32,7 +32,7 @@ def _line(record: dict[str, Any]) -> bytes:
         {"case": 2, "overflow": True},
     ],
 )
-def test_records_the_runner_writes_are_read_back(record: Any) -> None:
+def test_records_the_runner_writes_are_read_back(record: dict[str, Any]) -> None:
     assert parse_record(_line(record)) == record
 
 

@@ -186,7 +186,7 @@ def _run(status: str, rc: int | None = 0, out: str = "", err: str = "") -> dict[
         ({"status": "Weird"}, -1, "sandbox_error"),
     ],
 )
-def test_classify_reads_answers_as_verl(answer: Any, code: Any, status: Any) -> None:
+def test_classify_reads_answers_as_verl(answer: dict[str, Any], code: int, status: str) -> None:
     outcome = classify(answer, "3\n")
     assert (outcome.code, outcome.status) == (code, status)
 

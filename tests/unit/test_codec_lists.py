@@ -65,7 +65,7 @@ def test_lists_encode_to_the_bytes_arrays_give() -> None:
         ([[1, 2], [3, 4]], "1-D"),
     ],
 )
-def test_bad_id_lists_are_refused_naming_the_field(ids: Any, reason: Any) -> None:
+def test_bad_id_lists_are_refused_naming_the_field(ids: Any, reason: str) -> None:
     with pytest.raises(RecordError, match=reason) as err:
         encode_output("u", "s", 0, {"prompt_ids": [1], "response_ids": ids}, None, final=True)
     assert err.value.field == "response_ids"

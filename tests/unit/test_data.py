@@ -132,7 +132,7 @@ def test_jsonl_round_trip(trajs: list[dict[str, Any]], tmp_path: Path) -> None:
         (lambda d: d["outputs"].append("x"), "outputs[{last}]", "must be an object"),
     ],
 )
-def test_bad_lines_name_line_and_field(trajs: list[dict[str, Any]], mutate: Any, field: Any, reason: Any) -> None:
+def test_bad_lines_name_line_and_field(trajs: list[dict[str, Any]], mutate: Any, field: str, reason: str) -> None:
     d = json.loads(json.dumps({k: trajs[0][k] for k in ("uid", "session_id", "sample", "outputs")}))
     mutate(d)
     last = len(d.get("outputs") or [1]) - 1

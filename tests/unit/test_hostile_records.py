@@ -49,7 +49,7 @@ NAN_LP = {"prompt_ids": [1], "response_ids": [1, 2], "response_logprobs": [-0.1,
     ],
 )
 def test_producer_refuses_hostile_outputs_naming_the_field(
-    uid: Any, sid: Any, index: Any, out: Any, sample: Any, field: Any
+    uid: Any, sid: Any, index: Any, out: Any, sample: Any, field: str
 ) -> None:
     with pytest.raises(RecordError) as info:
         encode_output(uid, sid, index, out, sample, final=True)
@@ -80,7 +80,7 @@ def test_producer_refuses_a_trajectory_longer_than_max_outputs_and_honours_a_sma
         ({"response_logprobs": msgpack.ExtType(3, np.array([0.0, math.nan], "<f4").tobytes())}, "response_logprobs"),
     ],
 )
-def test_decoder_rechecks_what_the_producer_checks(override: Any, field: Any) -> None:
+def test_decoder_rechecks_what_the_producer_checks(override: dict[str, Any], field: str) -> None:
     fields: dict[str, Any] = {"uid": "u", "session_id": "s", **override}
     uid, sid = fields.pop("uid"), fields.pop("session_id")
     with pytest.raises(RecordError) as info:
@@ -118,7 +118,7 @@ def _decoder_accepts(sample: dict[Any, Any]) -> bool:
 
 
 @pytest.mark.parametrize("sample", NESTED, ids=range(len(NESTED)))
-def test_producer_accepts_exactly_what_the_decoder_accepts(sample: Any) -> None:
+def test_producer_accepts_exactly_what_the_decoder_accepts(sample: dict[Any, Any]) -> None:
     assert _producer_accepts(sample) == _decoder_accepts(sample)
 
 

@@ -108,7 +108,7 @@ def corrupt_png() -> bytes:
         (3.5, "is a float"),
     ],
 )
-def test_an_undecodable_image_is_refused_at_the_producer_by_name(bad: Any, problem: Any) -> None:
+def test_an_undecodable_image_is_refused_at_the_producer_by_name(bad: Any, problem: str) -> None:
     with pytest.raises(RecordError) as err:
         encode_output("u", "s", 2, output(multi_modal_data={"images": [png_bytes(picture()), bad]}), SAMPLE, final=True)
     assert err.value.field == "multi_modal_data.images[1]"

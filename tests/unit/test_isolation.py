@@ -209,7 +209,7 @@ class Quits(RewardManager):
         (KeyboardInterrupt(), "the reward manager's run_single raised KeyboardInterrupt"),
     ],
 )
-async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape: Any, reason: Any) -> None:
+async def test_exit_and_interrupt_in_a_custom_manager_are_scoring_errors(escape: Any, reason: str) -> None:
     scorer = TrajectoryScorer(Quits(escape), manager_name="quits", worker_name="w", timeout=5)
     record = OutputRecord(
         uid="u", session_id="s", index=0, final=True, prompt_ids=np.array([1]), response_ids=np.array([2])

@@ -163,7 +163,7 @@ async def test_sync_scorer_runs_off_the_event_loop_and_async_scorer_is_awaited()
         ),
     ],
 )
-async def test_result_normalisation(result: Any, expected: Any) -> None:
+async def test_result_normalisation(result: Any, expected: dict[str, Any]) -> None:
     out = await NaiveRewardManager(TOK, Recorder(result)).run_single(batch("x"))
     assert out == expected
     assert type(out["reward_score"]) is float
@@ -179,7 +179,7 @@ async def test_result_normalisation(result: Any, expected: Any) -> None:
         (torch.tensor([1.0, 2.0]), "array"),
     ],
 )
-async def test_unusable_results_raise_scoring_error(result: Any, match: Any) -> None:
+async def test_unusable_results_raise_scoring_error(result: Any, match: str) -> None:
     with pytest.raises(ScoringError, match=match):
         await NaiveRewardManager(TOK, Recorder(result)).run_single(batch("x"))
 
@@ -311,7 +311,7 @@ async def test_dapo_default_scorer_end_to_end() -> None:
         (dict(max_resp_len=0), "max_resp_len must be a positive integer"),
     ],
 )
-def test_dapo_rejects_bad_config_at_start_up(kwargs: Any, match: Any) -> None:
+def test_dapo_rejects_bad_config_at_start_up(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         DAPORewardManager(TOK, **kwargs)
 

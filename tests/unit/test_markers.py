@@ -72,7 +72,7 @@ def _tests_under(mark: str) -> list[tuple[str, set[str]]]:
 
 
 @pytest.mark.parametrize(("mark", "needs"), [("slow", PROCESS_NAMES), ("cluster", CLUSTER_NAMES)])
-def test_a_module_wide_mark_covers_only_tests_that_need_it(mark: Any, needs: Any) -> None:
+def test_a_module_wide_mark_covers_only_tests_that_need_it(mark: str, needs: Any) -> None:
     covered = _tests_under(mark)
     assert covered, f"no module carries a module-wide {mark} mark: the check would prove nothing"
     misplaced = [name for name, used in covered if not used & needs]

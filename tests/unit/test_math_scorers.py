@@ -27,7 +27,7 @@ from tests.support.math_cases import CASES, GEO3K, NUMINA_SOURCES, PMATRIX_12
 
 
 @pytest.mark.parametrize("data_source, solution, truth, expected", CASES)
-def test_known_answers(data_source: Any, solution: Any, truth: Any, expected: Any) -> None:
+def test_known_answers(data_source: str, solution: str, truth: Any, expected: Any) -> None:
     if isinstance(expected, type):
         with pytest.raises(expected):
             default_compute_score(data_source, solution, truth)
@@ -136,7 +136,7 @@ def test_numina_refuses_to_run_off_the_main_thread() -> None:
     [("pylatexenc", "numina_cn_k12", r"\boxed{1}"), ("mathruler", GEO3K, r"\boxed{1}")],
 )
 def test_a_missing_math_extra_names_the_install_command(
-    monkeypatch: pytest.MonkeyPatch, missing: Any, data_source: Any, solution: Any
+    monkeypatch: pytest.MonkeyPatch, missing: str, data_source: str, solution: str
 ) -> None:
     for name in list(sys.modules):
         if name == missing or name.startswith(missing + ".") or name.endswith("prime_math.prm800k"):

@@ -204,7 +204,7 @@ class MyBaseException(BaseException):
         (Raises(KeyboardInterrupt()), "raised KeyboardInterrupt"),
     ],
 )
-async def test_whatever_a_manager_raises_instead_of_returning_is_a_scoring_error(manager: Any, reason: Any) -> None:
+async def test_whatever_a_manager_raises_instead_of_returning_is_a_scoring_error(manager: Any, reason: str) -> None:
     scorer = TrajectoryScorer(manager, manager_name="m", worker_name="w", timeout=30)
     with pytest.raises(ScoringError, match=reason.replace("(", r"\(").replace(")", r"\)")):
         await scorer.score(_records((2, 2)))

@@ -150,7 +150,7 @@ def test_optional_settings_take_none_from_every_layer(tmp_path: Path) -> None:
         (["--manager-option", "oops"], {}, "--manager-option 'oops' is not KEY=VALUE"),
     ],
 )
-def test_bad_values_name_the_setting_and_where_they_came_from(argv: Any, env: Any, match: str) -> None:
+def test_bad_values_name_the_setting_and_where_they_came_from(argv: Any, env: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(parsed(argv), env=env)
 
@@ -369,6 +369,6 @@ def test_adapter_settings_block_then_environment() -> None:
         ({"namespace": " "}, {}, "namespace must be a non-empty string"),
     ],
 )
-def test_bad_adapter_settings_name_the_key(block: Any, env: Any, match: str) -> None:
+def test_bad_adapter_settings_name_the_key(block: dict[str, Any], env: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         AdapterSettings.load(block, env)

@@ -136,7 +136,9 @@ class Answers(RewardManager):
         ("1.0", "must return a dict or a list"),
     ],
 )
-def test_an_answer_the_worker_refuses_raises_its_message(answer: Any, match: Any) -> None:
+def test_an_answer_the_worker_refuses_raises_its_message(
+    answer: dict[str, Any] | list[dict[str, Any]] | str, match: str
+) -> None:
     with pytest.raises(ScoringError, match=match):
         score_trajectory_sync(Answers(answer=answer), OUTPUTS, SAMPLE)
 

@@ -96,7 +96,7 @@ ROUND_TRIP = [
 
 
 @pytest.mark.parametrize("text", ROUND_TRIP)
-def test_demo_round_trip(demo: FastTokenizer, text: Any) -> None:
+def test_demo_round_trip(demo: FastTokenizer, text: str) -> None:
     ids = demo.encode(text)
     assert all(isinstance(i, int) for i in ids)
     assert demo.decode(ids) == text

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from rewardq import defaults
@@ -62,7 +60,7 @@ def test_a_rate_of_one_never_raises() -> None:
         ("", "error"),
     ],
 )
-def test_error_reasons(message: Any, reason: Any) -> None:
+def test_error_reasons(message: str, reason: str) -> None:
     assert error_reason(message) == reason
 
 

@@ -7,11 +7,12 @@ Every reward is compared with what verl's own naive manager computes:
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 from verl.protocol import DataProto
 
 from rewardq.errors import ConfigError, ScoringError
@@ -48,7 +49,9 @@ def adapter(monkeypatch: pytest.MonkeyPatch, namespace: str, **env: str) -> Rewa
     return object.__new__(RewardqAgentLoopWorker)
 
 
-def trajectory(case: tuple, n_outputs: int, uid: str | None = None, index: int = 0):
+def trajectory(
+    case: tuple[str, str, str], n_outputs: int, uid: str | None = None, index: int = 0
+) -> tuple[list[AgentLoopOutput], dict[str, Any]]:
     data_source, truth, final = case
     earlier = [output(f"turn {i} " + "x" * (3 * i + 1), prompt="Q" * (i + 1)) for i in range(n_outputs - 1)]
     outputs = [*earlier, output(final, prompt="Question? " * n_outputs, tool="<tool>result</tool>" * (n_outputs > 1))]
@@ -109,7 +112,7 @@ async def test_error_results_score_zero_and_pass_verls_postprocess_in_any_order(
         AgentLoopWorker._postprocess(bare_verl_worker(), [internal(o.model_copy(deep=True)) for o in finals])
     # ... and passes, in every order, through the adapter's
     for order in itertools.permutations(finals):
-        batch = RewardqAgentLoopWorker._postprocess(
+        batch: Any = RewardqAgentLoopWorker._postprocess(  # verl's DataProto
             bare_verl_worker(), [internal(o.model_copy(deep=True)) for o in order]
         )
         rewards = batch.batch["rm_scores"].sum(-1).tolist()
@@ -203,6 +206,6 @@ def test_workers_here_run_tensordicts_public_path() -> None:
     # (the main run, on the newest tensordict, takes the fast path)
     import tensordict
 
-    assert tensordict.__version__.startswith("0.10")
+    assert (tensordict.__version__ or "").startswith("0.10")
     assert FAST_PATH is False
     assert TOK.decode(np.array(TOK.encode("#### 42")), skip_special_tokens=True) == "#### 42"

@@ -17,9 +17,11 @@ import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from rewardq.errors import ScoringError
 from rewardq.integrations.verl_media import wire_media, wire_raw_prompt
@@ -32,7 +34,7 @@ from tests.verl.data import output, row, verl_expected
 from tests.verl.test_adapter import adapter
 
 
-def picture(color=(200, 40, 40), size=(48, 32)) -> Image.Image:
+def picture(color: tuple[int, int, int] = (200, 40, 40), size: tuple[int, int] = (48, 32)) -> Image.Image:
     return Image.new("RGB", size, color)
 
 
@@ -42,7 +44,7 @@ def png_of(img: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def vl_trajectory(image: Image.Image, response: str, truth: str = "3"):
+def vl_trajectory(image: Image.Image, response: str, truth: str = "3") -> tuple[list[AgentLoopOutput], dict[str, Any]]:
     """A one-output geometry3k trajectory whose prompt holds ``image``, as verl's agent loop makes it."""
     out = output(response, prompt="<image>Find x.")
     out.multi_modal_data = {"images": [image]}

@@ -26,6 +26,7 @@ from verl.utils.reward_score import default_compute_score as verl_compute_score
 from rewardq.reward.codeexec.runtime import CodeRuntime
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.scoring import compute_score_async
+from tests.support.checks import detailed
 from tests.support.sandbox_standin import Standin
 from tests.verl.code_cases import CASES, CodeCase
 
@@ -63,7 +64,7 @@ async def _both(cases: list[CodeCase], settings: CodeExecSettings) -> tuple[list
             )
         finally:
             await runtime.close()
-        return list(await asyncio.gather(*theirs)), list(ours)
+        return list(await asyncio.gather(*theirs)), [detailed(o) for o in ours]
 
 
 def _assert_same(cases: list[CodeCase], theirs: list[float], ours: list[dict[str, Any]]) -> None:

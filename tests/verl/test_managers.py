@@ -142,7 +142,7 @@ def one_step_off_config(manager: str | None) -> Any:
 
 @pytest.mark.parametrize("manager", [MANAGER, None])
 def test_one_step_off_trainer_builds_the_manager_it_is_given(
-    monkeypatch: pytest.MonkeyPatch, real_tq: ModuleType, manager: Any
+    monkeypatch: pytest.MonkeyPatch, real_tq: ModuleType, manager: str | None
 ) -> None:
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
     from verl.experimental.one_step_off_policy import ray_trainer as one_step_off

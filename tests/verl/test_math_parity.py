@@ -50,7 +50,7 @@ def test_the_reference_is_verl_0_9_1() -> None:
 
 
 @pytest.mark.parametrize("data_source, solution, truth, expected", CASES)
-def test_known_answers_are_verls_and_ours(data_source: Any, solution: Any, truth: Any, expected: Any) -> None:
+def test_known_answers_are_verls_and_ours(data_source: str, solution: str, truth: Any, expected: Any) -> None:
     theirs = outcome(verl_score, data_source, solution, truth)
     assert theirs == expected_outcome(expected), "verl no longer gives the table's value"
     assert outcome(default_compute_score, data_source, solution, truth) == theirs
@@ -58,7 +58,7 @@ def test_known_answers_are_verls_and_ours(data_source: Any, solution: Any, truth
 
 @pytest.mark.parametrize("data_source, solution, truth, expected", SLOW_CASES)
 def test_a_sympy_timeout_gives_verls_score_after_verls_limit(
-    data_source: Any, solution: Any, truth: Any, expected: Any
+    data_source: str, solution: str, truth: Any, expected: Any
 ) -> None:
     t0 = time.monotonic()
     theirs = verl_score(data_source, solution, truth)
@@ -97,7 +97,7 @@ def combinations(seed: int, n: int) -> list[tuple[str, str]]:
 
 
 def test_seeded_combinations_score_the_same() -> None:
-    mismatches = []
+    mismatches: list[tuple[object, ...]] = []
     for i, (response, truth) in enumerate(combinations(seed=13, n=240)):
         data_source = GEO3K if i % 4 == 0 else NUMINA_SOURCES[i % len(NUMINA_SOURCES)]
         theirs = outcome(verl_score, data_source, response, truth)
@@ -107,7 +107,7 @@ def test_seeded_combinations_score_the_same() -> None:
 
 
 def test_seeded_combinations_grade_the_same_step_by_step() -> None:
-    mismatches = []
+    mismatches: list[tuple[object, ...]] = []
     for response, truth in combinations(seed=29, n=400):
         if verl_prime.match_answer(response)[1] != ours_prime.match_answer(response):
             mismatches.append(("match_answer", response))

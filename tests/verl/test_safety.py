@@ -148,7 +148,8 @@ async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch: pytes
     monkeypatch.setenv("REWARDQ_REDIS_URL", url)
     w.rewardq_scorer()  # the adapter reads the environment ...
     monkeypatch.delenv("REWARDQ_REDIS_URL")
-    hook = RewardqRewardManager(hook_config("/unused", "t-nowhere", redis_url=url), None)  # ... the hook its config
+    # ... the hook its config (verl hands no tokenizer to a reward manager it builds without a model)
+    hook = RewardqRewardManager(hook_config("/unused", "t-nowhere", redis_url=url), None)  # type: ignore[arg-type]
 
     async def through_adapter() -> None:
         outputs, kwargs = passing(0)

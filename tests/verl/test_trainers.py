@@ -82,11 +82,11 @@ def hook_run(
     _delete_namespace(REDIS_URL, ns)
 
 
-async def no_workers(self) -> None:
+async def no_workers(self: Any) -> None:
     self.agent_loop_workers = []
 
 
-def expected_info(outputs, kwargs) -> tuple[float, dict[str, Any]]:
+def expected_info(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     score, extra = verl_expected(outputs, kwargs)
     return score, {**extra, "reward_error": None}
 
@@ -225,7 +225,7 @@ async def test_fully_async_trainer_builds_its_reward_loop_from_the_config(
 
     built: list[Any] = []
 
-    def record(config, rm_resource_pool=None):
+    def record(config: Any, rm_resource_pool: Any = None) -> Any:
         built.append(config)
         return hook_run.manager  # the module's RewardLoopManager(config): the actors' names are taken
 

@@ -36,7 +36,7 @@ COMPOSED = [
 ]
 
 
-def compose(folder: str, name: str):
+def compose(folder: str, name: str) -> Any:
     """``name`` as verl's own entry point composes it (its defaults name paths relative to verl's parent)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
