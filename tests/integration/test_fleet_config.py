@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
-import redis
 
 from rewardq.consumers.fleet import FleetGate
 from rewardq.errors import RedisPermissionError, ScoringConflict
@@ -19,8 +20,10 @@ from rewardq.queue.connection import connect_async
 from rewardq.queue.fleet import RecordedScoring, recorded_scoring, replace_scoring
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.scoring_fingerprint import ScoringFingerprint
+from tests.support.cluster import LocalCluster
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
+from tests.support.sync_client import connect
 
 
 def _exit_and_log(w: WorkerProcess, timeout: float = 120) -> tuple[int, str]:
@@ -31,16 +34,16 @@ def _exit_and_log(w: WorkerProcess, timeout: float = 120) -> tuple[int, str]:
     return code, w.log()
 
 
-def _recorded(url: str, ns: str) -> dict:
-    r = redis.Redis.from_url(url)
+def _recorded(url: str, ns: str) -> dict[str, Any]:
+    r = connect(url)
     try:
         raw = r.hget(Keyspace(ns).meta, "scoring")
-        return json.loads(raw) if raw else {}
+        return dict(json.loads(raw)) if raw else {}
     finally:
         r.close()
 
 
-def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url, ns, tmp_path):
+def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url: str, ns: str, tmp_path: Path) -> None:
     # Given a naive worker serving the namespace
     first = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="naive-w", manager="naive")
     try:
@@ -70,7 +73,7 @@ def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url, ns,
         first.terminate()
 
 
-def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url, ns, tmp_path):
+def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url: str, ns: str, tmp_path: Path) -> None:
     # Given a naive worker serving the namespace
     old = WorkerProcess(
         redis_url, ns, cli=True, log_dir=tmp_path, name="old-w", manager="naive", heartbeat_interval=0.5
@@ -103,13 +106,13 @@ def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url, ns, 
             assert new.terminate() == 0, new.log()
 
 
-def test_an_old_worker_that_was_superseded_stops_with_exit_2(redis_url, ns, tmp_path):
+def test_an_old_worker_that_was_superseded_stops_with_exit_2(redis_url: str, ns: str, tmp_path: Path) -> None:
     # Given a naive worker, and a takeover that replaced the namespace's record behind its back
     # (as after a partition long enough for its heartbeat to lapse)
     w = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="stale", manager="naive", heartbeat_interval=0.5)
     try:
         assert w.wait_for_log("worker stale started", 120), w.log()
-        r = redis.Redis.from_url(redis_url)
+        r = connect(redis_url)
         r.hset(Keyspace(ns).meta, "scoring", json.dumps({"digest": "0" * 16, "config": "manager=dapo (new)"}))
         r.close()
         # Then it stops taking work and exits 2 saying why
@@ -120,7 +123,7 @@ def test_an_old_worker_that_was_superseded_stops_with_exit_2(redis_url, ns, tmp_
         w.kill()
 
 
-def _worker_as(srv: RedisServer, tmp_path, user: str, *rules: str) -> tuple[int, str]:
+def _worker_as(srv: RedisServer, tmp_path: Path, user: str, *rules: str) -> tuple[int, str]:
     admin = srv.client()
     admin.execute_command("ACL", "SETUSER", user, "on", f">{user}-pw", "~acl:*", "&*", *rules)
     admin.close()
@@ -145,7 +148,7 @@ def _one_permission_line(code: int, log: str, command: str, user: str) -> str:
     return line
 
 
-def test_a_user_without_a_command_the_worker_needs_is_refused_at_start(tmp_path):
+def test_a_user_without_a_command_the_worker_needs_is_refused_at_start(tmp_path: Path) -> None:
     with RedisServer(password="admin-pw") as srv:
         # without EVALSHA, a user who may run ACL DRYRUN (checked without running anything)
         _one_permission_line(*_worker_as(srv, tmp_path, "no-evalsha", "+@all", "-evalsha"), "EVALSHA", "no-evalsha")
@@ -167,7 +170,7 @@ def test_a_user_without_a_command_the_worker_needs_is_refused_at_start(tmp_path)
         admin.close()
 
 
-async def test_both_ways_of_checking_find_the_same_refusal(tmp_path):
+async def test_both_ways_of_checking_find_the_same_refusal(tmp_path: Path) -> None:
     # ACL DRYRUN when the user may run it, harmless tries when not: each names the refused command
     with RedisServer(password="admin-pw") as srv:
         admin = srv.client()
@@ -193,8 +196,8 @@ async def test_both_ways_of_checking_find_the_same_refusal(tmp_path):
         admin.close()
 
 
-async def test_the_check_runs_on_redis_cluster(redis_cluster):
-    nodes = [redis.Redis(host="127.0.0.1", port=p) for p in redis_cluster.ports]
+async def test_the_check_runs_on_redis_cluster(redis_cluster: LocalCluster) -> None:
+    nodes = [connect(f"redis://127.0.0.1:{p}/0") for p in redis_cluster.ports]
     for node in nodes:
         node.execute_command("ACL", "SETUSER", "cl-noevalsha", "on", ">pw", "~acl:*", "&*", "+@all", "-acl", "-evalsha")
         node.execute_command("ACL", "SETUSER", "cl-full", "on", ">pw", "~acl:*", "&*", "+@all", "-acl")
@@ -214,14 +217,16 @@ async def test_the_check_runs_on_redis_cluster(redis_cluster):
             node.close()
 
 
-async def test_takeover_gates_of_one_configuration_agree_and_a_stale_one_replaces_nothing(redis_url, ns):
+async def test_takeover_gates_of_one_configuration_agree_and_a_stale_one_replaces_nothing(
+    redis_url: str, ns: str
+) -> None:
     client = connect_async(redis_url)
     ks = Keyspace(ns)
     old, new = ScoringFingerprint("a" * 16, "manager=naive"), ScoringFingerprint("b" * 16, "manager=dapo")
     try:
         assert await FleetGate(client, ks, old).join()
         # a live worker of the old configuration holds the takeover back
-        await client.hset(ks.worker("old-1"), mapping={"scoring": old.digest, "last_beat": "1"})
+        await client.hset(ks.worker("old-1"), mapping={"scoring": old.digest, "last_beat": "1"})  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
         await client.zadd(ks.workers, {"old-1": 1})
         gates = [FleetGate(client, ks, new, takeover=True, poll=0.05) for _ in range(3)]
         waiting = [asyncio.create_task(g.join()) for g in gates]
@@ -241,7 +246,7 @@ async def test_takeover_gates_of_one_configuration_agree_and_a_stale_one_replace
         with pytest.raises(ScoringConflict, match=r"manager=dapo.*manager=naive"):
             await FleetGate(client, ks, old).join()
         # a takeover gate asked to stop while it waits gives up without recording
-        await client.hset(ks.worker("new-1"), mapping={"scoring": new.digest, "last_beat": "1"})
+        await client.hset(ks.worker("new-1"), mapping={"scoring": new.digest, "last_beat": "1"})  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
         await client.zadd(ks.workers, {"new-1": 1})
         stop = asyncio.Event()
         gate = FleetGate(client, ks, old, takeover=True, stopping=stop.is_set, poll=0.05)

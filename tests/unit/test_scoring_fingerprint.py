@@ -6,6 +6,7 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def _reward_file(folder: Path, body: str = "return 1.0") -> Path:
     return path
 
 
-def test_same_config_same_fingerprint_whatever_differs_between_processes_of_one_fleet(tmp_path):
+def test_same_config_same_fingerprint_whatever_differs_between_processes_of_one_fleet(tmp_path: Path) -> None:
     a = _reward_file(tmp_path / "node-a")
     b = _reward_file(tmp_path / "node-b")  # the same file in another folder (a Ray worker's own copy)
     one = scoring_fingerprint(_cfg(reward_fn=str(a), name="w1", metrics_port=9001, namespace="x"), TOK)
@@ -39,7 +40,7 @@ def test_same_config_same_fingerprint_whatever_differs_between_processes_of_one_
     assert str(tmp_path) not in one.text and "w1" not in one.text
 
 
-def test_stable_across_processes(tmp_path):
+def test_stable_across_processes(tmp_path: Path) -> None:
     path = _reward_file(tmp_path)
     code = (
         "from rewardq.config import WorkerConfig\n"
@@ -76,7 +77,7 @@ def test_stable_across_processes(tmp_path):
         {"reward_fn": "rewardq.reward.scoring.gsm8k:compute_score"},
     ],
 )
-def test_each_part_changes_it(change):
+def test_each_part_changes_it(change: dict[str, Any]) -> None:
     base = scoring_fingerprint(_cfg(), TOK)
     other = scoring_fingerprint(dataclasses.replace(_cfg(), **change), TOK)
     assert other.digest != base.digest
@@ -85,7 +86,7 @@ def test_each_part_changes_it(change):
     assert shown.get(key, "gsm8k") in other.text, other.text
 
 
-def test_reward_file_content_function_name_and_tokenizer_change_it(tmp_path):
+def test_reward_file_content_function_name_and_tokenizer_change_it(tmp_path: Path) -> None:
     path = _reward_file(tmp_path)
     before = scoring_fingerprint(_cfg(reward_fn=str(path)), TOK)
     assert "reward.py:compute_score@sha256=" in before.text
@@ -97,7 +98,7 @@ def test_reward_file_content_function_name_and_tokenizer_change_it(tmp_path):
     assert scoring_fingerprint(_cfg(reward_fn=str(path)), TOK).digest != before.digest
 
 
-def test_secrets_are_masked_and_do_not_change_it():
+def test_secrets_are_masked_and_do_not_change_it() -> None:
     one = scoring_fingerprint(_cfg(manager_options={"api_key": "sk-one", "url": "http://judge"}), TOK)
     two = scoring_fingerprint(_cfg(manager_options={"api_key": "sk-two", "url": "http://judge"}), TOK)
     assert one == two
@@ -105,7 +106,7 @@ def test_secrets_are_masked_and_do_not_change_it():
     assert scoring_fingerprint(_cfg(manager_options={"api_key": "k", "url": "http://other"}), TOK) != one
 
 
-def test_every_command_the_worker_sends_has_a_harmless_probe():
+def test_every_command_the_worker_sends_has_a_harmless_probe() -> None:
     commands = worker_commands()
     assert {"EVALSHA", "XCLAIM", "XREADGROUP", "HSET", "SCRIPT LOAD", "RENAME", "ZRANGEBYSCORE"} <= set(commands)
     for command in commands:
