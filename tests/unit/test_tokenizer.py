@@ -15,13 +15,13 @@ import torch
 
 from rewardq.errors import ConfigError
 from rewardq.reward import tokenizer as tokmod
+from rewardq.reward.chat_template import render_chatml
 from rewardq.reward.tokenizer import (
     DEMO_PATH,
     FastTokenizer,
     Tokenizer,
     TransformersTokenizer,
     load_tokenizer,
-    render_chatml,
 )
 from tools.make_demo_tokenizer import SPECIAL_TOKENS, build_json
 
