@@ -132,6 +132,11 @@ class WorkerConfig:
         "Where a sync --reward-fn runs: scorer processes, threads, or inline (trusted, cheap code only).",
         choices=defaults.REWARD_FN_PLACEMENTS,
     )
+    takeover: bool = setting(
+        defaults.TAKEOVER,
+        "Rolling upgrade: when the namespace records another scoring configuration, wait until no live "
+        "worker runs it, then record this one (without it such a worker refuses to start).",
+    )
     scorer_processes: int | None = setting(
         defaults.SCORER_PROCESSES, "Scorer processes per function.", above=0, shown_default="one per core, at least 2"
     )

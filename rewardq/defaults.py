@@ -90,6 +90,13 @@ MAX_DELIVERIES = 5
 LEASE_SECONDS = 30.0
 #: Seconds between worker heartbeats (and lease renewals).
 HEARTBEAT_INTERVAL = 2.0
+#: Whether a worker whose scoring configuration differs from the one its namespace records takes the
+#: namespace over (a rolling upgrade: it waits until no live worker runs the recorded one, then
+#: records its own) instead of refusing to start.
+TAKEOVER = False
+#: Seconds between a waiting ``--takeover`` worker's looks at the live workers (and its log lines).
+TAKEOVER_POLL = 1.0
+TAKEOVER_LOG_EVERY = 10.0
 #: Seconds between maintenance passes (reclaim, expiry of incomplete trajectories).
 MAINTENANCE_INTERVAL = 5.0
 #: Seconds a trajectory may wait for its missing outputs before every key gets an error.

@@ -15,6 +15,11 @@ class ConfigError(RewardqError):
     """A setting is missing or wrong. The message names the setting."""
 
 
+class ScoringConflict(ConfigError):
+    """The namespace records another scoring configuration than this worker's (exit code 2): run the
+    two side by side on two namespaces, or replace the recorded one with ``--takeover``."""
+
+
 class MissingExtra(ConfigError):
     """An install extra a command needs is missing (``worker``; ``vision`` for images): the core
     install is the producer side only. Raised at start-up or on the record that needs it."""

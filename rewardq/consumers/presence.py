@@ -37,6 +37,7 @@ class Presence:
         self.stats = stats
         self.in_flight = in_flight
         self.started_at = time.time()
+        self.scoring = ""  # the digest of the worker's scoring configuration (rewardq.consumers.fleet)
         self._recent: deque[tuple[float, float, int]] = deque(maxlen=4096)  # (time, latency_ms, outputs)
         self._sources: deque[tuple[float, str, float]] = deque(maxlen=4096)  # (time, data source, seconds)
 
@@ -79,6 +80,7 @@ class Presence:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "manager": self.manager_name,
+            "scoring": self.scoring,
             "started_at": f"{self.started_at:.3f}",
             "rate": round(len(window) / 10.0, 3),
             "outputs_rate": round(sum(window) / 10.0, 3),

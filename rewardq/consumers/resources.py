@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.metrics import WorkerMetrics
+from rewardq.queue.access import check_worker_access
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import is_cluster_client, refusals_named
 from rewardq.queue.keys import Keyspace
@@ -31,10 +32,12 @@ logger = logging.getLogger("rewardq.worker")
 async def open_broker(client: AsyncRedis, cfg: WorkerConfig, worker_name: str) -> StreamBroker:
     """The worker's broker on the pipeline's shards, with every shard's consumer group created.
 
-    A Redis user that lacks a permission gets the error naming it (:func:`refusals_named`).
+    A Redis user that lacks a permission the worker needs gets the error naming it, before anything
+    is written (:func:`~rewardq.queue.access.check_worker_access`, :func:`refusals_named`).
     """
     probe = Keyspace(cfg.namespace, 1, cfg.group)
     with refusals_named(cfg.namespace, cfg.redis_url):
+        await check_worker_access(client, probe, cfg.redis_url)
         shards = await ensure_meta(client, probe, cfg.shards)
         # the settings declared passed_to="broker" (result_ttl, lease_seconds, ...), by name
         broker = StreamBroker(

@@ -2,7 +2,9 @@
 
 One worker is one asyncio process. Its life, top to bottom (:meth:`Worker.run`):
 
-1. ``start``      connect, agree on shards, create groups, set up the manager;
+1. ``start``      connect, check the Redis user's permissions, agree on shards, create groups,
+                  build the manager, hold to the namespace's scoring configuration
+                  (:mod:`rewardq.consumers.fleet`), set the manager up;
 2. ``serve``      reader tasks pull batches with XREADGROUP and hand them to ``handle``;
                   background tasks beat the heart (and renew leases) and do maintenance
                   (reclaim idle entries of dead workers, end incomplete trajectories);
@@ -44,6 +46,7 @@ from rewardq.consumers.assembly import assemble
 from rewardq.consumers.batch import check_batch_bytes
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
+from rewardq.consumers.fleet import FleetGate
 from rewardq.consumers.inflight import InFlight, InFlightTable
 from rewardq.consumers.intake import Intake
 from rewardq.consumers.metrics import Metrics, NoMetrics
@@ -54,7 +57,7 @@ from rewardq.consumers.quarantine import Quarantine, crash_reason
 from rewardq.consumers.reader import StreamReader, read_groups
 from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
 from rewardq.consumers.scorer import TrajectoryScorer
-from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
+from rewardq.errors import RecordError, ScoringConflict, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.logs import startup_step
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async, redact_url
@@ -65,6 +68,7 @@ from rewardq.queue.results import EncodedResults
 from rewardq.queue.states import DeadLetterKind
 from rewardq.reward.base import RewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
+from rewardq.reward.scoring_fingerprint import scoring_fingerprint
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
@@ -118,6 +122,9 @@ class Worker:
         self.vocab_size: int | None = None
         self.tokenizer_fingerprint: str | None = None
         self.metrics_port: int | None = None
+        self.gate: FleetGate | None = None
+        self.ready = False  # started up and serving (start() finished every step)
+        self.superseded: str | None = None  # why the namespace's scoring configuration is no longer ours
 
     @property
     def in_flight(self) -> dict[str, InFlight]:
@@ -145,9 +152,12 @@ class Worker:
             StopSignals(asyncio.get_running_loop(), self.request_stop, deadline=deadline, exit_code=exit_code).install()
         try:
             await self.start()
-            if freeze_heap:
-                freeze_startup_heap()
-            await self.serve()
+            if self.ready:
+                if freeze_heap:
+                    freeze_startup_heap()
+                await self.serve()
+            if self.superseded is not None:
+                raise ScoringConflict(f"worker {self.name} stopped: {self.superseded}")
             failed = False
         finally:
             await self.stop()
@@ -166,25 +176,76 @@ class Worker:
             self.flights.capacity.set()
 
     async def start(self) -> None:
-        """Connect, agree on shards, create the groups, set up the manager and the collaborators."""
-        cfg = self.cfg
+        """Start up, step by step, and set :attr:`ready`; a stop asked for before the worker could serve
+        (a ``--takeover`` worker still waiting for the old ones) leaves it unset."""
         limit_torch_threads()
+        await self._connect()
+        self._build_manager()
+        if not await self._join_fleet():
+            return
+        await self._set_up_manager()
+        self._build_collaborators()
+        await self._beat()
+        self._announce()
+        self.ready = True
+
+    def _announce(self) -> None:
+        cfg = self.cfg
+        assert self.broker is not None
+        logger.info(
+            "worker %s started: redis=%s namespace=%s shards=%d group=%s manager=%s concurrency=%d scoring=%s",
+            self.name,
+            redact_url(cfg.redis_url),
+            cfg.namespace,
+            self.broker.ks.shards,
+            cfg.group,
+            cfg.manager,
+            cfg.concurrency,
+            self.presence.scoring,
+        )
+
+    async def _connect(self) -> None:
+        """Connect, check the Redis user's permissions, agree on shards, create the groups."""
         if self._client is None:
-            self._client = connect_async(cfg.redis_url, cluster=cfg.cluster, scripts_once=True)
-        self.broker = broker = await open_broker(self._client, cfg, self.name)
+            self._client = connect_async(self.cfg.redis_url, cluster=self.cfg.cluster, scripts_once=True)
+        self.broker = broker = await open_broker(self._client, self.cfg, self.name)
         self.ks = broker.ks
         self.commits = CommitCoalescer(broker)
         self.quarantine = Quarantine(broker)
+
+    def _build_manager(self) -> None:
+        """The manager and tokenizer the config names (unless given), and the tokenizer's fingerprint."""
         if self.manager is None:
-            self.manager, self.tokenizer = build_manager(cfg, self._client, self.name)
+            assert self._client is not None
+            self.manager, self.tokenizer = build_manager(self.cfg, self._client, self.name)
         self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
         self.tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
+
+    async def _join_fleet(self) -> bool:
+        """Hold to the scoring configuration the namespace records (:mod:`rewardq.consumers.fleet`)."""
+        assert self.ks is not None and self._client is not None
+        mine = scoring_fingerprint(self.cfg, self.tokenizer_fingerprint)
+        self.presence.scoring = mine.digest
+        self.gate = FleetGate(self._client, self.ks, mine, takeover=self.cfg.takeover, stopping=self._stopping.is_set)
+        with startup_step(logger, "agreeing on the namespace's scoring configuration"):
+            return await self.gate.join()
+
+    async def _set_up_manager(self) -> None:
+        """Set up the manager, start its scorer processes, serve the metrics."""
+        assert self.manager is not None
+        cfg = self.cfg
         with startup_step(logger, f"setting up the {cfg.manager} manager"):
             await self.manager.setup()
         with startup_step(logger, "starting the scorer processes"):
             await self.manager.prepare_scoring()
         if not self._metrics_given and cfg.metrics_port is not None:
+            assert self.ks is not None and self._client is not None
             self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port, self._client, self.ks)
+
+    def _build_collaborators(self) -> None:
+        """Dead letters, intake and the trajectory scorer."""
+        assert self.broker is not None and self.manager is not None
+        cfg, broker = self.cfg, self.broker
         self.failures = FailureHandler(
             broker,
             worker_name=self.name,
@@ -213,17 +274,6 @@ class Worker:
             timeout=cfg.score_timeout,
             max_result_bytes=cfg.max_result_bytes,
             stopping=self._stopping.is_set,
-        )
-        await self._beat()
-        logger.info(
-            "worker %s started: redis=%s namespace=%s shards=%d group=%s manager=%s concurrency=%d",
-            self.name,
-            redact_url(cfg.redis_url),
-            cfg.namespace,
-            broker.ks.shards,
-            cfg.group,
-            cfg.manager,
-            cfg.concurrency,
         )
 
     async def serve(self) -> None:
@@ -432,6 +482,11 @@ class Worker:
         if self.in_flight:
             await self.broker.renew(self.flights.held())
         self.metrics.in_flight(len(self.in_flight))
+        if self.gate is not None and self.superseded is None:
+            self.superseded = await self.gate.superseded()
+            if self.superseded is not None:
+                logger.error("worker %s superseded: %s", self.name, self.superseded)
+                self.request_stop("superseded")
 
     async def maintain(self) -> None:
         """Reclaim idle entries of dead workers and end trajectories that waited too long."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.queue.deadletters import DeadLetters
+from rewardq.queue.fleet import recorded_scoring_sync
 from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.reads import (
@@ -38,9 +39,11 @@ def pipeline_status(
     workers = workers_status(r, ks, now)
     shards = [shard_status(r, ks, s) for s in range(ks.shards)]
     backlog = backlog_status(shards, workers)
+    recorded = recorded_scoring_sync(r, ks)
     return {
         "namespace": ks.namespace,
         "group": ks.group,
+        "scoring": {"digest": recorded.digest, "config": recorded.config} if recorded is not None else None,
         "shards": shards,
         "backlog": backlog,
         "backlog_seconds": backlog["seconds"],

@@ -142,6 +142,14 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
         )
     elif not st["workers"]:
         say("warning", f"no live worker on namespace {ns!r} (nothing is waiting)")
+    recorded = (st.get("scoring") or {}).get("digest")
+    others = sorted(w["name"] for w in st["workers"] if recorded and w.get("scoring") not in (None, "", recorded))
+    if others:
+        say(
+            "warning",
+            f"live worker(s) {', '.join(others)} run another scoring configuration than the namespace "
+            "records: a --takeover ends with them (see docs/operations.md, one namespace, one scoring configuration)",
+        )
     orphans = {o["name"]: o["pending"] for sh in st["shards"] for o in sh.get("owners", []) if not o["alive"]}
     if orphans:
         shown = ", ".join(f"{n} ({p})" for n, p in sorted(orphans.items()))
@@ -228,6 +236,8 @@ def render_status(
         f" on {st['redis_url']} (group {st['group']}, {st['shard_count']} shard(s))",
     )
     parts.append(head)
+    if st.get("scoring"):
+        parts.append(Text(f"scoring configuration {st['scoring']['digest']}: {st['scoring']['config']}", "dim"))
 
     shard_rows = []
     for sh in st["shards"]:

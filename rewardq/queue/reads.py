@@ -176,6 +176,7 @@ def workers_status(r: SyncRedis, ks: Keyspace, now: float | None = None) -> list
                 "rate_per_s": _f(d.get("rate")),
                 "outputs_per_s": _outputs_rate(d.get("outputs_rate"), d.get("rate")),
                 "manager": d.get("manager", ""),
+                "scoring": d.get("scoring", ""),
                 "uptime_s": round(now - _f(d.get("started_at"), now), 1),
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
                 "code": _json_dict(d.get("code")),

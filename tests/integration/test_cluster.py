@@ -29,6 +29,7 @@ from rewardq import AsyncRewardClient, RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace
+from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.checks import must
 from tests.support.cli_procs import REPO, worker_argv
 from tests.support.cluster import ClusterStartError, LocalCluster
@@ -250,8 +251,14 @@ async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_o
         t_cli = time.perf_counter() - t_cli
         # When 1,000 trajectories of 1-8 outputs are pushed through redis+cluster:// and awaited
         t0 = time.perf_counter()
-        async with running_workers(
-            cns, url, [LengthManager(None), LengthManager(None)], shards=SHARDS, batch_size=32
+        async with running_workers(  # the CLI worker's scoring configuration (one namespace, one configuration)
+            cns,
+            url,
+            [LengthManager(None), LengthManager(None)],
+            shards=SHARDS,
+            batch_size=32,
+            manager="tests.support.managers:LengthManager",
+            tokenizer=load_tokenizer("builtin:demo"),
         ) as workers:
             keys = await asyncio.to_thread(push)
             t_push = time.perf_counter() - t0

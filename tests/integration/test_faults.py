@@ -161,7 +161,8 @@ async def _rescue(
     settings: dict[str, Any] = {k: v for k, v in FAST.items() if k != "manager"}
     workers = [
         Worker(
-            WorkerConfig(redis_url=url, namespace=names[p], name=f"rescuer-{p}", **settings).validate(),
+            # another scoring configuration than the dead workers': it takes over once their heartbeats lapse
+            WorkerConfig(redis_url=url, namespace=names[p], name=f"rescuer-{p}", takeover=True, **settings).validate(),
             manager=EchoManager(),
         )
         for p in names

@@ -125,8 +125,14 @@ def test_a_trajectory_whose_worker_died_says_so_when_it_runs_out_of_deliveries(
     try:
         wait_for(lambda: any(marks.iterdir()), 120, "the worker to start scoring")
         doomed.kill()  # the worker dies while scoring: its attempt never reports back
-        heir = WorkerProcess(
-            redis_url, ns, log_dir=tmp_path, manager="tests.support.managers:EchoManager", max_deliveries=1, **fast
+        heir = WorkerProcess(  # the same scoring configuration (one namespace, one configuration)
+            redis_url,
+            ns,
+            log_dir=tmp_path,
+            manager="tests.support.managers:EchoManager",
+            manager_options={"sleep": 60, "mark_dir": str(marks)},
+            max_deliveries=1,
+            **fast,
         )
         try:
             got = client.wait_rewards(keys, timeout=120)

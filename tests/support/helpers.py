@@ -34,11 +34,21 @@ def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
 
 @contextlib.asynccontextmanager
 async def running_workers(
-    ns: str, url: str, managers: Sequence[RewardManager], *, name_prefix: str = "w", **kw: Any
+    ns: str,
+    url: str,
+    managers: Sequence[RewardManager],
+    *,
+    name_prefix: str = "w",
+    tokenizer: Any = None,
+    **kw: Any,
 ) -> AsyncIterator[list[Worker]]:
-    """Start one in-process worker per manager (named ``w0``, ``w1``, ...); stop them all on exit."""
+    """Start one in-process worker per manager (named ``w0``, ``w1``, ...); stop them all on exit.
+
+    Beside worker processes of one namespace they must declare the same scoring configuration: the
+    same ``manager`` spec (the manager objects do not count) and ``tokenizer`` (an object)."""
     workers = [
-        Worker(worker_config(ns, url, name=f"{name_prefix}{i}", **kw), manager=m) for i, m in enumerate(managers)
+        Worker(worker_config(ns, url, name=f"{name_prefix}{i}", **kw), manager=m, tokenizer=tokenizer)
+        for i, m in enumerate(managers)
     ]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
