@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from rewardq.producers.client import RewardClient
     from rewardq.producers.core import ClientSettings
     from rewardq.queue.results import RewardResult
-    from rewardq.queue.states import DeadLetterKind, ResultStatus
+    from rewardq.queue.states import DeadLetterKind, FailureKind, ResultStatus
 
 __version__ = "0.1.0"
 
@@ -55,6 +55,7 @@ _EXPORTS = {
     "RewardResult": "rewardq.queue.results",
     "ResultStatus": "rewardq.queue.states",
     "DeadLetterKind": "rewardq.queue.states",
+    "FailureKind": "rewardq.queue.states",
     "RewardqError": "rewardq.errors",
     "ConfigError": "rewardq.errors",
     "RecordError": "rewardq.errors",
@@ -74,6 +75,7 @@ __all__ = [
     "ClientSettings",
     "ConfigError",
     "DeadLetterKind",
+    "FailureKind",
     "PutError",
     "RecordError",
     "RedisConnectionLost",

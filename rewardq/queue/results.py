@@ -18,7 +18,7 @@ from typing import Any
 
 from rewardq.errors import ResultError
 from rewardq.queue.extra_info import encode_extra_info
-from rewardq.queue.states import ResultStatus
+from rewardq.queue.states import FailureKind, ResultStatus
 from rewardq.queue.text import reason_text, utf8
 
 #: The two statuses by their older names (:class:`~rewardq.queue.states.ResultStatus`).
@@ -48,6 +48,8 @@ class RewardResult:
         reward_extra_info: the manager's extra metrics (``acc``, ``pred``, ...); for
             errors ``{"error": reason}`` so downstream filters never meet a missing dict.
         error: why scoring failed, None when ok.
+        failure_kind: what kind of failure an error is (:class:`~rewardq.queue.states.FailureKind`),
+            None when ok.
     """
 
     key: str
@@ -59,6 +61,7 @@ class RewardResult:
     manager: str = ""
     scored_at: float = 0.0
     latency_ms: float | None = None
+    failure_kind: FailureKind | None = None
 
     @property
     def ok(self) -> bool:
@@ -110,6 +113,7 @@ class RewardResult:
             manager=d.get("manager", ""),
             scored_at=float(d.get("scored_at") or 0.0),
             latency_ms=float(latency) if latency else None,
+            failure_kind=_failure_kind(d.get("failure_kind")),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -123,6 +127,7 @@ class RewardResult:
             "manager": self.manager,
             "scored_at": self.scored_at,
             "latency_ms": self.latency_ms,
+            "failure_kind": self.failure_kind,
         }
 
 
@@ -132,6 +137,14 @@ def _status(text: str | None) -> str:
         return ResultStatus(text or ResultStatus.ERROR)
     except ValueError:
         return str(text)
+
+
+def _failure_kind(text: str | None) -> FailureKind | None:
+    """A stored ``failure_kind`` as its :class:`FailureKind` (None when empty or unknown)."""
+    try:
+        return FailureKind(text) if text else None
+    except ValueError:
+        return None
 
 
 def same_fields(a: RewardResult, b: RewardResult) -> bool:
@@ -146,6 +159,7 @@ def same_fields(a: RewardResult, b: RewardResult) -> bool:
         and a.manager == b.manager
         and a.scored_at == b.scored_at
         and a.latency_ms == b.latency_ms
+        and a.failure_kind == b.failure_kind
     )
 
 

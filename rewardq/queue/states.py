@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["ResultStatus", "DeadLetterKind"]
+__all__ = ["DeadLetterKind", "FailureKind", "ResultStatus"]
 
 
 class _Text(str, Enum):
@@ -29,6 +29,29 @@ class ResultStatus(_Text):
     OK = "ok"
     #: not scored: ``error`` says why, ``reward_extra_info`` is ``{"error": reason}``.
     ERROR = "error"
+
+
+class FailureKind(_Text):
+    """What kind of failure an error result is (its ``failure_kind`` field; empty when ``ok``).
+
+    The trainer side decides by it: a ``config`` failure stops the run at once, a ``transient``
+    one is retried in place until ``retry_for`` runs out, and none of them is ever a reward.
+    A wrong answer is never a failure: a program that crashes, a response with no parsable
+    answer or a judge saying "bad" are rewards.
+    """
+
+    #: infrastructure that may recover: a judge or reward-model endpoint answering 429/5xx or
+    #: timing out, SandboxFusion unavailable, a lost connection, a worker that died.
+    TRANSIENT = "transient"
+    #: the scorer ran past its budget (``score_timeout``) on this response.
+    TIMEOUT = "timeout"
+    #: the reward function or the manager raised.
+    SCORER = "scorer"
+    #: the fleet cannot score this at all as configured: an unknown data source, a missing
+    #: extra, a tokenizer mismatch, code isolation unavailable, a judge answering 401/404.
+    CONFIG = "config"
+    #: the record itself broke a bound or did not decode.
+    INPUT = "input"
 
 
 class DeadLetterKind(_Text):
