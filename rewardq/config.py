@@ -246,11 +246,17 @@ class WorkerConfig:
     # bookkeeping, not settings: keys of the config file rewardq does not use, and where each value came from
     unused_keys: list[str] = field(default_factory=list, repr=False, compare=False)
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    config_file: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def settings(cls) -> dict[str, Setting]:
         """Every declared setting, by name, in declaration order."""
         return settings_of(cls)
+
+    def secret_files(self) -> tuple[str, ...]:
+        """The files holding this worker's secrets: the Redis URL file, and the config file (it may
+        hold a password). No sandboxed program may read them (docs/code-execution.md)."""
+        return tuple(p for p in (self.redis_url_file, self.config_file) if p)
 
     def arguments_for(self, component: str) -> dict[str, Any]:
         """The settings declared ``passed_to=component``, as that component's keyword arguments."""
@@ -317,6 +323,7 @@ class WorkerConfig:
         cfg = cls(**layers.values)
         cfg.sources = {name: layers.sources.get(name, "default") for name in known}
         cfg.unused_keys = unused
+        cfg.config_file = config_file
         if cfg.redis_url_file and not cfg.sources["redis_url"].startswith("flag"):
             cfg.redis_url = read_url_file(cfg.redis_url_file)
             cfg.sources["redis_url"] = f"redis_url_file {cfg.redis_url_file}"

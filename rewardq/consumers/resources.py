@@ -57,6 +57,7 @@ def build_manager(cfg: WorkerConfig, client: AsyncRedis, worker_name: str) -> tu
         worker_name=worker_name,
         cluster=is_cluster_client(client),
         result_ttl=cfg.result_ttl,
+        secret_files=cfg.secret_files(),
     )
     return build_from_config(cfg, ctx)
 

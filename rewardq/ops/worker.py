@@ -163,7 +163,13 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     with startup_step(logger, f"connecting to Redis at {redact_url(cfg.redis_url)}"):
         wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
     cluster = split_cluster(cfg.redis_url, cfg.cluster)[1]
-    ctx = ManagerContext(redis_url=cfg.redis_url, namespace=cfg.namespace, worker_name=cfg.name, cluster=cluster)
+    ctx = ManagerContext(
+        redis_url=cfg.redis_url,
+        namespace=cfg.namespace,
+        worker_name=cfg.name,
+        cluster=cluster,
+        secret_files=cfg.secret_files(),
+    )
     with startup_step(logger, f"building the {cfg.manager} manager"):
         manager, tokenizer = build_from_config(cfg, ctx, tokenizer)
     ctx.code_runtime().announce()  # the rlimits warning, or that code will be refused, at every start

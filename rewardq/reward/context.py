@@ -29,6 +29,8 @@ class ManagerContext:
         code_stats: code-execution counters per data source (``rewardq status``, ``/metrics``).
         result_ttl: seconds results live in Redis (0: for ever); LLM-judge answers are kept as long.
         judge_stats: LLM-judge counters per model (``/metrics``; see :mod:`rewardq.reward.judge`).
+        secret_files: the worker's secret files (Redis URL file, config file): no sandboxed program
+            may read them (see :class:`~rewardq.reward.codeexec.sandbox.LocalSandbox`).
     """
 
     redis_url: str | None = None
@@ -41,6 +43,7 @@ class ManagerContext:
     code_stats: CodeStats = field(default_factory=CodeStats)
     result_ttl: float = defaults.RESULT_TTL
     judge_stats: JudgeStats = field(default_factory=JudgeStats)
+    secret_files: tuple[str, ...] = ()
     _code_runtime: Any = field(default=None, init=False, repr=False)
 
     def code_runtime(self) -> Any:
@@ -55,6 +58,7 @@ class ManagerContext:
                 namespace=self.namespace,
                 cluster=self.cluster,
                 worker_name=self.worker_name,
+                secret_files=self.secret_files,
             )
         return self._code_runtime
 

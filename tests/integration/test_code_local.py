@@ -7,6 +7,7 @@ import asyncio
 import glob
 import json
 import logging
+import os
 import subprocess
 import sys
 from typing import Any
@@ -16,6 +17,7 @@ from tensordict import TensorDict
 
 from rewardq.errors import CodeSandboxError
 from rewardq.reward.codeexec.cases import prime_module_source
+from rewardq.reward.codeexec.harness_fs import closed_folder, interpreter_prefixes
 from rewardq.reward.codeexec.runtime import CodeRuntime
 from rewardq.reward.codeexec.sandbox import HARNESS, LocalSandbox, Program, RunSpec, parse_report
 from rewardq.reward.codeexec.settings import CodeExecSettings
@@ -48,7 +50,12 @@ async def _score_all(runtime: CodeRuntime) -> dict[str, dict[str, Any]]:
     return dict(zip(PROGRAMS, (detailed(r) for r in results)))
 
 
-@pytest.mark.parametrize("isolation", ["namespaces", "rlimits"])
+# rlimits as root needs an interpreter other users can read: tests/integration/test_code_modes.py
+# runs it through worker processes that see one; here the interpreter may sit under a 0700 home
+RLIMITS_HERE = ["rlimits"] if os.geteuid() != 0 or not any(map(closed_folder, interpreter_prefixes())) else []
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", *RLIMITS_HERE])
 async def test_both_isolation_modes_score_alike_and_leave_nothing_behind(
     isolation: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -119,3 +126,20 @@ def test_a_runner_that_cannot_isolate_itself_is_a_sandbox_error_not_a_score() ->
     # Then the report says the sandbox failed (the worker gives an error result, not a reward)
     with pytest.raises(CodeSandboxError, match="could not isolate a program: FileNotFoundError"):
         parse_report(done.stdout, done.stderr, done.returncode, 1)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not any(map(closed_folder, interpreter_prefixes())),
+    reason="needs root and an interpreter under a folder other users cannot enter (pyenv in /root)",
+)
+async def test_rlimits_as_root_refuses_an_interpreter_its_programs_cannot_read() -> None:
+    # Given rlimits as root, with this interpreter under a 0700 folder (the programs' uid cannot read it)
+    runtime = CodeRuntime(CodeExecSettings(code_local_isolation="rlimits", **FAST))
+    # When a correct program that imports a module from the library's files arrives
+    with pytest.raises(CodeSandboxError) as refused:
+        await compute_score_async("taco", "import array\nprint(int(input()) ** 2)", SQUARES, code_runtime=runtime)
+    # Then it is refused (an error result, never a 0.0) naming the folder and the fixes
+    closed = next(c for c in map(closed_folder, interpreter_prefixes()) if c)
+    for text in (f"{closed} is closed to other users", "install the interpreter", "sandbox_fusion_url"):
+        assert text in str(refused.value)
+    await runtime.close()

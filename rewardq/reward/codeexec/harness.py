@@ -141,7 +141,7 @@ def _isolate_runner(job: dict[str, Any], run: dict[str, Any], keep: tuple[int, .
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversize write raises OSError instead of killing
     confined = ["seccomp"]
     if job["isolation"] == "rlimits":
-        abi = guard.restrict_paths(job["read_paths"], [workdir])
+        abi = guard.restrict_paths([*job["read_paths"], *job["library"]], [workdir])
         confined.append(f"landlock {abi}" if abi else "no landlock")
     guard.filter.load()
     return ", ".join(confined)
@@ -412,7 +412,9 @@ def _prepare(job: dict[str, Any]) -> tuple[str, Any, Any]:
     guard.filter = guard.SyscallFilter()
     # run-queue waits are read from /proc, which shows only the job's own processes with namespaces
     clock = cgroup_mod.JobClock(cgroup["cpu_usage"] if cgroup and job["isolation"] == "namespaces" else None)
-    workdir = _sibling("harness_fs").build_filesystem(job) if job["isolation"] == "namespaces" else job["workdir"]
+    fs = _sibling("harness_fs")
+    job["library"] = fs.interpreter_prefixes()  # what the programs' imports read (Landlock, ``rlimits``)
+    workdir = fs.build_filesystem(job) if job["isolation"] == "namespaces" else job["workdir"]
     for name in job.get("preimport", ()):
         __import__(name)
     return workdir, guard, clock

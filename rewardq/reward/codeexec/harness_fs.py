@@ -90,17 +90,91 @@ def world_writable(max_depth: int = 3) -> list[str]:
     return found
 
 
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def outermost(paths: list[str]) -> list[str]:
+    """``paths`` without those that lie under another of them, sorted."""
+    out: list[str] = []
+    for p in sorted(set(paths)):
+        if not any(_under(p, q) for q in out):
+            out.append(p)
+    return out
+
+
+def interpreter_prefixes() -> list[str]:
+    """This interpreter's prefixes (``sys.prefix``, ``sys.base_prefix`` and the exec ones: the
+    standard library, ``lib-dynload``, a venv's site-packages), as real paths, outermost only."""
+    import sys
+
+    prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+    return outermost([os.path.realpath(p) for p in prefixes])
+
+
+def interpreter_paths() -> list[str]:
+    """Where this interpreter reads its library: :func:`interpreter_prefixes` and every existing
+    ``sys.path`` entry (what site-packages' ``.pth`` files add), as real paths, outermost only.
+
+    Run in the harness (``python -I``), this is what a sandboxed program's imports read.
+    """
+    import sys
+
+    found = [*interpreter_prefixes(), *(os.path.realpath(p) for p in sys.path if p and os.path.exists(p))]
+    return outermost(found)
+
+
+def closed_folder(path: str) -> str | None:
+    """The outermost folder on the way to ``path`` (``path`` included) that other users cannot
+    enter (no ``o+x``), or None: a program running as another uid cannot read ``path`` then."""
+    current = "/"
+    for part in [p for p in os.path.realpath(path).split("/") if p]:
+        current = os.path.join(current, part)
+        try:
+            st = os.stat(current)
+        except OSError:
+            return None
+        if st.st_mode & 0o040000 and not st.st_mode & 0o001:  # a folder others may not enter
+            return current
+    return None
+
+
+def readable_by_others(path: str) -> bool:
+    """Whether a process of another uid (no shared group) can read the file ``path``."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return bool(mode & 0o004) and closed_folder(os.path.dirname(os.path.realpath(path))) is None
+
+
+def _is_mount_point(path: str) -> bool:
+    return any(point == path for point, _ in _mount_points())
+
+
 def build_filesystem(job: dict[str, Any]) -> str:
     """Inside fresh mount/pid namespaces, as root: the view the program gets. Returns its work dir.
 
     Every mount read-only but the job's own ``/proc`` (a fresh one showing only the job's
     processes, where the runner sets ``oom_score_adj``; as writable as ``/proc`` is for any
     unprivileged process); a fresh tmpfs on ``/tmp`` (root's, 0755) holding the work dir (the
-    sandbox uid's, 0700); ``job["hide"]`` (the worker adds :func:`world_writable` to it) covered
-    by empty read-only tmpfs, with the ``job["expose"]`` folders under them (the interpreter, the
-    venv) bound back read-only; a private ``/dev/shm``. All of it vanishes with the namespace.
+    sandbox uid's, 0700); ``job["hide"]`` (the worker adds :func:`world_writable` to it), every
+    folder on the way to the interpreter that other users cannot enter (a 0700 home holding
+    pyenv, conda or a venv) and the folder of a secret that is a mount of its own (a Kubernetes
+    secret volume) covered by empty read-only tmpfs; the interpreter's own folders
+    (:func:`interpreter_paths`) that lie under any of these or under ``/tmp`` bound back
+    read-only at their own paths; every file of ``job["secrets"]`` covered by an empty read-only
+    file whatever its mode; a private ``/dev/shm``. All of it vanishes with the namespace.
     """
     size = f"size={int(job['limits']['file_mb']) * 4}m"
+    library = interpreter_paths()
+    secrets = [os.path.realpath(p) for p in job.get("secrets", ()) if os.path.isfile(p)]
+    closed = [c for c in (closed_folder(p) for p in library) if c is not None]
+    volumes = [os.path.dirname(s) for s in secrets if os.path.dirname(s) != "/" and _is_mount_point(os.path.dirname(s))]
+    hide = outermost([h for h in [*job["hide"], *closed, *volumes] if os.path.isdir(h) and not os.path.islink(h)])
+    expose = outermost([p for p in library if any(_under(p, h) for h in [*hide, "/tmp", "/dev/shm"])])
+    # opened before anything covers them: bound back from these descriptors once covered
+    handles = [(os.open(p, os.O_PATH | os.O_CLOEXEC), p, os.path.isdir(p)) for p in expose]
     for point, kept in _mount_points():
         if point != "/proc":
             _read_only(point, kept)
@@ -108,23 +182,24 @@ def build_filesystem(job: dict[str, Any]) -> str:
     work = "/tmp/work"
     os.mkdir(work, 0o700)
     os.chown(work, job["uid"], job["uid"])
-    staged = []
-    for i, path in enumerate(job["expose"]):
-        stage = f"/tmp/.expose{i}"
-        os.mkdir(stage, 0o700)
-        _mount(path, stage, None, MS_BIND | MS_REC)
-        staged.append((stage, path))
-    hidden = [h for h in job["hide"] if os.path.isdir(h) and not os.path.islink(h)]
-    for h in hidden:
+    for h in hide:
         _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-    for stage, path in staged:
-        os.makedirs(path, 0o755, exist_ok=True)
-        _mount(stage, path, None, MS_MOVE)
-        os.rmdir(stage)
-    for h in hidden:
+    for fd, path, is_dir in handles:
+        if is_dir:
+            os.makedirs(path, 0o755, exist_ok=True)
+        else:  # a zip on sys.path
+            os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+    for h in hide:
         _read_only(h, MS_NOSUID | MS_NODEV)
-    for _, path in staged:
+    for _, path, _ in handles:
         _read_only(path, MS_NOSUID | MS_NODEV)
+    for secret in secrets:
+        if not any(_under(secret, h) for h in hide) or any(_under(secret, p) for p in expose):
+            _mount("/dev/null", secret, None, MS_BIND)
+            _read_only(secret, MS_NOSUID | MS_NODEV | MS_NOEXEC)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
     return work

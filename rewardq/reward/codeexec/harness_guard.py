@@ -20,6 +20,10 @@ filter denies, with ``EPERM`` unless said otherwise:
 * Unix sockets: ``socket(AF_UNIX | AF_NETLINK | AF_VSOCK, ...)`` and datagram
   ``socketpair(AF_UNIX)`` (``sendto`` from one reaches any socket path); a connected stream
   pair, which reaches nothing, stays allowed (``asyncio`` needs one);
+* every IPv4 and IPv6 socket but a TCP stream (UDP, raw, SCTP, ...) and TCP Fast Open
+  (``MSG_FASTOPEN``, a connection made by ``sendto``): Landlock (``rlimits`` as another user)
+  governs TCP ``connect`` and ``bind`` only, so without this a program could send UDP
+  datagrams anywhere;
 * ``io_uring_*`` (its operations bypass this filter), ``ptrace``, ``process_vm_readv``,
   ``process_vm_writev``, ``pidfd_getfd``, ``bpf``, ``perf_event_open``, ``userfaultfd``.
 
@@ -51,8 +55,11 @@ CLONE_NEW_FLAGS = {
     "CLONE_NEWPID": 0x20000000,
     "CLONE_NEWNET": 0x40000000,
 }
-AF_UNIX, AF_NETLINK, AF_VSOCK = 1, 16, 40
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_VSOCK = 1, 2, 10, 16, 40
 SOCK_DGRAM, SOCK_TYPE_MASK = 2, 0xF
+#: Socket types of IPv4/IPv6 a program may not create: all but SOCK_STREAM (1).
+INET_DENIED_TYPES = (2, 3, 4, 5, 10)  # DGRAM, RAW, RDM, SEQPACKET, PACKET
+MSG_FASTOPEN = 0x20000000
 
 DENIED = (
     "add_key request_key keyctl unshare setns mount umount2 pivot_root open_tree move_mount fsopen "
@@ -118,6 +125,11 @@ class SyscallFilter:
         self._rule(
             "socketpair", eperm, (0, SCMP_CMP_EQ, AF_UNIX, 0), (1, SCMP_CMP_MASKED_EQ, SOCK_TYPE_MASK, SOCK_DGRAM)
         )
+        for family in (AF_INET, AF_INET6):
+            for kind in INET_DENIED_TYPES:
+                self._rule("socket", eperm, (0, SCMP_CMP_EQ, family, 0), (1, SCMP_CMP_MASKED_EQ, SOCK_TYPE_MASK, kind))
+        for call, flags_arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)):
+            self._rule(call, eperm, (flags_arg, SCMP_CMP_MASKED_EQ, MSG_FASTOPEN, MSG_FASTOPEN))
 
     def _rule(self, syscall: str, action: int, *cmps: tuple[int, int, int, int]) -> None:
         nr = self._lib.seccomp_syscall_resolve_name(syscall.encode())

@@ -21,29 +21,128 @@ _OS_DISABLED = (
     "kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg rename renames truncate "
     "replace unlink fchmod fchown chmod chown chroot lchflags lchmod lchown getcwd chdir"
 ).split()
+_SHUTIL_DISABLED = ("rmtree", "move", "chown")
+_BUILTINS_DISABLED = ("exit", "quit", "help")
+_MODULES_BLOCKED = ("ipdb", "joblib", "resource", "psutil", "tkinter", "subprocess", "ctypes")
+#: What verl's ``prime_code`` process has imported before its ``reliability_guard`` runs, beyond the
+#: standard library: its ``testing_util`` imports numpy at the top.
+PRELOADED = ("numpy",)
+
+
+class _Guard:
+    """``prime_code``'s ``reliability_guard`` switches, able to step aside while a module that verl's
+    process imports *before* its guard is first imported here (:class:`PreloadedImports`)."""
+
+    def __init__(self) -> None:
+        import builtins
+        import shutil
+        import subprocess
+
+        self.targets: list[tuple[object, str]] = [(os, n) for n in _OS_DISABLED]
+        self.targets += [(shutil, n) for n in _SHUTIL_DISABLED] + [(subprocess, "Popen")]
+        self.targets += [(builtins, n) for n in _BUILTINS_DISABLED]
+        self.saved = [getattr(obj, name, None) for obj, name in self.targets]
+        self.modules = {name: sys.modules.get(name) for name in _MODULES_BLOCKED}
+
+    def apply(self) -> None:
+        for obj, name in self.targets:
+            setattr(obj, name, None)
+        for name in _MODULES_BLOCKED:
+            sys.modules[name] = None  # type: ignore[assignment]  # None blocks the import on purpose
+
+    def lift(self) -> list[tuple[object, str, object]]:
+        """Put back what the guard disabled (where it still is disabled); returns what to undo."""
+        undo: list[tuple[object, str, object]] = []
+        for (obj, name), value in zip(self.targets, self.saved):
+            if getattr(obj, name, None) is None:
+                undo.append((obj, name, None))
+                setattr(obj, name, value)
+        for name, module in self.modules.items():
+            if name in sys.modules and sys.modules[name] is None:  # still blocked (a program may unblock it)
+                undo.append((sys.modules, name, None))
+                if module is None:
+                    del sys.modules[name]
+                else:
+                    sys.modules[name] = module
+        return undo
+
+    @staticmethod
+    def restore(undo: list[tuple[object, str, object]]) -> None:
+        for obj, name, value in undo:
+            if isinstance(obj, dict):
+                obj[name] = value
+            else:
+                setattr(obj, name, value)
+
+
+class _LiftedLoader:
+    """A module's own loader, run with the guard lifted (see :class:`PreloadedImports`)."""
+
+    def __init__(self, loader: Any, guard: _Guard) -> None:
+        self.loader = loader
+        self.guard = guard
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        undo = self.guard.lift()
+        try:
+            self.loader.exec_module(module)
+        finally:
+            self.guard.restore(undo)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...: the real loader's
+        return getattr(self.loader, name)
+
+
+class PreloadedImports:
+    """Imports, as verl's process does before its guard, what that process has loaded by then.
+
+    verl's ``prime_code`` forks its runs from a process that imported numpy and the standard
+    library it uses (and, in a trainer, much more) before ``reliability_guard`` disabled
+    ``os.putenv`` and the rest; numpy's own import calls ``os.putenv``. Importing every such module
+    in every sandbox in advance would cost each job ~100 ms; instead the first import of a
+    standard-library module or of :data:`PRELOADED` (a top-level name not loaded yet) runs with
+    the guard lifted, and everything it imports with it, so it ends as it would in verl. A
+    submodule imported later (numpy's lazy ones) meets the guard, as it does in verl.
+    """
+
+    def __init__(self, guard: _Guard) -> None:
+        import importlib.machinery
+
+        self.guard = guard
+        self.names = frozenset(sys.stdlib_module_names) | frozenset(PRELOADED)
+        self.finder = importlib.machinery.PathFinder
+        self.busy = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if self.busy or path is not None or fullname not in self.names:
+            return None
+        self.busy = True
+        try:
+            spec = self.finder.find_spec(fullname, path, target)
+        finally:
+            self.busy = False
+        if spec is not None and spec.loader is not None:
+            spec.loader = _LiftedLoader(spec.loader, self.guard)  # type: ignore[assignment]  # a loader by protocol
+        return spec
+
+    def invalidate_caches(self) -> None:
+        pass
 
 
 def reliability_guard() -> None:
     """What ``prime_code`` disables before it runs a program (so programs score the same);
-    the isolation itself comes from the process, uid, namespaces and rlimits."""
-    import builtins
+    the isolation itself comes from the process, uid, namespaces and rlimits. Modules verl's
+    process imported before its guard still import (:class:`PreloadedImports`)."""
     import faulthandler
-    import shutil
-    import subprocess
 
     faulthandler.disable()
-    # the program under test must not reach these (as verl's prime_code harness disables them)
-    builtins.exit = None  # type: ignore[assignment]  # disabled on purpose
-    builtins.quit = None  # type: ignore[assignment]  # disabled on purpose
-    builtins.help = None  # type: ignore[assignment]  # disabled on purpose
+    guard = _Guard()
     os.environ["OMP_NUM_THREADS"] = "1"
-    for name in _OS_DISABLED:
-        setattr(os, name, None)
-    for name in ("rmtree", "move", "chown"):
-        setattr(shutil, name, None)
-    subprocess.Popen = None  # type: ignore[assignment,misc]  # disabled on purpose
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter", "subprocess", "ctypes"):
-        sys.modules[name] = None  # type: ignore[assignment]  # None blocks the import on purpose
+    guard.apply()
+    sys.meta_path.insert(0, PreloadedImports(guard))
 
 
 def plain(value: object) -> Any:

@@ -13,6 +13,7 @@ A :class:`CodeRuntime` is created on first use by :meth:`ManagerContext.code_run
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -37,6 +38,8 @@ class CodeRuntime:
         stats: where to count (a fresh :class:`CodeStats` by default).
         redis_url, namespace, cluster: the pipeline's Redis, for the fleet limiter.
         worker_name: names this worker's limiter slots.
+        secret_files: the worker's secret files (Redis URL file, config file), which no sandboxed
+            program may read (see :class:`~rewardq.reward.codeexec.sandbox.LocalSandbox`).
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class CodeRuntime:
         namespace: str = defaults.NAMESPACE,
         cluster: bool = False,
         worker_name: str = "local",
+        secret_files: tuple[str, ...] = (),
     ) -> None:
         self.settings = settings or CodeExecSettings()
         self.stats = stats or CodeStats()
@@ -55,6 +59,7 @@ class CodeRuntime:
         self.namespace = namespace
         self.cluster = cluster
         self.worker_name = worker_name
+        self.secret_files = secret_files
         self._sandbox: Any = None
         self._client: SandboxFusionClient | None = None
         self._limiter: Any = None
@@ -80,28 +85,36 @@ class CodeRuntime:
                 SandboxLimits(memory_mb=s.sandbox_fusion_memory_limit_mb),
                 isolation=s.code_local_isolation,
                 max_concurrent=s.code_local_max_concurrent,
+                secrets=self.secret_files,
             )
         return self._sandbox
 
     def announce(self) -> None:
-        """Say at worker start-up what code scoring will do here: the ``rlimits`` warning (at
-        every start), or that code data sources will be refused and how to fix it."""
+        """Say at worker start-up what code scoring will do here: the ``rlimits`` warning (at every
+        start), then whether the local sandbox runs a correct program (the start-up probe, run now
+        unless an event loop is already running): if not, that code data sources will get error
+        results, and the fix."""
         if self.backend != "local":
             return
-        from rewardq.reward.codeexec.sandbox import FIXES
+        from rewardq.errors import CodeSandboxError
+        from rewardq.reward.codeexec.probe import FIXES
 
         sandbox = self.sandbox()
         if sandbox.requested == "rlimits":
             sandbox.warn_rlimits()
-            return
-        reason = sandbox.precheck()
-        if reason:
-            logger.error(
-                "code data sources (codecontests, apps, codeforces, taco) will get error results: the local "
-                "code sandbox refuses to run programs without namespaces (%s). To score code here, %s",
-                reason,
-                FIXES,
-            )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            try:
+                asyncio.run(sandbox.start())
+                return
+            except CodeSandboxError as exc:
+                refusal = str(exc)
+        else:  # inside a loop: the probe runs with the first code response; say what is visible now
+            reason = sandbox.precheck()
+            refusal = "" if not reason else f"namespaces are not available ({reason}). To score code here, {FIXES}"
+        if refusal:
+            logger.error("code data sources (codecontests, apps, codeforces, taco) will get error results: %s", refusal)
 
     def client(self) -> SandboxFusionClient:
         """The SandboxFusion client with its limiter (created on first use)."""

@@ -52,12 +52,13 @@ from rewardq import defaults
 from rewardq.errors import CodeSandboxError, ConfigError
 from rewardq.reward.codeexec.cases import PREAMBLE_STAR_MODULES, prime_module_source
 from rewardq.reward.codeexec.cgroups import CgroupHost, JobCgroup, JobLimits
-from rewardq.reward.codeexec.harness_fs import world_writable
+from rewardq.reward.codeexec.harness_fs import outermost, world_writable
+from rewardq.reward.codeexec.probe import FIXES, numpy_installed, probe_program, program_failure, static_refusal
 from rewardq.reward.codeexec.report import RunReport, clean_text, parse_report
 from rewardq.reward.codeexec.settings import ISOLATIONS
 from rewardq.reward.codeexec.uids import UidLease, UidPool
 
-__all__ = ["HARNESS", "LocalSandbox", "Program", "RunReport", "RunSpec", "SandboxLimits", "parse_report"]
+__all__ = ["FIXES", "HARNESS", "LocalSandbox", "Program", "RunReport", "RunSpec", "SandboxLimits", "parse_report"]
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
@@ -72,12 +73,6 @@ SYSTEM_READABLE = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache
 _STDERR_CAP = 65536
 #: The isolation each requested mode resolved to in this process (the host does not change).
 _DECIDED: dict[str, str] = {}
-#: How to get isolation, for every refusal.
-FIXES = (
-    "run the worker as root with the capabilities listed in docs/code-execution.md (the shipped "
-    "container does), configure sandbox_fusion_url, or set code_local_isolation=rlimits to accept "
-    "weaker isolation"
-)
 
 
 @dataclass(frozen=True)
@@ -139,26 +134,6 @@ def _scrubbed_env(home: str) -> dict[str, str]:
     }
 
 
-def _interpreter_dirs() -> list[str]:
-    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)})
-
-
-def _outermost(paths: list[str]) -> list[str]:
-    out: list[str] = []
-    for p in sorted(set(paths)):
-        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
-            out.append(p)
-    return out
-
-
-def exposed_paths(hidden: tuple[str, ...]) -> list[str]:
-    """The interpreter's folders (``sys.prefix``, ``sys.base_prefix``: the stdlib and the
-    virtualenv's site-packages) that lie under a hidden folder, outermost first, without
-    nesting. Nothing else is bound back: not the worker's working directory, not ``PYTHONPATH``."""
-    under = [p for p in _interpreter_dirs() if any(p == h or p.startswith(h.rstrip("/") + "/") for h in hidden)]
-    return _outermost(under)
-
-
 class LocalSandbox:
     """Runs programs in isolated child processes; see the module docstring.
 
@@ -171,6 +146,9 @@ class LocalSandbox:
             added when the sandbox starts).
         job_cgroups: give each job a cgroup (only benchmarks turn this off, to measure its cost).
         uids: where job uids come from (tests pass a pool with a lock folder of their own).
+        secrets: the worker's secret files (the Redis URL file, the config file): covered in every
+            job with namespaces; with ``rlimits`` the sandbox refuses to start while a program could
+            read one (:func:`~rewardq.reward.codeexec.probe.static_refusal`).
     """
 
     def __init__(
@@ -182,6 +160,7 @@ class LocalSandbox:
         hidden: tuple[str, ...] = defaults.CODE_HIDDEN_PATHS,
         job_cgroups: bool = True,
         uids: UidPool | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         if isolation not in ISOLATIONS:
             raise ConfigError(f"code_local_isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
@@ -190,6 +169,7 @@ class LocalSandbox:
         self.isolation: str | None = None  # decided by start()
         self.confined: str | None = None  # what the probe's runner reported confining it
         self.hidden = hidden
+        self.secrets = tuple(os.path.abspath(p) for p in secrets if p)
         self.max_concurrent = max_concurrent or _usable_cpus()
         self.job_cgroups = job_cgroups
         self._slots = asyncio.Semaphore(self.max_concurrent)
@@ -203,8 +183,8 @@ class LocalSandbox:
 
     # -- start-up ----------------------------------------------------------------------
     def precheck(self) -> str:
-        """Why ``start`` will refuse, from what is visible without running anything ("" when
-        nothing is visibly missing): the worker says so at start-up, before any code arrives."""
+        """Why namespaces cannot work here, from what is visible without running anything ("" when
+        nothing is visibly missing, and always with ``rlimits``)."""
         if self.requested == "rlimits":
             return ""
         if os.geteuid() != 0:
@@ -227,6 +207,9 @@ class LocalSandbox:
             if self.isolation is None:
                 key = f"{self.requested}:{self.job_cgroups}"
                 try:
+                    refusal = static_refusal(self.requested, self.secrets, SYSTEM_READABLE)
+                    if refusal:
+                        raise CodeSandboxError(refusal)
                     decided = _DECIDED.get(key)
                     if decided is not None:
                         self._prepare_host(decided)  # the probe ran in another sandbox of this process
@@ -239,17 +222,19 @@ class LocalSandbox:
 
     async def _decide(self) -> str:
         if self.requested in ("auto", "namespaces"):
-            reason = self.precheck() or await self._probe("namespaces")
+            reason = self.precheck() or await self._isolates("namespaces")
             if reason:
                 raise CodeSandboxError(
                     f"the local code sandbox refuses to run programs: namespaces are not available ({reason}). "
                     f"To score code here, {FIXES}"
                 )
+            await self._probe("namespaces")
             logger.info("local code runner: namespaces (%s, own uid, own cgroup, no network)", self.confined)
             return "namespaces"
-        failure = await self._probe("rlimits")
+        failure = await self._isolates("rlimits")
         if failure:
             raise CodeSandboxError(f"the local code sandbox does not work on this host: {failure}")
+        await self._probe("rlimits")
         if not self.warned:
             self.warn_rlimits()
         return "rlimits"
@@ -268,21 +253,41 @@ class LocalSandbox:
             self._cgroups = CgroupHost.detect(jobs=self.max_concurrent)
         if isolation == "namespaces" and not self._hid_world_writable:
             self._hid_world_writable = True
-            self.hidden = tuple(_outermost([*self.hidden, *world_writable()]))
+            self.hidden = tuple(outermost([*self.hidden, *world_writable()]))
 
-    async def _probe(self, isolation: str) -> str:
+    async def _isolates(self, isolation: str) -> str:
         """Run ``print(input())`` on ``ok`` with ``isolation``; "" when it worked, else why not."""
-        program = Program(prime_module_source("print(input())", None), None, False, ["ok"])
         try:
             self._prepare_host(isolation)
-            [report] = await self._run(program, [RunSpec([0], 5, 10.0)], isolation)
+            out = await self._run_probe(isolation, "print(input())")
         except CodeSandboxError as exc:
             return str(exc)
-        records = [r for r in report.records if "case" in r]
-        if records != [{"case": 0, "out": "ok\n"}]:
-            return f"the probe program did not run as expected: {clean_text(repr(report.records), 300)}"
+        return "" if out == "ok\n" else f"the probe program did not run as expected: {out}"
+
+    async def _probe(self, isolation: str) -> None:
+        """Run the probe program (:mod:`.probe`) as every job runs.
+
+        Raises:
+            CodeSandboxError: it did not print what a correct program prints here.
+        """
+        source, expected = probe_program(numpy_installed())
+        out = await self._run_probe(isolation, source)
+        if out != expected:
+            raise CodeSandboxError(program_failure(out, isolation))
+
+    async def _run_probe(self, isolation: str, source: str) -> str:
+        """What ``source`` (a standard-input program, input ``ok``) printed, or why it printed nothing."""
+        program = Program(prime_module_source(source, None), None, False, ["ok"])
+        [report] = await self._run(program, [RunSpec([0], 20, 20.0)], isolation)
         self.confined = report.confined
-        return ""
+        for record in report.records:
+            for key in ("load_error", "error", "abort"):
+                if key in record:
+                    return clean_text(record[key], 300)
+            if "out" in record:
+                return str(record["out"])
+        what = f"signal {report.signal}" if report.signal else f"exit code {report.exit}"
+        return "timed out" if report.timed_out else f"it ended ({what}) without printing"
 
     def rlimits_warning(self) -> str:
         """What ``rlimits`` leaves open here (logged at every worker start)."""
@@ -325,9 +330,9 @@ class LocalSandbox:
             "isolation": isolation,
             "uid": uid,
             "workdir": workdir,
-            "expose": exposed_paths(self.hidden) if isolation == "namespaces" else [],
             "hide": list(self.hidden),
-            "read_paths": [*_interpreter_dirs(), *SYSTEM_READABLE],
+            "secrets": list(self.secrets),
+            "read_paths": list(SYSTEM_READABLE),
             "cgroup": cgroup.harness_fields() if cgroup else None,
             "wall_factor": defaults.CODE_WALL_FACTOR,
             "limits": {
