@@ -17,6 +17,9 @@ Exposed series (all prefixed ``rewardq_``):
 * ``code_runs_total{data_source,backend}``     programs executed (local processes or
                                                SandboxFusion requests)
 * ``code_seconds_total{data_source,backend}``  wall time spent scoring code
+* ``code_tripwires_total{data_source,backend,tripwire}``
+                                               code responses that tripped a reward-hack wire
+                                               (the local ``assert_case`` runner; score 0.0)
 * ``judge_requests_total{model}``              LLM-judge HTTP requests (every attempt)
 * ``judge_errors_total{model}``                requests that failed (non-200, connection, timeout)
 * ``judge_failed_total{model}``                judge calls that gave up (an error result)
@@ -83,14 +86,20 @@ class _CodeCollector:
         )
         runs = CounterMetricFamily("rewardq_code_runs", "Programs executed to score code", labels=labels)
         secs = CounterMetricFamily("rewardq_code_seconds", "Wall time spent scoring code", labels=labels)
+        wires = CounterMetricFamily(
+            "rewardq_code_tripwires", "Code responses that tripped a reward-hack wire", labels=[*labels, "tripwire"]
+        )
         for ds, st in (self._snapshot() or {}).items():
             for status, n in st.get("statuses", {}).items():
                 done.add_metric([ds, st["backend"], status], float(n))
+            for wire, n in st.get("tripwires", {}).items():
+                wires.add_metric([ds, st["backend"], wire], float(n))
             runs.add_metric([ds, st["backend"]], float(st.get("runs", 0)))
             secs.add_metric([ds, st["backend"]], float(st.get("seconds", 0.0)))
         yield done
         yield runs
         yield secs
+        yield wires
 
 
 class _JudgeCollector:

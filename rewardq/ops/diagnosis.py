@@ -102,6 +102,16 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
             f"({shown}): their trajectories have error results naming why (rewardq dead-letters list{_ns(ns)}); "
             "check the worker logs and sandbox_fusion_url, then rewardq dead-letters retry --all",
         )
+    hacks = {ds: sum(c.get("tripwires", {}).values()) for ds, c in st.get("code", {}).items()}
+    hacks = {ds: n for ds, n in hacks.items() if n}
+    if hacks:
+        shown = ", ".join(f"{ds} {n}" for ds, n in sorted(hacks.items()))
+        say(
+            "warning",
+            f"{_n(sum(hacks.values()), 'code response')} tripped a reward-hack wire ({shown}) and scored 0.0: "
+            "the policy may be learning to game the tests; reward_extra_info['tripwire'] names each hack "
+            "(docs/code-execution.md)",
+        )
     gave_up = {m: j["failed"] for m, j in st.get("judges", {}).items() if j.get("failed")}
     if gave_up:
         shown = ", ".join(f"{m} {n}" for m, n in sorted(gave_up.items()))

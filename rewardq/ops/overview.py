@@ -66,11 +66,14 @@ def code_totals(workers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for ds, st in (w.get("code") or {}).items():
             if not isinstance(st, dict):
                 continue
-            tot = out.setdefault(ds, {"backend": "", "trajectories": 0, "runs": 0, "seconds": 0.0, "statuses": {}})
+            tot = out.setdefault(
+                ds, {"backend": "", "trajectories": 0, "runs": 0, "seconds": 0.0, "statuses": {}, "tripwires": {}}
+            )
             tot["backend"] = str(st.get("backend", tot["backend"]))
             tot["trajectories"] += int(as_number(st.get("trajectories")))
             tot["runs"] += int(as_number(st.get("runs")))
             tot["seconds"] += as_number(st.get("seconds"))
-            for status, n in (st.get("statuses") or {}).items():
-                tot["statuses"][status] = tot["statuses"].get(status, 0) + int(as_number(n))
+            for field in ("statuses", "tripwires"):
+                for name, n in (st.get(field) or {}).items():
+                    tot[field][name] = tot[field].get(name, 0) + int(as_number(n))
     return dict(sorted(out.items()))

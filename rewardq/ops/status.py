@@ -269,15 +269,31 @@ def _code_table(code: dict[str, Any], console: Console, wide: bool) -> Renderabl
 
     from rewardq.ops.layout import Column, table_or_stack
 
-    heads = ("data source", "backend", "scored", "passed", "errors", "programs", "seconds", "s/program", "outcomes")
+    heads = (
+        "data source",
+        "backend",
+        "scored",
+        "passed",
+        "errors",
+        "hacks",
+        "programs",
+        "seconds",
+        "s/program",
+        "outcomes",
+        "tripwires",
+    )
     columns = [
-        Column(h, "left" if h in ("data source", "backend", "outcomes") else "right", lead=h == "data source")
+        Column(
+            h, "left" if h in ("data source", "backend", "outcomes", "tripwires") else "right", lead=h == "data source"
+        )
         for h in heads
     ]
     rows = []
     for ds, c in code.items():
         statuses = c.get("statuses", {})
         errors = statuses.get("error", 0)
+        wires = c.get("tripwires", {})
+        hacks = sum(wires.values())
         rows.append(
             [
                 escape(ds),
@@ -285,10 +301,12 @@ def _code_table(code: dict[str, Any], console: Console, wide: bool) -> Renderabl
                 str(c.get("trajectories", 0)),
                 str(statuses.get("passed", 0)),
                 f"[red]{errors}[/]" if errors else "0",
+                f"[red]{hacks}[/]" if hacks else "0",
                 str(c.get("runs", 0)),
                 f"{c.get('seconds', 0.0):.1f}",
                 f"{c['seconds'] / c['runs']:.3f}" if c.get("runs") else "-",
                 escape(", ".join(f"{k}: {n}" for k, n in sorted(statuses.items()))),
+                escape(", ".join(f"{k}: {n}" for k, n in sorted(wires.items()))) or "-",
             ]
         )
     return table_or_stack(console, "code execution (live workers)", columns, rows, wide=wide)

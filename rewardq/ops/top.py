@@ -12,6 +12,8 @@ XINFO GROUPS per shard and the live workers' heartbeats):
   (from the ``done`` streams: which trajectory, and why);
 * **slowest data sources** over the last minute (the workers' heartbeats: mean and longest time to
   score one trajectory);
+* **reward hacks caught**: code responses that tripped a wire of the local ``assert_case`` runner,
+  per data source and tripwire (the live workers' counters since they started);
 * **the oldest trajectory still waiting for outputs**, and which outputs it misses.
 
 ``q`` (or Ctrl-C) quits. Without a terminal (piped, or ``--once``) it prints one snapshot and
@@ -128,6 +130,7 @@ class TopModel:
                 for w in workers
             ],
             "sources": slowest_sources(workers),
+            "hacks": hacks_caught(workers),
             "oldest_waiting": waiting[0] if waiting else None,
         }
 
@@ -151,6 +154,13 @@ def slowest_sources(workers: list[dict[str, Any]], limit: int = defaults.TOP_SLO
     ]
     rows.sort(key=lambda r: -r["mean_s"])
     return rows[:limit]
+
+
+def hacks_caught(workers: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """``{data_source: {tripwire: responses}}`` over every live worker (only those with any)."""
+    from rewardq.ops.overview import code_totals
+
+    return {ds: dict(c["tripwires"]) for ds, c in code_totals(workers).items() if c["tripwires"]}
 
 
 def clip(text: str, chars: int) -> str:
@@ -256,6 +266,21 @@ def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
     if not snap["sources"]:
         sources.add_row("-", "", "", "")
     parts.append(sources)
+
+    hacks = snap.get("hacks") or {}
+    if hacks:
+        caught = Table(
+            title="reward hacks caught (tripwires)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1)
+        )
+        caught.add_column("data source", overflow="fold", ratio=1)
+        caught.add_column("responses", justify="right", no_wrap=True)
+        caught.add_column("tripwires", overflow="fold", ratio=2)
+        for ds, wires in sorted(hacks.items()):
+            shown = ", ".join(f"{k}: {n}" for k, n in sorted(wires.items()))
+            caught.add_row(escape(ds), f"[red]{sum(wires.values())}[/]", escape(shown))
+        parts.append(caught)
+    else:
+        parts.append(Text.assemble(("reward hacks caught ", "bold"), ("none", "green")))
 
     w = snap["oldest_waiting"]
     if w:

@@ -63,7 +63,7 @@ def hostile_programs(worker_pid: int, outside: str) -> dict[str, tuple[str, str,
             "FileNotFoundError",
         ),
         "read-init-environ": ("print(open('/proc/1/environ').read())", "runtime_error", "PermissionError"),
-        "forge-report": (FORGE, "malformed_report", "the program wrote a record with an unknown field"),
+        "forge-report": (FORGE, "malformed_report", "line(s) without the run's token on its report pipe"),
     }
 
 

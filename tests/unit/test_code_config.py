@@ -78,6 +78,10 @@ def _stats() -> CodeStats:
     st.record("taco", "local", 0.5, CodeResult(1.0, 2, 2, "passed", "", "local", runs=1))
     st.record("taco", "local", 1.5, CodeResult(0.0, 0, 2, "timeout", "case 0: timed out", "local", runs=3))
     st.record("apps", "sandbox_fusion", 0.25, None)
+    hack = CodeResult(0.0, 0, 3, "tripwire", "case 0: the program called sys.exit(0)", "local", 3, "early_exit")
+    st.record("kodcode", "local", 0.75, hack)
+    st.record("kodcode", "local", 0.25, hack)
+    st.record("kodcode", "local", 0.5, CodeResult(0.0, 0, 3, "tripwire", "case 1: ...", "local", 3, "tests_read"))
     return st
 
 
@@ -89,13 +93,17 @@ def test_counters_per_data_source_and_their_sum_over_workers() -> None:
         "runs": 4,
         "seconds": 2.0,
         "statuses": {"passed": 1, "timeout": 1},
+        "tripwires": {},
     }
     assert snap["apps"]["statuses"] == {"error": 1}
+    assert snap["kodcode"]["statuses"] == {"tripwire": 3}
+    assert snap["kodcode"]["tripwires"] == {"early_exit": 2, "tests_read": 1}
     # the heartbeat carries it as JSON; status sums the live workers
     workers = [{"code": json.loads(json.dumps(snap))}, {"code": {"taco": snap["taco"]}}, {"code": {}}]
     total = code_totals(workers)
     assert total["taco"]["trajectories"] == 4 and total["taco"]["runs"] == 8
     assert total["taco"]["statuses"] == {"passed": 2, "timeout": 2}
+    assert total["kodcode"]["tripwires"] == {"early_exit": 2, "tests_read": 1}
 
 
 def test_status_renders_a_code_table_and_names_sandbox_failures() -> None:
@@ -128,6 +136,40 @@ def test_status_renders_a_code_table_and_names_sandbox_failures() -> None:
     console.print(render_status(st))
     text = console.export_text()
     assert "code execution" in text and "taco" in text and "timeout: 1" in text and "error: 1" in text
+    # reward hacks caught: a column per data source, and a diagnosis line that says what it means
+    assert "early_exit: 2, tests_read: 1" in text
+    assert any("3 code responses tripped a reward-hack wire (kodcode 3)" in d["message"] for d in st["diagnosis"])
+
+
+def test_top_shows_the_hacks_caught_per_data_source() -> None:
+    from rich.console import Console
+
+    from rewardq.ops.top import hacks_caught, render_top
+
+    workers = [{"code": _stats().snapshot()}, {"code": {"kodcode": {"tripwires": {"early_exit": 1}}}}]
+    caught = hacks_caught(workers)
+    assert caught == {"kodcode": {"early_exit": 3, "tests_read": 1}}
+    snap: dict[str, Any] = {
+        "namespace": "ns",
+        "redis_url": "redis://x",
+        "time": 0.0,
+        "trajectories_per_s": 0,
+        "errors_per_s": 0,
+        "history_s": 60,
+        "scored_per_second": [0],
+        "errors_per_second": [0],
+        "backlog": {"entries": 0, "exact": True, "seconds": 0.0, "outputs_per_s": 0},
+        "waiting_total": 0,
+        "dead_letters": 0,
+        "workers": [],
+        "sources": [],
+        "hacks": caught,
+        "oldest_waiting": None,
+    }
+    console = Console(width=160, record=True)
+    console.print(render_top(snap, 160))
+    text = console.export_text()
+    assert "reward hacks caught" in text and "kodcode" in text and "early_exit: 3, tests_read: 1" in text
 
 
 def test_metrics_expose_code_counters() -> None:
@@ -137,6 +179,7 @@ def test_metrics_expose_code_counters() -> None:
     assert 'rewardq_code_runs_total{backend="local",data_source="taco"} 4.0' in text
     assert 'rewardq_code_seconds_total{backend="local",data_source="taco"} 2.0' in text
     assert 'rewardq_code_trajectories_total{backend="sandbox_fusion",data_source="apps",status="error"} 1.0' in text
+    assert 'rewardq_code_tripwires_total{backend="local",data_source="kodcode",tripwire="early_exit"} 2.0' in text
 
 
 def test_settings_are_frozen_and_typed() -> None:

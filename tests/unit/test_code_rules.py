@@ -160,7 +160,8 @@ def test_report_lines_from_the_harness() -> None:
 def test_summary_counts_passes_and_names_the_first_failure() -> None:
     res = summarize([CaseOutcome(True), CaseOutcome(-3, "timeout", "case 1: timed out"), CaseOutcome(True)], "x", 3)
     assert (res.score, res.passed, res.total, res.status, res.error) == (2 / 3, 2, 3, "timeout", "case 1: timed out")
-    assert set(res.as_dict()) == {"score", "acc", "passed", "total", "code_status", "code_error", "code_backend"}
+    keys = {"score", "acc", "passed", "total", "code_status", "code_error", "code_backend", "tripwire"}
+    assert set(res.as_dict()) == keys
     assert summarize([], "x", 0).score == 0.0
 
 

@@ -67,22 +67,42 @@ def _sibling(name: str) -> Any:
 program = _sibling("harness_program")
 
 
-class _Records:
-    """JSON lines on the pipe to the supervisor, at most ``cap`` bytes in all (the run's share
-    of the output limit): what the program printed is bounded here, at the source."""
+_quote = __import__("_json").encode_basestring_ascii  # C: a JSON string literal, ASCII only
 
-    def __init__(self, fd: int, cap: int) -> None:
+
+def _encode(record: dict[str, Any], quote: Any = _quote) -> str:
+    """``record`` (flat: text, integers, booleans) as ASCII JSON, with C functions only: nothing the
+    program can replace (``json.dumps`` reads module globals it could swap) builds a report."""
+    parts = []
+    for key, value in record.items():
+        if isinstance(value, str):
+            text = quote(value)
+        elif value is True or value is False:
+            text = "true" if value else "false"
+        else:
+            text = f"{value:d}"
+        parts.append(quote(key) + ":" + text)
+    return "{" + ",".join(parts) + "}"
+
+
+class _Records:
+    """JSON lines on the pipe to the supervisor, each after the run's ``token`` (the supervisor
+    drops and reports every line without it), at most ``cap`` bytes in all (the run's share of
+    the output limit): what the program printed is bounded here, at the source."""
+
+    def __init__(self, fd: int, cap: int, token: str) -> None:
         self.fd = fd
         self.left = cap
+        self.token = token
         self._write = os.write
-        self._dumps = json.dumps
+        self._prefix = (token + " ").encode("ascii")
 
     def emit(self, record: dict[str, Any]) -> dict[str, Any]:
         """Write ``record``, or ``{"case", "overflow"}`` in its place when it does not fit; returns what was written."""
-        data = (self._dumps(record) + "\n").encode("ascii")  # json.dumps escapes everything else
+        data = self._prefix + (_encode(record) + "\n").encode("ascii")
         if len(data) > self.left - 256 and "case" in record:
             record = {"case": record["case"], "overflow": True}
-            data = (self._dumps(record) + "\n").encode("ascii")
+            data = self._prefix + (_encode(record) + "\n").encode("ascii")
         self.left -= len(data)
         while data:
             data = data[self._write(self.fd, data) :]
@@ -140,6 +160,8 @@ def _isolate_runner(job: dict[str, Any], run: dict[str, Any], keep: tuple[int, .
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversize write raises OSError instead of killing
     confined = ["seccomp"]
+    if job.get("tests") is not None:  # a signal to itself ends the run as SIGSYS: the worker sees early_exit
+        guard.filter.deny_self_signals(os.getpid())
     if job["isolation"] == "rlimits":
         abi = guard.restrict_paths([*job["read_paths"], *job["library"]], [workdir])
         confined.append(f"landlock {abi}" if abi else "no landlock")
@@ -148,7 +170,7 @@ def _isolate_runner(job: dict[str, Any], run: dict[str, Any], keep: tuple[int, .
 
 
 def run_program(
-    job: dict[str, Any], run: dict[str, Any], fd: int, isolated_fd: int, workdir: str, guard: object
+    job: dict[str, Any], run: dict[str, Any], fd: int, isolated_fd: int, workdir: str, guard: Any, token: str
 ) -> None:
     """The runner: isolate, load the program, run the cases, report; never returns.
 
@@ -156,7 +178,7 @@ def run_program(
     before any of the program runs: the program cannot forge a sandbox failure. No timer runs
     here: the supervisor measures the job's time and ends the run (see ``harness_cgroup``).
     """
-    out = _Records(fd, int(job["limits"]["output_bytes"]))
+    out = _Records(fd, int(job["limits"]["output_bytes"]), token)
     _exit = os._exit
     try:
         confined = _isolate_runner(job, run, (fd, isolated_fd), workdir, guard)
@@ -165,6 +187,9 @@ def run_program(
         _exit(71)
     _write(isolated_fd, b"ok " + confined.encode())
     os.close(isolated_fd)
+    if job.get("tests") is not None:
+        trip = lambda name, detail: out.emit({"tripwire": name, "detail": detail[:500]})  # noqa: E731
+        guard.asserts.run_case(job, run, out, workdir, guard.wires.Wires(trip, *guard.trusted), program.Capture)
     call_based = job["fn_name"] is not None
     program.reliability_guard()
     try:
@@ -340,22 +365,29 @@ class _Budget:
     def __init__(self, total: int) -> None:
         self.left = total
 
-    def forward(self, data: bytes) -> bool:
-        """Report the complete lines of ``data`` as ``R`` lines; False when some did not fit."""
+    def forward(self, data: bytes, token: bytes) -> tuple[bool, int]:
+        """Report the complete lines of ``data`` that carry the run's ``token`` as ``R`` lines,
+        without it. Returns ``(fits, forged)``: False when some did not fit, and how many lines
+        came without the token (the program wrote them on the pipe: they go no further)."""
         complete = data[: data.rfind(b"\n") + 1]  # a line cut off by a kill or a cap is not a record
+        prefix, forged = token + b" ", 0
         for line in complete.split(b"\n"):
-            if line:
-                self.left -= len(line) + 3
-                if self.left < 0:
-                    return False
-                _write(1, b"R " + line + b"\n")
-        return True
+            if not line:
+                continue
+            if not line.startswith(prefix):
+                forged += 1
+                continue
+            line = line[len(prefix) :]
+            self.left -= len(line) + 3
+            if self.left < 0:
+                return False, forged
+            _write(1, b"R " + line + b"\n")
+        return True, forged
 
 
-def supervise(
-    job: dict[str, Any], run: dict[str, Any], workdir: str, guard: object, clock: Any, budget: _Budget
-) -> None:
+def supervise(job: dict[str, Any], run: dict[str, Any], workdir: str, guard: Any, clock: Any, budget: _Budget) -> None:
     """One run: fork a runner, collect its records, report them and its status."""
+    token = os.urandom(16).hex()  # on every record of the runner: the program never learns it
     r, w = os.pipe()
     ir, iw = os.pipe()
     started = time.monotonic()
@@ -366,7 +398,7 @@ def supervise(
         os.close(r)
         os.close(ir)
         try:
-            run_program(job, run, w, iw, workdir, guard)
+            run_program(job, run, w, iw, workdir, guard, token)
         finally:
             os._exit(70)
     os.close(w)
@@ -379,8 +411,8 @@ def supervise(
     job_seconds = clock.now()
     status = _end_run(pid)
     os.close(r)
-    if not budget.forward(bytes(data)):
-        overflow = True
+    fits, forged = budget.forward(bytes(data), token.encode())
+    overflow = overflow or not fits
     _report(
         "S",
         {
@@ -392,6 +424,7 @@ def supervise(
             "job_seconds": round(job_seconds, 6),
             "confined": isolated[3:].decode("utf-8", "replace") if ok else None,
             "sandbox_error": None if ok else isolated.decode("utf-8", "replace") or "no answer",
+            "forged": forged,
         },
     )
 
@@ -410,6 +443,11 @@ def _prepare(job: dict[str, Any]) -> tuple[str, Any, Any]:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)  # what the program starts stays a descendant, even after setsid
     guard = _sibling("harness_guard")
     guard.filter = guard.SyscallFilter()
+    if job.get("tests") is not None:  # assert_case tests: their runner and its tripwires
+        guard.asserts, guard.wires = _sibling("harness_asserts"), _sibling("harness_wires")
+        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+        library = sorted({*prefixes, *map(os.path.realpath, prefixes)})
+        guard.trusted = (library, os.path.dirname(os.path.abspath(__file__)))
     # run-queue waits are read from /proc, which shows only the job's own processes with namespaces
     clock = cgroup_mod.JobClock(cgroup["cpu_usage"] if cgroup and job["isolation"] == "namespaces" else None)
     fs = _sibling("harness_fs")

@@ -15,7 +15,8 @@ dies (timeout, crash, ``os._exit``) takes the whole run with it (every case of t
 fails); the first pass stops judging at the first failing case.
 
 How a run's records become verl's per-case results (``True``, ``False``, ``-1``, ``-2``) is
-:func:`run_outcomes`.
+:func:`run_outcomes`. Problems graded by ``assert_case`` (which ``prime_code`` cannot run) are
+scored as SandboxFusion scores them, with tripwires: :mod:`.asserts`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from rewardq import defaults
+from rewardq.reward.codeexec.asserts import has_assertions, score_asserts
 from rewardq.reward.codeexec.cases import (
     InvalidTestCases,
     extract_prime_code,
@@ -31,25 +33,10 @@ from rewardq.reward.codeexec.cases import (
 )
 from rewardq.reward.codeexec.compare import CaseAbort, call_verdict, decode_value, expected_for_case, stdin_verdict
 from rewardq.reward.codeexec.report import RunReport, clean_text
-from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
+from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, died_outcome, summarize
 from rewardq.reward.codeexec.sandbox import LocalSandbox, Program, RunSpec
 
 BACKEND = "local"
-
-
-def _died(run: RunReport, case: int, timeout: int, memory_mb: int) -> CaseOutcome:
-    """What a run whose process ended before reporting ``case`` means for every case of it."""
-    if run.malformed:
-        return CaseOutcome(-1, "malformed_report", f"case {case}: the program wrote {run.malformed} on its report pipe")
-    if run.timed_out or run.signal in ("SIGALRM", "SIGXCPU"):
-        what = "ran out of CPU time" if run.signal == "SIGXCPU" else f"timed out after {timeout}s"
-        return CaseOutcome(-1, "timeout", f"case {case}: {what}")
-    if run.overflow:
-        return CaseOutcome(-1, "output_limit", f"case {case}: printed more than the output limit")
-    if run.signal:
-        hint = f" (memory limit {memory_mb} MB?)" if run.signal in ("SIGSEGV", "SIGABRT", "SIGBUS") else ""
-        return CaseOutcome(-1, "killed", f"case {case}: the program was killed by {run.signal}{hint}")
-    return CaseOutcome(-1, "exited", f"case {case}: the program exited with code {run.exit} before finishing")
 
 
 def _verdict(record: dict[str, Any], expected: Any, call_based: bool) -> bool:
@@ -75,7 +62,7 @@ def run_outcomes(
     verdict (its process died, or ``prime_code`` would have aborted the run).
     """
     if run.malformed:  # it tampered with its own report: the run fails, as one that dies does
-        return [_died(run, spec.cases[0] if spec.cases else 0, spec.timeout, memory_mb)] * len(spec.cases)
+        return [died_outcome(run, spec.cases[0] if spec.cases else 0, spec.timeout, memory_mb)] * len(spec.cases)
     by_case: dict[int, dict[str, Any]] = {}
     for rec in run.records:
         if "load_error" in rec:
@@ -91,7 +78,7 @@ def run_outcomes(
             return [CaseOutcome(-1, "aborted", f"case {i}: {exc}")] * len(spec.cases)
         record = by_case.get(i)
         if record is None:
-            return [_died(run, i, spec.timeout, memory_mb)] * len(spec.cases)
+            return [died_outcome(run, i, spec.timeout, memory_mb)] * len(spec.cases)
         if "abort" in record:
             return [CaseOutcome(-1, "aborted", f"case {i}: {clean_text(record['abort'])}")] * len(spec.cases)
         if "error" in record:
@@ -111,7 +98,7 @@ def run_outcomes(
     if run.exit != 0 or not any("done" in rec for rec in run.records):
         # every case passed, yet the process did not finish cleanly: prime_code loses such a run's
         # results (a program cannot keep passes it wrote on the report pipe itself, then hang)
-        return [_died(run, spec.cases[-1] if spec.cases else 0, spec.timeout, memory_mb)] * len(spec.cases)
+        return [died_outcome(run, spec.cases[-1] if spec.cases else 0, spec.timeout, memory_mb)] * len(spec.cases)
     return outcomes
 
 
@@ -133,6 +120,12 @@ async def score_local(
     Raises:
         CodeSandboxError: the sandbox failed (not the program).
     """
+    try:
+        graded = parse_test_cases(ground_truth)
+    except InvalidTestCases:
+        graded = None
+    if graded is not None and has_assertions(graded):  # SandboxFusion's format: prime_code scores it 0.0
+        return await score_asserts(sandbox, completion, graded, timeout=case_timeout, max_cases=max_cases)
     code = extract_prime_code(completion)
     try:
         tc = parse_test_cases(ground_truth, assert_cases=False)

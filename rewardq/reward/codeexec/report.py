@@ -2,8 +2,9 @@
 
 The harness's stdout holds three kinds of lines (see :mod:`.harness`):
 
-* ``R <record>``: written by the runner, that is, **by the program** (it holds the pipe and
-  can write anything on it): untrusted;
+* ``R <record>``: written by the runner after the run's token, which the supervisor checks and
+  strips (a line without it never gets here: the supervisor counts it in the status's
+  ``forged``); still read as untrusted (the runner shares its process with the program);
 * ``S <status>`` and ``E <setup error>``: the supervisor's, which the program cannot reach.
 
 Every ``R`` line goes through :func:`parse_record`, bounded in size, encoding and depth: at
@@ -34,8 +35,24 @@ MAX_RECORD_BYTES = defaults.CODE_MAX_OUTPUT_BYTES + 4096
 MAX_TEXT_CHARS = 500
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string literal (unrolled: linear time)
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_TEXT_KEYS = ("out", "value", "error", "abort", "load_error")
+_TEXT_KEYS = ("out", "value", "error", "abort", "load_error", "failed", "exited", "tripwire", "detail")
 _FLAG_KEYS = ("done", "loaded", "overflow")
+_COUNT_KEYS = ("ran", "asserts")  # assert_case runs: assertions that ran, and in the test text
+_BOOL_KEYS = ("held",)
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and 0 <= value < 1 << 31
+
+
+#: Every field a runner writes: how its value must look, and the name of that look.
+_CHECKS: dict[str, tuple[Any, str]] = {
+    "case": (lambda v: type(v) is int and -1 <= v < 1 << 31, "a case number"),
+    **{k: (lambda v: isinstance(v, str), "text") for k in _TEXT_KEYS},
+    **{k: (lambda v: v is True, "true") for k in _FLAG_KEYS},
+    **{k: (_count, "a count") for k in _COUNT_KEYS},
+    **{k: (lambda v: type(v) is bool, "a boolean") for k in _BOOL_KEYS},
+}
 
 
 class MalformedRecord(ValueError):
@@ -74,17 +91,11 @@ def parse_record(line: bytes) -> dict[str, Any]:
     if not isinstance(record, dict) or not record:
         raise MalformedRecord("a record that is not a JSON object")
     for key, value in record.items():
-        if key == "case":
-            if type(value) is not int or not -1 <= value < 1 << 31:
-                raise MalformedRecord("a record whose case is not a case number")
-        elif key in _TEXT_KEYS:
-            if not isinstance(value, str):
-                raise MalformedRecord(f"a record whose {key} is not text")
-        elif key in _FLAG_KEYS:
-            if value is not True:
-                raise MalformedRecord(f"a record whose {key} is not true")
-        else:
+        check = _CHECKS.get(key)
+        if check is None:
             raise MalformedRecord(f"a record with an unknown field {clean_text(key, 40)!r}")
+        if not check[0](value):
+            raise MalformedRecord(f"a record whose {key} is not {check[1]}")
     return record
 
 
@@ -96,6 +107,8 @@ class RunReport:
         malformed: why a record line of this run was malformed (the first one), else None.
         seconds: wall time of the run; ``job_seconds`` its job time (see ``harness_cgroup``).
         confined: what confined the runner (``"seccomp"``, ``"seccomp, landlock 7"``).
+        forged: lines the supervisor dropped because they lacked the run's token (the program
+            wrote on its report pipe).
     """
 
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -107,6 +120,7 @@ class RunReport:
     seconds: float = 0.0
     job_seconds: float = 0.0
     confined: str | None = None
+    forged: int = 0
 
 
 def _status(payload: bytes) -> dict[str, Any]:
@@ -150,6 +164,9 @@ def parse_report(out: bytes, err: bytes, code: int, n_runs: int) -> list[RunRepo
             current.timed_out, current.overflow = st.get("timed_out") is True, st.get("overflow") is True
             current.seconds, current.job_seconds = _number(st.get("seconds")), _number(st.get("job_seconds"))
             current.confined = clean_text(st["confined"], 100) if isinstance(st.get("confined"), str) else None
+            current.forged = st["forged"] if type(st.get("forged")) is int else 0
+            if current.forged and not current.malformed:
+                current.malformed = f"{current.forged} line(s) without the run's token"
             reports.append(current)
             current = RunReport()
         elif kind == b"E":

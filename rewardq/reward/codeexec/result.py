@@ -6,12 +6,13 @@ happened, with the same keys for every code sample (``reward_extra_info`` keys m
 differ between the rows of a batch)::
 
     {"score": 0.5, "acc": 0.5, "passed": 1, "total": 2, "code_status": "wrong_answer",
-     "code_error": "case 1: wrong answer", "code_backend": "local"}
+     "code_error": "case 1: wrong answer", "code_backend": "local", "tripwire": ""}
 
 ``code_status`` is ``passed`` or what stopped the first failing counted case:
 ``wrong_answer``, ``runtime_error``, ``timeout``, ``compile_error``, ``killed``, ``exited``,
 ``output_limit``, ``aborted``, ``malformed_report`` (the program wrote on its report pipe),
-``sandbox_error`` (SandboxFusion's own), ``no_code``, ``invalid_test_cases``. Text a program
+``sandbox_error`` (SandboxFusion's own), ``no_code``, ``invalid_test_cases``, ``tripwire``
+(an ``assert_case`` run caught a reward hack: ``tripwire`` names it, the score is 0.0). Text a program
 wrote (an exception's message) reaches ``code_error`` only through
 :func:`~rewardq.reward.codeexec.report.clean_text`: valid UTF-8, bounded.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rewardq.reward.codeexec.report import clean_text
+from rewardq.reward.codeexec.report import RunReport, clean_text
 
 #: verl's per-case codes: True passed, False wrong answer, negative numbers errors
 #: (local: -1 runtime error, timeout or death, -2 does not load; SandboxFusion: -1 API/sandbox
@@ -55,6 +56,8 @@ class CodeResult:
         status, error: ``code_status`` and ``code_error`` (see the module docstring).
         backend: ``"local"`` or ``"sandbox_fusion"``.
         runs: programs executed to score it (processes locally, run_code requests remotely).
+        tripwire: the reward hack the local ``assert_case`` runner caught (``early_exit``,
+            ``non_plain_value``, ...; see :mod:`.harness_wires`), "" when none: the score is 0.0.
     """
 
     score: float
@@ -64,6 +67,7 @@ class CodeResult:
     error: str
     backend: str
     runs: int = 0
+    tripwire: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The scorer's return value (``reward_extra_info`` keeps all of it)."""
@@ -75,6 +79,7 @@ class CodeResult:
             "code_status": self.status,
             "code_error": self.error,
             "code_backend": self.backend,
+            "tripwire": self.tripwire,
         }
 
 
@@ -96,3 +101,19 @@ def summarize(outcomes: list[CaseOutcome], backend: str, runs: int, *, counted: 
         backend=backend,
         runs=runs,
     )
+
+
+def died_outcome(run: RunReport, case: int, timeout: int, memory_mb: int) -> CaseOutcome:
+    """What a run whose process ended before reporting ``case`` means for every case of it
+    (``memory_mb`` is named in the hint for a crash)."""
+    if run.malformed:
+        return CaseOutcome(-1, "malformed_report", f"case {case}: the program wrote {run.malformed} on its report pipe")
+    if run.timed_out or run.signal in ("SIGALRM", "SIGXCPU"):
+        what = "ran out of CPU time" if run.signal == "SIGXCPU" else f"timed out after {timeout}s"
+        return CaseOutcome(-1, "timeout", f"case {case}: {what}")
+    if run.overflow:
+        return CaseOutcome(-1, "output_limit", f"case {case}: printed more than the output limit")
+    if run.signal:
+        hint = f" (memory limit {memory_mb} MB?)" if run.signal in ("SIGSEGV", "SIGABRT", "SIGBUS") else ""
+        return CaseOutcome(-1, "killed", f"case {case}: the program was killed by {run.signal}{hint}")
+    return CaseOutcome(-1, "exited", f"case {case}: the program exited with code {run.exit} before finishing")

@@ -84,12 +84,16 @@ class Program:
         fn_name: the function each case calls; None: each case calls ``code()`` on stdin.
         solution_class: call ``fn_name`` on ``Solution()`` instead of the module.
         inputs: every case's raw input (the runs name cases by index).
+        tests: ``assert_case`` mode: every case's test text, run after the program in the
+            runner of :mod:`.harness_asserts` (``module`` is then the program as written); None:
+            ``prime_code``'s mode.
     """
 
     module: str
     fn_name: str | None
     solution_class: bool
     inputs: list[Any]
+    tests: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -346,6 +350,7 @@ class LocalSandbox:
             "fn_name": program.fn_name,
             "solution_class": program.solution_class,
             "inputs": program.inputs,
+            "tests": program.tests,
             "runs": [{"cases": r.cases, "timeout": r.timeout, "deadline": r.deadline} for r in runs],
             "preimport": list(PREIMPORT),
         }

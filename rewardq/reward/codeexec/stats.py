@@ -24,6 +24,7 @@ class SourceStats:
         seconds: wall time spent scoring them.
         statuses: trajectories by ``code_status``; ``error`` counts those that raised
             (sandbox unreachable or broken: an error result, no reward).
+        tripwires: responses that tripped a wire (a reward hack caught), by tripwire name.
     """
 
     backend: str
@@ -31,6 +32,7 @@ class SourceStats:
     runs: int = 0
     seconds: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
+    tripwires: dict[str, int] = field(default_factory=dict)
 
 
 class CodeStats:
@@ -55,9 +57,11 @@ class CodeStats:
         st.statuses[status] = st.statuses.get(status, 0) + 1
         if result is not None:
             st.runs += result.runs
+            if result.tripwire:
+                st.tripwires[result.tripwire] = st.tripwires.get(result.tripwire, 0) + 1
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
-        """``{data_source: {backend, trajectories, runs, seconds, statuses}}`` (JSON-able)."""
+        """``{data_source: {backend, trajectories, runs, seconds, statuses, tripwires}}`` (JSON-able)."""
         return {
             ds: {
                 "backend": st.backend,
@@ -65,6 +69,7 @@ class CodeStats:
                 "runs": st.runs,
                 "seconds": round(st.seconds, 6),
                 "statuses": dict(st.statuses),
+                "tripwires": dict(st.tripwires),
             }
             for ds, st in sorted(self.sources.items())
         }
