@@ -14,6 +14,7 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -25,9 +26,12 @@ import pytest
 import redis
 
 from rewardq import RewardClient
+from tests.support.assert_cases import HACKS, HONEST
 from tests.support.cli_procs import REPO, wait_for
+from tests.support.code_probes import ASSERT_SUBSET, import_probes
 from tests.support.records import text_output
 from tests.support.redis_server import RedisServer
+from tests.support.sandbox_hosts import readable_interpreter
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -63,17 +67,9 @@ def _start_as(
         **env,
     }
     # The interpreter may live where the user cannot go (pyenv under /root, mode 0700): in a mount
-    # namespace of the test's own, /root becomes an empty 0755 folder with only the interpreters
-    # bound back, as a deployment installs the worker where its user can run it.
-    interpreters = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)})
-    binds = " && ".join(f'd=$(mktemp -d) && mount --bind "{p}" "$d" && stages="$stages $d:{p}"' for p in interpreters)
-    script = (
-        f"set -e; stages=''; {binds}; "
-        "mount -t tmpfs -o mode=755 tmpfs /root; "
-        'for s in $stages; do mkdir -p "${s#*:}"; mount --move "${s%%:*}" "${s#*:}"; done; '
-        f'exec setpriv --reuid={user.pw_uid} --regid={user.pw_gid} --clear-groups -- "$@"'
-    )
-    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+    # namespace of the test's own it becomes readable, as a deployment installs the worker where its
+    # user can run it.
+    cmd = readable_interpreter([], user)
     with open(log, "wb") as err:
         popen = subprocess.Popen(
             [*cmd, sys.executable, "-m", "rewardq", *args],
@@ -96,14 +92,14 @@ def _stop(popen: subprocess.Popen[bytes]) -> None:
             popen.wait(10)
 
 
-def _sample(outputs: list[str]) -> dict[str, Any]:
-    gt = json.dumps({"inputs": ["4\n"], "outputs": outputs})
-    return {"data_source": "codecontests", "reward_model": {"ground_truth": gt}, "extra_info": {}}
-
-
 def _put(client: RewardClient, uid: str, program: str, outputs: list[str]) -> str:
+    return _put_gt(client, uid, program, {"inputs": ["4\n"], "outputs": outputs})
+
+
+def _put_gt(client: RewardClient, uid: str, program: str, ground_truth: dict[str, Any]) -> str:
+    sample = {"data_source": "codecontests", "reward_model": {"ground_truth": json.dumps(ground_truth)}}
     text = f"```python\n{program}\n```"
-    return client.put_trajectory(uid, "0", [text_output(text, "Solve it.")], _sample(outputs))[0]
+    return client.put_trajectory(uid, "0", [text_output(text, "Solve it.")], {**sample, "extra_info": {}})[0]
 
 
 def test_auto_as_a_normal_user_refuses_code_naming_the_fix(user: pwd.struct_passwd, tmp_path: Path) -> None:
@@ -177,6 +173,10 @@ print("clean" if not found else "found " + " ".join(found)[:300])
 
 def test_rlimits_as_a_normal_user_hides_the_redis_password(user: pwd.struct_passwd, tmp_path: Path) -> None:
     url_file = Path(user.pw_dir) / "redis-url"
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.setblocking(False)
+    udp_port = listener.getsockname()[1]
     with RedisServer(password=PASSWORD) as srv:
         url = srv.url_for(password=PASSWORD)
         url_file.write_text(url + "\n")
@@ -196,10 +196,23 @@ def test_rlimits_as_a_normal_user_hides_the_redis_password(user: pwd.struct_pass
             hunter = HUNTER.replace("URL_FILE", repr(str(url_file))).replace("PORT", str(srv.port))
             keys = [_put(client, f"h{i}", hunter, ["clean\n"]) for i in range(2)]
             keys.append(_put(client, "ok", "print(int(input()) ** 2)", ["16\n"]))
-            res = client.wait_rewards(keys, timeout=180)
+            # correct programs importing numpy and the standard library, reading the URL file, sending UDP
+            probes = import_probes([str(url_file)], udp_port, PASSWORD_HEAD, PASSWORD_TAIL)
+            for name, (program, printed) in probes.items():
+                keys.append(_put(client, f"p-{name}", program, [printed + "\n"]))
+            cases = [c for c in HONEST + HACKS if c.name in ASSERT_SUBSET]
+            asserted = {c.name: _put_gt(client, f"a-{c.name}", c.program, c.ground_truth) for c in cases}
+            res = client.wait_rewards([*keys, *asserted.values()], timeout=400)
             client.close()
         finally:
             _stop(worker)
     for key in keys:
         assert res[key].ok and res[key].reward_score == 1.0, res[key]
+    # assert_case problems score as with namespaces: honest ones right, each hack 0.0 by name
+    for c in cases:
+        got = res[asserted[c.name]]
+        info = got.reward_extra_info
+        assert got.ok and got.reward_score == pytest.approx(c.score) and info["tripwire"] == c.tripwire, (c.name, info)
+    with pytest.raises(BlockingIOError):
+        listener.recv(64)  # no datagram left the sandbox
     assert "code_local_isolation=rlimits" in log.read_text()  # the warning, at every start

@@ -52,14 +52,23 @@ class Procs:
         self.tmp = tmp
         self.started: list[Proc] = []
 
-    def start(self, args: Sequence[str], env: dict[str, str] | None = None, tag: str = "proc") -> Proc:
+    def start(
+        self,
+        args: Sequence[str],
+        env: dict[str, str] | None = None,
+        tag: str = "proc",
+        prefix: Sequence[str] = (),
+        python: str = sys.executable,
+    ) -> Proc:
+        """``python -m rewardq <args>`` (this interpreter unless ``python`` says another), after
+        ``prefix`` (a command that runs the rest: an ``unshare``)."""
         n = len(self.started)
         log, out = self.tmp / f"{tag}-{n}.err", self.tmp / f"{tag}-{n}.out"
         full_env = {**os.environ, **(env or {})}
         full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
         with open(log, "wb") as e, open(out, "wb") as o:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "rewardq", *args],
+                [*prefix, python, "-m", "rewardq", *args],
                 stdout=o,
                 stderr=e,
                 stdin=subprocess.DEVNULL,

@@ -191,3 +191,125 @@ CASES = [
         json.dumps({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n"]}),
     ),
 ]
+
+# -- imports: numpy and the standard library, as verl's prime_code gives them ----------------------
+NUMS = json.dumps({"inputs": ["3\n1 2 3\n", "4\n5 5 5 5\n"], "outputs": ["6\n", "20\n"]})
+MATRIX = json.dumps({"inputs": ["2\n1 2\n3 4\n", "2\n2 0\n0 2\n"], "outputs": ["-2\n", "4\n"]})
+WORDS = json.dumps({"inputs": ["b a b\n", "x\n"], "outputs": ["b 2\n", "x 1\n"]})
+CALL_NUMS = json.dumps({"fn_name": "stats", "inputs": ["[1, 2, 3, 4]", "[5]"], "outputs": ["[2.5, 2.5]", "[5.0, 5.0]"]})
+CALL_PERMS = json.dumps({"fn_name": "perms", "inputs": ["3", "2"], "outputs": ["6", "2"]})
+
+
+def _stdin(body: str) -> str:
+    return fenced("n = int(input())\nxs = list(map(int, input().split()))\n" + body)
+
+
+IMPORT_CASES = [
+    CodeCase("numpy-sum", "codecontests", _stdin("import numpy as np\nprint(int(np.array(xs).sum()))"), NUMS),
+    CodeCase("numpy-alias-first", "codecontests", fenced("import numpy as np\n" + READ_ADD), ADD),
+    CodeCase(
+        "numpy-det",
+        "codeforces",
+        fenced(
+            "import numpy as np\nn = int(input())\nm = np.array([list(map(int, input().split())) for _ in range(n)])\n"
+            "print(int(round(np.linalg.det(m))))"
+        ),
+        MATRIX,
+    ),
+    CodeCase(
+        "numpy-call",
+        "apps",
+        fenced(
+            "import numpy as np\n\ndef stats(xs):\n    a = np.array(xs, dtype=float)\n"
+            "    return [float(a.mean()), float(np.median(a))]"
+        ),
+        CALL_NUMS,
+    ),
+    CodeCase(
+        "numpy-scalar-result",
+        "apps",
+        fenced("import numpy as np\n\ndef perms(n):\n    return np.int64(6) if n == 3 else 2"),
+        CALL_PERMS,
+    ),
+    CodeCase("array", "codecontests", _stdin("import array\nprint(sum(array.array('i', xs)))"), NUMS),
+    CodeCase(
+        "decimal", "codecontests", _stdin("from decimal import Decimal\nprint(int(sum(Decimal(x) for x in xs)))"), NUMS
+    ),
+    CodeCase(
+        "fractions",
+        "codecontests",
+        _stdin("from fractions import Fraction\nprint(int(sum(Fraction(x) for x in xs)))"),
+        NUMS,
+    ),
+    CodeCase(
+        "heapq-bisect-deque",
+        "codecontests",
+        _stdin(
+            "import heapq, bisect\nfrom collections import deque\nh = list(xs)\nheapq.heapify(h)\n"
+            "d = deque(sorted(h))\nbisect.insort(d, 0)\nprint(sum(d))"
+        ),
+        NUMS,
+    ),
+    CodeCase(
+        "itertools-call",
+        "apps",
+        fenced("import itertools\n\ndef perms(n):\n    return len(list(itertools.permutations(range(n))))"),
+        CALL_PERMS,
+    ),
+    CodeCase(
+        "lru-cache-recursion",
+        "codecontests",
+        _stdin(
+            "from functools import lru_cache\n@lru_cache(None)\ndef s(i):\n"
+            "    return 0 if i < 0 else xs[i] + s(i - 1)\nprint(s(n - 1))"
+        ),
+        NUMS,
+    ),
+    CodeCase("statistics", "codecontests", _stdin("import statistics\nprint(int(statistics.mean(xs) * n))"), NUMS),
+    CodeCase(
+        "counter-words",
+        "codecontests",
+        fenced("from collections import Counter\nw, c = Counter(input().split()).most_common(1)[0]\nprint(w, c)"),
+        WORDS,
+    ),
+    CodeCase(
+        "datetime-re-string",
+        "codecontests",
+        _stdin(
+            "import re, string, datetime\nd = datetime.date(2024, 1, 1) + datetime.timedelta(days=sum(xs))\n"
+            "print(int(re.sub('[^0-9]', '', str(d.day))) * 0 + sum(xs) + len(string.ascii_letters) * 0)"
+        ),
+        NUMS,
+    ),
+    CodeCase(
+        "unicodedata-zlib-hashlib",
+        "codecontests",
+        _stdin(
+            "import unicodedata, zlib, hashlib\n"
+            "assert unicodedata.name('a') and zlib.crc32(b'a') and hashlib.md5(b'a')\n"
+            "print(sum(xs))"
+        ),
+        NUMS,
+    ),
+    CodeCase(
+        "struct-math",
+        "codecontests",
+        _stdin("import struct, math\nprint(struct.unpack('<q', struct.pack('<q', sum(xs)))[0] + math.gcd(0, 0))"),
+        NUMS,
+    ),
+    CodeCase(
+        "platform-multiprocessing",
+        "codecontests",
+        _stdin("import platform, multiprocessing\nplatform.python_version()\nprint(sum(xs))"),
+        NUMS,
+    ),
+    CodeCase(
+        "typing-dataclasses",
+        "codecontests",
+        _stdin("from dataclasses import dataclass\n@dataclass\nclass P:\n    v: int\nprint(sum(P(x).v for x in xs))"),
+        NUMS,
+    ),
+    CodeCase("subprocess-blocked", "codecontests", _stdin("import subprocess\nprint(sum(xs))"), NUMS),
+    CodeCase("ctypes-blocked", "codecontests", _stdin("import ctypes\nprint(sum(xs))"), NUMS),
+    CodeCase("os-putenv-guarded", "codecontests", _stdin("import os\nos.putenv('X', '1')\nprint(sum(xs))"), NUMS),
+]

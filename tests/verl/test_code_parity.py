@@ -28,7 +28,7 @@ from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.scoring import compute_score_async
 from tests.support.checks import detailed
 from tests.support.sandbox_standin import Standin
-from tests.verl.code_cases import CASES, CodeCase
+from tests.verl.code_cases import CASES, IMPORT_CASES, CodeCase
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -90,6 +90,20 @@ async def test_local_runner_scores_as_verl_prime_code() -> None:
     assert {"passed", "wrong_answer", "compile_error", "runtime_error", "timeout", "invalid_test_cases"} <= statuses
     assert sum(0.0 < t < 1.0 for t in theirs) >= 5
     assert sum(t == 1.0 for t in theirs) >= 10 and sum(t == 0.0 for t in theirs) >= 10
+
+
+async def test_programs_that_import_numpy_and_the_standard_library_score_as_in_verl() -> None:
+    # Given right programs using numpy and the standard library (and a few verl's guard blocks)
+    assert sum("numpy" in c.name for c in IMPORT_CASES) >= 5 and len(IMPORT_CASES) >= 20
+    # When verl's prime_code and rewardq's local runner (namespaces: the interpreter under a 0700 home
+    # is bound back read-only) score them
+    theirs, ours = await _both(IMPORT_CASES, CodeExecSettings(code_local_max_concurrent=4))
+    # Then the scores are identical: numpy imports past the guard as it does in verl, and so do the
+    # modules verl's process holds; what verl's guard blocks (subprocess, ctypes, os.putenv) fails alike
+    _assert_same(IMPORT_CASES, theirs, ours)
+    assert sum(t == 1.0 for t in theirs) >= 15
+    blocked = {c.name: o for c, o in zip(IMPORT_CASES, ours) if c.name.endswith(("-blocked", "-guarded"))}
+    assert all(o["score"] == 0.0 for o in blocked.values()), blocked
 
 
 async def test_sandbox_fusion_client_scores_as_verl(tmp_path: Path) -> None:

@@ -171,8 +171,10 @@ def build_filesystem(job: dict[str, Any]) -> str:
     secrets = [os.path.realpath(p) for p in job.get("secrets", ()) if os.path.isfile(p)]
     closed = [c for c in (closed_folder(p) for p in library) if c is not None]
     volumes = [os.path.dirname(s) for s in secrets if os.path.dirname(s) != "/" and _is_mount_point(os.path.dirname(s))]
-    hide = outermost([h for h in [*job["hide"], *closed, *volumes] if os.path.isdir(h) and not os.path.islink(h)])
-    expose = outermost([p for p in library if any(_under(p, h) for h in [*hide, "/tmp", "/dev/shm"])])
+    fresh = ("/tmp", "/dev/shm")  # replaced by tmpfs of the job's own: nothing under them needs covering
+    hide = [h for h in [*job["hide"], *closed, *volumes] if not any(_under(h, f) for f in fresh)]
+    hide = outermost([h for h in hide if os.path.isdir(h) and not os.path.islink(h)])
+    expose = outermost([p for p in library if any(_under(p, h) for h in [*hide, *fresh])])
     # opened before anything covers them: bound back from these descriptors once covered
     handles = [(os.open(p, os.O_PATH | os.O_CLOEXEC), p, os.path.isdir(p)) for p in expose]
     for point, kept in _mount_points():
