@@ -28,6 +28,7 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import CodeSandboxError
+from rewardq.queue.states import FailureKind
 
 #: A record line longer than this is malformed (the runner's own lines stay below the output limit).
 MAX_RECORD_BYTES = defaults.CODE_MAX_OUTPUT_BYTES + 4096
@@ -174,8 +175,9 @@ def parse_report(out: bytes, err: bytes, code: int, n_runs: int) -> list[RunRepo
             raise CodeSandboxError(f"the local code sandbox could not be set up: {why}")
     if len(reports) != n_runs:
         tail = clean_text(err.strip()[-800:], 800)
-        raise CodeSandboxError(
+        raise CodeSandboxError(  # its supervisor died (killed under memory pressure, say): worth another try
             f"the local code sandbox ended (exit code {code}) after {len(reports)} of {n_runs} runs"
-            + (f": {tail}" if tail else "")
+            + (f": {tail}" if tail else ""),
+            failure_kind=FailureKind.TRANSIENT,
         )
     return reports

@@ -50,6 +50,7 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import CodeSandboxError, ConfigError
+from rewardq.queue.states import FailureKind
 from rewardq.reward.codeexec.cases import PREAMBLE_STAR_MODULES, prime_module_source
 from rewardq.reward.codeexec.cgroups import CgroupHost, JobCgroup, JobLimits
 from rewardq.reward.codeexec.harness_fs import outermost, world_writable
@@ -431,7 +432,9 @@ async def _invoke(cmd: list[str], env: dict[str, str], job: bytes, wall: float, 
         out, err = await asyncio.wait_for(communicate(), wall)
         code = await proc.wait()
     except asyncio.TimeoutError:
-        raise CodeSandboxError(f"the local code sandbox did not finish within {wall:.0f}s") from None
+        raise CodeSandboxError(  # a host starved far past the job's own deadlines: may pass
+            f"the local code sandbox did not finish within {wall:.0f}s", failure_kind=FailureKind.TRANSIENT
+        ) from None
     finally:
         if proc.returncode is None:
             try:
