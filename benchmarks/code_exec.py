@@ -15,6 +15,10 @@ Two numbers, measured in one run on this machine:
    used (this process plus every child: ``getrusage``), so it does not depend on how busy
    the machine is; the wall-clock rate is printed next to it.
 
+   The same for ``assert_case`` tests (a 3-case problem, each case run in a fresh process of one
+   job, with the tripwires armed: :mod:`rewardq.reward.codeexec.asserts`), and the median of one
+   run of a program that imports numpy (its import runs in each such job).
+
 3. **Neighbours** (as root): a correct program needing 3 s of CPU, run beside a ``setsid``
    fork bomb that spins with SIGALRM ignored (and, with job cgroups, a program forking 8
    children of 900 MB each): its score, wall time and job time, with and without job
@@ -100,6 +104,44 @@ async def throughput(n: int, isolation: str, cgroups: bool = True) -> dict[str, 
     return {"trajectories": n, "programs": runs, "cpu_s": cpu, "wall_s": wall, "per_core_s": n / cpu, "per_s": n / wall}
 
 
+ASSERTS = json.dumps(
+    {"assert_case": ["assert sq(1) == 1", "assert sq(2) == 4", "assert sq(3) == 9\nassert sq(0) == 0"]}
+)
+SQ, SQ_PARTIAL = "def sq(n):\n    return n * n\n", "def sq(n):\n    return n * n if n < 3 else 0\n"
+NUMPY_PROGRAM = "import numpy as np\nn = int(input())\nprint(int(np.int64(n) ** 2))\n"
+
+
+async def assert_throughput(n: int, isolation: str, cgroups: bool = True) -> dict[str, float]:
+    """:func:`throughput` for ``assert_case`` responses (80 % right, 20 % one case of three wrong)."""
+    runtime = CodeRuntime(CodeExecSettings(code_local_isolation=isolation))
+    runtime._sandbox = LocalSandbox(isolation=isolation, job_cgroups=cgroups)
+    await runtime.sandbox().start()
+    completions = [f"```python\n{SQ_PARTIAL if i % 5 == 0 else SQ}```" for i in range(n)]
+    cpu, wall = _cpu(), time.perf_counter()
+    results = await asyncio.gather(
+        *(compute_score_async("taco", c, ASSERTS, code_runtime=runtime) for c in completions)
+    )
+    cpu, wall = _cpu() - cpu, time.perf_counter() - wall
+    scores = [r["score"] for r in results if isinstance(r, dict)]
+    assert scores == [2 / 3 if i % 5 == 0 else 1.0 for i in range(n)], scores[:10]
+    runs = runtime.stats.snapshot()["taco"]["runs"]
+    return {"trajectories": n, "programs": runs, "cpu_s": cpu, "wall_s": wall, "per_core_s": n / cpu, "per_s": n / wall}
+
+
+async def numpy_runs(n: int, isolation: str) -> list[float]:
+    """One run of a program importing numpy, ``n`` times (after a warm-up)."""
+    sandbox = LocalSandbox(isolation=isolation, max_concurrent=1)
+    program = Program(prime_module_source(NUMPY_PROGRAM, None), None, False, ["4\n"])
+    await sandbox.start()
+    times = []
+    for _ in range(n + 1):
+        t = time.perf_counter()
+        [run] = await sandbox.execute(program, [RunSpec([0], 10, 11.0)])
+        times.append(time.perf_counter() - t)
+        assert {"case": 0, "out": "16\n"} in run.records, run.records
+    return times[1:]
+
+
 CPU_3S = (
     "import time\nt = time.process_time()\nwhile time.process_time() - t < 3:\n    pass\nprint(int(input()) ** 2)\n"
 )
@@ -162,6 +204,18 @@ async def main() -> None:
             f"in {tp['wall_s']:.1f} s wall, "
             f"{tp['cpu_s']:.1f} CPU s: {tp['per_core_s']:.1f} trajectories/s per core ({tp['per_s']:.1f}/s wall)"
         )
+        at = await assert_throughput(args.trajectories, args.isolation, cgroups)
+        print(
+            f"  assert_case: {at['trajectories']} trajectories ({at['programs']} programs) "
+            f"in {at['wall_s']:.1f} s wall, {at['cpu_s']:.1f} CPU s: {at['per_core_s']:.1f} trajectories/s per core "
+            f"({at['per_core_s'] / tp['per_core_s']:.2f}x the prime_code path's)"
+        )
+        if cgroups or os.geteuid() != 0:
+            with_numpy = statistics.median(await numpy_runs(max(5, args.programs // 5), args.isolation))
+            print(
+                f"  one run of a program importing numpy  median {with_numpy * 1000:7.1f} ms "
+                f"({with_numpy / boxed:.1f}x the plain program's)"
+            )
         if os.geteuid() == 0:
             nb = await neighbours(args.isolation, cgroups)
             beside = "spinner + 8 x 900 MB forker" if cgroups else "spinner"

@@ -172,7 +172,8 @@ def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     )
     with startup_step(logger, f"building the {cfg.manager} manager"):
         manager, tokenizer = build_from_config(cfg, ctx, tokenizer)
-    ctx.code_runtime().announce()  # the rlimits warning, or that code will be refused, at every start
+    # the manager's own context holds the code options: the rlimits warning, the start-up probe, a refusal
+    getattr(manager, "context", ctx).code_runtime().announce()
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)
         return 0

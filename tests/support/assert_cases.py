@@ -105,7 +105,22 @@ CALL = {
     "fn_name": "square",
 }
 
+HYPOT = {"assert_case": ["assert hyp(3, 4) == 5.0\nassert round(hyp(1, 1), 3) == round(pow(2, 0.5), 3)"]}
+
 HONEST = [
+    AssertCase(
+        "from-math-import-star",  # binds math's pow over the builtin the test uses: a library's, not a hack
+        P(
+            """
+            from math import *
+
+            def hyp(a, b):
+                return sqrt(a * a + b * b)
+            """
+        ),
+        HYPOT,
+        1.0,
+    ),
     AssertCase(
         "add",
         P(

@@ -40,7 +40,7 @@ def import_probes(secrets: list[str], udp_port: int, head: str, tail: str) -> di
         "array": ("import array\nn = int(input())\nprint(sum(array.array('i', range(n + 1))))", "10"),
         "stdlib": (
             "import decimal, fractions, unicodedata, zlib, statistics, heapq, bisect\nn = int(input())\n"
-            "print(int(decimal.Decimal(n) * 4 + fractions.Fraction(0) + statistics.mean([0, 0])),"
+            "print(int(decimal.Decimal(n) * 4) + int(fractions.Fraction(0)) + int(statistics.mean([0, 0])),"
             " unicodedata.category('a'), zlib.crc32(b'') + heapq.nsmallest(1, [0])[0] + bisect.bisect([], 0))",
             "16 Ll 0",
         ),

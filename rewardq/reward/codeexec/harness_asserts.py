@@ -258,13 +258,16 @@ class Run:
         return ""
 
     def shadowed(self, space: dict[str, Any], tests: TestCode) -> str:
-        """A builtin the program rebinds in its own namespace that the tests use as a builtin: the
-        problem's function itself (``fn_name``, or the only function of the program the tests
-        call) is not such a rebinding."""
+        """A builtin the tests use that the program rebinds to code of its own (``def sorted``,
+        ``len = lambda x: 3``). Not a hack: the problem's function itself (``fn_name``, or the only
+        function of the program the tests call), a library's function under a builtin's name
+        (``from math import *`` binds ``pow``, ``from numpy import *`` binds ``sum``)."""
+        wires = self.wires
         mine = {n for n in tests.names if n in space and not n.startswith("__")}
-        callables = {n for n in mine if callable(space[n]) and n not in self.wires.builtins}
-        for name in sorted(mine & self.wires.builtins.keys()):
-            if space[name] is self.wires.builtins[name] or name == self.job.get("fn_name"):
+        callables = {n for n in mine if callable(space[n]) and n not in wires.builtins}
+        for name in sorted(mine & wires.builtins.keys()):
+            value = space[name]
+            if value is wires.builtins[name] or name == self.job.get("fn_name") or not wires.program_made(value):
                 continue
             if not callables and len(mine) == 1:
                 continue  # the function under test happens to be named like a builtin

@@ -136,6 +136,16 @@ class Wires:
     def program_function(self, value: Any) -> bool:
         return self._isinstance(value, types.FunctionType) and self.where(value.__code__.co_filename) == "program"
 
+    def program_made(self, value: Any) -> bool:
+        """Whether ``value`` is code of the program's: its function, its class, or a callable
+        object of its class."""
+        if self.program_function(value):
+            return True
+        klass = value if self._isinstance(value, type) else self._type(value)
+        if not self._isinstance(value, type) and not callable(value):
+            return False
+        return not self.library_class(klass) and klass is not types.FunctionType
+
     def library_class(self, klass: type) -> bool:
         if not klass.__flags__ & _HEAPTYPE:
             return True  # a builtin or C extension type
