@@ -55,7 +55,7 @@ def _ended_early(run: RunReport, case: int, timeout: int, memory_mb: int) -> Cas
     return died_outcome(run, case, timeout, memory_mb)
 
 
-def judge(run: RunReport, case: int, expected: Any, timeout: int, memory_mb: int) -> CaseOutcome:
+def judge(run: RunReport, case: int, expected: object, timeout: int, memory_mb: int) -> CaseOutcome:
     """One case's outcome from its run's report.
 
     Raises:
@@ -88,7 +88,7 @@ def judge(run: RunReport, case: int, expected: Any, timeout: int, memory_mb: int
     return outcome
 
 
-def _verdict(rec: dict[str, Any], case: int, expected: Any) -> CaseOutcome:
+def _verdict(rec: dict[str, Any], case: int, expected: object) -> CaseOutcome:
     if "error" in rec:
         return CaseOutcome(-1, "runtime_error", f"case {case}: {clean_text(rec['error'])}")
     if rec.get("overflow"):

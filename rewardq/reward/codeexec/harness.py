@@ -36,6 +36,8 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 # -- prctl(2) ---------------------------------------------------------------------------------
@@ -70,7 +72,7 @@ program = _sibling("harness_program")
 _quote = __import__("_json").encode_basestring_ascii  # C: a JSON string literal, ASCII only
 
 
-def _encode(record: dict[str, Any], quote: Any = _quote) -> str:
+def _encode(record: dict[str, Any], quote: Callable[[str], str] = _quote) -> str:
     """``record`` (flat: text, integers, booleans) as ASCII JSON, with C functions only: nothing the
     program can replace (``json.dumps`` reads module globals it could swap) builds a report."""
     parts = []
@@ -170,7 +172,7 @@ def _isolate_runner(job: dict[str, Any], run: dict[str, Any], keep: tuple[int, .
 
 
 def run_program(
-    job: dict[str, Any], run: dict[str, Any], fd: int, isolated_fd: int, workdir: str, guard: Any, token: str
+    job: dict[str, Any], run: dict[str, Any], fd: int, isolated_fd: int, workdir: str, guard: ModuleType, token: str
 ) -> None:
     """The runner: isolate, load the program, run the cases, report; never returns.
 
@@ -385,7 +387,9 @@ class _Budget:
         return True, forged
 
 
-def supervise(job: dict[str, Any], run: dict[str, Any], workdir: str, guard: Any, clock: Any, budget: _Budget) -> None:
+def supervise(
+    job: dict[str, Any], run: dict[str, Any], workdir: str, guard: ModuleType, clock: Any, budget: _Budget
+) -> None:
     """One run: fork a runner, collect its records, report them and its status."""
     token = os.urandom(16).hex()  # on every record of the runner: the program never learns it
     r, w = os.pipe()

@@ -35,7 +35,10 @@ import posix
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # loaded by path at run time, beside this file
+    from rewardq.reward.codeexec.harness_wires import Wires
 
 _OPS = {
     ast.Eq: "==",
@@ -143,7 +146,7 @@ class _Rewrite(ast.NodeTransformer):
         self.asserts += 1
         return node
 
-    def _function(self, node: Any) -> Any:
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
         number = self.functions.get(id(node))
         self.generic_visit(node)
         if number is not None:  # say when it runs: its straight-line assertions are then due
@@ -152,7 +155,7 @@ class _Rewrite(ast.NodeTransformer):
 
     visit_FunctionDef = visit_AsyncFunctionDef = _function
 
-    def _test(self, node: Any) -> Any:
+    def _test(self, node: ast.If | ast.While | ast.IfExp) -> ast.AST:
         self.generic_visit(node)
         node.test = self.truth(node.test)
         return node
@@ -196,6 +199,15 @@ def compile_tests(text: str, hooks: dict[str, str]) -> TestCode:
     return TestCode(compile(tree, "<tests>", "exec"), rewrite.required, frozenset(names), frozenset(attrs))
 
 
+class Reporter(Protocol):
+    """The runner's authenticated report writer (``harness._Records``)."""
+
+    fd: int
+    left: int
+
+    def emit(self, record: dict[str, Any]) -> dict[str, Any]: ...
+
+
 class _Exit(SystemExit):
     """What ``os._exit`` raises while a program and its tests run (see the module docstring)."""
 
@@ -207,7 +219,7 @@ def _exit_instead(code: int) -> None:
 class Run:
     """One case: the program, its assertions and the report. See the module docstring."""
 
-    def __init__(self, job: dict[str, Any], case: int, wires: Any) -> None:
+    def __init__(self, job: dict[str, Any], case: int, wires: Wires) -> None:
         self.job, self.case, self.wires = job, case, wires
         tag = os.urandom(6).hex()  # names the program cannot guess (it never sees the tests' namespace)
         self.hooks = {k: f"__rq_{tag}_{k}" for k in ("check", "cmp", "chain", "truth", "enter")}
@@ -292,7 +304,7 @@ class Run:
             return _describe(exc)
         return ""
 
-    def call(self, space: dict[str, Any], stdin: Any) -> None:
+    def call(self, space: dict[str, Any], stdin: io.TextIOWrapper) -> None:
         """What SandboxFusion's wrapper does for ``fn_name`` after the asserts: call it with the JSON
         arguments on stdin and print its result (JSON for containers, ``None`` and booleans)."""
         name = self.job["fn_name"]
@@ -309,7 +321,7 @@ class Run:
             print(str(result))
 
 
-def _origin(exc: BaseException, wires: Any) -> str:
+def _origin(exc: BaseException, wires: Wires) -> str:
     """Whose code raised ``exc``: the last program or test frame of its traceback."""
     tb, origin = exc.__traceback__, "tests"
     while tb is not None:
@@ -327,7 +339,14 @@ def _describe(exc: BaseException) -> str:
         return type(exc).__name__
 
 
-def run_case(job: dict[str, Any], run: dict[str, Any], records: Any, workdir: str, wires: Any, capture: Any) -> None:
+def run_case(
+    job: dict[str, Any],
+    run: dict[str, Any],
+    records: Reporter,
+    workdir: str,
+    wires: Wires,
+    capture: Callable[[int], io.StringIO],
+) -> None:
     """The runner's work in ``assert_case`` mode (see the module docstring); never returns."""
     exit_now, emit = os._exit, records.emit
     case = run["cases"][0]
@@ -370,7 +389,7 @@ def run_case(job: dict[str, Any], run: dict[str, Any], records: Any, workdir: st
             record[key] = value
     if this.exited:
         record["exited"] = this.exited
-    if out.over:
+    if getattr(out, "over", False):  # the capture's cap was reached
         record["overflow"] = True
     else:
         record["out"] = io.StringIO.getvalue(out)

@@ -15,6 +15,9 @@ import math
 import os
 import sys
 import types
+from collections.abc import Sequence
+from importlib.abc import Loader
+from importlib.machinery import ModuleSpec
 from typing import Any
 
 _OS_DISABLED = (
@@ -78,14 +81,14 @@ class _Guard:
 class _LiftedLoader:
     """A module's own loader, run with the guard lifted (see :class:`PreloadedImports`)."""
 
-    def __init__(self, loader: Any, guard: _Guard) -> None:
+    def __init__(self, loader: Loader, guard: _Guard) -> None:
         self.loader = loader
         self.guard = guard
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: ModuleSpec) -> types.ModuleType | None:
         return self.loader.create_module(spec)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         undo = self.guard.lift()
         try:
             self.loader.exec_module(module)
@@ -116,7 +119,9 @@ class PreloadedImports:
         self.finder = importlib.machinery.PathFinder
         self.busy = False
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> ModuleSpec | None:
         if self.busy or path is not None or fullname not in self.names:
             return None
         self.busy = True

@@ -44,7 +44,7 @@ import os
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 EQUALITY = ("__eq__", "__ne__")
 ORDERING = ("__lt__", "__le__", "__gt__", "__ge__")
@@ -133,16 +133,17 @@ class Wires:
             return "library"
         return "program"
 
-    def program_function(self, value: Any) -> bool:
-        return self._isinstance(value, types.FunctionType) and self.where(value.__code__.co_filename) == "program"
+    def program_function(self, value: object) -> bool:
+        return isinstance(value, types.FunctionType) and self.where(value.__code__.co_filename) == "program"
 
-    def program_made(self, value: Any) -> bool:
+    def program_made(self, value: object) -> bool:
         """Whether ``value`` is code of the program's: its function, its class, or a callable
         object of its class."""
         if self.program_function(value):
             return True
-        klass = value if self._isinstance(value, type) else self._type(value)
-        if not self._isinstance(value, type) and not callable(value):
+        is_class = self._isinstance(value, type)
+        klass: type = cast(type, value) if is_class else self._type(value)
+        if not is_class and not callable(value):
             return False
         return not self.library_class(klass) and klass is not types.FunctionType
 
@@ -280,10 +281,10 @@ class Wires:
                 continue
             space = getattr(module, "__dict__", {})
             for name in names:
-                value: Any = space.get(name)
+                value = space.get(name)
                 if self.program_function(value):
                     return f"{mod_name}.{name}"
-                if self._isinstance(value, type) and self.library_class(value):
+                if self._isinstance(value, type) and self.library_class(cast(type, value)):
                     inner = _dict_of(value)
                     for attr in names:
                         if self.program_function(inner.get(attr)):
@@ -340,7 +341,7 @@ class Wires:
 
     def _stack_read(self) -> bool:
         """Whether the code asking for a frame is the program's, directly or through a frame giver."""
-        frame: Any = self._getframe(3)  # past this method, _audit and the hook
+        frame: types.FrameType | None = self._getframe(3)  # past this method, _audit and the hook
         entry = None
         while frame is not None:
             code = frame.f_code
