@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
@@ -254,9 +255,11 @@ class WorkerConfig:
         return settings_of(cls)
 
     def secret_files(self) -> tuple[str, ...]:
-        """The files holding this worker's secrets: the Redis URL file, and the config file (it may
-        hold a password). No sandboxed program may read them (docs/code-execution.md)."""
-        return tuple(p for p in (self.redis_url_file, self.config_file) if p)
+        """The files holding this worker's secrets: the Redis URL file, the config file (it may
+        hold a password) and a TLS client key the URL names (``?ssl_keyfile=``). No sandboxed
+        program may read them (docs/code-execution.md)."""
+        keys = parse_qs(urlsplit(self.redis_url).query).get("ssl_keyfile", [])
+        return tuple(p for p in (self.redis_url_file, self.config_file, *keys) if p)
 
     def arguments_for(self, component: str) -> dict[str, Any]:
         """The settings declared ``passed_to=component``, as that component's keyword arguments."""

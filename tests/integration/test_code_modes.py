@@ -291,3 +291,22 @@ def test_rlimits_as_root_refuses_an_interpreter_under_a_closed_home(
     assert "will get error results" in log and f"{closed} is closed to other users" in log
     client.close()
     assert worker.terminate() == 0, worker.stderr()[-3000:]
+
+
+def test_namespaces_refuse_an_interpreter_whose_files_other_users_cannot_read(
+    procs: Procs, ns: str, server: RedisServer, secret_dir: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("numpy")
+    # Given a venv whose numpy only root may read (installed with umask 077): nothing visible says so
+    python = _tmp_venv(tmp_path)
+    next((tmp_path / "venv").glob("lib/python*/site-packages/numpy/__init__.py")).chmod(0o600)
+    url = server.url_for(password=PASSWORD)
+    url_file, config = _secrets(secret_dir, url, ns, 0o600)
+    worker = _start(procs, ns, "unreadable-w", config, url_file, python=str(python))
+    client = RewardClient.from_url(url, namespace=ns)
+    # Then the start-up probe (numpy imported as a job's uid) fails: code is refused with the fix
+    _refused(client, ("a correct program fails in it", "numpy", "chmod -R o+rX"))
+    log = worker.stderr()
+    assert "will get error results" in log.split("worker unreadable-w started")[0], log[-3000:]
+    client.close()
+    assert worker.terminate() == 0, worker.stderr()[-3000:]

@@ -123,3 +123,13 @@ def test_unknown_file_setting_is_listed_not_fatal_and_missing_file_is(tmp_path: 
 def test_dapo_config_errors_surface_at_start() -> None:
     with pytest.raises(ConfigError, match="max_resp_len"):
         build_manager("dapo", tokenizer=None, options={"overlong_buffer": {"enable": True, "len": 4}})
+
+
+def test_secret_files_are_the_url_file_the_config_file_and_a_tls_key(tmp_path: Path) -> None:
+    url_file, config = tmp_path / "url", tmp_path / "rewardq.yaml"
+    url_file.write_text("rediss://:pw@host:6380/0?ssl_keyfile=/etc/rq/client.key&ssl_ca_certs=/etc/rq/ca.pem\n")
+    config.write_text("namespace: x\n")
+    cfg = WorkerConfig.load(config_file=str(config), env={"REWARDQ_REDIS_URL_FILE": str(url_file)})
+    # no sandboxed program may read them (the CA certificate is no secret)
+    assert cfg.secret_files() == (str(url_file), str(config), "/etc/rq/client.key")
+    assert WorkerConfig.load(env={}).secret_files() == ()
