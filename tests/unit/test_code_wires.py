@@ -126,6 +126,11 @@ def test_numpy_comparisons_return_arrays_as_without_the_harness() -> None:
             "eq_override",
         ),
         ("class T:\n    def __bool__(s):\n        return True\ndef f():\n    return T()", "assert f()", "eq_override"),
+        (  # a list that hides what it holds from iteration: read through list's own
+            _says("__eq__", True, "L([A()])") + "\nclass L(list):\n    def __iter__(s):\n        return iter([])",
+            "assert f() == [1]",
+            "non_plain_value",
+        ),
         (
             "class C:\n    def __contains__(s, x):\n        return True\ndef f():\n    return C()",
             "assert 3 in f()",

@@ -73,6 +73,8 @@ def judge(run: RunReport, case: int, expected: object, timeout: int, memory_mb: 
     if not mine or not done:
         return _ended_early(run, case, timeout, memory_mb)
     rec = mine[0]
+    if rec.get("overflow"):
+        return CaseOutcome(False, "output_limit", f"case {case}: printed more than the output limit")
     if "load_error" in rec:
         why = clean_text(rec["load_error"])
         if why.startswith(("SyntaxError", "IndentationError", "TabError")):
@@ -91,8 +93,6 @@ def judge(run: RunReport, case: int, expected: object, timeout: int, memory_mb: 
 def _verdict(rec: dict[str, Any], case: int, expected: object) -> CaseOutcome:
     if "error" in rec:
         return CaseOutcome(-1, "runtime_error", f"case {case}: {clean_text(rec['error'])}")
-    if rec.get("overflow"):
-        return CaseOutcome(False, "output_limit", f"case {case}: printed more than the output limit")
     if not rec.get("held") or "failed" in rec:
         why = clean_text(rec.get("failed", "an assertion failed"))
         return CaseOutcome(False, "wrong_answer", f"case {case}: {why}")
