@@ -19,8 +19,11 @@ Two roles:
 Report lines (stdout)::
 
     R <runner record>     {"load_error"} | {"case", "out"} | {"case", "value"} | {"case", "error"}
-                          | {"case", "abort"} | {"done"}
-    S <run status>        {"exit", "signal", "timed_out", "overflow", "seconds", "sandbox_error"}, after
+                          | {"case", "abort"} | {"done"}; assert_case runs: {"case", "ran", "asserts",
+                          "held", "out", ...} | {"tripwire", "detail"}. The runner writes each after
+                          the run's token (drawn here per run, before the fork); lines without it
+                          are dropped and counted in the status's "forged"
+    S <run status>        {"exit", "signal", "timed_out", "overflow", "seconds", "sandbox_error", "forged"}, after
                           its records; ``sandbox_error`` says why the runner could not isolate itself
     E <setup error>       {"setup_error"}: the sandbox could not be built (not the program's fault)
 """

@@ -25,7 +25,8 @@ can be made)
 With ``auto`` and no namespaces the sandbox refuses (:class:`~rewardq.errors.CodeSandboxError`
 naming the fixes: root with the capabilities docs/code-execution.md lists, SandboxFusion, or
 an explicit ``rlimits``), so code trajectories get an error result, never a reward computed
-with less isolation than configured.
+with less isolation than configured. It refuses too when a correct program cannot run in it,
+or a program could read a worker secret (:mod:`.probe`): never a fake 0.0.
 
 In both, each run's process gets: RLIMIT_AS = ``memory_limit_mb``, RLIMIT_CPU, RLIMIT_FSIZE,
 RLIMIT_NPROC (per job uid), no core dumps, ``oom_score_adj`` 1000 (checked), a scrubbed
