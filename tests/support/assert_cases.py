@@ -410,6 +410,24 @@ HONEST = [
         1.0,
     ),
     AssertCase(
+        "multiprocessing-pool",  # its children end with os._exit: theirs, not the run's
+        P(
+            """
+            from multiprocessing import Pool
+
+            def _sq(x):
+                return x * x
+
+            def sort_desc(xs):
+                with Pool(2) as pool:
+                    squares = pool.map(_sq, xs)
+                return sorted(xs, reverse=True) if len(squares) == len(xs) else []
+            """
+        ),
+        SORT,
+        1.0,
+    ),
+    AssertCase(
         "syntax-error",
         P(
             """

@@ -212,8 +212,17 @@ class _Exit(SystemExit):
     """What ``os._exit`` raises while a program and its tests run (see the module docstring)."""
 
 
-def _exit_instead(code: int) -> None:
-    raise _Exit(code)
+def _exit_instead(runner: int, real: Callable[[int], None]) -> Callable[[int], None]:
+    """``os._exit`` for the program: in the runner, an exception (the run goes on); in a process it
+    forked (``multiprocessing`` ends its children so), the real one."""
+    getpid = os.getpid
+
+    def exit_(code: int) -> None:
+        if getpid() != runner:
+            real(code)
+        raise _Exit(code)
+
+    return exit_
 
 
 class Run:
@@ -368,7 +377,8 @@ def run_case(
     out = capture(max(0, records.left - 8192))
     sys.stdin, sys.stdout = stdin, out
     wires.decoy, wires.report_fd = decoy, records.fd
-    os._exit = posix._exit = _exit_instead  # type: ignore[assignment]  # an exit ends the program, not the run
+    runner = os.getpid()
+    os._exit = posix._exit = _exit_instead(runner, exit_now)  # type: ignore[assignment]  # ends the program, not the run
     sys.addaudithook(wires.audit_hook())  # from here on it sees everything, for the life of the process
     load_error = this.load(module)
     error = ""
@@ -389,6 +399,8 @@ def run_case(
             record[key] = value
     if this.exited:
         record["exited"] = this.exited
+    if os.getpid() != runner:  # a process the program forked got here: only the runner reports
+        exit_now(0)
     if getattr(out, "over", False):  # the capture's cap was reached
         record["overflow"] = True
     else:
