@@ -308,7 +308,8 @@ class Run:
             if origin == "program" and exc.code in (None, 0):
                 wires.fire("early_exit", f"the program ended with sys.exit({exc.code!r}) while the assertions ran")
             elif exc.code not in (None, 0):
-                return f"the run ended with sys.exit({exc.code!r}) in the {origin}'s code"
+                whose = "the program's" if origin == "program" else "the test's"
+                return f"the run ended with sys.exit({exc.code!r}) in {whose} code"
         except BaseException as exc:  # noqa: BLE001 - the program's (or the test's) failure is the result
             return _describe(exc)
         return ""
