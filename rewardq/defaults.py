@@ -238,6 +238,10 @@ RATE_LIMITED_TIMEOUT = 300.0
 RATE_LIMIT_LEASE_SECONDS = 30.0
 RATE_LIMIT_JITTER = 0.1
 RATE_LIMIT_MAX_POLL = 0.5
+#: Deepest debt of a rate-limit token bucket, in seconds of its rate: whatever one request is
+#: charged (an oversize request, a judge reporting absurd usage), the fleet waits at most this
+#: long for the bucket to refill, and its Redis key lives at most this long plus a minute.
+RATE_LIMIT_MAX_DEBT_SECONDS = 60.0
 #: ``remote``: scorer processes in its pool (and in any scorer pool built without a count), and
 #: seconds one call may take.
 REMOTE_NUM_WORKERS = 2
@@ -343,6 +347,9 @@ JUDGE_BACKOFF_BASE = 0.5
 JUDGE_BACKOFF_CAP = 30.0
 #: Longest ``Retry-After`` (seconds) a judge call waits for; a longer one ends the call at once.
 JUDGE_MAX_RETRY_WAIT = 120.0
+#: Largest judge answer read, in bytes (the HTTP body: every choice, its usage, any logprobs); a
+#: larger one is an error result, and the worker never holds more of it than this.
+JUDGE_MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
 # -- the fleet on Ray and the live view (rewardq.integrations.ray, rewardq top) -----------------
 #: Workers ``start_fleet`` starts when told no number.

@@ -53,6 +53,8 @@ from rewardq.reward.execution.loader import split_spec
 MAX_TEXT_CHARS = 600
 #: Longest value shown whole in ``text`` and ``shown``; a longer one is shown as its length and digest.
 MAX_SHOWN_CHARS = 80
+#: Differences a conflict message names (the rest are counted).
+MAX_DIFFERENCES_SHOWN = 6
 #: What a masked credential becomes, in the digest and the text.
 CREDENTIAL = "***"
 #: Credentials recognised by their value (not by the option's name). Each alternative is a form
@@ -135,12 +137,14 @@ def shown_parts(parts: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def differences(recorded: dict[str, str], mine: dict[str, str], limit: int = 6) -> str:
-    """What differs between two :attr:`ScoringFingerprint.shown` (``options.x: 1 here, 2 recorded``), or ``""``."""
+def differences(recorded: dict[str, str], mine: dict[str, str]) -> str:
+    """What differs between two :attr:`ScoringFingerprint.shown` (``options.x: 1 here, 2 recorded``; the
+    first :data:`MAX_DIFFERENCES_SHOWN`), or ``""``."""
     changed = [k for k in sorted(set(recorded) | set(mine)) if recorded.get(k) != mine.get(k)]
-    words = [f"{k}: {mine.get(k, '(unset)')} here, {recorded.get(k, '(unset)')} recorded" for k in changed[:limit]]
-    if len(changed) > limit:
-        words.append(f"and {len(changed) - limit} more")
+    shown = changed[:MAX_DIFFERENCES_SHOWN]
+    words = [f"{k}: {mine.get(k, '(unset)')} here, {recorded.get(k, '(unset)')} recorded" for k in shown]
+    if len(changed) > len(shown):
+        words.append(f"and {len(changed) - len(shown)} more")
     return "; ".join(words)
 
 
