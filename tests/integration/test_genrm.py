@@ -19,6 +19,7 @@ from rewardq.queue.codec import decode_output, encode_output
 from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import ManagerContext
+from rewardq.reward.execution.budget import run_within_budget
 from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
 from tests.support.checks import must, per_output, single
@@ -168,8 +169,14 @@ async def test_a_retry_after_longer_than_max_retry_wait_ends_the_call(
 ) -> None:
     judge.control(fail_next=1, status=429, retry_after=3600)
     m = await genrm(max_retry_wait=10)
-    with pytest.raises(JudgeUnavailable, match="asked to retry after 3600s"):
+    with pytest.raises(JudgeUnavailable, match="asked to retry after 3600s, longer than max_retry_wait=10s"):
         await m.run_single(batch("grade=1"))
+    # and one longer than what is left of the trajectory's score_timeout ends it at once, saying so
+    judge.control(fail_next=1, status=429, retry_after=30)
+    t0 = time.monotonic()
+    with pytest.raises(JudgeUnavailable, match=r"retry after 30s, longer than the .*s left of this trajectory's"):
+        await run_within_budget(m.run_single(batch("grade=0.5")), 5)
+    assert time.monotonic() - t0 < 4
 
 
 async def test_a_server_without_structured_output_falls_back_to_json_in_text(
