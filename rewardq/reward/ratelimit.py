@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
-from rewardq.errors import ConfigError, ScoringError
+from rewardq.errors import ConfigError, TransientError
 from rewardq.queue.limits import LimiterState
 from rewardq.reward.time_left import time_left
 
@@ -92,12 +92,10 @@ logger = logging.getLogger("rewardq.reward.ratelimit")
 _EPS = 1e-9
 
 
-class RateLimitWait(ScoringError):
+class RateLimitWait(TransientError):
     """A call was not made because the rate limiter asked for a wait longer than what is left of
-    the trajectory's ``score_timeout``: the limit, not the scorer, is what ran out of time."""
-
-    #: the :class:`~rewardq.queue.states.FailureKind` of the error result: the limiter's budget refills.
-    failure_kind = "transient"
+    the trajectory's ``score_timeout``: the limit, not the scorer, is what ran out of time
+    (``transient``: the bucket refills; ``retry_after`` is the wait it asked for)."""
 
 
 def bucket_take(
@@ -352,7 +350,8 @@ class _LimiterBase:
             f"{self.describe()} ({limit}) holds the call back: it needs {wait:.1f}s more for {what} "
             f"(after {waited:.1f}s of waiting), and only {left.seconds:.1f}s are left of this "
             f"trajectory's score_timeout ({left.budget:g}s). The fleet is asking for more than the limit "
-            "allows; raise the limit or score_timeout, or send fewer trajectories at once"
+            "allows; raise the limit or score_timeout, or send fewer trajectories at once",
+            retry_after=wait,
         )
 
     def describe(self) -> str:

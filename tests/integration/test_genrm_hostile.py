@@ -15,6 +15,7 @@ import pytest
 
 from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.execution.budget import run_within_budget
 from rewardq.reward.judge.client import JudgeAnswerTooLarge, JudgeRateLimited
 from rewardq.reward.judge.scores import ScoreOutOfRange
@@ -105,8 +106,9 @@ async def test_an_answer_larger_than_max_answer_bytes_is_an_error_read_no_furthe
     genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, how: str
 ) -> None:
     m = await genrm(max_answer_bytes=100_000, max_retries=0)
-    with pytest.raises(JudgeAnswerTooLarge, match="more than max_answer_bytes=100,000 bytes"):
+    with pytest.raises(JudgeAnswerTooLarge, match="more than max_answer_bytes=100,000 bytes") as err:
         await m.run_single(batch(f"grade=1 judge-{how}=50000000"))
+    assert failure_kind_of(err.value) == FailureKind.SCORER  # the same request would answer as much again
     # the default cap (4 MiB) on a 50 MB answer; the neighbour right after it scores
     default = await genrm(limiter_name="default-cap")
     with pytest.raises(JudgeAnswerTooLarge, match="max_answer_bytes=4,194,304"):
@@ -131,4 +133,5 @@ async def test_a_limit_that_outlasts_score_timeout_says_so_at_once(
     message = str(err.value)
     assert f"was not called: the fleet's rate limiter {key} (max_tpm=600000)" in message, message
     assert "left of this trajectory's score_timeout (5s)" in message and "score_timeout)" not in message
-    assert err.value.failure_kind == "transient" and judge.stats()["received"] == 0
+    assert failure_kind_of(err.value) == FailureKind.TRANSIENT and judge.stats()["received"] == 0
+    assert err.value.retry_after is not None and 55 < err.value.retry_after <= 61  # what the limiter asked for

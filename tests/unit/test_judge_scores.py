@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from rewardq.errors import ConfigError, ScoringError
+from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.judge.client import JudgeAnswer
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE
 from rewardq.reward.judge.scores import ScoreOutOfRange, ScoreRange, parse_range, resolve_range, stated_ranges
@@ -74,7 +75,7 @@ def test_a_score_outside_the_range_is_an_error_naming_the_value_and_the_range() 
         genrm().result_of(JudgeAnswer([quoted_first]))
     message = str(err.value)
     assert "score 1000000 is outside score_range [0, 1]" in message and "score_range=[lo, hi]" in message
-    assert isinstance(err.value, ScoringError) and err.value.failure_kind == "scorer"
+    assert isinstance(err.value, ScoringError) and failure_kind_of(err.value) == FailureKind.SCORER
     assert (err.value.value, err.value.score_range) == (1e6, (0.0, 1.0))
     # the verdict first, the injection quoted after it: the verdict counts
     assert genrm().result_of(JudgeAnswer([INJECTED]))["reward_score"] == 0.0

@@ -35,19 +35,17 @@ The API key comes from the environment (``api_key_env``) and is sent only as the
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
 import json
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ScoringError
 from rewardq.queue.retry import backoff_delay
-from rewardq.reward.http import HttpSession
+from rewardq.reward.http import TRANSIENT_STATUSES, HttpSession, retry_after_seconds, status_failure_kind
 from rewardq.reward.judge.stats import JudgeStats
 from rewardq.reward.ratelimit import RateLimitWait
 from rewardq.reward.time_left import time_left
@@ -55,7 +53,7 @@ from rewardq.reward.time_left import time_left
 logger = logging.getLogger("rewardq.reward.genrm")
 
 #: Statuses worth sending the same request again for.
-RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+RETRY_STATUSES = TRANSIENT_STATUSES
 #: Largest answer kept in the cache (bytes of its JSON); a larger one is used but not kept.
 MAX_CACHED_ANSWER_BYTES = 1 << 20
 #: Tokens a request may hold beyond its bytes (the chat template's own tokens), per request.
@@ -71,28 +69,31 @@ BYTES_PER_TOKEN = 4
 class JudgeUnavailable(ScoringError):
     """The judge did not answer usably: a refused request, or failures past ``max_retries``.
 
+    Its failure kind is its status's (:func:`~rewardq.reward.http.status_failure_kind`): no answer,
+    408, 429 or 5xx are ``transient`` (``retry_after``: the server's ``Retry-After``), 401, 403 and
+    404 ``config``, any other answer ``scorer``.
+
     Attributes:
         status: the last HTTP status (None: no HTTP answer, e.g. a connection error).
         server_message: the server's own error message (``error.message`` of its JSON body).
     """
 
-    #: the :class:`~rewardq.queue.states.FailureKind` of the error result (a 401/404 is ``config``).
-    failure_kind = "transient"
-
-    def __init__(self, message: str, *, status: int | None = None, server_message: str = "") -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, server_message: str = "", retry_after: float | None = None
+    ) -> None:
         self.status = status
         self.server_message = server_message
-        super().__init__(message)
+        super().__init__(message, failure_kind=status_failure_kind(status), retry_after=retry_after)
 
 
 class JudgeRateLimited(JudgeUnavailable):
-    """The judge was not called: the rate limiter would have held the call back past ``score_timeout``."""
+    """The judge was not called: the rate limiter would have held the call back past ``score_timeout``
+    (``transient``; ``retry_after``: the wait the limiter asked for)."""
 
 
 class JudgeAnswerTooLarge(JudgeUnavailable):
-    """The judge's answer was larger than ``max_answer_bytes``; it was not read further."""
-
-    failure_kind = "scorer"
+    """The judge's answer was larger than ``max_answer_bytes``; it was not read further (``scorer``:
+    HTTP 200)."""
 
 
 @dataclass(frozen=True)
@@ -199,24 +200,6 @@ def read_usage(usage: object, bounds: tuple[int, int], own: tuple[int, int]) -> 
         counts.append(int(value))
     prompt, completion = min(counts[0], bounds[0]), min(counts[1], bounds[1])
     return Usage(prompt, completion, clipped=(prompt, completion) != (counts[0], counts[1]))
-
-
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds from now: delta-seconds or an HTTP date (RFC 9110); None if absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def server_message(text: str) -> str:
@@ -331,7 +314,9 @@ class ChatJudge:
             try:
                 status, retry_after, text, error = await self._attempt(payload)
             except RateLimitWait as exc:
-                raise JudgeRateLimited(f"judge {self.model} at {self.url} was not called: {exc}") from None
+                raise JudgeRateLimited(
+                    f"judge {self.model} at {self.url} was not called: {exc}", retry_after=exc.retry_after
+                ) from None
             except _TooLarge as exc:
                 await self._charge(Usage(*usage_bounds(body, len(payload), exc.size), readable=False))
                 await self._count(requests=1, errors=1, failed=1)

@@ -43,15 +43,13 @@ _RANGE_PHRASES = re.compile(
 
 
 class ScoreOutOfRange(ScoringError):
-    """A judge's score outside ``score_range``: an error result, never a reward.
+    """A judge's score outside ``score_range``: an error result (``scorer``: retrying asks the same
+    judge the same question), never a reward.
 
     Attributes:
         value: the score the answer gave.
         score_range: ``(lo, hi)``.
     """
-
-    #: the :class:`~rewardq.queue.states.FailureKind` of the error result: the scorer (the judge) failed.
-    failure_kind = "scorer"
 
     def __init__(self, message: str, value: float, score_range: tuple[float, float]) -> None:
         super().__init__(message)
