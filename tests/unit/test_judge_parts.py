@@ -12,7 +12,15 @@ import pytest
 
 from rewardq.errors import ConfigError
 from rewardq.reward.http import retry_after_seconds
-from rewardq.reward.judge.client import JudgeAnswer, request_digest, server_message
+from rewardq.reward.judge.client import (
+    JudgeAnswer,
+    Usage,
+    own_size,
+    read_usage,
+    request_digest,
+    server_message,
+    usage_bounds,
+)
 from rewardq.reward.judge.parsing import (
     ChoiceParser,
     JsonFieldParser,
@@ -281,3 +289,25 @@ def test_an_unreadable_answer_is_an_error_unless_unparsed_score_says_otherwise()
         genrm().result_of(JudgeAnswer(["I cannot decide"]))
     out = genrm(unparsed_score=0.0, n=2).result_of(JudgeAnswer(["I cannot decide", "Score: 1"]))
     assert out["reward_score"] == 0.5 and out["reward_extra_info"]["judge_votes"] == 1
+
+
+def test_what_an_answer_is_charged_is_bounded_by_what_the_request_could_cost() -> None:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 64, "n": 2}
+    assert usage_bounds(body, 1000, 50) == (1000 + 1024, 128)  # its bytes + the template; n x max_tokens
+    images = {**body, "messages": [{"role": "user", "content": [{"type": "image_url"}, {"type": "text"}]}]}
+    assert usage_bounds(images, 1000, 50)[0] == 1000 + 1024 + 16384
+    no_cap = {"model": "m", "messages": []}
+    assert usage_bounds(no_cap, 10, 500) == (10 + 1024, 500 + 32768)  # no max_tokens: the answer's bytes + slack
+    bounds, own = (2024, 128), (250, 3)
+    assert read_usage({"prompt_tokens": 10**15, "completion_tokens": 7}, bounds, own) == Usage(2024, 7, clipped=True)
+    assert read_usage({"prompt_tokens": 12, "completion_tokens": 4}, bounds, own) == Usage(12, 4)
+    assert read_usage({"prompt_tokens": 12}, bounds, own) == Usage(12, 0)
+    assert read_usage(None, bounds, own) is None  # no usage: the estimate (the caller's)
+    for unreadable in (float("inf"), [1, 2], "lots", {"prompt_tokens": -5}, {"prompt_tokens": float("nan")}):
+        assert read_usage(unreadable, bounds, own) == Usage(250, 3, readable=False), unreadable
+    assert own_size(1000, ["abc", "é"]) == (250, 2)  # about 4 bytes a token, rounded up
+
+
+def test_a_marker_is_found_in_any_case_and_text_that_changes_length_when_lowered() -> None:
+    parser = RegexParser(verdict=Verdict("Verdict:"))
+    assert parser.parse("İİİ Score: 9 ... VERDICT: Score: 0.5") == 0.5

@@ -89,10 +89,10 @@ class Verdict:
             body = body[end + len(_THINK_CLOSE) :]
         if self.marker is None:
             return body
-        at = body.lower().find(self.marker.lower())
-        if at < 0:
+        found = re.search(re.escape(self.marker), body, flags=re.IGNORECASE)
+        if found is None:
             return Unparsed(f"the answer has no {self.marker!r} (score_marker) before its verdict")
-        return body[at + len(self.marker) :]
+        return body[found.end() :]
 
     def place(self, verdict: str) -> str:
         """Instructions that put ``verdict`` where :meth:`region` reads it."""
