@@ -12,15 +12,7 @@ import pytest
 
 from rewardq.errors import ConfigError
 from rewardq.reward.http import retry_after_seconds
-from rewardq.reward.judge.client import (
-    JudgeAnswer,
-    Usage,
-    own_size,
-    read_usage,
-    request_digest,
-    server_message,
-    usage_bounds,
-)
+from rewardq.reward.judge.client import JudgeAnswer, request_digest, server_message
 from rewardq.reward.judge.parsing import (
     ChoiceParser,
     JsonFieldParser,
@@ -31,6 +23,7 @@ from rewardq.reward.judge.parsing import (
     find_json_object,
 )
 from rewardq.reward.judge.prompt import PromptTemplate, chat_messages, question_from
+from rewardq.reward.judge.usage import Usage, own_size, read_usage, usage_bounds
 from rewardq.reward.managers.genrm import GenRMRewardManager, combine_scores
 from tests.support.checks import must
 from tests.support.records import TOK, trajectory_batch

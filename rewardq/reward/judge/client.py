@@ -12,10 +12,10 @@
    slots, held only while the HTTP request is in flight (:mod:`rewardq.reward.ratelimit`; the
    limits hold across every worker of the fleet). When the answer arrives, the token bucket is
    charged with the tokens the server reports in ``usage`` (prompt + completion), not the estimate,
-   but never more than the request could have cost (:func:`usage_bounds`: its own size for the
-   prompt, ``n`` x ``max_tokens`` for the answer), so a server reporting absurd usage cannot stop
-   the fleet; a ``usage`` that cannot be read (``Infinity``, a list) is charged the request's own
-   size (:func:`own_size`), and the answer is used and cached all the same. A limit that would
+   but never more than the request could have cost (its own size for the prompt, ``n`` x
+   ``max_tokens`` for the answer), so a server reporting absurd usage cannot stop the fleet; a
+   ``usage`` that cannot be read (``Infinity``, a list) is charged the request's own size, and the
+   answer is used and cached all the same (:mod:`rewardq.reward.judge.usage`). A limit that would
    hold the call back past the trajectory's ``score_timeout`` ends it at once with
    :class:`JudgeRateLimited`, naming the limit.
 3. **Retries.** A 429, a 5xx, a 408, a connection error or a timeout is retried up to
@@ -38,7 +38,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +46,7 @@ from rewardq.errors import ScoringError
 from rewardq.queue.retry import backoff_delay
 from rewardq.reward.http import TRANSIENT_STATUSES, HttpSession, retry_after_seconds, status_failure_kind
 from rewardq.reward.judge.stats import JudgeStats
+from rewardq.reward.judge.usage import Usage, own_size, read_usage, usage_bounds
 from rewardq.reward.ratelimit import RateLimitWait
 from rewardq.reward.time_left import time_left
 
@@ -56,14 +56,6 @@ logger = logging.getLogger("rewardq.reward.genrm")
 RETRY_STATUSES = TRANSIENT_STATUSES
 #: Largest answer kept in the cache (bytes of its JSON); a larger one is used but not kept.
 MAX_CACHED_ANSWER_BYTES = 1 << 20
-#: Tokens a request may hold beyond its bytes (the chat template's own tokens), per request.
-PROMPT_TOKEN_SLACK = 1024
-#: Tokens one image may cost a judge beyond its bytes (a small image is upscaled by some servers).
-IMAGE_TOKEN_ALLOWANCE = 16384
-#: Tokens one choice may cost without ``max_tokens`` beyond its bytes (hidden reasoning).
-COMPLETION_TOKEN_SLACK = 32768
-#: Bytes a token stands for when a request's own size is estimated (``own_size``).
-BYTES_PER_TOKEN = 4
 
 
 class JudgeUnavailable(ScoringError):
@@ -94,21 +86,6 @@ class JudgeRateLimited(JudgeUnavailable):
 class JudgeAnswerTooLarge(JudgeUnavailable):
     """The judge's answer was larger than ``max_answer_bytes``; it was not read further (``scorer``:
     HTTP 200)."""
-
-
-@dataclass(frozen=True)
-class Usage:
-    """The tokens one answer is counted as: ``prompt`` and ``completion`` as the server reported them
-    (bounded), or the request's own size when its ``usage`` was unreadable (``readable=False``)."""
-
-    prompt: int
-    completion: int
-    readable: bool = True
-    clipped: bool = False
-
-    @property
-    def total(self) -> int:
-        return self.prompt + self.completion
 
 
 @dataclass
@@ -159,47 +136,6 @@ def request_digest(body: dict[str, Any]) -> str:
     """The SHA-256 of a request body's canonical JSON (sorted keys, no spaces): equal bodies, one key."""
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def usage_bounds(body: dict[str, Any], payload_bytes: int, answer_bytes: int) -> tuple[int, int]:
-    """The most tokens a request could have cost: ``(prompt, completion)``.
-
-    The prompt cannot hold more tokens than its bytes (a token is at least one byte), plus the
-    chat template's own tokens and an allowance per image part; the answer no more than ``n`` x
-    ``max_tokens`` (or ``max_completion_tokens``), or, without either, its own bytes plus an
-    allowance per choice for reasoning the server does not return.
-    """
-    images = sum(_image_parts(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict))
-    prompt = payload_bytes + PROMPT_TOKEN_SLACK + IMAGE_TOKEN_ALLOWANCE * images
-    n = _positive_int(body.get("n")) or 1
-    caps = [c for c in (_positive_int(body.get("max_tokens")), _positive_int(body.get("max_completion_tokens"))) if c]
-    completion = n * min(caps) if caps else answer_bytes + COMPLETION_TOKEN_SLACK * n
-    return prompt, completion
-
-
-def own_size(payload_bytes: int, contents: list[str]) -> tuple[int, int]:
-    """A request's own size in tokens, ``(prompt, completion)``: its bytes and its answers' bytes, about
-    :data:`BYTES_PER_TOKEN` to a token. What an answer whose ``usage`` is unreadable is counted as."""
-    answer = sum(len(c.encode("utf-8", "replace")) for c in contents)
-    return -(-payload_bytes // BYTES_PER_TOKEN), -(-answer // BYTES_PER_TOKEN)
-
-
-def read_usage(usage: object, bounds: tuple[int, int], own: tuple[int, int]) -> Usage | None:
-    """The :class:`Usage` of an answer's ``usage`` object: None when there is none; its counts,
-    each at most ``bounds``; ``own`` when it is there but unreadable (not an object, a count that
-    is not a finite non-negative number)."""
-    if usage is None:
-        return None
-    if not isinstance(usage, dict):
-        return Usage(*own, readable=False)
-    counts: list[int] = []
-    for name in ("prompt_tokens", "completion_tokens"):
-        value = usage.get(name) or 0
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            return Usage(*own, readable=False)
-        counts.append(int(value))
-    prompt, completion = min(counts[0], bounds[0]), min(counts[1], bounds[1])
-    return Usage(prompt, completion, clipped=(prompt, completion) != (counts[0], counts[1]))
 
 
 def server_message(text: str) -> str:
@@ -454,16 +390,6 @@ def _content_text(content: object) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     raise TypeError(f"unexpected content {type(content).__name__}")
-
-
-def _positive_int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _image_parts(content: object) -> int:
-    if not isinstance(content, list):
-        return 0
-    return sum(1 for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "input_image", "image"))
 
 
 def _short(value: object) -> str:
