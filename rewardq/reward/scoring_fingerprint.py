@@ -134,3 +134,9 @@ def _module_file(name: str) -> str | None:
         return None
     origin = getattr(spec, "origin", None) if spec is not None else None
     return origin if origin and origin.endswith(".py") else None
+
+
+def code_identity(spec: str, *, default_name: str | None) -> str:
+    """What identifies the code ``spec`` names (a file's name, function and content digest; a module's
+    spec and source digest): the scoring fingerprint's part for it, and a result's ``scorer``."""
+    return _code_spec(spec, default_name=default_name)
