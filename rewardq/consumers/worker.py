@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import traceback
@@ -304,6 +305,8 @@ class Worker:
         with startup_step(logger, "opening the ledger") if cfg.ledger else contextlib.nullcontext():
             ledger = open_ledger(cfg, self.name)
         self.accounting = Accounting(book, publish, ledger, cfg.manager)
+        if ledger is not None:
+            self.metrics.watch_ledger(ledger.snapshot)
 
     async def serve(self) -> None:
         """Run the readers and the background loops until stopping."""
@@ -526,7 +529,11 @@ class Worker:
     # ==================================================================================
     def snapshot(self) -> dict[str, Any]:
         """What the heartbeat publishes (:class:`~rewardq.consumers.presence.Presence`)."""
-        return self.presence.snapshot(code_stats(self.manager))
+        snap = self.presence.snapshot(code_stats(self.manager))
+        ledger = self.accounting.snapshot() if self.accounting is not None else None
+        if ledger is not None:
+            snap["ledger"] = json.dumps(ledger)
+        return snap
 
     async def _beat(self) -> None:
         assert self.broker is not None

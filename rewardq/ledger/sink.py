@@ -111,7 +111,7 @@ class Ledger:
             "errors": 0,  # failed writes (spool or destination)
         }
         self.last_error = ""
-        self._last_error_at = 0.0
+        self._lost_at = 0.0  # when a trajectory last could not be spooled
         self._last_logged = 0.0
         self._failures = 0  # destination writes failed in a row
         self._retry_at = 0.0
@@ -136,8 +136,9 @@ class Ledger:
             await self.flush_due()
 
     async def flush_due(self, *, everything: bool = False) -> None:
-        """Write the segments that are due (``everything``: the current one too, not waiting for
-        outcomes), and every ``_ADOPT_EVERY`` s dead workers' segments."""
+        """Write the segments that are due, and every ``_ADOPT_EVERY`` s dead workers' segments
+        (``everything``: the current segment too, without waiting for outcomes, and dead workers'
+        segments now: a stopping worker leaves nothing behind it can write)."""
         if everything:
             self.spool.seal()
         else:
@@ -146,7 +147,7 @@ class Ledger:
         now = time.monotonic()
         if now < self._retry_at and not everything:
             return
-        adopt = now - self._last_adopt >= _ADOPT_EVERY
+        adopt = everything or now - self._last_adopt >= _ADOPT_EVERY
         if adopt:
             self._last_adopt = now
         if self._pending or adopt:
@@ -175,6 +176,7 @@ class Ledger:
         spooled: counted, logged, and the commit goes ahead)."""
         if self._spooled_bytes >= self.spool_max_bytes:
             self.counts["unwritten"] += 1
+            self._lost_at = time.time()
             self._error(
                 f"the spool holds {self._spooled_bytes:,} bytes not yet written (ledger_spool_max_bytes="
                 f"{self.spool_max_bytes:,}): trajectories are scored but not kept until the ledger accepts "
@@ -188,6 +190,7 @@ class Ledger:
             spool.append(ticket, frame, (facts.provenance, dict(blob)))
         except Exception as exc:  # noqa: BLE001 - the disk, or a value msgpack refused: the commit goes on
             self.counts["unwritten"] += 1
+            self._lost_at = time.time()
             first = facts.records[0]
             tid = trajectory_id(first.uid, first.session_id)
             self._error(f"could not spool trajectory {tid}: {type(exc).__name__}: {exc}")
@@ -240,7 +243,8 @@ class Ledger:
     # -- status ---------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """What the heartbeat publishes: counters, what waits, and the last error."""
-        failing = self._failures > 0 or (time.time() - self._last_error_at < 2 * _LOG_EVERY and self._last_error_at)
+        # failing: the destination refuses files now, or a trajectory could not be spooled lately
+        failing = self._failures > 0 or (self._lost_at and time.time() - self._lost_at < 2 * _LOG_EVERY)
         return {
             **self.counts,
             "state": "failing" if failing else "ok",
@@ -319,7 +323,6 @@ class Ledger:
         """Count and remember an error; log it loudly, once a minute at most."""
         self.counts["errors"] += 1
         self.last_error = message
-        self._last_error_at = time.time()
         now = time.monotonic()
         if now - self._last_logged >= _LOG_EVERY or self._closing:
             self._last_logged = now

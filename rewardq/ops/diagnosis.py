@@ -111,6 +111,17 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
             f"error results naming the judge's status (rewardq dead-letters list{_ns(ns)}); check the judge "
             "server and base_url, then rewardq dead-letters retry --all",
         )
+    ledger = st.get("ledger")
+    if ledger and (ledger["failing"] or ledger["unwritten"]):
+        name, error = next(iter(sorted(ledger["failing"].items())), ("", ""))
+        say(
+            "error",
+            f"the ledger is not being written ({_n(ledger['unwritten'], 'trajectory', 'trajectories')} not kept, "
+            f"{ledger['pending_bytes']:,} bytes waiting in spools)"
+            + (f"; {name}: {error}" if name else "")
+            + ". Scoring goes on; fix the destination (permissions, bucket, disk) and the spools are written "
+            "(docs/ledger.md)",
+        )
     rec = st["recent"]
     if rec["errors"]:
         say(

@@ -255,12 +255,29 @@ def render_status(
         f"{rec['trajectories']} trajectories finished ({rec['trajectories_per_s']:g}/s), {rec['errors']} with errors",
     )
     facts.add_row("latency", f"p50 {lat(rec['latency_ms_p50'])}, p99 {lat(rec['latency_ms_p99'])} (push to result)")
+    if st.get("ledger"):
+        facts.add_row("ledger", ledger_line(st["ledger"]))
     parts.append(facts)
     for d in st["diagnosis"]:
         parts.append(Text(("✔ " if d["level"] == "ok" else "! ") + d["message"], style=_STYLE[d["level"]]))
     if footer:
         parts.append(Text(footer, style="dim"))
     return Group(*parts)
+
+
+def ledger_line(ledger: dict[str, Any]) -> str:
+    """The live workers' ledger in one line: where, rows written, what waits or failed."""
+    from rich.markup import escape
+
+    where = escape(", ".join(ledger["urls"]))
+    line = f"{where}: {ledger['rows']:,} rows written by {ledger['workers']} worker(s)"
+    if ledger["pending_bytes"]:
+        line += f", {ledger['pending_bytes']:,} bytes spooled"
+    if ledger["unwritten"]:
+        line += f", [red]{ledger['unwritten']:,} trajectories not written[/]"
+    if ledger["failing"]:
+        line += f", [red]failing on {escape(', '.join(sorted(ledger['failing'])))}[/]"
+    return line
 
 
 def _code_table(code: dict[str, Any], console: Console, wide: bool) -> RenderableType:

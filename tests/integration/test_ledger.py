@@ -99,3 +99,46 @@ async def test_every_key_has_one_row_matching_its_result(
     assert not list(Path(ledger).rglob("*.wal"))
     snap = w.accounting.snapshot() if w.accounting else None
     assert snap is not None and snap["unwritten"] == 0 and snap["rows"] == len(results) and snap["state"] == "ok"
+
+
+async def test_a_ledger_that_cannot_be_written_never_stops_scoring_and_says_so(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    from rewardq.ops.diagnosis import diagnose
+    from rewardq.ops.overview import pipeline_status
+
+    # Given a ledger whose destination refuses every file (its folder is a file: a bucket gone)
+    blocker = tmp_path / "gone"
+    blocker.write_text("not a folder")
+    trajs = [t for t in mixed_trajectories(30, seed=5) if t["sample"]["data_source"] != FAILING]
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = push_all(client, trajs)
+    w = Worker(
+        worker_config(
+            ns, redis_url, reward_fn=REWARDS, ledger=str(blocker / "ledger"), ledger_spool=str(tmp_path / "spool")
+        )
+    )
+    task = asyncio.create_task(w.run())
+    try:
+        # When it scores (and tries to flush)
+        await until(lambda: all(v is not None for v in client.get_rewards(keys).values()), "results", timeout=60)
+        assert all(v is not None and v.ok for v in client.get_rewards(keys).values())
+        assert w.accounting is not None and w.accounting.ledger is not None
+        await w.accounting.ledger.flush_due(everything=True)
+        await w._beat()
+        # Then every trajectory is scored, and status says the ledger is failing, naming why
+        st = pipeline_status(sync_redis, Keyspace(ns))
+        ledger = st["ledger"]
+        assert ledger["failing"] and "cannot write" in ledger["failing"][w.name] and ledger["rows"] == 0
+        st["diagnosis"] = diagnose(st)
+        assert any(d["level"] == "error" and "ledger is not being written" in d["message"] for d in st["diagnosis"])
+        # And once the destination is back, the spooled trajectories are written
+        blocker.unlink()
+        w.accounting.ledger._retry_at = 0.0  # skip the backoff's wait
+        await w.accounting.ledger.flush_due(everything=True)
+        assert w.accounting.ledger.snapshot()["state"] == "ok"
+    finally:
+        w.request_stop("test done")
+        await task
+        client.close()
+    assert set(read_table(str(blocker / "ledger"))["key"].to_pylist()) == set(keys)
