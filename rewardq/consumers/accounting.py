@@ -25,7 +25,7 @@ from rewardq.ledger.frames import TrajectoryFacts
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.entries import StoreOutcome
 from rewardq.queue.results import RESULT_FIELDS, EncodedResults
-from rewardq.queue.states import DeadLetterKind, FailureKind
+from rewardq.queue.states import FailureKind
 from rewardq.reward.provenance import Provenance, ProvenanceBook
 from rewardq.reward.trace import ScoringTrace
 
@@ -35,17 +35,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rewardq.worker")
 
 Publish = Callable[[str, str], Awaitable[None]]
-
-#: The failure kind of an error result by why its trajectory was dead-lettered.
-_KIND_OF_DEAD_LETTER = {
-    DeadLetterKind.INVALID: FailureKind.INPUT,
-    DeadLetterKind.TOKENIZER: FailureKind.CONFIG,
-    DeadLetterKind.CONFLICT: FailureKind.INPUT,
-    DeadLetterKind.SCORING: FailureKind.SCORER,
-    DeadLetterKind.CRASHED: FailureKind.SCORER,
-    DeadLetterKind.EXHAUSTED: FailureKind.TRANSIENT,
-    DeadLetterKind.INCOMPLETE: FailureKind.INPUT,
-}
 
 
 class Accounting:
@@ -102,29 +91,30 @@ class Accounting:
         )
         return self.ledger.scored(facts, prov.blob)
 
-    def before_failure(
+    async def before_failure(
         self,
         o: StoreOutcome,
         records: Sequence[OutputRecord] | None,
-        kind: DeadLetterKind,
         reason: str,
-        failure: str | None = None,
-    ) -> int | None:
-        """Spool a trajectory about to get an error result for every key (its records when they
-        decoded, else its keys); returns the ledger ticket."""
-        if self.ledger is None:
-            return None
+        failure: FailureKind,
+    ) -> tuple[Provenance, int | None]:
+        """Publish the provenance of a trajectory about to get an error result for every key, and
+        spool it (its records when they decoded, else its keys); returns that provenance and the
+        ledger ticket."""
         rec = o.record
         sample = trajectory_sample(records) if records else (rec.sample or {})
         prov = self.provenance_of(sample)
+        await self._published(prov)
+        if self.ledger is None:
+            return prov, None
         outputs: int | Sequence[OutputRecord] = records if records else max(len(o.payloads), rec.index + 1)
-        return self.ledger.failed(
+        return prov, self.ledger.failed(
             rec.uid,
             rec.session_id,
             outputs,
             sample,
             reason,
-            failure_kind=failure or _KIND_OF_DEAD_LETTER.get(kind, FailureKind.SCORER).value,
+            failure_kind=failure.value,
             manager=self.manager_name,
             attempt=o.attempts,
             put_ts=o.entry.ts,

@@ -40,6 +40,7 @@ import json
 import logging
 import time
 import traceback
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewardq import __version__, defaults
@@ -70,7 +71,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
 from rewardq.queue.provenance import publish as publish_provenance
 from rewardq.queue.results import EncodedResults
-from rewardq.queue.states import DeadLetterKind
+from rewardq.queue.states import DEAD_LETTER_FAILURE, DeadLetterKind, FailureKind, failure_kind_of
 from rewardq.reward.base import RewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.provenance import ProvenanceBook
@@ -471,7 +472,15 @@ class Worker:
             raise
         except Exception as exc:  # noqa: BLE001 - any manager failure dead-letters its trajectory, never ends the worker
             reason = f"scoring failed: {type(exc).__name__}: {exc}"
-            await self._fail(o, records, DeadLetterKind.SCORING, reason, tb=traceback.format_exc())
+            await self._fail(
+                o,
+                records,
+                DeadLetterKind.SCORING,
+                reason,
+                tb=traceback.format_exc(),
+                failure=failure_kind_of(exc),
+                extra_info=getattr(exc, "extra_info", None),
+            )
             return "error"
         score_ms = (time.perf_counter() - t0) * 1000.0
         ticket = await self.accounting.before_commit(o, records, results, prov, trace, score_ms)
@@ -500,13 +509,28 @@ class Worker:
         reason: str,
         *,
         tb: str = "",
+        failure: FailureKind | None = None,
+        extra_info: Mapping[str, Any] | None = None,
     ) -> None:
-        """Fail a whole trajectory (an error result for every key, a dead letter), ledger row first."""
+        """Fail a whole trajectory (an error result for every key, a dead letter), ledger row first;
+        ``failure``: its kind when the exception says (default: the dead letter's)."""
         assert self.failures is not None and self.accounting is not None
-        ticket = self.accounting.before_failure(o, records, kind, reason)
+        failure = failure or DEAD_LETTER_FAILURE[kind]
+        prov, ticket = await self.accounting.before_failure(o, records, reason, failure)
         written: bool | None = None
         try:
-            await self.failures.fail_trajectory(o.entry.shard, o.record.tid, o.entry, kind, reason, tb=tb)
+            await self.failures.fail_trajectory(
+                o.entry.shard,
+                o.record.tid,
+                o.entry,
+                kind,
+                reason,
+                tb=tb,
+                failure=failure,
+                extra_info=extra_info,
+                provenance=prov.digest,
+                attempt=o.attempts,
+            )
             written = True
         finally:
             self.accounting.settle(ticket, written)

@@ -61,8 +61,8 @@ async def test_every_key_has_one_row_matching_its_result(
         row = rows[key]
         assert row["status"] == res.status and row["reward_score"] == res.reward_score, key
         assert len(row["provenance"]) == 16 and row["attempt"] == 1 and row["committed"] is True
-        if res.ok:
-            assert row["provenance"] == res.provenance and res.attempt == 1
+        assert row["provenance"] == res.provenance and res.attempt == 1  # error results too
+        assert row["failure_kind"] == res.failure_kind  # scorer, for the reward function that raised
         assert json.loads(row["reward_extra_info"]) == res.reward_extra_info
         assert row["worker"] == res.worker == w.name
     by_ds = {t["sample"]["data_source"] for t in trajs}
@@ -85,7 +85,7 @@ async def test_every_key_has_one_row_matching_its_result(
         else:
             assert t["sample"]["data_source"] == FAILING and "no score for" in final["error"]
     # And the provenance blob each result names is in Redis, saying which scorer ran
-    named = {r.provenance for r in results.values() if r.ok}
+    named = {r.provenance for r in results.values()}
     blobs = lookup(sync_redis, Keyspace(ns), sorted(named))
     assert len(named) == 1 and set(blobs) == named  # one reward function: one blob, published
     blob = blobs[named.pop()]
