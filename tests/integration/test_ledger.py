@@ -91,6 +91,18 @@ async def test_every_key_has_one_row_matching_its_result(
     blob = blobs[named.pop()]
     assert blob["scorer"].startswith("reward_fn:ledger_rewards.py:compute_score@sha256=")
     assert blob["scoring"] == w.presence.scoring and blob["manager"] == "naive" and blob["rewardq_version"]
+    # And `rewardq inspect` shows it, the blob resolved
+    from rich.console import Console
+
+    from rewardq.ops.inspect import inspect_view, render_inspect
+
+    key = next(iter(results))
+    view = inspect_view(sync_redis, Keyspace(ns), key)
+    assert view["provenance"] == blobs and view["outputs"][0]["result"]["attempt"] == 1
+    console = Console(width=200, record=True)
+    console.print(render_inspect(view, console=console))
+    shown = console.export_text()
+    assert f"provenance {results[key].provenance}" in shown and "scorer=reward_fn:ledger_rewards.py" in shown
     # And the files carry the documented schema and the version
     files = sorted(Path(ledger).rglob("*.parquet"))
     assert files and all(pq.read_schema(f).equals(arrow_schema(), check_metadata=True) for f in files)
