@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rewardq.ledger.frames import OUTCOME, PROVENANCE, TRAJECTORY
@@ -128,9 +128,9 @@ class _Rows:
     def __init__(self) -> None:
         self.cols: dict[str, list[Any]] = {name: [] for name in COLUMN_NAMES}
 
-    def add(self, row: dict[str, Any]) -> None:
+    def extend(self, cols: Mapping[str, list[Any]]) -> None:
         for name, values in self.cols.items():
-            values.append(row.get(name))
+            values.extend(cols[name])
 
     def table(self) -> pa.Table:
         import pyarrow as pa
@@ -155,72 +155,75 @@ def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, p
             blobs[str(f["d"])] = f.get("b") or {}
     parts: dict[Partition, _Rows] = {}
     for t in trajectories:
-        for row in trajectory_rows(t, blobs.get(str(t.get("pv") or ""), {}), outcomes.get(int(t["tk"]))):
-            seconds = (row["scored_at"] or 0) / 1_000_000
-            parts.setdefault(partition_of(seconds), _Rows()).add(row)
+        cols = trajectory_columns(t, blobs.get(str(t.get("pv") or ""), {}), outcomes.get(int(t["tk"])))
+        scored = next((us for us in cols["scored_at"] if us), 0)
+        parts.setdefault(partition_of(scored / 1_000_000), _Rows()).extend(cols)
     return {p: rows.table() for p, rows in sorted(parts.items())}
 
 
-def trajectory_rows(t: Mapping[str, Any], blob: Mapping[str, Any], committed: bool | None) -> list[dict[str, Any]]:
-    """The rows (column name -> value) of one trajectory frame."""
+def _result(fields: list[str], row: Sequence[Any]) -> dict[str, Any]:
+    """One result row of a frame as column values."""
+    r = dict(zip(fields, row))
+    return {
+        "status": _text(r.get("status")) or "error",
+        "reward_score": _number(r.get("reward_score")),
+        "reward_extra_info": _text(r.get("reward_extra_info")),
+        "error": _text(r.get("error")),
+        "failure_kind": _text(r.get("failure_kind")),
+        "worker": _text(r.get("worker")),
+        "manager": _text(r.get("manager")),
+        "scored_at": _micros(_number(r.get("scored_at"))),
+        "latency_ms": _number(r.get("latency_ms")),
+        "provenance": _text(r.get("provenance")),
+    }
+
+
+def trajectory_columns(t: Mapping[str, Any], blob: Mapping[str, Any], committed: bool | None) -> dict[str, list[Any]]:
+    """The rows of one trajectory frame, as one list per column (one item per output)."""
     uid, sid = str(t["u"]), str(t["sid"])
     outputs = t["o"]
     n = len(outputs)
     ds, gt, extra, rest = split_sample(t.get("s") or {})
     fields = list(t.get("rf") or ())
-    results = [dict(zip(fields, r)) for r in t.get("r") or ()]
+    results = [_result(fields, r) for r in t.get("r") or ()] or [_result(fields, [])]
+    per_key = results if len(results) == n else results[:1] * n
+    for r in per_key:
+        r["provenance"] = r["provenance"] or _text(t.get("pv"))
     judged = {int(j[0]): j for j in t.get("j") or () if len(j) >= 3}
     last_judged = judged[max(judged)] if judged else None
-    shared = {
-        "schema_version": SCHEMA_VERSION,
-        "uid": uid,
-        "session_id": sid,
-        "outputs": n,
-        "data_source": ds,
-        "ground_truth": gt,
-        "extra_info": extra,
-        "sample": rest,
-        "attempt": int(t.get("a") or 1),
-        "committed": committed,
-        "put_at": _micros(t.get("ts")),
-        "score_ms": t.get("sm"),
-        **{k: _blob_text(blob.get(k)) for k in _BLOB_COLUMNS},
+    judges = [judged.get(int(o[0]), last_judged) for o in outputs]
+    cols: dict[str, list[Any]] = {
+        "schema_version": [SCHEMA_VERSION] * n,
+        "key": [f"{uid}_{sid}_{o[0]}" for o in outputs],
+        "uid": [uid] * n,
+        "session_id": [sid] * n,
+        "index": [int(o[0]) for o in outputs],
+        "final": [bool(o[1]) for o in outputs],
+        "outputs": [n] * n,
+        "data_source": [ds] * n,
+        "ground_truth": [gt] * n,
+        "extra_info": [extra] * n,
+        "sample": [rest] * n,
+        "prompt_ids": [o[2] or b"" for o in outputs],
+        "response_ids": [o[3] or b"" for o in outputs],
+        "response_mask": [o[4] for o in outputs],
+        "prompt_length": [len(o[2] or b"") // 4 for o in outputs],
+        "response_length": [len(o[3] or b"") // 4 for o in outputs],
+        "num_turns": [o[5] for o in outputs],
+        "extra_fields": [to_json(o[6] or {}) for o in outputs],
+        "rollout_reward_score": [o[7] for o in outputs],
+        "response": [t.get("txt") if o[1] else None for o in outputs],
+        "attempt": [int(t.get("a") or 1)] * n,
+        "committed": [committed] * n,
+        "put_at": [_micros(t.get("ts"))] * n,
+        "score_ms": [t.get("sm")] * n,
+        "judge_request": [_text(j[1]) if j else None for j in judges],
+        "judge_answer": [_text(j[2]) if j else None for j in judges],
+        **{k: [_blob_text(blob.get(k))] * n for k in _BLOB_COLUMNS},
     }
-    rows = []
-    for i, out in enumerate(outputs):
-        index, final, prompt, response, mask, turns, extra_fields, rollout = out
-        res = results[i] if len(results) == n else (results[0] if results else {})
-        judge = judged.get(int(index), last_judged)
-        rows.append(
-            {
-                **shared,
-                "key": f"{uid}_{sid}_{index}",
-                "index": int(index),
-                "final": bool(final),
-                "prompt_ids": bytes(prompt or b""),
-                "response_ids": bytes(response or b""),
-                "response_mask": None if mask is None else bytes(mask),
-                "prompt_length": len(prompt or b"") // 4,
-                "response_length": len(response or b"") // 4,
-                "num_turns": turns,
-                "extra_fields": to_json(extra_fields or {}),
-                "rollout_reward_score": rollout,
-                "response": t.get("txt") if final else None,
-                "status": _text(res.get("status")) or "error",
-                "reward_score": _number(res.get("reward_score")),
-                "reward_extra_info": _text(res.get("reward_extra_info")),
-                "error": _text(res.get("error")),
-                "failure_kind": _text(res.get("failure_kind")),
-                "worker": _text(res.get("worker")),
-                "manager": _text(res.get("manager")),
-                "scored_at": _micros(_number(res.get("scored_at"))),
-                "latency_ms": _number(res.get("latency_ms")),
-                "provenance": _text(res.get("provenance")) or _text(t.get("pv")),
-                "judge_request": _text(judge[1]) if judge else None,
-                "judge_answer": _text(judge[2]) if judge else None,
-            }
-        )
-    return rows
+    for name in per_key[0]:
+        cols[name] = [r[name] for r in per_key]
+    return cols
 
 
 def _blob_text(v: Any) -> str | None:
