@@ -101,9 +101,10 @@ def provenance_row() -> Row:
     from rewardq.queue.results import RewardResult, encode_results
     from rewardq.reward.managers.naive import NaiveRewardManager
     from rewardq.reward.provenance import ProvenanceBook
+    from rewardq.reward.tokenizer import load_tokenizer
 
     book = ProvenanceBook(
-        NaiveRewardManager(None), manager_spec="naive", scoring="0" * 16, reward_fn=None, custom=False, version="x"
+        NaiveRewardManager(load_tokenizer("builtin:demo")), manager_spec="naive", scoring="0" * 16, reward_fn=None, custom=False, version="x"
     )
     sources = ["openai/gsm8k", "lighteval/MATH", "math_dapo", "searchR1_nq"]
     book.of(sources[0])
