@@ -104,7 +104,12 @@ def provenance_row() -> Row:
     from rewardq.reward.tokenizer import load_tokenizer
 
     book = ProvenanceBook(
-        NaiveRewardManager(load_tokenizer("builtin:demo")), manager_spec="naive", scoring="0" * 16, reward_fn=None, custom=False, version="x"
+        NaiveRewardManager(load_tokenizer("builtin:demo")),
+        manager_spec="naive",
+        scoring="0" * 16,
+        reward_fn=None,
+        custom=False,
+        version="x",
     )
     sources = ["openai/gsm8k", "lighteval/MATH", "math_dapo", "searchR1_nq"]
     book.of(sources[0])

@@ -117,6 +117,10 @@ LEDGER_FILE_BYTES = 128 * 1024 * 1024
 #: Spooled bytes not yet written (the ledger's destination refusing files) past which a worker stops
 #: spooling and counts trajectories as unwritten, rather than fill its disk.
 LEDGER_SPOOL_MAX_BYTES = 10 * 1024**3
+#: Trajectories ``rewardq replay`` keeps in flight at once (each waits for its result).
+REPLAY_WINDOW = 64
+#: The largest reward changes ``rewardq diff`` lists.
+DIFF_TOP = 10
 #: Seconds a stopping worker lets in-flight scoring finish before handing it back.
 SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.
