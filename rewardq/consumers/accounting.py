@@ -10,6 +10,8 @@ commit coalescer. For each trajectory it
    one is configured (:mod:`rewardq.ledger`), so nothing acknowledged is missing from it;
 3. after the commit (:meth:`settle`): tells the ledger whether the commit wrote the result.
 
+Each trajectory also counts in the worker's live reward health (:mod:`rewardq.consumers.reward_health`).
+
 Failures take the same path (:meth:`before_failure`). Without a ledger, only steps 1 and 2's
 Redis write remain: provenance costs a dict lookup per trajectory and one ``HSETNX`` per blob.
 """
@@ -17,10 +19,12 @@ Redis write remain: provenance costs a dict lookup per trajectory and one ``HSET
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rewardq.consumers.assembly import trajectory_sample
+from rewardq.consumers.reward_health import RewardHealth
 from rewardq.ledger.frames import TrajectoryFacts
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.entries import StoreOutcome
@@ -52,6 +56,7 @@ class Accounting:
         self.publish = publish
         self.ledger = ledger
         self.manager_name = manager_name
+        self.health = RewardHealth()  # live reward health per data source (rewardq.consumers.reward_health)
 
     def provenance_of(self, sample: dict[str, Any]) -> Provenance:
         return self.book.of(sample.get("data_source"))
@@ -72,6 +77,9 @@ class Accounting:
     ) -> int | None:
         """Publish ``prov`` if new, spool the trajectory; returns the ledger ticket for :meth:`settle`."""
         await self._published(prov)
+        last = results.results[-1]
+        ds = str(trajectory_sample(records).get("data_source", ""))
+        self.health.record(ds, reward=last.reward_score, failure_kind=None, latency_ms=last.latency_ms)
         if self.ledger is None:
             return None
         final = records[-1]
@@ -105,6 +113,10 @@ class Accounting:
         sample = trajectory_sample(records) if records else (rec.sample or {})
         prov = self.provenance_of(sample)
         await self._published(prov)
+        latency = (time.time() - o.entry.ts) * 1000.0 if o.entry.ts else None
+        self.health.record(
+            str(sample.get("data_source", "")), reward=None, failure_kind=failure.value, latency_ms=latency
+        )
         if self.ledger is None:
             return prov, None
         outputs: int | Sequence[OutputRecord] = records if records else max(len(o.payloads), rec.index + 1)

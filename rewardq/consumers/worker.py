@@ -306,6 +306,7 @@ class Worker:
         with startup_step(logger, "opening the ledger") if cfg.ledger else contextlib.nullcontext():
             ledger = open_ledger(cfg, self.name)
         self.accounting = Accounting(book, publish, ledger, cfg.manager)
+        self.metrics.watch_health(self.accounting.health.windows)
         if ledger is not None:
             self.metrics.watch_ledger(ledger.snapshot)
 
@@ -554,9 +555,13 @@ class Worker:
     def snapshot(self) -> dict[str, Any]:
         """What the heartbeat publishes (:class:`~rewardq.consumers.presence.Presence`)."""
         snap = self.presence.snapshot(code_stats(self.manager))
-        ledger = self.accounting.snapshot() if self.accounting is not None else None
-        if ledger is not None:
-            snap["ledger"] = json.dumps(ledger)
+        if self.accounting is not None:
+            ledger = self.accounting.snapshot()
+            if ledger is not None:
+                snap["ledger"] = json.dumps(ledger)
+            health = self.accounting.health.snapshot()
+            if health:
+                snap["health"] = json.dumps(health, separators=(",", ":"))
         return snap
 
     async def _beat(self) -> None:

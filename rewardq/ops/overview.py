@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
+from rewardq.consumers.reward_health import judge, merge
 from rewardq.queue.deadletters import DeadLetters
 from rewardq.queue.fleet import recorded_scoring_sync
 from rewardq.queue.judge_cache import judge_totals
@@ -50,6 +51,7 @@ def pipeline_status(
         "workers": workers,
         "code": code_totals(workers),
         "ledger": ledger_totals(workers),
+        "reward_health": judge(merge(w.get("health") or {} for w in workers)),
         "judges": judge_totals(r, ks),
         "dead_letters": dead_total,
         "dead_letters_by_kind": dead_by_kind,

@@ -225,6 +225,8 @@ def render_status(
     ]
     parts.append(table_or_stack(console, title, waiting_cols, waiting_rows, wide=wide, empty="[green]none[/]"))
 
+    if st.get("reward_health"):
+        parts.append(health_table(st["reward_health"], console, wide))
     if st.get("code"):
         parts.append(_code_table(st["code"], console, wide))
     if st.get("judges"):
@@ -263,6 +265,42 @@ def render_status(
     if footer:
         parts.append(Text(footer, style="dim"))
     return Group(*parts)
+
+
+def health_table(rows: list[dict[str, Any]], console: Console, wide: bool) -> RenderableType:
+    """Per data source: the last 60 s against the 10 minutes before (rewardq.consumers.reward_health)."""
+    from rich.markup import escape
+
+    from rewardq.ops.layout import Column, table_or_stack
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else fmt.format(v)
+
+    columns = [
+        Column("data source", lead=True),
+        Column("trajectories", "right"),
+        Column("mean reward", "right"),
+        Column("before", "right"),
+        Column("errors", "right"),
+        Column("by kind"),
+        Column("p99", "right"),
+        Column("jumped"),
+    ]
+    body = [
+        [
+            escape(r["data_source"]),
+            str(r["trajectories"]),
+            num(r["mean_reward"], "{:.3f}"),
+            num(r["baseline_mean_reward"], "{:.3f}"),
+            f"{r['error_share']:.1%}",
+            escape(", ".join(f"{k} {v:.0%}" for k, v in r["errors_by_kind"].items()) or "-"),
+            num(r["p99_ms"], "{:,.0f} ms"),
+            f"[bold red]{escape('; '.join(r['jumps']))}[/]" if r["jumps"] else "[green]steady[/]",
+        ]
+        for r in rows
+    ]
+    title = "reward health (live workers: last 60 s; before: the 10 minutes before)"
+    return table_or_stack(console, title, columns, body, wide=wide)
 
 
 def ledger_line(ledger: dict[str, Any]) -> str:

@@ -182,6 +182,7 @@ def workers_status(r: SyncRedis, ks: Keyspace, now: float | None = None) -> list
                 "code": _json_dict(d.get("code")),
                 "sources": _json_dict(d.get("sources")),
                 "ledger": _json_dict(d.get("ledger")),
+                "health": _json_dict(d.get("health")),
             }
         )
     out.sort(key=lambda w: str(w["name"]))

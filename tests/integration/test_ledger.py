@@ -142,6 +142,11 @@ async def test_a_ledger_that_cannot_be_written_never_stops_scoring_and_says_so(
         st = pipeline_status(sync_redis, Keyspace(ns))
         ledger = st["ledger"]
         assert ledger["failing"] and "cannot write" in ledger["failing"][w.name] and ledger["rows"] == 0
+        # (and the live reward health: every trajectory counted under its data source, nothing jumped)
+        health = {r["data_source"]: r for r in st["reward_health"]}
+        assert sum(r["trajectories"] for r in health.values()) == len(trajs)
+        assert set(health) == {t["sample"]["data_source"] for t in trajs}
+        assert all(not r["jumps"] and r["error_share"] == 0.0 for r in health.values())
         st["diagnosis"] = diagnose(st)
         assert any(d["level"] == "error" and "ledger is not being written" in d["message"] for d in st["diagnosis"])
         # And once the destination is back, the spooled trajectories are written
