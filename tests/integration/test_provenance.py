@@ -16,6 +16,7 @@ from rewardq.consumers.worker import Worker
 from rewardq.ledger.read import read_table
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.provenance import lookup
+from tests.support.cli_procs import Procs
 from tests.support.helpers import until, worker_config
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
@@ -109,3 +110,46 @@ async def test_results_of_every_manager_carry_their_provenance(
         assert json.loads(rows[1]["judge_answer"])["contents"]  # the answer itself, for a replay
     else:
         assert all(r.judge_request == "" for r in got) and "judge_model" not in blob
+
+
+async def test_a_replay_reuses_the_judges_kept_answers_and_asks_anew_when_the_judge_changed(
+    ns: str, redis_url: str, tmp_path: Path, judge: JudgeStandin, procs: Procs
+) -> None:
+    # Given a ledger of judged trajectories (the answers kept with it)
+    ledger = str(tmp_path / "judged")
+    options = {"base_url": judge.base_url, "model": "judge-model"}
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys: list[str] = []
+    for i in range(6):
+        answer = f"#### 42 (try {i})" if i % 2 else f"I think 41 (try {i})"  # six distinct requests
+        keys += client.put_trajectory(f"j{i}", "s", [text_output(answer)], SAMPLE)
+    w = Worker(worker_config(ns, redis_url, manager="genrm", manager_options=options, ledger=ledger))
+    task = asyncio.create_task(w.run())
+    try:
+        await until(lambda: all(v is not None for v in client.get_rewards(keys).values()), "results", timeout=60)
+    finally:
+        w.request_stop("test done")
+        await task
+        client.close()
+    served = judge.stats()["served"]
+    assert served >= 6
+
+    def replay(out: str, model: str) -> dict[str, Any]:
+        argv = ["replay", ledger, "--out", out, "--tokenizer", "builtin:demo", "--manager", "genrm", "--json"]
+        argv += ["--manager-option", f"base_url={judge.base_url}", "--manager-option", f"model={model}"]
+        code, p = procs.run(argv, timeout=180.0, tag="replay")  # the worker above has stopped: nothing to wait for
+        assert code == 0, p.stderr()[-3000:]
+        result: dict[str, Any] = json.loads(p.stdout().strip().splitlines()[-1])
+        return result
+
+    # When it is replayed with the same judge: every answer comes from the kept ones, none is paid again
+    same = str(tmp_path / "same")
+    assert replay(same, "judge-model")["replayed"] == 6
+    assert judge.stats()["served"] == served
+    before = {r["key"]: r["reward_score"] for r in read_table(ledger).to_pylist()}
+    after = read_table(same).to_pylist()
+    assert {r["key"]: r["reward_score"] for r in after} == before
+    assert all(json.loads(r["reward_extra_info"])["judge_cached"] for r in after)
+    # And with another judge model, the judge is asked anew
+    replay(str(tmp_path / "other"), "judge-model-2")
+    assert judge.stats()["served"] == served + 6
