@@ -166,6 +166,12 @@ def canonical(value: Any, path: str, masked: list[str]) -> Any:
     return _file_part(value) or value
 
 
+def without_credentials(value: Any) -> Any:
+    """``value`` (nested mappings and lists too) with every credential masked, as it counts in the
+    digest: for records kept beside the fingerprint (a result's provenance)."""
+    return canonical(value, "", [])
+
+
 def mask_credentials(text: str) -> str:
     """``text`` with every credential recognised by its value replaced by :data:`CREDENTIAL`
     (see the module doc); the rest of it unchanged."""
@@ -247,3 +253,9 @@ def _module_file(name: str) -> str | None:
         return None
     origin = getattr(spec, "origin", None) if spec is not None else None
     return origin if origin and origin.endswith(".py") else None
+
+
+def code_identity(spec: str, *, default_name: str | None) -> str:
+    """What identifies the code ``spec`` names (a file's name, function and content digest; a module's
+    spec and source digest): the scoring fingerprint's part for it, and a result's ``scorer``."""
+    return _code_spec(spec, default_name=default_name)

@@ -304,3 +304,12 @@ def test_what_an_answer_is_charged_is_bounded_by_what_the_request_could_cost() -
 def test_a_marker_is_found_in_any_case_and_text_that_changes_length_when_lowered() -> None:
     parser = RegexParser(verdict=Verdict("Verdict:"))
     assert parser.parse("İİİ Score: 9 ... VERDICT: Score: 0.5") == 0.5
+
+
+def test_the_provenance_keeps_the_range_and_no_credential() -> None:
+    key = "sk-proj-" + "k9" * 12
+    m = genrm(extra_body={"seed": 5, "headers": {"Authorization": f"Bearer {key}"}}, score_range=[0, 10])
+    sampling = m.provenance("judged")["judge_sampling"]
+    assert sampling["extra_body"] == {"seed": 5, "headers": {"Authorization": "***"}}
+    assert (sampling["score_range"], sampling["clamp_score"]) == ([0.0, 10.0], False)
+    assert key not in json.dumps(m.provenance("judged"))

@@ -59,12 +59,15 @@ from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.queue.images import images_of
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
-from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, RetryPolicy
+from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, RetryPolicy, request_digest
 from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, Verdict, build_parser
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
 from rewardq.reward.judge.scores import resolve_range
+from rewardq.reward.provenance import template_digest
 from rewardq.reward.registry import register
 from rewardq.reward.results import to_float
+from rewardq.reward.scoring_fingerprint import without_credentials
+from rewardq.reward.trace import note_judged
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -391,7 +394,9 @@ class GenRMRewardManager(RewardManager):
                 exc.server_message,
             )
             self.structured = False
-            answer = await self.judge.complete(self.request_body(text, image_urls))
+            body = self.request_body(text, image_urls)
+            answer = await self.judge.complete(body)
+        note_judged(index, request_digest(body), answer.to_json())  # provenance and the ledger
         return self.result_of(answer)
 
     def request_body(self, text: str, image_urls: list[str]) -> dict[str, Any]:
@@ -472,6 +477,24 @@ class GenRMRewardManager(RewardManager):
         if clamped:
             info["judge_clamped"] = clamped
         return {"reward_score": info["acc"], "reward_extra_info": info}
+
+    def provenance(self, data_source: object) -> dict[str, Any]:
+        """The judge: model, digest of the prompt template and system prompt, sampling parameters."""
+        return {
+            "scorer": f"judge:{self.model}",
+            "judge_model": self.model,
+            "judge_template": template_digest(self.template.text, self.system_prompt),
+            "judge_sampling": {
+                "temperature": self.temperature,
+                "max_tokens": self.max_tokens,
+                "n": self.n,
+                "combine": self.combine,
+                "parser": type(self.parser).__name__,
+                "score_range": [self.range.lo, self.range.hi],
+                "clamp_score": self.range.clamp,
+                "extra_body": without_credentials(self.extra_body),  # a header's key is not kept
+            },
+        }
 
     def stats(self) -> dict[str, Any]:
         """The limiter's wait counters for metrics (``{kind: {"waits", "wait_seconds"}}``)."""
