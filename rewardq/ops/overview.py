@@ -1,7 +1,8 @@
 """The whole pipeline in one dict: what ``rewardq status`` shows and ``--json`` prints.
 
 Built from the reads of :mod:`rewardq.queue.reads` (shards, workers, waiting and finished
-trajectories), :class:`rewardq.queue.deadletters.DeadLetters` and the judge cache's totals;
+trajectories), :class:`rewardq.queue.deadletters.DeadLetters`, the judge cache's totals, and the
+live workers' failures by kind and trajectories waiting on a retry (:mod:`rewardq.ops.failures_view`);
 :mod:`rewardq.ops.status` renders it. Read-only.
 """
 
@@ -11,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
+from rewardq.ops.failures_view import failure_totals, retry_totals
 from rewardq.queue.deadletters import DeadLetters
 from rewardq.queue.fleet import recorded_scoring_sync
 from rewardq.queue.judge_cache import judge_totals
@@ -49,6 +51,8 @@ def pipeline_status(
         "backlog_seconds": backlog["seconds"],
         "workers": workers,
         "code": code_totals(workers),
+        "failures": failure_totals(workers),
+        "retrying": retry_totals(workers),
         "judges": judge_totals(r, ks),
         "dead_letters": dead_total,
         "dead_letters_by_kind": dead_by_kind,

@@ -12,7 +12,9 @@ XINFO GROUPS per shard and the live workers' heartbeats):
   (from the ``done`` streams: which trajectory, and why);
 * **slowest data sources** over the last minute (the workers' heartbeats: mean and longest time to
   score one trajectory);
-* **the oldest trajectory still waiting for outputs**, and which outputs it misses.
+* **the oldest trajectory still waiting for outputs**, and which outputs it misses;
+* **trajectories waiting on a retry** after a transient failure (how many; the next one, when, and
+  why) and the live workers' **error results by data source and failure kind**.
 
 ``q`` (or Ctrl-C) quits. Without a terminal (piped, or ``--once``) it prints one snapshot and
 exits; ``--json`` prints that snapshot as JSON. Read-only.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rewardq import defaults
+from rewardq.ops.failures_view import failure_totals, retry_totals
 from rewardq.ops.layout import fmt_duration
 from rewardq.ops.target import opened, pipeline_options
 
@@ -129,6 +132,8 @@ class TopModel:
             ],
             "sources": slowest_sources(workers),
             "oldest_waiting": waiting[0] if waiting else None,
+            "retrying": retry_totals(workers, listed=3),
+            "failures": failure_totals(workers),
         }
 
 
@@ -217,6 +222,35 @@ def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
             ),
         ),
     )
+    retrying = snap["retrying"]
+    if retrying["n"]:
+        nxt = retrying["waiting"][0] if retrying["waiting"] else None
+        facts.add_row(
+            "retrying",
+            Text.assemble(
+                (f"{retrying['n']} waiting on a retry", "yellow"),
+                ""
+                if nxt is None
+                else f"; next {nxt.get('tid')} in {fmt_duration(nxt.get('next_in_s'))} "
+                f"(try {int(nxt.get('retries', 0)) + 1}, gives up in {fmt_duration(nxt.get('left_s'))}): "
+                + clip(str(nxt.get("reason", "")), max(40, width - 60)),
+            ),
+        )
+    failed = {ds: {k: n for k, n in kinds.items() if n} for ds, kinds in snap["failures"].items()}
+    failed = {ds: kinds for ds, kinds in failed.items() if kinds}
+    if failed:
+        facts.add_row(
+            "failures",
+            Text(
+                clip(
+                    "; ".join(
+                        f"{ds}: " + ", ".join(f"{k} {n}" for k, n in kinds.items()) for ds, kinds in failed.items()
+                    ),
+                    max(40, (width - 12) * 2),
+                ),
+                "red",
+            ),
+        )
     parts.append(facts)
 
     clip_at = max(40, (width - 45) * 2)  # about two lines of the "last error" column

@@ -14,6 +14,7 @@ says the request itself is wrong (``scorer``). :func:`retry_after_seconds` reads
 from __future__ import annotations
 
 import email.utils
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,8 @@ from rewardq.queue.states import FailureKind
 
 if TYPE_CHECKING:
     import aiohttp
+
+logger = logging.getLogger("rewardq.reward")
 
 #: Answers that say the server may answer later: retried (in place, by the worker).
 TRANSIENT_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
@@ -37,6 +40,22 @@ def status_failure_kind(status: int | None) -> FailureKind:
     if status in CONFIG_STATUSES:
         return FailureKind.CONFIG
     return FailureKind.SCORER
+
+
+def warn_retired_options(manager: str, given: dict[str, object]) -> None:
+    """Warn when any of ``given`` (option -> value, None: not set) is set: options of the HTTP
+    managers that once set their own retries (``max_retries``, ``backoff_base``, ...). The worker
+    retries a transient failure in place (``retry_for``; :mod:`rewardq.consumers.retries`), the one
+    retry policy, so they are accepted (a config that sets them still loads) and ignored."""
+    named = sorted(k for k, v in given.items() if v is not None)
+    if named:
+        logger.warning(
+            "%s: %s no longer set(s) anything and is ignored: a request is sent once, and a transient failure "
+            "(no answer, 408, 429, 5xx) is retried in place by the worker, honouring Retry-After, until the "
+            "worker's retry_for runs out; set retry_for (--retry-for, REWARDQ_RETRY_FOR) instead",
+            manager,
+            ", ".join(named),
+        )
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:

@@ -1,4 +1,4 @@
-"""One call of an OpenAI-compatible chat-completions judge: billed once, limited fleet-wide, retried.
+"""One call of an OpenAI-compatible chat-completions judge: billed once, limited fleet-wide, one request.
 
 :meth:`ChatJudge.complete` takes a request body and returns the judge's answer
 (:class:`JudgeAnswer`). In order:
@@ -12,14 +12,15 @@
    slots, held only while the HTTP request is in flight (:mod:`rewardq.reward.ratelimit`; the
    limits hold across every worker of the fleet). When the answer arrives, the token bucket is
    charged with the tokens the server reports in ``usage`` (prompt + completion), not the estimate.
-3. **Retries.** A 429, a 5xx, a 408, a connection error or a timeout is retried up to
-   ``max_retries`` times. The pause is the server's ``Retry-After`` when it sends one (seconds or
-   an HTTP date; one longer than ``max_retry_wait`` ends the call at once), else
-   :func:`rewardq.queue.retry.backoff_delay` (exponential with jitter, ``backoff_base`` doubling up
-   to ``backoff_cap``). Any other 4xx is not retried: the request itself is wrong.
-4. **Failure.** A judge that stays down raises :class:`JudgeUnavailable` naming the status and the
-   server's own message: the trajectory gets an error result, never a zero, and the claim is
-   released so another worker may try later.
+3. **One request.** The call never sleeps and sends again itself: a judge that does not answer
+   usably raises :class:`JudgeUnavailable` naming the status and the server's own message, of the
+   failure kind its status says (:func:`~rewardq.reward.http.status_failure_kind`: no answer,
+   408, 429 or 5xx are ``transient`` and carry the server's ``Retry-After``; 401, 403 and 404
+   ``config``; any other 4xx ``scorer``). The worker retries a transient failure in place, after a
+   pause honouring ``Retry-After``, until ``retry_for`` runs out (:mod:`rewardq.consumers.retries`:
+   the one retry policy, so no two stack), and every try passes the fleet's limits again. The
+   claim is released, so another worker may send the request meanwhile; nothing is cached, and
+   the trajectory never gets a zero.
 
 The API key comes from the environment (``api_key_env``) and is sent only as the
 ``Authorization: Bearer`` header; it is never logged or stored.
@@ -36,20 +37,18 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ScoringError
-from rewardq.queue.retry import backoff_delay
-from rewardq.reward.http import TRANSIENT_STATUSES, HttpSession, retry_after_seconds, status_failure_kind
+from rewardq.queue.states import FailureKind
+from rewardq.reward.http import HttpSession, retry_after_seconds, status_failure_kind
 from rewardq.reward.judge.stats import JudgeStats
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
-#: Statuses worth sending the same request again for.
-RETRY_STATUSES = TRANSIENT_STATUSES
 #: Largest answer kept in the cache (bytes of its JSON); a larger one is used but not kept.
 MAX_CACHED_ANSWER_BYTES = 1 << 20
 
 
 class JudgeUnavailable(ScoringError):
-    """The judge did not answer usably: a refused request, or failures past ``max_retries``.
+    """The judge did not answer usably: a refused request, an error status, or no answer at all.
 
     Its failure kind is its status's (:func:`~rewardq.reward.http.status_failure_kind`): no answer,
     408, 429 or 5xx are ``transient`` (``retry_after``: the server's ``Retry-After``), 401, 403 and
@@ -137,16 +136,6 @@ def server_message(text: str) -> str:
     return text.strip()[:300]
 
 
-@dataclass
-class RetryPolicy:
-    """How :class:`ChatJudge` retries (see the module doc)."""
-
-    max_retries: int = defaults.JUDGE_MAX_RETRIES
-    backoff_base: float = defaults.JUDGE_BACKOFF_BASE
-    backoff_cap: float = defaults.JUDGE_BACKOFF_CAP
-    max_retry_wait: float = defaults.JUDGE_MAX_RETRY_WAIT
-
-
 class ChatJudge:
     """An OpenAI-compatible chat-completions endpoint as a judge (see the module doc).
 
@@ -159,7 +148,6 @@ class ChatJudge:
         stats: this worker's counters (``/metrics``).
         timeout: seconds one HTTP request may take.
         estimated_tokens_per_request: what the token bucket must hold before a request is sent.
-        retry: the retry policy.
     """
 
     def __init__(
@@ -173,7 +161,6 @@ class ChatJudge:
         stats: JudgeStats,
         timeout: float = defaults.JUDGE_TIMEOUT,
         estimated_tokens_per_request: float = defaults.JUDGE_ESTIMATED_TOKENS,
-        retry: RetryPolicy | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json"}
@@ -185,7 +172,6 @@ class ChatJudge:
         self.stats = stats
         self.timeout = float(timeout)
         self.estimated_tokens = float(estimated_tokens_per_request)
-        self.retry = retry or RetryPolicy()
         self._http = HttpSession(self.timeout)
         self._warned_usage = False
 
@@ -220,51 +206,25 @@ class ChatJudge:
             return answer
 
     async def _send(self, body: dict[str, Any]) -> JudgeAnswer:
-        """Send ``body`` under the limits, retrying as the policy says."""
+        """Send ``body`` once, under the limits; a failure is raised with its kind (module doc)."""
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        failures, last = 0, ""
-        while True:
-            status, retry_after, text, error = await self._attempt(payload)
-            if error is None and status == 200:
-                answer = self._read_answer(text)
-                await self._charge(answer)
-                return answer
-            failures += 1
-            message = error or server_message(text)
-            last = f"HTTP {status}: {message}" if status is not None else message
-            refused = status is not None and status not in RETRY_STATUSES
-            await self._count(requests=1, errors=1, failed=int(refused))
-            if refused:
-                raise JudgeUnavailable(
-                    f"judge {self.model} at {self.url} refused the request with HTTP {status} (not retried): {message}",
-                    status=status,
-                    server_message=message,
-                )
-            if failures > self.retry.max_retries:
-                break
-            pause = (
-                retry_after
-                if retry_after is not None
-                else backoff_delay(failures, base=self.retry.backoff_base, cap=self.retry.backoff_cap)
-            )
-            if pause > self.retry.max_retry_wait:
-                await self._count(failed=1)
-                raise JudgeUnavailable(
-                    f"judge {self.model} at {self.url} answered {last} and asked to retry after {pause:.0f}s, "
-                    f"longer than max_retry_wait={self.retry.max_retry_wait:g}s",
-                    status=status,
-                    server_message=message,
-                )
-            logger.warning(
-                "genrm: %s answered %s; retry %d/%d in %.2fs", self.url, last, failures, self.retry.max_retries, pause
-            )
-            await asyncio.sleep(pause)
-        await self._count(failed=1)
-        raise JudgeUnavailable(
-            f"judge {self.model} at {self.url} failed after {failures} attempts; last: {last}",
+        status, retry_after, text, error = await self._attempt(payload)
+        if error is None and status == 200:
+            answer = self._read_answer(text)
+            await self._charge(answer)
+            return answer
+        message = error or server_message(text)
+        failure = JudgeUnavailable(
+            f"judge {self.model} at {self.url} "
+            + (f"answered HTTP {status}: {message}" if status is not None else f"did not answer: {message}")
+            + (f" (Retry-After: {retry_after:g}s)" if retry_after is not None else ""),
             status=status,
             server_message=message,
+            retry_after=retry_after,
         )
+        # `failed` counts calls that end as error results: a transient failure is tried again
+        await self._count(requests=1, errors=1, failed=int(failure.failure_kind != FailureKind.TRANSIENT))
+        raise failure
 
     async def _attempt(self, payload: bytes) -> tuple[int | None, float | None, str, str | None]:
         """One HTTP request under the limits: ``(status, retry_after, body text, connection error)``."""

@@ -17,9 +17,11 @@ in ``setup`` and closed in ``close``. The manager has all of that; its judge
   (:mod:`rewardq.queue.judge_cache`).
 * **Fleet-wide limits.** ``max_rpm``, ``max_tpm`` and ``max_concurrent`` hold across every worker
   (:mod:`rewardq.reward.ratelimit`); ``max_tpm`` is charged with the tokens the server reports.
-* **Failures.** 429, 5xx, timeouts and connection errors are retried (``Retry-After`` honoured);
-  a judge that stays down, or an answer without a readable score, is an error result naming why,
-  never a zero (unless ``unparsed_score`` says what an unreadable answer scores).
+* **Failures.** A request is sent once. No answer, 408, 429 and 5xx are ``transient`` failures,
+  which the worker retries in place (honouring ``Retry-After``) until its ``retry_for`` runs out;
+  401, 403 and 404 are ``config`` failures; an answer without a readable score is a ``scorer``
+  failure. Each is an error result naming why, never a zero (unless ``unparsed_score`` says what
+  an unreadable answer scores).
 * **Per turn.** ``per_turn=true`` asks the judge about every output (the trajectory up to it),
   giving each key its own reward.
 
@@ -37,7 +39,10 @@ Options (``--manager-option`` / config)::
     temperature=0.0  max_tokens=1024  n=1  combine=mean|majority  extra_body={}
     per_turn=false  images=true  cache=true
     max_rpm  max_tpm  max_concurrent=64  estimated_tokens_per_request=2000  limiter_name=genrm
-    lease_seconds=30  timeout=120  max_retries=5  backoff_base=0.5  backoff_cap=30  max_retry_wait=120
+    lease_seconds=30  timeout=120
+
+``max_retries``, ``backoff_base``, ``backoff_cap`` and ``max_retry_wait`` are accepted and ignored,
+with a warning (:func:`~rewardq.reward.http.warn_retired_options`): the worker's ``retry_for`` rules.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.queue.images import images_of
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
-from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, RetryPolicy
+from rewardq.reward.http import warn_retired_options
+from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable
 from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, build_parser
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
 from rewardq.reward.registry import register
@@ -129,8 +135,7 @@ class GenRMRewardManager(RewardManager):
             lease_seconds: the fleet-wide limits (see :mod:`rewardq.reward.ratelimit`); ``lease_seconds``
             also bounds how long a dead worker's claim on a request holds others back.
         timeout: seconds one HTTP request may take.
-        max_retries, backoff_base, backoff_cap, max_retry_wait: the retry policy
-            (:class:`~rewardq.reward.judge.client.RetryPolicy`).
+        max_retries, backoff_base, backoff_cap, max_retry_wait: ignored, with a warning (module doc).
     """
 
     def __init__(  # noqa: C901 - one check per option
@@ -166,10 +171,10 @@ class GenRMRewardManager(RewardManager):
         limiter_name: str = "genrm",
         lease_seconds: float = defaults.JUDGE_LEASE_SECONDS,
         timeout: float = defaults.JUDGE_TIMEOUT,
-        max_retries: int = defaults.JUDGE_MAX_RETRIES,
-        backoff_base: float = defaults.JUDGE_BACKOFF_BASE,
-        backoff_cap: float = defaults.JUDGE_BACKOFF_CAP,
-        max_retry_wait: float = defaults.JUDGE_MAX_RETRY_WAIT,
+        max_retries: object = None,
+        backoff_base: object = None,
+        backoff_cap: object = None,
+        max_retry_wait: object = None,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
@@ -241,12 +246,17 @@ class GenRMRewardManager(RewardManager):
             ("estimated_tokens_per_request", estimated_tokens_per_request),
             ("lease_seconds", lease_seconds),
             ("timeout", timeout),
-            ("backoff_base", backoff_base),
-            ("backoff_cap", backoff_cap),
-            ("max_retry_wait", max_retry_wait),
         ):
             _number(name, value)
-        _number("max_retries", max_retries, at_least=0, integer=True)
+        warn_retired_options(
+            "genrm",
+            {
+                "max_retries": max_retries,
+                "backoff_base": backoff_base,
+                "backoff_cap": backoff_cap,
+                "max_retry_wait": max_retry_wait,
+            },
+        )
         if not isinstance(limiter_name, str) or not limiter_name or any(c in limiter_name for c in "{} \n"):
             raise ConfigError(
                 f"manager 'genrm': limiter_name must be a name without braces or spaces, got {limiter_name!r}"
@@ -260,7 +270,6 @@ class GenRMRewardManager(RewardManager):
         self.limiter_name = limiter_name
         self.lease_seconds = float(lease_seconds)
         self.timeout = float(timeout)
-        self.retry = RetryPolicy(max_retries, float(backoff_base), float(backoff_cap), float(max_retry_wait))
         self.judge: ChatJudge | None = None
 
     def __repr__(self) -> str:
@@ -304,7 +313,6 @@ class GenRMRewardManager(RewardManager):
             stats=ctx.judge_stats,
             timeout=self.timeout,
             estimated_tokens_per_request=self.estimated_tokens,
-            retry=self.retry,
         )
         await self.judge.setup()
         logger.info(
