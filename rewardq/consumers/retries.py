@@ -43,6 +43,7 @@ from rewardq.consumers.metrics import Metrics
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.queue.text import reason_text
+from rewardq.reward.http import retry_after_of
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -146,7 +147,7 @@ class Retries:
             logger.debug("could not read the retry window of %s: %s", tid, exc2)
             since = last.since if last is not None else now
         retries = (last.retries if last is not None else 0) + 1
-        retry_after = _seconds(getattr(exc, "retry_after", None))
+        retry_after = retry_after_of(exc)
         pause, until = self.pause(retries, retry_after), since + self.retry_for
         if now + (retry_after or 0.0) >= until:  # the window is spent, or the server is back too late
             tried = f"tried {retries} time(s) over {now - since:.1f}s"
@@ -201,10 +202,3 @@ class Retries:
         """What the heartbeat says: how many wait, and the :data:`LISTED` soonest, with why."""
         soonest = sorted(self.waiting.values(), key=lambda w: w.at)[:LISTED]
         return {"n": len(self.waiting), "waiting": [w.view(now) for w in soonest]}
-
-
-def _seconds(value: object) -> float | None:
-    """A ``retry_after`` as seconds (None when absent or not a number >= 0)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        return None
-    return float(value)
