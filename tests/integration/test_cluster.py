@@ -154,6 +154,8 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster: LocalCluster,
             100,
             4096,
             0,
+            "scorer",
+            "",
             0,
         ]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
