@@ -184,6 +184,8 @@ def workers_status(r: SyncRedis, ks: Keyspace, now: float | None = None) -> list
                 "retries": int(_f(d.get("retries"))),
                 "retrying": _json_dict(d.get("retrying")),
                 "failures": _json_dict(d.get("failures")),
+                "ledger": _json_dict(d.get("ledger")),
+                "health": _json_dict(d.get("health")),
             }
         )
     out.sort(key=lambda w: str(w["name"]))
