@@ -2,9 +2,11 @@
 
 :func:`compute_backoff` serves the Redis retry policy (:func:`rewardq.queue.retry.backoff_delay`,
 which the worker's reader and its wait for Redis at start-up use too), the supervisor's restarts of
-dead worker processes, the reward model's HTTP retries (``disrm``) and SandboxFusion's requests,
-whose schedule is verl's (``growth="linear"``, no jitter: retry ``k`` waits ``k * base``), as
-dramatiq's one ``compute_backoff`` serves its retries, broker and results alike.
+dead worker processes, and the worker's retries in place of a trajectory whose scoring failed for
+a transient reason (:mod:`rewardq.consumers.retries`: a judge, reward model or SandboxFusion that
+is down; their clients never retry themselves), as dramatiq's one ``compute_backoff`` serves its
+retries, broker and results alike. ``growth="linear"`` is verl's SandboxFusion schedule (retry
+``k`` waits ``k * base``), for a loop that must pace as verl does.
 
 A standard-library module like :mod:`rewardq.defaults`, so every layer (``queue/`` included) may
 use it. A library (tenacity, backoff) would own the loop as well as the pause; ours stay where

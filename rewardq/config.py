@@ -149,6 +149,13 @@ class WorkerConfig:
     batch_size: int = setting(defaults.BATCH_SIZE, "Stream entries per read.", above=0)
     block_ms: int = setting(defaults.BLOCK_MS, "Longest blocking read, in milliseconds (0: do not block).", minimum=0)
     score_timeout: float = setting(defaults.SCORE_TIMEOUT, "Seconds one trajectory's scoring may take.", above=0)
+    retry_for: float = setting(
+        defaults.RETRY_FOR,
+        "Seconds a trajectory whose scoring failed for a transient reason (a judge answering 429/5xx, "
+        "SandboxFusion down, a lost connection) is scored again, after backoffs honouring Retry-After, "
+        "before it becomes an error result of kind transient (0: never retried).",
+        minimum=0,
+    )
     # recovery
     claim_idle: float = setting(
         defaults.CLAIM_IDLE, "Seconds an entry stays pending before another worker reclaims it.", above=0

@@ -81,6 +81,21 @@ SCORE_TIMEOUT = 300.0
 #: Seconds one sympy comparison of the ``numina_*`` scorer may take before it counts as
 #: "not equal" (verl's ``prime_math`` limit; each part of a tuple answer gets its own).
 PRIME_MATH_SYMPY_TIMEOUT = 10.0
+#: Seconds a trajectory whose scoring failed for a ``transient`` reason (a judge answering 503,
+#: SandboxFusion down) keeps being scored again, counted from its first such failure, before it
+#: becomes an error result of kind ``transient``: long enough to ride out a judge or sandbox restart.
+RETRY_FOR = 300.0
+#: The first pause before a transient failure is scored again, and the longest (before jitter): the
+#: pause doubles from the first to the longest unless the server said how long (``Retry-After``).
+RETRY_BACKOFF_BASE = 1.0
+RETRY_BACKOFF_CAP = 30.0
+#: Share of each pause drawn at random (the pause is ``step * (1 - RETRY_JITTER * r)``), and the
+#: share of a ``Retry-After`` added at random past it, so trajectories that failed together do not
+#: come back together.
+RETRY_JITTER = 0.5
+#: Trajectories one worker holds waiting on a retry, per ``concurrency`` slot: they hold no scoring
+#: slot (other trajectories keep flowing), but the worker reads no more while this many wait.
+RETRY_WAITING_PER_SLOT = 4
 #: Seconds an entry stays pending before another worker may reclaim it.
 CLAIM_IDLE = 60.0
 #: Deliveries of one entry (its first read, then each reclaim or hand-back) before its trajectory is
@@ -264,12 +279,8 @@ REMOTE_TIMEOUT = 30.0
 KILL_GRACE = 1.0
 #: Seconds a new scorer process may take to load its function before its start counts as failed.
 SCORER_START_TIMEOUT = 120.0
-#: ``disrm``: retries after the first attempt, seconds per request, and the retry backoff's first
-#: and longest pause (seconds).
-DISRM_MAX_RETRIES = 5
+#: ``disrm``: seconds per request.
 DISRM_TIMEOUT = 30.0
-DISRM_BACKOFF_BASE = 0.5
-DISRM_BACKOFF_CAP = 30.0
 
 #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
 #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
@@ -295,10 +306,6 @@ CODE_MEMORY_LIMIT_MB = 1024
 SANDBOX_FUSION_RUN_TIMEOUT = 10
 #: Seconds added to compile + run timeout for one run_code HTTP request (verl's API_TIMEOUT).
 SANDBOX_FUSION_API_TIMEOUT = 10
-#: Attempts of one run_code request on connection errors and 5xx answers (verl's MAX_RETRIES).
-SANDBOX_FUSION_ATTEMPTS = 3
-#: Seconds before retry k is ``k * SANDBOX_FUSION_RETRY_DELAY`` (verl's linear back-off).
-SANDBOX_FUSION_RETRY_DELAY = 1.0
 #: Test cases that count toward the continuous score: the first 10, as verl counts them.
 CODE_MAX_CASES = 10
 #: Local runner: per-case timeout when every case runs in one process (prime_code's first pass).
@@ -354,13 +361,6 @@ JUDGE_LEASE_SECONDS = 30.0
 JUDGE_MAX_POLL = 0.5
 #: Seconds one judge HTTP request may take.
 JUDGE_TIMEOUT = 120.0
-#: Retries of a judge request after its first attempt (429, 5xx, 408, timeouts, connection errors).
-JUDGE_MAX_RETRIES = 5
-#: First pause (seconds) before a judge retry without ``Retry-After``; it doubles up to the cap.
-JUDGE_BACKOFF_BASE = 0.5
-JUDGE_BACKOFF_CAP = 30.0
-#: Longest ``Retry-After`` (seconds) a judge call waits for; a longer one ends the call at once.
-JUDGE_MAX_RETRY_WAIT = 120.0
 #: Largest judge answer read, in bytes (the HTTP body: every choice, its usage, any logprobs); a
 #: larger one is an error result, and the worker never holds more of it than this.
 JUDGE_MAX_ANSWER_BYTES = 4 * 1024 * 1024

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewardq.consumers.metrics import Metrics
+from rewardq.consumers.presence import Presence
+from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
 from rewardq.queue.entries import Entry
@@ -39,7 +41,8 @@ class FailureHandler:
         worker_name: written into every dead letter.
         max_record_bytes: records larger than this keep only their first 64 KiB in the dead letter.
         stats: the worker's counters; ``dead_letters`` and ``errors`` are incremented here.
-        metrics: the worker's metrics hooks.
+        metrics: the worker's metrics hooks (dead letters by kind, failures by data source and kind).
+        presence: the worker's heartbeat, which counts failures by data source and kind too.
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class FailureHandler:
         max_record_bytes: int,
         stats: dict[str, int],
         metrics: Metrics,
+        presence: Presence | None = None,
     ) -> None:
         self.broker = broker
         self.ks = broker.ks
@@ -57,6 +61,7 @@ class FailureHandler:
         self.max_record_bytes = max_record_bytes
         self.stats = stats
         self.metrics = metrics
+        self.presence = presence
 
     async def dead_letter(
         self, entry: Entry, kind: DeadLetterKind, reason: str, *, record: OutputRecord | None = None, tb: str = ""
@@ -80,7 +85,7 @@ class FailureHandler:
                 await self.broker.fail(shard, tid, reason, index=idx, entry=None, kind=failure)
             else:
                 await self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure)
-        self._count(kind)
+        self._count(kind, failure, str(record.sample.get("data_source", "")) if record is not None else "")
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
 
     async def fail_trajectory(
@@ -96,6 +101,7 @@ class FailureHandler:
         last_index: int = -1,
         failure: FailureKind | None = None,
         extra_info: Mapping[str, Any] | None = None,
+        data_source: str = "",
         provenance: str = "",
         attempt: int = 0,
     ) -> None:
@@ -104,7 +110,8 @@ class FailureHandler:
         when Redis does not know it yet (a trajectory read whole and refused before its claim);
         ``failure``: its error results' kind (default: the dead letter's,
         :data:`~rewardq.queue.states.DEAD_LETTER_FAILURE`); ``extra_info``: more of their
-        ``reward_extra_info``, beside ``error``; ``provenance``, ``attempt``: what failed, on which attempt."""
+        ``reward_extra_info``, beside ``error``; ``data_source``: its sample's, for the counts;
+        ``provenance``, ``attempt``: what failed, on which attempt."""
         failure = failure or DEAD_LETTER_FAILURE[kind]
         await self.broker.fail(
             shard,
@@ -119,7 +126,7 @@ class FailureHandler:
             provenance=provenance,
             attempt=attempt,
         )
-        self._count(kind)
+        self._count(kind, failure, data_source)
         logger.warning("trajectory %s failed (%s): %s", tid, kind, reason[:2000])
 
     async def exhausted(self, entries: Sequence[Entry], max_deliveries: int) -> None:
@@ -156,7 +163,7 @@ class FailureHandler:
                 also_ack=[e for e, _ in items[1:]],
                 kind=failure,
             )
-            self._count(DeadLetterKind.EXHAUSTED)
+            self._count(DeadLetterKind.EXHAUSTED, failure, "")
             logger.warning("trajectory %s dead-lettered (exhausted): %s", tid, reason)
 
     @staticmethod
@@ -177,10 +184,17 @@ class FailureHandler:
             return trajectory_id(named[0], named[1]), named[2]
         return None
 
-    def _count(self, kind: str) -> None:
+    def _count(self, kind: str, failure: FailureKind, data_source: str) -> None:
         self.stats["dead_letters"] += 1
         self.stats["errors"] += 1
         self.metrics.dead_letter(kind)
+        self.count_failure(failure, data_source)
+
+    def count_failure(self, failure: FailureKind, data_source: str) -> None:
+        """Count error results of kind ``failure`` for ``data_source`` ("": not known)."""
+        self.metrics.failed(failure, data_source)
+        if self.presence is not None:
+            self.presence.failed(data_source, failure)
 
     def _dead_fields(
         self, entry: Entry, kind: str, reason: str, tb: str, *, tid: str = "", failure: FailureKind
@@ -205,6 +219,15 @@ class FailureHandler:
         """The raw record kept in a dead letter; an oversize one is cut to its first 64 KiB."""
         data = entry.data if isinstance(entry.data, (bytes, bytearray)) else b""
         return bytes(data[:DEAD_DATA_CAP]) if len(data) > self.max_record_bytes else bytes(data)
+
+
+def refusal(exc: RecordError, tid: str) -> tuple[DeadLetterKind, str]:
+    """The dead-letter kind and reason of a trajectory whose stored records cannot be scored."""
+    if isinstance(exc, TrajectoryTooLarge):
+        return DeadLetterKind.INVALID, f"trajectory {tid}: {exc.message}"
+    if isinstance(exc, TokenizerMismatch):
+        return DeadLetterKind.TOKENIZER, str(exc)
+    return DeadLetterKind.INVALID, f"invalid record: {exc}"
 
 
 def exhausted_reason(deliveries: int, max_deliveries: int, history: dict[str, Any] | None) -> str:

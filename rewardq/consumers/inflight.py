@@ -6,6 +6,11 @@ trajectory (:meth:`InFlightTable.held`). :class:`InFlightTable` is the worker's 
 control: ``capacity`` is set while fewer than ``concurrency`` trajectories are held (the
 readers and the reclaimer wait for it before taking more), and ``slots`` lets at most
 ``concurrency`` of them score at once.
+
+A trajectory waiting on a retry (:mod:`rewardq.consumers.retries`) is held, its lease renewed,
+but *rests*: it holds no slot and does not count against ``concurrency``, so other trajectories
+keep flowing while a judge is down. At most ``max_resting`` rest at once; while that many do,
+``capacity`` stays clear and the worker reads no more.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from rewardq import defaults
 
 
 @dataclass
@@ -29,12 +36,15 @@ class InFlight:
 class InFlightTable:
     """The held trajectories by id (:attr:`by_tid`), with ``capacity`` and ``slots`` (see the module doc)."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, max_resting: int | None = None) -> None:
         self.concurrency = concurrency
+        self.max_resting = concurrency * defaults.RETRY_WAITING_PER_SLOT if max_resting is None else max_resting
         self.by_tid: dict[str, InFlight] = {}
+        self.resting: set[str] = set()  # held, waiting on a retry: no slot, not counted in `concurrency`
         self.capacity = asyncio.Event()  # set while fewer than `concurrency` trajectories are held
         self.capacity.set()
         self.slots = asyncio.Semaphore(concurrency)  # at most `concurrency` scored at once
+        self.stopped = False
 
     def hold(self, shard: int, tid: str) -> InFlight | None:
         """Hold ``tid``; None when it is held already (our own redelivery while we score it:
@@ -42,16 +52,40 @@ class InFlightTable:
         if tid in self.by_tid:
             return None
         flight = self.by_tid[tid] = InFlight(shard, tid, time.time())
-        if len(self.by_tid) >= self.concurrency:
-            self.capacity.clear()
+        self._admit()
         return flight
 
     def finished(self, tid: str, *, handed_back: bool = False) -> None:
         """``tid`` is no longer scored; a trajectory handed back stays held until it is released."""
         if not handed_back:
             self.by_tid.pop(tid, None)
-        if len(self.by_tid) < self.concurrency:
+        self.resting.discard(tid)
+        self._admit()
+
+    def rest(self, tid: str) -> None:
+        """``tid`` waits on a retry: it no longer counts against ``concurrency``."""
+        if tid in self.by_tid:
+            self.resting.add(tid)
+            self._admit()
+
+    def wake(self, tid: str) -> None:
+        """``tid`` is due to be scored again: it counts again."""
+        self.resting.discard(tid)
+        self._admit()
+
+    def stop_admitting(self) -> None:
+        """The worker stops: ``capacity`` stays set from now on, so nothing waits on it any more."""
+        self.stopped = True
+        self.capacity.set()
+
+    def _admit(self) -> None:
+        """Set ``capacity`` while the trajectories that count are fewer than ``concurrency`` and
+        fewer than ``max_resting`` rest (or once the worker stops); clear it otherwise."""
+        counted = len(self.by_tid) - len(self.resting)
+        if self.stopped or (counted < self.concurrency and len(self.resting) < self.max_resting):
             self.capacity.set()
+        else:
+            self.capacity.clear()
 
     def held(self) -> dict[int, list[str]]:
         """The held trajectories as ``{shard: [tid, ...]}`` (what the broker renews and releases)."""

@@ -6,6 +6,11 @@ Exposed series (all prefixed ``rewardq_``):
 * ``trajectories_total{manager,outcome}``      finished trajectories: ok | error | invalid | ...
 * ``dead_letters_total{reason}``               dead letters by kind: every
                                                :class:`~rewardq.queue.states.DeadLetterKind`
+* ``failures_total{data_source,kind}``         error results written by this worker, by the
+                                               trajectory's data source and the failure kind
+                                               (every :class:`~rewardq.queue.states.FailureKind`)
+* ``retries_total{data_source}``               transient failures retried in place
+* ``retry_waiting``                            trajectories waiting on a retry now
 * ``scoring_seconds{manager,data_source}``     histogram: assemble + batch + manager + commit
 * ``in_flight``                                trajectories being scored now
 * ``reclaimed_total``                          entries taken over from dead workers
@@ -22,7 +27,10 @@ Exposed series (all prefixed ``rewardq_``):
                                                (the local ``assert_case`` runner; score 0.0)
 * ``judge_requests_total{model}``              LLM-judge HTTP requests (every attempt)
 * ``judge_errors_total{model}``                requests that failed (non-200, connection, timeout)
-* ``judge_failed_total{model}``                judge calls that gave up (an error result)
+* ``judge_failed_total{model}``                judge calls refused for good (401, 404, 400, ...:
+                                               an error result); a judge that is down counts in
+                                               ``judge_errors_total`` and its trajectories are
+                                               retried in place (``retries_total``)
 * ``judge_cache_hits_total{model}``            answers reused instead of paid for
 * ``judge_tokens_total{model,kind}``           tokens the server reported (``prompt``, ``completion``)
 * ``judge_error_ratio{model}``                 errors / requests of this worker so far
@@ -131,7 +139,7 @@ class _JudgeCollector:
 
         requests = counter("requests", "LLM-judge HTTP requests sent (every attempt)")
         errors = counter("errors", "LLM-judge requests that failed (non-200, connection error, timeout)")
-        failed = counter("failed", "LLM-judge calls that gave up after retries (an error result)")
+        failed = counter("failed", "LLM-judge calls refused for good (an error result)")
         hits = counter("cache_hits", "LLM-judge answers reused from the cache instead of a request")
         tokens = counter("tokens", "Tokens the LLM-judge server reported in usage", ("model", "kind"))
         ratio = GaugeMetricFamily("rewardq_judge_error_ratio", "Failed share of LLM-judge requests", labels=["model"])
@@ -197,8 +205,10 @@ class Metrics(Protocol):
     def read(self, n: int) -> None: ...
     def trajectory_done(self, outcome: str, seconds: float, data_source: str = "") -> None: ...
     def dead_letter(self, reason: str) -> None: ...
+    def failed(self, kind: str, data_source: str) -> None: ...
+    def retried(self, data_source: str) -> None: ...
     def reclaimed(self, n: int) -> None: ...
-    def in_flight(self, n: int) -> None: ...
+    def in_flight(self, n: int, retry_waiting: int = 0) -> None: ...
     def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None: ...
     def watch_health(self, windows: Callable[[], Any]) -> None: ...
     def close(self) -> None: ...
@@ -216,10 +226,16 @@ class NoMetrics:
     def dead_letter(self, reason: str) -> None:
         pass
 
+    def failed(self, kind: str, data_source: str) -> None:
+        pass
+
+    def retried(self, data_source: str) -> None:
+        pass
+
     def reclaimed(self, n: int) -> None:
         pass
 
-    def in_flight(self, n: int) -> None:
+    def in_flight(self, n: int, retry_waiting: int = 0) -> None:
         pass
 
     def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None:
@@ -248,6 +264,13 @@ class WorkerMetrics:
         self.records_read = Counter("rewardq_records_read", "Stream entries read", registry=r)
         self.trajectories = Counter("rewardq_trajectories", "Finished trajectories", ["manager", "outcome"], registry=r)
         self.dead_letters = Counter("rewardq_dead_letters", "Dead letters by reason", ["reason"], registry=r)
+        self.failures = Counter(
+            "rewardq_failures", "Error results by data source and failure kind", ["data_source", "kind"], registry=r
+        )
+        self.retries = Counter(
+            "rewardq_retries", "Transient failures retried in place, by data source", ["data_source"], registry=r
+        )
+        self.retry_waiting = Gauge("rewardq_retry_waiting", "Trajectories waiting on a retry", registry=r)
         self.scoring = Histogram(
             "rewardq_scoring_seconds",
             "Time to score and commit one trajectory",
@@ -286,11 +309,18 @@ class WorkerMetrics:
     def dead_letter(self, reason: str) -> None:
         self.dead_letters.labels(reason).inc()
 
+    def failed(self, kind: str, data_source: str) -> None:
+        self.failures.labels(data_source or "unknown", kind).inc()
+
+    def retried(self, data_source: str) -> None:
+        self.retries.labels(data_source or "unknown").inc()
+
     def reclaimed(self, n: int) -> None:
         self.reclaimed_total.inc(n)
 
-    def in_flight(self, n: int) -> None:
+    def in_flight(self, n: int, retry_waiting: int = 0) -> None:
         self.in_flight_gauge.set(n)
+        self.retry_waiting.set(retry_waiting)
 
     def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         """Expose the ledger's counters (``snapshot``: :meth:`rewardq.ledger.sink.Ledger.snapshot`)."""

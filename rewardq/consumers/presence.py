@@ -4,7 +4,8 @@
 the snapshot needs beyond the worker's counters: when the worker started, the latencies and
 output counts of the trajectories scored in the last minute (for the rates, which the fleet's
 backlog drain time is computed from, and the median latency), and each data source's scoring
-time over the last minute (``rewardq top``'s slowest data sources).
+time over the last minute (``rewardq top``'s slowest data sources), the error results it wrote by
+data source and failure kind, and the trajectories waiting on a retry (and why).
 """
 
 from __future__ import annotations
@@ -20,7 +21,20 @@ from typing import Any
 from rewardq import defaults
 
 #: The worker's counters, in the order its heartbeat publishes them.
-COUNTERS = ("read", "stored", "parked", "scored", "errors", "dead_letters", "reclaimed", "duplicates", "expired")
+COUNTERS = (
+    "read",
+    "stored",
+    "parked",
+    "scored",
+    "errors",
+    "dead_letters",
+    "reclaimed",
+    "duplicates",
+    "expired",
+    "retries",
+)
+#: Data sources whose failures a heartbeat counts by name; the others are counted under ``(other)``.
+FAILURE_SOURCES = 64
 
 
 class Presence:
@@ -40,6 +54,8 @@ class Presence:
         self.scoring = ""  # the digest of the worker's scoring configuration (rewardq.consumers.fleet)
         self._recent: deque[tuple[float, float, int]] = deque(maxlen=4096)  # (time, latency_ms, outputs)
         self._sources: deque[tuple[float, str, float]] = deque(maxlen=4096)  # (time, data source, seconds)
+        self.failures: dict[str, dict[str, int]] = {}  # data source -> failure kind -> error results
+        self.retrying: dict[str, Any] = {"n": 0, "waiting": []}  # what waits on a retry (Retries.snapshot)
 
     def scored(self, latency_ms: float | None, outputs: int = 1) -> None:
         """Count a trajectory of ``outputs`` outputs scored now, ``latency_ms`` after its producer sent it."""
@@ -48,6 +64,14 @@ class Presence:
     def finished(self, data_source: str, seconds: float) -> None:
         """Record how long one trajectory of ``data_source`` took to score and commit (any outcome)."""
         self._sources.append((time.time(), data_source or "unknown", seconds))
+
+    def failed(self, data_source: str, kind: str) -> None:
+        """Count an error result of failure ``kind`` for ``data_source`` (since the worker started)."""
+        ds = data_source or "unknown"
+        if ds not in self.failures and len(self.failures) >= FAILURE_SOURCES:
+            ds = "(other)"
+        by_kind = self.failures.setdefault(ds, {})
+        by_kind[kind] = by_kind.get(kind, 0) + 1
 
     def sources(
         self, now: float, window: float = defaults.SOURCES_WINDOW_S, limit: int = defaults.SOURCES_LIMIT
@@ -75,6 +99,8 @@ class Presence:
         return {
             **({"code": json.dumps(code.snapshot())} if code is not None and code.sources else {}),
             **({"sources": json.dumps(sources)} if sources else {}),
+            **({"failures": json.dumps(self.failures)} if self.failures else {}),
+            "retrying": json.dumps(self.retrying),
             **self.stats,
             "in_flight": len(self.in_flight),
             "host": socket.gethostname(),

@@ -41,6 +41,7 @@ import logging
 import time
 import traceback
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from rewardq import __version__, defaults
@@ -49,7 +50,7 @@ from rewardq.consumers.accounting import Accounting, open_ledger
 from rewardq.consumers.assembly import assemble, trajectory_sample
 from rewardq.consumers.batch import check_batch_bytes
 from rewardq.consumers.commits import CommitCoalescer
-from rewardq.consumers.failures import FailureHandler
+from rewardq.consumers.failures import FailureHandler, refusal
 from rewardq.consumers.fleet import FleetGate
 from rewardq.consumers.inflight import InFlight, InFlightTable
 from rewardq.consumers.intake import Intake
@@ -60,8 +61,9 @@ from rewardq.consumers.process import StopSignals, exit_after, freeze_startup_he
 from rewardq.consumers.quarantine import Quarantine, crash_reason
 from rewardq.consumers.reader import StreamReader, read_groups
 from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
+from rewardq.consumers.retries import Retries, RetryWait
 from rewardq.consumers.scorer import TrajectoryScorer
-from rewardq.errors import RecordError, ScoringConflict, TokenizerMismatch, TrajectoryTooLarge
+from rewardq.errors import RecordError, ScoringConflict
 from rewardq.logs import startup_step
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord
@@ -120,6 +122,7 @@ class Worker:
         self.scorer: TrajectoryScorer | None = None
         self.commits: CommitCoalescer | None = None
         self.failures: FailureHandler | None = None
+        self.retries: Retries | None = None
         self.intake: Intake | None = None
         self.flights = InFlightTable(config.concurrency)
         self.stats = dict.fromkeys(COUNTERS, 0)
@@ -183,7 +186,7 @@ class Worker:
                 len(self.in_flight),
             )
             self._stopping.set()
-            self.flights.capacity.set()
+            self.flights.stop_admitting()
 
     async def start(self) -> None:
         """Start up, step by step, and set :attr:`ready`; a stop asked for before the worker could serve
@@ -263,6 +266,10 @@ class Worker:
             max_record_bytes=cfg.max_record_bytes,
             stats=self.stats,
             metrics=self.metrics,
+            presence=self.presence,
+        )
+        self.retries = Retries(
+            broker, retry_for=cfg.retry_for, stopping=self._stopping, metrics=self.metrics, stats=self.stats
         )
         self.intake = Intake(
             broker,
@@ -348,7 +355,7 @@ class Worker:
     async def stop(self) -> None:
         """Finish or hand back in-flight work, unregister, close. Safe to call twice."""
         self._stopping.set()
-        self.flights.capacity.set()
+        self.flights.stop_admitting()
         await self._finish_in_flight()
         for t in self._tasks:
             t.cancel()
@@ -400,22 +407,28 @@ class Worker:
             flight.task = asyncio.create_task(self._score_and_commit(o), name=f"score-{flight.tid}")
 
     async def _score_and_commit(self, o: StoreOutcome) -> None:
-        """Wait for a slot and the quarantine gate, then score and commit (or fail) one trajectory."""
-        assert self.quarantine is not None and self.failures is not None
+        """Score and commit (or fail) one trajectory, each try with a slot and its quarantine turn;
+        after a transient failure, rest without a slot until its retry is due (:mod:`.retries`)."""
         shard, tid = o.entry.shard, o.record.tid
         t0 = time.perf_counter()
         outcome = "ok"
         data_source = str(o.record.sample.get("data_source", ""))
-        t_slot: float | None = None  # when it got a slot: its scoring time excludes the wait
+        scoring_s: float | None = None  # time spent holding a slot: its scoring time excludes the waits
         try:
-            # in flight (its lease renewed) while it waits for a slot and its turn
-            async with self.flights.slots, self.quarantine.turn(shard, tid, o.attempts, o.solo) as crashes:
-                t_slot = time.perf_counter()
-                if o.attempts > 1 and crashes >= self.cfg.max_crashes:
-                    outcome = DeadLetterKind.CRASHED
-                    await self._fail(o, o.records, outcome, crash_reason(crashes))
-                else:
-                    outcome = await self._score(o, shard, tid)
+            while True:
+                # in flight (its lease renewed) while it waits for a slot and its turn
+                async with self.flights.slots, self._turn(o) as crashes:
+                    t_slot = time.perf_counter()
+                    try:
+                        tried = await self._try(o, crashes, data_source)
+                    finally:
+                        scoring_s = (scoring_s or 0.0) + time.perf_counter() - t_slot
+                if not isinstance(tried, RetryWait):
+                    outcome = tried
+                    break
+                if not await self._rest(o, tried):
+                    outcome = "handed-back"
+                    break
         except asyncio.CancelledError:  # the worker's own (the scorer turns any other into an error)
             outcome = "handed-back"
             raise
@@ -425,8 +438,33 @@ class Worker:
             await self._note_unfinished(shard, tid, f"its result could not be written ({type(exc).__name__}: {exc})")
         finally:
             self._finished(tid, outcome, t0, data_source)
-            if t_slot is not None and outcome != "handed-back":
-                self.presence.finished(data_source, time.perf_counter() - t_slot)
+            if scoring_s is not None and outcome != "handed-back":
+                self.presence.finished(data_source, scoring_s)
+
+    def _turn(self, o: StoreOutcome) -> AbstractAsyncContextManager[int]:
+        """The quarantine turn of ``o``'s trajectory (alone after an attempt that never finished)."""
+        assert self.quarantine is not None
+        return self.quarantine.turn(o.entry.shard, o.record.tid, o.attempts, o.solo)
+
+    async def _try(self, o: StoreOutcome, crashes: int, data_source: str) -> str | RetryWait:
+        """One try at a trajectory, holding its slot and turn: its outcome, or the wait before the next try."""
+        if o.attempts > 1 and crashes >= self.cfg.max_crashes:
+            await self._fail(o, o.records, DeadLetterKind.CRASHED, crash_reason(crashes), data_source=data_source)
+            return DeadLetterKind.CRASHED
+        return await self._score(o, o.entry.shard, o.record.tid, data_source)
+
+    async def _rest(self, o: StoreOutcome, wait: RetryWait) -> bool:
+        """Wait for a retry, holding no slot (its lease renewed); False when the worker stops first:
+        the trajectory is then handed back. A quarantined trajectory's start alone is taken back
+        (it crashed nothing), to be counted again when it starts again."""
+        assert self.quarantine is not None and self.retries is not None
+        if o.attempts > 1:
+            await self.quarantine.handed_back(o.entry.shard, o.record.tid)
+        self.flights.rest(o.record.tid)
+        try:
+            return await self.retries.wait(wait)
+        finally:
+            self.flights.wake(o.record.tid)
 
     async def _note_unfinished(self, shard: int, tid: str, why: str) -> None:
         """Best effort: record why this attempt ended unanswered, for the dead letter of a trajectory
@@ -437,9 +475,10 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - Redis is likely what failed; the delivery count still counts
             logger.debug("could not record the failed attempt of %s: %s", tid, exc)
 
-    async def _score(self, o: StoreOutcome, shard: int, tid: str) -> str:
-        """Assemble, score and commit one trajectory (or fail it); returns the outcome to log."""
-        assert self.scorer is not None and self.failures is not None and self.accounting is not None
+    async def _score(self, o: StoreOutcome, shard: int, tid: str, data_source: str) -> str | RetryWait:
+        """Assemble, score and commit one trajectory (or fail it); returns the outcome to log, or the
+        wait before it is scored again after a transient failure (:mod:`rewardq.consumers.retries`)."""
+        assert self.scorer is not None and self.retries is not None and self.accounting is not None
         records: list[OutputRecord] | None = None
         try:
             records = o.records or assemble(
@@ -453,15 +492,11 @@ class Worker:
                 tokenizer=self.tokenizer_fingerprint,
             )
             check_batch_bytes(records, self.cfg.max_batch_bytes)  # before the batch is built
-        except TrajectoryTooLarge as exc:
-            await self._fail(o, records, DeadLetterKind.INVALID, f"trajectory {tid}: {exc.message}")
-            return DeadLetterKind.INVALID
-        except TokenizerMismatch as exc:
-            await self._fail(o, records, DeadLetterKind.TOKENIZER, str(exc))
-            return DeadLetterKind.TOKENIZER
         except RecordError as exc:
-            await self._fail(o, records, DeadLetterKind.INVALID, f"invalid record: {exc}")
-            return DeadLetterKind.INVALID
+            kind, why = refusal(exc, tid)
+            await self._fail(o, records, kind, why, data_source=data_source)
+            return kind
+        o.records = records  # a retry scores the same records again
         prov = self.accounting.provenance_of(trajectory_sample(records))
         trace = ScoringTrace()
         t0 = time.perf_counter()
@@ -472,15 +507,18 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any manager failure dead-letters its trajectory, never ends the worker
-            reason = f"scoring failed: {type(exc).__name__}: {exc}"
+            wait = await self.retries.plan(shard, tid, data_source, exc)
+            if wait is not None:
+                return wait
             await self._fail(
                 o,
                 records,
                 DeadLetterKind.SCORING,
-                reason,
+                f"scoring failed: {type(exc).__name__}: {exc}{self.retries.gave_up(tid)}",
                 tb=traceback.format_exc(),
                 failure=failure_kind_of(exc),
                 extra_info=getattr(exc, "extra_info", None),
+                data_source=data_source,
             )
             return "error"
         score_ms = (time.perf_counter() - t0) * 1000.0
@@ -512,9 +550,11 @@ class Worker:
         tb: str = "",
         failure: FailureKind | None = None,
         extra_info: Mapping[str, Any] | None = None,
+        data_source: str = "",
     ) -> None:
         """Fail a whole trajectory (an error result for every key, a dead letter), ledger row first;
-        ``failure``: its kind when the exception says (default: the dead letter's)."""
+        ``failure``: its kind when the exception says (default: the dead letter's); ``data_source``:
+        its sample's, for the failure counts."""
         assert self.failures is not None and self.accounting is not None
         failure = failure or DEAD_LETTER_FAILURE[kind]
         prov, ticket = await self.accounting.before_failure(o, records, reason, failure)
@@ -531,6 +571,7 @@ class Worker:
                 extra_info=extra_info,
                 provenance=prov.digest,
                 attempt=o.attempts,
+                data_source=data_source,
             )
             written = True
         finally:
@@ -538,6 +579,8 @@ class Worker:
 
     def _finished(self, tid: str, outcome: str, t0: float, data_source: str) -> None:
         self.flights.finished(tid, handed_back=outcome == "handed-back")
+        if self.retries is not None:
+            self.retries.finished(tid)
         elapsed = (time.perf_counter() - t0) * 1000
         self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
         logger.info(
@@ -554,6 +597,8 @@ class Worker:
     # ==================================================================================
     def snapshot(self) -> dict[str, Any]:
         """What the heartbeat publishes (:class:`~rewardq.consumers.presence.Presence`)."""
+        if self.retries is not None:
+            self.presence.retrying = self.retries.snapshot(time.time())
         snap = self.presence.snapshot(code_stats(self.manager))
         if self.accounting is not None:
             ledger = self.accounting.snapshot()
@@ -574,7 +619,7 @@ class Worker:
         await self._beat()
         if self.in_flight:
             await self.broker.renew(self.flights.held())
-        self.metrics.in_flight(len(self.in_flight))
+        self.metrics.in_flight(len(self.in_flight), len(self.flights.resting))
         if self.gate is not None and self.superseded is None:
             self.superseded = await self.gate.superseded()
             if self.superseded is not None:
@@ -598,4 +643,6 @@ class Worker:
                 self.stats["expired"] += 1
                 self.stats["errors"] += 1
                 self.metrics.dead_letter(DeadLetterKind.INCOMPLETE)
+                if self.failures is not None:
+                    self.failures.count_failure(DEAD_LETTER_FAILURE[DeadLetterKind.INCOMPLETE], "")
                 logger.warning("trajectory %s ended: %s", tid, reason)

@@ -115,6 +115,7 @@ def _row(d: Any) -> dict[str, Any]:
     return {
         "ref": _cap(d.ref, COLUMN_CHARS["ref"]),
         "kind": _cap(d.kind, COLUMN_CHARS["kind"]),
+        "failure_kind": _cap(s.get("failure_kind", ""), COLUMN_CHARS["kind"]),
         "time": d.time,
         "tid": _cap(s.get("tid", ""), COLUMN_CHARS["tid"]),
         "key": _cap(s.get("key", ""), COLUMN_CHARS["key"]),
@@ -172,7 +173,7 @@ def list_(
         [
             escape(r["ref"]),
             fmt_duration(now - r["time"]) if r["time"] else "-",
-            escape(r["kind"]),
+            escape(r["kind"]) + (f" ({escape(r['failure_kind'])})" if r["failure_kind"] else ""),
             escape(r["key"] or r["tid"] or "-"),
             "-" if r["deliveries"] is None else str(r["deliveries"]),
             escape(r["worker"]),
@@ -209,6 +210,8 @@ def show(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, as
     t.add_column(style="bold")
     t.add_column()
     t.add_row("kind", f"[red]{escape(d.kind)}[/]")
+    if info.get("failure_kind"):
+        t.add_row("failure kind", f"[red]{escape(info['failure_kind'])}[/]")
     t.add_row("when", fmt_age(d.time))
     t.add_row("reason", escape(info.get("reason", "")))
     rec = info.get("record")

@@ -4,6 +4,7 @@ judge), built from the status dict :func:`rewardq.ops.status.collect` reads."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rewardq import defaults
@@ -112,15 +113,16 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
             "the policy may be learning to game the tests; reward_extra_info['tripwire'] names each hack "
             "(docs/code-execution.md)",
         )
-    gave_up = {m: j["failed"] for m, j in st.get("judges", {}).items() if j.get("failed")}
-    if gave_up:
-        shown = ", ".join(f"{m} {n}" for m, n in sorted(gave_up.items()))
+    refused = {m: j["failed"] for m, j in st.get("judges", {}).items() if j.get("failed")}
+    if refused:
+        shown = ", ".join(f"{m} {n}" for m, n in sorted(refused.items()))
         say(
             "warning",
-            f"{_n(sum(gave_up.values()), 'judge call')} gave up after retries ({shown}): those trajectories have "
+            f"{_n(sum(refused.values()), 'judge call')} refused for good ({shown}): those trajectories have "
             f"error results naming the judge's status (rewardq dead-letters list{_ns(ns)}); check the judge "
-            "server and base_url, then rewardq dead-letters retry --all",
+            "server, base_url and the API key, then rewardq dead-letters retry --all",
         )
+    _failures(st, say)
     out += accountability(st)
     rec = st["recent"]
     if rec["errors"]:
@@ -132,6 +134,36 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
     if not out:
         say("ok", "all clear: nothing is stuck")
     return out
+
+
+def _failures(st: dict[str, Any], say: Callable[[str, str], None]) -> None:
+    """Lines for trajectories waiting on a retry and for failures no retry mends (``config``)."""
+    ns = st["namespace"]
+    retrying = st.get("retrying") or {"n": 0, "waiting": []}
+    if retrying["n"]:
+        first = retrying["waiting"][0] if retrying["waiting"] else {}
+        say(
+            "warning",
+            f"{_n(retrying['n'], 'trajectory', 'trajectories')} waiting on a retry after a transient failure"
+            + (
+                f", the next ({first.get('tid')}, {first.get('data_source') or 'no data source'}) because "
+                f"{first.get('reason')}"
+                if first
+                else ""
+            )
+            + ": each is scored again after a pause (Retry-After when the server sent one) until retry_for "
+            "runs out, then gets a transient error result; check the judge or sandbox it calls",
+        )
+    config = {ds: kinds["config"] for ds, kinds in (st.get("failures") or {}).items() if kinds.get("config")}
+    if config:
+        shown = ", ".join(f"{ds} {n}" for ds, n in sorted(config.items()))
+        say(
+            "error",
+            f"{_n(sum(config.values()), 'trajectory', 'trajectories')} could not be scored as the fleet is "
+            f"configured (config failures: {shown}): an unknown data source, a missing extra, a judge refusing "
+            f"the key... Read the reason (rewardq dead-letters list{_ns(ns)}), fix the configuration, then "
+            f"rewardq dead-letters retry --all{_ns(ns)}",
+        )
 
 
 def accountability(st: dict[str, Any]) -> list[dict[str, str]]:

@@ -102,6 +102,8 @@ def inspect_trajectory(
     payloads = {int(k[2:]): v for k, v in h.items() if k.startswith("o:")}
     payloads = {**kept, **payloads}
     have, missing, final = reads.missing_outputs({**meta, **{f"o:{i}": "" for i in payloads}})
+    if meta.get("whole") and final is not None:  # claimed whole: every record is in its stream entries
+        have, missing = list(range(min(final + 1, defaults.MAX_OUTPUTS))), []
     n = int(reads.as_number(meta.get("n"), 0)) or (
         final + 1 if final is not None else (max(payloads) + 1 if payloads else 0)
     )
@@ -240,6 +242,10 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
         head.add_row("missing", f"[red]{','.join(map(str, view['missing']))}[/]")
     if meta.get("error"):
         head.add_row("error", f"[red]{escape(meta['error'])}[/]")
+    if meta.get("failure_kind"):
+        head.add_row("failure kind", f"[red]{escape(meta['failure_kind'])}[/]")
+    if meta.get("retries"):
+        head.add_row("retried", retry_line(meta, state))
     if meta.get("worker"):
         head.add_row("scored by", escape(meta["worker"]))
     if meta.get("lease"):
@@ -284,7 +290,9 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
                 (
                     "[green]ok[/]"
                     if status == "ok"
-                    else f"[red]{escape(status)}[/]"
+                    else f"[red]{escape(status)}"
+                    + (f" ({escape(str(res['failure_kind']))})" if res.get("failure_kind") else "")
+                    + "[/]"
                     if status
                     else "[yellow]no result[/]"
                 ),
@@ -317,6 +325,21 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
     if view.get("records_note"):
         parts.append(f"[dim]{escape(view['records_note'])}[/]")
     return Group(*parts)
+
+
+def retry_line(meta: dict[str, Any], state: str) -> str:
+    """What the trajectory's hash says of its retries in place after transient failures."""
+    from rich.markup import escape
+
+    n = int(_f(meta.get("retries")) or 0)
+    line = f"{n} time(s) after a transient failure, the last because [yellow]{escape(meta.get('retry_reason', ''))}[/]"
+    since = _f(meta.get("retry_since"))
+    if since is not None:
+        line += f"; first failed {fmt_age(since)}"
+    at = _f(meta.get("retry_at"))
+    if state == "collecting" and meta.get("lease") and at is not None and at > time.time():
+        line += f"; scored again in {fmt_duration(at - time.time())}"
+    return line
 
 
 def _provenance_lines(view: dict[str, Any]) -> list[str]:

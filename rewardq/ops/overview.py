@@ -1,7 +1,8 @@
 """The whole pipeline in one dict: what ``rewardq status`` shows and ``--json`` prints.
 
 Built from the reads of :mod:`rewardq.queue.reads` (shards, workers, waiting and finished
-trajectories), :class:`rewardq.queue.deadletters.DeadLetters` and the judge cache's totals;
+trajectories), :class:`rewardq.queue.deadletters.DeadLetters`, the judge cache's totals, and the
+live workers' failures by kind and trajectories waiting on a retry (:mod:`rewardq.ops.failures_view`);
 :mod:`rewardq.ops.status` renders it. Read-only.
 """
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.consumers.reward_health import judge, merge
+from rewardq.ops.failures_view import failure_totals, retry_totals
 from rewardq.queue.deadletters import DeadLetters
 from rewardq.queue.fleet import recorded_scoring_sync
 from rewardq.queue.judge_cache import judge_totals
@@ -50,6 +52,8 @@ def pipeline_status(
         "backlog_seconds": backlog["seconds"],
         "workers": workers,
         "code": code_totals(workers),
+        "failures": failure_totals(workers),
+        "retrying": retry_totals(workers),
         "ledger": ledger_totals(workers),
         "reward_health": judge(merge(w.get("health") or {} for w in workers)),
         "judges": judge_totals(r, ks),

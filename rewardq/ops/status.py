@@ -10,6 +10,10 @@ held by a worker that died show up) as rich tables:
                  second, counters;
 * **waiting**    trajectories still collecting outputs, oldest first, with the missing indices,
                  how long they have waited and when they will be given up;
+* **waiting on a retry** trajectories whose scoring failed for a transient reason (a judge or
+                 sandbox that is down), soonest first: tries, next try, time left, and why;
+* **error results by kind** per data source (live workers, since they started): transient,
+                 timeout, scorer, config, input;
 * **code execution** per data source (live workers' counters): responses scored by outcome,
                  programs run, time spent, through SandboxFusion or the local runner;
 * **dead letters** by kind, and the last minute's throughput and push-to-result latency;
@@ -29,6 +33,7 @@ import click
 
 from rewardq import defaults
 from rewardq.ops.diagnosis import diagnose
+from rewardq.ops.failures_view import failures_table, retrying_table
 from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_duration
 from rewardq.ops.target import opened, pipeline_options
 
@@ -225,6 +230,10 @@ def render_status(
     ]
     parts.append(table_or_stack(console, title, waiting_cols, waiting_rows, wide=wide, empty="[green]none[/]"))
 
+    if st.get("retrying", {}).get("n"):
+        parts.append(retrying_table(st["retrying"], console, wide))
+    if any(any(kinds.values()) for kinds in st.get("failures", {}).values()):
+        parts.append(failures_table(st["failures"], console, wide))
     if st.get("reward_health"):
         parts.append(health_table(st["reward_health"], console, wide))
     if st.get("code"):
@@ -380,7 +389,7 @@ def _judge_table(judges: dict[str, Any], console: Console, wide: bool) -> Render
         "cache hits",
         "errors",
         "error rate",
-        "gave up",
+        "refused",
         "prompt tok",
         "compl. tok",
     )

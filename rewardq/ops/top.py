@@ -14,7 +14,9 @@ XINFO GROUPS per shard and the live workers' heartbeats):
   score one trajectory);
 * **reward hacks caught**: code responses that tripped a wire of the local ``assert_case`` runner,
   per data source and tripwire (the live workers' counters since they started);
-* **the oldest trajectory still waiting for outputs**, and which outputs it misses.
+* **the oldest trajectory still waiting for outputs**, and which outputs it misses;
+* **trajectories waiting on a retry** after a transient failure (how many; the next one, when, and
+  why) and the live workers' **error results by data source and failure kind**.
 
 ``q`` (or Ctrl-C) quits. Without a terminal (piped, or ``--once``) it prints one snapshot and
 exits; ``--json`` prints that snapshot as JSON. Read-only.
@@ -35,6 +37,7 @@ import click
 
 from rewardq import defaults
 from rewardq.consumers.reward_health import judge, merge
+from rewardq.ops.failures_view import failure_totals, retry_totals
 from rewardq.ops.layout import fmt_duration
 from rewardq.ops.target import opened, pipeline_options
 
@@ -134,6 +137,8 @@ class TopModel:
             "hacks": hacks_caught(workers),
             "reward_health": judge(merge(w.get("health") or {} for w in workers)),
             "oldest_waiting": waiting[0] if waiting else None,
+            "retrying": retry_totals(workers, listed=3),
+            "failures": failure_totals(workers),
         }
 
 
@@ -248,6 +253,35 @@ def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
             ),
         ),
     )
+    retrying = snap["retrying"]
+    if retrying["n"]:
+        nxt = retrying["waiting"][0] if retrying["waiting"] else None
+        facts.add_row(
+            "retrying",
+            Text.assemble(
+                (f"{retrying['n']} waiting on a retry", "yellow"),
+                ""
+                if nxt is None
+                else f"; next {nxt.get('tid')} in {fmt_duration(nxt.get('next_in_s'))} "
+                f"(try {int(nxt.get('retries', 0)) + 1}, gives up in {fmt_duration(nxt.get('left_s'))}): "
+                + clip(str(nxt.get("reason", "")), max(40, width - 60)),
+            ),
+        )
+    failed = {ds: {k: n for k, n in kinds.items() if n} for ds, kinds in snap["failures"].items()}
+    failed = {ds: kinds for ds, kinds in failed.items() if kinds}
+    if failed:
+        facts.add_row(
+            "failures",
+            Text(
+                clip(
+                    "; ".join(
+                        f"{ds}: " + ", ".join(f"{k} {n}" for k, n in kinds.items()) for ds, kinds in failed.items()
+                    ),
+                    max(40, (width - 12) * 2),
+                ),
+                "red",
+            ),
+        )
     parts.append(facts)
 
     clip_at = max(40, (width - 45) * 2)  # about two lines of the "last error" column

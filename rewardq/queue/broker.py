@@ -417,6 +417,26 @@ class StreamBroker:
             args.extend([k, dead_value(k, v)])
         return int(await self.scripts.run("fail", keys, args))
 
+    # -- transient failures retried in place ------------------------------------------------
+    async def retry_since(self, shard: int, tid: str, now: float) -> float:
+        """When ``tid`` first failed for a transient reason (``retry_since`` in its hash: ``now`` if
+        this is the first time), so its ``retry_for`` window holds across the workers that score it."""
+        key = self.ks.traj(shard, tid)
+        pipe = self.r.pipeline(transaction=not self.cluster)
+        pipe.hsetnx(key, "retry_since", f"{now:.6f}")
+        pipe.hget(key, "retry_since")
+        _, since = await pipe.execute()
+        return float(since) if since else now
+
+    async def note_retry(self, shard: int, tid: str, why: str, at: float) -> None:
+        """Record that ``tid`` waits to be scored again at ``at`` (a wall time) because ``why``:
+        ``retries`` counted, ``retry_reason`` and ``retry_at`` (for ``rewardq inspect``)."""
+        key = self.ks.traj(shard, tid)
+        pipe = self.r.pipeline(transaction=not self.cluster)
+        pipe.hincrby(key, "retries", 1)
+        pipe.hset(key, mapping={"retry_reason": reason_text(why, 500), "retry_at": f"{at:.6f}"})
+        await pipe.execute()
+
     # -- attempts that never finished --------------------------------------------------------
     async def note_unfinished(self, shard: int, tid: str, why: str) -> None:
         """Record that this worker's attempt at ``tid`` ended without an answer, and why (a commit

@@ -23,15 +23,19 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  read and the records stay in the stream until the
                                                  commit), ``state`` (collecting|done), ``first_seen``,
                                                  ``last_seen``, ``lease``/``lease_until`` while scored,
-                                                 ``worker``, ``status``, ``error``, ``done_at`` and
-                                                 ``n`` once it ended.  Records (``o:<i>``) are deleted
+                                                 ``retries``/``retry_since``/``retry_at``/
+                                                 ``retry_reason`` (transient failures retried in
+                                                 place), ``worker``, ``status``, ``error``,
+                                                 ``failure_kind``, ``done_at`` and ``n`` once it
+                                                 ended.  Records (``o:<i>``) are deleted
                                                  when it ends, scored or failed (or moved to
                                                  ``records`` with keep_records); the rest expires
                                                  with the results.
     rewardq:{s0}:reward:<uid>_<session_id>_<i>
                                          HASH    the result of one output key, all readable text:
                                                  ``status`` (ok|error), ``reward_score``,
-                                                 ``reward_extra_info`` (JSON), ``error``, ``worker``,
+                                                 ``reward_extra_info`` (JSON), ``error``,
+                                                 ``failure_kind`` (errors only), ``worker``,
                                                  ``manager``, ``scored_at``, ``latency_ms``,
                                                  ``provenance``, ``attempt``, ``judge_request``
     rewardq:{s0}:records:<uid>_<session_id>

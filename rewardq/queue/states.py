@@ -22,13 +22,22 @@ from rewardq.errors import (
     FleetConfigError,
     RecordError,
     RedisUnavailable,
+    RewardqError,
     ScoringError,
     ScoringTimeout,
     TokenizerMismatch,
     TransientError,
 )
 
-__all__ = ["DEAD_LETTER_FAILURE", "DeadLetterKind", "FailureKind", "ResultStatus", "failure_kind_of"]
+__all__ = [
+    "DEAD_LETTER_FAILURE",
+    "DeadLetterKind",
+    "FailureKind",
+    "ResultStatus",
+    "failure_kind_of",
+    "http_status",
+    "status_failure_kind",
+]
 
 
 class _Text(str, Enum):
@@ -114,6 +123,37 @@ DEAD_LETTER_FAILURE: dict[DeadLetterKind, FailureKind] = {
 }
 
 
+#: HTTP answers that say the server may answer later: ``transient``, retried in place.
+TRANSIENT_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+#: HTTP answers that say the fleet is configured wrong for this server (credentials, permissions,
+#: the model or the path): ``config``; nothing retried helps.
+CONFIG_STATUSES = frozenset({401, 403, 404})
+#: HTTP clients' exceptions for a connection that failed or was lost, or an answer that stopped
+#: half-way, by (top-level package, class name) anywhere in the exception's classes: ``transient``.
+#: (Named, not imported: a scorer process loads none of these unless its reward function does.)
+TRANSIENT_CLIENT_ERRORS = frozenset(
+    {
+        ("aiohttp", "ClientConnectionError"),
+        ("aiohttp", "ClientPayloadError"),
+        ("httpx", "TransportError"),
+        ("requests", "ConnectionError"),
+        ("requests", "Timeout"),
+        ("openai", "APIConnectionError"),
+    }
+)
+
+
+def status_failure_kind(status: int | None) -> FailureKind:
+    """The kind of failure an HTTP answer with ``status`` is (None: no answer at all, a refused
+    connection or a timeout): no answer, 408, 429 and 5xx are ``transient``; 401, 403 and 404
+    ``config``; any other status says the request itself is wrong (``scorer``)."""
+    if status is None or status in TRANSIENT_STATUSES:
+        return FailureKind.TRANSIENT
+    if status in CONFIG_STATUSES:
+        return FailureKind.CONFIG
+    return FailureKind.SCORER
+
+
 def failure_kind_of(exc: BaseException) -> FailureKind:
     """The kind of failure ``exc`` says, decided by its class or by its raiser (``failure_kind``).
 
@@ -128,6 +168,10 @@ def failure_kind_of(exc: BaseException) -> FailureKind:
     isolation, a judge's 401/403/404), :class:`~rewardq.errors.ConfigError`,
     :class:`~rewardq.errors.TokenizerMismatch`                     ``config``
     :class:`~rewardq.errors.RecordError` (a bound broken, a record that does not decode)  ``input``
+    an HTTP client's error for a failed connection (aiohttp, httpx,
+    requests, openai: :data:`TRANSIENT_CLIENT_ERRORS`)                ``transient``
+    an HTTP client's error for an answer (a ``status_code`` or
+    ``status``: openai, httpx, requests, aiohttp)                  :func:`status_failure_kind`
     anything else a reward function or manager raised              ``scorer``
     ============================================================  ==============
     """
@@ -137,8 +181,12 @@ def failure_kind_of(exc: BaseException) -> FailureKind:
             return FailureKind(declared)
         except ValueError:
             pass
-    if isinstance(exc, (TransientError, RedisUnavailable, ConnectionError)) or _redis_away(exc):
+    transient = (TransientError, RedisUnavailable, ConnectionError)
+    if isinstance(exc, transient) or _redis_away(exc) or _client_error(exc, TRANSIENT_CLIENT_ERRORS):
         return FailureKind.TRANSIENT
+    status = None if isinstance(exc, RewardqError) else http_status(exc)
+    if status is not None:
+        return status_failure_kind(status)
     if isinstance(exc, ScoringTimeout):
         return FailureKind.TIMEOUT
     if isinstance(exc, (FleetConfigError, ConfigError, TokenizerMismatch)):
@@ -157,3 +205,19 @@ def _redis_away(exc: BaseException) -> bool:
     from rewardq.queue.retry import is_transient  # redis-py is loaded already: the exception is its own
 
     return is_transient(exc)
+
+
+def _client_error(exc: BaseException, names: frozenset[tuple[str, str]]) -> bool:
+    """Whether one of ``exc``'s classes is one of ``names`` (top-level package, class name)."""
+    return any((c.__module__.partition(".")[0], c.__name__) in names for c in type(exc).__mro__)
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an HTTP client's exception carries (``status_code``, or ``status``, on it or
+    on its ``response``: openai, httpx, requests, aiohttp), None when it carries none."""
+    for holder in (exc, getattr(exc, "response", None)):
+        for name in ("status_code", "status"):
+            value = getattr(holder, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+                return value
+    return None

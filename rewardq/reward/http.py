@@ -3,40 +3,54 @@
 The HTTP-speaking managers (``disrm``, ``genrm``'s judge) each keep one ``aiohttp`` connection
 pool for all their requests; :class:`HttpSession` is that pool's life cycle, in one place.
 
-:func:`status_failure_kind` says what kind of failure an HTTP answer (or no answer) is, for every
-client of a remote scorer (judges, reward models, SandboxFusion) alike: a server that may answer
-later (no answer, 408, 429, 5xx) is ``transient`` and retried in place by the worker; one refusing
-the fleet's credentials, permissions, model or path (401, 403, 404) is ``config``; any other 4xx
-says the request itself is wrong (``scorer``). :func:`retry_after_seconds` reads the server's
-``Retry-After``, which the worker's retry honours.
+:func:`status_failure_kind` (:mod:`rewardq.queue.states`, where every failure kind is decided)
+says what kind of failure an HTTP answer (or no answer) is, for every client of a remote scorer
+(judges, reward models, SandboxFusion) alike: a server that may answer later (no answer, 408, 429,
+5xx) is ``transient`` and retried in place by the worker; one refusing the fleet's credentials,
+permissions, model or path (401, 403, 404) is ``config``; any other 4xx says the request itself is
+wrong (``scorer``). :func:`retry_after_seconds` reads the server's ``Retry-After``, which the
+worker's retry honours, and :func:`retry_after_of` finds it on a failure.
 """
 
 from __future__ import annotations
 
 import email.utils
+import logging
 import time
 from typing import TYPE_CHECKING
 
-from rewardq.queue.states import FailureKind
+from rewardq.queue.states import CONFIG_STATUSES, TRANSIENT_STATUSES, status_failure_kind
+
+__all__ = [
+    "CONFIG_STATUSES",
+    "TRANSIENT_STATUSES",
+    "HttpSession",
+    "retry_after_of",
+    "retry_after_seconds",
+    "status_failure_kind",
+    "warn_retired_options",
+]
 
 if TYPE_CHECKING:
     import aiohttp
 
-#: Answers that say the server may answer later: retried (in place, by the worker).
-TRANSIENT_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
-#: Answers that say the fleet is configured wrong for this server: credentials, permissions, the
-#: model or the path. Nothing retried helps; the operator must change the configuration.
-CONFIG_STATUSES = frozenset({401, 403, 404})
+logger = logging.getLogger("rewardq.reward")
 
 
-def status_failure_kind(status: int | None) -> FailureKind:
-    """The kind of failure an HTTP answer with ``status`` is (None: no answer at all, a refused
-    connection or a timeout): see the module doc."""
-    if status is None or status in TRANSIENT_STATUSES:
-        return FailureKind.TRANSIENT
-    if status in CONFIG_STATUSES:
-        return FailureKind.CONFIG
-    return FailureKind.SCORER
+def warn_retired_options(manager: str, given: dict[str, object]) -> None:
+    """Warn when any of ``given`` (option -> value, None: not set) is set: options of the HTTP
+    managers that once set their own retries (``max_retries``, ``backoff_base``, ...). The worker
+    retries a transient failure in place (``retry_for``; :mod:`rewardq.consumers.retries`), the one
+    retry policy, so they are accepted (a config that sets them still loads) and ignored."""
+    named = sorted(k for k, v in given.items() if v is not None)
+    if named:
+        logger.warning(
+            "%s: %s no longer set(s) anything and is ignored: a request is sent once, and a transient failure "
+            "(no answer, 408, 429, 5xx) is retried in place by the worker, honouring Retry-After, until the "
+            "worker's retry_for runs out; set retry_for (--retry-for, REWARDQ_RETRY_FOR) instead",
+            manager,
+            ", ".join(named),
+        )
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -77,3 +91,23 @@ class HttpSession:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    """The seconds a failure says to wait: its ``retry_after`` (rewardq's failures), else the
+    ``Retry-After`` header of the answer an HTTP client's exception holds (``headers`` on it or on
+    its ``response``: openai, httpx, requests, aiohttp); None when it says nothing."""
+    value = getattr(exc, "retry_after", None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if value >= 0 else None
+    for holder in (exc, getattr(exc, "response", None)):
+        headers = getattr(holder, "headers", None)
+        getter = getattr(headers, "get", None)
+        if callable(getter):
+            try:
+                text = getter("Retry-After") or getter("retry-after")
+            except Exception:  # noqa: BLE001 - a headers object of an unknown kind: it says nothing
+                text = None
+            if isinstance(text, str):
+                return retry_after_seconds(text)
+    return None

@@ -33,7 +33,6 @@ def judge(standin: JudgeStandin) -> JudgeStandin:
 async def genrm(judge: JudgeStandin, redis_url: str, ns: str) -> AsyncIterator[MakeManager[GenRMRewardManager]]:
     def build(*, redis: bool = True, worker: str = "w0", **options: Any) -> GenRMRewardManager:
         ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker, result_ttl=600)
-        options.setdefault("backoff_base", 0.05)
         return GenRMRewardManager(TOK, context=ctx, base_url=judge.base_url, model="judge-model", **options)
 
     async with set_up_managers(build) as make:

@@ -18,8 +18,8 @@ from rewardq.errors import ScoringError
 from rewardq.queue.codec import decode_output, encode_output
 from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.base import ManagerContext
-from rewardq.reward.execution.budget import run_within_budget
 from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
 from tests.support.checks import must, per_output, single
@@ -120,63 +120,76 @@ async def test_per_turn_judging_gives_each_output_its_own_reward(
     assert texts[0].startswith("[output 0]\ngrade=0.25\n")
 
 
-async def test_a_429_is_retried_after_its_retry_after(
+async def test_a_429_is_a_transient_failure_carrying_its_retry_after(
     genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
 ) -> None:
-    judge.control(fail_next=2, status=429, retry_after=1)
+    # the judge sends once and never sleeps: the worker retries in place (the one retry policy)
+    judge.control(fail_next=1, status=429, retry_after=7)
     m = await genrm()
     t0 = time.monotonic()
-    out = single(await m.run_single(batch("grade=0.5")))
-    assert out["reward_score"] == 0.5
-    assert time.monotonic() - t0 >= 2.0  # two Retry-After: 1 pauses, not the 0.05 s backoff
-    assert judge.stats()["statuses"] == {"429": 2, "200": 1}
+    with pytest.raises(JudgeUnavailable, match=r"answered HTTP 429: injected 429 \(Retry-After: 7s\)") as err:
+        await m.run_single(batch("grade=0.5"))
+    assert time.monotonic() - t0 < 5.0
+    assert failure_kind_of(err.value) is FailureKind.TRANSIENT and err.value.retry_after == 7.0
+    assert judge.stats()["statuses"] == {"429": 1}
+    assert single(await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5  # the next try is answered
 
 
-async def test_a_500_is_retried_with_backoff_then_scores(
+async def test_a_500_is_a_transient_failure_and_the_next_try_scores(
     genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: SyncClient, ns: str
 ) -> None:
     judge.control(fail_next=2, status=500)
     m = await genrm()
+    for _ in range(2):
+        with pytest.raises(JudgeUnavailable, match="answered HTTP 500: injected 500") as err:
+            await m.run_single(batch("grade=0.5"))
+        assert failure_kind_of(err.value) is FailureKind.TRANSIENT and err.value.retry_after is None
     assert single(await m.run_single(batch("grade=0.5")))["reward_score"] == 0.5
     totals = judge_totals(sync_redis, Keyspace(ns))["judge-model"]
+    # a transient failure is an error of the request, not a call refused for good: it is tried again
     assert (totals["requests"], totals["errors"], totals["failed"]) == (3, 2, 0)
     assert totals["error_rate"] == round(2 / 3, 4)
 
 
-async def test_a_judge_that_stays_down_raises_naming_the_status_and_its_message(
+async def test_a_judge_that_is_down_raises_naming_the_status_and_its_message(
     genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin, sync_redis: SyncClient, ns: str
 ) -> None:
     judge.control(fail_always=500)
-    m = await genrm(max_retries=2)
-    with pytest.raises(JudgeUnavailable, match=r"failed after 3 attempts; last: HTTP 500: injected 500") as err:
+    m = await genrm()
+    with pytest.raises(JudgeUnavailable, match=r"answered HTTP 500: injected 500") as err:
         await m.run_single(batch("grade=1"))
     assert isinstance(err.value, ScoringError) and err.value.status == 500
-    assert judge.stats()["statuses"] == {"500": 3}
-    assert judge_totals(sync_redis, Keyspace(ns))["judge-model"]["failed"] == 1
+    assert judge.stats()["statuses"] == {"500": 1}
     judge.control(fail_always=0)  # back up: the claim was released, nothing was cached
     assert single(await m.run_single(batch("grade=1")))["reward_score"] == 1.0
 
 
-async def test_a_refused_request_is_not_retried(genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin) -> None:
-    m = await genrm()
-    with pytest.raises(JudgeUnavailable, match=r"refused the request with HTTP 404 \(not retried\)"):
-        await m.run_single(batch("judge-fail=404"))
-    assert judge.stats()["received"] == 1
-
-
-async def test_a_retry_after_longer_than_max_retry_wait_ends_the_call(
-    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+@pytest.mark.parametrize(
+    ("status", "kind"), [(404, FailureKind.CONFIG), (403, FailureKind.CONFIG), (400, FailureKind.SCORER)]
+)
+async def test_a_refused_request_is_not_transient(
+    genrm: MakeManager[GenRMRewardManager],
+    judge: JudgeStandin,
+    sync_redis: SyncClient,
+    ns: str,
+    status: int,
+    kind: FailureKind,
 ) -> None:
-    judge.control(fail_next=1, status=429, retry_after=3600)
-    m = await genrm(max_retry_wait=10)
-    with pytest.raises(JudgeUnavailable, match="asked to retry after 3600s, longer than max_retry_wait=10s"):
-        await m.run_single(batch("grade=1"))
-    # and one longer than what is left of the trajectory's score_timeout ends it at once, saying so
-    judge.control(fail_next=1, status=429, retry_after=30)
-    t0 = time.monotonic()
-    with pytest.raises(JudgeUnavailable, match=r"retry after 30s, longer than the .*s left of this trajectory's"):
-        await run_within_budget(m.run_single(batch("grade=0.5")), 5)
-    assert time.monotonic() - t0 < 4
+    m = await genrm()
+    with pytest.raises(JudgeUnavailable, match=f"answered HTTP {status}") as err:
+        await m.run_single(batch(f"judge-fail={status}"))
+    assert failure_kind_of(err.value) is kind
+    assert judge.stats()["received"] == 1
+    assert judge_totals(sync_redis, Keyspace(ns))["judge-model"]["failed"] == 1  # refused for good
+
+
+def test_the_retired_retry_options_load_and_are_ignored_with_a_warning(
+    judge: JudgeStandin, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rewardq.reward"):
+        GenRMRewardManager(TOK, base_url=judge.base_url, model="m", max_retries=0, max_retry_wait=10)
+    (warned,) = [r.getMessage() for r in caplog.records if "no longer" in r.getMessage()]
+    assert warned.startswith("genrm: max_retries, max_retry_wait no longer") and "retry_for" in warned
 
 
 async def test_a_server_without_structured_output_falls_back_to_json_in_text(
@@ -201,10 +214,11 @@ async def test_the_api_key_comes_from_the_environment_and_is_never_logged(
     keyed = JudgeStandin(tmp_path, api_key=secret)
     try:
         ctx = ManagerContext(redis_url=redis_url, namespace=ns)
-        no_key = GenRMRewardManager(TOK, context=ctx, base_url=keyed.base_url, model="m", max_retries=0)
+        no_key = GenRMRewardManager(TOK, context=ctx, base_url=keyed.base_url, model="m")
         await no_key.setup()
-        with pytest.raises(JudgeUnavailable, match="HTTP 401"):
+        with pytest.raises(JudgeUnavailable, match="HTTP 401") as err:
             await no_key.run_single(batch("grade=1"))
+        assert failure_kind_of(err.value) is FailureKind.CONFIG
         await no_key.close()
         monkeypatch.setenv("MY_JUDGE_KEY", secret)
         with caplog.at_level(logging.DEBUG):

@@ -39,7 +39,7 @@ def judge(tmp_path: Path) -> Iterator[JudgeStandin]:
 def config_file(tmp_path: Path, judge: JudgeStandin, **options: Any) -> str:
     """A rewardq config file switching the workers to genrm (as a user writes one)."""
     path = tmp_path / "genrm.yaml"
-    opts = {"base_url": judge.base_url, "model": "judge-model", "backoff_base": 0.05, **options}
+    opts = {"base_url": judge.base_url, "model": "judge-model", **options}
     path.write_text(yaml.safe_dump({"manager": "genrm", "manager_options": opts}))
     return str(path)
 
@@ -154,37 +154,45 @@ def _scrape(port: int) -> str:
     return result
 
 
-def test_a_judge_down_for_some_requests_fails_them_naming_the_status_and_neighbours_score(
+def test_a_judge_down_or_refusing_for_some_requests_fails_them_by_kind_and_neighbours_score(
     procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
 ) -> None:
-    # Given a worker whose judge answers 500 forever for two trajectories
-    config = config_file(tmp_path, judge, max_retries=2)
-    w, client = one_worker(procs, redis_url, ns, sync_redis, "f", config, "--metrics-port", "0")
-    texts = ["grade=1", "judge-fail=500", "grade=0.5", "judge-fail=500", "grade=0.25", "it is 42"]
+    # Given a worker whose judge answers 500 forever for one trajectory and 401 for another, and
+    # that retries transient failures in place for 2 s
+    config = config_file(tmp_path, judge)
+    w, client = one_worker(procs, redis_url, ns, sync_redis, "f", config, "--metrics-port", "0", "--retry-for", "2")
+    texts = ["grade=1", "judge-fail=500", "grade=0.5", "judge-fail=401", "grade=0.25", "it is 42"]
     keys = [client.put_trajectory(f"f{i}", "s", [text_output(t)], SAMPLE)[0] for i, t in enumerate(texts)]
     results = client.wait_rewards(keys, timeout=120)
-    # Then those get error results naming the status and the server's message, never a zero, ...
-    for i in (1, 3):
-        r = results[keys[i]]
-        assert r.status == "error" and r.reward_score is None, r
-        assert "HTTP 500: injected 500" in (r.error or "") and "failed after 3 attempts" in (r.error or ""), r.error
+    # Then those get error results naming the status and the server's message, never a zero: the
+    # 500 a transient one, tried again until retry_for ran out; the 401 a config one, at once
+    down, refused = results[keys[1]], results[keys[3]]
+    assert down.status == "error" and down.reward_score is None and down.failure_kind == "transient", down
+    assert "HTTP 500: injected 500" in (down.error or "") and "retry_for=2s ran out" in (down.error or ""), down.error
+    assert refused.status == "error" and refused.failure_kind == "config", refused
+    assert "HTTP 401: injected 401" in (refused.error or "")
     # ... and their neighbours score normally
     assert [results[keys[i]].reward_score for i in (0, 2, 4, 5)] == [1.0, 0.5, 0.25, 1.0]
-    # The fleet's judge counters show requests, tokens, errors, gave-ups and the error rate per model
+    # The fleet's judge counters show requests, tokens, errors, refusals and the error rate per model
     rc, proc = procs.run(["status", "--redis-url", redis_url, "--namespace", ns, "--json"], tag="status")
     judges = json.loads(proc.stdout())["judges"]["judge-model"]
-    assert (judges["requests"], judges["errors"], judges["failed"], judges["answers"]) == (10, 6, 2, 4)
-    assert judges["error_rate"] == 0.6 and judges["prompt_tokens"] > 0 and judges["completion_tokens"] > 0
+    tries = judge.stats()["statuses"]["500"]
+    assert tries >= 2  # the first try and at least one retry in place
+    assert (judges["requests"], judges["errors"], judges["failed"], judges["answers"]) == (5 + tries, 1 + tries, 1, 4)
+    assert judges["error_rate"] == round((1 + tries) / (5 + tries), 4)
+    assert judges["prompt_tokens"] > 0 and judges["completion_tokens"] > 0
     rc, proc = procs.run(["status", "--redis-url", redis_url, "--namespace", ns], tag="status-text")
     text = proc.stdout()
-    assert "LLM judges (fleet)" in text and "judge-model" in text and "gave up after retries" in text
+    assert "LLM judges (fleet)" in text and "judge-model" in text and "refused for good" in text
     # and this worker's /metrics the same, for itself
     port = int(must(re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", w.stderr())).group(1))
     metrics = _scrape(port)
-    assert 'rewardq_judge_requests_total{model="judge-model"} 10.0' in metrics
-    assert 'rewardq_judge_failed_total{model="judge-model"} 2.0' in metrics
-    assert 'rewardq_judge_error_ratio{model="judge-model"} 0.6' in metrics
+    assert f'rewardq_judge_requests_total{{model="judge-model"}} {5 + tries}.0' in metrics
+    assert 'rewardq_judge_failed_total{model="judge-model"} 1.0' in metrics
     assert re.search(r'rewardq_judge_tokens_total\{kind="prompt",model="judge-model"\} [1-9]', metrics)
+    assert 'rewardq_failures_total{data_source="judged",kind="transient"} 1.0' in metrics
+    assert 'rewardq_failures_total{data_source="judged",kind="config"} 1.0' in metrics
+    assert f'rewardq_retries_total{{data_source="judged"}} {tries - 1}.0' in metrics
     stop(client, [w])
 
 
@@ -216,9 +224,11 @@ def test_a_judge_reporting_ten_to_the_fifteen_tokens_does_not_stop_the_fleet(
 def test_a_limit_that_cannot_let_a_call_through_in_time_is_named_in_the_error(
     procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
 ) -> None:
-    # Given a worker with score_timeout 5 s and the fleet's token bucket a minute in debt
+    # Given a worker with score_timeout 5 s, retrying in place for 10 s, and the fleet's token bucket
+    # a minute in debt (the limiter's wait, past the window, is the failure's Retry-After)
     config = config_file(tmp_path, judge, max_tpm=600_000)
-    w, client = one_worker(procs, redis_url, ns, sync_redis, "lim", config, "--score-timeout", "5")
+    argv = ("--score-timeout", "5", "--retry-for", "10")
+    w, client = one_worker(procs, redis_url, ns, sync_redis, "lim", config, *argv)
     sync_redis.hset(f"{ns}:ratelimit:genrm", mapping={"b:tpm:tokens": -600_000, "b:tpm:ts": time.time()})
     [key] = client.put_trajectory("held", "s", [text_output("grade=1")], SAMPLE)
     r = client.wait_rewards([key], timeout=60)[key]

@@ -19,6 +19,7 @@ from rewardq import RewardClient, defaults
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.states import FailureKind
 from tests.support.exactly_once import make_trajectories, push
 from tests.support.hostile import GOOD, SAMPLE, cases
 from tests.support.managers import expected_reward
@@ -113,7 +114,7 @@ async def test_no_script_run_time_grows_with_a_record_controlled_number() -> Non
             await broker.ensure_groups()
             # fail: an index of 10, max_outputs - 1, 10**12 and 10**18 (the last two name one key)
             fail = {
-                i: await _timed(functools.partial(broker.fail, 0, f"f{i}_s", "bad", index=i))
+                i: await _timed(functools.partial(broker.fail, 0, f"f{i}_s", "bad", index=i, kind=FailureKind.INPUT))
                 for i in (10, MAX - 1, 10**12, 10**18)
             }
             assert raw.exists(ks.reward(0, f"f{10**12}_s_{10**12}"))

@@ -62,14 +62,16 @@ async def test_live_lease_is_respected_while_owner_renews(ns: str, redis_url: st
             return {"reward_score": 1.0, "reward_extra_info": {}}
 
     client = RewardClient.from_url(redis_url, namespace=ns)
-    keys = client.put_trajectory("slow", "s", [output(2, 2)], SAMPLE)
+    # (three outputs: the renewal keeps every entry of the trajectory fresh, not only the first)
+    keys = client.put_trajectory("slow", "s", [output(2, 2), output(2, 3), output(2, 4)], SAMPLE)
     LengthManager.calls = []
     async with running_workers(ns, redis_url, [Slow(None)]) as (a,):
         await until_in_flight(a)  # the slow worker has taken it ...
         # ... and a second worker, started now, would reclaim it after claim_idle if the lease lapsed
         async with running_workers(ns, redis_url, [LengthManager(None)], name_prefix="b"):
             res = await asyncio.to_thread(client.wait_rewards, keys, 20)
-    assert res[keys[0]].reward_score == 1.0 and res[keys[0]].worker == "w0"
+        assert a.stats["reclaimed"] == 0  # nor did its own worker take its entries back as idle ones
+    assert {(r.reward_score, r.worker) for r in res.values()} == {(1.0, "w0")}
     assert LengthManager.calls == []  # the second worker never scored it
     client.close()
 
@@ -78,14 +80,14 @@ async def test_graceful_stop_hands_back_and_another_worker_finishes(
     ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
-    keys = client.put_trajectory("h", "s", [output(2, 5)], SAMPLE)
+    keys = client.put_trajectory("h", "s", [output(2, 3), output(2, 5)], SAMPLE)
     # returns normally: hands the trajectory back instead of hanging
     await stop_while_scoring(worker_config(ns, redis_url, name="A", shutdown_grace=0.2, claim_idle=30.0))
     assert not sync_redis.hget(Keyspace(ns).traj_key("h_s"), "lease")
-    # claim_idle is 30 s, yet the handed-back entry is picked up at once
+    # claim_idle is 30 s, yet every handed-back entry is picked up at once
     async with running_workers(ns, redis_url, [LengthManager(None)], claim_idle=30.0):
         res = await asyncio.to_thread(client.wait_rewards, keys, 10)
-    assert res[keys[0]].reward_score == 5.0
+    assert [r.reward_score for r in res.values()] == [5.0, 5.0]
     client.close()
 
 

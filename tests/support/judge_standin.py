@@ -28,8 +28,14 @@ Hostile answers, asked for per request (in the judged text):
 Failures, asked for per request (in the judged text) or for the server (``POST /control``):
 ``judge-fail=<status>`` in the text: that request always gets the status with an OpenAI-style error
 body (``{"error": {"message": ...}}``); ``{"fail_next": n, "status": 429, "retry_after": 1}``: the
-next n requests; ``{"fail_always": 500}`` (0 turns it off); ``{"delay": s}``: wait before answering;
-``{"refuse_structured": true}``: 400 for any ``response_format``.
+next n requests; ``{"down_for": s, "status": 503, "retry_after": 2}``: every request for the next s
+seconds (an outage, then recovery); ``{"fail_always": 500}`` (0 turns it off); ``{"delay": s}``:
+wait before answering; ``{"refuse_structured": true}``: 400 for any ``response_format``. A 429 or
+503 carries ``Retry-After`` when one was given.
+
+Its own log (``GET /log``): every chat request as ``{"t", "digest", "status", "retry_after"}``
+(``t`` the server's wall time on arrival; ``digest`` the SHA-256 of the body; ``retry_after`` what
+the answer asked), in arrival order, so a test can check how clients paced their tries.
 
 Counting (``GET /stats``): requests received, **served** (answered 200 to a client still
 connected), abandoned (the client went away before the answer: the handler is cancelled, as vLLM
@@ -48,6 +54,7 @@ import base64
 import hashlib
 import json
 import re
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -83,6 +90,8 @@ class State:
         self.fail_always = 0
         self.delay = 0.0
         self.refuse_structured = False
+        self.down_until = 0.0
+        self.log: list[dict[str, Any]] = []
 
 
 def _error(status: int, message: str, retry_after: str | None = None) -> web.Response:
@@ -191,8 +200,12 @@ async def chat(request: web.Request) -> web.StreamResponse:
         state.statuses[400] += 1
         return _error(400, f"bad request: {exc}")
     state.bodies.append(body)
+    entry: dict[str, Any] = {"t": time.time(), "digest": _digest(body), "status": 200, "retry_after": None}
+    state.log.append(entry)
     failing = _FAIL.search(text)
     status = int(failing.group(1)) if failing else 0
+    if not status and entry["t"] < state.down_until:
+        status = state.fail_status
     if not status and state.fail_next > 0:
         state.fail_next -= 1
         status = state.fail_status
@@ -202,7 +215,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if status:
         state.statuses[status] += 1
         message = "response_format is not supported by this server" if status == 400 else f"injected {status}"
-        return _error(status, message, state.retry_after if status in (429, 503) else None)
+        retry_after = state.retry_after if status in (429, 503) else None
+        entry.update(status=status, retry_after=None if retry_after is None else float(retry_after))
+        return _error(status, message, retry_after)
     state.in_flight += 1
     state.max_in_flight = max(state.max_in_flight, state.in_flight)
     try:
@@ -284,6 +299,10 @@ async def bodies(request: web.Request) -> web.Response:
     return web.json_response(request.app["state"].bodies)
 
 
+async def log(request: web.Request) -> web.Response:
+    return web.json_response(request.app["state"].log)
+
+
 async def control(request: web.Request) -> web.Response:
     s: State = request.app["state"]
     body = await request.json()
@@ -295,6 +314,8 @@ async def control(request: web.Request) -> web.Response:
     if "retry_after" in body:
         s.retry_after = None if body["retry_after"] is None else str(body["retry_after"])
     s.fail_always = int(body.get("fail_always", s.fail_always))
+    if "down_for" in body:
+        s.down_until = time.time() + float(body["down_for"])
     s.delay = float(body.get("delay", s.delay))
     s.refuse_structured = bool(body.get("refuse_structured", s.refuse_structured))
     return web.json_response({"ok": True})
@@ -306,6 +327,7 @@ def make_app(api_key: str | None = None) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/stats", stats)
     app.router.add_get("/bodies", bodies)
+    app.router.add_get("/log", log)
     app.router.add_post("/control", control)
     return app
 

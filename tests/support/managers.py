@@ -135,3 +135,35 @@ class FailingManager(RewardManager):
         if how == "verl-extra":
             raise ScoringError("the judge's answer had no score", extra_info={"acc": 0.0, "judge_votes": 0})
         return {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
+
+
+class OutageManager(RewardManager):
+    """A judge that is down until ``OutageManager.down_until`` (wall time), then scores 1.0.
+
+    While down, a trajectory of data source ``judge`` raises :class:`~rewardq.errors.TransientError`
+    with ``retry_after`` = ``OutageManager.retry_after`` (None: the server says nothing); one of
+    any other data source scores 0.5 at once. Every call is logged in ``calls`` as
+    ``(time, uid, ok)``.
+    """
+
+    name = "test-outage"
+    down_until = 0.0
+    retry_after: float | None = 0.3
+    calls: list[tuple[float, str, bool]] = []
+
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
+        import time
+
+        from rewardq.errors import TransientError
+
+        cls = type(self)
+        last = data[-1:]
+        uid = str(non_tensor(last, "extra_info").get("uid", ""))
+        if non_tensor(last, "data_source") != "judge":
+            return {"reward_score": 0.5, "reward_extra_info": {"acc": 0.5}}
+        now = time.time()
+        up = now >= cls.down_until
+        cls.calls.append((now, uid, up))
+        if not up:
+            raise TransientError("the judge answered HTTP 503", retry_after=cls.retry_after)
+        return {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}

@@ -8,8 +8,11 @@ a subprocess, with an address-space limit of ``memory_limit_MB``, the run timeou
 output cap), and counts how many runs are in flight at once.
 
 Test hooks: ``GET /stats`` (runs, in flight, the most ever in flight, the memory limits
-received), ``POST /control`` (``{"fail_next": n, "status": 503}``: answer the next n requests
-with that HTTP status; ``{"delay": s}``: wait s seconds before each run).
+received), ``GET /log`` (every request as ``{"t", "status"}``, in arrival order), ``POST /control``
+(``{"fail_next": n, "status": 503}``: answer the next n requests with that HTTP status;
+``{"down_for": s, "status": 503}``: every request for the next s seconds; ``{"delay": s}``: wait s
+seconds before each run). ``--port P`` listens on P, so a test can stop the stand-in (the sandbox
+is then unreachable: connection refused) and start it again where clients look for it.
 
 Run it as ``python -m tests.support.sandbox_standin --port 0``; it prints ``PORT <n>`` when
 it listens. :class:`Standin` starts and stops it from a test.
@@ -45,6 +48,8 @@ class State:
         self.fail_next = 0
         self.fail_status = 503
         self.delay = 0.0
+        self.down_until = 0.0
+        self.log: list[dict[str, Any]] = []
 
 
 async def _read_capped(stream: asyncio.StreamReader) -> tuple[bytes, bool]:
@@ -108,8 +113,11 @@ async def execute(code: str, stdin: str | None, run_timeout: float, memory_mb: i
 
 async def run_code(request: web.Request) -> web.Response:
     state: State = request.app["state"]
-    if state.fail_next > 0:
-        state.fail_next -= 1
+    entry: dict[str, Any] = {"t": time.time(), "status": 200}
+    state.log.append(entry)
+    if state.fail_next > 0 or entry["t"] < state.down_until:
+        state.fail_next = max(0, state.fail_next - 1)
+        entry["status"] = state.fail_status
         return web.Response(status=state.fail_status, text="injected failure")
     body = await request.json()
     state.runs += 1
@@ -146,9 +154,15 @@ async def stats(request: web.Request) -> web.Response:
     )
 
 
+async def log(request: web.Request) -> web.Response:
+    return web.json_response(request.app["state"].log)
+
+
 async def control(request: web.Request) -> web.Response:
     s: State = request.app["state"]
     body = await request.json()
+    if "down_for" in body:
+        s.down_until = time.time() + float(body["down_for"])
     s.fail_next = int(body.get("fail_next", s.fail_next))
     s.fail_status = int(body.get("status", s.fail_status))
     s.delay = float(body.get("delay", s.delay))
@@ -160,6 +174,7 @@ def make_app() -> web.Application:
     app["state"] = State()
     app.router.add_post("/run_code", run_code)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/log", log)
     app.router.add_post("/control", control)
     return app
 
@@ -167,8 +182,8 @@ def make_app() -> web.Application:
 class Standin(StandinProcess):
     """The stand-in as a child process of the test: ``url``, :meth:`stats`, :meth:`control`, :meth:`stop`."""
 
-    def __init__(self, tmp: Path) -> None:
-        super().__init__("tests.support.sandbox_standin", tmp / "standin.log")
+    def __init__(self, tmp: Path, port: int = 0) -> None:
+        super().__init__("tests.support.sandbox_standin", tmp / "standin.log", port=port)
         self.base = self.root
         self.url = self.base + "/run_code"
 

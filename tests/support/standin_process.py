@@ -34,14 +34,15 @@ async def serve(app: web.Application, port: int, **runner_options: Any) -> None:
 
 
 class StandinProcess:
-    """``python -m <module> --port 0 *args`` as a child process; ``root`` is its http://127.0.0.1:<port>."""
+    """``python -m <module> --port PORT *args`` as a child process (PORT 0: any free port); ``root``
+    is its http://127.0.0.1:<port>."""
 
-    def __init__(self, module: str, log: Path, *args: str) -> None:
+    def __init__(self, module: str, log: Path, *args: str, port: int = 0) -> None:
         self.log = log
         env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        with open(self.log, "wb") as err:
+        with open(self.log, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, "--port", "0", *args],
+                [sys.executable, "-m", module, "--port", str(port), *args],
                 stdout=subprocess.PIPE,
                 stderr=err,
                 env=env,
@@ -60,6 +61,11 @@ class StandinProcess:
         req = urllib.request.Request(self.root + path, data=data, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read())
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The stand-in's own log of the requests it answered (``GET /log``), in arrival order."""
+        entries: list[dict[str, Any]] = self.call("/log")
+        return entries
 
     def stats(self) -> dict[str, Any]:
         answer: dict[str, Any] = self.call("/stats")

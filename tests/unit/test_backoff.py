@@ -1,9 +1,9 @@
 """One backoff, :func:`rewardq.backoff.compute_backoff`, for every loop that retries.
 
 Given the schedules rewardq's retrying loops use, the pauses are the ones each documents: the
-Redis policy's equal jitter, the reward model's 20 % jitter, the supervisor's doubling restarts,
-and SandboxFusion's linear schedule as verl runs it (``INITIAL_RETRY_DELAY * (attempt + 1)``,
-``verl/utils/reward_score/sandbox_fusion/utils.py``).
+Redis policy's equal jitter, the supervisor's doubling restarts, the worker's retries in place of
+transient scoring failures (:mod:`rewardq.consumers.retries`), and a linear schedule as verl's
+SandboxFusion client runs it (``INITIAL_RETRY_DELAY * (attempt + 1)``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 import rewardq
-from rewardq import defaults
 from rewardq.backoff import compute_backoff
 from rewardq.queue import retry
 
@@ -30,16 +29,10 @@ def test_exponential_doubles_from_base_up_to_cap_without_jitter() -> None:
     assert math.isfinite(compute_backoff(5000, base=0.1))  # uncapped: huge, but a number
 
 
-def test_linear_is_verls_sandbox_fusion_schedule() -> None:
-    # verl: delay = INITIAL_RETRY_DELAY * (attempt + 1) for the 0-based attempt that failed
-    verl = [
-        defaults.SANDBOX_FUSION_RETRY_DELAY * (attempt + 1) for attempt in range(defaults.SANDBOX_FUSION_ATTEMPTS - 1)
-    ]
-    ours = [
-        compute_backoff(k, base=defaults.SANDBOX_FUSION_RETRY_DELAY, growth="linear")
-        for k in range(1, defaults.SANDBOX_FUSION_ATTEMPTS)
-    ]
-    assert ours == verl == [1.0, 2.0]
+def test_linear_adds_the_base_each_time() -> None:
+    # verl's SandboxFusion schedule: delay = INITIAL_RETRY_DELAY * (attempt + 1)
+    assert [compute_backoff(k, base=1.0, growth="linear") for k in range(1, 4)] == [1.0, 2.0, 3.0]
+    assert compute_backoff(50, base=1.0, cap=30.0, growth="linear") == 30.0
 
 
 @pytest.mark.parametrize("jitter", [0.0, 0.2, 0.5, 1.0])

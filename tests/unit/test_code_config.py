@@ -4,6 +4,7 @@ validation, counters in the heartbeat, ``rewardq status`` and ``/metrics``. No p
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -57,13 +58,20 @@ def test_bad_values_and_misspelt_options_fail_at_start_up() -> None:
         {"sandbox_fusion_max_concurrent": 0},
         {"sandbox_fusion_memory_limit_mb": "lots"},
         {"code_local_isolation": "chroot"},
-        {"sandbox_fusion_retry_delay": -1},
     ):
         (name,) = bad
         with pytest.raises(ConfigError, match=f"^{name} must be"):  # refused for that option, not another
             pop_code_options(dict(bad))
     with pytest.raises(ConfigError, match="sandbox_fusion_ulr"):
         build_manager("naive", tokenizer=TOK, options={"sandbox_fusion_ulr": URL})
+
+
+def test_the_retired_retry_options_load_and_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    # the worker retries a sandbox that is down in place (retry_for): the client sends each request once
+    with caplog.at_level(logging.WARNING, logger="rewardq.reward"):
+        pop_code_options({"sandbox_fusion_url": URL, "sandbox_fusion_attempts": 5, "sandbox_fusion_retry_delay": -1})
+    (warned,) = [r.getMessage() for r in caplog.records if "no longer" in r.getMessage()]
+    assert "sandbox_fusion_attempts, sandbox_fusion_retry_delay no longer" in warned and "retry_for" in warned
 
 
 def test_code_data_sources_are_async_scorers() -> None:

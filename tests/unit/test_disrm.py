@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 from tensordict import TensorDict
 
 from rewardq.config import translate_verl_reward
-from rewardq.errors import ConfigError, ScoringError
+from rewardq.errors import ConfigError, ScoringError, TransientError
+from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.factory import build_manager
 from rewardq.reward.managers.disrm import DisRMRewardManager
 from rewardq.reward.tokenizer import Tokenizer
@@ -47,8 +49,6 @@ async def make(server: FakeRewardServer, rm_tokenizer_dir: str) -> AsyncIterator
             model="rm-7b",
             backend="vllm",
             tokenizer=rm_tokenizer_dir,
-            backoff_base=0.01,
-            backoff_cap=0.02,
             timeout=5.0,
         )
         options.update(kw)
@@ -83,65 +83,62 @@ async def test_sglang_embeddings_request_and_score(
     assert server.requests[0]["json"] == {"model": "rm-7b", "input": EXPECTED_PROMPT}
 
 
-async def test_server_errors_are_retried_until_success(
-    make: MakeManager[DisRMRewardManager], server: FakeRewardServer
+@pytest.mark.parametrize("status", [503, 500, 429, 408])
+async def test_a_server_error_is_a_transient_failure_sent_once(
+    make: MakeManager[DisRMRewardManager], server: FakeRewardServer, status: int
 ) -> None:
-    server.script = [(503, "loading"), (500, {"error": "oops"})]
+    # the worker retries it in place (the one retry policy): the manager never sends twice
+    server.script = [(status, "loading")]
     m = await make()
-    assert (await m.run_single(trajectory()))["reward_score"] == 0.83
-    assert len(server.requests) == 3
-    assert all(r["json"] == server.requests[0]["json"] for r in server.requests)
-    assert m.stats()["retries"] == 2
-
-
-async def test_client_errors_are_not_retried(make: MakeManager[DisRMRewardManager], server: FakeRewardServer) -> None:
-    server.script = [(400, {"error": "input is too long for this model"})]
-    m = await make()
-    with pytest.raises(ScoringError, match="HTTP 400") as info:
+    with pytest.raises(ScoringError, match=f"HTTP {status}: loading") as info:
         await m.run_single(trajectory())
-    assert "input is too long" in str(info.value)
+    assert failure_kind_of(info.value) is FailureKind.TRANSIENT
+    assert len(server.requests) == 1 and m.stats() == {"requests": 1, "errors": 1}
+    assert (await m.run_single(trajectory()))["reward_score"] == 0.83  # the next try is scored
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"), [(400, FailureKind.SCORER), (401, FailureKind.CONFIG), (404, FailureKind.CONFIG)]
+)
+async def test_a_client_error_is_not_transient(
+    make: MakeManager[DisRMRewardManager], server: FakeRewardServer, status: int, kind: FailureKind
+) -> None:
+    server.script = [(status, {"error": "input is too long for this model"})]
+    m = await make()
+    with pytest.raises(ScoringError, match=f"HTTP {status} \\(not retried\\)") as info:
+        await m.run_single(trajectory())
+    assert "input is too long" in str(info.value) and failure_kind_of(info.value) is kind
     assert len(server.requests) == 1
-    assert m.stats()["retries"] == 0
 
 
-async def test_retries_run_out(make: MakeManager[DisRMRewardManager], server: FakeRewardServer) -> None:
-    server.script = [(502, "bad gateway")] * 10
-    m = await make(max_retries=2)
-    with pytest.raises(ScoringError, match="after 3 attempts; last: HTTP 502: bad gateway"):
-        await m.run_single(trajectory())
-    assert len(server.requests) == 3
-
-
-async def test_backoff_is_exponential_and_capped(
-    make: MakeManager[DisRMRewardManager], server: FakeRewardServer
-) -> None:
-    server.script = [(503, "busy")] * 5
-    m = await make(backoff_base=0.1, backoff_cap=0.2, max_retries=5)
-    assert (await m.run_single(trajectory()))["reward_score"] == 0.83
-    assert len(server.requests) == 6
-    # planned sleeps: 0.1, 0.2, 0.2, 0.2, 0.2 (less <= 20 % jitter); uncapped they would add up to 3.1 s
-    assert 0.8 * 0.9 <= m.stats()["backoff_seconds"] <= 0.9
-    gaps = [b["t"] - a["t"] for a, b in zip(server.requests, server.requests[1:])]
-    assert all(gap < 0.2 + 0.5 for gap in gaps), gaps  # the last would be 1.6 s uncapped
-    assert gaps[1] >= 0.8 * 0.2 - 0.01 and gaps[0] >= 0.8 * 0.1 - 0.01
-
-
-async def test_a_request_timeout_is_retried(make: MakeManager[DisRMRewardManager], server: FakeRewardServer) -> None:
+async def test_a_request_timeout_is_transient(make: MakeManager[DisRMRewardManager], server: FakeRewardServer) -> None:
     server.script = [("sleep", 1.5)]
     m = await make(timeout=0.3)
-    assert (await m.run_single(trajectory()))["reward_score"] == 0.83
-    assert len(server.requests) == 2
+    with pytest.raises(TransientError, match="did not answer"):
+        await m.run_single(trajectory())
+    assert len(server.requests) == 1
 
 
-async def test_connection_refused_is_retried_then_reported(make: MakeManager[DisRMRewardManager]) -> None:
+async def test_connection_refused_is_transient(make: MakeManager[DisRMRewardManager]) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    m = await make(base_url=f"http://127.0.0.1:{port}", max_retries=2)
-    with pytest.raises(ScoringError, match="after 3 attempts") as info:
+    m = await make(base_url=f"http://127.0.0.1:{port}")
+    with pytest.raises(TransientError, match="did not answer") as info:
         await m.run_single(trajectory())
     assert "Connect" in str(info.value)
-    assert m.stats()["requests"] == 3
+    assert m.stats()["requests"] == 1
+
+
+def test_the_retired_retry_options_are_accepted_and_ignored_with_a_warning(
+    server: FakeRewardServer, rm_tokenizer_dir: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rewardq.reward"):
+        DisRMRewardManager(
+            POLICY_TOK, None, base_url=server.url, model="m", tokenizer=rm_tokenizer_dir, max_retries=2, backoff_cap=1
+        )
+    (warned,) = [r.getMessage() for r in caplog.records if "no longer" in r.getMessage()]
+    assert warned.startswith("disrm: backoff_cap, max_retries no longer") and "retry_for" in warned
 
 
 async def test_an_answer_without_the_score_field_is_an_error(
@@ -182,8 +179,6 @@ def test_built_from_a_verl_reward_model_block(server: FakeRewardServer, rm_token
         ({"backend": "trtllm"}, "backend"),
         ({"base_url": "localhost:8000"}, "base_url"),
         ({"model": ""}, "model"),
-        ({"max_retries": -1}, "max_retries"),
-        ({"backoff_cap": 0}, "backoff_cap"),
         ({"timeout": -2}, "timeout"),
         ({"retries": 3}, "does not take option"),
     ],

@@ -172,3 +172,35 @@ def test_an_errors_extra_info_keeps_the_managers_fields_and_stays_bounded() -> N
     assert stored == {"timeout": True, "acc": 0.0, "error": "timed out"}  # the reason wins
     assert error_extra_info("why", {"pad": "x" * (MAX_ERROR_EXTRA_BYTES + 1)}) == b""  # too big: {"error": why}
     assert error_extra_info("why", {"cycle": [asyncio]}) != b""  # odd values are written as text, never fail
+
+
+def test_a_reward_functions_http_client_errors_say_their_kind_and_retry_after() -> None:
+    """A judge function of the user's own (under ``rate_limited``, say) that lets its HTTP client's
+    exception out: a failed connection is transient; an answer is the kind of its status, with its
+    Retry-After. Real aiohttp and requests exceptions, as those libraries raise them."""
+    import aiohttp
+    import requests
+    from multidict import CIMultiDict, CIMultiDictProxy
+    from yarl import URL
+
+    from rewardq.reward.http import retry_after_of
+
+    info = aiohttp.RequestInfo(URL("http://judge/v1"), "POST", CIMultiDictProxy(CIMultiDict()))
+    busy = aiohttp.ClientResponseError(info, (), status=503, headers=CIMultiDict({"Retry-After": "7"}))
+    refused = aiohttp.ClientResponseError(info, (), status=401)
+    assert failure_kind_of(busy) is FailureKind.TRANSIENT and retry_after_of(busy) == 7.0
+    assert failure_kind_of(refused) is FailureKind.CONFIG and retry_after_of(refused) is None
+    assert failure_kind_of(aiohttp.ServerDisconnectedError()) is FailureKind.TRANSIENT
+    assert failure_kind_of(aiohttp.ClientPayloadError("cut")) is FailureKind.TRANSIENT
+
+    answer = requests.Response()
+    answer.status_code, answer.headers["Retry-After"] = 429, "2"
+    limited = requests.HTTPError("429 Too Many Requests", response=answer)
+    assert failure_kind_of(limited) is FailureKind.TRANSIENT and retry_after_of(limited) == 2.0
+    bad = requests.Response()
+    bad.status_code = 422
+    assert failure_kind_of(requests.HTTPError("422", response=bad)) is FailureKind.SCORER
+    assert failure_kind_of(requests.ConnectionError("refused")) is FailureKind.TRANSIENT
+    assert failure_kind_of(requests.Timeout("read timed out")) is FailureKind.TRANSIENT
+    # rewardq's own failures keep their own word, whatever attributes they carry
+    assert failure_kind_of(JudgeUnavailable("HTTP 200 without choices", status=200)) is FailureKind.SCORER

@@ -25,6 +25,20 @@ local function each_chunk(n, fn)
   for a = 1, n, CHUNK do fn(a, math.min(n, a + CHUNK - 1)) end
 end
 
+-- XCLAIM entries `ids` of `stream` for `worker` without counting a delivery (JUSTID), `idle_ms`
+-- idle (0: just now), CHUNK ids per call. (The ids go last of the arguments built here: Lua passes
+-- only the first value of an `unpack` followed by more arguments.)
+local function touch_entries(stream, group, worker, ids, idle_ms)
+  each_chunk(#ids, function(a, b)
+    local args = {stream, group, worker, 0}
+    for j = a, b do args[#args + 1] = ids[j] end
+    args[#args + 1] = 'IDLE'
+    args[#args + 1] = idle_ms
+    args[#args + 1] = 'JUSTID'
+    redis.call('XCLAIM', unpack(args))
+  end)
+end
+
 -- HMGET of many fields, chunked; returns the values in order (false for missing ones).
 local function hmget_all(key, fields)
   local out = {}

@@ -13,10 +13,7 @@ for k = 2, #KEYS do
     redis.call('HDEL', traj, 'lease', 'lease_until')
     redis.call('HINCRBY', traj, 'attempts', -1)  -- handed back unfinished, not died: not an attempt
     redis.call('HINCRBY', traj, 'handbacks', 1)  -- but counted, for the reason of a dead letter
-    local ids = recorded_acks(traj)
-    each_chunk(#ids, function(a, b)
-      redis.call('XCLAIM', stream, group, worker, 0, unpack(ids, a, b), 'IDLE', idle, 'JUSTID')
-    end)
+    touch_entries(stream, group, worker, recorded_acks(traj), idle)
     n = n + 1
   end
 end

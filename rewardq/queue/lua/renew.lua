@@ -12,10 +12,7 @@ for k = 2, #KEYS do
   local traj = KEYS[k]
   if redis.call('HGET', traj, 'lease') == worker then
     redis.call('HSET', traj, 'lease_until', string.format('%.6f', now + lease))
-    local ids = recorded_acks(traj)
-    each_chunk(#ids, function(a, b)
-      redis.call('XCLAIM', stream, group, worker, 0, unpack(ids, a, b), 'JUSTID')
-    end)
+    touch_entries(stream, group, worker, recorded_acks(traj), 0)
     n = n + 1
   end
 end

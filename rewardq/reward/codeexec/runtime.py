@@ -136,8 +136,6 @@ class CodeRuntime:
                 str(s.sandbox_fusion_url),
                 limiter=self._limiter,
                 max_concurrent=s.sandbox_fusion_max_concurrent,
-                attempts=s.sandbox_fusion_attempts,
-                retry_delay=s.sandbox_fusion_retry_delay,
             )
         return self._client
 

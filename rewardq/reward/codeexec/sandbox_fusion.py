@@ -14,13 +14,14 @@ Where rewardq differs on purpose:
 * **Concurrency holds across the fleet.** Each request holds one of ``max_concurrent`` slots
   of a fleet limiter (:class:`rewardq.reward.ratelimit.FleetRateLimiter`, state in Redis);
   verl's semaphore is per process.
-* **A sandbox that cannot be reached is an error, not a zero.** Connection errors and 5xx
-  answers are retried (``attempts`` in all, verl's linear back-off); when they run out, or on
-  a 4xx, a timeout or a reply that is not JSON, the scorer raises
-  :class:`~rewardq.errors.SandboxUnavailableError` naming the sandbox, and the trajectory gets
-  an error result. verl would score that case as failed, training the policy on a sandbox
-  outage. (A reply in which the sandbox reports its own failure, ``SandboxError``, is scored
-  as verl scores it: the case fails.)
+* **A sandbox that cannot be reached is a failure, not a zero.** A request is sent once: a
+  connection error, a timeout, a 5xx or a reply that is not JSON raises
+  :class:`~rewardq.errors.SandboxUnavailableError` naming the sandbox, a ``transient`` failure the
+  worker retries in place (with backoff) until its ``retry_for`` runs out, then an error result; a
+  4xx is one of the kind its status says (401, 403, 404: ``config``). verl retries a few times
+  (linear back-off) and then scores the case as failed, training the policy on a sandbox outage.
+  (A reply in which the sandbox reports its own failure, ``SandboxError``, is scored as verl
+  scores it: the case fails.)
 * Only the cases that count are sent (the first 10); verl also runs the rest, whose results
   it then ignores.
 """
@@ -35,11 +36,10 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
-from rewardq.backoff import compute_backoff
 from rewardq.errors import SandboxUnavailableError
 from rewardq.reward.codeexec.cases import InvalidTestCases, call_wrapper_source, extract_fenced_code, parse_test_cases
 from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
-from rewardq.reward.http import status_failure_kind
+from rewardq.reward.http import retry_after_seconds, status_failure_kind
 
 if TYPE_CHECKING:
     import aiohttp
@@ -57,8 +57,6 @@ class SandboxFusionClient:
         limiter: an object with ``slot()`` (an async context manager), normally the fleet
             limiter whose ``max_concurrent`` is ``sandbox_fusion_max_concurrent``; None: no limit.
         max_concurrent: requests in flight from this process (also the connection-pool size).
-        attempts: tries per request on connection errors and 5xx answers.
-        retry_delay: retry ``k`` waits ``k * retry_delay`` seconds.
     """
 
     def __init__(
@@ -67,13 +65,9 @@ class SandboxFusionClient:
         *,
         limiter: Any = None,
         max_concurrent: int = defaults.SANDBOX_FUSION_MAX_CONCURRENT,
-        attempts: int = defaults.SANDBOX_FUSION_ATTEMPTS,
-        retry_delay: float = defaults.SANDBOX_FUSION_RETRY_DELAY,
     ) -> None:
         self.url = url
         self.limiter = limiter
-        self.attempts = max(1, attempts)
-        self.retry_delay = retry_delay
         self._local = asyncio.Semaphore(max_concurrent)
         self._max_concurrent = max_concurrent
         self._session: aiohttp.ClientSession | None = None
@@ -129,39 +123,33 @@ class SandboxFusionClient:
         timeout = aiohttp.ClientTimeout(total=compile_timeout + run_timeout + defaults.SANDBOX_FUSION_API_TIMEOUT)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         body = json.dumps(payload)
-        last = ""
-        for attempt in range(1, self.attempts + 1):
-            session = await self._http()
-            try:
-                async with self._slot(), session.post(self.url, data=body, headers=headers, timeout=timeout) as resp:
-                    if resp.status < 500:
-                        if resp.status >= 400:
-                            text = (await resp.text())[:300]
-                            raise self._error(f"answered HTTP {resp.status} ({text!r})", resp.status)
-                        try:
-                            answer = await resp.json(content_type=None)
-                        except ValueError as exc:
-                            raise self._error(f"answered with something that is not JSON ({exc})") from None
-                        if not isinstance(answer, dict):
-                            raise self._error(f"answered with a JSON {type(answer).__name__}, not an object")
-                        return answer
-                    last = f"HTTP {resp.status}"
-            except aiohttp.ClientConnectionError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            except asyncio.TimeoutError:
-                raise self._error(f"did not answer within {timeout.total:g}s") from None
-            if attempt < self.attempts:
-                logger.warning("sandbox %s: %s (attempt %d/%d)", self.url, last, attempt, self.attempts)
-                await asyncio.sleep(compute_backoff(attempt, base=self.retry_delay, growth="linear"))  # verl's
-        raise self._error(f"failed {self.attempts} times; last: {last}")
+        session = await self._http()
+        try:
+            async with self._slot(), session.post(self.url, data=body, headers=headers, timeout=timeout) as resp:
+                if resp.status >= 400:
+                    text = (await resp.text())[:300]
+                    retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+                    raise self._error(f"answered HTTP {resp.status} ({text!r})", resp.status, retry_after)
+                try:
+                    answer = await resp.json(content_type=None)
+                except ValueError as exc:
+                    raise self._error(f"answered with something that is not JSON ({exc})") from None
+                if not isinstance(answer, dict):
+                    raise self._error(f"answered with a JSON {type(answer).__name__}, not an object")
+                return answer
+        except aiohttp.ClientConnectionError as exc:
+            raise self._error(f"could not be reached ({type(exc).__name__}: {exc})") from None
+        except asyncio.TimeoutError:
+            raise self._error(f"did not answer within {timeout.total:g}s") from None
 
-    def _error(self, what: str, status: int | None = None) -> SandboxUnavailableError:
+    def _error(self, what: str, status: int | None = None, retry_after: float | None = None) -> SandboxUnavailableError:
         """The failure: ``transient`` (no answer, a 5xx, an answer that is not JSON) unless an HTTP
         status says otherwise (:func:`~rewardq.reward.http.status_failure_kind`: 401, 403, 404 ``config``)."""
         return SandboxUnavailableError(
             f"SandboxFusion at {self.url} {what}. Check that the sandbox is running and that "
             "sandbox_fusion_url points at its run_code endpoint; this trajectory was not scored",
             failure_kind=None if status is None else status_failure_kind(status),
+            retry_after=retry_after,
         )
 
 

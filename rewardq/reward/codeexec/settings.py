@@ -13,13 +13,15 @@ option                                 default    what it sets
 ``sandbox_fusion_max_concurrent``      64         requests in flight across the whole fleet
 ``sandbox_fusion_memory_limit_mb``     1024       memory of one program (both backends)
 ``sandbox_fusion_run_timeout``         10         compile and run timeout per case, seconds
-``sandbox_fusion_attempts``            3          tries on connection errors and 5xx
-``sandbox_fusion_retry_delay``         1.0        retry k waits k times this, seconds
 ``code_local_max_concurrent``          CPUs       sandboxes at once in one worker process
 ``code_local_isolation``               auto       ``auto`` (= namespaces, or refuse) | ``rlimits``
 ``code_local_first_pass_timeout``      5          per case, all cases in one process, seconds
 ``code_local_case_timeout``            10         per case, one process per case, seconds
 =====================================  =========  ============================================
+
+``sandbox_fusion_attempts`` and ``sandbox_fusion_retry_delay`` are accepted and ignored, with a
+warning: a request is sent once, and a sandbox that is down (no answer, a 5xx) is a ``transient``
+failure the worker retries in place until its ``retry_for`` runs out (the one retry policy).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
+from rewardq.reward.http import warn_retired_options
 
 #: The local runner's isolation modes (``auto``: namespaces, refusing code where they do not
 #: work; never a silent fall back to ``rlimits``, which must be asked for by name).
@@ -44,8 +47,8 @@ class CodeExecSettings:
     sandbox_fusion_max_concurrent: int = defaults.SANDBOX_FUSION_MAX_CONCURRENT
     sandbox_fusion_memory_limit_mb: int = defaults.CODE_MEMORY_LIMIT_MB
     sandbox_fusion_run_timeout: float = defaults.SANDBOX_FUSION_RUN_TIMEOUT
-    sandbox_fusion_attempts: int = defaults.SANDBOX_FUSION_ATTEMPTS
-    sandbox_fusion_retry_delay: float = defaults.SANDBOX_FUSION_RETRY_DELAY
+    sandbox_fusion_attempts: object = None
+    sandbox_fusion_retry_delay: object = None
     code_local_max_concurrent: int | None = None
     code_local_isolation: str = "auto"
     code_local_first_pass_timeout: float = defaults.CODE_FIRST_PASS_TIMEOUT
@@ -57,15 +60,19 @@ class CodeExecSettings:
             raise ConfigError(
                 f"sandbox_fusion_url must be an http(s) URL of SandboxFusion's run_code endpoint, got {url!r}"
             )
-        for name in ("sandbox_fusion_max_concurrent", "sandbox_fusion_memory_limit_mb", "sandbox_fusion_attempts"):
+        for name in ("sandbox_fusion_max_concurrent", "sandbox_fusion_memory_limit_mb"):
             _check(name, getattr(self, name), integer=True)
         for name in ("sandbox_fusion_run_timeout", "code_local_first_pass_timeout", "code_local_case_timeout"):
             _check(name, getattr(self, name), integer=False)
         if self.code_local_max_concurrent is not None:
             _check("code_local_max_concurrent", self.code_local_max_concurrent, integer=True)
-        delay = self.sandbox_fusion_retry_delay
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-            raise ConfigError(f"sandbox_fusion_retry_delay must be a number >= 0, got {delay!r}")
+        warn_retired_options(
+            "sandbox_fusion",
+            {
+                "sandbox_fusion_attempts": self.sandbox_fusion_attempts,
+                "sandbox_fusion_retry_delay": self.sandbox_fusion_retry_delay,
+            },
+        )
         if self.code_local_isolation not in ISOLATIONS:
             raise ConfigError(
                 f"code_local_isolation must be one of {', '.join(ISOLATIONS)}, got {self.code_local_isolation!r}"

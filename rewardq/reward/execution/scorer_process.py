@@ -26,6 +26,7 @@ from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
 from rewardq.reward.execution.scorer_children import become_reaper, children, kill_leftovers
 from rewardq.reward.execution.scorer_output import CappedOutput, StreamCount
 from rewardq.reward.execution.scorer_state import ProcessState
+from rewardq.reward.http import retry_after_of
 
 
 def resolve_target(target: str | Callable[..., Any], kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
@@ -56,15 +57,7 @@ def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict[str, Any]) -> 
         return ("ok", task_id, result, "")
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: an error of this task
         message = describe_escape(exc, REWARD_FUNCTION) or f"{type(exc).__name__}: {exc}"
-        retry_after = getattr(exc, "retry_after", None)
-        return (
-            "error",
-            task_id,
-            message,
-            traceback.format_exc(),
-            failure_kind_of(exc).value,
-            float(retry_after) if isinstance(retry_after, (int, float)) else None,
-        )
+        return ("error", task_id, message, traceback.format_exc(), failure_kind_of(exc).value, retry_after_of(exc))
 
 
 def child_main(

@@ -1,4 +1,4 @@
-"""One call of an OpenAI-compatible chat-completions judge: billed once, limited fleet-wide, retried.
+"""One call of an OpenAI-compatible chat-completions judge: billed once, limited fleet-wide, one request.
 
 :meth:`ChatJudge.complete` takes a request body and returns the judge's answer
 (:class:`JudgeAnswer`). In order:
@@ -18,15 +18,16 @@
    answer is used and cached all the same (:mod:`rewardq.reward.judge.usage`). A limit that would
    hold the call back past the trajectory's ``score_timeout`` ends it at once with
    :class:`JudgeRateLimited`, naming the limit.
-3. **Retries.** A 429, a 5xx, a 408, a connection error or a timeout is retried up to
-   ``max_retries`` times. The pause is the server's ``Retry-After`` when it sends one (seconds or
-   an HTTP date; one longer than ``max_retry_wait`` ends the call at once), else
-   :func:`rewardq.queue.retry.backoff_delay` (exponential with jitter, ``backoff_base`` doubling up
-   to ``backoff_cap``). Any other 4xx is not retried: the request itself is wrong.
-4. **Failure.** A judge that stays down raises :class:`JudgeUnavailable` naming the status and the
-   server's own message: the trajectory gets an error result, never a zero, and the claim is
-   released so another worker may try later. An answer larger than ``max_answer_bytes`` is read no
-   further than that and is an error too (:class:`JudgeAnswerTooLarge`).
+3. **One request.** The call never sleeps and sends again itself: a judge that does not answer
+   usably raises :class:`JudgeUnavailable` naming the status and the server's own message, of the
+   failure kind its status says (:func:`~rewardq.reward.http.status_failure_kind`: no answer,
+   408, 429 or 5xx are ``transient`` and carry the server's ``Retry-After``; 401, 403 and 404
+   ``config``; any other 4xx ``scorer``). The worker retries a transient failure in place, after a
+   pause honouring ``Retry-After``, until ``retry_for`` runs out (:mod:`rewardq.consumers.retries`:
+   the one retry policy, so no two stack), and every try passes the fleet's limits again. The
+   claim is released, so another worker may send the request meanwhile; nothing is cached, and
+   the trajectory never gets a zero. An answer larger than ``max_answer_bytes`` is read no further
+   than that and is an error too (:class:`JudgeAnswerTooLarge`).
 
 The API key comes from the environment (``api_key_env``) and is sent only as the
 ``Authorization: Bearer`` header; it is never logged or stored.
@@ -43,23 +44,20 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ScoringError
-from rewardq.queue.retry import backoff_delay
-from rewardq.reward.http import TRANSIENT_STATUSES, HttpSession, retry_after_seconds, status_failure_kind
+from rewardq.queue.states import FailureKind
+from rewardq.reward.http import HttpSession, retry_after_seconds, status_failure_kind
 from rewardq.reward.judge.stats import JudgeStats
 from rewardq.reward.judge.usage import Usage, own_size, read_usage, usage_bounds
 from rewardq.reward.ratelimit import RateLimitWait
-from rewardq.reward.time_left import time_left
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
-#: Statuses worth sending the same request again for.
-RETRY_STATUSES = TRANSIENT_STATUSES
 #: Largest answer kept in the cache (bytes of its JSON); a larger one is used but not kept.
 MAX_CACHED_ANSWER_BYTES = 1 << 20
 
 
 class JudgeUnavailable(ScoringError):
-    """The judge did not answer usably: a refused request, or failures past ``max_retries``.
+    """The judge did not answer usably: a refused request, an error status, or no answer at all.
 
     Its failure kind is its status's (:func:`~rewardq.reward.http.status_failure_kind`): no answer,
     408, 429 or 5xx are ``transient`` (``retry_after``: the server's ``Retry-After``), 401, 403 and
@@ -157,16 +155,6 @@ def server_message(text: str) -> str:
     return text.strip()[:300]
 
 
-@dataclass
-class RetryPolicy:
-    """How :class:`ChatJudge` retries (see the module doc)."""
-
-    max_retries: int = defaults.JUDGE_MAX_RETRIES
-    backoff_base: float = defaults.JUDGE_BACKOFF_BASE
-    backoff_cap: float = defaults.JUDGE_BACKOFF_CAP
-    max_retry_wait: float = defaults.JUDGE_MAX_RETRY_WAIT
-
-
 class ChatJudge:
     """An OpenAI-compatible chat-completions endpoint as a judge (see the module doc).
 
@@ -179,7 +167,6 @@ class ChatJudge:
         stats: this worker's counters (``/metrics``).
         timeout: seconds one HTTP request may take.
         estimated_tokens_per_request: what the token bucket must hold before a request is sent.
-        retry: the retry policy.
         max_answer_bytes: the largest answer (HTTP body) read; a larger one is an error.
     """
 
@@ -194,7 +181,6 @@ class ChatJudge:
         stats: JudgeStats,
         timeout: float = defaults.JUDGE_TIMEOUT,
         estimated_tokens_per_request: float = defaults.JUDGE_ESTIMATED_TOKENS,
-        retry: RetryPolicy | None = None,
         max_answer_bytes: int = defaults.JUDGE_MAX_ANSWER_BYTES,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -207,7 +193,6 @@ class ChatJudge:
         self.stats = stats
         self.timeout = float(timeout)
         self.estimated_tokens = float(estimated_tokens_per_request)
-        self.retry = retry or RetryPolicy()
         self.max_answer_bytes = int(max_answer_bytes)
         self._http = HttpSession(self.timeout)
         self._warned: set[str] = set()
@@ -243,66 +228,39 @@ class ChatJudge:
             return answer
 
     async def _send(self, body: dict[str, Any]) -> JudgeAnswer:
-        """Send ``body`` under the limits, retrying as the policy says."""
+        """Send ``body`` once, under the limits; a failure is raised with its kind (module doc)."""
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        failures, last = 0, ""
-        while True:
-            try:
-                status, retry_after, text, error = await self._attempt(payload)
-            except RateLimitWait as exc:
-                raise JudgeRateLimited(
-                    f"judge {self.model} at {self.url} was not called: {exc}", retry_after=exc.retry_after
-                ) from None
-            except _TooLarge as exc:
-                await self._charge(Usage(*usage_bounds(body, len(payload), exc.size), readable=False))
-                await self._count(requests=1, errors=1, failed=1)
-                raise JudgeAnswerTooLarge(
-                    f"judge {self.model} at {self.url} answered more than max_answer_bytes={self.max_answer_bytes:,} "
-                    f"bytes{f' ({exc.size:,} announced)' if exc.size > self.max_answer_bytes else ''}; it was not "
-                    "read further. Lower max_tokens or n, or raise max_answer_bytes",
-                    status=200,
-                ) from None
-            if error is None and status == 200:
-                answer, usage = self._read_answer(text, body, len(payload))
-                await self._charge(usage)
-                return answer
-            failures += 1
-            message = error or server_message(text)
-            last = f"HTTP {status}: {message}" if status is not None else message
-            refused = status is not None and status not in RETRY_STATUSES
-            await self._count(requests=1, errors=1, failed=int(refused))
-            if refused:
-                raise JudgeUnavailable(
-                    f"judge {self.model} at {self.url} refused the request with HTTP {status} (not retried): {message}",
-                    status=status,
-                    server_message=message,
-                )
-            if failures > self.retry.max_retries:
-                break
-            pause = (
-                retry_after
-                if retry_after is not None
-                else backoff_delay(failures, base=self.retry.backoff_base, cap=self.retry.backoff_cap)
-            )
-            longest, why = _longest_pause(self.retry.max_retry_wait)
-            if pause > longest:
-                await self._count(failed=1)
-                raise JudgeUnavailable(
-                    f"judge {self.model} at {self.url} answered {last} and asked to retry after {pause:.0f}s, "
-                    f"longer than {why}",
-                    status=status,
-                    server_message=message,
-                )
-            logger.warning(
-                "genrm: %s answered %s; retry %d/%d in %.2fs", self.url, last, failures, self.retry.max_retries, pause
-            )
-            await asyncio.sleep(pause)
-        await self._count(failed=1)
-        raise JudgeUnavailable(
-            f"judge {self.model} at {self.url} failed after {failures} attempts; last: {last}",
+        try:
+            status, retry_after, text, error = await self._attempt(payload)
+        except RateLimitWait as exc:
+            raise JudgeRateLimited(
+                f"judge {self.model} at {self.url} was not called: {exc}", retry_after=exc.retry_after
+            ) from None
+        except _TooLarge as exc:
+            await self._charge(Usage(*usage_bounds(body, len(payload), exc.size), readable=False))
+            await self._count(requests=1, errors=1, failed=1)
+            raise JudgeAnswerTooLarge(
+                f"judge {self.model} at {self.url} answered more than max_answer_bytes={self.max_answer_bytes:,} "
+                f"bytes{f' ({exc.size:,} announced)' if exc.size > self.max_answer_bytes else ''}; it was not "
+                "read further. Lower max_tokens or n, or raise max_answer_bytes",
+                status=200,
+            ) from None
+        if error is None and status == 200:
+            answer, usage = self._read_answer(text, body, len(payload))
+            await self._charge(usage)
+            return answer
+        message = error or server_message(text)
+        failure = JudgeUnavailable(
+            f"judge {self.model} at {self.url} "
+            + (f"answered HTTP {status}: {message}" if status is not None else f"did not answer: {message}")
+            + (f" (Retry-After: {retry_after:g}s)" if retry_after is not None else ""),
             status=status,
             server_message=message,
+            retry_after=retry_after,
         )
+        # `failed` counts calls that end as error results: a transient failure is tried again
+        await self._count(requests=1, errors=1, failed=int(failure.failure_kind != FailureKind.TRANSIENT))
+        raise failure
 
     async def _attempt(self, payload: bytes) -> tuple[int | None, float | None, str, str | None]:
         """One HTTP request under the limits: ``(status, retry_after, body text, connection error)``."""
@@ -418,12 +376,3 @@ async def _read_at_most(resp: Any, limit: int) -> str:
             raise _TooLarge(size)
         chunks.append(chunk)
     return b"".join(chunks).decode("utf-8", "replace")  # JSON is UTF-8 (RFC 8259)
-
-
-def _longest_pause(max_retry_wait: float) -> tuple[float, str]:
-    """The longest pause before a retry, and why: ``max_retry_wait``, or what is left of the trajectory's
-    ``score_timeout`` when that is less."""
-    left = time_left()
-    if left is not None and left.seconds < max_retry_wait:
-        return left.seconds, f"the {left.seconds:.1f}s left of this trajectory's score_timeout ({left.budget:g}s)"
-    return max_retry_wait, f"max_retry_wait={max_retry_wait:g}s"

@@ -14,7 +14,7 @@ class JudgeStats:
 
     * ``requests``: HTTP requests sent (every attempt, retries included);
     * ``errors``: requests that failed (a status other than 200, a connection error, a timeout);
-    * ``failed``: judge calls that gave up (the trajectory got an error result);
+    * ``failed``: judge calls refused for good (a 4xx: the trajectory got an error result);
     * ``answers``: requests answered with a usable answer;
     * ``cache_hits``: answers reused from the cache instead of a request;
     * ``prompt_tokens`` / ``completion_tokens``: what the server reported in ``usage``.

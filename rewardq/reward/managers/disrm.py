@@ -17,18 +17,22 @@ For each trajectory the final output is scored by the reward model, as verl's re
 
 The result is ``{"reward_score": score, "reward_extra_info": {}}``.
 
-Failures: connection errors, timeouts and 5xx answers are retried up to ``max_retries``
-times, sleeping ``min(backoff_cap, backoff_base * 2**(attempt-1))`` (less up to 20 % jitter;
-:func:`rewardq.backoff.compute_backoff`) between attempts; a 4xx answer is not retried (the
-request itself is wrong) and raises
-:class:`~rewardq.errors.ScoringError` with the status and the start of the body, as does a
-200 answer without the expected fields, or running out of retries.
+Failures: a request is sent once. A connection error, a timeout, a 408, a 429 or a 5xx raises
+:class:`~rewardq.errors.TransientError` (with the server's ``Retry-After``), which the worker
+retries in place, with backoff, until its ``retry_for`` runs out (the one retry policy; verl's
+reward-model loop retries with exponential backoff capped at 30 s, as the worker's does). Any
+other 4xx is not retried (the request itself is wrong, or the fleet is: 401, 403 and 404 are
+``config`` failures) and raises :class:`~rewardq.errors.ScoringError` with the status and the
+start of the body, as does a 200 answer without the expected fields.
 
 Options::
 
     base_url (required)  model (required)  backend="vllm" | "sglang"
     tokenizer=<the reward model's tokenizer: tokenizer.json, HF folder or Hub id>
-    max_retries=5  timeout=30.0 (per request, seconds)  backoff_base=0.5  backoff_cap=30.0
+    timeout=30.0 (per request, seconds)
+
+``max_retries``, ``backoff_base`` and ``backoff_cap`` are accepted and ignored, with a warning
+(:func:`~rewardq.reward.http.warn_retired_options`).
 
 ``tokenizer`` is also the name of the manager's first positional argument (the policy
 tokenizer), so that argument is positional-only here and the option arrives through
@@ -44,10 +48,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
-from rewardq.backoff import compute_backoff
 from rewardq.errors import ConfigError, ScoringError, TransientError
+from rewardq.queue.states import FailureKind
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
-from rewardq.reward.http import HttpSession, status_failure_kind
+from rewardq.reward.http import HttpSession, retry_after_seconds, status_failure_kind, warn_retired_options
 from rewardq.reward.registry import register
 from rewardq.reward.results import reject_unknown_options, to_float
 
@@ -67,16 +71,10 @@ BACKENDS = {
 _EXTRA_OPTIONS = ["tokenizer"]
 
 
-def _check_number(name: str, value: object, *, integer: bool = False) -> None:
-    """Integers must be >= 0 (a retry count); other numbers > 0 (times)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int if integer else (int, float))
-        or (value < 0 if integer else not value > 0)
-    ):
-        raise ConfigError(
-            f"manager 'disrm': {name} must be {'an integer >= 0' if integer else 'a number > 0'}, got {value!r}"
-        )
+def _check_seconds(name: str, value: object) -> None:
+    """A number of seconds > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"manager 'disrm': {name} must be a number > 0, got {value!r}")
 
 
 @register("disrm")
@@ -90,9 +88,8 @@ class DisRMRewardManager(RewardManager):
         base_url: the server, e.g. ``http://10.0.0.5:8000``.
         model: the model name the server expects in ``"model"``.
         backend: ``"vllm"`` or ``"sglang"``.
-        max_retries: retries after the first attempt (connection errors, timeouts, 5xx).
         timeout: seconds per HTTP request.
-        backoff_base, backoff_cap: the retry sleep is ``min(cap, base * 2**attempt)``.
+        max_retries, backoff_base, backoff_cap: ignored, with a warning (module doc).
         **options: ``tokenizer`` = the reward model's tokenizer (a path or a loaded tokenizer).
     """
 
@@ -108,10 +105,10 @@ class DisRMRewardManager(RewardManager):
         base_url: str | None = None,
         model: str | None = None,
         backend: str = "vllm",
-        max_retries: int = defaults.DISRM_MAX_RETRIES,
+        max_retries: object = None,
         timeout: float = defaults.DISRM_TIMEOUT,
-        backoff_base: float = defaults.DISRM_BACKOFF_BASE,
-        backoff_cap: float = defaults.DISRM_BACKOFF_CAP,
+        backoff_base: object = None,
+        backoff_cap: object = None,
         **options: object,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
@@ -128,9 +125,10 @@ class DisRMRewardManager(RewardManager):
             raise ConfigError(f"manager 'disrm' needs model=<the served model's name>, got {model!r}")
         if backend not in BACKENDS:
             raise ConfigError(f"manager 'disrm': backend must be one of {sorted(BACKENDS)}, got {backend!r}")
-        _check_number("max_retries", max_retries, integer=True)
-        for name, value in (("timeout", timeout), ("backoff_base", backoff_base), ("backoff_cap", backoff_cap)):
-            _check_number(name, value)
+        _check_seconds("timeout", timeout)
+        warn_retired_options(
+            "disrm", {"max_retries": max_retries, "backoff_base": backoff_base, "backoff_cap": backoff_cap}
+        )
         rm_tokenizer = options.get("tokenizer")
         if rm_tokenizer is None:
             raise ConfigError(
@@ -151,11 +149,8 @@ class DisRMRewardManager(RewardManager):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.backend = backend
-        self.max_retries = max_retries
         self.timeout = float(timeout)
-        self.backoff_base = float(backoff_base)
-        self.backoff_cap = float(backoff_cap)
-        self.counters = {"requests": 0, "retries": 0, "backoff_seconds": 0.0}
+        self.counters = {"requests": 0, "errors": 0}
         self._http = HttpSession(self.timeout)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -211,45 +206,38 @@ class DisRMRewardManager(RewardManager):
         return {"reward_score": to_float(value, "the reward model's score"), "reward_extra_info": {}}
 
     async def post(self, path: str, payload: dict[str, Any]) -> Any:
-        """POST ``payload`` as JSON with retries (see the module docstring); returns the decoded JSON."""
+        """POST ``payload`` as JSON, once (see the module docstring); returns the decoded JSON."""
         import aiohttp
 
         session = await self._http.get()
         url = self.base_url + path
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                delay = compute_backoff(attempt, base=self.backoff_base, cap=self.backoff_cap, jitter=0.2)
-                logger.warning(
-                    "disrm: %s failed (%s); retry %d/%d in %.2fs", url, last, attempt, self.max_retries, delay
-                )
-                self.counters["retries"] += 1
-                self.counters["backoff_seconds"] += delay
-                await asyncio.sleep(delay)
-            self.counters["requests"] += 1
-            try:
-                async with session.post(url, json=payload) as resp:
-                    text = await resp.text()
-                    status = resp.status
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as exc:
-                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                continue
-            if status >= 500:
-                last = f"HTTP {status}: {text[:200]}"
-                continue
-            if status >= 400:
-                raise ScoringError(
-                    f"reward model at {url} refused the request with HTTP {status} (not retried): {text[:300]}",
-                    failure_kind=status_failure_kind(status),
-                )
-            try:
-                return json.loads(text)
-            except ValueError:
-                raise ScoringError(
-                    f"reward model at {url} answered HTTP {status} with a body that is not JSON: {text[:200]}"
-                ) from None
-        raise TransientError(f"reward model at {url} failed after {self.max_retries + 1} attempts; last: {last}")
+        self.counters["requests"] += 1
+        try:
+            async with session.post(url, json=payload) as resp:
+                text = await resp.text()
+                status = resp.status
+                retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as exc:
+            self.counters["errors"] += 1
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise TransientError(f"reward model at {url} did not answer ({what})") from None
+        if status >= 400:
+            self.counters["errors"] += 1
+            kind = status_failure_kind(status)
+            raise ScoringError(
+                f"reward model at {url} answered HTTP {status}"
+                + (" (not retried)" if kind != FailureKind.TRANSIENT else "")
+                + f": {text[:300]}",
+                failure_kind=kind,
+                retry_after=retry_after,
+            )
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ScoringError(
+                f"reward model at {url} answered HTTP {status} with a body that is not JSON: {text[:200]}"
+            ) from None
 
     def stats(self) -> dict[str, Any]:
-        """HTTP counters for metrics: requests, retries, backoff_seconds."""
+        """HTTP counters for metrics: requests, errors."""
         return dict(self.counters)

@@ -17,9 +17,11 @@ in ``setup`` and closed in ``close``. The manager has all of that; its judge
   (:mod:`rewardq.queue.judge_cache`).
 * **Fleet-wide limits.** ``max_rpm``, ``max_tpm`` and ``max_concurrent`` hold across every worker
   (:mod:`rewardq.reward.ratelimit`); ``max_tpm`` is charged with the tokens the server reports.
-* **Failures.** 429, 5xx, timeouts and connection errors are retried (``Retry-After`` honoured);
-  a judge that stays down, or an answer without a readable score, is an error result naming why,
-  never a zero (unless ``unparsed_score`` says what an unreadable answer scores).
+* **Failures.** A request is sent once. No answer, 408, 429 and 5xx are ``transient`` failures,
+  which the worker retries in place (honouring ``Retry-After``) until its ``retry_for`` runs out;
+  401, 403 and 404 are ``config`` failures; an answer without a readable score is a ``scorer``
+  failure. Each is an error result naming why, never a zero (unless ``unparsed_score`` says what
+  an unreadable answer scores).
 * **Bounded scores.** A score outside ``score_range`` (the range the rubric asks for:
   :mod:`rewardq.reward.judge.scores`) is an error result naming the value and the range, never a
   reward, unless ``clamp_score`` is set. The verdict is read where the instructions put it (the
@@ -43,7 +45,10 @@ Options (``--manager-option`` / config)::
     temperature=0.0  max_tokens=1024  n=1  combine=mean|majority  extra_body={}
     per_turn=false  images=true  cache=true
     max_rpm  max_tpm  max_concurrent=64  estimated_tokens_per_request=2000  limiter_name=genrm
-    lease_seconds=30  timeout=120  max_retries=5  backoff_base=0.5  backoff_cap=30  max_retry_wait=120
+    lease_seconds=30  timeout=120
+
+``max_retries``, ``backoff_base``, ``backoff_cap`` and ``max_retry_wait`` are accepted and ignored,
+with a warning (:func:`~rewardq.reward.http.warn_retired_options`): the worker's ``retry_for`` rules.
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.queue.images import images_of
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
-from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, RetryPolicy, request_digest
+from rewardq.reward.http import warn_retired_options
+from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, request_digest
 from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, Verdict, build_parser
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
 from rewardq.reward.judge.scores import resolve_range
@@ -145,8 +151,7 @@ class GenRMRewardManager(RewardManager):
             lease_seconds: the fleet-wide limits (see :mod:`rewardq.reward.ratelimit`); ``lease_seconds``
             also bounds how long a dead worker's claim on a request holds others back.
         timeout: seconds one HTTP request may take.
-        max_retries, backoff_base, backoff_cap, max_retry_wait: the retry policy
-            (:class:`~rewardq.reward.judge.client.RetryPolicy`).
+        max_retries, backoff_base, backoff_cap, max_retry_wait: ignored, with a warning (module doc).
     """
 
     def __init__(  # noqa: C901 - one check per option
@@ -185,10 +190,10 @@ class GenRMRewardManager(RewardManager):
         limiter_name: str = "genrm",
         lease_seconds: float = defaults.JUDGE_LEASE_SECONDS,
         timeout: float = defaults.JUDGE_TIMEOUT,
-        max_retries: int = defaults.JUDGE_MAX_RETRIES,
-        backoff_base: float = defaults.JUDGE_BACKOFF_BASE,
-        backoff_cap: float = defaults.JUDGE_BACKOFF_CAP,
-        max_retry_wait: float = defaults.JUDGE_MAX_RETRY_WAIT,
+        max_retries: object = None,
+        backoff_base: object = None,
+        backoff_cap: object = None,
+        max_retry_wait: object = None,
         max_answer_bytes: int = defaults.JUDGE_MAX_ANSWER_BYTES,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
@@ -279,12 +284,17 @@ class GenRMRewardManager(RewardManager):
             ("estimated_tokens_per_request", estimated_tokens_per_request),
             ("lease_seconds", lease_seconds),
             ("timeout", timeout),
-            ("backoff_base", backoff_base),
-            ("backoff_cap", backoff_cap),
-            ("max_retry_wait", max_retry_wait),
         ):
             _number(name, value)
-        _number("max_retries", max_retries, at_least=0, integer=True)
+        warn_retired_options(
+            "genrm",
+            {
+                "max_retries": max_retries,
+                "backoff_base": backoff_base,
+                "backoff_cap": backoff_cap,
+                "max_retry_wait": max_retry_wait,
+            },
+        )
         _number("max_answer_bytes", max_answer_bytes, at_least=1024, integer=True)
         self.max_answer_bytes = max_answer_bytes
         if not isinstance(limiter_name, str) or not limiter_name or any(c in limiter_name for c in "{} \n"):
@@ -300,7 +310,6 @@ class GenRMRewardManager(RewardManager):
         self.limiter_name = limiter_name
         self.lease_seconds = float(lease_seconds)
         self.timeout = float(timeout)
-        self.retry = RetryPolicy(max_retries, float(backoff_base), float(backoff_cap), float(max_retry_wait))
         self.judge: ChatJudge | None = None
 
     def __repr__(self) -> str:
@@ -344,7 +353,6 @@ class GenRMRewardManager(RewardManager):
             stats=ctx.judge_stats,
             timeout=self.timeout,
             estimated_tokens_per_request=self.estimated_tokens,
-            retry=self.retry,
             max_answer_bytes=self.max_answer_bytes,
         )
         await self.judge.setup()

@@ -48,6 +48,7 @@ from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError, ScoringTimeout
 from rewardq.queue.states import failure_kind_of
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
+from rewardq.reward.http import retry_after_of
 from rewardq.reward.registry import register
 from rewardq.reward.results import normalize_result
 
@@ -207,7 +208,7 @@ class LimitedRewardManager(RewardManager):
                 raise ScoringError(
                     f"{type(exc).__name__}: {exc}",
                     failure_kind=failure_kind_of(exc),
-                    retry_after=getattr(exc, "retry_after", None),
+                    retry_after=retry_after_of(exc),
                     extra_info={"acc": 0.0},
                 ) from exc
 
