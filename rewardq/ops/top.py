@@ -322,21 +322,6 @@ def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
         sources.add_row("-", "", "", "")
     parts.append(sources)
 
-    hacks = snap.get("hacks") or {}
-    if hacks:
-        caught = Table(
-            title="reward hacks caught (tripwires)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1)
-        )
-        caught.add_column("data source", overflow="fold", ratio=1)
-        caught.add_column("responses", justify="right", no_wrap=True)
-        caught.add_column("tripwires", overflow="fold", ratio=2)
-        for ds, wires in sorted(hacks.items()):
-            shown = ", ".join(f"{k}: {n}" for k, n in sorted(wires.items()))
-            caught.add_row(escape(ds), f"[red]{sum(wires.values())}[/]", escape(shown))
-        parts.append(caught)
-    else:
-        parts.append(Text.assemble(("reward hacks caught ", "bold"), ("none", "green")))
-
     w = snap["oldest_waiting"]
     if w:
         misses = f"outputs {','.join(map(str, w['missing']))}" if w["missing"] else "its final output"
@@ -349,6 +334,18 @@ def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
         )
     else:
         parts.append(Text.assemble(("oldest waiting ", "bold"), ("none: every trajectory has its outputs", "green")))
+    hacks = snap.get("hacks") or {}
+    if hacks:
+        caught = Table(
+            title="reward hacks caught (tripwires)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1)
+        )
+        caught.add_column("data source", overflow="fold", ratio=1)
+        caught.add_column("responses", justify="right", no_wrap=True)
+        caught.add_column("tripwires", overflow="fold", ratio=2)
+        for ds, wires in sorted(hacks.items()):
+            shown = ", ".join(f"{k}: {n}" for k, n in sorted(wires.items()))
+            caught.add_row(escape(ds), f"[red]{sum(wires.values())}[/]", escape(shown))
+        parts.append(caught)  # only when there are: a short terminal keeps the lines above
     if snap.get("reward_health"):  # last: a short terminal keeps the lines above
         parts.append(_health(snap["reward_health"]))
     return Group(*parts)

@@ -173,6 +173,8 @@ def test_top_shows_the_hacks_caught_per_data_source() -> None:
         "sources": [],
         "hacks": caught,
         "oldest_waiting": None,
+        "retrying": {"n": 0, "waiting": []},
+        "failures": {},
     }
     console = Console(width=160, record=True)
     console.print(render_top(snap, 160))
