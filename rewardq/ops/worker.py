@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rewardq.cli")
 
 __all__ = [
-    "EarlySignals",
     "overrides_from_flags",
     "load_config",
     "config_rows",

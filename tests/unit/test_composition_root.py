@@ -1,0 +1,89 @@
+"""Every worker is put together in one place, :mod:`rewardq.consumers.compose`.
+
+A second place that builds a worker's :class:`~rewardq.reward.context.ManagerContext`, its manager from
+its settings, or the :class:`~rewardq.consumers.worker.Worker` itself drifts from the first: a CLI
+worker's genrm once kept judge answers for the 7-day default whatever ``--result-ttl`` said, because
+the CLI built its own context and left ``result_ttl`` out. The scan reads every call in the code
+that starts workers (rewardq/, benchmarks/, tests/support/) and, for the worker's own constructors,
+in every test too.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from tests.support.cli_procs import REPO
+
+ROOT = "rewardq/consumers/compose.py"
+#: What only the composition root may call, and where else a call is allowed, with why.
+ONLY_IN_THE_ROOT: dict[str, dict[str, str]] = {
+    "ManagerContext": {
+        "rewardq/reward/base.py": "the context of a manager built outside any worker (a user's own test)",
+        "rewardq/reward/factory.py": "the same, when such a manager is given code-execution options",
+        "benchmarks/managers.py": "times managers alone, with no worker around them",
+    },
+    "build_from_config": {},
+    "Worker": {},
+    "WorkerParts": {},
+}
+#: The worker's own constructors: no test builds a worker but through the root either.
+WORKER_ONLY = ("Worker", "WorkerParts", "build_from_config")
+SCANNED = ("rewardq", "benchmarks", "tests/support")
+
+
+def _calls(tree: ast.AST, names: set[str]) -> list[tuple[str, int]]:
+    """Calls of ``names`` (``Name(...)`` or ``module.Name(...)``) in ``tree``, with their lines."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in names:
+                found.append((name, node.lineno))
+    return found
+
+
+def _offenders(files: list[tuple[str, str]], names: dict[str, dict[str, str]]) -> list[str]:
+    """``path:line calls Name(...)`` for each call of ``names`` in ``files`` (path, source) outside the
+    root and the places each name allows."""
+    out = []
+    for rel, source in files:
+        if rel == ROOT:
+            continue
+        for name, line in _calls(ast.parse(source, rel), set(names)):
+            if rel not in names[name]:
+                out.append(f"{rel}:{line} calls {name}(...)")
+    return out
+
+
+def _python_files(*folders: str) -> list[tuple[str, str]]:
+    paths = sorted(p for folder in folders for p in (REPO / folder).rglob("*.py") if "__pycache__" not in p.parts)
+    return [(p.relative_to(REPO).as_posix(), p.read_text()) for p in paths]
+
+
+def test_only_the_composition_root_builds_a_worker_its_context_or_its_manager() -> None:
+    assert _calls(ast.parse((REPO / ROOT).read_text()), set(ONLY_IN_THE_ROOT)), "the scan no longer sees the root"
+    offenders = _offenders(_python_files(*SCANNED), ONLY_IN_THE_ROOT)
+    assert not offenders, f"only {ROOT} puts a worker together; use prepare_worker/open_worker/run_worker: {offenders}"
+
+
+def test_no_test_builds_a_worker_but_through_the_root() -> None:
+    names: dict[str, dict[str, str]] = {n: {} for n in WORKER_ONLY}
+    offenders = _offenders(_python_files("tests"), names)
+    assert not offenders, f"build test workers with tests.support.helpers.open_test_worker: {offenders}"
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        ("ctx = ManagerContext(redis_url=url, result_ttl=60)", "ManagerContext"),
+        ("w = worker_mod.Worker(parts)", "Worker"),
+        ("m = factory.build_from_config(cfg, ctx, tok)", "build_from_config"),
+    ],
+)
+def test_the_scan_sees_each_way_of_calling(code: str, name: str) -> None:
+    probe = [("tests/support/probe.py", f"def start(cfg):\n    {code}\n")]
+    assert _offenders(probe, ONLY_IN_THE_ROOT) == [f"tests/support/probe.py:2 calls {name}(...)"]
+    assert _offenders([(ROOT, code)], ONLY_IN_THE_ROOT) == []
