@@ -65,7 +65,7 @@ from rewardq.queue.connection import redact_url
 from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import EncodedResults
-from rewardq.queue.states import DeadLetterKind
+from rewardq.queue.states import DeadLetterKind, failure_kind_of
 from rewardq.reward.base import RewardManager
 
 if TYPE_CHECKING:
@@ -354,6 +354,8 @@ class Worker:
                 DeadLetterKind.SCORING,
                 f"scoring failed: {type(exc).__name__}: {exc}",
                 tb=traceback.format_exc(),
+                failure=failure_kind_of(exc),
+                extra_info=getattr(exc, "extra_info", None),
             )
             return "error"
         await self._commit(shard, tid, results)
