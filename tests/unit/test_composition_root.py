@@ -87,3 +87,29 @@ def test_the_scan_sees_each_way_of_calling(code: str, name: str) -> None:
     probe = [("tests/support/probe.py", f"def start(cfg):\n    {code}\n")]
     assert _offenders(probe, ONLY_IN_THE_ROOT) == [f"tests/support/probe.py:2 calls {name}(...)"]
     assert _offenders([(ROOT, code)], ONLY_IN_THE_ROOT) == []
+
+
+def test_the_one_context_is_filled_from_the_settings() -> None:
+    # the reproduction: a CLI worker's genrm kept judge answers 604800 s whatever --result-ttl said
+    from rewardq.config import WorkerConfig
+    from rewardq.consumers.compose import prepare_worker
+
+    cfg = WorkerConfig.load(
+        env={},
+        overrides={
+            "manager": "genrm",
+            "tokenizer": "builtin:demo",
+            "result_ttl": 60.0,
+            "namespace": "t-root",
+            "redis_url": "redis+cluster://127.0.0.1:7301",
+            "scorer_processes": 3,
+            "manager_options": {"base_url": "http://127.0.0.1:9/v1", "model": "j"},
+        },
+    )
+    prepared = prepare_worker(cfg)
+    ctx = prepared.manager.context
+    assert (ctx.result_ttl, ctx.namespace, ctx.worker_name, ctx.cluster) == (60.0, "t-root", prepared.name, True)
+    assert ctx.redis_url == cfg.redis_url and ctx.scoring.processes == 3 and prepared.tokenizer is not None
+    assert prepared.name and cfg.name is None  # named, without changing the caller's settings
+    # and a manager scored outside any worker (rewardq.testing) keeps its state in the process
+    assert prepare_worker(cfg, standalone=True).manager.context.redis_url is None
