@@ -14,6 +14,7 @@ placement, say) is moved by hand.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +68,18 @@ def _names(node: ast.AST) -> set[str]:
     return out
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """A test module's syntax tree, parsed once for every check here."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def _tests_under(mark: str | None, folder: Path = TESTS) -> list[tuple[str, set[str]]]:
     """Every test of the modules under ``folder`` that carry a module-wide ``mark`` (None: every
     module), with the names it uses."""
     found = []
     for path in sorted(folder.rglob("test_*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _parsed(path)
         if mark is not None and mark not in _module_marks(tree):
             continue
         helpers = {n.name: _names(n) for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
