@@ -140,7 +140,8 @@ def prepare_worker(
         return PreparedWorker(cfg, name, tokenizer, manager)
     source = cfg.sources.get("tokenizer", "")
     origin = source if source.startswith("file ") else None
-    check_manager_spec(cfg.manager)  # before torch: these need no import and fail in a moment
+    # before torch: these need no import and fail in a moment (a --reward-fn may register the manager)
+    check_manager_spec(cfg.manager, names_may_register=bool(cfg.reward_fn))
     check_tokenizer_spec(cfg.tokenizer, origin=origin)
     with startup_step(logger, "importing torch, tensordict and the reward managers"):
         import tensordict  # noqa: F401 - the worker needs both; importing them is most of a start-up

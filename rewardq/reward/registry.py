@@ -102,11 +102,13 @@ def _unknown(spec: str, known: list[str]) -> UnknownManagerError:
     )
 
 
-def check_manager_spec(spec: str) -> None:
+def check_manager_spec(spec: str, *, names_may_register: bool = False) -> None:
     """Refuse a ``--manager`` that names nothing, without importing any manager (the built-ins
     import torch, seconds of a start-up): a name that is neither built in, registered nor an
     entry point, or a ``path/to/file.py:Class`` whose file is not there. A ``module:Class`` is
-    imported later by :func:`get_manager_class`, which says what is wrong with it."""
+    imported later by :func:`get_manager_class`, which says what is wrong with it.
+    ``names_may_register``: code imported later (a ``--reward-fn`` module) may still
+    :func:`register` the name, so an unknown name is left to :func:`get_manager_class`."""
     module, sep, _ = spec.rpartition(":")
     if sep and module:
         if is_file_spec(module) and not os.path.isfile(os.path.expanduser(module)):
@@ -114,6 +116,8 @@ def check_manager_spec(spec: str) -> None:
                 f"cannot import manager {spec!r}: no such file {module!r} "
                 f"(looked in {os.path.abspath(os.path.expanduser(module))!r})"
             )
+        return
+    if names_may_register:
         return
     if spec not in BUILTIN_NAMES and spec not in _REGISTRY and spec not in _entry_point_classes():
         raise _unknown(spec, sorted(listed_managers()))

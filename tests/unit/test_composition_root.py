@@ -11,6 +11,7 @@ in every test too.
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,41 @@ def test_the_one_context_is_filled_from_the_settings() -> None:
     assert prepared.name and cfg.name is None  # named, without changing the caller's settings
     # and a manager scored outside any worker (rewardq.testing) keeps its state in the process
     assert prepare_worker(cfg, standalone=True).manager.context.redis_url is None
+
+
+def test_a_manager_spec_is_checked_without_importing_a_manager(tmp_path: Path) -> None:
+    from rewardq.errors import UnknownManagerError
+    from rewardq.reward.registry import check_manager_spec
+
+    for fine in ("naive", "limited", "seqpo_simt", "pkg.imported_later:Mine"):  # seqpo_simt: an entry point
+        check_manager_spec(fine)
+    with pytest.raises(UnknownManagerError, match="unknown reward manager 'nope'; known: .*naive"):
+        check_manager_spec("nope")
+    with pytest.raises(UnknownManagerError, match="no such file"):
+        check_manager_spec(f"{tmp_path}/missing.py:Mine")
+    check_manager_spec("nope", names_may_register=True)  # a --reward-fn module may still register it
+
+
+def test_a_manager_the_reward_fn_module_registers_is_found(tmp_path: Path) -> None:
+    from rewardq.config import WorkerConfig
+    from rewardq.consumers.compose import prepare_worker
+    from rewardq.reward import registry
+
+    module = tmp_path / "registering_rewards.py"
+    module.write_text(
+        "from rewardq.reward import register\n"
+        "from rewardq.reward.managers.naive import NaiveRewardManager\n\n\n"
+        "@register('t-registered-by-its-reward-fn')\n"
+        "class Mine(NaiveRewardManager):\n    pass\n\n\n"
+        "def compute_score(**kw):\n    return 1.0\n"
+    )
+    cfg = WorkerConfig(
+        manager="t-registered-by-its-reward-fn",
+        tokenizer="builtin:demo",
+        reward_fn=str(module),
+        reward_fn_placement="inline",
+    ).validate()
+    try:
+        assert type(prepare_worker(cfg, standalone=True).manager).__name__ == "Mine"
+    finally:
+        registry._REGISTRY.pop("t-registered-by-its-reward-fn", None)
