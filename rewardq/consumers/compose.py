@@ -24,14 +24,16 @@ command), the benchmarks and the test helpers. Two steps, then the worker's life
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
+from rewardq import __version__, defaults
 from rewardq.config import WorkerConfig
+from rewardq.consumers.accounting import Accounting, open_ledger
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.fleet import FleetGate
@@ -43,10 +45,13 @@ from rewardq.consumers.quarantine import Quarantine
 from rewardq.consumers.resources import close_manager, open_broker, serve_metrics
 from rewardq.logs import startup_step
 from rewardq.queue.connection import connect_async, redact_url, split_cluster
+from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
+from rewardq.queue.provenance import publish as publish_provenance
 from rewardq.reward.context import ManagerContext
 from rewardq.reward.fingerprint import tokenizer_fingerprint
-from rewardq.reward.registry import check_manager_spec
+from rewardq.reward.provenance import ProvenanceBook
+from rewardq.reward.registry import check_manager_spec, is_builtin_manager
 from rewardq.reward.scoring_fingerprint import scoring_fingerprint
 from rewardq.reward.tokenizer import check_tokenizer_spec
 
@@ -234,6 +239,7 @@ async def open_worker(
             ),
             commits=CommitCoalescer(broker),
             quarantine=Quarantine(broker),
+            accounting=_accounts(cfg, name, manager, r, broker.ks, mine.digest, metrics),
         )
         worker = Worker(parts)
         await worker.beat()
@@ -247,6 +253,37 @@ async def open_worker(
             await close_manager(manager)
             if own:
                 await r.aclose()
+
+
+def _accounts(
+    cfg: WorkerConfig,
+    name: str,
+    manager: RewardManager,
+    client: AsyncRedis,
+    ks: Keyspace,
+    scoring: str,
+    metrics: Metrics,
+) -> Accounting:
+    """The provenance book and, with ``ledger`` set, the ledger (:mod:`rewardq.consumers.accounting`)."""
+    book = ProvenanceBook(
+        manager,
+        manager_spec=cfg.manager,
+        scoring=scoring,
+        reward_fn=cfg.reward_fn,
+        custom=not is_builtin_manager(cfg.manager),
+        version=__version__,
+    )
+
+    async def publish(digest: str, blob: str) -> None:
+        await publish_provenance(client, ks, digest, blob)
+
+    with startup_step(logger, "opening the ledger") if cfg.ledger else contextlib.nullcontext():
+        ledger = open_ledger(cfg, name)
+    accounting = Accounting(book, publish, ledger, cfg.manager)
+    metrics.watch_health(accounting.health.windows)
+    if ledger is not None:
+        metrics.watch_ledger(ledger.snapshot)
+    return accounting
 
 
 async def run_worker(

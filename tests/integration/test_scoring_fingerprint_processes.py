@@ -14,7 +14,7 @@ def test_stable_across_processes(tmp_path: Path) -> None:
     path = _reward_file(tmp_path)
     code = (
         "from rewardq.config import WorkerConfig\n"
-        "from rewardq.reward.scoring_fingerprint import scoring_fingerprint\n"
+        "from rewardq.reward.scoring_fingerprint import differences, scoring_fingerprint\n"
         f"cfg = WorkerConfig(tokenizer='builtin:demo', manager='dapo', reward_fn={str(path)!r}, "
         "manager_options={'b': [1, 2], 'a': {'y': 1, 'x': 2}}, reward_fn_kwargs={'k': 1})\n"
         f"print(scoring_fingerprint(cfg, {TOK!r}).digest)\n"
