@@ -1,0 +1,100 @@
+"""What ``verl_on_error`` does on each verl trainer, and the configurations that cannot mask; no verl import.
+
+``mask`` (the default) leaves a sample whose reward failed out of training. How depends on the
+trainer (:func:`trainer_kind`):
+
+* **V1** (``trainer.use_v1``, verl's default; its task runner turns ``transfer_queue.enable`` on):
+  the sample's session raises :class:`~rewardq.errors.SampleMasked`. verl's ``_run_prompt`` leaves
+  a session that raised out of TransferQueue, and its advantage step groups only the sessions
+  present, so the failed sample has no tokens in the loss and no part in its group's baseline
+  with verl's own estimators (``algorithm.adv_estimator`` unchanged).
+* **DataProto trainers** (legacy, one-step-off, fully-async): every sample stays in the batch, so
+  the failed one gets the reward NaN ("no reward") and the advantage estimator
+  ``rewardq_<name>`` (:mod:`rewardq.integrations.verl_mask`) takes it out: its tokens leave the
+  loss (``response_mask`` 0), the group's statistics are those of its scored samples, and a group
+  left with fewer than two scored samples contributes nothing. That is the one verl key to set:
+  ``algorithm.adv_estimator=rewardq_grpo`` (or ``rewardq_rloo``, ...).
+
+:func:`masking_refusal` says why a configuration cannot mask (a DataProto trainer with verl's
+own estimator, an estimator rewardq has no masking form of, no trainer config to tell), so the
+adapter and the hook stop the run at start or at the first failed sample instead of letting a
+NaN or a zero into training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewardq.integrations.verl_settings import VerlAdapterSettings, config_at
+
+#: verl's estimators that have a masking form, ``rewardq_<name>``: every one that takes only the
+#: rewards, the mask, the groups (``index``) and the algorithm config, so leaving samples out is
+#: calling it on the scored ones (tests/verl/test_masking.py checks each against verl on the batch
+#: with the failed samples removed). GAE (values), REMAX (a greedy baseline rollout), GDPO (the
+#: non-tensor batch) and the optimal-token baselines (actor statistics) take more and have none.
+MASKABLE = (
+    "grpo",
+    "grpo_vectorized",
+    "rloo",
+    "rloo_vectorized",
+    "opo",
+    "grpo_passk",
+    "reinforce_plus_plus_baseline",
+    "reinforce_plus_plus",
+    "gpg",
+)
+#: The prefix of the masking estimators' names.
+PREFIX = "rewardq_"
+#: The trainer kinds :func:`trainer_kind` tells apart.
+V1, DATAPROTO = "v1", "dataproto"
+
+
+def trainer_kind(config: object) -> str | None:
+    """``v1`` for verl's V1 (TransferQueue) trainer, ``dataproto`` for the others, None without a config.
+
+    verl's V1 task runner sets ``transfer_queue.enable = True`` before it builds anything;
+    ``trainer.use_v1`` alone does not tell (the one-step-off trainer inherits ``use_v1: true`` but
+    runs the DataProto trainer).
+    """
+    if config is None:
+        return None
+    return V1 if bool(config_at(config, "transfer_queue.enable")) else DATAPROTO
+
+
+def estimator_of(config: object) -> str:
+    """The config's ``algorithm.adv_estimator`` (verl's default ``gae`` when absent)."""
+    value: Any = config_at(config, "algorithm.adv_estimator")
+    return str(getattr(value, "value", value) or "gae")
+
+
+def masking_refusal(settings: VerlAdapterSettings, config: object) -> str | None:
+    """Why ``settings.on_error`` cannot work with this trainer config, or None when it can."""
+    if settings.on_error != "mask":
+        return None
+    kind = trainer_kind(config)
+    fix_zero = "or set verl_on_error=zero (failures score 0.0) or raise (the first failure stops the run)"
+    if kind is None:
+        return (
+            "rewardq: verl_on_error=mask needs the trainer's config to know how to leave a failed sample out of "
+            f"training, and this adapter has none (no self.config); give it the trainer's config, {fix_zero}"
+        )
+    estimator = estimator_of(config)
+    if kind == V1:
+        if estimator.startswith(PREFIX):
+            return (
+                f"rewardq: algorithm.adv_estimator={estimator} is for verl's DataProto trainers; on the V1 trainer "
+                f"a failed sample's session never reaches TransferQueue, so keep verl's own estimator: set "
+                f"algorithm.adv_estimator={estimator.removeprefix(PREFIX)}"
+            )
+        return None
+    if estimator.startswith(PREFIX) and estimator.removeprefix(PREFIX) in MASKABLE:
+        return None
+    if estimator in MASKABLE:
+        how = f"set algorithm.adv_estimator={PREFIX}{estimator}"
+    else:
+        how = f"choose one of {', '.join(PREFIX + m for m in MASKABLE)} as algorithm.adv_estimator"
+    return (
+        f"rewardq: verl_on_error=mask cannot leave failed samples out of training with algorithm.adv_estimator="
+        f"{estimator} on this trainer (it keeps every sample in the batch, and verl's {estimator} would take a "
+        f"failed sample's reward into its group's baseline): {how} (rewardq's masking form of it), {fix_zero}"
+    )
