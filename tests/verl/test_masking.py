@@ -1,0 +1,296 @@
+"""``verl_on_error=mask``: a failed sample contributes nothing, through verl's own machinery.
+
+GRPO groups are scored by a real fleet (``rewardq worker`` processes, real Redis) whose reward
+function raises for responses marked ``FAIL`` (tests/verl/failing_scorer.py). Groups of 4: one with
+1 failure, one with 2, one with none, one with 3 (left with one scored sample).
+
+* DataProto trainers (legacy, one-step-off, fully-async), through the agent-loop manager's worker
+  and through the hook (verl's own ``AgentLoopWorker._compute_score`` and ``_postprocess``), then
+  verl's own ``compute_advantage`` with ``rewardq_<estimator>``: every healthy sample's advantage is
+  what verl's ``<estimator>`` computes on the batch with the failed samples removed (1e-6); every
+  failed sample, and the lone survivor, has advantage 0 and ``response_mask`` 0 in the batch.
+* The V1 trainer, through verl's own ``AgentLoopWorkerTQ._run_prompt`` into the real TransferQueue,
+  verl's ``ReplayBuffer.sample`` and ``compute_advantage_for_multi_trajectories`` with verl's own
+  ``grpo``: the failed sessions never reach the batch, and the healthy ones get verl's GRPO over the
+  healthy ones.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
+from verl.protocol import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+from rewardq.errors import ConfigError
+from rewardq.integrations.verl import RewardqAgentLoopManager, RewardqAgentLoopWorker, RewardqRewardManager
+from rewardq.integrations.verl_metrics import step_metrics
+from rewardq.integrations.verl_policy import MASKABLE, masking_refusal
+from rewardq.integrations.verl_settings import settings_for
+from tests.conftest import REDIS_URL, _delete_namespace
+from tests.support.cli_procs import Procs
+from tests.support.sync_client import SyncClient
+from tests.verl.conftest import Fleet, start_fleet
+from tests.verl.data import internal, output, row
+from tests.verl.harness import GENERATED, bare_agent_loop_worker
+from tests.verl.test_safety import LocalHandle
+
+SCORER = str(Path(__file__).with_name("failing_scorer.py")) + ":compute_score"
+#: Per group, its 4 responses; ``FAIL`` marks the samples whose reward function raises.
+GROUPS = [
+    ["aaaa", "a FAIL", "aa", "aaaaaaa"],  # 1 failed
+    ["FAIL", "aaa", "FAIL aa", "a"],  # 2 failed
+    ["a", "aa", "aaaaa", "aaa"],  # none
+    ["FAIL a", "aaaa", "FAIL", "FAIL aaaaaa"],  # 3 failed: one scored sample left
+]
+
+
+@pytest.fixture(scope="module")
+def failing_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]:
+    fleet = start_fleet(
+        module_procs, module_redis, "--manager", "naive", "--tokenizer", "builtin:demo", "--reward-fn", SCORER, n=2
+    )
+    yield fleet
+    for w in fleet.workers:
+        w.terminate()
+    _delete_namespace(REDIS_URL, fleet.namespace)
+
+
+def trainer_config(namespace: str, estimator: str, v1: bool = False, **rewardq: Any) -> Any:
+    """verl's generated trainer config, as the trainer hands it to its agent loops and reward loop."""
+    cfg = OmegaConf.load(GENERATED)
+    cfg.algorithm.adv_estimator = estimator
+    cfg.actor_rollout_ref.rollout.n = 4
+    cfg.transfer_queue.enable = v1  # what verl's V1 task runner sets
+    cfg.reward.rewardq = {"redis_url": REDIS_URL, "namespace": namespace, **rewardq}
+    return cfg
+
+
+def hook(cfg: Any) -> RewardqRewardManager:
+    """The hook as verl's reward loop builds it (no policy tokenizer here: no fingerprint is sent)."""
+    return RewardqRewardManager(cfg, None)  # type: ignore[arg-type]
+
+
+def expected(response: str) -> float:
+    return math.nan if "FAIL" in response else response.count("a") / 4.0
+
+
+async def score_groups(path: str, cfg: Any) -> tuple[list[AgentLoopOutput], list[str]]:
+    """Every sample of :data:`GROUPS`, scored through ``path`` as verl's agent loop scores it."""
+    if path == "agent-loop":
+        w: Any = object.__new__(RewardqAgentLoopWorker)
+        w.config = cfg
+    else:
+        w = bare_agent_loop_worker(AgentLoopWorker, [LocalHandle(hook(cfg))])
+    finals, uids = [], []
+    for g, responses in enumerate(GROUPS):
+        uid = f"g{g}-{uuid.uuid4().hex[:6]}"
+        for text in responses:
+            outputs = [output(text)]
+            await type(w)._compute_score(w, outputs, kwargs=row("custom", "x", uid=uid, index=g))
+            finals.append(outputs[-1])
+            uids.append(uid)
+    return finals, uids
+
+
+def dataproto_batch(finals: list[AgentLoopOutput], uids: list[str], path: str) -> DataProto:
+    """The batch verl's legacy trainer holds before ``compute_advantage``."""
+    cls = RewardqAgentLoopWorker if path == "agent-loop" else AgentLoopWorker
+    bare: Any = object.__new__(cls)
+    bare.reward_loop_worker_handles = None
+    batch: DataProto = cls._postprocess(bare, [internal(o.model_copy(deep=True)) for o in finals])
+    batch.non_tensor_batch["uid"] = np.array(uids, dtype=object)
+    batch.batch["token_level_scores"] = batch.batch["rm_scores"]
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]  # fit does this without KL in reward
+    return batch
+
+
+@pytest.mark.parametrize("path", ["agent-loop", "hook"])
+@pytest.mark.parametrize("estimator", MASKABLE)
+async def test_failed_samples_contribute_nothing_on_a_dataproto_trainer(
+    failing_fleet: Fleet, path: str, estimator: str
+) -> None:
+    cfg = trainer_config(failing_fleet.namespace, f"rewardq_{estimator}")
+    finals, uids = await score_groups(path, cfg)
+    rewards = [o.reward_score for o in finals]
+    flat = [t for group in GROUPS for t in group]
+    assert [float("nan") if r is None else r for r in rewards] == pytest.approx(
+        [expected(t) for t in flat], nan_ok=True
+    )
+    failed = [i for i, t in enumerate(flat) if "FAIL" in t]
+    lone = [i for i, t in enumerate(flat) if i // 4 == 3 and "FAIL" not in t]  # group 3's one scored sample
+    healthy = [i for i in range(len(flat)) if i not in failed and i not in lone]
+    kinds = [
+        o.extra_fields.get("reward_failure_kind") or o.extra_fields["reward_extra_info"].get("reward_failure_kind")
+        for o in finals
+    ]
+    assert all(kinds[i] is not None for i in failed) and all(kinds[i] is None for i in healthy + lone)
+
+    batch = dataproto_batch(finals, uids, path)
+    # the batch without the failed samples, and without the group they left with one scored sample
+    reference = dataproto_batch(finals, uids, path).select_idxs(healthy)
+    mask_before = batch.batch["response_mask"].clone()
+    out = compute_advantage(
+        batch, adv_estimator=f"rewardq_{estimator}", norm_adv_by_std_in_grpo=True, config=cfg.algorithm
+    )
+    ref = compute_advantage(reference, adv_estimator=estimator, norm_adv_by_std_in_grpo=True, config=cfg.algorithm)
+
+    for n, i in enumerate(healthy):  # verl's own estimator on the batch without the failed samples
+        torch.testing.assert_close(out.batch["advantages"][i], ref.batch["advantages"][n], atol=1e-6, rtol=0)
+        assert torch.equal(out.batch["response_mask"][i], mask_before[i])
+    for i in failed + lone:  # no advantage, no token in the loss (the batch's own mask, which the actor reads)
+        assert not out.batch["advantages"][i].any() and not out.batch["response_mask"][i].any()
+    assert torch.isfinite(out.batch["token_level_scores"]).all()  # verl's reward metrics stay finite
+    figures = step_metrics(out)
+    assert (
+        figures["rewardq/masked"] == len(failed + lone) and figures["rewardq/masked_share"] == len(failed + lone) / 16
+    )
+    assert figures["rewardq/failures/scorer"] + figures["rewardq/failures/unknown"] == len(failed)
+
+
+async def test_a_batch_without_failures_gets_verls_own_advantages_bit_for_bit(failing_fleet: Fleet) -> None:
+    cfg = trainer_config(failing_fleet.namespace, "rewardq_grpo")
+    finals, uids = await score_groups("agent-loop", cfg)
+    ok = [i for i, o in enumerate(finals) if o.reward_score is not None and not math.isnan(o.reward_score)]
+    batch = dataproto_batch([finals[i] for i in ok], [uids[i] for i in ok], "agent-loop")
+    twin = dataproto_batch([finals[i] for i in ok], [uids[i] for i in ok], "agent-loop")
+    ours = compute_advantage(batch, adv_estimator="rewardq_grpo", config=cfg.algorithm)
+    verls = compute_advantage(twin, adv_estimator="grpo", config=cfg.algorithm)
+    assert torch.equal(ours.batch["advantages"], verls.batch["advantages"])
+
+
+def test_a_configuration_that_cannot_mask_is_refused_at_start(failing_fleet: Fleet) -> None:
+    cfg = trainer_config(failing_fleet.namespace, "grpo")
+    with pytest.raises(ConfigError, match="set algorithm.adv_estimator=rewardq_grpo"):
+        RewardqAgentLoopManager(config=cfg, llm_client=None)  # in the trainer's process, at start
+    for estimator in ("gae", "remax", "gdpo"):
+        refusal = masking_refusal(settings_for(trainer_config("x", estimator)), trainer_config("x", estimator))
+        assert refusal is not None and "rewardq_grpo" in refusal and "verl_on_error=zero" in refusal
+    v1 = trainer_config("x", "rewardq_grpo", v1=True)
+    assert "algorithm.adv_estimator=grpo" in str(masking_refusal(settings_for(v1), v1))
+    assert (
+        masking_refusal(settings_for(trainer_config("x", "grpo", v1=True)), trainer_config("x", "grpo", v1=True))
+        is None
+    )
+    zero = trainer_config("x", "gae", verl_on_error="zero")
+    assert masking_refusal(settings_for(zero), zero) is None
+
+
+async def test_the_hook_refuses_an_estimator_that_cannot_mask_at_its_first_trajectory(failing_fleet: Fleet) -> None:
+    from rewardq.errors import RunStopped
+
+    cfg = trainer_config(failing_fleet.namespace, "grpo")
+    w = bare_agent_loop_worker(AgentLoopWorker, [LocalHandle(hook(cfg))])
+    with pytest.raises(RunStopped, match="rewardq_grpo"):
+        await AgentLoopWorker._compute_score(w, [output("aa")], kwargs=row("custom", "x"))  # a healthy one
+
+
+# -- V1 ----------------------------------------------------------------------------------------
+
+
+def v1_worker(path: str, cfg: Any) -> Any:
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    from rewardq.integrations.verl import RewardqAgentLoopWorkerTQ
+
+    if path == "agent-loop":
+        w = object.__new__(RewardqAgentLoopWorkerTQ)
+        w.reward_loop_worker_handles = None
+        w.processor, w.tokenizer, w.mm_processor_kwargs, w.distillation_enabled = None, None, {}, False
+    else:
+        cls = AgentLoopWorkerTQ.__ray_metadata__.modified_class
+        w = bare_agent_loop_worker(cls, [LocalHandle(hook(cfg))])
+    w.config = cfg
+    responses: dict[str, list[str]] = {}
+
+    async def run_agent_loop(sampling_params: Any, trajectory: Any, *, trace: bool = False, **kwargs: Any) -> Any:
+        # the agent loop's generation, then verl's (or rewardq's) own V1 post-processing
+        outputs = [output(responses[kwargs["uid"]][kwargs["session_id"]])]
+        return await w._agent_loop_postprocess(outputs, trajectory["validate"], **kwargs)
+
+    w._run_agent_loop = run_agent_loop
+    w.responses = responses
+    return w
+
+
+async def run_prompts(tq: ModuleType, w: Any, groups: list[list[str]], step: int) -> list[str]:
+    """What the V1 trainer does for each prompt (its tag), then verl's own ``_run_prompt``."""
+    uids = []
+    for g, texts in enumerate(groups):
+        uid = str(uuid.uuid4())
+        w.responses[uid] = texts
+        tq.kv_batch_put(
+            keys=[uid], partition_id="train", tags=[{"is_prompt": True, "status": "pending", "global_steps": step}]
+        )
+        prompt = {**row("custom", "x", uid=uid, index=g), "global_steps": step}
+        await type(w)._run_prompt(w, prompt, {}, trajectory={"validate": False}, trace=False)
+        uids.append(uid)
+    return uids
+
+
+def replay_buffer() -> Any:
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    return ReplayBuffer(
+        trainer_mode="sync",
+        trainer_config=OmegaConf.create({}),
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs=OmegaConf.create({}),
+        poll_interval=0.1,
+        train_batch_size=len(GROUPS),
+        gen_batch_size=len(GROUPS),
+    )
+
+
+@pytest.mark.parametrize("path", ["agent-loop", "hook"])
+async def test_failed_sessions_never_reach_the_v1_batch(failing_fleet: Fleet, real_tq: ModuleType, path: str) -> None:
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    tq = real_tq
+    cfg = trainer_config(failing_fleet.namespace, "grpo", v1=True)
+    w = v1_worker(path, cfg)
+    uids = await run_prompts(tq, w, GROUPS, step=1)
+    tags = tq.kv_list(partition_id="train")["train"]
+    assert [tags[u]["status"] for u in uids] == ["failure", "failure", "finished", "failure"]
+    batch, _ = replay_buffer().sample(global_steps=1, partition_id="train", batch_size=len(GROUPS))  # verl's step
+    try:
+        healthy = {(u, s) for u, texts in zip(uids, GROUPS) for s, t in enumerate(texts) if "FAIL" not in t}
+        assert {(k.rsplit("_", 2)[0], int(k.rsplit("_", 2)[1])) for k in batch.keys} == healthy
+        # verl's V1 advantage step (trainer_base._compute_advantage) on what the replay buffer gave
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id="train", select_fields=["uid", "response_mask", "rm_scores"]
+        )
+        data = DataProto(batch=data.to_padded_tensor())
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        data.non_tensor_batch["uid"] = np.array(data.batch.pop("uid").tolist(), dtype=object)
+        data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        data = compute_advantage_for_multi_trajectories(
+            data, batch_keys=batch.keys, adv_estimator="grpo", config=cfg.algorithm
+        )
+        got = {}
+        for row_i, key in enumerate(batch.keys):
+            uid, session, _ = key.rsplit("_", 2)
+            first = int(data.batch["response_mask"][row_i].argmax())
+            got[(uid, int(session))] = float(data.batch["advantages"][row_i, first])
+        # verl's GRPO over the healthy samples alone
+        order = sorted(healthy, key=lambda us: (uids.index(us[0]), us[1]))
+        scores = torch.tensor([[expected(GROUPS[uids.index(u)][s])] for u, s in order])
+        ref, _ = core_algos.compute_grpo_outcome_advantage(
+            scores, torch.ones_like(scores), np.array([u for u, _ in order], dtype=object)
+        )
+        for (u, s), adv in zip(order, ref[:, 0].tolist()):
+            assert got[(u, s)] == pytest.approx(adv, abs=1e-6)
+    finally:
+        tq.kv_clear(keys=list(batch.keys), partition_id="train")
