@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         RewardTimeout,
         ScoringError,
         TrajectoryTooLarge,
+        TransientError,
     )
     from rewardq.producers.aio import AsyncRewardClient
     from rewardq.producers.client import RewardClient
@@ -67,6 +68,7 @@ _EXPORTS = {
     "RedisTimeout": "rewardq.errors",
     "RedisConnectionLost": "rewardq.errors",
     "TrajectoryTooLarge": "rewardq.errors",
+    "TransientError": "rewardq.errors",
 }
 
 __all__ = [
@@ -88,6 +90,7 @@ __all__ = [
     "RewardqError",
     "ScoringError",
     "TrajectoryTooLarge",
+    "TransientError",
     "__version__",
 ]
 

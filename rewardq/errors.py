@@ -55,7 +55,54 @@ class TokenizerMismatch(RecordError):
 
 
 class ScoringError(RewardqError):
-    """A reward manager or scoring function failed or returned something unusable."""
+    """A reward manager or scoring function failed or returned something unusable.
+
+    Its trajectory gets an error result whose ``failure_kind`` (a
+    :class:`~rewardq.queue.states.FailureKind`) the class decides
+    (:func:`rewardq.queue.states.failure_kind_of`: ``scorer`` unless a subclass says otherwise), or
+    the raiser, with ``failure_kind=``, when one class covers several kinds (an HTTP status decides).
+
+    Attributes:
+        failure_kind: the kind the raiser gave (a ``FailureKind`` value), None: the class's.
+        retry_after: for a ``transient`` failure, the seconds the remote side asked to wait
+            (``Retry-After``) before the next try, None when it did not say.
+        extra_info: more ``reward_extra_info`` for the error result (beside ``error``): the fields
+            verl's managers give such a failure (``{"timeout": True, "acc": 0.0}``), so readers of
+            ``reward_extra_info`` find them.
+    """
+
+    def __init__(
+        self,
+        *args: object,
+        failure_kind: str | None = None,
+        retry_after: float | None = None,
+        extra_info: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(*args)
+        self.failure_kind = failure_kind
+        self.retry_after = retry_after
+        self.extra_info = extra_info
+
+
+class TransientError(ScoringError):
+    """Scoring failed on infrastructure that may recover: a judge or reward model answering 429 or
+    5xx or not answering, SandboxFusion down, a lost connection (``failure_kind`` ``transient``).
+
+    The worker scores the trajectory again after a backoff (``retry_after`` when the remote side
+    said how long to wait), without holding a scoring slot, until ``retry_for`` runs out; only
+    then does it get an error result. A reward function may raise it too, for the same effect.
+    """
+
+
+class ScoringTimeout(ScoringError):
+    """Scoring ran past its budget (``score_timeout``, or a manager's own ``timeout``) on this
+    trajectory (``failure_kind`` ``timeout``)."""
+
+
+class FleetConfigError(ScoringError):
+    """The fleet cannot score this trajectory as configured, whatever is retried (``failure_kind``
+    ``config``): a data source no scorer knows, a missing extra, code isolation unavailable, a
+    judge refusing the credentials or the model (401, 403, 404). The message says what to change."""
 
 
 class RunStopped(ScoringError):
@@ -101,24 +148,25 @@ class RemoteTraceback(RewardqError):
         return f"\n{self.text}"
 
 
-class UnknownDataSourceError(ScoringError):
+class UnknownDataSourceError(FleetConfigError):
     """No default scorer exists for a ``data_source``."""
 
 
-class MissingScorerExtra(ScoringError):
+class MissingScorerExtra(FleetConfigError):
     """A built-in scorer needs a package of the ``math`` extra that is not installed: that sample's
     trajectory gets an error result whose message names the extra to install."""
 
 
-class CodeSandboxError(ScoringError):
+class CodeSandboxError(FleetConfigError):
     """The local code sandbox failed, not the program under test (it could not start, set up its
-    namespaces, or report): the trajectory gets an error result instead of a reward."""
+    namespaces, or report): the trajectory gets an error result instead of a reward, of kind
+    ``config`` (code isolation is unavailable on this host) unless the raiser says otherwise."""
 
 
-class SandboxUnavailableError(ScoringError):
-    """SandboxFusion did not answer usably (connection refused, 5xx after the capped retries, 4xx,
-    a timeout or a reply that is not JSON): the trajectory gets an error result naming the sandbox,
-    never a fake zero reward."""
+class SandboxUnavailableError(TransientError):
+    """SandboxFusion did not answer usably (connection refused, a 5xx, a timeout or a reply that is
+    not JSON: ``transient``, retried in place; a 4xx: ``config`` or ``scorer``, as the raiser says):
+    the trajectory never gets a fake zero reward."""
 
 
 class UnknownManagerError(ConfigError):

@@ -5,14 +5,17 @@
 worker's name and its counters, and does nothing else. Every failure ends in a visible,
 explained state: a dead letter holding the raw entry, the reason, the traceback where there
 is one, the delivery count and the worker; and an error result for every key of the
-trajectory, so a waiting trainer is released.
+trajectory, so a waiting trainer is released. Each error result says what kind of failure it
+is (``failure_kind``): the dead letter's kind decides it (:data:`~rewardq.queue.states.DEAD_LETTER_FAILURE`)
+unless the caller knows better (a scoring failure: the exception's kind,
+:func:`~rewardq.queue.states.failure_kind_of`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewardq.consumers.metrics import Metrics
@@ -20,7 +23,7 @@ from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import parse_key, trajectory_id
-from rewardq.queue.states import DeadLetterKind
+from rewardq.queue.states import DEAD_LETTER_FAILURE, DeadLetterKind, FailureKind
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -65,7 +68,8 @@ class FailureHandler:
         Keys that already have a result keep it.
         """
         ident = self._identity(entry, record)
-        dead = self._dead_fields(entry, kind, reason, tb, tid=ident[0] if ident else "")
+        failure = DEAD_LETTER_FAILURE[kind]
+        dead = self._dead_fields(entry, kind, reason, tb, tid=ident[0] if ident else "", failure=failure)
         if ident is None:
             await self.broker.dead_letter_entry(entry, dead)
         else:
@@ -73,9 +77,9 @@ class FailureHandler:
             shard = self.ks.shard_of(tid)
             if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
                 await self.broker.dead_letter_entry(entry, dead)
-                await self.broker.fail(shard, tid, reason, index=idx, entry=None)
+                await self.broker.fail(shard, tid, reason, index=idx, entry=None, kind=failure)
             else:
-                await self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead)
+                await self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure)
         self._count(kind)
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
 
@@ -90,18 +94,26 @@ class FailureHandler:
         *,
         also_ack: Sequence[Entry] = (),
         last_index: int = -1,
+        failure: FailureKind | None = None,
+        extra_info: Mapping[str, Any] | None = None,
     ) -> None:
         """Fail a whole trajectory (scoring failed, or its stored records are bad); ``also_ack``:
         its other entries this worker holds, acknowledged with it; ``last_index``: its final index
-        when Redis does not know it yet (a trajectory read whole and refused before its claim)."""
+        when Redis does not know it yet (a trajectory read whole and refused before its claim);
+        ``failure``: its error results' kind (default: the dead letter's,
+        :data:`~rewardq.queue.states.DEAD_LETTER_FAILURE`); ``extra_info``: more of their
+        ``reward_extra_info``, beside ``error``."""
+        failure = failure or DEAD_LETTER_FAILURE[kind]
         await self.broker.fail(
             shard,
             tid,
             reason,
             index=last_index,
             entry=entry,
-            dead=self._dead_fields(entry, kind, reason, tb, tid=tid),
+            dead=self._dead_fields(entry, kind, reason, tb, tid=tid, failure=failure),
             also_ack=also_ack,
+            kind=failure,
+            extra_info=extra_info,
         )
         self._count(kind)
         logger.warning("trajectory %s failed (%s): %s", tid, kind, reason[:2000])
@@ -129,14 +141,16 @@ class FailureHandler:
                 continue
             history = await self.broker.attempt_history(shard, tid)
             reason = exhausted_reason(max(e.deliveries for e, _ in items), max_deliveries, history)
+            failure = DEAD_LETTER_FAILURE[DeadLetterKind.EXHAUSTED]
             await self.broker.fail(
                 shard,
                 tid,
                 reason,
                 index=index if len(items) == 1 else -1,
                 entry=first,
-                dead=self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid),
+                dead=self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid, failure=failure),
                 also_ack=[e for e, _ in items[1:]],
+                kind=failure,
             )
             self._count(DeadLetterKind.EXHAUSTED)
             logger.warning("trajectory %s dead-lettered (exhausted): %s", tid, reason)
@@ -164,13 +178,16 @@ class FailureHandler:
         self.stats["errors"] += 1
         self.metrics.dead_letter(kind)
 
-    def _dead_fields(self, entry: Entry, kind: str, reason: str, tb: str, tid: str = "") -> dict[str, Any]:
+    def _dead_fields(
+        self, entry: Entry, kind: str, reason: str, tb: str, *, tid: str = "", failure: FailureKind
+    ) -> dict[str, Any]:
         return {
             "entry_id": entry.id,
             "stream": self.ks.stream(entry.shard),
             "key": entry.key,
             "tid": tid,
             "kind": kind,
+            "failure_kind": failure,
             "reason": reason[:4000],
             "traceback": tb[-8000:],
             "deliveries": entry.deliveries,

@@ -2,8 +2,9 @@
 
 This is the "doing" half of the worker; it knows nothing about streams or acks. Whatever the
 manager does instead of returning ends as a :class:`~rewardq.errors.ScoringError` naming it, so
-its trajectory gets an error result: an exception, a timeout, ``sys.exit``, ``KeyboardInterrupt``,
-a ``CancelledError`` the worker did not ask for, or any other ``BaseException``. Only the worker's
+its trajectory gets an error result: an exception, a timeout (a
+:class:`~rewardq.errors.ScoringTimeout`), ``sys.exit``, ``KeyboardInterrupt``, a
+``CancelledError`` the worker did not ask for, or any other ``BaseException``. Only the worker's
 own cancellation (at shutdown) passes through, to hand the trajectory back.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from rewardq import defaults
 from rewardq.consumers.assembly import trajectory_sample
 from rewardq.consumers.batch import build_batch
-from rewardq.errors import ScoringError
+from rewardq.errors import ScoringError, ScoringTimeout
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.results import STATUS_OK, EncodedResults, RewardResult, encode_results
 from rewardq.reward.base import RewardManager
@@ -89,7 +90,7 @@ class TrajectoryScorer:
         try:
             out: object = await run_within_budget(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:
-            raise ScoringError(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
+            raise ScoringTimeout(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
         except asyncio.CancelledError:
             if cancelled_by_caller(self.stopping):
                 raise

@@ -65,7 +65,7 @@ from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
 from rewardq.queue.results import EncodedResults
-from rewardq.queue.states import DeadLetterKind
+from rewardq.queue.states import DeadLetterKind, failure_kind_of
 from rewardq.reward.base import RewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.scoring_fingerprint import scoring_fingerprint
@@ -437,6 +437,8 @@ class Worker:
                 DeadLetterKind.SCORING,
                 f"scoring failed: {type(exc).__name__}: {exc}",
                 tb=traceback.format_exc(),
+                failure=failure_kind_of(exc),
+                extra_info=getattr(exc, "extra_info", None),
             )
             return "error"
         await self._commit(shard, tid, results)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
@@ -25,9 +25,16 @@ from rewardq.queue.codec import OutputRecord, record_digest
 from rewardq.queue.connection import is_cluster_client
 from rewardq.queue.entries import Entry, StoreOutcome, entries_from_reply
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.results import RESULT_FIELDS, EncodedResults, RewardResult, as_text, encode_results
+from rewardq.queue.results import (
+    RESULT_FIELDS,
+    EncodedResults,
+    RewardResult,
+    as_text,
+    encode_results,
+    error_extra_info,
+)
 from rewardq.queue.script_runner import Call, ScriptRunner
-from rewardq.queue.states import ResultStatus
+from rewardq.queue.states import FailureKind, ResultStatus
 from rewardq.queue.text import reason_text, utf8
 
 if TYPE_CHECKING:
@@ -359,12 +366,16 @@ class StreamBroker:
         entry: Entry | None = None,
         dead: dict[str, Any] | None = None,
         also_ack: Sequence[Entry] = (),
+        kind: FailureKind,
+        extra_info: Mapping[str, Any] | None = None,
     ) -> int:
         """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``.
 
         ``index`` is the output the failure is about (-1: none; digits beyond ``max_outputs`` name
         that one key only). Keys that already have a result keep it. ``also_ack``: more entries of
-        the trajectory to acknowledge with it (at most ``max_outputs``). The message is cut to
+        the trajectory to acknowledge with it (at most ``max_outputs``). ``kind`` is every error
+        result's ``failure_kind``; ``extra_info`` goes into their ``reward_extra_info`` beside
+        ``error`` (:func:`~rewardq.queue.results.error_extra_info`). The message is cut to
         :data:`~rewardq.queue.text.MAX_REASON_BYTES` and every text made valid UTF-8, so no string
         a reward function produced can make the failure itself fail. The trajectory's stored records
         are deleted (kept ``keep_records`` seconds when set).
@@ -378,12 +389,13 @@ class StreamBroker:
             self.ks.records(shard, tid),
         ]
         acks = [e.id for e in also_ack if entry is None or e.id != entry.id][: self.max_outputs]
+        reason = reason_text(message)
         args: list[Any] = [
             self.ks.group,
             tid,
             self.ks.reward_prefix(shard),
             self.result_ttl,
-            reason_text(message),
+            reason,
             self.worker,
             str(index),
             entry.id if entry else "",
@@ -391,6 +403,8 @@ class StreamBroker:
             self.dead_maxlen,
             self.max_outputs,
             self.keep_records,
+            FailureKind(kind).value,
+            error_extra_info(reason, extra_info),
             len(acks),
             *acks,
         ]

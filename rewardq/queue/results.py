@@ -4,9 +4,14 @@ Everything in the hash is readable text, so ``redis-cli HGETALL`` shows it as is
 
     status             ok | error
     reward_score       "1.0"            (empty for errors)
-    reward_extra_info  '{"acc": 1.0}'   (JSON)
+    reward_extra_info  '{"acc": 1.0}'   (JSON; for errors {"error": reason, ...})
     error              ""               (the reason, for errors)
+    failure_kind       transient | timeout | scorer | config | input   (errors only)
     worker, manager, scored_at, latency_ms
+
+Results are written by the ``commit`` script (``ok``, the fields of :data:`RESULT_FIELDS`) and by
+the ``fail`` and ``expire`` scripts (``error``, with ``failure_kind``): an ``ok`` hash holds no
+``failure_kind`` field.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 from rewardq.errors import ResultError
 from rewardq.queue.extra_info import encode_extra_info
 from rewardq.queue.states import FailureKind, ResultStatus
-from rewardq.queue.text import reason_text, utf8
+from rewardq.queue.text import MAX_REASON_BYTES, reason_text, utf8
 
 #: The two statuses by their older names (:class:`~rewardq.queue.states.ResultStatus`).
 STATUS_OK = ResultStatus.OK
@@ -30,6 +35,9 @@ RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker
 _NAMES_BYTES = sum(len(f) for f in RESULT_FIELDS)
 #: What :meth:`RewardResult.to_hash` allows when no limit is given (the worker always gives one).
 _UNBOUNDED = 2**62
+#: The most an error result's ``reward_extra_info`` takes beside its reason, in bytes of JSON: it is
+#: written to every key of the trajectory by one script call, so it is bounded like the reason.
+MAX_ERROR_EXTRA_BYTES = 2 * MAX_REASON_BYTES
 
 
 def as_text(value: object) -> str:
@@ -88,8 +96,12 @@ class RewardResult:
         ]
 
     def to_hash(self, extra_info_json: bytes | None = None) -> dict[str, str]:
-        """The fields written to Redis, as text (:meth:`row` by field name)."""
-        return {f: v.decode() for f, v in zip(RESULT_FIELDS, self.row(extra_info_json))}
+        """The fields of its result hash, as text (:meth:`row` by field name, and ``failure_kind``
+        for an error, as the ``fail`` script writes it)."""
+        fields = {f: v.decode() for f, v in zip(RESULT_FIELDS, self.row(extra_info_json))}
+        if self.failure_kind is not None:
+            fields["failure_kind"] = FailureKind(self.failure_kind).value
+        return fields
 
     @classmethod
     def from_hash(cls, key: str, h: Mapping[Any, Any]) -> RewardResult:
@@ -129,6 +141,19 @@ class RewardResult:
             "latency_ms": self.latency_ms,
             "failure_kind": self.failure_kind,
         }
+
+
+def error_extra_info(reason: str, extra: Mapping[str, Any] | None) -> bytes:
+    """An error result's ``reward_extra_info`` as the ``fail`` script stores it: ``extra`` (the
+    fields a manager gives such a failure, ``{"timeout": True, "acc": 0.0}`` say) with ``error``
+    set to ``reason``; empty (the script then writes ``{"error": reason}``) when there is no extra,
+    or it cannot be stored within :data:`MAX_ERROR_EXTRA_BYTES` beside the reason."""
+    if not extra:
+        return b""
+    try:
+        return encode_extra_info({**extra, "error": reason}, len(utf8(reason)) + MAX_ERROR_EXTRA_BYTES)
+    except ResultError:
+        return b""
 
 
 def _status(text: str | None) -> str:

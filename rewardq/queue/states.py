@@ -5,14 +5,30 @@ expected (a Redis field, a JSON document, a Prometheus label, a comparison with 
 holds), and everything that lists the states (``rewardq dead-letters --kind``, the metrics'
 documentation, the tests) lists the members, so a new state cannot be forgotten by one of them.
 The Lua scripts spell the few they write themselves (``'error'`` results, ``'incomplete'``
-dead letters); a test checks every literal they write against these enums.
+dead letters and their ``'input'`` failure kind); a test checks every literal they write against
+these enums.
+
+:func:`failure_kind_of` decides the kind of a failure from the exception that says it, and
+:data:`DEAD_LETTER_FAILURE` the kind of each dead letter that needs no exception to explain it:
+every error result's kind is decided here, at its source, never read back out of a message.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["DeadLetterKind", "FailureKind", "ResultStatus"]
+from rewardq.errors import (
+    ConfigError,
+    FleetConfigError,
+    RecordError,
+    RedisUnavailable,
+    ScoringError,
+    ScoringTimeout,
+    TokenizerMismatch,
+    TransientError,
+)
+
+__all__ = ["DEAD_LETTER_FAILURE", "DeadLetterKind", "FailureKind", "ResultStatus", "failure_kind_of"]
 
 
 class _Text(str, Enum):
@@ -78,3 +94,66 @@ class DeadLetterKind(_Text):
     EXHAUSTED = "exhausted"
     #: the trajectory waited ``incomplete_timeout`` seconds for outputs that never came.
     INCOMPLETE = "incomplete"
+
+
+#: The failure kind of each dead-letter kind: ``scoring`` is the default of the exception's own
+#: (:func:`failure_kind_of` decides it per failure); the others need no exception to say it.
+#:
+#: * ``invalid``, ``conflict``, ``incomplete``: the records themselves are wrong or missing (``input``);
+#: * ``tokenizer``: the producer and the fleet decode with different vocabularies (``config``);
+#: * ``crashed``, ``exhausted``: the workers scoring it died or lost it, again and again
+#:   (``transient``: nothing says the trajectory itself is wrong, and it was already tried anew).
+DEAD_LETTER_FAILURE: dict[DeadLetterKind, FailureKind] = {
+    DeadLetterKind.INVALID: FailureKind.INPUT,
+    DeadLetterKind.TOKENIZER: FailureKind.CONFIG,
+    DeadLetterKind.CONFLICT: FailureKind.INPUT,
+    DeadLetterKind.SCORING: FailureKind.SCORER,
+    DeadLetterKind.CRASHED: FailureKind.TRANSIENT,
+    DeadLetterKind.EXHAUSTED: FailureKind.TRANSIENT,
+    DeadLetterKind.INCOMPLETE: FailureKind.INPUT,
+}
+
+
+def failure_kind_of(exc: BaseException) -> FailureKind:
+    """The kind of failure ``exc`` says, decided by its class or by its raiser (``failure_kind``).
+
+    ============================================================  ==============
+    exception                                                      kind
+    ============================================================  ==============
+    a :class:`~rewardq.errors.ScoringError` raised with ``failure_kind=``  that kind
+    :class:`~rewardq.errors.TransientError` (SandboxFusion down, a judge's 429/5xx),
+    Redis unreachable, ``ConnectionError``                          ``transient``
+    :class:`~rewardq.errors.ScoringTimeout`                        ``timeout``
+    :class:`~rewardq.errors.FleetConfigError` (unknown data source, missing extra, no code
+    isolation, a judge's 401/403/404), :class:`~rewardq.errors.ConfigError`,
+    :class:`~rewardq.errors.TokenizerMismatch`                     ``config``
+    :class:`~rewardq.errors.RecordError` (a bound broken, a record that does not decode)  ``input``
+    anything else a reward function or manager raised              ``scorer``
+    ============================================================  ==============
+    """
+    declared = getattr(exc, "failure_kind", None) if isinstance(exc, ScoringError) else None
+    if declared:
+        try:
+            return FailureKind(declared)
+        except ValueError:
+            pass
+    if isinstance(exc, (TransientError, RedisUnavailable, ConnectionError)) or _redis_away(exc):
+        return FailureKind.TRANSIENT
+    if isinstance(exc, ScoringTimeout):
+        return FailureKind.TIMEOUT
+    if isinstance(exc, (FleetConfigError, ConfigError, TokenizerMismatch)):
+        return FailureKind.CONFIG
+    if isinstance(exc, RecordError):
+        return FailureKind.INPUT
+    return FailureKind.SCORER
+
+
+def _redis_away(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py's word for a Redis that is away or busy (a rate limiter's or a
+    judge cache's Redis, say). Read only for redis-py's own exceptions, so a process that never
+    imported redis (a scorer process) never imports it here."""
+    if not type(exc).__module__.startswith("redis."):
+        return False
+    from rewardq.queue.retry import is_transient  # redis-py is loaded already: the exception is its own
+
+    return is_transient(exc)

@@ -98,8 +98,8 @@ def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(
     # And each hung trajectory ends in error at its timeout, its process killed
     ended = client.wait_rewards(hung, timeout=SCORE_TIMEOUT * 3 + 30)
     assert {r.status for r in ended.values()} == {"error"}
-    assert {r.error for r in ended.values()} == {
-        f"scoring failed: ScoringError: scoring timed out after {SCORE_TIMEOUT:g}s (score_timeout)"
+    assert {(r.error, r.failure_kind) for r in ended.values()} == {
+        (f"scoring failed: ScoringTimeout: scoring timed out after {SCORE_TIMEOUT:g}s (score_timeout)", "timeout")
     }
     hung_pids = marked_pids(marks, "hang")
     wait_for(lambda: not any(alive(p) for p in hung_pids), 15, "the hung scorer processes to be killed")
@@ -132,6 +132,7 @@ def test_exits_interrupts_and_crashes_end_only_their_own_trajectory(
         r = results[bad[text]]
         assert r.status == "error" and (r.error or "").startswith("scoring failed: ScoringError: "), (text, r.error)
         assert reason in (r.error or ""), (text, r.error)
+        assert r.failure_kind == "scorer", (text, r.failure_kind)
     # And its neighbours were scored normally, by a worker that is still running
     assert [(results[k].status, results[k].reward_score) for k in good] == [("ok", 1.0), ("ok", 0.0)] * 4
     assert worker.alive()
@@ -247,6 +248,7 @@ def test_a_crashing_manager_is_blamed_alone_and_its_batch_mates_are_scored(
     r = results[culprit]
     assert r.status == "error", r
     assert "the worker process scoring this trajectory died 2 time(s) while it was scored alone" in (r.error or "")
+    assert r.failure_kind == "transient"  # its workers died: nothing says the trajectory itself is wrong
     # And the in-process exits and interrupts are errors naming them, not shutdowns
     for key, reason in reasons.items():
         assert results[key].status == "error" and results[key].error == f"scoring failed: ScoringError: {reason}"

@@ -13,8 +13,9 @@ import pytest
 from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
-from rewardq.errors import ConfigError
+from rewardq.errors import ConfigError, ScoringError, ScoringTimeout, TransientError
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.base import ManagerContext, ScoreFn
 from rewardq.reward.managers.limited import LimitedRewardManager
 from rewardq.reward.ratelimit import FleetRateLimiter, LocalRateLimiter
@@ -76,33 +77,46 @@ async def test_scores_with_the_judge_and_merges_extra_fields_only(managers: Make
     assert isinstance(m.limiter, FleetRateLimiter)
 
 
-async def test_a_call_that_times_out_scores_zero_with_timeout_flag(managers: MakeManager[LimitedRewardManager]) -> None:
+async def test_a_call_that_times_out_is_a_timeout_failure_never_a_zero(
+    managers: MakeManager[LimitedRewardManager],
+) -> None:
     async def slow(**kw: Any) -> None:
         await asyncio.sleep(30)
 
     m = await managers(slow, timeout=0.3)
     t0 = time.monotonic()
-    out = await m.run_single(trajectory())
-    assert out == {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
+    with pytest.raises(ScoringTimeout, match="timed out after 0.3s") as failed:
+        await m.run_single(trajectory())
+    # verl scores it 0.0 with this extra info: the error result keeps the extra info, not the zero
+    assert failed.value.extra_info == {"timeout": True, "acc": 0.0}
+    assert failure_kind_of(failed.value) is FailureKind.TIMEOUT
     assert time.monotonic() - t0 < 5.0
 
 
-async def test_a_failing_call_scores_zero_with_the_error_message(managers: MakeManager[LimitedRewardManager]) -> None:
+async def test_a_failing_call_is_a_failure_of_its_own_kind_never_a_zero(
+    managers: MakeManager[LimitedRewardManager],
+) -> None:
     def broken(**kw: Any) -> None:
         raise RuntimeError("judge said no")
+
+    def judge_down(**kw: Any) -> None:
+        raise TransientError("judge answered 503", retry_after=4.0)
 
     def no_score(**kw: Any) -> dict[str, Any]:
         return {"verdict": "yes"}
 
     m = await managers(broken)
-    assert await m.run_single(trajectory()) == {
-        "reward_score": 0.0,
-        "reward_extra_info": {"error": "judge said no", "acc": 0.0},
-    }
+    with pytest.raises(ScoringError, match="RuntimeError: judge said no") as failed:
+        await m.run_single(trajectory())
+    assert failure_kind_of(failed.value) is FailureKind.SCORER and failed.value.extra_info == {"acc": 0.0}
     m2 = await managers(no_score, limiter_name="other")
-    out = await m2.run_single(trajectory())
-    assert out["reward_score"] == 0.0 and out["reward_extra_info"]["acc"] == 0.0
-    assert "without 'score'" in out["reward_extra_info"]["error"]
+    with pytest.raises(ScoringError, match="without 'score'") as failed:
+        await m2.run_single(trajectory())
+    assert failed.value.extra_info == {"acc": 0.0}
+    m3 = await managers(judge_down, limiter_name="third")
+    with pytest.raises(ScoringError, match="judge answered 503") as failed:
+        await m3.run_single(trajectory())
+    assert failure_kind_of(failed.value) is FailureKind.TRANSIENT and failed.value.retry_after == 4.0
 
 
 class Recording:

@@ -107,3 +107,31 @@ class LengthManager(RewardManager):
         ids = valid_response_ids(last)
         gt = (non_tensor(last, "reward_model") or {}).get("ground_truth")
         return {"reward_score": float(len(ids)), "reward_extra_info": {"rows": int(data.batch_size[0]), "gt": gt}}
+
+
+class FailingManager(RewardManager):
+    """Fails as the sample's ground truth says, else scores 1.0: each failure of a kind its own way.
+
+    ``raise`` raises ValueError (kind ``scorer``); ``hang`` sleeps an hour (past ``score_timeout``:
+    ``timeout``); ``transient`` raises :class:`~rewardq.errors.TransientError` with
+    ``Retry-After: 0.2`` (``transient``); ``config`` a judge refusing the key (``config``);
+    ``verl-extra`` a ScoringError carrying verl's extra info (``{"acc": 0.0}``).
+    """
+
+    name = "test-failing"
+
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
+        from rewardq.errors import FleetConfigError, ScoringError, TransientError
+
+        how = (non_tensor(data[-1:], "reward_model") or {}).get("ground_truth")
+        if how == "raise":
+            raise ValueError("the reward function has a bug")
+        if how == "hang":
+            await asyncio.sleep(3600)
+        if how == "transient":
+            raise TransientError("the judge answered HTTP 503", retry_after=0.2)
+        if how == "config":
+            raise FleetConfigError("the judge refused the API key with HTTP 401")
+        if how == "verl-extra":
+            raise ScoringError("the judge's answer had no score", extra_info={"acc": 0.0, "judge_votes": 0})
+        return {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from rewardq.errors import ConfigError
-from rewardq.reward.judge.client import JudgeAnswer, request_digest, retry_after_seconds, server_message
+from rewardq.reward.http import retry_after_seconds
+from rewardq.reward.judge.client import JudgeAnswer, request_digest, server_message
 from rewardq.reward.judge.parsing import (
     ChoiceParser,
     JsonFieldParser,

@@ -14,7 +14,8 @@ import pytest
 from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
-from rewardq.errors import ConfigError, ScoringError
+from rewardq.errors import ConfigError, ScoringError, ScoringTimeout
+from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.managers.remote import RemoteRewardManager
 from tests.support import remote_scorers
 from tests.support.checks import must, single
@@ -67,13 +68,18 @@ async def test_hung_scorer_is_killed_and_replaced_while_another_sample_scores(
     t0 = time.monotonic()
     finished: dict[str, float] = {}
 
-    async def timed(name: str, response: str) -> dict[str, Any] | list[dict[str, Any]]:
-        out = await m.run_single(trajectory(response))
-        finished[name] = time.monotonic() - t0
-        return out
+    async def timed(name: str, response: str) -> object:
+        try:
+            return await m.run_single(trajectory(response))
+        except ScoringError as exc:
+            return exc
+        finally:
+            finished[name] = time.monotonic() - t0
 
     hung, fine = await asyncio.gather(timed("hung", "hang"), timed("fine", "sleep:0.2"))
-    assert hung == {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
+    # a timeout is never a reward: a ScoringTimeout (kind timeout) carrying verl's extra info
+    assert isinstance(hung, ScoringTimeout) and failure_kind_of(hung) is FailureKind.TIMEOUT
+    assert hung.extra_info == {"timeout": True, "acc": 0.0} and "timed out after 2s" in str(hung)
     assert fine == {"reward_score": 1.0, "reward_extra_info": {"acc": 1.0}}
     assert finished["fine"] < 2.0 <= finished["hung"] < 10.0  # unaffected by the hung one
     # exactly one process was replaced; the hung one is gone
@@ -97,14 +103,14 @@ async def test_crashing_scorer_gives_an_error_result_and_a_new_process(
 ) -> None:
     m = await managers(scorer_spec=f"{REMOTE_SCORERS}:by_behaviour", num_workers=1, timeout=10.0)
     first_pid = m.pool.pids[0]
-    seg = await m.run_single(trajectory("segfault"))
-    assert seg["reward_score"] == 0.0
-    assert seg["reward_extra_info"]["acc"] == 0.0
-    assert "SIGSEGV" in seg["reward_extra_info"]["error"] and str(first_pid) in seg["reward_extra_info"]["error"]
+    with pytest.raises(ScoringError) as seg:  # a crash is never a reward: kind scorer, verl's acc kept
+        await m.run_single(trajectory("segfault"))
+    assert failure_kind_of(seg.value) is FailureKind.SCORER and seg.value.extra_info == {"acc": 0.0}
+    assert "SIGSEGV" in str(seg.value) and str(first_pid) in str(seg.value)
     second_pid = m.pool.pids[0]
     assert second_pid != first_pid and not alive(must(first_pid))
-    gone = await m.run_single(trajectory("exit"))
-    assert "exited with code 3" in gone["reward_extra_info"]["error"]
+    with pytest.raises(ScoringError, match="exited with code 3"):
+        await m.run_single(trajectory("exit"))
     assert (await m.run_single(trajectory("ok")))["reward_score"] == 1.0
     assert m.stats()["crashes"] == 2 and m.stats()["replaced"] == 2
 

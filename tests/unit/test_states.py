@@ -27,7 +27,7 @@ from rewardq.queue.entries import Entry
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import ensure_meta
 from rewardq.queue.results import RewardResult
-from rewardq.queue.states import DeadLetterKind, ResultStatus
+from rewardq.queue.states import DEAD_LETTER_FAILURE, DeadLetterKind, FailureKind, ResultStatus
 from tests.support.cli_ops import arq
 
 PACKAGE = Path(rewardq.__file__).parent
@@ -36,7 +36,7 @@ KIND_ARG = {"fail_trajectory": 3, "dead_letter": 1}
 
 
 def test_members_are_their_values_wherever_a_string_goes() -> None:
-    for member in (*DeadLetterKind, *ResultStatus):
+    for member in (*DeadLetterKind, *ResultStatus, *FailureKind):
         assert member == member.value and f"{member}" == str(member) == member.value
         assert json.dumps(member) == json.dumps(member.value)
         assert msgpack.unpackb(msgpack.packb(member)) == member.value
@@ -49,6 +49,7 @@ def test_members_are_their_values_wherever_a_string_goes() -> None:
         "exhausted",
         "incomplete",
     ]
+    assert [k.value for k in FailureKind] == ["transient", "timeout", "scorer", "config", "input"]
     assert RewardResult.from_hash("k", {b"status": b"ok"}).status is ResultStatus.OK
     assert RewardResult.from_hash("k", {}).status is ResultStatus.ERROR
 
@@ -78,15 +79,19 @@ def test_the_worker_names_kinds_by_the_enum_never_by_a_literal() -> None:
 
 
 def test_every_state_the_lua_scripts_write_is_a_member() -> None:
-    kinds, statuses = set(), set()
+    kinds, statuses, failures = set(), set(), set()
     for path in sorted((PACKAGE / "queue" / "lua").glob("*.lua")):
         text = path.read_text()
         kinds |= set(re.findall(r"'kind',\s*'([a-z_]+)'", text))
         statuses |= set(re.findall(r"'status',\s*'([a-z_]+)'", text))
         statuses |= set(re.findall(r"HGET', traj, 'status'\) or '([a-z_]+)'", text))
-    assert kinds == {"incomplete"} and statuses == {"ok", "error"}  # what the scripts spell today
+        failures |= set(re.findall(r"'failure_kind',\s*'([a-z_]+)'", text))
+        failures |= set(re.findall(r"error_result\([^,()]+,\s*'([a-z_]+)'", text))
+    # what the scripts spell today
+    assert kinds == {"incomplete"} and statuses == {"ok", "error"} and failures == {"input"}
     assert kinds <= {k.value for k in DeadLetterKind}
     assert statuses <= {s.value for s in ResultStatus}
+    assert failures <= {f.value for f in FailureKind}
 
 
 @pytest.mark.parametrize("kind", list(DeadLetterKind))
@@ -119,3 +124,14 @@ async def test_dead_letters_list_filters_on_each_kind_the_worker_writes(kind: An
     (listed,) = json.loads(out)["dead_letters"]
     assert listed["kind"] == kind.value and listed["key"] == f"u-{kind}_s_0"
     assert listed["reason"] == f"a {kind} dead letter"
+    # and the key's error result says the failure kind that dead-letter kind means
+    stored = await read_result(redis_url, Keyspace(ns), f"u-{kind}_s_0")
+    assert stored.status is ResultStatus.ERROR and stored.failure_kind is DEAD_LETTER_FAILURE[kind]
+
+
+async def read_result(redis_url: str, ks: Keyspace, key: str) -> RewardResult:
+    client = connect_async(redis_url)
+    try:
+        return RewardResult.from_hash(key, await client.hgetall(ks.reward_key(key)))  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
+    finally:
+        await client.aclose()

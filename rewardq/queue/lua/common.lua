@@ -117,12 +117,19 @@ local function highest_index(traj, max_out)
   return best
 end
 
--- Give output key `rkey` an error result, unless it already has a result (which may be another
--- or a finished trajectory's: never overwritten). Returns 1 when it wrote, else 0.
-local function write_error(rkey, msg, worker, now, ttl)
+-- An error result: why (`msg`), what kind of failure (`kind`, a rewardq.queue.states.FailureKind
+-- value) and its reward_extra_info (`extra`: JSON the worker encoded and bounded, holding `error`;
+-- '' for the usual {"error": msg}).
+local function error_result(msg, kind, extra)
+  return {msg = msg, kind = kind, extra = extra ~= '' and extra or cjson.encode({error = msg})}
+end
+
+-- Give output key `rkey` the error result `err` (error_result), unless it already has a result
+-- (which may be another or a finished trajectory's: never overwritten). Returns 1 when it wrote, else 0.
+local function write_error(rkey, err, worker, now, ttl)
   if redis.call('EXISTS', rkey) == 1 then return 0 end
   redis.call('HSET', rkey, 'status', 'error', 'reward_score', '',
-             'reward_extra_info', cjson.encode({error = msg}), 'error', msg,
+             'reward_extra_info', err.extra, 'error', err.msg, 'failure_kind', err.kind,
              'worker', worker, 'manager', '', 'scored_at', string.format('%.6f', now),
              'latency_ms', '')
   if ttl > 0 then redis.call('EXPIRE', rkey, ttl) end
@@ -255,27 +262,28 @@ local function end_records(traj, stream, records, keep, max_out)
   each_chunk(#fields, function(a, b) redis.call('HDEL', traj, unpack(fields, a, b)) end)
 end
 
--- Finish a trajectory with an error for every key it answers for: 0 .. its highest known index
--- (and `extra`, the index a failing record named), never past max_out - 1; an `extra` index at or
--- past max_out gets its own key's error alone (`extra_text` spells it: no float formatting).
--- Keys that already have a result keep it. Its stored records end as a scored trajectory's do
--- (`end_records`: kept in `records` for keep seconds, else deleted). `msg` is at most ~1 KB (the
--- worker cuts reasons to rewardq.queue.text.MAX_REASON_BYTES; the reasons written here are short).
+-- Finish a trajectory with the error result `err` (error_result) for every key it answers for:
+-- 0 .. its highest known index (and `extra`, the index a failing record named), never past
+-- max_out - 1; an `extra` index at or past max_out gets its own key's error alone (`extra_text`
+-- spells it: no float formatting). Keys that already have a result keep it. Its stored records end
+-- as a scored trajectory's do (`end_records`: kept in `records` for keep seconds, else deleted).
+-- `err.msg` is at most ~1 KB and `err.extra` a few KB (the worker cuts reasons to
+-- rewardq.queue.text.MAX_REASON_BYTES and bounds the extra info; the reasons written here are short).
 -- Work: at most max_out + 1 keys written, plus `end_records`. Returns the number of keys written.
-local function finish_error(traj, stream, waiting, done, records, group, tid, rprefix, ttl, msg,
+local function finish_error(traj, stream, waiting, done, records, group, tid, rprefix, ttl, err,
                             worker, extra, extra_text, maxlen, now, max_out, keep)
   local hi = math.min(highest_index(traj, max_out), max_out - 1)
   if extra and extra >= 0 and extra < max_out and extra > hi then hi = extra end
   local written = 0
   for i = 0, hi do
-    written = written + write_error(rprefix .. tid .. '_' .. i, msg, worker, now, ttl)
+    written = written + write_error(rprefix .. tid .. '_' .. i, err, worker, now, ttl)
   end
   if extra and extra >= max_out and string.match(extra_text or '', '^%d+$') then
-    written = written + write_error(rprefix .. tid .. '_' .. extra_text, msg, worker, now, ttl)
+    written = written + write_error(rprefix .. tid .. '_' .. extra_text, err, worker, now, ttl)
   end
   end_records(traj, stream, records, keep, max_out)
-  redis.call('HSET', traj, 'state', 'done', 'status', 'error', 'error', msg, 'worker', worker,
-             'done_at', string.format('%.6f', now), 'n', hi + 1)
+  redis.call('HSET', traj, 'state', 'done', 'status', 'error', 'error', err.msg, 'failure_kind', err.kind,
+             'worker', worker, 'done_at', string.format('%.6f', now), 'n', hi + 1)
   redis.call('HDEL', traj, 'lease', 'lease_until')
   if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
   redis.call('ZREM', waiting, tid)

@@ -23,9 +23,11 @@ for _, tid in ipairs(due) do
   if state == 'collecting' then
     local reason = 'incomplete trajectory: ' .. missing_text(traj, max_out) .. ' after waiting ' .. timeout .. 's'
     written = written + 1 + finish_error(traj, stream, waiting, done, rec_prefix .. tid, group, tid, rprefix, ttl,
-                                         reason, worker, -1, '', maxlen, now, max_out, keep)
+                                         error_result(reason, 'input', ''), worker, -1, '', maxlen, now,
+                                         max_out, keep)
     redis.call('XADD', dead, 'MAXLEN', '~', dead_maxlen, '*', 'tid', tid, 'reason', reason,
-               'kind', 'incomplete', 'worker', worker, 'time', string.format('%.6f', now))
+               'kind', 'incomplete', 'failure_kind', 'input', 'worker', worker,
+               'time', string.format('%.6f', now))
     out[#out + 1] = tid
     out[#out + 1] = reason
   else

@@ -4,18 +4,22 @@
 -- KEYS: traj, stream, waiting, done, dead, records
 -- ARGV: group, tid, reward_prefix, result_ttl, message, worker, index (decimal digits, or -1:
 --       unknown), entry_id ('' for none), done_maxlen, dead_maxlen, max_outputs, keep_records,
---       nacks, then nacks more entry ids to acknowledge with it (the other entries of the trajectory
---       the worker holds), then dead-letter field/value pairs
+--       failure_kind (a FailureKind value), extra_info (the error's reward_extra_info as JSON, ''
+--       for {"error": message}), nacks, then nacks more entry ids to acknowledge with it (the
+--       other entries of the trajectory the worker holds), then dead-letter field/value pairs
 -- Returns the number of keys given an error result.
 -- Budget: at most max_outputs + 1 keys written (an index at or past max_outputs names its one
--- key only) of a message the worker cut to ~1 KB, one dead letter (its fields cut by the worker),
+-- key only) of a message the worker cut to ~1 KB and extra info it bounded to a few KB, one dead
+-- letter (its fields cut by the worker),
 -- the stored records ended (`end_records`), the acknowledgement of at most max_outputs + 16
 -- recorded entries plus the nacks <= max_outputs given.
 local traj, stream, waiting, done, dead, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group, tid, rprefix = ARGV[1], ARGV[2], ARGV[3]
 local ttl, msg, worker = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local index_text, id, maxlen, dead_maxlen = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local max_out, keep, nacks = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local max_out, keep = tonumber(ARGV[11]), tonumber(ARGV[12])
+local err = error_result(msg, ARGV[13], ARGV[14])
+local nacks = tonumber(ARGV[15])
 local index = tonumber(index_text) or -1
 local now = now_seconds()
 if nacks < 0 or nacks > max_out then
@@ -23,21 +27,21 @@ if nacks < 0 or nacks > max_out then
 end
 local ids = {}
 if id ~= '' then ids[1] = id end
-for j = 14, 13 + nacks do ids[#ids + 1] = ARGV[j] end
+for j = 16, 15 + nacks do ids[#ids + 1] = ARGV[j] end
 
-if #ARGV > 13 + nacks then
+if #ARGV > 15 + nacks then
   local pairs_ = {}
-  for j = 14 + nacks, #ARGV do pairs_[#pairs_ + 1] = ARGV[j] end
+  for j = 16 + nacks, #ARGV do pairs_[#pairs_ + 1] = ARGV[j] end
   redis.call('XADD', dead, 'MAXLEN', '~', dead_maxlen, '*', unpack(pairs_))
 end
 local written = 0
 if redis.call('HGET', traj, 'state') == 'done' then
   if index >= 0 and string.match(index_text, '^%d+$') then
-    written = write_error(rprefix .. tid .. '_' .. index_text, msg, worker, now, ttl)
+    written = write_error(rprefix .. tid .. '_' .. index_text, err, worker, now, ttl)
   end
 else
   for _, eid in ipairs(ids) do add_ack(traj, eid, max_out) end
-  written = finish_error(traj, stream, waiting, done, records, group, tid, rprefix, ttl, msg, worker,
+  written = finish_error(traj, stream, waiting, done, records, group, tid, rprefix, ttl, err, worker,
                          index, index_text, maxlen, now, max_out, keep)
 end
 ack_delete(stream, group, ids)

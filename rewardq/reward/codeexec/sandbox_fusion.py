@@ -39,6 +39,7 @@ from rewardq.backoff import compute_backoff
 from rewardq.errors import SandboxUnavailableError
 from rewardq.reward.codeexec.cases import InvalidTestCases, call_wrapper_source, extract_fenced_code, parse_test_cases
 from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
+from rewardq.reward.http import status_failure_kind
 
 if TYPE_CHECKING:
     import aiohttp
@@ -136,7 +137,7 @@ class SandboxFusionClient:
                     if resp.status < 500:
                         if resp.status >= 400:
                             text = (await resp.text())[:300]
-                            raise self._error(f"answered HTTP {resp.status} ({text!r})")
+                            raise self._error(f"answered HTTP {resp.status} ({text!r})", resp.status)
                         try:
                             answer = await resp.json(content_type=None)
                         except ValueError as exc:
@@ -154,10 +155,13 @@ class SandboxFusionClient:
                 await asyncio.sleep(compute_backoff(attempt, base=self.retry_delay, growth="linear"))  # verl's
         raise self._error(f"failed {self.attempts} times; last: {last}")
 
-    def _error(self, what: str) -> SandboxUnavailableError:
+    def _error(self, what: str, status: int | None = None) -> SandboxUnavailableError:
+        """The failure: ``transient`` (no answer, a 5xx, an answer that is not JSON) unless an HTTP
+        status says otherwise (:func:`~rewardq.reward.http.status_failure_kind`: 401, 403, 404 ``config``)."""
         return SandboxUnavailableError(
             f"SandboxFusion at {self.url} {what}. Check that the sandbox is running and that "
-            "sandbox_fusion_url points at its run_code endpoint; this trajectory was not scored"
+            "sandbox_fusion_url points at its run_code endpoint; this trajectory was not scored",
+            failure_kind=None if status is None else status_failure_kind(status),
         )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from rewardq import defaults
 from rewardq.errors import CodeSandboxError
+from rewardq.queue.states import FailureKind
 
 
 @dataclass
@@ -73,4 +74,6 @@ class UidPool:
                 os.close(fd)
                 continue
             return UidLease(uid, fd)
-        raise CodeSandboxError(f"all {self.count} sandbox uids from {self.base} are held by live jobs")
+        raise CodeSandboxError(  # they free up as those jobs end: worth trying again
+            f"all {self.count} sandbox uids from {self.base} are held by live jobs", failure_kind=FailureKind.TRANSIENT
+        )

@@ -44,7 +44,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rewardq.errors import RemoteTraceback, ScoringError
+from rewardq.errors import RemoteTraceback, ScoringError, ScoringTimeout
 from rewardq.reward import scoring
 from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
 from rewardq.reward.execution.loader import FILE_MODULE_PREFIX, import_object, is_async_callable
@@ -78,17 +78,20 @@ def spec_of(fn: object) -> str | None:
 
 
 def task_value(result: TaskResult) -> Any:
-    """The value a scorer process returned, or the ScoringError that says what happened instead."""
+    """The value a scorer process returned, or the ScoringError that says what happened instead
+    (of the failure kind the child's exception said: ``config`` for an unknown data source,
+    ``transient`` for a judge's 503; a timeout is a :class:`~rewardq.errors.ScoringTimeout`)."""
     if result.status == "ok":
         return result.value
     if result.status == "error":
+        error = ScoringError(result.message, failure_kind=result.failure_kind, retry_after=result.retry_after)
         if result.traceback:
-            raise ScoringError(result.message) from RemoteTraceback(result.traceback)
-        raise ScoringError(result.message)
+            raise error from RemoteTraceback(result.traceback)
+        raise error
     if result.status == "crash":
         raise ScoringError(result.message)
     after = f" after {result.message}" if result.message else ""
-    raise ScoringError(
+    raise ScoringTimeout(
         f"{REWARD_FUNCTION} timed out{after} in its scorer process (pid {result.pid}), which was killed and replaced"
     )
 

@@ -268,13 +268,16 @@ class ScorerPool:
             slot.init_error = msg[1]
             self._on_dead(slot)
         elif slot.future is not None and msg[1] == slot.task_id and not slot.future.done():
+            error = kind == "error"
             slot.future.set_result(
                 TaskResult(
                     kind,
                     value=msg[2] if kind == "ok" else None,
-                    message=msg[2] if kind == "error" else "",
+                    message=msg[2] if error else "",
                     pid=slot.pid,
-                    traceback=msg[3] if kind == "error" and len(msg) > 3 else "",
+                    traceback=msg[3] if error and len(msg) > 3 else "",
+                    failure_kind=msg[4] if error and len(msg) > 4 else None,
+                    retry_after=msg[5] if error and len(msg) > 5 else None,
                 )
             )
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ConfigError
+from rewardq.queue.states import failure_kind_of
 from rewardq.reward.execution.escapes import REWARD_FUNCTION, describe_escape
 from rewardq.reward.execution.scorer_children import become_reaper, children, kill_leftovers
 from rewardq.reward.execution.scorer_output import CappedOutput, StreamCount
@@ -40,7 +41,12 @@ def resolve_target(target: str | Callable[..., Any], kwargs: dict[str, Any] | No
 
 
 def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """One task in the child: the reply to send (``ok``/``error``), whatever the function did."""
+    """One task in the child: the reply to send (``ok``/``error``), whatever the function did.
+
+    An error says its failure kind (:func:`~rewardq.queue.states.failure_kind_of`, decided here
+    from the exception's class, which the parent never sees) and its ``retry_after``, so an
+    unknown data source stays ``config`` and a judge's 503 ``transient`` across the process hop.
+    """
     try:
         result = fn(**call_kwargs)
         if inspect.isawaitable(result):
@@ -50,7 +56,15 @@ def _call(fn: Callable[..., Any], task_id: int, call_kwargs: dict[str, Any]) -> 
         return ("ok", task_id, result, "")
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: an error of this task
         message = describe_escape(exc, REWARD_FUNCTION) or f"{type(exc).__name__}: {exc}"
-        return ("error", task_id, message, traceback.format_exc())
+        retry_after = getattr(exc, "retry_after", None)
+        return (
+            "error",
+            task_id,
+            message,
+            traceback.format_exc(),
+            failure_kind_of(exc).value,
+            float(retry_after) if isinstance(retry_after, (int, float)) else None,
+        )
 
 
 def child_main(

@@ -27,7 +27,9 @@ from rewardq.reward.execution.scorer_process import child_main
 class TaskResult:
     """What became of one task: ``status`` is ``ok``, ``error``, ``timeout`` or ``crash``.
 
-    ``traceback`` is the child's traceback text for an ``error``.
+    ``traceback`` is the child's traceback text for an ``error``, ``failure_kind`` and
+    ``retry_after`` what the child's exception said of itself
+    (:func:`~rewardq.queue.states.failure_kind_of`, ``retry_after``).
     """
 
     status: str
@@ -35,6 +37,8 @@ class TaskResult:
     message: str = ""
     pid: int | None = None
     traceback: str = ""
+    failure_kind: str | None = None
+    retry_after: float | None = None
 
 
 @dataclass(eq=False)

@@ -28,24 +28,22 @@ The API key comes from the environment (``api_key_env``) and is sent only as the
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from rewardq import defaults
 from rewardq.errors import ScoringError
 from rewardq.queue.retry import backoff_delay
-from rewardq.reward.http import HttpSession
+from rewardq.reward.http import TRANSIENT_STATUSES, HttpSession, retry_after_seconds, status_failure_kind
 from rewardq.reward.judge.stats import JudgeStats
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
 #: Statuses worth sending the same request again for.
-RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+RETRY_STATUSES = TRANSIENT_STATUSES
 #: Largest answer kept in the cache (bytes of its JSON); a larger one is used but not kept.
 MAX_CACHED_ANSWER_BYTES = 1 << 20
 
@@ -53,15 +51,21 @@ MAX_CACHED_ANSWER_BYTES = 1 << 20
 class JudgeUnavailable(ScoringError):
     """The judge did not answer usably: a refused request, or failures past ``max_retries``.
 
+    Its failure kind is its status's (:func:`~rewardq.reward.http.status_failure_kind`): no answer,
+    408, 429 or 5xx are ``transient`` (``retry_after``: the server's ``Retry-After``), 401, 403 and
+    404 ``config``, any other answer ``scorer``.
+
     Attributes:
         status: the last HTTP status (None: no HTTP answer, e.g. a connection error).
         server_message: the server's own error message (``error.message`` of its JSON body).
     """
 
-    def __init__(self, message: str, *, status: int | None = None, server_message: str = "") -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, server_message: str = "", retry_after: float | None = None
+    ) -> None:
         self.status = status
         self.server_message = server_message
-        super().__init__(message)
+        super().__init__(message, failure_kind=status_failure_kind(status), retry_after=retry_after)
 
 
 @dataclass
@@ -112,24 +116,6 @@ def request_digest(body: dict[str, Any]) -> str:
     """The SHA-256 of a request body's canonical JSON (sorted keys, no spaces): equal bodies, one key."""
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds from now: delta-seconds or an HTTP date (RFC 9110); None if absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def server_message(text: str) -> str:

@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
 from rewardq.backoff import compute_backoff
-from rewardq.errors import ConfigError, ScoringError
+from rewardq.errors import ConfigError, ScoringError, TransientError
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
-from rewardq.reward.http import HttpSession
+from rewardq.reward.http import HttpSession, status_failure_kind
 from rewardq.reward.registry import register
 from rewardq.reward.results import reject_unknown_options, to_float
 
@@ -235,7 +235,8 @@ class DisRMRewardManager(RewardManager):
                 continue
             if status >= 400:
                 raise ScoringError(
-                    f"reward model at {url} refused the request with HTTP {status} (not retried): {text[:300]}"
+                    f"reward model at {url} refused the request with HTTP {status} (not retried): {text[:300]}",
+                    failure_kind=status_failure_kind(status),
                 )
             try:
                 return json.loads(text)
@@ -243,7 +244,7 @@ class DisRMRewardManager(RewardManager):
                 raise ScoringError(
                     f"reward model at {url} answered HTTP {status} with a body that is not JSON: {text[:200]}"
                 ) from None
-        raise ScoringError(f"reward model at {url} failed after {self.max_retries + 1} attempts; last: {last}")
+        raise TransientError(f"reward model at {url} failed after {self.max_retries + 1} attempts; last: {last}")
 
     def stats(self) -> dict[str, Any]:
         """HTTP counters for metrics: requests, retries, backoff_seconds."""

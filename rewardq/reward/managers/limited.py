@@ -19,10 +19,12 @@ Redis URL (``context.redis_url is None``, e.g. an embedded single-process run) t
 falls back to an in-process limiter with the same semantics, whose limits then hold for
 this process only.
 
-A call that times out scores 0.0 with ``{"timeout": True, "acc": 0.0}``; a scoring
-function that raises (or returns something unusable) scores 0.0 with
-``{"error": "<message>", "acc": 0.0}``. Failures of the limiter itself (Redis down) are
-not caught: the worker retries the trajectory instead of recording a fake zero.
+Failures are never rewards (verl scores them 0.0; their ``reward_extra_info`` is kept in the error
+result's): a call that times out gives an error result of kind ``timeout`` with
+``{"timeout": True, "acc": 0.0}``; a scoring function that raises (or returns something unusable)
+gives one of the kind its exception says (``transient`` for a judge that is down, retried in
+place; ``scorer`` for a bug) with ``{"error": "<message>", "acc": 0.0}``. Failures of the limiter
+itself (Redis down) are ``transient`` too.
 
 A synchronous scoring function runs where :meth:`~rewardq.reward.base.RewardManager.call_score_fn`
 puts it (by default a scorer process, killed and replaced when its call times out; see
@@ -43,7 +45,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
-from rewardq.errors import ConfigError
+from rewardq.errors import ConfigError, ScoringError, ScoringTimeout
+from rewardq.queue.states import failure_kind_of
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.registry import register
 from rewardq.reward.results import normalize_result
@@ -193,12 +196,20 @@ class LimitedRewardManager(RewardManager):
                 logger.warning(
                     "rate_limited: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source
                 )
-                return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
-            except Exception as exc:  # noqa: BLE001 - a failed score is 0.0 with its error, the manager's contract
-                logger.warning(
-                    "rate_limited: scoring failed (data_source=%s): %s: %s", data_source, type(exc).__name__, exc
-                )
-                return {"reward_score": 0.0, "reward_extra_info": {"error": str(exc), "acc": 0.0}}
+                raise ScoringTimeout(
+                    f"the scoring function timed out after {self.timeout:g}s (the rate_limited manager's timeout)",
+                    extra_info={"timeout": True, "acc": 0.0},
+                ) from None
+            except ScoringError as exc:  # verl's extra info, beside the kind the failure says
+                exc.extra_info = {**(exc.extra_info or {}), "acc": 0.0}
+                raise
+            except Exception as exc:
+                raise ScoringError(
+                    f"{type(exc).__name__}: {exc}",
+                    failure_kind=failure_kind_of(exc),
+                    retry_after=getattr(exc, "retry_after", None),
+                    extra_info={"acc": 0.0},
+                ) from exc
 
     def stats(self) -> dict[str, Any]:
         """The limiter's wait counters (``{kind: {"waits", "wait_seconds"}}``) for metrics."""

@@ -6,15 +6,18 @@ so in a thread pool it silently scores 0 for every sample (a long-standing verl 
 each sample is scored in the main thread of one of ``num_workers`` scorer processes
 (:class:`rewardq.reward.execution.process_pool.ScorerPool`).
 
-* A sample that takes longer than ``timeout`` seconds: its process is killed and replaced;
-  the sample scores 0.0 with ``{"timeout": True, "acc": 0.0}``. Other samples in flight are
-  unaffected.
-* A scorer process that dies (segfault, ``os._exit``): 0.0 with
-  ``{"error": "<what happened>", "acc": 0.0}``; the process is replaced.
+Failures are never rewards (verl scores the first two 0.0; their ``reward_extra_info`` is kept in
+the error result's):
+
+* A sample that takes longer than ``timeout`` seconds: its process is killed and replaced; the
+  trajectory gets an error result of kind ``timeout`` whose ``reward_extra_info`` holds verl's
+  ``{"timeout": True, "acc": 0.0}``. Other samples in flight are unaffected.
+* A scorer process that dies (segfault, ``os._exit``): an error result of kind ``scorer`` naming
+  what happened (``reward_extra_info`` with verl's ``"acc": 0.0``); the process is replaced.
 * A scoring function that raises, or calls ``sys.exit()``, or raises ``KeyboardInterrupt``:
   :class:`~rewardq.errors.ScoringError` with the child's message (``ValueError: ...``,
-  ``the reward function called sys.exit(3)``), as with the ``naive`` manager (the worker
-  writes an error result); the process stays.
+  ``the reward function called sys.exit(3)``) and the failure kind its exception says, as with
+  the ``naive`` manager (the worker writes an error result); the process stays.
 
 What is scored, and how (as verl's naive manager does): the final output only; the scoring function gets
 ``extra_info`` = a copy of the sample's ``extra_info`` with the final output's
@@ -50,7 +53,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
-from rewardq.errors import ConfigError, ScoringError
+from rewardq.errors import ConfigError, ScoringError, ScoringTimeout
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.execution.isolation import BUILTIN_SPEC, spec_of
 from rewardq.reward.execution.loader import is_async_callable
@@ -212,13 +215,19 @@ class RemoteRewardManager(RewardManager):
         if result.status == "ok":
             return normalize_result(result.value)
         if result.status == "timeout":
-            logger.warning(
-                "remote: scoring timed out after %.1fs (data_source=%s); scored 0.0", self.timeout, data_source
+            logger.warning("remote: scoring timed out after %.1fs (data_source=%s)", self.timeout, data_source)
+            raise ScoringTimeout(
+                f"the scoring function timed out after {self.timeout:g}s (the remote manager's timeout) in its "
+                f"worker process (pid {result.pid}), which was killed and replaced",
+                extra_info={"timeout": True, "acc": 0.0},
             )
-            return {"reward_score": 0.0, "reward_extra_info": {"timeout": True, "acc": 0.0}}
         if result.status == "crash":
-            return {"reward_score": 0.0, "reward_extra_info": {"error": result.message, "acc": 0.0}}
-        raise ScoringError(f"the scoring function failed in its worker process (pid {result.pid}): {result.message}")
+            raise ScoringError(result.message, extra_info={"acc": 0.0})
+        raise ScoringError(
+            f"the scoring function failed in its worker process (pid {result.pid}): {result.message}",
+            failure_kind=result.failure_kind,
+            retry_after=result.retry_after,
+        )
 
     def stats(self) -> dict[str, Any]:
         """Pool counters for metrics: tasks, timeouts, crashes, errors, replaced."""
