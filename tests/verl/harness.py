@@ -29,6 +29,9 @@ from rewardq.reward.tokenizer import DEMO_PATH, DEMO_SPECIAL
 from tests.conftest import REDIS_URL
 from tests.support.cli_procs import REPO
 
+#: Namespaces this test run created (unique_namespace, conftest.start_fleet): the only ones whose
+#: failure budgets conftest's ``fresh_failure_budgets`` clears, since other runs share this Redis.
+CREATED_NAMESPACES: set[str] = set()
 GENERATED = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
 HOOK = {
     "source": "importlib",
@@ -136,4 +139,6 @@ class CapturingHandle:
 
 
 def unique_namespace(tag: str) -> str:
-    return f"t-verl-{tag}-{uuid.uuid4().hex[:8]}"
+    ns = f"t-verl-{tag}-{uuid.uuid4().hex[:8]}"
+    CREATED_NAMESPACES.add(ns)
+    return ns

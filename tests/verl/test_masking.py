@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -38,15 +36,12 @@ from rewardq.integrations.verl import RewardqAgentLoopManager, RewardqAgentLoopW
 from rewardq.integrations.verl_metrics import step_metrics
 from rewardq.integrations.verl_policy import MASKABLE, masking_refusal
 from rewardq.integrations.verl_settings import settings_for
-from tests.conftest import REDIS_URL, _delete_namespace
-from tests.support.cli_procs import Procs
-from tests.support.sync_client import SyncClient
-from tests.verl.conftest import Fleet, start_fleet
+from tests.conftest import REDIS_URL
+from tests.verl.conftest import Fleet
 from tests.verl.data import internal, output, row
 from tests.verl.harness import GENERATED, bare_agent_loop_worker
 from tests.verl.test_safety import LocalHandle
 
-SCORER = str(Path(__file__).with_name("failing_scorer.py")) + ":compute_score"
 #: Per group, its 4 responses; ``FAIL`` marks the samples whose reward function raises.
 GROUPS = [
     ["aaaa", "a FAIL", "aa", "aaaaaaa"],  # 1 failed
@@ -54,17 +49,6 @@ GROUPS = [
     ["a", "aa", "aaaaa", "aaa"],  # none
     ["FAIL a", "aaaa", "FAIL", "FAIL aaaaaa"],  # 3 failed: one scored sample left
 ]
-
-
-@pytest.fixture(scope="module")
-def failing_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]:
-    fleet = start_fleet(
-        module_procs, module_redis, "--manager", "naive", "--tokenizer", "builtin:demo", "--reward-fn", SCORER, n=2
-    )
-    yield fleet
-    for w in fleet.workers:
-        w.terminate()
-    _delete_namespace(REDIS_URL, fleet.namespace)
 
 
 def trainer_config(namespace: str, estimator: str, v1: bool = False, **rewardq: Any) -> Any:

@@ -22,7 +22,7 @@ import pytest
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, AgentLoopWorker
 from verl.utils.reward_score import default_compute_score
 
-from rewardq.errors import RedisUnavailable, ScoringError
+from rewardq.errors import RedisUnavailable, RunStopped, ScoringError
 from rewardq.integrations.verl import RewardqRewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from tests.conftest import REDIS_URL, _delete_namespace
@@ -65,7 +65,7 @@ Score = Callable[[list[AgentLoopOutput], dict[str, Any]], Awaitable[Any]]
 
 
 def failing(i: int) -> Trajectory:
-    return [output("turn"), output("#### 1")], row("no-such-source", "1", index=i)
+    return [output("turn"), output("FAIL #### 1")], row("openai/gsm8k", "1", index=i)  # the reward function raises
 
 
 def passing(i: int) -> Trajectory:
@@ -116,24 +116,24 @@ def budgeted_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str, path: str) 
 
 @pytest.mark.parametrize("path", ["adapter", "hook"])
 async def test_fourteen_failures_in_a_row_stop_the_run_by_the_twelfth(
-    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, path: str
+    monkeypatch: pytest.MonkeyPatch, failing_fleet: Fleet, path: str
 ) -> None:
-    score = budgeted_scorer(monkeypatch, naive_fleet.namespace, path)
+    score = budgeted_scorer(monkeypatch, failing_fleet.namespace, path)
     scored, error, at = await run_until_raised(score, [failing(i) for i in range(14)])
     assert len(scored) == 7 and at == 8  # the window of 8 is full at the 8th: 8 errors > 0.5 * 8
     for message, outputs in scored:
-        assert outputs[-1].reward_score == 0.0 and "no-such-source" in message
+        assert outputs[-1].reward_score == 0.0 and "marked to fail" in message
     text = str(error)
     assert "8 of the run's last 8 trajectories" in text and "verl_max_error_rate=0.5" in text
-    assert "8 unknown" in text or "8 config" in text, text  # counted by kind
-    assert "REWARDQ_VERL_MAX_ERROR_RATE" in text and "no-such-source" in text
+    assert "8 scorer" in text, text  # counted by kind
+    assert "REWARDQ_VERL_MAX_ERROR_RATE" in text and "marked to fail" in text
 
 
 @pytest.mark.parametrize("path", ["adapter", "hook"])
 async def test_a_run_with_a_quarter_errors_goes_on(
-    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, path: str
+    monkeypatch: pytest.MonkeyPatch, failing_fleet: Fleet, path: str
 ) -> None:
-    score = budgeted_scorer(monkeypatch, naive_fleet.namespace, path)
+    score = budgeted_scorer(monkeypatch, failing_fleet.namespace, path)
     mix = [failing(i) if i % 4 == 3 else passing(i) for i in range(40)]
     scored, error, _ = await run_until_raised(score, mix)
     assert error is None and len(scored) == 40
@@ -246,10 +246,13 @@ async def test_ids_of_another_tokenizer_get_an_error_naming_both(
     w.tokenizer = TOK
     outputs = [output("turn"), output("#### 42")]
     assert max(outputs[-1].response_ids) < len(tok)
-    await w._compute_score(outputs, kwargs=row("openai/gsm8k", "42"))
-    message = outputs[-1].extra_fields["reward_error"]
-    assert outputs[-1].reward_score == 0.0 and "wrong tokenizer" in message
-    assert tokenizer_fingerprint(TOK) in message and must(tokenizer_fingerprint(tok)).split(" name=")[0] in message
+    # a `config` failure: it stops the run at this first trajectory, never a 0.0
+    with pytest.raises(RunStopped, match="wrong tokenizer") as stopped:
+        await w._compute_score(outputs, kwargs=row("openai/gsm8k", "42"))
+    assert outputs[-1].reward_score is None
+    message = str(stopped.value)
+    assert must(tokenizer_fingerprint(TOK)) in message
+    assert must(tokenizer_fingerprint(tok)).split(" name=")[0] in message
     assert "builtin:demo" in message and "deepseek-policy" in message
 
 
