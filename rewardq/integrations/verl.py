@@ -68,6 +68,7 @@ from rewardq.integrations.verl_scoring import (
     settings_for,
     trajectory_names,
 )
+from rewardq.integrations.verl_tq import TransferQueueSessions
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -220,35 +221,9 @@ def _tq_classes() -> dict[str, Any]:
 
     base: Any = AgentLoopWorkerTQ.__ray_metadata__.modified_class  # the class under verl's @ray.remote
 
-    class RewardqAgentLoopWorkerTQ(RewardqScoring, base):
-        """verl's ``AgentLoopWorkerTQ``, scoring on the rewardq fleet.
-
-        verl's TransferQueue post-processing copies the final output's reward onto the
-        trajectory's other outputs after scoring. When the manager gave one reward per output,
-        each output's own reward is put back before verl stores it.
-        """
-
-        async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
-            outputs = output if isinstance(output, list) else [output]
-            if outputs:
-                await self._compute_score(outputs, kwargs=kwargs)  # verl's own call then finds it scored
-                pinned = self.__dict__.setdefault("_rewardq_pinned", {})
-                for o in outputs[:-1]:
-                    if o.reward_score is not None:
-                        pinned[id(o)] = (o.reward_score, o.extra_fields.get("reward_extra_info"))
-            try:
-                await super()._agent_loop_postprocess(output, validate, **kwargs)
-            finally:
-                for o in outputs:
-                    self.__dict__.get("_rewardq_pinned", {}).pop(id(o), None)
-
-        def _compute_multi_modal_inputs(self, output: Any, input_ids: object) -> object:
-            # verl calls this once per output between its reward copy and its put to TransferQueue:
-            # the one point where a per-output reward can be put back (tests/verl prove it still is)
-            pinned = self.__dict__.get("_rewardq_pinned", {}).get(id(output))
-            if pinned is not None:
-                output.reward_score, output.extra_fields["reward_extra_info"] = pinned
-            return super()._compute_multi_modal_inputs(output, input_ids)
+    class RewardqAgentLoopWorkerTQ(TransferQueueSessions, RewardqScoring, base):
+        """verl's ``AgentLoopWorkerTQ``, scoring on the rewardq fleet
+        (:class:`~rewardq.integrations.verl_tq.TransferQueueSessions` says what it adds)."""
 
     class RewardqAgentLoopManagerTQ(AgentLoopManagerTQ):
         """verl's ``AgentLoopManagerTQ`` with :class:`RewardqAgentLoopWorkerTQ` actors (it picks its

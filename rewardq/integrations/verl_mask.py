@@ -2,9 +2,14 @@
 
 ``algorithm.adv_estimator=rewardq_grpo`` (or ``rewardq_<name>`` for any name in
 :data:`~rewardq.integrations.verl_policy.MASKABLE`) is verl's own estimator ``<name>``, registered
-with verl's ``register_adv_est`` when :mod:`rewardq.integrations.verl` is imported (which every verl
-trainer does in its driver: ``RewardLoopManager`` resolves the hook's class there, and the
-agent-loop manager class is loaded there). verl's ``compute_advantage`` calls it with the batch's
+with verl's ``register_adv_est`` by :func:`register`, which importing :mod:`rewardq.integrations.verl`
+runs. The legacy and one-step-off trainers import it in the process that computes advantages
+(``RewardLoopManager`` resolves the hook's class there, and the agent-loop manager class is loaded
+there). verl's fully-async trainer computes advantages in a process that builds neither, so it needs
+:func:`register` run at every Ray worker's start:
+``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=rewardq.integrations.verl_mask.register``
+(the adapter and the hook refuse a fully-async config without it at the run's first trajectory,
+:func:`~rewardq.integrations.verl_policy.masking_refusal`). verl's ``compute_advantage`` calls it with the batch's
 own ``token_level_rewards``, ``response_mask``, ``index`` (the ``uid`` groups) and the algorithm
 config. A sample whose reward failed carries the reward NaN (what the adapter and the hook give it
 under ``verl_on_error=mask``); the estimator:
@@ -16,16 +21,20 @@ under ``verl_on_error=mask``); the estimator:
   (a group of one by design, ``rollout.n=1``, keeps verl's own rule);
 * gives the left-out samples advantage 0 and sets their ``response_mask`` to 0 *in the batch*
   (verl hands the batch's own tensor), so none of their tokens enter the policy loss, its KL or
-  entropy terms, or its token-mean denominator; their NaN reward becomes 0.0 in the batch, so
-  verl's reward metrics stay finite.
+  entropy terms, or its token-mean denominator.
+
+A failed sample's reward stays NaN in the batch (``token_level_scores``, ``token_level_rewards``,
+and the rollout dump ``trainer.rollout_data_dir`` writes): it has none, and a 0.0 there would read
+as a wrong answer. Nothing after the estimator trains on the rewards; verl's reward metrics are
+taken over the scored samples (:mod:`rewardq.integrations.verl_metrics`, whose wrapper each call
+makes sure of, and to which it counts the samples it left out).
 
 A batch without failures goes to verl's estimator untouched: the advantages are bit-identical to
-verl's. :func:`take_step_counts` hands the last batch's counts to the step metrics.
+verl's.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -33,14 +42,12 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
+from rewardq.integrations import verl_metrics
 from rewardq.integrations.verl_policy import MASKABLE, PREFIX
 
-__all__ = ["kept_rows", "masking_estimator", "register", "take_step_counts"]
+__all__ = ["kept_rows", "masking_estimator", "register"]
 
 Estimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
-
-_lock = threading.Lock()
-_counts: dict[str, int] = {}  # the last batch's {"samples", "masked"}, until the step metrics take it
 
 
 def kept_rows(scores: torch.Tensor, index: Any) -> torch.Tensor:
@@ -78,11 +85,11 @@ def masking_estimator(name: str) -> Estimator:
     def estimator(
         token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        verl_metrics.install()  # the trainer's process: its step metrics come next (verl_metrics)
         keep = kept_rows(token_level_rewards.sum(-1), index)
-        _note(len(keep), int((~keep).sum()))
+        verl_metrics.note_masked(len(keep), int((~keep).sum()))
         if bool(keep.all()):
             return _call_verl(name, inner, token_level_rewards, response_mask, index, **kwargs)
-        token_level_rewards.nan_to_num_(nan=0.0)  # in the batch: verl's reward metrics read it afterwards
         response_mask[~keep] = 0  # in the batch: the actor's loss reads this very tensor
         sub = {k: v[keep] if _per_row(v, keep) else v for k, v in kwargs.items()}
         sub_index = None if index is None else np.asarray(index, dtype=object)[keep.numpy()]
@@ -102,22 +109,9 @@ def _per_row(value: object, keep: torch.Tensor) -> bool:
     return isinstance(value, torch.Tensor) and value.shape[:1] == keep.shape
 
 
-def _note(samples: int, masked: int) -> None:
-    with _lock:
-        _counts["samples"] = _counts.get("samples", 0) + samples
-        _counts["masked"] = _counts.get("masked", 0) + masked
-
-
-def take_step_counts() -> dict[str, int]:
-    """The samples and masked samples the masking estimators saw since the last call (this process)."""
-    with _lock:
-        out = dict(_counts)
-        _counts.clear()
-    return out
-
-
 def register() -> None:
-    """Register ``rewardq_<name>`` for every maskable verl estimator (once per process)."""
+    """Register ``rewardq_<name>`` for every maskable verl estimator (once per process); also Ray's
+    ``worker_process_setup_hook`` for the fully-async trainer (module docstring)."""
     for name in MASKABLE:
         if f"{PREFIX}{name}" not in core_algos.ADV_ESTIMATOR_REGISTRY:
             core_algos.register_adv_est(f"{PREFIX}{name}")(masking_estimator(name))

@@ -47,6 +47,10 @@ MASKABLE = (
 PREFIX = "rewardq_"
 #: The trainer kinds :func:`trainer_kind` tells apart.
 V1, DATAPROTO = "v1", "dataproto"
+#: Ray's start-up hook that registers the masking estimators in every worker process: what verl's
+#: fully-async trainer needs (its advantage step runs where rewardq is never imported otherwise).
+SETUP_HOOK = "rewardq.integrations.verl_mask.register"
+SETUP_HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
 
 
 def trainer_kind(config: object) -> str | None:
@@ -88,7 +92,7 @@ def masking_refusal(settings: VerlAdapterSettings, config: object) -> str | None
             )
         return None
     if estimator.startswith(PREFIX) and estimator.removeprefix(PREFIX) in MASKABLE:
-        return None
+        return _fully_async_refusal(config, estimator)
     if estimator in MASKABLE:
         how = f"set algorithm.adv_estimator={PREFIX}{estimator}"
     else:
@@ -97,4 +101,20 @@ def masking_refusal(settings: VerlAdapterSettings, config: object) -> str | None
         f"rewardq: verl_on_error=mask cannot leave failed samples out of training with algorithm.adv_estimator="
         f"{estimator} on this trainer (it keeps every sample in the batch, and verl's {estimator} would take a "
         f"failed sample's reward into its group's baseline): {how} (rewardq's masking form of it), {fix_zero}"
+    )
+
+
+def _fully_async_refusal(config: object, estimator: str) -> str | None:
+    """Why verl's fully-async trainer (its config has ``async_training``) would not find ``estimator``,
+    or None: its trainer process imports no rewardq class, so the estimators must be registered at
+    every Ray worker's start."""
+    if config_at(config, "async_training") is None:
+        return None
+    hook = config_at(config, SETUP_HOOK_KEY)
+    if isinstance(hook, str) and hook.startswith("rewardq."):
+        return None
+    return (
+        f"rewardq: verl's fully-async trainer computes advantages in a process that never imports rewardq, so it "
+        f"would stop at its first step with 'Unknown advantage estimator simply: {estimator}'. Register rewardq's "
+        f"estimators at every Ray worker's start: +{SETUP_HOOK_KEY}={SETUP_HOOK}"
     )

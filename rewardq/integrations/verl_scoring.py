@@ -158,6 +158,9 @@ class TrajectoryScorer:
         self.tokenizer = tokenizer
         self.config = config
         self.on_v1 = trainer_kind(config) == V1
+        #: on V1 with ``mask``: a prompt's scored sessions are stored only if at least two are
+        #: (:mod:`rewardq.integrations.verl_groups`)
+        self.drops_lone_sessions = self.on_v1 and settings.on_error == "mask"
         self.refusal = masking_refusal(settings, config)
         self.budget = FleetBudget(
             settings.max_error_rate,
@@ -271,6 +274,19 @@ class TrajectoryScorer:
         if self.on_v1:
             raise SampleMasked(f"rewardq: left out of training (verl_on_error=mask, {failure.kind}): {failure.message}")
         return math.nan
+
+    async def drop_lone(self, uid: object, scored: int, n: int) -> None:
+        """Leave a scored V1 session out of training with its group (``scored`` of its ``n`` sessions
+        got a reward): counted for the step metrics, then :class:`~rewardq.errors.SampleMasked`."""
+        assert self._window is not None  # made by client(), which scoring the session called
+        try:
+            await self._window.count_dropped()
+        except (rx.ConnectionError, rx.TimeoutError, OSError):
+            logger.warning("rewardq: could not count a dropped session of prompt %s for the step metrics", uid)
+        raise SampleMasked(
+            f"rewardq: left out of training with its group: {scored} of the {n} sessions of prompt {uid} got a "
+            "reward, and verl's GRPO would train a lone session on its raw score (verl_on_error=mask)"
+        )
 
     async def _stop(self, error: RewardqError) -> None:
         await stop_run(error, self.on_v1)

@@ -28,15 +28,16 @@ import torch
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 from verl.protocol import DataProto
-from verl.trainer.ppo import core_algos
+from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from rewardq.errors import ConfigError
+from rewardq.integrations import verl_metrics
 from rewardq.integrations.verl import RewardqAgentLoopManager, RewardqAgentLoopWorker, RewardqRewardManager
-from rewardq.integrations.verl_metrics import step_metrics
 from rewardq.integrations.verl_policy import MASKABLE, masking_refusal
 from rewardq.integrations.verl_settings import settings_for
 from tests.conftest import REDIS_URL
+from tests.verl import scripted_agent
 from tests.verl.conftest import Fleet
 from tests.verl.data import internal, output, row
 from tests.verl.harness import GENERATED, bare_agent_loop_worker
@@ -135,12 +136,18 @@ async def test_failed_samples_contribute_nothing_on_a_dataproto_trainer(
         assert torch.equal(out.batch["response_mask"][i], mask_before[i])
     for i in failed + lone:  # no advantage, no token in the loss (the batch's own mask, which the actor reads)
         assert not out.batch["advantages"][i].any() and not out.batch["response_mask"][i].any()
-    assert torch.isfinite(out.batch["token_level_scores"]).all()  # verl's reward metrics stay finite
-    figures = step_metrics(out)
-    assert (
-        figures["rewardq/masked"] == len(failed + lone) and figures["rewardq/masked_share"] == len(failed + lone) / 16
-    )
-    assert figures["rewardq/failures/scorer"] + figures["rewardq/failures/unknown"] == len(failed)
+    # a failed sample keeps its NaN ("no reward"); verl's step metrics, where its trainer computes them,
+    # take verl's reward figures over the scored samples and add rewardq's
+    assert torch.isnan(out.batch["token_level_scores"][failed].sum(-1)).all()
+    verl_metrics.install()
+    figures = ray_trainer.compute_data_metrics(batch=out, use_critic=False)
+    scored = [i for i in range(len(flat)) if i not in failed]
+    assert figures["critic/score/mean"] == pytest.approx(float(np.mean([expected(flat[i]) for i in scored])))
+    assert figures["critic/score/min"] == min(expected(flat[i]) for i in scored)
+    assert all(math.isfinite(v) for k, v in figures.items() if k.startswith("critic/"))
+    assert figures["rewardq/masked"] == len(failed + lone)
+    assert figures["rewardq/masked_share"] == len(failed + lone) / 16
+    assert figures["rewardq/failures/scorer"] == len(failed)
 
 
 async def test_a_batch_without_failures_gets_verls_own_advantages_bit_for_bit(failing_fleet: Fleet) -> None:
@@ -184,27 +191,16 @@ async def test_the_hook_refuses_an_estimator_that_cannot_mask_at_its_first_traje
 
 
 def v1_worker(path: str, cfg: Any) -> Any:
+    """verl's V1 agent-loop worker (rewardq's, or verl's own with the hook), without its LLM servers:
+    verl's own ``_run_prompt`` and ``_run_agent_loop`` run the scripted agent loop."""
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     from rewardq.integrations.verl import RewardqAgentLoopWorkerTQ
 
-    if path == "agent-loop":
-        w = object.__new__(RewardqAgentLoopWorkerTQ)
-        w.reward_loop_worker_handles = None
-        w.processor, w.tokenizer, w.mm_processor_kwargs, w.distillation_enabled = None, None, {}, False
-    else:
-        cls = AgentLoopWorkerTQ.__ray_metadata__.modified_class
-        w = bare_agent_loop_worker(cls, [LocalHandle(hook(cfg))])
+    cls = RewardqAgentLoopWorkerTQ if path == "agent-loop" else AgentLoopWorkerTQ.__ray_metadata__.modified_class
+    w = bare_agent_loop_worker(cls, None if path == "agent-loop" else [LocalHandle(hook(cfg))])
     w.config = cfg
-    responses: dict[str, list[str]] = {}
-
-    async def run_agent_loop(sampling_params: Any, trajectory: Any, *, trace: bool = False, **kwargs: Any) -> Any:
-        # the agent loop's generation, then verl's (or rewardq's) own V1 post-processing
-        outputs = [output(responses[kwargs["uid"]][kwargs["session_id"]])]
-        return await w._agent_loop_postprocess(outputs, trajectory["validate"], **kwargs)
-
-    w._run_agent_loop = run_agent_loop
-    w.responses = responses
+    w.llm_client, w.hf_model_type, w.dataset_cls, w.tools = None, None, None, []
     return w
 
 
@@ -213,17 +209,18 @@ async def run_prompts(tq: ModuleType, w: Any, groups: list[list[str]], step: int
     uids = []
     for g, texts in enumerate(groups):
         uid = str(uuid.uuid4())
-        w.responses[uid] = texts
+        scripted_agent.RESPONSES[uid] = texts
         tq.kv_batch_put(
             keys=[uid], partition_id="train", tags=[{"is_prompt": True, "status": "pending", "global_steps": step}]
         )
-        prompt = {**row("custom", "x", uid=uid, index=g), "global_steps": step}
-        await type(w)._run_prompt(w, prompt, {}, trajectory={"validate": False}, trace=False)
+        prompt = {**row("custom", "x", uid=uid, index=g), "global_steps": step, "agent_name": scripted_agent.NAME}
+        trajectory = {"validate": False, "step": step, "sample_index": g, "rollout_n": len(texts)}
+        await type(w)._run_prompt(w, prompt, {}, trajectory=trajectory, trace=False)
         uids.append(uid)
     return uids
 
 
-def replay_buffer() -> Any:
+def replay_buffer(groups: int) -> Any:
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
     return ReplayBuffer(
@@ -233,9 +230,39 @@ def replay_buffer() -> Any:
         max_off_policy_strategy="drop",
         sampler_kwargs=OmegaConf.create({}),
         poll_interval=0.1,
-        train_batch_size=len(GROUPS),
-        gen_batch_size=len(GROUPS),
+        train_batch_size=groups,
+        gen_batch_size=groups,
     )
+
+
+#: The V1 groups: :data:`GROUPS`, then groups where an agent loop raised (``RAISE``) before any reward.
+V1_GROUPS = [*GROUPS, ["RAISE", "aa", "aaa", "FAIL"], ["RAISE", "aa", "FAIL a", "RAISE"]]
+
+
+def v1_metrics_batch(tq: ModuleType, keys: list[str], advantages: torch.Tensor) -> DataProto:
+    """The batch verl's V1 trainer hands ``compute_data_metrics`` (trainer_base, after the update)."""
+    fields = ["prompts", "responses", "response_mask", "rm_scores"]
+    data = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=fields)
+    prompt_length, response_length = data["prompts"].offsets().diff(), data["responses"].offsets().diff()
+    data = data.to_padded_tensor()
+    data["token_level_scores"] = data["token_level_rewards"] = data["rm_scores"]
+    data["advantages"] = data["returns"] = advantages
+    data["prompt_length"], data["response_length"] = prompt_length.float(), response_length.float()
+    return DataProto(batch=data)
+
+
+class V1Trainer:
+    """Stands for verl's V1 trainer where it asks for the step's metrics: the method's ``self.config``
+    is the trainer's config (what rewardq reads its settings from when only the hook is in use)."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def step_metrics(self, batch: DataProto) -> dict[str, Any]:
+        from verl.trainer.ppo.v1 import trainer_base
+
+        verl_metrics.install()
+        return dict(trainer_base.compute_data_metrics(batch=batch, use_critic=False))
 
 
 @pytest.mark.parametrize("path", ["agent-loop", "hook"])
@@ -245,12 +272,20 @@ async def test_failed_sessions_never_reach_the_v1_batch(failing_fleet: Fleet, re
     tq = real_tq
     cfg = trainer_config(failing_fleet.namespace, "grpo", v1=True)
     w = v1_worker(path, cfg)
-    uids = await run_prompts(tq, w, GROUPS, step=1)
+    uids = await run_prompts(tq, w, V1_GROUPS, step=1)
     tags = tq.kv_list(partition_id="train")["train"]
-    assert [tags[u]["status"] for u in uids] == ["failure", "failure", "finished", "failure"]
-    batch, _ = replay_buffer().sample(global_steps=1, partition_id="train", batch_size=len(GROUPS))  # verl's step
+    assert [tags[u]["status"] for u in uids] == ["failure", "failure", "finished", "failure", "failure", "failure"]
+    # verl's step: the replay buffer's sample
+    batch, _ = replay_buffer(len(V1_GROUPS)).sample(global_steps=1, partition_id="train", batch_size=len(V1_GROUPS))
     try:
-        healthy = {(u, s) for u, texts in zip(uids, GROUPS) for s, t in enumerate(texts) if "FAIL" not in t}
+        scored = {
+            (u, s) for u, texts in zip(uids, V1_GROUPS) for s, t in enumerate(texts) if t != "RAISE" and "FAIL" not in t
+        }
+        lone = {(u, s) for u, s in scored if sum(us[0] == u for us in scored) == 1}  # groups 3 and 5
+        assert len(lone) == 2
+        # rewardq's V1 worker leaves a lone scored session out with its group; verl's own worker (the
+        # hook's path) cannot be told to, and keeps verl's rule (docs/verl-integration.md)
+        healthy = scored - lone if path == "agent-loop" else scored
         assert {(k.rsplit("_", 2)[0], int(k.rsplit("_", 2)[1])) for k in batch.keys} == healthy
         # verl's V1 advantage step (trainer_base._compute_advantage) on what the replay buffer gave
         data = tq.kv_batch_get(
@@ -268,13 +303,23 @@ async def test_failed_sessions_never_reach_the_v1_batch(failing_fleet: Fleet, re
             uid, session, _ = key.rsplit("_", 2)
             first = int(data.batch["response_mask"][row_i].argmax())
             got[(uid, int(session))] = float(data.batch["advantages"][row_i, first])
-        # verl's GRPO over the healthy samples alone
+        # verl's GRPO over the stored samples alone
         order = sorted(healthy, key=lambda us: (uids.index(us[0]), us[1]))
-        scores = torch.tensor([[expected(GROUPS[uids.index(u)][s])] for u, s in order])
+        scores = torch.tensor([[expected(V1_GROUPS[uids.index(u)][s])] for u, s in order])
         ref, _ = core_algos.compute_grpo_outcome_advantage(
             scores, torch.ones_like(scores), np.array([u for u, _ in order], dtype=object)
         )
         for (u, s), adv in zip(order, ref[:, 0].tolist()):
             assert got[(u, s)] == pytest.approx(adv, abs=1e-6)
+
+        # the step's metrics, where verl's V1 trainer computes them: rewardq's figures from the run's totals
+        figures = V1Trainer(cfg).step_metrics(v1_metrics_batch(tq, list(batch.keys), data.batch["advantages"]))
+        failed = sum("FAIL" in t for texts in V1_GROUPS for t in texts)
+        dropped = len(lone) if path == "agent-loop" else 0
+        assert figures["rewardq/failures/scorer"] == failed and figures["rewardq/masked"] == failed + dropped
+        assert figures["rewardq/masked_share"] == pytest.approx((failed + dropped) / (failed + len(scored)))
+        assert figures["critic/score/mean"] == pytest.approx(float(scores.mean()))  # verl's own figure
+        again = V1Trainer(cfg).step_metrics(v1_metrics_batch(tq, list(batch.keys), data.batch["advantages"]))
+        assert again["rewardq/masked"] == 0 and again["rewardq/masked_share"] == 0.0  # nothing new since
     finally:
         tq.kv_clear(keys=list(batch.keys), partition_id="train")
