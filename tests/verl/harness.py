@@ -73,6 +73,28 @@ def hook_config(model_path: Path | str, namespace: str, *, num_workers: int = 1,
     return cfg
 
 
+def trainer_config(namespace: str, estimator: str, v1: bool = False, **rewardq: Any) -> Any:
+    """verl's generated trainer config, as the trainer hands it to its agent loops and reward loop:
+    ``algorithm.adv_estimator=estimator``, groups of 4, the V1 trainer's TransferQueue on with ``v1``."""
+    cfg = OmegaConf.load(GENERATED)
+    cfg.algorithm.adv_estimator = estimator
+    cfg.actor_rollout_ref.rollout.n = 4
+    cfg.transfer_queue.enable = v1  # what verl's V1 task runner sets
+    cfg.reward.rewardq = {"redis_url": REDIS_URL, "namespace": namespace, **rewardq}
+    return cfg
+
+
+class LocalHandle:
+    """A reward-loop actor handle whose ``compute_score.remote(data)`` runs a hook in this process."""
+
+    def __init__(self, manager: Any) -> None:
+        self.compute_score = self
+        self.manager = manager
+
+    def remote(self, data: Any) -> Any:
+        return self.manager.run_single(data)
+
+
 def save_config(cfg: Any, path: Path) -> Path:
     OmegaConf.save(cfg, path)
     return path

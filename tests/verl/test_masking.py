@@ -17,8 +17,15 @@ function raises for responses marked ``FAIL`` (tests/verl/failing_scorer.py). Gr
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import uuid
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -34,14 +41,13 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from rewardq.errors import ConfigError
 from rewardq.integrations import verl_metrics
 from rewardq.integrations.verl import RewardqAgentLoopManager, RewardqAgentLoopWorker, RewardqRewardManager
-from rewardq.integrations.verl_policy import MASKABLE, masking_refusal
+from rewardq.integrations.verl_policy import MASKABLE, SETUP_HOOK, SETUP_HOOK_KEY, masking_refusal
 from rewardq.integrations.verl_settings import settings_for
-from tests.conftest import REDIS_URL
+from tests.support.cli_procs import REPO
 from tests.verl import scripted_agent
 from tests.verl.conftest import Fleet
 from tests.verl.data import internal, output, row
-from tests.verl.harness import GENERATED, bare_agent_loop_worker
-from tests.verl.test_safety import LocalHandle
+from tests.verl.harness import LocalHandle, bare_agent_loop_worker, trainer_config
 
 #: Per group, its 4 responses; ``FAIL`` marks the samples whose reward function raises.
 GROUPS = [
@@ -50,16 +56,6 @@ GROUPS = [
     ["a", "aa", "aaaaa", "aaa"],  # none
     ["FAIL a", "aaaa", "FAIL", "FAIL aaaaaa"],  # 3 failed: one scored sample left
 ]
-
-
-def trainer_config(namespace: str, estimator: str, v1: bool = False, **rewardq: Any) -> Any:
-    """verl's generated trainer config, as the trainer hands it to its agent loops and reward loop."""
-    cfg = OmegaConf.load(GENERATED)
-    cfg.algorithm.adv_estimator = estimator
-    cfg.actor_rollout_ref.rollout.n = 4
-    cfg.transfer_queue.enable = v1  # what verl's V1 task runner sets
-    cfg.reward.rewardq = {"redis_url": REDIS_URL, "namespace": namespace, **rewardq}
-    return cfg
 
 
 def hook(cfg: Any) -> RewardqRewardManager:
@@ -176,6 +172,72 @@ def test_a_configuration_that_cannot_mask_is_refused_at_start(failing_fleet: Fle
     )
     zero = trainer_config("x", "gae", verl_on_error="zero")
     assert masking_refusal(settings_for(zero), zero) is None
+
+
+def test_verls_fully_async_trainer_needs_the_estimators_registered_at_worker_start() -> None:
+    cfg = trainer_config("x", "rewardq_grpo")
+    assert masking_refusal(settings_for(cfg), cfg) is None  # legacy, one-step-off: rewardq is imported there
+    cfg.async_training = {"staleness_threshold": 0.1}  # verl's fully-async trainer config
+    refusal = str(masking_refusal(settings_for(cfg), cfg))
+    assert f"+{SETUP_HOOK_KEY}={SETUP_HOOK}" in refusal and "Unknown advantage estimator simply" in refusal
+    cfg.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook = SETUP_HOOK
+    assert masking_refusal(settings_for(cfg), cfg) is None
+
+
+SETUP_HOOK_RUN = """
+import json, sys, ray
+ray.init(address="local", include_dashboard=False, num_cpus=1, _temp_dir=sys.argv[1], log_to_driver=False,
+         runtime_env={"worker_process_setup_hook": sys.argv[2], "env_vars": {"PYTHONPATH": sys.argv[3]}})
+
+@ray.remote
+def seen():  # a fresh worker process, as verl's fully-async trainer actor is
+    from verl.trainer.ppo import core_algos
+    return {"registered": sorted(k for k in core_algos.ADV_ESTIMATOR_REGISTRY if k.startswith("rewardq_")),
+            "hook_module": "rewardq.integrations.verl" in sys.modules}
+
+print(json.dumps(ray.get(seen.remote())))
+ray.shutdown()
+"""
+
+
+def test_the_setup_hook_registers_the_estimators_in_a_fresh_ray_worker(tmp_path: Path) -> None:
+    """``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=...``: verl's ``run_ppo`` passes
+    ``ray_kwargs.ray_init`` to ``ray.init`` as here."""
+    temp = Path(tempfile.mkdtemp(prefix="rq-hook-", dir="/tmp"))  # short: Ray's socket paths have a limit
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", SETUP_HOOK_RUN, str(temp), SETUP_HOOK, str(REPO)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["registered"] == sorted(f"rewardq_{name}" for name in MASKABLE)
+    assert seen["hook_module"] is False  # the estimators alone, not the hook's heavier module
+
+
+def test_validation_metrics_are_taken_over_the_scored_samples() -> None:
+    """verl's DataProto trainers' ``_val_metrics_update`` (legacy, one-step-off, the fully-async
+    rollouter) after rewardq's wrapper: a failed sample's NaN reward is left out, not averaged in."""
+    verl_metrics.install()
+    sources = np.array(["openai/gsm8k"] * 4 + ["math"] * 4, dtype=object)
+    uids = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    rewards = [1.0, math.nan, 0.0, 1.0, math.nan, math.nan, 1.0, 0.0]
+    infos = {"reward": rewards, "acc": [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]}
+    bare: Any = object.__new__(ray_trainer.RayPPOTrainer)
+    ours = ray_trainer.RayPPOTrainer._val_metrics_update(bare, sources, uids, infos, [])
+    keep = [i for i, r in enumerate(rewards) if not math.isnan(r)]
+    scored = {k: [v[i] for i in keep] for k, v in infos.items()}
+    # verl's own on the scored samples alone (nothing for the wrapper to leave out)
+    reference = ray_trainer.RayPPOTrainer._val_metrics_update(bare, sources[keep], [uids[i] for i in keep], scored, [])
+    assert ours == reference and "val-core/openai/gsm8k/acc/mean@2" in ours
+    assert all(math.isfinite(float(v)) for v in ours.values())
+    unwrapped = ray_trainer.process_validation_metrics.__wrapped__(sources, uids, infos)  # verl's, unwrapped
+    assert math.isnan(unwrapped["openai/gsm8k"]["reward"]["mean@2"])  # what verl alone would log
 
 
 async def test_the_hook_refuses_an_estimator_that_cannot_mask_at_its_first_trajectory(failing_fleet: Fleet) -> None:

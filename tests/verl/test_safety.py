@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopO
 from verl.utils.reward_score import default_compute_score
 
 from rewardq.errors import RedisUnavailable, RunStopped, ScoringError
-from rewardq.integrations.verl import RewardqRewardManager
+from rewardq.integrations.verl import RewardqAgentLoopWorker, RewardqRewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.checks import must
@@ -34,28 +35,19 @@ from tests.support.sync_client import SyncClient
 from tests.verl.conftest import Fleet
 from tests.verl.data import TOK, output, row
 from tests.verl.harness import (
+    LocalHandle,
     bare_agent_loop_worker,
     deepseek_tokenizer_json,
     demo_hf_folder,
     hf_folder,
     hook_config,
     save_config,
+    trainer_config,
     unique_namespace,
 )
 from tests.verl.test_adapter import adapter
 
 BUDGET = {"REWARDQ_VERL_MAX_ERROR_RATE": "0.5", "REWARDQ_VERL_ERROR_WINDOW": "8"}
-
-
-class LocalHandle:
-    """A reward-loop actor handle whose ``compute_score.remote(data)`` runs a hook in this process."""
-
-    def __init__(self, manager: RewardqRewardManager) -> None:
-        self.compute_score = self
-        self.manager = manager
-
-    def remote(self, data: Any) -> Any:
-        return self.manager.run_single(data)
 
 
 Trajectory = tuple[list[AgentLoopOutput], dict[str, Any]]
@@ -139,6 +131,34 @@ async def test_a_run_with_a_quarter_errors_goes_on(
     assert error is None and len(scored) == 40
     assert [m is not None for m, _ in scored] == [i % 4 == 3 for i in range(40)]
     assert [o[-1].reward_score for _, o in scored] == [0.0 if i % 4 == 3 else 1.0 for i in range(40)]
+
+
+@pytest.mark.parametrize("on_error", ["zero", "mask"])
+@pytest.mark.parametrize("path", ["adapter", "hook"])
+async def test_an_unknown_data_source_stops_the_run_at_its_first_trajectory(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, path: str, on_error: str
+) -> None:
+    """A `config` failure: no 0.0 and no NaN, and no waiting for the failure budget's window."""
+    monkeypatch.setenv("REWARDQ_VERL_ON_ERROR", on_error)
+    cfg = trainer_config(naive_fleet.namespace, "rewardq_grpo")  # a trainer that can mask
+    if path == "adapter":
+        w: Any = object.__new__(RewardqAgentLoopWorker)
+        w.config = cfg
+        compute_score = w._compute_score
+    else:
+        hook = RewardqRewardManager(cfg, None)  # type: ignore[arg-type]
+        w = bare_agent_loop_worker(AgentLoopWorker, [LocalHandle(hook)])
+        compute_score = functools.partial(AgentLoopWorker._compute_score, w)
+    good, kw_good = passing(0)
+    await compute_score(good, kwargs=kw_good)
+    assert good[-1].reward_score == 1.0
+    outputs, kwargs = [output("turn"), output("#### 1")], row("no-such-source", "1", index=1)
+    with pytest.raises(RunStopped) as stopped:
+        await compute_score(outputs, kwargs=kwargs)
+    assert outputs[-1].reward_score is None  # nothing handed to verl
+    text = str(stopped.value)
+    assert "no-such-source" in text and "`config` failure" in text and "--reward-fn" in text
+    assert "restart the run" in text
 
 
 async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch: pytest.MonkeyPatch) -> None:
