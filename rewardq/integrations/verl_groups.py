@@ -1,25 +1,33 @@
-"""The sessions of one prompt on verl's V1 trainer: a scored session waits to know whether its group
-keeps at least two scored sessions; no verl import here.
+"""The sessions of one prompt on verl's V1 trainer: which of them are stored, decided together; no
+verl import here.
 
-On the V1 trainer a sample whose reward failed never reaches TransferQueue
-(:mod:`rewardq.integrations.verl_policy`), and verl's GRPO groups the sessions present. A group that
-failures left with one scored session would then train it alone, and verl's GRPO gives a group of
-one the advantage ``score - 0`` over ``1`` (its raw score, not a comparison with anything). The
-DataProto trainers' masking estimators leave such a session out
-(:mod:`rewardq.integrations.verl_mask`); this is the same rule on V1, where nothing after the
-session can drop it.
+On the V1 trainer a sample whose reward failed is left out of TransferQueue, and verl's GRPO groups
+the sessions present (:mod:`rewardq.integrations.verl_policy`). Two rules need the whole group:
 
-verl's ``AgentLoopWorkerTQ._run_prompt`` runs all ``n`` sessions of a prompt (its ``uid``) as tasks
-of one agent-loop worker and stores a session only when it returns. So rewardq's V1 worker opens a
-:class:`SessionGroup` per prompt (:meth:`SessionGroups.open`); a session that got its reward
-(:meth:`SessionGroup.scored`) waits until the group is decided, before it is stored; a session that
-ends any other way (its reward failed, its agent loop raised) says so on its way out
-(:meth:`SessionGroup.ended`). The group is decided as soon as two sessions are scored (it keeps every
-scored session), or once every session is scored or ended: then it keeps its scored sessions only if
-every session was scored, or if ``n`` is 1 (a group of one by design keeps verl's rule).
+* **A lone scored session is left out.** A group that failures left with one scored session would
+  train it alone, and verl's GRPO gives a group of one the advantage ``(score - 0) / 1``: its raw
+  score, not a comparison with anything. The DataProto trainers' masking estimators leave such a
+  session out (:mod:`rewardq.integrations.verl_mask`); this is the same rule on V1.
+* **A failed session leaves quietly when its group keeps others.** A session that raises makes verl
+  tag its prompt ``failure``, and verl's asynchronous replay buffer (``trainer.v1.trainer_mode``
+  ``colocate_async`` / ``separate_async``) evicts every ``failure`` group whole and generates it
+  again: one failed sample would throw away its group's healthy ones. So a failed session whose
+  group keeps scored sessions returns without storing anything (verl tags the prompt ``finished``);
+  one whose group keeps none raises (``failure``: verl's own handling of a group with no
+  trajectory, ``trainer.v1.sampler.sync_refill_failed_groups`` included).
 
-Waiting costs nothing in time: verl marks the prompt finished only after every session has ended,
-and its replay buffer samples only finished prompts. Validation prompts never wait (no training).
+verl's ``AgentLoopWorkerTQ._run_prompt`` runs all ``n`` sessions of a prompt (its ``uid``) as tasks of
+one agent-loop worker and stores a session when it returns. So rewardq's V1 worker opens a
+:class:`SessionGroup` per training prompt (:meth:`SessionGroups.open`); a session that got its
+reward (:meth:`SessionGroup.scored`) or whose reward failed (:meth:`SessionGroup.failed`) waits until
+the group is decided, before anything is stored; a session that ends any other way (its agent loop
+raised) says so on its way out (:meth:`SessionGroup.ended`). The group is decided as soon as two
+sessions are scored (it keeps every scored session), or once every session is accounted for: then
+it keeps its scored sessions only if every session was scored, or if ``n`` is 1 (a group of one by
+design keeps verl's rule).
+
+Waiting costs nothing in time: verl marks the prompt terminal only after every session has ended,
+and its replay buffers sample only terminal prompts. Validation prompts never wait (no training).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ class SessionGroup:
 
     n: int
     scored_sessions: set[object] = field(default_factory=set)
-    ended_sessions: set[object] = field(default_factory=set)
+    unscored_sessions: set[object] = field(default_factory=set)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def scored(self, session: object) -> None:
@@ -45,22 +53,28 @@ class SessionGroup:
         self.scored_sessions.add(session)
         self._wake()
 
-    def ended(self, session: object) -> None:
-        """``session`` is over (scored or not): a session never scored by then never will be."""
-        self.ended_sessions.add(session)
+    def failed(self, session: object) -> None:
+        """``session``'s reward failed."""
+        self.unscored_sessions.add(session)
         self._wake()
 
+    def ended(self, session: object) -> None:
+        """``session`` is over: one never scored by then never will be."""
+        if session not in self.scored_sessions:
+            self.unscored_sessions.add(session)
+            self._wake()
+
     def decided(self) -> bool:
-        unscored = len(self.ended_sessions - self.scored_sessions)
-        return len(self.scored_sessions) >= 2 or len(self.scored_sessions) + unscored >= self.n
+        ok = len(self.scored_sessions)
+        return ok >= 2 or ok + len(self.unscored_sessions) >= self.n
 
     def keeps_scored(self) -> bool:
-        """Whether the scored sessions keep their place (call once :meth:`decided`)."""
+        """Whether the scored sessions are stored (once :meth:`decided`)."""
         ok = len(self.scored_sessions)
         return ok >= 2 or ok >= self.n
 
     async def wait(self) -> bool:
-        """Wait until the group is decided; whether its scored sessions keep their place."""
+        """Wait until the group is decided; whether its scored sessions are stored (none are otherwise)."""
         while not self.decided():
             await self._changed.wait()
         return self.keeps_scored()

@@ -6,8 +6,9 @@ module imports ``transfer_queue``):
 
 * a trajectory is scored on the rewardq fleet before verl's own post-processing, which then finds
   it scored (verl's own ``_compute_score`` call returns at once);
-* with ``verl_on_error=mask``, a training prompt's scored sessions are stored only if its group keeps
-  at least two of them (:mod:`rewardq.integrations.verl_groups`);
+* with ``verl_on_error=mask``, a training prompt's sessions are stored as its group decides
+  (:mod:`rewardq.integrations.verl_groups`): scored sessions only if at least two are, and a failed
+  session leaves quietly when its group keeps others, so verl never evicts the group for it;
 * verl's TransferQueue post-processing copies the final output's reward onto the trajectory's other
   outputs after scoring; when the manager gave one reward per output, each output's own reward is
   put back before verl stores it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rewardq.errors import SampleMasked
 from rewardq.integrations.verl_groups import SessionGroup, SessionGroups
 
 if TYPE_CHECKING:
@@ -66,7 +68,12 @@ class TransferQueueSessions:
     async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
         outputs = output if isinstance(output, list) else [output]
         if outputs:
-            await self._compute_score(outputs, kwargs=kwargs)  # verl's own call then finds it scored
+            try:
+                await self._compute_score(outputs, kwargs=kwargs)  # verl's own call then finds it scored
+            except SampleMasked:
+                if await self._rewardq_others_stored(kwargs):
+                    return  # left out quietly: nothing stored, the prompt stays `finished`
+                raise  # the group stores nothing: `failure`, verl's own handling of an empty group
             await self._rewardq_keep_or_drop(outputs[-1], kwargs)
             pinned = self.__dict__.setdefault("_rewardq_pinned", {})
             for o in outputs[:-1]:
@@ -87,6 +94,14 @@ class TransferQueueSessions:
         group.scored(kwargs.get("session_id"))
         if not await group.wait():
             await self.rewardq_scorer().drop_lone(kwargs.get("uid"), len(group.scored_sessions), group.n)
+
+    async def _rewardq_others_stored(self, kwargs: dict[str, Any]) -> bool:
+        """A failed session of an open group waits for its group's decision: whether other sessions are stored."""
+        group = self._rewardq_group(kwargs)
+        if group is None:
+            return False
+        group.failed(kwargs.get("session_id"))
+        return await group.wait() and bool(group.scored_sessions)
 
     def _compute_multi_modal_inputs(self, output: Any, input_ids: object) -> object:
         # verl calls this once per output between its reward copy and its put to TransferQueue:

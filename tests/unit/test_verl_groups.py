@@ -27,6 +27,24 @@ async def test_a_lone_scored_session_waits_for_its_siblings_then_is_dropped() ->
     assert await waiting is False
 
 
+async def test_a_failed_session_waits_and_learns_whether_its_group_stores_others() -> None:
+    group = SessionGroup(4)
+    group.failed(1)  # its reward failed: it waits inside its post-processing
+    waiting = asyncio.create_task(group.wait())
+    group.scored(0)
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    group.scored(3)
+    assert await waiting is True and group.scored_sessions == {0, 3}
+
+
+async def test_a_group_whose_sessions_all_failed_stores_nothing() -> None:
+    group = SessionGroup(2)
+    group.failed(0)
+    group.failed(1)
+    assert group.decided() and await group.wait() is False and not group.scored_sessions
+
+
 async def test_a_scored_session_ending_is_not_a_failed_one() -> None:
     group = SessionGroup(3)
     group.scored(0)
