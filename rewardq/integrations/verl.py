@@ -168,7 +168,7 @@ class RewardqRewardManager(RewardManagerBase):
         self.rewardq_config = config  # reward.rewardq.fleet in it starts the Ray fleet on first use
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
-        self.scorer = TrajectoryScorer(settings_for(config), tokenizer, config)
+        self.scorer = TrajectoryScorer(settings_for(config), tokenizer, config, hook=True)
         self._keys_by_source: dict[Any, dict[str, Any]] = {}
 
     async def run_single(self, data: TensorDict) -> dict[str, Any]:

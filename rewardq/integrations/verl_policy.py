@@ -118,3 +118,26 @@ def _fully_async_refusal(config: object, estimator: str) -> str | None:
         f"would stop at its first step with 'Unknown advantage estimator simply: {estimator}'. Register rewardq's "
         f"estimators at every Ray worker's start: +{SETUP_HOOK_KEY}={SETUP_HOOK}"
     )
+
+
+#: The agent-loop manager override that masks a failed sample alone on the V1 trainer.
+AGENT_LOOP_MANAGER = (
+    "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=rewardq.integrations.verl.RewardqAgentLoopManager"
+)
+
+
+def hook_on_v1_note(config: object) -> str:
+    """What masking through the hook costs on the V1 trainer (the hook runs in verl's reward-loop actors,
+    outside the agent-loop worker that decides what is stored; :mod:`rewardq.integrations.verl_groups`)."""
+    mode = str(config_at(config, "trainer.v1.trainer_mode") or "sync")
+    cost = (
+        f"verl's replay buffer in trainer.v1.trainer_mode={mode} evicts the whole group of a sample the hook "
+        "leaves out and generates it again, healthy samples included"
+        if mode != "sync"
+        else "a group that failures leave with one scored sample trains it alone, on its raw score (verl's GRPO "
+        "rule for a group of one)"
+    )
+    return (
+        f"rewardq: on verl's V1 trainer through the reward-manager hook, {cost}. rewardq's agent-loop manager "
+        f"leaves out the failed sample alone and drops lone survivors: {AGENT_LOOP_MANAGER}"
+    )

@@ -36,7 +36,7 @@ import rewardq.queue.redis_errors as rx
 from rewardq.errors import RecordError, RedisUnavailable, RewardqError, RewardTimeout, RunStopped, SampleMasked
 from rewardq.integrations.verl_budget import LABELS, UNKNOWN, Failure, FleetBudget, current_run
 from rewardq.integrations.verl_media import has_media, wire_media, wire_sample_media
-from rewardq.integrations.verl_policy import V1, masking_refusal, trainer_kind
+from rewardq.integrations.verl_policy import V1, hook_on_v1_note, masking_refusal, trainer_kind
 from rewardq.integrations.verl_settings import VerlAdapterSettings, settings_for, where
 from rewardq.integrations.verl_stop import stop_run
 from rewardq.queue.codec import plain_value
@@ -152,7 +152,12 @@ class TrajectoryScorer:
     """
 
     def __init__(
-        self, settings: VerlAdapterSettings, tokenizer: Tokenizer | None = None, config: object = None
+        self,
+        settings: VerlAdapterSettings,
+        tokenizer: Tokenizer | None = None,
+        config: object = None,
+        *,
+        hook: bool = False,
     ) -> None:
         self.settings = settings
         self.tokenizer = tokenizer
@@ -161,6 +166,8 @@ class TrajectoryScorer:
         #: on V1 with ``mask``: a prompt's scored sessions are stored only if at least two are
         #: (:mod:`rewardq.integrations.verl_groups`)
         self.drops_lone_sessions = self.on_v1 and settings.on_error == "mask"
+        #: said once, at the first masked sample: what masking through the hook costs on V1
+        self.hook_note = hook_on_v1_note(config) if hook and self.on_v1 else None
         self.refusal = masking_refusal(settings, config)
         self.budget = FleetBudget(
             settings.max_error_rate,
@@ -271,6 +278,9 @@ class TrajectoryScorer:
             logger.warning("rewardq: %s scored 0.0 (verl_on_error=zero): %s", failure.kind, failure.message)
             return 0.0
         logger.warning("rewardq: %s left out of training (verl_on_error=mask): %s", failure.kind, failure.message)
+        if self.hook_note is not None:
+            logger.warning("%s", self.hook_note)
+            self.hook_note = None
         if self.on_v1:
             raise SampleMasked(f"rewardq: left out of training (verl_on_error=mask, {failure.kind}): {failure.message}")
         return math.nan

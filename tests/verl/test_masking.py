@@ -329,7 +329,9 @@ class V1Trainer:
 
 
 @pytest.mark.parametrize("path", ["agent-loop", "hook"])
-async def test_failed_sessions_never_reach_the_v1_batch(failing_fleet: Fleet, real_tq: ModuleType, path: str) -> None:
+async def test_failed_sessions_never_reach_the_v1_batch(
+    failing_fleet: Fleet, real_tq: ModuleType, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
     from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
@@ -341,6 +343,8 @@ async def test_failed_sessions_never_reach_the_v1_batch(failing_fleet: Fleet, re
     # rewardq's worker leaves a failed session out quietly when its group keeps others (verl tags the prompt
     # finished); on verl's own worker (the hook) a failed session raises, and verl tags the prompt failure
     partial = "finished" if path == "agent-loop" else "failure"
+    notes = [r for r in caplog.records if "agent_loop_manager_class=rewardq" in r.getMessage()]
+    assert len(notes) == (0 if path == "agent-loop" else 1)  # the hook says once what it costs, and the fix
     assert [tags[u]["status"] for u in uids] == [partial, partial, "finished", "failure", "failure", "failure"]
     # verl's asynchronous replay buffer (trainer_mode colocate_async / separate_async) evicts every failure
     # group whole and generates it again: with the hook, a failed sample costs its group's healthy ones
