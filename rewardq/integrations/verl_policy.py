@@ -4,21 +4,24 @@
 trainer (:func:`trainer_kind`):
 
 * **V1** (``trainer.use_v1``, verl's default; its task runner turns ``transfer_queue.enable`` on):
-  the sample's session raises :class:`~rewardq.errors.SampleMasked`. verl's ``_run_prompt`` leaves
-  a session that raised out of TransferQueue, and its advantage step groups only the sessions
-  present, so the failed sample has no tokens in the loss and no part in its group's baseline
-  with verl's own estimators (``algorithm.adv_estimator`` unchanged).
+  the sample's session raises :class:`~rewardq.errors.SampleMasked` and is never stored in
+  TransferQueue; verl's advantage step groups only the sessions present, so the failed sample has
+  no tokens in the loss and no part in its group's baseline with verl's own estimators
+  (``algorithm.adv_estimator`` unchanged). rewardq's V1 agent-loop worker decides a prompt's
+  sessions together (:mod:`rewardq.integrations.verl_groups`); through the hook, verl's own worker
+  keeps its rules (:func:`hook_on_v1_note`).
 * **DataProto trainers** (legacy, one-step-off, fully-async): every sample stays in the batch, so
   the failed one gets the reward NaN ("no reward") and the advantage estimator
   ``rewardq_<name>`` (:mod:`rewardq.integrations.verl_mask`) takes it out: its tokens leave the
   loss (``response_mask`` 0), the group's statistics are those of its scored samples, and a group
   left with fewer than two scored samples contributes nothing. That is the one verl key to set:
-  ``algorithm.adv_estimator=rewardq_grpo`` (or ``rewardq_rloo``, ...).
+  ``algorithm.adv_estimator=rewardq_grpo`` (or ``rewardq_rloo``, ...); the fully-async trainer
+  also needs the estimators registered at its workers' start (:data:`SETUP_HOOK`).
 
 :func:`masking_refusal` says why a configuration cannot mask (a DataProto trainer with verl's
-own estimator, an estimator rewardq has no masking form of, no trainer config to tell), so the
-adapter and the hook stop the run at start or at the first failed sample instead of letting a
-NaN or a zero into training.
+own estimator, an estimator rewardq has no masking form of, the fully-async trainer without the
+setup hook, no trainer config to tell), so the adapter and the hook stop the run at start or at
+the first trajectory instead of letting a NaN or a zero into training.
 """
 
 from __future__ import annotations
