@@ -146,6 +146,41 @@ async def test_failed_samples_contribute_nothing_on_a_dataproto_trainer(
     assert figures["rewardq/failures/scorer"] == len(failed)
 
 
+async def test_kl_in_reward_keeps_the_failed_samples_out(failing_fleet: Fleet) -> None:
+    """``algorithm.use_kl_in_reward``: verl's ``apply_kl_penalty`` runs before the estimator and makes
+    ``token_level_rewards`` a new tensor (scores - beta * KL); the failed rows stay NaN there, the
+    estimator leaves them out, and verl's KL figures and reward metrics stay finite."""
+    cfg = trainer_config(failing_fleet.namespace, "rewardq_grpo")
+    finals, uids = await score_groups("agent-loop", cfg)
+    flat = [t for group in GROUPS for t in group]
+    failed = [i for i, t in enumerate(flat) if "FAIL" in t]
+    healthy = [i for i in range(len(flat)) if i not in failed and i // 4 != 3]
+
+    def with_kl() -> tuple[DataProto, dict[str, float]]:
+        batch = dataproto_batch(finals, uids, "agent-loop")
+        gen = torch.Generator().manual_seed(7)
+        shape = batch.batch["response_mask"].shape
+        batch.batch["old_log_probs"] = -torch.rand(shape, generator=gen)
+        batch.batch["ref_log_prob"] = -torch.rand(shape, generator=gen)
+        penalised: tuple[DataProto, dict[str, float]] = ray_trainer.apply_kl_penalty(
+            batch, core_algos.FixedKLController(0.1), "kl"
+        )
+        return penalised
+
+    batch, kl_metrics = with_kl()
+    assert all(math.isfinite(v) for v in kl_metrics.values())
+    assert torch.isnan(batch.batch["token_level_rewards"][failed].sum(-1)).all()
+    out = compute_advantage(batch, adv_estimator="rewardq_grpo", config=cfg.algorithm)
+    reference, _ = with_kl()
+    ref = compute_advantage(reference.select_idxs(healthy), adv_estimator="grpo", config=cfg.algorithm)
+    for n, i in enumerate(healthy):
+        torch.testing.assert_close(out.batch["advantages"][i], ref.batch["advantages"][n], atol=1e-6, rtol=0)
+    assert not out.batch["advantages"][failed].any() and not out.batch["response_mask"][failed].any()
+    verl_metrics.install()
+    figures = ray_trainer.compute_data_metrics(batch=out, use_critic=False)
+    assert all(math.isfinite(v) for k, v in figures.items() if k.startswith("critic/"))
+
+
 async def test_a_batch_without_failures_gets_verls_own_advantages_bit_for_bit(failing_fleet: Fleet) -> None:
     cfg = trainer_config(failing_fleet.namespace, "rewardq_grpo")
     finals, uids = await score_groups("agent-loop", cfg)
