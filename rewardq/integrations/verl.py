@@ -208,6 +208,7 @@ def check_at_start(config: Any) -> None:
     if refusal is not None:
         raise ConfigError(refusal)
     verl_metrics.use_settings(settings)
+    verl_metrics.install()  # the trainer's module is imported by now, whenever rewardq's was
 
 
 verl_mask.register()  # algorithm.adv_estimator=rewardq_grpo, ... in the trainer's process (module docstring)

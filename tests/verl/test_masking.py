@@ -255,6 +255,19 @@ def test_the_setup_hook_registers_the_estimators_in_a_fresh_ray_worker(tmp_path:
     assert seen["hook_module"] is False  # the estimators alone, not the hook's heavier module
 
 
+def test_the_metrics_wrappers_are_installed_once() -> None:
+    from verl.trainer.ppo import metric_utils
+
+    verl_metrics.install()
+    first = ray_trainer.compute_data_metrics, ray_trainer.process_validation_metrics
+    verl_metrics.install()
+    verl_metrics.install()
+    assert (ray_trainer.compute_data_metrics, ray_trainer.process_validation_metrics) == first
+    assert ray_trainer.compute_data_metrics.__wrapped__ is metric_utils.compute_data_metrics  # one layer
+    assert ray_trainer.process_validation_metrics.__wrapped__ is metric_utils.process_validation_metrics
+    assert not hasattr(metric_utils.compute_data_metrics, "_rewardq")  # verl's own module untouched
+
+
 def test_validation_metrics_are_taken_over_the_scored_samples() -> None:
     """verl's DataProto trainers' ``_val_metrics_update`` (legacy, one-step-off, the fully-async
     rollouter) after rewardq's wrapper: a failed sample's NaN reward is left out, not averaged in."""
