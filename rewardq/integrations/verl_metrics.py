@@ -125,20 +125,14 @@ def _with_rewardq_figures(original: Callable[..., dict[str, Any]]) -> Callable[.
 
 
 def unscored_rows(batch: Any) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-    """Which rows of a DataProto batch got no reward (a failure kind, or a reward that is not a
-    number), or None when the batch says nothing of it (the V1 trainer's)."""
-    non_tensor = getattr(batch, "non_tensor_batch", None) or {}
+    """Which rows of a DataProto batch have no reward (NaN: ``verl_on_error=mask``), or None when the
+    batch has no scores. A ``zero`` row keeps its 0.0 in verl's figures: that is what it trains on."""
     tensors = getattr(batch, "batch", None)
-    kinds = non_tensor.get(KIND_COLUMN)
-    scores = tensors["token_level_scores"] if tensors is not None and "token_level_scores" in tensors.keys() else None
-    if kinds is None and scores is None:
+    if tensors is None or "token_level_scores" not in tensors.keys():
         return None
-    rows = np.zeros(len(batch), dtype=bool)
-    if kinds is not None:
-        rows |= np.array([k is not None for k in kinds], dtype=bool)
-    if scores is not None:
-        rows |= ~np.isfinite(scores.sum(-1).cpu().numpy())
-    return rows
+    rewards: np.ndarray[Any, np.dtype[np.float32]] = tensors["token_level_scores"].sum(-1).cpu().numpy()
+    unscored: np.ndarray[Any, np.dtype[np.bool_]] = ~np.isfinite(rewards)
+    return unscored
 
 
 def reward_figures(
@@ -180,7 +174,7 @@ def _from_redis() -> dict[str, float]:
     from rewardq.queue.failure_budget import DROPPED, run_totals
     from rewardq.queue.keys import Keyspace
 
-    settings = _state["settings"] or _trainer_settings()
+    settings = _trainer_settings() or _state["settings"]
     if settings is None:
         return {}
     key = Keyspace(settings.namespace).verl_budget(current_run())
@@ -201,12 +195,12 @@ def _from_redis() -> dict[str, float]:
 
 
 def _trainer_settings() -> VerlAdapterSettings | None:
-    """rewardq's settings from the config of the verl trainer calling ``compute_data_metrics``.
+    """rewardq's settings from the config of the verl trainer calling ``compute_data_metrics`` (the
+    ``self.config`` of the trainer method that asked for the step's metrics), or None.
 
-    The agent-loop manager hands them over when it is built in the trainer's process
-    (:func:`use_settings`); with the hook alone, rewardq's classes are built in other processes, so
-    the trainer's own config (``self.config`` of the method that asked for the step's metrics) is
-    read, and kept. verl gives a reward backend no other way to it here.
+    With the hook alone rewardq's classes are built in other processes, so nothing hands the
+    trainer's process its settings (the agent-loop manager does, :func:`use_settings`, read when this
+    finds no trainer); verl gives a reward backend no other way to them here.
     """
     frame: FrameType | None = sys._getframe(1)
     for _ in range(CALLER_DEPTH):
@@ -214,9 +208,7 @@ def _trainer_settings() -> VerlAdapterSettings | None:
             break
         config = getattr(frame.f_locals.get("self"), "config", None)
         if config_at(config, "reward") is not None:
-            settings = settings_for(config)
-            use_settings(settings)
-            return settings
+            return settings_for(config)
         frame = frame.f_back
     return None
 

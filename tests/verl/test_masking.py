@@ -181,6 +181,19 @@ async def test_kl_in_reward_keeps_the_failed_samples_out(failing_fleet: Fleet) -
     assert all(math.isfinite(v) for k, v in figures.items() if k.startswith("critic/"))
 
 
+async def test_with_zero_verls_reward_figures_are_verls_own(failing_fleet: Fleet) -> None:
+    """``verl_on_error=zero`` trains failed samples on 0.0, so verl's figures count them as verl does."""
+    cfg = trainer_config(failing_fleet.namespace, "grpo", verl_on_error="zero")
+    finals, uids = await score_groups("agent-loop", cfg)
+    assert sum(o.reward_score == 0.0 and o.extra_fields["reward_failure_kind"] == "scorer" for o in finals) == 6
+    out = compute_advantage(dataproto_batch(finals, uids, "agent-loop"), adv_estimator="grpo", config=cfg.algorithm)
+    verl_metrics.install()
+    ours = ray_trainer.compute_data_metrics(batch=out, use_critic=False)
+    verls = ray_trainer.compute_data_metrics.__wrapped__(batch=out, use_critic=False)
+    assert {k: v for k, v in ours.items() if not k.startswith("rewardq/")} == verls
+    assert ours["rewardq/failures/scorer"] == 6 and ours["rewardq/masked"] == 0
+
+
 async def test_a_batch_without_failures_gets_verls_own_advantages_bit_for_bit(failing_fleet: Fleet) -> None:
     cfg = trainer_config(failing_fleet.namespace, "rewardq_grpo")
     finals, uids = await score_groups("agent-loop", cfg)
