@@ -8,8 +8,9 @@ Usage::
     python -m benchmarks --scorer trivial      # the reference conditions: no decode
 
 Systems (``--only``): ``raw`` (baseline, also its no-scoring variant), ``rewardq``
-(throughput with 1 and 2 workers, latency, memory), ``celery``, ``rq``, ``arq``,
-``dramatiq``. Phases (``--phases``): ``throughput``, ``latency``, ``memory``. Every key
+(throughput with 1 and 2 workers, latency, memory), ``ledger`` (rewardq with and without the
+reward ledger, and provenance's cost: :mod:`benchmarks.ledger_bench`), ``celery``, ``rq``,
+``arq``, ``dramatiq``. Phases (``--phases``): ``throughput``, ``latency``, ``memory``. Every key
 this run writes carries ``rqbench-<run id>`` (or the peer's own prefix with the run id)
 and is deleted at the end; every process it starts is stopped by its PID.
 
@@ -42,7 +43,7 @@ from rich.console import Console
 from benchmarks.common import PYTHON, REPO, Cleanup, Row, Settings, connect, installed, stop_all_children
 from benchmarks.report import ratios, render, targets
 
-SYSTEMS = ("raw", "rewardq", "celery", "rq", "arq", "dramatiq")
+SYSTEMS = ("raw", "rewardq", "ledger", "celery", "rq", "arq", "dramatiq")
 PHASES = ("throughput", "latency", "memory")
 
 
@@ -77,8 +78,8 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
     s.profiler = a.profile
     for spec in a.peer_path:
         peer, sep, path = spec.partition("=")
-        if not sep or peer not in SYSTEMS[2:]:
-            raise SystemExit(f"--peer-path wants PEER=DIR with PEER one of {','.join(SYSTEMS[2:])}, got {spec!r}")
+        if not sep or peer not in SYSTEMS[3:]:
+            raise SystemExit(f"--peer-path wants PEER=DIR with PEER one of {','.join(SYSTEMS[3:])}, got {spec!r}")
         s.peer_paths[peer] = path
     s.run_id = f"{os.getpid():x}{int(time.time()) % 100000:05d}"
     s.workdir = Path(tempfile.mkdtemp(prefix=f"rqbench-{s.run_id}-"))
@@ -102,6 +103,10 @@ def run_system(name: str, s: Settings, cleanup: Cleanup) -> list[Row]:
             if "memory" in s.phases:
                 rows += memory.run(s, cleanup)
             return rows
+        if name == "ledger":
+            from benchmarks import ledger_bench
+
+            return ledger_bench.run(s, cleanup)
         if name in s.peer_paths:
             return run_elsewhere(name, s, s.peer_paths[name])
         module = {"celery": "celery", "rq": "rq", "arq": "arq", "dramatiq": "dramatiq"}[name]

@@ -48,7 +48,7 @@ def measure(s: Settings, one: Callable[[int], float | None]) -> list[float]:
     return paced(s.latency_samples, s.latency_rate, lambda i: one(i + s.latency_warmup), s.latency_timeout)
 
 
-def rewardq_latency(s: Settings, namespace: str, worker: Child) -> Row:
+def rewardq_latency(s: Settings, namespace: str, worker: Child, system: str = "rewardq") -> Row:
     """Latency through rewardq's blocking client against a running worker in ``namespace``."""
     from rewardq import RewardClient
 
@@ -95,7 +95,7 @@ def rewardq_latency(s: Settings, namespace: str, worker: Child) -> Row:
             f"; worker's own latency_ms (put ts -> scored, before commit) p50 {np.percentile(w, 50):.2f} "
             f"p99 {np.percentile(w, 99):.2f}"
         )
-    row = summarize("rewardq", samples, s, note)
+    row = summarize(system, samples, s, note)
     row.check = "ok" if not bad else f"{len(bad)} wrong"
     row.rss_mb = worker.peak_rss_mb()
     return row

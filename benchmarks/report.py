@@ -153,6 +153,7 @@ def targets(rows: list[Row]) -> list[Target]:
                 "n/a",
             )
         )
+    out += ledger_targets(rows)
     if rq1 and rq2 and finite(rq1.traj_per_s) and finite(rq2.traj_per_s):
         out.append(
             Target(
@@ -160,6 +161,50 @@ def targets(rows: list[Row]) -> list[Target]:
                 "-",
                 f"{rq2.traj_per_s / rq1.traj_per_s:.2f}x on this {_cores()}-core machine",
                 "n/a",
+            )
+        )
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def ledger_targets(rows: list[Row]) -> list[Target]:
+    """The ledger's cost (``--only ledger``): worker CPU per trajectory with it over without (goal:
+    at most +10 %), and its latency p99 against the spread of the plain runs around it."""
+    out: list[Target] = []
+
+    def pick(system: str, phase: str, field: str) -> list[float]:
+        return [
+            float(getattr(r, field))
+            for r in rows
+            if r.system == system and r.phase == phase and r.status == "ok" and finite(getattr(r, field))
+        ]
+
+    off, on = pick("rewardq", "ledger A/B", "cpu_ms"), pick("rewardq+ledger", "ledger A/B", "cpu_ms")
+    if off and on:
+        x = _mean(on) / _mean(off) - 1
+        out.append(
+            Target(
+                "ledger: worker CPU per trajectory (GSM8K)",
+                "<= +10 %",
+                f"{x:+.1%} ({_mean(on):.2f} vs {_mean(off):.2f} ms/traj, {len(on)} round(s))",
+                "PASS" if x <= 0.10 else "MISS",
+            )
+        )
+    p_off, p_on = (
+        pick("rewardq", "ledger A/B latency", "p99_ms"),
+        pick("rewardq+ledger", "ledger A/B latency", "p99_ms"),
+    )
+    if p_off and p_on:
+        band = max(p_off)
+        out.append(
+            Target(
+                "ledger: latency p99 within the plain runs' noise",
+                f"<= {band * 1.1:.2f} ms (plain {', '.join(f'{p:.2f}' for p in p_off)} ms, +10 %)",
+                f"{p_on[0]:.2f} ms",
+                "PASS" if p_on[0] <= band * 1.1 else "MISS",
             )
         )
     return out

@@ -59,7 +59,7 @@ def fill(url: str, namespace: str, trajs: Iterable[Trajectory], chunk_bytes: int
 TRIVIAL_MANAGER = "benchmarks.trivial:TrivialManager"
 
 
-def start_workers(s: Settings, namespace: str, n: int, tag: str) -> list[Child]:
+def start_workers(s: Settings, namespace: str, n: int, tag: str, extra: list[str] | None = None) -> list[Child]:
     """Start ``n`` gated workers and wait until every one is set up (not yet reading)."""
     # REWARDQ_BENCH_WORKER=path/to/script.py: an instrumented stand-in for the runner (experiments)
     runner = (
@@ -70,7 +70,13 @@ def start_workers(s: Settings, namespace: str, n: int, tag: str) -> list[Child]:
     manager = ["--manager", TRIVIAL_MANAGER] if s.scorer == "trivial" else []
     children = [
         Child(
-            [PYTHON, *runner, "--url", s.redis_url, "--namespace", namespace, "--name", f"{tag}-w{i}", *manager],
+            [
+                PYTHON,
+                *runner,
+                *("--url", s.redis_url, "--namespace", namespace, "--name", f"{tag}-w{i}"),
+                *manager,
+                *(extra or []),
+            ],
             s.workdir / f"{namespace}-w{i}.log",
             handshake=True,
             env=_profile_env(s, namespace) if (i == 0 and s.profiler == "pyinstrument") else None,

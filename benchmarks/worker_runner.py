@@ -49,6 +49,8 @@ async def main(args: argparse.Namespace) -> None:
         concurrency=args.concurrency,
         batch_size=args.batch_size,
         tokenizer="builtin:demo",  # the workload's ids are the demo tokenizer's
+        ledger=args.ledger,
+        ledger_flush_interval=args.ledger_flush_interval,
     ).validate()
     worker = Worker(cfg)
     loop = asyncio.get_running_loop()
@@ -88,6 +90,8 @@ def cli() -> None:
     p.add_argument("--concurrency", type=int, default=WorkerConfig.concurrency)
     p.add_argument("--batch-size", type=int, default=WorkerConfig.batch_size)
     p.add_argument("--manager", default=WorkerConfig.manager, help="as `rewardq worker --manager`")
+    p.add_argument("--ledger", default=None, help="as `rewardq worker --ledger` (off by default)")
+    p.add_argument("--ledger-flush-interval", type=float, default=WorkerConfig.ledger_flush_interval)
     args = p.parse_args()
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"

@@ -12,6 +12,9 @@ Commands::
     rewardq inspect  KEY|TRAJECTORY [--tokenizer T] [--json]  # one key or trajectory, decoded
     rewardq dead-letters list|show|retry|purge                 # what could not be scored
     rewardq health   [--namespace NS] [--name W] [--json]     # exit 0 if a worker on this host is alive
+    rewardq replay   LEDGER --out NEW_LEDGER [the worker's scoring flags] [--where C=V] [--limit N]
+    rewardq diff     A B [--json]                             # two ledgers compared key by key
+    rewardq report   LEDGER -o report.html                    # one self-contained HTML report
 
 Exit codes: 0 success; 1 the run finished but something failed (bad lines, missing or error
 results, a worker that died); 2 a configuration error (bad flag, unknown manager, missing
@@ -39,8 +42,10 @@ from rewardq.ops.deadletters import dead_letters
 from rewardq.ops.flags import click_options
 from rewardq.ops.health import health
 from rewardq.ops.inspect import inspect
+from rewardq.ops.ledger_cmds import diff, report
 from rewardq.ops.status import status
 from rewardq.ops.top import top
+from rewardq.replay.command import replay
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_REDIS, EXIT_INTERRUPTED = 1, 2, 3, 130
 _state = {"debug": False}
@@ -290,6 +295,9 @@ cli.add_command(status)
 cli.add_command(top)
 cli.add_command(inspect)
 cli.add_command(dead_letters)
+cli.add_command(replay)
+cli.add_command(diff)
+cli.add_command(report)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -237,6 +237,33 @@ class WorkerConfig:
         above=0,
         shown_default="forever",
     )
+    # the reward ledger (rewardq.ledger, docs/ledger.md)
+    ledger: str | None = setting(
+        None,
+        "Keep every scored trajectory (sample, ids, decoded response, result, provenance, timings) in a "
+        "Parquet ledger: a local folder or an fsspec URL (s3://, gs://, ...). Needs the `ledger` extra.",
+        metavar="PATH_OR_URL",
+        shown_default="off",
+    )
+    ledger_spool: str | None = setting(
+        None,
+        "Local folder of the ledger's write-ahead spool (trajectories land there before their commit and "
+        "survive a killed worker); must outlive the worker process, on a local disk.",
+        metavar="DIR",
+        shown_default="<ledger>/_spool/<host> for a local ledger, else ~/.cache/rewardq/ledger-spool/<digest>",
+    )
+    ledger_flush_interval: float = setting(
+        defaults.LEDGER_FLUSH_INTERVAL, "Seconds the spool collects before it is written as one Parquet file.", above=0
+    )
+    ledger_file_bytes: int = setting(
+        defaults.LEDGER_FILE_BYTES, "Spooled bytes after which a Parquet file is written early.", above=0
+    )
+    ledger_spool_max_bytes: int = setting(
+        defaults.LEDGER_SPOOL_MAX_BYTES,
+        "Spooled bytes not yet written (the ledger refusing files) past which trajectories are counted as "
+        "unwritten instead of spooled.",
+        above=0,
+    )
     # observability
     metrics_port: int | None = setting(
         None, "Serve Prometheus metrics on this port (0: any free port).", minimum=0, shown_default="off"

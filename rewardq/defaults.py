@@ -107,6 +107,20 @@ RESULT_TTL = 7 * 86400.0
 #: ``rewardq dead-letters retry``; 0 deletes them as soon as the result is written. Off by default:
 #: kept records cost as much memory as the traffic of that many seconds.
 KEEP_RECORDS = 0.0
+
+#: Seconds a worker's ledger spool segment collects trajectories before it is written as one Parquet
+#: file (rewardq.ledger): fewer, larger files against fresher ledgers. At 60 s a 1,000-GPU run with
+#: 100 workers makes ~144,000 files a day, 6,000 an hour.
+LEDGER_FLUSH_INTERVAL = 60.0
+#: Bytes of spool after which a segment is written early, whatever its age (one Parquet file each).
+LEDGER_FILE_BYTES = 128 * 1024 * 1024
+#: Spooled bytes not yet written (the ledger's destination refusing files) past which a worker stops
+#: spooling and counts trajectories as unwritten, rather than fill its disk.
+LEDGER_SPOOL_MAX_BYTES = 10 * 1024**3
+#: Trajectories ``rewardq replay`` keeps in flight at once (each waits for its result).
+REPLAY_WINDOW = 64
+#: The largest reward changes ``rewardq diff`` lists.
+DIFF_TOP = 10
 #: Seconds a stopping worker lets in-flight scoring finish before handing it back.
 SHUTDOWN_GRACE = 30.0
 #: Seconds ``wait_rewards`` waits when no timeout is given.
@@ -238,6 +252,10 @@ RATE_LIMITED_TIMEOUT = 300.0
 RATE_LIMIT_LEASE_SECONDS = 30.0
 RATE_LIMIT_JITTER = 0.1
 RATE_LIMIT_MAX_POLL = 0.5
+#: Deepest debt of a rate-limit token bucket, in seconds of its rate: whatever one request is
+#: charged (an oversize request, a judge reporting absurd usage), the fleet waits at most this
+#: long for the bucket to refill, and its Redis key lives at most this long plus a minute.
+RATE_LIMIT_MAX_DEBT_SECONDS = 60.0
 #: ``remote``: scorer processes in its pool (and in any scorer pool built without a count), and
 #: seconds one call may take.
 REMOTE_NUM_WORKERS = 2
@@ -346,6 +364,9 @@ JUDGE_BACKOFF_BASE = 0.5
 JUDGE_BACKOFF_CAP = 30.0
 #: Longest ``Retry-After`` (seconds) a judge call waits for; a longer one ends the call at once.
 JUDGE_MAX_RETRY_WAIT = 120.0
+#: Largest judge answer read, in bytes (the HTTP body: every choice, its usage, any logprobs); a
+#: larger one is an error result, and the worker never holds more of it than this.
+JUDGE_MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
 # -- the fleet on Ray and the live view (rewardq.integrations.ray, rewardq top) -----------------
 #: Workers ``start_fleet`` starts when told no number.

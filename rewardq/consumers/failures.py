@@ -96,13 +96,15 @@ class FailureHandler:
         last_index: int = -1,
         failure: FailureKind | None = None,
         extra_info: Mapping[str, Any] | None = None,
+        provenance: str = "",
+        attempt: int = 0,
     ) -> None:
         """Fail a whole trajectory (scoring failed, or its stored records are bad); ``also_ack``:
         its other entries this worker holds, acknowledged with it; ``last_index``: its final index
         when Redis does not know it yet (a trajectory read whole and refused before its claim);
         ``failure``: its error results' kind (default: the dead letter's,
         :data:`~rewardq.queue.states.DEAD_LETTER_FAILURE`); ``extra_info``: more of their
-        ``reward_extra_info``, beside ``error``."""
+        ``reward_extra_info``, beside ``error``; ``provenance``, ``attempt``: what failed, on which attempt."""
         failure = failure or DEAD_LETTER_FAILURE[kind]
         await self.broker.fail(
             shard,
@@ -114,6 +116,8 @@ class FailureHandler:
             also_ack=also_ack,
             kind=failure,
             extra_info=extra_info,
+            provenance=provenance,
+            attempt=attempt,
         )
         self._count(kind)
         logger.warning("trajectory %s failed (%s): %s", tid, kind, reason[:2000])

@@ -32,7 +32,7 @@ from rewardq import defaults
 from rewardq.errors import ScoringConflict
 from rewardq.queue.fleet import RecordedScoring, live_scorings, record_scoring, recorded_scoring, replace_scoring
 from rewardq.queue.keys import Keyspace
-from rewardq.reward.scoring_fingerprint import ScoringFingerprint
+from rewardq.reward.scoring_fingerprint import ScoringFingerprint, differences
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
@@ -65,7 +65,7 @@ class FleetGate:
     ) -> None:
         self.r = client
         self.ks = ks
-        self.mine = RecordedScoring(mine.digest, mine.text)
+        self.mine = RecordedScoring(mine.digest, mine.text, mine.shown)
         self.takeover = takeover
         self.stopping = stopping
         self.poll = poll
@@ -143,9 +143,11 @@ def conflict_message(namespace: str, recorded: RecordedScoring, mine: RecordedSc
         if live
         else "no live worker runs it now"
     )
+    differ = differences(recorded.shown, mine.shown) if recorded.shown and mine.shown else ""
     return (
         f"namespace {namespace!r} is scored with another configuration: it records [{recorded.config}] "
-        f"(fingerprint {recorded.digest}; {who}), this worker has [{mine.config}] (fingerprint {mine.digest}). "
+        f"(fingerprint {recorded.digest}; {who}), this worker has [{mine.config}] (fingerprint {mine.digest})"
+        f"{f'; they differ in {differ}' if differ else ''}. "
         "One namespace, one scoring configuration, or the trainer gets a mix of rewards. To run both side by "
         "side give this worker (and its producers) another --namespace; to replace the recorded one (a rolling "
         "upgrade) start the new workers with --takeover: they wait until no live worker runs the old one"

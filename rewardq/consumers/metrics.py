@@ -23,6 +23,17 @@ Exposed series (all prefixed ``rewardq_``):
 * ``judge_cache_hits_total{model}``            answers reused instead of paid for
 * ``judge_tokens_total{model,kind}``           tokens the server reported (``prompt``, ``completion``)
 * ``judge_error_ratio{model}``                 errors / requests of this worker so far
+* ``ledger_rows_total``                        rows this worker wrote to the reward ledger (rewardq.ledger)
+* ``ledger_unwritten_total``                   trajectories it scored but could not keep in the ledger
+* ``ledger_errors_total``                      failed ledger writes (spool or destination)
+* ``ledger_pending_bytes``                     bytes spooled and not yet written to the ledger
+* ``ledger_failing``                           1 while the ledger's last write failed, else 0
+* ``reward_mean{data_source}``                 this worker's mean reward over the last 60 s
+                                               (rewardq.consumers.reward_health)
+* ``reward_error_share{data_source,kind}``     its share of trajectories ending in an error of that kind
+* ``reward_latency_p99_ms{data_source}``       its latency p99 (push to result), last 60 s
+* ``reward_jump{data_source}``                 1 when the mean reward or error share jumped sharply
+                                               from the 10 minutes before (docs/operations.md)
 * ``backlog_entries``                          stream entries no worker has been given yet, over
                                                every shard of the namespace (the whole fleet's)
 * ``backlog_seconds``                          how long that backlog takes to drain at the fleet's
@@ -43,7 +54,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -126,6 +137,51 @@ class _JudgeCollector:
         yield from (requests, errors, failed, hits, tokens, ratio)
 
 
+class _LedgerCollector:
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:  # prometheus_client's Collector protocol
+        st = self._snapshot()
+        yield CounterMetricFamily("rewardq_ledger_rows", "Rows written to the reward ledger", value=st["rows"])
+        yield CounterMetricFamily(
+            "rewardq_ledger_unwritten", "Trajectories scored but not kept in the ledger", value=st["unwritten"]
+        )
+        yield CounterMetricFamily("rewardq_ledger_errors", "Failed ledger writes", value=st["errors"])
+        yield GaugeMetricFamily(
+            "rewardq_ledger_pending_bytes", "Bytes spooled, not yet written", value=st["pending_bytes"]
+        )
+        yield GaugeMetricFamily("rewardq_ledger_failing", "1 while ledger writes fail", value=st["state"] == "failing")
+
+
+class _HealthCollector:
+    def __init__(self, windows: Callable[[], Any]) -> None:
+        self._windows = windows
+
+    def collect(self) -> Iterator[Metric]:  # prometheus_client's Collector protocol
+        from rewardq.consumers.reward_health import judge
+
+        rows = judge(self._windows())
+        mean = GaugeMetricFamily("rewardq_reward_mean", "Mean reward, last 60 s", labels=["data_source"])
+        share = GaugeMetricFamily(
+            "rewardq_reward_error_share",
+            "Share of trajectories with an error, last 60 s",
+            labels=["data_source", "kind"],
+        )
+        p99 = GaugeMetricFamily("rewardq_reward_latency_p99_ms", "Latency p99, last 60 s", labels=["data_source"])
+        jump = GaugeMetricFamily("rewardq_reward_jump", "1: mean reward or error share jumped", labels=["data_source"])
+        for r in rows:
+            ds = r["data_source"]
+            if r["mean_reward"] is not None:
+                mean.add_metric([ds], r["mean_reward"])
+            for kind, v in r["errors_by_kind"].items():
+                share.add_metric([ds, kind], v)
+            if r["p99_ms"] is not None:
+                p99.add_metric([ds], r["p99_ms"])
+            jump.add_metric([ds], 1.0 if r["jumps"] else 0.0)
+        yield from (mean, share, p99, jump)
+
+
 class Metrics(Protocol):
     """The hooks a worker calls; :class:`WorkerMetrics` records them, :class:`NoMetrics` drops them."""
 
@@ -134,6 +190,8 @@ class Metrics(Protocol):
     def dead_letter(self, reason: str) -> None: ...
     def reclaimed(self, n: int) -> None: ...
     def in_flight(self, n: int) -> None: ...
+    def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None: ...
+    def watch_health(self, windows: Callable[[], Any]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -153,6 +211,12 @@ class NoMetrics:
         pass
 
     def in_flight(self, n: int) -> None:
+        pass
+
+    def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        pass
+
+    def watch_health(self, windows: Callable[[], Any]) -> None:
         pass
 
     def close(self) -> None:
@@ -218,6 +282,14 @@ class WorkerMetrics:
 
     def in_flight(self, n: int) -> None:
         self.in_flight_gauge.set(n)
+
+    def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Expose the ledger's counters (``snapshot``: :meth:`rewardq.ledger.sink.Ledger.snapshot`)."""
+        self.registry.register(_LedgerCollector(snapshot))
+
+    def watch_health(self, windows: Callable[[], Any]) -> None:
+        """Expose the live reward health (``windows``: :meth:`RewardHealth.windows`)."""
+        self.registry.register(_HealthCollector(windows))
 
     def backlog(self, figures: dict[str, Any]) -> None:
         """Set the backlog gauges from :func:`rewardq.queue.reads.backlog_status`'s figures."""

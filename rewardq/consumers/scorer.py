@@ -24,6 +24,7 @@ from rewardq.reward.base import RewardManager
 from rewardq.reward.execution.budget import run_within_budget
 from rewardq.reward.execution.escapes import describe_escape
 from rewardq.reward.results import check_manager_output, reads_of
+from rewardq.reward.trace import ScoringTrace, tracing
 
 _RUN_SINGLE = "the reward manager's run_single"
 
@@ -76,9 +77,20 @@ class TrajectoryScorer:
         self.stopping = stopping
         self.final_only = reads_of(manager) == "final"
 
-    async def score(self, records: Sequence[OutputRecord], *, started_ts: float = 0.0) -> EncodedResults:
+    async def score(
+        self,
+        records: Sequence[OutputRecord],
+        *,
+        started_ts: float = 0.0,
+        attempt: int = 0,
+        provenance: str = "",
+        trace: ScoringTrace | None = None,
+    ) -> EncodedResults:
         """Score a trajectory; its results, one per output in index order, checked and encoded for
-        the commit (:func:`~rewardq.queue.results.encode_results`).
+        the commit (:func:`~rewardq.queue.results.encode_results`). Each result carries
+        ``provenance`` (a digest, :mod:`rewardq.reward.provenance`) and ``attempt``; ``trace``
+        collects what the manager noticed (:mod:`rewardq.reward.trace`): the judge request each
+        key's reward came from goes into its ``judge_request``.
 
         Raises ScoringError (or whatever Exception the manager raised) when no reward can be given,
         ResultError (a ScoringError) when the results cannot be stored. Any ``BaseException`` from the
@@ -88,7 +100,8 @@ class TrajectoryScorer:
         """
         batch = build_batch(records[-1:] if self.final_only else records, trajectory_sample(records))
         try:
-            out: object = await run_within_budget(self.manager.run_single(batch), self.timeout)
+            with tracing(trace):
+                out: object = await run_within_budget(self.manager.run_single(batch), self.timeout)
         except asyncio.TimeoutError:
             raise ScoringTimeout(f"scoring timed out after {self.timeout:g}s (score_timeout)") from None
         except asyncio.CancelledError:
@@ -109,6 +122,8 @@ class TrajectoryScorer:
         per_key = check_manager_output(out, len(records))
         now = time.time()
         latency = (now - started_ts) * 1000.0 if started_ts else None
+        judged = trace.judged if trace is not None else {}
+        last_judged = judged[max(judged)][0] if judged else ""
         results = [
             RewardResult(
                 key=rec.key,
@@ -120,6 +135,9 @@ class TrajectoryScorer:
                 manager=self.manager_name,
                 scored_at=now,
                 latency_ms=latency,
+                provenance=provenance,
+                attempt=attempt,
+                judge_request=judged[rec.index][0] if rec.index in judged else last_judged,
             )
             for rec, item in zip(records, per_key)
         ]

@@ -35,14 +35,18 @@ written with the same result and added once to the ``done`` stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import time
 import traceback
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
+from rewardq import __version__, defaults
 from rewardq.config import WorkerConfig
-from rewardq.consumers.assembly import assemble
+from rewardq.consumers.accounting import Accounting, open_ledger
+from rewardq.consumers.assembly import assemble, trajectory_sample
 from rewardq.consumers.batch import check_batch_bytes
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
@@ -60,15 +64,20 @@ from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError, ScoringConflict, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.logs import startup_step
 from rewardq.queue.broker import StreamBroker
+from rewardq.queue.codec import OutputRecord
 from rewardq.queue.connection import connect_async, redact_url
 from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
+from rewardq.queue.provenance import publish as publish_provenance
 from rewardq.queue.results import EncodedResults
-from rewardq.queue.states import DeadLetterKind, failure_kind_of
+from rewardq.queue.states import DEAD_LETTER_FAILURE, DeadLetterKind, FailureKind, failure_kind_of
 from rewardq.reward.base import RewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
+from rewardq.reward.provenance import ProvenanceBook
+from rewardq.reward.registry import is_builtin_manager
 from rewardq.reward.scoring_fingerprint import scoring_fingerprint
+from rewardq.reward.trace import ScoringTrace
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
@@ -125,6 +134,7 @@ class Worker:
         self.gate: FleetGate | None = None
         self.ready = False  # started up and serving (start() finished every step)
         self.superseded: str | None = None  # why the namespace's scoring configuration is no longer ours
+        self.accounting: Accounting | None = None  # provenance and the ledger (rewardq.consumers.accounting)
 
     @property
     def in_flight(self) -> dict[str, InFlight]:
@@ -185,6 +195,7 @@ class Worker:
             return
         await self._set_up_manager()
         self._build_collaborators()
+        self._open_accounts()
         await self._beat()
         self._announce()
         self.ready = True
@@ -276,6 +287,29 @@ class Worker:
             stopping=self._stopping.is_set,
         )
 
+    def _open_accounts(self) -> None:
+        """The provenance book and, with ``ledger`` set, the ledger (:mod:`rewardq.consumers.accounting`)."""
+        assert self.manager is not None and self._client is not None and self.ks is not None
+        client, ks, cfg = self._client, self.ks, self.cfg
+        book = ProvenanceBook(
+            self.manager,
+            manager_spec=cfg.manager,
+            scoring=self.presence.scoring,
+            reward_fn=cfg.reward_fn,
+            custom=not is_builtin_manager(cfg.manager),
+            version=__version__,
+        )
+
+        async def publish(digest: str, blob: str) -> None:
+            await publish_provenance(client, ks, digest, blob)
+
+        with startup_step(logger, "opening the ledger") if cfg.ledger else contextlib.nullcontext():
+            ledger = open_ledger(cfg, self.name)
+        self.accounting = Accounting(book, publish, ledger, cfg.manager)
+        self.metrics.watch_health(self.accounting.health.windows)
+        if ledger is not None:
+            self.metrics.watch_ledger(ledger.snapshot)
+
     async def serve(self) -> None:
         """Run the readers and the background loops until stopping."""
         assert self.broker is not None
@@ -294,6 +328,8 @@ class Worker:
             asyncio.create_task(run_every(cfg.heartbeat_interval, self._heartbeat, "heartbeat"), name="heartbeat"),
             asyncio.create_task(run_every(cfg.maintenance_interval, self.maintain, "maintenance"), name="maintenance"),
         ]
+        if self.accounting is not None and self.accounting.ledger is not None:
+            self._tasks.append(asyncio.create_task(self.accounting.ledger.run(), name="ledger"))
         groups = read_groups(self.broker.ks.shards, self.broker.cluster)
         readers = [asyncio.create_task(reader.run(g), name=f"reader-{g[0]}") for g in groups]
         stop = asyncio.create_task(self._stopping.wait())
@@ -318,6 +354,8 @@ class Worker:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self.accounting is not None and self.accounting.ledger is not None:
+            await self.accounting.ledger.close(self.cfg.shutdown_grace)
         if self.broker is not None:
             try:
                 await self.broker.unregister()
@@ -375,7 +413,7 @@ class Worker:
                 t_slot = time.perf_counter()
                 if o.attempts > 1 and crashes >= self.cfg.max_crashes:
                     outcome = DeadLetterKind.CRASHED
-                    await self.failures.fail_trajectory(shard, tid, o.entry, outcome, crash_reason(crashes))
+                    await self._fail(o, o.records, outcome, crash_reason(crashes))
                 else:
                     outcome = await self._score(o, shard, tid)
         except asyncio.CancelledError:  # the worker's own (the scorer turns any other into an error)
@@ -401,7 +439,8 @@ class Worker:
 
     async def _score(self, o: StoreOutcome, shard: int, tid: str) -> str:
         """Assemble, score and commit one trajectory (or fail it); returns the outcome to log."""
-        assert self.scorer is not None and self.failures is not None
+        assert self.scorer is not None and self.failures is not None and self.accounting is not None
+        records: list[OutputRecord] | None = None
         try:
             records = o.records or assemble(
                 tid,
@@ -415,43 +454,87 @@ class Worker:
             )
             check_batch_bytes(records, self.cfg.max_batch_bytes)  # before the batch is built
         except TrajectoryTooLarge as exc:
-            await self.failures.fail_trajectory(
-                shard, tid, o.entry, DeadLetterKind.INVALID, f"trajectory {tid}: {exc.message}"
-            )
+            await self._fail(o, records, DeadLetterKind.INVALID, f"trajectory {tid}: {exc.message}")
             return DeadLetterKind.INVALID
         except TokenizerMismatch as exc:
-            await self.failures.fail_trajectory(shard, tid, o.entry, DeadLetterKind.TOKENIZER, str(exc))
+            await self._fail(o, records, DeadLetterKind.TOKENIZER, str(exc))
             return DeadLetterKind.TOKENIZER
         except RecordError as exc:
-            await self.failures.fail_trajectory(shard, tid, o.entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
+            await self._fail(o, records, DeadLetterKind.INVALID, f"invalid record: {exc}")
             return DeadLetterKind.INVALID
+        prov = self.accounting.provenance_of(trajectory_sample(records))
+        trace = ScoringTrace()
+        t0 = time.perf_counter()
         try:
-            results = await self.scorer.score(records, started_ts=o.entry.ts)
+            results = await self.scorer.score(
+                records, started_ts=o.entry.ts, attempt=o.attempts, provenance=prov.digest, trace=trace
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any manager failure dead-letters its trajectory, never ends the worker
-            await self.failures.fail_trajectory(
-                shard,
-                tid,
-                o.entry,
+            reason = f"scoring failed: {type(exc).__name__}: {exc}"
+            await self._fail(
+                o,
+                records,
                 DeadLetterKind.SCORING,
-                f"scoring failed: {type(exc).__name__}: {exc}",
+                reason,
                 tb=traceback.format_exc(),
                 failure=failure_kind_of(exc),
                 extra_info=getattr(exc, "extra_info", None),
             )
             return "error"
-        await self._commit(shard, tid, results)
+        score_ms = (time.perf_counter() - t0) * 1000.0
+        ticket = await self.accounting.before_commit(o, records, results, prov, trace, score_ms)
+        committed: bool | None = None
+        try:
+            committed = await self._commit(shard, tid, results)
+        finally:
+            self.accounting.settle(ticket, committed)
         self.stats["scored"] += 1
         self.presence.scored(results.results[-1].latency_ms, outputs=results.n)
         return "ok"
 
-    async def _commit(self, shard: int, tid: str, results: EncodedResults) -> None:
+    async def _commit(self, shard: int, tid: str, results: EncodedResults) -> bool:
         """Write back, then ack (one atomic script, sent with the other commits of this loop
-        turn). The connection's retry policy rides out a short outage (:mod:`rewardq.queue.retry`);
-        a commit that still fails leaves the entries pending, to be reclaimed and scored again."""
+        turn); True when it wrote the results (False: the trajectory was finished already). The
+        connection's retry policy rides out a short outage (:mod:`rewardq.queue.retry`); a commit
+        that still fails leaves the entries pending, to be reclaimed and scored again."""
         assert self.commits is not None
-        await self.commits.commit(shard, tid, results)
+        return await self.commits.commit(shard, tid, results)
+
+    async def _fail(
+        self,
+        o: StoreOutcome,
+        records: list[OutputRecord] | None,
+        kind: DeadLetterKind,
+        reason: str,
+        *,
+        tb: str = "",
+        failure: FailureKind | None = None,
+        extra_info: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Fail a whole trajectory (an error result for every key, a dead letter), ledger row first;
+        ``failure``: its kind when the exception says (default: the dead letter's)."""
+        assert self.failures is not None and self.accounting is not None
+        failure = failure or DEAD_LETTER_FAILURE[kind]
+        prov, ticket = await self.accounting.before_failure(o, records, reason, failure)
+        written: bool | None = None
+        try:
+            await self.failures.fail_trajectory(
+                o.entry.shard,
+                o.record.tid,
+                o.entry,
+                kind,
+                reason,
+                tb=tb,
+                failure=failure,
+                extra_info=extra_info,
+                provenance=prov.digest,
+                attempt=o.attempts,
+            )
+            written = True
+        finally:
+            self.accounting.settle(ticket, written)
 
     def _finished(self, tid: str, outcome: str, t0: float, data_source: str) -> None:
         self.flights.finished(tid, handed_back=outcome == "handed-back")
@@ -471,7 +554,15 @@ class Worker:
     # ==================================================================================
     def snapshot(self) -> dict[str, Any]:
         """What the heartbeat publishes (:class:`~rewardq.consumers.presence.Presence`)."""
-        return self.presence.snapshot(code_stats(self.manager))
+        snap = self.presence.snapshot(code_stats(self.manager))
+        if self.accounting is not None:
+            ledger = self.accounting.snapshot()
+            if ledger is not None:
+                snap["ledger"] = json.dumps(ledger)
+            health = self.accounting.health.snapshot()
+            if health:
+                snap["health"] = json.dumps(health, separators=(",", ":"))
+        return snap
 
     async def _beat(self) -> None:
         assert self.broker is not None

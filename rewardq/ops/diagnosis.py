@@ -111,6 +111,7 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
             f"error results naming the judge's status (rewardq dead-letters list{_ns(ns)}); check the judge "
             "server and base_url, then rewardq dead-letters retry --all",
         )
+    out += accountability(st)
     rec = st["recent"]
     if rec["errors"]:
         say(
@@ -120,4 +121,34 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, str]]:
         )
     if not out:
         say("ok", "all clear: nothing is stuck")
+    return out
+
+
+def accountability(st: dict[str, Any]) -> list[dict[str, str]]:
+    """Warnings of the reward health (a data source whose reward or error share jumped) and errors of
+    the ledger (not written), from ``rewardq status``'s facts."""
+    out: list[dict[str, str]] = []
+
+    def say(level: str, message: str) -> None:
+        out.append({"level": level, "message": message})
+
+    for row in st.get("reward_health") or []:
+        if row["jumps"]:
+            say(
+                "warning",
+                f"{row['data_source']}: {'; '.join(row['jumps'])} in the last 60 s against the 10 minutes before "
+                "(a jump of 4 standard errors or more: docs/operations.md#reward-health); check its scorer, judge "
+                "or data (rewardq dead-letters list, a worker's log)",
+            )
+    ledger = st.get("ledger")
+    if ledger and (ledger["failing"] or ledger["unwritten"]):
+        name, error = next(iter(sorted(ledger["failing"].items())), ("", ""))
+        say(
+            "error",
+            f"the ledger is not being written ({_n(ledger['unwritten'], 'trajectory', 'trajectories')} not kept, "
+            f"{ledger['pending_bytes']:,} bytes waiting in spools)"
+            + (f"; {name}: {error}" if name else "")
+            + ". Scoring goes on; fix the destination (permissions, bucket, disk) and the spools are written "
+            "(docs/ledger.md)",
+        )
     return out

@@ -4,7 +4,9 @@
 full Redis key copied from ``redis-cli`` (``<ns>:{s0}:reward:<key>``, ``...:traj:<tid>``). Shows
 the trajectory's state (collecting / done / failed) and what it waits for, each output's record
 (token counts, turns, a decoded preview with ``--tokenizer``), the sample columns, each key's
-reward, ``reward_extra_info`` or error, the worker that scored it and the timings. Renders
+reward, ``reward_extra_info`` or error, the worker that scored it, the timings, and what produced
+it: each result's provenance blob (scoring fingerprint, rewardq version, scorer, judge, isolation),
+attempt and judge request (:mod:`rewardq.reward.provenance`). Renders
 :func:`inspect_trajectory` (built from :mod:`rewardq.queue.reads`); read-only.
 
 Records are deleted once a trajectory ends, scored or failed, unless workers keep them
@@ -135,7 +137,11 @@ def inspect_trajectory(
             item["result_expires_in_s"] = ttl
         outputs.append(item)
     state = meta.get("state") or ("done" if any("result" in o for o in outputs) else "unknown")
+    from rewardq.queue.provenance import lookup
+
+    digests = [o["result"].get("provenance", "") for o in outputs if o.get("result")]
     return {
+        "provenance": lookup(r, ks, digests),
         "ref": ref,
         "tid": tid,
         "shard": shard,
@@ -303,6 +309,7 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
             parts.append(f"[bold]{escape(o['key'])}[/] extra_fields: {escape(json.dumps(rec['extra_fields']))}")
         if o.get("record_error"):
             parts.append(f"[bold]{escape(o['key'])}[/] record: [red]{escape(o['record_error'])}[/]")
+    parts += _provenance_lines(view)
     sample = next((o["record"]["sample"] for o in reversed(view["outputs"]) if o.get("record")), None)
     if sample:
         parts.append("[bold]sample columns:[/]")
@@ -310,6 +317,29 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
     if view.get("records_note"):
         parts.append(f"[dim]{escape(view['records_note'])}[/]")
     return Group(*parts)
+
+
+def _provenance_lines(view: dict[str, Any]) -> list[str]:
+    """What produced the results: each provenance blob once, with the keys (and attempts) it names."""
+    from rich.markup import escape
+
+    by_digest: dict[str, list[str]] = {}
+    for o in view["outputs"]:
+        res = o.get("result") or {}
+        if res.get("provenance"):
+            attempt = f" (attempt {res['attempt']})" if res.get("attempt") else ""
+            judge = f" judge request {res['judge_request'][:16]}" if res.get("judge_request") else ""
+            by_digest.setdefault(res["provenance"], []).append(f"{o['index']}{attempt}{judge}")
+    lines = []
+    for digest, keys in by_digest.items():
+        blob = view.get("provenance", {}).get(digest)
+        what = (
+            "; ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, sort_keys=True)}" for k, v in blob.items())
+            if blob
+            else "its blob is not in this namespace's <ns>:provenance"
+        )
+        lines.append(f"[bold]provenance {escape(digest)}[/] (outputs {escape(', '.join(keys))}): {escape(what)}")
+    return lines
 
 
 @click.command()

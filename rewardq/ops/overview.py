@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
+from rewardq.consumers.reward_health import judge, merge
 from rewardq.queue.deadletters import DeadLetters
 from rewardq.queue.fleet import recorded_scoring_sync
 from rewardq.queue.judge_cache import judge_totals
@@ -49,6 +50,8 @@ def pipeline_status(
         "backlog_seconds": backlog["seconds"],
         "workers": workers,
         "code": code_totals(workers),
+        "ledger": ledger_totals(workers),
+        "reward_health": judge(merge(w.get("health") or {} for w in workers)),
         "judges": judge_totals(r, ks),
         "dead_letters": dead_total,
         "dead_letters_by_kind": dead_by_kind,
@@ -57,6 +60,22 @@ def pipeline_status(
         "recent": recent_activity(r, ks, 60.0, now),
         "time": now,
     }
+
+
+def ledger_totals(workers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The live workers' ledgers (their ``ledger`` fields): rows written, trajectories not written,
+    bytes waiting in spools, and the workers whose ledger is failing with their last error; None
+    when no live worker writes one."""
+    with_ledger = [w for w in workers if w.get("ledger")]
+    if not with_ledger:
+        return None
+    total = {"urls": sorted({str(w["ledger"].get("url", "")) for w in with_ledger}), "workers": len(with_ledger)}
+    for name in ("rows", "unwritten", "pending_bytes", "pending_segments", "adopted", "errors"):
+        total[name] = sum(int(as_number(w["ledger"].get(name))) for w in with_ledger)
+    total["failing"] = {
+        w["name"]: str(w["ledger"].get("last_error", "")) for w in with_ledger if w["ledger"].get("state") == "failing"
+    }
+    return total
 
 
 def code_totals(workers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

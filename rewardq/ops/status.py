@@ -225,6 +225,8 @@ def render_status(
     ]
     parts.append(table_or_stack(console, title, waiting_cols, waiting_rows, wide=wide, empty="[green]none[/]"))
 
+    if st.get("reward_health"):
+        parts.append(health_table(st["reward_health"], console, wide))
     if st.get("code"):
         parts.append(_code_table(st["code"], console, wide))
     if st.get("judges"):
@@ -255,12 +257,65 @@ def render_status(
         f"{rec['trajectories']} trajectories finished ({rec['trajectories_per_s']:g}/s), {rec['errors']} with errors",
     )
     facts.add_row("latency", f"p50 {lat(rec['latency_ms_p50'])}, p99 {lat(rec['latency_ms_p99'])} (push to result)")
+    if st.get("ledger"):
+        facts.add_row("ledger", ledger_line(st["ledger"]))
     parts.append(facts)
     for d in st["diagnosis"]:
         parts.append(Text(("✔ " if d["level"] == "ok" else "! ") + d["message"], style=_STYLE[d["level"]]))
     if footer:
         parts.append(Text(footer, style="dim"))
     return Group(*parts)
+
+
+def health_table(rows: list[dict[str, Any]], console: Console, wide: bool) -> RenderableType:
+    """Per data source: the last 60 s against the 10 minutes before (rewardq.consumers.reward_health)."""
+    from rich.markup import escape
+
+    from rewardq.ops.layout import Column, table_or_stack
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else fmt.format(v)
+
+    columns = [
+        Column("data source", lead=True),
+        Column("trajectories", "right"),
+        Column("mean reward", "right"),
+        Column("before", "right"),
+        Column("errors", "right"),
+        Column("by kind"),
+        Column("p99", "right"),
+        Column("jumped"),
+    ]
+    body = [
+        [
+            escape(r["data_source"]),
+            str(r["trajectories"]),
+            num(r["mean_reward"], "{:.3f}"),
+            num(r["baseline_mean_reward"], "{:.3f}"),
+            f"{r['error_share']:.1%}",
+            escape(", ".join(f"{k} {v:.0%}" for k, v in r["errors_by_kind"].items()) or "-"),
+            num(r["p99_ms"], "{:,.0f} ms"),
+            f"[bold red]{escape('; '.join(r['jumps']))}[/]" if r["jumps"] else "[green]steady[/]",
+        ]
+        for r in rows
+    ]
+    title = "reward health (live workers: last 60 s; before: the 10 minutes before)"
+    return table_or_stack(console, title, columns, body, wide=wide)
+
+
+def ledger_line(ledger: dict[str, Any]) -> str:
+    """The live workers' ledger in one line: where, rows written, what waits or failed."""
+    from rich.markup import escape
+
+    where = escape(", ".join(ledger["urls"]))
+    line = f"{where}: {ledger['rows']:,} rows written by {ledger['workers']} worker(s)"
+    if ledger["pending_bytes"]:
+        line += f", {ledger['pending_bytes']:,} bytes spooled"
+    if ledger["unwritten"]:
+        line += f", [red]{ledger['unwritten']:,} trajectories not written[/]"
+    if ledger["failing"]:
+        line += f", [red]failing on {escape(', '.join(sorted(ledger['failing'])))}[/]"
+    return line
 
 
 def _code_table(code: dict[str, Any], console: Console, wide: bool) -> RenderableType:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rewardq import defaults
+from rewardq.consumers.reward_health import judge, merge
 from rewardq.ops.layout import fmt_duration
 from rewardq.ops.target import opened, pipeline_options
 
@@ -128,8 +129,28 @@ class TopModel:
                 for w in workers
             ],
             "sources": slowest_sources(workers),
+            "reward_health": judge(merge(w.get("health") or {} for w in workers)),
             "oldest_waiting": waiting[0] if waiting else None,
         }
+
+
+def _health(rows: list[dict[str, Any]]) -> Any:
+    """Reward health per data source: the last 60 s, and what jumped (rewardq.consumers.reward_health)."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="reward health (last 60s)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+    t.add_column("data source", overflow="fold", ratio=1)
+    for col in ("trajectories", "mean reward", "errors", "p99"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("", overflow="fold", ratio=1)
+    for r in rows:
+        mean = "-" if r["mean_reward"] is None else f"{r['mean_reward']:.3f}"
+        p99 = "-" if r["p99_ms"] is None else f"{r['p99_ms']:,.0f} ms"
+        note = f"[bold red]! {escape('; '.join(r['jumps']))}[/]" if r["jumps"] else ""
+        t.add_row(escape(r["data_source"]), str(r["trajectories"]), mean, f"{r['error_share']:.1%}", p99, note)
+    return t
 
 
 def slowest_sources(workers: list[dict[str, Any]], limit: int = defaults.TOP_SLOWEST_SOURCES) -> list[dict[str, Any]]:
@@ -269,6 +290,8 @@ def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
         )
     else:
         parts.append(Text.assemble(("oldest waiting ", "bold"), ("none: every trajectory has its outputs", "green")))
+    if snap.get("reward_health"):  # last: a short terminal keeps the lines above
+        parts.append(_health(snap["reward_health"]))
     return Group(*parts)
 
 

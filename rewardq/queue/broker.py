@@ -368,6 +368,8 @@ class StreamBroker:
         also_ack: Sequence[Entry] = (),
         kind: FailureKind,
         extra_info: Mapping[str, Any] | None = None,
+        provenance: str = "",
+        attempt: int = 0,
     ) -> int:
         """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``.
 
@@ -375,7 +377,8 @@ class StreamBroker:
         that one key only). Keys that already have a result keep it. ``also_ack``: more entries of
         the trajectory to acknowledge with it (at most ``max_outputs``). ``kind`` is every error
         result's ``failure_kind``; ``extra_info`` goes into their ``reward_extra_info`` beside
-        ``error`` (:func:`~rewardq.queue.results.error_extra_info`). The message is cut to
+        ``error`` (:func:`~rewardq.queue.results.error_extra_info`); ``provenance`` and ``attempt``
+        say what failed (:mod:`rewardq.reward.provenance`) and on which attempt. The message is cut to
         :data:`~rewardq.queue.text.MAX_REASON_BYTES` and every text made valid UTF-8, so no string
         a reward function produced can make the failure itself fail. The trajectory's stored records
         are deleted (kept ``keep_records`` seconds when set).
@@ -405,6 +408,8 @@ class StreamBroker:
             self.keep_records,
             FailureKind(kind).value,
             error_extra_info(reason, extra_info),
+            provenance,
+            str(attempt) if attempt else "",
             len(acks),
             *acks,
         ]

@@ -1,6 +1,6 @@
 """The scoring configuration a namespace records, and which live workers run which one.
 
-``<ns>:meta`` field ``scoring`` holds ``{"digest": ..., "config": ..., "at": ...}`` (JSON): the
+``<ns>:meta`` field ``scoring`` holds ``{"digest": ..., "config": ..., "shown": {...}, "at": ...}`` (JSON): the
 fingerprint of the scoring configuration (:mod:`rewardq.reward.scoring_fingerprint`) of the first
 worker that served the namespace. Every worker's heartbeat (``<ns>:worker:<name>``) carries its own
 digest in the field ``scoring``. The consumer side decides what to do with a difference
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rewardq.queue import scripts
@@ -35,13 +35,17 @@ FIELD = "scoring"
 
 @dataclass(frozen=True)
 class RecordedScoring:
-    """A scoring configuration as recorded: its ``digest`` and readable ``config``."""
+    """A scoring configuration as recorded: its ``digest``, readable ``config`` and, for a conflict
+    message to name what differs, each of its values on its own (``shown``; empty in older records)."""
 
     digest: str
     config: str
+    shown: dict[str, str] = field(default_factory=dict, compare=False)
 
     def encode(self) -> str:
-        return json.dumps({"digest": self.digest, "config": self.config, "at": round(time.time(), 3)})
+        return json.dumps(
+            {"digest": self.digest, "config": self.config, "shown": self.shown, "at": round(time.time(), 3)}
+        )
 
     @classmethod
     def decode(cls, raw: Any) -> RecordedScoring | None:
@@ -51,7 +55,9 @@ class RecordedScoring:
         text = as_text(raw)
         try:
             d = json.loads(text)
-            return cls(str(d["digest"]), str(d.get("config", "")))
+            shown = d.get("shown")
+            shown = {str(k): str(v) for k, v in shown.items()} if isinstance(shown, dict) else {}
+            return cls(str(d["digest"]), str(d.get("config", "")), shown)
         except (ValueError, KeyError, TypeError):
             return cls(text[:64], f"(unreadable record {text[:64]!r})")
 

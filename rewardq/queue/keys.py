@@ -32,7 +32,8 @@ default namespace ``rewardq`` and one shard, the keys are::
                                          HASH    the result of one output key, all readable text:
                                                  ``status`` (ok|error), ``reward_score``,
                                                  ``reward_extra_info`` (JSON), ``error``, ``worker``,
-                                                 ``manager``, ``scored_at``, ``latency_ms``
+                                                 ``manager``, ``scored_at``, ``latency_ms``,
+                                                 ``provenance``, ``attempt``, ``judge_request``
     rewardq:{s0}:records:<uid>_<session_id>
                                          HASH    the stored outputs (``o:<i>``) of an ended trajectory,
                                                  scored or failed, kept for ``rewardq inspect`` and
@@ -64,6 +65,10 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  ``verl_error_window`` trajectories as a ring, counts per
                                                  failure kind, and the run's totals (lua/budget.lua);
                                                  ``<run>`` is the Ray job (or ``local``)
+    rewardq:provenance                   HASH    what produced results: ``<digest>`` -> a provenance blob
+                                                 (JSON: scoring fingerprint, version, scorer, judge,
+                                                 isolation), one per scorer and configuration, named by
+                                                 each result's ``provenance`` field (rewardq.reward.provenance)
 
 ``{s0}`` is a Redis Cluster hash tag: every key of one shard lives in one hash slot, so
 the Lua scripts that store a record, commit a result and acknowledge the entry touch a
@@ -267,3 +272,8 @@ class Keyspace:
     def verl_budget(self, run: str) -> str:
         """One verl run's failure budget (:mod:`rewardq.queue.failure_budget`)."""
         return f"{self.namespace}:verl-budget:{run}"
+
+    @property
+    def provenance(self) -> str:
+        """The provenance blobs results name by digest (:mod:`rewardq.queue.provenance`)."""
+        return f"{self.namespace}:provenance"

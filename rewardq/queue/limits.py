@@ -38,10 +38,14 @@ class LimiterState:
         self.owns_redis = owns_redis
         self._script = redis.register_script(scripts.standalone("ratelimit"))  # type: ignore[misc]  # redis-py's asyncio RedisCluster.register_script is typed for Redis only; it has one
 
-    async def take(self, bucket: str, capacity: float, cost: float, look: bool, charge: bool) -> tuple[float, float]:
-        """The token-bucket rule on ``bucket``: ``(wait, level_after)`` (see ``bucket_take``)."""
+    async def take(
+        self, bucket: str, capacity: float, cost: float, look: bool, charge: bool, max_debt_seconds: float
+    ) -> tuple[float, float]:
+        """The token-bucket rule on ``bucket``: ``(wait, level_after)`` (see ``bucket_take``); the level
+        never goes below ``-max_debt_seconds`` of the rate."""
         mode = "2" if charge else "1" if look else "0"
-        wait, level = await self._run(["take", bucket, repr(float(capacity)), repr(float(cost)), mode])
+        args = ["take", bucket, repr(float(capacity)), repr(float(cost)), mode, repr(float(max_debt_seconds))]
+        wait, level = await self._run(args)
         return float(wait), float(level)
 
     async def slot(self, holder: str, max_concurrent: int, lease_seconds: float) -> float:

@@ -181,6 +181,8 @@ def workers_status(r: SyncRedis, ks: Keyspace, now: float | None = None) -> list
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
                 "code": _json_dict(d.get("code")),
                 "sources": _json_dict(d.get("sources")),
+                "ledger": _json_dict(d.get("ledger")),
+                "health": _json_dict(d.get("health")),
             }
         )
     out.sort(key=lambda w: str(w["name"]))

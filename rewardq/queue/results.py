@@ -8,6 +8,10 @@ Everything in the hash is readable text, so ``redis-cli HGETALL`` shows it as is
     error              ""               (the reason, for errors)
     failure_kind       transient | timeout | scorer | config | input   (errors only)
     worker, manager, scored_at, latency_ms
+    provenance         "3f2a9c0d1e4b5a67"   what produced it: the digest of a blob in ``<ns>:provenance``
+                                          (rewardq.reward.provenance; ``rewardq inspect`` resolves it)
+    attempt            "1"              the trajectory's scoring attempt (more after a crash or lost lease)
+    judge_request      ""               LLM judges: the digest of the request, the key of its cached answer
 
 Results are written by the ``commit`` script (``ok``, the fields of :data:`RESULT_FIELDS`) and by
 the ``fail`` and ``expire`` scripts (``error``, with ``failure_kind``): an ``ok`` hash holds no
@@ -30,7 +34,19 @@ from rewardq.queue.text import MAX_REASON_BYTES, reason_text, utf8
 STATUS_OK = ResultStatus.OK
 STATUS_ERROR = ResultStatus.ERROR
 #: The fields of a result hash, in the order the ``commit`` script receives their values.
-RESULT_FIELDS = ("status", "reward_score", "reward_extra_info", "error", "worker", "manager", "scored_at", "latency_ms")
+RESULT_FIELDS = (
+    "status",
+    "reward_score",
+    "reward_extra_info",
+    "error",
+    "worker",
+    "manager",
+    "scored_at",
+    "latency_ms",
+    "provenance",
+    "attempt",
+    "judge_request",
+)
 #: Bytes the field names of one result hash take (counted in a result's size, as Redis stores them).
 _NAMES_BYTES = sum(len(f) for f in RESULT_FIELDS)
 #: What :meth:`RewardResult.to_hash` allows when no limit is given (the worker always gives one).
@@ -58,6 +74,9 @@ class RewardResult:
         error: why scoring failed, None when ok.
         failure_kind: what kind of failure an error is (:class:`~rewardq.queue.states.FailureKind`),
             None when ok.
+        provenance: the digest of the provenance blob of what produced it (:mod:`rewardq.reward.provenance`).
+        attempt: the trajectory's scoring attempt that produced it (0: not recorded).
+        judge_request: for LLM judges, the digest of the request whose (cached) answer gave the reward.
     """
 
     key: str
@@ -70,6 +89,9 @@ class RewardResult:
     scored_at: float = 0.0
     latency_ms: float | None = None
     failure_kind: FailureKind | None = None
+    provenance: str = ""
+    attempt: int = 0
+    judge_request: str = ""
 
     @property
     def ok(self) -> bool:
@@ -93,6 +115,9 @@ class RewardResult:
             utf8(self.manager),
             f"{self.scored_at:.6f}".encode(),
             b"" if self.latency_ms is None else f"{self.latency_ms:.3f}".encode(),
+            self.provenance.encode(),
+            str(self.attempt).encode() if self.attempt else b"",
+            self.judge_request.encode(),
         ]
 
     def to_hash(self, extra_info_json: bytes | None = None) -> dict[str, str]:
@@ -126,6 +151,9 @@ class RewardResult:
             scored_at=float(d.get("scored_at") or 0.0),
             latency_ms=float(latency) if latency else None,
             failure_kind=_failure_kind(d.get("failure_kind")),
+            provenance=d.get("provenance", ""),
+            attempt=int(d.get("attempt") or 0) if (d.get("attempt") or "").isdigit() else 0,
+            judge_request=d.get("judge_request", ""),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -140,6 +168,9 @@ class RewardResult:
             "scored_at": self.scored_at,
             "latency_ms": self.latency_ms,
             "failure_kind": self.failure_kind,
+            "provenance": self.provenance,
+            "attempt": self.attempt,
+            "judge_request": self.judge_request,
         }
 
 
@@ -185,6 +216,9 @@ def same_fields(a: RewardResult, b: RewardResult) -> bool:
         and a.scored_at == b.scored_at
         and a.latency_ms == b.latency_ms
         and a.failure_kind == b.failure_kind
+        and a.provenance == b.provenance
+        and a.attempt == b.attempt
+        and a.judge_request == b.judge_request
     )
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rewardq.errors import ConfigError
 from rewardq.reward.context import ManagerContext
+from rewardq.reward.trace import note_decoded
 
 if TYPE_CHECKING:
     import torch
@@ -90,12 +91,25 @@ class RewardManager(ABC):
     def decode_response(self, row: TensorDict, ids: torch.Tensor | None = None) -> str:
         """Decode the valid response of one row (``data[i]`` or ``data[-1:]``) with
         ``skip_special_tokens``; ``ids``: that row's valid response ids when already at hand."""
-        return self.require_tokenizer().decode(_response_ids(row, ids), skip_special_tokens=True)
+        ids = _response_ids(row, ids)
+        text = self.require_tokenizer().decode(ids, skip_special_tokens=True)
+        note_decoded(len(ids), text)  # the ledger keeps it (rewardq.reward.trace)
+        return text
 
     async def decode_response_async(self, row: TensorDict, ids: torch.Tensor | None = None) -> str:
         """:meth:`decode_response`, off the event loop, batched with the other trajectories' decodes
         (:class:`~rewardq.reward.execution.decoding.BatchDecoder`)."""
-        return await self.host.decode(self.require_tokenizer(), _response_ids(row, ids))
+        ids = _response_ids(row, ids)
+        text = await self.host.decode(self.require_tokenizer(), ids)
+        note_decoded(len(ids), text)
+        return text
+
+    def provenance(self, data_source: object) -> dict[str, Any]:
+        """What this manager adds to the provenance of a result for ``data_source``
+        (:mod:`rewardq.reward.provenance`): e.g. ``scorer``, and for judges ``judge_model``,
+        ``judge_template`` and ``judge_sampling``. Nothing by default: the scorer is then the
+        reward function or the data source's default scorer."""
+        return {}
 
     def require_tokenizer(self) -> Tokenizer:
         """The tokenizer, or ConfigError saying how to give the worker one."""

@@ -31,8 +31,17 @@ Semantics:
   share the server's clock, whatever their own clocks say. The script never sleeps; it
   returns how long to wait, and the client sleeps that long (plus up to ``jitter`` of it,
   so a fleet of waiters does not retry in lock-step) and asks again.
+* **Bounded debt.** Whatever a request is charged, a bucket's level never goes below
+  ``-RATE_LIMIT_MAX_DEBT_SECONDS`` seconds of its rate (a minute: ``-max_tpm`` tokens), read or
+  written, so no single charge (a judge's ``usage`` of 10**15 tokens) stops the fleet for longer
+  than that; a cost that is not a finite number is refused before it reaches Redis.
 * **Expiry.** The hash expires when it would hold nothing but full buckets and dead slots
-  (time to refill any debt plus 60 s, or the lease plus 60 s), so idle limiters vanish.
+  (time to refill any debt plus 60 s, at most about two minutes; or the lease plus 60 s), so idle
+  limiters vanish.
+* **Waits within the budget.** A caller scoring a trajectory under ``score_timeout`` never sleeps
+  past what is left of it: when the limiter asks for a longer wait, :class:`RateLimitWait` says so
+  at once (which limit, how long, how much was left), rather than the trajectory timing out later
+  with nothing to say why.
 * **Oversize requests, compared with verl.** verl charges an oversize request at once and
   makes its caller sleep until the debt is refilled; here the request waits for a full bucket,
   goes, and the debt delays whoever comes next. Both keep the average rate; neither stalls.
@@ -58,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import socket
@@ -69,8 +79,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewardq import defaults
-from rewardq.errors import ConfigError
+from rewardq.errors import ConfigError, TransientError
 from rewardq.queue.limits import LimiterState
+from rewardq.reward.time_left import time_left
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
@@ -81,6 +92,12 @@ logger = logging.getLogger("rewardq.reward.ratelimit")
 _EPS = 1e-9
 
 
+class RateLimitWait(TransientError):
+    """A call was not made because the rate limiter asked for a wait longer than what is left of
+    the trajectory's ``score_timeout``: the limit, not the scorer, is what ran out of time
+    (``transient``: the bucket refills; ``retry_after`` is the wait it asked for)."""
+
+
 def bucket_take(
     level: float | None,
     ts: float | None,
@@ -89,6 +106,7 @@ def bucket_take(
     cost: float,
     look: bool = False,
     charge: bool = False,
+    max_debt_seconds: float = defaults.RATE_LIMIT_MAX_DEBT_SECONDS,
 ) -> tuple[float, float]:
     """The token-bucket rule, in Python; the Lua script applies the very same rule.
 
@@ -101,6 +119,7 @@ def bucket_take(
         look: only report, take nothing.
         charge: take the cost whatever the level (a cost known only after the call: a judge's
             reported token usage); the level may go negative.
+        max_debt_seconds: the level never goes below ``-max_debt_seconds`` of the rate.
 
     Returns:
         ``(wait, level_after)``: ``wait == 0`` means the cost was taken (``level_after`` may be
@@ -114,15 +133,24 @@ def bucket_take(
     (0.0, -3.0)
     >>> bucket_take(0.5, 100.0, 100.0, capacity=120, cost=3, charge=True)  # charged afterwards
     (0.0, -2.5)
+    >>> bucket_take(2.0, 100.0, 100.0, capacity=120, cost=1e15, charge=True)  # debt: a minute at most
+    (0.0, -120.0)
     """
     size = rate = capacity / 60.0
+    floor = -max_debt_seconds * rate
     if level is None or ts is None:
         level, ts = size, now
-    level = min(size, level + max(0.0, now - ts) * rate)
+    level = min(size, max(floor, level) + max(0.0, now - ts) * rate)
     need = min(cost, size)
     if charge or level + _EPS * size >= need:
-        return 0.0, level if look else level - cost
+        return 0.0, level if look else max(floor, level - cost)
     return (need - level) / rate, level
+
+
+def _finite_cost(n: float) -> None:
+    """A cost that is not a finite number never reaches a bucket (``inf`` would empty it, ``nan`` spoil it)."""
+    if not math.isfinite(n):
+        raise ValueError(f"a rate-limit cost must be a finite number of tokens, got {n!r}")
 
 
 @dataclass
@@ -184,14 +212,17 @@ class _LimiterBase:
 
     async def try_tokens(self, n: float) -> float:
         """Take ``n`` tokens if allowed now (see the oversize rule): 0.0, or the seconds to wait."""
+        _finite_cost(n)
         if self.max_tpm is None or n <= 0:
             return 0.0
         return (await self._take("tpm", self.max_tpm, float(n), False))[0]
 
     async def charge_tokens(self, n: float) -> float:
-        """Charge ``n`` tokens now, whatever the level (the bucket may go into debt, which later
-        callers wait out): for a cost known only after the call, such as the tokens a judge server
-        reports in its ``usage``. Returns the level after. Never waits."""
+        """Charge ``n`` tokens now, whatever the level (the bucket may go into debt, at most
+        ``RATE_LIMIT_MAX_DEBT_SECONDS`` of the rate, which later callers wait out): for a cost known
+        only after the call, such as the tokens a judge server reports in its ``usage``. Returns the
+        level after. Never waits. A cost that is not a finite number is a ``ValueError``."""
+        _finite_cost(n)
         if self.max_tpm is None or n <= 0:
             return 0.0
         return (await self._take("tpm", self.max_tpm, float(n), False, charge=True))[1]
@@ -220,6 +251,7 @@ class _LimiterBase:
         the seconds spent waiting."""
         if n < 0:
             raise ValueError(f"cannot wait for a negative number of tokens ({n})")
+        _finite_cost(n)
 
         async def look() -> float:
             if self.max_tpm is None or n <= 0:
@@ -235,6 +267,7 @@ class _LimiterBase:
             if wait <= 0:
                 break
             pause = wait * (1.0 + random.uniform(0.0, self.jitter)) + 0.001
+            self._within_budget(kind, wait, waited)
             waited += pause
             await asyncio.sleep(pause)
         if waited:
@@ -261,6 +294,7 @@ class _LimiterBase:
                 break
             pause = min(wait, poll) * (1.0 + random.uniform(0.0, self.jitter))
             poll = min(poll * 2, self.max_poll)
+            self._within_budget("slot", pause, waited)
             waited += pause
             await asyncio.sleep(pause)
         if waited:
@@ -300,6 +334,30 @@ class _LimiterBase:
             except Exception as exc:  # noqa: BLE001 - the renew loop outlives a failed renew; the lease is the fallback
                 logger.warning("could not renew rate-limit slot %s: %s", holder, exc)
 
+    def _within_budget(self, kind: str, wait: float, waited: float) -> None:
+        """Raise :class:`RateLimitWait` when a wait of ``wait`` seconds would outlast what is left of
+        the current trajectory's ``score_timeout`` (no trajectory being scored: no bound)."""
+        left = time_left()
+        if left is None or wait < left.seconds:
+            return
+        limit = {
+            "request": f"max_rpm={self.max_rpm:g}" if self.max_rpm else "",
+            "tokens": f"max_tpm={self.max_tpm:g}" if self.max_tpm else "",
+            "slot": f"max_concurrent={self.max_concurrent}",
+        }[kind]
+        what = {"request": "a request token", "tokens": "tokens", "slot": "a free concurrency slot"}[kind]
+        raise RateLimitWait(
+            f"{self.describe()} ({limit}) holds the call back: it needs {wait:.1f}s more for {what} "
+            f"(after {waited:.1f}s of waiting), and only {left.seconds:.1f}s are left of this "
+            f"trajectory's score_timeout ({left.budget:g}s). The fleet is asking for more than the limit "
+            "allows; raise the limit or score_timeout, or send fewer trajectories at once",
+            retry_after=wait,
+        )
+
+    def describe(self) -> str:
+        """What this limiter is, for messages."""
+        return "this process's rate limiter"
+
     def stats(self) -> dict[str, dict[str, float]]:
         """Wait counters for metrics: ``{kind: {"waits": n, "wait_seconds": s}}``."""
         return {k: {"waits": v.count, "wait_seconds": v.seconds} for k, v in self.waits.items()}
@@ -333,10 +391,13 @@ class FleetRateLimiter(_LimiterBase):
         """Close the Redis client when it is the limiter's own (see :func:`open_limiter`)."""
         await self.state.close()
 
+    def describe(self) -> str:
+        return f"the fleet's rate limiter {self.key}"
+
     async def _take(
         self, bucket: str, capacity: float, cost: float, look: bool, charge: bool = False
     ) -> tuple[float, float]:
-        return await self.state.take(bucket, capacity, cost, look, charge)
+        return await self.state.take(bucket, capacity, cost, look, charge, defaults.RATE_LIMIT_MAX_DEBT_SECONDS)
 
     async def _slot_op(self, op: str, holder: str) -> float:
         if op == "slot":

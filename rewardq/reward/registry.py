@@ -123,3 +123,8 @@ def get_manager_class(spec: str) -> type[RewardManager]:
             "rewardq.reward.RewardManager and implementing async run_single(data) (docs/verl-integration.md)"
         )
     return cls
+
+
+def is_builtin_manager(spec: str) -> bool:
+    """Whether ``spec`` names one of rewardq's own managers (its version decides what they do)."""
+    return spec in BUILTIN_NAMES

@@ -154,7 +154,11 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster: LocalCluster,
             100,
             4096,
             0,
-            0,
+            "scorer",  # failure_kind
+            "",  # extra_info: {"error": message}
+            "",  # provenance
+            "",  # attempt
+            0,  # nacks
         ]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
             await broker.scripts._scripts["fail"](keys=keys, args=args)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from rewardq import RewardClient
 from rewardq.consumers.fleet import FleetGate
 from rewardq.errors import RedisPermissionError, ScoringConflict
 from rewardq.queue import access
@@ -20,10 +21,14 @@ from rewardq.queue.connection import connect_async
 from rewardq.queue.fleet import RecordedScoring, recorded_scoring, replace_scoring
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.scoring_fingerprint import ScoringFingerprint
+from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.cluster import LocalCluster
 from tests.support.proc_worker import WorkerProcess
+from tests.support.records import text_output
 from tests.support.redis_server import RedisServer
 from tests.support.sync_client import connect
+
+SAMPLE = {"data_source": "bonus", "reward_model": {"ground_truth": "42"}}
 
 
 def _exit_and_log(w: WorkerProcess, timeout: float = 120) -> tuple[int, str]:
@@ -71,6 +76,45 @@ def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url: str
             assert same.terminate() == 0
     finally:
         first.terminate()
+
+
+REWARD_WITH_BONUS = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, keyword_bonus=0.0):
+    return (1.0 if ground_truth in solution_str else 0.0) + (keyword_bonus if "please" in solution_str else 0.0)
+"""
+
+
+def test_workers_whose_reward_kwargs_differ_in_one_value_do_not_share_a_namespace(
+    procs: Procs, redis_url: str, ns: str, tmp_path: Path
+) -> None:
+    # Given a worker scoring with keyword_bonus 0.0 (a kwarg whose name holds "key")
+    reward = tmp_path / "bonus.py"
+    reward.write_text(REWARD_WITH_BONUS)
+    args = ["--reward-fn", str(reward), "--log-level", "INFO"]
+    first = procs.start(
+        worker_argv(redis_url, ns, "bonus-0", *args, "--reward-fn-kwargs", '{"keyword_bonus": 0.0}'), tag="w0"
+    )
+    wait_for(lambda: "worker bonus-0 started" in first.stderr(), 120, "the first worker", procs=[first])
+    # When a second one starts on the namespace with keyword_bonus 1.0
+    second = procs.start(
+        worker_argv(redis_url, ns, "bonus-1", *args, "--reward-fn-kwargs", '{"keyword_bonus": 1.0}'), tag="w1"
+    )
+    # Then it exits 2 with one line naming both configurations and the value that differs
+    code, log = second.wait(120), second.stderr()
+    assert code == 2, log
+    [line] = [line for line in log.splitlines() if line.startswith("error:")]
+    assert '"keyword_bonus":0' in line and '"keyword_bonus":1' in line, line
+    assert "reward_kwargs.keyword_bonus: 1 here, 0 recorded" in line and "bonus-0" in line, line
+    assert "worker bonus-1 started" not in log and "Traceback" not in log
+    # and every reward comes from the recorded configuration
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    try:
+        keys = [client.put_trajectory(f"b{i}", "s", [text_output("42, please")], SAMPLE)[0] for i in range(20)]
+        results = client.wait_rewards(keys, timeout=120)
+    finally:
+        client.close()
+    assert {r.reward_score for r in results.values()} == {1.0} and {r.worker for r in results.values()} == {"bonus-0"}
+    assert first.terminate() == 0, first.stderr()[-2000:]
 
 
 def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url: str, ns: str, tmp_path: Path) -> None:

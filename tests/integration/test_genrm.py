@@ -9,59 +9,26 @@ import hashlib
 import io
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tensordict import TensorDict
 
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import decode_output, encode_output
 from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import ManagerContext
+from rewardq.reward.execution.budget import run_within_budget
 from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
 from tests.support.checks import must, per_output, single
 from tests.support.judge_standin import JudgeStandin
-from tests.support.managers import MakeManager, set_up_managers
-from tests.support.records import TOK, text_output, trajectory_batch
+from tests.support.managers import MakeManager
+from tests.support.records import JUDGED_SAMPLE as SAMPLE
+from tests.support.records import TOK, text_output
+from tests.support.records import judged_batch as batch
 from tests.support.sync_client import SyncClient
-
-SAMPLE = {
-    "data_source": "judged",
-    "reward_model": {"ground_truth": "42"},
-    "raw_prompt": [{"role": "user", "content": "What is 6*7?"}],
-}
-
-
-@pytest.fixture(scope="module")
-def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JudgeStandin]:
-    s = JudgeStandin(tmp_path_factory.mktemp("judge"))
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def judge(standin: JudgeStandin) -> JudgeStandin:
-    standin.control(reset=True)
-    return standin
-
-
-@pytest.fixture
-async def genrm(judge: JudgeStandin, redis_url: str, ns: str) -> AsyncIterator[MakeManager[GenRMRewardManager]]:
-    def build(*, redis: bool = True, worker: str = "w0", **options: Any) -> GenRMRewardManager:
-        ctx = ManagerContext(redis_url=redis_url if redis else None, namespace=ns, worker_name=worker, result_ttl=600)
-        options.setdefault("backoff_base", 0.05)
-        return GenRMRewardManager(TOK, context=ctx, base_url=judge.base_url, model="judge-model", **options)
-
-    async with set_up_managers(build) as make:
-        yield make
-
-
-def batch(*responses: str, sample: dict[str, Any] = SAMPLE) -> TensorDict:
-    return trajectory_batch(*responses, sample=sample, prompt="What is 6*7?")
 
 
 @pytest.mark.parametrize(
@@ -202,8 +169,14 @@ async def test_a_retry_after_longer_than_max_retry_wait_ends_the_call(
 ) -> None:
     judge.control(fail_next=1, status=429, retry_after=3600)
     m = await genrm(max_retry_wait=10)
-    with pytest.raises(JudgeUnavailable, match="asked to retry after 3600s"):
+    with pytest.raises(JudgeUnavailable, match="asked to retry after 3600s, longer than max_retry_wait=10s"):
         await m.run_single(batch("grade=1"))
+    # and one longer than what is left of the trajectory's score_timeout ends it at once, saying so
+    judge.control(fail_next=1, status=429, retry_after=30)
+    t0 = time.monotonic()
+    with pytest.raises(JudgeUnavailable, match=r"retry after 30s, longer than the .*s left of this trajectory's"):
+        await run_within_budget(m.run_single(batch("grade=0.5")), 5)
+    assert time.monotonic() - t0 < 4
 
 
 async def test_a_server_without_structured_output_falls_back_to_json_in_text(

@@ -147,6 +147,37 @@ async def test_oversize_request_goes_on_a_full_bucket_and_leaves_debt(make: Make
         assert -15.1 < must(await lim2.level("tpm")) < -14.5
 
 
+async def test_no_charge_puts_the_bucket_deeper_than_a_minute_of_its_rate(make: MakeLimiter) -> None:
+    # max_tpm 600,000: a bucket of 10,000 tokens; its deepest debt is a minute of the rate, -600,000
+    lim = make(max_tpm=600_000, max_concurrent=None)
+    after = await lim.charge_tokens(10**15)  # a judge's usage of 10**15 tokens
+    assert after == -600_000.0
+    assert await lim.charge_tokens(10**15) == -600_000.0  # and again: no deeper
+    wait = await lim.try_tokens(1)
+    assert 59.0 < wait <= 60.1  # the fleet waits a minute at most (less what refilled since), not 1e11 s
+    if isinstance(lim, FleetRateLimiter):
+        assert 0 < await lim.redis.pttl(lim.key) <= 121_100  # refill (61 s) + 60 s, not 1e11 s
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="finite number"):
+            await lim.charge_tokens(bad)
+        with pytest.raises(ValueError, match="finite number"):
+            await lim.try_tokens(bad)
+
+
+async def test_a_key_poisoned_before_the_bound_is_read_within_it_and_its_ttl_cut(
+    redis: aioredis.Redis, key: str
+) -> None:
+    # Given a limiter hash as an unbounded version left it: a debt of 1e15 and a TTL of 1e11 s
+    await redis.hset(key, mapping={"b:tpm:tokens": "-1e15", "b:tpm:ts": str(time.time()), "b:rpm:tokens": "nan"})  # type: ignore[misc]  # an asyncio client
+    await redis.expire(key, 10**11)
+    lim = FleetRateLimiter(redis, key, max_tpm=600_000, max_rpm=60, max_concurrent=None)
+    # Then it reads as the deepest bounded debt, a NaN level as a full bucket, and the next write cuts the TTL
+    assert 59.0 < await lim.try_tokens(1) <= 60.1
+    assert await lim.try_request() == 0.0
+    await lim.charge_tokens(1)
+    assert 0 < await redis.pttl(key) <= 121_100
+
+
 async def test_acquire_sleeps_until_allowed_and_counts_waits(make: MakeLimiter) -> None:
     lim = make(max_tpm=6000, max_concurrent=None)  # bucket of 100 tokens, 100 tokens per second
     t0 = time.monotonic()

@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from rewardq import RewardClient
 from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.results import RewardResult
+from rewardq.queue.results import RESULT_FIELDS, RewardResult
 from rewardq.reward.base import RewardManager
 from tests.support.helpers import (
     SAMPLE,
@@ -283,9 +283,10 @@ async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(
             assert r.reward_score == (1.0 if shared else float(i))
             assert r.reward_extra_info == (extra if shared else {"i": i})
             assert r.latency_ms == 3.25 and r.manager == "m"
-        # And a shared result went over the wire once, not once per key (16 fixed arguments, 8 field
-        # names, the row count, 8 values per row)
-        assert len(args) == 16 + 8 + 1 + 8 * (1 if shared else 3)
+        # And a shared result went over the wire once, not once per key (16 fixed arguments, the field
+        # names, the row count, a value per field and row)
+        nf = len(RESULT_FIELDS)
+        assert len(args) == 16 + nf + 1 + nf * (1 if shared else 3)
         done = sync_redis.xrange(ks.done(0))
         assert len(done) == 1 and done[0][1][b"latency_ms"] == b"3.250" and done[0][1][b"n"] == b"3"
         assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0

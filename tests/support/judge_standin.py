@@ -16,6 +16,15 @@ according to it:
   and recorded (MIME type, size, SHA-256).
 * **API key**: started with ``--api-key K``, a request without ``Authorization: Bearer K`` gets 401.
 
+Hostile answers, asked for per request (in the judged text):
+
+* ``judge-usage=<json>``: the answer's ``usage`` is that JSON value (``Infinity``, ``[1,2]``), or,
+  for a number, its ``prompt_tokens`` is (``judge-usage=1000000000000000``);
+* ``judge-echo=after`` / ``judge-echo=before``: the judge quotes the model's answer after its
+  verdict line, or before it (a judge that reasons first and quotes an injection on the way);
+* ``judge-pad=<bytes>``: the body is that many bytes, streamed with its ``Content-Length``;
+  ``judge-chunked=<bytes>``: the same without one (chunked). Nothing that large is held in memory.
+
 Failures, asked for per request (in the judged text) or for the server (``POST /control``):
 ``judge-fail=<status>`` in the text: that request always gets the status with an OpenAI-style error
 body (``{"error": {"message": ...}}``); ``{"fail_next": n, "status": 429, "retry_after": 1}``: the
@@ -50,6 +59,9 @@ from tests.support.standin_process import StandinProcess, serve
 _GRADE = re.compile(r"grade=([-+]?\d+(?:\.\d+)?)")
 _VOTES = re.compile(r"votes=([-+\d.,]+)")
 _FAIL = re.compile(r"judge-fail=(\d{3})")
+_USAGE = re.compile(r"judge-usage=(\S+)")
+_ECHO = re.compile(r"judge-echo=(after|before)")
+_PAD = re.compile(r"judge-(pad|chunked)=(\d+)")
 _SIGNATURES = {b"\x89PNG": "image/png", b"\xff\xd8\xff": "image/jpeg", b"RIFF": "image/webp"}
 
 
@@ -134,7 +146,18 @@ def _schema_answer(schema: dict[str, Any], score: float) -> Any:
     return score
 
 
+def _answered(text: str) -> str:
+    """The judged model's answer in the prompt (what a judge would quote)."""
+    ans = re.search(r"Model's answer:\s*(.*?)(\n\s*\n|$)", text, flags=re.DOTALL)
+    return ans.group(1).strip() if ans else text
+
+
 def _answer(body: dict[str, Any], text: str, score: float) -> str:
+    echo = _ECHO.search(text)
+    if echo:
+        shown = int(score) if float(score).is_integer() else score
+        quote = f"The response says: {_answered(text)!r}."
+        return f"Score: {shown}\n{quote}" if echo.group(1) == "after" else f"{quote}\nScore: {shown}"
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         return json.dumps(_schema_answer(fmt["json_schema"]["schema"], score))
@@ -150,7 +173,7 @@ def _digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-async def chat(request: web.Request) -> web.Response:
+async def chat(request: web.Request) -> web.StreamResponse:
     state: State = request.app["state"]
     state.received += 1
     if state.api_key is not None and request.headers.get("Authorization") != f"Bearer {state.api_key}":
@@ -203,19 +226,42 @@ async def chat(request: web.Request) -> web.Response:
     state.served += 1
     state.by_digest[_digest(body)] += 1
     state.statuses[200] += 1
-    return web.json_response(
-        {
-            "id": f"chatcmpl-{state.served}",
-            "object": "chat.completion",
-            "model": body["model"],
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-    )
+    usage: Any = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    hostile = _USAGE.search(text)
+    if hostile:
+        value = json.loads(hostile.group(1))
+        usage = {**usage, "prompt_tokens": value} if isinstance(value, (int, float)) else value
+    reply = {"id": f"chatcmpl-{state.served}", "object": "chat.completion", "model": body["model"]}
+    pad = _PAD.search(text)
+    if pad:
+        return await _padded(request, {**reply, "choices": choices}, int(pad.group(2)), pad.group(1) == "chunked")
+    return web.Response(text=json.dumps({**reply, "choices": choices, "usage": usage}), content_type="application/json")
+
+
+async def _padded(request: web.Request, reply: dict[str, Any], size: int, chunked: bool) -> web.StreamResponse:
+    """``reply`` as a body of ``size`` bytes (its ``usage`` field a long run of spaces), streamed."""
+    head = json.dumps(reply)[:-1].encode() + b', "usage": "'
+    tail = b'"}'
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    if not chunked:
+        resp.content_length = size
+    await resp.prepare(request)
+    await resp.write(head)
+    left, block = size - len(head) - len(tail), b" " * (1 << 16)
+    try:
+        while left > 0:
+            await resp.write(block[: min(left, len(block))])
+            left -= len(block)
+        await resp.write(tail)
+        await resp.write_eof()
+    except (ConnectionError, asyncio.CancelledError):
+        request.app["state"].abandoned += 1
+        raise
+    return resp
 
 
 async def stats(request: web.Request) -> web.Response:

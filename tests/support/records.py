@@ -68,3 +68,16 @@ def trajectory_batch(*responses: str, **kw: Any) -> TensorDict:
     ``kw`` goes to every :func:`record`."""
     n = len(responses)
     return build_batch([record(i, r, final=i == n - 1, **kw) for i, r in enumerate(responses)])
+
+
+#: A sample graded by an LLM judge: the question in ``raw_prompt``, the reference answer 42.
+JUDGED_SAMPLE: dict[str, Any] = {
+    "data_source": "judged",
+    "reward_model": {"ground_truth": "42"},
+    "raw_prompt": [{"role": "user", "content": "What is 6*7?"}],
+}
+
+
+def judged_batch(*responses: str, sample: dict[str, Any] = JUDGED_SAMPLE) -> TensorDict:
+    """The batch of one judged trajectory (:data:`JUDGED_SAMPLE`) with these responses."""
+    return trajectory_batch(*responses, sample=sample, prompt="What is 6*7?")

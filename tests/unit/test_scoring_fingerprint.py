@@ -12,7 +12,7 @@ import pytest
 
 from rewardq.config import WorkerConfig
 from rewardq.queue.access import probe, worker_commands
-from rewardq.reward.scoring_fingerprint import scoring_fingerprint
+from rewardq.reward.scoring_fingerprint import differences, scoring_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 TOK = "sha256=0123456789abcdef vocab=2933 name=/models/a"
@@ -44,7 +44,7 @@ def test_stable_across_processes(tmp_path: Path) -> None:
     path = _reward_file(tmp_path)
     code = (
         "from rewardq.config import WorkerConfig\n"
-        "from rewardq.reward.scoring_fingerprint import scoring_fingerprint\n"
+        "from rewardq.reward.scoring_fingerprint import differences, scoring_fingerprint\n"
         f"cfg = WorkerConfig(tokenizer='builtin:demo', manager='dapo', reward_fn={str(path)!r}, "
         "manager_options={'b': [1, 2], 'a': {'y': 1, 'x': 2}}, reward_fn_kwargs={'k': 1})\n"
         f"print(scoring_fingerprint(cfg, {TOK!r}).digest)\n"
@@ -98,12 +98,141 @@ def test_reward_file_content_function_name_and_tokenizer_change_it(tmp_path: Pat
     assert scoring_fingerprint(_cfg(reward_fn=str(path)), TOK).digest != before.digest
 
 
-def test_secrets_are_masked_and_do_not_change_it() -> None:
-    one = scoring_fingerprint(_cfg(manager_options={"api_key": "sk-one", "url": "http://judge"}), TOK)
-    two = scoring_fingerprint(_cfg(manager_options={"api_key": "sk-two", "url": "http://judge"}), TOK)
-    assert one == two
-    assert "sk-one" not in one.text and '"api_key":"***"' in one.text
-    assert scoring_fingerprint(_cfg(manager_options={"api_key": "k", "url": "http://other"}), TOK) != one
+def test_credentials_are_masked_by_their_value_and_do_not_change_it() -> None:
+    key_one, key_two = "sk-proj-" + "a1" * 12, "sk-proj-" + "b2" * 12
+    one = scoring_fingerprint(_cfg(manager_options={"api_key": key_one, "url": "http://judge"}), TOK)
+    two = scoring_fingerprint(_cfg(manager_options={"api_key": key_two, "url": "http://judge"}), TOK)
+    assert one == two  # a rotated key is the same configuration
+    assert key_one not in one.text and '"api_key":"***"' in one.text
+    assert "masked=options.api_key" in one.text  # and the text says what was masked
+    assert scoring_fingerprint(_cfg(manager_options={"api_key": key_one, "url": "http://other"}), TOK) != one
+    # a password in a URL: masked, and the rest of the URL still counts
+    pw = [scoring_fingerprint(_cfg(manager_options={"base_url": f"http://u:{p}@judge/v1"}), TOK) for p in "ab"]
+    assert pw[0] == pw[1] and "http://u:***@judge/v1" in pw[0].text and "masked=options.base_url" in pw[0].text
+    host = scoring_fingerprint(_cfg(manager_options={"base_url": "http://u:a@other/v1"}), TOK)
+    assert host.digest != pw[0].digest
+    # a bearer token nested in a mapping, in reward-function kwargs
+    bearer = [
+        scoring_fingerprint(_cfg(reward_fn_kwargs={"headers": {"Authorization": f"Bearer {t * 20}"}}), TOK)
+        for t in "xy"
+    ]
+    assert bearer[0] == bearer[1] and "masked=reward_kwargs.headers.Authorization" in bearer[0].text
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("max_tokens", 16),
+        ("tokenizer", "/models/reward-model"),
+        ("keyword_bonus", 1.0),
+        ("api_key_env", "OTHER_JUDGE_KEY"),
+        ("secret_sauce", "more"),
+        ("auth_mode", "strict"),
+        ("password_policy", 3),
+    ],
+)
+def test_a_value_counts_whatever_its_name_says(name: str, value: object) -> None:
+    base = scoring_fingerprint(_cfg(manager_options={name: 1024}, reward_fn_kwargs={name: 0.0}), TOK)
+    options = scoring_fingerprint(_cfg(manager_options={name: value}, reward_fn_kwargs={name: 0.0}), TOK)
+    kwargs = scoring_fingerprint(_cfg(manager_options={name: 1024}, reward_fn_kwargs={name: value}), TOK)
+    assert len({base.digest, options.digest, kwargs.digest}) == 3
+    assert "***" not in base.text + options.text + kwargs.text and "masked=" not in options.text
+
+
+def test_ones_that_mean_the_same_count_the_same_and_a_file_counts_by_its_content(tmp_path: Path) -> None:
+    assert scoring_fingerprint(_cfg(reward_fn_kwargs={"bonus": 1}), TOK) == scoring_fingerprint(
+        _cfg(reward_fn_kwargs={"bonus": 1.0}), TOK
+    )
+    a, b = tmp_path / "a" / "rubric.txt", tmp_path / "b" / "rubric.txt"
+    for p in (a, b):
+        p.parent.mkdir()
+        p.write_text("Give a score from 0 to 10. {format_instructions}")
+    here = scoring_fingerprint(_cfg(manager_options={"prompt_template_path": str(a)}), TOK)
+    there = scoring_fingerprint(_cfg(manager_options={"prompt_template_path": str(b)}), TOK)
+    assert here == there and str(tmp_path) not in here.text and "rubric.txt@sha256=" in here.text
+    b.write_text("Give a score from 0 to 1. {format_instructions}")  # the same path, another rubric
+    assert scoring_fingerprint(_cfg(manager_options={"prompt_template_path": str(b)}), TOK) != there
+
+
+def test_a_long_value_counts_whole_and_is_shown_short() -> None:
+    rubric = "Grade strictly. " * 200
+    one = scoring_fingerprint(_cfg(manager_options={"prompt_template": rubric, "max_tokens": 16}), TOK)
+    two = scoring_fingerprint(_cfg(manager_options={"prompt_template": rubric + "!", "max_tokens": 16}), TOK)
+    assert one.digest != two.digest and len(one.text) < 400 and f"<{len(rubric)} chars sha256=" in one.text
+    assert one.shown["options.max_tokens"] == "16"
+
+
+def test_a_conflict_names_what_differs() -> None:
+    one = scoring_fingerprint(_cfg(reward_fn_kwargs={"keyword_bonus": 0.0, "scale": 2}), TOK)
+    two = scoring_fingerprint(_cfg(reward_fn_kwargs={"keyword_bonus": 1.5, "scale": 2}), TOK)
+    assert differences(one.shown, two.shown) == "reward_kwargs.keyword_bonus: 1.5 here, 0 recorded"
+    assert differences(one.shown, one.shown) == ""
+    three = scoring_fingerprint(_cfg(manager="dapo", reward_fn_kwargs={"scale": 2}), TOK)
+    assert differences(one.shown, three.shown) == (
+        "manager: dapo here, naive recorded; reward_kwargs.keyword_bonus: (unset) here, 0 recorded"
+    )
+
+
+#: Options of the built-in managers whose whole value may be a credential. None today: genrm takes
+#: its key from the environment (``api_key_env`` names the variable), and URLs are masked in part.
+CREDENTIAL_OPTIONS: frozenset[str] = frozenset()
+
+
+def _declared_options() -> list[tuple[str, str, object]]:
+    """``(manager, option, default)`` for every option every built-in manager declares, and the
+    code-execution options every manager takes."""
+    import importlib
+    import inspect
+
+    from rewardq.reward.codeexec.settings import CodeExecSettings
+    from rewardq.reward.factory import accepted_options
+    from rewardq.reward.registry import BUILTIN_NAMES, get_manager_class
+
+    out = []
+    for name in sorted(set(BUILTIN_NAMES) - {"limited"}):  # an alias of rate_limited
+        cls = get_manager_class(name)
+        params = inspect.signature(cls).parameters
+        names, _ = accepted_options(cls)
+        names |= set(getattr(importlib.import_module(cls.__module__), "_EXTRA_OPTIONS", []))  # disrm's tokenizer
+        for option in sorted(names):
+            default = params[option].default if option in params else None
+            out.append((name, option, None if default is inspect.Parameter.empty else default))
+    for f in dataclasses.fields(CodeExecSettings):
+        out.append(("any", f.name, f.default))
+    return out
+
+
+def _another(value: object) -> object:
+    """A value of the same kind as ``value`` that is not equal to it."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value * 2 + 3
+    if isinstance(value, str):
+        return value + "-other"
+    if isinstance(value, dict):
+        return {**value, "other": 1}
+    return "other"
+
+
+def test_every_declared_option_of_every_built_in_manager_moves_the_digest() -> None:
+    declared = _declared_options()
+    assert len(declared) > 60 and {"genrm", "disrm", "dapo", "rate_limited", "remote", "gdpo"} <= {
+        m for m, _, _ in declared
+    }
+    unmoved = []
+    for manager, option, default in declared:
+        if option in CREDENTIAL_OPTIONS:
+            continue
+        first = default if default is not None else "/models/a" if option == "tokenizer" else 7
+        second = _another(first)
+        spec = manager if manager != "any" else "naive"
+        unset = scoring_fingerprint(_cfg(manager=spec), TOK).digest
+        one = scoring_fingerprint(_cfg(manager=spec, manager_options={option: first}), TOK)
+        two = scoring_fingerprint(_cfg(manager=spec, manager_options={option: second}), TOK)
+        if len({unset, one.digest, two.digest}) != 3 or "***" in one.text + two.text:
+            unmoved.append(f"{manager}.{option}")
+    assert unmoved == [], f"options that do not move the fingerprint: {unmoved}"
 
 
 def test_every_command_the_worker_sends_has_a_harmless_probe() -> None:

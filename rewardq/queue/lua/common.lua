@@ -120,8 +120,9 @@ end
 -- An error result: why (`msg`), what kind of failure (`kind`, a rewardq.queue.states.FailureKind
 -- value) and its reward_extra_info (`extra`: JSON the worker encoded and bounded, holding `error`;
 -- '' for the usual {"error": msg}).
-local function error_result(msg, kind, extra)
-  return {msg = msg, kind = kind, extra = extra ~= '' and extra or cjson.encode({error = msg})}
+local function error_result(msg, kind, extra, provenance, attempt)
+  return {msg = msg, kind = kind, extra = extra ~= '' and extra or cjson.encode({error = msg}),
+          provenance = provenance or '', attempt = attempt or ''}
 end
 
 -- Give output key `rkey` the error result `err` (error_result), unless it already has a result
@@ -131,7 +132,7 @@ local function write_error(rkey, err, worker, now, ttl)
   redis.call('HSET', rkey, 'status', 'error', 'reward_score', '',
              'reward_extra_info', err.extra, 'error', err.msg, 'failure_kind', err.kind,
              'worker', worker, 'manager', '', 'scored_at', string.format('%.6f', now),
-             'latency_ms', '')
+             'latency_ms', '', 'provenance', err.provenance, 'attempt', err.attempt)
   if ttl > 0 then redis.call('EXPIRE', rkey, ttl) end
   return 1
 end

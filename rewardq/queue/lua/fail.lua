@@ -5,7 +5,8 @@
 -- ARGV: group, tid, reward_prefix, result_ttl, message, worker, index (decimal digits, or -1:
 --       unknown), entry_id ('' for none), done_maxlen, dead_maxlen, max_outputs, keep_records,
 --       failure_kind (a FailureKind value), extra_info (the error's reward_extra_info as JSON, ''
---       for {"error": message}), nacks, then nacks more entry ids to acknowledge with it (the
+--       for {"error": message}), provenance (the digest of what failed, or ''), attempt (the
+--       scoring attempt, or ''), nacks, then nacks more entry ids to acknowledge with it (the
 --       other entries of the trajectory the worker holds), then dead-letter field/value pairs
 -- Returns the number of keys given an error result.
 -- Budget: at most max_outputs + 1 keys written (an index at or past max_outputs names its one
@@ -18,8 +19,8 @@ local group, tid, rprefix = ARGV[1], ARGV[2], ARGV[3]
 local ttl, msg, worker = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local index_text, id, maxlen, dead_maxlen = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local max_out, keep = tonumber(ARGV[11]), tonumber(ARGV[12])
-local err = error_result(msg, ARGV[13], ARGV[14])
-local nacks = tonumber(ARGV[15])
+local err = error_result(msg, ARGV[13], ARGV[14], ARGV[15], ARGV[16])
+local nacks = tonumber(ARGV[17])
 local index = tonumber(index_text) or -1
 local now = now_seconds()
 if nacks < 0 or nacks > max_out then
@@ -27,11 +28,11 @@ if nacks < 0 or nacks > max_out then
 end
 local ids = {}
 if id ~= '' then ids[1] = id end
-for j = 16, 15 + nacks do ids[#ids + 1] = ARGV[j] end
+for j = 18, 17 + nacks do ids[#ids + 1] = ARGV[j] end
 
-if #ARGV > 15 + nacks then
+if #ARGV > 17 + nacks then
   local pairs_ = {}
-  for j = 16 + nacks, #ARGV do pairs_[#pairs_ + 1] = ARGV[j] end
+  for j = 18 + nacks, #ARGV do pairs_[#pairs_ + 1] = ARGV[j] end
   redis.call('XADD', dead, 'MAXLEN', '~', dead_maxlen, '*', unpack(pairs_))
 end
 local written = 0

@@ -5,6 +5,8 @@
 -- One limiter = one hash KEYS[1]. ARGV[1] is the operation:
 --   take    ARGV[2]=bucket name  ARGV[3]=limit per minute  ARGV[4]=cost  ARGV[5]=1 to only look,
 --           2 to charge the cost whatever the level (a cost known only afterwards: a judge's usage)
+--           ARGV[6]=deepest debt, in seconds of the rate (the level never goes below it, read or
+--           written, so no charge holds the fleet back longer and the key's TTL stays bounded)
 --           (the bucket holds one second of the limit, limit/60, and refills at limit/60 per second)
 --           -> {wait_seconds, level_after}; wait 0 means the cost was taken
 --   slot    ARGV[2]=holder  ARGV[3]=max_concurrent  ARGV[4]=lease seconds
@@ -20,9 +22,13 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local op = ARGV[1]
 local function num(x) return string.format('%.17g', x) end
 
+-- an expiry this much longer than needed is cut back (a key left by an older version, whose debt
+-- and TTL had no bound); a slot lease longer than an hour is the one thing it could shorten
+local KEEP_SLACK_MS = 3600000
 local function keep(seconds)
   local want = math.ceil(seconds * 1000)
-  if redis.call('PTTL', key) < want then redis.call('PEXPIRE', key, want) end
+  local pttl = redis.call('PTTL', key)
+  if pttl < want or pttl > want + KEEP_SLACK_MS then redis.call('PEXPIRE', key, want) end
 end
 
 if op == 'take' then
@@ -30,18 +36,20 @@ if op == 'take' then
   local look, charge = ARGV[5] == '1', ARGV[5] == '2'
   local rate = tonumber(ARGV[3]) / 60.0
   local cap = rate  -- one second of the rate, as verl's buckets
+  local floor = -(tonumber(ARGV[6]) or 60) * rate
   local tf, sf = 'b:' .. name .. ':tokens', 'b:' .. name .. ':ts'
   local v = redis.call('HMGET', key, tf, sf)
   local level, ts = tonumber(v[1]), tonumber(v[2])
-  if level == nil or ts == nil then level, ts = cap, now end
+  -- a missing, unreadable or non-finite stored level (x ~= x: NaN) is a new, full bucket
+  if level == nil or ts == nil or level ~= level or ts ~= ts then level, ts = cap, now end
   local elapsed = now - ts
   if elapsed < 0 then elapsed = 0 end  -- a failover to a server whose clock is behind
-  level = math.min(cap, level + elapsed * rate)
+  level = math.min(cap, math.max(floor, level) + elapsed * rate)
   local need = math.min(cost, cap)
   local wait = 0
   if charge or level + 1e-9 * cap >= need then
     if look then return {'0', num(level)} end
-    level = level - cost
+    level = math.max(floor, level - cost)
   else
     wait = (need - level) / rate
     if look then return {num(wait), num(level)} end

@@ -12,8 +12,9 @@ A call that runs is bounded on its own as well: the scorer pool kills a call tha
 than the budget from the moment its process took it (:meth:`ScorerPool.run`'s ``timeout``), so
 a clock held still by a waiting neighbour never lets a hung call run on.
 
-The budget reaches the code that waits through a context variable: tasks the manager starts
-(``asyncio.gather`` over rows) share their trajectory's budget.
+The budget reaches the code that waits through a context variable
+(:data:`rewardq.reward.time_left.CURRENT`): tasks the manager starts (``asyncio.gather`` over rows)
+share their trajectory's budget.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from rewardq.reward.time_left import CURRENT
+
 T = TypeVar("T")
 
-_current: ContextVar[ScoringBudget | None] = ContextVar("rewardq_scoring_budget", default=None)
+_current: ContextVar[ScoringBudget | None] = CURRENT
 
 
 class ScoringBudget:

@@ -11,7 +11,13 @@
    bucket (``max_tpm``) could pay ``estimated_tokens_per_request``, then one of ``max_concurrent``
    slots, held only while the HTTP request is in flight (:mod:`rewardq.reward.ratelimit`; the
    limits hold across every worker of the fleet). When the answer arrives, the token bucket is
-   charged with the tokens the server reports in ``usage`` (prompt + completion), not the estimate.
+   charged with the tokens the server reports in ``usage`` (prompt + completion), not the estimate,
+   but never more than the request could have cost (its own size for the prompt, ``n`` x
+   ``max_tokens`` for the answer), so a server reporting absurd usage cannot stop the fleet; a
+   ``usage`` that cannot be read (``Infinity``, a list) is charged the request's own size, and the
+   answer is used and cached all the same (:mod:`rewardq.reward.judge.usage`). A limit that would
+   hold the call back past the trajectory's ``score_timeout`` ends it at once with
+   :class:`JudgeRateLimited`, naming the limit.
 3. **Retries.** A 429, a 5xx, a 408, a connection error or a timeout is retried up to
    ``max_retries`` times. The pause is the server's ``Retry-After`` when it sends one (seconds or
    an HTTP date; one longer than ``max_retry_wait`` ends the call at once), else
@@ -19,7 +25,8 @@
    to ``backoff_cap``). Any other 4xx is not retried: the request itself is wrong.
 4. **Failure.** A judge that stays down raises :class:`JudgeUnavailable` naming the status and the
    server's own message: the trajectory gets an error result, never a zero, and the claim is
-   released so another worker may try later.
+   released so another worker may try later. An answer larger than ``max_answer_bytes`` is read no
+   further than that and is an error too (:class:`JudgeAnswerTooLarge`).
 
 The API key comes from the environment (``api_key_env``) and is sent only as the
 ``Authorization: Bearer`` header; it is never logged or stored.
@@ -39,6 +46,9 @@ from rewardq.errors import ScoringError
 from rewardq.queue.retry import backoff_delay
 from rewardq.reward.http import TRANSIENT_STATUSES, HttpSession, retry_after_seconds, status_failure_kind
 from rewardq.reward.judge.stats import JudgeStats
+from rewardq.reward.judge.usage import Usage, own_size, read_usage, usage_bounds
+from rewardq.reward.ratelimit import RateLimitWait
+from rewardq.reward.time_left import time_left
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
@@ -66,6 +76,16 @@ class JudgeUnavailable(ScoringError):
         self.status = status
         self.server_message = server_message
         super().__init__(message, failure_kind=status_failure_kind(status), retry_after=retry_after)
+
+
+class JudgeRateLimited(JudgeUnavailable):
+    """The judge was not called: the rate limiter would have held the call back past ``score_timeout``
+    (``transient``; ``retry_after``: the wait the limiter asked for)."""
+
+
+class JudgeAnswerTooLarge(JudgeUnavailable):
+    """The judge's answer was larger than ``max_answer_bytes``; it was not read further (``scorer``:
+    HTTP 200)."""
 
 
 @dataclass
@@ -160,6 +180,7 @@ class ChatJudge:
         timeout: seconds one HTTP request may take.
         estimated_tokens_per_request: what the token bucket must hold before a request is sent.
         retry: the retry policy.
+        max_answer_bytes: the largest answer (HTTP body) read; a larger one is an error.
     """
 
     def __init__(
@@ -174,6 +195,7 @@ class ChatJudge:
         timeout: float = defaults.JUDGE_TIMEOUT,
         estimated_tokens_per_request: float = defaults.JUDGE_ESTIMATED_TOKENS,
         retry: RetryPolicy | None = None,
+        max_answer_bytes: int = defaults.JUDGE_MAX_ANSWER_BYTES,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json"}
@@ -186,8 +208,9 @@ class ChatJudge:
         self.timeout = float(timeout)
         self.estimated_tokens = float(estimated_tokens_per_request)
         self.retry = retry or RetryPolicy()
+        self.max_answer_bytes = int(max_answer_bytes)
         self._http = HttpSession(self.timeout)
-        self._warned_usage = False
+        self._warned: set[str] = set()
 
     def __repr__(self) -> str:  # never the headers: they hold the key
         return f"ChatJudge(url={self.url!r}, model={self.model!r})"
@@ -224,10 +247,24 @@ class ChatJudge:
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         failures, last = 0, ""
         while True:
-            status, retry_after, text, error = await self._attempt(payload)
+            try:
+                status, retry_after, text, error = await self._attempt(payload)
+            except RateLimitWait as exc:
+                raise JudgeRateLimited(
+                    f"judge {self.model} at {self.url} was not called: {exc}", retry_after=exc.retry_after
+                ) from None
+            except _TooLarge as exc:
+                await self._charge(Usage(*usage_bounds(body, len(payload), exc.size), readable=False))
+                await self._count(requests=1, errors=1, failed=1)
+                raise JudgeAnswerTooLarge(
+                    f"judge {self.model} at {self.url} answered more than max_answer_bytes={self.max_answer_bytes:,} "
+                    f"bytes{f' ({exc.size:,} announced)' if exc.size > self.max_answer_bytes else ''}; it was not "
+                    "read further. Lower max_tokens or n, or raise max_answer_bytes",
+                    status=200,
+                ) from None
             if error is None and status == 200:
-                answer = self._read_answer(text)
-                await self._charge(answer)
+                answer, usage = self._read_answer(text, body, len(payload))
+                await self._charge(usage)
                 return answer
             failures += 1
             message = error or server_message(text)
@@ -247,11 +284,12 @@ class ChatJudge:
                 if retry_after is not None
                 else backoff_delay(failures, base=self.retry.backoff_base, cap=self.retry.backoff_cap)
             )
-            if pause > self.retry.max_retry_wait:
+            longest, why = _longest_pause(self.retry.max_retry_wait)
+            if pause > longest:
                 await self._count(failed=1)
                 raise JudgeUnavailable(
                     f"judge {self.model} at {self.url} answered {last} and asked to retry after {pause:.0f}s, "
-                    f"longer than max_retry_wait={self.retry.max_retry_wait:g}s",
+                    f"longer than {why}",
                     status=status,
                     server_message=message,
                 )
@@ -276,7 +314,7 @@ class ChatJudge:
         async with self.limiter.slot():  # held only while the request is in flight
             try:
                 async with session.post(self.url, data=payload, headers=self._headers) as resp:
-                    text = await resp.text()
+                    text = await _read_at_most(resp, self.max_answer_bytes)
                     return resp.status, retry_after_seconds(resp.headers.get("Retry-After")), text, None
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -284,41 +322,52 @@ class ChatJudge:
                     what = f"no answer within timeout={self.timeout:g}s"
                 return None, None, "", what
 
-    def _read_answer(self, text: str) -> JudgeAnswer:
+    def _read_answer(self, text: str, body: dict[str, Any], payload_bytes: int) -> tuple[JudgeAnswer, Usage]:
+        """The answer in a 200 body, and the tokens it is counted as (see :func:`read_usage`)."""
         try:
-            body = json.loads(text)
-            choices = body["choices"]
+            reply = json.loads(text)
+            choices = reply["choices"]
             contents = [_content_text(c["message"].get("content")) for c in choices]
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             raise JudgeUnavailable(
                 f"judge {self.model} at {self.url} answered HTTP 200 without choices[].message.content: {text[:200]}",
                 status=200,
             ) from None
-        usage = body.get("usage") or {}
-        return JudgeAnswer(
+        bounds = usage_bounds(body, payload_bytes, len(text.encode("utf-8", "replace")))
+        usage = read_usage(reply.get("usage"), bounds, own_size(payload_bytes, contents))
+        if usage is None:
+            self._warn_once("none", "reports no usage; charging max_tpm estimated_tokens_per_request per request")
+            usage = Usage(int(self.estimated_tokens), 0, readable=False)
+        elif not usage.readable:
+            self._warn_once(
+                "unreadable",
+                f"reported an unreadable usage ({_short(reply.get('usage'))}); charging "
+                f"the request's own size ({usage.total:,} tokens) instead",
+            )
+        elif usage.clipped:
+            self._warn_once(
+                "clipped",
+                f"reported usage {_short(reply.get('usage'))}, more than the request could "
+                f"cost; charging at most {bounds[0]:,} prompt + {bounds[1]:,} completion tokens",
+            )
+        answer = JudgeAnswer(
             contents=contents,
-            prompt_tokens=_int(usage.get("prompt_tokens")),
-            completion_tokens=_int(usage.get("completion_tokens")),
-            model=str(body.get("model") or self.model),
-            finish_reasons=[c.get("finish_reason") for c in choices],
+            prompt_tokens=usage.prompt if usage.readable else 0,
+            completion_tokens=usage.completion if usage.readable else 0,
+            model=str(reply.get("model") or self.model),
+            finish_reasons=[c.get("finish_reason") if isinstance(c, dict) else None for c in choices],
         )
+        return answer, usage
 
-    async def _charge(self, answer: JudgeAnswer) -> None:
-        """Charge the token bucket with the server's ``usage`` and count the answer."""
-        used = answer.prompt_tokens + answer.completion_tokens
-        if used <= 0:
-            used = int(self.estimated_tokens)
-            if not self._warned_usage:
-                self._warned_usage = True
-                logger.warning(
-                    "genrm: %s reports no usage; charging max_tpm estimated_tokens_per_request=%d per request",
-                    self.url,
-                    used,
-                )
-        await self.limiter.charge_tokens(used)
-        await self._count(
-            requests=1, answers=1, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens
-        )
+    async def _charge(self, usage: Usage) -> None:
+        """Charge the token bucket with what the answer is counted as, and count the answer."""
+        await self.limiter.charge_tokens(usage.total)
+        await self._count(requests=1, answers=1, prompt_tokens=usage.prompt, completion_tokens=usage.completion)
+
+    def _warn_once(self, kind: str, what: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            logger.warning("genrm: %s %s", self.url, what)
 
     async def _count(self, **increments: int) -> None:
         """This worker's counters and the fleet's (in Redis); a failed fleet count is logged, not raised."""
@@ -343,8 +392,38 @@ def _content_text(content: object) -> str:
     raise TypeError(f"unexpected content {type(content).__name__}")
 
 
-def _int(value: Any) -> int:
-    try:
-        return max(0, int(value or 0))
-    except (TypeError, ValueError):
-        return 0
+def _short(value: object) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text[:80]
+
+
+class _TooLarge(Exception):
+    """An answer over ``max_answer_bytes``: ``size`` is what it announced, else what was read."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+async def _read_at_most(resp: Any, limit: int) -> str:
+    """The body of ``resp`` as text, reading no more than ``limit`` bytes; :class:`_TooLarge` past it."""
+    announced = resp.content_length
+    if announced is not None and announced > limit:
+        raise _TooLarge(announced)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge(size)
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")  # JSON is UTF-8 (RFC 8259)
+
+
+def _longest_pause(max_retry_wait: float) -> tuple[float, str]:
+    """The longest pause before a retry, and why: ``max_retry_wait``, or what is left of the trajectory's
+    ``score_timeout`` when that is less."""
+    left = time_left()
+    if left is not None and left.seconds < max_retry_wait:
+        return left.seconds, f"the {left.seconds:.1f}s left of this trajectory's score_timeout ({left.budget:g}s)"
+    return max_retry_wait, f"max_retry_wait={max_retry_wait:g}s"

@@ -191,6 +191,10 @@ class DisRMRewardManager(RewardManager):
             prompt = prompt[len(bos) :]
         return prompt
 
+    def provenance(self, data_source: object) -> dict[str, Any]:
+        """``scorer``: the reward model."""
+        return {"scorer": f"reward_model:{self.model}"}
+
     async def run_single(self, data: TensorDict) -> dict[str, Any]:
         prompt = self.build_prompt(data)  # reads the final row only (data[-1:])
         path, activation_flag, field = BACKENDS[self.backend]

@@ -20,6 +20,11 @@ in ``setup`` and closed in ``close``. The manager has all of that; its judge
 * **Failures.** 429, 5xx, timeouts and connection errors are retried (``Retry-After`` honoured);
   a judge that stays down, or an answer without a readable score, is an error result naming why,
   never a zero (unless ``unparsed_score`` says what an unreadable answer scores).
+* **Bounded scores.** A score outside ``score_range`` (the range the rubric asks for:
+  :mod:`rewardq.reward.judge.scores`) is an error result naming the value and the range, never a
+  reward, unless ``clamp_score`` is set. The verdict is read where the instructions put it (the
+  first match, or the first after ``score_marker``), so a prompt injection the judge quotes
+  afterwards does not decide it (:mod:`rewardq.reward.judge.parsing`).
 * **Per turn.** ``per_turn=true`` asks the judge about every output (the trajectory up to it),
   giving each key its own reward.
 
@@ -32,8 +37,9 @@ Options (``--manager-option`` / config)::
 
     base_url (required, with /v1)  model (required)  api_key_env=REWARDQ_JUDGE_API_KEY
     prompt_template | prompt_template_path  system_prompt=None
-    score_parser=regex|json|choice  score_regex  score_field=score  choices
-    structured_output=auto|true|false  unparsed_score=None
+    score_parser=regex|json|choice  score_regex  score_field=score  choices  score_marker=None
+    score_range=[0, 1] (or the rubric's, or the choices')  clamp_score=false
+    structured_output=auto|true|false  unparsed_score=None  max_answer_bytes=4 MiB
     temperature=0.0  max_tokens=1024  n=1  combine=mean|majority  extra_body={}
     per_turn=false  images=true  cache=true
     max_rpm  max_tpm  max_concurrent=64  estimated_tokens_per_request=2000  limiter_name=genrm
@@ -53,11 +59,15 @@ from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.queue.images import images_of
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
-from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, RetryPolicy
-from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, build_parser
+from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, RetryPolicy, request_digest
+from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, Verdict, build_parser
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
+from rewardq.reward.judge.scores import resolve_range
+from rewardq.reward.provenance import template_digest
 from rewardq.reward.registry import register
 from rewardq.reward.results import to_float
+from rewardq.reward.scoring_fingerprint import without_credentials
+from rewardq.reward.trace import note_judged
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -113,6 +123,12 @@ class GenRMRewardManager(RewardManager):
         system_prompt: an optional system message.
         score_parser, score_regex, score_field, choices: how a score is read (see
             :mod:`rewardq.reward.judge.parsing`).
+        score_marker: the text the judge writes before its verdict (after its reasoning); None:
+            the verdict begins the answer.
+        score_range: ``[lo, hi]``, the scores the rubric asks for (default: the choices', else the
+            range the prompt template states, else ``[0, 1]``; :mod:`rewardq.reward.judge.scores`).
+        clamp_score: move a score outside ``score_range`` to the nearer end instead of failing.
+        max_answer_bytes: the largest answer (HTTP body) read; a larger one is an error result.
         structured_output: ``auto`` (for the json and choice parsers, ask for a JSON schema with
             ``response_format`` and fall back to plain text if the server refuses it), ``true``
             or ``false``.
@@ -149,6 +165,9 @@ class GenRMRewardManager(RewardManager):
         score_regex: str | None = None,
         score_field: str = "score",
         choices: object = None,
+        score_marker: str | None = None,
+        score_range: object = None,
+        clamp_score: object = False,
         structured_output: object = "auto",
         unparsed_score: float | None = None,
         temperature: float = 0.0,
@@ -170,6 +189,7 @@ class GenRMRewardManager(RewardManager):
         backoff_base: float = defaults.JUDGE_BACKOFF_BASE,
         backoff_cap: float = defaults.JUDGE_BACKOFF_CAP,
         max_retry_wait: float = defaults.JUDGE_MAX_RETRY_WAIT,
+        max_answer_bytes: int = defaults.JUDGE_MAX_ANSWER_BYTES,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
@@ -213,11 +233,29 @@ class GenRMRewardManager(RewardManager):
             )
         self.structured = structured == "true" or (structured == "auto" and score_parser != "regex")
         self.structured_required = structured == "true"
+        if score_marker is not None and (not isinstance(score_marker, str) or not score_marker.strip()):
+            raise ConfigError(f"manager 'genrm': score_marker must be non-empty text, got {score_marker!r}")
+        self.range, range_source = resolve_range(
+            score_range,
+            choices=_choice_scores(choices),
+            rubric=self.template.text,
+            clamp=_flag("clamp_score", clamp_score),
+        )
+        self.range_source = range_source
         self.parser: ScoreParser = build_parser(
-            score_parser, score_regex=score_regex, score_field=score_field, choices=choices, structured=self.structured
+            score_parser,
+            score_regex=score_regex,
+            score_field=score_field,
+            choices=choices,
+            structured=self.structured,
+            verdict=Verdict(score_marker, self.range.words()),
         )
         if unparsed_score is not None:
             unparsed_score = to_float(unparsed_score, "unparsed_score")
+            if not self.range.contains(unparsed_score):
+                raise ConfigError(
+                    f"manager 'genrm': unparsed_score={unparsed_score:g} is outside score_range {self.range}"
+                )
         self.unparsed_score = unparsed_score
         _number("temperature", temperature, at_least=0)
         _number("max_tokens", max_tokens, at_least=1, integer=True, none=True)
@@ -247,6 +285,8 @@ class GenRMRewardManager(RewardManager):
         ):
             _number(name, value)
         _number("max_retries", max_retries, at_least=0, integer=True)
+        _number("max_answer_bytes", max_answer_bytes, at_least=1024, integer=True)
+        self.max_answer_bytes = max_answer_bytes
         if not isinstance(limiter_name, str) or not limiter_name or any(c in limiter_name for c in "{} \n"):
             raise ConfigError(
                 f"manager 'genrm': limiter_name must be a name without braces or spaces, got {limiter_name!r}"
@@ -305,12 +345,16 @@ class GenRMRewardManager(RewardManager):
             timeout=self.timeout,
             estimated_tokens_per_request=self.estimated_tokens,
             retry=self.retry,
+            max_answer_bytes=self.max_answer_bytes,
         )
         await self.judge.setup()
         logger.info(
-            "genrm: judge %s at %s (rpm=%s tpm=%s concurrent=%s, %s, answers kept %s)",
+            "genrm: judge %s at %s, scores in %s (from %s; %s) (rpm=%s tpm=%s concurrent=%s, %s, answers kept %s)",
             self.model,
             self.base_url,
+            self.range,
+            self.range_source,
+            "clamped" if self.range.clamp else "outside it: an error",
             self.limits["max_rpm"],
             self.limits["max_tpm"],
             self.limits["max_concurrent"],
@@ -350,7 +394,9 @@ class GenRMRewardManager(RewardManager):
                 exc.server_message,
             )
             self.structured = False
-            answer = await self.judge.complete(self.request_body(text, image_urls))
+            body = self.request_body(text, image_urls)
+            answer = await self.judge.complete(body)
+        note_judged(index, request_digest(body), answer.to_json())  # provenance and the ledger
         return self.result_of(answer)
 
     def request_body(self, text: str, image_urls: list[str]) -> dict[str, Any]:
@@ -399,9 +445,11 @@ class GenRMRewardManager(RewardManager):
         return self.template.render(values), urls
 
     def result_of(self, answer: JudgeAnswer) -> dict[str, Any]:
-        """Score and extra info of one answer (its ``n`` choices combined)."""
+        """Score and extra info of one answer (its ``n`` choices combined). Any choice's score outside
+        ``score_range`` makes the whole answer an error (:class:`ScoreOutOfRange`) unless clamped."""
         scores: list[float] = []
         reasons: list[str] = []
+        clamped = 0
         for content in answer.contents:
             parsed = self.parser.parse(content)
             if isinstance(parsed, Unparsed):
@@ -409,22 +457,42 @@ class GenRMRewardManager(RewardManager):
                 if self.unparsed_score is not None:
                     scores.append(self.unparsed_score)
             else:
-                scores.append(parsed)
+                score, moved = self.range.check(parsed, content)
+                scores.append(score)
+                clamped += moved
         if not scores:
             first = answer.contents[0] if answer.contents else ""
             raise ScoringError(
                 f"the judge's answer has no readable score ({reasons[0] if reasons else 'no choices'}); it began "
                 f"{first[:200]!r}. Fix score_parser / the prompt, or set unparsed_score to score such answers"
             )
+        info: dict[str, Any] = {
+            "acc": combine_scores(scores, self.combine),
+            "judge_prompt_tokens": answer.prompt_tokens,
+            "judge_completion_tokens": answer.completion_tokens,
+            "judge_cached": answer.cached,
+            "judge_votes": len(answer.contents) - len(reasons),
+            "judge_answer": (answer.contents[0] if answer.contents else "")[:_ANSWER_CHARS],
+        }
+        if clamped:
+            info["judge_clamped"] = clamped
+        return {"reward_score": info["acc"], "reward_extra_info": info}
+
+    def provenance(self, data_source: object) -> dict[str, Any]:
+        """The judge: model, digest of the prompt template and system prompt, sampling parameters."""
         return {
-            "reward_score": combine_scores(scores, self.combine),
-            "reward_extra_info": {
-                "acc": combine_scores(scores, self.combine),
-                "judge_prompt_tokens": answer.prompt_tokens,
-                "judge_completion_tokens": answer.completion_tokens,
-                "judge_cached": answer.cached,
-                "judge_votes": len(answer.contents) - len(reasons),
-                "judge_answer": (answer.contents[0] if answer.contents else "")[:_ANSWER_CHARS],
+            "scorer": f"judge:{self.model}",
+            "judge_model": self.model,
+            "judge_template": template_digest(self.template.text, self.system_prompt),
+            "judge_sampling": {
+                "temperature": self.temperature,
+                "max_tokens": self.max_tokens,
+                "n": self.n,
+                "combine": self.combine,
+                "parser": type(self.parser).__name__,
+                "score_range": [self.range.lo, self.range.hi],
+                "clamp_score": self.range.clamp,
+                "extra_body": without_credentials(self.extra_body),  # a header's key is not kept
             },
         }
 
@@ -441,6 +509,16 @@ def combine_scores(scores: list[float], how: str) -> float:
     top = max(counts.values())
     tied = [s for s, c in counts.items() if c == top]
     return sum(tied) / len(tied)
+
+
+def _choice_scores(choices: object) -> list[float] | None:
+    """The scores ``choices`` allow (checked by the parser; None when there are none or they are malformed)."""
+    values = list(choices.values()) if isinstance(choices, dict) else choices
+    if not isinstance(values, (list, tuple)) or not values:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return None
+    return [float(v) for v in values]
 
 
 def _refuses_structured(exc: JudgeUnavailable) -> bool:

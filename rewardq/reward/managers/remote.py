@@ -174,6 +174,14 @@ class RemoteRewardManager(RewardManager):
             "it at module level or give it as a spec, e.g. scorer_spec='path/to/file.py:compute_score'"
         )
 
+    def provenance(self, data_source: object) -> dict[str, Any]:
+        """``scorer``: the function the children run, when it is not the default one."""
+        if self.target == DEFAULT_SPEC or _is_async_default(data_source):
+            return {}
+        from rewardq.reward.scoring_fingerprint import code_identity
+
+        return {"scorer": f"remote:{code_identity(self.target, default_name='compute_score')}"}
+
     async def setup(self) -> None:
         """Start the scorer processes (and wait until each has loaded the function)."""
         await self.pool.start()

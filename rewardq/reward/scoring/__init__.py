@@ -47,7 +47,11 @@ __all__ = [
     "EXACT_SCORERS",
     "PREFIX_SCORERS",
     "known_data_sources",
+    "scorer_name",
+    "CODE_DATA_SOURCES",
 ]
+
+CODE_DATA_SOURCES = code.CODE_DATA_SOURCES
 
 Scorer = Callable[..., Any]
 
@@ -121,6 +125,20 @@ def _scorer_for(data_source: object) -> Scorer:
         "ground_truth=..., extra_info=...) and returns a number or a dict with 'score'), "
         "or a custom manager with --manager package.module:Class"
     )
+
+
+#: The default scorers by the name a result's provenance gives them (``default:<name>``).
+_NAMES: dict[Scorer, str] = {_gsm8k: "gsm8k", _math: "math_boxed", _dapo: "dapo_math", _search_r1: "search_r1"}
+
+
+def scorer_name(data_source: object) -> str:
+    """The name of the default scorer of ``data_source`` (``gsm8k``, ``math_boxed``, ``prime_math``,
+    ``code``...), or ``none`` when no scorer handles it."""
+    try:
+        scorer = _scorer_for(data_source)
+    except UnknownDataSourceError:
+        return "none"
+    return _NAMES.get(scorer) or scorer.__module__.rsplit(".", 1)[-1]
 
 
 def placement_of(data_source: object) -> str:

@@ -1,0 +1,163 @@
+"""Every reward accountable: a worker's provenance book and its ledger, around each commit.
+
+:class:`Accounting` is a collaborator of :class:`~rewardq.consumers.worker.Worker`, like the
+commit coalescer. For each trajectory it
+
+1. names what will produce the result (:meth:`provenance_of`: one interned blob per scorer,
+   :mod:`rewardq.reward.provenance`), so the scorer writes its digest into every result;
+2. before the commit (:meth:`before_commit`): writes a blob Redis has not seen yet to
+   ``<ns>:provenance`` (once per blob and worker), then spools the trajectory to the ledger when
+   one is configured (:mod:`rewardq.ledger`), so nothing acknowledged is missing from it;
+3. after the commit (:meth:`settle`): tells the ledger whether the commit wrote the result.
+
+Each trajectory also counts in the worker's live reward health (:mod:`rewardq.consumers.reward_health`).
+
+Failures take the same path (:meth:`before_failure`). Without a ledger, only steps 1 and 2's
+Redis write remain: provenance costs a dict lookup per trajectory and one ``HSETNX`` per blob.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rewardq.consumers.assembly import trajectory_sample
+from rewardq.consumers.reward_health import RewardHealth
+from rewardq.ledger.frames import TrajectoryFacts
+from rewardq.queue.codec import OutputRecord
+from rewardq.queue.entries import StoreOutcome
+from rewardq.queue.results import RESULT_FIELDS, EncodedResults
+from rewardq.queue.states import FailureKind
+from rewardq.reward.provenance import Provenance, ProvenanceBook
+from rewardq.reward.trace import ScoringTrace
+
+if TYPE_CHECKING:
+    from rewardq.ledger.sink import Ledger
+
+logger = logging.getLogger("rewardq.worker")
+
+Publish = Callable[[str, str], Awaitable[None]]
+
+
+class Accounting:
+    """Provenance and ledger for one worker (see the module doc).
+
+    Args:
+        book: the worker's provenance book.
+        publish: writes one blob to Redis (``digest, JSON``).
+        ledger: the ledger writer, or None when ``ledger`` is not set.
+        manager_name: the ``--manager`` spec (for failure rows).
+    """
+
+    def __init__(self, book: ProvenanceBook, publish: Publish, ledger: Ledger | None, manager_name: str) -> None:
+        self.book = book
+        self.publish = publish
+        self.ledger = ledger
+        self.manager_name = manager_name
+        self.health = RewardHealth()  # live reward health per data source (rewardq.consumers.reward_health)
+
+    def provenance_of(self, sample: dict[str, Any]) -> Provenance:
+        return self.book.of(sample.get("data_source"))
+
+    async def _published(self, prov: Provenance) -> None:
+        if prov.digest not in self.book.published:
+            await self.publish(prov.digest, prov.json)
+            self.book.published.add(prov.digest)
+
+    async def before_commit(
+        self,
+        o: StoreOutcome,
+        records: Sequence[OutputRecord],
+        results: EncodedResults,
+        prov: Provenance,
+        trace: ScoringTrace | None,
+        score_ms: float,
+    ) -> int | None:
+        """Publish ``prov`` if new, spool the trajectory; returns the ledger ticket for :meth:`settle`."""
+        await self._published(prov)
+        last = results.results[-1]
+        ds = str(trajectory_sample(records).get("data_source", ""))
+        self.health.record(ds, reward=last.reward_score, failure_kind=None, latency_ms=last.latency_ms)
+        if self.ledger is None:
+            return None
+        final = records[-1]
+        response = trace.response_of(int(final.response_ids.shape[0])) if trace is not None else None
+        judged = trace.judged if trace is not None else {}
+        facts = TrajectoryFacts(
+            records,
+            trajectory_sample(records),
+            RESULT_FIELDS,
+            results.rows,
+            attempt=o.attempts,
+            put_ts=o.entry.ts,
+            score_ms=score_ms,
+            provenance=prov.digest,
+            response=response,
+            judge=[[i, d, a] for i, (d, a) in sorted(judged.items())],
+        )
+        return self.ledger.scored(facts, prov.blob)
+
+    async def before_failure(
+        self,
+        o: StoreOutcome,
+        records: Sequence[OutputRecord] | None,
+        reason: str,
+        failure: FailureKind,
+    ) -> tuple[Provenance, int | None]:
+        """Publish the provenance of a trajectory about to get an error result for every key, and
+        spool it (its records when they decoded, else its keys); returns that provenance and the
+        ledger ticket."""
+        rec = o.record
+        sample = trajectory_sample(records) if records else (rec.sample or {})
+        prov = self.provenance_of(sample)
+        await self._published(prov)
+        latency = (time.time() - o.entry.ts) * 1000.0 if o.entry.ts else None
+        self.health.record(
+            str(sample.get("data_source", "")), reward=None, failure_kind=failure.value, latency_ms=latency
+        )
+        if self.ledger is None:
+            return prov, None
+        outputs: int | Sequence[OutputRecord] = records if records else max(len(o.payloads), rec.index + 1)
+        return prov, self.ledger.failed(
+            rec.uid,
+            rec.session_id,
+            outputs,
+            sample,
+            reason,
+            failure_kind=failure.value,
+            manager=self.manager_name,
+            attempt=o.attempts,
+            put_ts=o.entry.ts,
+            provenance=(prov.digest, prov.blob),
+        )
+
+    def settle(self, ticket: int | None, committed: bool | None) -> None:
+        if self.ledger is not None:
+            self.ledger.settle(ticket, committed)
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The ledger's state for the heartbeat (None without a ledger)."""
+        return self.ledger.snapshot() if self.ledger is not None else None
+
+
+def open_ledger(cfg: Any, worker_name: str) -> Ledger | None:
+    """The ledger a :class:`~rewardq.config.WorkerConfig` asks for, opened (None when ``ledger`` is
+    unset). A missing ``ledger`` extra is a ConfigError; a spool that cannot be opened is logged
+    loudly and leaves the worker scoring without a ledger (its status says so)."""
+    if not cfg.ledger:
+        return None
+    from rewardq.ledger.sink import Ledger, require_writer
+
+    require_writer()
+    ledger = Ledger(
+        cfg.ledger,
+        worker=worker_name,
+        spool=cfg.ledger_spool,
+        flush_interval=cfg.ledger_flush_interval,
+        file_bytes=cfg.ledger_file_bytes,
+        spool_max_bytes=cfg.ledger_spool_max_bytes,
+    )
+    ledger.open()
+    return ledger

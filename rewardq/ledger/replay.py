@@ -1,0 +1,170 @@
+"""What ``rewardq replay`` scores again: a ledger's trajectories, rebuilt as their producers sent them.
+
+A replay is a worker run like any other, so every reward comes out of the worker's own scoring
+machinery (the manager, its scorer processes, the code sandbox, the judge with its cache):
+
+1. the ledger's rows are read (filters, a time range, one row per key), grouped into
+   trajectories and rebuilt as the producer sent them (ids, masks, turns, extra fields, the
+   sample), in ``scored_at`` order, at most ``limit`` of them;
+2. a :class:`~rewardq.consumers.worker.Worker` with the given settings starts in this process,
+   with ``ledger`` set to the output ledger, on a namespace of its own: on the Redis of
+   ``--redis-url``, or, without one, on an embedded Redis stand-in (``rewardq[demo]``): no fleet;
+3. the judge's cached answers the ledger kept are put back into the namespace's answer cache,
+   so a judge asked the same question (the same request, byte for byte) reuses its answer
+   instead of paying again; a changed prompt or model asks anew;
+4. the trajectories are pushed (at most ``window`` at a time) and their results awaited, with a
+   progress bar; the worker writes each into the output ledger before its commit;
+5. at the end, or on Ctrl-C, the worker stops and flushes the output ledger. A replay run again
+   with the same ``--out`` skips the trajectories the output ledger already holds: stopping and
+   resuming loses nothing and repeats nothing.
+
+Replaying with the scoring configuration that made the ledger gives every rule-based reward
+exactly (the same code on the same ids); ``rewardq diff`` shows what a new one changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rewardq.errors import ConfigError
+from rewardq.ledger.read import Where, read_table
+from rewardq.ledger.table import from_json, sample_of
+
+logger = logging.getLogger("rewardq.replay")
+
+#: Columns a replay reads from the source ledger.
+_COLUMNS = [
+    "key",
+    "uid",
+    "session_id",
+    "index",
+    "outputs",
+    "data_source",
+    "ground_truth",
+    "extra_info",
+    "sample",
+    "prompt_ids",
+    "response_ids",
+    "response_mask",
+    "num_turns",
+    "extra_fields",
+    "rollout_reward_score",
+    "scored_at",
+    "judge_request",
+    "judge_answer",
+]
+
+
+@dataclass
+class Trajectory:
+    """One trajectory rebuilt from its ledger rows, as ``put_trajectory`` takes it."""
+
+    uid: str
+    session_id: str
+    outputs: list[dict[str, Any]]
+    sample: dict[str, Any]
+    judged: dict[str, str] = field(default_factory=dict)  # request digest -> answer
+
+    @property
+    def keys(self) -> list[str]:
+        return [f"{self.uid}_{self.session_id}_{i}" for i in range(len(self.outputs))]
+
+
+@dataclass
+class Plan:
+    """What a replay will do: the trajectories to score, and what it leaves out and why."""
+
+    trajectories: list[Trajectory]
+    done_before: int = 0  # already in the output ledger (a resumed replay)
+    incomplete: int = 0  # rows of a trajectory missing (filtered out, or never written)
+    unreadable: int = 0  # rows without ids (a trajectory whose records never decoded)
+
+
+def _output(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "prompt_ids": np.frombuffer(row["prompt_ids"], "<i4"),
+        "response_ids": np.frombuffer(row["response_ids"], "<i4"),
+        "extra_fields": from_json(row["extra_fields"]) or {},
+    }
+    if row["response_mask"] is not None:
+        out["response_mask"] = np.frombuffer(row["response_mask"], "u1")
+    if row["num_turns"] is not None:
+        out["num_turns"] = row["num_turns"]
+    if row["rollout_reward_score"] is not None:
+        out["reward_score"] = row["rollout_reward_score"]
+    return out
+
+
+def plan(
+    source: str,
+    *,
+    where: Where | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    limit: int | None = None,
+    skip_keys: set[str] | None = None,
+) -> Plan:
+    """The trajectories of ledger ``source`` to replay (see the module doc)."""
+    rows = read_table(source, where=where, since=since, until=until, columns=_COLUMNS).to_pylist()
+    by_tid: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_tid.setdefault((r["uid"], r["session_id"]), []).append(r)
+    out = Plan([])
+    ordered = sorted(by_tid.items(), key=lambda kv: min(r["scored_at"] for r in kv[1]).timestamp())
+    for (uid, sid), group in ordered:
+        group.sort(key=lambda r: r["index"])
+        n = group[0]["outputs"]
+        if [r["index"] for r in group] != list(range(n)):
+            out.incomplete += 1
+            continue
+        if any(not r["response_ids"] and not r["prompt_ids"] for r in group):
+            out.unreadable += 1
+            continue
+        t = Trajectory(uid, sid, [_output(r) for r in group], _sample(group[-1]))
+        if skip_keys is not None and all(k in skip_keys for k in t.keys):
+            out.done_before += 1
+            continue
+        t.judged = {r["judge_request"]: r["judge_answer"] for r in group if r["judge_request"] and r["judge_answer"]}
+        out.trajectories.append(t)
+        if limit is not None and len(out.trajectories) >= limit:
+            break
+    return out
+
+
+def _sample(row: dict[str, Any]) -> dict[str, Any]:
+    return sample_of(row["data_source"], row["ground_truth"], row["extra_info"], row["sample"])
+
+
+def existing_keys(out: str) -> set[str]:
+    """The keys an output ledger already holds (none when it does not exist yet)."""
+    try:
+        return set(read_table(out, columns=["key"], dedup=False)["key"].to_pylist())
+    except ConfigError:
+        return set()
+
+
+async def seed_judge_cache(url: str, namespace: str, trajectories: Sequence[Trajectory], ttl: float) -> int:
+    """Put the ledger's judge answers back into the namespace's answer cache; returns how many."""
+    from rewardq.queue.connection import connect_async
+    from rewardq.queue.keys import Keyspace
+
+    answers = {d: a for t in trajectories for d, a in t.judged.items()}
+    if not answers:
+        return 0
+    ks = Keyspace(namespace)
+    r = connect_async(url)
+    try:
+        pipe = r.pipeline(transaction=False)
+        for digest, answer in answers.items():
+            pipe.hset(ks.judge(digest), "a", answer)
+            if ttl > 0:
+                pipe.expire(ks.judge(digest), int(ttl))
+        await pipe.execute()
+    finally:
+        await r.aclose()
+    return len(answers)

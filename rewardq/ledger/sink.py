@@ -1,0 +1,355 @@
+"""The worker's ledger: each trajectory spooled before its commit, spooled segments flushed to Parquet.
+
+:class:`Ledger` is a collaborator of the worker, as the commit coalescer is. Its guarantee:
+
+* **Nothing acknowledged is missing.** :meth:`Ledger.scored` (and :meth:`Ledger.failed`) append
+  the trajectory's frame to the local spool *before* the worker commits it; a worker killed after
+  that leaves the frame on disk, and the next worker on the host adopts and flushes it
+  (:mod:`rewardq.ledger.spool`). Redis plays no part, so a Redis restart cannot lose a row either.
+* **At least once.** A trajectory spooled and then scored again elsewhere (its worker died before
+  the commit) has a row per attempt; readers keep one per key (:mod:`rewardq.ledger.read`).
+* **Never in scoring's way.** A spool write that fails (disk full) is counted and logged, and the
+  trajectory is committed all the same; a destination that refuses files (bucket gone, no
+  permission) leaves the segments on local disk, retried with backoff, up to
+  ``ledger_spool_max_bytes``, past which trajectories are counted as not written. Both show in
+  the heartbeat (``rewardq status``/``top``), the metrics and the log, every minute while they last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rewardq.backoff import compute_backoff
+from rewardq.ledger.frames import TrajectoryFacts, read_frames, trajectory_frame
+from rewardq.ledger.spool import Orphan, Spool
+from rewardq.ledger.store import LedgerStore, default_spool
+from rewardq.ledger.table import tables_from_frames
+from rewardq.queue.codec import OutputRecord
+from rewardq.queue.keys import trajectory_id
+
+logger = logging.getLogger("rewardq.ledger")
+
+#: Seconds between two loud log lines about the same ledger failure.
+_LOG_EVERY = 60.0
+#: How often the background loop looks at the spool, at most (seconds).
+_TICK = 1.0
+#: Seconds between two looks for dead workers' segments.
+_ADOPT_EVERY = 60.0
+#: The longest pause between two tries to write to a failing destination (seconds).
+_BACKOFF_CAP = 60.0
+
+Provenance = tuple[str, Mapping[str, Any]]
+
+
+def require_writer() -> None:
+    """Raise MissingExtra (exit 2) when pyarrow or fsspec, the ``ledger`` extra, is missing."""
+    from rewardq.errors import ConfigError
+
+    # pyarrow.parquet is imported here, at start-up, not on the first flush (~1 s of CPU)
+    for module in ("pyarrow", "pyarrow.parquet", "fsspec"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise ConfigError(
+                f"the ledger needs {module} (missing here): pip install 'rewardq[ledger]' where the worker runs, "
+                "or start it without --ledger"
+            ) from None
+
+
+class Ledger:
+    """One worker's ledger writer (see the module doc).
+
+    Args:
+        url: the ledger: a local folder or an fsspec URL.
+        worker: the worker's name (the spool's owner, and in file names).
+        spool: the spool folder (default: :func:`~rewardq.ledger.store.default_spool`).
+        flush_interval: seconds a spool segment collects before it is written as Parquet.
+        file_bytes: ... or bytes (whichever comes first).
+        spool_max_bytes: spooled bytes not yet written past which new trajectories are not spooled
+            (counted as unwritten) rather than fill the disk.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        worker: str,
+        spool: str | None = None,
+        flush_interval: float,
+        file_bytes: int,
+        spool_max_bytes: int,
+    ) -> None:
+        self.url = url
+        self.worker = worker
+        self.spool_dir = spool or default_spool(url)
+        self.flush_interval = flush_interval
+        self.spool_max_bytes = spool_max_bytes
+        self.spool = Spool(
+            self.spool_dir,
+            worker,
+            segment_bytes=file_bytes,
+            segment_seconds=flush_interval,
+            settle_seconds=max(30.0, 2 * flush_interval),
+        )
+        self.store: LedgerStore | None = None
+        self.counts = {
+            "spooled": 0,  # trajectories spooled
+            "unwritten": 0,  # trajectories that could not be spooled: not in the ledger
+            "rows": 0,  # rows written to the ledger
+            "files": 0,
+            "segments": 0,  # spool segments written (this worker's and adopted ones)
+            "adopted": 0,  # dead workers' segments written
+            "errors": 0,  # failed writes (spool or destination)
+        }
+        self.last_error = ""
+        self._lost_at = 0.0  # when a trajectory last could not be spooled
+        self._last_logged = 0.0
+        self._failures = 0  # destination writes failed in a row
+        self._retry_at = 0.0
+        self._pending: list[Path] = []  # sealed segments not yet written
+        self._spooled_bytes = 0  # written to the spool and not yet flushed (this worker's)
+        self._closing = False
+        self._last_adopt = -_ADOPT_EVERY
+        self._writing = threading.Lock()  # one flusher thread at a time (a stop's flush may follow a cancelled one)
+
+    # -- life -----------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open the spool and the destination (raises what makes the ledger unusable)."""
+        self.spool.open()
+        self.store = LedgerStore(self.url)
+        self._pending.extend(self.spool.leftovers())
+        logger.info("ledger: %s (spool %s, flushed every %gs)", self.url, self.spool_dir, self.flush_interval)
+
+    async def run(self) -> None:
+        """Seal, flush and adopt segments until cancelled (the worker runs it as a background task)."""
+        while True:
+            await asyncio.sleep(_TICK)
+            await self.flush_due()
+
+    async def flush_due(self, *, everything: bool = False) -> None:
+        """Write the segments that are due, and every ``_ADOPT_EVERY`` s dead workers' segments
+        (``everything``: the current segment too, without waiting for outcomes, and dead workers'
+        segments now: a stopping worker leaves nothing behind it can write)."""
+        if everything:
+            self.spool.seal()
+        else:
+            self.spool.rotate_if_due()
+        self._pending.extend(self.spool.ready(all_=everything))
+        now = time.monotonic()
+        if now < self._retry_at and not everything:
+            return
+        adopt = everything or now - self._last_adopt >= _ADOPT_EVERY
+        if adopt:
+            self._last_adopt = now
+        if self._pending or adopt:
+            await asyncio.to_thread(self._write_pending, adopt)
+
+    async def close(self, timeout: float) -> None:
+        """Write what is spooled (within ``timeout`` seconds; what is left stays in the spool for the
+        next worker on this host), then close the spool."""
+        self._closing = True
+        try:
+            await asyncio.wait_for(self.flush_due(everything=True), timeout)
+        except asyncio.TimeoutError:
+            logger.warning(
+                "ledger: could not write every spooled segment within %gs; the next worker on this host writes them",
+                timeout,
+            )
+        except Exception as exc:  # noqa: BLE001 - a failing ledger never fails the worker's stop
+            self._error(f"final flush failed: {exc}")
+        finally:
+            self.spool.close()
+
+    # -- the hot path ---------------------------------------------------------------------------
+    def scored(self, facts: TrajectoryFacts, blob: Mapping[str, Any]) -> int | None:
+        """Spool one trajectory before its commit (``blob``: its provenance blob, named by
+        ``facts.provenance``); returns its ticket for :meth:`settle` (None when it could not be
+        spooled: counted, logged, and the commit goes ahead)."""
+        if self._spooled_bytes >= self.spool_max_bytes:
+            self.counts["unwritten"] += 1
+            self._lost_at = time.time()
+            self._error(
+                f"the spool holds {self._spooled_bytes:,} bytes not yet written (ledger_spool_max_bytes="
+                f"{self.spool_max_bytes:,}): trajectories are scored but not kept until the ledger accepts "
+                f"writes again ({self.last_error or 'see earlier errors'})"
+            )
+            return None
+        spool = self.spool
+        ticket = spool.ticket()
+        try:
+            frame = trajectory_frame(ticket, facts)
+            spool.append(ticket, frame, (facts.provenance, dict(blob)))
+        except Exception as exc:  # noqa: BLE001 - the disk, or a value msgpack refused: the commit goes on
+            self.counts["unwritten"] += 1
+            self._lost_at = time.time()
+            first = facts.records[0]
+            tid = trajectory_id(first.uid, first.session_id)
+            self._error(f"could not spool trajectory {tid}: {type(exc).__name__}: {exc}")
+            return None
+        self.counts["spooled"] += 1
+        self._spooled_bytes += len(frame)
+        return ticket
+
+    def failed(
+        self,
+        uid: str,
+        session_id: str,
+        outputs: int | Sequence[OutputRecord],
+        sample: Mapping[str, Any],
+        reason: str,
+        *,
+        failure_kind: str | None,
+        manager: str,
+        attempt: int,
+        put_ts: float,
+        provenance: Provenance,
+    ) -> int | None:
+        """Spool a trajectory that ends with an error result for every key, before that result is
+        written. ``outputs``: its records when they decoded, else how many outputs it has (its rows
+        then carry no ids)."""
+        records = outputs if not isinstance(outputs, int) else _stub_records(uid, session_id, outputs)
+        if not records:
+            return None
+        now = time.time()
+        row = [
+            b"error",
+            b"",
+            json.dumps({"error": reason}, ensure_ascii=False).encode(),
+            reason.encode("utf-8", "replace"),
+            (failure_kind or "").encode(),
+            self.worker.encode("utf-8", "replace"),
+            manager.encode("utf-8", "replace"),
+            f"{now:.6f}".encode(),
+        ]
+        facts = TrajectoryFacts(records, sample, _ERROR_FIELDS, [row], attempt, put_ts, None, provenance[0])
+        return self.scored(facts, provenance[1])
+
+    def settle(self, ticket: int | None, committed: bool | None) -> None:
+        """The commit of a spooled trajectory ended: ``committed`` True when it wrote the result,
+        False when the trajectory was already finished (another attempt's result stands), None
+        when it failed (the entries stay pending and are scored again)."""
+        if ticket is not None:
+            self.spool.settle(ticket, committed)
+
+    # -- status ---------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """What the heartbeat publishes: counters, what waits, and the last error."""
+        # failing: the destination refuses files now, or a trajectory could not be spooled lately
+        failing = self._failures > 0 or (self._lost_at and time.time() - self._lost_at < 2 * _LOG_EVERY)
+        return {
+            **self.counts,
+            "state": "failing" if failing else "ok",
+            "pending_segments": len(self._pending) + self.spool.sealed,
+            "pending_bytes": self._spooled_bytes,
+            "last_error": self.last_error[:300],
+            "url": self.url,
+        }
+
+    # -- the flusher thread ---------------------------------------------------------------------
+    def _write_pending(self, adopt: bool) -> None:
+        """Write pending segments in order, then (``adopt``) dead workers'; stop at the first failure."""
+        with self._writing:
+            self._write_pending_locked(adopt)
+
+    def _write_pending_locked(self, adopt: bool) -> None:
+        while self._pending:
+            path = self._pending[0]
+            size = _size(path)
+            if not self._write_segment(path, self.spool.owner):
+                return
+            self._pending.pop(0)
+            self._spooled_bytes = max(0, self._spooled_bytes - size)
+        if adopt:
+            for orphan in self.spool.orphans():
+                if not self._adopt(orphan):
+                    return
+
+    def _adopt(self, orphan: Orphan) -> bool:
+        for path in orphan.segments:
+            if not self._write_segment(path, orphan.owner):
+                orphan.release(remove=False)
+                return False
+            self.counts["adopted"] += 1
+        orphan.release(remove=True)
+        if orphan.segments:
+            logger.info("ledger: wrote %d segment(s) left by worker %s", len(orphan.segments), orphan.owner)
+        return True
+
+    def _write_segment(self, path: Path, owner: str) -> bool:
+        """One segment to Parquet (one file per hour it spans), then deleted; False on failure."""
+        assert self.store is not None
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return True  # written and deleted meanwhile (another worker adopted it)
+        except OSError as exc:
+            return self._failed(f"cannot read spool segment {path}: {exc}")
+        seq = path.name.rsplit(".", 2)[-2]
+        try:
+            tables = tables_from_frames(read_frames(data))
+            for (date, hour), table in tables.items():
+                self.store.write(table, date, hour, f"part-{owner}-{seq}")
+                self.counts["rows"] += table.num_rows
+                self.counts["files"] += 1
+        except Exception as exc:  # noqa: BLE001 - the destination's failure, whatever its library raises
+            return self._failed(f"cannot write to {self.url}: {type(exc).__name__}: {exc}")
+        Spool.done(path)
+        self.counts["segments"] += 1
+        if self._failures:
+            logger.warning("ledger: writing to %s again after %d failed tries", self.url, self._failures)
+        self._failures = 0
+        self._retry_at = 0.0
+        return True
+
+    def _failed(self, why: str) -> bool:
+        self._failures += 1
+        self._retry_at = time.monotonic() + compute_backoff(self._failures, base=1.0, cap=_BACKOFF_CAP)
+        self._error(
+            f"{why}; spooled segments stay in {self.spool_dir} and are retried "
+            f"({len(self._pending)} waiting, {self._spooled_bytes:,} bytes)"
+        )
+        return False
+
+    def _error(self, message: str) -> None:
+        """Count and remember an error; log it loudly, once a minute at most."""
+        self.counts["errors"] += 1
+        self.last_error = message
+        now = time.monotonic()
+        if now - self._last_logged >= _LOG_EVERY or self._closing:
+            self._last_logged = now
+            logger.error("ledger: %s", message)
+
+
+_ERROR_FIELDS = (
+    "status",
+    "reward_score",
+    "reward_extra_info",
+    "error",
+    "failure_kind",
+    "worker",
+    "manager",
+    "scored_at",
+)
+
+
+def _stub_records(uid: str, session_id: str, n: int) -> list[OutputRecord]:
+    """Rows for the keys of a trajectory whose records could not be read: identity only."""
+    empty = np.empty(0, dtype="<i4")
+    return [OutputRecord(uid, session_id, i, i == n - 1, empty, empty) for i in range(max(0, n))]
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

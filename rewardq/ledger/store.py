@@ -1,0 +1,151 @@
+"""Where ledger files go: a local folder or any fsspec URL, partitioned by hour.
+
+Layout under the ledger root (Hive-style partitions, which pandas, DuckDB, polars and
+``datasets`` all understand)::
+
+    _rewardq_ledger.json                      what this folder is, its schema version and columns
+    date=2026-12-07/hour=13/part-<worker>-<seq>.parquet
+    date=2026-12-07/hour=14/...
+    _spool/<host>/...                         the workers' write-ahead spool (local ledgers only)
+
+A day of a 1,000-GPU run is 24 hour folders, each holding one file per worker per flush (every
+``ledger_flush_interval`` seconds, or ``ledger_file_bytes`` of spool): a query over an hour or a
+data source's day reads only those folders, and a file's row groups carry min/max statistics of
+``scored_at`` and ``data_source`` for the rest. File names are made from the spool segment they
+come from, so a segment flushed twice (its worker died after writing the file, before deleting
+the segment) overwrites its own file instead of adding a copy.
+
+Writes go to a temporary name and are renamed into place on filesystems that rename (local, most
+fsspec ones); object stores make a written object visible whole, so there the file is written in
+place. Names starting with ``_`` or ``.`` are skipped by every reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rewardq.ledger.schema import COLUMNS, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from fsspec import AbstractFileSystem
+
+MANIFEST = "_rewardq_ledger.json"
+#: Columns whose values repeat from row to row (dictionary-encoded); the others are written plain.
+_DICTIONARY = [
+    "uid",
+    "session_id",
+    "data_source",
+    "ground_truth",
+    "extra_info",
+    "sample",
+    "status",
+    "failure_kind",
+    "worker",
+    "manager",
+    "provenance",
+    "scoring",
+    "rewardq_version",
+    "scorer",
+    "judge_model",
+    "judge_template",
+    "judge_sampling",
+    "isolation",
+]
+#: Token ids look random to a compressor (~1.1-1.5x for 3x the CPU): written uncompressed.
+_UNCOMPRESSED = ("prompt_ids", "response_ids")
+#: Columns with min/max statistics (what queries filter on).
+_STATISTICS = ["key", "index", "data_source", "status", "failure_kind", "scored_at", "attempt", "worker"]
+
+
+def open_filesystem(url: str) -> tuple[AbstractFileSystem, str]:
+    """The fsspec filesystem and root path of a ledger URL or local folder."""
+    from fsspec.core import url_to_fs
+
+    fs, root = url_to_fs(url)
+    return fs, str(root).rstrip("/") or "/"
+
+
+def is_local(url: str) -> bool:
+    """Whether the ledger is a local folder (``/path``, ``file://``)."""
+    return "://" not in url or url.startswith("file://")
+
+
+def partition_dir(root: str, date: str, hour: int) -> str:
+    return f"{root}/date={date}/hour={hour:02d}"
+
+
+class LedgerStore:
+    """Writes ledger files under ``url`` (see the module doc)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.fs, self.root = open_filesystem(url)
+        self._renames = "file" in _protocols(self.fs) or "memory" in _protocols(self.fs)
+        self._manifest_done = False
+
+    def write(self, table: pa.Table, date: str, hour: int, name: str) -> str:
+        """Write ``table`` as ``date=<date>/hour=<hour>/<name>.parquet``; returns the path."""
+        import pyarrow.parquet as pq
+
+        folder = partition_dir(self.root, date, hour)
+        self.fs.makedirs(folder, exist_ok=True)
+        path = f"{folder}/{name}.parquet"
+        target = f"{folder}/_tmp-{secrets.token_hex(6)}-{name}.parquet" if self._renames else path
+        compression = {c: ("none" if c in _UNCOMPRESSED else "zstd") for c in table.column_names}
+        with self.fs.open(target, "wb") as f:
+            pq.write_table(
+                table,
+                f,
+                compression=compression,
+                use_dictionary=_DICTIONARY,
+                write_statistics=_STATISTICS,
+                row_group_size=max(1, table.num_rows),
+            )
+        if target != path:
+            self.fs.mv(target, path)
+        if not self._manifest_done:
+            self.write_manifest()
+        return path
+
+    def write_manifest(self) -> None:
+        """``_rewardq_ledger.json``: the schema version and columns (readers skip ``_`` files)."""
+        from rewardq import __version__
+
+        body: Mapping[str, Any] = {
+            "what": "rewardq reward ledger: one row per output key (docs/ledger.md)",
+            "schema_version": SCHEMA_VERSION,
+            "layout": "date=YYYY-MM-DD/hour=HH/part-<worker>-<segment>.parquet (UTC hour of scored_at)",
+            "dedup": "per key: drop committed = false, keep the highest attempt, then the latest scored_at",
+            "columns": {c.name: c.type for c in COLUMNS},
+            "written_by": f"rewardq {__version__}",
+        }
+        path = f"{self.root}/{MANIFEST}"
+        self.fs.makedirs(self.root, exist_ok=True)
+        with self.fs.open(path, "w") as f:
+            f.write(json.dumps(body, indent=1))
+        self._manifest_done = True
+
+
+def _protocols(fs: AbstractFileSystem) -> tuple[str, ...]:
+    p = fs.protocol
+    return (p,) if isinstance(p, str) else tuple(p)
+
+
+def default_spool(url: str) -> str:
+    """Where a worker spools for ledger ``url`` unless ``ledger_spool`` says: beside a local ledger
+    (``<ledger>/_spool/<host>``), else in the user's cache folder, one folder per ledger URL."""
+    host = socket.gethostname() or "host"
+    if is_local(url):
+        root = url[len("file://") :] if url.startswith("file://") else url
+        return os.path.join(os.path.expanduser(root), "_spool", host)
+    import hashlib
+
+    digest = hashlib.sha256(url.encode()).hexdigest()[:12]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "rewardq", "ledger-spool", digest)

@@ -1,0 +1,128 @@
+"""``rewardq diff`` and ``rewardq report``: the ledger's read-only commands (docs/ledger.md).
+
+Thin doors: :mod:`rewardq.ledger.diff` and :mod:`rewardq.ledger.report` do the work.
+``rewardq replay``, which runs a worker, lives in :mod:`rewardq.replay`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from rewardq import defaults
+
+__all__ = ["diff", "report", "where_filters"]
+
+
+def where_filters(f: Any) -> Any:
+    """``--where``, ``--since`` and ``--until``: which rows of a ledger a command reads."""
+    for option in reversed(
+        [
+            click.option(
+                "--where",
+                "where",
+                multiple=True,
+                metavar="COLUMN=VALUE",
+                help="Only rows whose COLUMN is VALUE (repeatable; a column given twice matches either value), "
+                "e.g. --where data_source=openai/gsm8k.",
+            ),
+            click.option("--since", default=None, metavar="TIME", help="Only rows scored at or after TIME (ISO, UTC)."),
+            click.option("--until", default=None, metavar="TIME", help="Only rows scored before TIME (ISO, UTC)."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+@click.command()
+@click.argument("before", metavar="A")
+@click.argument("after", metavar="B")
+@click.option("--where", "where", multiple=True, metavar="COLUMN=VALUE", help="Only rows whose COLUMN is VALUE.")
+@click.option(
+    "--top", type=click.IntRange(min=0), default=defaults.DIFF_TOP, show_default=True, help="Largest changes to list."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: bool) -> int:
+    """Compare ledger A with ledger B (or a ledger with its replay) key by key.
+
+    Counts keys compared, changed, newly failed (ok in A, an error in B) and newly scored; per data
+    source the mean reward before and after; and the largest changes with both rewards and the
+    decoded response. Exit code 0.
+    """
+    from rewardq.ledger.diff import compare
+    from rewardq.ledger.read import parse_where
+
+    result = compare(before, after, where=parse_where(where), top=top)
+    if as_json:
+        click.echo(json.dumps(result, default=str))
+    else:
+        from rich.console import Console
+
+        Console(highlight=False).print(render_diff(result))
+    return 0
+
+
+def render_diff(d: dict[str, Any]) -> Any:
+    """The comparison as rich tables."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    def mean(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4f}"
+
+    head = (
+        f"[bold]{d['compared']:,}[/] keys compared, [bold]{d['changed']:,}[/] changed, "
+        f"{d['newly_failed']:,} newly failed, {d['newly_scored']:,} newly scored; "
+        f"{d['only_before']:,} only in A, {d['only_after']:,} only in B"
+    )
+    per = Table(title="per data source", title_justify="left")
+    for col in ("data source", "compared", "changed", "newly failed", "newly scored", "mean before", "mean after"):
+        per.add_column(col, justify="left" if col == "data source" else "right", overflow="fold")
+    for ds, g in d["by_data_source"].items():
+        per.add_row(
+            escape(ds or "-"),
+            f"{g['compared']:,}",
+            f"{g['changed']:,}",
+            f"{g['newly_failed']:,}",
+            f"{g['newly_scored']:,}",
+            mean(g["mean_before"]),
+            mean(g["mean_after"]),
+        )
+    big = Table(title="largest changes", title_justify="left")
+    for col in ("key", "data source", "before", "after", "response (end)"):
+        big.add_column(col, overflow="fold")
+    for c in d["largest"]:
+        text = (c["response"] or "")[-160:].replace("\n", " ")
+        big.add_row(
+            escape(c["key"]), escape(c["data_source"] or "-"), f"{c['before']:g}", f"{c['after']:g}", escape(text)
+        )
+    parts: list[Any] = [head, per]
+    if d["largest"]:
+        parts.append(big)
+    for c in d.get("failed_examples", []):
+        parts.append(f"[red]newly failed[/] {escape(c['key'])}: {escape(str(c.get('error') or ''))[:300]}")
+    return Group(*parts)
+
+
+@click.command()
+@click.argument("source", metavar="LEDGER")
+@click.option("-o", "--out", "out", required=True, metavar="REPORT.html", help="The HTML file to write.")
+@where_filters
+@click.option("--title", default=None, help="The report's title (default: the ledger's path).")
+def report(
+    source: str, out: str, where: tuple[str, ...], since: str | None, until: str | None, title: str | None
+) -> int:
+    """Write one self-contained HTML report of LEDGER: reward per data source over time, failures by
+    kind, latency, response length against reward, slowest and most failing data sources.
+
+    Needs the report extra (pip install 'rewardq[report]'). Exit code 0.
+    """
+    from rewardq.ledger.read import parse_where
+    from rewardq.ledger.report import write_report
+
+    path = write_report(source, out, where=parse_where(where), since=since, until=until, title=title)
+    click.echo(f"wrote {path}", err=True)
+    return 0

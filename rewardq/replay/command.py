@@ -1,0 +1,147 @@
+"""``rewardq replay LEDGER --out NEW_LEDGER``: the command (:mod:`rewardq.replay.run` runs it)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Any
+
+import click
+
+from rewardq import defaults
+from rewardq.config import WorkerConfig
+from rewardq.ops.flags import click_options
+from rewardq.ops.ledger_cmds import where_filters
+
+__all__ = ["replay"]
+
+
+@click.command()
+@click.argument("source", metavar="LEDGER")
+@click.option("--out", "out", required=True, metavar="NEW_LEDGER", help="The ledger the replay writes (folder or URL).")
+@where_filters
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Replay at most this many trajectories.")
+@click.option(
+    "--window",
+    type=click.IntRange(min=1),
+    default=defaults.REPLAY_WINDOW,
+    show_default=True,
+    help="Trajectories in flight at once.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=defaults.WAIT_TIMEOUT,
+    show_default=True,
+    help="Seconds to wait for one trajectory's result.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON object.")
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="YAML/JSON file of rewardq settings and/or verl's trainer config, as for `rewardq worker`.",
+)
+@click_options(WorkerConfig, leave_out=("ledger", "name"))
+def replay(
+    source: str,
+    out: str,
+    where: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    limit: int | None,
+    window: int,
+    timeout: float,
+    as_json: bool,
+    **params: Any,
+) -> int:
+    """Score the trajectories of LEDGER again and write the results to --out NEW_LEDGER.
+
+    Takes the scoring flags of `rewardq worker` (--manager, --reward-fn, --config with a verl
+    trainer config, --manager-option, --tokenizer, ...) and runs one worker in this process, on an
+    embedded Redis stand-in (no fleet needed; pip install 'rewardq[demo]') or, with --redis-url, on
+    a namespace of its own on that Redis. The judge's answers kept in LEDGER are reused. Ctrl-C
+    stops it; run it again with the same --out to go on where it stopped. Then: rewardq diff LEDGER
+    NEW_LEDGER.
+
+    Exit code 0; 1 when trajectories ended with errors or it was interrupted; 2 for a bad flag.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from rewardq.install import require_worker_extra
+    from rewardq.ledger import replay as rp
+    from rewardq.ledger.read import parse_where
+    from rewardq.ledger.sink import require_writer
+    from rewardq.logs import setup_logging
+    from rewardq.ops.worker import load_config
+    from rewardq.replay import run
+
+    require_worker_extra()
+    require_writer()
+    base = load_config(params)
+    setup_logging("WARNING" if base.sources.get("log_level", "default") == "default" else base.log_level, "text")
+    err = Console(stderr=True)
+    with err.status("reading the ledger"):
+        p = rp.plan(
+            source,
+            where=parse_where(where),
+            since=since,
+            until=until,
+            limit=limit,
+            skip_keys=rp.existing_keys(out),
+        )
+    given_url = base.sources.get("redis_url", "default") != "default"
+    with run.redis_for(base, given_url) as url:
+        cfg = run.replay_config(base, out, given_url=given_url, url=url)
+        bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err)
+        with bar:
+            job = bar.add_task("replay", total=len(p.trajectories))
+            outcome = _run(cfg, p, window, timeout, lambda n: bar.update(job, completed=n))
+        if given_url and cfg.namespace.startswith("rewardq-replay-"):
+            _drop_namespace(cfg)
+    if as_json:
+        click.echo(run.summary_json(p, outcome, source, out))
+    else:
+        skipped = (
+            f"; skipped {p.done_before} already in {out}, {p.incomplete} incomplete, {p.unreadable} without ids"
+            if p.done_before or p.incomplete or p.unreadable
+            else ""
+        )
+        state = "interrupted (run again with the same --out to go on)" if outcome.interrupted else "done"
+        err.print(
+            f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors{skipped}"
+        )
+        if not outcome.interrupted:
+            err.print(f"compare: rewardq diff {source} {out}")
+    return 1 if outcome.interrupted or outcome.errors else 0
+
+
+def _run(cfg: WorkerConfig, p: Any, window: int, timeout: float, progress: Any) -> Any:
+    """Run the replay; Ctrl-C (SIGINT) or SIGTERM stop it cleanly (the worker flushes the ledger)."""
+    from rewardq.replay.run import run_replay
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(run_replay(cfg, p.trajectories, window=window, timeout=timeout, progress=progress))
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            return await task
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    return asyncio.run(main())
+
+
+def _drop_namespace(cfg: WorkerConfig) -> None:
+    from rewardq.queue.connection import connect_sync
+    from rewardq.queue.namespace import delete_namespace
+
+    r = connect_sync(cfg.redis_url, cluster=cfg.cluster)
+    try:
+        delete_namespace(r, cfg.namespace)
+    finally:
+        r.close()

@@ -1,0 +1,144 @@
+"""``rewardq replay``'s run: a worker in this process scores a ledger's trajectories into a new ledger.
+
+The orchestration of :mod:`rewardq.ledger.replay` (which rebuilds the trajectories): see its module
+doc for the steps. This part needs the worker (:mod:`rewardq.consumers`) and, without
+``--redis-url``, the embedded Redis stand-in (:mod:`rewardq.demo.embedded`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rewardq.errors import ConfigError
+from rewardq.ledger.replay import Plan, Trajectory, seed_judge_cache
+
+if TYPE_CHECKING:
+    from rewardq.config import WorkerConfig
+
+#: Seconds between two reads of the results of the trajectories in flight.
+_POLL = 0.05
+
+
+@dataclass
+class Outcome:
+    """How a replay ended."""
+
+    scored: int = 0
+    errors: int = 0
+    interrupted: bool = False
+    namespace: str = ""
+
+
+@contextlib.contextmanager
+def redis_for(cfg: WorkerConfig, given_url: bool) -> Iterator[str]:
+    """The Redis a replay runs on: the given one, or an embedded stand-in for the run."""
+    if given_url:
+        yield cfg.redis_url
+        return
+    try:
+        from rewardq.demo.embedded import EmbeddedRedis
+    except ImportError:  # pragma: no cover - the demo module is part of rewardq
+        raise
+    try:
+        import fakeredis  # noqa: F401 - the stand-in's engine
+    except ImportError:
+        raise ConfigError(
+            "rewardq replay without --redis-url runs on an embedded Redis stand-in, which needs fakeredis: "
+            "pip install 'rewardq[demo]', or give --redis-url (a Redis of your own; the replay uses a "
+            "namespace of its own there)"
+        ) from None
+    with EmbeddedRedis() as server:
+        yield server.url
+
+
+async def run_replay(
+    cfg: WorkerConfig,
+    trajectories: Sequence[Trajectory],
+    *,
+    window: int,
+    timeout: float,
+    progress: Any = None,
+) -> Outcome:
+    """Score ``trajectories`` with a worker of settings ``cfg`` (its ``ledger`` the output; see the
+    module doc); ``progress``: called with the number of trajectories finished so far.
+
+    Results are polled (one read of every in-flight key per round, every ``_POLL`` s) rather than
+    awaited on the ``done`` stream, whose blocking reads the embedded stand-in serves by timeout.
+    """
+    from rewardq.consumers.worker import Worker
+    from rewardq.producers.aio import AsyncRewardClient
+
+    worker = Worker(cfg)
+    task = asyncio.create_task(worker.run(), name="replay-worker")
+    client = AsyncRewardClient.from_url(cfg.redis_url, namespace=cfg.namespace, max_backlog=None)
+    outcome = Outcome(namespace=cfg.namespace)
+    pending = list(reversed(trajectories))
+    flying: dict[str, tuple[list[str], float]] = {}  # tid -> (keys, deadline)
+    loop = asyncio.get_running_loop()
+    try:
+        await seed_judge_cache(cfg.redis_url, cfg.namespace, trajectories, cfg.result_ttl)
+        while pending or flying:
+            if task.done():  # the worker stopped before the replay finished: say why
+                task.result()
+                raise RuntimeError("the replay's worker stopped before every trajectory was scored")
+            while pending and len(flying) < window:
+                t = pending.pop()
+                keys = await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
+                flying[f"{t.uid}_{t.session_id}"] = (keys, loop.time() + timeout)
+            await asyncio.sleep(_POLL)
+            results = await client.get_rewards([k for keys, _ in flying.values() for k in keys])
+            for tid, (keys, deadline) in list(flying.items()):
+                got = [results.get(k) for k in keys]
+                if all(r is not None for r in got):
+                    del flying[tid]
+                    outcome.scored += 1
+                    outcome.errors += any(r is not None and not r.ok for r in got)
+                    if progress is not None:
+                        progress(outcome.scored)
+                elif loop.time() > deadline:
+                    raise RuntimeError(f"trajectory {tid} got no result within {timeout:g}s (--timeout)")
+    except asyncio.CancelledError:
+        outcome.interrupted = True
+    finally:
+        worker.request_stop("replay done" if not outcome.interrupted else "replay interrupted")
+        with contextlib.suppress(Exception):
+            await task
+        await client.aclose()
+    return outcome
+
+
+def replay_config(cfg: WorkerConfig, out: str, *, given_url: bool, url: str) -> WorkerConfig:
+    """The worker settings of a replay: ``cfg`` writing the ledger ``out``, on ``url``, in a namespace
+    of its own unless one was given."""
+    namespace = cfg.namespace if cfg.sources.get("namespace", "default") != "default" else None
+    return dataclasses.replace(
+        cfg,
+        redis_url=url,
+        namespace=namespace or f"rewardq-replay-{secrets.token_hex(4)}",
+        name=cfg.name or f"replay-{secrets.token_hex(3)}",
+        ledger=out,
+        cluster=cfg.cluster if given_url else False,
+    ).validate()
+
+
+def summary_json(p: Plan, o: Outcome, source: str, out: str) -> str:
+    return json.dumps(
+        {
+            "source": source,
+            "out": out,
+            "replayed": o.scored,
+            "with_errors": o.errors,
+            "already_in_out": p.done_before,
+            "incomplete": p.incomplete,
+            "unreadable": p.unreadable,
+            "interrupted": o.interrupted,
+            "namespace": o.namespace,
+        }
+    )

@@ -1,0 +1,161 @@
+"""The reward ledger written by real workers on the real Redis: rows, provenance, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from rewardq import RewardClient
+from rewardq.consumers.worker import Worker
+from rewardq.ledger.read import read_table
+from rewardq.ledger.schema import COLUMN_NAMES, arrow_schema
+from rewardq.ledger.table import sample_of
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.provenance import lookup
+from rewardq.reward.tokenizer import load_tokenizer
+from tests.support.helpers import until, worker_config
+from tests.support.ledger_rewards import CUSTOM, FAILING
+from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
+from tests.support.sync_client import SyncClient
+
+
+async def _score_all(ns: str, url: str, trajs: list[dict[str, Any]], **kw: Any) -> tuple[dict[str, Any], Worker]:
+    client = RewardClient.from_url(url, namespace=ns)
+    keys = push_all(client, trajs)
+    w = Worker(worker_config(ns, url, reward_fn=REWARDS, **kw))
+    task = asyncio.create_task(w.run())
+    try:
+        got: dict[str, Any] = {}
+
+        def all_done() -> bool:
+            got.update({k: v for k, v in client.get_rewards(keys).items() if v is not None})
+            return len(got) == len(keys)
+
+        await until(all_done, "every key's result", timeout=90, poll=0.2)
+    finally:
+        w.request_stop("test done")
+        await task
+        client.close()
+    return got, w
+
+
+async def test_every_key_has_one_row_matching_its_result(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given mixed trajectories (GSM8K, MATH, a custom data source, some that fail)
+    trajs = mixed_trajectories(60, seed=3)
+    ledger = str(tmp_path / "ledger")
+    # When a worker with a ledger scores them and stops
+    results, w = await _score_all(ns, redis_url, trajs, ledger=ledger)
+    # Then the ledger has one row per key, and its reward, status and provenance are the result's
+    table = read_table(ledger)
+    assert table.schema.names == list(COLUMN_NAMES)
+    rows = {r["key"]: r for r in table.to_pylist()}
+    assert set(rows) == set(results)
+    for key, res in results.items():
+        row = rows[key]
+        assert row["status"] == res.status and row["reward_score"] == res.reward_score, key
+        assert len(row["provenance"]) == 16 and row["attempt"] == 1 and row["committed"] is True
+        assert row["provenance"] == res.provenance and res.attempt == 1  # error results too
+        assert row["failure_kind"] == res.failure_kind  # scorer, for the reward function that raised
+        assert json.loads(row["reward_extra_info"]) == res.reward_extra_info
+        assert row["worker"] == res.worker == w.name
+    by_ds = {t["sample"]["data_source"] for t in trajs}
+    assert {CUSTOM, FAILING, "openai/gsm8k", "lighteval/MATH"} <= by_ds
+    # And each output's ids, mask and sample are the ones pushed; the final row holds the decoded response
+    tok = load_tokenizer("builtin:demo")
+    for t in trajs:
+        n = len(t["outputs"])
+        for i, o in enumerate(t["outputs"]):
+            row = rows[f"{t['uid']}_{t['session_id']}_{i}"]
+            assert np.frombuffer(row["response_ids"], "<i4").tolist() == o["response_ids"]
+            assert np.frombuffer(row["prompt_ids"], "<i4").tolist() == o["prompt_ids"]
+            assert np.frombuffer(row["response_mask"], "u1").tolist() == o["response_mask"]
+            assert row["final"] == (i == n - 1) and row["outputs"] == n
+            assert sample_of(row["data_source"], row["ground_truth"], row["extra_info"], row["sample"]) == t["sample"]
+        final = rows[f"{t['uid']}_{t['session_id']}_{n - 1}"]
+        if final["status"] == "ok":
+            assert final["response"] == tok.decode(t["outputs"][-1]["response_ids"], skip_special_tokens=True)
+            assert final["score_ms"] > 0 and final["latency_ms"] > 0
+        else:
+            assert t["sample"]["data_source"] == FAILING and "no score for" in final["error"]
+    # And the provenance blob each result names is in Redis, saying which scorer ran
+    named = {r.provenance for r in results.values()}
+    blobs = lookup(sync_redis, Keyspace(ns), sorted(named))
+    assert len(named) == 1 and set(blobs) == named  # one reward function: one blob, published
+    blob = blobs[named.pop()]
+    assert blob["scorer"].startswith("reward_fn:ledger_rewards.py:compute_score@sha256=")
+    assert blob["scoring"] == w.presence.scoring and blob["manager"] == "naive" and blob["rewardq_version"]
+    # And `rewardq inspect` shows it, the blob resolved
+    from rich.console import Console
+
+    from rewardq.ops.inspect import inspect_view, render_inspect
+
+    key = next(iter(results))
+    view = inspect_view(sync_redis, Keyspace(ns), key)
+    assert view["provenance"] == blobs and view["outputs"][0]["result"]["attempt"] == 1
+    console = Console(width=200, record=True)
+    console.print(render_inspect(view, console=console))
+    shown = console.export_text()
+    assert f"provenance {results[key].provenance}" in shown and "scorer=reward_fn:ledger_rewards.py" in shown
+    # And the files carry the documented schema and the version
+    files = sorted(Path(ledger).rglob("*.parquet"))
+    assert files and all(pq.read_schema(f).equals(arrow_schema(), check_metadata=True) for f in files)
+    assert all(f.parent.name.startswith("hour=") and f.parent.parent.name.startswith("date=") for f in files)
+    # And nothing is left in the spool
+    assert not list(Path(ledger).rglob("*.wal"))
+    snap = w.accounting.snapshot() if w.accounting else None
+    assert snap is not None and snap["unwritten"] == 0 and snap["rows"] == len(results) and snap["state"] == "ok"
+
+
+async def test_a_ledger_that_cannot_be_written_never_stops_scoring_and_says_so(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    from rewardq.ops.diagnosis import diagnose
+    from rewardq.ops.overview import pipeline_status
+
+    # Given a ledger whose destination refuses every file (its folder is a file: a bucket gone)
+    blocker = tmp_path / "gone"
+    blocker.write_text("not a folder")
+    trajs = [t for t in mixed_trajectories(30, seed=5) if t["sample"]["data_source"] != FAILING]
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = push_all(client, trajs)
+    w = Worker(
+        worker_config(
+            ns, redis_url, reward_fn=REWARDS, ledger=str(blocker / "ledger"), ledger_spool=str(tmp_path / "spool")
+        )
+    )
+    task = asyncio.create_task(w.run())
+    try:
+        # When it scores (and tries to flush)
+        await until(lambda: all(v is not None for v in client.get_rewards(keys).values()), "results", timeout=60)
+        assert all(v is not None and v.ok for v in client.get_rewards(keys).values())
+        assert w.accounting is not None and w.accounting.ledger is not None
+        await w.accounting.ledger.flush_due(everything=True)
+        await w._beat()
+        # Then every trajectory is scored, and status says the ledger is failing, naming why
+        st = pipeline_status(sync_redis, Keyspace(ns))
+        ledger = st["ledger"]
+        assert ledger["failing"] and "cannot write" in ledger["failing"][w.name] and ledger["rows"] == 0
+        # (and the live reward health: every trajectory counted under its data source, nothing jumped)
+        health = {r["data_source"]: r for r in st["reward_health"]}
+        assert sum(r["trajectories"] for r in health.values()) == len(trajs)
+        assert set(health) == {t["sample"]["data_source"] for t in trajs}
+        assert all(not r["jumps"] and r["error_share"] == 0.0 for r in health.values())
+        st["diagnosis"] = diagnose(st)
+        assert any(d["level"] == "error" and "ledger is not being written" in d["message"] for d in st["diagnosis"])
+        # And once the destination is back, the spooled trajectories are written
+        blocker.unlink()
+        w.accounting.ledger._retry_at = 0.0  # skip the backoff's wait
+        await w.accounting.ledger.flush_due(everything=True)
+        assert w.accounting.ledger.snapshot()["state"] == "ok"
+    finally:
+        w.request_stop("test done")
+        await task
+        client.close()
+    assert set(read_table(str(blocker / "ledger"))["key"].to_pylist()) == set(keys)

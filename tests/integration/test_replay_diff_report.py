@@ -1,0 +1,201 @@
+"""`rewardq replay`, `rewardq diff` and `rewardq report` on a ledger real workers wrote."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import re
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewardq import RewardClient
+from rewardq.consumers.worker import Worker
+from rewardq.ledger.read import read_table
+from rewardq.queue.namespace import namespace_key_count
+from tests.support.cli_procs import Procs
+from tests.support.helpers import worker_config
+from tests.support.ledger_rewards import changed
+from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
+from tests.support.sync_client import SyncClient
+
+N = 80
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A ledger of N mixed trajectories scored by a real worker (GSM8K, MATH, custom, errors)."""
+    from tests.conftest import _delete_namespace
+
+    folder = str(tmp_path_factory.mktemp("ledger") / "a")
+    ns = f"test-replay-{id(folder)}"
+    trajs = mixed_trajectories(N, seed=21)
+
+    async def score() -> None:
+        client = RewardClient.from_url(redis_url, namespace=ns)
+        keys = push_all(client, trajs)
+        w = Worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=folder))
+        task = asyncio.create_task(w.run())
+        try:
+            for _ in range(600):
+                if all(v is not None for v in client.get_rewards(keys).values()):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            w.request_stop("done")
+            await task
+            client.close()
+
+    asyncio.run(score())
+    yield folder, trajs
+    _delete_namespace(redis_url, ns)
+
+
+def run(procs: Procs, *args: str, timeout: float = 240) -> tuple[int, str, str]:
+    code, p = procs.run(list(args), timeout=timeout, tag=args[0])
+    return code, p.stdout(), p.stderr()
+
+
+def replay(procs: Procs, source: str, out: str, *extra: str) -> dict[str, Any]:
+    code, stdout, stderr = run(procs, "replay", source, "--out", out, "--tokenizer", "builtin:demo", "--json", *extra)
+    assert code in (0, 1), stderr[-3000:]
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return result
+
+
+def diff(procs: Procs, a: str, b: str) -> dict[str, Any]:
+    code, stdout, stderr = run(procs, "diff", a, b, "--json")
+    assert code == 0, stderr[-2000:]
+    result: dict[str, Any] = json.loads(stdout)
+    return result
+
+
+def test_replay_with_the_same_configuration_changes_no_reward(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    a, trajs = ledger
+    out = str(tmp_path / "same")
+    r = replay(procs, a, out, "--reward-fn", REWARDS)
+    assert r["replayed"] == N and r["with_errors"] > 0 and not r["interrupted"]
+    d = diff(procs, a, out)
+    keys = sum(len(t["outputs"]) for t in trajs)
+    assert (d["compared"], d["changed"], d["newly_failed"], d["newly_scored"]) == (keys, 0, 0, 0)
+    assert d["only_before"] == d["only_after"] == 0
+    for g in d["by_data_source"].values():
+        assert g["changed"] == 0 and g["mean_before"] == g["mean_after"]
+
+
+def test_a_reward_function_differing_on_a_subset_changes_exactly_that_subset(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    a, trajs = ledger
+    out = str(tmp_path / "v2")
+    replay(procs, a, out, "--reward-fn", f"{REWARDS}:compute_score_v2")
+    d = diff(procs, a, out)
+    expected: Counter[str] = Counter()
+    for t in trajs:
+        ds = t["sample"]["data_source"]
+        if changed(ds, t["sample"]["extra_info"]):
+            expected[ds] += len(t["outputs"])
+    assert expected["custom/length"] and expected["openai/gsm8k"]
+    assert d["changed"] == sum(expected.values()) and d["newly_failed"] == d["newly_scored"] == 0
+    assert {ds: g["changed"] for ds, g in d["by_data_source"].items() if g["changed"]} == dict(expected)
+    before, after = read_table(a).to_pylist(), {r["key"]: r for r in read_table(out).to_pylist()}
+    for row in before:
+        if row["status"] == "ok":
+            moved = after[row["key"]]["reward_score"] != row["reward_score"]
+            assert moved == changed(row["data_source"], json.loads(row["extra_info"])), row["key"]
+    top = d["largest"][0]
+    assert top["data_source"] and top["response"] and abs(top["after"] - top["before"]) > 0
+    code, stdout, _ = run(procs, "diff", a, out)
+    assert code == 0 and "changed" in stdout and "per data source" in stdout
+
+
+def test_a_stopped_replay_resumes_where_it_stopped(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path, redis_url: str, sync_redis: SyncClient
+) -> None:
+    a, trajs = ledger
+    out = str(tmp_path / "resumed")
+    first = replay(procs, a, out, "--reward-fn", REWARDS, "--limit", "15")
+    assert first["replayed"] == 15
+    # the rest, on a real Redis this time (a namespace of its own, deleted afterwards)
+    second = replay(procs, a, out, "--reward-fn", REWARDS, "--redis-url", redis_url)
+    assert (second["already_in_out"], second["replayed"]) == (15, N - 15)
+    assert namespace_key_count(sync_redis, second["namespace"]) == 0
+    rows = read_table(out, dedup=False)
+    assert rows.num_rows == len(set(rows["key"].to_pylist())) == sum(len(t["outputs"]) for t in trajs)
+    # and a filter replays only what it selects
+    only = replay(procs, a, str(tmp_path / "math"), "--reward-fn", REWARDS, "--where", "data_source=lighteval/MATH")
+    assert only["replayed"] == sum(1 for t in trajs if t["sample"]["data_source"] == "lighteval/MATH")
+
+
+def test_the_report_is_one_page_that_opens_offline_with_the_ledgers_numbers(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    import numpy as np
+    from PIL import Image
+
+    a, trajs = ledger
+    page = tmp_path / "report.html"
+    code, _, stderr = run(procs, "report", a, "-o", str(page))
+    assert code == 0, stderr
+    text = page.read_text()
+    # self-contained: no link, script or stylesheet to fetch
+    assert not re.search(r"""(?:src|href)=["'](?!data:)""", text) and "<script" not in text
+    # every image decodes, and is a real picture (not blank)
+    images = re.findall(r'<img id="([a-z-]+)"[^>]*src="data:image/png;base64,([^"]+)"', text)
+    assert [name for name, _ in images] == [
+        "reward-over-time",
+        "failures-over-time",
+        "latency",
+        "length-vs-reward",
+        "sources",
+    ]
+    for _, data in images:
+        img = Image.open(io.BytesIO(base64.b64decode(data)))
+        img.load()
+        assert img.width > 500 and np.asarray(img.convert("L")).std() > 5
+    # the numbers are the ledger's: per data source, trajectories, errors and mean reward
+    finals = [r for r in read_table(a).to_pylist() if r["final"]]
+    assert f'data-trajectories="{len(finals)}"' in text
+    for ds in {r["data_source"] for r in finals}:
+        mine = [r for r in finals if r["data_source"] == ds]
+        ok = [r["reward_score"] for r in mine if r["status"] == "ok"]
+        row = re.search(rf'<tr data-source="{re.escape(ds)}">(.*?)</tr>', text)
+        assert row is not None, ds
+        values = re.findall(r'data-value="([^"]*)"', row.group(1))
+        assert int(values[0]) == len(mine) and int(values[1]) == len(mine) - len(ok)
+        if ok:
+            assert float(values[3]) == pytest.approx(sum(ok) / len(ok), abs=1e-12)
+    # and headless Chromium opens it without a console error, network cut off
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1200,3000",
+            f"file://{page}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ERROR:CONSOLE" not in proc.stderr and "Uncaught" not in proc.stderr, proc.stderr[-2000:]
+    assert Image.open(shot).size == (1200, 3000)

@@ -1,0 +1,206 @@
+"""The ledger's parts without a worker: frames, the spool, rows, the store, reading back."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from rewardq.ledger.frames import TrajectoryFacts, outcome_frame, read_frames, trajectory_frame
+from rewardq.ledger.read import latest_rows, parse_where, read_table
+from rewardq.ledger.schema import COLUMN_NAMES, arrow_schema
+from rewardq.ledger.sink import Ledger
+from rewardq.ledger.spool import Spool
+from rewardq.ledger.table import sample_of, split_sample, tables_from_frames
+from rewardq.queue.codec import OutputRecord
+from rewardq.queue.results import RESULT_FIELDS, RewardResult, encode_results
+
+SAMPLE = {
+    "data_source": "openai/gsm8k",
+    "reward_model": {"ground_truth": "72", "style": "rule"},
+    "extra_info": {"i": 1},
+}
+
+
+def facts(uid: str, n: int = 2, *, score: float = 1.0, scored_at: float = 1.8e9, attempt: int = 1) -> TrajectoryFacts:
+    recs = [
+        OutputRecord(uid, "s", i, i == n - 1, np.arange(3, dtype=np.int32), np.arange(i + 4, dtype=np.int32))
+        for i in range(n)
+    ]
+    res = [RewardResult(r.key, "ok", score, {"acc": score}, worker="w", scored_at=scored_at) for r in recs]
+    enc = encode_results(res, 1 << 20)
+    return TrajectoryFacts(recs, SAMPLE, RESULT_FIELDS, enc.rows, attempt, scored_at - 1, 2.0, "p" * 16, "text")
+
+
+def make_ledger(tmp_path: Path, url: str | None = None, **kw: Any) -> Ledger:
+    settings: dict[str, Any] = dict(flush_interval=60.0, file_bytes=1 << 20, spool_max_bytes=1 << 30)
+    led = Ledger(url or str(tmp_path / "ledger"), worker="w1", spool=str(tmp_path / "spool"), **{**settings, **kw})
+    led.open()
+    return led
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        SAMPLE,
+        {"data_source": "x"},
+        {"reward_model": {"style": "rule"}, "raw_prompt": [{"role": "user", "content": "hi"}]},
+        {"data_source": 7, "reward_model": {"ground_truth": None}, "extra_info": None, "blob": b"\x00\xff"},
+        {"reward_model": "not a dict", "extra_info": {"nested": {"a": [1, 2.5, None, True]}}},
+    ],
+)
+def test_a_sample_is_rebuilt_exactly_from_its_columns(sample: dict[str, Any]) -> None:
+    assert sample_of(*split_sample(sample)) == sample
+
+
+def test_frames_read_back_and_a_torn_tail_is_skipped() -> None:
+    data = trajectory_frame(1, facts("a")) + outcome_frame(1, True) + trajectory_frame(2, facts("b"))
+    assert [f["k"] for f in read_frames(data)] == ["t", "c", "t"]
+    assert [f["k"] for f in read_frames(data[:-5])] == ["t", "c"]  # the last frame cut short: dropped
+    assert [f["u"] for f in read_frames(data) if f["k"] == "t"] == ["a", "b"]
+
+
+def test_rows_split_by_the_hour_they_were_scored_in() -> None:
+    frames = list(read_frames(trajectory_frame(1, facts("a", scored_at=1.8e9)) + outcome_frame(1, True)))
+    frames += list(read_frames(trajectory_frame(2, facts("b", scored_at=1.8e9 + 3600))))
+    tables = tables_from_frames(frames)
+    assert len(tables) == 2 and all(t.schema.equals(arrow_schema()) for t in tables.values())
+    first, second = tables.values()
+    assert first["key"].to_pylist() == ["a_s_0", "a_s_1"] and first["committed"].to_pylist() == [True, True]
+    assert second["committed"].to_pylist() == [None, None]  # no outcome frame: unknown
+    assert first["response"].to_pylist() == [None, "text"]
+    assert np.frombuffer(first["response_ids"][1].as_py(), "<i4").tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_failed_write_is_cut_back_and_the_next_frames_stay_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spool = Spool(tmp_path, "w", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
+    spool.open()
+    spool.append(spool.ticket(), trajectory_frame(1, facts("a")))
+    real = os.write
+    calls = {"n": 0}
+
+    def half_then_enospc(fd: int, data: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real(fd, bytes(data)[:10])  # a partial write ...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ... then the disk is full
+
+    monkeypatch.setattr(os, "write", half_then_enospc)
+    with pytest.raises(OSError):
+        spool.append(spool.ticket(), trajectory_frame(2, facts("b")))
+    monkeypatch.setattr(os, "write", real)
+    spool.append(spool.ticket(), trajectory_frame(3, facts("c")))
+    spool.seal()
+    paths = spool.ready(all_=True)
+    frames = [f for p in paths for f in read_frames(p.read_bytes())]
+    assert [f["u"] for f in frames] == ["a", "c"]  # b was never written, c after it is intact
+
+
+def test_a_dead_workers_segments_are_adopted_a_live_ones_are_not(tmp_path: Path) -> None:
+    alive = Spool(tmp_path, "alive", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
+    dead = Spool(tmp_path, "dead", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
+    me = Spool(tmp_path, "me", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
+    for s in (alive, dead, me):
+        s.open()
+    for s in (alive, dead):
+        s.append(s.ticket(), trajectory_frame(1, facts(s.owner)))
+    dead.close()  # its lock is released as by a killed process; its segment stays
+    orphans = list(me.orphans())
+    assert [o.owner for o in orphans] == ["dead"] and len(orphans[0].segments) == 1
+    orphans[0].release(remove=True)
+    assert not (tmp_path / "dead.lock").exists()
+    # A worker restarted under the name of a dead one takes its leftovers first, then numbers after them
+    again = Spool(tmp_path, "dead", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
+    again.open()
+    assert [p.name for p in again.leftovers()] == ["dead.0000000001.wal"]
+    again.append(again.ticket(), trajectory_frame(1, facts("x")))
+    assert (tmp_path / "dead.0000000002.wal").exists()
+    # Two live processes under one name: the second gets a name of its own
+    twin = Spool(tmp_path, "alive", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
+    twin.open()
+    assert twin.owner.startswith("alive-") and twin.owner != "alive"
+
+
+def test_a_full_disk_costs_the_ledger_its_rows_and_says_so_never_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    led = make_ledger(tmp_path)
+    assert led.scored(facts("a"), {}) is not None
+    monkeypatch.setattr(os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, "disk full")))
+    assert led.scored(facts("b"), {}) is None  # no exception: the worker commits all the same
+    snap = led.snapshot()
+    assert snap["unwritten"] == 1 and snap["state"] == "failing" and "disk full" in snap["last_error"]
+    monkeypatch.undo()
+    asyncio.run(led.close(10))
+    assert read_table(str(tmp_path / "ledger"))["key"].to_pylist() == ["a_s_0", "a_s_1"]
+
+
+def test_past_spool_max_bytes_trajectories_are_counted_not_spooled(tmp_path: Path) -> None:
+    led = make_ledger(tmp_path, spool_max_bytes=1)
+    assert led.scored(facts("a"), {}) is not None
+    assert led.scored(facts("b"), {}) is None
+    assert led.snapshot()["unwritten"] == 1 and "ledger_spool_max_bytes" in led.last_error
+    asyncio.run(led.close(10))
+
+
+def test_an_in_memory_fsspec_ledger_is_written_and_read(tmp_path: Path) -> None:
+    url = f"memory://rewardq-test-{os.getpid()}/ledger"
+    led = make_ledger(tmp_path, url)
+    for i in range(3):
+        led.settle(led.scored(facts(f"t{i}"), {"scorer": "default:gsm8k"}), True)
+    asyncio.run(led.close(10))
+    table = read_table(url)
+    assert table.num_rows == 6 and table["scorer"].to_pylist() == ["default:gsm8k"] * 6
+    assert read_table(url, where=parse_where(["key=t1_s_1"]))["key"].to_pylist() == ["t1_s_1"]
+    assert read_table(url, since=1.8e9 + 1).num_rows == 0 and read_table(url, until=1.8e9 + 1).num_rows == 6
+
+
+def test_a_destination_that_refuses_files_keeps_the_segments_and_retries(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the ledger's folder should be")
+    led = make_ledger(tmp_path, str(blocker / "ledger"))
+    led.settle(led.scored(facts("a"), {}), True)
+    asyncio.run(led.flush_due(everything=True))
+    snap = led.snapshot()
+    assert snap["state"] == "failing" and snap["pending_segments"] == 1 and "cannot write" in snap["last_error"]
+    assert list((tmp_path / "spool").glob("*.wal"))
+    blocker.unlink()  # the destination is back
+    asyncio.run(led.close(10))
+    assert read_table(str(blocker / "ledger")).num_rows == 2 and not list((tmp_path / "spool").glob("*.wal"))
+
+
+def _rows(*items: tuple[str, int, bool | None, float]) -> pa.Table:
+    keys, attempts, committed, scored = zip(*items)
+    ts = pa.array([int(s * 1e6) for s in scored], type=pa.timestamp("us", tz="UTC"))
+    return pa.table({"key": list(keys), "attempt": list(attempts), "committed": list(committed), "scored_at": ts})
+
+
+def test_one_row_per_key_committed_false_loses_then_highest_attempt() -> None:
+    table = _rows(
+        ("a", 1, None, 1.0),  # killed before its commit ...
+        ("a", 2, True, 2.0),  # ... scored again: this one stands
+        ("b", 1, True, 1.0),  # committed first ...
+        ("b", 2, False, 2.0),  # ... a later attempt found it done: not what the trainer got
+        ("c", 1, None, 5.0),
+        ("c", 1, None, 6.0),  # the same attempt twice: the latest
+    )
+    kept = latest_rows(table).to_pylist()
+    assert [(r["key"], r["attempt"], r["committed"]) for r in kept] == [("a", 2, True), ("b", 1, True), ("c", 1, None)]
+    assert kept[2]["scored_at"].timestamp() == 6.0
+
+
+def test_where_names_columns_and_says_how() -> None:
+    assert parse_where(["data_source=a", "data_source=b", "status=ok"]) == {"data_source": ["a", "b"], "status": ["ok"]}
+    with pytest.raises(Exception, match="no column 'nope'"):
+        parse_where(["nope=1"])
+    with pytest.raises(Exception, match="COLUMN=VALUE"):
+        parse_where(["data_source"])
+    assert "key" in COLUMN_NAMES
