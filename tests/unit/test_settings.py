@@ -274,7 +274,7 @@ def test_adapter_settings_block_then_environment() -> None:
         (
             {},
             {"REWARDQ_VERL_ON_ERROR": "ignore"},
-            "verl_on_error must be zero or raise, got 'ignore'.*fails the rollout",
+            "verl_on_error must be mask, zero or raise, got 'ignore'.*stops the run",
         ),
         (
             {"verl_timeout": 0},
