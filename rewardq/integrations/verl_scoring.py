@@ -290,7 +290,7 @@ class TrajectoryScorer:
         got a reward): counted for the step metrics, then :class:`~rewardq.errors.SampleMasked`."""
         assert self._window is not None  # made by client(), which scoring the session called
         try:
-            await self._window.count_dropped()
+            await self._window.count_dropped(1)
         except (rx.ConnectionError, rx.TimeoutError, OSError):
             logger.warning("rewardq: could not count a dropped session of prompt %s for the step metrics", uid)
         raise SampleMasked(

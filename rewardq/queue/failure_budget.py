@@ -73,7 +73,7 @@ class OutcomeWindow:
         values = await self.redis.hmget(self.key, [total_field(label) for label in self.labels])  # type: ignore[misc]  # hmget is typed blocking for the union of clients
         return {label: int(v or 0) for label, v in zip(self.labels, values)}
 
-    async def count_dropped(self, n: int = 1) -> None:
+    async def count_dropped(self, n: int) -> None:
         """Count ``n`` scored samples left out of training because their group kept fewer than two."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.hincrby(self.key, total_field(DROPPED), n)

@@ -63,7 +63,7 @@ async def test_dropped_sessions_are_counted_with_the_ttl_and_read_by_a_blocking_
     client: AsyncRedis, ns: str, redis_url: str
 ) -> None:
     w = window_of(client, ns)
-    await w.count_dropped()  # a key that did not exist yet still gets its TTL
+    await w.count_dropped(1)  # a key that did not exist yet still gets its TTL
     assert 0 < await client.ttl(w.key) <= BUDGET_TTL
     await w.record("ok", 4)
     await w.count_dropped(2)
