@@ -87,7 +87,7 @@ async def end_to_end(placement: str, url: str, n: int) -> dict[str, float]:
     from benchmarks.workload import Workload
     from rewardq import RewardClient
     from rewardq.config import WorkerConfig
-    from rewardq.consumers.worker import Worker
+    from rewardq.consumers.compose import open_worker, prepare_worker
 
     ns = f"rqbench-iso-{uuid.uuid4().hex[:8]}"
     client = RewardClient.from_url(url, namespace=ns)
@@ -106,9 +106,8 @@ async def end_to_end(placement: str, url: str, n: int) -> dict[str, float]:
             scorer_processes=2,
             tokenizer="builtin:demo",  # the workload's ids are the demo tokenizer's
         ).validate()
-        worker = Worker(cfg)
-        await worker.start()
-        assert worker.manager is not None
+        worker = await open_worker(prepare_worker(cfg))
+        assert worker is not None
         router = worker.manager.host.router
         c0, t0 = _cpu(router), time.perf_counter()
         task = asyncio.create_task(worker.serve())

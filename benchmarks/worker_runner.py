@@ -2,9 +2,10 @@
 
 ``python -m benchmarks.worker_runner --namespace NS [--name N] [--url URL]``
 
-The life is exactly :meth:`rewardq.consumers.worker.Worker.run` (``start`` -> ``serve`` ->
-``stop``, SIGTERM/SIGINT request a clean stop) with one addition: after ``start`` (imports,
-groups, manager and tokenizer set up) it prints ``READY`` and waits for a line on stdin
+The worker is put together as every worker is (:mod:`rewardq.consumers.compose`:
+``prepare_worker`` then ``open_worker``), and its life is :meth:`~rewardq.consumers.worker.Worker.run`'s
+(``serve`` -> ``stop``; SIGTERM/SIGINT request a clean stop) with one addition: once it is open
+(imports, groups, manager and tokenizer set up) it prints ``READY`` and waits for a line on stdin
 before ``serve`` reads the first entry. The worker is built from a plain
 :class:`~rewardq.config.WorkerConfig` with the defaults (``naive`` manager, the bundled demo
 tokenizer, concurrency 32, batch 256), so what is measured is what ``rewardq worker`` runs.
@@ -23,8 +24,8 @@ import signal
 import sys
 
 from rewardq.config import WorkerConfig
+from rewardq.consumers.compose import open_worker, prepare_worker
 from rewardq.consumers.process import freeze_startup_heap
-from rewardq.consumers.worker import Worker
 
 
 async def _wait_go(stopped: asyncio.Event) -> bool:
@@ -52,17 +53,19 @@ async def main(args: argparse.Namespace) -> None:
         ledger=args.ledger,
         ledger_flush_interval=args.ledger_flush_interval,
     ).validate()
-    worker = Worker(cfg)
     loop = asyncio.get_running_loop()
     stopped = asyncio.Event()
 
     def on_signal(name: str) -> None:
         stopped.set()
-        worker.request_stop(name)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig.name)
-    await worker.start()
+    worker = await open_worker(prepare_worker(cfg), stopping=stopped)
+    if worker is None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):  # from now on a stop also wakes readers waiting for room
+        loop.add_signal_handler(sig, worker.request_stop, sig.name)
     freeze_startup_heap()  # as `rewardq worker` does after start-up
     try:
         print("READY", flush=True)

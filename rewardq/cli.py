@@ -103,9 +103,10 @@ def worker(processes: int | None, **params: Any) -> int:
     is a flag, a REWARDQ_<NAME> variable and a config-file key; `rewardq config` shows the
     value each one takes and where it comes from.
     """
+    from rewardq.consumers.process import EarlySignals
     from rewardq.install import require_worker_extra
     from rewardq.ops import redis_secret
-    from rewardq.ops.worker import EarlySignals, load_config, run_worker
+    from rewardq.ops.worker import load_config, run_worker
 
     require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
     cfg = load_config(params)

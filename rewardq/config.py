@@ -402,15 +402,15 @@ class AdapterSettings:
         defaults.VERL_ON_ERROR,
         "What a trajectory that got no reward does to the rollout.",
         key="verl_on_error",
-        choices=("zero", "raise"),
+        choices=("mask", "zero", "raise"),
         ignore_case=True,
-        bound_why="zero: an error scores 0.0 and its message goes to extra_fields['reward_error']; "
-        "raise: the error fails the rollout",
+        bound_why="mask: the sample is left out of training (docs/verl-integration.md); "
+        "zero: an error scores 0.0 and its message goes to reward_error; raise: the error stops the run",
     )
     max_error_rate: float = setting(
         defaults.VERL_MAX_ERROR_RATE,
-        "Failure budget: the largest share of errors among the last verl_error_window trajectories of one "
-        "adapter or hook process; more raises ScoringError (1: never).",
+        "Failure budget: the largest share of errors among the run's last verl_error_window trajectories, "
+        "counted in Redis across every adapter and hook process; more stops the run (1: never).",
         key="verl_max_error_rate",
         minimum=0,
         maximum=1,
@@ -418,9 +418,10 @@ class AdapterSettings:
     )
     error_window: int = setting(
         defaults.VERL_ERROR_WINDOW,
-        "Failure budget: how many last trajectories the share of errors is taken over.",
+        "Failure budget: how many of the run's last trajectories the share of errors is taken over.",
         key="verl_error_window",
         minimum=1,
+        maximum=defaults.VERL_ERROR_WINDOW_MAX,
     )
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 

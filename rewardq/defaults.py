@@ -285,16 +285,19 @@ DISRM_TIMEOUT = 30.0
 #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
 #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
 VERL_TIMEOUT = 900.0
-#: What the verl adapter does with a trajectory that got no reward: ``zero`` scores it 0.0 with the
-#: reason in ``extra_fields["reward_error"]``; ``raise`` fails the rollout.
-VERL_ON_ERROR = "zero"
-#: The verl adapter's and hook's failure budget: more than this share of errors among the last
-#: ``VERL_ERROR_WINDOW`` trajectories one process scored raises ScoringError (never before the window
-#: has filled). 256 trajectories is well under one rollout step of one agent-loop process on a large
-#: run, so a fleet that fails everything stops the run within a step; at a true error rate of 10 %
-#: (a flaky judge) more than 51 errors in 256 is a >5-sigma event, so a healthy run goes on.
+#: What the verl adapter does with a trajectory that got no reward: ``mask`` leaves it out of
+#: training (no gradient, no part in its group's baseline; rewardq.integrations.verl_mask);
+#: ``zero`` scores it 0.0 with the reason in ``reward_error``; ``raise`` stops the run.
+VERL_ON_ERROR = "mask"
+#: The verl adapter's and hook's failure budget, counted once per run in Redis across every adapter
+#: and hook process: a failure that leaves more than this share of errors among the run's last
+#: ``VERL_ERROR_WINDOW`` trajectories stops the run (never before the window has filled, never on a
+#: scored trajectory). At a true error rate of 10 % (a flaky judge) more than 51 errors in 256 is a
+#: >5-sigma event, so a healthy run goes on; a fleet that fails everything stops within 256.
 VERL_MAX_ERROR_RATE = 0.2
 VERL_ERROR_WINDOW = 256
+#: The largest ``verl_error_window``: the window is a ring of this many fields in one Redis hash.
+VERL_ERROR_WINDOW_MAX = 100_000
 
 # -- code execution (data sources codecontests, apps, codeforces, taco) ------------------------
 #: SandboxFusion run_code requests in flight at once across the whole fleet (verl's default).

@@ -105,6 +105,18 @@ class FleetConfigError(ScoringError):
     judge refusing the credentials or the model (401, 403, 404). The message says what to change."""
 
 
+class RunStopped(ScoringError):
+    """rewardq stopped a verl run: a failure the fleet cannot get past by itself (a ``config``
+    failure, the run's failure budget spent, ``verl_on_error=raise``), or a setting that cannot
+    work. The message names the cause and the fix. On verl's V1 trainer it is also handed to the
+    trainer through its replay buffer (:mod:`rewardq.integrations.verl_stop`)."""
+
+
+class SampleMasked(ScoringError):
+    """One sample of a verl run got no reward and is left out of training (``verl_on_error=mask``
+    on verl's V1 trainer, which leaves a session that raised out of TransferQueue). Nothing stops."""
+
+
 class ResultError(ScoringError):
     """A manager's result cannot be stored: its ``reward_extra_info`` holds a cycle, nests too deep,
     has two keys that become one in JSON, cannot be turned into JSON, or the key's result is over

@@ -219,8 +219,7 @@ def worker_manager(
     loaded; ``reward_fn`` (``FILE.py[:FUNC]`` or ``package.module[:FUNC]``) loaded by its spec, so
     scorer processes load it as they do in a worker; a misspelt option raises ConfigError.
     ``scorer_processes`` is 1 here (a test needs no more), the worker's default one per core."""
-    from rewardq.reward.base import ManagerContext
-    from rewardq.reward.factory import build_from_config
+    from rewardq.consumers.compose import prepare_worker
 
     cfg = WorkerConfig(
         manager=manager,
@@ -230,9 +229,10 @@ def worker_manager(
         reward_fn_placement=reward_fn_placement,
         scorer_processes=scorer_processes,
         manager_options=dict(manager_options or {}),
+        namespace="test",
+        name="test-worker",
     ).validate()
-    built, _ = build_from_config(cfg, ManagerContext(namespace="test", worker_name="test-worker"))
-    return built
+    return prepare_worker(cfg, standalone=True).manager
 
 
 async def score_response(

@@ -50,6 +50,28 @@ def limit_torch_threads() -> None:
         torch.set_num_threads(1)
 
 
+class EarlySignals:
+    """Remember SIGTERM/SIGINT received before the worker's own handlers (:class:`StopSignals`) are
+    installed: while ``rewardq worker`` imports torch and waits for Redis.
+
+    ``target`` (a stop request) is called when set; ``received`` holds the signal's name.
+    """
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self.target: Callable[[str], None] | None = None
+
+    def install(self) -> EarlySignals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received = signal.Signals(signum).name
+        if self.target is not None:
+            self.target(self.received)
+
+
 class StopSignals:
     """SIGTERM/SIGINT handling for a process the worker owns, with a deadline that always holds.
 

@@ -2,7 +2,6 @@
 
 * :func:`open_broker`: agree on the shard count, build the :class:`StreamBroker`, create
   the consumer groups;
-* :func:`build_manager`: the reward manager (and tokenizer) the config names;
 * :func:`serve_metrics`: the Prometheus endpoint of ``--metrics-port``;
 * :func:`close_manager`: the manager, its context and its scorer processes, each failure logged.
 """
@@ -16,15 +15,14 @@ from rewardq.config import WorkerConfig
 from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.queue.access import check_worker_access
 from rewardq.queue.broker import StreamBroker
-from rewardq.queue.connection import is_cluster_client, refusals_named
+from rewardq.queue.connection import refusals_named
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import ensure_meta
 from rewardq.queue.reads import fleet_backlog_async
-from rewardq.reward.base import ManagerContext, RewardManager
+from rewardq.reward.base import RewardManager
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
-    from rewardq.reward.tokenizer import Tokenizer
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -45,21 +43,6 @@ async def open_broker(client: AsyncRedis, cfg: WorkerConfig, worker_name: str) -
         )
         await broker.ensure_groups()
     return broker
-
-
-def build_manager(cfg: WorkerConfig, client: AsyncRedis, worker_name: str) -> tuple[RewardManager, Tokenizer]:
-    """The manager and tokenizer ``cfg`` names (not set up yet)."""
-    from rewardq.reward.factory import build_from_config
-
-    ctx = ManagerContext(
-        redis_url=cfg.redis_url,
-        namespace=cfg.namespace,
-        worker_name=worker_name,
-        cluster=is_cluster_client(client),
-        result_ttl=cfg.result_ttl,
-        secret_files=cfg.secret_files(),
-    )
-    return build_from_config(cfg, ctx)
 
 
 def code_stats(manager: RewardManager | None) -> Any:

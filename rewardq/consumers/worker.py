@@ -1,10 +1,12 @@
 """The reward worker: read -> store -> (when complete) score -> commit+ack.
 
-One worker is one asyncio process. Its life, top to bottom (:meth:`Worker.run`):
+One worker is one asyncio process. Its life, top to bottom:
 
-1. ``start``      connect, check the Redis user's permissions, agree on shards, create groups,
-                  build the manager, hold to the namespace's scoring configuration
-                  (:mod:`rewardq.consumers.fleet`), set the manager up;
+1. ``open``       :mod:`rewardq.consumers.compose`, the one place a worker is put together, builds
+                  the manager, connects, checks the Redis user's permissions, agrees on shards,
+                  creates groups, holds to the namespace's scoring configuration
+                  (:mod:`rewardq.consumers.fleet`), sets the manager up, and hands every part to
+                  :class:`Worker`, which holds no optional one; then :meth:`Worker.run`:
 2. ``serve``      reader tasks pull batches with XREADGROUP and hand them to ``handle``;
                   background tasks beat the heart (and renew leases) and do maintenance
                   (reclaim idle entries of dead workers, end incomplete trajectories);
@@ -35,18 +37,17 @@ written with the same result and added once to the ``done`` stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 import traceback
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rewardq import __version__, defaults
 from rewardq.config import WorkerConfig
-from rewardq.consumers.accounting import Accounting, open_ledger
+from rewardq.consumers.accounting import Accounting
 from rewardq.consumers.assembly import assemble, trajectory_sample
 from rewardq.consumers.batch import check_batch_bytes
 from rewardq.consumers.commits import CommitCoalescer
@@ -54,31 +55,24 @@ from rewardq.consumers.failures import FailureHandler, refusal
 from rewardq.consumers.fleet import FleetGate
 from rewardq.consumers.inflight import InFlight, InFlightTable
 from rewardq.consumers.intake import Intake
-from rewardq.consumers.metrics import Metrics, NoMetrics
+from rewardq.consumers.metrics import Metrics
 from rewardq.consumers.periodic import run_every
-from rewardq.consumers.presence import COUNTERS, Presence
-from rewardq.consumers.process import StopSignals, exit_after, freeze_startup_heap, limit_torch_threads
+from rewardq.consumers.presence import Presence
+from rewardq.consumers.process import freeze_startup_heap
 from rewardq.consumers.quarantine import Quarantine, crash_reason
 from rewardq.consumers.reader import StreamReader, read_groups
-from rewardq.consumers.resources import build_manager, close_manager, code_stats, open_broker, serve_metrics
+from rewardq.consumers.resources import close_manager, code_stats
 from rewardq.consumers.retries import Retries, RetryWait
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError, ScoringConflict
-from rewardq.logs import startup_step
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord
-from rewardq.queue.connection import connect_async, redact_url
+from rewardq.queue.connection import redact_url
 from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.meta import default_worker_name
-from rewardq.queue.provenance import publish as publish_provenance
 from rewardq.queue.results import EncodedResults
 from rewardq.queue.states import DEAD_LETTER_FAILURE, DeadLetterKind, FailureKind, failure_kind_of
 from rewardq.reward.base import RewardManager
-from rewardq.reward.fingerprint import tokenizer_fingerprint
-from rewardq.reward.provenance import ProvenanceBook
-from rewardq.reward.registry import is_builtin_manager
-from rewardq.reward.scoring_fingerprint import scoring_fingerprint
 from rewardq.reward.trace import ScoringTrace
 
 if TYPE_CHECKING:
@@ -88,56 +82,86 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rewardq.worker")
 
 
-class Worker:
-    """A reward worker. ``await Worker(cfg).run()`` serves until stopped.
+@dataclass(frozen=True)
+class WorkerParts:
+    """Every part a :class:`Worker` holds, built by :mod:`rewardq.consumers.compose`.
 
-    Args:
-        config: the settings (see :class:`~rewardq.config.WorkerConfig`).
-        client: an existing ``redis.asyncio`` client (tests, the embedded demo); default:
-            connect to ``config.redis_url``.
-        manager: an already-built manager (tests); default: built from ``config``.
-        tokenizer: used to bound token ids by ``vocab_size`` when given.
-        metrics: the metrics hooks (tests); default: served on ``config.metrics_port`` if set.
+    ``owns_client``: the worker closes ``client`` when it stops (it connected itself);
+    ``metrics_port``: where the metrics are served (None: not served); ``stopping``: set to stop.
     """
 
-    def __init__(
-        self,
-        config: WorkerConfig,
-        *,
-        client: AsyncRedis | None = None,
-        manager: RewardManager | None = None,
-        tokenizer: Tokenizer | None = None,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self.cfg = config
-        self.name = config.name or default_worker_name()
-        self._client = client
-        self._own_client = client is None
-        self.manager = manager
-        self.tokenizer = tokenizer
-        self.metrics: Metrics = metrics or NoMetrics()
-        self._metrics_given = metrics is not None
-        self.ks: Keyspace | None = None
-        self.broker: StreamBroker | None = None
-        self.scorer: TrajectoryScorer | None = None
-        self.commits: CommitCoalescer | None = None
-        self.failures: FailureHandler | None = None
-        self.retries: Retries | None = None
-        self.intake: Intake | None = None
-        self.flights = InFlightTable(config.concurrency)
-        self.stats = dict.fromkeys(COUNTERS, 0)
-        self.presence = Presence(manager_name=config.manager, stats=self.stats, in_flight=self.flights.by_tid)
-        self._stopping = asyncio.Event()
-        self.quarantine: Quarantine | None = None  # ordinary trajectories side by side, quarantined ones alone
+    cfg: WorkerConfig
+    name: str
+    client: AsyncRedis
+    owns_client: bool
+    broker: StreamBroker
+    manager: RewardManager
+    tokenizer: Tokenizer | None
+    tokenizer_fingerprint: str | None
+    gate: FleetGate
+    metrics: Metrics
+    metrics_port: int | None
+    stopping: asyncio.Event
+    stats: dict[str, int]
+    flights: InFlightTable
+    presence: Presence
+    failures: FailureHandler
+    retries: Retries  # transient failures retried in place (rewardq.consumers.retries)
+    scorer: TrajectoryScorer
+    commits: CommitCoalescer
+    quarantine: Quarantine
+    accounting: Accounting  # provenance and the ledger (rewardq.consumers.accounting)
+
+
+class Worker:
+    """A started reward worker: :meth:`run` serves until stopped, then stops.
+
+    Made by :func:`rewardq.consumers.compose.open_worker` (``run_worker`` for the whole life),
+    never directly: ``await open_worker(prepare_worker(cfg))``.
+    """
+
+    def __init__(self, parts: WorkerParts) -> None:
+        cfg = self.cfg = parts.cfg
+        self.name = parts.name
+        self._client = parts.client
+        self._own_client = parts.owns_client
+        self.broker = parts.broker
+        self.ks: Keyspace = parts.broker.ks
+        self.manager = parts.manager
+        self.tokenizer = parts.tokenizer
+        self.vocab_size: int | None = getattr(parts.tokenizer, "vocab_size", None)
+        self.tokenizer_fingerprint = parts.tokenizer_fingerprint
+        self.gate = parts.gate
+        self.metrics = parts.metrics
+        self.metrics_port = parts.metrics_port
+        self._stopping = parts.stopping
+        self.stats = parts.stats
+        self.flights = parts.flights
+        self.presence = parts.presence
+        self.failures = parts.failures
+        self.retries = parts.retries
+        self.scorer = parts.scorer
+        self.commits = parts.commits
+        self.quarantine = parts.quarantine  # ordinary trajectories side by side, quarantined ones alone
+        self.accounting = parts.accounting
+        # the one collaborator that calls back into the worker, so it is made here
+        self.intake = Intake(
+            parts.broker,
+            parts.failures,
+            max_deliveries=cfg.max_deliveries,
+            max_record_bytes=cfg.max_record_bytes,
+            max_trajectory_bytes=cfg.max_trajectory_bytes,
+            max_outputs=cfg.max_outputs,
+            vocab_size=self.vocab_size,
+            tokenizer=self.tokenizer_fingerprint,
+            stats=self.stats,
+            metrics=self.metrics,
+            on_complete=self._start_scoring,
+            max_image_bytes=cfg.max_image_bytes,
+        )
         self.stopped = False
         self._tasks: list[asyncio.Task[Any]] = []
-        self.vocab_size: int | None = None
-        self.tokenizer_fingerprint: str | None = None
-        self.metrics_port: int | None = None
-        self.gate: FleetGate | None = None
-        self.ready = False  # started up and serving (start() finished every step)
         self.superseded: str | None = None  # why the namespace's scoring configuration is no longer ours
-        self.accounting: Accounting | None = None  # provenance and the ledger (rewardq.consumers.accounting)
 
     @property
     def in_flight(self) -> dict[str, InFlight]:
@@ -147,35 +171,18 @@ class Worker:
     # ==================================================================================
     # life cycle
     # ==================================================================================
-    async def run(self, *, install_signal_handlers: bool = False, freeze_heap: bool = False) -> None:
-        """Start, serve until :meth:`request_stop` (or SIGTERM/SIGINT), then stop cleanly.
-
-        ``install_signal_handlers`` and ``freeze_heap`` (:func:`freeze_startup_heap`) are
-        for a process that is the worker's own, as ``rewardq worker`` is. With the signal
-        handlers (:class:`~rewardq.consumers.process.StopSignals`) the process ends within
-        ``shutdown_grace`` + 5 s of SIGTERM, even when threads or children it started hang.
-        """
-        failed = True
-
-        def exit_code() -> int:  # for a forced exit: 0 only when the worker had stopped cleanly
-            return 0 if self.stopped and not failed else 1
-
-        if install_signal_handlers:
-            deadline = self.cfg.shutdown_grace + defaults.EXIT_AFTER_GRACE
-            StopSignals(asyncio.get_running_loop(), self.request_stop, deadline=deadline, exit_code=exit_code).install()
+    async def run(self, *, freeze_heap: bool = False) -> None:
+        """Serve until :meth:`request_stop`, then stop cleanly; raises ScoringConflict when another
+        scoring configuration took the namespace over. ``freeze_heap`` (:func:`freeze_startup_heap`)
+        is for a process that is the worker's own, as ``rewardq worker`` is."""
         try:
-            await self.start()
-            if self.ready:
-                if freeze_heap:
-                    freeze_startup_heap()
-                await self.serve()
+            if freeze_heap:
+                freeze_startup_heap()
+            await self.serve()
             if self.superseded is not None:
                 raise ScoringConflict(f"worker {self.name} stopped: {self.superseded}")
-            failed = False
         finally:
             await self.stop()
-            if install_signal_handlers:  # nothing left to wait for: leftover threads must not hold the exit
-                exit_after(defaults.EXIT_AFTER_STOP, exit_code, why=f"worker {self.name} stopped")
 
     def request_stop(self, why: str = "requested") -> None:
         if not self._stopping.is_set():
@@ -188,138 +195,23 @@ class Worker:
             self._stopping.set()
             self.flights.stop_admitting()
 
-    async def start(self) -> None:
-        """Start up, step by step, and set :attr:`ready`; a stop asked for before the worker could serve
-        (a ``--takeover`` worker still waiting for the old ones) leaves it unset."""
-        limit_torch_threads()
-        await self._connect()
-        self._build_manager()
-        if not await self._join_fleet():
-            return
-        await self._set_up_manager()
-        self._build_collaborators()
-        self._open_accounts()
-        await self._beat()
-        self._announce()
-        self.ready = True
-
-    def _announce(self) -> None:
+    def announce(self) -> None:
+        """The line that says the worker started, and with what."""
         cfg = self.cfg
-        assert self.broker is not None
         logger.info(
             "worker %s started: redis=%s namespace=%s shards=%d group=%s manager=%s concurrency=%d scoring=%s",
             self.name,
             redact_url(cfg.redis_url),
             cfg.namespace,
-            self.broker.ks.shards,
+            self.ks.shards,
             cfg.group,
             cfg.manager,
             cfg.concurrency,
             self.presence.scoring,
         )
 
-    async def _connect(self) -> None:
-        """Connect, check the Redis user's permissions, agree on shards, create the groups."""
-        if self._client is None:
-            self._client = connect_async(self.cfg.redis_url, cluster=self.cfg.cluster, scripts_once=True)
-        self.broker = broker = await open_broker(self._client, self.cfg, self.name)
-        self.ks = broker.ks
-        self.commits = CommitCoalescer(broker)
-        self.quarantine = Quarantine(broker)
-
-    def _build_manager(self) -> None:
-        """The manager and tokenizer the config names (unless given), and the tokenizer's fingerprint."""
-        if self.manager is None:
-            assert self._client is not None
-            self.manager, self.tokenizer = build_manager(self.cfg, self._client, self.name)
-        self.vocab_size = getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
-        self.tokenizer_fingerprint = tokenizer_fingerprint(self.tokenizer)
-
-    async def _join_fleet(self) -> bool:
-        """Hold to the scoring configuration the namespace records (:mod:`rewardq.consumers.fleet`)."""
-        assert self.ks is not None and self._client is not None
-        mine = scoring_fingerprint(self.cfg, self.tokenizer_fingerprint)
-        self.presence.scoring = mine.digest
-        self.gate = FleetGate(self._client, self.ks, mine, takeover=self.cfg.takeover, stopping=self._stopping.is_set)
-        with startup_step(logger, "agreeing on the namespace's scoring configuration"):
-            return await self.gate.join()
-
-    async def _set_up_manager(self) -> None:
-        """Set up the manager, start its scorer processes, serve the metrics."""
-        assert self.manager is not None
-        cfg = self.cfg
-        with startup_step(logger, f"setting up the {cfg.manager} manager"):
-            await self.manager.setup()
-        with startup_step(logger, "starting the scorer processes"):
-            await self.manager.prepare_scoring()
-        if not self._metrics_given and cfg.metrics_port is not None:
-            assert self.ks is not None and self._client is not None
-            self.metrics, self.metrics_port = serve_metrics(cfg, self.manager, cfg.metrics_port, self._client, self.ks)
-
-    def _build_collaborators(self) -> None:
-        """Dead letters, intake and the trajectory scorer."""
-        assert self.broker is not None and self.manager is not None
-        cfg, broker = self.cfg, self.broker
-        self.failures = FailureHandler(
-            broker,
-            worker_name=self.name,
-            max_record_bytes=cfg.max_record_bytes,
-            stats=self.stats,
-            metrics=self.metrics,
-            presence=self.presence,
-        )
-        self.retries = Retries(
-            broker, retry_for=cfg.retry_for, stopping=self._stopping, metrics=self.metrics, stats=self.stats
-        )
-        self.intake = Intake(
-            broker,
-            self.failures,
-            max_deliveries=cfg.max_deliveries,
-            max_record_bytes=cfg.max_record_bytes,
-            max_trajectory_bytes=cfg.max_trajectory_bytes,
-            max_outputs=cfg.max_outputs,
-            vocab_size=self.vocab_size,
-            tokenizer=self.tokenizer_fingerprint,
-            stats=self.stats,
-            metrics=self.metrics,
-            on_complete=self._start_scoring,
-            max_image_bytes=cfg.max_image_bytes,
-        )
-        self.scorer = TrajectoryScorer(
-            self.manager,
-            manager_name=cfg.manager,
-            worker_name=self.name,
-            timeout=cfg.score_timeout,
-            max_result_bytes=cfg.max_result_bytes,
-            stopping=self._stopping.is_set,
-        )
-
-    def _open_accounts(self) -> None:
-        """The provenance book and, with ``ledger`` set, the ledger (:mod:`rewardq.consumers.accounting`)."""
-        assert self.manager is not None and self._client is not None and self.ks is not None
-        client, ks, cfg = self._client, self.ks, self.cfg
-        book = ProvenanceBook(
-            self.manager,
-            manager_spec=cfg.manager,
-            scoring=self.presence.scoring,
-            reward_fn=cfg.reward_fn,
-            custom=not is_builtin_manager(cfg.manager),
-            version=__version__,
-        )
-
-        async def publish(digest: str, blob: str) -> None:
-            await publish_provenance(client, ks, digest, blob)
-
-        with startup_step(logger, "opening the ledger") if cfg.ledger else contextlib.nullcontext():
-            ledger = open_ledger(cfg, self.name)
-        self.accounting = Accounting(book, publish, ledger, cfg.manager)
-        self.metrics.watch_health(self.accounting.health.windows)
-        if ledger is not None:
-            self.metrics.watch_ledger(ledger.snapshot)
-
     async def serve(self) -> None:
         """Run the readers and the background loops until stopping."""
-        assert self.broker is not None
         cfg = self.cfg
         reader = StreamReader(
             self.broker,
@@ -335,12 +227,13 @@ class Worker:
             asyncio.create_task(run_every(cfg.heartbeat_interval, self._heartbeat, "heartbeat"), name="heartbeat"),
             asyncio.create_task(run_every(cfg.maintenance_interval, self.maintain, "maintenance"), name="maintenance"),
         ]
-        if self.accounting is not None and self.accounting.ledger is not None:
+        if self.accounting.ledger is not None:
             self._tasks.append(asyncio.create_task(self.accounting.ledger.run(), name="ledger"))
         groups = read_groups(self.broker.ks.shards, self.broker.cluster)
         readers = [asyncio.create_task(reader.run(g), name=f"reader-{g[0]}") for g in groups]
         stop = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
+        self.flights.stop_admitting()  # a reader waiting for room must see the stop, however it was asked for
         failure: BaseException | None = None
         for t in done:
             if t is not stop and t.exception() is not None:
@@ -354,6 +247,8 @@ class Worker:
 
     async def stop(self) -> None:
         """Finish or hand back in-flight work, unregister, close. Safe to call twice."""
+        if self.stopped:
+            return
         self._stopping.set()
         self.flights.stop_admitting()
         await self._finish_in_flight()
@@ -361,28 +256,24 @@ class Worker:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        if self.accounting is not None and self.accounting.ledger is not None:
+        if self.accounting.ledger is not None:
             await self.accounting.ledger.close(self.cfg.shutdown_grace)
-        if self.broker is not None:
-            try:
-                await self.broker.unregister()
-            except Exception:
-                logger.debug("unregister failed", exc_info=True)
+        try:
+            await self.broker.unregister()
+        except Exception:
+            logger.debug("unregister failed", exc_info=True)
         self.metrics.close()
-        if self.manager is not None:
-            await close_manager(self.manager)
-        if self._own_client and self._client is not None:
+        await close_manager(self.manager)
+        if self._own_client:
             await self._client.aclose()
-            self._client = None
         self.stopped = True
         logger.info("worker %s stopped: %s", self.name, self.stats)
 
     async def _finish_in_flight(self) -> None:
         """Let scoring finish within ``shutdown_grace``, send its commits, hand back what is left."""
         await self.flights.settle(self.cfg.shutdown_grace)
-        if self.commits is not None:
-            await self.commits.drain()
-        if self.in_flight and self.broker is not None:
+        await self.commits.drain()
+        if self.in_flight:
             try:
                 n = await self.broker.release(self.flights.held(), idle_ms=int(self.cfg.claim_idle * 1000) * 1000)
                 logger.warning("worker %s handed back %d unfinished trajectories", self.name, n)
@@ -397,7 +288,6 @@ class Worker:
     # ==================================================================================
     async def handle(self, entries: list[Entry]) -> None:
         """Decode, store and dispatch a batch of entries (from a read or a reclaim; see :class:`Intake`)."""
-        assert self.intake is not None
         await self.intake.handle(entries)
 
     def _start_scoring(self, o: StoreOutcome) -> None:
@@ -443,7 +333,6 @@ class Worker:
 
     def _turn(self, o: StoreOutcome) -> AbstractAsyncContextManager[int]:
         """The quarantine turn of ``o``'s trajectory (alone after an attempt that never finished)."""
-        assert self.quarantine is not None
         return self.quarantine.turn(o.entry.shard, o.record.tid, o.attempts, o.solo)
 
     async def _try(self, o: StoreOutcome, crashes: int, data_source: str) -> str | RetryWait:
@@ -457,7 +346,6 @@ class Worker:
         """Wait for a retry, holding no slot (its lease renewed); False when the worker stops first:
         the trajectory is then handed back. A quarantined trajectory's start alone is taken back
         (it crashed nothing), to be counted again when it starts again."""
-        assert self.quarantine is not None and self.retries is not None
         if o.attempts > 1:
             await self.quarantine.handed_back(o.entry.shard, o.record.tid)
         self.flights.rest(o.record.tid)
@@ -469,7 +357,6 @@ class Worker:
     async def _note_unfinished(self, shard: int, tid: str, why: str) -> None:
         """Best effort: record why this attempt ended unanswered, for the dead letter of a trajectory
         that runs out of deliveries (so it never blames a crash that did not happen)."""
-        assert self.broker is not None
         try:
             await self.broker.note_unfinished(shard, tid, why)
         except Exception as exc:  # noqa: BLE001 - Redis is likely what failed; the delivery count still counts
@@ -478,7 +365,6 @@ class Worker:
     async def _score(self, o: StoreOutcome, shard: int, tid: str, data_source: str) -> str | RetryWait:
         """Assemble, score and commit one trajectory (or fail it); returns the outcome to log, or the
         wait before it is scored again after a transient failure (:mod:`rewardq.consumers.retries`)."""
-        assert self.scorer is not None and self.retries is not None and self.accounting is not None
         records: list[OutputRecord] | None = None
         try:
             records = o.records or assemble(
@@ -537,7 +423,6 @@ class Worker:
         turn); True when it wrote the results (False: the trajectory was finished already). The
         connection's retry policy rides out a short outage (:mod:`rewardq.queue.retry`); a commit
         that still fails leaves the entries pending, to be reclaimed and scored again."""
-        assert self.commits is not None
         return await self.commits.commit(shard, tid, results)
 
     async def _fail(
@@ -555,7 +440,6 @@ class Worker:
         """Fail a whole trajectory (an error result for every key, a dead letter), ledger row first;
         ``failure``: its kind when the exception says (default: the dead letter's); ``data_source``:
         its sample's, for the failure counts."""
-        assert self.failures is not None and self.accounting is not None
         failure = failure or DEAD_LETTER_FAILURE[kind]
         prov, ticket = await self.accounting.before_failure(o, records, reason, failure)
         written: bool | None = None
@@ -579,8 +463,7 @@ class Worker:
 
     def _finished(self, tid: str, outcome: str, t0: float, data_source: str) -> None:
         self.flights.finished(tid, handed_back=outcome == "handed-back")
-        if self.retries is not None:
-            self.retries.finished(tid)
+        self.retries.finished(tid)
         elapsed = (time.perf_counter() - t0) * 1000
         self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
         logger.info(
@@ -597,30 +480,27 @@ class Worker:
     # ==================================================================================
     def snapshot(self) -> dict[str, Any]:
         """What the heartbeat publishes (:class:`~rewardq.consumers.presence.Presence`)."""
-        if self.retries is not None:
-            self.presence.retrying = self.retries.snapshot(time.time())
+        self.presence.retrying = self.retries.snapshot(time.time())
         snap = self.presence.snapshot(code_stats(self.manager))
-        if self.accounting is not None:
-            ledger = self.accounting.snapshot()
-            if ledger is not None:
-                snap["ledger"] = json.dumps(ledger)
-            health = self.accounting.health.snapshot()
-            if health:
-                snap["health"] = json.dumps(health, separators=(",", ":"))
+        ledger = self.accounting.snapshot()
+        if ledger is not None:
+            snap["ledger"] = json.dumps(ledger)
+        health = self.accounting.health.snapshot()
+        if health:
+            snap["health"] = json.dumps(health, separators=(",", ":"))
         return snap
 
-    async def _beat(self) -> None:
-        assert self.broker is not None
+    async def beat(self) -> None:
+        """Publish liveness and counters (the heartbeat, without renewing leases)."""
         await self.broker.heartbeat(self.snapshot(), ttl=max(3 * self.cfg.heartbeat_interval, 5))
 
     async def _heartbeat(self) -> None:
         """Publish liveness and counters, and renew the leases of in-flight trajectories."""
-        assert self.broker is not None
-        await self._beat()
+        await self.beat()
         if self.in_flight:
             await self.broker.renew(self.flights.held())
         self.metrics.in_flight(len(self.in_flight), len(self.flights.resting))
-        if self.gate is not None and self.superseded is None:
+        if self.superseded is None:
             self.superseded = await self.gate.superseded()
             if self.superseded is not None:
                 logger.error("worker %s superseded: %s", self.name, self.superseded)
@@ -628,7 +508,6 @@ class Worker:
 
     async def maintain(self) -> None:
         """Reclaim idle entries of dead workers and end trajectories that waited too long."""
-        assert self.broker is not None
         for shard in range(self.broker.ks.shards):
             if self._stopping.is_set():
                 return
@@ -643,6 +522,5 @@ class Worker:
                 self.stats["expired"] += 1
                 self.stats["errors"] += 1
                 self.metrics.dead_letter(DeadLetterKind.INCOMPLETE)
-                if self.failures is not None:
-                    self.failures.count_failure(DEAD_LETTER_FAILURE[DeadLetterKind.INCOMPLETE], "")
+                self.failures.count_failure(DEAD_LETTER_FAILURE[DeadLetterKind.INCOMPLETE], "")
                 logger.warning("trajectory %s ended: %s", tid, reason)

@@ -32,11 +32,14 @@ trainers that honour ``agent_loop_manager_class`` (legacy, V1, one-step-off)::
   ``outputs[-1].extra_fields["reward_extra_info"]``, ``outputs[-1].metrics.compute_score``).
   verl's reward-loop workers are not called, whether they exist or not.
 
-Both paths share :class:`~rewardq.integrations.verl_scoring.TrajectoryScorer`: errors (a failing
-scorer, an unknown data source, a timeout, a worker with another tokenizer) score 0.0 with
-``reward_error`` saying why (``REWARDQ_VERL_ON_ERROR=raise`` raises instead); too many of them
-among the last trajectories raise ``ScoringError`` (the failure budget); an unreachable Redis
-raises ``RedisUnavailable``. Settings: :mod:`rewardq.integrations.verl_settings`.
+Both paths share :class:`~rewardq.integrations.verl_scoring.TrajectoryScorer`: a sample whose
+reward failed is left out of training (``verl_on_error=mask``, the default; ``zero`` and ``raise``
+remain), how depending on the trainer (:mod:`rewardq.integrations.verl_policy`; on the DataProto
+trainers with the one key ``algorithm.adv_estimator=rewardq_grpo``, :mod:`rewardq.integrations.verl_mask`,
+whose estimators this module registers with verl on import). A ``config`` failure, the run's
+failure budget spent (counted in Redis for the whole run) and an unreachable Redis stop the run, on
+the V1 trainer too (:mod:`rewardq.integrations.verl_stop`). The step metrics gain rewardq's figures
+(:mod:`rewardq.integrations.verl_metrics`). Settings: :mod:`rewardq.integrations.verl_settings`.
 
 This module imports verl (and Ray); the TransferQueue classes import verl's V1 trainer, which
 needs the ``transfer_queue`` package, so they are built on first access.
@@ -51,8 +54,11 @@ import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
+from rewardq.errors import ConfigError
+from rewardq.integrations import verl_mask, verl_metrics
 from rewardq.integrations.verl_batch import trajectory_outputs, trajectory_sample
 from rewardq.integrations.verl_fleet import ensure_fleet_once
+from rewardq.integrations.verl_policy import V1, masking_refusal, trainer_kind
 from rewardq.integrations.verl_scoring import (
     ERROR_EXTRA_INFO,
     SKIPPED_COLUMNS,
@@ -62,6 +68,7 @@ from rewardq.integrations.verl_scoring import (
     settings_for,
     trajectory_names,
 )
+from rewardq.integrations.verl_tq import TransferQueueSessions
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -83,7 +90,8 @@ class RewardqScoring:
     def rewardq_scorer(self) -> TrajectoryScorer:
         scorer = self.__dict__.get("_rewardq_scorer")
         if scorer is None:
-            scorer = TrajectoryScorer(settings_for(self.__dict__.get("config")), self.__dict__.get("tokenizer"))
+            config = self.__dict__.get("config")
+            scorer = TrajectoryScorer(settings_for(config), self.__dict__.get("tokenizer"), config)
             self.__dict__["_rewardq_scorer"] = scorer
         return scorer
 
@@ -119,6 +127,7 @@ class RewardqAgentLoopManager(AgentLoopManager):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorker)
+        check_at_start(kwargs.get("config", args[0] if args else None))
         super().__init__(*args, **kwargs)
 
     @classmethod
@@ -159,7 +168,7 @@ class RewardqRewardManager(RewardManagerBase):
         self.rewardq_config = config  # reward.rewardq.fleet in it starts the Ray fleet on first use
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
-        self.scorer = TrajectoryScorer(settings_for(config), tokenizer)
+        self.scorer = TrajectoryScorer(settings_for(config), tokenizer, config, hook=True)
         self._keys_by_source: dict[Any, dict[str, Any]] = {}
 
     async def run_single(self, data: TensorDict) -> dict[str, Any]:
@@ -167,29 +176,43 @@ class RewardqRewardManager(RewardManagerBase):
         await ensure_fleet_once(self.rewardq_config)
         sample = trajectory_sample(data, SKIPPED_COLUMNS)
         uid, session_id = trajectory_names(sample)
-        result, failure = await self.scorer.score_trajectory(uid, session_id, trajectory_outputs(data), sample)
+        result, failure, reward = await self.scorer.score_trajectory(uid, session_id, trajectory_outputs(data), sample)
         source = str(sample.get("data_source"))
         if result is not None and result.reward_score is not None:
-            info = {**result.reward_extra_info, "reward_error": None}
+            info = {**result.reward_extra_info, "reward_error": None, "reward_failure_kind": None}
             self._keys_by_source[source] = self._keys_by_source[None] = info
             return {"reward_score": float(result.reward_score), "reward_extra_info": info}
         example = self._keys_by_source.get(source) or self._keys_by_source.get(None) or ERROR_EXTRA_INFO
         info = {k: 0.0 if k == "score" else empty_like(v) for k, v in example.items()}
-        info.update(ERROR_EXTRA_INFO, reward_error=failure)
-        return {"reward_score": 0.0, "reward_extra_info": info}
+        assert failure is not None  # no result: the scorer said why
+        info.update(ERROR_EXTRA_INFO, reward_error=failure.message, reward_failure_kind=failure.kind)
+        return {"reward_score": reward, "reward_extra_info": info}
 
 
 def uses_v1_trainer(config: Any) -> bool:
-    """Whether ``config`` is that of verl's V1 (TransferQueue) trainer.
+    """Whether ``config`` is that of verl's V1 (TransferQueue) trainer (see ``verl_policy.trainer_kind``)."""
+    return trainer_kind(config) == V1
 
-    verl's V1 task runner sets ``transfer_queue.enable = True`` before it creates the agent-loop
-    manager. ``trainer.use_v1`` alone does not tell: the one-step-off trainer's config inherits
-    ``use_v1: true`` from ``ppo_trainer`` but runs the DataProto trainer, without TransferQueue.
+
+def check_at_start(config: Any) -> None:
+    """In the trainer's process, as the agent-loop manager is built: refuse a configuration that
+    cannot mask, and let the step metrics read the run's figures.
+
+    Raises:
+        ConfigError: ``verl_on_error=mask`` with an estimator that would train on the failed samples.
     """
-    try:
-        return bool(config.transfer_queue.enable)
-    except (AttributeError, KeyError, TypeError):
-        return False
+    if config is None:
+        return
+    settings = settings_for(config)
+    refusal = masking_refusal(settings, config)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    verl_metrics.use_settings(settings)
+    verl_metrics.install()  # the trainer's module is imported by now, whenever rewardq's was
+
+
+verl_mask.register()  # algorithm.adv_estimator=rewardq_grpo, ... in the trainer's process (module docstring)
+verl_metrics.install()
 
 
 @functools.cache
@@ -199,41 +222,16 @@ def _tq_classes() -> dict[str, Any]:
 
     base: Any = AgentLoopWorkerTQ.__ray_metadata__.modified_class  # the class under verl's @ray.remote
 
-    class RewardqAgentLoopWorkerTQ(RewardqScoring, base):
-        """verl's ``AgentLoopWorkerTQ``, scoring on the rewardq fleet.
-
-        verl's TransferQueue post-processing copies the final output's reward onto the
-        trajectory's other outputs after scoring. When the manager gave one reward per output,
-        each output's own reward is put back before verl stores it.
-        """
-
-        async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
-            outputs = output if isinstance(output, list) else [output]
-            if outputs:
-                await self._compute_score(outputs, kwargs=kwargs)  # verl's own call then finds it scored
-                pinned = self.__dict__.setdefault("_rewardq_pinned", {})
-                for o in outputs[:-1]:
-                    if o.reward_score is not None:
-                        pinned[id(o)] = (o.reward_score, o.extra_fields.get("reward_extra_info"))
-            try:
-                await super()._agent_loop_postprocess(output, validate, **kwargs)
-            finally:
-                for o in outputs:
-                    self.__dict__.get("_rewardq_pinned", {}).pop(id(o), None)
-
-        def _compute_multi_modal_inputs(self, output: Any, input_ids: object) -> object:
-            # verl calls this once per output between its reward copy and its put to TransferQueue:
-            # the one point where a per-output reward can be put back (tests/verl prove it still is)
-            pinned = self.__dict__.get("_rewardq_pinned", {}).get(id(output))
-            if pinned is not None:
-                output.reward_score, output.extra_fields["reward_extra_info"] = pinned
-            return super()._compute_multi_modal_inputs(output, input_ids)
+    class RewardqAgentLoopWorkerTQ(TransferQueueSessions, RewardqScoring, base):
+        """verl's ``AgentLoopWorkerTQ``, scoring on the rewardq fleet
+        (:class:`~rewardq.integrations.verl_tq.TransferQueueSessions` says what it adds)."""
 
     class RewardqAgentLoopManagerTQ(AgentLoopManagerTQ):
         """verl's ``AgentLoopManagerTQ`` with :class:`RewardqAgentLoopWorkerTQ` actors (it picks its
         worker class inside its own ``__init__``, so the choice is made after it)."""
 
         def __init__(self, *args: object, **kwargs: object) -> None:
+            check_at_start(kwargs.get("config", args[0] if args else None))
             super().__init__(*args, **kwargs)
             self.agent_loop_workers_class = ray.remote(RewardqAgentLoopWorkerTQ)
 

@@ -1,48 +1,65 @@
-"""The failure budget of one verl adapter or hook process: stop a run that trains on errors.
+"""The failure budget of one verl run, counted once in Redis for every adapter and hook process.
 
-With ``verl_on_error=zero`` an error scores 0.0 and the run goes on, which is right for a scattered
-failure (one judge timeout) and wrong for a broken fleet (a wrong tokenizer, an unknown data
-source, a judge that is down): every reward would be a zero nobody computed. :class:`ErrorBudget`
-keeps the outcome of the last ``window`` trajectories this process scored; once the window has
-filled, a share of errors above ``max_rate`` raises :class:`~rewardq.errors.ScoringError`, whose
-message counts the errors by reason. It never raises before the window has filled, so a run's
-first few trajectories cannot stop it by chance.
+An error result is never a reward, but a fleet that fails everything (a judge that is down, a
+scorer that raises on every response) must not leave a run training on what little is left.
+:class:`FleetBudget` records every trajectory's outcome (``ok`` or its failure kind) in the run's
+window in Redis (:class:`rewardq.queue.failure_budget.OutcomeWindow`): one window per run and
+namespace, shared by every process that scores, so ``verl_error_window`` means the same with 1 or 8
+reward-loop actors. A failure that leaves more than ``max_rate`` of the run's last ``window``
+trajectories failed stops the run with :class:`~rewardq.errors.RunStopped`, whose message counts
+the window's failures by kind and quotes the last one.
+
+It never stops before the window has filled (a run's first few trajectories cannot stop it by
+chance), and never on a scored trajectory: once the cause is fixed, good trajectories go on and
+push the failures out of the window. The run is the Ray job every verl process of it belongs to
+(``local`` outside Ray).
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter, deque
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rewardq.errors import ScoringError
+from rewardq.errors import RunStopped
+from rewardq.queue.states import FailureKind
 
-#: How much of the last error message a ScoringError quotes.
+if TYPE_CHECKING:
+    from rewardq.queue.failure_budget import OutcomeWindow
+
+#: How much of the last error message the budget's error quotes.
 LAST_ERROR_CHARS = 500
-_SCORING_FAILED = re.compile(r"scoring failed: ([A-Za-z_][\w.]*)")
+#: What a trajectory came to: scored, one of the failure kinds, or an error result of a worker that
+#: wrote no kind.
+OK = "ok"
+UNKNOWN = "unknown"
+LABELS = (OK, *(k.value for k in FailureKind), UNKNOWN)
 
 
-def error_reason(message: str) -> str:
-    """A short, countable reason for an error message (``"timed out"``, ``"scoring failed (KeyError)"``)."""
-    text = message.removeprefix("rewardq: ")
-    if "wrong tokenizer" in text:
-        return "wrong tokenizer"
-    if text.startswith("the trajectory timed out"):
-        return "timed out"
-    if text.startswith("the trajectory could not be sent"):
-        return "could not be sent"
-    found = _SCORING_FAILED.search(text)
-    if found:
-        return f"scoring failed ({found.group(1)})"
-    head = text.split(":", 1)[0].strip()
-    return head[:60] or "error"
+@dataclass(frozen=True)
+class Failure:
+    """Why one trajectory got no reward: the message, and its kind (a :class:`FailureKind` value or
+    ``unknown``)."""
+
+    message: str
+    kind: str = UNKNOWN
 
 
-class ErrorBudget:
-    """Outcomes of the last ``window`` trajectories; :meth:`record` raises once too many failed.
+def current_run() -> str:
+    """The run the budget is counted for: the Ray job of this process (every actor of a verl run
+    belongs to its driver's job), or ``local`` outside Ray."""
+    ray = sys.modules.get("ray")  # imported by every verl process; never imported here for nothing
+    if ray is not None and ray.is_initialized():
+        return str(ray.get_runtime_context().get_job_id())
+    return "local"
+
+
+class FleetBudget:
+    """The run's failure budget; :meth:`record` stops the run once too many of its trajectories failed.
 
     Args:
-        max_rate: largest share of errors the window may hold (``1`` never raises).
-        window: how many trajectories the share is taken over.
+        max_rate: largest share of failures the window may hold (``1`` never stops).
+        window: how many of the run's last trajectories the share is taken over.
         settings_hint: named in the error: which settings set the two numbers.
     """
 
@@ -50,30 +67,24 @@ class ErrorBudget:
         self.max_rate = max_rate
         self.window = window
         self.settings_hint = settings_hint
-        self._outcomes: deque[str | None] = deque(maxlen=window)
-        self._last_error = ""
 
-    @property
-    def errors(self) -> int:
-        return sum(o is not None for o in self._outcomes)
-
-    def record(self, error: str | None) -> None:
-        """Count one trajectory (``error``: its error message, None when it was scored).
+    async def record(self, store: OutcomeWindow, failure: Failure | None) -> None:
+        """Count one trajectory (``failure``: why it got no reward, None when it was scored).
 
         Raises:
-            ScoringError: the window is full and more than ``max_rate`` of it failed.
+            RunStopped: it failed, the window is full, and more than ``max_rate`` of it failed.
         """
-        self._outcomes.append(None if error is None else error_reason(error))
-        if error is not None:
-            self._last_error = error
-        if len(self._outcomes) < self.window or self.errors <= self.max_rate * self.window:
+        filled, counts = await store.record(OK if failure is None else failure.kind, self.window)
+        failed = filled - counts[OK]
+        if failure is None or filled < self.window or failed <= self.max_rate * self.window:
             return
-        counts = Counter(o for o in self._outcomes if o is not None)
-        by_reason = ", ".join(f"{n} {reason}" for reason, n in counts.most_common())
+        ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+        by_kind = ", ".join(f"{n} {kind}" for kind, n in ranked if n and kind != OK)
         hint = f" ({self.settings_hint})" if self.settings_hint else ""
-        raise ScoringError(
-            f"rewardq: {self.errors} of the last {self.window} trajectories scored by this process failed, "
-            f"more than verl_max_error_rate={self.max_rate:g} allows{hint}: {by_reason}. Training on them would "
-            "train on rewards nobody computed. Fix the cause (`rewardq status`, `rewardq dead-letters list`), "
-            f"or raise the limit. The last error: {self._last_error[:LAST_ERROR_CHARS]}"
+        raise RunStopped(
+            f"rewardq: {failed} of the run's last {self.window} trajectories got no reward (counted across every "
+            f"adapter and hook process of the run), more than verl_max_error_rate={self.max_rate:g} allows{hint}: "
+            f"{by_kind}. Training on would train on what little the fleet still scores. Fix the cause "
+            "(`rewardq status`, `rewardq dead-letters list`), or raise the limit. "
+            f"The last error ({failure.kind}): {failure.message[:LAST_ERROR_CHARS]}"
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -31,19 +32,25 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import numpy as np
 
-from rewardq.errors import RecordError, RedisUnavailable, RewardTimeout, ScoringError
-from rewardq.integrations.verl_budget import ErrorBudget
+import rewardq.queue.redis_errors as rx
+from rewardq.errors import RecordError, RedisUnavailable, RewardqError, RewardTimeout, RunStopped, SampleMasked
+from rewardq.integrations.verl_budget import LABELS, UNKNOWN, Failure, FleetBudget, current_run
 from rewardq.integrations.verl_media import has_media, wire_media, wire_sample_media
+from rewardq.integrations.verl_policy import V1, hook_on_v1_note, masking_refusal, trainer_kind
 from rewardq.integrations.verl_settings import VerlAdapterSettings, settings_for, where
+from rewardq.integrations.verl_stop import stop_run
 from rewardq.queue.codec import plain_value
 from rewardq.queue.results import RewardResult
+from rewardq.queue.states import FailureKind
 
 if TYPE_CHECKING:
     from rewardq.producers.aio import AsyncRewardClient
+    from rewardq.queue.failure_budget import OutcomeWindow
     from rewardq.reward.tokenizer import Tokenizer
 
 __all__ = [
     "ERROR_EXTRA_INFO",
+    "Failure",
     "TrajectoryScorer",
     "VerlAdapterSettings",
     "align_reward_extra_info",
@@ -61,8 +68,12 @@ ERROR_EXTRA_INFO: dict[str, Any] = {"acc": 0.0}
 #: Dataset columns never pushed: the processor's tensors (``pixel_values``, ...); the images themselves
 #: go as ``multi_modal_data`` (:mod:`rewardq.integrations.verl_media`).
 SKIPPED_COLUMNS = frozenset({"multi_modal_inputs"})
-#: Why a message failed a trajectory (None: it was scored): what the failure budget counts.
-Failure = str | None
+#: What a ``config`` failure's stop says to do: it is the fleet's configuration, not the sample.
+CONFIG_FIX = (
+    "This is a `config` failure: the fleet cannot score it as configured, so the run stops at the first "
+    "trajectory that meets it instead of training without it. Fix the workers' configuration (what the "
+    "message names), restart them, and restart the run"
+)
 
 
 def session_id_for(kwargs: Mapping[str, Any]) -> str:
@@ -126,21 +137,46 @@ class TrajectoryScorer:
         tokenizer: the trainer's tokenizer that made the ids; its fingerprint
             (:func:`rewardq.reward.fingerprint.tokenizer_fingerprint`, computed once per process)
             goes with every record, so a worker with another vocabulary answers with an error.
+        config: the trainer's config (verl's ``self.config``): which trainer runs, hence how a
+            failed sample is masked and how the run is stopped (:mod:`rewardq.integrations.verl_policy`).
+
+    Every trajectory's outcome goes to the run's failure budget in Redis
+    (:mod:`rewardq.integrations.verl_budget`). A failure then follows, in this order: a ``config``
+    failure stops the run; ``on_error=raise`` stops the run; ``zero`` scores 0.0; ``mask`` leaves the
+    sample out of training (the reward NaN on DataProto trainers, :class:`~rewardq.errors.SampleMasked`
+    on V1). A configuration that cannot mask stops the run at its first trajectory (at its first
+    failed one without a config). Stopping goes through :func:`~rewardq.integrations.verl_stop.stop_run`.
 
     The Redis client is created on first use, on the event loop that uses it (a Ray actor's
     loop, or each ``asyncio.run`` of a test).
     """
 
-    def __init__(self, settings: VerlAdapterSettings, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self,
+        settings: VerlAdapterSettings,
+        tokenizer: Tokenizer | None = None,
+        config: object = None,
+        *,
+        hook: bool = False,
+    ) -> None:
         self.settings = settings
         self.tokenizer = tokenizer
-        self.budget = ErrorBudget(
+        self.config = config
+        self.on_v1 = trainer_kind(config) == V1
+        #: on V1 with ``mask``: a prompt's scored sessions are stored only if at least two are
+        #: (:mod:`rewardq.integrations.verl_groups`)
+        self.drops_lone_sessions = self.on_v1 and settings.on_error == "mask"
+        #: said once, at the first masked sample: what masking through the hook costs on V1
+        self.hook_note = hook_on_v1_note(config) if hook and self.on_v1 else None
+        self.refusal = masking_refusal(settings, config)
+        self.budget = FleetBudget(
             settings.max_error_rate,
             settings.error_window,
             settings_hint=f"{where(settings, 'max_error_rate')}; verl_error_window={settings.error_window} from "
             f"{where(settings, 'error_window')}",
         )
         self._client: AsyncRewardClient | None = None
+        self._window: OutcomeWindow | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def client(self) -> AsyncRewardClient:
@@ -148,6 +184,8 @@ class TrajectoryScorer:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             from rewardq.producers.aio import AsyncRewardClient
+            from rewardq.queue.failure_budget import OutcomeWindow
+            from rewardq.queue.keys import Keyspace
             from rewardq.reward.fingerprint import tokenizer_fingerprint
 
             s = self.settings
@@ -163,80 +201,121 @@ class TrajectoryScorer:
                 tokenizer=tokenizer_fingerprint(self.tokenizer),
                 **pool,
             )
+            key = Keyspace(s.namespace).verl_budget(current_run())
+            self._window = OutcomeWindow(self._client.r, key, LABELS)
             self._loop = loop
         return self._client
 
     async def aclose(self) -> None:
         if self._client is not None and self._loop is asyncio.get_running_loop():
             await self._client.aclose()
-        self._client = self._loop = None
+        self._client = self._window = self._loop = None
 
     async def score(self, outputs: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Push one trajectory of verl ``AgentLoopOutput`` s, wait for its rewards, and write them onto ``outputs``.
 
         A final output that already has a ``reward_score`` (scored inside the agent loop) is
-        left alone and nothing is pushed, as verl does. Failures follow ``on_error`` and count
-        against the failure budget; an unreachable Redis always raises.
+        left alone and nothing is pushed, as verl does. A failed output gets 0.0 (``zero``) or NaN
+        (``mask`` on a DataProto trainer), with ``extra_fields["reward_error"]`` and
+        ``["reward_failure_kind"]``; every other outcome of the policy raises (class docstring).
         """
         if not outputs or outputs[-1].reward_score is not None:
             return
         started = time.perf_counter()
         uid, session_id = trajectory_names(kwargs)
-        failures: list[str] = []
+        failed: list[tuple[Any, Failure]] = []
 
-        def fail(output: Any, where: str, message: str) -> None:
-            failures.append(self._failed(where, message))
-            output.reward_score = 0.0
-            output.extra_fields["reward_extra_info"] = dict(ERROR_EXTRA_INFO)
-            output.extra_fields["reward_error"] = message
+        def fail(output: Any, key: str, failure: Failure) -> None:
+            failed.append((output, Failure(f"{key}: {failure.message}", failure.kind)))
 
         keys, results, failure = await self._fetch(uid, session_id, outputs, sample_columns(kwargs))
         if results is None:
-            fail(outputs[-1], f"{uid}_{session_id}", failure or "no result")
+            fail(outputs[-1], f"{uid}_{session_id}", failure or Failure("no result"))
         else:
             apply_results(outputs, keys, results, fail)
         outputs[-1].metrics.compute_score = time.perf_counter() - started
-        self.budget.record(failures[0] if failures else None)
+        reward = await self.settle(failed[0][1] if failed else None)
+        for output, why in failed:
+            output.reward_score = reward
+            output.extra_fields["reward_extra_info"] = dict(ERROR_EXTRA_INFO)
+            output.extra_fields["reward_error"] = why.message
+            output.extra_fields["reward_failure_kind"] = why.kind
 
     async def score_trajectory(
         self, uid: str, session_id: str, outputs: Sequence[Any], sample: Mapping[str, Any]
-    ) -> tuple[RewardResult | None, Failure]:
-        """Push one trajectory, wait, and return the final output's result (or the failure message).
-
-        What verl's reward-loop hook needs: one reward for the trajectory. Failures follow
-        ``on_error`` (``raise`` raises here) and count against the failure budget.
-        """
+    ) -> tuple[RewardResult | None, Failure | None, float]:
+        """Push one trajectory, wait, and return the final output's result, or the failure and the
+        reward the policy gives it (0.0 or NaN; every other outcome raises): what the hook needs."""
         keys, results, failure = await self._fetch(uid, session_id, outputs, sample)
         final = None if results is None else results[keys[-1]]
         if final is not None and not (final.ok and final.reward_score is not None):
-            failure = final.error or "scored as an error without a message"
+            failure = result_failure(final)
         if failure is not None:
-            failure = self._failed(keys[-1] if keys else f"{uid}_{session_id}", failure)
-        self.budget.record(failure)
-        return (final if failure is None else None), failure
+            failure = Failure(f"{keys[-1] if keys else f'{uid}_{session_id}'}: {failure.message}", failure.kind)
+        reward = await self.settle(failure)
+        return (final if failure is None else None), failure, reward
 
-    def _failed(self, where: str, message: str) -> str:
-        """An error for ``where``: raised with ``on_error=raise``, else logged and returned."""
+    async def settle(self, failure: Failure | None) -> float:
+        """Count one trajectory against the run's budget and apply the policy to its failure: the reward
+        a failed sample gets (0.0 for ``zero``, NaN for ``mask``), or a raise (class docstring)."""
+        if self.refusal is not None and (self.config is not None or failure is not None):
+            await self._stop(RunStopped(self.refusal))
+        assert self._window is not None  # made by client(), which _fetch called
+        try:
+            await self.budget.record(self._window, failure)
+        except RunStopped as exc:
+            await self._stop(exc)
+        except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
+            await self._stop(self._unreachable(exc))
+        if failure is None:
+            return 0.0
+        if failure.kind == FailureKind.CONFIG:
+            await self._stop(RunStopped(f"rewardq: {failure.message}. {CONFIG_FIX}"))
         if self.settings.on_error == "raise":
-            raise ScoringError(f"{where}: {message} (REWARDQ_VERL_ON_ERROR=raise)")
-        logger.warning("rewardq: %s scored 0.0: %s", where, message)
-        return message
+            origin = where(self.settings, "on_error")
+            await self._stop(RunStopped(f"rewardq: {failure.message} (verl_on_error=raise from {origin})"))
+        if self.settings.on_error == "zero":
+            logger.warning("rewardq: %s scored 0.0 (verl_on_error=zero): %s", failure.kind, failure.message)
+            return 0.0
+        logger.warning("rewardq: %s left out of training (verl_on_error=mask): %s", failure.kind, failure.message)
+        if self.hook_note is not None:
+            logger.warning("%s", self.hook_note)
+            self.hook_note = None
+        if self.on_v1:
+            raise SampleMasked(f"rewardq: left out of training (verl_on_error=mask, {failure.kind}): {failure.message}")
+        return math.nan
+
+    async def drop_lone(self, uid: object, scored: int, n: int) -> None:
+        """Leave a scored V1 session out of training with its group (``scored`` of its ``n`` sessions
+        got a reward): counted for the step metrics, then :class:`~rewardq.errors.SampleMasked`."""
+        assert self._window is not None  # made by client(), which scoring the session called
+        try:
+            await self._window.count_dropped(1)
+        except (rx.ConnectionError, rx.TimeoutError, OSError):
+            logger.warning("rewardq: could not count a dropped session of prompt %s for the step metrics", uid)
+        raise SampleMasked(
+            f"rewardq: left out of training with its group: {scored} of the {n} sessions of prompt {uid} got a "
+            "reward, and verl's GRPO would train a lone session on its raw score (verl_on_error=mask)"
+        )
+
+    async def _stop(self, error: RewardqError) -> None:
+        await stop_run(error, self.on_v1)
 
     async def _fetch(
         self, uid: str, session_id: str, outputs: Sequence[Any], sample: Mapping[str, Any]
-    ) -> tuple[list[str], Mapping[str, RewardResult] | None, Failure]:
+    ) -> tuple[list[str], Mapping[str, RewardResult] | None, Failure | None]:
         """Push and wait: the keys, their results, or why there are none (a timeout, a record not sent)."""
-        import rewardq.queue.redis_errors as rx
-
         keys: list[str] = []
         try:
             keys, results = await self._push_and_wait(uid, session_id, outputs, sample)
             return keys, results, None
-        except (RewardTimeout, RecordError) as exc:
-            what = "timed out" if isinstance(exc, RewardTimeout) else "could not be sent"
-            return keys, None, f"rewardq: the trajectory {what}: {exc}"
+        except RewardTimeout as exc:
+            return keys, None, Failure(f"rewardq: the trajectory timed out: {exc}", FailureKind.TRANSIENT.value)
+        except RecordError as exc:
+            return keys, None, Failure(f"rewardq: the trajectory could not be sent: {exc}", FailureKind.INPUT.value)
         except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
-            raise self._unreachable(exc) from exc
+            await self._stop(self._unreachable(exc))
+            raise AssertionError("unreachable") from exc  # _stop always raises
 
     def _unreachable(self, exc: BaseException) -> RedisUnavailable:
         from rewardq.queue.connection import redact_url
@@ -272,6 +351,12 @@ class TrajectoryScorer:
             return await client.put_trajectory_and_wait(uid, session_id, strict, encodable_only(sample), timeout)
 
 
+def result_failure(result: RewardResult) -> Failure:
+    """Why an error result got no reward, with the kind the worker gave it."""
+    kind = result.failure_kind.value if result.failure_kind is not None else UNKNOWN
+    return Failure(result.error or "scored as an error without a message", kind)
+
+
 def trajectory_names(columns: Mapping[str, Any]) -> tuple[str, str]:
     """The uid (the dataset row's, shared by its ``rollout.n`` samples) and a fresh session id."""
     uid = str(_plain_or_self(columns.get("uid")) or uuid.uuid4().hex)
@@ -286,11 +371,11 @@ def apply_results(
     outputs: Sequence[Any],
     keys: Sequence[str],
     results: Mapping[str, RewardResult],
-    fail: Callable[[Any, str, str], None],
+    fail: Callable[[Any, str, Failure], None],
 ) -> None:
     """Write results onto outputs as verl's reward loop does: the final output gets
     ``reward_score`` and ``extra_fields["reward_extra_info"]``; the others get theirs only when
-    the manager gave per-output rewards. ``fail(output, key, message)`` handles error results."""
+    the manager gave per-output rewards. ``fail(output, key, failure)`` handles error results."""
     final = results[keys[-1]]
     per_output = any(not _same(results[k], final) for k in keys[:-1])
     pairs = list(zip(outputs, keys)) if per_output else [(outputs[-1], keys[-1])]
@@ -300,8 +385,9 @@ def apply_results(
             output.reward_score = float(result.reward_score)
             output.extra_fields["reward_extra_info"] = dict(result.reward_extra_info)
             output.extra_fields["reward_error"] = None  # every row has the key: verl concatenates workers' batches
+            output.extra_fields["reward_failure_kind"] = None
         else:
-            fail(output, key, result.error or "scored as an error without a message")
+            fail(output, key, result_failure(result))
 
 
 def _same(a: RewardResult, b: RewardResult) -> bool:

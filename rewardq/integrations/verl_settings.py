@@ -11,9 +11,9 @@ variable                         config key                  meaning
 ``REWARDQ_NAMESPACE``            ``namespace``               the workers' namespace
 ``REWARDQ_CLUSTER``              ``cluster``                 the URL is a Redis Cluster
 ``REWARDQ_VERL_TIMEOUT``         ``verl_timeout``            seconds to wait for one trajectory's rewards
-``REWARDQ_VERL_ON_ERROR``        ``verl_on_error``           ``zero`` (default) or ``raise``
+``REWARDQ_VERL_ON_ERROR``        ``verl_on_error``           ``mask`` (default), ``zero`` or ``raise``
 ``REWARDQ_VERL_MAX_ERROR_RATE``  ``verl_max_error_rate``     failure budget: largest share of errors ...
-``REWARDQ_VERL_ERROR_WINDOW``    ``verl_error_window``       ... among this many last trajectories
+``REWARDQ_VERL_ERROR_WINDOW``    ``verl_error_window``       ... among the run's last this many trajectories
 ===============================  ==========================  ======================================
 
 :func:`where` names the setting a value came from (``REWARDQ_REDIS_URL``, ``reward.rewardq.redis_url``),

@@ -65,6 +65,10 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  the answer, kept for result_ttl; ``c``/``cu`` the claim
                                                  of the worker sending it (rewardq.queue.judge_cache)
     rewardq:judge-stats                  HASH    fleet-wide judge counters, ``<counter>:<model>``
+    rewardq:verl-budget:<run>            HASH    one verl run's failure budget: the outcomes of its last
+                                                 ``verl_error_window`` trajectories as a ring, counts per
+                                                 failure kind, and the run's totals (lua/budget.lua);
+                                                 ``<run>`` is the Ray job (or ``local``)
     rewardq:provenance                   HASH    what produced results: ``<digest>`` -> a provenance blob
                                                  (JSON: scoring fingerprint, version, scorer, judge,
                                                  isolation), one per scorer and configuration, named by
@@ -268,6 +272,10 @@ class Keyspace:
     def judge_stats(self) -> str:
         """The fleet's judge counters per model."""
         return f"{self.namespace}:judge-stats"
+
+    def verl_budget(self, run: str) -> str:
+        """One verl run's failure budget (:mod:`rewardq.queue.failure_budget`)."""
+        return f"{self.namespace}:verl-budget:{run}"
 
     @property
     def provenance(self) -> str:

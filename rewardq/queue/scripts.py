@@ -11,7 +11,7 @@ from importlib import resources
 
 NAMES = ("store", "commit", "fail", "expire", "renew", "release", "claimable", "claim", "unfinished")
 #: Scripts that run on their own, without ``common.lua``.
-STANDALONE = ("ratelimit", "judge", "scoring")
+STANDALONE = ("ratelimit", "judge", "scoring", "budget")
 
 
 @cache

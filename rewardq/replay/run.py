@@ -72,11 +72,11 @@ async def run_replay(
     Results are polled (one read of every in-flight key per round, every ``_POLL`` s) rather than
     awaited on the ``done`` stream, whose blocking reads the embedded stand-in serves by timeout.
     """
-    from rewardq.consumers.worker import Worker
+    from rewardq.consumers.compose import prepare_worker, run_worker
     from rewardq.producers.aio import AsyncRewardClient
 
-    worker = Worker(cfg)
-    task = asyncio.create_task(worker.run(), name="replay-worker")
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_worker(prepare_worker(cfg), stopping=stop), name="replay-worker")
     client = AsyncRewardClient.from_url(cfg.redis_url, namespace=cfg.namespace, max_backlog=None)
     outcome = Outcome(namespace=cfg.namespace)
     pending = list(reversed(trajectories))
@@ -107,7 +107,7 @@ async def run_replay(
     except asyncio.CancelledError:
         outcome.interrupted = True
     finally:
-        worker.request_stop("replay done" if not outcome.interrupted else "replay interrupted")
+        stop.set()  # the worker finishes what it holds, then stops
         with contextlib.suppress(Exception):
             await task
         await client.aclose()

@@ -1,13 +1,12 @@
 """Build the reward manager a worker runs, from its configuration.
 
-Resolves the manager class (registry, entry point or ``module:Class``), loads the
-tokenizer and the custom scoring function, and checks the manager's options against its
+Resolves the manager class (registry, entry point or ``module:Class``), loads the custom
+scoring function, and checks the manager's options against its
 constructor so a misspelt option fails at start-up, not on the first trajectory.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 from typing import TYPE_CHECKING, Any
@@ -109,29 +108,13 @@ def scoring_settings(cfg: Any) -> ScoringSettings:
     )
 
 
-def load_worker_tokenizer(cfg: Any) -> Tokenizer:
-    """The tokenizer a :class:`~rewardq.config.WorkerConfig` names; ConfigError naming ``--tokenizer``
-    when it names none (there is no default) and naming the path when it cannot be loaded."""
-    from rewardq.reward.tokenizer import load_tokenizer
-
-    source = getattr(cfg, "sources", {}).get("tokenizer", "")
-    return load_tokenizer(cfg.tokenizer, origin=source if source.startswith("file ") else None)
-
-
-def build_from_config(
-    cfg: Any, context: ManagerContext, tokenizer: Tokenizer | None = None
-) -> tuple[RewardManager, Tokenizer]:
-    """The manager and tokenizer described by a :class:`~rewardq.config.WorkerConfig` (``tokenizer``:
-    already loaded by :func:`load_worker_tokenizer`)."""
+def build_from_config(cfg: Any, context: ManagerContext, tokenizer: Tokenizer | None) -> RewardManager:
+    """The manager a :class:`~rewardq.config.WorkerConfig` describes, in ``context`` (the worker's
+    one context: :func:`rewardq.consumers.compose.manager_context`), decoding with ``tokenizer``."""
     from rewardq.reward.execution.loader import load_score_fn
 
-    context = dataclasses.replace(context, scoring=scoring_settings(cfg))
-
-    if tokenizer is None:
-        tokenizer = load_worker_tokenizer(cfg)
     score_fn = load_score_fn(cfg.reward_fn, cfg.reward_fn_kwargs) if cfg.reward_fn else None
     options = dict(cfg.manager_options)
     if cfg.reward_fn and "scorer_spec" in accepted_options(get_manager_class(cfg.manager))[0]:
         options.setdefault("scorer_spec", cfg.reward_fn)  # process-isolated managers re-load it in the child
-    manager = build_manager(cfg.manager, tokenizer=tokenizer, compute_score=score_fn, options=options, context=context)
-    return manager, tokenizer
+    return build_manager(cfg.manager, tokenizer=tokenizer, compute_score=score_fn, options=options, context=context)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import TypeVar
 
 from rewardq.errors import UnknownManagerError
 from rewardq.reward.base import RewardManager
-from rewardq.reward.execution.loader import import_object
+from rewardq.reward.execution.loader import import_object, is_file_spec
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -94,6 +95,34 @@ def listed_managers() -> list[str]:
     return [*BUILTIN_NAMES, *rest]
 
 
+def _unknown(spec: str, known: list[str]) -> UnknownManagerError:
+    return UnknownManagerError(
+        f"unknown reward manager {spec!r}; known: {', '.join(known)}; "
+        "or give a custom one as package.module:ClassName or path/to/file.py:ClassName"
+    )
+
+
+def check_manager_spec(spec: str, *, names_may_register: bool = False) -> None:
+    """Refuse a ``--manager`` that names nothing, without importing any manager (the built-ins
+    import torch, seconds of a start-up): a name that is neither built in, registered nor an
+    entry point, or a ``path/to/file.py:Class`` whose file is not there. A ``module:Class`` is
+    imported later by :func:`get_manager_class`, which says what is wrong with it.
+    ``names_may_register``: code imported later (a ``--reward-fn`` module) may still
+    :func:`register` the name, so an unknown name is left to :func:`get_manager_class`."""
+    module, sep, _ = spec.rpartition(":")
+    if sep and module:
+        if is_file_spec(module) and not os.path.isfile(os.path.expanduser(module)):
+            raise UnknownManagerError(
+                f"cannot import manager {spec!r}: no such file {module!r} "
+                f"(looked in {os.path.abspath(os.path.expanduser(module))!r})"
+            )
+        return
+    if names_may_register:
+        return
+    if spec not in BUILTIN_NAMES and spec not in _REGISTRY and spec not in _entry_point_classes():
+        raise _unknown(spec, sorted(listed_managers()))
+
+
 def get_manager_class(spec: str) -> type[RewardManager]:
     """Resolve ``--manager``: a registered name or alias, an entry point, ``package.module:ClassName``
     or ``path/to/file.py:ClassName``."""
@@ -112,10 +141,7 @@ def get_manager_class(spec: str) -> type[RewardManager]:
                 "importable on the worker (PYTHONPATH) and the class name"
             ) from None
     else:
-        raise UnknownManagerError(
-            f"unknown reward manager {spec!r}; known: {', '.join(known_managers())}; "
-            "or give a custom one as package.module:ClassName or path/to/file.py:ClassName"
-        )
+        raise _unknown(spec, known_managers())
     if not (isinstance(cls, type) and issubclass(cls, RewardManager)):
         raise UnknownManagerError(
             f"{spec!r} is not a subclass of rewardq.reward.RewardManager; a verl reward manager "

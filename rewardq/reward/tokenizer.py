@@ -497,13 +497,10 @@ def load_tokenizer(
     """
     if backend not in BACKENDS:
         raise ConfigError(f"tokenizer backend must be one of {BACKENDS}, got {backend!r}")
-    if path is None or not os.fspath(path).strip():
-        raise ConfigError(NO_TOKENIZER)
-    text = os.fspath(path)
+    check_tokenizer_spec(path, origin=origin)
+    text = os.fspath(path or "")
     if text == DEMO_SPEC:
         return load_demo_tokenizer()
-    if text.startswith("builtin:"):
-        raise ConfigError(f"unknown built-in tokenizer {text!r}; the only one is {DEMO_SPEC!r}")
     p = Path(text).expanduser()
     use_transformers = backend == "transformers" or (backend == "auto" and _transformers_available())
     if backend == "transformers" and not _transformers_available():
@@ -535,6 +532,23 @@ def load_tokenizer(
                 return _from_hub_cache(text, origin)
             except ConfigError:
                 raise exc from None
+    raise ConfigError(f"tokenizer path {text!r} is neither a file nor a folder")  # a socket, a FIFO, ...
+
+
+def check_tokenizer_spec(path: str | os.PathLike[str] | None, *, origin: str | None = None) -> None:
+    """Refuse, without importing anything, a tokenizer :func:`load_tokenizer` cannot load: none given
+    (:data:`NO_TOKENIZER`), an unknown ``builtin:``, or a path that is not on this machine and is
+    no Hub id either (``origin``: where the path came from, named in the error)."""
+    if path is None or not os.fspath(path).strip():
+        raise ConfigError(NO_TOKENIZER)
+    text = os.fspath(path)
+    if text == DEMO_SPEC:
+        return
+    if text.startswith("builtin:"):
+        raise ConfigError(f"unknown built-in tokenizer {text!r}; the only one is {DEMO_SPEC!r}")
+    p = Path(text).expanduser()
+    if p.exists() or looks_like_hub_id(text):
+        return
     where = f" ({origin})" if origin else ""
     raise ConfigError(
         f"tokenizer path {text!r}{where} does not exist on this machine (looked in {str(p.absolute())!r}). "

@@ -26,14 +26,21 @@ import redis
 from redis.crc import key_slot
 
 from rewardq import AsyncRewardClient, RewardClient
-from rewardq.consumers.worker import Worker
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.checks import must
 from tests.support.cli_procs import REPO, worker_argv
 from tests.support.cluster import ClusterStartError, LocalCluster
-from tests.support.helpers import SAMPLE, Hang, output, running_workers, stop_while_scoring, worker_config
+from tests.support.helpers import (
+    SAMPLE,
+    Hang,
+    open_test_worker,
+    output,
+    running_workers,
+    stop_while_scoring,
+    worker_config,
+)
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
 from tests.support.sync_client import ClusterClient, connect_cluster, connect_node
@@ -93,8 +100,9 @@ async def test_shards_spread_over_all_masters_and_each_shard_is_one_slot(
 ) -> None:
     # Given a 6-shard keyspace whose streams and groups exist on the cluster
     ks = Keyspace(cns, SHARDS)
-    w = Worker(worker_config(cns, redis_cluster.url, name="placement", shards=SHARDS), manager=LengthManager(None))
-    await w.start()
+    w = await open_test_worker(
+        worker_config(cns, redis_cluster.url, name="placement", shards=SHARDS), manager=LengthManager(None)
+    )
     await w.stop()
     masters = {n.name: n for n in rc.get_primaries()}
     assert len(masters) == 3
@@ -321,9 +329,7 @@ async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(
     client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
     keys = client.put_trajectory(uid, "s", [output(3, 4), output(3, 6), output(2, 9)], SAMPLE)
     # Given worker A took the trajectory, renewed its lease (renew.lua) and then died mid-scoring
-    a = Worker(worker_config(cns, url, name="A", shards=SHARDS), manager=Hang(None))
-    await a.start()
-    assert a.broker is not None
+    a = await open_test_worker(worker_config(cns, url, name="A", shards=SHARDS), manager=Hang(None))
     await a.handle(await a.broker.read([shard], 10, None))
     assert list(a.in_flight) == [f"{uid}_s"]
     assert await a.broker.renew(a.flights.held()) == 1

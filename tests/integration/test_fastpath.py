@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 
 from rewardq import RewardClient
-from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
 from tests.support.checks import must
-from tests.support.helpers import SAMPLE, Hang, output, running_workers, worker_config
+from tests.support.helpers import SAMPLE, Hang, open_test_worker, output, running_workers, worker_config
 from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
@@ -21,10 +20,8 @@ async def test_whole_trajectory_is_claimed_without_copying_records(
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_trajectory("fast", "s", [output(3, 4), output(3, 5), output(3, 6)], SAMPLE)
-    w = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
-    await w.start()
+    w = await open_test_worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     try:
-        assert w.broker is not None
         await w.handle(await w.broker.read([0], 10, None))
         h = {k.decode(): v for k, v in sync_redis.hgetall(ks.traj_key("fast_s")).items()}
         assert h["lease"] == b"A" and h["final"] == b"2" and len(h["whole"].split(b",")) == 3
@@ -41,9 +38,7 @@ async def test_late_duplicates_of_a_whole_trajectory(ns: str, redis_url: str, sy
     client = RewardClient.from_url(redis_url, namespace=ns)
     same = client.put_trajectory("same", "s", [output(3, 4, seed=1), output(3, 5, seed=2)], SAMPLE)
     client.put_trajectory("diff", "s", [output(3, 4, seed=1), output(3, 5, seed=2)], SAMPLE)
-    a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
-    await a.start()
-    assert a.broker is not None
+    a = await open_test_worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     await a.handle(await a.broker.read([0], 10, None))  # both claimed whole by A, which then dies
     await _abandon(a)
     client.put_output("same", "s", 1, output(3, 5, seed=2), SAMPLE, final=True)  # identical: harmless
@@ -66,10 +61,8 @@ async def test_a_whole_duplicate_of_a_finished_trajectory_rewrites_nothing(
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("dup", "s", [output(3, 4), output(3, 5)], SAMPLE)
     LengthManager.calls = []
-    w = Worker(worker_config(ns, redis_url, name="A"), manager=LengthManager(None))
-    await w.start()
+    w = await open_test_worker(worker_config(ns, redis_url, name="A"), manager=LengthManager(None))
     try:
-        assert w.broker is not None
         await w.handle(await w.broker.read([0], 10, None))
         first = await asyncio.to_thread(client.wait_rewards, keys, 10)
         # the same trajectory again, whole in one read (a producer retried its put)
@@ -97,14 +90,12 @@ async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     client.put_trajectory("lost", "s", [output(3, 4), output(3, 5)], SAMPLE)
-    w = Worker(worker_config(ns, redis_url, name="A"), manager=LengthManager(None))
-    await w.start()
+    w = await open_test_worker(worker_config(ns, redis_url, name="A"), manager=LengthManager(None))
     try:
 
         async def refused(groups: object) -> list[bool]:
             raise ConnectionError("redis went away mid-claim")
 
-        assert w.broker is not None
         real = w.broker.claim_whole
         w.broker.claim_whole = refused  # type: ignore[method-assign]  # a claim that fails
         entries = await w.broker.read([0], 10, None)

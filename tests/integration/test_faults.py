@@ -22,10 +22,11 @@ import redis
 
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.config import WorkerConfig
-from rewardq.consumers.worker import Worker
+from rewardq.consumers.compose import prepare_worker, run_worker
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.script_runner import Call
 from tests.support.exactly_once import Trajectory, make_trajectories, push, settle
+from tests.support.helpers import open_test_worker
 from tests.support.managers import EchoManager
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
@@ -159,15 +160,22 @@ async def _rescue(
     url: str, names: dict[str, str], clients: dict[str, RewardClient], keys: dict[str, list[str]]
 ) -> None:
     settings: dict[str, Any] = {k: v for k, v in FAST.items() if k != "manager"}
-    workers = [
-        Worker(
-            # another scoring configuration than the dead workers': it takes over once their heartbeats lapse
-            WorkerConfig(redis_url=url, namespace=names[p], name=f"rescuer-{p}", takeover=True, **settings).validate(),
-            manager=EchoManager(),
+    stop = asyncio.Event()
+    tasks = [  # each waits at the fleet gate until the dead workers' heartbeats lapse, then serves
+        asyncio.create_task(
+            run_worker(
+                # another scoring configuration than the dead workers': it takes over once their heartbeats lapse
+                prepare_worker(
+                    WorkerConfig(
+                        redis_url=url, namespace=names[p], name=f"rescuer-{p}", takeover=True, **settings
+                    ).validate(),
+                    manager=EchoManager(),
+                ),
+                stopping=stop,
+            )
         )
         for p in names
     ]
-    tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
         for p in names:
             await asyncio.to_thread(clients[p].wait_rewards, keys[p], 90)
@@ -182,8 +190,7 @@ async def _rescue(
         finally:
             r.close()
     finally:
-        for w in workers:
-            w.request_stop("test done")
+        stop.set()
         await asyncio.gather(*tasks)
 
 
@@ -328,9 +335,7 @@ async def test_store_and_claim_survive_script_cache_loss(server: RedisServer) ->
     client = RewardClient.from_url(server.url, namespace=ns)
     jobs = make_trajectories(6, seed=5)
     push(client, jobs)
-    w = Worker(WorkerConfig(redis_url=server.url, namespace=ns, name="ns-w"), manager=EchoManager())
-    await w.start()
-    assert w.broker is not None
+    w = await open_test_worker(WorkerConfig(redis_url=server.url, namespace=ns, name="ns-w"), manager=EchoManager())
     broker = w.broker
     try:
         real = broker.scripts._pipeline

@@ -108,6 +108,28 @@ def test_forty_trajectories_on_two_workers_keep_the_fleets_rate_and_concurrency(
     stop(client, workers)
 
 
+@pytest.mark.parametrize("ttl", [60, 0])
+def test_a_cli_workers_judge_answers_live_as_long_as_its_result_ttl(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path, ttl: int
+) -> None:
+    # Given a `rewardq worker` running genrm with --result-ttl 60 (or 0: for ever)
+    [w] = start_workers(procs, redis_url, ns, ["ttl"], config_file(tmp_path, judge), "--result-ttl", str(ttl))
+    both_alive(sync_redis, ns, ["ttl"], [w])
+    # When it judges one trajectory
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = client.put_trajectory("t", "s", [text_output("grade=0.5")], SAMPLE)
+    assert client.wait_rewards(keys, timeout=60)[keys[0]].reward_score == 0.5
+    client.close()
+    # Then the judge's answer is kept as long as the results (not the 7-day default): the TTL of its
+    # cache key, and of the judge counters
+    answers = sync_redis.keys(f"{ns}:judge:*")
+    assert len(answers) == 1 and judge.stats()["served"] == 1
+    for key in [answers[0], f"{ns}:judge-stats".encode()]:
+        left = sync_redis.pttl(key)
+        assert (0 < left <= ttl * 1000) if ttl else left == -1, (key, left)
+    assert w.terminate() == 0, w.stderr()[-2000:]
+
+
 def test_a_worker_killed_mid_judging_costs_no_request_twice(
     procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
 ) -> None:

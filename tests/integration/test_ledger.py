@@ -18,7 +18,7 @@ from rewardq.ledger.table import sample_of
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.provenance import lookup
 from rewardq.reward.tokenizer import load_tokenizer
-from tests.support.helpers import until, worker_config
+from tests.support.helpers import open_test_worker, until, worker_config
 from tests.support.ledger_rewards import CUSTOM, FAILING
 from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
 from tests.support.sync_client import SyncClient
@@ -27,7 +27,7 @@ from tests.support.sync_client import SyncClient
 async def _score_all(ns: str, url: str, trajs: list[dict[str, Any]], **kw: Any) -> tuple[dict[str, Any], Worker]:
     client = RewardClient.from_url(url, namespace=ns)
     keys = push_all(client, trajs)
-    w = Worker(worker_config(ns, url, reward_fn=REWARDS, **kw))
+    w = await open_test_worker(worker_config(ns, url, reward_fn=REWARDS, **kw))
     task = asyncio.create_task(w.run())
     try:
         got: dict[str, Any] = {}
@@ -125,7 +125,7 @@ async def test_a_ledger_that_cannot_be_written_never_stops_scoring_and_says_so(
     trajs = [t for t in mixed_trajectories(30, seed=5) if t["sample"]["data_source"] != FAILING]
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = push_all(client, trajs)
-    w = Worker(
+    w = await open_test_worker(
         worker_config(
             ns, redis_url, reward_fn=REWARDS, ledger=str(blocker / "ledger"), ledger_spool=str(tmp_path / "spool")
         )
@@ -135,9 +135,9 @@ async def test_a_ledger_that_cannot_be_written_never_stops_scoring_and_says_so(
         # When it scores (and tries to flush)
         await until(lambda: all(v is not None for v in client.get_rewards(keys).values()), "results", timeout=60)
         assert all(v is not None and v.ok for v in client.get_rewards(keys).values())
-        assert w.accounting is not None and w.accounting.ledger is not None
+        assert w.accounting.ledger is not None
         await w.accounting.ledger.flush_due(everything=True)
-        await w._beat()
+        await w.beat()
         # Then every trajectory is scored, and status says the ledger is failing, naming why
         st = pipeline_status(sync_redis, Keyspace(ns))
         ledger = st["ledger"]

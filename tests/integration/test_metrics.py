@@ -10,10 +10,9 @@ import urllib.request
 import pytest
 
 from rewardq import RewardClient
-from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
 from tests.support.checks import must
-from tests.support.helpers import SAMPLE, output, until, worker_config
+from tests.support.helpers import SAMPLE, open_test_worker, output, until, worker_config
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
 
@@ -30,7 +29,7 @@ def _scrape(port: int) -> dict[str, float]:
 
 async def test_metrics_endpoint_counts_a_run(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
     client = RewardClient.from_url(redis_url, namespace=ns)
-    w = Worker(
+    w = await open_test_worker(
         worker_config(ns, redis_url, name="m", metrics_port=0, manager="test-length"), manager=LengthManager(None)
     )
     task = asyncio.create_task(w.run())
@@ -68,7 +67,7 @@ async def test_backlog_gauges_show_the_namespaces_backlog_and_its_drain_time(
     from tests.support.managers import EchoManager
 
     client = RewardClient.from_url(redis_url, namespace=ns)
-    w = Worker(
+    w = await open_test_worker(
         worker_config(ns, redis_url, name="slow", metrics_port=0, concurrency=1, batch_size=1),
         manager=EchoManager(sleep=0.1),
     )

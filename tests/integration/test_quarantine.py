@@ -9,7 +9,6 @@ from typing import Any
 from tensordict import TensorDict
 
 from rewardq import RewardClient
-from rewardq.consumers.worker import Worker
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import RewardManager
 from rewardq.reward.rows import last_row, valid_response_ids
@@ -18,6 +17,7 @@ from tests.support.helpers import (
     Hang,
     PeakCounter,
     abandon_worker,
+    open_test_worker,
     output,
     running_workers,
     stop_while_scoring,
@@ -44,9 +44,7 @@ async def test_trajectories_of_a_dead_worker_are_scored_one_at_a_time_then_new_o
     client = RewardClient.from_url(redis_url, namespace=ns)
     # Given four trajectories in flight at a worker that dies
     keys = [client.put_trajectory(f"dead{i}", "0", [output(2, 3 + i)], SAMPLE)[0] for i in range(4)]
-    a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
-    await a.start()
-    assert a.broker is not None
+    a = await open_test_worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     await a.handle(await a.broker.read([0], 10, None))
     assert len(a.in_flight) == 4
     await abandon_worker(a)

@@ -18,6 +18,7 @@ from rewardq.reward.base import RewardManager
 from tests.support.helpers import (
     SAMPLE,
     Hang,
+    open_test_worker,
     output,
     running_workers,
     stop_while_scoring,
@@ -35,9 +36,7 @@ async def test_dead_workers_trajectory_is_reclaimed_and_scored_once(
     ks = Keyspace(ns)
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("u", "s", [output(3, 4), output(3, 6)], SAMPLE)
-    a = Worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
-    await a.start()
-    assert a.broker is not None
+    a = await open_test_worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
     entries = await a.broker.read([0], 10, None)
     await a.handle(entries)
     assert list(a.in_flight) == ["u_s"]
@@ -101,10 +100,8 @@ async def stored_trajectory(
 
     client = RewardClient.from_url(url, namespace=ns)
     client.put_trajectory(uid, "s", outputs, SAMPLE)
-    w = Worker(worker_config(ns, url, name="A"), manager=Hang(None))
-    await w.start()
+    w = await open_test_worker(worker_config(ns, url, name="A"), manager=Hang(None))
     try:
-        assert w.broker is not None
         entries = await w.broker.read([0], 10, None)
         yield client, w, await w.broker.store([(e, decode_output(e.data), bytes(e.data)) for e in entries])
     finally:
@@ -120,7 +117,6 @@ async def test_repeated_commit_changes_nothing(ns: str, redis_url: str, sync_red
             RewardResult(key=f"c_s_{i}", status="ok", reward_score=0.5, reward_extra_info={"i": i}, worker="A")
             for i in range(2)
         ]
-        assert w.broker is not None
         assert await w.broker.commit(0, "c_s", results) is True
         first = sync_redis.hgetall(ks.reward_key("c_s_1"))
         results[1].reward_score = 0.9  # a late duplicate commit with another value
@@ -195,12 +191,10 @@ async def test_entry_redelivered_too_often_is_dead_lettered(ns: str, redis_url: 
     keys = client.put_trajectory("poison", "s", [output(2, 2)], SAMPLE)
     # three workers in a row die while scoring it
     for i in range(3):
-        a = Worker(
+        a = await open_test_worker(
             worker_config(ns, redis_url, name=f"dies{i}", lease_seconds=0.5, heartbeat_interval=0.1), manager=Hang(None)
         )
-        await a.start()
         if i == 0:
-            assert a.broker is not None
             await a.handle(await a.broker.read([0], 10, None))
         else:
             await asyncio.sleep(1.1)
@@ -237,9 +231,7 @@ async def test_dead_owners_lease_running_out_costs_no_deliveries(
     again while the dead owner's lease runs out, so it is scored, not dead-lettered."""
     client = RewardClient.from_url(redis_url, namespace=ns)
     keys = client.put_trajectory("patient", "s", [output(2, 7)], SAMPLE)
-    a = Worker(worker_config(ns, redis_url, name="A", lease_seconds=2.5), manager=Hang(None))
-    await a.start()
-    assert a.broker is not None
+    a = await open_test_worker(worker_config(ns, redis_url, name="A", lease_seconds=2.5), manager=Hang(None))
     await a.handle(await a.broker.read([0], 10, None))
     await _abandon(a)
     async with running_workers(
@@ -274,7 +266,6 @@ async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(
             )
             for i in range(3)
         ]
-        assert w.broker is not None
         ((_, args),) = w.broker.commit_calls(0, "sh_s", w.broker.encode(results))
         assert await w.broker.commit(0, "sh_s", results) is True
         # Then every key holds its own result, read back through the client

@@ -16,7 +16,7 @@ from rewardq import RecordError, RewardClient
 from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import RewardManager
-from tests.support.helpers import SAMPLE, output, running_workers
+from tests.support.helpers import SAMPLE, open_test_worker, output, running_workers
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
 
@@ -152,14 +152,17 @@ async def test_vocab_range_and_worker_size_limit(ns: str, redis_url: str, sync_r
         def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
             return ""
 
-    from rewardq.consumers.worker import Worker
     from tests.support.helpers import worker_config
 
     client = RewardClient.from_url(redis_url, namespace=ns)
     k_big = client.put_trajectory("big", "s", [{"prompt_ids": [1], "response_ids": [150]}], SAMPLE)
     k_huge = client.put_trajectory("huge", "s", [{"prompt_ids": list(range(90)) * 50, "response_ids": [1]}], SAMPLE)
     k_ok = client.put_trajectory("ok", "s", [{"prompt_ids": [1], "response_ids": [99, 98]}], SAMPLE)
-    w = Worker(worker_config(ns, redis_url, max_record_bytes=10_000), manager=LengthManager(None), tokenizer=Tok())  # type: ignore[arg-type]  # only what the worker reads
+    w = await open_test_worker(
+        worker_config(ns, redis_url, max_record_bytes=10_000),
+        manager=LengthManager(None),
+        tokenizer=Tok(),  # only what the worker reads
+    )
     task = asyncio.create_task(w.run())
     try:
         res = await asyncio.to_thread(client.wait_rewards, k_big + k_huge + k_ok, 10)

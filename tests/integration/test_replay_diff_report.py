@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 
 from rewardq import RewardClient
-from rewardq.consumers.worker import Worker
 from rewardq.ledger.read import read_table
 from rewardq.queue.namespace import namespace_key_count
 from tests.support.cli_procs import Procs
-from tests.support.helpers import worker_config
+from tests.support.helpers import open_test_worker, worker_config
 from tests.support.ledger_rewards import changed
 from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
 from tests.support.sync_client import SyncClient
@@ -41,7 +40,7 @@ def ledger(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
     async def score() -> None:
         client = RewardClient.from_url(redis_url, namespace=ns)
         keys = push_all(client, trajs)
-        w = Worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=folder))
+        w = await open_test_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=folder))
         task = asyncio.create_task(w.run())
         try:
             for _ in range(600):

@@ -28,7 +28,7 @@ from rewardq.queue.broker import STAGE_TTL, StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from tests.support.checks import must
-from tests.support.helpers import output, results_for, until, worker_config
+from tests.support.helpers import open_test_worker, output, results_for, worker_config
 from tests.support.ping_sampler import PingSampler
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -124,9 +124,8 @@ def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(
 
 async def _score_in_process(ns: str, url: str, **settings: Any) -> Worker:
     """Start an in-process worker (its manager built from ``settings``, as ``rewardq worker`` does)."""
-    w = Worker(worker_config(ns, url, **settings))
+    w = await open_test_worker(worker_config(ns, url, **settings))
     w.task = asyncio.create_task(w.run())  # type: ignore[attr-defined]
-    await until(lambda: w.scorer is not None, "the worker to start", 120)
     return w
 
 

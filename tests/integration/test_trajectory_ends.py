@@ -84,8 +84,7 @@ async def test_a_trajectory_whose_commits_keep_failing_ends_as_a_dead_letter_bla
         async def refused(*args: Any, **kwargs: Any) -> bool:
             raise ResponseError("simulated refusal of the commit")
 
-        await until(lambda: w.commits is not None, "the worker to start", 60)
-        w.commits.commit = refused  # type: ignore[union-attr, method-assign]  # every commit fails
+        w.commits.commit = refused  # type: ignore[method-assign]  # every commit fails
         keys = client.put_trajectory("stuck", "s", [output(2, 3), output(2, 4), output(2, 5)], SAMPLE)
         got = await asyncio.to_thread(client.wait_rewards, keys, 60)
     # Then every key has an error, and one dead letter says what happened

@@ -11,11 +11,13 @@ from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
 
+#: The manager is built before Redis is waited for: a wrong one must not wait (exit 2 at once).
 STEPS = (
     "importing torch, tensordict and the reward managers",
     "loading the tokenizer (builtin:demo)",
-    "connecting to Redis at redis://127.0.0.1:6379/0",
     "building the naive manager",
+    "connecting to Redis at redis://127.0.0.1:6379/0",
+    "agreeing on the namespace's scoring configuration",
     "setting up the naive manager",
     "starting the scorer processes",
 )

@@ -96,9 +96,8 @@ async def test_records_of_another_tokenizer_get_an_error_for_every_key(
     mine = tokenizer_fingerprint(demo)
     outputs = [text_output("turn one"), text_output("#### 42")]
     sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "42"}}
-    async with running_workers(ns, redis_url, [build_manager("naive", tokenizer=demo)]) as workers:
-        workers[0].tokenizer = demo  # before its task first runs: the fingerprint is taken at start-up
-        await _wait_started(workers[0])
+    async with running_workers(ns, redis_url, [build_manager("naive", tokenizer=demo)], tokenizer=demo) as workers:
+        _check_fingerprint(workers[0])
         results: dict[str, tuple[dict[str, RewardResult], list[str]]] = {}
         for tag, fingerprint in (("other", other), ("mine", mine), ("none", None)):
             async with AsyncRewardClient.from_url(redis_url, namespace=ns, tokenizer=fingerprint) as client:
@@ -116,8 +115,5 @@ async def test_records_of_another_tokenizer_get_an_error_for_every_key(
     assert len(dead) == 2 and {fields[b"kind"] for _, fields in dead} == {b"tokenizer"}  # both outputs, no others
 
 
-async def _wait_started(worker: Worker) -> None:
-    from tests.support.helpers import until
-
-    await until(lambda: worker.intake is not None, "the worker to start")
+def _check_fingerprint(worker: Worker) -> None:
     assert worker.tokenizer_fingerprint == tokenizer_fingerprint(worker.tokenizer)

@@ -12,6 +12,8 @@ import numpy as np
 from tensordict import TensorDict
 
 from rewardq.config import WorkerConfig
+from rewardq.consumers.compose import open_worker, prepare_worker
+from rewardq.consumers.metrics import Metrics
 from rewardq.consumers.worker import Worker
 from rewardq.queue.results import RewardResult
 from rewardq.reward.base import RewardManager
@@ -32,6 +34,23 @@ def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
     return WorkerConfig(redis_url=url, namespace=ns, **{"tokenizer": "builtin:demo", **FAST, **kw}).validate()
 
 
+async def open_test_worker(
+    cfg: WorkerConfig,
+    *,
+    manager: RewardManager | None = None,
+    tokenizer: Any = None,
+    client: Any = None,
+    metrics: Metrics | None = None,
+) -> Worker:
+    """A started in-process worker, put together by the composition root as every worker is
+    (:mod:`rewardq.consumers.compose`); ``manager``: one built by the test, else the one ``cfg`` names."""
+    worker = await open_worker(
+        prepare_worker(cfg, manager=manager, tokenizer=tokenizer), client=client, metrics=metrics
+    )
+    assert worker is not None, "the worker was stopped while it started"
+    return worker
+
+
 @contextlib.asynccontextmanager
 async def running_workers(
     ns: str,
@@ -46,10 +65,18 @@ async def running_workers(
 
     Beside worker processes of one namespace they must declare the same scoring configuration: the
     same ``manager`` spec (the manager objects do not count) and ``tokenizer`` (an object)."""
-    workers = [
-        Worker(worker_config(ns, url, name=f"{name_prefix}{i}", **kw), manager=m, tokenizer=tokenizer)
-        for i, m in enumerate(managers)
-    ]
+    opened = await asyncio.gather(
+        *(
+            open_test_worker(worker_config(ns, url, name=f"{name_prefix}{i}", **kw), manager=m, tokenizer=tokenizer)
+            for i, m in enumerate(managers)
+        ),
+        return_exceptions=True,
+    )
+    workers = [w for w in opened if isinstance(w, Worker)]
+    failed = [e for e in opened if isinstance(e, BaseException)]
+    if failed:
+        await asyncio.gather(*(w.stop() for w in workers))
+        raise failed[0]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
         yield workers
@@ -161,7 +188,7 @@ async def until_in_flight(w: Worker) -> None:
 async def stop_while_scoring(cfg: WorkerConfig) -> None:
     """Run a worker on ``cfg`` whose manager never returns, and stop it (as SIGTERM does) once it
     is scoring a trajectory; returns when it has stopped (handing the trajectory back)."""
-    w = Worker(cfg, manager=Hang(None))
+    w = await open_test_worker(cfg, manager=Hang(None))
     task = asyncio.create_task(w.run())
     await until_in_flight(w)
     w.request_stop("test")

@@ -5,8 +5,8 @@
 
 Every :class:`~rewardq.config.WorkerConfig` setting is a flag (``--claim-idle``,
 ``--result-ttl``, ...; dicts as JSON objects) and, as in production, a ``REWARDQ_<NAME>`` variable. The worker
-runs exactly as the real one does (``Worker(cfg).run(install_signal_handlers=True)``:
-SIGTERM hands in-flight work back), logging to stderr.
+is put together and runs exactly as ``rewardq worker``'s (:mod:`rewardq.consumers.compose`:
+``run_worker(prepare_worker(cfg), own_process=True)``; SIGTERM hands in-flight work back), logging to stderr.
 
 Test-only faults
 ----------------
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rewardq.config import WorkerConfig
+from rewardq.consumers.compose import prepare_worker, run_worker
 from rewardq.consumers.worker import Worker
 from rewardq.logs import setup_logging
 from rewardq.queue.broker import RESULT_FIELDS, StreamBroker
@@ -119,21 +120,6 @@ def install_fault(broker: StreamBroker, spec: str) -> None:
     commit = broker.commit
     broker.commit_many = faulty_commit_many  # type: ignore[method-assign]  # fault hook
     broker.commit = faulty_commit  # type: ignore[method-assign]  # fault hook
-
-
-class FaultyWorker(Worker):
-    """The real worker, with the test fault (if any) installed on its broker after start-up."""
-
-    def __init__(self, config: WorkerConfig, fault: str | None) -> None:
-        super().__init__(config)
-        self.fault = fault
-
-    async def start(self) -> None:
-        await super().start()
-        if self.fault:
-            assert self.broker is not None
-            install_fault(self.broker, self.fault)
-            logger.info("worker %s armed with fault %s", self.name, self.fault)
 
 
 def parse_args(argv: list[str] | None = None) -> dict[str, Any]:
@@ -255,8 +241,14 @@ class WorkerProcess:
 def main(argv: list[str] | None = None) -> int:
     cfg = WorkerConfig.load(overrides=parse_args(argv))
     setup_logging(cfg.log_level, cfg.log_format)
-    worker = FaultyWorker(cfg, os.environ.get(FAULT_ENV) or None)
-    asyncio.run(worker.run(install_signal_handlers=True))
+    fault = os.environ.get(FAULT_ENV) or None
+
+    def arm(worker: Worker) -> None:  # the test fault (if any), on the broker once the worker is open
+        if fault:
+            install_fault(worker.broker, fault)
+            logger.info("worker %s armed with fault %s", worker.name, fault)
+
+    asyncio.run(run_worker(prepare_worker(cfg), own_process=True, on_open=arm))
     return 0
 
 

@@ -80,6 +80,7 @@ PLACEHOLDER = {
     "name": "<name>",
     "token": "<token>",
     "digest": "<sha256>",
+    "run": "<run>",
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -25,6 +26,10 @@ except ImportError as exc:
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
 from tests.support.sync_client import SyncClient, connect
+from tests.verl.harness import CREATED_NAMESPACES, start_local_ray, stop_local_ray
+
+#: The reward function of :func:`failing_fleet`: raises for responses marked ``FAIL``.
+FAILING_SCORER = str(Path(__file__).with_name("failing_scorer.py")) + ":compute_score"
 
 
 @dataclass
@@ -37,6 +42,7 @@ class Fleet:
 
 def start_fleet(procs: Procs, sync_redis: SyncClient, *extra: str, n: int = 1, tag: str = "w") -> Fleet:
     ns = f"t-verl-{uuid.uuid4().hex[:8]}"
+    CREATED_NAMESPACES.add(ns)
     names = [f"{tag}{i}-{uuid.uuid4().hex[:4]}" for i in range(n)]
     workers = [
         procs.start(worker_argv(REDIS_URL, ns, name, "--log-level", "WARNING", *extra, tokenizer=None), tag=name)
@@ -64,6 +70,27 @@ def module_redis() -> Iterator[SyncClient]:
 def naive_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]:
     """Two naive workers with the demo tokenizer, started from this environment."""
     fleet = start_fleet(module_procs, module_redis, "--manager", "naive", "--tokenizer", "builtin:demo", n=2)
+    yield fleet
+    for w in fleet.workers:
+        w.terminate()
+    _delete_namespace(REDIS_URL, fleet.namespace)
+
+
+@pytest.fixture(scope="module")
+def failing_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]:
+    """Two naive workers whose reward function raises for a response marked ``FAIL`` and scores the
+    rest as the default scorers do (``custom``: the count of ``a`` / 4; tests/verl/failing_scorer.py)."""
+    fleet = start_fleet(
+        module_procs,
+        module_redis,
+        "--manager",
+        "naive",
+        "--tokenizer",
+        "builtin:demo",
+        "--reward-fn",
+        FAILING_SCORER,
+        n=2,
+    )
     yield fleet
     for w in fleet.workers:
         w.terminate()
@@ -100,11 +127,24 @@ async def close_adapter_clients(monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
         await scorer.aclose()
 
 
+@pytest.fixture(autouse=True)
+def fresh_failure_budgets() -> Iterator[None]:
+    """Every test starts with empty run budgets: the tests of a module share a namespace and a run
+    (the Ray job, or ``local``), and a budget is counted per namespace and run. Only this run's
+    namespaces: other engineers' runs share the Redis."""
+    r = connect(REDIS_URL)
+    try:
+        for ns in list(CREATED_NAMESPACES):
+            for key in r.scan_iter(match=f"{ns}*:verl-budget:*", count=1000):
+                r.delete(key)
+    finally:
+        r.close()
+    yield
+
+
 @pytest.fixture(scope="session")
 def local_ray() -> Iterator[None]:
     """A Ray of this test run's own (``address="local"``), for verl's reward loop and TransferQueue."""
-    from tests.verl.harness import start_local_ray, stop_local_ray
-
     temp = start_local_ray()
     yield
     stop_local_ray(temp)

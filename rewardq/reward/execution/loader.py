@@ -249,14 +249,15 @@ def import_object(spec: str, what: str = "object") -> object:
     module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
         raise ValueError(f"{spec!r} is not of the form package.module:Name or path/to/file.py:Name")
-    module = _import_file(module_name) if _is_file(module_name) else importlib.import_module(module_name)
+    module = _import_file(module_name) if is_file_spec(module_name) else importlib.import_module(module_name)
     obj: object = module
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
 
 
-def _is_file(target: str) -> bool:
+def is_file_spec(target: str) -> bool:
+    """Whether the module part of a spec names a file (``a/b.py``) rather than a module."""
     return target.endswith(".py") or "/" in target or os.sep in target
 
 

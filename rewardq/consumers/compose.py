@@ -1,0 +1,352 @@
+"""The composition root: the one place a reward worker is put together.
+
+Every way of starting a worker comes through here, so none can drift from another: ``rewardq
+worker`` (and through it the demo's worker processes and the Ray fleet's actors, which run that
+command), the benchmarks and the test helpers. Two steps, then the worker's life:
+
+1. :func:`prepare_worker` (synchronous; touches no Redis): names the worker, refuses what can be
+   refused before torch is imported (an unknown ``--manager``, no ``--tokenizer``, a tokenizer path
+   that is not there), imports torch, loads the tokenizer, builds the worker's one
+   :class:`~rewardq.reward.context.ManagerContext` from its settings (Redis, namespace, name, cluster,
+   ``result_ttl``, where scoring functions run, how code runs) and the manager in it. A bad manager
+   or tokenizer raises :class:`~rewardq.errors.ConfigError` here: ``rewardq worker`` exits 2 before
+   it waits for Redis.
+2. :func:`open_worker` (async): connects (unless given a client), checks the Redis user's
+   permissions, agrees on the shards and creates the groups (:func:`open_broker`), holds to the
+   namespace's scoring configuration (:class:`~rewardq.consumers.fleet.FleetGate`), sets the manager
+   up and starts its scorer processes, serves the metrics, builds the collaborators and beats the
+   heart once. It returns a :class:`~rewardq.consumers.worker.Worker` that holds every part, or None
+   when a stop was asked for while it waited to take over; what it opened is closed when it fails.
+3. :func:`run_worker`: 2 then the worker's :meth:`~rewardq.consumers.worker.Worker.run` (serve
+   until stopped, then stop), as the process's owner when ``own_process`` says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rewardq import __version__, defaults
+from rewardq.config import WorkerConfig
+from rewardq.consumers.accounting import Accounting, open_ledger
+from rewardq.consumers.commits import CommitCoalescer
+from rewardq.consumers.failures import FailureHandler
+from rewardq.consumers.fleet import FleetGate
+from rewardq.consumers.inflight import InFlightTable
+from rewardq.consumers.metrics import Metrics, NoMetrics
+from rewardq.consumers.presence import COUNTERS, Presence
+from rewardq.consumers.process import EarlySignals, StopSignals, exit_after, limit_torch_threads
+from rewardq.consumers.quarantine import Quarantine
+from rewardq.consumers.resources import close_manager, open_broker, serve_metrics
+from rewardq.consumers.retries import Retries
+from rewardq.logs import startup_step
+from rewardq.queue.connection import connect_async, redact_url, split_cluster
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.meta import default_worker_name
+from rewardq.queue.provenance import publish as publish_provenance
+from rewardq.reward.context import ManagerContext
+from rewardq.reward.fingerprint import tokenizer_fingerprint
+from rewardq.reward.provenance import ProvenanceBook
+from rewardq.reward.registry import check_manager_spec, is_builtin_manager
+from rewardq.reward.scoring_fingerprint import scoring_fingerprint
+from rewardq.reward.tokenizer import check_tokenizer_spec
+
+if TYPE_CHECKING:
+    from rewardq.consumers.worker import Worker
+    from rewardq.queue.clients import AsyncRedis
+    from rewardq.reward.base import RewardManager
+    from rewardq.reward.tokenizer import Tokenizer
+
+logger = logging.getLogger("rewardq.worker")
+
+__all__ = ["PreparedWorker", "effective_settings", "manager_context", "open_worker", "prepare_worker", "run_worker"]
+
+
+@dataclass(frozen=True)
+class PreparedWorker:
+    """What :func:`prepare_worker` built: the settings, the worker's name, the tokenizer, and the
+    manager with its context."""
+
+    cfg: WorkerConfig
+    name: str
+    tokenizer: Tokenizer | None
+    manager: RewardManager
+
+    @property
+    def context(self) -> ManagerContext:
+        return self.manager.context
+
+
+def manager_context(cfg: WorkerConfig, name: str, *, standalone: bool = False) -> ManagerContext:
+    """The one :class:`ManagerContext` of worker ``name``, every field from its settings (``standalone``:
+    no Redis, see :func:`prepare_worker`)."""
+    from rewardq.reward.factory import scoring_settings
+
+    return ManagerContext(
+        redis_url=None if standalone else cfg.redis_url,
+        namespace=cfg.namespace,
+        worker_name=name,
+        cluster=split_cluster(cfg.redis_url, cfg.cluster)[1],
+        result_ttl=cfg.result_ttl,
+        scoring=scoring_settings(cfg),
+        secret_files=cfg.secret_files(),
+    )
+
+
+def effective_settings(cfg: WorkerConfig) -> dict[str, Any]:
+    """Every setting's value, as logged at start-up and shown by ``rewardq config`` (password redacted)."""
+    eff = {name: getattr(cfg, name) for name in cfg.settings()}
+    eff["redis_url"] = redact_url(eff["redis_url"])
+    return eff
+
+
+def _log_settings(cfg: WorkerConfig) -> None:
+    """The effective settings, and the config file's keys rewardq does not use."""
+    eff = effective_settings(cfg)
+    logger.info(
+        "effective config: %s",
+        json.dumps(eff, sort_keys=True, default=str),
+        extra={"config": eff, "sources": dict(cfg.sources)},
+    )
+    if cfg.unused_keys:
+        logger.warning(
+            "config file: rewardq does not use %d key(s), ignoring them: %s",
+            len(cfg.unused_keys),
+            ", ".join(cfg.unused_keys),
+        )
+
+
+def prepare_worker(
+    cfg: WorkerConfig,
+    *,
+    manager: RewardManager | None = None,
+    tokenizer: Tokenizer | None = None,
+    standalone: bool = False,
+) -> PreparedWorker:
+    """Step 1 (see the module doc): the tokenizer, the context and the manager ``cfg`` names.
+
+    Args:
+        manager: (tests, embedding) a manager built by the caller, used as it is, with the
+            ``tokenizer`` given (None: the worker bounds no token ids by a vocabulary).
+        standalone: the manager scores outside any worker (:mod:`rewardq.testing`): its context
+            names no Redis, so what a fleet would share stays in the process, and nothing is logged
+            but the start-up steps.
+
+    Raises:
+        ConfigError: naming what to fix.
+    """
+    name = cfg.name or default_worker_name()
+    if not standalone:
+        _log_settings(cfg)
+    if manager is not None:
+        return PreparedWorker(cfg, name, tokenizer, manager)
+    source = cfg.sources.get("tokenizer", "")
+    origin = source if source.startswith("file ") else None
+    # before torch: these need no import and fail in a moment (a --reward-fn may register the manager)
+    check_manager_spec(cfg.manager, names_may_register=bool(cfg.reward_fn))
+    check_tokenizer_spec(cfg.tokenizer, origin=origin)
+    with startup_step(logger, "importing torch, tensordict and the reward managers"):
+        import tensordict  # noqa: F401 - the worker needs both; importing them is most of a start-up
+        import torch  # noqa: F401
+
+        from rewardq.reward.factory import build_from_config
+        from rewardq.reward.tokenizer import load_tokenizer
+    with startup_step(logger, f"loading the tokenizer ({cfg.tokenizer})"):
+        tokenizer = load_tokenizer(cfg.tokenizer, origin=origin)
+    context = manager_context(cfg, name, standalone=standalone)
+    with startup_step(logger, f"building the {cfg.manager} manager"):
+        built = build_from_config(cfg, context, tokenizer)
+    if not standalone:
+        context.code_runtime().announce()  # the rlimits warning, the start-up probe, or why code is refused
+    return PreparedWorker(cfg, name, tokenizer, built)
+
+
+async def open_worker(
+    prepared: PreparedWorker,
+    *,
+    client: AsyncRedis | None = None,
+    metrics: Metrics | None = None,
+    stopping: asyncio.Event | None = None,
+) -> Worker | None:
+    """Step 2 (see the module doc): a started :class:`~rewardq.consumers.worker.Worker`, or None
+    when ``stopping`` was set while it waited to take over the namespace.
+
+    Args:
+        client: an existing ``redis.asyncio`` client (tests, the embedded demo), left open at the
+            worker's stop; default: connect to ``redis_url``, closed at the stop.
+        metrics: the metrics hooks (tests); default: served on ``metrics_port`` if set, else none.
+        stopping: set to stop the worker (the signals of :func:`run_worker` set it).
+    """
+    # these import torch (the batch): here, so that step 1 refuses what it can before torch is imported
+    from rewardq.consumers.scorer import TrajectoryScorer
+    from rewardq.consumers.worker import Worker, WorkerParts
+
+    cfg, name, manager = prepared.cfg, prepared.name, prepared.manager
+    limit_torch_threads()
+    stopping = stopping or asyncio.Event()
+    own = client is None
+    r = client or connect_async(cfg.redis_url, cluster=cfg.cluster, scripts_once=True)
+    opened = False
+    try:
+        broker = await open_broker(r, cfg, name)
+        fingerprint = tokenizer_fingerprint(prepared.tokenizer)
+        mine = scoring_fingerprint(cfg, fingerprint)
+        gate = FleetGate(r, broker.ks, mine, takeover=cfg.takeover, stopping=stopping.is_set)
+        with startup_step(logger, "agreeing on the namespace's scoring configuration"):
+            if not await gate.join():
+                return None
+        with startup_step(logger, f"setting up the {cfg.manager} manager"):
+            await manager.setup()
+        with startup_step(logger, "starting the scorer processes"):
+            await manager.prepare_scoring()
+        port: int | None = None
+        if metrics is None and cfg.metrics_port is not None:
+            metrics, port = serve_metrics(cfg, manager, cfg.metrics_port, r, broker.ks)
+        metrics = metrics or NoMetrics()
+        stats = dict.fromkeys(COUNTERS, 0)
+        flights = InFlightTable(cfg.concurrency)
+        presence = Presence(manager_name=cfg.manager, stats=stats, in_flight=flights.by_tid)
+        presence.scoring = mine.digest
+        parts = WorkerParts(
+            cfg=cfg,
+            name=name,
+            client=r,
+            owns_client=own,
+            broker=broker,
+            manager=manager,
+            tokenizer=prepared.tokenizer,
+            tokenizer_fingerprint=fingerprint,
+            gate=gate,
+            metrics=metrics,
+            metrics_port=port,
+            stopping=stopping,
+            stats=stats,
+            flights=flights,
+            presence=presence,
+            failures=FailureHandler(
+                broker,
+                worker_name=name,
+                max_record_bytes=cfg.max_record_bytes,
+                stats=stats,
+                metrics=metrics,
+                presence=presence,
+            ),
+            retries=Retries(broker, retry_for=cfg.retry_for, stopping=stopping, metrics=metrics, stats=stats),
+            scorer=TrajectoryScorer(
+                manager,
+                manager_name=cfg.manager,
+                worker_name=name,
+                timeout=cfg.score_timeout,
+                max_result_bytes=cfg.max_result_bytes,
+                stopping=stopping.is_set,
+            ),
+            commits=CommitCoalescer(broker),
+            quarantine=Quarantine(broker),
+            accounting=_accounts(cfg, name, manager, r, broker.ks, mine.digest, metrics),
+        )
+        worker = Worker(parts)
+        await worker.beat()
+        worker.announce()
+        opened = True
+        return worker
+    finally:
+        if not opened:  # failed, or stopped at the gate: close what was opened, in the worker's order
+            if metrics is not None:
+                metrics.close()
+            await close_manager(manager)
+            if own:
+                await r.aclose()
+
+
+def _accounts(
+    cfg: WorkerConfig,
+    name: str,
+    manager: RewardManager,
+    client: AsyncRedis,
+    ks: Keyspace,
+    scoring: str,
+    metrics: Metrics,
+) -> Accounting:
+    """The provenance book and, with ``ledger`` set, the ledger (:mod:`rewardq.consumers.accounting`)."""
+    book = ProvenanceBook(
+        manager,
+        manager_spec=cfg.manager,
+        scoring=scoring,
+        reward_fn=cfg.reward_fn,
+        custom=not is_builtin_manager(cfg.manager),
+        version=__version__,
+    )
+
+    async def publish(digest: str, blob: str) -> None:
+        await publish_provenance(client, ks, digest, blob)
+
+    with startup_step(logger, "opening the ledger") if cfg.ledger else contextlib.nullcontext():
+        ledger = open_ledger(cfg, name)
+    accounting = Accounting(book, publish, ledger, cfg.manager)
+    metrics.watch_health(accounting.health.windows)
+    if ledger is not None:
+        metrics.watch_ledger(ledger.snapshot)
+    return accounting
+
+
+async def run_worker(
+    prepared: PreparedWorker,
+    *,
+    client: AsyncRedis | None = None,
+    metrics: Metrics | None = None,
+    own_process: bool = False,
+    early: EarlySignals | None = None,
+    on_open: Callable[[Worker], None] | None = None,
+    stopping: asyncio.Event | None = None,
+) -> None:
+    """Step 2, then serve until stopped, then stop (the whole life of a worker).
+
+    Args:
+        client, metrics: as :func:`open_worker`.
+        own_process: this process is the worker's own (``rewardq worker``, a test's worker
+            process): SIGTERM/SIGINT stop it, with a deadline that always holds
+            (:class:`~rewardq.consumers.process.StopSignals`), the start-up heap is frozen, and
+            threads left behind cannot hold the exit once it stopped.
+        early: the signals caught before this ran; one received stops the worker at once.
+        on_open: called with the worker once it is open, before it serves (the fault hooks of
+            tests/support/proc_worker.py).
+        stopping: set it to stop the worker, whether it is still starting or already serving.
+
+    Raises:
+        ScoringConflict: the worker stopped because another scoring configuration took over.
+    """
+    stopping = stopping or asyncio.Event()
+    opened: list[Worker] = []
+    clean = False
+
+    def request_stop(why: str) -> None:
+        if opened:
+            opened[0].request_stop(why)
+        elif not stopping.is_set():
+            logger.info("received %s during start-up; stopping", why)
+            stopping.set()
+
+    def exit_code() -> int:  # for a forced exit: 0 only when the worker had stopped cleanly
+        return 0 if clean and (not opened or opened[0].stopped) else 1
+
+    if own_process:
+        deadline = prepared.cfg.shutdown_grace + defaults.EXIT_AFTER_GRACE
+        StopSignals(asyncio.get_running_loop(), request_stop, deadline=deadline, exit_code=exit_code).install()
+        if early is not None and early.received:
+            request_stop(early.received)
+    try:
+        worker = await open_worker(prepared, client=client, metrics=metrics, stopping=stopping)
+        if worker is not None:
+            opened.append(worker)
+            if on_open is not None:
+                on_open(worker)
+            await worker.run(freeze_heap=own_process)
+        clean = True
+    finally:
+        if own_process:  # nothing left to wait for: leftover threads must not hold the exit
+            exit_after(defaults.EXIT_AFTER_STOP, exit_code, why=f"worker {prepared.name} stopped")

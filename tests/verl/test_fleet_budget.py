@@ -1,0 +1,66 @@
+"""The failure budget is counted once for the whole run, across every process that scores it.
+
+verl starts 8 reward-loop actors by default and picks one at random per trajectory. Here 8 separate
+processes each run the hook (tests/verl/budget_process.py, built from the trainer config as a
+reward-loop actor builds it) against one fleet, with every trajectory failing: the run stops after
+exactly ``window - 1`` failed trajectories in all (the ``window``-th stops it), not 8 windows' worth;
+every process is stopped at its next failure; once the cause is fixed no healthy trajectory raises,
+and after a window of healthy ones a failure no longer stops the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.cli_procs import REPO, wait_for
+from tests.support.sync_client import SyncClient
+from tests.verl.conftest import Fleet
+
+PROCESSES = 8
+WINDOW = 16
+GOOD = 3  # per process: 24 healthy trajectories in all, more than a window
+
+
+def phase_done(folder: Path, n: int, procs: list[subprocess.Popen[str]]) -> bool:
+    dead = [p for p in procs if p.poll() is not None and not (folder / f"done-{n}-{p.pid}").exists()]
+    if dead:
+        raise AssertionError(f"a hook process exited with {dead[0].returncode}: {dead[0].communicate()[1][-3000:]}")
+    return len(list(folder.glob(f"done-{n}-*"))) == len(procs)
+
+
+def test_eight_hook_processes_share_one_budget_window(
+    failing_fleet: Fleet, module_redis: SyncClient, tmp_path: Path
+) -> None:
+    argv = [sys.executable, "-m", "tests.verl.budget_process", failing_fleet.namespace, str(WINDOW), str(tmp_path)]
+    procs = [
+        subprocess.Popen([*argv, str(GOOD)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(PROCESSES)
+    ]
+    try:
+        for n in (1, 2, 3):  # every process runs each phase side by side (budget_process.py)
+            (tmp_path / f"go-{n}").touch()
+            wait_for(functools.partial(phase_done, tmp_path, n, procs), 600, f"phase {n} of every process")
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            assert p.returncode == 0, err[-3000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    # one window for the run: exactly WINDOW - 1 failures went through before the stop, in all
+    assert sum(r["failed_before_stop"] for r in results) == WINDOW - 1
+    for r in results:
+        stop = r["stop"]
+        assert stop is not None and f"of the run's last {WINDOW} trajectories" in stop
+        assert "counted across every adapter and hook process" in stop and "scorer" in stop
+        # the cause is fixed: healthy trajectories are scored and never raise
+        assert r["good_errors"] == [] and r["good"] == [1.0] * GOOD
+        assert r["stopped_after_recovery"] is False  # a window of healthy ones: one failure is within budget
+    key = f"{failing_fleet.namespace}:verl-budget:local"
+    assert int(module_redis.hget(key, "seq") or 0) == (WINDOW - 1) + PROCESSES + PROCESSES * GOOD + PROCESSES
