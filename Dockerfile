@@ -1,13 +1,14 @@
 # rewardq worker / producer image.
-# torch is pinned through constraints.txt; to get the small CPU-only wheel, pass your
-# PyTorch CPU wheel index:  docker compose build --build-arg TORCH_INDEX_URL=<index>
+# torch is pinned through constraints.txt and comes from PyTorch's CPU wheel index (the package
+# registry's Linux torch is the CUDA build, ~5.5 GB); another index (a mirror, or a CUDA build):
+#   docker compose build --build-arg TORCH_INDEX_URL=<index>   (empty: the registry's torch)
 #
 # The worker runs as root INSIDE the container, with only the capabilities docker-compose.yml
 # grants (SYS_ADMIN, SETUID, SETGID, CHOWN, KILL, DAC_OVERRIDE): the local code sandbox needs
 # them to give every model-written program its own namespaces, uid and cgroup
 # (docs/code-execution.md). The programs themselves run as unprivileged uids with none.
 FROM python:3.11-slim
-ARG TORCH_INDEX_URL=""
+ARG TORCH_INDEX_URL="https://download.pytorch.org/whl/cpu"
 # unshare (util-linux) and libseccomp2 are the local code sandbox's; both are in the base image
 # today, installed here so that stays true
 RUN apt-get update \

@@ -238,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         r.close()
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     cleanup = Cleanup(s.redis_url)
+    cleanup.add(f"rqbench-{s.run_id}-*")  # every key of the run carries its id, whichever system wrote it
     rows: list[Row] = []
     t0 = time.perf_counter()
     try:

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeGuard, cast
 
 import redis
 
-from rewardq.queue.clients import Key, StreamEntry, SyncPipeline, SyncRedis, Value
+from rewardq.queue.clients import Key, StreamEntry, SyncPipeline, SyncRedis
 
 PYTHON = sys.executable
 REPO = Path(__file__).resolve().parent.parent
@@ -113,7 +113,6 @@ def percentiles(samples_s: list[float]) -> tuple[float, float, float]:
 class BenchPipeline(SyncPipeline, Protocol):
     """A blocking pipeline with the commands the raw loop sends as well."""
 
-    def hset(self, name: Key, key: Key | None = None, value: Value | None = None) -> BenchPipeline: ...
     def xack(self, name: Key, groupname: Key, *ids: Key) -> BenchPipeline: ...
 
 

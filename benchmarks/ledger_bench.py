@@ -3,10 +3,15 @@
 ``python -m benchmarks --only ledger`` (also part of a full run):
 
 * **CPU per trajectory**: the same backlog drained by one worker without and with ``--ledger``
-  (GSM8K scoring, alternating off/on so drift hits both), CPU of the worker process (every thread:
-  the flusher's Parquet writing included) from the start of the drain until the ledger holds
-  every row. The ledger flushes every second here (the default is 60 s): its per-file costs are
-  paid ~60 times more often than in production, so the figure is an upper bound.
+  (GSM8K scoring; each round off/on/on/off, so a drift of the machine's load hits both alike;
+  three rounds, one with ``--quick``), CPU over the same window in both: from the start of the
+  drain until ``FLUSH + SETTLE`` seconds after its end, by which the ledger holds every row (the
+  run says so when it does not). A row's ``cpu_ms`` is the worker's whole process tree (its
+  ledger flusher process included); ``extra`` splits it into the worker process alone
+  (``worker_cpu_ms``: the scoring loop and the spool writes) and the flusher process
+  (``flusher_cpu_ms``: Parquet). The ledger writes a file every ``FLUSH`` seconds here: at these
+  drain rates a file holds about as many trajectories as the default 128 MB cut
+  (``ledger_file_bytes``) makes it hold.
 * **Latency**: p99 from the final put to the reward, without, with, and again without the ledger
   (the two plain runs show the noise the ledger's run is compared with).
 * **Provenance**, in-process: the provenance book's lookup per trajectory, and what the three
@@ -15,18 +20,20 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import timeit
 from pathlib import Path
 
-from benchmarks.common import Cleanup, Row, Settings, connect, watch_drain
+from benchmarks.common import Child, Cleanup, Row, Settings, connect, cpu_seconds, watch_drain
 from benchmarks.rewardq_bench import done_count, fill, start_workers
 from benchmarks.workload import Workload
 
-#: Seconds the ledger collects before a flush in these runs (the default is 60).
-FLUSH = 1.0
-#: Seconds waited after every drain (with or without the ledger), for its last flush.
+#: Seconds the ledger collects before a flush in these runs (the default is 60 s, or 128 MB of
+#: spool: ~1,700 trajectories of this workload, what 10 s collects at 120-170 trajectories/s).
+FLUSH = 10.0
+#: Seconds waited after every drain beyond FLUSH (with or without the ledger), for its last flush.
 SETTLE = 2.5
 
 
@@ -36,6 +43,28 @@ def _ledger_rows(folder: Path) -> int:
     if not any(folder.rglob("*.parquet")):
         return 0
     return int(pads.dataset(str(folder), format="parquet", ignore_prefixes=["_", "."]).count_rows())
+
+
+def _split_cpu(child: Child) -> tuple[float, float, float]:
+    """CPU seconds so far of the worker process alone, of its ledger flusher process (0 without),
+    and the worker's system CPU alone (the kernel's part: the spool's writes among it)."""
+    flusher = 0.0
+    for pid in child.tree():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"rewardq.ledger.flusher" in f.read():
+                    flusher += cpu_seconds(pid)
+        except OSError:
+            continue
+    return cpu_seconds(child.pid), flusher, _system_seconds(child.pid)
+
+
+def _system_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[12]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def drain(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row:
@@ -48,26 +77,36 @@ def drain(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row:
     [child] = start_workers(s, ns, 1, f"{s.run_id}-lg{rnd}{'on' if on else 'off'}", extra)
     r = connect(s.redis_url)
     try:
-        cpu0 = child.cpu_seconds()
+        cpu0, split0 = child.cpu_seconds(), _split_cpu(child)
         child.go()
         d = watch_drain(lambda: done_count(r, ns), nt, s.drain_timeout, alive=child.alive)
-        time.sleep(SETTLE)
+        end = time.monotonic() + FLUSH + SETTLE  # the same window with and without the ledger
         rows = 0
-        if ledger is not None:
+        while time.monotonic() < end:
+            time.sleep(0.5)
+            if ledger is not None and rows < no:
+                rows = _ledger_rows(ledger)
+        cpu = child.cpu_seconds() - cpu0
+        if ledger is not None and rows < no:
             deadline = time.monotonic() + 30
             while (rows := _ledger_rows(ledger)) < no and time.monotonic() < deadline:
                 time.sleep(0.2)
-        cpu = child.cpu_seconds() - cpu0
+            cpu = child.cpu_seconds() - cpu0
+        split = _split_cpu(child)
         row = Row(
             "rewardq+ledger" if on else "rewardq",
             "ledger A/B",
             outputs=no,
             rss_mb=child.peak_rss_mb(),
-            note=f"round {rnd}; CPU from the drain's start until the ledger held every row (+{SETTLE:g}s idle)"
+            note=f"round {rnd}; CPU from the drain's start to {FLUSH + SETTLE:g}s after its end"
             + (f"; {rows:,} ledger rows, flushed every {FLUSH:g}s" if on else ""),
             **d.row_fields(nt, no),
         )
         row.cpu_ms = 1000.0 * cpu / max(1, d.last_count)
+        row.extra["worker_cpu_ms"] = 1000.0 * (split[0] - split0[0]) / max(1, d.last_count)
+        row.extra["flusher_cpu_ms"] = 1000.0 * (split[1] - split0[1]) / max(1, d.last_count)
+        row.extra["worker_sys_ms"] = 1000.0 * (split[2] - split0[2]) / max(1, d.last_count)
+        row.extra["load"] = os.getloadavg()[0]
         if on and rows < no:
             row.status = f"partial: the ledger holds {rows} of {no} rows"
         return row
@@ -140,16 +179,15 @@ def provenance_row() -> Row:
 
 
 def run(s: Settings, cleanup: Cleanup) -> list[Row]:
-    """Alternating off/on drains (one round with --quick, two otherwise), latency off/on/off, provenance."""
+    """Drains off/on/on/off (one round with --quick, three otherwise), latency off/on/off, provenance."""
     rows: list[Row] = [provenance_row()]
     folder = s.workdir / "ledger"
-    rounds = 1 if s.quick else 2
+    rounds = 1 if s.quick else 3
     if "throughput" in s.phases:
         for rnd in range(1, rounds + 1):
-            rows.append(drain(s, cleanup, None, rnd))
-            shutil.rmtree(folder, ignore_errors=True)
-            rows.append(drain(s, cleanup, folder, rnd))
-            shutil.rmtree(folder, ignore_errors=True)
+            for on in (False, True, True, False):
+                rows.append(drain(s, cleanup, folder if on else None, rnd))
+                shutil.rmtree(folder, ignore_errors=True)
     if "latency" in s.phases:
         rows.append(latency(s, cleanup, None, 1))
         rows.append(latency(s, cleanup, folder, 1))

@@ -31,6 +31,8 @@ from rewardq.reward.factory import build_manager
 from rewardq.reward.tokenizer import load_tokenizer
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+#: The whole-trajectory example manager (tests/support/seqpo_simt), named as a checkout names it.
+SEQPO_SIMT = "tests.support.seqpo_simt.manager:SeqPOSiMTManager"
 
 
 def trajectory(tok: Any, n: int = 4, seed: int = 0) -> list[OutputRecord]:
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     ns = f"bench-mgr-{uuid.uuid4().hex[:6]}"
     ctx = ManagerContext(redis_url=REDIS_URL, namespace=ns, worker_name="bench")
     simt_tok = tok
-    from rewardq.reward.examples.simt_data import make_simt_trajectories
+    from tests.support.seqpo_simt.data import make_simt_trajectories
 
     simt = make_simt_trajectories(1, seed=1, tokenizer=simt_tok)[0]
     simt_batch = build_batch(
@@ -157,18 +159,21 @@ def main(argv: list[str] | None = None) -> None:
             ),
             batch,
         ),
-        ("seqpo_simt (whole trajectory)", lambda: build_manager("seqpo_simt", tokenizer=tok, context=ctx), simt_batch),
+        ("seqpo_simt (whole trajectory)", lambda: build_manager(SEQPO_SIMT, tokenizer=tok, context=ctx), simt_batch),
     ]
     rows = []
-    for name, make, b in cases:
-        times = asyncio.run(_time(make(), b, args.n))
-        rows.append((name, statistics.median(times) * 1e6, sorted(times)[int(0.99 * (len(times) - 1))] * 1e6))
-    httpd.shutdown()
-    import redis
+    try:
+        for name, make, b in cases:
+            times = asyncio.run(_time(make(), b, args.n))
+            rows.append((name, statistics.median(times) * 1e6, sorted(times)[int(0.99 * (len(times) - 1))] * 1e6))
+    finally:  # the rate limiter's and the judge cache's keys, whatever happened
+        httpd.shutdown()
+        import redis
 
-    r = redis.Redis.from_url(REDIS_URL)
-    for k in r.scan_iter(match=f"{ns}:*"):
-        r.delete(k)
+        r = redis.Redis.from_url(REDIS_URL)
+        for k in r.scan_iter(match=f"{ns}:*"):
+            r.delete(k)
+        r.close()
     base = rows[0][1]
     print(
         f"batch build (4 outputs, {sum(x.response_ids.shape[0] for x in recs)} response tokens): "

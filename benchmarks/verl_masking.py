@@ -1,7 +1,7 @@
 """``python -m benchmarks.verl_masking``: what leaving failed samples out costs, masked alone or by group.
 
 Run it from the verl 0.9.1 environment (it calls rewardq's masking estimator's own row decision,
-``rewardq.integrations.verl_mask.kept_rows``, which imports verl)::
+``rewardq.integrations.verl.mask.kept_rows``, which imports verl)::
 
     PYTHONPATH=. .venv-verl/bin/python -m benchmarks.verl_masking
     PYTHONPATH=. .venv-verl/bin/python -m benchmarks.verl_masking --groups 50000 --sizes 8 16 --rates 0.05
@@ -10,7 +10,7 @@ For each failure rate and group size, ``--groups`` GRPO groups get independent f
 three routes decide what trains:
 
 * ``mask``: rewardq's ``verl_on_error=mask`` (``kept_rows``, the same rule as the V1 agent-loop
-  worker's :mod:`rewardq.integrations.verl_groups`): every scored sample trains, except the lone
+  worker's :mod:`rewardq.integrations.verl.groups`): every scored sample trains, except the lone
   survivor of a group that failures left with one;
 * ``group-drop``: the whole group of a failed sample is thrown away (verl's asynchronous replay buffer
   with a ``failure`` group, or a trainer that drops failed groups);
@@ -30,7 +30,7 @@ import sys
 import numpy as np
 import torch
 
-from rewardq.integrations.verl_mask import kept_rows
+from rewardq.integrations.verl.mask import kept_rows
 
 
 def measure(rate: float, size: int, groups: int, seed: int) -> dict[str, dict[str, float]]:

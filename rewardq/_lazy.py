@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
 
 
-def lazy_getattr(package: str, exports: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
+def lazy_getattr(package: str, exports: Mapping[str, str], namespace: dict[str, object]) -> Callable[[str], object]:
     """The module ``__getattr__`` of ``package`` (its ``__name__``) that imports ``exports[name]``
     on first use and caches the value in ``namespace`` (the package's ``globals()``)."""
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

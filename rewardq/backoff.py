@@ -8,7 +8,7 @@ is down; their clients never retry themselves), as dramatiq's one ``compute_back
 retries, broker and results alike. ``growth="linear"`` is verl's SandboxFusion schedule (retry
 ``k`` waits ``k * base``), for a loop that must pace as verl does.
 
-A standard-library module like :mod:`rewardq.defaults`, so every layer (``queue/`` included) may
+A standard-library module, so every layer (``queue/`` included) may
 use it. A library (tenacity, backoff) would own the loop as well as the pause; ours stay where
 they are, each with its own rule for what to retry, and take only the pause from here.
 """

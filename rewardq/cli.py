@@ -7,8 +7,8 @@ Commands::
     rewardq demo     [--redis-url URL] [--workers 2] [--trajectories 200] [--json]
     rewardq produce  FILE.jsonl --redis-url URL --namespace NS [--wait] [--timeout S]
     rewardq generate FILE.jsonl -n 100 [--seed S]
-    rewardq status   [--namespace NS] [--watch [S]] [--json]  # what is waiting for what
-    rewardq top      [--namespace NS] [--once] [--json]       # live view: rates, backlog, workers
+    rewardq status   [--namespace NS] [--json]                # what is waiting for what
+    rewardq top      [--namespace NS] [--once] [--json]       # live view (status --watch): rates, backlog
     rewardq inspect  KEY|TRAJECTORY [--tokenizer T] [--json]  # one key or trajectory, decoded
     rewardq dead-letters list|show|retry|purge                 # what could not be scored
     rewardq health   [--namespace NS] [--name W] [--json]     # exit 0 if a worker on this host is alive
@@ -32,20 +32,34 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from rewardq import __version__, defaults
+from rewardq import __version__
 from rewardq.config import WorkerConfig
-from rewardq.ops.deadletters import dead_letters
+from rewardq.demo.run import DEMO_TIMEOUT, DEMO_TRAJECTORIES, DEMO_WORKERS
+from rewardq.errors import ConfigError
+from rewardq.ops.deadletters.commands import dead_letters
 from rewardq.ops.flags import click_options
 from rewardq.ops.health import health
 from rewardq.ops.inspect import inspect
+from rewardq.ops.judge_cache_cmds import judge_cache
 from rewardq.ops.ledger_cmds import diff, report
 from rewardq.ops.status import status
+from rewardq.ops.supervisor import SUPERVISOR_KILL_SLACK
 from rewardq.ops.top import top
+from rewardq.producers.core import WAIT_TIMEOUT
+from rewardq.queue.connection import REDIS_URL
+from rewardq.queue.keys import NAMESPACE
 from rewardq.replay.command import replay
+
+if TYPE_CHECKING:
+    from rewardq.consumers.process import EarlySignals
+
+
+#: Trajectories ``rewardq generate`` writes.
+GENERATE_TRAJECTORIES = 100
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_REDIS, EXIT_INTERRUPTED = 1, 2, 3, 130
 _state = {"debug": False}
@@ -105,16 +119,21 @@ def worker(processes: int | None, **params: Any) -> int:
     """
     from rewardq.consumers.process import EarlySignals
     from rewardq.install import require_worker_extra
+    from rewardq.logs import setup_logging
     from rewardq.ops import redis_secret
     from rewardq.ops.worker import load_config, run_worker
 
     require_worker_extra()  # before Redis is probed: a missing torch is the thing to fix first
     cfg = load_config(params)
+    try:
+        setup_logging(cfg.log_level, cfg.log_format)
+    except ValueError as exc:
+        raise ConfigError(f"log settings: {exc}") from None
     if (cfg.manager_options or {}).get("code_local_isolation") == "rlimits":
         redis_secret.conceal()  # programs run as this user: nothing of the URL where they can look
-    if processes and processes > 1:
-        return _supervise(processes, params, cfg)
     early = EarlySignals().install()  # a SIGTERM during start-up still ends in a clean exit 0
+    if processes and processes > 1:
+        return _supervise(processes, params, cfg, early)
     redis_secret.warn_if_on_command_line(params.get("redis_url"))
     return run_worker(cfg, early)
 
@@ -124,11 +143,12 @@ def worker(processes: int | None, **params: Any) -> int:
 @click_options(WorkerConfig)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each setting's value and source.")
 def config_command(as_json: bool, **params: object) -> int:
-    """Show every worker setting: the value it takes and where it comes from.
+    """Show every worker setting and manager option: the value it takes and where it comes from.
 
     Reads the same flags, REWARDQ_* variables and --config file as `rewardq worker` and prints,
-    for each setting, its value and its source (flag, env, file or default), without starting
-    anything. Passwords in the Redis URL are redacted.
+    for each setting, its value and its source (flag, env, file or default), then every option
+    the --manager declares (manager_options.<name>), without starting anything. Passwords in the
+    Redis URL and credential options are redacted.
     """
     from rewardq.ops.worker import config_rows, load_config
 
@@ -143,23 +163,24 @@ def config_command(as_json: bool, **params: object) -> int:
     return 0
 
 
-def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
+def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig, early: EarlySignals) -> int:
     from rewardq.errors import ConfigError
-    from rewardq.logs import setup_logging
-    from rewardq.ops.connect import wait_for_redis
     from rewardq.ops.redis_secret import child_environment, warn_if_on_command_line
     from rewardq.ops.supervisor import Supervisor, child_argvs
     from rewardq.ops.worker import worker_argv
+    from rewardq.queue.reachability import wait_for_redis
 
-    try:
-        setup_logging(cfg.log_level, cfg.log_format)
-    except ValueError as exc:
-        raise ConfigError(f"log settings: {exc}") from None
     if not cfg.tokenizer:  # every child would exit 2 with it: say it once, before waiting for Redis
         from rewardq.reward.tokenizer import NO_TOKENIZER
 
         raise ConfigError(NO_TOKENIZER)
-    wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)  # the parent stays light
+    # the parent stays light; a SIGTERM or one Ctrl-C ends the wait (exit 0), as for one process,
+    # also where the signal was ignored on entry (a shell's background job ignores SIGINT)
+    if wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout, stopping=lambda: early.received):
+        return 0
+    if early.received:
+        logging.getLogger("rewardq.cli").info("received %s during start-up; exiting", early.received)
+        return 0
     warn_if_on_command_line(params.get("redis_url"))
     # the URL goes to the children in their environment, never on their command lines
     from_flag = cfg.sources["redis_url"].startswith("flag")
@@ -174,7 +195,7 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
     )
     return Supervisor(
         argvs,
-        grace=cfg.shutdown_grace + defaults.SUPERVISOR_KILL_SLACK,
+        grace=cfg.shutdown_grace + SUPERVISOR_KILL_SLACK,
         env=child_environment(cfg.redis_url, from_flag=from_flag),
     ).run()
 
@@ -185,26 +206,29 @@ def _supervise(n: int, params: dict[str, Any], cfg: WorkerConfig) -> int:
 
 
 @cli.command()
-@click.option("--redis-url", default=None, help="Use this Redis and worker processes (default: an embedded stand-in).")
+@click.option(
+    "--redis-url",
+    default=None,
+    help="Use this Redis (default: an embedded stand-in, from rewardq[demo]; without that extra, a Redis "
+    "answering at REWARDQ_REDIS_URL or redis://127.0.0.1:6379/0).",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=0),
-    default=defaults.DEMO_WORKERS,
+    default=DEMO_WORKERS,
     show_default=True,
     help="Worker processes to start; 0: use workers already running on --namespace (needs --redis-url).",
 )
-@click.option("--trajectories", "-n", type=click.IntRange(min=1), default=defaults.DEMO_TRAJECTORIES, show_default=True)
+@click.option("--trajectories", "-n", type=click.IntRange(min=1), default=DEMO_TRAJECTORIES, show_default=True)
 @click.option(
     "--namespace",
     default=None,
     help="Keep this namespace's keys afterwards (the demo prints the commands that show them). "
     "Default: a fresh demo-<random>, deleted afterwards (--workers 0: REWARDQ_NAMESPACE or rewardq).",
 )
-@click.option("--manager", default=defaults.MANAGER, show_default=True)
+@click.option("--manager", default=WorkerConfig.manager, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--timeout", type=float, default=defaults.DEMO_TIMEOUT, show_default=True, help="Seconds to wait for rewards."
-)
+@click.option("--timeout", type=float, default=DEMO_TIMEOUT, show_default=True, help="Seconds to wait for rewards.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option(
     "--write-jsonl",
@@ -249,16 +273,18 @@ def demo(
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--redis-url", default=defaults.REDIS_URL, show_default=True, envvar="REWARDQ_REDIS_URL")
-@click.option("--namespace", default=defaults.NAMESPACE, show_default=True, envvar="REWARDQ_NAMESPACE")
+@click.option("--redis-url", default=REDIS_URL, show_default=True, envvar="REWARDQ_REDIS_URL")
+@click.option("--namespace", default=NAMESPACE, show_default=True, envvar="REWARDQ_NAMESPACE")
 @click.option("--cluster", is_flag=True, help="Treat --redis-url as a Redis Cluster.")
 @click.option("--wait", is_flag=True, help="Wait for every reward and print a summary.")
-@click.option(
-    "--timeout", type=float, default=defaults.WAIT_TIMEOUT, show_default=True, help="Seconds to wait (with --wait)."
-)
+@click.option("--timeout", type=float, default=WAIT_TIMEOUT, show_default=True, help="Seconds to wait (with --wait).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def produce(file: str, redis_url: str, namespace: str, cluster: bool, wait: bool, timeout: float, as_json: bool) -> int:
-    """Replay recorded trajectories from a JSONL file (one trajectory per line)."""
+    """Replay recorded trajectories from a JSONL file (one trajectory per line).
+
+    Exits 0 when every line was put (and, with --wait, every key got an ok result); 1 when a line
+    could not be read or put, or, with --wait, a key ended in an error or had no result in time.
+    """
     from rewardq.ops.produce import produce_file
 
     return produce_file(
@@ -268,9 +294,7 @@ def produce(file: str, redis_url: str, namespace: str, cluster: bool, wait: bool
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option(
-    "-n", "--trajectories", type=click.IntRange(min=1), default=defaults.GENERATE_TRAJECTORIES, show_default=True
-)
+@click.option("-n", "--trajectories", type=click.IntRange(min=1), default=GENERATE_TRAJECTORIES, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 def generate(file: str, trajectories: int, seed: int) -> int:
     """Write demo trajectories (GSM8K and MATH, with expected rewards) to a JSONL file."""
@@ -299,6 +323,7 @@ cli.add_command(dead_letters)
 cli.add_command(replay)
 cli.add_command(diff)
 cli.add_command(report)
+cli.add_command(judge_cache)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,7 +333,7 @@ cli.add_command(report)
 
 def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""
-    import rewardq.queue.redis_errors as rx
+    import rewardq.queue.connection as rx
     from rewardq.errors import MissingExtra, RewardqError
     from rewardq.install import missing_worker_module
 

@@ -10,37 +10,42 @@ bounds. The environment variable, the config-file key, the ``rewardq worker`` fl
 from it (:mod:`rewardq.settings`, :mod:`rewardq.ops.flags`), so adding a setting is one
 declaration here::
 
-    drain_grace: float = setting(defaults.DRAIN_GRACE, "Seconds a draining worker waits.", above=0)
+    drain_grace: float = setting(10.0, "Seconds a draining worker waits.", above=0)
 
 gives ``--drain-grace`` (with ``[default: ...; env: REWARDQ_DRAIN_GRACE]`` in ``--help``), the
-variable, the file key ``drain_grace``, the check, and a row of ``rewardq config``. Its default
-is named in :mod:`rewardq.defaults` (``tests/unit/test_defaults.py`` refuses a numeric literal
-default anywhere else). ``choices=``, ``minimum=``/``above=``/``maximum=``, ``shown_default=`` (for a
+variable, the file key ``drain_grace``, the check, and a row of ``rewardq config``. The default
+lives in the declaration; code elsewhere that needs it reads it from there
+(``WorkerConfig.drain_grace``). A default that code below this module needs (``queue/``,
+``reward/``, the producers) lives beside that code and the declaration names it
+(``setting(MAX_OUTPUTS, ...)``); ``tests/unit/test_defaults.py`` checks that no two places
+disagree. ``choices=``, ``minimum=``/``above=``/``maximum=``, ``shown_default=`` (for a
 None that means something) and ``passed_to="broker"`` (a keyword argument of the same name of
 :class:`~rewardq.queue.broker.StreamBroker`) say the rest; see :func:`rewardq.settings.setting`.
 
 A config file is YAML (or JSON) holding our own keys at top level, or verl's whole trainer
-config (its ``reward:`` block and the rest, read as verl reads them: :mod:`rewardq.verl_config`),
-or both: rewardq keys beside verl's sections, in a ``rewardq:`` block or in ``reward.rewardq``.
-File values are type-checked as environment variables are (``cluster: "false"`` is False, a
-word where a number belongs is an error naming the file and key). Keys rewardq does not use are
-collected in ``WorkerConfig.unused_keys`` and listed once when the worker starts; they never
-stop it.
+config, or both (:mod:`rewardq.config_file` reads it). File values are type-checked as
+environment variables are (``cluster: "false"`` is False, a word where a number belongs is an
+error naming the file and key). Keys rewardq does not use are collected in
+``WorkerConfig.unused_keys`` and listed once when the worker starts; they never stop it.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from rewardq import defaults
+from rewardq.config_file import read_config_file, read_url_file
 from rewardq.errors import ConfigError
+from rewardq.queue.broker import INCOMPLETE_TIMEOUT, KEEP_RECORDS, LEASE_SECONDS
+from rewardq.queue.checks import MAX_OUTPUTS, MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES
+from rewardq.queue.connection import REDIS_URL
+from rewardq.queue.images import MAX_IMAGE_BYTES
+from rewardq.queue.keys import DEAD_LETTER_BYTES, DEAD_LETTER_TTL, GROUP, NAMESPACE
+from rewardq.queue.results import MAX_RESULT_BYTES, RESULT_TTL
+from rewardq.reward.execution.settings import REWARD_FN_PLACEMENT, REWARD_FN_PLACEMENTS, SCORER_PROCESSES, SCORER_SPARES
 from rewardq.settings import (
     ENV_PREFIX,
     FALSE_WORDS,
@@ -65,10 +70,6 @@ __all__ = [
     "WorkerConfig",
     "AdapterSettings",
     "ADAPTER_KEYS",
-    "LoadedFile",
-    "parse_file",
-    "read_config_file",
-    "translate_verl_reward",
 ]
 
 #: Log levels ``log_level`` accepts (in any case).
@@ -87,7 +88,7 @@ class WorkerConfig:
     """Everything a reward worker needs to know: one declaration per setting (module docstring)."""
 
     # where
-    redis_url: str = setting(defaults.REDIS_URL, "redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
+    redis_url: str = setting(REDIS_URL, "redis://[user:pass@]host:port/db, rediss://, redis+cluster://.")
     redis_url_file: str | None = setting(
         None,
         "A file whose first line is the Redis URL, which then replaces redis_url from any layer but "
@@ -95,14 +96,15 @@ class WorkerConfig:
         metavar="PATH",
     )
     cluster: bool = setting(False, "Treat --redis-url as a Redis Cluster.")
-    namespace: str = setting(defaults.NAMESPACE, "First component of every key; producers must use the same.")
-    group: str = setting(defaults.GROUP, "Consumer group the workers of one pipeline share.")
+    namespace: str = setting(NAMESPACE, "First component of every key; producers must use the same.")
+    group: str = setting(GROUP, "Consumer group the workers of one pipeline share.")
     shards: int | None = setting(
         None, "Stream shards (must match the namespace's).", above=0, shown_default="the namespace's (1 if new)"
     )
     name: str | None = setting(None, "Consumer name of this worker.", shown_default="<host>-<pid>-<random>")
     # what
-    manager: str = setting(defaults.MANAGER, "Reward manager.", more_help=_manager_names)
+    #: The reward manager a worker runs unless told otherwise (verl's default).
+    manager: str = setting("naive", "Reward manager.", more_help=_manager_names)
     manager_options: dict[str, Any] = setting(
         {},
         "Manager option (repeatable); VALUE is JSON if it parses, else a string; a.b=1 nests.",
@@ -129,118 +131,165 @@ class WorkerConfig:
         merge=True,
     )
     reward_fn_placement: str = setting(
-        defaults.REWARD_FN_PLACEMENT,
+        REWARD_FN_PLACEMENT,
         "Where a sync --reward-fn runs: scorer processes, threads, or inline (trusted, cheap code only).",
-        choices=defaults.REWARD_FN_PLACEMENTS,
+        choices=REWARD_FN_PLACEMENTS,
     )
+    #: Whether a worker whose scoring configuration differs from the one its namespace records takes the
+    #: namespace over (a rolling upgrade: it waits until no live worker runs the recorded one, then
+    #: records its own) instead of refusing to start.
     takeover: bool = setting(
-        defaults.TAKEOVER,
+        False,
         "Rolling upgrade: when the namespace records another scoring configuration, wait until no live "
         "worker runs it, then record this one (without it such a worker refuses to start).",
     )
     scorer_processes: int | None = setting(
-        defaults.SCORER_PROCESSES, "Scorer processes per function.", above=0, shown_default="one per core, at least 2"
+        SCORER_PROCESSES, "Scorer processes per function.", above=0, shown_default="one per core, at least 2"
     )
     scorer_spares: int = setting(
-        defaults.SCORER_SPARES, "Spare scorer processes at most, for calls waiting behind stuck ones.", minimum=0
+        SCORER_SPARES, "Spare scorer processes at most, for calls waiting behind stuck ones.", minimum=0
     )
     # how much
-    concurrency: int = setting(defaults.CONCURRENCY, "Trajectories scored at once by one worker.", above=0)
-    batch_size: int = setting(defaults.BATCH_SIZE, "Stream entries per read.", above=0)
-    block_ms: int = setting(defaults.BLOCK_MS, "Longest blocking read, in milliseconds (0: do not block).", minimum=0)
-    score_timeout: float = setting(defaults.SCORE_TIMEOUT, "Seconds one trajectory's scoring may take.", above=0)
+    #: Trajectories one worker scores at once.
+    concurrency: int = setting(32, "Trajectories scored at once by one worker.", above=0)
+    #: Stream entries per XREADGROUP.
+    batch_size: int = setting(256, "Stream entries per read.", above=0)
+    #: Milliseconds one XREADGROUP blocks waiting for entries.
+    block_ms: int = setting(1000, "Longest blocking read, in milliseconds (0: do not block).", minimum=0)
+    #: Seconds one trajectory's ``run_single`` may take before it is an error result.
+    score_timeout: float = setting(300.0, "Seconds one trajectory's scoring may take.", above=0)
+    #: Seconds a trajectory whose scoring failed for a ``transient`` reason (a judge answering 503,
+    #: SandboxFusion down) keeps being scored again, counted from its first such failure, before it
+    #: becomes an error result of kind ``transient``: long enough to ride out a judge or sandbox restart.
     retry_for: float = setting(
-        defaults.RETRY_FOR,
+        300.0,
         "Seconds a trajectory whose scoring failed for a transient reason (a judge answering 429/5xx, "
         "SandboxFusion down, a lost connection) is scored again, after backoffs honouring Retry-After, "
         "before it becomes an error result of kind transient (0: never retried).",
         minimum=0,
     )
-    # recovery
-    claim_idle: float = setting(
-        defaults.CLAIM_IDLE, "Seconds an entry stays pending before another worker reclaims it.", above=0
+    #: Seconds one write of results waits for room in a Redis past ``maxmemory`` before its keys get an
+    #: error result of kind ``memory`` instead (rewardq.consumers.retries.RoomWaits): results that never
+    #: fit (larger than the cap, or a Redis nobody drains) must not wait for ever.
+    room_wait: float = setting(
+        300.0,
+        "Seconds one write of a trajectory's results waits for room in a Redis past its maxmemory before "
+        "its keys get an error result of kind memory naming the results' size and Redis's maxmemory.",
+        above=0,
     )
-    max_deliveries: int = setting(defaults.MAX_DELIVERIES, "Deliveries before an entry is dead-lettered.", above=0)
+    # recovery
+    #: Seconds an entry stays pending before another worker may reclaim it.
+    claim_idle: float = setting(60.0, "Seconds an entry stays pending before another worker reclaims it.", above=0)
+    #: Deliveries of one entry (its first read, then each reclaim or hand-back) before its trajectory is
+    #: dead-lettered with an error result for every key, naming what became of the earlier attempts.
+    max_deliveries: int = setting(
+        5,
+        "Deliveries before an entry is dead-lettered (not counting those spent scoring its trajectory in "
+        "cohorts of suspects after worker deaths: at most log2 of a worker's slots).",
+        above=0,
+    )
+    #: Times a trajectory may take its worker process down while scored alone before it gets an
+    #: error result (a crash while scored alone can only be its own doing).
     max_crashes: int = setting(
-        defaults.MAX_CRASHES,
+        2,
         "Worker deaths while a trajectory is scored alone before it gets an error result.",
         above=0,
     )
     lease_seconds: float = setting(
-        defaults.LEASE_SECONDS,
+        LEASE_SECONDS,
         "Seconds a trajectory stays leased to its worker without renewal.",
         above=0,
         passed_to="broker",
     )
-    heartbeat_interval: float = setting(
-        defaults.HEARTBEAT_INTERVAL, "Seconds between heartbeats (and lease renewals).", above=0
-    )
+    #: Seconds between worker heartbeats (and lease renewals).
+    heartbeat_interval: float = setting(2.0, "Seconds between heartbeats (and lease renewals).", above=0)
+    #: Seconds between maintenance passes (reclaim, expiry of incomplete trajectories).
     maintenance_interval: float = setting(
-        defaults.MAINTENANCE_INTERVAL,
+        5.0,
         "Seconds between maintenance passes (reclaim, expiry of incomplete trajectories).",
         above=0,
     )
     incomplete_timeout: float = setting(
-        defaults.INCOMPLETE_TIMEOUT,
+        INCOMPLETE_TIMEOUT,
         "Seconds a trajectory may wait for missing outputs before every key gets an error.",
         above=0,
         passed_to="broker",
     )
-    result_ttl: float = setting(
-        defaults.RESULT_TTL, "Seconds results are kept (0: forever).", minimum=0, passed_to="broker"
-    )
+    result_ttl: float = setting(RESULT_TTL, "Seconds results are kept (0: forever).", minimum=0, passed_to="broker")
     keep_records: float = setting(
-        defaults.KEEP_RECORDS,
+        KEEP_RECORDS,
         "Seconds an ended trajectory's outputs (scored or failed) stay for `rewardq inspect` and "
         "`rewardq dead-letters retry` (0: deleted once its result is written).",
         minimum=0,
         passed_to="broker",
     )
+    dead_letter_bytes: int = setting(
+        DEAD_LETTER_BYTES,
+        "Bytes each shard's dead-letter stream keeps at most; the oldest dead letters go first "
+        "(a dead letter keeps a record whole up to 1 MiB, else its first 64 KiB).",
+        above=0,
+        passed_to="broker",
+    )
+    dead_letter_ttl: float = setting(
+        DEAD_LETTER_TTL,
+        "Seconds a dead letter is kept.",
+        above=0,
+        passed_to="broker",
+    )
+    #: Seconds a stopping worker lets in-flight scoring finish before handing it back.
     shutdown_grace: float = setting(
-        defaults.SHUTDOWN_GRACE,
+        30.0,
         "Seconds a stopping worker lets in-flight scoring finish before handing it back.",
         above=0,
     )
     max_record_bytes: int = setting(
-        defaults.MAX_RECORD_BYTES, "Largest record, in bytes; larger ones are dead-lettered.", above=0
+        MAX_RECORD_BYTES, "Largest record, in bytes; larger ones are dead-lettered.", above=0, passed_to="broker"
     )
     max_image_bytes: int = setting(
-        defaults.MAX_IMAGE_BYTES,
+        MAX_IMAGE_BYTES,
         "Largest encoded image (PNG/JPEG/WebP) in a record's multi_modal_data, in bytes; larger ones are "
         "dead-lettered (producers refuse them naming the output and the image).",
         above=0,
     )
     max_trajectory_bytes: int = setting(
-        defaults.MAX_TRAJECTORY_BYTES,
+        MAX_TRAJECTORY_BYTES,
         "Largest total of one trajectory's records, in bytes; past it every key gets an error result.",
         above=0,
         passed_to="broker",
     )
+    #: Largest padded batch (the ``TensorDict`` one trajectory's manager receives), in bytes, computed
+    #: from the outputs' lengths before anything is allocated. Padding multiplies: 4,096 outputs padded
+    #: to one 8M-token response would take ~1 TB. 1 GiB holds a batch of 64 outputs of 128k-token
+    #: prompts and 128k-token responses; a larger one is refused with an error result naming it.
     max_batch_bytes: int = setting(
-        defaults.MAX_BATCH_BYTES,
+        1024 * 1024 * 1024,
         "Largest padded batch of one trajectory, in bytes, checked before it is built; past it every key "
         "gets an error result.",
         above=0,
     )
+    #: Largest ``max_result_bytes`` a worker accepts: Redis refuses a string over 512 MiB (``proto-max-bulk-len``).
     max_result_bytes: int = setting(
-        defaults.MAX_RESULT_BYTES,
+        MAX_RESULT_BYTES,
         "Largest stored result of one key, reward_extra_info included, in bytes; a larger one becomes an "
         "error result naming it.",
         minimum=1,
-        maximum=defaults.MAX_RESULT_BYTES_LIMIT,
+        maximum=512 * 1024 * 1024,
         bound_why="Redis refuses a string over 512 MiB",
         passed_to="broker",
     )
+    #: Largest ``max_outputs`` a worker accepts: every Lua script's worst-case run time grows with it.
     max_outputs: int = setting(
-        defaults.MAX_OUTPUTS,
+        MAX_OUTPUTS,
         "Outputs one trajectory may have; bounds every Lua script's work.",
         minimum=1,
-        maximum=defaults.MAX_OUTPUTS_LIMIT,
+        maximum=1_000_000,
         bound_why="every Lua script's worst-case run time grows with it; the default 4096 keeps each under ~50 ms",
         passed_to="broker",
     )
+    #: Seconds ``rewardq worker`` waits for Redis at start-up; None waits forever (a supervisor or
+    #: k8s restarts workers while Redis is still coming up).
     connect_timeout: float | None = setting(
-        defaults.WORKER_CONNECT_TIMEOUT,
+        None,
         "Seconds to wait for Redis at start-up, retrying with backoff.",
         above=0,
         shown_default="forever",
@@ -260,14 +309,20 @@ class WorkerConfig:
         metavar="DIR",
         shown_default="<ledger>/_spool/<host> for a local ledger, else ~/.cache/rewardq/ledger-spool/<digest>",
     )
+    #: Seconds a worker's ledger spool segment collects trajectories before it is written as one Parquet
+    #: file (rewardq.ledger): fewer, larger files against fresher ledgers. At 60 s a 1,000-GPU run with
+    #: 100 workers makes ~144,000 files a day, 6,000 an hour.
     ledger_flush_interval: float = setting(
-        defaults.LEDGER_FLUSH_INTERVAL, "Seconds the spool collects before it is written as one Parquet file.", above=0
+        60.0, "Seconds the spool collects before it is written as one Parquet file.", above=0
     )
+    #: Bytes of spool after which a segment is written early, whatever its age (one Parquet file each).
     ledger_file_bytes: int = setting(
-        defaults.LEDGER_FILE_BYTES, "Spooled bytes after which a Parquet file is written early.", above=0
+        128 * 1024 * 1024, "Spooled bytes after which a Parquet file is written early.", above=0
     )
+    #: Spooled bytes not yet written (the ledger's destination refusing files) past which a worker stops
+    #: spooling and counts trajectories as unwritten, rather than fill its disk.
     ledger_spool_max_bytes: int = setting(
-        defaults.LEDGER_SPOOL_MAX_BYTES,
+        10 * 1024**3,
         "Spooled bytes not yet written (the ledger refusing files) past which trajectories are counted as "
         "unwritten instead of spooled.",
         above=0,
@@ -276,8 +331,17 @@ class WorkerConfig:
     metrics_port: int | None = setting(
         None, "Serve Prometheus metrics on this port (0: any free port).", minimum=0, shown_default="off"
     )
-    log_level: str = setting(defaults.LOG_LEVEL, "Log level.", choices=LOG_LEVELS, ignore_case=True)
-    log_format: str = setting(defaults.LOG_FORMAT, "text, or one JSON object per line.", choices=("text", "json"))
+    #: Worker log level, and log format (``text`` or ``json``: one object per line).
+    log_level: str = setting("INFO", "Log level.", choices=LOG_LEVELS, ignore_case=True)
+    #: Worker log level, and log format (``text`` or ``json``: one object per line).
+    log_format: str = setting("text", "text, or one JSON object per line.", choices=("text", "json"))
+    #: Seconds between a worker's INFO summary lines (its per-trajectory lines are DEBUG).
+    log_summary_interval: float = setting(
+        30.0,
+        "Seconds between the INFO lines summing up the trajectories that ended (by outcome, rate, mean "
+        "time); each trajectory's own line is DEBUG (0: no summary lines).",
+        minimum=0,
+    )
     # bookkeeping, not settings: keys of the config file rewardq does not use, and where each value came from
     unused_keys: list[str] = field(default_factory=list, repr=False, compare=False)
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -330,7 +394,7 @@ class WorkerConfig:
         *,
         config_file: str | None = None,
         env: Mapping[str, str] | None = None,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, object] | None = None,
         override_source: str = "flag",
     ) -> WorkerConfig:
         """Defaults, then ``config_file``, then environment, then ``overrides`` (CLI flags).
@@ -343,7 +407,7 @@ class WorkerConfig:
         layers = Layers()
         unused: list[str] = []
         if config_file:
-            loaded = read_config_file(config_file)
+            loaded = read_config_file(config_file, cls.settings(), ADAPTER_KEYS)
             for name, value in loaded.values.items():
                 layers.put(cls.settings()[name], value, loaded.sources.get(name, f"file {config_file}"))
             unused = loaded.unused
@@ -359,28 +423,13 @@ class WorkerConfig:
                 layers.put(known[name], value, source)
         cfg = cls(**layers.values)
         cfg.sources = {name: layers.sources.get(name, "default") for name in known}
+        cfg.sources.update({k: v for k, v in layers.sources.items() if k not in known})  # a merged dict's keys
         cfg.unused_keys = unused
         cfg.config_file = config_file
         if cfg.redis_url_file and not cfg.sources["redis_url"].startswith("flag"):
             cfg.redis_url = read_url_file(cfg.redis_url_file)
             cfg.sources["redis_url"] = f"redis_url_file {cfg.redis_url_file}"
         return cfg.validate()
-
-
-def read_url_file(path: str) -> str:
-    """The Redis URL on the first line of ``path``.
-
-    Raises:
-        ConfigError: the file cannot be read or its first line is not a URL.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            url = f.readline().strip()
-    except OSError as exc:
-        raise ConfigError(f"redis_url_file {path}: cannot read the Redis URL file ({exc.strerror})") from None
-    if "://" not in url:
-        raise ConfigError(f"redis_url_file {path}: the file's first line must be a Redis URL (redis://...)")
-    return url
 
 
 @dataclass
@@ -395,11 +444,16 @@ class AdapterSettings:
     redis_url: str = same_as(WorkerConfig, "redis_url")
     namespace: str = same_as(WorkerConfig, "namespace")
     cluster: bool = same_as(WorkerConfig, "cluster")
+    #: Seconds the verl adapter waits for one trajectory's rewards (``REWARDQ_VERL_TIMEOUT``); past it
+    #: the trajectory scores as an error (or raises, with ``REWARDQ_VERL_ON_ERROR=raise``).
     timeout: float = setting(
-        defaults.VERL_TIMEOUT, "Seconds the adapter waits for one trajectory's rewards.", key="verl_timeout", above=0
+        900.0, "Seconds the adapter waits for one trajectory's rewards.", key="verl_timeout", above=0
     )
+    #: What the verl adapter does with a trajectory that got no reward: ``mask`` leaves it out of
+    #: training (no gradient, no part in its group's baseline; rewardq.integrations.verl.mask);
+    #: ``zero`` scores it 0.0 with the reason in ``reward_error``; ``raise`` stops the run.
     on_error: str = setting(
-        defaults.VERL_ON_ERROR,
+        "mask",
         "What a trajectory that got no reward does to the rollout.",
         key="verl_on_error",
         choices=("mask", "zero", "raise"),
@@ -407,8 +461,13 @@ class AdapterSettings:
         bound_why="mask: the sample is left out of training (docs/verl-integration.md); "
         "zero: an error scores 0.0 and its message goes to reward_error; raise: the error stops the run",
     )
+    #: The verl adapter's and hook's failure budget, counted once per run in Redis across every adapter
+    #: and hook process: a failure that leaves more than this share of errors among the run's last
+    #: ``VERL_ERROR_WINDOW`` trajectories stops the run (never before the window has filled, never on a
+    #: scored trajectory). At a true error rate of 10 % (a flaky judge) more than 51 errors in 256 is a
+    #: >5-sigma event, so a healthy run goes on; a fleet that fails everything stops within 256.
     max_error_rate: float = setting(
-        defaults.VERL_MAX_ERROR_RATE,
+        0.2,
         "Failure budget: the largest share of errors among the run's last verl_error_window trajectories, "
         "counted in Redis across every adapter and hook process; more stops the run (1: never).",
         key="verl_max_error_rate",
@@ -416,12 +475,18 @@ class AdapterSettings:
         maximum=1,
         bound_why="a share of trajectories",
     )
+    #: The verl adapter's and hook's failure budget, counted once per run in Redis across every adapter
+    #: and hook process: a failure that leaves more than this share of errors among the run's last
+    #: ``VERL_ERROR_WINDOW`` trajectories stops the run (never before the window has filled, never on a
+    #: scored trajectory). At a true error rate of 10 % (a flaky judge) more than 51 errors in 256 is a
+    #: >5-sigma event, so a healthy run goes on; a fleet that fails everything stops within 256.
+    #: The largest ``verl_error_window``: the window is a ring of this many fields in one Redis hash.
     error_window: int = setting(
-        defaults.VERL_ERROR_WINDOW,
+        256,
         "Failure budget: how many of the run's last trajectories the share of errors is taken over.",
         key="verl_error_window",
         minimum=1,
-        maximum=defaults.VERL_ERROR_WINDOW_MAX,
+        maximum=100_000,
     )
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -431,7 +496,7 @@ class AdapterSettings:
         return settings_of(cls)
 
     @classmethod
-    def load(cls, block: Mapping[str, Any] | None, env: Mapping[str, str]) -> AdapterSettings:
+    def load(cls, block: Mapping[str, object] | None, env: Mapping[str, str]) -> AdapterSettings:
         """Defaults < ``block`` (the verl config's rewardq settings, by key) < ``env``, checked."""
         layers = Layers()
         by_key = {s.key: s for s in cls.settings().values()}
@@ -455,94 +520,4 @@ class AdapterSettings:
 ADAPTER_KEYS = (
     frozenset(s.key for s in settings_of(AdapterSettings).values())
     - {s.key for s in settings_of(WorkerConfig).values()}
-) | {"fleet"}  # fleet: the Ray fleet the adapter starts (rewardq.integrations.verl_fleet)
-
-
-@dataclass
-class LoadedFile:
-    """A config file's WorkerConfig values, where in the file each came from, and the keys rewardq
-    does not use (dotted paths)."""
-
-    values: dict[str, Any]
-    unused: list[str]
-    sources: dict[str, str] = field(default_factory=dict)
-
-
-def parse_file(path: str) -> dict[str, Any]:
-    """The mapping a YAML/JSON config file holds (ConfigError when it is missing or malformed)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    text = p.read_text()
-    import yaml
-
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSON's errors are ValueErrors; deep nesting
-        raise ConfigError(f"cannot parse config file {path}: {exc}") from None
-    data = data or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at top level")
-    return data
-
-
-def read_config_file(path: str) -> LoadedFile:
-    """Read a rewardq config file, or verl's trainer config (see :mod:`rewardq.verl_config`).
-
-    Precedence inside one file: what a verl config implies < top-level rewardq keys < a
-    top-level ``rewardq:`` block < a ``reward.rewardq`` block. Every value is type-checked
-    (:func:`rewardq.settings.file_value`); keys that are neither WorkerConfig fields nor verl's are listed in
-    :attr:`LoadedFile.unused`, with a suggestion when one looks like a misspelt field.
-    """
-    from rewardq.verl_config import VERL_SECTIONS, is_verl_config, translate
-
-    data = parse_file(path)
-    known = {s.key: s for s in WorkerConfig.settings().values()}
-    layers: list[tuple[str, Mapping[str, Any]]] = []
-    unused: list[str] = []
-    origins: dict[str, str] = {}
-    verl = is_verl_config(data)
-    if verl:
-        translated = translate(data)
-        layers.append(("verl config", translated.values))
-        unused += translated.unused
-        origins = translated.origins
-    top = {k: v for k, v in data.items() if not (verl and k in VERL_SECTIONS) and k != "rewardq"}
-    layers.append(("", top))
-    for block_path, block in (("rewardq", data.get("rewardq")), ("reward.rewardq", _reward_block(data))):
-        if block is None:
-            continue
-        if not isinstance(block, Mapping):
-            raise ConfigError(f"{path}: {block_path} must be a mapping of rewardq settings, got {block!r:.80}")
-        layers.append((block_path, block))
-    found = Layers()
-    for prefix, layer in layers:
-        for key, value in layer.items():
-            dotted = f"{prefix}.{key}" if prefix and prefix != "verl config" else str(key)
-            if key in ADAPTER_KEYS:
-                continue
-            if key not in known:
-                unused.append(dotted + _suggestion(str(key), known))
-                continue
-            where = f"{path} ({prefix})" if prefix else path
-            if prefix == "verl config" and key in origins:  # the verl key it came from, for errors
-                where = f"{path} ({origins[key]})"
-            found.put(known[key], file_value(known[key], value, where), f"file {where}")
-    return LoadedFile(found.values, unused, found.sources)
-
-
-def _reward_block(data: Mapping[str, Any]) -> object:
-    reward = data.get("reward")
-    return reward.get("rewardq") if isinstance(reward, Mapping) else None
-
-
-def _suggestion(key: str, known: Mapping[str, Any]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def translate_verl_reward(reward: Mapping[str, Any]) -> dict[str, Any]:
-    """Map a verl ``reward:`` block alone onto WorkerConfig fields (see :mod:`rewardq.verl_config`)."""
-    from rewardq.verl_config import translate
-
-    return translate({"reward": dict(reward)}).values
+) | {"fleet"}  # fleet: the Ray fleet the adapter starts (rewardq.integrations.verl.fleet)

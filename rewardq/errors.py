@@ -109,7 +109,7 @@ class RunStopped(ScoringError):
     """rewardq stopped a verl run: a failure the fleet cannot get past by itself (a ``config``
     failure, the run's failure budget spent, ``verl_on_error=raise``), or a setting that cannot
     work. The message names the cause and the fix. On verl's V1 trainer it is also handed to the
-    trainer through its replay buffer (:mod:`rewardq.integrations.verl_stop`)."""
+    trainer through its replay buffer (:mod:`rewardq.integrations.verl.stop`)."""
 
 
 class SampleMasked(ScoringError):

@@ -50,7 +50,7 @@ def _iso_utc(created: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
 
 
-def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+def extra_fields(record: logging.LogRecord) -> dict[str, object]:
     """The ``extra=`` fields of a record (everything that is not a standard attribute)."""
     return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
 

@@ -6,7 +6,7 @@ help text and, where they apply, bounds, choices and another flag spelling. From
 
 * the environment variable ``REWARDQ_<NAME>`` (:func:`env_values`);
 * the config-file key ``<name>`` (:func:`file_value` checks what a YAML/JSON file holds;
-  :mod:`rewardq.config` reads the file, verl's trainer config included);
+  :mod:`rewardq.config_file` reads the file, verl's trainer config included);
 * the command-line flag ``--<name-with-dashes>`` with its ``--help`` line showing the default and
   the variable (:mod:`rewardq.ops.flags`), what given flags mean (:func:`flag_values`) and the
   flags that reproduce them (:func:`flag_argv`);
@@ -98,6 +98,7 @@ class Spec:
     metavar: str | None = None
     passed_to: str | None = None
     more_help: Callable[[], str] | None = None
+    secret: bool = False
 
 
 def setting(
@@ -120,6 +121,7 @@ def setting(
     metavar: str | None = None,
     passed_to: str | None = None,
     more_help: Callable[[], str] | None = None,
+    secret: bool = False,
 ) -> T:
     """Declare one setting as a dataclass field (the annotation is its type).
 
@@ -140,6 +142,7 @@ def setting(
             ``"broker"``: :func:`rewardq.config.WorkerConfig.arguments_for`).
         more_help: called when ``--help`` is shown, its text appended (lists that are found at run
             time, e.g. the installed managers).
+        secret: the value is a credential: shown and fingerprinted as ``***``.
     """
     spec = Spec(
         help=help,
@@ -159,6 +162,7 @@ def setting(
         metavar=metavar,
         passed_to=passed_to,
         more_help=more_help,
+        secret=secret,
     )
     return cast(T, _field(default, spec))
 
@@ -266,7 +270,7 @@ def _base_type(hint: object) -> tuple[type, bool]:
 # -- values: parsing and checking ---------------------------------------------------------------
 
 
-def parse_text(s: Setting, raw: str, where: str) -> Any:
+def parse_text(s: Setting, raw: str, where: str) -> object:
     """A string (an environment variable, a string in a config file) as the setting's type.
 
     ``where`` names the source in the error, e.g. ``REWARDQ_CONCURRENCY='many'``.
@@ -293,7 +297,7 @@ def parse_text(s: Setting, raw: str, where: str) -> Any:
     return raw  # choices are checked with the other bounds (check_bounds), naming the source
 
 
-def file_value(s: Setting, value: Any, where: str) -> Any:
+def file_value(s: Setting, value: Any, where: str) -> object:
     """A config-file value, checked like an environment variable: strings are parsed
     (``cluster: "false"`` is False), numbers must be numbers, and a ``bool`` is not an ``int``."""
     if isinstance(value, str):
@@ -377,7 +381,8 @@ class Layers:
     Attributes:
         values: setting name -> value.
         sources: setting name -> where its value came from (``default`` when no layer set it;
-            merged dicts name every layer that contributed, joined by ``" + "``).
+            merged dicts name every layer that contributed, joined by ``" + "``, and each key of
+            one is sourced on its own, as ``<setting>.<key>``: the layer that set it last).
     """
 
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -389,17 +394,22 @@ class Layers:
             self.values[s.name] = {**self.values[s.name], **value}
             self.sources[s.name] = f"{self.sources[s.name]} + {source}"
         else:
+            if s.spec.merge:  # a layer that replaces the whole dict: its keys' own sources go with it
+                for key in [k for k in self.sources if k.startswith(f"{s.name}.")]:
+                    del self.sources[key]
             self.values[s.name] = dict(value) if isinstance(value, Mapping) else value
             self.sources[s.name] = source
+        if s.spec.merge and isinstance(value, Mapping):
+            self.sources.update({f"{s.name}.{key}": source for key in value})
 
-    def update(self, cls: type, values: Mapping[str, Any], source: str) -> None:
+    def update(self, cls: type, values: Mapping[str, object], source: str) -> None:
         """:meth:`put` each of ``values`` (setting name -> value), all from ``source``."""
         known = settings_of(cls)
         for name, value in values.items():
             self.put(known[name], value, source)
 
 
-def env_values(cls: type, env: Mapping[str, str], *, skip_empty: bool = False) -> dict[str, tuple[Any, str]]:
+def env_values(cls: type, env: Mapping[str, str], *, skip_empty: bool = False) -> dict[str, tuple[object, str]]:
     """The ``REWARDQ_*`` variables that name a setting of ``cls``: name -> (value, variable)
     (``skip_empty``: a variable set to the empty string counts as not set)."""
     out: dict[str, tuple[Any, str]] = {}
@@ -423,7 +433,7 @@ class _NoneGiven:
 NONE_GIVEN: object = _NoneGiven()
 
 
-def parse_pairs(flag: str, items: Iterable[str]) -> dict[str, Any]:
+def parse_pairs(flag: str, items: Iterable[str]) -> dict[str, object]:
     """``("max_rpm=60", "overlong_buffer.enable=true")`` -> ``{"max_rpm": 60, "overlong_buffer": {"enable": True}}``.
 
     Values are JSON when they parse as JSON (numbers, booleans, lists, objects, ``null``),
@@ -453,7 +463,7 @@ def _json_or_str(text: str) -> object:
         return text
 
 
-def flag_values(cls: type, params: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+def flag_values(cls: type, params: Mapping[str, Any]) -> dict[str, tuple[object, str]]:
     """The settings given as flags: name -> (value, flag). ``params`` are click's (None: not given)."""
     out: dict[str, tuple[Any, str]] = {}
     for name, s in settings_of(cls).items():

@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.config import WorkerConfig
 from rewardq.queue.codec import encode_output
 from rewardq.queue.results import RewardResult
+from rewardq.reward.execution.settings import REWARD_FN_PLACEMENT
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -49,6 +49,10 @@ __all__ = [
     "worker_manager",
     "score_response",
 ]
+
+#: Scorer processes per function of the managers ``rewardq.testing`` builds (a test needs one).
+TESTING_SCORER_PROCESSES = 1
+
 
 #: The tokenizer bundled with rewardq (byte-level BPE, round-trips any text): the default here.
 DEMO_TOKENIZER = "builtin:demo"
@@ -84,8 +88,8 @@ def output(
 
 
 def make_batch(
-    outputs: Sequence[Mapping[str, Any] | Any],
-    sample: Mapping[str, Any] | None = None,
+    outputs: Sequence[Mapping[str, object] | object],
+    sample: Mapping[str, object] | None = None,
     *,
     uid: str = TEST_UID,
     session_id: str = TEST_SESSION,
@@ -106,7 +110,7 @@ def make_batch(
 
 
 def _records(
-    outputs: Sequence[Any], sample: Mapping[str, Any] | None, *, uid: str, session_id: str, vocab_size: int | None
+    outputs: Sequence[object], sample: Mapping[str, object] | None, *, uid: str, session_id: str, vocab_size: int | None
 ) -> list[Any]:
     from rewardq.consumers.assembly import assemble
 
@@ -131,7 +135,7 @@ class ManagerRunner:
     """
 
     def __init__(
-        self, manager: RewardManager, *, timeout: float = defaults.SCORE_TIMEOUT, worker_name: str = "test-worker"
+        self, manager: RewardManager, *, timeout: float = WorkerConfig.score_timeout, worker_name: str = "test-worker"
     ) -> None:
         from rewardq.consumers.scorer import TrajectoryScorer
 
@@ -161,8 +165,8 @@ class ManagerRunner:
 
     async def score(
         self,
-        outputs: Sequence[Mapping[str, Any] | Any],
-        sample: Mapping[str, Any] | None = None,
+        outputs: Sequence[Mapping[str, object] | object],
+        sample: Mapping[str, object] | None = None,
         *,
         uid: str = TEST_UID,
         session_id: str | None = None,
@@ -183,10 +187,10 @@ class ManagerRunner:
 
 async def score_trajectory(
     manager: RewardManager,
-    outputs: Sequence[Mapping[str, Any] | Any],
-    sample: Mapping[str, Any] | None = None,
+    outputs: Sequence[Mapping[str, object] | object],
+    sample: Mapping[str, object] | None = None,
     *,
-    timeout: float = defaults.SCORE_TIMEOUT,
+    timeout: float = WorkerConfig.score_timeout,
 ) -> list[RewardResult]:
     """Set ``manager`` up, score one trajectory as a worker does, close it (see :class:`ManagerRunner`)."""
     async with ManagerRunner(manager, timeout=timeout) as run:
@@ -195,24 +199,24 @@ async def score_trajectory(
 
 def score_trajectory_sync(
     manager: RewardManager,
-    outputs: Sequence[Mapping[str, Any] | Any],
-    sample: Mapping[str, Any] | None = None,
+    outputs: Sequence[Mapping[str, object] | object],
+    sample: Mapping[str, object] | None = None,
     *,
-    timeout: float = defaults.SCORE_TIMEOUT,
+    timeout: float = WorkerConfig.score_timeout,
 ) -> list[RewardResult]:
     """:func:`score_trajectory` from synchronous code (it runs its own event loop)."""
     return asyncio.run(score_trajectory(manager, outputs, sample, timeout=timeout))
 
 
 def worker_manager(
-    manager: str = defaults.MANAGER,
+    manager: str = WorkerConfig.manager,
     *,
     tokenizer: str | None = DEMO_TOKENIZER,
     reward_fn: str | None = None,
-    reward_fn_kwargs: Mapping[str, Any] | None = None,
-    reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT,
-    scorer_processes: int | None = defaults.TESTING_SCORER_PROCESSES,
-    manager_options: Mapping[str, Any] | None = None,
+    reward_fn_kwargs: Mapping[str, object] | None = None,
+    reward_fn_placement: str = REWARD_FN_PLACEMENT,
+    scorer_processes: int | None = TESTING_SCORER_PROCESSES,
+    manager_options: Mapping[str, object] | None = None,
 ) -> RewardManager:
     """The manager ``rewardq worker`` builds from these settings (same names as its flags), by the
     worker's own factory: ``manager`` by name, entry point or ``module:Class``; the tokenizer
@@ -237,13 +241,13 @@ def worker_manager(
 
 async def score_response(
     response: str,
-    sample: Mapping[str, Any],
+    sample: Mapping[str, object],
     *,
     reward_fn: str | None = None,
     prompt: str = "",
-    manager: str = defaults.MANAGER,
-    reward_fn_kwargs: Mapping[str, Any] | None = None,
-    reward_fn_placement: str = defaults.REWARD_FN_PLACEMENT,
+    manager: str = WorkerConfig.manager,
+    reward_fn_kwargs: Mapping[str, object] | None = None,
+    reward_fn_placement: str = REWARD_FN_PLACEMENT,
     tokenizer: str | None = DEMO_TOKENIZER,
 ) -> RewardResult:
     """Score one ``response`` text for the dataset row ``sample`` as a worker does.

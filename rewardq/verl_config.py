@@ -4,7 +4,9 @@
 ``verl/trainer/config/_generated_ppo_trainer.yaml``, or a Hydra-dumped ``config.yaml`` of a
 run). What rewardq reads from it::
 
-    reward.reward_manager.name                   -> manager (naive, dapo, gdpo, rate_limited, remote)
+    reward.reward_manager.name                   -> manager (naive, dapo, gdpo, rate_limited, remote);
+                                                    rewardq (the hook, registered by rewardq's verl
+                                                    plugin) -> reward.rewardq.manager, default naive
     reward.reward_manager.source: importlib      -> manager = the class ``reward_manager.name`` from
         + module.path (file or pkg://) / module.name   that file or module (a rewardq RewardManager);
                                                     rewardq's own hook (pkg://rewardq.integrations.verl,
@@ -87,7 +89,7 @@ _MISSING = "???"
 _INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?([^,}]+)(?:,([^}]*))?\}$")
 
 
-def is_verl_config(data: Mapping[str, Any]) -> bool:
+def is_verl_config(data: Mapping[str, object]) -> bool:
     """True when a config file looks like verl's (it has a ``reward:`` block or another verl section)."""
     return isinstance(data.get("reward"), Mapping) or any(
         isinstance(data.get(s), Mapping) for s in VERL_SECTIONS - {"hydra"}
@@ -113,11 +115,11 @@ class VerlTranslation:
 class _Reader:
     """Reads dotted paths from the config, resolving interpolations and remembering what was read."""
 
-    def __init__(self, root: Mapping[str, Any]) -> None:
+    def __init__(self, root: Mapping[str, object]) -> None:
         self.root = root
         self.read: set[str] = set()
 
-    def raw(self, path: str) -> Any:
+    def raw(self, path: str) -> object:
         node: object = self.root
         for part in path.split("."):
             if not isinstance(node, Mapping) or part not in node:
@@ -172,14 +174,14 @@ def migrate_legacy(data: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def _sub(d: dict[str, Any], key: str) -> dict[str, Any]:
+def _sub(d: dict[str, object], key: str) -> dict[str, object]:
     child = d.get(key)
     if not isinstance(child, dict):
         child = d[key] = {}
     return child
 
 
-def _migrate_manager(rm: Mapping[str, Any], reward: dict[str, Any]) -> None:
+def _migrate_manager(rm: Mapping[str, object], reward: dict[str, object]) -> None:
     if rm.get("num_workers") is not None:
         reward["num_workers"] = rm["num_workers"]
     if rm.get("reward_manager") is not None:
@@ -192,7 +194,7 @@ def _migrate_manager(rm: Mapping[str, Any], reward: dict[str, Any]) -> None:
         module["name"] = rm.get("reward_loop_class_name")
 
 
-def translate(data: Mapping[str, Any]) -> VerlTranslation:
+def translate(data: Mapping[str, object]) -> VerlTranslation:
     """The WorkerConfig values a verl trainer config implies (see the module docstring)."""
     r = _Reader(migrate_legacy(data))
     out: dict[str, Any] = {}
@@ -234,13 +236,18 @@ def translate(data: Mapping[str, Any]) -> VerlTranslation:
             break
     if opts:
         out["manager_options"] = opts
-    r.read.add("reward.rewardq")  # rewardq's own settings: read by rewardq.config
+    r.read.add("reward.rewardq")  # rewardq's own settings: read by rewardq.config_file
     reward = r.raw("reward")
     unused = _unused(reward, "reward", r.read) if isinstance(reward, Mapping) else []
     return VerlTranslation(out, unused, origins)
 
 
-def _genrm_model(r: _Reader, opts: dict[str, Any]) -> None:
+def translate_verl_reward(reward: Mapping[str, object]) -> dict[str, Any]:
+    """Map a verl ``reward:`` block alone onto WorkerConfig fields."""
+    return translate({"reward": dict(reward)}).values
+
+
+def _genrm_model(r: _Reader, opts: dict[str, object]) -> None:
     """The ``genrm`` judge's model is verl's reward model (``reward.reward_model.model_path``, the
     name vLLM serves it under by default), enabled or not: rewardq's judge is served outside the
     trainer, so verl's ``enable`` (start reward-model servers in the trainer) does not apply."""
@@ -250,7 +257,7 @@ def _genrm_model(r: _Reader, opts: dict[str, Any]) -> None:
         opts.setdefault("model", model_path)
 
 
-def _manager(r: _Reader, out: dict[str, Any]) -> None:
+def _manager(r: _Reader, out: dict[str, object]) -> None:
     name = r.get("reward.reward_manager.name")
     if isinstance(r.raw("reward.reward_manager"), str):  # a plain string in hand-written configs
         name = r.get("reward.reward_manager")
@@ -275,6 +282,8 @@ def _manager(r: _Reader, out: dict[str, Any]) -> None:
             )
     elif source != "register":
         raise ConfigError(f"reward.reward_manager.source must be register or importlib (as in verl), got {source!r}")
+    elif name == HOOK_NAME:
+        out["manager"] = "naive"  # the hook under the name rewardq's verl plugin registers
     elif name:
         out["manager"] = str(name)
 
@@ -282,6 +291,9 @@ def _manager(r: _Reader, out: dict[str, Any]) -> None:
 #: The module verl's ``reward.reward_manager.module.path`` names to forward its reward loop to rewardq.
 HOOK_MODULE = "rewardq.integrations.verl"
 HOOK_CLASS = "RewardqRewardManager"
+#: The name under which rewardq's verl plugin (:mod:`rewardq.integrations.verl.plugin`) registers the
+#: hook in verl's reward-manager registry: ``reward.reward_manager.name=rewardq`` alone selects it.
+HOOK_NAME = "rewardq"
 
 
 def is_rewardq_hook(name: object, path: object, module: object) -> bool:
@@ -294,7 +306,7 @@ def is_rewardq_hook(name: object, path: object, module: object) -> bool:
     return HOOK_MODULE in (given, module)
 
 
-def _reward_function(r: _Reader, out: dict[str, Any]) -> None:
+def _reward_function(r: _Reader, out: dict[str, object]) -> None:
     path = r.get("reward.custom_reward_function.path")
     fn = r.get("reward.custom_reward_function.name") or "compute_score"
     if not path:
@@ -305,7 +317,7 @@ def _reward_function(r: _Reader, out: dict[str, Any]) -> None:
         out["reward_fn_kwargs"] = dict(kwargs)
 
 
-def _reward_kwargs(r: _Reader, opts: dict[str, Any]) -> None:
+def _reward_kwargs(r: _Reader, opts: dict[str, object]) -> None:
     kwargs = r.get("reward.reward_kwargs")
     if not isinstance(kwargs, Mapping):
         return
@@ -318,7 +330,7 @@ def _reward_kwargs(r: _Reader, opts: dict[str, Any]) -> None:
         )
 
 
-def _unused(node: Mapping[str, Any], path: str, read: set[str]) -> list[str]:
+def _unused(node: Mapping[str, object], path: str, read: set[str]) -> list[str]:
     """Dotted paths under ``path`` that hold a value and were never read; a subtree of which
     nothing was read is reported as one path. Hydra's ``_target_`` keys are plumbing, not settings."""
     out: list[str] = []
@@ -338,7 +350,7 @@ def _unused(node: Mapping[str, Any], path: str, read: set[str]) -> list[str]:
     return out
 
 
-def _has_value(node: Mapping[str, Any]) -> bool:
+def _has_value(node: Mapping[str, object]) -> bool:
     return any(
         _has_value(v) if isinstance(v, Mapping) else (v is not None and v != _MISSING)
         for k, v in node.items()

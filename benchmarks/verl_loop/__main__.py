@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write every result and target here")
     p.add_argument("--keep", action="store_true", help="keep the work folder (logs, plans)")
+    p.add_argument(
+        "--pinned",
+        action="store_true",
+        help="lay the sides out as a cluster: the producer side on one core, the reward side on the other",
+    )
     a = p.parse_args(argv)
     from benchmarks.verl_loop.tokenizer import tokenizer_folder
 
@@ -142,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     loads = [load()]
     common: dict[str, Any] = {"seed": a.seed, "tokenizer": str(tokenizer_folder()), "workdir": str(workdir)}
     common["refs"] = references(plans, a.seed, workdir, a.smoke)
+    if a.pinned:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            p.error("--pinned needs 2 cores")
+        half = len(cpus) // 2
+        common["pin"] = {"producer": cpus[:half], "reward": cpus[half:]}
+        print(f"pinned: producer side on cores {cpus[:half]}, reward side on {cpus[half:]}", file=sys.stderr)
     results: list[dict[str, Any]] = []
     for rep in range(a.repeat):
         for size in sizes:
@@ -157,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.json).write_text(
             json.dumps(
                 {
-                    "settings": {"scorers": plans, "sizes": sizes, "seed": a.seed, "repeat": a.repeat},
+                    "settings": {
+                        "scorers": plans,
+                        "sizes": sizes,
+                        "seed": a.seed,
+                        "repeat": a.repeat,
+                        "pin": common.get("pin"),
+                    },
                     "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "loads": loads},
                     "baselines": baselines,
                     "results": results,

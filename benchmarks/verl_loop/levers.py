@@ -40,7 +40,7 @@ def _cpu() -> float:
 
 
 def producer(n: int) -> dict[str, float]:
-    from rewardq.integrations.verl_scoring import sample_columns
+    from rewardq.integrations.verl.scoring import sample_columns
     from rewardq.producers.core import prepare_trajectory
     from rewardq.queue.keys import Keyspace
 
@@ -98,7 +98,10 @@ async def scoring(trajs: list[list[Any]], tokenizer: Any, variant: str) -> tuple
 
 
 async def pools(n: int, fn_spec: str, kwargs_of: Any, bare_first: bool) -> dict[str, float]:
-    """Calls per second of each pool over the same ``n`` calls (both warmed up with 4 calls per process)."""
+    """Calls per second of each pool over the same ``n`` calls (both warmed up with 4 calls per
+    process), and the CPU its processes spent per call (what the cores gave them: on a loaded
+    machine the calls/s ratio is mostly the share of the cores each run got)."""
+    from benchmarks.verl_loop.procs import stat_cpu
     from rewardq.reward.execution.loader import load_score_fn
     from rewardq.reward.execution.process_pool import ScorerPool
 
@@ -106,30 +109,36 @@ async def pools(n: int, fn_spec: str, kwargs_of: Any, bare_first: bool) -> dict[
     calls = [kwargs_of(i) for i in range(n)]
     warm = [kwargs_of(n + i) for i in range(4 * cores)]
 
-    async def ours() -> float:
+    def cpu(pids: list[int]) -> float:
+        return sum(stat_cpu(p)[0] for p in pids)
+
+    async def ours() -> tuple[float, float]:
         pool = ScorerPool(fn_spec, num_workers=cores)
         await pool.start()
         await asyncio.gather(*(pool.run(c) for c in warm))
-        t = time.perf_counter()
+        pids = [p for p in pool.pids if p is not None]
+        c, t = cpu(pids), time.perf_counter()
         await asyncio.gather(*(pool.run(c) for c in calls))
         rate = n / (time.perf_counter() - t)
+        used = 1000 * (cpu(pids) - c) / n
         await pool.close()
-        return rate
+        return rate, used
 
-    async def bare() -> float:
+    async def bare() -> tuple[float, float]:
         fn = load_score_fn(fn_spec)
         loop = asyncio.get_running_loop()
         with ProcessPoolExecutor(cores) as ex:
             await asyncio.gather(*(loop.run_in_executor(ex, _call, (fn, c)) for c in warm))
-            t = time.perf_counter()
+            pids = list(ex._processes)
+            c, t = cpu(pids), time.perf_counter()
             await asyncio.gather(*(loop.run_in_executor(ex, _call, (fn, c)) for c in calls))
-            return n / (time.perf_counter() - t)
+            return n / (time.perf_counter() - t), 1000 * (cpu(pids) - c) / n
 
-    if bare_first:
-        b = await bare()
-        return {"ProcessPoolExecutor calls/s": b, "ScorerPool calls/s": await ours()}
-    o = await ours()
-    return {"ScorerPool calls/s": o, "ProcessPoolExecutor calls/s": await bare()}
+    got: dict[str, float] = {}
+    for name, run in (("ProcessPoolExecutor", bare), ("ScorerPool", ours))[:: 1 if bare_first else -1]:
+        rate, used = await run()
+        got[f"{name} calls/s"], got[f"{name} process CPU ms/call"] = rate, used
+    return got
 
 
 def _call(args: tuple[Any, dict[str, Any]]) -> Any:
@@ -206,10 +215,13 @@ async def report_pools(a: argparse.Namespace) -> None:
             statistics.median(rates["ScorerPool calls/s"]),
             statistics.median(rates["ProcessPoolExecutor calls/s"]),
         )
+        cpu_ours = statistics.median(rates["ScorerPool process CPU ms/call"])
+        cpu_bare = statistics.median(rates["ProcessPoolExecutor process CPU ms/call"])
         print(
             f"scorer processes, {name:15s} ScorerPool {spread(rates['ScorerPool calls/s'])} calls/s, "
             f"ProcessPoolExecutor {spread(rates['ProcessPoolExecutor calls/s'])} calls/s: {ours / bare:.2f}x; "
-            f"per-call cost difference {1e6 * (1 / ours - 1 / bare):.0f} us"
+            f"per-call cost difference {1e6 * (1 / ours - 1 / bare):.0f} us; process CPU per call "
+            f"{cpu_ours:.3f} against {cpu_bare:.3f} ms ({cpu_bare / max(cpu_ours, 1e-9):.2f}x the calls per CPU second)"
         )
 
 

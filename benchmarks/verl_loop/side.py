@@ -16,6 +16,13 @@ producer group is exactly this process.
   client's), ``size`` ``rewardq worker`` processes (naive manager, the same tokenizer folder;
   for math-verify ``--reward-fn``), and ``RewardqAgentLoopWorker._compute_score``. Groups:
   scorers (the worker processes and their scorer processes and sandboxes), Redis, producer.
+
+``pin`` in the plan (``--pinned``) lays the two sides out as a cluster does (rollout on the GPU
+nodes, rewards on CPU nodes): every process the reward side starts (Ray's GCS, raylet and
+``RewardLoopWorker`` actors; rewardq's Redis, workers and their scorer processes) inherits the
+reward core(s), because this process starts them with its threads on those cores; then every
+thread of this process (the producer: verl's agent-loop driver with Ray's driver threads, or our
+adapter) moves to the producer core(s). Each result says which cores each group's processes ran on.
 """
 
 from __future__ import annotations
@@ -45,6 +52,29 @@ MATH_VERIFY_FN = HERE / "math_verify_fn.py"
 
 def _producer_cpu() -> float:
     return stat_cpu(os.getpid())[0]
+
+
+def pin_threads(cpus: list[int] | None) -> None:
+    """Put every thread of this process on ``cpus`` (``os.sched_setaffinity(0)`` moves only the
+    calling thread; processes started afterwards inherit the mask of the thread that starts them)."""
+    if not cpus:
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), set(cpus))
+        except OSError:
+            pass  # a thread that just ended
+
+
+def cores_of(pids: list[int]) -> list[int]:
+    """The cores the processes ``pids`` may run on, all together."""
+    seen: set[int] = set()
+    for pid in pids:
+        try:
+            seen |= os.sched_getaffinity(pid)
+        except OSError:
+            pass
+    return sorted(seen)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,6 +128,10 @@ class VerlSide:
         worker.processor = None
         worker.mm_processor_kwargs = None
         return worker._compute_score
+
+    def reward_pids(self) -> list[int]:
+        me = os.getpid()
+        return [p for p in tree(me) if p != me]
 
     def cpu(self) -> dict[str, float]:
         me = os.getpid()
@@ -209,6 +243,9 @@ class RewardqSide:
         self.adapter = object.__new__(RewardqAgentLoopWorker)  # as verl builds it, minus the rollout parts
         return self.adapter._compute_score
 
+    def reward_pids(self) -> list[int]:
+        return [p for root in [self.redis.pid, *(w.pid for w in self.workers)] for p in tree(root)]
+
     def cpu(self) -> dict[str, float]:
         return {
             "scorers": group_cpu([w.pid for w in self.workers]),
@@ -239,7 +276,10 @@ class RewardqSide:
 
 
 async def run(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    pin = plan.get("pin") or {}
+    pin_threads(pin.get("reward"))  # what the side starts now inherits the reward cores
     side: Any = VerlSide(plan) if plan["system"] == "verl" else RewardqSide(plan)
+    pin_threads(pin.get("producer"))
     results = []
     try:
         for sc in plan["scorers"]:
@@ -247,19 +287,22 @@ async def run(plan: dict[str, Any]) -> list[dict[str, Any]]:
             refs = References.from_json(json.loads(Path(plan["refs"][name]).read_text()))
             trajs = Trajectories(name, plan["seed"])
             b, s, w = sc["burst"], sc["steady"], sc["warm"]
+            pin_threads(pin.get("reward"))
             score = await side.start(name)
+            pin_threads(pin.get("producer"))
+            cores = {"producer": cores_of([os.getpid()]), "reward": cores_of(side.reward_pids())}
             try:
                 # warm-up: first-call costs (imports, pools, connections) are no phase's
                 await asyncio.gather(*(score(t.verl_outputs(), kwargs=t.kwargs()) for t in trajs.range(b + s, w)))
                 for rnd in range(sc["rounds"]):
                     res = await drive.burst(score, trajs.range(0, b), refs, side.cpu)
-                    results.append({**res, "round": rnd + 1, "scorer": name})
+                    results.append({**res, "round": rnd + 1, "scorer": name, "cores": cores})
                     _say(plan, results[-1])
                 if s:
                     res = await drive.steady(
                         score, trajs.range(b, s), refs, side.cpu, rate=sc["rate"], warmup=sc["steady_warmup"]
                     )
-                    results.append({**res, "round": 1, "scorer": name})
+                    results.append({**res, "round": 1, "scorer": name, "cores": cores})
                     _say(plan, results[-1])
             finally:
                 await side.stop_scorer()
@@ -274,7 +317,8 @@ def _say(plan: dict[str, Any], r: dict[str, Any]) -> None:
     what = f"wall {r['wall_s']:.1f}s" + (f" p50 {r['p50_ms']:.0f} p99 {r['p99_ms']:.0f} ms" if "p50_ms" in r else "")
     print(
         f"  {plan['system']} x{plan['size']} {r['scorer']} {r['phase']} r{r['round']}: {what}; "
-        f"cpu {', '.join(f'{k} {v:.1f}s' for k, v in r['cpu_s'].items())}; {r['check']}; load {r['load']}",
+        f"cpu {', '.join(f'{k} {v:.1f}s' for k, v in r['cpu_s'].items())}; {r['check']}; load {r['load']}; "
+        f"cores {r['cores']}",
         file=sys.stderr,
         flush=True,
     )

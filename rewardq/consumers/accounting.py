@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq.consumers.assembly import trajectory_sample
 from rewardq.consumers.reward_health import RewardHealth
-from rewardq.ledger.frames import TrajectoryFacts
-from rewardq.queue.codec import OutputRecord
+from rewardq.ledger.frames import TrajectoryFacts, stub_record
+from rewardq.queue.codec import OutputRecord, decode_output
+from rewardq.queue.endings import Expired
 from rewardq.queue.entries import StoreOutcome
 from rewardq.queue.results import RESULT_FIELDS, EncodedResults
 from rewardq.queue.states import FailureKind
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rewardq.worker")
 
 Publish = Callable[[str, str], Awaitable[None]]
+#: Bytes of records the expire script returns per call when the worker keeps a ledger (the first
+#: ended trajectory's always, whatever their size; the others past it wait for the next pass).
+EXPIRED_RECORDS_BYTES = 32 * 1024 * 1024
 
 
 class Accounting:
@@ -58,10 +62,11 @@ class Accounting:
         self.manager_name = manager_name
         self.health = RewardHealth()  # live reward health per data source (rewardq.consumers.reward_health)
 
-    def provenance_of(self, sample: dict[str, Any]) -> Provenance:
+    def provenance_of(self, sample: dict[str, object]) -> Provenance:
         return self.book.of(sample.get("data_source"))
 
-    async def _published(self, prov: Provenance) -> None:
+    async def publish_once(self, prov: Provenance) -> None:
+        """Publish ``prov`` to Redis unless this worker already did (results and rows name its digest)."""
         if prov.digest not in self.book.published:
             await self.publish(prov.digest, prov.json)
             self.book.published.add(prov.digest)
@@ -76,9 +81,10 @@ class Accounting:
         score_ms: float,
     ) -> int | None:
         """Publish ``prov`` if new, spool the trajectory; returns the ledger ticket for :meth:`settle`."""
-        await self._published(prov)
+        await self.publish_once(prov)
         last = results.results[-1]
-        ds = str(trajectory_sample(records).get("data_source", ""))
+        sample = trajectory_sample(records)
+        ds = str(sample.get("data_source", ""))
         self.health.record(ds, reward=last.reward_score, failure_kind=None, latency_ms=last.latency_ms)
         if self.ledger is None:
             return None
@@ -87,7 +93,7 @@ class Accounting:
         judged = trace.judged if trace is not None else {}
         facts = TrajectoryFacts(
             records,
-            trajectory_sample(records),
+            sample,
             RESULT_FIELDS,
             results.rows,
             attempt=o.attempts,
@@ -112,7 +118,7 @@ class Accounting:
         rec = o.record
         sample = trajectory_sample(records) if records else (rec.sample or {})
         prov = self.provenance_of(sample)
-        await self._published(prov)
+        await self.publish_once(prov)
         latency = (time.time() - o.entry.ts) * 1000.0 if o.entry.ts else None
         self.health.record(
             str(sample.get("data_source", "")), reward=None, failure_kind=failure.value, latency_ms=latency
@@ -132,6 +138,90 @@ class Accounting:
             put_ts=o.entry.ts,
             provenance=(prov.digest, prov.blob),
         )
+
+    async def before_dead_letter(
+        self,
+        uid: str,
+        session_id: str,
+        index: int,
+        record: OutputRecord | None,
+        reason: str,
+        failure: FailureKind,
+        *,
+        attempt: int,
+        put_ts: float,
+    ) -> int | None:
+        """Spool the keys a dead letter answers (the intake's refusals: a record that does not
+        decode, conflicts, is too large or was delivered too often) before their error results are
+        written and the entry acknowledged: keys ``0..index`` (the key it names, and those before
+        it), with no ids; returns the ledger ticket (None without a ledger)."""
+        if self.ledger is None:
+            return None
+        sample = record.sample if record is not None else {}
+        prov = self.provenance_of(sample)
+        await self.publish_once(prov)
+        return self.ledger.failed(
+            uid,
+            session_id,
+            max(index, 0) + 1,
+            sample,
+            reason,
+            failure_kind=failure.value,
+            manager=self.manager_name,
+            attempt=attempt,
+            put_ts=put_ts,
+            provenance=(prov.digest, prov.blob),
+        )
+
+    @property
+    def expired_records_bytes(self) -> int:
+        """What the expire script returns of the records of the trajectories it ends, per call:
+        nothing without a ledger (0)."""
+        return 0 if self.ledger is None else EXPIRED_RECORDS_BYTES
+
+    def spool_expired(self, ended: Expired, *, max_record_bytes: int, max_outputs: int) -> Provenance | None:
+        """Spool a trajectory the expire script ended (``incomplete_timeout``): one row per key it
+        gave the error result, with the ids and sample of the outputs that had arrived (the others
+        identity only). Its results and acks are written by then, in the script: a worker killed
+        between the script and this write leaves the trajectory out of the ledger (docs/ledger.md).
+        Synchronous, so a worker stopping meanwhile cannot cut it short; returns the provenance for
+        the caller to :meth:`publish_once` afterwards (None: no row)."""
+        if self.ledger is None:
+            return None
+        decoded: list[OutputRecord | None] = []
+        for data in ended.records:
+            try:
+                rec = None if data is None else decode_output(data, max_bytes=max_record_bytes, max_outputs=max_outputs)
+            except Exception:  # noqa: BLE001 - a record that does not decode: its row keeps the identity only
+                rec = None
+            decoded.append(rec if rec is not None and rec.tid == ended.tid else None)
+        known = [r for r in decoded if r is not None]
+        if not known:  # no uid or session id to name its keys by: counted as not kept
+            self.ledger.counts["unwritten"] += 1
+            logger.warning("ledger: expired trajectory %s had no readable record: it has no ledger row", ended.tid)
+            return None
+        sample = trajectory_sample(known)
+        prov = self.provenance_of(sample)
+        uid, sid = known[0].uid, known[0].session_id
+        n = max(ended.keys, len(decoded))
+        records = [
+            (decoded[i] if i < len(decoded) else None) or stub_record(uid, sid, i, final=i == n - 1) for i in range(n)
+        ]
+        ticket = self.ledger.failed(
+            uid,
+            sid,
+            records,
+            sample,
+            ended.reason,
+            failure_kind=FailureKind.INPUT.value,
+            manager="",
+            attempt=0,
+            put_ts=0.0,
+            provenance=(prov.digest, prov.blob),
+            latency_ms=ended.latency_ms,  # the script's, as its results hold it
+        )
+        self.ledger.settle(ticket, True)
+        return prov
 
     def settle(self, ticket: int | None, committed: bool | None) -> None:
         if self.ledger is not None:

@@ -31,7 +31,7 @@ the public API on tensordict releases without the private helpers).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,7 +78,7 @@ def check_batch_bytes(records: Sequence[OutputRecord], limit: int) -> None:
         )
 
 
-def build_batch(records: Sequence[OutputRecord], sample: dict[str, Any] | None = None) -> TensorDict:
+def build_batch(records: Sequence[OutputRecord], sample: Mapping[str, object] | None = None) -> TensorDict:
     """Build the trajectory batch from its outputs, given in index order.
 
     Args:
@@ -96,30 +96,34 @@ def build_batch(records: Sequence[OutputRecord], sample: dict[str, Any] | None =
     rlens = [r.response_ids.shape[0] for r in records]
     P, R = max(plens), max(rlens)
 
-    prompts = np.zeros((n, P), dtype=np.int64)
-    responses = np.zeros((n, R), dtype=np.int64)
-    response_mask = np.zeros((n, R), dtype=np.int64)
-    attention = np.zeros((n, P + R), dtype=np.int64)
-    logprobs = np.zeros((n, R), dtype=np.float32) if any(r.response_logprobs is not None for r in records) else None
-    for i, r in enumerate(records):
-        pl, rl = plens[i], rlens[i]
-        if pl:
-            prompts[i, P - pl :] = r.prompt_ids
-            attention[i, P - pl : P] = 1
-        if rl:
-            responses[i, :rl] = r.response_ids
-            attention[i, P : P + rl] = 1
-            response_mask[i, :rl] = 1 if r.response_mask is None else r.response_mask
-            if logprobs is not None and r.response_logprobs is not None:
-                logprobs[i, :rl] = r.response_logprobs
-    input_ids = np.concatenate([prompts, responses], axis=1)
-    # clamp(cumsum(attention_mask) - 1, min=0), without the cumsum: row i counts from 0 at its
-    # first prompt id (column P - pl) and stays at its last valid position through the padding
-    first = P - np.asarray(plens, dtype=np.int64)
-    last = np.maximum(np.asarray(plens, dtype=np.int64) + np.asarray(rlens, dtype=np.int64) - 1, 0)
-    position_ids = np.arange(P + R, dtype=np.int64)[None, :] - first[:, None]
-    np.maximum(position_ids, 0, out=position_ids)  # in place: np.clip with array bounds costs ~3x
-    np.minimum(position_ids, last[:, None], out=position_ids)
+    logprobs: np.ndarray | None
+    if n == 1:
+        prompts, responses, response_mask, attention, input_ids, position_ids, logprobs = _one_row(records[0])
+    else:
+        prompts = np.zeros((n, P), dtype=np.int64)
+        responses = np.zeros((n, R), dtype=np.int64)
+        response_mask = np.zeros((n, R), dtype=np.int64)
+        attention = np.zeros((n, P + R), dtype=np.int64)
+        logprobs = np.zeros((n, R), dtype=np.float32) if any(r.response_logprobs is not None for r in records) else None
+        for i, r in enumerate(records):
+            pl, rl = plens[i], rlens[i]
+            if pl:
+                prompts[i, P - pl :] = r.prompt_ids
+                attention[i, P - pl : P] = 1
+            if rl:
+                responses[i, :rl] = r.response_ids
+                attention[i, P : P + rl] = 1
+                response_mask[i, :rl] = 1 if r.response_mask is None else r.response_mask
+                if logprobs is not None and r.response_logprobs is not None:
+                    logprobs[i, :rl] = r.response_logprobs
+        input_ids = np.concatenate([prompts, responses], axis=1)
+        # clamp(cumsum(attention_mask) - 1, min=0), without the cumsum: row i counts from 0 at its
+        # first prompt id (column P - pl) and stays at its last valid position through the padding
+        first = P - np.asarray(plens, dtype=np.int64)
+        last = np.maximum(np.asarray(plens, dtype=np.int64) + np.asarray(rlens, dtype=np.int64) - 1, 0)
+        position_ids = np.arange(P + R, dtype=np.int64)[None, :] - first[:, None]
+        np.maximum(position_ids, 0, out=position_ids)  # in place: np.clip with array bounds costs ~3x
+        np.minimum(position_ids, last[:, None], out=position_ids)
 
     tensors: dict[str, torch.Tensor] = {
         "prompts": torch.from_numpy(prompts),
@@ -150,3 +154,17 @@ def build_batch(records: Sequence[OutputRecord], sample: dict[str, Any] | None =
         return TensorDict(columns, batch_size=[n])
     # every column was built above with batch size [n] on the CPU: skip the constructor's checks
     return TensorDict._new_unsafe(columns, batch_size=torch.Size([n]))
+
+
+def _one_row(r: OutputRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
+    """The tensors of a one-output batch (the final row a built-in manager reads): nothing to pad,
+    so each is one conversion of the record's own array instead of a zeroed array filled by slices."""
+    pl, rl = r.prompt_ids.shape[0], r.response_ids.shape[0]
+    prompts = r.prompt_ids.astype(np.int64).reshape(1, pl)
+    responses = r.response_ids.astype(np.int64).reshape(1, rl)
+    mask = np.ones((1, rl), dtype=np.int64) if r.response_mask is None else r.response_mask.astype(np.int64)
+    attention = np.ones((1, pl + rl), dtype=np.int64)
+    input_ids = np.concatenate([prompts, responses], axis=1)
+    position_ids = np.arange(pl + rl, dtype=np.int64).reshape(1, pl + rl)
+    logprobs = None if r.response_logprobs is None else r.response_logprobs.astype(np.float32).reshape(1, rl)
+    return prompts, responses, mask.reshape(1, rl), attention, input_ids, position_ids, logprobs

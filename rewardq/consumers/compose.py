@@ -13,7 +13,7 @@ command), the benchmarks and the test helpers. Two steps, then the worker's life
    it waits for Redis.
 2. :func:`open_worker` (async): connects (unless given a client), checks the Redis user's
    permissions, agrees on the shards and creates the groups (:func:`open_broker`), holds to the
-   namespace's scoring configuration (:class:`~rewardq.consumers.fleet.FleetGate`), sets the manager
+   namespace's scoring configuration (:class:`~rewardq.consumers.scoring_gate.ScoringGate`), sets the manager
    up and starts its scorer processes, serves the metrics, builds the collaborators and beats the
    heart once. It returns a :class:`~rewardq.consumers.worker.Worker` that holds every part, or None
    when a stop was asked for while it waited to take over; what it opened is closed when it fails.
@@ -29,32 +29,33 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rewardq import __version__, defaults
+from rewardq import __version__
 from rewardq.config import WorkerConfig
 from rewardq.consumers.accounting import Accounting, open_ledger
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
-from rewardq.consumers.fleet import FleetGate
 from rewardq.consumers.inflight import InFlightTable
 from rewardq.consumers.metrics import Metrics, NoMetrics
 from rewardq.consumers.presence import COUNTERS, Presence
 from rewardq.consumers.process import EarlySignals, StopSignals, exit_after, limit_torch_threads
 from rewardq.consumers.quarantine import Quarantine
 from rewardq.consumers.resources import close_manager, open_broker, serve_metrics
-from rewardq.consumers.retries import Retries
+from rewardq.consumers.retries import Retries, RoomWaits
+from rewardq.consumers.scoring_gate import ScoringGate
 from rewardq.logs import startup_step
-from rewardq.queue.connection import connect_async, redact_url, split_cluster
+from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
 from rewardq.queue.provenance import publish as publish_provenance
 from rewardq.reward.context import ManagerContext
-from rewardq.reward.fingerprint import tokenizer_fingerprint
+from rewardq.reward.execution.settings import ScoringSettings, reply_bytes_for
 from rewardq.reward.provenance import ProvenanceBook
 from rewardq.reward.registry import check_manager_spec, is_builtin_manager
-from rewardq.reward.scoring_fingerprint import scoring_fingerprint
+from rewardq.reward.scoring_fingerprint import scoring_fingerprint, shown_settings
 from rewardq.reward.tokenizer import check_tokenizer_spec
+from rewardq.reward.tokenizer_fingerprint import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from rewardq.consumers.worker import Worker
@@ -62,9 +63,17 @@ if TYPE_CHECKING:
     from rewardq.reward.base import RewardManager
     from rewardq.reward.tokenizer import Tokenizer
 
+
+#: Seconds after ``shutdown_grace`` at which a stopping worker process exits even if threads
+#: or children it cannot stop still run (SIGTERM ends the process within grace + 5 s).
+EXIT_AFTER_GRACE = 4.0
+#: Seconds a worker process that has stopped (everything handed back) may take to exit before
+#: it exits anyway: a hung thread in asyncio's default executor would otherwise hold it forever.
+EXIT_AFTER_STOP = 2.0
+
 logger = logging.getLogger("rewardq.worker")
 
-__all__ = ["PreparedWorker", "effective_settings", "manager_context", "open_worker", "prepare_worker", "run_worker"]
+__all__ = ["PreparedWorker", "build_from_config", "open_worker", "prepare_worker", "run_worker"]
 
 
 @dataclass(frozen=True)
@@ -80,45 +89,6 @@ class PreparedWorker:
     @property
     def context(self) -> ManagerContext:
         return self.manager.context
-
-
-def manager_context(cfg: WorkerConfig, name: str, *, standalone: bool = False) -> ManagerContext:
-    """The one :class:`ManagerContext` of worker ``name``, every field from its settings (``standalone``:
-    no Redis, see :func:`prepare_worker`)."""
-    from rewardq.reward.factory import scoring_settings
-
-    return ManagerContext(
-        redis_url=None if standalone else cfg.redis_url,
-        namespace=cfg.namespace,
-        worker_name=name,
-        cluster=split_cluster(cfg.redis_url, cfg.cluster)[1],
-        result_ttl=cfg.result_ttl,
-        scoring=scoring_settings(cfg),
-        secret_files=cfg.secret_files(),
-    )
-
-
-def effective_settings(cfg: WorkerConfig) -> dict[str, Any]:
-    """Every setting's value, as logged at start-up and shown by ``rewardq config`` (password redacted)."""
-    eff = {name: getattr(cfg, name) for name in cfg.settings()}
-    eff["redis_url"] = redact_url(eff["redis_url"])
-    return eff
-
-
-def _log_settings(cfg: WorkerConfig) -> None:
-    """The effective settings, and the config file's keys rewardq does not use."""
-    eff = effective_settings(cfg)
-    logger.info(
-        "effective config: %s",
-        json.dumps(eff, sort_keys=True, default=str),
-        extra={"config": eff, "sources": dict(cfg.sources)},
-    )
-    if cfg.unused_keys:
-        logger.warning(
-            "config file: rewardq does not use %d key(s), ignoring them: %s",
-            len(cfg.unused_keys),
-            ", ".join(cfg.unused_keys),
-        )
 
 
 def prepare_worker(
@@ -141,10 +111,27 @@ def prepare_worker(
         ConfigError: naming what to fix.
     """
     name = cfg.name or default_worker_name()
-    if not standalone:
-        _log_settings(cfg)
-    if manager is not None:
+    if manager is not None:  # the caller's own (tests, embedding): nothing to check, build or log
         return PreparedWorker(cfg, name, tokenizer, manager)
+    return build_from_config(cfg, name, standalone=standalone)
+
+
+def build_from_config(cfg: WorkerConfig, name: str, *, standalone: bool = False) -> PreparedWorker:
+    """The tokenizer, the one :class:`ManagerContext` of worker ``name`` (every field from its
+    settings; ``standalone``: no Redis) and the manager in it, as ``cfg`` describes them.
+
+    The settings are read first, then handed down to the reward layer's checks and constructors,
+    which never reach back up here.
+    """
+    secret_files = cfg.secret_files()
+    scoring = ScoringSettings(  # where the manager's scoring functions run
+        reward_fn=cfg.reward_fn or None,
+        reward_fn_kwargs=dict(cfg.reward_fn_kwargs or {}),
+        reward_fn_placement=cfg.reward_fn_placement,
+        processes=cfg.scorer_processes,
+        max_spares=cfg.scorer_spares,
+        reply_bytes=reply_bytes_for(cfg.max_result_bytes),
+    )
     source = cfg.sources.get("tokenizer", "")
     origin = source if source.startswith("file ") else None
     # before torch: these need no import and fail in a moment (a --reward-fn may register the manager)
@@ -154,15 +141,44 @@ def prepare_worker(
         import tensordict  # noqa: F401 - the worker needs both; importing them is most of a start-up
         import torch  # noqa: F401
 
-        from rewardq.reward.factory import build_from_config
+        # the managers import torch: imported in this timed step, after the refusals that need none
+        from rewardq.reward.execution.loader import load_score_fn
+        from rewardq.reward.factory import accepted_options, build_manager
+        from rewardq.reward.registry import get_manager_class
         from rewardq.reward.tokenizer import load_tokenizer
     with startup_step(logger, f"loading the tokenizer ({cfg.tokenizer})"):
         tokenizer = load_tokenizer(cfg.tokenizer, origin=origin)
-    context = manager_context(cfg, name, standalone=standalone)
+    context = ManagerContext(
+        redis_url=None if standalone else cfg.redis_url,
+        namespace=cfg.namespace,
+        worker_name=name,
+        cluster=cfg.cluster,
+        result_ttl=cfg.result_ttl,
+        scoring=scoring,
+        secret_files=secret_files,
+    )
     with startup_step(logger, f"building the {cfg.manager} manager"):
-        built = build_from_config(cfg, context, tokenizer)
+        score_fn = load_score_fn(cfg.reward_fn, cfg.reward_fn_kwargs) if cfg.reward_fn else None
+        options = dict(cfg.manager_options)
+        if cfg.reward_fn and "scorer_spec" in accepted_options(get_manager_class(cfg.manager))[0]:
+            options.setdefault("scorer_spec", cfg.reward_fn)  # process-isolated managers re-load it in the child
+        built = build_manager(
+            cfg.manager, tokenizer=tokenizer, compute_score=score_fn, options=options, context=context
+        )
     if not standalone:
         context.code_runtime().announce()  # the rlimits warning, the start-up probe, or why code is refused
+        shown = shown_settings(cfg)  # once everything they name was found and built
+        logger.info(
+            "effective config: %s",
+            json.dumps(shown, sort_keys=True, default=str),
+            extra={"config": shown, "sources": dict(cfg.sources)},
+        )
+        if cfg.unused_keys:
+            logger.warning(
+                "config file: rewardq does not use %d key(s), ignoring them: %s",
+                len(cfg.unused_keys),
+                ", ".join(cfg.unused_keys),
+            )
     return PreparedWorker(cfg, name, tokenizer, built)
 
 
@@ -183,8 +199,9 @@ async def open_worker(
         stopping: set to stop the worker (the signals of :func:`run_worker` set it).
     """
     # these import torch (the batch): here, so that step 1 refuses what it can before torch is imported
+    from rewardq.consumers.parts import WorkerParts
     from rewardq.consumers.scorer import TrajectoryScorer
-    from rewardq.consumers.worker import Worker, WorkerParts
+    from rewardq.consumers.worker import Worker
 
     cfg, name, manager = prepared.cfg, prepared.name, prepared.manager
     limit_torch_threads()
@@ -196,7 +213,7 @@ async def open_worker(
         broker = await open_broker(r, cfg, name)
         fingerprint = tokenizer_fingerprint(prepared.tokenizer)
         mine = scoring_fingerprint(cfg, fingerprint)
-        gate = FleetGate(r, broker.ks, mine, takeover=cfg.takeover, stopping=stopping.is_set)
+        gate = ScoringGate(r, broker.ks, mine, takeover=cfg.takeover, stopping=stopping.is_set)
         with startup_step(logger, "agreeing on the namespace's scoring configuration"):
             if not await gate.join():
                 return None
@@ -212,6 +229,8 @@ async def open_worker(
         flights = InFlightTable(cfg.concurrency)
         presence = Presence(manager_name=cfg.manager, stats=stats, in_flight=flights.by_tid)
         presence.scoring = mine.digest
+        accounting = _accounts(cfg, name, manager, r, broker.ks, mine.digest, metrics)
+        room = RoomWaits(metrics=metrics, stats=stats)  # writes refused past maxmemory, waited out
         parts = WorkerParts(
             cfg=cfg,
             name=name,
@@ -235,6 +254,8 @@ async def open_worker(
                 stats=stats,
                 metrics=metrics,
                 presence=presence,
+                accounting=accounting,
+                room=room,
             ),
             retries=Retries(broker, retry_for=cfg.retry_for, stopping=stopping, metrics=metrics, stats=stats),
             scorer=TrajectoryScorer(
@@ -245,9 +266,9 @@ async def open_worker(
                 max_result_bytes=cfg.max_result_bytes,
                 stopping=stopping.is_set,
             ),
-            commits=CommitCoalescer(broker),
+            commits=CommitCoalescer(broker, room, patience=cfg.room_wait),
             quarantine=Quarantine(broker),
-            accounting=_accounts(cfg, name, manager, r, broker.ks, mine.digest, metrics),
+            accounting=accounting,
         )
         worker = Worker(parts)
         await worker.beat()
@@ -335,7 +356,7 @@ async def run_worker(
         return 0 if clean and (not opened or opened[0].stopped) else 1
 
     if own_process:
-        deadline = prepared.cfg.shutdown_grace + defaults.EXIT_AFTER_GRACE
+        deadline = prepared.cfg.shutdown_grace + EXIT_AFTER_GRACE
         StopSignals(asyncio.get_running_loop(), request_stop, deadline=deadline, exit_code=exit_code).install()
         if early is not None and early.received:
             request_stop(early.received)
@@ -349,4 +370,4 @@ async def run_worker(
         clean = True
     finally:
         if own_process:  # nothing left to wait for: leftover threads must not hold the exit
-            exit_after(defaults.EXIT_AFTER_STOP, exit_code, why=f"worker {prepared.name} stopped")
+            exit_after(EXIT_AFTER_STOP, exit_code, why=f"worker {prepared.name} stopped")

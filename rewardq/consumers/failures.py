@@ -13,24 +13,34 @@ unless the caller knows better (a scoring failure: the exception's kind,
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rewardq.consumers.metrics import Metrics
 from rewardq.consumers.presence import Presence
-from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
+from rewardq.consumers.retries import RoomWaits
+from rewardq.errors import RecordError, RedisPermissionError, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
+from rewardq.queue.connection import is_refused_permission, permission_error
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import parse_key, trajectory_id
 from rewardq.queue.states import DEAD_LETTER_FAILURE, DeadLetterKind, FailureKind
 
+if TYPE_CHECKING:
+    from rewardq.consumers.accounting import Accounting
+
 logger = logging.getLogger("rewardq.worker")
 
-#: Largest piece of an oversize record kept in its dead letter.
-DEAD_DATA_CAP = 65536
+T = TypeVar("T")
+
+#: A record dead-lettered with its entry is kept whole up to this size (so ``rewardq dead-letters
+#: retry`` can put it back); a larger one keeps its first ``DEAD_DATA_CAP`` bytes only.
+DEAD_RECORD_WHOLE = 1024 * 1024
+DEAD_DATA_CAP = 64 * 1024
 
 
 class FailureHandler:
@@ -39,10 +49,14 @@ class FailureHandler:
     Args:
         broker: the worker's gateway to Redis.
         worker_name: written into every dead letter.
-        max_record_bytes: records larger than this keep only their first 64 KiB in the dead letter.
+        max_record_bytes: records larger than this (or than 1 MiB) keep only their first 64 KiB in
+            the dead letter.
         stats: the worker's counters; ``dead_letters`` and ``errors`` are incremented here.
         metrics: the worker's metrics hooks (dead letters by kind, failures by data source and kind).
         presence: the worker's heartbeat, which counts failures by data source and kind too.
+        accounting: the worker's provenance and ledger: the keys a dead letter answers are spooled
+            to the ledger before their error results are written (every acknowledged key has a row).
+        room: waits out a failure's write that Redis refuses past ``maxmemory`` (None: raise it).
     """
 
     def __init__(
@@ -54,8 +68,12 @@ class FailureHandler:
         stats: dict[str, int],
         metrics: Metrics,
         presence: Presence | None = None,
+        accounting: Accounting | None = None,
+        room: RoomWaits | None = None,
     ) -> None:
         self.broker = broker
+        self.accounting = accounting
+        self.room = room
         self.ks = broker.ks
         self.worker_name = worker_name
         self.max_record_bytes = max_record_bytes
@@ -75,18 +93,38 @@ class FailureHandler:
         ident = self._identity(entry, record)
         failure = DEAD_LETTER_FAILURE[kind]
         dead = self._dead_fields(entry, kind, reason, tb, tid=ident[0] if ident else "", failure=failure)
+        what = f"the dead letter of entry {entry.id}"
         if ident is None:
-            await self.broker.dead_letter_entry(entry, dead)
+            await self._write(what, lambda: self.broker.dead_letter_entry(entry, dead))
         else:
             tid, idx = ident
             shard = self.ks.shard_of(tid)
-            if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
-                await self.broker.dead_letter_entry(entry, dead)
-                await self.broker.fail(shard, tid, reason, index=idx, entry=None, kind=failure)
-            else:
-                await self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure)
+            ticket = await self._spool(entry, record, reason, failure)
+            written: bool | None = None
+            try:
+                if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
+                    await self._write(what, lambda: self.broker.dead_letter_entry(entry, dead))
+                    await self._write(
+                        f"the error results of {tid}",
+                        lambda: self.broker.fail(shard, tid, reason, index=idx, entry=None, kind=failure),
+                    )
+                else:
+                    await self._write(
+                        f"the error results of {tid}",
+                        lambda: self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure),
+                    )
+                written = True
+            finally:
+                if self.accounting is not None:
+                    self.accounting.settle(ticket, written)
         self._count(kind, failure, str(record.sample.get("data_source", "")) if record is not None else "")
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
+
+    async def _write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """One write of a failure, waited out while Redis is past ``maxmemory`` (``room``)."""
+        if self.room is None:
+            return await call()
+        return await self.room.retrying(what, call)
 
     async def fail_trajectory(
         self,
@@ -100,7 +138,7 @@ class FailureHandler:
         also_ack: Sequence[Entry] = (),
         last_index: int = -1,
         failure: FailureKind | None = None,
-        extra_info: Mapping[str, Any] | None = None,
+        extra_info: Mapping[str, object] | None = None,
         data_source: str = "",
         provenance: str = "",
         attempt: int = 0,
@@ -113,18 +151,22 @@ class FailureHandler:
         ``reward_extra_info``, beside ``error``; ``data_source``: its sample's, for the counts;
         ``provenance``, ``attempt``: what failed, on which attempt."""
         failure = failure or DEAD_LETTER_FAILURE[kind]
-        await self.broker.fail(
-            shard,
-            tid,
-            reason,
-            index=last_index,
-            entry=entry,
-            dead=self._dead_fields(entry, kind, reason, tb, tid=tid, failure=failure),
-            also_ack=also_ack,
-            kind=failure,
-            extra_info=extra_info,
-            provenance=provenance,
-            attempt=attempt,
+        dead = self._dead_fields(entry, kind, reason, tb, tid=tid, failure=failure)
+        await self._write(
+            f"the error results of {tid}",
+            lambda: self.broker.fail(
+                shard,
+                tid,
+                reason,
+                index=last_index,
+                entry=entry,
+                dead=dead,
+                also_ack=also_ack,
+                kind=failure,
+                extra_info=extra_info,
+                provenance=provenance,
+                attempt=attempt,
+            ),
         )
         self._count(kind, failure, data_source)
         logger.warning("trajectory %s failed (%s): %s", tid, kind, reason[:2000])
@@ -153,18 +195,45 @@ class FailureHandler:
             history = await self.broker.attempt_history(shard, tid)
             reason = exhausted_reason(max(e.deliveries for e, _ in items), max_deliveries, history)
             failure = DEAD_LETTER_FAILURE[DeadLetterKind.EXHAUSTED]
-            await self.broker.fail(
+            last = max(items, key=lambda item: int(item[1]) if item[1].isdigit() else -1)
+            ticket = await self._spool(last[0], None, reason, failure)
+            dead = self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid, failure=failure)
+            write = functools.partial(
+                self.broker.fail,
                 shard,
                 tid,
                 reason,
                 index=index if len(items) == 1 else -1,
                 entry=first,
-                dead=self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid, failure=failure),
+                dead=dead,
                 also_ack=[e for e, _ in items[1:]],
                 kind=failure,
             )
+            written: bool | None = None
+            try:
+                await self._write(f"the error results of {tid}", write)
+                written = True
+            finally:
+                if self.accounting is not None:
+                    self.accounting.settle(ticket, written)
             self._count(DeadLetterKind.EXHAUSTED, failure, "")
             logger.warning("trajectory %s dead-lettered (exhausted): %s", tid, reason)
+
+    async def _spool(self, entry: Entry, record: OutputRecord | None, reason: str, failure: FailureKind) -> int | None:
+        """Spool the keys ``entry`` answers to the ledger (None: no ledger, or its names unreadable)."""
+        if self.accounting is None or self.accounting.ledger is None:
+            return None
+        names = _names(entry, record)
+        if names is None:
+            return None
+        uid, session_id, index = names
+        try:
+            ts = float(entry.fields.get(b"ts", b"") or 0.0)
+        except (TypeError, ValueError):
+            ts = 0.0
+        return await self.accounting.before_dead_letter(
+            uid, session_id, index, record, reason, failure, attempt=entry.deliveries, put_ts=ts
+        )
 
     @staticmethod
     def _identity(entry: Entry, record: OutputRecord | None) -> tuple[str, str] | None:
@@ -198,7 +267,7 @@ class FailureHandler:
 
     def _dead_fields(
         self, entry: Entry, kind: str, reason: str, tb: str, *, tid: str = "", failure: FailureKind
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return {
             "entry_id": entry.id,
             "stream": self.ks.stream(entry.shard),
@@ -212,13 +281,54 @@ class FailureHandler:
             "worker": self.worker_name,
             "time": f"{time.time():.6f}",
             "ts": entry.fields.get(b"ts", b""),
-            "data": self._dead_data(entry),
+            **self._dead_data(entry),
         }
 
-    def _dead_data(self, entry: Entry) -> bytes:
-        """The raw record kept in a dead letter; an oversize one is cut to its first 64 KiB."""
+    def _dead_data(self, entry: Entry) -> dict[str, object]:
+        """The raw record kept in a dead letter: whole up to ``DEAD_RECORD_WHOLE`` (or
+        ``max_record_bytes`` when smaller), else its first ``DEAD_DATA_CAP`` bytes, with
+        ``data_bytes`` (the record's size) and ``truncated`` saying so: a cut record cannot be put
+        back by ``rewardq dead-letters retry``."""
         data = entry.data if isinstance(entry.data, (bytes, bytearray)) else b""
-        return bytes(data[:DEAD_DATA_CAP]) if len(data) > self.max_record_bytes else bytes(data)
+        if len(data) <= min(DEAD_RECORD_WHOLE, self.max_record_bytes):
+            return {"data": bytes(data)}
+        return {"data": bytes(data[:DEAD_DATA_CAP]), "data_bytes": len(data), "truncated": 1}
+
+
+def _names(entry: Entry, record: OutputRecord | None) -> tuple[str, str, int] | None:
+    """``(uid, session_id, index)`` an entry answers for (index -1: not known), read as
+    :meth:`FailureHandler._identity` reads it, or None."""
+    if record is not None:
+        return record.uid, record.session_id, record.index
+    peeked = peek_identity(entry.data)
+    named = parse_key(entry.key)
+    if peeked is not None:
+        if peeked[2] < 0 and named is not None and named[:2] == peeked[:2]:
+            return peeked[0], peeked[1], int(named[2])
+        return peeked
+    if named is not None:
+        return named[0], named[1], int(named[2])
+    return None
+
+
+def permission_refusal(exc: BaseException, namespace: str, url: str) -> RedisPermissionError | None:
+    """The one-line error (exit code 2, the ``ACL SETUSER`` grant named) when ``exc`` is, or was
+    caused by, Redis refusing a command for lack of permission (``NOPERM``); else None.
+
+    A permission revoked while a worker runs is nobody's trajectory's fault: the worker stops
+    with this line (as the start-up check would have), and leaves what it holds pending, for a
+    worker with the rights to reclaim.
+    """
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, RedisPermissionError):
+            return cur
+        if isinstance(cur, Exception) and is_refused_permission(cur):
+            return permission_error(cur, namespace, url)
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def refusal(exc: RecordError, tid: str) -> tuple[DeadLetterKind, str]:

@@ -20,7 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rewardq import defaults
+#: Trajectories one worker holds waiting on a retry, per ``concurrency`` slot: they hold no scoring
+#: slot (other trajectories keep flowing), but the worker reads no more while this many wait.
+RETRY_WAITING_PER_SLOT = 4
 
 
 @dataclass
@@ -31,6 +33,13 @@ class InFlight:
     tid: str
     started: float
     task: asyncio.Task[Any] | None = None
+    cancelled: bool = False  # its producer cancelled it: its task was cancelled to stop scoring it
+
+    def cancel(self) -> None:
+        """Stop scoring: the producer cancelled the trajectory (``RewardClient.cancel``)."""
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
 
 
 class InFlightTable:
@@ -38,7 +47,7 @@ class InFlightTable:
 
     def __init__(self, concurrency: int, max_resting: int | None = None) -> None:
         self.concurrency = concurrency
-        self.max_resting = concurrency * defaults.RETRY_WAITING_PER_SLOT if max_resting is None else max_resting
+        self.max_resting = concurrency * RETRY_WAITING_PER_SLOT if max_resting is None else max_resting
         self.by_tid: dict[str, InFlight] = {}
         self.resting: set[str] = set()  # held, waiting on a retry: no slot, not counted in `concurrency`
         self.capacity = asyncio.Event()  # set while fewer than `concurrency` trajectories are held

@@ -24,14 +24,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from rewardq import defaults
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics
 from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
-from rewardq.queue.checks import check_trajectory_bytes
+from rewardq.queue.checks import MAX_TRAJECTORY_BYTES, check_trajectory_bytes
 from rewardq.queue.codec import OutputRecord, decode_output
 from rewardq.queue.entries import Entry, StoreOutcome
+from rewardq.queue.images import MAX_IMAGE_BYTES
 from rewardq.queue.states import DeadLetterKind
 
 logger = logging.getLogger("rewardq.worker")
@@ -46,7 +46,8 @@ def split_whole(valid: Sequence[Filed]) -> tuple[list[Whole], list[Filed]]:
     """The trajectories whose outputs ``0..final`` are all in ``valid``, each delivered once, and the rest.
 
     Only those can take the ``claim`` fast path: a partial trajectory, a second final output
-    or a redelivery needs what Redis already knows about it (``store``).
+    or a redelivery needs what Redis already knows about it (``store``), and a record that came
+    as a blob is kept by reference, blob and all, by ``store`` (:mod:`rewardq.queue.blobs`).
     """
     groups: dict[tuple[int, str], list[Filed]] = {}
     for item in valid:
@@ -61,7 +62,7 @@ def split_whole(valid: Sequence[Filed]) -> tuple[list[Whole], list[Filed]]:
             all(r.index == i for i, r in enumerate(recs))
             and recs[-1].final
             and not any(r.final for r in recs[:-1])
-            and all(it[0].deliveries == 1 for it in items)
+            and all(it[0].deliveries == 1 and b"blob" not in it[0].fields for it in items)
         ):
             whole.append((shard, tid, items))
         else:
@@ -93,13 +94,13 @@ class Intake:
         max_deliveries: int,
         max_record_bytes: int,
         max_outputs: int,
-        max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES,
+        max_trajectory_bytes: int = MAX_TRAJECTORY_BYTES,
         vocab_size: int | None,
         stats: dict[str, int],
         tokenizer: str | None = None,
         metrics: Metrics,
         on_complete: Callable[[StoreOutcome], None],
-        max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
+        max_image_bytes: int = MAX_IMAGE_BYTES,
     ) -> None:
         self.broker = broker
         self.failures = failures
@@ -139,13 +140,19 @@ class Intake:
     async def _decode(self, entries: list[Entry]) -> list[Filed]:
         """The entries whose records decode within the bounds; the others are dead-lettered."""
         valid: list[Filed] = []
-        exhausted = [e for e in entries if e.deliveries > self.max_deliveries]
+        over = [e for e in entries if e.deliveries > self.max_deliveries]
+        # deliveries spent bisecting a worker's death (its cohorts that never ended) are not counted:
+        # they are at most log2 of a worker's slots per trajectory (rewardq.consumers.quarantine)
+        spent = await self.broker.cohort_starts(over) if over else []
+        exhausted = [e for e, n in zip(over, spent) if e.deliveries > self.max_deliveries + n]
         if exhausted:
             await self.failures.exhausted(exhausted, self.max_deliveries)
         for entry in entries:
-            if entry.deliveries > self.max_deliveries:
+            if entry in exhausted:
                 continue
             try:
+                if entry.blob_error:
+                    raise RecordError("blob", entry.blob_error)
                 rec = decode_output(
                     entry.data,
                     max_bytes=self.max_record_bytes,

@@ -11,6 +11,10 @@ Exposed series (all prefixed ``rewardq_``):
                                                (every :class:`~rewardq.queue.states.FailureKind`)
 * ``retries_total{data_source}``               transient failures retried in place
 * ``retry_waiting``                            trajectories waiting on a retry now
+* ``redis_full_waits_total``                   writes of results Redis refused because it was past
+                                               ``maxmemory``, each waited out and sent again, for
+                                               up to ``room_wait`` seconds (then an error result of
+                                               kind ``memory``; rewardq.consumers.retries.RoomWaits)
 * ``scoring_seconds{manager,data_source}``     histogram: assemble + batch + manager + commit
 * ``in_flight``                                trajectories being scored now
 * ``reclaimed_total``                          entries taken over from dead workers
@@ -32,6 +36,9 @@ Exposed series (all prefixed ``rewardq_``):
                                                ``judge_errors_total`` and its trajectories are
                                                retried in place (``retries_total``)
 * ``judge_cache_hits_total{model}``            answers reused instead of paid for
+* ``judge_shared_hits_total{model}``           of those, from the cache shared across runs
+* ``judge_saved_tokens_total{model}``          tokens (prompt + completion) the hits would have cost
+* ``judge_aborted_total{model}``               calls aborted before their answer (a cancelled trajectory)
 * ``judge_tokens_total{model,kind}``           tokens the server reported (``prompt``, ``completion``)
 * ``judge_error_ratio{model}``                 errors / requests of this worker so far
 * ``ledger_rows_total``                        rows this worker wrote to the reward ledger (rewardq.ledger)
@@ -141,6 +148,9 @@ class _JudgeCollector:
         errors = counter("errors", "LLM-judge requests that failed (non-200, connection error, timeout)")
         failed = counter("failed", "LLM-judge calls refused for good (an error result)")
         hits = counter("cache_hits", "LLM-judge answers reused from the cache instead of a request")
+        shared = counter("shared_hits", "LLM-judge cache hits from the cache shared across runs (judge_cache=shared)")
+        saved = counter("saved_tokens", "Tokens (prompt + completion) the LLM-judge cache hits would have cost")
+        aborted = counter("aborted", "LLM-judge calls aborted before their answer (their trajectory was cancelled)")
         tokens = counter("tokens", "Tokens the LLM-judge server reported in usage", ("model", "kind"))
         ratio = GaugeMetricFamily("rewardq_judge_error_ratio", "Failed share of LLM-judge requests", labels=["model"])
         for model, st in models.items():
@@ -148,10 +158,13 @@ class _JudgeCollector:
             errors.add_metric([model], float(st.get("errors", 0)))
             failed.add_metric([model], float(st.get("failed", 0)))
             hits.add_metric([model], float(st.get("cache_hits", 0)))
+            shared.add_metric([model], float(st.get("shared_hits", 0)))
+            saved.add_metric([model], float(st.get("saved_tokens", 0)))
+            aborted.add_metric([model], float(st.get("aborted", 0)))
             tokens.add_metric([model, "prompt"], float(st.get("prompt_tokens", 0)))
             tokens.add_metric([model, "completion"], float(st.get("completion_tokens", 0)))
             ratio.add_metric([model], float(st.get("error_rate", 0.0)))
-        yield from (requests, errors, failed, hits, tokens, ratio)
+        yield from (requests, errors, failed, hits, shared, saved, aborted, tokens, ratio)
 
 
 class _LedgerCollector:
@@ -208,9 +221,10 @@ class Metrics(Protocol):
     def failed(self, kind: str, data_source: str) -> None: ...
     def retried(self, data_source: str) -> None: ...
     def reclaimed(self, n: int) -> None: ...
+    def redis_full(self) -> None: ...
     def in_flight(self, n: int, retry_waiting: int = 0) -> None: ...
-    def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None: ...
-    def watch_health(self, windows: Callable[[], Any]) -> None: ...
+    def watch_ledger(self, snapshot: Callable[[], dict[str, object]]) -> None: ...
+    def watch_health(self, windows: Callable[[], object]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -235,13 +249,16 @@ class NoMetrics:
     def reclaimed(self, n: int) -> None:
         pass
 
+    def redis_full(self) -> None:
+        pass
+
     def in_flight(self, n: int, retry_waiting: int = 0) -> None:
         pass
 
-    def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def watch_ledger(self, snapshot: Callable[[], dict[str, object]]) -> None:
         pass
 
-    def watch_health(self, windows: Callable[[], Any]) -> None:
+    def watch_health(self, windows: Callable[[], object]) -> None:
         pass
 
     def close(self) -> None:
@@ -280,6 +297,9 @@ class WorkerMetrics:
         )
         self.in_flight_gauge = Gauge("rewardq_in_flight", "Trajectories being scored", registry=r)
         self.reclaimed_total = Counter("rewardq_reclaimed", "Entries reclaimed from dead workers", registry=r)
+        self.redis_full_waits = Counter(
+            "rewardq_redis_full_waits", "Writes of results Redis refused past maxmemory, waited out", registry=r
+        )
         self.backlog_entries = Gauge(
             "rewardq_backlog_entries", "Stream entries no worker has been given yet (whole namespace)", registry=r
         )
@@ -318,15 +338,18 @@ class WorkerMetrics:
     def reclaimed(self, n: int) -> None:
         self.reclaimed_total.inc(n)
 
+    def redis_full(self) -> None:
+        self.redis_full_waits.inc()
+
     def in_flight(self, n: int, retry_waiting: int = 0) -> None:
         self.in_flight_gauge.set(n)
         self.retry_waiting.set(retry_waiting)
 
-    def watch_ledger(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def watch_ledger(self, snapshot: Callable[[], dict[str, object]]) -> None:
         """Expose the ledger's counters (``snapshot``: :meth:`rewardq.ledger.sink.Ledger.snapshot`)."""
         self.registry.register(_LedgerCollector(snapshot))
 
-    def watch_health(self, windows: Callable[[], Any]) -> None:
+    def watch_health(self, windows: Callable[[], object]) -> None:
         """Expose the live reward health (``windows``: :meth:`RewardHealth.windows`)."""
         self.registry.register(_HealthCollector(windows))
 

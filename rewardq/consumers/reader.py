@@ -6,9 +6,19 @@ that handles a batch, and runs one read loop per group of shards (:func:`read_gr
 
 A batch that fails on a Redis outage (after the connection's own retries, see
 :mod:`rewardq.queue.retry`) is not handled again here: its entries stay pending and are
-reclaimed after ``claim_idle``. The loop pauses by the policy's backoff and reads on. A
+reclaimed after ``claim_idle``. The loop pauses by the policy's backoff and reads on. So does a
+batch one of whose commands Redis refused past ``maxmemory`` (the scripts that file records are
+allowed past it; a refusal of anything else is waited out with the backoff of
+:class:`~rewardq.consumers.retries.RoomWaits`, counted in ``redis_full``, never a crash). A
 vanished consumer group is created again; a refused permission and any other error end the
 loop (the worker then stops and says why).
+
+**Bytes per read.** Redis builds a read's whole reply while every other client waits, and
+``XREADGROUP`` can only be bounded in entries. So a loop sizes each read by the entries it last
+read: ``READ_BYTES`` over their mean size, at most ``batch_size`` and at least one (a read that
+returns nothing keeps the count: the next entries are likely of the same producer). Ordinary
+records (tens of KB) read ``batch_size`` at a time; 31 MB records one at a time, instead of a
+reply of hundreds of MB.
 """
 
 from __future__ import annotations
@@ -17,14 +27,29 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from rewardq import defaults
-from rewardq.queue.aio import being_cancelled
+from rewardq.consumers.retries import RoomWaits
 from rewardq.queue.broker import StreamBroker
-from rewardq.queue.connection import refusals_named
+from rewardq.queue.connection import being_cancelled, is_out_of_memory, refusals_named
 from rewardq.queue.entries import Entry
 from rewardq.queue.retry import backoff_delay, is_transient
 
+#: Longest pause (seconds) of the worker's reader after failed reads in a row.
+READ_BACKOFF_CAP = 5.0
+
+
 logger = logging.getLogger("rewardq.worker")
+
+#: Bytes of records one read aims at (module doc, "Bytes per read").
+READ_BYTES = 16 * 1024 * 1024
+
+
+def next_count(entries: list[Entry], batch_size: int, count: int) -> int:
+    """Entries to ask for next, after a read of ``count`` that returned ``entries`` (module doc); an
+    empty read says nothing of the sizes to come: the count stays."""
+    if not entries:
+        return count
+    mean = sum(len(e.data) if isinstance(e.data, (bytes, bytearray)) else 0 for e in entries) / len(entries)
+    return max(1, min(batch_size, int(READ_BYTES // max(mean, 1.0))))
 
 
 def read_groups(shards: int, cluster: bool) -> list[list[int]]:
@@ -50,6 +75,7 @@ class StreamReader:
         batch_size: entries per stream and read.
         block_ms: how long a read waits for entries (None: forever).
         namespace, redis_url: named in the error when Redis refuses a permission.
+        room: waits out a batch Redis refused past ``maxmemory`` (module doc).
     """
 
     def __init__(
@@ -63,6 +89,7 @@ class StreamReader:
         block_ms: int | None,
         namespace: str,
         redis_url: str,
+        room: RoomWaits,
     ) -> None:
         self.broker = broker
         self.handle = handle
@@ -72,23 +99,32 @@ class StreamReader:
         self.block_ms = block_ms
         self.namespace = namespace
         self.redis_url = redis_url
+        self.room = room
 
     async def run(self, shards: list[int]) -> None:
         """Read and handle batches of ``shards`` until stopping."""
-        failures = 0
+        failures = refusals = 0
+        count = self.batch_size
         while not self.stopping.is_set():
             await self.capacity.wait()
             if self.stopping.is_set():
                 break
             try:
                 with refusals_named(self.namespace, self.redis_url):
-                    entries = await self.broker.read(shards, self.batch_size, self.block_ms)
+                    entries = await self.broker.read(shards, count, self.block_ms)
+                    count = next_count(entries, self.batch_size, count)
                     if entries:
                         await self.handle(entries)
-                failures = 0
+                if refusals:
+                    self.room.took()  # the episode of refusals, if this loop was in one, is over
+                failures = refusals = 0
             except Exception as exc:
                 if being_cancelled():
                     raise asyncio.CancelledError from exc
+                if is_out_of_memory(exc):  # its entries stay pending, reclaimed after claim_idle
+                    refusals += 1
+                    await self.room.refusal(refusals, "a read batch's bookkeeping", exc)
+                    continue
                 if is_nogroup(exc):
                     logger.warning("consumer group vanished; re-creating it")
                     await self.broker.ensure_groups()
@@ -96,6 +132,6 @@ class StreamReader:
                 if not is_transient(exc):
                     raise
                 failures += 1
-                pause = backoff_delay(failures, cap=defaults.READ_BACKOFF_CAP)
+                pause = backoff_delay(failures, cap=READ_BACKOFF_CAP)
                 logger.warning("redis unavailable while reading (%s); reading again in %.2fs", exc, pause)
                 await asyncio.sleep(pause)

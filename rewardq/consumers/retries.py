@@ -7,7 +7,7 @@ raised by a reward function) is not failed. The worker
 
 1. gives its scoring slot back, so other trajectories keep flowing, and keeps holding it: its
    lease is renewed by every heartbeat, as for any trajectory in flight;
-2. waits: the server's ``Retry-After`` plus up to :data:`~rewardq.defaults.RETRY_JITTER` of it
+2. waits: the server's ``Retry-After`` plus up to :data:`RETRY_JITTER` of it
    again at random when it sent one (never sooner), else the one backoff
    (:func:`rewardq.backoff.compute_backoff`: ``RETRY_BACKOFF_BASE`` doubling up to
    ``RETRY_BACKOFF_CAP``, half of each pause drawn at random), so trajectories that failed
@@ -24,6 +24,22 @@ sleep and send again themselves; they raise the failure with its kind and ``Retr
 this layer decides. :class:`Retries` is a collaborator of :class:`~rewardq.consumers.worker.Worker`;
 what waits, and why, is in the worker's heartbeat (``rewardq status``, ``rewardq top``), its
 metrics, and the trajectory's hash (``rewardq inspect``).
+
+**Redis full.** A write of results that Redis refuses because it is past ``maxmemory`` (the
+``commit``, ``fail`` and ``expire`` scripts are refused whole, before they run:
+:mod:`rewardq.queue.scripts`) is waited out by :class:`RoomWaits`, the one place that decides
+it: the same write is sent again after the backoff (:data:`ROOM_BACKOFF_BASE`
+doubling up to :data:`ROOM_BACKOFF_CAP`, half of each pause at random), for as
+long as it takes, or, for a write of results, for ``room_wait`` seconds (then :class:`NoRoom`:
+the worker gives its keys an error result of kind ``memory`` naming the results' size and Redis's
+cap, itself waited out as long as it takes: it is small, and a key is never lost). Its trajectory
+keeps its lease (renewals are allowed past ``maxmemory``) and its slot, so a full Redis slows the
+worker down instead of losing a result or spending a delivery; a worker that stops meanwhile hands
+the trajectory back. The first refusal of an episode is logged once (a warning naming what to
+do), its end once (how long it lasted, how many refusals), and
+every refusal is counted (``redis_full`` in the heartbeat, ``rewardq_redis_full_waits_total``);
+a write given up is counted in ``no_room`` (heartbeat) and its keys' error results in
+``rewardq_failures_total{kind="memory"}``.
 """
 
 from __future__ import annotations
@@ -33,17 +49,34 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from rewardq import defaults
 from rewardq.backoff import compute_backoff
 from rewardq.consumers.metrics import Metrics
 from rewardq.queue.broker import StreamBroker
+from rewardq.queue.connection import is_out_of_memory
 from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.queue.text import reason_text
 from rewardq.reward.http import retry_after_of
+
+#: The first pause before a transient failure is scored again, and the longest (before jitter): the
+#: pause doubles from the first to the longest unless the server said how long (``Retry-After``).
+RETRY_BACKOFF_BASE = 1.0
+RETRY_BACKOFF_CAP = 30.0
+#: Seconds before a write Redis refused for want of memory (past ``maxmemory``) is sent again:
+#: the first pause, doubling up to the cap (rewardq.consumers.retries.RoomWaits). Short: room comes
+#: back as soon as a trainer reads and deletes results or they expire.
+ROOM_BACKOFF_BASE = 0.05
+ROOM_BACKOFF_CAP = 2.0
+#: Seconds after an episode of such refusals ends during which a new one is counted, not logged.
+ROOM_LOG_QUIET = 60.0
+#: Share of each pause drawn at random (the pause is ``step * (1 - RETRY_JITTER * r)``), and the
+#: share of a ``Retry-After`` added at random past it, so trajectories that failed together do not
+#: come back together.
+RETRY_JITTER = 0.5
+
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -51,6 +84,8 @@ logger = logging.getLogger("rewardq.worker")
 REASON_CHARS = 300
 #: Trajectories waiting on a retry that a heartbeat lists (soonest first); the rest are counted.
 LISTED = 20
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -73,7 +108,7 @@ class RetryWait:
     until: float
     at: float
 
-    def view(self, now: float) -> dict[str, Any]:
+    def view(self, now: float) -> dict[str, object]:
         """What a heartbeat says of it."""
         return {
             "tid": self.tid,
@@ -107,9 +142,9 @@ class Retries:
         stopping: asyncio.Event,
         metrics: Metrics,
         stats: dict[str, int],
-        base: float = defaults.RETRY_BACKOFF_BASE,
-        cap: float = defaults.RETRY_BACKOFF_CAP,
-        jitter: float = defaults.RETRY_JITTER,
+        base: float = RETRY_BACKOFF_BASE,
+        cap: float = RETRY_BACKOFF_CAP,
+        jitter: float = RETRY_JITTER,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.broker = broker
@@ -202,3 +237,106 @@ class Retries:
         """What the heartbeat says: how many wait, and the :data:`LISTED` soonest, with why."""
         soonest = sorted(self.waiting.values(), key=lambda w: w.at)[:LISTED]
         return {"n": len(self.waiting), "waiting": [w.view(now) for w in soonest]}
+
+
+class NoRoom(Exception):
+    """A write Redis refused past ``maxmemory`` for longer than its caller would wait.
+
+    Args:
+        what: the write, as :meth:`RoomWaits.retrying` was told (``the commit of u_s``).
+        waited: seconds since its first refusal.
+        refusals: how often it was refused.
+        last: Redis's last refusal.
+    """
+
+    def __init__(self, what: str, waited: float, refusals: int, last: BaseException) -> None:
+        super().__init__(
+            f"Redis refused {what} {refusals} times over {waited:.0f}s past its maxmemory ({reason_text(last, 200)})"
+        )
+        self.what, self.waited, self.refusals = what, waited, refusals
+
+
+class RoomWaits:
+    """Writes Redis refused for want of memory, sent again once there may be room (module doc,
+    "Redis full").
+
+    Args:
+        metrics: the worker's metrics hooks (``redis_full``).
+        stats: the worker's counters (``redis_full``: refusals waited out).
+        base, cap: the backoff between tries of one write.
+        rand: the source of randomness (tests pass a fixed one).
+    """
+
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        stats: dict[str, int],
+        base: float = ROOM_BACKOFF_BASE,
+        cap: float = ROOM_BACKOFF_CAP,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.metrics = metrics
+        self.stats = stats
+        self.base, self.cap = base, cap
+        self.rand = rand
+        self.since: float | None = None  # when the current episode of refusals began (monotonic)
+        self.refused = 0  # refusals in the current episode
+        self._logged = False  # the current episode's start was logged
+        self._quiet_until = 0.0  # episodes starting before this are counted, not logged
+
+    async def retrying(self, what: str, call: Callable[[], Awaitable[T]], patience: float | None = None) -> T:
+        """``await call()``, sent again after a pause each time Redis refuses it for want of memory;
+        any other failure is raised. ``what`` names the write for the log (``the commit of u_s``);
+        ``patience``: seconds after the first refusal past which :class:`NoRoom` is raised instead
+        of another try (None: try for as long as it takes)."""
+        tries, first = 0, 0.0
+        while True:
+            try:
+                result = await call()
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                tries += 1
+                now = time.monotonic()
+                first = first or now
+                if patience is not None and now - first >= patience:
+                    self.stats["no_room"] = self.stats.get("no_room", 0) + 1
+                    raise NoRoom(what, now - first, tries, exc) from exc
+                await self.refusal(tries, what, exc)
+                continue
+            self.took()
+            return result
+
+    async def refusal(self, tries: int, what: str, exc: BaseException) -> None:
+        """Count one refusal (the ``tries``-th of one write), log it if it opens an episode, pause."""
+        self.stats["redis_full"] = self.stats.get("redis_full", 0) + 1
+        self.metrics.redis_full()
+        self.refused += 1
+        if self.since is None:
+            self.since = time.monotonic()
+            self._logged = self.since >= self._quiet_until
+        if self.refused == 1 and self._logged:
+            logger.warning(
+                "Redis is past its maxmemory and refused %s (%s); results wait in this worker and are "
+                "written once there is room (nothing is lost; logged at most once a minute). "
+                "Read and delete results faster, lower result_ttl, or raise Redis's maxmemory",
+                what,
+                reason_text(exc, 200),
+            )
+        await asyncio.sleep(compute_backoff(tries, base=self.base, cap=self.cap, jitter=0.5, rand=self.rand))
+
+    def took(self) -> None:
+        """A write went through: an episode of refusals, if one was on, is over (logged once)."""
+        if self.since is not None:
+            now = time.monotonic()
+            if self._logged:
+                logger.warning(
+                    "Redis took writes again after %.1fs past its maxmemory (%d refusals waited out; "
+                    "refusals in the next %.0fs are counted in redis_full, not logged)",
+                    now - self.since,
+                    self.refused,
+                    ROOM_LOG_QUIET,
+                )
+                self._quiet_until = now + ROOM_LOG_QUIET
+            self.since, self.refused = None, 0

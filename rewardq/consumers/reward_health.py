@@ -98,7 +98,7 @@ class Window:
                 return LATENCY_BOUNDS[min(i, len(LATENCY_BOUNDS) - 1)]
         return LATENCY_BOUNDS[-1]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "n": self.n,
             "scored": self.scored,
@@ -182,7 +182,7 @@ class RewardHealth:
         return {ds: {"recent": r.as_dict(), "baseline": b.as_dict()} for ds, (r, b) in self.windows().items()}
 
 
-def merge(snapshots: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Window, Window]]:
+def merge(snapshots: Iterable[Mapping[str, object]]) -> dict[str, tuple[Window, Window]]:
     """Several workers' snapshots added up, per data source."""
     out: dict[str, tuple[Window, Window]] = {}
     for snap in snapshots:

@@ -14,12 +14,11 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-from rewardq import defaults
 from rewardq.consumers.assembly import trajectory_sample
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ScoringError, ScoringTimeout
 from rewardq.queue.codec import OutputRecord
-from rewardq.queue.results import STATUS_OK, EncodedResults, RewardResult, encode_results
+from rewardq.queue.results import MAX_RESULT_BYTES, STATUS_OK, EncodedResults, RewardResult, encode_results
 from rewardq.reward.base import RewardManager
 from rewardq.reward.execution.budget import run_within_budget
 from rewardq.reward.execution.escapes import describe_escape
@@ -66,7 +65,7 @@ class TrajectoryScorer:
         manager_name: str,
         worker_name: str,
         timeout: float,
-        max_result_bytes: int = defaults.MAX_RESULT_BYTES,
+        max_result_bytes: int = MAX_RESULT_BYTES,
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.manager = manager

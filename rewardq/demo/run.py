@@ -4,7 +4,9 @@ What happens, in order:
 
 1. generate realistic GRPO math trajectories (:func:`rewardq.demo.data.make_trajectories`);
 2. without ``--redis-url``, start an embedded Redis stand-in (:class:`~rewardq.demo.embedded.EmbeddedRedis`,
-   fakeredis over TCP); with it, check the real server answers;
+   fakeredis over TCP, from the ``demo`` extra); where that extra is not installed, use the Redis
+   at ``REWARDQ_REDIS_URL`` or ``redis://127.0.0.1:6379/0`` if one answers there, else stop with
+   exit code 2 and what to install or pass; with ``--redis-url``, check the real server answers;
 3. start N worker **processes** (``python -m rewardq worker ... --tokenizer builtin:demo``) on a
    fresh namespace ``demo-<random>`` and wait until each has sent its first heartbeat (start-up
    time is reported, not counted in throughput);
@@ -38,9 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
+from rewardq.config import WorkerConfig
+from rewardq.demo.hints import kept_note
 from rewardq.errors import ConfigError, DemoError
+from rewardq.ops.health import HEALTH_MAX_AGE
 from rewardq.ops.summary import Pushed, render, summarize
+from rewardq.queue.connection import REDIS_URL
+from rewardq.queue.keys import NAMESPACE
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,20 +55,29 @@ if TYPE_CHECKING:
 
 __all__ = ["DemoOptions", "WorkerFleet", "run_demo"]
 
+#: Seconds ``rewardq demo`` waits for its rewards.
+DEMO_TIMEOUT = 300.0
+#: ``rewardq demo``: worker processes, trajectories, and seconds its workers may take to start.
+DEMO_WORKERS = 2
+DEMO_TRAJECTORIES = 200
+DEMO_READY_TIMEOUT = 120.0
+#: Lines of a failed demo worker's log that ``rewardq demo`` prints.
+DEMO_LOG_TAIL_LINES = 15
+
 
 @dataclass
 class DemoOptions:
     """``rewardq demo`` options (see the command's ``--help``)."""
 
     redis_url: str | None = None
-    workers: int = defaults.DEMO_WORKERS
-    trajectories: int = defaults.DEMO_TRAJECTORIES
+    workers: int = DEMO_WORKERS
+    trajectories: int = DEMO_TRAJECTORIES
     namespace: str | None = None
-    manager: str = defaults.MANAGER
+    manager: str = WorkerConfig.manager
     seed: int = 0
     as_json: bool = False
-    timeout: float = defaults.DEMO_TIMEOUT
-    ready_timeout: float = defaults.DEMO_READY_TIMEOUT
+    timeout: float = DEMO_TIMEOUT
+    ready_timeout: float = DEMO_READY_TIMEOUT
     worker_args: list[str] = field(default_factory=list)
 
 
@@ -112,7 +127,7 @@ class WorkerFleet:
             self._logs.append(log)
             self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
 
-    def log_tail(self, i: int, lines: int = defaults.DEMO_LOG_TAIL_LINES) -> str:
+    def log_tail(self, i: int, lines: int = DEMO_LOG_TAIL_LINES) -> str:
         try:
             text = (self.logdir / f"worker-{i}.log").read_text(errors="replace")
         except OSError:
@@ -141,7 +156,7 @@ class WorkerFleet:
                 raise DemoError(f"workers did not start within {timeout:.0f}s; worker 0 log:\n{self.log_tail(0)}")
             time.sleep(0.1)
 
-    def stop(self, grace: float = defaults.SHUTDOWN_GRACE) -> list[int | None]:
+    def stop(self, grace: float = WorkerConfig.shutdown_grace) -> list[int | None]:
         """SIGTERM every worker, wait up to ``grace`` seconds, SIGKILL the rest; returns exit codes."""
         for p in self.procs:
             if p.poll() is None:
@@ -158,7 +173,7 @@ class WorkerFleet:
         return [p.returncode for p in self.procs]
 
 
-def wait_for_live_worker(client: RewardClient, timeout: float, fresh: float = defaults.HEALTH_MAX_AGE) -> float:
+def wait_for_live_worker(client: RewardClient, timeout: float, fresh: float = HEALTH_MAX_AGE) -> float:
     """Block until some worker has beaten its heart on the client's namespace in the last ``fresh`` seconds."""
     t0 = time.monotonic()
     while not client.r.zrangebyscore(client.keyspace.workers, time.time() - fresh, "+inf", start=0, num=1):
@@ -198,11 +213,11 @@ def run_demo(  # noqa: C901 - one linear script of demo steps; splitting it scat
 
     from rewardq.demo.data import make_trajectories
     from rewardq.demo.embedded import EmbeddedRedis
-    from rewardq.ops.connect import probe_redis
     from rewardq.ops.waiting import done_marks, wait_for_results
     from rewardq.producers.client import RewardClient
     from rewardq.queue.connection import redact_url
     from rewardq.queue.namespace import delete_namespace, delete_trajectory_keys
+    from rewardq.queue.reachability import probe_redis
     from rewardq.reward.tokenizer import load_tokenizer
 
     console = console or Console()
@@ -214,9 +229,12 @@ def run_demo(  # noqa: C901 - one linear script of demo steps; splitting it scat
             "--namespace or REWARDQ_NAMESPACE naming their namespace)"
         )
     namespace = opts.namespace or (
-        os.environ.get("REWARDQ_NAMESPACE") or defaults.NAMESPACE if external else f"demo-{os.urandom(4).hex()}"
+        os.environ.get("REWARDQ_NAMESPACE") or NAMESPACE if external else f"demo-{os.urandom(4).hex()}"
     )
-    embedded = EmbeddedRedis() if opts.redis_url is None else None
+    found: str | None = None  # a real Redis the demo found because its stand-in is not installed
+    if opts.redis_url is None and not embedded_available():
+        found = local_redis_or_refuse()
+    embedded = EmbeddedRedis() if opts.redis_url is None and found is None else None
     logdir = Path(tempfile.mkdtemp(prefix="rewardq-demo-"))
     fleet: WorkerFleet | None = None
     client: RewardClient | None = None
@@ -235,6 +253,9 @@ def run_demo(  # noqa: C901 - one linear script of demo steps; splitting it scat
         if embedded is not None:
             url = embedded.start().url
             where = f"embedded Redis stand-in (fakeredis over TCP at {url})"
+        elif found is not None:
+            url = found
+            where = f"Redis at {redact_url(url)} (the embedded stand-in needs rewardq[demo], not installed)"
         else:
             assert opts.redis_url is not None  # no embedded stand-in means a URL was given
             url = opts.redis_url
@@ -320,7 +341,7 @@ def run_demo(  # noqa: C901 - one linear script of demo steps; splitting it scat
     if opts.as_json:
         print(json.dumps(summary), flush=True)
     else:
-        render(summary, console, title=escape(f"rewardq demo: {mode}"))
+        render(summary, console, title="rewardq demo: rewards by data source")  # the mode is a row below
         if any(rc != 0 for rc in exit_codes):
             console.print(f"[red]worker exit codes: {exit_codes}[/]")
     if kept:
@@ -328,31 +349,34 @@ def run_demo(  # noqa: C901 - one linear script of demo steps; splitting it scat
     return (1 if failed else 0), summary
 
 
-def kept_note(namespace: str, url: str | None, keys: list[str]) -> str:
-    """What the demo says at the end about the namespace it kept (rich markup), with the commands to look."""
-    from rich.markup import escape
+def embedded_available() -> bool:
+    """Whether the embedded stand-in can run: fakeredis and its Lua (the ``demo`` extra)."""
+    import importlib.util
 
+    for module in ("fakeredis", "lupa"):  # found, not imported: lupa must not be imported beside fakeredis
+        try:
+            if importlib.util.find_spec(module) is None:
+                return False
+        except (ImportError, ValueError):  # a finder that refuses it, or a module set to None
+            return False
+    return True
+
+
+def local_redis_or_refuse() -> str:
+    """The URL of a Redis that answers at ``REWARDQ_REDIS_URL`` or the default URL, for a demo
+    whose embedded stand-in is not installed; else a :class:`ConfigError` saying what to do."""
+    from rewardq.errors import RedisUnavailable
     from rewardq.queue.connection import redact_url
-    from rewardq.queue.keys import Keyspace
+    from rewardq.queue.reachability import probe_redis
 
-    if url is None:
-        return (
-            f"[yellow]namespace {escape(namespace)} lived in the embedded stand-in, which is gone now; "
-            "run with --redis-url to keep its keys[/]"
-        )
-    shown = redact_url(url)
-    cli = f"redis-cli -u {shown}"
-    ks = Keyspace(namespace)  # the demo's namespaces have one shard
-    lines = [
-        f"[bold]kept namespace {escape(namespace)}[/] on {escape(shown)}; look at it with:",
-        f"  {cli} --scan --pattern '{namespace}:*' | head",
-        f"  {cli} XREVRANGE '{ks.done(0)}' + - COUNT 3",
-    ]
-    if keys:
-        lines.append(f"  {cli} HGETALL '{ks.reward_key(keys[-1])}'")
-        lines.append(f"  rewardq inspect {keys[-1]} --redis-url {shown} --namespace {namespace}")
-    lines += [
-        f"  rewardq status --redis-url {shown} --namespace {namespace}",
-        f"delete it with: {cli} --scan --pattern '{namespace}:*' | xargs -r {cli} DEL",
-    ]
-    return "\n".join([lines[0], *(escape(x) for x in lines[1:])])
+    url = os.environ.get("REWARDQ_REDIS_URL") or REDIS_URL
+    try:
+        probe_redis(url)
+    except RedisUnavailable as exc:
+        raise ConfigError(
+            "rewardq demo without --redis-url runs an embedded Redis stand-in, which needs the demo "
+            f"extra: pip install 'rewardq[demo]'. Or give it a real Redis: start one (redis-server) at "
+            f"{redact_url(url)}, or pass --redis-url redis://host:port/0 ("
+            + ("nothing answers there now)" if exc.retryable else f"the one there refused: {exc})")
+        ) from None
+    return url

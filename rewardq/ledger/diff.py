@@ -19,8 +19,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from rewardq import defaults
 from rewardq.ledger.read import Where, read_table
+
+#: The largest reward changes ``rewardq diff`` lists.
+DIFF_TOP = 10
+
 
 #: What :func:`compare` reads of each ledger.
 _COLUMNS = ["key", "uid", "session_id", "final", "data_source", "status", "reward_score", "response", "error"]
@@ -40,7 +43,7 @@ def _same(a: float | None, b: float | None) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-def compare(before: str, after: str, *, where: Where | None = None, top: int = defaults.DIFF_TOP) -> dict[str, Any]:
+def compare(before: str, after: str, *, where: Where | None = None, top: int = DIFF_TOP) -> dict[str, Any]:
     """Compare ledger ``before`` with ledger ``after`` (see the module doc); ``where``: only these rows
     (:func:`~rewardq.ledger.read.parse_where`) of both; ``top``: how many largest changes to list."""
     a, b = _side(before, where), _side(after, where)
@@ -102,7 +105,7 @@ def _summary(g: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _change(x: Mapping[str, Any], y: Mapping[str, Any]) -> dict[str, Any]:
+def _change(x: Mapping[str, object], y: Mapping[str, object]) -> dict[str, Any]:
     return {
         "key": x["key"],
         "data_source": x["data_source"],

@@ -1,6 +1,9 @@
 """What a worker writes to its ledger spool for each trajectory, before the trajectory's commit.
 
-A frame is one msgpack map, written as ``<4-byte little-endian length><map>``. Three kinds:
+A frame is one msgpack map, written as ``<4-byte little-endian length><map>``; a trajectory's
+token ids follow its map raw, ``raw`` bytes of them (the map gives each array's length), so they
+are written from the arrays' own buffers (one ``writev``) and read back as slices of the
+segment, never copied by msgpack. Three kinds:
 
 * ``t``, a trajectory: its outputs (ids as the packed bytes they arrived as), its sample, its
   results exactly as the commit encodes them (:class:`~rewardq.queue.results.EncodedResults` rows
@@ -9,10 +12,11 @@ A frame is one msgpack map, written as ``<4-byte little-endian length><map>``. T
 * ``c``, a trajectory's commit outcome: whether its commit wrote the result (``committed``);
 * ``p``, a provenance blob, written into a segment before the first frame that names it.
 
-Making a frame copies the ids once (msgpack packs the arrays' buffers) and decodes nothing: the
-expensive part, building columns and writing Parquet, happens later in a background thread
-(:mod:`rewardq.ledger.table`). Reading stops at a torn last frame (a write cut by a power loss),
-which then never counts as written.
+Making a frame copies nothing of the ids and decodes nothing: the expensive part, building
+columns and writing Parquet, happens later in the ledger's flusher process
+(:mod:`rewardq.ledger.flusher`, :mod:`rewardq.ledger.table`), which takes the ids as slices of
+the segment it read. Reading stops at a torn last frame (a write
+cut by a power loss), which then never counts as written.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from rewardq.queue.codec import OutputRecord
 
@@ -40,18 +45,29 @@ def _ids(array: Any) -> bytes | memoryview | None:
     return memoryview(array).cast("B")
 
 
-def _output(rec: OutputRecord) -> list[Any]:
+def _output(rec: OutputRecord, raw: tuple[list[object], list[object], list[object]]) -> list[object]:
+    """An output's entry of its frame; its id arrays go to ``raw`` (prompts, responses, masks: the
+    entry holds their lengths)."""
     mask = rec.response_mask
-    return [
-        rec.index,
-        rec.final,
+    arrays = (
         _ids(rec.prompt_ids.astype("<i4", copy=False)),
         _ids(rec.response_ids.astype("<i4", copy=False)),
         None if mask is None else _ids(mask.astype("u1", copy=False)),
-        rec.num_turns,
-        rec.extra_fields,
-        rec.reward_score,
-    ]
+    )
+    lengths: list[int | None] = []
+    for into, a in zip(raw, arrays):
+        if a is None:
+            lengths.append(None)
+        else:
+            into.append(a)
+            lengths.append(len(a))
+    return [rec.index, rec.final, *lengths, rec.num_turns, rec.extra_fields, rec.reward_score]
+
+
+def stub_record(uid: str, session_id: str, index: int, *, final: bool) -> OutputRecord:
+    """A row's identity for a key whose record is not known (no ids, no sample)."""
+    empty = np.empty(0, dtype="<i4")
+    return OutputRecord(uid, session_id, index, final, empty, empty)
 
 
 @dataclass
@@ -85,14 +101,23 @@ class TrajectoryFacts:
 
 def trajectory_frame(ticket: int, t: TrajectoryFacts) -> bytes:
     """The framed bytes of one trajectory, numbered ``ticket`` (its outcome frame names it)."""
+    return b"".join(trajectory_parts(ticket, t))
+
+
+def trajectory_parts(ticket: int, t: TrajectoryFacts) -> list[bytes | memoryview]:
+    """:func:`trajectory_frame` as the buffers to write one after the other: the framed map, then
+    each id array's own buffer (no copy)."""
     first = t.records[0]
+    by_column: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+    outputs = [_output(r, by_column) for r in t.records]
+    raw: list[bytes | memoryview] = [*by_column[0], *by_column[1], *by_column[2]]  # a column's ids in a row
     body = {
         "k": TRAJECTORY,
         "tk": ticket,
         "u": first.uid,
         "sid": first.session_id,
         "s": t.sample,
-        "o": [_output(r) for r in t.records],
+        "o": outputs,
         "rf": list(t.result_fields),
         "r": [list(row) for row in t.result_rows],
         "a": t.attempt,
@@ -101,8 +126,9 @@ def trajectory_frame(ticket: int, t: TrajectoryFacts) -> bytes:
         "pv": t.provenance,
         "txt": t.response,
         "j": [list(x) for x in t.judge],
+        "raw": sum(len(b) for b in raw),
     }
-    return _framed(body)
+    return [_framed(body), *raw]
 
 
 def outcome_frame(ticket: int, committed: bool | None) -> bytes:
@@ -110,12 +136,12 @@ def outcome_frame(ticket: int, committed: bool | None) -> bytes:
     return _framed({"k": OUTCOME, "tk": ticket, "c": committed})
 
 
-def provenance_frame(digest: str, blob: Mapping[str, Any]) -> bytes:
+def provenance_frame(digest: str, blob: Mapping[str, object]) -> bytes:
     """A provenance blob, once per segment before a frame names it."""
     return _framed({"k": PROVENANCE, "d": digest, "b": dict(blob)})
 
 
-def _framed(body: Mapping[str, Any]) -> bytes:
+def _framed(body: Mapping[str, object]) -> bytes:
     data: bytes = msgpack.packb(body, use_bin_type=True, default=_fallback)
     return _LEN.pack(len(data)) + data
 
@@ -144,5 +170,30 @@ def read_frames(data: bytes | memoryview) -> Iterator[dict[str, Any]]:
             return
         if not isinstance(frame, dict):
             return
-        yield frame
         pos = start + n
+        raw = frame.get("raw")
+        if raw is not None:  # the ids follow the map: slices of the segment, not copies
+            if not isinstance(raw, int) or pos + raw > end or not _attach_ids(frame, view[pos : pos + raw]):
+                return
+            pos += raw
+        yield frame
+
+
+def _attach_ids(frame: dict[str, Any], raw: memoryview) -> bool:
+    """Put each output's id arrays (``raw``: every prompt, then every response, then every mask)
+    where the frame names their lengths, and each column's whole run as ``ids:<column>`` (the
+    ledger's table takes it without a copy)."""
+    at = 0
+    outputs = frame.get("o") or ()
+    for i, column in ((2, "prompt_ids"), (3, "response_ids"), (4, "response_mask")):
+        start = at
+        for out in outputs:
+            n = out[i]
+            if n is None:
+                continue
+            if not isinstance(n, int) or n < 0 or at + n > len(raw):
+                return False
+            out[i] = raw[at : at + n]
+            at += n
+        frame[f"ids:{column}"] = raw[start:at]
+    return at == len(raw)

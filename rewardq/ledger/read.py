@@ -96,13 +96,13 @@ def open_dataset(url: str) -> pads.Dataset:
     )
 
 
-def _filter(where: Where | None, since: dt.datetime | None, until: dt.datetime | None) -> Any:
+def _filter(where: Where | None, since: dt.datetime | None, until: dt.datetime | None) -> object:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     expr = None
 
-    def both(e: Any) -> None:
+    def both(e: object) -> None:
         nonlocal expr
         expr = e if expr is None else expr & e
 

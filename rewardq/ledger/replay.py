@@ -25,7 +25,6 @@ exactly (the same code on the same ids); ``rewardq diff`` shows what a new one c
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +84,7 @@ class Plan:
     unreadable: int = 0  # rows without ids (a trajectory whose records never decoded)
 
 
-def _output(row: dict[str, Any]) -> dict[str, Any]:
+def _output(row: dict[str, Any]) -> dict[str, object]:
     out: dict[str, Any] = {
         "prompt_ids": np.frombuffer(row["prompt_ids"], "<i4"),
         "response_ids": np.frombuffer(row["response_ids"], "<i4"),
@@ -136,7 +135,7 @@ def plan(
     return out
 
 
-def _sample(row: dict[str, Any]) -> dict[str, Any]:
+def _sample(row: dict[str, Any]) -> dict[str, object]:
     return sample_of(row["data_source"], row["ground_truth"], row["extra_info"], row["sample"])
 
 
@@ -146,25 +145,3 @@ def existing_keys(out: str) -> set[str]:
         return set(read_table(out, columns=["key"], dedup=False)["key"].to_pylist())
     except ConfigError:
         return set()
-
-
-async def seed_judge_cache(url: str, namespace: str, trajectories: Sequence[Trajectory], ttl: float) -> int:
-    """Put the ledger's judge answers back into the namespace's answer cache; returns how many."""
-    from rewardq.queue.connection import connect_async
-    from rewardq.queue.keys import Keyspace
-
-    answers = {d: a for t in trajectories for d, a in t.judged.items()}
-    if not answers:
-        return 0
-    ks = Keyspace(namespace)
-    r = connect_async(url)
-    try:
-        pipe = r.pipeline(transaction=False)
-        for digest, answer in answers.items():
-            pipe.hset(ks.judge(digest), "a", answer)
-            if ttl > 0:
-                pipe.expire(ks.judge(digest), int(ttl))
-        await pipe.execute()
-    finally:
-        await r.aclose()
-    return len(answers)

@@ -273,7 +273,7 @@ def plot_sources(summary: list[dict[str, Any]]) -> str:
     return _png(fig)
 
 
-def _cell(value: Any, fmt: str = "{:.4f}") -> str:
+def _cell(value: object, fmt: str = "{:.4f}") -> str:
     if value is None:
         return '<td data-value="">-</td>'
     text = fmt.format(value) if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)

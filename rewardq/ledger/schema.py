@@ -96,7 +96,12 @@ COLUMNS: tuple[Column, ...] = tuple(
         ("reward_extra_info", "string", "JSON of the key's `reward_extra_info`, as stored in Redis."),
         ("error", "string", "Why scoring failed (null when ok)."),
         ("failure_kind", "string", "transient, timeout, scorer, config or input (null when ok)."),
-        ("attempt", "int32", "The scoring attempt of the trajectory (1, or more after a crash or a lost lease)."),
+        (
+            "attempt",
+            "int32",
+            "The scoring attempt of the trajectory (1, or more after a crash or a lost lease; 0 for a "
+            "trajectory ended by `incomplete_timeout`, never scored).",
+        ),
         (
             "committed",
             "bool",

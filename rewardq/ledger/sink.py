@@ -27,13 +27,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rewardq.backoff import compute_backoff
-from rewardq.ledger.frames import TrajectoryFacts, read_frames, trajectory_frame
+from rewardq.ledger.flusher import Flusher, FlushError, flusher_for
+from rewardq.ledger.frames import TrajectoryFacts, stub_record, trajectory_parts
 from rewardq.ledger.spool import Orphan, Spool
 from rewardq.ledger.store import LedgerStore, default_spool
-from rewardq.ledger.table import tables_from_frames
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.keys import trajectory_id
 
@@ -52,18 +50,20 @@ Provenance = tuple[str, Mapping[str, Any]]
 
 
 def require_writer() -> None:
-    """Raise MissingExtra (exit 2) when pyarrow or fsspec, the ``ledger`` extra, is missing."""
+    """Raise MissingExtra (exit 2) when pyarrow or fsspec, the ``ledger`` extra, is missing.
+
+    Found, not imported: the worker itself never imports pyarrow (its flusher process does,
+    :mod:`rewardq.ledger.flusher`)."""
+    from importlib.util import find_spec
+
     from rewardq.errors import ConfigError
 
-    # pyarrow.parquet is imported here, at start-up, not on the first flush (~1 s of CPU)
-    for module in ("pyarrow", "pyarrow.parquet", "fsspec"):
-        try:
-            __import__(module)
-        except ImportError:
+    for module in ("pyarrow", "fsspec"):
+        if find_spec(module) is None:
             raise ConfigError(
                 f"the ledger needs {module} (missing here): pip install 'rewardq[ledger]' where the worker runs, "
                 "or start it without --ledger"
-            ) from None
+            )
 
 
 class Ledger:
@@ -77,6 +77,8 @@ class Ledger:
         file_bytes: ... or bytes (whichever comes first).
         spool_max_bytes: spooled bytes not yet written past which new trajectories are not spooled
             (counted as unwritten) rather than fill the disk.
+        flusher_process: write Parquet in a flusher process beside the worker (default), not in a
+            thread of it (:mod:`rewardq.ledger.flusher`).
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class Ledger:
         flush_interval: float,
         file_bytes: int,
         spool_max_bytes: int,
+        flusher_process: bool = True,
     ) -> None:
         self.url = url
         self.worker = worker
@@ -101,7 +104,8 @@ class Ledger:
             segment_seconds=flush_interval,
             settle_seconds=max(30.0, 2 * flush_interval),
         )
-        self.store: LedgerStore | None = None
+        self.flusher_process = flusher_process
+        self.flusher: Flusher | None = None
         self.counts = {
             "spooled": 0,  # trajectories spooled
             "unwritten": 0,  # trajectories that could not be spooled: not in the ledger
@@ -126,7 +130,8 @@ class Ledger:
     def open(self) -> None:
         """Open the spool and the destination (raises what makes the ledger unusable)."""
         self.spool.open()
-        self.store = LedgerStore(self.url)
+        LedgerStore(self.url)  # a URL no filesystem serves fails here, at start-up
+        self.flusher = flusher_for(self.url, process=self.flusher_process)
         self._pending.extend(self.spool.leftovers())
         logger.info("ledger: %s (spool %s, flushed every %gs)", self.url, self.spool_dir, self.flush_interval)
 
@@ -140,6 +145,7 @@ class Ledger:
         """Write the segments that are due, and every ``_ADOPT_EVERY`` s dead workers' segments
         (``everything``: the current segment too, without waiting for outcomes, and dead workers'
         segments now: a stopping worker leaves nothing behind it can write)."""
+        self.spool.write_outcomes()
         if everything:
             self.spool.seal()
         else:
@@ -158,9 +164,11 @@ class Ledger:
         """Write what is spooled (within ``timeout`` seconds; what is left stays in the spool for the
         next worker on this host), then close the spool."""
         self._closing = True
+        late = False
         try:
             await asyncio.wait_for(self.flush_due(everything=True), timeout)
         except asyncio.TimeoutError:
+            late = True
             logger.warning(
                 "ledger: could not write every spooled segment within %gs; the next worker on this host writes them",
                 timeout,
@@ -169,9 +177,13 @@ class Ledger:
             self._error(f"final flush failed: {exc}")
         finally:
             self.spool.close()
+            if self.flusher is not None and late:  # the segment it writes is stopped: written again later
+                self.flusher.close(wait=0.0)
+            elif self.flusher is not None:
+                self.flusher.close()
 
     # -- the hot path ---------------------------------------------------------------------------
-    def scored(self, facts: TrajectoryFacts, blob: Mapping[str, Any]) -> int | None:
+    def scored(self, facts: TrajectoryFacts, blob: Mapping[str, object]) -> int | None:
         """Spool one trajectory before its commit (``blob``: its provenance blob, named by
         ``facts.provenance``); returns its ticket for :meth:`settle` (None when it could not be
         spooled: counted, logged, and the commit goes ahead)."""
@@ -187,8 +199,8 @@ class Ledger:
         spool = self.spool
         ticket = spool.ticket()
         try:
-            frame = trajectory_frame(ticket, facts)
-            spool.append(ticket, frame, (facts.provenance, dict(blob)))
+            parts = trajectory_parts(ticket, facts)
+            spool.append(ticket, parts, (facts.provenance, blob))
         except Exception as exc:  # noqa: BLE001 - the disk, or a value msgpack refused: the commit goes on
             self.counts["unwritten"] += 1
             self._lost_at = time.time()
@@ -197,7 +209,7 @@ class Ledger:
             self._error(f"could not spool trajectory {tid}: {type(exc).__name__}: {exc}")
             return None
         self.counts["spooled"] += 1
-        self._spooled_bytes += len(frame)
+        self._spooled_bytes += sum(len(p) for p in parts)
         return ticket
 
     def failed(
@@ -205,7 +217,7 @@ class Ledger:
         uid: str,
         session_id: str,
         outputs: int | Sequence[OutputRecord],
-        sample: Mapping[str, Any],
+        sample: Mapping[str, object],
         reason: str,
         *,
         failure_kind: str | None,
@@ -213,14 +225,18 @@ class Ledger:
         attempt: int,
         put_ts: float,
         provenance: Provenance,
+        latency_ms: float | None = None,
     ) -> int | None:
         """Spool a trajectory that ends with an error result for every key, before that result is
         written. ``outputs``: its records when they decoded, else how many outputs it has (its rows
-        then carry no ids)."""
+        then carry no ids); ``latency_ms``: the error result's (default: from ``put_ts`` to now,
+        as the ``fail`` script measures it; none without a ``put_ts``)."""
         records = outputs if not isinstance(outputs, int) else _stub_records(uid, session_id, outputs)
         if not records:
             return None
         now = time.time()
+        if latency_ms is None and put_ts > 0:
+            latency_ms = max(0.0, now - put_ts) * 1000.0
         row = [
             b"error",
             b"",
@@ -230,6 +246,7 @@ class Ledger:
             self.worker.encode("utf-8", "replace"),
             manager.encode("utf-8", "replace"),
             f"{now:.6f}".encode(),
+            b"" if latency_ms is None else f"{latency_ms:.3f}".encode(),
         ]
         facts = TrajectoryFacts(records, sample, _ERROR_FIELDS, [row], attempt, put_ts, None, provenance[0])
         return self.scored(facts, provenance[1])
@@ -286,25 +303,16 @@ class Ledger:
         return True
 
     def _write_segment(self, path: Path, owner: str) -> bool:
-        """One segment to Parquet (one file per hour it spans), then deleted; False on failure."""
-        assert self.store is not None
+        """One segment to Parquet by the flusher (:mod:`rewardq.ledger.flusher`); False on failure."""
+        assert self.flusher is not None
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return True  # written and deleted meanwhile (another worker adopted it)
-        except OSError as exc:
-            return self._failed(f"cannot read spool segment {path}: {exc}")
-        seq = path.name.rsplit(".", 2)[-2]
-        try:
-            tables = tables_from_frames(read_frames(data))
-            for (date, hour), table in tables.items():
-                self.store.write(table, date, hour, f"part-{owner}-{seq}")
-                self.counts["rows"] += table.num_rows
-                self.counts["files"] += 1
-        except Exception as exc:  # noqa: BLE001 - the destination's failure, whatever its library raises
-            return self._failed(f"cannot write to {self.url}: {type(exc).__name__}: {exc}")
-        Spool.done(path)
-        self.counts["segments"] += 1
+            written = self.flusher.write(path, owner)
+        except FlushError as exc:
+            return self._failed(str(exc))
+        if written is not None:
+            self.counts["rows"] += written[0]
+            self.counts["files"] += written[1]
+            self.counts["segments"] += 1
         if self._failures:
             logger.warning("ledger: writing to %s again after %d failed tries", self.url, self._failures)
         self._failures = 0
@@ -339,13 +347,13 @@ _ERROR_FIELDS = (
     "worker",
     "manager",
     "scored_at",
+    "latency_ms",
 )
 
 
 def _stub_records(uid: str, session_id: str, n: int) -> list[OutputRecord]:
     """Rows for the keys of a trajectory whose records could not be read: identity only."""
-    empty = np.empty(0, dtype="<i4")
-    return [OutputRecord(uid, session_id, i, i == n - 1, empty, empty) for i in range(max(0, n))]
+    return [stub_record(uid, session_id, i, final=i == n - 1) for i in range(max(0, n))]
 
 
 def _size(path: Path) -> int:

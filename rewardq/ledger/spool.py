@@ -28,10 +28,9 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rewardq.ledger.frames import outcome_frame, provenance_frame
 
@@ -55,6 +54,7 @@ class Segment:
     size: int = 0
     frames: int = 0
     unsettled: set[int] = field(default_factory=set)
+    outcomes: list[bytes] = field(default_factory=list)  # outcome frames not yet written
     provenance: set[str] = field(default_factory=set)
     sealed_at: float | None = None
 
@@ -151,17 +151,25 @@ class Spool:
         self._next_ticket += 1
         return t
 
-    def append(self, ticket: int, frame: bytes, provenance: tuple[str, dict[str, Any]] | None = None) -> None:
-        """Write one trajectory frame (and, the first time this segment sees it, its provenance
-        blob) to the current segment. Raises OSError when the disk refuses it; the segment is then
-        cut back to where it was, so one failed write never hides the frames after it."""
+    def append(
+        self,
+        ticket: int,
+        frame: bytes | Sequence[bytes | memoryview],
+        provenance: tuple[str, Mapping[str, object]] | None = None,
+    ) -> None:
+        """Write one trajectory frame (bytes, or the buffers that make it, written with one
+        ``writev``) and, the first time this segment sees it, its provenance blob, to the current
+        segment. Raises OSError when the disk refuses it; the segment is then cut back to where it
+        was, so one failed write never hides the frames after it."""
         seg = self._segment()
-        data = frame
+        parts = [frame] if isinstance(frame, (bytes, bytearray, memoryview)) else list(frame)
         if provenance is not None and provenance[0] not in seg.provenance:
-            data = provenance_frame(*provenance) + frame
+            parts.insert(0, provenance_frame(*provenance))
+        outcomes, seg.outcomes = seg.outcomes, []
         try:
-            _write(seg, data)
+            _write(seg, [*outcomes, *parts])
         except OSError:
+            seg.outcomes[:0] = outcomes  # tried again as the segment is retired
             self._retire_current()
             raise
         if provenance is not None:
@@ -170,17 +178,23 @@ class Spool:
         self._by_ticket[ticket] = seg
 
     def settle(self, ticket: int, committed: bool | None) -> None:
-        """Record whether the commit of ``ticket``'s trajectory wrote its result (best effort: a
-        failed write leaves ``committed`` unknown)."""
+        """Record whether the commit of ``ticket``'s trajectory wrote its result. The outcome frame
+        goes out with the segment's next trajectory frame (one ``writev``), or at the next
+        :meth:`write_outcomes` (each ledger tick, every second) or seal, whichever comes first;
+        best effort: a failed write, or a process killed before it, leaves ``committed`` unknown."""
         seg = self._by_ticket.pop(ticket, None)
         if seg is None:
             return
         seg.unsettled.discard(ticket)
         if seg.fd >= 0:
-            try:
-                _write(seg, outcome_frame(ticket, committed))
-            except OSError:
-                pass
+            seg.outcomes.append(outcome_frame(ticket, committed))
+            if seg is not self._current:
+                _write_outcomes(seg)
+
+    def write_outcomes(self) -> None:
+        """Write the outcome frames that wait for the current segment's next frame."""
+        if self._current is not None:
+            _write_outcomes(self._current)
 
     # -- for the flusher ----------------------------------------------------------------------
     def rotate_if_due(self, now: float | None = None) -> None:
@@ -196,6 +210,7 @@ class Spool:
         """Seal the current segment now (it is flushed once its commits settle)."""
         seg = self._current
         if seg is not None and seg.frames:
+            _write_outcomes(seg)
             seg.sealed_at = time.monotonic()
             self._sealed.append(seg)
             self._current = None
@@ -301,24 +316,44 @@ class Spool:
         return out
 
 
-def _write(seg: Segment, data: bytes) -> None:
+#: Buffers passed to one ``writev`` at most (the system's IOV_MAX is 1024).
+_IOV_MAX = 512
+
+
+def _write(seg: Segment, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+    """Append ``parts`` (one ``writev`` for a usual frame; a short write goes on where it stopped)."""
     before = seg.size
-    view = memoryview(data)
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    total = sum(v.nbytes for v in views)
     try:
-        while view:
-            n = os.write(seg.fd, view)
-            view = view[n:]
+        while views:
+            n = os.writev(seg.fd, views[:_IOV_MAX])
+            while views and n >= views[0].nbytes:
+                n -= views[0].nbytes
+                views.pop(0)
+            if n:
+                views[0] = views[0][n:]
     except OSError:
         try:
             os.ftruncate(seg.fd, before)
         except OSError:
             pass
         raise
-    seg.size = before + len(data)
+    seg.size = before + total
     seg.frames += 1
 
 
+def _write_outcomes(seg: Segment) -> None:
+    outcomes, seg.outcomes = seg.outcomes, []
+    if outcomes and seg.fd >= 0:
+        try:
+            _write(seg, outcomes)
+        except OSError:
+            pass
+
+
 def _close(seg: Segment) -> None:
+    _write_outcomes(seg)
     if seg.fd >= 0:
         try:
             os.close(seg.fd)

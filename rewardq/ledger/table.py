@@ -9,10 +9,11 @@ documented columns and its rest kept as JSON, so a replay rebuilds it exactly
 
 from __future__ import annotations
 
+import array
 import base64
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewardq.ledger.frames import OUTCOME, PROVENANCE, TRAJECTORY
@@ -31,9 +32,9 @@ _BLOB_COLUMNS = ("scoring", "rewardq_version", "scorer", "judge_model", "judge_t
 def to_json(value: object) -> str:
     """Compact JSON of a sample value; bytes become ``{"__bytes__": base64}``, keys text."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError):
-        return json.dumps(_text_keys(value), ensure_ascii=False, separators=(",", ":"), default=_json_default)
+        return _ENCODER.encode(_text_keys(value))
 
 
 def _json_default(value: object) -> object:
@@ -41,6 +42,10 @@ def _json_default(value: object) -> object:
         return {_BYTES_TAG: base64.b64encode(bytes(value)).decode()}
     tolist = getattr(value, "tolist", None)
     return tolist() if callable(tolist) else str(value)
+
+
+#: One encoder for every value (``json.dumps`` with options builds a new one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default)
 
 
 def _text_keys(value: object) -> object:
@@ -58,13 +63,13 @@ def from_json(text: str | None) -> Any:
     return json.loads(text, object_hook=_bytes_hook)
 
 
-def _bytes_hook(d: dict[str, Any]) -> Any:
+def _bytes_hook(d: dict[str, Any]) -> object:
     if len(d) == 1 and _BYTES_TAG in d and isinstance(d[_BYTES_TAG], str):
         return base64.b64decode(d[_BYTES_TAG])
     return d
 
 
-def split_sample(sample: Mapping[str, Any]) -> tuple[str | None, str | None, str | None, str]:
+def split_sample(sample: Mapping[str, object]) -> tuple[str | None, str | None, str | None, str]:
     """``(data_source, ground_truth JSON, extra_info JSON, rest JSON)`` of a sample (see :func:`sample_of`)."""
     rest = dict(sample)
     ds = rest.pop("data_source", None)
@@ -98,13 +103,13 @@ def sample_of(
     return sample
 
 
-def _text(v: Any) -> str | None:
+def _text(v: object) -> str | None:
     if v is None or v == b"" or v == "":
         return None
     return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
 
 
-def _number(v: Any) -> float | None:
+def _number(v: object) -> float | None:
     text = _text(v)
     try:
         return None if text is None else float(text)
@@ -122,21 +127,126 @@ def partition_of(seconds: float) -> Partition:
     return t.strftime("%Y-%m-%d"), t.hour
 
 
-class _Rows:
-    """Column lists of one partition."""
+#: Columns taken from the spool without a copy where the frame keeps them in one run (see frames),
+#: with where each output's entry of a frame holds them.
+_ID_COLUMNS = {"prompt_ids": 2, "response_ids": 3, "response_mask": 4}
+#: The columns each result row fills, and how its bytes become the column's value.
+_RESULT_COLUMNS = (
+    "status",
+    "reward_score",
+    "reward_extra_info",
+    "error",
+    "failure_kind",
+    "worker",
+    "manager",
+    "scored_at",
+    "latency_ms",
+    "provenance",
+)
+#: Columns with one value per trajectory: kept once per trajectory, repeated per output by Arrow.
+_TRAJECTORY_COLUMNS = (
+    "schema_version",
+    "uid",
+    "session_id",
+    "outputs",
+    "data_source",
+    "ground_truth",
+    "extra_info",
+    "sample",
+    "attempt",
+    "committed",
+    "put_at",
+    "score_ms",
+    *_BLOB_COLUMNS,
+)
+
+
+def _status(v: object) -> str:
+    return _text(v) or "error"
+
+
+def _scored_at(v: object) -> int | None:
+    return _micros(_number(v))
+
+
+_RESULT_DECODE = {
+    "status": _status,
+    "reward_score": _number,
+    "reward_extra_info": _text,
+    "error": _text,
+    "failure_kind": _text,
+    "worker": _text,
+    "manager": _text,
+    "scored_at": _scored_at,
+    "latency_ms": _number,
+    "provenance": _text,
+}
+_SCORED_AT = _RESULT_COLUMNS.index("scored_at")
+_MISSING = object()
+
+
+class _Results:
+    """Decodes the result rows of a segment's frames column by column; the values that repeat from
+    row to row (status, worker, manager, provenance, most extra info) are decoded once."""
 
     def __init__(self) -> None:
-        self.cols: dict[str, list[Any]] = {name: [] for name in COLUMN_NAMES}
+        self._at: dict[tuple[str, ...], list[int]] = {}
+        self._seen: list[dict[Any, Any]] = [{} for _ in _RESULT_COLUMNS]
 
-    def extend(self, cols: Mapping[str, list[Any]]) -> None:
-        for name, values in self.cols.items():
-            values.extend(cols[name])
+    def columns(self, t: Mapping[str, Any], n: int) -> list[list[Any]]:
+        """Each of :data:`_RESULT_COLUMNS` for the ``n`` rows of frame ``t`` (a frame holding one
+        result row gives it to every output)."""
+        names = tuple(t.get("rf") or ())
+        at = self._at.get(names)
+        if at is None:
+            index = {name: i for i, name in enumerate(names)}
+            at = self._at[names] = [index.get(c, -1) for c in _RESULT_COLUMNS]
+        rows = t.get("r") or [()]
+        if len(rows) != n:
+            rows = rows[:1] * n
+        out = []
+        for c, (i, seen) in enumerate(zip(at, self._seen)):
+            raw = [row[i] if 0 <= i < len(row) else None for row in rows]
+            if c == _SCORED_AT:  # different in every row: nothing to reuse
+                out.append([_scored_at(v) for v in raw])
+                continue
+            values = []
+            for v in raw:
+                got = seen.get(v, _MISSING)
+                if got is _MISSING:
+                    got = seen[v] = _RESULT_DECODE[_RESULT_COLUMNS[c]](v)
+                values.append(got)
+            out.append(values)
+        return out
+
+
+class _Rows:
+    """The rows of one partition: per-output columns as lists, per-trajectory columns once per
+    trajectory (with the count of its outputs), id columns as chunks (one per trajectory, taken
+    from the spool segment without a copy when the frame holds them in one run)."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {
+            name: [] for name in COLUMN_NAMES if name not in _ID_COLUMNS and name not in _TRAJECTORY_COLUMNS
+        }
+        self.per_trajectory: dict[str, list[Any]] = {name: [] for name in _TRAJECTORY_COLUMNS}
+        self.outputs: list[int] = []
+        self.chunks: dict[str, list[Any]] = {name: [] for name in _ID_COLUMNS}
 
     def table(self) -> pa.Table:
+        import numpy as np
         import pyarrow as pa
 
         schema = arrow_schema()
-        arrays = [pa.array(self.cols[f.name], type=f.type) for f in schema]
+        repeat = pa.array(np.repeat(np.arange(len(self.outputs), dtype=np.int32), self.outputs))
+        arrays: list[Any] = []
+        for f in schema:
+            if f.name in self.chunks:
+                arrays.append(pa.chunked_array(self.chunks[f.name], type=f.type))
+            elif f.name in self.per_trajectory:
+                arrays.append(pa.array(self.per_trajectory[f.name], type=f.type).take(repeat))
+            else:
+                arrays.append(pa.array(self.cols[f.name], type=f.type))
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -154,76 +264,101 @@ def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, p
         elif kind == PROVENANCE:
             blobs[str(f["d"])] = f.get("b") or {}
     parts: dict[Partition, _Rows] = {}
+    hours: dict[int, Partition] = {}
+    blob_values: dict[str, list[str | None]] = {}
+    results = _Results()
     for t in trajectories:
-        cols = trajectory_columns(t, blobs.get(str(t.get("pv") or ""), {}), outcomes.get(int(t["tk"])))
-        scored = next((us for us in cols["scored_at"] if us), 0)
-        parts.setdefault(partition_of(scored / 1_000_000), _Rows()).extend(cols)
+        columns = results.columns(t, len(t["o"]))
+        scored = next((v for v in columns[_SCORED_AT] if v), 0)
+        hour = scored // 3_600_000_000
+        key = hours.get(hour)
+        if key is None:
+            key = hours[hour] = partition_of(scored / 1_000_000)
+        part = parts.get(key)
+        if part is None:
+            part = parts[key] = _Rows()
+        pv = str(t.get("pv") or "")
+        values = blob_values.get(pv)
+        if values is None:
+            blob = blobs.get(pv, {})
+            values = blob_values[pv] = [_blob_text(blob.get(k)) for k in _BLOB_COLUMNS]
+        add_trajectory(part, t, values, outcomes.get(int(t["tk"])), columns)
     return {p: rows.table() for p, rows in sorted(parts.items())}
 
 
-def _result(fields: list[str], row: Sequence[Any]) -> dict[str, Any]:
-    """One result row of a frame as column values."""
-    r = dict(zip(fields, row))
-    return {
-        "status": _text(r.get("status")) or "error",
-        "reward_score": _number(r.get("reward_score")),
-        "reward_extra_info": _text(r.get("reward_extra_info")),
-        "error": _text(r.get("error")),
-        "failure_kind": _text(r.get("failure_kind")),
-        "worker": _text(r.get("worker")),
-        "manager": _text(r.get("manager")),
-        "scored_at": _micros(_number(r.get("scored_at"))),
-        "latency_ms": _number(r.get("latency_ms")),
-        "provenance": _text(r.get("provenance")),
-    }
+def add_trajectory(
+    rows: _Rows,
+    t: Mapping[str, Any],
+    blob_values: list[str | None],
+    committed: bool | None,
+    results: list[list[Any]],
+) -> None:
+    """Append the rows of one trajectory frame to ``rows`` (one per output): the values that are
+    the same for every output once, ``results`` (:meth:`_Results.columns`) as they are."""
+    import pyarrow as pa
 
-
-def trajectory_columns(t: Mapping[str, Any], blob: Mapping[str, Any], committed: bool | None) -> dict[str, list[Any]]:
-    """The rows of one trajectory frame, as one list per column (one item per output)."""
+    cols = rows.cols
     uid, sid = str(t["u"]), str(t["sid"])
     outputs = t["o"]
     n = len(outputs)
     ds, gt, extra, rest = split_sample(t.get("s") or {})
-    fields = list(t.get("rf") or ())
-    results = [_result(fields, r) for r in t.get("r") or ()] or [_result(fields, [])]
-    per_key = results if len(results) == n else results[:1] * n
-    for r in per_key:
-        r["provenance"] = r["provenance"] or _text(t.get("pv"))
+    per = rows.per_trajectory
+    for name, value in zip(
+        _TRAJECTORY_COLUMNS,
+        (
+            SCHEMA_VERSION,
+            uid,
+            sid,
+            n,
+            ds,
+            gt,
+            extra,
+            rest,
+            int(t.get("a") or 1),
+            committed,
+            _micros(t.get("ts")),
+            t.get("sm"),
+            *blob_values,
+        ),
+    ):
+        per[name].append(value)
+    rows.outputs.append(n)
+    pv = _text(t.get("pv"))
     judged = {int(j[0]): j for j in t.get("j") or () if len(j) >= 3}
-    last_judged = judged[max(judged)] if judged else None
-    judges = [judged.get(int(o[0]), last_judged) for o in outputs]
-    cols: dict[str, list[Any]] = {
-        "schema_version": [SCHEMA_VERSION] * n,
-        "key": [f"{uid}_{sid}_{o[0]}" for o in outputs],
-        "uid": [uid] * n,
-        "session_id": [sid] * n,
-        "index": [int(o[0]) for o in outputs],
-        "final": [bool(o[1]) for o in outputs],
-        "outputs": [n] * n,
-        "data_source": [ds] * n,
-        "ground_truth": [gt] * n,
-        "extra_info": [extra] * n,
-        "sample": [rest] * n,
-        "prompt_ids": [o[2] or b"" for o in outputs],
-        "response_ids": [o[3] or b"" for o in outputs],
-        "response_mask": [o[4] for o in outputs],
-        "prompt_length": [len(o[2] or b"") // 4 for o in outputs],
-        "response_length": [len(o[3] or b"") // 4 for o in outputs],
-        "num_turns": [o[5] for o in outputs],
-        "extra_fields": [to_json(o[6] or {}) for o in outputs],
-        "rollout_reward_score": [o[7] for o in outputs],
-        "response": [t.get("txt") if o[1] else None for o in outputs],
-        "attempt": [int(t.get("a") or 1)] * n,
-        "committed": [committed] * n,
-        "put_at": [_micros(t.get("ts"))] * n,
-        "score_ms": [t.get("sm")] * n,
-        "judge_request": [_text(j[1]) if j else None for j in judges],
-        "judge_answer": [_text(j[2]) if j else None for j in judges],
-        **{k: [_blob_text(blob.get(k))] * n for k in _BLOB_COLUMNS},
-    }
-    for name in per_key[0]:
-        cols[name] = [r[name] for r in per_key]
-    return cols
+    txt = t.get("txt")
+    cols["key"].extend([f"{uid}_{sid}_{o[0]}" for o in outputs])
+    cols["index"].extend([int(o[0]) for o in outputs])
+    cols["final"].extend([bool(o[1]) for o in outputs])
+    cols["prompt_length"].extend([len(o[2] or b"") // 4 for o in outputs])
+    cols["response_length"].extend([len(o[3] or b"") // 4 for o in outputs])
+    cols["num_turns"].extend([o[5] for o in outputs])
+    cols["extra_fields"].extend([to_json(o[6]) if o[6] else "{}" for o in outputs])
+    cols["rollout_reward_score"].extend([o[7] for o in outputs])
+    cols["response"].extend([txt if o[1] else None for o in outputs])
+    if judged:
+        last_judged = judged[max(judged)]
+        judges = [judged.get(int(o[0]), last_judged) for o in outputs]
+        cols["judge_request"].extend([_text(j[1]) for j in judges])
+        cols["judge_answer"].extend([_text(j[2]) for j in judges])
+    else:
+        cols["judge_request"].extend([None] * n)
+        cols["judge_answer"].extend([None] * n)
+    for name, values in zip(_RESULT_COLUMNS, results):
+        if name == "provenance" and pv is not None:
+            values = [v or pv for v in values]
+        cols[name].extend(values)
+    for name, i in _ID_COLUMNS.items():
+        run = t.get(f"ids:{name}")
+        ids = [o[i] if name == "response_mask" else o[i] or b"" for o in outputs]
+        if run is not None and all(isinstance(v, memoryview) for v in ids):
+            offsets, at = array.array("i", [0]), 0
+            for v in ids:
+                at += len(v)
+                offsets.append(at)
+            chunk = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(run)])
+        else:  # a frame written before the ids followed it raw (bytes of their own), or some masks missing
+            chunk = pa.array([None if v is None else bytes(v) for v in ids], type=pa.binary())
+        rows.chunks[name].append(chunk)
 
 
 def _blob_text(v: Any) -> str | None:

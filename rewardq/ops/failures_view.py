@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rewardq.ops.layout import fmt_duration
+from rewardq.ops.layout import Column, fmt_duration, table_or_stack
 from rewardq.queue.states import FailureKind
 
 if TYPE_CHECKING:
@@ -57,8 +57,6 @@ def failures_table(failures: dict[str, dict[str, int]], console: Console, wide: 
     """Error results per data source and failure kind (live workers, since they started)."""
     from rich.markup import escape
 
-    from rewardq.ops.layout import Column, table_or_stack
-
     columns = [Column("data source", lead=True), *(Column(k.value, "right") for k in FailureKind)]
     rows = [
         [escape(ds), *(f"[red]{kinds.get(k, 0)}[/]" if kinds.get(k, 0) else "0" for k in FailureKind)]
@@ -70,8 +68,6 @@ def failures_table(failures: dict[str, dict[str, int]], console: Console, wide: 
 def retrying_table(retrying: dict[str, Any], console: Console, wide: bool) -> RenderableType:
     """The trajectories waiting on a retry, soonest first, with why."""
     from rich.markup import escape
-
-    from rewardq.ops.layout import Column, table_or_stack
 
     shown = len(retrying["waiting"])
     title = f"waiting on a retry ({retrying['n']}" + (f", {shown} shown" if shown < retrying["n"] else "") + ")"

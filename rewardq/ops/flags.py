@@ -37,7 +37,7 @@ class OrNone(_ParamType):
         inner = self.inner.get_metavar(param, ctx) or self.inner.name.upper()
         return f"{inner}|none"
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
         if isinstance(value, str) and value.strip().lower() in NONE_WORDS:
             return NONE_GIVEN
         return self.inner.convert(value, param, ctx)

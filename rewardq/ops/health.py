@@ -27,11 +27,10 @@ import json
 import socket
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from rewardq import defaults
 from rewardq.ops.target import open_pipeline, pipeline_options
 from rewardq.queue.results import as_text
 
@@ -40,6 +39,10 @@ if TYPE_CHECKING:
     from rewardq.queue.keys import Keyspace
 
 __all__ = ["Check", "HealthReport", "check_health", "health"]
+
+#: Seconds a worker's last heartbeat may be old for it to count as alive (``rewardq health``,
+#: ``rewardq demo`` waiting for its workers).
+HEALTH_MAX_AGE = 10.0
 
 
 _s = as_text
@@ -81,7 +84,7 @@ class HealthReport:
             return "healthy: " + "; ".join(c.detail for c in self.checks)
         return "unhealthy: " + "; ".join(c.detail for c in self.checks if not c.ok)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "healthy": self.healthy,
             "namespace": self.namespace,
@@ -96,7 +99,7 @@ class HealthReport:
 
 
 def _group_check(client: SyncRedis, ks: Keyspace) -> Check:
-    from rewardq.queue.redis_errors import ResponseError
+    from rewardq.queue.connection import ResponseError
 
     missing = []
     for s in range(ks.shards):
@@ -121,7 +124,7 @@ def check_health(
     client: SyncRedis,
     namespace: str,
     *,
-    max_age: float = defaults.HEALTH_MAX_AGE,
+    max_age: float = HEALTH_MAX_AGE,
     host: str | None = None,
     name: str | None = None,
     any_host: bool = False,
@@ -201,7 +204,7 @@ def check_health(
 @click.option(
     "--max-age",
     type=click.FloatRange(min=0, min_open=True),
-    default=defaults.HEALTH_MAX_AGE,
+    default=HEALTH_MAX_AGE,
     show_default=True,
     help="Seconds since a worker's last heartbeat for it to count as alive.",
 )

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rewardq import defaults
 from rewardq.errors import NotFound
 from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, fmt_age, fmt_duration
 from rewardq.ops.target import opened, pipeline_options
+from rewardq.queue.checks import MAX_OUTPUTS
 
 if TYPE_CHECKING:
     from rich.console import Console, JustifyMethod
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from rewardq.reward.tokenizer import Tokenizer
 
 __all__ = ["inspect", "inspect_trajectory", "normalize_ref", "render_inspect"]
+
+#: Characters of a decoded prompt or response ``rewardq inspect`` shows.
+INSPECT_PREVIEW_CHARS = 200
+
 
 _PREFIXES = (":reward:", ":traj:", ":records:")
 
@@ -56,7 +60,7 @@ def _f(v: Any) -> float | None:
         return None
 
 
-def timings(view: dict[str, Any]) -> dict[str, Any]:
+def timings(view: dict[str, Any]) -> dict[str, object]:
     """First/last output seen, scored at, waited for outputs, push-to-result latency (seconds)."""
     meta = view["meta"]
     first, last, done = _f(meta.get("first_seen")), _f(meta.get("last_seen")), _f(meta.get("done_at"))
@@ -80,7 +84,7 @@ def inspect_trajectory(
     ks: Keyspace,
     ref: str,
     tokenizer: Tokenizer | None = None,
-    preview_chars: int = defaults.INSPECT_PREVIEW_CHARS,
+    preview_chars: int = INSPECT_PREVIEW_CHARS,
 ) -> dict[str, Any]:
     """One key (``<uid>_<sid>_<i>``) or trajectory (``<uid>_<sid>``): records, state, rewards.
 
@@ -103,11 +107,11 @@ def inspect_trajectory(
     payloads = {**kept, **payloads}
     have, missing, final = reads.missing_outputs({**meta, **{f"o:{i}": "" for i in payloads}})
     if meta.get("whole") and final is not None:  # claimed whole: every record is in its stream entries
-        have, missing = list(range(min(final + 1, defaults.MAX_OUTPUTS))), []
+        have, missing = list(range(min(final + 1, MAX_OUTPUTS))), []
     n = int(reads.as_number(meta.get("n"), 0)) or (
         final + 1 if final is not None else (max(payloads) + 1 if payloads else 0)
     )
-    indices = [index] if index is not None else list(range(min(n, defaults.MAX_OUTPUTS)))
+    indices = [index] if index is not None else list(range(min(n, MAX_OUTPUTS)))
     outputs = []
     for i in indices:
         item: dict[str, Any] = {"key": f"{tid}_{i}", "index": i}
@@ -149,6 +153,7 @@ def inspect_trajectory(
         "shard": shard,
         "state": state,
         "final": final,
+        "n": n,
         "have": have,
         "missing": missing,
         "meta": meta,
@@ -166,7 +171,7 @@ def inspect_view(
     ks: Keyspace,
     ref: str,
     tokenizer: Tokenizer | None = None,
-    preview: int = defaults.INSPECT_PREVIEW_CHARS,
+    preview: int = INSPECT_PREVIEW_CHARS,
 ) -> dict[str, Any]:
     """``inspect_trajectory`` plus timings; raises :class:`NotFound` when nothing is known about ``ref``."""
     where = f"namespace {ks.namespace!r}"
@@ -237,7 +242,9 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
             + ("not pushed yet" if view["final"] is None else str(view["final"])),
         )
     else:
-        head.add_row("outputs", f"{len(view['outputs'])}, final index {view['final']} (records deleted when it ended)")
+        # the trajectory's count, also when one output key was asked for
+        count = view.get("n") or len(view["outputs"])
+        head.add_row("outputs", f"{count}, final index {view['final']} (records deleted when it ended)")
     if view["missing"]:
         head.add_row("missing", f"[red]{','.join(map(str, view['missing']))}[/]")
     if meta.get("error"):
@@ -290,6 +297,8 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
                 (
                     "[green]ok[/]"
                     if status == "ok"
+                    else "[dim]cancelled[/]"
+                    if status == "cancelled"
                     else f"[red]{escape(status)}"
                     + (f" ({escape(str(res['failure_kind']))})" if res.get("failure_kind") else "")
                     + "[/]"
@@ -372,7 +381,7 @@ def _provenance_lines(view: dict[str, Any]) -> list[str]:
 @click.option(
     "--preview",
     type=click.IntRange(min=1),
-    default=defaults.INSPECT_PREVIEW_CHARS,
+    default=INSPECT_PREVIEW_CHARS,
     show_default=True,
     help="Characters of decoded response to show (with --tokenizer).",
 )

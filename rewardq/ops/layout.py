@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console, Group, JustifyMethod, RenderableType
 
-__all__ = ["Column", "table_or_stack", "natural_width", "WIDE_HELP", "fmt_duration", "fmt_age"]
+__all__ = ["Column", "table_or_stack", "natural_width", "WIDE_HELP", "fmt_duration", "fmt_age", "command_lines"]
 
 WIDE_HELP = "Keep tables whole, however wide (default: a table wider than the terminal is shown as stacked blocks)."
 #: What the console width is taken to be with ``--wide`` (tables are only as wide as their content).
@@ -63,21 +63,38 @@ def table_or_stack(
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True)
-    for col in columns:
+    shown = [list(row) for row in rows] or ([[empty, *[""] * (len(columns) - 1)]] if empty is not None else [])
+    for i, col in enumerate(columns):
         table.add_column(
             col.header,
             justify=col.justify,
             no_wrap=not col.wrap,
             overflow="fold" if col.wrap else "ellipsis",
             ratio=1 if col.wrap else None,
+            # rich measures a no-wrap column by its longest *word*, so a table it says fits could
+            # still cut "given up in": its whole longest cell is what the column needs
+            min_width=None if col.wrap else _longest(col.header, [row[i] for row in shown]),
         )
-    for row in rows:
+    for row in shown:
         table.add_row(*row)
-    if not rows and empty is not None:
-        table.add_row(empty, *[""] * (len(columns) - 1))
-    if wide or not rows or natural_width(console, table) <= console.width:
+    if wide or natural_width(console, table) <= console.width:
         return table
+    if not rows:  # headers wider than the line and nothing under them: say so in one line
+        return _empty(title, empty)
     return _stacked(title, columns, rows)
+
+
+def _longest(header: str, cells: Sequence[str]) -> int:
+    """The widest of a header and its cells (rich markup), in terminal cells."""
+    from rich.text import Text
+
+    return max(Text.from_markup(x).cell_len for x in (header, *cells))
+
+
+def _empty(title: str, empty: str | None) -> RenderableType:
+    from rich.text import Text
+
+    return Text.from_markup(f"[italic]{title}[/]" + (f": {empty}" if empty else ""), overflow="fold")
 
 
 def _stacked(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> Group:
@@ -121,3 +138,20 @@ def fmt_age(ts: float | None, now: float | None = None) -> str:
     now = time.time() if now is None else now
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
     return f"{stamp} ({fmt_duration(now - ts)} ago)" if now >= ts else stamp
+
+
+def command_lines(label: str, command: str, width: int) -> str:
+    """``label: command`` (``command`` alone when ``label`` is empty) in lines of at most ``width``
+    columns, broken between words with a shell line continuation (`` \\``), so that the lines,
+    copied as they are, run as one command."""
+    import shlex
+
+    words = [shlex.quote(w) for w in shlex.split(command)]
+    lines, line = [], f"{label}: {words[0]}" if label else words[0]
+    for word in words[1:]:
+        if len(line) + 1 + len(word) + 2 > width:  # room for " \\"
+            lines.append(line + " \\")
+            line = "    " + word
+        else:
+            line += " " + word
+    return "\n".join([*lines, line])

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from rewardq import defaults
+from rewardq.ledger.diff import DIFF_TOP
 
 __all__ = ["diff", "report", "where_filters"]
 
@@ -40,9 +40,7 @@ def where_filters(f: Any) -> Any:
 @click.argument("before", metavar="A")
 @click.argument("after", metavar="B")
 @click.option("--where", "where", multiple=True, metavar="COLUMN=VALUE", help="Only rows whose COLUMN is VALUE.")
-@click.option(
-    "--top", type=click.IntRange(min=0), default=defaults.DIFF_TOP, show_default=True, help="Largest changes to list."
-)
+@click.option("--top", type=click.IntRange(min=0), default=DIFF_TOP, show_default=True, help="Largest changes to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: bool) -> int:
     """Compare ledger A with ledger B (or a ledger with its replay) key by key.

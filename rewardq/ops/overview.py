@@ -1,7 +1,7 @@
 """The whole pipeline in one dict: what ``rewardq status`` shows and ``--json`` prints.
 
 Built from the reads of :mod:`rewardq.queue.reads` (shards, workers, waiting and finished
-trajectories), :class:`rewardq.queue.deadletters.DeadLetters`, the judge cache's totals, and the
+trajectories), :class:`rewardq.ops.deadletters.stream.DeadLetters`, the judge cache's totals, and the
 live workers' failures by kind and trajectories waiting on a retry (:mod:`rewardq.ops.failures_view`);
 :mod:`rewardq.ops.status` renders it. Read-only.
 """
@@ -11,14 +11,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.consumers.reward_health import judge, merge
+from rewardq.ops.deadletters.stream import DeadLetters
 from rewardq.ops.failures_view import failure_totals, retry_totals
-from rewardq.queue.deadletters import DeadLetters
-from rewardq.queue.fleet import recorded_scoring_sync
-from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.reads import (
+    STATUS_WAITING_LIMIT,
     as_number,
     backlog_status,
     recent_activity,
@@ -27,14 +25,14 @@ from rewardq.queue.reads import (
     waiting_status,
     workers_status,
 )
+from rewardq.queue.scoring_record import recorded_scoring_sync
+from rewardq.reward.judge.cache import judge_totals
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import SyncRedis
 
 
-def pipeline_status(
-    r: SyncRedis, ks: Keyspace, *, waiting_limit: int = defaults.STATUS_WAITING_LIMIT
-) -> dict[str, Any]:
+def pipeline_status(r: SyncRedis, ks: Keyspace, *, waiting_limit: int = STATUS_WAITING_LIMIT) -> dict[str, Any]:
     """Everything ``rewardq status`` shows, as one dict."""
     now = time.time()
     dead_total, dead_by_kind = DeadLetters(r, ks).tally()

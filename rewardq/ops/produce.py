@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.errors import ConfigError, JsonlLineError, RewardqError
 from rewardq.ops.summary import Pushed, render, summarize
+from rewardq.producers.core import WAIT_TIMEOUT
 from rewardq.producers.jsonl import read_jsonl
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def produce_file(
     redis_url: str,
     namespace: str,
     wait: bool = False,
-    timeout: float = defaults.WAIT_TIMEOUT,
+    timeout: float = WAIT_TIMEOUT,
     cluster: bool = False,
     as_json: bool = False,
     console: Console | None = None,
@@ -74,9 +74,9 @@ def produce_file(
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rewardq.ops.connect import probe_redis
     from rewardq.ops.waiting import done_marks, wait_for_results
     from rewardq.producers.client import RewardClient
+    from rewardq.queue.reachability import probe_redis
 
     console = console or Console()
     err = err_console or Console(stderr=True, soft_wrap=True)
@@ -123,7 +123,7 @@ def produce_file(
         if as_json:
             print(json.dumps(report.summary), flush=True)
         else:
-            render(report.summary, console, title=f"rewardq produce {p.name}: summary")
+            render(report.summary, console, title=escape(f"rewardq produce {p.name}: summary"))
     n_ok = len(report.pushed)
     msg = escape(f"pushed {n_ok} trajectories ({sum(len(x.keys) for x in report.pushed)} outputs) from {p}")
     if report.bad:

@@ -135,7 +135,8 @@ def render(summary: Mapping[str, Any], console: Console, *, title: str = "reward
     from rich.markup import escape
     from rich.table import Table
 
-    by_ds = Table(title=title, title_justify="left")
+    console.print(f"[italic]{title}[/]", soft_wrap=True)  # its own line: never wrapped or padded to the table
+    by_ds = Table()
     by_ds.add_column("data source")
     by_ds.add_column("trajectories", justify="right")
     by_ds.add_column("mean reward", justify="right")

@@ -6,7 +6,7 @@ never collide). The supervisor:
 
 * restarts a child that dies (crash, OOM kill, exit code other than 0 and 2) after a backoff
   that doubles from 1 s to 30 s (:func:`rewardq.backoff.compute_backoff`), and resets once a
-  child has stayed up for 30 s (``defaults.SUPERVISOR_*``);
+  child has stayed up for 30 s (``SUPERVISOR_*`` below);
 * does **not** restart a child that exits 2: that is a configuration error, which a restart
   cannot fix, so it stops the others and exits 2 as well;
 * forwards SIGTERM and SIGINT to every child as SIGTERM (each finishes its in-flight
@@ -25,8 +25,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rewardq import defaults
 from rewardq.backoff import compute_backoff
+from rewardq.config import WorkerConfig
+
+#: ``rewardq worker --processes``: the first and longest pause before a dead child is restarted
+#: (it doubles with each death in a row), and how long a child must stay up for the next death to
+#: start from the first pause again.
+SUPERVISOR_BACKOFF_START = 1.0
+SUPERVISOR_BACKOFF_MAX = 30.0
+SUPERVISOR_STABLE_AFTER = 30.0
+#: Seconds beyond a child's ``shutdown_grace`` before the supervisor kills a child that has not stopped.
+SUPERVISOR_KILL_SLACK = 10.0
+#: Seconds between the supervisor's checks of its children.
+SUPERVISOR_POLL = 0.1
+
 
 logger = logging.getLogger("rewardq.supervisor")
 
@@ -83,8 +95,8 @@ class Supervisor:
         self,
         argvs: Sequence[Sequence[str]],
         *,
-        grace: float = defaults.SHUTDOWN_GRACE + defaults.SUPERVISOR_KILL_SLACK,
-        poll: float = defaults.SUPERVISOR_POLL,
+        grace: float = WorkerConfig.shutdown_grace + SUPERVISOR_KILL_SLACK,
+        poll: float = SUPERVISOR_POLL,
         env: dict[str, str] | None = None,
     ) -> None:
         self.slots = [_Slot(list(a)) for a in argvs]
@@ -172,10 +184,8 @@ class Supervisor:
             self.fatal_rc = 2
             self.request_stop("a worker had a configuration error")
             return
-        slot.failures = 1 if ran >= defaults.SUPERVISOR_STABLE_AFTER else slot.failures + 1
-        pause = compute_backoff(
-            slot.failures, base=defaults.SUPERVISOR_BACKOFF_START, cap=defaults.SUPERVISOR_BACKOFF_MAX
-        )
+        slot.failures = 1 if ran >= SUPERVISOR_STABLE_AFTER else slot.failures + 1
+        pause = compute_backoff(slot.failures, base=SUPERVISOR_BACKOFF_START, cap=SUPERVISOR_BACKOFF_MAX)
         slot.restart_at = now + pause
         logger.warning(
             "worker process %d (pid %d) died with code %d after %.1fs; restarting in %.0fs",

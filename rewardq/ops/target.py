@@ -17,13 +17,13 @@ import contextlib
 import difflib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from rewardq import defaults
 from rewardq.errors import NotFound
-from rewardq.queue.redis_errors import RedisError
+from rewardq.queue.connection import REDIS_URL, RedisError
+from rewardq.queue.keys import GROUP, NAMESPACE
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import SyncRedis
@@ -37,7 +37,15 @@ __all__ = [
     "opened",
 ]
 
-DEFAULT_URL, DEFAULT_NAMESPACE, DEFAULT_GROUP = defaults.REDIS_URL, defaults.NAMESPACE, defaults.GROUP
+#: Seconds one-shot commands (``status``, ``inspect``, ``dead-letters``, ``health``, ``produce``)
+#: wait for Redis before they exit with code 3.
+ONESHOT_CONNECT_TIMEOUT = 5.0
+#: Namespaces an error about an unknown ``--namespace`` lists (closest to the typed name first;
+#: :func:`rewardq.queue.namespace.known_namespaces` bounds the SCAN that finds them).
+NAMESPACES_LISTED = 20
+
+
+DEFAULT_URL, DEFAULT_NAMESPACE, DEFAULT_GROUP = REDIS_URL, NAMESPACE, GROUP
 _CONNECT_TIMEOUT = "rewardq.connect_timeout"
 
 
@@ -49,10 +57,10 @@ def connect_timeout() -> float:
     """The ``--connect-timeout`` of the running command (default ``ONESHOT_CONNECT_TIMEOUT``)."""
     ctx = click.get_current_context(silent=True)
     value = ctx.meta.get(_CONNECT_TIMEOUT) if ctx is not None else None
-    return defaults.ONESHOT_CONNECT_TIMEOUT if value is None else float(value)
+    return ONESHOT_CONNECT_TIMEOUT if value is None else float(value)
 
 
-def pipeline_options(f: Callable[..., Any]) -> Callable[..., Any]:
+def pipeline_options(f: Callable[..., object]) -> Callable[..., object]:
     """The ``--redis-url``, ``--namespace``, ``--cluster``, ``--group`` and ``--connect-timeout``
     options of the operator commands (the last one is read by :func:`open_pipeline`, not passed).
 
@@ -71,7 +79,7 @@ def pipeline_options(f: Callable[..., Any]) -> Callable[..., Any]:
         envvar=known["connect_timeout"].env,
         expose_value=False,
         callback=_remember_connect_timeout,
-        help=f"Seconds to wait for Redis, retrying with backoff (default {defaults.ONESHOT_CONNECT_TIMEOUT:g}).",
+        help=f"Seconds to wait for Redis, retrying with backoff (default {ONESHOT_CONNECT_TIMEOUT:g}).",
     )(f)
     for name in ("group", "cluster", "namespace", "redis_url"):
         s = known[name]
@@ -86,6 +94,25 @@ class Pipeline:
     client: SyncRedis
     ks: Keyspace
     url: str  # password-redacted, safe to print
+    cluster: bool = False
+
+    def command(self, *words: str) -> str:
+        """``rewardq <words>`` aimed at this pipeline, to print as a hint that runs as printed: with
+        ``--namespace`` (and ``--redis-url``, ``--cluster``, ``--group``) unless they are the defaults.
+        A URL holding a password is left out (it is never printed): such a hint runs where
+        ``REWARDQ_REDIS_URL`` holds it."""
+        import shlex
+
+        flags: list[str] = []
+        if self.url != DEFAULT_URL and "***" not in self.url:
+            flags += ["--redis-url", self.url]
+        if self.cluster:
+            flags.append("--cluster")
+        if self.ks.namespace != DEFAULT_NAMESPACE:
+            flags += ["--namespace", self.ks.namespace]
+        if self.ks.group != DEFAULT_GROUP:
+            flags += ["--group", self.ks.group]
+        return shlex.join(["rewardq", *words, *flags])
 
     def close(self) -> None:
         try:
@@ -94,7 +121,7 @@ class Pipeline:
             pass
 
 
-def namespace_hint(wanted: str, others: list[str], listed: int = defaults.NAMESPACES_LISTED) -> str:
+def namespace_hint(wanted: str, others: list[str], listed: int = NAMESPACES_LISTED) -> str:
     """What to say about a namespace that does not exist: the closest names first (a typo's
     intended name leads, however many namespaces the server holds), at most ``listed`` of them."""
     if not others:
@@ -137,9 +164,9 @@ def open_pipeline(
         ConfigError: the namespace name is invalid (exit 2).
     """
     from rewardq.errors import ConfigError
-    from rewardq.ops.connect import wait_for_redis
     from rewardq.queue.connection import connect_sync, redact_url, refusals_named
     from rewardq.queue.keys import Keyspace
+    from rewardq.queue.reachability import wait_for_redis
 
     try:
         Keyspace(namespace, 1, group)
@@ -154,7 +181,7 @@ def open_pipeline(
     except BaseException:
         client.close()
         raise
-    return Pipeline(client, Keyspace(namespace, shards or 1, group), shown)
+    return Pipeline(client, Keyspace(namespace, shards or 1, group), shown, cluster=cluster)
 
 
 @contextlib.contextmanager

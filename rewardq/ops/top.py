@@ -18,13 +18,16 @@ XINFO GROUPS per shard and the live workers' heartbeats):
 * **trajectories waiting on a retry** after a transient failure (how many; the next one, when, and
   why) and the live workers' **error results by data source and failure kind**.
 
-``q`` (or Ctrl-C) quits. Without a terminal (piped, or ``--once``) it prints one snapshot and
-exits; ``--json`` prints that snapshot as JSON. Read-only.
+``q`` (or Ctrl-C) quits; ``--count N`` stops after N refreshes. Without a terminal (piped, or
+``--once``) it prints one snapshot and exits, or N snapshots one after another with ``--count``;
+``--json`` prints snapshots as JSON, one object per line. ``rewardq status --watch`` runs this
+view. Read-only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import select
@@ -35,17 +38,26 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rewardq import defaults
 from rewardq.consumers.reward_health import judge, merge
+from rewardq.ops.deadletters.stream import DeadLetters
 from rewardq.ops.failures_view import failure_totals, retry_totals
 from rewardq.ops.layout import fmt_duration
 from rewardq.ops.target import opened, pipeline_options
+from rewardq.queue.reads import DONE_FEED_SINCE_S
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import SyncRedis
     from rewardq.queue.keys import Keyspace
 
 __all__ = ["top", "TopModel", "render_top", "sparkline"]
+
+#: ``rewardq top``: seconds between refreshes, minutes its sparklines cover, the slowest data
+#: sources it lists, and the width it renders at when the output is no terminal.
+TOP_INTERVAL = 1.0
+TOP_HISTORY_MINUTES = 5.0
+TOP_SLOWEST_SOURCES = 5
+PIPE_WIDTH = 80
+
 
 #: Seconds over which the current rates are measured.
 RATE_WINDOW = 10
@@ -69,7 +81,7 @@ def sparkline(values: list[float], width: int) -> str:
 class TopModel:
     """What ``rewardq top`` shows, kept up to date by :meth:`refresh` (one call per screen)."""
 
-    def __init__(self, r: SyncRedis, ks: Keyspace, url: str, history_s: float = defaults.DONE_FEED_SINCE_S) -> None:
+    def __init__(self, r: SyncRedis, ks: Keyspace, url: str, history_s: float = DONE_FEED_SINCE_S) -> None:
         from rewardq.queue.reads import DoneFeed
 
         self.r, self.ks, self.url = r, ks, url
@@ -77,6 +89,7 @@ class TopModel:
         self.feed = DoneFeed(r, ks, since_s=history_s)
         self.buckets: dict[int, list[int]] = {}  # unix second -> [finished, errors]
         self.last_error: dict[str, dict[str, Any]] = {}  # worker -> {"time", "tid", "error"}
+        self.cancelled = 0  # trajectories their producers cancelled, seen since top started
 
     def _take(self, finished: list[dict[str, Any]]) -> None:
         errors = []
@@ -86,6 +99,8 @@ class TopModel:
             if d["status"] == "error":
                 b[1] += 1
                 errors.append(d)
+            elif d["status"] == "cancelled":
+                self.cancelled += 1
         for d in errors[-ERROR_LOOKUPS:]:
             worker, error = self.feed.error_of(d["shard"], d["tid"])
             worker = d["worker"] or worker
@@ -104,6 +119,7 @@ class TopModel:
     def refresh(self) -> dict[str, Any]:
         """One snapshot (JSON-able; what ``--json`` prints)."""
         from rewardq.queue.reads import backlog_status, shard_status, waiting_status, workers_status
+        from rewardq.reward.judge.cache import judge_totals
 
         self._take(self.feed.poll())
         now = time.time()
@@ -124,7 +140,7 @@ class TopModel:
             "errors_per_second": errs,
             "backlog": backlog_status(shards, workers),
             "waiting_total": sum(int(self.r.zcard(self.ks.waiting(s))) for s in range(self.ks.shards)),
-            "dead_letters": sum(int(self.r.xlen(self.ks.dead(s))) for s in range(self.ks.shards)),
+            "dead_letters": DeadLetters(self.r, self.ks).count(),
             "workers": [
                 {
                     **{k: w[k] for k in ("name", "host", "pid", "rate_per_s", "outputs_per_s", "in_flight")},
@@ -139,10 +155,12 @@ class TopModel:
             "oldest_waiting": waiting[0] if waiting else None,
             "retrying": retry_totals(workers, listed=3),
             "failures": failure_totals(workers),
+            "cancelled": self.cancelled,
+            "judges": judge_totals(self.r, self.ks),
         }
 
 
-def _health(rows: list[dict[str, Any]]) -> Any:
+def _health(rows: list[dict[str, Any]]) -> object:
     """Reward health per data source: the last 60 s, and what jumped (rewardq.consumers.reward_health)."""
     from rich import box
     from rich.markup import escape
@@ -161,7 +179,7 @@ def _health(rows: list[dict[str, Any]]) -> Any:
     return t
 
 
-def slowest_sources(workers: list[dict[str, Any]], limit: int = defaults.TOP_SLOWEST_SOURCES) -> list[dict[str, Any]]:
+def slowest_sources(workers: list[dict[str, Any]], limit: int = TOP_SLOWEST_SOURCES) -> list[dict[str, Any]]:
     """The data sources that took longest to score over the last minute, over every live worker."""
     acc: dict[str, dict[str, float]] = {}
     for w in workers:
@@ -202,7 +220,7 @@ def _secs(v: float | None) -> str:
     return "never (nothing is scored)" if v is None else fmt_duration(v)
 
 
-def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
+def render_top(snap: dict[str, Any], width: int = PIPE_WIDTH) -> Any:
     """One snapshot as a rich renderable that fits ``width`` columns."""
     from rich import box
     from rich.console import Group
@@ -280,6 +298,21 @@ def render_top(snap: dict[str, Any], width: int = defaults.PIPE_WIDTH) -> Any:
                     max(40, (width - 12) * 2),
                 ),
                 "red",
+            ),
+        )
+    if snap.get("cancelled"):
+        facts.add_row("cancelled", f"{snap['cancelled']:,} trajectories cancelled by their producers (never scored)")
+    for model, j in (snap.get("judges") or {}).items():
+        shared = f" ({j['shared_hits']:,} shared)" if j.get("shared_hits") else ""
+        facts.add_row(
+            "judge",
+            Text(
+                clip(
+                    f"{model}: {j.get('requests', 0):,} requests, {j.get('cache_hits', 0):,} cache hits{shared}, "
+                    f"{j.get('saved_tokens', 0):,} tokens saved"
+                    + (f", {j['aborted']:,} aborted" if j.get("aborted") else ""),
+                    max(40, (width - 12) * 2),
+                )
             ),
         )
     parts.append(facts)
@@ -379,19 +412,25 @@ def _keys() -> Iterator[Any]:
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.1),
-    default=defaults.TOP_INTERVAL,
+    default=TOP_INTERVAL,
     show_default=True,
     help="Seconds between refreshes.",
 )
 @click.option(
     "--history",
     type=click.FloatRange(min=1),
-    default=defaults.TOP_HISTORY_MINUTES,
+    default=TOP_HISTORY_MINUTES,
     show_default=True,
     help="Minutes the sparklines cover.",
 )
 @click.option("--once", is_flag=True, help="Print one snapshot and exit (what a pipe gets anyway).")
-@click.option("--json", "as_json", is_flag=True, help="Print one snapshot as JSON and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print one snapshot as JSON and exit (--count: one per line).")
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after this many refreshes (piped or with --json: print that many snapshots).",
+)
 def top(
     redis_url: str,
     namespace: str,
@@ -401,11 +440,12 @@ def top(
     history: float,
     once: bool,
     as_json: bool,
+    count: int | None,
 ) -> int:
     """Live view of one namespace: rates with sparklines, backlog and drain time, workers, slow sources.
 
-    q quits. Piped (no terminal), it prints one snapshot and exits. Exit code 0; 1 when the
-    namespace does not exist; 3 when Redis is unreachable.
+    q quits. Piped (no terminal), it prints one snapshot (or --count snapshots) and exits. Exit
+    code 0; 1 when the namespace does not exist; 3 when Redis is unreachable.
     """
     from rich.console import Console
     from rich.live import Live
@@ -413,15 +453,11 @@ def top(
     console = Console(highlight=False)
     with opened(redis_url, namespace, cluster=cluster, group=group) as p:
         model = TopModel(p.client, p.ks, p.url, history_s=history * 60)
-        if as_json:
-            click.echo(json.dumps(model.refresh()))
-            return 0
-        if once or not console.is_terminal:
-            console.print(render_top(model.refresh(), console.width))
-            return 0
+        if as_json or once or not console.is_terminal:
+            return _snapshots(console, model, 1 if once else count or 1, interval, as_json)
         try:
             with _keys() as read, Live(console=console, screen=True, auto_refresh=False) as live:
-                while True:
+                for _ in itertools.count() if count is None else range(count):
                     live.update(render_top(model.refresh(), console.width), refresh=True)
                     deadline = time.monotonic() + interval
                     while (left := deadline - time.monotonic()) > 0:
@@ -429,3 +465,23 @@ def top(
                             return 0
         except KeyboardInterrupt:  # Ctrl-C is a way to quit too
             return 0
+        return 0
+
+
+def _snapshots(console: Any, model: TopModel, count: int, interval: float, as_json: bool) -> int:
+    """``count`` snapshots one after another, ``interval`` seconds apart (JSON lines, or the screen
+    with a rule between two); Ctrl-C ends them early."""
+    try:
+        for i in range(count):
+            if i:
+                time.sleep(interval)
+                if not as_json:
+                    console.rule()
+            snap = model.refresh()
+            if as_json:
+                click.echo(json.dumps(snap))
+            else:
+                console.print(render_top(snap, console.width))
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -48,7 +48,7 @@ def _existing(client: RewardClient, keys: list[str]) -> set[str]:
     return found
 
 
-def fetch_results(client: RewardClient, keys: Iterable[str]) -> dict[str, Any]:
+def fetch_results(client: RewardClient, keys: Iterable[str]) -> dict[str, object]:
     """``{key: RewardResult or None}`` for any number of keys, in chunks."""
     keys = list(keys)
     out: dict[str, Any] = {}

@@ -6,17 +6,19 @@ actually given become overrides, so the precedence is
 
     defaults  <  --config FILE  <  REWARDQ_* environment  <  flags.
 
-The door keeps only what belongs to the process: logging, signals, and waiting for Redis. The
+The door keeps only what belongs to the process: logging (set up by ``rewardq worker`` before
+either one worker or a supervisor of several starts), signals, and waiting for Redis. The
 worker itself is put together by :mod:`rewardq.consumers.compose`, as every worker is. Start-up
 order, each step failing with a message that says what to fix:
 
-1. set up logging; build the tokenizer, the manager and its context
+1. build the tokenizer, the manager and its context
    (:func:`~rewardq.consumers.compose.prepare_worker`): exit 2 on an unknown ``--manager``, no
    ``--tokenizer`` or a tokenizer path that is not there (said before torch is imported), and on
    a tokenizer that cannot be loaded or a manager option it refuses;
 2. PING Redis until it answers, with backoff and one log line per attempt, for up to
    ``--connect-timeout`` seconds (default: forever), then exit 3 with the redacted URL; refused
-   credentials exit at once;
+   credentials exit at once; a SIGTERM or Ctrl-C ends the wait within a fraction of a second
+   (exit 0, with a log line saying so);
 3. open the worker and run it (:func:`~rewardq.consumers.compose.run_worker`) until
    SIGTERM/SIGINT, then exit 0.
 
@@ -30,13 +32,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rewardq.config import WorkerConfig
+from rewardq.consumers.compose import prepare_worker
+from rewardq.consumers.compose import run_worker as run_composed
 from rewardq.consumers.process import EarlySignals
 from rewardq.errors import ConfigError
-
-if TYPE_CHECKING:
-    from rewardq.config import WorkerConfig
+from rewardq.logs import startup_step
+from rewardq.queue.connection import redact_url
+from rewardq.queue.reachability import wait_for_redis
+from rewardq.reward.codeexec.settings import OPTION_NAMES as CODE_OPTIONS
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.options import option_rows
+from rewardq.reward.registry import options_of
+from rewardq.reward.scoring_fingerprint import shown_settings
+from rewardq.settings import flag_argv, flag_values
 
 logger = logging.getLogger("rewardq.cli")
 
@@ -49,37 +60,46 @@ __all__ = [
 ]
 
 
-def overrides_from_flags(params: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+def overrides_from_flags(params: Mapping[str, object]) -> dict[str, tuple[object, str]]:
     """The WorkerConfig overrides for the flags that were given (None means "not given"):
     setting name -> (value, ``flag --x``)."""
-    from rewardq.config import WorkerConfig
-    from rewardq.settings import flag_values
 
     return {name: (value, f"flag {flag}") for name, (value, flag) in flag_values(WorkerConfig, params).items()}
 
 
 def load_config(params: Mapping[str, Any], env: Mapping[str, str] | None = None) -> WorkerConfig:
     """Defaults < ``--config`` < environment < flags, validated."""
-    from rewardq.config import WorkerConfig
 
     return WorkerConfig.load(config_file=params.get("config"), env=env, overrides=overrides_from_flags(params))
 
 
 def config_rows(cfg: WorkerConfig) -> list[dict[str, Any]]:
-    """One row per setting: name, value (password redacted), source, flag and environment variable."""
-    from rewardq.consumers.compose import effective_settings
+    """One row per setting: name, value (password redacted), source, flag and environment variable;
+    then one per option of the manager (``manager_options.<name>``, a credential as ``***``; see
+    :func:`rewardq.reward.options.option_rows`)."""
 
-    values = effective_settings(cfg)
-    return [
+    values = shown_settings(cfg)
+    rows = [
         {"name": n, "value": values[n], "source": cfg.sources.get(n, "default"), "flag": s.flag, "env": s.env}
         for n, s in cfg.settings().items()
     ]
+    options = cfg.settings()["manager_options"]
+    try:
+        declared = options_of(cfg.manager)
+    except ConfigError:  # an unknown manager: the options as given (the worker refuses the manager)
+        declared = None
+    given = dict(cfg.manager_options or {})
+    code = {k: given.pop(k) for k in sorted(CODE_OPTIONS & set(given))}  # every manager takes these
+    source = cfg.sources.get("manager_options", "default")
+    prefix = "manager_options."
+    each = {k[len(prefix) :]: v for k, v in cfg.sources.items() if k.startswith(prefix)}  # the layer per option
+    for row in option_rows(declared, given, source, each) + option_rows(CodeExecSettings, code, source, each):
+        rows.append({**row, "flag": "--manager-option", "env": options.env})
+    return rows
 
 
-def worker_argv(params: Mapping[str, Any], *, leave_out: Iterable[str] = ()) -> list[str]:
+def worker_argv(params: Mapping[str, object], *, leave_out: Iterable[str] = ()) -> list[str]:
     """The ``rewardq worker`` arguments that reproduce ``params`` (``--processes`` left out)."""
-    from rewardq.config import WorkerConfig
-    from rewardq.settings import flag_argv
 
     argv: list[str] = []
     if params.get("config"):
@@ -89,21 +109,22 @@ def worker_argv(params: Mapping[str, Any], *, leave_out: Iterable[str] = ()) -> 
 
 def run_worker(cfg: WorkerConfig, early: EarlySignals) -> int:
     """Build, check and run one worker (see the module docstring); returns the exit code."""
-    from rewardq.consumers.compose import prepare_worker
-    from rewardq.consumers.compose import run_worker as run_composed
-    from rewardq.logs import setup_logging, startup_step
-    from rewardq.ops.connect import wait_for_redis
-    from rewardq.queue.connection import redact_url
 
-    try:
-        setup_logging(cfg.log_level, cfg.log_format)
-    except ValueError as exc:
-        raise ConfigError(f"log settings: {exc}") from None
     prepared = prepare_worker(cfg)  # before waiting for Redis: a wrong manager or tokenizer must not wait
-    with startup_step(logger, f"connecting to Redis at {redact_url(cfg.redis_url)}"):
-        wait_for_redis(cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout)
+    try:
+        with startup_step(logger, f"connecting to Redis at {redact_url(cfg.redis_url)}"):
+            if wait_for_redis(
+                cfg.redis_url, cluster=cfg.cluster, timeout=cfg.connect_timeout, stopping=lambda: early.received
+            ):
+                raise _Stopped  # the step did not finish: no "done" line
+    except _Stopped:  # the wait logged which signal stopped it
+        return 0
     if early.received:
         logger.info("received %s during start-up; exiting", early.received)
         return 0
     asyncio.run(run_composed(prepared, own_process=True, early=early))  # it serves --metrics-port itself
     return 0
+
+
+class _Stopped(Exception):
+    """A stop signal ended the wait for Redis."""

@@ -7,32 +7,39 @@ Many coroutines may ``await client.wait_rewards(...)`` at once: one watcher task
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (
+    WAIT_TIMEOUT,
     ClientBase,
     ClientSettings,
     Name,
     Output,
     PutCall,
-    ReadPlan,
-    Waiter,
     backlog_lengths,
-    check_keys,
-    finished_tids,
-    parse_results,
+    output_count,
     settings_from_kwargs,
     split_replies,
 )
-from rewardq.queue.aio import being_cancelled
+from rewardq.producers.reading import (
+    ReadPlan,
+    Waiter,
+    check_keys,
+    finished,
+    keys_by_trajectory,
+    parse_results,
+    parse_trajectory,
+)
+from rewardq.queue import scripts
+from rewardq.queue.blobs import write_blob_async
+from rewardq.queue.cancels import by_trajectory, cancel_call
 from rewardq.queue.clients import AsyncRedis
-from rewardq.queue.connection import connect_async
-from rewardq.queue.keys import Keyspace
-from rewardq.queue.redis_errors import ResponseError
+from rewardq.queue.connection import REDIS_URL, ResponseError, being_cancelled, connect_async
+from rewardq.queue.keys import NAMESPACE, Keyspace
 from rewardq.queue.results import RewardResult
 
 if TYPE_CHECKING:
@@ -46,23 +53,27 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
 
     def __init__(self, redis: AsyncRedis, settings: ClientSettings | None = None, **overrides: object) -> None:
         super().__init__(redis, settings, **overrides)
-        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._watchers: dict[str, set[Doorbell]] = {}
         self._watch_task: asyncio.Task[Any] | None = None
         self._watch_ready: asyncio.Future[Any] | None = None  # set once the watcher knows where the streams end
+        #: the ``done`` entries of awaited trajectories that carry their results, until their waiters read them
+        self._announced: dict[str, Mapping[bytes, Any]] = {}
 
     @classmethod
-    def from_url(
-        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: object
-    ) -> AsyncRewardClient:
+    def from_url(cls, url: str = REDIS_URL, namespace: str = NAMESPACE, **kwargs: object) -> AsyncRewardClient:
         settings = settings_from_kwargs(namespace, kwargs)
         return cls(connect_async(url, cluster=settings.cluster, **kwargs), settings)
 
     async def keyspace(self) -> Keyspace:
         if self._ks is None:
             probe = Keyspace(self.settings.namespace)
-            # redis-py types asyncio hash commands as blocking ones (rewardq.queue.clients)
-            await self.r.hsetnx(probe.meta, "shards", str(self.settings.shards or 1))  # type: ignore[misc]
-            return self._keyspace_from_meta(await self.r.hget(probe.meta, "shards"))  # type: ignore[misc]
+            # read first: a Redis past maxmemory refuses HSETNX even when the field is there
+            # (redis-py types asyncio hash commands as blocking ones: rewardq.queue.clients)
+            have = await self.r.hget(probe.meta, "shards")  # type: ignore[misc]
+            if have is None:
+                await self.r.hsetnx(probe.meta, "shards", str(self.settings.shards or 1))  # type: ignore[misc]
+                have = await self.r.hget(probe.meta, "shards")  # type: ignore[misc]
+            return self._keyspace_from_meta(have)
         return self._ks
 
     async def aclose(self) -> None:
@@ -88,7 +99,23 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                 await asyncio.sleep(delay)
 
     async def _send(self, call: PutCall) -> None:
-        """Send a call's puts (see :meth:`ClientBase._send_pipeline`: all or nothing)."""
+        """Send a call's puts: the blobs of its large records first, piece by piece
+        (:mod:`rewardq.queue.blobs`), then its entries (see :meth:`ClientBase._send_pipeline`: all or
+        nothing). A call that fails deletes the blobs it wrote."""
+        blobs = [p.blob for p in call.puts if p.blob is not None]
+        if blobs:  # a producer held back by the backlog writes no blob meanwhile
+            await self._gate(p.shard for p in call.puts)
+        try:
+            for name, data in blobs:
+                await write_blob_async(self.r, name, data, self.settings.blob_ttl)
+            await self._send_entries(call)
+        except BaseException:
+            with contextlib.suppress(Exception):  # Redis refusing or gone: the blobs' TTL ends them
+                for name, _ in blobs:
+                    await self.r.delete(name)
+            raise
+
+    async def _send_entries(self, call: PutCall) -> None:
         puts = call.puts
         await self._gate(p.shard for p in puts)
         ks = await self.keyspace()
@@ -116,28 +143,61 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         session_id: Name,
         index: int,
         output: Output,
-        sample: Mapping[str, Any] | None = None,
+        sample: Mapping[str, object] | None = None,
         final: bool = False,
     ) -> str:
         """See :meth:`RewardClient.put_output <rewardq.producers.client.RewardClient.put_output>`."""
-        call = PutCall("put_output", uid, session_id, self)
+        call = PutCall("put_output", uid, session_id, self, index=index)
         with call.errors():
             call.puts = [self._prepare_output(await self.keyspace(), uid, session_id, index, output, sample, final)]
             await self._send(call)
         return call.puts[0].key
 
     async def put_trajectory(
-        self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, Any] | None = None
+        self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, object] | None = None
     ) -> list[str]:
         """See :meth:`RewardClient.put_trajectory <rewardq.producers.client.RewardClient.put_trajectory>`."""
-        call = PutCall("put_trajectory", uid, session_id, self)
+        call = PutCall("put_trajectory", uid, session_id, self, count=output_count(outputs))
         with call.errors():
             call.puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
             await self._send(call)
         return call.keys
 
+    async def cancel(self, keys: Iterable[str]) -> int:
+        """See :meth:`RewardClient.cancel <rewardq.producers.client.RewardClient.cancel>`."""
+        plan = by_trajectory(check_keys(keys), self.settings.max_outputs)
+        if not plan:
+            return 0
+        ks = await self.keyspace()
+        script = self.r.register_script(scripts.source("cancel"))  # type: ignore[misc]  # redis-py's asyncio RedisCluster.register_script is typed for Redis only; it has one
+        written = 0
+        for tid, indices in plan.items():
+            k, a = cancel_call(
+                ks, tid, indices, result_ttl=self.settings.result_ttl, max_outputs=self.settings.max_outputs
+            )
+            written += int(await script(keys=k, args=a))
+        await self.r.incr(ks.cancels)
+        return written
+
     async def get_rewards(self, keys: Iterable[str]) -> dict[str, RewardResult | None]:
+        """See :meth:`RewardClient.get_rewards <rewardq.producers.client.RewardClient.get_rewards>`."""
         keys = check_keys(keys)
+        groups = keys_by_trajectory(keys)
+        if len(groups) > ReadPlan.FIRST:  # many trajectories: the bounded reads of the result hashes
+            return await self._get_reward_hashes(keys)
+        got: dict[str, RewardResult | None] = {}
+        rest: list[str] = []
+        hashes = await self._trajectory_pipeline(await self.keyspace(), groups).execute()
+        for tkeys, h in zip(groups.values(), hashes):
+            found, missing = parse_trajectory(tkeys, h)
+            got.update(found)
+            rest += missing
+        if rest:
+            got.update(await self._get_reward_hashes(rest))
+        return {k: got.get(k) for k in keys}
+
+    async def _get_reward_hashes(self, keys: list[str]) -> dict[str, RewardResult | None]:
+        """The results of ``keys`` from their own hashes (round trips of bounded size)."""
         out: dict[str, RewardResult | None] = {}
         plan = ReadPlan(keys)
         for chunk in plan:
@@ -149,9 +209,7 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
     async def get_reward(self, key: str) -> RewardResult | None:
         return (await self.get_rewards([key]))[key]
 
-    async def wait_rewards(
-        self, keys: Iterable[str], timeout: float = defaults.WAIT_TIMEOUT
-    ) -> dict[str, RewardResult]:
+    async def wait_rewards(self, keys: Iterable[str], timeout: float = WAIT_TIMEOUT) -> dict[str, RewardResult]:
         """Wait until every key has a result; raises RewardTimeout naming the missing keys."""
         return await self._wait(Waiter(check_keys(keys), timeout))
 
@@ -160,8 +218,8 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         uid: Name,
         session_id: Name,
         outputs: Sequence[Output],
-        sample: Mapping[str, Any] | None = None,
-        timeout: float = defaults.WAIT_TIMEOUT,
+        sample: Mapping[str, object] | None = None,
+        timeout: float = WAIT_TIMEOUT,
     ) -> tuple[list[str], dict[str, RewardResult]]:
         """``put_trajectory`` then ``wait_rewards``, one read of the results fewer.
 
@@ -170,8 +228,11 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         once, after it (``wait_rewards`` alone must read them first: the trajectory may have
         finished before it was called). Returns the keys and their results; raises
         RewardTimeout naming the missing keys.
+
+        Cancelling the task that awaits this cancels the trajectory (:meth:`cancel`): nobody
+        waits for its rewards any more, so the fleet stops scoring it.
         """
-        call = PutCall("put_trajectory", uid, session_id, self)
+        call = PutCall("put_trajectory", uid, session_id, self, count=output_count(outputs))
         with call.errors():
             call.puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
 
@@ -179,13 +240,29 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
             with call.errors():
                 await self._send(call)
 
-        return call.keys, await self._wait(Waiter(call.keys, timeout), before=put)
+        try:
+            return call.keys, await self._wait(Waiter(call.keys, timeout), before=put)
+        except asyncio.CancelledError:
+            if call.written is not False:  # sent, or perhaps sent: drop it
+                await self._cancel_shielded(call.keys)
+            raise
+
+    async def _cancel_shielded(self, keys: list[str]) -> None:
+        """:meth:`cancel` ``keys`` from a task being cancelled: the cancel runs to its end even if
+        this task is cancelled again; a failure is logged (the caller re-raises its cancellation)."""
+        job = asyncio.ensure_future(self.cancel(keys))
+        try:
+            await asyncio.shield(job)
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the task is being cancelled; a failed cancel only costs scoring
+            logger.warning("could not cancel %d keys of a cancelled wait (%s); they will be scored", len(keys), exc)
 
     async def _wait(self, w: Waiter, before: Callable[[], Awaitable[None]] | None = None) -> dict[str, RewardResult]:
         """Listen for ``w``'s trajectories, run ``before`` (the put) if given, wait for every result."""
         tids = {k.rpartition("_")[0] for k in w.keys}
         timeout = w.timeout
-        event = asyncio.Event()
+        event = Doorbell()
         for t in tids:
             self._watchers.setdefault(t, set()).add(event)
         try:
@@ -198,12 +275,8 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                 remaining = w.remaining()
                 if remaining <= 0:
                     raise RewardTimeout(w.missing, timeout)
-                try:
-                    await asyncio.wait_for(event.wait(), min(remaining, 2.0))
-                except asyncio.TimeoutError:
-                    pass  # periodic full re-check below
-                event.clear()
-                w.absorb(await self.get_rewards(w.missing))
+                await event.wait(min(remaining, 2.0))  # rung, or the periodic full re-check below
+                w.absorb(await self._announced_or_read(w.missing))
             return w.ordered()
         finally:
             for t in tids:
@@ -212,6 +285,24 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                     s.discard(event)
                     if not s:
                         self._watchers.pop(t, None)
+                        self._announced.pop(t, None)
+
+    async def _announced_or_read(self, keys: list[str]) -> dict[str, RewardResult | None]:
+        """The results of ``keys`` from their trajectories' ``done`` entries where those carry them,
+        the rest read (:meth:`get_rewards`)."""
+        got: dict[str, RewardResult | None] = {}
+        rest: list[str] = []
+        for tid, tkeys in keys_by_trajectory(keys).items():
+            entry = self._announced.get(tid)
+            if entry is None:
+                rest += tkeys
+                continue
+            found, missing = parse_trajectory(tkeys, entry)
+            got.update(found)
+            rest += missing
+        if rest:
+            got.update(await self.get_rewards(rest))
+        return got
 
     async def _ensure_watcher(self) -> None:
         """Start the one ``done``-stream watcher unless it runs, and wait until it knows where the
@@ -225,7 +316,10 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         if self._watch_task is None or self._watch_task.done() or ready is None:
             ready = self._watch_ready = asyncio.get_running_loop().create_future()
             self._watch_task = asyncio.create_task(self._watch_from_now(ready), name="rewardq-done-watcher")
-        await asyncio.shield(ready)
+        if ready.done():
+            ready.result()  # the watcher's start failed: raise it, as awaiting it would
+        else:
+            await asyncio.shield(ready)
 
     async def _watch_from_now(self, ready: asyncio.Future[Any]) -> None:
         try:
@@ -269,6 +363,43 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                 logger.warning("done-stream watcher: %s; retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
-            for tid in finished_tids(ks, resp, last):
-                for ev in self._watchers.get(tid, ()):
-                    ev.set()
+            for tid, fields in finished(ks, resp, last):
+                bells = self._watchers.get(tid)
+                if bells:
+                    if b"result_rows" in fields:
+                        self._announced[tid] = fields
+                    for bell in bells:
+                        bell.set()
+
+
+class Doorbell:
+    """What wakes one waiter: the ``done``-stream watcher rings it; the waiter sleeps until it rings
+    or a timeout passes, on one future and one timer (``asyncio.wait_for`` on an ``Event`` starts a
+    task per sleep: a cost paid per trajectory)."""
+
+    def __init__(self) -> None:
+        self._rung = False
+        self._sleeping: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._rung = True
+        if self._sleeping is not None and not self._sleeping.done():
+            self._sleeping.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Return once rung (since the last return) or after ``timeout`` seconds."""
+        if not self._rung:
+            loop = asyncio.get_running_loop()
+            sleeping = self._sleeping = loop.create_future()
+            timer = loop.call_later(timeout, _wake, sleeping)
+            try:
+                await sleeping
+            finally:
+                timer.cancel()
+                self._sleeping = None
+        self._rung = False
+
+
+def _wake(sleeping: asyncio.Future[None]) -> None:
+    if not sleeping.done():
+        sleeping.set_result(None)

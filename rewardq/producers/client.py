@@ -9,30 +9,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rewardq import defaults
 from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (
+    WAIT_TIMEOUT,
     ClientBase,
     Name,
     Output,
     PutCall,
-    ReadPlan,
-    Waiter,
     backlog_lengths,
-    check_keys,
-    finished_tids,
-    parse_results,
+    output_count,
     settings_from_kwargs,
     split_replies,
 )
+from rewardq.producers.reading import (
+    ReadPlan,
+    Waiter,
+    check_keys,
+    finished_tids,
+    keys_by_trajectory,
+    parse_results,
+    parse_trajectory,
+)
+from rewardq.queue import scripts
+from rewardq.queue.blobs import write_blob
+from rewardq.queue.cancels import by_trajectory, cancel_call
 from rewardq.queue.clients import SyncRedis
-from rewardq.queue.connection import connect_sync
-from rewardq.queue.keys import Keyspace
-from rewardq.queue.redis_errors import ResponseError
+from rewardq.queue.connection import REDIS_URL, ResponseError, connect_sync
+from rewardq.queue.keys import NAMESPACE, Keyspace
 from rewardq.queue.results import RewardResult
 
 
@@ -46,9 +54,7 @@ class RewardClient(ClientBase[SyncRedis]):
     """
 
     @classmethod
-    def from_url(
-        cls, url: str = defaults.REDIS_URL, namespace: str = defaults.NAMESPACE, **kwargs: object
-    ) -> RewardClient:
+    def from_url(cls, url: str = REDIS_URL, namespace: str = NAMESPACE, **kwargs: object) -> RewardClient:
         """Connect to ``url`` (see :mod:`rewardq.queue.connection` for cluster and TLS URLs)."""
         settings = settings_from_kwargs(namespace, kwargs)
         return cls(connect_sync(url, cluster=settings.cluster, **kwargs), settings)
@@ -58,8 +64,11 @@ class RewardClient(ClientBase[SyncRedis]):
     def keyspace(self) -> Keyspace:
         if self._ks is None:
             probe = Keyspace(self.settings.namespace)
-            self.r.hsetnx(probe.meta, "shards", self.settings.shards or 1)
-            return self._keyspace_from_meta(self.r.hget(probe.meta, "shards"))
+            have = self.r.hget(probe.meta, "shards")  # read first: past maxmemory, HSETNX is refused
+            if have is None:
+                self.r.hsetnx(probe.meta, "shards", self.settings.shards or 1)
+                have = self.r.hget(probe.meta, "shards")
+            return self._keyspace_from_meta(have)
         return self._ks
 
     def close(self) -> None:
@@ -79,7 +88,23 @@ class RewardClient(ClientBase[SyncRedis]):
                 time.sleep(delay)
 
     def _send(self, call: PutCall) -> None:
-        """Send a call's puts (see :meth:`ClientBase._send_pipeline`: all or nothing)."""
+        """Send a call's puts: the blobs of its large records first, piece by piece
+        (:mod:`rewardq.queue.blobs`), then its entries (see :meth:`ClientBase._send_pipeline`: all or
+        nothing). A call that fails deletes the blobs it wrote."""
+        blobs = [p.blob for p in call.puts if p.blob is not None]
+        if blobs:  # a producer held back by the backlog writes no blob meanwhile
+            self._gate(p.shard for p in call.puts)
+        try:
+            for name, data in blobs:
+                write_blob(self.r, name, data, self.settings.blob_ttl)
+            self._send_entries(call)
+        except BaseException:
+            with contextlib.suppress(Exception):  # Redis refusing or gone: the blobs' TTL ends them
+                for name, _ in blobs:
+                    self.r.delete(name)
+            raise
+
+    def _send_entries(self, call: PutCall) -> None:
         puts = call.puts
         self._gate(p.shard for p in puts)
         pipe, shards, atomic = self._send_pipeline(self.keyspace, puts)
@@ -107,7 +132,7 @@ class RewardClient(ClientBase[SyncRedis]):
         session_id: Name,
         index: int,
         output: Output,
-        sample: Mapping[str, Any] | None = None,
+        sample: Mapping[str, object] | None = None,
         final: bool = False,
     ) -> str:
         """Push one output of a trajectory; returns its key ``<uid>_<session_id>_<index>``.
@@ -120,14 +145,14 @@ class RewardClient(ClientBase[SyncRedis]):
         :class:`~rewardq.errors.RedisConnectionLost`) when Redis fails the put; the outputs put by
         earlier calls stay queued, and putting the same output again is safe.
         """
-        call = PutCall("put_output", uid, session_id, self)
+        call = PutCall("put_output", uid, session_id, self, index=index)
         with call.errors():
             call.puts = [self._prepare_output(self.keyspace, uid, session_id, index, output, sample, final)]
             self._send(call)
         return call.puts[0].key
 
     def put_trajectory(
-        self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, Any] | None = None
+        self, uid: Name, session_id: Name, outputs: Sequence[Output], sample: Mapping[str, object] | None = None
     ) -> list[str]:
         """Push all outputs of a trajectory at once (the last is final); returns their keys.
 
@@ -135,17 +160,58 @@ class RewardClient(ClientBase[SyncRedis]):
         RecordError before anything is sent, and when Redis refuses one of the outputs none of them
         stays queued (a :class:`~rewardq.errors.PutError` says so).
         """
-        call = PutCall("put_trajectory", uid, session_id, self)
+        call = PutCall("put_trajectory", uid, session_id, self, count=output_count(outputs))
         with call.errors():
             call.puts = self._prepare_trajectory(self.keyspace, uid, session_id, outputs, sample)
             self._send(call)
         return call.keys
 
+    # -- cancelling ----------------------------------------------------------------------------
+    def cancel(self, keys: Iterable[str]) -> int:
+        """Drop the trajectories of ``keys``: nobody needs their rewards any more.
+
+        Each trajectory a key names that has not finished ends at once: every key it answers for
+        gets a result with ``status="cancelled"`` (no reward, no failure), and a worker scoring it
+        stops within a fraction of a second, aborting its judge calls in flight and giving their
+        rate-limit budget back; if it waits in the queue, it is never scored (nor by a reclaim).
+        A trajectory that finished keeps its results. Returns how many keys got a ``cancelled``
+        result (:mod:`rewardq.queue.cancels`).
+        """
+        plan = by_trajectory(check_keys(keys), self.settings.max_outputs)
+        if not plan:
+            return 0
+        ks = self.keyspace
+        script = self.r.register_script(scripts.source("cancel"))
+        written = 0
+        for tid, indices in plan.items():
+            k, a = cancel_call(
+                ks, tid, indices, result_ttl=self.settings.result_ttl, max_outputs=self.settings.max_outputs
+            )
+            written += int(script(keys=k, args=a))
+        self.r.incr(ks.cancels)
+        return written
+
     # -- results -------------------------------------------------------------------------------
     def get_rewards(self, keys: Iterable[str]) -> dict[str, RewardResult | None]:
         """The results there are now: ``{key: RewardResult or None}``, in the order given (read in
-        round trips of bounded size, :class:`~rewardq.producers.core.ReadPlan`)."""
+        round trips of bounded size, :class:`~rewardq.producers.reading.ReadPlan`)."""
         keys = check_keys(keys)
+        groups = keys_by_trajectory(keys)
+        if len(groups) > ReadPlan.FIRST:  # many trajectories: the bounded reads of the result hashes
+            return self._get_reward_hashes(keys)
+        got: dict[str, RewardResult | None] = {}
+        rest: list[str] = []
+        hashes = self._trajectory_pipeline(self.keyspace, groups).execute()
+        for tkeys, h in zip(groups.values(), hashes):
+            found, missing = parse_trajectory(tkeys, h)
+            got.update(found)
+            rest += missing
+        if rest:
+            got.update(self._get_reward_hashes(rest))
+        return {k: got.get(k) for k in keys}
+
+    def _get_reward_hashes(self, keys: list[str]) -> dict[str, RewardResult | None]:
+        """The results of ``keys`` from their own hashes (round trips of bounded size)."""
         out: dict[str, RewardResult | None] = {}
         plan = ReadPlan(keys)
         for chunk in plan:
@@ -157,7 +223,7 @@ class RewardClient(ClientBase[SyncRedis]):
     def get_reward(self, key: str) -> RewardResult | None:
         return self.get_rewards([key])[key]
 
-    def wait_rewards(self, keys: Iterable[str], timeout: float = defaults.WAIT_TIMEOUT) -> dict[str, RewardResult]:
+    def wait_rewards(self, keys: Iterable[str], timeout: float = WAIT_TIMEOUT) -> dict[str, RewardResult]:
         """Block until every key has a result; ``{key: RewardResult}`` in the order given.
 
         Raises RewardTimeout (a TimeoutError) naming the keys still missing.

@@ -1,4 +1,5 @@
-"""What the sync and async clients share: encoding, routing, result parsing, waiting state.
+"""What the sync and async clients share to put: their settings, encoding and routing records, the
+size checks, and the pipelines they send (reading results back is :mod:`rewardq.producers.reading`).
 
 No I/O here; :mod:`rewardq.producers.client` and :mod:`rewardq.producers.aio` run the
 commands these helpers describe.
@@ -10,19 +11,37 @@ import contextlib
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
-from rewardq import defaults
-from rewardq.errors import BackpressureTimeout, RecordError, RewardqError
-from rewardq.queue.checks import CheckedDict, check_dict, check_trajectory_bytes
+from rewardq.errors import RecordError, RewardqError
+from rewardq.producers.backpressure import Backlog
+from rewardq.queue.blobs import BLOB_CHUNK_BYTES, BLOB_TTL, blob_fields, new_blob
+from rewardq.queue.checks import (
+    MAX_OUTPUTS,
+    MAX_RECORD_BYTES,
+    MAX_TRAJECTORY_BYTES,
+    CheckedDict,
+    check_dict,
+    check_trajectory_bytes,
+)
 from rewardq.queue.codec import encode_output
 from rewardq.queue.connection import client_user
-from rewardq.queue.keys import Keyspace, output_key, split_key
+from rewardq.queue.images import MAX_IMAGE_BYTES
+from rewardq.queue.keys import NAMESPACE, Keyspace, output_key
 from rewardq.queue.put_errors import put_error
-from rewardq.queue.results import RewardResult
+from rewardq.queue.results import RESULT_TTL
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis, Encodable, SyncRedis
+
+
+#: Undelivered + in-flight stream entries per shard before ``put_*`` waits for workers.
+MAX_BACKLOG = 100_000
+#: Seconds ``put_*`` waits for the backlog to drain before raising BackpressureTimeout.
+BACKPRESSURE_TIMEOUT = 60.0
+
+#: Seconds ``wait_rewards`` waits when no timeout is given.
+WAIT_TIMEOUT = 600.0
 
 #: The Redis client a producer client holds: blocking (RewardClient) or asyncio (AsyncRewardClient).
 R = TypeVar("R", bound="SyncRedis | AsyncRedis")
@@ -61,33 +80,38 @@ class ClientSettings:
         backpressure_timeout: how long ``put_*`` waits before raising BackpressureTimeout.
         cluster: treat the URL as a Redis Cluster.
         tokenizer: the fingerprint of the tokenizer that made the ids
-            (:func:`rewardq.reward.fingerprint.tokenizer_fingerprint`), sent with every record so a
+            (:func:`rewardq.reward.tokenizer_fingerprint.tokenizer_fingerprint`), sent with every record so a
             worker decoding with another vocabulary answers with an error instead of a wrong reward.
+        result_ttl: how long the ``cancelled`` results :meth:`~rewardq.RewardClient.cancel` writes are
+            kept (set it to the workers' ``result_ttl`` when they use another).
+        blob_ttl: seconds a record over 1 MiB, sent in pieces (:mod:`rewardq.queue.blobs`), waits
+            for a worker before Redis drops it (the worker then answers its key with an error).
     """
 
-    namespace: str = defaults.NAMESPACE
+    namespace: str = NAMESPACE
     shards: int | None = None
-    max_record_bytes: int = defaults.MAX_RECORD_BYTES
-    max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES
-    max_outputs: int = defaults.MAX_OUTPUTS
-    max_image_bytes: int = defaults.MAX_IMAGE_BYTES
-    max_backlog: int | None = defaults.MAX_BACKLOG
-    backpressure_timeout: float = defaults.BACKPRESSURE_TIMEOUT
+    max_record_bytes: int = MAX_RECORD_BYTES
+    max_trajectory_bytes: int = MAX_TRAJECTORY_BYTES
+    max_outputs: int = MAX_OUTPUTS
+    max_image_bytes: int = MAX_IMAGE_BYTES
+    max_backlog: int | None = MAX_BACKLOG
+    backpressure_timeout: float = BACKPRESSURE_TIMEOUT
     cluster: bool = False
     tokenizer: str | None = None
+    result_ttl: float = RESULT_TTL
+    blob_ttl: int = BLOB_TTL
 
 
 @dataclass
 class Put:
-    """One XADD: where, what."""
+    """One XADD: where, what; for a record over :data:`~rewardq.queue.blobs.BLOB_CHUNK_BYTES`, the
+    blob its entry names and the record bytes to write there first (:mod:`rewardq.queue.blobs`)."""
 
     shard: int
     key: str
     fields: dict[Encodable, Encodable]
-
-    @property
-    def size(self) -> int:
-        return len(cast(bytes, self.fields["data"]))  # the encoded record prepare_output put there
+    size: int
+    blob: tuple[str, bytes] | None = None
 
 
 def _bytes_text(n: int) -> str:
@@ -108,10 +132,24 @@ class PutCall:
     client: ClientBase[Any] | None = None
     puts: list[Put] = field(default_factory=list)
     written: bool | None = False
+    #: The outputs it puts: ``range(count)`` of a trajectory, or the one ``index`` of put_output.
+    index: object = None
+    count: int | None = None
 
     @property
     def keys(self) -> list[str]:
-        return [p.key for p in self.puts]
+        """The keys it puts; before its records are prepared (Redis failed while the keyspace was
+        read), the keys its arguments name, when they are well formed (else none)."""
+        if self.puts:
+            return [p.key for p in self.puts]
+        uid, sid = self.uid, self.session_id
+        if not (_is_name(uid) and _is_name(sid)):
+            return []
+        if self.count is not None:
+            return [output_key(str(uid), str(sid), i) for i in range(min(self.count, MAX_OUTPUTS))]
+        if _is_name(self.index) and not isinstance(self.index, str) and int(str(self.index)) >= 0:
+            return [output_key(str(uid), str(sid), int(str(self.index)))]
+        return []
 
     def what(self) -> str:
         if not self.puts:
@@ -139,7 +177,18 @@ class PutCall:
             raise err from None
 
 
-def split_replies(puts: Sequence[Put], replies: Sequence[Any]) -> tuple[BaseException | None, dict[int, list[Any]]]:
+def _is_name(x: object) -> bool:
+    return isinstance(x, (str, int)) and not isinstance(x, bool)
+
+
+def output_count(outputs: object) -> int | None:
+    """How many outputs a ``put_trajectory`` was given (None: not a list)."""
+    if isinstance(outputs, Sequence) and not isinstance(outputs, (str, bytes)):
+        return len(outputs)
+    return None
+
+
+def split_replies(puts: Sequence[Put], replies: Sequence[object]) -> tuple[BaseException | None, dict[int, list[Any]]]:
     """The first error among the XADD replies of a non-transactional pipeline, and the entry ids
     each shard's stream did add (what a rollback deletes again)."""
     failure: BaseException | None = None
@@ -167,8 +216,8 @@ def prepare_output(
     *,
     final: bool,
     max_bytes: int,
-    max_outputs: int = defaults.MAX_OUTPUTS,
-    max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
+    max_outputs: int = MAX_OUTPUTS,
+    max_image_bytes: int = MAX_IMAGE_BYTES,
     tokenizer: str | None = None,
 ) -> Put:
     data = encode_output(
@@ -185,20 +234,24 @@ def prepare_output(
     )
     key = output_key(str(uid), str(session_id), int(index))
     shard = ks.shard_of(key.rpartition("_")[0])
-    return Put(shard, key, {"key": key, "data": data, "ts": f"{time.time():.6f}"})
+    ts = f"{time.time():.6f}"
+    if len(data) > BLOB_CHUNK_BYTES:
+        name = new_blob(ks, shard)
+        return Put(shard, key, blob_fields(key, name, data, ts), len(data), blob=(name, data))
+    return Put(shard, key, {"key": key, "data": data, "ts": ts}, len(data))
 
 
 def prepare_trajectory(
     ks: Keyspace,
     uid: object,
     session_id: object,
-    outputs: Sequence[Any],
+    outputs: Sequence[object],
     sample: object,
     *,
     max_bytes: int,
-    max_outputs: int = defaults.MAX_OUTPUTS,
-    max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
-    max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES,
+    max_outputs: int = MAX_OUTPUTS,
+    max_image_bytes: int = MAX_IMAGE_BYTES,
+    max_trajectory_bytes: int = MAX_TRAJECTORY_BYTES,
     tokenizer: str | None = None,
 ) -> list[Put]:
     """The puts of a whole trajectory; raises RecordError for a bad output, and
@@ -234,85 +287,7 @@ def prepare_trajectory(
     return puts
 
 
-def parse_results(keys: Sequence[str], hashes: Iterable[Mapping[Any, Any]]) -> dict[str, RewardResult | None]:
-    return {k: (RewardResult.from_hash(k, h) if h else None) for k, h in zip(keys, hashes)}
-
-
-class ReadPlan:
-    """The keys of one read of results, in round trips that each bring back about ``budget`` bytes.
-
-    One pipeline of HGETALLs is answered by Redis in one go, other clients waiting meanwhile: 300
-    results of 900 KB read at once held every other client for ~0.4 s. So a read starts with
-    :data:`FIRST` keys and sizes each next round trip from the results seen so far (up to
-    :data:`MOST` keys): thousands of small results still come in a few round trips, large ones
-    about ``budget`` bytes at a time.
-    """
-
-    FIRST = 16
-    MOST = 1024
-    BUDGET = 8 * 1024 * 1024
-
-    def __init__(self, keys: Sequence[str], budget: int = BUDGET) -> None:
-        self.keys = list(keys)
-        self.budget = budget
-        self.next = self.FIRST
-        self.read = 0
-        self.bytes = 0
-
-    def __iter__(self) -> Iterator[list[str]]:
-        start = 0
-        while start < len(self.keys):
-            chunk = self.keys[start : start + self.next]
-            start += len(chunk)
-            yield chunk
-
-    def took(self, hashes: Sequence[Mapping[Any, Any]]) -> None:
-        """Note what a round trip brought back, to size the next one."""
-        self.read += len(hashes)
-        self.bytes += sum(len(k) + len(v) for h in hashes if h for k, v in h.items())
-        per_key = max(1, self.bytes // max(1, self.read))
-        self.next = max(1, min(self.MOST, self.budget // per_key))
-
-
-def check_keys(keys: Iterable[str]) -> list[str]:
-    keys = [keys] if isinstance(keys, str) else list(keys)
-    for k in keys:
-        split_key(k)  # raises ValueError naming the bad key
-    return keys
-
-
-@dataclass
-class Waiter:
-    """Bookkeeping of one ``wait_rewards`` call."""
-
-    keys: list[str]
-    timeout: float
-    deadline: float = 0.0
-    results: dict[str, RewardResult] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.deadline = time.monotonic() + self.timeout
-
-    @property
-    def missing(self) -> list[str]:
-        return [k for k in self.keys if k not in self.results]
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def absorb(self, got: Mapping[str, RewardResult | None]) -> None:
-        for k, r in got.items():
-            if r is not None:
-                self.results[k] = r
-
-    def missing_for(self, tids: set[str]) -> list[str]:
-        return [k for k in self.missing if k.rpartition("_")[0] in tids]
-
-    def ordered(self) -> dict[str, RewardResult]:
-        return {k: self.results[k] for k in self.keys}
-
-
-def settings_from_kwargs(namespace: str, kwargs: dict[str, Any]) -> ClientSettings:
+def settings_from_kwargs(namespace: str, kwargs: dict[str, object]) -> ClientSettings:
     """Split ``from_url`` keyword arguments: ClientSettings fields are taken out of ``kwargs``
     (what is left goes to the Redis connection)."""
     settings = ClientSettings(namespace=namespace, cluster=bool(kwargs.pop("cluster", False)))
@@ -325,7 +300,7 @@ def settings_from_kwargs(namespace: str, kwargs: dict[str, Any]) -> ClientSettin
 class ClientBase(Generic[R]):
     """State the sync and async clients share: the Redis client, settings, backlog gate."""
 
-    def __init__(self, redis: R, settings: ClientSettings | None = None, **overrides: Any) -> None:
+    def __init__(self, redis: R, settings: ClientSettings | None = None, **overrides: object) -> None:
         from rewardq.queue.connection import is_cluster_client
 
         self.r = redis
@@ -356,7 +331,7 @@ class ClientBase(Generic[R]):
         )
 
     def _prepare_trajectory(
-        self, ks: Keyspace, uid: object, session_id: object, outputs: Sequence[Any], sample: object
+        self, ks: Keyspace, uid: object, session_id: object, outputs: Sequence[object], sample: object
     ) -> list[Put]:
         s = self.settings
         return prepare_trajectory(
@@ -392,6 +367,13 @@ class ClientBase(Generic[R]):
             pipe.xlen(ks.stream(shard))
         return pipe, shards, atomic
 
+    def _trajectory_pipeline(self, ks: Keyspace, tids: Iterable[str]) -> Any:
+        """A pipeline holding one HGETALL per trajectory hash (parse each with parse_trajectory)."""
+        pipe = self.r.pipeline(transaction=False)
+        for t in tids:
+            pipe.hgetall(ks.traj_key(t))
+        return pipe
+
     def _reward_pipeline(self, ks: Keyspace, keys: list[str]) -> Any:
         """A pipeline holding one HGETALL per key's reward hash (parse the replies with parse_results)."""
         pipe = self.r.pipeline(transaction=False)
@@ -408,72 +390,3 @@ class ClientBase(Generic[R]):
             raise ConfigError(f"namespace {self.settings.namespace!r} uses shards={have}, not {self.settings.shards}")
         self._ks = Keyspace(self.settings.namespace, have)
         return self._ks
-
-
-def finished_tids(ks: Keyspace, resp: Any, last: dict[int, bytes]) -> list[str]:
-    """The trajectory ids in an XREAD reply over ``done`` streams; advances ``last`` (shard -> id)."""
-    index = {ks.done(s).encode(): s for s in last}
-    tids = []
-    items = resp.items() if isinstance(resp, dict) else (resp or [])
-    for name, entries in items:
-        if entries and isinstance(entries[0], list) and len(entries) == 1 and isinstance(entries[0][0], (list, tuple)):
-            entries = entries[0]  # RESP3 map shape
-        s = index[name if isinstance(name, bytes) else name.encode()]
-        for eid, fields in entries:
-            last[s] = eid
-            tid = fields.get(b"tid")
-            if tid is not None:
-                tids.append(tid.decode())
-    return tids
-
-
-class Backlog:
-    """Per-shard backlog gate: after each XADD we learn the stream length for free."""
-
-    def __init__(self, max_backlog: int | None, timeout: float) -> None:
-        self.max_backlog = max_backlog
-        self.timeout = timeout
-        self.full: set[int] = set()
-
-    def note(self, shard: int, length: int) -> None:
-        if self.max_backlog is not None and length >= self.max_backlog:
-            self.full.add(shard)
-        else:
-            self.full.discard(shard)
-
-    def note_all(self, shards: Sequence[int], lengths: Iterable[Any]) -> None:
-        for shard, length in zip(shards, lengths):
-            self.note(shard, int(length))
-
-    def waiting(self, shard: int) -> BacklogWait:
-        """Start waiting for a full ``shard`` to drain (see :class:`BacklogWait`)."""
-        return BacklogWait(self, shard)
-
-    def error(self, shard: int, length: int) -> BackpressureTimeout:
-        return BackpressureTimeout(
-            f"shard {shard} still holds {length} unprocessed entries (max_backlog={self.max_backlog}) after "
-            f"waiting {self.timeout:g}s; start more workers (`rewardq worker`), check them with "
-            "`rewardq status`, or raise max_backlog"
-        )
-
-
-class BacklogWait:
-    """One wait for a full shard to drain: the caller polls XLEN and sleeps as :meth:`after` says,
-    0.01 s doubling up to 0.5 s, for at most the backlog's timeout."""
-
-    def __init__(self, backlog: Backlog, shard: int) -> None:
-        self.backlog = backlog
-        self.shard = shard
-        self.deadline = time.monotonic() + backlog.timeout
-        self.delay = 0.01
-
-    def after(self, length: int) -> float | None:
-        """Note the shard's ``length``: None once it has room, else the seconds to sleep before the
-        next poll. Raises BackpressureTimeout once the wait has lasted the timeout."""
-        self.backlog.note(self.shard, length)
-        if self.shard not in self.backlog.full:
-            return None
-        if time.monotonic() >= self.deadline:
-            raise self.backlog.error(self.shard, length)
-        delay, self.delay = self.delay, min(self.delay * 2, 0.5)
-        return delay

@@ -36,7 +36,7 @@ def _to_jsonable(value: object) -> object:
     raise TypeError(f"cannot write a {type(value).__name__} to JSONL")
 
 
-def write_jsonl(path: str | Path, trajectories: Iterable[dict[str, Any]], *, with_expected: bool = True) -> int:
+def write_jsonl(path: str | Path, trajectories: Iterable[dict[str, object]], *, with_expected: bool = True) -> int:
     """Write one trajectory per line; returns the number of lines. Arrays become int lists."""
     count = 0
     with open(path, "w", encoding="utf-8") as f:
@@ -47,7 +47,7 @@ def write_jsonl(path: str | Path, trajectories: Iterable[dict[str, Any]], *, wit
     return count
 
 
-def parse_line(text: str, line: int) -> dict[str, Any]:
+def parse_line(text: str, line: int) -> dict[str, object]:
     """Parse and fully validate one JSONL line; raises :class:`JsonlLineError` naming the field.
 
     Every output is checked exactly as the producer will encode it (token ids are

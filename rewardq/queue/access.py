@@ -54,6 +54,7 @@ DIRECT = (
     "XDEL",
     "EVALSHA",
     "SCRIPT LOAD",
+    "GET",
     "HGET",
     "HMGET",
     "HSET",
@@ -71,9 +72,8 @@ _CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]")
 
 
 def script_commands() -> set[str]:
-    """Every command the worker's Lua scripts call (from their source), upper case."""
-    sources = [scripts.source(n) for n in scripts.NAMES] + [scripts.standalone(n) for n in scripts.STANDALONE]
-    return {m.upper() for src in sources for m in _CALL.findall(src)}
+    """Every command the worker's Lua scripts call (from the source of every script rewardq ships), upper case."""
+    return {m.upper() for src in scripts.shipped_sources() for m in _CALL.findall(src)}
 
 
 def worker_commands() -> list[str]:
@@ -81,7 +81,7 @@ def worker_commands() -> list[str]:
     return sorted(set(DIRECT) | script_commands())
 
 
-def probe(command: str, key: str, key2: str, hkey: str, zkey: str, group: str) -> tuple[Any, ...]:
+def probe(command: str, key: str, key2: str, hkey: str, zkey: str, group: str) -> tuple[object, ...]:
     """The harmless call that tries ``command``: ``key``/``key2`` do not exist, ``hkey``/``zkey`` are the
     probe's own hash and sorted set. KeyError for a command without a probe (a test keeps the table whole)."""
     return {
@@ -106,6 +106,10 @@ def probe(command: str, key: str, key2: str, hkey: str, zkey: str, group: str) -
         "ZADD": ("ZADD", zkey, 0, "m"),
         "ZREM": ("ZREM", zkey, "m"),
         "ZRANGE": ("ZRANGE", key, 0, 0),
+        "ZCARD": ("ZCARD", key),
+        "ZPOPMIN": ("ZPOPMIN", key, 1),
+        "ZREMRANGEBYSCORE": ("ZREMRANGEBYSCORE", zkey, "-inf", "(-1"),
+        "GET": ("GET", key),
         "ZRANGEBYSCORE": ("ZRANGEBYSCORE", key, "-inf", "+inf", "LIMIT", 0, 1),
         "XACK": ("XACK", key, group, "0-1"),
         "XADD": ("XADD", key, "NOMKSTREAM", "MAXLEN", 1, "*", "f", "v"),
@@ -204,5 +208,5 @@ async def _try_all(client: AsyncRedis, calls: list[Probe], keys: Sequence[str]) 
     return refused
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

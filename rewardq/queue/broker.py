@@ -5,6 +5,18 @@ named step of the worker loop (read, reclaim, store, commit, fail, expire, renew
 release, heartbeat) and documents what it guarantees. It works on one Redis and on
 Redis Cluster: every multi-key call stays inside one shard's hash slot.
 
+Reading, filing records, claiming whole trajectories and committing are its own; each other step
+it hands to a part it holds, and keeps as a method here:
+
+* :class:`~rewardq.queue.reclaim.Reclaimer`: ``reclaim`` (what dead workers left pending);
+* :class:`~rewardq.queue.commit_calls.CommitCalls`: encoding results into ``commit`` script calls,
+  chunked past ``commit_bytes``, and the stage lease of a chunked commit;
+* :class:`~rewardq.queue.attempts.AttemptNotes`: what a trajectory's hash records about its
+  attempts (retries, unfinished attempts, the starts crash attribution counts);
+* :class:`~rewardq.queue.endings.Endings`: ending a trajectory without an answer (``fail``,
+  ``dead_letter_entry``, ``expire_incomplete``): error results and dead letters;
+* :class:`~rewardq.queue.liveness.Liveness`: the heartbeat, registration, and lease renewal and release.
+
 What it reads and what filing a record answers are :mod:`rewardq.queue.entries`; its Lua
 scripts run through :class:`~rewardq.queue.script_runner.ScriptRunner` (NOSCRIPT and cluster
 routing); the shard count it is built with is agreed in :mod:`rewardq.queue.meta`.
@@ -12,48 +24,66 @@ routing); the shard count it is built with is agreed in :mod:`rewardq.queue.meta
 
 from __future__ import annotations
 
-import secrets
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
-from redis.typing import EncodableT, FieldT, KeyT, StreamIdT
+from redis.typing import KeyT, StreamIdT
 
-from rewardq import defaults
+from rewardq.queue.attempts import AttemptNotes
+from rewardq.queue.blobs import blob_of, delete_blobs, resolve_entries
+from rewardq.queue.checks import MAX_OUTPUTS, MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES
 from rewardq.queue.codec import OutputRecord, record_digest
+from rewardq.queue.commit_calls import COMMIT_BYTE_BUDGET, STAGE_LEASE_SECONDS, STAGE_TTL, CommitCalls
 from rewardq.queue.connection import is_cluster_client
+from rewardq.queue.endings import DEAD_REASON_CHARS, DEAD_TRACEBACK_CHARS, EXPIRE_BATCH, Endings, Expired, dead_value
 from rewardq.queue.entries import Entry, StoreOutcome, entries_from_reply
-from rewardq.queue.keys import Keyspace
+from rewardq.queue.keys import DEAD_LETTER_BYTES, DEAD_LETTER_TTL, DEAD_MAXLEN, DONE_MAXLEN, Keyspace
+from rewardq.queue.liveness import Liveness
+from rewardq.queue.reclaim import CLAIMABLE_BYTE_BUDGET, Reclaimer
 from rewardq.queue.results import (
+    MAX_RESULT_BYTES,
     RESULT_FIELDS,
+    RESULT_TTL,
     EncodedResults,
     RewardResult,
     as_text,
-    encode_results,
-    error_extra_info,
 )
 from rewardq.queue.script_runner import Call, ScriptRunner
 from rewardq.queue.states import FailureKind, ResultStatus
-from rewardq.queue.text import reason_text, utf8
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
 
-__all__ = ["RESULT_FIELDS", "CLAIMABLE_BYTE_BUDGET", "COMMIT_BYTE_BUDGET", "StreamBroker"]
+# the names of the parts' modules stay importable from here, where the worker's callers find them
+__all__ = [
+    "CLAIMABLE_BYTE_BUDGET",
+    "COMMIT_BYTE_BUDGET",
+    "DEAD_REASON_CHARS",
+    "DEAD_TRACEBACK_CHARS",
+    "EXPIRE_BATCH",
+    "RESULT_FIELDS",
+    "STAGE_LEASE_SECONDS",
+    "STAGE_TTL",
+    "Expired",
+    "StreamBroker",
+    "dead_value",
+]
 
-#: Bytes of entries ``claimable.lua`` reads in one call before it leaves the rest for a later pass.
-CLAIMABLE_BYTE_BUDGET = 64 * 1024 * 1024
-#: Bytes one ``commit`` script call writes at most (a single key's result larger than this, up to
-#: ``max_result_bytes``, goes alone). Redis does not enforce ``maxmemory`` inside a script, and a
-#: script holds every client while it runs: 8 MiB is written in a few ms, and a trajectory with
-#: more results is committed in chunks (see ``lua/commit.lua``).
-COMMIT_BYTE_BUDGET = 8 * 1024 * 1024
-#: Seconds the staged results of a chunked commit live, should its worker die between the chunks.
-STAGE_TTL = 600
-#: Longest ``reason`` and ``traceback`` kept in a dead letter, in characters.
-DEAD_REASON_CHARS = 4000
-DEAD_TRACEBACK_CHARS = 8000
+#: Seconds a trajectory stays leased to its scorer without renewal.
+LEASE_SECONDS = 30.0
+#: Seconds a trajectory may wait for its missing outputs before every key gets an error.
+INCOMPLETE_TIMEOUT = 600.0
+#: Seconds the records of an ended trajectory (scored or failed) are kept for ``rewardq inspect`` and
+#: ``rewardq dead-letters retry``; 0 deletes them as soon as the result is written. Off by default:
+#: kept records cost as much memory as the traffic of that many seconds.
+KEEP_RECORDS = 0.0
+
+
+#: Largest record ``store`` copies into its trajectory hash. A larger one stays in its stream entry
+#: and the hash names that entry (``lua/store.lua``): a script copying tens of MB holds every
+#: client of Redis for up to a second, a reference costs a few bytes.
+STORE_INLINE_BYTES = 1024 * 1024
 
 
 _s = as_text
@@ -72,8 +102,13 @@ class StreamBroker:
         max_outputs: the bound every script is given for a trajectory's outputs (never a record's).
         keep_records: seconds an ended trajectory's records are kept (0: deleted when it ends).
         max_trajectory_bytes: the most a trajectory's stored records may take (``store`` refuses more).
+        max_record_bytes: the most one record may take: a record's blob (:mod:`rewardq.queue.blobs`)
+            is read no further.
         max_result_bytes: the most one key's result may take (results are checked before a commit).
         commit_bytes: the most one ``commit`` script call writes (larger trajectories go in chunks).
+        dead_letter_bytes, dead_letter_ttl: the bounds of each shard's dead-letter stream, beside
+            ``dead_maxlen`` entries: bytes, and seconds a dead letter is kept (``add_dead`` in
+            ``lua/common.lua``).
     """
 
     def __init__(
@@ -82,16 +117,19 @@ class StreamBroker:
         ks: Keyspace,
         *,
         worker: str,
-        result_ttl: float = defaults.RESULT_TTL,
-        lease_seconds: float = defaults.LEASE_SECONDS,
-        incomplete_timeout: float = defaults.INCOMPLETE_TIMEOUT,
-        done_maxlen: int = defaults.DONE_MAXLEN,
-        dead_maxlen: int = defaults.DEAD_MAXLEN,
-        keep_records: float = defaults.KEEP_RECORDS,
-        max_outputs: int = defaults.MAX_OUTPUTS,
-        max_trajectory_bytes: int = defaults.MAX_TRAJECTORY_BYTES,
-        max_result_bytes: int = defaults.MAX_RESULT_BYTES,
+        result_ttl: float = RESULT_TTL,
+        lease_seconds: float = LEASE_SECONDS,
+        incomplete_timeout: float = INCOMPLETE_TIMEOUT,
+        done_maxlen: int = DONE_MAXLEN,
+        dead_maxlen: int = DEAD_MAXLEN,
+        keep_records: float = KEEP_RECORDS,
+        max_outputs: int = MAX_OUTPUTS,
+        max_trajectory_bytes: int = MAX_TRAJECTORY_BYTES,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        max_result_bytes: int = MAX_RESULT_BYTES,
         commit_bytes: int = COMMIT_BYTE_BUDGET,
+        dead_letter_bytes: int = DEAD_LETTER_BYTES,
+        dead_letter_ttl: float = DEAD_LETTER_TTL,
     ) -> None:
         self.r = client
         self.ks = ks
@@ -104,10 +142,43 @@ class StreamBroker:
         self.keep_records = keep_records
         self.max_outputs = int(max_outputs)
         self.max_trajectory_bytes = int(max_trajectory_bytes)
+        self.max_record_bytes = int(max_record_bytes)
         self.max_result_bytes = int(max_result_bytes)
         self.commit_bytes = int(commit_bytes)
+        self.dead_letter_bytes = int(dead_letter_bytes)
+        self.dead_letter_ttl = float(dead_letter_ttl)
         self.cluster = is_cluster_client(client)
         self.scripts = ScriptRunner(client)
+        # the parts each step beyond reading, filing and finishing is handed to
+        self.reclaimer = Reclaimer(client, ks, self.scripts, worker)
+        self.calls = CommitCalls(
+            client,
+            ks,
+            self.scripts,
+            worker,
+            self.cluster,
+            result_ttl=self.result_ttl,
+            done_maxlen=done_maxlen,
+            keep_records=keep_records,
+            max_outputs=self.max_outputs,
+            max_result_bytes=self.max_result_bytes,
+            commit_bytes=self.commit_bytes,
+        )
+        self.endings = Endings(
+            ks,
+            self.scripts,
+            worker,
+            result_ttl=self.result_ttl,
+            incomplete_timeout=incomplete_timeout,
+            done_maxlen=done_maxlen,
+            dead_maxlen=dead_maxlen,
+            keep_records=keep_records,
+            max_outputs=self.max_outputs,
+            dead_letter_bytes=self.dead_letter_bytes,
+            dead_letter_ttl=self.dead_letter_ttl,
+        )
+        self.attempts = AttemptNotes(client, ks, self.scripts, worker, self.cluster)
+        self.liveness = Liveness(client, ks, self.scripts, worker, lease_seconds)
 
     # -- set-up ------------------------------------------------------------------------
     async def ensure_groups(self) -> None:
@@ -124,35 +195,17 @@ class StreamBroker:
         """New entries (``>``) from the given shards, up to ``count`` per stream."""
         streams: dict[KeyT, StreamIdT] = {self.ks.stream(s): ">" for s in shards}
         resp = await self.r.xreadgroup(self.ks.group, self.worker, streams, count=count, block=block_ms)
-        return entries_from_reply(resp, self.ks)
+        entries = entries_from_reply(resp, self.ks)
+        await resolve_entries(self.r, self.ks, entries, self.max_record_bytes)  # blobs' records read in pieces
+        return entries
 
     async def reclaim(self, shard: int, min_idle_ms: int, count: int) -> list[Entry]:
-        """Take over entries other (dead) workers left pending for ``min_idle_ms``.
-
-        Entries of trajectories still leased to another worker are skipped (see
-        ``lua/claimable.lua``), so a dead worker's lease running out costs no deliveries.
-
-        Returns the claimed entries, each with its delivery count (the caller dead-letters
-        those delivered more than ``max_deliveries`` times).
-        """
-        stream = self.ks.stream(shard)
-        pending = await self.r.xpending_range(stream, self.ks.group, min="-", max="+", count=count, idle=min_idle_ms)
-        if not pending:
-            return []
-        ids = [_s(p["message_id"]) for p in pending]
-        counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
-        args = [self.ks.traj_prefix(shard), self.worker, defaults.MAX_KEY_BYTES, CLAIMABLE_BYTE_BUDGET, *ids]
-        claimable: list[StreamIdT] = [_s(i) for i in await self.scripts.run("claimable", [stream], args)]
-        if not claimable:
-            return []
-        claimed_raw = await self.r.xclaim(stream, self.ks.group, self.worker, min_idle_ms, claimable)
-        claimed = []
-        for eid, fields in claimed_raw or []:
-            if fields is None:
-                continue
-            e = Entry(shard, _s(eid), fields, deliveries=counts.get(_s(eid), 0) + 1)
-            claimed.append(e)
-        return claimed
+        """Take over entries other (dead) workers left pending for ``min_idle_ms``, each with its
+        delivery count (:meth:`Reclaimer.reclaim <rewardq.queue.reclaim.Reclaimer.reclaim>`), blobs'
+        records read in pieces."""
+        entries = await self.reclaimer.reclaim(shard, min_idle_ms, count)
+        await resolve_entries(self.r, self.ks, entries, self.max_record_bytes)
+        return entries
 
     # -- store ---------------------------------------------------------------------------
     async def store(self, items: Sequence[tuple[Entry, OutputRecord, bytes]]) -> list[StoreOutcome]:
@@ -160,7 +213,7 @@ class StreamBroker:
 
         For each record, exactly one of: parked (acked, waiting for more outputs),
         complete (this worker holds the lease and must score, then :meth:`commit`; with its
-        ``attempts`` and, after an attempt that never finished, its ``solo`` starts),
+        ``attempts`` and, after an attempt that never finished, its ``solo`` and ``shared`` starts),
         leased (another live worker scores it), done (already finished; acked),
         conflict (contradicts stored data; the caller must :meth:`fail`), toolarge (storing it
         would take the trajectory past ``max_trajectory_bytes``; the caller must :meth:`fail`).
@@ -188,24 +241,80 @@ class StreamBroker:
                         self.done_maxlen,
                         self.max_outputs,
                         self.max_trajectory_bytes,
+                        len(payload),
+                        STORE_INLINE_BYTES,
+                        blob_of(self.ks, entry) or "",
                     ],
                 )
             )
         replies = await self.scripts.run_many("store", calls)
-        out = []
-        for (entry, rec, _), reply in zip(items, replies):
+        for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
+        payloads = await self._kept_records([(entry.shard, reply) for (entry, _, _), reply in zip(items, replies)])
+        out = []
+        for (entry, rec, _), reply, got in zip(items, replies, payloads):
             kind = _s(reply[0])
-            if kind == "complete":
+            kept = [p for p in got if p is not None]
+            if kind == "complete" and len(kept) < len(got):
+                # its records were deleted between the two calls: the trajectory ended meanwhile
+                # (cancelled, or ended by another worker after this one's lease ran out)
+                out.append(StoreOutcome("done", entry, rec, detail="its records are gone: it ended meanwhile"))
+            elif kind == "complete":
                 out.append(
-                    StoreOutcome(kind, entry, rec, payloads=list(reply[4:]), attempts=int(reply[2]), solo=int(reply[3]))
+                    StoreOutcome(
+                        kind,
+                        entry,
+                        rec,
+                        payloads=kept,
+                        attempts=int(reply[2]),
+                        solo=int(reply[3]),
+                        shared=int(reply[4]),
+                    )
                 )
             elif kind in ("leased", "conflict", "toolarge"):
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1])))
             else:
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1]) if len(reply) > 1 else ""))
         return out
+
+    async def memory(self) -> tuple[int, int]:
+        """Redis's ``used_memory`` and ``maxmemory`` in bytes (``(0, 0)`` when it will not say)."""
+        try:
+            info = await self.r.info("memory")
+        except Exception:  # noqa: BLE001 - INFO refused (ACL) or a cluster's answer per node: figures unknown
+            return 0, 0
+        return int(info.get("used_memory", 0) or 0), int(info.get("maxmemory", 0) or 0)
+
+    async def _kept_records(self, replies: Sequence[tuple[int, Any]]) -> list[list[bytes | None]]:
+        """The records of each ``complete`` store reply (empty for the others): its inline payloads,
+        and the records it names by stream entry (``{entry_id}``) read from the stream with plain
+        ``XRANGE`` calls, in one round trip (None for an entry that is gone)."""
+        wanted: list[tuple[int, int, int, Any]] = []  # (reply, position, shard, entry id)
+        got: list[list[bytes | None]] = []
+        for r, (shard, reply) in enumerate(replies):
+            kind = _s(reply[0])
+            values: list[bytes | None] = []
+            for p, value in enumerate(reply[5:] if kind == "complete" else []):
+                if isinstance(value, list):
+                    wanted.append((r, p, shard, value[0] if value else None))
+                    values.append(None)
+                else:
+                    values.append(value)
+            got.append(values)
+        wanted = [w for w in wanted if w[3] is not None]
+        if not wanted:
+            return got
+        pipe = self.r.pipeline(transaction=False)
+        for _, _, shard, eid in wanted:
+            pipe.xrange(self.ks.stream(shard), eid, eid)
+        found = [
+            Entry(shard, _s(eid), e[0][1]) if e else None for (_, _, shard, eid), e in zip(wanted, await pipe.execute())
+        ]
+        await resolve_entries(self.r, self.ks, [e for e in found if e is not None], self.max_record_bytes)
+        for (r, p, _, _), entry in zip(wanted, found):
+            got[r][p] = None if entry is None else entry.data
+        return got
 
     async def claim_whole(self, groups: Sequence[tuple[int, str, list[Entry]]]) -> list[bool]:
         """Fast path: lease trajectories whose outputs ``0..final`` were all read at once.
@@ -237,36 +346,33 @@ class StreamBroker:
             out.append(_s(reply[0]) == "complete")
         return out
 
-    # -- finish ----------------------------------------------------------------------------
+    # -- finish: the commit calls are built and run by CommitCalls (rewardq.queue.commit_calls) ---
     def encode(self, results: Sequence[RewardResult] | EncodedResults) -> EncodedResults:
-        """``results`` checked and encoded for a commit (:func:`~rewardq.queue.results.encode_results`
-        with this broker's ``max_result_bytes``); raises ResultError for a result that cannot be stored."""
-        return results if isinstance(results, EncodedResults) else encode_results(results, self.max_result_bytes)
+        """``results`` checked and encoded for a commit (:meth:`CommitCalls.encode`)."""
+        return self.calls.encode(results)
 
     def commit_calls(self, shard: int, tid: str, enc: EncodedResults, status: str = ResultStatus.OK) -> list[Call]:
-        """The ``commit`` script calls of one trajectory, in order: one when its results take at
-        most ``commit_bytes``, else stage calls of at most ``commit_bytes`` each, then the final one
-        (which makes them visible, acks and publishes; see ``lua/commit.lua``)."""
-        chunks = self._chunks(enc)
-        staged = self.ks.staged(shard, tid, secrets.token_hex(8)) if len(chunks) > 1 else ""
-        return [self._commit_call(shard, tid, enc, status, first, last, staged) for first, last in chunks]
+        """The ``commit`` script calls of one trajectory, in order (:meth:`CommitCalls.commit_calls`)."""
+        return self.calls.commit_calls(shard, tid, enc, status)
 
-    def _chunks(self, enc: EncodedResults) -> list[tuple[int, int]]:
-        """``(first, last)`` key ranges of at most ``commit_bytes`` each (a bigger key goes alone)."""
-        n = enc.n
-        if enc.written_bytes <= self.commit_bytes:
-            return [(0, n - 1)]
-        if len(enc.rows) == 1:
-            per = max(1, self.commit_bytes // max(1, enc.sizes[0]))
-            return [(a, min(n, a + per) - 1) for a in range(0, n, per)]
-        chunks, first, size = [], 0, 0
-        for i in range(n):
-            if i > first and size + enc.sizes[i] > self.commit_bytes:
-                chunks.append((first, i - 1))
-                first, size = i, 0
-            size += enc.sizes[i]
-        chunks.append((first, n - 1))
-        return chunks
+    async def run_commit_call(self, call: Call, *, last_chunk: bool = False) -> bool:
+        """Run one of :meth:`commit_calls` (:meth:`CommitCalls.run_commit_call`)."""
+        return await self.calls.run_commit_call(call, last_chunk=last_chunk)
+
+    @staticmethod
+    def call_bytes(call: Call) -> int:
+        """Bytes of the values a commit call carries (:meth:`CommitCalls.call_bytes`)."""
+        return CommitCalls.call_bytes(call)
+
+    async def discard_staged(self, calls: Sequence[Call]) -> None:
+        """Delete what the stage calls among ``calls`` wrote (:meth:`CommitCalls.discard_staged`)."""
+        await self.calls.discard_staged(calls)
+
+    async def stage_lease(
+        self, shard: int, op: str, token: str, *, prefix: str = "", staged: int = 0
+    ) -> tuple[bool, str]:
+        """Take, renew or release the one chunked commit's stage lease (:meth:`CommitCalls.stage_lease`)."""
+        return await self.calls.stage_lease(shard, op, token, prefix=prefix, staged=staged)
 
     async def commit(
         self, shard: int, tid: str, results: Sequence[RewardResult] | EncodedResults, status: str = ResultStatus.OK
@@ -283,12 +389,14 @@ class StreamBroker:
         return await self._run_commit(self.commit_calls(shard, tid, self.encode(results), status))
 
     async def _run_commit(self, calls: list[Call]) -> bool:
-        reply = None
-        for keys, args in calls:  # one at a time: at most one chunk's bytes in flight
-            reply = await self.scripts.run("commit", keys, args)
-        return bool(reply)
+        reply = False
+        for i, call in enumerate(calls, 1):  # one at a time: at most one chunk's bytes in flight
+            reply = await self.run_commit_call(call, last_chunk=i == len(calls) > 1)
+        return reply
 
-    async def commit_many(self, items: Sequence[tuple[int, str, Sequence[RewardResult] | EncodedResults]]) -> list[Any]:
+    async def commit_many(
+        self, items: Sequence[tuple[int, str, Sequence[RewardResult] | EncodedResults]]
+    ) -> list[object]:
         """:meth:`commit` of several trajectories in one round trip (each still atomic on its own).
 
         Returns, in order, True/False as :meth:`commit` would, or the exception of that trajectory
@@ -320,42 +428,7 @@ class StreamBroker:
                 out[i] = exc
         return out
 
-    def _commit_call(
-        self, shard: int, tid: str, enc: EncodedResults, status: str, first: int, last: int, staged: str
-    ) -> Call:
-        """The ``commit`` script's ``(keys, args)`` for keys ``first..last`` of one trajectory."""
-        rows = enc.rows if len(enc.rows) == 1 else enc.rows[first : last + 1]
-        values = [v for row in rows for v in row]
-        args = [
-            self.ks.group,
-            tid,
-            self.worker,
-            self.result_ttl,
-            self.done_maxlen,
-            enc.n,
-            first,
-            last,
-            staged,
-            STAGE_TTL,
-            self.ks.reward_prefix(shard),
-            status,
-            self.keep_records,
-            self.max_outputs,
-            max(self.commit_bytes, self.max_result_bytes),
-            len(RESULT_FIELDS),
-            *RESULT_FIELDS,
-            len(rows),
-            *values,
-        ]
-        keys = [
-            self.ks.traj(shard, tid),
-            self.ks.stream(shard),
-            self.ks.waiting(shard),
-            self.ks.done(shard),
-            self.ks.records(shard, tid),
-        ]
-        return keys, args
-
+    # -- ending without an answer: Endings (rewardq.queue.endings) --------------------------
     async def fail(
         self,
         shard: int,
@@ -364,194 +437,94 @@ class StreamBroker:
         *,
         index: int | str = -1,
         entry: Entry | None = None,
-        dead: dict[str, Any] | None = None,
+        dead: Mapping[str, object] | None = None,
         also_ack: Sequence[Entry] = (),
         kind: FailureKind,
         extra_info: Mapping[str, Any] | None = None,
         provenance: str = "",
         attempt: int = 0,
     ) -> int:
-        """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``.
-
-        ``index`` is the output the failure is about (-1: none; digits beyond ``max_outputs`` name
-        that one key only). Keys that already have a result keep it. ``also_ack``: more entries of
-        the trajectory to acknowledge with it (at most ``max_outputs``). ``kind`` is every error
-        result's ``failure_kind``; ``extra_info`` goes into their ``reward_extra_info`` beside
-        ``error`` (:func:`~rewardq.queue.results.error_extra_info`); ``provenance`` and ``attempt``
-        say what failed (:mod:`rewardq.reward.provenance`) and on which attempt. The message is cut to
-        :data:`~rewardq.queue.text.MAX_REASON_BYTES` and every text made valid UTF-8, so no string
-        a reward function produced can make the failure itself fail. The trajectory's stored records
-        are deleted (kept ``keep_records`` seconds when set).
-        """
-        keys = [
-            self.ks.traj(shard, tid),
-            self.ks.stream(shard),
-            self.ks.waiting(shard),
-            self.ks.done(shard),
-            self.ks.dead(shard),
-            self.ks.records(shard, tid),
-        ]
-        acks = [e.id for e in also_ack if entry is None or e.id != entry.id][: self.max_outputs]
-        reason = reason_text(message)
-        args: list[Any] = [
-            self.ks.group,
+        """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``
+        (:meth:`Endings.fail <rewardq.queue.endings.Endings.fail>`, which says what each argument does);
+        then delete the blobs of ``entry`` and ``also_ack`` (:mod:`rewardq.queue.blobs`)."""
+        written = await self.endings.fail(
+            shard,
             tid,
-            self.ks.reward_prefix(shard),
-            self.result_ttl,
-            reason,
-            self.worker,
-            str(index),
-            entry.id if entry else "",
-            self.done_maxlen,
-            self.dead_maxlen,
-            self.max_outputs,
-            self.keep_records,
-            FailureKind(kind).value,
-            error_extra_info(reason, extra_info),
-            provenance,
-            str(attempt) if attempt else "",
-            len(acks),
-            *acks,
-        ]
-        for k, v in (dead or {}).items():
-            args.extend([k, dead_value(k, v)])
-        return int(await self.scripts.run("fail", keys, args))
+            message,
+            index=index,
+            entry=entry,
+            dead=dead,
+            also_ack=also_ack,
+            kind=kind,
+            extra_info=extra_info,
+            provenance=provenance,
+            attempt=attempt,
+        )
+        await delete_blobs(self.r, self.ks, [*([entry] if entry else []), *also_ack])
+        return written
 
-    # -- transient failures retried in place ------------------------------------------------
+    async def dead_letter_entry(self, entry: Entry, dead: Mapping[str, object]) -> None:
+        """Dead-letter an entry that names no trajectory at all, and ack it (:meth:`Endings.dead_letter_entry`),
+        and delete its blob."""
+        await self.endings.dead_letter_entry(entry, dead)
+        await delete_blobs(self.r, self.ks, [entry])
+
+    async def expire_incomplete(
+        self, shard: int, limit: int = EXPIRE_BATCH, *, records_bytes: int = 0
+    ) -> list[Expired]:
+        """End trajectories of ``shard`` whose outputs stopped arriving (:meth:`Endings.expire_incomplete`)."""
+        return await self.endings.expire_incomplete(shard, limit, records_bytes=records_bytes)
+
+    # -- notes on attempts: AttemptNotes (rewardq.queue.attempts) ----------------------------
     async def retry_since(self, shard: int, tid: str, now: float) -> float:
-        """When ``tid`` first failed for a transient reason (``retry_since`` in its hash: ``now`` if
-        this is the first time), so its ``retry_for`` window holds across the workers that score it."""
-        key = self.ks.traj(shard, tid)
-        pipe = self.r.pipeline(transaction=not self.cluster)
-        pipe.hsetnx(key, "retry_since", f"{now:.6f}")
-        pipe.hget(key, "retry_since")
-        _, since = await pipe.execute()
-        return float(since) if since else now
+        """When ``tid`` first failed for a transient reason (:meth:`AttemptNotes.retry_since`)."""
+        return await self.attempts.retry_since(shard, tid, now)
 
     async def note_retry(self, shard: int, tid: str, why: str, at: float) -> None:
-        """Record that ``tid`` waits to be scored again at ``at`` (a wall time) because ``why``:
-        ``retries`` counted, ``retry_reason`` and ``retry_at`` (for ``rewardq inspect``)."""
-        key = self.ks.traj(shard, tid)
-        pipe = self.r.pipeline(transaction=not self.cluster)
-        pipe.hincrby(key, "retries", 1)
-        pipe.hset(key, mapping={"retry_reason": reason_text(why, 500), "retry_at": f"{at:.6f}"})
-        await pipe.execute()
+        """Record that ``tid`` waits to be scored again at ``at`` (:meth:`AttemptNotes.note_retry`)."""
+        await self.attempts.note_retry(shard, tid, why, at)
 
-    # -- attempts that never finished --------------------------------------------------------
     async def note_unfinished(self, shard: int, tid: str, why: str) -> None:
-        """Record that this worker's attempt at ``tid`` ended without an answer, and why (a commit
-        that failed, say), so a later dead letter tells it apart from a worker that died; and drop
-        this worker's lease, so the next attempt starts at once (``lua/unfinished.lua``)."""
-        await self.scripts.run("unfinished", [self.ks.traj(shard, tid)], [self.worker, reason_text(why, 500)])
+        """Record that this attempt at ``tid`` ended unanswered (:meth:`AttemptNotes.note_unfinished`)."""
+        await self.attempts.note_unfinished(shard, tid, why)
 
-    async def attempt_history(self, shard: int, tid: str) -> dict[str, Any]:
-        """``attempts`` (leases taken, hand-backs not counted), ``unfinished`` (attempts that ended
-        without an answer and said so), ``last_failure``, and ``handbacks`` (attempts handed back by
-        workers that stopped) of a trajectory."""
-        attempts, unfinished, last, handbacks = await self.r.hmget(  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
-            self.ks.traj(shard, tid), ["attempts", "unfinished", "last_failure", "handbacks"]
-        )
-        return {
-            "attempts": int(attempts or 0),
-            "unfinished": int(unfinished or 0),
-            "last_failure": as_text(last) if last else "",
-            "handbacks": int(handbacks or 0),
-        }
+    async def attempt_history(self, shard: int, tid: str) -> dict[str, object]:
+        """A trajectory's attempts so far (:meth:`AttemptNotes.attempt_history`)."""
+        return await self.attempts.attempt_history(shard, tid)
 
-    async def dead_letter_entry(self, entry: Entry, dead: dict[str, Any]) -> None:
-        """Dead-letter an entry that names no trajectory at all, and ack it."""
-        stream = self.ks.stream(entry.shard)
-        pipe = self.r.pipeline(transaction=not self.cluster)
-        fields: dict[FieldT, EncodableT] = {k: dead_value(k, v) for k, v in dead.items()}
-        pipe.xadd(self.ks.dead(entry.shard), fields, maxlen=self.dead_maxlen, approximate=True)
-        pipe.xack(stream, self.ks.group, entry.id)
-        pipe.xdel(stream, entry.id)
-        await pipe.execute()
-
-    async def expire_incomplete(self, shard: int, limit: int = defaults.EXPIRE_BATCH) -> list[tuple[str, str]]:
-        """End trajectories of ``shard`` whose outputs stopped arriving; returns ``(tid, reason)``."""
-        keys = [self.ks.waiting(shard), self.ks.stream(shard), self.ks.done(shard), self.ks.dead(shard)]
-        args = [
-            self.ks.group,
-            self.ks.traj_prefix(shard),
-            self.ks.reward_prefix(shard),
-            self.result_ttl,
-            self.worker,
-            limit,
-            f"{self.incomplete_timeout:g}",
-            self.done_maxlen,
-            self.dead_maxlen,
-            self.max_outputs,
-            self.ks.records_prefix(shard),
-            self.keep_records,
-        ]
-        out = await self.scripts.run("expire", keys, args)
-        return [(_s(out[i]), _s(out[i + 1])) for i in range(0, len(out), 2)]
-
-    # -- crash attribution -----------------------------------------------------------------
     async def start_solo(self, shard: int, tid: str, by: int = 1) -> int:
-        """Count a start of scoring this trajectory alone; returns the count, this one included.
+        """Count a start of scoring this trajectory alone (:meth:`AttemptNotes.start_solo`)."""
+        return await self.attempts.start_solo(shard, tid, by)
 
-        A start that was never followed by a commit means the worker died while this
-        trajectory, and nothing else, was being scored: it took the process down. ``by=-1``
-        takes a start back (it was handed back at shutdown, not crashed).
-        """
-        return int(await self.r.hincrby(self.ks.traj(shard, tid), "solo", by))  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
+    async def start_shared(self, shard: int, tid: str, by: int = 1) -> int:
+        """Count a start of scoring a reclaimed attempt beside others (:meth:`AttemptNotes.start_shared`)."""
+        return await self.attempts.start_shared(shard, tid, by)
 
-    # -- leases ----------------------------------------------------------------------------
+    async def start_cohort(self, shard: int, tid: str, width: int = 0, by: int = 1) -> int:
+        """Count a start of scoring this suspect in a cohort (:meth:`AttemptNotes.start_cohort`)."""
+        return await self.attempts.start_cohort(shard, tid, width, by)
+
+    async def cohort_state(self, shard: int, tid: str) -> tuple[int | None, int]:
+        """A suspect's last cohort's size and its cohort starts (:meth:`AttemptNotes.cohort_state`)."""
+        return await self.attempts.cohort_state(shard, tid)
+
+    async def cohort_starts(self, entries: Sequence[Entry]) -> list[int]:
+        """Per entry, its trajectory's cohort starts (:meth:`AttemptNotes.cohort_starts`)."""
+        return await self.attempts.cohort_starts(entries)
+
+    # -- liveness and leases: Liveness (rewardq.queue.liveness) ------------------------------
     async def renew(self, held: dict[int, list[str]]) -> int:
-        """Extend leases on trajectories still being scored (``{shard: [tid, ...]}``)."""
-        n = 0
-        for shard, tids in held.items():
-            if tids:
-                keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self.scripts.run("renew", keys, [self.ks.group, self.worker, self.lease_seconds]))
-        return n
+        """Extend leases on trajectories still being scored (:meth:`Liveness.renew`)."""
+        return await self.liveness.renew(held)
 
     async def release(self, held: dict[int, list[str]], idle_ms: int) -> int:
-        """Hand trajectories back so another worker reclaims them immediately."""
-        n = 0
-        for shard, tids in held.items():
-            if tids:
-                keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self.scripts.run("release", keys, [self.ks.group, self.worker, idle_ms]))
-        return n
+        """Hand trajectories back so another worker reclaims them at once (:meth:`Liveness.release`)."""
+        return await self.liveness.release(held, idle_ms)
 
-    # -- presence ---------------------------------------------------------------------------
-    async def heartbeat(self, stats: dict[str, Any], ttl: float) -> None:
-        """Publish this worker's liveness and counters (``<ns>:worker:<name>``, ``<ns>:workers``)."""
-        key = self.ks.worker(self.worker)
-        now = time.time()
-        mapping = {
-            k: (v if isinstance(v, (str, bytes)) else repr(v) if isinstance(v, float) else str(v))
-            for k, v in stats.items()
-        }
-        mapping["last_beat"] = f"{now:.3f}"
-        await self.r.hset(key, mapping=mapping)  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
-        await self.r.expire(key, max(1, int(ttl)))
-        await self.r.zadd(self.ks.workers, {self.worker: now})
+    async def heartbeat(self, stats: dict[str, object], ttl: float) -> None:
+        """Publish this worker's liveness and counters (:meth:`Liveness.heartbeat`)."""
+        await self.liveness.heartbeat(stats, ttl)
 
     async def unregister(self) -> None:
-        await self.r.delete(self.ks.worker(self.worker))
-        await self.r.zrem(self.ks.workers, self.worker)
-        for stream in self.ks.streams:
-            try:
-                info = await self.r.xinfo_consumers(stream, self.ks.group)
-            except ResponseError:
-                continue
-            mine = [c for c in info if _s(c.get("name", b"")) == self.worker]
-            if mine and int(mine[0].get("pending", 0)) == 0:
-                await self.r.xgroup_delconsumer(stream, self.ks.group, self.worker)
-
-
-def dead_value(name: str, value: object) -> Any:
-    """A dead letter's field as written: bytes as they are (the raw record), text as valid UTF-8,
-    the reason and traceback cut (so user code's text can never make the dead letter fail)."""
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value)
-    text = value if isinstance(value, str) else str(value)
-    if name == "reason":
-        text = text[:DEAD_REASON_CHARS]
-    elif name == "traceback":
-        text = text[-DEAD_TRACEBACK_CHARS:]
-    return utf8(text)
+        """Leave the fleet's registry and, with nothing pending, the groups (:meth:`Liveness.unregister`)."""
+        await self.liveness.unregister()

@@ -12,6 +12,7 @@ field given twice (:func:`check_unique_fields`), a trajectory's total size
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -19,10 +20,24 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from rewardq import defaults
 from rewardq.errors import RecordError, TrajectoryTooLarge
+from rewardq.queue.keys import MAX_SESSION_ID_BYTES, MAX_UID_BYTES
 
-DEFAULT_MAX_OUTPUTS = defaults.MAX_OUTPUTS
+#: Largest encoded record, in bytes: producers refuse larger ones, workers dead-letter them.
+MAX_RECORD_BYTES = 32 * 1024 * 1024
+#: Outputs one trajectory may have (indices 0 .. MAX_OUTPUTS - 1). Producers refuse a larger index,
+#: workers reject it, and every Lua script is given it as the bound of its loops, so no record can
+#: make a script's work grow past it.
+MAX_OUTPUTS = 4096
+#: Largest sum of the encoded records of one trajectory, in bytes. ``put_trajectory`` refuses a
+#: larger trajectory before anything is written; workers stop storing a trajectory's outputs once
+#: they pass it and give every key an error result. A trajectory of this size decodes to about as
+#: much worker memory, so it bounds what one trajectory can cost Redis and a worker. 256 MiB is
+#: 8 records of the largest size (``MAX_RECORD_BYTES``), or 4,096 outputs of ~16k tokens each,
+#: far past the agent trajectories of a real run (tens of MB at most).
+MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
+
+
 #: Longest list and largest map the decoder unpacks (msgpack's ``max_array_len`` / ``max_map_len``).
 MAX_ARRAY_LEN = 1_000_000
 MAX_MAP_LEN = 100_000
@@ -42,13 +57,27 @@ def check_name(value: object, name: str) -> str:
     Both are non-empty UTF-8 text without newlines or NUL, at most ``MAX_UID_BYTES`` /
     ``MAX_SESSION_ID_BYTES`` bytes of UTF-8 long (Redis counts key lengths in bytes, and so does
     every limit on a key, at both ends); a ``session_id`` holds no ``_``, so keys parse from the right.
+
+    A string that passed is remembered (:func:`_checked_text`): the outputs of one trajectory
+    carry the same two names, and a worker checks every record.
     """
+    if type(value) is str:
+        return _checked_text(value, name)
     if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
         raise RecordError(name, f"must be a string, got {type(value).__name__}")
-    value = str(value)
+    return _check_text(str(value), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_text(value: str, name: str) -> str:
+    """:func:`_check_text` of the names seen lately (a refused name raises and is not kept)."""
+    return _check_text(value, name)
+
+
+def _check_text(value: str, name: str) -> str:
     if not value:
         raise RecordError(name, "must not be empty")
-    limit = defaults.MAX_SESSION_ID_BYTES if name == "session_id" else defaults.MAX_UID_BYTES
+    limit = MAX_SESSION_ID_BYTES if name == "session_id" else MAX_UID_BYTES
     if len(value) > limit:  # at least that many bytes: refused without encoding a huge value
         raise RecordError(name, f"is {len(value)} characters long; at most {limit} bytes of UTF-8 are allowed")
     try:
@@ -79,7 +108,9 @@ def check_mask(arr: np.ndarray, n: int) -> np.ndarray:
     if arr.shape[0] != n:
         raise RecordError("response_mask", f"has {arr.shape[0]} entries but response_ids has {n}")
     if arr.size:
-        lo, hi = int(arr.min()), int(arr.max())
+        # uint8 (what producers send) cannot go below 0: one pass instead of two
+        hi = int(arr.max())
+        lo = 0 if arr.dtype == np.uint8 else int(arr.min())
         if lo < 0 or hi > 1:
             bad = hi if hi > 1 else lo
             raise RecordError(
@@ -89,7 +120,7 @@ def check_mask(arr: np.ndarray, n: int) -> np.ndarray:
     return arr.astype(np.uint8, copy=False)
 
 
-def check_index(value: object, max_outputs: int = DEFAULT_MAX_OUTPUTS) -> int:
+def check_index(value: object, max_outputs: int = MAX_OUTPUTS) -> int:
     """Validate an output index: an integer in ``0 .. max_outputs - 1``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise RecordError("index", f"must be an integer, got {type(value).__name__}")
@@ -111,9 +142,13 @@ def check_score(value: object, name: str = "reward_score") -> float | None:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordError(name, f"must be a number or None, got {type(value).__name__}")
-    if not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range (10**400)
+        raise RecordError(name, f"is an integer of {len(str(abs(int(value))))} digits, past a float's range") from None
+    if not math.isfinite(number):
         raise RecordError(name, f"is {value}; it must be a finite number or None")
-    return float(value)
+    return number
 
 
 _SCALARS = (str, int, float, bool, type(None), bytes, bytearray)
@@ -164,7 +199,7 @@ class CheckedDict(dict[str, Any]):
     carries is checked once for all of them (``producers.core.prepare_trajectory``)."""
 
 
-def check_dict(value: object, name: str) -> dict[str, Any]:
+def check_dict(value: object, name: str) -> dict[str, object]:
     if type(value) is CheckedDict:
         return value
     if value is None:
@@ -192,7 +227,7 @@ def map_header_size(data: bytes | bytearray | memoryview) -> int | None:
     return None
 
 
-def check_unique_fields(data: bytes | bytearray | memoryview, decoded: Mapping[str, Any]) -> None:
+def check_unique_fields(data: bytes | bytearray | memoryview, decoded: Mapping[str, object]) -> None:
     """Refuse a record map that holds a field twice (``uid`` twice, say).
 
     msgpack keeps the last of two equal keys, and a reader that stops at the first one (the
@@ -222,7 +257,7 @@ def check_trajectory_bytes(total: int, limit: int, n: int, *, counted: int | Non
         )
 
 
-#: Longest tokenizer fingerprint a record may carry (``rewardq.reward.fingerprint`` writes ~250 characters).
+#: Longest tokenizer fingerprint a record may carry (``rewardq.reward.tokenizer_fingerprint`` writes ~250 characters).
 MAX_TOKENIZER_CHARS = 512
 
 
@@ -239,7 +274,7 @@ def check_tokenizer(value: object) -> str | None:
         raise RecordError(
             "tokenizer",
             f"must be a tokenizer fingerprint (one line of text, at most {MAX_TOKENIZER_CHARS} characters, "
-            f"as rewardq.reward.fingerprint.tokenizer_fingerprint writes it), got {value!r:.80}",
+            f"as rewardq.reward.tokenizer_fingerprint.tokenizer_fingerprint writes it), got {value!r:.80}",
         )
     return value
 

@@ -19,7 +19,7 @@ record the producer sent is never refused by a worker of the same version (the c
 :mod:`rewardq.queue.checks`).
 
 ``tokenizer`` is present only when the producer knows it: the fingerprint of the tokenizer
-that made the ids (:mod:`rewardq.reward.fingerprint`). A worker given its own refuses a record
+that made the ids (:mod:`rewardq.reward.tokenizer_fingerprint`). A worker given its own refuses a record
 made with another vocabulary (:class:`~rewardq.errors.TokenizerMismatch`, naming both).
 
 Keys are ``<uid>_<session_id>_<index>`` and parse from the right: a ``session_id`` never holds
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,11 +42,12 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from rewardq import defaults
 from rewardq.errors import RecordError, TokenizerMismatch
 from rewardq.queue.checks import (
     MAX_ARRAY_LEN,
     MAX_MAP_LEN,
+    MAX_OUTPUTS,
+    MAX_RECORD_BYTES,
     check_dict,
     check_finite,
     check_index,
@@ -58,15 +58,17 @@ from rewardq.queue.checks import (
     check_unique_fields,
     tokenizer_mismatch,
 )
-from rewardq.queue.images import decode_multi_modal, encode_multi_modal, with_sample_media
+from rewardq.queue.images import MAX_IMAGE_BYTES, decode_multi_modal, encode_multi_modal, with_sample_media
 from rewardq.queue.keys import output_key, trajectory_id
+from rewardq.queue.token_arrays import as_id_array
+from rewardq.queue.token_arrays import as_logprobs as _as_logprobs
+from rewardq.queue.token_arrays import as_mask as _as_mask
 
 SCHEMA_VERSION = 1
-DEFAULT_MAX_RECORD_BYTES = defaults.MAX_RECORD_BYTES
-DEFAULT_MAX_OUTPUTS = defaults.MAX_OUTPUTS
-DEFAULT_MAX_IMAGE_BYTES = defaults.MAX_IMAGE_BYTES
-#: Token ids must fit in int32; vocabularies are far smaller.
-MAX_TOKEN_ID = 2**31 - 1
+#: The record limits a decoder applies unless told otherwise (:mod:`rewardq.queue.checks`, :mod:`.images`).
+DEFAULT_MAX_RECORD_BYTES = MAX_RECORD_BYTES
+DEFAULT_MAX_OUTPUTS = MAX_OUTPUTS
+DEFAULT_MAX_IMAGE_BYTES = MAX_IMAGE_BYTES
 
 EXT_INT32, EXT_INT64, EXT_FLOAT32, EXT_UINT8 = 1, 2, 3, 4
 _EXT_DTYPES: dict[int, np.dtype[Any]] = {
@@ -113,97 +115,9 @@ class OutputRecord:
 
 
 # --------------------------------------------------------------------------------------
-# arrays
+# digests, packed arrays on the wire, plain values
+# (what producers hand over becomes checked arrays in rewardq.queue.token_arrays)
 # --------------------------------------------------------------------------------------
-
-
-def as_id_array(value: object, name: str, *, vocab_size: int | None = None) -> np.ndarray:
-    """Turn a list / numpy array / torch tensor of token ids into a contiguous int32 array.
-
-    Raises RecordError naming ``name`` for non-integers, other than 1-D shapes, negative ids
-    and ids at or above ``vocab_size`` (or int32's range when no vocabulary is known).
-    """
-    if value is None:
-        raise RecordError(name, "is required (a list, numpy array or torch tensor of token ids)")
-    if type(value) is list:
-        packed = _packed_list(value, "<I", "<i4")
-        if packed is not None:
-            value = packed  # the checks below then run on the array: no Python-level loop at all
-    elif hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor, without importing torch
-        value = value.detach().cpu().numpy()
-    if isinstance(value, (bytes, bytearray, memoryview, str)):
-        raise RecordError(name, f"expected a sequence of integer token ids, got {type(value).__name__}")
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise RecordError(name, f"cannot be read as an array of token ids ({exc})") from None
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int32)
-    if arr.ndim != 1:
-        raise RecordError(name, f"expected a 1-D sequence of token ids, got shape {tuple(arr.shape)}")
-    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        raise RecordError(name, f"expected integer token ids, got {arr.dtype} values")
-    lo, hi = int(arr.min()), int(arr.max())
-    limit = vocab_size if vocab_size is not None else MAX_TOKEN_ID + 1
-    if lo < 0:
-        raise RecordError(name, f"token id {lo} is negative")
-    if hi >= limit:
-        what = f"the vocabulary size {vocab_size}" if vocab_size is not None else "int32's range"
-        raise RecordError(name, f"token id {hi} is out of range (must be below {what})")
-    return np.ascontiguousarray(arr, dtype="<i4")
-
-
-def _packed_list(value: list[Any], fmt: str, dtype: str) -> np.ndarray | None:
-    """A list of Python ints as an array, packed in C (``struct``; ``bytes`` for ``"B"``): ~2x
-    cheaper than ``np.asarray`` for ids, ~10x for a mask (verl's agent loop hands both over as
-    lists). None when the list holds anything else or a value out of the format's range: the
-    numpy path then converts it, or names what is wrong."""
-    if not value or type(value[0]) is not int:  # bools, floats, numpy scalars: the numpy path
-        return None
-    try:
-        raw = bytes(value) if fmt == "B" else struct.pack(f"{fmt[0]}{len(value)}{fmt[1]}", *value)
-    except (struct.error, ValueError, TypeError):
-        return None
-    arr = np.frombuffer(raw, dtype=dtype)
-    # an unsigned id of 2**31 or more reads as negative int32: the numpy path names it out of range
-    return arr if fmt == "B" or int(arr.min()) >= 0 else None
-
-
-def _as_mask(value: object, n: int) -> np.ndarray | None:
-    if value is None:
-        return None
-    if type(value) is list:
-        packed = _packed_list(value, "B", "u1")
-        if packed is not None and packed.shape[0] == n and (n == 0 or int(packed.max()) <= 1):
-            return packed
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        value = value.detach().cpu().numpy()
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise RecordError("response_mask", f"cannot be read as an array of 0/1 values ({exc})") from None
-    if arr.size == 0:
-        arr = np.zeros(0, dtype=np.uint8)
-    if arr.ndim != 1:
-        raise RecordError("response_mask", f"expected a 1-D sequence of 0/1 values, got shape {tuple(arr.shape)}")
-    if arr.dtype != np.bool_ and not np.issubdtype(arr.dtype, np.integer):
-        raise RecordError("response_mask", f"expected integer 0/1 values, got {arr.dtype} values")
-    return check_mask(arr.astype(np.int64, copy=False) if arr.dtype == np.bool_ else arr, n)
-
-
-def _as_logprobs(value: object, n: int) -> np.ndarray | None:
-    if value is None:
-        return None
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        value = value.detach().cpu().numpy()
-    try:
-        arr = np.asarray(value, dtype="<f4").reshape(-1)
-    except (TypeError, ValueError) as exc:
-        raise RecordError("response_logprobs", f"must be numbers ({exc})") from None
-    if arr.shape[0] != n:
-        raise RecordError("response_logprobs", f"has {arr.shape[0]} entries but response_ids has {n}")
-    check_finite(arr)
-    return arr
 
 
 def record_digest(data: object) -> str:
@@ -216,17 +130,15 @@ def record_digest(data: object) -> str:
     return hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
+#: The extension type code of each packed dtype (the inverse of ``_EXT_DTYPES``).
+_EXT_CODES: dict[np.dtype[Any], int] = {dtype: code for code, dtype in _EXT_DTYPES.items()}
+
+
 def _ext(arr: np.ndarray) -> msgpack.ExtType:
-    code = {
-        np.dtype("<i4"): EXT_INT32,
-        np.dtype("<i8"): EXT_INT64,
-        np.dtype("<f4"): EXT_FLOAT32,
-        np.dtype("u1"): EXT_UINT8,
-    }[arr.dtype]
-    return msgpack.ExtType(code, arr.tobytes())
+    return msgpack.ExtType(_EXT_CODES[arr.dtype], arr.tobytes())
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
+def _ext_hook(code: int, data: bytes) -> object:
     dtype = _EXT_DTYPES.get(code)
     if dtype is None:
         raise RecordError("<record>", f"unknown msgpack extension type {code}")
@@ -235,7 +147,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return np.frombuffer(data, dtype=dtype)
 
 
-def plain_value(obj: object) -> Any:
+def plain_value(obj: object) -> object:
     """msgpack ``default`` hook for values in ``sample`` / ``extra_fields``: numpy and torch values
     as Python numbers and lists, sets and tuples as lists; anything else raises TypeError."""
     if isinstance(obj, np.generic):
@@ -254,7 +166,7 @@ def plain_value(obj: object) -> Any:
 # --------------------------------------------------------------------------------------
 
 
-def _get(output: object, name: str, default: object = None) -> Any:
+def _get(output: object, name: str, default: object = None) -> object:
     if isinstance(output, Mapping):
         return output.get(name, default)
     return getattr(output, name, default)
@@ -265,7 +177,7 @@ def encode_output(
     session_id: object,
     index: object,
     output: object,
-    sample: Mapping[str, Any] | None,
+    sample: Mapping[str, object] | None,
     *,
     final: bool,
     max_bytes: int = DEFAULT_MAX_RECORD_BYTES,
@@ -293,9 +205,9 @@ def encode_output(
     logprobs = _as_logprobs(_get(output, "response_logprobs"), response.shape[0])
     num_turns = _get(output, "num_turns")
     if num_turns is not None and (
-        isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or num_turns < 0
+        isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or not 0 <= num_turns < 2**63
     ):
-        raise RecordError("num_turns", f"must be a non-negative integer or None, got {num_turns!r}")
+        raise RecordError("num_turns", f"must be a non-negative integer below 2**63 or None, got {str(num_turns)[:40]}")
     media = encode_multi_modal(_get(output, "multi_modal_data"), output=index, max_image_bytes=max_image_bytes)
     sample = with_sample_media(sample, output=index, max_image_bytes=max_image_bytes, decode=False)
     record = {
@@ -327,7 +239,8 @@ def encode_output(
     if len(data) > max_bytes:
         raise RecordError(
             "<record>",
-            f"encoded size {len(data)} bytes exceeds max_record_bytes={max_bytes}; "
+            f"output {output_key(uid, session_id, index)}: encoded size {len(data)} bytes exceeds "
+            f"max_record_bytes={max_bytes}; "
             "raise the limit on producers and workers or send fewer tokens",
         )
     return data
@@ -338,7 +251,7 @@ def encode_output(
 # --------------------------------------------------------------------------------------
 
 
-def _need(d: dict[str, Any], name: str, types: type | tuple[type, ...], what: str) -> Any:
+def _need(d: dict[str, object], name: str, types: type | tuple[type, ...], what: str) -> Any:
     if name not in d:
         raise RecordError(name, "is missing")
     value = d[name]
@@ -349,7 +262,7 @@ def _need(d: dict[str, Any], name: str, types: type | tuple[type, ...], what: st
     return value
 
 
-def _ids(d: dict[str, Any], name: str) -> np.ndarray:
+def _ids(d: dict[str, object], name: str) -> np.ndarray:
     """A required packed integer array (``prompt_ids``, ``response_ids``)."""
     arr = _array(d, name, ("i",), required=True)
     if arr is None:  # _array raised already; this keeps the type checker informed
@@ -357,7 +270,7 @@ def _ids(d: dict[str, Any], name: str) -> np.ndarray:
     return arr
 
 
-def _array(d: dict[str, Any], name: str, kinds: tuple[str, ...], *, required: bool) -> np.ndarray | None:
+def _array(d: dict[str, object], name: str, kinds: tuple[str, ...], *, required: bool) -> np.ndarray | None:
     value = d.get(name)
     if value is None:
         if required:
@@ -425,8 +338,8 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
             f"unknown schema version {version!r}; this worker understands "
             f"{SCHEMA_VERSION}. Run the same rewardq version on producers and workers",
         )
-    extra = set(d) - _KNOWN
-    if extra:
+    if not _KNOWN.issuperset(d):
+        extra = set(d) - _KNOWN
         raise RecordError(sorted(extra)[0], f"unknown field(s) {sorted(extra)}; producer and worker versions disagree")
     uid = check_name(_need(d, "uid", str, "a string"), "uid")
     session_id = check_name(_need(d, "session_id", str, "a string"), "session_id")

@@ -11,10 +11,16 @@ URLs:
 
 Passwords never reach logs: use :func:`redact_url` whenever a URL is printed. Every client
 carries the one retry policy of :mod:`rewardq.queue.retry`.
+
+Code above ``queue/`` that must tell one Redis failure from another (the CLI's exit codes, the
+operator commands, the worker's reader) names redis-py's exception types through this module
+(``AuthenticationError`` ... ``TimeoutError`` below), so only ``queue/`` imports redis-py; and a
+loop that rides out those failures asks :func:`being_cancelled` first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import Iterator
@@ -22,17 +28,74 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio as aredis
+from redis.exceptions import (
+    AuthenticationError,
+    ConnectionError,
+    NoPermissionError,
+    OutOfMemoryError,
+    RedisError,
+    ResponseError,
+    TimeoutError,
+)
 
-from rewardq import defaults
 from rewardq.errors import RedisPermissionError
 from rewardq.queue.clients import blocking
+from rewardq.queue.packing import fast_packing
 from rewardq.queue.retry import RETRY_ON, AsyncPolicyRetry, PolicyRetry
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AnyRedis, AsyncRedis, SyncRedis
 
+__all__ = [
+    "REDIS_URL",
+    "AuthenticationError",
+    "ConnectionError",
+    "NoPermissionError",
+    "OutOfMemoryError",
+    "RedisError",
+    "ResponseError",
+    "TimeoutError",
+    "being_cancelled",
+    "client_user",
+    "connect_async",
+    "connect_sync",
+    "is_cluster_client",
+    "is_out_of_memory",
+    "is_refused_permission",
+    "permission_error",
+    "redact_url",
+    "refusals_named",
+    "split_cluster",
+]
+
+#: Where producers, workers and operator commands connect unless told otherwise.
+REDIS_URL = "redis://127.0.0.1:6379/0"
+#: Connections one client may open; past it a command waits for a free one.
+MAX_CONNECTIONS = 256
+#: Seconds a command waits for a free connection when all MAX_CONNECTIONS are busy.
+POOL_TIMEOUT = 30.0
+#: Seconds to wait for a TCP connection to Redis.
+SOCKET_CONNECT_TIMEOUT = 5.0
+#: Seconds a blocking client waits for the reply to one command (asyncio clients: see
+#: ``rewardq.queue.connection``).
+SOCKET_TIMEOUT = 30.0
+
+
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-DEFAULT_URL = defaults.REDIS_URL
+_PIPELINE_NOTE = " of pipeline caused error: "
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing a write because it is past ``maxmemory`` (an ``OOM`` reply:
+    a command, or a script whose flags do not allow it, refused before it ran)."""
+    if isinstance(exc, OutOfMemoryError):
+        return True
+    if not isinstance(exc, ResponseError) or not exc.args:
+        return False
+    text = str(exc.args[0])
+    if _PIPELINE_NOTE in text:  # redis-py's pipeline error: the command (a record, say), then Redis's words
+        text = text.rpartition(_PIPELINE_NOTE)[2].lstrip("('\" ")  # the asyncio client writes the args tuple
+    return text.lstrip().upper().startswith(("OOM", "COMMAND NOT ALLOWED WHEN USED MEMORY"))
 
 
 def redact_url(url: str) -> str:
@@ -54,7 +117,7 @@ def split_cluster(url: str, cluster: bool = False) -> tuple[str, bool]:
     return url, cluster
 
 
-def _common(sync: bool) -> dict[str, Any]:
+def _common(sync: bool) -> dict[str, object]:
     """Connection settings every client shares; the retry policy is :mod:`rewardq.queue.retry`'s.
 
     Blocking clients wait at most ``SOCKET_TIMEOUT`` for a reply. asyncio clients set no reply
@@ -66,26 +129,26 @@ def _common(sync: bool) -> dict[str, Any]:
     opts: dict[str, Any] = {
         "retry": PolicyRetry() if sync else AsyncPolicyRetry(),
         "retry_on_error": list(RETRY_ON),
-        "socket_connect_timeout": defaults.SOCKET_CONNECT_TIMEOUT,
+        "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
         "socket_keepalive": True,
         "health_check_interval": 30,
     }
     if sync:
-        opts["socket_timeout"] = defaults.SOCKET_TIMEOUT
+        opts["socket_timeout"] = SOCKET_TIMEOUT
     return opts
 
 
 #: Connections one client may open. Past it a command waits for a free connection (up to
 #: ``pool_timeout`` seconds) instead of failing: many coroutines may share one asyncio client.
-DEFAULT_MAX_CONNECTIONS = defaults.MAX_CONNECTIONS
 
 
-def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: object) -> AsyncRedis:
+def connect_async(url: str = REDIS_URL, *, cluster: bool = False, **kwargs: object) -> AsyncRedis:
     """An asyncio client (``redis.asyncio.Redis`` or ``RedisCluster``) for ``url``.
 
-    The single-Redis client uses a *blocking* pool of ``max_connections`` (default 256): when
-    every connection is busy a command waits ``pool_timeout`` (``defaults.POOL_TIMEOUT``) for one, where
-    redis-py's default pool fails at once with "Too many connections".
+    The single-Redis client packs commands in C (:mod:`rewardq.queue.packing`) and uses a
+    *blocking* pool of ``max_connections`` (default 256): when every connection is busy a command
+    waits ``pool_timeout`` (``POOL_TIMEOUT``) for one, where redis-py's default pool fails at once
+    with "Too many connections".
 
     ``scripts_once=True`` (the worker's client) makes a cluster client try each call once
     (``cluster_error_retry_attempts=1``, which the broker's one-call pipelines obey), so that no
@@ -99,11 +162,11 @@ def connect_async(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: ob
     if cluster:
         cluster_client: aredis.RedisCluster = aredis.RedisCluster.from_url(url, **_cluster_opts(opts))
         return cluster_client
-    pool = aredis.BlockingConnectionPool.from_url(url, **_pool_opts(opts))
+    pool = fast_packing(aredis.BlockingConnectionPool.from_url(url, **_pool_opts(opts)))  # commands packed in C
     return aredis.Redis.from_pool(pool)
 
 
-def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: object) -> SyncRedis:
+def connect_sync(url: str = REDIS_URL, *, cluster: bool = False, **kwargs: object) -> SyncRedis:
     """A blocking client (``redis.Redis`` or ``redis.RedisCluster``) for ``url``."""
     url, cluster = split_cluster(url, cluster)
     opts = {**_common(True), **kwargs}
@@ -115,17 +178,17 @@ def connect_sync(url: str = DEFAULT_URL, *, cluster: bool = False, **kwargs: obj
     return blocking(client)
 
 
-def _cluster_opts(opts: dict[str, Any]) -> dict[str, Any]:
+def _cluster_opts(opts: dict[str, object]) -> dict[str, object]:
     """A cluster client's options: it has its own rules for MOVED and failover (see rewardq.queue.retry)."""
     opts.pop("health_check_interval", None)
     opts.pop("retry_on_error", None)
     return opts
 
 
-def _pool_opts(opts: dict[str, Any]) -> dict[str, Any]:
+def _pool_opts(opts: dict[str, object]) -> dict[str, object]:
     """A blocking pool's options: ``max_connections`` and ``pool_timeout`` become its size and wait."""
-    opts["max_connections"] = opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS)
-    opts["timeout"] = opts.pop("pool_timeout", defaults.POOL_TIMEOUT)
+    opts["max_connections"] = opts.pop("max_connections", MAX_CONNECTIONS)
+    opts["timeout"] = opts.pop("pool_timeout", POOL_TIMEOUT)
     return opts
 
 
@@ -139,8 +202,21 @@ def refusals_named(namespace: str, url: str) -> Iterator[None]:
     instead of redis-py's ``NoPermissionError``."""
     try:
         yield
-    except redis.exceptions.NoPermissionError as exc:
+    except NoPermissionError as exc:
         raise permission_error(exc, namespace, url) from None
+
+
+#: How Redis 7 words an ACL refusal of a command (or key) called from inside a Lua script: a plain
+#: error reply without the ``NOPERM`` prefix, which redis-py raises as a ``ResponseError``.
+_IN_SCRIPT = "The user executing the script can't"
+
+
+def is_refused_permission(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing a command or key to this ACL user: ``NOPERM`` from a
+    command sent directly, or the same refusal of a call inside one of our scripts."""
+    if isinstance(exc, NoPermissionError):
+        return True
+    return isinstance(exc, ResponseError) and _IN_SCRIPT in str(exc)
 
 
 def client_user(client: AnyRedis) -> str:
@@ -159,7 +235,7 @@ def permission_error(exc: Exception, namespace: str, url: str, *, user: str | No
     from urllib.parse import unquote, urlsplit
 
     user = user or unquote(urlsplit(split_cluster(url)[0]).username or "") or "default"
-    detail = str(exc).strip() or type(exc).__name__
+    detail = str(exc).strip().rstrip(".") or type(exc).__name__
     detail = detail if detail.startswith("NOPERM") else f"NOPERM {detail}"  # redis-py drops the prefix
     return RedisPermissionError(
         f"Redis user {user!r} lacks a permission rewardq needs: {detail}. rewardq reads and writes the "
@@ -167,3 +243,15 @@ def permission_error(exc: Exception, namespace: str, url: str, *, user: str | No
         f"script commands; grant them, e.g. ACL SETUSER {user} ~{namespace}:* +@read +@write +@stream "
         "+@hash +@sortedset +@string +@scripting +@connection +@keyspace +info"
     )
+
+
+def being_cancelled() -> bool:
+    """True when the current task has been asked to stop.
+
+    A loop that catches ``Exception`` to ride out Redis faults must check this: a client
+    interrupted mid-command may turn the ``CancelledError`` into a connection error, and a
+    loop that swallows it can never be stopped (an event loop then hangs at shutdown).
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return bool(cancelling()) if cancelling is not None else False

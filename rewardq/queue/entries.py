@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardq import defaults
 from rewardq.queue.codec import OutputRecord
-from rewardq.queue.keys import Keyspace
+from rewardq.queue.keys import MAX_KEY_BYTES, Keyspace
 from rewardq.queue.results import as_text
 
 
@@ -31,15 +30,21 @@ class Entry:
         return self.fields.get(b"data")
 
     @property
+    def blob_error(self) -> str | None:
+        """Why the record's blob could not be read (:func:`rewardq.queue.blobs.resolve_entries`), if so."""
+        why = self.fields.get(b"blob_error")
+        return None if why is None else as_text(why)
+
+    @property
     def key(self) -> str:
-        """The entry's ``key`` field as text, cut to :data:`~rewardq.defaults.MAX_KEY_BYTES` + 1
+        """The entry's ``key`` field as text, cut to :data:`~rewardq.queue.keys.MAX_KEY_BYTES` + 1
         bytes (a longer one is never a valid key, and must not be copied around whole). Limits on
         keys count bytes, as Redis does, so a valid key is never cut; a cut one stays too long
         to be taken for a valid key."""
         raw = self.fields.get(b"key", b"")
         if isinstance(raw, (bytes, bytearray)):
-            return as_text(raw[: defaults.MAX_KEY_BYTES + 1])
-        return as_text(raw)[: defaults.MAX_KEY_BYTES + 1]
+            return as_text(raw[: MAX_KEY_BYTES + 1])
+        return as_text(raw)[: MAX_KEY_BYTES + 1]
 
     @property
     def ts(self) -> float:
@@ -93,3 +98,6 @@ class StoreOutcome:
     #: earlier starts of scoring it alone (``complete`` with ``attempts > 1`` only; see
     #: :meth:`~rewardq.queue.broker.StreamBroker.start_solo`)
     solo: int = 0
+    #: earlier starts in a scorer of a reclaimed attempt, beside others (``complete`` with
+    #: ``attempts > 1`` only; see :meth:`~rewardq.queue.broker.StreamBroker.start_shared`)
+    shared: int = 0

@@ -9,15 +9,23 @@ walks it once, building the plain copy ``json.dumps`` then encodes, and refuses 
 * nesting deeper than :data:`MAX_DEPTH` levels;
 * two keys that become **one JSON key** (``1`` and ``"1"``, ``True`` and ``"true"``): JSON object
   keys are strings, and keeping one would silently drop the other;
-* a value whose ``str()`` raises, or an integer too long for JSON;
+* a value whose ``str()`` raises, or an integer larger than any float (``10**400``): Python's
+  ``json`` would write all its digits, and a trainer that averages the field (``np.mean``) or a
+  reader in another language could not take it as a number;
 * more than ``limit`` bytes. The walk counts as it goes and stops as soon as the value is
   certainly over the limit, so a 10 GB string or a 10⁹-element array costs no more than the limit
   to refuse, never the allocation of its JSON.
 
 What it converts instead: numpy and torch scalars and arrays to numbers and lists; tuples and sets
 to lists; other non-string keys the way ``json`` does (``1`` -> ``"1"``, ``None`` -> ``"null"``);
-NaN and ±inf to the strings ``"nan"``, ``"inf"``, ``"-inf"`` (JSON has no such numbers); lone
-surrogates to U+FFFD (UTF-8 cannot hold them); any other object to its ``str()``.
+lone surrogates to U+FFFD (UTF-8 cannot hold them); any other object to its ``str()``.
+
+NaN and ±inf stay **numbers**: they are written as ``NaN``, ``Infinity`` and ``-Infinity``, the
+tokens Python's ``json`` (and so :class:`~rewardq.queue.results.RewardResult`, the verl adapter,
+the ledger's readers) reads back as floats. So a trainer averaging ``acc`` over a batch meets a
+float NaN (its mean is NaN, which says what happened), never a string that breaks ``np.mean``.
+A strict JSON parser outside Python (``JSON.parse``, ``jq``) refuses these tokens: docs/keyspace.md
+says so. A NaN as a dict *key* becomes the key ``"nan"`` (``"inf"``, ``"-inf"``).
 
 The walk is recursive, bounded by :data:`MAX_DEPTH` (far below Python's recursion limit), and
 costs ~0.1 µs per value: a typical extra info (a handful of numbers and short strings) is
@@ -38,9 +46,9 @@ from rewardq.queue.text import utf8
 
 #: Deepest nesting of dicts and lists in one ``reward_extra_info`` (the dict itself is level 1).
 MAX_DEPTH = 64
-#: Integers longer than this many bits are refused (Python refuses to print ints of over 4,300
-#: digits; JSON readers in other languages stop at 64 bits anyway).
-MAX_INT_BITS = 4096
+#: Integers with more bits than this may be larger than any float (about 1.8e308), which is refused
+#: (the module doc); 1,024 bits hold every integer a float can.
+MAX_INT_BITS = 1024
 
 
 class _Bad(Exception):
@@ -80,6 +88,8 @@ def _key_text(k: object) -> str:
     if k is None:
         return "null"
     if isinstance(k, int):
+        if k.bit_length() > 4 * MAX_INT_BITS:  # Python writes no int of over 4,300 digits
+            raise _Bad(f"has an integer key of {k.bit_length():,} bits; use a shorter key")
         return str(int(k))
     if isinstance(k, float):
         return repr(k) if math.isfinite(k) else str(k)
@@ -95,20 +105,31 @@ def _label(k: object) -> str:
     return k if isinstance(k, str) else repr(k)
 
 
-def _float(v: float, w: _Walk) -> Any:
+def _float(v: float, w: _Walk) -> object:
     w.spend(24)
-    return v if math.isfinite(v) else str(v)
+    return v  # NaN and ±inf included: json writes them as NaN / Infinity (module doc)
 
 
 def _int(v: int, w: _Walk) -> int:
     bits = v.bit_length()
-    if bits > MAX_INT_BITS:
-        raise _Bad(f"is an integer of {bits} bits; at most {MAX_INT_BITS} are stored")
+    if bits >= MAX_INT_BITS and not _fits_a_float(v):
+        raise _Bad(
+            f"is an integer of {bits:,} bits (about {round(bits * math.log10(2)):,} digits), larger than any "
+            "float: a trainer reading the field as a number would fail; return a float or a string"
+        )
     w.spend(bits // 3 + 2)
     return int(v)
 
 
-def _mapping(v: Mapping[Any, Any], depth: int, w: _Walk) -> dict[str, Any]:
+def _fits_a_float(v: int) -> bool:
+    try:
+        float(v)
+    except OverflowError:
+        return False
+    return True
+
+
+def _mapping(v: Mapping[object, object], depth: int, w: _Walk) -> dict[str, object]:
     out: dict[str, Any] = {}
     converted = False
     w.spend(2)
@@ -135,7 +156,7 @@ def _mapping(v: Mapping[Any, Any], depth: int, w: _Walk) -> dict[str, Any]:
     return out
 
 
-def _sequence(v: Any, depth: int, w: _Walk) -> list[Any]:
+def _sequence(v: Any, depth: int, w: _Walk) -> list[object]:
     w.spend(2)
     out = []
     for i, item in enumerate(v):
@@ -148,7 +169,7 @@ def _sequence(v: Any, depth: int, w: _Walk) -> list[Any]:
     return out
 
 
-def _container(v: object, depth: int, w: _Walk) -> Any:
+def _container(v: object, depth: int, w: _Walk) -> object:
     if depth >= MAX_DEPTH:
         raise _Bad(f"nests dicts/lists deeper than {MAX_DEPTH} levels")
     vid = id(v)
@@ -253,7 +274,7 @@ def encode_extra_info(value: object, limit: int) -> bytes:
             ) from None
         raise ResultError(f"{where} {exc.reason}") from None
     try:
-        text = json.dumps(plain, ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False)
+        text = json.dumps(plain, ensure_ascii=False, separators=(",", ":"), allow_nan=True, check_circular=False)
     except (ValueError, TypeError, RecursionError) as exc:  # the walk made it plain; kept as a last guard
         raise ResultError(f"reward_extra_info cannot be written as JSON ({type(exc).__name__}: {exc})") from None
     data = utf8(text)

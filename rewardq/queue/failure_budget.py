@@ -11,11 +11,12 @@ The same hash keeps the run's totals per label (``t:<label>``, every trajectory,
 window's) and how many scored samples were left out of training with their group
 (``t:dropped``, :meth:`OutcomeWindow.count_dropped`): the V1 trainer's step metrics read them with
 :func:`run_totals`. What an outcome means and when the run stops is
-:mod:`rewardq.integrations.verl_budget`'s.
+:mod:`rewardq.integrations.verl.budget`'s.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
 
 #: Seconds a run's hash outlives its last outcome: a run that stopped leaves nothing behind for long.
 BUDGET_TTL = 24 * 3600
+#: What recording an outcome answers: how many outcomes the window holds, and how many are each label.
+Counted = tuple[int, dict[str, int]]
+#: One outcome waiting for the end of its loop turn: the outcome, the window, its reply.
+Pending = tuple[str, int, "asyncio.Future[Counted]"]
+#: The most outcomes one script call records (``lua/budget.lua`` refuses more).
+MOST_PER_CALL = 256
 #: The total of scored samples left out of training with their group (not an outcome: they were scored).
 DROPPED = "dropped"
 
@@ -57,16 +64,55 @@ class OutcomeWindow:
         self.key = key
         self.labels = tuple(labels)
         self._script = redis.register_script(scripts.standalone("budget"))  # type: ignore[misc]  # redis-py's asyncio RedisCluster.register_script is typed for Redis only; it has one
+        #: outcomes recorded in this loop turn, sent together at its end: (outcome, window, its reply)
+        self._pending: list[Pending] = []
+        self._sending: set[asyncio.Task[None]] = set()
 
-    async def record(self, outcome: str, window: int) -> tuple[int, dict[str, int]]:
+    async def record(self, outcome: str, window: int) -> Counted:
         """Add ``outcome`` to the run's window of ``window`` outcomes: how many the window holds
-        (at most ``window``) and how many of them are each label."""
+        (at most ``window``) and how many of them are each label, just after it.
+
+        The outcomes recorded in one turn of the event loop (a batch of trajectories scored
+        together) go in one script call, in the order recorded; each gets what a call of its own
+        would have returned at that point of the sequence."""
         if outcome not in self.labels:
             raise ValueError(f"unknown outcome {outcome!r}; known: {self.labels}")
-        with script_call():  # never re-sent by the retry policy: an outcome counted twice
-            reply = await self._script(keys=[self.key], args=[outcome, str(window), str(BUDGET_TTL), *self.labels])
-        filled, *counts = (int(x) for x in reply)
-        return filled, dict(zip(self.labels, counts))
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Counted] = loop.create_future()
+        self._pending.append((outcome, window, reply))
+        if len(self._pending) == 1:
+            loop.call_soon(self._send_pending)
+        return await reply
+
+    def _send_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        while pending:
+            window = pending[0][1]
+            same = 0
+            while same < min(len(pending), MOST_PER_CALL) and pending[same][1] == window:
+                same += 1
+            task = asyncio.ensure_future(self._send(pending[:same], window))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+            pending = pending[same:]
+
+    async def _send(self, calls: list[Pending], window: int) -> None:
+        n = len(self.labels)
+        args = [str(window), str(BUDGET_TTL), str(n), *self.labels, *(outcome for outcome, _, _ in calls)]
+        try:
+            with script_call():  # never re-sent by the retry policy: an outcome counted twice
+                reply = [int(x) for x in await self._script(keys=[self.key], args=args)]
+        except BaseException as exc:
+            for _, _, future in calls:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for i, (_, _, future) in enumerate(calls):
+            row = reply[i * (n + 1) : (i + 1) * (n + 1)]
+            if not future.done():
+                future.set_result((row[0], dict(zip(self.labels, row[1:]))))
 
     async def totals(self) -> dict[str, int]:
         """How many outcomes of the run were each label (every trajectory, not only the window's)."""

@@ -32,8 +32,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rewardq import defaults
 from rewardq.errors import MissingExtra, RecordError
+
+#: Largest encoded image (PNG/JPEG/WebP bytes) a record may carry, in bytes: producers refuse larger
+#: ones naming the output and the image, workers dead-letter them. The record as a whole is also
+#: bounded by MAX_RECORD_BYTES.
+MAX_IMAGE_BYTES = 16 * 1024 * 1024
+
 
 #: Formats an image may travel in, and their MIME types (what a chat request's data URL names).
 FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
@@ -93,7 +98,7 @@ class EncodedImage:
     def __copy__(self) -> EncodedImage:
         return self
 
-    def __deepcopy__(self, memo: dict[str, Any]) -> EncodedImage:
+    def __deepcopy__(self, memo: dict[str, object]) -> EncodedImage:
         return self  # immutable: a row's copy of the sample shares the bytes
 
 
@@ -161,7 +166,7 @@ def check_image_bytes(data: object, where: Spot, max_image_bytes: int) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def encode_image(value: object, where: Spot, max_image_bytes: int = defaults.MAX_IMAGE_BYTES) -> bytes:
+def encode_image(value: object, where: Spot, max_image_bytes: int = MAX_IMAGE_BYTES) -> bytes:
     """One image as the producer sends it: PNG, JPEG or WebP bytes (see the module doc)."""
     data = _image_bytes(value, where)
     if len(data) > max_image_bytes:  # before any decoding: an oversize image costs nothing more
@@ -270,7 +275,7 @@ def encode_multi_modal(
     *,
     output: int | None,
     name: str = "multi_modal_data",
-    max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
+    max_image_bytes: int = MAX_IMAGE_BYTES,
 ) -> dict[str, list[Any]] | None:
     """A ``multi_modal_data`` map as it goes on the wire (None when empty); RecordError naming the
     output and the entry that cannot go."""
@@ -322,7 +327,7 @@ def decode_multi_modal(
     *,
     output: int | None,
     name: str = "multi_modal_data",
-    max_image_bytes: int = defaults.MAX_IMAGE_BYTES,
+    max_image_bytes: int = MAX_IMAGE_BYTES,
 ) -> dict[str, list[Any]] | None:
     """A decoded record's ``multi_modal_data``, images as :class:`EncodedImage` (checked, not decoded)."""
     if value is None:

@@ -9,12 +9,15 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  ``data`` (msgpack, see rewardq.queue.codec).
                                                  Consumer group: ``rewardq-workers`` (configurable)
     rewardq:{s0}:traj:<uid>_<session_id> HASH    assembly state of one trajectory: ``o:<i>`` the stored
-                                                 record of output i, ``h:<i>`` a digest of it (kept
+                                                 record of output i (``r:<i>`` instead: the id of
+                                                 the stream entry a record over 1 MiB stays in,
+                                                 acknowledged; ``refs`` their count; ``b:<i>`` its
+                                                 blob), ``h:<i>`` a digest of it (kept
                                                  after scoring, to tell a redelivery from a different
                                                  record), ``final`` the final index, ``hi`` the
                                                  highest stored index, ``bytes`` the stored
                                                  records' size (at most max_trajectory_bytes),
-                                                 ``attempts``/``solo``/``unfinished``/
+                                                 ``attempts``/``shared``/``cohort``/``width``/``solo``/``unfinished``/
                                                  ``last_failure``/``handbacks`` (scoring attempts
                                                  and how the unfinished ones ended), ``acks``
                                                  entry ids to
@@ -27,13 +30,15 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  ``retry_reason`` (transient failures retried in
                                                  place), ``worker``, ``status``, ``error``,
                                                  ``failure_kind``, ``done_at`` and ``n`` once it
-                                                 ended.  Records (``o:<i>``) are deleted
+                                                 ended; a copy of small results for producers
+                                                 (``result_rows``, ``result:<row>:<field>``) once
+                                                 committed.  Records (``o:<i>``, ``r:<i>``'s entries) are deleted
                                                  when it ends, scored or failed (or moved to
                                                  ``records`` with keep_records); the rest expires
                                                  with the results.
     rewardq:{s0}:reward:<uid>_<session_id>_<i>
                                          HASH    the result of one output key, all readable text:
-                                                 ``status`` (ok|error), ``reward_score``,
+                                                 ``status`` (ok|error|cancelled), ``reward_score``,
                                                  ``reward_extra_info`` (JSON), ``error``,
                                                  ``failure_kind`` (errors only), ``worker``,
                                                  ``manager``, ``scored_at``, ``latency_ms``,
@@ -49,13 +54,28 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  commit script is committed in chunks; renamed to its
                                                  ``reward`` key by the last chunk, which also acks
                                                  (expires after a few minutes if the worker died)
+    rewardq:{s0}:stage-lease             HASH    who may stage a chunked commit now (``token``, ``until``,
+                                                 the ``prefix`` and count of its ``staged`` keys); on
+                                                 one Redis only shard 0's is used (lua/stage.lua)
     rewardq:{s0}:waiting                 ZSET    trajectories still collecting outputs, scored by the
                                                  time they expire (last_seen + incomplete_timeout)
     rewardq:{s0}:done                    STREAM  one entry per finished trajectory (``tid``, ``n``,
-                                                 ``status``, ``worker``, ``latency_ms``); capped; wakes
-                                                 up ``wait_rewards`` and feeds ``rewardq status``
-    rewardq:{s0}:dead                    STREAM  dead letters: the raw entry, reason, traceback,
-                                                 delivery count, worker, time
+                                                 ``status``, ``worker``, ``latency_ms``, and a result
+                                                 shared by every key when at most 1 KiB:
+                                                 ``result_rows`` = 1, ``result:0:<field>``); capped;
+                                                 wakes up ``wait_rewards`` (which then reads nothing
+                                                 more) and feeds ``rewardq status``
+    rewardq:{s0}:dead                    STREAM  dead letters: the raw entry (whole up to 1 MiB, else
+                                                 its first 64 KiB), reason, traceback, delivery count,
+                                                 worker, time; bounded by dead_letter_bytes and
+                                                 DEAD_MAXLEN, expires dead_letter_ttl after the last
+    rewardq:{s0}:blob:<token>            HASH    a record over 1 MiB in pieces of 1 MiB (fields ``0``..),
+                                                 named by its stream entry (``blob``, ``size``,
+                                                 ``chunks`` instead of ``data``); expires after
+                                                 blob_ttl unless a worker keeps it for its
+                                                 trajectory (``b:<i>``), deleted with the entry
+    rewardq:{s0}:dead:bytes              HASH    ``n``: the bytes the dead letters take (``add_dead``
+                                                 in lua/common.lua builds this name from the stream's)
     rewardq:workers                      ZSET    live workers by last heartbeat (unix seconds)
     rewardq:worker:<name>                HASH    one worker's heartbeat: host, pid, in_flight, scored,
                                                  errors, started_at, ... (expires when it stops beating)
@@ -63,8 +83,10 @@ default namespace ``rewardq`` and one shard, the keys are::
     rewardq:lock:<name>                  STRING  short TTL'd locks for periodic maintenance
     rewardq:judge:<sha256>               HASH    one LLM-judge request (digest of its full body): ``a``
                                                  the answer, kept for result_ttl; ``c``/``cu`` the claim
-                                                 of the worker sending it (rewardq.queue.judge_cache)
+                                                 of the worker sending it (rewardq.reward.judge.cache)
     rewardq:judge-stats                  HASH    fleet-wide judge counters, ``<counter>:<model>``
+    rewardq:cancels                      STRING  a counter producers raise after each ``cancel``; workers
+                                                 watch it to stop scoring cancelled trajectories
     rewardq:verl-budget:<run>            HASH    one verl run's failure budget: the outcomes of its last
                                                  ``verl_error_window`` trajectories as a ring, counts per
                                                  failure kind, and the run's totals (lua/budget.lua);
@@ -90,7 +112,29 @@ from functools import cached_property
 
 from redis.crc import key_slot
 
-from rewardq import defaults
+#: First component of every key; two pipelines on one Redis use two namespaces.
+NAMESPACE = "rewardq"
+#: The consumer group every worker of a pipeline joins.
+GROUP = "rewardq-workers"
+#: Longest ``uid``, in bytes of UTF-8 (Redis counts key lengths in bytes, so every limit on a key
+#: does too); verl's uids are 36-character UUIDs.
+MAX_UID_BYTES = 256
+#: Longest ``session_id``, in bytes of UTF-8; verl's session ids are small integers.
+MAX_SESSION_ID_BYTES = 64
+#: Longest ``key`` field of a stream entry a worker will parse or write anywhere (dead letters keep a
+#: cut copy), in bytes: ``<uid>_<session_id>_<index>`` with the longest uid, session id and index.
+MAX_KEY_BYTES = MAX_UID_BYTES + MAX_SESSION_ID_BYTES + 24
+#: Shard count of a namespace that does not exist yet.
+SHARDS = 1
+#: Entries a shard's ``done`` stream keeps (approximately): the latest finished trajectories.
+DONE_MAXLEN = 100_000
+#: Entries a shard's dead-letter stream keeps (approximately).
+DEAD_MAXLEN = 1_000_000
+#: Bytes a shard's dead-letter stream keeps at most (field names and values; the oldest dead
+#: letters go first), and seconds it keeps a dead letter.
+DEAD_LETTER_BYTES = 64 * 1024 * 1024
+DEAD_LETTER_TTL = 7 * 86400.0
+
 
 _SLOTS = 16384
 
@@ -131,19 +175,19 @@ def parse_key(key: str) -> tuple[str, str, str] | None:
     and session id within their own byte limits, as the producer checks them). Used to answer for a
     stream entry whose record cannot be read, by the key the entry names.
     """
-    if not isinstance(key, str) or len(key) > defaults.MAX_KEY_BYTES:
+    if not isinstance(key, str) or len(key) > MAX_KEY_BYTES:
         return None
     try:
         size = len(key.encode("utf-8"))
     except UnicodeEncodeError:
         return None
-    if size > defaults.MAX_KEY_BYTES:
+    if size > MAX_KEY_BYTES:
         return None
     tid, sep, idx = key.rpartition("_")
     uid, sep2, sid = tid.rpartition("_")
     if not (sep and sep2 and uid and sid and idx.isascii() and idx.isdigit()) or idx != str(int(idx)):
         return None
-    if len(uid.encode("utf-8")) > defaults.MAX_UID_BYTES or len(sid.encode("utf-8")) > defaults.MAX_SESSION_ID_BYTES:
+    if len(uid.encode("utf-8")) > MAX_UID_BYTES or len(sid.encode("utf-8")) > MAX_SESSION_ID_BYTES:
         return None
     return uid, sid, idx
 
@@ -174,9 +218,9 @@ class Keyspace:
         group: consumer group name.
     """
 
-    namespace: str = defaults.NAMESPACE
-    shards: int = defaults.SHARDS
-    group: str = defaults.GROUP
+    namespace: str = NAMESPACE
+    shards: int = SHARDS
+    group: str = GROUP
     _tags: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
@@ -229,6 +273,10 @@ class Keyspace:
         """The prefix of one chunked commit's staged results (``<prefix><i>`` for key ``i``)."""
         return f"{self._p(shard)}:staged:{tid}:{token}:"
 
+    def stage_lease(self, shard: int) -> str:
+        """The lease of the one chunked commit that may stage results at a time (``lua/stage.lua``)."""
+        return f"{self._p(shard)}:stage-lease"
+
     def waiting(self, shard: int) -> str:
         return f"{self._p(shard)}:waiting"
 
@@ -237,6 +285,18 @@ class Keyspace:
 
     def dead(self, shard: int) -> str:
         return f"{self._p(shard)}:dead"
+
+    def blob(self, shard: int, token: str) -> str:
+        """The blob of one record over 1 MiB (:mod:`rewardq.queue.blobs`; ``token``: 32 hex digits)."""
+        return f"{self.blob_prefix(shard)}{token}"
+
+    def blob_prefix(self, shard: int) -> str:
+        """The prefix of the blobs of records over 1 MiB (``<prefix><32 hex>``, :mod:`rewardq.queue.blobs`)."""
+        return f"{self._p(shard)}:blob:"
+
+    def dead_bytes(self, shard: int) -> str:
+        """The byte count of ``dead(shard)`` (the scripts build it as ``dead .. ':bytes'``)."""
+        return f"{self.dead(shard)}:bytes"
 
     # -- convenience for one key / trajectory ----------------------------------------
     def reward_key(self, key: str) -> str:
@@ -265,13 +325,19 @@ class Keyspace:
         return f"{self.namespace}:lock:{name}"
 
     def judge(self, digest: str) -> str:
-        """The answer cache and send claim of one LLM-judge request (:mod:`rewardq.queue.judge_cache`)."""
+        """The answer cache and send claim of one LLM-judge request (:mod:`rewardq.reward.judge.cache`)."""
         return f"{self.namespace}:judge:{digest}"
 
     @property
     def judge_stats(self) -> str:
         """The fleet's judge counters per model."""
         return f"{self.namespace}:judge-stats"
+
+    @property
+    def cancels(self) -> str:
+        """How many cancellations producers made (``RewardClient.cancel``): workers watch it to stop
+        scoring what was cancelled (:mod:`rewardq.queue.cancels`)."""
+        return f"{self.namespace}:cancels"
 
     def verl_budget(self, run: str) -> str:
         """One verl run's failure budget (:mod:`rewardq.queue.failure_budget`)."""

@@ -11,12 +11,17 @@ import re
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from rewardq import defaults
+from rewardq.queue.connection import RedisError
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.redis_errors import RedisError
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import SyncRedis
+
+
+#: The most namespaces the SCAN behind an unknown ``--namespace`` error collects to rank, and the
+#: seconds that SCAN may take.
+NAMESPACES_SCANNED = 5000
+NAMESPACE_SCAN_BUDGET = 1.0
 
 
 class ProducerClient(Protocol):
@@ -36,7 +41,7 @@ def shard_count(client: SyncRedis, ks: Keyspace) -> int | None:
 
 
 def known_namespaces(
-    client: SyncRedis, budget_s: float = defaults.NAMESPACE_SCAN_BUDGET, limit: int = defaults.NAMESPACES_SCANNED
+    client: SyncRedis, budget_s: float = NAMESPACE_SCAN_BUDGET, limit: int = NAMESPACES_SCANNED
 ) -> list[str]:
     """Namespaces that have a ``<ns>:meta`` hash, found by a SCAN bounded by ``budget_s`` seconds and
     ``limit`` names."""
@@ -62,11 +67,6 @@ def _scan(client: SyncRedis, pattern: str) -> list[bytes]:
     for key in client.scan_iter(match=pattern, count=1000):
         keys.append(key)
     return keys
-
-
-def namespace_key_count(client: SyncRedis, namespace: str) -> int:
-    """How many keys live under ``<namespace>:`` (SCAN; fine for demos and tests)."""
-    return len(_scan(client, _glob_escape(namespace) + ":*"))
 
 
 def delete_namespace(client: SyncRedis, namespace: str) -> int:

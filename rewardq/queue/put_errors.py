@@ -22,34 +22,37 @@ type and Redis's own words are in ours.
 
 from __future__ import annotations
 
-from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError, RedisError, ResponseError
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rewardq.errors import PutError, RedisConnectionLost, RedisOutOfMemory, RedisTimeout, RewardqError
-from rewardq.queue.connection import permission_error
+from rewardq.queue.connection import is_out_of_memory, permission_error
 
 #: Characters of Redis's own message kept in ours.
 _REDIS_WORDS = 160
 _PIPELINE_NOTE = " of pipeline caused error: "
+#: Characters past which a message of no known shape is not quoted at all.
+_LONG_MESSAGE = 1_000
 
 
 def redis_words(exc: BaseException) -> str:
     """Redis's own message of ``exc``, without the command redis-py prepends to pipeline errors
-    (which holds the record bytes), cut to a few words."""
+    (which holds the record bytes), cut to a few words.
+
+    The command ends where redis-py's note begins, however long it is: the words are what follows
+    the note's last occurrence (the asyncio client writes them as an args tuple, unwrapped here). A
+    long message of another shape may hold a record anywhere: only its length is said.
+    """
     text = str(exc.args[0]) if exc.args else str(exc)
-    if _PIPELINE_NOTE in text[:100_000]:
-        text = text.split(_PIPELINE_NOTE, 1)[1]
-    elif len(text) > 10_000:  # a message of another shape that may still hold a record: keep its end
-        text = text[-_REDIS_WORDS:]
+    if _PIPELINE_NOTE in text:
+        text = text.rpartition(_PIPELINE_NOTE)[2].strip()
+        if text.startswith("(") and text.endswith(",)"):  # the asyncio client's ('words',)
+            text = text[1:-2].strip("'\"")
+    elif len(text) > _LONG_MESSAGE:
+        return f"a {len(text):,}-character message, not shown: it may hold record bytes"
     text = " ".join(text.split())
     return text if len(text) <= _REDIS_WORDS else text[: _REDIS_WORDS - 3] + "..."
-
-
-def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, OutOfMemoryError) or (
-        isinstance(exc, ResponseError) and redis_words(exc).upper().startswith(("OOM", "COMMAND NOT ALLOWED WHEN USED"))
-    )
 
 
 def put_error(
@@ -80,7 +83,7 @@ def put_error(
             keys=keys,
             written=False,
         )
-    if _is_oom(exc):
+    if is_out_of_memory(exc):
         return RedisOutOfMemory(
             f"Redis is out of memory and refused {what} ({redis_words(exc)}); {nothing}, and {earlier}. "
             "Raise Redis's maxmemory, or drain the backlog (start more workers; `rewardq status` shows it), "

@@ -14,12 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from rewardq import defaults
+from rewardq.queue.checks import MAX_OUTPUTS
 from rewardq.queue.keys import Keyspace, split_key
 from rewardq.queue.results import as_text
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis, SyncRedis
+
+
+#: Waiting trajectories ``rewardq status`` lists.
+STATUS_WAITING_LIMIT = 20
+#: Seconds of finished trajectories ``rewardq status`` measures its rates over.
+STATUS_RATE_WINDOW = 60.0
+#: Seconds of finished trajectories ``rewardq top`` reads back when it starts, and the most done
+#: entries it reads per shard in one refresh.
+DONE_FEED_SINCE_S = 300.0
+DONE_FEED_READ_LIMIT = 20_000
 
 _META_FIELDS = (
     "state",
@@ -68,7 +78,7 @@ def shard_status(r: SyncRedis, ks: Keyspace, shard: int) -> dict[str, Any]:
     return shard_figures(shard, stream, int(r.xlen(stream)), groups, ks.group)
 
 
-def shard_figures(shard: int, stream: str, length: int, groups: list[Any] | None, group: str) -> dict[str, Any]:
+def shard_figures(shard: int, stream: str, length: int, groups: list[Any] | None, group: str) -> dict[str, object]:
     """One shard's status from its XLEN and XINFO GROUPS (None: the stream has no groups).
 
     ``backlog`` is the entries no worker has been given yet: the group's lag when Redis knows it,
@@ -124,14 +134,9 @@ def backlog_status(shards: list[dict[str, Any]], workers: list[dict[str, Any]]) 
     }
 
 
-def fleet_backlog(r: SyncRedis, ks: Keyspace, now: float | None = None) -> dict[str, Any]:
-    """:func:`backlog_status` read from Redis: one XLEN and XINFO GROUPS per shard, and every live
-    worker's heartbeat (what the Ray fleet's handle and autoscaler poll)."""
-    return backlog_status([shard_status(r, ks, s) for s in range(ks.shards)], workers_status(r, ks, now))
-
-
 async def fleet_backlog_async(r: AsyncRedis, ks: Keyspace) -> dict[str, Any]:
-    """:func:`fleet_backlog` on an asyncio client (a worker's ``rewardq_backlog_seconds`` gauge)."""
+    """:func:`backlog_status` read from Redis on an asyncio client: one XLEN and XINFO GROUPS per
+    shard, and every live worker's heartbeat (a worker's ``rewardq_backlog_seconds`` gauge)."""
     shards = []
     for shard in range(ks.shards):
         stream = ks.stream(shard)
@@ -192,7 +197,7 @@ def workers_status(r: SyncRedis, ks: Keyspace, now: float | None = None) -> list
     return out
 
 
-def _json_dict(text: str | None) -> dict[str, Any]:
+def _json_dict(text: str | None) -> dict[str, object]:
     """A heartbeat field holding a JSON object ({} when absent or unreadable)."""
     try:
         value = json.loads(text) if text else {}
@@ -203,18 +208,19 @@ def _json_dict(text: str | None) -> dict[str, Any]:
 
 def missing_outputs(h: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
     """Stored indices, missing indices (at most ``MAX_OUTPUTS`` of them listed) and the final index."""
-    have = sorted(int(k[2:]) for k in h if k.startswith("o:") and k[2:].isdigit())
+    # o:<i> a record in the hash, r:<i> one kept in its stream entry (lua/store.lua)
+    have = sorted({int(k[2:]) for k in h if k[:2] in ("o:", "r:") and k[2:].isdigit()})
     final = h.get("final")
     final_i = int(final) if final not in (None, "") and str(final).isdigit() else None
     if final_i is None:
         return have, [], None
     stored = set(have)
-    missing = [i for i in range(min(final_i + 1, defaults.MAX_OUTPUTS)) if i not in stored]
+    missing = [i for i in range(min(final_i + 1, MAX_OUTPUTS)) if i not in stored]
     return have, missing, final_i
 
 
 def waiting_status(
-    r: SyncRedis, ks: Keyspace, limit: int = defaults.STATUS_WAITING_LIMIT, now: float | None = None
+    r: SyncRedis, ks: Keyspace, limit: int = STATUS_WAITING_LIMIT, now: float | None = None
 ) -> list[dict[str, Any]]:
     """Trajectories still collecting outputs, oldest first, with what they are waiting for."""
     now = time.time() if now is None else now
@@ -251,17 +257,20 @@ def waiting_status(
 
 
 def recent_activity(
-    r: SyncRedis, ks: Keyspace, window: float = defaults.STATUS_RATE_WINDOW, now: float | None = None
+    r: SyncRedis, ks: Keyspace, window: float = STATUS_RATE_WINDOW, now: float | None = None
 ) -> dict[str, Any]:
-    """Finished trajectories in the last ``window`` seconds: rate, errors, latency p50/p99."""
+    """Finished trajectories in the last ``window`` seconds: rate, errors, cancelled (by their
+    producers, never scored), latency p50/p99."""
     now = time.time() if now is None else now
     start = f"{int((now - window) * 1000)}-0"
-    done, errors, lat = 0, 0, []
+    done, errors, cancelled, lat = 0, 0, 0, []
     for s in range(ks.shards):
         for _, f in r.xrange(ks.done(s), min=start, max="+"):
             done += 1
             if f.get(b"status") == b"error":
                 errors += 1
+            elif f.get(b"status") == b"cancelled":
+                cancelled += 1
             v = _f(f.get(b"latency_ms"), -1.0)
             if v >= 0:
                 lat.append(v)
@@ -269,6 +278,7 @@ def recent_activity(
         "window_s": window,
         "trajectories": done,
         "errors": errors,
+        "cancelled": cancelled,
         "trajectories_per_s": round(done / window, 3),
         "latency_ms_p50": _percentile(lat, 50),
         "latency_ms_p99": _percentile(lat, 99),
@@ -279,13 +289,13 @@ class DoneFeed:
     """Every shard's ``done`` stream, read incrementally: the trajectories finished since the last
     :meth:`poll` (``rewardq top``'s rates and sparklines), from ``since_s`` seconds ago at first."""
 
-    def __init__(self, r: SyncRedis, ks: Keyspace, since_s: float = defaults.DONE_FEED_SINCE_S) -> None:
+    def __init__(self, r: SyncRedis, ks: Keyspace, since_s: float = DONE_FEED_SINCE_S) -> None:
         self.r, self.ks = r, ks
         start = f"{int((time.time() - since_s) * 1000)}-0"
         self._last = dict.fromkeys(range(ks.shards), start)
         self._first = True
 
-    def poll(self, limit: int = defaults.DONE_FEED_READ_LIMIT) -> list[dict[str, Any]]:
+    def poll(self, limit: int = DONE_FEED_READ_LIMIT) -> list[dict[str, Any]]:
         """``[{"time", "tid", "status", "worker", "n"}]`` finished since the last call (at most
         ``limit`` per shard and call; the rest come with the next calls), oldest first."""
         out: list[dict[str, Any]] = []

@@ -2,24 +2,26 @@
 
 Everything in the hash is readable text, so ``redis-cli HGETALL`` shows it as is::
 
-    status             ok | error
+    status             ok | error | cancelled
     reward_score       "1.0"            (empty for errors)
     reward_extra_info  '{"acc": 1.0}'   (JSON; for errors {"error": reason, ...})
     error              ""               (the reason, for errors)
     failure_kind       transient | timeout | scorer | config | input   (errors only)
-    worker, manager, scored_at, latency_ms
+    worker, manager, scored_at, latency_ms   (errors too: from the failed entry's put, or an
+                                          incomplete trajectory's last output; empty when unknown)
     provenance         "3f2a9c0d1e4b5a67"   what produced it: the digest of a blob in ``<ns>:provenance``
                                           (rewardq.reward.provenance; ``rewardq inspect`` resolves it)
     attempt            "1"              the trajectory's scoring attempt (more after a crash or lost lease)
     judge_request      ""               LLM judges: the digest of the request, the key of its cached answer
 
-Results are written by the ``commit`` script (``ok``, the fields of :data:`RESULT_FIELDS`) and by
-the ``fail`` and ``expire`` scripts (``error``, with ``failure_kind``): an ``ok`` hash holds no
-``failure_kind`` field.
+Results are written by the ``commit`` script (``ok``, the fields of :data:`RESULT_FIELDS`), by
+the ``fail`` and ``expire`` scripts (``error``, with ``failure_kind``) and by the ``cancel`` script
+(``cancelled``, ``worker`` empty): only an error hash holds a ``failure_kind`` field.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,9 +32,21 @@ from rewardq.queue.extra_info import encode_extra_info
 from rewardq.queue.states import FailureKind, ResultStatus
 from rewardq.queue.text import MAX_REASON_BYTES, reason_text, utf8
 
-#: The two statuses by their older names (:class:`~rewardq.queue.states.ResultStatus`).
+#: Largest result of one output key, in bytes as stored (``reward_extra_info``'s JSON and the other
+#: fields of its hash). A larger one becomes an error result naming this limit and the size. The
+#: default extra info of every built-in scorer is under 1 KiB; 1 MiB leaves room for a full decoded
+#: response (a 256k-token answer) or a code run's captured output in ``reward_extra_info``, while a
+#: 300-output trajectory of maximal results (one result copied to every key) still costs Redis
+#: at most 300 MiB, written in bounded chunks.
+MAX_RESULT_BYTES = 1024 * 1024
+#: Seconds results and finished trajectories live in Redis; 0 keeps them forever.
+RESULT_TTL = 7 * 86400.0
+
+
+#: The statuses by their older names (:class:`~rewardq.queue.states.ResultStatus`).
 STATUS_OK = ResultStatus.OK
 STATUS_ERROR = ResultStatus.ERROR
+STATUS_CANCELLED = ResultStatus.CANCELLED
 #: The fields of a result hash, in the order the ``commit`` script receives their values.
 RESULT_FIELDS = (
     "status",
@@ -54,6 +68,8 @@ _UNBOUNDED = 2**62
 #: The most an error result's ``reward_extra_info`` takes beside its reason, in bytes of JSON: it is
 #: written to every key of the trajectory by one script call, so it is bounded like the reason.
 MAX_ERROR_EXTRA_BYTES = 2 * MAX_REASON_BYTES
+#: Values a copy of ``reward_extra_info`` may share (immutable).
+_PLAIN = (str, int, float, bool, type(None))
 
 
 def as_text(value: object) -> str:
@@ -67,7 +83,8 @@ class RewardResult:
 
     Attributes:
         key: ``<uid>_<session_id>_<i>``.
-        status: a :class:`~rewardq.queue.states.ResultStatus` (``"ok"`` or ``"error"``).
+        status: a :class:`~rewardq.queue.states.ResultStatus` (``"ok"``, ``"error"``, or ``"cancelled"``:
+            the producer cancelled it before it was scored).
         reward_score: the reward (a plain float), None for errors.
         reward_extra_info: the manager's extra metrics (``acc``, ``pred``, ...); for
             errors ``{"error": reason}`` so downstream filters never meet a missing dict.
@@ -96,6 +113,11 @@ class RewardResult:
     @property
     def ok(self) -> bool:
         return self.status == STATUS_OK
+
+    @property
+    def cancelled(self) -> bool:
+        """Cancelled by the producer (``RewardClient.cancel``): no reward, and no failure either."""
+        return self.status == STATUS_CANCELLED
 
     def extra_info_json(self, limit: int = _UNBOUNDED) -> bytes:
         """``reward_extra_info`` as stored: compact JSON in UTF-8 (see :mod:`rewardq.queue.extra_info`);
@@ -156,7 +178,18 @@ class RewardResult:
             judge_request=d.get("judge_request", ""),
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def for_key(self, key: str) -> RewardResult:
+        """The same result for another key (one row shared by a trajectory's keys), with a
+        ``reward_extra_info`` of its own, so a caller changing one key's leaves the others alone."""
+        clone = object.__new__(RewardResult)
+        clone.__dict__.update(self.__dict__)
+        clone.key = key
+        clone.reward_extra_info = {
+            k: v if isinstance(v, _PLAIN) else copy.deepcopy(v) for k, v in self.reward_extra_info.items()
+        }
+        return clone
+
+    def as_dict(self) -> dict[str, object]:
         return {
             "key": self.key,
             "status": self.status,
@@ -174,7 +207,7 @@ class RewardResult:
         }
 
 
-def error_extra_info(reason: str, extra: Mapping[str, Any] | None) -> bytes:
+def error_extra_info(reason: str, extra: Mapping[str, object] | None) -> bytes:
     """An error result's ``reward_extra_info`` as the ``fail`` script stores it: ``extra`` (the
     fields a manager gives such a failure, ``{"timeout": True, "acc": 0.0}`` say) with ``error``
     set to ``reason``; empty (the script then writes ``{"error": reason}``) when there is no extra,
@@ -244,10 +277,6 @@ class EncodedResults:
     @property
     def shared(self) -> bool:
         return len(self.rows) == 1 and self.n > 1
-
-    def size_of(self, i: int) -> int:
-        """Bytes key ``i``'s result takes in Redis."""
-        return self.sizes[0 if len(self.rows) == 1 else i]
 
     @property
     def written_bytes(self) -> int:

@@ -7,7 +7,7 @@ above it loops over a failed command: when a call still fails, the caller's step
 at-least-once machinery recovers it (an unacknowledged entry stays pending and is reclaimed after
 ``claim_idle``; a producer's ``put_*`` raises). The worker's reader loop keeps reading after a
 failed step, pausing by the same backoff (:func:`backoff_delay`), and a worker that starts while
-Redis is down waits for it (``rewardq.ops.connect.wait_for_redis``) up to ``--connect-timeout``.
+Redis is down waits for it (``rewardq.queue.reachability.wait_for_redis``) up to ``--connect-timeout``.
 
 **What is sent again.** A command that failed with a connection error or a timeout, with
 exponential backoff and jitter (:data:`BASE` doubling up to :data:`CAP`), at most
@@ -196,6 +196,6 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and str(exc).startswith(("BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN"))
 
 
-def no_retry(sync: bool) -> Any:
+def no_retry(sync: bool) -> object:
     """A redis-py ``Retry`` that never re-sends (probes that must answer quickly)."""
     return _SyncRetryBase(NoBackoff(), 0) if sync else _AsyncRetryBase(NoBackoff(), 0)

@@ -54,6 +54,9 @@ class ResultStatus(_Text):
     OK = "ok"
     #: not scored: ``error`` says why, ``reward_extra_info`` is ``{"error": reason}``.
     ERROR = "error"
+    #: not scored because the producer no longer needed it (``RewardClient.cancel``): never a
+    #: reward, never a failure (no failure kind, not counted against any failure budget).
+    CANCELLED = "cancelled"
 
 
 class FailureKind(_Text):
@@ -77,6 +80,9 @@ class FailureKind(_Text):
     CONFIG = "config"
     #: the record itself broke a bound or did not decode.
     INPUT = "input"
+    #: Redis had no room for the results: it refused them past its ``maxmemory`` for longer than
+    #: ``room_wait`` (the reason names their size and the cap).
+    MEMORY = "memory"
 
 
 class DeadLetterKind(_Text):
@@ -103,6 +109,8 @@ class DeadLetterKind(_Text):
     EXHAUSTED = "exhausted"
     #: the trajectory waited ``incomplete_timeout`` seconds for outputs that never came.
     INCOMPLETE = "incomplete"
+    #: its results were scored but Redis had no room for them for ``room_wait`` seconds.
+    MEMORY = "memory"
 
 
 #: The failure kind of each dead-letter kind: ``scoring`` is the default of the exception's own
@@ -111,7 +119,8 @@ class DeadLetterKind(_Text):
 #: * ``invalid``, ``conflict``, ``incomplete``: the records themselves are wrong or missing (``input``);
 #: * ``tokenizer``: the producer and the fleet decode with different vocabularies (``config``);
 #: * ``crashed``, ``exhausted``: the workers scoring it died or lost it, again and again
-#:   (``transient``: nothing says the trajectory itself is wrong, and it was already tried anew).
+#:   (``transient``: nothing says the trajectory itself is wrong, and it was already tried anew);
+#: * ``memory``: Redis had no room for its results (``memory``).
 DEAD_LETTER_FAILURE: dict[DeadLetterKind, FailureKind] = {
     DeadLetterKind.INVALID: FailureKind.INPUT,
     DeadLetterKind.TOKENIZER: FailureKind.CONFIG,
@@ -120,6 +129,7 @@ DEAD_LETTER_FAILURE: dict[DeadLetterKind, FailureKind] = {
     DeadLetterKind.CRASHED: FailureKind.TRANSIENT,
     DeadLetterKind.EXHAUSTED: FailureKind.TRANSIENT,
     DeadLetterKind.INCOMPLETE: FailureKind.INPUT,
+    DeadLetterKind.MEMORY: FailureKind.MEMORY,
 }
 
 

@@ -8,12 +8,15 @@ from typing import Any
 
 import click
 
-from rewardq import defaults
 from rewardq.config import WorkerConfig
 from rewardq.ops.flags import click_options
 from rewardq.ops.ledger_cmds import where_filters
+from rewardq.producers.core import WAIT_TIMEOUT
 
 __all__ = ["replay"]
+
+#: Trajectories ``rewardq replay`` keeps in flight at once (each waits for its result).
+REPLAY_WINDOW = 64
 
 
 @click.command()
@@ -24,14 +27,14 @@ __all__ = ["replay"]
 @click.option(
     "--window",
     type=click.IntRange(min=1),
-    default=defaults.REPLAY_WINDOW,
+    default=REPLAY_WINDOW,
     show_default=True,
     help="Trajectories in flight at once.",
 )
 @click.option(
     "--timeout",
     type=float,
-    default=defaults.WAIT_TIMEOUT,
+    default=WAIT_TIMEOUT,
     show_default=True,
     help="Seconds to wait for one trajectory's result.",
 )
@@ -54,7 +57,7 @@ def replay(
     window: int,
     timeout: float,
     as_json: bool,
-    **params: Any,
+    **params: object,
 ) -> int:
     """Score the trajectories of LEDGER again and write the results to --out NEW_LEDGER.
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError
-from rewardq.ledger.replay import Plan, Trajectory, seed_judge_cache
+from rewardq.ledger.replay import Plan, Trajectory
+from rewardq.queue.keys import Keyspace
+from rewardq.reward.judge.cache import seed_answers
 
 if TYPE_CHECKING:
     from rewardq.config import WorkerConfig
@@ -83,7 +85,8 @@ async def run_replay(
     flying: dict[str, tuple[list[str], float]] = {}  # tid -> (keys, deadline)
     loop = asyncio.get_running_loop()
     try:
-        await seed_judge_cache(cfg.redis_url, cfg.namespace, trajectories, cfg.result_ttl)
+        answers = {d: a for t in trajectories for d, a in t.judged.items()}
+        await seed_answers(cfg.redis_url, Keyspace(cfg.namespace), answers, cfg.result_ttl)
         while pending or flying:
             if task.done():  # the worker stopped before the replay finished: say why
                 task.result()
@@ -93,25 +96,37 @@ async def run_replay(
                 keys = await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
                 flying[f"{t.uid}_{t.session_id}"] = (keys, loop.time() + timeout)
             await asyncio.sleep(_POLL)
-            results = await client.get_rewards([k for keys, _ in flying.values() for k in keys])
-            for tid, (keys, deadline) in list(flying.items()):
-                got = [results.get(k) for k in keys]
-                if all(r is not None for r in got):
-                    del flying[tid]
-                    outcome.scored += 1
-                    outcome.errors += any(r is not None and not r.ok for r in got)
-                    if progress is not None:
-                        progress(outcome.scored)
-                elif loop.time() > deadline:
-                    raise RuntimeError(f"trajectory {tid} got no result within {timeout:g}s (--timeout)")
+            await _collect(client, flying, outcome, progress, loop.time())
     except asyncio.CancelledError:
         outcome.interrupted = True
     finally:
         stop.set()  # the worker finishes what it holds, then stops
         with contextlib.suppress(Exception):
             await task
+        if outcome.interrupted and flying:
+            # the worker scored (and wrote to --out) what it held when it stopped: count it
+            with contextlib.suppress(Exception):
+                await _collect(client, flying, outcome, progress, None)
         await client.aclose()
     return outcome
+
+
+async def _collect(
+    client: Any, flying: dict[str, tuple[list[str], float]], outcome: Outcome, progress: Any, now: float | None
+) -> None:
+    """Count the trajectories of ``flying`` whose every key has a result (and forget them); raise for
+    one past its deadline (``now`` None: a last look, no deadline)."""
+    results = await client.get_rewards([k for keys, _ in flying.values() for k in keys])
+    for tid, (keys, deadline) in list(flying.items()):
+        got = [results.get(k) for k in keys]
+        if all(r is not None for r in got):
+            del flying[tid]
+            outcome.scored += 1
+            outcome.errors += any(r is not None and not r.ok for r in got)
+            if progress is not None:
+                progress(outcome.scored)
+        elif now is not None and now > deadline:
+            raise RuntimeError(f"trajectory {tid} got no result within the --timeout")
 
 
 def replay_config(cfg: WorkerConfig, out: str, *, given_url: bool, url: str) -> WorkerConfig:

@@ -8,7 +8,9 @@ Everything a reward-manager author needs imports from here::
 * :mod:`.registry`    names to manager classes (``--manager``); :mod:`.factory` builds one from the config;
 * :mod:`.rows`, :mod:`.final_output`, :mod:`.results`   reading the batch, checking what comes back;
 * :mod:`.managers`    the built-in managers; :mod:`.scoring` the default scorers by ``data_source``;
-* :mod:`.judge`, :mod:`.codeexec`, :mod:`.ratelimit`   LLM judges, code execution, fleet-wide rate limits;
+* :mod:`.judge`, :mod:`.codeexec`, :mod:`.ratelimit`   LLM judges, code execution, fleet-wide rate limits
+  (a feature folder each: its policy, its Lua and the calls that send its Redis commands, through
+  the client it is given; only :mod:`rewardq.queue` imports redis-py);
 * :mod:`.execution`   where scoring functions run (threads, scorer processes), which the worker starts.
 
 The row readers need torch and tensordict (a worker's install, ``rewardq[worker]``); they

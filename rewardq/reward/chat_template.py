@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 __all__ = ["render_chatml", "render_jinja_chat"]
 
@@ -21,7 +20,7 @@ def _content_text(content: object) -> str:
     return "" if content is None else str(content)
 
 
-def render_chatml(messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False) -> str:
+def render_chatml(messages: Sequence[Mapping[str, object]], add_generation_prompt: bool = False) -> str:
     """The ChatML fallback (see the module docstring)."""
     parts = [f"<|im_start|>{m['role']}\n{_content_text(m.get('content'))}<|im_end|>\n" for m in messages]
     if add_generation_prompt:
@@ -29,7 +28,7 @@ def render_chatml(messages: Sequence[dict[str, Any]], add_generation_prompt: boo
     return "".join(parts)
 
 
-def render_jinja_chat(template: str, messages: Sequence[dict[str, Any]], **variables: object) -> str | None:
+def render_jinja_chat(template: str, messages: Sequence[Mapping[str, object]], **variables: object) -> str | None:
     """Render a transformers-style chat template; None when jinja2 is not installed."""
     try:
         import jinja2

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardq import defaults
+from rewardq.queue.connection import split_cluster
+from rewardq.queue.keys import NAMESPACE
+from rewardq.queue.results import RESULT_TTL
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.codeexec.stats import CodeStats
 from rewardq.reward.execution.settings import ScoringSettings
@@ -20,7 +22,7 @@ class ManagerContext:
         redis_url: the pipeline's Redis (fleet-wide rate limiters keep their state there).
         namespace: the pipeline's namespace (limiter keys live under it).
         worker_name: the hosting worker's name (for logs and limiter bookkeeping).
-        cluster: True when ``redis_url`` is a Redis Cluster.
+        cluster: True when ``redis_url`` is a Redis Cluster (a ``redis+cluster://`` URL says so itself).
         scoring: where scoring functions run (see :class:`ScoringSettings`).
         extra: anything else a deployment wants to hand its custom managers.
         code: how the default scorer runs code (``sandbox_fusion_*`` / ``code_local_*``
@@ -34,17 +36,21 @@ class ManagerContext:
     """
 
     redis_url: str | None = None
-    namespace: str = defaults.NAMESPACE
+    namespace: str = NAMESPACE
     worker_name: str = "local"
     cluster: bool = False
     scoring: ScoringSettings = field(default_factory=ScoringSettings)
     extra: dict[str, Any] = field(default_factory=dict)
     code: CodeExecSettings = field(default_factory=CodeExecSettings)
     code_stats: CodeStats = field(default_factory=CodeStats)
-    result_ttl: float = defaults.RESULT_TTL
+    result_ttl: float = RESULT_TTL
     judge_stats: JudgeStats = field(default_factory=JudgeStats)
     secret_files: tuple[str, ...] = ()
     _code_runtime: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.redis_url is not None:  # a redis+cluster:// URL names a cluster whatever the flag says
+            self.cluster = split_cluster(self.redis_url, self.cluster)[1]
 
     def code_runtime(self) -> Any:
         """The worker's :class:`~rewardq.reward.codeexec.runtime.CodeRuntime` (created on first use)."""

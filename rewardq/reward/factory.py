@@ -1,21 +1,24 @@
 """Build the reward manager a worker runs, from its configuration.
 
 Resolves the manager class (registry, entry point or ``module:Class``), loads the custom
-scoring function, and checks the manager's options against its
-constructor so a misspelt option fails at start-up, not on the first trajectory.
+scoring function, and checks the manager's options so a misspelt option fails at start-up, not
+on the first trajectory: against the options the manager declares
+(:class:`~rewardq.reward.options.ManagerOptions`, which also parse and bound each value), else
+against its constructor's keywords.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, RewardManager
 from rewardq.reward.codeexec.settings import OPTION_NAMES as CODE_OPTIONS
 from rewardq.reward.codeexec.settings import pop_code_options
-from rewardq.reward.execution.settings import ScoringSettings
+from rewardq.reward.options import options_class
 from rewardq.reward.registry import get_manager_class
 
 if TYPE_CHECKING:
@@ -45,7 +48,11 @@ VERL_SHARED_OPTIONS = frozenset(
 
 
 def accepted_options(cls: type) -> tuple[set[str], bool]:
-    """Keyword options ``cls.__init__`` takes, and whether it takes ``**kwargs``."""
+    """The options ``cls`` takes (its declared ones, else its constructor's keywords), and whether
+    it takes any other (``**kwargs`` without a declaration)."""
+    declared = options_class(cls)
+    if declared is not None:
+        return set(declared.declared()), False
     sig = inspect.signature(cls)  # the constructor's parameters, without self
     names, var_kw = set(), False
     for p in sig.parameters.values():
@@ -64,7 +71,7 @@ def build_manager(
     *,
     tokenizer: Tokenizer | None,
     compute_score: Any = None,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, object] | None = None,
     context: ManagerContext | None = None,
 ) -> RewardManager:
     """Instantiate manager ``spec`` with its options; raises ConfigError naming what is wrong.
@@ -90,31 +97,14 @@ def build_manager(
             logger.info("manager %s does not use the verl option(s) %s; ignoring them", spec, ", ".join(extra))
             for key in extra:
                 options.pop(key)
+    declared = options_class(cls)
     try:
+        if declared is not None:
+            built: Any = cls  # a manager that declares options takes them as one object, ``options=``
+            manager: RewardManager = built(
+                tokenizer, compute_score, context=context, options=declared.from_mapping(options)
+            )
+            return manager
         return cls(tokenizer, compute_score, context=context, **options)
     except TypeError as exc:
         raise ConfigError(f"cannot build manager {spec!r}: {exc}") from None
-
-
-# `cfg` below: a rewardq.config.WorkerConfig, read by attribute (reward/ imports nothing of config's)
-def scoring_settings(cfg: Any) -> ScoringSettings:
-    """Where the manager's scoring functions run, from a :class:`~rewardq.config.WorkerConfig`."""
-    return ScoringSettings(
-        reward_fn=cfg.reward_fn or None,
-        reward_fn_kwargs=dict(cfg.reward_fn_kwargs or {}),
-        reward_fn_placement=cfg.reward_fn_placement,
-        processes=cfg.scorer_processes,
-        max_spares=cfg.scorer_spares,
-    )
-
-
-def build_from_config(cfg: Any, context: ManagerContext, tokenizer: Tokenizer | None) -> RewardManager:
-    """The manager a :class:`~rewardq.config.WorkerConfig` describes, in ``context`` (the worker's
-    one context: :func:`rewardq.consumers.compose.manager_context`), decoding with ``tokenizer``."""
-    from rewardq.reward.execution.loader import load_score_fn
-
-    score_fn = load_score_fn(cfg.reward_fn, cfg.reward_fn_kwargs) if cfg.reward_fn else None
-    options = dict(cfg.manager_options)
-    if cfg.reward_fn and "scorer_spec" in accepted_options(get_manager_class(cfg.manager))[0]:
-        options.setdefault("scorer_spec", cfg.reward_fn)  # process-isolated managers re-load it in the child
-    return build_manager(cfg.manager, tokenizer=tokenizer, compute_score=score_fn, options=options, context=context)

@@ -93,7 +93,7 @@ def _read_final_row(data: TensorDict) -> tuple[FinalOutput, Any]:
 
 
 def merge_rollout_fields(
-    extra_info: dict[str, Any], row: TensorDict, *, turns_and_scores: bool = True
+    extra_info: dict[str, object], row: TensorDict, *, turns_and_scores: bool = True
 ) -> dict[str, Any]:
     """Merge the final output's ``extra_fields`` into ``extra_info`` (in place) and return it.
 
@@ -110,7 +110,9 @@ def merge_rollout_fields(
     return extra_info
 
 
-async def score_final_output(manager: RewardManager, final: FinalOutput, extra_info: dict[str, Any]) -> dict[str, Any]:
+async def score_final_output(
+    manager: RewardManager, final: FinalOutput, extra_info: dict[str, object]
+) -> dict[str, object]:
     """Call the manager's scoring function (or the default one) and normalise the result.
 
     A scorer exception propagates (the worker records it as an error result); an

@@ -57,11 +57,11 @@ class Provenance:
         return canonical(self.blob)
 
 
-def canonical(blob: Mapping[str, Any]) -> str:
+def canonical(blob: Mapping[str, object]) -> str:
     return json.dumps(dict(blob), sort_keys=True, separators=(",", ":"), default=str)
 
 
-def intern(blob: Mapping[str, Any]) -> Provenance:
+def intern(blob: Mapping[str, object]) -> Provenance:
     """The :class:`Provenance` of ``blob`` (its None values dropped)."""
     clean = {k: v for k, v in blob.items() if v is not None}
     return Provenance(hashlib.sha256(canonical(clean).encode()).hexdigest()[:16], clean)
@@ -104,7 +104,7 @@ class ProvenanceBook:
             found = self._by_source[key] = intern(self._blob(data_source))
         return found
 
-    def _blob(self, data_source: object) -> dict[str, Any]:
+    def _blob(self, data_source: object) -> dict[str, object]:
         blob: dict[str, Any] = dict(self.base)
         blob["scorer"] = self.custom or self.reward_fn or f"default:{scorer_name(data_source)}"
         if data_source in CODE_DATA_SOURCES and not self.reward_fn and not self.custom:

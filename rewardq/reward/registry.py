@@ -20,6 +20,7 @@ from typing import TypeVar
 from rewardq.errors import UnknownManagerError
 from rewardq.reward.base import RewardManager
 from rewardq.reward.execution.loader import import_object, is_file_spec
+from rewardq.reward.options import ManagerOptions, options_class
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -38,6 +39,13 @@ BUILTIN_MODULES = (
 #: The names (and aliases) the built-in managers register, listed without importing them (their
 #: modules import torch), for ``rewardq worker --help``; a test checks it against the registry.
 BUILTIN_NAMES = ("naive", "dapo", "gdpo", "rate_limited", "limited", "remote", "disrm", "genrm")
+
+#: The built-in managers that declare options, and where the declaration is: a module without
+#: torch, so ``rewardq config`` and the fingerprint read it without importing the manager.
+BUILTIN_OPTIONS = {
+    "genrm": "rewardq.reward.managers.genrm_options:GenRMOptions",
+    "disrm": "rewardq.reward.managers.disrm_options:DisRMOptions",
+}
 
 _REGISTRY: dict[str, type[RewardManager]] = {}
 _loaded = False
@@ -149,6 +157,19 @@ def get_manager_class(spec: str) -> type[RewardManager]:
             "rewardq.reward.RewardManager and implementing async run_single(data) (docs/verl-integration.md)"
         )
     return cls
+
+
+def options_of(spec: str) -> type[ManagerOptions] | None:
+    """The options manager ``spec`` declares (:mod:`rewardq.reward.options`), or None. A built-in
+    manager's come from :data:`BUILTIN_OPTIONS` without importing it; any other manager is imported."""
+    if spec in BUILTIN_NAMES:
+        where = BUILTIN_OPTIONS.get(spec)
+        if where is None:
+            return None
+        module, _, name = where.partition(":")
+        declared: type[ManagerOptions] = getattr(importlib.import_module(module), name)
+        return declared
+    return options_class(get_manager_class(spec))
 
 
 def is_builtin_manager(spec: str) -> bool:

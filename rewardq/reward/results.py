@@ -33,7 +33,7 @@ def reads_of(manager: RewardManager) -> str:
     return "trajectory"
 
 
-def normalize_result(result: object) -> dict[str, Any]:
+def normalize_result(result: object) -> dict[str, object]:
     """verl's normalisation of a scoring function's return value.
 
     A dict gives ``reward_score = result["score"]`` and ``reward_extra_info = the whole dict``;
@@ -64,10 +64,22 @@ def to_float(value: object, what: str = "reward_score") -> float:
         value = float(value)
     if not isinstance(value, (int, float)):
         raise ScoringError(f"{what} must be a number, got {type(value).__name__} {value!r:.80}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float's range (about 1.8e308)
+        raise ScoringError(
+            f"{what} is an integer of {int_size(int(value))}, larger than any float (about 1.8e308); "
+            "a reward must be a finite number"
+        ) from None
     if not math.isfinite(number):
         raise ScoringError(f"{what} is {number}; a reward must be a finite number")
     return number
+
+
+def int_size(value: int) -> str:
+    """How long ``value`` is, for an error (``about 401 digits``), without writing it out (Python
+    refuses to write an int of over 4,300 digits)."""
+    return f"about {max(1, round(value.bit_length() * math.log10(2))):,} digits"
 
 
 def check_manager_output(out: object, n: int) -> list[dict[str, Any]]:
@@ -100,7 +112,7 @@ def check_manager_output(out: object, n: int) -> list[dict[str, Any]]:
     return checked if per_output else checked * n
 
 
-def reject_unknown_options(manager: str, options: dict[str, Any], known: list[str]) -> None:
+def reject_unknown_options(manager: str, options: dict[str, object], known: list[str]) -> None:
     """Fail fast on a misspelt manager option."""
     unknown = sorted(set(options) - set(known))
     if unknown:

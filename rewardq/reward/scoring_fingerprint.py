@@ -13,23 +13,29 @@ The parts are what changes a reward and nothing else:
 * ``options``: every ``--manager-option`` value, as canonical JSON;
 * ``reward_fn``: the file's content digest and the function name (or the module, its source
   digest and the function), and every one of its keyword arguments;
-* ``tokenizer``: the vocabulary hash and size of :func:`~rewardq.reward.fingerprint.tokenizer_fingerprint`
+* ``tokenizer``: the vocabulary hash and size of :func:`~rewardq.reward.tokenizer_fingerprint.tokenizer_fingerprint`
   (its ``name=`` part is a path, left out);
 * ``rewardq``: the installed version, which decides the built-in managers and scorers.
 
-Every option and keyword argument counts with its real value, whatever its name (``max_tokens``,
-``tokenizer`` and ``keyword_bonus`` all change rewards). Two kinds of value are rewritten:
+Every option and keyword argument counts with its **real value**, whatever its name or its look
+(``max_tokens``, ``tokenizer`` and ``keyword_bonus`` all change rewards, and so does a mode
+``"sk-strict-grading-mode-v2"``). Two kinds of value are rewritten:
 
-* **Credentials, recognised by their value** (:func:`mask_credentials`): an API key of a known
-  form (``sk-...``, ``hf_...``, ``ghp_...``, AWS ``AKIA...``, Google ``AIza...``, a JWT), a
-  ``Bearer`` or ``Basic`` token, the password of a URL (``redis://user:PASSWORD@host``, or a
-  token as its user name, ``https://TOKEN@host``). Each is replaced by ``***`` in the digest and
-  the text, so a rotated key is the same configuration and no secret reaches ``<ns>:meta`` or a
-  log; ``text`` ends with ``masked=<where>`` saying which values were masked. The rest of the
-  value still counts (a URL with another host is another configuration).
+* **Options their manager declares a credential** (``secret=True``, :mod:`rewardq.reward.options`)
+  count as ``***`` whatever their value: they authenticate, they do not score, and a fleet must be
+  able to rotate them one worker at a time. ``text`` ends with ``secret=<where>``.
 * **Files, by their content**: a string that names an existing file (it holds a path separator)
   counts as the file's name and content digest, as the reward function's file does: a prompt
   template edited in place is another configuration, the same file in another folder is not.
+
+Nothing else is left out. A value that merely *looks* like a credential (an API key of a known
+form, a password in a URL, a bearer token: :mod:`rewardq.reward.credentials`) counts with its real
+value and is masked only where it is shown: ``text`` and ``shown`` (and so ``<ns>:meta``, the logs
+and the exit-2 message) hold it as ``*** <masked sha256:XXXXXXXX>``, a keyed digest that tells two
+values apart without showing either, and ``text`` ends with ``masked=<where> (masked: looks like a
+credential; its digest still counts)``. Rotating such a value (a key inside ``extra_body`` or a URL)
+is a new configuration: put keys in the environment (genrm's ``api_key_env``) or in an option
+declared secret, or roll it with ``--takeover``.
 
 Nothing that differs between two processes of one fleet goes in: no worker name, port, config-file
 path or folder. Integral floats count as integers (``1.0`` and ``1`` are the same bonus).
@@ -42,46 +48,29 @@ import importlib.util
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardq.errors import ConfigError
 from rewardq.queue.connection import redact_url
+from rewardq.reward.credentials import CREDENTIAL, MASKED_NOTE, shown_value
 from rewardq.reward.execution.loader import split_spec
+from rewardq.reward.options import secret_option_names
+from rewardq.reward.registry import options_of
 
 #: Longest ``text`` of a fingerprint, in characters (it is shown in errors and ``rewardq status``).
-MAX_TEXT_CHARS = 600
-#: Longest value shown whole in ``text`` and ``shown``; a longer one is shown as its length and digest.
-MAX_SHOWN_CHARS = 80
+FINGERPRINT_LINE_CHARS = 600
 #: Differences a conflict message names (the rest are counted).
 MAX_DIFFERENCES_SHOWN = 6
-#: What a masked credential becomes, in the digest and the text.
-CREDENTIAL = "***"
-#: Credentials recognised by their value (not by the option's name). Each alternative is a form
-#: that does not occur in ordinary text: a provider's key prefix followed by a long random part.
-CREDENTIAL_VALUES = re.compile(
-    r"""(?<![\w-])(?:sk|rk|pk)-(?:ant-|proj-|live-|test-|or-v1-)?[A-Za-z0-9_-]{16,}   # OpenAI, Anthropic, OpenRouter
-    | (?<![\w-])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}                          # Stripe-style
-    | (?<![\w-])(?:hf|gsk|pplx|r8|xai)[_-][A-Za-z0-9]{20,}                           # Hugging Face, Groq, ...
-    | (?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})          # GitHub
-    | (?<![\w-])glpat-[A-Za-z0-9_-]{20,}                                             # GitLab
-    | (?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,}                                        # Slack
-    | (?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])                       # AWS access key id
-    | (?<![\w-])AIza[A-Za-z0-9_-]{35}                                                # Google
-    | (?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+           # a JWT
-    | (?i:\bbearer)\s+[A-Za-z0-9._~+/-]{12,}=*                                        # Authorization: Bearer
-    | \bBasic\s+(?=[A-Za-z0-9+/]*\d)[A-Za-z0-9+/]{12,}=*                              # Authorization: Basic
-    """,
-    re.VERBOSE,
-)
-#: A value that is one URL (its password, or a user name alone, is masked as ``rewardq status`` masks one).
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+#: What ``text`` says of options left out as declared credentials.
+SECRET_NOTE = "declared credentials: not counted"
 
 
 @dataclass(frozen=True)
 class ScoringFingerprint:
     """``digest`` (16 hex characters) identifies the configuration; ``text`` describes it; ``shown``
-    holds each option and keyword argument as displayed (``{"reward_kwargs.keyword_bonus": "1.0"}``)."""
+    holds each option and keyword argument as displayed (``{"reward_kwargs.keyword_bonus": "1.0"}``).
+    Neither ``text`` nor ``shown`` holds a value that looks like a credential (module doc)."""
 
     digest: str
     text: str
@@ -90,39 +79,78 @@ class ScoringFingerprint:
 
 def scoring_fingerprint(cfg: Any, tokenizer_fingerprint: str | None) -> ScoringFingerprint:
     """The fingerprint of the scoring configuration of ``cfg`` (a :class:`~rewardq.config.WorkerConfig`)
-    with the tokenizer whose :func:`~rewardq.reward.fingerprint.tokenizer_fingerprint` is given."""
+    with the tokenizer whose :func:`~rewardq.reward.tokenizer_fingerprint.tokenizer_fingerprint` is given."""
     from rewardq import __version__
 
-    masked: list[str] = []
+    secret: list[str] = []
     parts: dict[str, Any] = {
         "manager": _code_spec(cfg.manager, default_name=None),
-        "options": canonical(cfg.manager_options or {}, "options", masked),
+        "options": canonical(_without_declared_secrets(cfg, secret)),
         "reward_fn": _code_spec(cfg.reward_fn, default_name="compute_score") if cfg.reward_fn else None,
-        "reward_kwargs": canonical(cfg.reward_fn_kwargs or {}, "reward_kwargs", masked),
+        "reward_kwargs": canonical(cfg.reward_fn_kwargs or {}),
         "tokenizer": _vocabulary_part(tokenizer_fingerprint),
         "rewardq": __version__,
     }
     digest = hashlib.sha256(_json(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return ScoringFingerprint(digest, describe(parts, masked), shown_parts(parts))
+    masked: list[str] = []
+    shown = {
+        **parts,
+        "options": shown_value(parts["options"], "options", masked, abridge=True),
+        "reward_kwargs": shown_value(parts["reward_kwargs"], "reward_kwargs", masked, abridge=True),
+    }
+    return ScoringFingerprint(digest, describe(shown, masked, secret), shown_parts(shown))
 
 
-def describe(parts: dict[str, Any], masked: list[str] | None = None) -> str:
-    """One readable line of the parts (long values as their length and digest), cut to :data:`MAX_TEXT_CHARS`."""
+def declared_secrets(manager: str) -> frozenset[str]:
+    """The options manager ``manager`` declares credentials (:mod:`rewardq.reward.options`); none for an
+    unknown manager (it never starts)."""
+    try:
+        return secret_option_names(options_of(manager))
+    except ConfigError:
+        return frozenset()
+
+
+def _without_declared_secrets(cfg: Any, secret: list[str]) -> dict[str, Any]:
+    """``cfg``'s manager options with each one its manager declares a credential as :data:`CREDENTIAL`
+    (its path appended to ``secret``)."""
+    options = dict(cfg.manager_options or {})
+    for name in sorted(declared_secrets(cfg.manager) & set(options)):
+        if options[name] is not None:
+            options[name] = CREDENTIAL
+            secret.append(f"options.{name}")
+    return options
+
+
+def shown_settings(cfg: Any) -> dict[str, object]:
+    """Every setting of the worker settings ``cfg`` as the start-up log and ``rewardq config`` show
+    it: the Redis URL's password redacted, declared credential options as ``***``, and option or
+    keyword-argument values that look like credentials masked."""
+    shown: dict[str, object] = {name: getattr(cfg, name) for name in cfg.settings()}
+    options = _without_declared_secrets(cfg, [])
+    shown.update(shown_value({"manager_options": options, "reward_fn_kwargs": dict(cfg.reward_fn_kwargs or {})}))
+    shown["redis_url"] = redact_url(cfg.redis_url)
+    return shown
+
+
+def describe(parts: dict[str, Any], masked: list[str] | None = None, secret: list[str] | None = None) -> str:
+    """One readable line of the parts as shown, cut to :data:`FINGERPRINT_LINE_CHARS`."""
     words = [f"manager={parts['manager']}"]
     if parts["options"]:
-        words.append(f"options={_json(_abridged(parts['options']))}")
+        words.append(f"options={_json(parts['options'])}")
     words.append(f"reward_fn={parts['reward_fn'] or 'default'}")
     if parts["reward_kwargs"]:
-        words.append(f"reward_kwargs={_json(_abridged(parts['reward_kwargs']))}")
+        words.append(f"reward_kwargs={_json(parts['reward_kwargs'])}")
     words += [f"tokenizer={parts['tokenizer']}", f"rewardq={parts['rewardq']}"]
+    if secret:
+        words.append(f"secret={','.join(secret)} ({SECRET_NOTE})")
     if masked:
-        words.append(f"masked={','.join(masked)}")
+        words.append(f"masked={','.join(masked)} ({MASKED_NOTE})")
     text = " ".join(words)
-    return text if len(text) <= MAX_TEXT_CHARS else text[: MAX_TEXT_CHARS - 3] + "..."
+    return text if len(text) <= FINGERPRINT_LINE_CHARS else text[: FINGERPRINT_LINE_CHARS - 3] + "..."
 
 
 def shown_parts(parts: dict[str, Any]) -> dict[str, str]:
-    """Every leaf of the parts under its dotted path (``options.max_tokens``), as displayed."""
+    """Every leaf of the parts as shown under its dotted path (``options.max_tokens``)."""
     out: dict[str, str] = {}
 
     def walk(path: str, value: Any) -> None:
@@ -130,7 +158,7 @@ def shown_parts(parts: dict[str, Any]) -> dict[str, str]:
             for k, v in value.items():
                 walk(f"{path}.{k}", v)
         else:
-            out[path] = _json(_abridged(value)) if not isinstance(value, str) else _abridged(value)
+            out[path] = value if isinstance(value, str) else _json(value)
 
     for name, value in parts.items():
         walk(name, value if value is not None else "")
@@ -139,45 +167,34 @@ def shown_parts(parts: dict[str, Any]) -> dict[str, str]:
 
 def differences(recorded: dict[str, str], mine: dict[str, str]) -> str:
     """What differs between two :attr:`ScoringFingerprint.shown` (``options.x: 1 here, 2 recorded``; the
-    first :data:`MAX_DIFFERENCES_SHOWN`), or ``""``."""
+    first :data:`MAX_DIFFERENCES_SHOWN`), or ``""``. A masked value is named, never shown."""
     changed = [k for k in sorted(set(recorded) | set(mine)) if recorded.get(k) != mine.get(k)]
     shown = changed[:MAX_DIFFERENCES_SHOWN]
     words = [f"{k}: {mine.get(k, '(unset)')} here, {recorded.get(k, '(unset)')} recorded" for k in shown]
     if len(changed) > len(shown):
         words.append(f"and {len(changed) - len(shown)} more")
-    return "; ".join(words)
+    said = "; ".join(words)
+    return f"{said} ({MASKED_NOTE})" if "<masked sha256:" in said else said
 
 
-def canonical(value: Any, path: str, masked: list[str]) -> Any:
-    """``value`` as it counts in the digest: credentials masked (their paths appended to ``masked``),
-    files as their content digest, integral floats as integers, mapping keys as text."""
+def canonical(value: Any) -> Any:
+    """``value`` as it counts in the digest: its real value, with files as their content digest,
+    integral floats as integers, mapping keys as text."""
     if isinstance(value, dict):
-        return {str(k): canonical(v, f"{path}.{k}", masked) for k, v in value.items()}
+        return {str(k): canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [canonical(v, f"{path}[{i}]", masked) for i, v in enumerate(value)]
+        return [canonical(v) for v in value]
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     if not isinstance(value, str):
         return value
-    text = mask_credentials(value)
-    if text != value:
-        masked.append(path)
-        return text
     return _file_part(value) or value
 
 
 def without_credentials(value: Any) -> Any:
-    """``value`` (nested mappings and lists too) with every credential masked, as it counts in the
-    digest: for records kept beside the fingerprint (a result's provenance)."""
-    return canonical(value, "", [])
-
-
-def mask_credentials(text: str) -> str:
-    """``text`` with every credential recognised by its value replaced by :data:`CREDENTIAL`
-    (see the module doc); the rest of it unchanged."""
-    if _URL.fullmatch(text):
-        text = redact_url(text)
-    return CREDENTIAL_VALUES.sub(CREDENTIAL, text)
+    """``value`` (nested mappings and lists too) as the fingerprint shows it: for records kept beside
+    the fingerprint (a result's provenance)."""
+    return shown_value(canonical(value))
 
 
 def _file_part(value: str) -> str | None:
@@ -190,18 +207,6 @@ def _file_part(value: str) -> str | None:
         return None
     digest = file_digest(path)
     return f"{os.path.basename(path)}@sha256={digest}" if digest else None
-
-
-def _abridged(value: Any) -> Any:
-    """``value`` for display: strings longer than :data:`MAX_SHOWN_CHARS` as ``<N chars sha256=...>``."""
-    if isinstance(value, dict):
-        return {k: _abridged(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_abridged(v) for v in value]
-    if isinstance(value, str) and len(value) > MAX_SHOWN_CHARS:
-        digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-        return f"<{len(value)} chars sha256={digest}>"
-    return value
 
 
 def _json(value: Any) -> str:

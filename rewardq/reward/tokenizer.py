@@ -3,7 +3,8 @@
 Managers need four things from a tokenizer: ``decode`` the response ids to text,
 ``encode`` text (tests, judges), ``vocab_size`` (the codec rejects out-of-range ids)
 and, for reward models over HTTP, ``apply_chat_template``. :func:`load_tokenizer`
-returns an object with exactly that surface (the :class:`Tokenizer` protocol) from:
+returns an object with exactly that surface (the :class:`Tokenizer` protocol; the two wrappers
+that provide it are :mod:`rewardq.reward.tokenizer_backends`) from:
 
 * ``"builtin:demo"`` → the bundled demo tokenizer (byte-level BPE, ~3k tokens, ChatML
   special tokens; see :mod:`tools.make_demo_tokenizer`). It must be asked for by name:
@@ -17,12 +18,14 @@ returns an object with exactly that surface (the :class:`Tokenizer` protocol) fr
 * a Hub id (``Qwen/Qwen2.5-7B-Instruct``) → loaded as verl loads it: through transformers
   when installed, else (or when transformers cannot, e.g. a repository without ``config.json``)
   the tokenizer files from the Hugging Face cache (``huggingface_hub.snapshot_download``). Both
-  read the cache under ``HF_HOME`` and honour offline mode (``HF_HUB_OFFLINE=1``); a tokenizer
-  that is neither local nor cached fails with a message saying how to download it.
+  read the cache under ``HF_HOME`` only, offline (``local_files_only``, as ``HF_HUB_OFFLINE=1``
+  does): a worker never waits on the network (transformers retries an unreachable Hub for about
+  a minute), and a tokenizer that is neither local nor cached fails at once with a message
+  saying how to fill the cache.
 
-:func:`rewardq.reward.fingerprint.tokenizer_fingerprint` names a tokenizer by its vocabulary (``sha256=<16 hex digits of
-the id -> token map> vocab=<ids> name=<where it came from>``). Producers send it with every
-record and a worker refuses records made with another vocabulary (see
+:func:`rewardq.reward.tokenizer_fingerprint.tokenizer_fingerprint` names a tokenizer by its
+vocabulary (``sha256=<16 hex digits of the id -> token map> vocab=<ids> name=<where it came
+from>``). Producers send it with every record and a worker refuses records made with another vocabulary (see
 :func:`rewardq.queue.checks.tokenizer_mismatch`).
 
 Example::
@@ -46,15 +49,12 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from rewardq.errors import ConfigError
-from rewardq.reward.chat_template import render_chatml, render_jinja_chat
-
-if TYPE_CHECKING:
-    import tokenizers
+from rewardq.reward.tokenizer_backends import FastTokenizer, TransformersTokenizer
 
 logger = logging.getLogger("rewardq.reward")
 
@@ -67,7 +67,7 @@ BACKENDS = ("auto", "tokenizers", "transformers")
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """What rewardq needs from a tokenizer (both wrappers below implement it)."""
+    """What rewardq needs from a tokenizer (both wrappers of :mod:`.tokenizer_backends` implement it)."""
 
     @property
     def eos_token(self) -> str | None: ...
@@ -78,252 +78,21 @@ class Tokenizer(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str: ...
+    def decode(self, ids: object, skip_special_tokens: bool = True) -> str: ...
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
 
     def apply_chat_template(
         self,
-        messages: Sequence[dict[str, Any]],
-        tokenize: bool = False,
-        add_generation_prompt: bool = False,
-        **kwargs: Any,
-    ) -> str | list[int]: ...
-
-
-class HFTokenizer(Protocol):
-    """What :class:`TransformersTokenizer` reads of a ``transformers`` tokenizer (which ships no types)."""
-
-    eos_token: str | None
-    bos_token: str | None
-    pad_token: str | None
-    eos_token_id: int | None
-    bos_token_id: int | None
-    pad_token_id: int | None
-
-    def __len__(self) -> int: ...
-
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
-
-    def apply_chat_template(
-        self,
-        conversation: list[dict[str, Any]],
-        tokenize: bool = True,
-        add_generation_prompt: bool = False,
-        **kwargs: Any,
-    ) -> str | list[int]: ...
-
-
-def as_id_list(ids: Any) -> list[int]:
-    """A list, tuple, numpy array or torch tensor of ids (1-D or a single id) as ``list[int]``."""
-    if hasattr(ids, "detach"):  # torch.Tensor
-        ids = ids.detach().cpu()
-    if hasattr(ids, "tolist"):  # torch / numpy, also 0-d
-        ids = ids.tolist()
-        if isinstance(ids, list) and ids and type(ids[0]) is int:  # integer dtype: Python ints already
-            return ids
-    if isinstance(ids, int):
-        return [ids]
-    out = list(ids)
-    if out and isinstance(out[0], (list, tuple)):
-        raise ValueError("decode takes one sequence of ids; use batch_decode for several")
-    return [int(i) for i in out]
-
-
-class FastTokenizer:
-    """A ``tokenizers.Tokenizer`` plus the special-token names and chat template it lacks.
-
-    Args:
-        backend: the ``tokenizers.Tokenizer``.
-        name: where it came from (shown in errors and ``repr``).
-        eos_token, bos_token, pad_token: special-token strings, or None.
-        chat_template: a jinja chat template, or None for the ChatML fallback.
-    """
-
-    def __init__(
-        self,
-        backend: tokenizers.Tokenizer,
-        name: str,
-        *,
-        eos_token: str | None = None,
-        bos_token: str | None = None,
-        pad_token: str | None = None,
-        chat_template: str | None = None,
-    ) -> None:
-        self.backend = backend
-        self.name = name
-        self.eos_token = eos_token
-        self.bos_token = bos_token
-        self.pad_token = pad_token
-        self.chat_template = chat_template
-
-    def __repr__(self) -> str:
-        return f"FastTokenizer({self.name!r}, vocab_size={self.vocab_size})"
-
-    def __len__(self) -> int:
-        return self.vocab_size
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids, added/special tokens included (valid ids are ``0 .. vocab_size-1``)."""
-        return self.backend.get_vocab_size(with_added_tokens=True)
-
-    def _id(self, token: str | None) -> int | None:
-        return None if token is None else self.backend.token_to_id(token)
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self._id(self.eos_token)
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self._id(self.bos_token)
-
-    @property
-    def pad_token_id(self) -> int | None:
-        return self._id(self.pad_token)
-
-    def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
-        """Text of ``ids``; special tokens (``<|im_end|>`` ...) are dropped unless asked for."""
-        return self.backend.decode(as_id_list(ids), skip_special_tokens=skip_special_tokens)
-
-    def batch_decode(self, sequences: Sequence[Any], skip_special_tokens: bool = True) -> list[str]:
-        return [self.decode(seq, skip_special_tokens=skip_special_tokens) for seq in sequences]
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Ids of ``text``. Special-token strings in the text become their special ids."""
-        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
-
-    def apply_chat_template(
-        self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         tokenize: bool = False,
         add_generation_prompt: bool = False,
         **kwargs: object,
-    ) -> str | list[int]:
-        """Render a chat with the folder's template (jinja2) or the ChatML fallback."""
-        text = None
-        if self.chat_template is not None:
-            text = render_jinja_chat(
-                self.chat_template,
-                messages,
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-                pad_token=self.pad_token,
-                **kwargs,
-            )
-        if text is None:
-            text = render_chatml(messages, add_generation_prompt=add_generation_prompt)
-        return self.encode(text) if tokenize else text
-
-
-class TransformersTokenizer:
-    """A ``transformers`` tokenizer behind the same small surface as :class:`FastTokenizer`."""
-
-    def __init__(self, backend: HFTokenizer, name: str) -> None:
-        self.backend = backend
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"TransformersTokenizer({self.name!r}, vocab_size={self.vocab_size})"
-
-    def __len__(self) -> int:
-        return self.vocab_size
-
-    @property
-    def vocab_size(self) -> int:
-        """``len(tokenizer)``: unlike transformers' ``vocab_size``, counts added tokens."""
-        return len(self.backend)
-
-    @property
-    def eos_token(self) -> str | None:
-        return self.backend.eos_token
-
-    @property
-    def bos_token(self) -> str | None:
-        return self.backend.bos_token
-
-    @property
-    def pad_token(self) -> str | None:
-        return self.backend.pad_token
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.backend.eos_token_id
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self.backend.bos_token_id
-
-    @property
-    def pad_token_id(self) -> int | None:
-        return self.backend.pad_token_id
-
-    def decode(self, ids: object, skip_special_tokens: bool = True) -> str:
-        return self.backend.decode(as_id_list(ids), skip_special_tokens=skip_special_tokens)
-
-    def batch_decode(self, sequences: Sequence[Any], skip_special_tokens: bool = True) -> list[str]:
-        return [self.decode(seq, skip_special_tokens=skip_special_tokens) for seq in sequences]
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return list(self.backend.encode(text, add_special_tokens=add_special_tokens))
-
-    def apply_chat_template(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tokenize: bool = False,
-        add_generation_prompt: bool = False,
-        **kwargs: object,
-    ) -> str | list[int]:
-        return self.backend.apply_chat_template(
-            list(messages), tokenize=tokenize, add_generation_prompt=add_generation_prompt, **kwargs
-        )
-
-
-def batch_decoder(tokenizer: object) -> Callable[[list[list[int]], bool], list[str]] | None:
-    """``tokenizer``'s Rust ``decode_batch(sequences, skip_special_tokens)`` when it gives exactly
-    what ``tokenizer.decode`` gives for each sequence (and releases the GIL); None otherwise.
-
-    That holds for a :class:`FastTokenizer`, and for a :class:`TransformersTokenizer` over a fast
-    tokenizer that does not post-process its decode (no ``clean_up_tokenization_spaces``, no
-    ``decode`` of its own), which is what a byte-level BPE folder loads as.
-    """
-    if isinstance(tokenizer, FastTokenizer):
-        return _rust_decode_batch(tokenizer.backend)
-    if not isinstance(tokenizer, TransformersTokenizer):
-        return None
-    backend = tokenizer.backend
-    rust = getattr(backend, "backend_tokenizer", None)
-    if rust is None or getattr(backend, "clean_up_tokenization_spaces", True) is not False:
-        return None
-    try:
-        from transformers import PreTrainedTokenizerFast
-    except ImportError:
-        return None
-    cls = type(backend)
-    if not issubclass(cls, PreTrainedTokenizerFast) or any(
-        getattr(cls, m, None) is not getattr(PreTrainedTokenizerFast, m, None) for m in ("decode", "_decode")
-    ):
-        return None
-    return _rust_decode_batch(rust)
-
-
-def _rust_decode_batch(rust: object) -> Callable[[list[list[int]], bool], list[str]] | None:
-    fn = getattr(rust, "decode_batch", None)
-    if fn is None:
-        return None
-
-    def decode_batch(sequences: list[list[int]], skip_special_tokens: bool) -> list[str]:
-        return list(fn(sequences, skip_special_tokens=skip_special_tokens))
-
-    return decode_batch
+    ) -> str | list[int]: ...
 
 
 # --------------------------------------------------------------------------------------
-# chat templates
+# a tokenizer folder's special-token names and chat template
 # --------------------------------------------------------------------------------------
 
 
@@ -333,7 +102,7 @@ def _token_str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, object]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -350,7 +119,7 @@ def _pick_template(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def folder_metadata(folder: Path) -> dict[str, Any]:
+def folder_metadata(folder: Path) -> dict[str, object]:
     """Special-token names and chat template from a Hugging Face tokenizer folder's side files."""
     meta: dict[str, Any] = {"eos_token": None, "bos_token": None, "pad_token": None, "chat_template": None}
     for fname in ("special_tokens_map.json", "tokenizer_config.json"):  # the latter wins
@@ -418,33 +187,39 @@ def looks_like_hub_id(text: str) -> bool:
 def _hub_help(name: str, origin: str | None) -> str:
     from huggingface_hub import constants
 
-    offline = " (offline mode is on: HF_HUB_OFFLINE)" if constants.HF_HUB_OFFLINE else ""
     where = f" ({origin})" if origin else ""
+    files = f"{name} --include 'tokenizer*' '*.json'"
     return (
         f"cannot load the tokenizer {name!r}{where}: it is not a folder on this machine and not in the "
-        f"local Hugging Face cache {constants.HF_HUB_CACHE}{offline}. Download it into the cache here "
-        f"(`hf download {name} --include 'tokenizer*' '*.json'`, with HF_HOME as the workers have it), "
-        "or pass --tokenizer with a local tokenizer folder or tokenizer.json"
+        f"local Hugging Face cache {constants.HF_HUB_CACHE}. Workers read a Hub id from that cache only, "
+        "offline (as with HF_HUB_OFFLINE=1), never from the network. Fill the cache on this machine, with "
+        f"HF_HOME as the workers have it: `hf download {files}` (huggingface_hub before 1.0: "
+        f"`huggingface-cli download {files}`); or pass --tokenizer with a local tokenizer folder or "
+        "tokenizer.json"
     )
 
 
-def _from_transformers(path: str, origin: str | None = None) -> TransformersTokenizer:
+def _from_transformers(path: str, origin: str | None = None, name: str | None = None) -> TransformersTokenizer:
+    """transformers' tokenizer of the folder ``path`` (``name``: the Hub id it is the cached snapshot of).
+
+    A folder, never a Hub id: given an id, transformers asks huggingface_hub, which may reach the
+    network even with ``local_files_only`` (huggingface_hub 1.33 fetched its user-agent registry).
+    """
     from transformers import AutoTokenizer
 
     try:
-        backend = AutoTokenizer.from_pretrained(path)
+        backend = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, HTTP errors, ...: one ConfigError
-        if not Path(path).expanduser().exists() and looks_like_hub_id(path):
-            raise ConfigError(f"{_hub_help(path, origin)} [{type(exc).__name__}: {_first_line(exc)}]") from None
         raise ConfigError(
-            f"transformers could not load a tokenizer from {path!r}{f' ({origin})' if origin else ''}: "
+            f"transformers could not load a tokenizer from {name or path!r}{f' ({origin})' if origin else ''}: "
             f"{_first_line(exc)}. Give a Hugging Face tokenizer folder or a tokenizer.json with --tokenizer"
         ) from None
-    return TransformersTokenizer(backend, path)
+    return TransformersTokenizer(backend, name or path)
 
 
-def _from_hub_cache(name: str, origin: str | None) -> FastTokenizer:
-    """A Hub id without transformers: its tokenizer files through huggingface_hub (cache first)."""
+def _hub_cached(name: str, origin: str | None) -> Path:
+    """The folder of Hub id ``name``'s tokenizer files in the local Hugging Face cache, looked up
+    offline; a :class:`ConfigError` saying how to fill the cache when it is not there."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:  # tokenizers depends on it; only a stripped environment lacks it
@@ -453,9 +228,13 @@ def _from_hub_cache(name: str, origin: str | None) -> FastTokenizer:
             "pip install transformers, or pass --tokenizer with a local tokenizer folder"
         ) from None
     try:
-        folder = Path(snapshot_download(name, allow_patterns=TOKENIZER_FILES))
-    except Exception as exc:  # noqa: BLE001 - offline and not cached, no network, no such repository, ...: one ConfigError
-        raise ConfigError(f"{_hub_help(name, origin)} [{type(exc).__name__}: {_first_line(exc)}]") from None
+        return Path(snapshot_download(name, allow_patterns=TOKENIZER_FILES, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError), an unreadable cache, ...
+        raise ConfigError(_hub_help(name, origin)) from None
+
+
+def _from_hub_cache(name: str, folder: Path) -> FastTokenizer:
+    """A Hub id's cached tokenizer files, read without transformers."""
     if not (folder / "tokenizer.json").is_file():
         raise ConfigError(
             f"the Hugging Face repository {name!r} has no tokenizer.json (a slow tokenizer); "
@@ -523,22 +302,24 @@ def load_tokenizer(
             )
         return _from_tokenizer_json(tj, text, folder_metadata(p))
     if looks_like_hub_id(text):
+        cached = _hub_cached(text, origin)  # the cache, offline, first: a miss fails at once
         if not use_transformers:
-            return _from_hub_cache(text, origin)
+            return _from_hub_cache(text, cached)
         try:
-            return _from_transformers(text, origin)
+            return _from_transformers(str(cached), origin, name=text)
         except ConfigError as exc:
             try:  # a repository of tokenizer files alone (no config.json) is still a tokenizer
-                return _from_hub_cache(text, origin)
+                return _from_hub_cache(text, cached)
             except ConfigError:
                 raise exc from None
     raise ConfigError(f"tokenizer path {text!r} is neither a file nor a folder")  # a socket, a FIFO, ...
 
 
 def check_tokenizer_spec(path: str | os.PathLike[str] | None, *, origin: str | None = None) -> None:
-    """Refuse, without importing anything, a tokenizer :func:`load_tokenizer` cannot load: none given
-    (:data:`NO_TOKENIZER`), an unknown ``builtin:``, or a path that is not on this machine and is
-    no Hub id either (``origin``: where the path came from, named in the error)."""
+    """Refuse, importing nothing heavier than huggingface_hub, a tokenizer :func:`load_tokenizer`
+    cannot load: none given (:data:`NO_TOKENIZER`), an unknown ``builtin:``, a Hub id that is not in
+    the local Hugging Face cache, or a path that is not on this machine and is no Hub id either
+    (``origin``: where the path came from, named in the error)."""
     if path is None or not os.fspath(path).strip():
         raise ConfigError(NO_TOKENIZER)
     text = os.fspath(path)
@@ -547,7 +328,10 @@ def check_tokenizer_spec(path: str | os.PathLike[str] | None, *, origin: str | N
     if text.startswith("builtin:"):
         raise ConfigError(f"unknown built-in tokenizer {text!r}; the only one is {DEMO_SPEC!r}")
     p = Path(text).expanduser()
-    if p.exists() or looks_like_hub_id(text):
+    if p.exists():
+        return
+    if looks_like_hub_id(text):
+        _hub_cached(text, origin)
         return
     where = f" ({origin})" if origin else ""
     raise ConfigError(

@@ -23,11 +23,26 @@ from tests.support.sync_client import SyncClient
 def run_bench(
     redis_url: str, out: Path, *args: str, timeout: float
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """``python -m benchmarks --quick ARGS`` on the suite's Redis; the process and its JSON."""
+    """``python -m benchmarks --quick ARGS`` on the suite's Redis; the process and its JSON.
+
+    A run still going after ``timeout`` gets SIGTERM, on which it stops its workers and deletes its
+    keys (a SIGKILL would leave both behind), and then fails the test."""
     cmd = [sys.executable, "-m", "benchmarks", "--quick", *args, "--url", redis_url, "--json", str(out)]
-    proc = subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "250"}
-    )
+    with subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+    ) as p:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            stdout, stderr = p.communicate(timeout=60)
+            raise AssertionError(f"the benchmark ran over {timeout}s and was stopped:\n{stderr[-3000:]}") from None
+    proc = subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, json.loads(out.read_text())
 

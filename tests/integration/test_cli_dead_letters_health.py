@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shlex
 import socket
 import time
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq
+from tests.support.cli_procs import Procs
 from tests.support.helpers import FlakyJudge, fail_a_trajectory_and_a_junk_entry, running_workers
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
@@ -209,3 +212,50 @@ async def test_health_exit_codes(ns: str, redis_url: str, sync_redis: SyncClient
 
 
 # -- the pieces --------------------------------------------------------------------------------
+
+
+async def test_dead_letters_hints_run_as_printed(ns: str, redis_url: str, sync_redis: SyncClient, procs: Procs) -> None:
+    """The commands ``list`` and ``show`` print name the namespace (and the Redis, given here in
+    another spelling than the default): each, run as printed, acts on these dead letters."""
+    r, ks = sync_redis, Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    await fail_a_trajectory_and_a_junk_entry(ns, redis_url, r, client, "junk_h_0")
+    url = redis_url.replace("127.0.0.1", "localhost")  # not the default spelling: the hints must carry it
+    base = ("--redis-url", url, "--namespace", ns)
+
+    def hints(out: str) -> dict[str, list[str]]:
+        """The printed commands by label, their shell line continuations joined (as a shell does)."""
+        found = {}
+        for line in re.sub(r" \\\n\s*", " ", out).splitlines():
+            what, sep, command = line.partition(": rewardq ")
+            if sep:
+                found[what.strip()] = shlex.split("rewardq " + command)
+        return found
+
+    def run_as_printed(argv: list[str]) -> str:
+        assert argv[0] == "rewardq" and ["--namespace", ns] == argv[argv.index("--namespace") :][:2], argv
+        assert ["--redis-url", url] == argv[argv.index("--redis-url") :][:2], argv
+        rc, p = procs.run(argv[1:], timeout=60)
+        assert rc == 0, (argv, p.stderr())
+        return p.stdout()
+
+    code, out, err = rq("dead-letters", "list", *base, env={"COLUMNS": "80"})
+    assert code == 0, err
+    assert not [line for line in out.splitlines() if len(line.rstrip()) > 80], out
+    assert out.count(" \\\n") >= 3, out  # each long command broken with a line continuation
+    listed = hints(out)
+    assert set(listed) == {"details", "after a fix", "or all of them"}, out
+    newest = listed["details"][3]
+    assert "reason" in run_as_printed(listed["details"]) and newest in out
+    code, out, err = rq("dead-letters", "show", newest, *base)
+    shown = hints(out)
+    assert set(shown) == {"retry after a fix", "delete"}, out
+    assert shown["retry after a fix"] == listed["after a fix"]
+    assert "retried 1 dead letter" in run_as_printed(listed["after a fix"])
+    assert r.xlen(ks.dead(0)) == 1
+    assert "retried 1 dead letter" in run_as_printed(listed["or all of them"])
+    assert r.xlen(ks.dead(0)) == 0
+    client.close()
+    # a REF that is not there: the hint names the namespace too
+    code, _, err = rq("dead-letters", "show", "0:1-0", *base)
+    assert code == 1 and f"dead-letters list --redis-url {url} --namespace {ns}" in err, err

@@ -1,4 +1,4 @@
-"""``rewardq status`` (table, --json, --watch) and ``rewardq inspect`` against the real Redis, and
+"""``rewardq status`` (table, --json, --watch: top's live view) and ``rewardq inspect`` against the real Redis, and
 the help every operator command gives.
 
 Commands run in-process (``tests.support.cli_ops.rq``), ``status --watch`` also as a real process on
@@ -182,25 +182,27 @@ async def test_status_lists_the_stuck_trajectory_workers_and_held_entries(
     client.close()
 
 
-def test_status_watch_refreshes_and_stops(ns: str, redis_url: str, sync_redis: SyncClient, tmp_path: Path) -> None:
+def test_status_watch_is_the_live_view_of_top(ns: str, redis_url: str, sync_redis: SyncClient, tmp_path: Path) -> None:
     # Given one trajectory pushed and no worker
     RewardClient.from_url(redis_url, namespace=ns).put_output("lone", "s", 0, output(2, 2), SAMPLE, final=True)
-    # --watch with --count stops by itself: frames one after another when not on a terminal
+    # --watch runs `rewardq top`: with --count it stops by itself, snapshots one after another when not on a terminal
     code, out, err = rq("status", "--redis-url", redis_url, "--namespace", ns, "--watch", "0.1", "--count", "2")
     assert code == 0, err
-    assert out.count(f"  {ns} on {redis_url} (group rewardq-workers, 1 shard(s))") == 2
-    assert out.count("nothing is being scored") == 2
+    assert out.count("rewardq top ") == 2 and out.count("backlog  1 entries") == 2 and ns in out, out
+    assert "live workers" not in out  # top's screen, not status's tables
     code, out, _ = rq("status", "--redis-url", redis_url, "--namespace", ns, "--json", "--watch", "0.1", "--count", "3")
     frames = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and len(frames) == 3 and all(f["shards"][0]["backlog"] == 1 for f in frames)
+    assert code == 0 and len(frames) == 3 and all(f["backlog"]["entries"] == 1 for f in frames)
     assert frames[0]["time"] < frames[2]["time"]
-    # On a terminal it is a live screen that Ctrl-C ends with exit code 0
+    code, out, _ = rq("top", "--redis-url", redis_url, "--namespace", ns, "--json")
+    assert code == 0 and set(json.loads(out)) == set(frames[0])  # the very snapshot top prints
+    # On a terminal it is top's live screen, which Ctrl-C ends with exit code 0
     watch = ["status", "--redis-url", redis_url, "--namespace", ns, "--watch", "0.2"]
     with on_a_terminal(watch, env={"COLUMNS": "160", "LINES": "60"}) as (proc, master):
-        seen = read_until(master, "Ctrl-C to stop", 20)
+        seen = read_until(master, "q quits", 20)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
-        assert "nothing is being scored" in seen and "refreshing every 0.2s" in seen
+        assert "rewardq top" in seen and ns in seen
 
 
 def test_status_unknown_namespace_and_unreachable_redis(ns: str, redis_url: str) -> None:
@@ -311,6 +313,9 @@ async def test_inspect_a_scored_trajectory_whose_records_were_dropped(ns: str, r
     code, out, _ = rq("inspect", "plain_s", "--redis-url", redis_url, "--namespace", ns)
     assert "2, final index 1 (records deleted when it ended)" in out and "missing" not in out
     assert "--keep-records SECONDS (or REWARDQ_KEEP_RECORDS)" in out
+    # One output key asked for: the count is still the trajectory's, not the one key shown
+    code, out, _ = rq("inspect", "plain_s_1", "--redis-url", redis_url, "--namespace", ns)
+    assert code == 0 and "2, final index 1 (records deleted when it ended)" in out
     client.close()
 
 

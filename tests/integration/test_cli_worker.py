@@ -56,7 +56,7 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(
     )
     names = ["w-0", "w-1"]
     beats = [f"{ns}:worker:{n}" for n in names]
-    wait_for(lambda: all(sync_redis.exists(k) for k in beats), 60, "both heartbeats", procs=[sup])
+    wait_for(lambda: all(sync_redis.exists(k) for k in beats), 120, "both heartbeats", procs=[sup])
     pids = [int(must(sync_redis.hget(k, "pid"))) for k in beats]
     assert len(set(pids)) == 2 and sup.pid not in pids
     trajectories = make_trajectories(500, seed=11, tokenizer=tokenizer)
@@ -98,7 +98,7 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(
     os.kill(pids[0], signal.SIGKILL)
     wait_for(
         lambda: (sync_redis.hget(beats[0], "pid") or b"0") not in (b"0", str(pids[0]).encode()),
-        60,
+        120,
         "a restarted worker",
         procs=[sup],
     )
@@ -129,6 +129,7 @@ def test_config_precedence_json_logs_and_sigterm(
                 "claim_idle": 11.0,
                 "name": "from-file",
                 "log_format": "text",
+                "log_summary_interval": 1,
                 "redis_url": "redis://127.0.0.1:1/0",
             }
         )
@@ -143,7 +144,7 @@ def test_config_precedence_json_logs_and_sigterm(
     w = procs.start(["worker", "--config", str(cfg), "--claim-idle", "13", "--name", "from-flag"], env=env)
 
     # Then the flag's name is the one registered: flags beat env beat the file
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:from-flag"), 60, "heartbeat of from-flag", procs=[w])
+    wait_for(lambda: sync_redis.exists(f"{ns}:worker:from-flag"), 120, "heartbeat of from-flag", procs=[w])
     beat = {k.decode(): v.decode() for k, v in sync_redis.hgetall(f"{ns}:worker:from-flag").items()}
     assert beat["pid"] == str(w.pid) and beat["manager"] == "naive"
     assert not sync_redis.exists(f"{ns}:worker:from-env") and not sync_redis.exists(f"{ns}:worker:from-file")
@@ -165,20 +166,22 @@ def test_config_precedence_json_logs_and_sigterm(
     }
     assert {"time", "level", "logger"} <= set(eff)
 
-    # When it scores a trajectory, its log line carries the structured fields
-    t = make_trajectories(1, seed=5, tokenizer=tokenizer)[0]
+    # When it scores trajectories, the INFO log sums them up every log_summary_interval (from the
+    # file) in one line with structured fields; no INFO line per trajectory
+    ts = make_trajectories(3, seed=5, tokenizer=tokenizer)
     with RewardClient.from_url(redis_url, namespace=ns) as client:
-        keys = client.put_trajectory(t["uid"], t["session_id"], t["outputs"], t["sample"])
-        assert client.wait_rewards(keys, timeout=30)[keys[-1]].reward_score == t["expected"]
-    tid = keys[-1].rpartition("_")[0]
-    rec = wait_for(
-        lambda: next((json.loads(x) for x in w.stderr().splitlines() if f'"tid": "{tid}"' in x), None),
-        10,
-        "the trajectory's log line",
-        procs=[w],
-    )
-    assert isinstance(rec, dict)
-    assert rec["manager"] == "naive" and rec["outcome"] == "ok" and rec["elapsed_ms"] >= 0
+        keys = [client.put_trajectory(t["uid"], t["session_id"], t["outputs"], t["sample"]) for t in ts]
+        got = client.wait_rewards([k for ks in keys for k in ks], timeout=30)
+        assert [got[ks[-1]].reward_score for ks in keys] == [t["expected"] for t in ts]
+
+    def summed() -> int:
+        recs = [json.loads(x) for x in w.stderr().splitlines() if '"trajectories":' in x]
+        return sum(r["trajectories"] for r in recs if r["level"] == "INFO")
+
+    wait_for(lambda: summed() == 3, 20, "summary lines counting the 3 trajectories", procs=[w])
+    recs = [json.loads(x) for x in w.stderr().splitlines() if '"outcomes":' in x]
+    assert sum(r["outcomes"].get("ok", 0) for r in recs) == 3 and all(r["mean_ms"] >= 0 for r in recs)
+    assert not any(keys[0][-1].rpartition("_")[0] in x for x in w.stderr().splitlines())  # per trajectory: DEBUG
 
     # And SIGTERM stops it with exit code 0
     assert w.terminate() == 0
@@ -224,7 +227,7 @@ def test_errors_are_one_red_line_with_exit_codes(procs: Procs, redis_url: str, n
     started = {name: procs.start(args, env=env, tag=name) for name, (args, env) in cases.items()}
     # ... and a healthy worker that gets SIGTERM while still starting up (importing torch, building its manager)
     early = procs.start(worker_argv(redis_url, ns, "early", manager="naive"), tag="early")
-    wait_for(lambda: "effective config" in early.stderr(), 30, "the worker's first log line", procs=[early])
+    wait_for(lambda: "start-up: importing torch" in early.stderr(), 30, "the worker's first log line", procs=[early])
     early.popen.send_signal(signal.SIGTERM)
     rc = {name: p.wait(60) for name, p in started.items()}
     assert early.wait(60) == 0, early.stderr()

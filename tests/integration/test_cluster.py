@@ -166,6 +166,8 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster: LocalCluster,
             "",  # extra_info: {"error": message}
             "",  # provenance
             "",  # attempt
+            64 * 1024 * 1024,  # dead_bytes
+            3_600_000,  # dead_ttl_ms
             0,  # nacks
         ]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
@@ -255,7 +257,7 @@ async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_o
 
     t_cli = time.perf_counter()
     with cli_worker(url, cns, "cli0", log) as proc:
-        for _ in range(600):
+        for _ in range(2400):  # up to 120 s: a worker process imports torch, slow on a busy machine
             if rc.zscore(ks.workers, "cli0") is not None or proc.poll() is not None:
                 break
             await asyncio.sleep(0.05)
@@ -346,6 +348,32 @@ async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(
     assert {r.worker for r in res.values()} == {"w0"}
     assert reclaimed >= 1 and len(LengthManager.calls) == 1
     assert rc.xlen(ks.done(shard)) == 1
+    _assert_drained(rc, ks)
+    client.close()
+
+
+async def test_large_records_travel_as_blobs_on_their_cluster_shards(
+    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
+) -> None:
+    url = redis_cluster.url
+    ks = Keyspace(cns, SHARDS)
+    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
+    # Given a trajectory on the last master whose first output (~3.2 MB) travels as a blob, put one
+    # output at a time, and one put whole
+    uid, whole = _uid_on_shard(ks, SHARDS - 1, "big"), _uid_on_shard(ks, 1, "whole")
+    keys = [
+        client.put_output(uid, "s", 0, output(800_000, 3), SAMPLE),
+        client.put_output(uid, "s", 1, output(3, 5), SAMPLE, final=True),
+        *client.put_trajectory(whole, "s", [output(800_000, 2, seed=1), output(3, 7)], SAMPLE),
+    ]
+    blobs = [f[b"blob"] for s in (1, SHARDS - 1) for _, f in rc.xrange(ks.stream(s)) if b"blob" in f]
+    assert len(blobs) == 2 and all(rc.exists(b) for b in blobs)
+    # When a worker scores them (its scripts name each blob on the blob's own shard's slot)
+    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    # Then both are scored with all their rows, and no blob or entry is left
+    assert [r.reward_score for r in res.values()] == [5.0, 5.0, 7.0, 7.0]
+    assert not any(rc.exists(b) for b in blobs)
     _assert_drained(rc, ks)
     client.close()
 

@@ -100,3 +100,55 @@ def test_a_put_trajectory_the_cluster_refuses_half_way_leaves_nothing_queued(
     assert producer.put_trajectory("half", "s", [output(2, 3)] * 2, SAMPLE) == ["half_s_0", "half_s_1"]
     assert rc.xlen(ks.stream(shard)) == 2
     producer.close()
+
+
+async def test_a_commit_past_maxmemory_on_its_node_is_refused_whole_then_waited_out(
+    redis_cluster: LocalCluster, rc: ClusterClient
+) -> None:
+    import asyncio
+
+    from rewardq.consumers.commits import CommitCoalescer
+    from rewardq.consumers.metrics import NoMetrics
+    from rewardq.consumers.retries import RoomWaits
+    from rewardq.queue.connection import is_out_of_memory
+
+    ns = f"cl-{uuid.uuid4().hex[:8]}"
+    ks = Keyspace(ns, SHARDS)
+    producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
+    client = connect_async(redis_cluster.url)
+    broker = StreamBroker(client, ks, worker="w")
+    tid = "full_s"
+    shard = ks.shard_of(tid)
+    node = rc.get_node_from_key(ks.stream(shard))
+    direct = connect_node(node.host, int(node.port))
+    try:
+        await broker.ensure_groups()
+        keys = producer.put_trajectory("full", "s", [output(2, 3, seed=j) for j in range(3)], SAMPLE)
+        entries = await broker.read([shard], 100, None)
+        assert await broker.claim_whole([(shard, tid, entries)]) == [True]
+        # Given the node holding the trajectory's slot past its maxmemory
+        used = int(direct.info("memory")["used_memory"])
+        direct.config_set("maxmemory-policy", "noeviction")
+        direct.config_set("maxmemory", used - 1024 * 1024)
+        # When the commit script is sent, it is refused whole (its flags), and nothing is written
+        with pytest.raises(Exception) as err:
+            await broker.commit(shard, tid, results_for(tid, 3, 100))
+        assert is_out_of_memory(err.value), err.value
+        assert [rc.exists(ks.reward_key(k)) for k in keys] == [0, 0, 0]
+        # And a lease renewal still goes through there (allow-oom)
+        assert await broker.renew({shard: [tid]}) == 1
+        # When the worker's commit waits for room and the node gets some a moment later
+        stats: dict[str, int] = {}
+        coalescer = CommitCoalescer(broker, RoomWaits(metrics=NoMetrics(), stats=stats, base=0.02, cap=0.1))
+        waiting = asyncio.create_task(coalescer.commit(shard, tid, results_for(tid, 3, 100)))
+        await asyncio.sleep(0.5)
+        assert not waiting.done() and stats["redis_full"] >= 2
+        direct.config_set("maxmemory", 0)
+        # Then the commit goes through: every key has its result
+        assert await asyncio.wait_for(waiting, 10) is True
+        assert [float(rc.hget(ks.reward_key(k), "reward_score") or -1) for k in keys] == [0.0, 1.0, 2.0]
+    finally:
+        direct.config_set("maxmemory", 0)
+        direct.close()
+        await client.aclose()
+        producer.close()

@@ -88,8 +88,9 @@ async def test_a_cancelled_scoring_kills_its_sandbox() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # Then the whole sandbox is gone at once
-    assert not _harness_processes()
+    # Then the whole sandbox is gone: within 3 s, well inside the 10 s its program would still run (the
+    # kill is sent as the task ends; a loaded machine may take a moment to reap the killed processes)
+    await until(lambda: not _harness_processes(), "the cancelled scoring's sandbox to be gone", 3.0)
 
 
 def _batch(program: str, data_source: str = "codeforces") -> TensorDict:

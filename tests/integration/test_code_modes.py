@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from rewardq import FailureKind, RewardClient
-from tests.support.assert_cases import HACKS, HONEST, AssertCase
+from tests.support.assert_cases import HACKS, HONEST, REFUSED, AssertCase
 from tests.support.cli_procs import Proc, Procs, wait_for
 from tests.support.code_probes import ASSERT_SUBSET, import_probes
 from tests.support.records import text_output
@@ -175,7 +175,7 @@ def test_namespaces_run_imports_hide_secrets_and_catch_every_hack(
     with pytest.raises(BlockingIOError):
         listener.recv(64)
     # And assert_case problems: honest solutions score as SandboxFusion would, every hack 0.0 by name
-    cases = HONEST + HACKS
+    cases = HONEST + HACKS + REFUSED
     _assert_cases_scored(cases, _score_cases(client, cases))
     assert "local code runner: namespaces" in worker.stderr()
     # ... counted per data source in `rewardq status` and on /metrics

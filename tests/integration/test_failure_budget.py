@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from rewardq.errors import RunStopped
-from rewardq.integrations.verl_budget import LABELS, OK, Failure, FleetBudget
+from rewardq.integrations.verl.budget import LABELS, OK, Failure, FleetBudget
 from rewardq.queue.clients import AsyncRedis
 from rewardq.queue.connection import connect_async, connect_sync
 from rewardq.queue.failure_budget import BUDGET_TTL, DROPPED, OutcomeWindow, run_totals
@@ -106,3 +107,27 @@ async def test_concurrent_callers_see_one_window(client: AsyncRedis, ns: str) ->
         return through
 
     assert sum(await asyncio.gather(*(caller() for _ in range(8)))) == 15
+
+
+async def test_outcomes_of_one_loop_turn_go_in_one_call_each_answered_in_order(
+    client: AsyncRedis, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = window_of(client, ns)
+    calls = 0
+    script: Any = w._script
+
+    async def counting(**kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await script(**kwargs)
+
+    monkeypatch.setattr(w, "_script", counting)
+    outcomes = ["ok", "scorer", "ok", "timeout", "ok", "scorer"]
+    replies = await asyncio.gather(*(w.record(o, 4) for o in outcomes))
+    assert calls == 1
+    # each reply is the window just after its own outcome, as if recorded alone
+    assert [filled for filled, _ in replies] == [1, 2, 3, 4, 4, 4]
+    assert [c["scorer"] for _, c in replies] == [0, 1, 1, 1, 1, 1]  # the last scorer took the first's slot
+    assert [c["ok"] for _, c in replies] == [1, 1, 2, 2, 2, 2]
+    assert replies[-1][1] == {**dict.fromkeys(LABELS, 0), "ok": 2, "scorer": 1, "timeout": 1}
+    assert [await w.record("ok", 4) for _ in range(2)][-1][0] == 4 and calls == 3  # one call per turn alone

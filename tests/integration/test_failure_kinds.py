@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 from rewardq import FailureKind, RewardClient
-from rewardq.queue.deadletters import DeadLetters
+from rewardq.ops.deadletters.stream import DeadLetters
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support.helpers import output, running_workers, until

@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rewardq import RewardClient
-from rewardq.consumers.fleet import FleetGate
+from rewardq.consumers.scoring_gate import ScoringGate
 from rewardq.errors import RedisPermissionError, ScoringConflict
 from rewardq.queue import access
 from rewardq.queue.connection import connect_async
-from rewardq.queue.fleet import RecordedScoring, recorded_scoring, replace_scoring
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.scoring_record import RecordedScoring, recorded_scoring, replace_scoring
 from rewardq.reward.scoring_fingerprint import ScoringFingerprint
-from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
 from tests.support.cluster import LocalCluster
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -115,6 +116,111 @@ def test_workers_whose_reward_kwargs_differ_in_one_value_do_not_share_a_namespac
         client.close()
     assert {r.reward_score for r in results.values()} == {1.0} and {r.worker for r in results.values()} == {"bonus-0"}
     assert first.terminate() == 0, first.stderr()[-2000:]
+
+
+REWARD_BY_MODE = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, mode="sk-strict-grading-mode-v2"):
+    return 1.0 if "strict" in mode else 2.0
+"""
+
+
+def test_workers_whose_kwargs_differ_in_values_that_look_like_keys_do_not_share_a_namespace(
+    procs: Procs, redis_url: str, ns: str, tmp_path: Path
+) -> None:
+    # Given a worker whose reward-function mode looks like an API key ("sk-" and 16 more characters)
+    reward = tmp_path / "by_mode.py"
+    reward.write_text(REWARD_BY_MODE)
+    strict, lenient = "sk-strict-grading-mode-v2", "sk-lenient-grading-mode-v1"
+    args = ["--reward-fn", str(reward), "--log-level", "INFO"]
+    first = procs.start(
+        worker_argv(redis_url, ns, "first-w", *args, "--reward-fn-kwargs", json.dumps({"mode": strict})), tag="w0"
+    )
+    wait_for(lambda: "worker first-w started" in first.stderr(), 120, "the first worker", procs=[first])
+    # When a second one starts on the namespace with another such mode
+    second = procs.start(
+        worker_argv(redis_url, ns, "second-w", *args, "--reward-fn-kwargs", json.dumps({"mode": lenient})), tag="w1"
+    )
+    # Then it exits 2, naming the kwarg that differs, saying it was masked, showing neither value
+    code, log = second.wait(120), second.stderr()
+    assert code == 2, log
+    [line] = [line for line in log.splitlines() if line.startswith("error:")]
+    assert "reward_kwargs.mode: *** <masked sha256:" in line and "first-w" in line, line
+    assert "masked: looks like a credential; its digest still counts" in line, line
+    assert strict not in log and lenient not in log and strict not in first.stderr(), log
+    assert "worker second-w started" not in log and "Traceback" not in log
+    # and neither value is stored in the namespace's record
+    assert strict not in json.dumps(_recorded(redis_url, ns)) and "*** <masked" in _recorded(redis_url, ns)["config"]
+    # and every reward comes from the recorded configuration
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    try:
+        keys = [client.put_trajectory(f"m{i}", "s", [text_output("42")], SAMPLE)[0] for i in range(20)]
+        results = client.wait_rewards(keys, timeout=120)
+    finally:
+        client.close()
+    assert {r.reward_score for r in results.values()} == {1.0} and {r.worker for r in results.values()} == {"first-w"}
+    assert first.terminate() == 0, first.stderr()[-2000:]
+
+
+KEYED_MANAGER = """
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rewardq.reward import RewardManager
+from rewardq.reward.options import ManagerOptions, option
+
+
+@dataclass(frozen=True)
+class KeyedOptions(ManagerOptions):
+    manager: ClassVar[str] = "keyed"
+
+    api_key: str | None = option(None, "The API key.", secret=True)
+    bonus: float = option(0.0, "Added to every reward.")
+
+
+class KeyedManager(RewardManager):
+    Options = KeyedOptions
+
+    def __init__(self, tokenizer, compute_score=None, *, context=None, options=None):
+        super().__init__(tokenizer, compute_score, context=context)
+        self.bonus = options.bonus
+
+    async def run_single(self, data):
+        return {"reward_score": 1.0 + self.bonus, "reward_extra_info": {}}
+"""
+
+
+def _logged(proc: Proc, line: str) -> bool:
+    return line in proc.stderr()
+
+
+def test_workers_that_differ_only_in_an_option_declared_secret_share_a_namespace(
+    procs: Procs, redis_url: str, ns: str, tmp_path: Path
+) -> None:
+    # Given a worker of a manager that declares api_key a credential
+    manager = tmp_path / "keyed.py"
+    manager.write_text(KEYED_MANAGER)
+    spec = ["--manager", f"{manager}:KeyedManager", "--log-level", "INFO"]
+    keys = ["sk-" + "a1" * 12, "sk-" + "b2" * 12]
+    workers = []
+    for i, key in enumerate(keys):
+        # When a second worker starts with another key (a rotation, one worker at a time)
+        opts = ["--manager-option", f"api_key={key}", "--manager-option", "bonus=0.5"]
+        workers.append(procs.start(worker_argv(redis_url, ns, f"k{i}", *spec, *opts), tag=f"k{i}"))
+        wait_for(partial(_logged, workers[-1], f"worker k{i} started"), 120, f"worker k{i}", procs=workers)
+    # Then both run, the record names the option left out, and no key is logged or stored
+    recorded = _recorded(redis_url, ns)
+    assert "secret=options.api_key (declared credentials: not counted)" in recorded["config"], recorded
+    for w in workers:
+        assert not any(k in w.stderr() for k in keys) and w.popen.poll() is None, w.stderr()[-2000:]
+    assert not any(k in json.dumps(recorded) for k in keys)
+    # But another bonus, even with the same key, is another configuration
+    other = procs.start(
+        worker_argv(redis_url, ns, "k2", *spec, "--manager-option", f"api_key={keys[0]}", "--manager-option", "bonus=1")
+    )
+    code, log = other.wait(120), other.stderr()
+    assert code == 2 and "options.bonus: 1 here, 0.5 recorded" in log, log
+    for w in workers:
+        assert w.terminate() == 0, w.stderr()[-2000:]
 
 
 def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url: str, ns: str, tmp_path: Path) -> None:
@@ -268,11 +374,11 @@ async def test_takeover_gates_of_one_configuration_agree_and_a_stale_one_replace
     ks = Keyspace(ns)
     old, new = ScoringFingerprint("a" * 16, "manager=naive"), ScoringFingerprint("b" * 16, "manager=dapo")
     try:
-        assert await FleetGate(client, ks, old).join()
+        assert await ScoringGate(client, ks, old).join()
         # a live worker of the old configuration holds the takeover back
         await client.hset(ks.worker("old-1"), mapping={"scoring": old.digest, "last_beat": "1"})  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
         await client.zadd(ks.workers, {"old-1": 1})
-        gates = [FleetGate(client, ks, new, takeover=True, poll=0.05) for _ in range(3)]
+        gates = [ScoringGate(client, ks, new, takeover=True, poll=0.05) for _ in range(3)]
         waiting = [asyncio.create_task(g.join()) for g in gates]
         await asyncio.sleep(0.5)
         assert not any(t.done() for t in waiting)
@@ -288,12 +394,12 @@ async def test_takeover_gates_of_one_configuration_agree_and_a_stale_one_replace
         assert (await recorded_scoring(client, ks)).digest == new.digest  # type: ignore[union-attr]
         # and a gate of the old configuration without --takeover is refused, naming both
         with pytest.raises(ScoringConflict, match=r"manager=dapo.*manager=naive"):
-            await FleetGate(client, ks, old).join()
+            await ScoringGate(client, ks, old).join()
         # a takeover gate asked to stop while it waits gives up without recording
         await client.hset(ks.worker("new-1"), mapping={"scoring": new.digest, "last_beat": "1"})  # type: ignore[misc]  # redis-py types asyncio hash commands as blocking ones
         await client.zadd(ks.workers, {"new-1": 1})
         stop = asyncio.Event()
-        gate = FleetGate(client, ks, old, takeover=True, stopping=stop.is_set, poll=0.05)
+        gate = ScoringGate(client, ks, old, takeover=True, stopping=stop.is_set, poll=0.05)
         task = asyncio.create_task(gate.join())
         await asyncio.sleep(0.2)
         stop.set()

@@ -16,10 +16,10 @@ import pytest
 
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import decode_output, encode_output
-from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.base import ManagerContext
+from rewardq.reward.judge.cache import judge_totals
 from rewardq.reward.judge.client import JudgeUnavailable
 from rewardq.reward.managers.genrm import GenRMRewardManager
 from tests.support.checks import must, per_output, single
@@ -239,6 +239,25 @@ async def test_the_token_bucket_is_charged_with_the_servers_usage(
     used = out["reward_extra_info"]["judge_prompt_tokens"] + out["reward_extra_info"]["judge_completion_tokens"]
     level = float(must(sync_redis.hget(Keyspace(ns).ratelimit("genrm"), "b:tpm:tokens")))
     assert 10_000 - used - 1 < level <= 10_000 - used + 200  # refilled a little since; the estimate was 1
+
+
+async def test_calls_started_together_take_their_estimate_first_and_go_out_as_the_bucket_refills(
+    genrm: MakeManager[GenRMRewardManager], judge: JudgeStandin
+) -> None:
+    # Given max_tpm 60,000 (a bucket of 1,000 tokens, refilled at 1,000 a second), an estimate of
+    # 1,000 tokens per call, and a judge that answers after 2 s
+    judge.control(delay=2.0)
+    m = await genrm(max_tpm=60_000, estimated_tokens_per_request=1000, limiter_name="reserve")
+    t0 = time.time()
+    # When 8 calls start at once
+    outs = await asyncio.gather(*(m.run_single(batch(f"grade=0.{i}")) for i in range(1, 9)))
+    # Then each took its estimate before it was sent: they reached the judge about one per refill
+    # of the bucket, not all 8 together (checking the bucket only before a call sent them all)
+    assert [single(o)["reward_score"] for o in outs] == [i / 10 for i in range(1, 9)]
+    arrivals = sorted(e["t"] for e in judge.call("/log") if e["t"] >= t0)
+    assert len(arrivals) == 8
+    first = sum(1 for t in arrivals if t < arrivals[0] + 0.5)
+    assert first <= 2 and arrivals[-1] - arrivals[0] >= 3.0, [round(t - arrivals[0], 2) for t in arrivals]
 
 
 def png(color: tuple[int, int, int]) -> bytes:

@@ -306,6 +306,8 @@ def test_answers_of_two_hundred_megabytes_cost_the_worker_no_more_than_the_cap(
     # Then those are errors naming the cap, the neighbour scores, and the worker's peak grew by less than 100 MB
     for key in keys[:2]:
         assert results[key].status == "error" and "max_answer_bytes" in (results[key].error or ""), results[key]
+    assert "its Content-Length announced 200,0" in (results[keys[0]].error or ""), results[keys[0]]
+    assert "it announced no length" in (results[keys[1]].error or ""), results[keys[1]]  # chunked
     assert results[keys[2]].reward_score == 0.5
     grown = _peak_rss_mb(w.pid) - before
     print(f"two 200 MB judge answers: worker peak RSS {before:.0f} MB -> +{grown:.1f} MB")

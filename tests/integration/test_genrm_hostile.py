@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from rewardq.queue.judge_cache import judge_totals
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.execution.budget import run_within_budget
+from rewardq.reward.judge.cache import judge_totals
 from rewardq.reward.judge.client import JudgeAnswerTooLarge, JudgeRateLimited
 from rewardq.reward.judge.scores import ScoreOutOfRange
 from rewardq.reward.managers.genrm import GenRMRewardManager

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from rewardq import RewardClient, defaults
-from rewardq.queue.keys import Keyspace
+from rewardq import RewardClient
+from rewardq.queue.keys import MAX_KEY_BYTES, Keyspace
 from tests.support.helpers import running_workers, until
 from tests.support.hostile import cases
 from tests.support.managers import LengthManager
@@ -69,7 +69,7 @@ async def test_every_hostile_case_ends_in_its_documented_state(
     # And every error key's trajectory has its dead letter; no dead letter keeps a giant key
     dead_tids = {f[b"tid"].decode() for f in dead}
     assert {k.rpartition("_")[0] for k in errors} <= dead_tids
-    assert max(len(f[b"key"]) for f in dead) <= defaults.MAX_KEY_BYTES + 1
+    assert max(len(f[b"key"]) for f in dead) <= MAX_KEY_BYTES + 1
     # And a conflict is logged, not dropped silently
     conflicts = [rec.getMessage() for rec in caplog.records if "(conflict)" in rec.getMessage()]
     assert any("a different record for key hfin_s_0" in m for m in conflicts), conflicts

@@ -15,8 +15,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from rewardq import RewardClient, defaults
+import pytest
+
+from rewardq import RewardClient
 from rewardq.queue.broker import StreamBroker
+from rewardq.queue.checks import MAX_OUTPUTS
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.states import FailureKind
@@ -28,9 +31,11 @@ from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
 
 MAXMEMORY = ["--maxmemory", "1gb", "--maxmemory-policy", "noeviction"]
-MAX = defaults.MAX_OUTPUTS
+MAX = MAX_OUTPUTS
 
 
+# alone: it compares Redis's PING answers under the worker's load with an idle control
+@pytest.mark.alone
 def test_worker_under_every_hostile_case_stays_correct_and_redis_stays_responsive(tmp_path: Path) -> None:
     with RedisServer(extra=MAXMEMORY) as srv, RedisServer() as control:
         ns = "hl"
@@ -104,6 +109,8 @@ async def _timed(call: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - t0
 
 
+# alone: it compares script run times of one record with another's, measured one after the other
+@pytest.mark.alone
 async def test_no_script_run_time_grows_with_a_record_controlled_number() -> None:
     with RedisServer(extra=MAXMEMORY) as srv:
         client = connect_async(srv.url)

@@ -122,6 +122,8 @@ async def test_a_long_but_legitimate_workload_never_starts_more_spares_than_the_
     assert pool.counters["retired"] == 0  # none left during the gaps
 
 
+# alone: the pool tells a computing call from a hung one by its share of a core, which other tests' work shrinks
+@pytest.mark.alone
 async def test_calls_that_compute_even_at_half_speed_start_no_spare(
     naive: Callable[..., NaiveRewardManager],
 ) -> None:

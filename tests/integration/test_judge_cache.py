@@ -1,4 +1,4 @@
-"""The judge answer cache (rewardq.queue.judge_cache) on the real Redis, and its in-process twin:
+"""The judge answer cache (rewardq.reward.judge.cache) on the real Redis, and its in-process twin:
 a hit sends nothing, one of two racing callers sends, a dead holder's claim lapses after its lease,
 a failed holder frees the claim at once, answers live for result_ttl, counters add up fleet-wide."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
-from rewardq.queue.judge_cache import JudgeCache, LocalJudgeCache, judge_totals
 from rewardq.queue.keys import Keyspace
+from rewardq.reward.judge.cache import JudgeCache, LocalJudgeCache, judge_totals
 from tests.support.sync_client import SyncClient
 
 
@@ -145,6 +145,9 @@ async def test_answers_live_for_result_ttl_and_counters_add_up(caches: Caches, s
             "cache_hits": 3,
             "prompt_tokens": 50,
             "completion_tokens": 5,
+            "aborted": 0,
+            "shared_hits": 0,
+            "saved_tokens": 0,
             "error_rate": round(1 / 3, 4),
         }
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from rewardq.ledger.table import sample_of
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.provenance import lookup
 from rewardq.reward.tokenizer import load_tokenizer
-from tests.support.helpers import open_test_worker, until, worker_config
+from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, until, worker_config
 from tests.support.ledger_rewards import CUSTOM, FAILING
 from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
 from tests.support.sync_client import SyncClient
@@ -27,7 +28,7 @@ from tests.support.sync_client import SyncClient
 async def _score_all(ns: str, url: str, trajs: list[dict[str, Any]], **kw: Any) -> tuple[dict[str, Any], Worker]:
     client = RewardClient.from_url(url, namespace=ns)
     keys = push_all(client, trajs)
-    w = await open_test_worker(worker_config(ns, url, reward_fn=REWARDS, **kw))
+    w = await open_test_worker(worker_config(ns, url, reward_fn=REWARDS, shutdown_grace=LEDGER_STOP_GRACE, **kw))
     task = asyncio.create_task(w.run())
     try:
         got: dict[str, Any] = {}
@@ -84,6 +85,9 @@ async def test_every_key_has_one_row_matching_its_result(
             assert final["score_ms"] > 0 and final["latency_ms"] > 0
         else:
             assert t["sample"]["data_source"] == FAILING and "no score for" in final["error"]
+            # an error result has its latency too, from the same put; the row is spooled just before it
+            latency = results[final["key"]].latency_ms
+            assert latency is not None and 0 <= final["latency_ms"] <= latency + 0.01
     # And the provenance blob each result names is in Redis, saying which scorer ran
     named = {r.provenance for r in results.values()}
     blobs = lookup(sync_redis, Keyspace(ns), sorted(named))
@@ -159,3 +163,49 @@ async def test_a_ledger_that_cannot_be_written_never_stops_scoring_and_says_so(
         await task
         client.close()
     assert set(read_table(str(blocker / "ledger"))["key"].to_pylist()) == set(keys)
+
+
+async def test_keys_the_intake_dead_letters_have_rows_too(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given a record that does not decode, and an entry delivered more often than max_deliveries
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    out = [{"prompt_ids": [1, 2], "response_ids": [3, 4]}]
+    sample = {"data_source": CUSTOM, "reward_model": {"ground_truth": "a"}}
+    (good,) = client.put_trajectory("fine", "s", out, sample)
+    sync_redis.xadd(ks.stream(0), {"key": "junk_s_0", "data": b"\x00garbage", "ts": "0"})
+    (tired,) = client.put_trajectory("tired", "s", out, sample)
+    with contextlib.suppress(Exception):  # the group exists once a producer or worker made it
+        sync_redis.xgroup_create(ks.stream(0), ks.group, id="0")
+    entries = sync_redis.xreadgroup(ks.group, "ghost", {ks.stream(0): ">"})
+    for _, items in entries:  # a dead consumer held them all; the tired one was delivered 9 times
+        for eid, fields in items:
+            retry = ["RETRYCOUNT", 9] if fields[b"key"] == tired.encode() else []
+            sync_redis.execute_command("XCLAIM", ks.stream(0), ks.group, "ghost", 0, eid, "IDLE", 600_000, *retry)
+    ledger = str(tmp_path / "ledger")
+    # When a worker with a ledger takes them (its reclaim finds all three) and stops
+    w = await open_test_worker(
+        worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger, max_deliveries=3, claim_idle=0.5)
+    )
+    task = asyncio.create_task(w.run())
+    keys = [good, "junk_s_0", tired]
+    try:
+        await until(lambda: all(client.get_rewards(keys).values()), "three results", timeout=60)
+    finally:
+        w.request_stop("test done")
+        await task
+    res = {k: v for k, v in client.get_rewards(keys).items() if v is not None}
+    assert res["junk_s_0"].status == "error" and res["junk_s_0"].failure_kind == "input"
+    assert res[tired].status == "error" and "delivered" in (res[tired].error or "")
+    # Then every key that got a result has its row: the dead letters' keys as errors of their kind
+    rows = {r["key"]: r for r in read_table(ledger).to_pylist()}
+    assert set(rows) == set(keys) and rows[good]["status"] == res[good].status
+    for key in ("junk_s_0", tired):
+        assert rows[key]["status"] == "error" and rows[key]["committed"] is True, rows[key]
+        assert rows[key]["failure_kind"] == res[key].failure_kind and rows[key]["error"] == res[key].error
+    # And a dead letter's error result has a latency from its entry's put (none for one without a put time)
+    latency = res[tired].latency_ms
+    assert latency is not None and 0 < rows[tired]["latency_ms"] <= latency + 0.01
+    assert res["junk_s_0"].latency_ms is None and rows["junk_s_0"]["latency_ms"] is None
+    client.close()

@@ -34,9 +34,11 @@ def test_the_ledger_benchmark_measures_cpu_and_latency_with_and_without_it(
     }
     assert rows[("provenance", "micro", rows_note(data))]["status"] == "ok"
     targets = {t["name"]: t for t in data["targets"]}
-    assert targets["ledger: worker CPU per trajectory (GSM8K)"]["verdict"] in ("PASS", "MISS")
+    assert targets["ledger: CPU per trajectory (GSM8K), the worker process"]["verdict"] in ("PASS", "MISS")
+    assert targets["ledger: CPU per trajectory (GSM8K), worker + flusher process"]["verdict"] in ("PASS", "MISS")
+    assert on["extra"]["flusher_cpu_ms"] > 0 and off["extra"]["flusher_cpu_ms"] == 0  # Parquet in its own process
     assert targets["ledger: latency p99 within the plain runs' noise"]["verdict"] in ("PASS", "MISS")
-    assert "ledger: worker CPU per trajectory" in proc.stdout
+    assert "ledger: CPU per trajectory" in proc.stdout
     assert not sync_redis.keys("rqbench-*ledger*")  # every key the run wrote is gone
 
 

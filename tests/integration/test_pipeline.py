@@ -184,12 +184,14 @@ async def test_own_process_worker_freezes_the_start_up_heap_before_it_reads(
     # recorded, not done, so the test process's heap is left alone
     import gc
 
+    from rewardq.consumers.process import GC_YOUNG_THRESHOLD
     from tests.support.helpers import worker_config
 
     seen: list[str] = []
     w = await open_test_worker(worker_config(ns, redis_url, name="frozen"), manager=length_manager)
     monkeypatch.setattr(gc, "collect", lambda: seen.append("collect"))
     monkeypatch.setattr(gc, "freeze", lambda: seen.append("freeze"))
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: seen.append(f"threshold {t[0]}"))
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
     task = asyncio.create_task(w.run(freeze_heap=True))
     # When it scores a trajectory and stops
@@ -198,8 +200,9 @@ async def test_own_process_worker_freezes_the_start_up_heap_before_it_reads(
     w.request_stop("test done")
     await task
     await client.aclose()
-    # Then it collected and froze once (after it was open: the manager set up), and still scored
-    assert seen == ["collect", "freeze"]
+    # Then it collected, froze and raised the young threshold once (after it was open: the
+    # manager set up), and still scored
+    assert seen == ["collect", "freeze", f"threshold {max(gc.get_threshold()[0], GC_YOUNG_THRESHOLD)}"]
     assert got[keys[0]].ok
     # And a worker embedded in someone else's process (the default) never touches the GC
     seen.clear()

@@ -63,6 +63,7 @@ def _check_short(err: BaseException) -> str:
     assert isinstance(err, RewardqError) and isinstance(err, PutError)
     assert len(text) < 1000, len(text)
     assert MARK.to_bytes(4, "little").decode("latin-1") not in text and "\\x" not in text
+    assert "XADD" not in text.upper() and "Command #" not in text and "pipeline" not in text  # no command quoted
     assert err.__cause__ is None and err.__suppress_context__
     return text
 
@@ -117,8 +118,17 @@ async def test_the_async_client_raises_the_same_errors() -> None:
             await client.put_output("x", "s", 0, _outputs(1, 250_000)[0], SAMPLE)
         for err in (traj.value, one.value):
             assert "maxmemory" in _check_short(err)
+        assert traj.value.keys == [f"big_s_{i}" for i in range(3)] and one.value.keys == ["x_s_0"]
         assert r.xlen(Keyspace("aoom").stream(0)) == 0
         await client.aclose()
+        # And a fresh client, on this namespace or a new one, names the keys of its refused call too
+        for ns in ("aoom", "anew"):
+            fresh = AsyncRewardClient.from_url(srv.url, namespace=ns)
+            with pytest.raises(RedisOutOfMemory) as first:
+                await fresh.put_trajectory("y", "s", _outputs(2, 250_000), SAMPLE)
+            assert first.value.keys == ["y_s_0", "y_s_1"], (ns, first.value)
+            _check_short(first.value)
+            await fresh.aclose()
 
 
 def test_a_stalled_redis_is_a_timeout_that_says_a_retry_is_safe() -> None:

@@ -16,7 +16,7 @@ from rewardq.ledger.read import read_table
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.provenance import lookup
 from tests.support.cli_procs import Procs
-from tests.support.helpers import open_test_worker, until, worker_config
+from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, until, worker_config
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
 from tests.support.reward_server import FakeRewardServer, rm_tokenizer_folder
@@ -81,7 +81,11 @@ async def test_results_of_every_manager_carry_their_provenance(
     client = RewardClient.from_url(redis_url, namespace=ns)
     outs = [text_output("let me think"), text_output("6*7 = 42\n#### 42")]
     keys = client.put_trajectory("u1", "s", outs, SAMPLE)
-    w = await open_test_worker(worker_config(ns, redis_url, manager=spec, manager_options=options, ledger=ledger))
+    w = await open_test_worker(
+        worker_config(
+            ns, redis_url, manager=spec, manager_options=options, ledger=ledger, shutdown_grace=LEDGER_STOP_GRACE
+        )
+    )
     task = asyncio.create_task(w.run())
     try:
         await until(lambda: all(v is not None for v in client.get_rewards(keys).values()), "results", timeout=60)
@@ -122,7 +126,11 @@ async def test_a_replay_reuses_the_judges_kept_answers_and_asks_anew_when_the_ju
     for i in range(6):
         answer = f"#### 42 (try {i})" if i % 2 else f"I think 41 (try {i})"  # six distinct requests
         keys += client.put_trajectory(f"j{i}", "s", [text_output(answer)], SAMPLE)
-    w = await open_test_worker(worker_config(ns, redis_url, manager="genrm", manager_options=options, ledger=ledger))
+    w = await open_test_worker(
+        worker_config(
+            ns, redis_url, manager="genrm", manager_options=options, ledger=ledger, shutdown_grace=LEDGER_STOP_GRACE
+        )
+    )
     task = asyncio.create_task(w.run())
     try:
         await until(lambda: all(v is not None for v in client.get_rewards(keys).values()), "results", timeout=60)

@@ -10,6 +10,7 @@ import pytest
 
 from rewardq import AsyncRewardClient
 from rewardq.errors import RewardTimeout
+from rewardq.producers.reading import parse_results
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
 from tests.support.helpers import SAMPLE, output, running_workers
@@ -95,3 +96,52 @@ async def test_waiters_that_start_together_share_one_watcher(
     assert all(res[f"a{t}_s_0"].reward_score == float(t % 5 + 1) for t, res in enumerate(waited))
     await client.aclose()
     assert watchers() == 0
+
+
+async def test_one_read_of_the_trajectory_gives_what_each_result_hash_holds(
+    ns: str, redis_url: str, sync_redis: SyncClient, length_manager: LengthManager
+) -> None:
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+    async with running_workers(ns, redis_url, [length_manager]):
+        outs = [output(4, 3, seed=1), output(5, 2, seed=2), output(3, 6, seed=3)]
+        keys, results = await client.put_trajectory_and_wait("one", "s", outs, SAMPLE, timeout=30)
+    ks = Keyspace(ns)
+    # The per-key hashes stay the results' home: what redis-cli HGETALL shows of each key
+    assert parse_results(keys, [sync_redis.hgetall(ks.reward_key(k)) for k in keys]) == results
+    assert [r.reward_score for r in results.values()] == [6.0] * 3
+    # And the trajectory's hash holds the same result once, for every key
+    h = sync_redis.hgetall(ks.traj_key("one_s"))
+    assert h[b"result_rows"] == b"1" and h[b"result:0:status"] == b"ok" and b"result:1:status" not in h
+    assert await client.get_rewards(keys) == results
+    # A trajectory without that copy (results written by fail or expire) is read key by key
+    sync_redis.execute_command("HDEL", ks.traj_key("one_s"), "result_rows")
+    assert await client.get_rewards(keys) == results
+    await client.aclose()
+
+
+async def test_a_small_shared_result_comes_with_the_announcement_and_needs_no_read(
+    ns: str, redis_url: str, sync_redis: SyncClient, length_manager: LengthManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+    reads: list[list[str]] = []
+    real = client.get_rewards
+
+    async def counting(keys: Iterable[str]) -> dict[str, RewardResult | None]:
+        keys = list(keys)
+        reads.append(keys)
+        return await real(keys)
+
+    monkeypatch.setattr(client, "get_rewards", counting)
+    async with running_workers(ns, redis_url, [length_manager]):
+        outs = [output(4, 3, seed=1), output(5, 2, seed=2), output(3, 6, seed=3)]
+        keys, results = await client.put_trajectory_and_wait("told", "s", outs, SAMPLE, timeout=30)
+    ks = Keyspace(ns)
+    assert reads == []  # the done entry carried the result
+    assert parse_results(keys, [sync_redis.hgetall(ks.reward_key(k)) for k in keys]) == results
+    assert [r.reward_score for r in results.values()] == [6.0] * 3
+    results[keys[0]].reward_extra_info["changed"] = True  # each key's extra info is its own
+    assert "changed" not in results[keys[1]].reward_extra_info
+    entry = sync_redis.xrange(ks.done(0))[-1][1]
+    assert entry[b"result_rows"] == b"1" and entry[b"result:0:status"] == b"ok"
+    assert not client._announced  # forgotten once its waiter has it
+    await client.aclose()

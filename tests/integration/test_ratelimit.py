@@ -21,11 +21,10 @@ import redis.asyncio as aioredis
 from rewardq.errors import ConfigError
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.ratelimit import FleetRateLimiter, LocalRateLimiter, bucket_take
+from tests.conftest import REDIS_URL
 from tests.support.checks import must
 from tests.support.cli_procs import REPO
 from tests.support.helpers import PeakCounter
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture
@@ -176,6 +175,14 @@ async def test_a_key_poisoned_before_the_bound_is_read_within_it_and_its_ttl_cut
     assert await lim.try_request() == 0.0
     await lim.charge_tokens(1)
     assert 0 < await redis.pttl(key) <= 121_100
+
+
+async def test_a_reservation_is_settled_up_or_down_and_never_past_a_full_bucket(make: MakeLimiter) -> None:
+    lim = make(max_tpm=6000, max_concurrent=None)  # bucket of 100 tokens, 100 tokens per second
+    assert await lim.acquire_tokens(80) == 0.0  # reserved before the call
+    assert await lim.charge_tokens(30) == pytest.approx(-10, abs=5)  # it cost 110: 30 more
+    assert await lim.charge_tokens(-60) == pytest.approx(50, abs=5)  # another reserved 60 too many
+    assert await lim.charge_tokens(-10_000) == pytest.approx(100)  # given back: full, never more
 
 
 async def test_acquire_sleeps_until_allowed_and_counts_waits(make: MakeLimiter) -> None:

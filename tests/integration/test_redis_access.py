@@ -75,11 +75,11 @@ def test_worker_started_before_redis_waits_visibly_then_serves(tmp_path: Path) -
     # without one (the default: forever): waits, then starts once Redis is up
     w = WorkerProcess(url, "early", cli=True, log_dir=tmp_path, name="waits", manager="naive")
     try:
-        assert w.wait_for_log("redis not reachable yet (attempt 2", 120), w.log()
+        assert w.wait_for_log("still not reachable (attempt 2", 120), w.log()
         assert w.proc.poll() is None  # still waiting, not exited
         with RedisServer(port=port):
             assert w.wait_for_log("worker waits started", 120), w.log()
             assert w.terminate() == 0
     finally:
         w.kill()
-    assert "of forever" in w.log()
+    assert "waiting forever" in w.log() and "of forever" in w.log()

@@ -1,12 +1,15 @@
 """No result can take down the shared Redis or its neighbours' commits: real Redis, real workers.
 
 * A reward function returning 10 MiB of extra info for a 300-output trajectory: Redis stays up
-  and small, PING stays fast, the key gets an error naming ``max_result_bytes``, the good
+  and small, PING stays fast, the key gets an error naming the scorer process's reply limit
+  (8 x ``max_result_bytes``), the good
   trajectories beside it are correct; a large but legal result on 300 keys is committed in
   bounded chunks, all keys appearing at once.
 * A self-referencing, too deep, or ambiguous extra info among 300 good trajectories fails only
   its own trajectory (naming the problem): every good one scores on its first delivery.
 * A chunked commit is invisible until its last chunk, which also acknowledges.
+* A reward function returning 1 GiB of extra info is refused in its scorer process: the worker's
+  resident memory does not grow.
 
 The memory-hungry case runs on a throwaway ``redis-server --maxmemory 2gb --maxmemory-policy
 noeviction`` with a PING sampler in its own process; the others on the shared Redis in their own
@@ -63,7 +66,9 @@ def _used_memory_peak(r: Any) -> int:
     return int(r.info("memory")["used_memory_peak"])
 
 
+# alone: it compares Redis's PING answers under the commits with an idle phase before them
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(tmp_path: Path) -> None:
     with RedisServer(extra=MAXMEMORY) as srv:
         ns = "big"
@@ -109,10 +114,11 @@ def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(
     assert alive and peak < 1 * GB, peak
     assert sampler.result["samples"] > 50
     assert sampler.result["worst_ms"] < max(1000.0, 20 * idle.result["worst_ms"]), (idle.result, sampler.result)
-    # And every key of the 10 MiB trajectory has an error naming max_result_bytes and the size
+    # And every key of the 10 MiB trajectory has an error naming the limit: the scorer process
+    # refused to send back more than 8 x max_result_bytes (8 MiB)
     assert {x.status for x in bad.values()} == {"error"}
     reason = bad[blob[-1]].error
-    assert "max_result_bytes=1,048,576" in (reason or "") and "at least 10,485," in (reason or ""), reason
+    assert "8,388,608 bytes a scorer process may send back" in (reason or "") and "max_result_bytes" in (reason or "")
     # And the good trajectories are correct
     assert {k: (x.status, x.reward_score) for k, x in got.items()} == {k: ("ok", v) for k, v in want.items()}
     # And the legal 270 MB result reached every key, published once, nothing left staged
@@ -255,3 +261,49 @@ async def test_a_commit_script_refuses_to_write_more_than_its_byte_budget(ns: st
             await broker.scripts.run("commit", keys_, args)
     finally:
         await r.aclose()
+
+
+def _kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for process {pid}")
+
+
+@pytest.mark.slow
+def test_a_1_gib_extra_info_is_refused_in_its_scorer_process_and_costs_the_worker_little(tmp_path: Path) -> None:
+    with RedisServer(extra=MAXMEMORY) as srv:
+        ns = "gib"
+        client = RewardClient.from_url(srv.url, namespace=ns)
+        worker = WorkerProcess(
+            srv.url,
+            ns,
+            cli=True,
+            log_dir=tmp_path,
+            manager="naive",
+            tokenizer="builtin:demo",
+            reward_fn=REWARD_FN,
+            scorer_processes=1,
+        )
+        try:
+            assert worker.wait_for_log(f"worker {worker.name} started", 120), worker.log()
+            warm = client.wait_rewards(_good(client, "w", 3), timeout=120)  # every lazy import done
+            # Given the worker's resident memory now, its peak reset to it
+            rss0 = _kib(worker.pid, "VmRSS")
+            Path(f"/proc/{worker.pid}/clear_refs").write_text("5")
+            # When its reward function returns 1 GiB of extra info for a trajectory
+            keys = _trajectory(client, "gib", "blob:1024", 3)
+            got = client.wait_rewards(keys, timeout=300)
+            peak = _kib(worker.pid, "VmHWM")
+            after = client.wait_rewards(_good(client, "a", 3), timeout=120)
+        finally:
+            worker.terminate(60)
+            client.close()
+    growth_mb = (peak - rss0) * 1024 / 1e6
+    print(f"\n1 GiB of extra info: worker RSS {rss0 * 1024 / 1e6:.0f} MB, peak after {peak * 1024 / 1e6:.0f} MB")
+    # Then the worker's memory grew by under 100 MB: the result never crossed the pipe
+    assert growth_mb < 100, growth_mb
+    # And every key has an error naming the limit, and the worker scores on
+    assert {x.status for x in got.values()} == {"error"}
+    assert all("8,388,608 bytes a scorer process may send back" in (x.error or "") for x in got.values()), got
+    assert {x.status for x in (warm | after).values()} == {"ok"}

@@ -1,8 +1,10 @@
-"""The SeqPO-SiMT example: a reward that needs every output of the trajectory."""
+"""The SeqPO-SiMT example (tests/support/seqpo_simt): a reward that needs every output of the
+trajectory, scored by real workers and discovered through an entry point as a package's would be."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,13 +14,15 @@ from rewardq import RewardClient
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ScoringError
 from rewardq.queue.codec import decode_output, encode_output
-from rewardq.reward.examples.seqpo_simt import SeqPOSiMTManager, fused_reward
-from rewardq.reward.examples.simt_data import make_simt_trajectories
-from rewardq.reward.examples.simt_metrics import average_lagging, chrf
-from rewardq.reward.registry import get_manager_class, known_managers
+from rewardq.reward.registry import ENTRY_POINT_GROUP, get_manager_class, known_managers
 from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
 from tests.support.checks import must, per_output, single
+from tests.support.entry_points import installed_entry_points
 from tests.support.helpers import running_workers
+from tests.support.seqpo_simt import ENTRY_POINT
+from tests.support.seqpo_simt.data import make_simt_trajectories
+from tests.support.seqpo_simt.manager import SeqPOSiMTManager, fused_reward
+from tests.support.seqpo_simt.metrics import average_lagging, chrf
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +105,11 @@ async def test_bad_step_data_is_a_clear_scoring_error(tok: Tokenizer) -> None:
         await SeqPOSiMTManager(tok).run_single(_batch(traj))
 
 
-def test_discovered_through_entry_point() -> None:
-    assert "seqpo_simt" in known_managers()
-    assert get_manager_class("seqpo_simt") is SeqPOSiMTManager
+def test_discovered_through_entry_point(tmp_path: Path) -> None:
+    assert "seqpo_simt" not in known_managers()  # rewardq itself ships no example
+    with installed_entry_points(tmp_path, ENTRY_POINT_GROUP, ENTRY_POINT):
+        assert "seqpo_simt" in known_managers()
+        assert get_manager_class("seqpo_simt") is SeqPOSiMTManager
 
 
 @pytest.mark.parametrize("per_step", [False, True])
@@ -112,7 +118,7 @@ async def test_scored_end_to_end_through_workers(ns: str, redis_url: str, tok: T
     client = RewardClient.from_url(redis_url, namespace=ns)
     all_keys = {t["uid"]: client.put_trajectory(t["uid"], t["session_id"], t["outputs"], t["sample"]) for t in trajs}
     managers = [SeqPOSiMTManager(tok, per_step=per_step), SeqPOSiMTManager(tok, per_step=per_step)]
-    async with running_workers(ns, redis_url, managers, manager="seqpo_simt"):
+    async with running_workers(ns, redis_url, managers, manager=ENTRY_POINT["seqpo_simt"]):
         res = await asyncio.to_thread(client.wait_rewards, [k for ks in all_keys.values() for k in ks], 30)
     for t in trajs:
         scores = [must(res[k].reward_score) for k in all_keys[t["uid"]]]

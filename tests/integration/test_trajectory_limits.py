@@ -162,8 +162,8 @@ async def test_keep_records_keeps_them_for_that_long_only_then_retry_restores_th
 
 
 async def test_a_retry_without_kept_records_says_what_to_do(ns: str, redis_url: str, sync_redis: SyncClient) -> None:
-    from rewardq.ops.deadletters import describe_retry
-    from rewardq.queue.deadletters import DeadLetters
+    from rewardq.ops.deadletters.commands import describe_retry
+    from rewardq.ops.deadletters.stream import DeadLetters
 
     client = RewardClient.from_url(redis_url, namespace=ns)
     await _end_four_ways(ns, redis_url, sync_redis, client)

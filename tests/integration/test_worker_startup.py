@@ -16,7 +16,7 @@ STEPS = (
     "importing torch, tensordict and the reward managers",
     "loading the tokenizer (builtin:demo)",
     "building the naive manager",
-    "connecting to Redis at redis://127.0.0.1:6379/0",
+    "connecting to Redis at {redis_url}",
     "agreeing on the namespace's scoring configuration",
     "setting up the naive manager",
     "starting the scorer processes",
@@ -31,7 +31,7 @@ def test_startup_steps_are_logged_in_order_with_their_times(
     assert w.terminate() == 0
     log = w.stderr()
     at = []
-    for step in STEPS:
+    for step in (s.format(redis_url=redis_url) for s in STEPS):
         begin = log.index(f"start-up: {step} ...")
         done = re.search(re.escape(f"start-up: {step}: done in ") + r"\d+\.\ds", log)
         assert done and done.start() > begin, (step, log[-3000:])

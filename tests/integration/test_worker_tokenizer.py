@@ -3,7 +3,8 @@
 * ``rewardq worker`` without ``--tokenizer`` (flag, REWARDQ_TOKENIZER, config) exits 2 naming it, with
   and without ``--processes``, before it waits for Redis;
 * a Hub id is read from the local Hugging Face cache offline (here without transformers, through
-  huggingface_hub); one that is not cached exits 2 naming it and how to get it;
+  huggingface_hub), with no network attempt even when offline mode is not set; one that is not
+  cached exits 2 at once naming it and how to fill the cache;
 * records carrying another tokenizer's fingerprint get an error result for every key of their
   trajectory naming both tokenizers (dead letter kind ``tokenizer``); records carrying the worker's
   own, or none, are scored.
@@ -22,12 +23,13 @@ from rewardq.producers.aio import AsyncRewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
 from rewardq.reward.factory import build_manager
-from rewardq.reward.fingerprint import tokenizer_fingerprint
 from rewardq.reward.tokenizer import DEMO_PATH, load_tokenizer
+from rewardq.reward.tokenizer_fingerprint import tokenizer_fingerprint
 from tests.support.checks import must
 from tests.support.cli_procs import Procs, wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.hf_cache import fake_hub_cache
+from tests.support.no_network import NetworkTrap
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
 
@@ -59,27 +61,36 @@ def test_no_tokenizer_exits_2_naming_the_flag(procs: Procs, extra: Any, env: dic
 def test_a_hub_id_comes_from_the_local_cache_offline(
     procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
 ) -> None:
+    """Offline mode is not set: the worker stays off the network by itself (the trap counts every try)."""
     home = tmp_path / "hf"
     config = json.dumps({"eos_token": "<|im_end|>"}).encode()
     fake_hub_cache(home, "acme/policy-7b", {"tokenizer.json": DEMO_PATH.read_bytes(), "tokenizer_config.json": config})
-    env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    worker = procs.start(worker_argv(redis_url, ns, "hub", tokenizer="acme/policy-7b"), env=env, tag="hub")
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:hub"), 240, "the worker", procs=[worker])
-    assert worker.terminate() == 0
+    with NetworkTrap() as trap:
+        env = {"HF_HOME": str(home), **trap.env}
+        worker = procs.start(worker_argv(redis_url, ns, "hub", tokenizer="acme/policy-7b"), env=env, tag="hub")
+        wait_for(lambda: sync_redis.exists(f"{ns}:worker:hub"), 240, "the worker", procs=[worker])
+        assert worker.terminate() == 0
+    assert trap.connections == 0
 
 
 @pytest.mark.slow
-def test_a_hub_id_not_in_the_cache_exits_2_naming_it(procs: Procs, tmp_path: Path) -> None:
-    env = {"HF_HOME": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
-    rc, proc = procs.run(
-        ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--tokenizer", "acme/not-here"],
-        env=env,
-        timeout=60,
-    )
+def test_a_hub_id_not_in_the_cache_exits_2_at_once_naming_it(procs: Procs, tmp_path: Path) -> None:
+    """An empty HF_HOME, no offline mode, no network reach: exit 2 before torch is imported, with no
+    network attempt (transformers' retries took ~55 s), saying how to fill the cache."""
+    with NetworkTrap() as trap:
+        env = {"HF_HOME": str(tmp_path / "empty"), **trap.env}
+        rc, proc = procs.run(
+            ["worker", "--redis-url", UNREACHABLE, "--namespace", "t-never", "--tokenizer", "acme/not-here"],
+            env=env,
+            timeout=60,
+        )
     err = proc.stderr()
     assert rc == 2, err[-2000:]
-    assert "acme/not-here" in err and "not in the local Hugging Face cache" in err and "offline mode" in err
-    assert "hf download acme/not-here" in err and "--tokenizer" in err
+    assert "acme/not-here" in err and "not in the local Hugging Face cache" in err and "HF_HUB_OFFLINE" in err
+    assert "hf download acme/not-here" in err and "huggingface-cli download acme/not-here" in err
+    assert "--tokenizer" in err
+    assert "importing torch" not in err  # refused before the slow imports
+    assert trap.connections == 0
 
 
 async def test_records_of_another_tokenizer_get_an_error_for_every_key(

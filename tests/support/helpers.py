@@ -28,6 +28,13 @@ FAST: dict[str, Any] = dict(
 )
 
 
+#: The ``shutdown_grace`` of a test worker whose ledger the test reads once it stops: a stopping worker
+#: writes its spooled trajectories within its grace, and its flusher process (a new interpreter that
+#: imports pyarrow) can take longer than FAST's 5 s to start on a loaded CI machine; past the grace the
+#: rows are left for the next worker, which such a test does not start.
+LEDGER_STOP_GRACE = 60.0
+
+
 def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
     """A quick test worker's settings; it decodes with the demo tokenizer, asked for by name as a worker
     must (there is no default tokenizer), unless ``tokenizer`` says otherwise."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from rewardq import defaults
+from rewardq.queue.checks import MAX_OUTPUTS
 from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace
 
@@ -111,8 +111,8 @@ def cases(
         ),
         invalid(
             "index just past max_outputs, raw",
-            f"{p}edge_s_{defaults.MAX_OUTPUTS}",
-            lambda: raw_record(f"{p}edge", "s", defaults.MAX_OUTPUTS),
+            f"{p}edge_s_{MAX_OUTPUTS}",
+            lambda: raw_record(f"{p}edge", "s", MAX_OUTPUTS),
             "is too large",
         ),
         invalid("index -1, raw", f"{p}neg_s_0", lambda: raw_record(f"{p}neg", "s", -1), "index: must be >= 0"),

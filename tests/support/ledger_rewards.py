@@ -9,6 +9,7 @@ scores 1.0 - its old score. Replaying a ledger with it changes exactly those rew
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rewardq.reward.scoring import default_compute_score
@@ -42,3 +43,9 @@ def compute_score_v2(data_source: str, solution_str: str, ground_truth: Any, ext
     if changed(data_source, extra_info):
         return float(base) + 0.5
     return base
+
+
+def compute_score_slow(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> Any:
+    """``compute_score``, 0.2 s later: a replay that is still running when a test interrupts it."""
+    time.sleep(0.2)
+    return compute_score(data_source, solution_str, ground_truth, extra_info)

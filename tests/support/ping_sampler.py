@@ -2,13 +2,16 @@
 
     python -m tests.support.ping_sampler redis://127.0.0.1:PORT/0 [redis://127.0.0.1:OTHER/0]
 
-Runs until its standard input closes, then prints one JSON object about the first server:
-``samples``, ``worst_ms``, ``over_100ms`` (how many took longer), ``slow_share`` (that count over
-``samples``), ``excess_share`` (the time spent beyond 100 ms in slow answers, over the run's wall
-time: a one-second freeze counts a second, however few samples it stopped) and the five slowest
-``(unix time, ms)``. With a second URL (a **control**: an idle server on the same machine) it
-PINGs both in turn and adds the same figures for the control under ``control``, so a test can
-tell what its own load did to Redis from what a busy machine did to every process at that time.
+Prints ``sampling`` once its first PINGs were answered (:class:`PingSampler` waits for that line, so
+a loaded machine's slow interpreter start-up is never a window without samples), runs until its
+standard input closes, then prints one JSON object about the first server:
+``samples``, ``worst_ms``, ``p99_ms`` (the sample 1 % of them are slower than), ``over_100ms``
+(how many took longer), ``slow_share`` (that count over ``samples``), ``excess_share`` (the time
+spent beyond 100 ms in slow answers, over the run's wall time: a one-second freeze counts a
+second, however few samples it stopped) and the five slowest ``(unix time, ms)``. With a second
+URL (a **control**: an idle server on the same machine) it PINGs both in turn and adds the same
+figures for the control under ``control``, so a test can tell what its own load did to Redis from
+what a busy machine did to every process at that time.
 Its own process keeps the test's Python work (and its GIL) out of the measurement.
 """
 
@@ -33,6 +36,7 @@ def summary(times: list[tuple[float, float]], wall_ms: float) -> dict[str, Any]:
     return {
         "samples": len(times),
         "worst_ms": slow[0][1] if slow else None,
+        "p99_ms": slow[len(slow) // 100][1] if slow else None,
         "over_100ms": len(over),
         "slow_share": len(over) / len(times) if times else 0.0,
         "excess_share": sum(ms - SLOW_MS for ms in over) / wall_ms if wall_ms > 0 else 0.0,
@@ -50,6 +54,9 @@ def main(url: str, control_url: str | None = None) -> None:
 
     threading.Thread(target=wait_for_stdin, daemon=True).start()
     times: list[list[tuple[float, float]]] = [[] for _ in targets]
+    for r in targets:
+        r.ping()  # connected
+    print("sampling", flush=True)
     start = time.perf_counter()
     while not done.is_set():
         for r, got in zip(targets, times):
@@ -80,13 +87,15 @@ class PingSampler:
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(0.3)  # connected and sampling
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "sampling"  # connected and sampling
         return self
 
     def __exit__(self, *exc: Any) -> None:
         assert self.proc is not None
         out, _ = self.proc.communicate("", timeout=30)
-        self.result = json.loads(out) if out.strip() else {}
+        lines = [line for line in out.splitlines() if line.strip()]
+        self.result = json.loads(lines[-1]) if lines else {}
 
 
 if __name__ == "__main__":

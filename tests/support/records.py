@@ -14,7 +14,8 @@ from tensordict import TensorDict
 
 from rewardq.consumers.batch import build_batch
 from rewardq.queue.codec import OutputRecord
-from rewardq.reward.tokenizer import FastTokenizer, load_tokenizer
+from rewardq.reward.tokenizer import load_tokenizer
+from rewardq.reward.tokenizer_backends import FastTokenizer
 
 _demo = load_tokenizer("builtin:demo")
 assert isinstance(_demo, FastTokenizer)  # the demo tokenizer: tests use its eos_token_id and backend too

@@ -68,3 +68,22 @@ def test_per_package_counts_and_the_bound_set_the_exit_code(tmp_path: Path, caps
     out = capsys.readouterr()
     assert "25.0 %" in out.out and "above the bound of 4 %" in out.err
     assert main(["--max", "30", str(pkg)]) == 0
+
+
+def test_signature_share_counts_parameters_and_returns_that_name_any_anywhere() -> None:
+    # Given the same sample, signatures only (variables left out):
+    #   f: a, b, *args, c, **kw, return = 6 (naming Any: all but b = 5); m: v, return = 2 (v = 1);
+    #   n: return = 1 (1)
+    count = count_source(SAMPLE)
+    assert count.signatures == 9
+    assert count.signatures_with_any == 7
+    assert count.signature_percent == pytest.approx(100 * 7 / 9)
+
+
+def test_the_signature_bound_sets_the_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("from typing import Any\ndef f(a: dict[str, Any], b: int) -> None:\n    pass\n")
+    # a, b and the return: one of three names Any (33 %), and none is a bare Any
+    assert main(["--max-signature", "30", str(src)]) == 1
+    assert "33.3 % of signature annotations name Any" in capsys.readouterr().err
+    assert main(["--max-signature", "40", str(src)]) == 0

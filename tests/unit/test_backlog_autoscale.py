@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.errors import ConfigError
-from rewardq.integrations.autoscale import Autoscale, Autoscaler
+from rewardq.integrations.ray.autoscale import Autoscale, Autoscaler
 from rewardq.queue.reads import backlog_status, drain_estimate, shard_figures
 
 

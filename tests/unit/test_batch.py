@@ -199,3 +199,19 @@ def test_valid_ids_without_length_columns_read_the_attention_mask(fast: bool, dr
     # And a row of several is refused
     with pytest.raises(ValueError, match="one row"):
         valid_response_ids(td[:2])
+
+
+@pytest.mark.parametrize("lengths", [(5, 9), (0, 7), (6, 0), (0, 0)])
+@pytest.mark.parametrize("logprobs", [False, True])
+def test_one_output_batch_is_the_general_layout(lengths: tuple[int, int], logprobs: bool) -> None:
+    # Given one output (the final row a built-in manager reads is built on its own)
+    (rec,) = records([lengths], logprobs=logprobs)
+    # When its batch is built alone, and as the last of two identical rows (the general path)
+    alone, general = build_batch([rec]), build_batch([rec, rec])[-1:]
+    # Then every tensor is the same: values, dtype, shape, and each its own writable copy
+    for key in general.keys():
+        if isinstance(general[key], torch.Tensor):
+            assert alone[key].dtype == general[key].dtype and torch.equal(alone[key], general[key]), key
+    assert set(alone.keys()) == set(general.keys())
+    ptrs = {alone[k].data_ptr() for k in alone.keys() if isinstance(alone[k], torch.Tensor) and alone[k].numel()}
+    assert len(ptrs) == sum(1 for k in alone.keys() if isinstance(alone[k], torch.Tensor) and alone[k].numel())

@@ -12,7 +12,8 @@ import torch
 
 from rewardq.reward.execution.decoding import BatchDecoder
 from rewardq.reward.managers.naive import NaiveRewardManager
-from rewardq.reward.tokenizer import batch_decoder, load_demo_tokenizer
+from rewardq.reward.tokenizer import load_demo_tokenizer
+from rewardq.reward.tokenizer_backends import batch_decoder
 from tests.support import records
 
 TOK = load_demo_tokenizer()

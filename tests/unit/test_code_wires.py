@@ -27,8 +27,9 @@ def _load(name: str) -> Any:
 
 
 asserts = _load("harness_asserts")
+compiler = _load("harness_test_compiler")
 wires_mod = _load("harness_wires")
-HOOKS = {k: f"h_{k}" for k in ("check", "cmp", "chain", "truth", "enter")}
+HOOKS = {k: f"rq_h_{k}" for k in asserts.HOOKS}
 
 
 class Trips:
@@ -56,11 +57,48 @@ def _run_tests(text: str, space: dict[str, Any]) -> tuple[Any, Any, Trips, str]:
     wires, trips = _wires()
     run = asserts.Run({"fn_name": None}, 0, wires)
     run.hooks = HOOKS
-    tests = asserts.compile_tests(text, HOOKS)
+    tests = compiler.compile_tests(text, HOOKS)
     test_space = dict(space)
     test_space.update(run.hook_functions(tests.names))
     error = run.test(tests, test_space)
     return tests, run, trips, error
+
+
+_UNITTEST = (
+    "import io, unittest\n"
+    "class T(unittest.TestCase):\n"
+    "    def test_a(self):\n"
+    "        self.assertEqual(f(), 3)\n"
+    "        assert f() > 0\n"
+    "    def test_b(self):\n"
+    "        self.assertIn(f(), [3])\n"
+    "unittest.TextTestRunner(stream=io.StringIO()).run(unittest.defaultTestLoader.loadTestsFromTestCase(T))\n"
+)
+
+
+def test_unittest_assertions_count_as_assertions_inside_a_class_body() -> None:
+    # the hooks are called from methods of a class: their names survive the class's name mangling
+    tests, run, trips, error = _run_tests(_UNITTEST, _program("def f():\n    return 3"))
+    assert (error, run.failed, trips.fired) == ("", [], [])
+    assert run.ran == {0, 1, 2} and tests.due(run.entered) == [0, 1, 2] and tests.skipped(run.entered) == 0
+
+
+def test_a_failed_unittest_assertion_fails_the_case_though_unittest_catches_it() -> None:
+    _, run, trips, error = _run_tests(_UNITTEST, _program("def f():\n    return 4"))
+    assert error == "" and run.failed and not trips.fired
+
+
+def test_an_always_equal_object_passed_to_assert_equal_trips_a_wire() -> None:
+    _, run, trips, _ = _run_tests(_UNITTEST, _program(_says("__eq__", True, "A()")))
+    assert [name for name, _ in trips.fired][:1] == ["non_plain_value"]
+
+
+def test_unittest_methods_that_never_ran_are_counted() -> None:
+    text = "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(f(), 3)\n"
+    tests = compiler.compile_tests(text, HOOKS)
+    assert tests.methods and tests.skipped(set()) == 1
+    # a text that never calls main gets a run of unittest appended (as pytest would collect it)
+    assert "main" in tests.code.co_names
 
 
 def _says(dunder: str, answer: bool, returned: str) -> str:

@@ -11,8 +11,9 @@ import pytest
 from rewardq.errors import RecordError
 from rewardq.producers.core import prepare_trajectory
 from rewardq.queue.checks import CheckedDict, check_dict
-from rewardq.queue.codec import as_id_array, decode_output, encode_output
+from rewardq.queue.codec import decode_output, encode_output
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.token_arrays import as_id_array
 
 SAMPLE: dict[str, Any] = {
     "data_source": "openai/gsm8k",
@@ -100,3 +101,16 @@ def test_a_trajectorys_sample_is_checked_once_and_still_refused_when_bad() -> No
     assert type(checked) is dict and checked == SAMPLE  # callers still get a plain copy
     marked = CheckedDict(checked)
     assert check_dict(marked, "sample") is marked
+
+
+def test_a_record_over_max_record_bytes_names_its_key_its_size_and_the_setting() -> None:
+    # Given a trajectory whose second output alone is over the limit
+    small = {"prompt_ids": [1], "response_ids": [2]}
+    big = {"prompt_ids": [1], "response_ids": list(range(2000))}
+    # When it is put, the error says which output it is: the key, not only "<record>"
+    with pytest.raises(RecordError) as err:
+        prepare_trajectory(Keyspace("ns"), "u", "s", [small, big, small], None, max_bytes=4096)
+    msg = str(err.value)
+    assert "u_s_1" in msg and "max_record_bytes=4096" in msg, msg
+    assert f"{len(encode_output('u', 's', 1, big, None, final=False, max_bytes=1 << 20))} bytes" in msg, msg
+    assert err.value.field == "<record>"

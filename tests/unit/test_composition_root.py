@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_procs import REPO
+from tests.support.entry_points import installed_entry_points
+from tests.support.seqpo_simt import ENTRY_POINT
 
 ROOT = "rewardq/consumers/compose.py"
 #: What only the composition root may call, and where else a call is allowed, with why.
@@ -118,10 +120,11 @@ def test_the_one_context_is_filled_from_the_settings() -> None:
 
 def test_a_manager_spec_is_checked_without_importing_a_manager(tmp_path: Path) -> None:
     from rewardq.errors import UnknownManagerError
-    from rewardq.reward.registry import check_manager_spec
+    from rewardq.reward.registry import ENTRY_POINT_GROUP, check_manager_spec
 
-    for fine in ("naive", "limited", "seqpo_simt", "pkg.imported_later:Mine"):  # seqpo_simt: an entry point
-        check_manager_spec(fine)
+    with installed_entry_points(tmp_path / "site", ENTRY_POINT_GROUP, ENTRY_POINT):
+        for fine in ("naive", "limited", "seqpo_simt", "pkg.imported_later:Mine"):  # seqpo_simt: an entry point
+            check_manager_spec(fine)
     with pytest.raises(UnknownManagerError, match="unknown reward manager 'nope'; known: .*naive"):
         check_manager_spec("nope")
     with pytest.raises(UnknownManagerError, match="no such file"):

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rewardq.config import WorkerConfig, translate_verl_reward
+from rewardq.config import WorkerConfig
 from rewardq.errors import ConfigError
 from rewardq.reward.factory import build_manager
+from rewardq.verl_config import translate_verl_reward
 
 VERL_YAML = textwrap.dedent("""
     trainer:

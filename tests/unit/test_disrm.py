@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from tensordict import TensorDict
 
-from rewardq.config import translate_verl_reward
 from rewardq.errors import ConfigError, ScoringError, TransientError
 from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.reward.factory import build_manager
 from rewardq.reward.managers.disrm import DisRMRewardManager
 from rewardq.reward.tokenizer import Tokenizer
+from rewardq.verl_config import translate_verl_reward
 from tests.support.managers import MakeManager, set_up_managers
 from tests.support.records import TOK as POLICY_TOK
 from tests.support.records import trajectory_batch

@@ -15,13 +15,13 @@ from redis.exceptions import AuthenticationError, BusyLoadingError, ResponseErro
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rewardq import defaults
 from rewardq.errors import RecordError
 from rewardq.producers.core import prepare_trajectory
 from rewardq.queue import retry
+from rewardq.queue.checks import MAX_OUTPUTS
 from rewardq.queue.codec import decode_output, encode_output, peek_identity, record_digest
 from rewardq.queue.connection import permission_error
-from rewardq.queue.keys import Keyspace, parse_key, trajectory_id
+from rewardq.queue.keys import MAX_SESSION_ID_BYTES, MAX_UID_BYTES, Keyspace, parse_key, trajectory_id
 from tests.support.hostile import GOOD, SAMPLE, raw_record
 
 NAN_LP = {"prompt_ids": [1], "response_ids": [1, 2], "response_logprobs": [-0.1, math.nan]}
@@ -31,10 +31,10 @@ NAN_LP = {"prompt_ids": [1], "response_ids": [1, 2], "response_logprobs": [-0.1,
     "uid,sid,index,out,sample,field",
     [
         ("u", "s", 10**12, GOOD, SAMPLE, "index"),
-        ("u", "s", defaults.MAX_OUTPUTS, GOOD, SAMPLE, "index"),
+        ("u", "s", MAX_OUTPUTS, GOOD, SAMPLE, "index"),
         ("u", "1_a", 0, GOOD, SAMPLE, "session_id"),
-        ("u", "s" * (defaults.MAX_SESSION_ID_BYTES + 1), 0, GOOD, SAMPLE, "session_id"),
-        ("u" * (defaults.MAX_UID_BYTES + 1), "s", 0, GOOD, SAMPLE, "uid"),
+        ("u", "s" * (MAX_SESSION_ID_BYTES + 1), 0, GOOD, SAMPLE, "session_id"),
+        ("u" * (MAX_UID_BYTES + 1), "s", 0, GOOD, SAMPLE, "uid"),
         ("u\ud800", "s", 0, GOOD, SAMPLE, "uid"),
         ("u", "s", 0, NAN_LP, SAMPLE, "response_logprobs"),
         ("u", "s", 0, {**GOOD, "response_logprobs": [math.inf, 0.0]}, SAMPLE, "response_logprobs"),
@@ -59,7 +59,7 @@ def test_producer_refuses_hostile_outputs_naming_the_field(
 def test_producer_refuses_a_trajectory_longer_than_max_outputs_and_honours_a_smaller_bound() -> None:
     ks = Keyspace("x")
     with pytest.raises(RecordError, match="at most max_outputs=4096") as info:
-        prepare_trajectory(ks, "u", "s", [GOOD] * (defaults.MAX_OUTPUTS + 1), SAMPLE, max_bytes=10**8)
+        prepare_trajectory(ks, "u", "s", [GOOD] * (MAX_OUTPUTS + 1), SAMPLE, max_bytes=10**8)
     assert info.value.field == "outputs"
     with pytest.raises(RecordError, match="max_outputs=8") as info:
         prepare_trajectory(ks, "u", "s", [GOOD] * 9, SAMPLE, max_bytes=10**8, max_outputs=8)
@@ -72,9 +72,9 @@ def test_producer_refuses_a_trajectory_longer_than_max_outputs_and_honours_a_sma
     "override,field",
     [
         ({"index": 10**12}, "index"),
-        ({"index": defaults.MAX_OUTPUTS}, "index"),
+        ({"index": MAX_OUTPUTS}, "index"),
         ({"session_id": "1_a"}, "session_id"),
-        ({"uid": "u" * (defaults.MAX_UID_BYTES + 1)}, "uid"),
+        ({"uid": "u" * (MAX_UID_BYTES + 1)}, "uid"),
         ({"reward_score": math.nan}, "reward_score"),
         ({"reward_score": math.inf}, "reward_score"),
         ({"response_logprobs": msgpack.ExtType(3, np.array([0.0, math.nan], "<f4").tobytes())}, "response_logprobs"),
@@ -217,8 +217,8 @@ def test_permission_error_is_one_line_naming_the_permission_and_the_key_pattern(
 
 
 def test_dead_letter_list_caps_every_column() -> None:
-    from rewardq.ops.deadletters import COLUMN_CHARS, _row
-    from rewardq.queue.deadletters import DeadLetter
+    from rewardq.ops.deadletters.commands import COLUMN_CHARS, _row
+    from rewardq.ops.deadletters.stream import DeadLetter
 
     d = DeadLetter(
         0,
@@ -234,14 +234,15 @@ def test_dead_letter_list_caps_every_column() -> None:
         },
     )
     row = _row(d)
+    text = {name: str(value) for name, value in row.items()}
     for col, limit in COLUMN_CHARS.items():
-        assert len(row[col]) <= limit and "\n" not in row[col], col
+        assert len(text[col]) <= limit and "\n" not in text[col], col
     assert row["deliveries"] is None
 
 
 def test_a_retry_is_worded_from_what_it_did() -> None:
-    from rewardq.ops.deadletters import describe_retry
-    from rewardq.queue.deadletters import Retried
+    from rewardq.ops.deadletters.commands import describe_retry
+    from rewardq.ops.deadletters.stream import Retried
 
     assert describe_retry(Retried()) == "nothing to retry (no record and no trajectory); removed"
     assert describe_retry(Retried(tid="u_s", requeued=True)) == "record re-queued"

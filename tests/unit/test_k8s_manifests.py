@@ -13,8 +13,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from rewardq import defaults
-from rewardq.queue.keys import Keyspace
+from rewardq.config import WorkerConfig
+from rewardq.consumers.compose import EXIT_AFTER_GRACE
+from rewardq.queue.keys import GROUP, Keyspace
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 KEDA_SCHEMAS = {
@@ -83,8 +84,8 @@ def test_probes_run_rewardq_health_and_the_grace_covers_a_graceful_stop() -> Non
         assert command[:2] == ["rewardq", "health"], probe
         assert CliRunner().invoke(cli, [*command[1:], "--help"]).exit_code == 0  # every flag exists
     (cm,) = by_kind("ConfigMap")
-    grace = yaml.safe_load(cm["data"]["worker.yaml"]).get("shutdown_grace", defaults.SHUTDOWN_GRACE)
-    assert pod["terminationGracePeriodSeconds"] >= grace + defaults.EXIT_AFTER_GRACE + 1
+    grace = yaml.safe_load(cm["data"]["worker.yaml"]).get("shutdown_grace", WorkerConfig.shutdown_grace)
+    assert pod["terminationGracePeriodSeconds"] >= grace + EXIT_AFTER_GRACE + 1
     assert (
         deployment["spec"]["selector"]["matchLabels"].items()
         <= deployment["spec"]["template"]["metadata"]["labels"].items()
@@ -101,6 +102,6 @@ def test_the_scaler_watches_the_workers_stream_and_group_on_pending_entries() ->
     assert set(meta) <= REDIS_STREAMS_METADATA, set(meta) - REDIS_STREAMS_METADATA
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert meta["stream"] == Keyspace(env["REWARDQ_NAMESPACE"]).stream(0)
-    assert meta["consumerGroup"] == defaults.GROUP and int(meta["pendingEntriesCount"]) > 0
+    assert meta["consumerGroup"] == GROUP and int(meta["pendingEntriesCount"]) > 0
     auth = trigger["authenticationRef"]["name"]
     assert auth in {doc["metadata"]["name"] for doc in by_kind("TriggerAuthentication")}

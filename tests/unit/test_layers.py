@@ -5,6 +5,10 @@ arrow between components: a subpackage (``queue``, ``reward``, ``consumers``, ..
 top-level module (``cli``, ``config``, ``errors``, ...). The same arrows, drawn between modules
 and between the folders inside every package, have no cycles either (there, imports under
 ``if TYPE_CHECKING:`` are left out: they never run).
+
+Each feature that keeps state in Redis (rate limits, the judge, dead letters) lives in one folder
+with its Lua and the code that sends its commands: no Lua, no key of it, is used outside that
+folder (docs/architecture.md states the rule).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from tests.support.cli_procs import REPO
 PACKAGE = REPO / "rewardq"
 #: Top-level modules everything may use: they import nothing of rewardq's above themselves
 #: (``backoff``: the one pause computation of every retrying loop, standard library only).
-FOUNDATION = {"errors", "defaults", "backoff"}
+FOUNDATION = {"errors", "backoff"}
 
 
 def _component(module: str) -> str | None:
@@ -74,7 +78,7 @@ def _imports(path: Path, *, typing_only: bool = True) -> set[str]:
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            for alias in node.names:  # `from rewardq import defaults` imports the module rewardq.defaults
+            for alias in node.names:  # `from rewardq import errors` imports the module rewardq.errors
                 sub = f"{module}.{alias.name}"
                 out.add(sub if _is_module(sub) else module)
     return {m for m in out if m == "rewardq" or m.startswith("rewardq.")}
@@ -98,9 +102,7 @@ GRAPH = _graph()
 
 
 def test_the_graph_sees_every_subpackage() -> None:
-    assert {"queue", "reward", "consumers", "producers", "ops", "demo", "cli", "errors", "defaults", "backoff"} <= set(
-        GRAPH
-    )
+    assert {"queue", "reward", "consumers", "producers", "ops", "demo", "cli", "errors", "backoff"} <= set(GRAPH)
     assert "queue" in GRAPH["consumers"] and "reward" in GRAPH["consumers"]  # the graph is not empty
 
 
@@ -290,3 +292,119 @@ def test_only_the_queue_layer_imports_redis_py() -> None:
             if any(n == "redis" or n.startswith("redis.") for n in names):
                 speakers.add(_component(_module_name(path)))
     assert speakers == {"queue"}, speakers
+
+
+# -- each feature in one home (docs/architecture.md) ------------------------------------------
+#: Each feature that keeps state in Redis, and the one folder that holds its policy, its Lua and
+#: the code that sends its commands.
+FEATURES = {
+    "rate limits": "rewardq.reward.ratelimit",
+    "the judge": "rewardq.reward.judge",
+    "dead letters": "rewardq.ops.deadletters",
+}
+#: Keyspace members that name a feature's keys -> the modules that may use them: the feature's
+#: folder, and for dead letters the broker's part that ends trajectories without an answer
+#: (``rewardq.queue.endings``), which writes one in the script that fails its trajectory
+#: (``lua/fail.lua``). A caller that only names a limiter (``Keyspace.ratelimit``) and hands it to
+#: the limiter sends nothing: that key is left out.
+FEATURE_KEYS = {
+    "judge": ("rewardq.reward.judge",),
+    "judge_stats": ("rewardq.reward.judge",),
+    "dead": ("rewardq.ops.deadletters", "rewardq.queue.endings"),
+    "dead_bytes": ("rewardq.ops.deadletters", "rewardq.queue.endings"),
+}
+PIPELINE_LUA = PACKAGE / "queue" / "lua"
+
+
+def _within(module: str, homes: tuple[str, ...]) -> bool:
+    return any(module == h or module.startswith(h + ".") for h in homes)
+
+
+def _trees() -> dict[str, ast.AST]:
+    return {_module_name(p): ast.parse(p.read_text(), str(p)) for p in PACKAGE.rglob("*.py")}
+
+
+TREES = _trees()
+
+
+def test_every_feature_is_one_package() -> None:
+    for feature, package in FEATURES.items():
+        assert _path_of(package).name == "__init__.py", feature
+
+
+def test_lua_lives_in_the_pipelines_folder_or_beside_its_feature() -> None:
+    """Every ``.lua`` rewardq ships is a pipeline script of ``queue/lua/`` or sits directly in a
+    feature's folder; the pipeline's folder holds only the scripts :mod:`rewardq.queue.scripts` names."""
+    from rewardq.queue import scripts
+
+    feature_dirs = {_path_of(p).parent for p in FEATURES.values()}
+    for lua in PACKAGE.rglob("*.lua"):
+        assert lua.parent == PIPELINE_LUA or lua.parent in feature_dirs, lua
+    named = {scripts.FILES.get(n, n) for n in (*scripts.NAMES, *scripts.STANDALONE)} | {"common"}
+    assert {p.stem for p in PIPELINE_LUA.glob("*.lua")} == named
+
+
+def test_a_feature_loads_only_its_own_lua() -> None:
+    """``feature_source(package, name)`` is called only from inside ``package``, a feature's folder,
+    with literal names of a file that is there; and every feature's ``.lua`` is loaded so."""
+    loaded = set()
+    for module, tree in TREES.items():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "feature_source"):
+                continue
+            package, name = (a.value if isinstance(a, ast.Constant) else None for a in node.args)
+            assert isinstance(package, str) and isinstance(name, str), (module, ast.dump(node))
+            assert package in FEATURES.values() and _within(module, (package,)), (module, package)
+            lua = _path_of(package).parent / f"{name}.lua"
+            assert lua.is_file(), lua
+            loaded.add(lua)
+    shipped = {p for p in PACKAGE.rglob("*.lua") if p.parent != PIPELINE_LUA}
+    assert len(shipped) >= 2 and loaded == shipped, (loaded, shipped)
+
+
+def test_lua_text_is_written_only_in_the_queue_layer_or_a_features_folder() -> None:
+    """A string of Lua (one that calls ``redis.call``) in a Python module is the queue layer's or a
+    feature's: a script belongs beside the feature it serves."""
+    homes = ("rewardq.queue", *FEATURES.values())
+    holders = set()
+    for module, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "redis.call(" in node.value:
+                holders.add(module)
+    assert "rewardq.ops.deadletters.stream" in holders  # the check sees inline Lua
+    assert all(_within(m, homes) for m in holders), holders
+
+
+def _is_keyspace(node: ast.expr) -> bool:
+    """Whether an expression reads as a :class:`~rewardq.queue.keys.Keyspace`: ``ks``, ``self.ks``,
+    ``keyspace``, ``Keyspace(ns)`` (how every module names one)."""
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id == "Keyspace"
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name in {"ks", "keyspace"}
+
+
+def test_a_features_keys_are_used_only_in_its_folder() -> None:
+    """No module outside a feature's folder builds the keys its commands go to, so none sends them."""
+    users: dict[str, set[str]] = defaultdict(set)
+    for module, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in FEATURE_KEYS and _is_keyspace(node.value):
+                users[node.attr].add(module)
+    assert users["judge_stats"] and users["dead"]  # the check sees the features' own uses
+    for key, homes in FEATURE_KEYS.items():
+        strays = {m for m in users[key] if not _within(m, homes)}
+        assert not strays, (key, strays)
+
+
+def test_the_access_check_and_the_wheel_see_every_features_lua() -> None:
+    """A worker's user must be allowed what a feature's script calls, and the wheel ships the script."""
+    from rewardq.queue.access import _CALL, script_commands
+
+    feature_lua = [p for p in PACKAGE.rglob("*.lua") if p.parent != PIPELINE_LUA]
+    called = {m.upper() for p in feature_lua for m in _CALL.findall(p.read_text())}
+    assert "TIME" in called and called <= script_commands(), called - script_commands()
+    section = (REPO / "pyproject.toml").read_text().partition("[tool.setuptools.package-data]")[2]
+    patterns = ast.literal_eval(section.partition("rewardq = ")[2].partition("\n")[0])
+    packaged = {p for pattern in patterns for p in PACKAGE.glob(pattern)}
+    assert set(PACKAGE.rglob("*.lua")) <= packaged

@@ -40,6 +40,7 @@ def facts(uid: str, n: int = 2, *, score: float = 1.0, scored_at: float = 1.8e9,
 
 def make_ledger(tmp_path: Path, url: str | None = None, **kw: Any) -> Ledger:
     settings: dict[str, Any] = dict(flush_interval=60.0, file_bytes=1 << 20, spool_max_bytes=1 << 30)
+    settings["flusher_process"] = False  # the unit tier starts no process (tests/integration/test_ledger.py does)
     led = Ledger(url or str(tmp_path / "ledger"), worker="w1", spool=str(tmp_path / "spool"), **{**settings, **kw})
     led.open()
     return led
@@ -84,24 +85,49 @@ def test_a_failed_write_is_cut_back_and_the_next_frames_stay_readable(
     spool = Spool(tmp_path, "w", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
     spool.open()
     spool.append(spool.ticket(), trajectory_frame(1, facts("a")))
-    real = os.write
+    real = os.writev
     calls = {"n": 0}
 
-    def half_then_enospc(fd: int, data: Any) -> int:
+    def half_then_enospc(fd: int, buffers: Any) -> int:
         calls["n"] += 1
         if calls["n"] == 1:
-            return real(fd, bytes(data)[:10])  # a partial write ...
+            return real(fd, [bytes(buffers[0])[:10]])  # a partial write ...
         raise OSError(errno.ENOSPC, "No space left on device")  # ... then the disk is full
 
-    monkeypatch.setattr(os, "write", half_then_enospc)
+    monkeypatch.setattr(os, "writev", half_then_enospc)
     with pytest.raises(OSError):
         spool.append(spool.ticket(), trajectory_frame(2, facts("b")))
-    monkeypatch.setattr(os, "write", real)
+    monkeypatch.setattr(os, "writev", real)
     spool.append(spool.ticket(), trajectory_frame(3, facts("c")))
     spool.seal()
     paths = spool.ready(all_=True)
     frames = [f for p in paths for f in read_frames(p.read_bytes())]
     assert [f["u"] for f in frames] == ["a", "c"]  # b was never written, c after it is intact
+
+
+def test_a_commit_outcome_goes_out_with_the_next_frame_or_the_next_tick(tmp_path: Path) -> None:
+    # Given a spool with one trajectory settled (its commit wrote the result)
+    spool = Spool(tmp_path, "w", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
+    spool.open()
+    first = spool.ticket()
+    spool.append(first, trajectory_frame(first, facts("a")))
+    spool.settle(first, True)
+    [segment] = tmp_path.glob("*.wal")
+
+    def kinds() -> list[str]:
+        return [f["k"] for f in read_frames(segment.read_bytes())]
+
+    # Then its outcome is not written on its own, but with the next trajectory's frame
+    assert kinds() == ["t"]
+    second = spool.ticket()
+    spool.append(second, trajectory_frame(second, facts("b")))
+    assert kinds() == ["t", "c", "t"]
+    # And an outcome with no frame after it is written by the ledger's tick
+    spool.settle(second, False)
+    spool.write_outcomes()
+    assert kinds() == ["t", "c", "t", "c"]
+    assert [f.get("c") for f in read_frames(segment.read_bytes()) if f["k"] == "c"] == [True, False]
+    spool.close()
 
 
 def test_a_dead_workers_segments_are_adopted_a_live_ones_are_not(tmp_path: Path) -> None:
@@ -134,7 +160,7 @@ def test_a_full_disk_costs_the_ledger_its_rows_and_says_so_never_the_commit(
 ) -> None:
     led = make_ledger(tmp_path)
     assert led.scored(facts("a"), {}) is not None
-    monkeypatch.setattr(os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, "disk full")))
+    monkeypatch.setattr(os, "writev", lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, "disk full")))
     assert led.scored(facts("b"), {}) is None  # no exception: the worker commits all the same
     snap = led.snapshot()
     assert snap["unwritten"] == 1 and snap["state"] == "failing" and "disk full" in snap["last_error"]

@@ -175,6 +175,8 @@ async def test_result_normalisation(result: Any, expected: dict[str, Any]) -> No
     [
         ({"acc": 1.0}, "without 'score'"),
         (float("nan"), "finite"),
+        (10**400, r"^the return value is an integer of about 400 digits, larger than any float"),
+        ({"score": -(10**5000)}, r"^score is an integer of about 5,000 digits, larger than any float"),
         ("1.0", "must be a number"),
         (torch.tensor([1.0, 2.0]), "array"),
     ],

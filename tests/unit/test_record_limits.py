@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from tensordict import TensorDict
 
-from rewardq import defaults
 from rewardq.consumers.batch import batch_bytes, build_batch, check_batch_bytes
 from rewardq.consumers.failures import exhausted_reason
 from rewardq.consumers.scorer import TrajectoryScorer
 from rewardq.errors import RecordError, ScoringError, TrajectoryTooLarge
 from rewardq.producers.core import prepare_trajectory
+from rewardq.queue.checks import MAX_OUTPUTS
 from rewardq.queue.codec import OutputRecord, decode_output, encode_output, peek_identity
 from rewardq.queue.entries import Entry
-from rewardq.queue.keys import Keyspace, output_key, parse_key
+from rewardq.queue.keys import MAX_KEY_BYTES, MAX_SESSION_ID_BYTES, MAX_UID_BYTES, Keyspace, output_key, parse_key
 from rewardq.reward.base import RewardManager
 from tests.support.checks import must
 from tests.support.hostile import GOOD, SAMPLE, raw_record
@@ -34,16 +34,16 @@ def test_a_uid_within_the_limit_in_characters_but_over_it_in_bytes_is_refused_by
     with pytest.raises(RecordError) as info:
         encode_output(uid, "s", 0, GOOD, SAMPLE, final=True)
     assert info.value.field == "uid" and "348 bytes of UTF-8 (120 characters)" in str(info.value)
-    assert f"at most {defaults.MAX_UID_BYTES} bytes" in str(info.value)
+    assert f"at most {MAX_UID_BYTES} bytes" in str(info.value)
 
 
 def test_the_longest_multibyte_key_the_producer_accepts_reads_back_whole_at_the_worker() -> None:
-    uid = "a" + CJK * ((defaults.MAX_UID_BYTES - 1) // 3)  # 256 bytes
-    sid = "b" * defaults.MAX_SESSION_ID_BYTES
-    index = defaults.MAX_OUTPUTS - 1
+    uid = "a" + CJK * ((MAX_UID_BYTES - 1) // 3)  # 256 bytes
+    sid = "b" * MAX_SESSION_ID_BYTES
+    index = MAX_OUTPUTS - 1
     data = encode_output(uid, sid, index, GOOD, SAMPLE, final=True)
     key = output_key(uid, sid, index)
-    assert len(key.encode()) <= defaults.MAX_KEY_BYTES
+    assert len(key.encode()) <= MAX_KEY_BYTES
     entry = Entry(0, "1-0", {b"key": key.encode(), b"data": data})
     rec = decode_output(entry.data)
     assert entry.key == rec.key == key  # the worker's check "entry key matches the record's" holds
@@ -53,7 +53,7 @@ def test_the_longest_multibyte_key_the_producer_accepts_reads_back_whole_at_the_
 def test_a_key_field_over_the_byte_limit_is_cut_and_never_parsed_as_a_key() -> None:
     long_key = "u" + CJK * 200 + "_s_0"
     entry = Entry(0, "1-0", {b"key": long_key.encode()})
-    assert len(entry.key.encode()) > defaults.MAX_KEY_BYTES and parse_key(entry.key) is None
+    assert len(entry.key.encode()) > MAX_KEY_BYTES and parse_key(entry.key) is None
     assert parse_key(CJK * 90 + "_s_0") is None  # 270 bytes of uid: over MAX_UID_BYTES
 
 

@@ -11,7 +11,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -110,9 +110,19 @@ def test_a_hostile_str_is_named_not_raised() -> None:
         encode_extra_info({Boom(): 1}, MiB)
 
 
-def test_an_integer_too_long_for_json_is_refused() -> None:
-    with pytest.raises(ResultError, match=r"reward_extra_info\.n is an integer of \d+ bits"):
+def test_an_integer_larger_than_any_float_is_refused_naming_its_path_and_size() -> None:
+    with pytest.raises(ResultError, match=r"reward_extra_info\.n is an integer of 16,610 bits \(about 5,000 digits\)"):
         encode_extra_info({"n": 10**5000}, MiB)
+    with pytest.raises(ResultError) as err:
+        encode_extra_info({"acc": [1, -(10**400)]}, MiB)
+    assert str(err.value).startswith(
+        "reward_extra_info.acc[1] is an integer of 1,329 bits (about 400 digits), larger than any float"
+    )
+    with pytest.raises(ResultError, match="an integer key of 16,610 bits"):
+        encode_extra_info({10**5000: 1}, MiB)
+    # every integer a float can hold is kept, exactly, as an integer
+    for n in (2**1023, -(10**308), 2**64 + 1):
+        assert json.loads(encode_extra_info({"n": n}, MiB)) == {"n": n}
 
 
 # -- converted ------------------------------------------------------------------------------------
@@ -143,9 +153,13 @@ def test_plain_values_numpy_torch_tuples_sets_and_other_keys_are_converted() -> 
     }
 
 
-def test_nan_and_infinities_become_strings_json_can_hold() -> None:
-    got = _decode(encode_extra_info({"a": math.nan, "b": [math.inf, -math.inf], "c": np.float64("nan")}, MiB))
-    assert got == {"a": "nan", "b": ["inf", "-inf"], "c": "nan"}
+def test_nan_and_infinities_stay_floats_a_trainer_can_average() -> None:
+    data = encode_extra_info({"a": math.nan, "b": [math.inf, -math.inf], "c": np.float64("nan"), "d": 0.5}, MiB)
+    assert data == b'{"a":NaN,"b":[Infinity,-Infinity],"c":NaN,"d":0.5}'
+    got = cast(dict[str, Any], _decode(data))
+    assert math.isnan(got["a"]) and got["b"] == [math.inf, -math.inf] and math.isnan(got["c"])
+    # a trainer averaging a column over rows meets floats, never a string
+    assert math.isnan(float(np.mean([got["a"], got["d"]]))) and np.mean([got["d"], got["d"]]) == 0.5
 
 
 def test_lone_surrogates_become_replacement_characters_in_valid_utf8() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from rewardq.config import WorkerConfig
 from rewardq.queue.access import probe, worker_commands
-from rewardq.reward.scoring_fingerprint import differences, scoring_fingerprint
+from rewardq.reward.scoring_fingerprint import differences, scoring_fingerprint, shown_settings
 
 REPO = Path(__file__).resolve().parents[2]
 TOK = "sha256=0123456789abcdef vocab=2933 name=/models/a"
@@ -68,25 +68,71 @@ def test_reward_file_content_function_name_and_tokenizer_change_it(tmp_path: Pat
     assert scoring_fingerprint(_cfg(reward_fn=str(path)), TOK).digest != before.digest
 
 
-def test_credentials_are_masked_by_their_value_and_do_not_change_it() -> None:
+def test_a_value_that_looks_like_a_credential_counts_with_its_real_value_and_is_shown_masked() -> None:
     key_one, key_two = "sk-proj-" + "a1" * 12, "sk-proj-" + "b2" * 12
-    one = scoring_fingerprint(_cfg(manager_options={"api_key": key_one, "url": "http://judge"}), TOK)
-    two = scoring_fingerprint(_cfg(manager_options={"api_key": key_two, "url": "http://judge"}), TOK)
-    assert one == two  # a rotated key is the same configuration
-    assert key_one not in one.text and '"api_key":"***"' in one.text
-    assert "masked=options.api_key" in one.text  # and the text says what was masked
-    assert scoring_fingerprint(_cfg(manager_options={"api_key": key_one, "url": "http://other"}), TOK) != one
-    # a password in a URL: masked, and the rest of the URL still counts
+    one = scoring_fingerprint(_cfg(manager_options={"extra_key": key_one, "url": "http://judge"}), TOK)
+    two = scoring_fingerprint(_cfg(manager_options={"extra_key": key_two, "url": "http://judge"}), TOK)
+    again = scoring_fingerprint(_cfg(manager_options={"extra_key": key_one, "url": "http://judge"}), TOK)
+    # the digest counts the real value: another key is another configuration, the same key the same one
+    assert one.digest != two.digest and one == again
+    # and nothing shown holds the value: a keyed digest tells the two apart
+    for fp in (one, two):
+        assert key_one not in fp.text + str(fp.shown) and key_two not in fp.text + str(fp.shown)
+        assert "masked=options.extra_key (masked: looks like a credential; its digest still counts)" in fp.text
+    assert one.shown["options.extra_key"].startswith("*** <masked sha256:")
+    assert one.shown["options.extra_key"] != two.shown["options.extra_key"]
+    # a password in a URL: masked where shown, and each part of the URL counts
     pw = [scoring_fingerprint(_cfg(manager_options={"base_url": f"http://u:{p}@judge/v1"}), TOK) for p in "ab"]
-    assert pw[0] == pw[1] and "http://u:***@judge/v1" in pw[0].text and "masked=options.base_url" in pw[0].text
-    host = scoring_fingerprint(_cfg(manager_options={"base_url": "http://u:a@other/v1"}), TOK)
-    assert host.digest != pw[0].digest
+    assert pw[0].digest != pw[1].digest and "http://u:***@judge/v1 <masked sha256:" in pw[0].text
+    assert "masked=options.base_url" in pw[0].text and "http://u:a@" not in pw[0].text
     # a bearer token nested in a mapping, in reward-function kwargs
     bearer = [
         scoring_fingerprint(_cfg(reward_fn_kwargs={"headers": {"Authorization": f"Bearer {t * 20}"}}), TOK)
         for t in "xy"
     ]
-    assert bearer[0] == bearer[1] and "masked=reward_kwargs.headers.Authorization" in bearer[0].text
+    assert bearer[0].digest != bearer[1].digest and "masked=reward_kwargs.headers.Authorization" in bearer[0].text
+    assert "x" * 20 not in bearer[0].text
+
+
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        ("sk-strict-grading-mode-v2", "sk-lenient-grading-mode-v1"),
+        ("bearer instructions-strict", "bearer instructions-lenient"),
+    ],
+)
+def test_ordinary_values_of_a_credentials_form_still_tell_configurations_apart(first: str, second: str) -> None:
+    one = scoring_fingerprint(_cfg(reward_fn_kwargs={"mode": first}), TOK)
+    two = scoring_fingerprint(_cfg(reward_fn_kwargs={"mode": second}), TOK)
+    assert one.digest != two.digest
+    said = differences(one.shown, two.shown)
+    assert (
+        said.startswith("reward_kwargs.mode: ") and "(masked: looks like a credential; its digest still counts)" in said
+    )
+    assert first not in said + one.text and second not in said + two.text
+
+
+def test_an_option_declared_a_credential_is_left_out_whatever_its_value() -> None:
+    from tests.unit.test_manager_options import SPEC  # a manager declaring api_key secret
+
+    one = scoring_fingerprint(_cfg(manager=SPEC, manager_options={"api_key": "plain-words", "rounds": 2}), TOK)
+    two = scoring_fingerprint(_cfg(manager=SPEC, manager_options={"api_key": "sk-" + "z9" * 12, "rounds": 2}), TOK)
+    assert one == two and "plain-words" not in one.text
+    assert "secret=options.api_key (declared credentials: not counted)" in one.text and "masked=" not in one.text
+    assert scoring_fingerprint(_cfg(manager=SPEC, manager_options={"api_key": "x", "rounds": 3}), TOK) != one
+
+
+def test_the_shown_settings_mask_what_looks_like_a_credential_and_keep_the_rest() -> None:
+
+    key = "sk-proj-" + "c3" * 12
+    cfg = _cfg(manager_options={"base_url": "http://u:pw@judge/v1"}, reward_fn_kwargs={"token": key, "scale": 2})
+    eff = shown_settings(cfg)
+    assert key not in str(eff) and "pw@" not in str(eff)
+    kwargs, options = eff["reward_fn_kwargs"], eff["manager_options"]
+    assert isinstance(kwargs, dict) and isinstance(options, dict)
+    assert kwargs["scale"] == 2 and kwargs["token"].startswith("*** <masked sha256:")
+    assert options["base_url"].startswith("http://u:***@judge/v1 <masked sha256:")
+    assert cfg.reward_fn_kwargs["token"] == key  # the worker itself keeps the real value
 
 
 @pytest.mark.parametrize(
@@ -143,8 +189,8 @@ def test_a_conflict_names_what_differs() -> None:
     )
 
 
-#: Options of the built-in managers whose whole value may be a credential. None today: genrm takes
-#: its key from the environment (``api_key_env`` names the variable), and URLs are masked in part.
+#: Options of the built-in managers declared credentials (``secret=True``), left out of the digest.
+#: None today: genrm takes its key from the environment (``api_key_env`` names the variable).
 CREDENTIAL_OPTIONS: frozenset[str] = frozenset()
 
 
@@ -172,6 +218,18 @@ def _declared_options() -> list[tuple[str, str, object]]:
     return out
 
 
+def _declared_secrets() -> frozenset[str]:
+    """Every option a built-in manager (or the code-execution settings) declares a credential."""
+    from rewardq.reward.codeexec.settings import CodeExecSettings
+    from rewardq.reward.options import secret_option_names
+    from rewardq.reward.registry import BUILTIN_NAMES, options_of
+
+    found = set(secret_option_names(CodeExecSettings))
+    for name in BUILTIN_NAMES:
+        found |= secret_option_names(options_of(name))
+    return frozenset(found)
+
+
 def _another(value: object) -> object:
     """A value of the same kind as ``value`` that is not equal to it."""
     if isinstance(value, bool):
@@ -190,17 +248,21 @@ def test_every_declared_option_of_every_built_in_manager_moves_the_digest() -> N
     assert len(declared) > 60 and {"genrm", "disrm", "dapo", "rate_limited", "remote", "gdpo"} <= {
         m for m, _, _ in declared
     }
+    # the named list is every option a built-in manager declares a credential, no more, no less
+    assert _declared_secrets() == CREDENTIAL_OPTIONS
     unmoved = []
     for manager, option, default in declared:
         if option in CREDENTIAL_OPTIONS:
             continue
         first = default if default is not None else "/models/a" if option == "tokenizer" else 7
-        second = _another(first)
         spec = manager if manager != "any" else "naive"
         unset = scoring_fingerprint(_cfg(manager=spec), TOK).digest
-        one = scoring_fingerprint(_cfg(manager=spec, manager_options={option: first}), TOK)
-        two = scoring_fingerprint(_cfg(manager=spec, manager_options={option: second}), TOK)
-        if len({unset, one.digest, two.digest}) != 3 or "***" in one.text + two.text:
+        # another value of its kind, and (for text) two values of an API key's form
+        others = [_another(first)] + (["sk-" + "a1" * 10, "sk-" + "b2" * 10] if isinstance(first, str) else [])
+        digests = {unset} | {
+            scoring_fingerprint(_cfg(manager=spec, manager_options={option: v}), TOK).digest for v in [first, *others]
+        }
+        if len(digests) != 2 + len(others):
             unmoved.append(f"{manager}.{option}")
     assert unmoved == [], f"options that do not move the fingerprint: {unmoved}"
 

@@ -19,13 +19,18 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from rewardq import defaults
 from rewardq.cli import cli, worker
 from rewardq.config import ADAPTER_KEYS, AdapterSettings, WorkerConfig
 from rewardq.errors import ConfigError
 from rewardq.ops.worker import config_rows, load_config, worker_argv
-from rewardq.reward.registry import BUILTIN_NAMES, known_managers, listed_managers
+from rewardq.queue.connection import REDIS_URL
+from rewardq.queue.keys import DEAD_LETTER_BYTES, DEAD_LETTER_TTL
+from rewardq.queue.results import RESULT_TTL
+from rewardq.reward.codeexec.settings import CodeExecSettings
+from rewardq.reward.registry import BUILTIN_NAMES, ENTRY_POINT_GROUP, known_managers, listed_managers
 from rewardq.settings import NONE_GIVEN, Setting, flag_values
+from tests.support.entry_points import installed_entry_points
+from tests.support.seqpo_simt import ENTRY_POINT
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = WorkerConfig.settings()
@@ -100,7 +105,10 @@ def test_flag_env_and_file_reach_the_same_value_and_name_their_source(name: Any,
     assert by_file.sources[name] == f"file {f}"
     # (redis_url_file sets redis_url too, by design: from the file it names)
     derived = {"redis_url_file": {"redis_url": f"redis_url_file {value}"}}.get(name, {})
-    assert all(src == derived.get(n, "default") for n, src in by_env.sources.items() if n != name)
+    # (a merged dict's keys are sourced one by one, as <setting>.<key>: each from that same layer)
+    keys = {n: src for n, src in by_env.sources.items() if n.startswith(f"{name}.")}
+    assert all(src == f"env {s.env}" for src in keys.values()), keys
+    assert all(src == derived.get(n, "default") for n, src in by_env.sources.items() if n != name and n not in keys)
 
 
 def test_precedence_is_flags_over_env_over_file(tmp_path: Path) -> None:
@@ -113,7 +121,14 @@ def test_precedence_is_flags_over_env_over_file(tmp_path: Path) -> None:
     assert cfg.manager_options == {"a": 1, "b": 2, "c": 3}  # option dicts merge key by key
     assert cfg.sources["manager_options"] == f"file {f} + env REWARDQ_MANAGER_OPTIONS + flag --manager-option"
     rows = {r["name"]: r for r in config_rows(cfg)}
-    assert set(rows) == set(SETTINGS)
+    # every setting, then the manager's options (naive declares none: the ones given, as merged), then
+    # the code-execution options every manager takes
+    code = {f"manager_options.{n}" for n in CodeExecSettings.declared()}
+    assert set(rows) == set(SETTINGS) | {"manager_options.a", "manager_options.b", "manager_options.c"} | code
+    assert rows["manager_options.c"]["value"] == 3
+    # each option from the layer that set it last
+    sources = {k: rows[f"manager_options.{k}"]["source"] for k in "abc"}
+    assert sources == {"a": f"file {f}", "b": "env REWARDQ_MANAGER_OPTIONS", "c": "flag --manager-option"}
     assert rows["claim_idle"] == {
         "name": "claim_idle",
         "value": 11.0,
@@ -172,14 +187,23 @@ def test_worker_help_shows_every_flag_with_its_default_and_variable() -> None:
     assert "[default: forever; env: REWARDQ_CONNECT_TIMEOUT]" in out
 
 
-def test_manager_help_lists_every_manager_including_entry_points() -> None:
-    out = CliRunner().invoke(cli, ["worker", "--help"], terminal_width=400).output
+def test_manager_help_lists_every_manager_including_entry_points(tmp_path: Path) -> None:
+    with installed_entry_points(tmp_path, ENTRY_POINT_GROUP, ENTRY_POINT):
+        out = CliRunner().invoke(cli, ["worker", "--help"], terminal_width=400).output
+        every = set(known_managers()), set(listed_managers())
     line = next(x for x in out.splitlines() if x.strip().startswith("--manager "))
     listed = re.search(r"One of: ([^;]+);", line)
     assert listed is not None, line
     names = [n.strip() for n in listed.group(1).split(",")]
-    assert "seqpo_simt" in names  # an entry-point manager (pyproject's rewardq.managers group)
-    assert set(names) == set(known_managers()) == set(listed_managers())
+    assert "seqpo_simt" in names  # an entry-point manager (an installed package's rewardq.managers group)
+    assert every == (set(names), set(names))
+
+
+def test_the_wheel_ships_no_example_manager() -> None:
+    """The example (tests/support/seqpo_simt) is the tests': no module of the package and no entry
+    point of rewardq's own names it."""
+    assert f'[project.entry-points."{ENTRY_POINT_GROUP}"]' not in (REPO / "pyproject.toml").read_text()
+    assert not [p for p in (REPO / "rewardq").rglob("*") if "example" in p.name or "simt" in p.name]
 
 
 def test_builtin_names_are_what_the_builtin_managers_register() -> None:
@@ -215,12 +239,12 @@ def test_rewardq_config_prints_each_value_and_its_source(tmp_path: Path) -> None
     )
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)
-    assert set(rows) == set(SETTINGS)
+    assert set(rows) == set(SETTINGS) | {f"manager_options.{n}" for n in CodeExecSettings.declared()}
     assert rows["concurrency"]["value"] == 3 and rows["concurrency"]["source"] == f"file {f}"
     assert rows["batch_size"]["source"] == "flag --batch-size"
     assert rows["shutdown_grace"]["value"] == 12.0 and rows["shutdown_grace"]["source"] == "env REWARDQ_SHUTDOWN_GRACE"
     assert rows["redis_url"]["value"] == "redis://u:***@h:1/0" and "hunter2" not in r.output
-    assert rows["result_ttl"] == {**rows["result_ttl"], "value": defaults.RESULT_TTL, "source": "default"}
+    assert rows["result_ttl"] == {**rows["result_ttl"], "value": RESULT_TTL, "source": "default"}
     text = CliRunner().invoke(cli, ["config"], env={"REWARDQ_MAX_CRASHES": "4"}).output
     assert re.search(r"^max_crashes +4 +\(env REWARDQ_MAX_CRASHES\)$", text, re.M), text
 
@@ -232,7 +256,10 @@ def test_broker_arguments_come_from_the_declarations() -> None:
         "incomplete_timeout": cfg.incomplete_timeout,
         "result_ttl": 5.0,
         "keep_records": 2.0,
+        "dead_letter_bytes": DEAD_LETTER_BYTES,
+        "dead_letter_ttl": DEAD_LETTER_TTL,
         "max_trajectory_bytes": cfg.max_trajectory_bytes,
+        "max_record_bytes": cfg.max_record_bytes,
         "max_result_bytes": cfg.max_result_bytes,
         "max_outputs": cfg.max_outputs,
     }
@@ -246,7 +273,7 @@ def test_the_adapter_reads_the_workers_declarations_and_its_own() -> None:
     for name in ("redis_url", "namespace", "cluster"):
         assert adapter[name].spec is worker_settings[name].spec and adapter[name].env == worker_settings[name].env
     assert (adapter["timeout"].key, adapter["timeout"].env) == ("verl_timeout", "REWARDQ_VERL_TIMEOUT")
-    # fleet: the Ray fleet block the adapter starts (rewardq.integrations.verl_fleet), read by the adapter only
+    # fleet: the Ray fleet block the adapter starts (rewardq.integrations.verl.fleet), read by the adapter only
     assert ADAPTER_KEYS == {"verl_timeout", "verl_on_error", "verl_max_error_rate", "verl_error_window", "fleet"}
 
 
@@ -254,7 +281,7 @@ def test_adapter_settings_block_then_environment() -> None:
     block = {"namespace": "cfg-ns", "verl_timeout": 30, "verl_on_error": "RAISE", "cluster": "false", "other": 1}
     s = AdapterSettings.load(block, {"REWARDQ_NAMESPACE": "env-ns", "REWARDQ_REDIS_URL": ""})
     assert (s.redis_url, s.namespace, s.cluster, s.timeout, s.on_error) == (
-        defaults.REDIS_URL,  # an empty variable counts as unset
+        REDIS_URL,  # an empty variable counts as unset
         "env-ns",
         False,
         30.0,

@@ -20,7 +20,7 @@ import pytest
 import rewardq
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import NoMetrics
-from rewardq.ops.deadletters import KINDS
+from rewardq.ops.deadletters.commands import KINDS
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.entries import Entry
@@ -48,8 +48,9 @@ def test_members_are_their_values_wherever_a_string_goes() -> None:
         "crashed",
         "exhausted",
         "incomplete",
+        "memory",
     ]
-    assert [k.value for k in FailureKind] == ["transient", "timeout", "scorer", "config", "input"]
+    assert [k.value for k in FailureKind] == ["transient", "timeout", "scorer", "config", "input", "memory"]
     assert RewardResult.from_hash("k", {b"status": b"ok"}).status is ResultStatus.OK
     assert RewardResult.from_hash("k", {}).status is ResultStatus.ERROR
 
@@ -88,7 +89,7 @@ def test_every_state_the_lua_scripts_write_is_a_member() -> None:
         failures |= set(re.findall(r"'failure_kind',\s*'([a-z_]+)'", text))
         failures |= set(re.findall(r"error_result\([^,()]+,\s*'([a-z_]+)'", text))
     # what the scripts spell today
-    assert kinds == {"incomplete"} and statuses == {"ok", "error"} and failures == {"input"}
+    assert kinds == {"incomplete"} and statuses == {"ok", "error", "cancelled"} and failures == {"input"}
     assert kinds <= {k.value for k in DeadLetterKind}
     assert statuses <= {s.value for s in ResultStatus}
     assert failures <= {f.value for f in FailureKind}

@@ -16,13 +16,8 @@ import torch
 from rewardq.errors import ConfigError
 from rewardq.reward import tokenizer as tokmod
 from rewardq.reward.chat_template import render_chatml
-from rewardq.reward.tokenizer import (
-    DEMO_PATH,
-    FastTokenizer,
-    Tokenizer,
-    TransformersTokenizer,
-    load_tokenizer,
-)
+from rewardq.reward.tokenizer import DEMO_PATH, Tokenizer, load_tokenizer
+from rewardq.reward.tokenizer_backends import FastTokenizer, TransformersTokenizer
 from tools.make_demo_tokenizer import SPECIAL_TOKENS, build_json
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
@@ -257,7 +252,8 @@ def fake_transformers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     class AutoTokenizer:
         @staticmethod
-        def from_pretrained(path: str) -> _FakeHF:
+        def from_pretrained(path: str, local_files_only: bool = False) -> _FakeHF:
+            assert local_files_only, "a worker never asks the network for a tokenizer"
             if "missing" in str(path):
                 raise OSError(f"{path} is not a local folder and is not a valid model identifier")
             loaded.append(path)
@@ -279,13 +275,30 @@ def test_folder_uses_transformers_when_installed(hf_folder: Path, fake_transform
     assert isinstance(load_tokenizer(str(hf_folder), backend="tokenizers"), FastTokenizer)
 
 
-def test_hub_id_goes_to_transformers(fake_transformers: list[str]) -> None:
-    assert isinstance(load_tokenizer("Qwen/Qwen2.5-0.5B-Instruct"), TransformersTokenizer)
+def test_hub_id_goes_to_transformers_once_found_in_the_cache(
+    fake_transformers: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local cache is looked at first (offline); only a cached id reaches transformers (which is
+    told to stay offline too). Without a cache entry it fails before transformers is asked."""
+    looked: list[str] = []
+
+    def cached(name: str, origin: str | None) -> Path:
+        looked.append(name)
+        if "missing" in name:
+            raise ConfigError(tokmod._hub_help(name, origin))
+        return tmp_path
+
+    monkeypatch.setattr(tokmod, "_hub_cached", cached)
+    tok = load_tokenizer("Qwen/Qwen2.5-0.5B-Instruct")
+    assert isinstance(tok, TransformersTokenizer) and tok.name == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert fake_transformers == [str(tmp_path)]  # the cached folder, never the id: no Hub call at all
     with pytest.raises(ConfigError, match="missing/model.*not in the local Hugging Face cache") as info:
         load_tokenizer("missing/model", origin="actor_rollout_ref.model.path in run.yaml")
     message = str(info.value)
-    assert "hf download missing/model" in message and "--tokenizer" in message
-    assert "actor_rollout_ref.model.path in run.yaml" in message and "OSError" in message
+    assert "hf download missing/model" in message and "huggingface-cli download missing/model" in message
+    assert "HF_HUB_OFFLINE" in message and "--tokenizer" in message
+    assert "actor_rollout_ref.model.path in run.yaml" in message
+    assert fake_transformers == [str(tmp_path)] and "missing/model" in looked
 
 
 # --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Reading verl's reward-loop batches back into exact outputs (rewardq.integrations.verl_batch, no verl)."""
+"""Reading verl's reward-loop batches back into exact outputs (rewardq.integrations.verl.batch, no verl)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rewardq.integrations.verl_batch import trajectory_outputs, trajectory_sample
+from rewardq.integrations.verl.batch import dataset_row, trajectory_outputs
 
 
 def right_padded(rows: list[list[int]]) -> torch.Tensor:
@@ -46,7 +46,7 @@ def test_every_output_gets_its_exact_ids_even_a_short_final_one() -> None:
     # verl's own arithmetic on the same batch cuts the final response to nothing
     mask, width = data.batch["attention_mask"][-1], data.batch["responses"].shape[-1]
     assert int(mask[-width:].sum()) == 0
-    sample = trajectory_sample(data, frozenset({"multi_modal_data"}))
+    sample = dataset_row(data, frozenset({"multi_modal_data"}))
     assert sample == {"data_source": "openai/gsm8k", "uid": "u1"}
 
 
@@ -62,4 +62,4 @@ def test_the_trainers_layout_reads_the_mask() -> None:
     assert [o["prompt_ids"].tolist() for o in out] == [[5, 6], [7, 8, 9, 10]]
     assert [o["response_ids"].tolist() for o in out] == [[1, 2], [3]]
     assert [o["response_mask"].tolist() for o in out] == [[1, 1], [1]]
-    assert trajectory_sample(data) == {"data_source": "b"}
+    assert dataset_row(data) == {"data_source": "b"}

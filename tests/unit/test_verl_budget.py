@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from rewardq import defaults
 from rewardq.errors import ConfigError
-from rewardq.integrations.verl_settings import settings_for, where
+from rewardq.integrations.verl.settings import settings_for, where
 
 
 def test_budget_settings_defaults_environment_and_config() -> None:
     s = settings_for(None, {})
-    assert (s.max_error_rate, s.error_window) == (defaults.VERL_MAX_ERROR_RATE, defaults.VERL_ERROR_WINDOW)
+    assert (s.max_error_rate, s.error_window) == (0.2, 256)
     assert "REWARDQ_REDIS_URL or reward.rewardq.redis_url" in where(s, "redis_url")
     env = {"REWARDQ_VERL_MAX_ERROR_RATE": "0.5", "REWARDQ_VERL_ERROR_WINDOW": "8"}
     s = settings_for({"reward": {"rewardq": {"verl_error_window": 64, "redis_url": "redis://h:1/0"}}}, env)

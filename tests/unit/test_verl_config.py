@@ -173,6 +173,15 @@ def test_the_hook_in_a_verl_config_means_the_manager_reward_rewardq_names(tmp_pa
     assert load(tmp_path, slashed).manager == "naive"
 
 
+def test_the_name_rewardq_is_the_hook_under_verls_default_source(tmp_path: Path) -> None:
+    """``reward.reward_manager.name=rewardq`` (the name rewardq's verl plugin registers)."""
+    named = generated().replace("name: naive", "name: rewardq")
+    assert load(tmp_path, named).manager == "naive"
+    chosen = named.replace("    reward:\n", "    reward:\n      rewardq:\n        manager: dapo\n", 1)
+    assert load(tmp_path, chosen).manager == "dapo"
+    assert load(tmp_path, "reward:\n  reward_manager: rewardq\n").manager == "naive"  # the plain-string form
+
+
 def test_top_level_rewardq_keys_and_blocks_are_honoured_beside_a_reward_block(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,

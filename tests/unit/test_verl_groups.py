@@ -1,10 +1,10 @@
-"""rewardq.integrations.verl_groups: when a V1 prompt's scored sessions keep their place."""
+"""rewardq.integrations.verl.groups: when a V1 prompt's scored sessions keep their place."""
 
 from __future__ import annotations
 
 import asyncio
 
-from rewardq.integrations.verl_groups import SessionGroup, SessionGroups
+from rewardq.integrations.verl.groups import SessionGroup, SessionGroups
 
 
 async def test_two_scored_sessions_decide_at_once_and_keep() -> None:

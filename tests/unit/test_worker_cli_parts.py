@@ -86,7 +86,7 @@ def test_json_log_lines_carry_extra_fields() -> None:
 
 def test_redis_connection_refused_probe_is_fast() -> None:
     from rewardq.errors import RedisUnavailable
-    from rewardq.ops.connect import probe_redis
+    from rewardq.queue.reachability import probe_redis
 
     t0 = time.monotonic()
     with pytest.raises(RedisUnavailable, match=r"redis://user:\*\*\*@127.0.0.1:1/0"):

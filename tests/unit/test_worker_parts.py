@@ -70,43 +70,121 @@ async def test_capacity_closes_at_concurrency_and_a_handed_back_trajectory_stays
     assert list(table.by_tid) == ["b"], "a handed-back trajectory must stay held until it is released"
 
 
-class SoloCounts:
-    """The broker's ``start_solo``, counted in memory."""
+class StartCounts:
+    """The broker's ``start_solo``, ``start_cohort`` and ``start_shared``, counted in memory."""
 
     def __init__(self) -> None:
         self.solo: dict[str, int] = {}
+        self.shared: dict[str, int] = {}
+        self.cohort: dict[str, int] = {}
+        self.width: dict[str, int] = {}
+
+    async def start_cohort(self, shard: int, tid: str, width: int = 0, by: int = 1) -> int:
+        self.cohort[tid] = self.cohort.get(tid, 0) + by
+        if width:
+            self.width[tid] = width
+        return self.cohort[tid]
+
+    async def cohort_state(self, shard: int, tid: str) -> tuple[int | None, int]:
+        return self.width.get(tid), self.cohort.get(tid, 0)
 
     async def start_solo(self, shard: int, tid: str, by: int = 1) -> int:
         self.solo[tid] = self.solo.get(tid, 0) + by
         return self.solo[tid]
 
+    async def start_shared(self, shard: int, tid: str, by: int = 1) -> int:
+        self.shared[tid] = self.shared.get(tid, 0) + by
+        return self.shared[tid]
 
-async def test_a_first_attempt_shares_the_gate_and_a_later_one_scores_alone() -> None:
-    broker = SoloCounts()
+
+async def test_a_first_attempt_shares_the_gate_uncounted() -> None:
+    broker = StartCounts()
     q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
-    async with q.turn(0, "t", attempts=1, earlier=0) as crashes:
-        assert crashes == 0 and q.gate.running == 1 and broker.solo == {}
+    async with q.turn(0, "t", attempts=1) as turn:
+        assert turn.crashes == 0 and turn.counted is None and q.gate.running == 1
+        assert broker.solo == {} and broker.shared == {}
     assert q.gate.running == 0
-    broker.solo["t"] = 2  # two earlier solo starts never finished
-    async with q.turn(0, "t", attempts=3, earlier=2) as crashes:
-        assert crashes == 2 and q.gate.alone
-    assert not q.gate.alone and broker.solo["t"] == 3
 
 
-async def test_a_turn_alone_cancelled_at_shutdown_takes_its_start_back() -> None:
-    broker = SoloCounts()
+async def test_a_reclaimed_attempt_shares_the_gate_and_counts_its_start_in_the_scorer() -> None:
+    # Given a trajectory whose earlier attempt never finished, never seen in a scorer of a reclaimed attempt
+    broker = StartCounts()
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
+    async with q.turn(0, "a", attempts=2) as a, q.turn(0, "b", attempts=4) as b:
+        # Then it scores beside others (two at once here), each start counted as `shared`
+        assert q.gate.running == 2 and not q.gate.cohort
+        assert (a.counted, b.counted, a.crashes) == ("shared", "shared", 0)
+        assert broker.shared == {"a": 1, "b": 1} and broker.solo == {}
+    # And a start taken back (a retry's rest, a refused commit) is taken back once
+    await q.take_back(0, "a", a)
+    await q.take_back(0, "a", a)
+    assert broker.shared == {"a": 0, "b": 1}
+
+
+async def test_a_trajectory_in_a_scorer_when_a_worker_stopped_scores_alone() -> None:
+    broker = StartCounts()
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
+    # Given one earlier start beside others that never finished
+    async with q.turn(0, "t", attempts=3, shared=1) as turn:
+        assert turn.crashes == 0 and q.gate.cohort and turn.counted == "solo"
+    assert not q.gate.cohort and broker.solo["t"] == 1 and "t" not in broker.shared
+    # And after two solo starts that never finished, it says it took its worker down twice
+    broker.solo["t"] = 2
+    async with q.turn(0, "t", attempts=5, solo=2, shared=1) as turn:
+        assert turn.crashes == 2 and q.gate.cohort
+    assert not q.gate.cohort and broker.solo["t"] == 3
+
+
+async def test_suspects_score_in_cohorts_halved_after_each_death_until_alone() -> None:
+    broker = StartCounts()
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
+    peak = 0
+
+    async def score(tid: str, solo: int = 0) -> int:
+        nonlocal peak
+        async with q.turn(0, tid, attempts=3, solo=solo, shared=1) as turn:
+            peak = max(peak, q.gate.cohort)
+            await asyncio.sleep(0.01)
+            return turn.crashes
+
+    # Given eight suspects of a worker that died with them in its scorer (never in a cohort)
+    tids = [f"t{i}" for i in range(8)]
+    await asyncio.wait_for(asyncio.gather(*(score(t) for t in tids)), 5)
+    # Then they score as one cohort of eight, each start counted with its width
+    assert peak == 8 and broker.width == dict.fromkeys(tids, 8) and broker.cohort == dict.fromkeys(tids, 1)
+    # When that cohort's worker died too: they score in two cohorts of four
+    peak = 0
+    await asyncio.wait_for(asyncio.gather(*(score(t) for t in tids)), 5)
+    assert peak == 4 and broker.width == dict.fromkeys(tids, 4) and broker.solo == {}
+    # And the half with the killer in it, after one more death, in cohorts of two, then alone
+    peak = 0
+    await asyncio.wait_for(asyncio.gather(*(score(t) for t in tids[:4])), 5)
+    assert peak == 2 and {broker.width[t] for t in tids[:4]} == {2}
+    peak = 0
+    await asyncio.wait_for(asyncio.gather(*(score(t) for t in tids[:2])), 5)
+    assert peak == 1 and broker.solo == {"t0": 1, "t1": 1} and broker.cohort["t0"] == 3
+    # And one that died alone stays alone, its death counted against it
+    peak = 0
+    crashes = await asyncio.wait_for(asyncio.gather(score("t0", solo=1), score("t5")), 5)
+    assert peak == 1 and list(crashes) == [1, 0] and broker.solo["t0"] == 2
+
+
+@pytest.mark.parametrize(("shared", "field"), [(0, "shared"), (1, "solo")])
+async def test_a_reclaimed_turn_cancelled_at_shutdown_takes_its_start_back(shared: int, field: str) -> None:
+    broker = StartCounts()
     q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
     entered = asyncio.Event()
 
     async def scoring() -> None:
-        async with q.turn(0, "t", attempts=2, earlier=0):
+        async with q.turn(0, "t", attempts=2, shared=shared):
             entered.set()
             await asyncio.sleep(3600)
 
     task = asyncio.create_task(scoring())
     await asyncio.wait_for(entered.wait(), 1)
-    assert broker.solo["t"] == 1
+    counts = getattr(broker, field)
+    assert counts["t"] == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert broker.solo["t"] == 0 and not q.gate.alone
+    assert counts["t"] == 0 and not q.gate.cohort and q.gate.running == 0

@@ -112,16 +112,16 @@ def echo_fleet(module_procs: Procs, module_redis: SyncClient) -> Iterator[Fleet]
 @pytest.fixture(autouse=True)
 async def close_adapter_clients(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     """Close the Redis clients adapters opened in this test, on the test's own event loop."""
-    from rewardq.integrations.verl_scoring import TrajectoryScorer
+    from rewardq.integrations.verl.scoring import VerlScorer
 
-    created: list[TrajectoryScorer] = []
-    init = TrajectoryScorer.__init__
+    created: list[VerlScorer] = []
+    init = VerlScorer.__init__
 
-    def tracking_init(self: TrajectoryScorer, *args: Any, **kwargs: Any) -> None:
+    def tracking_init(self: VerlScorer, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         created.append(self)
 
-    monkeypatch.setattr(TrajectoryScorer, "__init__", tracking_init)
+    monkeypatch.setattr(VerlScorer, "__init__", tracking_init)
     yield
     for scorer in created:
         await scorer.aclose()

@@ -33,7 +33,10 @@ from tests.support.cli_procs import REPO
 #: failure budgets conftest's ``fresh_failure_budgets`` clears, since other runs share this Redis.
 CREATED_NAMESPACES: set[str] = set()
 GENERATED = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
-HOOK = {
+#: The switch a user makes: verl's default ``source: register`` and the name rewardq's verl plugin
+#: registers (tests/verl/test_plugin.py checks the ``importlib`` triple that works without the plugin).
+HOOK = {"name": "rewardq"}
+IMPORTLIB_HOOK = {
     "source": "importlib",
     "module": {"path": "pkg://rewardq.integrations.verl", "name": None},
     "name": "RewardqRewardManager",

@@ -15,12 +15,12 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 from verl.protocol import DataProto
 
+from rewardq.config import AdapterSettings
 from rewardq.errors import ConfigError, RunStopped
 from rewardq.integrations.verl import RewardqAgentLoopWorker
-from rewardq.integrations.verl_scoring import VerlAdapterSettings
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.rows import FAST_PATH
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.managers import expected_reward
 from tests.support.sync_client import SyncClient
 from tests.verl.conftest import Fleet
@@ -104,9 +104,13 @@ async def test_error_results_score_zero_and_pass_verls_postprocess_in_any_order(
     assert "marked to fail" in unknown[-1].extra_fields["reward_error"]
     assert unknown[-1].extra_fields["reward_failure_kind"] == "scorer"
     # a timeout is an error result too: nobody serves this namespace
-    lost = adapter(monkeypatch, f"{failing_fleet.namespace}-nobody", REWARDQ_VERL_TIMEOUT="0.5")
+    nobody = f"{failing_fleet.namespace}-nobody"
+    lost = adapter(monkeypatch, nobody, REWARDQ_VERL_TIMEOUT="0.5")
     timed_out, kw_lost = trajectory(("openai/gsm8k", "42", "#### 42"), 1)
-    await lost._compute_score(timed_out, kwargs=kw_lost)
+    try:
+        await lost._compute_score(timed_out, kwargs=kw_lost)
+    finally:
+        _delete_namespace(REDIS_URL, nobody)  # the pushed trajectory nobody read
     assert timed_out[-1].reward_score == 0.0 and "timed out" in timed_out[-1].extra_fields["reward_error"]
     assert timed_out[-1].extra_fields["reward_failure_kind"] == "transient"
 
@@ -154,7 +158,10 @@ async def test_precomputed_reward_is_not_pushed(
     w = adapter(monkeypatch, ns)
     outs, kw = trajectory(("openai/gsm8k", "42", "#### 42"), 2)
     outs[-1].reward_score = 0.25  # scored inside the agent loop (e.g. SWE-agent)
-    await w._compute_score(outs, kwargs=kw)
+    try:
+        await w._compute_score(outs, kwargs=kw)
+    finally:
+        _delete_namespace(REDIS_URL, ns)
     assert outs[-1].reward_score == 0.25 and "reward_extra_info" not in outs[-1].extra_fields
     assert sync_redis.exists(Keyspace(ns).stream(0)) == 0  # nothing was pushed
 
@@ -177,7 +184,7 @@ def test_settings_from_the_environment_and_the_verl_config(monkeypatch: pytest.M
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     bare = object.__new__(RewardqAgentLoopWorker)  # verl's __init__ never ran: no self.config
-    assert bare.rewardq_scorer().settings == VerlAdapterSettings(
+    assert bare.rewardq_scorer().settings == AdapterSettings(
         redis_url="redis://env-host:6380/2", namespace="env-ns", timeout=12.5, on_error="raise"
     )
     # with a verl config, its reward.rewardq block is read; the environment still wins

@@ -24,7 +24,7 @@ from PIL import Image
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from rewardq.errors import ScoringError
-from rewardq.integrations.verl_media import wire_media, wire_raw_prompt
+from rewardq.integrations.verl.media import wire_media, wire_raw_prompt
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.cli_procs import Procs
 from tests.support.judge_standin import JudgeStandin

@@ -80,7 +80,7 @@ class AgentLoopProcess:
         return out
 
     def fleet_status(self) -> dict[str, Any] | None:
-        from rewardq.integrations.verl_fleet import _starts
+        from rewardq.integrations.verl.fleet import _starts
 
         started = [f.result() for f in _starts.values() if f.done() and f.exception() is None]
         return started[0].status() if started and started[0] is not None else None

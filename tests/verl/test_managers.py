@@ -82,7 +82,7 @@ def tq_worker(monkeypatch: pytest.MonkeyPatch, namespace: str) -> Any:
     """A TransferQueue worker whose verl __init__ never ran, as far as _agent_loop_postprocess needs."""
     monkeypatch.setenv("REWARDQ_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("REWARDQ_NAMESPACE", namespace)
-    w = object.__new__(adapter.RewardqAgentLoopWorkerTQ)
+    w: Any = object.__new__(adapter.RewardqAgentLoopWorkerTQ)
     w.processor = None  # text-only model: verl's multimodal and position-id helpers take their plain path
     w.distillation_enabled = False
     return w

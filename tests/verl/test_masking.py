@@ -17,6 +17,7 @@ function raises for responses marked ``FAIL`` (tests/verl/failing_scorer.py). Gr
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -39,10 +40,10 @@ from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from rewardq.errors import ConfigError
-from rewardq.integrations import verl_metrics
 from rewardq.integrations.verl import RewardqAgentLoopManager, RewardqAgentLoopWorker, RewardqRewardManager
-from rewardq.integrations.verl_policy import MASKABLE, SETUP_HOOK, SETUP_HOOK_KEY, masking_refusal
-from rewardq.integrations.verl_settings import settings_for
+from rewardq.integrations.verl import metrics as verl_metrics
+from rewardq.integrations.verl.policy import MASKABLE, SETUP_HOOK, SETUP_HOOK_KEY, masking_refusal
+from rewardq.integrations.verl.settings import settings_for
 from tests.support.cli_procs import REPO
 from tests.verl import scripted_agent
 from tests.verl.conftest import Fleet
@@ -241,7 +242,7 @@ ray.init(address="local", include_dashboard=False, num_cpus=1, _temp_dir=sys.arg
 def seen():  # a fresh worker process, as verl's fully-async trainer actor is
     from verl.trainer.ppo import core_algos
     return {"registered": sorted(k for k in core_algos.ADV_ESTIMATOR_REGISTRY if k.startswith("rewardq_")),
-            "hook_module": "rewardq.integrations.verl" in sys.modules}
+            "hook_module": "rewardq.integrations.verl.entrypoints" in sys.modules}
 
 print(json.dumps(ray.get(seen.remote())))
 ray.shutdown()
@@ -266,6 +267,16 @@ def test_the_setup_hook_registers_the_estimators_in_a_fresh_ray_worker(tmp_path:
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["registered"] == sorted(f"rewardq_{name}" for name in MASKABLE)
     assert seen["hook_module"] is False  # the estimators alone, not the hook's heavier module
+
+
+def test_the_earlier_setup_hook_path_still_names_the_same_hook() -> None:
+    """Running fully-async configs name ``rewardq.integrations.verl_mask.register``: Ray imports the
+    module and calls that name, as it does for :data:`SETUP_HOOK`."""
+    old_module, _, old_name = "rewardq.integrations.verl_mask.register".rpartition(".")
+    new_module, _, new_name = SETUP_HOOK.rpartition(".")
+    assert getattr(importlib.import_module(old_module), old_name) is getattr(
+        importlib.import_module(new_module), new_name
+    )
 
 
 def test_the_metrics_wrappers_are_installed_once() -> None:

@@ -25,7 +25,7 @@ from verl.utils.reward_score import default_compute_score
 
 from rewardq.errors import RedisUnavailable, RunStopped, ScoringError
 from rewardq.integrations.verl import RewardqAgentLoopWorker, RewardqRewardManager
-from rewardq.reward.fingerprint import tokenizer_fingerprint
+from rewardq.reward.tokenizer_fingerprint import tokenizer_fingerprint
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.checks import must
 from tests.support.cli_procs import Proc, Procs, wait_for
@@ -187,6 +187,7 @@ async def test_an_unreachable_redis_names_its_url_and_setting(monkeypatch: pytes
         text = str(err)
         assert f"redis://:***@127.0.0.1:{port}/0" in text and "s3cret" not in text
         assert setting in text
+        assert text.count("Check") == 1, text  # one advice, not the put's nested in the adapter's
 
 
 # --------------------------------------------------------------------------------------

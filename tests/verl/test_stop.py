@@ -2,7 +2,7 @@
 
 verl's ``AgentLoopWorkerTQ._run_prompt`` gathers a prompt's sessions with ``return_exceptions=True``
 and tags the group ``failure``; nothing raised while scoring reaches the trainer. rewardq puts a stop
-tag into TransferQueue first (rewardq.integrations.verl_stop), and verl's own
+tag into TransferQueue first (rewardq.integrations.verl.stop), and verl's own
 ``ReplayBuffer.sample``, which the V1 trainer calls at every step before it takes any group, raises
 with rewardq's message. Proven here for each cause (a ``config`` failure, ``verl_on_error=raise``,
 the run's failure budget spent), through rewardq's V1 agent-loop worker and through the hook on
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import ray
 
-from rewardq.integrations.verl_stop import PARTITION, STOP_KEY
+from rewardq.integrations.verl.stop import PARTITION, STOP_KEY
 from tests.verl import scripted_agent
 from tests.verl.conftest import Fleet
 from tests.verl.data import row

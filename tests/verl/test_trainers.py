@@ -1,10 +1,10 @@
 """Every verl trainer reaches the fleet, through verl's own classes on a local Ray.
 
 One ``rewardq worker --config trainer.yaml`` scores for the whole module, started on the very file
-verl's ``RewardLoopManager(config)`` is built from: verl's generated trainer config with the
-reward-manager hook (``reward.reward_manager.source=importlib``, ``module.path=pkg://rewardq.
-integrations.verl``, ``name=RewardqRewardManager``) and a Hugging Face tokenizer folder as
-``actor_rollout_ref.model.path``. Every reward is compared with ``default_compute_score`` on the
+verl's ``RewardLoopManager(config)`` is built from: verl's generated trainer config switched to the
+reward-manager hook as a user switches it (``reward.reward_manager.name=rewardq``, the name rewardq's
+verl plugin registers in every verl process, Ray's reward-loop actors included) and a Hugging Face
+tokenizer folder as ``actor_rollout_ref.model.path``. Every reward is compared with ``default_compute_score`` on the
 real final response.
 
 | trainer | path proven here |

@@ -56,7 +56,8 @@ def test_the_real_tokenizer_folder_decodes_in_batches_exactly_as_transformers_do
     from transformers import AutoTokenizer
 
     from benchmarks.verl_loop.tokenizer import tokenizer_folder
-    from rewardq.reward.tokenizer import TransformersTokenizer, batch_decoder, load_tokenizer
+    from rewardq.reward.tokenizer import load_tokenizer
+    from rewardq.reward.tokenizer_backends import TransformersTokenizer, batch_decoder
 
     folder = tokenizer_folder(tmp_path)
     tok = load_tokenizer(str(folder))

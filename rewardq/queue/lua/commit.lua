@@ -19,7 +19,8 @@
 -- trajectory was already finished (nothing written; the final call then only re-acknowledges and
 -- deletes the staged keys).
 -- Budget: last - first + 1 <= max_outputs keys written, of at most max_bytes bytes in all (refused
--- otherwise; counted here from the arguments), and for the final call first <= max_outputs - 1
+-- otherwise; counted here from the arguments), and their copy in `traj` (one row, or 64 KiB at most)
+-- and in the `done` entry (one row of at most 1 KiB), and for the final call first <= max_outputs - 1
 -- staged keys renamed, the stored records ended (`end_records`) and at most max_outputs + 16
 -- entries acknowledged.
 local traj, stream, waiting, done, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -48,6 +49,8 @@ if bytes > max_bytes then
 end
 local final = last == n - 1
 local function stage_key(i) return staged .. i end
+local refused = refused_rights(stream, group, traj)
+if refused then return refused end
 
 if redis.call('HGET', traj, 'state') == 'done' then
   if final then
@@ -94,6 +97,21 @@ end_records(traj, stream, records, keep, max_out)
 redis.call('HDEL', traj, 'lease', 'lease_until')
 redis.call('HSET', traj, 'state', 'done', 'status', status, 'worker', worker,
            'done_at', string.format('%.6f', now_seconds()), 'n', n)
+-- The trajectory's results in one place too, when this call holds them all and they are small
+-- (one shared row, or at most 64 KiB): `result_rows` rows of `result:<row>:<field>`, row 0 for
+-- every key when rows = 1, else row i for key i. A producer reads them with one HGETALL of the
+-- trajectory instead of one per key; the per-key hashes stay the results' home.
+if first == 0 and (rows == 1 or bytes <= 65536) then
+  redis.call('HSET', traj, 'result_rows', rows)
+  for r = 0, rows - 1 do
+    local args = {}
+    for j = 1, nf do
+      args[#args + 1] = 'result:' .. r .. ':' .. names[j]
+      args[#args + 1] = ARGV[base + r * nf + j]
+    end
+    redis.call('HSET', traj, unpack(args))
+  end
+end
 if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
 redis.call('ZREM', waiting, tid)
 ack_delete(stream, group, recorded_acks(traj))
@@ -101,6 +119,16 @@ local latency = ''
 for j = 1, nf do
   if names[j] == 'latency_ms' then latency = ARGV[base + (rows - 1) * nf + j] end
 end
-redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', n, 'status', status,
-           'worker', worker, 'latency_ms', latency)
+local announce = {'tid', tid, 'n', n, 'status', status, 'worker', worker, 'latency_ms', latency}
+-- A result shared by every key, when small (at most 1 KiB of values), rides on the announcement
+-- too, as the trajectory's copy spells it: a producer waiting for it needs no read at all.
+if first == 0 and rows == 1 and bytes <= 1024 * count then
+  announce[#announce + 1] = 'result_rows'
+  announce[#announce + 1] = 1
+  for j = 1, nf do
+    announce[#announce + 1] = 'result:0:' .. names[j]
+    announce[#announce + 1] = ARGV[base + j]
+  end
+end
+redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', unpack(announce))
 return 1

@@ -76,6 +76,27 @@ local function ranges(list)
   return table.concat(parts, ',')
 end
 
+-- Refuse a script before its first write when the ACL user may not run a command it sends after
+-- that write (a permission revoked while the worker runs): refused midway, a script keeps the
+-- writes made before the refusal (results visible while their entries stay pending). Returns the
+-- NOPERM error reply to send back, or nil. Uses Redis 7's redis.acl_check_cmd; without it (an
+-- older server, fakeredis) nothing is checked. Work: one check per command, O(1).
+local function refused_rights(stream, group, key)
+  if not redis.acl_check_cmd then return nil end
+  local checks = {
+    {'HSET', key, 'f', 'v'}, {'HDEL', key, 'f'}, {'EXPIRE', key, '1'}, {'DEL', key}, {'RENAME', key, key},
+    {'ZREM', key, 'm'}, {'XACK', stream, group, '0-1'}, {'XDEL', stream, '0-1'}, {'XADD', stream, '*', 'f', 'v'},
+  }
+  for _, c in ipairs(checks) do
+    local ok, allowed = pcall(redis.acl_check_cmd, unpack(c))
+    if ok and not allowed then
+      return redis.error_reply('NOPERM this user has no permissions to run the \'' .. string.lower(c[1]) ..
+                               '\' command (checked before the script wrote anything)')
+    end
+  end
+  return nil
+end
+
 -- Acknowledge and delete stream entries: their data lives in the trajectory hash, or
 -- their trajectory is finished.
 local function ack_delete(stream, group, ids)
@@ -133,10 +154,29 @@ end
 
 -- An error result: why (`msg`), what kind of failure (`kind`, a rewardq.queue.states.FailureKind
 -- value) and its reward_extra_info (`extra`: JSON the worker encoded and bounded, holding `error`;
--- '' for the usual {"error": msg}).
-local function error_result(msg, kind, extra, provenance, attempt)
+-- '' for the usual {"error": msg}); `latency`: its latency_ms as text ('' when unknown).
+local function error_result(msg, kind, extra, provenance, attempt, latency)
   return {msg = msg, kind = kind, extra = extra ~= '' and extra or cjson.encode({error = msg}),
-          provenance = provenance or '', attempt = attempt or ''}
+          provenance = provenance or '', attempt = attempt or '', latency = latency or ''}
+end
+
+-- Milliseconds from `since` (unix seconds; nil or 0: unknown) to `now`, as a result's latency_ms
+-- text ('' when unknown).
+local function latency_text(since, now)
+  if not since or since <= 0 then return '' end
+  return string.format('%.3f', math.max(0, now - since) * 1000)
+end
+
+-- The `ts` field (the producer's put time, unix seconds) of a stream entry, or nil.
+local function entry_ts(stream, id)
+  if id == '' then return nil end
+  local e = redis.call('XRANGE', stream, id, id)
+  if #e == 0 then return nil end
+  local f = e[1][2]
+  for j = 1, #f, 2 do
+    if f[j] == 'ts' then return tonumber(f[j + 1]) end
+  end
+  return nil
 end
 
 -- Give output key `rkey` the error result `err` (error_result), unless it already has a result
@@ -146,7 +186,7 @@ local function write_error(rkey, err, worker, now, ttl)
   redis.call('HSET', rkey, 'status', 'error', 'reward_score', '',
              'reward_extra_info', err.extra, 'error', err.msg, 'failure_kind', err.kind,
              'worker', worker, 'manager', '', 'scored_at', string.format('%.6f', now),
-             'latency_ms', '', 'provenance', err.provenance, 'attempt', err.attempt)
+             'latency_ms', err.latency, 'provenance', err.provenance, 'attempt', err.attempt)
   if ttl > 0 then redis.call('EXPIRE', rkey, ttl) end
   return 1
 end
@@ -155,11 +195,12 @@ end
 local function missing_text(traj, max_out)
   local final = redis.call('HGET', traj, 'final')
   local have, seen = {}, {}
-  -- a trajectory hash holds o:<i> and h:<i> (its digest) per stored output, at most max_out
-  -- each, plus a few scalar fields
+  -- a trajectory hash holds o:<i> (or r:<i>, lua/store.lua) and h:<i> (its digest) per stored
+  -- output, at most max_out each, plus a few scalar fields
   if redis.call('HLEN', traj) <= 2 * max_out + 32 then
     for _, f in ipairs(redis.call('HKEYS', traj)) do
-      if string.sub(f, 1, 2) == 'o:' then
+      local kind = string.sub(f, 1, 2)
+      if kind == 'o:' or kind == 'r:' then
         local i = tonumber(string.sub(f, 3))
         if i then
           seen[i] = true
@@ -182,7 +223,8 @@ end
 -- Take the trajectory's scoring lease for `worker`, unless another worker holds a live one.
 -- Returns the other holder's name when it does; else nil, the trajectory's scoring attempts,
 -- this one included (above 1: an earlier lease ended without a commit), and then its earlier
--- starts of scoring alone (`solo`, read only when attempts > 1; see rewardq.consumers.quarantine).
+-- starts in a scorer of a reclaimed attempt, alone (`solo`) and side by side (`shared`), both
+-- read only when attempts > 1 (see rewardq.consumers.quarantine).
 -- A lease this worker still holds is the same attempt (another entry of the trajectory it is
 -- scoring, filed in the same batch): it is extended, not counted again.
 local function take_lease(traj, worker, now, seconds)
@@ -199,9 +241,12 @@ local function take_lease(traj, worker, now, seconds)
   else
     attempts = redis.call('HINCRBY', traj, 'attempts', 1)
   end
-  local solo = 0
-  if attempts > 1 then solo = tonumber(redis.call('HGET', traj, 'solo') or '0') or 0 end
-  return nil, attempts, solo
+  local solo, shared = 0, 0
+  if attempts > 1 then
+    local c = redis.call('HMGET', traj, 'solo', 'shared')
+    solo, shared = tonumber(c[1] or '0') or 0, tonumber(c[2] or '0') or 0
+  end
+  return nil, attempts, solo, shared
 end
 
 -- The record bytes of a stream entry (nil when the entry is gone).
@@ -225,13 +270,37 @@ local function whole_ids(traj)
   return ids
 end
 
+-- Records kept in their stream entries (r:<i>, lua/store.lua) end with their trajectory: the
+-- entries are deleted and the references dropped. They are not kept in `records` (they are the
+-- large ones: over the worker's inline_bytes), and so are their blobs (b:<i>, rewardq/queue/blobs.py).
+-- Work: none without `refs`; else at most 2 * max_out fields read, entries and blobs deleted, in chunks.
+local function drop_refs(traj, stream, max_out)
+  if not redis.call('HGET', traj, 'refs') then return end
+  local hi = math.min(highest_index(traj, max_out), max_out - 1)
+  local names, ids, blobs = {}, {}, {}
+  for i = 0, hi do
+    names[#names + 1] = 'r:' .. i
+    names[#names + 1] = 'b:' .. i
+  end
+  local got = hmget_all(traj, names)
+  for j = 1, #got, 2 do
+    if got[j] then ids[#ids + 1] = got[j] end
+    if got[j + 1] then blobs[#blobs + 1] = got[j + 1] end
+  end
+  each_chunk(#ids, function(a, b) redis.call('XDEL', stream, unpack(ids, a, b)) end)
+  each_chunk(#blobs, function(a, b) redis.call('DEL', unpack(blobs, a, b)) end)
+  each_chunk(#names, function(a, b) redis.call('HDEL', traj, unpack(names, a, b)) end)
+  redis.call('HDEL', traj, 'refs')
+end
+
 -- The stored records of an ended trajectory (scored or failed): with keep > 0 they move into
 -- `records` for keep seconds (for `rewardq inspect` and `rewardq dead-letters retry`), else they
 -- are deleted. Records in the hash move by one RENAME of the hash, whose other fields (digests and
 -- a few scalars, at most max_out + 32: refused past 2 * max_out + 32 fields) are then copied back
 -- into a new trajectory hash, so no record byte is copied; records of a `whole` trajectory (still
 -- in the stream, deleted with their entries) are copied, up to KEEP_COPY_BYTES.
--- Work: at most 2 * max_out + 32 hash fields, one RENAME, or KEEP_COPY_BYTES copied.
+-- Records kept in their stream entries are deleted with them (`drop_refs`).
+-- Work: at most 2 * max_out + 32 hash fields, one RENAME, or KEEP_COPY_BYTES copied, plus `drop_refs`.
 local function end_records(traj, stream, records, keep, max_out)
   local ids = whole_ids(traj)
   if ids then
@@ -251,6 +320,7 @@ local function end_records(traj, stream, records, keep, max_out)
     redis.call('HDEL', traj, 'whole')
     return
   end
+  drop_refs(traj, stream, max_out)
   local hi = math.min(highest_index(traj, max_out), max_out - 1)
   if keep > 0 and hi >= 0 and redis.call('HLEN', traj) <= 2 * max_out + 32 then
     local meta, has_records = {}, false
@@ -305,4 +375,41 @@ local function finish_error(traj, stream, waiting, done, records, group, tid, rp
   ack_delete(stream, group, recorded_acks(traj))
   redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', hi + 1, 'status', 'error')
   return written
+end
+
+-- Add a dead letter (`fields`: its field/value list, a few dozen values) to stream `dead`, then
+-- keep the stream within its bounds: at most `maxlen` entries, at most `max_bytes` bytes of field
+-- names and values (counted in field `n` of hash `dead .. ':bytes'`, of the same slot), nothing older than
+-- `ttl_ms`; the oldest entries go first, the one just added stays. Both keys expire `ttl_ms` after
+-- the last dead letter. Budget: at most DEAD_TRIM entries removed per call (a later call removes
+-- the rest; each dead letter is itself bounded by the worker, so the bound is overshot by at most
+-- DEAD_TRIM small entries' worth).
+local DEAD_TRIM = 256
+local function entry_bytes(fields)
+  local size = 0
+  for j = 1, #fields do size = size + #fields[j] end
+  return size
+end
+local function add_dead(dead, fields, maxlen, max_bytes, ttl_ms)
+  local counter = dead .. ':bytes'
+  local added = redis.call('XADD', dead, '*', unpack(fields))
+  local total = redis.call('HINCRBY', counter, 'n', entry_bytes(fields))
+  local t = redis.call('TIME')
+  local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - ttl_ms
+  for _ = 1, DEAD_TRIM do
+    local oldest = redis.call('XRANGE', dead, '-', '+', 'COUNT', 1)
+    if #oldest == 0 or oldest[1][1] == added then break end
+    local ms = tonumber(string.match(oldest[1][1], '^(%d+)'))
+    if total <= max_bytes and ms >= cutoff and redis.call('XLEN', dead) <= maxlen then break end
+    redis.call('XDEL', dead, oldest[1][1])
+    total = redis.call('HINCRBY', counter, 'n', -entry_bytes(oldest[1][2]))
+    if total < 0 then  -- dead letters from before the count existed: count from here on
+      redis.call('HSET', counter, 'n', 0)
+      total = 0
+    end
+  end
+  if redis.call('XLEN', dead) <= 1 then redis.call('HSET', counter, 'n', entry_bytes(fields)) end
+  redis.call('PEXPIRE', dead, ttl_ms)
+  redis.call('PEXPIRE', counter, ttl_ms)
+  return added
 end

@@ -1,35 +1,61 @@
 -- expire: end trajectories that waited too long for outputs, naming what is missing.
 -- KEYS: waiting, stream, done, dead
 -- ARGV: group, traj_prefix, reward_prefix, result_ttl, worker, limit, timeout_seconds,
---       done_maxlen, dead_maxlen, max_outputs, records_prefix, keep_records
--- Returns {tid, reason, tid, reason, ...} for the trajectories it ended.
+--       done_maxlen, dead_maxlen, max_outputs, records_prefix, keep_records, dead_bytes, dead_ttl_ms,
+--       records_bytes
+-- Returns {tid, reason, keys, records, latency, tid, ...} for the trajectories it ended: `keys` =
+-- the highest index + 1 (keys 0 .. keys-1 got the error result), `records` = the stored record of
+-- each of those keys (nil where it never arrived) when records_bytes > 0 (the worker keeps a
+-- ledger: rewardq.ledger), else empty; `latency` = the error results' latency_ms: from the
+-- trajectory's last output filed (its waiting clock's start) to now.
 -- Budget: at most `limit` trajectories, and it stops taking more once max_outputs keys were
 -- written in this call: at most 2 * max_outputs keys written (the rest wait for the next pass), each
 -- with a reason of at most ~400 bytes (missing_text counts what it does not spell out); each
--- trajectory's stored records ended (`end_records`).
+-- trajectory's stored records ended (`end_records`). With records_bytes > 0, the records returned
+-- stay within records_bytes, except that the first trajectory's always are (at most
+-- max_trajectory_bytes, which the store script enforces): past it, the rest wait for the next pass.
 local waiting, stream, done, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, tprefix, rprefix = ARGV[1], ARGV[2], ARGV[3]
 local ttl, worker, limit, timeout = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local maxlen, dead_maxlen, max_out = ARGV[8], ARGV[9], tonumber(ARGV[10])
 local rec_prefix, keep = ARGV[11], tonumber(ARGV[12])
+local dead_bytes, dead_ttl = tonumber(ARGV[13]), tonumber(ARGV[14])
+local records_bytes = tonumber(ARGV[15] or '0')
+local returned = 0
 local now = now_seconds()
 local out = {}
 local written = 0
-local due = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'LIMIT', 0, limit)
-for _, tid in ipairs(due) do
+local due = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+for d = 1, #due, 2 do
+  local tid = due[d]
   if written >= max_out then break end
   local traj = tprefix .. tid
   local state = redis.call('HGET', traj, 'state')
   if state == 'collecting' then
+    local hi = math.min(highest_index(traj, max_out), max_out - 1)
+    local records = {}
+    if records_bytes > 0 then
+      local size = tonumber(redis.call('HGET', traj, 'bytes') or '0')
+      if returned > 0 and returned + size > records_bytes then break end
+      returned = returned + size
+      if hi >= 0 then
+        local fields = {}
+        for i = 0, hi do fields[#fields + 1] = 'o:' .. i end
+        records = hmget_all(traj, fields)
+      end
+    end
     local reason = 'incomplete trajectory: ' .. missing_text(traj, max_out) .. ' after waiting ' .. timeout .. 's'
+    local latency = latency_text(tonumber(due[d + 1]) - (tonumber(timeout) or 0), now)
     written = written + 1 + finish_error(traj, stream, waiting, done, rec_prefix .. tid, group, tid, rprefix, ttl,
-                                         error_result(reason, 'input', ''), worker, -1, '', maxlen, now,
-                                         max_out, keep)
-    redis.call('XADD', dead, 'MAXLEN', '~', dead_maxlen, '*', 'tid', tid, 'reason', reason,
-               'kind', 'incomplete', 'failure_kind', 'input', 'worker', worker,
-               'time', string.format('%.6f', now))
+                                         error_result(reason, 'input', '', '', '', latency), worker, -1, '',
+                                         maxlen, now, max_out, keep)
+    add_dead(dead, {'tid', tid, 'reason', reason, 'kind', 'incomplete', 'failure_kind', 'input',
+                    'worker', worker, 'time', string.format('%.6f', now)}, tonumber(dead_maxlen), dead_bytes, dead_ttl)
     out[#out + 1] = tid
     out[#out + 1] = reason
+    out[#out + 1] = hi + 1
+    out[#out + 1] = records
+    out[#out + 1] = latency
   else
     redis.call('ZREM', waiting, tid)
   end

@@ -6,34 +6,40 @@
 --       unknown), entry_id ('' for none), done_maxlen, dead_maxlen, max_outputs, keep_records,
 --       failure_kind (a FailureKind value), extra_info (the error's reward_extra_info as JSON, ''
 --       for {"error": message}), provenance (the digest of what failed, or ''), attempt (the
---       scoring attempt, or ''), nacks, then nacks more entry ids to acknowledge with it (the
---       other entries of the trajectory the worker holds), then dead-letter field/value pairs
--- Returns the number of keys given an error result.
+--       scoring attempt, or ''), dead_bytes, dead_ttl_ms (the dead-letter stream's bounds, see
+--       add_dead), nacks, then nacks more entry ids to acknowledge with it (the other entries of
+--       the trajectory the worker holds), then dead-letter field/value pairs
+-- Returns the number of keys given an error result. Their latency_ms is from the put of entry_id
+-- (its `ts` field) to now ('' without an entry).
 -- Budget: at most max_outputs + 1 keys written (an index at or past max_outputs names its one
 -- key only) of a message the worker cut to ~1 KB and extra info it bounded to a few KB, one dead
--- letter (its fields cut by the worker),
--- the stored records ended (`end_records`), the acknowledgement of at most max_outputs + 16
--- recorded entries plus the nacks <= max_outputs given.
+-- letter (its fields cut by the worker; the stream then trimmed by add_dead),
+-- the stored records ended (`end_records`), one XRANGE of one entry (its put time), the
+-- acknowledgement of at most max_outputs + 16 recorded entries plus the nacks <= max_outputs given.
 local traj, stream, waiting, done, dead, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group, tid, rprefix = ARGV[1], ARGV[2], ARGV[3]
 local ttl, msg, worker = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local index_text, id, maxlen, dead_maxlen = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local max_out, keep = tonumber(ARGV[11]), tonumber(ARGV[12])
-local err = error_result(msg, ARGV[13], ARGV[14], ARGV[15], ARGV[16])
-local nacks = tonumber(ARGV[17])
+local refused = refused_rights(stream, group, traj)
+if refused then return refused end
+local dead_bytes, dead_ttl = tonumber(ARGV[17]), tonumber(ARGV[18])
+local nacks = tonumber(ARGV[19])
 local index = tonumber(index_text) or -1
 local now = now_seconds()
+-- latency_ms: from the put of the entry that failed it (its `ts`) to now, as a commit's
+local err = error_result(msg, ARGV[13], ARGV[14], ARGV[15], ARGV[16], latency_text(entry_ts(stream, id), now))
 if nacks < 0 or nacks > max_out then
   return redis.error_reply('fail of ' .. tid .. ': ' .. nacks .. ' entries to acknowledge is not in 0..max_outputs')
 end
 local ids = {}
 if id ~= '' then ids[1] = id end
-for j = 18, 17 + nacks do ids[#ids + 1] = ARGV[j] end
+for j = 20, 19 + nacks do ids[#ids + 1] = ARGV[j] end
 
-if #ARGV > 17 + nacks then
+if #ARGV > 19 + nacks then
   local pairs_ = {}
-  for j = 18 + nacks, #ARGV do pairs_[#pairs_ + 1] = ARGV[j] end
-  redis.call('XADD', dead, 'MAXLEN', '~', dead_maxlen, '*', unpack(pairs_))
+  for j = 20 + nacks, #ARGV do pairs_[#pairs_ + 1] = ARGV[j] end
+  add_dead(dead, pairs_, tonumber(dead_maxlen), dead_bytes, dead_ttl)
 end
 local written = 0
 if redis.call('HGET', traj, 'state') == 'done' then

@@ -1,29 +1,50 @@
 -- store: file one output record of a trajectory, and say whether the trajectory is complete.
 -- KEYS: traj, stream, waiting, done
 -- ARGV: group, entry_id, tid, index, final(0|1), digest, incomplete_timeout, lease_seconds,
---       worker, reward_prefix, result_ttl, done_maxlen, max_outputs, max_trajectory_bytes
+--       worker, reward_prefix, result_ttl, done_maxlen, max_outputs, max_trajectory_bytes,
+--       size (the record's bytes), inline_bytes, blob (the record's blob key, or '': rewardq/queue/blobs.py)
 --   digest: the worker's short hash of the record bytes (kept per output as h:<i>, so a later
---   record for a finished key is told apart from a redelivery of the same one).
+--   record for a finished key is told apart from a redelivery of the same one, and two records
+--   for one key are compared without reading either).
+-- Where a record is kept: one of at most inline_bytes is copied into the hash (o:<i>) and its
+-- entry deleted. A larger one is never read by this script: it stays in its stream entry,
+-- acknowledged, and the hash names that entry (r:<i>; `refs` counts them) until the trajectory
+-- ends (`end_records` deletes the entries). Copying tens of MB through Lua blocks Redis for
+-- every client for up to a second; a reference costs a few bytes. A record that came as a blob
+-- is always kept by reference: the hash names its blob too (b:<i>), which loses its TTL and is
+-- deleted with the entry. The blob of an entry dropped here (a duplicate) is deleted with it.
 -- Returns one of
---   {'parked', stored, final}      data kept in the hash; the entry is acked and deleted
---   {'complete', final, attempts, solo, p0, .., pn} this caller now holds the lease and must score +
---                                  commit (solo: see take_lease in common.lua)
+--   {'parked', stored, final}      data kept; the entry is acked (and deleted unless referenced)
+--   {'complete', final, attempts, solo, shared, p0, .., pn} this caller now holds the lease and
+--                                  must score + commit (solo, shared: see take_lease in common.lua);
+--                                  each p is the record's bytes, or {entry_id} for a record kept in
+--                                  its stream entry (the caller reads it there; {false}: gone)
 --   {'leased', holder}             another live worker is scoring it; leave the entry pending
---   {'done', 0}                    the same record again, for a finished trajectory; entry acked
+--   {'done', 0}                    the same record again, for a finished trajectory, or any record
+--                                  of a cancelled one (never scored); entry acked
 --   {'conflict', reason}           the record contradicts what is stored, or arrived after its
 --                                  trajectory finished; the caller dead-letters it (`fail`),
 --                                  which never overwrites an existing result
 --   {'toolarge', reason}           storing it would take the trajectory's records (`bytes`) past
 --                                  max_trajectory_bytes; nothing stored, the caller fails it
--- Budget: O(1) calls, plus on completion one HMGET of final+1 <= max_outputs fields (the reply
--- carries those payloads); a `whole` trajectory reads at most max_outputs entries. Nothing loops
--- over a count the record sets beyond max_outputs.
+-- Budget: O(1) calls and at most inline_bytes copied, plus on completion one HMGET of
+-- 2 * (final+1) <= 2 * max_outputs fields (the reply carries the inline payloads); a `whole`
+-- trajectory reads none of its records. Nothing loops over a count the record sets beyond
+-- max_outputs. Flags: allow-oom (rewardq/queue/scripts.py): it adds at most inline_bytes and a
+-- few small fields, and it is what lets a trajectory be scored and its records freed.
 local traj, stream, waiting, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, id, tid = ARGV[1], ARGV[2], ARGV[3]
 local index, is_final, digest = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6]
 local incomplete_timeout, lease_seconds = tonumber(ARGV[7]), tonumber(ARGV[8])
 local worker, rprefix, ttl = ARGV[9], ARGV[10], tonumber(ARGV[11])
 local max_out, max_bytes = tonumber(ARGV[13]), tonumber(ARGV[14])
+local size, inline_max, blob = tonumber(ARGV[15]), tonumber(ARGV[16]), ARGV[17] or ''
+local by_ref = size > inline_max or blob ~= ''
+-- Drop this entry: acknowledged and deleted, with its blob.
+local function drop()
+  ack_delete(stream, group, {id})
+  if blob ~= '' then redis.call('DEL', blob) end
+end
 local now = now_seconds()
 
 if not index or index < 0 or index >= max_out then
@@ -32,10 +53,14 @@ end
 
 local state = redis.call('HGET', traj, 'state')
 if state == 'done' then
+  if redis.call('HGET', traj, 'status') == 'cancelled' then  -- nobody wants it scored (lua/cancel.lua)
+    drop()
+    return {'done', 0}
+  end
   local key = tid .. '_' .. index
   local had = redis.call('HGET', traj, 'h:' .. index)
   if had and had == digest then  -- the record it finished with, delivered again
-    ack_delete(stream, group, {id})
+    drop()
     return {'done', 0}
   end
   local st = redis.call('HGET', traj, 'status') or 'ok'
@@ -49,20 +74,28 @@ if state == 'done' then
   return {'conflict', 'output ' .. index .. ' arrived after its trajectory finished (' .. status .. ')' .. kept}
 end
 
--- The record is read from the stream entry itself: the worker validated its copy, and
--- sending the bytes back would double the traffic.
-local entry = redis.call('XRANGE', stream, id, id)
-if #entry == 0 then
-  redis.call('XACK', stream, group, id)
-  return {'done', 0}  -- deleted meanwhile: another worker already filed it
-end
+-- A small record is read from the stream entry itself: the worker validated its copy, and
+-- sending the bytes back would double the traffic. A large one is not read at all: XCLAIM JUSTID
+-- (no delivery counted, no bytes returned) says whether its entry is still there and pending.
 local payload
-local ef = entry[1][2]
-for j = 1, #ef, 2 do
-  if ef[j] == 'data' then payload = ef[j + 1] end
-end
-if not payload then
-  return {'conflict', 'stream entry ' .. id .. ' has no data field'}
+if by_ref then
+  if #redis.call('XCLAIM', stream, group, worker, 0, id, 'JUSTID') == 0 then
+    redis.call('XACK', stream, group, id)
+    return {'done', 0}  -- deleted or acknowledged meanwhile: another worker already filed it
+  end
+else
+  local entry = redis.call('XRANGE', stream, id, id)
+  if #entry == 0 then
+    redis.call('XACK', stream, group, id)
+    return {'done', 0}  -- deleted meanwhile: another worker already filed it
+  end
+  local ef = entry[1][2]
+  for j = 1, #ef, 2 do
+    if ef[j] == 'data' then payload = ef[j + 1] end
+  end
+  if not payload then
+    return {'conflict', 'stream entry ' .. id .. ' has no data field'}
+  end
 end
 
 local whole = whole_ids(traj)
@@ -74,34 +107,31 @@ if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redeliver
   if is_final and index ~= final_i then
     return {'conflict', 'two outputs marked final: ' .. final_i .. ' and ' .. index}
   end
-  if whole[index + 1] ~= id and entry_data(stream, whole[index + 1]) ~= payload then
+  if whole[index + 1] ~= id and redis.call('HGET', traj, 'h:' .. index) ~= digest then
     return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
   end
   if not add_ack(traj, id, max_out) then
-    ack_delete(stream, group, {id})  -- one more copy of a listed record: nothing to keep it for
+    drop()  -- one more copy of a listed record: nothing to keep it for
     return {'done', 0}
   end
-  local holder, attempts, solo = take_lease(traj, worker, now, lease_seconds)
+  local holder, attempts, solo, shared = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
-  local out = {'complete', final_i, attempts, solo}
-  for _, wid in ipairs(whole) do
-    local data = entry_data(stream, wid)
-    if not data then return {'conflict', 'stored output entry ' .. wid .. ' of ' .. tid .. ' vanished'} end
-    out[#out + 1] = data
-  end
+  local out = {'complete', final_i, attempts, solo, shared}
+  for _, wid in ipairs(whole) do out[#out + 1] = {wid} end  -- the caller reads them in the stream
   return out
 end
 
-local field = 'o:' .. index
-local existing = redis.call('HGET', traj, field)
-if existing and existing ~= payload then
+local field, ref = 'o:' .. index, 'r:' .. index
+local had = redis.call('HGET', traj, 'h:' .. index)
+local existing = redis.call('HEXISTS', traj, field) == 1 or redis.call('HEXISTS', traj, ref) == 1
+if existing and had and had ~= digest then
   return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
 end
 if not existing then
   local have = tonumber(redis.call('HGET', traj, 'bytes') or '0')
-  if have + #payload > max_bytes then
-    return {'toolarge', 'trajectory ' .. tid .. ': storing output ' .. index .. ' (' .. #payload ..
-            ' bytes) would take its records to ' .. (have + #payload) .. ' bytes, over max_trajectory_bytes=' ..
+  if have + size > max_bytes then
+    return {'toolarge', 'trajectory ' .. tid .. ': storing output ' .. index .. ' (' .. size ..
+            ' bytes) would take its records to ' .. (have + size) .. ' bytes, over max_trajectory_bytes=' ..
             max_bytes .. '; send fewer or shorter outputs, or raise max_trajectory_bytes on producers and workers'}
   end
 end
@@ -125,8 +155,17 @@ elseif final and index == tonumber(final) then
 end
 
 if not existing then
-  redis.call('HINCRBY', traj, 'bytes', #payload)
-  redis.call('HSET', traj, field, payload, 'h:' .. index, digest)
+  redis.call('HINCRBY', traj, 'bytes', size)
+  if by_ref then
+    redis.call('HSET', traj, ref, id, 'h:' .. index, digest)
+    redis.call('HINCRBY', traj, 'refs', 1)
+    if blob ~= '' then
+      redis.call('HSET', traj, 'b:' .. index, blob)
+      redis.call('PERSIST', blob)
+    end
+  else
+    redis.call('HSET', traj, field, payload, 'h:' .. index, digest)
+  end
   redis.call('HINCRBY', traj, 'stored', 1)
   if index > tonumber(redis.call('HGET', traj, 'hi') or '-1') then redis.call('HSET', traj, 'hi', index) end
 end
@@ -134,22 +173,35 @@ redis.call('HSETNX', traj, 'first_seen', string.format('%.6f', now))
 redis.call('HSETNX', traj, 'state', 'collecting')
 redis.call('HSET', traj, 'last_seen', string.format('%.6f', now))
 
+-- This entry is done with: acknowledged, and deleted unless the hash names it (its record's home).
+local function settle()
+  if redis.call('HGET', traj, ref) == id then
+    redis.call('XACK', stream, group, id)
+  else
+    drop()
+  end
+end
+
 local stored = tonumber(redis.call('HGET', traj, 'stored'))
 if final and stored == tonumber(final) + 1 then
   if not add_ack(traj, id, max_out) then
-    ack_delete(stream, group, {id})  -- its data is in the hash; a listed entry stays pending
+    settle()  -- its data is kept; a listed entry stays pending
     return {'done', 0}
   end
-  local holder, attempts, solo = take_lease(traj, worker, now, lease_seconds)
+  local holder, attempts, solo, shared = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   redis.call('ZREM', waiting, tid)
   local fields = {}
-  for i = 0, tonumber(final) do fields[#fields + 1] = 'o:' .. i end
-  local out = {'complete', final, attempts, solo}
-  for _, p in ipairs(hmget_all(traj, fields)) do out[#out + 1] = p end
+  for i = 0, tonumber(final) do
+    fields[#fields + 1] = 'o:' .. i
+    fields[#fields + 1] = 'r:' .. i
+  end
+  local out = {'complete', final, attempts, solo, shared}
+  local got = hmget_all(traj, fields)
+  for j = 1, #got, 2 do out[#out + 1] = got[j] or {got[j + 1]} end
   return out
 end
 
 redis.call('ZADD', waiting, now + incomplete_timeout, tid)
-ack_delete(stream, group, {id})
+settle()
 return {'parked', stored, final or -1}

@@ -8,7 +8,7 @@ Two backends score a response against the test cases in its ``ground_truth``:
   child processes (:mod:`.harness`, :mod:`.harness_fs`, :mod:`.harness_guard`,
   :mod:`.harness_program` and :mod:`.harness_cgroup` are the part that runs inside the sandbox);
   ``assert_case`` tests as SandboxFusion runs them, with tripwires (:mod:`.asserts`, and inside
-  the sandbox :mod:`.harness_asserts` and :mod:`.harness_wires`).
+  the sandbox :mod:`.harness_asserts`, :mod:`.harness_test_compiler` and :mod:`.harness_wires`).
 
 :mod:`.probe` (what a sandbox must run before it scores anything), :mod:`.cases` (the program
 and its test cases), :mod:`.compare` (is an output right), :mod:`.result` (what a score says),

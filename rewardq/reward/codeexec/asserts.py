@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewardq import defaults
 from rewardq.reward.codeexec.cases import TestCases, extract_fenced_code, preamble
 from rewardq.reward.codeexec.report import RunReport, clean_text
-from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, died_outcome, summarize
+from rewardq.reward.codeexec.result import CODE_MAX_CASES, PASSED, CaseOutcome, CodeResult, died_outcome, summarize
 from rewardq.reward.codeexec.sandbox import LocalSandbox, Program, RunSpec
+from rewardq.reward.codeexec.settings import CodeExecSettings
 
 BACKEND = "local"
 
@@ -110,8 +110,8 @@ async def score_asserts(
     completion: str,
     tc: TestCases,
     *,
-    timeout: float = defaults.CODE_CASE_TIMEOUT,
-    max_cases: int = defaults.CODE_MAX_CASES,
+    timeout: float = CodeExecSettings.code_local_case_timeout,
+    max_cases: int = CODE_MAX_CASES,
 ) -> CodeResult:
     """Score ``completion`` against ``tc``'s assertions (see the module docstring).
 

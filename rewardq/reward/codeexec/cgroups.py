@@ -31,10 +31,17 @@ import os
 import signal
 from dataclasses import dataclass
 from itertools import count
-from typing import Any
 
-from rewardq import defaults
 from rewardq.errors import CodeSandboxError
+
+#: Local runner: CPUs one job may use at once (its cgroup's quota), and its CPU weight
+#: (equal for every job, whatever number of processes it runs).
+CODE_JOB_CPUS = 1.0
+#: Local runner: tries at killing the processes left in a job's cgroup and removing it (~10 ms apart).
+CODE_CGROUP_KILL_ATTEMPTS = 100
+#: Local runner: jobs a worker's cgroup parent is weighted as when nobody says how many it runs.
+CODE_CGROUP_JOBS = 1
+
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
@@ -49,7 +56,7 @@ class JobLimits:
 
     memory_bytes: int
     pids: int
-    cpus: float = defaults.CODE_JOB_CPUS
+    cpus: float = CODE_JOB_CPUS
 
 
 def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
@@ -97,7 +104,7 @@ class JobCgroup:
     v2_dir: str | None
     cpu_usage: str | None
 
-    def harness_fields(self) -> dict[str, Any]:
+    def harness_fields(self) -> dict[str, object]:
         """What the harness needs: the ``cgroup.procs`` files to join and the clock's files."""
         return {
             "procs": [os.path.join(d, "cgroup.procs") for d in self.dirs],
@@ -113,7 +120,7 @@ class JobCgroup:
                 pass
         return pids
 
-    async def destroy(self, attempts: int = defaults.CODE_CGROUP_KILL_ATTEMPTS) -> None:
+    async def destroy(self, attempts: int = CODE_CGROUP_KILL_ATTEMPTS) -> None:
         """Kill every process still in the job's cgroup and remove it (waits up to ~1 s)."""
         for _ in range(attempts):
             if self.v2_dir and os.path.exists(os.path.join(self.v2_dir, "cgroup.kill")):
@@ -149,7 +156,7 @@ class CgroupHost:
     parents: dict[str, str]  # hierarchy key ("cpu", "memory", "pids", "cpuacct", "unified") -> this worker's folder
 
     @classmethod
-    def detect(cls, *, jobs: int = defaults.CODE_CGROUP_JOBS, proc_root: str = "/proc") -> CgroupHost:
+    def detect(cls, *, jobs: int = CODE_CGROUP_JOBS, proc_root: str = "/proc") -> CgroupHost:
         """The hierarchies this process can use, with a parent folder made in each, weighted as
         ``jobs`` processes (each job then competes with the host's other processes as one
         process would, however many are in its parent).

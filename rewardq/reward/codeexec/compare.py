@@ -25,11 +25,11 @@ class CaseAbort(Exception):
     there its whole run dies, so every case of that run counts as ``-1``."""
 
 
-def _int_keys(d: dict[str, Any]) -> dict[int, Any]:
+def _int_keys(d: dict[str, object]) -> dict[int, object]:
     return {int(k): v for k, v in d.items()}
 
 
-def _convert_dict_keys(value: Any) -> Any:
+def _convert_dict_keys(value: Any) -> object:
     """``prime_code`` undoes JSON's string keys: a dict (or a list starting with one) becomes a
     one-element list holding that dict with integer keys, when every key converts."""
     try:
@@ -45,7 +45,7 @@ def _convert_dict_keys(value: Any) -> Any:
     return value
 
 
-def expected_for_case(raw: object, call_based: bool) -> Any:
+def expected_for_case(raw: object, call_based: bool) -> object:
     """The expected output of one case, as ``prime_code`` prepares it before comparing.
 
     Raises:
@@ -136,7 +136,7 @@ def call_verdict(value: Any, expected: Any) -> bool:
 
 
 # -- the value a call-based program returned ----------------------------------------------
-def _hook(obj: dict[str, Any]) -> object:
+def _hook(obj: dict[str, object]) -> object:
     if len(obj) != 1:
         raise ValueError(f"unexpected object {sorted(obj)[:3]}")
     [(tag, body)] = obj.items()
@@ -149,7 +149,7 @@ def _hook(obj: dict[str, Any]) -> object:
     raise ValueError(f"unexpected tag {tag!r}")
 
 
-def decode_value(text: str) -> Any:
+def decode_value(text: str) -> object:
     """The plain value a sandboxed function returned, from the runner's tagged JSON:
     lists are JSON arrays, ``{"t": [...]}`` a tuple, ``{"d": [[k, v], ...]}`` a dict,
     ``{"f": "inf"}`` a non-finite float.

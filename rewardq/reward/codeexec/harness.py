@@ -75,7 +75,7 @@ program = _sibling("harness_program")
 _quote = __import__("_json").encode_basestring_ascii  # C: a JSON string literal, ASCII only
 
 
-def _encode(record: dict[str, Any], quote: Callable[[str], str] = _quote) -> str:
+def _encode(record: dict[str, object], quote: Callable[[str], str] = _quote) -> str:
     """``record`` (flat: text, integers, booleans) as ASCII JSON, with C functions only: nothing the
     program can replace (``json.dumps`` reads module globals it could swap) builds a report."""
     parts = []
@@ -102,7 +102,7 @@ class _Records:
         self._write = os.write
         self._prefix = (token + " ").encode("ascii")
 
-    def emit(self, record: dict[str, Any]) -> dict[str, Any]:
+    def emit(self, record: dict[str, object]) -> dict[str, Any]:
         """Write ``record``, or ``{"case", "overflow"}`` in its place when it does not fit; returns what was written."""
         data = self._prefix + (_encode(record) + "\n").encode("ascii")
         if len(data) > self.left - 256 and "case" in record:
@@ -194,7 +194,8 @@ def run_program(
     os.close(isolated_fd)
     if job.get("tests") is not None:
         trip = lambda name, detail: out.emit({"tripwire": name, "detail": detail[:500]})  # noqa: E731
-        guard.asserts.run_case(job, run, out, workdir, guard.wires.Wires(trip, *guard.trusted), program.Capture)
+        wires = guard.wires.Wires(trip, *guard.trusted)
+        guard.asserts.run_case(job, run, out, workdir, wires, program.Capture, guard.compiler.compile_tests)
     call_based = job["fn_name"] is not None
     program.reliability_guard()
     try:
@@ -452,6 +453,7 @@ def _prepare(job: dict[str, Any]) -> tuple[str, Any, Any]:
     guard.filter = guard.SyscallFilter()
     if job.get("tests") is not None:  # assert_case tests: their runner and its tripwires
         guard.asserts, guard.wires = _sibling("harness_asserts"), _sibling("harness_wires")
+        guard.compiler = _sibling("harness_test_compiler")
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
         library = sorted({*prefixes, *map(os.path.realpath, prefixes)})
         guard.trusted = (library, os.path.dirname(os.path.abspath(__file__)))

@@ -6,10 +6,10 @@ Loaded by path from :mod:`.harness` (standard library only, never rewardq). Sand
 known reward hacks live (``sys.exit(0)`` before the asserts, an ``__eq__`` that always says yes,
 patched builtins). Here, in order, before any of the program runs:
 
-1. the test text is **compiled by the harness** (:func:`compile_tests`): every ``assert`` becomes
-   a call that records that assertion ``k`` ran and held, every comparison and every truth test
-   goes through :mod:`.harness_wires`' checks, and top-level ``test_*`` functions the text never
-   calls are called (pytest's collection, for KodCode-style tests);
+1. the test text is **compiled by the harness** (:mod:`.harness_test_compiler`): every ``assert``
+   becomes a call that records that assertion ``k`` ran and held, every comparison and every
+   truth test goes through :mod:`.harness_wires`' checks, and top-level ``test_*`` functions the
+   text never calls are called (pytest's collection, for KodCode-style tests);
 2. the tripwires are armed (an audit hook, snapshots; :mod:`.harness_wires`);
 3. the program runs as ``__main__`` (``solution`` imports it too), with the case's input on
    stdin and a ``__file__`` where no file is (reading it trips ``tests_read``). ``sys.exit`` or
@@ -25,7 +25,6 @@ patched builtins). Here, in order, before any of the program runs:
 
 from __future__ import annotations
 
-import ast
 import builtins
 import io
 import json
@@ -38,20 +37,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # loaded by path at run time, beside this file
+    from rewardq.reward.codeexec.harness_test_compiler import TestCode
     from rewardq.reward.codeexec.harness_wires import Wires
 
-_OPS = {
-    ast.Eq: "==",
-    ast.NotEq: "!=",
-    ast.Lt: "<",
-    ast.LtE: "<=",
-    ast.Gt: ">",
-    ast.GtE: ">=",
-    ast.Is: "is",
-    ast.IsNot: "is not",
-    ast.In: "in",
-    ast.NotIn: "not in",
-}
 _contains = operator.contains
 _REAL: dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq,
@@ -67,136 +55,29 @@ _REAL: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-class TestCode:
-    """One case's test text, compiled to report to the harness.
-
-    Attributes:
-        code: what runs; required: per ``assert`` statement, whose run makes it due (-1: the
-            module's, a function's number, None: never, it sits in the test's own branches);
-        names: every name it reads, imports or calls; attrs: every attribute name it reads.
-    """
-
-    __test__ = False
-
-    def __init__(
-        self, code: types.CodeType, required: list[int | None], names: frozenset[str], attrs: frozenset[str]
-    ) -> None:
-        self.code, self.required, self.names, self.attrs = code, required, names, attrs
-
-    def due(self, entered: set[int]) -> list[int]:
-        """The assertions that had to run, given the test functions that ran."""
-        return [k for k, owner in enumerate(self.required) if owner is not None and (owner == -1 or owner in entered)]
-
-
-_BRANCHES = tuple(
-    getattr(ast, n) for n in ("If", "For", "AsyncFor", "While", "Try", "TryStar", "Match") if hasattr(ast, n)
-)
-
-
-def _owners(tree: ast.Module) -> tuple[dict[int, int | None], dict[int, int]]:
-    """Which assertions must run: ``{id(assert): its function's number, -1 for the module, None
-    when it sits in a branch, a loop or a ``try`` (the test's own control flow may skip it)}``,
-    and ``{id(function): its number}``."""
-    owners: dict[int, int | None] = {}
-    functions: dict[int, int] = {}
-
-    def walk(node: ast.AST, owner: int, straight: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                walk(child, functions.setdefault(id(child), len(functions)), True)
-                continue
-            if isinstance(child, ast.Assert):
-                owners[id(child)] = owner if straight else None
-            walk(child, owner, straight and not isinstance(child, _BRANCHES))
-
-    walk(tree, -1, True)
-    return owners, functions
-
-
-class _Rewrite(ast.NodeTransformer):
-    def __init__(self, hooks: dict[str, str], tree: ast.Module) -> None:
-        self.hooks = hooks
-        self.asserts = 0
-        self.owners, self.functions = _owners(tree)
-        self.required: list[int | None] = []  # per assertion: whose run makes it due (see _owners)
-
-    def _call(self, hook: str, args: list[ast.expr]) -> ast.Call:
-        return ast.Call(ast.Name(self.hooks[hook], ast.Load()), args, [])
-
-    def truth(self, node: ast.expr) -> ast.expr:
-        if isinstance(node, ast.BoolOp):
-            node.values = [self.truth(v) for v in node.values]
-            return node
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            node.operand = self.truth(node.operand)
-            return node
-        return self._call("truth", [node, ast.Constant(isinstance(node, ast.Call))])
-
-    def visit_Compare(self, node: ast.Compare) -> ast.expr:
-        self.generic_visit(node)
-        ops: list[ast.expr] = [ast.Constant(_OPS[type(op)]) for op in node.ops]
-        if len(ops) == 1:
-            return self._call("cmp", [ops[0], node.left, node.comparators[0]])
-        return self._call("chain", [ast.Tuple(ops, ast.Load()), node.left, *node.comparators])
-
-    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
-        self.required.append(self.owners.get(id(node)))
-        self.generic_visit(node)
-        node.test = self._call("check", [ast.Constant(self.asserts), self.truth(node.test)])
-        self.asserts += 1
-        return node
-
-    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
-        number = self.functions.get(id(node))
-        self.generic_visit(node)
-        if number is not None:  # say when it runs: its straight-line assertions are then due
-            node.body.insert(0, ast.Expr(self._call("enter", [ast.Constant(number)])))
-        return node
-
-    visit_FunctionDef = visit_AsyncFunctionDef = _function
-
-    def _test(self, node: ast.If | ast.While | ast.IfExp) -> ast.AST:
-        self.generic_visit(node)
-        node.test = self.truth(node.test)
-        return node
-
-    visit_If = visit_While = visit_IfExp = _test
-
-    def visit_comprehension(self, node: ast.comprehension) -> ast.comprehension:
-        self.generic_visit(node)
-        node.ifs = [self.truth(i) for i in node.ifs]
-        return node
-
-
-def _collect(tree: ast.Module) -> ast.Module:
-    """Call the top-level ``test_*`` functions without parameters that the text never calls."""
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    for node in list(tree.body):
-        if (
-            isinstance(node, ast.FunctionDef)
-            and node.name.startswith("test")
-            and node.name not in called
-            and len(node.args.args) == len(node.args.defaults)
-            and not node.args.posonlyargs
-        ):
-            tree.body.append(ast.Expr(ast.Call(ast.Name(node.name, ast.Load()), [], [])))
-    return tree
-
-
-def compile_tests(text: str, hooks: dict[str, str]) -> TestCode:
-    """``text`` compiled as the module docstring says (``hooks``: the hook names to call).
-
-    Raises:
-        SyntaxError: the test text does not parse.
-    """
-    tree = ast.parse(text, "<tests>")
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    names |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    tree = _collect(tree)
-    rewrite = _Rewrite(hooks, tree)
-    tree = ast.fix_missing_locations(rewrite.visit(tree))
-    return TestCode(compile(tree, "<tests>", "exec"), rewrite.required, frozenset(names), frozenset(attrs))
+#: The functions the compiled tests call (:meth:`Run.hook_functions`).
+HOOKS = ("check", "cmp", "chain", "truth", "enter", "method")
+#: unittest's assertion methods whose first two arguments the tests compare (``==``, ``!=``, ``in``).
+_METHOD_OPS = {
+    "assertEqual": "==",
+    "assertEquals": "==",
+    "assertListEqual": "==",
+    "assertTupleEqual": "==",
+    "assertDictEqual": "==",
+    "assertSetEqual": "==",
+    "assertSequenceEqual": "==",
+    "assertMultiLineEqual": "==",
+    "assertCountEqual": "==",
+    "assertAlmostEqual": "==",
+    "assertNotEqual": "!=",
+    "assertNotEquals": "!=",
+    "assertIn": "in",
+    "assertNotIn": "not in",
+    "assertLess": "<",
+    "assertLessEqual": "<=",
+    "assertGreater": ">",
+    "assertGreaterEqual": ">=",
+}
 
 
 class Reporter(Protocol):
@@ -205,7 +86,7 @@ class Reporter(Protocol):
     fd: int
     left: int
 
-    def emit(self, record: dict[str, Any]) -> dict[str, Any]: ...
+    def emit(self, record: dict[str, object]) -> dict[str, Any]: ...
 
 
 class _Exit(SystemExit):
@@ -231,13 +112,13 @@ class Run:
     def __init__(self, job: dict[str, Any], case: int, wires: Wires) -> None:
         self.job, self.case, self.wires = job, case, wires
         tag = os.urandom(6).hex()  # names the program cannot guess (it never sees the tests' namespace)
-        self.hooks = {k: f"__rq_{tag}_{k}" for k in ("check", "cmp", "chain", "truth", "enter")}
+        self.hooks = {k: f"rq_{tag}_{k}" for k in HOOKS}  # no leading "__": a class body would mangle it
         self.ran: set[int] = set()
         self.entered: set[int] = set()
         self.failed: list[str] = []
         self.exited = ""
 
-    def hook_functions(self, test_names: frozenset[str]) -> dict[str, Any]:
+    def hook_functions(self, test_names: frozenset[str]) -> dict[str, object]:
         """The functions the compiled tests call, closed over this run's state."""
         ran, failed, wires, real = self.ran, self.failed, self.wires, dict(_REAL)
         compare, truth, changed = wires.compare, wires.truth, wires.builtins_changed
@@ -263,7 +144,35 @@ class Run:
                     return result
             return result
 
-        functions = {"check": check, "cmp": cmp, "chain": chain, "truth": truth, "enter": self.entered.add}
+        def method(k: int, bound: Callable[..., object], *args: object, **kwargs: object) -> object:
+            """One unittest assertion (``self.assertEqual(a, b)``): its values checked as an
+            ``assert``'s would be, then run; it held when it returned."""
+            name = getattr(bound, "__name__", "")
+            op = _METHOD_OPS.get(name)
+            if op is not None and len(args) >= 2:
+                compare(op, args[0], args[1], real[op])
+            elif name in ("assertTrue", "assertFalse") and args:
+                truth(args[0], True)
+            try:
+                result = bound(*args, **kwargs)
+            except BaseException:
+                add(k)
+                append(f"assertion {k + 1} failed")
+                raise
+            add(k)
+            patched = changed(test_names)
+            if patched:
+                wires.fire("builtins_patched", f"builtins.{patched} was replaced while the tests ran")
+            return result
+
+        functions = {
+            "check": check,
+            "cmp": cmp,
+            "chain": chain,
+            "truth": truth,
+            "enter": self.entered.add,
+            "method": method,
+        }
         return {self.hooks[k]: f for k, f in functions.items()}
 
     def load(self, module: types.ModuleType) -> str:
@@ -278,7 +187,7 @@ class Run:
             return _describe(exc)
         return ""
 
-    def shadowed(self, space: dict[str, Any], tests: TestCode) -> str:
+    def shadowed(self, space: dict[str, object], tests: TestCode) -> str:
         """A builtin the tests use that the program rebinds to code of its own (``def sorted``,
         ``len = lambda x: 3``). Not a hack: the problem's function itself (``fn_name``, or the only
         function of the program the tests call), a library's function under a builtin's name
@@ -295,7 +204,7 @@ class Run:
             return str(name)
         return ""
 
-    def test(self, tests: TestCode, space: dict[str, Any]) -> str:
+    def test(self, tests: TestCode, space: dict[str, object]) -> str:
         """Run the tests in ``space``; "" or the error that stopped them."""
         wires = self.wires
         try:
@@ -356,8 +265,10 @@ def run_case(
     workdir: str,
     wires: Wires,
     capture: Callable[[int], io.StringIO],
+    compile_tests: Callable[[str, dict[str, str]], TestCode],
 ) -> None:
-    """The runner's work in ``assert_case`` mode (see the module docstring); never returns."""
+    """The runner's work in ``assert_case`` mode (see the module docstring); never returns.
+    ``compile_tests``: :func:`.harness_test_compiler.compile_tests`, loaded beside this file."""
     exit_now, emit = os._exit, records.emit
     case = run["cases"][0]
     this = Run(job, case, wires)
@@ -378,6 +289,8 @@ def run_case(
     out = capture(max(0, records.left - 8192))
     sys.stdin, sys.stdout = stdin, out
     wires.decoy, wires.report_fd = decoy, records.fd
+    for name in [n for n in sys.modules if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]:
+        sys.modules[name] = None  # type: ignore[assignment]  # None blocks the import (the harness loaded ctypes)
     runner = os.getpid()
     os._exit = posix._exit = _exit_instead(runner, exit_now)  # type: ignore[assignment]  # ends the program, not the run
     sys.addaudithook(wires.audit_hook())  # from here on it sees everything, for the life of the process
@@ -385,15 +298,21 @@ def run_case(
     error = ""
     if not load_error:
         _checks(this, space, tests)
-        test_space = dict(space)
+        tests_module = types.ModuleType("__main__")  # unittest.main() finds the test's classes here
+        test_space = tests_module.__dict__
+        test_space.update(space)
         test_space.update(this.hook_functions(tests.names))
         test_space["__builtins__"] = builtins
+        sys.modules["__main__"] = tests_module
         error = this.test(tests, test_space)
         if not error and job.get("fn_name"):
             this.call(test_space, stdin)
         _checks(this, space, tests)
     due = tests.due(this.entered)
     record: dict[str, Any] = {"case": case, "ran": sum(1 for k in due if k in this.ran), "asserts": len(due)}
+    never = tests.skipped(this.entered)
+    if never and not (this.failed or error or load_error):
+        this.failed.append(f"{never} unittest test method(s) never ran")
     record["held"] = not (this.failed or error or load_error)
     for key, value in (("failed", this.failed[0] if this.failed else ""), ("error", error), ("load_error", load_error)):
         if value:
@@ -411,7 +330,7 @@ def run_case(
     exit_now(0)
 
 
-def _checks(this: Run, space: dict[str, Any], tests: TestCode) -> None:
+def _checks(this: Run, space: dict[str, object], tests: TestCode) -> None:
     """The snapshot tripwires: builtins replaced, builtins rebound where the tests use them,
     library functions replaced (reported on the pipe; the worker fails the response)."""
     wires = this.wires

@@ -97,7 +97,7 @@ class _LiftedLoader:
         finally:
             self.guard.restore(undo)
 
-    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...: the real loader's
+    def __getattr__(self, name: str) -> object:  # get_resource_reader, is_package, ...: the real loader's
         return getattr(self.loader, name)
 
 
@@ -283,7 +283,7 @@ def stdin_case(method: object, text: str, cap: int) -> dict[str, Any]:
         return {"abort": "MemoryError: its output does not fit in the memory limit"}
 
 
-def call_case(method: Any, args: list[Any]) -> dict[str, Any]:
+def call_case(method: Any, args: Sequence[object]) -> dict[str, Any]:
     try:
         value = method(*args)
         json.dumps(value)  # prime_code's check: an unserialisable result is a runtime error

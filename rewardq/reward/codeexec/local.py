@@ -21,9 +21,9 @@ scored as SandboxFusion scores them, with tripwires: :mod:`.asserts`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rewardq import defaults
 from rewardq.reward.codeexec.asserts import has_assertions, score_asserts
 from rewardq.reward.codeexec.cases import (
     InvalidTestCases,
@@ -33,13 +33,14 @@ from rewardq.reward.codeexec.cases import (
 )
 from rewardq.reward.codeexec.compare import CaseAbort, call_verdict, decode_value, expected_for_case, stdin_verdict
 from rewardq.reward.codeexec.report import RunReport, clean_text
-from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, died_outcome, summarize
+from rewardq.reward.codeexec.result import CODE_MAX_CASES, PASSED, CaseOutcome, CodeResult, died_outcome, summarize
 from rewardq.reward.codeexec.sandbox import LocalSandbox, Program, RunSpec
+from rewardq.reward.codeexec.settings import CodeExecSettings
 
 BACKEND = "local"
 
 
-def _verdict(record: dict[str, Any], expected: Any, call_based: bool) -> bool:
+def _verdict(record: Mapping[str, object], expected: Any, call_based: bool) -> bool:
     if call_based:
         value = record.get("value")
         if not isinstance(value, str):
@@ -53,7 +54,7 @@ def _verdict(record: dict[str, Any], expected: Any, call_based: bool) -> bool:
 
 
 def run_outcomes(
-    run: RunReport, spec: RunSpec, outputs: list[Any], call_based: bool, memory_mb: int
+    run: RunReport, spec: RunSpec, outputs: Sequence[object], call_based: bool, memory_mb: int
 ) -> list[CaseOutcome]:
     """verl's result list for one run, from what the sandboxed program reported.
 
@@ -111,9 +112,9 @@ async def score_local(
     completion: str,
     ground_truth: object,
     *,
-    first_pass_timeout: float = defaults.CODE_FIRST_PASS_TIMEOUT,
-    case_timeout: float = defaults.CODE_CASE_TIMEOUT,
-    max_cases: int = defaults.CODE_MAX_CASES,
+    first_pass_timeout: float = CodeExecSettings.code_local_first_pass_timeout,
+    case_timeout: float = CodeExecSettings.code_local_case_timeout,
+    max_cases: int = CODE_MAX_CASES,
 ) -> CodeResult:
     """Score ``completion`` against ``ground_truth`` as verl's ``prime_code`` (continuous) does.
 
@@ -152,7 +153,7 @@ async def score_local(
 
 
 async def _first_pass(
-    sandbox: LocalSandbox, program: Program, outputs: list[Any], timeout: int, memory: int
+    sandbox: LocalSandbox, program: Program, outputs: list[object], timeout: int, memory: int
 ) -> list[CaseOutcome]:
     spec = RunSpec(list(range(len(program.inputs))), timeout, timeout + 1.0)
     [report] = await sandbox.execute(program, [spec])

@@ -26,12 +26,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardq import defaults
 from rewardq.errors import CodeSandboxError
 from rewardq.queue.states import FailureKind
 
+#: Local runner: bytes one run may report (its printed output, JSON-escaped), counted where it
+#: is printed; a case past it fails (``output_limit``).
+CODE_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+
+
 #: A record line longer than this is malformed (the runner's own lines stay below the output limit).
-MAX_RECORD_BYTES = defaults.CODE_MAX_OUTPUT_BYTES + 4096
+MAX_RECORD_BYTES = CODE_MAX_OUTPUT_BYTES + 4096
 #: Characters of program-written text (an exception's message) kept in a result.
 MAX_TEXT_CHARS = 500
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string literal (unrolled: linear time)

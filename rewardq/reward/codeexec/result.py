@@ -24,6 +24,10 @@ from typing import Any
 
 from rewardq.reward.codeexec.report import RunReport, clean_text
 
+#: Test cases that count toward the continuous score: the first 10, as verl counts them.
+CODE_MAX_CASES = 10
+
+
 #: verl's per-case codes: True passed, False wrong answer, negative numbers errors
 #: (local: -1 runtime error, timeout or death, -2 does not load; SandboxFusion: -1 API/sandbox
 #: error, -2 runtime error, -3 timeout, -4 compile error).
@@ -69,7 +73,7 @@ class CodeResult:
     runs: int = 0
     tripwire: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The scorer's return value (``reward_extra_info`` keeps all of it)."""
         return {
             "score": self.score,

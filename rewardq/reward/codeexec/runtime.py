@@ -20,7 +20,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
+from rewardq.queue.keys import NAMESPACE
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.codeexec.stats import CodeStats
 
@@ -48,7 +48,7 @@ class CodeRuntime:
         *,
         stats: CodeStats | None = None,
         redis_url: str | None = None,
-        namespace: str = defaults.NAMESPACE,
+        namespace: str = NAMESPACE,
         cluster: bool = False,
         worker_name: str = "local",
         secret_files: tuple[str, ...] = (),

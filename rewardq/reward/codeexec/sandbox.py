@@ -49,18 +49,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewardq import defaults
 from rewardq.errors import CodeSandboxError, ConfigError
 from rewardq.queue.states import FailureKind
 from rewardq.reward.codeexec.cases import PREAMBLE_STAR_MODULES, prime_module_source
 from rewardq.reward.codeexec.cgroups import CgroupHost, JobCgroup, JobLimits
 from rewardq.reward.codeexec.harness_fs import outermost, world_writable
 from rewardq.reward.codeexec.probe import FIXES, numpy_installed, probe_program, program_failure, static_refusal
-from rewardq.reward.codeexec.report import RunReport, clean_text, parse_report
-from rewardq.reward.codeexec.settings import ISOLATIONS
+from rewardq.reward.codeexec.report import CODE_MAX_OUTPUT_BYTES, RunReport, clean_text, parse_report
+from rewardq.reward.codeexec.settings import ISOLATIONS, CodeExecSettings
 from rewardq.reward.codeexec.uids import UidLease, UidPool
 
 __all__ = ["FIXES", "HARNESS", "LocalSandbox", "Program", "RunReport", "RunSpec", "SandboxLimits", "parse_report"]
+
+#: Local runner: largest file one program may write, in MB (RLIMIT_FSIZE).
+CODE_FILE_SIZE_MB = 16
+#: Local runner: processes the sandbox uid may have at once (RLIMIT_NPROC; bounds a fork bomb).
+CODE_MAX_PROCESSES = 32
+#: Local runner: bytes one job (all its runs) may send back to the worker.
+CODE_MAX_JOB_OUTPUT_BYTES = 16 * 1024 * 1024
+#: Local runner: a run's timeouts count the job's own time (see harness_cgroup); the wall
+#: clock ends it at this many times its deadline whatever the job's time says (a job starved
+#: of CPU by the host; past that, score_timeout gives an error result, never a wrong 0.0).
+CODE_WALL_FACTOR = 10.0
+#: Local runner: memory a job's cgroup allows beyond ``memory_limit_mb`` (the supervisor's own).
+CODE_JOB_MEMORY_SLACK_MB = 64
+#: Local runner: seconds allowed, on top of the runs' deadlines, to start and tear down a sandbox.
+CODE_STARTUP_SLACK = 10.0
+#: Local runner with namespaces: folders covered by an empty tmpfs (home folders, /run's
+#: secrets, /var/tmp); every other world-writable folder found is covered too.
+CODE_HIDDEN_PATHS = ("/root", "/home", "/run", "/var/tmp")
+
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
@@ -112,11 +130,11 @@ class RunSpec:
 class SandboxLimits:
     """Per-job limits (see the module docstring)."""
 
-    memory_mb: int = defaults.CODE_MEMORY_LIMIT_MB
-    file_mb: int = defaults.CODE_FILE_SIZE_MB
-    processes: int = defaults.CODE_MAX_PROCESSES
-    output_bytes: int = defaults.CODE_MAX_OUTPUT_BYTES
-    job_output_bytes: int = defaults.CODE_MAX_JOB_OUTPUT_BYTES
+    memory_mb: int = CodeExecSettings.sandbox_fusion_memory_limit_mb
+    file_mb: int = CODE_FILE_SIZE_MB
+    processes: int = CODE_MAX_PROCESSES
+    output_bytes: int = CODE_MAX_OUTPUT_BYTES
+    job_output_bytes: int = CODE_MAX_JOB_OUTPUT_BYTES
 
 
 def _usable_cpus() -> int:
@@ -163,7 +181,7 @@ class LocalSandbox:
         *,
         isolation: str = "auto",
         max_concurrent: int | None = None,
-        hidden: tuple[str, ...] = defaults.CODE_HIDDEN_PATHS,
+        hidden: tuple[str, ...] = CODE_HIDDEN_PATHS,
         job_cgroups: bool = True,
         uids: UidPool | None = None,
         secrets: tuple[str, ...] = (),
@@ -331,7 +349,7 @@ class LocalSandbox:
         workdir: str | None,
         uid: int | None = None,
         cgroup: JobCgroup | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return {
             "isolation": isolation,
             "uid": uid,
@@ -340,7 +358,7 @@ class LocalSandbox:
             "secrets": list(self.secrets),
             "read_paths": list(SYSTEM_READABLE),
             "cgroup": cgroup.harness_fields() if cgroup else None,
-            "wall_factor": defaults.CODE_WALL_FACTOR,
+            "wall_factor": CODE_WALL_FACTOR,
             "limits": {
                 "memory_mb": self.limits.memory_mb,
                 "file_mb": self.limits.file_mb,
@@ -358,7 +376,7 @@ class LocalSandbox:
         }
 
     def _job_limits(self) -> JobLimits:
-        memory = (self.limits.memory_mb + defaults.CODE_JOB_MEMORY_SLACK_MB) * 1024 * 1024
+        memory = (self.limits.memory_mb + CODE_JOB_MEMORY_SLACK_MB) * 1024 * 1024
         return JobLimits(memory_bytes=memory, pids=self.limits.processes + 2)
 
     async def _run(self, program: Program, runs: list[RunSpec], isolation: str) -> list[RunReport]:
@@ -379,7 +397,7 @@ class LocalSandbox:
             else:
                 cmd = [sys.executable, "-I", "-B", HARNESS]
                 env = _scrubbed_env(workdir or "/tmp")
-            wall = sum(r.deadline for r in runs) * defaults.CODE_WALL_FACTOR + defaults.CODE_STARTUP_SLACK
+            wall = sum(r.deadline for r in runs) * CODE_WALL_FACTOR + CODE_STARTUP_SLACK
             cap = self.limits.job_output_bytes + len(runs) * 65536 + 65536
             out, err, code = await _invoke(cmd, env, json.dumps(job).encode(), wall, cap)
             return parse_report(out, err, code, len(runs))

@@ -35,14 +35,18 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.errors import SandboxUnavailableError
 from rewardq.reward.codeexec.cases import InvalidTestCases, call_wrapper_source, extract_fenced_code, parse_test_cases
-from rewardq.reward.codeexec.result import PASSED, CaseOutcome, CodeResult, summarize
+from rewardq.reward.codeexec.result import CODE_MAX_CASES, PASSED, CaseOutcome, CodeResult, summarize
+from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.http import retry_after_seconds, status_failure_kind
 
 if TYPE_CHECKING:
     import aiohttp
+
+
+#: Seconds added to compile + run timeout for one run_code HTTP request (verl's API_TIMEOUT).
+SANDBOX_FUSION_API_TIMEOUT = 10
 
 logger = logging.getLogger("rewardq.reward.codeexec")
 
@@ -64,7 +68,7 @@ class SandboxFusionClient:
         url: str,
         *,
         limiter: Any = None,
-        max_concurrent: int = defaults.SANDBOX_FUSION_MAX_CONCURRENT,
+        max_concurrent: int = CodeExecSettings.sandbox_fusion_max_concurrent,
     ) -> None:
         self.url = url
         self.limiter = limiter
@@ -120,7 +124,7 @@ class SandboxFusionClient:
             "files": {},
             "fetch_files": [],
         }
-        timeout = aiohttp.ClientTimeout(total=compile_timeout + run_timeout + defaults.SANDBOX_FUSION_API_TIMEOUT)
+        timeout = aiohttp.ClientTimeout(total=compile_timeout + run_timeout + SANDBOX_FUSION_API_TIMEOUT)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         body = json.dumps(payload)
         session = await self._http()
@@ -203,9 +207,9 @@ async def score_sandbox_fusion(
     completion: str,
     ground_truth: object,
     *,
-    memory_limit_mb: int = defaults.CODE_MEMORY_LIMIT_MB,
-    timeout: float = defaults.SANDBOX_FUSION_RUN_TIMEOUT,
-    max_cases: int = defaults.CODE_MAX_CASES,
+    memory_limit_mb: int = CodeExecSettings.sandbox_fusion_memory_limit_mb,
+    timeout: float = CodeExecSettings.sandbox_fusion_run_timeout,
+    max_cases: int = CODE_MAX_CASES,
 ) -> CodeResult:
     """Score ``completion`` as verl's ``sandbox_fusion.compute_score(continuous=True)`` does.
 

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
-from rewardq import defaults
 from rewardq.errors import ConfigError
 from rewardq.reward.http import warn_retired_options
+from rewardq.reward.options import ManagerOptions, option
 
 #: The local runner's isolation modes (``auto``: namespaces, refusing code where they do not
 #: work; never a silent fall back to ``rlimits``, which must be asked for by name).
@@ -40,32 +39,39 @@ ISOLATIONS = ("auto", "namespaces", "rlimits")
 
 
 @dataclass(frozen=True)
-class CodeExecSettings:
-    """The options in the module docstring, validated."""
+class CodeExecSettings(ManagerOptions):
+    """The options in the module docstring, declared once (:mod:`rewardq.reward.options`) and checked."""
 
-    sandbox_fusion_url: str | None = None
-    sandbox_fusion_max_concurrent: int = defaults.SANDBOX_FUSION_MAX_CONCURRENT
-    sandbox_fusion_memory_limit_mb: int = defaults.CODE_MEMORY_LIMIT_MB
-    sandbox_fusion_run_timeout: float = defaults.SANDBOX_FUSION_RUN_TIMEOUT
-    sandbox_fusion_attempts: object = None
-    sandbox_fusion_retry_delay: object = None
-    code_local_max_concurrent: int | None = None
-    code_local_isolation: str = "auto"
-    code_local_first_pass_timeout: float = defaults.CODE_FIRST_PASS_TIMEOUT
-    code_local_case_timeout: float = defaults.CODE_CASE_TIMEOUT
+    sandbox_fusion_url: str | None = option(None, "SandboxFusion's run_code endpoint; unset: the local runner.")
+    sandbox_fusion_max_concurrent: int = option(
+        64, "SandboxFusion requests in flight across the whole fleet (verl's default).", above=0
+    )
+    sandbox_fusion_memory_limit_mb: int = option(
+        1024, "Memory of one program, MiB (both backends; verl's default).", above=0
+    )
+    sandbox_fusion_run_timeout: float = option(
+        10, "SandboxFusion's compile and run timeout per case, seconds (verl's).", above=0
+    )
+    sandbox_fusion_attempts: object = option(None, "Ignored, with a warning: the worker's retry_for rules.")
+    sandbox_fusion_retry_delay: object = option(None, "Ignored, with a warning: the worker's retry_for rules.")
+    code_local_max_concurrent: int | None = option(
+        None, "Sandboxes at once in one worker process (unset: one per CPU).", above=0
+    )
+    code_local_isolation: str = option(
+        "auto", "The local runner's isolation: auto (namespaces, or refuse), namespaces or rlimits.", choices=ISOLATIONS
+    )
+    code_local_first_pass_timeout: float = option(
+        5, "Per case, all cases in one process, seconds (prime_code's first pass).", above=0
+    )
+    code_local_case_timeout: float = option(10, "Per case, one process per case, seconds (prime_code's).", above=0)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         url = self.sandbox_fusion_url
-        if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+        if url is not None and not url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"sandbox_fusion_url must be an http(s) URL of SandboxFusion's run_code endpoint, got {url!r}"
             )
-        for name in ("sandbox_fusion_max_concurrent", "sandbox_fusion_memory_limit_mb"):
-            _check(name, getattr(self, name), integer=True)
-        for name in ("sandbox_fusion_run_timeout", "code_local_first_pass_timeout", "code_local_case_timeout"):
-            _check(name, getattr(self, name), integer=False)
-        if self.code_local_max_concurrent is not None:
-            _check("code_local_max_concurrent", self.code_local_max_concurrent, integer=True)
         warn_retired_options(
             "sandbox_fusion",
             {
@@ -73,10 +79,6 @@ class CodeExecSettings:
                 "sandbox_fusion_retry_delay": self.sandbox_fusion_retry_delay,
             },
         )
-        if self.code_local_isolation not in ISOLATIONS:
-            raise ConfigError(
-                f"code_local_isolation must be one of {', '.join(ISOLATIONS)}, got {self.code_local_isolation!r}"
-            )
 
     @property
     def backend(self) -> str:
@@ -84,20 +86,14 @@ class CodeExecSettings:
         return "sandbox_fusion" if self.sandbox_fusion_url else "local"
 
 
-def _check(name: str, value: object, *, integer: bool) -> None:
-    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and value > 0
-    if not ok:
-        raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'} > 0, got {value!r}")
-
-
 #: Every option name :class:`CodeExecSettings` takes.
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(CodeExecSettings))
 
 
-def pop_code_options(options: dict[str, Any]) -> CodeExecSettings:
+def pop_code_options(options: dict[str, object]) -> CodeExecSettings:
     """Remove the code-execution options from ``options`` (in place) and return them validated.
 
     A ``None`` value means "not set" (verl's config writes ``url: null``).
     """
     taken = {k: options.pop(k) for k in sorted(OPTION_NAMES & set(options))}
-    return CodeExecSettings(**{k: v for k, v in taken.items() if v is not None})
+    return CodeExecSettings.from_mapping({k: v for k, v in taken.items() if v is not None})

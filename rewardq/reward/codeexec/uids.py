@@ -15,9 +15,14 @@ import os
 import random
 from dataclasses import dataclass
 
-from rewardq import defaults
 from rewardq.errors import CodeSandboxError
 from rewardq.queue.states import FailureKind
+
+#: Local runner as root: each job runs as a uid of [BASE, BASE + COUNT) that no other live job
+#: on this host holds (a lock file per uid in CODE_UID_LOCK_DIR).
+CODE_SANDBOX_UID_BASE = 61000
+CODE_SANDBOX_UID_COUNT = 4000
+CODE_UID_LOCK_DIR = "/run/rewardq/sandbox-uids"
 
 
 @dataclass
@@ -38,9 +43,9 @@ class UidPool:
 
     def __init__(
         self,
-        base: int = defaults.CODE_SANDBOX_UID_BASE,
-        count: int = defaults.CODE_SANDBOX_UID_COUNT,
-        lock_dir: str = defaults.CODE_UID_LOCK_DIR,
+        base: int = CODE_SANDBOX_UID_BASE,
+        count: int = CODE_SANDBOX_UID_COUNT,
+        lock_dir: str = CODE_UID_LOCK_DIR,
     ) -> None:
         self.base, self.count, self.lock_dir = base, count, lock_dir
 

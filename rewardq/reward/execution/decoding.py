@@ -7,7 +7,7 @@ in one call, in a thread of its own: the ``tokenizers`` library decodes a batch 
 threads with the GIL released, so the event loop keeps reading, storing and committing
 meanwhile, and a second core does the decoding. A tokenizer without such a path (a
 transformers tokenizer that post-processes its decode, or any other object) decodes inline,
-as before (:func:`rewardq.reward.tokenizer.batch_decoder` decides).
+as before (:func:`rewardq.reward.tokenizer_backends.batch_decoder` decides).
 
 If a batch fails (an id the vocabulary does not have), each of its sequences is decoded on
 its own, so only the trajectory with the bad ids gets the error.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rewardq.reward.tokenizer import as_id_list
+from rewardq.reward.tokenizer_backends import as_id_list
 
 #: The most sequences one ``decode_batch`` call takes (a larger read batch is split).
 MAX_BATCH = 64
@@ -65,7 +65,7 @@ class BatchDecoder:
         work = loop.run_in_executor(self._executor, self._decode_all, [(ids, skip) for ids, skip, _ in batch])
         work.add_done_callback(lambda done: self._deliver(batch, done))
 
-    def _decode_all(self, items: list[tuple[Any, bool]]) -> list[str | BaseException]:
+    def _decode_all(self, items: list[tuple[object, bool]]) -> list[str | BaseException]:
         """In the decode thread: one ``decode_batch`` per ``skip_special_tokens`` value."""
         self.calls += 1
         out: list[str | BaseException] = [""] * len(items)

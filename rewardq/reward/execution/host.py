@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq.reward.execution.decoding import BatchDecoder
 from rewardq.reward.execution.isolation import ScoreFnRouter
-from rewardq.reward.tokenizer import batch_decoder
+from rewardq.reward.tokenizer_backends import batch_decoder
 
 if TYPE_CHECKING:
     import torch
@@ -31,17 +31,17 @@ class ManagerHost:
         compute_score: the manager's configured scoring function (None: the built-in scorer).
     """
 
-    def __init__(self, context: ManagerContext, compute_score: Callable[..., Any] | None) -> None:
+    def __init__(self, context: ManagerContext, compute_score: Callable[..., object] | None) -> None:
         self.router = ScoreFnRouter(context.scoring, configured=compute_score, code_runtime=context.code_runtime)
         #: BatchDecoder; False when the tokenizer has no batch path; None: not chosen yet.
         self.decoder: BatchDecoder | bool | None = None
 
-    async def prepare(self, compute_score: Callable[..., Any] | None) -> None:
+    async def prepare(self, compute_score: Callable[..., object] | None) -> None:
         """Decide where ``compute_score`` runs, say so in the log, and start its scorer processes."""
         if compute_score is not None:
             await self.router.prepare(compute_score)
 
-    async def call(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    async def call(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> object:
         """Call ``fn(**kwargs)`` where it belongs (:mod:`rewardq.reward.execution.isolation`)."""
         return await self.router.call(fn, kwargs)
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from rewardq.errors import RemoteTraceback, ScoringError, ScoringTimeout
@@ -96,14 +96,14 @@ def task_value(result: TaskResult) -> Any:
     )
 
 
-async def _awaited(fn: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> object:
+async def _awaited(fn: Callable[..., Awaitable[Any]], kwargs: Mapping[str, object]) -> object:
     try:
         return await fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
         raise ScoringError(describe_escape(exc, REWARD_FUNCTION)) from None
 
 
-def _inline(fn: Callable[..., Any], kwargs: dict[str, Any]) -> object:
+def _inline(fn: Callable[..., object], kwargs: dict[str, object]) -> object:
     try:
         return fn(**kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
@@ -115,7 +115,7 @@ class _Place:
 
     where = ""
 
-    async def call(self, kwargs: dict[str, Any]) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> object:
         raise NotImplementedError
 
     async def start(self) -> None:
@@ -131,7 +131,7 @@ class _Awaited(_Place):
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
 
-    async def call(self, kwargs: dict[str, Any]) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> object:
         return await _awaited(self.fn, kwargs)
 
 
@@ -144,7 +144,7 @@ class _Inline(_Place):
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
 
-    async def call(self, kwargs: dict[str, Any]) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> object:
         return _inline(self.fn, kwargs)
 
 
@@ -158,7 +158,7 @@ class _Threads(_Place):
             "os._exit, a segfault or a call holding the GIL affect the whole worker"
         )
 
-    async def call(self, kwargs: dict[str, Any]) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> object:
         return await self.runner.call(kwargs)
 
 
@@ -173,13 +173,14 @@ class _Processes(_Place):
             max_spares=settings.max_spares,
             spare_idle=settings.spare_idle,
             output_cap=settings.output_cap,
+            reply_cap=settings.reply_bytes,
         )
         self.where = (
             f"in {self.pool.num_workers} scorer processes ({self.pool.start_method}, loaded as {target!r}; "
             "a call still running at its trajectory's timeout is killed with its process, which is replaced)"
         )
 
-    async def call(self, kwargs: dict[str, Any]) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> object:
         return task_value(await self.pool.run(kwargs))
 
     async def start(self) -> None:
@@ -214,12 +215,12 @@ class ScoreFnRouter:
         self._places: dict[int, tuple[Any, _Place]] = {}  # id(fn) -> (fn, place); fn kept so ids stay unique
         self._builtin: _Processes | None = None
 
-    async def call(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    async def call(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> object:
         if fn is scoring.default_compute_score:
             return await self._call_builtin(kwargs)
         return await self.place_of(fn).call(kwargs)
 
-    async def prepare(self, fn: Callable[..., Any]) -> None:
+    async def prepare(self, fn: Callable[..., object]) -> None:
         """Decide where ``fn`` runs (logged) and start its processes now."""
         if fn is not scoring.default_compute_score:
             await self.place_of(fn).start()
@@ -232,7 +233,7 @@ class ScoreFnRouter:
         for place in places:
             await place.close()
 
-    def place_of(self, fn: Callable[..., Any]) -> _Place:
+    def place_of(self, fn: Callable[..., object]) -> _Place:
         """Where ``fn`` runs, decided on its first call and logged once."""
         known = self._places.get(id(fn))
         if known is not None and known[0] is fn:
@@ -243,7 +244,7 @@ class ScoreFnRouter:
         logger.log(level, "reward function %s runs %s", self._name(fn), place.where)
         return place
 
-    def _choose(self, fn: Callable[..., Any]) -> _Place:
+    def _choose(self, fn: Callable[..., object]) -> _Place:
         if is_async_callable(fn):
             return _Awaited(fn)
         placement = self.settings.reward_fn_placement
@@ -262,7 +263,7 @@ class ScoreFnRouter:
             return _Threads(fn, self.settings, chosen=False)
         return _Processes(target[0], target[1], self.settings)
 
-    def _target_of(self, fn: Callable[..., Any]) -> tuple[str, dict[str, Any]] | None:
+    def _target_of(self, fn: Callable[..., object]) -> tuple[str, dict[str, object]] | None:
         """The spec and bound keyword arguments a scorer process loads ``fn`` by, if any."""
         if self.settings.reward_fn and fn is self.configured:
             return self.settings.reward_fn, dict(self.settings.reward_fn_kwargs)

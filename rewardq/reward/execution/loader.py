@@ -35,7 +35,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -52,7 +52,7 @@ SCORING_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-def load_score_fn(spec: str | None, kwargs: dict[str, Any] | None = None) -> Callable[..., Any] | None:
+def load_score_fn(spec: str | None, kwargs: dict[str, object] | None = None) -> Callable[..., Any] | None:
     """Resolve ``spec`` to a scoring function with ``kwargs`` bound.
 
     Args:
@@ -109,7 +109,7 @@ def split_spec(spec: str) -> tuple[str, str]:
     return spec, DEFAULT_FUNCTION
 
 
-def bind_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
+def bind_kwargs(fn: Callable[..., Any], kwargs: Mapping[str, object]) -> Callable[..., Any]:
     """Bind ``kwargs`` to ``fn`` without hiding whether it is async.
 
     Keywords given at call time win over the bound ones, as with ``functools.partial``.
@@ -195,7 +195,7 @@ def _load_module(name: str) -> ModuleType:
         raise ConfigError(f"importing reward function module {name!r} failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _get_function(module: ModuleType, func_name: str, spec: str) -> Callable[..., Any]:
+def _get_function(module: ModuleType, func_name: str, spec: str) -> Callable[..., object]:
     try:
         fn = functools.reduce(getattr, func_name.split("."), module)
     except AttributeError:
@@ -213,7 +213,7 @@ def _get_function(module: ModuleType, func_name: str, spec: str) -> Callable[...
     return fn
 
 
-def _check_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any], spec: str) -> None:
+def _check_kwargs(fn: Callable[..., object], kwargs: dict[str, object], spec: str) -> None:
     bad_keys = [k for k in kwargs if not isinstance(k, str)]
     if bad_keys:
         raise ConfigError(f"reward function kwargs must have string keys, got {bad_keys!r}")

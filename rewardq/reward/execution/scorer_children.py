@@ -25,7 +25,9 @@ import signal
 import sys
 import time
 
-from rewardq import defaults
+#: Seconds a scorer process waits, after a call, for what its killed leftover children held.
+SCORER_CHILD_REAP = 1.0
+
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
@@ -133,9 +135,14 @@ def kill(pids: list[int]) -> None:
             pass
 
 
-def kill_leftovers(keep: set[int], *, wait: float = defaults.SCORER_CHILD_REAP) -> int:
+def kill_leftovers(keep: set[int], *, wait: float = SCORER_CHILD_REAP) -> int:
     """Kill and reap this process's children other than ``keep`` (and what they leave behind);
     how many were killed. Gives up on what is still there after ``wait`` seconds."""
+    if not keep:
+        try:
+            os.waitpid(-1, os.WNOHANG)  # reaps at most one that already ended; the scan sees the rest
+        except ChildProcessError:
+            return 0  # no child at all, alive or ended: one system call instead of reading /proc
     me = os.getpid()
     killed = 0
     deadline = time.monotonic() + wait

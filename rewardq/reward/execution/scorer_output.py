@@ -25,7 +25,9 @@ import termios
 import threading
 from dataclasses import dataclass
 
-from rewardq import defaults
+#: Seconds a scorer process waits, after a call, for its output thread to read what the call wrote.
+SCORER_OUTPUT_DRAIN = 1.0
+
 
 _CHUNK = 64 * 1024
 
@@ -67,7 +69,7 @@ class CappedOutput:
         self._thread = threading.Thread(target=self._pump, name="rewardq-scorer-output", daemon=True)
         self._thread.start()
 
-    def end_call(self, wait: float = defaults.SCORER_OUTPUT_DRAIN) -> list[StreamCount]:
+    def end_call(self, wait: float = SCORER_OUTPUT_DRAIN) -> list[StreamCount]:
         """What the call that just ended wrote to each stream (after flushing Python's buffers),
         once the thread has read it all (or ``wait`` seconds have passed); counters start again."""
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):

@@ -15,12 +15,14 @@ import asyncio
 import os
 import signal
 import time
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardq import defaults
 from rewardq.reward.execution.scorer_children import descendants, kill
 from rewardq.reward.execution.scorer_process import child_main
+from rewardq.reward.execution.settings import SCORER_OUTPUT_CAP, SCORER_REPLY_BYTES
 
 
 @dataclass
@@ -42,10 +44,61 @@ class TaskResult:
 
 
 @dataclass(eq=False)
+class PoolCall:
+    """One call of a pool's caller, wherever it is: waiting for a process, queued ahead in one, or running.
+
+    ``message`` is the pickled ``(task_id, kwargs)`` sent down a pipe (again, should the call be
+    taken back and sent elsewhere); ``started`` is resolved once a process begins the call (or it
+    ended without starting), ``done`` with its :class:`TaskResult`; ``timer`` is its timeout,
+    armed when it starts.
+    """
+
+    task_id: int
+    message: bytes
+    timeout: float | None
+    started: asyncio.Future[None]
+    done: asyncio.Future[TaskResult]
+    slot: ScorerSlot | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    def finish(self, result: TaskResult | BaseException) -> None:
+        """Give the caller ``result`` (or raise it there), unless it already has one or gave up."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if not self.started.done():
+            self.started.set_result(None)
+        if not self.done.done():
+            if isinstance(result, BaseException):
+                self.done.set_exception(result)
+            else:
+                self.done.set_result(result)
+
+    def abandon(self) -> None:
+        """The caller gave up: nothing is told to it any more."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.started.cancel()
+        self.done.cancel()
+
+
+@dataclass(eq=False)
+class Sent:
+    """A call a process holds, in the order it runs them: ``call`` None once it was taken back
+    (``revoked``): the process drops it unread, or runs it for nobody if it had begun it."""
+
+    task_id: int
+    timeout: float | None
+    call: PoolCall | None
+
+
+@dataclass(eq=False)
 class ScorerSlot:
     """One scorer process and the parent's end of its pipe.
 
-    ``busy_since`` is when the current task was handed over (None: starting or idle), and
+    ``sent`` holds the calls the process was sent, in its order: the first runs, the others are
+    queued ahead in its pipe. ``busy_since`` is when the first began (None: starting or idle), and
     ``threshold``, ``cpu_mark`` and ``stuck_seen`` what
     :class:`~rewardq.reward.execution.spares.SparePolicy` needs to tell whether that task is
     stuck; ``idle_since`` is when the process last became idle; ``own_group`` is whether it
@@ -58,8 +111,7 @@ class ScorerSlot:
     conn: Any
     ready: bool = False
     dead: bool = False
-    task_id: int | None = None
-    future: asyncio.Future[Any] | None = None
+    sent: deque[Sent] = field(default_factory=deque)
     init_error: str | None = None
     started: float = field(default_factory=time.monotonic)
     busy_since: float | None = None
@@ -75,18 +127,19 @@ class ScorerSlot:
         ctx: Any,
         index: int,
         target: object,
-        kwargs: dict[str, Any],
+        kwargs: Mapping[str, object],
         *,
-        output_cap: int = defaults.SCORER_OUTPUT_CAP,
+        output_cap: int = SCORER_OUTPUT_CAP,
+        reply_cap: int = SCORER_REPLY_BYTES,
     ) -> ScorerSlot:
         """Start a daemonic process ``rewardq-scorer-<index>`` (``ctx``: a multiprocessing
         context) that loads ``target`` with ``kwargs`` and then serves tasks, its output capped
-        at ``output_cap`` bytes per stream per task. Started by a forkserver, it dies with it (and
-        so with the worker, even one that was SIGKILLed)."""
+        at ``output_cap`` bytes per stream per task, its replies at ``reply_cap`` bytes. Started
+        by a forkserver, it dies with it (and so with the worker, even one that was SIGKILLed)."""
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=child_main,
-            args=(child_conn, target, kwargs, output_cap, ctx.get_start_method() == "forkserver"),
+            args=(child_conn, target, kwargs, output_cap, ctx.get_start_method() == "forkserver", reply_cap),
             name=f"rewardq-scorer-{index}",
             daemon=True,
         )

@@ -100,7 +100,7 @@ class ProcessState:
         return True
 
 
-def _handler(sig: int) -> Any:
+def _handler(sig: int) -> object:
     try:
         return signal.getsignal(sig)
     except (ValueError, OSError):

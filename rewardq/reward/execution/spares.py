@@ -28,10 +28,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rewardq import defaults
+from rewardq.reward.execution.settings import SCORER_SPARE_AFTER, SCORER_SPARE_IDLE, SCORER_SPARES
 
 if TYPE_CHECKING:
     from rewardq.reward.execution.scorer_slot import ScorerSlot
+
+
+#: Share of a call's budget (the trajectory's ``score_timeout``) after which its busy process may
+#: count as stuck, when that comes before ``SCORER_SPARE_AFTER``.
+SCORER_SPARE_SHARE = 0.25
+#: A busy process past that point counts as stuck only when its call used less CPU than this
+#: share of its wall time (it sleeps or waits: a hang), or CPU time beyond the same point (it
+#: spins). A call that only waits for a core on a loaded machine keeps its process counted.
+SCORER_STUCK_CPU_SHARE = 0.05
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: Seconds between the two looks at a call's CPU time (the kernel counts it in 10 ms ticks).
@@ -67,11 +76,11 @@ class SparePolicy:
         cpu_of: reads a process's CPU seconds (:func:`cpu_seconds`; tests give their own).
     """
 
-    after: float | None = defaults.SCORER_SPARE_AFTER
-    most: int = defaults.SCORER_SPARES
-    idle: float = defaults.SCORER_SPARE_IDLE
-    share: float = defaults.SCORER_SPARE_SHARE
-    cpu_share: float = defaults.SCORER_STUCK_CPU_SHARE
+    after: float | None = SCORER_SPARE_AFTER
+    most: int = SCORER_SPARES
+    idle: float = SCORER_SPARE_IDLE
+    share: float = SCORER_SPARE_SHARE
+    cpu_share: float = SCORER_STUCK_CPU_SHARE
     cpu_of: Callable[[int | None], float | None] = field(default=cpu_seconds, repr=False)
 
     def __post_init__(self) -> None:

@@ -41,7 +41,7 @@ class ThreadRunner:
         max_lost: abandoned calls whose threads may still be running before new calls are refused.
     """
 
-    def __init__(self, fn: Callable[..., Any], *, size: int, max_lost: int) -> None:
+    def __init__(self, fn: Callable[..., object], *, size: int, max_lost: int) -> None:
         self.fn = fn
         self.size = max(1, int(size))
         self.max_lost = max(1, int(max_lost))
@@ -51,7 +51,7 @@ class ThreadRunner:
         self._lock = threading.Lock()
         self._names = itertools.count(1)
 
-    async def call(self, kwargs: dict[str, Any]) -> Any:
+    async def call(self, kwargs: dict[str, Any]) -> object:
         """``fn(**kwargs)`` in a thread; its exception is raised here (``SystemExit`` and
         ``KeyboardInterrupt`` as a :class:`ScoringError` naming them)."""
         if self.lost >= self.max_lost:
@@ -71,7 +71,7 @@ class ThreadRunner:
             done: asyncio.Future[Any] = loop.create_future()
             state = {"finished": False, "abandoned": False}  # guarded by self._lock
 
-            def deliver(outcome: tuple[bool, Any]) -> None:
+            def deliver(outcome: tuple[bool, object]) -> None:
                 if not done.done():
                     done.set_result(outcome)
 

@@ -6,13 +6,16 @@
 1. **The cache.** The body's SHA-256 (:func:`request_digest`, over its canonical JSON) names the
    request. If some worker already got its answer, that answer is returned and nothing is sent
    (``cached=True``); if another worker is sending it right now, this call waits for its answer
-   (:mod:`rewardq.queue.judge_cache`).
-2. **The limits**, for each attempt: one request token (``max_rpm``), then a wait until the token
-   bucket (``max_tpm``) could pay ``estimated_tokens_per_request``, then one of ``max_concurrent``
-   slots, held only while the HTTP request is in flight (:mod:`rewardq.reward.ratelimit`; the
-   limits hold across every worker of the fleet). When the answer arrives, the token bucket is
-   charged with the tokens the server reports in ``usage`` (prompt + completion), not the estimate,
-   but never more than the request could have cost (its own size for the prompt, ``n`` x
+   (:mod:`rewardq.reward.judge.cache`).
+2. **The limits**, for each attempt: one request token (``max_rpm``), then
+   ``estimated_tokens_per_request`` taken from the token bucket (``max_tpm``; waiting until it
+   holds them, so calls started together go out as the bucket refills, not all at once), then one
+   of ``max_concurrent`` slots, held only while the HTTP request is in flight
+   (:mod:`rewardq.reward.ratelimit`; the limits hold across every worker of the fleet). When the
+   answer arrives, the bucket is settled to the tokens the server reports in ``usage`` (prompt +
+   completion): charged what they exceed the estimate by, or given back what the estimate
+   exceeds them by; a call cancelled before its answer gives the estimate back, one that failed
+   keeps it spent. Never charged more than the request could have cost (its own size for the prompt, ``n`` x
    ``max_tokens`` for the answer), so a server reporting absurd usage cannot stop the fleet; a
    ``usage`` that cannot be read (``Infinity``, a list) is charged the request's own size, and the
    answer is used and cached all the same (:mod:`rewardq.reward.judge.usage`). A limit that would
@@ -39,16 +42,30 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.errors import ScoringError
 from rewardq.queue.states import FailureKind
 from rewardq.reward.http import HttpSession, retry_after_seconds, status_failure_kind
 from rewardq.reward.judge.stats import JudgeStats
 from rewardq.reward.judge.usage import Usage, own_size, read_usage, usage_bounds
 from rewardq.reward.ratelimit import RateLimitWait
+
+if TYPE_CHECKING:
+    from rewardq.reward.judge.cache import _CacheBase
+    from rewardq.reward.ratelimit.limiter import _LimiterBase
+
+#: Tokens the fleet's token bucket must hold before a judge request goes (the request is then
+#: charged what the server reports in ``usage``).
+JUDGE_ESTIMATED_TOKENS = 2000
+#: Seconds one judge HTTP request may take.
+JUDGE_TIMEOUT = 120.0
+#: Largest judge answer read, in bytes (the HTTP body: every choice, its usage, any logprobs); a
+#: larger one is an error result, and the worker never holds more of it than this.
+JUDGE_MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
@@ -130,7 +147,7 @@ class JudgeAnswer:
         )
 
 
-def request_digest(body: dict[str, Any]) -> str:
+def request_digest(body: Mapping[str, object]) -> str:
     """The SHA-256 of a request body's canonical JSON (sorted keys, no spaces): equal bodies, one key."""
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -163,7 +180,7 @@ class ChatJudge:
         api_key: the bearer token, or None (a local server without ``--api-key``).
         model: the served model's name (the ``model`` of each body; counters are kept by it).
         limiter: a rate limiter (:func:`rewardq.reward.ratelimit.open_limiter`).
-        cache: a judge cache (:func:`rewardq.queue.judge_cache.open_judge_cache`).
+        cache: a judge cache (:func:`rewardq.reward.judge.cache.open_judge_cache`).
         stats: this worker's counters (``/metrics``).
         timeout: seconds one HTTP request may take.
         estimated_tokens_per_request: what the token bucket must hold before a request is sent.
@@ -176,12 +193,12 @@ class ChatJudge:
         base_url: str,
         api_key: str | None,
         model: str,
-        limiter: Any,
-        cache: Any,
+        limiter: _LimiterBase,
+        cache: _CacheBase,
         stats: JudgeStats,
-        timeout: float = defaults.JUDGE_TIMEOUT,
-        estimated_tokens_per_request: float = defaults.JUDGE_ESTIMATED_TOKENS,
-        max_answer_bytes: int = defaults.JUDGE_MAX_ANSWER_BYTES,
+        timeout: float = JUDGE_TIMEOUT,
+        estimated_tokens_per_request: float = JUDGE_ESTIMATED_TOKENS,
+        max_answer_bytes: int = JUDGE_MAX_ANSWER_BYTES,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json"}
@@ -212,12 +229,14 @@ class ChatJudge:
         """The answer to ``body``: from the cache, or sent once (see the module doc)."""
         digest = request_digest(body)
         async with self.cache.claim(digest) as claim:
-            if claim.hit:
+            if claim.answer is not None:  # a hit
                 try:
                     answer = JudgeAnswer.from_json(claim.answer, cached=True)
                 except (ValueError, KeyError, TypeError) as exc:
                     raise ScoringError(f"the cached judge answer {digest[:16]} is unreadable ({exc})") from None
-                await self._count(cache_hits=1)
+                shared = int(getattr(self.cache, "shared", None) is not None)
+                saved = answer.prompt_tokens + answer.completion_tokens
+                await self._count(cache_hits=1, shared_hits=shared, saved_tokens=saved)
                 return answer
             answer = await self._send(body)
             text = answer.to_json()
@@ -241,8 +260,7 @@ class ChatJudge:
             await self._count(requests=1, errors=1, failed=1)
             raise JudgeAnswerTooLarge(
                 f"judge {self.model} at {self.url} answered more than max_answer_bytes={self.max_answer_bytes:,} "
-                f"bytes{f' ({exc.size:,} announced)' if exc.size > self.max_answer_bytes else ''}; it was not "
-                "read further. Lower max_tokens or n, or raise max_answer_bytes",
+                f"bytes ({exc.said()}); it was not read further. Lower max_tokens or n, or raise max_answer_bytes",
                 status=200,
             ) from None
         if error is None and status == 200:
@@ -268,19 +286,40 @@ class ChatJudge:
 
         session = await self._http.get()
         await self.limiter.acquire_request()
-        await self.limiter.wait_for_tokens(self.estimated_tokens)
-        async with self.limiter.slot():  # held only while the request is in flight
-            try:
-                async with session.post(self.url, data=payload, headers=self._headers) as resp:
-                    text = await _read_at_most(resp, self.max_answer_bytes)
-                    return resp.status, retry_after_seconds(resp.headers.get("Retry-After")), text, None
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                if isinstance(exc, asyncio.TimeoutError):
-                    what = f"no answer within timeout={self.timeout:g}s"
-                return None, None, "", what
+        reserved = 0.0
+        try:
+            # the estimate is taken before the call, so calls started together wait their turn in
+            # the bucket; the answer's usage settles the difference (:meth:`_charge`)
+            await self.limiter.acquire_tokens(self.estimated_tokens)
+            reserved = self.estimated_tokens
+            async with self.limiter.slot():  # held only while the request is in flight
+                try:
+                    async with session.post(self.url, data=payload, headers=self._headers) as resp:
+                        text = await _read_at_most(resp, self.max_answer_bytes)
+                        return resp.status, retry_after_seconds(resp.headers.get("Retry-After")), text, None
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                    if isinstance(exc, asyncio.TimeoutError):
+                        what = f"no answer within timeout={self.timeout:g}s"
+                    return None, None, "", what
+        except asyncio.CancelledError:
+            # the trajectory was cancelled (or the worker stops): the request is aborted (the
+            # connection closes, and vLLM aborts a request whose client went away), its slot was
+            # released on the way out, and its request token goes back to the fleet's bucket
+            await _shielded(self._abandoned(reserved))
+            raise
 
-    def _read_answer(self, text: str, body: dict[str, Any], payload_bytes: int) -> tuple[JudgeAnswer, Usage]:
+    async def _abandoned(self, reserved: float) -> None:
+        """A call given up before its answer: the request token and the ``reserved`` tokens back,
+        and counted as ``aborted``."""
+        try:
+            await self.limiter.give_back_request()
+            await self.limiter.charge_tokens(-reserved)
+            await self._count(aborted=1)
+        except Exception as exc:  # noqa: BLE001 - the call is being cancelled; the bucket refills anyway
+            logger.debug("genrm: could not give an aborted call's request token back: %s", exc)
+
+    def _read_answer(self, text: str, body: dict[str, object], payload_bytes: int) -> tuple[JudgeAnswer, Usage]:
         """The answer in a 200 body, and the tokens it is counted as (see :func:`read_usage`)."""
         try:
             reply = json.loads(text)
@@ -318,8 +357,9 @@ class ChatJudge:
         return answer, usage
 
     async def _charge(self, usage: Usage) -> None:
-        """Charge the token bucket with what the answer is counted as, and count the answer."""
-        await self.limiter.charge_tokens(usage.total)
+        """Charge the token bucket with what the answer is counted as beyond the estimate its call
+        reserved (below it: the rest is given back), and count the answer."""
+        await self.limiter.charge_tokens(usage.total - self.estimated_tokens)
         await self._count(requests=1, answers=1, prompt_tokens=usage.prompt, completion_tokens=usage.completion)
 
     def _warn_once(self, kind: str, what: str) -> None:
@@ -356,23 +396,40 @@ def _short(value: object) -> str:
 
 
 class _TooLarge(Exception):
-    """An answer over ``max_answer_bytes``: ``size`` is what it announced, else what was read."""
+    """An answer over ``max_answer_bytes``: ``size`` is what its ``Content-Length`` announced
+    (``announced``), else the bytes read when the limit was passed (a chunked answer announces none)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, announced: bool) -> None:
         super().__init__(size)
         self.size = size
+        self.announced = announced
+
+    def said(self) -> str:
+        """What the error says of the size."""
+        if self.announced:
+            return f"its Content-Length announced {self.size:,}"
+        return f"it announced no length; {self.size:,} had been read when the limit was passed"
+
+
+async def _shielded(job: Any) -> None:
+    """Run ``job`` to its end from a task being cancelled, even if it is cancelled again meanwhile."""
+    task = asyncio.ensure_future(job)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        pass
 
 
 async def _read_at_most(resp: Any, limit: int) -> str:
     """The body of ``resp`` as text, reading no more than ``limit`` bytes; :class:`_TooLarge` past it."""
     announced = resp.content_length
     if announced is not None and announced > limit:
-        raise _TooLarge(announced)
+        raise _TooLarge(announced, announced=True)
     chunks: list[bytes] = []
     size = 0
     async for chunk in resp.content.iter_chunked(1 << 16):
         size += len(chunk)
         if size > limit:
-            raise _TooLarge(size)
+            raise _TooLarge(size, announced=False)
         chunks.append(chunk)
     return b"".join(chunks).decode("utf-8", "replace")  # JSON is UTF-8 (RFC 8259)

@@ -28,6 +28,11 @@ The parsers:
   mapping of labels to scores (``{"yes": 1, "no": 0}``: the first label found, as a whole word,
   case-insensitive).
 
+Every parser reads a number whole, by one grammar (:func:`read_numeral`): ``Score: 1e6`` is a
+million (which the range check refuses), never the ``1`` before the exponent, and a regex group
+that stops early reads the whole number around it. Digits of other scripts, commas and
+percentages are refused by name.
+
 With structured output, ``json`` and ``choice`` ask for ``{"<score_field>": ...}`` (a number, or
 one of the choices) and read that field: the whole answer is the verdict. The range check is
 :mod:`rewardq.reward.judge.scores`'.
@@ -44,8 +49,10 @@ from typing import Any
 
 from rewardq.errors import ConfigError
 
-#: ``Score: 7``, ``score = 0.5``, ``**Score:** 1``, ``Final score: 3/10`` (the 3).
-DEFAULT_SCORE_REGEX = r"(?i)score[^\w+-]{0,4}([-+]?\d+(?:\.\d+)?)"
+#: ``Score: 7``, ``score = 0.5``, ``**Score:** 1``, ``Final score: 3/10`` (the 3), ``Score: .5``,
+#: ``Score: 1e6`` (the whole number: an exponent is never cut off). ``\d`` takes digits of any
+#: script so that :func:`read_numeral` can refuse them by name.
+DEFAULT_SCORE_REGEX = r"(?i)score[^\w+-]{0,4}?([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 PARSERS = ("regex", "json", "choice")
 #: Deepest nesting of a JSON object in an answer (a score object needs two or three levels).
 MAX_JSON_DEPTH = 32
@@ -53,7 +60,14 @@ MAX_JSON_DEPTH = 32
 MAX_JSON_CHARS = 64 * 1024
 #: JSON objects of one answer tried for the score field.
 MAX_JSON_OBJECTS = 64
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+#: A number the parsers read: a sign, ASCII digits with a fraction (or a bare fraction, ``.5``, or a
+#: bare point, ``1.``), an exponent.
+_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+#: A number as a judge may write one, whole: digits of any script, with points and commas between
+#: them (``1,000``, ``0,5``, ``1.2.3``), an exponent, a percent sign, and a sign unless a letter or
+#: digit comes before it (``3-5`` is two numbers). Every repetition starts with a digit, so a search
+#: is linear whatever the answer holds. :func:`read_numeral` says which of these is a number.
+_NUMERAL = re.compile(r"(?:(?<![\w.])[-+])?(?:\.(?=\d))?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?%?")
 #: Inside a JSON object: a whole string (skipped in one step) or a bracket.
 _JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]]', re.DOTALL)
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -140,8 +154,13 @@ class RegexParser(ScoreParser):
         if match is None:
             return Unparsed(f"no match of score_regex {self.pattern.pattern!r}")
         raw = match.group(self.group)
-        number = _to_number(raw)
-        return number if number is not None else Unparsed(f"score_regex matched {raw!r}, which is not a number")
+        if raw is None:
+            return Unparsed(f"score_regex {self.pattern.pattern!r} matched without its number group")
+        start, end = match.span(self.group)
+        number = read_numeral(_numeral_around(region, start, end) or raw)
+        if isinstance(number, Unparsed):
+            return Unparsed(f"score_regex matched {raw!r}: {number.reason}")
+        return number
 
     def format_instructions(self) -> str:
         return self.verdict.place(f'the line "Score: <{self.verdict.scale}>"')
@@ -150,7 +169,7 @@ class RegexParser(ScoreParser):
 class ChoiceParser(ScoreParser):
     """A score from a fixed list of numbers, or a mapping of labels to scores."""
 
-    def __init__(self, choices: Sequence[Any] | Mapping[str, Any], verdict: Verdict | None = None) -> None:
+    def __init__(self, choices: Sequence[object] | Mapping[str, object], verdict: Verdict | None = None) -> None:
         self.labels: dict[str, float] | None = None
         self.verdict = verdict or Verdict()
         if isinstance(choices, Mapping):
@@ -174,7 +193,7 @@ class ChoiceParser(ScoreParser):
                 if str(value).strip().lower() == label.lower():
                     return score
             return Unparsed(f"{value!r:.60} is none of the choices {list(self.labels)}")
-        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else _to_number(str(value))
+        number = _to_number(value if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value))
         if number is not None:
             for v in self.values:
                 if math.isclose(float(number), v, rel_tol=1e-9, abs_tol=1e-12):
@@ -192,7 +211,7 @@ class ChoiceParser(ScoreParser):
                 if found
                 else Unparsed(f"none of the choices {list(self.labels)} in the answer")
             )
-        for m in _NUMBER.finditer(region):
+        for m in _NUMERAL.finditer(region):  # whole numbers only: the 1 of "1,000" is no choice
             picked = self.pick(m.group(0))
             if not isinstance(picked, Unparsed):
                 return picked
@@ -202,7 +221,7 @@ class ChoiceParser(ScoreParser):
         options = list(self.labels) if self.labels is not None else [_fmt(v) for v in self.values]
         return self.verdict.place(f"exactly one of: {', '.join(options)}")
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> dict[str, object]:
         if self.labels is not None:
             return {"type": "string", "enum": list(self.labels)}
         return {"type": "number", "enum": self.values}
@@ -234,7 +253,7 @@ class JsonFieldParser(ScoreParser):
                 return self._score(node)
         return Unparsed(f"the JSON answer has no field {self.field!r}" if seen else "no JSON object in the answer")
 
-    def _at_field(self, obj: dict[str, Any]) -> object:
+    def _at_field(self, obj: dict[str, object]) -> object:
         node: object = obj
         for part in self.path:
             if not isinstance(node, Mapping) or part not in node:
@@ -247,7 +266,14 @@ class JsonFieldParser(ScoreParser):
             return self.choices.pick(node)
         if isinstance(node, bool) or not isinstance(node, (int, float, str)):
             return Unparsed(f"field {self.field!r} holds {_short(node)}, not a number")
-        number = _to_number(node.strip()) if isinstance(node, str) else _to_number(node)
+        if isinstance(node, str):
+            read = read_numeral(node.strip())
+            return (
+                Unparsed(f"field {self.field!r} holds {_short(node)}: {read.reason}")
+                if isinstance(read, Unparsed)
+                else read
+            )
+        number = _to_number(node)
         if number is None:
             return Unparsed(f"field {self.field!r} holds {_short(node)}, not a finite number")
         return number
@@ -296,7 +322,7 @@ def build_parser(
     return ChoiceParser(choices, verdict)
 
 
-def json_objects(text: str) -> Iterator[dict[str, Any]]:
+def json_objects(text: str) -> Iterator[dict[str, object]]:
     """The top-level ``{...}`` objects of ``text`` that parse as JSON, in order (objects nested in
     them are part of them).
 
@@ -343,7 +369,7 @@ def _object_end(text: str, start: int) -> int | None:
     return -1
 
 
-def find_json_object(text: str) -> Any:
+def find_json_object(text: str) -> object:
     """The first JSON object an answer holds (see :func:`json_objects`), or None."""
     return next(json_objects(text), None)
 
@@ -358,12 +384,55 @@ def _short(node: object) -> str:
     return f"{node!r:.60}"
 
 
+def read_numeral(text: str) -> float | Unparsed:
+    """The number ``text`` writes, or :class:`Unparsed` saying why it is not read.
+
+    The grammar is complete, so no part of a number is taken for the whole: a sign (``+`` too),
+    ASCII digits, a fraction (``.5``, ``1.``), an exponent (``1e6`` is a million, which the
+    range check then refuses). Refused, by name, as ambiguous or as not what a rubric asks for:
+
+    * digits of another script (``１``, ``٣``): the instructions ask for ASCII digits, and ``float``
+      would read them while no other part of the grammar (the point, the exponent) has a
+      full-width form it reads;
+    * a comma (``1,000`` or ``0,5``): a thousands separator and a decimal comma look alike;
+    * a percent sign (``85%``): a percentage is not the rubric's scale;
+    * a number too large for a float (``1e400``).
+    """
+    if any(c.isdecimal() and c not in "0123456789" for c in text):
+        return Unparsed(f"{text!r:.40} is written with digits other than 0-9; a score is read in ASCII digits only")
+    if "%" in text:
+        return Unparsed(f"{text!r:.40} is a percentage; a score is a plain number on the rubric's scale")
+    if "," in text:
+        return Unparsed(
+            f"{text!r:.40} has a comma, which could be a thousands separator or a decimal point; "
+            "a score is written without one (1000, 0.5)"
+        )
+    if _NUMBER.fullmatch(text) is None:
+        return Unparsed(f"{text!r:.40} is not a number")
+    value = float(text)
+    if not math.isfinite(value):
+        return Unparsed(f"{text!r:.40} is too large to be a score")
+    return value
+
+
+def _numeral_around(text: str, start: int, end: int) -> str | None:
+    """The whole numeral (:data:`_NUMERAL`) that holds ``text[start:end]``, a regex's number group, so
+    that a group that stops early (``Score: (\\d+)`` on ``Score: 1e6``) reads the whole number; None
+    when no numeral holds it."""
+    for m in _NUMERAL.finditer(text, max(0, start - 64), min(len(text), end + 64)):
+        if m.start() <= start and m.end() >= end:
+            return m.group(0)
+        if m.start() > start:
+            return None
+    return None
+
+
 def _to_number(raw: str | float) -> float | None:
     try:
-        value = float(raw)
+        value = float(raw) if not isinstance(raw, str) else read_numeral(raw)
     except (TypeError, ValueError, OverflowError):
         return None
-    return value if math.isfinite(value) else None
+    return value if isinstance(value, float) and math.isfinite(value) else None
 
 
 def _number_option(name: str, value: object) -> float:

@@ -75,7 +75,7 @@ class PromptTemplate:
                 f"{list(PLACEHOLDERS)} (write {{{{ and }}}} for literal braces)"
             )
 
-    def render(self, values: Mapping[str, Any]) -> str:
+    def render(self, values: Mapping[str, object]) -> str:
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
             if name is None:
@@ -123,7 +123,7 @@ def question_from(raw_prompt: object, extra_info: object, decode_prompt: Callabl
     return decode_prompt()
 
 
-def chat_messages(system_prompt: str | None, text: str, image_urls: Sequence[str]) -> list[dict[str, Any]]:
+def chat_messages(system_prompt: str | None, text: str, image_urls: Sequence[str]) -> list[dict[str, object]]:
     """The request's messages: the system prompt, then one user message with the images (as
     ``image_url`` parts, before the text) and the rendered prompt."""
     messages: list[dict[str, Any]] = []

@@ -1,23 +1,26 @@
 """Counters of LLM-judge calls per model, for one worker (``/metrics``).
 
-The fleet's totals live in Redis (:mod:`rewardq.queue.judge_cache`, read by ``rewardq status``);
+The fleet's totals live in Redis (:mod:`rewardq.reward.judge.cache`, read by ``rewardq status``);
 these are the same counters for this process, exposed as Prometheus counters.
 """
 
 from __future__ import annotations
 
-from rewardq.queue.judge_cache import COUNTERS
+from rewardq.reward.judge.cache import COUNTERS
 
 
 class JudgeStats:
-    """``{model: {counter: n}}`` for the counters of :data:`rewardq.queue.judge_cache.COUNTERS`:
+    """``{model: {counter: n}}`` for the counters of :data:`rewardq.reward.judge.cache.COUNTERS`:
 
     * ``requests``: HTTP requests sent (every attempt, retries included);
     * ``errors``: requests that failed (a status other than 200, a connection error, a timeout);
     * ``failed``: judge calls refused for good (a 4xx: the trajectory got an error result);
     * ``answers``: requests answered with a usable answer;
     * ``cache_hits``: answers reused from the cache instead of a request;
-    * ``prompt_tokens`` / ``completion_tokens``: what the server reported in ``usage``.
+    * ``prompt_tokens`` / ``completion_tokens``: what the server reported in ``usage``;
+    * ``aborted``: calls given up before their answer (their trajectory was cancelled);
+    * ``shared_hits``: the cache hits that came from the shared cache (``judge_cache=shared``);
+    * ``saved_tokens``: the tokens (prompt + completion) the cache hits would have cost.
     """
 
     def __init__(self) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +144,7 @@ class DAPORewardManager(RewardManager):
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
-        overlong_buffer: dict[str, Any] | None = None,
+        overlong_buffer: Mapping[str, object] | None = None,
         max_resp_len: int | None = None,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)

@@ -34,9 +34,9 @@ Options::
 ``max_retries``, ``backoff_base`` and ``backoff_cap`` are accepted and ignored, with a warning
 (:func:`~rewardq.reward.http.warn_retired_options`).
 
+The options are declared once, in :class:`DisRMOptions` (type, default, bounds, help).
 ``tokenizer`` is also the name of the manager's first positional argument (the policy
-tokenizer), so that argument is positional-only here and the option arrives through
-``**options``, as it does from verl's ``reward_model`` config block.
+tokenizer), so that argument is positional-only here.
 """
 
 from __future__ import annotations
@@ -45,36 +45,35 @@ import asyncio
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError, TransientError
 from rewardq.queue.states import FailureKind
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.http import HttpSession, retry_after_seconds, status_failure_kind, warn_retired_options
+from rewardq.reward.managers.disrm_options import BACKENDS, DisRMOptions
 from rewardq.reward.registry import register
-from rewardq.reward.results import reject_unknown_options, to_float
+from rewardq.reward.results import to_float
+from rewardq.reward.rows import last_row, non_tensor, valid_response_ids
+from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
 
-    from rewardq.reward.tokenizer import Tokenizer
-
 logger = logging.getLogger("rewardq.reward.disrm")
 
-#: backend -> (path, whether the body carries ``use_activation: false``, the score's field in data[-1])
-BACKENDS = {
-    "vllm": ("/classify", True, "probs"),
-    "sglang": ("/v1/embeddings", False, "embedding"),
-}
-#: The only option that arrives through ``**options``.
-_EXTRA_OPTIONS = ["tokenizer"]
 
-
-def _check_seconds(name: str, value: object) -> None:
-    """A number of seconds > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"manager 'disrm': {name} must be a number > 0, got {value!r}")
+def _reward_model_tokenizer(given: object) -> Tokenizer:
+    """The reward model's tokenizer, loaded when ``given`` names one (a path, a folder or a Hub id)."""
+    if given is None:
+        raise ConfigError(
+            "manager 'disrm' needs tokenizer=<the reward model's tokenizer> (a tokenizer.json, "
+            "a tokenizer folder or a Hub id): the prompt is rendered with its chat template"
+        )
+    loaded = load_tokenizer(given) if isinstance(given, (str, os.PathLike)) else given
+    if not hasattr(loaded, "apply_chat_template"):
+        raise ConfigError(f"manager 'disrm': the reward model tokenizer {loaded!r} has no apply_chat_template")
+    return cast(Tokenizer, loaded)
 
 
 @register("disrm")
@@ -85,15 +84,12 @@ class DisRMRewardManager(RewardManager):
         tokenizer: the policy tokenizer (positional only): decodes the response.
         compute_score: unused (a reward model replaces the scoring function).
         context: the worker's context.
-        base_url: the server, e.g. ``http://10.0.0.5:8000``.
-        model: the model name the server expects in ``"model"``.
-        backend: ``"vllm"`` or ``"sglang"``.
-        timeout: seconds per HTTP request.
-        max_retries, backoff_base, backoff_cap: ignored, with a warning (module doc).
-        **options: ``tokenizer`` = the reward model's tokenizer (a path or a loaded tokenizer).
+        options: :class:`DisRMOptions` (the worker builds them from ``manager_options``); or
+        **given: the same options as keywords, checked as the worker checks them.
     """
 
     reads = "final"  # run_single reads data[-1:] only
+    Options = DisRMOptions
 
     def __init__(
         self,
@@ -102,54 +98,28 @@ class DisRMRewardManager(RewardManager):
         /,
         *,
         context: ManagerContext | None = None,
-        base_url: str | None = None,
-        model: str | None = None,
-        backend: str = "vllm",
-        max_retries: object = None,
-        timeout: float = defaults.DISRM_TIMEOUT,
-        backoff_base: object = None,
-        backoff_cap: object = None,
-        **options: object,
+        options: DisRMOptions | None = None,
+        **given: object,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
-        reject_unknown_options(
-            "disrm",
-            options,
-            _EXTRA_OPTIONS + ["base_url", "model", "backend", "max_retries", "timeout", "backoff_base", "backoff_cap"],
-        )
-        if not base_url or not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        o = options if options is not None else DisRMOptions.from_mapping(given)
+        base_url, model = o.base_url, o.model
+        if not base_url or not base_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"manager 'disrm' needs base_url=http://HOST:PORT of the reward model server, got {base_url!r}"
             )
-        if not model or not isinstance(model, str):
+        if not model:
             raise ConfigError(f"manager 'disrm' needs model=<the served model's name>, got {model!r}")
-        if backend not in BACKENDS:
-            raise ConfigError(f"manager 'disrm': backend must be one of {sorted(BACKENDS)}, got {backend!r}")
-        _check_seconds("timeout", timeout)
         warn_retired_options(
-            "disrm", {"max_retries": max_retries, "backoff_base": backoff_base, "backoff_cap": backoff_cap}
+            "disrm", {"max_retries": o.max_retries, "backoff_base": o.backoff_base, "backoff_cap": o.backoff_cap}
         )
-        rm_tokenizer = options.get("tokenizer")
-        if rm_tokenizer is None:
-            raise ConfigError(
-                "manager 'disrm' needs tokenizer=<the reward model's tokenizer> (a tokenizer.json, "
-                "a tokenizer folder or a Hub id): the prompt is rendered with its chat template"
-            )
-        if isinstance(rm_tokenizer, (str, os.PathLike)):
-            from rewardq.reward.tokenizer import load_tokenizer
-
-            rm_tokenizer = load_tokenizer(rm_tokenizer)
-        if not hasattr(rm_tokenizer, "apply_chat_template"):
-            raise ConfigError(
-                f"manager 'disrm': the reward model tokenizer {rm_tokenizer!r} has no apply_chat_template"
-            )
+        self.rm_tokenizer = _reward_model_tokenizer(o.tokenizer)
         if compute_score is not None:
             logger.warning("disrm: the reward model scores every sample; the configured reward function is unused")
-        self.rm_tokenizer = rm_tokenizer
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.backend = backend
-        self.timeout = float(timeout)
+        self.backend = o.backend
+        self.timeout = float(o.timeout)
         self.counters = {"requests": 0, "errors": 0}
         self._http = HttpSession(self.timeout)
 
@@ -164,8 +134,6 @@ class DisRMRewardManager(RewardManager):
     # -- scoring -----------------------------------------------------------------------
     def build_prompt(self, data: TensorDict) -> str:
         """The reward model's input for the final output of ``data`` (steps 1-3 above)."""
-        from rewardq.reward.rows import last_row, non_tensor, valid_response_ids
-
         row = last_row(data)  # data[-1:], built cheaper
         raw_prompt = non_tensor(row, "raw_prompt")
         if not isinstance(raw_prompt, (list, tuple)) or not all(isinstance(m, dict) for m in raw_prompt):
@@ -205,7 +173,7 @@ class DisRMRewardManager(RewardManager):
             ) from None
         return {"reward_score": to_float(value, "the reward model's score"), "reward_extra_info": {}}
 
-    async def post(self, path: str, payload: dict[str, Any]) -> Any:
+    async def post(self, path: str, payload: dict[str, object]) -> Any:
         """POST ``payload`` as JSON, once (see the module docstring); returns the decoded JSON."""
         import aiohttp
 

@@ -16,7 +16,7 @@ verl takes the name from ``trainer.experiment_name``; here it is the manager opt
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rewardq.errors import ConfigError
 from rewardq.reward.base import ManagerContext, ScoreFn
@@ -52,7 +52,7 @@ class GDPORewardManager(NaiveRewardManager):
             raise ConfigError(f"gdpo: experiment_name must be a string, got {type(experiment_name).__name__}")
         self.experiment_name = experiment_name
 
-    def build_extra_info(self, final: FinalOutput) -> dict[str, Any]:
+    def build_extra_info(self, final: FinalOutput) -> dict[str, object]:
         extra_info = super().build_extra_info(final)
         extra_info["experiment_name"] = self.experiment_name
         return extra_info

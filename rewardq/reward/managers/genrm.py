@@ -14,7 +14,12 @@ in ``setup`` and closed in ``close``. The manager has all of that; its judge
 * **Billed once.** Each request is keyed by the SHA-256 of its full body and its answer kept in
   Redis for ``result_ttl``: a trajectory scored again (after a crash, a reclaim, a redelivery)
   reuses it, and two workers holding one request make one HTTP request
-  (:mod:`rewardq.queue.judge_cache`).
+  (:mod:`rewardq.reward.judge.cache`).
+* **Across runs, opt in.** ``judge_cache=shared`` keeps answers outside the namespace, keyed by the
+  request and by how its answer is read, for ``judge_cache_ttl``, at most
+  ``judge_cache_max_entries`` per model (:mod:`rewardq.reward.judge.shared`): a second run with the
+  same judge configuration pays nothing.
+* **Deterministic by default.** ``temperature=0`` and ``seed=0`` (docs/judges.md says what still varies).
 * **Fleet-wide limits.** ``max_rpm``, ``max_tpm`` and ``max_concurrent`` hold across every worker
   (:mod:`rewardq.reward.ratelimit`); ``max_tpm`` is charged with the tokens the server reports.
 * **Failures.** A request is sent once. No answer, 408, 429 and 5xx are ``transient`` failures,
@@ -42,8 +47,9 @@ Options (``--manager-option`` / config)::
     score_parser=regex|json|choice  score_regex  score_field=score  choices  score_marker=None
     score_range=[0, 1] (or the rubric's, or the choices')  clamp_score=false
     structured_output=auto|true|false  unparsed_score=None  max_answer_bytes=4 MiB
-    temperature=0.0  max_tokens=1024  n=1  combine=mean|majority  extra_body={}
-    per_turn=false  images=true  cache=true
+    temperature=0.0  seed=0  max_tokens=1024  n=1  combine=mean|majority  extra_body={}
+    per_turn=false  images=true  cache=true  judge_cache=run|shared  judge_cache_ttl=30 days
+    judge_cache_max_entries=100000
     max_rpm  max_tpm  max_concurrent=64  estimated_tokens_per_request=2000  limiter_name=genrm
     lease_seconds=30  timeout=120
 
@@ -60,18 +66,22 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError
 from rewardq.queue.images import images_of
+from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.http import warn_retired_options
+from rewardq.reward.judge.cache import open_judge_cache
 from rewardq.reward.judge.client import ChatJudge, JudgeAnswer, JudgeUnavailable, request_digest
-from rewardq.reward.judge.parsing import PARSERS, ScoreParser, Unparsed, Verdict, build_parser
+from rewardq.reward.judge.parsing import ScoreParser, Unparsed, Verdict, build_parser
 from rewardq.reward.judge.prompt import DEFAULT_TEMPLATE, PromptTemplate, chat_messages, question_from
 from rewardq.reward.judge.scores import resolve_range
+from rewardq.reward.judge.shared import SharedSpace, verdict_digest
+from rewardq.reward.managers.genrm_options import DEFAULT_API_KEY_ENV, GenRMOptions
 from rewardq.reward.provenance import template_digest
+from rewardq.reward.ratelimit import open_limiter
 from rewardq.reward.registry import register
-from rewardq.reward.results import to_float
+from rewardq.reward.rows import non_tensor, valid_prompt_ids
 from rewardq.reward.scoring_fingerprint import without_credentials
 from rewardq.reward.trace import note_judged
 
@@ -82,36 +92,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rewardq.reward.genrm")
 
-COMBINE = ("mean", "majority")
-STRUCTURED = ("auto", "true", "false")
-#: The environment variable the API key is read from unless ``api_key_env`` names another.
-DEFAULT_API_KEY_ENV = "REWARDQ_JUDGE_API_KEY"
 #: What a refusal of ``response_format`` says, in the servers' words (vLLM, SGLang, TGI, OpenAI).
 _STRUCTURED_REFUSALS = ("response_format", "json_schema", "guided", "structured", "grammar")
 _ANSWER_CHARS = 1000
-
-
-def _number(name: str, value: Any, *, at_least: float | None = None, integer: bool = False, none: bool = False) -> None:
-    """A number > 0 (or >= ``at_least``; an integer when ``integer``), or None when ``none``."""
-    if value is None and none:
-        return
-    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
-    ok = ok and (value > 0 if at_least is None else value >= at_least)
-    if not ok:
-        what = "an integer" if integer else "a number"
-        bound = "> 0" if at_least is None else f">= {at_least:g}"
-        raise ConfigError(f"manager 'genrm': {name} must be {what} {bound}{' or None' if none else ''}, got {value!r}")
-
-
-def _flag(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ConfigError(f"manager 'genrm': {name} must be true or false, got {value!r}")
 
 
 @register("genrm")
@@ -122,6 +105,8 @@ class GenRMRewardManager(RewardManager):
         tokenizer: the policy tokenizer (decodes responses and, when needed, the prompt).
         compute_score: unused (the judge replaces the scoring function).
         context: the worker's context (Redis, namespace, result_ttl, judge counters).
+        options: :class:`GenRMOptions` (the worker builds them from ``manager_options``), or
+            ``**given``: the same options as keywords, checked as the worker checks them. They are:
         base_url: the API root with its version, e.g. ``http://10.0.0.5:8000/v1``.
         model: the served model's name (vLLM: the model path, or ``--served-model-name``).
         api_key_env: the environment variable holding the API key (unset: no key is sent).
@@ -140,6 +125,8 @@ class GenRMRewardManager(RewardManager):
             or ``false``.
         unparsed_score: what an answer without a readable score counts as (None: an error result).
         temperature, max_tokens, n: sampling; ``n`` answers come from one request.
+        seed: the ``seed`` of every request (default 0: deterministic judging where the server
+            honours it, with ``temperature`` 0); None sends none. ``extra_body`` may override it.
         combine: ``mean`` of the ``n`` scores, or ``majority`` (the most frequent; a tie is the
             mean of the tied scores).
         extra_body: more fields for the request body (``seed``, ``top_p``, vLLM's
@@ -147,6 +134,11 @@ class GenRMRewardManager(RewardManager):
         per_turn: judge every output (one reward each) instead of the final one.
         images: send the outputs' images to the judge (a vision-language model).
         cache: reuse answers across re-scoring and workers (billed once); false sends every request.
+        judge_cache: ``run`` keeps answers in the run's namespace for ``result_ttl``; ``shared`` keeps
+            them across runs (namespaces) on the same Redis, keyed by everything that decides the
+            verdict (:mod:`rewardq.reward.judge.shared`).
+        judge_cache_ttl, judge_cache_max_entries: how long a shared answer is kept, and how many
+            per judge model (the least recently used go first).
         max_rpm, max_tpm, max_concurrent, estimated_tokens_per_request, limiter_name,
             lease_seconds: the fleet-wide limits (see :mod:`rewardq.reward.ratelimit`); ``lease_seconds``
             also bounds how long a dead worker's claim on a request holds others back.
@@ -154,163 +146,94 @@ class GenRMRewardManager(RewardManager):
         max_retries, backoff_base, backoff_cap, max_retry_wait: ignored, with a warning (module doc).
     """
 
-    def __init__(  # noqa: C901 - one check per option
+    Options = GenRMOptions
+
+    def __init__(
         self,
         tokenizer: Tokenizer,
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
-        base_url: str | None = None,
-        model: str | None = None,
-        api_key_env: str = DEFAULT_API_KEY_ENV,
-        prompt_template: str | None = None,
-        prompt_template_path: str | None = None,
-        system_prompt: str | None = None,
-        score_parser: str = "regex",
-        score_regex: str | None = None,
-        score_field: str = "score",
-        choices: object = None,
-        score_marker: str | None = None,
-        score_range: object = None,
-        clamp_score: object = False,
-        structured_output: object = "auto",
-        unparsed_score: float | None = None,
-        temperature: float = 0.0,
-        max_tokens: int | None = defaults.JUDGE_MAX_TOKENS,
-        n: int = defaults.JUDGE_ANSWERS,
-        combine: str = "mean",
-        extra_body: dict[str, Any] | None = None,
-        per_turn: object = False,
-        images: object = True,
-        cache: object = True,
-        max_rpm: float | None = None,
-        max_tpm: float | None = None,
-        max_concurrent: int | None = defaults.JUDGE_MAX_CONCURRENT,
-        estimated_tokens_per_request: float = defaults.JUDGE_ESTIMATED_TOKENS,
-        limiter_name: str = "genrm",
-        lease_seconds: float = defaults.JUDGE_LEASE_SECONDS,
-        timeout: float = defaults.JUDGE_TIMEOUT,
-        max_retries: object = None,
-        backoff_base: object = None,
-        backoff_cap: object = None,
-        max_retry_wait: object = None,
-        max_answer_bytes: int = defaults.JUDGE_MAX_ANSWER_BYTES,
+        options: GenRMOptions | None = None,
+        **given: object,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        o = options if options is not None else GenRMOptions.from_mapping(given)
+        self.options = o
+        self.base_url, self.model, self.api_key = _endpoint(o)
+        self._read_rubric(o)
+        if o.unparsed_score is not None and not self.range.contains(o.unparsed_score):
             raise ConfigError(
-                "manager 'genrm' needs base_url=http://HOST:PORT/v1, the judge's OpenAI-compatible API root "
-                f"(requests go to base_url + '/chat/completions'), got {base_url!r}"
+                f"manager 'genrm': unparsed_score={o.unparsed_score:g} is outside score_range {self.range}"
             )
-        if not isinstance(model, str) or not model:
-            raise ConfigError(f"manager 'genrm' needs model=<the served model's name>, got {model!r}")
-        if not isinstance(api_key_env, str) or not api_key_env:
-            raise ConfigError(f"manager 'genrm': api_key_env must name an environment variable, got {api_key_env!r}")
-        if api_key_env != DEFAULT_API_KEY_ENV and not os.environ.get(api_key_env):
-            raise ConfigError(
-                f"manager 'genrm': api_key_env={api_key_env} names an environment variable that is not set; "
-                "export it where the worker runs (the key is never taken from the command line or a config file)"
-            )
-        self.api_key = os.environ.get(api_key_env) or None
-        if prompt_template is not None and prompt_template_path is not None:
-            raise ConfigError("manager 'genrm': give prompt_template or prompt_template_path, not both")
-        if prompt_template_path is not None:
-            try:
-                prompt_template = Path(os.path.expanduser(prompt_template_path)).read_text()
-            except OSError as exc:
-                raise ConfigError(f"manager 'genrm': cannot read prompt_template_path ({exc})") from None
-        self.template = PromptTemplate(prompt_template if prompt_template is not None else DEFAULT_TEMPLATE)
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise ConfigError(f"manager 'genrm': system_prompt must be text, got {system_prompt!r}")
-        self.system_prompt = system_prompt
-        structured = (
-            str(structured_output).strip().lower()
-            if not isinstance(structured_output, bool)
-            else ("true" if structured_output else "false")
-        )
-        if structured not in STRUCTURED:
-            raise ConfigError(
-                f"manager 'genrm': structured_output must be one of {STRUCTURED}, got {structured_output!r}"
-            )
-        if score_parser not in PARSERS:
-            raise ConfigError(
-                f"manager 'genrm': score_parser must be one of {', '.join(PARSERS)}, got {score_parser!r}"
-            )
-        self.structured = structured == "true" or (structured == "auto" and score_parser != "regex")
-        self.structured_required = structured == "true"
-        if score_marker is not None and (not isinstance(score_marker, str) or not score_marker.strip()):
-            raise ConfigError(f"manager 'genrm': score_marker must be non-empty text, got {score_marker!r}")
-        self.range, range_source = resolve_range(
-            score_range,
-            choices=_choice_scores(choices),
-            rubric=self.template.text,
-            clamp=_flag("clamp_score", clamp_score),
-        )
-        self.range_source = range_source
-        self.parser: ScoreParser = build_parser(
-            score_parser,
-            score_regex=score_regex,
-            score_field=score_field,
-            choices=choices,
-            structured=self.structured,
-            verdict=Verdict(score_marker, self.range.words()),
-        )
-        if unparsed_score is not None:
-            unparsed_score = to_float(unparsed_score, "unparsed_score")
-            if not self.range.contains(unparsed_score):
-                raise ConfigError(
-                    f"manager 'genrm': unparsed_score={unparsed_score:g} is outside score_range {self.range}"
-                )
-        self.unparsed_score = unparsed_score
-        _number("temperature", temperature, at_least=0)
-        _number("max_tokens", max_tokens, at_least=1, integer=True, none=True)
-        _number("n", n, at_least=1, integer=True)
-        if combine not in COMBINE:
-            raise ConfigError(f"manager 'genrm': combine must be one of {COMBINE}, got {combine!r}")
-        if extra_body is not None and not isinstance(extra_body, dict):
-            raise ConfigError(f"manager 'genrm': extra_body must be a mapping, got {extra_body!r}")
-        self.temperature = float(temperature)
-        self.max_tokens = max_tokens
-        self.n = n
-        self.combine = combine
-        self.extra_body = dict(extra_body or {})
-        self.per_turn = _flag("per_turn", per_turn)
-        self.send_images = _flag("images", images)
-        self.reuse = _flag("cache", cache)
-        for name, value in (("max_rpm", max_rpm), ("max_tpm", max_tpm)):
-            _number(name, value, none=True)
-        _number("max_concurrent", max_concurrent, at_least=1, integer=True, none=True)
-        for name, value in (
-            ("estimated_tokens_per_request", estimated_tokens_per_request),
-            ("lease_seconds", lease_seconds),
-            ("timeout", timeout),
-        ):
-            _number(name, value)
+        self.unparsed_score = o.unparsed_score
+        self.temperature = float(o.temperature)
+        self.seed = o.seed
+        self.max_tokens = o.max_tokens
+        self.n = o.n
+        self.combine = o.combine
+        self.extra_body = dict(o.extra_body or {})
+        self.per_turn = o.per_turn
+        self.send_images = o.images
+        self.reuse = o.cache
+        self.judge_cache = o.judge_cache
+        self.shared_ttl = float(o.judge_cache_ttl)
+        self.shared_entries = o.judge_cache_max_entries
+        #: everything beside the request body that decides the verdict (part of a shared key)
+        self.reading = {
+            "score_parser": o.score_parser,
+            "score_regex": o.score_regex,
+            "score_field": o.score_field,
+            "choices": o.choices,
+            "score_marker": o.score_marker,
+            "score_range": [self.range.lo, self.range.hi],
+            "clamp_score": self.range.clamp,
+            "unparsed_score": o.unparsed_score,
+            "combine": o.combine,
+            "max_answer_bytes": o.max_answer_bytes,
+        }
         warn_retired_options(
             "genrm",
             {
-                "max_retries": max_retries,
-                "backoff_base": backoff_base,
-                "backoff_cap": backoff_cap,
-                "max_retry_wait": max_retry_wait,
+                "max_retries": o.max_retries,
+                "backoff_base": o.backoff_base,
+                "backoff_cap": o.backoff_cap,
+                "max_retry_wait": o.max_retry_wait,
             },
         )
-        _number("max_answer_bytes", max_answer_bytes, at_least=1024, integer=True)
-        self.max_answer_bytes = max_answer_bytes
-        if not isinstance(limiter_name, str) or not limiter_name or any(c in limiter_name for c in "{} \n"):
-            raise ConfigError(
-                f"manager 'genrm': limiter_name must be a name without braces or spaces, got {limiter_name!r}"
-            )
+        self.max_answer_bytes = o.max_answer_bytes
         if compute_score is not None:
             logger.warning("genrm: the judge scores every trajectory; the configured reward function is unused")
-        self.base_url = base_url
-        self.model = model
-        self.limits = {"max_rpm": max_rpm, "max_tpm": max_tpm, "max_concurrent": max_concurrent}
-        self.estimated_tokens = float(estimated_tokens_per_request)
-        self.limiter_name = limiter_name
-        self.lease_seconds = float(lease_seconds)
-        self.timeout = float(timeout)
+        self.limits = {"max_rpm": o.max_rpm, "max_tpm": o.max_tpm, "max_concurrent": o.max_concurrent}
+        self.estimated_tokens = float(o.estimated_tokens_per_request)
+        self.limiter_name = o.limiter_name
+        self.lease_seconds = float(o.lease_seconds)
+        self.timeout = float(o.timeout)
         self.judge: ChatJudge | None = None
+
+    def _read_rubric(self, o: GenRMOptions) -> None:
+        """The prompt, the system message, and how a score is read out of an answer and bounded."""
+        template = o.prompt_template
+        if o.prompt_template_path is not None:
+            try:
+                template = Path(os.path.expanduser(o.prompt_template_path)).read_text()
+            except OSError as exc:
+                raise ConfigError(f"manager 'genrm': cannot read prompt_template_path ({exc})") from None
+        self.template = PromptTemplate(template if template is not None else DEFAULT_TEMPLATE)
+        self.system_prompt = o.system_prompt
+        self.structured = o.structured_output == "true" or (o.structured_output == "auto" and o.score_parser != "regex")
+        self.structured_required = o.structured_output == "true"
+        self.range, self.range_source = resolve_range(
+            o.score_range, choices=_choice_scores(o.choices), rubric=self.template.text, clamp=o.clamp_score
+        )
+        self.parser: ScoreParser = build_parser(
+            o.score_parser,
+            score_regex=o.score_regex,
+            score_field=o.score_field,
+            choices=o.choices,
+            structured=self.structured,
+            verdict=Verdict(o.score_marker, self.range.words()),
+        )
 
     def __repr__(self) -> str:
         return f"GenRMRewardManager(base_url={self.base_url!r}, model={self.model!r})"
@@ -320,9 +243,6 @@ class GenRMRewardManager(RewardManager):
         """Open the fleet limiter, the answer cache and the HTTP session."""
         if self.judge is not None:
             return
-        from rewardq.queue.judge_cache import open_judge_cache
-        from rewardq.queue.keys import Keyspace
-        from rewardq.reward.ratelimit import open_limiter
 
         ctx = self.context
         ks = Keyspace(ctx.namespace)
@@ -335,10 +255,14 @@ class GenRMRewardManager(RewardManager):
             holder_prefix=holder,
             **self.limits,
         )
+        shared = None
+        if self.judge_cache == "shared":
+            shared = SharedSpace(self.model, verdict_digest(self.reading), self.shared_ttl, self.shared_entries)
         cache = open_judge_cache(
             ctx.redis_url,
             ks,
             cluster=ctx.cluster,
+            shared=shared,
             ttl=ctx.result_ttl,
             lease_seconds=self.lease_seconds,
             holder_prefix=holder,
@@ -367,7 +291,7 @@ class GenRMRewardManager(RewardManager):
             self.limits["max_tpm"],
             self.limits["max_concurrent"],
             "fleet-wide" if ctx.redis_url else "this process only",
-            f"{ctx.result_ttl:g}s" if self.reuse else "never",
+            _kept(self.reuse, self.judge_cache, ctx.result_ttl, self.shared_ttl),
         )
 
     async def close(self) -> None:
@@ -386,7 +310,7 @@ class GenRMRewardManager(RewardManager):
             return await self.judge_output(data, n - 1)
         return list(await asyncio.gather(*(self.judge_output(data, i) for i in range(n))))
 
-    async def judge_output(self, data: TensorDict, index: int) -> dict[str, Any]:
+    async def judge_output(self, data: TensorDict, index: int) -> dict[str, object]:
         """Ask the judge about output ``index`` of the trajectory ``data``; one result."""
         assert self.judge is not None
         text, image_urls = self.prompt_for(data, index)
@@ -414,6 +338,8 @@ class GenRMRewardManager(RewardManager):
             "messages": chat_messages(self.system_prompt, text, image_urls),
             "temperature": self.temperature,
         }
+        if self.seed is not None:
+            body["seed"] = self.seed
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         if self.n != 1:
@@ -426,8 +352,6 @@ class GenRMRewardManager(RewardManager):
 
     def prompt_for(self, data: TensorDict, index: int) -> tuple[str, list[str]]:
         """The rendered prompt about output ``index``, and its images as data URLs."""
-        from rewardq.reward.rows import non_tensor, valid_prompt_ids
-
         row = data[index : index + 1]
         used = self.template.used
         values: dict[str, Any] = {"turn": index, "format_instructions": self.parser.format_instructions()}
@@ -494,6 +418,7 @@ class GenRMRewardManager(RewardManager):
             "judge_template": template_digest(self.template.text, self.system_prompt),
             "judge_sampling": {
                 "temperature": self.temperature,
+                "seed": self.seed,
                 "max_tokens": self.max_tokens,
                 "n": self.n,
                 "combine": self.combine,
@@ -509,6 +434,14 @@ class GenRMRewardManager(RewardManager):
         return self.judge.limiter.stats() if self.judge is not None else {}
 
 
+def _kept(reuse: bool, judge_cache: str, result_ttl: float, shared_ttl: float) -> str:
+    if not reuse:
+        return "never"
+    if judge_cache == "shared":
+        return f"{shared_ttl:g}s across runs (judge_cache=shared)"
+    return f"{result_ttl:g}s"
+
+
 def combine_scores(scores: list[float], how: str) -> float:
     """``mean``, or ``majority``: the most frequent score (a tie: the mean of the tied scores)."""
     if how == "mean":
@@ -517,6 +450,23 @@ def combine_scores(scores: list[float], how: str) -> float:
     top = max(counts.values())
     tied = [s for s, c in counts.items() if c == top]
     return sum(tied) / len(tied)
+
+
+def _endpoint(o: GenRMOptions) -> tuple[str, str, str | None]:
+    """The judge's API root, its model, and the API key from ``api_key_env`` (None: none sent)."""
+    if not o.base_url or not o.base_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            "manager 'genrm' needs base_url=http://HOST:PORT/v1, the judge's OpenAI-compatible API root "
+            f"(requests go to base_url + '/chat/completions'), got {o.base_url!r}"
+        )
+    if not o.model:
+        raise ConfigError(f"manager 'genrm' needs model=<the served model's name>, got {o.model!r}")
+    if o.api_key_env != DEFAULT_API_KEY_ENV and not os.environ.get(o.api_key_env):
+        raise ConfigError(
+            f"manager 'genrm': api_key_env={o.api_key_env} names an environment variable that is not set; "
+            "export it where the worker runs (the key is never taken from the command line or a config file)"
+        )
+    return o.base_url, o.model, os.environ.get(o.api_key_env) or None
 
 
 def _choice_scores(choices: object) -> list[float] | None:

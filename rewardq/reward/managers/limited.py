@@ -44,11 +44,11 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError, ScoringTimeout
 from rewardq.queue.states import failure_kind_of
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.http import retry_after_of
+from rewardq.reward.ratelimit.limiter import RATE_LIMIT_LEASE_SECONDS, RATE_LIMITED_MAX_CONCURRENT
 from rewardq.reward.registry import register
 from rewardq.reward.results import normalize_result
 
@@ -56,6 +56,12 @@ if TYPE_CHECKING:
     from tensordict import TensorDict
 
     from rewardq.reward.tokenizer import Tokenizer
+
+
+#: Tokens assumed per request (verl's ``estimated_tokens_per_request``) and seconds one call may
+#: take (verl's ``timeout``).
+RATE_LIMITED_TOKENS_PER_REQUEST = 2000
+RATE_LIMITED_TIMEOUT = 300.0
 
 logger = logging.getLogger("rewardq.reward.rate_limited")
 
@@ -96,13 +102,13 @@ class LimitedRewardManager(RewardManager):
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
-        max_concurrent: int | None = defaults.RATE_LIMITED_MAX_CONCURRENT,
+        max_concurrent: int | None = RATE_LIMITED_MAX_CONCURRENT,
         max_rpm: float | None = None,
         max_tpm: float | None = None,
-        estimated_tokens_per_request: float = defaults.RATE_LIMITED_TOKENS_PER_REQUEST,
-        timeout: float = defaults.RATE_LIMITED_TIMEOUT,
+        estimated_tokens_per_request: float = RATE_LIMITED_TOKENS_PER_REQUEST,
+        timeout: float = RATE_LIMITED_TIMEOUT,
         limiter_name: str = "default",
-        lease_seconds: float = defaults.RATE_LIMIT_LEASE_SECONDS,
+        lease_seconds: float = RATE_LIMIT_LEASE_SECONDS,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         _positive("max_concurrent", max_concurrent, allow_none=True, integer=True)

@@ -52,7 +52,7 @@ class NaiveRewardManager(RewardManager):
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
 
-    def build_extra_info(self, final: FinalOutput) -> dict[str, Any]:
+    def build_extra_info(self, final: FinalOutput) -> dict[str, object]:
         """The ``extra_info`` handed to the scoring function (a copy; subclasses extend it)."""
         return merge_rollout_fields(final.extra_info, final.row)
 

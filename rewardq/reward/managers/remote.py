@@ -50,14 +50,15 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.errors import ConfigError, ScoringError, ScoringTimeout
 from rewardq.reward.base import ManagerContext, RewardManager, ScoreFn
 from rewardq.reward.execution.isolation import BUILTIN_SPEC, spec_of
 from rewardq.reward.execution.loader import is_async_callable
 from rewardq.reward.execution.process_pool import START_METHODS, ScorerPool
+from rewardq.reward.execution.scorer_fleet import KILL_GRACE, REMOTE_NUM_WORKERS
 from rewardq.reward.registry import register
 from rewardq.reward.results import normalize_result
 
@@ -65,6 +66,10 @@ if TYPE_CHECKING:
     from tensordict import TensorDict
 
     from rewardq.reward.tokenizer import Tokenizer
+
+
+#: Seconds one ``remote`` call may take.
+REMOTE_TIMEOUT = 30.0
 
 logger = logging.getLogger("rewardq.reward.remote")
 
@@ -110,13 +115,13 @@ class RemoteRewardManager(RewardManager):
         compute_score: ScoreFn | None = None,
         *,
         context: ManagerContext | None = None,
-        num_workers: int = defaults.REMOTE_NUM_WORKERS,
-        timeout: float = defaults.REMOTE_TIMEOUT,
+        num_workers: int = REMOTE_NUM_WORKERS,
+        timeout: float = REMOTE_TIMEOUT,
         start_method: str | None = None,
         scorer: str | None = None,
         scorer_spec: str | None = None,
-        scorer_kwargs: dict[str, Any] | None = None,
-        kill_grace: float = defaults.KILL_GRACE,
+        scorer_kwargs: dict[str, object] | None = None,
+        kill_grace: float = KILL_GRACE,
     ) -> None:
         super().__init__(tokenizer, compute_score, context=context)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -132,12 +137,17 @@ class RemoteRewardManager(RewardManager):
         self.timeout = float(timeout)
         self.target, self.target_kwargs = self._choose_target(compute_score, scorer or scorer_spec, scorer_kwargs)
         self.pool = ScorerPool(
-            self.target, self.target_kwargs, num_workers=num_workers, start_method=start_method, kill_grace=kill_grace
+            self.target,
+            self.target_kwargs,
+            num_workers=num_workers,
+            start_method=start_method,
+            kill_grace=kill_grace,
+            reply_cap=self.context.scoring.reply_bytes,
         )
 
     @staticmethod
     def _choose_target(
-        compute_score: Any, spec: str | None, kwargs: dict[str, Any] | None
+        compute_score: Any, spec: str | None, kwargs: Mapping[str, object] | None
     ) -> tuple[Any, dict[str, Any]]:
         """What the children run (a spec string or a picklable function) and its bound kwargs."""
         kwargs = dict(kwargs or {})

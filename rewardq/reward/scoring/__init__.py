@@ -67,11 +67,11 @@ def _math(solution_str: str, ground_truth: Any, **_: object) -> object:
     return math_boxed.compute_score(solution_str, ground_truth)
 
 
-def _dapo(solution_str: str, ground_truth: Any, **_: object) -> Any:
+def _dapo(solution_str: str, ground_truth: Any, **_: object) -> object:
     return dapo_math.compute_score(solution_str, ground_truth)
 
 
-def _search_r1(solution_str: str, ground_truth: Any, **_: object) -> Any:
+def _search_r1(solution_str: str, ground_truth: Any, **_: object) -> object:
     return search_r1.compute_score(solution_str, ground_truth)
 
 
@@ -154,9 +154,9 @@ def default_compute_score(
     data_source: object,
     solution_str: str,
     ground_truth: object,
-    extra_info: dict[str, Any] | None = None,
+    extra_info: dict[str, object] | None = None,
     **kwargs: object,
-) -> float | dict[str, Any]:
+) -> float | dict[str, object]:
     """Score one response with the scorer registered for its ``data_source``.
 
     Args:
@@ -185,7 +185,7 @@ async def compute_score_async(
     data_source: object,
     solution_str: str,
     ground_truth: object,
-    extra_info: dict[str, Any] | None = None,
+    extra_info: dict[str, object] | None = None,
     **kwargs: object,
 ) -> float | dict[str, Any]:
     """:func:`default_compute_score` for callers inside an event loop: an ``async`` scorer is
@@ -197,5 +197,5 @@ async def compute_score_async(
     return _plain(result)
 
 
-def _plain(result: Any) -> float | dict[str, Any]:
+def _plain(result: Any) -> float | dict[str, object]:
     return result if isinstance(result, dict) else float(result)

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rewardq import defaults
 from rewardq.reward.scoring.placement import place
 
 if TYPE_CHECKING:
@@ -27,13 +26,13 @@ if TYPE_CHECKING:
 CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
 
 
-def scorer_for(data_source: str) -> Callable[..., Any]:
+def scorer_for(data_source: str) -> Callable[..., object]:
     """The async scorer of ``data_source`` (counted under that name in the code statistics)."""
 
     async def score(
         solution_str: str,
         ground_truth: object,
-        extra_info: dict[str, Any] | None = None,
+        extra_info: dict[str, object] | None = None,
         *,
         code_runtime: CodeRuntime | None = None,
         sandbox_fusion_url: str | None = None,
@@ -48,7 +47,7 @@ def scorer_for(data_source: str) -> Callable[..., Any]:
         runtime = CodeRuntime(
             CodeExecSettings(
                 sandbox_fusion_url=sandbox_fusion_url or None,
-                sandbox_fusion_memory_limit_mb=memory_limit_mb or defaults.CODE_MEMORY_LIMIT_MB,
+                sandbox_fusion_memory_limit_mb=memory_limit_mb or CodeExecSettings.sandbox_fusion_memory_limit_mb,
             )
         )
         try:

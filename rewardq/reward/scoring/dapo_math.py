@@ -26,7 +26,6 @@ counts, compared **without** normalisation, and ``pred`` is None when there is n
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from rewardq.reward.scoring.math_boxed import balanced_from
 
@@ -177,7 +176,7 @@ def verify(
 
 def compute_score(
     solution_str: str, ground_truth: str, strict_box_verify: bool = False, pause_tokens_index: list[int] | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """``{"score": 1.0 | -1.0, "acc": bool, "pred": str | None}`` (see the module docstring)."""
     solution_str = solution_str[-SOLUTION_CLIP_CHARS:]
     correct, pred = verify(solution_str, ground_truth, strict_box_verify, pause_tokens_index)

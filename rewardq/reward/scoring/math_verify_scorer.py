@@ -53,7 +53,7 @@ def compute_score(
     data_source: object,
     solution_str: str,
     ground_truth: object,
-    extra_info: dict[str, Any] | None = None,
+    extra_info: dict[str, object] | None = None,
     timeout_score: float = 0.0,
 ) -> float:
     r"""1.0 when some answer in ``solution_str`` equals ``\boxed{ground_truth}``, else 0.0.

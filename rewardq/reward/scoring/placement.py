@@ -24,6 +24,6 @@ def place(fn: F, placement: str) -> F:
     return fn
 
 
-def placement(fn: Callable[..., Any]) -> str:
+def placement(fn: Callable[..., object]) -> str:
     """The placement ``fn`` was marked with, ``"inline"`` when unmarked."""
     return str(getattr(fn, "placement", "inline"))

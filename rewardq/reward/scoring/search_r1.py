@@ -72,7 +72,7 @@ def _targets(ground_truth: object) -> object:
     return ground_truth["target"]
 
 
-def _matched(solution_str: str, ground_truth: object, check: Callable[[str, Any], Any]) -> bool | None:
+def _matched(solution_str: str, ground_truth: object, check: Callable[[str, object], object]) -> bool | None:
     """None when the solution has no answer tag, else whether ``check(answer, targets)`` holds."""
     targets = _targets(ground_truth)
     answer = extract_solution(solution_str)
@@ -81,7 +81,7 @@ def _matched(solution_str: str, ground_truth: object, check: Callable[[str, Any]
 
 def compute_score(
     solution_str: str,
-    ground_truth: dict[str, Any],
+    ground_truth: dict[str, object],
     method: str = "strict",
     format_score: float = 0.0,
     score: float = 1.0,
@@ -99,7 +99,7 @@ def compute_score(
 
 def compute_score_subem(
     solution_str: str,
-    ground_truth: dict[str, Any],
+    ground_truth: dict[str, object],
     method: str = "strict",
     format_score: float = 0.0,
     score: float = 1.0,

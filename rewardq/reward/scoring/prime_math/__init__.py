@@ -13,7 +13,7 @@ verl 0.9.1 does (the ``tests/verl`` parity suite compares the two)::
    follows the last ``be``, ``is``, ``are``, ``=``, ``:``, ``get``.
 2. **Grade it** with the PRM800K grader (:mod:`.prm800k`): Hendrycks normalisation,
    then a second normalisation (units, ``\text{}``, LaTeX to text), then sympy on the
-   difference, at most :data:`~rewardq.defaults.PRIME_MATH_SYMPY_TIMEOUT` seconds per part.
+   difference, at most :data:`~rewardq.reward.scoring.prime_math.arith.PRIME_MATH_SYMPY_TIMEOUT` seconds per part.
 3. If that says no, **grade it again** with the ToRA grader (:mod:`.tora`): numbers
    within 1e-4 (also x100 and /100), intervals, tuples, points, matrices; with ``\pi``
    in either answer, tried with pi = 3.141592653589793 and with 3.14.

@@ -19,6 +19,11 @@ from typing import Any
 
 __all__ = ["evaluate", "MAX_INT_BITS", "MAX_SEQUENCE_LENGTH"]
 
+#: Seconds one sympy comparison of the ``numina_*`` scorer may take before it counts as
+#: "not equal" (verl's ``prime_math`` limit; each part of a tuple answer gets its own).
+PRIME_MATH_SYMPY_TIMEOUT = 10.0
+
+
 #: Largest integer result, in bits, that :func:`evaluate` computes (about 30,000 digits).
 MAX_INT_BITS = 100_000
 #: Largest string, tuple or list that a repetition (``seq * n``) may build.
@@ -60,7 +65,7 @@ _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
 _SEQUENCES = (str, bytes, tuple, list)
 
 
-def evaluate(text: str, names: Mapping[str, Any] | None = None) -> Any:
+def evaluate(text: str, names: Mapping[str, object] | None = None) -> Any:
     """The value ``eval(text)`` would give, with only ``names`` defined.
 
     Raises:
@@ -72,7 +77,7 @@ def evaluate(text: str, names: Mapping[str, Any] | None = None) -> Any:
     return _value(tree.body, dict(names or {}))
 
 
-def _value(node: ast.AST, names: dict[str, Any]) -> object:
+def _value(node: ast.AST, names: dict[str, object]) -> object:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name) and node.id in names:
@@ -96,7 +101,7 @@ def _value(node: ast.AST, names: dict[str, Any]) -> object:
     raise ValueError(f"not plain arithmetic: {type(node).__name__}")
 
 
-def _compare(node: ast.Compare, names: dict[str, Any]) -> object:
+def _compare(node: ast.Compare, names: dict[str, object]) -> object:
     left = _value(node.left, names)
     result: Any = True
     for op, comparator in zip(node.ops, node.comparators):

@@ -7,7 +7,7 @@ in :data:`MATRIX_NAMES` called or used plainly, lists, tuples and arithmetic; no
 attributes, subscripts or keywords; no list repetition; no constant power too large to
 compute (:mod:`.arith`'s bound). Anything else raises :class:`ValueError`, which the
 grader treats as an unreadable matrix (not equal), as verl does with text sympy cannot
-parse. Parsing runs under :data:`~rewardq.defaults.PRIME_MATH_SYMPY_TIMEOUT`.
+parse. Parsing runs under :data:`~rewardq.reward.scoring.prime_math.arith.PRIME_MATH_SYMPY_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from rewardq import defaults
 from rewardq.reward.scoring.prime_math import arith
+from rewardq.reward.scoring.prime_math.arith import PRIME_MATH_SYMPY_TIMEOUT
 from rewardq.reward.scoring.time_limit import time_limit
 
 __all__ = ["parse_matrix", "MATRIX_NAMES", "MAX_SYMBOLIC_EXPONENT"]
@@ -33,7 +33,7 @@ def parse_matrix(text: str) -> Any:
     check_plain(text)
     from sympy.parsing.sympy_parser import parse_expr
 
-    with time_limit(defaults.PRIME_MATH_SYMPY_TIMEOUT, "parsing a matrix answer"):
+    with time_limit(PRIME_MATH_SYMPY_TIMEOUT, "parsing a matrix answer"):
         return parse_expr(text)
 
 

@@ -8,7 +8,7 @@ r"""The PRM800K answer grader, as verl's ``prime_math`` runs it: normalise, then
    to plain text with pylatexenc, lower case, ``1,000`` to ``1000``), or
 3. for each part of a tuple or interval (same brackets, same number of parts), sympy
    simplifies ``(truth) - (given)`` to 0, each part within
-   :data:`~rewardq.defaults.PRIME_MATH_SYMPY_TIMEOUT` seconds. Unreduced fractions must
+   :data:`~rewardq.reward.scoring.prime_math.arith.PRIME_MATH_SYMPY_TIMEOUT` seconds. Unreduced fractions must
    match as written, and an integer must be matched by an integer.
 
 sympy is not asked about text with more than two distinct letters or exponents such as
@@ -25,8 +25,8 @@ import sympy
 from pylatexenc import latex2text
 from sympy.parsing import sympy_parser
 
-from rewardq.defaults import PRIME_MATH_SYMPY_TIMEOUT
 from rewardq.reward.scoring.math_boxed import strip_string
+from rewardq.reward.scoring.prime_math.arith import PRIME_MATH_SYMPY_TIMEOUT
 from rewardq.reward.scoring.time_limit import time_limit
 
 __all__ = ["grade_answer", "normalize", "hendrycks_normalize"]

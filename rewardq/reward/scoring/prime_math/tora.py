@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import re
 from math import isclose
-from typing import Any
 
 from rewardq.reward.scoring.prime_math import arith
 from rewardq.reward.scoring.prime_math.matrix import parse_matrix
@@ -69,7 +68,7 @@ def _substitute_pi(text: str, pi: float) -> object:
         return text
 
 
-def read_answer(answer: object, pi: float) -> Any:
+def read_answer(answer: object, pi: float) -> object:
     """ToRA's reading of one side (see the module doc); may return a number, text or a value."""
     if isinstance(answer, str):
         if _DOLLAR_AMOUNT.match(answer):
@@ -104,7 +103,7 @@ def _numbers_close(prediction: object, reference: object, include_percentage: bo
     return None
 
 
-def _all_equal(pairs: list[tuple[Any, Any]], include_percentage: bool, tolerance: float) -> bool:
+def _all_equal(pairs: list[tuple[object, object]], include_percentage: bool, tolerance: float) -> bool:
     # every pair is compared before all() looks, as verl does: a later pair that raises aborts
     return all([math_equal(p, r, include_percentage, tolerance) for p, r in pairs])
 

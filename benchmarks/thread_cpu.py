@@ -1,0 +1,122 @@
+"""``python -m benchmarks.thread_cpu``: one drain, the worker's CPU per trajectory by thread.
+
+Fills ``--trajectories`` GSM8K trajectories (the workload of ``python -m benchmarks``), starts the
+raw loop or ``--workers`` rewardq workers (:mod:`benchmarks.worker_runner`, ``--extra`` passes
+arguments on), times the drain as ``python -m benchmarks`` does, checks a sample of rewards, and
+prints one JSON line: outputs/s, CPU ms per trajectory of the processes and of Redis, and of each
+worker's event-loop thread (``main``) apart from its other threads (``other``: the decode thread),
+read from ``/proc/<pid>/task/*/stat``. For A/B runs, run it from each tree in turn
+(``cd <tree> && PYTHONPATH=<tree> python -m benchmarks.thread_cpu``), alternating.
+
+    python -m benchmarks.thread_cpu --system raw --trajectories 3000
+    python -m benchmarks.thread_cpu --trajectories 3000 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks import raw, rewardq_bench
+from benchmarks.common import Child, Cleanup, Settings, connect, redis_cpu_seconds, watch_drain
+from benchmarks.workload import Workload
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of ``pid``, by thread id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--system", choices=["rewardq", "raw"], default="rewardq")
+    p.add_argument("--trajectories", type=int, default=3000)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--extra", default="", help="more arguments for each worker runner")
+    a = p.parse_args()
+    s = Settings(redis_url=a.url, seed=0)
+    s.trajectories = a.trajectories
+    s.run_id = f"tc{os.getpid():x}"
+    s.workdir = Path(tempfile.mkdtemp(prefix="rqbench-threads-"))
+    cleanup = Cleanup(s.redis_url)
+    r = connect(s.redis_url)
+    children: list[Child] = []
+    try:
+        wl = Workload(s.seed, tag=f"{a.system}-")
+        count: Callable[[], int]
+        if a.system == "raw":
+            prefix = s.prefix("raw")
+            cleanup.add(f"{prefix}:*")
+            keys = raw.keys_of(prefix)
+            r.xgroup_create(keys["stream"], raw.GROUP, id="0", mkstream=True)
+            nt, no = raw.fill(r, keys["stream"], wl.range(0, a.trajectories))
+            children = [raw.start_consumer(s, prefix, "c0", False)]
+
+            def count() -> int:
+                return int(r.xlen(keys["done"]))
+        else:
+            ns = s.prefix(f"rewardq{a.workers}w")
+            cleanup.add(f"{ns}:*")
+            nt, no = rewardq_bench.fill(s.redis_url, ns, wl.range(0, a.trajectories))
+            children = rewardq_bench.start_workers(s, ns, a.workers, s.run_id, a.extra.split() or None)
+
+            def count() -> int:
+                return rewardq_bench.done_count(r, ns)
+
+        before = {c.pid: thread_cpu(c.pid) for c in children}
+        for c in children:
+            c.go()
+        d = watch_drain(
+            count,
+            nt,
+            s.drain_timeout,
+            snaps={"cpu": lambda: sum(c.cpu_seconds() for c in children), "redis": lambda: redis_cpu_seconds(r)},
+        )
+        threads = {"main": 0.0, "other": 0.0}
+        for c in children:
+            for tid, cpu in thread_cpu(c.pid).items():
+                threads["main" if tid == c.pid else "other"] += cpu - before[c.pid].get(tid, 0.0)
+        sample = [wl[i] for i in range(0, nt, max(1, nt // 50))]
+        check = (
+            raw.check_rewards(r, prefix, sample, False)
+            if a.system == "raw"
+            else rewardq_bench.check_rewards(r, ns, sample)
+        )
+        rate = d.rate
+        print(
+            json.dumps(
+                {
+                    "system": a.system,
+                    "workers": a.workers if a.system == "rewardq" else 1,
+                    "outputs_per_s": round(rate * no / nt) if rate else None,
+                    "cpu_ms": d.per_completion_ms("cpu"),
+                    "redis_cpu_ms": d.per_completion_ms("redis"),
+                    "threads_ms": {k: round(1000 * v / max(1, d.last_count), 3) for k, v in threads.items()},
+                    "check": check,
+                    "load": os.getloadavg()[0],
+                }
+            )
+        )
+    finally:
+        for c in children:
+            c.stop()
+        cleanup.run()
+        r.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""``python -m benchmarks.verl_loop.producer``: the producer's CPU per trajectory, against live workers.
+
+What a rollout process pays to have one trajectory scored: GSM8K trajectories of
+:mod:`benchmarks.verl_loop.trajectories` (1-8 outputs, mean 4.5; ids from the real 128k tokenizer,
+as Python lists, as verl's agent loop has them) pushed ``--concurrency`` at a time to
+``rewardq worker`` processes on a throwaway ``redis-server`` of the benchmark's own, through
+
+* **client**: ``AsyncRewardClient.put_trajectory_and_wait`` with the dataset row as the sample;
+* **adapter**: ``VerlScorer.score(outputs, kwargs)``, what ``RewardqAgentLoopWorker._compute_score``
+  runs (the sample columns, the put and the wait, the failure budget, the results written onto the
+  outputs).
+
+The figure is this process's CPU (every thread, user and kernel: ``getrusage``) from the first put to the
+last result, divided by the trajectories; the workers' and Redis's CPU are not in it. Every reward
+is checked against the trajectory's known answer (GSM8K: 1.0 right, 0.0 wrong). verl's
+``AgentLoopOutput`` is used when verl is installed, else a stand-in with the same attributes.
+
+    python -m benchmarks.verl_loop.producer --trajectories 400 --repeat 4
+    python -m benchmarks.verl_loop.producer --profile prof.txt   # cProfile of the measured rounds
+
+To compare two versions of rewardq in one run, run this file from each tree in turn
+(``PYTHONPATH=<tree> python <this file> ...``), alternating; the workers are started from the
+interpreter's own rewardq.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pstats
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.verl_loop.tokenizer import shipped_files
+from benchmarks.verl_loop.trajectories import Trajectories, Trajectory
+
+
+class Metrics:
+    compute_score: float = 0.0
+
+
+class StandInOutput:
+    """verl's ``AgentLoopOutput`` attributes the adapter reads and writes (verl not installed)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.response_logprobs = None
+        self.multi_modal_data = None
+        self.reward_score = None
+        self.metrics = Metrics()
+        self.__dict__.update(fields)
+
+
+def outputs_of(t: Trajectory) -> list[Any]:
+    try:
+        return t.verl_outputs()
+    except ImportError:
+        pass
+    outs = []
+    for k in range(t.n):
+        response = t.response_ids(k)
+        outs.append(
+            StandInOutput(
+                prompt_ids=t.prompt_ids(k),
+                response_ids=response,
+                response_mask=t.response_mask(k, len(response)),
+                num_turns=2 * k + 2,
+                extra_fields={"turn": k},
+            )
+        )
+    return outs
+
+
+class Fleet:
+    """A throwaway redis-server and ``rewardq worker`` processes (naive manager, the real tokenizer)."""
+
+    def __init__(self, workers: int) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="rqb-producer-"))
+        from benchmarks.verl_loop.side import free_port
+
+        self.port = free_port()
+        self.redis = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--maxmemory", "2gb", "--maxmemory-policy", "noeviction", "--dir", str(self.tmp)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.namespace = f"rqp-{uuid.uuid4().hex[:6]}"
+        self.count = workers
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        import redis
+
+        r = redis.Redis.from_url(self.url)
+        for _ in range(200):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        names = [f"w{i}" for i in range(self.count)]
+        for name in names:
+            log = open(self.tmp / f"{name}.log", "ab")
+            self.workers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "rewardq",
+                        "worker",
+                        "--redis-url",
+                        self.url,
+                        "--namespace",
+                        self.namespace,
+                        "--name",
+                        name,
+                        "--manager",
+                        "naive",
+                        "--tokenizer",
+                        str(shipped_files()[0]),
+                        "--log-level",
+                        "warning",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            )
+        deadline = time.monotonic() + 180
+        while not all(r.exists(f"{self.namespace}:worker:{n}") for n in names):
+            if any(w.poll() is not None for w in self.workers) or time.monotonic() > deadline:
+                raise RuntimeError((self.tmp / "w0.log").read_bytes()[-1500:].decode("utf-8", "replace"))
+            time.sleep(0.1)
+        r.close()
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.terminate()
+        for w in self.workers:
+            w.wait(30)
+        self.redis.terminate()
+        self.redis.wait(10)
+
+
+async def rounds(a: argparse.Namespace, fleet: Fleet) -> dict[str, list[float]]:
+    from rewardq.config import AdapterSettings
+    from rewardq.integrations.verl.scoring import VerlScorer, sample_columns, trajectory_names
+    from rewardq.producers.aio import AsyncRewardClient
+
+    trajs = Trajectories("gsm8k", 0).range(0, a.trajectories)
+    expected = [1.0 if t.right else 0.0 for t in trajs]
+    client = AsyncRewardClient.from_url(fleet.url, namespace=fleet.namespace)
+    scorer = VerlScorer(AdapterSettings(redis_url=fleet.url, namespace=fleet.namespace, timeout=600))
+    gate = asyncio.Semaphore(a.concurrency)
+
+    async def by_client(t: Trajectory, outs: list[Any], kw: dict[str, Any]) -> float:
+        uid, sid = trajectory_names(kw)
+        async with gate:
+            keys, results = await client.put_trajectory_and_wait(uid, sid, outs, sample_columns(kw), timeout=600)
+        return float(results[keys[-1]].reward_score or 0.0)
+
+    async def by_adapter(t: Trajectory, outs: list[Any], kw: dict[str, Any]) -> float:
+        async with gate:
+            await scorer.score(outs, kw)
+        return float(outs[-1].reward_score)
+
+    paths = {"client": by_client, "adapter": by_adapter}
+    got: dict[str, list[float]] = {p: [] for p in a.paths.split(",")}
+    names = list(got)
+    profile = cProfile.Profile() if a.profile else None
+    for r in range(-1, a.repeat):  # round -1 warms up connections, scripts and caches
+        for name in names if r % 2 else reversed(names):
+            items = [(t, outputs_of(t), t.kwargs()) for t in trajs]
+            if profile is not None and r >= 0:
+                profile.enable()
+            c = resource.getrusage(resource.RUSAGE_SELF)
+            rewards = await asyncio.gather(*(paths[name](t, o, kw) for t, o, kw in items))
+            e = resource.getrusage(resource.RUSAGE_SELF)
+            used = (e.ru_utime + e.ru_stime) - (c.ru_utime + c.ru_stime)
+            system = e.ru_stime - c.ru_stime
+            if profile is not None:
+                profile.disable()
+            wrong = sum(1 for x, y in zip(rewards, expected) if x != y)
+            if wrong:
+                raise SystemExit(f"{name}: {wrong} of {len(trajs)} rewards differ from the reference")
+            if r >= 0:
+                got[name].append(1000 * used / len(trajs))
+                got.setdefault(f"{name} (kernel)", []).append(1000 * system / len(trajs))
+    await client.aclose()
+    await scorer.aclose()
+    if profile is not None:
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats(a.sort).print_stats(60)
+        Path(a.profile).write_text(out.getvalue())
+    return got
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trajectories", type=int, default=400)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--paths", default="client,adapter", help="which of client,adapter")
+    p.add_argument("--profile", default="", help="write a cProfile of the measured rounds here")
+    p.add_argument("--sort", default="tottime", help="the cProfile order (tottime, cumulative)")
+    a = p.parse_args()
+    import rewardq
+
+    fleet = Fleet(a.workers)
+    try:
+        fleet.start()
+        load = os.getloadavg()[0]
+        got = asyncio.run(rounds(a, fleet))
+    finally:
+        fleet.stop()
+    print(f"rewardq from {Path(rewardq.__file__).parent}; load {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    for name, values in got.items():
+        print(
+            f"producer CPU ms/traj, {name:8s} median {statistics.median(values):.3f} "
+            f"({', '.join(f'{v:.3f}' for v in values)}); {a.trajectories} trajectories x {a.repeat}, "
+            f"every reward equal to the reference"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""Spool segments to Parquet files, in a process of its own beside the worker.
+
+Turning a segment into Parquet (reading it back, decoding its frames, building the columns,
+encoding and writing the file) is CPU work in Python and Arrow, ~0.2-0.3 ms per trajectory. Done
+in a thread of the worker, it holds the GIL the worker's event loop needs: the worker drained
+~30 % fewer trajectories per second and paid more per trajectory (docs/performance.md). So a
+worker's :class:`~rewardq.ledger.sink.Ledger` hands each segment to a flusher process
+(:class:`ProcessFlusher`: ``python -m rewardq.ledger.flusher URL``) and waits for its answer in a
+thread that holds no lock meanwhile.
+
+The protocol is one JSON line each way per segment: ``{"path", "owner"}`` in, and
+``{"rows", "files"}`` (written, the segment deleted), ``{"gone": true}`` (deleted meanwhile:
+another worker adopted it) or ``{"error"}`` out. The process ignores SIGINT and SIGTERM (a Ctrl-C
+reaches the whole process group: the worker's last flush still needs it) and exits when its
+stdin closes, which its worker's death does too. Crash safety does not depend on it: a segment
+is deleted only once its files are written, and a segment written twice overwrites its own files
+(:mod:`rewardq.ledger.store`).
+
+A ledger on a filesystem that lives in one process's memory (fsspec's ``memory://``) is written
+in the worker's thread instead (:class:`ThreadFlusher`), as the flusher process could not share it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Protocol
+
+from rewardq.ledger.frames import read_frames
+from rewardq.ledger.spool import Spool
+from rewardq.ledger.store import LedgerStore
+from rewardq.ledger.table import tables_from_frames
+
+#: Seconds a closing worker waits for its flusher process to exit before killing it.
+_EXIT_WAIT = 5.0
+
+
+class FlushError(Exception):
+    """A segment could not be written (the message says what failed); it stays in the spool."""
+
+
+class Flusher(Protocol):
+    def write(self, path: Path, owner: str) -> tuple[int, int] | None:
+        """Write spool segment ``path`` of worker ``owner`` and delete it: ``(rows, files)``, or None
+        when the segment was gone already. Raises :class:`FlushError`."""
+
+    def close(self, wait: float = ...) -> None:
+        """Stop writing: a segment being written gets ``wait`` seconds to finish."""
+
+
+def write_segment(store: LedgerStore, path: Path, owner: str) -> tuple[int, int] | None:
+    """One segment to Parquet (one file per hour it spans, named after the segment), then deleted."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None  # written and deleted meanwhile (another worker adopted it)
+    except OSError as exc:
+        raise FlushError(f"cannot read spool segment {path}: {exc}") from None
+    seq = path.name.rsplit(".", 2)[-2]
+    rows = files = 0
+    try:
+        for (date, hour), table in tables_from_frames(read_frames(data)).items():
+            store.write(table, date, hour, f"part-{owner}-{seq}")
+            rows += table.num_rows
+            files += 1
+    except Exception as exc:  # noqa: BLE001 - the destination's failure, whatever its library raises
+        raise FlushError(f"cannot write to {store.url}: {type(exc).__name__}: {exc}") from None
+    Spool.done(path)
+    return rows, files
+
+
+def warm_up() -> None:
+    """Build and write one small table in memory, so Arrow's one-time set-up (its compute kernels,
+    ~40 ms of CPU for the first ``take``; the Parquet writer's) happens at start-up, not in the
+    first flush."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"a": pa.array(["x"]).take(pa.array([0, 0], type=pa.int32())), "b": pa.array([b"", b""])})
+    pq.write_table(table, pa.BufferOutputStream(), compression="zstd")
+
+
+class ThreadFlusher:
+    """Writes segments in the calling thread (process-local filesystems, and tests)."""
+
+    def __init__(self, url: str) -> None:
+        self.store = LedgerStore(url)
+        warm_up()
+
+    def write(self, path: Path, owner: str) -> tuple[int, int] | None:
+        return write_segment(self.store, path, owner)
+
+    def close(self, wait: float = 0.0) -> None:
+        pass
+
+
+class ProcessFlusher:
+    """Writes segments in a flusher process (see the module doc), started now and again after it died."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rewardq.ledger.flusher", self.url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,  # the spool's locks stay the worker's alone: a dead worker's are free
+        )
+        self._proc = proc
+        return proc
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def write(self, path: Path, owner: str) -> tuple[int, int] | None:
+        """As :meth:`Flusher.write`; a flusher process found dead is started again and asked once
+        more (writing a segment twice gives the same files)."""
+        with self._lock:
+            line = self._ask(path, owner) or self._ask(path, owner)
+        if not line:
+            raise FlushError("the ledger's flusher process ended twice writing this segment; tried again later")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise FlushError(str(answer["error"]))
+        if answer.get("gone"):
+            return None
+        return int(answer["rows"]), int(answer["files"])
+
+    def _ask(self, path: Path, owner: str) -> bytes:
+        """One request and its answer line (empty when the process ended: it is then stopped)."""
+        if self._closed:
+            return b""
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps({"path": str(path), "owner": owner}).encode() + b"\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except (OSError, ValueError):  # ValueError: closed meanwhile by close()
+            line = b""
+        if not line:
+            self._stop(proc)
+            proc.stdout.close()
+        return line
+
+    def close(self, wait: float = _EXIT_WAIT) -> None:
+        """Stop the process (no lock taken: a thread still waiting for it gets an end of file, and
+        starts no other)."""
+        self._closed = True
+        proc = self._proc
+        if proc is not None:
+            self._stop(proc, wait)
+            if self._lock.acquire(blocking=False):  # else the thread reading it closes it on its end of file
+                try:
+                    if proc.stdout is not None:
+                        proc.stdout.close()
+                finally:
+                    self._lock.release()
+
+    def _stop(self, proc: subprocess.Popen[bytes], wait: float = _EXIT_WAIT) -> None:
+        """Close its stdin (it exits once the segment it writes is done), wait ``wait`` s, else kill it."""
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(wait)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        if self._proc is proc:
+            self._proc = None
+
+
+def flusher_for(url: str, *, process: bool) -> Flusher:
+    """A process flusher for ``url``, unless ``process`` is False or its filesystem is process-local."""
+    if process and not url.startswith("memory://"):
+        return ProcessFlusher(url)
+    return ThreadFlusher(url)
+
+
+def serve(url: str, requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The flusher process: one answer line per request line until ``requests`` ends."""
+    store = LedgerStore(url)
+    warm_up()
+    for line in requests:
+        req = json.loads(line)
+        try:
+            done = write_segment(store, Path(req["path"]), str(req["owner"]))
+            answer: dict[str, object] = {"gone": True} if done is None else {"rows": done[0], "files": done[1]}
+        except FlushError as exc:
+            answer = {"error": str(exc)}
+        try:
+            answers.write(json.dumps(answer).encode() + b"\n")
+            answers.flush()
+        except OSError:  # the worker is gone; the segment is written and deleted all the same
+            return
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when to stop: its stdin closing
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    serve(sys.argv[1], sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""A worker's liveness in Redis: its heartbeat and registration, and the leases it holds.
+
+:class:`~rewardq.queue.broker.StreamBroker` holds one :class:`Liveness` and hands
+:meth:`~rewardq.queue.broker.StreamBroker.heartbeat`, ``unregister``, ``renew`` and ``release`` to it:
+a worker that beats is alive (``<ns>:worker:<name>``, ``<ns>:workers``), and the trajectories it
+scores stay leased to it while it renews them; at a stop it hands them back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redis.exceptions import ResponseError
+
+from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import as_text
+from rewardq.queue.script_runner import ScriptRunner
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
+
+_s = as_text
+
+
+@dataclass
+class Liveness:
+    """Heartbeats, registration and trajectory leases of the consumer ``worker``."""
+
+    r: AsyncRedis
+    ks: Keyspace
+    scripts: ScriptRunner
+    worker: str
+    lease_seconds: float
+
+    async def renew(self, held: dict[int, list[str]]) -> int:
+        """Extend leases on trajectories still being scored (``{shard: [tid, ...]}``)."""
+        n = 0
+        for shard, tids in held.items():
+            if tids:
+                keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
+                n += int(await self.scripts.run("renew", keys, [self.ks.group, self.worker, self.lease_seconds]))
+        return n
+
+    async def release(self, held: dict[int, list[str]], idle_ms: int) -> int:
+        """Hand trajectories back so another worker reclaims them immediately."""
+        n = 0
+        for shard, tids in held.items():
+            if tids:
+                keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
+                n += int(await self.scripts.run("release", keys, [self.ks.group, self.worker, idle_ms]))
+        return n
+
+    # -- presence ---------------------------------------------------------------------------
+    async def heartbeat(self, stats: dict[str, object], ttl: float) -> None:
+        """Publish this worker's liveness and counters (``<ns>:worker:<name>``, ``<ns>:workers``),
+        also past ``maxmemory`` (``lua/beat.lua``: a refused heartbeat would make it look dead)."""
+        key = self.ks.worker(self.worker)
+        now = time.time()
+        mapping = {
+            k: (v if isinstance(v, (str, bytes)) else repr(v) if isinstance(v, float) else str(v))
+            for k, v in stats.items()
+        }
+        mapping["last_beat"] = f"{now:.3f}"
+        fields = [v for item in mapping.items() for v in item]
+        await self.scripts.run("beat", [key], ["hash", max(1, int(ttl)), *fields])  # allowed past maxmemory
+        await self.scripts.run("beat", [self.ks.workers], ["member", self.worker, f"{now:.3f}"])
+
+    async def unregister(self) -> None:
+        await self.r.delete(self.ks.worker(self.worker))
+        await self.r.zrem(self.ks.workers, self.worker)
+        for stream in self.ks.streams:
+            try:
+                info = await self.r.xinfo_consumers(stream, self.ks.group)
+            except ResponseError:
+                continue
+            mine = [c for c in info if _s(c.get("name", b"")) == self.worker]
+            if mine and int(mine[0].get("pending", 0)) == 0:
+                await self.r.xgroup_delconsumer(stream, self.ks.group, self.worker)

@@ -1,1 +1,0 @@
-"""Example managers that need the whole trajectory (not loaded unless named)."""

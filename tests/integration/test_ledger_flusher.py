@@ -1,0 +1,87 @@
+"""The ledger's flusher process: Parquet written beside the worker, and a flusher that dies or is
+interrupted never loses a spooled trajectory."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rewardq.ledger.flusher import ProcessFlusher
+from rewardq.ledger.frames import TrajectoryFacts
+from rewardq.ledger.read import read_table
+from rewardq.ledger.sink import Ledger
+from rewardq.queue.codec import OutputRecord
+from rewardq.queue.results import RESULT_FIELDS, RewardResult, encode_results
+
+
+def facts(uid: str, n: int = 2) -> TrajectoryFacts:
+    recs = [
+        OutputRecord(uid, "s", i, i == n - 1, np.arange(3, dtype=np.int32), np.arange(i + 4, dtype=np.int32))
+        for i in range(n)
+    ]
+    res = [RewardResult(r.key, "ok", 1.0, {"acc": 1.0}, worker="w", scored_at=1.8e9, latency_ms=2.0) for r in recs]
+    sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"}}
+    return TrajectoryFacts(recs, sample, RESULT_FIELDS, encode_results(res, 1 << 20).rows, 1, 1.8e9 - 1, 2.0, "p" * 16)
+
+
+def spool(led: Ledger, *uids: str) -> None:
+    for uid in uids:
+        led.settle(led.scored(facts(uid), {}), True)
+
+
+def test_a_killed_or_interrupted_flusher_process_loses_no_spooled_trajectory(tmp_path: Path) -> None:
+    # Given a ledger writing through its flusher process
+    url = str(tmp_path / "ledger")
+    led = Ledger(
+        url, worker="w1", spool=str(tmp_path / "spool"), flush_interval=60, file_bytes=1 << 20, spool_max_bytes=1 << 30
+    )
+    led.open()
+    flusher = led.flusher
+    assert isinstance(flusher, ProcessFlusher) and flusher.pid is not None
+    first = flusher.pid
+    spool(led, "a")
+    asyncio.run(led.flush_due(everything=True))
+    assert read_table(url).num_rows == 2 and led.snapshot()["rows"] == 2
+    # When a Ctrl-C reaches it (the whole process group gets one), it goes on
+    os.kill(first, signal.SIGINT)
+    spool(led, "b")
+    asyncio.run(led.flush_due(everything=True))
+    assert flusher.pid == first and read_table(url).num_rows == 4
+    # And when it is killed, the next segment starts another and nothing spooled is missing
+    os.kill(first, signal.SIGKILL)
+    spool(led, "c")
+    asyncio.run(led.close(30))
+    keys = sorted(read_table(url)["key"].to_pylist())
+    assert keys == [f"{u}_s_{i}" for u in "abc" for i in range(2)]
+    assert flusher.pid is None and not list((tmp_path / "spool").glob("*.wal"))
+    assert led.snapshot()["rows"] == 6
+
+
+def test_a_worker_stopping_late_stops_a_stuck_flusher_and_keeps_its_segment(tmp_path: Path) -> None:
+    # Given a flusher process that hangs (stopped) while a thread waits for it to write a segment
+    url = str(tmp_path / "ledger")
+    led = Ledger(
+        url, worker="w1", spool=str(tmp_path / "spool"), flush_interval=60, file_bytes=1 << 20, spool_max_bytes=1 << 30
+    )
+    led.open()
+    flusher = led.flusher
+    assert isinstance(flusher, ProcessFlusher) and flusher.pid is not None
+    os.kill(flusher.pid, signal.SIGSTOP)
+    spool(led, "a")
+
+    async def stop() -> float:
+        # When the worker stops with one second of grace
+        t0 = time.monotonic()
+        await led.close(1.0)
+        return time.monotonic() - t0
+
+    took = asyncio.run(stop())
+    # Then it stops in about that time, starts no other flusher, and the segment stays for the next worker
+    assert took < 10 and flusher.pid is None
+    assert [p.name for p in (tmp_path / "spool").glob("*.wal")] == ["w1.0000000001.wal"]
+    assert not list((tmp_path / "ledger").rglob("*.parquet"))
