@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError
 from rewardq.ledger.replay import Plan, Trajectory
-from rewardq.queue.keys import Keyspace
+from rewardq.queue.keys import Keyspace, output_key
 from rewardq.reward.judge.cache import seed_answers
 
 if TYPE_CHECKING:
@@ -93,8 +93,11 @@ async def run_replay(
                 raise RuntimeError("the replay's worker stopped before every trajectory was scored")
             while pending and len(flying) < window:
                 t = pending.pop()
-                keys = await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
+                # in flight before the put: a stop during it may still have sent every output, which the
+                # worker then scores into --out; the last look counts it when every key has a result
+                keys = [output_key(t.uid, t.session_id, i) for i in range(len(t.outputs))]
                 flying[f"{t.uid}_{t.session_id}"] = (keys, loop.time() + timeout)
+                await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
             await asyncio.sleep(_POLL)
             await _collect(client, flying, outcome, progress, loop.time())
     except asyncio.CancelledError:
