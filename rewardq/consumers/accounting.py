@@ -102,6 +102,7 @@ class Accounting:
             provenance=prov.digest,
             response=response,
             judge=[[i, d, a] for i, (d, a) in sorted(judged.items())],
+            payloads=o.payloads,  # spooled as read: the flusher decodes them, not the worker
         )
         return self.ledger.scored(facts, prov.blob)
 

@@ -1,22 +1,33 @@
 """What a worker writes to its ledger spool for each trajectory, before the trajectory's commit.
 
-A frame is one msgpack map, written as ``<4-byte little-endian length><map>``; a trajectory's
-token ids follow its map raw, ``raw`` bytes of them (the map gives each array's length), so they
-are written from the arrays' own buffers (one ``writev``) and read back as slices of the
-segment, never copied by msgpack. Three kinds:
+A frame is one msgpack map, written as ``<4-byte little-endian length><map>``, followed by
+``raw`` bytes the map describes, written from their own buffers (one ``writev``). Three kinds:
 
-* ``t``, a trajectory: its outputs (ids as the packed bytes they arrived as), its sample, its
-  results exactly as the commit encodes them (:class:`~rewardq.queue.results.EncodedResults` rows
-  and their field names, so a field added to the result hash reaches the ledger with no change
-  here), the attempt, the timings, the decoded final response and the judge's answers;
+* ``t``, a trajectory: its outputs, its sample, its results exactly as the commit encodes them
+  (:class:`~rewardq.queue.results.EncodedResults` rows and their field names, so a field added to
+  the result hash reaches the ledger with no change here), the attempt, the timings, the decoded
+  final response and the judge's answers. Its outputs come in one of two forms:
+
+  - **as the records the worker read** (``rec``: each record's length; the records follow the
+    map byte for byte, as they came from Redis; ``si``: which record's sample is the
+    trajectory's, -1 for none). The worker writes a scored trajectory this way: it copies
+    nothing and encodes nothing of it, and the flusher decodes the records
+    (:func:`outputs_of_records`) into what the other form holds. Records with images are never
+    spooled this way (their images are not kept, and can be large);
+  - **decoded** (``o``: per output its index, final flag, the lengths of its prompt ids,
+    response ids and mask, its turns, extra fields and precomputed reward; ``s``: the sample;
+    the id arrays follow the map, every prompt, then every response, then every mask). Failures
+    are spooled this way (their records may not have decoded).
+
 * ``c``, a trajectory's commit outcome: whether its commit wrote the result (``committed``);
 * ``p``, a provenance blob, written into a segment before the first frame that names it.
 
-Making a frame copies nothing of the ids and decodes nothing: the expensive part, building
-columns and writing Parquet, happens later in the ledger's flusher process
-(:mod:`rewardq.ledger.flusher`, :mod:`rewardq.ledger.table`), which takes the ids as slices of
-the segment it read. Reading stops at a torn last frame (a write
-cut by a power loss), which then never counts as written.
+Making a frame copies nothing of the ids and decodes nothing: the expensive part, decoding,
+building columns and writing Parquet, happens later in the ledger's flusher process
+(:mod:`rewardq.ledger.flusher`, :mod:`rewardq.ledger.table`). :func:`read_frames` gives both
+forms as the decoded one, so a row never depends on the form its trajectory was spooled in.
+Reading stops at a torn last frame (a write cut by a power loss), which then never counts as
+written.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from rewardq.queue.codec import OutputRecord
+from rewardq.queue.codec import EXT_INT32, EXT_INT64, EXT_UINT8, OutputRecord
 
 _LEN = struct.Struct("<I")
 #: The frame kinds.
@@ -85,6 +96,8 @@ class TrajectoryFacts:
         provenance: the digest of its provenance blob.
         response: the decoded final response, when the manager decoded it.
         judge: ``[index, request digest, answer JSON]`` of each judge request.
+        payloads: the records' bytes as the worker read them (``records`` decoded from them, in
+            the same order), when it holds them: the frame then carries them as they are.
     """
 
     records: Sequence[OutputRecord]
@@ -97,6 +110,7 @@ class TrajectoryFacts:
     provenance: str
     response: str | None = None
     judge: Sequence[Sequence[Any]] = field(default_factory=list)
+    payloads: Sequence[bytes] | None = None
 
 
 def trajectory_frame(ticket: int, t: TrajectoryFacts) -> bytes:
@@ -106,7 +120,10 @@ def trajectory_frame(ticket: int, t: TrajectoryFacts) -> bytes:
 
 def trajectory_parts(ticket: int, t: TrajectoryFacts) -> list[bytes | memoryview]:
     """:func:`trajectory_frame` as the buffers to write one after the other: the framed map, then
-    each id array's own buffer (no copy)."""
+    the records as they were read, or each id array's own buffer (no copy either way)."""
+    sample_at = _sample_index(t)
+    if sample_at is not None:
+        return _record_parts(ticket, t, sample_at)
     first = t.records[0]
     by_column: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
     outputs = [_output(r, by_column) for r in t.records]
@@ -129,6 +146,48 @@ def trajectory_parts(ticket: int, t: TrajectoryFacts) -> list[bytes | memoryview
         "raw": sum(len(b) for b in raw),
     }
     return [_framed(body), *raw]
+
+
+def _sample_index(t: TrajectoryFacts) -> int | None:
+    """Which record's sample is ``t.sample`` (-1: it is empty), when ``t`` can be spooled as the
+    records it was read as; None when it cannot (no payloads, images, or a sample of its own)."""
+    payloads, records = t.payloads, t.records
+    if payloads is None or len(payloads) != len(records):
+        return None
+    if any(r.multi_modal_data is not None or "multi_modal_data" in r.sample for r in records):
+        return None
+    if not t.sample:
+        return -1
+    for i in range(len(records) - 1, -1, -1):
+        if records[i].sample is t.sample:
+            return i
+    return None
+
+
+def _record_parts(ticket: int, t: TrajectoryFacts, sample_at: int) -> list[bytes | memoryview]:
+    """A trajectory frame whose outputs are its records as read (see the module doc)."""
+    payloads = t.payloads
+    assert payloads is not None
+    lengths = [len(p) for p in payloads]
+    first = t.records[0]
+    body = {
+        "k": TRAJECTORY,
+        "tk": ticket,
+        "u": first.uid,
+        "sid": first.session_id,
+        "si": sample_at,
+        "rec": lengths,
+        "rf": list(t.result_fields),
+        "r": [list(row) for row in t.result_rows],
+        "a": t.attempt,
+        "ts": t.put_ts,
+        "sm": t.score_ms,
+        "pv": t.provenance,
+        "txt": t.response,
+        "j": [list(x) for x in t.judge],
+        "raw": sum(lengths),
+    }
+    return [_framed(body), *payloads]
 
 
 def outcome_frame(ticket: int, committed: bool | None) -> bytes:
@@ -172,11 +231,81 @@ def read_frames(data: bytes | memoryview) -> Iterator[dict[str, Any]]:
             return
         pos = start + n
         raw = frame.get("raw")
-        if raw is not None:  # the ids follow the map: slices of the segment, not copies
-            if not isinstance(raw, int) or pos + raw > end or not _attach_ids(frame, view[pos : pos + raw]):
+        if raw is not None:  # the records or ids follow the map
+            if not isinstance(raw, int) or pos + raw > end:
                 return
+            body = view[pos : pos + raw]
             pos += raw
+            if "rec" in frame:
+                try:
+                    frame["o"], frame["s"] = outputs_of_records(body, frame["rec"], frame.get("si", -1))
+                except ValueError:  # its bytes damaged on disk; the frames after it are whole
+                    continue
+            elif not _attach_ids(frame, body):
+                return
         yield frame
+
+
+def outputs_of_records(raw: memoryview, lengths: Sequence[int], sample_at: int) -> tuple[list[list[Any]], Any]:
+    """The decoded form (``o``, ``s``) of a frame's records: what the worker decoded from the
+    same bytes (:func:`~rewardq.queue.codec.decode_output`), as :func:`_output` spools it (ids
+    as little-endian int32 bytes, the mask as uint8). The worker checked every record before it
+    scored it, so nothing is checked again here; a frame whose records do not decode even so
+    (the disk corrupted them) raises ValueError."""
+    outputs: list[list[Any]] = []
+    sample: Any = {}
+    at = 0
+    for i, n in enumerate(lengths):
+        if not isinstance(n, int) or n < 0 or at + n > len(raw):
+            raise ValueError("a record overruns its frame")
+        try:
+            d = msgpack.unpackb(raw[at : at + n], raw=False, ext_hook=_Packed, strict_map_key=False)
+            mask = d.get("response_mask")
+            score = d.get("reward_score")
+            outputs.append(
+                [
+                    d["index"],
+                    d["final"],
+                    _int32(d["prompt_ids"]),
+                    _int32(d["response_ids"]),
+                    None if mask is None else _uint8(mask),
+                    d.get("num_turns"),
+                    d.get("extra_fields") or {},
+                    None if score is None else float(score),
+                ]
+            )
+        except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as exc:
+            raise ValueError(f"a spooled record does not decode: {type(exc).__name__}: {exc}") from None
+        at += n
+        if i == sample_at:
+            sample = d.get("sample") or {}
+    if at != len(raw):
+        raise ValueError("a frame's records do not fill it")
+    return outputs, sample
+
+
+class _Packed:
+    """A packed array of a record (msgpack ext): its type code and bytes, not decoded."""
+
+    __slots__ = ("code", "data")
+
+    def __init__(self, code: int, data: bytes) -> None:
+        self.code, self.data = code, data
+
+
+_DTYPES = {EXT_INT32: "<i4", EXT_INT64: "<i8", EXT_UINT8: "u1"}
+
+
+def _int32(p: _Packed) -> bytes:
+    if p.code == EXT_INT32:
+        return p.data
+    return np.frombuffer(p.data, _DTYPES[p.code]).astype("<i4").tobytes()
+
+
+def _uint8(p: _Packed) -> bytes:
+    if p.code == EXT_UINT8:
+        return p.data
+    return np.frombuffer(p.data, _DTYPES[p.code]).astype("u1").tobytes()
 
 
 def _attach_ids(frame: dict[str, Any], raw: memoryview) -> bool:

@@ -323,16 +323,19 @@ _IOV_MAX = 512
 def _write(seg: Segment, parts: Sequence[bytes | bytearray | memoryview]) -> None:
     """Append ``parts`` (one ``writev`` for a usual frame; a short write goes on where it stopped)."""
     before = seg.size
-    views = [memoryview(p).cast("B") for p in parts if len(p)]
-    total = sum(v.nbytes for v in views)
+    views = [p if type(p) is bytes else memoryview(p).cast("B") for p in parts if len(p)]
+    total = left = sum(map(len, views))
     try:
         while views:
             n = os.writev(seg.fd, views[:_IOV_MAX])
-            while views and n >= views[0].nbytes:
-                n -= views[0].nbytes
+            if n == left:  # the usual case: all of it at once
+                break
+            left -= n
+            while views and n >= len(views[0]):
+                n -= len(views[0])
                 views.pop(0)
             if n:
-                views[0] = views[0][n:]
+                views[0] = memoryview(views[0])[n:]
     except OSError:
         try:
             os.ftruncate(seg.fd, before)
