@@ -5,11 +5,17 @@ returns its rows grouped by the UTC hour they were scored in, each group a :clas
 with exactly :func:`~rewardq.ledger.schema.arrow_schema`'s columns. The sample is split into the
 documented columns and its rest kept as JSON, so a replay rebuilds it exactly
 (:func:`sample_of`).
+
+Columns are built a partition at a time, not a row at a time: Python touches each trajectory
+once (its sample, its distinct result rows, its outputs' extra fields) and each output's values
+go to Arrow as one list per column; what is the same for every output of a trajectory (its
+sample, uid, attempt, result when shared, ...) is kept once and repeated by Arrow (``take``),
+and the keys and the final output's response are made by Arrow's kernels. That is the
+flusher's Python cost per trajectory (docs/performance.md).
 """
 
 from __future__ import annotations
 
-import array
 import base64
 import datetime as dt
 import json
@@ -17,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rewardq.ledger.frames import OUTCOME, PROVENANCE, TRAJECTORY
-from rewardq.ledger.schema import COLUMN_NAMES, SCHEMA_VERSION, arrow_schema
+from rewardq.ledger.schema import SCHEMA_VERSION, arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -127,9 +133,8 @@ def partition_of(seconds: float) -> Partition:
     return t.strftime("%Y-%m-%d"), t.hour
 
 
-#: Columns taken from the spool without a copy where the frame keeps them in one run (see frames),
-#: with where each output's entry of a frame holds them.
-_ID_COLUMNS = {"prompt_ids": 2, "response_ids": 3, "response_mask": 4}
+#: Where each output's entry of a trajectory frame (``o``) holds its values (rewardq.ledger.frames).
+_INDEX, _FINAL, _PROMPT, _RESPONSE, _MASK, _TURNS, _EXTRA, _ROLLOUT = range(8)
 #: The columns each result row fills, and how its bytes become the column's value.
 _RESULT_COLUMNS = (
     "status",
@@ -182,20 +187,23 @@ _RESULT_DECODE = {
     "provenance": _text,
 }
 _SCORED_AT = _RESULT_COLUMNS.index("scored_at")
+_PROVENANCE = _RESULT_COLUMNS.index("provenance")
 _MISSING = object()
 
 
 class _Results:
-    """Decodes the result rows of a segment's frames column by column; the values that repeat from
-    row to row (status, worker, manager, provenance, most extra info) are decoded once."""
+    """Decodes the result rows of a segment's frames; the values that repeat from row to row
+    (status, worker, manager, provenance, most extra info) are decoded once."""
 
     def __init__(self) -> None:
         self._at: dict[tuple[str, ...], list[int]] = {}
         self._seen: list[dict[Any, Any]] = [{} for _ in _RESULT_COLUMNS]
+        self._decode = [_RESULT_DECODE[c] for c in _RESULT_COLUMNS]
 
-    def columns(self, t: Mapping[str, Any], n: int) -> list[list[Any]]:
-        """Each of :data:`_RESULT_COLUMNS` for the ``n`` rows of frame ``t`` (a frame holding one
-        result row gives it to every output)."""
+    def rows(self, t: Mapping[str, Any], n: int) -> list[list[Any]]:
+        """The rows of frame ``t``, each :data:`_RESULT_COLUMNS`' values: one per output, or one
+        every output shares (a frame whose row count is not its output count gives its first to
+        every output). A row without a provenance digest takes the frame's."""
         names = tuple(t.get("rf") or ())
         at = self._at.get(names)
         if at is None:
@@ -203,51 +211,120 @@ class _Results:
             at = self._at[names] = [index.get(c, -1) for c in _RESULT_COLUMNS]
         rows = t.get("r") or [()]
         if len(rows) != n:
-            rows = rows[:1] * n
+            rows = rows[:1]
+        pv = _text(t.get("pv"))
         out = []
-        for c, (i, seen) in enumerate(zip(at, self._seen)):
-            raw = [row[i] if 0 <= i < len(row) else None for row in rows]
-            if c == _SCORED_AT:  # different in every row: nothing to reuse
-                out.append([_scored_at(v) for v in raw])
-                continue
-            values = []
-            for v in raw:
+        for row in rows:
+            values: list[Any] = []
+            for c, (i, seen) in enumerate(zip(at, self._seen)):
+                v = row[i] if 0 <= i < len(row) else None
+                if c == _SCORED_AT:  # different in every row: nothing to reuse
+                    values.append(_scored_at(v))
+                    continue
                 got = seen.get(v, _MISSING)
                 if got is _MISSING:
-                    got = seen[v] = _RESULT_DECODE[_RESULT_COLUMNS[c]](v)
+                    got = seen[v] = self._decode[c](v)
                 values.append(got)
+            if pv is not None and not values[_PROVENANCE]:
+                values[_PROVENANCE] = pv
             out.append(values)
         return out
 
 
 class _Rows:
-    """The rows of one partition: per-output columns as lists, per-trajectory columns once per
-    trajectory (with the count of its outputs), id columns as chunks (one per trajectory, taken
-    from the spool segment without a copy when the frame holds them in one run)."""
+    """The rows of one partition: its trajectory frames, their per-trajectory values, and their
+    distinct result rows with the one each output takes (see the module doc)."""
 
     def __init__(self) -> None:
-        self.cols: dict[str, list[Any]] = {
-            name: [] for name in COLUMN_NAMES if name not in _ID_COLUMNS and name not in _TRAJECTORY_COLUMNS
-        }
+        self.frames: list[Mapping[str, Any]] = []
         self.per_trajectory: dict[str, list[Any]] = {name: [] for name in _TRAJECTORY_COLUMNS}
         self.outputs: list[int] = []
-        self.chunks: dict[str, list[Any]] = {name: [] for name in _ID_COLUMNS}
+        self.results: list[list[Any]] = []
+        self.result_of: list[int] = []  # per output: its row in ``results``
+
+    def add(
+        self, t: Mapping[str, Any], blob_values: list[str | None], committed: bool | None, rows: list[list[Any]]
+    ) -> None:
+        """One trajectory frame, ``rows`` its decoded result rows (:meth:`_Results.rows`)."""
+        n = len(t["o"])
+        ds, gt, extra, rest = split_sample(t.get("s") or {})
+        values = (
+            SCHEMA_VERSION,
+            str(t["u"]),
+            str(t["sid"]),
+            n,
+            ds,
+            gt,
+            extra,
+            rest,
+            int(t.get("a") or 1),
+            committed,
+            _micros(t.get("ts")),
+            t.get("sm"),
+            *blob_values,
+        )
+        for column, value in zip(self.per_trajectory.values(), values):
+            column.append(value)
+        base = len(self.results)
+        self.results.extend(rows)
+        self.result_of.extend(range(base, base + n) if len(rows) == n else [base] * n)
+        self.frames.append(t)
+        self.outputs.append(n)
 
     def table(self) -> pa.Table:
         import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         schema = arrow_schema()
+        types = {f.name: f.type for f in schema}
         repeat = pa.array(np.repeat(np.arange(len(self.outputs), dtype=np.int32), self.outputs))
-        arrays: list[Any] = []
-        for f in schema:
-            if f.name in self.chunks:
-                arrays.append(pa.chunked_array(self.chunks[f.name], type=f.type))
-            elif f.name in self.per_trajectory:
-                arrays.append(pa.array(self.per_trajectory[f.name], type=f.type).take(repeat))
+        cols: dict[str, Any] = {
+            name: pa.array(values, type=types[name]).take(repeat) for name, values in self.per_trajectory.items()
+        }
+        result_of = pa.array(self.result_of, type=pa.int32())
+        for name, values in zip(_RESULT_COLUMNS, zip(*self.results)):
+            cols[name] = pa.array(values, type=types[name]).take(result_of)
+        outputs = [o for t in self.frames for o in t["o"]]
+        by_field = list(zip(*outputs)) or [()] * (_ROLLOUT + 1)
+        index = cols["index"] = pa.array(by_field[_INDEX], type=pa.int32())
+        final = cols["final"] = pa.array(by_field[_FINAL], type=pa.bool_())
+        for name, at in (("prompt", _PROMPT), ("response", _RESPONSE)):
+            ids = [b"" if v is None else v for v in by_field[at]]
+            cols[f"{name}_ids"] = pa.array(ids, type=pa.binary())
+            cols[f"{name}_length"] = pa.array(np.fromiter(map(len, ids), np.int32, len(ids)) // 4)
+        cols["response_mask"] = pa.array(by_field[_MASK], type=pa.binary())
+        cols["num_turns"] = pa.array(by_field[_TURNS], type=pa.int32())
+        cols["extra_fields"] = pa.array([to_json(e) if e else "{}" for e in by_field[_EXTRA]], type=pa.string())
+        cols["rollout_reward_score"] = pa.array(by_field[_ROLLOUT], type=pa.float64())
+        prefix = pa.array([f"{t['u']}_{t['sid']}_" for t in self.frames], type=pa.string()).take(repeat)
+        cols["key"] = pc.binary_join_element_wise(prefix, pc.cast(index, pa.string()), "")
+        text = pa.array([t.get("txt") for t in self.frames], type=pa.string()).take(repeat)
+        cols["response"] = pc.if_else(final, text, pa.scalar(None, pa.string()))
+        cols["judge_request"], cols["judge_answer"] = self._judges(len(outputs))
+        return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+    def _judges(self, total: int) -> tuple[pa.Array, pa.Array]:
+        """``judge_request`` and ``judge_answer``: per output the judge request of its index, else
+        the trajectory's last one (null without a judge)."""
+        import pyarrow as pa
+
+        if not any(t.get("j") for t in self.frames):
+            return pa.nulls(total, pa.string()), pa.nulls(total, pa.string())
+        requests: list[str | None] = []
+        answers: list[str | None] = []
+        for t in self.frames:
+            outputs = t["o"]
+            judged = {int(j[0]): j for j in t.get("j") or () if len(j) >= 3}
+            if judged:
+                last_judged = judged[max(judged)]
+                judges = [judged.get(int(o[_INDEX]), last_judged) for o in outputs]
+                requests.extend([_text(j[1]) for j in judges])
+                answers.extend([_text(j[2]) for j in judges])
             else:
-                arrays.append(pa.array(self.cols[f.name], type=f.type))
-        return pa.Table.from_arrays(arrays, schema=schema)
+                requests.extend([None] * len(outputs))
+                answers.extend([None] * len(outputs))
+        return pa.array(requests, type=pa.string()), pa.array(answers, type=pa.string())
 
 
 def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, pa.Table]:
@@ -268,8 +345,8 @@ def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, p
     blob_values: dict[str, list[str | None]] = {}
     results = _Results()
     for t in trajectories:
-        columns = results.columns(t, len(t["o"]))
-        scored = next((v for v in columns[_SCORED_AT] if v), 0)
+        rows = results.rows(t, len(t["o"]))
+        scored = next((r[_SCORED_AT] for r in rows if r[_SCORED_AT]), 0)
         hour = scored // 3_600_000_000
         key = hours.get(hour)
         if key is None:
@@ -282,83 +359,8 @@ def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, p
         if values is None:
             blob = blobs.get(pv, {})
             values = blob_values[pv] = [_blob_text(blob.get(k)) for k in _BLOB_COLUMNS]
-        add_trajectory(part, t, values, outcomes.get(int(t["tk"])), columns)
+        part.add(t, values, outcomes.get(int(t["tk"])), rows)
     return {p: rows.table() for p, rows in sorted(parts.items())}
-
-
-def add_trajectory(
-    rows: _Rows,
-    t: Mapping[str, Any],
-    blob_values: list[str | None],
-    committed: bool | None,
-    results: list[list[Any]],
-) -> None:
-    """Append the rows of one trajectory frame to ``rows`` (one per output): the values that are
-    the same for every output once, ``results`` (:meth:`_Results.columns`) as they are."""
-    import pyarrow as pa
-
-    cols = rows.cols
-    uid, sid = str(t["u"]), str(t["sid"])
-    outputs = t["o"]
-    n = len(outputs)
-    ds, gt, extra, rest = split_sample(t.get("s") or {})
-    per = rows.per_trajectory
-    for name, value in zip(
-        _TRAJECTORY_COLUMNS,
-        (
-            SCHEMA_VERSION,
-            uid,
-            sid,
-            n,
-            ds,
-            gt,
-            extra,
-            rest,
-            int(t.get("a") or 1),
-            committed,
-            _micros(t.get("ts")),
-            t.get("sm"),
-            *blob_values,
-        ),
-    ):
-        per[name].append(value)
-    rows.outputs.append(n)
-    pv = _text(t.get("pv"))
-    judged = {int(j[0]): j for j in t.get("j") or () if len(j) >= 3}
-    txt = t.get("txt")
-    cols["key"].extend([f"{uid}_{sid}_{o[0]}" for o in outputs])
-    cols["index"].extend([int(o[0]) for o in outputs])
-    cols["final"].extend([bool(o[1]) for o in outputs])
-    cols["prompt_length"].extend([len(o[2] or b"") // 4 for o in outputs])
-    cols["response_length"].extend([len(o[3] or b"") // 4 for o in outputs])
-    cols["num_turns"].extend([o[5] for o in outputs])
-    cols["extra_fields"].extend([to_json(o[6]) if o[6] else "{}" for o in outputs])
-    cols["rollout_reward_score"].extend([o[7] for o in outputs])
-    cols["response"].extend([txt if o[1] else None for o in outputs])
-    if judged:
-        last_judged = judged[max(judged)]
-        judges = [judged.get(int(o[0]), last_judged) for o in outputs]
-        cols["judge_request"].extend([_text(j[1]) for j in judges])
-        cols["judge_answer"].extend([_text(j[2]) for j in judges])
-    else:
-        cols["judge_request"].extend([None] * n)
-        cols["judge_answer"].extend([None] * n)
-    for name, values in zip(_RESULT_COLUMNS, results):
-        if name == "provenance" and pv is not None:
-            values = [v or pv for v in values]
-        cols[name].extend(values)
-    for name, i in _ID_COLUMNS.items():
-        run = t.get(f"ids:{name}")
-        ids = [o[i] if name == "response_mask" else o[i] or b"" for o in outputs]
-        if run is not None and all(isinstance(v, memoryview) for v in ids):
-            offsets, at = array.array("i", [0]), 0
-            for v in ids:
-                at += len(v)
-                offsets.append(at)
-            chunk = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(run)])
-        else:  # a frame written before the ids followed it raw (bytes of their own), or some masks missing
-            chunk = pa.array([None if v is None else bytes(v) for v in ids], type=pa.binary())
-        rows.chunks[name].append(chunk)
 
 
 def _blob_text(v: Any) -> str | None:

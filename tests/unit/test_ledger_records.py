@@ -53,10 +53,7 @@ def _facts(payloads: list[bytes], *, with_payloads: bool, scored_at: float = 1.8
 
 
 def _payloads(n: int, *, mask: bool, samples: list[dict[str, Any] | None]) -> list[bytes]:
-    return [
-        encode_output("u_1", "s", i, o, samples[i], final=i == n - 1)
-        for i, o in enumerate(_outputs(n, mask=mask))
-    ]
+    return [encode_output("u_1", "s", i, o, samples[i], final=i == n - 1) for i, o in enumerate(_outputs(n, mask=mask))]
 
 
 def _table(facts: TrajectoryFacts) -> pa.Table:
@@ -68,7 +65,7 @@ def _table(facts: TrajectoryFacts) -> pa.Table:
 def _int64_record(index: int, final: bool) -> bytes:
     """A record as a raw ``XADD`` may send it: int64 ids and an int32 mask (the decoder accepts both)."""
     ids = np.arange(6, dtype="<i8") + 3
-    return msgpack.packb(
+    data: bytes = msgpack.packb(
         {
             "v": 1,
             "uid": "u_1",
@@ -83,6 +80,7 @@ def _int64_record(index: int, final: bool) -> bytes:
         },
         use_bin_type=True,
     )
+    return data
 
 
 @pytest.mark.parametrize(
