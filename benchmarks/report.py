@@ -185,11 +185,13 @@ def ledger_targets(rows: list[Row]) -> list[Target]:
         off, on = pick("rewardq", "ledger A/B", field), pick("rewardq+ledger", "ledger A/B", field)
         if off and on:
             x = median(on) / median(off) - 1
+            paired = ", ".join(f"{r:+.0%}" for r in _round_ratios(rows, field))
             out.append(
                 Target(
                     f"ledger: CPU per trajectory (GSM8K), {label}",
                     "<= +10 %",
-                    f"{x:+.1%} (medians {median(on):.2f} vs {median(off):.2f} ms/traj, {len(on)} drains each)",
+                    f"{x:+.1%} (medians {median(on):.2f} vs {median(off):.2f} ms/traj, {len(on)} drains each; "
+                    f"each round's on over off: {paired})",
                     "PASS" if x <= 0.10 else "MISS",
                 )
             )
@@ -208,6 +210,19 @@ def ledger_targets(rows: list[Row]) -> list[Target]:
             )
         )
     return out
+
+
+def _round_ratios(rows: list[Row], field: str) -> list[float]:
+    """Per round of ledger drains (off/on/on/off, their notes start ``round N``): the mean of its
+    runs with the ledger over the mean of those without, minus 1; the spread of these is the noise."""
+    rounds: dict[str, tuple[list[float], list[float]]] = {}
+    for r in rows:
+        v = getattr(r, field, None) if hasattr(r, field) else r.extra.get(field)
+        if r.phase != "ledger A/B" or r.status != "ok" or not finite(v):
+            continue
+        off, on = rounds.setdefault(r.note.split(";")[0], ([], []))
+        (on if r.system == "rewardq+ledger" else off).append(float(v))
+    return [sum(on) / len(on) / (sum(off) / len(off)) - 1 for off, on in rounds.values() if off and on]
 
 
 def _cores() -> int:

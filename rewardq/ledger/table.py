@@ -231,77 +231,140 @@ class _Results:
         return out
 
 
-class _Rows:
-    """The rows of one partition: its trajectory frames, their per-trajectory values, and their
-    distinct result rows with the one each output takes (see the module doc)."""
+#: Bytes of ids one Arrow chunk holds at most (a ``binary`` array's offsets are 32-bit).
+_CHUNK_BYTES = 1 << 30
+
+
+class _Binary:
+    """One binary column of a partition, its values copied into one buffer as they come (the frame
+    that held them is dropped at once), then made an Arrow array without another copy."""
 
     def __init__(self) -> None:
-        self.frames: list[Mapping[str, Any]] = []
+        self.chunks: list[pa.Array] = []
+        self.data = bytearray()
+        self.lengths: list[int] = []
+        self.valid: list[bool] = []
+
+    def extend(self, values: Iterable[Any]) -> None:
+        data, lengths, valid = self.data, self.lengths, self.valid
+        for v in values:
+            if v is None:
+                lengths.append(0)
+                valid.append(False)
+                continue
+            if len(data) + len(v) > _CHUNK_BYTES:
+                self._cut()
+                data = self.data
+            data += v
+            lengths.append(len(v))
+            valid.append(True)
+
+    def _cut(self) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        n = len(self.lengths)
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(self.lengths, out=offsets[1:])
+        validity = None
+        if not all(self.valid):
+            validity = pa.py_buffer(np.packbits(np.array(self.valid, dtype=bool), bitorder="little"))
+        buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(self.data)]
+        self.chunks.append(pa.Array.from_buffers(pa.binary(), n, buffers))
+        self.data, self.lengths, self.valid = bytearray(), [], []
+
+    def array(self) -> pa.ChunkedArray:
+        import pyarrow as pa
+
+        if self.lengths or not self.chunks:
+            self._cut()
+        return pa.chunked_array(self.chunks, type=pa.binary())
+
+    def counts(self) -> pa.ChunkedArray:
+        """Each value's length."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        return pc.binary_length(self.array()).cast(pa.int32())
+
+
+class _Rows:
+    """The rows of one partition, taken frame by frame: what is the same for every output of a
+    trajectory once, each output's values in one list per column, the ids in one buffer per column
+    (see the module doc and :class:`_Binary`)."""
+
+    def __init__(self) -> None:
         self.per_trajectory: dict[str, list[Any]] = {name: [] for name in _TRAJECTORY_COLUMNS}
+        self.tickets: list[int] = []  # each trajectory's, for its ``committed`` (its outcome may come later)
+        self.provenance: list[str] = []  # each trajectory's blob digest, for the blob columns
         self.outputs: list[int] = []
+        self.prefix: list[str] = []  # ``<uid>_<session_id>_`` of each trajectory
+        self.text: list[str | None] = []
+        self.judged: list[tuple[int, Any, list[Any]]] = []  # (first row, frame's judge entries, its indexes)
         self.results: list[list[Any]] = []
         self.result_of: list[int] = []  # per output: its row in ``results``
+        self.per_output: list[list[Any]] = [[] for _ in range(_ROLLOUT + 1)]  # by field, ids excepted
+        self.ids = {at: _Binary() for at in (_PROMPT, _RESPONSE, _MASK)}
 
-    def add(
-        self, t: Mapping[str, Any], blob_values: list[str | None], committed: bool | None, rows: list[list[Any]]
-    ) -> None:
+    def add(self, t: Mapping[str, Any], rows: list[list[Any]]) -> None:
         """One trajectory frame, ``rows`` its decoded result rows (:meth:`_Results.rows`)."""
-        n = len(t["o"])
+        outputs = t["o"]
+        n = len(outputs)
+        uid, sid = str(t["u"]), str(t["sid"])
         ds, gt, extra, rest = split_sample(t.get("s") or {})
-        values = (
-            SCHEMA_VERSION,
-            str(t["u"]),
-            str(t["sid"]),
-            n,
-            ds,
-            gt,
-            extra,
-            rest,
-            int(t.get("a") or 1),
-            committed,
-            _micros(t.get("ts")),
-            t.get("sm"),
-            *blob_values,
-        )
-        for column, value in zip(self.per_trajectory.values(), values):
+        values = (SCHEMA_VERSION, uid, sid, n, ds, gt, extra, rest, int(t.get("a") or 1), None, _micros(t.get("ts")))
+        for column, value in zip(self.per_trajectory.values(), (*values, t.get("sm"))):
             column.append(value)
+        self.tickets.append(int(t["tk"]))
+        self.provenance.append(str(t.get("pv") or ""))
+        if t.get("j"):
+            self.judged.append((sum(self.outputs), t["j"], [o[_INDEX] for o in outputs]))
+        self.outputs.append(n)
+        self.prefix.append(f"{uid}_{sid}_")
+        self.text.append(t.get("txt"))
         base = len(self.results)
         self.results.extend(rows)
         self.result_of.extend(range(base, base + n) if len(rows) == n else [base] * n)
-        self.frames.append(t)
-        self.outputs.append(n)
+        by_field = list(zip(*outputs)) if n else [()] * (_ROLLOUT + 1)
+        for at, column in enumerate(self.per_output):
+            if at in self.ids:
+                ids = by_field[at]
+                self.ids[at].extend(ids if at == _MASK else [b"" if v is None else v for v in ids])
+            else:
+                column.extend(by_field[at])
 
-    def table(self) -> pa.Table:
+    def table(self, outcomes: Mapping[int, bool | None], blobs: Mapping[str, Mapping[str, Any]]) -> pa.Table:
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         schema = arrow_schema()
         types = {f.name: f.type for f in schema}
+        per = self.per_trajectory
+        per["committed"] = [outcomes.get(t) for t in self.tickets]
+        by_digest = {pv: [_blob_text(blobs.get(pv, {}).get(k)) for k in _BLOB_COLUMNS] for pv in set(self.provenance)}
+        for name, values in zip(_BLOB_COLUMNS, zip(*[by_digest[pv] for pv in self.provenance])):
+            per[name] = list(values)
         repeat = pa.array(np.repeat(np.arange(len(self.outputs), dtype=np.int32), self.outputs))
-        cols: dict[str, Any] = {
-            name: pa.array(values, type=types[name]).take(repeat) for name, values in self.per_trajectory.items()
-        }
+        cols: dict[str, Any] = {name: pa.array(values, type=types[name]).take(repeat) for name, values in per.items()}
         result_of = pa.array(self.result_of, type=pa.int32())
         for name, values in zip(_RESULT_COLUMNS, zip(*self.results)):
             cols[name] = pa.array(values, type=types[name]).take(result_of)
-        outputs = [o for t in self.frames for o in t["o"]]
-        by_field = list(zip(*outputs)) or [()] * (_ROLLOUT + 1)
-        index = cols["index"] = pa.array(by_field[_INDEX], type=pa.int32())
-        final = cols["final"] = pa.array(by_field[_FINAL], type=pa.bool_())
+        fields = self.per_output
+        index = cols["index"] = pa.array(fields[_INDEX], type=pa.int32())
+        final = cols["final"] = pa.array(fields[_FINAL], type=pa.bool_())
         for name, at in (("prompt", _PROMPT), ("response", _RESPONSE)):
-            ids = [b"" if v is None else v for v in by_field[at]]
-            cols[f"{name}_ids"] = pa.array(ids, type=pa.binary())
-            cols[f"{name}_length"] = pa.array(np.fromiter(map(len, ids), np.int32, len(ids)) // 4)
-        cols["response_mask"] = pa.array(by_field[_MASK], type=pa.binary())
-        cols["num_turns"] = pa.array(by_field[_TURNS], type=pa.int32())
-        cols["extra_fields"] = pa.array([to_json(e) if e else "{}" for e in by_field[_EXTRA]], type=pa.string())
-        cols["rollout_reward_score"] = pa.array(by_field[_ROLLOUT], type=pa.float64())
-        prefix = pa.array([f"{t['u']}_{t['sid']}_" for t in self.frames], type=pa.string()).take(repeat)
+            cols[f"{name}_ids"] = self.ids[at].array()
+            cols[f"{name}_length"] = pc.divide(self.ids[at].counts(), 4)
+        cols["response_mask"] = self.ids[_MASK].array()
+        cols["num_turns"] = pa.array(fields[_TURNS], type=pa.int32())
+        cols["extra_fields"] = pa.array([to_json(e) if e else "{}" for e in fields[_EXTRA]], type=pa.string())
+        cols["rollout_reward_score"] = pa.array(fields[_ROLLOUT], type=pa.float64())
+        prefix = pa.array(self.prefix, type=pa.string()).take(repeat)
         cols["key"] = pc.binary_join_element_wise(prefix, pc.cast(index, pa.string()), "")
-        text = pa.array([t.get("txt") for t in self.frames], type=pa.string()).take(repeat)
+        text = pa.array(self.text, type=pa.string()).take(repeat)
         cols["response"] = pc.if_else(final, text, pa.scalar(None, pa.string()))
-        cols["judge_request"], cols["judge_answer"] = self._judges(len(outputs))
+        cols["judge_request"], cols["judge_answer"] = self._judges(len(fields[_INDEX]))
         return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
     def _judges(self, total: int) -> tuple[pa.Array, pa.Array]:
@@ -309,42 +372,37 @@ class _Rows:
         the trajectory's last one (null without a judge)."""
         import pyarrow as pa
 
-        if not any(t.get("j") for t in self.frames):
-            return pa.nulls(total, pa.string()), pa.nulls(total, pa.string())
-        requests: list[str | None] = []
-        answers: list[str | None] = []
-        for t in self.frames:
-            outputs = t["o"]
-            judged = {int(j[0]): j for j in t.get("j") or () if len(j) >= 3}
-            if judged:
-                last_judged = judged[max(judged)]
-                judges = [judged.get(int(o[_INDEX]), last_judged) for o in outputs]
-                requests.extend([_text(j[1]) for j in judges])
-                answers.extend([_text(j[2]) for j in judges])
-            else:
-                requests.extend([None] * len(outputs))
-                answers.extend([None] * len(outputs))
+        requests: list[str | None] = [None] * total
+        answers: list[str | None] = [None] * total
+        for first, entries, indexes in self.judged:
+            judged = {int(j[0]): j for j in entries if len(j) >= 3}
+            if not judged:
+                continue
+            last_judged = judged[max(judged)]
+            for k, i in enumerate(indexes):
+                j = judged.get(int(i), last_judged)
+                requests[first + k], answers[first + k] = _text(j[1]), _text(j[2])
         return pa.array(requests, type=pa.string()), pa.array(answers, type=pa.string())
 
 
 def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, pa.Table]:
-    """The rows of a segment's frames, as one table per partition (see the module doc)."""
+    """The rows of a segment's frames, as one table per partition (see the module doc). Each
+    trajectory frame is taken as it comes, so the frames need not be held all at once."""
     blobs: dict[str, Mapping[str, Any]] = {}
     outcomes: dict[int, bool | None] = {}
-    trajectories: list[Mapping[str, Any]] = []
-    for f in frames:
-        kind = f.get("k")
-        if kind == TRAJECTORY:
-            trajectories.append(f)
-        elif kind == OUTCOME:
-            outcomes[int(f["tk"])] = f.get("c")
-        elif kind == PROVENANCE:
-            blobs[str(f["d"])] = f.get("b") or {}
     parts: dict[Partition, _Rows] = {}
     hours: dict[int, Partition] = {}
-    blob_values: dict[str, list[str | None]] = {}
     results = _Results()
-    for t in trajectories:
+    for t in frames:
+        kind = t.get("k")
+        if kind == OUTCOME:
+            outcomes[int(t["tk"])] = t.get("c")
+            continue
+        if kind == PROVENANCE:
+            blobs[str(t["d"])] = t.get("b") or {}
+            continue
+        if kind != TRAJECTORY:
+            continue
         rows = results.rows(t, len(t["o"]))
         scored = next((r[_SCORED_AT] for r in rows if r[_SCORED_AT]), 0)
         hour = scored // 3_600_000_000
@@ -354,13 +412,8 @@ def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, p
         part = parts.get(key)
         if part is None:
             part = parts[key] = _Rows()
-        pv = str(t.get("pv") or "")
-        values = blob_values.get(pv)
-        if values is None:
-            blob = blobs.get(pv, {})
-            values = blob_values[pv] = [_blob_text(blob.get(k)) for k in _BLOB_COLUMNS]
-        part.add(t, values, outcomes.get(int(t["tk"])), rows)
-    return {p: rows.table() for p, rows in sorted(parts.items())}
+        part.add(t, rows)
+    return {p: rows.table(outcomes, blobs) for p, rows in sorted(parts.items())}
 
 
 def _blob_text(v: Any) -> str | None:
