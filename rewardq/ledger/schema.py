@@ -11,7 +11,7 @@ Types are chosen for cheap writing and plain reading:
 
 * token ids are little-endian ``int32`` packed into ``binary`` (``np.frombuffer(v, "<i4")``):
   Parquet's nested-list encoding costs ~3x more CPU per id than a binary value, and the writing
-  happens in the worker process (docs/performance.md has the measurement); ``*_length`` columns
+  happens in the ledger's flusher process (docs/performance.md); ``*_length`` columns
   give the counts without decoding;
 * dicts that vary from row to row (``reward_extra_info``, ``extra_info``, ``sample``) are JSON
   text, as Redis holds them: a struct would give each file its own schema;

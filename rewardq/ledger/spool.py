@@ -3,7 +3,7 @@
 Why a spool: a ledger row must exist before the trajectory is acknowledged (else a SIGKILL
 between the two loses it), but writing Parquet per trajectory would make tiny files and cost a
 round trip to an object store on the hot path. So each trajectory's frame is appended to a
-local segment file (one ``write`` to the page cache, ~55 KB for a typical trajectory) before its
+local segment file (one ``writev`` to the page cache, ~64 KB for a typical trajectory) before its
 commit, and a background flusher turns whole segments into Parquet files
 (:mod:`rewardq.ledger.sink`). A process killed at any point leaves its segments on disk; the next
 worker on the host adopts and flushes them (:meth:`Spool.orphans`).
