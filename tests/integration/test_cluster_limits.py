@@ -8,7 +8,6 @@ in their trajectory's slot. A ``put_trajectory`` the cluster refuses half-way le
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,20 +18,11 @@ from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import Keyspace
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import SHARDS, LocalCluster
 from tests.support.helpers import SAMPLE, output, results_for
-from tests.support.sync_client import ClusterClient, connect_cluster, connect_node
+from tests.support.sync_client import ClusterClient, connect_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
-
-SHARDS = 6
-
-
-@pytest.fixture
-def rc(redis_cluster: LocalCluster) -> Iterator[ClusterClient]:
-    r = connect_cluster("127.0.0.1", redis_cluster.ports[0])
-    yield r
-    r.close()
 
 
 async def test_chunked_commits_and_kept_records_stay_in_their_slot(
