@@ -13,7 +13,7 @@ The folders follow the pipeline::
 
 ``ops/`` holds the commands (``cli.py`` is only the door), ``integrations/`` the verl and Ray
 adapters, ``demo/`` the self-contained demo. Beside them: ``config.py`` (every setting, declared
-once; ``settings.py`` derives the flags, variables and file layer), ``errors.py``
+once; ``settings/`` derives the flags, variables and file layer), ``errors.py``
 and ``testing.py`` (helpers for testing a manager or a scoring function).
 
 The public names below are imported lazily, so importing a submodule (a scorer in a
