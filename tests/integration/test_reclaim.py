@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
@@ -58,9 +57,7 @@ class Fleet:
     sync_redis: SyncClient
 
     def start(self, name: str) -> Proc:
-        config = self.tmp_path / "genrm.yaml"  # as a user writes one; judge claims lapse 3 s after their holder dies
-        options = {"base_url": self.judge.base_url, "model": "m", "lease_seconds": 3}
-        config.write_text(yaml.safe_dump({"manager": "genrm", "manager_options": options}))
+        config = self.judge.genrm_config(self.tmp_path, model="m", lease_seconds=3)  # claims lapse 3 s after a death
         argv = worker_argv(self.redis_url, self.ns, name, "--config", str(config), *RECOVERY)
         return self.procs.start(argv, tag=name)
 
