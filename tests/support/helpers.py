@@ -28,17 +28,19 @@ FAST: dict[str, Any] = dict(
 )
 
 
-#: The ``shutdown_grace`` of a test worker whose ledger the test reads once it stops: a stopping worker
+#: The ``shutdown_grace`` of a test worker with a ledger (unless the test gives one): a stopping worker
 #: writes its spooled trajectories within its grace, and its flusher process (a new interpreter that
 #: imports pyarrow) can take longer than FAST's 5 s to start on a loaded CI machine; past the grace the
-#: rows are left for the next worker, which such a test does not start.
+#: rows are left for the next worker, which a test reading the ledger once its worker stops does not start.
 LEDGER_STOP_GRACE = 60.0
 
 
 def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
     """A quick test worker's settings; it decodes with the demo tokenizer, asked for by name as a worker
-    must (there is no default tokenizer), unless ``tokenizer`` says otherwise."""
-    return WorkerConfig(redis_url=url, namespace=ns, **{"tokenizer": "builtin:demo", **FAST, **kw}).validate()
+    must (there is no default tokenizer), unless ``tokenizer`` says otherwise. A worker with a
+    ``ledger`` stops with :data:`LEDGER_STOP_GRACE` unless ``shutdown_grace`` is given."""
+    fast = {**FAST, "shutdown_grace": LEDGER_STOP_GRACE} if kw.get("ledger") else FAST
+    return WorkerConfig(redis_url=url, namespace=ns, **{"tokenizer": "builtin:demo", **fast, **kw}).validate()
 
 
 async def open_test_worker(
