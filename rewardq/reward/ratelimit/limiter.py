@@ -31,18 +31,27 @@ Semantics:
   share the server's clock, whatever their own clocks say. The script never sleeps; it
   returns how long to wait, and the client sleeps that long (plus up to ``jitter`` of it,
   so a fleet of waiters does not retry in lock-step) and asks again, or sooner:
-* **Tokens handed back are used at once.** A judge call reserves its estimate before it goes and
-  hands back what it did not use when its answer arrives (:meth:`charge_tokens` with a negative
-  count; a cancelled call hands back everything). The wait the script names counts only the
-  refill, so a waiter wakes earlier: at once when the hand-back is made in its own process (a
-  doorbell wakes one waiter, which wakes the next when it got its share), and within about
-  ``repoll`` seconds (50 ms) when another process made it, because a process's waiters never
-  sleep longer than ``repoll`` times their number (:mod:`rewardq.reward.ratelimit.doorbell`; each
-  process asks about 1/``repoll`` times a second while it has waiters, however many). Measured:
-  ``max_tpm`` 60,000, an estimate of 1,000 and a real use of 200 gave the fleet about 20 % of the
-  limit when waiters slept out the refill; now near all of it (docs/judges.md, section 7).
-  verl's buckets never hand anything back (its manager charges the estimate and no usage), so
-  there this changes nothing.
+* **Tokens handed back are used.** A judge call reserves its estimate before it goes and hands
+  back what it did not use when its answer arrives (:meth:`charge_tokens` with a negative count;
+  a cancelled call hands back everything). Two rules keep those tokens in use:
+
+  - *Credited whole.* A hand-back may lift the bucket past full, up to
+    ``HAND_BACK_SECONDS`` (two) seconds of the rate; the refill still stops at one second. Clipped
+    at full, a hand-back arriving on a bucket that had refilled meanwhile was mostly lost, and a
+    call reserving a whole bucket could go only on a full one.
+  - *Waiters wake.* The wait the script names counts only the refill. A hand-back in the waiter's
+    own process rings a doorbell that wakes one waiter at once (which wakes the next when it got
+    its share); one made by another process is found within about ``repoll`` seconds (50 ms),
+    because a process's waiters never sleep longer than ``repoll`` times their number
+    (:mod:`rewardq.reward.ratelimit.doorbell`: each process asks about 1/``repoll`` times a
+    second while it has waiters, however many).
+
+  Measured (tests/integration/test_ratelimit_handback.py: two processes of six callers, judge
+  calls of 1 s, ``max_tpm`` 60,000, an estimate of 1,000 and a real use of 200): the limiter as
+  it was gave the fleet 20 % of ``max_tpm``, waking alone 40 %, both rules 73 % (machine load
+  about 50 on 2 cores). Averaged over any stretch of time the fleet uses no more than the rate;
+  at once, at most two seconds of it (one before). verl's buckets never hand anything back (its
+  manager charges the estimate, never the usage), so for ``rate_limited`` nothing changes.
 * **Bounded debt.** Whatever a request is charged, a bucket's level never goes below
   ``-RATE_LIMIT_MAX_DEBT_SECONDS`` seconds of its rate (a minute: ``-max_tpm`` tokens), read or
   written, so no single charge (a judge's ``usage`` of 10**15 tokens) stops the fleet for longer
@@ -92,6 +101,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError, TransientError
 from rewardq.queue.connection import connect_async
+from rewardq.reward.ratelimit.bucket import RATE_LIMIT_MAX_DEBT_SECONDS, bucket_take
 from rewardq.reward.ratelimit.doorbell import Doorbell
 from rewardq.reward.ratelimit.state import LimiterState
 from rewardq.reward.time_left import time_left
@@ -111,94 +121,14 @@ RATE_LIMIT_MAX_POLL = 0.5
 #: Seconds a process's waiters for one bucket go, together, without asking it again: tokens another
 #: process hands back are found within about this long (:mod:`rewardq.reward.ratelimit.doorbell`).
 RATE_LIMIT_REPOLL = 0.05
-#: Deepest debt of a rate-limit token bucket, in seconds of its rate: whatever one request is
-#: charged (an oversize request, a judge reporting absurd usage), the fleet waits at most this
-#: long for the bucket to refill, and its Redis key lives at most this long plus a minute.
-RATE_LIMIT_MAX_DEBT_SECONDS = 60.0
-#: Highest level of a token bucket, in seconds of its rate, that tokens handed back can lift it to
-#: (the refill stops at one second, verl's capacity). A call reserving as much as the bucket holds
-#: could otherwise only go on a full bucket, and the tokens it hands back, clipped there, would be
-#: lost: with an estimate five times the real use the fleet got about 40 % of ``max_tpm`` however
-#: promptly its waiters woke (judge calls of 1 s; less for longer ones). Averaged over any stretch
-#: of time the fleet still uses no more than the rate, plus at most this many seconds of it at once.
-HAND_BACK_SECONDS = 2.0
 
 logger = logging.getLogger("rewardq.reward.ratelimit")
-
-#: Slack in bucket comparisons, so that float rounding never asks for a 1e-12 s wait.
-_EPS = 1e-9
 
 
 class RateLimitWait(TransientError):
     """A call was not made because the rate limiter asked for a wait longer than what is left of
     the trajectory's ``score_timeout``: the limit, not the scorer, is what ran out of time
     (``transient``: the bucket refills; ``retry_after`` is the wait it asked for)."""
-
-
-def bucket_take(
-    level: float | None,
-    ts: float | None,
-    now: float,
-    capacity: float,
-    cost: float,
-    look: bool = False,
-    charge: bool = False,
-    max_debt_seconds: float = RATE_LIMIT_MAX_DEBT_SECONDS,
-    hand_back: bool = False,
-) -> tuple[float, float]:
-    """The token-bucket rule, in Python; the Lua script applies the very same rule.
-
-    Args:
-        level, ts: the stored level and the time it was computed at (None: a new, full bucket).
-        now: the current time in seconds.
-        capacity: the per-minute limit; the bucket holds one second of it (``capacity / 60``)
-            and refills at ``capacity / 60`` per second.
-        cost: what this request takes.
-        look: only report, take nothing.
-        charge: take the cost whatever the level (a cost known only after the call: a judge's
-            reported token usage); the level may go negative. A negative cost gives tokens back
-            (a request token of a call never made), never past a full bucket.
-        max_debt_seconds: the level never goes below ``-max_debt_seconds`` of the rate.
-        hand_back: with ``charge`` and a negative cost: tokens a call reserved and did not use,
-            credited whole, up to two seconds of the rate (the level may pass the capacity by
-            them; the refill never does). Clipped at a full bucket, most of them would be lost
-            whenever a reservation is as large as the bucket (see :data:`HAND_BACK_SECONDS`).
-
-    Returns:
-        ``(wait, level_after)``: ``wait == 0`` means the cost was taken (``level_after`` may be
-        negative after an oversize request); otherwise ``wait`` seconds are needed first.
-
-    >>> bucket_take(None, None, 100.0, capacity=120, cost=1)       # new bucket: full (2 requests)
-    (0.0, 1.0)
-    >>> bucket_take(0.0, 100.0, 100.25, capacity=120, cost=1)      # 0.25 s refilled 0.5
-    (0.25, 0.5)
-    >>> bucket_take(2.0, 100.0, 100.0, capacity=120, cost=5)       # oversize on a full bucket
-    (0.0, -3.0)
-    >>> bucket_take(0.5, 100.0, 100.0, capacity=120, cost=3, charge=True)  # charged afterwards
-    (0.0, -2.5)
-    >>> bucket_take(2.0, 100.0, 100.0, capacity=120, cost=1e15, charge=True)  # debt: a minute at most
-    (0.0, -120.0)
-    >>> bucket_take(1.5, 100.0, 100.0, capacity=120, cost=-1.5, charge=True)  # given back: full, no more
-    (0.0, 2.0)
-    >>> bucket_take(1.5, 100.0, 100.0, capacity=120, cost=-1.5, charge=True, hand_back=True)  # credited whole
-    (0.0, 3.0)
-    """
-    size = rate = capacity / 60.0
-    floor = -max_debt_seconds * rate
-    if level is None or ts is None:
-        level, ts = size, now
-    level = min(HAND_BACK_SECONDS * size, max(floor, level))
-    if level < size:  # the refill fills the bucket; only a hand-back takes it past full
-        level = min(size, level + max(0.0, now - ts) * rate)
-    need = min(cost, size)
-    if not (charge or level + _EPS * size >= need):
-        return (need - level) / rate, level
-    if look:
-        return 0.0, level
-    if cost >= 0:
-        return 0.0, max(floor, level - cost)
-    ceiling = HAND_BACK_SECONDS * size if hand_back else size
-    return 0.0, max(level, min(ceiling, level - cost))
 
 
 def _finite_cost(n: float) -> None:
@@ -279,8 +209,9 @@ class _LimiterBase:
         ``RATE_LIMIT_MAX_DEBT_SECONDS`` of the rate, which later callers wait out): for a cost known
         only after the call, such as the tokens a judge server reports in its ``usage``. Returns the
         level after. Never waits. A negative ``n`` gives tokens back (what was reserved with
-        :meth:`acquire_tokens` beyond what the call cost), never past a full bucket. A cost that
-        is not a finite number is a ``ValueError``."""
+        :meth:`acquire_tokens` beyond what the call cost), credited whole up to ``HAND_BACK_SECONDS``
+        of the rate, and wakes a waiter of this process for them. A cost that is not a finite number
+        is a ``ValueError``."""
         _finite_cost(n)
         if self.max_tpm is None or n == 0:
             return 0.0
