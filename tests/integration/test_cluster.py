@@ -398,8 +398,8 @@ async def test_a_duplicate_blob_listed_in_acks_is_deleted_on_its_cluster_shard(
         client.put_output(uid, "s", 0, big, SAMPLE)
         blobs = [f[b"blob"] for _, f in rc.xrange(ks.stream(SHARDS - 1)) if b"blob" in f]
         assert len(blobs) == 2 and all(rc.exists(b) for b in blobs)
-        acks = lambda: (rc.hget(ks.traj_key(f"{uid}_s"), "acks") or b"").split(b",")  # noqa: E731
-        await until(lambda: len(acks()) == 2, "the duplicate listed", 30)
+        traj = ks.traj_key(f"{uid}_s")
+        await until(lambda: (rc.hget(traj, "acks") or b"").count(b",") == 1, "the duplicate listed", 30)
         GatedLengthManager.opened.set()
         res = await asyncio.to_thread(client.wait_rewards, keys, 30)
     # Then the trajectory is scored, and the script that ended it deleted both blobs in their slot

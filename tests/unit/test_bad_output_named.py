@@ -16,6 +16,7 @@ import torch
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.errors import RecordError
 from rewardq.producers.jsonl import JsonlLineError, parse_line
+from rewardq.queue.clients import blocking
 from rewardq.queue.keys import Keyspace
 
 GOOD: dict[str, Any] = {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]}
@@ -31,7 +32,7 @@ def _without(name: str) -> dict[str, Any]:
 
 
 # (what is wrong, the bad output, the field named, a phrase of the detail)
-CASES: list[tuple[str, object, str, str]] = [
+CASES: list[tuple[str, Any, str, str]] = [
     ("negative id", _bad(response_ids=[4, -7]), "response_ids", "token id -7 is negative"),
     ("id past int32", _bad(prompt_ids=[1, 2**31]), "prompt_ids", "out of range"),
     ("id past int64", _bad(prompt_ids=np.array([1, 2**63], dtype=np.uint64)), "prompt_ids", "out of range"),
@@ -74,10 +75,10 @@ def _check(err: RecordError, field: str, detail: str) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_put_trajectory_names_the_bad_output_and_its_field(case: tuple[str, object, str, str]) -> None:
+def test_put_trajectory_names_the_bad_output_and_its_field(case: tuple[str, Any, str, str]) -> None:
     _, bad, field, detail = case
     r = fakeredis.FakeRedis()
-    client = RewardClient(r, namespace="bad", max_record_bytes=1_000_000)
+    client = RewardClient(blocking(r), namespace="bad", max_record_bytes=1_000_000)
     # Given a trajectory of four outputs whose third (index 2) is bad
     # When it is put whole
     with pytest.raises(RecordError) as err:
@@ -88,10 +89,10 @@ def test_put_trajectory_names_the_bad_output_and_its_field(case: tuple[str, obje
 
 
 @pytest.mark.parametrize("case", CASES[:3] + CASES[-3:], ids=[c[0] for c in CASES[:3] + CASES[-3:]])
-def test_put_output_and_the_asyncio_client_name_it_the_same_way(case: tuple[str, object, str, str]) -> None:
+def test_put_output_and_the_asyncio_client_name_it_the_same_way(case: tuple[str, Any, str, str]) -> None:
     _, bad, field, detail = case
     with pytest.raises(RecordError) as err:
-        RewardClient(fakeredis.FakeRedis(), namespace="bad", max_record_bytes=1_000_000).put_output(
+        RewardClient(blocking(fakeredis.FakeRedis()), namespace="bad", max_record_bytes=1_000_000).put_output(
             "u", "s", 2, bad, SAMPLE
         )
     _check(err.value, field, detail)
