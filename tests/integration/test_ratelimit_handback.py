@@ -30,12 +30,16 @@ TPM, ESTIMATE, USE = 60_000, 1_000, 200  # the issue's case: ~20 % of the limit 
 RATE = TPM / 60  # tokens per second; also the bucket's capacity (one second of the rate)
 CALL_SECONDS = 1.0  # how long one judge call takes (judges answer in seconds)
 PROCS, CALLERS = 2, 6  # callers per process
-DURATION, STEADY = 8.0, 2.0  # seconds of the run; the steady window starts after the first calls settle
+# Seconds of the run, and where the steady window starts: from a full bucket the calls a second
+# grow as 1, 1.8, 2.4, ... towards 5 (each second's refill, plus 0.8 of the last second's calls
+# handed back), so the first seconds say little about the rate the fleet holds.
+DURATION, STEADY = 16.0, 6.0
 
 # One "worker": CALLERS concurrent judge calls in a loop, each as the judge client makes it: reserve
 # the estimate, call, settle to the real use. `before` is the limiter as it was: waiters sleep out the
 # wait the bucket names (no doorbell, no re-poll) and a hand-back fills the bucket no further than
-# full; `woken` has the waiting of now but the old hand-back; `now` is the limiter as it is.
+# full; `now` is the limiter as it is (`woken`, the waiting of now with the old hand-back, is
+# what docs/judges.md quotes beside them).
 _JUDGE_CALLS = """
 import asyncio, json, sys, time
 import redis.asyncio as aioredis
@@ -92,14 +96,15 @@ async def _fleet(mode: str) -> list[float]:
         await r.aclose()
     assert all(p.returncode == 0 for p in procs)
     runs = [json.loads(out[0]) for out in outs]
-    assert all(len(run["stamps"]) > 0 for run in runs), "every process made calls"
+    if mode == "now":  # (as it was, one process's waiters could sleep through the whole run)
+        assert all(len(run["stamps"]) > 0 for run in runs), "every process made calls"
     return sorted(t for run in runs for t in run["stamps"])
 
 
 async def test_tokens_handed_back_are_used_by_the_fleet_and_the_limit_holds() -> None:
     # Given two processes of six judge callers each, an estimate five times the real use, max_tpm 60,000
-    # When they call for 8 s with the limiter as it was, with only its waiting as it is now, and as it is
-    runs = {mode: await _fleet(mode) for mode in ("before", "woken", "now")}
+    # When they call for 16 s with the limiter as it was, and as it is
+    runs = {mode: await _fleet(mode) for mode in ("before", "now")}
     window = DURATION - STEADY
 
     def share(ts: list[float]) -> float:
@@ -114,7 +119,7 @@ async def test_tokens_handed_back_are_used_by_the_fleet_and_the_limit_holds() ->
     before, stamps = share(runs["before"]), share(runs["now"])
     # Then the fleet gets most of the limit, well over what the limiter as it was gave it
     assert before < 0.55, before  # the defect: under half
-    assert stamps >= 0.55 and stamps >= 1.5 * before, (stamps, before)
+    assert stamps >= 0.7 and stamps >= 1.5 * before, (stamps, before)
     # And never more than the limit: by any moment t, the calls made used at most a full bucket plus
     # the refill (the bucket settles every call to its real use); one call of slack for clock skew
     # between the processes

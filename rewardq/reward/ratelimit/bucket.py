@@ -12,7 +12,7 @@ RATE_LIMIT_MAX_DEBT_SECONDS = 60.0
 #: (the refill stops at one second, verl's capacity). A call reserving as much as the bucket holds
 #: could otherwise only go on a full bucket, and the tokens it hands back, clipped there, would be
 #: lost: with an estimate five times the real use the fleet got about 40 % of ``max_tpm`` however
-#: promptly its waiters woke (judge calls of 1 s; less for longer ones). Averaged over any stretch
+#: promptly its waiters woke (judge calls of 1 s), and 92 % credited whole. Averaged over any stretch
 #: of time the fleet still uses no more than the rate, plus at most this many seconds of it at once.
 HAND_BACK_SECONDS = 2.0
 
