@@ -212,3 +212,19 @@ async def abandon_worker(w: Any) -> None:
         t.cancel()
     await asyncio.gather(*(f.task for f in w.in_flight.values()), *w._tasks, return_exceptions=True)
     await w._client.aclose()
+
+
+async def seconds_to_use_a_hand_back(giver: Any, waiter: Any) -> float:
+    """How long ``waiter`` (a rate limiter of ``max_tpm=600``: a bucket of 10 tokens refilled at
+    10/s) waits for 10 tokens once ``giver`` (the same limiter, or another process's) reserved 50 (the
+    level goes to -40: the refill alone would take 5 s) and, 0.2 s into the wait, hands them back
+    (its call was cancelled). Checks the 5 s first."""
+    assert await giver.acquire_tokens(50) == 0.0
+    refill = await waiter.try_tokens(10)
+    assert abs(refill - 5.0) < 0.3, refill
+    t0 = time.monotonic()
+    waiting = asyncio.create_task(waiter.acquire_tokens(10))
+    await asyncio.sleep(0.2)
+    await giver.charge_tokens(-50)
+    await waiting
+    return time.monotonic() - t0
