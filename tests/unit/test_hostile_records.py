@@ -20,8 +20,8 @@ from rewardq.producers.core import prepare_trajectory
 from rewardq.queue import retry
 from rewardq.queue.checks import MAX_OUTPUTS
 from rewardq.queue.codec import decode_output, encode_output, peek_identity
-from rewardq.queue.digests import legacy_record_digest, record_digest
 from rewardq.queue.connection import permission_error
+from rewardq.queue.digests import legacy_record_digest, record_digest
 from rewardq.queue.keys import MAX_SESSION_ID_BYTES, MAX_UID_BYTES, Keyspace, parse_key, trajectory_id
 from tests.support.hostile import GOOD, SAMPLE, raw_record
 
