@@ -15,8 +15,10 @@ instead of ``data``. A worker reads the pieces back one command at a time
 Lifetime: a producer gives a blob ``blob_ttl`` (a put that fails deletes its blobs). ``store``
 (``lua/store.lua``) names the blob in the trajectory hash (``b:<i>``) and removes its TTL when it
 keeps the record by reference; the trajectory's end deletes it with its entry (``drop_refs`` in
-``lua/common.lua``). A blob whose entry is dropped without being kept is deleted by the worker
-(:func:`delete_blobs`); the TTL bounds what a crash between the two leaves behind.
+``lua/common.lua``). A duplicate entry kept pending with a complete trajectory (listed in its
+``acks``) has its blob listed beside it (``ack_blobs``), and every ending deletes both
+(``ack_recorded``). A blob whose entry is dropped without being kept is deleted by ``store`` or by
+the worker (:func:`delete_blobs`); the TTL bounds what a crash between the two leaves behind.
 """
 
 from __future__ import annotations

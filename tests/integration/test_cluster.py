@@ -39,10 +39,11 @@ from tests.support.helpers import (
     output,
     running_workers,
     stop_while_scoring,
+    until,
     worker_config,
 )
 from tests.support.helpers import abandon_worker as _abandon
-from tests.support.managers import LengthManager
+from tests.support.managers import GatedLengthManager, LengthManager
 from tests.support.sync_client import ClusterClient, connect_cluster, connect_node
 
 # the local cluster (`redis_cluster`) and the one-slot guard on every script (`single_slot_scripts`)
@@ -373,6 +374,36 @@ async def test_large_records_travel_as_blobs_on_their_cluster_shards(
         res = await asyncio.to_thread(client.wait_rewards, keys, 30)
     # Then both are scored with all their rows, and no blob or entry is left
     assert [r.reward_score for r in res.values()] == [5.0, 5.0, 7.0, 7.0]
+    assert not any(rc.exists(b) for b in blobs)
+    _assert_drained(rc, ks)
+    client.close()
+
+
+async def test_a_duplicate_blob_listed_in_acks_is_deleted_on_its_cluster_shard(
+    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
+) -> None:
+    url = redis_cluster.url
+    ks = Keyspace(cns, SHARDS)
+    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
+    GatedLengthManager.opened, GatedLengthManager.fail = asyncio.Event(), False
+    uid, big = _uid_on_shard(ks, SHARDS - 1, "dup"), output(800_000, 3)
+    async with running_workers(cns, url, [GatedLengthManager(None)], shards=SHARDS) as (w,):
+        # Given a trajectory of a large output and a small final one, being scored on the last master
+        keys = [
+            client.put_output(uid, "s", 0, big, SAMPLE),
+            client.put_output(uid, "s", 1, output(3, 5), SAMPLE, final=True),
+        ]
+        await until(lambda: w.in_flight, "the worker to score the trajectory", 30)
+        # When the large output is put again, and the duplicate's entry is listed in `acks`
+        client.put_output(uid, "s", 0, big, SAMPLE)
+        blobs = [f[b"blob"] for _, f in rc.xrange(ks.stream(SHARDS - 1)) if b"blob" in f]
+        assert len(blobs) == 2 and all(rc.exists(b) for b in blobs)
+        traj = ks.traj_key(f"{uid}_s")
+        await until(lambda: (rc.hget(traj, "acks") or b"").count(b",") == 1, "the duplicate listed", 30)
+        GatedLengthManager.opened.set()
+        res = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    # Then the trajectory is scored, and the script that ended it deleted both blobs in their slot
+    assert [r.reward_score for r in res.values()] == [5.0, 5.0]
     assert not any(rc.exists(b) for b in blobs)
     _assert_drained(rc, ks)
     client.close()

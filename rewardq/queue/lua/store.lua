@@ -15,7 +15,9 @@
 -- ends (`end_records` deletes the entries). Copying tens of MB through Lua blocks Redis for
 -- every client for up to a second; a reference costs a few bytes. A record that came as a blob
 -- is always kept by reference: the hash names its blob too (b:<i>), which loses its TTL and is
--- deleted with the entry. The blob of an entry dropped here (a duplicate) is deleted with it.
+-- deleted with the entry. The blob of an entry dropped here (a duplicate) is deleted with it; a
+-- duplicate listed in `acks` (its trajectory is complete) has its blob listed in `ack_blobs`, which
+-- every ending deletes with the entries (`ack_recorded`).
 -- Returns one of
 --   {'parked', stored, final}      data kept; the entry is acked (and deleted unless referenced)
 --   {'complete', final, attempts, solo, shared, p0, .., pn} this caller now holds the lease and
@@ -122,6 +124,7 @@ if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redeliver
     drop()  -- one more copy of a listed record: nothing to keep it for
     return {'done', 0}
   end
+  add_ack_blob(traj, index, blob)
   local holder, attempts, solo, shared = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   local out = {'complete', final_i, attempts, solo, shared}
@@ -196,6 +199,7 @@ if final and stored == tonumber(final) + 1 then
     settle()  -- its data is kept; a listed entry stays pending
     return {'done', 0}
   end
+  add_ack_blob(traj, index, blob)  -- a duplicate's blob ends with its entry
   local holder, attempts, solo, shared = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   redis.call('ZREM', waiting, tid)
