@@ -36,9 +36,10 @@ from redis.typing import KeyT, StreamIdT
 from rewardq.queue.attempts import AttemptNotes
 from rewardq.queue.blobs import blob_of, kept_records, resolve_entries
 from rewardq.queue.checks import MAX_OUTPUTS, MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES
-from rewardq.queue.codec import OutputRecord, record_digest
+from rewardq.queue.codec import OutputRecord
 from rewardq.queue.commit_calls import COMMIT_BYTE_BUDGET, STAGE_LEASE_SECONDS, STAGE_TTL, CommitCalls
 from rewardq.queue.connection import is_cluster_client
+from rewardq.queue.digests import legacy_record_digest, record_digest
 from rewardq.queue.endings import DEAD_REASON_CHARS, DEAD_TRACEBACK_CHARS, EXPIRE_BATCH, Endings, Expired, dead_value
 from rewardq.queue.entries import Entry, StoreOutcome, entries_from_reply
 from rewardq.queue.keys import DEAD_LETTER_BYTES, DEAD_LETTER_TTL, DEAD_MAXLEN, DONE_MAXLEN, Keyspace
@@ -253,6 +254,7 @@ class StreamBroker:
                         len(payload),
                         STORE_INLINE_BYTES,
                         blob_of(self.ks, entry) or "",
+                        legacy_record_digest(payload),  # what a trajectory filed by an earlier version holds
                     ],
                 )
             )

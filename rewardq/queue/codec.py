@@ -33,7 +33,6 @@ stream entry's ``ts`` field, not inside it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -115,19 +114,9 @@ class OutputRecord:
 
 
 # --------------------------------------------------------------------------------------
-# digests, packed arrays on the wire, plain values
+# packed arrays on the wire, plain values
 # (what producers hand over becomes checked arrays in rewardq.queue.token_arrays)
 # --------------------------------------------------------------------------------------
-
-
-def record_digest(data: object) -> str:
-    """A short fingerprint of a record's bytes (16 hex digits of BLAKE2b).
-
-    The encoding is deterministic, so a redelivery of a record has the digest of the record a
-    trajectory finished with, and a different record for the same key has another one.
-    """
-    raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else b""
-    return hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
 #: The extension type code of each packed dtype (the inverse of ``_EXT_DTYPES``).
