@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from rewardq.queue.results import RewardResult
     from rewardq.queue.states import DeadLetterKind, FailureKind, ResultStatus
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "RewardClient": "rewardq.producers.client",
