@@ -122,30 +122,36 @@ def trajectory_parts(ticket: int, t: TrajectoryFacts) -> list[bytes | memoryview
     """:func:`trajectory_frame` as the buffers to write one after the other: the framed map, then
     the records as they were read, or each id array's own buffer (no copy either way)."""
     sample_at = _sample_index(t)
-    if sample_at is not None:
-        return _record_parts(ticket, t, sample_at)
-    first = t.records[0]
+    if sample_at is not None and t.payloads is not None:
+        lengths = [len(p) for p in t.payloads]
+        return [_trajectory_map(ticket, t, {"si": sample_at, "rec": lengths}, sum(lengths)), *t.payloads]
     by_column: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
     outputs = [_output(r, by_column) for r in t.records]
     raw: list[bytes | memoryview] = [*by_column[0], *by_column[1], *by_column[2]]  # a column's ids in a row
-    body = {
-        "k": TRAJECTORY,
-        "tk": ticket,
-        "u": first.uid,
-        "sid": first.session_id,
-        "s": t.sample,
-        "o": outputs,
-        "rf": list(t.result_fields),
-        "r": [list(row) for row in t.result_rows],
-        "a": t.attempt,
-        "ts": t.put_ts,
-        "sm": t.score_ms,
-        "pv": t.provenance,
-        "txt": t.response,
-        "j": [list(x) for x in t.judge],
-        "raw": sum(len(b) for b in raw),
-    }
-    return [_framed(body), *raw]
+    return [_trajectory_map(ticket, t, {"s": t.sample, "o": outputs}, sum(len(b) for b in raw)), *raw]
+
+
+def _trajectory_map(ticket: int, t: TrajectoryFacts, outputs: Mapping[str, object], raw: int) -> bytes:
+    """A trajectory frame's map: ``outputs`` in one of its two forms, ``raw`` bytes following it."""
+    first = t.records[0]
+    return _framed(
+        {
+            "k": TRAJECTORY,
+            "tk": ticket,
+            "u": first.uid,
+            "sid": first.session_id,
+            **outputs,
+            "rf": list(t.result_fields),
+            "r": [list(row) for row in t.result_rows],
+            "a": t.attempt,
+            "ts": t.put_ts,
+            "sm": t.score_ms,
+            "pv": t.provenance,
+            "txt": t.response,
+            "j": [list(x) for x in t.judge],
+            "raw": raw,
+        }
+    )
 
 
 def _sample_index(t: TrajectoryFacts) -> int | None:
@@ -162,32 +168,6 @@ def _sample_index(t: TrajectoryFacts) -> int | None:
         if records[i].sample is t.sample:
             return i
     return None
-
-
-def _record_parts(ticket: int, t: TrajectoryFacts, sample_at: int) -> list[bytes | memoryview]:
-    """A trajectory frame whose outputs are its records as read (see the module doc)."""
-    payloads = t.payloads
-    assert payloads is not None
-    lengths = [len(p) for p in payloads]
-    first = t.records[0]
-    body = {
-        "k": TRAJECTORY,
-        "tk": ticket,
-        "u": first.uid,
-        "sid": first.session_id,
-        "si": sample_at,
-        "rec": lengths,
-        "rf": list(t.result_fields),
-        "r": [list(row) for row in t.result_rows],
-        "a": t.attempt,
-        "ts": t.put_ts,
-        "sm": t.score_ms,
-        "pv": t.provenance,
-        "txt": t.response,
-        "j": [list(x) for x in t.judge],
-        "raw": sum(lengths),
-    }
-    return [_framed(body), *payloads]
 
 
 def outcome_frame(ticket: int, committed: bool | None) -> bytes:
