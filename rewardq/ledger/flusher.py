@@ -63,7 +63,9 @@ def write_segment(store: LedgerStore, path: Path, owner: str) -> tuple[int, int]
     seq = path.name.rsplit(".", 2)[-2]
     rows = files = 0
     try:
-        for (date, hour), table in tables_from_frames(read_frames(data)).items():
+        tables = tables_from_frames(read_frames(data))
+        del data  # the columns copied what they need: the segment is not held while Parquet is written
+        for (date, hour), table in tables.items():
             store.write(table, date, hour, f"part-{owner}-{seq}")
             rows += table.num_rows
             files += 1
