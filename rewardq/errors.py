@@ -49,9 +49,11 @@ class RecordError(RewardqError, ValueError):
         super().__init__(f"{field}: {message}")
 
     def naming(self, where: str) -> RecordError:
-        """This error, its message now saying where the field is (``"output u_s_3"``): the field
-        first, then the place, then the detail. Returns the same error, to be raised again."""
-        self.args = (f"{self.field}: {where}: {self.detail}",)
+        """This error, its message now saying where the field is (``"output u_s_3"``): the field, the
+        detail, then the place in parentheses, so the message without a place still reads as before
+        (``"response_ids: token id -7 is negative (output u_s_3)"``). Returns the same error, to be
+        raised again."""
+        self.args = (f"{self.field}: {self.detail} ({where})",)
         return self
 
 

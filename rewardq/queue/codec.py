@@ -180,7 +180,7 @@ def encode_output(
     those attributes (its ``multi_modal_data`` images are encoded once, here); ``tokenizer`` the
     fingerprint of the tokenizer that made its ids, if known. Raises RecordError naming the first
     bad field and, once ``uid``, ``session_id`` and ``index`` are valid, the output's key
-    (``"prompt_ids: output u_s_3: token id -2 is negative"``), so a bad output among many is found.
+    (``"prompt_ids: token id -2 is negative (output u_s_3)"``), so a bad output among many is found.
     """
     uid = check_name(uid, "uid")
     session_id = check_name(session_id, "session_id")
@@ -193,9 +193,9 @@ def encode_output(
     if len(data) > max_bytes:
         raise RecordError(
             "<record>",
-            f"{where}: encoded size {len(data)} bytes exceeds max_record_bytes={max_bytes}; "
+            f"encoded size {len(data)} bytes exceeds max_record_bytes={max_bytes}; "
             "raise the limit on producers and workers or send fewer tokens",
-        )
+        ).naming(where)
     return data
 
 

@@ -69,7 +69,7 @@ CASES: list[tuple[str, Any, str, str]] = [
 def _check(err: RecordError, field: str, detail: str) -> None:
     text = str(err)
     assert err.field == field, text
-    assert text.startswith(f"{field}: output u_s_2: "), text
+    assert text.startswith(f"{field}: ") and text.endswith(" (output u_s_2)"), text
     assert detail in text, text
     assert len(text) < 600, text
 
