@@ -33,6 +33,7 @@ stream entry's ``ts`` field, not inside it.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -155,6 +156,32 @@ def plain_value(obj: object) -> object:
 # --------------------------------------------------------------------------------------
 
 
+#: The fields of an output the producer reads (the rest of a verl ``AgentLoopOutput`` is not sent).
+OUTPUT_FIELDS = frozenset(
+    (
+        "prompt_ids",
+        "response_ids",
+        "response_mask",
+        "response_logprobs",
+        "num_turns",
+        "multi_modal_data",
+        "extra_fields",
+        "reward_score",
+    )
+)
+
+
+def _refuse_misspelt_fields(output: Mapping[Any, object]) -> None:
+    """Refuse a dict key that is a near miss of a field the producer reads (``respone_mask``): the
+    field would otherwise be dropped without a word (a lost mask counts tool tokens as the model's).
+    Other keys pass, as verl's other ``AgentLoopOutput`` fields do; none of those is a near miss."""
+    for key in output.keys() - OUTPUT_FIELDS:
+        if isinstance(key, str):
+            near = difflib.get_close_matches(key, OUTPUT_FIELDS, n=1, cutoff=0.8)
+            if near:
+                raise RecordError(key, f"is not a field of an output; did you mean {near[0]!r}?")
+
+
 def _get(output: object, name: str, default: object = None) -> object:
     if isinstance(output, Mapping):
         return output.get(name, default)
@@ -214,6 +241,8 @@ def _packed_record(
         raise RecordError("final", f"must be True or False, got {type(final).__name__}")
     if output is None:
         raise RecordError("output", "is None; an output is a dict or an object with prompt_ids and response_ids")
+    if isinstance(output, Mapping):
+        _refuse_misspelt_fields(output)
     prompt = as_id_array(_get(output, "prompt_ids"), "prompt_ids")
     response = as_id_array(_get(output, "response_ids"), "response_ids")
     mask = _as_mask(_get(output, "response_mask"), response.shape[0])

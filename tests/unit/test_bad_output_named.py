@@ -61,6 +61,8 @@ CASES: list[tuple[str, Any, str, str]] = [
     ("images not a map", _bad(multi_modal_data=["x"]), "multi_modal_data", "must be a"),
     ("image unreadable", _bad(multi_modal_data={"images": ["/no/such/image.png"]}), "multi_modal_data.images[0]", ""),
     ("output None", None, "output", "is None"),
+    ("misspelt mask", _bad(respone_mask=[1, 1]), "respone_mask", "did you mean 'response_mask'"),
+    ("misspelt ids", _bad(prompt_id=[1]), "prompt_id", "did you mean 'prompt_ids'"),
     ("output a list", [1, 2], "prompt_ids", "is required"),
     ("oversize", _bad(prompt_ids=list(range(1, 300_000))), "<record>", "exceeds max_record_bytes"),
 ]
@@ -115,3 +117,13 @@ def test_a_jsonl_line_names_the_output_once() -> None:
         parse_line(line, 7)
     assert "outputs[0].response_ids" in str(err.value) and "token id -3 is negative" in str(err.value)
     assert "output u_s_0" not in str(err.value)
+
+
+def test_other_fields_of_a_verl_output_pass() -> None:
+    # verl's AgentLoopOutput (and its internal form) carries fields the producer does not send
+    others = ["routed_experts", "metrics", "mm_processor_kwargs", "mm_processor_output", "input_ids"]
+    others += ["position_ids", "attention_mask", "teacher_logprobs", "teacher_ids", "multi_modal_inputs"]
+    r = fakeredis.FakeRedis()
+    client = RewardClient(blocking(r), namespace="ok", max_record_bytes=1_000_000)
+    client.put_trajectory("u", "s", [{**GOOD, **{k: None for k in others}}], SAMPLE)
+    assert r.xlen(Keyspace("ok").stream(0)) == 1
