@@ -31,6 +31,7 @@ import redis
 from rewardq.queue import scripts
 from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support.alone import machine_lock, run_lock
+from tests.support.ci_tail import Tail
 from tests.support.claimed_db import ClaimedDb, NoDatabaseFree, claim
 from tests.support.cli_procs import Procs
 from tests.support.cluster import ClusterStartError, LocalCluster
@@ -214,11 +215,22 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 _RUN_LOCK_FOLDERS: set[Path] = set()
+_TAIL = Tail()
 
 
 def pytest_configure_node(node: Any) -> None:
-    """(xdist controller) Note the run's lock folder, removed when the run ends."""
+    """(xdist controller) Note the run's lock folder, removed when the run ends, and count the worker."""
     _RUN_LOCK_FOLDERS.add(_run_lock_folder(node.workerinput["testrunuid"]))
+    _TAIL.node_started()
+
+
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """(xdist controller) A worker is done: CI starts tests/verl in the suite's tail (tests.support.ci_tail)."""
+    _TAIL.node_down()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    _TAIL.summary(terminalreporter)
 
 
 def _delete_namespace(url: str, ns: str) -> None:
