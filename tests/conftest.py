@@ -100,6 +100,7 @@ def _all_keys(url: str) -> set[str]:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Say which database the run claimed; with a Redis of the developer's own, note its keys to compare at the end."""
     global _KEYS_AT_START
+    _TAIL.watch(session)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if CLAIMED is not None and reporter is not None and CLAIMED.cleaned:
         reporter.write_line(
@@ -219,13 +220,18 @@ _TAIL = Tail()
 
 
 def pytest_configure_node(node: Any) -> None:
-    """(xdist controller) Note the run's lock folder, removed when the run ends, and count the worker."""
+    """(xdist controller) Note the run's lock folder, removed when the run ends."""
     _RUN_LOCK_FOLDERS.add(_run_lock_folder(node.workerinput["testrunuid"]))
-    _TAIL.node_started()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """(controller) Count finished tests: CI starts tests/verl in the suite's tail (tests.support.ci_tail)."""
+    if report.when == "teardown" and not XDIST_WORKER:
+        _TAIL.test_done()
 
 
 def pytest_testnodedown(node: Any, error: object) -> None:
-    """(xdist controller) A worker is done: CI starts tests/verl in the suite's tail (tests.support.ci_tail)."""
+    """(xdist controller) Note when a worker was done (tests.support.ci_tail)."""
     _TAIL.node_down()
 
 
