@@ -12,6 +12,9 @@ tokenizer, concurrency 32, batch 256), so what is measured is what ``rewardq wor
 
 With ``BENCH_PYINSTRUMENT=FILE`` the serving part runs under pyinstrument (main thread only;
 the scoring executor thread is invisible to it: prefer py-spy, see ``docs/performance.md``).
+With ``BENCH_CPROFILE=FILE`` it runs under cProfile (the event loop's thread only), whose stats
+are dumped to ``FILE`` (read them with ``pstats``); cProfile slows the loop ~2x, so take its
+shares, not its times.
 """
 
 from __future__ import annotations
@@ -72,7 +75,18 @@ async def main(args: argparse.Namespace) -> None:
         if not await _wait_go(stopped):
             return
         profile_path = os.environ.get("BENCH_PYINSTRUMENT")
-        if profile_path:
+        cprofile_path = os.environ.get("BENCH_CPROFILE")
+        if cprofile_path:
+            import cProfile
+
+            prof_c = cProfile.Profile()
+            prof_c.enable()
+            try:
+                await worker.serve()
+            finally:
+                prof_c.disable()
+                prof_c.dump_stats(cprofile_path)
+        elif profile_path:
             from pyinstrument import Profiler
 
             with Profiler(interval=0.0005, async_mode="enabled") as prof:

@@ -13,7 +13,7 @@ The folders follow the pipeline::
 
 ``ops/`` holds the commands (``cli.py`` is only the door), ``integrations/`` the verl and Ray
 adapters, ``demo/`` the self-contained demo. Beside them: ``config.py`` (every setting, declared
-once; ``settings.py`` derives the flags, variables and file layer), ``errors.py``
+once; ``settings/`` derives the flags, variables and file layer), ``errors.py``
 and ``testing.py`` (helpers for testing a manager or a scoring function).
 
 The public names below are imported lazily, so importing a submodule (a scorer in a
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from rewardq.queue.results import RewardResult
     from rewardq.queue.states import DeadLetterKind, FailureKind, ResultStatus
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "RewardClient": "rewardq.producers.client",

@@ -27,6 +27,12 @@ config, or both (:mod:`rewardq.config_file` reads it). File values are type-chec
 environment variables are (``cluster: "false"`` is False, a word where a number belongs is an
 error naming the file and key). Keys rewardq does not use are collected in
 ``WorkerConfig.unused_keys`` and listed once when the worker starts; they never stop it.
+
+This module is one table and the two doors of it (``validate``, ``load``), kept whole so that every
+setting reads in one place; a declaration's help is its documentation, and a ``#:`` comment above it
+only says what the help has no room for. :class:`AdapterSettings` stays beside :class:`WorkerConfig`:
+it shares three of its declarations (:func:`~rewardq.settings.same_as`), and the worker's file reader
+skips its keys (:data:`ADAPTER_KEYS`), so either one apart would import the other round a loop.
 """
 
 from __future__ import annotations
@@ -150,9 +156,7 @@ class WorkerConfig:
         SCORER_SPARES, "Spare scorer processes at most, for calls waiting behind stuck ones.", minimum=0
     )
     # how much
-    #: Trajectories one worker scores at once.
     concurrency: int = setting(32, "Trajectories scored at once by one worker.", above=0)
-    #: Stream entries per XREADGROUP.
     batch_size: int = setting(256, "Stream entries per read.", above=0)
     #: Milliseconds one XREADGROUP blocks waiting for entries.
     block_ms: int = setting(1000, "Longest blocking read, in milliseconds (0: do not block).", minimum=0)
@@ -178,7 +182,6 @@ class WorkerConfig:
         above=0,
     )
     # recovery
-    #: Seconds an entry stays pending before another worker may reclaim it.
     claim_idle: float = setting(60.0, "Seconds an entry stays pending before another worker reclaims it.", above=0)
     #: Deliveries of one entry (its first read, then each reclaim or hand-back) before its trajectory is
     #: dead-lettered with an error result for every key, naming what became of the earlier attempts.
@@ -201,9 +204,7 @@ class WorkerConfig:
         above=0,
         passed_to="broker",
     )
-    #: Seconds between worker heartbeats (and lease renewals).
     heartbeat_interval: float = setting(2.0, "Seconds between heartbeats (and lease renewals).", above=0)
-    #: Seconds between maintenance passes (reclaim, expiry of incomplete trajectories).
     maintenance_interval: float = setting(
         5.0,
         "Seconds between maintenance passes (reclaim, expiry of incomplete trajectories).",
@@ -236,7 +237,6 @@ class WorkerConfig:
         above=0,
         passed_to="broker",
     )
-    #: Seconds a stopping worker lets in-flight scoring finish before handing it back.
     shutdown_grace: float = setting(
         30.0,
         "Seconds a stopping worker lets in-flight scoring finish before handing it back.",
@@ -333,9 +333,7 @@ class WorkerConfig:
     )
     #: Worker log level, and log format (``text`` or ``json``: one object per line).
     log_level: str = setting("INFO", "Log level.", choices=LOG_LEVELS, ignore_case=True)
-    #: Worker log level, and log format (``text`` or ``json``: one object per line).
     log_format: str = setting("text", "text, or one JSON object per line.", choices=("text", "json"))
-    #: Seconds between a worker's INFO summary lines (its per-trajectory lines are DEBUG).
     log_summary_interval: float = setting(
         30.0,
         "Seconds between the INFO lines summing up the trajectories that ended (by outcome, rate, mean "
@@ -475,11 +473,6 @@ class AdapterSettings:
         maximum=1,
         bound_why="a share of trajectories",
     )
-    #: The verl adapter's and hook's failure budget, counted once per run in Redis across every adapter
-    #: and hook process: a failure that leaves more than this share of errors among the run's last
-    #: ``VERL_ERROR_WINDOW`` trajectories stops the run (never before the window has filled, never on a
-    #: scored trajectory). At a true error rate of 10 % (a flaky judge) more than 51 errors in 256 is a
-    #: >5-sigma event, so a healthy run goes on; a fleet that fails everything stops within 256.
     #: The largest ``verl_error_window``: the window is a ring of this many fields in one Redis hash.
     error_window: int = setting(
         256,

@@ -37,14 +37,22 @@ class RecordError(RewardqError, ValueError):
 
     Attributes:
         field: the offending field (``"prompt_ids"``, ``"index"``, ...) or ``"<record>"``.
+        detail: what is wrong with it (the message without the field and without :meth:`naming`'s place).
         permanent: True when retrying can never succeed (bad input), so the entry is
             dead-lettered at once instead of after ``max_deliveries`` attempts.
     """
 
     def __init__(self, field: str, message: str, *, permanent: bool = True) -> None:
         self.field = field
+        self.detail = message
         self.permanent = permanent
         super().__init__(f"{field}: {message}")
+
+    def naming(self, where: str) -> RecordError:
+        """This error, its message now saying where the field is (``"output u_s_3"``): the field
+        first, then the place, then the detail. Returns the same error, to be raised again."""
+        self.args = (f"{self.field}: {where}: {self.detail}",)
+        return self
 
 
 class TokenizerMismatch(RecordError):

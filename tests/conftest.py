@@ -36,7 +36,7 @@ from tests.support.claimed_db import ClaimedDb, NoDatabaseFree, claim
 from tests.support.cli_procs import Procs
 from tests.support.cluster import ClusterStartError, LocalCluster
 from tests.support.managers import LengthManager
-from tests.support.sync_client import SyncClient, connect
+from tests.support.sync_client import ClusterClient, SyncClient, connect, connect_cluster
 
 T = TypeVar("T")
 
@@ -329,6 +329,20 @@ def redis_cluster() -> Iterator[LocalCluster]:
     print(f"\n[cluster] 3 masters on ports {cluster.ports} ready in {cluster.startup_seconds:.2f}s")
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def rc(redis_cluster: LocalCluster) -> Iterator[ClusterClient]:
+    """A blocking client of the local cluster, for the checks of the cluster tests."""
+    r = connect_cluster("127.0.0.1", redis_cluster.ports[0])
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def cns() -> str:
+    """A namespace of its own on the local cluster for each test (the cluster is thrown away at the end)."""
+    return f"c-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ def parse_line(text: str, line: int) -> dict[str, object]:
             encode_output(d["uid"], d["session_id"], i, out, sample, final=i == len(outputs) - 1)
         except RecordError as exc:
             where = exc.field if exc.field in ("uid", "session_id", "sample") else f"outputs[{i}].{exc.field}"
-            raise JsonlLineError(line, where, str(exc).split(": ", 1)[-1]) from None
+            raise JsonlLineError(line, where, exc.detail) from None
     return {
         "uid": str(d["uid"]),
         "session_id": str(d["session_id"]),

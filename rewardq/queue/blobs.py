@@ -15,8 +15,15 @@ instead of ``data``. A worker reads the pieces back one command at a time
 Lifetime: a producer gives a blob ``blob_ttl`` (a put that fails deletes its blobs). ``store``
 (``lua/store.lua``) names the blob in the trajectory hash (``b:<i>``) and removes its TTL when it
 keeps the record by reference; the trajectory's end deletes it with its entry (``drop_refs`` in
-``lua/common.lua``). A blob whose entry is dropped without being kept is deleted by the worker
-(:func:`delete_blobs`); the TTL bounds what a crash between the two leaves behind.
+``lua/common.lua``). A duplicate entry kept pending with a complete trajectory (listed in its
+``acks``) has its blob listed beside it (``ack_blobs``), and every ending deletes both
+(``ack_recorded``). A blob whose entry is dropped without being kept is deleted by ``store`` or by
+the worker (:func:`delete_blobs`); the TTL bounds what a crash between the two leaves behind.
+
+A large record reaches a worker's ``store`` the same way twice: a record over
+``STORE_INLINE_BYTES`` (:mod:`rewardq.queue.broker`) is not copied into its trajectory's hash but
+stays in its stream entry, which the hash names. :func:`kept_records` reads such records back for a
+complete trajectory, entry by entry, and their blobs piece by piece as above.
 """
 
 from __future__ import annotations
@@ -24,13 +31,14 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from rewardq.queue.entries import Entry
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import as_text
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis, Encodable, SyncRedis
-    from rewardq.queue.entries import Entry
 
 #: The largest piece of a record one command carries; records larger than this travel as blobs.
 BLOB_CHUNK_BYTES = 1024 * 1024
@@ -143,3 +151,35 @@ async def delete_blobs(r: AsyncRedis, ks: Keyspace, entries: Sequence[Entry]) ->
     names = [n for n in (blob_of(ks, e) for e in entries) if n]
     for name in names:  # one key per call: a cluster client sends each to its own slot's node
         await r.delete(name)
+
+
+async def kept_records(
+    r: AsyncRedis, ks: Keyspace, replies: Sequence[tuple[int, Any]], max_bytes: int
+) -> list[list[bytes | None]]:
+    """The records of each ``complete`` store reply (``(shard, reply)``; empty for the others): its
+    inline payloads, and the records it names by stream entry (``{entry_id}``) read from the stream
+    with plain ``XRANGE`` calls in one round trip, their blobs resolved (:func:`resolve_entries`,
+    within ``max_bytes``); None for an entry that is gone."""
+    wanted: list[tuple[int, int, int, Any]] = []  # (reply, position, shard, entry id)
+    got: list[list[bytes | None]] = []
+    for i, (shard, reply) in enumerate(replies):
+        values: list[bytes | None] = []
+        for p, value in enumerate(reply[5:] if as_text(reply[0]) == "complete" else []):
+            if isinstance(value, list):
+                wanted.append((i, p, shard, value[0] if value else None))
+                values.append(None)
+            else:
+                values.append(value)
+        got.append(values)
+    wanted = [w for w in wanted if w[3] is not None]
+    if not wanted:
+        return got
+    pipe = r.pipeline(transaction=False)
+    for _, _, shard, eid in wanted:
+        pipe.xrange(ks.stream(shard), eid, eid)
+    ranges = await pipe.execute()
+    found = [Entry(shard, as_text(eid), e[0][1]) if e else None for (_, _, shard, eid), e in zip(wanted, ranges)]
+    await resolve_entries(r, ks, [e for e in found if e is not None], max_bytes)
+    for (i, p, _, _), entry in zip(wanted, found):
+        got[i][p] = None if entry is None else entry.data
+    return got

@@ -6,7 +6,8 @@ release, heartbeat) and documents what it guarantees. It works on one Redis and 
 Redis Cluster: every multi-key call stays inside one shard's hash slot.
 
 Reading, filing records, claiming whole trajectories and committing are its own; each other step
-it hands to a part it holds, and keeps as a method here:
+it hands to a part it holds, and keeps as a method here (the endings' steps it hands on as they are,
+the part's own methods: ``broker.fail`` is ``broker.endings.fail``):
 
 * :class:`~rewardq.queue.reclaim.Reclaimer`: ``reclaim`` (what dead workers left pending);
 * :class:`~rewardq.queue.commit_calls.CommitCalls`: encoding results into ``commit`` script calls,
@@ -14,28 +15,31 @@ it hands to a part it holds, and keeps as a method here:
 * :class:`~rewardq.queue.attempts.AttemptNotes`: what a trajectory's hash records about its
   attempts (retries, unfinished attempts, the starts crash attribution counts);
 * :class:`~rewardq.queue.endings.Endings`: ending a trajectory without an answer (``fail``,
-  ``dead_letter_entry``, ``expire_incomplete``): error results and dead letters;
+  ``dead_letter_entry``, ``expire_incomplete``): error results, dead letters, and the dropped
+  entries' blobs;
 * :class:`~rewardq.queue.liveness.Liveness`: the heartbeat, registration, and lease renewal and release.
 
-What it reads and what filing a record answers are :mod:`rewardq.queue.entries`; its Lua
+What it reads and what filing a record answers are :mod:`rewardq.queue.entries`; records that
+travel as blobs or are kept by reference are read back by :mod:`rewardq.queue.blobs`; its Lua
 scripts run through :class:`~rewardq.queue.script_runner.ScriptRunner` (NOSCRIPT and cluster
 routing); the shard count it is built with is agreed in :mod:`rewardq.queue.meta`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 from redis.typing import KeyT, StreamIdT
 
 from rewardq.queue.attempts import AttemptNotes
-from rewardq.queue.blobs import blob_of, delete_blobs, resolve_entries
+from rewardq.queue.blobs import blob_of, kept_records, resolve_entries
 from rewardq.queue.checks import MAX_OUTPUTS, MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES
-from rewardq.queue.codec import OutputRecord, record_digest
+from rewardq.queue.codec import OutputRecord
 from rewardq.queue.commit_calls import COMMIT_BYTE_BUDGET, STAGE_LEASE_SECONDS, STAGE_TTL, CommitCalls
 from rewardq.queue.connection import is_cluster_client
+from rewardq.queue.digests import legacy_record_digest, record_digest
 from rewardq.queue.endings import DEAD_REASON_CHARS, DEAD_TRACEBACK_CHARS, EXPIRE_BATCH, Endings, Expired, dead_value
 from rewardq.queue.entries import Entry, StoreOutcome, entries_from_reply
 from rewardq.queue.keys import DEAD_LETTER_BYTES, DEAD_LETTER_TTL, DEAD_MAXLEN, DONE_MAXLEN, Keyspace
@@ -50,7 +54,7 @@ from rewardq.queue.results import (
     as_text,
 )
 from rewardq.queue.script_runner import Call, ScriptRunner
-from rewardq.queue.states import FailureKind, ResultStatus
+from rewardq.queue.states import ResultStatus
 
 if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
@@ -165,6 +169,7 @@ class StreamBroker:
             commit_bytes=self.commit_bytes,
         )
         self.endings = Endings(
+            client,
             ks,
             self.scripts,
             worker,
@@ -177,6 +182,11 @@ class StreamBroker:
             dead_letter_bytes=self.dead_letter_bytes,
             dead_letter_ttl=self.dead_letter_ttl,
         )
+        # ending a trajectory without an answer is the Endings' own, signature and all: the broker
+        # hands its callers the very methods (fail, dead_letter_entry, expire_incomplete)
+        self.fail = self.endings.fail
+        self.dead_letter_entry = self.endings.dead_letter_entry
+        self.expire_incomplete = self.endings.expire_incomplete
         self.attempts = AttemptNotes(client, ks, self.scripts, worker, self.cluster)
         self.liveness = Liveness(client, ks, self.scripts, worker, lease_seconds)
 
@@ -244,6 +254,7 @@ class StreamBroker:
                         len(payload),
                         STORE_INLINE_BYTES,
                         blob_of(self.ks, entry) or "",
+                        legacy_record_digest(payload),  # what a trajectory filed by an earlier version holds
                     ],
                 )
             )
@@ -251,7 +262,8 @@ class StreamBroker:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        payloads = await self._kept_records([(entry.shard, reply) for (entry, _, _), reply in zip(items, replies)])
+        shard_replies = [(entry.shard, reply) for (entry, _, _), reply in zip(items, replies)]
+        payloads = await kept_records(self.r, self.ks, shard_replies, self.max_record_bytes)
         out = []
         for (entry, rec, _), reply, got in zip(items, replies, payloads):
             kind = _s(reply[0])
@@ -285,36 +297,6 @@ class StreamBroker:
         except Exception:  # noqa: BLE001 - INFO refused (ACL) or a cluster's answer per node: figures unknown
             return 0, 0
         return int(info.get("used_memory", 0) or 0), int(info.get("maxmemory", 0) or 0)
-
-    async def _kept_records(self, replies: Sequence[tuple[int, Any]]) -> list[list[bytes | None]]:
-        """The records of each ``complete`` store reply (empty for the others): its inline payloads,
-        and the records it names by stream entry (``{entry_id}``) read from the stream with plain
-        ``XRANGE`` calls, in one round trip (None for an entry that is gone)."""
-        wanted: list[tuple[int, int, int, Any]] = []  # (reply, position, shard, entry id)
-        got: list[list[bytes | None]] = []
-        for r, (shard, reply) in enumerate(replies):
-            kind = _s(reply[0])
-            values: list[bytes | None] = []
-            for p, value in enumerate(reply[5:] if kind == "complete" else []):
-                if isinstance(value, list):
-                    wanted.append((r, p, shard, value[0] if value else None))
-                    values.append(None)
-                else:
-                    values.append(value)
-            got.append(values)
-        wanted = [w for w in wanted if w[3] is not None]
-        if not wanted:
-            return got
-        pipe = self.r.pipeline(transaction=False)
-        for _, _, shard, eid in wanted:
-            pipe.xrange(self.ks.stream(shard), eid, eid)
-        found = [
-            Entry(shard, _s(eid), e[0][1]) if e else None for (_, _, shard, eid), e in zip(wanted, await pipe.execute())
-        ]
-        await resolve_entries(self.r, self.ks, [e for e in found if e is not None], self.max_record_bytes)
-        for (r, p, _, _), entry in zip(wanted, found):
-            got[r][p] = None if entry is None else entry.data
-        return got
 
     async def claim_whole(self, groups: Sequence[tuple[int, str, list[Entry]]]) -> list[bool]:
         """Fast path: lease trajectories whose outputs ``0..final`` were all read at once.
@@ -427,53 +409,6 @@ class StreamBroker:
             except Exception as exc:  # noqa: BLE001 - returned for that trajectory alone
                 out[i] = exc
         return out
-
-    # -- ending without an answer: Endings (rewardq.queue.endings) --------------------------
-    async def fail(
-        self,
-        shard: int,
-        tid: str,
-        message: str,
-        *,
-        index: int | str = -1,
-        entry: Entry | None = None,
-        dead: Mapping[str, object] | None = None,
-        also_ack: Sequence[Entry] = (),
-        kind: FailureKind,
-        extra_info: Mapping[str, Any] | None = None,
-        provenance: str = "",
-        attempt: int = 0,
-    ) -> int:
-        """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``
-        (:meth:`Endings.fail <rewardq.queue.endings.Endings.fail>`, which says what each argument does);
-        then delete the blobs of ``entry`` and ``also_ack`` (:mod:`rewardq.queue.blobs`)."""
-        written = await self.endings.fail(
-            shard,
-            tid,
-            message,
-            index=index,
-            entry=entry,
-            dead=dead,
-            also_ack=also_ack,
-            kind=kind,
-            extra_info=extra_info,
-            provenance=provenance,
-            attempt=attempt,
-        )
-        await delete_blobs(self.r, self.ks, [*([entry] if entry else []), *also_ack])
-        return written
-
-    async def dead_letter_entry(self, entry: Entry, dead: Mapping[str, object]) -> None:
-        """Dead-letter an entry that names no trajectory at all, and ack it (:meth:`Endings.dead_letter_entry`),
-        and delete its blob."""
-        await self.endings.dead_letter_entry(entry, dead)
-        await delete_blobs(self.r, self.ks, [entry])
-
-    async def expire_incomplete(
-        self, shard: int, limit: int = EXPIRE_BATCH, *, records_bytes: int = 0
-    ) -> list[Expired]:
-        """End trajectories of ``shard`` whose outputs stopped arriving (:meth:`Endings.expire_incomplete`)."""
-        return await self.endings.expire_incomplete(shard, limit, records_bytes=records_bytes)
 
     # -- notes on attempts: AttemptNotes (rewardq.queue.attempts) ----------------------------
     async def retry_since(self, shard: int, tid: str, now: float) -> float:

@@ -33,7 +33,6 @@ stream entry's ``ts`` field, not inside it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -115,19 +114,9 @@ class OutputRecord:
 
 
 # --------------------------------------------------------------------------------------
-# digests, packed arrays on the wire, plain values
+# packed arrays on the wire, plain values
 # (what producers hand over becomes checked arrays in rewardq.queue.token_arrays)
 # --------------------------------------------------------------------------------------
-
-
-def record_digest(data: object) -> str:
-    """A short fingerprint of a record's bytes (16 hex digits of BLAKE2b).
-
-    The encoding is deterministic, so a redelivery of a record has the digest of the record a
-    trajectory finished with, and a different record for the same key has another one.
-    """
-    raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else b""
-    return hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
 #: The extension type code of each packed dtype (the inverse of ``_EXT_DTYPES``).
@@ -190,15 +179,41 @@ def encode_output(
     ``output`` is a dict with the fields of a verl ``AgentLoopOutput`` or any object with
     those attributes (its ``multi_modal_data`` images are encoded once, here); ``tokenizer`` the
     fingerprint of the tokenizer that made its ids, if known. Raises RecordError naming the first
-    bad field.
+    bad field and, once ``uid``, ``session_id`` and ``index`` are valid, the output's key
+    (``"prompt_ids: output u_s_3: token id -2 is negative"``), so a bad output among many is found.
     """
     uid = check_name(uid, "uid")
     session_id = check_name(session_id, "session_id")
     index = check_index(index, max_outputs)
+    where = f"output {output_key(uid, session_id, index)}"
+    try:
+        data = _packed_record(uid, session_id, index, output, sample, final, max_image_bytes, tokenizer)
+    except RecordError as exc:
+        raise exc.naming(where) from None
+    if len(data) > max_bytes:
+        raise RecordError(
+            "<record>",
+            f"{where}: encoded size {len(data)} bytes exceeds max_record_bytes={max_bytes}; "
+            "raise the limit on producers and workers or send fewer tokens",
+        )
+    return data
+
+
+def _packed_record(
+    uid: str,
+    session_id: str,
+    index: int,
+    output: object,
+    sample: Mapping[str, object] | None,
+    final: object,
+    max_image_bytes: int,
+    tokenizer: str | None,
+) -> bytes:
+    """The checked fields of one output, packed (:func:`encode_output`; RecordError names the field)."""
     if not isinstance(final, bool):
         raise RecordError("final", f"must be True or False, got {type(final).__name__}")
     if output is None:
-        raise RecordError("output", "is required")
+        raise RecordError("output", "is None; an output is a dict or an object with prompt_ids and response_ids")
     prompt = as_id_array(_get(output, "prompt_ids"), "prompt_ids")
     response = as_id_array(_get(output, "response_ids"), "response_ids")
     mask = _as_mask(_get(output, "response_mask"), response.shape[0])
@@ -236,13 +251,6 @@ def encode_output(
         raise RecordError(
             field_name, f"holds a value msgpack cannot carry ({exc}); use plain str/int/float/bool/list/dict values"
         ) from None
-    if len(data) > max_bytes:
-        raise RecordError(
-            "<record>",
-            f"output {output_key(uid, session_id, index)}: encoded size {len(data)} bytes exceeds "
-            f"max_record_bytes={max_bytes}; "
-            "raise the limit on producers and workers or send fewer tokens",
-        )
     return data
 
 

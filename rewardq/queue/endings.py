@@ -5,20 +5,27 @@
 ``lua/deadletter.lua``, ``lua/expire.lua``), atomic with the trajectory's keys and its
 acknowledgement; the dead letter is bounded by entries, bytes and age (``add_dead`` in
 ``lua/common.lua``), and every text in it is cut and made valid UTF-8 (:func:`dead_value`).
+The blobs of the entries ``fail`` and ``dead_letter_entry`` drop are deleted here too, after the
+script (:func:`~rewardq.queue.blobs.delete_blobs`): an entry's record is never read again once it
+is acknowledged without being kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rewardq.queue.blobs import delete_blobs
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import as_text, error_extra_info
 from rewardq.queue.script_runner import ScriptRunner
 from rewardq.queue.states import FailureKind
 from rewardq.queue.text import reason_text, utf8
+
+if TYPE_CHECKING:
+    from rewardq.queue.clients import AsyncRedis
 
 #: Trajectories one maintenance pass of one shard ends for missing outputs, at most.
 EXPIRE_BATCH = 100
@@ -52,6 +59,7 @@ class Expired:
 class Endings:
     """Error results and dead letters written for the consumer ``worker`` (the broker's bounds)."""
 
+    r: AsyncRedis
     ks: Keyspace
     scripts: ScriptRunner
     worker: str
@@ -89,7 +97,8 @@ class Endings:
         say what failed (:mod:`rewardq.reward.provenance`) and on which attempt. The message is cut to
         :data:`~rewardq.queue.text.MAX_REASON_BYTES` and every text made valid UTF-8, so no string
         a reward function produced can make the failure itself fail. The trajectory's stored records
-        are deleted (kept ``keep_records`` seconds when set).
+        are deleted (kept ``keep_records`` seconds when set), and so are the blobs of ``entry`` and
+        ``also_ack``. Returns what the script answers: 1 when this call ended the trajectory.
         """
         keys = [
             self.ks.traj(shard, tid),
@@ -124,15 +133,19 @@ class Endings:
         ]
         for k, v in (dead or {}).items():
             args.extend([k, dead_value(k, v)])
-        return int(await self.scripts.run("fail", keys, args))
+        written = int(await self.scripts.run("fail", keys, args))
+        await delete_blobs(self.r, self.ks, [*([entry] if entry else []), *also_ack])
+        return written
 
     async def dead_letter_entry(self, entry: Entry, dead: Mapping[str, object]) -> None:
-        """Dead-letter an entry that names no trajectory at all, and ack it (``lua/deadletter.lua``)."""
+        """Dead-letter an entry that names no trajectory at all, and ack it (``lua/deadletter.lua``);
+        then delete its blob."""
         keys = [self.ks.dead(entry.shard), self.ks.stream(entry.shard)]
         args: list[Any] = [self.ks.group, entry.id, *self._dead_bounds()]
         for k, v in dead.items():
             args.extend([k, dead_value(k, v)])
         await self.scripts.run("deadletter", keys, args)
+        await delete_blobs(self.r, self.ks, [entry])
 
     def _dead_bounds(self) -> list[int]:
         """The dead-letter stream's bounds as the scripts take them: entries, bytes, retention in ms."""

@@ -22,6 +22,8 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  and how the unfinished ones ended), ``acks``
                                                  entry ids to
                                                  acknowledge at commit (at most max_outputs + 16),
+                                                 ``ack_blobs`` (blobs of duplicates in ``acks``,
+                                                 deleted with them),
                                                  ``whole`` (entry ids, when all outputs arrived in one
                                                  read and the records stay in the stream until the
                                                  commit), ``state`` (collecting|done), ``first_seen``,

@@ -2,7 +2,7 @@
 
 :func:`scoring_fingerprint` reads a worker's configuration and returns a :class:`ScoringFingerprint`:
 ``digest``, 16 hex characters of SHA-256 over the parts below, ``text``, the same parts as one
-readable line (``manager=naive options={} reward_fn=... tokenizer=... rewardq=0.1.0``), and
+readable line (``manager=naive options={} reward_fn=... tokenizer=... rewardq=0.2.0``), and
 ``shown``, each option and keyword argument on its own (what a conflict message compares).
 
 The parts are what changes a reward and nothing else:

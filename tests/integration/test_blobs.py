@@ -2,7 +2,7 @@
 
 A large record's stream entry names its blob and holds no record bytes; the worker reads the pieces
 back and scores the trajectory as if the record had come inline; every way a trajectory ends
-(scored, expired, cancelled, failed) deletes its blobs. An entry naming a blob that is gone, too
+(scored, expired, cancelled, failed) deletes its blobs, a duplicate's too. An entry naming a blob that is gone, too
 large, or not a blob of its own shard gets an error result naming why, and a key it names that is
 not a blob is never read or deleted.
 """
@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from rewardq import RewardClient
 from rewardq.queue.blobs import BLOB_CHUNK_BYTES, BLOB_TTL
 from rewardq.queue.clients import Encodable
 from rewardq.queue.keys import Keyspace
-from tests.support.helpers import SAMPLE, output, running_workers
-from tests.support.managers import LengthManager
+from tests.support.helpers import SAMPLE, output, running_workers, until
+from tests.support.managers import GatedLengthManager, LengthManager
 from tests.support.sync_client import SyncClient, connect
 
 BIG = 800_000  # prompt ids: a record of ~3.2 MB, 4 pieces
@@ -112,5 +114,40 @@ async def test_an_entry_naming_a_bad_blob_gets_an_error_naming_why_and_harms_no_
     assert [(got[k].status, got[k].reward_score) for k in good] == [("ok", 4.0), ("ok", 4.0)]
     assert _blobs(r, ns) == [] and r.xlen(ks.stream(0)) == 0
     r.delete(victim)
+    client.close()
+    r.close()
+
+
+@pytest.mark.parametrize("ending", ["scored", "failed", "cancelled"])
+async def test_a_duplicate_that_lands_in_acks_has_its_blob_deleted_by_every_ending(
+    ns: str, redis_url: str, ending: str
+) -> None:
+    r, client, ks = connect(redis_url), RewardClient.from_url(redis_url, namespace=ns), Keyspace(ns)
+    GatedLengthManager.opened, GatedLengthManager.fail = asyncio.Event(), ending == "failed"
+    big = output(BIG, 3)
+    async with running_workers(ns, redis_url, [GatedLengthManager(None)]) as (w,):
+        # Given a complete trajectory of a large output and a small final one, being scored
+        keys = [
+            client.put_output("dup", "s", 0, big, SAMPLE),
+            client.put_output("dup", "s", 1, output(2, 5), SAMPLE, final=True),
+        ]
+        await until(lambda: w.in_flight, "the worker to score the trajectory", 30)
+        # When the large output is put again (a producer's retry: the same record, a new entry and blob)
+        client.put_output("dup", "s", 0, big, SAMPLE)
+        assert len(_blobs(r, ns)) == 2
+        # and the worker lists the duplicate's entry with the trajectory's acknowledgements
+        await until(
+            lambda: len((r.hget(ks.traj_key("dup_s"), "acks") or b"").split(b",")) == 2, "the duplicate listed", 30
+        )
+        # and the trajectory ends
+        if ending == "cancelled":
+            assert await asyncio.to_thread(client.cancel, keys) == 2
+        GatedLengthManager.opened.set()
+        got = await asyncio.to_thread(client.wait_rewards, keys, 60)
+        await until(lambda: r.xlen(ks.stream(0)) == 0, "the entries deleted", 30)
+    # Then it ended as asked, and neither its own blob nor the duplicate's is left, nor any entry
+    status = {"scored": "ok", "failed": "error", "cancelled": "cancelled"}[ending]
+    assert [x.status for x in got.values()] == [status, status]
+    assert _blobs(r, ns) == [] and r.xlen(ks.stream(0)) == 0
     client.close()
     r.close()

@@ -3,6 +3,9 @@
 The cluster is started once per session by :class:`tests.support.cluster.LocalCluster` and stopped by
 the PIDs in its pidfiles. If it cannot start, every test here FAILS with the redis log tails:
 the cluster path is part of the contract, never silently skipped.
+
+Here: where the keys land, a full run of three workers, and the clients waiting across shards;
+recovery and dead letters on the cluster are tests/integration/test_cluster_recovery.py.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,57 +33,25 @@ from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.checks import must
 from tests.support.cli_procs import REPO, worker_argv
-from tests.support.cluster import ClusterStartError, LocalCluster
+from tests.support.cluster import SHARDS, ClusterStartError, LocalCluster, assert_drained, uid_on_shard
 from tests.support.helpers import (
     SAMPLE,
-    Hang,
     open_test_worker,
     output,
     running_workers,
-    stop_while_scoring,
     worker_config,
 )
-from tests.support.helpers import abandon_worker as _abandon
 from tests.support.managers import LengthManager
-from tests.support.sync_client import ClusterClient, connect_cluster, connect_node
+from tests.support.sync_client import ClusterClient, connect_node
 
-# the local cluster (`redis_cluster`) and the one-slot guard on every script (`single_slot_scripts`)
-# are fixtures of tests/conftest.py, shared with tests/integration/test_cluster_limits.py
+# the local cluster (`redis_cluster`), its client (`rc`), a namespace on it (`cns`) and the one-slot
+# guard on every script (`single_slot_scripts`) are fixtures of tests/conftest.py, shared with the
+# other cluster tests
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
-
-SHARDS = 6
-
-
-@pytest.fixture
-def cns() -> str:
-    """A namespace of its own for each test (the cluster is thrown away at the end)."""
-    return f"c-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def rc(redis_cluster: LocalCluster) -> Iterator[ClusterClient]:
-    """A blocking cluster client for checks."""
-    r = connect_cluster("127.0.0.1", redis_cluster.ports[0])
-    yield r
-    r.close()
-
-
-def _uid_on_shard(ks: Keyspace, shard: int, prefix: str) -> str:
-    """A uid whose trajectory ``<uid>_s`` routes to ``shard``."""
-    for i in range(10_000):
-        if ks.shard_of(f"{prefix}{i}_s") == shard:
-            return f"{prefix}{i}"
-    raise AssertionError(f"no uid for shard {shard}")
 
 
 def _shard_owner(rc: ClusterClient, ks: Keyspace) -> dict[int, str]:
     return {s: rc.get_node_from_key(ks.stream(s)).name for s in range(ks.shards)}
-
-
-def _assert_drained(rc: ClusterClient, ks: Keyspace) -> None:
-    for s in range(ks.shards):
-        assert rc.xlen(ks.stream(s)) == 0, f"shard {s} stream not empty"
-        assert rc.xpending(ks.stream(s), ks.group)["pending"] == 0, f"shard {s} has pending entries"
 
 
 def test_a_cluster_that_cannot_start_reports_why() -> None:
@@ -305,7 +275,7 @@ async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_o
     assert len(LengthManager.calls) == scored["w0"] + scored["w1"]
     done_lens = [rc.xlen(ks.done(s)) for s in range(SHARDS)]
     assert sum(done_lens) == N_TRAJ and min(done_lens) > 0, done_lens
-    _assert_drained(rc, ks)
+    assert_drained(rc, ks)
     # And the stopped workers unregistered from every shard's group and the presence set
     for s in range(SHARDS):
         names = {_text(c["name"]) for c in rc.xinfo_consumers(ks.stream(s), ks.group)}
@@ -319,145 +289,7 @@ def _text(v: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# (c) crash recovery and hand-back
-# ---------------------------------------------------------------------------------------------
-async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(
-    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
-) -> None:
-    url = redis_cluster.url
-    ks = Keyspace(cns, SHARDS)
-    shard = SHARDS - 1  # on the last master, never the node the URL names
-    uid = _uid_on_shard(ks, shard, "crash")
-    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
-    keys = client.put_trajectory(uid, "s", [output(3, 4), output(3, 6), output(2, 9)], SAMPLE)
-    # Given worker A took the trajectory, renewed its lease (renew.lua) and then died mid-scoring
-    a = await open_test_worker(worker_config(cns, url, name="A", shards=SHARDS), manager=Hang(None))
-    await a.handle(await a.broker.read([shard], 10, None))
-    assert list(a.in_flight) == [f"{uid}_s"]
-    assert await a.broker.renew(a.flights.held()) == 1
-    await _abandon(a)
-    # (all three outputs came in one read: the trajectory was claimed whole, its entries stay pending)
-    assert rc.xpending(ks.stream(shard), ks.group)["pending"] == 3
-    # When another worker runs, it reclaims the idle entry once the lease has run out
-    LengthManager.calls = []
-    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS, max_deliveries=10) as (b,):
-        res = await asyncio.to_thread(client.wait_rewards, keys, 20)
-        reclaimed = b.stats["reclaimed"]
-    # Then it is scored once, by the survivor, and nothing is left pending
-    assert [r.reward_score for r in res.values()] == [9.0, 9.0, 9.0]
-    assert {r.worker for r in res.values()} == {"w0"}
-    assert reclaimed >= 1 and len(LengthManager.calls) == 1
-    assert rc.xlen(ks.done(shard)) == 1
-    _assert_drained(rc, ks)
-    client.close()
-
-
-async def test_large_records_travel_as_blobs_on_their_cluster_shards(
-    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
-) -> None:
-    url = redis_cluster.url
-    ks = Keyspace(cns, SHARDS)
-    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
-    # Given a trajectory on the last master whose first output (~3.2 MB) travels as a blob, put one
-    # output at a time, and one put whole
-    uid, whole = _uid_on_shard(ks, SHARDS - 1, "big"), _uid_on_shard(ks, 1, "whole")
-    keys = [
-        client.put_output(uid, "s", 0, output(800_000, 3), SAMPLE),
-        client.put_output(uid, "s", 1, output(3, 5), SAMPLE, final=True),
-        *client.put_trajectory(whole, "s", [output(800_000, 2, seed=1), output(3, 7)], SAMPLE),
-    ]
-    blobs = [f[b"blob"] for s in (1, SHARDS - 1) for _, f in rc.xrange(ks.stream(s)) if b"blob" in f]
-    assert len(blobs) == 2 and all(rc.exists(b) for b in blobs)
-    # When a worker scores them (its scripts name each blob on the blob's own shard's slot)
-    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS):
-        res = await asyncio.to_thread(client.wait_rewards, keys, 30)
-    # Then both are scored with all their rows, and no blob or entry is left
-    assert [r.reward_score for r in res.values()] == [5.0, 5.0, 7.0, 7.0]
-    assert not any(rc.exists(b) for b in blobs)
-    _assert_drained(rc, ks)
-    client.close()
-
-
-async def test_graceful_stop_hands_back_on_the_cluster(
-    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
-) -> None:
-    url = redis_cluster.url
-    ks = Keyspace(cns, SHARDS)
-    uid = _uid_on_shard(ks, 2, "hand")
-    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
-    keys = client.put_trajectory(uid, "s", [output(2, 5)], SAMPLE)
-    # Given a worker stopped while scoring (release.lua hands the trajectory back)
-    await stop_while_scoring(worker_config(cns, url, name="A", shards=SHARDS, shutdown_grace=0.2, claim_idle=30.0))
-    assert not rc.hget(ks.traj_key(f"{uid}_s"), "lease")
-    # Then the next worker picks it up at once, although claim_idle is 30 s
-    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS, claim_idle=30.0):
-        res = await asyncio.to_thread(client.wait_rewards, keys, 10)
-    assert res[keys[0]].reward_score == 5.0
-    _assert_drained(rc, ks)
-    client.close()
-
-
-# ---------------------------------------------------------------------------------------------
-# (d) dead letters and incomplete trajectories
-# ---------------------------------------------------------------------------------------------
-async def test_garbage_and_bad_records_are_dead_lettered_on_their_shards(
-    redis_cluster: LocalCluster, cns: str, rc: ClusterClient
-) -> None:
-    import msgpack
-
-    from rewardq.queue.codec import encode_output
-
-    url = redis_cluster.url
-    ks = Keyspace(cns, SHARDS)
-    client = RewardClient.from_url(url, namespace=cns, shards=SHARDS)
-    good = client.put_trajectory(_uid_on_shard(ks, 4, "good"), "s", [output(3, 5), output(4, 6)], SAMPLE)
-    # Given a garbage entry on shard 4, a malformed record on its own shard (1) and one misrouted to shard 4
-    garbage = b"\xc1\xff not msgpack"
-    rc.xadd(ks.stream(4), {"key": "entry-garbage", "data": garbage, "ts": "0"})
-
-    def bad(uid: str) -> bytes:
-        rec = msgpack.unpackb(
-            encode_output(uid, "s", 0, {"prompt_ids": [1], "response_ids": [2]}, SAMPLE, final=True),
-            raw=False,
-            ext_hook=lambda c, b: msgpack.ExtType(c, b),
-        )
-        rec["response_ids"] = "hello"
-        packed: bytes = msgpack.packb(rec, use_bin_type=True)
-        return packed
-
-    own, misrouted = _uid_on_shard(ks, 1, "own"), _uid_on_shard(ks, 1, "mis")
-    while misrouted == own:
-        misrouted = _uid_on_shard(ks, 1, misrouted + "x")
-    rc.xadd(ks.stream(1), {"key": f"{own}_s_0", "data": bad(own), "ts": "0"})
-    rc.xadd(ks.stream(4), {"key": f"{misrouted}_s_0", "data": bad(misrouted), "ts": "0"})
-    # and a trajectory on shard 3 whose final output never arrives (expire.lua)
-    lost = _uid_on_shard(ks, 3, "lost")
-    client.put_output(lost, "s", 0, output(2, 2), SAMPLE)
-    async with running_workers(cns, url, [LengthManager(None)], shards=SHARDS, incomplete_timeout=1.0) as (w,):
-        res = await asyncio.to_thread(client.wait_rewards, good + [f"{own}_s_0", f"{misrouted}_s_0", f"{lost}_s_0"], 15)
-        for _ in range(50):
-            if w.stats["dead_letters"] >= 3:
-                break
-            await asyncio.sleep(0.1)
-    # Then the good trajectory is scored and every bad key has an error result
-    assert [res[k].reward_score for k in good] == [6.0, 6.0]
-    assert "response_ids" in (res[f"{own}_s_0"].error or "") and "response_ids" in (res[f"{misrouted}_s_0"].error or "")
-    assert "final output never arrived" in (res[f"{lost}_s_0"].error or "")
-    # And the dead letters sit on the shard the entry was read from, raw data kept
-    dead4 = {f[b"key"]: f for _, f in rc.xrange(ks.dead(4))}
-    assert set(dead4) == {b"entry-garbage", f"{misrouted}_s_0".encode()}
-    assert dead4[b"entry-garbage"][b"kind"] == b"invalid" and dead4[b"entry-garbage"][b"data"] == garbage
-    assert b"not a valid msgpack record" in dead4[b"entry-garbage"][b"reason"]
-    (dead1,) = [f for _, f in rc.xrange(ks.dead(1))]
-    assert dead1[b"key"] == f"{own}_s_0".encode() and dead1[b"kind"] == b"invalid"
-    (dead3,) = [f for _, f in rc.xrange(ks.dead(3))]
-    assert dead3[b"kind"] == b"incomplete" and dead3[b"tid"] == f"{lost}_s".encode()
-    _assert_drained(rc, ks)
-    client.close()
-
-
-# ---------------------------------------------------------------------------------------------
-# (e) the async client waiting across shards
+# (d) the async client waiting across shards
 # ---------------------------------------------------------------------------------------------
 async def test_async_wait_rewards_across_shards(redis_cluster: LocalCluster, cns: str) -> None:
     url = redis_cluster.url
@@ -477,7 +309,7 @@ async def test_async_wait_rewards_across_shards(redis_cluster: LocalCluster, cns
         assert {ks.shard_of_key(k) for k in spread} == set(range(SHARDS))
         res = await client.wait_rewards(spread, timeout=20)
         # And a lone trajectory is reported soon after it is scored
-        lone = await client.put_trajectory(_uid_on_shard(ks, 5, "lone"), "s", [output(2, 2)], SAMPLE)
+        lone = await client.put_trajectory(uid_on_shard(ks, 5, "lone"), "s", [output(2, 2)], SAMPLE)
         t0 = time.perf_counter()
         await client.wait_rewards(lone, timeout=10)
         lone_s = time.perf_counter() - t0
@@ -511,7 +343,7 @@ async def test_scripts_are_reloaded_after_the_nodes_forget_them(
         # When more trajectories arrive on every shard
         after = []
         for shard in range(SHARDS):
-            uid = _uid_on_shard(ks, shard, f"q{shard}x")
+            uid = uid_on_shard(ks, shard, f"q{shard}x")
             after += await client.put_trajectory(uid, "s", [output(2, 2), output(2, shard + 1)], SAMPLE)
         res = await client.wait_rewards(after, timeout=20)
     # Then the workers reloaded the scripts and scored everything

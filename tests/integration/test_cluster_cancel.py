@@ -6,7 +6,6 @@ the shared cache's answers, index and evictions stay in their model's slot."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,21 +16,13 @@ from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.judge.cache import JudgeCache
 from rewardq.reward.judge.shared import SharedSpace, clear_shared, shared_models
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import SHARDS, LocalCluster
 from tests.support.records import text_output
-from tests.support.sync_client import ClusterClient, connect_cluster
+from tests.support.sync_client import ClusterClient
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
 
-SHARDS = 6
 SAMPLE = {"data_source": "judged", "reward_model": {"ground_truth": "42"}}
-
-
-@pytest.fixture
-def rc(redis_cluster: LocalCluster) -> Iterator[ClusterClient]:
-    r = connect_cluster("127.0.0.1", redis_cluster.ports[0])
-    yield r
-    r.close()
 
 
 async def test_cancel_and_the_workers_look_span_the_shards(redis_cluster: LocalCluster, rc: ClusterClient) -> None:

@@ -3,12 +3,12 @@
 Every script runs with a ``#!lua`` shebang here, so the cluster refuses any key outside the slot of
 the declared keys: the staged results of a chunked commit, the kept records and the renames stay
 in their trajectory's slot. A ``put_trajectory`` the cluster refuses half-way leaves nothing queued.
+The fleet's rate limiter shares its buckets, hand-backs and slots through cluster clients.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,20 +19,12 @@ from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import Keyspace
-from tests.support.cluster import LocalCluster
-from tests.support.helpers import SAMPLE, output, results_for
-from tests.support.sync_client import ClusterClient, connect_cluster, connect_node
+from rewardq.reward.ratelimit import open_limiter
+from tests.support.cluster import SHARDS, LocalCluster
+from tests.support.helpers import SAMPLE, output, results_for, seconds_to_use_a_hand_back
+from tests.support.sync_client import ClusterClient, connect_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("single_slot_scripts")]
-
-SHARDS = 6
-
-
-@pytest.fixture
-def rc(redis_cluster: LocalCluster) -> Iterator[ClusterClient]:
-    r = connect_cluster("127.0.0.1", redis_cluster.ports[0])
-    yield r
-    r.close()
 
 
 async def test_chunked_commits_and_kept_records_stay_in_their_slot(
@@ -152,3 +144,27 @@ async def test_a_commit_past_maxmemory_on_its_node_is_refused_whole_then_waited_
         direct.close()
         await client.aclose()
         producer.close()
+
+
+async def test_the_fleet_rate_limiter_on_the_cluster_shares_hand_backs_and_slots(
+    redis_cluster: LocalCluster, rc: ClusterClient
+) -> None:
+    # Given two processes' limiters (a cluster client each) naming one limiter: a bucket of 10 tokens
+    # refilled at 10/s, and one concurrency slot
+    key = Keyspace(f"rl-{uuid.uuid4().hex[:8]}").ratelimit("judge")
+    a, b = (open_limiter(redis_cluster.url, key, cluster=True, max_tpm=600, max_concurrent=1) for _ in range(2))
+    try:
+        # When one reserves 50 tokens (the refill alone then needs 5 s for 10 more) and hands them back
+        # Then the other process's waiter found them well before the refill would have
+        assert await seconds_to_use_a_hand_back(a, b) < 0.3 * 5.0
+        # And a hand-back is credited whole, up to two seconds of the rate, past the one-second refill
+        assert await a.charge_tokens(-100) == pytest.approx(20.0)
+        # And one slot is shared: the second holder waits until the first releases
+        async with a.slot():
+            assert await b._slot_op("slot", "probe") > 0
+        async with b.slot():
+            pass
+    finally:
+        await a.close()
+        await b.close()
+        rc.delete(key)

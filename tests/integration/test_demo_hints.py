@@ -11,14 +11,13 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli_procs import Procs
 from tests.support.cluster import LocalCluster
-from tests.support.sync_client import ClusterClient, SyncClient, connect_cluster
+from tests.support.sync_client import ClusterClient, SyncClient
 
 pytestmark = pytest.mark.slow
 
@@ -74,15 +73,8 @@ def test_single_redis_hints_run_as_printed(procs: Procs, redis_url: str, ns: str
     assert not list(sync_redis.scan_iter(match=f"{ns}:*", count=1000))
 
 
-@pytest.fixture
-def cluster_client(redis_cluster: LocalCluster) -> Iterator[ClusterClient]:
-    r = connect_cluster("127.0.0.1", redis_cluster.ports[0])
-    yield r
-    r.close()
-
-
 @pytest.mark.cluster
-def test_cluster_hints_run_as_printed(procs: Procs, redis_cluster: LocalCluster, cluster_client: ClusterClient) -> None:
+def test_cluster_hints_run_as_printed(procs: Procs, redis_cluster: LocalCluster, rc: ClusterClient) -> None:
     ns = f"c-hints-{uuid.uuid4().hex[:8]}"
     try:
         stderr = _run_demo(procs, redis_cluster.url, ns)
@@ -90,15 +82,15 @@ def test_cluster_hints_run_as_printed(procs: Procs, redis_cluster: LocalCluster,
         assert "redis+cluster" not in " ".join(look[:3]) + delete  # redis-cli does not know that scheme
         # keys of the namespace on every primary, so a listing of one node would miss some
         for i in range(30):
-            cluster_client.set(f"{ns}:probe:{i}", "x")
-        every_key = {k.decode() for k in cluster_client.scan_iter(match=f"{ns}:*", count=1000)}
-        owners = {cluster_client.get_node_from_key(k).name for k in every_key}
+            rc.set(f"{ns}:probe:{i}", "x")
+        every_key = {k.decode() for k in rc.scan_iter(match=f"{ns}:*", count=1000)}
+        owners = {rc.get_node_from_key(k).name for k in every_key}
         assert len(owners) == len(redis_cluster.ports), owners
         _check_look_lines(look, ns, every_key)
         deleted = _bash(delete)
         assert deleted.returncode == 0, deleted.stderr
-        assert not list(cluster_client.scan_iter(match=f"{ns}:*", count=1000))
+        assert not list(rc.scan_iter(match=f"{ns}:*", count=1000))
     finally:
-        left = list(cluster_client.scan_iter(match=f"{ns}:*", count=1000))
+        left = list(rc.scan_iter(match=f"{ns}:*", count=1000))
         for k in left:
-            cluster_client.delete(k)
+            rc.delete(k)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rewardq import FailureKind, RewardClient
 from tests.support.checks import must
@@ -133,10 +132,7 @@ def test_a_judge_answering_503_and_one_answering_401_read_back_with_their_kinds(
 ) -> None:
     # Given a genrm worker retrying transient failures for 3 s, and a judge answering 503 (with
     # Retry-After: 1) to one request for ever and 401 to another
-    config = tmp_path / "genrm.yaml"
-    config.write_text(
-        yaml.safe_dump({"manager": "genrm", "manager_options": {"base_url": judge.base_url, "model": "j"}})
-    )
+    config = judge.genrm_config(tmp_path, model="j")
     judge.control(retry_after=1)
     argv = worker_argv(redis_url, ns, "judged", "--config", str(config), "--retry-for", "3")
     w = procs.start([*argv, *FAST], tag="judged")

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rewardq import RewardClient
 from tests.support.checks import must
@@ -38,10 +37,7 @@ def judge(tmp_path: Path) -> Iterator[JudgeStandin]:
 
 def config_file(tmp_path: Path, judge: JudgeStandin, **options: Any) -> str:
     """A rewardq config file switching the workers to genrm (as a user writes one)."""
-    path = tmp_path / "genrm.yaml"
-    opts = {"base_url": judge.base_url, "model": "judge-model", **options}
-    path.write_text(yaml.safe_dump({"manager": "genrm", "manager_options": opts}))
-    return str(path)
+    return str(judge.genrm_config(tmp_path, **options))
 
 
 def start_workers(procs: Procs, redis_url: str, ns: str, names: list[str], config: str, *extra: str) -> list[Proc]:

@@ -9,24 +9,10 @@ import signal
 import time
 from pathlib import Path
 
-import numpy as np
-
 from rewardq.ledger.flusher import ProcessFlusher
-from rewardq.ledger.frames import TrajectoryFacts
 from rewardq.ledger.read import read_table
 from rewardq.ledger.sink import Ledger
-from rewardq.queue.codec import OutputRecord
-from rewardq.queue.results import RESULT_FIELDS, RewardResult, encode_results
-
-
-def facts(uid: str, n: int = 2) -> TrajectoryFacts:
-    recs = [
-        OutputRecord(uid, "s", i, i == n - 1, np.arange(3, dtype=np.int32), np.arange(i + 4, dtype=np.int32))
-        for i in range(n)
-    ]
-    res = [RewardResult(r.key, "ok", 1.0, {"acc": 1.0}, worker="w", scored_at=1.8e9, latency_ms=2.0) for r in recs]
-    sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"}}
-    return TrajectoryFacts(recs, sample, RESULT_FIELDS, encode_results(res, 1 << 20).rows, 1, 1.8e9 - 1, 2.0, "p" * 16)
+from tests.support.ledger_facts import facts, make_ledger
 
 
 def spool(led: Ledger, *uids: str) -> None:
@@ -34,16 +20,18 @@ def spool(led: Ledger, *uids: str) -> None:
         led.settle(led.scored(facts(uid), {}), True)
 
 
-def test_a_killed_or_interrupted_flusher_process_loses_no_spooled_trajectory(tmp_path: Path) -> None:
-    # Given a ledger writing through its flusher process
-    url = str(tmp_path / "ledger")
-    led = Ledger(
-        url, worker="w1", spool=str(tmp_path / "spool"), flush_interval=60, file_bytes=1 << 20, spool_max_bytes=1 << 30
-    )
-    led.open()
+def _with_flusher(tmp_path: Path) -> tuple[Ledger, ProcessFlusher, int]:
+    """An open ledger writing through its flusher process, that process, and its pid."""
+    led = make_ledger(tmp_path, flusher_process=True)
     flusher = led.flusher
     assert isinstance(flusher, ProcessFlusher) and flusher.pid is not None
-    first = flusher.pid
+    return led, flusher, flusher.pid
+
+
+def test_a_killed_or_interrupted_flusher_process_loses_no_spooled_trajectory(tmp_path: Path) -> None:
+    # Given a ledger writing through its flusher process
+    led, flusher, first = _with_flusher(tmp_path)
+    url = str(tmp_path / "ledger")
     spool(led, "a")
     asyncio.run(led.flush_due(everything=True))
     assert read_table(url).num_rows == 2 and led.snapshot()["rows"] == 2
@@ -64,14 +52,8 @@ def test_a_killed_or_interrupted_flusher_process_loses_no_spooled_trajectory(tmp
 
 def test_a_worker_stopping_late_stops_a_stuck_flusher_and_keeps_its_segment(tmp_path: Path) -> None:
     # Given a flusher process that hangs (stopped) while a thread waits for it to write a segment
-    url = str(tmp_path / "ledger")
-    led = Ledger(
-        url, worker="w1", spool=str(tmp_path / "spool"), flush_interval=60, file_bytes=1 << 20, spool_max_bytes=1 << 30
-    )
-    led.open()
-    flusher = led.flusher
-    assert isinstance(flusher, ProcessFlusher) and flusher.pid is not None
-    os.kill(flusher.pid, signal.SIGSTOP)
+    led, flusher, pid = _with_flusher(tmp_path)
+    os.kill(pid, signal.SIGSTOP)
     spool(led, "a")
 
     async def stop() -> float:

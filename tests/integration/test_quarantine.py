@@ -14,6 +14,7 @@ from tensordict import TensorDict
 from rewardq import RewardClient
 from rewardq.errors import TransientError
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import RewardResult
 from rewardq.reward.base import RewardManager
 from rewardq.reward.rows import last_row, valid_response_ids
 from tests.support.helpers import (
@@ -52,6 +53,16 @@ async def _dead_worker_with(ns: str, redis_url: str, name: str, client: RewardCl
     return keys
 
 
+async def _scored_by_a_fresh_worker(
+    ns: str, redis_url: str, client: RewardClient, keys: list[str]
+) -> tuple[dict[str, RewardResult], int]:
+    """``keys``' results once a fresh worker has scored them, and the most it scored at once."""
+    Overlap.at_once = PeakCounter()
+    async with running_workers(ns, redis_url, [Overlap(None)]):
+        res = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    return res, Overlap.at_once.peak
+
+
 async def test_trajectories_of_a_dead_worker_are_scored_side_by_side(
     ns: str, redis_url: str, sync_redis: SyncClient
 ) -> None:
@@ -59,13 +70,11 @@ async def test_trajectories_of_a_dead_worker_are_scored_side_by_side(
     client = RewardClient.from_url(redis_url, namespace=ns)
     # Given four trajectories in flight at a worker that dies
     keys = await _dead_worker_with(ns, redis_url, "A", client, [f"dead{i}" for i in range(4)])
-    Overlap.at_once = PeakCounter()
-    async with running_workers(ns, redis_url, [Overlap(None)]):
-        # When another worker takes them over
-        res = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    # When another worker takes them over
+    res, at_once = await _scored_by_a_fresh_worker(ns, redis_url, client, keys)
     # Then each is scored, side by side (a death blames none of them), its start in the scorer counted
     assert [r.reward_score for r in res.values()] == [3.0, 4.0, 5.0, 6.0]
-    assert Overlap.at_once.peak > 1
+    assert at_once > 1
     for i in range(4):
         assert sync_redis.hmget(ks.traj(0, f"dead{i}_0"), "attempts", "shared", "solo") == [b"2", b"1", None]
     client.close()
@@ -101,13 +110,11 @@ async def test_trajectories_in_a_scorer_when_reclaiming_workers_die_are_bisected
     await _reclaim_and_die(ns, redis_url, "B", lambda: _all_started(sync_redis, ks, 4, "twice"))
     # When a third worker scores them as suspects (one cohort: they were never in one) and dies too
     await _reclaim_and_die(ns, redis_url, "C", lambda: fields("cohort", "width") == [[b"1", b"4"]] * 4)
-    Overlap.at_once = PeakCounter()
-    async with running_workers(ns, redis_url, [Overlap(None)]):
-        res = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    res, at_once = await _scored_by_a_fresh_worker(ns, redis_url, client, keys)
     # Then each is scored right, in cohorts of half the size of the one that died (two at once),
     # none alone: no solo start, so nothing is blamed on any of them
     assert [r.reward_score for r in res.values()] == [3.0, 4.0, 5.0, 6.0]
-    assert Overlap.at_once.peak == 2
+    assert at_once == 2
     assert fields("attempts", "shared", "cohort", "width", "solo") == [[b"4", b"1", b"2", b"2", None]] * 4
     client.close()
 
@@ -137,12 +144,10 @@ async def test_trajectories_only_waiting_when_a_reclaiming_worker_dies_are_not_s
     # When the second worker dies while they rest (SIGKILL: nothing is taken back)
     b.quarantine.take_back = _nothing  # type: ignore[method-assign,assignment]  # a killed process runs no clean-up
     await abandon_worker(b)
-    Overlap.at_once = PeakCounter()
-    async with running_workers(ns, redis_url, [Overlap(None)]):
-        res = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    res, at_once = await _scored_by_a_fresh_worker(ns, redis_url, client, keys)
     # Then they are scored side by side again: waiting for a retry took no worker down
     assert [r.reward_score for r in res.values()] == [3.0, 4.0, 5.0, 6.0]
-    assert Overlap.at_once.peak > 1
+    assert at_once > 1
     for i in range(4):
         assert sync_redis.hmget(ks.traj(0, f"rest{i}_0"), "attempts", "shared", "solo") == [b"3", b"1", None]
     client.close()
@@ -166,9 +171,7 @@ async def test_a_trajectory_handed_back_at_shutdown_is_not_quarantined(
     await stop_while_scoring(worker_config(ns, redis_url, name="A", shutdown_grace=0.3))
     # Then the attempt its lease counted is taken back when it hands the trajectory back
     assert sync_redis.hget(ks.traj(0, "handed_0"), "attempts") == b"0"
-    Overlap.at_once = PeakCounter()
-    async with running_workers(ns, redis_url, [Overlap(None)]):
-        res = await asyncio.to_thread(client.wait_rewards, [key], 30)
+    res, _ = await _scored_by_a_fresh_worker(ns, redis_url, client, [key])
     # And the next worker scores it as a first attempt (no solo start counted)
     assert res[key].status == "ok" and res[key].reward_score == 5.0
     assert sync_redis.hmget(ks.traj(0, "handed_0"), "attempts", "solo") == [b"1", None]

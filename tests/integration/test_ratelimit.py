@@ -177,12 +177,23 @@ async def test_a_key_poisoned_before_the_bound_is_read_within_it_and_its_ttl_cut
     assert 0 < await redis.pttl(key) <= 121_100
 
 
-async def test_a_reservation_is_settled_up_or_down_and_never_past_a_full_bucket(make: MakeLimiter) -> None:
-    lim = make(max_tpm=6000, max_concurrent=None)  # bucket of 100 tokens, 100 tokens per second
+async def test_a_reservation_is_settled_up_or_down_and_never_past_two_seconds_of_the_rate(
+    make: MakeLimiter,
+) -> None:
+    lim = make(max_tpm=6000, max_rpm=120, max_concurrent=None)  # bucket of 100 tokens, 100 tokens per second
     assert await lim.acquire_tokens(80) == 0.0  # reserved before the call
     assert await lim.charge_tokens(30) == pytest.approx(-10, abs=5)  # it cost 110: 30 more
     assert await lim.charge_tokens(-60) == pytest.approx(50, abs=5)  # another reserved 60 too many
-    assert await lim.charge_tokens(-10_000) == pytest.approx(100)  # given back: full, never more
+    # tokens handed back are credited whole, past a full bucket, up to two seconds of the rate
+    assert await lim.charge_tokens(-90) == pytest.approx(140, abs=5)
+    assert await lim.charge_tokens(-10_000) == pytest.approx(200)
+    # where the refill never takes it: a second later it holds the same, and a take spends from it
+    await asyncio.sleep(1.0)
+    assert await lim.level("tpm") == pytest.approx(200)
+    assert await lim.try_tokens(150) == 0.0 and await lim.level("tpm") == pytest.approx(50, abs=5)
+    # a request token given back (a call never made) fills its bucket, never more
+    await lim.give_back_request()
+    assert await lim.level("rpm") == pytest.approx(2.0)
 
 
 async def test_acquire_sleeps_until_allowed_and_counts_waits(make: MakeLimiter) -> None:

@@ -13,11 +13,11 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
@@ -45,14 +45,47 @@ def judge(tmp_path: Path) -> Iterator[JudgeStandin]:
     s.stop()
 
 
-def _start(procs: Procs, redis_url: str, ns: str, name: str, judge: JudgeStandin, tmp_path: Path) -> Proc:
-    config = tmp_path / "genrm.yaml"  # as a user writes one; judge claims lapse 3 s after their holder dies
-    config.write_text(
-        yaml.safe_dump(
-            {"manager": "genrm", "manager_options": {"base_url": judge.base_url, "model": "m", "lease_seconds": 3}}
-        )
-    )
-    return procs.start(worker_argv(redis_url, ns, name, "--config", str(config), *RECOVERY), tag=name)
+@dataclass
+class Fleet:
+    """genrm workers started on one namespace against the stand-in judge, and what the tests read."""
+
+    procs: Procs
+    redis_url: str
+    ns: str
+    judge: JudgeStandin
+    tmp_path: Path
+    sync_redis: SyncClient
+
+    def start(self, name: str) -> Proc:
+        config = self.judge.genrm_config(self.tmp_path, model="m", lease_seconds=3)  # claims lapse 3 s after a death
+        argv = worker_argv(self.redis_url, self.ns, name, "--config", str(config), *RECOVERY)
+        return self.procs.start(argv, tag=name)
+
+    def start_registered(self, name: str, beside: Proc) -> Proc:
+        """Worker ``name``, once it has registered (``beside``, the worker already running, must stay up)."""
+        w = self.start(name)
+        wait_for(lambda: self.sync_redis.exists(f"{self.ns}:worker:{name}"), 120, f"worker {name}", procs=[beside, w])
+        return w
+
+    def busy_worker(self) -> tuple[Proc, RewardClient, list[str]]:
+        """Worker ``a`` with the 20 judge calls of :func:`_put`'s trajectories in flight, the producer, the keys."""
+        a = self.start("a")
+        client = RewardClient.from_url(self.redis_url, namespace=self.ns)
+        keys = _put(client, 20)
+        wait_for(lambda: self.judge.stats()["in_flight"] >= 20, 90, "20 judge calls in flight", procs=[a])
+        return a, client, keys
+
+
+@pytest.fixture
+def fleet(procs: Procs, redis_url: str, ns: str, judge: JudgeStandin, tmp_path: Path, sync_redis: SyncClient) -> Fleet:
+    return Fleet(procs, redis_url, ns, judge, tmp_path, sync_redis)
+
+
+def _sigkill(w: Proc) -> float:
+    """SIGKILL ``w`` and wait until it is gone; returns when."""
+    w.popen.send_signal(signal.SIGKILL)
+    w.popen.wait(timeout=10)
+    return time.time()
 
 
 def _put(client: RewardClient, n: int) -> list[str]:
@@ -81,6 +114,16 @@ def _check_answers(client: RewardClient, keys: list[str], timeout: float) -> flo
     return done
 
 
+def _sent_side_by_side(judge: JudgeStandin, since: float) -> tuple[list[dict[str, Any]], list[float], int]:
+    """The judge's log, the requests that arrived after ``since``, and the most of them in flight at
+    once, which must be at least 10 of 20 (a serial reclaim has one in flight at a time)."""
+    log = _log(judge)
+    again = sorted(e["t"] for e in log if e["t"] > since)
+    at_once = _most_at_once(again, ANSWER_S)
+    assert at_once >= 10, f"only {at_once} of the reclaimed judge calls overlapped: they were sent one by one"
+    return log, again, at_once
+
+
 def _never_quarantined(sync_redis: SyncClient, ns: str, n: int, *workers: Proc) -> None:
     _never_quarantined_alone(sync_redis, ns, n)
     for w in workers:
@@ -88,29 +131,20 @@ def _never_quarantined(sync_redis: SyncClient, ns: str, n: int, *workers: Proc) 
 
 
 def test_a_sigkilled_workers_twenty_judge_calls_are_sent_again_side_by_side(
-    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
+    fleet: Fleet, ns: str, sync_redis: SyncClient, judge: JudgeStandin
 ) -> None:
     # Given a genrm worker with 20 judge calls in flight (held by the judge until the kill), and
     # another worker running beside it with nothing to do
     judge.control(delay=600)
-    a = _start(procs, redis_url, ns, "a", judge, tmp_path)
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    keys = _put(client, 20)
-    wait_for(lambda: judge.stats()["in_flight"] >= 20, 90, "20 judge calls in flight", procs=[a])
-    b = _start(procs, redis_url, ns, "b", judge, tmp_path)
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:b"), 120, "the second worker", procs=[a, b])
+    a, client, keys = fleet.busy_worker()
+    b = fleet.start_registered("b", beside=a)
     judge.control(delay=ANSWER_S)
     # When the first one is SIGKILLed, and the second reclaims its trajectories
-    a.popen.send_signal(signal.SIGKILL)
-    a.popen.wait(timeout=10)
-    killed = time.time()
+    killed = _sigkill(a)
     done = _check_answers(client, keys, timeout=240)
     # Then the reclaiming worker sent the 20 requests side by side, ...
-    log = _log(judge)
-    again = sorted(e["t"] for e in log if e["t"] > killed)
+    log, again, at_once = _sent_side_by_side(judge, killed)
     assert len(again) == 20, log
-    at_once = _most_at_once(again, ANSWER_S)
-    assert at_once >= 10, f"only {at_once} of the reclaimed judge calls overlapped: they were sent one by one"
     wall = done - again[0]
     assert done - killed < 20 * ANSWER_S / 2, f"the reclaim took {done - killed:.1f} s for 20 answers of {ANSWER_S} s"
     # ... each request was paid at most twice (once by the dead worker, once again), ...
@@ -128,20 +162,15 @@ def test_a_sigkilled_workers_twenty_judge_calls_are_sent_again_side_by_side(
 
 
 def test_two_sigkills_in_a_row_leave_twenty_judge_calls_judged_in_one_cohort_not_one_by_one(
-    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
+    fleet: Fleet, ns: str, sync_redis: SyncClient, judge: JudgeStandin
 ) -> None:
     ks = Keyspace(ns)
     # Given a genrm worker with 20 judge calls in flight (held by the judge until the kill)
     judge.control(delay=600)
-    a = _start(procs, redis_url, ns, "a", judge, tmp_path)
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    keys = _put(client, 20)
-    wait_for(lambda: judge.stats()["in_flight"] >= 20, 90, "20 judge calls in flight", procs=[a])
+    a, client, keys = fleet.busy_worker()
     # When it is SIGKILLed, a second worker reclaims the 20 and has them all in its scorer, side by side
-    b = _start(procs, redis_url, ns, "b", judge, tmp_path)
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:b"), 120, "the second worker", procs=[a, b])
-    a.popen.send_signal(signal.SIGKILL)
-    a.popen.wait(timeout=10)
+    b = fleet.start_registered("b", beside=a)
+    _sigkill(a)
     wait_for(
         lambda: all(sync_redis.hget(ks.traj(0, f"t{i}_s"), "shared") == b"1" for i in range(20)),
         120,
@@ -149,20 +178,14 @@ def test_two_sigkills_in_a_row_leave_twenty_judge_calls_judged_in_one_cohort_not
         procs=[b],
     )
     # and it is SIGKILLed too, with a third worker waiting
-    c = _start(procs, redis_url, ns, "c", judge, tmp_path)
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:c"), 120, "the third worker", procs=[b, c])
+    c = fleet.start_registered("c", beside=b)
     judge.control(delay=ANSWER_S)
-    b.popen.send_signal(signal.SIGKILL)
-    b.popen.wait(timeout=10)
-    killed = time.time()
+    killed = _sigkill(b)
     done = _check_answers(client, keys, timeout=240)
     # Then the third worker judged the 20 suspects together (one cohort: none of them had been in
     # one), not one after another, ...
-    log = _log(judge)
-    again = sorted(e["t"] for e in log if e["t"] > killed)
+    log, again, at_once = _sent_side_by_side(judge, killed)
     assert len(again) == 20, log
-    at_once = _most_at_once(again, ANSWER_S)
-    assert at_once >= 10, f"only {at_once} of the reclaimed judge calls overlapped: they were sent one by one"
     assert done - killed < 20 * ANSWER_S / 2, f"the reclaim took {done - killed:.1f} s for 20 answers of {ANSWER_S} s"
     # ... each request paid at most three times (once per worker), ...
     paid = Counter(e["digest"] for e in log)
@@ -188,28 +211,22 @@ def _never_quarantined_alone(sync_redis: SyncClient, ns: str, n: int) -> None:
 
 
 def test_a_worker_paused_past_claim_idle_has_its_work_reclaimed_side_by_side_and_blamed_on_nothing(
-    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, judge: JudgeStandin, tmp_path: Path
+    fleet: Fleet, ns: str, sync_redis: SyncClient, judge: JudgeStandin
 ) -> None:
     # Given a genrm worker with 20 four-second judge calls in flight
-    a = _start(procs, redis_url, ns, "a", judge, tmp_path)
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    keys = _put(client, 20)
-    wait_for(lambda: judge.stats()["in_flight"] >= 20, 90, "20 judge calls in flight", procs=[a])
+    a, client, keys = fleet.busy_worker()
     # When it is paused (SIGSTOP) until another worker has reclaimed its trajectories, then resumed
     a.popen.send_signal(signal.SIGSTOP)
     paused = time.time()
     try:
-        b = _start(procs, redis_url, ns, "b", judge, tmp_path)
+        b = fleet.start("b")
         wait_for(lambda: sum(e["t"] > paused for e in _log(judge)) >= 20, 120, "the reclaim", procs=[b])
     finally:
         a.popen.send_signal(signal.SIGCONT)
     # Then every key is answered with its judge's score, ...
     _check_answers(client, keys, timeout=240)
     # ... the reclaiming worker sent its requests side by side, each request paid at most twice, ...
-    log = _log(judge)
-    again = sorted(e["t"] for e in log if e["t"] > paused)
-    at_once = _most_at_once(again, ANSWER_S)
-    assert at_once >= 10, f"only {at_once} of the reclaimed judge calls overlapped: they were sent one by one"
+    log, _, at_once = _sent_side_by_side(judge, paused)
     paid = Counter(e["digest"] for e in log)
     assert len(paid) == 20 and max(paid.values()) <= 2, paid
     # ... no trajectory was scored alone or marked as having killed a worker, ...

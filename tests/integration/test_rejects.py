@@ -14,6 +14,7 @@ from tensordict import TensorDict
 
 from rewardq import RecordError, RewardClient
 from rewardq.queue.codec import encode_output
+from rewardq.queue.digests import legacy_record_digest
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import RewardManager
 from tests.support.helpers import SAMPLE, open_test_worker, output, running_workers
@@ -206,6 +207,38 @@ async def test_conflicting_records_fail_the_trajectory_with_reasons(
     assert res["same_s_0"].reward_score == 4.0 and res["same_s_1"].reward_score == 4.0
     kinds = [f[b"kind"] for _, f in sync_redis.xrange(ks.dead(0))]
     assert kinds == [b"conflict"] * 3
+    client.close()
+
+
+async def test_records_filed_by_an_earlier_version_are_still_told_from_conflicts(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
+    """Given trajectories whose first output a worker of an earlier version filed (its digest
+    BLAKE2b's, rewardq/queue/digests.py), when the same output arrives again for one and a
+    different one for the other, then the first is scored and the second fails as a conflict."""
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    for uid in ("same", "other"):
+        client.put_output(uid, "s", 0, output(3, 3, seed=1), SAMPLE)
+    keys = {uid: ks.traj_key(f"{uid}_s") for uid in ("same", "other")}
+    async with running_workers(ns, redis_url, [LengthManager(None)]):
+        for _ in range(200):
+            if all(sync_redis.hexists(k, "o:0") for k in keys.values()):
+                break
+            await asyncio.sleep(0.05)
+    for k in keys.values():  # as an earlier version filed it
+        digest = sync_redis.hget(k, "h:0")
+        assert digest is not None and digest.startswith(b"x")
+        sync_redis.hset(k, "h:0", legacy_record_digest(sync_redis.hget(k, "o:0")))
+    client.put_output("same", "s", 0, output(3, 3, seed=1), SAMPLE)
+    client.put_output("other", "s", 0, output(3, 3, seed=2), SAMPLE)
+    for uid in ("same", "other"):
+        client.put_output(uid, "s", 1, output(3, 4, seed=3), SAMPLE, final=True)
+    async with running_workers(ns, redis_url, [LengthManager(None)]):
+        res = await asyncio.to_thread(client.wait_rewards, ["same_s_0", "same_s_1", "other_s_0"], 10)
+    assert res["same_s_0"].reward_score == 4.0 and res["same_s_1"].reward_score == 4.0
+    assert "two different records for key other_s_0" in (res["other_s_0"].error or "")
+    assert [f[b"kind"] for _, f in sync_redis.xrange(ks.dead(0))] == [b"conflict"]
     client.close()
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rewardq import RewardClient
 from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
@@ -69,9 +68,7 @@ def test_a_judge_down_for_a_while_costs_no_reward(
     try:
         # Given two genrm workers sharing max_rpm, and a judge that answers 503 with Retry-After: 2
         # for the next 8 s
-        config = tmp_path / "genrm.yaml"
-        options = {"base_url": judge.base_url, "model": "judge", "max_rpm": MAX_RPM}
-        config.write_text(yaml.safe_dump({"manager": "genrm", "manager_options": options}))
+        config = judge.genrm_config(tmp_path, model="judge", max_rpm=MAX_RPM)
         workers = start_two(procs, redis_url, ns, sync_redis, "--config", str(config), "--concurrency", "16")
         outage, n = OUTAGE_S or 8.0, TRAJECTORIES or 80
         t0 = time.monotonic()

@@ -9,6 +9,9 @@ processes named in those pidfiles; nothing is ever killed by name.
 
 >>> with LocalCluster() as c:                # doctest: +SKIP
 ...     url = c.url                          # 'redis+cluster://127.0.0.1:<P>'
+
+Also here, for the tests on it: :data:`SHARDS`, the shards of their namespaces, :func:`uid_on_shard`
+and :func:`assert_drained`.
 """
 
 from __future__ import annotations
@@ -25,10 +28,32 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rewardq.queue.keys import Keyspace
+    from tests.support.sync_client import ClusterClient
 
 logger = logging.getLogger("rewardq.tests.support.cluster")
 
 BUS_OFFSET = 10000
+#: The shards of a cluster test's namespace: two on each of the three masters.
+SHARDS = 6
+
+
+def uid_on_shard(ks: Keyspace, shard: int, prefix: str) -> str:
+    """A uid whose trajectory ``<uid>_s`` routes to ``shard``."""
+    for i in range(10_000):
+        if ks.shard_of(f"{prefix}{i}_s") == shard:
+            return f"{prefix}{i}"
+    raise AssertionError(f"no uid for shard {shard}")
+
+
+def assert_drained(rc: ClusterClient, ks: Keyspace) -> None:
+    """Every shard's stream of ``ks`` is empty, and nothing is pending in its group."""
+    for s in range(ks.shards):
+        assert rc.xlen(ks.stream(s)) == 0, f"shard {s} stream not empty"
+        assert rc.xpending(ks.stream(s), ks.group)["pending"] == 0, f"shard {s} has pending entries"
 
 
 class ClusterStartError(RuntimeError):

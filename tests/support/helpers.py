@@ -28,17 +28,19 @@ FAST: dict[str, Any] = dict(
 )
 
 
-#: The ``shutdown_grace`` of a test worker whose ledger the test reads once it stops: a stopping worker
+#: The ``shutdown_grace`` of a test worker with a ledger (unless the test gives one): a stopping worker
 #: writes its spooled trajectories within its grace, and its flusher process (a new interpreter that
 #: imports pyarrow) can take longer than FAST's 5 s to start on a loaded CI machine; past the grace the
-#: rows are left for the next worker, which such a test does not start.
+#: rows are left for the next worker, which a test reading the ledger once its worker stops does not start.
 LEDGER_STOP_GRACE = 60.0
 
 
 def worker_config(ns: str, url: str, **kw: Any) -> WorkerConfig:
     """A quick test worker's settings; it decodes with the demo tokenizer, asked for by name as a worker
-    must (there is no default tokenizer), unless ``tokenizer`` says otherwise."""
-    return WorkerConfig(redis_url=url, namespace=ns, **{"tokenizer": "builtin:demo", **FAST, **kw}).validate()
+    must (there is no default tokenizer), unless ``tokenizer`` says otherwise. A worker with a
+    ``ledger`` stops with :data:`LEDGER_STOP_GRACE` unless ``shutdown_grace`` is given."""
+    fast = {**FAST, "shutdown_grace": LEDGER_STOP_GRACE} if kw.get("ledger") else FAST
+    return WorkerConfig(redis_url=url, namespace=ns, **{"tokenizer": "builtin:demo", **fast, **kw}).validate()
 
 
 async def open_test_worker(
@@ -210,3 +212,19 @@ async def abandon_worker(w: Any) -> None:
         t.cancel()
     await asyncio.gather(*(f.task for f in w.in_flight.values()), *w._tasks, return_exceptions=True)
     await w._client.aclose()
+
+
+async def seconds_to_use_a_hand_back(giver: Any, waiter: Any) -> float:
+    """How long ``waiter`` (a rate limiter of ``max_tpm=600``: a bucket of 10 tokens refilled at
+    10/s) waits for 10 tokens once ``giver`` (the same limiter, or another process's) reserved 50 (the
+    level goes to -40: the refill alone would take 5 s) and, 0.2 s into the wait, hands them back
+    (its call was cancelled). Checks the 5 s first."""
+    assert await giver.acquire_tokens(50) == 0.0
+    refill = await waiter.try_tokens(10)
+    assert abs(refill - 5.0) < 0.3, refill
+    t0 = time.monotonic()
+    waiting = asyncio.create_task(waiter.acquire_tokens(10))
+    await asyncio.sleep(0.2)
+    await giver.charge_tokens(-50)
+    await waiting
+    return time.monotonic() - t0

@@ -59,6 +59,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import yaml
 from aiohttp import web
 
 from tests.support.standin_process import StandinProcess, serve
@@ -340,6 +341,14 @@ class JudgeStandin(StandinProcess):
         args = ["--api-key", api_key] if api_key is not None else []
         super().__init__("tests.support.judge_standin", tmp / "judge-standin.log", *args)
         self.base_url = self.root + "/v1"
+
+    def genrm_config(self, folder: Path, model: str = "judge-model", **options: Any) -> Path:
+        """A rewardq config file (``folder/genrm.yaml``, as a user writes one) switching workers to
+        genrm against this judge, with ``options`` beside ``base_url`` and ``model``."""
+        path = folder / "genrm.yaml"
+        manager_options = {"base_url": self.base_url, "model": model, **options}
+        path.write_text(yaml.safe_dump({"manager": "genrm", "manager_options": manager_options}))
+        return path
 
     def bodies(self) -> list[dict[str, Any]]:
         """Every request body the stand-in accepted, in order."""

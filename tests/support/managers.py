@@ -109,6 +109,20 @@ class LengthManager(RewardManager):
         return {"reward_score": float(len(ids)), "reward_extra_info": {"rows": int(data.batch_size[0]), "gt": gt}}
 
 
+class GatedLengthManager(LengthManager):
+    """LengthManager that scores only once the class's ``opened`` event is set (give it a fresh
+    ``asyncio.Event`` per test); with ``fail`` it raises instead (kind ``scorer``)."""
+
+    opened: asyncio.Event
+    fail = False
+
+    async def run_single(self, data: TensorDict) -> dict[str, Any]:
+        await type(self).opened.wait()
+        if type(self).fail:
+            raise ValueError("the reward function has a bug")
+        return await super().run_single(data)
+
+
 class FailingManager(RewardManager):
     """Fails as the sample's ground truth says, else scores 1.0: each failure of a kind its own way.
 

@@ -19,8 +19,9 @@ from rewardq.errors import RecordError
 from rewardq.producers.core import prepare_trajectory
 from rewardq.queue import retry
 from rewardq.queue.checks import MAX_OUTPUTS
-from rewardq.queue.codec import decode_output, encode_output, peek_identity, record_digest
+from rewardq.queue.codec import decode_output, encode_output, peek_identity
 from rewardq.queue.connection import permission_error
+from rewardq.queue.digests import legacy_record_digest, record_digest
 from rewardq.queue.keys import MAX_SESSION_ID_BYTES, MAX_UID_BYTES, Keyspace, parse_key, trajectory_id
 from tests.support.hostile import GOOD, SAMPLE, raw_record
 
@@ -159,8 +160,11 @@ def test_peek_identity_reads_names_and_marks_a_bad_index_unknown() -> None:
 def test_digest_tells_records_apart_and_redeliveries_alike() -> None:
     a = encode_output("u", "s", 0, GOOD, SAMPLE, final=True)
     b = encode_output("u", "s", 0, {**GOOD, "response_ids": [4, 6]}, SAMPLE, final=True)
-    assert record_digest(a) == record_digest(bytes(a)) and len(record_digest(a)) == 16
+    assert record_digest(a) == record_digest(bytes(a)) and len(record_digest(a)) == 17
     assert record_digest(a) != record_digest(b)
+    # the form earlier versions stored can never be taken for the tagged one
+    old = legacy_record_digest(a)
+    assert len(old) == 16 and not old.startswith("x") and old != legacy_record_digest(b)
 
 
 def test_retry_policy_never_resends_a_script_that_may_have_blocked_redis() -> None:

@@ -12,38 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rewardq.ledger.frames import TrajectoryFacts, outcome_frame, read_frames, trajectory_frame
+from rewardq.ledger.frames import outcome_frame, read_frames, trajectory_frame
 from rewardq.ledger.read import latest_rows, parse_where, read_table
 from rewardq.ledger.schema import COLUMN_NAMES, arrow_schema
-from rewardq.ledger.sink import Ledger
 from rewardq.ledger.spool import Spool
 from rewardq.ledger.table import sample_of, split_sample, tables_from_frames
-from rewardq.queue.codec import OutputRecord
-from rewardq.queue.results import RESULT_FIELDS, RewardResult, encode_results
-
-SAMPLE = {
-    "data_source": "openai/gsm8k",
-    "reward_model": {"ground_truth": "72", "style": "rule"},
-    "extra_info": {"i": 1},
-}
-
-
-def facts(uid: str, n: int = 2, *, score: float = 1.0, scored_at: float = 1.8e9, attempt: int = 1) -> TrajectoryFacts:
-    recs = [
-        OutputRecord(uid, "s", i, i == n - 1, np.arange(3, dtype=np.int32), np.arange(i + 4, dtype=np.int32))
-        for i in range(n)
-    ]
-    res = [RewardResult(r.key, "ok", score, {"acc": score}, worker="w", scored_at=scored_at) for r in recs]
-    enc = encode_results(res, 1 << 20)
-    return TrajectoryFacts(recs, SAMPLE, RESULT_FIELDS, enc.rows, attempt, scored_at - 1, 2.0, "p" * 16, "text")
-
-
-def make_ledger(tmp_path: Path, url: str | None = None, **kw: Any) -> Ledger:
-    settings: dict[str, Any] = dict(flush_interval=60.0, file_bytes=1 << 20, spool_max_bytes=1 << 30)
-    settings["flusher_process"] = False  # the unit tier starts no process (tests/integration/test_ledger.py does)
-    led = Ledger(url or str(tmp_path / "ledger"), worker="w1", spool=str(tmp_path / "spool"), **{**settings, **kw})
-    led.open()
-    return led
+from tests.support.ledger_facts import SAMPLE, facts, make_ledger
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,6 @@ redis.call('HDEL', traj, 'lease', 'lease_until')
 redis.call('HSET', traj, 'state', 'done', 'status', 'cancelled', 'done_at', now, 'n', hi + 1)
 if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
 redis.call('ZREM', waiting, tid)
-ack_delete(stream, group, recorded_acks(traj))
+ack_recorded(traj, stream, group)
 redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', hi + 1, 'status', 'cancelled')
 return written

@@ -55,7 +55,7 @@ if refused then return refused end
 if redis.call('HGET', traj, 'state') == 'done' then
   if final then
     for i = 0, first - 1 do redis.call('DEL', stage_key(i)) end
-    ack_delete(stream, group, recorded_acks(traj))
+    ack_recorded(traj, stream, group)
   end
   return 0
 end
@@ -114,7 +114,7 @@ if first == 0 and (rows == 1 or bytes <= 65536) then
 end
 if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
 redis.call('ZREM', waiting, tid)
-ack_delete(stream, group, recorded_acks(traj))
+ack_recorded(traj, stream, group)
 local latency = ''
 for j = 1, nf do
   if names[j] == 'latency_ms' then latency = ARGV[base + (rows - 1) * nf + j] end

@@ -132,6 +132,32 @@ local function add_ack(traj, id, max_out)
   return true
 end
 
+-- Entry `id` was recorded with add_ack; when it came with a blob the hash does not keep as output
+-- `index`'s record (b:<index>: a duplicate's blob), the blob is recorded too (`ack_blobs`), so the
+-- trajectory's end deletes it with the entry (ack_recorded). Bounded as `acks` is: one name per id.
+local function add_ack_blob(traj, index, blob)
+  if blob == '' or redis.call('HGET', traj, 'b:' .. index) == blob then return end
+  local s = redis.call('HGET', traj, 'ack_blobs')
+  if not s or s == '' then
+    redis.call('HSET', traj, 'ack_blobs', blob)
+  elseif not string.find(',' .. s .. ',', ',' .. blob .. ',', 1, true) then
+    redis.call('HSET', traj, 'ack_blobs', s .. ',' .. blob)
+  end
+end
+
+-- An ended trajectory's recorded entries acknowledged and deleted, with the blobs recorded beside
+-- them (add_ack_blob); the blobs of its kept records go with `drop_refs`. Work: at most
+-- max_out + ACK_SLACK entries and as many blobs, in chunks.
+local function ack_recorded(traj, stream, group)
+  ack_delete(stream, group, recorded_acks(traj))
+  local s = redis.call('HGET', traj, 'ack_blobs')
+  if not s then return end
+  local names = {}
+  for name in string.gmatch(s, '[^,]+') do names[#names + 1] = name end
+  each_chunk(#names, function(a, b) redis.call('DEL', unpack(names, a, b)) end)
+  redis.call('HDEL', traj, 'ack_blobs')
+end
+
 -- The highest output index a trajectory is known to have (-1: none): its final index, else the
 -- highest stored one (`hi`). A hash without `hi` (written by an older rewardq) is scanned only
 -- when it is small enough to hold no more than max_out outputs.
@@ -372,7 +398,7 @@ local function finish_error(traj, stream, waiting, done, records, group, tid, rp
   redis.call('HDEL', traj, 'lease', 'lease_until')
   if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
   redis.call('ZREM', waiting, tid)
-  ack_delete(stream, group, recorded_acks(traj))
+  ack_recorded(traj, stream, group)
   redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', hi + 1, 'status', 'error')
   return written
 end

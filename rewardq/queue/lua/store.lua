@@ -2,17 +2,22 @@
 -- KEYS: traj, stream, waiting, done
 -- ARGV: group, entry_id, tid, index, final(0|1), digest, incomplete_timeout, lease_seconds,
 --       worker, reward_prefix, result_ttl, done_maxlen, max_outputs, max_trajectory_bytes,
---       size (the record's bytes), inline_bytes, blob (the record's blob key, or '': rewardq/queue/blobs.py)
+--       size (the record's bytes), inline_bytes, blob (the record's blob key, or '': rewardq/queue/blobs.py),
+--       legacy_digest
 --   digest: the worker's short hash of the record bytes (kept per output as h:<i>, so a later
 --   record for a finished key is told apart from a redelivery of the same one, and two records
---   for one key are compared without reading either).
+--   for one key are compared without reading either); legacy_digest: the same record's digest in
+--   the form earlier versions stored (rewardq/queue/digests.py), compared with a stored digest of
+--   that form, or '' (a stored digest is then compared with `digest` only).
 -- Where a record is kept: one of at most inline_bytes is copied into the hash (o:<i>) and its
 -- entry deleted. A larger one is never read by this script: it stays in its stream entry,
 -- acknowledged, and the hash names that entry (r:<i>; `refs` counts them) until the trajectory
 -- ends (`end_records` deletes the entries). Copying tens of MB through Lua blocks Redis for
 -- every client for up to a second; a reference costs a few bytes. A record that came as a blob
 -- is always kept by reference: the hash names its blob too (b:<i>), which loses its TTL and is
--- deleted with the entry. The blob of an entry dropped here (a duplicate) is deleted with it.
+-- deleted with the entry. The blob of an entry dropped here (a duplicate) is deleted with it; a
+-- duplicate listed in `acks` (its trajectory is complete) has its blob listed in `ack_blobs`, which
+-- every ending deletes with the entries (`ack_recorded`).
 -- Returns one of
 --   {'parked', stored, final}      data kept; the entry is acked (and deleted unless referenced)
 --   {'complete', final, attempts, solo, shared, p0, .., pn} this caller now holds the lease and
@@ -40,6 +45,11 @@ local worker, rprefix, ttl = ARGV[9], ARGV[10], tonumber(ARGV[11])
 local max_out, max_bytes = tonumber(ARGV[13]), tonumber(ARGV[14])
 local size, inline_max, blob = tonumber(ARGV[15]), tonumber(ARGV[16]), ARGV[17] or ''
 local by_ref = size > inline_max or blob ~= ''
+local legacy = ARGV[18] or ''
+-- Whether a stored digest (false: none) is this record's, in either form.
+local function same_record(had)
+  return had == digest or (legacy ~= '' and had == legacy)
+end
 -- Drop this entry: acknowledged and deleted, with its blob.
 local function drop()
   ack_delete(stream, group, {id})
@@ -59,7 +69,7 @@ if state == 'done' then
   end
   local key = tid .. '_' .. index
   local had = redis.call('HGET', traj, 'h:' .. index)
-  if had and had == digest then  -- the record it finished with, delivered again
+  if had and same_record(had) then  -- the record it finished with, delivered again
     drop()
     return {'done', 0}
   end
@@ -107,13 +117,14 @@ if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redeliver
   if is_final and index ~= final_i then
     return {'conflict', 'two outputs marked final: ' .. final_i .. ' and ' .. index}
   end
-  if whole[index + 1] ~= id and redis.call('HGET', traj, 'h:' .. index) ~= digest then
+  if whole[index + 1] ~= id and not same_record(redis.call('HGET', traj, 'h:' .. index)) then
     return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
   end
   if not add_ack(traj, id, max_out) then
     drop()  -- one more copy of a listed record: nothing to keep it for
     return {'done', 0}
   end
+  add_ack_blob(traj, index, blob)
   local holder, attempts, solo, shared = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   local out = {'complete', final_i, attempts, solo, shared}
@@ -124,7 +135,7 @@ end
 local field, ref = 'o:' .. index, 'r:' .. index
 local had = redis.call('HGET', traj, 'h:' .. index)
 local existing = redis.call('HEXISTS', traj, field) == 1 or redis.call('HEXISTS', traj, ref) == 1
-if existing and had and had ~= digest then
+if existing and had and not same_record(had) then
   return {'conflict', 'two different records for key ' .. tid .. '_' .. index}
 end
 if not existing then
@@ -188,6 +199,7 @@ if final and stored == tonumber(final) + 1 then
     settle()  -- its data is kept; a listed entry stays pending
     return {'done', 0}
   end
+  add_ack_blob(traj, index, blob)  -- a duplicate's blob ends with its entry
   local holder, attempts, solo, shared = take_lease(traj, worker, now, lease_seconds)
   if holder then return {'leased', holder} end
   redis.call('ZREM', waiting, tid)

@@ -5,7 +5,9 @@
 -- One limiter = one hash KEYS[1]. ARGV[1] is the operation:
 --   take    ARGV[2]=bucket name  ARGV[3]=limit per minute  ARGV[4]=cost  ARGV[5]=1 to only look,
 --           2 to charge the cost whatever the level (a cost known only afterwards: a judge's usage;
---           negative: tokens given back, never past a full bucket)
+--           negative: tokens given back, never past a full bucket), 3 to hand back -cost tokens a
+--           call reserved and did not use: credited whole, up to HAND_BACK_SECONDS of the rate
+--           (the level may pass the capacity by them; the refill never does)
 --           ARGV[6]=deepest debt, in seconds of the rate (the level never goes below it, read or
 --           written, so no charge holds the fleet back longer and the key's TTL stays bounded)
 --           (the bucket holds one second of the limit, limit/60, and refills at limit/60 per second)
@@ -18,6 +20,8 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end  -- TIME be
 local key = KEYS[1]
 -- seconds a bucket key outlives the moment it would be full again (and a slot its lease)
 local KEEP_EXTRA = 60
+-- highest level a hand-back lifts a bucket to, in seconds of its rate (limiter.py HAND_BACK_SECONDS)
+local HAND_BACK_SECONDS = 2
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local op = ARGV[1]
@@ -34,7 +38,7 @@ end
 
 if op == 'take' then
   local name, cost = ARGV[2], tonumber(ARGV[4])
-  local look, charge = ARGV[5] == '1', ARGV[5] == '2'
+  local look, charge, hand_back = ARGV[5] == '1', ARGV[5] == '2' or ARGV[5] == '3', ARGV[5] == '3'
   local rate = tonumber(ARGV[3]) / 60.0
   local cap = rate  -- one second of the rate, as verl's buckets
   local floor = -(tonumber(ARGV[6]) or 60) * rate
@@ -45,18 +49,24 @@ if op == 'take' then
   if level == nil or ts == nil or level ~= level or ts ~= ts then level, ts = cap, now end
   local elapsed = now - ts
   if elapsed < 0 then elapsed = 0 end  -- a failover to a server whose clock is behind
-  level = math.min(cap, math.max(floor, level) + elapsed * rate)
+  level = math.min(HAND_BACK_SECONDS * cap, math.max(floor, level))
+  if level < cap then level = math.min(cap, level + elapsed * rate) end  -- only a hand-back passes full
   local need = math.min(cost, cap)
   local wait = 0
   if charge or level + 1e-9 * cap >= need then
     if look then return {'0', num(level)} end
-    level = math.min(cap, math.max(floor, level - cost))  -- a negative charge gives back, up to full
+    if cost >= 0 then
+      level = math.max(floor, level - cost)
+    else  -- a negative charge gives back: up to full, or whole up to HAND_BACK_SECONDS when handed back
+      local ceiling = hand_back and HAND_BACK_SECONDS * cap or cap
+      level = math.max(level, math.min(ceiling, level - cost))
+    end
   else
     wait = (need - level) / rate
     if look then return {num(wait), num(level)} end
   end
   redis.call('HSET', key, tf, num(level), sf, num(now))
-  keep((cap - level) / rate + KEEP_EXTRA)
+  keep(math.max(0, cap - level) / rate + KEEP_EXTRA)
   return {num(wait), num(level)}
 end
 

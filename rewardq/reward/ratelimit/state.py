@@ -39,11 +39,18 @@ class LimiterState:
         self._script = redis.register_script(scripts.feature_source("rewardq.reward.ratelimit", "ratelimit"))  # type: ignore[misc]  # redis-py's asyncio RedisCluster.register_script is typed for Redis only; it has one
 
     async def take(
-        self, bucket: str, capacity: float, cost: float, look: bool, charge: bool, max_debt_seconds: float
+        self,
+        bucket: str,
+        capacity: float,
+        cost: float,
+        look: bool,
+        charge: bool,
+        max_debt_seconds: float,
+        hand_back: bool = False,
     ) -> tuple[float, float]:
         """The token-bucket rule on ``bucket``: ``(wait, level_after)`` (see ``bucket_take``); the level
         never goes below ``-max_debt_seconds`` of the rate."""
-        mode = "2" if charge else "1" if look else "0"
+        mode = "3" if charge and hand_back else "2" if charge else "1" if look else "0"
         args = ["take", bucket, repr(float(capacity)), repr(float(cost)), mode, repr(float(max_debt_seconds))]
         wait, level = await self._run(args)
         return float(wait), float(level)

@@ -1,0 +1,41 @@
+"""What the ledger's own tests feed it: a scored trajectory's facts, and a ledger opened under a
+test's folder (``ledger/``, spooled in ``spool/``) with the bounds those tests share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rewardq.ledger.frames import TrajectoryFacts
+from rewardq.ledger.sink import Ledger
+from rewardq.queue.codec import OutputRecord
+from rewardq.queue.results import RESULT_FIELDS, RewardResult, encode_results
+
+SAMPLE = {
+    "data_source": "openai/gsm8k",
+    "reward_model": {"ground_truth": "72", "style": "rule"},
+    "extra_info": {"i": 1},
+}
+
+
+def facts(uid: str, n: int = 2, *, score: float = 1.0, scored_at: float = 1.8e9, attempt: int = 1) -> TrajectoryFacts:
+    """Trajectory ``<uid>_s`` of ``n`` outputs, every key scored ``score`` by worker ``w``."""
+    recs = [
+        OutputRecord(uid, "s", i, i == n - 1, np.arange(3, dtype=np.int32), np.arange(i + 4, dtype=np.int32))
+        for i in range(n)
+    ]
+    res = [RewardResult(r.key, "ok", score, {"acc": score}, worker="w", scored_at=scored_at) for r in recs]
+    enc = encode_results(res, 1 << 20)
+    return TrajectoryFacts(recs, SAMPLE, RESULT_FIELDS, enc.rows, attempt, scored_at - 1, 2.0, "p" * 16, "text")
+
+
+def make_ledger(tmp_path: Path, url: str | None = None, *, flusher_process: bool = False, **kw: Any) -> Ledger:
+    """An open ledger of worker ``w1`` writing to ``url`` (``tmp_path/ledger``), spooled in ``tmp_path/spool``.
+    The unit tier starts no process: ``flusher_process=True`` is the integration tier's."""
+    settings: dict[str, Any] = dict(flush_interval=60.0, file_bytes=1 << 20, spool_max_bytes=1 << 30)
+    settings["flusher_process"] = flusher_process
+    led = Ledger(url or str(tmp_path / "ledger"), worker="w1", spool=str(tmp_path / "spool"), **{**settings, **kw})
+    led.open()
+    return led
