@@ -31,6 +31,7 @@ import redis
 from rewardq.queue import scripts
 from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support.alone import machine_lock, run_lock
+from tests.support.ci_tail import Tail
 from tests.support.claimed_db import ClaimedDb, NoDatabaseFree, claim
 from tests.support.cli_procs import Procs
 from tests.support.cluster import ClusterStartError, LocalCluster
@@ -99,6 +100,7 @@ def _all_keys(url: str) -> set[str]:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Say which database the run claimed; with a Redis of the developer's own, note its keys to compare at the end."""
     global _KEYS_AT_START
+    _TAIL.watch(session)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if CLAIMED is not None and reporter is not None and CLAIMED.cleaned:
         reporter.write_line(
@@ -214,11 +216,27 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 _RUN_LOCK_FOLDERS: set[Path] = set()
+_TAIL = Tail()
 
 
 def pytest_configure_node(node: Any) -> None:
     """(xdist controller) Note the run's lock folder, removed when the run ends."""
     _RUN_LOCK_FOLDERS.add(_run_lock_folder(node.workerinput["testrunuid"]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """(controller) Count finished tests: CI starts tests/verl in the suite's tail (tests.support.ci_tail)."""
+    if report.when == "teardown" and not XDIST_WORKER:
+        _TAIL.test_done()
+
+
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """(xdist controller) Note when a worker was done (tests.support.ci_tail)."""
+    _TAIL.node_down()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    _TAIL.summary(terminalreporter)
 
 
 def _delete_namespace(url: str, ns: str) -> None:
