@@ -40,6 +40,7 @@ from redis.exceptions import (
 
 from rewardq.errors import RedisPermissionError
 from rewardq.queue.clients import blocking
+from rewardq.queue.handshake import retried_handshakes
 from rewardq.queue.packing import fast_packing
 from rewardq.queue.retry import RETRY_ON, AsyncPolicyRetry, PolicyRetry
 
@@ -163,7 +164,7 @@ def connect_async(url: str = REDIS_URL, *, cluster: bool = False, **kwargs: obje
         cluster_client: aredis.RedisCluster = aredis.RedisCluster.from_url(url, **_cluster_opts(opts))
         return cluster_client
     pool = fast_packing(aredis.BlockingConnectionPool.from_url(url, **_pool_opts(opts)))  # commands packed in C
-    return aredis.Redis.from_pool(pool)
+    return aredis.Redis.from_pool(retried_handshakes(pool, sync=False))
 
 
 def connect_sync(url: str = REDIS_URL, *, cluster: bool = False, **kwargs: object) -> SyncRedis:
@@ -174,7 +175,8 @@ def connect_sync(url: str = REDIS_URL, *, cluster: bool = False, **kwargs: objec
     if cluster:
         client = redis.RedisCluster.from_url(url, **_cluster_opts(opts))
     else:
-        client = redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(url, **_pool_opts(opts)))
+        pool = redis.BlockingConnectionPool.from_url(url, **_pool_opts(opts))
+        client = redis.Redis.from_pool(retried_handshakes(pool, sync=True))
     return blocking(client)
 
 

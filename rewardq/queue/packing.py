@@ -6,8 +6,7 @@ and running every argument through ``Encoder.encode``. A worker's ``commit`` cal
 arguments and a ``claim`` ~15: in Python that cost ~26 µs per ``commit`` call against ~5 µs in C
 (docs/performance.md). :class:`HiredisPacking` gives an asyncio connection the blocking
 client's packer (redis-py's ``HiredisRespSerializer``: the same bytes, the same ``DataError``
-for a value it refuses); :func:`fast_packing` applies it to a pool by subclassing whatever
-connection class the URL chose (TCP, TLS or a Unix socket), so nothing else about them changes.
+for a value it refuses); :func:`fast_packing` applies it to a pool (:func:`~rewardq.queue.handshake.mix_into`).
 Without hiredis the pool is left as it is.
 """
 
@@ -17,6 +16,8 @@ import importlib.util
 from typing import Any
 
 from redis.exceptions import DataError
+
+from rewardq.queue.handshake import mix_into
 
 #: Whether hiredis is installed (rewardq depends on ``redis[hiredis]``; without it pools are left alone).
 HAVE_HIREDIS = importlib.util.find_spec("hiredis") is not None
@@ -40,16 +41,6 @@ class HiredisPacking:
             raise DataError(exc) from None
 
 
-_CLASSES: dict[type, type] = {}
-
-
 def fast_packing(pool: Any) -> Any:
     """``pool`` (a redis-py asyncio connection pool) with :class:`HiredisPacking` connections."""
-    base = pool.connection_class
-    if not HAVE_HIREDIS or issubclass(base, HiredisPacking):
-        return pool
-    cls = _CLASSES.get(base)
-    if cls is None:
-        cls = _CLASSES[base] = type(f"Hiredis{base.__name__}", (HiredisPacking, base), {})
-    pool.connection_class = cls
-    return pool
+    return mix_into(pool, HiredisPacking) if HAVE_HIREDIS else pool

@@ -2,7 +2,8 @@
 
 **Who retries.** Only the Redis connection does: every client rewardq builds
 (:mod:`rewardq.queue.connection`) carries a :class:`PolicyRetry` (or its asyncio twin), and
-redis-py runs every command and pipeline through it, re-sending on a fresh connection. Nothing
+redis-py runs every command and pipeline through it, re-sending on a fresh connection; opening a
+connection, its handshake included, runs through it too (:mod:`rewardq.queue.handshake`). Nothing
 above it loops over a failed command: when a call still fails, the caller's step fails, and the
 at-least-once machinery recovers it (an unacknowledged entry stays pending and is reclaimed after
 ``claim_idle``; a producer's ``put_*`` raises). The worker's reader loop keeps reading after a
