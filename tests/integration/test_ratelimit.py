@@ -200,13 +200,57 @@ async def test_acquire_sleeps_until_allowed_and_counts_waits(make: MakeLimiter) 
     lim = make(max_tpm=6000, max_concurrent=None)  # bucket of 100 tokens, 100 tokens per second
     t0 = time.monotonic()
     assert await lim.acquire_tokens(200) == 0.0  # full bucket: oversize goes, level -100
-    await lim.acquire_tokens(50)  # must wait (100 + 50) / 100 = 1.5 s
-    elapsed = time.monotonic() - t0
-    assert 1.4 < elapsed < 5.0
+    t1 = time.monotonic()
+    waited = await lim.acquire_tokens(50)  # must wait (100 + 50) / 100 = 1.5 s after the first take
+    t2 = time.monotonic()
+    assert 1.4 < t2 - t0 < 5.0
     stats = lim.stats()
-    assert stats["tokens"]["waits"] == 1
-    assert 1.4 < stats["tokens"]["wait_seconds"] < 5.0
+    assert stats["tokens"]["waits"] == 1 and stats["tokens"]["wait_seconds"] == waited
+    # the wait counted is the second call's, which began when the first had returned (on a loaded
+    # machine, a good while after the first take)
+    assert 1.4 - (t1 - t0) < waited <= t2 - t1
     assert stats["request"]["waits"] == 0 and stats["slot"]["waits"] == 0
+
+
+async def test_a_wait_counts_the_questions_asked_while_waiting(
+    make: MakeLimiter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a limiter whose every question takes 50 ms (a loaded machine, or a distant Redis)
+    lim = make(max_tpm=6000, max_concurrent=2, lease_seconds=30)
+    take, slot_op = lim._take, lim._slot_op
+
+    async def slow_take(*args: Any, **kwargs: Any) -> tuple[float, float]:
+        answer = await take(*args, **kwargs)
+        await asyncio.sleep(0.05)
+        return answer
+
+    async def slow_slot_op(op: str, holder: str) -> float:
+        answer = await slot_op(op, holder)
+        await asyncio.sleep(0.05)
+        return answer
+
+    monkeypatch.setattr(lim, "_take", slow_take)
+    monkeypatch.setattr(lim, "_slot_op", slow_slot_op)
+    # When a caller waits 1.5 s for tokens, asking again every 50 ms or so, and another waits for a slot
+    assert await lim.acquire_tokens(200) == 0.0
+    t0 = time.monotonic()
+    waited = await lim.acquire_tokens(50)
+    took = time.monotonic() - t0
+    async with lim.slot(), lim.slot():
+        t0 = time.monotonic()
+        third = asyncio.create_task(_hold_a_slot(lim))
+        await asyncio.sleep(1.0)
+    await third
+    slot_took = time.monotonic() - t0
+    # Then each counts all the time it was held back, its questions included, not only its sleeps
+    assert 0.9 * took < waited <= took
+    assert lim.stats()["tokens"]["wait_seconds"] == waited
+    assert 0.9 * 1.0 < lim.stats()["slot"]["wait_seconds"] <= slot_took
+
+
+async def _hold_a_slot(lim: FleetRateLimiter | LocalRateLimiter) -> None:
+    async with lim.slot():
+        pass
 
 
 async def test_concurrency_slots_are_shared_and_released(make: MakeLimiter) -> None:

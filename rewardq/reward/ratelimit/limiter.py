@@ -251,26 +251,38 @@ class _LimiterBase:
         """Ask until ``attempt`` takes what it asks for: asleep between two questions for the wait the
         bucket names (plus jitter), or less: until a hand-back in this process rings ``kind``'s
         doorbell, and never longer than ``repoll`` times this process's sleepers of that kind (tokens
-        handed back by another process; :mod:`~rewardq.reward.ratelimit.doorbell`)."""
-        bell, waited = self.bells[kind], 0.0
+        handed back by another process; :mod:`~rewardq.reward.ratelimit.doorbell`).
+
+        Returns the seconds the caller was held back: from the start of the first question that was
+        refused to the answer that let it go, the questions included (a waiter asks again every
+        ``repoll`` or so, and on a loaded machine or a distant Redis those round trips are a good
+        part of the wait)."""
+        bell, refused_at = self.bells[kind], None
         while True:
             since = bell.rings
+            asked_at = time.monotonic()
             wait = await attempt()
             if wait <= 0:
                 break
-            self._within_budget(kind, wait, waited)
+            refused_at = asked_at if refused_at is None else refused_at
+            self._within_budget(kind, wait, time.monotonic() - refused_at)
             pause = min(
                 wait * (1.0 + random.uniform(0.0, self.jitter)) + 0.001,
                 self.repoll * (bell.sleeping + 1) * random.uniform(0.5, 1.5),
             )
-            started = time.monotonic()
             await bell.sleep(pause, since)
-            waited += time.monotonic() - started
         if bell.sleeping:
             bell.ring()  # the next waiter looks at what is left
-        if waited:
-            self.waits[kind].count += 1
-            self.waits[kind].seconds += waited
+        return self._count_wait(kind, refused_at)
+
+    def _count_wait(self, kind: str, refused_at: float | None) -> float:
+        """Count one wait of ``kind`` that began when a question asked at ``refused_at`` was refused
+        and ends now (None: the first question was granted, no wait); returns its seconds."""
+        if refused_at is None:
+            return 0.0
+        waited = time.monotonic() - refused_at
+        self.waits[kind].count += 1
+        self.waits[kind].seconds += waited
         return waited
 
     @asynccontextmanager
@@ -285,21 +297,19 @@ class _LimiterBase:
             yield None
             return
         holder = f"{self.holder_prefix}:{uuid.uuid4().hex[:12]}"
-        bell, poll, waited = self.bells["slot"], 0.02, 0.0
+        bell, poll, refused_at = self.bells["slot"], 0.02, None
         while True:
             since = bell.rings
+            asked_at = time.monotonic()
             wait = await self._slot_op("slot", holder)
             if wait <= 0:
                 break
+            refused_at = asked_at if refused_at is None else refused_at
             pause = min(wait, poll) * (1.0 + random.uniform(0.0, self.jitter))
             poll = min(poll * 2, self.max_poll)
-            self._within_budget("slot", pause, waited)
-            started = time.monotonic()
+            self._within_budget("slot", pause, time.monotonic() - refused_at)
             await bell.sleep(pause, since)  # a release in this process wakes one waiter at once
-            waited += time.monotonic() - started
-        if waited:
-            self.waits["slot"].count += 1
-            self.waits["slot"].seconds += waited
+        self._count_wait("slot", refused_at)
         renewer = asyncio.create_task(self._renew_loop(holder))
         try:
             yield holder
