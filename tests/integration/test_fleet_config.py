@@ -22,7 +22,7 @@ from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.scoring_record import RecordedScoring, recorded_scoring, replace_scoring
 from rewardq.reward.scoring_fingerprint import ScoringFingerprint
-from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
+from tests.support.cli_procs import WORKER_START_TIMEOUT, Proc, Procs, wait_for, worker_argv
 from tests.support.cluster import LocalCluster
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -53,7 +53,7 @@ def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url: str
     # Given a naive worker serving the namespace
     first = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="naive-w", manager="naive")
     try:
-        assert first.wait_for_log("worker naive-w started", 120), first.log()
+        assert first.wait_for_log("worker naive-w started", WORKER_START_TIMEOUT), first.log()
         assert "manager=naive" in _recorded(redis_url, ns)["config"]
         # When a dapo worker starts on the same namespace
         code, log = _exit_and_log(
@@ -72,7 +72,7 @@ def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url: str
         # A second worker with the same configuration joins
         same = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="naive-2", manager="naive")
         try:
-            assert same.wait_for_log("worker naive-2 started", 120), same.log()
+            assert same.wait_for_log("worker naive-2 started", WORKER_START_TIMEOUT), same.log()
         finally:
             assert same.terminate() == 0
     finally:
@@ -230,7 +230,7 @@ def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url: str,
     )
     new = None
     try:
-        assert old.wait_for_log("worker old-w started", 120), old.log()
+        assert old.wait_for_log("worker old-w started", WORKER_START_TIMEOUT), old.log()
         before = _recorded(redis_url, ns)
         # When a dapo worker starts with --takeover
         new = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="new-w", manager="dapo", takeover=True)
@@ -261,7 +261,7 @@ def test_an_old_worker_that_was_superseded_stops_with_exit_2(redis_url: str, ns:
     # (as after a partition long enough for its heartbeat to lapse)
     w = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="stale", manager="naive", heartbeat_interval=0.5)
     try:
-        assert w.wait_for_log("worker stale started", 120), w.log()
+        assert w.wait_for_log("worker stale started", WORKER_START_TIMEOUT), w.log()
         r = connect(redis_url)
         r.hset(Keyspace(ns).meta, "scoring", json.dumps({"digest": "0" * 16, "config": "manager=dapo (new)"}))
         r.close()
@@ -280,7 +280,7 @@ def _worker_as(srv: RedisServer, tmp_path: Path, user: str, *rules: str) -> tupl
     w = WorkerProcess(srv.url_for(user, f"{user}-pw"), "acl", cli=True, log_dir=tmp_path, name=user, manager="naive")
     if "-xautoclaim" in rules:  # a command the worker never sends: it starts
         try:
-            assert w.wait_for_log(f"worker {user} started", 120), w.log()
+            assert w.wait_for_log(f"worker {user} started", WORKER_START_TIMEOUT), w.log()
         finally:
             code = w.terminate()
         return code, w.log()

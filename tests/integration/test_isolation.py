@@ -20,7 +20,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
 from tests.conftest import _delete_namespace
 from tests.support.checks import must
-from tests.support.cli_procs import Procs, wait_for, worker_argv
+from tests.support.cli_procs import WORKER_START_TIMEOUT, Procs, wait_for, worker_argv
 from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -28,7 +28,7 @@ from tests.support.records import text_output
 pytestmark = pytest.mark.slow
 
 MANAGER = "tests.support.misbehaving:MisbehavingManager"
-START_TIMEOUT = 120  # worker start-up imports torch; several at once on a busy 2-core machine
+START_TIMEOUT = WORKER_START_TIMEOUT
 SCORE_TIMEOUT = 8.0
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
-from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
+from tests.support.cli_procs import WORKER_START_TIMEOUT, Proc, Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
@@ -64,7 +64,12 @@ class Fleet:
     def start_registered(self, name: str, beside: Proc) -> Proc:
         """Worker ``name``, once it has registered (``beside``, the worker already running, must stay up)."""
         w = self.start(name)
-        wait_for(lambda: self.sync_redis.exists(f"{self.ns}:worker:{name}"), 120, f"worker {name}", procs=[beside, w])
+        wait_for(
+            lambda: self.sync_redis.exists(f"{self.ns}:worker:{name}"),
+            WORKER_START_TIMEOUT,
+            f"worker {name}",
+            procs=[beside, w],
+        )
         return w
 
     def busy_worker(self) -> tuple[Proc, RewardClient, list[str]]:
@@ -72,6 +77,9 @@ class Fleet:
         a = self.start("a")
         client = RewardClient.from_url(self.redis_url, namespace=self.ns)
         keys = _put(client, 20)
+        # (its start-up first, which may take longer than its judge calls: torch's import alone took 72 s
+        # on a loaded machine)
+        wait_for(lambda: self.sync_redis.exists(f"{self.ns}:worker:a"), WORKER_START_TIMEOUT, "worker a", procs=[a])
         wait_for(lambda: self.judge.stats()["in_flight"] >= 20, 90, "20 judge calls in flight", procs=[a])
         return a, client, keys
 
@@ -219,7 +227,7 @@ def test_a_worker_paused_past_claim_idle_has_its_work_reclaimed_side_by_side_and
     a.popen.send_signal(signal.SIGSTOP)
     paused = time.time()
     try:
-        b = fleet.start("b")
+        b = fleet.start_registered("b", beside=a)
         wait_for(lambda: sum(e["t"] > paused for e in _log(judge)) >= 20, 120, "the reclaim", procs=[b])
     finally:
         a.popen.send_signal(signal.SIGCONT)

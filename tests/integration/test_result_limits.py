@@ -31,6 +31,7 @@ from rewardq.queue.broker import STAGE_TTL, StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from tests.support.checks import must
+from tests.support.cli_procs import WORKER_START_TIMEOUT
 from tests.support.helpers import open_test_worker, output, results_for, worker_config
 from tests.support.ping_sampler import PingSampler
 from tests.support.proc_worker import WorkerProcess
@@ -86,7 +87,7 @@ def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(
             scorer_processes=2,
         )
         try:
-            assert worker.wait_for_log(f"worker {worker.name} started", 120), worker.log()
+            assert worker.wait_for_log(f"worker {worker.name} started", WORKER_START_TIMEOUT), worker.log()
             with PingSampler(srv.url) as idle:
                 time.sleep(1.0)
             with PingSampler(srv.url) as sampler:
@@ -286,7 +287,7 @@ def test_a_1_gib_extra_info_is_refused_in_its_scorer_process_and_costs_the_worke
             scorer_processes=1,
         )
         try:
-            assert worker.wait_for_log(f"worker {worker.name} started", 120), worker.log()
+            assert worker.wait_for_log(f"worker {worker.name} started", WORKER_START_TIMEOUT), worker.log()
             warm = client.wait_rewards(_good(client, "w", 3), timeout=120)  # every lazy import done
             # Given the worker's resident memory now, its peak reset to it
             rss0 = _kib(worker.pid, "VmRSS")

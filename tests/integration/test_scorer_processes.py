@@ -21,14 +21,14 @@ import pytest
 from rewardq.producers.client import RewardClient
 from tests.conftest import _delete_namespace
 from tests.support.checks import must
-from tests.support.cli_procs import wait_for
+from tests.support.cli_procs import WORKER_START_TIMEOUT, wait_for
 from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
 
 pytestmark = pytest.mark.slow
 
-START_TIMEOUT = 120  # worker start-up imports torch; several at once on a busy 2-core machine
+START_TIMEOUT = WORKER_START_TIMEOUT
 
 
 def push(client: RewardClient, text: str, *, ground_truth: str = "ok") -> str:

@@ -17,6 +17,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+#: How long a test waits for a worker process to start (its first heartbeat, its "started" line).
+#: Start-up imports torch: with the suite beside other work on 2 cores (load 25-29), that import
+#: alone took 72 s in one worker, and a 90 s wait for a worker started beside three others ran out.
+#: What a test checks starts once the worker runs; the wait for that has its own bound.
+WORKER_START_TIMEOUT = 180
 
 
 class Proc:
