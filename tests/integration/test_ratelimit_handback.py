@@ -12,7 +12,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,6 +24,7 @@ from rewardq.reward.ratelimit import FleetRateLimiter, LocalRateLimiter
 from tests.conftest import REDIS_URL
 from tests.support.cli_procs import REPO
 from tests.support.helpers import seconds_to_use_a_hand_back
+from tests.support.together import start_together
 
 TPM, ESTIMATE, USE = 60_000, 1_000, 200  # the issue's case: ~20 % of the limit before
 RATE = TPM / 60  # tokens per second; also the bucket's capacity (one second of the rate)
@@ -46,8 +46,8 @@ import redis.asyncio as aioredis
 from rewardq.reward.ratelimit import FleetRateLimiter
 from rewardq.reward.ratelimit.doorbell import Doorbell
 async def main():
-    url, key, mode, start_at, duration = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
-    tpm, estimate, use, call_s, callers = (float(a) for a in sys.argv[6:11])
+    url, key, mode, duration = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    tpm, estimate, use, call_s, callers = (float(a) for a in sys.argv[5:10])
     if mode == "before":
         Doorbell.ring = lambda self: None
     r = aioredis.Redis.from_url(url)
@@ -56,6 +56,8 @@ async def main():
         take = lim._take
         lim._take = lambda *a, hand_back=False, **kw: take(*a, **kw)
     await r.ping()
+    print("READY", flush=True)
+    start_at = float(await asyncio.to_thread(sys.stdin.readline))
     stamps = []
     async def caller():
         while True:
@@ -78,14 +80,19 @@ asyncio.run(main())
 async def _fleet(mode: str) -> list[float]:
     """Run PROCS processes of CALLERS callers each on a fresh limiter; the start times of their calls."""
     key = Keyspace(f"rqtest-{uuid.uuid4().hex[:12]}").ratelimit("judge")
-    start_at = time.time() + 3.0  # every process imported and connected
-    argv = [REDIS_URL, key, mode, str(start_at), str(DURATION), str(TPM), str(ESTIMATE), str(USE)]
-    argv += [str(CALL_SECONDS), str(CALLERS)]
+    argv = [REDIS_URL, key, mode, str(DURATION), str(TPM), str(ESTIMATE), str(USE), str(CALL_SECONDS), str(CALLERS)]
     procs = [
-        subprocess.Popen([sys.executable, "-c", _JUDGE_CALLS, *argv], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        subprocess.Popen(
+            [sys.executable, "-c", _JUDGE_CALLS, *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         for _ in range(PROCS)
     ]
     try:
+        await asyncio.to_thread(start_together, procs)  # every process imported and connected
         outs = [await asyncio.to_thread(p.communicate, timeout=60) for p in procs]
     finally:
         for p in procs:
