@@ -112,16 +112,17 @@ async def test_results_and_trajectories_expire_after_result_ttl(
         for ttl, n in spaces.items():
             async with running_workers(n, redis_url, [EchoManager()], result_ttl=ttl, **FAST):
                 await asyncio.to_thread(clients[ttl].wait_rewards, keys[ttl], 30)
+                # read as soon as they are scored: the 2 s ones may be gone once the next workers ran
+                # (on a loaded machine, starting and stopping those may take longer than that)
+                ks = Keyspace(n)
+                for k in keys[ttl]:
+                    reward_ttl = sync_redis.ttl(ks.reward_key(k))
+                    traj_ttl = sync_redis.ttl(ks.traj_key(k.rpartition("_")[0]))
+                    if ttl == 0:
+                        assert reward_ttl == -1 and traj_ttl == -1, "result_ttl=0 keeps results forever"
+                    else:
+                        assert 0 < reward_ttl <= ttl and 0 < traj_ttl <= ttl, (ttl, reward_ttl, traj_ttl)
         scored_at = time.monotonic()
-        for ttl, n in spaces.items():
-            ks = Keyspace(n)
-            for k in keys[ttl]:
-                reward_ttl = sync_redis.ttl(ks.reward_key(k))
-                traj_ttl = sync_redis.ttl(ks.traj_key(k.rpartition("_")[0]))
-                if ttl == 0:
-                    assert reward_ttl == -1 and traj_ttl == -1, "result_ttl=0 keeps results forever"
-                else:
-                    assert 0 < reward_ttl <= ttl and 0 < traj_ttl <= ttl, (ttl, reward_ttl, traj_ttl)
         # the short-lived ones are gone once their TTL has passed; the others are still there
         await asyncio.sleep(max(0.0, 3.5 - (time.monotonic() - scored_at)))
         short = Keyspace(spaces[2])
