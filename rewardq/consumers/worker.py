@@ -87,7 +87,7 @@ class Worker:
         self.ks: Keyspace = parts.broker.ks
         self.manager = parts.manager
         self.tokenizer = parts.tokenizer
-        self.vocab_size: int | None = getattr(parts.tokenizer, "vocab_size", None)
+        self.vocab_size = parts.vocab_size
         self.tokenizer_fingerprint = parts.tokenizer_fingerprint
         self.gate = parts.gate
         self.metrics = parts.metrics
