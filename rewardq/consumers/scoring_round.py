@@ -135,7 +135,7 @@ class ScoringRound:
         """Best effort: record why this attempt ended unanswered, for the dead letter of a trajectory
         that runs out of deliveries (so it never blames a crash that did not happen)."""
         try:
-            await self.parts.broker.note_unfinished(shard, tid, why)
+            await self.parts.broker.attempts.note_unfinished(shard, tid, why)
         except Exception as exc:  # noqa: BLE001 - Redis is likely what failed; the delivery count still counts
             logger.debug("could not record the failed attempt of %s: %s", tid, exc)
 
