@@ -47,8 +47,9 @@ def spool_segment(folder: Path, seed: int, n: int) -> Path:
     return segment
 
 
-def run_flusher(url: str, segments: list[Path]) -> tuple[float, float, int]:
-    """Hand ``segments`` to a fresh flusher process: its CPU seconds, peak RSS (MB) and rows written."""
+def run_flusher(url: str, segments: list[Path]) -> tuple[float, float, int, float, int]:
+    """Hand ``segments`` to a fresh flusher process: its CPU seconds, peak RSS (MB), rows written,
+    system CPU seconds and minor page faults."""
     proc = subprocess.Popen([sys.executable, "-m", "rewardq.ledger.flusher", url],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
@@ -64,15 +65,15 @@ def run_flusher(url: str, segments: list[Path]) -> tuple[float, float, int]:
         _idle(proc.pid)
     # read before it exits: wait4's ru_maxrss would count this process's memory, which the child
     # had until its exec
-    cpu, peak = cpu_seconds(proc.pid), (status_kb(proc.pid, "VmHWM") or 0) / 1024
-    if os.environ.get("LEDGER_FLUSHER_DEBUG"):
-        with open(f"/proc/{proc.pid}/stat") as f:
-            st = f.read().rsplit(")", 1)[1].split()
-        print("utime", int(st[11]) / 100, "stime", int(st[12]) / 100, "minflt", st[7], "peak", peak, file=sys.stderr)
+    peak = (status_kb(proc.pid, "VmHWM") or 0) / 1024
+    with open(f"/proc/{proc.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    user, system, faults = int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
     proc.stdin.close()
     proc.wait()
     proc.stdout.close()
-    return cpu, peak, rows
+    return user + system, peak, rows, system, faults
 
 
 def _idle(pid: int) -> None:
@@ -117,6 +118,8 @@ def measure(
         "cpu_s": med(r[0] for r in busy),
         "rss_mb": med(r[1] for r in busy),
         "cpu_ms_per_trajectory": 1000 * (med(r[0] for r in busy) - med(r[0] for r in idle)) / n,
+        "sys_ms_per_trajectory": 1000 * (med(r[3] for r in busy) - med(r[3] for r in idle)) / n,
+        "minor_faults": med(r[4] for r in busy) - med(r[4] for r in idle),
         "rows": busy[0][2],
         "load": os.getloadavg()[0],
     }

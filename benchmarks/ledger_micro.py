@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import Row
 from benchmarks.workload import Workload
@@ -59,10 +60,10 @@ def _workload(seed: int, n: int) -> Work:
 
 def _round(work: Work, folder: Path) -> dict[str, float]:
     from rewardq.ledger import flusher
-    from rewardq.ledger.frames import OUTCOME, PROVENANCE, SegmentFile, TrajectoryFacts
+    from rewardq.ledger.frames import SegmentFile, TrajectoryFacts
     from rewardq.ledger.sink import Ledger
     from rewardq.ledger.store import LedgerStore
-    from rewardq.ledger.table import SegmentRows
+    from rewardq.ledger.table import SegmentRows, is_trajectory
     from rewardq.queue.results import RESULT_FIELDS
 
     ledger = Ledger(str(folder / "ledger"), worker="w", spool=str(folder / "spool"), flush_interval=1e9,
@@ -86,17 +87,14 @@ def _round(work: Work, folder: Path) -> dict[str, float]:
     with segment.open("rb") as file, store.open("2026-01-01", 0, "part-micro") as out:
         seg = SegmentFile(file)
         t = clock()
-        outcomes, blobs, trajectories = {}, {}, []
+        outcomes: dict[int, bool | None] = {}
+        blobs: dict[str, Any] = {}
+        trajectories = []
         for frame, start, raw in seg.frames():  # the flusher's first pass: the maps only
-            kind = frame.get("k")
-            if kind == OUTCOME:
-                outcomes[int(frame["tk"])] = frame.get("c")
-            elif kind == PROVENANCE:
-                blobs[str(frame["d"])] = frame["b"]
-            else:
+            if is_trajectory(frame, outcomes, blobs):
                 trajectories.append((frame, start, raw))
         took["scan"] = clock() - t
-        rows = SegmentRows(outcomes, blobs, flusher._SPARE)
+        rows = SegmentRows(outcomes, blobs, flusher._BUFFERS)
         for frame, start, raw in trajectories:
             t0 = clock()
             seg.complete(frame, start, raw)

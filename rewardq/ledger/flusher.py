@@ -30,15 +30,12 @@ import threading
 from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, Any, Protocol
 
-from rewardq.ledger.frames import OUTCOME, PROVENANCE, TRAJECTORY, SegmentFile
+from rewardq.ledger.frames import SegmentFile
 from rewardq.ledger.spool import Spool
 from rewardq.ledger.store import LedgerFile, LedgerStore
-from rewardq.ledger.table import Partition, SegmentRows
-
-if TYPE_CHECKING:
-    import numpy as np
+from rewardq.ledger.table import Buffers, Partition, SegmentRows, is_trajectory
 
 #: Seconds a closing worker waits for its flusher process to exit before killing it.
 _EXIT_WAIT = 5.0
@@ -60,8 +57,9 @@ class Flusher(Protocol):
 #: Bytes of ids a partition collects before they are written as a row group: what bounds the
 #: flusher's memory, whatever the segment's size (docs/performance.md).
 ROW_GROUP_BYTES = 16 << 20
-#: Buffers the flusher copies ids into, kept from row group to row group and segment to segment.
-_SPARE: list[np.ndarray] = []
+#: Buffers the flusher copies ids into, kept from row group to row group and segment to segment;
+#: a column's holds a row group's ids and the trajectory that passed the mark.
+_BUFFERS = Buffers(2 * ROW_GROUP_BYTES)
 
 
 def write_segment(store: LedgerStore, path: Path, owner: str) -> tuple[int, int] | None:
@@ -93,14 +91,9 @@ def _write_frames(store: LedgerStore, segment: SegmentFile, name: str) -> tuple[
     blobs: dict[str, Mapping[str, Any]] = {}
     trajectories: list[tuple[dict[str, Any], int, int]] = []
     for frame, start, raw in segment.frames():
-        kind = frame.get("k")
-        if kind == OUTCOME:
-            outcomes[int(frame["tk"])] = frame.get("c")
-        elif kind == PROVENANCE:
-            blobs[str(frame["d"])] = frame.get("b") or {}
-        elif kind == TRAJECTORY:
+        if is_trajectory(frame, outcomes, blobs):
             trajectories.append((frame, start, raw))
-    built = SegmentRows(outcomes, blobs, _SPARE)
+    built = SegmentRows(outcomes, blobs, _BUFFERS)
     with ExitStack() as files:
         opened: dict[Partition, LedgerFile] = {}
         rows = 0

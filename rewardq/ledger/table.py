@@ -243,16 +243,43 @@ _FIRST_BYTES = 1 << 20
 _NO_BYTES = np.empty(0, dtype=np.uint8)  # a column's buffer before its first value
 
 
+class Buffers:
+    """Byte buffers kept from table to table and segment to segment, so the next row group's ids
+    are copied into memory already mapped (see :class:`_Binary`).
+
+    Args:
+        size: bytes of a new buffer: room for a row group's ids of one column, taken at once
+            rather than by doubling (whose smaller buffers the allocator may keep as garbage);
+            its pages take memory only once written.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._spare: dict[int, list[np.ndarray]] = {}  # by column: each keeps the pages it wrote
+
+    def take(self, column: int, n: int) -> np.ndarray:
+        """A buffer of at least ``n`` bytes for ``column``: one it gave back if it has room."""
+        spare = self._spare.get(column)
+        while spare:
+            buf = spare.pop()
+            if len(buf) >= n:
+                return buf
+        return np.empty(max(n, self.size), dtype=np.uint8)
+
+    def give(self, column: int, bufs: Iterable[np.ndarray]) -> None:
+        """Buffers of ``column`` no Arrow array uses any more."""
+        self._spare.setdefault(column, []).extend(b for b in bufs if len(b))
+
+
 class _Binary:
     """One binary column of a partition, its values copied into one buffer as they come (the frame
     that held them is dropped at once), then made an Arrow array without another copy.
 
-    ``spare``: buffers to take and, at :meth:`reset`, give back (kept by the process, so the next
-    row group and the next segment write into memory already mapped); None: fresh buffers, which
-    the arrays keep."""
+    ``buffers``: where the buffers of ``column`` come from and, at :meth:`reset`, go back to;
+    None: fresh buffers (doubling from 1 MB), which the arrays keep."""
 
-    def __init__(self, spare: list[np.ndarray] | None = None) -> None:
-        self.spare = spare
+    def __init__(self, column: int, buffers: Buffers | None = None) -> None:
+        self.column, self.buffers = column, buffers
         self.chunks: list[pa.Array] = []
         self.used: list[np.ndarray] = []  # buffers the chunks are made of
         self.buf = _NO_BYTES  # taken at the first value
@@ -261,12 +288,9 @@ class _Binary:
         self.valid: list[bool] = []
 
     def _take(self, n: int) -> np.ndarray:
-        spare = self.spare
-        if spare:
-            best = max(range(len(spare)), key=lambda i: len(spare[i]))
-            if len(spare[best]) >= n:
-                return spare.pop(best)
-        return np.empty(n, dtype=np.uint8)
+        if self.buffers is not None:
+            return self.buffers.take(self.column, n)
+        return np.empty(max(n, _FIRST_BYTES), dtype=np.uint8)
 
     def extend(self, values: Iterable[Any]) -> None:
         buf, pos, lengths, valid = self.buf.data, self.pos, self.lengths, self.valid
@@ -292,7 +316,7 @@ class _Binary:
             self._cut()
             if n <= len(self.buf):
                 return
-        bigger = self._take(max(2 * len(self.buf), self.pos + n, _FIRST_BYTES))
+        bigger = self._take(max(2 * len(self.buf), self.pos + n))
         bigger[: self.pos] = self.buf[: self.pos]
         self.buf = bigger  # the smaller one is let go: the next row group needs the larger
 
@@ -326,9 +350,9 @@ class _Binary:
         return pc.binary_length(self.array()).cast(pa.int32())
 
     def reset(self) -> None:
-        """Start again, the arrays made so far no longer used: their buffers go back to ``spare``."""
-        if self.spare is not None:
-            self.spare.extend(self.used)
+        """Start again, the arrays made so far no longer used: their buffers go back to ``buffers``."""
+        if self.buffers is not None:
+            self.buffers.give(self.column, self.used)
         self.chunks, self.used = [], []
         self.pos, self.lengths, self.valid = 0, [], []
 
@@ -338,8 +362,8 @@ class _Rows:
     trajectory once, each output's values in one list per column, the ids in one buffer per column
     (see the module doc and :class:`_Binary`)."""
 
-    def __init__(self, spare: list[np.ndarray] | None = None) -> None:
-        self.ids = {at: _Binary(spare) for at in (_PROMPT, _RESPONSE, _MASK)}
+    def __init__(self, buffers: Buffers | None = None) -> None:
+        self.ids = {at: _Binary(at, buffers) for at in (_PROMPT, _RESPONSE, _MASK)}
         self.reset()
 
     def reset(self) -> None:
@@ -447,17 +471,17 @@ class SegmentRows:
     Args:
         outcomes: each ticket's commit outcome (``committed``), looked up when a table is made.
         blobs: the provenance blobs by digest, looked up when a table is made.
-        spare: buffers the ids are copied into, kept from table to table (see :class:`_Binary`):
-            a table made with them is good until the next :meth:`add`; None: tables are kept.
+        buffers: where the ids are copied, kept from table to table (:class:`Buffers`): a table
+            made with them is good until the next :meth:`add`; None: tables are kept.
     """
 
     def __init__(
         self,
         outcomes: Mapping[int, bool | None],
         blobs: Mapping[str, Mapping[str, Any]],
-        spare: list[np.ndarray] | None = None,
+        buffers: Buffers | None = None,
     ) -> None:
-        self.outcomes, self.blobs, self.spare = outcomes, blobs, spare
+        self.outcomes, self.blobs, self.buffers = outcomes, blobs, buffers
         self.parts: dict[Partition, _Rows] = {}
         self._hours: dict[int, Partition] = {}
         self._results = _Results()
@@ -472,7 +496,7 @@ class SegmentRows:
             key = self._hours[hour] = partition_of(scored / 1_000_000)
         part = self.parts.get(key)
         if part is None:
-            part = self.parts[key] = _Rows(self.spare)
+            part = self.parts[key] = _Rows(self.buffers)
         part.add(t, rows)
         return key
 
@@ -490,6 +514,19 @@ class SegmentRows:
         return table
 
 
+def is_trajectory(
+    frame: Mapping[str, Any], outcomes: dict[int, bool | None], blobs: dict[str, Mapping[str, Any]]
+) -> bool:
+    """Whether ``frame`` is a trajectory's; a commit outcome or a provenance blob goes to
+    ``outcomes`` or ``blobs`` instead (a frame of another kind is neither)."""
+    kind = frame.get("k")
+    if kind == OUTCOME:
+        outcomes[int(frame["tk"])] = frame.get("c")
+    elif kind == PROVENANCE:
+        blobs[str(frame["d"])] = frame.get("b") or {}
+    return kind == TRAJECTORY
+
+
 def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, pa.Table]:
     """The rows of a segment's frames, as one table per partition (see the module doc). Each
     trajectory frame is taken as it comes, so the frames need not be held all at once."""
@@ -497,12 +534,7 @@ def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, p
     outcomes: dict[int, bool | None] = {}
     rows = SegmentRows(outcomes, blobs)
     for t in frames:
-        kind = t.get("k")
-        if kind == OUTCOME:
-            outcomes[int(t["tk"])] = t.get("c")
-        elif kind == PROVENANCE:
-            blobs[str(t["d"])] = t.get("b") or {}
-        elif kind == TRAJECTORY:
+        if is_trajectory(t, outcomes, blobs):
             rows.add(t)
     tables = {p: rows.take(p) for p in sorted(rows.parts)}
     return {p: t for p, t in tables.items() if t is not None}
