@@ -60,6 +60,9 @@ ROW_GROUP_BYTES = 16 << 20
 #: Buffers the flusher copies ids into, kept from row group to row group and segment to segment;
 #: a column's holds a row group's ids and the trajectory that passed the mark.
 _BUFFERS = Buffers(2 * ROW_GROUP_BYTES)
+#: One segment at a time per process: the buffers above (and the frames' read buffer) are shared
+#: by every ledger of a process that writes in threads (:class:`ThreadFlusher`).
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def write_segment(store: LedgerStore, path: Path, owner: str) -> tuple[int, int] | None:
@@ -77,7 +80,7 @@ def write_segment(store: LedgerStore, path: Path, owner: str) -> tuple[int, int]
         raise FlushError(f"cannot read spool segment {path}: {exc}") from None
     seq = path.name.rsplit(".", 2)[-2]
     try:
-        with f:
+        with f, _ONE_AT_A_TIME:
             rows, files = _write_frames(store, SegmentFile(f), f"part-{owner}-{seq}")
     except Exception as exc:  # noqa: BLE001 - the destination's failure, whatever its library raises
         raise FlushError(f"cannot write {path.name} to {store.url}: {type(exc).__name__}: {exc}") from None
