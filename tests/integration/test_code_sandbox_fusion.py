@@ -28,9 +28,6 @@ ADD = json.dumps({"inputs": ["2 3\n"], "outputs": ["5\n"]})
 RIGHT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 WRONG = "```python\nprint(0)\n```"
 SAMPLE = {"data_source": "taco", "reward_model": {"ground_truth": ADD}, "extra_info": {}}
-#: Code trajectories through the two workers: over three times their 64 slots, so the shared limit
-#: of 4 is reached and held
-N = 200
 
 
 def _output(text: str) -> dict[str, Any]:
@@ -44,7 +41,7 @@ def standin(tmp_path: Path) -> Iterator[Standin]:
     s.stop()
 
 
-def test_200_trajectories_two_workers_never_more_than_4_runs_at_once(
+def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(
     procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, standin: Standin
 ) -> None:
     # Given two worker processes sharing sandbox_fusion_max_concurrent=4, each willing to score 32 at once
@@ -70,18 +67,20 @@ def test_200_trajectories_two_workers_never_more_than_4_runs_at_once(
 
     workers = [worker(f"sf{i}") for i in range(2)]
     wait_for(lambda: all(sync_redis.exists(f"{ns}:worker:sf{i}") for i in range(2)), 90, "heartbeats", procs=workers)
-    # When 200 code trajectories arrive (every fifth one wrong)
+    # When 500 code trajectories arrive (every fifth one wrong)
     client = RewardClient.from_url(redis_url, namespace=ns)
-    keys = [client.put_trajectory(f"t{i}", "0", [_output(WRONG if i % 5 == 0 else RIGHT)], SAMPLE)[0] for i in range(N)]
+    keys = [
+        client.put_trajectory(f"t{i}", "0", [_output(WRONG if i % 5 == 0 else RIGHT)], SAMPLE)[0] for i in range(500)
+    ]
     res = client.wait_rewards(keys, timeout=480)
     # Then every trajectory got its reward, from both workers
     assert all(r.ok for r in res.values()), [r.error for r in res.values() if not r.ok][:3]
-    assert [res[k].reward_score for k in keys] == [0.0 if i % 5 == 0 else 1.0 for i in range(N)]
+    assert [res[k].reward_score for k in keys] == [0.0 if i % 5 == 0 else 1.0 for i in range(500)]
     assert {r.reward_extra_info["code_backend"] for r in res.values()} == {"sandbox_fusion"}
     assert {r.worker for r in res.values()} == {"sf0", "sf1"}
     # ... and the sandbox ran each program once, never more than 4 at a time, with the memory limit passed through
     stats = standin.stats()
-    assert stats["runs"] == N
+    assert stats["runs"] == 500
     assert stats["max_in_flight"] <= 4, stats
     assert stats["max_in_flight"] == 4, stats  # the limit was reached, not merely respected by an idle fleet
     assert stats["memory_limits"] == [256]
