@@ -136,7 +136,7 @@ def partition_of(seconds: float) -> Partition:
 #: Where each output's entry of a trajectory frame (``o``) holds its values (rewardq.ledger.frames).
 _INDEX, _FINAL, _PROMPT, _RESPONSE, _MASK, _TURNS, _EXTRA, _ROLLOUT = range(8)
 #: The columns each result row fills, and how its bytes become the column's value.
-_RESULT_COLUMNS = (
+RESULT_COLUMNS = (
     "status",
     "reward_score",
     "reward_extra_info",
@@ -148,6 +148,9 @@ _RESULT_COLUMNS = (
     "latency_ms",
     "provenance",
 )
+#: The columns of an error row the ledger sink writes itself (:meth:`~rewardq.ledger.sink.Ledger.failed`):
+#: every result column but ``provenance``, which the trajectory's frame carries once.
+ERROR_COLUMNS = tuple(c for c in RESULT_COLUMNS if c != "provenance")
 #: Columns with one value per trajectory: kept once per trajectory, repeated per output by Arrow.
 _TRAJECTORY_COLUMNS = (
     "schema_version",
@@ -186,8 +189,8 @@ _RESULT_DECODE = {
     "latency_ms": _number,
     "provenance": _text,
 }
-_SCORED_AT = _RESULT_COLUMNS.index("scored_at")
-_PROVENANCE = _RESULT_COLUMNS.index("provenance")
+_SCORED_AT = RESULT_COLUMNS.index("scored_at")
+_PROVENANCE = RESULT_COLUMNS.index("provenance")
 _MISSING = object()
 
 
@@ -197,18 +200,18 @@ class _Results:
 
     def __init__(self) -> None:
         self._at: dict[tuple[str, ...], list[int]] = {}
-        self._seen: list[dict[Any, Any]] = [{} for _ in _RESULT_COLUMNS]
-        self._decode = [_RESULT_DECODE[c] for c in _RESULT_COLUMNS]
+        self._seen: list[dict[Any, Any]] = [{} for _ in RESULT_COLUMNS]
+        self._decode = [_RESULT_DECODE[c] for c in RESULT_COLUMNS]
 
     def rows(self, t: Mapping[str, Any], n: int) -> list[list[Any]]:
-        """The rows of frame ``t``, each :data:`_RESULT_COLUMNS`' values: one per output, or one
+        """The rows of frame ``t``, each :data:`RESULT_COLUMNS`' values: one per output, or one
         every output shares (a frame whose row count is not its output count gives its first to
         every output). A row without a provenance digest takes the frame's."""
         names = tuple(t.get("rf") or ())
         at = self._at.get(names)
         if at is None:
             index = {name: i for i, name in enumerate(names)}
-            at = self._at[names] = [index.get(c, -1) for c in _RESULT_COLUMNS]
+            at = self._at[names] = [index.get(c, -1) for c in RESULT_COLUMNS]
         rows = t.get("r") or [()]
         if len(rows) != n:
             rows = rows[:1]
@@ -348,7 +351,7 @@ class _Rows:
         repeat = pa.array(np.repeat(np.arange(len(self.outputs), dtype=np.int32), self.outputs))
         cols: dict[str, Any] = {name: pa.array(values, type=types[name]).take(repeat) for name, values in per.items()}
         result_of = pa.array(self.result_of, type=pa.int32())
-        for name, values in zip(_RESULT_COLUMNS, zip(*self.results)):
+        for name, values in zip(RESULT_COLUMNS, zip(*self.results)):
             cols[name] = pa.array(values, type=types[name]).take(result_of)
         fields = self.per_output
         index = cols["index"] = pa.array(fields[_INDEX], type=pa.int32())
