@@ -73,7 +73,7 @@ def test_six_hung_calls_beside_three_good_ones_leave_the_good_ones_ok(redis_url:
     try:
         # When six calls that hang are in flight first, both processes taken by them
         hung = [push(client, "hang") for _ in range(6)]
-        wait_for(lambda: len(marked(marks, "hang")) >= 2, 30, "the first hung calls to start")
+        wait_for(lambda: len(marked(marks, "hang")) >= 2, 120, "the first hung calls to start")
         # and three good ones arrive behind them
         t0 = time.monotonic()
         good = [push(client, "ok") for _ in range(3)]

@@ -106,6 +106,12 @@ def worker_argv(
     return ["worker", "--redis-url", redis_url, "--namespace", ns, *chosen, "--name", name, *extra]
 
 
+#: Seconds a test waits for CLI workers to start (their heartbeats): a start pays the torch import,
+#: which took over 90 s on a loaded 2-core machine with other workers starting; the wait ends as
+#: soon as they are up, so only a worker that never starts pays it.
+START_WAIT = 300.0
+
+
 def wait_for(
     predicate: Callable[[], object], timeout: float, what: str, poll: float = 0.05, procs: Sequence[Proc] = ()
 ) -> object:
