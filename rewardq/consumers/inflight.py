@@ -1,22 +1,24 @@
 """The trajectories a worker holds, bounded by ``concurrency`` and ``read_ahead``.
 
-A trajectory is held from the moment this worker takes its lease until it is committed or
-failed (or, at shutdown, handed back), and the heartbeat renews the lease of every held
-trajectory (:meth:`InFlightTable.held`). :class:`InFlightTable` is the worker's admission
-control: ``slots`` lets at most ``concurrency`` of them score at once, and the worker holds at
-most ``concurrency`` plus ``ahead`` (``read_ahead`` times ``concurrency``, rounded up) of them:
-the ones beyond its slots wait for one, already leased, so a slot that frees starts the next at
-once instead of after a read. ``capacity`` is set while fewer are held; the readers wait for it,
-and each read asks for no more entries than :meth:`InFlightTable.room` (an entry completes at
-most one trajectory). So a worker started on a backlog takes a small share of it, not the whole
+A trajectory is held from the moment this worker takes its lease until it is committed or failed
+(or, at shutdown, handed back), and the heartbeat renews the lease of every held trajectory
+(:meth:`InFlightTable.held`). :class:`InFlightTable` is the worker's admission control: ``slots``
+lets at most ``concurrency`` of them score at once, and the worker holds at most ``concurrency``
+plus ``ahead`` (``read_ahead`` times ``concurrency``, rounded up) of them: the ones beyond its slots
+wait for one, already leased, so a slot that frees starts the next at once instead of after a read.
+``capacity`` is set while at least ``refill`` (half of ``ahead``, at least one) more may be held, so
+a busy worker reads in batches of that many rather than one entry per freed slot; the readers wait
+for it, and each read asks for no more entries than :meth:`InFlightTable.room` (an entry completes
+at most one trajectory). So a worker started on a backlog takes a small share of it, not the whole
 backlog its ``batch_size`` would let one read return, and the other workers get the rest.
 
-**Reclaim.** A dead worker's entries are taken over by :meth:`~rewardq.consumers.worker.Worker.maintain`
-into :meth:`InFlightTable.reclaim_room`: one worker's worth (``concurrency`` + ``ahead``) beyond what
-the readers fill. The readers keep a busy worker full to its own bound, so a reclaim that needed
-``capacity`` would wait until the fleet ran out of work; with this room a busy survivor takes a
-dead worker's trajectories over at its next maintenance pass, and its readers read nothing new until
-it holds fewer than its own bound again, so the reclaimed trajectories are scored before new ones.
+**Reclaim.** A dead worker's entries are taken over by
+:meth:`~rewardq.consumers.worker.Worker.maintain` into :meth:`InFlightTable.reclaim_room`: one
+worker's worth (``concurrency`` + ``ahead``) beyond what the readers fill. The readers keep a busy
+worker full to its own bound, so a reclaim that needed ``capacity`` would wait until the fleet ran
+out of work; with this room a busy survivor takes a dead worker's trajectories over at its next
+maintenance pass, and its readers read nothing new until it holds fewer than its own bound again, so
+the reclaimed trajectories are scored before new ones.
 
 A trajectory waiting on a retry (:mod:`rewardq.consumers.retries`) is held, its lease renewed,
 but *rests*: it holds no slot and does not count against these bounds, so other trajectories
@@ -61,6 +63,7 @@ class InFlightTable:
         self.concurrency = concurrency
         self.ahead = math.ceil(concurrency * read_ahead)  # held beyond the slots, waiting for one
         self.bound = concurrency + self.ahead  # what the readers fill the worker to
+        self.refill = max(1, math.ceil(self.ahead / 2))  # the fewest a busy worker reads at once
         self.max_resting = concurrency * RETRY_WAITING_PER_SLOT if max_resting is None else max_resting
         self.by_tid: dict[str, InFlight] = {}
         self.resting: set[str] = set()  # held, waiting on a retry: no slot, not counted in `concurrency`
@@ -119,8 +122,8 @@ class InFlightTable:
         return max(0, 2 * self.bound - self._counted())
 
     def _admit(self) -> None:
-        """Set ``capacity`` while there is :meth:`room` (or once the worker stops); clear it otherwise."""
-        if self.stopped or self.room() > 0:
+        """Set ``capacity`` while :meth:`room` is at least ``refill`` (or once the worker stops); clear it otherwise."""
+        if self.stopped or self.room() >= self.refill:
             self.capacity.set()
         else:
             self.capacity.clear()

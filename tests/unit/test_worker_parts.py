@@ -211,6 +211,16 @@ async def test_a_worker_holds_its_slots_plus_its_read_ahead_and_reclaims_one_wor
     assert table.reclaim_room() == 0
 
 
+async def test_a_busy_worker_reads_again_once_half_its_read_ahead_is_free() -> None:
+    table = InFlightTable(4, read_ahead=1)  # 4 slots, 4 waiting: reads in batches of 2 or more
+    for i in range(8):
+        table.hold(0, f"t{i}")
+    table.finished("t0")
+    assert not table.capacity.is_set() and table.room() == 1
+    table.finished("t1")
+    assert table.capacity.is_set() and table.room() == 2
+
+
 async def test_read_ahead_rounds_up_and_zero_holds_only_what_it_scores() -> None:
     assert InFlightTable(3, read_ahead=0.1).bound == 4
     assert InFlightTable(3, read_ahead=0).bound == 3
