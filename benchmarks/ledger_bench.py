@@ -18,6 +18,8 @@
   (the two plain runs show the noise the ledger's run is compared with).
 * **Where it goes**, in-process (:mod:`benchmarks.ledger_micro`): the worker's spool write and
   each step of the flusher, per trajectory, without other processes competing.
+* **The flusher process alone** (:mod:`benchmarks.ledger_flusher`): its CPU and peak resident
+  set writing two segments of the workload, beyond what it costs idle.
 * **Provenance**, in-process: the provenance book's lookup per trajectory, and what the three
   provenance fields add to encoding one trajectory's results.
 """
@@ -31,6 +33,7 @@ import timeit
 from pathlib import Path
 
 from benchmarks.common import Child, Cleanup, Row, Settings, connect, cpu_seconds, watch_drain
+from benchmarks.ledger_flusher import flusher_row
 from benchmarks.ledger_micro import micro_row
 from benchmarks.rewardq_bench import done_count, fill, start_workers
 from benchmarks.workload import Workload
@@ -204,6 +207,7 @@ def run(s: Settings, cleanup: Cleanup) -> list[Row]:
     """Drains off/on/on/off (one round with --quick, three otherwise), latency off/on/off, where the
     ledger's CPU goes, provenance."""
     rows: list[Row] = [provenance_row(), micro_row(s.seed, s.trajectories, 1 if s.quick else 5)]
+    rows.append(flusher_row(s.seed, min(s.trajectories, 3000), rounds=1 if s.quick else 3))
     folder = s.workdir / "ledger"
     rounds = 1 if s.quick else 3
     if "throughput" in s.phases:

@@ -40,20 +40,25 @@ class RecordError(RewardqError, ValueError):
         detail: what is wrong with it (the message without the field and without :meth:`naming`'s place).
         permanent: True when retrying can never succeed (bad input), so the entry is
             dead-lettered at once instead of after ``max_deliveries`` attempts.
+        names_output: True when ``detail`` already says which output it is about (an image's
+            ``"output 1, image 2 ..."``): :meth:`naming` then leaves the message as it is.
     """
 
-    def __init__(self, field: str, message: str, *, permanent: bool = True) -> None:
+    def __init__(self, field: str, message: str, *, permanent: bool = True, names_output: bool = False) -> None:
         self.field = field
         self.detail = message
         self.permanent = permanent
+        self.names_output = names_output
         super().__init__(f"{field}: {message}")
 
     def naming(self, where: str) -> RecordError:
         """This error, its message now saying where the field is (``"output u_s_3"``): the field, the
         detail, then the place in parentheses, so the message without a place still reads as before
-        (``"response_ids: token id -7 is negative (output u_s_3)"``). Returns the same error, to be
-        raised again."""
-        self.args = (f"{self.field}: {self.detail} ({where})",)
+        (``"response_ids: token id -7 is negative (output u_s_3)"``). An error whose detail names its
+        output already (:attr:`names_output`) keeps its message, so the output is named once.
+        Returns the same error, to be raised again."""
+        if not self.names_output:
+            self.args = (f"{self.field}: {self.detail} ({where})",)
         return self
 
 

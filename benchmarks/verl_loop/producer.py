@@ -34,13 +34,13 @@ import pstats
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.verl_loop.local_workers import start_redis, start_workers, workers_up
 from benchmarks.verl_loop.tokenizer import shipped_files
 from benchmarks.verl_loop.trajectories import Trajectories, Trajectory
 
@@ -65,19 +65,7 @@ def outputs_of(t: Trajectory) -> list[Any]:
         return t.verl_outputs()
     except ImportError:
         pass
-    outs = []
-    for k in range(t.n):
-        response = t.response_ids(k)
-        outs.append(
-            StandInOutput(
-                prompt_ids=t.prompt_ids(k),
-                response_ids=response,
-                response_mask=t.response_mask(k, len(response)),
-                num_turns=2 * k + 2,
-                extra_fields={"turn": k},
-            )
-        )
-    return outs
+    return [StandInOutput(**t.output_fields(k)) for k in range(t.n)]
 
 
 class Fleet:
@@ -85,16 +73,7 @@ class Fleet:
 
     def __init__(self, workers: int) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="rqb-producer-"))
-        from benchmarks.verl_loop.side import free_port
-
-        self.port = free_port()
-        self.redis = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--maxmemory", "2gb", "--maxmemory-policy", "noeviction", "--dir", str(self.tmp)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.redis, self.url = start_redis(self.tmp, "2gb")
         self.namespace = f"rqp-{uuid.uuid4().hex[:6]}"
         self.count = workers
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -102,44 +81,11 @@ class Fleet:
     def start(self) -> None:
         import redis
 
-        r = redis.Redis.from_url(self.url)
-        for _ in range(200):
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
         names = [f"w{i}" for i in range(self.count)]
-        for name in names:
-            log = open(self.tmp / f"{name}.log", "ab")
-            self.workers.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "rewardq",
-                        "worker",
-                        "--redis-url",
-                        self.url,
-                        "--namespace",
-                        self.namespace,
-                        "--name",
-                        name,
-                        "--manager",
-                        "naive",
-                        "--tokenizer",
-                        str(shipped_files()[0]),
-                        "--log-level",
-                        "warning",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )  # fmt: skip
-            )
+        self.workers = start_workers(self.url, self.namespace, names, str(shipped_files()[0]), self.tmp)
+        r = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 180
-        while not all(r.exists(f"{self.namespace}:worker:{n}") for n in names):
-            if any(w.poll() is not None for w in self.workers) or time.monotonic() > deadline:
-                raise RuntimeError((self.tmp / "w0.log").read_bytes()[-1500:].decode("utf-8", "replace"))
+        while not workers_up(r, self.namespace, names, self.workers, self.tmp, deadline):
             time.sleep(0.1)
         r.close()
 

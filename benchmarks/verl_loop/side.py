@@ -31,7 +31,6 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from typing import Any
 
 from benchmarks.common import process_tree as tree
 from benchmarks.verl_loop import drive
+from benchmarks.verl_loop.local_workers import start_redis, start_workers, workers_up
 from benchmarks.verl_loop.procs import cmdline, group_cpu, stat_cpu
 from benchmarks.verl_loop.reference import References
 from benchmarks.verl_loop.trajectories import Trajectories
@@ -156,12 +156,6 @@ class VerlSide:
 # ----------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class RewardqSide:
     """rewardq: its own Redis, ``rewardq worker`` processes, ``RewardqAgentLoopWorker._compute_score``."""
 
@@ -170,30 +164,9 @@ class RewardqSide:
     def __init__(self, plan: dict[str, Any]) -> None:
         self.plan = plan
         self.tmp = Path(tempfile.mkdtemp(prefix="rqb-redis-", dir=plan.get("workdir")))
-        self.port = free_port()
-        self.redis = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--maxmemory", "4gb", "--maxmemory-policy", "noeviction", "--dir", str(self.tmp)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.redis, self.url = start_redis(self.tmp, "4gb")
         self.workers: list[subprocess.Popen[bytes]] = []
         self.adapter: Any = None
-        self._wait_redis()
-
-    def _wait_redis(self) -> None:
-        import redis
-
-        r = redis.Redis.from_url(self.url)
-        for _ in range(200):
-            try:
-                r.ping()
-                r.close()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"the benchmark's redis-server on port {self.port} did not start")
 
     async def start(self, scorer: str) -> Any:
         import redis
@@ -203,40 +176,10 @@ class RewardqSide:
         ns = f"rqb-{scorer}-{uuid.uuid4().hex[:6]}"
         extra = ["--reward-fn", f"{MATH_VERIFY_FN}:compute_score"] if scorer == "math_verify" else []
         names = [f"w{i}-{uuid.uuid4().hex[:4]}" for i in range(self.plan["size"])]
-        logs = [open(self.tmp / f"{n}.log", "ab") for n in names]
-        self.workers = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "rewardq",
-                    "worker",
-                    "--redis-url",
-                    self.url,
-                    "--namespace",
-                    ns,
-                    "--name",
-                    name,
-                    "--manager",
-                    "naive",
-                    "--tokenizer",
-                    self.plan["tokenizer"],
-                    "--log-level",
-                    "warning",
-                    *extra,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            for name, log in zip(names, logs)
-        ]
+        self.workers = start_workers(self.url, ns, names, self.plan["tokenizer"], self.tmp, extra)
         r = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 180
-        while not all(r.exists(f"{ns}:worker:{n}") for n in names):
-            dead = [w for w in self.workers if w.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                tail = (self.tmp / f"{names[0]}.log").read_bytes()[-1500:].decode("utf-8", "replace")
-                raise RuntimeError(f"rewardq workers did not start: {tail}")
+        while not workers_up(r, ns, names, self.workers, self.tmp, deadline):
             await asyncio.sleep(0.1)
         r.close()
         os.environ.update(REWARDQ_REDIS_URL=self.url, REWARDQ_NAMESPACE=ns, REWARDQ_VERL_TIMEOUT="900")

@@ -148,24 +148,22 @@ class Trajectory:
             "agent_name": "tool_agent",
         }
 
+    def output_fields(self, k: int) -> dict[str, Any]:
+        """Output ``k``'s attributes as verl's ``AgentLoopOutput`` takes them (but ``metrics``)."""
+        response = self.response_ids(k)
+        return {
+            "prompt_ids": self.prompt_ids(k),
+            "response_ids": response,
+            "response_mask": self.response_mask(k, len(response)),
+            "num_turns": 2 * k + 2,
+            "extra_fields": {"turn": k},
+        }
+
     def verl_outputs(self) -> list[Any]:
         """verl's ``AgentLoopOutput`` objects, fresh (``_compute_score`` writes onto the final one)."""
         from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 
-        outs = []
-        for k in range(self.n):
-            response = self.response_ids(k)
-            outs.append(
-                AgentLoopOutput(
-                    prompt_ids=self.prompt_ids(k),
-                    response_ids=response,
-                    response_mask=self.response_mask(k, len(response)),
-                    num_turns=2 * k + 2,
-                    metrics=AgentLoopMetrics(),
-                    extra_fields={"turn": k},
-                )
-            )
-        return outs
+        return [AgentLoopOutput(**self.output_fields(k), metrics=AgentLoopMetrics()) for k in range(self.n)]
 
 
 class Trajectories:

@@ -257,7 +257,7 @@ async def open_worker(
                 accounting=accounting,
                 room=room,
             ),
-            retries=Retries(broker, retry_for=cfg.retry_for, stopping=stopping, metrics=metrics, stats=stats),
+            retries=Retries(broker.attempts, retry_for=cfg.retry_for, stopping=stopping, metrics=metrics, stats=stats),
             scorer=TrajectoryScorer(
                 manager,
                 manager_name=cfg.manager,
@@ -267,7 +267,7 @@ async def open_worker(
                 stopping=stopping.is_set,
             ),
             commits=CommitCoalescer(broker, room, patience=cfg.room_wait),
-            quarantine=Quarantine(broker),
+            quarantine=Quarantine(broker.attempts),
             accounting=accounting,
         )
         worker = Worker(parts)

@@ -192,7 +192,7 @@ class FailureHandler:
                         entry, DeadLetterKind.EXHAUSTED, exhausted_reason(entry.deliveries, max_deliveries, None)
                     )
                 continue
-            history = await self.broker.attempt_history(shard, tid)
+            history = await self.broker.attempts.attempt_history(shard, tid)
             reason = exhausted_reason(max(e.deliveries for e, _ in items), max_deliveries, history)
             failure = DEAD_LETTER_FAILURE[DeadLetterKind.EXHAUSTED]
             last = max(items, key=lambda item: int(item[1]) if item[1].isdigit() else -1)

@@ -143,7 +143,7 @@ class Intake:
         over = [e for e in entries if e.deliveries > self.max_deliveries]
         # deliveries spent bisecting a worker's death (its cohorts that never ended) are not counted:
         # they are at most log2 of a worker's slots per trajectory (rewardq.consumers.quarantine)
-        spent = await self.broker.cohort_starts(over) if over else []
+        spent = await self.broker.attempts.cohort_starts(over) if over else []
         exhausted = [e for e, n in zip(over, spent) if e.deliveries > self.max_deliveries + n]
         if exhausted:
             await self.failures.exhausted(exhausted, self.max_deliveries)

@@ -60,3 +60,9 @@ class WorkerParts:
     commits: CommitCoalescer
     quarantine: Quarantine
     accounting: Accounting  # provenance and the ledger (rewardq.consumers.accounting)
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The tokenizer's vocabulary size, which bounds a record's token ids (None: unchecked)."""
+        vocab_size: int | None = getattr(self.tokenizer, "vocab_size", None)
+        return vocab_size

@@ -62,7 +62,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardq.queue.broker import StreamBroker
+from rewardq.queue.attempts import AttemptNotes
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -231,11 +231,11 @@ class Quarantine:
     """The worker's half of quarantine: its :class:`ScoringGate` and the start counts in Redis.
 
     Args:
-        broker: the worker's gateway to Redis (``start_solo``, ``start_shared``).
+        notes: the trajectories' notes on their attempts in Redis (the start counts).
     """
 
-    def __init__(self, broker: StreamBroker) -> None:
-        self.broker = broker
+    def __init__(self, notes: AttemptNotes) -> None:
+        self.notes = notes
         self.gate = ScoringGate()
 
     @contextlib.asynccontextmanager
@@ -256,7 +256,7 @@ class Quarantine:
             await self.gate.enter_shared()
             if attempts > 1:
                 try:
-                    await self.broker.start_shared(shard, tid)
+                    await self.notes.start_shared(shard, tid)
                 except BaseException:
                     self.gate.leave_shared()
                     raise
@@ -283,7 +283,7 @@ class Quarantine:
         must :meth:`ScoringGate.leave_alone` afterwards.
         """
         with self.gate.arriving_one():
-            width, cohorts = await self.broker.cohort_state(shard, tid)
+            width, cohorts = await self.notes.cohort_state(shard, tid)
             limit = cohort_limit(earlier, width)
             # fewest solo deaths first, then fewest cohorts that died: the suspects that waited
             # while a cohort with a culprit in it died go before that cohort's members
@@ -303,8 +303,8 @@ class Quarantine:
         size = await self.gate.wait_turn(waiter)
         try:
             if size == 1:
-                return await self.broker.start_solo(shard, tid) - 1, "solo"
-            await self.broker.start_cohort(shard, tid, size)
+                return await self.notes.start_solo(shard, tid) - 1, "solo"
+            await self.notes.start_cohort(shard, tid, size)
             return 0, "cohort"
         except BaseException:
             self.gate.leave_alone()
@@ -317,9 +317,9 @@ class Quarantine:
         if counted is None:
             return
         if counted == "cohort":
-            start = self.broker.start_cohort(shard, tid, by=-1)
+            start = self.notes.start_cohort(shard, tid, by=-1)
         else:
-            start = (self.broker.start_solo if counted == "solo" else self.broker.start_shared)(shard, tid, by=-1)
+            start = (self.notes.start_solo if counted == "solo" else self.notes.start_shared)(shard, tid, by=-1)
         try:
             await asyncio.wait_for(start, 2.0)
         except Exception as exc:  # noqa: BLE001 - best effort; at worst it counts as one stop in a scorer

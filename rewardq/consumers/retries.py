@@ -55,7 +55,7 @@ from typing import Any, TypeVar
 
 from rewardq.backoff import compute_backoff
 from rewardq.consumers.metrics import Metrics
-from rewardq.queue.broker import StreamBroker
+from rewardq.queue.attempts import AttemptNotes
 from rewardq.queue.connection import is_out_of_memory
 from rewardq.queue.states import FailureKind, failure_kind_of
 from rewardq.queue.text import reason_text
@@ -124,7 +124,7 @@ class Retries:
     """Which failed trajectories wait to be scored again, for how long, and the waiting (module doc).
 
     Args:
-        broker: the worker's gateway to Redis (the window's start, the notes for ``inspect``).
+        notes: the trajectories' notes on their attempts in Redis (the window's start, the notes for ``inspect``).
         retry_for: seconds from a trajectory's first transient failure during which it is retried
             (0: never).
         stopping: set when the worker stops: every wait ends at once, to hand its trajectory back.
@@ -136,7 +136,7 @@ class Retries:
 
     def __init__(
         self,
-        broker: StreamBroker,
+        notes: AttemptNotes,
         *,
         retry_for: float,
         stopping: asyncio.Event,
@@ -147,7 +147,7 @@ class Retries:
         jitter: float = RETRY_JITTER,
         rand: Callable[[], float] = random.random,
     ) -> None:
-        self.broker = broker
+        self.notes = notes
         self.retry_for = retry_for
         self.stopping = stopping
         self.metrics = metrics
@@ -177,7 +177,7 @@ class Retries:
         now = time.time()
         last = self._tried.get(tid)
         try:
-            since = await self.broker.retry_since(shard, tid, now)
+            since = await self.notes.retry_since(shard, tid, now)
         except Exception as exc2:  # noqa: BLE001 - Redis away: this worker's own record of the window
             logger.debug("could not read the retry window of %s: %s", tid, exc2)
             since = last.since if last is not None else now
@@ -199,7 +199,7 @@ class Retries:
         self.stats["retries"] = self.stats.get("retries", 0) + 1
         self.metrics.retried(data_source or "unknown")
         try:
-            await self.broker.note_retry(shard, tid, wait.reason, wait.at)
+            await self.notes.note_retry(shard, tid, wait.reason, wait.at)
         except Exception as exc2:  # noqa: BLE001 - only `rewardq inspect` reads it
             logger.debug("could not record the retry of %s: %s", tid, exc2)
         logger.warning(

@@ -54,22 +54,8 @@ class ScoringRound:
     def __init__(
         self, parts: WorkerParts, *, log_summary: LogSummary, refused: Callable[[BaseException], bool]
     ) -> None:
-        self.cfg = parts.cfg
-        self.broker = parts.broker
-        self.vocab_size: int | None = getattr(parts.tokenizer, "vocab_size", None)
-        self.tokenizer_fingerprint = parts.tokenizer_fingerprint
-        self.metrics = parts.metrics
-        self.stats = parts.stats
-        self.flights = parts.flights
-        self.presence = parts.presence
-        self.failures = parts.failures
-        self.retries = parts.retries
-        self.scorer = parts.scorer
-        self.commits = parts.commits
-        self.quarantine = parts.quarantine
-        self.accounting = parts.accounting
+        self.parts = parts  # read through, so a new part reaches the round without a copy here
         self.log_summary = log_summary
-        self._stopping = parts.stopping
         self._refused = refused
 
     async def run(self, o: StoreOutcome) -> None:
@@ -84,7 +70,7 @@ class ScoringRound:
         try:
             while True:
                 # in flight (its lease renewed) while it waits for a slot and its turn
-                async with self.flights.slots, self._turn(o) as turn:
+                async with self.parts.flights.slots, self._turn(o) as turn:
                     t_slot = time.perf_counter()
                     try:
                         tried = await self._try(o, turn.crashes, data_source)
@@ -97,12 +83,12 @@ class ScoringRound:
                     outcome = "handed-back"
                     break
         except asyncio.CancelledError:  # the worker's own (the scorer turns any other into an error)
-            flight = self.flights.by_tid.get(tid)
-            if flight is None or not flight.cancelled or self._stopping.is_set():
+            flight = self.parts.flights.by_tid.get(tid)
+            if flight is None or not flight.cancelled or self.parts.stopping.is_set():
                 outcome = "handed-back"
                 raise
             outcome = "cancelled"  # by its producer: the cancel script ended it; nothing to hand back
-            self.stats["cancelled"] += 1
+            self.parts.stats["cancelled"] += 1
             uncancel = getattr(asyncio.current_task(), "uncancel", None)  # Python 3.11+
             if uncancel is not None:
                 uncancel()
@@ -116,20 +102,20 @@ class ScoringRound:
                     shard, tid, f"its result could not be written ({type(exc).__name__}: {exc})"
                 )
             if turn is not None:  # a refused commit crashed nothing
-                await self.quarantine.take_back(shard, tid, turn)
+                await self.parts.quarantine.take_back(shard, tid, turn)
         finally:
             self._finished(tid, outcome, t0, data_source)
             if scoring_s is not None and outcome != "handed-back":
-                self.presence.finished(data_source, scoring_s)
+                self.parts.presence.finished(data_source, scoring_s)
 
     def _turn(self, o: StoreOutcome) -> AbstractAsyncContextManager[Turn]:
         """The quarantine turn of ``o``'s trajectory (alone once it was in a scorer of a reclaimed
         attempt when a worker stopped; see :mod:`rewardq.consumers.quarantine`)."""
-        return self.quarantine.turn(o.entry.shard, o.record.tid, o.attempts, o.solo, o.shared)
+        return self.parts.quarantine.turn(o.entry.shard, o.record.tid, o.attempts, o.solo, o.shared)
 
     async def _try(self, o: StoreOutcome, crashes: int, data_source: str) -> str | RetryWait:
         """One try at a trajectory, holding its slot and turn: its outcome, or the wait before the next try."""
-        if o.attempts > 1 and crashes >= self.cfg.max_crashes:
+        if o.attempts > 1 and crashes >= self.parts.cfg.max_crashes:
             await self._fail(o, o.records, DeadLetterKind.CRASHED, crash_reason(crashes), data_source=data_source)
             return DeadLetterKind.CRASHED
         return await self._score(o, o.entry.shard, o.record.tid, data_source)
@@ -138,62 +124,63 @@ class ScoringRound:
         """Wait for a retry, holding no slot (its lease renewed); False when the worker stops first:
         the trajectory is then handed back. A reclaimed trajectory's start in the scorer is taken
         back (it crashed nothing), to be counted again when it starts again."""
-        await self.quarantine.take_back(o.entry.shard, o.record.tid, turn)
-        self.flights.rest(o.record.tid)
+        await self.parts.quarantine.take_back(o.entry.shard, o.record.tid, turn)
+        self.parts.flights.rest(o.record.tid)
         try:
-            return await self.retries.wait(wait)
+            return await self.parts.retries.wait(wait)
         finally:
-            self.flights.wake(o.record.tid)
+            self.parts.flights.wake(o.record.tid)
 
     async def _note_unfinished(self, shard: int, tid: str, why: str) -> None:
         """Best effort: record why this attempt ended unanswered, for the dead letter of a trajectory
         that runs out of deliveries (so it never blames a crash that did not happen)."""
         try:
-            await self.broker.note_unfinished(shard, tid, why)
+            await self.parts.broker.attempts.note_unfinished(shard, tid, why)
         except Exception as exc:  # noqa: BLE001 - Redis is likely what failed; the delivery count still counts
             logger.debug("could not record the failed attempt of %s: %s", tid, exc)
 
     async def _score(self, o: StoreOutcome, shard: int, tid: str, data_source: str) -> str | RetryWait:
         """Assemble, score and commit one trajectory (or fail it); returns the outcome to log, or the
         wait before it is scored again after a transient failure (:mod:`rewardq.consumers.retries`)."""
+        cfg = self.parts.cfg
         records: list[OutputRecord] | None = None
         try:
             records = o.records or assemble(
                 tid,
                 o.payloads,
-                max_bytes=self.cfg.max_record_bytes,
-                vocab_size=self.vocab_size,
+                max_bytes=cfg.max_record_bytes,
+                vocab_size=self.parts.vocab_size,
                 known=o.record,
-                max_outputs=self.cfg.max_outputs,
-                max_image_bytes=self.cfg.max_image_bytes,
-                tokenizer=self.tokenizer_fingerprint,
+                max_outputs=cfg.max_outputs,
+                max_image_bytes=cfg.max_image_bytes,
+                tokenizer=self.parts.tokenizer_fingerprint,
             )
-            check_batch_bytes(records, self.cfg.max_batch_bytes)  # before the batch is built
+            check_batch_bytes(records, cfg.max_batch_bytes)  # before the batch is built
         except RecordError as exc:
             kind, why = refusal(exc, tid)
             await self._fail(o, records, kind, why, data_source=data_source)
             return kind
         o.records = records  # a retry scores the same records again
-        prov = self.accounting.provenance_of(trajectory_sample(records))
+        prov = self.parts.accounting.provenance_of(trajectory_sample(records))
         trace = ScoringTrace()
         t0 = time.perf_counter()
         try:
-            results = await self.scorer.score(
+            results = await self.parts.scorer.score(
                 records, started_ts=o.entry.ts, attempt=o.attempts, provenance=prov.digest, trace=trace
             )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # any manager failure dead-letters its trajectory, never ends the worker
-            if permission_refusal(exc, self.cfg.namespace, self.cfg.redis_url) is not None:
+            if permission_refusal(exc, cfg.namespace, cfg.redis_url) is not None:
                 raise  # Redis refused the manager a command: the worker's failure, not the trajectory's
-            wait = await self.retries.plan(shard, tid, data_source, exc)
+            wait = await self.parts.retries.plan(shard, tid, data_source, exc)
             if wait is not None:
                 return wait
             await self._fail(
                 o,
                 records,
                 DeadLetterKind.SCORING,
-                f"scoring failed: {type(exc).__name__}: {exc}{self.retries.gave_up(tid)}",
+                f"scoring failed: {type(exc).__name__}: {exc}{self.parts.retries.gave_up(tid)}",
                 tb=traceback.format_exc(),
                 failure=failure_kind_of(exc),
                 extra_info=getattr(exc, "extra_info", None),
@@ -201,7 +188,7 @@ class ScoringRound:
             )
             return "error"
         score_ms = (time.perf_counter() - t0) * 1000.0
-        ticket = await self.accounting.before_commit(o, records, results, prov, trace, score_ms)
+        ticket = await self.parts.accounting.before_commit(o, records, results, prov, trace, score_ms)
         committed: bool | None = None
         try:
             committed = await self._commit(shard, tid, results)
@@ -210,9 +197,9 @@ class ScoringRound:
             await self._fail(o, records, DeadLetterKind.MEMORY, reason, data_source=data_source)
             return DeadLetterKind.MEMORY
         finally:
-            self.accounting.settle(ticket, committed)
-        self.stats["scored"] += 1
-        self.presence.scored(results.results[-1].latency_ms, outputs=results.n)
+            self.parts.accounting.settle(ticket, committed)
+        self.parts.stats["scored"] += 1
+        self.parts.presence.scored(results.results[-1].latency_ms, outputs=results.n)
         return "ok"
 
     async def _commit(self, shard: int, tid: str, results: EncodedResults) -> bool:
@@ -220,15 +207,15 @@ class ScoringRound:
         turn); True when it wrote the results (False: the trajectory was finished already). The
         connection's retry policy rides out a short outage (:mod:`rewardq.queue.retry`); a commit
         that still fails leaves the entries pending, to be reclaimed and scored again."""
-        return await self.commits.commit(shard, tid, results)
+        return await self.parts.commits.commit(shard, tid, results)
 
     async def _no_room_reason(self, tid: str, results: EncodedResults, exc: NoRoom) -> str:
         """Why ``tid``'s keys got an error result of kind ``memory``: its results' size and Redis's cap."""
-        used, cap = await self.broker.memory()
+        used, cap = await self.parts.broker.memory()
         figures = f"maxmemory {cap:,} bytes, used {used:,}" if cap else "its maxmemory unknown"
         return (
             f"Redis had no room for the results of {tid} ({results.n} keys, {results.written_bytes:,} bytes; "
-            f"{figures}): {exc}; gave up after room_wait={self.cfg.room_wait:g}s. Read and delete results "
+            f"{figures}): {exc}; gave up after room_wait={self.parts.cfg.room_wait:g}s. Read and delete results "
             "faster, lower result_ttl or max_result_bytes, or raise Redis's maxmemory"
         )
 
@@ -248,10 +235,10 @@ class ScoringRound:
         ``failure``: its kind when the exception says (default: the dead letter's); ``data_source``:
         its sample's, for the failure counts."""
         failure = failure or DEAD_LETTER_FAILURE[kind]
-        prov, ticket = await self.accounting.before_failure(o, records, reason, failure)
+        prov, ticket = await self.parts.accounting.before_failure(o, records, reason, failure)
         written: bool | None = None
         try:
-            await self.failures.fail_trajectory(
+            await self.parts.failures.fail_trajectory(
                 o.entry.shard,
                 o.record.tid,
                 o.entry,
@@ -266,19 +253,20 @@ class ScoringRound:
             )
             written = True
         finally:
-            self.accounting.settle(ticket, written)
+            self.parts.accounting.settle(ticket, written)
 
     def _finished(self, tid: str, outcome: str, t0: float, data_source: str) -> None:
-        self.flights.finished(tid, handed_back=outcome == "handed-back")
-        self.retries.finished(tid)
+        manager = self.parts.cfg.manager
+        self.parts.flights.finished(tid, handed_back=outcome == "handed-back")
+        self.parts.retries.finished(tid)
         elapsed = (time.perf_counter() - t0) * 1000
-        self.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
+        self.parts.metrics.trajectory_done(outcome, elapsed / 1000.0, data_source)
         self.log_summary.ended(outcome, elapsed)
         logger.debug(  # INFO says it in the summary line (rewardq.consumers.log_summary)
             "trajectory %s manager=%s outcome=%s elapsed_ms=%.1f",
             tid,
-            self.cfg.manager,
+            manager,
             outcome,
             elapsed,
-            extra={"tid": tid, "manager": self.cfg.manager, "outcome": outcome, "elapsed_ms": round(elapsed, 3)},
+            extra={"tid": tid, "manager": manager, "outcome": outcome, "elapsed_ms": round(elapsed, 3)},
         )

@@ -86,9 +86,6 @@ class Worker:
         self.broker = parts.broker
         self.ks: Keyspace = parts.broker.ks
         self.manager = parts.manager
-        self.tokenizer = parts.tokenizer
-        self.vocab_size: int | None = getattr(parts.tokenizer, "vocab_size", None)
-        self.tokenizer_fingerprint = parts.tokenizer_fingerprint
         self.gate = parts.gate
         self.metrics = parts.metrics
         self.metrics_port = parts.metrics_port
@@ -98,9 +95,7 @@ class Worker:
         self.presence = parts.presence
         self.failures = parts.failures
         self.retries = parts.retries
-        self.scorer = parts.scorer
         self.commits = parts.commits
-        self.quarantine = parts.quarantine  # ordinary trajectories side by side, quarantined ones alone
         self.accounting = parts.accounting
         # the one collaborator that calls back into the worker, so it is made here
         self.intake = Intake(
@@ -110,8 +105,8 @@ class Worker:
             max_record_bytes=cfg.max_record_bytes,
             max_trajectory_bytes=cfg.max_trajectory_bytes,
             max_outputs=cfg.max_outputs,
-            vocab_size=self.vocab_size,
-            tokenizer=self.tokenizer_fingerprint,
+            vocab_size=parts.vocab_size,
+            tokenizer=parts.tokenizer_fingerprint,
             stats=self.stats,
             metrics=self.metrics,
             on_complete=self._start_scoring,
@@ -256,7 +251,7 @@ class Worker:
         if self.accounting.ledger is not None:
             await self.accounting.ledger.close(self.cfg.shutdown_grace)
         try:
-            await self.broker.unregister()
+            await self.broker.liveness.unregister()
         except Exception:
             logger.debug("unregister failed", exc_info=True)
         self.metrics.close()
@@ -274,7 +269,8 @@ class Worker:
         await self.commits.drain()
         if self.in_flight:
             try:
-                n = await self.broker.release(self.flights.held(), idle_ms=int(self.cfg.claim_idle * 1000) * 1000)
+                idle_ms = int(self.cfg.claim_idle * 1000) * 1000
+                n = await self.broker.liveness.release(self.flights.held(), idle_ms=idle_ms)
                 logger.warning("worker %s handed back %d unfinished trajectories", self.name, n)
             except Exception as exc:
                 if self._refused(exc):
@@ -323,12 +319,12 @@ class Worker:
 
     async def beat(self) -> None:
         """Publish liveness and counters (the heartbeat, without renewing leases)."""
-        await self.broker.heartbeat(self.snapshot(), ttl=max(3 * self.cfg.heartbeat_interval, 5))
+        await self.broker.liveness.heartbeat(self.snapshot(), ttl=max(3 * self.cfg.heartbeat_interval, 5))
 
     async def _heartbeat(self) -> None:
         """Publish liveness and counters, and renew the leases of in-flight trajectories."""
         if self.in_flight:  # first: the leases matter more than the counters
-            await self.broker.renew(self.flights.held())
+            await self.broker.liveness.renew(self.flights.held())
         await self.beat()
         self.metrics.in_flight(len(self.in_flight), len(self.flights.resting))
         if self.superseded is None:

@@ -27,13 +27,15 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
-from rewardq.ledger.frames import read_frames
+from rewardq.ledger.frames import SegmentFile
 from rewardq.ledger.spool import Spool
-from rewardq.ledger.store import LedgerStore
-from rewardq.ledger.table import tables_from_frames
+from rewardq.ledger.store import LedgerFile, LedgerStore
+from rewardq.ledger.table import Buffers, Partition, SegmentRows, is_trajectory
 
 #: Seconds a closing worker waits for its flusher process to exit before killing it.
 _EXIT_WAIT = 5.0
@@ -52,27 +54,75 @@ class Flusher(Protocol):
         """Stop writing: a segment being written gets ``wait`` seconds to finish."""
 
 
+#: Bytes of ids a partition collects before they are written as a row group: what bounds the
+#: flusher's memory, whatever the segment's size (docs/performance.md).
+ROW_GROUP_BYTES = 16 << 20
+#: Buffers the flusher copies ids into, kept from row group to row group and segment to segment;
+#: a column's holds a row group's ids and the trajectory that passed the mark.
+_BUFFERS = Buffers(2 * ROW_GROUP_BYTES)
+#: One segment at a time per process: the buffers above (and the frames' read buffer) are shared
+#: by every ledger of a process that writes in threads (:class:`ThreadFlusher`).
+_ONE_AT_A_TIME = threading.Lock()
+
+
 def write_segment(store: LedgerStore, path: Path, owner: str) -> tuple[int, int] | None:
-    """One segment to Parquet (one file per hour it spans, named after the segment), then deleted."""
+    """One segment to Parquet (one file per hour it spans, named after the segment), then deleted.
+
+    The segment is read in pieces, twice: first its frames' maps (the commit outcomes and
+    provenance blobs a row needs may come after its trajectory), then each trajectory's records
+    as its rows are built; every :data:`ROW_GROUP_BYTES` of ids a partition's rows are written
+    as a row group of its file."""
     try:
-        data = path.read_bytes()
+        f = path.open("rb")
     except FileNotFoundError:
         return None  # written and deleted meanwhile (another worker adopted it)
     except OSError as exc:
         raise FlushError(f"cannot read spool segment {path}: {exc}") from None
     seq = path.name.rsplit(".", 2)[-2]
-    rows = files = 0
     try:
-        tables = tables_from_frames(read_frames(data))
-        del data  # the columns copied what they need: the segment is not held while Parquet is written
-        for (date, hour), table in tables.items():
-            store.write(table, date, hour, f"part-{owner}-{seq}")
-            rows += table.num_rows
-            files += 1
+        with f, _ONE_AT_A_TIME:
+            rows, files = _write_frames(store, SegmentFile(f), f"part-{owner}-{seq}")
     except Exception as exc:  # noqa: BLE001 - the destination's failure, whatever its library raises
-        raise FlushError(f"cannot write to {store.url}: {type(exc).__name__}: {exc}") from None
+        raise FlushError(f"cannot write {path.name} to {store.url}: {type(exc).__name__}: {exc}") from None
     Spool.done(path)
     return rows, files
+
+
+def _write_frames(store: LedgerStore, segment: SegmentFile, name: str) -> tuple[int, int]:
+    """The trajectories of ``segment`` as files ``name`` of ``store``: (rows, files)."""
+    outcomes: dict[int, bool | None] = {}
+    blobs: dict[str, Mapping[str, Any]] = {}
+    trajectories: list[tuple[dict[str, Any], int, int]] = []
+    for frame, start, raw in segment.frames():
+        if is_trajectory(frame, outcomes, blobs):
+            trajectories.append((frame, start, raw))
+    built = SegmentRows(outcomes, blobs, _BUFFERS)
+    with ExitStack() as files:
+        opened: dict[Partition, LedgerFile] = {}
+        rows = 0
+
+        def write(key: Partition) -> int:
+            table = built.take(key)
+            if table is None:
+                return 0
+            if key not in opened:
+                opened[key] = files.enter_context(store.open(*key, name))
+            opened[key].write(table)
+            return int(table.num_rows)
+
+        for i, (frame, start, raw) in enumerate(trajectories):
+            trajectories[i] = _DONE  # its ids are views of a buffer the next frame reuses
+            if not segment.complete(frame, start, raw):
+                continue
+            key = built.add(frame)
+            if built.id_bytes(key) >= ROW_GROUP_BYTES:
+                rows += write(key)
+        for key in sorted(built.parts):
+            rows += write(key)
+    return rows, len(opened)
+
+
+_DONE: tuple[dict[str, Any], int, int] = ({}, 0, 0)
 
 
 def warm_up() -> None:

@@ -32,6 +32,8 @@ written.
 
 from __future__ import annotations
 
+import io
+import os
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -195,35 +197,116 @@ def _fallback(value: object) -> object:
 
 
 def read_frames(data: bytes | memoryview) -> Iterator[dict[str, Any]]:
-    """The frames of a spool segment, in order; stops at a torn or undecodable tail."""
+    """The frames of a spool segment held in memory, in order; stops at a torn or undecodable tail."""
     view = memoryview(data)
     pos, end = 0, len(view)
-    while pos + _LEN.size <= end:
-        (n,) = _LEN.unpack_from(view, pos)
-        start = pos + _LEN.size
-        if start + n > end:
+    while True:
+        got = _map_at(view[pos:], pos, end)
+        if got is None:
             return
-        try:
-            frame = msgpack.unpackb(view[start : start + n], raw=False, strict_map_key=False)
-        except (ValueError, msgpack.UnpackException):
-            return
-        if not isinstance(frame, dict):
-            return
-        pos = start + n
-        raw = frame.get("raw")
-        if raw is not None:  # the records or ids follow the map
-            if not isinstance(raw, int) or pos + raw > end:
-                return
-            body = view[pos : pos + raw]
-            pos += raw
-            if "rec" in frame:
-                try:
-                    frame["o"], frame["s"] = outputs_of_records(body, frame["rec"], frame.get("si", -1))
-                except ValueError:  # its bytes damaged on disk; the frames after it are whole
-                    continue
-            elif not _attach_ids(frame, body):
-                return
+        frame, start, raw = got
+        pos = start + raw
+        if "raw" in frame and not _complete(frame, view[start:pos]):
+            continue
         yield frame
+
+
+def _map_at(head: memoryview, pos: int, end: int) -> tuple[dict[str, Any], int, int] | None:
+    """The frame whose map starts ``head`` (at ``pos`` of a segment of ``end`` bytes): the map,
+    where the bytes following it start and how many there are; None when the segment ends here,
+    torn or undecodable (``head`` must hold at least the length prefix and the map when they fit)."""
+    if pos + _LEN.size > end or len(head) < _LEN.size:
+        return None
+    (n,) = _LEN.unpack_from(head, 0)
+    start = pos + _LEN.size + n
+    if start > end or len(head) < _LEN.size + n:
+        return None
+    try:
+        frame = msgpack.unpackb(head[_LEN.size : _LEN.size + n], raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException):
+        return None
+    if not isinstance(frame, dict):
+        return None
+    raw = frame.get("raw")
+    if raw is None:
+        return frame, start, 0
+    if not isinstance(raw, int) or raw < 0 or start + raw > end:
+        return None
+    if "rec" not in frame and not _id_lengths_fit(frame, raw):
+        return None
+    return frame, start, raw
+
+
+def _complete(frame: dict[str, Any], body: memoryview) -> bool:
+    """Give ``frame`` its outputs from the ``body`` that follows its map (False: its records do
+    not decode; the frame is then skipped and the frames after it are whole)."""
+    if "rec" not in frame:
+        _attach_ids(frame, body)
+        return True
+    try:
+        frame["o"], frame["s"] = outputs_of_records(body, frame["rec"], frame.get("si", -1))
+    except ValueError:  # its bytes damaged on disk
+        return False
+    return True
+
+
+#: Bytes read at once while looking for the frames' maps (a trajectory's map is ~1 KB).
+_MAP_READ = 1 << 14
+
+
+class SegmentFile:
+    """A spool segment on disk, read in pieces rather than whole: :meth:`frames` finds the maps,
+    :meth:`complete` reads one frame's body into a buffer kept from frame to frame (and from
+    segment to segment: :data:`_BODY`), so a segment costs one trajectory's bytes of memory, not
+    its size."""
+
+    def __init__(self, f: io.BufferedIOBase) -> None:
+        self.f = f
+        self.size = os.fstat(f.fileno()).st_size
+
+    def frames(self) -> Iterator[tuple[dict[str, Any], int, int]]:
+        """Each frame's map in order, where its body starts and its length; stops where
+        :func:`read_frames` stops (a frame whose records do not decode is found by :meth:`complete`)."""
+        pos, got_at, got = 0, 0, memoryview(b"")  # got: the bytes read last, from got_at
+        while True:
+            head = got[pos - got_at :] if got_at <= pos <= got_at + len(got) else memoryview(b"")
+            if len(head) < _LEN.size or _LEN.size + _LEN.unpack_from(head, 0)[0] > len(head):
+                got_at, got = pos, self._read(pos)
+                head = got
+            found = _map_at(head, pos, self.size)
+            if found is None:
+                return
+            frame, start, raw = found
+            yield frame, start, raw
+            pos = start + raw
+
+    def _read(self, pos: int) -> memoryview:
+        """The bytes from ``pos``: at least :data:`_MAP_READ`, and the whole map there when it fits."""
+        self.f.seek(pos)
+        data = self.f.read(_MAP_READ)
+        if len(data) >= _LEN.size:
+            want = _LEN.size + _LEN.unpack_from(data, 0)[0]
+            if len(data) < want <= self.size - pos:
+                data += self.f.read(want - len(data))
+        return memoryview(data)
+
+    def complete(self, frame: dict[str, Any], start: int, raw: int) -> bool:
+        """Read ``frame``'s body and give it its outputs (as :func:`read_frames` does); the ids it
+        then holds are views of the shared buffer, good until the next call."""
+        global _BODY
+        if "raw" not in frame:
+            return True
+        if raw > len(_BODY):
+            _BODY = np.empty(max(raw, 2 * len(_BODY)), dtype=np.uint8)
+        view = _BODY.data[:raw]
+        self.f.seek(start)
+        if self.f.readinto(view) != raw:
+            return False
+        return _complete(frame, view)
+
+
+#: The buffer a segment's frame bodies are read into, one after the other (kept by the process).
+_BODY = np.empty(1 << 20, dtype=np.uint8)
 
 
 def outputs_of_records(raw: memoryview, lengths: Sequence[int], sample_at: int) -> tuple[list[list[Any]], Any]:
@@ -288,21 +371,31 @@ def _uint8(p: _Packed) -> bytes:
     return np.frombuffer(p.data, _DTYPES[p.code]).astype("u1").tobytes()
 
 
-def _attach_ids(frame: dict[str, Any], raw: memoryview) -> bool:
-    """Put each output's id arrays (``raw``: every prompt, then every response, then every mask)
-    where the frame names their lengths, and each column's whole run as ``ids:<column>`` (the
-    ledger's table takes it without a copy)."""
-    at = 0
-    outputs = frame.get("o") or ()
-    for i, column in ((2, "prompt_ids"), (3, "response_ids"), (4, "response_mask")):
-        start = at
-        for out in outputs:
+_ID_FIELDS = ((2, "prompt_ids"), (3, "response_ids"), (4, "response_mask"))
+
+
+def _id_lengths_fit(frame: Mapping[str, Any], raw: int) -> bool:
+    """Whether the id lengths a decoded-form frame names fill its ``raw`` bytes exactly."""
+    total = 0
+    for out in frame.get("o") or ():
+        for i, _ in _ID_FIELDS:
             n = out[i]
             if n is None:
                 continue
-            if not isinstance(n, int) or n < 0 or at + n > len(raw):
+            if not isinstance(n, int) or n < 0:
                 return False
-            out[i] = raw[at : at + n]
-            at += n
-        frame[f"ids:{column}"] = raw[start:at]
-    return at == len(raw)
+            total += n
+    return total == raw
+
+
+def _attach_ids(frame: dict[str, Any], raw: memoryview) -> None:
+    """Put each output's id arrays (``raw``: every prompt, then every response, then every mask,
+    their lengths checked by :func:`_id_lengths_fit`) where the frame names their lengths."""
+    at = 0
+    outputs = frame.get("o") or ()
+    for i, _ in _ID_FIELDS:
+        for out in outputs:
+            n = out[i]
+            if n is not None:
+                out[i] = raw[at : at + n]
+                at += n

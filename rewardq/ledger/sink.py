@@ -32,6 +32,7 @@ from rewardq.ledger.flusher import Flusher, FlushError, flusher_for
 from rewardq.ledger.frames import TrajectoryFacts, stub_record, trajectory_parts
 from rewardq.ledger.spool import Orphan, Spool
 from rewardq.ledger.store import LedgerStore, default_spool
+from rewardq.ledger.table import ERROR_COLUMNS
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.keys import trajectory_id
 
@@ -237,18 +238,15 @@ class Ledger:
         now = time.time()
         if latency_ms is None and put_ts > 0:
             latency_ms = max(0.0, now - put_ts) * 1000.0
-        row = [
-            b"error",
-            b"",
-            json.dumps({"error": reason}, ensure_ascii=False).encode(),
-            reason.encode("utf-8", "replace"),
-            (failure_kind or "").encode(),
-            self.worker.encode("utf-8", "replace"),
-            manager.encode("utf-8", "replace"),
-            f"{now:.6f}".encode(),
-            b"" if latency_ms is None else f"{latency_ms:.3f}".encode(),
-        ]
-        facts = TrajectoryFacts(records, sample, _ERROR_FIELDS, [row], attempt, put_ts, None, provenance[0])
+        row = error_row(
+            reason,
+            failure_kind=failure_kind,
+            worker=self.worker,
+            manager=manager,
+            scored_at=now,
+            latency_ms=latency_ms,
+        )
+        facts = TrajectoryFacts(records, sample, ERROR_COLUMNS, [row], attempt, put_ts, None, provenance[0])
         return self.scored(facts, provenance[1])
 
     def settle(self, ticket: int | None, committed: bool | None) -> None:
@@ -338,17 +336,29 @@ class Ledger:
             logger.error("ledger: %s", message)
 
 
-_ERROR_FIELDS = (
-    "status",
-    "reward_score",
-    "reward_extra_info",
-    "error",
-    "failure_kind",
-    "worker",
-    "manager",
-    "scored_at",
-    "latency_ms",
-)
+def error_row(
+    reason: str,
+    *,
+    failure_kind: str | None,
+    worker: str,
+    manager: str,
+    scored_at: float,
+    latency_ms: float | None,
+) -> list[bytes]:
+    """The values of an error result for the ledger, in :data:`~rewardq.ledger.table.ERROR_COLUMNS`
+    order (named here, so a column the table adds without a value here fails at once)."""
+    values = {
+        "status": b"error",
+        "reward_score": b"",
+        "reward_extra_info": json.dumps({"error": reason}, ensure_ascii=False).encode(),
+        "error": reason.encode("utf-8", "replace"),
+        "failure_kind": (failure_kind or "").encode(),
+        "worker": worker.encode("utf-8", "replace"),
+        "manager": manager.encode("utf-8", "replace"),
+        "scored_at": f"{scored_at:.6f}".encode(),
+        "latency_ms": b"" if latency_ms is None else f"{latency_ms:.3f}".encode(),
+    }
+    return [values[c] for c in ERROR_COLUMNS]
 
 
 def _stub_records(uid: str, session_id: str, n: int) -> list[OutputRecord]:

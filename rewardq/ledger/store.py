@@ -33,6 +33,7 @@ from rewardq.ledger.schema import COLUMNS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from fsspec import AbstractFileSystem
 
 MANIFEST = "_rewardq_ledger.json"
@@ -95,29 +96,24 @@ class LedgerStore:
 
     def write(self, table: pa.Table, date: str, hour: int, name: str) -> str:
         """Write ``table`` as ``date=<date>/hour=<hour>/<name>.parquet``; returns the path."""
-        import pyarrow.parquet as pq
+        with self.open(date, hour, name) as file:
+            file.write(table)
+        return file.path
 
+    def open(self, date: str, hour: int, name: str) -> LedgerFile:
+        """A file ``date=<date>/hour=<hour>/<name>.parquet`` to write row group by row group; it
+        appears (whole) when closed."""
         folder = partition_dir(self.root, date, hour)
         self.fs.makedirs(folder, exist_ok=True)
         path = f"{folder}/{name}.parquet"
         target = f"{folder}/_tmp-{secrets.token_hex(6)}-{name}.parquet" if self._renames else path
-        compression = {c: _codec(c) for c in table.column_names}
-        options: dict[str, Any] = dict(
-            compression=compression,
-            use_dictionary=_DICTIONARY,
-            write_statistics=_STATISTICS,
-            row_group_size=max(1, table.num_rows),
-        )
-        if self._local:  # Arrow's own file writer: no Python file object copying every page it writes
-            pq.write_table(table, target, **options)
-        else:
-            with self.fs.open(target, "wb") as f:
-                pq.write_table(table, f, **options)
-        if target != path:
-            self.fs.mv(target, path)
+        return LedgerFile(self, path, target)
+
+    def _placed(self, file: LedgerFile) -> None:
+        if file.target != file.path:
+            self.fs.mv(file.target, file.path)
         if not self._manifest_done:
             self.write_manifest()
-        return path
 
     def write_manifest(self) -> None:
         """``_rewardq_ledger.json``: the schema version and columns (readers skip ``_`` files)."""
@@ -136,6 +132,58 @@ class LedgerStore:
         with self.fs.open(path, "w") as f:
             f.write(json.dumps(body, indent=1))
         self._manifest_done = True
+
+
+class LedgerFile:
+    """One ledger file being written (:meth:`LedgerStore.open`): each :meth:`write` adds a row
+    group; :meth:`close` puts the file in place, and leaving a ``with`` block by an exception
+    removes what was written."""
+
+    def __init__(self, store: LedgerStore, path: str, target: str) -> None:
+        self.store, self.path, self.target = store, path, target
+        self._writer: pq.ParquetWriter | None = None
+        self._file: Any = None
+
+    def write(self, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        if self._writer is None:
+            options: dict[str, Any] = dict(
+                compression={c: _codec(c) for c in table.column_names},
+                use_dictionary=_DICTIONARY,
+                write_statistics=_STATISTICS,
+            )
+            if self.store._local:  # Arrow's own file writer: no Python file object copying every page it writes
+                self._writer = pq.ParquetWriter(self.target, table.schema, **options)
+            else:
+                self._file = self.store.fs.open(self.target, "wb")
+                self._writer = pq.ParquetWriter(self._file, table.schema, **options)
+        self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+
+    def close(self) -> None:
+        if self._writer is None:
+            return  # nothing written: no file
+        self._writer.close()
+        if self._file is not None:
+            self._file.close()
+        self.store._placed(self)
+
+    def __enter__(self) -> LedgerFile:
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if self._file is not None:
+                self._file.close()
+            if self._writer is not None:
+                self.store.fs.rm(self.target)
+        except Exception:  # noqa: BLE001 - the first failure is what the caller reports
+            pass
 
 
 def _codec(column: str) -> str:

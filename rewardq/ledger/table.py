@@ -1,8 +1,11 @@
-"""From spool frames to ledger rows: one Arrow table per hour of ``scored_at``.
+"""From spool frames to ledger rows: Arrow tables by hour of ``scored_at``.
 
-:func:`tables_from_frames` reads the frames of one segment (:mod:`rewardq.ledger.frames`) and
-returns its rows grouped by the UTC hour they were scored in, each group a :class:`pyarrow.Table`
-with exactly :func:`~rewardq.ledger.schema.arrow_schema`'s columns. The sample is split into the
+:class:`SegmentRows` takes the trajectory frames of one segment (:mod:`rewardq.ledger.frames`) one
+by one and groups their rows by the UTC hour they were scored in; each group gives a
+:class:`pyarrow.Table` with exactly :func:`~rewardq.ledger.schema.arrow_schema`'s columns when
+asked, as often as asked (the flusher asks every row group's worth of ids, and its tables reuse
+the same buffers, :class:`_Binary`). :func:`tables_from_frames` gives a segment's rows as one
+table per hour. The sample is split into the
 documented columns and its rest kept as JSON, so a replay rebuilds it exactly
 (:func:`sample_of`).
 
@@ -21,6 +24,8 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from rewardq.ledger.frames import OUTCOME, PROVENANCE, TRAJECTORY
 from rewardq.ledger.schema import SCHEMA_VERSION, arrow_schema
@@ -136,7 +141,7 @@ def partition_of(seconds: float) -> Partition:
 #: Where each output's entry of a trajectory frame (``o``) holds its values (rewardq.ledger.frames).
 _INDEX, _FINAL, _PROMPT, _RESPONSE, _MASK, _TURNS, _EXTRA, _ROLLOUT = range(8)
 #: The columns each result row fills, and how its bytes become the column's value.
-_RESULT_COLUMNS = (
+RESULT_COLUMNS = (
     "status",
     "reward_score",
     "reward_extra_info",
@@ -148,6 +153,9 @@ _RESULT_COLUMNS = (
     "latency_ms",
     "provenance",
 )
+#: The columns of an error row the ledger sink writes itself (:meth:`~rewardq.ledger.sink.Ledger.failed`):
+#: every result column but ``provenance``, which the trajectory's frame carries once.
+ERROR_COLUMNS = tuple(c for c in RESULT_COLUMNS if c != "provenance")
 #: Columns with one value per trajectory: kept once per trajectory, repeated per output by Arrow.
 _TRAJECTORY_COLUMNS = (
     "schema_version",
@@ -186,8 +194,8 @@ _RESULT_DECODE = {
     "latency_ms": _number,
     "provenance": _text,
 }
-_SCORED_AT = _RESULT_COLUMNS.index("scored_at")
-_PROVENANCE = _RESULT_COLUMNS.index("provenance")
+_SCORED_AT = RESULT_COLUMNS.index("scored_at")
+_PROVENANCE = RESULT_COLUMNS.index("provenance")
 _MISSING = object()
 
 
@@ -197,18 +205,18 @@ class _Results:
 
     def __init__(self) -> None:
         self._at: dict[tuple[str, ...], list[int]] = {}
-        self._seen: list[dict[Any, Any]] = [{} for _ in _RESULT_COLUMNS]
-        self._decode = [_RESULT_DECODE[c] for c in _RESULT_COLUMNS]
+        self._seen: list[dict[Any, Any]] = [{} for _ in RESULT_COLUMNS]
+        self._decode = [_RESULT_DECODE[c] for c in RESULT_COLUMNS]
 
     def rows(self, t: Mapping[str, Any], n: int) -> list[list[Any]]:
-        """The rows of frame ``t``, each :data:`_RESULT_COLUMNS`' values: one per output, or one
+        """The rows of frame ``t``, each :data:`RESULT_COLUMNS`' values: one per output, or one
         every output shares (a frame whose row count is not its output count gives its first to
         every output). A row without a provenance digest takes the frame's."""
         names = tuple(t.get("rf") or ())
         at = self._at.get(names)
         if at is None:
             index = {name: i for i, name in enumerate(names)}
-            at = self._at[names] = [index.get(c, -1) for c in _RESULT_COLUMNS]
+            at = self._at[names] = [index.get(c, -1) for c in RESULT_COLUMNS]
         rows = t.get("r") or [()]
         if len(rows) != n:
             rows = rows[:1]
@@ -233,34 +241,89 @@ class _Results:
 
 #: Bytes of ids one Arrow chunk holds at most (a ``binary`` array's offsets are 32-bit).
 _CHUNK_BYTES = 1 << 30
+#: A binary column's first buffer (it doubles as needed).
+_FIRST_BYTES = 1 << 20
+_NO_BYTES = np.empty(0, dtype=np.uint8)  # a column's buffer before its first value
+
+
+class Buffers:
+    """Byte buffers kept from table to table and segment to segment, so the next row group's ids
+    are copied into memory already mapped (see :class:`_Binary`).
+
+    Args:
+        size: bytes of a new buffer: room for a row group's ids of one column, taken at once
+            rather than by doubling (whose smaller buffers the allocator may keep as garbage);
+            its pages take memory only once written.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._spare: dict[int, list[np.ndarray]] = {}  # by column: each keeps the pages it wrote
+
+    def take(self, column: int, n: int) -> np.ndarray:
+        """A buffer of at least ``n`` bytes for ``column``: one it gave back if it has room."""
+        spare = self._spare.get(column)
+        while spare:
+            buf = spare.pop()
+            if len(buf) >= n:
+                return buf
+        return np.empty(max(n, self.size), dtype=np.uint8)
+
+    def give(self, column: int, bufs: Iterable[np.ndarray]) -> None:
+        """Buffers of ``column`` no Arrow array uses any more."""
+        self._spare.setdefault(column, []).extend(b for b in bufs if len(b))
 
 
 class _Binary:
     """One binary column of a partition, its values copied into one buffer as they come (the frame
-    that held them is dropped at once), then made an Arrow array without another copy."""
+    that held them is dropped at once), then made an Arrow array without another copy.
 
-    def __init__(self) -> None:
+    ``buffers``: where the buffers of ``column`` come from and, at :meth:`reset`, go back to;
+    None: fresh buffers (doubling from 1 MB), which the arrays keep."""
+
+    def __init__(self, column: int, buffers: Buffers | None = None) -> None:
+        self.column, self.buffers = column, buffers
         self.chunks: list[pa.Array] = []
-        self.data = bytearray()
+        self.used: list[np.ndarray] = []  # buffers the chunks are made of
+        self.buf = _NO_BYTES  # taken at the first value
+        self.pos = 0
         self.lengths: list[int] = []
         self.valid: list[bool] = []
 
+    def _take(self, n: int) -> np.ndarray:
+        if self.buffers is not None:
+            return self.buffers.take(self.column, n)
+        return np.empty(max(n, _FIRST_BYTES), dtype=np.uint8)
+
     def extend(self, values: Iterable[Any]) -> None:
-        data, lengths, valid = self.data, self.lengths, self.valid
+        buf, pos, lengths, valid = self.buf.data, self.pos, self.lengths, self.valid
         for v in values:
             if v is None:
                 lengths.append(0)
                 valid.append(False)
                 continue
-            if len(data) + len(v) > _CHUNK_BYTES:
-                self._cut()
-                data = self.data
-            data += v
-            lengths.append(len(v))
+            n = len(v)
+            if pos + n > len(buf):
+                self.pos = pos
+                self._grow(n)
+                buf, pos = self.buf.data, self.pos
+            buf[pos : pos + n] = v
+            pos += n
+            lengths.append(n)
             valid.append(True)
+        self.pos = pos
+
+    def _grow(self, n: int) -> None:
+        """Room for ``n`` more bytes: a chunk cut at :data:`_CHUNK_BYTES`, else a buffer twice as large."""
+        if self.pos + n > _CHUNK_BYTES and self.lengths:
+            self._cut()
+            if n <= len(self.buf):
+                return
+        bigger = self._take(max(2 * len(self.buf), self.pos + n))
+        bigger[: self.pos] = self.buf[: self.pos]
+        self.buf = bigger  # the smaller one is let go: the next row group needs the larger
 
     def _cut(self) -> None:
-        import numpy as np
         import pyarrow as pa
 
         n = len(self.lengths)
@@ -269,9 +332,11 @@ class _Binary:
         validity = None
         if not all(self.valid):
             validity = pa.py_buffer(np.packbits(np.array(self.valid, dtype=bool), bitorder="little"))
-        buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(self.data)]
+        buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(self.buf[: self.pos])]
         self.chunks.append(pa.Array.from_buffers(pa.binary(), n, buffers))
-        self.data, self.lengths, self.valid = bytearray(), [], []
+        self.used.append(self.buf)
+        self.buf = _NO_BYTES
+        self.pos, self.lengths, self.valid = 0, [], []
 
     def array(self) -> pa.ChunkedArray:
         import pyarrow as pa
@@ -287,13 +352,27 @@ class _Binary:
 
         return pc.binary_length(self.array()).cast(pa.int32())
 
+    def reset(self) -> None:
+        """Start again, the arrays made so far no longer used: their buffers go back to ``buffers``."""
+        if self.buffers is not None:
+            self.buffers.give(self.column, self.used)
+        self.chunks, self.used = [], []
+        self.pos, self.lengths, self.valid = 0, [], []
+
 
 class _Rows:
     """The rows of one partition, taken frame by frame: what is the same for every output of a
     trajectory once, each output's values in one list per column, the ids in one buffer per column
     (see the module doc and :class:`_Binary`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, buffers: Buffers | None = None) -> None:
+        self.ids = {at: _Binary(at, buffers) for at in (_PROMPT, _RESPONSE, _MASK)}
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty, the tables made so far no longer used (the ids' buffers are kept, see :class:`_Binary`)."""
+        for ids in self.ids.values():
+            ids.reset()
         self.per_trajectory: dict[str, list[Any]] = {name: [] for name in _TRAJECTORY_COLUMNS}
         self.tickets: list[int] = []  # each trajectory's, for its ``committed`` (its outcome may come later)
         self.provenance: list[str] = []  # each trajectory's blob digest, for the blob columns
@@ -304,7 +383,11 @@ class _Rows:
         self.results: list[list[Any]] = []
         self.result_of: list[int] = []  # per output: its row in ``results``
         self.per_output: list[list[Any]] = [[] for _ in range(_ROLLOUT + 1)]  # by field, ids excepted
-        self.ids = {at: _Binary() for at in (_PROMPT, _RESPONSE, _MASK)}
+
+    @property
+    def id_bytes(self) -> int:
+        """Bytes of ids taken since the last table."""
+        return sum(ids.pos for ids in self.ids.values())
 
     def add(self, t: Mapping[str, Any], rows: list[list[Any]]) -> None:
         """One trajectory frame, ``rows`` its decoded result rows (:meth:`_Results.rows`)."""
@@ -348,7 +431,7 @@ class _Rows:
         repeat = pa.array(np.repeat(np.arange(len(self.outputs), dtype=np.int32), self.outputs))
         cols: dict[str, Any] = {name: pa.array(values, type=types[name]).take(repeat) for name, values in per.items()}
         result_of = pa.array(self.result_of, type=pa.int32())
-        for name, values in zip(_RESULT_COLUMNS, zip(*self.results)):
+        for name, values in zip(RESULT_COLUMNS, zip(*self.results)):
             cols[name] = pa.array(values, type=types[name]).take(result_of)
         fields = self.per_output
         index = cols["index"] = pa.array(fields[_INDEX], type=pa.int32())
@@ -385,35 +468,79 @@ class _Rows:
         return pa.array(requests, type=pa.string()), pa.array(answers, type=pa.string())
 
 
+class SegmentRows:
+    """The rows of one segment's trajectory frames, by partition (see the module doc).
+
+    Args:
+        outcomes: each ticket's commit outcome (``committed``), looked up when a table is made.
+        blobs: the provenance blobs by digest, looked up when a table is made.
+        buffers: where the ids are copied, kept from table to table (:class:`Buffers`): a table
+            made with them is good until the next :meth:`add`; None: tables are kept.
+    """
+
+    def __init__(
+        self,
+        outcomes: Mapping[int, bool | None],
+        blobs: Mapping[str, Mapping[str, Any]],
+        buffers: Buffers | None = None,
+    ) -> None:
+        self.outcomes, self.blobs, self.buffers = outcomes, blobs, buffers
+        self.parts: dict[Partition, _Rows] = {}
+        self._hours: dict[int, Partition] = {}
+        self._results = _Results()
+
+    def add(self, t: Mapping[str, Any]) -> Partition:
+        """One trajectory frame, taken as it comes (it need not be kept); returns its partition."""
+        rows = self._results.rows(t, len(t["o"]))
+        scored = next((r[_SCORED_AT] for r in rows if r[_SCORED_AT]), 0)
+        hour = scored // 3_600_000_000
+        key = self._hours.get(hour)
+        if key is None:
+            key = self._hours[hour] = partition_of(scored / 1_000_000)
+        part = self.parts.get(key)
+        if part is None:
+            part = self.parts[key] = _Rows(self.buffers)
+        part.add(t, rows)
+        return key
+
+    def id_bytes(self, key: Partition) -> int:
+        """Bytes of ids partition ``key`` holds since its last table."""
+        return self.parts[key].id_bytes
+
+    def take(self, key: Partition) -> pa.Table | None:
+        """Partition ``key``'s rows since its last table, as a table (None: no rows)."""
+        part = self.parts[key]
+        if not part.outputs:
+            return None
+        table = part.table(self.outcomes, self.blobs)
+        part.reset()
+        return table
+
+
+def is_trajectory(
+    frame: Mapping[str, Any], outcomes: dict[int, bool | None], blobs: dict[str, Mapping[str, Any]]
+) -> bool:
+    """Whether ``frame`` is a trajectory's; a commit outcome or a provenance blob goes to
+    ``outcomes`` or ``blobs`` instead (a frame of another kind is neither)."""
+    kind = frame.get("k")
+    if kind == OUTCOME:
+        outcomes[int(frame["tk"])] = frame.get("c")
+    elif kind == PROVENANCE:
+        blobs[str(frame["d"])] = frame.get("b") or {}
+    return kind == TRAJECTORY
+
+
 def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, pa.Table]:
     """The rows of a segment's frames, as one table per partition (see the module doc). Each
     trajectory frame is taken as it comes, so the frames need not be held all at once."""
     blobs: dict[str, Mapping[str, Any]] = {}
     outcomes: dict[int, bool | None] = {}
-    parts: dict[Partition, _Rows] = {}
-    hours: dict[int, Partition] = {}
-    results = _Results()
+    rows = SegmentRows(outcomes, blobs)
     for t in frames:
-        kind = t.get("k")
-        if kind == OUTCOME:
-            outcomes[int(t["tk"])] = t.get("c")
-            continue
-        if kind == PROVENANCE:
-            blobs[str(t["d"])] = t.get("b") or {}
-            continue
-        if kind != TRAJECTORY:
-            continue
-        rows = results.rows(t, len(t["o"]))
-        scored = next((r[_SCORED_AT] for r in rows if r[_SCORED_AT]), 0)
-        hour = scored // 3_600_000_000
-        key = hours.get(hour)
-        if key is None:
-            key = hours[hour] = partition_of(scored / 1_000_000)
-        part = parts.get(key)
-        if part is None:
-            part = parts[key] = _Rows()
-        part.add(t, rows)
-    return {p: rows.table(outcomes, blobs) for p, rows in sorted(parts.items())}
+        if is_trajectory(t, outcomes, blobs):
+            rows.add(t)
+    tables = {p: rows.take(p) for p in sorted(rows.parts)}
+    return {p: t for p, t in tables.items() if t is not None}
 
 
 def _blob_text(v: Any) -> str | None:

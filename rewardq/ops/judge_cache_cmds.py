@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -22,6 +22,8 @@ from rewardq.queue.reachability import wait_for_redis
 
 __all__ = ["judge_cache"]
 
+T = TypeVar("T")
+
 
 def _server_options(f: Callable[..., object]) -> Callable[..., object]:
     """``--redis-url`` and ``--cluster``, the worker's own declarations of them."""
@@ -32,9 +34,14 @@ def _server_options(f: Callable[..., object]) -> Callable[..., object]:
     return f
 
 
-def _connect(redis_url: str, cluster: bool) -> Any:
+def _on_redis(redis_url: str, cluster: bool, work: Callable[[Any], T]) -> T:
+    """``work`` run on a connection to Redis (waited for as every operator command does), closed after."""
     wait_for_redis(redis_url, cluster=cluster, timeout=connect_timeout())
-    return connect_sync(redis_url, cluster=cluster)
+    r = connect_sync(redis_url, cluster=cluster)
+    try:
+        return work(r)
+    finally:
+        r.close()
 
 
 @click.group("judge-cache")
@@ -50,11 +57,7 @@ def list_models(redis_url: str, cluster: bool, model: str | None, as_json: bool)
     """The judge models with shared answers, and how many each has. Exit code 0."""
     from rewardq.reward.judge.shared import shared_models
 
-    r = _connect(redis_url, cluster)
-    try:
-        models = shared_models(r, model)
-    finally:
-        r.close()
+    models = _on_redis(redis_url, cluster, lambda r: shared_models(r, model))
     if as_json:
         click.echo(json.dumps({"models": models}))
         return 0
@@ -74,11 +77,7 @@ def clear(redis_url: str, cluster: bool, model: str | None, as_json: bool) -> in
     Exit code 0."""
     from rewardq.reward.judge.shared import clear_shared
 
-    r = _connect(redis_url, cluster)
-    try:
-        cleared = clear_shared(r, model)
-    finally:
-        r.close()
+    cleared = _on_redis(redis_url, cluster, lambda r: clear_shared(r, model))
     if as_json:
         click.echo(json.dumps({"cleared": cleared}))
         return 0

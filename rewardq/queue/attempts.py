@@ -1,11 +1,9 @@
 """What a trajectory's hash records about its attempts: transient-failure retries, attempts that
 ended unanswered, and the starts of scoring that crash attribution counts.
 
-:class:`~rewardq.queue.broker.StreamBroker` holds one :class:`AttemptNotes` and hands
-``retry_since``, ``note_retry``, ``note_unfinished``, ``attempt_history``, ``start_solo``,
-``start_shared``, ``start_cohort``, ``cohort_state`` and ``cohort_starts`` to it (used by
-:mod:`rewardq.consumers.retries`, :mod:`rewardq.consumers.quarantine`, the intake's delivery
-count and the dead letters' reasons).
+:class:`~rewardq.queue.broker.StreamBroker` holds one :class:`AttemptNotes` (``broker.attempts``),
+which :mod:`rewardq.consumers.retries` and :mod:`rewardq.consumers.quarantine` are given, and the
+intake's delivery count, the dead letters' reasons and the scoring round read through the broker.
 """
 
 from __future__ import annotations

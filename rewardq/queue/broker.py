@@ -1,13 +1,16 @@
 """The worker's view of Redis: every stream and script operation, nothing else.
 
 :class:`StreamBroker` is the only place the worker talks to Redis. Each method is one
-named step of the worker loop (read, reclaim, store, commit, fail, expire, renew,
-release, heartbeat) and documents what it guarantees. It works on one Redis and on
+named step of the worker loop (read, reclaim, store, commit, fail, expire) or a part
+that holds such steps (renew, release and heartbeat are ``broker.liveness``'s), and documents
+what it guarantees. It works on one Redis and on
 Redis Cluster: every multi-key call stays inside one shard's hash slot.
 
 Reading, filing records, claiming whole trajectories and committing are its own; each other step
-it hands to a part it holds, and keeps as a method here (the endings' steps it hands on as they are,
-the part's own methods: ``broker.fail`` is ``broker.endings.fail``):
+it hands to a part it holds. Reclaiming and the commit calls keep a method here; the endings' steps
+it hands on as they are (``broker.fail`` is ``broker.endings.fail``); the notes on attempts and
+liveness its callers use as the parts they are (``broker.attempts.note_retry``,
+``broker.liveness.renew``):
 
 * :class:`~rewardq.queue.reclaim.Reclaimer`: ``reclaim`` (what dead workers left pending);
 * :class:`~rewardq.queue.commit_calls.CommitCalls`: encoding results into ``commit`` script calls,
@@ -409,57 +412,3 @@ class StreamBroker:
             except Exception as exc:  # noqa: BLE001 - returned for that trajectory alone
                 out[i] = exc
         return out
-
-    # -- notes on attempts: AttemptNotes (rewardq.queue.attempts) ----------------------------
-    async def retry_since(self, shard: int, tid: str, now: float) -> float:
-        """When ``tid`` first failed for a transient reason (:meth:`AttemptNotes.retry_since`)."""
-        return await self.attempts.retry_since(shard, tid, now)
-
-    async def note_retry(self, shard: int, tid: str, why: str, at: float) -> None:
-        """Record that ``tid`` waits to be scored again at ``at`` (:meth:`AttemptNotes.note_retry`)."""
-        await self.attempts.note_retry(shard, tid, why, at)
-
-    async def note_unfinished(self, shard: int, tid: str, why: str) -> None:
-        """Record that this attempt at ``tid`` ended unanswered (:meth:`AttemptNotes.note_unfinished`)."""
-        await self.attempts.note_unfinished(shard, tid, why)
-
-    async def attempt_history(self, shard: int, tid: str) -> dict[str, object]:
-        """A trajectory's attempts so far (:meth:`AttemptNotes.attempt_history`)."""
-        return await self.attempts.attempt_history(shard, tid)
-
-    async def start_solo(self, shard: int, tid: str, by: int = 1) -> int:
-        """Count a start of scoring this trajectory alone (:meth:`AttemptNotes.start_solo`)."""
-        return await self.attempts.start_solo(shard, tid, by)
-
-    async def start_shared(self, shard: int, tid: str, by: int = 1) -> int:
-        """Count a start of scoring a reclaimed attempt beside others (:meth:`AttemptNotes.start_shared`)."""
-        return await self.attempts.start_shared(shard, tid, by)
-
-    async def start_cohort(self, shard: int, tid: str, width: int = 0, by: int = 1) -> int:
-        """Count a start of scoring this suspect in a cohort (:meth:`AttemptNotes.start_cohort`)."""
-        return await self.attempts.start_cohort(shard, tid, width, by)
-
-    async def cohort_state(self, shard: int, tid: str) -> tuple[int | None, int]:
-        """A suspect's last cohort's size and its cohort starts (:meth:`AttemptNotes.cohort_state`)."""
-        return await self.attempts.cohort_state(shard, tid)
-
-    async def cohort_starts(self, entries: Sequence[Entry]) -> list[int]:
-        """Per entry, its trajectory's cohort starts (:meth:`AttemptNotes.cohort_starts`)."""
-        return await self.attempts.cohort_starts(entries)
-
-    # -- liveness and leases: Liveness (rewardq.queue.liveness) ------------------------------
-    async def renew(self, held: dict[int, list[str]]) -> int:
-        """Extend leases on trajectories still being scored (:meth:`Liveness.renew`)."""
-        return await self.liveness.renew(held)
-
-    async def release(self, held: dict[int, list[str]], idle_ms: int) -> int:
-        """Hand trajectories back so another worker reclaims them at once (:meth:`Liveness.release`)."""
-        return await self.liveness.release(held, idle_ms)
-
-    async def heartbeat(self, stats: dict[str, object], ttl: float) -> None:
-        """Publish this worker's liveness and counters (:meth:`Liveness.heartbeat`)."""
-        await self.liveness.heartbeat(stats, ttl)
-
-    async def unregister(self) -> None:
-        """Leave the fleet's registry and, with nothing pending, the groups (:meth:`Liveness.unregister`)."""
-        await self.liveness.unregister()

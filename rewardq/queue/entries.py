@@ -96,8 +96,8 @@ class StoreOutcome:
     #: earlier lease ended without a commit (its worker died, or lost the lease)
     attempts: int = 1
     #: earlier starts of scoring it alone (``complete`` with ``attempts > 1`` only; see
-    #: :meth:`~rewardq.queue.broker.StreamBroker.start_solo`)
+    #: :meth:`~rewardq.queue.attempts.AttemptNotes.start_solo`)
     solo: int = 0
     #: earlier starts in a scorer of a reclaimed attempt, beside others (``complete`` with
-    #: ``attempts > 1`` only; see :meth:`~rewardq.queue.broker.StreamBroker.start_shared`)
+    #: ``attempts > 1`` only; see :meth:`~rewardq.queue.attempts.AttemptNotes.start_shared`)
     shared: int = 0

@@ -286,16 +286,17 @@ def encode_multi_modal(
     out: dict[str, list[Any]] = {}
     for key, items in value.items():
         if key not in KEYS:
-            raise RecordError(
+            raise _about(
+                output,
                 f"{name}.{key}",
-                f"{_who(output)}carries {key!r}; multi_modal_data may hold {', '.join(KEYS)} (audio is not carried)",
+                f"carries {key!r}; multi_modal_data may hold {', '.join(KEYS)} (audio is not carried)",
             )
         if items is None:
             continue
         listed = [items] if isinstance(items, (str, bytes, os.PathLike)) or not isinstance(items, Sequence) else items
         if key in IMAGE_KEYS:
             if len(listed) > MAX_IMAGES:
-                raise RecordError(f"{name}.{key}", f"{_who(output)}has {len(listed)} images; at most {MAX_IMAGES}")
+                raise _about(output, f"{name}.{key}", f"has {len(listed)} images; at most {MAX_IMAGES}")
             out[key] = [
                 encode_image(item, _spot(name, key, i, output), max_image_bytes) for i, item in enumerate(listed)
             ]
@@ -337,12 +338,12 @@ def decode_multi_modal(
     out: dict[str, list[Any]] = {}
     for key, items in value.items():
         if key not in KEYS:
-            raise RecordError(f"{name}.{key}", f"{_who(output)}carries {key!r}; multi_modal_data may hold {KEYS}")
+            raise _about(output, f"{name}.{key}", f"carries {key!r}; multi_modal_data may hold {KEYS}")
         if not isinstance(items, list):
-            raise RecordError(f"{name}.{key}", f"{_who(output)}must be a list, got {type(items).__name__}")
+            raise _about(output, f"{name}.{key}", f"must be a list, got {type(items).__name__}")
         if key in IMAGE_KEYS:
             if len(items) > MAX_IMAGES:
-                raise RecordError(f"{name}.{key}", f"{_who(output)}has {len(items)} images; at most {MAX_IMAGES}")
+                raise _about(output, f"{name}.{key}", f"has {len(items)} images; at most {MAX_IMAGES}")
             images = []
             for i, data in enumerate(items):
                 fmt = check_image_bytes(data, _spot(name, key, i, output), max_image_bytes)
@@ -352,9 +353,7 @@ def decode_multi_modal(
             for i, item in enumerate(items):
                 ok = isinstance(item, str) or (isinstance(item, list) and all(isinstance(f, str) for f in item))
                 if not ok:
-                    raise RecordError(
-                        f"{name}.{key}[{i}]", f"{_who(output)}video {i} must be a path or a list of frame paths"
-                    )
+                    raise _about(output, f"{name}.{key}[{i}]", f"video {i} must be a path or a list of frame paths")
             out[key] = list(items)
     return out or None
 
@@ -394,7 +393,7 @@ class Spot:
         return what if self.output is None else f"output {self.output}, {what}"
 
     def error(self, problem: str) -> RecordError:
-        return RecordError(self.field, f"{self.label} {problem}")
+        return RecordError(self.field, f"{self.label} {problem}", names_output=self.output is not None)
 
 
 def _spot(name: str, key: str, i: int, output: int | None) -> Spot:
@@ -403,3 +402,9 @@ def _spot(name: str, key: str, i: int, output: int | None) -> Spot:
 
 def _who(output: int | None) -> str:
     return "" if output is None else f"output {output} "
+
+
+def _about(output: int | None, field: str, problem: str) -> RecordError:
+    """A RecordError saying ``problem`` of ``output`` (when known); one that names its output is not
+    named again by :meth:`RecordError.naming`."""
+    return RecordError(field, _who(output) + problem, names_output=output is not None)

@@ -1,7 +1,7 @@
 """A worker's liveness in Redis: its heartbeat and registration, and the leases it holds.
 
-:class:`~rewardq.queue.broker.StreamBroker` holds one :class:`Liveness` and hands
-:meth:`~rewardq.queue.broker.StreamBroker.heartbeat`, ``unregister``, ``renew`` and ``release`` to it:
+:class:`~rewardq.queue.broker.StreamBroker` holds one :class:`Liveness` (``broker.liveness``), whose
+``heartbeat``, ``unregister``, ``renew`` and ``release`` the worker calls:
 a worker that beats is alive (``<ns>:worker:<name>``, ``<ns>:workers``), and the trajectories it
 scores stay leased to it while it renews them; at a stop it hands them back.
 """

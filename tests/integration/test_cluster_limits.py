@@ -128,7 +128,7 @@ async def test_a_commit_past_maxmemory_on_its_node_is_refused_whole_then_waited_
         assert is_out_of_memory(err.value), err.value
         assert [rc.exists(ks.reward_key(k)) for k in keys] == [0, 0, 0]
         # And a lease renewal still goes through there (allow-oom)
-        assert await broker.renew({shard: [tid]}) == 1
+        assert await broker.liveness.renew({shard: [tid]}) == 1
         # When the worker's commit waits for room and the node gets some a moment later
         stats: dict[str, int] = {}
         coalescer = CommitCoalescer(broker, RoomWaits(metrics=NoMetrics(), stats=stats, base=0.02, cap=0.1))

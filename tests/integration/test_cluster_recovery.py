@@ -60,7 +60,7 @@ async def test_abandoned_trajectory_is_reclaimed_on_its_cluster_shard(
     a = await open_test_worker(worker_config(cns, url, name="A", shards=SHARDS), manager=Hang(None))
     await a.handle(await a.broker.read([shard], 10, None))
     assert list(a.in_flight) == [f"{uid}_s"]
-    assert await a.broker.renew(a.flights.held()) == 1
+    assert await a.broker.liveness.renew(a.flights.held()) == 1
     await _abandon(a)
     # (all three outputs came in one read: the trajectory was claimed whole, its entries stay pending)
     assert rc.xpending(ks.stream(shard), ks.group)["pending"] == 3

@@ -33,6 +33,8 @@ def test_the_ledger_benchmark_measures_cpu_and_latency_with_and_without_it(
         (s, n) for s, p, n in rows if p == "ledger A/B latency"
     }
     assert rows[("provenance", "micro", rows_note(data))]["status"] == "ok"
+    [flusher] = [r for r in data["rows"] if r["phase"] == "ledger flusher"]
+    assert flusher["status"] == "ok" and flusher["extra"]["rows"] > 0 and flusher["rss_mb"] > 0
     targets = {t["name"]: t for t in data["targets"]}
     assert targets["ledger: CPU per trajectory (GSM8K), the worker process"]["verdict"] in ("PASS", "MISS")
     assert targets["ledger: CPU per trajectory (GSM8K), worker + flusher process"]["verdict"] in ("PASS", "MISS")

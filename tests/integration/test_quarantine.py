@@ -90,7 +90,7 @@ async def _reclaim_and_die(ns: str, redis_url: str, name: str, started: Callable
         await w.maintain()
         await asyncio.sleep(0.2)
     await until(started, f"their starts in worker {name}'s scorer", 5.0)
-    w.quarantine.take_back = _nothing  # type: ignore[method-assign,assignment]  # a killed process runs no clean-up
+    w.rounds.parts.quarantine.take_back = _nothing  # type: ignore[method-assign,assignment]  # a killed process runs no clean-up
     await abandon_worker(w)
 
 
@@ -142,7 +142,7 @@ async def test_trajectories_only_waiting_when_a_reclaiming_worker_dies_are_not_s
         await asyncio.sleep(0.2)
     assert all(sync_redis.hget(ks.traj(0, f"rest{i}_0"), "shared") == b"0" for i in range(4))
     # When the second worker dies while they rest (SIGKILL: nothing is taken back)
-    b.quarantine.take_back = _nothing  # type: ignore[method-assign,assignment]  # a killed process runs no clean-up
+    b.rounds.parts.quarantine.take_back = _nothing  # type: ignore[method-assign,assignment]  # a killed process runs no clean-up
     await abandon_worker(b)
     res, at_once = await _scored_by_a_fresh_worker(ns, redis_url, client, keys)
     # Then they are scored side by side again: waiting for a retry took no worker down

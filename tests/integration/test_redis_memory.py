@@ -362,10 +362,10 @@ async def test_past_maxmemory_the_workers_bookkeeping_still_goes_through() -> No
         # When the worker leases a trajectory read whole, renews it, records an unfinished attempt
         # and a start in a scorer, beats, and takes, renews and gives back the stage lease
         assert await broker.claim_whole([(shard, "t_s", entries)]) == [True]
-        assert await broker.renew({shard: ["t_s"]}) == 1
-        await broker.note_unfinished(shard, "t_s", "a commit Redis refused")
-        assert await broker.start_shared(shard, "t_s") == 1
-        await broker.heartbeat({"read": 2, "note": "x" * 2000}, ttl=30)
+        assert await broker.liveness.renew({shard: ["t_s"]}) == 1
+        await broker.attempts.note_unfinished(shard, "t_s", "a commit Redis refused")
+        assert await broker.attempts.start_shared(shard, "t_s") == 1
+        await broker.liveness.heartbeat({"read": 2, "note": "x" * 2000}, ttl=30)
         assert (await broker.stage_lease(shard, "take", "tok", prefix="p:", staged=2))[0]
         assert (await broker.stage_lease(shard, "renew", "tok", prefix="p:", staged=3))[0]
         assert (await broker.stage_lease(shard, "release", "tok"))[0]

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,26 @@ def _good(client: RewardClient, prefix: str, count: int) -> dict[str, float]:
     return want
 
 
+@contextmanager
+def _hostile_worker(url: str, ns: str, log_dir: Path, *, scorer_processes: int) -> Iterator[WorkerProcess]:
+    """A ``rewardq worker`` process scoring with :data:`REWARD_FN`, started; stopped after."""
+    worker = WorkerProcess(
+        url,
+        ns,
+        cli=True,
+        log_dir=log_dir,
+        manager="naive",
+        tokenizer="builtin:demo",
+        reward_fn=REWARD_FN,
+        scorer_processes=scorer_processes,
+    )
+    try:
+        assert worker.wait_for_log(f"worker {worker.name} started", 120), worker.log()
+        yield worker
+    finally:
+        worker.terminate(60)
+
+
 def _used_memory_peak(r: Any) -> int:
     return int(r.info("memory")["used_memory_peak"])
 
@@ -70,23 +92,12 @@ def _used_memory_peak(r: Any) -> int:
 @pytest.mark.slow
 @pytest.mark.alone
 def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(tmp_path: Path) -> None:
-    with RedisServer(extra=MAXMEMORY) as srv:
-        ns = "big"
+    ns = "big"
+    with RedisServer(extra=MAXMEMORY) as srv, _hostile_worker(srv.url, ns, tmp_path, scorer_processes=2):
         r = srv.client()
         client = RewardClient.from_url(srv.url, namespace=ns)
         _ = client.keyspace
-        worker = WorkerProcess(
-            srv.url,
-            ns,
-            cli=True,
-            log_dir=tmp_path,
-            manager="naive",
-            tokenizer="builtin:demo",
-            reward_fn=REWARD_FN,
-            scorer_processes=2,
-        )
         try:
-            assert worker.wait_for_log(f"worker {worker.name} started", 120), worker.log()
             with PingSampler(srv.url) as idle:
                 time.sleep(1.0)
             with PingSampler(srv.url) as sampler:
@@ -106,7 +117,6 @@ def test_a_10_mib_extra_info_on_300_outputs_keeps_redis_up_small_and_responsive(
             staged = list(r.scan_iter(match=f"{ns}:*:staged:*", count=1000))
             done = {f[b"tid"]: f for _, f in r.xrange(Keyspace(ns).done(0))}
         finally:
-            worker.terminate(30)
             client.close()
             r.close()
     # Then Redis stayed up, under 1 GB and answering PING quickly throughout
@@ -272,21 +282,10 @@ def _kib(pid: int, field: str) -> int:
 
 @pytest.mark.slow
 def test_a_1_gib_extra_info_is_refused_in_its_scorer_process_and_costs_the_worker_little(tmp_path: Path) -> None:
-    with RedisServer(extra=MAXMEMORY) as srv:
-        ns = "gib"
+    ns = "gib"
+    with RedisServer(extra=MAXMEMORY) as srv, _hostile_worker(srv.url, ns, tmp_path, scorer_processes=1) as worker:
         client = RewardClient.from_url(srv.url, namespace=ns)
-        worker = WorkerProcess(
-            srv.url,
-            ns,
-            cli=True,
-            log_dir=tmp_path,
-            manager="naive",
-            tokenizer="builtin:demo",
-            reward_fn=REWARD_FN,
-            scorer_processes=1,
-        )
         try:
-            assert worker.wait_for_log(f"worker {worker.name} started", 120), worker.log()
             warm = client.wait_rewards(_good(client, "w", 3), timeout=120)  # every lazy import done
             # Given the worker's resident memory now, its peak reset to it
             rss0 = _kib(worker.pid, "VmRSS")
@@ -297,7 +296,6 @@ def test_a_1_gib_extra_info_is_refused_in_its_scorer_process_and_costs_the_worke
             peak = _kib(worker.pid, "VmHWM")
             after = client.wait_rewards(_good(client, "a", 3), timeout=120)
         finally:
-            worker.terminate(60)
             client.close()
     growth_mb = (peak - rss0) * 1024 / 1e6
     print(f"\n1 GiB of extra info: worker RSS {rss0 * 1024 / 1e6:.0f} MB, peak after {peak * 1024 / 1e6:.0f} MB")

@@ -127,4 +127,5 @@ async def test_records_of_another_tokenizer_get_an_error_for_every_key(
 
 
 def _check_fingerprint(worker: Worker) -> None:
-    assert worker.tokenizer_fingerprint == tokenizer_fingerprint(worker.tokenizer)
+    parts = worker.rounds.parts
+    assert parts.tokenizer_fingerprint == tokenizer_fingerprint(parts.tokenizer)

@@ -1,6 +1,6 @@
-"""A bad output inside ``put_trajectory`` is refused naming the output's key and the field, for every
-check the producer makes on an output, and nothing is queued. fakeredis stands in for Redis: nothing
-here reaches it but the keyspace read."""
+"""A bad output inside ``put_trajectory`` is refused naming the field and the output, once (its key;
+an image's error its index beside the image), for every check the producer makes on an output, and
+nothing is queued. fakeredis stands in for Redis: nothing here reaches it but the keyspace read."""
 
 from __future__ import annotations
 
@@ -71,7 +71,9 @@ CASES: list[tuple[str, Any, str, str]] = [
 def _check(err: RecordError, field: str, detail: str) -> None:
     text = str(err)
     assert err.field == field, text
-    assert text.startswith(f"{field}: ") and text.endswith(" (output u_s_2)"), text
+    # named once: by its key, or (an image's error) by its index beside the image
+    named = f"{field}: output 2, " in text if err.names_output else text.endswith(" (output u_s_2)")
+    assert text.startswith(f"{field}: ") and named and "u_s_2" not in text[:-15], text
     assert detail in text, text
     assert len(text) < 600, text
 

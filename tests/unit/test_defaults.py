@@ -40,8 +40,7 @@ KEPT = {
     # a first delivery is delivery 1, an increment is one: counts, not settings
     ("queue/entries.py", "deliveries"): "the first delivery of an entry",
     ("queue/entries.py", "attempts"): "the first attempt at a trajectory",
-    ("queue/broker.py", "by"): "one start counted",
-    ("queue/attempts.py", "by"): "one start counted (the broker hands start_solo and start_shared here)",
+    ("queue/attempts.py", "by"): "one start counted",
     ("consumers/presence.py", "outputs"): "a trajectory of one output",
     # verl's scorer signatures, kept as verl spells them so that a direct call behaves the same
     ("reward/scoring/gsm8k.py", "score"): "verl's gsm8k.compute_score",

@@ -193,3 +193,30 @@ def test_managers_get_each_rows_images_lazily_and_the_samples_column_otherwise()
 def test_a_text_only_batch_has_no_multi_modal_column() -> None:
     batch = build_batch([decode_output(encode_output("u", "s", 0, output(), SAMPLE, final=True))])
     assert "multi_modal_data" not in batch.keys()
+
+
+def test_an_image_error_names_its_output_once_at_the_producer_and_at_the_worker() -> None:
+    big = png_bytes(picture(size=(30, 30), color=7, mode="L"))
+    limit = "; send a smaller image (resize it, or JPEG/WebP) or raise max_image_bytes on producers and workers"
+    # Given an output (index 1) whose image is over max_image_bytes
+    # When the producer encodes it, Then the message names the output once, by its index beside the image
+    with pytest.raises(RecordError) as err:
+        encode_output("u", "s", 1, output(multi_modal_data={"images": [big]}), SAMPLE, final=True, max_image_bytes=10)
+    assert (
+        str(err.value)
+        == f"multi_modal_data.images[0]: output 1, image 0 is {len(big)} bytes, more than max_image_bytes=10{limit}"
+    )
+    # And the worker's check of the same image reads the same (its output index is 0 here)
+    with pytest.raises(RecordError) as err:
+        decode_output(forged([big]), max_image_bytes=10)
+    assert (
+        str(err.value)
+        == f"multi_modal_data.images[0]: output 0, image 0 is {len(big)} bytes, more than max_image_bytes=10{limit}"
+    )
+    # And an error that does not name its output gets the output's key, once
+    with pytest.raises(RecordError) as err:
+        encode_output("u", "s", 1, output(multi_modal_data=[big]), SAMPLE, final=True)
+    assert str(err.value) == "multi_modal_data: must be a dict like {'images': [...]}, got list (output u_s_1)"
+    with pytest.raises(RecordError) as err:
+        encode_output("u", "s", 1, output(prompt_ids=[-1]), SAMPLE, final=True)
+    assert str(err.value) == "prompt_ids: token id -1 is negative (output u_s_1)"

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 from rewardq.ledger.frames import TrajectoryFacts, outcome_frame, read_frames, trajectory_frame, trajectory_parts
-from rewardq.ledger.table import tables_from_frames
+from rewardq.ledger.sink import error_row
+from rewardq.ledger.table import ERROR_COLUMNS, RESULT_COLUMNS, tables_from_frames
 from rewardq.queue.codec import EXT_INT64, OutputRecord, decode_output, encode_output
 from rewardq.queue.results import RESULT_FIELDS, RewardResult, encode_results
 
@@ -125,3 +126,27 @@ def test_a_record_with_images_is_spooled_decoded() -> None:
     enc = encode_results([RewardResult(rec.key, "ok", 1.0, {}, worker="w", scored_at=1.8e9)], 1 << 20)
     facts = TrajectoryFacts([rec], {}, RESULT_FIELDS, enc.rows, 1, 1.0, 1.0, "p" * 16, payloads=[b"x" * 50])
     assert b"x" * 50 not in b"".join(bytes(p) for p in trajectory_parts(1, facts))
+
+
+def test_an_error_row_the_sink_writes_fills_every_result_column() -> None:
+    # Given an error row as the ledger sink writes it for a failed trajectory of two outputs
+    recs = [decode_output(p) for p in _payloads(2, mask=False, samples=[GSM8K, GSM8K])]
+    row = error_row("bad input", failure_kind="input", worker="w1", manager="naive", scored_at=1.8e9, latency_ms=12.5)
+    facts = TrajectoryFacts(recs, GSM8K, ERROR_COLUMNS, [row], 1, 1.8e9 - 1, None, "p" * 16)
+    # When the flusher makes it a table
+    got = _table(facts).select(list(RESULT_COLUMNS)).to_pylist()
+    # Then each output's row holds the error in every result column, and the frame's provenance
+    want = {
+        "status": "error",
+        "reward_score": None,
+        "reward_extra_info": '{"error": "bad input"}',
+        "error": "bad input",
+        "failure_kind": "input",
+        "worker": "w1",
+        "manager": "naive",
+        "latency_ms": 12.5,
+        "provenance": "p" * 16,
+    }
+    assert [{c: v for c, v in r.items() if c != "scored_at"} for r in got] == [want, want]
+    assert all(r["scored_at"] is not None for r in got)
+    assert set(want) | {"scored_at"} == set(RESULT_COLUMNS)  # a column added to the table is checked here too

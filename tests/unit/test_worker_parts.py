@@ -72,7 +72,7 @@ async def test_capacity_closes_at_concurrency_and_a_handed_back_trajectory_stays
 
 
 class StartCounts:
-    """The broker's ``start_solo``, ``start_cohort`` and ``start_shared``, counted in memory."""
+    """The attempt notes' ``start_solo``, ``start_cohort`` and ``start_shared``, counted in memory."""
 
     def __init__(self) -> None:
         self.solo: dict[str, int] = {}
@@ -100,7 +100,7 @@ class StartCounts:
 
 async def test_a_first_attempt_shares_the_gate_uncounted() -> None:
     broker = StartCounts()
-    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the attempt notes
     async with q.turn(0, "t", attempts=1) as turn:
         assert turn.crashes == 0 and turn.counted is None and q.gate.running == 1
         assert broker.solo == {} and broker.shared == {}
@@ -110,7 +110,7 @@ async def test_a_first_attempt_shares_the_gate_uncounted() -> None:
 async def test_a_reclaimed_attempt_shares_the_gate_and_counts_its_start_in_the_scorer() -> None:
     # Given a trajectory whose earlier attempt never finished, never seen in a scorer of a reclaimed attempt
     broker = StartCounts()
-    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the attempt notes
     async with q.turn(0, "a", attempts=2) as a, q.turn(0, "b", attempts=4) as b:
         # Then it scores beside others (two at once here), each start counted as `shared`
         assert q.gate.running == 2 and not q.gate.cohort
@@ -124,7 +124,7 @@ async def test_a_reclaimed_attempt_shares_the_gate_and_counts_its_start_in_the_s
 
 async def test_a_trajectory_in_a_scorer_when_a_worker_stopped_scores_alone() -> None:
     broker = StartCounts()
-    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the attempt notes
     # Given one earlier start beside others that never finished
     async with q.turn(0, "t", attempts=3, shared=1) as turn:
         assert turn.crashes == 0 and q.gate.cohort and turn.counted == "solo"
@@ -138,7 +138,7 @@ async def test_a_trajectory_in_a_scorer_when_a_worker_stopped_scores_alone() -> 
 
 async def test_suspects_score_in_cohorts_halved_after_each_death_until_alone() -> None:
     broker = StartCounts()
-    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the attempt notes
     peak = 0
 
     async def score(tid: str, solo: int = 0) -> int:
@@ -173,7 +173,7 @@ async def test_suspects_score_in_cohorts_halved_after_each_death_until_alone() -
 @pytest.mark.parametrize(("shared", "field"), [(0, "shared"), (1, "solo")])
 async def test_a_reclaimed_turn_cancelled_at_shutdown_takes_its_start_back(shared: int, field: str) -> None:
     broker = StartCounts()
-    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the broker
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the attempt notes
     entered = asyncio.Event()
 
     async def scoring() -> None:

@@ -22,10 +22,13 @@ and only a command that prints a table pays for it.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
@@ -51,14 +54,51 @@ KINDS = tuple(kind.value for kind in DeadLetterKind)
 _kind_option = click.option("--kind", type=click.Choice(KINDS), default=None, help="Only dead letters of this kind.")
 
 
+@dataclass(frozen=True)
+class _Selection:
+    """Which dead letters ``retry`` and ``purge`` act on, and where (see :func:`_select`)."""
+
+    refs: tuple[str, ...]
+    redis_url: str
+    namespace: str
+    cluster: bool
+    group: str
+    every: bool
+    kind: str | None
+
+    @contextmanager
+    def opened(
+        self, *, older_than: float | None = None, incomplete_timeout: float = INCOMPLETE_TIMEOUT
+    ) -> Iterator[tuple[DeadLetters, list[DeadLetter], Pipeline]]:
+        """The namespace's dead letters, the selected ones, and the pipeline they were read on."""
+        with opened(self.redis_url, self.namespace, cluster=self.cluster, group=self.group) as p:
+            dls = _letters(p, incomplete_timeout)
+            listing = p.command("dead-letters", "list")
+            yield dls, _select(dls, self.refs, self.every, self.kind, listing, older_than), p
+
+
 def _selection_options(all_help: str) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """``REF...``, the pipeline options, ``--all`` and ``--kind``: which dead letters ``retry`` and
-    ``purge`` act on (see :func:`_select`)."""
+    ``purge`` act on, handed to the command as one :class:`_Selection` (its first argument)."""
 
     def wrap(f: Callable[..., object]) -> Callable[..., object]:
-        f = _kind_option(f)
-        f = click.option("--all", "every", is_flag=True, help=all_help)(f)
-        return click.argument("refs", nargs=-1)(pipeline_options(f))
+        @functools.wraps(f)
+        def command(
+            *,
+            refs: tuple[str, ...],
+            redis_url: str,
+            namespace: str,
+            cluster: bool,
+            group: str,
+            every: bool,
+            kind: str | None,
+            **rest: Any,
+        ) -> object:
+            return f(_Selection(refs, redis_url, namespace, cluster, group, every, kind), **rest)
+
+        c: Callable[..., object] = _kind_option(command)
+        c = click.option("--all", "every", is_flag=True, help=all_help)(c)
+        return click.argument("refs", nargs=-1)(pipeline_options(c))
 
     return wrap
 
@@ -284,17 +324,7 @@ def show(ref: str, redis_url: str, namespace: str, cluster: bool, group: str, as
     help="Seconds a reopened incomplete trajectory waits again for its missing outputs.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as one JSON object.")
-def retry(
-    refs: tuple[str, ...],
-    redis_url: str,
-    namespace: str,
-    cluster: bool,
-    group: str,
-    every: bool,
-    kind: str | None,
-    incomplete_timeout: float,
-    as_json: bool,
-) -> int:
+def retry(selection: _Selection, incomplete_timeout: float, as_json: bool) -> int:
     """Put dead letters back to work: reopen the trajectory and re-queue its record (after a fix)."""
     from rich.console import Console
     from rich.markup import escape
@@ -302,9 +332,8 @@ def retry(
 
     out, err = Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False, soft_wrap=True)
     done: list[dict[str, Any]] = []
-    with opened(redis_url, namespace, cluster=cluster, group=group) as p:
-        dls = _letters(p, incomplete_timeout)
-        targets = _select(dls, refs, every, kind, p.command("dead-letters", "list"))
+    namespace = selection.namespace
+    with selection.opened(incomplete_timeout=incomplete_timeout) as (dls, targets, p):
         live = p.client.zrangebyscore(p.ks.workers, time.time() - 30, "+inf", start=0, num=1)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, disable=len(targets) < 2, transient=False) as progress:
@@ -341,22 +370,10 @@ def retry(
 )
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (needed without a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was purged as one JSON object.")
-def purge(
-    refs: tuple[str, ...],
-    redis_url: str,
-    namespace: str,
-    cluster: bool,
-    group: str,
-    every: bool,
-    kind: str | None,
-    older_than: float | None,
-    yes: bool,
-    as_json: bool,
-) -> int:
+def purge(selection: _Selection, older_than: float | None, yes: bool, as_json: bool) -> int:
     """Delete dead letters for good (their records are lost)."""
-    with opened(redis_url, namespace, cluster=cluster, group=group) as p:
-        dls = _letters(p)
-        targets = _select(dls, refs, every, kind, p.command("dead-letters", "list"), older_than)
+    namespace, kind = selection.namespace, selection.kind
+    with selection.opened(older_than=older_than) as (dls, targets, _):
         if not targets:
             click.echo(
                 json.dumps({"namespace": namespace, "purged": 0, "refs": []})
