@@ -11,9 +11,9 @@
   (``worker_cpu_ms``: the scoring loop and the spool writes) and the flusher process
   (``flusher_cpu_ms``: Parquet). The ledger writes a file every ``FLUSH`` seconds here: at these
   drain rates a file holds about as many trajectories as the default 128 MB cut
-  (``ledger_file_bytes``) makes it hold. The drain starts once the flusher process has started
-  (its start, ~0.5 s of CPU once per worker, is ``extra["flusher_start_cpu_s"]``, not in
-  ``cpu_ms``).
+  (``ledger_file_bytes``) makes it hold (``--quick``: every ``QUICK_FLUSH`` seconds). The drain
+  starts once the flusher process has started (its start, ~0.5 s of CPU once per worker, is
+  ``extra["flusher_start_cpu_s"]``, not in ``cpu_ms``).
 * **Latency**: p99 from the final put to the reward, without, with, and again without the ledger
   (the two plain runs show the noise the ledger's run is compared with).
 * **Where it goes**, in-process (:mod:`benchmarks.ledger_micro`): the worker's spool write and
@@ -41,8 +41,15 @@ from benchmarks.workload import Workload
 #: Seconds the ledger collects before a flush in these runs (the default is 60 s, or 128 MB of
 #: spool: ~1,700 trajectories of this workload, what 10 s collects at 120-170 trajectories/s).
 FLUSH = 10.0
+#: ``--quick``'s flush interval: its backlogs drain in a few seconds, and a quick run checks what the
+#: benchmark reports, not the cost of a realistic file size.
+QUICK_FLUSH = 2.0
 #: Seconds waited after every drain beyond FLUSH (with or without the ledger), for its last flush.
 SETTLE = 2.5
+
+
+def _flush(s: Settings) -> float:
+    return QUICK_FLUSH if s.quick else FLUSH
 
 
 def _ledger_rows(folder: Path) -> int:
@@ -96,7 +103,8 @@ def drain(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row:
     ns = s.prefix(f"ledger-{'on' if on else 'off'}-{rnd}")
     cleanup.add(f"{ns}:*")
     nt, no = fill(s.redis_url, ns, Workload(s.seed, tag=f"lg{rnd}-").range(0, s.trajectories))
-    extra = ["--ledger", str(ledger), "--ledger-flush-interval", str(FLUSH)] if ledger is not None else []
+    flush = _flush(s)
+    extra = ["--ledger", str(ledger), "--ledger-flush-interval", str(flush)] if ledger is not None else []
     [child] = start_workers(s, ns, 1, f"{s.run_id}-lg{rnd}{'on' if on else 'off'}", extra)
     r = connect(s.redis_url)
     try:
@@ -104,7 +112,7 @@ def drain(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row:
         cpu0, split0 = child.cpu_seconds(), _split_cpu(child)
         child.go()
         d = watch_drain(lambda: done_count(r, ns), nt, s.drain_timeout, alive=child.alive)
-        end = time.monotonic() + FLUSH + SETTLE  # the same window with and without the ledger
+        end = time.monotonic() + flush + SETTLE  # the same window with and without the ledger
         rows = 0
         while time.monotonic() < end:
             time.sleep(0.5)
@@ -122,8 +130,8 @@ def drain(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row:
             "ledger A/B",
             outputs=no,
             rss_mb=child.peak_rss_mb(),
-            note=f"round {rnd}; CPU from the drain's start to {FLUSH + SETTLE:g}s after its end"
-            + (f"; {rows:,} ledger rows, flushed every {FLUSH:g}s" if on else ""),
+            note=f"round {rnd}; CPU from the drain's start to {flush + SETTLE:g}s after its end"
+            + (f"; {rows:,} ledger rows, flushed every {flush:g}s" if on else ""),
             **d.row_fields(nt, no),
         )
         row.cpu_ms = 1000.0 * cpu / max(1, d.last_count)
@@ -147,7 +155,7 @@ def latency(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row
     on = ledger is not None
     ns = s.prefix(f"ledger-lat-{'on' if on else 'off'}-{rnd}")
     cleanup.add(f"{ns}:*")
-    extra = ["--ledger", str(ledger), "--ledger-flush-interval", str(FLUSH)] if ledger is not None else []
+    extra = ["--ledger", str(ledger), "--ledger-flush-interval", str(_flush(s))] if ledger is not None else []
     [child] = start_workers(s, ns, 1, f"{s.run_id}-lglat{rnd}", extra)
     try:
         child.go()

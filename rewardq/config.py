@@ -157,7 +157,20 @@ class WorkerConfig:
     )
     # how much
     concurrency: int = setting(32, "Trajectories scored at once by one worker.", above=0)
-    batch_size: int = setting(256, "Stream entries per read.", above=0)
+    #: Trajectories a worker holds waiting for a scoring slot, as a multiple of ``concurrency``
+    #: (rewardq.consumers.inflight): enough that a slot that frees starts the next trajectory without a
+    #: read in between, few enough that a fleet started on a backlog shares it instead of the first
+    #: worker to read taking all of it.
+    read_ahead: float = setting(
+        1.0,
+        "Trajectories a worker holds waiting for a scoring slot, as a multiple of --concurrency (rounded "
+        "up): it reads no more while that many wait; a dead worker's reclaimed trajectories may add one "
+        "worker's worth (concurrency x (1 + read_ahead)).",
+        minimum=0,
+    )
+    batch_size: int = setting(
+        256, "Most stream entries per read (a read asks for no more than the worker has room for).", above=0
+    )
     #: Milliseconds one XREADGROUP blocks waiting for entries.
     block_ms: int = setting(1000, "Longest blocking read, in milliseconds (0: do not block).", minimum=0)
     #: Seconds one trajectory's ``run_single`` may take before it is an error result.

@@ -23,20 +23,24 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import redis
 
 from rewardq.queue import scripts
-from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support.alone import machine_lock, run_lock
 from tests.support.ci_tail import Tail
 from tests.support.claimed_db import ClaimedDb, NoDatabaseFree, claim
 from tests.support.cli_procs import Procs
 from tests.support.cluster import ClusterStartError, LocalCluster
-from tests.support.managers import LengthManager
 from tests.support.sync_client import ClusterClient, SyncClient, connect, connect_cluster
+
+if TYPE_CHECKING:  # both import torch (through tensordict): imported in the fixtures that use them, so a
+    # pytest run that loads this file as a plugin (tests/integration/test_leftover_keys.py) starts in
+    # a fraction of the time
+    from rewardq.reward.managers.naive import NaiveRewardManager
+    from tests.support.managers import LengthManager
 
 T = TypeVar("T")
 
@@ -283,6 +287,8 @@ def sync_redis(redis_url: str) -> Iterator[SyncClient]:
 
 @pytest.fixture
 def length_manager() -> LengthManager:
+    from tests.support.managers import LengthManager
+
     LengthManager.calls = []
     return LengthManager(None)
 

@@ -226,7 +226,7 @@ async def open_worker(
             metrics, port = serve_metrics(cfg, manager, cfg.metrics_port, r, broker.ks)
         metrics = metrics or NoMetrics()
         stats = dict.fromkeys(COUNTERS, 0)
-        flights = InFlightTable(cfg.concurrency)
+        flights = InFlightTable(cfg.concurrency, read_ahead=cfg.read_ahead)
         presence = Presence(manager_name=cfg.manager, stats=stats, in_flight=flights.by_tid)
         presence.scoring = mine.digest
         accounting = _accounts(cfg, name, manager, r, broker.ks, mine.digest, metrics)

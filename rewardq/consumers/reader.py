@@ -1,8 +1,15 @@
 """Reading: pull batches with ``XREADGROUP`` and hand them on, through Redis outages.
 
 :class:`StreamReader` is a collaborator of :class:`~rewardq.consumers.worker.Worker`: it is
-given the broker, the batch settings, the worker's stop and capacity events and the function
-that handles a batch, and runs one read loop per group of shards (:func:`read_groups`).
+given the broker, the batch settings, the worker's stop and capacity events, how many more trajectories the
+worker may take and the function that handles a batch, and runs one read loop per group of shards
+(:func:`read_groups`).
+
+**Entries per read.** A read asks for no more entries than the worker has room for trajectories
+(:meth:`~rewardq.consumers.inflight.InFlightTable.room`; an entry completes at most one), split
+between the read loops, so the worker never holds more than its bound however large ``batch_size``
+is: a backlog is shared by the fleet's workers instead of going whole to the first one that reads.
+Trajectories of several outputs then take more reads than one, each a round trip.
 
 A batch that fails on a Redis outage (after the connection's own retries, see
 :mod:`rewardq.queue.retry`) is not handled again here: its entries stay pending and are
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 from rewardq.consumers.retries import RoomWaits
@@ -72,6 +80,9 @@ class StreamReader:
         handle: called with every non-empty batch; the loop waits for it before it reads again.
         stopping: set when the worker stops; no read starts after it.
         capacity: set while the worker can take more trajectories; a read waits for it.
+        openings: how many more trajectories the worker may take now; a read asks for no more
+            entries than its loop's share of them (module doc, "Entries per read").
+        loops: how many read loops share the ``openings``.
         batch_size: entries per stream and read.
         block_ms: how long a read waits for entries (None: forever).
         namespace, redis_url: named in the error when Redis refuses a permission.
@@ -85,6 +96,8 @@ class StreamReader:
         handle: Callable[[list[Entry]], Awaitable[None]],
         stopping: asyncio.Event,
         capacity: asyncio.Event,
+        openings: Callable[[], int],
+        loops: int,
         batch_size: int,
         block_ms: int | None,
         namespace: str,
@@ -95,11 +108,17 @@ class StreamReader:
         self.handle = handle
         self.stopping = stopping
         self.capacity = capacity
+        self.openings = openings
+        self.loops = loops
         self.batch_size = batch_size
         self.block_ms = block_ms
         self.namespace = namespace
         self.redis_url = redis_url
         self.room = room
+
+    def asks(self, count: int) -> int:
+        """Entries the next read asks for: ``count``, at most this loop's share of the openings (at least one)."""
+        return max(1, min(count, math.ceil(self.openings() / self.loops)))
 
     async def run(self, shards: list[int]) -> None:
         """Read and handle batches of ``shards`` until stopping."""
@@ -111,7 +130,7 @@ class StreamReader:
                 break
             try:
                 with refusals_named(self.namespace, self.redis_url):
-                    entries = await self.broker.read(shards, count, self.block_ms)
+                    entries = await self.broker.read(shards, self.asks(count), self.block_ms)
                     count = next_count(entries, self.batch_size, count)
                     if entries:
                         await self.handle(entries)

@@ -174,11 +174,14 @@ class Worker:
     async def serve(self) -> None:
         """Run the readers and the background loops until stopping."""
         cfg = self.cfg
+        groups = read_groups(self.broker.ks.shards, self.broker.cluster)
         reader = StreamReader(
             self.broker,
             handle=self.handle,
             stopping=self._stopping,
             capacity=self.flights.capacity,
+            openings=self.flights.room,
+            loops=len(groups),
             batch_size=cfg.batch_size,
             block_ms=cfg.block_ms or None,
             namespace=cfg.namespace,
@@ -202,7 +205,6 @@ class Worker:
             self._tasks.append(asyncio.create_task(summary, name="log-summary"))
         if self.accounting.ledger is not None:
             self._tasks.append(asyncio.create_task(self.accounting.ledger.run(), name="ledger"))
-        groups = read_groups(self.broker.ks.shards, self.broker.cluster)
         readers = [asyncio.create_task(reader.run(g), name=f"reader-{g[0]}") for g in groups]
         stop = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
@@ -342,12 +344,19 @@ class Worker:
                 flight.cancel()
 
     async def maintain(self) -> None:
-        """Reclaim idle entries of dead workers and end trajectories that waited too long."""
+        """Reclaim idle entries of dead workers and end trajectories that waited too long.
+
+        A reclaim takes what :meth:`InFlightTable.reclaim_room
+        <rewardq.consumers.inflight.InFlightTable.reclaim_room>` allows, busy or not: a dead worker's
+        entries are taken over within ``claim_idle`` plus one ``maintenance_interval``, not once the
+        fleet has run out of other work."""
         for shard in range(self.broker.ks.shards):
             if self._stopping.is_set():
                 return
-            if self.flights.capacity.is_set():
-                claimed = await self.broker.reclaim(shard, int(self.cfg.claim_idle * 1000), self.cfg.batch_size)
+            room = self.flights.reclaim_room()
+            if room:
+                idle_ms = int(self.cfg.claim_idle * 1000)
+                claimed = await self.broker.reclaim(shard, idle_ms, self.cfg.batch_size, trajectories=room)
                 if claimed:
                     self.stats["reclaimed"] += len(claimed)
                     self.metrics.reclaimed(len(claimed))

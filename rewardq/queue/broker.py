@@ -212,11 +212,11 @@ class StreamBroker:
         await resolve_entries(self.r, self.ks, entries, self.max_record_bytes)  # blobs' records read in pieces
         return entries
 
-    async def reclaim(self, shard: int, min_idle_ms: int, count: int) -> list[Entry]:
-        """Take over entries other (dead) workers left pending for ``min_idle_ms``, each with its
-        delivery count (:meth:`Reclaimer.reclaim <rewardq.queue.reclaim.Reclaimer.reclaim>`), blobs'
-        records read in pieces."""
-        entries = await self.reclaimer.reclaim(shard, min_idle_ms, count)
+    async def reclaim(self, shard: int, min_idle_ms: int, count: int, trajectories: int | None = None) -> list[Entry]:
+        """Take over entries other (dead) workers left pending for ``min_idle_ms``, of at most
+        ``trajectories`` trajectories, each with its delivery count (:meth:`Reclaimer.reclaim
+        <rewardq.queue.reclaim.Reclaimer.reclaim>`), blobs' records read in pieces."""
+        entries = await self.reclaimer.reclaim(shard, min_idle_ms, count, trajectories)
         await resolve_entries(self.r, self.ks, entries, self.max_record_bytes)
         return entries
 

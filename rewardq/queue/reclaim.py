@@ -42,8 +42,12 @@ class Reclaimer:
     scripts: ScriptRunner
     worker: str
 
-    async def reclaim(self, shard: int, min_idle_ms: int, count: int) -> list[Entry]:
+    async def reclaim(self, shard: int, min_idle_ms: int, count: int, trajectories: int | None = None) -> list[Entry]:
         """Take over entries other (dead) workers left pending for ``min_idle_ms``.
+
+        ``count`` pending entries are looked at; of those that may be claimed, only the entries of
+        the first ``trajectories`` trajectories (None: all) are, so the caller takes no more than
+        it has room for (an entry that names no trajectory counts as one).
 
         The entries are read with plain ``XRANGE`` (at most ``CLAIMABLE_BYTE_BUDGET`` bytes in one
         pass, and one entry more; the rest wait for the next pass), entries of trajectories still
@@ -60,9 +64,12 @@ class Reclaimer:
             return []
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
         found = await self._pending_entries(stream, list(counts))
-        pairs: list[Any] = [v for eid, fields in found.items() for v in (eid, _tid_named(fields))]
+        tids = {eid: _tid_named(fields) for eid, fields in found.items()}
+        pairs: list[Any] = [v for eid, tid in tids.items() for v in (eid, tid)]
         args = [self.ks.traj_prefix(shard), self.worker, self.ks.group, *pairs]
         claimable = [_s(i) for i in await self.scripts.run("claimable", [stream], args)]
+        if trajectories is not None:
+            claimable = first_trajectories(claimable, tids, trajectories)
         if not claimable:
             return []
         by_count: dict[int, list[StreamIdT]] = {}
@@ -95,6 +102,22 @@ class Reclaimer:
                 read += sum(len(k) + len(v) for k, v in (fields or {}).items() if isinstance(v, (bytes, str)))
                 read += blob_size(fields)  # a blob's record is read when the entry is claimed
         return out
+
+
+def first_trajectories(ids: list[str], tids: Mapping[str, bytes], n: int) -> list[str]:
+    """The ``ids`` (in order) of the first ``n`` trajectories ``tids`` names; an id that names
+    none (``b""``) is a trajectory of its own."""
+    seen: set[tuple[bytes, str]] = set()
+    out: list[str] = []
+    for eid in ids:
+        tid = tids.get(eid, b"")
+        trajectory = (tid, "" if tid else eid)
+        if trajectory not in seen:
+            if len(seen) >= n:
+                continue
+            seen.add(trajectory)
+        out.append(eid)
+    return out
 
 
 def _tid_named(fields: Mapping[bytes, Any] | None) -> bytes:

@@ -22,7 +22,7 @@ from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.tokenizer import Tokenizer, load_tokenizer
 from tests.support.checks import must
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_two_worker_processes_score_500_trajectories_exactly_once(
     )
     names = ["w-0", "w-1"]
     beats = [f"{ns}:worker:{n}" for n in names]
-    wait_for(lambda: all(sync_redis.exists(k) for k in beats), WORKER_START_TIMEOUT, "both heartbeats", procs=[sup])
+    wait_for(lambda: all(sync_redis.exists(k) for k in beats), START_WAIT, "both heartbeats", procs=[sup])
     pids = [int(must(sync_redis.hget(k, "pid"))) for k in beats]
     assert len(set(pids)) == 2 and sup.pid not in pids
     trajectories = make_trajectories(500, seed=11, tokenizer=tokenizer)
@@ -144,7 +144,7 @@ def test_config_precedence_json_logs_and_sigterm(
     w = procs.start(["worker", "--config", str(cfg), "--claim-idle", "13", "--name", "from-flag"], env=env)
 
     # Then the flag's name is the one registered: flags beat env beat the file
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:from-flag"), 120, "heartbeat of from-flag", procs=[w])
+    wait_for(lambda: sync_redis.exists(f"{ns}:worker:from-flag"), START_WAIT, "heartbeat of from-flag", procs=[w])
     beat = {k.decode(): v.decode() for k, v in sync_redis.hgetall(f"{ns}:worker:from-flag").items()}
     assert beat["pid"] == str(w.pid) and beat["manager"] == "naive"
     assert not sync_redis.exists(f"{ns}:worker:from-env") and not sync_redis.exists(f"{ns}:worker:from-file")

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from rewardq import RewardClient
-from tests.support.cli_procs import REPO, WORKER_START_TIMEOUT, wait_for
+from tests.support.cli_procs import REPO, START_WAIT, wait_for
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
 
@@ -97,7 +97,7 @@ def test_the_entrypoint_with_the_compose_capabilities_runs_the_namespaces_mode(
     name = f"box-{uuid.uuid4().hex[:6]}"
     worker, log = _start(tmp_path, caps, redis_url, ns, name)
     try:
-        wait_for(lambda: sync_redis.exists(f"{ns}:worker:{name}"), WORKER_START_TIMEOUT, "worker heartbeat")
+        wait_for(lambda: sync_redis.exists(f"{ns}:worker:{name}"), START_WAIT, "worker heartbeat")
         got = _score(redis_url, ns, {"correct": (OOM, "1000 16\n"), "spinner": (SPINNER, "16\n")})
     finally:
         worker.terminate()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from rewardq import RewardClient
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
 
@@ -125,7 +125,7 @@ def test_hostile_programs_fail_by_name_and_hurt_nothing_else(
         env={"REWARDQ_TEST_SECRET": SECRET},
         tag="code",
     )
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:{name}"), WORKER_START_TIMEOUT, "worker heartbeat", procs=[worker])
+    wait_for(lambda: sync_redis.exists(f"{ns}:worker:{name}"), START_WAIT, "worker heartbeat", procs=[worker])
     # a host folder the sandbox shows read-only wherever the checkout lies (a checkout under /tmp is
     # not visible at all in the sandbox's private /tmp)
     outside = f"/var/tmp/pwned-{uuid.uuid4().hex[:8]}.txt"

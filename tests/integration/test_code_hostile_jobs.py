@@ -28,7 +28,7 @@ import pytest
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
 
@@ -191,7 +191,7 @@ def test_hostile_jobs_beside_correct_ones_change_nothing_but_their_own_score(
         worker_argv(redis_url, ns, name, "--concurrency", "16", "--manager-option", "code_local_max_concurrent=4"),
         tag="hostile",
     )
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:{name}"), WORKER_START_TIMEOUT, "worker heartbeat", procs=[worker])
+    wait_for(lambda: sync_redis.exists(f"{ns}:worker:{name}"), START_WAIT, "worker heartbeat", procs=[worker])
     client = RewardClient.from_url(redis_url, namespace=ns)
 
     # When the hostile programs and correct 3 s programs arrive together (the first four start at once)

@@ -27,7 +27,7 @@ import redis
 
 from rewardq import RewardClient
 from tests.support.assert_cases import HACKS, HONEST
-from tests.support.cli_procs import REPO, WORKER_START_TIMEOUT, wait_for
+from tests.support.cli_procs import REPO, START_WAIT, wait_for
 from tests.support.code_probes import ASSERT_SUBSET, import_probes
 from tests.support.records import text_output
 from tests.support.redis_server import RedisServer
@@ -115,7 +115,7 @@ def test_auto_as_a_normal_user_refuses_code_naming_the_fix(user: pwd.struct_pass
         )
         try:
             r = redis.Redis.from_url(url)
-            wait_for(lambda: r.exists(f"{ns}:worker:w"), WORKER_START_TIMEOUT, "worker heartbeat")
+            wait_for(lambda: r.exists(f"{ns}:worker:w"), START_WAIT, "worker heartbeat")
             client = RewardClient.from_url(url, namespace=ns)
             key = _put(client, "a", "print(int(input()) ** 2)", ["16\n"])
             [res] = client.wait_rewards([key], timeout=120).values()
@@ -189,9 +189,7 @@ def test_rlimits_as_a_normal_user_hides_the_redis_password(user: pwd.struct_pass
         try:
             r = redis.Redis.from_url(url)
             wait_for(
-                lambda: r.exists(f"{ns}:worker:w-0") and r.exists(f"{ns}:worker:w-1"),
-                WORKER_START_TIMEOUT,
-                "worker heartbeats",
+                lambda: r.exists(f"{ns}:worker:w-0") and r.exists(f"{ns}:worker:w-1"), START_WAIT, "worker heartbeats"
             )
             # no process of the user holds the password on its command line or in a readable environment
             for pid in subprocess.run(["pgrep", "-u", user.pw_name], capture_output=True, text=True).stdout.split():

@@ -15,7 +15,7 @@ import pytest
 from rewardq import AsyncRewardClient, RewardClient
 from rewardq.reward.base import ManagerContext, RewardManager
 from rewardq.reward.factory import build_manager
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Proc, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Proc, Procs, wait_for, worker_argv
 from tests.support.helpers import running_workers
 from tests.support.records import TOK, text_output
 from tests.support.redis_server import free_port
@@ -67,10 +67,7 @@ def test_500_trajectories_two_workers_never_more_than_4_runs_at_once(
 
     workers = [worker(f"sf{i}") for i in range(2)]
     wait_for(
-        lambda: all(sync_redis.exists(f"{ns}:worker:sf{i}") for i in range(2)),
-        WORKER_START_TIMEOUT,
-        "heartbeats",
-        procs=workers,
+        lambda: all(sync_redis.exists(f"{ns}:worker:sf{i}") for i in range(2)), START_WAIT, "heartbeats", procs=workers
     )
     # When 500 code trajectories arrive (every fifth one wrong)
     client = RewardClient.from_url(redis_url, namespace=ns)

@@ -20,7 +20,7 @@ import pytest
 
 from rewardq import FailureKind, RewardClient
 from tests.support.checks import must
-from tests.support.cli_procs import REPO, WORKER_START_TIMEOUT, Proc, Procs, wait_for, worker_argv
+from tests.support.cli_procs import REPO, START_WAIT, Proc, Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
@@ -97,7 +97,7 @@ def test_an_unknown_data_source_a_raising_function_and_a_timeout_read_back_with_
     # else scores with the default scorer, which knows no data source "no-such-source"
     argv = worker_argv(redis_url, ns, "kinds", "--reward-fn", f"{KIND_SCORERS}:compute_score", "--score-timeout", "3")
     w = procs.start([*argv, *FAST], tag="kinds")
-    wait_for(lambda: sync_redis.exists(f"{ns}:worker:kinds"), WORKER_START_TIMEOUT, "the worker's heartbeat", procs=[w])
+    wait_for(lambda: sync_redis.exists(f"{ns}:worker:kinds"), START_WAIT, "the worker's heartbeat", procs=[w])
     client = RewardClient.from_url(redis_url, namespace=ns)
     put = client.put_trajectory
     # When it scores them, beside a healthy GSM8K one
@@ -136,9 +136,7 @@ def test_a_judge_answering_503_and_one_answering_401_read_back_with_their_kinds(
     judge.control(retry_after=1)
     argv = worker_argv(redis_url, ns, "judged", "--config", str(config), "--retry-for", "3")
     w = procs.start([*argv, *FAST], tag="judged")
-    wait_for(
-        lambda: sync_redis.exists(f"{ns}:worker:judged"), WORKER_START_TIMEOUT, "the worker's heartbeat", procs=[w]
-    )
+    wait_for(lambda: sync_redis.exists(f"{ns}:worker:judged"), START_WAIT, "the worker's heartbeat", procs=[w])
     client = RewardClient.from_url(redis_url, namespace=ns)
     put = client.put_trajectory
     cases = {

@@ -25,7 +25,7 @@ from rewardq.config import WorkerConfig
 from rewardq.consumers.compose import prepare_worker, run_worker
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.script_runner import Call
-from tests.support.cli_procs import WORKER_START_TIMEOUT
+from tests.support.cli_procs import START_WAIT
 from tests.support.exactly_once import Trajectory, make_trajectories, push, settle
 from tests.support.helpers import open_test_worker
 from tests.support.managers import EchoManager
@@ -45,7 +45,7 @@ FAST: dict[str, Any] = dict(
     shutdown_grace=5,
     max_deliveries=20,
 )
-START_TIMEOUT = WORKER_START_TIMEOUT
+START_TIMEOUT = START_WAIT
 
 
 @pytest.fixture(scope="module")

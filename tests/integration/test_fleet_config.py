@@ -22,7 +22,7 @@ from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.scoring_record import RecordedScoring, recorded_scoring, replace_scoring
 from rewardq.reward.scoring_fingerprint import ScoringFingerprint
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Proc, Procs, wait_for, worker_argv
+from tests.support.cli_procs import Proc, Procs, wait_for, worker_argv
 from tests.support.cluster import LocalCluster
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -52,13 +52,14 @@ def _recorded(url: str, ns: str) -> dict[str, Any]:
 def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url: str, ns: str, tmp_path: Path) -> None:
     # Given a naive worker serving the namespace
     first = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="naive-w", manager="naive")
+    same = None
     try:
-        assert first.wait_for_log("worker naive-w started", WORKER_START_TIMEOUT), first.log()
+        assert first.wait_for_log("worker naive-w started", 120), first.log()
         assert "manager=naive" in _recorded(redis_url, ns)["config"]
-        # When a dapo worker starts on the same namespace
-        code, log = _exit_and_log(
-            WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="dapo-w", manager="dapo")
-        )
+        # When a dapo worker starts on the same namespace (and, beside it, a second naive one)
+        dapo = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="dapo-w", manager="dapo")
+        same = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="naive-2", manager="naive")
+        code, log = _exit_and_log(dapo)
         # Then it exits 2 with one line naming both configurations, who runs the recorded one, and the ways on
         assert code == 2, log
         errors = [line for line in log.splitlines() if line.startswith("error:")]
@@ -67,15 +68,14 @@ def test_a_second_worker_with_another_manager_refuses_naming_both(redis_url: str
         assert "manager=naive" in line and "manager=dapo" in line, line
         assert "naive-w" in line and "--namespace" in line and "--takeover" in line, line
         assert "worker dapo-w started" not in log
+        # and the second worker with the same configuration joins
+        assert same.wait_for_log("worker naive-2 started", 120), same.log()
+        assert same.terminate() == 0, same.log()
         # and the first one is untouched: still alive, still the recorded configuration
         assert first.alive() and "manager=naive" in _recorded(redis_url, ns)["config"]
-        # A second worker with the same configuration joins
-        same = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="naive-2", manager="naive")
-        try:
-            assert same.wait_for_log("worker naive-2 started", WORKER_START_TIMEOUT), same.log()
-        finally:
-            assert same.terminate() == 0
     finally:
+        if same is not None:
+            same.kill()
         first.terminate()
 
 
@@ -201,12 +201,18 @@ def test_workers_that_differ_only_in_an_option_declared_secret_share_a_namespace
     manager.write_text(KEYED_MANAGER)
     spec = ["--manager", f"{manager}:KeyedManager", "--log-level", "INFO"]
     keys = ["sk-" + "a1" * 12, "sk-" + "b2" * 12]
-    workers = []
-    for i, key in enumerate(keys):
-        # When a second worker starts with another key (a rotation, one worker at a time)
-        opts = ["--manager-option", f"api_key={key}", "--manager-option", "bonus=0.5"]
-        workers.append(procs.start(worker_argv(redis_url, ns, f"k{i}", *spec, *opts), tag=f"k{i}"))
-        wait_for(partial(_logged, workers[-1], f"worker k{i} started"), 120, f"worker k{i}", procs=workers)
+
+    def start(name: str, key: str, bonus: str) -> Proc:
+        opts = ["--manager-option", f"api_key={key}", "--manager-option", f"bonus={bonus}"]
+        return procs.start(worker_argv(redis_url, ns, name, *spec, *opts), tag=name)
+
+    workers = [start("k0", keys[0], "0.5")]
+    wait_for(partial(_logged, workers[0], "worker k0 started"), 120, "worker k0", procs=workers)
+    # When a second worker starts with another key (a rotation, one worker at a time), and beside it
+    # one with another bonus and the first key
+    workers.append(start("k1", keys[1], "0.5"))
+    other = start("k2", keys[0], "1")
+    wait_for(partial(_logged, workers[1], "worker k1 started"), 120, "worker k1", procs=workers)
     # Then both run, the record names the option left out, and no key is logged or stored
     recorded = _recorded(redis_url, ns)
     assert "secret=options.api_key (declared credentials: not counted)" in recorded["config"], recorded
@@ -214,9 +220,6 @@ def test_workers_that_differ_only_in_an_option_declared_secret_share_a_namespace
         assert not any(k in w.stderr() for k in keys) and w.popen.poll() is None, w.stderr()[-2000:]
     assert not any(k in json.dumps(recorded) for k in keys)
     # But another bonus, even with the same key, is another configuration
-    other = procs.start(
-        worker_argv(redis_url, ns, "k2", *spec, "--manager-option", f"api_key={keys[0]}", "--manager-option", "bonus=1")
-    )
     code, log = other.wait(120), other.stderr()
     assert code == 2 and "options.bonus: 1 here, 0.5 recorded" in log, log
     for w in workers:
@@ -230,7 +233,7 @@ def test_takeover_waits_for_the_old_workers_then_records_its_own(redis_url: str,
     )
     new = None
     try:
-        assert old.wait_for_log("worker old-w started", WORKER_START_TIMEOUT), old.log()
+        assert old.wait_for_log("worker old-w started", 120), old.log()
         before = _recorded(redis_url, ns)
         # When a dapo worker starts with --takeover
         new = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="new-w", manager="dapo", takeover=True)
@@ -261,7 +264,7 @@ def test_an_old_worker_that_was_superseded_stops_with_exit_2(redis_url: str, ns:
     # (as after a partition long enough for its heartbeat to lapse)
     w = WorkerProcess(redis_url, ns, cli=True, log_dir=tmp_path, name="stale", manager="naive", heartbeat_interval=0.5)
     try:
-        assert w.wait_for_log("worker stale started", WORKER_START_TIMEOUT), w.log()
+        assert w.wait_for_log("worker stale started", 120), w.log()
         r = connect(redis_url)
         r.hset(Keyspace(ns).meta, "scoring", json.dumps({"digest": "0" * 16, "config": "manager=dapo (new)"}))
         r.close()
@@ -273,21 +276,17 @@ def test_an_old_worker_that_was_superseded_stops_with_exit_2(redis_url: str, ns:
         w.kill()
 
 
-def _worker_as(srv: RedisServer, tmp_path: Path, user: str, *rules: str) -> tuple[int, str]:
+def _worker_as(srv: RedisServer, tmp_path: Path, user: str, *rules: str) -> WorkerProcess:
+    """A worker started as ``user``, a new ACL user with ``rules`` on the ``acl`` namespace."""
     admin = srv.client()
     admin.execute_command("ACL", "SETUSER", user, "on", f">{user}-pw", "~acl:*", "&*", *rules)
     admin.close()
-    w = WorkerProcess(srv.url_for(user, f"{user}-pw"), "acl", cli=True, log_dir=tmp_path, name=user, manager="naive")
-    if "-xautoclaim" in rules:  # a command the worker never sends: it starts
-        try:
-            assert w.wait_for_log(f"worker {user} started", WORKER_START_TIMEOUT), w.log()
-        finally:
-            code = w.terminate()
-        return code, w.log()
-    return _exit_and_log(w)
+    return WorkerProcess(srv.url_for(user, f"{user}-pw"), "acl", cli=True, log_dir=tmp_path, name=user, manager="naive")
 
 
-def _one_permission_line(code: int, log: str, command: str, user: str) -> str:
+def _one_permission_line(w: WorkerProcess, command: str) -> str:
+    user = w.name
+    code, log = _exit_and_log(w)
     assert code == 2, log
     assert "Traceback" not in log and "this is a bug" not in log, log
     errors = [line for line in log.splitlines() if "NOPERM" in line]
@@ -300,21 +299,29 @@ def _one_permission_line(code: int, log: str, command: str, user: str) -> str:
 
 def test_a_user_without_a_command_the_worker_needs_is_refused_at_start(tmp_path: Path) -> None:
     with RedisServer(password="admin-pw") as srv:
-        # without EVALSHA, a user who may run ACL DRYRUN (checked without running anything)
-        _one_permission_line(*_worker_as(srv, tmp_path, "no-evalsha", "+@all", "-evalsha"), "EVALSHA", "no-evalsha")
-        # without EVALSHA, nor ACL (the usual restricted user): each command tried harmlessly
-        _one_permission_line(*_worker_as(srv, tmp_path, "plain", "+@all", "-acl", "-evalsha"), "EVALSHA", "plain")
-        # without XCLAIM, the command that reclaims a dead worker's entries
-        _one_permission_line(*_worker_as(srv, tmp_path, "no-xclaim", "+@all", "-acl", "-xclaim"), "XCLAIM", "no-xclaim")
-        # without SCRIPT LOAD only (a subcommand)
-        line = _one_permission_line(
-            *_worker_as(srv, tmp_path, "no-load", "+@all", "-acl", "-script|load"), "SCRIPT LOAD", "no-load"
-        )
-        assert "+@scripting" in line
+        # Five workers start at once, each as a user of its own:
+        refused = [
+            # without EVALSHA, a user who may run ACL DRYRUN (checked without running anything)
+            ("EVALSHA", _worker_as(srv, tmp_path, "no-evalsha", "+@all", "-evalsha")),
+            # without EVALSHA, nor ACL (the usual restricted user): each command tried harmlessly
+            ("EVALSHA", _worker_as(srv, tmp_path, "plain", "+@all", "-acl", "-evalsha")),
+            # without XCLAIM, the command that reclaims a dead worker's entries
+            ("XCLAIM", _worker_as(srv, tmp_path, "no-xclaim", "+@all", "-acl", "-xclaim")),
+            # without SCRIPT LOAD only (a subcommand)
+            ("SCRIPT LOAD", _worker_as(srv, tmp_path, "no-load", "+@all", "-acl", "-script|load")),
+        ]
         # the worker reclaims with XPENDING + XCLAIM and never sends XAUTOCLAIM: a user without it serves
-        code, log = _worker_as(srv, tmp_path, "no-xautoclaim", "+@all", "-acl", "-xautoclaim")
-        assert code == 0 and "NOPERM" not in log, log
-        # and the probe left no key behind
+        serving = _worker_as(srv, tmp_path, "no-xautoclaim", "+@all", "-acl", "-xautoclaim")
+        try:
+            lines = [_one_permission_line(w, command) for command, w in refused]
+            assert "+@scripting" in lines[-1]
+            assert serving.wait_for_log("worker no-xautoclaim started", 120), serving.log()
+            code = serving.terminate()
+            assert code == 0 and "NOPERM" not in serving.log(), serving.log()
+        finally:
+            for w in [*(w for _, w in refused), serving]:
+                w.kill()
+        # and the probes left no key behind
         admin = srv.client()
         assert not list(admin.scan_iter("acl:{probe-*")), list(admin.scan_iter("acl:*"))
         admin.close()

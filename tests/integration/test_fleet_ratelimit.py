@@ -6,7 +6,7 @@ request out at once)."""
 from __future__ import annotations
 
 from rewardq import RewardClient
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.helpers import SAMPLE, output
 from tests.support.sync_client import SyncClient
 
@@ -40,7 +40,7 @@ def test_two_worker_processes_share_one_request_budget(
     workers = [procs.start(args(f"lim{i}"), tag=f"lim{i}") for i in range(2)]
     wait_for(
         lambda: all(sync_redis.exists(f"{ns}:worker:lim{i}") for i in range(2)),
-        WORKER_START_TIMEOUT,
+        START_WAIT,
         "both heartbeats",
         procs=workers,
     )

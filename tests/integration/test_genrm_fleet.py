@@ -17,7 +17,7 @@ import pytest
 
 from rewardq import RewardClient
 from tests.support.checks import must
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Proc, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Proc, Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
@@ -66,7 +66,7 @@ def stop(client: RewardClient, workers: list[Proc]) -> None:
 def both_alive(sync_redis: SyncClient, ns: str, names: list[str], workers: list[Proc]) -> None:
     wait_for(
         lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names),
-        WORKER_START_TIMEOUT,
+        START_WAIT,
         "worker heartbeats",
         procs=workers,
     )

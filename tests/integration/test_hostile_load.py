@@ -23,7 +23,7 @@ from rewardq.queue.checks import MAX_OUTPUTS
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.states import FailureKind
-from tests.support.cli_procs import WORKER_START_TIMEOUT
+from tests.support.cli_procs import START_WAIT
 from tests.support.exactly_once import make_trajectories, push
 from tests.support.hostile import GOOD, SAMPLE, cases
 from tests.support.managers import expected_reward
@@ -58,7 +58,7 @@ def test_worker_under_every_hostile_case_stays_correct_and_redis_stays_responsiv
             block_ms=200,
         )
         try:
-            assert worker.wait_for_log("started", WORKER_START_TIMEOUT), worker.log()
+            assert worker.wait_for_log("started", START_WAIT), worker.log()
             with PingSampler(srv.url, control=control.url) as sampler:
                 # Given 200 good trajectories interleaved with every hostile case (a 40 MB payload among
                 # them) and one trajectory of max_outputs outputs that times out incomplete (the largest

@@ -20,7 +20,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
 from tests.conftest import _delete_namespace
 from tests.support.checks import must
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -28,7 +28,7 @@ from tests.support.records import text_output
 pytestmark = pytest.mark.slow
 
 MANAGER = "tests.support.misbehaving:MisbehavingManager"
-START_TIMEOUT = WORKER_START_TIMEOUT
+START_TIMEOUT = START_WAIT
 SCORE_TIMEOUT = 8.0
 
 
@@ -88,7 +88,7 @@ def test_more_hung_calls_than_scorer_processes_never_delay_good_trajectories(
     # Given five calls that hang, more than the two scorer processes (fewer than those and the
     # four spares), pushed first
     hung = [push(client, "hang") for _ in range(5)]
-    wait_for(lambda: len(marked_pids(marks, "hang")) >= 2, 30, "the first hung calls to start")
+    wait_for(lambda: len(marked_pids(marks, "hang")) >= 2, 120, "the first hung calls to start")
     # When good trajectories arrive behind them
     good = [push(client, "ok") for _ in range(10)]
     results = client.wait_rewards(good, timeout=SCORE_TIMEOUT + 30)
@@ -182,7 +182,7 @@ def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_c
     try:
         assert worker.wait_for_log(f"worker {worker.name} started", START_TIMEOUT), worker.log()
         keys = [push(client, "thread-hang"), push(client, "fn:stubborn")]
-        wait_for(lambda: marked_pids(marks, "stubborn"), 30, "the stubborn call to start")
+        wait_for(lambda: marked_pids(marks, "stubborn"), 120, "the stubborn call to start")
         (stubborn,) = marked_pids(marks, "stubborn")
         time.sleep(0.5)
         # When it is sent SIGTERM

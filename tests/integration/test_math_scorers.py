@@ -20,14 +20,14 @@ import pytest
 from rewardq.producers.client import RewardClient
 from tests.conftest import _delete_namespace
 from tests.support.checks import must
-from tests.support.cli_procs import WORKER_START_TIMEOUT
+from tests.support.cli_procs import START_WAIT
 from tests.support.math_cases import CASES, SLOW_CASES
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
 
 pytestmark = pytest.mark.slow
 
-START_TIMEOUT = WORKER_START_TIMEOUT
+START_TIMEOUT = START_WAIT
 
 
 def push(client: RewardClient, data_source: str, response: str, truth: Any) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.sync_client import SyncClient
 
 pytestmark = pytest.mark.slow
@@ -38,9 +38,7 @@ def test_produce_reports_bad_lines_and_scores_the_rest(
     lines[4] = json.dumps(bad)
     lines[11] = lines[11][: len(lines[11]) // 2]
     path.write_text("\n".join(lines) + "\n")
-    wait_for(
-        lambda: sync_redis.exists(f"{ns}:worker:pw"), WORKER_START_TIMEOUT, "the worker's heartbeat", procs=[worker]
-    )
+    wait_for(lambda: sync_redis.exists(f"{ns}:worker:pw"), START_WAIT, "the worker's heartbeat", procs=[worker])
 
     # When it is replayed and waited for
     rc, p = procs.run(

@@ -21,7 +21,7 @@ import pytest
 
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Proc, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Proc, Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
 from tests.support.sync_client import SyncClient
@@ -66,7 +66,7 @@ class Fleet:
         w = self.start(name)
         wait_for(
             lambda: self.sync_redis.exists(f"{self.ns}:worker:{name}"),
-            WORKER_START_TIMEOUT,
+            START_WAIT,
             f"worker {name}",
             procs=[beside, w],
         )
@@ -79,7 +79,7 @@ class Fleet:
         keys = _put(client, 20)
         # (its start-up first, which may take longer than its judge calls: torch's import alone took 72 s
         # on a loaded machine)
-        wait_for(lambda: self.sync_redis.exists(f"{self.ns}:worker:a"), WORKER_START_TIMEOUT, "worker a", procs=[a])
+        wait_for(lambda: self.sync_redis.exists(f"{self.ns}:worker:a"), START_WAIT, "worker a", procs=[a])
         wait_for(lambda: self.judge.stats()["in_flight"] >= 20, 90, "20 judge calls in flight", procs=[a])
         return a, client, keys
 

@@ -42,7 +42,7 @@ from rewardq.queue.broker import STORE_INLINE_BYTES, StreamBroker
 from rewardq.queue.codec import decode_output
 from rewardq.queue.connection import connect_async, is_out_of_memory
 from rewardq.queue.results import RewardResult
-from tests.support.cli_procs import WORKER_START_TIMEOUT
+from tests.support.cli_procs import START_WAIT
 from tests.support.ping_sampler import PingSampler
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
@@ -110,7 +110,7 @@ def test_legal_results_past_a_300_mib_cap_wait_for_room_and_every_key_is_answere
         ]
         try:
             for w in procs:
-                assert w.wait_for_log(f"worker {w.name} started", WORKER_START_TIMEOUT), w.log()
+                assert w.wait_for_log(f"worker {w.name} started", START_WAIT), w.log()
             # Given trajectories of 300 keys whose results take ~315 MB each, more than the cap together
             keys = [k for i in range(trajectories) for k in _trajectory(client, f"near{i}", 300)]
             # When a trainer reads each result as it appears, and deletes it
@@ -171,7 +171,7 @@ def test_dead_letters_of_40_records_of_31_mb_stay_small_and_cost_redis_little(tm
         workers = [_worker(srv.url, ns, tmp_path) for ns in ("ok", "dl")]
         try:
             for w in workers:
-                assert w.wait_for_log(f"worker {w.name} started", WORKER_START_TIMEOUT), w.log()
+                assert w.wait_for_log(f"worker {w.name} started", START_WAIT), w.log()
             # And a baseline: the same 40 puts of 31 MB as 40 trajectories that score fine
             with PingSampler(srv.url, control=idle.url) as baseline:
                 fine = ok.wait_rewards(_put_40(ok, "fine", one_trajectory=False), timeout=300)
@@ -321,7 +321,7 @@ def test_results_larger_than_the_whole_cap_become_memory_errors_after_room_wait(
         client = RewardClient.from_url(srv.url, namespace="nofit")
         worker = _worker(srv.url, "nofit", tmp_path, room_wait=3)
         try:
-            assert worker.wait_for_log(f"worker {worker.name} started", WORKER_START_TIMEOUT), worker.log()
+            assert worker.wait_for_log(f"worker {worker.name} started", START_WAIT), worker.log()
             # When a trajectory's results take 60 x 900 KiB (54 MB: more than the whole cap), and a small
             # one comes after it
             keys = _trajectory(client, "huge", 60)

@@ -33,7 +33,7 @@ from rewardq.queue.broker import STAGE_TTL, StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from tests.support.checks import must
-from tests.support.cli_procs import WORKER_START_TIMEOUT
+from tests.support.cli_procs import START_WAIT
 from tests.support.helpers import open_test_worker, output, results_for, worker_config
 from tests.support.ping_sampler import PingSampler
 from tests.support.proc_worker import WorkerProcess
@@ -79,7 +79,7 @@ def _hostile_worker(url: str, ns: str, log_dir: Path, *, scorer_processes: int) 
         scorer_processes=scorer_processes,
     )
     try:
-        assert worker.wait_for_log(f"worker {worker.name} started", WORKER_START_TIMEOUT), worker.log()
+        assert worker.wait_for_log(f"worker {worker.name} started", START_WAIT), worker.log()
         yield worker
     finally:
         worker.terminate(60)

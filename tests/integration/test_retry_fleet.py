@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from rewardq import RewardClient
-from tests.support.cli_procs import WORKER_START_TIMEOUT, Proc, Procs, wait_for, worker_argv
+from tests.support.cli_procs import START_WAIT, Proc, Procs, wait_for, worker_argv
 from tests.support.judge_standin import JudgeStandin
 from tests.support.records import text_output
 from tests.support.redis_server import free_port
@@ -47,12 +47,7 @@ RETRY_AFTER = 2.0
 def start_two(procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, *extra: str) -> list[Proc]:
     names = ["r0", "r1"]
     workers = [procs.start([*worker_argv(redis_url, ns, n, *extra), *FAST], tag=n) for n in names]
-    wait_for(
-        lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names),
-        WORKER_START_TIMEOUT,
-        "heartbeats",
-        procs=workers,
-    )
+    wait_for(lambda: all(sync_redis.exists(f"{ns}:worker:{n}") for n in names), START_WAIT, "heartbeats", procs=workers)
     return workers
 
 

@@ -29,7 +29,7 @@ from rewardq.errors import RedisPermissionError
 from rewardq.queue.codec import decode_output, encode_output, peek_identity
 from rewardq.queue.connection import redact_url
 from rewardq.queue.keys import Keyspace
-from tests.support.cli_procs import REPO, WORKER_START_TIMEOUT
+from tests.support.cli_procs import REPO, START_WAIT
 from tests.support.exactly_once import make_trajectories, push, settle
 from tests.support.proc_worker import WorkerProcess
 from tests.support.redis_server import RedisServer
@@ -40,7 +40,7 @@ FAST: dict[str, Any] = dict(
     manager=ECHO, heartbeat_interval=0.3, lease_seconds=1.5, claim_idle=2.0, maintenance_interval=0.3, block_ms=200
 )
 PASSWORD = "Pw-7q!x/K@z:9%"  # URL-special characters on purpose
-START_TIMEOUT = WORKER_START_TIMEOUT
+START_TIMEOUT = START_WAIT
 
 
 def _ns() -> str:

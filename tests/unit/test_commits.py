@@ -250,6 +250,8 @@ async def test_a_read_batch_refused_past_maxmemory_is_waited_out_and_reading_goe
         handle=handle,
         stopping=stopping,
         capacity=capacity,
+        openings=lambda: 8,
+        loops=1,
         batch_size=8,
         block_ms=None,
         namespace="t",

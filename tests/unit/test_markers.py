@@ -26,6 +26,8 @@ TESTS = REPO / "tests"
 #: Names a test that starts processes uses: fixtures and helpers from tests/support and the modules.
 PROCESS_NAMES = {
     "start_fleet",  # Ray actors running rewardq worker processes
+    "share_backlog",  # tests.support.fleet_share: three worker processes
+    "recover_dead_worker",
     "procs",
     "sync_fn_worker",
     "math_worker",

@@ -127,7 +127,7 @@ async def test_a_wait_ends_at_its_time_or_at_once_when_the_worker_stops() -> Non
 
 
 async def test_resting_trajectories_leave_room_for_others_up_to_a_bound() -> None:
-    table = InFlightTable(2, max_resting=3)
+    table = InFlightTable(2, max_resting=3, read_ahead=0)
     for tid in ("a", "b"):
         table.hold(0, tid)
     assert not table.capacity.is_set()  # two held: full

@@ -10,9 +10,10 @@ import pytest
 from rewardq.consumers.inflight import InFlightTable
 from rewardq.consumers.intake import split_whole
 from rewardq.consumers.quarantine import Quarantine
-from rewardq.consumers.reader import read_groups
+from rewardq.consumers.reader import StreamReader, read_groups
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.entries import Entry
+from rewardq.queue.reclaim import first_trajectories
 
 IDS = np.zeros(1, dtype=np.int32)
 
@@ -59,7 +60,7 @@ def test_read_groups_one_call_on_one_redis_one_per_shard_on_a_cluster() -> None:
 
 
 async def test_capacity_closes_at_concurrency_and_a_handed_back_trajectory_stays_held() -> None:
-    table = InFlightTable(2)
+    table = InFlightTable(2, read_ahead=0)
     assert table.hold(0, "a") is not None and table.capacity.is_set()
     assert table.hold(0, "a") is None  # a redelivery of what we hold is not held twice
     assert table.hold(1, "b") is not None and not table.capacity.is_set()
@@ -188,3 +189,80 @@ async def test_a_reclaimed_turn_cancelled_at_shutdown_takes_its_start_back(share
     with pytest.raises(asyncio.CancelledError):
         await task
     assert counts["t"] == 0 and not q.gate.cohort and q.gate.running == 0
+
+
+async def test_a_worker_holds_its_slots_plus_its_read_ahead_and_reclaims_one_worker_more() -> None:
+    # Given 4 slots and a read-ahead of half as many again (2 trajectories waiting for a slot)
+    table = InFlightTable(4, read_ahead=0.5)
+    assert (table.bound, table.room(), table.reclaim_room()) == (6, 6, 12)
+    # When it holds 6: the readers stop, a reclaim still has one worker's worth
+    for i in range(6):
+        table.hold(0, f"t{i}")
+    assert not table.capacity.is_set() and table.room() == 0 and table.reclaim_room() == 6
+    # and a reclaim that took it leaves the readers stopped until the worker is below its bound again
+    for i in range(6, 12):
+        table.hold(0, f"t{i}")
+    assert table.reclaim_room() == 0 and table.room() == 0
+    for i in range(7):
+        table.finished(f"t{i}")
+    assert table.capacity.is_set() and table.room() == 1
+    # a stopping worker reclaims nothing
+    table.stop_admitting()
+    assert table.reclaim_room() == 0
+
+
+async def test_a_busy_worker_reads_again_once_half_its_read_ahead_is_free() -> None:
+    table = InFlightTable(4, read_ahead=1)  # 4 slots, 4 waiting: reads in batches of 2 or more
+    for i in range(8):
+        table.hold(0, f"t{i}")
+    table.finished("t0")
+    assert not table.capacity.is_set() and table.room() == 1
+    table.finished("t1")
+    assert table.capacity.is_set() and table.room() == 2
+
+
+async def test_read_ahead_rounds_up_and_zero_holds_only_what_it_scores() -> None:
+    assert InFlightTable(3, read_ahead=0.1).bound == 4
+    assert InFlightTable(3, read_ahead=0).bound == 3
+    assert InFlightTable(3, read_ahead=2).bound == 9
+
+
+async def test_resting_trajectories_at_their_bound_stop_reclaims_too() -> None:
+    table = InFlightTable(2, max_resting=1, read_ahead=1)
+    table.hold(0, "a")
+    table.rest("a")
+    assert table.room() == 0 and table.reclaim_room() == 0
+
+
+def test_a_read_asks_for_no_more_than_its_loops_share_of_the_openings() -> None:
+    openings = [10]
+
+    def reader(loops: int) -> StreamReader:
+        return StreamReader(
+            None,  # type: ignore[arg-type]  # asks() sends nothing
+            handle=None,  # type: ignore[arg-type]
+            stopping=asyncio.Event(),
+            capacity=asyncio.Event(),
+            openings=lambda: openings[0],
+            loops=loops,
+            batch_size=256,
+            block_ms=None,
+            namespace="t",
+            redis_url="redis://x",
+            room=None,  # type: ignore[arg-type]
+        )
+
+    assert reader(1).asks(256) == 10
+    assert reader(3).asks(256) == 4  # ceil(10 / 3): at most 12 over the three loops
+    assert reader(1).asks(5) == 5  # the bytes-per-read count when it is smaller
+    openings[0] = 0
+    assert reader(1).asks(256) == 1  # never zero (a reader only reads once capacity is set)
+
+
+def test_a_reclaim_takes_the_entries_of_the_first_trajectories_only() -> None:
+    ids = ["1-0", "2-0", "3-0", "4-0", "5-0", "6-0"]
+    tids = {"1-0": b"a", "2-0": b"b", "3-0": b"a", "4-0": b"", "5-0": b"c", "6-0": b"b"}
+    assert first_trajectories(ids, tids, 2) == ["1-0", "2-0", "3-0", "6-0"]  # every entry of a and b
+    assert first_trajectories(ids, tids, 3) == ["1-0", "2-0", "3-0", "4-0", "6-0"]  # 4-0 names none: one of its own
+    assert first_trajectories(ids, tids, 0) == []
+    assert first_trajectories(ids, tids, 10) == ids
