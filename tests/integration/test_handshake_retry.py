@@ -16,11 +16,12 @@ from collections.abc import Iterator
 import pytest
 
 from rewardq import AsyncRewardClient, RewardClient
-from rewardq.errors import PutError
+from rewardq.errors import PutError, RedisConnectionLost
+from rewardq.queue import retry
 from rewardq.queue.connection import connect_async, connect_sync
 from rewardq.queue.keys import Keyspace
 from tests.support.handshake_proxy import HandshakeProxy, Spoil
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 
 SAMPLE = {"data_source": "test", "reward_model": {"ground_truth": "1"}}
 OUTPUTS = [{"prompt_ids": [1, 2], "response_ids": [3, 4, 5]} for _ in range(3)]
@@ -106,3 +107,26 @@ def test_a_refused_password_is_not_sent_again(server: RedisServer) -> None:
         finally:
             client.close()
         assert proxy.accepted == 1
+
+
+def test_a_refused_connection_is_tried_by_the_socket_alone_not_once_more_per_try(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Nothing listens: the socket's own tries (RETRIES re-sends) are spent, then the put fails;
+    # the handshake layer adds no tries of its own, so the failure comes after one round of backoff
+    # (~5-9 s), not at the policy's 20 s deadline
+    tries: list[str] = []
+    real = retry._Tries.pause
+
+    def counted(self: retry._Tries, error: BaseException, started: float) -> float | None:
+        tries.append(type(error).__name__)
+        return real(self, error, started)
+
+    monkeypatch.setattr(retry._Tries, "pause", counted)
+    client = RewardClient.from_url(f"redis://127.0.0.1:{free_port()}/0", namespace="hs-refused")
+    try:
+        with pytest.raises(RedisConnectionLost):
+            client.put_trajectory("u", "s", OUTPUTS, SAMPLE)
+    finally:
+        client.close()
+    assert len(tries) == retry.RETRIES + 1, tries
