@@ -29,6 +29,10 @@ from tests.verl.data import row
 from tests.verl.harness import bare_agent_loop_worker, demo_hf_folder, hook_config, trainer_config
 from tests.verl.test_masking import replay_buffer, v1_worker
 
+#: A first use here starts Ray, a verl trainer or a Ray actor importing verl and torch: 100-230 s of
+#: set-up beside the main suite's tail in CI, so the tests' 300 s default is too tight.
+pytestmark = pytest.mark.timeout(900)
+
 #: cause -> (the prompt's data source, its 4 responses, rewardq settings, what the stop names)
 CAUSES: dict[str, tuple[str, list[str], dict[str, Any], str]] = {
     "config": ("no-such-source", ["a", "aa", "aaa", "aaaa"], {}, "no-such-source"),
