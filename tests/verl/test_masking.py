@@ -50,6 +50,10 @@ from tests.verl.conftest import Fleet
 from tests.verl.data import internal, output, row
 from tests.verl.harness import LocalHandle, bare_agent_loop_worker, trainer_config
 
+#: A first use here starts Ray, a verl trainer or a Ray actor importing verl and torch: 100-230 s of
+#: set-up beside the main suite's tail in CI, so the tests' 300 s default is too tight.
+pytestmark = pytest.mark.timeout(900)
+
 #: Per group, its 4 responses; ``FAIL`` marks the samples whose reward function raises.
 GROUPS = [
     ["aaaa", "a FAIL", "aa", "aaaaaaa"],  # 1 failed
@@ -235,10 +239,6 @@ def test_verls_fully_async_trainer_needs_the_estimators_registered_at_worker_sta
 
 SETUP_HOOK_RUN = """
 import json, sys, ray
-
-#: A first use here starts Ray, a verl trainer or a Ray actor importing verl and torch: 100-230 s of
-#: set-up beside the main suite's tail in CI, so the tests' 300 s default is too tight.
-pytestmark = pytest.mark.timeout(900)
 ray.init(address="local", include_dashboard=False, num_cpus=1, _temp_dir=sys.argv[1], log_to_driver=False,
          runtime_env={"worker_process_setup_hook": sys.argv[2], "env_vars": {"PYTHONPATH": sys.argv[3]}})
 
