@@ -142,6 +142,18 @@ def fresh_failure_budgets() -> Iterator[None]:
     yield
 
 
+#: Seconds a test that uses this run's Ray may take: the first one on an xdist worker starts Ray and
+#: TransferQueue's storage actors (225-300+ s of set-up beside the main suite's tail in CI, where the
+#: tests' 300 s default ran out and every later TransferQueue test on that worker errored).
+RAY_TEST_TIMEOUT = 900
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "local_ray" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(RAY_TEST_TIMEOUT))
+
+
 @pytest.fixture(scope="session")
 def local_ray() -> Iterator[None]:
     """A Ray of this test run's own (``address="local"``), for verl's reward loop and TransferQueue."""
