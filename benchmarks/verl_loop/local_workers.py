@@ -50,13 +50,22 @@ def start_redis(tmp: Path, maxmemory: str) -> tuple[subprocess.Popen[bytes], str
 
 
 def start_workers(
-    url: str, namespace: str, names: Sequence[str], tokenizer: str, logs: Path, extra: Sequence[str] = ()
+    url: str,
+    namespace: str,
+    names: Sequence[str],
+    tokenizer: str,
+    logs: Path,
+    extra: Sequence[str] = (),
+    profile: Path | None = None,
 ) -> list[subprocess.Popen[bytes]]:
-    """One ``rewardq worker`` (naive manager) per name, each logging to ``logs/<name>.log``."""
+    """One ``rewardq worker`` (naive manager) per name, each logging to ``logs/<name>.log``; with
+    ``profile``, each runs under cProfile (:mod:`benchmarks.verl_loop.profiled_worker`), dumped to
+    ``<profile>.<name>`` when it stops."""
     workers = []
     for name in names:
         with open(logs / f"{name}.log", "ab") as log:  # the child keeps its own descriptor
-            argv = [sys.executable, "-m", "rewardq", "worker", "--redis-url", url, "--namespace", namespace,
+            run = ["rewardq"] if profile is None else ["benchmarks.verl_loop.profiled_worker", f"{profile}.{name}"]
+            argv = [sys.executable, "-m", *run, "worker", "--redis-url", url, "--namespace", namespace,
                     "--name", name, "--manager", "naive", "--tokenizer", tokenizer, "--log-level", "warning",
                     *extra]  # fmt: skip
             workers.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))

@@ -11,12 +11,15 @@ as Python lists, as verl's agent loop has them) pushed ``--concurrency`` at a ti
   outputs).
 
 The figure is this process's CPU (every thread, user and kernel: ``getrusage``) from the first put to the
-last result, divided by the trajectories; the workers' and Redis's CPU are not in it. Every reward
-is checked against the trajectory's known answer (GSM8K: 1.0 right, 0.0 wrong). verl's
-``AgentLoopOutput`` is used when verl is installed, else a stand-in with the same attributes.
+last result, divided by the trajectories. The workers' CPU over the same span is printed beside it,
+from ``/proc``, split into their event-loop threads, their other threads (the decode thread) and
+their scorer processes; Redis's is not. Every reward is checked against the trajectory's known
+answer (GSM8K: 1.0 right, 0.0 wrong). verl's ``AgentLoopOutput`` is used when verl is installed, else
+a stand-in with the same attributes.
 
     python -m benchmarks.verl_loop.producer --trajectories 400 --repeat 4
     python -m benchmarks.verl_loop.producer --profile prof.txt   # cProfile of the measured rounds
+    python -m benchmarks.verl_loop.producer --worker-profile /tmp/w  # the workers' event loops, cProfile
 
 To compare two versions of rewardq in one run, run this file from each tree in turn
 (``PYTHONPATH=<tree> python <this file> ...``), alternating; the workers are started from the
@@ -40,9 +43,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.thread_cpu import thread_cpu
 from benchmarks.verl_loop.local_workers import start_redis, start_workers, workers_up
 from benchmarks.verl_loop.tokenizer import shipped_files
 from benchmarks.verl_loop.trajectories import Trajectories, Trajectory
+
+
+#: The workers' CPU, as :func:`process_tree_cpu` splits it.
+WORKER_PARTS = ("event loop", "other threads", "scorer processes")
 
 
 class Metrics:
@@ -68,11 +76,38 @@ def outputs_of(t: Trajectory) -> list[Any]:
     return [StandInOutput(**t.output_fields(k)) for k in range(t.n)]
 
 
+def process_tree_cpu(pid: int) -> tuple[float, float, float]:
+    """CPU seconds of ``pid``'s event-loop thread (its main thread), of its other threads (the decode
+    thread, ...), and of its live descendants (scorer processes), from ``/proc``."""
+    threads = thread_cpu(pid)
+    main_thread = threads.pop(pid, 0.0)
+    children = 0.0
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            children += sum(thread_cpu(kid).values())
+            todo.append(kid)
+    return main_thread, sum(threads.values()), children
+
+
+def fleet_cpu(fleet: Fleet) -> tuple[float, float, float]:
+    """:func:`process_tree_cpu` summed over the fleet's workers."""
+    parts = [process_tree_cpu(w.pid) for w in fleet.workers]
+    return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
+
+
 class Fleet:
     """A throwaway redis-server and ``rewardq worker`` processes (naive manager, the real tokenizer)."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, profile: str = "") -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="rqb-producer-"))
+        self.profile = Path(profile).resolve() if profile else None
         self.redis, self.url = start_redis(self.tmp, "2gb")
         self.namespace = f"rqp-{uuid.uuid4().hex[:6]}"
         self.count = workers
@@ -82,7 +117,7 @@ class Fleet:
         import redis
 
         names = [f"w{i}" for i in range(self.count)]
-        self.workers = start_workers(self.url, self.namespace, names, str(shipped_files()[0]), self.tmp)
+        self.workers = start_workers(self.url, self.namespace, names, str(shipped_files()[0]), self.tmp, profile=self.profile)
         r = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 180
         while not workers_up(r, self.namespace, names, self.workers, self.tmp, deadline):
@@ -130,8 +165,10 @@ async def rounds(a: argparse.Namespace, fleet: Fleet) -> dict[str, list[float]]:
             if profile is not None and r >= 0:
                 profile.enable()
             c = resource.getrusage(resource.RUSAGE_SELF)
+            wc = fleet_cpu(fleet)
             rewards = await asyncio.gather(*(paths[name](t, o, kw) for t, o, kw in items))
             e = resource.getrusage(resource.RUSAGE_SELF)
+            we = fleet_cpu(fleet)
             used = (e.ru_utime + e.ru_stime) - (c.ru_utime + c.ru_stime)
             system = e.ru_stime - c.ru_stime
             if profile is not None:
@@ -142,6 +179,8 @@ async def rounds(a: argparse.Namespace, fleet: Fleet) -> dict[str, list[float]]:
             if r >= 0:
                 got[name].append(1000 * used / len(trajs))
                 got.setdefault(f"{name} (kernel)", []).append(1000 * system / len(trajs))
+                for part, before, after in zip(WORKER_PARTS, wc, we):
+                    got.setdefault(f"workers' {part} ({name})", []).append(1000 * (after - before) / len(trajs))
     await client.aclose()
     await scorer.aclose()
     if profile is not None:
@@ -160,10 +199,13 @@ def main() -> None:
     p.add_argument("--paths", default="client,adapter", help="which of client,adapter")
     p.add_argument("--profile", default="", help="write a cProfile of the measured rounds here")
     p.add_argument("--sort", default="tottime", help="the cProfile order (tottime, cumulative)")
+    p.add_argument(
+        "--worker-profile", default="", help="run the workers under cProfile, dumped to FILE.<name> when they stop"
+    )
     a = p.parse_args()
     import rewardq
 
-    fleet = Fleet(a.workers)
+    fleet = Fleet(a.workers, a.worker_profile)
     try:
         fleet.start()
         load = os.getloadavg()[0]
@@ -172,8 +214,9 @@ def main() -> None:
         fleet.stop()
     print(f"rewardq from {Path(rewardq.__file__).parent}; load {load:.1f} -> {os.getloadavg()[0]:.1f}")
     for name, values in got.items():
+        what = "worker" if name.startswith("workers'") else "producer"
         print(
-            f"producer CPU ms/traj, {name:8s} median {statistics.median(values):.3f} "
+            f"{what} CPU ms/traj, {name:8s} median {statistics.median(values):.3f} "
             f"({', '.join(f'{v:.3f}' for v in values)}); {a.trajectories} trajectories x {a.repeat}, "
             f"every reward equal to the reference"
         )

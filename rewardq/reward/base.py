@@ -133,7 +133,7 @@ class RewardManager(ABC):
 
     async def prepare_scoring(self) -> None:
         """After :meth:`setup`: decide where ``compute_score`` runs and start its scorer processes."""
-        await self.host.prepare(self.compute_score)
+        await self.host.prepare(self.compute_score, self.tokenizer)
 
     async def close_scoring(self) -> None:
         """Stop what :meth:`call_score_fn` and :meth:`decode_response_async` started. Idempotent."""
