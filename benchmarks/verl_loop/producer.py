@@ -48,7 +48,6 @@ from benchmarks.verl_loop.local_workers import start_redis, start_workers, worke
 from benchmarks.verl_loop.tokenizer import shipped_files
 from benchmarks.verl_loop.trajectories import Trajectories, Trajectory
 
-
 #: The workers' CPU, as :func:`process_tree_cpu` splits it.
 WORKER_PARTS = ("event loop", "other threads", "scorer processes")
 
@@ -117,7 +116,9 @@ class Fleet:
         import redis
 
         names = [f"w{i}" for i in range(self.count)]
-        self.workers = start_workers(self.url, self.namespace, names, str(shipped_files()[0]), self.tmp, profile=self.profile)
+        self.workers = start_workers(
+            self.url, self.namespace, names, str(shipped_files()[0]), self.tmp, profile=self.profile
+        )
         r = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 180
         while not workers_up(r, self.namespace, names, self.workers, self.tmp, deadline):

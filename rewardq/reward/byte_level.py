@@ -87,11 +87,13 @@ class ByteLevelTable:
         """The text of ``ids`` (a 1-D integer tensor, array or list); None when they are not that
         or an id is outside the table (the caller then asks the library)."""
         if hasattr(ids, "detach"):  # torch.Tensor: its array, no copy
-            ids = ids.detach().cpu().numpy()  # type: ignore[attr-defined]
+            ids = ids.detach().cpu().numpy()
         arr = np.asarray(ids)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        if arr.ndim != 1:
             return None
-        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self.size):
+        if not arr.size:
+            return ""
+        if arr.dtype.kind not in "iu" or int(arr.min()) < 0 or int(arr.max()) >= self.size:
             return None
         table = self.skip if skip_special_tokens else self.keep
         return b"".join(table[arr].tolist()).decode("utf-8", "replace")

@@ -252,7 +252,7 @@ def exact_rust_tokenizer(tokenizer: object) -> object | None:
     if not isinstance(tokenizer, TransformersTokenizer):
         return None
     backend = tokenizer.backend
-    rust = getattr(backend, "backend_tokenizer", None)
+    rust: object | None = getattr(backend, "backend_tokenizer", None)
     if rust is None or getattr(backend, "clean_up_tokenization_spaces", True) is not False:
         return None
     try:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from rewardq.reward.execution import host as host_module
 from rewardq.reward.execution.decoding import BatchDecoder
 from rewardq.reward.managers.naive import NaiveRewardManager
 from rewardq.reward.tokenizer import load_demo_tokenizer
@@ -77,7 +78,12 @@ async def test_a_bad_sequence_fails_only_its_caller_and_a_cancelled_caller_harms
     decoder.close()
 
 
-async def test_the_naive_manager_decodes_through_the_batch_path_with_the_same_rewards() -> None:
+async def test_the_naive_manager_decodes_through_the_batch_path_with_the_same_rewards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the demo tokenizer is byte-level: its responses go through the table (test_byte_level.py) unless
+    # longer than INLINE_MAX_IDS; here every one is, so all go to the decode thread
+    monkeypatch.setattr(host_module, "INLINE_MAX_IDS", -1)
     sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "72"}, "extra_info": {}}
     manager = NaiveRewardManager(TOK)
     answers = ["#### 72", "#### 71", "no answer", "so #### 72"]
