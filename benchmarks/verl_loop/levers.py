@@ -8,7 +8,9 @@ With the real tokenizer's ids (GSM8K trajectories of :mod:`benchmarks.verl_loop.
 * **worker scoring**: CPU and wall per trajectory of :class:`~rewardq.consumers.scorer.TrajectoryScorer`
   with the naive manager on decoded records, all trajectories of a read batch side by side
   (``asyncio.gather``, as the worker runs them): the whole batch and inline decode (what every
-  trajectory cost before), the final row only (lazy batch), and the final row with batched decode.
+  trajectory cost before), the final row only (lazy batch), the final row with batched decode (the
+  tokenizer's Rust ``decode_batch`` in the decode thread), and the final row decoded through the
+  byte-level table in the event loop (what the worker does with a byte-level BPE tokenizer).
 * **scorer processes**: calls per second of rewardq's :class:`~rewardq.reward.execution.process_pool.ScorerPool`
   against a bare ``concurrent.futures.ProcessPoolExecutor`` on the same cores, with a function
   that returns at once (the per-call overhead) and with the math-verify function.
@@ -86,7 +88,10 @@ async def scoring(trajs: list[list[Any]], tokenizer: Any, variant: str) -> tuple
         reads = "trajectory"
 
     manager = (WholeBatch if variant == "whole batch, inline decode" else NaiveRewardManager)(tokenizer)
-    if variant != "final row, batched decode":
+    if variant == "final row, batched decode":
+        manager.host._choose_decoder(tokenizer)
+        manager.host.table = None  # every response to the decode thread's Rust decode_batch
+    elif variant != "final row, byte-level table":
         manager.host.decoder = False  # decode inline, in the event loop, as before
     scorer = TrajectoryScorer(manager, manager_name="naive", worker_name="levers", timeout=600)
     c, t = _cpu(), time.perf_counter()
@@ -184,7 +189,12 @@ async def report_scoring(a: argparse.Namespace) -> None:
 
     tok = load_tokenizer(str(tokenizer_folder()))
     trajs = worker_records(a.trajectories)
-    variants = ["whole batch, inline decode", "final row, inline decode", "final row, batched decode"]
+    variants = [
+        "whole batch, inline decode",
+        "final row, inline decode",
+        "final row, batched decode",
+        "final row, byte-level table",
+    ]
     got: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     for _ in range(a.repeat):
         for v in variants:
