@@ -32,10 +32,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from rewardq.ledger.columns import Buffers
 from rewardq.ledger.frames import SegmentFile
 from rewardq.ledger.spool import Spool
 from rewardq.ledger.store import LedgerFile, LedgerStore
-from rewardq.ledger.table import Buffers, Partition, SegmentRows, is_trajectory
+from rewardq.ledger.table import Partition, SegmentRows, is_trajectory
 
 #: Seconds a closing worker waits for its flusher process to exit before killing it.
 _EXIT_WAIT = 5.0
