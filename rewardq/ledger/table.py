@@ -21,13 +21,14 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rewardq.ledger.columns import BinaryColumn, Buffers
 from rewardq.ledger.frames import OUTCOME, PROVENANCE, TRAJECTORY
+from rewardq.ledger.results import RESULT_COLUMNS, ResultColumns, micros, text
 from rewardq.ledger.schema import SCHEMA_VERSION, arrow_schema
 
 if TYPE_CHECKING:
@@ -114,24 +115,6 @@ def sample_of(
     return sample
 
 
-def _text(v: object) -> str | None:
-    if v is None or v == b"" or v == "":
-        return None
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
-
-
-def _number(v: object) -> float | None:
-    text = _text(v)
-    try:
-        return None if text is None else float(text)
-    except ValueError:
-        return None
-
-
-def _micros(seconds: float | None) -> int | None:
-    return None if not seconds else int(round(seconds * 1_000_000))
-
-
 def partition_of(seconds: float) -> Partition:
     """The UTC date and hour ``seconds`` (unix time) falls in."""
     t = dt.datetime.fromtimestamp(seconds or 0.0, tz=dt.timezone.utc)
@@ -140,22 +123,6 @@ def partition_of(seconds: float) -> Partition:
 
 #: Where each output's entry of a trajectory frame (``o``) holds its values (rewardq.ledger.frames).
 _INDEX, _FINAL, _PROMPT, _RESPONSE, _MASK, _TURNS, _EXTRA, _ROLLOUT = range(8)
-#: The columns each result row fills, and how its bytes become the column's value.
-RESULT_COLUMNS = (
-    "status",
-    "reward_score",
-    "reward_extra_info",
-    "error",
-    "failure_kind",
-    "worker",
-    "manager",
-    "scored_at",
-    "latency_ms",
-    "provenance",
-)
-#: The columns of an error row the ledger sink writes itself (:meth:`~rewardq.ledger.sink.Ledger.failed`):
-#: every result column but ``provenance``, which the trajectory's frame carries once.
-ERROR_COLUMNS = tuple(c for c in RESULT_COLUMNS if c != "provenance")
 #: Columns with one value per trajectory: kept once per trajectory, repeated per output by Arrow.
 _TRAJECTORY_COLUMNS = (
     "schema_version",
@@ -172,71 +139,6 @@ _TRAJECTORY_COLUMNS = (
     "score_ms",
     *_BLOB_COLUMNS,
 )
-
-
-def _status(v: object) -> str:
-    return _text(v) or "error"
-
-
-def _scored_at(v: object) -> int | None:
-    return _micros(_number(v))
-
-
-_RESULT_DECODE = {
-    "status": _status,
-    "reward_score": _number,
-    "reward_extra_info": _text,
-    "error": _text,
-    "failure_kind": _text,
-    "worker": _text,
-    "manager": _text,
-    "scored_at": _scored_at,
-    "latency_ms": _number,
-    "provenance": _text,
-}
-_SCORED_AT = RESULT_COLUMNS.index("scored_at")
-_PROVENANCE = RESULT_COLUMNS.index("provenance")
-_MISSING = object()
-
-
-class _Results:
-    """Decodes the result rows of a segment's frames; the values that repeat from row to row
-    (status, worker, manager, provenance, most extra info) are decoded once."""
-
-    def __init__(self) -> None:
-        self._at: dict[tuple[str, ...], list[int]] = {}
-        self._seen: list[dict[Any, Any]] = [{} for _ in RESULT_COLUMNS]
-        self._decode = [_RESULT_DECODE[c] for c in RESULT_COLUMNS]
-
-    def rows(self, t: Mapping[str, Any], n: int) -> list[list[Any]]:
-        """The rows of frame ``t``, each :data:`RESULT_COLUMNS`' values: one per output, or one
-        every output shares (a frame whose row count is not its output count gives its first to
-        every output). A row without a provenance digest takes the frame's."""
-        names = tuple(t.get("rf") or ())
-        at = self._at.get(names)
-        if at is None:
-            index = {name: i for i, name in enumerate(names)}
-            at = self._at[names] = [index.get(c, -1) for c in RESULT_COLUMNS]
-        rows = t.get("r") or [()]
-        if len(rows) != n:
-            rows = rows[:1]
-        pv = _text(t.get("pv"))
-        out = []
-        for row in rows:
-            values: list[Any] = []
-            for c, (i, seen) in enumerate(zip(at, self._seen)):
-                v = row[i] if 0 <= i < len(row) else None
-                if c == _SCORED_AT:  # different in every row: nothing to reuse
-                    values.append(_scored_at(v))
-                    continue
-                got = seen.get(v, _MISSING)
-                if got is _MISSING:
-                    got = seen[v] = self._decode[c](v)
-                values.append(got)
-            if pv is not None and not values[_PROVENANCE]:
-                values[_PROVENANCE] = pv
-            out.append(values)
-        return out
 
 
 class _Rows:
@@ -259,7 +161,7 @@ class _Rows:
         self.prefix: list[str] = []  # ``<uid>_<session_id>_`` of each trajectory
         self.text: list[str | None] = []
         self.judged: list[tuple[int, Any, list[Any]]] = []  # (first row, frame's judge entries, its indexes)
-        self.results: list[list[Any]] = []
+        self.results: list[list[Any]] = [[] for _ in RESULT_COLUMNS]  # raw values, by column
         self.result_of: list[int] = []  # per output: its row in ``results``
         self.per_output: list[list[Any]] = [[] for _ in range(_ROLLOUT + 1)]  # by field, ids excepted
 
@@ -268,13 +170,13 @@ class _Rows:
         """Bytes of ids taken since the last table."""
         return sum(ids.pos for ids in self.ids.values())
 
-    def add(self, t: Mapping[str, Any], rows: list[list[Any]]) -> None:
-        """One trajectory frame, ``rows`` its decoded result rows (:meth:`_Results.rows`)."""
+    def add(self, t: Mapping[str, Any], results: list[Sequence[Any]]) -> None:
+        """One trajectory frame, ``results`` its result rows by column (:meth:`ResultColumns.split`)."""
         outputs = t["o"]
         n = len(outputs)
         uid, sid = str(t["u"]), str(t["sid"])
         ds, gt, extra, rest = split_sample(t.get("s") or {})
-        values = (SCHEMA_VERSION, uid, sid, n, ds, gt, extra, rest, int(t.get("a") or 1), None, _micros(t.get("ts")))
+        values = (SCHEMA_VERSION, uid, sid, n, ds, gt, extra, rest, int(t.get("a") or 1), None, micros(t.get("ts")))
         for column, value in zip(self.per_trajectory.values(), (*values, t.get("sm"))):
             column.append(value)
         self.tickets.append(int(t["tk"]))
@@ -284,9 +186,10 @@ class _Rows:
         self.outputs.append(n)
         self.prefix.append(f"{uid}_{sid}_")
         self.text.append(t.get("txt"))
-        base = len(self.results)
-        self.results.extend(rows)
-        self.result_of.extend(range(base, base + n) if len(rows) == n else [base] * n)
+        base, rows = len(self.results[0]), len(results[0])
+        for into, got in zip(self.results, results):
+            into.extend(got)
+        self.result_of.extend(range(base, base + n) if rows == n else [base] * n)
         by_field = list(zip(*outputs)) if n else [()] * (_ROLLOUT + 1)
         for at, column in enumerate(self.per_output):
             if at in self.ids:
@@ -295,7 +198,9 @@ class _Rows:
             else:
                 column.extend(by_field[at])
 
-    def table(self, outcomes: Mapping[int, bool | None], blobs: Mapping[str, Mapping[str, Any]]) -> pa.Table:
+    def table(
+        self, outcomes: Mapping[int, bool | None], blobs: Mapping[str, Mapping[str, Any]], decode: ResultColumns
+    ) -> pa.Table:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -309,8 +214,8 @@ class _Rows:
         repeat = pa.array(np.repeat(np.arange(len(self.outputs), dtype=np.int32), self.outputs))
         cols: dict[str, Any] = {name: pa.array(values, type=types[name]).take(repeat) for name, values in per.items()}
         result_of = pa.array(self.result_of, type=pa.int32())
-        for name, values in zip(RESULT_COLUMNS, zip(*self.results)):
-            cols[name] = pa.array(values, type=types[name]).take(result_of)
+        for c, (name, raw) in enumerate(zip(RESULT_COLUMNS, self.results)):
+            cols[name] = decode.array(c, raw, types[name]).take(result_of)
         fields = self.per_output
         index = cols["index"] = pa.array(fields[_INDEX], type=pa.int32())
         final = cols["final"] = pa.array(fields[_FINAL], type=pa.bool_())
@@ -342,7 +247,7 @@ class _Rows:
             last_judged = judged[max(judged)]
             for k, i in enumerate(indexes):
                 j = judged.get(int(i), last_judged)
-                requests[first + k], answers[first + k] = _text(j[1]), _text(j[2])
+                requests[first + k], answers[first + k] = text(j[1]), text(j[2])
         return pa.array(requests, type=pa.string()), pa.array(answers, type=pa.string())
 
 
@@ -365,12 +270,11 @@ class SegmentRows:
         self.outcomes, self.blobs, self.buffers = outcomes, blobs, buffers
         self.parts: dict[Partition, _Rows] = {}
         self._hours: dict[int, Partition] = {}
-        self._results = _Results()
+        self._results = ResultColumns()
 
     def add(self, t: Mapping[str, Any]) -> Partition:
         """One trajectory frame, taken as it comes (it need not be kept); returns its partition."""
-        rows = self._results.rows(t, len(t["o"]))
-        scored = next((r[_SCORED_AT] for r in rows if r[_SCORED_AT]), 0)
+        results, scored = self._results.split(t, len(t["o"]))
         hour = scored // 3_600_000_000
         key = self._hours.get(hour)
         if key is None:
@@ -378,7 +282,7 @@ class SegmentRows:
         part = self.parts.get(key)
         if part is None:
             part = self.parts[key] = _Rows(self.buffers)
-        part.add(t, rows)
+        part.add(t, results)
         return key
 
     def id_bytes(self, key: Partition) -> int:
@@ -390,7 +294,7 @@ class SegmentRows:
         part = self.parts[key]
         if not part.outputs:
             return None
-        table = part.table(self.outcomes, self.blobs)
+        table = part.table(self.outcomes, self.blobs, self._results)
         part.reset()
         return table
 
