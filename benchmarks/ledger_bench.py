@@ -19,7 +19,8 @@
   starts once the flusher process has started (its start, ~0.5 s of CPU once per worker, is
   ``extra["flusher_start_cpu_s"]``, not in ``cpu_ms``).
 * **Latency**: p99 from the final put to the reward, without, with, and again without the ledger
-  (the two plain runs show the noise the ledger's run is compared with).
+  (the two plain runs show the noise the ledger's run is compared with); with the ledger, from
+  once its flusher process has started, as in the drains.
 * **Where it goes**, in-process (:mod:`benchmarks.ledger_micro`): the worker's spool write and
   each step of the flusher, per trajectory, without other processes competing.
 * **The flusher process alone** (:mod:`benchmarks.ledger_flusher`): its CPU and peak resident
@@ -191,6 +192,8 @@ def latency(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row
     extra = ["--ledger", str(ledger), "--ledger-flush-interval", str(_flush(s))] if ledger is not None else []
     [child] = start_workers(s, ns, 1, f"{s.run_id}-lglat{rnd}", extra)
     try:
+        if on:
+            _flusher_settled(child)  # its start, once per worker, outside the window as in the drains
         child.go()
         row = lat.rewardq_latency(s, ns, child, system="rewardq+ledger" if on else "rewardq")
         row.phase = "ledger A/B latency"
