@@ -9,8 +9,9 @@ rows as one table per hour. The sample is split into the documented columns and 
 JSON, so a replay rebuilds it exactly (:func:`sample_of`).
 
 Columns are built a partition at a time, not a row at a time: Python touches each trajectory
-once (its sample, its distinct result rows, its outputs' extra fields) and each output's values
-go to Arrow as one list per column; what is the same for every output of a trajectory (its
+once (its sample, its outputs' extra fields; its result rows are taken apart by column and decoded
+a partition at a time, :mod:`rewardq.ledger.results`) and each output's values go to Arrow as one
+list per column; what is the same for every output of a trajectory (its
 sample, uid, attempt, result when shared, ...) is kept once and repeated by Arrow (``take``),
 and the keys and the final output's response are made by Arrow's kernels. That is the
 flusher's Python cost per trajectory (docs/performance.md).
