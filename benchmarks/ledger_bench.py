@@ -6,16 +6,21 @@
   (GSM8K scoring; each round off/on/on/off, so a drift of the machine's load hits both alike;
   three rounds, one with ``--quick``), CPU over the same window in both: from the start of the
   drain until ``FLUSH + SETTLE`` seconds after its end, by which the ledger holds every row (the
-  run says so when it does not). A row's ``cpu_ms`` is the worker's whole process tree (its
-  ledger flusher process included); ``extra`` splits it into the worker process alone
-  (``worker_cpu_ms``: the scoring loop and the spool writes) and the flusher process
-  (``flusher_cpu_ms``: Parquet). The ledger writes a file every ``FLUSH`` seconds here: at these
+  run says so when it does not). A row's ``cpu_ms`` is the worker's whole process tree: the worker
+  process (every thread: GSM8K scores inline in it), its ledger flusher process, any scorer process
+  it runs, and the children that exited and that it reaped (their CPU stays in its ``cutime``);
+  it is what the ratio's goal is checked on with and without the ledger. ``extra`` splits it into
+  the worker process alone (``worker_cpu_ms``: the scoring loop and the spool writes;
+  ``worker_sys_ms`` its kernel part), the flusher process (``flusher_cpu_ms``: Parquet) and the
+  other children (``children_cpu_ms``). The Redis server's CPU is in neither (the ledger adds no
+  Redis command per trajectory). The ledger writes a file every ``FLUSH`` seconds here: at these
   drain rates a file holds about as many trajectories as the default 128 MB cut
   (``ledger_file_bytes``) makes it hold (``--quick``: every ``QUICK_FLUSH`` seconds). The drain
   starts once the flusher process has started (its start, ~0.5 s of CPU once per worker, is
   ``extra["flusher_start_cpu_s"]``, not in ``cpu_ms``).
 * **Latency**: p99 from the final put to the reward, without, with, and again without the ledger
-  (the two plain runs show the noise the ledger's run is compared with).
+  (the two plain runs show the noise the ledger's run is compared with); with the ledger, from
+  once its flusher process has started, as in the drains.
 * **Where it goes**, in-process (:mod:`benchmarks.ledger_micro`): the worker's spool write and
   each step of the flusher, per trajectory, without other processes competing.
 * **The flusher process alone** (:mod:`benchmarks.ledger_flusher`): its CPU and peak resident
@@ -31,6 +36,7 @@ import shutil
 import time
 import timeit
 from pathlib import Path
+from typing import NamedTuple
 
 from benchmarks.common import Child, Cleanup, Row, Settings, connect, cpu_seconds, watch_drain
 from benchmarks.ledger_flusher import flusher_row
@@ -60,26 +66,52 @@ def _ledger_rows(folder: Path) -> int:
     return int(pads.dataset(str(folder), format="parquet", ignore_prefixes=["_", "."]).count_rows())
 
 
-def _split_cpu(child: Child) -> tuple[float, float, float]:
-    """CPU seconds so far of the worker process alone, of its ledger flusher process (0 without),
-    and the worker's system CPU alone (the kernel's part: the spool's writes among it)."""
-    flusher = 0.0
+class _Cpu(NamedTuple):
+    """CPU seconds so far of a worker's process tree, by part (``/proc/<pid>/stat``)."""
+
+    worker: float  #: the worker process alone, every thread (the scoring loop, inline scorers, the spool's writes)
+    flusher: float  #: its ledger flusher process (0 without the ledger)
+    children: float  #: its other processes, alive (scorer processes) or exited and reaped by it
+    worker_sys: float  #: the worker process's kernel part
+
+    @property
+    def tree(self) -> float:
+        return self.worker + self.flusher + self.children
+
+
+def _split_cpu(child: Child) -> _Cpu:
+    """The CPU of ``child``'s whole process tree so far, by part: what a worker spends on its user's
+    behalf wherever it runs. A child that exited and was waited for counts in its parent's
+    ``cutime``/``cstime``, so its CPU stays counted after it is gone."""
+    flusher = others = 0.0
     for pid in child.tree():
+        if pid == child.pid:
+            continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"rewardq.ledger.flusher" in f.read():
-                    flusher += cpu_seconds(pid)
+                is_flusher = b"rewardq.ledger.flusher" in f.read()
         except OSError:
             continue
-    return cpu_seconds(child.pid), flusher, _system_seconds(child.pid)
+        if is_flusher:
+            flusher += cpu_seconds(pid)
+        else:
+            others += cpu_seconds(pid)
+    fields = _stat_fields(child.pid)
+    tick = os.sysconf("SC_CLK_TCK")
+    if fields is None:
+        return _Cpu(0.0, flusher, others, 0.0)
+    utime, stime, cutime, cstime = (int(v) / tick for v in fields[11:15])
+    return _Cpu(utime + stime, flusher, others + cutime + cstime, stime)
 
 
-def _system_seconds(pid: int) -> float:
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command (index 11: utime, 12: stime, 13: cutime,
+    14: cstime), None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[12]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def _flusher_settled(child: Child, timeout: float = 30.0) -> float:
@@ -89,7 +121,7 @@ def _flusher_settled(child: Child, timeout: float = 30.0) -> float:
     deadline = time.monotonic() + timeout
     last = -1.0
     while time.monotonic() < deadline:
-        now = _split_cpu(child)[1]
+        now = _split_cpu(child).flusher
         if now > 0 and now == last:
             return now
         last = now
@@ -109,7 +141,7 @@ def drain(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row:
     r = connect(s.redis_url)
     try:
         started = _flusher_settled(child) if on else 0.0
-        cpu0, split0 = child.cpu_seconds(), _split_cpu(child)
+        split0 = _split_cpu(child)
         child.go()
         d = watch_drain(lambda: done_count(r, ns), nt, s.drain_timeout, alive=child.alive)
         end = time.monotonic() + flush + SETTLE  # the same window with and without the ledger
@@ -118,13 +150,12 @@ def drain(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row:
             time.sleep(0.5)
             if ledger is not None and rows < no:
                 rows = _ledger_rows(ledger)
-        cpu = child.cpu_seconds() - cpu0
+        split = _split_cpu(child)
         if ledger is not None and rows < no:
             deadline = time.monotonic() + 30
             while (rows := _ledger_rows(ledger)) < no and time.monotonic() < deadline:
                 time.sleep(0.2)
-            cpu = child.cpu_seconds() - cpu0
-        split = _split_cpu(child)
+            split = _split_cpu(child)
         row = Row(
             "rewardq+ledger" if on else "rewardq",
             "ledger A/B",
@@ -134,10 +165,13 @@ def drain(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row:
             + (f"; {rows:,} ledger rows, flushed every {flush:g}s" if on else ""),
             **d.row_fields(nt, no),
         )
-        row.cpu_ms = 1000.0 * cpu / max(1, d.last_count)
-        row.extra["worker_cpu_ms"] = 1000.0 * (split[0] - split0[0]) / max(1, d.last_count)
-        row.extra["flusher_cpu_ms"] = 1000.0 * (split[1] - split0[1]) / max(1, d.last_count)
-        row.extra["worker_sys_ms"] = 1000.0 * (split[2] - split0[2]) / max(1, d.last_count)
+        per = 1000.0 / max(1, d.last_count)
+        row.cpu_ms = per * (split.tree - split0.tree)
+        row.extra["worker_cpu_ms"] = per * (split.worker - split0.worker)
+        row.extra["flusher_cpu_ms"] = per * (split.flusher - split0.flusher)
+        row.extra["children_cpu_ms"] = per * (split.children - split0.children)
+        row.extra["worker_sys_ms"] = per * (split.worker_sys - split0.worker_sys)
+        row.extra["tree_processes"] = len(child.tree())
         row.extra["load"] = os.getloadavg()[0]
         row.extra["flusher_start_cpu_s"] = started
         if on and rows < no:
@@ -158,6 +192,8 @@ def latency(s: Settings, cleanup: Cleanup, ledger: Path | None, rnd: int) -> Row
     extra = ["--ledger", str(ledger), "--ledger-flush-interval", str(_flush(s))] if ledger is not None else []
     [child] = start_workers(s, ns, 1, f"{s.run_id}-lglat{rnd}", extra)
     try:
+        if on:
+            _flusher_settled(child)  # its start, once per worker, outside the window as in the drains
         child.go()
         row = lat.rewardq_latency(s, ns, child, system="rewardq+ledger" if on else "rewardq")
         row.phase = "ledger A/B latency"

@@ -30,9 +30,9 @@ from typing import Any
 from rewardq.backoff import compute_backoff
 from rewardq.ledger.flusher import Flusher, FlushError, flusher_for
 from rewardq.ledger.frames import TrajectoryFacts, stub_record, trajectory_parts
+from rewardq.ledger.results import ERROR_COLUMNS
 from rewardq.ledger.spool import Orphan, Spool
 from rewardq.ledger.store import LedgerStore, default_spool
-from rewardq.ledger.table import ERROR_COLUMNS
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.keys import trajectory_id
 

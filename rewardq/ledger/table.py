@@ -4,14 +4,14 @@
 by one and groups their rows by the UTC hour they were scored in; each group gives a
 :class:`pyarrow.Table` with exactly :func:`~rewardq.ledger.schema.arrow_schema`'s columns when
 asked, as often as asked (the flusher asks every row group's worth of ids, and its tables reuse
-the same buffers, :class:`_Binary`). :func:`tables_from_frames` gives a segment's rows as one
-table per hour. The sample is split into the
-documented columns and its rest kept as JSON, so a replay rebuilds it exactly
-(:func:`sample_of`).
+the same buffers, :mod:`rewardq.ledger.columns`). :func:`tables_from_frames` gives a segment's
+rows as one table per hour. The sample is split into the documented columns and its rest kept as
+JSON, so a replay rebuilds it exactly (:func:`sample_of`).
 
 Columns are built a partition at a time, not a row at a time: Python touches each trajectory
-once (its sample, its distinct result rows, its outputs' extra fields) and each output's values
-go to Arrow as one list per column; what is the same for every output of a trajectory (its
+once (its sample, its outputs' extra fields; its result rows are taken apart by column and decoded
+a partition at a time, :mod:`rewardq.ledger.results`) and each output's values go to Arrow as one
+list per column; what is the same for every output of a trajectory (its
 sample, uid, attempt, result when shared, ...) is kept once and repeated by Arrow (``take``),
 and the keys and the final output's response are made by Arrow's kernels. That is the
 flusher's Python cost per trajectory (docs/performance.md).
@@ -22,12 +22,14 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rewardq.ledger.columns import BinaryColumn, Buffers
 from rewardq.ledger.frames import OUTCOME, PROVENANCE, TRAJECTORY
+from rewardq.ledger.results import RESULT_COLUMNS, ResultColumns, micros, text
 from rewardq.ledger.schema import SCHEMA_VERSION, arrow_schema
 
 if TYPE_CHECKING:
@@ -114,24 +116,6 @@ def sample_of(
     return sample
 
 
-def _text(v: object) -> str | None:
-    if v is None or v == b"" or v == "":
-        return None
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
-
-
-def _number(v: object) -> float | None:
-    text = _text(v)
-    try:
-        return None if text is None else float(text)
-    except ValueError:
-        return None
-
-
-def _micros(seconds: float | None) -> int | None:
-    return None if not seconds else int(round(seconds * 1_000_000))
-
-
 def partition_of(seconds: float) -> Partition:
     """The UTC date and hour ``seconds`` (unix time) falls in."""
     t = dt.datetime.fromtimestamp(seconds or 0.0, tz=dt.timezone.utc)
@@ -140,22 +124,6 @@ def partition_of(seconds: float) -> Partition:
 
 #: Where each output's entry of a trajectory frame (``o``) holds its values (rewardq.ledger.frames).
 _INDEX, _FINAL, _PROMPT, _RESPONSE, _MASK, _TURNS, _EXTRA, _ROLLOUT = range(8)
-#: The columns each result row fills, and how its bytes become the column's value.
-RESULT_COLUMNS = (
-    "status",
-    "reward_score",
-    "reward_extra_info",
-    "error",
-    "failure_kind",
-    "worker",
-    "manager",
-    "scored_at",
-    "latency_ms",
-    "provenance",
-)
-#: The columns of an error row the ledger sink writes itself (:meth:`~rewardq.ledger.sink.Ledger.failed`):
-#: every result column but ``provenance``, which the trajectory's frame carries once.
-ERROR_COLUMNS = tuple(c for c in RESULT_COLUMNS if c != "provenance")
 #: Columns with one value per trajectory: kept once per trajectory, repeated per output by Arrow.
 _TRAJECTORY_COLUMNS = (
     "schema_version",
@@ -174,203 +142,17 @@ _TRAJECTORY_COLUMNS = (
 )
 
 
-def _status(v: object) -> str:
-    return _text(v) or "error"
-
-
-def _scored_at(v: object) -> int | None:
-    return _micros(_number(v))
-
-
-_RESULT_DECODE = {
-    "status": _status,
-    "reward_score": _number,
-    "reward_extra_info": _text,
-    "error": _text,
-    "failure_kind": _text,
-    "worker": _text,
-    "manager": _text,
-    "scored_at": _scored_at,
-    "latency_ms": _number,
-    "provenance": _text,
-}
-_SCORED_AT = RESULT_COLUMNS.index("scored_at")
-_PROVENANCE = RESULT_COLUMNS.index("provenance")
-_MISSING = object()
-
-
-class _Results:
-    """Decodes the result rows of a segment's frames; the values that repeat from row to row
-    (status, worker, manager, provenance, most extra info) are decoded once."""
-
-    def __init__(self) -> None:
-        self._at: dict[tuple[str, ...], list[int]] = {}
-        self._seen: list[dict[Any, Any]] = [{} for _ in RESULT_COLUMNS]
-        self._decode = [_RESULT_DECODE[c] for c in RESULT_COLUMNS]
-
-    def rows(self, t: Mapping[str, Any], n: int) -> list[list[Any]]:
-        """The rows of frame ``t``, each :data:`RESULT_COLUMNS`' values: one per output, or one
-        every output shares (a frame whose row count is not its output count gives its first to
-        every output). A row without a provenance digest takes the frame's."""
-        names = tuple(t.get("rf") or ())
-        at = self._at.get(names)
-        if at is None:
-            index = {name: i for i, name in enumerate(names)}
-            at = self._at[names] = [index.get(c, -1) for c in RESULT_COLUMNS]
-        rows = t.get("r") or [()]
-        if len(rows) != n:
-            rows = rows[:1]
-        pv = _text(t.get("pv"))
-        out = []
-        for row in rows:
-            values: list[Any] = []
-            for c, (i, seen) in enumerate(zip(at, self._seen)):
-                v = row[i] if 0 <= i < len(row) else None
-                if c == _SCORED_AT:  # different in every row: nothing to reuse
-                    values.append(_scored_at(v))
-                    continue
-                got = seen.get(v, _MISSING)
-                if got is _MISSING:
-                    got = seen[v] = self._decode[c](v)
-                values.append(got)
-            if pv is not None and not values[_PROVENANCE]:
-                values[_PROVENANCE] = pv
-            out.append(values)
-        return out
-
-
-#: Bytes of ids one Arrow chunk holds at most (a ``binary`` array's offsets are 32-bit).
-_CHUNK_BYTES = 1 << 30
-#: A binary column's first buffer (it doubles as needed).
-_FIRST_BYTES = 1 << 20
-_NO_BYTES = np.empty(0, dtype=np.uint8)  # a column's buffer before its first value
-
-
-class Buffers:
-    """Byte buffers kept from table to table and segment to segment, so the next row group's ids
-    are copied into memory already mapped (see :class:`_Binary`).
-
-    Args:
-        size: bytes of a new buffer: room for a row group's ids of one column, taken at once
-            rather than by doubling (whose smaller buffers the allocator may keep as garbage);
-            its pages take memory only once written.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._spare: dict[int, list[np.ndarray]] = {}  # by column: each keeps the pages it wrote
-
-    def take(self, column: int, n: int) -> np.ndarray:
-        """A buffer of at least ``n`` bytes for ``column``: one it gave back if it has room."""
-        spare = self._spare.get(column)
-        while spare:
-            buf = spare.pop()
-            if len(buf) >= n:
-                return buf
-        return np.empty(max(n, self.size), dtype=np.uint8)
-
-    def give(self, column: int, bufs: Iterable[np.ndarray]) -> None:
-        """Buffers of ``column`` no Arrow array uses any more."""
-        self._spare.setdefault(column, []).extend(b for b in bufs if len(b))
-
-
-class _Binary:
-    """One binary column of a partition, its values copied into one buffer as they come (the frame
-    that held them is dropped at once), then made an Arrow array without another copy.
-
-    ``buffers``: where the buffers of ``column`` come from and, at :meth:`reset`, go back to;
-    None: fresh buffers (doubling from 1 MB), which the arrays keep."""
-
-    def __init__(self, column: int, buffers: Buffers | None = None) -> None:
-        self.column, self.buffers = column, buffers
-        self.chunks: list[pa.Array] = []
-        self.used: list[np.ndarray] = []  # buffers the chunks are made of
-        self.buf = _NO_BYTES  # taken at the first value
-        self.pos = 0
-        self.lengths: list[int] = []
-        self.valid: list[bool] = []
-
-    def _take(self, n: int) -> np.ndarray:
-        if self.buffers is not None:
-            return self.buffers.take(self.column, n)
-        return np.empty(max(n, _FIRST_BYTES), dtype=np.uint8)
-
-    def extend(self, values: Iterable[Any]) -> None:
-        buf, pos, lengths, valid = self.buf.data, self.pos, self.lengths, self.valid
-        for v in values:
-            if v is None:
-                lengths.append(0)
-                valid.append(False)
-                continue
-            n = len(v)
-            if pos + n > len(buf):
-                self.pos = pos
-                self._grow(n)
-                buf, pos = self.buf.data, self.pos
-            buf[pos : pos + n] = v
-            pos += n
-            lengths.append(n)
-            valid.append(True)
-        self.pos = pos
-
-    def _grow(self, n: int) -> None:
-        """Room for ``n`` more bytes: a chunk cut at :data:`_CHUNK_BYTES`, else a buffer twice as large."""
-        if self.pos + n > _CHUNK_BYTES and self.lengths:
-            self._cut()
-            if n <= len(self.buf):
-                return
-        bigger = self._take(max(2 * len(self.buf), self.pos + n))
-        bigger[: self.pos] = self.buf[: self.pos]
-        self.buf = bigger  # the smaller one is let go: the next row group needs the larger
-
-    def _cut(self) -> None:
-        import pyarrow as pa
-
-        n = len(self.lengths)
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(self.lengths, out=offsets[1:])
-        validity = None
-        if not all(self.valid):
-            validity = pa.py_buffer(np.packbits(np.array(self.valid, dtype=bool), bitorder="little"))
-        buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(self.buf[: self.pos])]
-        self.chunks.append(pa.Array.from_buffers(pa.binary(), n, buffers))
-        self.used.append(self.buf)
-        self.buf = _NO_BYTES
-        self.pos, self.lengths, self.valid = 0, [], []
-
-    def array(self) -> pa.ChunkedArray:
-        import pyarrow as pa
-
-        if self.lengths or not self.chunks:
-            self._cut()
-        return pa.chunked_array(self.chunks, type=pa.binary())
-
-    def counts(self) -> pa.ChunkedArray:
-        """Each value's length."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        return pc.binary_length(self.array()).cast(pa.int32())
-
-    def reset(self) -> None:
-        """Start again, the arrays made so far no longer used: their buffers go back to ``buffers``."""
-        if self.buffers is not None:
-            self.buffers.give(self.column, self.used)
-        self.chunks, self.used = [], []
-        self.pos, self.lengths, self.valid = 0, [], []
-
-
 class _Rows:
     """The rows of one partition, taken frame by frame: what is the same for every output of a
     trajectory once, each output's values in one list per column, the ids in one buffer per column
-    (see the module doc and :class:`_Binary`)."""
+    (see the module doc and :class:`~rewardq.ledger.columns.BinaryColumn`)."""
 
     def __init__(self, buffers: Buffers | None = None) -> None:
-        self.ids = {at: _Binary(at, buffers) for at in (_PROMPT, _RESPONSE, _MASK)}
+        self.ids = {at: BinaryColumn(at, buffers) for at in (_PROMPT, _RESPONSE, _MASK)}
         self.reset()
 
     def reset(self) -> None:
-        """Empty, the tables made so far no longer used (the ids' buffers are kept, see :class:`_Binary`)."""
+        """Empty, the tables made so far no longer used (the ids' buffers are kept: :class:`BinaryColumn`)."""
         for ids in self.ids.values():
             ids.reset()
         self.per_trajectory: dict[str, list[Any]] = {name: [] for name in _TRAJECTORY_COLUMNS}
@@ -380,7 +162,7 @@ class _Rows:
         self.prefix: list[str] = []  # ``<uid>_<session_id>_`` of each trajectory
         self.text: list[str | None] = []
         self.judged: list[tuple[int, Any, list[Any]]] = []  # (first row, frame's judge entries, its indexes)
-        self.results: list[list[Any]] = []
+        self.results: list[list[Any]] = [[] for _ in RESULT_COLUMNS]  # raw values, by column
         self.result_of: list[int] = []  # per output: its row in ``results``
         self.per_output: list[list[Any]] = [[] for _ in range(_ROLLOUT + 1)]  # by field, ids excepted
 
@@ -389,13 +171,13 @@ class _Rows:
         """Bytes of ids taken since the last table."""
         return sum(ids.pos for ids in self.ids.values())
 
-    def add(self, t: Mapping[str, Any], rows: list[list[Any]]) -> None:
-        """One trajectory frame, ``rows`` its decoded result rows (:meth:`_Results.rows`)."""
+    def add(self, t: Mapping[str, Any], results: list[Sequence[Any]]) -> None:
+        """One trajectory frame, ``results`` its result rows by column (:meth:`ResultColumns.split`)."""
         outputs = t["o"]
         n = len(outputs)
         uid, sid = str(t["u"]), str(t["sid"])
         ds, gt, extra, rest = split_sample(t.get("s") or {})
-        values = (SCHEMA_VERSION, uid, sid, n, ds, gt, extra, rest, int(t.get("a") or 1), None, _micros(t.get("ts")))
+        values = (SCHEMA_VERSION, uid, sid, n, ds, gt, extra, rest, int(t.get("a") or 1), None, micros(t.get("ts")))
         for column, value in zip(self.per_trajectory.values(), (*values, t.get("sm"))):
             column.append(value)
         self.tickets.append(int(t["tk"]))
@@ -405,9 +187,10 @@ class _Rows:
         self.outputs.append(n)
         self.prefix.append(f"{uid}_{sid}_")
         self.text.append(t.get("txt"))
-        base = len(self.results)
-        self.results.extend(rows)
-        self.result_of.extend(range(base, base + n) if len(rows) == n else [base] * n)
+        base, rows = len(self.results[0]), len(results[0])
+        for into, got in zip(self.results, results):
+            into.extend(got)
+        self.result_of.extend(range(base, base + n) if rows == n else [base] * n)
         by_field = list(zip(*outputs)) if n else [()] * (_ROLLOUT + 1)
         for at, column in enumerate(self.per_output):
             if at in self.ids:
@@ -416,8 +199,9 @@ class _Rows:
             else:
                 column.extend(by_field[at])
 
-    def table(self, outcomes: Mapping[int, bool | None], blobs: Mapping[str, Mapping[str, Any]]) -> pa.Table:
-        import numpy as np
+    def table(
+        self, outcomes: Mapping[int, bool | None], blobs: Mapping[str, Mapping[str, Any]], decode: ResultColumns
+    ) -> pa.Table:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -431,8 +215,8 @@ class _Rows:
         repeat = pa.array(np.repeat(np.arange(len(self.outputs), dtype=np.int32), self.outputs))
         cols: dict[str, Any] = {name: pa.array(values, type=types[name]).take(repeat) for name, values in per.items()}
         result_of = pa.array(self.result_of, type=pa.int32())
-        for name, values in zip(RESULT_COLUMNS, zip(*self.results)):
-            cols[name] = pa.array(values, type=types[name]).take(result_of)
+        for c, (name, raw) in enumerate(zip(RESULT_COLUMNS, self.results)):
+            cols[name] = decode.array(c, raw, types[name]).take(result_of)
         fields = self.per_output
         index = cols["index"] = pa.array(fields[_INDEX], type=pa.int32())
         final = cols["final"] = pa.array(fields[_FINAL], type=pa.bool_())
@@ -464,7 +248,7 @@ class _Rows:
             last_judged = judged[max(judged)]
             for k, i in enumerate(indexes):
                 j = judged.get(int(i), last_judged)
-                requests[first + k], answers[first + k] = _text(j[1]), _text(j[2])
+                requests[first + k], answers[first + k] = text(j[1]), text(j[2])
         return pa.array(requests, type=pa.string()), pa.array(answers, type=pa.string())
 
 
@@ -487,12 +271,11 @@ class SegmentRows:
         self.outcomes, self.blobs, self.buffers = outcomes, blobs, buffers
         self.parts: dict[Partition, _Rows] = {}
         self._hours: dict[int, Partition] = {}
-        self._results = _Results()
+        self._results = ResultColumns()
 
     def add(self, t: Mapping[str, Any]) -> Partition:
         """One trajectory frame, taken as it comes (it need not be kept); returns its partition."""
-        rows = self._results.rows(t, len(t["o"]))
-        scored = next((r[_SCORED_AT] for r in rows if r[_SCORED_AT]), 0)
+        results, scored = self._results.split(t, len(t["o"]))
         hour = scored // 3_600_000_000
         key = self._hours.get(hour)
         if key is None:
@@ -500,7 +283,7 @@ class SegmentRows:
         part = self.parts.get(key)
         if part is None:
             part = self.parts[key] = _Rows(self.buffers)
-        part.add(t, rows)
+        part.add(t, results)
         return key
 
     def id_bytes(self, key: Partition) -> int:
@@ -512,7 +295,7 @@ class SegmentRows:
         part = self.parts[key]
         if not part.outputs:
             return None
-        table = part.table(self.outcomes, self.blobs)
+        table = part.table(self.outcomes, self.blobs, self._results)
         part.reset()
         return table
 

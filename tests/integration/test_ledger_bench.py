@@ -37,8 +37,13 @@ def test_the_ledger_benchmark_measures_cpu_and_latency_with_and_without_it(
     assert flusher["status"] == "ok" and flusher["extra"]["rows"] > 0 and flusher["rss_mb"] > 0
     targets = {t["name"]: t for t in data["targets"]}
     assert targets["ledger: CPU per trajectory (GSM8K), the worker process"]["verdict"] in ("PASS", "MISS")
-    assert targets["ledger: CPU per trajectory (GSM8K), worker + flusher process"]["verdict"] in ("PASS", "MISS")
+    tree = "ledger: CPU per trajectory (GSM8K), the worker's process tree (worker + flusher + scorer processes)"
+    assert targets[tree]["verdict"] in ("PASS", "MISS")
     assert on["extra"]["flusher_cpu_ms"] > 0 and off["extra"]["flusher_cpu_ms"] == 0  # Parquet in its own process
+    for row in (off, on):  # the tree's CPU is its parts': the worker, its flusher, its other children
+        parts = ("worker_cpu_ms", "flusher_cpu_ms", "children_cpu_ms")
+        assert row["cpu_ms"] == pytest.approx(sum(row["extra"][k] for k in parts))
+    assert off["extra"]["tree_processes"] == 1 and on["extra"]["tree_processes"] == 2  # GSM8K scores inline
     assert targets["ledger: latency p99 within the plain runs' noise"]["verdict"] in ("PASS", "MISS")
     assert "ledger: CPU per trajectory" in proc.stdout
     assert not sync_redis.keys("rqbench-*ledger*")  # every key the run wrote is gone

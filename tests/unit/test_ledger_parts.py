@@ -14,6 +14,7 @@ import pytest
 
 from rewardq.ledger.frames import outcome_frame, read_frames, trajectory_frame
 from rewardq.ledger.read import latest_rows, parse_where, read_table
+from rewardq.ledger.results import SCORED_AT, ResultColumns, scored_at
 from rewardq.ledger.schema import COLUMN_NAMES, arrow_schema
 from rewardq.ledger.spool import Spool
 from rewardq.ledger.table import sample_of, split_sample, tables_from_frames
@@ -32,6 +33,20 @@ from tests.support.ledger_facts import SAMPLE, facts, make_ledger
 )
 def test_a_sample_is_rebuilt_exactly_from_its_columns(sample: dict[str, Any]) -> None:
     assert sample_of(*split_sample(sample)) == sample
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [b"1796599149.766982", b"1796599149.766990", b"", None, b"0", b"-0.0", b"1e-7", b"0.0000025", b"+3", b".5"],
+        [b"1796599149.5", b" 12.5"],  # whitespace: Arrow refuses it, Python's float takes it
+        [b"12.5", b"\xff", "12.25"],  # not UTF-8, and text among bytes
+        [b"12.5", b"abc", b"1_0"],
+    ],
+)
+def test_scored_at_decoded_in_bulk_is_what_each_value_decodes_to(values: list[Any]) -> None:
+    got = ResultColumns().array(SCORED_AT, values, pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+    assert got == [scored_at(v) for v in values]
 
 
 def test_frames_read_back_and_a_torn_tail_is_skipped() -> None:

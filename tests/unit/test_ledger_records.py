@@ -11,8 +11,9 @@ import pyarrow as pa
 import pytest
 
 from rewardq.ledger.frames import TrajectoryFacts, outcome_frame, read_frames, trajectory_frame, trajectory_parts
+from rewardq.ledger.results import ERROR_COLUMNS, RESULT_COLUMNS
 from rewardq.ledger.sink import error_row
-from rewardq.ledger.table import ERROR_COLUMNS, RESULT_COLUMNS, tables_from_frames
+from rewardq.ledger.table import tables_from_frames
 from rewardq.queue.codec import EXT_INT64, OutputRecord, decode_output, encode_output
 from rewardq.queue.results import RESULT_FIELDS, RewardResult, encode_results
 
