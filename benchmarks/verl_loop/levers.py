@@ -88,8 +88,9 @@ async def scoring(trajs: list[list[Any]], tokenizer: Any, variant: str) -> tuple
         reads = "trajectory"
 
     manager = (WholeBatch if variant == "whole batch, inline decode" else NaiveRewardManager)(tokenizer)
+    if variant in ("final row, batched decode", "final row, byte-level table"):
+        manager.host._choose_decoder(tokenizer)  # the table is built here, as a worker builds it before serving
     if variant == "final row, batched decode":
-        manager.host._choose_decoder(tokenizer)
         manager.host.table = None  # every response to the decode thread's Rust decode_batch
     elif variant != "final row, byte-level table":
         manager.host.decoder = False  # decode inline, in the event loop, as before
