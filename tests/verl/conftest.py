@@ -152,7 +152,7 @@ RAY_TEST_TIMEOUT = 900
 #: hands a file to each worker in turn in this order, so the longest begin first and the two workers
 #: end together (1 s apart) instead of one idling for minutes while the other runs a long file begun
 #: last. Measured per file on a 2-core machine under load 20-35: the smoke run 390-713 s, masking
-#: 300, code parity 299, the budget test 288, fleet 160-250, the rest 1-90 each. A file not listed
+#: 300, code parity 299, the budget test 288, fleet 250, the rest 1-90 each. A file not listed
 #: goes after these.
 LONGEST_FIRST = (
     "test_verl_loop_benchmark.py",
