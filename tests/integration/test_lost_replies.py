@@ -41,10 +41,10 @@ def _count_proxy(server: RedisServer) -> ReplyLossProxy:
     so the lost reply is the script's own, not a ``NOSCRIPT``)."""
     r = server.client()
     try:
-        sha = r.script_load(scripts.source("count", True))
+        sha = r.execute_command("SCRIPT", "LOAD", scripts.source("count", True))
     finally:
         r.close()
-    return ReplyLossProxy(("127.0.0.1", server.port), marker=sha.encode() if isinstance(sha, str) else sha)
+    return ReplyLossProxy(("127.0.0.1", server.port), marker=sha.encode() if isinstance(sha, str) else bytes(sha))
 
 
 async def test_a_start_counted_again_after_a_lost_reply_counts_once(server: RedisServer) -> None:

@@ -10,80 +10,41 @@ client whose reply is still on its way). The same request sent again is forwarde
 
 from __future__ import annotations
 
-import contextlib
-import select
 import socket
 import struct
 import threading
 
+from tests.support.handshake_proxy import HandshakeProxy
 
-class ReplyLossProxy:
+
+class ReplyLossProxy(HandshakeProxy):
+    """Listening, forwarding and closing as :class:`HandshakeProxy` (no handshake spoiled); its
+    :meth:`_relay` loses the replies (see the module doc)."""
+
     def __init__(self, target: tuple[str, int], *, marker: bytes) -> None:
-        self.target, self.marker = target, marker
+        self.marker = marker
         self.lost = 0
         self._seen: set[bytes] = set()
+        self._doomed: set[socket.socket] = set()
         self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self._listener], [], [], 0.1)
-            if not ready:
-                continue
-            conn, _ = self._listener.accept()
-            t = threading.Thread(target=self._forward, args=(conn,), daemon=True)
-            t.start()
-            self._threads.append(t)
+        super().__init__(target, spoiled=0, how="reset")
 
     def _first_time(self, request: bytes) -> bool:
-        if self.marker not in request:
-            return False
+        new = self.marker in request and request not in self._seen
+        self._seen.add(request)
+        return new
+
+    def _relay(self, data: bytes, *, src: socket.socket, to: socket.socket, from_client: bool) -> bool:
         with self._lock:
-            new = request not in self._seen
-            self._seen.add(request)
-            return new
-
-    def _forward(self, conn: socket.socket) -> None:
-        upstream = socket.create_connection(self.target)
-        pair = {conn: upstream, upstream: conn}
-        doomed = False  # the next reply to this client is lost
-        try:
-            while not self._stop.is_set():
-                ready, _, _ = select.select(list(pair), [], [], 0.1)
-                for s in ready:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    if s is conn and self._first_time(data):
-                        doomed = True
-                    elif s is upstream and doomed:
-                        with self._lock:
-                            self.lost += 1
-                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                        return  # the reply dies here; the close below resets the client
-                    pair[s].sendall(data)
-        except OSError:
-            return
-        finally:
-            with contextlib.suppress(OSError):
-                conn.close()
-            upstream.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(2)
-        self._listener.close()
+            if from_client and self._first_time(data):
+                self._doomed.add(to)  # the upstream socket whose next reply is lost
+            elif not from_client and src in self._doomed:
+                self._doomed.discard(src)
+                self.lost += 1
+                to.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return False  # the reply dies here; closing the client's socket resets it
+        to.sendall(data)
+        return True
 
     def __enter__(self) -> ReplyLossProxy:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
