@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import process_tree as tree
+from benchmarks.ray_start import init_local_ray
 from benchmarks.verl_loop import drive
 from benchmarks.verl_loop.local_workers import start_redis, start_workers, workers_up
 from benchmarks.verl_loop.procs import cmdline, group_cpu, stat_cpu
@@ -92,12 +93,11 @@ class VerlSide:
 
         self.plan = plan
         self.ray = ray
-        self.tmp = Path(tempfile.mkdtemp(prefix="rqb-ray-", dir=plan.get("workdir")))
-        ray.init(
-            address="local",
+        self.tmp = init_local_ray(
+            "rqb-ray-",
+            plan.get("workdir"),
             include_dashboard=False,
             num_cpus=os.cpu_count() or 2,
-            _temp_dir=str(self.tmp),
             log_to_driver=False,
             logging_level=logging.ERROR,
         )

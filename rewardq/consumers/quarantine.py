@@ -225,6 +225,7 @@ class Turn:
 
     crashes: int = 0
     counted: str | None = None
+    attempt: int = 0  #: the attempt the start was counted for (``lua/count.lua``: counted once)
 
 
 class Quarantine:
@@ -248,7 +249,7 @@ class Quarantine:
         Yields the :class:`Turn`. A turn that ends cancelled (handed back at shutdown) takes its
         start back.
         """
-        turn = Turn()
+        turn = Turn(attempt=attempts)
         alone = attempts > 1 and suspected(solo, shared)
         if alone:
             turn.crashes, turn.counted = await self.enter_alone(shard, tid, attempts, solo, shared)
@@ -256,9 +257,10 @@ class Quarantine:
             await self.gate.enter_shared()
             if attempts > 1:
                 try:
-                    await self.notes.start_shared(shard, tid)
-                except BaseException:
+                    await self.notes.start_shared(shard, tid, attempt=attempts)
+                except BaseException as exc:
                     self.gate.leave_shared()
+                    await self._uncount(shard, tid, Turn(counted="shared", attempt=attempts), exc)
                     raise
                 turn.counted = "shared"
         try:
@@ -301,14 +303,23 @@ class Quarantine:
             else f"in a cohort of suspects ({'any size' if limit == ANY_SIZE else f'at most {limit}'})",
         )
         size = await self.gate.wait_turn(waiter)
+        field = "solo" if size == 1 else "cohort"
         try:
             if size == 1:
-                return await self.notes.start_solo(shard, tid) - 1, "solo"
-            await self.notes.start_cohort(shard, tid, size)
-            return 0, "cohort"
-        except BaseException:
+                return await self.notes.start_solo(shard, tid, attempt=attempts) - 1, field
+            await self.notes.start_cohort(shard, tid, size, attempt=attempts)
+            return 0, field
+        except BaseException as exc:
             self.gate.leave_alone()
+            await self._uncount(shard, tid, Turn(counted=field, attempt=attempts), exc)
             raise
+
+    async def _uncount(self, shard: int, tid: str, turn: Turn, exc: BaseException) -> None:
+        """A start whose count failed (``exc``) may have been counted all the same: its reply was
+        lost after the script ran. It crashed nothing: take it back (a no-op when it was not counted:
+        ``lua/count.lua``). A cancellation takes nothing back here: the start was not made."""
+        if isinstance(exc, Exception):
+            await self.take_back(shard, tid, turn)
 
     async def take_back(self, shard: int, tid: str, turn: Turn) -> None:
         """The start ``turn`` counted crashed nothing (handed back at shutdown, resting before a
@@ -317,9 +328,10 @@ class Quarantine:
         if counted is None:
             return
         if counted == "cohort":
-            start = self.notes.start_cohort(shard, tid, by=-1)
+            start = self.notes.start_cohort(shard, tid, by=-1, attempt=turn.attempt)
         else:
-            start = (self.notes.start_solo if counted == "solo" else self.notes.start_shared)(shard, tid, by=-1)
+            count = self.notes.start_solo if counted == "solo" else self.notes.start_shared
+            start = count(shard, tid, by=-1, attempt=turn.attempt)
         try:
             await asyncio.wait_for(start, 2.0)
         except Exception as exc:  # noqa: BLE001 - best effort; at worst it counts as one stop in a scorer

@@ -74,16 +74,20 @@ class AttemptNotes:
         }
 
     # -- crash attribution -----------------------------------------------------------------
-    async def start_solo(self, shard: int, tid: str, by: int = 1) -> int:
+    # Each start is counted for one ``attempt`` (the trajectory's attempt number, from the lease):
+    # counting it again, or taking it back again, changes nothing (``lua/count.lua``), so a count
+    # the retry policy sends again after a lost reply is counted once. ``attempt`` 0 counts
+    # unconditionally.
+    async def start_solo(self, shard: int, tid: str, by: int = 1, *, attempt: int = 0) -> int:
         """Count a start of scoring this trajectory alone; returns the count, this one included.
 
         A start that was never followed by a commit means the worker died while this
         trajectory, and nothing else, was being scored: it took the process down. ``by=-1``
         takes a start back (it was handed back at shutdown, not crashed).
         """
-        return await self._count_start(shard, tid, "solo", by)
+        return await self._count_start(shard, tid, "solo", by, attempt=attempt)
 
-    async def start_shared(self, shard: int, tid: str, by: int = 1) -> int:
+    async def start_shared(self, shard: int, tid: str, by: int = 1, *, attempt: int = 0) -> int:
         """Count a start of scoring a reclaimed attempt of this trajectory beside others; returns
         the count, this one included.
 
@@ -92,9 +96,9 @@ class AttemptNotes:
         down, and is scored alone from then on. ``by=-1`` takes a start back (it was handed
         back, or rests before a retry: it crashed nothing).
         """
-        return await self._count_start(shard, tid, "shared", by)
+        return await self._count_start(shard, tid, "shared", by, attempt=attempt)
 
-    async def start_cohort(self, shard: int, tid: str, width: int = 0, by: int = 1) -> int:
+    async def start_cohort(self, shard: int, tid: str, width: int = 0, by: int = 1, *, attempt: int = 0) -> int:
         """Count a start of scoring this suspect in a cohort of ``width`` suspects (recorded as its
         ``width``: see :mod:`rewardq.consumers.quarantine`); returns the count, this one included.
 
@@ -102,7 +106,7 @@ class AttemptNotes:
         was scoring: the next cohort this trajectory joins is at most half as large. ``by=-1``
         takes a start back (``width`` stays: it only ever makes a later cohort smaller).
         """
-        return await self._count_start(shard, tid, "cohort", by, width)
+        return await self._count_start(shard, tid, "cohort", by, width, attempt=attempt)
 
     async def cohort_state(self, shard: int, tid: str) -> tuple[int | None, int]:
         """The size of the last cohort this trajectory started in (None: never in one), and its
@@ -121,6 +125,7 @@ class AttemptNotes:
         got = iter(await pipe.execute())
         return [0 if n is None else int(next(got) or 0) for n in named]
 
-    async def _count_start(self, shard: int, tid: str, field: str, by: int, width: int = 0) -> int:
-        args: list[Any] = [field, by, *([width] if width > 0 else [])]
+    async def _count_start(self, shard: int, tid: str, field: str, by: int, width: int = 0, *, attempt: int = 0) -> int:
+        token = f"{self.worker}/{attempt}" if attempt > 0 else ""
+        args: list[Any] = [field, by, token, width if width > 0 else ""]
         return int(await self.scripts.run("count", [self.ks.traj(shard, tid)], args))  # past maxmemory too

@@ -22,7 +22,10 @@ attempt came back within :data:`SCRIPT_RESEND_WINDOW` seconds with a connection 
 cannot have held Redis for longer than that (a restarted server, a dropped connection). It is
 never sent again after a timeout (it may still be running), after a ``BUSY`` reply (Redis is
 running a long script; redis-py does not treat it as retryable at all), or after an attempt that
-took longer than the window (it may have blocked Redis). ``NOSCRIPT`` (the script is not loaded:
+took longer than the window (it may have blocked Redis). A script sent again may have run already
+(its reply was lost with the connection), so every script the worker sends must be idempotent: the
+commit is, and the start counts of crash attribution count once per attempt (``lua/count.lua``).
+``NOSCRIPT`` (the script is not loaded:
 it did not run) is answered by loading it and sending it again, in
 :meth:`~rewardq.queue.script_runner.ScriptRunner.run_many`. On Redis Cluster the worker's
 client makes one attempt per script call (see :func:`~rewardq.queue.connection.connect_async`);

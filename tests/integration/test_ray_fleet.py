@@ -10,6 +10,7 @@ or written twice after a SIGKILL.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.ray_start import init_local_ray
 from rewardq.errors import ConfigError
 from rewardq.producers.client import RewardClient
 from rewardq.queue.keys import Keyspace
@@ -47,18 +49,17 @@ ENV = {"PYTHONPATH": str(REPO)}  # the worker processes import tests.support.man
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    tmp = tmp_path_factory.mktemp("ray")
-    ray.init(
-        address="local",
+def ray_cluster() -> Iterator[None]:
+    tmp = init_local_ray(  # under /tmp: Ray's socket paths have a limit
+        "rq-ray-",
         include_dashboard=False,
-        _temp_dir=str(tmp),
         num_cpus=4,
         resources={"rewardq_cpu": 4},
         log_to_driver=False,
     )
     yield
     ray.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _groups_alive(pgids: set[int]) -> list[int]:

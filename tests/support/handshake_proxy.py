@@ -68,14 +68,18 @@ class HandshakeProxy:
                 ready, _, _ = select.select(list(pair), [], [], 0.1)
                 for s in ready:
                     data = s.recv(65536)
-                    if not data:
+                    if not data or not self._relay(data, src=s, to=pair[s], from_client=s is conn):
                         return
-                    pair[s].sendall(data)
         except OSError:
             return
         finally:
             conn.close()
             upstream.close()
+
+    def _relay(self, data: bytes, *, src: socket.socket, to: socket.socket, from_client: bool) -> bool:
+        """Pass ``data`` read from ``src`` on to ``to``; False ends the connection (a subclass's hook)."""
+        to.sendall(data)
+        return True
 
     def close(self) -> None:
         self._stop.set()

@@ -80,7 +80,7 @@ class StartCounts:
         self.cohort: dict[str, int] = {}
         self.width: dict[str, int] = {}
 
-    async def start_cohort(self, shard: int, tid: str, width: int = 0, by: int = 1) -> int:
+    async def start_cohort(self, shard: int, tid: str, width: int = 0, by: int = 1, *, attempt: int = 0) -> int:
         self.cohort[tid] = self.cohort.get(tid, 0) + by
         if width:
             self.width[tid] = width
@@ -89,11 +89,11 @@ class StartCounts:
     async def cohort_state(self, shard: int, tid: str) -> tuple[int | None, int]:
         return self.width.get(tid), self.cohort.get(tid, 0)
 
-    async def start_solo(self, shard: int, tid: str, by: int = 1) -> int:
+    async def start_solo(self, shard: int, tid: str, by: int = 1, *, attempt: int = 0) -> int:
         self.solo[tid] = self.solo.get(tid, 0) + by
         return self.solo[tid]
 
-    async def start_shared(self, shard: int, tid: str, by: int = 1) -> int:
+    async def start_shared(self, shard: int, tid: str, by: int = 1, *, attempt: int = 0) -> int:
         self.shared[tid] = self.shared.get(tid, 0) + by
         return self.shared[tid]
 

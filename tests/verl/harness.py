@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.resources
 import json
 import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import verl
 from omegaconf import OmegaConf
 
+from benchmarks.ray_start import init_local_ray
 from rewardq.reward.tokenizer import DEMO_PATH, DEMO_SPECIAL
 from tests.conftest import REDIS_URL
 from tests.support.cli_procs import REPO
@@ -110,19 +110,14 @@ def start_local_ray() -> Path:
     checkout tests the checkout and a run from a copy of tests/ beside an installed wheel tests
     the wheel.
     """
-    import ray
-
-    temp = Path(tempfile.mkdtemp(prefix="rq-ray-", dir="/tmp"))  # short: Ray's socket paths have a limit
-    ray.init(
-        address="local",
+    return init_local_ray(  # under /tmp: Ray's socket paths have a limit
+        "rq-ray-",
         include_dashboard=False,
-        _temp_dir=str(temp),
         num_cpus=8,
         object_store_memory=256 * 1024 * 1024,
         runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
         log_to_driver=False,
     )
-    return temp
 
 
 def stop_local_ray(temp: Path) -> None:
