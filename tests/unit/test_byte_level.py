@@ -10,9 +10,9 @@ import random
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from rewardq.reward.byte_level import ByteLevelTable
+from rewardq.reward.byte_level import ByteLevelTable, byte_to_unicode
 from rewardq.reward.execution import host as host_module
 from rewardq.reward.execution.decoding import BatchDecoder
 from rewardq.reward.managers.naive import NaiveRewardManager
@@ -54,6 +54,26 @@ def test_the_table_decodes_exactly_as_the_library_does(rust: Tokenizer) -> None:
             want = rust.decode(ids, skip_special_tokens=skip)
             for given in (ids, np.asarray(ids, dtype=np.int32), torch.tensor(ids, dtype=torch.int64)):
                 assert table.decode(given, skip) == want, (ids, skip)
+
+
+def test_a_content_added_as_special_then_as_plain_is_skipped_as_the_library_skips_it() -> None:
+    """The library skips by its own set of special contents; an added token's ``special`` flag can
+    say otherwise (a content added as special, then again as plain: the flag reads False, the
+    library still skips it), and so can the reverse order."""
+    tok = Tokenizer(models.BPE(vocab={ch: b for ch, b in byte_to_unicode().items()}, merges=[]))
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken("<a>", special=True)])
+    tok.add_tokens([AddedToken("<a>", special=False)])  # id 256: the flag now says plain
+    tok.add_tokens([AddedToken("<b>", normalized=False)])
+    tok.add_special_tokens([AddedToken("<b>", special=True)])  # id 257: plain, then special
+    assert not tok.get_added_tokens_decoder()[256].special
+    for rust in (tok, Tokenizer.from_str(tok.to_str())):
+        table = ByteLevelTable.of(rust)
+        assert table is not None
+        for ids in ([104, 256, 105], [104, 257, 105], [256, 257]):
+            for skip in (True, False):
+                assert table.decode(ids, skip) == rust.decode(ids, skip_special_tokens=skip), (ids, skip)
+    assert tok.decode([104, 256, 105], skip_special_tokens=True) == "hi"  # the case the flag gets wrong
 
 
 def test_the_real_128k_tokenizer_decodes_exactly_as_the_library_does() -> None:
