@@ -4,15 +4,18 @@ Ray 2.x waits a fixed 30 s for its raylet to register with the GCS (``raylet_sta
 ``ray/_private/node.py``; no setting changes it) and then raises "The current node timed out during
 startup". On a 2-core machine running a test suite beside it (load 30+), a node that would have come up
 in 40 s fails that way. The benchmarks and the tests that start a Ray of their own start it here: a
-start that ran out of time is shut down and started once more, in a fresh temp dir; any other failure
-is raised at once.
+start that ran out of time has its processes killed and is started again, in a fresh temp dir (at
+most three tries); any other failure is raised at once, after the same clean-up.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +39,39 @@ def init_local_ray(temp_prefix: str, temp_parent: str | None = None, **kwargs: A
             ray.init(address="local", _temp_dir=str(temp), **kwargs)
             return temp
         except Exception as exc:
+            # The start failed inside ray's Node(), before ray.init recorded the node, so
+            # ray.shutdown() does not know the GCS and raylet it started: they are found by the temp
+            # dir their command lines name.
+            ray.shutdown()
+            kill_processes_naming(temp)
+            shutil.rmtree(temp, ignore_errors=True)
             if STARTUP_TIMED_OUT not in str(exc) or attempt == ATTEMPTS:
                 raise
             logger.warning("Ray's node start ran out of its 30 s (try %d of %d); starting it again", attempt, ATTEMPTS)
-            ray.shutdown()
-            shutil.rmtree(temp, ignore_errors=True)
     raise AssertionError("unreachable")
+
+
+def kill_processes_naming(path: Path, wait: float = 10.0) -> None:
+    """SIGKILL every process of this user whose command line names ``path``, and wait for them to go."""
+    needle = str(path).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+                pids.append(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue
+    deadline = time.monotonic() + wait
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _is_zombie(p)]
+        time.sleep(0.05)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
