@@ -258,9 +258,9 @@ class Quarantine:
             if attempts > 1:
                 try:
                     await self.notes.start_shared(shard, tid, attempt=attempts)
-                except BaseException as exc:
+                except BaseException:
                     self.gate.leave_shared()
-                    await self._uncount(shard, tid, Turn(counted="shared", attempt=attempts), exc)
+                    await self._uncount(shard, tid, Turn(counted="shared", attempt=attempts))
                     raise
                 turn.counted = "shared"
         try:
@@ -309,17 +309,17 @@ class Quarantine:
                 return await self.notes.start_solo(shard, tid, attempt=attempts) - 1, field
             await self.notes.start_cohort(shard, tid, size, attempt=attempts)
             return 0, field
-        except BaseException as exc:
+        except BaseException:
             self.gate.leave_alone()
-            await self._uncount(shard, tid, Turn(counted=field, attempt=attempts), exc)
+            await self._uncount(shard, tid, Turn(counted=field, attempt=attempts))
             raise
 
-    async def _uncount(self, shard: int, tid: str, turn: Turn, exc: BaseException) -> None:
-        """A start whose count failed (``exc``) may have been counted all the same: its reply was
-        lost after the script ran. It crashed nothing: take it back (a no-op when it was not counted:
-        ``lua/count.lua``). A cancellation takes nothing back here: the start was not made."""
-        if isinstance(exc, Exception):
-            await self.take_back(shard, tid, turn)
+    async def _uncount(self, shard: int, tid: str, turn: Turn) -> None:
+        """A start whose count failed may have been counted all the same: its reply was
+        lost after the script ran, or a stopping worker cancelled the wait for it. It crashed
+        nothing: take it back (a no-op when it was not counted: ``lua/count.lua``), shielded so that
+        a cancellation cannot cut the take-back short (it waits at most 2 s)."""
+        await asyncio.shield(self.take_back(shard, tid, turn))
 
     async def take_back(self, shard: int, tid: str, turn: Turn) -> None:
         """The start ``turn`` counted crashed nothing (handed back at shutdown, resting before a

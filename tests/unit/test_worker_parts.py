@@ -191,6 +191,48 @@ async def test_a_reclaimed_turn_cancelled_at_shutdown_takes_its_start_back(share
     assert counts["t"] == 0 and not q.gate.cohort and q.gate.running == 0
 
 
+class CountedThenHung(StartCounts):
+    """Counts a start, then never answers: Redis ran the script, and the wait for its reply hangs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted = asyncio.Event()
+
+    async def start_solo(self, shard: int, tid: str, by: int = 1, *, attempt: int = 0) -> int:
+        n = await super().start_solo(shard, tid, by, attempt=attempt)
+        return n if by < 0 else await self.hang()
+
+    async def start_shared(self, shard: int, tid: str, by: int = 1, *, attempt: int = 0) -> int:
+        n = await super().start_shared(shard, tid, by, attempt=attempt)
+        return n if by < 0 else await self.hang()
+
+    async def hang(self) -> int:
+        self.counted.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(("shared", "field"), [(0, "shared"), (1, "solo")])
+async def test_a_start_counted_while_its_reply_is_awaited_at_shutdown_is_taken_back(shared: int, field: str) -> None:
+    # Given a count that Redis ran, whose reply the stopping worker no longer waits for
+    broker = CountedThenHung()
+    q = Quarantine(broker)  # type: ignore[arg-type]  # a recorder stands in for the attempt notes
+
+    async def scoring() -> None:
+        async with q.turn(0, "t", attempts=2, shared=shared):
+            raise AssertionError("the turn never starts: its count never answered")
+
+    task = asyncio.create_task(scoring())
+    await asyncio.wait_for(broker.counted.wait(), 1)
+    assert getattr(broker, field)["t"] == 1
+    # When the wait is cancelled
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Then the start is taken back (it crashed nothing) and the gate is left
+    assert getattr(broker, field)["t"] == 0 and not q.gate.cohort and q.gate.running == 0
+
+
 async def test_a_worker_holds_its_slots_plus_its_read_ahead_and_reclaims_one_worker_more() -> None:
     # Given 4 slots and a read-ahead of half as many again (2 trajectories waiting for a slot)
     table = InFlightTable(4, read_ahead=0.5)
