@@ -164,7 +164,7 @@ def test_through_verls_reward_loop_the_hook_starts_the_fleet_and_it_ends_with_th
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.experimental.reward_loop import RewardLoopManager
 
-    from tests.verl.harness import bare_agent_loop_worker, demo_hf_folder, hook_config
+    from tests.verl.harness import bare_agent_loop_worker, demo_hf_folder, end_reward_loop, hook_config
 
     cfg = hook_config(
         demo_hf_folder(tmp_path / "policy"),
@@ -195,7 +195,6 @@ def test_through_verls_reward_loop_the_hook_starts_the_fleet_and_it_ends_with_th
     assert len(beats) == 2 and all(b[b"host"] for b in beats)
     pids = [int(b[b"pid"]) for b in beats]
     assert all(map(_alive, pids))
-    for handle in manager.reward_loop_worker_handles:  # the trainer ends: its reward loop goes with it
-        ray.kill(handle)
+    end_reward_loop(manager)  # the trainer ends: its reward loop goes with it
     wait_for(lambda: not any(map(_alive, pids)), 60, "the fleet's workers to end")
     wait_for(lambda: sync_redis.zcard(f"{namespace}:workers") == 0, 60, "the workers to unregister")

@@ -20,13 +20,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-import ray
 
 from rewardq.integrations.verl.stop import PARTITION, STOP_KEY
 from tests.verl import scripted_agent
 from tests.verl.conftest import Fleet
 from tests.verl.data import row
-from tests.verl.harness import bare_agent_loop_worker, demo_hf_folder, hook_config, trainer_config
+from tests.verl.harness import bare_agent_loop_worker, demo_hf_folder, end_reward_loop, hook_config, trainer_config
 from tests.verl.test_masking import replay_buffer, v1_worker
 
 #: A first use here starts Ray, a verl trainer or a Ray actor importing verl and torch: 100-230 s of
@@ -118,5 +117,4 @@ async def test_the_hook_in_verls_reward_loop_actor_stops_the_v1_trainer(
         finally:
             clean_tq.kv_clear(keys=[uid], partition_id="train")
     finally:
-        for actor in manager.reward_loop_workers:
-            ray.kill(actor)
+        end_reward_loop(manager)

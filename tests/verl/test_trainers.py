@@ -45,6 +45,7 @@ from tests.verl.harness import (
     CapturingHandle,
     bare_agent_loop_worker,
     demo_hf_folder,
+    end_reward_loop,
     hook_config,
     save_config,
     unique_namespace,
@@ -81,6 +82,7 @@ def hook_run(
     manager = RewardLoopManager(cfg)  # verl's own: starts reward.num_workers RewardLoopWorker actors
     wait_for(lambda: module_redis.exists(f"{ns}:worker:{name}"), 120, "the --config worker", procs=[worker])
     yield HookRun(cfg, path, manager, ns, worker, AutoTokenizer.from_pretrained(str(folder)))
+    end_reward_loop(manager)  # its actors' names are free for the next file's RewardLoopManager
     assert worker.terminate() == 0, worker.stderr()[-3000:]
     _delete_namespace(REDIS_URL, ns)
 
