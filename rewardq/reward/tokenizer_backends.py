@@ -30,6 +30,7 @@ __all__ = [
     "batch_decoder",
     "byte_level_table",
     "exact_rust_tokenizer",
+    "rust_decode_batch",
 ]
 
 
@@ -230,7 +231,7 @@ def batch_decoder(tokenizer: object) -> Callable[[list[list[int]], bool], list[s
     what ``tokenizer.decode`` gives for each sequence (and releases the GIL); None otherwise
     (see :func:`exact_rust_tokenizer`)."""
     rust = exact_rust_tokenizer(tokenizer)
-    return None if rust is None else _rust_decode_batch(rust)
+    return None if rust is None else rust_decode_batch(rust)
 
 
 def byte_level_table(tokenizer: object) -> ByteLevelTable | None:
@@ -267,7 +268,7 @@ def exact_rust_tokenizer(tokenizer: object) -> object | None:
     return rust
 
 
-def _rust_decode_batch(rust: object) -> Callable[[list[list[int]], bool], list[str]] | None:
+def rust_decode_batch(rust: object) -> Callable[[list[list[int]], bool], list[str]] | None:
     fn = getattr(rust, "decode_batch", None)
     if fn is None:
         return None

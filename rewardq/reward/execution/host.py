@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rewardq.reward.byte_level import ByteLevelTable
 from rewardq.reward.execution.decoding import BatchDecoder
 from rewardq.reward.execution.isolation import ScoreFnRouter
-from rewardq.reward.tokenizer_backends import batch_decoder, byte_level_table
+from rewardq.reward.tokenizer_backends import exact_rust_tokenizer, rust_decode_batch
 
 if TYPE_CHECKING:
     import torch
 
-    from rewardq.reward.byte_level import ByteLevelTable
     from rewardq.reward.context import ManagerContext
     from rewardq.reward.tokenizer import Tokenizer
 
@@ -60,9 +60,10 @@ class ManagerHost:
             self._choose_decoder(tokenizer)
 
     def _choose_decoder(self, tokenizer: Tokenizer) -> None:
-        native = batch_decoder(tokenizer)
+        rust = exact_rust_tokenizer(tokenizer)  # the library's tokenizer, when its decode is ours exactly
+        native = None if rust is None else rust_decode_batch(rust)
         self.decoder = BatchDecoder(native) if native is not None else False
-        self.table = byte_level_table(tokenizer) if native is not None else None
+        self.table = ByteLevelTable.of(rust) if native is not None else None
 
     async def call(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> object:
         """Call ``fn(**kwargs)`` where it belongs (:mod:`rewardq.reward.execution.isolation`)."""
