@@ -1,6 +1,6 @@
 """One of verl's reward-loop processes, for tests/verl/test_fleet_budget.py: the hook scoring a run.
 
-``python -m tests.verl.budget_process NAMESPACE WINDOW DIR GOOD`` builds the hook
+:func:`child` (or ``python -m tests.verl.budget_process NAMESPACE WINDOW DIR GOOD``) builds the hook
 (``RewardqRewardManager``) from a verl trainer config as a reward-loop actor does, then, through
 verl's own ``AgentLoopWorker._compute_score``, in three phases, each started when the test creates
 ``DIR/go-<phase>`` (so every process runs each phase side by side, and no process runs ahead into the
@@ -10,8 +10,13 @@ next) and ended by creating ``DIR/done-<phase>-<pid>``:
 2. scores ``GOOD`` healthy trajectories (the cause is fixed);
 3. scores one more failing trajectory (the budget has recovered: it is not stopped).
 
-It prints one JSON line: how many failing trajectories it scored before the stop, the stop's
-message, the healthy rewards and any error they raised, and whether the last failure stopped.
+It writes ``DIR/result-<pid>.json`` (the CLI prints it as one JSON line instead): how many failing
+trajectories it scored before the stop, the stop's message, the healthy rewards and any error they
+raised, and whether the last failure stopped; an exception that ended it goes to ``DIR/error-<pid>.txt``.
+
+The test forks its processes from a fork server that imported this module (verl, torch, rewardq)
+once: each was a fresh interpreter importing them on its own before, ~15 s of CPU apiece on a 2-core
+machine. Each child builds its own hook, event loop and Redis connections after the fork.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +83,16 @@ async def main(namespace: str, window: int, folder: Path, good: int) -> dict[str
         out["stopped_after_recovery"] = True
     (folder / f"done-3-{os.getpid()}").touch()
     return out
+
+
+def child(namespace: str, window: int, folder: Path, good: int) -> None:
+    """One process's run (the target of the test's forked processes): its result, or its error, in ``folder``."""
+    try:
+        out = asyncio.run(main(namespace, window, folder, good))
+    except BaseException:
+        (folder / f"error-{os.getpid()}.txt").write_text(traceback.format_exc())
+        raise
+    (folder / f"result-{os.getpid()}.json").write_text(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -5,19 +5,21 @@ processes each run the hook (tests/verl/budget_process.py, built from the traine
 reward-loop actor builds it) against one fleet, with every trajectory failing: the run stops after
 exactly ``window - 1`` failed trajectories in all (the ``window``-th stops it), not 8 windows' worth;
 every process is stopped at its next failure; once the cause is fixed no healthy trajectory raises,
-and after a window of healthy ones a failure no longer stops the run.
+and after a window of healthy ones a failure no longer stops the run. The processes are forked from
+a fork server that imported verl and rewardq once (tests/verl/budget_process.py).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
+import multiprocessing
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-from tests.support.cli_procs import REPO, wait_for
+from tests.support.cli_procs import wait_for
 from tests.support.sync_client import SyncClient
+from tests.verl import budget_process
 from tests.verl.conftest import Fleet
 
 PROCESSES = 8
@@ -25,33 +27,39 @@ WINDOW = 16
 GOOD = 3  # per process: 24 healthy trajectories in all, more than a window
 
 
-def phase_done(folder: Path, n: int, procs: list[subprocess.Popen[str]]) -> bool:
-    dead = [p for p in procs if p.poll() is not None and not (folder / f"done-{n}-{p.pid}").exists()]
+def error_of(folder: Path, p: BaseProcess) -> str:
+    err = folder / f"error-{p.pid}.txt"
+    return err.read_text()[-3000:] if err.exists() else "(no error file)"
+
+
+def phase_done(folder: Path, n: int, procs: list[BaseProcess]) -> bool:
+    dead = [p for p in procs if p.exitcode is not None and not (folder / f"done-{n}-{p.pid}").exists()]
     if dead:
-        raise AssertionError(f"a hook process exited with {dead[0].returncode}: {dead[0].communicate()[1][-3000:]}")
+        raise AssertionError(f"a hook process exited with {dead[0].exitcode}: {error_of(folder, dead[0])}")
     return len(list(folder.glob(f"done-{n}-*"))) == len(procs)
 
 
 def test_eight_hook_processes_share_one_budget_window(
     failing_fleet: Fleet, module_redis: SyncClient, tmp_path: Path
 ) -> None:
-    argv = [sys.executable, "-m", "tests.verl.budget_process", failing_fleet.namespace, str(WINDOW), str(tmp_path)]
-    procs = [
-        subprocess.Popen([*argv, str(GOOD)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(PROCESSES)
-    ]
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([budget_process.__name__])
+    args = (failing_fleet.namespace, WINDOW, tmp_path, GOOD)
+    procs: list[BaseProcess] = [ctx.Process(target=budget_process.child, args=args) for _ in range(PROCESSES)]
+    for p in procs:
+        p.start()
     try:
         for n in (1, 2, 3):  # every process runs each phase side by side (budget_process.py)
             (tmp_path / f"go-{n}").touch()
             wait_for(functools.partial(phase_done, tmp_path, n, procs), 600, f"phase {n} of every process")
         results = []
         for p in procs:
-            out, err = p.communicate(timeout=600)
-            assert p.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
+            p.join(600)
+            assert p.exitcode == 0, error_of(tmp_path, p)
+            results.append(json.loads((tmp_path / f"result-{p.pid}.json").read_text()))
     finally:
         for p in procs:
-            if p.poll() is None:
+            if p.exitcode is None:
                 p.kill()
     # one window for the run: exactly WINDOW - 1 failures went through before the stop, in all
     assert sum(r["failed_before_stop"] for r in results) == WINDOW - 1
