@@ -138,8 +138,9 @@ def build_from_config(cfg: WorkerConfig, name: str, *, standalone: bool = False)
     check_manager_spec(cfg.manager, names_may_register=bool(cfg.reward_fn))
     check_tokenizer_spec(cfg.tokenizer, origin=origin)
     with startup_step(logger, "importing torch, tensordict and the reward managers"):
-        import tensordict  # noqa: F401 - the worker needs both; importing them is most of a start-up
-        import torch  # noqa: F401
+        from rewardq.reward.tensordict_import import import_tensordict
+
+        import_tensordict()  # torch and tensordict, without torch's compiler: most of a start-up
 
         # the managers import torch: imported in this timed step, after the refusals that need none
         from rewardq.reward.execution.loader import load_score_fn

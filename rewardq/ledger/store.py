@@ -63,6 +63,9 @@ _UNCOMPRESSED = ("prompt_ids", "response_ids")
 #: The bulky columns that compress: LZ4, which wrote a file of the benchmark's workload in 84 % of
 #: zstd's CPU time for 4 % more bytes. The other columns are small: zstd.
 _FAST = ("response", "response_mask")
+#: Rows Arrow encodes at a time, and so the fewest a data page holds: with its default (1,024)
+#: a page of ids was a whole row group's (8-16 MB), each one new memory for Arrow's buffers.
+_BATCH_ROWS = 64
 #: Columns with min/max statistics (what queries filter on).
 _STATISTICS = ["key", "index", "data_source", "status", "failure_kind", "scored_at", "attempt", "worker"]
 
@@ -152,6 +155,7 @@ class LedgerFile:
                 compression={c: _codec(c) for c in table.column_names},
                 use_dictionary=_DICTIONARY,
                 write_statistics=_STATISTICS,
+                write_batch_size=_BATCH_ROWS,
             )
             if self.store._local:  # Arrow's own file writer: no Python file object copying every page it writes
                 self._writer = pq.ParquetWriter(self.target, table.schema, **options)
