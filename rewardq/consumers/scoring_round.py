@@ -198,7 +198,10 @@ class ScoringRound:
             return DeadLetterKind.MEMORY
         finally:
             self.parts.accounting.settle(ticket, committed)
-        self.parts.stats["scored"] += 1
+        if committed is False:  # another worker's commit came first (a reclaimed lease): its results stand
+            self.parts.stats["duplicates"] += 1
+            return "ok"
+        self.parts.stats["scored"] += 1  # the trajectories whose results this worker wrote
         self.parts.presence.scored(results.results[-1].latency_ms, outputs=results.n)
         return "ok"
 

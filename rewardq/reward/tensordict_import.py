@@ -9,8 +9,10 @@ more than half of what importing torch and tensordict costs a worker (a worker's
 
 :func:`import_tensordict` imports tensordict with those two calls recorded instead of run, and
 hands the recorded functions to Dynamo's own ``allow_in_graph`` and ``assume_constant_result`` the
-moment anything in the process imports ``torch._dynamo`` (a reward function that compiles, say),
-so Dynamo then knows exactly what an ordinary import would have told it. Both return the function
+moment anything in the process imports ``torch._dynamo`` (a reward function that compiles, say,
+or ``transformers``' ``AutoTokenizer``, whose import loads Dynamo: a worker that loads a tokenizer
+folder through transformers pays for Dynamo in that step instead), so Dynamo then knows exactly
+what an ordinary import would have told it. Both return the function
 they are given (torch 2.6-2.13), so tensordict's module holds the same objects either way.
 
 Where ``torch._dynamo`` is loaded already, or tensordict imports it itself (tensordict 0.10, verl
@@ -88,16 +90,21 @@ class MarkWhenImported(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != DYNAMO:
             return None
-        self.detach()
+        if fullname in sys.modules:  # imported by a way that did not ask this finder: nothing to hand over
+            self.detach()
+            return None
+        # the spec the import would have found: the hook stays until a module is executed from it, since
+        # a probe (importlib.util.find_spec) asks for a spec and loads nothing
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         loader = spec.loader if spec is not None else None
         if spec is None or not isinstance(loader, importlib.abc.Loader):
-            return spec
+            return None
         exec_module = loader.exec_module
-        pending = self.pending
+        pending, detach = self.pending, self.detach
 
         def exec_then_mark(module: ModuleType) -> None:
             exec_module(module)
+            detach()
             for name, fn in pending:
                 getattr(module, name)(fn)
 

@@ -283,3 +283,40 @@ async def test_commit_writes_each_key_its_result_whether_shared_or_per_key(
         done = sync_redis.xrange(ks.done(0))
         assert len(done) == 1 and done[0][1][b"latency_ms"] == b"3.250" and done[0][1][b"n"] == b"3"
         assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
+
+
+async def test_a_commit_another_worker_made_first_counts_a_duplicate_not_a_scored_trajectory(
+    ns: str, redis_url: str
+) -> None:
+    """A worker whose lease lapsed scores on; another worker's commit came first, so its own commit
+    writes nothing: its counters say duplicate, and ``scored`` counts only results it wrote."""
+    go = asyncio.Event()
+
+    class Late(RewardManager):
+        async def run_single(self, data: TensorDict) -> dict[str, Any]:
+            await go.wait()
+            return {"reward_score": 0.25, "reward_extra_info": {}}
+
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = client.put_trajectory("late", "s", [output(2, 2), output(2, 3)], SAMPLE)
+    async with running_workers(ns, redis_url, [Late(None)]) as (w,):
+        await until_in_flight(w)
+        # Given another worker's results committed while this one still scores the trajectory
+        first = [RewardResult(key=k, status="ok", reward_score=1.0, reward_extra_info={}, worker="other") for k in keys]
+        assert await w.broker.commit(0, "late_s", first) is True
+        # When this worker's scoring ends and its commit finds the trajectory finished
+        go.set()
+        await until_stats(w, "duplicates", 1)
+        # Then the first results stand, and this worker counted a duplicate, not a scored trajectory
+        res = await asyncio.to_thread(client.wait_rewards, keys, 10)
+        assert {(r.reward_score, r.worker) for r in res.values()} == {(1.0, "other")}
+        assert (w.stats["scored"], w.stats["duplicates"], w.stats["errors"]) == (0, 1, 0)
+    client.close()
+
+
+async def until_stats(w: Worker, counter: str, value: int) -> None:
+    for _ in range(200):
+        if w.stats[counter] >= value:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"worker {w.name}'s {counter} stayed at {w.stats[counter]}: {dict(w.stats)}")

@@ -81,6 +81,17 @@ def test_dynamo_imported_later_knows_every_mark_an_ordinary_import_gives() -> No
     assert any(key.startswith("assume_constant_result") and flag for key, flag in deferred.items())
 
 
+def test_a_probe_for_dynamo_before_its_import_loses_no_mark() -> None:
+    probe = "import importlib.util\nassert importlib.util.find_spec('torch._dynamo') is not None\n"
+    ordinary = json.loads(_run(ORDINARY + DYNAMO_VIEW))
+    assert json.loads(_run(DEFERRED + probe + probe + DYNAMO_VIEW)) == ordinary
+
+
+def test_a_submodule_of_dynamo_imported_first_hands_the_marks_over() -> None:
+    first = "import torch._dynamo._trace_wrapped_higher_order_op\n"
+    assert json.loads(_run(DEFERRED + first + DYNAMO_VIEW)) == json.loads(_run(ORDINARY + DYNAMO_VIEW))
+
+
 def test_torch_compile_after_the_import_compiles_tensordict_code() -> None:
     out = _run(
         DEFERRED
