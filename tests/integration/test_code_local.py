@@ -39,8 +39,20 @@ FAST: dict[str, Any] = dict(code_local_first_pass_timeout=1, code_local_case_tim
 
 
 def _harness_processes() -> list[str]:
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
-    return [ln for ln in out.splitlines() if HARNESS in ln]
+    """This test process's sandboxes (its descendants running the harness): the other xdist workers'
+    tests, and the worker processes they start, run sandboxes of their own meanwhile."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
+    rows = [ln.split(None, 2) for ln in out.splitlines() if len(ln.split(None, 2)) == 3]
+    parent = {int(pid): int(ppid) for pid, ppid, _ in rows}
+
+    def mine(pid: int) -> bool:
+        while pid > 1:
+            pid = parent.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return [f"{pid} {args}" for pid, _, args in rows if HARNESS in args and mine(int(pid))]
 
 
 async def _score_all(runtime: CodeRuntime) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,8 @@ from tests.support.cli_procs import REPO, START_WAIT
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs them all: the module fixture `ordinary` (an interpreter importing all of Dynamo) runs once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tensordict-import")]
 
 # What Dynamo knows of each function tensordict marked, by the function's qualified name.
 DYNAMO_VIEW = """
@@ -73,23 +74,29 @@ def _run(code: str) -> str:
     return done.stdout
 
 
-def test_dynamo_imported_later_knows_every_mark_an_ordinary_import_gives() -> None:
-    ordinary = json.loads(_run(ORDINARY + DYNAMO_VIEW))
+@pytest.fixture(scope="module")
+def ordinary() -> dict[str, object]:
+    """What Dynamo knows of tensordict's marks after an ordinary import (one interpreter, shared)."""
+    view = json.loads(_run(ORDINARY + DYNAMO_VIEW))
+    assert isinstance(view, dict)
+    return view
+
+
+def test_dynamo_imported_later_knows_every_mark_an_ordinary_import_gives(ordinary: dict[str, object]) -> None:
     deferred = json.loads(_run(DEFERRED + DYNAMO_VIEW))
     assert ordinary, "tensordict made no marks: this test no longer measures anything"
     assert deferred == ordinary
     assert any(key.startswith("assume_constant_result") and flag for key, flag in deferred.items())
 
 
-def test_a_probe_for_dynamo_before_its_import_loses_no_mark() -> None:
+def test_a_probe_for_dynamo_before_its_import_loses_no_mark(ordinary: dict[str, object]) -> None:
     probe = "import importlib.util\nassert importlib.util.find_spec('torch._dynamo') is not None\n"
-    ordinary = json.loads(_run(ORDINARY + DYNAMO_VIEW))
     assert json.loads(_run(DEFERRED + probe + probe + DYNAMO_VIEW)) == ordinary
 
 
-def test_a_submodule_of_dynamo_imported_first_hands_the_marks_over() -> None:
+def test_a_submodule_of_dynamo_imported_first_hands_the_marks_over(ordinary: dict[str, object]) -> None:
     first = "import torch._dynamo._trace_wrapped_higher_order_op\n"
-    assert json.loads(_run(DEFERRED + first + DYNAMO_VIEW)) == json.loads(_run(ORDINARY + DYNAMO_VIEW))
+    assert json.loads(_run(DEFERRED + first + DYNAMO_VIEW)) == ordinary
 
 
 def test_torch_compile_after_the_import_compiles_tensordict_code() -> None:
