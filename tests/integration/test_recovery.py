@@ -22,6 +22,7 @@ from tests.support.helpers import (
     output,
     running_workers,
     stop_while_scoring,
+    until,
     until_in_flight,
     worker_config,
 )
@@ -306,17 +307,9 @@ async def test_a_commit_another_worker_made_first_counts_a_duplicate_not_a_score
         assert await w.broker.commit(0, "late_s", first) is True
         # When this worker's scoring ends and its commit finds the trajectory finished
         go.set()
-        await until_stats(w, "duplicates", 1)
+        await until(lambda: w.stats["duplicates"] >= 1, f"worker {w.name} to count the duplicate commit")
         # Then the first results stand, and this worker counted a duplicate, not a scored trajectory
         res = await asyncio.to_thread(client.wait_rewards, keys, 10)
         assert {(r.reward_score, r.worker) for r in res.values()} == {(1.0, "other")}
         assert (w.stats["scored"], w.stats["duplicates"], w.stats["errors"]) == (0, 1, 0)
     client.close()
-
-
-async def until_stats(w: Worker, counter: str, value: int) -> None:
-    for _ in range(200):
-        if w.stats[counter] >= value:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"worker {w.name}'s {counter} stayed at {w.stats[counter]}: {dict(w.stats)}")

@@ -131,27 +131,24 @@ def end_reward_loop(manager: Any, wait: float = 120.0) -> None:
     """Kill the ``RewardLoopWorker`` actors of verl's ``RewardLoopManager`` and wait until their names
     (``reward_loop_worker_<i>``, which verl gives every manager's actors) are free again: the run's
     Ray serves every file of an xdist worker, and the next file's manager takes the same names."""
-    import time
-
     import ray
+
+    from tests.support.cli_procs import wait_for
 
     for actor in manager.reward_loop_workers:
         ray.kill(actor)
     names = [f"reward_loop_worker_{i}" for i in range(len(manager.reward_loop_workers))]
-    deadline = time.monotonic() + wait
-    while True:
-        taken = []
-        for name in names:
-            try:
-                ray.get_actor(name)
-                taken.append(name)
-            except ValueError:
-                pass
-        if not taken:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"verl's reward loop actors {taken} were killed but their names are still taken")
-        time.sleep(0.2)
+
+    def taken(name: str) -> bool:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return False
+        return True
+
+    wait_for(
+        lambda: not any(map(taken, names)), wait, f"the freed names {names} of killed verl reward loop actors", 0.2
+    )
 
 
 def bare_agent_loop_worker(cls: type, reward_handles: Any, tokenizer: Any = None) -> Any:
