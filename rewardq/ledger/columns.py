@@ -91,6 +91,21 @@ class BinaryColumn:
             valid.append(True)
         self.pos = pos
 
+    def extend_run(self, data: memoryview, lengths: list[int | None], *, none_is_empty: bool) -> None:
+        """Values given as one run of bytes (``data``) and each one's length (None: a null value,
+        or an empty one when ``none_is_empty``): one copy for all of them."""
+        n = len(data)
+        if self.pos + n > len(self.buf):
+            self._grow(n)
+        self.buf.data[self.pos : self.pos + n] = data
+        self.pos += n
+        if None not in lengths:
+            self.lengths.extend(lengths)
+            self.valid.extend([True] * len(lengths))
+            return
+        self.lengths.extend(0 if k is None else k for k in lengths)
+        self.valid.extend([none_is_empty or k is not None for k in lengths])
+
     def _grow(self, n: int) -> None:
         """Room for ``n`` more bytes: a chunk cut at :data:`_CHUNK_BYTES`, else a buffer twice as large."""
         if self.pos + n > _CHUNK_BYTES and self.lengths:
