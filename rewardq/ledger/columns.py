@@ -10,7 +10,7 @@ process copies each row group's ids into memory it mapped already (docs/performa
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -100,7 +100,7 @@ class BinaryColumn:
         self.buf.data[self.pos : self.pos + n] = data
         self.pos += n
         if None not in lengths:
-            self.lengths.extend(lengths)
+            self.lengths.extend(cast("list[int]", lengths))
             self.valid.extend([True] * len(lengths))
             return
         self.lengths.extend(0 if k is None else k for k in lengths)

@@ -124,7 +124,8 @@ class TrajectoryFacts:
 
 def trajectory_frame(ticket: int, t: TrajectoryFacts) -> bytes:
     """The framed bytes of one trajectory, numbered ``ticket`` (its outcome frame names it)."""
-    return b"".join(trajectory_parts(ticket, t))
+    parts: list[Any] = trajectory_parts(ticket, t)  # buffers (numpy's stubs do not say so)
+    return b"".join(parts)
 
 
 #: What a frame is written from: its map's bytes, records as read, or id arrays (any C-contiguous

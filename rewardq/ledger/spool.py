@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rewardq.ledger.frames import Part, outcome_frame, part_bytes, provenance_frame
 
@@ -325,7 +326,7 @@ def _write(seg: Segment, parts: Sequence[Part]) -> None:
     before = seg.size
     sizes = [part_bytes(p) for p in parts]
     total = left = sum(sizes)
-    views = [p for p, n in zip(parts, sizes) if n]
+    views: list[Any] = [p for p, n in zip(parts, sizes) if n]  # buffers (numpy's stubs do not say so)
     try:
         while views:
             n = os.writev(seg.fd, views[:_IOV_MAX])
