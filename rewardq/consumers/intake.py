@@ -70,6 +70,36 @@ def split_whole(valid: Sequence[Filed]) -> tuple[list[Whole], list[Filed]]:
     return whole, rest
 
 
+def trailing_partials(carried: Sequence[Filed], new: Sequence[Filed], max_outputs: int) -> list[Filed]:
+    """The records of each shard's last trajectory in a read, when the read cut it short.
+
+    ``new`` holds a read's records in stream order, ``carried`` the ones held back from the read
+    before. The trajectory of each shard's last record in ``new`` is held back when its records
+    here (both lists) are outputs ``0..k`` with no final among them, each delivered once, none a
+    blob, fewer than ``max_outputs``: the rest of it is most likely the next entries of the stream
+    (a producer sends a trajectory's outputs in one transaction), which the next read returns.
+    """
+    last: dict[int, str] = {}
+    for entry, rec, _ in new:
+        last[entry.shard] = rec.tid
+    if not last:
+        return []
+    groups: dict[tuple[int, str], list[Filed]] = {(s, t): [] for s, t in last.items()}
+    for item in (*carried, *new):
+        group = groups.get((item[0].shard, item[1].tid))
+        if group is not None:
+            group.append(item)
+    held: list[Filed] = []
+    for items in groups.values():
+        items.sort(key=lambda it: it[1].index)
+        if len(items) < max_outputs and all(
+            rec.index == i and not rec.final and entry.deliveries == 1 and b"blob" not in entry.fields
+            for i, (entry, rec, _) in enumerate(items)
+        ):
+            held.extend(items)
+    return held
+
+
 class Intake:
     """Turns batches of stream entries into trajectories to score (see the module doc).
 
@@ -115,12 +145,27 @@ class Intake:
         self.metrics = metrics
         self.on_complete = on_complete
 
-    async def handle(self, entries: list[Entry]) -> None:
-        """Decode, store and dispatch a batch of entries (from a read or a reclaim)."""
+    async def handle(
+        self, entries: list[Entry], carried: Sequence[Filed] = (), *, hold_tail: bool = False
+    ) -> list[Filed]:
+        """Decode, store and dispatch a batch of entries (from a read or a reclaim).
+
+        ``carried``: records an earlier read of the same loop held back (see below), handled with
+        this batch. ``hold_tail``: another read follows at once, so the trajectory each shard's
+        last entry starts but does not finish is held back (:func:`trailing_partials`) and
+        returned, to be handled with that read's entries, where it is usually whole and takes the
+        ``claim`` path instead of one ``store`` per record.
+        """
         self.stats["read"] += len(entries)
         self.metrics.read(len(entries))
-        valid = await self._decode(entries)
+        new = await self._decode(entries)
+        held = trailing_partials(carried, new, self.max_outputs) if hold_tail else []
+        valid = [*carried, *new]
+        if held:
+            kept = {id(it) for it in held}
+            valid = [it for it in valid if id(it) not in kept]
         rest = await self._claim_whole(valid)
+
         for o in await self.broker.store(rest):
             self.stats["stored"] += 1
             if o.kind == "complete":
@@ -136,6 +181,7 @@ class Intake:
                 self.stats["duplicates"] += 1
             elif o.kind == "leased":
                 logger.debug("%s is being scored by %s; leaving entry %s to it", o.record.tid, o.detail, o.entry.id)
+        return held
 
     async def _decode(self, entries: list[Entry]) -> list[Filed]:
         """The entries whose records decode within the bounds; the others are dead-lettered."""

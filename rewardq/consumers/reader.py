@@ -33,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
+from rewardq.consumers.intake import Filed
 from rewardq.consumers.retries import RoomWaits
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import being_cancelled, is_out_of_memory, refusals_named
@@ -93,7 +94,7 @@ class StreamReader:
         self,
         broker: StreamBroker,
         *,
-        handle: Callable[[list[Entry]], Awaitable[None]],
+        handle: Callable[[list[Entry], Sequence[Filed], bool], Awaitable[list[Filed]]],
         stopping: asyncio.Event,
         capacity: asyncio.Event,
         openings: Callable[[], int],
@@ -124,16 +125,23 @@ class StreamReader:
         """Read and handle batches of ``shards`` until stopping."""
         failures = refusals = 0
         count = self.batch_size
+        carried: list[Filed] = []  # records the last batch held back for the next read (module doc)
         while not self.stopping.is_set():
-            await self.capacity.wait()
-            if self.stopping.is_set():
-                break
             try:
                 with refusals_named(self.namespace, self.redis_url):
-                    entries = await self.broker.read(shards, self.asks(count), self.block_ms)
+                    if carried and not self.capacity.is_set():  # no read follows at once: file them now
+                        pending, carried = carried, []
+                        await self.handle([], pending, False)
+                    await self.capacity.wait()
+                    if self.stopping.is_set():
+                        break
+                    asked = self.asks(count)
+                    # with records held back the read waits for nothing: if it finds none, they are filed at once
+                    entries = await self.broker.read(shards, asked, None if carried else self.block_ms)
                     count = next_count(entries, self.batch_size, count)
-                    if entries:
-                        await self.handle(entries)
+                    if entries or carried:
+                        pending, carried = carried, []  # a batch that fails leaves them pending, as its own entries
+                        carried = await self.handle(entries, pending, len(entries) >= asked)
                 if refusals:
                     self.room.took()  # the episode of refusals, if this loop was in one, is over
                 failures = refusals = 0
@@ -154,3 +162,10 @@ class StreamReader:
                 pause = backoff_delay(failures, cap=READ_BACKOFF_CAP)
                 logger.warning("redis unavailable while reading (%s); reading again in %.2fs", exc, pause)
                 await asyncio.sleep(pause)
+        if carried:  # stopping: filed like the rest of the last batch (a failure leaves them pending)
+            try:
+                await self.handle([], carried, False)
+            except Exception:
+                logger.warning(
+                    "could not file %d records held back at stop; they stay pending", len(carried), exc_info=True
+                )
