@@ -15,6 +15,9 @@ scoring a trajectory. Each batch, read or reclaimed, ends as:
   ``store`` per output;
 * the ``store`` script's answer for every other record (parked, complete, leased, done, conflict).
 
+A read's batch may hold back the trajectory its last entry starts but does not finish, for the
+next read (:mod:`rewardq.consumers.reader`); those records are handled with that read's batch.
+
 Every trajectory this worker now holds the lease of goes to ``on_complete`` as soon as the
 lease is known, so its scoring starts while the rest of the batch is still being filed.
 """

@@ -20,6 +20,17 @@ allowed past it; a refusal of anything else is waited out with the backoff of
 vanished consumer group is created again; a refused permission and any other error end the
 loop (the worker then stops and says why).
 
+**A trajectory cut short by a read.** A producer sends a trajectory's outputs in one
+transaction, so they sit together in the stream, and a read that ends inside one leaves the rest
+to the next read. When a read returns all it asked for, the batch holds back each shard's trailing
+partial trajectory (:func:`~rewardq.consumers.intake.trailing_partials`) and the next read, sent at
+once and without blocking, brings the rest: the trajectory is then claimed whole (one script)
+instead of filed record by record. Held-back records are filed by ``store``, as any partial
+trajectory, as soon as no read follows at once: the next read finds nothing or returns less than
+it asked, the worker has no room (``capacity`` clear), or it stops. A read never asks for more
+because of them (an entry still completes at most one trajectory), and a batch that fails leaves
+them pending with its own entries, to be reclaimed after ``claim_idle``.
+
 **Bytes per read.** Redis builds a read's whole reply while every other client waits, and
 ``XREADGROUP`` can only be bounded in entries. So a loop sizes each read by the entries it last
 read: ``READ_BYTES`` over their mean size, at most ``batch_size`` and at least one (a read that

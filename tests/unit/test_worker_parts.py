@@ -308,3 +308,51 @@ def test_a_reclaim_takes_the_entries_of_the_first_trajectories_only() -> None:
     assert first_trajectories(ids, tids, 3) == ["1-0", "2-0", "3-0", "4-0", "6-0"]  # 4-0 names none: one of its own
     assert first_trajectories(ids, tids, 0) == []
     assert first_trajectories(ids, tids, 10) == ids
+
+
+async def test_records_a_batch_held_back_are_handled_with_the_next_read_or_filed_when_none_follows() -> None:
+    from rewardq.queue.entries import Entry
+
+    async def run(batches: list[int]) -> tuple[list[tuple[int, list[str], bool]], list[tuple[int, int | None]]]:
+        stopping, capacity = asyncio.Event(), asyncio.Event()
+        capacity.set()
+        reads: list[tuple[int, int | None]] = []
+        calls: list[tuple[int, list[str], bool]] = []
+
+        class Broker:
+            async def read(self, shards: list[int], count: int, block_ms: int | None) -> list[Entry]:
+                reads.append((count, block_ms))
+                if len(reads) == len(batches):
+                    stopping.set()
+                return [Entry(0, f"{len(reads)}-{i}", {}) for i in range(batches[len(reads) - 1])]
+
+        async def handle(entries: list[Entry], carried: list[str], more: bool) -> list[str]:
+            calls.append((len(entries), list(carried), more))
+            return [f"held-{len(calls)}"] if more else []  # the stand-in holds one record back when it may
+
+        reader = StreamReader(
+            Broker(),  # type: ignore[arg-type]  # a stand-in broker
+            handle=handle,  # type: ignore[arg-type]  # held-back records are opaque to the reader
+            stopping=stopping,
+            capacity=capacity,
+            openings=lambda: 4,
+            loops=1,
+            batch_size=4,
+            block_ms=500,
+            namespace="t",
+            redis_url="redis://x",
+            room=None,  # type: ignore[arg-type]
+        )
+        await asyncio.wait_for(reader.run([0]), 5)
+        return calls, reads
+
+    # a full read may hold back; the read after it does not block; one that finds nothing files them
+    calls, reads = await run([4, 4, 0])
+    assert calls == [(4, [], True), (4, ["held-1"], True), (0, ["held-2"], False)]
+    assert reads == [(4, 500), (4, None), (4, None)]
+    # a short read holds nothing back
+    calls, reads = await run([4, 1, 0])
+    assert calls == [(4, [], True), (1, ["held-1"], False)] and reads[-1] == (4, 500)
+    # the worker stops: what the last batch held back is filed
+    calls, _ = await run([4])
+    assert calls == [(4, [], True), (0, ["held-1"], False)]
