@@ -6,8 +6,10 @@ each built-in manager decodes its final response first. :class:`BatchDecoder` co
 in one call, in a thread of its own: the ``tokenizers`` library decodes a batch in Rust
 threads with the GIL released, so the event loop keeps reading, storing and committing
 meanwhile, and a second core does the decoding. A tokenizer without such a path (a
-transformers tokenizer that post-processes its decode, or any other object) decodes inline,
-as before (:func:`rewardq.reward.tokenizer_backends.batch_decoder` decides).
+transformers tokenizer that post-processes its decode, or any other object) decodes inline.
+:class:`rewardq.reward.execution.host.ManagerHost` decides which path a manager's tokenizer
+takes; a byte-level BPE tokenizer's responses go through a table in the event loop instead,
+and only those longer than its ``INLINE_MAX_IDS`` come here.
 
 If a batch fails (an id the vocabulary does not have), each of its sequences is decoded on
 its own, so only the trajectory with the bad ids gets the error.
