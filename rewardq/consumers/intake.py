@@ -25,7 +25,7 @@ lease is known, so its scoring starts while the rest of the batch is still being
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics
@@ -73,8 +73,10 @@ def split_whole(valid: Sequence[Filed]) -> tuple[list[Whole], list[Filed]]:
     return whole, rest
 
 
-def trailing_partials(carried: Sequence[Filed], new: Sequence[Filed], max_outputs: int) -> list[Filed]:
-    """The records of each shard's last trajectory in a read, when the read cut it short.
+def trailing_partials(
+    carried: Sequence[Filed], new: Sequence[Filed], max_outputs: int, shards: Collection[int]
+) -> list[Filed]:
+    """The records of each shard's last trajectory in a read, when the read cut it short (of ``shards`` only).
 
     ``new`` holds a read's records in stream order, ``carried`` the ones held back from the read
     before. The trajectory of each shard's last record in ``new`` is held back when its records
@@ -84,7 +86,8 @@ def trailing_partials(carried: Sequence[Filed], new: Sequence[Filed], max_output
     """
     last: dict[int, str] = {}
     for entry, rec, _ in new:
-        last[entry.shard] = rec.tid
+        if entry.shard in shards:
+            last[entry.shard] = rec.tid
     if not last:
         return []
     groups: dict[tuple[int, str], list[Filed]] = {(s, t): [] for s, t in last.items()}
@@ -149,26 +152,26 @@ class Intake:
         self.on_complete = on_complete
 
     async def handle(
-        self, entries: list[Entry], carried: Sequence[Filed] = (), *, hold_tail: bool = False
+        self, entries: list[Entry], carried: Sequence[Filed] = (), *, hold_tail: Collection[int] = ()
     ) -> list[Filed]:
         """Decode, store and dispatch a batch of entries (from a read or a reclaim).
 
         ``carried``: records an earlier read of the same loop held back (see below), handled with
-        this batch. ``hold_tail``: another read follows at once, so the trajectory each shard's
-        last entry starts but does not finish is held back (:func:`trailing_partials`) and
-        returned, to be handled with that read's entries, where it is usually whole and takes the
-        ``claim`` path instead of one ``store`` per record.
+        this batch. ``hold_tail``: the shards another read follows at once (their streams gave all
+        the read asked for); the trajectory each one's last entry starts but does not finish is
+        held back (:func:`trailing_partials`) and returned, to be handled with that read's
+        entries, where it is usually whole and takes the ``claim`` path instead of one ``store``
+        per record.
         """
         self.stats["read"] += len(entries)
         self.metrics.read(len(entries))
         new = await self._decode(entries)
-        held = trailing_partials(carried, new, self.max_outputs) if hold_tail else []
+        held = trailing_partials(carried, new, self.max_outputs, hold_tail) if hold_tail else []
         valid = [*carried, *new]
         if held:
             kept = {id(it) for it in held}
             valid = [it for it in valid if id(it) not in kept]
         rest = await self._claim_whole(valid)
-
         for o in await self.broker.store(rest):
             self.stats["stored"] += 1
             if o.kind == "complete":

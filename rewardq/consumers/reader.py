@@ -20,16 +20,16 @@ allowed past it; a refusal of anything else is waited out with the backoff of
 vanished consumer group is created again; a refused permission and any other error end the
 loop (the worker then stops and says why).
 
-**A trajectory cut short by a read.** A producer sends a trajectory's outputs in one
-transaction, so they sit together in the stream, and a read that ends inside one leaves the rest
-to the next read. When a read returns all it asked for, the batch holds back each shard's trailing
-partial trajectory (:func:`~rewardq.consumers.intake.trailing_partials`) and the next read, sent at
-once and without blocking, brings the rest: the trajectory is then claimed whole (one script)
-instead of filed record by record. Held-back records are filed by ``store``, as any partial
-trajectory, as soon as no read follows at once: the next read finds nothing or returns less than
-it asked, the worker has no room (``capacity`` clear), or it stops. A read never asks for more
-because of them (an entry still completes at most one trajectory), and a batch that fails leaves
-them pending with its own entries, to be reclaimed after ``claim_idle``.
+**A trajectory cut short by a read.** A producer sends a trajectory's outputs in one transaction,
+so they sit together in the stream, and a read that ends inside one leaves the rest to the next
+read. When a shard's stream gives a read all it asked for, the batch holds back that shard's
+trailing partial trajectory (:func:`~rewardq.consumers.intake.trailing_partials`) and the next
+read, sent at once and without blocking, brings the rest: the trajectory is then claimed whole (one
+script) instead of filed record by record. Held-back records are filed by ``store``, as any partial
+trajectory, as soon as no read follows at once: the next read finds nothing or less than it asked,
+the worker has no room (``capacity`` clear), or it stops. A read never asks for more because of
+them (an entry still completes at most one trajectory), and a batch that fails leaves them pending
+with its own entries, to be reclaimed after ``claim_idle``.
 
 **Bytes per read.** Redis builds a read's whole reply while every other client waits, and
 ``XREADGROUP`` can only be bounded in entries. So a loop sizes each read by the entries it last
@@ -44,7 +44,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from rewardq.consumers.intake import Filed
 from rewardq.consumers.retries import RoomWaits
@@ -61,6 +62,12 @@ logger = logging.getLogger("rewardq.worker")
 
 #: Bytes of records one read aims at (module doc, "Bytes per read").
 READ_BYTES = 16 * 1024 * 1024
+
+
+def full_streams(entries: list[Entry], asked: int) -> set[int]:
+    """The shards whose stream gave a read all it asked for (``asked`` is per stream): more is
+    likely to follow at once there."""
+    return {shard for shard, n in Counter(e.shard for e in entries).items() if n >= asked}
 
 
 def next_count(entries: list[Entry], batch_size: int, count: int) -> int:
@@ -105,7 +112,7 @@ class StreamReader:
         self,
         broker: StreamBroker,
         *,
-        handle: Callable[[list[Entry], Sequence[Filed], bool], Awaitable[list[Filed]]],
+        handle: Callable[[list[Entry], Sequence[Filed], Collection[int]], Awaitable[list[Filed]]],
         stopping: asyncio.Event,
         capacity: asyncio.Event,
         openings: Callable[[], int],
@@ -142,7 +149,7 @@ class StreamReader:
                 with refusals_named(self.namespace, self.redis_url):
                     if carried and not self.capacity.is_set():  # no read follows at once: file them now
                         pending, carried = carried, []
-                        await self.handle([], pending, False)
+                        await self.handle([], pending, ())
                     await self.capacity.wait()
                     if self.stopping.is_set():
                         break
@@ -152,7 +159,7 @@ class StreamReader:
                     count = next_count(entries, self.batch_size, count)
                     if entries or carried:
                         pending, carried = carried, []  # a batch that fails leaves them pending, as its own entries
-                        carried = await self.handle(entries, pending, len(entries) >= asked)
+                        carried = await self.handle(entries, pending, full_streams(entries, asked))
                 if refusals:
                     self.room.took()  # the episode of refusals, if this loop was in one, is over
                 failures = refusals = 0
@@ -175,7 +182,7 @@ class StreamReader:
                 await asyncio.sleep(pause)
         if carried:  # stopping: filed like the rest of the last batch (a failure leaves them pending)
             try:
-                await self.handle([], carried, False)
+                await self.handle([], carried, ())
             except Exception:
                 logger.warning(
                     "could not file %d records held back at stop; they stay pending", len(carried), exc_info=True

@@ -43,7 +43,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from rewardq.consumers.failures import permission_refusal
@@ -294,10 +294,10 @@ class Worker:
         """Decode, store and dispatch a batch of entries (from a read or a reclaim; see :class:`Intake`)."""
         await self.intake.handle(entries)
 
-    async def handle_read(self, entries: list[Entry], carried: Sequence[Filed], more: bool) -> list[Filed]:
-        """A read's batch, with what the read before held back; returns what this one holds back
-        for the next (only when ``more``: that read follows at once; :meth:`Intake.handle`)."""
-        return await self.intake.handle(entries, carried, hold_tail=more)
+    async def handle_read(self, entries: list[Entry], carried: Sequence[Filed], full: Collection[int]) -> list[Filed]:
+        """A read's batch, with what the read before held back; returns what this one holds back for
+        the next (of the shards in ``full``, whose next read follows at once; :meth:`Intake.handle`)."""
+        return await self.intake.handle(entries, carried, hold_tail=full)
 
     def _start_scoring(self, o: StoreOutcome) -> None:
         """Hold a trajectory this worker must score and score it in its own task."""

@@ -239,7 +239,7 @@ async def test_a_read_batch_refused_past_maxmemory_is_waited_out_and_reading_goe
                 return []
             return [Entry(0, f"{self.reads}-0", {b"data": b"x"})]
 
-    async def handle(entries: list[Entry], carried: object, more: bool) -> list[Any]:
+    async def handle(entries: list[Entry], carried: object, full: object) -> list[Any]:
         handled.append(len(entries))
         if len(handled) == 1:  # the first batch's filing is refused for want of memory
             raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
