@@ -342,7 +342,7 @@ def _exit_code_for(exc: BaseException) -> int | None:
         exc = MissingExtra(module)
     if isinstance(exc, RewardqError):
         _error(str(exc))
-        return getattr(exc, "exit_code", EXIT_CONFIG)
+        return exc.exit_code
     if isinstance(exc, rx.NoPermissionError):
         _error(
             f"Redis refused a command for lack of permission ({exc}); grant the ACL user the rewardq "

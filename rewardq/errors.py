@@ -8,7 +8,13 @@ from __future__ import annotations
 
 
 class RewardqError(Exception):
-    """Base class of every error rewardq raises deliberately."""
+    """Base class of every error rewardq raises deliberately.
+
+    ``exit_code`` is the code the CLI exits with for it: 2 (a setting or a permission to fix)
+    unless a subclass says otherwise.
+    """
+
+    exit_code = 2
 
 
 class ConfigError(RewardqError):

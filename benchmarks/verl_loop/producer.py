@@ -13,7 +13,8 @@ as Python lists, as verl's agent loop has them) pushed ``--concurrency`` at a ti
 The figure is this process's CPU (every thread, user and kernel: ``getrusage``) from the first put to the
 last result, divided by the trajectories. The workers' CPU over the same span is printed beside it,
 from ``/proc``, split into their event-loop threads, their other threads (the decode thread) and
-their scorer processes; Redis's is not. Every reward is checked against the trajectory's known
+their scorer processes, and the benchmark's ``redis-server``'s (every thread; it serves the workers
+too, so it is the whole pipeline's Redis CPU per trajectory). Every reward is checked against the trajectory's known
 answer (GSM8K: 1.0 right, 0.0 wrong). verl's ``AgentLoopOutput`` is used when verl is installed, else
 a stand-in with the same attributes.
 
@@ -48,8 +49,9 @@ from benchmarks.verl_loop.local_workers import start_redis, start_workers, worke
 from benchmarks.verl_loop.tokenizer import shipped_files
 from benchmarks.verl_loop.trajectories import Trajectories, Trajectory
 
-#: The workers' CPU, as :func:`process_tree_cpu` splits it.
+#: The workers' CPU, as :func:`process_tree_cpu` splits it, then the redis-server's (:func:`fleet_cpu`).
 WORKER_PARTS = ("event loop", "other threads", "scorer processes")
+SERVER_PART = "redis-server"
 
 
 class Metrics:
@@ -95,10 +97,11 @@ def process_tree_cpu(pid: int) -> tuple[float, float, float]:
     return main_thread, sum(threads.values()), children
 
 
-def fleet_cpu(fleet: Fleet) -> tuple[float, float, float]:
-    """:func:`process_tree_cpu` summed over the fleet's workers."""
+def fleet_cpu(fleet: Fleet) -> tuple[float, float, float, float]:
+    """:func:`process_tree_cpu` summed over the fleet's workers, then the redis-server's CPU seconds."""
     parts = [process_tree_cpu(w.pid) for w in fleet.workers]
-    return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts)
+    server = sum(thread_cpu(fleet.redis.pid).values())
+    return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts), server
 
 
 class Fleet:
@@ -182,6 +185,7 @@ async def rounds(a: argparse.Namespace, fleet: Fleet) -> dict[str, list[float]]:
                 got.setdefault(f"{name} (kernel)", []).append(1000 * system / len(trajs))
                 for part, before, after in zip(WORKER_PARTS, wc, we):
                     got.setdefault(f"workers' {part} ({name})", []).append(1000 * (after - before) / len(trajs))
+                got.setdefault(f"{SERVER_PART} ({name})", []).append(1000 * (we[3] - wc[3]) / len(trajs))
     await client.aclose()
     await scorer.aclose()
     if profile is not None:
@@ -215,7 +219,7 @@ def main() -> None:
         fleet.stop()
     print(f"rewardq from {Path(rewardq.__file__).parent}; load {load:.1f} -> {os.getloadavg()[0]:.1f}")
     for name, values in got.items():
-        what = "worker" if name.startswith("workers'") else "producer"
+        what = "worker" if name.startswith("workers'") else "redis" if name.startswith(SERVER_PART) else "producer"
         print(
             f"{what} CPU ms/traj, {name:8s} median {statistics.median(values):.3f} "
             f"({', '.join(f'{v:.3f}' for v in values)}); {a.trajectories} trajectories x {a.repeat}, "

@@ -44,6 +44,7 @@ from rewardq.consumers.quarantine import Quarantine
 from rewardq.consumers.resources import close_manager, open_broker, serve_metrics
 from rewardq.consumers.retries import Retries, RoomWaits
 from rewardq.consumers.scoring_gate import ScoringGate
+from rewardq.errors import RewardqError
 from rewardq.logs import startup_step
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
@@ -69,7 +70,8 @@ if TYPE_CHECKING:
 EXIT_AFTER_GRACE = 4.0
 #: Seconds a worker process that has stopped (everything handed back) may take to exit before
 #: it exits anyway: a hung thread in asyncio's default executor would otherwise hold it forever.
-EXIT_AFTER_STOP = 2.0
+#: A busy 2-core machine (load ~10) took over 2 s to end the event loop and report an error.
+EXIT_AFTER_STOP = 5.0
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -344,6 +346,7 @@ async def run_worker(
     """
     stopping = stopping or asyncio.Event()
     opened: list[Worker] = []
+    failure: list[BaseException] = []
     clean = False
 
     def request_stop(why: str) -> None:
@@ -353,7 +356,9 @@ async def run_worker(
             logger.info("received %s during start-up; stopping", why)
             stopping.set()
 
-    def exit_code() -> int:  # for a forced exit: 0 only when the worker had stopped cleanly
+    def exit_code() -> int:  # for a forced exit: the code the command ends with when it exits itself
+        if failure:
+            return failure[0].exit_code if isinstance(failure[0], RewardqError) else 1
         return 0 if clean and (not opened or opened[0].stopped) else 1
 
     if own_process:
@@ -369,6 +374,12 @@ async def run_worker(
                 on_open(worker)
             await worker.run(freeze_heap=own_process)
         clean = True
+    except BaseException as exc:  # a superseded worker exits 2 even when its exit is forced
+        failure.append(exc)
+        raise
     finally:
         if own_process:  # nothing left to wait for: leftover threads must not hold the exit
-            exit_after(EXIT_AFTER_STOP, exit_code, why=f"worker {prepared.name} stopped")
+            why = f"worker {prepared.name} stopped"
+            if failure:  # said here too: a forced exit can come before the command reports it
+                why += f" ({type(failure[0]).__name__}: {failure[0]})"
+            exit_after(EXIT_AFTER_STOP, exit_code, why=why)

@@ -10,7 +10,7 @@ process copies each row group's ids into memory it mapped already (docs/performa
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -90,6 +90,21 @@ class BinaryColumn:
             lengths.append(n)
             valid.append(True)
         self.pos = pos
+
+    def extend_run(self, data: memoryview, lengths: list[int | None], *, none_is_empty: bool) -> None:
+        """Values given as one run of bytes (``data``) and each one's length (None: a null value,
+        or an empty one when ``none_is_empty``): one copy for all of them."""
+        n = len(data)
+        if self.pos + n > len(self.buf):
+            self._grow(n)
+        self.buf.data[self.pos : self.pos + n] = data
+        self.pos += n
+        if None not in lengths:
+            self.lengths.extend(cast("list[int]", lengths))
+            self.valid.extend([True] * len(lengths))
+            return
+        self.lengths.extend(0 if k is None else k for k in lengths)
+        self.valid.extend([none_is_empty or k is not None for k in lengths])
 
     def _grow(self, n: int) -> None:
         """Room for ``n`` more bytes: a chunk cut at :data:`_CHUNK_BYTES`, else a buffer twice as large."""

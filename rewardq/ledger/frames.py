@@ -16,8 +16,11 @@ A frame is one msgpack map, written as ``<4-byte little-endian length><map>``, f
     spooled this way (their images are not kept, and can be large);
   - **decoded** (``o``: per output its index, final flag, the lengths of its prompt ids,
     response ids and mask, its turns, extra fields and precomputed reward; ``s``: the sample;
-    the id arrays follow the map, every prompt, then every response, then every mask). Failures
-    are spooled this way (their records may not have decoded).
+    the id arrays follow the map as raw little-endian bytes, every prompt, then every response,
+    then every mask, so the flusher copies a column's ids of a trajectory at once). Failures
+    are spooled this way (their records may not have decoded). Scored trajectories are not:
+    packing their outputs' entries and sample, and writing ~3 buffers per output instead of one,
+    cost the worker ~12 µs per trajectory to save the flusher ~20 (docs/performance.md).
 
 * ``c``, a trajectory's commit outcome: whether its commit wrote the result (``committed``);
 * ``p``, a provenance blob, written into a segment before the first frame that names it.
@@ -49,32 +52,36 @@ _LEN = struct.Struct("<I")
 TRAJECTORY, OUTCOME, PROVENANCE = "t", "c", "p"
 
 
-def _ids(array: Any) -> bytes | memoryview | None:
-    """An id or mask array's little-endian bytes, without copying when it is contiguous."""
-    if array is None:
-        return None
-    if array.dtype.byteorder == ">" or not array.flags.c_contiguous:
-        return bytes(array.astype(array.dtype.newbyteorder("<")).tobytes())
-    return memoryview(array).cast("B")
+_I4, _U1 = np.dtype("<i4"), np.dtype("u1")
+
+
+def _packed(array: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """``array`` as contiguous ``dtype`` (little-endian), itself when it is already (the usual
+    case: no copy; the spool writes it from its own buffer)."""
+    if array.dtype == dtype and array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array, dtype=dtype)
 
 
 def _output(rec: OutputRecord, raw: tuple[list[object], list[object], list[object]]) -> list[object]:
     """An output's entry of its frame; its id arrays go to ``raw`` (prompts, responses, masks: the
-    entry holds their lengths)."""
-    mask = rec.response_mask
-    arrays = (
-        _ids(rec.prompt_ids.astype("<i4", copy=False)),
-        _ids(rec.response_ids.astype("<i4", copy=False)),
-        None if mask is None else _ids(mask.astype("u1", copy=False)),
-    )
-    lengths: list[int | None] = []
-    for into, a in zip(raw, arrays):
-        if a is None:
-            lengths.append(None)
-        else:
-            into.append(a)
-            lengths.append(len(a))
-    return [rec.index, rec.final, *lengths, rec.num_turns, rec.extra_fields, rec.reward_score]
+    entry holds their lengths in bytes)."""
+    prompt, response, mask = _packed(rec.prompt_ids, _I4), _packed(rec.response_ids, _I4), rec.response_mask
+    raw[0].append(prompt)
+    raw[1].append(response)
+    if mask is not None:
+        mask = _packed(mask, _U1)
+        raw[2].append(mask)
+    return [
+        rec.index,
+        rec.final,
+        prompt.nbytes,
+        response.nbytes,
+        None if mask is None else mask.nbytes,
+        rec.num_turns,
+        rec.extra_fields,
+        rec.reward_score,
+    ]
 
 
 def stub_record(uid: str, session_id: str, index: int, *, final: bool) -> OutputRecord:
@@ -117,10 +124,21 @@ class TrajectoryFacts:
 
 def trajectory_frame(ticket: int, t: TrajectoryFacts) -> bytes:
     """The framed bytes of one trajectory, numbered ``ticket`` (its outcome frame names it)."""
-    return b"".join(trajectory_parts(ticket, t))
+    parts: list[Any] = trajectory_parts(ticket, t)  # buffers (numpy's stubs do not say so)
+    return b"".join(parts)
 
 
-def trajectory_parts(ticket: int, t: TrajectoryFacts) -> list[bytes | memoryview]:
+#: What a frame is written from: its map's bytes, records as read, or id arrays (any C-contiguous
+#: buffer; :func:`part_bytes` gives its length in bytes).
+Part = bytes | bytearray | memoryview | np.ndarray
+
+
+def part_bytes(part: Part) -> int:
+    """The length of ``part`` in bytes."""
+    return len(part) if isinstance(part, (bytes, bytearray)) else part.nbytes
+
+
+def trajectory_parts(ticket: int, t: TrajectoryFacts) -> list[Part]:
     """:func:`trajectory_frame` as the buffers to write one after the other: the framed map, then
     the records as they were read, or each id array's own buffer (no copy either way)."""
     sample_at = _sample_index(t)
@@ -129,8 +147,8 @@ def trajectory_parts(ticket: int, t: TrajectoryFacts) -> list[bytes | memoryview
         return [_trajectory_map(ticket, t, {"si": sample_at, "rec": lengths}, sum(lengths)), *t.payloads]
     by_column: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
     outputs = [_output(r, by_column) for r in t.records]
-    raw: list[bytes | memoryview] = [*by_column[0], *by_column[1], *by_column[2]]  # a column's ids in a row
-    return [_trajectory_map(ticket, t, {"s": t.sample, "o": outputs}, sum(len(b) for b in raw)), *raw]
+    raw: list[Part] = [*by_column[0], *by_column[1], *by_column[2]]  # a column's ids in a row
+    return [_trajectory_map(ticket, t, {"s": t.sample, "o": outputs}, sum(map(part_bytes, raw))), *raw]
 
 
 def _trajectory_map(ticket: int, t: TrajectoryFacts, outputs: Mapping[str, object], raw: int) -> bytes:
@@ -390,12 +408,19 @@ def _id_lengths_fit(frame: Mapping[str, Any], raw: int) -> bool:
 
 def _attach_ids(frame: dict[str, Any], raw: memoryview) -> None:
     """Put each output's id arrays (``raw``: every prompt, then every response, then every mask,
-    their lengths checked by :func:`_id_lengths_fit`) where the frame names their lengths."""
+    their lengths checked by :func:`_id_lengths_fit`) where the frame names their lengths, and
+    each column's as one run (``frame["ids"]``: per column the view of all its outputs' bytes and
+    each output's length, None for a missing mask), which the flusher copies at once."""
     at = 0
     outputs = frame.get("o") or ()
+    runs = []
     for i, _ in _ID_FIELDS:
+        start, lengths = at, []
         for out in outputs:
             n = out[i]
+            lengths.append(n)
             if n is not None:
                 out[i] = raw[at : at + n]
                 at += n
+        runs.append((raw[start:at], lengths))
+    frame["ids"] = runs

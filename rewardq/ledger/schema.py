@@ -24,6 +24,7 @@ under its own ``schema_version``); adding a nullable column at the end keeps ver
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -165,8 +166,10 @@ def arrow_type(spec: str) -> pa.DataType:
     }[spec]
 
 
+@cache
 def arrow_schema() -> pa.Schema:
-    """The :class:`pyarrow.Schema` of a version-1 ledger file (with its version in the metadata)."""
+    """The :class:`pyarrow.Schema` of a version-1 ledger file (with its version in the metadata);
+    made once per process (every row group's table is made with it)."""
     import pyarrow as pa
 
     required = {"schema_version", "key", "uid", "session_id", "index", "final", "outputs", "status", "attempt"}

@@ -29,7 +29,7 @@ from typing import Any
 
 from rewardq.backoff import compute_backoff
 from rewardq.ledger.flusher import Flusher, FlushError, flusher_for
-from rewardq.ledger.frames import TrajectoryFacts, stub_record, trajectory_parts
+from rewardq.ledger.frames import TrajectoryFacts, part_bytes, stub_record, trajectory_parts
 from rewardq.ledger.results import ERROR_COLUMNS
 from rewardq.ledger.spool import Orphan, Spool
 from rewardq.ledger.store import LedgerStore, default_spool
@@ -210,7 +210,7 @@ class Ledger:
             self._error(f"could not spool trajectory {tid}: {type(exc).__name__}: {exc}")
             return None
         self.counts["spooled"] += 1
-        self._spooled_bytes += sum(len(p) for p in parts)
+        self._spooled_bytes += sum(map(part_bytes, parts))
         return ticket
 
     def failed(

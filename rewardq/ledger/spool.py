@@ -31,8 +31,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from rewardq.ledger.frames import outcome_frame, provenance_frame
+from rewardq.ledger.frames import Part, outcome_frame, part_bytes, provenance_frame
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _SEGMENT = re.compile(r"^(?P<owner>.+)\.(?P<seq>\d{10})\.wal$")
@@ -154,7 +155,7 @@ class Spool:
     def append(
         self,
         ticket: int,
-        frame: bytes | Sequence[bytes | memoryview],
+        frame: bytes | Sequence[Part],
         provenance: tuple[str, Mapping[str, object]] | None = None,
     ) -> None:
         """Write one trajectory frame (bytes, or the buffers that make it, written with one
@@ -320,17 +321,19 @@ class Spool:
 _IOV_MAX = 512
 
 
-def _write(seg: Segment, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+def _write(seg: Segment, parts: Sequence[Part]) -> None:
     """Append ``parts`` (one ``writev`` for a usual frame; a short write goes on where it stopped)."""
     before = seg.size
-    views = [p if type(p) is bytes else memoryview(p).cast("B") for p in parts if len(p)]
-    total = left = sum(map(len, views))
+    sizes = [part_bytes(p) for p in parts]
+    total = left = sum(sizes)
+    views: list[Any] = [p for p, n in zip(parts, sizes) if n]  # buffers (numpy's stubs do not say so)
     try:
         while views:
             n = os.writev(seg.fd, views[:_IOV_MAX])
             if n == left:  # the usual case: all of it at once
                 break
             left -= n
+            views = [p if type(p) is bytes else memoryview(p).cast("B") for p in views]
             while views and n >= len(views[0]):
                 n -= len(views[0])
                 views.pop(0)

@@ -192,12 +192,16 @@ class _Rows:
             into.extend(got)
         self.result_of.extend(range(base, base + n) if rows == n else [base] * n)
         by_field = list(zip(*outputs)) if n else [()] * (_ROLLOUT + 1)
+        runs = t.get("ids")  # each column's ids in one run (the decoded form, rewardq.ledger.frames)
         for at, column in enumerate(self.per_output):
-            if at in self.ids:
+            if at not in self.ids:
+                column.extend(by_field[at])
+            elif runs is not None:
+                data, lengths = runs[at - _PROMPT]
+                self.ids[at].extend_run(data, lengths, none_is_empty=at != _MASK)
+            else:
                 ids = by_field[at]
                 self.ids[at].extend(ids if at == _MASK else [b"" if v is None else v for v in ids])
-            else:
-                column.extend(by_field[at])
 
     def table(
         self, outcomes: Mapping[int, bool | None], blobs: Mapping[str, Mapping[str, Any]], decode: ResultColumns

@@ -152,6 +152,7 @@ def check_score(value: object, name: str = "reward_score") -> float | None:
 
 
 _SCALARS = (str, int, float, bool, type(None), bytes, bytearray)
+_SCALAR_TYPES = frozenset(_SCALARS)
 
 
 def check_value(value: object, name: str) -> None:
@@ -165,23 +166,25 @@ def check_value(value: object, name: str) -> None:
     stack: list[tuple[Any, str, int]] = [(value, name, 1)]
     while stack:
         v, path, depth = stack.pop()
-        if isinstance(v, _SCALARS):
+        kind = type(v)
+        if kind in _SCALAR_TYPES or isinstance(v, _SCALARS):  # the exact types first: one set lookup
             continue
         if isinstance(v, msgpack.ExtType):
             raise RecordError(path, "is a msgpack extension value; use plain str/int/float/bool/list/dict values")
         if depth > MAX_DEPTH - 1:  # the record map itself is one level
             raise RecordError(path, f"nests lists/dicts deeper than {MAX_DEPTH - 1} levels")
-        if isinstance(v, Mapping):
+        if kind is dict or isinstance(v, Mapping):
             if len(v) > MAX_MAP_LEN:
                 raise RecordError(path, f"has {len(v)} keys; at most {MAX_MAP_LEN} are allowed")
             for k, item in v.items():
-                if not isinstance(k, (str, bytes)):
+                text = type(k) is str or isinstance(k, str)  # the exact type first: no isinstance call
+                if not text and not isinstance(k, bytes):
                     raise RecordError(path, f"keys must be strings, got {type(k).__name__} key {k!r}")
-                label = k if isinstance(k, str) else repr(k)
+                label = k if text else repr(k)
                 stack.append((item, f"{path}.{label}", depth + 1))
             continue
         if isinstance(v, np.ndarray) or (hasattr(v, "detach") and hasattr(v, "tolist")):
-            size = int(np.prod(getattr(v, "shape", ()) or (1,)))
+            size = v.size if kind is np.ndarray else int(np.prod(getattr(v, "shape", ()) or (1,)))
             if size > MAX_ARRAY_LEN:
                 raise RecordError(path, f"has {size} items; at most {MAX_ARRAY_LEN} are allowed")
             continue
@@ -189,7 +192,7 @@ def check_value(value: object, name: str) -> None:
             if len(v) > MAX_ARRAY_LEN:
                 raise RecordError(path, f"has {len(v)} items; at most {MAX_ARRAY_LEN} are allowed")
             for i, item in enumerate(v):
-                if not isinstance(item, _SCALARS):
+                if type(item) not in _SCALAR_TYPES and not isinstance(item, _SCALARS):
                     stack.append((item, f"{path}[{i}]", depth + 1))
             continue
 
@@ -207,7 +210,7 @@ def check_dict(value: object, name: str) -> dict[str, object]:
     if not isinstance(value, Mapping):
         raise RecordError(name, f"must be a dict, got {type(value).__name__}")
     for k in value:
-        if not isinstance(k, str):
+        if type(k) is not str and not isinstance(k, str):
             raise RecordError(name, f"keys must be strings, got {type(k).__name__} key {k!r}")
     check_value(value, name)
     return dict(value)

@@ -7,6 +7,7 @@ on request are in ``tests/support/misbehaving.py``: the response text says what 
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import uuid
@@ -24,6 +25,7 @@ from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.isolation import MISBEHAVING, alive
 from tests.support.proc_worker import WorkerProcess
 from tests.support.records import text_output
+from tests.support.sync_client import connect
 
 pytestmark = pytest.mark.slow
 
@@ -155,6 +157,39 @@ def test_a_function_holding_the_gil_does_not_time_out_its_neighbours(
     assert client.get_rewards([holder]) == {holder: None}, latencies(results)
     held = client.wait_rewards([holder], timeout=30)[holder]
     assert (held.status, held.reward_score) == ("ok", 0.0) and must(held.latency_ms) >= 6000
+
+
+def test_a_superseded_worker_whose_exit_is_forced_still_exits_2(redis_url: str, ns: str, tmp_path: Path) -> None:
+    # Given a worker whose manager left a hung thread in asyncio's default executor, so that the
+    # process cannot end by itself once the worker stops (its exit is forced after EXIT_AFTER_STOP)
+    worker = WorkerProcess(
+        redis_url,
+        ns,
+        cli=True,
+        log_dir=tmp_path,
+        manager=MANAGER,
+        manager_options={"delay": 0.0},
+        shutdown_grace=1.0,
+        heartbeat_interval=0.5,
+    )
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    r = connect(redis_url)
+    try:
+        assert worker.wait_for_log(f"worker {worker.name} started", START_TIMEOUT), worker.log()
+        push(client, "thread-hang")
+        ks = Keyspace(ns)
+        wait_for(lambda: r.xpending(ks.stream(0), "rewardq-workers")["pending"] == 1, 60, "the trajectory in flight")
+        # When a takeover replaces the namespace's scoring record behind its back
+        r.hset(ks.meta, "scoring", json.dumps({"digest": "0" * 16, "config": "manager=dapo (new)"}))
+        # Then it stops as superseded, and the forced exit keeps the exit code a supervisor reads: 2
+        rc = worker.proc.wait(60)
+        log = worker.log()
+        assert "superseded" in log and "exiting now with code 2" in log, log
+        assert rc == 2, log
+    finally:
+        r.close()
+        client.close()
+        worker.kill()
 
 
 def test_sigterm_ends_the_worker_within_grace_plus_5s_despite_hung_threads_and_children(

@@ -93,8 +93,12 @@ def _int64_record(index: int, final: bool) -> bytes:
         _payloads(3, mask=False, samples=[GSM8K, None, None]),  # the sample on the first output only
         _payloads(2, mask=True, samples=[None, None]),  # no sample at all
         [_int64_record(0, False), _int64_record(1, True)],
+        [
+            p if i != 1 else _payloads(3, mask=False, samples=[GSM8K] * 3)[1]
+            for i, p in enumerate(_payloads(3, mask=True, samples=[GSM8K] * 3))
+        ],
     ],
-    ids=["masks", "one-output", "sample-first-only", "no-sample", "int64-ids"],
+    ids=["masks", "one-output", "sample-first-only", "no-sample", "int64-ids", "one-output-without-mask"],
 )
 def test_records_spooled_as_read_give_the_same_rows_as_decoded_ones(payloads: list[bytes]) -> None:
     raw, decoded = _facts(payloads, with_payloads=True), _facts(payloads, with_payloads=False)
@@ -103,6 +107,9 @@ def test_records_spooled_as_read_give_the_same_rows_as_decoded_ones(payloads: li
     a, b = _table(raw), _table(decoded)
     assert a.num_rows == len(payloads)
     assert a.equals(b), (a.to_pylist(), b.to_pylist())
+    masks = [decode_output(p).response_mask for p in payloads]
+    want = [None if m is None else m.astype("u1").tobytes() for m in masks]
+    assert b.column("response_mask").to_pylist() == want
 
 
 def test_a_trajectory_whose_sample_is_not_one_of_its_records_is_spooled_decoded() -> None:
