@@ -7,7 +7,7 @@ import signal
 import time
 from typing import Any
 
-from rewardq.reward.execution.warm_up import warms_up_with
+from rewardq.reward.warm_up import warms_up_with
 
 
 def compute_score(

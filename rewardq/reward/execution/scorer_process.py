@@ -34,8 +34,8 @@ from rewardq.reward.execution.scorer_children import become_reaper, children, ki
 from rewardq.reward.execution.scorer_output import CappedOutput, StreamCount
 from rewardq.reward.execution.scorer_state import ProcessState
 from rewardq.reward.execution.settings import SCORER_OUTPUT_CAP, SCORER_REPLY_BYTES, SCORER_REPLY_FACTOR
-from rewardq.reward.execution.warm_up import run_warm_up
 from rewardq.reward.http import retry_after_of
+from rewardq.reward.warm_up import run_warm_up
 
 
 def resolve_target(

@@ -24,7 +24,7 @@ import threading
 from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
-from rewardq.reward.execution.warm_up import warms_up_with
+from rewardq.reward.warm_up import warms_up_with
 
 logger = logging.getLogger("rewardq.reward.scoring")
 
