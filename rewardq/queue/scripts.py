@@ -1,6 +1,7 @@
 """The Lua scripts, loaded once: the pipeline's own from ``rewardq/queue/lua/``, a feature's from its folder.
 
-Each pipeline script is ``common.lua`` (shared helpers) followed by its own file. A feature that
+Each pipeline script is the part of ``common.lua`` (shared helpers) it uses followed by its own
+file (:func:`source`). A feature that
 keeps state in Redis (rate limits, the judge's answer cache) keeps its one standalone script in
 its own folder, beside the code that calls it, and loads it with :func:`feature_source`. Every key a
 script touches carries one shard's hash tag, so each runs in one slot on Redis Cluster.
@@ -41,6 +42,7 @@ the same scripts without it (:func:`source` with ``flagged=False``; the
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 
@@ -86,13 +88,60 @@ FLAGS = {
 
 @cache
 def source(name: str, flagged: bool = True) -> str:
-    """Full Lua source of script ``name`` (common helpers included); ``flagged``: with its
+    """Full Lua source of script ``name`` (the common helpers it uses included); ``flagged``: with its
     ``#!lua`` shebang line when it has one in :data:`FLAGS`."""
     if name not in NAMES:
         raise KeyError(f"no Lua script {name!r}; known: {NAMES}")
-    lua = resources.files("rewardq.queue") / "lua"
-    body = (lua / "common.lua").read_text() + "\n" + (lua / f"{FILES.get(name, name)}.lua").read_text()
+    own = (resources.files("rewardq.queue") / "lua" / f"{FILES.get(name, name)}.lua").read_text()
+    body = used_common(own) + "\n" + own
     return f"{shebang(name)}\n{body}" if flagged and name in FLAGS else body
+
+
+#: A top-level definition of ``common.lua``: ``local NAME = ...`` or ``local function NAME(...)``.
+_DEFINITION = re.compile(r"local (?:function )?([A-Za-z_]\w*)")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+@cache
+def common_definitions() -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``common.lua`` cut into its header and its top-level definitions, in order: ``(name, text)``,
+    each text with the comment lines just above it."""
+    lines = (resources.files("rewardq.queue") / "lua" / "common.lua").read_text().split("\n")
+    starts: list[tuple[int, str]] = []
+    for i, line in enumerate(lines):
+        m = _DEFINITION.match(line)
+        if m:
+            first = i
+            while first > 0 and lines[first - 1].startswith("--"):
+                first -= 1
+            starts.append((first, m.group(1)))
+    ends = [first for first, _ in starts[1:]] + [len(lines)]
+    header = "\n".join(lines[: starts[0][0]])
+    return header, tuple((name, "\n".join(lines[a:b])) for (a, name), b in zip(starts, ends))
+
+
+def _words(lua: str) -> set[str]:
+    """Identifiers of ``lua`` outside its whole-line comments (a word in a trailing comment or a
+    string counts too: at worst a definition is kept that the script does not need)."""
+    code = "\n".join(line for line in lua.split("\n") if not line.lstrip().startswith("--"))
+    return set(_WORD.findall(code))
+
+
+def used_common(own: str) -> str:
+    """The definitions of ``common.lua`` that the script ``own`` uses, directly or through another
+    definition, in their order there (after its header). Redis runs a script's whole body on every
+    ``EVALSHA``, so each definition it carries is built again on every call; a script carries only
+    what it may call."""
+    header, defs = common_definitions()
+    words = {name: _words(text) for name, text in defs}
+    needed = _words(own) & set(words)
+    todo = list(needed)
+    while todo:
+        for name in words[todo.pop()] & set(words):
+            if name not in needed:
+                needed.add(name)
+                todo.append(name)
+    return "\n".join([header, *(text for name, text in defs if name in needed)])
 
 
 def shebang(name: str) -> str:

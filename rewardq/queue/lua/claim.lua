@@ -8,7 +8,7 @@
 -- Returns {'complete'} (this worker holds the lease), or {'slow'}: the trajectory is already
 -- known (redelivery, duplicate, earlier outputs), or has more than max_outputs outputs: file
 -- the records one by one with `store`.
--- Budget: O(n) with n <= max_outputs (one HSET of n digests, in chunks).
+-- Budget: O(n) with n <= max_outputs (one HSET of the state and n digests, in chunks).
 local traj, worker, lease = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local max_out, n = tonumber(ARGV[3]), tonumber(ARGV[4])
 if n < 1 or n > max_out or #ARGV ~= 4 + 2 * n then return {'slow'} end
@@ -17,15 +17,14 @@ local now = now_seconds()
 local ids = {}
 for i = 1, n do ids[i] = ARGV[4 + i] end
 local list = table.concat(ids, ',')
-redis.call('HSET', traj, 'state', 'collecting', 'whole', list, 'acks', list, 'final', n - 1, 'hi', n - 1,
-           'stored', n, 'first_seen', string.format('%.6f', now), 'last_seen', string.format('%.6f', now),
-           'lease', worker, 'lease_until', string.format('%.6f', now + lease), 'attempts', 1)
-local digests = {}
+local fields = {'state', 'collecting', 'whole', list, 'acks', list, 'final', n - 1, 'hi', n - 1,
+                'stored', n, 'first_seen', string.format('%.6f', now), 'last_seen', string.format('%.6f', now),
+                'lease', worker, 'lease_until', string.format('%.6f', now + lease), 'attempts', 1}
 for i = 1, n do
-  digests[#digests + 1] = 'h:' .. (i - 1)
-  digests[#digests + 1] = ARGV[4 + n + i]
+  fields[#fields + 1] = 'h:' .. (i - 1)
+  fields[#fields + 1] = ARGV[4 + n + i]
 end
-each_chunk(#digests, function(a, b)  -- CHUNK is even: each slice holds whole field/value pairs
-  redis.call('HSET', traj, unpack(digests, a, b))
+each_chunk(#fields, function(a, b)  -- CHUNK is even: each slice holds whole field/value pairs
+  redis.call('HSET', traj, unpack(fields, a, b))
 end)
 return {'complete'}

@@ -76,10 +76,14 @@ local function row_args(row)
   return args
 end
 local shared = rows == 1 and row_args(0) or nil
+-- every key's old hash goes first, in one DEL per CHUNK keys: the keys are distinct, so this is the
+-- DEL before each key's HSET, in fewer calls
+local rkeys = {}
+for i = first, last do rkeys[#rkeys + 1] = final and (rprefix .. tid .. '_' .. i) or stage_key(i) end
+each_chunk(#rkeys, function(a, b) redis.call('DEL', unpack(rkeys, a, b)) end)
 for i = first, last do
   local args = shared or row_args(i - first)
-  local rkey = final and (rprefix .. tid .. '_' .. i) or stage_key(i)
-  redis.call('DEL', rkey)
+  local rkey = rkeys[i - first + 1]
   redis.call('HSET', rkey, unpack(args))
   if not final then
     redis.call('EXPIRE', rkey, stage_ttl)
@@ -95,23 +99,24 @@ for i = 0, first - 1 do
 end
 end_records(traj, stream, records, keep, max_out)
 redis.call('HDEL', traj, 'lease', 'lease_until')
-redis.call('HSET', traj, 'state', 'done', 'status', status, 'worker', worker,
-           'done_at', string.format('%.6f', now_seconds()), 'n', n)
+local ended = {'state', 'done', 'status', status, 'worker', worker,
+               'done_at', string.format('%.6f', now_seconds()), 'n', n}
 -- The trajectory's results in one place too, when this call holds them all and they are small
 -- (one shared row, or at most 64 KiB): `result_rows` rows of `result:<row>:<field>`, row 0 for
 -- every key when rows = 1, else row i for key i. A producer reads them with one HGETALL of the
--- trajectory instead of one per key; the per-key hashes stay the results' home.
+-- trajectory instead of one per key; the per-key hashes stay the results' home. They go in the
+-- same HSET as the state (one per CHUNK values: CHUNK is even, so each holds whole pairs).
 if first == 0 and (rows == 1 or bytes <= 65536) then
-  redis.call('HSET', traj, 'result_rows', rows)
+  ended[#ended + 1] = 'result_rows'
+  ended[#ended + 1] = rows
   for r = 0, rows - 1 do
-    local args = {}
     for j = 1, nf do
-      args[#args + 1] = 'result:' .. r .. ':' .. names[j]
-      args[#args + 1] = ARGV[base + r * nf + j]
+      ended[#ended + 1] = 'result:' .. r .. ':' .. names[j]
+      ended[#ended + 1] = ARGV[base + r * nf + j]
     end
-    redis.call('HSET', traj, unpack(args))
   end
 end
+each_chunk(#ended, function(a, b) redis.call('HSET', traj, unpack(ended, a, b)) end)
 if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
 redis.call('ZREM', waiting, tid)
 ack_recorded(traj, stream, group)

@@ -116,14 +116,18 @@ local function ack_delete(stream, group, ids)
   end)
 end
 
+-- The items of a comma-separated field value (none for a missing field: nil or false).
+local function split_list(s)
+  local items = {}
+  if s then
+    for item in string.gmatch(s, '[^,]+') do items[#items + 1] = item end
+  end
+  return items
+end
+
 -- Entry ids recorded in the trajectory hash ("acks" field, comma separated).
 local function recorded_acks(traj)
-  local ids = {}
-  local s = redis.call('HGET', traj, 'acks')
-  if s then
-    for id in string.gmatch(s, '[^,]+') do ids[#ids + 1] = id end
-  end
-  return ids
+  return split_list(redis.call('HGET', traj, 'acks'))
 end
 
 -- Record entry `id` to be acknowledged at commit. Returns false (recording nothing) when the
@@ -159,11 +163,10 @@ end
 -- them (add_ack_blob); the blobs of its kept records go with `drop_refs`. Work: at most
 -- max_out + ACK_SLACK entries and as many blobs, in chunks.
 local function ack_recorded(traj, stream, group)
-  ack_delete(stream, group, recorded_acks(traj))
-  local s = redis.call('HGET', traj, 'ack_blobs')
-  if not s then return end
-  local names = {}
-  for name in string.gmatch(s, '[^,]+') do names[#names + 1] = name end
+  local got = redis.call('HMGET', traj, 'acks', 'ack_blobs')
+  ack_delete(stream, group, split_list(got[1]))
+  if not got[2] then return end
+  local names = split_list(got[2])
   each_chunk(#names, function(a, b) redis.call('DEL', unpack(names, a, b)) end)
   redis.call('HDEL', traj, 'ack_blobs')
 end
@@ -301,9 +304,7 @@ end
 local function whole_ids(traj)
   local s = redis.call('HGET', traj, 'whole')
   if not s then return nil end
-  local ids = {}
-  for id in string.gmatch(s, '[^,]+') do ids[#ids + 1] = id end
-  return ids
+  return split_list(s)
 end
 
 -- Records kept in their stream entries (r:<i>, lua/store.lua) end with their trajectory: the
