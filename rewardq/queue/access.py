@@ -8,7 +8,8 @@ runs before anything else at start and raises the one-line
 ``ACL SETUSER`` grant (:func:`~rewardq.queue.connection.permission_error`).
 
 The commands are :data:`DIRECT` (what the broker, the heartbeat and the metrics send) plus every
-command inside the Lua scripts (found in their source: a script runs with the caller's ACL). Each
+command inside the Lua scripts (found in their source: a script runs with the caller's ACL) but the
+:data:`OPTIONAL` ones, which a script asks about itself before sending. Each
 is checked one of two ways:
 
 * ``ACL DRYRUN <user> <command> <args>`` (Redis 7.0+), when the user may run it (a restricted
@@ -71,9 +72,17 @@ Probe = tuple[str, tuple[Any, ...]]
 _CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]")
 
 
+#: Commands a script sends only when ``redis.acl_check_cmd`` says the user may, asked before its
+#: first write; without them it does the same with the others (``commit`` writes each key's result
+#: with ``HSET`` instead of copying key 0's with ``COPY`` after reading its ``OBJECT ENCODING``).
+#: A user is not required to have them: granting them makes ``commit`` cheaper.
+OPTIONAL = frozenset({"COPY", "OBJECT"})
+
+
 def script_commands() -> set[str]:
-    """Every command the worker's Lua scripts call (from the source of every script rewardq ships), upper case."""
-    return {m.upper() for src in scripts.shipped_sources() for m in _CALL.findall(src)}
+    """Every command the worker's Lua scripts call (from the source of every script rewardq ships),
+    upper case, but the :data:`OPTIONAL` ones."""
+    return {m.upper() for src in scripts.shipped_sources() for m in _CALL.findall(src)} - OPTIONAL
 
 
 def worker_commands() -> list[str]:

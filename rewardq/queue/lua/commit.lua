@@ -48,6 +48,17 @@ if bytes > max_bytes then
                            max_bytes .. '-byte budget')
 end
 local final = last == n - 1
+-- Whether `check` (redis.acl_check_cmd) lets this user COPY keys[1] to each other key and read
+-- keys[1]'s encoding. Work: one check per key (at most max_outputs).
+local function copy_permitted(keys, check)
+  local ok, allowed = pcall(check, 'OBJECT', 'ENCODING', keys[1])
+  if not (ok and allowed) then return false end
+  for j = 2, #keys do
+    ok, allowed = pcall(check, 'COPY', keys[1], keys[j], 'REPLACE')
+    if not (ok and allowed) then return false end
+  end
+  return true
+end
 local function stage_key(i) return staged .. i end
 local refused = refused_rights(stream, group, traj)
 if refused then return refused end
@@ -76,19 +87,33 @@ local function row_args(row)
   return args
 end
 local shared = rows == 1 and row_args(0) or nil
--- every key's old hash goes first, in one DEL per CHUNK keys: the keys are distinct, so this is the
--- DEL before each key's HSET, in fewer calls
 local rkeys = {}
 for i = first, last do rkeys[#rkeys + 1] = final and (rprefix .. tid .. '_' .. i) or stage_key(i) end
+-- One row for every key: key 0's hash is written as below, then COPYed to the others (the hash and
+-- its TTL in one command, no field parsed again: ~5x cheaper per key) when it is a listpack (copied
+-- byte for byte, so HGETALL lists the same fields in the same order as an HSET would; a hashtable's
+-- copy may list them in another order) and this user may run COPY and OBJECT (asked first, before
+-- any write; Redis 7's redis.acl_check_cmd). Otherwise (no right, an older Redis or the embedded
+-- stand-in without acl_check_cmd) every key is written as key 0 is: the same hashes and TTLs.
+-- Work: at most max_outputs checks.
+local copy_ok = shared ~= nil and #rkeys > 1 and redis.acl_check_cmd ~= nil and
+                copy_permitted(rkeys, redis.acl_check_cmd)
+-- every key's old hash goes first, in one DEL per CHUNK keys: the keys are distinct, so this is the
+-- DEL before each key's HSET, in fewer calls
 each_chunk(#rkeys, function(a, b) redis.call('DEL', unpack(rkeys, a, b)) end)
+local template
 for i = first, last do
-  local args = shared or row_args(i - first)
   local rkey = rkeys[i - first + 1]
-  redis.call('HSET', rkey, unpack(args))
-  if not final then
-    redis.call('EXPIRE', rkey, stage_ttl)
-  elseif ttl > 0 then
-    redis.call('EXPIRE', rkey, ttl)
+  if template then
+    redis.call('COPY', template, rkey, 'REPLACE')
+  else
+    redis.call('HSET', rkey, unpack(shared or row_args(i - first)))
+    if not final then
+      redis.call('EXPIRE', rkey, stage_ttl)
+    elseif ttl > 0 then
+      redis.call('EXPIRE', rkey, ttl)
+    end
+    if copy_ok and redis.call('OBJECT', 'ENCODING', rkey) == 'listpack' then template = rkey end
   end
 end
 if not final then return 1 end
