@@ -15,6 +15,9 @@ scoring a trajectory. Each batch, read or reclaimed, ends as:
   ``store`` per output;
 * the ``store`` script's answer for every other record (parked, complete, leased, done, conflict).
 
+A read's batch may hold back the trajectory its last entry starts but does not finish, for the
+next read (:mod:`rewardq.consumers.reader`); those records are handled with that read's batch.
+
 Every trajectory this worker now holds the lease of goes to ``on_complete`` as soon as the
 lease is known, so its scoring starts while the rest of the batch is still being filed.
 """
@@ -22,7 +25,7 @@ lease is known, so its scoring starts while the rest of the batch is still being
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics
@@ -70,6 +73,39 @@ def split_whole(valid: Sequence[Filed]) -> tuple[list[Whole], list[Filed]]:
     return whole, rest
 
 
+def trailing_partials(
+    carried: Sequence[Filed], new: Sequence[Filed], max_outputs: int, shards: Collection[int]
+) -> list[Filed]:
+    """The records of each shard's last trajectory in a read, when the read cut it short (of ``shards`` only).
+
+    ``new`` holds a read's records in stream order, ``carried`` the ones held back from the read
+    before. The trajectory of each shard's last record in ``new`` is held back when its records
+    here (both lists) are outputs ``0..k`` with no final among them, each delivered once, none a
+    blob, fewer than ``max_outputs``: the rest of it is most likely the next entries of the stream
+    (a producer sends a trajectory's outputs in one transaction), which the next read returns.
+    """
+    last: dict[int, str] = {}
+    for entry, rec, _ in new:
+        if entry.shard in shards:
+            last[entry.shard] = rec.tid
+    if not last:
+        return []
+    groups: dict[tuple[int, str], list[Filed]] = {(s, t): [] for s, t in last.items()}
+    for item in (*carried, *new):
+        group = groups.get((item[0].shard, item[1].tid))
+        if group is not None:
+            group.append(item)
+    held: list[Filed] = []
+    for items in groups.values():
+        items.sort(key=lambda it: it[1].index)
+        if len(items) < max_outputs and all(
+            rec.index == i and not rec.final and entry.deliveries == 1 and b"blob" not in entry.fields
+            for i, (entry, rec, _) in enumerate(items)
+        ):
+            held.extend(items)
+    return held
+
+
 class Intake:
     """Turns batches of stream entries into trajectories to score (see the module doc).
 
@@ -115,11 +151,26 @@ class Intake:
         self.metrics = metrics
         self.on_complete = on_complete
 
-    async def handle(self, entries: list[Entry]) -> None:
-        """Decode, store and dispatch a batch of entries (from a read or a reclaim)."""
+    async def handle(
+        self, entries: list[Entry], carried: Sequence[Filed] = (), *, hold_tail: Collection[int] = ()
+    ) -> list[Filed]:
+        """Decode, store and dispatch a batch of entries (from a read or a reclaim).
+
+        ``carried``: records an earlier read of the same loop held back (see below), handled with
+        this batch. ``hold_tail``: the shards another read follows at once (their streams gave all
+        the read asked for); the trajectory each one's last entry starts but does not finish is
+        held back (:func:`trailing_partials`) and returned, to be handled with that read's
+        entries, where it is usually whole and takes the ``claim`` path instead of one ``store``
+        per record.
+        """
         self.stats["read"] += len(entries)
         self.metrics.read(len(entries))
-        valid = await self._decode(entries)
+        new = await self._decode(entries)
+        held = trailing_partials(carried, new, self.max_outputs, hold_tail) if hold_tail else []
+        valid = [*carried, *new]
+        if held:
+            kept = {id(it) for it in held}
+            valid = [it for it in valid if id(it) not in kept]
         rest = await self._claim_whole(valid)
         for o in await self.broker.store(rest):
             self.stats["stored"] += 1
@@ -136,6 +187,7 @@ class Intake:
                 self.stats["duplicates"] += 1
             elif o.kind == "leased":
                 logger.debug("%s is being scored by %s; leaving entry %s to it", o.record.tid, o.detail, o.entry.id)
+        return held
 
     async def _decode(self, entries: list[Entry]) -> list[Filed]:
         """The entries whose records decode within the bounds; the others are dead-lettered."""

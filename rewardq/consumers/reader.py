@@ -20,6 +20,17 @@ allowed past it; a refusal of anything else is waited out with the backoff of
 vanished consumer group is created again; a refused permission and any other error end the
 loop (the worker then stops and says why).
 
+**A trajectory cut short by a read.** A producer sends a trajectory's outputs in one transaction,
+so they sit together in the stream, and a read that ends inside one leaves the rest to the next
+read. When a shard's stream gives a read all it asked for, the batch holds back that shard's
+trailing partial trajectory (:func:`~rewardq.consumers.intake.trailing_partials`) and the next
+read, sent at once and without blocking, brings the rest: the trajectory is then claimed whole (one
+script) instead of filed record by record. Held-back records are filed by ``store``, as any partial
+trajectory, as soon as no read follows at once: the next read finds nothing or less than it asked,
+the worker has no room (``capacity`` clear), or it stops. A read never asks for more because of
+them (an entry still completes at most one trajectory), and a batch that fails leaves them pending
+with its own entries, to be reclaimed after ``claim_idle``.
+
 **Bytes per read.** Redis builds a read's whole reply while every other client waits, and
 ``XREADGROUP`` can only be bounded in entries. So a loop sizes each read by the entries it last
 read: ``READ_BYTES`` over their mean size, at most ``batch_size`` and at least one (a read that
@@ -33,8 +44,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
+from rewardq.consumers.intake import Filed
 from rewardq.consumers.retries import RoomWaits
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import being_cancelled, is_out_of_memory, refusals_named
@@ -49,6 +62,12 @@ logger = logging.getLogger("rewardq.worker")
 
 #: Bytes of records one read aims at (module doc, "Bytes per read").
 READ_BYTES = 16 * 1024 * 1024
+
+
+def full_streams(entries: list[Entry], asked: int) -> set[int]:
+    """The shards whose stream gave a read all it asked for (``asked`` is per stream): more is
+    likely to follow at once there."""
+    return {shard for shard, n in Counter(e.shard for e in entries).items() if n >= asked}
 
 
 def next_count(entries: list[Entry], batch_size: int, count: int) -> int:
@@ -93,7 +112,7 @@ class StreamReader:
         self,
         broker: StreamBroker,
         *,
-        handle: Callable[[list[Entry]], Awaitable[None]],
+        handle: Callable[[list[Entry], Sequence[Filed], Collection[int]], Awaitable[list[Filed]]],
         stopping: asyncio.Event,
         capacity: asyncio.Event,
         openings: Callable[[], int],
@@ -124,16 +143,23 @@ class StreamReader:
         """Read and handle batches of ``shards`` until stopping."""
         failures = refusals = 0
         count = self.batch_size
+        carried: list[Filed] = []  # records the last batch held back for the next read (module doc)
         while not self.stopping.is_set():
-            await self.capacity.wait()
-            if self.stopping.is_set():
-                break
             try:
                 with refusals_named(self.namespace, self.redis_url):
-                    entries = await self.broker.read(shards, self.asks(count), self.block_ms)
+                    if carried and not self.capacity.is_set():  # no read follows at once: file them now
+                        pending, carried = carried, []
+                        await self.handle([], pending, ())
+                    await self.capacity.wait()
+                    if self.stopping.is_set():
+                        break
+                    asked = self.asks(count)
+                    # with records held back the read waits for nothing: if it finds none, they are filed at once
+                    entries = await self.broker.read(shards, asked, None if carried else self.block_ms)
                     count = next_count(entries, self.batch_size, count)
-                    if entries:
-                        await self.handle(entries)
+                    if entries or carried:
+                        pending, carried = carried, []  # a batch that fails leaves them pending, as its own entries
+                        carried = await self.handle(entries, pending, full_streams(entries, asked))
                 if refusals:
                     self.room.took()  # the episode of refusals, if this loop was in one, is over
                 failures = refusals = 0
@@ -154,3 +180,10 @@ class StreamReader:
                 pause = backoff_delay(failures, cap=READ_BACKOFF_CAP)
                 logger.warning("redis unavailable while reading (%s); reading again in %.2fs", exc, pause)
                 await asyncio.sleep(pause)
+        if carried:  # stopping: filed like the rest of the last batch (a failure leaves them pending)
+            try:
+                await self.handle([], carried, ())
+            except Exception:
+                logger.warning(
+                    "could not file %d records held back at stop; they stay pending", len(carried), exc_info=True
+                )

@@ -43,11 +43,12 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from rewardq.consumers.failures import permission_refusal
 from rewardq.consumers.inflight import InFlight
-from rewardq.consumers.intake import Intake
+from rewardq.consumers.intake import Filed, Intake
 from rewardq.consumers.log_summary import LogSummary
 from rewardq.consumers.parts import WorkerParts
 from rewardq.consumers.periodic import run_every
@@ -177,7 +178,7 @@ class Worker:
         groups = read_groups(self.broker.ks.shards, self.broker.cluster)
         reader = StreamReader(
             self.broker,
-            handle=self.handle,
+            handle=self.handle_read,
             stopping=self._stopping,
             capacity=self.flights.capacity,
             openings=self.flights.room,
@@ -292,6 +293,11 @@ class Worker:
     async def handle(self, entries: list[Entry]) -> None:
         """Decode, store and dispatch a batch of entries (from a read or a reclaim; see :class:`Intake`)."""
         await self.intake.handle(entries)
+
+    async def handle_read(self, entries: list[Entry], carried: Sequence[Filed], full: Collection[int]) -> list[Filed]:
+        """A read's batch, with what the read before held back; returns what this one holds back for
+        the next (of the shards in ``full``, whose next read follows at once; :meth:`Intake.handle`)."""
+        return await self.intake.handle(entries, carried, hold_tail=full)
 
     def _start_scoring(self, o: StoreOutcome) -> None:
         """Hold a trajectory this worker must score and score it in its own task."""

@@ -113,3 +113,35 @@ async def test_a_failed_claim_writes_nothing_and_leaves_the_entries_pending(
     finally:
         await w.stop()
         client.close()
+
+
+async def test_a_trajectory_a_read_cuts_short_is_held_back_for_the_next_read(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
+    """A read's trailing partial trajectory waits for the next read (no ``store``), where it is
+    whole and claimed; held back when no read follows, it is filed by ``store`` as before."""
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    for tid in ("a", "b", "c"):
+        client.put_trajectory(tid, "s", [output(3, 4), output(3, 5), output(3, 6)], SAMPLE)
+    w = await open_test_worker(worker_config(ns, redis_url, name="A"), manager=Hang(None))
+    try:
+        held = await w.handle_read(await w.broker.read([0], 4, None), [], {0})  # a0 a1 a2 b0
+        assert [(f[1].tid, f[1].index) for f in held] == [("b_s", 0)]
+        assert not sync_redis.exists(ks.traj_key("b_s"))  # nothing filed for b yet
+        held = await w.handle_read(await w.broker.read([0], 4, None), held, {0})  # b1 b2 c0 c1
+        h = {k.decode(): v for k, v in sync_redis.hgetall(ks.traj_key("b_s")).items()}
+        assert h["lease"] == b"A" and len(h["whole"].split(b",")) == 3  # claimed whole
+        assert not [k for k in h if k.startswith("o:")]
+        assert [(f[1].tid, f[1].index) for f in held] == [("c_s", 0), ("c_s", 1)]
+        # no read follows (the reader found nothing, or has no room): c's records are stored
+        assert await w.handle_read([], held, ()) == []
+        c = {k.decode(): v for k, v in sync_redis.hgetall(ks.traj_key("c_s")).items()}
+        assert "o:0" in c and "o:1" in c and "lease" not in c  # parked, waiting for output 2
+        # a partial that does not end its read, or one redelivered, is never held back
+        assert await w.handle_read(await w.broker.read([0], 4, None), [], {0}) == []  # c2: completes c
+        assert sync_redis.hget(ks.traj_key("c_s"), "lease") == b"A"
+        assert w.stats["parked"] == 2 and sorted(w.in_flight) == ["a_s", "b_s", "c_s"]
+    finally:
+        await _abandon(w)
+        client.close()

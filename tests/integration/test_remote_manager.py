@@ -182,6 +182,18 @@ async def test_math_verify_equivalence_through_the_pool(managers: MakeManager[Re
         await loop.run_in_executor(None, functools.partial(compute_score, "x", r"\boxed{1/2}", "0.5"))
 
 
+async def test_a_warm_up_longer_than_the_timeout_counts_against_no_call(
+    managers: MakeManager[RemoteRewardManager],
+) -> None:
+    # Given a scoring function whose warm-up (a 3 s import) takes longer than the 2 s call timeout
+    m = await managers(compute_score=remote_scorers.slow_to_warm, num_workers=2, timeout=2.0)
+    # When the first calls come to its new processes
+    outs = await asyncio.gather(*(m.run_single(trajectory("42", "42")) for _ in range(4)))
+    # Then each process warmed up before it took a call, and no call timed out
+    assert [o["reward_score"] for o in outs] == [1.0] * 4
+    assert all(o["reward_extra_info"]["warmed"] is True for o in outs), outs
+
+
 async def test_built_by_the_factory_from_a_reward_fn_spec_with_kwargs() -> None:
     from rewardq.reward.execution.loader import load_score_fn
     from rewardq.reward.factory import build_manager

@@ -7,6 +7,8 @@ import signal
 import time
 from typing import Any
 
+from rewardq.reward.warm_up import warms_up_with
+
 
 def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, bonus: float = 0.0
@@ -41,3 +43,18 @@ async def async_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None
 ) -> float:
     return 1.0
+
+
+def _slow_import() -> None:
+    """Stands for a large library's import: 3 s, once per process (its pid marked in the environment)."""
+    time.sleep(3.0)
+    os.environ["REMOTE_SCORERS_WARMED"] = str(os.getpid())
+
+
+@warms_up_with(_slow_import)
+def slow_to_warm(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """1.0 when the response equals the ground truth; says whether its process warmed up first."""
+    warmed = os.environ.get("REMOTE_SCORERS_WARMED") == str(os.getpid())
+    return {"score": 1.0 if solution_str.strip() == str(ground_truth) else 0.0, "warmed": warmed}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -238,10 +239,11 @@ async def test_a_read_batch_refused_past_maxmemory_is_waited_out_and_reading_goe
                 return []
             return [Entry(0, f"{self.reads}-0", {b"data": b"x"})]
 
-    async def handle(entries: list[Entry]) -> None:
+    async def handle(entries: list[Entry], carried: object, full: object) -> list[Any]:
         handled.append(len(entries))
         if len(handled) == 1:  # the first batch's filing is refused for want of memory
             raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+        return []
 
     stats: dict[str, int] = {}
     room = RoomWaits(metrics=NoMetrics(), stats=stats, base=0.001, cap=0.002)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -308,3 +309,76 @@ def test_a_reclaim_takes_the_entries_of_the_first_trajectories_only() -> None:
     assert first_trajectories(ids, tids, 3) == ["1-0", "2-0", "3-0", "4-0", "6-0"]  # 4-0 names none: one of its own
     assert first_trajectories(ids, tids, 0) == []
     assert first_trajectories(ids, tids, 10) == ids
+
+
+async def test_records_a_batch_held_back_are_handled_with_the_next_read_or_filed_when_none_follows() -> None:
+    from rewardq.queue.entries import Entry
+
+    async def run(batches: list[int]) -> tuple[list[tuple[int, list[str], bool]], list[tuple[int, int | None]]]:
+        stopping, capacity = asyncio.Event(), asyncio.Event()
+        capacity.set()
+        reads: list[tuple[int, int | None]] = []
+        calls: list[tuple[int, list[str], bool]] = []
+
+        class Broker:
+            async def read(self, shards: list[int], count: int, block_ms: int | None) -> list[Entry]:
+                reads.append((count, block_ms))
+                if len(reads) == len(batches):
+                    stopping.set()
+                return [Entry(0, f"{len(reads)}-{i}", {}) for i in range(batches[len(reads) - 1])]
+
+        async def handle(entries: list[Entry], carried: list[str], full: set[int]) -> list[str]:
+            calls.append((len(entries), list(carried), full == {0}))
+            return [f"held-{len(calls)}"] if full else []  # the stand-in holds one record back when it may
+
+        reader = StreamReader(
+            Broker(),  # type: ignore[arg-type]  # a stand-in broker
+            handle=handle,  # type: ignore[arg-type]  # held-back records are opaque to the reader
+            stopping=stopping,
+            capacity=capacity,
+            openings=lambda: 4,
+            loops=1,
+            batch_size=4,
+            block_ms=500,
+            namespace="t",
+            redis_url="redis://x",
+            room=None,  # type: ignore[arg-type]
+        )
+        await asyncio.wait_for(reader.run([0]), 5)
+        return calls, reads
+
+    # a full read may hold back; the read after it does not block; one that finds nothing files them
+    calls, reads = await run([4, 4, 0])
+    assert calls == [(4, [], True), (4, ["held-1"], True), (0, ["held-2"], False)]
+    assert reads == [(4, 500), (4, None), (4, None)]
+    # a short read holds nothing back
+    calls, reads = await run([4, 1, 0])
+    assert calls == [(4, [], True), (1, ["held-1"], False)] and reads[-1] == (4, 500)
+    # the worker stops: what the last batch held back is filed
+    calls, _ = await run([4])
+    assert calls == [(4, [], True), (0, ["held-1"], False)]
+
+
+def test_only_the_trailing_partial_trajectory_of_a_full_stream_is_held_back() -> None:
+    from types import SimpleNamespace
+
+    from rewardq.consumers.intake import trailing_partials
+    from rewardq.consumers.reader import full_streams
+    from rewardq.queue.entries import Entry
+
+    def item(shard: int, tid: str, index: int, final: bool = False, deliveries: int = 1) -> Any:
+        rec = SimpleNamespace(tid=tid, index=index, final=final)
+        return (Entry(shard, f"{tid}-{index}", {}, deliveries), rec, b"")
+
+    a = [item(0, "a", 0), item(0, "a", 1, final=True)]
+    b = [item(0, "b", 0), item(0, "b", 1)]  # cut short by the read
+    c = [item(1, "c", 0)]  # shard 1's stream was not full
+    new = a + b + c
+    assert full_streams([it[0] for it in new], 4) == {0}
+    assert trailing_partials([], new, 64, {0}) == b
+    assert trailing_partials([], new, 64, {0, 1}) == b + c
+    assert trailing_partials(b[:1], [b[1]], 64, {0}) == b  # held back again, with what the last read held
+    assert trailing_partials([], b, 2, {0}) == []  # as many outputs as max_outputs: filed
+    assert trailing_partials([], [item(0, "d", 1)], 64, {0}) == []  # not from output 0
+    assert trailing_partials([], [item(0, "e", 0, deliveries=2)], 64, {0}) == []  # a redelivery
+    assert trailing_partials([], a, 64, {0}) == []  # ends with its final output

@@ -35,6 +35,7 @@ from rewardq.reward.execution.scorer_output import CappedOutput, StreamCount
 from rewardq.reward.execution.scorer_state import ProcessState
 from rewardq.reward.execution.settings import SCORER_OUTPUT_CAP, SCORER_REPLY_BYTES, SCORER_REPLY_FACTOR
 from rewardq.reward.http import retry_after_of
+from rewardq.reward.warm_up import run_warm_up
 
 
 def resolve_target(
@@ -132,6 +133,7 @@ def child_main(
         conn.send(("init_error", f"{type(exc).__name__}: {exc}"))
         output.end_call()
         return
+    run_warm_up(fn)  # its heavy imports, before "ready": no call's timeout counts them
     state = ProcessState()
     spared = children(os.getpid())  # started while loading: the function's own helpers
     _report(conn, 0, output.end_call())

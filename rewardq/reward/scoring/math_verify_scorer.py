@@ -24,6 +24,7 @@ import threading
 from typing import Any
 
 from rewardq.errors import ConfigError, ScoringError
+from rewardq.reward.warm_up import warms_up_with
 
 logger = logging.getLogger("rewardq.reward.scoring")
 
@@ -49,6 +50,7 @@ def _import_math_verify() -> Any:
     return math_verify, TimeoutException
 
 
+@warms_up_with(_import_math_verify)  # sympy and the LaTeX parser, before a scorer process's first call
 def compute_score(
     data_source: object,
     solution_str: str,
