@@ -40,6 +40,7 @@ from rewardq import __version__
 from rewardq.config import WorkerConfig
 from rewardq.demo.run import DEMO_TIMEOUT, DEMO_TRAJECTORIES, DEMO_WORKERS
 from rewardq.errors import ConfigError
+from rewardq.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, explain
 from rewardq.ops.deadletters.commands import dead_letters
 from rewardq.ops.flags import click_options
 from rewardq.ops.health import health
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
 #: Trajectories ``rewardq generate`` writes.
 GENERATE_TRAJECTORIES = 100
 
-EXIT_FAILED, EXIT_CONFIG, EXIT_REDIS, EXIT_INTERRUPTED = 1, 2, 3, 130
 _state = {"debug": False}
 
 
@@ -333,26 +333,12 @@ cli.add_command(judge_cache)
 
 def _exit_code_for(exc: BaseException) -> int | None:
     """Report an exception as one line; returns the exit code, or None for an unexpected one."""
-    import rewardq.queue.connection as rx
-    from rewardq.errors import MissingExtra, RewardqError
-    from rewardq.install import missing_worker_module
-
-    module = missing_worker_module(exc)
-    if module is not None:
-        exc = MissingExtra(module)
-    if isinstance(exc, RewardqError):
-        _error(str(exc))
-        return exc.exit_code
-    if isinstance(exc, rx.NoPermissionError):
-        _error(
-            f"Redis refused a command for lack of permission ({exc}); grant the ACL user the rewardq "
-            "namespace's keys (~<namespace>:*) and its commands (see docs/failures.md)"
-        )
-        return EXIT_CONFIG
-    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
-        _error(f"lost the connection to Redis ({exc}); check the server and --redis-url, then run again")
-        return EXIT_REDIS
-    return None
+    explained = explain(exc)
+    if explained is None:
+        return None
+    code, line = explained
+    _error(line)
+    return code
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,7 +44,7 @@ from rewardq.consumers.quarantine import Quarantine
 from rewardq.consumers.resources import close_manager, open_broker, serve_metrics
 from rewardq.consumers.retries import Retries, RoomWaits
 from rewardq.consumers.scoring_gate import ScoringGate
-from rewardq.errors import RewardqError
+from rewardq.exit_codes import exit_code_of
 from rewardq.logs import startup_step
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
@@ -358,7 +358,7 @@ async def run_worker(
 
     def exit_code() -> int:  # for a forced exit: the code the command ends with when it exits itself
         if failure:
-            return failure[0].exit_code if isinstance(failure[0], RewardqError) else 1
+            return exit_code_of(failure[0])
         return 0 if clean and (not opened or opened[0].stopped) else 1
 
     if own_process:
@@ -381,5 +381,9 @@ async def run_worker(
         if own_process:  # nothing left to wait for: leftover threads must not hold the exit
             why = f"worker {prepared.name} stopped"
             if failure:  # said here too: a forced exit can come before the command reports it
-                why += f" ({type(failure[0]).__name__}: {failure[0]})"
+                why += (
+                    f" ({type(failure[0]).__name__}: {failure[0]})"
+                    if str(failure[0])
+                    else f" ({type(failure[0]).__name__})"
+                )
             exit_after(EXIT_AFTER_STOP, exit_code, why=why)

@@ -73,6 +73,13 @@ def split_whole(valid: Sequence[Filed]) -> tuple[list[Whole], list[Filed]]:
     return whole, rest
 
 
+#: The most records, and bytes of records, held back for one trajectory between two reads; past
+#: either, its records are filed as they come (``store``), as before. Bounds the memory held
+#: between reads (a read itself is sized to ~16 MiB) and the sorting each read repeats.
+HOLD_MAX_RECORDS = 64
+HOLD_MAX_BYTES = 16 * 1024 * 1024
+
+
 def trailing_partials(
     carried: Sequence[Filed], new: Sequence[Filed], max_outputs: int, shards: Collection[int]
 ) -> list[Filed]:
@@ -81,8 +88,9 @@ def trailing_partials(
     ``new`` holds a read's records in stream order, ``carried`` the ones held back from the read
     before. The trajectory of each shard's last record in ``new`` is held back when its records
     here (both lists) are outputs ``0..k`` with no final among them, each delivered once, none a
-    blob, fewer than ``max_outputs``: the rest of it is most likely the next entries of the stream
-    (a producer sends a trajectory's outputs in one transaction), which the next read returns.
+    blob, fewer than ``max_outputs`` and :data:`HOLD_MAX_RECORDS`, of at most :data:`HOLD_MAX_BYTES`
+    in all: the rest of it is most likely the next entries of the stream (a producer sends a
+    trajectory's outputs in one transaction), which the next read returns.
     """
     last: dict[int, str] = {}
     for entry, rec, _ in new:
@@ -96,9 +104,12 @@ def trailing_partials(
         if group is not None:
             group.append(item)
     held: list[Filed] = []
+    most = min(max_outputs, HOLD_MAX_RECORDS + 1)
     for items in groups.values():
+        if len(items) >= most or sum(len(raw) for _, _, raw in items) > HOLD_MAX_BYTES:
+            continue
         items.sort(key=lambda it: it[1].index)
-        if len(items) < max_outputs and all(
+        if all(
             rec.index == i and not rec.final and entry.deliveries == 1 and b"blob" not in entry.fields
             for i, (entry, rec, _) in enumerate(items)
         ):

@@ -44,6 +44,7 @@ Exposed series (all prefixed ``rewardq_``):
 * ``ledger_rows_total``                        rows this worker wrote to the reward ledger (rewardq.ledger)
 * ``ledger_unwritten_total``                   trajectories it scored but could not keep in the ledger
 * ``ledger_errors_total``                      failed ledger writes (spool or destination)
+* ``ledger_unreadable_total``                  spooled frames the flusher could not read back (not in the ledger)
 * ``ledger_pending_bytes``                     bytes spooled and not yet written to the ledger
 * ``ledger_failing``                           1 while the ledger's last write failed, else 0
 * ``reward_mean{data_source}``                 this worker's mean reward over the last 60 s
@@ -178,6 +179,9 @@ class _LedgerCollector:
             "rewardq_ledger_unwritten", "Trajectories scored but not kept in the ledger", value=st["unwritten"]
         )
         yield CounterMetricFamily("rewardq_ledger_errors", "Failed ledger writes", value=st["errors"])
+        yield CounterMetricFamily(
+            "rewardq_ledger_unreadable", "Spooled frames not read back: not in the ledger", value=st["unreadable"]
+        )
         yield GaugeMetricFamily(
             "rewardq_ledger_pending_bytes", "Bytes spooled, not yet written", value=st["pending_bytes"]
         )

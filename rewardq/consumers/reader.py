@@ -23,7 +23,8 @@ loop (the worker then stops and says why).
 **A trajectory cut short by a read.** A producer sends a trajectory's outputs in one transaction,
 so they sit together in the stream, and a read that ends inside one leaves the rest to the next
 read. When a shard's stream gives a read all it asked for, the batch holds back that shard's
-trailing partial trajectory (:func:`~rewardq.consumers.intake.trailing_partials`) and the next
+trailing partial trajectory (:func:`~rewardq.consumers.intake.trailing_partials`; at most 64
+records and 16 MiB of them, past which they are filed as they come) and the next
 read, sent at once and without blocking, brings the rest: the trajectory is then claimed whole (one
 script) instead of filed record by record. Held-back records are filed by ``store``, as any partial
 trajectory, as soon as no read follows at once: the next read finds nothing or less than it asked,

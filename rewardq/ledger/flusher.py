@@ -9,7 +9,8 @@ worker's :class:`~rewardq.ledger.sink.Ledger` hands each segment to a flusher pr
 thread that holds no lock meanwhile.
 
 The protocol is one JSON line each way per segment: ``{"path", "owner"}`` in, and
-``{"rows", "files"}`` (written, the segment deleted), ``{"gone": true}`` (deleted meanwhile:
+``{"rows", "files", "skipped", "kept"}`` (written, the segment deleted, or kept aside when frames of it
+could not be read: :class:`~rewardq.ledger.frames.Skipped`), ``{"gone": true}`` (deleted meanwhile:
 another worker adopted it) or ``{"error"}`` out. The process ignores SIGINT and SIGTERM (a Ctrl-C
 reaches the whole process group: the worker's last flush still needs it) and exits when its
 stdin closes, which its worker's death does too. Crash safety does not depend on it: a segment
@@ -22,6 +23,7 @@ in the worker's thread instead (:class:`ThreadFlusher`), as the flusher process 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import signal
@@ -31,10 +33,10 @@ import threading
 from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, NamedTuple, Protocol
 
 from rewardq.ledger.columns import Buffers
-from rewardq.ledger.frames import SegmentFile
+from rewardq.ledger.frames import SegmentFile, Skipped
 from rewardq.ledger.spool import Spool
 from rewardq.ledger.store import LedgerFile, LedgerStore
 from rewardq.ledger.table import Partition, SegmentRows, is_trajectory
@@ -47,10 +49,21 @@ class FlushError(Exception):
     """A segment could not be written (the message says what failed); it stays in the spool."""
 
 
+class Written(NamedTuple):
+    """A segment written: its rows and files, what of it could not be read, and where the segment
+    was kept when something could not (else it is deleted)."""
+
+    rows: int
+    files: int
+    skipped: Skipped
+    kept: str | None = None
+
+
 class Flusher(Protocol):
-    def write(self, path: Path, owner: str) -> tuple[int, int] | None:
-        """Write spool segment ``path`` of worker ``owner`` and delete it: ``(rows, files)``, or None
-        when the segment was gone already. Raises :class:`FlushError`."""
+    def write(self, path: Path, owner: str) -> Written | None:
+        """Write spool segment ``path`` of worker ``owner`` and delete it (or keep it aside, when
+        frames of it could not be read), or None when the segment was gone already. Raises
+        :class:`FlushError`."""
 
     def close(self, wait: float = ...) -> None:
         """Stop writing: a segment being written gets ``wait`` seconds to finish."""
@@ -67,8 +80,10 @@ _BUFFERS = Buffers(2 * ROW_GROUP_BYTES)
 _ONE_AT_A_TIME = threading.Lock()
 
 
-def write_segment(store: LedgerStore, path: Path, owner: str) -> tuple[int, int] | None:
-    """One segment to Parquet (one file per hour it spans, named after the segment), then deleted.
+def write_segment(store: LedgerStore, path: Path, owner: str) -> Written | None:
+    """One segment to Parquet (one file per hour it spans, named after the segment), then deleted,
+    or renamed aside (:meth:`~rewardq.ledger.spool.Spool.set_aside`) when frames of it could not be
+    read (a torn last frame alone is not: it held nothing acknowledged).
 
     The segment is read in pieces, twice: first its frames' maps (the commit outcomes and
     provenance blobs a row needs may come after its trajectory), then each trajectory's records
@@ -83,21 +98,32 @@ def write_segment(store: LedgerStore, path: Path, owner: str) -> tuple[int, int]
     seq = path.name.rsplit(".", 2)[-2]
     try:
         with f, _ONE_AT_A_TIME:
-            rows, files = _write_frames(store, SegmentFile(f), f"part-{owner}-{seq}")
+            written = _write_frames(store, SegmentFile(f), f"part-{owner}-{seq}")
     except Exception as exc:  # noqa: BLE001 - the destination's failure, whatever its library raises
         raise FlushError(f"cannot write {path.name} to {store.url}: {type(exc).__name__}: {exc}") from None
-    Spool.done(path)
-    return rows, files
+    if not written.skipped.frames:
+        Spool.done(path)
+        return written
+    try:
+        return written._replace(kept=str(Spool.set_aside(path)))
+    except FileNotFoundError:
+        return None  # written and deleted meanwhile (another worker adopted it, and counted it)
+    except OSError as exc:
+        raise FlushError(f"cannot set aside spool segment {path} (frames of it unreadable): {exc}") from None
 
 
-def _write_frames(store: LedgerStore, segment: SegmentFile, name: str) -> tuple[int, int]:
-    """The trajectories of ``segment`` as files ``name`` of ``store``: (rows, files)."""
+def _write_frames(store: LedgerStore, segment: SegmentFile, name: str) -> Written:
+    """The trajectories of ``segment`` as files ``name`` of ``store``, and what was skipped."""
     outcomes: dict[int, bool | None] = {}
     blobs: dict[str, Mapping[str, Any]] = {}
     trajectories: list[tuple[dict[str, Any], int, int]] = []
+    unknown = damaged = 0
     for frame, start, raw in segment.frames():
-        if is_trajectory(frame, outcomes, blobs):
+        kind = is_trajectory(frame, outcomes, blobs)
+        if kind:
             trajectories.append((frame, start, raw))
+        elif kind is None:
+            unknown += 1
     built = SegmentRows(outcomes, blobs, _BUFFERS)
     with ExitStack() as files:
         opened: dict[Partition, LedgerFile] = {}
@@ -115,13 +141,14 @@ def _write_frames(store: LedgerStore, segment: SegmentFile, name: str) -> tuple[
         for i, (frame, start, raw) in enumerate(trajectories):
             trajectories[i] = _DONE  # its ids are views of a buffer the next frame reuses
             if not segment.complete(frame, start, raw):
+                damaged += 1
                 continue
             key = built.add(frame)
             if built.id_bytes(key) >= ROW_GROUP_BYTES:
                 rows += write(key)
         for key in sorted(built.parts):
             rows += write(key)
-    return rows, len(opened)
+    return Written(rows, len(opened), Skipped(damaged, unknown, segment.unreadable, segment.torn))
 
 
 _DONE: tuple[dict[str, Any], int, int] = ({}, 0, 0)
@@ -145,7 +172,7 @@ class ThreadFlusher:
         self.store = LedgerStore(url)
         warm_up()
 
-    def write(self, path: Path, owner: str) -> tuple[int, int] | None:
+    def write(self, path: Path, owner: str) -> Written | None:
         return write_segment(self.store, path, owner)
 
     def close(self, wait: float = 0.0) -> None:
@@ -176,7 +203,7 @@ class ProcessFlusher:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def write(self, path: Path, owner: str) -> tuple[int, int] | None:
+    def write(self, path: Path, owner: str) -> Written | None:
         """As :meth:`Flusher.write`; a flusher process found dead is started again and asked once
         more (writing a segment twice gives the same files)."""
         with self._lock:
@@ -188,7 +215,7 @@ class ProcessFlusher:
             raise FlushError(str(answer["error"]))
         if answer.get("gone"):
             return None
-        return int(answer["rows"]), int(answer["files"])
+        return Written(int(answer["rows"]), int(answer["files"]), Skipped(**answer["skipped"]), answer["kept"])
 
     def _ask(self, path: Path, owner: str) -> bytes:
         """One request and its answer line (empty when the process ended: it is then stopped)."""
@@ -252,7 +279,9 @@ def serve(url: str, requests: IO[bytes], answers: IO[bytes]) -> None:
         req = json.loads(line)
         try:
             done = write_segment(store, Path(req["path"]), str(req["owner"]))
-            answer: dict[str, object] = {"gone": True} if done is None else {"rows": done[0], "files": done[1]}
+            answer: dict[str, object] = {"gone": True}
+            if done is not None:
+                answer = {**done._asdict(), "skipped": dataclasses.asdict(done.skipped)}
         except FlushError as exc:
             answer = {"error": str(exc)}
         try:

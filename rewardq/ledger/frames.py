@@ -30,7 +30,7 @@ building columns and writing Parquet, happens later in the ledger's flusher proc
 (:mod:`rewardq.ledger.flusher`, :mod:`rewardq.ledger.table`). :func:`read_frames` gives both
 forms as the decoded one, so a row never depends on the form its trajectory was spooled in.
 Reading stops at a torn last frame (a write cut by a power loss), which then never counts as
-written.
+written. :class:`SegmentFile` also tells such a tail from damage (:class:`Skipped`).
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def _map_at(head: memoryview, pos: int, end: int) -> tuple[dict[str, Any], int, 
         return frame, start, 0
     if not isinstance(raw, int) or raw < 0 or start + raw > end:
         return None
-    if "rec" not in frame and not _id_lengths_fit(frame, raw):
+    if "rec" not in frame and frame.get("k") == TRAJECTORY and not _id_lengths_fit(frame, raw):
         return None
     return frame, start, raw
 
@@ -283,10 +283,13 @@ class SegmentFile:
     def __init__(self, f: io.BufferedIOBase) -> None:
         self.fd = f.fileno()
         self.size = os.fstat(self.fd).st_size
+        #: Set once :meth:`frames` ended: bytes of a torn last frame, and unreadable bytes (damage).
+        self.torn = self.unreadable = 0
 
     def frames(self) -> Iterator[tuple[dict[str, Any], int, int]]:
         """Each frame's map in order, where its body starts and its length; stops where
-        :func:`read_frames` stops (a frame whose records do not decode is found by :meth:`complete`)."""
+        :func:`read_frames` stops (a frame whose records do not decode is found by :meth:`complete`),
+        and then sorts what follows the last whole frame into :attr:`torn` or :attr:`unreadable`."""
         pos, got_at, got = 0, 0, memoryview(b"")  # got: the bytes read last, from got_at
         while True:
             head = got[pos - got_at :] if got_at <= pos <= got_at + len(got) else memoryview(b"")
@@ -295,6 +298,9 @@ class SegmentFile:
                 head = got
             found = _map_at(head, pos, self.size)
             if found is None:
+                if pos < self.size:
+                    left = self.size - pos
+                    self.torn, self.unreadable = (left, 0) if _cut_short(self.fd, pos, self.size) else (0, left)
                 return
             frame, start, raw = found
             yield frame, start, raw
@@ -321,6 +327,72 @@ class SegmentFile:
         if os.preadv(self.fd, [view], start) != raw:
             return False
         return _complete(frame, view)
+
+
+@dataclass
+class Skipped:
+    """What of a segment the flusher could not turn into rows (docs/ledger.md#unreadable-frames).
+
+    Attributes:
+        damaged: trajectory frames whose records do not decode.
+        unknown: frames of a kind this rewardq does not know (a newer one wrote them).
+        unreadable_bytes: bytes after the last whole frame that are not a torn last frame: a
+            damaged map, and whatever frames followed it (how many cannot be told).
+        torn_bytes: a torn last frame (a write cut by a crash of the host): never acknowledged,
+            so not counted as lost.
+    """
+
+    damaged: int = 0
+    unknown: int = 0
+    unreadable_bytes: int = 0
+    torn_bytes: int = 0
+
+    @property
+    def frames(self) -> int:
+        """Frames lost from the ledger: a damaged stretch counts as one (it held one at least)."""
+        return self.damaged + self.unknown + (1 if self.unreadable_bytes else 0)
+
+    def __str__(self) -> str:
+        parts = [f"{self.damaged} trajectory frame(s) whose records do not decode"] if self.damaged else []
+        if self.unknown:
+            parts.append(f"{self.unknown} frame(s) of a kind this rewardq does not know")
+        if self.unreadable_bytes:
+            parts.append(f"{self.unreadable_bytes:,} unreadable bytes after the last whole frame")
+        return ", ".join(parts) or "nothing"
+
+
+def _cut_short(fd: int, pos: int, size: int) -> bool:
+    """Whether the bytes of a segment from ``pos`` (where no whole frame starts) to its end are one
+    frame cut short, as a torn last write leaves it, rather than damage: its map cut short (what
+    is there ends inside one msgpack object), or its whole map naming more bytes than follow it.
+    Read only where reading a segment stopped early (once per segment at most)."""
+    left = size - pos
+    if left < _LEN.size:
+        return True
+    (n,) = _LEN.unpack(os.pread(fd, _LEN.size, pos))
+    if _LEN.size + n <= left:
+        try:
+            frame = msgpack.unpackb(os.pread(fd, n, pos + _LEN.size), raw=False, strict_map_key=False)
+        except (ValueError, msgpack.UnpackException):
+            return False
+        raw = frame.get("raw") if isinstance(frame, dict) else None
+        return isinstance(raw, int) and pos + _LEN.size + n + raw > size
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=64 << 20)
+    at = pos + _LEN.size
+    while at < size:
+        chunk = os.pread(fd, min(1 << 20, size - at), at)
+        if not chunk:
+            break
+        at += len(chunk)
+        try:
+            unpacker.feed(chunk)
+            unpacker.unpack()
+        except msgpack.OutOfData:
+            continue
+        except (ValueError, msgpack.UnpackException):
+            return False
+        return False  # a whole object before the end: the length before it is damaged
+    return True
 
 
 #: The buffer a segment's frame bodies are read into, one after the other (kept by the process).

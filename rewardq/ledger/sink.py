@@ -13,6 +13,8 @@
   permission) leaves the segments on local disk, retried with backoff, up to
   ``ledger_spool_max_bytes``, past which trajectories are counted as not written. Both show in
   the heartbeat (``rewardq status``/``top``), the metrics and the log, every minute while they last.
+  So do spooled frames the flusher could not read back (damaged on disk, or of a kind a newer
+  rewardq wrote): counted as ``unreadable``, logged once per segment, the segment kept aside.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class Ledger:
             "segments": 0,  # spool segments written (this worker's and adopted ones)
             "adopted": 0,  # dead workers' segments written
             "errors": 0,  # failed writes (spool or destination)
+            "unreadable": 0,  # spooled frames the flusher could not read: not in the ledger
         }
         self.last_error = ""
         self._lost_at = 0.0  # when a trajectory last could not be spooled
@@ -308,9 +311,17 @@ class Ledger:
         except FlushError as exc:
             return self._failed(str(exc))
         if written is not None:
-            self.counts["rows"] += written[0]
-            self.counts["files"] += written[1]
+            self.counts["rows"] += written.rows
+            self.counts["files"] += written.files
             self.counts["segments"] += 1
+            if written.skipped.frames:
+                self.counts["unreadable"] += written.skipped.frames
+                logger.warning(
+                    "ledger: spool segment %s: %s; its other frames are written, the segment is kept as %s",
+                    path,
+                    written.skipped,
+                    written.kept,
+                )
         if self._failures:
             logger.warning("ledger: writing to %s again after %d failed tries", self.url, self._failures)
         self._failures = 0

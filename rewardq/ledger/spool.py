@@ -12,6 +12,8 @@ Layout of the spool folder (one per ledger and host)::
 
     <owner>.lock                 held with flock(LOCK_EX) by the live worker <owner>
     <owner>.<seq>.wal            its segments, frames appended (rewardq.ledger.frames)
+    <owner>.<seq>.wal.unreadable a segment written but for frames it could not read, kept for
+                                 an operator to look at (never read again by rewardq)
 
 A lock that can be taken belongs to a dead worker: its segments are adopted. flock is released by
 the kernel when a process dies however it dies, so adoption needs no heartbeat and no clock; it
@@ -36,6 +38,8 @@ from typing import Any
 from rewardq.ledger.frames import Part, outcome_frame, part_bytes, provenance_frame
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+#: The suffix a segment with unreadable frames gets once written (:meth:`Spool.set_aside`).
+UNREADABLE = ".unreadable"
 _SEGMENT = re.compile(r"^(?P<owner>.+)\.(?P<seq>\d{10})\.wal$")
 
 
@@ -263,6 +267,14 @@ class Spool:
     def done(path: Path) -> None:
         """A segment is in the ledger: delete it."""
         path.unlink(missing_ok=True)
+
+    @staticmethod
+    def set_aside(path: Path) -> Path:
+        """A segment is in the ledger but for frames that could not be read: keep it, renamed so
+        that nothing reads it again, for an operator to look at; where it now is."""
+        kept = path.with_name(path.name + UNREADABLE)
+        os.replace(path, kept)
+        return kept
 
     @property
     def unsettled(self) -> int:

@@ -306,15 +306,20 @@ class SegmentRows:
 
 def is_trajectory(
     frame: Mapping[str, Any], outcomes: dict[int, bool | None], blobs: dict[str, Mapping[str, Any]]
-) -> bool:
+) -> bool | None:
     """Whether ``frame`` is a trajectory's; a commit outcome or a provenance blob goes to
-    ``outcomes`` or ``blobs`` instead (a frame of another kind is neither)."""
+    ``outcomes`` or ``blobs`` instead (False); None for a frame of a kind not known here (a newer
+    rewardq wrote it), which the flusher counts as unreadable."""
     kind = frame.get("k")
+    if kind == TRAJECTORY:
+        return True
     if kind == OUTCOME:
         outcomes[int(frame["tk"])] = frame.get("c")
     elif kind == PROVENANCE:
         blobs[str(frame["d"])] = frame.get("b") or {}
-    return kind == TRAJECTORY
+    else:
+        return None
+    return False
 
 
 def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, pa.Table]:

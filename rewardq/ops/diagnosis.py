@@ -251,4 +251,11 @@ def accountability(st: dict[str, Any]) -> list[dict[str, object]]:
             + ". Scoring goes on; fix the destination (permissions, bucket, disk) and the spools are written "
             "(docs/ledger.md)",
         )
+    if ledger and ledger.get("unreadable"):
+        say(
+            "error",
+            f"{_n(ledger['unreadable'], 'spooled frame', 'spooled frames')} could not be read back by the ledger's "
+            "flusher (damaged on disk, or written by a newer rewardq) and are not in the ledger; each segment is "
+            "kept in its spool as *.wal.unreadable and named in the worker's log (docs/ledger.md#unreadable-frames)",
+        )
     return out

@@ -72,7 +72,7 @@ def ledger_totals(workers: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not with_ledger:
         return None
     total = {"urls": sorted({str(w["ledger"].get("url", "")) for w in with_ledger}), "workers": len(with_ledger)}
-    for name in ("rows", "unwritten", "pending_bytes", "pending_segments", "adopted", "errors"):
+    for name in ("rows", "unwritten", "unreadable", "pending_bytes", "pending_segments", "adopted", "errors"):
         total[name] = sum(int(as_number(w["ledger"].get(name))) for w in with_ledger)
     total["failing"] = {
         w["name"]: str(w["ledger"].get("last_error", "")) for w in with_ledger if w["ledger"].get("state") == "failing"

@@ -42,5 +42,5 @@ def run_warm_up(fn: Callable[..., object]) -> None:
     if callable(warm_up):
         try:
             warm_up()
-        except Exception:  # noqa: BLE001 - reported by the first call (see the docstring)
+        except BaseException:  # noqa: BLE001 - SystemExit too: reported by the first call (see the docstring)
             pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from rewardq.reward.managers.naive import NaiveRewardManager
 from tests.support import misbehaving
 from tests.support.checks import must
 from tests.support.helpers import until
-from tests.support.isolation import alive, trajectory
+from tests.support.isolation import REMOTE_SCORERS, alive, trajectory
 
 
 async def test_more_hung_calls_than_processes_never_hold_up_good_ones(naive: Callable[..., NaiveRewardManager]) -> None:
@@ -136,3 +137,28 @@ async def test_calls_that_compute_even_at_half_speed_start_no_spare(
     pool = place.pool
     await _bursts(m, pool, "halfcore:0.5", bursts=1, size=4, gap=0.0)
     assert pool.counters["spares"] == 0, pool.counters
+
+
+async def test_a_replacement_whose_warm_up_hangs_is_stopped_and_the_waiting_call_still_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pool of one process (spawned: it sees this environment) whose function's warm-up will
+    # hang in the next process started, and a 2 s ready deadline
+    flag = tmp_path / "hang"
+    monkeypatch.setenv("REMOTE_SCORERS_HANG_FLAG", str(flag))
+    pool = ScorerPool(f"{REMOTE_SCORERS}:hangs_to_warm", num_workers=1, start_timeout=2.0, start_method="spawn")
+    await pool.start()
+    try:
+        flag.touch()
+        # When a call times out, so its process is replaced by one that hangs warming up
+        slow = await pool.run({"solution_str": "sleep:60"}, timeout=1.0)
+        assert slow.status == "timeout"
+        # Then the next call is served anyway: the hung replacement is stopped at its deadline and
+        # replaced by one that warms up
+        t0 = time.monotonic()
+        fast = await asyncio.wait_for(pool.run({"solution_str": "ok"}, timeout=30.0), 90)
+        assert (fast.status, fast.value) == ("ok", 1.0), fast
+        assert time.monotonic() - t0 >= 2.0  # it waited for the deadline, not for a call of its own
+        assert not flag.exists() and pool.counters["replaced"] >= 2
+    finally:
+        await pool.close()

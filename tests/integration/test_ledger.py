@@ -20,6 +20,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.provenance import lookup
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, until, worker_config
+from tests.support.ledger_facts import damaged_segment
 from tests.support.ledger_rewards import CUSTOM, FAILING
 from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
 from tests.support.sync_client import SyncClient
@@ -163,6 +164,42 @@ async def test_a_ledger_that_cannot_be_written_never_stops_scoring_and_says_so(
         await task
         client.close()
     assert set(read_table(str(blocker / "ledger"))["key"].to_pylist()) == set(keys)
+
+
+async def test_spooled_frames_a_worker_cannot_read_show_in_status_metrics_and_diagnosis(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    from rewardq.consumers.metrics import WorkerMetrics
+    from rewardq.ops.diagnosis import diagnose
+    from rewardq.ops.overview import pipeline_status
+    from rewardq.ops.status_view import ledger_line
+
+    # Given a dead worker's segment in the spool with a damaged trajectory frame, a frame of an
+    # unknown kind and a torn last frame
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    damaged_segment(spool / "dead.0000000001.wal")
+    metrics = WorkerMetrics("naive")
+    cfg = worker_config(ns, redis_url, reward_fn=REWARDS, ledger=str(tmp_path / "ledger"), ledger_spool=str(spool))
+    w = await open_test_worker(cfg, metrics=metrics)
+    task = asyncio.create_task(w.run())
+    try:
+        # When the worker adopts and writes it
+        ledger = w.accounting.ledger
+        assert ledger is not None
+        await until(lambda: ledger.counts["adopted"] == 1, "the dead worker's segment written", timeout=30)
+        await w.beat()
+        # Then status, its ledger line, its diagnosis and the metrics count the two unreadable frames
+        st = pipeline_status(sync_redis, Keyspace(ns))
+        assert (st["ledger"]["rows"], st["ledger"]["unreadable"], st["ledger"]["failing"]) == (4, 2, {})
+        assert "2 spooled frames unreadable" in ledger_line(st["ledger"])
+        said = [d["message"] for d in diagnose(st) if d["level"] == "error"]
+        assert any("2 spooled frames could not be read back" in m for m in said)
+        assert metrics.registry.get_sample_value("rewardq_ledger_unreadable_total") == 2
+    finally:
+        w.request_stop("test done")
+        await task
+    assert [p.name for p in spool.glob("dead.*")] == ["dead.0000000001.wal.unreadable"]
 
 
 async def test_keys_the_intake_dead_letters_have_rows_too(

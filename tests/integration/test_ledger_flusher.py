@@ -4,15 +4,18 @@ interrupted never loses a spooled trajectory."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from rewardq.ledger.flusher import ProcessFlusher
 from rewardq.ledger.read import read_table
 from rewardq.ledger.sink import Ledger
-from tests.support.ledger_facts import facts, make_ledger
+from tests.support.ledger_facts import damaged_segment, facts, make_ledger
 
 
 def spool(led: Ledger, *uids: str) -> None:
@@ -67,3 +70,28 @@ def test_a_worker_stopping_late_stops_a_stuck_flusher_and_keeps_its_segment(tmp_
     assert took < 10 and flusher.pid is None
     assert [p.name for p in (tmp_path / "spool").glob("*.wal")] == ["w1.0000000001.wal"]
     assert not list((tmp_path / "ledger").rglob("*.parquet"))
+
+
+def test_frames_the_flusher_process_cannot_read_are_counted_logged_and_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a dead worker's segment: trajectories a and b whole, between them one whose records were
+    # damaged on disk and a frame of a kind a newer rewardq wrote, and a torn last frame
+    led, _, _ = _with_flusher(tmp_path)
+    segment = tmp_path / "spool" / "dead.0000000001.wal"
+    damaged_segment(segment)
+    # When the worker's flusher process writes it
+    with caplog.at_level(logging.WARNING, logger="rewardq.ledger"):
+        asyncio.run(led.close(30))
+    # Then the whole trajectories are in the ledger, and nothing else
+    keys = sorted(read_table(str(tmp_path / "ledger"))["key"].to_pylist())
+    assert keys == ["a_s_0", "a_s_1", "b_s_0", "b_s_1"]
+    # And exactly the damaged and the unknown frame are counted (the torn tail held nothing acknowledged)
+    snap = led.snapshot()
+    assert (snap["rows"], snap["unreadable"], snap["adopted"], snap["errors"]) == (4, 2, 1, 0)
+    # And one warning names the segment and what was skipped, and the segment is kept aside
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(segment) in warnings[0]
+    assert "1 trajectory frame(s) whose records do not decode" in warnings[0]
+    assert "1 frame(s) of a kind" in warnings[0] and "unreadable bytes" not in warnings[0]
+    assert sorted(p.name for p in segment.parent.glob("dead.*")) == ["dead.0000000001.wal.unreadable"]

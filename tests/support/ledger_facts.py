@@ -3,6 +3,7 @@ test's folder (``ledger/``, spooled in ``spool/``) with the bounds those tests s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +40,40 @@ def make_ledger(tmp_path: Path, url: str | None = None, *, flusher_process: bool
     led = Ledger(url or str(tmp_path / "ledger"), worker="w1", spool=str(tmp_path / "spool"), **{**settings, **kw})
     led.open()
     return led
+
+
+def read_facts(uid: str, n: int = 2) -> TrajectoryFacts:
+    """:func:`facts` with the records the worker read (``payloads``): spooled as those records."""
+    from rewardq.queue.codec import decode_output, encode_output
+
+    out = {"prompt_ids": np.arange(3, dtype=np.int32), "response_ids": np.arange(5, dtype=np.int32)}
+    payloads = [encode_output(uid, "s", i, out, SAMPLE, final=i == n - 1) for i in range(n)]
+    records = [decode_output(p) for p in payloads]
+    return replace(facts(uid, n), records=records, sample=records[-1].sample, payloads=payloads)
+
+
+def damaged_segment(path: Path) -> dict[str, int]:
+    """A spool segment with trajectories ``a`` and ``b`` whole (2 outputs each), between them one
+    whose last record is damaged on disk (``bad``) and a frame of a kind not known here, and at its
+    end a torn frame (``torn``, cut short); what each part's bytes are."""
+    import struct
+
+    import msgpack
+
+    from rewardq.ledger.frames import outcome_frame, trajectory_frame
+
+    bad_facts = read_facts("bad")
+    bad = bytearray(trajectory_frame(2, bad_facts))
+    last = len((bad_facts.payloads or [b""])[-1])
+    bad[-last:] = b"\xc1" * last  # 0xc1: never valid msgpack
+    unknown = msgpack.packb({"k": "z", "tk": 9, "raw": 3}) + b"xyz"
+    torn = trajectory_frame(4, read_facts("torn"))
+    parts = [
+        trajectory_frame(1, read_facts("a")) + outcome_frame(1, True),
+        bytes(bad) + outcome_frame(2, True),
+        struct.pack("<I", len(unknown) - 3) + unknown,
+        trajectory_frame(3, read_facts("b")) + outcome_frame(3, True),
+        torn[: len(torn) // 2],
+    ]
+    path.write_bytes(b"".join(parts))
+    return {"torn": len(parts[-1]), "size": path.stat().st_size}

@@ -58,3 +58,21 @@ def slow_to_warm(
     """1.0 when the response equals the ground truth; says whether its process warmed up first."""
     warmed = os.environ.get("REMOTE_SCORERS_WARMED") == str(os.getpid())
     return {"score": 1.0 if solution_str.strip() == str(ground_truth) else 0.0, "warmed": warmed}
+
+
+def _hang_once() -> None:
+    """A warm-up that hangs, once: when the file ``$REMOTE_SCORERS_HANG_FLAG`` names exists, it is
+    removed and this process's warm-up never ends."""
+    flag = os.environ.get("REMOTE_SCORERS_HANG_FLAG")
+    if flag and os.path.exists(flag):
+        os.remove(flag)
+        while True:
+            time.sleep(1)
+
+
+@warms_up_with(_hang_once)
+def hangs_to_warm(
+    data_source: str = "", solution_str: str = "", ground_truth: Any = None, extra_info: dict[str, Any] | None = None
+) -> float:
+    """:func:`by_behaviour`, with a warm-up that hangs once on request (:func:`_hang_once`)."""
+    return by_behaviour(data_source, solution_str, ground_truth, extra_info)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rewardq.ledger import flusher
-from rewardq.ledger.frames import SegmentFile, outcome_frame, read_frames, trajectory_frame
+from rewardq.ledger.frames import SegmentFile, Skipped, outcome_frame, read_frames, trajectory_frame
 from rewardq.ledger.store import LedgerStore
 from rewardq.ledger.table import tables_from_frames
 from tests.support.ledger_facts import facts
@@ -47,7 +47,8 @@ def test_row_groups_hold_the_rows_building_the_whole_segment_gives(
     segment = tmp_path / "w.0000000007.wal"
     data = _segment(segment, [f"u{i}" for i in range(12)], hours=2)
     store = LedgerStore(str(tmp_path / "ledger"))
-    assert flusher.write_segment(store, segment, "w") == (36, 2)
+    written = flusher.write_segment(store, segment, "w")
+    assert written is not None and (written.rows, written.files, written.skipped.frames) == (36, 2, 0)
     assert not segment.exists()
     files = _written(tmp_path / "ledger")
     assert [t.equals(e) for t, e in zip(files.values(), _expected(data))] == [True, True]
@@ -89,3 +90,33 @@ def test_the_segment_file_stops_where_the_bytes_stop(tmp_path: Path) -> None:
                 found.append(frame)
         assert [(f["k"], f.get("u")) for f in found] == [(f["k"], f.get("u")) for f in read_frames(data[:cut])]
         assert len(found) == whole
+
+
+def _write(tmp_path: Path, data: bytes) -> tuple[flusher.Written | None, Path]:
+    path = tmp_path / "w.0000000001.wal"
+    path.write_bytes(data)
+    return flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), path, "w"), path
+
+
+def test_a_torn_last_frame_is_not_damage_wherever_it_is_cut(tmp_path: Path) -> None:
+    whole = trajectory_frame(1, facts("a")) + outcome_frame(1, True)
+    last = trajectory_frame(2, facts("b"))
+    map_end = 4 + int.from_bytes(last[:4], "little")
+    for cut in (2, 4, 5, map_end - 1, map_end, map_end + 3, len(last) - 1):
+        written, path = _write(tmp_path, whole + last[:cut])
+        assert written is not None and written.rows == 2, cut
+        assert written.skipped == Skipped(torn_bytes=cut) and written.skipped.frames == 0, cut
+        assert written.kept is None and not path.exists()
+
+
+def test_damage_before_the_last_frame_is_unreadable_not_torn(tmp_path: Path) -> None:
+    a, b, c = (trajectory_frame(i, facts(u)) for i, u in enumerate("abc", 1))
+    bad_map = bytearray(b)
+    bad_map[4] = 0xC1  # its map's first byte: never valid msgpack
+    long_prefix = (len(b) + len(c) + 100).to_bytes(4, "little") + b[4:]  # claims more than follows
+    for damaged in (bytes(bad_map), long_prefix):
+        written, path = _write(tmp_path, a + damaged + c)
+        assert written is not None and written.rows == 2  # a's; c, after the damage, cannot be found
+        assert written.skipped == Skipped(unreadable_bytes=len(b) + len(c)) and written.skipped.frames == 1
+        assert written.kept == str(path) + ".unreadable" and not path.exists()
+        Path(written.kept).unlink()

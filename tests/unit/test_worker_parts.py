@@ -382,3 +382,26 @@ def test_only_the_trailing_partial_trajectory_of_a_full_stream_is_held_back() ->
     assert trailing_partials([], [item(0, "d", 1)], 64, {0}) == []  # not from output 0
     assert trailing_partials([], [item(0, "e", 0, deliveries=2)], 64, {0}) == []  # a redelivery
     assert trailing_partials([], a, 64, {0}) == []  # ends with its final output
+
+
+def test_a_trailing_partial_trajectory_is_held_back_only_within_its_bounds() -> None:
+    from types import SimpleNamespace
+
+    from rewardq.consumers.intake import HOLD_MAX_BYTES, HOLD_MAX_RECORDS, trailing_partials
+    from rewardq.queue.entries import Entry
+
+    def outputs(tid: str, n: int, size: int = 0) -> list[Any]:
+        return [
+            (Entry(0, f"{tid}-{i}", {}), SimpleNamespace(tid=tid, index=i, final=False), b"x" * size) for i in range(n)
+        ]
+
+    # as many records as the bound: held; one more: filed as they come
+    assert len(trailing_partials([], outputs("a", HOLD_MAX_RECORDS), 4096, {0})) == HOLD_MAX_RECORDS
+    assert trailing_partials([], outputs("b", HOLD_MAX_RECORDS + 1), 4096, {0}) == []
+    # the records' bytes: up to the bound held, past it filed (however few the records)
+    size = HOLD_MAX_BYTES // 2
+    assert len(trailing_partials([], outputs("c", 2, size), 4096, {0})) == 2
+    assert trailing_partials([], outputs("d", 3, size), 4096, {0}) == []
+    # what an earlier read held counts too
+    held = outputs("e", 3, size)
+    assert trailing_partials(held[:2], held[2:], 4096, {0}) == []

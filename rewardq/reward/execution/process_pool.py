@@ -207,6 +207,17 @@ class ScorerPool(ScorerFleet):
                 logger.error("scorer pool broken: %s", self._broken)
                 self._fail_pending()
 
+    def _on_ready_deadline(self, slot: ScorerSlot) -> None:
+        """A replacement or spare still not ready ``start_timeout`` after it started (its function's
+        load or warm-up hangs): it counts as a failed load (replaced, up to three times, then the
+        pool is broken and its waiting calls fail saying why) and its process is stopped."""
+        if slot.ready or slot.dead or self._closed:
+            return
+        slot.init_error = f"not ready after {self.start_timeout:g}s (loading or warming up the function)"
+        self._on_dead(slot)
+        self._background(slot.stop(self.kill_grace))
+        self._dispatch()
+
     async def _after_crash(self, slot: ScorerSlot, call: PoolCall) -> None:
         """The process running ``call`` died: reap it, tell the caller how it ended, replace it."""
         self.counters["crashes"] += 1

@@ -178,6 +178,8 @@ class ScorerFleet:
         )
         assert self._loop is not None
         self._loop.add_reader(slot.conn.fileno(), self._on_readable, slot)
+        if self._started:  # a replacement or a spare: held to the start-up's deadline too
+            self._loop.call_later(self.start_timeout, self._on_ready_deadline, slot)
         return slot
 
     def _detach(self, slot: ScorerSlot) -> None:
@@ -283,6 +285,9 @@ class ScorerFleet:
         raise NotImplementedError
 
     def _kill(self, slot: ScorerSlot) -> None:
+        raise NotImplementedError
+
+    def _on_ready_deadline(self, slot: ScorerSlot) -> None:
         raise NotImplementedError
 
     async def close(self) -> None:
