@@ -63,7 +63,7 @@ async def test_copied_results_read_as_written_ones() -> None:
             admin.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", *rules)
         dumps, copies = {}, {}
         for user in ("full", "nocopy"):
-            admin.config_resetstat()
+            admin.execute_command("CONFIG", "RESETSTAT")
             r = connect(srv.url_for(user, "pw"))
             dumps[user] = commit_all(r, f"cc-{user}")
             copies[user] = admin.info("commandstats").get("cmdstat_copy", {}).get("calls", 0)
