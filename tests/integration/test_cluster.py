@@ -250,6 +250,7 @@ async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_o
             t_all = time.perf_counter() - t0
         # counted once the workers stopped: a result is visible before its worker counts it
         scored = {w.name: w.stats["scored"] for w in workers}
+        duplicates = sum(w.stats["duplicates"] for w in workers)
         t_stop = time.perf_counter()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 30) == 0, log.read_text()[-3000:]
@@ -272,7 +273,11 @@ async def test_thousand_trajectories_three_workers_every_key_exact_each_scored_o
     )
     assert set(per_worker) == {"w0", "w1", "cli0"}
     assert {n: per_worker[n] for n in scored} == scored
-    assert len(LengthManager.calls) == scored["w0"] + scored["w1"]
+    # (a lease of FAST's 2 s can lapse on a loaded machine: the trajectory is then scored again by
+    # the worker that reclaimed it, and the first scorer's commit, finding it done, writes nothing and
+    # counts a duplicate; every call beyond the results written is such a one)
+    calls = len(LengthManager.calls)
+    assert scored["w0"] + scored["w1"] <= calls <= scored["w0"] + scored["w1"] + duplicates, (calls, scored, duplicates)
     done_lens = [rc.xlen(ks.done(s)) for s in range(SHARDS)]
     assert sum(done_lens) == N_TRAJ and min(done_lens) > 0, done_lens
     assert_drained(rc, ks)
