@@ -7,16 +7,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
-
 from rewardq.queue import access, scripts
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RESULT_FIELDS
 from tests.support.redis_server import RedisServer
 from tests.support.sync_client import connect
-
-pytestmark = pytest.mark.slow
 
 #: (outputs, one row for every key?, extra-info value, result TTL): listpack and hashtable results.
 CASES = (
