@@ -13,8 +13,9 @@
   permission) leaves the segments on local disk, retried with backoff, up to
   ``ledger_spool_max_bytes``, past which trajectories are counted as not written. Both show in
   the heartbeat (``rewardq status``/``top``), the metrics and the log, every minute while they last.
-  So do spooled frames the flusher could not read back (damaged on disk, or of a kind a newer
-  rewardq wrote): counted as ``unreadable``, logged once per segment, the segment kept aside.
+  So do spooled frames the flusher could not read back (damaged on disk, of a kind a newer
+  rewardq wrote, or with a field missing or wrong): counted as ``unreadable``, logged once per
+  segment with the reasons, the segment kept aside; its other frames are written as usual.
 """
 
 from __future__ import annotations
@@ -322,6 +323,8 @@ class Ledger:
                     written.skipped,
                     written.kept,
                 )
+            elif written.skipped.no_provenance:
+                logger.warning("ledger: spool segment %s: %s", path, written.skipped)
         if self._failures:
             logger.warning("ledger: writing to %s again after %d failed tries", self.url, self._failures)
         self._failures = 0
