@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from rewardq.ledger.checks import WrongFrame, check_output, got
+from rewardq.ledger.checks import INT32_MAX, WrongFrame, check_output, got
 from rewardq.queue.codec import EXT_INT32, EXT_INT64, EXT_UINT8
 
 #: Where each output's entry of a trajectory frame (``o``) holds its values (rewardq.ledger.frames).
@@ -48,9 +48,30 @@ def outputs_of_records(raw: memoryview, frame: Mapping[str, object]) -> tuple[li
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise ValueError(f"a spooled record does not unpack: {type(exc).__name__}: {exc}") from None
         at += n
-        if type(d) is not dict:
-            raise WrongFrame("record", "<record>", f"is not a map {got(d)}")
-        outputs.append(_output(d))
+        try:  # what the worker spools, taken as it is; anything else is explained by _output
+            index, final, turns, mask, score = (
+                d["index"], d["final"], d.get("num_turns"), d.get("response_mask"), d.get("reward_score")
+            )  # fmt: skip
+            if (
+                type(index) is not int
+                or type(final) is not bool
+                or not 0 <= index <= INT32_MAX
+                or (turns is not None and (type(turns) is not int or not 0 <= turns <= INT32_MAX))
+            ):
+                raise TypeError
+            entry = [
+                index,
+                final,
+                _int32(d["prompt_ids"]),
+                _int32(d["response_ids"]),
+                None if mask is None else _uint8(mask),
+                turns,
+                d.get("extra_fields") or {},
+                None if score is None else float(score),
+            ]
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            entry = _output(d)  # raises WrongFrame naming the field
+        outputs.append(entry)
         if i == sample_at:
             sample = d.get("sample") or {}
             if type(sample) is not dict:
@@ -60,8 +81,27 @@ def outputs_of_records(raw: memoryview, frame: Mapping[str, object]) -> tuple[li
     return outputs, sample
 
 
-def _output(d: Mapping[str, object]) -> list[Any]:
-    """A record's entry of the decoded form."""
+def _int32(packed: _Packed) -> bytes:
+    """A record's packed ids as little-endian int32 bytes (raises for anything else)."""
+    if packed.code == EXT_INT32 and not len(packed.data) & 3:
+        return packed.data
+    converted: bytes = np.frombuffer(packed.data, _DTYPES[packed.code]).astype("<i4").tobytes()
+    return converted
+
+
+def _uint8(packed: _Packed) -> bytes:
+    """A record's packed mask as uint8 bytes (raises for anything else)."""
+    if packed.code == EXT_UINT8:
+        return packed.data
+    converted: bytes = np.frombuffer(packed.data, _DTYPES[packed.code]).astype("u1").tobytes()
+    return converted
+
+
+def _output(d: object) -> list[Any]:
+    """A record's entry of the decoded form, each field checked: raises WrongFrame naming the
+    first wrong one (the slow path of :func:`outputs_of_records`, for a record it could not take)."""
+    if type(d) is not dict:
+        raise WrongFrame("record", "<record>", f"is not a map {got(d)}")
     index, final, turns, score = d.get("index"), d.get("final"), d.get("num_turns"), d.get("reward_score")
     check_output("record", index, final, turns, score)
     mask = d.get("response_mask")
@@ -73,7 +113,7 @@ def _output(d: Mapping[str, object]) -> list[Any]:
         None if mask is None else _as(mask, "response_mask", "u1"),
         turns,
         d.get("extra_fields") or {},
-        None if score is None else float(score),  # type: ignore[arg-type]  # a number: checked
+        None if score is None else float(score),
     ]
 
 

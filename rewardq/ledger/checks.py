@@ -76,7 +76,30 @@ def check_trajectory(t: Mapping[str, object]) -> None:
 
     Required: ``tk``, ``u``, ``sid``, ``o``; the others may be missing or nil. The result rows
     (``rf``, ``r``) are checked where they are taken apart
-    (:meth:`~rewardq.ledger.results.ResultColumns.split`), the outputs where the body is read."""
+    (:meth:`~rewardq.ledger.results.ResultColumns.split`), the outputs where the body is read.
+    One expression passes a frame as the worker writes it (this is paid per trajectory); a frame
+    it does not pass is looked at field by field, to say which is wrong."""
+    get = t.get
+    outputs, attempt, put_ts, score_ms, pv, text = get("o"), get("a"), get("ts"), get("sm"), get("pv"), get("txt")
+    if (
+        type(get("tk")) is int
+        and type(get("u")) is str
+        and type(get("sid")) is str
+        and type(outputs) is list
+        and outputs
+        and (attempt is None or (type(attempt) is int and 0 <= attempt <= INT32_MAX))
+        and (put_ts is None or type(put_ts) in _NUMBER)
+        and (score_ms is None or type(score_ms) in _NUMBER)
+        and (pv is None or type(pv) is str)
+        and (text is None or type(text) is str)
+        and not get("j")
+    ):
+        return
+    _explain_trajectory(t)
+
+
+def _explain_trajectory(t: Mapping[str, object]) -> None:
+    """:func:`check_trajectory` field by field: raises WrongFrame naming the first wrong field."""
     if type(t.get("tk")) is not int:
         raise WrongFrame("trajectory", "tk", f"is not a ticket number {got(t.get('tk'))}")
     for name in ("u", "sid"):

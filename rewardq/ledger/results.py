@@ -119,16 +119,12 @@ class ResultColumns:
             raise WrongFrame("trajectory", "r", f"is not a list of result rows {got(rows)}")
         if len(rows) != n:
             rows = rows[:1]
-        if not all(type(row) is list for row in rows):
-            raise WrongFrame("trajectory", "r", "holds a result row that is not a list")
-        try:  # a value a column decodes is text, a number or nil; hashed here, its hash is kept for the decode
-            hash(tuple(map(tuple, rows)))
-        except TypeError:
-            raise WrongFrame("trajectory", "r", "holds a value that is not text, a number or nil") from None
         width = len(names)
         by_field: Sequence[Sequence[Any]]
-        if all(len(row) == width for row in rows):
+        if all(type(row) is list and len(row) == width for row in rows):
             by_field = list(zip(*rows))
+        elif not all(type(row) is list for row in rows):
+            raise WrongFrame("trajectory", "r", "holds a result row that is not a list")
         else:
             by_field = [[row[i] if i < len(row) else None for row in rows] for i in range(width)]
         none = [None] * len(rows)
@@ -162,10 +158,14 @@ class ResultColumns:
                 return bulk.cast(type_)
             return pa.array(list(map(scored_at, values)), type=type_)
         seen, decode = self._seen[column], self._decode[column]
-        for v in dict.fromkeys(values):
-            if v not in seen:
-                seen[v] = decode(v)
-        return pa.array(list(map(seen.__getitem__, values)), type=type_)
+        try:
+            for v in dict.fromkeys(values):
+                if v not in seen:
+                    seen[v] = decode(v)
+            decoded = list(map(seen.__getitem__, values))
+        except TypeError:  # a value that is a list or a map (no hash): its text, as any other value's
+            decoded = list(map(decode, values))
+        return pa.array(decoded, type=type_)
 
 
 def _scored_at_array(values: list[Any]) -> pa.Array | None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -142,21 +142,10 @@ _TRAJECTORY_COLUMNS = (
 )
 
 
-_T = TypeVar("_T")
-_V = TypeVar("_V")
-
-
-def _json_of(part: str, name: str, convert: Callable[[_V], _T], value: _V) -> _T:
-    """``convert(value)``, which writes JSON of a frame's ``name``; WrongFrame when JSON cannot
-    hold it (nesting deeper than the encoder recurses, or a map key of no type JSON has)."""
-    try:
-        return convert(value)
-    except (ValueError, TypeError, RecursionError):
-        raise WrongFrame(part, name, "holds a value JSON cannot hold") from None
-
-
-def _extra_fields(values: Iterable[object]) -> list[str]:
-    return [to_json(e) if e else "{}" for e in values]
+#: Why a frame whose sample, extra fields or provenance blob cannot be written as JSON is wrong
+#: (nesting deeper than the encoder recurses, or a map key of no type JSON has).
+_NO_JSON = "holds a value JSON cannot hold"
+_JSON_ERRORS = (ValueError, TypeError, RecursionError)
 
 
 class _Rows:
@@ -197,8 +186,14 @@ class _Rows:
         n = len(outputs)
         uid, sid = t["u"], t["sid"]
         by_field = list(zip(*outputs))
-        ds, gt, extra, rest = _json_of("trajectory", "s", split_sample, t.get("s") or {})
-        extras = _json_of("output", "extra_fields", _extra_fields, by_field[EXTRA])
+        try:
+            ds, gt, extra, rest = split_sample(t.get("s") or {})
+        except _JSON_ERRORS:
+            raise WrongFrame("trajectory", "s", _NO_JSON) from None
+        try:
+            extras = [to_json(e) if e else "{}" for e in by_field[EXTRA]]
+        except _JSON_ERRORS:
+            raise WrongFrame("output", "extra_fields", _NO_JSON) from None
         attempt, score_ms = t.get("a"), t.get("sm")
         values = (SCHEMA_VERSION, uid, sid, n, ds, gt, extra, rest, 1 if attempt is None else attempt, None)
         score_ms = None if score_ms is None else float(score_ms)  # an int past 2**53: Arrow takes no such double
@@ -343,19 +338,20 @@ def is_trajectory(
     if kind == TRAJECTORY:
         return True
     if kind == OUTCOME:
-        ticket, committed = check_outcome(frame)
-        outcomes[ticket] = committed
+        ticket, committed = frame.get("tk"), frame.get("c")
+        if type(ticket) is int and (committed is None or type(committed) is bool):
+            outcomes[ticket] = committed
+        else:
+            check_outcome(frame)  # raises, naming the field
     elif kind == PROVENANCE:
         digest, blob = check_provenance(frame)
-        blobs[digest] = _json_of("provenance", "b", _blob_columns, blob)
+        try:  # as the columns named after them hold them
+            blobs[digest] = {name: _blob_text(blob.get(name)) for name in _BLOB_COLUMNS}
+        except _JSON_ERRORS:
+            raise WrongFrame("provenance", "b", _NO_JSON) from None
     else:
         return None
     return False
-
-
-def _blob_columns(blob: Mapping[str, object]) -> dict[str, str | None]:
-    """A provenance blob's values of the columns named after them, as text."""
-    return {name: _blob_text(blob.get(name)) for name in _BLOB_COLUMNS}
 
 
 def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, pa.Table]:

@@ -46,10 +46,6 @@ WRONG = {
     "result-fields-not-names": (wrong(set_field("rf", [1, 2])), "trajectory field 'rf' holds a result field name that"),
     "result-rows-a-number": (wrong(set_field("r", 7)), "trajectory field 'r' is not a list of result rows (got int)"),
     "result-row-text": (wrong(set_field("r", ["ok"])), "trajectory field 'r' holds a result row that is not a list"),
-    "result-value-a-map": (
-        wrong(set_field("r", [[{"a": 1}] * 12])),
-        "field 'r' holds a value that is not text, a number",
-    ),
     "no-ticket": (wrong(drop_field("tk")), "trajectory field 'tk' is not a ticket number (missing)"),
     "uid-a-number": (wrong(set_field("u", 7)), "trajectory field 'u' is not a string (got int)"),
     "attempt-past-int32": (wrong(set_field("a", 2**40)), "trajectory field 'a' is not an attempt number (got int)"),
