@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from rewardq.ledger import flusher
@@ -178,7 +180,7 @@ def test_a_destination_that_fails_is_a_flush_error_retried_even_beside_a_wrong_f
 
 
 def test_values_a_column_cannot_hold_are_written_null_not_refused(tmp_path: Path) -> None:
-    # Given trajectories whose result times are not times a row can hold, and one ended unscored (attempt 0)
+    # Given trajectories whose result times are not times a row can hold, one ended unscored (attempt 0)
     rows = []
     for uid, when in (("nan", b"nan"), ("inf", b"inf"), ("far", b"1e300"), ("year-160000", b"5e12"), ("text", b"x")):
         t = facts(uid)
@@ -187,15 +189,19 @@ def test_values_a_column_cannot_hold_are_written_null_not_refused(tmp_path: Path
         rows.append(t)
     expired = facts("expired")
     expired.attempt = 0
-    segment = spooled(tmp_path / "spool", [*rows, expired])
+    mapped = facts("mapped")  # and one whose extra info is a map, not the text of one
+    info = list(mapped.result_fields).index("reward_extra_info")
+    mapped.result_rows = [[{"acc": 1} if i == info else v for i, v in enumerate(row)] for row in mapped.result_rows]
+    segment = spooled(tmp_path / "spool", [*rows, expired, mapped])
     # When the flusher writes them
     written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment, "w")
     # Then every row is written, those times null (in the partition of no time), the attempt kept
-    assert written is not None and written.rows == 12 and written.skipped == Skipped()
+    assert written is not None and written.rows == 14 and written.skipped == Skipped()
     table = ledger_rows(tmp_path / "ledger")
     by_key = {r["key"]: r for r in table.to_pylist()}
     assert [by_key[f"{u}_s_0"]["scored_at"] for u in ("nan", "inf", "far", "year-160000", "text")] == [None] * 5
     assert by_key["expired_s_1"]["attempt"] == 0 and by_key["nan_s_1"]["attempt"] == 1
+    assert by_key["mapped_s_0"]["reward_extra_info"] == "{'acc': 1}"  # its text, as any value's
 
 
 def test_a_trajectory_whose_provenance_blob_is_missing_is_written_and_said(
@@ -280,3 +286,27 @@ def test_no_value_in_any_field_fails_the_segment_or_changes_the_other_rows(tmp_p
     mine = pc.is_in(rows["uid"], pa.array(["a", "b"]))
     assert rows.filter(mine).equals(ledger_rows(tmp_path / "want"))
     assert written.skipped.unknown == 2 * (len(ODD) + 1)  # every odd kind ``k``, in both forms
+
+
+def test_replay_and_report_take_rows_without_a_time_and_ids_that_are_not_int32s(tmp_path: Path) -> None:
+    from rewardq.ledger import replay, report
+
+    # Given a ledger with trajectory a, t whose results' time did not read as one (null scored_at),
+    # and u whose ids were cut (a ledger not written by rewardq's flusher)
+    untimed = facts("t")
+    at = list(untimed.result_fields).index("scored_at")
+    untimed.result_rows = [[b"nan" if i == at else v for i, v in enumerate(row)] for row in untimed.result_rows]
+    ledger = tmp_path / "ledger"
+    flusher.write_segment(LedgerStore(str(ledger)), spooled(tmp_path / "spool", [read_facts("a"), untimed]), "w")
+    cut = ledger_rows(ledger).slice(0, 2).to_pylist()
+    for row in cut:
+        row["uid"], row["key"], row["prompt_ids"] = "u", row["key"].replace("a_", "u_"), b"\x01\x00\x00"
+    pq.write_table(
+        pa.Table.from_pylist(cut, schema=ledger_rows(ledger).schema), ledger / "date=2027-01-15" / "cut.parquet"
+    )
+    # When a replay plans it, it plans a and t (t, with no time, first), and counts u as unreadable
+    plan = replay.plan(str(ledger))
+    assert [t.uid for t in plan.trajectories] == ["t", "a"] and plan.unreadable == 1
+    # And the report leaves t's row out (it has no place on a time axis) and draws the others
+    rows = report.load(str(ledger), None, None, None)
+    assert rows.n == 2 and not np.isnan(rows.t).any()
