@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from rewardq.errors import ConfigError
 from rewardq.ledger.frames import outcome_frame, read_frames, trajectory_frame
 from rewardq.ledger.read import latest_rows, parse_where, read_table
 from rewardq.ledger.results import SCORED_AT, ResultColumns, scored_at
@@ -179,6 +180,8 @@ def test_an_in_memory_fsspec_ledger_is_written_and_read(tmp_path: Path) -> None:
     table = read_table(url)
     assert table.num_rows == 6 and table["scorer"].to_pylist() == ["default:gsm8k"] * 6
     assert read_table(url, where=parse_where(["key=t1_s_1"]))["key"].to_pylist() == ["t1_s_1"]
+    with pytest.raises(ConfigError, match="attempt=first: not a number, and column attempt holds int32"):
+        read_table(url, where=parse_where(["attempt=first"]))  # a bad flag, not a traceback
     assert read_table(url, since=1.8e9 + 1).num_rows == 0 and read_table(url, until=1.8e9 + 1).num_rows == 6
 
 
