@@ -191,7 +191,8 @@ def test_values_a_column_cannot_hold_are_written_null_not_refused(tmp_path: Path
     expired.attempt = 0
     mapped = facts("mapped")  # and one whose extra info is a map, not the text of one
     info = list(mapped.result_fields).index("reward_extra_info")
-    mapped.result_rows = [[{"acc": 1} if i == info else v for i, v in enumerate(row)] for row in mapped.result_rows]
+    as_map: object = {"acc": 1}
+    mapped.result_rows = [[as_map if i == info else v for i, v in enumerate(row)] for row in mapped.result_rows]  # type: ignore[misc]
     segment = spooled(tmp_path / "spool", [*rows, expired, mapped])
     # When the flusher writes them
     written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment, "w")
