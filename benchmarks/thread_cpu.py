@@ -23,21 +23,8 @@ from pathlib import Path
 
 from benchmarks import raw, rewardq_bench
 from benchmarks.common import Child, Cleanup, Settings, connect, redis_cpu_seconds, watch_drain
+from benchmarks.procfs import thread_cpu
 from benchmarks.workload import Workload
-
-
-def thread_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds (user + system) of each thread of ``pid``, by thread id."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-    return out
 
 
 def main() -> None:
