@@ -311,3 +311,11 @@ def test_replay_and_report_take_rows_without_a_time_and_ids_that_are_not_int32s(
     # And the report leaves t's row out (it has no place on a time axis) and draws the others
     rows = report.load(str(ledger), None, None, None)
     assert rows.n == 2 and not np.isnan(rows.t).any()
+
+
+def test_a_worker_reads_a_flusher_answer_with_fields_it_does_not_know() -> None:
+    # a flusher process of a newer rewardq (started after an upgrade in place) may say more
+    answer = {"damaged": 1, "wrong": {"record field 'index' is not an output index (got str)": 2}, "newer": 3}
+    got = Skipped.of(answer)
+    assert got == Skipped(damaged=1, wrong={"record field 'index' is not an output index (got str)": 2})
+    assert got.frames == 3
