@@ -238,14 +238,27 @@ class ProcessFlusher:
         more (writing a segment twice gives the same files)."""
         with self._lock:
             line = self._ask(path, owner) or self._ask(path, owner)
-        if not line:
-            raise FlushError("the ledger's flusher process ended twice writing this segment; tried again later")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise FlushError(str(answer["error"]))
-        if answer.get("gone"):
-            return None
-        return Written(int(answer["rows"]), int(answer["files"]), Skipped.of(answer["skipped"]), answer["kept"])
+            if not line:
+                raise FlushError("the ledger's flusher process ended twice writing this segment; tried again later")
+            try:
+                answer = json.loads(line)
+                if "error" in answer:
+                    raise FlushError(str(answer["error"]))
+                if answer.get("gone"):
+                    return None
+                return Written(int(answer["rows"]), int(answer["files"]), Skipped.of(answer["skipped"]), answer["kept"])
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                # something else wrote to its stdout: the answers after it would be out of step, so
+                # the process is stopped (the next segment starts another)
+                proc = self._proc
+                if proc is not None:
+                    self._stop(proc)
+                    if proc.stdout is not None:
+                        proc.stdout.close()
+                raise FlushError(
+                    f"the ledger's flusher process answered what this worker cannot read ({line[:200]!r}: "
+                    f"{type(exc).__name__}); it is started again"
+                ) from None
 
     def _ask(self, path: Path, owner: str) -> bytes:
         """One request and its answer line (empty when the process ended: it is then stopped)."""

@@ -144,7 +144,10 @@ class Ledger:
         """Seal, flush and adopt segments until cancelled (the worker runs it as a background task)."""
         while True:
             await asyncio.sleep(_TICK)
-            await self.flush_due()
+            try:
+                await self.flush_due()
+            except Exception as exc:  # noqa: BLE001 - one failure must not end the loop: its segments would wait for ever
+                self._error(f"flushing failed, tried again within {_TICK:g}s: {type(exc).__name__}: {exc}")
 
     async def flush_due(self, *, everything: bool = False) -> None:
         """Write the segments that are due, and every ``_ADOPT_EVERY`` s dead workers' segments

@@ -319,3 +319,39 @@ def test_a_worker_reads_a_flusher_answer_with_fields_it_does_not_know() -> None:
     got = Skipped.of(answer)
     assert got == Skipped(damaged=1, wrong={"record field 'index' is not an output index (got str)": 2})
     assert got.frames == 3
+
+
+def test_an_answer_the_worker_cannot_read_is_a_flush_error_and_the_ledgers_loop_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rewardq.ledger import sink
+
+    # Given a flusher process whose stdout something else wrote to (no process is started here)
+    monkeypatch.setattr(flusher.ProcessFlusher, "_start", lambda self: None)
+    monkeypatch.setattr(flusher.ProcessFlusher, "_ask", lambda self, path, owner: b"Loading weights...\n")
+    answers = flusher.ProcessFlusher("/nowhere")
+    # Then what it answered is a flush error (the segment stays, retried), not an exception of another kind
+    with pytest.raises(flusher.FlushError, match="answered what this worker cannot read"):
+        answers.write(tmp_path / "w.0000000001.wal", "w")
+    # And a ledger whose flush raises anything at all counts it and goes on flushing
+    led = make_ledger(tmp_path)
+    calls = []
+
+    async def failing(*, everything: bool = False) -> None:
+        calls.append(everything)
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(led, "flush_due", failing)
+    monkeypatch.setattr(sink, "_TICK", 0.01)
+
+    async def run_a_while() -> bool:
+        task = asyncio.create_task(led.run())
+        while len(calls) < 3:
+            await asyncio.sleep(0.01)
+        alive = not task.done()
+        task.cancel()
+        return alive
+
+    assert asyncio.run(run_a_while())
+    assert led.counts["errors"] >= 3 and "RuntimeError: a bug" in led.last_error
+    asyncio.run(led.close(1))
