@@ -145,12 +145,10 @@ def commands_per_trajectory(
 ) -> dict[str, list[float]]:
     """``{command: [calls, microseconds]}`` per trajectory between two ``INFO commandstats``, for the
     ``top`` commands by time."""
-    rows = []
-    for name, st in after.items():
-        b = before.get(name, {"calls": 0, "usec": 0})
-        rows.append((st["usec"] - b["usec"], st["calls"] - b["calls"], name.removeprefix("cmdstat_")))
-    rows.sort(reverse=True)
-    return {name: [round(calls / n, 3), round(usec / n, 1)] for usec, calls, name in rows[:top] if calls > 0}
+    return {
+        name: [round(calls / n, 3), round(usec / n, 1)]
+        for usec, calls, name in rewardq_bench.command_deltas(before, after)[:top]
+    }
 
 
 if __name__ == "__main__":
