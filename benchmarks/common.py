@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeGuard, cast
 
 import redis
 
+from benchmarks.procfs import cpu_seconds, process_tree, status_kb
 from rewardq.queue.clients import Key, StreamEntry, SyncPipeline, SyncRedis
 
 PYTHON = sys.executable
@@ -280,64 +281,16 @@ class Child:
         return self.proc.returncode
 
 
-def process_tree(root: int) -> list[int]:
-    """``root`` and its live descendants (from ``/proc/<pid>/task/*/children``)."""
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except OSError:
-            continue
-    return out
-
-
 def stop_all_children() -> None:
     """Stop every child still running (called on exit, also after errors and Ctrl-C)."""
     for child in list(_CHILDREN):
         child.stop(grace=10.0)
 
 
-def status_kb(pid: int, field_name: str) -> int | None:
-    """A ``kB`` field of ``/proc/<pid>/status`` (VmHWM, VmRSS), or None when gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``/proc/<pid>/stat`` in seconds (0.0 when the process is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def redis_cpu_seconds(r: BenchRedis) -> float:
     """The Redis server's own CPU (``INFO cpu``: used_cpu_user + used_cpu_sys)."""
     info = r.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
-def mem_available_mb() -> float:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024.0
-    return float("inf")
 
 
 # ------------------------------------------------------------------------------------------

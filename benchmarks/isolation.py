@@ -24,7 +24,8 @@ import time
 import uuid
 from typing import Any
 
-from benchmarks.common import Cleanup, cpu_seconds
+from benchmarks.common import Cleanup
+from benchmarks.procfs import cpu_seconds
 from rewardq.reward.execution.isolation import ScoreFnRouter
 from rewardq.reward.execution.settings import ScoringSettings
 from rewardq.reward.scoring import gsm8k

@@ -38,9 +38,10 @@ import timeit
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmarks.common import Child, Cleanup, Row, Settings, connect, cpu_seconds, watch_drain
+from benchmarks.common import Child, Cleanup, Row, Settings, connect, watch_drain
 from benchmarks.ledger_flusher import flusher_row
 from benchmarks.ledger_micro import micro_row
+from benchmarks.procfs import CSTIME, CUTIME, STIME, UTIME, cmdline, cpu_seconds, stat_fields, ticks
 from benchmarks.rewardq_bench import done_count, fill, start_workers
 from benchmarks.workload import Workload
 
@@ -87,31 +88,15 @@ def _split_cpu(child: Child) -> _Cpu:
     for pid in child.tree():
         if pid == child.pid:
             continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                is_flusher = b"rewardq.ledger.flusher" in f.read()
-        except OSError:
-            continue
-        if is_flusher:
+        if "rewardq.ledger.flusher" in cmdline(pid):
             flusher += cpu_seconds(pid)
         else:
             others += cpu_seconds(pid)
-    fields = _stat_fields(child.pid)
-    tick = os.sysconf("SC_CLK_TCK")
+    fields = stat_fields(child.pid)
     if fields is None:
         return _Cpu(0.0, flusher, others, 0.0)
-    utime, stime, cutime, cstime = (int(v) / tick for v in fields[11:15])
-    return _Cpu(utime + stime, flusher, others + cutime + cstime, stime)
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command (index 11: utime, 12: stime, 13: cutime,
-    14: cstime), None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+    reaped = ticks(fields, CUTIME, CSTIME)
+    return _Cpu(ticks(fields, UTIME, STIME), flusher, others + reaped, ticks(fields, STIME))
 
 
 def _flusher_settled(child: Child, timeout: float = 30.0) -> float:

@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Row, cpu_seconds, status_kb
+from benchmarks.common import Row
+from benchmarks.procfs import MINFLT, STIME, UTIME, cpu_seconds, stat_fields, status_kb, ticks
 
 
 def spool_segment(folder: Path, seed: int, n: int) -> Path:
@@ -66,10 +67,10 @@ def run_flusher(url: str, segments: list[Path]) -> tuple[float, float, int, floa
     # read before it exits: wait4's ru_maxrss would count this process's memory, which the child
     # had until its exec
     peak = (status_kb(proc.pid, "VmHWM") or 0) / 1024
-    with open(f"/proc/{proc.pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    user, system, faults = int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
+    fields = stat_fields(proc.pid)
+    if fields is None:
+        raise RuntimeError(f"the flusher process {proc.pid} ended before it was measured")
+    user, system, faults = ticks(fields, UTIME), ticks(fields, STIME), int(fields[MINFLT])
     proc.stdin.close()
     proc.wait()
     proc.stdout.close()

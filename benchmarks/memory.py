@@ -23,7 +23,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from benchmarks.common import Cleanup, Row, Settings, connect, mem_available_mb, status_kb, watch_drain
+from benchmarks.common import Cleanup, Row, Settings, connect, watch_drain
+from benchmarks.procfs import mem_available_mb, status_kb
 from benchmarks.rewardq_bench import done_count, fill, start_workers
 from benchmarks.workload import Workload
 

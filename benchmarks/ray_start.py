@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.procfs import is_zombie
+
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMED_OUT = "timed out during startup"
@@ -66,12 +68,5 @@ def kill_processes_naming(path: Path, wait: float = 10.0) -> None:
             continue
     deadline = time.monotonic() + wait
     while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _is_zombie(p)]
+        pids = [p for p in pids if not is_zombie(p)]
         time.sleep(0.05)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True

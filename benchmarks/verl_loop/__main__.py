@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.verl_loop.procs import load
+from benchmarks.procfs import load
 from benchmarks.verl_loop.report import render, targets
 from benchmarks.verl_loop.trajectories import SCORERS, Trajectories
 

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.verl_loop.procs import CpuReader, load
+from benchmarks.procfs import load
+from benchmarks.verl_loop.procs import CpuReader
 from benchmarks.verl_loop.reference import References
 from benchmarks.verl_loop.trajectories import Trajectory
 

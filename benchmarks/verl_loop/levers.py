@@ -107,7 +107,7 @@ async def pools(n: int, fn_spec: str, kwargs_of: Any, bare_first: bool) -> dict[
     """Calls per second of each pool over the same ``n`` calls (both warmed up with 4 calls per
     process), and the CPU its processes spent per call (what the cores gave them: on a loaded
     machine the calls/s ratio is mostly the share of the cores each run got)."""
-    from benchmarks.verl_loop.procs import stat_cpu
+    from benchmarks.procfs import stat_cpu
     from rewardq.reward.execution.loader import load_score_fn
     from rewardq.reward.execution.process_pool import ScorerPool
 

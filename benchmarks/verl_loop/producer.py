@@ -44,7 +44,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.thread_cpu import thread_cpu
+from benchmarks.procfs import process_tree, thread_cpu
 from benchmarks.verl_loop.local_workers import start_redis, start_workers, workers_up
 from benchmarks.verl_loop.tokenizer import shipped_files
 from benchmarks.verl_loop.trajectories import Trajectories, Trajectory
@@ -82,19 +82,8 @@ def process_tree_cpu(pid: int) -> tuple[float, float, float]:
     thread, ...), and of its live descendants (scorer processes), from ``/proc``."""
     threads = thread_cpu(pid)
     main_thread = threads.pop(pid, 0.0)
-    children = 0.0
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            with open(f"/proc/{parent}/task/{parent}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except OSError:
-            continue
-        for kid in kids:
-            children += sum(thread_cpu(kid).values())
-            todo.append(kid)
-    return main_thread, sum(threads.values()), children
+    descendants = sum(sum(thread_cpu(p).values()) for p in process_tree(pid) if p != pid)
+    return main_thread, sum(threads.values()), descendants
 
 
 def fleet_cpu(fleet: Fleet) -> tuple[float, float, float, float]:

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.common import cpu_seconds
+from benchmarks.procfs import cpu_seconds
 from benchmarks.verl_loop.tokenizer import fast_tokenizer
 from benchmarks.verl_loop.trajectories import DATA_SOURCES, Trajectory
 

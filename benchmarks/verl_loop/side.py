@@ -39,11 +39,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import process_tree as tree
+from benchmarks.procfs import cmdline, stat_cpu
+from benchmarks.procfs import process_tree as tree
 from benchmarks.ray_start import init_local_ray
 from benchmarks.verl_loop import drive
 from benchmarks.verl_loop.local_workers import start_redis, start_workers, workers_up
-from benchmarks.verl_loop.procs import cmdline, group_cpu, stat_cpu
+from benchmarks.verl_loop.procs import group_cpu
 from benchmarks.verl_loop.reference import References
 from benchmarks.verl_loop.trajectories import Trajectories
 

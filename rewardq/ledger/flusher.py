@@ -35,6 +35,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any, NamedTuple, Protocol
 
+from rewardq.ledger.checks import WrongFrame
 from rewardq.ledger.columns import Buffers
 from rewardq.ledger.frames import SegmentFile, Skipped
 from rewardq.ledger.spool import Spool
@@ -113,17 +114,13 @@ def write_segment(store: LedgerStore, path: Path, owner: str) -> Written | None:
 
 
 def _write_frames(store: LedgerStore, segment: SegmentFile, name: str) -> Written:
-    """The trajectories of ``segment`` as files ``name`` of ``store``, and what was skipped."""
+    """The trajectories of ``segment`` as files ``name`` of ``store``, and what was skipped: a frame
+    that cannot become rows (:class:`~rewardq.ledger.frames.Skipped`) is counted with its reason
+    and costs the other frames nothing; what the filesystem or the destination raises, raises."""
+    skipped = Skipped()
     outcomes: dict[int, bool | None] = {}
     blobs: dict[str, Mapping[str, Any]] = {}
-    trajectories: list[tuple[dict[str, Any], int, int]] = []
-    unknown = damaged = 0
-    for frame, start, raw in segment.frames():
-        kind = is_trajectory(frame, outcomes, blobs)
-        if kind:
-            trajectories.append((frame, start, raw))
-        elif kind is None:
-            unknown += 1
+    trajectories = _scan(segment, outcomes, blobs, skipped)
     built = SegmentRows(outcomes, blobs, _BUFFERS)
     with ExitStack() as files:
         opened: dict[Partition, LedgerFile] = {}
@@ -140,15 +137,48 @@ def _write_frames(store: LedgerStore, segment: SegmentFile, name: str) -> Writte
 
         for i, (frame, start, raw) in enumerate(trajectories):
             trajectories[i] = _DONE  # its ids are views of a buffer the next frame reuses
-            if not segment.complete(frame, start, raw):
-                damaged += 1
+            try:
+                if not segment.complete(frame, start, raw):
+                    skipped.damaged += 1
+                    continue
+                key = built.add(frame)
+            except WrongFrame as exc:
+                skipped.count(exc)
                 continue
-            key = built.add(frame)
+            if frame.get("pv") and frame["pv"] not in blobs:
+                skipped.no_provenance += 1
             if built.id_bytes(key) >= ROW_GROUP_BYTES:
                 rows += write(key)
         for key in sorted(built.parts):
             rows += write(key)
-    return Written(rows, len(opened), Skipped(damaged, unknown, segment.unreadable, segment.torn))
+    return Written(rows, len(opened), skipped)
+
+
+def _scan(
+    segment: SegmentFile, outcomes: dict[int, bool | None], blobs: dict[str, Mapping[str, Any]], skipped: Skipped
+) -> list[tuple[dict[str, Any], int, int]]:
+    """The first pass over ``segment``: the trajectory frames' maps, where their bodies are, the
+    commit outcomes and provenance blobs (into ``outcomes`` and ``blobs``), and what is skipped."""
+    trajectories: list[tuple[dict[str, Any], int, int]] = []
+    tickets: set[object] = set()  # of every frame an outcome may name
+    for frame, start, raw in segment.frames():
+        try:
+            kind = is_trajectory(frame, outcomes, blobs)
+        except WrongFrame as exc:
+            skipped.count(exc)
+            continue
+        if kind is False:
+            continue
+        if kind:
+            trajectories.append((frame, start, raw))
+        else:
+            skipped.unknown += 1
+        if type(ticket := frame.get("tk")) is int:
+            tickets.add(ticket)
+    skipped.unreadable_bytes, skipped.torn_bytes = segment.unreadable, segment.torn
+    for _ in range(len(outcomes.keys() - tickets)):
+        skipped.count(WrongFrame("commit outcome", "tk", "names no trajectory of its segment"))
+    return trajectories
 
 
 _DONE: tuple[dict[str, Any], int, int] = ({}, 0, 0)
@@ -208,14 +238,27 @@ class ProcessFlusher:
         more (writing a segment twice gives the same files)."""
         with self._lock:
             line = self._ask(path, owner) or self._ask(path, owner)
-        if not line:
-            raise FlushError("the ledger's flusher process ended twice writing this segment; tried again later")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise FlushError(str(answer["error"]))
-        if answer.get("gone"):
-            return None
-        return Written(int(answer["rows"]), int(answer["files"]), Skipped(**answer["skipped"]), answer["kept"])
+            if not line:
+                raise FlushError("the ledger's flusher process ended twice writing this segment; tried again later")
+            try:
+                answer = json.loads(line)
+                if "error" in answer:
+                    raise FlushError(str(answer["error"]))
+                if answer.get("gone"):
+                    return None
+                return Written(int(answer["rows"]), int(answer["files"]), Skipped.of(answer["skipped"]), answer["kept"])
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                # something else wrote to its stdout: the answers after it would be out of step, so
+                # the process is stopped (the next segment starts another)
+                proc = self._proc
+                if proc is not None:
+                    self._stop(proc)
+                    if proc.stdout is not None:
+                        proc.stdout.close()
+                raise FlushError(
+                    f"the ledger's flusher process answered what this worker cannot read ({line[:200]!r}: "
+                    f"{type(exc).__name__}); it is started again"
+                ) from None
 
     def _ask(self, path: Path, owner: str) -> bytes:
         """One request and its answer line (empty when the process ended: it is then stopped)."""

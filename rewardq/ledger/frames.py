@@ -12,7 +12,7 @@ A frame is one msgpack map, written as ``<4-byte little-endian length><map>``, f
     map byte for byte, as they came from Redis; ``si``: which record's sample is the
     trajectory's, -1 for none). The worker writes a scored trajectory this way: it copies
     nothing and encodes nothing of it, and the flusher decodes the records
-    (:func:`outputs_of_records`) into what the other form holds. Records with images are never
+    (:func:`~rewardq.ledger.bodies.outputs_of_records`) into what the other form holds. Records with images are never
     spooled this way (their images are not kept, and can be large);
   - **decoded** (``o``: per output its index, final flag, the lengths of its prompt ids,
     response ids and mask, its turns, extra fields and precomputed reward; ``s``: the sample;
@@ -45,7 +45,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from rewardq.queue.codec import EXT_INT32, EXT_INT64, EXT_UINT8, OutputRecord
+from rewardq.ledger.bodies import attach_ids, outputs_of_records
+from rewardq.ledger.checks import WrongFrame
+from rewardq.queue.codec import OutputRecord
 
 _LEN = struct.Struct("<I")
 #: The frame kinds.
@@ -215,7 +217,8 @@ def _fallback(value: object) -> object:
 
 
 def read_frames(data: bytes | memoryview) -> Iterator[dict[str, Any]]:
-    """The frames of a spool segment held in memory, in order; stops at a torn or undecodable tail."""
+    """The frames of a spool segment held in memory, in order; stops at a torn or undecodable tail,
+    and leaves out a trajectory frame whose body cannot be read or whose outputs are wrong."""
     view = memoryview(data)
     pos, end = 0, len(view)
     while True:
@@ -224,7 +227,10 @@ def read_frames(data: bytes | memoryview) -> Iterator[dict[str, Any]]:
             return
         frame, start, raw = got
         pos = start + raw
-        if "raw" in frame and not _complete(frame, view[start:pos]):
+        try:
+            if frame.get("k") == TRAJECTORY and not _complete(frame, view[start:pos]):
+                continue
+        except WrongFrame:
             continue
         yield frame
 
@@ -241,7 +247,7 @@ def _map_at(head: memoryview, pos: int, end: int) -> tuple[dict[str, Any], int, 
         return None
     try:
         frame = msgpack.unpackb(head[_LEN.size : _LEN.size + n], raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException):
+    except (ValueError, TypeError, msgpack.UnpackException):  # TypeError: a map key that is a map
         return None
     if not isinstance(frame, dict):
         return None
@@ -250,21 +256,23 @@ def _map_at(head: memoryview, pos: int, end: int) -> tuple[dict[str, Any], int, 
         return frame, start, 0
     if not isinstance(raw, int) or raw < 0 or start + raw > end:
         return None
-    if "rec" not in frame and frame.get("k") == TRAJECTORY and not _id_lengths_fit(frame, raw):
-        return None
     return frame, start, raw
 
 
 def _complete(frame: dict[str, Any], body: memoryview) -> bool:
-    """Give ``frame`` its outputs from the ``body`` that follows its map (False: its records do
-    not decode; the frame is then skipped and the frames after it are whole)."""
+    """Give trajectory ``frame`` its outputs from the ``body`` that follows its map (False: its
+    records do not unpack; the frame is then skipped and the frames after it are whole). Raises
+    :class:`~rewardq.ledger.checks.WrongFrame` for a frame, output or record with a wrong field."""
+    if "raw" not in frame:
+        raise WrongFrame("trajectory", "raw", "(missing)")
     if "rec" not in frame:
-        _attach_ids(frame, body)
+        attach_ids(frame, body)
         return True
     try:
-        frame["o"], frame["s"] = outputs_of_records(body, frame["rec"], frame.get("si", -1))
+        frame["o"], frame["s"] = outputs_of_records(body, frame)
     except ValueError:  # its bytes damaged on disk
         return False
+    frame.pop("ids", None)  # the decoded form's runs of ids: the rows take these outputs' own
     return True
 
 
@@ -316,10 +324,11 @@ class SegmentFile:
         return memoryview(data)
 
     def complete(self, frame: dict[str, Any], start: int, raw: int) -> bool:
-        """Read ``frame``'s body and give it its outputs (as :func:`read_frames` does); the ids it
+        """Read ``frame``'s body, a trajectory's, and give it its outputs (as :func:`read_frames`
+        does: False for records that do not unpack, WrongFrame for a wrong field); the ids it
         then holds are views of the shared buffer, good until the next call."""
         global _BODY
-        if "raw" not in frame:
+        if frame.get("k") != TRAJECTORY:
             return True
         if raw > len(_BODY):
             _BODY = np.empty(max(raw, 2 * len(_BODY)), dtype=np.uint8)
@@ -334,31 +343,61 @@ class Skipped:
     """What of a segment the flusher could not turn into rows (docs/ledger.md#unreadable-frames).
 
     Attributes:
-        damaged: trajectory frames whose records do not decode.
+        damaged: trajectory frames whose records do not unpack.
         unknown: frames of a kind this rewardq does not know (a newer one wrote them).
         unreadable_bytes: bytes after the last whole frame that are not a torn last frame: a
             damaged map, and whatever frames followed it (how many cannot be told).
         torn_bytes: a torn last frame (a write cut by a crash of the host): never acknowledged,
             so not counted as lost.
+        wrong: frames that parse but have a wrong field (:class:`~rewardq.ledger.checks.WrongFrame`),
+            by reason (at most :data:`_REASONS` reasons; the rest are counted under ``other``).
+        no_provenance: trajectories written whose provenance blob the segment lacks (their
+            ``scoring``, ``scorer``, ... columns are null); not lost, so not in :attr:`frames`.
     """
 
     damaged: int = 0
     unknown: int = 0
     unreadable_bytes: int = 0
     torn_bytes: int = 0
+    wrong: dict[str, int] = field(default_factory=dict)
+    no_provenance: int = 0
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any]) -> Skipped:
+        """From the fields a flusher process answered (those this rewardq knows)."""
+        return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+
+    def count(self, wrong: WrongFrame) -> None:
+        """One frame more that parses but has a wrong field."""
+        reason = str(wrong)
+        if reason not in self.wrong and len(self.wrong) >= _REASONS:
+            reason = "other"
+        self.wrong[reason] = self.wrong.get(reason, 0) + 1
 
     @property
     def frames(self) -> int:
         """Frames lost from the ledger: a damaged stretch counts as one (it held one at least)."""
-        return self.damaged + self.unknown + (1 if self.unreadable_bytes else 0)
+        return self.damaged + self.unknown + sum(self.wrong.values()) + (1 if self.unreadable_bytes else 0)
 
     def __str__(self) -> str:
         parts = [f"{self.damaged} trajectory frame(s) whose records do not decode"] if self.damaged else []
         if self.unknown:
             parts.append(f"{self.unknown} frame(s) of a kind this rewardq does not know")
+        if self.wrong:
+            reasons = "; ".join(f"{n} x {reason}" for reason, n in self.wrong.items())
+            parts.append(f"{sum(self.wrong.values())} frame(s) with a wrong field ({reasons})")
         if self.unreadable_bytes:
             parts.append(f"{self.unreadable_bytes:,} unreadable bytes after the last whole frame")
+        if self.no_provenance:
+            parts.append(
+                f"{self.no_provenance} trajectory frame(s) naming a provenance blob the segment lacks "
+                "(written, their provenance blob columns null)"
+            )
         return ", ".join(parts) or "nothing"
+
+
+#: Reasons of wrong frames a segment names one by one, at most.
+_REASONS = 8
 
 
 def _cut_short(fd: int, pos: int, size: int) -> bool:
@@ -373,7 +412,7 @@ def _cut_short(fd: int, pos: int, size: int) -> bool:
     if _LEN.size + n <= left:
         try:
             frame = msgpack.unpackb(os.pread(fd, n, pos + _LEN.size), raw=False, strict_map_key=False)
-        except (ValueError, msgpack.UnpackException):
+        except (ValueError, TypeError, msgpack.UnpackException):
             return False
         raw = frame.get("raw") if isinstance(frame, dict) else None
         return isinstance(raw, int) and pos + _LEN.size + n + raw > size
@@ -389,7 +428,7 @@ def _cut_short(fd: int, pos: int, size: int) -> bool:
             unpacker.unpack()
         except msgpack.OutOfData:
             continue
-        except (ValueError, msgpack.UnpackException):
+        except (ValueError, TypeError, msgpack.UnpackException):
             return False
         return False  # a whole object before the end: the length before it is damaged
     return True
@@ -397,102 +436,3 @@ def _cut_short(fd: int, pos: int, size: int) -> bool:
 
 #: The buffer a segment's frame bodies are read into, one after the other (kept by the process).
 _BODY = np.empty(1 << 20, dtype=np.uint8)
-
-
-def outputs_of_records(raw: memoryview, lengths: Sequence[int], sample_at: int) -> tuple[list[list[Any]], Any]:
-    """The decoded form (``o``, ``s``) of a frame's records: what the worker decoded from the
-    same bytes (:func:`~rewardq.queue.codec.decode_output`), as :func:`_output` spools it (ids
-    as little-endian int32 bytes, the mask as uint8). The worker checked every record before it
-    scored it, so nothing is checked again here; a frame whose records do not decode even so
-    (the disk corrupted them) raises ValueError."""
-    outputs: list[list[Any]] = []
-    sample: Any = {}
-    at = 0
-    for i, n in enumerate(lengths):
-        if not isinstance(n, int) or n < 0 or at + n > len(raw):
-            raise ValueError("a record overruns its frame")
-        try:
-            d = msgpack.unpackb(raw[at : at + n], raw=False, ext_hook=_Packed, strict_map_key=False)
-            mask = d.get("response_mask")
-            score = d.get("reward_score")
-            outputs.append(
-                [
-                    d["index"],
-                    d["final"],
-                    _int32(d["prompt_ids"]),
-                    _int32(d["response_ids"]),
-                    None if mask is None else _uint8(mask),
-                    d.get("num_turns"),
-                    d.get("extra_fields") or {},
-                    None if score is None else float(score),
-                ]
-            )
-        except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as exc:
-            raise ValueError(f"a spooled record does not decode: {type(exc).__name__}: {exc}") from None
-        at += n
-        if i == sample_at:
-            sample = d.get("sample") or {}
-    if at != len(raw):
-        raise ValueError("a frame's records do not fill it")
-    return outputs, sample
-
-
-class _Packed:
-    """A packed array of a record (msgpack ext): its type code and bytes, not decoded."""
-
-    __slots__ = ("code", "data")
-
-    def __init__(self, code: int, data: bytes) -> None:
-        self.code, self.data = code, data
-
-
-_DTYPES = {EXT_INT32: "<i4", EXT_INT64: "<i8", EXT_UINT8: "u1"}
-
-
-def _int32(p: _Packed) -> bytes:
-    if p.code == EXT_INT32:
-        return p.data
-    return np.frombuffer(p.data, _DTYPES[p.code]).astype("<i4").tobytes()
-
-
-def _uint8(p: _Packed) -> bytes:
-    if p.code == EXT_UINT8:
-        return p.data
-    return np.frombuffer(p.data, _DTYPES[p.code]).astype("u1").tobytes()
-
-
-_ID_FIELDS = ((2, "prompt_ids"), (3, "response_ids"), (4, "response_mask"))
-
-
-def _id_lengths_fit(frame: Mapping[str, Any], raw: int) -> bool:
-    """Whether the id lengths a decoded-form frame names fill its ``raw`` bytes exactly."""
-    total = 0
-    for out in frame.get("o") or ():
-        for i, _ in _ID_FIELDS:
-            n = out[i]
-            if n is None:
-                continue
-            if not isinstance(n, int) or n < 0:
-                return False
-            total += n
-    return total == raw
-
-
-def _attach_ids(frame: dict[str, Any], raw: memoryview) -> None:
-    """Put each output's id arrays (``raw``: every prompt, then every response, then every mask,
-    their lengths checked by :func:`_id_lengths_fit`) where the frame names their lengths, and
-    each column's as one run (``frame["ids"]``: per column the view of all its outputs' bytes and
-    each output's length, None for a missing mask), which the flusher copies at once."""
-    at = 0
-    outputs = frame.get("o") or ()
-    runs = []
-    for i, _ in _ID_FIELDS:
-        start, lengths = at, []
-        for out in outputs:
-            n = out[i]
-            lengths.append(n)
-            if n is not None:
-                out[i] = raw[at : at + n]
-                at += n
-        runs.append((raw[start:at], lengths))
-    frame["ids"] = runs

@@ -109,14 +109,19 @@ def _filter(where: Where | None, since: dt.datetime | None, until: dt.datetime |
     schema = arrow_schema()
     for name, values in (where or {}).items():
         typ = schema.field(name).type
-        if pa.types.is_boolean(typ):
-            cast: list[Any] = [v.strip().lower() in ("1", "true", "yes") for v in values]
-        elif pa.types.is_integer(typ):
-            cast = [int(v) for v in values]
-        elif pa.types.is_floating(typ):
-            cast = [float(v) for v in values]
-        else:
-            cast = list(values)
+        try:
+            if pa.types.is_boolean(typ):
+                cast: list[Any] = [v.strip().lower() in ("1", "true", "yes") for v in values]
+            elif pa.types.is_integer(typ):
+                cast = [int(v) for v in values]
+            elif pa.types.is_floating(typ):
+                cast = [float(v) for v in values]
+            else:
+                cast = list(values)
+        except ValueError:
+            raise ConfigError(
+                f"--where {name}={', '.join(values)}: not a number, and column {name} holds {typ}"
+            ) from None
         both(pc.field(name).isin(cast))
     if since is not None:
         day, hour = since.astimezone(dt.timezone.utc).strftime("%Y-%m-%d"), since.astimezone(dt.timezone.utc).hour

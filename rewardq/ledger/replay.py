@@ -81,7 +81,7 @@ class Plan:
     trajectories: list[Trajectory]
     done_before: int = 0  # already in the output ledger (a resumed replay)
     incomplete: int = 0  # rows of a trajectory missing (filtered out, or never written)
-    unreadable: int = 0  # rows without ids (a trajectory whose records never decoded)
+    unreadable: int = 0  # trajectories with a row without ids (its records never decoded)
 
 
 def _output(row: dict[str, Any]) -> dict[str, object]:
@@ -114,14 +114,14 @@ def plan(
     for r in rows:
         by_tid.setdefault((r["uid"], r["session_id"]), []).append(r)
     out = Plan([])
-    ordered = sorted(by_tid.items(), key=lambda kv: min(r["scored_at"] for r in kv[1]).timestamp())
+    ordered = sorted(by_tid.items(), key=lambda kv: _first_scored(kv[1]))
     for (uid, sid), group in ordered:
         group.sort(key=lambda r: r["index"])
         n = group[0]["outputs"]
         if [r["index"] for r in group] != list(range(n)):
             out.incomplete += 1
             continue
-        if any(not r["response_ids"] and not r["prompt_ids"] for r in group):
+        if any(_no_ids(r) for r in group):
             out.unreadable += 1
             continue
         t = Trajectory(uid, sid, [_output(r) for r in group], _sample(group[-1]))
@@ -133,6 +133,19 @@ def plan(
         if limit is not None and len(out.trajectories) >= limit:
             break
     return out
+
+
+def _no_ids(row: dict[str, Any]) -> bool:
+    """Whether a row has no ids to send again: none (its records never decoded), or ids that are
+    not whole int32s (a ledger not written by rewardq's flusher)."""
+    prompt, response = row["prompt_ids"] or b"", row["response_ids"] or b""
+    return (not prompt and not response) or bool(len(prompt) % 4 or len(response) % 4)
+
+
+def _first_scored(group: list[dict[str, Any]]) -> float:
+    """When a trajectory's rows were first scored (unix seconds; 0 when no row says: its results'
+    ``scored_at`` did not read as a time)."""
+    return min((r["scored_at"].timestamp() for r in group if r["scored_at"] is not None), default=0.0)
 
 
 def _sample(row: dict[str, Any]) -> dict[str, object]:

@@ -67,7 +67,8 @@ class Rows:
 
 def load(url: str, where: Where | None, since: str | None, until: str | None) -> Rows:
     table = read_table(url, where=where, since=since, until=until, columns=_COLUMNS)
-    rows = [r for r in table.to_pylist() if r["final"]]
+    # a row without a time (its result's scored_at did not read as one) has no place on a time axis
+    rows = [r for r in table.to_pylist() if r["final"] and r["scored_at"] is not None]
     if not rows:
         raise ConfigError(f"the ledger at {url} has no rows (for these filters): nothing to report")
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rewardq.ledger.checks import WrongFrame, got
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -50,9 +52,17 @@ def _number(v: object) -> float | None:
         return None
 
 
+#: The unix seconds a time column holds: those of the years 1 to 9999 (what a UTC date and hour,
+#: the ledger's partitions, can name). A time outside them (or NaN, or infinite) is written null.
+FIRST_SECOND, END_SECOND = -62_135_596_800.0, 253_402_300_800.0
+
+
 def micros(seconds: float | None) -> int | None:
-    """Unix seconds as integer microseconds (None for none or 0)."""
-    return None if not seconds else int(round(seconds * 1_000_000))
+    """Unix seconds as integer microseconds (None for none, 0, or a time outside :data:`FIRST_SECOND`
+    to :data:`END_SECOND`)."""
+    if not seconds or not FIRST_SECOND <= seconds < END_SECOND:
+        return None
+    return int(round(seconds * 1_000_000))
 
 
 def _status(v: object) -> str:
@@ -85,7 +95,7 @@ class ResultColumns:
     distinct values decoded are remembered for the whole segment."""
 
     def __init__(self) -> None:
-        self._at: dict[tuple[str, ...], list[int]] = {}
+        self._at: dict[tuple[object, ...], list[int]] = {}
         self._seen: list[dict[Any, Any]] = [{} for _ in RESULT_COLUMNS]
         self._decode = [_DECODE[c] for c in RESULT_COLUMNS]
 
@@ -94,18 +104,27 @@ class ResultColumns:
         output, or one every output shares: a frame whose row count is not its output count gives
         its first to every output; a row without a provenance digest takes the frame's), and the
         first ``scored_at`` of its rows that is set, in microseconds (0: none)."""
-        names = tuple(t.get("rf") or ())
-        at = self._at.get(names)
-        if at is None:
-            index = {name: i for i, name in enumerate(names)}
-            at = self._at[names] = [index.get(c, -1) for c in RESULT_COLUMNS]
-        rows = t.get("r") or [()]
+        names = t.get("rf")
+        if type(names) is not list:
+            raise WrongFrame("trajectory", "rf", f"is not a list of result field names {got(names)}")
+        key = tuple(names)
+        try:
+            at = self._at.get(key)
+        except TypeError:  # a name that is a list or a map
+            at = None
+        if at is None:  # names not seen yet in this segment: checked once
+            at = self._at[key] = self._columns(names)
+        rows = t.get("r")
+        if type(rows) is not list or not rows:
+            raise WrongFrame("trajectory", "r", f"is not a list of result rows {got(rows)}")
         if len(rows) != n:
             rows = rows[:1]
         width = len(names)
         by_field: Sequence[Sequence[Any]]
-        if all(len(row) == width for row in rows):
+        if all(type(row) is list and len(row) == width for row in rows):
             by_field = list(zip(*rows))
+        elif not all(type(row) is list for row in rows):
+            raise WrongFrame("trajectory", "r", "holds a result row that is not a list")
         else:
             by_field = [[row[i] if i < len(row) else None for row in rows] for i in range(width)]
         none = [None] * len(rows)
@@ -121,6 +140,14 @@ class ResultColumns:
                 break
         return columns, first
 
+    @staticmethod
+    def _columns(names: list[object]) -> list[int]:
+        """Where each of :data:`RESULT_COLUMNS` is in result rows of field names ``names`` (-1: not)."""
+        if not all(type(name) is str for name in names):
+            raise WrongFrame("trajectory", "rf", "holds a result field name that is not a string")
+        index = {name: i for i, name in enumerate(names)}
+        return [index.get(c, -1) for c in RESULT_COLUMNS]
+
     def array(self, column: int, values: list[Any], type_: pa.DataType) -> pa.Array:
         """Column ``column``'s raw ``values`` decoded, as an Arrow array of ``type_``."""
         import pyarrow as pa
@@ -131,10 +158,14 @@ class ResultColumns:
                 return bulk.cast(type_)
             return pa.array(list(map(scored_at, values)), type=type_)
         seen, decode = self._seen[column], self._decode[column]
-        for v in dict.fromkeys(values):
-            if v not in seen:
-                seen[v] = decode(v)
-        return pa.array(list(map(seen.__getitem__, values)), type=type_)
+        try:
+            for v in dict.fromkeys(values):
+                if v not in seen:
+                    seen[v] = decode(v)
+            decoded = list(map(seen.__getitem__, values))
+        except TypeError:  # a value that is a list or a map (no hash): its text, as any other value's
+            decoded = list(map(decode, values))
+        return pa.array(decoded, type=type_)
 
 
 def _scored_at_array(values: list[Any]) -> pa.Array | None:
@@ -151,4 +182,7 @@ def _scored_at_array(values: list[Any]) -> pa.Array | None:
         us = pc.round(pc.multiply(seconds, 1_000_000.0), ndigits=0, round_mode="half_to_even").cast(pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
         return None
-    return pc.if_else(pc.equal(seconds, 0.0), pa.scalar(None, pa.int64()), us)
+    kept = pc.and_(
+        pc.not_equal(seconds, 0.0), pc.and_(pc.greater_equal(seconds, FIRST_SECOND), pc.less(seconds, END_SECOND))
+    )
+    return pc.if_else(kept, us, pa.scalar(None, pa.int64()))

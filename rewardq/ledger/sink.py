@@ -13,8 +13,9 @@
   permission) leaves the segments on local disk, retried with backoff, up to
   ``ledger_spool_max_bytes``, past which trajectories are counted as not written. Both show in
   the heartbeat (``rewardq status``/``top``), the metrics and the log, every minute while they last.
-  So do spooled frames the flusher could not read back (damaged on disk, or of a kind a newer
-  rewardq wrote): counted as ``unreadable``, logged once per segment, the segment kept aside.
+  So do spooled frames the flusher could not read back (damaged on disk, of a kind a newer
+  rewardq wrote, or with a field missing or wrong): counted as ``unreadable``, logged once per
+  segment with the reasons, the segment kept aside; its other frames are written as usual.
 """
 
 from __future__ import annotations
@@ -143,7 +144,10 @@ class Ledger:
         """Seal, flush and adopt segments until cancelled (the worker runs it as a background task)."""
         while True:
             await asyncio.sleep(_TICK)
-            await self.flush_due()
+            try:
+                await self.flush_due()
+            except Exception as exc:  # noqa: BLE001 - one failure must not end the loop: its segments would wait for ever
+                self._error(f"flushing failed, tried again within {_TICK:g}s: {type(exc).__name__}: {exc}")
 
     async def flush_due(self, *, everything: bool = False) -> None:
         """Write the segments that are due, and every ``_ADOPT_EVERY`` s dead workers' segments
@@ -322,6 +326,8 @@ class Ledger:
                     written.skipped,
                     written.kept,
                 )
+            elif written.skipped.no_provenance:
+                logger.warning("ledger: spool segment %s: %s", path, written.skipped)
         if self._failures:
             logger.warning("ledger: writing to %s again after %d failed tries", self.url, self._failures)
         self._failures = 0

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rewardq.ledger.bodies import EXTRA, FINAL, INDEX, MASK, PROMPT, RESPONSE, ROLLOUT, TURNS
+from rewardq.ledger.checks import WrongFrame, check_outcome, check_provenance, check_trajectory
 from rewardq.ledger.columns import BinaryColumn, Buffers
 from rewardq.ledger.frames import OUTCOME, PROVENANCE, TRAJECTORY
 from rewardq.ledger.results import RESULT_COLUMNS, ResultColumns, micros, text
@@ -122,8 +124,6 @@ def partition_of(seconds: float) -> Partition:
     return t.strftime("%Y-%m-%d"), t.hour
 
 
-#: Where each output's entry of a trajectory frame (``o``) holds its values (rewardq.ledger.frames).
-_INDEX, _FINAL, _PROMPT, _RESPONSE, _MASK, _TURNS, _EXTRA, _ROLLOUT = range(8)
 #: Columns with one value per trajectory: kept once per trajectory, repeated per output by Arrow.
 _TRAJECTORY_COLUMNS = (
     "schema_version",
@@ -142,13 +142,19 @@ _TRAJECTORY_COLUMNS = (
 )
 
 
+#: Why a frame whose sample, extra fields or provenance blob cannot be written as JSON is wrong
+#: (nesting deeper than the encoder recurses, or a map key of no type JSON has).
+_NO_JSON = "holds a value JSON cannot hold"
+_JSON_ERRORS = (ValueError, TypeError, RecursionError)
+
+
 class _Rows:
     """The rows of one partition, taken frame by frame: what is the same for every output of a
     trajectory once, each output's values in one list per column, the ids in one buffer per column
     (see the module doc and :class:`~rewardq.ledger.columns.BinaryColumn`)."""
 
     def __init__(self, buffers: Buffers | None = None) -> None:
-        self.ids = {at: BinaryColumn(at, buffers) for at in (_PROMPT, _RESPONSE, _MASK)}
+        self.ids = {at: BinaryColumn(at, buffers) for at in (PROMPT, RESPONSE, MASK)}
         self.reset()
 
     def reset(self) -> None:
@@ -164,7 +170,7 @@ class _Rows:
         self.judged: list[tuple[int, Any, list[Any]]] = []  # (first row, frame's judge entries, its indexes)
         self.results: list[list[Any]] = [[] for _ in RESULT_COLUMNS]  # raw values, by column
         self.result_of: list[int] = []  # per output: its row in ``results``
-        self.per_output: list[list[Any]] = [[] for _ in range(_ROLLOUT + 1)]  # by field, ids excepted
+        self.per_output: list[list[Any]] = [[] for _ in range(ROLLOUT + 1)]  # by field, ids excepted
 
     @property
     def id_bytes(self) -> int:
@@ -172,18 +178,31 @@ class _Rows:
         return sum(ids.pos for ids in self.ids.values())
 
     def add(self, t: Mapping[str, Any], results: list[Sequence[Any]]) -> None:
-        """One trajectory frame, ``results`` its result rows by column (:meth:`ResultColumns.split`)."""
+        """One trajectory frame, checked (:func:`~rewardq.ledger.checks.check_trajectory`), ``results``
+        its result rows by column (:meth:`ResultColumns.split`). What can fail on the frame's values
+        (its sample's and extra fields' JSON) comes before anything is taken: a WrongFrame leaves
+        the rows as they were."""
         outputs = t["o"]
         n = len(outputs)
-        uid, sid = str(t["u"]), str(t["sid"])
-        ds, gt, extra, rest = split_sample(t.get("s") or {})
-        values = (SCHEMA_VERSION, uid, sid, n, ds, gt, extra, rest, int(t.get("a") or 1), None, micros(t.get("ts")))
-        for column, value in zip(self.per_trajectory.values(), (*values, t.get("sm"))):
+        uid, sid = t["u"], t["sid"]
+        by_field = list(zip(*outputs))
+        try:
+            ds, gt, extra, rest = split_sample(t.get("s") or {})
+        except _JSON_ERRORS:
+            raise WrongFrame("trajectory", "s", _NO_JSON) from None
+        try:
+            extras = [to_json(e) if e else "{}" for e in by_field[EXTRA]]
+        except _JSON_ERRORS:
+            raise WrongFrame("output", "extra_fields", _NO_JSON) from None
+        attempt, score_ms = t.get("a"), t.get("sm")
+        values = (SCHEMA_VERSION, uid, sid, n, ds, gt, extra, rest, 1 if attempt is None else attempt, None)
+        score_ms = None if score_ms is None else float(score_ms)  # an int past 2**53: Arrow takes no such double
+        for column, value in zip(self.per_trajectory.values(), (*values, micros(t.get("ts")), score_ms)):
             column.append(value)
-        self.tickets.append(int(t["tk"]))
-        self.provenance.append(str(t.get("pv") or ""))
+        self.tickets.append(t["tk"])
+        self.provenance.append(t.get("pv") or "")
         if t.get("j"):
-            self.judged.append((sum(self.outputs), t["j"], [o[_INDEX] for o in outputs]))
+            self.judged.append((len(self.per_output[INDEX]), t["j"], list(by_field[INDEX])))
         self.outputs.append(n)
         self.prefix.append(f"{uid}_{sid}_")
         self.text.append(t.get("txt"))
@@ -191,17 +210,18 @@ class _Rows:
         for into, got in zip(self.results, results):
             into.extend(got)
         self.result_of.extend(range(base, base + n) if rows == n else [base] * n)
-        by_field = list(zip(*outputs)) if n else [()] * (_ROLLOUT + 1)
         runs = t.get("ids")  # each column's ids in one run (the decoded form, rewardq.ledger.frames)
         for at, column in enumerate(self.per_output):
-            if at not in self.ids:
+            if at == EXTRA:
+                column.extend(extras)
+            elif at not in self.ids:
                 column.extend(by_field[at])
             elif runs is not None:
-                data, lengths = runs[at - _PROMPT]
-                self.ids[at].extend_run(data, lengths, none_is_empty=at != _MASK)
+                data, lengths = runs[at - PROMPT]
+                self.ids[at].extend_run(data, lengths, none_is_empty=at != MASK)
             else:
                 ids = by_field[at]
-                self.ids[at].extend(ids if at == _MASK else [b"" if v is None else v for v in ids])
+                self.ids[at].extend(ids if at == MASK else [b"" if v is None else v for v in ids])
 
     def table(
         self, outcomes: Mapping[int, bool | None], blobs: Mapping[str, Mapping[str, Any]], decode: ResultColumns
@@ -222,20 +242,20 @@ class _Rows:
         for c, (name, raw) in enumerate(zip(RESULT_COLUMNS, self.results)):
             cols[name] = decode.array(c, raw, types[name]).take(result_of)
         fields = self.per_output
-        index = cols["index"] = pa.array(fields[_INDEX], type=pa.int32())
-        final = cols["final"] = pa.array(fields[_FINAL], type=pa.bool_())
-        for name, at in (("prompt", _PROMPT), ("response", _RESPONSE)):
+        index = cols["index"] = pa.array(fields[INDEX], type=pa.int32())
+        final = cols["final"] = pa.array(fields[FINAL], type=pa.bool_())
+        for name, at in (("prompt", PROMPT), ("response", RESPONSE)):
             cols[f"{name}_ids"] = self.ids[at].array()
             cols[f"{name}_length"] = pc.divide(self.ids[at].counts(), 4)
-        cols["response_mask"] = self.ids[_MASK].array()
-        cols["num_turns"] = pa.array(fields[_TURNS], type=pa.int32())
-        cols["extra_fields"] = pa.array([to_json(e) if e else "{}" for e in fields[_EXTRA]], type=pa.string())
-        cols["rollout_reward_score"] = pa.array(fields[_ROLLOUT], type=pa.float64())
+        cols["response_mask"] = self.ids[MASK].array()
+        cols["num_turns"] = pa.array(fields[TURNS], type=pa.int32())
+        cols["extra_fields"] = pa.array(fields[EXTRA], type=pa.string())
+        cols["rollout_reward_score"] = pa.array(fields[ROLLOUT], type=pa.float64())
         prefix = pa.array(self.prefix, type=pa.string()).take(repeat)
         cols["key"] = pc.binary_join_element_wise(prefix, pc.cast(index, pa.string()), "")
         text = pa.array(self.text, type=pa.string()).take(repeat)
         cols["response"] = pc.if_else(final, text, pa.scalar(None, pa.string()))
-        cols["judge_request"], cols["judge_answer"] = self._judges(len(fields[_INDEX]))
+        cols["judge_request"], cols["judge_answer"] = self._judges(len(fields[INDEX]))
         return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
     def _judges(self, total: int) -> tuple[pa.Array, pa.Array]:
@@ -278,7 +298,10 @@ class SegmentRows:
         self._results = ResultColumns()
 
     def add(self, t: Mapping[str, Any]) -> Partition:
-        """One trajectory frame, taken as it comes (it need not be kept); returns its partition."""
+        """One trajectory frame, taken as it comes (it need not be kept); returns its partition.
+        Raises :class:`~rewardq.ledger.checks.WrongFrame`, having taken nothing of it, for a
+        frame with a wrong field."""
+        check_trajectory(t)
         results, scored = self._results.split(t, len(t["o"]))
         hour = scored // 3_600_000_000
         key = self._hours.get(hour)
@@ -308,29 +331,42 @@ def is_trajectory(
     frame: Mapping[str, Any], outcomes: dict[int, bool | None], blobs: dict[str, Mapping[str, Any]]
 ) -> bool | None:
     """Whether ``frame`` is a trajectory's; a commit outcome or a provenance blob goes to
-    ``outcomes`` or ``blobs`` instead (False); None for a frame of a kind not known here (a newer
-    rewardq wrote it), which the flusher counts as unreadable."""
+    ``outcomes`` or ``blobs`` instead (False), or raises :class:`~rewardq.ledger.checks.WrongFrame`
+    when a field of it is wrong; None for a frame of a kind not known here (a newer rewardq wrote
+    it), which the flusher counts as unreadable."""
     kind = frame.get("k")
     if kind == TRAJECTORY:
         return True
     if kind == OUTCOME:
-        outcomes[int(frame["tk"])] = frame.get("c")
+        ticket, committed = frame.get("tk"), frame.get("c")
+        if type(ticket) is int and (committed is None or type(committed) is bool):
+            outcomes[ticket] = committed
+        else:
+            check_outcome(frame)  # raises, naming the field
     elif kind == PROVENANCE:
-        blobs[str(frame["d"])] = frame.get("b") or {}
+        digest, blob = check_provenance(frame)
+        try:  # as the columns named after them hold them
+            blobs[digest] = {name: _blob_text(blob.get(name)) for name in _BLOB_COLUMNS}
+        except _JSON_ERRORS:
+            raise WrongFrame("provenance", "b", _NO_JSON) from None
     else:
         return None
     return False
 
 
 def tables_from_frames(frames: Iterable[Mapping[str, Any]]) -> dict[Partition, pa.Table]:
-    """The rows of a segment's frames, as one table per partition (see the module doc). Each
-    trajectory frame is taken as it comes, so the frames need not be held all at once."""
+    """The rows of a segment's frames, as one table per partition (see the module doc), frames
+    with a wrong field left out. Each trajectory frame is taken as it comes, so the frames need
+    not be held all at once."""
     blobs: dict[str, Mapping[str, Any]] = {}
     outcomes: dict[int, bool | None] = {}
     rows = SegmentRows(outcomes, blobs)
     for t in frames:
-        if is_trajectory(t, outcomes, blobs):
-            rows.add(t)
+        try:
+            if is_trajectory(t, outcomes, blobs):
+                rows.add(t)
+        except WrongFrame:
+            continue
     tables = {p: rows.take(p) for p in sorted(rows.parts)}
     return {p: t for p, t in tables.items() if t is not None}
 

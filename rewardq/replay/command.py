@@ -113,12 +113,14 @@ def replay(
             else ""
         )
         state = "interrupted (run again with the same --out to go on)" if outcome.interrupted else "done"
+        refused = f", {outcome.refused} refused (rows no record can be made of: see the log)" if outcome.refused else ""
         err.print(
-            f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors{skipped}"
+            f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors"
+            f"{refused}{skipped}"
         )
         if not outcome.interrupted:
             err.print(f"compare: rewardq diff {source} {out}")
-    return 1 if outcome.interrupted or outcome.errors else 0
+    return 1 if outcome.interrupted or outcome.errors or outcome.refused else 0
 
 
 def _run(cfg: WorkerConfig, p: Any, window: int, timeout: float, progress: Any) -> Any:

@@ -11,18 +11,21 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rewardq.errors import ConfigError
+from rewardq.errors import ConfigError, RecordError
 from rewardq.ledger.replay import Plan, Trajectory
 from rewardq.queue.keys import Keyspace, output_key
 from rewardq.reward.judge.cache import seed_answers
 
 if TYPE_CHECKING:
     from rewardq.config import WorkerConfig
+
+logger = logging.getLogger("rewardq.replay")
 
 #: Seconds between two reads of the results of the trajectories in flight.
 _POLL = 0.05
@@ -34,6 +37,7 @@ class Outcome:
 
     scored: int = 0
     errors: int = 0
+    refused: int = 0  # trajectories the producer refused to send (rows no record can be made of)
     interrupted: bool = False
     namespace: str = ""
 
@@ -96,8 +100,14 @@ async def run_replay(
                 # in flight before the put: a stop during it may still have sent every output, which the
                 # worker then scores into --out; the last look counts it when every key has a result
                 keys = [output_key(t.uid, t.session_id, i) for i in range(len(t.outputs))]
-                flying[f"{t.uid}_{t.session_id}"] = (keys, loop.time() + timeout)
-                await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
+                tid = f"{t.uid}_{t.session_id}"
+                flying[tid] = (keys, loop.time() + timeout)
+                try:
+                    await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
+                except RecordError as exc:  # checked before anything is sent: this trajectory only
+                    del flying[tid]
+                    outcome.refused += 1
+                    logger.warning("replay: trajectory %s cannot be sent again, its rows make no record: %s", tid, exc)
             await asyncio.sleep(_POLL)
             await _collect(client, flying, outcome, progress, loop.time())
     except asyncio.CancelledError:
@@ -153,6 +163,7 @@ def summary_json(p: Plan, o: Outcome, source: str, out: str) -> str:
             "out": out,
             "replayed": o.scored,
             "with_errors": o.errors,
+            "refused": o.refused,
             "already_in_out": p.done_before,
             "incomplete": p.incomplete,
             "unreadable": p.unreadable,

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from rewardq.ledger.flusher import ProcessFlusher
+from rewardq.ledger.frames import outcome_frame
 from rewardq.ledger.read import read_table
 from rewardq.ledger.sink import Ledger
 from tests.support.ledger_facts import damaged_segment, facts, make_ledger
+from tests.support.ledger_frames import drop_field, good, ledger_rows, set_field, spooled, wrong
 
 
 def spool(led: Ledger, *uids: str) -> None:
@@ -95,3 +97,45 @@ def test_frames_the_flusher_process_cannot_read_are_counted_logged_and_kept(
     assert "1 trajectory frame(s) whose records do not decode" in warnings[0]
     assert "1 frame(s) of a kind" in warnings[0] and "unreadable bytes" not in warnings[0]
     assert sorted(p.name for p in segment.parent.glob("dead.*")) == ["dead.0000000001.wal.unreadable"]
+
+
+def test_wrong_frames_cost_the_flusher_process_nothing_else_and_are_not_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a dead worker's segment: trajectories a and b, and beside them frames that parse but are
+    # wrong (no result fields, ids that are not a packed array, a commit outcome of no trajectory)
+    led, flusher, pid = _with_flusher(tmp_path)
+    segment = tmp_path / "spool" / "dead.0000000001.wal"
+    a, b = good()
+    no_rf, ids_a_list = wrong(drop_field("rf")), wrong(record=set_field("prompt_ids", [1, 2, 3]))
+    spooled(tmp_path / "made", [a, no_rf, b, ids_a_list, lambda _: outcome_frame(999, True)]).rename(segment)
+    # When the worker's flusher process writes it, and the ledger looks for work again
+    with caplog.at_level(logging.WARNING, logger="rewardq.ledger"):
+        asyncio.run(led.flush_due(everything=True))
+        first = led.snapshot()
+        asyncio.run(led.flush_due(everything=True))
+    # Then a and b are in the ledger with their values, by the same flusher process (it did not fail)
+    rows = ledger_rows(tmp_path / "ledger").to_pylist()
+    assert [r["key"] for r in rows] == ["a_s_0", "a_s_1", "b_s_0", "b_s_1", "b_s_2"] and flusher.pid == pid
+    assert [r["reward_score"] for r in rows] == [1.0, 1.0, 0.5, 0.5, 0.5]
+    assert rows[3]["response_mask"] == bytes([1, 0, 1, 1, 0]) and all(r["committed"] for r in rows)
+    # And the three wrong frames are counted once, with no error and nothing left to retry
+    snap = led.snapshot()
+    assert (snap["rows"], snap["unreadable"], snap["adopted"], snap["errors"], snap["pending_segments"]) == (
+        5,
+        3,
+        1,
+        0,
+        0,
+    )
+    assert snap == first
+    # And one warning names each field, and the segment is kept aside
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    for reason in (
+        "1 x trajectory field 'rf' is not a list of result field names (missing)",
+        "1 x record field 'prompt_ids' is not a packed array (got list)",
+        "1 x commit outcome field 'tk' names no trajectory of its segment",
+    ):
+        assert reason in warning
+    assert sorted(p.name for p in segment.parent.glob("dead.*")) == ["dead.0000000001.wal.unreadable"]
+    asyncio.run(led.close(30))

@@ -226,3 +226,31 @@ def test_the_report_is_one_page_that_opens_offline_with_the_ledgers_numbers(
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ERROR:CONSOLE" not in proc.stderr and "Uncaught" not in proc.stderr, proc.stderr[-2000:]
     assert Image.open(shot).size == (1200, 3000)
+
+
+def test_a_row_no_record_can_be_made_of_costs_the_replay_only_its_trajectory(procs: Procs, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rewardq.ledger.flusher import write_segment
+    from rewardq.ledger.store import LedgerStore
+    from tests.support.ledger_facts import read_facts
+    from tests.support.ledger_frames import ledger_rows, spooled
+
+    # Given a ledger of trajectories a and bad, bad's mask cut short afterwards (a ledger edited by hand)
+    source = tmp_path / "source"
+    write_segment(LedgerStore(str(source)), spooled(tmp_path / "spool", [read_facts("a"), read_facts("bad")]), "w")
+    [file] = source.glob("date=*/hour=*/*.parquet")
+    rows = ledger_rows(source).to_pylist()
+    for row in rows:
+        if row["uid"] == "bad":
+            row["response_mask"] = b"\x01"
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(file)), file)
+    # When it is replayed
+    code, stdout, stderr = run(procs, "replay", str(source), "--out", str(tmp_path / "out"), "--tokenizer",
+                               "builtin:demo", "--json")  # fmt: skip
+    # Then a is scored, bad is refused with its reason in the log, and the exit code says so
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert (code, result["replayed"], result["refused"], result["interrupted"]) == (1, 1, 1, False), stderr[-3000:]
+    assert "trajectory bad_s cannot be sent again" in stderr and "response_mask" in stderr
+    assert sorted(read_table(str(tmp_path / "out"))["key"].to_pylist()) == ["a_s_0", "a_s_1"]

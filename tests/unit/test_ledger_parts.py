@@ -12,12 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from rewardq.errors import ConfigError
 from rewardq.ledger.frames import outcome_frame, read_frames, trajectory_frame
 from rewardq.ledger.read import latest_rows, parse_where, read_table
 from rewardq.ledger.results import SCORED_AT, ResultColumns, scored_at
 from rewardq.ledger.schema import COLUMN_NAMES, arrow_schema
 from rewardq.ledger.spool import Spool
-from rewardq.ledger.table import sample_of, split_sample, tables_from_frames
+from rewardq.ledger.table import partition_of, sample_of, split_sample, tables_from_frames
 from tests.support.ledger_facts import SAMPLE, facts, make_ledger
 
 
@@ -42,11 +43,15 @@ def test_a_sample_is_rebuilt_exactly_from_its_columns(sample: dict[str, Any]) ->
         [b"1796599149.5", b" 12.5"],  # whitespace: Arrow refuses it, Python's float takes it
         [b"12.5", b"\xff", "12.25"],  # not UTF-8, and text among bytes
         [b"12.5", b"abc", b"1_0"],
+        [b"1796599149.5", b"nan", b"inf", b"-inf", b"1e300", b"5e12", b"-1e12", b"253402300799.5"],  # no UTC hour
+        [b"1796599149.5", b"5e12", b"-62135596800"],  # past year 9999 but an int64 of microseconds; year 1
     ],
 )
 def test_scored_at_decoded_in_bulk_is_what_each_value_decodes_to(values: list[Any]) -> None:
     got = ResultColumns().array(SCORED_AT, values, pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
     assert got == [scored_at(v) for v in values]
+    # a time null or in the years 1 to 9999, which the ledger's date and hour partitions can name
+    assert all(us is None or partition_of(us / 1e6) for us in got)
 
 
 def test_frames_read_back_and_a_torn_tail_is_skipped() -> None:
@@ -175,6 +180,8 @@ def test_an_in_memory_fsspec_ledger_is_written_and_read(tmp_path: Path) -> None:
     table = read_table(url)
     assert table.num_rows == 6 and table["scorer"].to_pylist() == ["default:gsm8k"] * 6
     assert read_table(url, where=parse_where(["key=t1_s_1"]))["key"].to_pylist() == ["t1_s_1"]
+    with pytest.raises(ConfigError, match="attempt=first: not a number, and column attempt holds int32"):
+        read_table(url, where=parse_where(["attempt=first"]))  # a bad flag, not a traceback
     assert read_table(url, since=1.8e9 + 1).num_rows == 0 and read_table(url, until=1.8e9 + 1).num_rows == 6
 
 
