@@ -41,7 +41,6 @@ from redis.exceptions import (
 from rewardq.errors import RedisPermissionError
 from rewardq.queue.clients import blocking
 from rewardq.queue.handshake import retried_handshakes
-from rewardq.queue.idle_check import no_wait_idle_check
 from rewardq.queue.packing import fast_packing
 from rewardq.queue.retry import RETRY_ON, AsyncPolicyRetry, PolicyRetry
 
@@ -147,8 +146,7 @@ def _common(sync: bool) -> dict[str, object]:
 def connect_async(url: str = REDIS_URL, *, cluster: bool = False, **kwargs: object) -> AsyncRedis:
     """An asyncio client (``redis.asyncio.Redis`` or ``RedisCluster``) for ``url``.
 
-    The single-Redis client packs commands in C (:mod:`rewardq.queue.packing`), checks a pooled
-    connection for unread data without waiting a loop turn (:mod:`rewardq.queue.idle_check`), and uses a
+    The single-Redis client packs commands in C (:mod:`rewardq.queue.packing`) and uses a
     *blocking* pool of ``max_connections`` (default 256): when every connection is busy a command
     waits ``pool_timeout`` (``POOL_TIMEOUT``) for one, where redis-py's default pool fails at once
     with "Too many connections".
@@ -165,8 +163,7 @@ def connect_async(url: str = REDIS_URL, *, cluster: bool = False, **kwargs: obje
     if cluster:
         cluster_client: aredis.RedisCluster = aredis.RedisCluster.from_url(url, **_cluster_opts(opts))
         return cluster_client
-    pool = aredis.BlockingConnectionPool.from_url(url, **_pool_opts(opts))
-    pool = no_wait_idle_check(fast_packing(pool))  # commands packed in C; a checkout waits no loop turn
+    pool = fast_packing(aredis.BlockingConnectionPool.from_url(url, **_pool_opts(opts)))  # commands packed in C
     return aredis.Redis.from_pool(retried_handshakes(pool, sync=False))
 
 
