@@ -264,7 +264,10 @@ class ProcessFlusher:
         """One request and its answer line (empty when the process ended: it is then stopped)."""
         if self._closed:
             return b""
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        try:
+            proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        except OSError as exc:  # EAGAIN, ENOMEM, EMFILE: a failed write like any other, retried later
+            raise FlushError(f"the ledger's flusher process could not be started: {exc}") from None
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(json.dumps({"path": str(path), "owner": owner}).encode() + b"\n")

@@ -147,7 +147,9 @@ class Ledger:
             try:
                 await self.flush_due()
             except Exception as exc:  # noqa: BLE001 - one failure must not end the loop: its segments would wait for ever
-                self._error(f"flushing failed, tried again within {_TICK:g}s: {type(exc).__name__}: {exc}")
+                # counted as a failed write (state "failing", backed off), as a FlushError is: only
+                # its kind is unforeseen
+                self._failed(f"flushing failed: {type(exc).__name__}: {exc}")
 
     async def flush_due(self, *, everything: bool = False) -> None:
         """Write the segments that are due, and every ``_ADOPT_EVERY`` s dead workers' segments
@@ -297,11 +299,15 @@ class Ledger:
                     return
 
     def _adopt(self, orphan: Orphan) -> bool:
-        for path in orphan.segments:
-            if not self._write_segment(path, orphan.owner):
-                orphan.release(remove=False)
-                return False
-            self.counts["adopted"] += 1
+        try:
+            for path in orphan.segments:
+                if not self._write_segment(path, orphan.owner):
+                    orphan.release(remove=False)
+                    return False
+                self.counts["adopted"] += 1
+        except BaseException:
+            orphan.release(remove=False)  # held, its lock would say its dead owner lives: never adopted again
+            raise
         orphan.release(remove=True)
         if orphan.segments:
             logger.info("ledger: wrote %d segment(s) left by worker %s", len(orphan.segments), orphan.owner)

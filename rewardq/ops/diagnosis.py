@@ -255,7 +255,8 @@ def accountability(st: dict[str, Any]) -> list[dict[str, object]]:
         say(
             "error",
             f"{_n(ledger['unreadable'], 'spooled frame', 'spooled frames')} could not be read back by the ledger's "
-            "flusher (damaged on disk, or written by a newer rewardq) and are not in the ledger; each segment is "
+            "flusher (damaged on disk, written by a newer rewardq, or a field of the wrong type; the log names the "
+            "field) and are not in the ledger; each segment is "
             "kept in its spool as *.wal.unreadable and named in the worker's log (docs/ledger.md#unreadable-frames)",
         )
     return out

@@ -156,6 +156,10 @@ def plain_value(obj: object) -> object:
 # --------------------------------------------------------------------------------------
 
 
+#: The largest ``num_turns``: an int32, as the ledger's column holds it (no agent loop comes near).
+MAX_TURNS = 2**31 - 1
+
+
 #: The fields of an output the producer reads (the rest of a verl ``AgentLoopOutput`` is not sent).
 OUTPUT_FIELDS = frozenset(
     (
@@ -252,9 +256,12 @@ def _packed_record(
     logprobs = _as_logprobs(get("response_logprobs"), response.shape[0])
     num_turns = get("num_turns")
     if num_turns is not None and (
-        isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or not 0 <= num_turns < 2**63
+        isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or not 0 <= num_turns <= MAX_TURNS
     ):
-        raise RecordError("num_turns", f"must be a non-negative integer below 2**63 or None, got {str(num_turns)[:40]}")
+        raise RecordError(
+            "num_turns",
+            f"must be a non-negative integer of at most {MAX_TURNS} (int32) or None, got {str(num_turns)[:40]}",
+        )
     media = encode_multi_modal(get("multi_modal_data"), output=index, max_image_bytes=max_image_bytes)
     sample = with_sample_media(sample, output=index, max_image_bytes=max_image_bytes, decode=False)
     record = {
@@ -408,8 +415,12 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     if logprobs is not None:
         check_finite(logprobs)
     num_turns = d.get("num_turns")
-    if num_turns is not None and (isinstance(num_turns, bool) or not isinstance(num_turns, int) or num_turns < 0):
-        raise RecordError("num_turns", f"must be a non-negative integer or nil, got {num_turns!r}")
+    if num_turns is not None and (
+        isinstance(num_turns, bool) or not isinstance(num_turns, int) or not 0 <= num_turns <= MAX_TURNS
+    ):
+        raise RecordError(
+            "num_turns", f"must be a non-negative integer of at most {MAX_TURNS} (int32) or nil, got {num_turns!r}"
+        )
     extra_fields = d.get("extra_fields") or {}
     if not isinstance(extra_fields, dict):
         raise RecordError("extra_fields", f"must be a map, got {type(extra_fields).__name__}")

@@ -4,15 +4,18 @@ interrupted never loses a spooled trajectory."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from rewardq.ledger.flusher import ProcessFlusher
+from rewardq.ledger.flusher import ProcessFlusher, Written
 from rewardq.ledger.frames import outcome_frame
 from rewardq.ledger.read import read_table
 from rewardq.ledger.sink import Ledger
@@ -139,3 +142,65 @@ def test_wrong_frames_cost_the_flusher_process_nothing_else_and_are_not_retried(
         assert reason in warning
     assert sorted(p.name for p in segment.parent.glob("dead.*")) == ["dead.0000000001.wal.unreadable"]
     asyncio.run(led.close(30))
+
+
+def test_a_flusher_process_that_cannot_be_started_is_a_failing_ledger_retried_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a ledger whose flusher process died, on a machine that cannot start another (EAGAIN)
+    led = make_ledger(tmp_path, flusher_process=True, flush_interval=0.1)
+    assert isinstance(led.flusher, ProcessFlusher) and led.flusher.pid is not None
+    os.kill(led.flusher.pid, signal.SIGKILL)
+    real_popen = subprocess.Popen
+
+    def no_fork(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", no_fork)
+    spool(led, "a")
+    led.spool.segment_seconds = 0.0  # its segment is due at the next tick
+    # When the background loop comes to write its segment
+    asyncio.run(_run_for(led, 2.5))
+    # Then the ledger says it is failing, why, and keeps the segment, backing off between tries
+    snap = led.snapshot()
+    assert snap["state"] == "failing" and "could not be started" in snap["last_error"], snap
+    assert snap["errors"] <= 2 and snap["pending_segments"] == 1 and snap["rows"] == 0, snap
+    # And once a process can be started again, the segment is written
+    monkeypatch.setattr(subprocess, "Popen", real_popen)
+    asyncio.run(led.close(30))
+    assert read_table(str(tmp_path / "ledger"))["key"].to_pylist() == ["a_s_0", "a_s_1"]
+
+
+def test_an_adoption_cut_short_by_any_error_leaves_the_dead_workers_segment_adoptable(tmp_path: Path) -> None:
+    # Given a dead worker's segment in the spool, and a ledger whose first write of it fails unforeseen
+    dead = spooled(tmp_path / "spool", [facts("dead")])
+    led = make_ledger(tmp_path)
+    flusher = led.flusher
+    assert flusher is not None
+    write = flusher.write
+    calls: list[str] = []
+
+    def fails_once(path: Path, owner: str) -> Written | None:
+        calls.append(owner)
+        if len(calls) == 1:
+            raise RuntimeError("unforeseen")
+        return write(path, owner)
+
+    flusher.write = fails_once  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        asyncio.run(led.flush_due(everything=True))
+    # When the ledger adopts again
+    asyncio.run(led.flush_due(everything=True))
+    # Then the dead worker's lock was let go the first time: its segment is written and gone
+    assert calls == ["w", "w"] and led.counts["adopted"] == 1 and not dead.exists()
+    asyncio.run(led.close(10))
+    assert read_table(str(tmp_path / "ledger"))["key"].to_pylist() == ["dead_s_0", "dead_s_1"]
+
+
+async def _run_for(led: Ledger, seconds: float) -> None:
+    """The worker's background loop of ``led`` for ``seconds``, then cancelled."""
+    task = asyncio.create_task(led.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -53,6 +53,7 @@ CASES: list[tuple[str, Any, str, str]] = [
     ("logprobs text", _bad(response_logprobs=["a", "b"]), "response_logprobs", "must be numbers"),
     ("num_turns negative", _bad(num_turns=-1), "num_turns", "non-negative"),
     ("num_turns float", _bad(num_turns=1.5), "num_turns", "non-negative"),
+    ("num_turns past int32", _bad(num_turns=2**31), "num_turns", "at most 2147483647"),
     ("extra_fields int key", _bad(extra_fields={1: "x"}), "extra_fields", "keys must be strings"),
     ("extra_fields ext", _bad(extra_fields={"x": msgpack.ExtType(9, b"")}), "extra_fields.x", ""),
     ("extra_fields object", _bad(extra_fields={"x": object()}), "extra_fields/sample", "msgpack cannot carry"),
@@ -157,3 +158,15 @@ def test_a_sample_with_a_bad_key_inside_an_object_array_is_refused_before_anythi
         client.put_trajectory("u", "s", [GOOD], {**SAMPLE, "raw_prompt": nested})
     assert err.value.field == "sample.raw_prompt[1][0]" and "keys must be strings" in str(err.value)
     assert r.xlen(Keyspace("bad").stream(0)) == 0
+
+
+def test_the_worker_refuses_a_num_turns_past_int32_that_another_producer_sent() -> None:
+    r = fakeredis.FakeRedis()
+    RewardClient(blocking(r), namespace="ok").put_trajectory("u", "s", [{**GOOD, "num_turns": 3}], SAMPLE)
+    [(_, fields)] = blocking(r).xrange(Keyspace("ok").stream(0))
+    record = msgpack.unpackb(fields[b"data"], raw=False)
+    assert decode_output(msgpack.packb(record, use_bin_type=True)).num_turns == 3
+    record["num_turns"] = 2**31
+    with pytest.raises(RecordError) as err:
+        decode_output(msgpack.packb(record, use_bin_type=True))
+    assert err.value.field == "num_turns" and "at most 2147483647" in str(err.value)
