@@ -287,7 +287,7 @@ class Ledger:
         while self._pending:
             path = self._pending[0]
             size = _size(path)
-            if not self._write_segment(path, self.spool.owner):
+            if not self._write_segment(path):
                 return
             self._pending.pop(0)
             self._spooled_bytes = max(0, self._spooled_bytes - size)
@@ -298,7 +298,7 @@ class Ledger:
 
     def _adopt(self, orphan: Orphan) -> bool:
         for path in orphan.segments:
-            if not self._write_segment(path, orphan.owner):
+            if not self._write_segment(path):
                 orphan.release(remove=False)
                 return False
             self.counts["adopted"] += 1
@@ -307,11 +307,11 @@ class Ledger:
             logger.info("ledger: wrote %d segment(s) left by worker %s", len(orphan.segments), orphan.owner)
         return True
 
-    def _write_segment(self, path: Path, owner: str) -> bool:
+    def _write_segment(self, path: Path) -> bool:
         """One segment to Parquet by the flusher (:mod:`rewardq.ledger.flusher`); False on failure."""
         assert self.flusher is not None
         try:
-            written = self.flusher.write(path, owner)
+            written = self.flusher.write(path)
         except FlushError as exc:
             return self._failed(str(exc))
         if written is not None:

@@ -70,7 +70,7 @@ def test_a_worker_stopping_late_stops_a_stuck_flusher_and_keeps_its_segment(tmp_
     took = asyncio.run(stop())
     # Then it stops in about that time, starts no other flusher, and the segment stays for the next worker
     assert took < 10 and flusher.pid is None
-    assert [p.name for p in (tmp_path / "spool").glob("*.wal")] == ["w1.0000000001.wal"]
+    assert [p.name for p in (tmp_path / "spool").glob("*.wal")] == [f"w1.{led.spool.spool_id}-0000000001.wal"]
     assert not list((tmp_path / "ledger").rglob("*.parquet"))
 
 
