@@ -191,7 +191,7 @@ class Intake:
                 self.stats["parked"] += 1
             elif o.kind == "conflict":
                 reason = f"conflicting record: {o.detail}"
-                await self.failures.dead_letter(o.entry, DeadLetterKind.CONFLICT, reason, record=o.record)
+                await self.failures.dead_letter(o.entry, DeadLetterKind.CONFLICT, reason, record=o.record, late=o.late)
             elif o.kind == "toolarge":
                 await self.failures.dead_letter(o.entry, DeadLetterKind.INVALID, o.detail, record=o.record)
             elif o.kind == "done":

@@ -14,6 +14,7 @@ from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, output, until, worker_config
+from tests.support.ledger_checks import assert_row_is_its_result
 from tests.support.sync_client import SyncClient
 
 SAMPLE: dict[str, Any] = {
@@ -54,6 +55,8 @@ async def test_an_expired_trajectory_has_a_row_per_key_with_the_outputs_that_arr
         assert res.status == row["status"] == "error" and res.failure_kind == FailureKind.INPUT, key
         assert row["failure_kind"] == "input" and row["error"] == res.error and row["worker"] == w.name
         assert row["reward_score"] is None and row["committed"] is True
+        assert_row_is_its_result(row, res)  # never scored: attempt 0, no provenance, scorer nor manager
+        assert row["attempt"] == 0 and row["provenance"] is None and row["manager"] is None
         # its latency: from the last output filed to the result, at least incomplete_timeout
         assert res.latency_ms is not None and res.latency_ms >= 500 and row["latency_ms"] == res.latency_ms
     assert "missing output indices 1 of 0..2" in (rows["gap_s_1"]["error"] or "")
