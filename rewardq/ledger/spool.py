@@ -25,7 +25,10 @@ dead one's segments never write a file another segment wrote.
 
 A lock that can be taken belongs to a dead worker: its segments are adopted. flock is released by
 the kernel when a process dies however it dies, so adoption needs no heartbeat and no clock; it
-also means the spool must be on a local filesystem (flock over NFS is not dependable).
+also means the spool must be on a local filesystem (flock over NFS is not dependable). A worker
+that stops cleanly, and a worker done adopting a dead one's segments, delete the lock file while
+holding its lock; whoever takes a lock therefore checks that the file it locked is still the one
+at that name (:func:`take_lock`), else a lock taken on a deleted file would prove nothing.
 
 What a write survives: the process's death (SIGKILL, OOM kill), since the page cache outlives it;
 not a power loss, since nothing is fsynced (a torn last frame is then skipped when read back).
@@ -145,11 +148,8 @@ class Spool:
         (a worker restarted under the same name: they are adopted like any dead worker's)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
-            fd = os.open(self.directory / f"{self.owner}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+            fd = take_lock(self.directory / f"{self.owner}.lock")
+            if fd is None:  # a live process holds this name
                 self.owner = f"{self.owner}-{secrets.token_hex(3)}"
                 continue
             self._lock_fd = fd
@@ -161,11 +161,16 @@ class Spool:
         self._own_leftovers = [p for owner, _, p in sorted(self._segments()) if owner == self.owner]
 
     def close(self) -> None:
-        """Close every file and give up the lock (segments not yet flushed stay for adoption)."""
+        """Close every file, delete the lock file and give up the lock. Segments not yet flushed
+        stay, and are adopted all the same: :meth:`orphans` finds owners by their segments too."""
         for seg in [*self._sealed, *([self._current] if self._current else [])]:
             _close(seg)
         self._sealed, self._current = [], None
         if self._lock_fd is not None:
+            try:
+                (self.directory / f"{self.owner}.lock").unlink(missing_ok=True)  # still held: see take_lock
+            except OSError:
+                pass  # left as a crash leaves it: the next adoption removes it
             os.close(self._lock_fd)
             self._lock_fd = None
 
@@ -272,13 +277,10 @@ class Spool:
         for owner in sorted(set(owners) | (locks - {self.owner})):
             lock_path = self.directory / f"{owner}.lock"
             try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = take_lock(lock_path)
             except OSError:
                 continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)  # alive: not ours to take
+            if fd is None:  # alive: not ours to take
                 continue
             segments = sorted(p for o, _, p in self._segments() if o == owner)
             yield Orphan(owner, segments, lock_path, fd)
@@ -349,6 +351,27 @@ class Spool:
             if m:
                 out.append((m["owner"], int(m["seq"]), p))
         return out
+
+
+def take_lock(path: Path) -> int | None:
+    """An open descriptor of lock file ``path`` (created if missing) holding its ``flock``, or None
+    when another process holds it. The lock counts only if the file locked is still the one named
+    ``path``: its holder may have deleted it meanwhile (a clean stop, an adoption done), and a lock
+    on a deleted file excludes no one who opens the name afresh, so then it is taken again."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            named, locked = os.stat(path), os.fstat(fd)
+            if (named.st_dev, named.st_ino) == (locked.st_dev, locked.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 #: Buffers passed to one ``writev`` at most (the system's IOV_MAX is 1024).

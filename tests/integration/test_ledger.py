@@ -117,8 +117,8 @@ async def test_every_key_has_one_row_matching_its_result(
     files = sorted(Path(ledger).rglob("*.parquet"))
     assert files and all(pq.read_schema(f).equals(arrow_schema(), check_metadata=True) for f in files)
     assert all(f.parent.name.startswith("hour=") and f.parent.parent.name.startswith("date=") for f in files)
-    # And nothing is left in the spool
-    assert not list(Path(ledger).rglob("*.wal"))
+    # And nothing is left in the spool, not even the worker's lock file
+    assert not list(Path(ledger).rglob("*.wal")) and not list(Path(ledger).rglob("*.lock"))
     snap = w.accounting.snapshot() if w.accounting else None
     assert snap is not None and snap["unwritten"] == 0 and snap["rows"] == len(results) and snap["state"] == "ok"
 

@@ -1,18 +1,21 @@
-"""Ledger file names: each segment's files are its own, across every life of a worker's name."""
+"""Ledger and spool file names: each segment's files are its own, across every life of a worker's
+name; a worker's lock file goes with its clean stop, and a lock on a deleted lock file counts for nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from rewardq.ledger.flusher import write_segment
 from rewardq.ledger.frames import trajectory_frame
 from rewardq.ledger.read import read_table
 from rewardq.ledger.sink import Ledger
-from rewardq.ledger.spool import Spool
+from rewardq.ledger.spool import Spool, take_lock
 from rewardq.ledger.store import LedgerStore
 from tests.support.ledger_facts import facts, make_ledger
 from tests.support.ledger_frames import spooled
@@ -90,3 +93,27 @@ def test_a_dead_worker_is_adopted_without_a_live_worker_whose_name_extends_its_o
     # And a worker's pending bytes are its own segments' only
     [own] = [p for p in tmp_path.glob("w1.*.wal") if p not in orphan.segments]
     assert live.pending_bytes() == own.stat().st_size
+
+
+def test_a_clean_stop_leaves_no_lock_file_and_a_lock_on_a_deleted_one_is_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a worker's spool, and another process that opened its lock file's name meanwhile
+    led = make_ledger(tmp_path)
+    lock = tmp_path / "spool" / "w1.lock"
+    assert lock.exists()
+    stale = os.open(lock, os.O_RDWR)
+    # When the worker stops cleanly
+    _run(led, "a")
+    # Then its lock file is gone with it (its rows are written)
+    assert not list((tmp_path / "spool").iterdir())
+    # And the other process, whose flock on the deleted file now succeeds, does not count it: it
+    # locks the file the name holds now, so a third process that opens the name cannot take it too
+    real_open = os.open
+    opened = iter([stale])
+    monkeypatch.setattr(os, "open", lambda *a, **k: next(opened, None) or real_open(*a, **k))
+    fd = take_lock(lock)
+    monkeypatch.undo()
+    assert fd is not None and fd != stale and os.fstat(fd).st_ino == os.stat(lock).st_ino
+    assert take_lock(lock) is None
+    os.close(fd)
