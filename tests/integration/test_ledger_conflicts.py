@@ -60,9 +60,13 @@ async def test_a_late_conflicting_record_adds_no_row_that_outranks_the_keys_resu
         assert_row_is_its_result(row, res)
     # ... and the documented DuckDB dedup gives every key Redis's status
     files = f"{ledger}/**/*.parquet"
-    deduped = duckdb.connect().sql(
-        f"""SELECT key, status FROM read_parquet('{files}', hive_partitioning = true)
+    deduped = (
+        duckdb.connect()
+        .sql(
+            f"""SELECT key, status FROM read_parquet('{files}', hive_partitioning = true)
             QUALIFY row_number() OVER (PARTITION BY key
                 ORDER BY committed IS NOT DISTINCT FROM false, attempt DESC, scored_at DESC) = 1"""
-    ).fetchall()
+        )
+        .fetchall()
+    )
     assert dict(deduped) == {k: str(r.status) for k, r in results.items() if r is not None}
