@@ -12,12 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from rewardq.ledger.flusher import write_segment
-from rewardq.ledger.frames import trajectory_frame
 from rewardq.ledger.read import read_table
 from rewardq.ledger.sink import Ledger
-from rewardq.ledger.spool import Spool, take_lock
+from rewardq.ledger.spool import take_lock
 from rewardq.ledger.store import LedgerStore
-from tests.support.ledger_facts import facts, make_ledger
+from tests.support.ledger_facts import facts, make_ledger, open_spools
 from tests.support.ledger_frames import spooled
 
 
@@ -77,13 +76,7 @@ def test_a_segment_written_twice_gives_one_file_and_no_duplicate_rows(tmp_path: 
 
 def test_a_dead_worker_is_adopted_without_a_live_worker_whose_name_extends_its_own(tmp_path: Path) -> None:
     # Given a dead worker "w1" and a live one named "w1.b", each with a segment
-    live = Spool(tmp_path, "w1.b", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    dead = Spool(tmp_path, "w1", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    me = Spool(tmp_path, "me", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    for s in (live, dead, me):
-        s.open()
-    for s in (live, dead):
-        s.append(s.ticket(), trajectory_frame(1, facts(s.owner)))
+    live, dead, me = open_spools(tmp_path, "w1.b", "w1", "me", writing=("w1.b", "w1"))
     dead.close()
     # When another worker adopts the dead one's segments
     [orphan] = list(me.orphans())

@@ -19,7 +19,7 @@ from rewardq.ledger.results import SCORED_AT, ResultColumns, scored_at
 from rewardq.ledger.schema import COLUMN_NAMES, arrow_schema
 from rewardq.ledger.spool import Spool, part_name
 from rewardq.ledger.table import partition_of, sample_of, split_sample, tables_from_frames
-from tests.support.ledger_facts import SAMPLE, facts, make_ledger
+from tests.support.ledger_facts import SAMPLE, facts, make_ledger, open_spools
 
 
 @pytest.mark.parametrize(
@@ -125,13 +125,7 @@ def test_a_commit_outcome_goes_out_with_the_next_frame_or_the_next_tick(tmp_path
 
 
 def test_a_dead_workers_segments_are_adopted_a_live_ones_are_not(tmp_path: Path) -> None:
-    alive = Spool(tmp_path, "alive", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    dead = Spool(tmp_path, "dead", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    me = Spool(tmp_path, "me", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    for s in (alive, dead, me):
-        s.open()
-    for s in (alive, dead):
-        s.append(s.ticket(), trajectory_frame(1, facts(s.owner)))
+    alive, dead, me = open_spools(tmp_path, "alive", "dead", "me", writing=("alive", "dead"))
     dead.close()  # its lock is released as by a killed process; its segment stays
     orphans = list(me.orphans())
     assert [o.owner for o in orphans] == ["dead"] and len(orphans[0].segments) == 1
