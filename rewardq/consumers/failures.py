@@ -109,7 +109,7 @@ class FailureHandler:
         else:
             tid, idx = ident
             shard = self.ks.shard_of(tid)
-            ticket = None if late == "kept" else await self._spool(entry, record, reason, failure, own_key=bool(late))
+            ticket = None if late == "kept" else await self.spool(entry, record, reason, failure, own_key=bool(late))
             written: bool | None = None
             try:
                 if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
@@ -125,8 +125,7 @@ class FailureHandler:
                     )
                 written = keys > 0  # none: every key kept the result it had, which its rows must not outrank
             finally:
-                if self.accounting is not None:
-                    self.accounting.settle(ticket, written)
+                self.settle(ticket, written)
         self._count(kind, failure, str(record.sample.get("data_source", "")) if record is not None else "")
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
 
@@ -209,7 +208,7 @@ class FailureHandler:
             # its error results (and rows) carry the delivery count as their attempt: higher than any
             # attempt a worker that died scoring it spooled, so its rows win the ledger's dedup
             attempt = max(e.deliveries for e, _ in items)
-            ticket = await self._spool(last[0], None, reason, failure, attempt=attempt)
+            ticket = await self.spool(last[0], None, reason, failure, attempt=attempt)
             dead = self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid, failure=failure)
             write = functools.partial(
                 self.broker.fail,
@@ -228,12 +227,16 @@ class FailureHandler:
                 await self._write(f"the error results of {tid}", write)
                 written = True
             finally:
-                if self.accounting is not None:
-                    self.accounting.settle(ticket, written)
+                self.settle(ticket, written)
             self._count(DeadLetterKind.EXHAUSTED, failure, "")
             logger.warning("trajectory %s dead-lettered (exhausted): %s", tid, reason)
 
-    async def _spool(
+    def settle(self, ticket: int | None, written: bool | None) -> None:
+        """Tell the ledger whether the failure spooled under ``ticket`` wrote its error results."""
+        if self.accounting is not None:
+            self.accounting.settle(ticket, written)
+
+    async def spool(
         self,
         entry: Entry,
         record: OutputRecord | None,

@@ -1,5 +1,6 @@
-"""A record that comes after its trajectory finished, on the real Redis with a real worker: its
-dead letter adds no result row that contradicts the key's result (docs/failures.md, docs/ledger.md)."""
+"""Ledger rows of keys the intake refuses, on the real Redis with a real worker: a record that comes
+after its trajectory finished adds no row that contradicts the key's result (docs/failures.md,
+docs/ledger.md); a trajectory read whole past ``max_trajectory_bytes`` has a row per key."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import asyncio
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from rewardq import RewardClient
 from rewardq.demo.data import make_trajectories
 from rewardq.ledger.read import read_table
+from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, until, worker_config
 from tests.support.ledger_checks import assert_row_is_its_result
@@ -70,3 +73,39 @@ async def test_a_late_conflicting_record_adds_no_row_that_outranks_the_keys_resu
         .fetchall()
     )
     assert dict(deduped) == {k: str(r.status) for k, r in results.items() if r is not None}
+
+
+async def test_a_trajectory_read_whole_past_max_trajectory_bytes_has_a_row_per_key(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given a trajectory of 4 records of ~300 KB, read in one batch, past a 1 MiB max_trajectory_bytes
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    _ = client.keyspace  # the namespace, as a producer makes it
+    sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "7"}}
+    n, big = 4, 75_000
+    pipe = sync_redis.pipeline(transaction=True)
+    for i in range(n):
+        out = {"prompt_ids": np.full(big, 7, dtype=np.int32), "response_ids": [1, 2]}
+        data = encode_output("big", "s", i, out, sample, final=i == n - 1)
+        pipe.xadd(ks.stream(0), {"key": f"big_s_{i}", "data": data})
+    pipe.execute()
+    keys = [f"big_s_{i}" for i in range(n)]
+    ledger = str(tmp_path / "ledger")
+    # When a worker with a ledger refuses it
+    cfg = worker_config(ns, redis_url, ledger=ledger, max_record_bytes=1 << 19, max_trajectory_bytes=1 << 20)
+    w = await open_test_worker(cfg)
+    task = asyncio.create_task(w.run())
+    try:
+        results = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    finally:
+        w.request_stop("test done")
+        await task
+        client.close()
+    # Then every key got its error result, and has its row saying so
+    assert all("max_trajectory_bytes" in (r.error or "") for r in results.values())
+    rows = {r["key"]: r for r in read_table(ledger).to_pylist()}
+    assert set(rows) == set(keys)
+    for key, res in results.items():
+        assert_row_is_its_result(rows[key], res)
+        assert rows[key]["committed"] is True and rows[key]["data_source"] == "openai/gsm8k"
