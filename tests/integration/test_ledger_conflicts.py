@@ -15,7 +15,7 @@ from rewardq.demo.data import make_trajectories
 from rewardq.ledger.read import read_table
 from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace
-from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, until, worker_config
+from tests.support.helpers import LEDGER_STOP_GRACE, running_worker, until, worker_config
 from tests.support.ledger_checks import assert_row_is_its_result
 from tests.support.sync_client import SyncClient
 
@@ -28,10 +28,8 @@ async def test_a_late_conflicting_record_adds_no_row_that_outranks_the_keys_resu
     uid, sid, n = t["uid"], t["session_id"], len(t["outputs"])
     client = RewardClient.from_url(redis_url, namespace=ns)
     ledger = str(tmp_path / "ledger")
-    w = await open_test_worker(worker_config(ns, redis_url, ledger=ledger, shutdown_grace=LEDGER_STOP_GRACE))
-    task = asyncio.create_task(w.run())
     late = f"{uid}_{sid}_{n}"
-    try:
+    async with running_worker(worker_config(ns, redis_url, ledger=ledger, shutdown_grace=LEDGER_STOP_GRACE)):
         keys = client.put_trajectory(uid, sid, t["outputs"], t["sample"])
         first = await asyncio.to_thread(client.wait_rewards, keys, 60)
         assert all(r.ok for r in first.values())
@@ -44,9 +42,6 @@ async def test_a_late_conflicting_record_adds_no_row_that_outranks_the_keys_resu
         dead = Keyspace(ns).dead(0)
         await until(lambda: sync_redis.xlen(dead) == 2, "two conflict dead letters", timeout=30)
         await until(lambda: client.get_rewards([late])[late] is not None, "the late key's error", timeout=30)
-    finally:
-        w.request_stop("test done")
-        await task
     results = client.get_rewards([*keys, late])
     client.close()
     # Then Redis keeps the results of the finished trajectory, and the late key got an error
@@ -94,14 +89,9 @@ async def test_a_trajectory_read_whole_past_max_trajectory_bytes_has_a_row_per_k
     ledger = str(tmp_path / "ledger")
     # When a worker with a ledger refuses it
     cfg = worker_config(ns, redis_url, ledger=ledger, max_record_bytes=1 << 19, max_trajectory_bytes=1 << 20)
-    w = await open_test_worker(cfg)
-    task = asyncio.create_task(w.run())
-    try:
+    async with running_worker(cfg):
         results = await asyncio.to_thread(client.wait_rewards, keys, 30)
-    finally:
-        w.request_stop("test done")
-        await task
-        client.close()
+    client.close()
     # Then every key got its error result, and has its row saying so
     assert all("max_trajectory_bytes" in (r.error or "") for r in results.values())
     rows = {r["key"]: r for r in read_table(ledger).to_pylist()}

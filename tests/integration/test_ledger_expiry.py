@@ -13,7 +13,7 @@ from rewardq.ledger.read import read_table
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
-from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, output, until, worker_config
+from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, output, running_worker, until, worker_config
 from tests.support.ledger_checks import assert_row_is_its_result
 from tests.support.sync_client import SyncClient
 
@@ -37,16 +37,10 @@ async def test_an_expired_trajectory_has_a_row_per_key_with_the_outputs_that_arr
     keys = ["gap_s_0", "gap_s_1", "gap_s_2", "nofinal_s_0"]
     ledger = str(tmp_path / "ledger")
     # When a worker with a ledger ends them after incomplete_timeout, then stops
-    w = await open_test_worker(
-        worker_config(ns, redis_url, ledger=ledger, incomplete_timeout=0.5, shutdown_grace=LEDGER_STOP_GRACE)
-    )
-    task = asyncio.create_task(w.run())
-    try:
+    cfg = worker_config(ns, redis_url, ledger=ledger, incomplete_timeout=0.5, shutdown_grace=LEDGER_STOP_GRACE)
+    async with running_worker(cfg) as w:
         results = await asyncio.to_thread(client.wait_rewards, keys, 20)
-    finally:
-        w.request_stop("test done")
-        await task
-        client.close()
+    client.close()
     # Then every key has one row saying what its result says
     rows = {r["key"]: r for r in read_table(ledger).to_pylist()}
     assert set(rows) == set(keys)
