@@ -155,6 +155,15 @@ _SCALARS = (str, int, float, bool, type(None), bytes, bytearray)
 _SCALAR_TYPES = frozenset(_SCALARS)
 
 
+def _array_items(v: Any, path: str) -> list[Any] | None:
+    """A numpy or torch array's size checked; the items of a numpy object array (verl's non-tensor
+    columns hold any Python values, ``raw_prompt`` its chat messages), None for numbers."""
+    size = v.size if type(v) is np.ndarray else int(np.prod(getattr(v, "shape", ()) or (1,)))
+    if size > MAX_ARRAY_LEN:
+        raise RecordError(path, f"has {size} items; at most {MAX_ARRAY_LEN} are allowed")
+    return v.tolist() if isinstance(v, np.ndarray) and v.dtype == object else None
+
+
 def check_value(value: object, name: str) -> None:
     """Check a ``sample`` / ``extra_fields`` value the way the worker's decoder will unpack it.
 
@@ -184,9 +193,9 @@ def check_value(value: object, name: str) -> None:
                 stack.append((item, f"{path}.{label}", depth + 1))
             continue
         if isinstance(v, np.ndarray) or (hasattr(v, "detach") and hasattr(v, "tolist")):
-            size = v.size if kind is np.ndarray else int(np.prod(getattr(v, "shape", ()) or (1,)))
-            if size > MAX_ARRAY_LEN:
-                raise RecordError(path, f"has {size} items; at most {MAX_ARRAY_LEN} are allowed")
+            items = _array_items(v, path)
+            if items is not None:  # packed as this list (plain_value), checked as it
+                stack.append((items, path, depth))
             continue
         if isinstance(v, (list, tuple, set, frozenset)):
             if len(v) > MAX_ARRAY_LEN:

@@ -17,6 +17,7 @@ from rewardq import AsyncRewardClient, RewardClient
 from rewardq.errors import RecordError
 from rewardq.producers.jsonl import JsonlLineError, parse_line
 from rewardq.queue.clients import blocking
+from rewardq.queue.codec import decode_output
 from rewardq.queue.keys import Keyspace
 
 GOOD: dict[str, Any] = {"prompt_ids": [1, 2, 3], "response_ids": [4, 5]}
@@ -55,6 +56,12 @@ CASES: list[tuple[str, Any, str, str]] = [
     ("extra_fields int key", _bad(extra_fields={1: "x"}), "extra_fields", "keys must be strings"),
     ("extra_fields ext", _bad(extra_fields={"x": msgpack.ExtType(9, b"")}), "extra_fields.x", ""),
     ("extra_fields object", _bad(extra_fields={"x": object()}), "extra_fields/sample", "msgpack cannot carry"),
+    (
+        "int key inside an object array",
+        _bad(extra_fields={"x": np.array([{"role": "user"}, {1: "a"}], dtype=object)}),
+        "extra_fields.x[1]",
+        "keys must be strings",
+    ),
     ("reward_score text", _bad(reward_score="1"), "reward_score", "must be a number"),
     ("reward_score nan", _bad(reward_score=float("nan")), "reward_score", "finite"),
     ("reward_score 10**400", _bad(reward_score=10**400), "reward_score", "past a float's range"),
@@ -129,3 +136,24 @@ def test_other_fields_of_a_verl_output_pass() -> None:
     client = RewardClient(blocking(r), namespace="ok", max_record_bytes=1_000_000)
     client.put_trajectory("u", "s", [{**GOOD, **{k: None for k in others}}], SAMPLE)
     assert r.xlen(Keyspace("ok").stream(0)) == 1
+
+
+def test_an_object_array_of_messages_passes_and_arrives_as_its_list() -> None:
+    # verl's non-tensor columns are numpy object arrays: raw_prompt holds the chat messages
+    messages = np.array([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], dtype=object)
+    r = fakeredis.FakeRedis()
+    client = RewardClient(blocking(r), namespace="ok", max_record_bytes=1_000_000)
+    client.put_trajectory("u", "s", [GOOD], {**SAMPLE, "raw_prompt": messages})
+    [(_, fields)] = blocking(r).xrange(Keyspace("ok").stream(0))
+    record = decode_output(fields[b"data"])  # as the worker decodes it
+    assert record.sample["raw_prompt"] == messages.tolist()
+
+
+def test_a_sample_with_a_bad_key_inside_an_object_array_is_refused_before_anything_is_queued() -> None:
+    r = fakeredis.FakeRedis()
+    client = RewardClient(blocking(r), namespace="bad", max_record_bytes=1_000_000)
+    nested = np.array([[{"role": "user"}], [{("a", 1): "tuple key"}]], dtype=object)
+    with pytest.raises(RecordError) as err:
+        client.put_trajectory("u", "s", [GOOD], {**SAMPLE, "raw_prompt": nested})
+    assert err.value.field == "sample.raw_prompt[1][0]" and "keys must be strings" in str(err.value)
+    assert r.xlen(Keyspace("bad").stream(0)) == 0
