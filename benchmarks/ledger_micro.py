@@ -16,6 +16,8 @@ figures sit above.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import shutil
 import statistics
@@ -145,3 +147,19 @@ def micro_row(seed: int, trajectories: int = TRAJECTORIES, rounds_: int = 5) -> 
     )
     row.extra = {f"{s}_us": us[s] for s in STEPS} | {"flusher_us": flusher, "load": os.getloadavg()[0]}
     return row
+
+
+def main() -> None:
+    """``python -m benchmarks.ledger_micro``: the row alone, its figures as JSON (with the load)."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--trajectories", type=int, default=TRAJECTORIES)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    row = micro_row(a.seed, a.trajectories, a.rounds)
+    print(row.note)
+    print(json.dumps(row.extra, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -52,14 +52,12 @@ class Accounting:
         book: the worker's provenance book.
         publish: writes one blob to Redis (``digest, JSON``).
         ledger: the ledger writer, or None when ``ledger`` is not set.
-        manager_name: the ``--manager`` spec (for failure rows).
     """
 
-    def __init__(self, book: ProvenanceBook, publish: Publish, ledger: Ledger | None, manager_name: str) -> None:
+    def __init__(self, book: ProvenanceBook, publish: Publish, ledger: Ledger | None) -> None:
         self.book = book
         self.publish = publish
         self.ledger = ledger
-        self.manager_name = manager_name
         self.health = RewardHealth()  # live reward health per data source (rewardq.consumers.reward_health)
 
     def provenance_of(self, sample: dict[str, object]) -> Provenance:
@@ -112,10 +110,12 @@ class Accounting:
         records: Sequence[OutputRecord] | None,
         reason: str,
         failure: FailureKind,
+        scored: tuple[ScoringTrace, float] | None = None,
     ) -> tuple[Provenance, int | None]:
         """Publish the provenance of a trajectory about to get an error result for every key, and
         spool it (its records when they decoded, else its keys); returns that provenance and the
-        ledger ticket."""
+        ledger ticket. ``scored``: the trace and time (ms) of the manager's run that raised: the
+        rows keep the final response it decoded, and that time."""
         rec = o.record
         sample = trajectory_sample(records) if records else (rec.sample or {})
         prov = self.provenance_of(sample)
@@ -127,6 +127,10 @@ class Accounting:
         if self.ledger is None:
             return prov, None
         outputs: int | Sequence[OutputRecord] = records if records else max(len(o.payloads), rec.index + 1)
+        response = score_ms = None
+        if scored is not None and records:
+            response = scored[0].response_of(int(records[-1].response_ids.shape[0]))
+            score_ms = scored[1]
         return prov, self.ledger.failed(
             rec.uid,
             rec.session_id,
@@ -134,10 +138,12 @@ class Accounting:
             sample,
             reason,
             failure_kind=failure.value,
-            manager=self.manager_name,
+            manager="",  # as its error results say (the provenance blob names the manager)
             attempt=o.attempts,
             put_ts=o.entry.ts,
             provenance=(prov.digest, prov.blob),
+            response=response,
+            score_ms=score_ms,
         )
 
     async def before_dead_letter(
@@ -151,27 +157,32 @@ class Accounting:
         *,
         attempt: int,
         put_ts: float,
+        own_key: bool = False,
     ) -> int | None:
         """Spool the keys a dead letter answers (the intake's refusals: a record that does not
         decode, conflicts, is too large or was delivered too often) before their error results are
         written and the entry acknowledged: keys ``0..index`` (the key it names, and those before
-        it), with no ids; returns the ledger ticket (None without a ledger)."""
+        it; ``own_key``: the key it names only), with no ids; returns the ledger ticket (None
+        without a ledger). Their rows say what their error results say: nothing scored them, so no
+        provenance and no manager, and ``attempt`` (0: none, never scored)."""
         if self.ledger is None:
             return None
         sample = record.sample if record is not None else {}
-        prov = self.provenance_of(sample)
-        await self.publish_once(prov)
+        first = max(index, 0) if own_key else 0
+        last = max(index, 0)
+        final = record.final if record is not None else True  # the key it names: the last one it knows
+        stubs = [stub_record(uid, session_id, i, final=final and i == last) for i in range(first, last + 1)]
         return self.ledger.failed(
             uid,
             session_id,
-            max(index, 0) + 1,
+            stubs,
             sample,
             reason,
             failure_kind=failure.value,
-            manager=self.manager_name,
+            manager="",
             attempt=attempt,
             put_ts=put_ts,
-            provenance=(prov.digest, prov.blob),
+            provenance=None,
         )
 
     @property
@@ -180,15 +191,15 @@ class Accounting:
         nothing without a ledger (0)."""
         return 0 if self.ledger is None else EXPIRED_RECORDS_BYTES
 
-    def spool_expired(self, ended: Expired, *, max_record_bytes: int, max_outputs: int) -> Provenance | None:
+    def spool_expired(self, ended: Expired, *, max_record_bytes: int, max_outputs: int) -> None:
         """Spool a trajectory the expire script ended (``incomplete_timeout``): one row per key it
         gave the error result, with the ids and sample of the outputs that had arrived (the others
         identity only). Its results and acks are written by then, in the script: a worker killed
         between the script and this write leaves the trajectory out of the ledger (docs/ledger.md).
-        Synchronous, so a worker stopping meanwhile cannot cut it short; returns the provenance for
-        the caller to :meth:`publish_once` afterwards (None: no row)."""
+        Synchronous, so a worker stopping meanwhile cannot cut it short. Its rows say what its
+        error results say: nothing scored it, so no provenance, no manager and attempt 0."""
         if self.ledger is None:
-            return None
+            return
         decoded: list[OutputRecord | None] = []
         for data in ended.records:
             try:
@@ -200,9 +211,8 @@ class Accounting:
         if not known:  # no uid or session id to name its keys by: counted as not kept
             self.ledger.counts["unwritten"] += 1
             logger.warning("ledger: expired trajectory %s had no readable record: it has no ledger row", ended.tid)
-            return None
+            return
         sample = trajectory_sample(known)
-        prov = self.provenance_of(sample)
         uid, sid = known[0].uid, known[0].session_id
         n = max(ended.keys, len(decoded))
         records = [
@@ -218,11 +228,10 @@ class Accounting:
             manager="",
             attempt=0,
             put_ts=0.0,
-            provenance=(prov.digest, prov.blob),
+            provenance=None,
             latency_ms=ended.latency_ms,  # the script's, as its results hold it
         )
         self.ledger.settle(ticket, True)
-        return prov
 
     def settle(self, ticket: int | None, committed: bool | None) -> None:
         if self.ledger is not None:

@@ -311,7 +311,7 @@ def _accounts(
 
     with startup_step(logger, "opening the ledger") if cfg.ledger else contextlib.nullcontext():
         ledger = open_ledger(cfg, name)
-    accounting = Accounting(book, publish, ledger, cfg.manager)
+    accounting = Accounting(book, publish, ledger)
     metrics.watch_health(accounting.health.windows)
     if ledger is not None:
         metrics.watch_ledger(ledger.snapshot)

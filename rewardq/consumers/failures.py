@@ -82,13 +82,23 @@ class FailureHandler:
         self.presence = presence
 
     async def dead_letter(
-        self, entry: Entry, kind: DeadLetterKind, reason: str, *, record: OutputRecord | None = None, tb: str = ""
+        self,
+        entry: Entry,
+        kind: DeadLetterKind,
+        reason: str,
+        *,
+        record: OutputRecord | None = None,
+        tb: str = "",
+        late: str = "",
     ) -> None:
         """Dead-letter one entry; if it names a trajectory, every key of it gets an error result.
 
         The trajectory and output are the record's when it decoded, else what can be read of it
         (:func:`peek_identity`), else the entry's ``key`` field when it is a well-formed output key.
-        Keys that already have a result keep it.
+        Keys that already have a result keep it. ``late``: the record came after its trajectory
+        finished (:attr:`~rewardq.queue.entries.StoreOutcome.late`): only its own key can get an
+        error result, and only when it has none (``open``), so only then does it get a ledger row;
+        one whose key keeps its result (``kept``) has none, the dead letter being all that changed.
         """
         ident = self._identity(entry, record)
         failure = DEAD_LETTER_FAILURE[kind]
@@ -99,24 +109,23 @@ class FailureHandler:
         else:
             tid, idx = ident
             shard = self.ks.shard_of(tid)
-            ticket = await self._spool(entry, record, reason, failure)
+            ticket = None if late == "kept" else await self.spool(entry, record, reason, failure, own_key=bool(late))
             written: bool | None = None
             try:
                 if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
                     await self._write(what, lambda: self.broker.dead_letter_entry(entry, dead))
-                    await self._write(
+                    keys = await self._write(
                         f"the error results of {tid}",
                         lambda: self.broker.fail(shard, tid, reason, index=idx, entry=None, kind=failure),
                     )
                 else:
-                    await self._write(
+                    keys = await self._write(
                         f"the error results of {tid}",
                         lambda: self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure),
                     )
-                written = True
+                written = keys > 0  # none: every key kept the result it had, which its rows must not outrank
             finally:
-                if self.accounting is not None:
-                    self.accounting.settle(ticket, written)
+                self.settle(ticket, written)
         self._count(kind, failure, str(record.sample.get("data_source", "")) if record is not None else "")
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
 
@@ -196,7 +205,10 @@ class FailureHandler:
             reason = exhausted_reason(max(e.deliveries for e, _ in items), max_deliveries, history)
             failure = DEAD_LETTER_FAILURE[DeadLetterKind.EXHAUSTED]
             last = max(items, key=lambda item: int(item[1]) if item[1].isdigit() else -1)
-            ticket = await self._spool(last[0], None, reason, failure)
+            # its error results (and rows) carry the delivery count as their attempt: higher than any
+            # attempt a worker that died scoring it spooled, so its rows win the ledger's dedup
+            attempt = max(e.deliveries for e, _ in items)
+            ticket = await self.spool(last[0], None, reason, failure, attempt=attempt)
             dead = self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid, failure=failure)
             write = functools.partial(
                 self.broker.fail,
@@ -208,19 +220,34 @@ class FailureHandler:
                 dead=dead,
                 also_ack=[e for e, _ in items[1:]],
                 kind=failure,
+                attempt=attempt,
             )
             written: bool | None = None
             try:
                 await self._write(f"the error results of {tid}", write)
                 written = True
             finally:
-                if self.accounting is not None:
-                    self.accounting.settle(ticket, written)
+                self.settle(ticket, written)
             self._count(DeadLetterKind.EXHAUSTED, failure, "")
             logger.warning("trajectory %s dead-lettered (exhausted): %s", tid, reason)
 
-    async def _spool(self, entry: Entry, record: OutputRecord | None, reason: str, failure: FailureKind) -> int | None:
-        """Spool the keys ``entry`` answers to the ledger (None: no ledger, or its names unreadable)."""
+    def settle(self, ticket: int | None, written: bool | None) -> None:
+        """Tell the ledger whether the failure spooled under ``ticket`` wrote its error results."""
+        if self.accounting is not None:
+            self.accounting.settle(ticket, written)
+
+    async def spool(
+        self,
+        entry: Entry,
+        record: OutputRecord | None,
+        reason: str,
+        failure: FailureKind,
+        *,
+        attempt: int = 0,
+        own_key: bool = False,
+    ) -> int | None:
+        """Spool the keys ``entry`` answers to the ledger (None: no ledger, or its names unreadable):
+        ``own_key``, the key it names only; ``attempt``: the one its error results say (0: none)."""
         if self.accounting is None or self.accounting.ledger is None:
             return None
         names = _names(entry, record)
@@ -232,7 +259,7 @@ class FailureHandler:
         except (TypeError, ValueError):
             ts = 0.0
         return await self.accounting.before_dead_letter(
-            uid, session_id, index, record, reason, failure, attempt=entry.deliveries, put_ts=ts
+            uid, session_id, index, record, reason, failure, attempt=attempt, put_ts=ts, own_key=own_key
         )
 
     @staticmethod

@@ -35,7 +35,7 @@ from rewardq.queue.checks import MAX_TRAJECTORY_BYTES, check_trajectory_bytes
 from rewardq.queue.codec import OutputRecord, decode_output
 from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.images import MAX_IMAGE_BYTES
-from rewardq.queue.states import DeadLetterKind
+from rewardq.queue.states import DeadLetterKind, FailureKind
 
 logger = logging.getLogger("rewardq.worker")
 
@@ -191,7 +191,7 @@ class Intake:
                 self.stats["parked"] += 1
             elif o.kind == "conflict":
                 reason = f"conflicting record: {o.detail}"
-                await self.failures.dead_letter(o.entry, DeadLetterKind.CONFLICT, reason, record=o.record)
+                await self.failures.dead_letter(o.entry, DeadLetterKind.CONFLICT, reason, record=o.record, late=o.late)
             elif o.kind == "toolarge":
                 await self.failures.dead_letter(o.entry, DeadLetterKind.INVALID, o.detail, record=o.record)
             elif o.kind == "done":
@@ -273,14 +273,22 @@ class Intake:
             check_trajectory_bytes(total, self.max_trajectory_bytes, len(items))
         except TrajectoryTooLarge as exc:
             entries = [it[0] for it in items]
-            await self.failures.fail_trajectory(
-                shard,
-                tid,
-                entries[-1],
-                DeadLetterKind.INVALID,
-                f"trajectory {tid}: {exc.message}",
-                also_ack=entries[:-1],
-                last_index=len(entries) - 1,
-            )
+            reason = f"trajectory {tid}: {exc.message}"
+            # every key gets an error result: each has its row first, as any dead letter's keys
+            ticket = await self.failures.spool(entries[-1], items[-1][1], reason, FailureKind.INPUT)
+            written: bool | None = None
+            try:
+                await self.failures.fail_trajectory(
+                    shard,
+                    tid,
+                    entries[-1],
+                    DeadLetterKind.INVALID,
+                    reason,
+                    also_ack=entries[:-1],
+                    last_index=len(entries) - 1,
+                )
+                written = True
+            finally:
+                self.failures.settle(ticket, written)
             return True
         return False

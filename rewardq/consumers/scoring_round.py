@@ -173,6 +173,7 @@ class ScoringRound:
         except Exception as exc:  # any manager failure dead-letters its trajectory, never ends the worker
             if permission_refusal(exc, cfg.namespace, cfg.redis_url) is not None:
                 raise  # Redis refused the manager a command: the worker's failure, not the trajectory's
+            score_ms = (time.perf_counter() - t0) * 1000.0
             wait = await self.parts.retries.plan(shard, tid, data_source, exc)
             if wait is not None:
                 return wait
@@ -185,6 +186,7 @@ class ScoringRound:
                 failure=failure_kind_of(exc),
                 extra_info=getattr(exc, "extra_info", None),
                 data_source=data_source,
+                scored=(trace, score_ms),
             )
             return "error"
         score_ms = (time.perf_counter() - t0) * 1000.0
@@ -233,12 +235,14 @@ class ScoringRound:
         failure: FailureKind | None = None,
         extra_info: Mapping[str, object] | None = None,
         data_source: str = "",
+        scored: tuple[ScoringTrace, float] | None = None,
     ) -> None:
         """Fail a whole trajectory (an error result for every key, a dead letter), ledger row first;
         ``failure``: its kind when the exception says (default: the dead letter's); ``data_source``:
-        its sample's, for the failure counts."""
+        its sample's, for the failure counts; ``scored``: the trace and time of the manager's run
+        that raised (its rows keep the response it decoded)."""
         failure = failure or DEAD_LETTER_FAILURE[kind]
-        prov, ticket = await self.parts.accounting.before_failure(o, records, reason, failure)
+        prov, ticket = await self.parts.accounting.before_failure(o, records, reason, failure, scored)
         written: bool | None = None
         try:
             await self.parts.failures.fail_trajectory(

@@ -375,18 +375,13 @@ class Worker:
                     raise
                 logger.info("Redis is past its maxmemory: incomplete trajectories end at a later pass")
                 return
-            provenances = []  # spooled with no await between the script and the rows: a stop cannot cut it
-            for e in ended:
+            for e in ended:  # spooled with no await between the script and the rows: a stop cannot cut it
                 tid, reason = e.tid, e.reason
-                prov = self.accounting.spool_expired(
+                self.accounting.spool_expired(
                     e, max_record_bytes=self.cfg.max_record_bytes, max_outputs=self.cfg.max_outputs
                 )
-                if prov is not None:
-                    provenances.append(prov)
                 self.stats["expired"] += 1
                 self.stats["errors"] += 1
                 self.metrics.dead_letter(DeadLetterKind.INCOMPLETE)
                 self.failures.count_failure(DEAD_LETTER_FAILURE[DeadLetterKind.INCOMPLETE], "")
                 logger.warning("trajectory %s ended: %s", tid, reason)
-            for prov in provenances:
-                await self.accounting.publish_once(prov)

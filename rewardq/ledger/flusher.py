@@ -8,14 +8,14 @@ worker's :class:`~rewardq.ledger.sink.Ledger` hands each segment to a flusher pr
 (:class:`ProcessFlusher`: ``python -m rewardq.ledger.flusher URL``) and waits for its answer in a
 thread that holds no lock meanwhile.
 
-The protocol is one JSON line each way per segment: ``{"path", "owner"}`` in, and
+The protocol is one JSON line each way per segment: ``{"path"}`` in, and
 ``{"rows", "files", "skipped", "kept"}`` (written, the segment deleted, or kept aside when frames of it
 could not be read: :class:`~rewardq.ledger.frames.Skipped`), ``{"gone": true}`` (deleted meanwhile:
 another worker adopted it) or ``{"error"}`` out. The process ignores SIGINT and SIGTERM (a Ctrl-C
 reaches the whole process group: the worker's last flush still needs it) and exits when its
 stdin closes, which its worker's death does too. Crash safety does not depend on it: a segment
 is deleted only once its files are written, and a segment written twice overwrites its own files
-(:mod:`rewardq.ledger.store`).
+(their names come from the segment's: :func:`~rewardq.ledger.spool.part_name`).
 
 A ledger on a filesystem that lives in one process's memory (fsspec's ``memory://``) is written
 in the worker's thread instead (:class:`ThreadFlusher`), as the flusher process could not share it.
@@ -38,7 +38,7 @@ from typing import IO, Any, NamedTuple, Protocol
 from rewardq.ledger.checks import WrongFrame
 from rewardq.ledger.columns import Buffers
 from rewardq.ledger.frames import SegmentFile, Skipped
-from rewardq.ledger.spool import Spool
+from rewardq.ledger.spool import Spool, part_name
 from rewardq.ledger.store import LedgerFile, LedgerStore
 from rewardq.ledger.table import Partition, SegmentRows, is_trajectory
 
@@ -61,8 +61,8 @@ class Written(NamedTuple):
 
 
 class Flusher(Protocol):
-    def write(self, path: Path, owner: str) -> Written | None:
-        """Write spool segment ``path`` of worker ``owner`` and delete it (or keep it aside, when
+    def write(self, path: Path) -> Written | None:
+        """Write spool segment ``path`` and delete it (or keep it aside, when
         frames of it could not be read), or None when the segment was gone already. Raises
         :class:`FlushError`."""
 
@@ -81,7 +81,7 @@ _BUFFERS = Buffers(2 * ROW_GROUP_BYTES)
 _ONE_AT_A_TIME = threading.Lock()
 
 
-def write_segment(store: LedgerStore, path: Path, owner: str) -> Written | None:
+def write_segment(store: LedgerStore, path: Path) -> Written | None:
     """One segment to Parquet (one file per hour it spans, named after the segment), then deleted,
     or renamed aside (:meth:`~rewardq.ledger.spool.Spool.set_aside`) when frames of it could not be
     read (a torn last frame alone is not: it held nothing acknowledged).
@@ -96,10 +96,9 @@ def write_segment(store: LedgerStore, path: Path, owner: str) -> Written | None:
         return None  # written and deleted meanwhile (another worker adopted it)
     except OSError as exc:
         raise FlushError(f"cannot read spool segment {path}: {exc}") from None
-    seq = path.name.rsplit(".", 2)[-2]
     try:
         with f, _ONE_AT_A_TIME:
-            written = _write_frames(store, SegmentFile(f), f"part-{owner}-{seq}")
+            written = _write_frames(store, SegmentFile(f), part_name(path))
     except Exception as exc:  # noqa: BLE001 - the destination's failure, whatever its library raises
         raise FlushError(f"cannot write {path.name} to {store.url}: {type(exc).__name__}: {exc}") from None
     if not written.skipped.frames:
@@ -202,8 +201,8 @@ class ThreadFlusher:
         self.store = LedgerStore(url)
         warm_up()
 
-    def write(self, path: Path, owner: str) -> Written | None:
-        return write_segment(self.store, path, owner)
+    def write(self, path: Path) -> Written | None:
+        return write_segment(self.store, path)
 
     def close(self, wait: float = 0.0) -> None:
         pass
@@ -233,11 +232,11 @@ class ProcessFlusher:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def write(self, path: Path, owner: str) -> Written | None:
+    def write(self, path: Path) -> Written | None:
         """As :meth:`Flusher.write`; a flusher process found dead is started again and asked once
         more (writing a segment twice gives the same files)."""
         with self._lock:
-            line = self._ask(path, owner) or self._ask(path, owner)
+            line = self._ask(path) or self._ask(path)
             if not line:
                 raise FlushError("the ledger's flusher process ended twice writing this segment; tried again later")
             try:
@@ -260,7 +259,7 @@ class ProcessFlusher:
                     f"{type(exc).__name__}); it is started again"
                 ) from None
 
-    def _ask(self, path: Path, owner: str) -> bytes:
+    def _ask(self, path: Path) -> bytes:
         """One request and its answer line (empty when the process ended: it is then stopped)."""
         if self._closed:
             return b""
@@ -270,7 +269,7 @@ class ProcessFlusher:
             raise FlushError(f"the ledger's flusher process could not be started: {exc}") from None
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(json.dumps({"path": str(path), "owner": owner}).encode() + b"\n")
+            proc.stdin.write(json.dumps({"path": str(path)}).encode() + b"\n")
             proc.stdin.flush()
             line = proc.stdout.readline()
         except (OSError, ValueError):  # ValueError: closed meanwhile by close()
@@ -324,7 +323,7 @@ def serve(url: str, requests: IO[bytes], answers: IO[bytes]) -> None:
     for line in requests:
         req = json.loads(line)
         try:
-            done = write_segment(store, Path(req["path"]), str(req["owner"]))
+            done = write_segment(store, Path(req["path"]))
             answer: dict[str, object] = {"gone": True}
             if done is not None:
                 answer = {**done._asdict(), "skipped": dataclasses.asdict(done.skipped)}

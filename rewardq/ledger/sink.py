@@ -210,7 +210,7 @@ class Ledger:
         ticket = spool.ticket()
         try:
             parts = trajectory_parts(ticket, facts)
-            spool.append(ticket, parts, (facts.provenance, blob))
+            spool.append(ticket, parts, (facts.provenance, blob) if facts.provenance else None)
         except Exception as exc:  # noqa: BLE001 - the disk, or a value msgpack refused: the commit goes on
             self.counts["unwritten"] += 1
             self._lost_at = time.time()
@@ -234,13 +234,17 @@ class Ledger:
         manager: str,
         attempt: int,
         put_ts: float,
-        provenance: Provenance,
+        provenance: Provenance | None,
         latency_ms: float | None = None,
+        response: str | None = None,
+        score_ms: float | None = None,
     ) -> int | None:
         """Spool a trajectory that ends with an error result for every key, before that result is
         written. ``outputs``: its records when they decoded, else how many outputs it has (its rows
-        then carry no ids); ``latency_ms``: the error result's (default: from ``put_ts`` to now,
-        as the ``fail`` script measures it; none without a ``put_ts``)."""
+        then carry no ids); ``provenance``: what its error results name (None: nothing scored it);
+        ``latency_ms``: the error result's (default: from ``put_ts`` to now, as the ``fail``
+        script measures it; none without a ``put_ts``); ``response``, ``score_ms``: the decoded
+        final response and the manager's time, when it ran and raised."""
         records = outputs if not isinstance(outputs, int) else _stub_records(uid, session_id, outputs)
         if not records:
             return None
@@ -255,8 +259,11 @@ class Ledger:
             scored_at=now,
             latency_ms=latency_ms,
         )
-        facts = TrajectoryFacts(records, sample, ERROR_COLUMNS, [row], attempt, put_ts, None, provenance[0])
-        return self.scored(facts, provenance[1])
+        digest, blob = provenance if provenance is not None else ("", {})
+        facts = TrajectoryFacts(
+            records, sample, ERROR_COLUMNS, [row], attempt, put_ts, score_ms, digest, response=response
+        )
+        return self.scored(facts, blob)
 
     def settle(self, ticket: int | None, committed: bool | None) -> None:
         """The commit of a spooled trajectory ended: ``committed`` True when it wrote the result,
@@ -289,7 +296,7 @@ class Ledger:
         while self._pending:
             path = self._pending[0]
             size = _size(path)
-            if not self._write_segment(path, self.spool.owner):
+            if not self._write_segment(path):
                 return
             self._pending.pop(0)
             self._spooled_bytes = max(0, self._spooled_bytes - size)
@@ -301,7 +308,7 @@ class Ledger:
     def _adopt(self, orphan: Orphan) -> bool:
         try:
             for path in orphan.segments:
-                if not self._write_segment(path, orphan.owner):
+                if not self._write_segment(path):
                     orphan.release(remove=False)
                     return False
                 self.counts["adopted"] += 1
@@ -313,11 +320,11 @@ class Ledger:
             logger.info("ledger: wrote %d segment(s) left by worker %s", len(orphan.segments), orphan.owner)
         return True
 
-    def _write_segment(self, path: Path, owner: str) -> bool:
+    def _write_segment(self, path: Path) -> bool:
         """One segment to Parquet by the flusher (:mod:`rewardq.ledger.flusher`); False on failure."""
         assert self.flusher is not None
         try:
-            written = self.flusher.write(path, owner)
+            written = self.flusher.write(path)
         except FlushError as exc:
             return self._failed(str(exc))
         if written is not None:

@@ -10,14 +10,25 @@ worker on the host adopts and flushes them (:meth:`Spool.orphans`).
 
 Layout of the spool folder (one per ledger and host)::
 
-    <owner>.lock                 held with flock(LOCK_EX) by the live worker <owner>
-    <owner>.<seq>.wal            its segments, frames appended (rewardq.ledger.frames)
-    <owner>.<seq>.wal.unreadable a segment written but for frames it could not read, kept for
-                                 an operator to look at (never read again by rewardq)
+    <owner>.lock                         held with flock(LOCK_EX) by the live worker <owner>
+    <owner>.<spool id>-<seq>.wal         its segments, frames appended (rewardq.ledger.frames)
+    <owner>.<spool id>-<seq>.wal.unreadable
+                                         a segment written but for frames it could not read, kept
+                                         for an operator to look at (never read again by rewardq)
+
+A segment's Parquet files are named after it (:func:`part_name`), so a segment written twice (its
+worker died after writing the file, before deleting the segment) overwrites its own file. The
+``spool id`` makes that name unique for good: 64 random bits drawn each time a worker opens its
+spool, so a worker started again under the same name (whose segment numbers start at 1 again
+once its spool is empty), a worker of the same name on another host, and the worker adopting a
+dead one's segments never write a file another segment wrote.
 
 A lock that can be taken belongs to a dead worker: its segments are adopted. flock is released by
 the kernel when a process dies however it dies, so adoption needs no heartbeat and no clock; it
-also means the spool must be on a local filesystem (flock over NFS is not dependable).
+also means the spool must be on a local filesystem (flock over NFS is not dependable). A worker
+that stops cleanly, and a worker done adopting a dead one's segments, delete the lock file while
+holding its lock; whoever takes a lock therefore checks that the file it locked is still the one
+at that name (:func:`take_lock`), else a lock taken on a deleted file would prove nothing.
 
 What a write survives: the process's death (SIGKILL, OOM kill), since the page cache outlives it;
 not a power loss, since nothing is fsynced (a torn last frame is then skipped when read back).
@@ -40,7 +51,18 @@ from rewardq.ledger.frames import Part, outcome_frame, part_bytes, provenance_fr
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 #: The suffix a segment with unreadable frames gets once written (:meth:`Spool.set_aside`).
 UNREADABLE = ".unreadable"
-_SEGMENT = re.compile(r"^(?P<owner>.+)\.(?P<seq>\d{10})\.wal$")
+#: A segment's file name; segments spooled by rewardq before spool ids existed have none.
+_SEGMENT = re.compile(r"^(?P<owner>.+)\.(?:(?P<spool>[0-9a-f]{16})-)?(?P<seq>\d{10})\.wal$")
+
+
+def part_name(segment: Path) -> str:
+    """The name of the Parquet files made from ``segment``: ``part-<owner>-<spool id>-<seq>``, a
+    function of the segment's own name only (see the module doc)."""
+    m = _SEGMENT.match(segment.name)
+    if m is None:  # not named by a spool (a file an operator renamed): its own name, still its own
+        return f"part-{segment.name.removesuffix('.wal')}"
+    spool = f"{m['spool']}-" if m["spool"] else ""
+    return f"part-{m['owner']}-{spool}{m['seq']}"
 
 
 def safe_name(name: str) -> str:
@@ -118,6 +140,7 @@ class Spool:
         self._by_ticket: dict[int, Segment] = {}
         self._next_ticket = 1
         self._next_seq = 1
+        self.spool_id = ""  # drawn by open()
 
     # -- life ---------------------------------------------------------------------------------
     def open(self) -> None:
@@ -125,27 +148,29 @@ class Spool:
         (a worker restarted under the same name: they are adopted like any dead worker's)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
-            fd = os.open(self.directory / f"{self.owner}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+            fd = take_lock(self.directory / f"{self.owner}.lock")
+            if fd is None:  # a live process holds this name
                 self.owner = f"{self.owner}-{secrets.token_hex(3)}"
                 continue
             self._lock_fd = fd
             break
         else:
             raise OSError(f"cannot take a lock in the ledger spool {self.directory}")
-        mine = [s for s in self._segments() if s[0] == self.owner]
-        self._next_seq = max((seq for _, seq, _ in mine), default=0) + 1
-        self._own_leftovers = [p for _, _, p in sorted(mine)]
+        self.spool_id = secrets.token_hex(8)
+        self._next_seq = 1
+        self._own_leftovers = [p for owner, _, p in sorted(self._segments()) if owner == self.owner]
 
     def close(self) -> None:
-        """Close every file and give up the lock (segments not yet flushed stay for adoption)."""
+        """Close every file, delete the lock file and give up the lock. Segments not yet flushed
+        stay, and are adopted all the same: :meth:`orphans` finds owners by their segments too."""
         for seg in [*self._sealed, *([self._current] if self._current else [])]:
             _close(seg)
         self._sealed, self._current = [], None
         if self._lock_fd is not None:
+            try:
+                (self.directory / f"{self.owner}.lock").unlink(missing_ok=True)  # still held: see take_lock
+            except OSError:
+                pass  # left as a crash leaves it: the next adoption removes it
             os.close(self._lock_fd)
             self._lock_fd = None
 
@@ -252,16 +277,13 @@ class Spool:
         for owner in sorted(set(owners) | (locks - {self.owner})):
             lock_path = self.directory / f"{owner}.lock"
             try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = take_lock(lock_path)
             except OSError:
                 continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)  # alive: not ours to take
+            if fd is None:  # alive: not ours to take
                 continue
-            segments = sorted(self.directory.glob(f"{owner}.*.wal"))
-            yield Orphan(owner, [p for p in segments if _SEGMENT.match(p.name)], lock_path, fd)
+            segments = sorted(p for o, _, p in self._segments() if o == owner)
+            yield Orphan(owner, segments, lock_path, fd)
 
     @staticmethod
     def done(path: Path) -> None:
@@ -289,7 +311,9 @@ class Spool:
     def pending_bytes(self) -> int:
         """Bytes in segments not yet flushed, this worker's (files already handed out included)."""
         total = 0
-        for p in self.directory.glob(f"{self.owner}.*.wal"):
+        for owner, _, p in self._segments():
+            if owner != self.owner:
+                continue
             try:
                 total += p.stat().st_size
             except OSError:
@@ -315,7 +339,7 @@ class Spool:
         if seg is None:
             seq = self._next_seq
             self._next_seq += 1
-            path = self.directory / f"{self.owner}.{seq:010d}.wal"
+            path = self.directory / f"{self.owner}.{self.spool_id}-{seq:010d}.wal"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             seg = self._current = Segment(path, seq, fd, time.monotonic())
         return seg
@@ -327,6 +351,27 @@ class Spool:
             if m:
                 out.append((m["owner"], int(m["seq"]), p))
         return out
+
+
+def take_lock(path: Path) -> int | None:
+    """An open descriptor of lock file ``path`` (created if missing) holding its ``flock``, or None
+    when another process holds it. The lock counts only if the file locked is still the one named
+    ``path``: its holder may have deleted it meanwhile (a clean stop, an adoption done), and a lock
+    on a deleted file excludes no one who opens the name afresh, so then it is taken again."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            named, locked = os.stat(path), os.fstat(fd)
+            if (named.st_dev, named.st_ino) == (locked.st_dev, locked.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 #: Buffers passed to one ``writev`` at most (the system's IOV_MAX is 1024).

@@ -4,7 +4,7 @@ Layout under the ledger root (Hive-style partitions, which pandas, DuckDB, polar
 ``datasets`` all understand)::
 
     _rewardq_ledger.json                      what this folder is, its schema version and columns
-    date=2026-12-07/hour=13/part-<worker>-<seq>.parquet
+    date=2026-12-07/hour=13/part-<worker>-<spool id>-<seq>.parquet
     date=2026-12-07/hour=14/...
     _spool/<host>/...                         the workers' write-ahead spool (local ledgers only)
 
@@ -12,8 +12,9 @@ A day of a 1,000-GPU run is 24 hour folders, each holding one file per worker pe
 ``ledger_flush_interval`` seconds, or ``ledger_file_bytes`` of spool): a query over an hour or a
 data source's day reads only those folders, and a file's row groups carry min/max statistics of
 ``scored_at`` and ``data_source`` for the rest. File names are made from the spool segment they
-come from, so a segment flushed twice (its worker died after writing the file, before deleting
-the segment) overwrites its own file instead of adding a copy.
+come from (:func:`~rewardq.ledger.spool.part_name`), so a segment flushed twice (its worker died
+after writing the file, before deleting the segment) overwrites its own file instead of adding a
+copy, and no other segment's file.
 
 Writes go to a temporary name and are renamed into place on filesystems that rename (local, most
 fsspec ones); object stores make a written object visible whole, so there the file is written in
@@ -125,7 +126,7 @@ class LedgerStore:
         body: Mapping[str, Any] = {
             "what": "rewardq reward ledger: one row per output key (docs/ledger.md)",
             "schema_version": SCHEMA_VERSION,
-            "layout": "date=YYYY-MM-DD/hour=HH/part-<worker>-<segment>.parquet (UTC hour of scored_at)",
+            "layout": "date=YYYY-MM-DD/hour=HH/part-<worker>-<spool id>-<seq>.parquet (UTC hour of scored_at)",
             "dedup": "per key: drop committed = false, keep the highest attempt, then the latest scored_at",
             "columns": {c.name: c.type for c in COLUMNS},
             "written_by": f"rewardq {__version__}",

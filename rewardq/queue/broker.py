@@ -287,7 +287,10 @@ class StreamBroker:
                         shared=int(reply[4]),
                     )
                 )
-            elif kind in ("leased", "conflict", "toolarge"):
+            elif kind == "conflict":
+                late = _s(reply[2]) if len(reply) > 2 else ""
+                out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1]), late=late))
+            elif kind in ("leased", "toolarge"):
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1])))
             else:
                 out.append(StoreOutcome(kind, entry, rec, detail=_s(reply[1]) if len(reply) > 1 else ""))

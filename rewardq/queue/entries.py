@@ -90,6 +90,9 @@ class StoreOutcome:
     record: OutputRecord
     payloads: list[bytes] = field(default_factory=list)
     detail: str = ""
+    #: a conflict about a trajectory already finished: "kept" when the record's key has a result
+    #: (which stays), "open" when it has none (the failure gives it one); "" for any other outcome
+    late: str = ""
     #: the decoded outputs in index order, when the worker already holds them all (fast path)
     records: list[OutputRecord] | None = None
     #: scoring attempts of the trajectory, this one included (``complete`` only); above 1 an

@@ -20,6 +20,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.provenance import lookup
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, until, worker_config
+from tests.support.ledger_checks import assert_row_is_its_result
 from tests.support.ledger_facts import damaged_segment
 from tests.support.ledger_rewards import CUSTOM, FAILING
 from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
@@ -67,6 +68,7 @@ async def test_every_key_has_one_row_matching_its_result(
         assert row["failure_kind"] == res.failure_kind  # scorer, for the reward function that raised
         assert json.loads(row["reward_extra_info"]) == res.reward_extra_info
         assert row["worker"] == res.worker == w.name
+        assert_row_is_its_result(row, res)
     by_ds = {t["sample"]["data_source"] for t in trajs}
     assert {CUSTOM, FAILING, "openai/gsm8k", "lighteval/MATH"} <= by_ds
     # And each output's ids, mask and sample are the ones pushed; the final row holds the decoded response
@@ -86,6 +88,9 @@ async def test_every_key_has_one_row_matching_its_result(
             assert final["score_ms"] > 0 and final["latency_ms"] > 0
         else:
             assert t["sample"]["data_source"] == FAILING and "no score for" in final["error"]
+            # the reward function raised after the response was decoded: the row keeps it, and the time
+            assert final["response"] == tok.decode(t["outputs"][-1]["response_ids"], skip_special_tokens=True)
+            assert final["score_ms"] > 0
             # an error result has its latency too, from the same put; the row is spooled just before it
             latency = results[final["key"]].latency_ms
             assert latency is not None and 0 <= final["latency_ms"] <= latency + 0.01
@@ -112,8 +117,8 @@ async def test_every_key_has_one_row_matching_its_result(
     files = sorted(Path(ledger).rglob("*.parquet"))
     assert files and all(pq.read_schema(f).equals(arrow_schema(), check_metadata=True) for f in files)
     assert all(f.parent.name.startswith("hour=") and f.parent.parent.name.startswith("date=") for f in files)
-    # And nothing is left in the spool
-    assert not list(Path(ledger).rglob("*.wal"))
+    # And nothing is left in the spool, not even the worker's lock file
+    assert not list(Path(ledger).rglob("*.wal")) and not list(Path(ledger).rglob("*.lock"))
     snap = w.accounting.snapshot() if w.accounting else None
     assert snap is not None and snap["unwritten"] == 0 and snap["rows"] == len(results) and snap["state"] == "ok"
 
@@ -241,6 +246,10 @@ async def test_keys_the_intake_dead_letters_have_rows_too(
     for key in ("junk_s_0", tired):
         assert rows[key]["status"] == "error" and rows[key]["committed"] is True, rows[key]
         assert rows[key]["failure_kind"] == res[key].failure_kind and rows[key]["error"] == res[key].error
+        assert_row_is_its_result(rows[key], res[key])
+    # (a record that never decoded was never scored; an exhausted trajectory's attempt is its deliveries)
+    assert rows["junk_s_0"]["attempt"] == 0 and rows["junk_s_0"]["scorer"] is None
+    assert res[tired].attempt > 3 and rows[tired]["manager"] is None
     # And a dead letter's error result has a latency from its entry's put (none for one without a put time)
     latency = res[tired].latency_ms
     assert latency is not None and 0 < rows[tired]["latency_ms"] <= latency + 0.01

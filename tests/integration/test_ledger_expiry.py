@@ -13,7 +13,8 @@ from rewardq.ledger.read import read_table
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
-from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, output, until, worker_config
+from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, output, running_worker, until, worker_config
+from tests.support.ledger_checks import assert_row_is_its_result
 from tests.support.sync_client import SyncClient
 
 SAMPLE: dict[str, Any] = {
@@ -36,16 +37,10 @@ async def test_an_expired_trajectory_has_a_row_per_key_with_the_outputs_that_arr
     keys = ["gap_s_0", "gap_s_1", "gap_s_2", "nofinal_s_0"]
     ledger = str(tmp_path / "ledger")
     # When a worker with a ledger ends them after incomplete_timeout, then stops
-    w = await open_test_worker(
-        worker_config(ns, redis_url, ledger=ledger, incomplete_timeout=0.5, shutdown_grace=LEDGER_STOP_GRACE)
-    )
-    task = asyncio.create_task(w.run())
-    try:
+    cfg = worker_config(ns, redis_url, ledger=ledger, incomplete_timeout=0.5, shutdown_grace=LEDGER_STOP_GRACE)
+    async with running_worker(cfg) as w:
         results = await asyncio.to_thread(client.wait_rewards, keys, 20)
-    finally:
-        w.request_stop("test done")
-        await task
-        client.close()
+    client.close()
     # Then every key has one row saying what its result says
     rows = {r["key"]: r for r in read_table(ledger).to_pylist()}
     assert set(rows) == set(keys)
@@ -54,6 +49,8 @@ async def test_an_expired_trajectory_has_a_row_per_key_with_the_outputs_that_arr
         assert res.status == row["status"] == "error" and res.failure_kind == FailureKind.INPUT, key
         assert row["failure_kind"] == "input" and row["error"] == res.error and row["worker"] == w.name
         assert row["reward_score"] is None and row["committed"] is True
+        assert_row_is_its_result(row, res)  # never scored: attempt 0, no provenance, scorer nor manager
+        assert row["attempt"] == 0 and row["provenance"] is None and row["manager"] is None
         # its latency: from the last output filed to the result, at least incomplete_timeout
         assert res.latency_ms is not None and res.latency_ms >= 500 and row["latency_ms"] == res.latency_ms
     assert "missing output indices 1 of 0..2" in (rows["gap_s_1"]["error"] or "")

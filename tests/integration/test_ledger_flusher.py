@@ -73,7 +73,7 @@ def test_a_worker_stopping_late_stops_a_stuck_flusher_and_keeps_its_segment(tmp_
     took = asyncio.run(stop())
     # Then it stops in about that time, starts no other flusher, and the segment stays for the next worker
     assert took < 10 and flusher.pid is None
-    assert [p.name for p in (tmp_path / "spool").glob("*.wal")] == ["w1.0000000001.wal"]
+    assert [p.name for p in (tmp_path / "spool").glob("*.wal")] == [f"w1.{led.spool.spool_id}-0000000001.wal"]
     assert not list((tmp_path / "ledger").rglob("*.parquet"))
 
 
@@ -178,13 +178,13 @@ def test_an_adoption_cut_short_by_any_error_leaves_the_dead_workers_segment_adop
     flusher = led.flusher
     assert flusher is not None
     write = flusher.write
-    calls: list[str] = []
+    calls: list[Path] = []
 
-    def fails_once(path: Path, owner: str) -> Written | None:
-        calls.append(owner)
+    def fails_once(path: Path) -> Written | None:
+        calls.append(path)
         if len(calls) == 1:
             raise RuntimeError("unforeseen")
-        return write(path, owner)
+        return write(path)
 
     flusher.write = fails_once  # type: ignore[method-assign]
     with pytest.raises(RuntimeError):
@@ -192,7 +192,7 @@ def test_an_adoption_cut_short_by_any_error_leaves_the_dead_workers_segment_adop
     # When the ledger adopts again
     asyncio.run(led.flush_due(everything=True))
     # Then the dead worker's lock was let go the first time: its segment is written and gone
-    assert calls == ["w", "w"] and led.counts["adopted"] == 1 and not dead.exists()
+    assert calls == [dead, dead] and led.counts["adopted"] == 1 and not dead.exists()
     asyncio.run(led.close(10))
     assert read_table(str(tmp_path / "ledger"))["key"].to_pylist() == ["dead_s_0", "dead_s_1"]
 

@@ -239,7 +239,7 @@ def test_a_row_no_record_can_be_made_of_costs_the_replay_only_its_trajectory(pro
 
     # Given a ledger of trajectories a and bad, bad's mask cut short afterwards (a ledger edited by hand)
     source = tmp_path / "source"
-    write_segment(LedgerStore(str(source)), spooled(tmp_path / "spool", [read_facts("a"), read_facts("bad")]), "w")
+    write_segment(LedgerStore(str(source)), spooled(tmp_path / "spool", [read_facts("a"), read_facts("bad")]))
     [file] = source.glob("date=*/hour=*/*.parquet")
     rows = ledger_rows(source).to_pylist()
     for row in rows:

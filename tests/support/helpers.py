@@ -61,6 +61,18 @@ async def open_test_worker(
 
 
 @contextlib.asynccontextmanager
+async def running_worker(cfg: WorkerConfig) -> AsyncIterator[Worker]:
+    """One in-process worker of ``cfg``, running for the ``with`` block, then stopped (and waited for)."""
+    w = await open_test_worker(cfg)
+    task = asyncio.create_task(w.run())
+    try:
+        yield w
+    finally:
+        w.request_stop("test done")
+        await task
+
+
+@contextlib.asynccontextmanager
 async def running_workers(
     ns: str,
     url: str,

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from rewardq.ledger.frames import TrajectoryFacts
+from rewardq.ledger.frames import TrajectoryFacts, trajectory_frame
 from rewardq.ledger.sink import Ledger
+from rewardq.ledger.spool import Spool
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.results import RESULT_FIELDS, RewardResult, encode_results
 
@@ -40,6 +41,17 @@ def make_ledger(tmp_path: Path, url: str | None = None, *, flusher_process: bool
     led = Ledger(url or str(tmp_path / "ledger"), worker="w1", spool=str(tmp_path / "spool"), **{**settings, **kw})
     led.open()
     return led
+
+
+def open_spools(folder: Path, *owners: str, writing: tuple[str, ...] = ()) -> list[Spool]:
+    """The opened spools of ``owners`` in ``folder``; each of ``writing`` with one trajectory
+    spooled (named after its owner)."""
+    spools = [Spool(folder, o, segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1) for o in owners]
+    for s in spools:
+        s.open()
+        if s.owner in writing:
+            s.append(s.ticket(), trajectory_frame(1, facts(s.owner)))
+    return spools
 
 
 def read_facts(uid: str, n: int = 2) -> TrajectoryFacts:

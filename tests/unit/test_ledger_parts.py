@@ -17,9 +17,9 @@ from rewardq.ledger.frames import outcome_frame, read_frames, trajectory_frame
 from rewardq.ledger.read import latest_rows, parse_where, read_table
 from rewardq.ledger.results import SCORED_AT, ResultColumns, scored_at
 from rewardq.ledger.schema import COLUMN_NAMES, arrow_schema
-from rewardq.ledger.spool import Spool
+from rewardq.ledger.spool import Spool, part_name
 from rewardq.ledger.table import partition_of, sample_of, split_sample, tables_from_frames
-from tests.support.ledger_facts import SAMPLE, facts, make_ledger
+from tests.support.ledger_facts import SAMPLE, facts, make_ledger, open_spools
 
 
 @pytest.mark.parametrize(
@@ -125,24 +125,20 @@ def test_a_commit_outcome_goes_out_with_the_next_frame_or_the_next_tick(tmp_path
 
 
 def test_a_dead_workers_segments_are_adopted_a_live_ones_are_not(tmp_path: Path) -> None:
-    alive = Spool(tmp_path, "alive", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    dead = Spool(tmp_path, "dead", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    me = Spool(tmp_path, "me", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
-    for s in (alive, dead, me):
-        s.open()
-    for s in (alive, dead):
-        s.append(s.ticket(), trajectory_frame(1, facts(s.owner)))
+    alive, dead, me = open_spools(tmp_path, "alive", "dead", "me", writing=("alive", "dead"))
     dead.close()  # its lock is released as by a killed process; its segment stays
     orphans = list(me.orphans())
     assert [o.owner for o in orphans] == ["dead"] and len(orphans[0].segments) == 1
     orphans[0].release(remove=True)
     assert not (tmp_path / "dead.lock").exists()
-    # A worker restarted under the name of a dead one takes its leftovers first, then numbers after them
+    # A worker restarted under the name of a dead one takes its leftovers first; its own segments
+    # carry a spool id of their own, so no name (nor the Parquet file named after it) is used twice
     again = Spool(tmp_path, "dead", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
     again.open()
-    assert [p.name for p in again.leftovers()] == ["dead.0000000001.wal"]
+    assert [p.name for p in again.leftovers()] == [f"dead.{dead.spool_id}-0000000001.wal"]
     again.append(again.ticket(), trajectory_frame(1, facts("x")))
-    assert (tmp_path / "dead.0000000002.wal").exists()
+    assert again.spool_id != dead.spool_id and (tmp_path / f"dead.{again.spool_id}-0000000001.wal").exists()
+    assert part_name(tmp_path / f"dead.{again.spool_id}-0000000001.wal") == f"part-dead-{again.spool_id}-0000000001"
     # Two live processes under one name: the second gets a name of its own
     twin = Spool(tmp_path, "alive", segment_bytes=1 << 20, segment_seconds=60, settle_seconds=1)
     twin.open()

@@ -47,7 +47,7 @@ def test_row_groups_hold_the_rows_building_the_whole_segment_gives(
     segment = tmp_path / "w.0000000007.wal"
     data = _segment(segment, [f"u{i}" for i in range(12)], hours=2)
     store = LedgerStore(str(tmp_path / "ledger"))
-    written = flusher.write_segment(store, segment, "w")
+    written = flusher.write_segment(store, segment)
     assert written is not None and (written.rows, written.files, written.skipped.frames) == (36, 2, 0)
     assert not segment.exists()
     files = _written(tmp_path / "ledger")
@@ -63,11 +63,11 @@ def test_buffers_kept_between_segments_change_no_file_written_before(tmp_path: P
     store = LedgerStore(str(tmp_path / "ledger"))
     first = tmp_path / "w.0000000001.wal"
     data = _segment(first, [f"a{i}" for i in range(5)])
-    flusher.write_segment(store, first, "w")
+    flusher.write_segment(store, first)
     before = _written(tmp_path / "ledger")
     second = tmp_path / "w.0000000002.wal"
     _segment(second, [f"b{i}" for i in range(5)], n=5)
-    flusher.write_segment(store, second, "w")
+    flusher.write_segment(store, second)
     after = _written(tmp_path / "ledger")
     assert len(after) == 2 and all(after[name].equals(t) for name, t in before.items())
     [table] = before.values()
@@ -95,7 +95,7 @@ def test_the_segment_file_stops_where_the_bytes_stop(tmp_path: Path) -> None:
 def _write(tmp_path: Path, data: bytes) -> tuple[flusher.Written | None, Path]:
     path = tmp_path / "w.0000000001.wal"
     path.write_bytes(data)
-    return flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), path, "w"), path
+    return flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), path), path
 
 
 def test_a_torn_last_frame_is_not_damage_wherever_it_is_cut(tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ def test_a_wrong_frame_is_counted_with_its_field_and_the_others_are_written_as_w
     # Given a segment with trajectories a and b, and between them one wrong frame
     segment = spooled(tmp_path / "spool", [a, made, b])
     # When the flusher writes it
-    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment, "w")
+    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment)
     # Then the wrong frame is counted, with a reason naming its field
     assert written is not None
     [(counted, n)] = written.skipped.wrong.items()
@@ -113,7 +113,7 @@ def test_a_wrong_frame_is_counted_with_its_field_and_the_others_are_written_as_w
     assert reason in str(written.skipped)
     # And a and b are written exactly as from a segment without it
     clean = spooled(tmp_path / "clean", [a, b])
-    flusher.write_segment(LedgerStore(str(tmp_path / "want")), clean, "w")
+    flusher.write_segment(LedgerStore(str(tmp_path / "want")), clean)
     got, want = ledger_rows(tmp_path / "ledger"), ledger_rows(tmp_path / "want")
     assert written.rows == want.num_rows == 5 and got.equals(want)
     assert got["key"].to_pylist() == ["a_s_0", "a_s_1", "b_s_0", "b_s_1", "b_s_2"]
@@ -165,17 +165,17 @@ def test_a_destination_that_fails_is_a_flush_error_retried_even_beside_a_wrong_f
     monkeypatch.setattr(LedgerFile, "write", disk_full)
     # When the flusher writes it, it is a flush error: the segment stays as it is, for a retry
     with pytest.raises(flusher.FlushError, match="No space left on device"):
-        flusher.write_segment(store, segment, "w")
+        flusher.write_segment(store, segment)
     assert segment.exists() and not list(tmp_path.rglob("*.parquet"))
     # And so is a disk that fails reading the segment back
     monkeypatch.setattr(LedgerFile, "write", real)
     monkeypatch.setattr(os, "pread", lambda *_: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")))
     with pytest.raises(flusher.FlushError, match="Input/output error"):
-        flusher.write_segment(store, segment, "w")
+        flusher.write_segment(store, segment)
     assert segment.exists()
     # And once the destination works, the retry writes it and counts the wrong frame
     monkeypatch.undo()
-    written = flusher.write_segment(store, segment, "w")
+    written = flusher.write_segment(store, segment)
     assert written is not None and written.rows == 5 and sum(written.skipped.wrong.values()) == 1
 
 
@@ -195,7 +195,7 @@ def test_values_a_column_cannot_hold_are_written_null_not_refused(tmp_path: Path
     mapped.result_rows = [[as_map if i == info else v for i, v in enumerate(row)] for row in mapped.result_rows]  # type: ignore[misc]
     segment = spooled(tmp_path / "spool", [*rows, expired, mapped])
     # When the flusher writes them
-    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment, "w")
+    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment)
     # Then every row is written, those times null (in the partition of no time), the attempt kept
     assert written is not None and written.rows == 14 and written.skipped == Skipped()
     table = ledger_rows(tmp_path / "ledger")
@@ -214,7 +214,7 @@ def test_a_trajectory_whose_provenance_blob_is_missing_is_written_and_said(
 
     segment = spooled(tmp_path / "spool", [read_facts("a"), as_is(lost)])
     # When the flusher writes it
-    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment, "w")
+    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment)
     # Then its rows are written with the digest and no blob columns, and that is said, nothing lost
     assert written is not None and written.rows == 4 and written.skipped == Skipped(no_provenance=1)
     assert written.skipped.frames == 0 and written.kept is None and not segment.exists()
@@ -233,7 +233,7 @@ def test_a_frame_after_a_blob_that_json_cannot_hold_keeps_its_rows(tmp_path: Pat
         return framed({"k": "p", "d": "d" * 16, "b": {"scorer": DEEP}})
 
     segment = spooled(tmp_path / "spool", [blob_too_deep, as_is(deep)])
-    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment, "w")
+    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment)
     assert written is not None and written.rows == 2 and written.skipped.no_provenance == 1
     assert list(written.skipped.wrong) == ["provenance field 'b' holds a value JSON cannot hold"]
 
@@ -276,14 +276,14 @@ def test_no_value_in_any_field_fails_the_segment_or_changes_the_other_rows(tmp_p
     a, b = good()
     segment = spooled(tmp_path / "spool", [a, *made, b])
     # When the flusher writes it, it raises nothing
-    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment, "w")
+    written = flusher.write_segment(LedgerStore(str(tmp_path / "ledger")), segment)
     assert written is not None
     # Then each odd frame is either written or counted, never both, and a and b are as without them
     rows = ledger_rows(tmp_path / "ledger")
     uids = set(rows["uid"].to_pylist())
     assert written.skipped.frames + len(uids - {"a", "b"}) == len(made)
     clean = spooled(tmp_path / "clean", [a, b])
-    flusher.write_segment(LedgerStore(str(tmp_path / "want")), clean, "w")
+    flusher.write_segment(LedgerStore(str(tmp_path / "want")), clean)
     mine = pc.is_in(rows["uid"], pa.array(["a", "b"]))
     assert rows.filter(mine).equals(ledger_rows(tmp_path / "want"))
     assert written.skipped.unknown == 2 * (len(ODD) + 1)  # every odd kind ``k``, in both forms
@@ -298,7 +298,7 @@ def test_replay_and_report_take_rows_without_a_time_and_ids_that_are_not_int32s(
     at = list(untimed.result_fields).index("scored_at")
     untimed.result_rows = [[b"nan" if i == at else v for i, v in enumerate(row)] for row in untimed.result_rows]
     ledger = tmp_path / "ledger"
-    flusher.write_segment(LedgerStore(str(ledger)), spooled(tmp_path / "spool", [read_facts("a"), untimed]), "w")
+    flusher.write_segment(LedgerStore(str(ledger)), spooled(tmp_path / "spool", [read_facts("a"), untimed]))
     cut = ledger_rows(ledger).slice(0, 2).to_pylist()
     for row in cut:
         row["uid"], row["key"], row["prompt_ids"] = "u", row["key"].replace("a_", "u_"), b"\x01\x00\x00"
@@ -328,11 +328,11 @@ def test_an_answer_the_worker_cannot_read_is_a_flush_error_and_the_ledgers_loop_
 
     # Given a flusher process whose stdout something else wrote to (no process is started here)
     monkeypatch.setattr(flusher.ProcessFlusher, "_start", lambda self: None)
-    monkeypatch.setattr(flusher.ProcessFlusher, "_ask", lambda self, path, owner: b"Loading weights...\n")
+    monkeypatch.setattr(flusher.ProcessFlusher, "_ask", lambda self, path: b"Loading weights...\n")
     answers = flusher.ProcessFlusher("/nowhere")
     # Then what it answered is a flush error (the segment stays, retried), not an exception of another kind
     with pytest.raises(flusher.FlushError, match="answered what this worker cannot read"):
-        answers.write(tmp_path / "w.0000000001.wal", "w")
+        answers.write(tmp_path / "w.0000000001.wal")
     # And a ledger whose flush raises anything at all counts it and goes on flushing
     led = make_ledger(tmp_path)
     calls = []

@@ -27,8 +27,9 @@
 --   {'leased', holder}             another live worker is scoring it; leave the entry pending
 --   {'done', 0}                    the same record again, for a finished trajectory, or any record
 --                                  of a cancelled one (never scored); entry acked
---   {'conflict', reason}           the record contradicts what is stored, or arrived after its
---                                  trajectory finished; the caller dead-letters it (`fail`),
+--   {'conflict', reason[, late]}   the record contradicts what is stored, or arrived after its
+--                                  trajectory finished (late: 'kept' when its key has a result,
+--                                  which stays, else 'open'); the caller dead-letters it (`fail`),
 --                                  which never overwrites an existing result
 --   {'toolarge', reason}           storing it would take the trajectory's records (`bytes`) past
 --                                  max_trajectory_bytes; nothing stored, the caller fails it
@@ -76,12 +77,14 @@ if state == 'done' then
   local st = redis.call('HGET', traj, 'status') or 'ok'
   local why = redis.call('HGET', traj, 'error') or ''
   local status = st .. (why ~= '' and (': ' .. why) or '')
-  local kept = redis.call('EXISTS', rprefix .. key) == 1 and '; its existing result is kept' or ''
+  local has_result = redis.call('EXISTS', rprefix .. key) == 1
+  local kept = has_result and '; its existing result is kept' or ''
+  local late = has_result and 'kept' or 'open'
   if had then
     return {'conflict', 'a different record for key ' .. key .. ' arrived after its trajectory finished (' ..
-            status .. ')' .. kept}
+            status .. ')' .. kept, late}
   end
-  return {'conflict', 'output ' .. index .. ' arrived after its trajectory finished (' .. status .. ')' .. kept}
+  return {'conflict', 'output ' .. index .. ' arrived after its trajectory finished (' .. status .. ')' .. kept, late}
 end
 
 -- A small record is read from the stream entry itself: the worker validated its copy, and
