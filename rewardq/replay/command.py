@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from typing import Any
 
 import click
 
 from rewardq.config import WorkerConfig
+from rewardq.exit_codes import EXIT_FAILED
 from rewardq.ops.flags import click_options
 from rewardq.ops.ledger_cmds import where_filters
 from rewardq.producers.core import WAIT_TIMEOUT
@@ -71,74 +71,115 @@ def replay(
     Exit code 0; 1 when trajectories ended with errors or it was interrupted; 2 for a bad flag.
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from rewardq.install import require_worker_extra
     from rewardq.ledger import replay as rp
-    from rewardq.ledger.read import parse_where
     from rewardq.ledger.sink import require_writer
     from rewardq.logs import setup_logging
     from rewardq.ops.worker import load_config
     from rewardq.replay import run
+    from rewardq.replay.stops import Stops
 
     require_worker_extra()
     require_writer()
     base = load_config(params)
     setup_logging("WARNING" if base.sources.get("log_level", "default") == "default" else base.log_level, "text")
+    rp.check_out(source, out)
+    given_url = run.flag_given(base, "redis_url")
     err = Console(stderr=True)
-    with err.status("reading the ledger"):
-        p = rp.plan(
-            source,
-            where=parse_where(where),
-            since=since,
-            until=until,
-            limit=limit,
-            skip_keys=rp.existing_keys(out),
-        )
-    given_url = base.sources.get("redis_url", "default") != "default"
-    with run.redis_for(base, given_url) as url:
+    p, outcome = rp.Plan([]), run.Outcome()
+    with Stops() as stops, run.redis_for(base, given_url) as url:
         cfg = run.replay_config(base, out, given_url=given_url, url=url)
-        bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err)
-        with bar:
-            job = bar.add_task("replay", total=len(p.trajectories))
-            outcome = _run(cfg, p, window, timeout, lambda n: bar.update(job, completed=n))
-        if given_url and cfg.namespace.startswith("rewardq-replay-"):
-            _drop_namespace(cfg)
+        outcome.namespace = cfg.namespace
+        try:
+            with stops.raising():
+                p, prepared = _prepare(cfg, source, out, where, since, until, limit, err)
+            try:
+                outcome = _run(prepared, p, window, timeout, stops, err)
+            finally:
+                if given_url and cfg.namespace.startswith(run.OWN_NAMESPACE):
+                    _drop_namespace(cfg)
+        except KeyboardInterrupt:  # a stop before the replay started: nothing to clean
+            pass
+        outcome.interrupted = outcome.interrupted or stops.received is not None
+        _say(p, outcome, source, out, as_json, err)
+    return EXIT_FAILED if outcome.interrupted or outcome.errors or outcome.refused else 0
+
+
+def _prepare(
+    cfg: WorkerConfig,
+    source: str,
+    out: str,
+    where: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    limit: int | None,
+    err: Any,
+) -> tuple[Any, Any]:
+    """Check every flag, then read the ledger: the plan and the prepared worker (ConfigError first)."""
+    from rewardq.consumers.compose import prepare_worker
+    from rewardq.ledger import replay as rp
+    from rewardq.ledger.read import parse_where
+    from rewardq.replay import run
+    from rewardq.reward.scoring_fingerprint import scoring_fingerprint
+    from rewardq.reward.tokenizer_fingerprint import tokenizer_fingerprint
+
+    filters = parse_where(where)
+    prepared = prepare_worker(cfg)  # an unknown manager, no --tokenizer: refused before anything else
+    mine = scoring_fingerprint(cfg, tokenizer_fingerprint(prepared.tokenizer))
+    run.check_resume(out, source, mine)
+    with err.status("reading the ledger"):
+        p = rp.plan(source, where=filters, since=since, until=until, limit=limit, skip_keys=rp.existing_keys(out))
+    if run.flag_given(cfg, "namespace"):
+        run.check_namespace(cfg, p.trajectories)
+    return p, prepared
+
+
+def _say(p: Any, outcome: Any, source: str, out: str, as_json: bool, err: Any) -> None:
+    from rewardq.replay import run
+
     if as_json:
         click.echo(run.summary_json(p, outcome, source, out))
-    else:
-        skipped = (
-            f"; skipped {p.done_before} already in {out}, {p.incomplete} incomplete, {p.unreadable} without ids"
-            if p.done_before or p.incomplete or p.unreadable
-            else ""
-        )
-        state = "interrupted (run again with the same --out to go on)" if outcome.interrupted else "done"
-        refused = f", {outcome.refused} refused (rows no record can be made of: see the log)" if outcome.refused else ""
-        err.print(
-            f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors"
-            f"{refused}{skipped}"
-        )
-        if not outcome.interrupted:
-            err.print(f"compare: rewardq diff {source} {out}")
-    return 1 if outcome.interrupted or outcome.errors or outcome.refused else 0
+        return
+    skipped = (
+        f"; skipped {p.done_before} already in {out}, {p.incomplete} incomplete, {p.unreadable} without ids"
+        if p.done_before or p.incomplete or p.unreadable
+        else ""
+    )
+    state = "interrupted (run again with the same --out to go on)" if outcome.interrupted else "done"
+    refused = f", {outcome.refused} refused (rows no record can be made of: see the log)" if outcome.refused else ""
+    err.print(
+        f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors"
+        f"{refused}{skipped}"
+    )
+    if not outcome.interrupted:
+        err.print(f"compare: rewardq diff {source} {out}")
 
 
-def _run(cfg: WorkerConfig, p: Any, window: int, timeout: float, progress: Any) -> Any:
-    """Run the replay; Ctrl-C (SIGINT) or SIGTERM stop it cleanly (the worker flushes the ledger)."""
+def _run(prepared: Any, p: Any, window: int, timeout: float, stops: Any, err: Any) -> Any:
+    """Run the replay with a progress bar; a SIGINT or SIGTERM stops it cleanly (:mod:`.stops`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     from rewardq.replay.run import run_replay
 
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(run_replay(cfg, p.trajectories, window=window, timeout=timeout, progress=progress))
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        try:
-            return await task
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+    bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err)
 
-    return asyncio.run(main())
+    async def main() -> Any:
+        progress = bar.add_task("replay", total=len(p.trajectories))
+        task = asyncio.ensure_future(
+            run_replay(
+                prepared,
+                p.trajectories,
+                window=window,
+                timeout=timeout,
+                progress=lambda n: bar.update(progress, completed=n),
+            )
+        )
+        with stops.cancelling(asyncio.get_running_loop(), task):
+            return await task
+
+    with bar:
+        return asyncio.run(main())
 
 
 def _drop_namespace(cfg: WorkerConfig) -> None:

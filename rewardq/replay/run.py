@@ -24,6 +24,8 @@ from rewardq.reward.judge.cache import seed_answers
 
 if TYPE_CHECKING:
     from rewardq.config import WorkerConfig
+    from rewardq.consumers.compose import PreparedWorker
+    from rewardq.reward.scoring_fingerprint import ScoringFingerprint
 
 logger = logging.getLogger("rewardq.replay")
 
@@ -65,24 +67,25 @@ def redis_for(cfg: WorkerConfig, given_url: bool) -> Iterator[str]:
 
 
 async def run_replay(
-    cfg: WorkerConfig,
+    prepared: PreparedWorker,
     trajectories: Sequence[Trajectory],
     *,
     window: int,
     timeout: float,
     progress: Any = None,
 ) -> Outcome:
-    """Score ``trajectories`` with a worker of settings ``cfg`` (its ``ledger`` the output; see the
+    """Score ``trajectories`` with the worker ``prepared`` (its ``ledger`` the output; see the
     module doc); ``progress``: called with the number of trajectories finished so far.
 
     Results are polled (one read of every in-flight key per round, every ``_POLL`` s) rather than
     awaited on the ``done`` stream, whose blocking reads the embedded stand-in serves by timeout.
     """
-    from rewardq.consumers.compose import prepare_worker, run_worker
+    from rewardq.consumers.compose import run_worker
     from rewardq.producers.aio import AsyncRewardClient
 
+    cfg = prepared.cfg
     stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(prepare_worker(cfg), stopping=stop), name="replay-worker")
+    task = asyncio.create_task(run_worker(prepared, stopping=stop), name="replay-worker")
     client = AsyncRewardClient.from_url(cfg.redis_url, namespace=cfg.namespace, max_backlog=None)
     outcome = Outcome(namespace=cfg.namespace)
     pending = list(reversed(trajectories))
@@ -142,18 +145,97 @@ async def _collect(
             raise RuntimeError(f"trajectory {tid} got no result within the --timeout")
 
 
+def flag_given(cfg: WorkerConfig, name: str) -> bool:
+    """Whether setting ``name`` came from a command-line flag (not a default, the environment or a
+    config file: a fleet's own ``REWARDQ_NAMESPACE`` or config file must not choose a replay's)."""
+    source = cfg.sources.get(name, "default")
+    if name == "redis_url" and source.startswith("redis_url_file"):
+        return flag_given(cfg, "redis_url_file")
+    return source.startswith("flag")
+
+
 def replay_config(cfg: WorkerConfig, out: str, *, given_url: bool, url: str) -> WorkerConfig:
     """The worker settings of a replay: ``cfg`` writing the ledger ``out``, on ``url``, in a namespace
-    of its own unless one was given."""
-    namespace = cfg.namespace if cfg.sources.get("namespace", "default") != "default" else None
+    of its own unless ``--namespace`` was given (:func:`flag_given`)."""
+    namespace = cfg.namespace if flag_given(cfg, "namespace") else None
     return dataclasses.replace(
         cfg,
         redis_url=url,
-        namespace=namespace or f"rewardq-replay-{secrets.token_hex(4)}",
+        namespace=namespace or f"{OWN_NAMESPACE}{secrets.token_hex(4)}",
         name=cfg.name or f"replay-{secrets.token_hex(3)}",
         ledger=out,
         cluster=cfg.cluster if given_url else False,
     ).validate()
+
+
+#: The prefix of the namespace a replay makes for itself (and deletes at its end).
+OWN_NAMESPACE = "rewardq-replay-"
+
+
+def check_namespace(cfg: WorkerConfig, trajectories: Sequence[Trajectory]) -> None:
+    """Refuse (ConfigError) a ``--namespace`` that live workers serve, or that holds a result or a
+    trajectory of a key the replay would send: those workers would score the replay's outputs (into
+    their own ledger), and a key already there is refused as a conflicting record."""
+    from rewardq.queue.connection import connect_sync
+    from rewardq.queue.namespace import shard_count
+    from rewardq.queue.reads import workers_status
+
+    r = connect_sync(cfg.redis_url, cluster=cfg.cluster)
+    try:
+        ks = Keyspace(cfg.namespace)
+        ks = Keyspace(cfg.namespace, shard_count(r, ks) or ks.shards)
+        live = [w["name"] for w in workers_status(r, ks)]
+        if live:
+            raise ConfigError(
+                f"--namespace {cfg.namespace} is served by {len(live)} live worker(s) ({', '.join(live[:3])}"
+                f"{', ...' if len(live) > 3 else ''}): they would score the replay's trajectories instead of the "
+                "replay; leave out --namespace (a replay makes a namespace of its own), or name an unused one"
+            )
+        there = _keys_present(r, ks, trajectories)
+        if there:
+            raise ConfigError(
+                f"--namespace {cfg.namespace} already holds results or trajectories of {there} of the "
+                "trajectories to replay (a fleet's namespace, or a replay of another ledger): they would be "
+                "refused as conflicting records; leave out --namespace, or name an unused one"
+            )
+    finally:
+        r.close()
+
+
+def _keys_present(r: Any, ks: Keyspace, trajectories: Sequence[Trajectory]) -> int:
+    """How many of ``trajectories`` have a result (of their first key) or a trajectory hash in ``ks``."""
+    found = 0
+    for i in range(0, len(trajectories), 500):
+        pipe = r.pipeline(transaction=False)
+        for t in trajectories[i : i + 500]:
+            pipe.exists(ks.reward_key(t.keys[0]), ks.traj_key(f"{t.uid}_{t.session_id}"))
+        found += sum(1 for n in pipe.execute() if n)
+    return found
+
+
+def check_resume(out: str, source: str, mine: ScoringFingerprint) -> None:
+    """Refuse (ConfigError) to add to output ledger ``out`` rows of another scoring configuration than
+    the one it holds; then record ``mine`` in it (:data:`~rewardq.ledger.replay.RECORD`)."""
+    from rewardq.ledger import replay as rp
+    from rewardq.reward.scoring_fingerprint import differences
+
+    recorded = rp.read_record(out)
+    if recorded is not None and recorded.get("scoring") != mine.digest:
+        said = differences(dict(recorded.get("shown") or {}), mine.shown)
+        raise ConfigError(
+            f"--out {out} holds a replay scored with another configuration: {recorded.get('text')} "
+            f"(fingerprint {recorded.get('scoring')}); this replay's is {mine.text} (fingerprint {mine.digest})"
+            f"{'; ' + said if said else ''}. Replay into a new --out to score with this configuration, or run "
+            "with the first one's flags to go on with it"
+        )
+    if recorded is None:
+        others = sorted(rp.scorings_in(out) - {mine.digest})
+        if others:
+            raise ConfigError(
+                f"--out {out} holds rows scored with another configuration (fingerprint {', '.join(others)}); "
+                f"this replay's is {mine.text} (fingerprint {mine.digest}). Replay into a new --out"
+            )
+    rp.write_record(out, {"source": source, "scoring": mine.digest, "text": mine.text, "shown": mine.shown})
 
 
 def summary_json(p: Plan, o: Outcome, source: str, out: str) -> str:
