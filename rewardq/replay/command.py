@@ -96,6 +96,7 @@ def replay(
                 p, prepared = _prepare(cfg, source, out, where, since, until, limit, err)
             try:
                 outcome = _run(prepared, p, window, timeout, stops, err)
+                run.drop_spool_locks(cfg)
             finally:
                 if given_url and cfg.namespace.startswith(run.OWN_NAMESPACE):
                     _drop_namespace(cfg)

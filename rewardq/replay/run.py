@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
+import glob
 import json
 import logging
+import os
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError, RecordError
@@ -236,6 +240,29 @@ def check_resume(out: str, source: str, mine: ScoringFingerprint) -> None:
                 f"this replay's is {mine.text} (fingerprint {mine.digest}). Replay into a new --out"
             )
     rp.write_record(out, {"source": source, "scoring": mine.digest, "text": mine.text, "shown": mine.shown})
+
+
+def drop_spool_locks(cfg: WorkerConfig) -> None:
+    """After the replay's worker stopped: delete the lock files of its ``--out`` spool that no live
+    process holds and that no segment of theirs is left beside (the flusher wrote every one), then
+    the spool folders if that left them empty. A lock still held (another replay into the same
+    ``--out`` on this host), or one with segments left, stays for the next worker to adopt them."""
+    from rewardq.ledger.store import default_spool
+
+    directory = Path(cfg.ledger_spool or default_spool(cfg.ledger or ""))
+    for lock in directory.glob("*.lock"):
+        with contextlib.suppress(OSError):
+            fd = os.open(lock, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: alive, not ours
+                if not any(p != lock for p in directory.glob(f"{glob.escape(lock.stem)}.*")):
+                    lock.unlink()
+            finally:
+                os.close(fd)
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # only when empty
+        if directory.parent.name == "_spool":  # <ledger>/_spool/<host>: the ledger's own spool folder
+            directory.parent.rmdir()
 
 
 def summary_json(p: Plan, o: Outcome, source: str, out: str) -> str:
