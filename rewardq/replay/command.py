@@ -167,17 +167,16 @@ def _run(prepared: Any, p: Any, window: int, timeout: float, stops: Any, err: An
 
     async def main() -> Any:
         progress = bar.add_task("replay", total=len(p.trajectories))
-        task = asyncio.ensure_future(
-            run_replay(
+        interrupt = asyncio.Event()
+        with stops.interrupting(asyncio.get_running_loop(), interrupt):
+            return await run_replay(
                 prepared,
                 p.trajectories,
                 window=window,
                 timeout=timeout,
                 progress=lambda n: bar.update(progress, completed=n),
+                interrupt=interrupt,
             )
-        )
-        with stops.cancelling(asyncio.get_running_loop(), task):
-            return await task
 
     with bar:
         return asyncio.run(main())

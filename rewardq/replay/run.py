@@ -77,9 +77,14 @@ async def run_replay(
     window: int,
     timeout: float,
     progress: Any = None,
+    interrupt: asyncio.Event | None = None,
 ) -> Outcome:
     """Score ``trajectories`` with the worker ``prepared`` (its ``ledger`` the output; see the
-    module doc); ``progress``: called with the number of trajectories finished so far.
+    module doc); ``progress``: called with the number of trajectories finished so far; ``interrupt``:
+    set to stop sending (the worker then finishes and writes what it holds).
+
+    Once the sending stopped (every trajectory scored, or ``interrupt`` set), the worker's stop is
+    never cancelled: it writes the output ledger whatever comes next (a second Ctrl-C).
 
     Results are polled (one read of every in-flight key per round, every ``_POLL`` s) rather than
     awaited on the ``done`` stream, whose blocking reads the embedded stand-in serves by timeout.
@@ -92,34 +97,18 @@ async def run_replay(
     task = asyncio.create_task(run_worker(prepared, stopping=stop), name="replay-worker")
     client = AsyncRewardClient.from_url(cfg.redis_url, namespace=cfg.namespace, max_backlog=None)
     outcome = Outcome(namespace=cfg.namespace)
-    pending = list(reversed(trajectories))
     flying: dict[str, tuple[list[str], float]] = {}  # tid -> (keys, deadline)
-    loop = asyncio.get_running_loop()
+    sending = asyncio.create_task(_send(cfg, client, task, trajectories, flying, outcome, window, timeout, progress))
+    stopped = asyncio.create_task((interrupt or asyncio.Event()).wait())
     try:
-        answers = {d: a for t in trajectories for d, a in t.judged.items()}
-        await seed_answers(cfg.redis_url, Keyspace(cfg.namespace), answers, cfg.result_ttl)
-        while pending or flying:
-            if task.done():  # the worker stopped before the replay finished: say why
-                task.result()
-                raise RuntimeError("the replay's worker stopped before every trajectory was scored")
-            while pending and len(flying) < window:
-                t = pending.pop()
-                # in flight before the put: a stop during it may still have sent every output, which the
-                # worker then scores into --out; the last look counts it when every key has a result
-                keys = [output_key(t.uid, t.session_id, i) for i in range(len(t.outputs))]
-                tid = f"{t.uid}_{t.session_id}"
-                flying[tid] = (keys, loop.time() + timeout)
-                try:
-                    await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
-                except RecordError as exc:  # checked before anything is sent: this trajectory only
-                    del flying[tid]
-                    outcome.refused += 1
-                    logger.warning("replay: trajectory %s cannot be sent again, its rows make no record: %s", tid, exc)
-            await asyncio.sleep(_POLL)
-            await _collect(client, flying, outcome, progress, loop.time())
-    except asyncio.CancelledError:
-        outcome.interrupted = True
+        await asyncio.wait({sending, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if not sending.done():
+            outcome.interrupted = True
+            sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sending  # its error, if it failed
     finally:
+        stopped.cancel()
         stop.set()  # the worker finishes what it holds, then stops
         with contextlib.suppress(Exception):
             await task
@@ -129,6 +118,44 @@ async def run_replay(
                 await _collect(client, flying, outcome, progress, None)
         await client.aclose()
     return outcome
+
+
+async def _send(
+    cfg: WorkerConfig,
+    client: Any,
+    worker: asyncio.Task[None],
+    trajectories: Sequence[Trajectory],
+    flying: dict[str, tuple[list[str], float]],
+    outcome: Outcome,
+    window: int,
+    timeout: float,
+    progress: Any,
+) -> None:
+    """Put the judge's answers back, then send ``trajectories`` (at most ``window`` in flight) and
+    count their results until every one has its own."""
+    loop = asyncio.get_running_loop()
+    pending = list(reversed(trajectories))
+    answers = {d: a for t in trajectories for d, a in t.judged.items()}
+    await seed_answers(cfg.redis_url, Keyspace(cfg.namespace), answers, cfg.result_ttl)
+    while pending or flying:
+        if worker.done():  # the worker stopped before the replay finished: say why
+            worker.result()
+            raise RuntimeError("the replay's worker stopped before every trajectory was scored")
+        while pending and len(flying) < window:
+            t = pending.pop()
+            # in flight before the put: a stop during it may still have sent every output, which the
+            # worker then scores into --out; the last look counts it when every key has a result
+            keys = [output_key(t.uid, t.session_id, i) for i in range(len(t.outputs))]
+            tid = f"{t.uid}_{t.session_id}"
+            flying[tid] = (keys, loop.time() + timeout)
+            try:
+                await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
+            except RecordError as exc:  # checked before anything is sent: this trajectory only
+                del flying[tid]
+                outcome.refused += 1
+                logger.warning("replay: trajectory %s cannot be sent again, its rows make no record: %s", tid, exc)
+        await asyncio.sleep(_POLL)
+        await _collect(client, flying, outcome, progress, loop.time())
 
 
 async def _collect(

@@ -2,12 +2,12 @@
 
 One handler serves the whole command, so no signal finds Python's default behaviour (SIGTERM
 killing the process before it deletes its namespace, a second Ctrl-C cancelling a worker that is
-already stopping). The first signal:
+already stopping, cancelling it halfway through writing the ledger). The first signal:
 
 * while the ledger is read and the worker prepared (nothing started yet): raises
   :class:`KeyboardInterrupt` there, which the command turns into an interrupted summary;
-* while the replay runs: cancels its task (thread-safe: the event loop wakes at once), and the
-  worker finishes and writes what it holds;
+* while the replay runs: sets its ``interrupt`` event (thread-safe: the event loop wakes at
+  once), and the worker finishes and writes what it holds;
 * once the replay ended (deleting its namespace, printing the summary): only noted.
 
 Later signals are noted and ignored: the stop under way finishes. :attr:`Stops.received` says
@@ -33,7 +33,7 @@ class Stops:
     def __init__(self) -> None:
         self.received: str | None = None  # the first signal's name
         self._raise = False
-        self._cancel: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
+        self._interrupt: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Stops:
@@ -57,15 +57,15 @@ class Stops:
             self._raise = False
 
     @contextmanager
-    def cancelling(self, loop: asyncio.AbstractEventLoop, task: asyncio.Future[Any]) -> Iterator[None]:
-        """While inside: the first signal cancels ``task`` (one received before: at once)."""
+    def interrupting(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> Iterator[None]:
+        """While inside: the first signal sets ``event`` (one received before: at once)."""
         if self.received:
-            task.cancel()
-        self._cancel = (loop, task)
+            event.set()
+        self._interrupt = (loop, event)
         try:
             yield
         finally:
-            self._cancel = None
+            self._interrupt = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         first = self.received is None
@@ -75,6 +75,6 @@ class Stops:
             return
         if self._raise:
             raise KeyboardInterrupt
-        if self._cancel is not None:
-            loop, task = self._cancel
-            loop.call_soon_threadsafe(task.cancel)
+        if self._interrupt is not None:
+            loop, event = self._interrupt
+            loop.call_soon_threadsafe(event.set)
