@@ -3,7 +3,8 @@
 The page needs nothing but itself to open: its plots are PNG images drawn with matplotlib (the
 ``report`` extra; the Agg renderer, no display) and inlined as ``data:`` URLs, its style is inline,
 and it has no script. What it shows, per trajectory (the final output's row: every key of a
-trajectory has its reward):
+trajectory has its reward; for a trajectory whose final output never arrived, its last output's,
+so that every trajectory and failure is counted; a row without a time is on no time axis):
 
 * a summary table per data source: trajectories, errors, error share, mean and standard deviation
   of the reward, latency p50 and p99;
