@@ -133,6 +133,7 @@ def _prepare(
         p = rp.plan(source, where=filters, since=since, until=until, limit=limit, skip_keys=rp.existing_keys(out))
     if run.flag_given(cfg, "namespace"):
         run.check_namespace(cfg, p.trajectories)
+    run.record_scoring(out, source, mine)
     return p, prepared
 
 

@@ -246,7 +246,7 @@ def _keys_present(r: Any, ks: Keyspace, trajectories: Sequence[Trajectory]) -> i
 
 def check_resume(out: str, source: str, mine: ScoringFingerprint) -> None:
     """Refuse (ConfigError) to add to output ledger ``out`` rows of another scoring configuration than
-    the one it holds; then record ``mine`` in it (:data:`~rewardq.ledger.replay.RECORD`)."""
+    the one it holds (:data:`~rewardq.ledger.replay.RECORD`, else its rows' ``scoring``)."""
     from rewardq.ledger import replay as rp
     from rewardq.reward.scoring_fingerprint import differences
 
@@ -266,6 +266,13 @@ def check_resume(out: str, source: str, mine: ScoringFingerprint) -> None:
                 f"--out {out} holds rows scored with another configuration (fingerprint {', '.join(others)}); "
                 f"this replay's is {mine.text} (fingerprint {mine.digest}). Replay into a new --out"
             )
+
+
+def record_scoring(out: str, source: str, mine: ScoringFingerprint) -> None:
+    """Record in output ledger ``out`` the scoring configuration ``mine`` that writes it (made if
+    missing), for :func:`check_resume` to hold a later replay into it to."""
+    from rewardq.ledger import replay as rp
+
     rp.write_record(out, {"source": source, "scoring": mine.digest, "text": mine.text, "shown": mine.shown})
 
 

@@ -83,3 +83,14 @@ def test_a_diff_that_compares_nothing_warns_and_exits_2(tmp_path: Path) -> None:
         assert '"compared": 0' in r.stdout
     r = CliRunner().invoke(cli, ["diff", str(a), str(a), "--json"], standalone_mode=False)
     assert r.return_value == 0 and "warning" not in r.stderr
+
+
+def test_a_replay_without_a_tokenizer_is_refused_before_it_reads_or_draws(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rewardq.cli import cli
+
+    a = _ledger(tmp_path / "a")
+    r = CliRunner().invoke(cli, ["replay", str(a), "--out", str(tmp_path / "out")], standalone_mode=False)
+    assert isinstance(r.exception, ConfigError) and "tokenizer" in str(r.exception)
+    assert "replaying" not in r.stderr and not (tmp_path / "out").exists()
