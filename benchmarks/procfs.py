@@ -59,6 +59,21 @@ def thread_cpu(pid: int) -> dict[int, float]:
     return out
 
 
+def sched_seconds(pid: int, tid: int | None = None) -> tuple[float, float]:
+    """``(on a core, ready but waiting for one)`` seconds of thread ``tid`` of ``pid`` (its main
+    thread by default), from ``/proc/<pid>/task/<tid>/schedstat``; ``(0, 0)`` when it is gone.
+
+    The second figure is the time the scheduler kept a runnable thread off every core: on a machine
+    whose cores are all busy it is where a drain's wall time goes that no CPU figure shows.
+    """
+    try:
+        with open(f"/proc/{pid}/task/{pid if tid is None else tid}/schedstat") as f:
+            on_cpu, waiting = f.read().split()[:2]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
 def children(pid: int) -> list[int]:
     """The live children of ``pid``, started by any of its threads."""
     out: list[int] = []

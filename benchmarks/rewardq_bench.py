@@ -116,15 +116,21 @@ def check_rewards(r: Any, namespace: str, trajs: list[Trajectory], scorer: str =
     return "ok" if bad == 0 else f"{bad}/{2 * len(trajs)} wrong"
 
 
-def commandstats_delta(before: dict[str, Any], after: dict[str, Any], trajectories: int) -> str:
-    """Redis server time per command during the drain (``INFO commandstats``, all clients)."""
+def command_deltas(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """``(microseconds, calls, command)`` of every command Redis ran between two ``INFO
+    commandstats`` (all clients), most time first."""
     rows = []
     for name, st in after.items():
         b = before.get(name, {"calls": 0, "usec": 0})
         calls, usec = st["calls"] - b["calls"], st["usec"] - b["usec"]
         if calls > 0:
             rows.append((usec, calls, name.removeprefix("cmdstat_")))
-    rows.sort(reverse=True)
+    return sorted(rows, reverse=True)
+
+
+def commandstats_delta(before: dict[str, Any], after: dict[str, Any], trajectories: int) -> str:
+    """Redis server time per command during the drain (``INFO commandstats``, all clients)."""
+    rows = command_deltas(before, after)
     total = sum(u for u, _, _ in rows) or 1
     lines = [
         f"Redis server time by command during the 1-worker drain ({trajectories} trajectories; "

@@ -5,8 +5,15 @@ raw loop or ``--workers`` rewardq workers (:mod:`benchmarks.worker_runner`, ``--
 arguments on), times the drain as ``python -m benchmarks`` does, checks a sample of rewards, and
 prints one JSON line: outputs/s, CPU ms per trajectory of the processes and of Redis, and of each
 worker's event-loop thread (``main``) apart from its other threads (``other``: the decode thread),
-read from ``/proc/<pid>/task/*/stat``. For A/B runs, run it from each tree in turn
-(``cd <tree> && PYTHONPATH=<tree> python -m benchmarks.thread_cpu``), alternating.
+read from ``/proc/<pid>/task/*/stat``. ``sched_s`` says where each worker's event-loop thread and
+Redis spent the drain (from the go to the last completion seen): ``[on a core, ready but waiting for
+one, asleep]`` seconds (``/proc/<pid>/task/<tid>/schedstat``; Redis's only when it runs on this
+machine), so a drain whose wall time went to waiting for a core shows it. ``redis_commands``: the
+calls and microseconds of Redis per trajectory of the commands that took most of its time during
+the drain (``INFO commandstats``, every client of that Redis included; ``evalsha`` is 2.0 calls
+when every trajectory is claimed whole and committed in one script each). For A/B runs, run it
+from each tree in turn (``cd <tree> && PYTHONPATH=<tree> python -m benchmarks.thread_cpu``),
+alternating.
 
     python -m benchmarks.thread_cpu --system raw --trajectories 3000
     python -m benchmarks.thread_cpu --trajectories 3000 --workers 2
@@ -18,12 +25,14 @@ import argparse
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmarks import raw, rewardq_bench
-from benchmarks.common import Child, Cleanup, Settings, connect, redis_cpu_seconds, watch_drain
-from benchmarks.procfs import thread_cpu
+from benchmarks.common import BenchRedis, Child, Cleanup, Settings, connect, redis_cpu_seconds, watch_drain
+from benchmarks.procfs import cmdline, sched_seconds, thread_cpu
 from benchmarks.workload import Workload
 
 
@@ -65,6 +74,9 @@ def main() -> None:
                 return rewardq_bench.done_count(r, ns)
 
         before = {c.pid: thread_cpu(c.pid) for c in children}
+        redis_pid = local_redis_pid(r)
+        watched = [c.pid for c in children] + ([redis_pid] if redis_pid else [])
+        sched0, stats0, t0 = {p: sched_seconds(p) for p in watched}, r.info("commandstats"), time.perf_counter()
         for c in children:
             c.go()
         d = watch_drain(
@@ -73,6 +85,9 @@ def main() -> None:
             s.drain_timeout,
             snaps={"cpu": lambda: sum(c.cpu_seconds() for c in children), "redis": lambda: redis_cpu_seconds(r)},
         )
+        span = (d.last_t or time.perf_counter()) - t0
+        sched = {p: where_time_went(sched0[p], sched_seconds(p), span) for p in watched}
+        commands = commands_per_trajectory(stats0, r.info("commandstats"), nt)
         threads = {"main": 0.0, "other": 0.0}
         for c in children:
             for tid, cpu in thread_cpu(c.pid).items():
@@ -93,6 +108,12 @@ def main() -> None:
                     "cpu_ms": d.per_completion_ms("cpu"),
                     "redis_cpu_ms": d.per_completion_ms("redis"),
                     "threads_ms": {k: round(1000 * v / max(1, d.last_count), 3) for k, v in threads.items()},
+                    "sched_s": {
+                        "span": round(span, 3),
+                        "workers": [sched[c.pid] for c in children],
+                        "redis": sched.get(redis_pid) if redis_pid else None,
+                    },
+                    "redis_commands": commands,
                     "check": check,
                     "load": os.getloadavg()[0],
                 }
@@ -103,6 +124,31 @@ def main() -> None:
             c.stop()
         cleanup.run()
         r.close()
+
+
+def local_redis_pid(r: BenchRedis) -> int | None:
+    """The Redis server's process id when it runs on this machine (the ``process_id`` of its
+    ``INFO server`` is a ``redis-server`` here), else None."""
+    pid = int(r.info("server").get("process_id", 0) or 0)
+    return pid if pid and "redis-server" in cmdline(pid) else None
+
+
+def where_time_went(before: tuple[float, float], after: tuple[float, float], span: float) -> list[float]:
+    """``[on a core, waiting for one, asleep]`` seconds of a thread over ``span`` seconds, from two
+    :func:`~benchmarks.procfs.sched_seconds` readings."""
+    on_cpu, waiting = after[0] - before[0], after[1] - before[1]
+    return [round(on_cpu, 3), round(waiting, 3), round(max(0.0, span - on_cpu - waiting), 3)]
+
+
+def commands_per_trajectory(
+    before: dict[str, Any], after: dict[str, Any], n: int, top: int = 6
+) -> dict[str, list[float]]:
+    """``{command: [calls, microseconds]}`` per trajectory between two ``INFO commandstats``, for the
+    ``top`` commands by time."""
+    return {
+        name: [round(calls / n, 3), round(usec / n, 1)]
+        for usec, calls, name in rewardq_bench.command_deltas(before, after)[:top]
+    }
 
 
 if __name__ == "__main__":

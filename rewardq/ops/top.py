@@ -168,14 +168,17 @@ def _health(rows: list[dict[str, Any]]) -> object:
 
     t = Table(title="reward health (last 60s)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
     t.add_column("data source", overflow="fold", ratio=1)
-    for col in ("trajectories", "mean reward", "errors", "p99"):
+    for col in ("trajectories", "mean reward", "errors"):
         t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("by kind", overflow="fold")
+    t.add_column("p99", justify="right", no_wrap=True)
     t.add_column("", overflow="fold", ratio=1)
     for r in rows:
         mean = "-" if r["mean_reward"] is None else f"{r['mean_reward']:.3f}"
+        kinds = escape(", ".join(f"{k} {v:.0%}" for k, v in r["errors_by_kind"].items()) or "-")
         p99 = "-" if r["p99_ms"] is None else f"{r['p99_ms']:,.0f} ms"
         note = f"[bold red]! {escape('; '.join(r['jumps']))}[/]" if r["jumps"] else ""
-        t.add_row(escape(r["data_source"]), str(r["trajectories"]), mean, f"{r['error_share']:.1%}", p99, note)
+        t.add_row(escape(r["data_source"]), str(r["trajectories"]), mean, f"{r['error_share']:.1%}", kinds, p99, note)
     return t
 
 

@@ -192,3 +192,17 @@ def test_reward_health_says_what_changed_sharply_none_or_too_few_to_judge() -> N
     assert "sharp change none" in out and "sharp change mean reward 0.520 -> 0.100" in out, out
     assert "sharp change too few to judge" in out and "mean before 0.520" in out, out
     assert "steady" not in out and "jumped" not in out
+
+
+def test_top_shows_each_data_sources_error_share_by_kind() -> None:
+    from rich.console import Console
+
+    from rewardq.ops.top import _health
+
+    flaky = _health_row(data_source="judge", error_share=0.25, errors_by_kind={"input": 0.05, "timeout": 0.2})
+    console = Console(width=120, record=True, color_system=None)
+    console.print(_health([_health_row(), flaky]))
+    lines = {line.split()[0]: line for line in console.export_text().splitlines() if line.strip()}
+    assert "by kind" in lines["data"], lines
+    assert "25.0%" in lines["judge"] and "input 5%, timeout 20%" in lines["judge"], lines
+    assert lines["gsm8k"].split()[3:5] == ["0.0%", "-"], lines
