@@ -46,7 +46,22 @@ REPLAY_WINDOW = 64
     default=None,
     help="YAML/JSON file of rewardq settings and/or verl's trainer config, as for `rewardq worker`.",
 )
-@click_options(WorkerConfig, leave_out=("ledger", "name"))
+@click.option(
+    "--redis-url",
+    "redis_url",
+    default=None,
+    metavar="URL",
+    help="Run on this Redis, in a namespace of its own (default: an embedded stand-in; REWARDQ_REDIS_URL is not read).",
+)
+@click.option(
+    "--namespace",
+    "namespace",
+    default=None,
+    metavar="NS",
+    help="Run in this namespace and keep it (default: one of its own, deleted at the end; REWARDQ_NAMESPACE "
+    "is not read). Refused when live workers serve it or it holds keys the replay would send.",
+)
+@click_options(WorkerConfig, leave_out=("ledger", "name", "redis_url", "namespace"))
 def replay(
     source: str,
     out: str,
@@ -68,12 +83,20 @@ def replay(
     stops it; run it again with the same --out to go on where it stopped. Then: rewardq diff LEDGER
     NEW_LEDGER.
 
-    Exit code 0; 1 when trajectories ended with errors or it was interrupted; 2 for a bad flag.
+    Only --redis-url and --namespace choose the Redis and namespace (not REWARDQ_REDIS_URL,
+    REWARDQ_NAMESPACE or a config file's); a --namespace live workers serve, or holding results of
+    the keys to replay, is refused. --out records its scoring configuration: a resume with another
+    is refused, as is an --out inside LEDGER.
+
+    Exit code 0; 1 when trajectories ended with errors or were refused, or it was interrupted (the
+    summary still printed); 2 for a bad flag or a refusal (nothing scored); 3 when the connection
+    to Redis was lost.
     """
     from rich.console import Console
 
     from rewardq.install import require_worker_extra
     from rewardq.ledger import replay as rp
+    from rewardq.ledger.read import parse_where
     from rewardq.ledger.sink import require_writer
     from rewardq.logs import setup_logging
     from rewardq.ops.worker import load_config
@@ -85,6 +108,7 @@ def replay(
     base = load_config(params)
     setup_logging("WARNING" if base.sources.get("log_level", "default") == "default" else base.log_level, "text")
     rp.check_out(source, out)
+    select = {"where": parse_where(where), "since": since, "until": until, "limit": limit}
     given_url = run.flag_given(base, "redis_url")
     err = Console(stderr=True)
     p, outcome = rp.Plan([]), run.Outcome()
@@ -93,7 +117,7 @@ def replay(
         outcome.namespace = cfg.namespace
         try:
             with stops.raising():
-                p, prepared = _prepare(cfg, source, out, where, since, until, limit, err)
+                p, prepared = _prepare(cfg, source, out, select, err)
             try:
                 outcome = _run(prepared, p, window, timeout, stops, err)
                 run.drop_spool_locks(cfg)
@@ -107,30 +131,20 @@ def replay(
     return EXIT_FAILED if outcome.interrupted or outcome.errors or outcome.refused else 0
 
 
-def _prepare(
-    cfg: WorkerConfig,
-    source: str,
-    out: str,
-    where: tuple[str, ...],
-    since: str | None,
-    until: str | None,
-    limit: int | None,
-    err: Any,
-) -> tuple[Any, Any]:
-    """Check every flag, then read the ledger: the plan and the prepared worker (ConfigError first)."""
+def _prepare(cfg: WorkerConfig, source: str, out: str, select: dict[str, Any], err: Any) -> tuple[Any, Any]:
+    """Check every flag, then read the rows of the ledger ``select`` picks (:func:`rewardq.ledger.replay.plan`'s
+    filters): the plan and the prepared worker (ConfigError first)."""
     from rewardq.consumers.compose import prepare_worker
     from rewardq.ledger import replay as rp
-    from rewardq.ledger.read import parse_where
     from rewardq.replay import run
     from rewardq.reward.scoring_fingerprint import scoring_fingerprint
     from rewardq.reward.tokenizer_fingerprint import tokenizer_fingerprint
 
-    filters = parse_where(where)
     prepared = prepare_worker(cfg)  # an unknown manager, no --tokenizer: refused before anything else
     mine = scoring_fingerprint(cfg, tokenizer_fingerprint(prepared.tokenizer))
     run.check_resume(out, source, mine)
     with err.status("reading the ledger"):
-        p = rp.plan(source, where=filters, since=since, until=until, limit=limit, skip_keys=rp.existing_keys(out))
+        p = rp.plan(source, **select, skip_keys=rp.existing_keys(out))
     if run.flag_given(cfg, "namespace"):
         run.check_namespace(cfg, p.trajectories)
     run.record_scoring(out, source, mine)
