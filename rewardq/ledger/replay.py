@@ -5,7 +5,8 @@ machinery (the manager, its scorer processes, the code sandbox, the judge with i
 
 1. the ledger's rows are read (filters, a time range, one row per key), grouped into
    trajectories and rebuilt as the producer sent them (ids, masks, turns, extra fields, the
-   sample), in ``scored_at`` order, at most ``limit`` of them;
+   sample), in ``scored_at`` order, at most ``limit`` of them; a trajectory whose final output
+   never arrived (ended by ``incomplete_timeout``, never scored) is counted, not replayed;
 2. a :class:`~rewardq.consumers.worker.Worker` with the given settings starts in this process,
    with ``ledger`` set to the output ledger, on a namespace of its own: on the Redis of
    ``--redis-url``, or, without one, on an embedded Redis stand-in (``rewardq[demo]``): no fleet;
@@ -16,7 +17,8 @@ machinery (the manager, its scorer processes, the code sandbox, the judge with i
    progress bar; the worker writes each into the output ledger before its commit;
 5. at the end, or on Ctrl-C, the worker stops and flushes the output ledger. A replay run again
    with the same ``--out`` skips the trajectories the output ledger already holds: stopping and
-   resuming loses nothing and repeats nothing.
+   resuming loses nothing and repeats nothing. The output ledger records the scoring
+   configuration that writes it (:data:`RECORD`): a resume under another is refused.
 
 Replaying with the scoring configuration that made the ledger gives every rule-based reward
 exactly (the same code on the same ids); ``rewardq diff`` shows what a new one changes.

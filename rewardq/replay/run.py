@@ -109,6 +109,7 @@ async def run_replay(
             await sending  # its error, if it failed
     finally:
         stopped.cancel()
+        sending.cancel()  # a no-op once it ended; else (this call cancelled) it must not outlive it
         stop.set()  # the worker finishes what it holds, then stops
         with contextlib.suppress(Exception):
             await task

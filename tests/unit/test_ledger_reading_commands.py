@@ -39,6 +39,7 @@ def test_an_output_ledger_inside_its_source_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="--out"):
             rp.check_out(str(a), str(out))
     rp.check_out(str(a), str(tmp_path / "b"))
+    rp.check_out(str(a), str(a) + "-replay")  # a sibling sharing its name's start
 
 
 def test_the_report_counts_every_trajectory_and_failure_incomplete_ones_too(tmp_path: Path) -> None:
