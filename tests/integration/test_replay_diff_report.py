@@ -23,7 +23,7 @@ from rewardq import RewardClient
 from rewardq.ledger.read import read_table
 from tests.conftest import _delete_namespace
 from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
-from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, worker_config
+from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, output, worker_config
 from tests.support.ledger_rewards import changed
 from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
 from tests.support.sync_client import SyncClient
@@ -330,3 +330,40 @@ def test_a_replay_on_a_redis_stopped_once_or_twice_deletes_its_namespace_and_say
     assert result["interrupted"] and "Traceback" not in p.stderr(), p.stderr()[-3000:]
     assert not list(sync_redis.scan_iter(match=result["namespace"] + ":*"))
     assert result["replayed"] == len({k.rsplit("_", 1)[0] for k in read_table(str(out))["key"].to_pylist()})
+
+
+async def test_trajectories_ended_by_incomplete_timeout_are_counted_not_replayed_and_reported(
+    procs: Procs, ns: str, redis_url: str, tmp_path: Path
+) -> None:
+    # Given a ledger a real worker wrote: one scored trajectory, one whose final output never came,
+    # one missing its middle output (both ended by incomplete_timeout, never scored)
+    sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "7", "style": "rule"}}
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    client.put_trajectory("done", "s", [output(3, 5, seed=1)], sample)
+    client.put_output("nofinal", "s", 0, output(4, 4, seed=2), sample)
+    client.put_output("gap", "s", 0, output(3, 3, seed=3), sample)
+    client.put_output("gap", "s", 2, output(3, 3, seed=4), sample, final=True)
+    ledger = str(tmp_path / "ledger")
+    w = await open_test_worker(
+        worker_config(ns, redis_url, ledger=ledger, incomplete_timeout=0.5, shutdown_grace=LEDGER_STOP_GRACE)
+    )
+    task = asyncio.create_task(w.run())
+    try:
+        keys = ["done_s_0", "nofinal_s_0", "gap_s_0", "gap_s_1", "gap_s_2"]
+        await asyncio.to_thread(client.wait_rewards, keys, 30)
+    finally:
+        w.request_stop("test done")
+        await task
+        client.close()
+    # When it is replayed with the configuration that made it and compared
+    out = str(tmp_path / "same")
+    r = await asyncio.to_thread(replay, procs, ledger, out)
+    d = await asyncio.to_thread(diff, procs, ledger, out)
+    # Then only the scored trajectory is replayed; the others are counted, and nothing changed
+    assert (r["replayed"], r["incomplete"], r["unreadable"]) == (1, 1, 1)
+    assert (d["compared"], d["changed"], d["newly_scored"], d["only_before"], d["only_after"]) == (1, 0, 0, 4, 0)
+    # And the report counts all three trajectories and both failures
+    page = tmp_path / "report.html"
+    code, _, stderr = await asyncio.to_thread(run, procs, "report", ledger, "-o", str(page))
+    assert code == 0, stderr
+    assert 'data-trajectories="3" data-errors="2"' in page.read_text()
