@@ -10,13 +10,15 @@ as Python lists, as verl's agent loop has them) pushed ``--concurrency`` at a ti
   runs (the sample columns, the put and the wait, the failure budget, the results written onto the
   outputs).
 
-The figure is this process's CPU (every thread, user and kernel: ``getrusage``) from the first put to the
-last result, divided by the trajectories. The workers' CPU over the same span is printed beside it,
-from ``/proc``, split into their event-loop threads, their other threads (the decode thread) and
-their scorer processes, and the benchmark's ``redis-server``'s (every thread; it serves the workers
-too, so it is the whole pipeline's Redis CPU per trajectory). Every reward is checked against the trajectory's known
-answer (GSM8K: 1.0 right, 0.0 wrong). verl's ``AgentLoopOutput`` is used when verl is installed, else
-a stand-in with the same attributes.
+The figure is this process's CPU (every thread, user and kernel: ``getrusage``) from the first put to
+the last result, divided by the trajectories; the part of it spent in the garbage collector is printed
+beside it (``gc.callbacks``): the collections walk the round's id lists, built just before each round,
+and a full one that lands in a round is much of the spread between rounds. The workers' CPU over the
+same span is printed beside it, from ``/proc``, split into their event-loop threads, their other threads
+(the decode thread) and their scorer processes, and the benchmark's ``redis-server``'s (every thread; it
+serves the workers too, so it is the whole pipeline's Redis CPU per trajectory). Every reward is checked
+against the trajectory's known answer (GSM8K: 1.0 right, 0.0 wrong). verl's ``AgentLoopOutput`` is used
+when verl is installed, else a stand-in with the same attributes.
 
     python -m benchmarks.verl_loop.producer --trajectories 400 --repeat 4
     python -m benchmarks.verl_loop.producer --profile prof.txt   # cProfile of the measured rounds
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -52,6 +55,24 @@ from benchmarks.verl_loop.trajectories import Trajectories, Trajectory
 #: The workers' CPU, as :func:`process_tree_cpu` splits it, then the redis-server's (:func:`fleet_cpu`).
 WORKER_PARTS = ("event loop", "other threads", "scorer processes")
 SERVER_PART = "redis-server"
+
+
+class CollectorTime:
+    """The process CPU seconds the garbage collector took while :attr:`on` (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.seconds = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._start = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._start
 
 
 class Metrics:
@@ -152,15 +173,19 @@ async def rounds(a: argparse.Namespace, fleet: Fleet) -> dict[str, list[float]]:
     got: dict[str, list[float]] = {p: [] for p in a.paths.split(",")}
     names = list(got)
     profile = cProfile.Profile() if a.profile else None
+    collector = CollectorTime()
     for r in range(-1, a.repeat):  # round -1 warms up connections, scripts and caches
         for name in names if r % 2 else reversed(names):
             items = [(t, outputs_of(t), t.kwargs()) for t in trajs]
             if profile is not None and r >= 0:
                 profile.enable()
+            collected = collector.seconds
+            collector.on = True
             c = resource.getrusage(resource.RUSAGE_SELF)
             wc = fleet_cpu(fleet)
             rewards = await asyncio.gather(*(paths[name](t, o, kw) for t, o, kw in items))
             e = resource.getrusage(resource.RUSAGE_SELF)
+            collector.on = False
             we = fleet_cpu(fleet)
             used = (e.ru_utime + e.ru_stime) - (c.ru_utime + c.ru_stime)
             system = e.ru_stime - c.ru_stime
@@ -172,6 +197,8 @@ async def rounds(a: argparse.Namespace, fleet: Fleet) -> dict[str, list[float]]:
             if r >= 0:
                 got[name].append(1000 * used / len(trajs))
                 got.setdefault(f"{name} (kernel)", []).append(1000 * system / len(trajs))
+                gc_ms = 1000 * (collector.seconds - collected) / len(trajs)
+                got.setdefault(f"{name} (garbage collector)", []).append(gc_ms)
                 for part, before, after in zip(WORKER_PARTS, wc, we):
                     got.setdefault(f"workers' {part} ({name})", []).append(1000 * (after - before) / len(trajs))
                 got.setdefault(f"{SERVER_PART} ({name})", []).append(1000 * (we[3] - wc[3]) / len(trajs))

@@ -49,10 +49,14 @@ def parse_trajectory(keys: Sequence[str], h: Mapping[Any, Any]) -> tuple[dict[st
         return {}, list(keys)
     fields: dict[int, dict[str, str]] = {}
     for name, value in h.items():
-        name = _text(name)
-        if name.startswith("result:"):
-            _, number, field_name = name.split(":", 2)
-            fields.setdefault(int(number), {})[field_name] = _text(value)
+        if isinstance(name, (bytes, bytearray)):  # the prefix is ASCII: tested before any decoding
+            if not name.startswith(b"result:"):
+                continue
+            name = name.decode("utf-8", "replace")
+        elif not str(name).startswith("result:"):
+            continue
+        _, number, field_name = str(name).split(":", 2)
+        fields.setdefault(int(number), {})[field_name] = _text(value)
     count = int(rows)
     n = int(_text(h.get(b"n", h.get("n", b"0"))) or 0)
     out: dict[str, RewardResult | None] = {}
@@ -69,7 +73,7 @@ def parse_trajectory(keys: Sequence[str], h: Mapping[Any, Any]) -> tuple[dict[st
         elif row in parsed:
             out[k] = parsed[row].for_key(k)
         else:
-            out[k] = parsed[row] = RewardResult.from_hash(k, values)
+            out[k] = parsed[row] = RewardResult.from_text(k, values)
     return out, missing
 
 

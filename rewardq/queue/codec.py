@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,10 +182,14 @@ def _refuse_misspelt_fields(output: Mapping[Any, object]) -> None:
                 raise RecordError(key, f"is not a field of an output; did you mean {near[0]!r}?")
 
 
-def _get(output: object, name: str, default: object = None) -> object:
+def _getter(output: object) -> Callable[[str], object]:
+    """How to read a field of ``output`` (None when absent): a dict's ``get`` or the object's
+    attribute. Decided once per output: ``isinstance(output, Mapping)`` is an ABC check that costs
+    ~0.4 µs for an object that is no mapping (verl's ``AgentLoopOutput``), and a record reads 8 fields."""
     if isinstance(output, Mapping):
-        return output.get(name, default)
-    return getattr(output, name, default)
+        _refuse_misspelt_fields(output)
+        return output.get
+    return lambda name: getattr(output, name, None)
 
 
 def encode_output(
@@ -241,18 +245,17 @@ def _packed_record(
         raise RecordError("final", f"must be True or False, got {type(final).__name__}")
     if output is None:
         raise RecordError("output", "is None; an output is a dict or an object with prompt_ids and response_ids")
-    if isinstance(output, Mapping):
-        _refuse_misspelt_fields(output)
-    prompt = as_id_array(_get(output, "prompt_ids"), "prompt_ids")
-    response = as_id_array(_get(output, "response_ids"), "response_ids")
-    mask = _as_mask(_get(output, "response_mask"), response.shape[0])
-    logprobs = _as_logprobs(_get(output, "response_logprobs"), response.shape[0])
-    num_turns = _get(output, "num_turns")
+    get = _getter(output)
+    prompt = as_id_array(get("prompt_ids"), "prompt_ids")
+    response = as_id_array(get("response_ids"), "response_ids")
+    mask = _as_mask(get("response_mask"), response.shape[0])
+    logprobs = _as_logprobs(get("response_logprobs"), response.shape[0])
+    num_turns = get("num_turns")
     if num_turns is not None and (
         isinstance(num_turns, bool) or not isinstance(num_turns, (int, np.integer)) or not 0 <= num_turns < 2**63
     ):
         raise RecordError("num_turns", f"must be a non-negative integer below 2**63 or None, got {str(num_turns)[:40]}")
-    media = encode_multi_modal(_get(output, "multi_modal_data"), output=index, max_image_bytes=max_image_bytes)
+    media = encode_multi_modal(get("multi_modal_data"), output=index, max_image_bytes=max_image_bytes)
     sample = with_sample_media(sample, output=index, max_image_bytes=max_image_bytes, decode=False)
     record = {
         "v": SCHEMA_VERSION,
@@ -265,8 +268,8 @@ def _packed_record(
         "response_mask": None if mask is None else _ext(mask),
         "response_logprobs": None if logprobs is None else _ext(logprobs),
         "num_turns": None if num_turns is None else int(num_turns),
-        "extra_fields": check_dict(_get(output, "extra_fields"), "extra_fields"),
-        "reward_score": check_score(_get(output, "reward_score")),
+        "extra_fields": check_dict(get("extra_fields"), "extra_fields"),
+        "reward_score": check_score(get("reward_score")),
         "sample": check_dict(sample, "sample"),
     }
     if media is not None:  # absent otherwise: a text-only record keeps its bytes (and digest)

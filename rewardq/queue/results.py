@@ -156,6 +156,11 @@ class RewardResult:
             (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in h.items()
         }
+        return cls.from_text(key, d)
+
+    @classmethod
+    def from_text(cls, key: str, d: Mapping[str, Any]) -> RewardResult:
+        """:meth:`from_hash` of a hash already read as text (field names and values ``str``)."""
         score = d.get("reward_score") or ""
         latency = d.get("latency_ms") or ""
         try:
