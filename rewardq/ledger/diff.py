@@ -3,7 +3,10 @@
 Each ledger is read with one row per key (:func:`~rewardq.ledger.read.latest_rows`), and the keys
 of both are compared. Per key, a result is its ``(status, reward_score)``:
 
-* ``compared``: keys in both ledgers; ``only_before`` / ``only_after``: keys in one of them;
+* ``compared``: keys in both ledgers; ``only_before`` / ``only_after``: keys in one of them (for a
+  ledger and its replay, ``only_before`` holds what the replay left out: trajectories whose final
+  output never arrived, rows without ids, rows filtered out or past ``--limit``); a key in one
+  ledger only is never ``changed``;
 * ``changed``: compared keys whose status or reward differs (rewards compared exactly, as floats);
 * ``newly_failed``: ok before, an error after; ``newly_scored``: an error before, ok after;
 * per data source (the *before* row's): ``compared``, ``changed``, ``newly_failed``,
@@ -91,6 +94,18 @@ def compare(before: str, after: str, *, where: Where | None = None, top: int = D
     failed = [k for k in common if a[k]["status"] == "ok" and b[k]["status"] != "ok"][:top]
     out["failed_examples"] = [{**_change(a[k], b[k]), "error": b[k]["error"]} for k in failed]
     return out
+
+
+def nothing_compared(result: Mapping[str, Any]) -> str | None:
+    """Why a comparison of :func:`compare` compared nothing (a warning), or None when it compared keys."""
+    if result["compared"]:
+        return None
+    a_rows = result["compared"] + result["only_before"]
+    b_rows = result["compared"] + result["only_after"]
+    if not a_rows or not b_rows:
+        empty = " and ".join(url for url, n in ((result["before"], a_rows), (result["after"], b_rows)) if not n)
+        return f"nothing compared: {empty} has no rows (for these filters)"
+    return f"nothing compared: no key is in both ledgers ({a_rows:,} only in A, {b_rows:,} only in B)"
 
 
 def _summary(g: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ machinery (the manager, its scorer processes, the code sandbox, the judge with i
 
 1. the ledger's rows are read (filters, a time range, one row per key), grouped into
    trajectories and rebuilt as the producer sent them (ids, masks, turns, extra fields, the
-   sample), in ``scored_at`` order, at most ``limit`` of them;
+   sample), in ``scored_at`` order, at most ``limit`` of them; a trajectory whose final output
+   never arrived (ended by ``incomplete_timeout``, never scored) is counted, not replayed;
 2. a :class:`~rewardq.consumers.worker.Worker` with the given settings starts in this process,
    with ``ledger`` set to the output ledger, on a namespace of its own: on the Redis of
    ``--redis-url``, or, without one, on an embedded Redis stand-in (``rewardq[demo]``): no fleet;
@@ -16,7 +17,8 @@ machinery (the manager, its scorer processes, the code sandbox, the judge with i
    progress bar; the worker writes each into the output ledger before its commit;
 5. at the end, or on Ctrl-C, the worker stops and flushes the output ledger. A replay run again
    with the same ``--out`` skips the trajectories the output ledger already holds: stopping and
-   resuming loses nothing and repeats nothing.
+   resuming loses nothing and repeats nothing. The output ledger records the scoring
+   configuration that writes it (:data:`RECORD`): a resume under another is refused.
 
 Replaying with the scoring configuration that made the ledger gives every rule-based reward
 exactly (the same code on the same ids); ``rewardq diff`` shows what a new one changes.
@@ -24,7 +26,9 @@ exactly (the same code on the same ids); ``rewardq diff`` shows what a new one c
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +36,7 @@ import numpy as np
 
 from rewardq.errors import ConfigError
 from rewardq.ledger.read import Where, read_table
+from rewardq.ledger.store import is_local, open_filesystem
 from rewardq.ledger.table import from_json, sample_of
 
 logger = logging.getLogger("rewardq.replay")
@@ -53,6 +58,7 @@ _COLUMNS = [
     "num_turns",
     "extra_fields",
     "rollout_reward_score",
+    "final",
     "scored_at",
     "judge_request",
     "judge_answer",
@@ -80,7 +86,7 @@ class Plan:
 
     trajectories: list[Trajectory]
     done_before: int = 0  # already in the output ledger (a resumed replay)
-    incomplete: int = 0  # rows of a trajectory missing (filtered out, or never written)
+    incomplete: int = 0  # rows missing (filtered out, never written) or no final output (never scored)
     unreadable: int = 0  # trajectories with a row without ids (its records never decoded)
 
 
@@ -118,7 +124,9 @@ def plan(
     for (uid, sid), group in ordered:
         group.sort(key=lambda r: r["index"])
         n = group[0]["outputs"]
-        if [r["index"] for r in group] != list(range(n)):
+        # a trajectory ended by incomplete_timeout has rows for the outputs that arrived, none final:
+        # it was never scored, so scoring it now would not be a replay of anything
+        if [r["index"] for r in group] != list(range(n)) or not group[-1]["final"]:
             out.incomplete += 1
             continue
         if any(_no_ids(r) for r in group):
@@ -158,3 +166,59 @@ def existing_keys(out: str) -> set[str]:
         return set(read_table(out, columns=["key"], dedup=False)["key"].to_pylist())
     except ConfigError:
         return set()
+
+
+#: The file of a replay's output ledger that records the scoring configuration that wrote it
+#: (readers skip ``_`` names): a replay resumed into it must have the same one.
+RECORD = "_rewardq_replay.json"
+
+
+def check_out(source: str, out: str) -> None:
+    """Refuse an output ledger that is ``source``, lies inside it, or holds it (ConfigError): its rows
+    would be read as the source's, or as already replayed."""
+    (fs_a, a), (fs_b, b) = open_filesystem(source), open_filesystem(out)
+    if is_local(source) and is_local(out):
+        a, b = os.path.realpath(a), os.path.realpath(b)
+    elif fs_a.protocol != fs_b.protocol:
+        return
+
+    def inside(x: str, y: str) -> bool:
+        return x == y or x.startswith(y.rstrip("/") + "/")
+
+    if inside(b, a) or inside(a, b):
+        where = "is" if a == b else "lies inside" if inside(b, a) else "holds"
+        raise ConfigError(
+            f"--out {out} {where} the ledger it replays ({source}): a replay writes a ledger of its own; "
+            "give --out a folder outside it (e.g. beside it: <ledger>-replay)"
+        )
+
+
+def read_record(out: str) -> dict[str, Any] | None:
+    """What :data:`RECORD` of output ledger ``out`` holds (None: no record, or no such ledger)."""
+    fs, root = open_filesystem(out)
+    try:
+        with fs.open(f"{root}/{RECORD}", "rb") as f:
+            record = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--out {out}: its {RECORD} cannot be read ({exc}); remove it, or give a new --out") from exc
+    return record if isinstance(record, dict) else None
+
+
+def write_record(out: str, record: dict[str, Any]) -> None:
+    """Write :data:`RECORD` into output ledger ``out`` (made if missing)."""
+    fs, root = open_filesystem(out)
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(f"{root}/{RECORD}", "wb") as f:
+        f.write(json.dumps(record, indent=1, sort_keys=True).encode())
+
+
+def scorings_in(out: str) -> set[str]:
+    """The scoring fingerprints (``scoring``) of the rows output ledger ``out`` holds (none when it
+    does not exist yet; rows without one are left out)."""
+    try:
+        values = read_table(out, columns=["scoring"], dedup=False)["scoring"].to_pylist()
+    except ConfigError:
+        return set()
+    return {v for v in values if v}

@@ -3,7 +3,8 @@
 The page needs nothing but itself to open: its plots are PNG images drawn with matplotlib (the
 ``report`` extra; the Agg renderer, no display) and inlined as ``data:`` URLs, its style is inline,
 and it has no script. What it shows, per trajectory (the final output's row: every key of a
-trajectory has its reward):
+trajectory has its reward; for a trajectory whose final output never arrived, its last output's,
+so that every trajectory and failure is counted; a row without a time is on no time axis):
 
 * a summary table per data source: trajectories, errors, error share, mean and standard deviation
   of the reward, latency p50 and p99;
@@ -66,11 +67,13 @@ class Rows:
 
 
 def load(url: str, where: Where | None, since: str | None, until: str | None) -> Rows:
+    """One row per trajectory of the ledger (see :func:`trajectory_rows`), as arrays."""
     table = read_table(url, where=where, since=since, until=until, columns=_COLUMNS)
-    # a row without a time (its result's scored_at did not read as one) has no place on a time axis
-    rows = [r for r in table.to_pylist() if r["final"] and r["scored_at"] is not None]
+    rows = trajectory_rows(table.to_pylist())
     if not rows:
         raise ConfigError(f"the ledger at {url} has no rows (for these filters): nothing to report")
+    if all(r["scored_at"] is None for r in rows):
+        raise ConfigError(f"no row of the ledger at {url} has a result time (scored_at): nothing to put on a time axis")
 
     def f(name: str) -> np.ndarray:
         return np.array([math.nan if r[name] is None else float(r[name]) for r in rows], dtype=float)
@@ -83,11 +86,25 @@ def load(url: str, where: Where | None, since: str | None, until: str | None) ->
             [r["reward_score"] if r["status"] == "ok" and r["reward_score"] is not None else math.nan for r in rows],
             dtype=float,
         ),
-        t=np.array([r["scored_at"].timestamp() for r in rows], dtype=float),
+        t=np.array([math.nan if r["scored_at"] is None else r["scored_at"].timestamp() for r in rows], dtype=float),
         latency_ms=f("latency_ms"),
         score_ms=f("score_ms"),
         length=f("response_length"),
     )
+
+
+def trajectory_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per trajectory of ``rows`` (one per key): its final output's, or, for a trajectory whose
+    final output never arrived (ended by ``incomplete_timeout``), its highest index's; a trajectory's
+    key is ``<uid>_<session_id>_<index>``."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        tid, _, index = r["key"].rpartition("_")
+        r["_index"] = int(index) if index.isdigit() else -1
+        seen = best.get(tid)
+        if seen is None or (r["final"], r["_index"]) > (seen["final"], seen["_index"]):
+            best[tid] = r
+    return list(best.values())
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
@@ -143,10 +160,12 @@ def _times(edges: np.ndarray) -> np.ndarray:
 
 
 def _buckets(rows: Rows) -> tuple[int, float, np.ndarray]:
-    """The bucket width, the first bucket's start, and each row's bucket."""
-    width = bucket_seconds(float(rows.t.max() - rows.t.min()))
-    start = math.floor(rows.t.min() / width) * width
-    return width, start, ((rows.t - start) // width).astype(int)
+    """The bucket width, the first bucket's start, and each row's bucket (-1: a row without a time)."""
+    t0, t1 = float(np.nanmin(rows.t)), float(np.nanmax(rows.t))
+    width = bucket_seconds(t1 - t0)
+    start = math.floor(t0 / width) * width
+    timed = ~np.isnan(rows.t)
+    return width, start, np.where(timed, (np.where(timed, rows.t, start) - start) // width, -1).astype(int)
 
 
 def _time_axis(ax: Axes, start: float, width: int, count: int) -> None:
@@ -175,7 +194,7 @@ def plot_reward_over_time(rows: Rows, sources: Sequence[str]) -> str:
     fig, ax = _figure()
     width, start, idx = _buckets(rows)
     for ds in sources:
-        m = (rows.data_source == ds) & rows.ok & ~np.isnan(rows.reward)
+        m = (rows.data_source == ds) & rows.ok & ~np.isnan(rows.reward) & (idx >= 0)
         if not m.any():
             continue
         buckets = sorted(set(idx[m].tolist()))
@@ -199,7 +218,9 @@ def plot_failures_over_time(rows: Rows) -> str:
     bottom = np.zeros(len(buckets))
     kinds = sorted(set(rows.failure_kind[~rows.ok].tolist()))
     for kind in kinds:
-        counts = np.bincount(idx[~rows.ok & (rows.failure_kind == kind)], minlength=len(buckets)).astype(float)
+        counts = np.bincount(idx[~rows.ok & (rows.failure_kind == kind) & (idx >= 0)], minlength=len(buckets)).astype(
+            float
+        )
         ax.bar(x, counts, width=width / 86400 * 0.9, bottom=bottom, align="edge", label=kind)
         bottom += counts
     if not kinds:
@@ -326,8 +347,14 @@ def render(url: str, rows: Rows, title: str | None = None) -> str:
     """The report page of ``rows`` (read from ledger ``url``)."""
     summary = per_source(rows)
     sources = [s["data_source"] for s in summary][:12]
-    t0, t1 = (dt.datetime.fromtimestamp(float(x), tz=dt.timezone.utc) for x in (rows.t.min(), rows.t.max()))
+    t0, t1 = (dt.datetime.fromtimestamp(float(x), tz=dt.timezone.utc) for x in (np.nanmin(rows.t), np.nanmax(rows.t)))
     errors = int((~rows.ok).sum())
+    untimed = int(np.isnan(rows.t).sum())
+    untimed_note = (
+        f" {untimed:,} without a result time (scored_at) are counted in the tables but on no time axis."
+        if untimed
+        else ""
+    )
     images = [
         ("reward-over-time", "Reward per data source over time (mean ± one standard deviation)",
          plot_reward_over_time(rows, sources)),
@@ -347,7 +374,8 @@ def render(url: str, rows: Rows, title: str | None = None) -> str:
         f"<style>{_STYLE}</style></head><body><h1>{heading}</h1>"
         f'<p class="meta" id="totals" data-trajectories="{rows.n}" data-errors="{errors}">'
         f"{rows.n:,} trajectories ({errors:,} with errors) scored from {t0:%Y-%m-%d %H:%M} to "
-        f"{t1:%Y-%m-%d %H:%M} UTC; one row per trajectory (its final output's), duplicates dropped.</p>"
+        f"{t1:%Y-%m-%d %H:%M} UTC; one row per trajectory (its final output's; its last output's when its "
+        f"final output never arrived), duplicates dropped.{untimed_note}</p>"
         f"<h2>Per data source</h2>{summary_table(summary)}{sections}</body></html>"
     )
 
@@ -366,7 +394,12 @@ def write_report(
         import matplotlib  # noqa: F401 - the report extra
     except ImportError:
         raise ConfigError("rewardq report draws with matplotlib: pip install 'rewardq[report]'") from None
-    page = render(url, load(url, where, since, until), title)
     path = Path(out)
-    path.write_text(page, encoding="utf-8")
+    if not path.parent.is_dir():  # before reading the ledger and drawing: a typo costs nothing
+        raise ConfigError(f"-o {out}: the folder {path.parent} does not exist; create it or give another path")
+    page = render(url, load(url, where, since, until), title)
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"-o {out}: the report cannot be written ({exc.strerror or exc})") from exc
     return path

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from rewardq.exit_codes import EXIT_CONFIG
 from rewardq.ledger.diff import DIFF_TOP
 
 __all__ = ["diff", "report", "where_filters"]
@@ -47,9 +48,14 @@ def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: boo
 
     Counts keys compared, changed, newly failed (ok in A, an error in B) and newly scored; per data
     source the mean reward before and after; and the largest changes with both rewards and the
-    decoded response. Exit code 0.
+    decoded response. Keys in one ledger only (e.g. what a replay left out: incomplete, unreadable,
+    filtered out, past --limit) are counted as only in A / only in B, never as changed.
+
+    Exit code 0; 2 when nothing was compared (a ledger with no rows for these filters, or no key in
+    both), with a warning on stderr and the comparison still printed, or for a ledger that does not
+    exist.
     """
-    from rewardq.ledger.diff import compare
+    from rewardq.ledger.diff import compare, nothing_compared
     from rewardq.ledger.read import parse_where
 
     result = compare(before, after, where=parse_where(where), top=top)
@@ -59,6 +65,10 @@ def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: boo
         from rich.console import Console
 
         Console(highlight=False).print(render_diff(result))
+    warning = nothing_compared(result)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+        return EXIT_CONFIG
     return 0
 
 
@@ -116,7 +126,9 @@ def report(
     """Write one self-contained HTML report of LEDGER: reward per data source over time, failures by
     kind, latency, response length against reward, slowest and most failing data sources.
 
-    Needs the report extra (pip install 'rewardq[report]'). Exit code 0.
+    Needs the report extra (pip install 'rewardq[report]'). Exit code 0; 2 when LEDGER does not
+    exist or has no rows (for the filters), -o names a folder that does not exist or a file that
+    cannot be written, or the extra is missing.
     """
     from rewardq.ledger.read import parse_where
     from rewardq.ledger.report import write_report

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from typing import Any
 
 import click
 
 from rewardq.config import WorkerConfig
+from rewardq.exit_codes import EXIT_FAILED
 from rewardq.ops.flags import click_options
 from rewardq.ops.ledger_cmds import where_filters
 from rewardq.producers.core import WAIT_TIMEOUT
@@ -46,7 +46,22 @@ REPLAY_WINDOW = 64
     default=None,
     help="YAML/JSON file of rewardq settings and/or verl's trainer config, as for `rewardq worker`.",
 )
-@click_options(WorkerConfig, leave_out=("ledger", "name"))
+@click.option(
+    "--redis-url",
+    "redis_url",
+    default=None,
+    metavar="URL",
+    help="Run on this Redis, in a namespace of its own (default: an embedded stand-in; REWARDQ_REDIS_URL is not read).",
+)
+@click.option(
+    "--namespace",
+    "namespace",
+    default=None,
+    metavar="NS",
+    help="Run in this namespace and keep it (default: one of its own, deleted at the end; REWARDQ_NAMESPACE "
+    "is not read). Refused when live workers serve it or it holds keys the replay would send.",
+)
+@click_options(WorkerConfig, leave_out=("ledger", "name", "redis_url", "namespace"))
 def replay(
     source: str,
     out: str,
@@ -68,10 +83,16 @@ def replay(
     stops it; run it again with the same --out to go on where it stopped. Then: rewardq diff LEDGER
     NEW_LEDGER.
 
-    Exit code 0; 1 when trajectories ended with errors or it was interrupted; 2 for a bad flag.
+    Only --redis-url and --namespace choose the Redis and namespace (not REWARDQ_REDIS_URL,
+    REWARDQ_NAMESPACE or a config file's); a --namespace live workers serve, or holding results of
+    the keys to replay, is refused. --out records its scoring configuration: a resume with another
+    is refused, as is an --out inside LEDGER.
+
+    Exit code 0; 1 when trajectories ended with errors or were refused, or it was interrupted (the
+    summary still printed); 2 for a bad flag or a refusal (nothing scored); 3 when the connection
+    to Redis was lost.
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from rewardq.install import require_worker_extra
     from rewardq.ledger import replay as rp
@@ -80,65 +101,100 @@ def replay(
     from rewardq.logs import setup_logging
     from rewardq.ops.worker import load_config
     from rewardq.replay import run
+    from rewardq.replay.stops import Stops
 
     require_worker_extra()
     require_writer()
     base = load_config(params)
     setup_logging("WARNING" if base.sources.get("log_level", "default") == "default" else base.log_level, "text")
+    rp.check_out(source, out)
+    select = {"where": parse_where(where), "since": since, "until": until, "limit": limit}
+    given_url = run.flag_given(base, "redis_url")
     err = Console(stderr=True)
-    with err.status("reading the ledger"):
-        p = rp.plan(
-            source,
-            where=parse_where(where),
-            since=since,
-            until=until,
-            limit=limit,
-            skip_keys=rp.existing_keys(out),
-        )
-    given_url = base.sources.get("redis_url", "default") != "default"
-    with run.redis_for(base, given_url) as url:
+    p, outcome = rp.Plan([]), run.Outcome()
+    with Stops() as stops, run.redis_for(base, given_url) as url:
         cfg = run.replay_config(base, out, given_url=given_url, url=url)
-        bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err)
-        with bar:
-            job = bar.add_task("replay", total=len(p.trajectories))
-            outcome = _run(cfg, p, window, timeout, lambda n: bar.update(job, completed=n))
-        if given_url and cfg.namespace.startswith("rewardq-replay-"):
-            _drop_namespace(cfg)
+        outcome.namespace = cfg.namespace
+        try:
+            with stops.raising():
+                p, prepared = _prepare(cfg, source, out, select, err)
+            try:
+                outcome = _run(prepared, p, window, timeout, stops, err)
+                run.drop_spool_locks(cfg)
+            finally:
+                if given_url and cfg.namespace.startswith(run.OWN_NAMESPACE):
+                    _drop_namespace(cfg)
+        except KeyboardInterrupt:  # a stop before the replay started: nothing to clean
+            pass
+        outcome.interrupted = outcome.interrupted or stops.received is not None
+        _say(p, outcome, source, out, as_json, err)
+    return EXIT_FAILED if outcome.interrupted or outcome.errors or outcome.refused else 0
+
+
+def _prepare(cfg: WorkerConfig, source: str, out: str, select: dict[str, Any], err: Any) -> tuple[Any, Any]:
+    """Check every flag, then read the rows of the ledger ``select`` picks (:func:`rewardq.ledger.replay.plan`'s
+    filters): the plan and the prepared worker (ConfigError first)."""
+    from rewardq.consumers.compose import prepare_worker
+    from rewardq.ledger import replay as rp
+    from rewardq.replay import run
+    from rewardq.reward.scoring_fingerprint import scoring_fingerprint
+    from rewardq.reward.tokenizer_fingerprint import tokenizer_fingerprint
+
+    prepared = prepare_worker(cfg)  # an unknown manager, no --tokenizer: refused before anything else
+    mine = scoring_fingerprint(cfg, tokenizer_fingerprint(prepared.tokenizer))
+    run.check_resume(out, source, mine)
+    with err.status("reading the ledger"):
+        p = rp.plan(source, **select, skip_keys=rp.existing_keys(out))
+    if run.flag_given(cfg, "namespace"):
+        run.check_namespace(cfg, p.trajectories)
+    run.record_scoring(out, source, mine)
+    return p, prepared
+
+
+def _say(p: Any, outcome: Any, source: str, out: str, as_json: bool, err: Any) -> None:
+    from rewardq.replay import run
+
     if as_json:
         click.echo(run.summary_json(p, outcome, source, out))
-    else:
-        skipped = (
-            f"; skipped {p.done_before} already in {out}, {p.incomplete} incomplete, {p.unreadable} without ids"
-            if p.done_before or p.incomplete or p.unreadable
-            else ""
-        )
-        state = "interrupted (run again with the same --out to go on)" if outcome.interrupted else "done"
-        refused = f", {outcome.refused} refused (rows no record can be made of: see the log)" if outcome.refused else ""
-        err.print(
-            f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors"
-            f"{refused}{skipped}"
-        )
-        if not outcome.interrupted:
-            err.print(f"compare: rewardq diff {source} {out}")
-    return 1 if outcome.interrupted or outcome.errors or outcome.refused else 0
+        return
+    skipped = (
+        f"; skipped {p.done_before} already in {out}, {p.incomplete} incomplete, {p.unreadable} without ids"
+        if p.done_before or p.incomplete or p.unreadable
+        else ""
+    )
+    state = "interrupted (run again with the same --out to go on)" if outcome.interrupted else "done"
+    refused = f", {outcome.refused} refused (rows no record can be made of: see the log)" if outcome.refused else ""
+    err.print(
+        f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors"
+        f"{refused}{skipped}"
+    )
+    if not outcome.interrupted:
+        err.print(f"compare: rewardq diff {source} {out}")
 
 
-def _run(cfg: WorkerConfig, p: Any, window: int, timeout: float, progress: Any) -> Any:
-    """Run the replay; Ctrl-C (SIGINT) or SIGTERM stop it cleanly (the worker flushes the ledger)."""
+def _run(prepared: Any, p: Any, window: int, timeout: float, stops: Any, err: Any) -> Any:
+    """Run the replay with a progress bar; a SIGINT or SIGTERM stops it cleanly (:mod:`.stops`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     from rewardq.replay.run import run_replay
 
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(run_replay(cfg, p.trajectories, window=window, timeout=timeout, progress=progress))
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        try:
-            return await task
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+    bar = Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err)
 
-    return asyncio.run(main())
+    async def main() -> Any:
+        progress = bar.add_task("replay", total=len(p.trajectories))
+        interrupt = asyncio.Event()
+        with stops.interrupting(asyncio.get_running_loop(), interrupt):
+            return await run_replay(
+                prepared,
+                p.trajectories,
+                window=window,
+                timeout=timeout,
+                progress=lambda n: bar.update(progress, completed=n),
+                interrupt=interrupt,
+            )
+
+    with bar:
+        return asyncio.run(main())
 
 
 def _drop_namespace(cfg: WorkerConfig) -> None:

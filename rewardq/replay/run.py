@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
+import glob
 import json
 import logging
+import os
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import ConfigError, RecordError
@@ -24,6 +28,8 @@ from rewardq.reward.judge.cache import seed_answers
 
 if TYPE_CHECKING:
     from rewardq.config import WorkerConfig
+    from rewardq.consumers.compose import PreparedWorker
+    from rewardq.reward.scoring_fingerprint import ScoringFingerprint
 
 logger = logging.getLogger("rewardq.replay")
 
@@ -65,54 +71,45 @@ def redis_for(cfg: WorkerConfig, given_url: bool) -> Iterator[str]:
 
 
 async def run_replay(
-    cfg: WorkerConfig,
+    prepared: PreparedWorker,
     trajectories: Sequence[Trajectory],
     *,
     window: int,
     timeout: float,
     progress: Any = None,
+    interrupt: asyncio.Event | None = None,
 ) -> Outcome:
-    """Score ``trajectories`` with a worker of settings ``cfg`` (its ``ledger`` the output; see the
-    module doc); ``progress``: called with the number of trajectories finished so far.
+    """Score ``trajectories`` with the worker ``prepared`` (its ``ledger`` the output; see the
+    module doc); ``progress``: called with the number of trajectories finished so far; ``interrupt``:
+    set to stop sending (the worker then finishes and writes what it holds).
+
+    Once the sending stopped (every trajectory scored, or ``interrupt`` set), the worker's stop is
+    never cancelled: it writes the output ledger whatever comes next (a second Ctrl-C).
 
     Results are polled (one read of every in-flight key per round, every ``_POLL`` s) rather than
     awaited on the ``done`` stream, whose blocking reads the embedded stand-in serves by timeout.
     """
-    from rewardq.consumers.compose import prepare_worker, run_worker
+    from rewardq.consumers.compose import run_worker
     from rewardq.producers.aio import AsyncRewardClient
 
+    cfg = prepared.cfg
     stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(prepare_worker(cfg), stopping=stop), name="replay-worker")
+    task = asyncio.create_task(run_worker(prepared, stopping=stop), name="replay-worker")
     client = AsyncRewardClient.from_url(cfg.redis_url, namespace=cfg.namespace, max_backlog=None)
     outcome = Outcome(namespace=cfg.namespace)
-    pending = list(reversed(trajectories))
     flying: dict[str, tuple[list[str], float]] = {}  # tid -> (keys, deadline)
-    loop = asyncio.get_running_loop()
+    sending = asyncio.create_task(_send(cfg, client, task, trajectories, flying, outcome, window, timeout, progress))
+    stopped = asyncio.create_task((interrupt or asyncio.Event()).wait())
     try:
-        answers = {d: a for t in trajectories for d, a in t.judged.items()}
-        await seed_answers(cfg.redis_url, Keyspace(cfg.namespace), answers, cfg.result_ttl)
-        while pending or flying:
-            if task.done():  # the worker stopped before the replay finished: say why
-                task.result()
-                raise RuntimeError("the replay's worker stopped before every trajectory was scored")
-            while pending and len(flying) < window:
-                t = pending.pop()
-                # in flight before the put: a stop during it may still have sent every output, which the
-                # worker then scores into --out; the last look counts it when every key has a result
-                keys = [output_key(t.uid, t.session_id, i) for i in range(len(t.outputs))]
-                tid = f"{t.uid}_{t.session_id}"
-                flying[tid] = (keys, loop.time() + timeout)
-                try:
-                    await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
-                except RecordError as exc:  # checked before anything is sent: this trajectory only
-                    del flying[tid]
-                    outcome.refused += 1
-                    logger.warning("replay: trajectory %s cannot be sent again, its rows make no record: %s", tid, exc)
-            await asyncio.sleep(_POLL)
-            await _collect(client, flying, outcome, progress, loop.time())
-    except asyncio.CancelledError:
-        outcome.interrupted = True
+        await asyncio.wait({sending, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if not sending.done():
+            outcome.interrupted = True
+            sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sending  # its error, if it failed
     finally:
+        stopped.cancel()
+        sending.cancel()  # a no-op once it ended; else (this call cancelled) it must not outlive it
         stop.set()  # the worker finishes what it holds, then stops
         with contextlib.suppress(Exception):
             await task
@@ -122,6 +119,44 @@ async def run_replay(
                 await _collect(client, flying, outcome, progress, None)
         await client.aclose()
     return outcome
+
+
+async def _send(
+    cfg: WorkerConfig,
+    client: Any,
+    worker: asyncio.Task[None],
+    trajectories: Sequence[Trajectory],
+    flying: dict[str, tuple[list[str], float]],
+    outcome: Outcome,
+    window: int,
+    timeout: float,
+    progress: Any,
+) -> None:
+    """Put the judge's answers back, then send ``trajectories`` (at most ``window`` in flight) and
+    count their results until every one has its own."""
+    loop = asyncio.get_running_loop()
+    pending = list(reversed(trajectories))
+    answers = {d: a for t in trajectories for d, a in t.judged.items()}
+    await seed_answers(cfg.redis_url, Keyspace(cfg.namespace), answers, cfg.result_ttl)
+    while pending or flying:
+        if worker.done():  # the worker stopped before the replay finished: say why
+            worker.result()
+            raise RuntimeError("the replay's worker stopped before every trajectory was scored")
+        while pending and len(flying) < window:
+            t = pending.pop()
+            # in flight before the put: a stop during it may still have sent every output, which the
+            # worker then scores into --out; the last look counts it when every key has a result
+            keys = [output_key(t.uid, t.session_id, i) for i in range(len(t.outputs))]
+            tid = f"{t.uid}_{t.session_id}"
+            flying[tid] = (keys, loop.time() + timeout)
+            try:
+                await client.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
+            except RecordError as exc:  # checked before anything is sent: this trajectory only
+                del flying[tid]
+                outcome.refused += 1
+                logger.warning("replay: trajectory %s cannot be sent again, its rows make no record: %s", tid, exc)
+        await asyncio.sleep(_POLL)
+        await _collect(client, flying, outcome, progress, loop.time())
 
 
 async def _collect(
@@ -142,18 +177,127 @@ async def _collect(
             raise RuntimeError(f"trajectory {tid} got no result within the --timeout")
 
 
+def flag_given(cfg: WorkerConfig, name: str) -> bool:
+    """Whether setting ``name`` came from a command-line flag (not a default, the environment or a
+    config file: a fleet's own ``REWARDQ_NAMESPACE`` or config file must not choose a replay's)."""
+    source = cfg.sources.get(name, "default")
+    if name == "redis_url" and source.startswith("redis_url_file"):
+        return flag_given(cfg, "redis_url_file")
+    return source.startswith("flag")
+
+
 def replay_config(cfg: WorkerConfig, out: str, *, given_url: bool, url: str) -> WorkerConfig:
     """The worker settings of a replay: ``cfg`` writing the ledger ``out``, on ``url``, in a namespace
-    of its own unless one was given."""
-    namespace = cfg.namespace if cfg.sources.get("namespace", "default") != "default" else None
+    of its own unless ``--namespace`` was given (:func:`flag_given`)."""
+    namespace = cfg.namespace if flag_given(cfg, "namespace") else None
     return dataclasses.replace(
         cfg,
         redis_url=url,
-        namespace=namespace or f"rewardq-replay-{secrets.token_hex(4)}",
+        namespace=namespace or f"{OWN_NAMESPACE}{secrets.token_hex(4)}",
         name=cfg.name or f"replay-{secrets.token_hex(3)}",
         ledger=out,
         cluster=cfg.cluster if given_url else False,
     ).validate()
+
+
+#: The prefix of the namespace a replay makes for itself (and deletes at its end).
+OWN_NAMESPACE = "rewardq-replay-"
+
+
+def check_namespace(cfg: WorkerConfig, trajectories: Sequence[Trajectory]) -> None:
+    """Refuse (ConfigError) a ``--namespace`` that live workers serve, or that holds a result or a
+    trajectory of a key the replay would send: those workers would score the replay's outputs (into
+    their own ledger), and a key already there is refused as a conflicting record."""
+    from rewardq.queue.connection import connect_sync
+    from rewardq.queue.namespace import shard_count
+    from rewardq.queue.reads import workers_status
+
+    r = connect_sync(cfg.redis_url, cluster=cfg.cluster)
+    try:
+        ks = Keyspace(cfg.namespace)
+        ks = Keyspace(cfg.namespace, shard_count(r, ks) or ks.shards)
+        live = [w["name"] for w in workers_status(r, ks)]
+        if live:
+            raise ConfigError(
+                f"--namespace {cfg.namespace} is served by {len(live)} live worker(s) ({', '.join(live[:3])}"
+                f"{', ...' if len(live) > 3 else ''}): they would score the replay's trajectories instead of the "
+                "replay; leave out --namespace (a replay makes a namespace of its own), or name an unused one"
+            )
+        there = _keys_present(r, ks, trajectories)
+        if there:
+            raise ConfigError(
+                f"--namespace {cfg.namespace} already holds results or trajectories of {there} of the "
+                "trajectories to replay (a fleet's namespace, or a replay of another ledger): they would be "
+                "refused as conflicting records; leave out --namespace, or name an unused one"
+            )
+    finally:
+        r.close()
+
+
+def _keys_present(r: Any, ks: Keyspace, trajectories: Sequence[Trajectory]) -> int:
+    """How many of ``trajectories`` have a result (of their first key) or a trajectory hash in ``ks``."""
+    found = 0
+    for i in range(0, len(trajectories), 500):
+        pipe = r.pipeline(transaction=False)
+        for t in trajectories[i : i + 500]:
+            pipe.exists(ks.reward_key(t.keys[0]), ks.traj_key(f"{t.uid}_{t.session_id}"))
+        found += sum(1 for n in pipe.execute() if n)
+    return found
+
+
+def check_resume(out: str, source: str, mine: ScoringFingerprint) -> None:
+    """Refuse (ConfigError) to add to output ledger ``out`` rows of another scoring configuration than
+    the one it holds (:data:`~rewardq.ledger.replay.RECORD`, else its rows' ``scoring``)."""
+    from rewardq.ledger import replay as rp
+    from rewardq.reward.scoring_fingerprint import differences
+
+    recorded = rp.read_record(out)
+    if recorded is not None and recorded.get("scoring") != mine.digest:
+        said = differences(dict(recorded.get("shown") or {}), mine.shown)
+        raise ConfigError(
+            f"--out {out} holds a replay scored with another configuration: {recorded.get('text')} "
+            f"(fingerprint {recorded.get('scoring')}); this replay's is {mine.text} (fingerprint {mine.digest})"
+            f"{'; ' + said if said else ''}. Replay into a new --out to score with this configuration, or run "
+            "with the first one's flags to go on with it"
+        )
+    if recorded is None:
+        others = sorted(rp.scorings_in(out) - {mine.digest})
+        if others:
+            raise ConfigError(
+                f"--out {out} holds rows scored with another configuration (fingerprint {', '.join(others)}); "
+                f"this replay's is {mine.text} (fingerprint {mine.digest}). Replay into a new --out"
+            )
+
+
+def record_scoring(out: str, source: str, mine: ScoringFingerprint) -> None:
+    """Record in output ledger ``out`` the scoring configuration ``mine`` that writes it (made if
+    missing), for :func:`check_resume` to hold a later replay into it to."""
+    from rewardq.ledger import replay as rp
+
+    rp.write_record(out, {"source": source, "scoring": mine.digest, "text": mine.text, "shown": mine.shown})
+
+
+def drop_spool_locks(cfg: WorkerConfig) -> None:
+    """After the replay's worker stopped: delete the lock files of its ``--out`` spool that no live
+    process holds and that no segment of theirs is left beside (the flusher wrote every one), then
+    the spool folders if that left them empty. A lock still held (another replay into the same
+    ``--out`` on this host), or one with segments left, stays for the next worker to adopt them."""
+    from rewardq.ledger.store import default_spool
+
+    directory = Path(cfg.ledger_spool or default_spool(cfg.ledger or ""))
+    for lock in directory.glob("*.lock"):
+        with contextlib.suppress(OSError):
+            fd = os.open(lock, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: alive, not ours
+                if not any(p != lock for p in directory.glob(f"{glob.escape(lock.stem)}.*")):
+                    lock.unlink()
+            finally:
+                os.close(fd)
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # only when empty
+        if directory.parent.name == "_spool":  # <ledger>/_spool/<host>: the ledger's own spool folder
+            directory.parent.rmdir()
 
 
 def summary_json(p: Plan, o: Outcome, source: str, out: str) -> str:

@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,20 +21,21 @@ import pytest
 
 from rewardq import RewardClient
 from rewardq.ledger.read import read_table
-from tests.support.cli_procs import Procs, wait_for
-from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, worker_config
+from tests.conftest import _delete_namespace
+from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
+from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, output, worker_config
 from tests.support.ledger_rewards import changed
 from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
 from tests.support.sync_client import SyncClient
 
 N = 80
+#: The namespace the module's ledger was scored in (its results stay there until the module ends).
+SCORED_IN: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
 def ledger(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A ledger of N mixed trajectories scored by a real worker (GSM8K, MATH, custom, errors)."""
-    from tests.conftest import _delete_namespace
-
     folder = str(tmp_path_factory.mktemp("ledger") / "a")
     ns = f"test-replay-{id(folder)}"
     trajs = mixed_trajectories(N, seed=21)
@@ -56,6 +58,7 @@ def ledger(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
             client.close()
 
     asyncio.run(score())
+    SCORED_IN[folder] = ns
     yield folder, trajs
     _delete_namespace(redis_url, ns)
 
@@ -92,6 +95,7 @@ def test_replay_with_the_same_configuration_changes_no_reward(
     assert d["only_before"] == d["only_after"] == 0
     for g in d["by_data_source"].values():
         assert g["changed"] == 0 and g["mean_before"] == g["mean_after"]
+    assert not list(Path(out).rglob("*.lock")), "a clean end leaves no spool lock in --out"
 
 
 def test_a_reward_function_differing_on_a_subset_changes_exactly_that_subset(
@@ -254,3 +258,112 @@ def test_a_row_no_record_can_be_made_of_costs_the_replay_only_its_trajectory(pro
     assert (code, result["replayed"], result["refused"], result["interrupted"]) == (1, 1, 1, False), stderr[-3000:]
     assert "trajectory bad_s cannot be sent again" in stderr and "response_mask" in stderr
     assert sorted(read_table(str(tmp_path / "out"))["key"].to_pylist()) == ["a_s_0", "a_s_1"]
+
+
+def test_only_flags_choose_a_replays_namespace_and_a_busy_one_is_refused(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path, redis_url: str, sync_redis: SyncClient
+) -> None:
+    a, _ = ledger
+    fleet = SCORED_IN[a]  # holds the results of every trajectory of the ledger
+    base = ["replay", a, "--tokenizer", "builtin:demo", "--reward-fn", REWARDS, "--json", "--limit", "5"]
+    # the environment's namespace and Redis (a fleet's) are not the replay's
+    env = {"REWARDQ_NAMESPACE": fleet, "REWARDQ_REDIS_URL": redis_url}
+    code, p = procs.run([*base, "--out", str(tmp_path / "env")], env=env, timeout=240, tag="env")
+    result = json.loads(p.stdout().strip().splitlines()[-1])
+    assert code in (0, 1) and result["replayed"] == 5 and result["namespace"] != fleet, p.stderr()[-2000:]
+    assert len({k.rsplit("_", 1)[0] for k in read_table(str(tmp_path / "env"))["key"].to_pylist()}) == 5
+    # a --namespace holding results of the keys to replay is refused before anything is sent
+    before = sorted(sync_redis.scan_iter(match=f"{fleet}:*"))
+    code, stdout, stderr = run(procs, *base, "--out", str(tmp_path / "ns"), "--redis-url", redis_url,
+                               "--namespace", fleet)  # fmt: skip
+    assert code == 2 and "already holds results" in stderr and not stdout, stderr[-2000:]
+    assert sorted(sync_redis.scan_iter(match=f"{fleet}:*")) == before and not (tmp_path / "ns").exists()
+    # and so is one live workers serve
+    ns = f"test-replay-live-{os.getpid()}"
+    worker = procs.start(worker_argv(redis_url, ns, "live-0"), tag="live")
+    try:
+        wait_for(lambda: sync_redis.exists(f"{ns}:worker:live-0"), START_WAIT, "the live worker", procs=[worker])
+        given = ["--out", str(tmp_path / "live"), "--redis-url", redis_url, "--namespace", ns]
+        code, _, stderr = run(procs, *base, *given)
+        assert code == 2 and "live worker" in stderr and "live-0" in stderr, stderr[-2000:]
+    finally:
+        worker.terminate()
+        _delete_namespace(redis_url, ns)
+
+
+def test_a_resume_under_another_configuration_or_into_the_source_is_refused(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    a, _ = ledger
+    out = str(tmp_path / "v1")
+    assert replay(procs, a, out, "--reward-fn", REWARDS, "--limit", "5")["replayed"] == 5
+    code, stdout, stderr = run(procs, "replay", a, "--out", out, "--tokenizer", "builtin:demo", "--json",
+                               "--reward-fn", f"{REWARDS}:compute_score_v2")  # fmt: skip
+    assert code == 2 and not stdout, stderr[-2000:]
+    assert "another configuration" in stderr and "compute_score_v2" in stderr and "new --out" in stderr
+    assert len(read_table(out)) == len(read_table(out, dedup=False))  # nothing of the second configuration
+    assert replay(procs, a, out, "--reward-fn", REWARDS, "--limit", "5")["already_in_out"] == 5
+    for inside in (a, os.path.join(a, "replay")):
+        code, _, stderr = run(procs, "replay", a, "--out", inside, "--tokenizer", "builtin:demo")
+        assert code == 2 and "--out" in stderr and "Traceback" not in stderr, stderr[-2000:]
+
+
+@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["SIGTERM", "SIGINTx2"])
+def test_a_replay_on_a_redis_stopped_once_or_twice_deletes_its_namespace_and_says_so(
+    procs: Procs,
+    ledger: tuple[str, list[dict[str, Any]]],
+    tmp_path: Path,
+    redis_url: str,
+    sync_redis: SyncClient,
+    signals: list[signal.Signals],
+) -> None:
+    a, _ = ledger
+    out = tmp_path / "stopped"
+    p = procs.start(["replay", a, "--out", str(out), "--reward-fn", f"{REWARDS}:compute_score_slow", "--tokenizer",
+                     "builtin:demo", "--json", "--redis-url", redis_url], tag="replay-stopped")  # fmt: skip
+    wait_for(lambda: any(f.stat().st_size for f in out.glob("_spool/*/*.wal")), 120, "a spooled trajectory", procs=[p])
+    for sig in signals:  # the second while the worker stops
+        p.popen.send_signal(sig)
+        time.sleep(0.2)
+    assert p.wait(120) == 1, p.stderr()[-3000:]
+    result = json.loads(p.stdout().strip().splitlines()[-1])
+    assert result["interrupted"] and "Traceback" not in p.stderr(), p.stderr()[-3000:]
+    assert not list(sync_redis.scan_iter(match=result["namespace"] + ":*"))
+    assert result["replayed"] == len({k.rsplit("_", 1)[0] for k in read_table(str(out))["key"].to_pylist()})
+
+
+async def test_trajectories_ended_by_incomplete_timeout_are_counted_not_replayed_and_reported(
+    procs: Procs, ns: str, redis_url: str, tmp_path: Path
+) -> None:
+    # Given a ledger a real worker wrote: one scored trajectory, one whose final output never came,
+    # one missing its middle output (both ended by incomplete_timeout, never scored)
+    sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "7", "style": "rule"}}
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    client.put_trajectory("done", "s", [output(3, 5, seed=1)], sample)
+    client.put_output("nofinal", "s", 0, output(4, 4, seed=2), sample)
+    client.put_output("gap", "s", 0, output(3, 3, seed=3), sample)
+    client.put_output("gap", "s", 2, output(3, 3, seed=4), sample, final=True)
+    ledger = str(tmp_path / "ledger")
+    w = await open_test_worker(
+        worker_config(ns, redis_url, ledger=ledger, incomplete_timeout=0.5, shutdown_grace=LEDGER_STOP_GRACE)
+    )
+    task = asyncio.create_task(w.run())
+    try:
+        keys = ["done_s_0", "nofinal_s_0", "gap_s_0", "gap_s_1", "gap_s_2"]
+        await asyncio.to_thread(client.wait_rewards, keys, 30)
+    finally:
+        w.request_stop("test done")
+        await task
+        client.close()
+    # When it is replayed with the configuration that made it and compared
+    out = str(tmp_path / "same")
+    r = await asyncio.to_thread(replay, procs, ledger, out)
+    d = await asyncio.to_thread(diff, procs, ledger, out)
+    # Then only the scored trajectory is replayed; the others are counted, and nothing changed
+    assert (r["replayed"], r["incomplete"], r["unreadable"]) == (1, 1, 1)
+    assert (d["compared"], d["changed"], d["newly_scored"], d["only_before"], d["only_after"]) == (1, 0, 0, 4, 0)
+    # And the report counts all three trajectories and both failures
+    page = tmp_path / "report.html"
+    code, _, stderr = await asyncio.to_thread(run, procs, "report", ledger, "-o", str(page))
+    assert code == 0, stderr
+    assert 'data-trajectories="3" data-errors="2"' in page.read_text()

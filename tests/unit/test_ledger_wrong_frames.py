@@ -308,9 +308,10 @@ def test_replay_and_report_take_rows_without_a_time_and_ids_that_are_not_int32s(
     # When a replay plans it, it plans a and t (t, with no time, first), and counts u as unreadable
     plan = replay.plan(str(ledger))
     assert [t.uid for t in plan.trajectories] == ["t", "a"] and plan.unreadable == 1
-    # And the report leaves t's row out (it has no place on a time axis) and draws the others
+    # And the report counts t (every trajectory is) but puts it on no time axis, and draws the others
     rows = report.load(str(ledger), None, None, None)
-    assert rows.n == 2 and not np.isnan(rows.t).any()
+    assert rows.n == 3 and int(np.isnan(rows.t).sum()) == 1
+    assert "1 without a result time" in report.render(str(ledger), rows)
 
 
 def test_a_worker_reads_a_flusher_answer_with_fields_it_does_not_know() -> None:
