@@ -122,7 +122,7 @@ def replay(
                 outcome = _run(prepared, p, window, timeout, stops, err)
                 run.drop_spool_locks(cfg)
             finally:
-                if given_url and cfg.namespace.startswith(run.OWN_NAMESPACE):
+                if given_url and not run.flag_given(base, "namespace"):  # its own, not one --namespace named
                     _drop_namespace(cfg)
         except KeyboardInterrupt:  # a stop before the replay started: nothing to clean
             pass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fcntl
 import glob
 import json
 import logging
@@ -188,7 +187,10 @@ def flag_given(cfg: WorkerConfig, name: str) -> bool:
 
 def replay_config(cfg: WorkerConfig, out: str, *, given_url: bool, url: str) -> WorkerConfig:
     """The worker settings of a replay: ``cfg`` writing the ledger ``out``, on ``url``, in a namespace
-    of its own unless ``--namespace`` was given (:func:`flag_given`)."""
+    of its own unless ``--namespace`` was given (:func:`flag_given`), spooling in ``out``'s own spool
+    folder unless ``--ledger-spool`` was given: a fleet's spool folder (from its environment or
+    config file) would let the replay's worker adopt the fleet's dead workers' segments into ``out``,
+    and the fleet adopt the replay's."""
     namespace = cfg.namespace if flag_given(cfg, "namespace") else None
     return dataclasses.replace(
         cfg,
@@ -196,6 +198,7 @@ def replay_config(cfg: WorkerConfig, out: str, *, given_url: bool, url: str) -> 
         namespace=namespace or f"{OWN_NAMESPACE}{secrets.token_hex(4)}",
         name=cfg.name or f"replay-{secrets.token_hex(3)}",
         ledger=out,
+        ledger_spool=cfg.ledger_spool if flag_given(cfg, "ledger_spool") else None,
         cluster=cfg.cluster if given_url else False,
     ).validate()
 
@@ -282,14 +285,16 @@ def drop_spool_locks(cfg: WorkerConfig) -> None:
     process holds and that no segment of theirs is left beside (the flusher wrote every one), then
     the spool folders if that left them empty. A lock still held (another replay into the same
     ``--out`` on this host), or one with segments left, stays for the next worker to adopt them."""
+    from rewardq.ledger.spool import take_lock
     from rewardq.ledger.store import default_spool
 
     directory = Path(cfg.ledger_spool or default_spool(cfg.ledger or ""))
     for lock in directory.glob("*.lock"):
         with contextlib.suppress(OSError):
-            fd = os.open(lock, os.O_RDWR)
+            fd = take_lock(lock)  # None: alive, not ours; the file held is the one named (take_lock)
+            if fd is None:
+                continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: alive, not ours
                 if not any(p != lock for p in directory.glob(f"{glob.escape(lock.stem)}.*")):
                     lock.unlink()
             finally:

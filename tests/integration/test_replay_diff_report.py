@@ -24,6 +24,8 @@ from rewardq.ledger.read import read_table
 from tests.conftest import _delete_namespace
 from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.helpers import LEDGER_STOP_GRACE, open_test_worker, output, worker_config
+from tests.support.ledger_facts import facts
+from tests.support.ledger_frames import spooled
 from tests.support.ledger_rewards import changed
 from tests.support.ledger_workload import REWARDS, mixed_trajectories, push_all
 from tests.support.sync_client import SyncClient
@@ -266,12 +268,23 @@ def test_only_flags_choose_a_replays_namespace_and_a_busy_one_is_refused(
     a, _ = ledger
     fleet = SCORED_IN[a]  # holds the results of every trajectory of the ledger
     base = ["replay", a, "--tokenizer", "builtin:demo", "--reward-fn", REWARDS, "--json", "--limit", "5"]
-    # the environment's namespace and Redis (a fleet's) are not the replay's
-    env = {"REWARDQ_NAMESPACE": fleet, "REWARDQ_REDIS_URL": redis_url}
+    # the environment's namespace, Redis and spool folder (a fleet's, holding a dead worker's
+    # segment) are not the replay's: it neither runs there nor adopts that segment
+    dead = spooled(tmp_path / "fleet-spool", [facts("dead")])
+    env = {"REWARDQ_NAMESPACE": fleet, "REWARDQ_REDIS_URL": redis_url, "REWARDQ_LEDGER_SPOOL": str(dead.parent)}
     code, p = procs.run([*base, "--out", str(tmp_path / "env")], env=env, timeout=240, tag="env")
     result = json.loads(p.stdout().strip().splitlines()[-1])
     assert code in (0, 1) and result["replayed"] == 5 and result["namespace"] != fleet, p.stderr()[-2000:]
-    assert len({k.rsplit("_", 1)[0] for k in read_table(str(tmp_path / "env"))["key"].to_pylist()}) == 5
+    keys = read_table(str(tmp_path / "env"))["key"].to_pylist()
+    assert len({k.rsplit("_", 1)[0] for k in keys}) == 5 and "dead_s_0" not in keys and dead.exists()
+    # a --namespace it is given is kept at its end, whatever its name
+    kept = f"rewardq-replay-kept-{os.getpid()}"
+    try:
+        code, _, stderr = run(procs, *base, "--out", str(tmp_path / "kept"), "--redis-url", redis_url,
+                              "--namespace", kept)  # fmt: skip
+        assert code in (0, 1) and list(sync_redis.scan_iter(match=f"{kept}:*")), stderr[-2000:]
+    finally:
+        _delete_namespace(redis_url, kept)
     # a --namespace holding results of the keys to replay is refused before anything is sent
     before = sorted(sync_redis.scan_iter(match=f"{fleet}:*"))
     code, stdout, stderr = run(procs, *base, "--out", str(tmp_path / "ns"), "--redis-url", redis_url,
