@@ -170,7 +170,9 @@ class Accounting:
         sample = record.sample if record is not None else {}
         first = max(index, 0) if own_key else 0
         last = max(index, 0)
-        final = record.final if record is not None else True  # the key it names: the last one it knows
+        # the key it names: the last one it knows; a late key (own_key), past the trajectory's final
+        # output, is never its final row (readers take a trajectory's final row as its row)
+        final = (record.final if record is not None else True) and not own_key
         stubs = [stub_record(uid, session_id, i, final=final and i == last) for i in range(first, last + 1)]
         return self.ledger.failed(
             uid,

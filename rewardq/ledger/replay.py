@@ -124,6 +124,8 @@ def plan(
     for (uid, sid), group in ordered:
         group.sort(key=lambda r: r["index"])
         n = group[0]["outputs"]
+        # a late record's key past the trajectory's outputs (a dead letter's row) is not part of it
+        group = [r for r in group if r["index"] < n] or group
         # a trajectory ended by incomplete_timeout has rows for the outputs that arrived, none final:
         # it was never scored, so scoring it now would not be a replay of anything
         if [r["index"] for r in group] != list(range(n)) or not group[-1]["final"]:

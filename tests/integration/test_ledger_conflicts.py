@@ -13,6 +13,8 @@ import numpy as np
 from rewardq import RewardClient
 from rewardq.demo.data import make_trajectories
 from rewardq.ledger.read import read_table
+from rewardq.ledger.replay import plan
+from rewardq.ledger.report import trajectory_rows
 from rewardq.queue.codec import encode_output
 from rewardq.queue.keys import Keyspace
 from tests.support.helpers import LEDGER_STOP_GRACE, running_worker, until, worker_config
@@ -38,7 +40,7 @@ async def test_a_late_conflicting_record_adds_no_row_that_outranks_the_keys_resu
         changed.pop("response_mask", None)
         changed.pop("response_logprobs", None)
         client.put_output(uid, sid, 1, changed, t["sample"])
-        client.put_output(uid, sid, n, t["outputs"][0], t["sample"])
+        client.put_output(uid, sid, n, t["outputs"][0], t["sample"], final=True)  # saying it is the final one
         dead = Keyspace(ns).dead(0)
         await until(lambda: sync_redis.xlen(dead) == 2, "two conflict dead letters", timeout=30)
         await until(lambda: client.get_rewards([late])[late] is not None, "the late key's error", timeout=30)
@@ -56,6 +58,13 @@ async def test_a_late_conflicting_record_adds_no_row_that_outranks_the_keys_resu
         res = results[row["key"]]
         assert res is not None
         assert_row_is_its_result(row, res)
+    # ... the late key's row is never its trajectory's final row, so the report and a replay still
+    # see the trajectory as scored, whole and ok
+    assert [r["key"] for r in raw if r["final"]] == [keys[-1]]
+    [row] = trajectory_rows(read_table(ledger).to_pylist())
+    assert (row["key"], row["status"]) == (keys[-1], "ok")
+    replayed = plan(ledger)
+    assert replayed.incomplete == 0 and [t.keys for t in replayed.trajectories] == [keys]
     # ... and the documented DuckDB dedup gives every key Redis's status
     files = f"{ledger}/**/*.parquet"
     deduped = (
@@ -99,3 +108,36 @@ async def test_a_trajectory_read_whole_past_max_trajectory_bytes_has_a_row_per_k
     for key, res in results.items():
         assert_row_is_its_result(rows[key], res)
         assert rows[key]["committed"] is True and rows[key]["data_source"] == "openai/gsm8k"
+
+
+async def test_a_conflict_on_an_open_trajectory_outranks_the_rows_of_an_attempt_that_died(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given two outputs of a three-output trajectory waiting, whose hash counts two scoring attempts
+    # (a worker that died after spooling rows of attempt 2 leaves that)
+    t = next(t for t in make_trajectories(20, seed=5) if len(t["outputs"]) >= 3)
+    uid, sid = t["uid"], t["session_id"]
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    ledger = str(tmp_path / "ledger")
+    ks = Keyspace(ns)
+    tid = f"{uid}_{sid}"
+    keys = [client.put_output(uid, sid, i, t["outputs"][i], t["sample"]) for i in range(2)]
+    async with running_worker(worker_config(ns, redis_url, ledger=ledger, shutdown_grace=LEDGER_STOP_GRACE)):
+        await until(lambda: sync_redis.exists(ks.traj(ks.shard_of(tid), tid)), "the stored records", timeout=30)
+        sync_redis.hset(ks.traj(ks.shard_of(tid), tid), "attempts", 2)
+        # When output 1 arrives again, different
+        changed = dict(t["outputs"][1], response_ids=t["outputs"][1]["response_ids"][:-1])
+        changed.pop("response_mask", None)
+        changed.pop("response_logprobs", None)
+        client.put_output(uid, sid, 1, changed, t["sample"])
+        await until(lambda: all(r is not None for r in client.get_rewards(keys).values()), "errors", timeout=30)
+    results = client.get_rewards(keys)
+    client.close()
+    # Then its error results and their rows carry attempt 2, which ties those of the attempt that
+    # died (and wins on time), and the rows say what the results say
+    rows = read_table(ledger, dedup=False).to_pylist()
+    assert sorted(r["key"] for r in rows) == sorted(keys)
+    for row in rows:
+        res = results[row["key"]]
+        assert res is not None and res.status == "error" and res.attempt == 2, res
+        assert_row_is_its_result(row, res)
