@@ -168,7 +168,7 @@ class FailureHandler:
         data_source: str = "",
         provenance: str = "",
         attempt: int = 0,
-    ) -> None:
+    ) -> int:
         """Fail a whole trajectory (scoring failed, or its stored records are bad); ``also_ack``:
         its other entries this worker holds, acknowledged with it; ``last_index``: its final index
         when Redis does not know it yet (a trajectory read whole and refused before its claim);
@@ -178,7 +178,7 @@ class FailureHandler:
         ``provenance``, ``attempt``: what failed, on which attempt."""
         failure = failure or DEAD_LETTER_FAILURE[kind]
         dead = self._dead_fields(entry, kind, reason, tb, tid=tid, failure=failure)
-        await self._write(
+        written = await self._write(
             f"the error results of {tid}",
             lambda: self.broker.fail(
                 shard,
@@ -196,6 +196,7 @@ class FailureHandler:
         )
         self._count(kind, failure, data_source)
         logger.warning("trajectory %s failed (%s): %s", tid, kind, reason[:2000])
+        return written
 
     async def exhausted(self, entries: Sequence[Entry], max_deliveries: int) -> None:
         """Dead-letter entries delivered more than ``max_deliveries`` times: one dead letter per
@@ -241,8 +242,8 @@ class FailureHandler:
             )
             written: bool | None = None
             try:
-                await self._write(f"the error results of {tid}", write)
-                written = True
+                # none written: another worker finished it meanwhile, its rows must not outrank that
+                written = await self._write(f"the error results of {tid}", write) > 0
             finally:
                 self.settle(ticket, written)
             self._count(DeadLetterKind.EXHAUSTED, failure, "")

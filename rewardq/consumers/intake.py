@@ -278,16 +278,18 @@ class Intake:
             ticket = await self.failures.spool(entries[-1], items[-1][1], reason, FailureKind.INPUT)
             written: bool | None = None
             try:
-                await self.failures.fail_trajectory(
-                    shard,
-                    tid,
-                    entries[-1],
-                    DeadLetterKind.INVALID,
-                    reason,
-                    also_ack=entries[:-1],
-                    last_index=len(entries) - 1,
+                written = (
+                    await self.failures.fail_trajectory(
+                        shard,
+                        tid,
+                        entries[-1],
+                        DeadLetterKind.INVALID,
+                        reason,
+                        also_ack=entries[:-1],
+                        last_index=len(entries) - 1,
+                    )
+                    > 0
                 )
-                written = True
             finally:
                 self.failures.settle(ticket, written)
             return True

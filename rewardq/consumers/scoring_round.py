@@ -245,20 +245,22 @@ class ScoringRound:
         prov, ticket = await self.parts.accounting.before_failure(o, records, reason, failure, scored)
         written: bool | None = None
         try:
-            await self.parts.failures.fail_trajectory(
-                o.entry.shard,
-                o.record.tid,
-                o.entry,
-                kind,
-                reason,
-                tb=tb,
-                failure=failure,
-                extra_info=extra_info,
-                provenance=prov.digest,
-                attempt=o.attempts,
-                data_source=data_source,
-            )
-            written = True
+            written = (
+                await self.parts.failures.fail_trajectory(
+                    o.entry.shard,
+                    o.record.tid,
+                    o.entry,
+                    kind,
+                    reason,
+                    tb=tb,
+                    failure=failure,
+                    extra_info=extra_info,
+                    provenance=prov.digest,
+                    attempt=o.attempts,
+                    data_source=data_source,
+                )
+                > 0
+            )  # none: every key had a result already (another worker's), which its rows must not outrank
         finally:
             self.parts.accounting.settle(ticket, written)
 
