@@ -310,3 +310,20 @@ def test_namespaces_refuse_an_interpreter_whose_files_other_users_cannot_read(
     assert "will get error results" in log.split("worker unreadable-w started")[0], log[-3000:]
     client.close()
     assert worker.terminate() == 0, worker.stderr()[-3000:]
+
+
+def test_namespaces_with_the_url_and_config_files_under_tmp(
+    procs: Procs, ns: str, server: RedisServer, tmp_path: Path
+) -> None:
+    # Given a worker whose Redis URL file and config file lie under /tmp (a job's /tmp is a fresh
+    # tmpfs, so they are gone there already: nothing is left to cover)
+    assert str(tmp_path).startswith("/tmp/")
+    url = server.url_for(password=PASSWORD)
+    url_file, config = _secrets(tmp_path, url, ns, 0o600)
+    worker = _start(procs, ns, "tmpsecret-w", config, url_file)
+    client = RewardClient.from_url(url, namespace=ns)
+    # When programs arrive, Then they run (no error result) and cannot read either file
+    probes = import_probes([str(url_file), str(config)], 9, HEAD, TAIL)
+    _assert_probes_pass(_score_probes(client, {k: probes[k] for k in ("numpy", "array", "secrets")}))
+    client.close()
+    assert worker.terminate() == 0, worker.stderr()[-3000:]

@@ -198,8 +198,8 @@ def build_filesystem(job: dict[str, Any]) -> str:
         _read_only(h, MS_NOSUID | MS_NODEV)
     for _, path, _ in handles:
         _read_only(path, MS_NOSUID | MS_NODEV)
-    for secret in secrets:
-        if not any(_under(secret, h) for h in hide) or any(_under(secret, p) for p in expose):
+    for secret in secrets:  # one under a fresh tmpfs, and not bound back, is gone already
+        if not any(_under(secret, h) for h in [*hide, *fresh]) or any(_under(secret, p) for p in expose):
             _mount("/dev/null", secret, None, MS_BIND)
             _read_only(secret, MS_NOSUID | MS_NODEV | MS_NOEXEC)
     if os.path.isdir("/dev/shm"):
