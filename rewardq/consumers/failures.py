@@ -109,42 +109,28 @@ class FailureHandler:
         else:
             tid, idx = ident
             shard = self.ks.shard_of(tid)
-            # a trajectory still open may have been scored by an attempt that died after spooling
-            # rows: its error results and rows carry the attempts its hash counted, so they outrank
-            # those rows (a tie goes to the later row); 0 when nothing ever scored it
-            attempt = 0 if late else await self._attempts_of(shard, tid)
-            ticket = (
-                None
-                if late == "kept"
-                else await self.spool(entry, record, reason, failure, own_key=bool(late), attempt=attempt)
-            )
+            # nothing scored the keys it answers: attempt 0. (Not the attempts its hash counted: a
+            # read of it before the fail script lets a scoring of the same trajectory commit first,
+            # where a contradiction, two finals, must end it with error results.)
+            ticket = None if late == "kept" else await self.spool(entry, record, reason, failure, own_key=bool(late))
             written: bool | None = None
             try:
                 if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
                     await self._write(what, lambda: self.broker.dead_letter_entry(entry, dead))
                     keys = await self._write(
                         f"the error results of {tid}",
-                        lambda: self.broker.fail(
-                            shard, tid, reason, index=idx, entry=None, kind=failure, attempt=attempt
-                        ),
+                        lambda: self.broker.fail(shard, tid, reason, index=idx, entry=None, kind=failure),
                     )
                 else:
                     keys = await self._write(
                         f"the error results of {tid}",
-                        lambda: self.broker.fail(
-                            shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure, attempt=attempt
-                        ),
+                        lambda: self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure),
                     )
                 written = keys > 0  # none: every key kept the result it had, which its rows must not outrank
             finally:
                 self.settle(ticket, written)
         self._count(kind, failure, str(record.sample.get("data_source", "")) if record is not None else "")
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
-
-    async def _attempts_of(self, shard: int, tid: str) -> int:
-        """The scoring attempts (leases) trajectory ``tid``'s hash counted (0: none, or no hash)."""
-        attempts = (await self.broker.attempts.attempt_history(shard, tid))["attempts"]
-        return attempts if isinstance(attempts, int) else 0
 
     async def _write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """One write of a failure, waited out while Redis is past ``maxmemory`` (``room``)."""

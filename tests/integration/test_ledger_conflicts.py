@@ -108,36 +108,3 @@ async def test_a_trajectory_read_whole_past_max_trajectory_bytes_has_a_row_per_k
     for key, res in results.items():
         assert_row_is_its_result(rows[key], res)
         assert rows[key]["committed"] is True and rows[key]["data_source"] == "openai/gsm8k"
-
-
-async def test_a_conflict_on_an_open_trajectory_outranks_the_rows_of_an_attempt_that_died(
-    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
-) -> None:
-    # Given two outputs of a three-output trajectory waiting, whose hash counts two scoring attempts
-    # (a worker that died after spooling rows of attempt 2 leaves that)
-    t = next(t for t in make_trajectories(20, seed=5) if len(t["outputs"]) >= 3)
-    uid, sid = t["uid"], t["session_id"]
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    ledger = str(tmp_path / "ledger")
-    ks = Keyspace(ns)
-    tid = f"{uid}_{sid}"
-    keys = [client.put_output(uid, sid, i, t["outputs"][i], t["sample"]) for i in range(2)]
-    async with running_worker(worker_config(ns, redis_url, ledger=ledger, shutdown_grace=LEDGER_STOP_GRACE)):
-        await until(lambda: sync_redis.exists(ks.traj(ks.shard_of(tid), tid)), "the stored records", timeout=30)
-        sync_redis.hset(ks.traj(ks.shard_of(tid), tid), "attempts", 2)
-        # When output 1 arrives again, different
-        changed = dict(t["outputs"][1], response_ids=t["outputs"][1]["response_ids"][:-1])
-        changed.pop("response_mask", None)
-        changed.pop("response_logprobs", None)
-        client.put_output(uid, sid, 1, changed, t["sample"])
-        await until(lambda: all(r is not None for r in client.get_rewards(keys).values()), "errors", timeout=30)
-    results = client.get_rewards(keys)
-    client.close()
-    # Then its error results and their rows carry attempt 2, which ties those of the attempt that
-    # died (and wins on time), and the rows say what the results say
-    rows = read_table(ledger, dedup=False).to_pylist()
-    assert sorted(r["key"] for r in rows) == sorted(keys)
-    for row in rows:
-        res = results[row["key"]]
-        assert res is not None and res.status == "error" and res.attempt == 2, res
-        assert_row_is_its_result(row, res)
