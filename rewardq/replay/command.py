@@ -120,7 +120,7 @@ def replay(
                 p, prepared = _prepare(cfg, source, out, select, err)
             try:
                 outcome = _run(prepared, p, window, timeout, stops, err)
-                run.drop_spool_locks(cfg)
+                run.drop_spool_folder(cfg)
             finally:
                 if given_url and not run.flag_given(base, "namespace"):  # its own, not one --namespace named
                     _drop_namespace(cfg)
@@ -142,7 +142,7 @@ def _prepare(cfg: WorkerConfig, source: str, out: str, select: dict[str, Any], e
 
     prepared = prepare_worker(cfg)  # an unknown manager, no --tokenizer: refused before anything else
     mine = scoring_fingerprint(cfg, tokenizer_fingerprint(prepared.tokenizer))
-    run.check_resume(out, source, mine)
+    run.check_resume(out, mine)
     with err.status("reading the ledger"):
         p = rp.plan(source, **select, skip_keys=rp.existing_keys(out))
     if run.flag_given(cfg, "namespace"):

@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import glob
 import json
 import logging
-import os
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -248,7 +246,7 @@ def _keys_present(r: Any, ks: Keyspace, trajectories: Sequence[Trajectory]) -> i
     return found
 
 
-def check_resume(out: str, source: str, mine: ScoringFingerprint) -> None:
+def check_resume(out: str, mine: ScoringFingerprint) -> None:
     """Refuse (ConfigError) to add to output ledger ``out`` rows of another scoring configuration than
     the one it holds (:data:`~rewardq.ledger.replay.RECORD`, else its rows' ``scoring``)."""
     from rewardq.ledger import replay as rp
@@ -280,25 +278,15 @@ def record_scoring(out: str, source: str, mine: ScoringFingerprint) -> None:
     rp.write_record(out, {"source": source, "scoring": mine.digest, "text": mine.text, "shown": mine.shown})
 
 
-def drop_spool_locks(cfg: WorkerConfig) -> None:
-    """After the replay's worker stopped: delete the lock files of its ``--out`` spool that no live
-    process holds and that no segment of theirs is left beside (the flusher wrote every one), then
-    the spool folders if that left them empty. A lock still held (another replay into the same
-    ``--out`` on this host), or one with segments left, stays for the next worker to adopt them."""
-    from rewardq.ledger.spool import take_lock
+def drop_spool_folder(cfg: WorkerConfig) -> None:
+    """After the replay's worker stopped: remove its ``--out`` spool folder if that left it empty.
+    Its lock files are the spool's own business: the worker's clean stop deleted its own, and its
+    adoption of any dead worker's segments the dead worker's (:mod:`rewardq.ledger.spool`); a
+    folder still holding segments or a lock (another replay into the same ``--out`` on this host)
+    stays for the next worker."""
     from rewardq.ledger.store import default_spool
 
     directory = Path(cfg.ledger_spool or default_spool(cfg.ledger or ""))
-    for lock in directory.glob("*.lock"):
-        with contextlib.suppress(OSError):
-            fd = take_lock(lock)  # None: alive, not ours; the file held is the one named (take_lock)
-            if fd is None:
-                continue
-            try:
-                if not any(p != lock for p in directory.glob(f"{glob.escape(lock.stem)}.*")):
-                    lock.unlink()
-            finally:
-                os.close(fd)
     with contextlib.suppress(OSError):
         directory.rmdir()  # only when empty
         if directory.parent.name == "_spool":  # <ledger>/_spool/<host>: the ledger's own spool folder

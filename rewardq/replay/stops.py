@@ -68,11 +68,9 @@ class Stops:
             self._interrupt = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        first = self.received is None
-        if first:
-            self.received = signal.Signals(signum).name
-        if not first:
+        if self.received is not None:  # a later signal: the stop under way finishes
             return
+        self.received = signal.Signals(signum).name
         if self._raise:
             raise KeyboardInterrupt
         if self._interrupt is not None:
