@@ -14,8 +14,8 @@ namespace is refused (:func:`check_namespace`):
 * live workers serve it: they would score the replay's trajectories into their own ledger;
 * it carries another mark: a replay into another ``--out``, or with another configuration;
 * something else used it: its ``meta`` (every producer and worker writes it), a stream, finished
-  or dead-letter entries, worker heartbeats (a fleet whose workers are down for a moment still has
-  all of those), or a result or trajectory of a key the replay would send.
+  trajectories, worker heartbeats (a fleet whose workers are down for a moment still has all of
+  those), or a result or trajectory of a key the replay would send.
 
 Each check reads single keys, so it runs on Redis Cluster as on one Redis.
 """
@@ -109,7 +109,6 @@ def _uses(r: SyncRedis, ks: Keyspace) -> list[str]:
         (ks.workers, "worker heartbeats"),
         *((s, "stream entries or a consumer group") for s in ks.streams),
         *((ks.done(i), "finished trajectories") for i in range(ks.shards)),
-        *((ks.dead(i), "dead letters") for i in range(ks.shards)),
     ]
     pipe = r.pipeline(transaction=False)
     for key, _ in named:

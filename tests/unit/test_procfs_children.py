@@ -4,6 +4,7 @@ only its own children."""
 from __future__ import annotations
 
 import io
+import os
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ def test_a_thread_gone_between_the_listing_and_its_read_hides_no_other_threads_c
             raise FileNotFoundError(path)
         return io.StringIO(files[path])
 
-    monkeypatch.setattr(procfs.os, "listdir", listdir)
+    monkeypatch.setattr(os, "listdir", listdir)
     monkeypatch.setattr(procfs, "open", fake_open, raising=False)
     # Then the children of the threads before and after it are all found
     assert procfs.children(7) == [100, 101, 102]
@@ -36,5 +37,5 @@ def test_a_process_gone_has_no_children(monkeypatch: pytest.MonkeyPatch) -> None
     def listdir(path: str) -> list[str]:
         raise FileNotFoundError(path)
 
-    monkeypatch.setattr(procfs.os, "listdir", listdir)
+    monkeypatch.setattr(os, "listdir", listdir)
     assert procfs.children(7) == []
