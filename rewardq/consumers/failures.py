@@ -57,7 +57,8 @@ class FailureHandler:
         metrics: the worker's metrics hooks (dead letters by kind, failures by data source and kind).
         presence: the worker's heartbeat, which counts failures by data source and kind too.
         accounting: the worker's provenance and ledger: the keys a dead letter answers are spooled
-            to the ledger before their error results are written (every acknowledged key has a row).
+            to the ledger before their error results are written, then settled key by key by what
+            the fail script wrote (:mod:`rewardq.consumers.failure_rows`).
         room: waits out a failure's write that Redis refuses past ``maxmemory`` (None: raise it).
     """
 

@@ -10,8 +10,9 @@
 --       add_dead), nacks, then nacks more entry ids to acknowledge with it (the other entries of
 --       the trajectory the worker holds), then dead-letter field/value pairs
 -- Returns {attempt, final, index, ...}: the attempt the error results say (the caller's, or the
--- scoring attempts the trajectory's hash counted when more: read here, atomically, so a worker's
--- ledger rows for these keys outrank the rows of an attempt that died scoring it; '' for none),
+-- scoring attempts the trajectory's hash counted when more, for a key of the trajectory: read
+-- here, atomically, so a worker's ledger rows for these keys outrank the rows of an attempt that
+-- died scoring it; '' for none),
 -- the trajectory's final index as its hash knew it ('' when not known), then the indexes of the
 -- keys given an error result, as text (at most max_outputs + 1). Their latency_ms is from the
 -- put of entry_id (its `ts` field) to now ('' without an entry).
@@ -31,10 +32,15 @@ local dead_bytes, dead_ttl = tonumber(ARGV[17]), tonumber(ARGV[18])
 local nacks = tonumber(ARGV[19])
 local index = tonumber(index_text) or -1
 local now = now_seconds()
--- latency_ms: from the put of the entry that failed it (its `ts`) to now, as a commit's
-local counted = redis.call('HMGET', traj, 'attempts', 'final')
-local attempt = math.max(tonumber(ARGV[16]) or 0, tonumber(counted[1] or '0') or 0)
+local counted = redis.call('HMGET', traj, 'attempts', 'final', 'state')
+local finished = counted[3] == 'done'
+-- the attempts its hash counted: those of a key of the trajectory (a key past a finished one's final
+-- output was in none of them)
+local hashed = tonumber(counted[1] or '0') or 0
+if finished and not (index >= 0 and index <= (tonumber(counted[2] or '') or -1)) then hashed = 0 end
+local attempt = math.max(tonumber(ARGV[16]) or 0, hashed)
 local attempt_text = attempt > 0 and string.format('%d', attempt) or ''
+-- latency_ms: from the put of the entry that failed it (its `ts`) to now, as a commit's
 local err = error_result(msg, ARGV[13], ARGV[14], ARGV[15], attempt_text, latency_text(entry_ts(stream, id), now))
 if nacks < 0 or nacks > max_out then
   return redis.error_reply('fail of ' .. tid .. ': ' .. nacks .. ' entries to acknowledge is not in 0..max_outputs')
@@ -49,7 +55,7 @@ if #ARGV > 19 + nacks then
   add_dead(dead, pairs_, tonumber(dead_maxlen), dead_bytes, dead_ttl)
 end
 local wrote = {}
-if redis.call('HGET', traj, 'state') == 'done' then
+if finished then
   if index >= 0 and string.match(index_text, '^%d+$') and
      write_error(rprefix .. tid .. '_' .. index_text, err, worker, now, ttl) == 1 then
     wrote[1] = index_text
