@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from rewardq.consumers.assembly import trajectory_sample
 from rewardq.consumers.failure_rows import FailureRows
 from rewardq.consumers.reward_health import RewardHealth
+from rewardq.ledger.checks import INT32_MAX
 from rewardq.ledger.frames import TrajectoryFacts, stub_record
 from rewardq.queue.codec import OutputRecord, decode_output
 from rewardq.queue.endings import Expired
@@ -163,6 +164,7 @@ class Accounting:
         put_ts: float,
         own_key: bool = False,
         spool: bool = True,
+        max_outputs: int,
     ) -> FailureRows | None:
         """The rows of the keys a dead letter answers (the intake's refusals: a record that does not
         decode, conflicts, is too large or was delivered too often), spooled (``spool``) before their
@@ -170,12 +172,14 @@ class Accounting:
         and those before it; ``own_key``: the key it names only), with no ids (None without a
         ledger). Their rows say what their error results say: nothing scored them, so no provenance
         and no manager, and ``attempt`` (0: none, never scored), until the fail script says which
-        keys it wrote with which attempt (:meth:`FailureRows.settle`)."""
+        keys it wrote with which attempt (:meth:`FailureRows.settle`). An index at or past
+        ``max_outputs`` (a record's, never bounded by it) has the key it names alone spooled here,
+        as the script answers it alone beside the keys it knows."""
         if self.ledger is None:
             return None
         sample = record.sample if record is not None else {}
-        first = max(index, 0) if own_key else 0
         last = max(index, 0)
+        first = last if own_key or last >= max_outputs else 0
         # the key it names: the last one it knows; a late key (own_key), past the trajectory's final
         # output, is never its final row (readers take a trajectory's final row as its row)
         final = (record.final if record is not None else True) and not own_key
@@ -216,10 +220,15 @@ class Accounting:
         assert ledger is not None
 
         def spool_rows(records: list[OutputRecord], at: int) -> int | None:
+            kept = [r for r in records if r.index <= INT32_MAX]
+            for r in records:
+                if r.index > INT32_MAX:  # only a hostile record names one: the ledger's int32 column cannot hold it
+                    ledger.counts["unwritten"] += 1
+                    logger.warning("ledger: key %s_%s_%d has no row: its index is past int32", uid, session_id, r.index)
             return ledger.failed(
                 uid,
                 session_id,
-                records,
+                kept,
                 sample,
                 reason,
                 failure_kind=failure.value,

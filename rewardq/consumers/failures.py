@@ -273,7 +273,17 @@ class FailureHandler:
         except (TypeError, ValueError):
             ts = 0.0
         return self.accounting.before_dead_letter(
-            uid, session_id, index, record, reason, failure, attempt=attempt, put_ts=ts, own_key=own_key, spool=before
+            uid,
+            session_id,
+            index,
+            record,
+            reason,
+            failure,
+            attempt=attempt,
+            put_ts=ts,
+            own_key=own_key,
+            spool=before,
+            max_outputs=self.broker.max_outputs,
         )
 
     @staticmethod

@@ -28,6 +28,12 @@ from tests.support.sync_client import SyncClient
 SAMPLE: dict[str, Any] = {"data_source": CUSTOM, "reward_model": {"ground_truth": "a"}}
 
 
+def _put(ns: str, redis_url: str, n: int) -> tuple[RewardClient, list[str]]:
+    """A producer, and the keys of trajectory ``u_s`` of ``n`` outputs it put."""
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    return client, client.put_trajectory("u", "s", [output(3, 4, seed=i) for i in range(n)], SAMPLE)
+
+
 def _agree(ledger: str, results: dict[str, RewardResult | None]) -> dict[str, dict[str, Any]]:
     """The ledger's rows after its dedup, one per key of ``results``, each saying what Redis says."""
     rows = {r["key"]: r for r in read_table(ledger).to_pylist()}
@@ -66,11 +72,8 @@ async def test_an_exhausted_entry_past_a_finished_trajectory_leaves_the_rows_of_
     ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
 ) -> None:
     # Given a trajectory of 4 outputs scored by a worker with a ledger
-    ks = Keyspace(ns)
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    outs = [output(3, 4, seed=i) for i in range(4)]
-    keys = client.put_trajectory("u", "s", outs, SAMPLE)
-    ledger = str(tmp_path / "ledger")
+    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
+    client, keys = _put(ns, redis_url, 4)
     async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)):
         scored = await asyncio.to_thread(client.wait_rewards, keys, 30)
     assert all(r.ok for r in scored.values())
@@ -107,11 +110,8 @@ async def test_a_conflict_on_an_open_trajectory_outranks_the_rows_of_an_attempt_
 ) -> None:
     # Given a trajectory of 2 outputs a worker stored, leased (attempt 1) and spooled as scored,
     # and then died before its commit: its rows are in the ledger with committed null
-    ks = Keyspace(ns)
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    outs = [output(3, 4, seed=i) for i in range(2)]
-    keys = client.put_trajectory("u", "s", outs, SAMPLE)
-    ledger = str(tmp_path / "ledger")
+    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
+    client, keys = _put(ns, redis_url, 2)
     r = connect_async(redis_url)
     try:
         dead = StreamBroker(r, ks, worker="dead", lease_seconds=600.0)
@@ -151,3 +151,28 @@ async def test_a_conflict_on_an_open_trajectory_outranks_the_rows_of_an_attempt_
     # ... the error results saying the attempt the trajectory's hash counted, as their rows do
     assert all(res.attempt == 1 for res in results.values())
     assert all(rows[k]["committed"] is True and rows[k]["worker"] != "dead" for k in keys)
+
+
+async def test_a_record_naming_a_huge_index_costs_a_ledger_worker_no_more_than_its_own_key(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given entries that do not decode, naming keys far past max_outputs: one within the ledger's
+    # int32 index column, one past it
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    _ = client.keyspace  # the namespace, as a producer makes it
+    keys = [f"h_s_{10**9}", f"g_s_{10**12}"]
+    for key in keys:
+        sync_redis.xadd(ks.stream(0), {"key": key, "data": b"\xc1junk", "ts": f"{time.time():.6f}"})
+    ledger = str(tmp_path / "ledger")
+    # When a worker with a ledger refuses them
+    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)) as w:
+        results = await asyncio.to_thread(client.wait_rewards, keys, 30)
+        assert w.accounting.ledger is not None
+        unwritten = w.accounting.ledger.counts["unwritten"]
+    client.close()
+    # Then each key has its error result at once (no row is made per index below it)
+    assert all(r.status == "error" and r.failure_kind == "input" for r in results.values())
+    # And the first has its row; the second, whose index no int32 holds, none, counted as unwritten
+    _agree(ledger, {keys[0]: results[keys[0]]})
+    assert unwritten == 1
