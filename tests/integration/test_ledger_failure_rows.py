@@ -21,7 +21,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RESULT_FIELDS, RewardResult
 from tests.support.helpers import output, running_worker, until, worker_config
 from tests.support.ledger_checks import assert_row_is_its_result
-from tests.support.ledger_rewards import CUSTOM
+from tests.support.ledger_rewards import CUSTOM, FAILING
 from tests.support.ledger_workload import REWARDS
 from tests.support.sync_client import SyncClient
 
@@ -176,3 +176,27 @@ async def test_a_record_naming_a_huge_index_costs_a_ledger_worker_no_more_than_i
     # And the first has its row; the second, whose index no int32 holds, none, counted as unwritten
     _agree(ledger, {keys[0]: results[keys[0]]})
     assert unwritten == 1
+
+
+async def test_a_trajectory_id_used_again_fails_without_outranking_the_results_it_kept(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given a trajectory of 2 outputs scored by a worker with a ledger, whose hash then expired
+    # (its results are still there)
+    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
+    client, first = _put(ns, redis_url, 2)
+    cfg = worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)
+    async with running_worker(cfg):
+        await asyncio.to_thread(client.wait_rewards, first, 30)
+        sync_redis.delete(ks.traj(0, "u_s"))
+        # When the producer puts the same trajectory id again with 4 outputs, whose scoring raises
+        outs = [output(3, 4, seed=10 + i) for i in range(4)]
+        keys = client.put_trajectory("u", "s", outs, {**SAMPLE, "data_source": FAILING})
+        await until(lambda: all(client.get_rewards(keys).values()), "four results", timeout=30)
+    results = client.get_rewards(keys)
+    client.close()
+    # Then the first two keys keep their scores, the new two have the error
+    assert [r is not None and r.status for r in results.values()] == ["ok", "ok", "error", "error"]
+    # And after the ledger's dedup every key's row is its result
+    rows = _agree(ledger, results)
+    assert [rows[k]["committed"] for k in keys] == [True] * 4
