@@ -158,10 +158,9 @@ async def test_a_record_naming_a_huge_index_costs_a_ledger_worker_no_more_than_i
 ) -> None:
     # Given entries that do not decode, naming keys far past max_outputs: one within the ledger's
     # int32 index column, one past it
-    ks = Keyspace(ns)
+    ks, keys = Keyspace(ns), [f"h_s_{10**9}", f"g_s_{10**12}"]
     client = RewardClient.from_url(redis_url, namespace=ns)
     _ = client.keyspace  # the namespace, as a producer makes it
-    keys = [f"h_s_{10**9}", f"g_s_{10**12}"]
     for key in keys:
         sync_redis.xadd(ks.stream(0), {"key": key, "data": b"\xc1junk", "ts": f"{time.time():.6f}"})
     ledger = str(tmp_path / "ledger")
