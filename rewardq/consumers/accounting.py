@@ -220,11 +220,9 @@ class Accounting:
         assert ledger is not None
 
         def spool_rows(records: list[OutputRecord], at: int) -> int | None:
+            # only a hostile record names an index past int32: the ledger's column cannot hold it
+            # (counted once, when the script says it wrote that key: unkept)
             kept = [r for r in records if r.index <= INT32_MAX]
-            for r in records:
-                if r.index > INT32_MAX:  # only a hostile record names one: the ledger's int32 column cannot hold it
-                    ledger.counts["unwritten"] += 1
-                    logger.warning("ledger: key %s_%s_%d has no row: its index is past int32", uid, session_id, r.index)
             return ledger.failed(
                 uid,
                 session_id,
@@ -240,7 +238,13 @@ class Accounting:
                 score_ms=score_ms,
             )
 
-        return FailureRows(uid, session_id, indexes, attempt, final, spool_rows, ledger.settle, known=dict(known or {}))
+        def unkept(index: int) -> None:
+            ledger.counts["unwritten"] += 1
+            logger.warning("ledger: key %s_%s_%d has no row: its index is past int32", uid, session_id, index)
+
+        return FailureRows(
+            uid, session_id, indexes, attempt, final, spool_rows, ledger.settle, known=dict(known or {}), unkept=unkept
+        )
 
     @property
     def expired_records_bytes(self) -> int:

@@ -8,7 +8,12 @@ worker does answers for more keys) and with which attempt (the worker's, or the 
 the trajectory's hash counted when more). :meth:`FailureRows.settle` then makes the ledger agree
 with Redis key by key: when the script wrote exactly the rows spooled, they are settled
 ``committed = true``; otherwise they are settled ``committed = false`` (they outrank nothing) and
-the keys the script wrote are spooled again as it wrote them, settled ``committed = true``.
+the keys the script wrote are spooled again as it wrote them, settled ``committed = true``. The
+script's reply is the same when the call was sent again after its reply was lost (it keeps it:
+:func:`~rewardq.queue.endings.call_nonce`), so a resend settles the rows as the first run wrote them.
+
+A key the script wrote whose index is past int32 (only a hostile record names one) has no row: the
+ledger's column cannot hold it. It is counted once, at :meth:`FailureRows.settle` (``unkept``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rewardq.ledger.checks import INT32_MAX
 from rewardq.ledger.frames import stub_record
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.endings import Failed
@@ -38,6 +44,8 @@ class FailureRows:
         spool_rows: spools rows; settle_rows: settles a ticket.
         known: the decoded records by index (their rows keep ids and sample; the others are
             identity only).
+        unkept: told each key the script wrote that cannot have a row (an index past int32);
+            ``spool_rows`` leaves such keys out.
     """
 
     uid: str
@@ -48,6 +56,7 @@ class FailureRows:
     spool_rows: SpoolRows
     settle_rows: SettleRows
     known: Mapping[int, OutputRecord] = field(default_factory=dict)
+    unkept: Callable[[int], None] = lambda _index: None
     ticket: int | None = None
 
     def spool(self) -> FailureRows:
@@ -62,7 +71,14 @@ class FailureRows:
         if failed is None:
             self.settle_rows(self.ticket, None)
             return
+        for i in failed.indexes:
+            if i > INT32_MAX:
+                self.unkept(i)
         final = failed.final if failed.final >= 0 else self.final
+        if failed.final < 0 and failed.indexes and max(failed.indexes) > self.final:
+            # Redis knew no final index and wrote keys past the one this worker took for final:
+            # which key is final is not known, so no row says it is
+            final = -1
         same = failed.indexes == self.indexes and failed.attempt == self.attempt
         if same and _final_in(failed.indexes, final) == _final_in(self.indexes, self.final):
             self.settle_rows(self.ticket, True)

@@ -12,6 +12,7 @@ is acknowledged without being kept.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -113,7 +114,8 @@ class Endings:
         a reward function produced can make the failure itself fail. The trajectory's stored records
         are deleted (kept ``keep_records`` seconds when set), and so are the blobs of ``entry`` and
         ``also_ack``. Returns which keys got an error result, with which attempt: ``attempt``, or
-        the scoring attempts the trajectory's hash counted when more (:class:`Failed`).
+        the scoring attempts the trajectory's hash counted when more (:class:`Failed`); the same
+        reply when the call is sent again after its reply was lost (:func:`call_nonce`).
         """
         keys = [
             self.ks.traj(shard, tid),
@@ -143,6 +145,7 @@ class Endings:
             provenance,
             str(attempt) if attempt else "",
             *self._dead_bounds()[1:],
+            call_nonce(),
             len(acks),
             *acks,
         ]
@@ -171,7 +174,8 @@ class Endings:
     ) -> list[Expired]:
         """End trajectories of ``shard`` whose outputs stopped arriving. ``records_bytes`` > 0: each
         ended trajectory comes with the records it had (for the worker's ledger), within that many
-        bytes per call (the first trajectory's always; the others past it wait for the next call)."""
+        bytes per call (the first trajectory's always; the others past it wait for the next call).
+        Sent again after its reply was lost, it returns the same trajectories (:func:`call_nonce`)."""
         keys = [self.ks.waiting(shard), self.ks.stream(shard), self.ks.done(shard), self.ks.dead(shard)]
         args = [
             self.ks.group,
@@ -188,6 +192,7 @@ class Endings:
             self.keep_records,
             *self._dead_bounds()[1:],
             records_bytes,
+            call_nonce(),
         ]
         out = await self.scripts.run("expire", keys, args)
         return [
@@ -201,6 +206,13 @@ class Endings:
             )
             for i in range(0, len(out), 6)
         ]
+
+
+def call_nonce() -> str:
+    """A new nonce for one script call: the ``fail`` and ``expire`` scripts keep their reply under
+    it, so the same call sent again after its reply was lost (:mod:`rewardq.queue.retry`: the
+    policy resends the same arguments) gets the first run's reply back and writes nothing."""
+    return secrets.token_hex(8)
 
 
 def _int(value: object, default: int) -> int:

@@ -73,3 +73,36 @@ def test_rows_not_spooled_before_get_the_keys_the_script_wrote() -> None:
     late.settle(Failed([7], 1, 6))
     assert book.spooled == [(1, [(7, False)], 1)]
     assert book.settled == [(None, False), (1, True)]
+
+
+def test_keys_written_past_the_guessed_final_with_no_final_known_flag_no_row_final() -> None:
+    # a dead letter naming key 1 (taken for final: no record decoded) while Redis, knowing no final
+    # index, wrote keys 0..3: which key is final is unknown, so no row says it is
+    book = Book()
+    rows(book, [0, 1], final=1).settle(Failed([0, 1, 2, 3], 0, -1))
+    assert book.spooled[1] == (2, [(0, False), (1, False), (2, False), (3, False)], 0)
+    assert book.settled == [(1, False), (2, True)]
+
+
+def test_keys_written_up_to_the_guessed_final_keep_its_flag() -> None:
+    book = Book()
+    rows(book, [0, 1, 2], final=2).settle(Failed([0, 1, 2], 0, -1))
+    assert book.spooled == [(1, [(0, False), (1, False), (2, True)], 0)]
+    assert book.settled == [(1, True)]
+
+
+def _unkept(indexes: list[int], failed: Failed | None) -> list[int]:
+    """The keys a failure counted as having no row, settled by ``failed``."""
+    book, told = Book(), []
+    FailureRows("u", "s", indexes, 0, -1, book.spool, book.settle, unkept=told.append).spool().settle(failed)
+    return told
+
+
+def test_a_key_past_int32_is_counted_once_and_only_when_the_script_wrote_it() -> None:
+    huge = 2**31
+    # written as spooled, or spooled again beside other keys: once
+    assert _unkept([huge], Failed([huge], 0, -1)) == [huge]
+    assert _unkept([huge], Failed([0, huge], 2, -1)) == [huge]
+    # kept the result it had, or the script did not end: never
+    assert _unkept([huge], Failed([], 0, -1)) == []
+    assert _unkept([huge], None) == []

@@ -417,6 +417,32 @@ local function finish_error(traj, stream, waiting, done, records, group, tid, rp
   return wrote
 end
 
+-- A script call sent again after its reply was lost (rewardq.queue.retry: a resend) must answer
+-- what the first run answered, which has since changed what a second run would see. So `fail`
+-- keeps its reply in the trajectory hash under the caller's per-call nonce (`reply:<nonce>`, the
+-- reply as JSON: at most max_out + 3 short texts) and a resend with that nonce gets it back and
+-- does nothing more. At most KEPT_REPLIES are kept per trajectory (`replies` lists their nonces,
+-- oldest first; a resend follows its first try within seconds); they expire with the hash.
+local KEPT_REPLIES = 8
+local function kept_reply(traj, nonce)
+  if nonce == '' then return nil end
+  local s = redis.call('HGET', traj, 'reply:' .. nonce)
+  if not s then return nil end
+  return cjson.decode(s)
+end
+local function keep_reply(traj, nonce, reply)
+  if nonce == '' then return end
+  local names = split_list(redis.call('HGET', traj, 'replies'))
+  names[#names + 1] = nonce
+  local drop = {}
+  for j = 1, #names - KEPT_REPLIES do drop[#drop + 1] = 'reply:' .. names[j] end
+  if #drop > 0 then
+    each_chunk(#drop, function(a, b) redis.call('HDEL', traj, unpack(drop, a, b)) end)
+    names = {unpack(names, #drop + 1)}
+  end
+  redis.call('HSET', traj, 'reply:' .. nonce, cjson.encode(reply), 'replies', table.concat(names, ','))
+end
+
 -- Add a dead letter (`fields`: its field/value list, a few dozen values) to stream `dead`, then
 -- keep the stream within its bounds: at most `maxlen` entries, at most `max_bytes` bytes of field
 -- names and values (counted in field `n` of hash `dead .. ':bytes'`, of the same slot), nothing older than

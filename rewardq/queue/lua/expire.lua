@@ -2,7 +2,7 @@
 -- KEYS: waiting, stream, done, dead
 -- ARGV: group, traj_prefix, reward_prefix, result_ttl, worker, limit, timeout_seconds,
 --       done_maxlen, dead_maxlen, max_outputs, records_prefix, keep_records, dead_bytes, dead_ttl_ms,
---       records_bytes
+--       records_bytes, nonce (the caller's, new for each call: '' for none)
 -- Returns {tid, reason, keys, records, latency, wrote, tid, ...} for the trajectories it ended: `keys` =
 -- the highest index + 1 (keys 0 .. keys-1 answered), `wrote` = the indexes of those keys that got
 -- the error result (as text: a key that had a result keeps it), `records` = the stored record of
@@ -15,6 +15,10 @@
 -- trajectory's stored records ended (`end_records`). With records_bytes > 0, the records returned
 -- stay within records_bytes, except that the first trajectory's always are (at most
 -- max_trajectory_bytes, which the store script enforces): past it, the rest wait for the next pass.
+-- A reply that ended something is kept for REPLY_KEEP_MS under `<waiting>:expired:<nonce>` (its
+-- records again with it, when asked for: at most records_bytes, or the first trajectory's): the
+-- same call sent again after its reply was lost (rewardq.queue.retry) gets the same reply back
+-- and writes nothing; a second run would find those trajectories ended and return nothing for them.
 local waiting, stream, done, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, tprefix, rprefix = ARGV[1], ARGV[2], ARGV[3]
 local ttl, worker, limit, timeout = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
@@ -22,6 +26,63 @@ local maxlen, dead_maxlen, max_out = ARGV[8], ARGV[9], tonumber(ARGV[10])
 local rec_prefix, keep = ARGV[11], tonumber(ARGV[12])
 local dead_bytes, dead_ttl = tonumber(ARGV[13]), tonumber(ARGV[14])
 local records_bytes = tonumber(ARGV[15] or '0')
+local nonce = ARGV[16] or ''
+local kept_key = waiting .. ':expired:' .. nonce
+-- Longer than a resend can follow its first try (rewardq.queue.retry.DEADLINE, 20 s).
+local REPLY_KEEP_MS = 60000
+
+-- The kept reply (see above) as the script returns it: at most `limit` trajectories of at most
+-- max_out records each, both bounds the caller's.
+local function kept_expired()
+  local n = tonumber(redis.call('HGET', kept_key, 'n') or '0') or 0
+  local out = {}
+  for j = 1, math.min(n, limit) do
+    local p = j .. ':'
+    local f = redis.call('HMGET', kept_key, p .. 'tid', p .. 'reason', p .. 'keys', p .. 'latency', p .. 'wrote', p .. 'records')
+    local records = {}
+    local m = math.min(tonumber(f[6] or '0') or 0, max_out)
+    if m > 0 then
+      local names = {}
+      for i = 1, m do names[i] = p .. 'r:' .. i end
+      local got = hmget_all(kept_key, names)
+      for i = 1, m do records[i] = got[i] end
+    end
+    out[#out + 1] = f[1]
+    out[#out + 1] = f[2]
+    out[#out + 1] = tonumber(f[3])
+    out[#out + 1] = records
+    out[#out + 1] = f[4]
+    out[#out + 1] = cjson.decode(f[5])
+  end
+  return out
+end
+
+-- Keep the reply `out` (six values per trajectory) under kept_key.
+local function keep_expired(out)
+  local fields = {'n', #out / 6}
+  for j = 1, #out / 6 do
+    local p, o = j .. ':', (j - 1) * 6
+    local wrote = out[o + 6]
+    fields[#fields + 1] = p .. 'tid'; fields[#fields + 1] = out[o + 1]
+    fields[#fields + 1] = p .. 'reason'; fields[#fields + 1] = out[o + 2]
+    fields[#fields + 1] = p .. 'keys'; fields[#fields + 1] = out[o + 3]
+    fields[#fields + 1] = p .. 'latency'; fields[#fields + 1] = out[o + 5]
+    fields[#fields + 1] = p .. 'wrote'; fields[#fields + 1] = #wrote > 0 and cjson.encode(wrote) or '[]'
+    local records = out[o + 4]
+    fields[#fields + 1] = p .. 'records'; fields[#fields + 1] = #records
+    for i = 1, #records do
+      if records[i] then
+        fields[#fields + 1] = p .. 'r:' .. i
+        fields[#fields + 1] = records[i]
+      end
+    end
+  end
+  redis.call('DEL', kept_key)
+  each_chunk(#fields, function(a, b) redis.call('HSET', kept_key, unpack(fields, a, b)) end)
+  redis.call('PEXPIRE', kept_key, REPLY_KEEP_MS)
+end
+
+if nonce ~= '' and redis.call('EXISTS', kept_key) == 1 then return kept_expired() end
 local returned = 0
 local now = now_seconds()
 local out = {}
@@ -63,4 +124,5 @@ for d = 1, #due, 2 do
     redis.call('ZREM', waiting, tid)
   end
 end
+if nonce ~= '' and #out > 0 then keep_expired(out) end
 return out

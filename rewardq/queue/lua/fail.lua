@@ -7,8 +7,9 @@
 --       failure_kind (a FailureKind value), extra_info (the error's reward_extra_info as JSON, ''
 --       for {"error": message}), provenance (the digest of what failed, or ''), attempt (the
 --       caller's attempt, or ''), dead_bytes, dead_ttl_ms (the dead-letter stream's bounds, see
---       add_dead), nacks, then nacks more entry ids to acknowledge with it (the other entries of
---       the trajectory the worker holds), then dead-letter field/value pairs
+--       add_dead), nonce (the caller's, new for each call: '' for none), nacks, then nacks more
+--       entry ids to acknowledge with it (the other entries of the trajectory the worker holds),
+--       then dead-letter field/value pairs
 -- Returns {attempt, final, index, ...}: the attempt the error results say (the caller's, or the
 -- scoring attempts the trajectory's hash counted when more, for a key of the trajectory: read
 -- here, atomically, so a worker's ledger rows for these keys outrank the rows of an attempt that
@@ -16,11 +17,14 @@
 -- the trajectory's final index as its hash knew it ('' when not known), then the indexes of the
 -- keys given an error result, as text (at most max_outputs + 1). Their latency_ms is from the
 -- put of entry_id (its `ts` field) to now ('' without an entry).
+-- The reply is kept in the trajectory hash under `nonce` (keep_reply): the same call sent again
+-- after its reply was lost (rewardq.queue.retry) gets the same reply back and writes nothing.
 -- Budget: at most max_outputs + 1 keys written (an index at or past max_outputs names its one
 -- key only) of a message the worker cut to ~1 KB and extra info it bounded to a few KB, one dead
 -- letter (its fields cut by the worker; the stream then trimmed by add_dead),
 -- the stored records ended (`end_records`), one XRANGE of one entry (its put time), the
--- acknowledgement of at most max_outputs + 16 recorded entries plus the nacks <= max_outputs given.
+-- acknowledgement of at most max_outputs + 16 recorded entries plus the nacks <= max_outputs given, its
+-- reply kept (at most max_outputs + 3 texts; KEPT_REPLIES per trajectory). A resend: one HGET.
 local traj, stream, waiting, done, dead, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group, tid, rprefix = ARGV[1], ARGV[2], ARGV[3]
 local ttl, msg, worker = tonumber(ARGV[4]), ARGV[5], ARGV[6]
@@ -29,7 +33,9 @@ local max_out, keep = tonumber(ARGV[11]), tonumber(ARGV[12])
 local refused = refused_rights(stream, group, traj)
 if refused then return refused end
 local dead_bytes, dead_ttl = tonumber(ARGV[17]), tonumber(ARGV[18])
-local nacks = tonumber(ARGV[19])
+local nonce, nacks = ARGV[19], tonumber(ARGV[20])
+local kept = kept_reply(traj, nonce)
+if kept then return kept end
 local index = tonumber(index_text) or -1
 local now = now_seconds()
 local counted = redis.call('HMGET', traj, 'attempts', 'final', 'state')
@@ -47,11 +53,11 @@ if nacks < 0 or nacks > max_out then
 end
 local ids = {}
 if id ~= '' then ids[1] = id end
-for j = 20, 19 + nacks do ids[#ids + 1] = ARGV[j] end
+for j = 21, 20 + nacks do ids[#ids + 1] = ARGV[j] end
 
-if #ARGV > 19 + nacks then
+if #ARGV > 20 + nacks then
   local pairs_ = {}
-  for j = 20 + nacks, #ARGV do pairs_[#pairs_ + 1] = ARGV[j] end
+  for j = 21 + nacks, #ARGV do pairs_[#pairs_ + 1] = ARGV[j] end
   add_dead(dead, pairs_, tonumber(dead_maxlen), dead_bytes, dead_ttl)
 end
 local wrote = {}
@@ -68,4 +74,5 @@ end
 ack_delete(stream, group, ids)
 local out = {attempt_text, counted[2] or ''}
 for _, i in ipairs(wrote) do out[#out + 1] = i end
+keep_reply(traj, nonce, out)
 return out
