@@ -61,6 +61,8 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  one Redis only shard 0's is used (lua/stage.lua)
     rewardq:{s0}:waiting                 ZSET    trajectories still collecting outputs, scored by the
                                                  time they expire (last_seen + incomplete_timeout)
+    rewardq:{s0}:waiting:expired:<nonce> HASH    one expire call's reply, kept 60 s for the same call
+                                                 sent again after its reply was lost (lua/expire.lua)
     rewardq:{s0}:done                    STREAM  one entry per finished trajectory (``tid``, ``n``,
                                                  ``status``, ``worker``, ``latency_ms``, and a result
                                                  shared by every key when at most 1 KiB:

@@ -24,7 +24,8 @@ never sent again after a timeout (it may still be running), after a ``BUSY`` rep
 running a long script; redis-py does not treat it as retryable at all), or after an attempt that
 took longer than the window (it may have blocked Redis). A script sent again may have run already
 (its reply was lost with the connection), so every script the worker sends must be idempotent: the
-commit is, and the start counts of crash attribution count once per attempt (``lua/count.lua``).
+commit is, the start counts of crash attribution count once per attempt (``lua/count.lua``), and
+``fail`` and ``expire`` give a resend their first run's reply (:func:`~rewardq.queue.endings.call_nonce`).
 ``NOSCRIPT`` (the script is not loaded:
 it did not run) is answered by loading it and sending it again, in
 :meth:`~rewardq.queue.script_runner.ScriptRunner.run_many`. On Redis Cluster the worker's
