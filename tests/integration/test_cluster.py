@@ -138,6 +138,7 @@ async def test_a_script_leaving_its_slot_is_refused(redis_cluster: LocalCluster,
             "",  # attempt
             64 * 1024 * 1024,  # dead_bytes
             3_600_000,  # dead_ttl_ms
+            "",  # nonce: none (no reply kept)
             0,  # nacks
         ]
         with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):

@@ -93,7 +93,7 @@ def test_keys_written_up_to_the_guessed_final_keep_its_flag() -> None:
 
 def _unkept(indexes: list[int], failed: Failed | None) -> list[int]:
     """The keys a failure counted as having no row, settled by ``failed``."""
-    book, told = Book(), []
+    book, told = Book(), list[int]()
     FailureRows("u", "s", indexes, 0, -1, book.spool, book.settle, unkept=told.append).spool().settle(failed)
     return told
 
