@@ -176,7 +176,14 @@ class Endings:
         ended trajectory comes with the records it had (for the worker's ledger), within that many
         bytes per call (the first trajectory's always; the others past it wait for the next call).
         Sent again after its reply was lost, it returns the same trajectories (:func:`call_nonce`)."""
-        keys = [self.ks.waiting(shard), self.ks.stream(shard), self.ks.done(shard), self.ks.dead(shard)]
+        nonce = call_nonce()
+        keys = [
+            self.ks.waiting(shard),
+            self.ks.stream(shard),
+            self.ks.done(shard),
+            self.ks.dead(shard),
+            self.ks.expired_reply(shard, nonce),
+        ]
         args = [
             self.ks.group,
             self.ks.traj_prefix(shard),
@@ -192,7 +199,7 @@ class Endings:
             self.keep_records,
             *self._dead_bounds()[1:],
             records_bytes,
-            call_nonce(),
+            nonce,
         ]
         out = await self.scripts.run("expire", keys, args)
         return [

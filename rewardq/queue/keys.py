@@ -302,6 +302,11 @@ class Keyspace:
         """The prefix of the blobs of records over 1 MiB (``<prefix><32 hex>``, :mod:`rewardq.queue.blobs`)."""
         return f"{self._p(shard)}:blob:"
 
+    def expired_reply(self, shard: int, nonce: str) -> str:
+        """Where one expire call keeps its reply for 60 s (``lua/expire.lua``; ``nonce``: the call's,
+        :func:`~rewardq.queue.endings.call_nonce`)."""
+        return f"{self.waiting(shard)}:expired:{nonce}"
+
     def dead_bytes(self, shard: int) -> str:
         """The byte count of ``dead(shard)`` (the scripts build it as ``dead .. ':bytes'``)."""
         return f"{self.dead(shard)}:bytes"

@@ -81,6 +81,7 @@ PLACEHOLDER = {
     "token": "<token>",
     "digest": "<sha256>",
     "run": "<run>",
+    "nonce": "<nonce>",
 }
 
 

@@ -56,3 +56,15 @@ def test_the_hot_scripts_carry_little() -> None:
     assert {"refused_rights", "end_records", "ack_recorded"} <= commit
     assert not commit & {"finish_error", "add_dead", "write_error", "missing_text", "take_lease"}
     assert len(scripts.source("beat")) < len(COMMON)
+
+
+def test_replies_kept_for_a_resend_outlive_the_retry_deadline() -> None:
+    """``expire`` keeps its reply (for a call sent again after its reply was lost) longer than the
+    retry policy sends a call again (rewardq.queue.retry.DEADLINE), and ``fail`` keeps it in the
+    trajectory hash (which outlives both) through KEPT_REPLIES later calls."""
+    from rewardq.queue import retry
+
+    kept = re.search(r"local REPLY_KEEP_MS = (\d+)", scripts.source("expire"))
+    assert kept is not None and int(kept.group(1)) > retry.DEADLINE * 1000
+    assert "local KEPT_REPLIES = 8" in scripts.source("fail")
+    assert "KEPT_REPLIES" not in scripts.source("commit")  # only the scripts that use it carry it

@@ -1,5 +1,5 @@
 -- expire: end trajectories that waited too long for outputs, naming what is missing.
--- KEYS: waiting, stream, done, dead
+-- KEYS: waiting, stream, done, dead, kept (where this call's reply is kept: see below)
 -- ARGV: group, traj_prefix, reward_prefix, result_ttl, worker, limit, timeout_seconds,
 --       done_maxlen, dead_maxlen, max_outputs, records_prefix, keep_records, dead_bytes, dead_ttl_ms,
 --       records_bytes, nonce (the caller's, new for each call: '' for none)
@@ -15,11 +15,11 @@
 -- trajectory's stored records ended (`end_records`). With records_bytes > 0, the records returned
 -- stay within records_bytes, except that the first trajectory's always are (at most
 -- max_trajectory_bytes, which the store script enforces): past it, the rest wait for the next pass.
--- A reply that ended something is kept for REPLY_KEEP_MS under `<waiting>:expired:<nonce>` (its
+-- A reply that ended something is kept for REPLY_KEEP_MS in `kept` (`<waiting>:expired:<nonce>`: its
 -- records again with it, when asked for: at most records_bytes, or the first trajectory's): the
 -- same call sent again after its reply was lost (rewardq.queue.retry) gets the same reply back
 -- and writes nothing; a second run would find those trajectories ended and return nothing for them.
-local waiting, stream, done, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local waiting, stream, done, dead, kept_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, tprefix, rprefix = ARGV[1], ARGV[2], ARGV[3]
 local ttl, worker, limit, timeout = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local maxlen, dead_maxlen, max_out = ARGV[8], ARGV[9], tonumber(ARGV[10])
@@ -27,7 +27,6 @@ local rec_prefix, keep = ARGV[11], tonumber(ARGV[12])
 local dead_bytes, dead_ttl = tonumber(ARGV[13]), tonumber(ARGV[14])
 local records_bytes = tonumber(ARGV[15] or '0')
 local nonce = ARGV[16] or ''
-local kept_key = waiting .. ':expired:' .. nonce
 -- Longer than a resend can follow its first try (rewardq.queue.retry.DEADLINE, 20 s).
 local REPLY_KEEP_MS = 60000
 
