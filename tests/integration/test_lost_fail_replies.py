@@ -23,7 +23,6 @@ import pytest
 from rewardq import RewardClient
 from rewardq.consumers.accounting import Accounting
 from rewardq.ledger.read import read_table
-from rewardq.ledger.sink import Ledger
 from rewardq.queue import scripts
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.connection import connect_async
@@ -32,6 +31,7 @@ from rewardq.queue.keys import Keyspace
 from rewardq.queue.states import FailureKind
 from rewardq.reward.provenance import ProvenanceBook
 from tests.support.ledger_checks import assert_row_is_its_result
+from tests.support.ledger_facts import make_ledger
 from tests.support.redis_server import RedisServer
 from tests.support.reply_loss import ReplyLossProxy
 
@@ -51,20 +51,6 @@ def _proxy(server: RedisServer, name: str) -> ReplyLossProxy:
     finally:
         r.close()
     return ReplyLossProxy(("127.0.0.1", server.port), marker=sha.encode() if isinstance(sha, str) else bytes(sha))
-
-
-def _ledger(tmp_path: Path) -> Ledger:
-    ledger = Ledger(
-        str(tmp_path / "ledger"),
-        worker="w",
-        spool=str(tmp_path / "spool"),
-        flush_interval=60.0,
-        file_bytes=1 << 20,
-        spool_max_bytes=1 << 30,
-        flusher_process=False,
-    )
-    ledger.open()
-    return ledger
 
 
 async def _publish(_digest: str, _blob: str) -> None:
@@ -88,7 +74,7 @@ async def test_a_fail_sent_again_after_a_lost_reply_answers_and_settles_as_it_ra
     else:
         direct.hset(traj, mapping={"state": "collecting", "hi": 1, "final": 1, "attempts": 1})
     index, expected = (2, Failed([2], 0, 1)) if done else (1, Failed([0, 1], 1, 1))
-    ledger = _ledger(tmp_path)
+    ledger = make_ledger(tmp_path)
     # the book is never asked: a dead letter's rows name no provenance
     accounting = Accounting(cast(ProvenanceBook, None), _publish, ledger)
     rows = accounting.before_dead_letter(
