@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,7 +36,7 @@ _flat_ntd: Any = getattr(_tensorclass, "_flat_ntd", None)
 _init_flat: Any = getattr(_tensorclass, "_init_flat", None)
 
 
-def _ntd_by_hand(value: object, device: object) -> NonTensorData:
+def _ntd_by_hand(value: object, device: torch.device | None) -> NonTensorData:
     """``NonTensorData(data=value)`` built directly, as tensordict 0.15's ``_flat_ntd`` does: on
     tensordict 0.10 the constructor costs ~10 µs, most of a one-row batch's build."""
     result = NonTensorData.__new__(NonTensorData)
@@ -48,7 +49,8 @@ def _ntd_by_hand(value: object, device: object) -> NonTensorData:
 
 def _stack_by_hand(members: list[NonTensorData]) -> NonTensorStack:
     """``NonTensorStack(*members)``, through tensordict's own unchecked lazy stack (0.10)."""
-    column: NonTensorStack = NonTensorStack._new_lazy_unsafe(*members, stack_dim=0)
+    new_lazy: Any = NonTensorStack._new_lazy_unsafe  # typed for tensordicts, not their non-tensor members
+    column: NonTensorStack = new_lazy(*members, stack_dim=0)
     return column
 
 
@@ -85,15 +87,15 @@ def _by_hand_matches() -> bool:
         return False
 
 
-_flat_stack: Any = None
-if _init_flat is not None:
-    _flat_stack = _stack_by_flat_init
-elif _by_hand_matches():
-    _flat_ntd, _flat_stack = _ntd_by_hand, _stack_by_hand
+_flat_stack: Callable[[list[NonTensorData]], NonTensorStack] = _stack_by_flat_init
+if _init_flat is None:
+    _flat_ntd = None
+    if _by_hand_matches():
+        _flat_ntd, _flat_stack = _ntd_by_hand, _stack_by_hand
 
 #: True when a flat-stack fast path is in use: tensordict's private helpers, or the by-hand
 #: builders where a probe found them equal to the public constructors (see the module doc).
-FAST_PATH = _flat_stack is not None
+FAST_PATH = _flat_ntd is not None
 
 __all__ = [
     "copy_value",
