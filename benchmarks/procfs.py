@@ -75,14 +75,19 @@ def sched_seconds(pid: int, tid: int | None = None) -> tuple[float, float]:
 
 
 def children(pid: int) -> list[int]:
-    """The live children of ``pid``, started by any of its threads."""
+    """The live children of ``pid``, started by any of its threads (a thread that ends between the
+    listing and the read of its ``children`` takes only its own children along)."""
     out: list[int] = []
     try:
-        for task in os.listdir(f"/proc/{pid}/task"):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
             with open(f"/proc/{pid}/task/{task}/children") as f:
                 out.extend(int(c) for c in f.read().split())
-    except OSError:
-        pass
+        except OSError:
+            continue
     return out
 
 

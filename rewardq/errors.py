@@ -273,6 +273,14 @@ class NotFound(RewardqError):
     exit_code = 1
 
 
+class ReplayStopped(RewardqError):
+    """``rewardq replay`` stopped before every trajectory had its result: one got none within its
+    ``--timeout``, or the replay's worker stopped. Exit code 1, as for an interrupted replay: what
+    was scored is in ``--out``, and a run with the same ``--out`` goes on from there."""
+
+    exit_code = 1
+
+
 class DemoError(RewardqError):
     """The demo could not run (a worker died at start-up, workers never became ready, ...)."""
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rewardq.consumers.assembly import trajectory_sample
+from rewardq.consumers.failure_rows import FailureRows
 from rewardq.consumers.reward_health import RewardHealth
+from rewardq.ledger.checks import INT32_MAX
 from rewardq.ledger.frames import TrajectoryFacts, stub_record
 from rewardq.queue.codec import OutputRecord, decode_output
 from rewardq.queue.endings import Expired
@@ -111,11 +113,12 @@ class Accounting:
         reason: str,
         failure: FailureKind,
         scored: tuple[ScoringTrace, float] | None = None,
-    ) -> tuple[Provenance, int | None]:
+    ) -> tuple[Provenance, FailureRows | None]:
         """Publish the provenance of a trajectory about to get an error result for every key, and
-        spool it (its records when they decoded, else its keys); returns that provenance and the
-        ledger ticket. ``scored``: the trace and time (ms) of the manager's run that raised: the
-        rows keep the final response it decoded, and that time."""
+        spool it (its records when they decoded, else its keys); returns that provenance and its
+        rows, to settle by what the fail script wrote (:mod:`rewardq.consumers.failure_rows`).
+        ``scored``: the trace and time (ms) of the manager's run that raised: the rows keep the
+        final response it decoded, and that time."""
         rec = o.record
         sample = trajectory_sample(records) if records else (rec.sample or {})
         prov = self.provenance_of(sample)
@@ -126,27 +129,29 @@ class Accounting:
         )
         if self.ledger is None:
             return prov, None
-        outputs: int | Sequence[OutputRecord] = records if records else max(len(o.payloads), rec.index + 1)
         response = score_ms = None
         if scored is not None and records:
             response = scored[0].response_of(int(records[-1].response_ids.shape[0]))
             score_ms = scored[1]
-        return prov, self.ledger.failed(
+        n = len(records) if records else max(len(o.payloads), rec.index + 1)
+        rows = self._failure_rows(
             rec.uid,
             rec.session_id,
-            outputs,
+            list(range(n)),
             sample,
             reason,
-            failure_kind=failure.value,
-            manager="",  # as its error results say (the provenance blob names the manager)
+            failure,
             attempt=o.attempts,
+            final=n - 1,
             put_ts=o.entry.ts,
             provenance=(prov.digest, prov.blob),
+            known={r.index: r for r in records or ()},
             response=response,
             score_ms=score_ms,
         )
+        return prov, rows.spool()
 
-    async def before_dead_letter(
+    def before_dead_letter(
         self,
         uid: str,
         session_id: str,
@@ -158,34 +163,84 @@ class Accounting:
         attempt: int,
         put_ts: float,
         own_key: bool = False,
-    ) -> int | None:
-        """Spool the keys a dead letter answers (the intake's refusals: a record that does not
-        decode, conflicts, is too large or was delivered too often) before their error results are
-        written and the entry acknowledged: keys ``0..index`` (the key it names, and those before
-        it; ``own_key``: the key it names only), with no ids; returns the ledger ticket (None
-        without a ledger). Their rows say what their error results say: nothing scored them, so no
-        provenance and no manager, and ``attempt`` (0: none, never scored)."""
+        spool: bool = True,
+        max_outputs: int,
+    ) -> FailureRows | None:
+        """The rows of the keys a dead letter answers (the intake's refusals: a record that does not
+        decode, conflicts, is too large or was delivered too often), spooled (``spool``) before their
+        error results are written and the entry acknowledged: keys ``0..index`` (the key it names,
+        and those before it; ``own_key``: the key it names only), with no ids (None without a
+        ledger). Their rows say what their error results say: nothing scored them, so no provenance
+        and no manager, and ``attempt`` (0: none, never scored), until the fail script says which
+        keys it wrote with which attempt (:meth:`FailureRows.settle`). An index at or past
+        ``max_outputs`` (a record's, never bounded by it) has the key it names alone spooled here,
+        as the script answers it alone beside the keys it knows."""
         if self.ledger is None:
             return None
         sample = record.sample if record is not None else {}
-        first = max(index, 0) if own_key else 0
         last = max(index, 0)
+        first = last if own_key or last >= max_outputs else 0
         # the key it names: the last one it knows; a late key (own_key), past the trajectory's final
         # output, is never its final row (readers take a trajectory's final row as its row)
         final = (record.final if record is not None else True) and not own_key
-        stubs = [stub_record(uid, session_id, i, final=final and i == last) for i in range(first, last + 1)]
-        return self.ledger.failed(
+        rows = self._failure_rows(
             uid,
             session_id,
-            stubs,
+            list(range(first, last + 1)) if spool else [],
             sample,
             reason,
-            failure_kind=failure.value,
-            manager="",
+            failure,
             attempt=attempt,
+            final=last if final else -1,
             put_ts=put_ts,
             provenance=None,
         )
+        return rows.spool()
+
+    def _failure_rows(
+        self,
+        uid: str,
+        session_id: str,
+        indexes: list[int],
+        sample: Mapping[str, object],
+        reason: str,
+        failure: FailureKind,
+        *,
+        attempt: int,
+        final: int,
+        put_ts: float,
+        provenance: tuple[str, Mapping[str, object]] | None,
+        known: Mapping[int, OutputRecord] | None = None,
+        response: str | None = None,
+        score_ms: float | None = None,
+    ) -> FailureRows:
+        """A failure's rows (:class:`FailureRows`); none scored by a manager (``manager`` empty, as
+        their error results say: the provenance blob names the manager)."""
+        ledger = self.ledger
+        assert ledger is not None
+
+        def spool_rows(records: list[OutputRecord], at: int) -> int | None:
+            kept = [r for r in records if r.index <= INT32_MAX]
+            for r in records:
+                if r.index > INT32_MAX:  # only a hostile record names one: the ledger's int32 column cannot hold it
+                    ledger.counts["unwritten"] += 1
+                    logger.warning("ledger: key %s_%s_%d has no row: its index is past int32", uid, session_id, r.index)
+            return ledger.failed(
+                uid,
+                session_id,
+                kept,
+                sample,
+                reason,
+                failure_kind=failure.value,
+                manager="",
+                attempt=at,
+                put_ts=put_ts,
+                provenance=provenance,
+                response=response,
+                score_ms=score_ms,
+            )
+
+        return FailureRows(uid, session_id, indexes, attempt, final, spool_rows, ledger.settle, known=dict(known or {}))
 
     @property
     def expired_records_bytes(self) -> int:
@@ -200,7 +255,7 @@ class Accounting:
         between the script and this write leaves the trajectory out of the ledger (docs/ledger.md).
         Synchronous, so a worker stopping meanwhile cannot cut it short. Its rows say what its
         error results say: nothing scored it, so no provenance, no manager and attempt 0."""
-        if self.ledger is None:
+        if self.ledger is None or not ended.wrote:  # no key got its error result: each kept the one it had
             return
         decoded: list[OutputRecord | None] = []
         for data in ended.records:
@@ -218,7 +273,8 @@ class Accounting:
         uid, sid = known[0].uid, known[0].session_id
         n = max(ended.keys, len(decoded))
         records = [
-            (decoded[i] if i < len(decoded) else None) or stub_record(uid, sid, i, final=i == n - 1) for i in range(n)
+            (decoded[i] if i < len(decoded) else None) or stub_record(uid, sid, i, final=i == n - 1)
+            for i in ended.wrote
         ]
         ticket = self.ledger.failed(
             uid,

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rewardq.consumers.failure_rows import FailureRows
 from rewardq.consumers.metrics import Metrics
 from rewardq.consumers.presence import Presence
 from rewardq.consumers.retries import RoomWaits
@@ -26,6 +27,7 @@ from rewardq.errors import RecordError, RedisPermissionError, TokenizerMismatch,
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
 from rewardq.queue.connection import is_refused_permission, permission_error
+from rewardq.queue.endings import Failed
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import parse_key, trajectory_id
 from rewardq.queue.states import DEAD_LETTER_FAILURE, DeadLetterKind, FailureKind
@@ -55,7 +57,8 @@ class FailureHandler:
         metrics: the worker's metrics hooks (dead letters by kind, failures by data source and kind).
         presence: the worker's heartbeat, which counts failures by data source and kind too.
         accounting: the worker's provenance and ledger: the keys a dead letter answers are spooled
-            to the ledger before their error results are written (every acknowledged key has a row).
+            to the ledger before their error results are written, then settled key by key by what
+            the fail script wrote (:mod:`rewardq.consumers.failure_rows`).
         room: waits out a failure's write that Redis refuses past ``maxmemory`` (None: raise it).
     """
 
@@ -109,26 +112,25 @@ class FailureHandler:
         else:
             tid, idx = ident
             shard = self.ks.shard_of(tid)
-            # nothing scored the keys it answers: attempt 0. (Not the attempts its hash counted: a
-            # read of it before the fail script lets a scoring of the same trajectory commit first,
-            # where a contradiction, two finals, must end it with error results.)
-            ticket = None if late == "kept" else await self.spool(entry, record, reason, failure, own_key=bool(late))
-            written: bool | None = None
+            # nothing scored the keys it answers: attempt 0, unless the fail script finds the
+            # trajectory's hash counted scoring attempts (it reads them atomically, and the rows
+            # are settled by what it wrote: FailureRows)
+            rows = self.spool(entry, record, reason, failure, own_key=bool(late), before=late != "kept")
+            failed: Failed | None = None
             try:
                 if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
                     await self._write(what, lambda: self.broker.dead_letter_entry(entry, dead))
-                    keys = await self._write(
+                    failed = await self._write(
                         f"the error results of {tid}",
                         lambda: self.broker.fail(shard, tid, reason, index=idx, entry=None, kind=failure),
                     )
                 else:
-                    keys = await self._write(
+                    failed = await self._write(
                         f"the error results of {tid}",
                         lambda: self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure),
                     )
-                written = keys > 0  # none: every key kept the result it had, which its rows must not outrank
             finally:
-                self.settle(ticket, written)
+                self.settle(rows, failed)
         self._count(kind, failure, str(record.sample.get("data_source", "")) if record is not None else "")
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
 
@@ -154,17 +156,18 @@ class FailureHandler:
         data_source: str = "",
         provenance: str = "",
         attempt: int = 0,
-    ) -> int:
+    ) -> Failed:
         """Fail a whole trajectory (scoring failed, or its stored records are bad); ``also_ack``:
         its other entries this worker holds, acknowledged with it; ``last_index``: its final index
         when Redis does not know it yet (a trajectory read whole and refused before its claim);
         ``failure``: its error results' kind (default: the dead letter's,
         :data:`~rewardq.queue.states.DEAD_LETTER_FAILURE`); ``extra_info``: more of their
         ``reward_extra_info``, beside ``error``; ``data_source``: its sample's, for the counts;
-        ``provenance``, ``attempt``: what failed, on which attempt."""
+        ``provenance``, ``attempt``: what failed, on which attempt. Returns which keys the fail
+        script gave an error result, with which attempt."""
         failure = failure or DEAD_LETTER_FAILURE[kind]
         dead = self._dead_fields(entry, kind, reason, tb, tid=tid, failure=failure)
-        written = await self._write(
+        failed = await self._write(
             f"the error results of {tid}",
             lambda: self.broker.fail(
                 shard,
@@ -182,7 +185,7 @@ class FailureHandler:
         )
         self._count(kind, failure, data_source)
         logger.warning("trajectory %s failed (%s): %s", tid, kind, reason[:2000])
-        return written
+        return failed
 
     async def exhausted(self, entries: Sequence[Entry], max_deliveries: int) -> None:
         """Dead-letter entries delivered more than ``max_deliveries`` times: one dead letter per
@@ -209,10 +212,11 @@ class FailureHandler:
             reason = exhausted_reason(max(e.deliveries for e, _ in items), max_deliveries, history)
             failure = DEAD_LETTER_FAILURE[DeadLetterKind.EXHAUSTED]
             last = max(items, key=lambda item: int(item[1]) if item[1].isdigit() else -1)
-            # its error results (and rows) carry the delivery count as their attempt: higher than any
-            # attempt a worker that died scoring it spooled, so its rows win the ledger's dedup
+            # its error results (and rows) carry the delivery count as their attempt, or the scoring
+            # attempts its hash counted when more (the fail script's): at least any attempt a worker
+            # that died scoring it spooled, so its rows (later) win the ledger's dedup
             attempt = max(e.deliveries for e, _ in items)
-            ticket = await self.spool(last[0], None, reason, failure, attempt=attempt)
+            rows = self.spool(last[0], None, reason, failure, attempt=attempt)
             dead = self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid, failure=failure)
             write = functools.partial(
                 self.broker.fail,
@@ -226,21 +230,24 @@ class FailureHandler:
                 kind=failure,
                 attempt=attempt,
             )
-            written: bool | None = None
+            failed: Failed | None = None
             try:
-                # none written: another worker finished it meanwhile, its rows must not outrank that
-                written = await self._write(f"the error results of {tid}", write) > 0
+                # a key not written (another worker finished it meanwhile) keeps its result: its row
+                # is settled committed = false
+                failed = await self._write(f"the error results of {tid}", write)
             finally:
-                self.settle(ticket, written)
+                self.settle(rows, failed)
             self._count(DeadLetterKind.EXHAUSTED, failure, "")
             logger.warning("trajectory %s dead-lettered (exhausted): %s", tid, reason)
 
-    def settle(self, ticket: int | None, written: bool | None) -> None:
-        """Tell the ledger whether the failure spooled under ``ticket`` wrote its error results."""
-        if self.accounting is not None:
-            self.accounting.settle(ticket, written)
+    @staticmethod
+    def settle(rows: FailureRows | None, failed: Failed | None) -> None:
+        """Settle a failure's ledger rows by what the fail script wrote (``failed``; None: it did
+        not run to its end)."""
+        if rows is not None:
+            rows.settle(failed)
 
-    async def spool(
+    def spool(
         self,
         entry: Entry,
         record: OutputRecord | None,
@@ -249,9 +256,12 @@ class FailureHandler:
         *,
         attempt: int = 0,
         own_key: bool = False,
-    ) -> int | None:
+        before: bool = True,
+    ) -> FailureRows | None:
         """Spool the keys ``entry`` answers to the ledger (None: no ledger, or its names unreadable):
-        ``own_key``, the key it names only; ``attempt``: the one its error results say (0: none)."""
+        ``own_key``, the key it names only; ``attempt``: the one its error results say (0: none);
+        ``before`` False: none yet (a late key that keeps its result), only the keys the fail
+        script writes, after it. Settle them with :meth:`settle`."""
         if self.accounting is None or self.accounting.ledger is None:
             return None
         names = _names(entry, record)
@@ -262,8 +272,18 @@ class FailureHandler:
             ts = float(entry.fields.get(b"ts", b"") or 0.0)
         except (TypeError, ValueError):
             ts = 0.0
-        return await self.accounting.before_dead_letter(
-            uid, session_id, index, record, reason, failure, attempt=attempt, put_ts=ts, own_key=own_key
+        return self.accounting.before_dead_letter(
+            uid,
+            session_id,
+            index,
+            record,
+            reason,
+            failure,
+            attempt=attempt,
+            put_ts=ts,
+            own_key=own_key,
+            spool=before,
+            max_outputs=self.broker.max_outputs,
         )
 
     @staticmethod

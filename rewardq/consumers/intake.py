@@ -33,6 +33,7 @@ from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.checks import MAX_TRAJECTORY_BYTES, check_trajectory_bytes
 from rewardq.queue.codec import OutputRecord, decode_output
+from rewardq.queue.endings import Failed
 from rewardq.queue.entries import Entry, StoreOutcome
 from rewardq.queue.images import MAX_IMAGE_BYTES
 from rewardq.queue.states import DeadLetterKind, FailureKind
@@ -275,22 +276,19 @@ class Intake:
             entries = [it[0] for it in items]
             reason = f"trajectory {tid}: {exc.message}"
             # every key gets an error result: each has its row first, as any dead letter's keys
-            ticket = await self.failures.spool(entries[-1], items[-1][1], reason, FailureKind.INPUT)
-            written: bool | None = None
+            rows = self.failures.spool(entries[-1], items[-1][1], reason, FailureKind.INPUT)
+            failed: Failed | None = None
             try:
-                written = (
-                    await self.failures.fail_trajectory(
-                        shard,
-                        tid,
-                        entries[-1],
-                        DeadLetterKind.INVALID,
-                        reason,
-                        also_ack=entries[:-1],
-                        last_index=len(entries) - 1,
-                    )
-                    > 0
+                failed = await self.failures.fail_trajectory(
+                    shard,
+                    tid,
+                    entries[-1],
+                    DeadLetterKind.INVALID,
+                    reason,
+                    also_ack=entries[:-1],
+                    last_index=len(entries) - 1,
                 )
             finally:
-                self.failures.settle(ticket, written)
+                self.failures.settle(rows, failed)
             return True
         return False

@@ -33,6 +33,7 @@ from rewardq.consumers.quarantine import Turn, crash_reason
 from rewardq.consumers.retries import NoRoom, RetryWait
 from rewardq.errors import RecordError
 from rewardq.queue.codec import OutputRecord
+from rewardq.queue.endings import Failed
 from rewardq.queue.entries import StoreOutcome
 from rewardq.queue.results import EncodedResults
 from rewardq.queue.states import DEAD_LETTER_FAILURE, DeadLetterKind, FailureKind, failure_kind_of
@@ -242,27 +243,24 @@ class ScoringRound:
         its sample's, for the failure counts; ``scored``: the trace and time of the manager's run
         that raised (its rows keep the response it decoded)."""
         failure = failure or DEAD_LETTER_FAILURE[kind]
-        prov, ticket = await self.parts.accounting.before_failure(o, records, reason, failure, scored)
-        written: bool | None = None
+        prov, rows = await self.parts.accounting.before_failure(o, records, reason, failure, scored)
+        failed: Failed | None = None
         try:
-            written = (
-                await self.parts.failures.fail_trajectory(
-                    o.entry.shard,
-                    o.record.tid,
-                    o.entry,
-                    kind,
-                    reason,
-                    tb=tb,
-                    failure=failure,
-                    extra_info=extra_info,
-                    provenance=prov.digest,
-                    attempt=o.attempts,
-                    data_source=data_source,
-                )
-                > 0
-            )  # none: every key had a result already (another worker's), which its rows must not outrank
-        finally:
-            self.parts.accounting.settle(ticket, written)
+            failed = await self.parts.failures.fail_trajectory(
+                o.entry.shard,
+                o.record.tid,
+                o.entry,
+                kind,
+                reason,
+                tb=tb,
+                failure=failure,
+                extra_info=extra_info,
+                provenance=prov.digest,
+                attempt=o.attempts,
+                data_source=data_source,
+            )
+        finally:  # a key that had a result (another worker's) keeps it: its row must not outrank it
+            self.parts.failures.settle(rows, failed)
 
     def _finished(self, tid: str, outcome: str, t0: float, data_source: str) -> None:
         manager = self.parts.cfg.manager

@@ -36,7 +36,7 @@ import numpy as np
 
 from rewardq.errors import ConfigError
 from rewardq.ledger.read import Where, read_table
-from rewardq.ledger.store import is_local, open_filesystem
+from rewardq.ledger.store import is_local, open_filesystem, write_whole
 from rewardq.ledger.table import from_json, sample_of
 
 logger = logging.getLogger("rewardq.replay")
@@ -209,11 +209,10 @@ def read_record(out: str) -> dict[str, Any] | None:
 
 
 def write_record(out: str, record: dict[str, Any]) -> None:
-    """Write :data:`RECORD` into output ledger ``out`` (made if missing)."""
+    """Write :data:`RECORD` into output ledger ``out`` (made if missing), whole or not at all: a stop
+    midway leaves the record as it was (:func:`~rewardq.ledger.store.write_whole`)."""
     fs, root = open_filesystem(out)
-    fs.makedirs(root, exist_ok=True)
-    with fs.open(f"{root}/{RECORD}", "wb") as f:
-        f.write(json.dumps(record, indent=1, sort_keys=True).encode())
+    write_whole(fs, root, RECORD, json.dumps(record, indent=1, sort_keys=True).encode())
 
 
 def scorings_in(out: str) -> set[str]:

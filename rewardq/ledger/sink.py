@@ -137,7 +137,9 @@ class Ledger:
         self.spool.open()
         LedgerStore(self.url)  # a URL no filesystem serves fails here, at start-up
         self.flusher = flusher_for(self.url, process=self.flusher_process)
-        self._pending.extend(self.spool.leftovers())
+        leftovers = self.spool.leftovers()  # an earlier life's: not yet written, so counted as spooled
+        self._pending.extend(leftovers)
+        self._spooled_bytes += sum(map(_size, leftovers))
         logger.info("ledger: %s (spool %s, flushed every %gs)", self.url, self.spool_dir, self.flush_interval)
 
     async def run(self) -> None:

@@ -131,10 +131,7 @@ class LedgerStore:
             "columns": {c.name: c.type for c in COLUMNS},
             "written_by": f"rewardq {__version__}",
         }
-        path = f"{self.root}/{MANIFEST}"
-        self.fs.makedirs(self.root, exist_ok=True)
-        with self.fs.open(path, "w") as f:
-            f.write(json.dumps(body, indent=1))
+        write_whole(self.fs, self.root, MANIFEST, json.dumps(body, indent=1).encode())
         self._manifest_done = True
 
 
@@ -189,6 +186,31 @@ class LedgerFile:
                 self.store.fs.rm(self.target)
         except Exception:  # noqa: BLE001 - the first failure is what the caller reports
             pass
+
+
+def write_whole(fs: AbstractFileSystem, folder: str, name: str, data: bytes) -> None:
+    """Write ``data`` as ``<folder>/<name>`` (the folder made if missing) so that a reader, or a
+    process stopped midway (a signal, a crash), never leaves the file cut: written under a
+    temporary name and renamed into place where the filesystem renames (module doc), written in
+    place on object stores, which make an object visible whole. A write that fails removes its
+    temporary file; the previous file, if any, stays as it was."""
+    fs.makedirs(folder, exist_ok=True)
+    path = f"{folder}/{name}"
+    if "file" not in _protocols(fs) and "memory" not in _protocols(fs):
+        with fs.open(path, "wb") as f:
+            f.write(data)
+        return
+    temporary = f"{folder}/_tmp-{secrets.token_hex(6)}-{name}"
+    try:
+        with fs.open(temporary, "wb") as f:
+            f.write(data)
+        fs.mv(temporary, path)
+    except BaseException:
+        try:
+            fs.rm(temporary)
+        except Exception:  # noqa: BLE001 - the first failure is what the caller reports
+            pass
+        raise
 
 
 def _codec(column: str) -> str:

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (
+    FULL_RECHECK,
+    SWEEP_INTERVAL,
+    SWEEP_MAX,
     WAIT_TIMEOUT,
     ClientBase,
     ClientSettings,
@@ -29,6 +32,7 @@ from rewardq.producers.reading import (
     ReadPlan,
     Waiter,
     check_keys,
+    ended,
     finished,
     keys_by_trajectory,
     parse_results,
@@ -58,6 +62,7 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         self._watch_ready: asyncio.Future[Any] | None = None  # set once the watcher knows where the streams end
         #: the ``done`` entries of awaited trajectories that carry their results, until their waiters read them
         self._announced: dict[str, Mapping[bytes, Any]] = {}
+        self._swept = 0  # where the next sweep starts among the awaited trajectories
 
     @classmethod
     def from_url(cls, url: str = REDIS_URL, namespace: str = NAMESPACE, **kwargs: object) -> AsyncRewardClient:
@@ -275,7 +280,7 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                 remaining = w.remaining()
                 if remaining <= 0:
                     raise RewardTimeout(w.missing, timeout)
-                await event.wait(min(remaining, 2.0))  # rung, or the periodic full re-check below
+                await event.wait(min(remaining, FULL_RECHECK))  # rung (a done entry, a sweep), or the full re-check
                 w.absorb(await self._announced_or_read(w.missing))
             return w.ordered()
         finally:
@@ -336,7 +341,40 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                     ready.set_exception(exc)
             raise
         ready.set_result(None)
-        await self._watch(last)
+        sweeper = asyncio.create_task(self._sweep_forever(), name="rewardq-done-sweeper")
+        try:
+            await self._watch(last)
+        finally:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
+
+    async def _sweep_forever(self) -> None:
+        """Every :data:`SWEEP_INTERVAL` seconds, while anyone waits: :meth:`_sweep`."""
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            if not self._watchers:
+                continue
+            try:
+                await self._sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if being_cancelled():
+                    raise asyncio.CancelledError from exc
+                logger.warning("done-stream sweep: %s; trying again in %.0f s", exc, SWEEP_INTERVAL)
+
+    async def _sweep(self) -> None:
+        """Ring the waiters of every awaited trajectory (at most :data:`SWEEP_MAX`, in turn) whose
+        hash says it has ended: one pipelined ``HGET <traj> state`` each."""
+        tids = list(self._watchers)
+        if len(tids) > SWEEP_MAX:
+            start = self._swept % len(tids)
+            tids = (tids[start:] + tids[:start])[:SWEEP_MAX]
+            self._swept = start + SWEEP_MAX
+        states = await self._state_pipeline(await self.keyspace(), tids).execute()
+        for tid in ended(tids, states):
+            for bell in self._watchers.get(tid, ()):
+                bell.set()
 
     async def _watch(self, last: dict[int, bytes]) -> None:
         """Follow the ``done`` streams from the ids in ``last`` and wake the matching waiters.

@@ -16,6 +16,9 @@ from typing import Any
 
 from rewardq.errors import RewardTimeout
 from rewardq.producers.core import (
+    FULL_RECHECK,
+    SWEEP_INTERVAL,
+    SWEEP_MAX,
     WAIT_TIMEOUT,
     ClientBase,
     Name,
@@ -30,6 +33,7 @@ from rewardq.producers.reading import (
     ReadPlan,
     Waiter,
     check_keys,
+    ended,
     finished_tids,
     keys_by_trajectory,
     parse_results,
@@ -237,18 +241,31 @@ class RewardClient(ClientBase[SyncRedis]):
             pipe.xrevrange(ks.done(s), count=1)
         last = {s: (got[0][0] if got else b"0-0") for s, got in zip(shards, pipe.execute())}
         w.absorb(self.get_rewards(w.keys))
-        full_check = time.monotonic() + 2.0
+        sweep_at = time.monotonic() + SWEEP_INTERVAL
+        full_at = time.monotonic() + FULL_RECHECK
         while w.missing:
             remaining = w.remaining()
             if remaining <= 0:
                 raise RewardTimeout(w.missing, timeout)
             tids = self._wait_done(last, min(remaining, 1.0))
-            recheck = w.missing if time.monotonic() >= full_check else w.missing_for(tids)
-            if time.monotonic() >= full_check:
-                full_check = time.monotonic() + 2.0
+            now = time.monotonic()
+            if now >= full_at:  # every key still missing, whatever its trajectory's state says
+                full_at, sweep_at = now + FULL_RECHECK, now + SWEEP_INTERVAL
+                recheck = w.missing
+            elif now >= sweep_at:  # and those whose trajectory ended without a done entry seen
+                sweep_at = now + SWEEP_INTERVAL
+                recheck = w.missing_for(tids | self._ended(w.missing))
+            else:
+                recheck = w.missing_for(tids)
             if recheck:
                 w.absorb(self.get_rewards(recheck))
         return w.ordered()
+
+    def _ended(self, keys: list[str]) -> set[str]:
+        """The trajectories of ``keys`` whose hash says they have ended (at most
+        :data:`~rewardq.producers.core.SWEEP_MAX` asked about)."""
+        tids = list(keys_by_trajectory(keys))[:SWEEP_MAX]
+        return set(ended(tids, self._state_pipeline(self.keyspace, tids).execute()))
 
     def _wait_done(self, last: dict[int, bytes], timeout: float) -> set[str]:
         """Block on the ``done`` streams for up to ``timeout``; returns the finished trajectory ids."""

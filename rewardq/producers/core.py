@@ -42,6 +42,17 @@ BACKPRESSURE_TIMEOUT = 60.0
 
 #: Seconds ``wait_rewards`` waits when no timeout is given.
 WAIT_TIMEOUT = 600.0
+#: How often a waiter asks Redis whether the trajectories it awaits have ended (one pipelined
+#: ``HGET <traj> state`` each), for those whose ``done`` entry it may not have seen: its XREAD
+#: failed and reconnected, a failover lost the entry, the stream was trimmed past where it read.
+SWEEP_INTERVAL = 2.0
+#: Trajectories asked about per sweep at most (in turn when more wait): a sweep's work is bounded.
+SWEEP_MAX = 4096
+#: A waiter still reads all its missing keys this often: results its trajectory's state does not
+#: show (a late key's error result written after its trajectory ended). Reading every waiter's keys
+#: every 2 s instead cost a burst of 2,048 trajectories waiting ~15 s about 1.5 ms of producer CPU
+#: per trajectory, more than the put (docs/performance.md).
+FULL_RECHECK = 30.0
 
 #: The Redis client a producer client holds: blocking (RewardClient) or asyncio (AsyncRewardClient).
 R = TypeVar("R", bound="SyncRedis | AsyncRedis")
@@ -372,6 +383,13 @@ class ClientBase(Generic[R]):
         pipe = self.r.pipeline(transaction=False)
         for t in tids:
             pipe.hgetall(ks.traj_key(t))
+        return pipe
+
+    def _state_pipeline(self, ks: Keyspace, tids: Iterable[str]) -> Any:
+        """A pipeline holding one ``HGET <traj> state`` per trajectory (see :func:`ended`)."""
+        pipe = self.r.pipeline(transaction=False)
+        for t in tids:
+            pipe.hget(ks.traj_key(t), "state")
         return pipe
 
     def _reward_pipeline(self, ks: Keyspace, keys: list[str]) -> Any:

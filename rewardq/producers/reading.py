@@ -151,6 +151,12 @@ class Waiter:
         return {k: self.results[k] for k in self.keys}
 
 
+def ended(tids: Sequence[str], states: Sequence[bytes | None]) -> list[str]:
+    """The trajectories among ``tids`` whose hash's ``state`` (``states``, in the same order) says
+    they have ended."""
+    return [t for t, state in zip(tids, states) if state == b"done"]
+
+
 def finished_tids(ks: Keyspace, resp: Any, last: dict[int, bytes]) -> list[str]:
     """The trajectory ids in an XREAD reply over ``done`` streams; advances ``last`` (shard -> id)."""
     return [tid for tid, _ in finished(ks, resp, last)]

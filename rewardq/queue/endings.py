@@ -13,7 +13,7 @@ is acknowledged without being kept.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rewardq.queue.blobs import delete_blobs
@@ -43,16 +43,30 @@ def _ms(value: object) -> float | None:
 
 
 @dataclass
+class Failed:
+    """What the fail script wrote: ``indexes``, the keys it gave an error result (in order; a key
+    that had a result kept it); ``attempt``, the attempt those results say (0: none), the caller's
+    or the attempts the trajectory's hash counted when more; ``final``, the trajectory's final index
+    as its hash knew it (-1: not known)."""
+
+    indexes: list[int]
+    attempt: int = 0
+    final: int = -1
+
+
+@dataclass
 class Expired:
     """A trajectory the expire script ended: every key below ``keys`` got an error result saying
     ``reason``; ``records``: each key's stored record (None where it never arrived), when asked for;
-    ``latency_ms``: those results' latency (from its last output filed to the result)."""
+    ``latency_ms``: those results' latency (from its last output filed to the result); ``wrote``:
+    the indexes of the keys that got it (a key that had a result kept it)."""
 
     tid: str
     reason: str
     keys: int
     records: list[bytes | None]
     latency_ms: float | None = None
+    wrote: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -86,7 +100,7 @@ class Endings:
         extra_info: Mapping[str, Any] | None = None,
         provenance: str = "",
         attempt: int = 0,
-    ) -> int:
+    ) -> Failed:
         """Finish a trajectory with an error result for all its keys; dead-letter and ack ``entry``.
 
         ``index`` is the output the failure is about (-1: none; digits beyond ``max_outputs`` name
@@ -98,7 +112,8 @@ class Endings:
         :data:`~rewardq.queue.text.MAX_REASON_BYTES` and every text made valid UTF-8, so no string
         a reward function produced can make the failure itself fail. The trajectory's stored records
         are deleted (kept ``keep_records`` seconds when set), and so are the blobs of ``entry`` and
-        ``also_ack``. Returns what the script answers: 1 when this call ended the trajectory.
+        ``also_ack``. Returns which keys got an error result, with which attempt: ``attempt``, or
+        the scoring attempts the trajectory's hash counted when more (:class:`Failed`).
         """
         keys = [
             self.ks.traj(shard, tid),
@@ -133,9 +148,9 @@ class Endings:
         ]
         for k, v in (dead or {}).items():
             args.extend([k, dead_value(k, v)])
-        written = int(await self.scripts.run("fail", keys, args))
+        out = await self.scripts.run("fail", keys, args)
         await delete_blobs(self.r, self.ks, [*([entry] if entry else []), *also_ack])
-        return written
+        return Failed([int(i) for i in out[2:]], _int(out[0], 0), _int(out[1], -1))
 
     async def dead_letter_entry(self, entry: Entry, dead: Mapping[str, object]) -> None:
         """Dead-letter an entry that names no trajectory at all, and ack it (``lua/deadletter.lua``);
@@ -176,9 +191,22 @@ class Endings:
         ]
         out = await self.scripts.run("expire", keys, args)
         return [
-            Expired(_s(out[i]), _s(out[i + 1]), int(out[i + 2]), list(out[i + 3] or ()), _ms(out[i + 4]))
-            for i in range(0, len(out), 5)
+            Expired(
+                _s(out[i]),
+                _s(out[i + 1]),
+                int(out[i + 2]),
+                list(out[i + 3] or ()),
+                _ms(out[i + 4]),
+                [int(w) for w in out[i + 5] or ()],
+            )
+            for i in range(0, len(out), 6)
         ]
+
+
+def _int(value: object, default: int) -> int:
+    """A script's integer text (``default`` when empty)."""
+    text = _s(value) if value is not None else ""
+    return int(text) if text else default
 
 
 def dead_value(name: str, value: object) -> object:

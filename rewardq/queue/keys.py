@@ -97,6 +97,10 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  (JSON: scoring fingerprint, version, scorer, judge,
                                                  isolation), one per scorer and configuration, named by
                                                  each result's ``provenance`` field (rewardq.reward.provenance)
+    rewardq:replay                       STRING  the mark of the ``rewardq replay`` a ``--namespace`` was
+                                                 given to (JSON: its ``--out``'s id and scoring
+                                                 fingerprint): only a replay with the same mark runs
+                                                 there again (rewardq.replay.namespace)
 
 ``{s0}`` is a Redis Cluster hash tag: every key of one shard lives in one hash slot, so
 the Lua scripts that store a record, commit a result and acknowledge the entry touch a
@@ -349,3 +353,8 @@ class Keyspace:
     def provenance(self) -> str:
         """The provenance blobs results name by digest (:mod:`rewardq.queue.provenance`)."""
         return f"{self.namespace}:provenance"
+
+    @property
+    def replay(self) -> str:
+        """The mark of the replay a named namespace belongs to (:mod:`rewardq.replay.namespace`)."""
+        return f"{self.namespace}:replay"

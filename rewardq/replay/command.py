@@ -59,7 +59,7 @@ REPLAY_WINDOW = 64
     default=None,
     metavar="NS",
     help="Run in this namespace and keep it (default: one of its own, deleted at the end; REWARDQ_NAMESPACE "
-    "is not read). Refused when live workers serve it or it holds keys the replay would send.",
+    "is not read). Refused unless unused or left by a replay into the same --out with the same configuration.",
 )
 @click_options(WorkerConfig, leave_out=("ledger", "name", "redis_url", "namespace"))
 def replay(
@@ -84,13 +84,14 @@ def replay(
     NEW_LEDGER.
 
     Only --redis-url and --namespace choose the Redis and namespace (not REWARDQ_REDIS_URL,
-    REWARDQ_NAMESPACE or a config file's); a --namespace live workers serve, or holding results of
-    the keys to replay, is refused. --out records its scoring configuration: a resume with another
-    is refused, as is an --out inside LEDGER.
+    REWARDQ_NAMESPACE or a config file's). A --namespace must be the replay's own: unused, or left
+    by a replay into the same --out with the same configuration (run again there, it goes on); one
+    live workers serve, or another pipeline or replay used, is refused. --out records its scoring
+    configuration: a resume with another is refused, as is an --out inside LEDGER.
 
-    Exit code 0; 1 when trajectories ended with errors or were refused, or it was interrupted (the
-    summary still printed); 2 for a bad flag or a refusal (nothing scored); 3 when the connection
-    to Redis was lost.
+    Exit code 0; 1 when trajectories ended with errors or were refused, or it was interrupted (a
+    signal, a trajectory past --timeout, its worker stopping: the summary still printed); 2 for a
+    bad flag or a refusal (nothing scored); 3 when the connection to Redis was lost.
     """
     from rich.console import Console
 
@@ -127,6 +128,7 @@ def replay(
         except KeyboardInterrupt:  # a stop before the replay started: nothing to clean
             pass
         outcome.interrupted = outcome.interrupted or stops.received is not None
+        outcome.stopped_by = outcome.stopped_by or stops.received
         _say(p, outcome, source, out, as_json, err)
     return EXIT_FAILED if outcome.interrupted or outcome.errors or outcome.refused else 0
 
@@ -137,17 +139,22 @@ def _prepare(cfg: WorkerConfig, source: str, out: str, select: dict[str, Any], e
     from rewardq.consumers.compose import prepare_worker
     from rewardq.ledger import replay as rp
     from rewardq.replay import run
+    from rewardq.replay.namespace import check_namespace, mark_namespace, replay_mark
     from rewardq.reward.scoring_fingerprint import scoring_fingerprint
     from rewardq.reward.tokenizer_fingerprint import tokenizer_fingerprint
 
     prepared = prepare_worker(cfg)  # an unknown manager, no --tokenizer: refused before anything else
     mine = scoring_fingerprint(cfg, tokenizer_fingerprint(prepared.tokenizer))
-    run.check_resume(out, mine)
+    out_id = run.check_resume(out, mine)
     with err.status("reading the ledger"):
         p = rp.plan(source, **select, skip_keys=rp.existing_keys(out))
-    if run.flag_given(cfg, "namespace"):
-        run.check_namespace(cfg, p.trajectories)
-    run.record_scoring(out, source, mine)
+    named = run.flag_given(cfg, "namespace")
+    mark = replay_mark(out_id, mine.digest)
+    if named:
+        check_namespace(cfg, p.trajectories, mark)
+    run.record_scoring(out, source, mine, out_id)
+    if named:  # after the record: a stop in between leaves the namespace unused, not marked for no --out
+        mark_namespace(cfg, mark)
     return p, prepared
 
 
@@ -162,7 +169,8 @@ def _say(p: Any, outcome: Any, source: str, out: str, as_json: bool, err: Any) -
         if p.done_before or p.incomplete or p.unreadable
         else ""
     )
-    state = "interrupted (run again with the same --out to go on)" if outcome.interrupted else "done"
+    why = f" by {outcome.stopped_by}" if outcome.stopped_by else ""
+    state = f"interrupted{why} (run again with the same --out to go on)" if outcome.interrupted else "done"
     refused = f", {outcome.refused} refused (rows no record can be made of: see the log)" if outcome.refused else ""
     err.print(
         f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewardq.errors import ConfigError, RecordError
+from rewardq.errors import ConfigError, RecordError, ReplayStopped
 from rewardq.ledger.replay import Plan, Trajectory
 from rewardq.queue.keys import Keyspace, output_key
 from rewardq.reward.judge.cache import seed_answers
@@ -42,6 +42,7 @@ class Outcome:
     errors: int = 0
     refused: int = 0  # trajectories the producer refused to send (rows no record can be made of)
     interrupted: bool = False
+    stopped_by: str | None = None  # why it was interrupted: a signal's name, or a ReplayStopped's message
     namespace: str = ""
 
 
@@ -104,6 +105,8 @@ async def run_replay(
             sending.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sending  # its error, if it failed
+    except ReplayStopped as exc:  # the sending gave up: the worker still writes what it holds
+        outcome.interrupted, outcome.stopped_by = True, str(exc)
     finally:
         stopped.cancel()
         sending.cancel()  # a no-op once it ended; else (this call cancelled) it must not outlive it
@@ -138,7 +141,7 @@ async def _send(
     while pending or flying:
         if worker.done():  # the worker stopped before the replay finished: say why
             worker.result()
-            raise RuntimeError("the replay's worker stopped before every trajectory was scored")
+            raise ReplayStopped("the replay's worker stopped before every trajectory was scored (see its log)")
         while pending and len(flying) < window:
             t = pending.pop()
             # in flight before the put: a stop during it may still have sent every output, which the
@@ -159,8 +162,8 @@ async def _send(
 async def _collect(
     client: Any, flying: dict[str, tuple[list[str], float]], outcome: Outcome, progress: Any, now: float | None
 ) -> None:
-    """Count the trajectories of ``flying`` whose every key has a result (and forget them); raise for
-    one past its deadline (``now`` None: a last look, no deadline)."""
+    """Count the trajectories of ``flying`` whose every key has a result (and forget them); raise
+    ReplayStopped for one past its deadline (``now`` None: a last look, no deadline)."""
     results = await client.get_rewards([k for keys, _ in flying.values() for k in keys])
     for tid, (keys, deadline) in list(flying.items()):
         got = [results.get(k) for k in keys]
@@ -171,7 +174,10 @@ async def _collect(
             if progress is not None:
                 progress(outcome.scored)
         elif now is not None and now > deadline:
-            raise RuntimeError(f"trajectory {tid} got no result within the --timeout")
+            raise ReplayStopped(
+                f"trajectory {tid} got no result within --timeout: a scorer, judge or sandbox slower than "
+                "that (raise --timeout), or one that hangs"
+            )
 
 
 def flag_given(cfg: WorkerConfig, name: str) -> bool:
@@ -205,50 +211,10 @@ def replay_config(cfg: WorkerConfig, out: str, *, given_url: bool, url: str) -> 
 OWN_NAMESPACE = "rewardq-replay-"
 
 
-def check_namespace(cfg: WorkerConfig, trajectories: Sequence[Trajectory]) -> None:
-    """Refuse (ConfigError) a ``--namespace`` that live workers serve, or that holds a result or a
-    trajectory of a key the replay would send: those workers would score the replay's outputs (into
-    their own ledger), and a key already there is refused as a conflicting record."""
-    from rewardq.queue.connection import connect_sync
-    from rewardq.queue.namespace import shard_count
-    from rewardq.queue.reads import workers_status
-
-    r = connect_sync(cfg.redis_url, cluster=cfg.cluster)
-    try:
-        ks = Keyspace(cfg.namespace)
-        ks = Keyspace(cfg.namespace, shard_count(r, ks) or ks.shards)
-        live = [w["name"] for w in workers_status(r, ks)]
-        if live:
-            raise ConfigError(
-                f"--namespace {cfg.namespace} is served by {len(live)} live worker(s) ({', '.join(live[:3])}"
-                f"{', ...' if len(live) > 3 else ''}): they would score the replay's trajectories instead of the "
-                "replay; leave out --namespace (a replay makes a namespace of its own), or name an unused one"
-            )
-        there = _keys_present(r, ks, trajectories)
-        if there:
-            raise ConfigError(
-                f"--namespace {cfg.namespace} already holds results or trajectories of {there} of the "
-                "trajectories to replay (a fleet's namespace, or a replay of another ledger): they would be "
-                "refused as conflicting records; leave out --namespace, or name an unused one"
-            )
-    finally:
-        r.close()
-
-
-def _keys_present(r: Any, ks: Keyspace, trajectories: Sequence[Trajectory]) -> int:
-    """How many of ``trajectories`` have a result (of their first key) or a trajectory hash in ``ks``."""
-    found = 0
-    for i in range(0, len(trajectories), 500):
-        pipe = r.pipeline(transaction=False)
-        for t in trajectories[i : i + 500]:
-            pipe.exists(ks.reward_key(t.keys[0]), ks.traj_key(f"{t.uid}_{t.session_id}"))
-        found += sum(1 for n in pipe.execute() if n)
-    return found
-
-
-def check_resume(out: str, mine: ScoringFingerprint) -> None:
+def check_resume(out: str, mine: ScoringFingerprint) -> str:
     """Refuse (ConfigError) to add to output ledger ``out`` rows of another scoring configuration than
-    the one it holds (:data:`~rewardq.ledger.replay.RECORD`, else its rows' ``scoring``)."""
+    the one it holds (:data:`~rewardq.ledger.replay.RECORD`, else its rows' ``scoring``); returns
+    ``out``'s id: the one its record holds, else a new one (:func:`record_scoring` writes it)."""
     from rewardq.ledger import replay as rp
     from rewardq.reward.scoring_fingerprint import differences
 
@@ -268,14 +234,17 @@ def check_resume(out: str, mine: ScoringFingerprint) -> None:
                 f"--out {out} holds rows scored with another configuration (fingerprint {', '.join(others)}); "
                 f"this replay's is {mine.text} (fingerprint {mine.digest}). Replay into a new --out"
             )
+    return str((recorded or {}).get("id") or secrets.token_hex(8))
 
 
-def record_scoring(out: str, source: str, mine: ScoringFingerprint) -> None:
-    """Record in output ledger ``out`` the scoring configuration ``mine`` that writes it (made if
-    missing), for :func:`check_resume` to hold a later replay into it to."""
+def record_scoring(out: str, source: str, mine: ScoringFingerprint, out_id: str) -> None:
+    """Record in output ledger ``out`` the scoring configuration ``mine`` that writes it and ``out``'s
+    id ``out_id`` (made if missing), for :func:`check_resume` to hold a later replay into it to, and
+    for :mod:`rewardq.replay.namespace` to tell its namespace by."""
     from rewardq.ledger import replay as rp
 
-    rp.write_record(out, {"source": source, "scoring": mine.digest, "text": mine.text, "shown": mine.shown})
+    record = {"source": source, "scoring": mine.digest, "text": mine.text, "shown": mine.shown, "id": out_id}
+    rp.write_record(out, record)
 
 
 def drop_spool_folder(cfg: WorkerConfig) -> None:
@@ -305,6 +274,7 @@ def summary_json(p: Plan, o: Outcome, source: str, out: str) -> str:
             "incomplete": p.incomplete,
             "unreadable": p.unreadable,
             "interrupted": o.interrupted,
+            "stopped_by": o.stopped_by,
             "namespace": o.namespace,
         }
     )

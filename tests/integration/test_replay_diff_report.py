@@ -289,7 +289,8 @@ def test_only_flags_choose_a_replays_namespace_and_a_busy_one_is_refused(
     before = sorted(sync_redis.scan_iter(match=f"{fleet}:*"))
     code, stdout, stderr = run(procs, *base, "--out", str(tmp_path / "ns"), "--redis-url", redis_url,
                                "--namespace", fleet)  # fmt: skip
-    assert code == 2 and "already holds results" in stderr and not stdout, stderr[-2000:]
+    assert code == 2 and "already holds" in stderr and "results or trajectories of 5" in stderr, stderr[-2000:]
+    assert not stdout
     assert sorted(sync_redis.scan_iter(match=f"{fleet}:*")) == before and not (tmp_path / "ns").exists()
     # and so is one live workers serve
     ns = f"test-replay-live-{os.getpid()}"
@@ -302,6 +303,78 @@ def test_only_flags_choose_a_replays_namespace_and_a_busy_one_is_refused(
     finally:
         worker.terminate()
         _delete_namespace(redis_url, ns)
+
+
+def test_a_replay_stopped_in_a_kept_namespace_resumes_there_and_no_other_replay_or_fleet_runs_there(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path, redis_url: str, sync_redis: SyncClient
+) -> None:
+    a, trajs = ledger
+    kept = f"test-replay-resume-{os.getpid()}"
+    out = tmp_path / "kept"
+    slow = ["--reward-fn", f"{REWARDS}:compute_score_slow", "--tokenizer", "builtin:demo", "--json"]
+    given = ["--redis-url", redis_url, "--namespace", kept]
+    try:
+        # Given a replay in a kept namespace, stopped while its worker held trajectories it hands back
+        p = procs.start(["replay", a, "--out", str(out), *slow, *given, "--window", "24", "--shutdown-grace", "0.1"],
+                        tag="replay-kept")  # fmt: skip
+        wait_for(
+            lambda: any(f.stat().st_size for f in out.glob("_spool/*/*.wal")), 120, "a spooled trajectory", procs=[p]
+        )
+        p.popen.send_signal(signal.SIGINT)
+        assert p.wait(120) == 1, p.stderr()[-3000:]
+        first = json.loads(p.stdout().strip().splitlines()[-1])
+        assert first["interrupted"] and first["replayed"] < N
+        left = [k for k in sync_redis.scan_iter(match=f"{kept}:*:traj:*") if not sync_redis.hget(k, "status")]
+        assert left, "the stopped replay left trajectories it did not finish in its namespace"
+        # When it is run again in that namespace, it goes on there and finishes
+        code, stdout, stderr = run(procs, "replay", a, "--out", str(out), *slow, *given)
+        assert code in (0, 1), stderr[-3000:]
+        second = json.loads(stdout.strip().splitlines()[-1])
+        assert not second["interrupted"], stderr[-3000:]
+        assert second["already_in_out"] + second["replayed"] == N
+        rows = read_table(str(out))
+        assert rows.num_rows == sum(len(t["outputs"]) for t in trajs)
+        # but a replay into another --out is refused there, before anything is sent
+        code, stdout, stderr = run(procs, "replay", a, "--out", str(tmp_path / "other"), *slow, *given)
+        assert code == 2 and "another --out" in stderr and not stdout, stderr[-2000:]
+        assert not (tmp_path / "other").exists()
+    finally:
+        _delete_namespace(redis_url, kept)
+
+
+def test_a_fleets_namespace_with_its_workers_down_is_refused(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path, redis_url: str, ns: str
+) -> None:
+    a, _ = ledger
+    # Given a fleet's namespace whose workers are down (no heartbeat), with a trajectory in its stream
+    fleet = RewardClient.from_url(redis_url, namespace=ns)
+    try:
+        [key] = fleet.put_trajectory("fleet", "s", [output(3, 3, seed=1)], {"data_source": "openai/gsm8k"})
+        # When a replay is given that namespace
+        code, stdout, stderr = run(procs, "replay", a, "--out", str(tmp_path / "out"), "--tokenizer", "builtin:demo",
+                                   "--json", "--limit", "5", "--redis-url", redis_url, "--namespace", ns)  # fmt: skip
+        # Then it is refused before anything is sent, and the fleet's trajectory is left to the fleet
+        assert code == 2 and "already holds" in stderr and "stream entries" in stderr and not stdout, stderr[-2000:]
+        assert fleet.get_rewards([key]) == {key: None} and not (tmp_path / "out").exists()
+    finally:
+        fleet.close()
+
+
+def test_a_trajectory_past_the_timeout_ends_the_replay_with_a_summary_not_a_traceback(
+    procs: Procs, ledger: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    a, _ = ledger
+    out = tmp_path / "timeout"
+    slow = ("--reward-fn", f"{REWARDS}:compute_score_slow", "--tokenizer", "builtin:demo", "--timeout", "0.05")
+    code, stdout, stderr = run(procs, "replay", a, "--out", str(out), *slow, "--json", "--window", "4")
+    assert code == 1 and "Traceback" not in stderr and "this is a bug" not in stderr, stderr[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["interrupted"] and "--timeout" in result["stopped_by"], result
+    written = {k.rsplit("_", 1)[0] for k in read_table(str(out), columns=["key"], dedup=False)["key"].to_pylist()}
+    assert result["replayed"] == len(written) < N
+    # and the text summary says why
+    code, _, stderr = run(procs, "replay", a, "--out", str(tmp_path / "text"), *slow)
+    assert code == 1 and "replay interrupted by trajectory" in stderr and "Traceback" not in stderr, stderr[-3000:]
 
 
 def test_a_resume_under_another_configuration_or_into_the_source_is_refused(

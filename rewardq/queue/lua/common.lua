@@ -391,17 +391,20 @@ end
 -- as a scored trajectory's do (`end_records`: kept in `records` for keep seconds, else deleted).
 -- `err.msg` is at most ~1 KB and `err.extra` a few KB (the worker cuts reasons to
 -- rewardq.queue.text.MAX_REASON_BYTES and bounds the extra info; the reasons written here are short).
--- Work: at most max_out + 1 keys written, plus `end_records`. Returns the number of keys written.
+-- Work: at most max_out + 1 keys written, plus `end_records`. Returns the indexes of the keys it
+-- wrote, as text, in order (at most max_out + 1 of them): the worker's ledger rows follow them.
 local function finish_error(traj, stream, waiting, done, records, group, tid, rprefix, ttl, err,
                             worker, extra, extra_text, maxlen, now, max_out, keep)
   local hi = math.min(highest_index(traj, max_out), max_out - 1)
   if extra and extra >= 0 and extra < max_out and extra > hi then hi = extra end
-  local written = 0
+  local wrote = {}
   for i = 0, hi do
-    written = written + write_error(rprefix .. tid .. '_' .. i, err, worker, now, ttl)
+    if write_error(rprefix .. tid .. '_' .. i, err, worker, now, ttl) == 1 then wrote[#wrote + 1] = tostring(i) end
   end
   if extra and extra >= max_out and string.match(extra_text or '', '^%d+$') then
-    written = written + write_error(rprefix .. tid .. '_' .. extra_text, err, worker, now, ttl)
+    if write_error(rprefix .. tid .. '_' .. extra_text, err, worker, now, ttl) == 1 then
+      wrote[#wrote + 1] = extra_text
+    end
   end
   end_records(traj, stream, records, keep, max_out)
   redis.call('HSET', traj, 'state', 'done', 'status', 'error', 'error', err.msg, 'failure_kind', err.kind,
@@ -411,7 +414,7 @@ local function finish_error(traj, stream, waiting, done, records, group, tid, rp
   redis.call('ZREM', waiting, tid)
   ack_recorded(traj, stream, group)
   redis.call('XADD', done, 'MAXLEN', '~', maxlen, '*', 'tid', tid, 'n', hi + 1, 'status', 'error')
-  return written
+  return wrote
 end
 
 -- Add a dead letter (`fields`: its field/value list, a few dozen values) to stream `dead`, then

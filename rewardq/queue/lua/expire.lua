@@ -3,8 +3,9 @@
 -- ARGV: group, traj_prefix, reward_prefix, result_ttl, worker, limit, timeout_seconds,
 --       done_maxlen, dead_maxlen, max_outputs, records_prefix, keep_records, dead_bytes, dead_ttl_ms,
 --       records_bytes
--- Returns {tid, reason, keys, records, latency, tid, ...} for the trajectories it ended: `keys` =
--- the highest index + 1 (keys 0 .. keys-1 got the error result), `records` = the stored record of
+-- Returns {tid, reason, keys, records, latency, wrote, tid, ...} for the trajectories it ended: `keys` =
+-- the highest index + 1 (keys 0 .. keys-1 answered), `wrote` = the indexes of those keys that got
+-- the error result (as text: a key that had a result keeps it), `records` = the stored record of
 -- each of those keys (nil where it never arrived) when records_bytes > 0 (the worker keeps a
 -- ledger: rewardq.ledger), else empty; `latency` = the error results' latency_ms: from the
 -- trajectory's last output filed (its waiting clock's start) to now.
@@ -46,9 +47,10 @@ for d = 1, #due, 2 do
     end
     local reason = 'incomplete trajectory: ' .. missing_text(traj, max_out) .. ' after waiting ' .. timeout .. 's'
     local latency = latency_text(tonumber(due[d + 1]) - (tonumber(timeout) or 0), now)
-    written = written + 1 + finish_error(traj, stream, waiting, done, rec_prefix .. tid, group, tid, rprefix, ttl,
-                                         error_result(reason, 'input', '', '', '', latency), worker, -1, '',
-                                         maxlen, now, max_out, keep)
+    local wrote = finish_error(traj, stream, waiting, done, rec_prefix .. tid, group, tid, rprefix, ttl,
+                               error_result(reason, 'input', '', '', '', latency), worker, -1, '',
+                               maxlen, now, max_out, keep)
+    written = written + 1 + #wrote
     add_dead(dead, {'tid', tid, 'reason', reason, 'kind', 'incomplete', 'failure_kind', 'input',
                     'worker', worker, 'time', string.format('%.6f', now)}, tonumber(dead_maxlen), dead_bytes, dead_ttl)
     out[#out + 1] = tid
@@ -56,6 +58,7 @@ for d = 1, #due, 2 do
     out[#out + 1] = hi + 1
     out[#out + 1] = records
     out[#out + 1] = latency
+    out[#out + 1] = wrote
   else
     redis.call('ZREM', waiting, tid)
   end

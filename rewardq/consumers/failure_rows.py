@@ -1,0 +1,87 @@
+"""A failure's ledger rows, key by key as the fail script wrote them (docs/ledger.md).
+
+A failure's rows are spooled *before* its fail script, so a worker killed after the script still
+has them: for the keys the worker expects the script to answer, with the attempt it expects. The
+script is what decides, atomically: which keys get an error result (a key that already has one,
+another worker's or an earlier trajectory's, keeps it; a trajectory Redis knows further than this
+worker does answers for more keys) and with which attempt (the worker's, or the scoring attempts
+the trajectory's hash counted when more). :meth:`FailureRows.settle` then makes the ledger agree
+with Redis key by key: when the script wrote exactly the rows spooled, they are settled
+``committed = true``; otherwise they are settled ``committed = false`` (they outrank nothing) and
+the keys the script wrote are spooled again as it wrote them, settled ``committed = true``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rewardq.ledger.frames import stub_record
+from rewardq.queue.codec import OutputRecord
+from rewardq.queue.endings import Failed
+
+#: Spools rows (``records``, ``attempt``) and returns their ticket (None: not spooled).
+SpoolRows = Callable[[list[OutputRecord], int], "int | None"]
+#: Tells the ledger whether the rows of a ticket are what Redis holds (None: not known).
+SettleRows = Callable[["int | None", "bool | None"], None]
+
+
+@dataclass
+class FailureRows:
+    """The ledger rows of the keys one failure answers (see the module doc).
+
+    Args:
+        uid, session_id: the trajectory's names.
+        indexes: the keys the worker expects the fail script to answer, in order.
+        attempt: the attempt it expects their error results to say.
+        final: the index whose row is its trajectory's final row (-1: none).
+        spool_rows: spools rows; settle_rows: settles a ticket.
+        known: the decoded records by index (their rows keep ids and sample; the others are
+            identity only).
+    """
+
+    uid: str
+    session_id: str
+    indexes: list[int]
+    attempt: int
+    final: int
+    spool_rows: SpoolRows
+    settle_rows: SettleRows
+    known: Mapping[int, OutputRecord] = field(default_factory=dict)
+    ticket: int | None = None
+
+    def spool(self) -> FailureRows:
+        """Spool the expected rows (before the fail script); returns itself."""
+        if self.indexes:
+            self.ticket = self.spool_rows(self.rows(self.indexes, self.final), self.attempt)
+        return self
+
+    def settle(self, failed: Failed | None) -> None:
+        """Settle the rows by what the fail script wrote (None: it did not run to its end, so the
+        entries stay pending and ``committed`` stays unknown)."""
+        if failed is None:
+            self.settle_rows(self.ticket, None)
+            return
+        final = failed.final if failed.final >= 0 else self.final
+        same = failed.indexes == self.indexes and failed.attempt == self.attempt
+        if same and _final_in(failed.indexes, final) == _final_in(self.indexes, self.final):
+            self.settle_rows(self.ticket, True)
+            return
+        # rows that say what Redis does not: they outrank nothing; the keys written, as written
+        self.settle_rows(self.ticket, False)
+        if failed.indexes:
+            self.settle_rows(self.spool_rows(self.rows(failed.indexes, final), failed.attempt), True)
+
+    def rows(self, indexes: Sequence[int], final: int) -> list[OutputRecord]:
+        """The records of ``indexes``: the decoded ones, else each key's identity (``final``: the
+        index whose row is its trajectory's final row)."""
+        return [self._record(i, final) for i in indexes]
+
+    def _record(self, i: int, final: int) -> OutputRecord:
+        rec = self.known.get(i)
+        return rec if rec is not None else stub_record(self.uid, self.session_id, i, final=i == final)
+
+
+def _final_in(indexes: Sequence[int], final: int) -> int:
+    """``final`` when it is one of ``indexes``, else -1."""
+    return final if final in indexes else -1
