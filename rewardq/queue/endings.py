@@ -182,7 +182,7 @@ class Endings:
             self.ks.stream(shard),
             self.ks.done(shard),
             self.ks.dead(shard),
-            self.ks.expired_reply(shard, nonce),
+            self.ks.expired_reply(shard, self.worker),
         ]
         args = [
             self.ks.group,

@@ -61,7 +61,7 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  one Redis only shard 0's is used (lua/stage.lua)
     rewardq:{s0}:waiting                 ZSET    trajectories still collecting outputs, scored by the
                                                  time they expire (last_seen + incomplete_timeout)
-    rewardq:{s0}:waiting:expired:<nonce> HASH    one expire call's reply, kept 60 s for the same call
+    rewardq:{s0}:waiting:expired:<worker> HASH   a worker's last expire reply, kept 60 s for the same call
                                                  sent again after its reply was lost (lua/expire.lua)
     rewardq:{s0}:done                    STREAM  one entry per finished trajectory (``tid``, ``n``,
                                                  ``status``, ``worker``, ``latency_ms``, and a result
@@ -302,10 +302,10 @@ class Keyspace:
         """The prefix of the blobs of records over 1 MiB (``<prefix><32 hex>``, :mod:`rewardq.queue.blobs`)."""
         return f"{self._p(shard)}:blob:"
 
-    def expired_reply(self, shard: int, nonce: str) -> str:
-        """Where one expire call keeps its reply for 60 s (``lua/expire.lua``; ``nonce``: the call's,
-        :func:`~rewardq.queue.endings.call_nonce`)."""
-        return f"{self.waiting(shard)}:expired:{nonce}"
+    def expired_reply(self, shard: int, worker: str) -> str:
+        """Where ``worker``'s last expire call on ``shard`` keeps its reply for 60 s, under the call's
+        nonce (``lua/expire.lua``, :func:`~rewardq.queue.endings.call_nonce`)."""
+        return f"{self.waiting(shard)}:expired:{worker}"
 
     def dead_bytes(self, shard: int) -> str:
         """The byte count of ``dead(shard)`` (the scripts build it as ``dead .. ':bytes'``)."""

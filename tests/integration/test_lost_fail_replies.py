@@ -154,6 +154,14 @@ async def test_an_expire_sent_again_after_a_lost_reply_returns_the_trajectories_
     assert [direct.hget(f"{ks.reward_prefix(0)}u_s_{i}", "status") for i in (0, 1)] == [b"error", b"error"]
     assert direct.xlen(ks.dead(0)) == 1
     kept = direct.keys(f"{ks.waiting(0)}:expired:*")
-    assert len(kept) == 1 and 0 < direct.pttl(kept[0]) <= 60_000
+    assert kept == [ks.expired_reply(0, "w").encode()] and 0 < direct.pttl(kept[0]) <= 60_000
+    # ... one per worker: its next call (a new nonce) that ends nothing runs and deletes it
+    client = connect_async(server.url)
+    try:
+        again = StreamBroker(client, ks, worker="w", max_outputs=8)
+        assert await again.expire_incomplete(0, records_bytes=1 << 20) == []
+    finally:
+        await client.aclose()
+    assert not direct.keys(f"{ks.waiting(0)}:expired:*")
     direct.delete(*direct.keys(f"{ns}:*"))
     direct.close()

@@ -15,10 +15,13 @@
 -- trajectory's stored records ended (`end_records`). With records_bytes > 0, the records returned
 -- stay within records_bytes, except that the first trajectory's always are (at most
 -- max_trajectory_bytes, which the store script enforces): past it, the rest wait for the next pass.
--- A reply that ended something is kept for REPLY_KEEP_MS in `kept` (`<waiting>:expired:<nonce>`: its
--- records again with it, when asked for: at most records_bytes, or the first trajectory's): the
--- same call sent again after its reply was lost (rewardq.queue.retry) gets the same reply back
--- and writes nothing; a second run would find those trajectories ended and return nothing for them.
+-- A reply that ended something is kept for REPLY_KEEP_MS in `kept` (`<waiting>:expired:<worker>`,
+-- with its nonce and, when asked for, its records again: at most records_bytes, or the first
+-- trajectory's): the same call sent again after its reply was lost (rewardq.queue.retry) gets the
+-- same reply back and writes nothing (a second run would find those trajectories ended and return
+-- nothing for them). One key per worker, overwritten by its next call, deleted by one that ends
+-- nothing: a worker's passes run one at a time, so only its last call can be sent again, and the
+-- memory kept is at most one reply per worker.
 local waiting, stream, done, dead, kept_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, tprefix, rprefix = ARGV[1], ARGV[2], ARGV[3]
 local ttl, worker, limit, timeout = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
@@ -58,7 +61,7 @@ end
 
 -- Keep the reply `out` (six values per trajectory) under kept_key.
 local function keep_expired(out)
-  local fields = {'n', #out / 6}
+  local fields = {'nonce', nonce, 'n', #out / 6}
   for j = 1, #out / 6 do
     local p, o = j .. ':', (j - 1) * 6
     local wrote = out[o + 6]
@@ -81,7 +84,7 @@ local function keep_expired(out)
   redis.call('PEXPIRE', kept_key, REPLY_KEEP_MS)
 end
 
-if nonce ~= '' and redis.call('EXISTS', kept_key) == 1 then return kept_expired() end
+if nonce ~= '' and redis.call('HGET', kept_key, 'nonce') == nonce then return kept_expired() end
 local returned = 0
 local now = now_seconds()
 local out = {}
@@ -123,5 +126,7 @@ for d = 1, #due, 2 do
     redis.call('ZREM', waiting, tid)
   end
 end
-if nonce ~= '' and #out > 0 then keep_expired(out) end
+if nonce ~= '' then
+  if #out > 0 then keep_expired(out) else redis.call('DEL', kept_key) end
+end
 return out
