@@ -199,3 +199,43 @@ async def test_a_trajectory_id_used_again_fails_without_outranking_the_results_i
     # And after the ledger's dedup every key's row is its result
     rows = _agree(ledger, results)
     assert [rows[k]["committed"] for k in keys] == [True] * 4
+
+
+async def test_an_undecodable_entry_fails_its_trajectory_with_the_entries_read_beside_it(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given trajectories of 3 outputs (the last final) of which one entry, raw, does not decode:
+    # each index in turn, sent before or after the two valid ones; and between them a valid
+    # trajectory of another uid, all queued before any worker reads
+    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    _ = client.keyspace  # the namespace, as a producer makes it
+    bad: dict[str, str] = {}
+    for n, (broken, first) in enumerate((b, f) for b in range(3) for f in (True, False)):
+        uid = f"split{n}"
+        raw = {"key": f"{uid}_x_{broken}", "data": b"\xc1\xc1 not msgpack", "ts": f"{time.time():.6f}"}
+        if first:
+            sync_redis.xadd(ks.stream(0), raw)
+        for i in (i for i in range(3) if i != broken):
+            client.put_output(uid, "x", i, output(3, 4, seed=i), SAMPLE, final=i == 2)
+        if not first:
+            sync_redis.xadd(ks.stream(0), raw)
+        bad[f"{uid}_x"] = raw["key"]
+        client.put_trajectory(f"good{n}", "g", [output(3, 4, seed=9), output(3, 4, seed=8)], SAMPLE)
+    failed = [f"{tid}_{i}" for tid in bad for i in range(3)]
+    good = [f"good{n}_g_{i}" for n in range(len(bad)) for i in range(2)]
+    # When one worker with a ledger reads them
+    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)):
+        results = await asyncio.to_thread(client.wait_rewards, failed + good, 30)
+        await until(lambda: not sync_redis.xpending(ks.stream(0), ks.group)["pending"], "every entry acked", 10)
+    client.close()
+    # Then each such trajectory has an error result on every key, the other uid's are scored
+    assert all(results[k].status == "error" and results[k].failure_kind == "input" for k in failed)
+    assert all(results[k].ok for k in good)
+    # ... with one dead letter each, `invalid`, for its undecodable entry, and none for the others
+    dead = [fields for _, fields in sync_redis.xrange(ks.dead(0))]
+    assert sorted((d[b"kind"], d[b"key"]) for d in dead) == sorted((b"invalid", k.encode()) for k in bad.values())
+    # ... and a ledger row per key saying so, keeping the trajectory's data source
+    rows = _agree(ledger, dict(results))
+    assert all(rows[k]["data_source"] == CUSTOM and rows[k]["committed"] is True for k in failed)
+    assert [k for k in failed if rows[k]["final"]] == [f"{tid}_2" for tid in bad]
