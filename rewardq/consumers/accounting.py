@@ -226,7 +226,7 @@ class Accounting:
             kept = [r for r in records if r.index <= INT32_MAX]
             for r in records:
                 if r.index > INT32_MAX:  # only a hostile record names one: the ledger's int32 column cannot hold it
-                    ledger.counts["unwritten"] += 1
+                    ledger.counts["refused"] += 1
                     logger.warning("ledger: key %s_%s_%d has no row: its index is past int32", uid, session_id, r.index)
             return ledger.failed(
                 uid,
@@ -268,8 +268,8 @@ class Accounting:
                 rec = None
             decoded.append(rec if rec is not None and rec.tid == ended.tid else None)
         known = [r for r in decoded if r is not None]
-        if not known:  # no uid or session id to name its keys by: counted as not kept
-            self.ledger.counts["unwritten"] += 1
+        if not known:  # no uid or session id to name its keys by: no row by design
+            self.ledger.counts["refused"] += 1
             logger.warning("ledger: expired trajectory %s had no readable record: it has no ledger row", ended.tid)
             return
         sample = trajectory_sample(known)

@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from rewardq import RewardClient
+from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.ledger.frames import TrajectoryFacts
 from rewardq.ledger.read import read_table
 from rewardq.ledger.sink import Ledger
+from rewardq.ops.diagnosis import diagnose
+from rewardq.ops.overview import pipeline_status
+from rewardq.ops.status_view import ledger_line
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import decode_output
 from rewardq.queue.connection import connect_async
@@ -164,17 +168,26 @@ async def test_a_record_naming_a_huge_index_costs_a_ledger_worker_no_more_than_i
     for key in keys:
         sync_redis.xadd(ks.stream(0), {"key": key, "data": b"\xc1junk", "ts": f"{time.time():.6f}"})
     ledger = str(tmp_path / "ledger")
+    metrics = WorkerMetrics("naive")
     # When a worker with a ledger refuses them
-    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)) as w:
+    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger), metrics=metrics) as w:
         results = await asyncio.to_thread(client.wait_rewards, keys, 30)
         assert w.accounting.ledger is not None
-        unwritten = w.accounting.ledger.counts["unwritten"]
+        counts = dict(w.accounting.ledger.counts)
+        await w.beat()
+        st = pipeline_status(sync_redis, ks)
     client.close()
     # Then each key has its error result at once (no row is made per index below it)
     assert all(r.status == "error" and r.failure_kind == "input" for r in results.values())
-    # And the first has its row; the second, whose index no int32 holds, none, counted as unwritten
+    # And the first has its row; the second, whose index no int32 holds, none by design: counted as
+    # refused, not as a trajectory the destination failed to keep
     _agree(ledger, {keys[0]: results[keys[0]]})
-    assert unwritten == 1
+    assert (counts["refused"], counts["unwritten"]) == (1, 0)
+    assert metrics.registry.get_sample_value("rewardq_ledger_refused_total") == 1
+    # ... so status says so calmly, with no diagnosis blaming the destination
+    assert (st["ledger"]["refused"], st["ledger"]["unwritten"]) == (1, 0)
+    assert "1 keys with no row by design" in ledger_line(st["ledger"])
+    assert not [d for d in diagnose(st) if "ledger" in str(d["message"])]
 
 
 async def test_a_trajectory_id_used_again_fails_without_outranking_the_results_it_kept(
