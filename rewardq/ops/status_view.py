@@ -265,7 +265,8 @@ def ledger_line(ledger: dict[str, Any]) -> str:
     if ledger["unwritten"]:
         line += f", [red]{ledger['unwritten']:,} trajectories not written[/]"
     if ledger.get("refused"):
-        line += f", {ledger['refused']:,} keys with no row by design (an index past int32, no readable record: docs/ledger.md)"
+        n = ledger["refused"]
+        line += f", {n:,} key{'' if n == 1 else 's'} with no row by design (an index past int32, no readable record: docs/ledger.md)"
     if ledger.get("unreadable"):
         line += f", [red]{ledger['unreadable']:,} spooled frames unreadable (segments kept as *.wal.unreadable)[/]"
     if ledger["failing"]:

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from rewardq import RewardClient
 from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.ledger.frames import TrajectoryFacts
@@ -18,6 +20,7 @@ from rewardq.ledger.sink import Ledger
 from rewardq.ops.diagnosis import diagnose
 from rewardq.ops.overview import pipeline_status
 from rewardq.ops.status_view import ledger_line
+from rewardq.ops.top import TopModel, render_top
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import decode_output
 from rewardq.queue.connection import connect_async
@@ -176,6 +179,7 @@ async def test_a_record_naming_a_huge_index_costs_a_ledger_worker_no_more_than_i
         counts = dict(w.accounting.ledger.counts)
         await w.beat()
         st = pipeline_status(sync_redis, ks)
+        snap = TopModel(sync_redis, ks, redis_url).refresh()
     client.close()
     # Then each key has its error result at once (no row is made per index below it)
     assert all(r.status == "error" and r.failure_kind == "input" for r in results.values())
@@ -186,8 +190,12 @@ async def test_a_record_naming_a_huge_index_costs_a_ledger_worker_no_more_than_i
     assert metrics.registry.get_sample_value("rewardq_ledger_refused_total") == 1
     # ... so status says so calmly, with no diagnosis blaming the destination
     assert (st["ledger"]["refused"], st["ledger"]["unwritten"]) == (1, 0)
-    assert "1 keys with no row by design" in ledger_line(st["ledger"])
+    assert "1 key with no row by design" in ledger_line(st["ledger"])
     assert not [d for d in diagnose(st) if "ledger" in str(d["message"])]
+    # ... and so does top
+    console = Console(width=200, record=True)
+    console.print(render_top(snap, 200))
+    assert "1 key with no row by design" in console.export_text()
 
 
 async def test_a_trajectory_id_used_again_fails_without_outranking_the_results_it_kept(
