@@ -159,9 +159,7 @@ class FailureHandler:
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
         return took
 
-    def _takes(
-        self, entry: Entry, shard: int, tid: str, idx: str, batch: Sequence[tuple[Entry, OutputRecord]]
-    ) -> bool:
+    def _takes(self, entry: Entry, shard: int, tid: str, idx: str, batch: Sequence[tuple[Entry, OutputRecord]]) -> bool:
         """Whether ``batch`` fails with ``entry`` (see :meth:`dead_letter`): the fail script answers
         their keys (all below ``max_outputs``) and acknowledges at most ``max_outputs`` entries."""
         max_out = self.broker.max_outputs

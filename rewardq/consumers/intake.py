@@ -7,7 +7,8 @@ scoring a trajectory. Each batch, read or reclaimed, ends as:
 
 * a dead letter (with an error result for its keys) for every entry whose record does not decode;
   the trajectory it names fails with it, and that trajectory's other entries in the batch are
-  acknowledged with it (no dead letter of their own); and one per trajectory whose entries were delivered more than ``max_deliveries`` times (its
+  acknowledged with it (no dead letter of their own); and one per trajectory whose entries were
+  delivered more than ``max_deliveries`` times (its
   reason says how the earlier attempts ended: a worker that died, or commits that failed);
 * an error result for every key of a trajectory whose records total more than
   ``max_trajectory_bytes`` (checked here for a trajectory read whole, by ``store`` otherwise);

@@ -73,7 +73,8 @@ def ledger_totals(workers: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not with_ledger:
         return None
     total = {"urls": sorted({str(w["ledger"].get("url", "")) for w in with_ledger}), "workers": len(with_ledger)}
-    for name in ("rows", "unwritten", "refused", "unreadable", "pending_bytes", "pending_segments", "adopted", "errors"):
+    names = ("rows", "unwritten", "refused", "unreadable", "pending_bytes", "pending_segments", "adopted", "errors")
+    for name in names:
         total[name] = sum(int(as_number(w["ledger"].get(name))) for w in with_ledger)
     total["failing"] = {
         w["name"]: str(w["ledger"].get("last_error", "")) for w in with_ledger if w["ledger"].get("state") == "failing"

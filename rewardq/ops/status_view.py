@@ -266,7 +266,8 @@ def ledger_line(ledger: dict[str, Any]) -> str:
         line += f", [red]{ledger['unwritten']:,} trajectories not written[/]"
     if ledger.get("refused"):
         n = ledger["refused"]
-        line += f", {n:,} key{'' if n == 1 else 's'} with no row by design (an index past int32, no readable record: docs/ledger.md)"
+        line += f", {n:,} key{'' if n == 1 else 's'} with no row by design"
+        line += " (an index past int32, no readable record: docs/ledger.md)"
     if ledger.get("unreadable"):
         line += f", [red]{ledger['unreadable']:,} spooled frames unreadable (segments kept as *.wal.unreadable)[/]"
     if ledger["failing"]:

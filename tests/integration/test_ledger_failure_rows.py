@@ -234,14 +234,18 @@ async def test_an_undecodable_entry_fails_its_trajectory_with_the_entries_read_b
     bad: dict[str, str] = {}
     for n, (broken, first) in enumerate((b, f) for b in range(3) for f in (True, False)):
         uid = f"split{n}"
-        raw = {"key": f"{uid}_x_{broken}", "data": b"\xc1\xc1 not msgpack", "ts": f"{time.time():.6f}"}
+        key = f"{uid}_x_{broken}"
+
+        def raw(key: str = key) -> None:
+            sync_redis.xadd(ks.stream(0), {"key": key, "data": b"\xc1\xc1 not msgpack", "ts": f"{time.time():.6f}"})
+
         if first:
-            sync_redis.xadd(ks.stream(0), raw)
+            raw()
         for i in (i for i in range(3) if i != broken):
             client.put_output(uid, "x", i, output(3, 4, seed=i), SAMPLE, final=i == 2)
         if not first:
-            sync_redis.xadd(ks.stream(0), raw)
-        bad[f"{uid}_x"] = raw["key"]
+            raw()
+        bad[f"{uid}_x"] = key
         client.put_trajectory(f"good{n}", "g", [output(3, 4, seed=9), output(3, 4, seed=8)], SAMPLE)
     failed = [f"{tid}_{i}" for tid in bad for i in range(3)]
     good = [f"good{n}_g_{i}" for n in range(len(bad)) for i in range(2)]
