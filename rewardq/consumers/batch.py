@@ -25,8 +25,9 @@ The valid response of row ``i`` is always ``responses[i, :response_len[i]]``, eq
 Cost (docs/performance.md): the non-tensor columns are built through tensordict's own
 flat-stack fast path (the objects ``NonTensorStack.from_list`` builds, ~3x cheaper for
 dict values), and :func:`last_row` gives the one-row batch ``data[-1:]`` ~7x cheaper
-than TensorDict's general indexing (both in :mod:`rewardq.reward.rows`, which falls back to
-the public API on tensordict releases without the private helpers).
+than TensorDict's general indexing (both in :mod:`rewardq.reward.rows`, which builds the same
+objects by hand on tensordict releases without the private helpers, such as verl 0.9.1's 0.10,
+once a probe found them equal to the constructors', and takes the public API otherwise).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from rewardq.producers.reading import (
     keys_by_trajectory,
     parse_results,
     parse_trajectory,
+    sweep_share,
 )
 from rewardq.queue import scripts
 from rewardq.queue.blobs import write_blob_async
@@ -346,7 +347,7 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
             await self._watch(last)
         finally:
             sweeper.cancel()
-            await asyncio.gather(sweeper, return_exceptions=True)
+            await asyncio.wait({sweeper}, timeout=SWEEP_INTERVAL)  # bounded: it ends at its next await
 
     async def _sweep_forever(self) -> None:
         """Every :data:`SWEEP_INTERVAL` seconds, while anyone waits: :meth:`_sweep`."""
@@ -354,8 +355,8 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
             await asyncio.sleep(SWEEP_INTERVAL)
             if not self._watchers:
                 continue
-            try:
-                await self._sweep()
+            try:  # bounded: a sweep stuck on a half-open connection must not end the sweeps
+                await asyncio.wait_for(self._sweep(), SWEEP_INTERVAL * 5)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -366,11 +367,7 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
     async def _sweep(self) -> None:
         """Ring the waiters of every awaited trajectory (at most :data:`SWEEP_MAX`, in turn) whose
         hash says it has ended: one pipelined ``HGET <traj> state`` each."""
-        tids = list(self._watchers)
-        if len(tids) > SWEEP_MAX:
-            start = self._swept % len(tids)
-            tids = (tids[start:] + tids[:start])[:SWEEP_MAX]
-            self._swept = start + SWEEP_MAX
+        tids, self._swept = sweep_share(list(self._watchers), self._swept, SWEEP_MAX)
         states = await self._state_pipeline(await self.keyspace(), tids).execute()
         for tid in ended(tids, states):
             for bell in self._watchers.get(tid, ()):

@@ -38,6 +38,7 @@ from rewardq.producers.reading import (
     keys_by_trajectory,
     parse_results,
     parse_trajectory,
+    sweep_share,
 )
 from rewardq.queue import scripts
 from rewardq.queue.blobs import write_blob
@@ -242,6 +243,7 @@ class RewardClient(ClientBase[SyncRedis]):
         last = {s: (got[0][0] if got else b"0-0") for s, got in zip(shards, pipe.execute())}
         w.absorb(self.get_rewards(w.keys))
         sweep_at = time.monotonic() + SWEEP_INTERVAL
+        swept = 0  # where the next sweep starts among the trajectories still missing keys
         full_at = time.monotonic() + FULL_RECHECK
         while w.missing:
             remaining = w.remaining()
@@ -254,17 +256,16 @@ class RewardClient(ClientBase[SyncRedis]):
                 recheck = w.missing
             elif now >= sweep_at:  # and those whose trajectory ended without a done entry seen
                 sweep_at = now + SWEEP_INTERVAL
-                recheck = w.missing_for(tids | self._ended(w.missing))
+                share, swept = sweep_share(list(keys_by_trajectory(w.missing)), swept, SWEEP_MAX)
+                recheck = w.missing_for(tids | self._ended(share))
             else:
                 recheck = w.missing_for(tids)
             if recheck:
                 w.absorb(self.get_rewards(recheck))
         return w.ordered()
 
-    def _ended(self, keys: list[str]) -> set[str]:
-        """The trajectories of ``keys`` whose hash says they have ended (at most
-        :data:`~rewardq.producers.core.SWEEP_MAX` asked about)."""
-        tids = list(keys_by_trajectory(keys))[:SWEEP_MAX]
+    def _ended(self, tids: list[str]) -> set[str]:
+        """The trajectories among ``tids`` whose hash says they have ended."""
         return set(ended(tids, self._state_pipeline(self.keyspace, tids).execute()))
 
     def _wait_done(self, last: dict[int, bytes], timeout: float) -> set[str]:

@@ -151,6 +151,15 @@ class Waiter:
         return {k: self.results[k] for k in self.keys}
 
 
+def sweep_share(tids: Sequence[str], start: int, limit: int) -> tuple[list[str], int]:
+    """The trajectories one sweep asks about: all of ``tids``, or ``limit`` of them from ``start``
+    on (wrapping); and where the next sweep starts."""
+    if len(tids) <= limit:
+        return list(tids), 0
+    start %= len(tids)
+    return (list(tids[start:]) + list(tids[:start]))[:limit], start + limit
+
+
 def ended(tids: Sequence[str], states: Sequence[bytes | None]) -> list[str]:
     """The trajectories among ``tids`` whose hash's ``state`` (``states``, in the same order) says
     they have ended."""

@@ -156,11 +156,16 @@ async def _send(
                 outcome.refused += 1
                 logger.warning("replay: trajectory %s cannot be sent again, its rows make no record: %s", tid, exc)
         await asyncio.sleep(_POLL)
-        await _collect(client, flying, outcome, progress, loop.time())
+        await _collect(client, flying, outcome, progress, loop.time(), timeout)
 
 
 async def _collect(
-    client: Any, flying: dict[str, tuple[list[str], float]], outcome: Outcome, progress: Any, now: float | None
+    client: Any,
+    flying: dict[str, tuple[list[str], float]],
+    outcome: Outcome,
+    progress: Any,
+    now: float | None,
+    timeout: float = 0.0,
 ) -> None:
     """Count the trajectories of ``flying`` whose every key has a result (and forget them); raise
     ReplayStopped for one past its deadline (``now`` None: a last look, no deadline)."""
@@ -175,8 +180,9 @@ async def _collect(
                 progress(outcome.scored)
         elif now is not None and now > deadline:
             raise ReplayStopped(
-                f"trajectory {tid} got no result within --timeout: a scorer, judge or sandbox slower than "
-                "that (raise --timeout), or one that hangs"
+                f"trajectory {tid} got no result within --timeout {timeout:g} s of being sent; its clock "
+                f"includes its wait behind the {len(flying) - 1} other trajectories in flight, so the slow "
+                "one may be another: raise --timeout, or look for a scorer, judge or sandbox that hangs"
             )
 
 

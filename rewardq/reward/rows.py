@@ -12,27 +12,90 @@ row (``data[i]``, or a one-row batch such as ``data[-1:]``)::
 
 They work on tensordict 0.10 and later. :func:`last_row` and :func:`non_tensor_column` use
 tensordict's flat-stack fast path (``tensordict.tensorclass._flat_ntd`` / ``_init_flat``,
-private) where it exists and the public ``NonTensorStack`` API where it does not
-(``FAST_PATH`` says which; the test suite runs both).
+private) where it exists (0.15). Where it does not (0.10, verl 0.9.1's pin), they build the
+same objects by hand (:func:`_ntd_by_hand`, ``NonTensorStack._new_lazy_unsafe``) when a probe
+at import finds them equal, attribute for attribute, to what the public constructors build;
+otherwise they take the public ``NonTensorStack`` API (``FAST_PATH`` says whether a fast path
+is in use; the test suite runs both).
 """
 
 from __future__ import annotations
 
 import copy
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 # tensordict's flat-stack fast path (0.15): the objects NonTensorStack.from_list builds. Private
-# helpers, looked up by name so that a release without them (0.10) takes the public path.
+# helpers, looked up by name; a release without them (0.10) gets the by-hand builders below.
 _tensorclass = importlib.import_module("tensordict.tensorclass")
 _flat_ntd: Any = getattr(_tensorclass, "_flat_ntd", None)
 _init_flat: Any = getattr(_tensorclass, "_init_flat", None)
 
-#: True when tensordict's private flat-stack helpers are available (see the module doc).
-FAST_PATH = _init_flat is not None
+
+def _ntd_by_hand(value: object, device: torch.device | None) -> NonTensorData:
+    """``NonTensorData(data=value)`` built directly, as tensordict 0.15's ``_flat_ntd`` does: on
+    tensordict 0.10 the constructor costs ~10 µs, most of a one-row batch's build."""
+    result = NonTensorData.__new__(NonTensorData)
+    setattr_ = object.__setattr__  # not writes to __dict__: reading it slows every later attribute read
+    setattr_(result, "_tensordict", TensorDict._new_unsafe({}, batch_size=torch.Size([]), device=device))
+    setattr_(result, "_non_tensordict", {"data": value, "_metadata": None, "_is_non_tensor": True})
+    setattr_(result, "_is_initialized", True)
+    return result
+
+
+def _stack_by_hand(members: list[NonTensorData]) -> NonTensorStack:
+    """``NonTensorStack(*members)``, through tensordict's own unchecked lazy stack (0.10)."""
+    new_lazy: Any = NonTensorStack._new_lazy_unsafe  # typed for tensordicts, not their non-tensor members
+    column: NonTensorStack = new_lazy(*members, stack_dim=0)
+    return column
+
+
+def _stack_by_flat_init(members: list[NonTensorData]) -> NonTensorStack:
+    """``NonTensorStack(*members)`` for plain members, through tensordict's flat-stack fast path (0.15)."""
+    column = NonTensorStack.__new__(NonTensorStack)
+    _init_flat(column, members)
+    return column
+
+
+def _state(obj: object) -> dict[str, object]:
+    """An object's attributes as a comparable map: nested tensordicts by their own attributes."""
+    out: dict[str, object] = {}
+    for key, value in vars(obj).items():
+        if isinstance(value, (TensorDict, NonTensorData)):
+            out[key] = (type(value), _state(value))
+        elif isinstance(value, list):
+            out[key] = [(type(v), _state(v)) for v in value]
+        else:
+            out[key] = (type(value), value)
+    return out
+
+
+def _by_hand_matches() -> bool:
+    """Whether the by-hand builders make what the public constructors make (dicts, lists, scalars)."""
+    try:
+        for value in ({"a": [1, 2]}, [{"role": "user"}], "x", 3, None):
+            public = NonTensorStack(NonTensorData(data=value))
+            column = _stack_by_hand([_ntd_by_hand(value, None)])
+            if _state(column) != _state(public) or column.tolist() != public.tolist():
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - any difference in tensordict's internals: the public path
+        return False
+
+
+_flat_stack: Callable[[list[NonTensorData]], NonTensorStack] = _stack_by_flat_init
+if _init_flat is None:
+    _flat_ntd = None
+    if _by_hand_matches():
+        _flat_ntd, _flat_stack = _ntd_by_hand, _stack_by_hand
+
+#: True when a flat-stack fast path is in use: tensordict's private helpers, or the by-hand
+#: builders where a probe found them equal to the public constructors (see the module doc).
+FAST_PATH = _flat_ntd is not None
 
 __all__ = [
     "copy_value",
@@ -53,13 +116,6 @@ def non_tensor_column(values: list[object]) -> NonTensorStack:
     if not FAST_PATH:
         return NonTensorStack(*[NonTensorData(data=v) for v in values])
     return _flat_stack([_flat_ntd(v, None) for v in values])
-
-
-def _flat_stack(members: list[NonTensorData]) -> NonTensorStack:
-    """``NonTensorStack(*members)`` for plain members, through tensordict's flat-stack fast path."""
-    column = NonTensorStack.__new__(NonTensorStack)
-    _init_flat(column, members)
-    return column
 
 
 def last_row(data: TensorDict) -> TensorDict:

@@ -124,3 +124,23 @@ async def test_the_sweep_reads_states_across_a_clusters_shards(
     assert {ks.shard_of(f"c{t}_s") for t in range(36)} == set(range(shards))
     assert [r.reward_score for _, res in got for r in res.values()] == [float(t % 3 + 1) for t in range(36)]
     await client.aclose()
+
+
+async def test_the_blocking_client_finds_ended_trajectories_by_the_sweep_in_turn(
+    ns: str, redis_url: str, length_manager: LengthManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RewardClient.wait_rewards`` over more trajectories than one sweep asks about, every ``done``
+    entry lost: the sweeps take the trajectories in turn, and every result arrives."""
+    from rewardq import RewardClient
+    from rewardq.producers import client as blocking
+
+    monkeypatch.setattr(blocking, "finished_tids", lambda ks, resp, last: [])
+    monkeypatch.setattr(blocking, "SWEEP_INTERVAL", 0.05)
+    monkeypatch.setattr(blocking, "SWEEP_MAX", 5)
+    monkeypatch.setattr(blocking, "FULL_RECHECK", 3600.0)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    keys = [k for t in range(30) for k in client.put_trajectory(f"b{t}", "s", [output(3, t % 6 + 1)], SAMPLE)]
+    async with running_workers(ns, redis_url, [length_manager], concurrency=8):
+        got = await asyncio.to_thread(client.wait_rewards, keys, 60)
+    assert [r.reward_score for r in got.values()] == [float(t % 6 + 1) for t in range(30)]
+    client.close()

@@ -369,7 +369,8 @@ def test_a_trajectory_past_the_timeout_ends_the_replay_with_a_summary_not_a_trac
     code, stdout, stderr = run(procs, "replay", a, "--out", str(out), *slow, "--json", "--window", "4")
     assert code == 1 and "Traceback" not in stderr and "this is a bug" not in stderr, stderr[-3000:]
     result = json.loads(stdout.strip().splitlines()[-1])
-    assert result["interrupted"] and "--timeout" in result["stopped_by"], result
+    assert result["interrupted"] and "--timeout 0.05 s of being sent" in result["stopped_by"], result
+    assert "other trajectories in flight" in result["stopped_by"], result
     written = {k.rsplit("_", 1)[0] for k in read_table(str(out), columns=["key"], dedup=False)["key"].to_pylist()}
     assert result["replayed"] == len(written) < N
     # and the text summary says why

@@ -2,7 +2,8 @@
 
 ``build_batch`` uses tensordict's flat-stack helpers and ``last_row`` a hand-built one-row
 batch; each is checked here against what the public tensordict API gives (``data[-1:]``,
-``NonTensorStack`` of ``NonTensorData``), with the fast path on and off.
+``NonTensorStack`` of ``NonTensorData``), with tensordict's fast path, the by-hand builders that
+a tensordict without it (0.10) gets, and the public path.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 import rewardq.reward.rows as rows_mod
 from rewardq.consumers.batch import build_batch
@@ -59,11 +60,16 @@ def records(
     return out
 
 
-@pytest.fixture(params=[True, False], ids=["fast-path", "public-api"])
+@pytest.fixture(params=["fast-path", "by-hand", "public-api"])
 def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    if not request.param:
+    # fast-path: this tensordict's own (0.15's private helpers); by-hand: what a tensordict without
+    # them (0.10) gets once the import probe passed; public-api: the constructors
+    if request.param == "public-api":
         monkeypatch.setattr(rows_mod, "FAST_PATH", False)
-    result: bool = request.param
+    elif request.param == "by-hand":
+        monkeypatch.setattr(rows_mod, "_flat_ntd", rows_mod._ntd_by_hand)
+        monkeypatch.setattr(rows_mod, "_flat_stack", rows_mod._stack_by_hand)
+    result: bool = request.param != "public-api"
     return result
 
 
@@ -139,6 +145,20 @@ def test_non_tensor_column_matches_the_public_construction(fast: bool) -> None:
     td["v"] = column
     assert [td[i]["v"] for i in range(6)] == values
     assert td[2:4]["v"] == ["x", 3]
+
+
+def test_by_hand_columns_have_the_constructors_attributes() -> None:
+    # the import probe passes on this tensordict, and what it compares can fail: a member built
+    # with a different attribute set is told apart
+    assert rows_mod._by_hand_matches()
+    value = {"ground_truth": "42"}
+    by_hand = rows_mod._stack_by_hand([rows_mod._ntd_by_hand(value, None)])
+    public = NonTensorStack(NonTensorData(data=value))
+    assert rows_mod._state(by_hand) == rows_mod._state(public)
+    member = by_hand.tensordicts[0]
+    assert type(member) is NonTensorData and member.data is value and member.batch_size == torch.Size([])
+    object.__setattr__(member, "_is_initialized", False)
+    assert rows_mod._state(by_hand) != rows_mod._state(public)
 
 
 @pytest.mark.parametrize("lengths", [[(4, 6)], [(5, 9), (3, 0)], LENGTHS, [(2, 0), (2, 0)]])

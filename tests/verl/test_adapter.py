@@ -11,15 +11,19 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 from verl.protocol import DataProto
 
 from rewardq.config import AdapterSettings
+from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, RunStopped
 from rewardq.integrations.verl import RewardqAgentLoopWorker
+from rewardq.queue.codec import decode_output, encode_output
 from rewardq.queue.keys import Keyspace
-from rewardq.reward.rows import FAST_PATH
+from rewardq.reward import rows
+from rewardq.reward.rows import FAST_PATH, last_row
 from tests.conftest import REDIS_URL, _delete_namespace
 from tests.support.managers import expected_reward
 from tests.support.sync_client import SyncClient
@@ -214,11 +218,25 @@ def test_settings_from_the_environment_and_the_verl_config(monkeypatch: pytest.M
         object.__new__(RewardqAgentLoopWorker).rewardq_scorer()
 
 
-def test_workers_here_run_tensordicts_public_path() -> None:
-    # verl 0.9.1 pins tensordict <= 0.10: the batch readers take their public fallback here
-    # (the main run, on the newest tensordict, takes the fast path)
+def test_workers_here_build_batches_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # verl 0.9.1 pins tensordict <= 0.10, which lacks the private flat-stack helpers: the import
+    # probe found the by-hand builders equal to its constructors, and they build the batch
+    # (the main run, on the newest tensordict, takes tensordict's own helpers)
     import tensordict
 
     assert (tensordict.__version__ or "").startswith("0.10")
-    assert FAST_PATH is False
+    assert FAST_PATH is True and rows._flat_stack is rows._stack_by_hand
+    sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "42"}, "raw_prompt": [{"role": "u"}]}
+    outputs = [{"prompt_ids": [5] * (i + 1), "response_ids": [7] * 3} for i in range(3)]
+    recs = [decode_output(encode_output("u", "s", i, out, sample, final=i == 2)) for i, out in enumerate(outputs)]
+    by_hand = build_batch(recs, sample)
+    monkeypatch.setattr(rows, "FAST_PATH", False)
+    public = build_batch(recs, sample)
+    for mine, theirs in ((by_hand, public), (last_row(by_hand), public[-1:])):
+        assert type(mine) is type(theirs) and mine.batch_size == theirs.batch_size
+        assert sorted(mine.keys()) == sorted(theirs.keys())
+        for key in theirs.keys():
+            a, b = mine.get(key), theirs.get(key)
+            assert type(a) is type(b), key
+            assert torch.equal(a, b) if isinstance(b, torch.Tensor) else rows._state(a) == rows._state(b), key
     assert TOK.decode(np.array(TOK.encode("#### 42")), skip_special_tokens=True) == "#### 42"
