@@ -165,6 +165,7 @@ class Accounting:
         own_key: bool = False,
         spool: bool = True,
         max_outputs: int,
+        known: Sequence[OutputRecord] = (),
     ) -> FailureRows | None:
         """The rows of the keys a dead letter answers (the intake's refusals: a record that does not
         decode, conflicts, is too large or was delivered too often), spooled (``spool``) before their
@@ -174,10 +175,11 @@ class Accounting:
         and no manager, and ``attempt`` (0: none, never scored), until the fail script says which
         keys it wrote with which attempt (:meth:`FailureRows.settle`). An index at or past
         ``max_outputs`` (a record's, never bounded by it) has the key it names alone spooled here,
-        as the script answers it alone beside the keys it knows."""
+        as the script answers it alone beside the keys it knows. ``known``: decoded records of
+        the trajectory failing with it (their rows keep ids, and give every row their sample)."""
         if self.ledger is None:
             return None
-        sample = record.sample if record is not None else {}
+        sample = record.sample if record is not None else trajectory_sample(known)
         last = max(index, 0)
         first = last if own_key or last >= max_outputs else 0
         # the key it names: the last one it knows; a late key (own_key), past the trajectory's final
@@ -194,6 +196,7 @@ class Accounting:
             final=last if final else -1,
             put_ts=put_ts,
             provenance=None,
+            known={r.index: r for r in known},
         )
         return rows.spool()
 
@@ -239,7 +242,7 @@ class Accounting:
             )
 
         def unkept(index: int) -> None:
-            ledger.counts["unwritten"] += 1
+            ledger.counts["refused"] += 1
             logger.warning("ledger: key %s_%s_%d has no row: its index is past int32", uid, session_id, index)
 
         return FailureRows(
@@ -269,8 +272,8 @@ class Accounting:
                 rec = None
             decoded.append(rec if rec is not None and rec.tid == ended.tid else None)
         known = [r for r in decoded if r is not None]
-        if not known:  # no uid or session id to name its keys by: counted as not kept
-            self.ledger.counts["unwritten"] += 1
+        if not known:  # no uid or session id to name its keys by: no row by design
+            self.ledger.counts["refused"] += 1
             logger.warning("ledger: expired trajectory %s had no readable record: it has no ledger row", ended.tid)
             return
         sample = trajectory_sample(known)

@@ -19,7 +19,7 @@ ledger's column cannot hold it. It is counted once, at :meth:`FailureRows.settle
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rewardq.ledger.checks import INT32_MAX
 from rewardq.ledger.frames import stub_record
@@ -95,7 +95,10 @@ class FailureRows:
 
     def _record(self, i: int, final: int) -> OutputRecord:
         rec = self.known.get(i)
-        return rec if rec is not None else stub_record(self.uid, self.session_id, i, final=i == final)
+        if rec is None:
+            return stub_record(self.uid, self.session_id, i, final=i == final)
+        # the row says whether it is its trajectory's final row as Redis knows it, whatever the record said
+        return rec if rec.final == (i == final) else replace(rec, final=i == final)
 
 
 def _final_in(indexes: Sequence[int], final: int) -> int:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rewardq.consumers.assembly import trajectory_sample
 from rewardq.consumers.failure_rows import FailureRows
 from rewardq.consumers.metrics import Metrics
 from rewardq.consumers.presence import Presence
@@ -93,12 +94,17 @@ class FailureHandler:
         record: OutputRecord | None = None,
         tb: str = "",
         late: str = "",
-    ) -> None:
+        batch: Sequence[tuple[Entry, OutputRecord]] = (),
+    ) -> bool:
         """Dead-letter one entry; if it names a trajectory, every key of it gets an error result.
 
         The trajectory and output are the record's when it decoded, else what can be read of it
         (:func:`peek_identity`), else the entry's ``key`` field when it is a well-formed output key.
-        Keys that already have a result keep it. ``late``: the record came after its trajectory
+        Keys that already have a result keep it. ``batch``: decoded records of that trajectory read
+        with ``entry`` and not stored: they fail with it (their keys get the error result, their
+        entries are acknowledged with its dead letter, their rows keep ids and sample) unless
+        ``entry`` names an index at or past ``max_outputs`` or another shard, or ``batch`` holds
+        ``max_outputs`` entries or more; returns whether they did. ``late``: the record came after its trajectory
         finished (:attr:`~rewardq.queue.entries.StoreOutcome.late`): only its own key can get an
         error result, and only when it has none (``open``), so only then does it get a ledger row;
         one whose key keeps its result (``kept``) has none, the dead letter being all that changed.
@@ -107,15 +113,31 @@ class FailureHandler:
         failure = DEAD_LETTER_FAILURE[kind]
         dead = self._dead_fields(entry, kind, reason, tb, tid=ident[0] if ident else "", failure=failure)
         what = f"the dead letter of entry {entry.id}"
+        known = [rec for _, rec in batch]
+        data_source = str(trajectory_sample([record] if record is not None else known).get("data_source", ""))
+        took = False
         if ident is None:
             await self._write(what, lambda: self.broker.dead_letter_entry(entry, dead))
         else:
             tid, idx = ident
             shard = self.ks.shard_of(tid)
+            took = self._takes(entry, shard, tid, idx, batch)
+            if took:  # the keys of the records failing with it are answered too
+                idx = str(max(int(idx), *(rec.index for rec in known)))
             # nothing scored the keys it answers: attempt 0, unless the fail script finds the
             # trajectory's hash counted scoring attempts (it reads them atomically, and the rows
             # are settled by what it wrote: FailureRows)
-            rows = self.spool(entry, record, reason, failure, own_key=bool(late), before=late != "kept")
+            rows = self.spool(
+                entry,
+                record,
+                reason,
+                failure,
+                own_key=bool(late),
+                before=late != "kept",
+                index=int(idx) if took else None,
+                known=known if took else (),
+            )
+            also_ack = [e for e, _ in batch] if took else []
             failed: Failed | None = None
             try:
                 if shard != entry.shard:  # record routed to the wrong shard: answer on its own shard
@@ -127,12 +149,32 @@ class FailureHandler:
                 else:
                     failed = await self._write(
                         f"the error results of {tid}",
-                        lambda: self.broker.fail(shard, tid, reason, index=idx, entry=entry, dead=dead, kind=failure),
+                        lambda: self.broker.fail(
+                            shard, tid, reason, index=idx, entry=entry, dead=dead, also_ack=also_ack, kind=failure
+                        ),
                     )
             finally:
                 self.settle(rows, failed)
-        self._count(kind, failure, str(record.sample.get("data_source", "")) if record is not None else "")
+        self._count(kind, failure, data_source)
         logger.warning("dead-lettered entry %s (%s): %s", entry.id, kind, reason[:2000])
+        return took
+
+    def _takes(self, entry: Entry, shard: int, tid: str, idx: str, batch: Sequence[tuple[Entry, OutputRecord]]) -> bool:
+        """Whether ``batch`` fails with ``entry`` (see :meth:`dead_letter`): the fail script answers
+        their keys (all below ``max_outputs``) and acknowledges at most ``max_outputs`` entries."""
+        max_out = self.broker.max_outputs
+        return (
+            bool(batch)
+            and shard == entry.shard
+            and len(batch) < max_out
+            and (idx == "-1" or (idx.isdigit() and int(idx) < max_out))
+            and all(e.shard == shard and rec.tid == tid for e, rec in batch)
+        )
+
+    def trajectory_of(self, entry: Entry) -> str | None:
+        """The id of the trajectory an entry that did not decode answers for (None: none)."""
+        ident = self._identity(entry, None)
+        return ident[0] if ident is not None else None
 
     async def _write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """One write of a failure, waited out while Redis is past ``maxmemory`` (``room``)."""
@@ -257,17 +299,21 @@ class FailureHandler:
         attempt: int = 0,
         own_key: bool = False,
         before: bool = True,
+        index: int | None = None,
+        known: Sequence[OutputRecord] = (),
     ) -> FailureRows | None:
         """Spool the keys ``entry`` answers to the ledger (None: no ledger, or its names unreadable):
         ``own_key``, the key it names only; ``attempt``: the one its error results say (0: none);
         ``before`` False: none yet (a late key that keeps its result), only the keys the fail
-        script writes, after it. Settle them with :meth:`settle`."""
+        script writes, after it; ``index``: the last key it answers, when more than it names;
+        ``known``: decoded records of its trajectory (their rows keep ids and sample). Settle them
+        with :meth:`settle`."""
         if self.accounting is None or self.accounting.ledger is None:
             return None
         names = _names(entry, record)
         if names is None:
             return None
-        uid, session_id, index = names
+        uid, session_id, named = names
         try:
             ts = float(entry.fields.get(b"ts", b"") or 0.0)
         except (TypeError, ValueError):
@@ -275,7 +321,7 @@ class FailureHandler:
         return self.accounting.before_dead_letter(
             uid,
             session_id,
-            index,
+            named if index is None else index,
             record,
             reason,
             failure,
@@ -284,6 +330,7 @@ class FailureHandler:
             own_key=own_key,
             spool=before,
             max_outputs=self.broker.max_outputs,
+            known=known,
         )
 
     @staticmethod

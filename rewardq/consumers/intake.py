@@ -5,8 +5,10 @@
 handler, the record bounds, the worker's counters and metrics, and the callback that starts
 scoring a trajectory. Each batch, read or reclaimed, ends as:
 
-* a dead letter (with an error result for its keys) for every entry whose record does not decode,
-  and one per trajectory whose entries were delivered more than ``max_deliveries`` times (its
+* a dead letter (with an error result for its keys) for every entry whose record does not decode;
+  the trajectory it names fails with it, and that trajectory's other entries in the batch are
+  acknowledged with it (no dead letter of their own); and one per trajectory whose entries were
+  delivered more than ``max_deliveries`` times (its
   reason says how the earlier attempts ended: a worker that died, or commits that failed);
 * an error result for every key of a trajectory whose records total more than
   ``max_trajectory_bytes`` (checked here for a trajectory read whole, by ``store`` otherwise);
@@ -42,6 +44,8 @@ logger = logging.getLogger("rewardq.worker")
 
 #: A decoded entry: the entry, its record, its raw payload.
 Filed = tuple[Entry, OutputRecord, bytes]
+#: An entry whose record did not decode: the entry, its dead letter's kind and reason.
+Refused = tuple[Entry, DeadLetterKind, str]
 #: A trajectory read whole: its shard, its id, its entries in index order.
 Whole = tuple[int, str, list[Filed]]
 
@@ -177,12 +181,14 @@ class Intake:
         """
         self.stats["read"] += len(entries)
         self.metrics.read(len(entries))
-        new = await self._decode(entries)
+        new, refused = await self._decode(entries)
         held = trailing_partials(carried, new, self.max_outputs, hold_tail) if hold_tail else []
         valid = [*carried, *new]
         if held:
             kept = {id(it) for it in held}
             valid = [it for it in valid if id(it) not in kept]
+        if refused:
+            valid, held = await self._refuse(refused, valid, held)
         rest = await self._claim_whole(valid)
         for o in await self.broker.store(rest):
             self.stats["stored"] += 1
@@ -201,9 +207,11 @@ class Intake:
                 logger.debug("%s is being scored by %s; leaving entry %s to it", o.record.tid, o.detail, o.entry.id)
         return held
 
-    async def _decode(self, entries: list[Entry]) -> list[Filed]:
-        """The entries whose records decode within the bounds; the others are dead-lettered."""
+    async def _decode(self, entries: list[Entry]) -> tuple[list[Filed], list[Refused]]:
+        """The entries whose records decode within the bounds, and the others with their dead
+        letter's kind and reason (:meth:`_refuse` dead-letters them)."""
         valid: list[Filed] = []
+        refused: list[Refused] = []
         over = [e for e in entries if e.deliveries > self.max_deliveries]
         # deliveries spent bisecting a worker's death (its cohorts that never ended) are not counted:
         # they are at most log2 of a worker's slots per trajectory (rewardq.consumers.quarantine)
@@ -229,13 +237,40 @@ class Intake:
                 if key and key != rec.key:
                     raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")
             except TokenizerMismatch as exc:
-                await self.failures.dead_letter(entry, DeadLetterKind.TOKENIZER, str(exc))
+                refused.append((entry, DeadLetterKind.TOKENIZER, str(exc)))
                 continue
             except RecordError as exc:
-                await self.failures.dead_letter(entry, DeadLetterKind.INVALID, f"invalid record: {exc}")
+                refused.append((entry, DeadLetterKind.INVALID, f"invalid record: {exc}"))
                 continue
             valid.append((entry, rec, bytes(entry.data)))
-        return valid
+        return valid, refused
+
+    async def _refuse(
+        self, refused: Sequence[Refused], valid: list[Filed], held: list[Filed]
+    ) -> tuple[list[Filed], list[Filed]]:
+        """Dead-letter the entries that did not decode; returns ``valid`` and ``held`` without the
+        records their failures took.
+
+        A refused entry that names a trajectory fails it, and the records of that trajectory in
+        this batch (read, carried or held back, in any order) fail with it: their keys get the
+        error result, their entries are acknowledged with its dead letter and their decoded
+        records give the ledger rows their ids and sample. Stored after the failure, they would
+        each come late to a finished trajectory (a ``conflict`` dead letter apiece).
+        """
+        for entry, kind, reason in refused:
+            tid = self.failures.trajectory_of(entry)
+            batch: list[Filed] = []
+            if tid is not None:
+                taken = [it for it in (*valid, *held) if it[0].shard == entry.shard and it[1].tid == tid]
+                if taken:
+                    gone = {id(it) for it in taken}
+                    valid = [it for it in valid if id(it) not in gone]
+                    held = [it for it in held if id(it) not in gone]
+                    batch = taken
+            took = await self.failures.dead_letter(entry, kind, reason, batch=[(it[0], it[1]) for it in batch])
+            if batch and not took:  # not failed with it (see FailureHandler.dead_letter): stored as usual
+                valid.extend(batch)
+        return valid, held
 
     async def _claim_whole(self, valid: list[Filed]) -> list[Filed]:
         """Start scoring every trajectory whose outputs 0..final all came in this batch.

@@ -43,6 +43,7 @@ Exposed series (all prefixed ``rewardq_``):
 * ``judge_error_ratio{model}``                 errors / requests of this worker so far
 * ``ledger_rows_total``                        rows this worker wrote to the reward ledger (rewardq.ledger)
 * ``ledger_unwritten_total``                   trajectories it scored but could not keep in the ledger
+* ``ledger_refused_total``                     keys given no ledger row by design (an index past int32)
 * ``ledger_errors_total``                      failed ledger writes (spool or destination)
 * ``ledger_unreadable_total``                  spooled frames the flusher could not read back (not in the ledger)
 * ``ledger_pending_bytes``                     bytes spooled and not yet written to the ledger
@@ -177,6 +178,11 @@ class _LedgerCollector:
         yield CounterMetricFamily("rewardq_ledger_rows", "Rows written to the reward ledger", value=st["rows"])
         yield CounterMetricFamily(
             "rewardq_ledger_unwritten", "Trajectories scored but not kept in the ledger", value=st["unwritten"]
+        )
+        yield CounterMetricFamily(
+            "rewardq_ledger_refused",
+            "Keys given no ledger row by design (an index past int32, a trajectory with no readable record)",
+            value=st.get("refused", 0),
         )
         yield CounterMetricFamily("rewardq_ledger_errors", "Failed ledger writes", value=st["errors"])
         yield CounterMetricFamily(

@@ -10,7 +10,9 @@ so that every trajectory and failure is counted; a row without a time is on no t
   of the reward, latency p50 and p99;
 * reward mean and spread (mean ± one standard deviation) per data source over time;
 * failures by kind (``failure_kind``) over time;
-* the latency distribution (push to result), and the time the manager took;
+* the latency distribution (push to result), and the time the manager took; a trajectory never
+  scored (refused by a worker, or ended incomplete by ``incomplete_timeout``: an error row naming
+  no provenance) is left out of every latency figure, and the page says how many there are;
 * response length against reward, per data source;
 * the slowest and the most failing data sources.
 
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 _COLUMNS = ["key", "final", "data_source", "status", "failure_kind", "reward_score", "scored_at", "latency_ms"]
-_COLUMNS += ["score_ms", "response_length"]
+_COLUMNS += ["score_ms", "response_length", "provenance"]
 #: Time buckets a report chooses from: the smallest giving at most ~60 buckets.
 _BUCKETS = (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
 _MAX_POINTS = 20_000  # the response length scatter samples this many trajectories at most
@@ -57,9 +59,10 @@ class Rows:
     failure_kind: np.ndarray
     reward: np.ndarray  # NaN for errors
     t: np.ndarray  # scored_at, unix seconds
-    latency_ms: np.ndarray
+    latency_ms: np.ndarray  # NaN for a trajectory never scored (see never_scored)
     score_ms: np.ndarray
     length: np.ndarray
+    unscored: np.ndarray  # never scored: refused by the intake or ended by incomplete_timeout
 
     @property
     def n(self) -> int:
@@ -78,6 +81,9 @@ def load(url: str, where: Where | None, since: str | None, until: str | None) ->
     def f(name: str) -> np.ndarray:
         return np.array([math.nan if r[name] is None else float(r[name]) for r in rows], dtype=float)
 
+    unscored = np.array([never_scored(r) for r in rows], dtype=bool)
+    latency = f("latency_ms")
+    latency[unscored] = math.nan  # the wait of a refused or expired trajectory is no scoring latency
     return Rows(
         data_source=np.array([r["data_source"] or "(none)" for r in rows], dtype=object),
         ok=np.array([r["status"] == "ok" for r in rows], dtype=bool),
@@ -87,10 +93,19 @@ def load(url: str, where: Where | None, since: str | None, until: str | None) ->
             dtype=float,
         ),
         t=np.array([math.nan if r["scored_at"] is None else r["scored_at"].timestamp() for r in rows], dtype=float),
-        latency_ms=f("latency_ms"),
+        latency_ms=latency,
         score_ms=f("score_ms"),
         length=f("response_length"),
+        unscored=unscored,
     )
+
+
+def never_scored(row: dict[str, Any]) -> bool:
+    """Whether a row's result came from no scoring at all: an error result naming no provenance (a
+    record the intake refused, a trajectory ended by ``incomplete_timeout``; docs/ledger.md). Its
+    ``latency_ms`` is how long it waited to be refused or expired (up to ``incomplete_timeout``),
+    not a scoring latency, so it is left out of the latency figures."""
+    return row["status"] != "ok" and not row.get("provenance")
 
 
 def trajectory_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -355,6 +370,13 @@ def render(url: str, rows: Rows, title: str | None = None) -> str:
         if untimed
         else ""
     )
+    unscored = int(rows.unscored.sum())
+    if unscored:
+        untimed_note += (
+            f" {unscored:,} never scored (records the workers refused, trajectories ended incomplete by "
+            "incomplete_timeout) are counted as errors but left out of the latency figures: their wait is "
+            "no scoring latency."
+        )
     images = [
         ("reward-over-time", "Reward per data source over time (mean ± one standard deviation)",
          plot_reward_over_time(rows, sources)),
@@ -372,7 +394,8 @@ def render(url: str, rows: Rows, title: str | None = None) -> str:
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{heading}</title>'
         f"<style>{_STYLE}</style></head><body><h1>{heading}</h1>"
-        f'<p class="meta" id="totals" data-trajectories="{rows.n}" data-errors="{errors}">'
+        f'<p class="meta" id="totals" data-trajectories="{rows.n}" data-errors="{errors}" '
+        f'data-unscored="{unscored}">'
         f"{rows.n:,} trajectories ({errors:,} with errors) scored from {t0:%Y-%m-%d %H:%M} to "
         f"{t1:%Y-%m-%d %H:%M} UTC; one row per trajectory (its final output's; its last output's when its "
         f"final output never arrived), duplicates dropped.{untimed_note}</p>"

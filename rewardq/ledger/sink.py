@@ -113,6 +113,9 @@ class Ledger:
         self.counts = {
             "spooled": 0,  # trajectories spooled
             "unwritten": 0,  # trajectories that could not be spooled: not in the ledger
+            # keys no row can hold by design (an index past the int32 column, a trajectory with no
+            # readable record): not a failure of the destination (docs/ledger.md)
+            "refused": 0,
             "rows": 0,  # rows written to the ledger
             "files": 0,
             "segments": 0,  # spool segments written (this worker's and adopted ones)

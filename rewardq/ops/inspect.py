@@ -244,7 +244,8 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
     else:
         # the trajectory's count, also when one output key was asked for
         count = view.get("n") or len(view["outputs"])
-        head.add_row("outputs", f"{count}, final index {view['final']} (records deleted when it ended)")
+        final = "no final output known" if view["final"] is None else f"final index {view['final']}"
+        head.add_row("outputs", f"{count}, {final} (records deleted when it ended)")
     if view["missing"]:
         head.add_row("missing", f"[red]{','.join(map(str, view['missing']))}[/]")
     if meta.get("error"):
@@ -254,7 +255,10 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
     if meta.get("retries"):
         head.add_row("retried", retry_line(meta, state))
     if meta.get("worker"):
-        head.add_row("scored by", escape(meta["worker"]))
+        # an error result no scoring attempt made (a refused record, an expired trajectory) was
+        # written by the worker that failed it: nothing scored it
+        scored = meta.get("status") != "error" or (_f(meta.get("attempts")) or 0) > 0
+        head.add_row("scored by" if scored else "failed by", escape(meta["worker"]))
     if meta.get("lease"):
         head.add_row("leased to", f"{escape(meta['lease'])} (until {fmt_age(_f(meta.get('lease_until')))})")
     head.add_row("first output", fmt_age(t["first_seen"]))

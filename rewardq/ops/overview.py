@@ -66,13 +66,15 @@ def pipeline_status(r: SyncRedis, ks: Keyspace, *, waiting_limit: int = STATUS_W
 
 def ledger_totals(workers: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The live workers' ledgers (their ``ledger`` fields): rows written, trajectories not written,
+    keys given no row by design (``refused``),
     bytes waiting in spools, and the workers whose ledger is failing with their last error; None
     when no live worker writes one."""
     with_ledger = [w for w in workers if w.get("ledger")]
     if not with_ledger:
         return None
     total = {"urls": sorted({str(w["ledger"].get("url", "")) for w in with_ledger}), "workers": len(with_ledger)}
-    for name in ("rows", "unwritten", "unreadable", "pending_bytes", "pending_segments", "adopted", "errors"):
+    names = ("rows", "unwritten", "refused", "unreadable", "pending_bytes", "pending_segments", "adopted", "errors")
+    for name in names:
         total[name] = sum(int(as_number(w["ledger"].get(name))) for w in with_ledger)
     total["failing"] = {
         w["name"]: str(w["ledger"].get("last_error", "")) for w in with_ledger if w["ledger"].get("state") == "failing"

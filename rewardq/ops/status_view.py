@@ -264,6 +264,10 @@ def ledger_line(ledger: dict[str, Any]) -> str:
         line += f", {ledger['pending_bytes']:,} bytes spooled"
     if ledger["unwritten"]:
         line += f", [red]{ledger['unwritten']:,} trajectories not written[/]"
+    if ledger.get("refused"):
+        n = ledger["refused"]
+        line += f", {n:,} key{'' if n == 1 else 's'} with no row by design"
+        line += " (an index past int32, no readable record: docs/ledger.md)"
     if ledger.get("unreadable"):
         line += f", [red]{ledger['unreadable']:,} spooled frames unreadable (segments kept as *.wal.unreadable)[/]"
     if ledger["failing"]:

@@ -118,6 +118,7 @@ class TopModel:
 
     def refresh(self) -> dict[str, Any]:
         """One snapshot (JSON-able; what ``--json`` prints)."""
+        from rewardq.ops.overview import ledger_totals
         from rewardq.queue.reads import backlog_status, shard_status, waiting_status, workers_status
         from rewardq.reward.judge.cache import judge_totals
 
@@ -157,6 +158,7 @@ class TopModel:
             "failures": failure_totals(workers),
             "cancelled": self.cancelled,
             "judges": judge_totals(self.r, self.ks),
+            "ledger": ledger_totals(workers),
         }
 
 
@@ -303,6 +305,10 @@ def render_top(snap: dict[str, Any], width: int = PIPE_WIDTH) -> Any:
                 "red",
             ),
         )
+    if snap.get("ledger"):
+        from rewardq.ops.status_view import ledger_line
+
+        facts.add_row("ledger", ledger_line(snap["ledger"]))
     if snap.get("cancelled"):
         facts.add_row("cancelled", f"{snap['cancelled']:,} trajectories cancelled by their producers (never scored)")
     for model, j in (snap.get("judges") or {}).items():

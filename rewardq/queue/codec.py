@@ -374,7 +374,8 @@ def decode_output(  # noqa: C901 - one check per wire field, in field order
     except RecordError:
         raise
     except Exception as exc:  # noqa: BLE001 - msgpack raises many types for garbage input; each is a bad record
-        raise RecordError("<record>", f"not a valid msgpack record ({type(exc).__name__}: {exc})") from None
+        detail = str(exc) or f"its bytes start {bytes(data[:16])!r}"  # msgpack's FormatError says nothing
+        raise RecordError("<record>", f"not a valid msgpack record ({type(exc).__name__}: {detail})") from None
     if not isinstance(d, dict):
         raise RecordError("<record>", f"expected a msgpack map, got {type(d).__name__}")
     check_unique_fields(data, d)

@@ -78,3 +78,37 @@ async def test_every_hostile_case_ends_in_its_documented_state(
     assert sync_redis.zcard(ks.waiting(0)) == 0
     assert w.stats["dead_letters"] == len(dead)
     client.close()
+
+
+async def test_inspect_of_a_refused_record_says_what_a_person_can_read(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
+    import time
+
+    from rich.console import Console
+
+    from rewardq.ops.inspect import inspect_view, render_inspect
+    from rewardq.queue.codec import _packed_record
+
+    # Given a record naming an index past int32 that nothing scores, and one that is not msgpack
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    _ = client.keyspace  # the namespace, as a producer makes it
+    out = {"prompt_ids": [1, 2], "response_ids": [3, 4]}
+    huge = _packed_record("u", "s", 10**12, out, {"data_source": "d"}, True, 1 << 20, None)
+    sync_redis.xadd(ks.stream(0), {"key": f"u_s_{10**12}", "data": huge, "ts": f"{time.time():.6f}"})
+    sync_redis.xadd(ks.stream(0), {"key": "v_s_0", "data": b"\xc1\xc1 not msgpack", "ts": f"{time.time():.6f}"})
+    async with running_workers(ns, redis_url, [LengthManager(None)]):
+        await asyncio.to_thread(_wait, client, [f"u_s_{10**12}", "v_s_0"])
+    client.close()
+    # When `rewardq inspect` shows them
+    shown = {}
+    for key in (f"u_s_{10**12}", "v_s_0"):
+        console = Console(width=200, record=True)
+        console.print(render_inspect(inspect_view(sync_redis, ks, key), console=console))
+        shown[key] = console.export_text()
+    # Then neither names a Python None, an empty detail, or a scorer for what nothing scored
+    for text in shown.values():
+        assert "None" not in text and "()" not in text and ": )" not in text
+        assert "scored by" not in text and "failed by" in text
+    assert "no final output" in shown[f"u_s_{10**12}"]

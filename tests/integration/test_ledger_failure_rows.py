@@ -10,10 +10,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from rewardq import RewardClient
+from rewardq.consumers.metrics import WorkerMetrics
 from rewardq.ledger.frames import TrajectoryFacts
 from rewardq.ledger.read import read_table
 from rewardq.ledger.sink import Ledger
+from rewardq.ops.diagnosis import diagnose
+from rewardq.ops.overview import pipeline_status
+from rewardq.ops.status_view import ledger_line
+from rewardq.ops.top import TopModel, render_top
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import decode_output
 from rewardq.queue.connection import connect_async
@@ -164,17 +171,31 @@ async def test_a_record_naming_a_huge_index_costs_a_ledger_worker_no_more_than_i
     for key in keys:
         sync_redis.xadd(ks.stream(0), {"key": key, "data": b"\xc1junk", "ts": f"{time.time():.6f}"})
     ledger = str(tmp_path / "ledger")
+    metrics = WorkerMetrics("naive")
     # When a worker with a ledger refuses them
-    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)) as w:
+    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger), metrics=metrics) as w:
         results = await asyncio.to_thread(client.wait_rewards, keys, 30)
         assert w.accounting.ledger is not None
-        unwritten = w.accounting.ledger.counts["unwritten"]
+        counts = dict(w.accounting.ledger.counts)
+        await w.beat()
+        st = pipeline_status(sync_redis, ks)
+        snap = TopModel(sync_redis, ks, redis_url).refresh()
     client.close()
     # Then each key has its error result at once (no row is made per index below it)
     assert all(r.status == "error" and r.failure_kind == "input" for r in results.values())
-    # And the first has its row; the second, whose index no int32 holds, none, counted as unwritten
+    # And the first has its row; the second, whose index no int32 holds, none by design: counted as
+    # refused, not as a trajectory the destination failed to keep
     _agree(ledger, {keys[0]: results[keys[0]]})
-    assert unwritten == 1
+    assert (counts["refused"], counts["unwritten"]) == (1, 0)
+    assert metrics.registry.get_sample_value("rewardq_ledger_refused_total") == 1
+    # ... so status says so calmly, with no diagnosis blaming the destination
+    assert (st["ledger"]["refused"], st["ledger"]["unwritten"]) == (1, 0)
+    assert "1 key with no row by design" in ledger_line(st["ledger"])
+    assert not [d for d in diagnose(st) if "ledger" in str(d["message"])]
+    # ... and so does top
+    console = Console(width=200, record=True)
+    console.print(render_top(snap, 200))
+    assert "1 key with no row by design" in console.export_text()
 
 
 async def test_a_trajectory_id_used_again_fails_without_outranking_the_results_it_kept(
@@ -199,3 +220,47 @@ async def test_a_trajectory_id_used_again_fails_without_outranking_the_results_i
     # And after the ledger's dedup every key's row is its result
     rows = _agree(ledger, results)
     assert [rows[k]["committed"] for k in keys] == [True] * 4
+
+
+async def test_an_undecodable_entry_fails_its_trajectory_with_the_entries_read_beside_it(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given trajectories of 3 outputs (the last final) of which one entry, raw, does not decode:
+    # each index in turn, sent before or after the two valid ones; and between them a valid
+    # trajectory of another uid, all queued before any worker reads
+    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    _ = client.keyspace  # the namespace, as a producer makes it
+    bad: dict[str, str] = {}
+    for n, (broken, first) in enumerate((b, f) for b in range(3) for f in (True, False)):
+        uid = f"split{n}"
+        key = f"{uid}_x_{broken}"
+
+        def raw(key: str = key) -> None:
+            sync_redis.xadd(ks.stream(0), {"key": key, "data": b"\xc1\xc1 not msgpack", "ts": f"{time.time():.6f}"})
+
+        if first:
+            raw()
+        for i in (i for i in range(3) if i != broken):
+            client.put_output(uid, "x", i, output(3, 4, seed=i), SAMPLE, final=i == 2)
+        if not first:
+            raw()
+        bad[f"{uid}_x"] = key
+        client.put_trajectory(f"good{n}", "g", [output(3, 4, seed=9), output(3, 4, seed=8)], SAMPLE)
+    failed = [f"{tid}_{i}" for tid in bad for i in range(3)]
+    good = [f"good{n}_g_{i}" for n in range(len(bad)) for i in range(2)]
+    # When one worker with a ledger reads them
+    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)):
+        results = await asyncio.to_thread(client.wait_rewards, failed + good, 30)
+        await until(lambda: not sync_redis.xpending(ks.stream(0), ks.group)["pending"], "every entry acked", 10)
+    client.close()
+    # Then each such trajectory has an error result on every key, the other uid's are scored
+    assert all(results[k].status == "error" and results[k].failure_kind == "input" for k in failed)
+    assert all(results[k].ok for k in good)
+    # ... with one dead letter each, `invalid`, for its undecodable entry, and none for the others
+    dead = [fields for _, fields in sync_redis.xrange(ks.dead(0))]
+    assert sorted((d[b"kind"], d[b"key"]) for d in dead) == sorted((b"invalid", k.encode()) for k in bad.values())
+    # ... and a ledger row per key saying so, keeping the trajectory's data source
+    rows = _agree(ledger, dict(results))
+    assert all(rows[k]["data_source"] == CUSTOM and rows[k]["committed"] is True for k in failed)
+    assert [k for k in failed if rows[k]["final"]] == [f"{tid}_2" for tid in bad]

@@ -453,4 +453,10 @@ async def test_trajectories_ended_by_incomplete_timeout_are_counted_not_replayed
     page = tmp_path / "report.html"
     code, _, stderr = await asyncio.to_thread(run, procs, "report", ledger, "-o", str(page))
     assert code == 0, stderr
-    assert 'data-trajectories="3" data-errors="2"' in page.read_text()
+    assert 'data-trajectories="3" data-errors="2" data-unscored="2"' in page.read_text()
+    # ... and leaves the two never scored out of the latency figures: only the scored one's is there
+    from rewardq.ledger.report import load, per_source
+
+    rows = load(ledger, None, None, None)
+    (gsm8k,) = per_source(rows)
+    assert gsm8k["latency_p99_ms"] == float(rows.latency_ms[rows.ok][0]) and int(rows.unscored.sum()) == 2

@@ -61,9 +61,10 @@ async def open_test_worker(
 
 
 @contextlib.asynccontextmanager
-async def running_worker(cfg: WorkerConfig) -> AsyncIterator[Worker]:
-    """One in-process worker of ``cfg``, running for the ``with`` block, then stopped (and waited for)."""
-    w = await open_test_worker(cfg)
+async def running_worker(cfg: WorkerConfig, *, metrics: Metrics | None = None) -> AsyncIterator[Worker]:
+    """One in-process worker of ``cfg`` (``metrics``: its metrics hooks), running for the ``with``
+    block, then stopped (and waited for)."""
+    w = await open_test_worker(cfg, metrics=metrics)
     task = asyncio.create_task(w.run())
     try:
         yield w

@@ -28,7 +28,8 @@ def trajectory_rows(
     second: int = 0,
 ) -> list[dict[str, Any]]:
     """The ledger rows of trajectory ``<uid>_0`` with ``n`` outputs; ``complete=False``: one ended
-    by ``incomplete_timeout`` (outputs 0..n-1 arrived, none final), as a worker writes it."""
+    by ``incomplete_timeout`` (outputs 0..n-1 arrived, none final), as a worker writes it: never
+    scored (attempt 0, no provenance, no manager time), its latency the 45 s it waited."""
     ids = np.arange(1, 9, dtype="<i4").tobytes()
     rows = []
     for i in range(n):
@@ -55,11 +56,12 @@ def trajectory_rows(
                 "reward_score": score if ok else None,
                 "error": None if ok else "incomplete trajectory" if not complete else "scorer failed",
                 "failure_kind": None if ok else "input" if not complete else "scorer",
-                "attempt": 1,
+                "attempt": 1 if complete else 0,
                 "committed": True,
                 "scored_at": T0 + dt.timedelta(seconds=second),
-                "latency_ms": 5.0,
-                "score_ms": 1.0,
+                "latency_ms": 5.0 if complete else 45_000.0,
+                "score_ms": 1.0 if complete else None,
+                "provenance": "0123456789abcdef" if complete else None,
                 "response": "8" if complete and i == n - 1 else None,
             }
         )

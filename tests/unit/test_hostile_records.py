@@ -138,6 +138,14 @@ def test_deep_nesting_is_refused_alike_on_both_sides() -> None:
         decode_output(b"\x91" * 5000 + b"\x01")
 
 
+def test_bytes_that_are_no_msgpack_are_refused_with_a_detail() -> None:
+    # msgpack's FormatError for a reserved byte (0xc1) says nothing: the message names the bytes
+    with pytest.raises(RecordError) as caught:
+        decode_output(b"\xc1\xc1 not msgpack")
+    assert "()" not in str(caught.value) and ": )" not in str(caught.value)
+    assert "FormatError: its bytes start b'\\xc1\\xc1 not msgpack'" in str(caught.value)
+
+
 def test_keys_never_cross_and_parse_from_the_right() -> None:
     # the two trajectories of the ambiguity report cannot both exist: the second is refused
     assert trajectory_id("job_1", "a") == "job_1_a"

@@ -53,6 +53,19 @@ def test_the_report_counts_every_trajectory_and_failure_incomplete_ones_too(tmp_
     assert 'data-trajectories="4" data-errors="3"' in render(str(tmp_path / "a"), rows)
 
 
+def test_trajectories_never_scored_are_left_out_of_the_latency_figures(tmp_path: Path) -> None:
+    from rewardq.ledger.report import load, per_source, render
+
+    # Given two scored trajectories (5 ms) and two ended incomplete after waiting 45 s
+    rows = load(str(_ledger(tmp_path / "a")), None, None, None)
+    # Then the latency figures are the scored ones', and the page says how many were left out
+    (gsm8k,) = per_source(rows)
+    assert (gsm8k["latency_p50_ms"], gsm8k["latency_p99_ms"]) == (5.0, 5.0)
+    assert int(rows.unscored.sum()) == 2
+    page = render(str(tmp_path / "a"), rows)
+    assert 'data-unscored="2"' in page and "2 never scored" in page
+
+
 def test_a_trajectory_without_a_result_time_is_counted_but_on_no_time_axis(tmp_path: Path) -> None:
     from rewardq.ledger.report import load, render
 
