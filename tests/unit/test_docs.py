@@ -82,6 +82,7 @@ PLACEHOLDER = {
     "digest": "<sha256>",
     "run": "<run>",
     "nonce": "<nonce>",
+    "worker": "<worker>",
 }
 
 
