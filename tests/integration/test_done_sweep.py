@@ -5,7 +5,6 @@ every 2 s (what a burst of thousands of waiting trajectories paid for in produce
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 
 import pytest
 
@@ -13,23 +12,9 @@ from rewardq import AsyncRewardClient
 from rewardq.errors import RewardTimeout
 from rewardq.producers import aio
 from rewardq.queue.keys import Keyspace
-from rewardq.queue.results import RewardResult
 from tests.support.cluster import SHARDS, LocalCluster
-from tests.support.helpers import SAMPLE, output, running_workers
+from tests.support.helpers import SAMPLE, count_reads, output, running_workers
 from tests.support.managers import LengthManager
-
-
-def _count_reads(client: AsyncRewardClient, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    reads: list[list[str]] = []
-    real = client.get_rewards
-
-    async def counting(keys: Iterable[str]) -> dict[str, RewardResult | None]:
-        keys = list(keys)
-        reads.append(keys)
-        return await real(keys)
-
-    monkeypatch.setattr(client, "get_rewards", counting)
-    return reads
 
 
 def _lose_every_done_entry(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,7 +49,7 @@ async def test_waiters_of_unfinished_trajectories_read_nothing_until_their_deadl
     nobody, and each waiter reads its keys once, at its deadline (it read them every 2 s)."""
     monkeypatch.setattr(aio, "SWEEP_INTERVAL", 0.05)
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
-    reads = _count_reads(client, monkeypatch)
+    reads = count_reads(client, monkeypatch)
     swept: list[int] = []
     real_sweep = client._sweep
 

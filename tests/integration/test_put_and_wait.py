@@ -4,7 +4,6 @@ fewer than ``put_trajectory`` + ``wait_rewards`` (the waiter listens before the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 
 import pytest
 
@@ -13,7 +12,7 @@ from rewardq.errors import RewardTimeout
 from rewardq.producers.reading import parse_results
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.results import RewardResult
-from tests.support.helpers import SAMPLE, output, running_workers
+from tests.support.helpers import SAMPLE, count_reads, output, running_workers
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
 
@@ -35,25 +34,11 @@ async def test_concurrent_trajectories_get_their_own_rewards(
         assert [r.reward_score for r in results.values()] == [float(t % 7 + 1)] * 2
 
 
-def _count_reads(client: AsyncRewardClient, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The keys of every ``get_rewards`` call ``client`` makes from now on (the list fills as it reads)."""
-    reads: list[list[str]] = []
-    real = client.get_rewards
-
-    async def counting(keys: Iterable[str]) -> dict[str, RewardResult | None]:
-        keys = list(keys)
-        reads.append(keys)
-        return await real(keys)
-
-    monkeypatch.setattr(client, "get_rewards", counting)
-    return reads
-
-
 async def test_the_results_are_read_after_the_put_not_before(
     ns: str, redis_url: str, sync_redis: SyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
-    reads = _count_reads(client, monkeypatch)
+    reads = count_reads(client, monkeypatch)
     # nobody scores this namespace: the wait times out, naming the keys, after the put went in
     with pytest.raises(RewardTimeout) as err:
         await client.put_trajectory_and_wait("lonely", "s", [output(3, 3), output(2, 2)], SAMPLE, timeout=0.5)
@@ -129,7 +114,7 @@ async def test_a_small_shared_result_comes_with_the_announcement_and_needs_no_re
     ns: str, redis_url: str, sync_redis: SyncClient, length_manager: LengthManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = AsyncRewardClient.from_url(redis_url, namespace=ns)
-    reads = _count_reads(client, monkeypatch)
+    reads = count_reads(client, monkeypatch)
     async with running_workers(ns, redis_url, [length_manager]):
         outs = [output(4, 3, seed=1), output(5, 2, seed=2), output(3, 6, seed=3)]
         keys, results = await client.put_trajectory_and_wait("told", "s", outs, SAMPLE, timeout=30)

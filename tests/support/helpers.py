@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -241,3 +241,19 @@ async def seconds_to_use_a_hand_back(giver: Any, waiter: Any) -> float:
     await giver.charge_tokens(-50)
     await waiting
     return time.monotonic() - t0
+
+
+def count_reads(client: Any, monkeypatch: Any) -> list[list[str]]:
+    """The keys of every ``get_rewards`` call an ``AsyncRewardClient`` makes from now on (the list
+    fills as it reads; ``monkeypatch``: pytest's, which puts the method back)."""
+    reads: list[list[str]] = []
+    real = client.get_rewards
+
+    async def counting(keys: Iterable[str]) -> dict[str, RewardResult | None]:
+        keys = list(keys)
+        reads.append(keys)
+        result: dict[str, RewardResult | None] = await real(keys)
+        return result
+
+    monkeypatch.setattr(client, "get_rewards", counting)
+    return reads
