@@ -107,6 +107,7 @@ def test_a_clean_stop_leaves_no_lock_file_and_a_lock_on_a_deleted_one_is_taken_a
     monkeypatch.setattr(os, "open", lambda *a, **k: next(opened, None) or real_open(*a, **k))
     fd = take_lock(lock)
     monkeypatch.undo()
-    assert fd is not None and fd != stale and os.fstat(fd).st_ino == os.stat(lock).st_ino
+    # (the stale descriptor was closed on the way, so the new one may reuse its number: compare files)
+    assert fd is not None and os.fstat(fd).st_ino == os.stat(lock).st_ino
     assert take_lock(lock) is None
     os.close(fd)
