@@ -148,7 +148,7 @@ class Fleet:
 
 
 async def rounds(a: argparse.Namespace, fleet: Fleet) -> dict[str, list[float]]:
-    from rewardq.config import AdapterSettings
+    from rewardq.adapter_settings import AdapterSettings
     from rewardq.integrations.verl.scoring import VerlScorer, sample_columns, trajectory_names
     from rewardq.producers.aio import AsyncRewardClient
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rewardq
-from rewardq.config import AdapterSettings, WorkerConfig
+from rewardq.adapter_settings import AdapterSettings
+from rewardq.config import WorkerConfig
 from rewardq.reward.codeexec.settings import CodeExecSettings
 from rewardq.reward.managers.disrm_options import DisRMOptions
 from rewardq.reward.managers.genrm_options import GenRMOptions

@@ -19,8 +19,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from rewardq.adapter_settings import AdapterSettings
 from rewardq.cli import cli, worker
-from rewardq.config import ADAPTER_KEYS, AdapterSettings, WorkerConfig
+from rewardq.config import ADAPTER_KEYS, WorkerConfig
 from rewardq.errors import ConfigError
 from rewardq.ops.worker import config_rows, load_config, worker_argv
 from rewardq.queue.connection import REDIS_URL
@@ -275,6 +276,8 @@ def test_the_adapter_reads_the_workers_declarations_and_its_own() -> None:
     assert (adapter["timeout"].key, adapter["timeout"].env) == ("verl_timeout", "REWARDQ_VERL_TIMEOUT")
     # fleet: the Ray fleet block the adapter starts (rewardq.integrations.verl.fleet), read by the adapter only
     assert ADAPTER_KEYS == {"verl_timeout", "verl_on_error", "verl_max_error_rate", "verl_error_window", "fleet"}
+    # and the keys written out in rewardq.config are the adapter's declarations beyond the worker's
+    assert ADAPTER_KEYS - {"fleet"} == {s.key for s in adapter.values()} - {s.key for s in worker_settings.values()}
 
 
 def test_adapter_settings_block_then_environment() -> None:

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 from verl.protocol import DataProto
 
-from rewardq.config import AdapterSettings
+from rewardq.adapter_settings import AdapterSettings
 from rewardq.consumers.batch import build_batch
 from rewardq.errors import ConfigError, RunStopped
 from rewardq.integrations.verl import RewardqAgentLoopWorker

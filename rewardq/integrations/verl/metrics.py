@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from rewardq.config import AdapterSettings
+from rewardq.adapter_settings import AdapterSettings
 from rewardq.integrations.verl.budget import LABELS, OK, current_run
 from rewardq.integrations.verl.settings import config_at, settings_for
 

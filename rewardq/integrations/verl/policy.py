@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewardq.config import AdapterSettings
+from rewardq.adapter_settings import AdapterSettings
 from rewardq.integrations.verl.settings import config_at
 
 #: verl's estimators that have a masking form, ``rewardq_<name>``: every one that takes only the

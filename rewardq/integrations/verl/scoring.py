@@ -33,7 +33,7 @@ import msgpack
 import numpy as np
 
 import rewardq.queue.connection as rx
-from rewardq.config import AdapterSettings
+from rewardq.adapter_settings import AdapterSettings
 from rewardq.errors import RecordError, RedisUnavailable, RewardqError, RewardTimeout, RunStopped, SampleMasked
 from rewardq.integrations.verl.budget import CANCELLED, LABELS, UNKNOWN, Failure, FleetBudget, current_run
 from rewardq.integrations.verl.media import has_media, wire_media, wire_sample_media

@@ -1,6 +1,6 @@
 """Where the verl adapter and hook read their settings from; no verl import here.
 
-The settings are declared once, beside the worker's, as :class:`rewardq.config.AdapterSettings`.
+The settings are declared once, beside the worker's, as :class:`rewardq.adapter_settings.AdapterSettings`.
 Lowest precedence first: defaults, the verl config's ``rewardq`` then ``reward.rewardq`` block,
 then the environment:
 
@@ -26,7 +26,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from rewardq.config import AdapterSettings
+from rewardq.adapter_settings import AdapterSettings
 from rewardq.errors import ConfigError
 
 #: The verl config blocks the settings are read from (the later one wins).
