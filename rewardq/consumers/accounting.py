@@ -176,7 +176,8 @@ class Accounting:
         keys it wrote with which attempt (:meth:`FailureRows.settle`). An index at or past
         ``max_outputs`` (a record's, never bounded by it) has the key it names alone spooled here,
         as the script answers it alone beside the keys it knows. ``known``: decoded records of
-        the trajectory failing with it (their rows keep ids, and give every row their sample)."""
+        the trajectory, failing with it or parked in its hash, in index order (their rows keep ids,
+        and give every row their sample)."""
         if self.ledger is None:
             return None
         sample = record.sample if record is not None else trajectory_sample(known)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from rewardq import __version__
 from rewardq.config import WorkerConfig
 from rewardq.consumers.accounting import Accounting, open_ledger
+from rewardq.consumers.assembly import RecordDecoder
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.inflight import InFlightTable
@@ -234,6 +235,7 @@ async def open_worker(
         presence.scoring = mine.digest
         accounting = _accounts(cfg, name, manager, r, broker.ks, mine.digest, metrics)
         room = RoomWaits(metrics=metrics, stats=stats)  # writes refused past maxmemory, waited out
+        decoder = record_decoder(cfg, prepared.tokenizer, fingerprint)
         parts = WorkerParts(
             cfg=cfg,
             name=name,
@@ -243,6 +245,7 @@ async def open_worker(
             manager=manager,
             tokenizer=prepared.tokenizer,
             tokenizer_fingerprint=fingerprint,
+            decoder=decoder,
             gate=gate,
             metrics=metrics,
             metrics_port=port,
@@ -259,6 +262,7 @@ async def open_worker(
                 presence=presence,
                 accounting=accounting,
                 room=room,
+                decode=decoder,
             ),
             retries=Retries(broker.attempts, retry_for=cfg.retry_for, stopping=stopping, metrics=metrics, stats=stats),
             scorer=TrajectoryScorer(
@@ -285,6 +289,21 @@ async def open_worker(
             await close_manager(manager)
             if own:
                 await r.aclose()
+
+
+def record_decoder(cfg: WorkerConfig, tokenizer: object, fingerprint: str | None) -> RecordDecoder:
+    """The worker's decoder: its record bounds, and its tokenizer's vocabulary size (None:
+    unchecked) and fingerprint. The size is read here once: the tokenizer does not change in a
+    worker's life, and ``tokenizers`` 0.22 (verl 0.9.1's environment) counts a 128k vocabulary in
+    ~120 ms per call (``get_vocab_size(with_added_tokens=True)``)."""
+    vocab_size: int | None = getattr(tokenizer, "vocab_size", None)
+    return RecordDecoder(
+        max_bytes=cfg.max_record_bytes,
+        vocab_size=vocab_size,
+        max_outputs=cfg.max_outputs,
+        max_image_bytes=cfg.max_image_bytes,
+        tokenizer=fingerprint,
+    )
 
 
 def _accounts(

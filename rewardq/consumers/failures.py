@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rewardq.consumers.assembly import trajectory_sample
+from rewardq.consumers.assembly import RecordDecoder, trajectory_sample
 from rewardq.consumers.failure_rows import FailureRows
 from rewardq.consumers.metrics import Metrics
 from rewardq.consumers.presence import Presence
@@ -27,7 +27,7 @@ from rewardq.consumers.retries import RoomWaits
 from rewardq.errors import RecordError, RedisPermissionError, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.codec import OutputRecord, peek_identity
-from rewardq.queue.connection import is_refused_permission, permission_error
+from rewardq.queue.connection import being_cancelled, is_refused_permission, permission_error
 from rewardq.queue.endings import Failed
 from rewardq.queue.entries import Entry
 from rewardq.queue.keys import parse_key, trajectory_id
@@ -61,6 +61,9 @@ class FailureHandler:
             to the ledger before their error results are written, then settled key by key by what
             the fail script wrote (:mod:`rewardq.consumers.failure_rows`).
         room: waits out a failure's write that Redis refuses past ``maxmemory`` (None: raise it).
+        decode: the worker's decoder: with a ledger, a trajectory failing at intake has the records
+            parked in its hash read back and decoded with it, for its rows (:meth:`parked`; None:
+            not read).
     """
 
     def __init__(
@@ -74,8 +77,10 @@ class FailureHandler:
         presence: Presence | None = None,
         accounting: Accounting | None = None,
         room: RoomWaits | None = None,
+        decode: RecordDecoder | None = None,
     ) -> None:
         self.broker = broker
+        self.decode = decode
         self.accounting = accounting
         self.room = room
         self.ks = broker.ks
@@ -104,10 +109,12 @@ class FailureHandler:
         with ``entry`` and not stored: they fail with it (their keys get the error result, their
         entries are acknowledged with its dead letter, their rows keep ids and sample) unless
         ``entry`` names an index at or past ``max_outputs`` or another shard, or ``batch`` holds
-        ``max_outputs`` entries or more; returns whether they did. ``late``: the record came after its trajectory
-        finished (:attr:`~rewardq.queue.entries.StoreOutcome.late`): only its own key can get an
-        error result, and only when it has none (``open``), so only then does it get a ledger row;
-        one whose key keeps its result (``kept``) has none, the dead letter being all that changed.
+        ``max_outputs`` entries or more; returns whether they did. The records of the trajectory
+        stored earlier (parked in its hash) are read back for the rows too (:meth:`with_parked`).
+        ``late``: the record came after its trajectory finished
+        (:attr:`~rewardq.queue.entries.StoreOutcome.late`): only its own key can get an error
+        result, and only when it has none (``open``), so only then does it get a ledger row; one
+        whose key keeps its result (``kept``) has none, the dead letter being all that changed.
         """
         ident = self._identity(entry, record)
         failure = DEAD_LETTER_FAILURE[kind]
@@ -124,6 +131,9 @@ class FailureHandler:
             took = self._takes(entry, shard, tid, idx, batch)
             if took:  # the keys of the records failing with it are answered too
                 idx = str(max(int(idx), *(rec.index for rec in known)))
+            for_rows = known if took else []
+            if not late:  # its outputs stored earlier, for the rows (a late one's trajectory has none)
+                for_rows = await self.with_parked(shard, tid, for_rows)
             # nothing scored the keys it answers: attempt 0, unless the fail script finds the
             # trajectory's hash counted scoring attempts (it reads them atomically, and the rows
             # are settled by what it wrote: FailureRows)
@@ -135,7 +145,7 @@ class FailureHandler:
                 own_key=bool(late),
                 before=late != "kept",
                 index=int(idx) if took else None,
-                known=known if took else (),
+                known=for_rows,
             )
             also_ack = [e for e, _ in batch] if took else []
             failed: Failed | None = None
@@ -170,6 +180,33 @@ class FailureHandler:
             and (idx == "-1" or (idx.isdigit() and int(idx) < max_out))
             and all(e.shard == shard and rec.tid == tid for e, rec in batch)
         )
+
+    async def with_parked(self, shard: int, tid: str, known: Sequence[OutputRecord] = ()) -> list[OutputRecord]:
+        """``known`` (records of trajectory ``tid`` the failing batch holds) and the records of it
+        parked in its hash (stored by an earlier batch or another worker) that decode with the
+        worker's decoder, in index order: read for a failure's ledger rows only (not without a
+        ledger or a decoder), within the bounds of :mod:`rewardq.queue.parked`. A parked record
+        that does not decode (or names another key) is not used. A read Redis fails leaves
+        ``known`` alone (the rows then have no sample unless it gives one, and the parked keys no
+        ids), with one warning: the failure goes on."""
+        if self.decode is None or self.accounting is None or self.accounting.ledger is None:
+            return list(known)
+        try:
+            parked = await self.broker.parked(shard, tid, skip={rec.index for rec in known})
+        except Exception as exc:  # the rows are not worth failing the failure for
+            if being_cancelled():
+                raise
+            logger.warning("ledger: the records of %s parked in Redis could not be read for its rows: %s", tid, exc)
+            return list(known)
+        out = list(known)
+        for i, data in parked.items():
+            try:
+                rec = self.decode(data)
+            except Exception:  # noqa: BLE001 - a record that does not decode: its row keeps the identity only
+                continue
+            if rec.tid == tid and rec.index == i:
+                out.append(rec)
+        return sorted(out, key=_index)
 
     def trajectory_of(self, entry: Entry) -> str | None:
         """The id of the trajectory an entry that did not decode answers for (None: none)."""
@@ -258,7 +295,7 @@ class FailureHandler:
             # attempts its hash counted when more (the fail script's): at least any attempt a worker
             # that died scoring it spooled, so its rows (later) win the ledger's dedup
             attempt = max(e.deliveries for e, _ in items)
-            rows = self.spool(last[0], None, reason, failure, attempt=attempt)
+            rows = self.spool(last[0], None, reason, failure, attempt=attempt, known=await self.with_parked(shard, tid))
             dead = self._dead_fields(first, DeadLetterKind.EXHAUSTED, reason, "", tid=tid, failure=failure)
             write = functools.partial(
                 self.broker.fail,
@@ -391,6 +428,10 @@ class FailureHandler:
         if len(data) <= min(DEAD_RECORD_WHOLE, self.max_record_bytes):
             return {"data": bytes(data)}
         return {"data": bytes(data[:DEAD_DATA_CAP]), "data_bytes": len(data), "truncated": 1}
+
+
+def _index(rec: OutputRecord) -> int:
+    return rec.index
 
 
 def _names(entry: Entry, record: OutputRecord | None) -> tuple[str, str, int] | None:

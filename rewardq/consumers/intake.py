@@ -29,15 +29,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 
+from rewardq.consumers.assembly import RecordDecoder
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.metrics import Metrics
 from rewardq.errors import RecordError, TokenizerMismatch, TrajectoryTooLarge
 from rewardq.queue.broker import StreamBroker
 from rewardq.queue.checks import MAX_TRAJECTORY_BYTES, check_trajectory_bytes
-from rewardq.queue.codec import OutputRecord, decode_output
+from rewardq.queue.codec import OutputRecord
 from rewardq.queue.endings import Failed
 from rewardq.queue.entries import Entry, StoreOutcome
-from rewardq.queue.images import MAX_IMAGE_BYTES
 from rewardq.queue.states import DeadLetterKind, FailureKind
 
 logger = logging.getLogger("rewardq.worker")
@@ -129,10 +129,11 @@ class Intake:
         broker: the worker's gateway to Redis.
         failures: dead-letters the entries that are rejected here.
         max_deliveries: an entry delivered more often than this is dead-lettered unread.
-        max_record_bytes, max_outputs, vocab_size, max_image_bytes: the bounds a record must keep to decode.
+        decode: the worker's decoder (its record bounds and tokenizer fingerprint); a record made
+            with another vocabulary is dead-lettered (kind ``tokenizer``), with an error result
+            naming both tokenizers.
+        max_outputs: the most outputs a trajectory may have.
         max_trajectory_bytes: the most a trajectory's records may total.
-        tokenizer: the worker's tokenizer fingerprint; a record made with another vocabulary is
-            dead-lettered (kind ``tokenizer``), with an error result naming both tokenizers.
         stats: the worker's counters; ``read``, ``stored``, ``parked`` and ``duplicates`` are counted here.
         metrics: the worker's metrics hooks.
         on_complete: called with every trajectory whose lease this worker now holds; it must score it.
@@ -144,25 +145,19 @@ class Intake:
         failures: FailureHandler,
         *,
         max_deliveries: int,
-        max_record_bytes: int,
+        decode: RecordDecoder,
         max_outputs: int,
         max_trajectory_bytes: int = MAX_TRAJECTORY_BYTES,
-        vocab_size: int | None,
         stats: dict[str, int],
-        tokenizer: str | None = None,
         metrics: Metrics,
         on_complete: Callable[[StoreOutcome], None],
-        max_image_bytes: int = MAX_IMAGE_BYTES,
     ) -> None:
         self.broker = broker
         self.failures = failures
         self.max_deliveries = max_deliveries
-        self.max_record_bytes = max_record_bytes
+        self.decode = decode
         self.max_trajectory_bytes = max_trajectory_bytes
         self.max_outputs = max_outputs
-        self.max_image_bytes = max_image_bytes
-        self.vocab_size = vocab_size
-        self.tokenizer = tokenizer
         self.stats = stats
         self.metrics = metrics
         self.on_complete = on_complete
@@ -225,14 +220,7 @@ class Intake:
             try:
                 if entry.blob_error:
                     raise RecordError("blob", entry.blob_error)
-                rec = decode_output(
-                    entry.data,
-                    max_bytes=self.max_record_bytes,
-                    vocab_size=self.vocab_size,
-                    max_outputs=self.max_outputs,
-                    max_image_bytes=self.max_image_bytes,
-                    tokenizer=self.tokenizer,
-                )
+                rec = self.decode(entry.data)
                 key = entry.key
                 if key and key != rec.key:
                     raise RecordError("key", f"stream entry key {key!r} does not match the record's {rec.key!r}")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 from rewardq.config import WorkerConfig
 from rewardq.consumers.accounting import Accounting
+from rewardq.consumers.assembly import RecordDecoder
 from rewardq.consumers.commits import CommitCoalescer
 from rewardq.consumers.failures import FailureHandler
 from rewardq.consumers.inflight import InFlightTable
@@ -62,13 +62,10 @@ class WorkerParts:
     quarantine: Quarantine
     accounting: Accounting  # provenance and the ledger (rewardq.consumers.accounting)
 
-    @cached_property
-    def vocab_size(self) -> int | None:
-        """The tokenizer's vocabulary size, which bounds a record's token ids (None: unchecked).
+    decoder: RecordDecoder  # the intake's and the failures' (rewardq.consumers.assembly)
 
-        Read once: the tokenizer does not change in a worker's life, and ``tokenizers`` 0.22
-        (verl 0.9.1's environment) counts a 128k vocabulary in ~120 ms per call
-        (``get_vocab_size(with_added_tokens=True)``), which every trajectory put together from
-        stored parts asked for."""
-        vocab_size: int | None = getattr(self.tokenizer, "vocab_size", None)
-        return vocab_size
+    @property
+    def vocab_size(self) -> int | None:
+        """The tokenizer's vocabulary size, which bounds a record's token ids (None: unchecked),
+        read once into the worker's decoder (:func:`~rewardq.consumers.compose.record_decoder`)."""
+        return self.decoder.vocab_size

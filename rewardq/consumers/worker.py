@@ -103,15 +103,12 @@ class Worker:
             parts.broker,
             parts.failures,
             max_deliveries=cfg.max_deliveries,
-            max_record_bytes=cfg.max_record_bytes,
+            decode=parts.decoder,
             max_trajectory_bytes=cfg.max_trajectory_bytes,
             max_outputs=cfg.max_outputs,
-            vocab_size=parts.vocab_size,
-            tokenizer=parts.tokenizer_fingerprint,
             stats=self.stats,
             metrics=self.metrics,
             on_complete=self._start_scoring,
-            max_image_bytes=cfg.max_image_bytes,
         )
         self.log_summary = LogSummary(self.name)  # the INFO line every log_summary_interval
         self.rounds = ScoringRound(parts, log_summary=self.log_summary, refused=self._refused)

@@ -23,14 +23,15 @@ liveness its callers use as the parts they are (``broker.attempts.note_retry``,
 * :class:`~rewardq.queue.liveness.Liveness`: the heartbeat, registration, and lease renewal and release.
 
 What it reads and what filing a record answers are :mod:`rewardq.queue.entries`; records that
-travel as blobs or are kept by reference are read back by :mod:`rewardq.queue.blobs`; its Lua
+travel as blobs or are kept by reference are read back by :mod:`rewardq.queue.blobs`, and a failing
+trajectory's parked records, for its ledger rows, by :mod:`rewardq.queue.parked`; its Lua
 scripts run through :class:`~rewardq.queue.script_runner.ScriptRunner` (NOSCRIPT and cluster
 routing); the shard count it is built with is agreed in :mod:`rewardq.queue.meta`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
@@ -47,6 +48,7 @@ from rewardq.queue.endings import DEAD_REASON_CHARS, DEAD_TRACEBACK_CHARS, EXPIR
 from rewardq.queue.entries import Entry, StoreOutcome, entries_from_reply
 from rewardq.queue.keys import DEAD_LETTER_BYTES, DEAD_LETTER_TTL, DEAD_MAXLEN, DONE_MAXLEN, Keyspace
 from rewardq.queue.liveness import Liveness
+from rewardq.queue.parked import parked_records
 from rewardq.queue.reclaim import CLAIMABLE_BYTE_BUDGET, Reclaimer
 from rewardq.queue.results import (
     MAX_RESULT_BYTES,
@@ -333,6 +335,12 @@ class StreamBroker:
                 raise reply
             out.append(_s(reply[0]) == "complete")
         return out
+
+    async def parked(self, shard: int, tid: str, skip: Collection[int] = ()) -> dict[int, bytes]:
+        """The records of trajectory ``tid`` parked in its hash, by index, but those of ``skip``: read
+        back for the ledger rows of its failure only, within ``max_outputs`` fields and a byte bound
+        (:func:`~rewardq.queue.parked.parked_records`)."""
+        return await parked_records(self.r, self.ks.traj(shard, tid), max_outputs=self.max_outputs, skip=skip)
 
     # -- finish: the commit calls are built and run by CommitCalls (rewardq.queue.commit_calls) ---
     def encode(self, results: Sequence[RewardResult] | EncodedResults) -> EncodedResults:
