@@ -20,32 +20,21 @@ SAMPLE = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "42"}}
 TRAJS = [Trajectory(f"t{i}", "s", [output(3, 3, seed=i)], SAMPLE) for i in range(4)]
 
 
-def test_two_replays_into_the_same_out_racing_for_one_namespace_are_not_both_let_in(
-    redis_url: str, ns: str, sync_redis: SyncClient
+@pytest.mark.parametrize("their_out", ["out-1", "out-2"])  # the same --out as this replay's, or another
+def test_of_two_replays_that_found_a_namespace_unused_only_the_first_to_mark_it_runs(
+    redis_url: str, ns: str, sync_redis: SyncClient, their_out: str
 ) -> None:
     cfg = worker_config(ns, redis_url)
-    mark = replay_mark("out-1", "fp-1")
-    # Given two replays with the same mark that both found the namespace unused
-    first, second = check_namespace(cfg, TRAJS, mark), check_namespace(cfg, TRAJS, mark)
-    assert (first, second) == (False, False)
-    # When both mark it, only the first goes on
-    mark_namespace(cfg, mark, resuming=first)
+    mine, theirs = replay_mark("out-1", "fp-1"), replay_mark(their_out, "fp-1")
+    # Given two replays that both found the namespace unused
+    resuming, they_resume = check_namespace(cfg, TRAJS, mine), check_namespace(cfg, TRAJS, theirs)
+    assert (resuming, they_resume) == (False, False)
+    # When the other one marks it first
+    mark_namespace(cfg, theirs, resuming=they_resume)
+    # Then this one is refused, and the mark stays the other's
     with pytest.raises(ConfigError, match="marked by another replay .* between this replay's check and its mark"):
-        mark_namespace(cfg, mark, resuming=second)
-    # and the mark stays the first one's
-    assert sync_redis.get(Keyspace(ns).replay) == mark.encode()
-
-
-def test_a_mark_of_another_replay_taken_between_check_and_mark_is_refused(
-    redis_url: str, ns: str, sync_redis: SyncClient
-) -> None:
-    cfg = worker_config(ns, redis_url)
-    mine, other = replay_mark("out-1", "fp-1"), replay_mark("out-2", "fp-1")
-    resuming = check_namespace(cfg, TRAJS, mine)
-    sync_redis.set(Keyspace(ns).replay, other)  # another replay marks it meanwhile
-    with pytest.raises(ConfigError, match="marked by another replay"):
         mark_namespace(cfg, mine, resuming=resuming)
-    assert sync_redis.get(Keyspace(ns).replay) == other.encode()
+    assert sync_redis.get(Keyspace(ns).replay) == theirs.encode()
 
 
 def test_a_fleet_starting_between_check_and_mark_is_noticed_and_the_mark_removed(
