@@ -16,10 +16,11 @@ come from (:func:`~rewardq.ledger.spool.part_name`), so a segment flushed twice 
 after writing the file, before deleting the segment) overwrites its own file instead of adding a
 copy, and no other segment's file.
 
-Writes go to a temporary name and are renamed into place on a local folder (and fsspec's
-``memory://``); on every other fsspec filesystem the file is written in place, which object stores
-make visible whole when it is closed (:func:`write_whole` says what that means elsewhere). Names
-starting with ``_`` or ``.`` are skipped by every reader.
+Writes go to a temporary name and are renamed into place on a local folder (fsynced before the
+rename and the folder after it, so the flusher deletes a spool segment only once its rows are on
+the disk) and on fsspec's ``memory://``; on every other fsspec filesystem the file is written in
+place, which object stores make visible whole when it is closed (:func:`write_whole` says what
+that means elsewhere). Names starting with ``_`` or ``.`` are skipped by every reader.
 """
 
 from __future__ import annotations
@@ -115,8 +116,12 @@ class LedgerStore:
         return LedgerFile(self, path, target)
 
     def _placed(self, file: LedgerFile) -> None:
+        if self._local:  # on the disk before its segment is deleted: a power loss keeps one of the two
+            _fsync_file(self.fs._strip_protocol(file.target))
         if file.target != file.path:
             self.fs.mv(file.target, file.path)
+        if self._local:
+            _fsync_folder(self.fs._strip_protocol(file.path).rsplit("/", 1)[0])
         if not self._manifest_done:
             self.write_manifest()
 
@@ -229,8 +234,16 @@ def write_whole(fs: AbstractFileSystem, folder: str, name: str, data: bytes) -> 
         _fsync_folder(fs._strip_protocol(folder))
 
 
+def _fsync_file(path: str) -> None:
+    _fsync(path, os.O_RDONLY)
+
+
 def _fsync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    _fsync(folder, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
