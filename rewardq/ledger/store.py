@@ -16,9 +16,11 @@ come from (:func:`~rewardq.ledger.spool.part_name`), so a segment flushed twice 
 after writing the file, before deleting the segment) overwrites its own file instead of adding a
 copy, and no other segment's file.
 
-Writes go to a temporary name and are renamed into place on filesystems that rename (local, most
-fsspec ones); object stores make a written object visible whole, so there the file is written in
-place. Names starting with ``_`` or ``.`` are skipped by every reader.
+Writes go to a temporary name and are renamed into place on a local folder (fsynced before the
+rename and the folder after it, so the flusher deletes a spool segment only once its rows are on
+the disk) and on fsspec's ``memory://``; on every other fsspec filesystem the file is written in
+place, which object stores make visible whole when it is closed (:func:`write_whole` says what
+that means elsewhere). Names starting with ``_`` or ``.`` are skipped by every reader.
 """
 
 from __future__ import annotations
@@ -114,8 +116,12 @@ class LedgerStore:
         return LedgerFile(self, path, target)
 
     def _placed(self, file: LedgerFile) -> None:
+        if self._local:  # on the disk before its segment is deleted: a power loss keeps one of the two
+            _fsync_file(self.fs._strip_protocol(file.target))
         if file.target != file.path:
             self.fs.mv(file.target, file.path)
+        if self._local:
+            _fsync_folder(self.fs._strip_protocol(file.path).rsplit("/", 1)[0])
         if not self._manifest_done:
             self.write_manifest()
 
@@ -189,14 +195,24 @@ class LedgerFile:
 
 
 def write_whole(fs: AbstractFileSystem, folder: str, name: str, data: bytes) -> None:
-    """Write ``data`` as ``<folder>/<name>`` (the folder made if missing) so that a reader, or a
-    process stopped midway (a signal, a crash), never leaves the file cut: written under a
-    temporary name and renamed into place where the filesystem renames (module doc), written in
-    place on object stores, which make an object visible whole. A write that fails removes its
-    temporary file; the previous file, if any, stays as it was."""
+    """Write ``data`` as ``<folder>/<name>`` (the folder made if missing), never leaving it cut.
+
+    * A local folder: written under a temporary name, fsynced, renamed into place, and the folder
+      fsynced, so a reader, a stopped process or a power loss finds the previous file (or none)
+      or the new one whole, never an empty or cut one. ``memory://`` renames the same way.
+    * An object store (``s3://``, ``gs://``, ``az://``...): written in place. fsspec uploads a
+      file opened for writing when it is closed: one PUT, or a multipart upload completed at
+      close, and an object store makes an object visible only whole, replacing the previous one
+      whole; an upload never completed (a process stopped midway) leaves the previous object.
+    * Any other fsspec filesystem (SFTP, SMB, HDFS, FTP...): written in place too, and those
+      write into the named file as the data arrives, so a process stopped midway can leave it cut
+      there.
+
+    A write that fails removes its temporary file; the previous file, if any, stays as it was."""
     fs.makedirs(folder, exist_ok=True)
     path = f"{folder}/{name}"
-    if "file" not in _protocols(fs) and "memory" not in _protocols(fs):
+    local = "file" in _protocols(fs)
+    if not local and "memory" not in _protocols(fs):
         with fs.open(path, "wb") as f:
             f.write(data)
         return
@@ -204,6 +220,9 @@ def write_whole(fs: AbstractFileSystem, folder: str, name: str, data: bytes) -> 
     try:
         with fs.open(temporary, "wb") as f:
             f.write(data)
+            if local:  # on the disk before the name points at it: a power loss leaves no empty file
+                f.flush()
+                os.fsync(f.fileno())
         fs.mv(temporary, path)
     except BaseException:
         try:
@@ -211,6 +230,24 @@ def write_whole(fs: AbstractFileSystem, folder: str, name: str, data: bytes) -> 
         except Exception:  # noqa: BLE001 - the first failure is what the caller reports
             pass
         raise
+    if local:  # the rename itself, on the disk
+        _fsync_folder(fs._strip_protocol(folder))
+
+
+def _fsync_file(path: str) -> None:
+    _fsync(path, os.O_RDONLY)
+
+
+def _fsync_folder(folder: str) -> None:
+    _fsync(folder, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _codec(column: str) -> str:

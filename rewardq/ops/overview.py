@@ -68,7 +68,8 @@ def ledger_totals(workers: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The live workers' ledgers (their ``ledger`` fields): rows written, trajectories not written,
     keys given no row by design (``refused``),
     bytes waiting in spools, and the workers whose ledger is failing with their last error; None
-    when no live worker writes one."""
+    when no live worker writes one. Each count is a live worker's since its process started (no
+    total over stopped workers or earlier processes is kept)."""
     with_ledger = [w for w in workers if w.get("ledger")]
     if not with_ledger:
         return None

@@ -255,11 +255,15 @@ def _change(row: dict[str, Any]) -> str:
 
 
 def ledger_line(ledger: dict[str, Any]) -> str:
-    """The live workers' ledger in one line: where, rows written, what waits or failed."""
+    """The live workers' ledger in one line: where, rows written, what waits or failed. The counts
+    are the live workers' own since each started (their heartbeats): a worker that stopped, or a
+    restarted worker's earlier process, wrote rows that no count here holds."""
     from rich.markup import escape
 
     where = escape(", ".join(ledger["urls"]))
-    line = f"{where}: {ledger['rows']:,} rows written by {ledger['workers']} worker(s)"
+    n = ledger["workers"]
+    who = "the live worker since it started" if n == 1 else f"the {n} live workers since each started"
+    line = f"{where}: {ledger['rows']:,} rows written by {who}"
     if ledger["pending_bytes"]:
         line += f", {ledger['pending_bytes']:,} bytes spooled"
     if ledger["unwritten"]:

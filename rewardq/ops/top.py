@@ -9,7 +9,9 @@ XINFO GROUPS per shard and the live workers' heartbeats):
   measured rate (:func:`rewardq.queue.reads.backlog_status`), trajectories waiting for outputs,
   dead letters;
 * **workers**: each live worker's rate, in-flight trajectories, counters and its last error
-  (from the ``done`` streams: which trajectory, and why);
+  (from the ``done`` streams: which trajectory, and why). A worker's name outlives its process: a
+  restarted worker keeps it, and its counters start again at 0, so an error written before the
+  current process started is labelled ``before restart`` (its heartbeat's ``started_at``);
 * **slowest data sources** over the last minute (the workers' heartbeats: mean and longest time to
   score one trajectory);
 * **reward hacks caught**: code responses that tripped a wire of the local ``assert_case`` runner,
@@ -146,7 +148,7 @@ class TopModel:
                 {
                     **{k: w[k] for k in ("name", "host", "pid", "rate_per_s", "outputs_per_s", "in_flight")},
                     **{k: w[k] for k in ("scored", "errors", "idle_s")},
-                    "last_error": self.last_error.get(w["name"]),
+                    "last_error": _this_life(self.last_error.get(w["name"]), w["started_at"]),
                 }
                 for w in workers
             ],
@@ -160,6 +162,14 @@ class TopModel:
             "judges": judge_totals(self.r, self.ks),
             "ledger": ledger_totals(workers),
         }
+
+
+def _this_life(last: dict[str, Any] | None, started_at: float) -> dict[str, Any] | None:
+    """A worker's last error, with ``previous_life`` true when it was written before the worker's
+    current process started (``started_at``, from its heartbeat). The error's time is Redis's (its
+    ``done`` entry's id) and ``started_at`` the worker host's clock, so a clock off by a second
+    labels only errors within a second of a restart wrongly."""
+    return None if last is None else {**last, "previous_life": last["time"] < started_at}
 
 
 def _health(rows: list[dict[str, Any]]) -> object:
@@ -347,7 +357,11 @@ def render_top(snap: dict[str, Any], width: int = PIPE_WIDTH) -> Any:
             "-"
             if not last
             else escape(
-                clip(f"{fmt_duration(snap['time'] - last['time'])} ago {last['tid']}: {last['error']}", clip_at)
+                clip(
+                    ("before restart, " if last.get("previous_life") else "")
+                    + f"{fmt_duration(snap['time'] - last['time'])} ago {last['tid']}: {last['error']}",
+                    clip_at,
+                )
             ),
         )
     if not snap["workers"]:

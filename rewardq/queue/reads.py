@@ -183,6 +183,7 @@ def workers_status(r: SyncRedis, ks: Keyspace, now: float | None = None) -> list
                 "manager": d.get("manager", ""),
                 "scoring": d.get("scoring", ""),
                 "uptime_s": round(now - _f(d.get("started_at"), now), 1),
+                "started_at": _f(d.get("started_at")),  # this life's start (its clock); 0 when unknown
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
                 "code": _json_dict(d.get("code")),
                 "sources": _json_dict(d.get("sources")),

@@ -150,11 +150,10 @@ def _prepare(cfg: WorkerConfig, source: str, out: str, select: dict[str, Any], e
         p = rp.plan(source, **select, skip_keys=rp.existing_keys(out))
     named = run.flag_given(cfg, "namespace")
     mark = replay_mark(out_id, mine.digest)
-    if named:
-        check_namespace(cfg, p.trajectories, mark)
+    resuming = check_namespace(cfg, p.trajectories, mark) if named else False
     run.record_scoring(out, source, mine, out_id)
     if named:  # after the record: a stop in between leaves the namespace unused, not marked for no --out
-        mark_namespace(cfg, mark)
+        mark_namespace(cfg, mark, resuming=resuming)
     return p, prepared
 
 

@@ -17,6 +17,15 @@ namespace is refused (:func:`check_namespace`):
   trajectories, worker heartbeats (a fleet whose workers are down for a moment still has all of
   those), or a result or trajectory of a key the replay would send.
 
+The check and the mark are two steps, so :func:`mark_namespace` makes taking the namespace one
+decision: it sets the mark with ``SET NX``, so of two replays that both found the namespace unused
+only the first to mark it goes on, even when both write into the same ``--out`` (they would score
+the same trajectories twice); the other is refused. Then it checks again that no live worker and
+nothing of another pipeline appeared since the check, and if something did, it removes the mark it
+set and refuses. A resume (the mark was already there at the check) finds the mark unchanged and
+checks for live workers again. What starts in the namespace after that is not watched: a fleet's
+workers do not read the mark.
+
 Each check reads single keys, so it runs on Redis Cluster as on one Redis.
 """
 
@@ -55,51 +64,86 @@ def _namespace(cfg: WorkerConfig) -> Iterator[tuple[SyncRedis, Keyspace]]:
         r.close()
 
 
-def check_namespace(cfg: WorkerConfig, trajectories: Sequence[Trajectory], mark: str) -> None:
+def check_namespace(cfg: WorkerConfig, trajectories: Sequence[Trajectory], mark: str) -> bool:
     """Refuse (ConfigError) ``cfg.namespace`` unless it is the replay's own (module doc): unused, or
-    carrying ``mark``."""
-    from rewardq.queue.reads import workers_status
-
+    carrying ``mark``. Returns whether it carries ``mark`` (a resume), for :func:`mark_namespace`."""
     ns = cfg.namespace
     with _namespace(cfg) as (r, ks):
-        live = [w["name"] for w in workers_status(r, ks)]
-        if live:
-            raise ConfigError(
-                f"--namespace {ns} is served by {len(live)} live worker(s) ({', '.join(live[:3])}"
-                f"{', ...' if len(live) > 3 else ''}): they would score the replay's trajectories instead of the "
-                "replay; leave out --namespace (a replay makes a namespace of its own), or name an unused one"
-            )
+        _refuse_live(r, ks, ns)
         found = _as_text(r.get(ks.replay))
         if found == mark:
-            return  # a replay into this --out, with this configuration: resume there
+            return True  # a replay into this --out, with this configuration: resume there
         if found is not None:
             raise ConfigError(
                 f"--namespace {ns} holds a replay into another --out or with another scoring configuration "
                 f"({ks.replay} = {found}): its keys would be refused as conflicting records; leave out "
                 "--namespace, or name an unused one"
             )
-        used = _uses(r, ks)
-        there = _keys_present(r, ks, trajectories)
-        if there:
-            used.append(f"results or trajectories of {there} of the trajectories to replay")
-        if used:
-            raise ConfigError(
-                f"--namespace {ns} already holds {', '.join(used)}: it is another pipeline's (a fleet's, even "
-                "with its workers down) or another ledger's replay, whose trajectories the replay's worker would "
-                "score, and whose keys would be refused as conflicting records; leave out --namespace, or name "
-                "an unused one"
-            )
+        _refuse_used(r, ks, ns, trajectories)
+        return False
 
 
-def mark_namespace(cfg: WorkerConfig, mark: str) -> None:
-    """Set ``<ns>:replay`` to ``mark`` (after :func:`check_namespace`); refuse (ConfigError) if another
-    replay marked the namespace meanwhile."""
+def mark_namespace(cfg: WorkerConfig, mark: str, *, resuming: bool) -> None:
+    """Take ``cfg.namespace`` after :func:`check_namespace` allowed it (``resuming``: what it
+    returned): set ``<ns>:replay`` to ``mark`` only if unset (``SET NX``), or, resuming, find it
+    unchanged; then check again that no live worker (and, on a fresh mark, nothing of another
+    pipeline) appeared since. Refuse (ConfigError) otherwise, removing a mark this call set."""
+    ns = cfg.namespace
     with _namespace(cfg) as (r, ks):
-        if not r.set(ks.replay, mark, nx=True) and _as_text(r.get(ks.replay)) != mark:
+        if resuming:
+            found = _as_text(r.get(ks.replay))
+            if found != mark:
+                raise ConfigError(
+                    f"--namespace {ns} changed since it was checked: {ks.replay} is now {found or 'unset'}, not "
+                    "this replay's mark; run again to check it anew, or leave out --namespace"
+                )
+        elif not r.set(ks.replay, mark, nx=True):
+            same = _as_text(r.get(ks.replay)) == mark
             raise ConfigError(
-                f"--namespace {cfg.namespace} was just taken by another replay ({ks.replay}); leave out "
-                "--namespace, or name an unused one"
+                f"--namespace {ns} was marked by another replay ({ks.replay}) between this replay's check and "
+                f"its mark{' (one into the same --out: both would score the same trajectories)' if same else ''}; "
+                "leave out --namespace, or name an unused one"
             )
+        try:
+            _refuse_live(r, ks, ns)
+            if not resuming:
+                _refuse_used(r, ks, ns, (), appeared=True)
+        except ConfigError:
+            if not resuming:  # set NX by this call just now: no other replay can have set it since
+                r.delete(ks.replay)
+            raise
+
+
+def _refuse_live(r: SyncRedis, ks: Keyspace, ns: str) -> None:
+    """Refuse (ConfigError) a namespace live workers serve."""
+    from rewardq.queue.reads import workers_status
+
+    live = [w["name"] for w in workers_status(r, ks)]
+    if live:
+        raise ConfigError(
+            f"--namespace {ns} is served by {len(live)} live worker(s) ({', '.join(live[:3])}"
+            f"{', ...' if len(live) > 3 else ''}): they would score the replay's trajectories instead of the "
+            "replay; leave out --namespace (a replay makes a namespace of its own), or name an unused one"
+        )
+
+
+def _refuse_used(
+    r: SyncRedis, ks: Keyspace, ns: str, trajectories: Sequence[Trajectory], *, appeared: bool = False
+) -> None:
+    """Refuse (ConfigError) a namespace another producer or worker used (:func:`_uses`), or holding
+    keys of ``trajectories``; ``appeared``: found after the replay's check passed."""
+    used = _uses(r, ks)
+    there = _keys_present(r, ks, trajectories)
+    if there:
+        used.append(f"results or trajectories of {there} of the trajectories to replay")
+    if used:
+        since = " (written since this replay checked it)" if appeared else ""
+        raise ConfigError(
+            f"--namespace {ns} already holds {', '.join(used)}{since}: it is another pipeline's (a fleet's, even "
+            "with its workers down) or another ledger's replay, whose trajectories the replay's worker would "
+            "score, and whose keys would be refused as conflicting records; leave out --namespace, or name "
+            "an unused one"
+        )
 
 
 def _uses(r: SyncRedis, ks: Keyspace) -> list[str]:

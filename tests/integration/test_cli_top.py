@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from rewardq import RewardClient
 from rewardq.demo.data import make_trajectories
 from rewardq.reward.tokenizer import load_tokenizer
 from tests.conftest import _delete_namespace
-from tests.support.cli_procs import REPO, Procs, wait_for, worker_argv
+from tests.support.cli_procs import REPO, START_WAIT, Procs, wait_for, worker_argv
 
 pytestmark = pytest.mark.slow
 
@@ -135,3 +136,53 @@ def test_top_piped_prints_one_snapshot_and_exits(busy_namespace: str, redis_url:
     assert set(snap["backlog"]) >= {"entries", "outputs_per_s", "seconds"}
     assert len(snap["scored_per_second"]) == 300 and sum(snap["scored_per_second"]) > 0
     assert snap["workers"][0]["last_error"]["tid"] == "bad_1"
+
+
+def test_a_restarted_workers_error_from_before_its_restart_is_labelled_so(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    ns, procs = f"t-top-life-{uuid.uuid4().hex[:8]}", Procs(tmp_path_factory.mktemp("top-life"))
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    ids = np.arange(1, 6)
+    argv = worker_argv(redis_url, ns, "lifew", "--manager", "naive")
+
+    def bad(uid: str) -> None:  # an unknown data source: an error result
+        client.put_trajectory(uid, "1", [{"prompt_ids": ids, "response_ids": ids}], {"data_source": "no/such_source"})
+        wait_for(lambda: client.r.exists(f"{ns}:{{s0}}:reward:{uid}_1_0"), 60, f"the error result of {uid}")
+
+    def snapshot() -> tuple[dict[str, Any], str]:
+        top = [sys.executable, "-m", "rewardq", "top", "--redis-url", redis_url, "--namespace", ns]
+        js = subprocess.run([*top, "--json"], capture_output=True, text=True, timeout=60, cwd=REPO)
+        text = subprocess.run(top, capture_output=True, text=True, timeout=60, cwd=REPO)
+        [worker] = json.loads(js.stdout)["workers"]
+        return worker, text.stdout
+
+    try:
+        # Given a worker that wrote an error result, then restarted under the same name
+        first = procs.start(argv, tag="first")
+        wait_for(lambda: client.r.zcard(f"{ns}:workers"), START_WAIT, "the first life to beat", procs=[first])
+        bad("early")
+        assert first.terminate() == 0, first.stderr()[-2000:]
+        second = procs.start(argv, tag="second")
+        wait_for(
+            lambda: client.r.hget(f"{ns}:worker:lifew", "pid") == str(second.pid).encode(),
+            START_WAIT,
+            "the second life to beat",
+            procs=[second],
+        )
+        # When top shows it, the error is labelled as from before the restart, beside its 0 errors
+        worker, text = snapshot()
+        assert worker["errors"] == 0 and worker["last_error"]["tid"] == "early_1"
+        assert worker["last_error"]["previous_life"] is True
+        assert "before restart, " in text and "early_1" in text, text
+        # and an error of the current life is shown as it is
+        bad("late")
+        beat = f"{ns}:worker:lifew"
+        wait_for(lambda: client.r.hget(beat, "errors") == b"1", 30, "the heartbeat to count the error", procs=[second])
+        worker, text = snapshot()
+        assert worker["last_error"]["tid"] == "late_1" and worker["last_error"]["previous_life"] is False
+        assert "before restart" not in text and "late_1" in text, text
+    finally:
+        client.close()
+        procs.kill_all()
+        _delete_namespace(redis_url, ns)

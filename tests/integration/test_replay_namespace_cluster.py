@@ -30,19 +30,18 @@ def test_a_replay_runs_only_in_an_unused_namespace_or_one_with_its_own_mark(
     mine, other = replay_mark("out-1", "fp-1"), replay_mark("out-2", "fp-1")
     try:
         # an unused namespace is taken, and then carries the replay's mark
-        check_namespace(cfg, trajs, mine)
-        mark_namespace(cfg, mine)
+        mark_namespace(cfg, mine, resuming=check_namespace(cfg, trajs, mine))
         assert rc.get(f"{ns}:replay") == mine.encode()
         # whatever the replay leaves there, a replay with the same mark runs there again; no other does
         producer = RewardClient.from_url(redis_cluster.url, namespace=ns, shards=SHARDS)
         for t in trajs:
             producer.put_trajectory(t.uid, t.session_id, t.outputs, t.sample)
         producer.close()
-        check_namespace(cfg, trajs, mine)
+        assert check_namespace(cfg, trajs, mine)  # a resume
         with pytest.raises(ConfigError, match="another --out"):
             check_namespace(cfg, trajs, other)
-        with pytest.raises(ConfigError, match="just taken by another replay"):
-            mark_namespace(cfg, other)
+        with pytest.raises(ConfigError, match="marked by another replay"):
+            mark_namespace(cfg, other, resuming=False)
     finally:
         for key in rc.scan_iter(match=f"{ns}:*"):
             rc.delete(key)

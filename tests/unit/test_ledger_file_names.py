@@ -111,3 +111,40 @@ def test_a_clean_stop_leaves_no_lock_file_and_a_lock_on_a_deleted_one_is_taken_a
     assert fd is not None and os.fstat(fd).st_ino == os.stat(lock).st_ino
     assert take_lock(lock) is None
     os.close(fd)
+
+
+def test_a_local_file_is_on_the_disk_before_its_segment_is_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a segment to write into a local ledger, with fsync, rename and unlink recorded
+    segment = spooled(tmp_path / "spool", [facts("a", 3)])
+    events: list[tuple[str, str]] = []
+    fsync, rename, unlink = os.fsync, os.rename, Path.unlink
+
+    def synced(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        events.append(("fsync", "folder" if os.path.isdir(path) else Path(path).name))
+        fsync(fd)
+
+    def renamed(src: str, dst: str) -> None:
+        events.append(("rename", Path(dst).name))
+        rename(src, dst)
+
+    def unlinked(self: Path, missing_ok: bool = False) -> None:
+        events.append(("unlink", self.name))
+        unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(os, "fsync", synced)
+    monkeypatch.setattr(os, "rename", renamed)
+    monkeypatch.setattr(Path, "unlink", unlinked)
+    # When it is written
+    written = write_segment(LedgerStore(str(tmp_path / "ledger")), segment)
+    monkeypatch.undo()
+    assert written is not None and written.rows == 3
+    [file] = (tmp_path / "ledger").rglob("part-*.parquet")
+    # Then the file was synced whole under its temporary name, renamed, its folder synced, and
+    # only after that (and the manifest) the segment deleted: a power loss keeps the rows in one
+    [(sync, temporary), *rest] = events
+    assert sync == "fsync" and temporary.startswith("_tmp-") and temporary.endswith(file.name)
+    assert rest[:2] == [("rename", file.name), ("fsync", "folder")]
+    assert rest[-1] == ("unlink", segment.name) and [e for e in rest if e[0] == "unlink"] == [rest[-1]]

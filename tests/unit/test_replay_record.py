@@ -1,7 +1,9 @@
-"""A replay's ``--out`` record (``_rewardq_replay.json``) is written whole or not at all."""
+"""A replay's ``--out`` record (``_rewardq_replay.json``) is written whole or not at all, and on a local
+folder is on the disk before its name points at it (a power loss leaves no empty record)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +47,31 @@ def test_a_stop_in_the_middle_of_the_first_record_leaves_none(tmp_path: Path, mo
         rp.write_record(out, {"source": "a", "scoring": "fp-1", "id": "out-1"})
     monkeypatch.undo()
     assert rp.read_record(out) is None  # the next run starts afresh instead of refusing a cut record
+
+
+def test_a_local_record_is_fsynced_before_its_rename_and_the_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    events: list[tuple[str, ...]] = []
+    fsync, rename = os.fsync, os.rename
+
+    def synced(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        size = "folder" if os.path.isdir(path) else str(os.fstat(fd).st_size)
+        events.append(("fsync", Path(path).name, size))
+        fsync(fd)
+
+    def renamed(src: str, dst: str) -> None:
+        events.append(("rename", Path(src).name, Path(dst).name))
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "fsync", synced)
+    monkeypatch.setattr(os, "rename", renamed)
+    rp.write_record(str(out), {"source": "a", "scoring": "fp-1", "id": "out-1"})
+    monkeypatch.undo()
+    size = str((out / rp.RECORD).stat().st_size)
+    [(_, temporary, written), *rest] = events
+    # the temporary file, whole, then its rename, then the folder holding the new name
+    assert temporary.startswith("_tmp-") and written == size
+    assert rest == [("rename", temporary, rp.RECORD), ("fsync", "out", "folder")]

@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 
 from rewardq.ops.diagnosis import diagnose
-from rewardq.ops.status_view import render_status
+from rewardq.ops.overview import ledger_totals
+from rewardq.ops.status_view import ledger_line, render_status
 
 
 def _status(**changes: Any) -> dict[str, Any]:
@@ -206,3 +207,14 @@ def test_top_shows_each_data_sources_error_share_by_kind() -> None:
     assert "by kind" in lines["data"], lines
     assert "25.0%" in lines["judge"] and "input 5%, timeout 20%" in lines["judge"], lines
     assert lines["gsm8k"].split()[3:5] == ["0.0%", "-"], lines
+
+
+def test_the_ledger_line_says_its_rows_are_the_live_workers_since_each_started() -> None:
+    def worker(name: str, rows: int) -> dict[str, Any]:
+        return {"name": name, "ledger": {"url": "/data/ledger", "rows": rows, "state": "ok"}}
+
+    # two live workers' heartbeats: their current processes' counts, not every row in the ledger
+    line = ledger_line(ledger_totals([worker("w0", 1200), worker("w1", 34)]) or {})
+    assert "/data/ledger: 1,234 rows written by the 2 live workers since each started" in line, line
+    line = ledger_line(ledger_totals([worker("w0", 7)]) or {})
+    assert "7 rows written by the live worker since it started" in line, line
