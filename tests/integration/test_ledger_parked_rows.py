@@ -76,70 +76,85 @@ def _assert_ids(rows: dict[str, dict[str, Any]], with_ids: Sequence[int], tid: s
             assert _ids(row["prompt_ids"]) == [] and _ids(row["response_ids"]) == [], key
 
 
-async def _park_elsewhere(url: str, ks: Keyspace, n: int) -> None:
-    """Another worker (a broker of its own) reads the ``n`` entries queued and stores each in its
-    trajectory's hash: each is parked."""
-    r = connect_async(url)
+async def _after_another_worker(
+    url: str, ns: str, ledger: str, r: Any, outputs: dict[int, dict[str, Any]], final: int, junk: int
+) -> dict[str, Any]:
+    """Another worker (a broker of its own) reads ``outputs`` of trajectory ``u_s`` (``final``: the
+    final one's index, -1: none) and parks each in its hash; then its output ``junk`` arrives and
+    does not decode, and a worker with a ledger reads it. Returns the results of keys 0 up to the
+    highest index."""
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(url, namespace=ns)
+    for i, out in outputs.items():
+        client.put_output("u", "s", i, out, SAMPLE, final=i == final)
+    a = connect_async(url)
     try:
-        other = StreamBroker(r, ks, worker="other")
+        other = StreamBroker(a, ks, worker="other")
         await other.ensure_groups()
         entries = await other.read([0], 100, None)
-        assert len(entries) == n
         stored = await other.store([(e, decode_output(e.data), bytes(e.data)) for e in entries])
-        assert [o.kind for o in stored] == ["parked"] * n
+        assert [o.kind for o in stored] == ["parked"] * len(outputs)
     finally:
-        await r.aclose()
+        await a.aclose()
+    _junk(r, ks, f"u_s_{junk}")
+    keys = [f"u_s_{i}" for i in range(max(junk, *outputs) + 1)]
+    async with running_worker(worker_config(ns, url, reward_fn=REWARDS, ledger=ledger)):
+        results = await asyncio.to_thread(client.wait_rewards, keys, 30)
+    client.close()
+    return dict(results)
 
 
 def _junk(r: Any, ks: Keyspace, key: str) -> None:
     r.xadd(ks.stream(0), {"key": key, "data": JUNK, "ts": f"{time.time():.6f}"})
 
 
+async def _after_an_earlier_batch(url: str, ns: str, ledger: str, r: Any, parked: Any = None) -> dict[str, Any]:
+    """A worker with a ledger stores outputs 0 and 1 of trajectory ``u_s`` (parked, in its hash); then
+    its output 2 arrives in a later batch and does not decode. Returns the results of keys 0 to 2
+    (``r``: a blocking client of ``url``; ``parked``: stands in for the worker's read of parked records)."""
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(url, namespace=ns)
+    for i in (0, 1):
+        client.put_output("u", "s", i, _out(i), SAMPLE)
+    async with running_worker(worker_config(ns, url, reward_fn=REWARDS, ledger=ledger)) as w:
+        if parked is not None:
+            setattr(w.broker, "parked", parked)  # noqa: B010 - a method replaced on this one broker
+        await until(lambda: r.hget(ks.traj(0, "u_s"), "stored") == b"2", "outputs 0, 1 parked", 30)
+        _junk(r, ks, "u_s_2")
+        results = await asyncio.to_thread(client.wait_rewards, [f"u_s_{i}" for i in range(3)], 30)
+    client.close()
+    return dict(results)
+
+
 async def test_an_undecodable_output_after_outputs_an_earlier_batch_stored_has_their_sample_and_ids(
     ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
 ) -> None:
     # Given a worker with a ledger that stored outputs 0 and 1 of a trajectory (in its hash, parked)
-    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    for i in (0, 1):
-        client.put_output("u", "s", i, _out(i), SAMPLE)
-    keys = [f"u_s_{i}" for i in range(3)]
-    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)):
-        await until(lambda: sync_redis.hget(ks.traj(0, "u_s"), "stored") == b"2", "outputs 0, 1 parked", 30)
-        # When its output 2 arrives in a later batch and does not decode
-        _junk(sync_redis, ks, "u_s_2")
-        results = await asyncio.to_thread(client.wait_rewards, keys, 30)
-    client.close()
+    # When its output 2 arrives in a later batch and does not decode
+    ledger = str(tmp_path / "ledger")
+    results = await _after_an_earlier_batch(redis_url, ns, ledger, sync_redis)
     # Then every key has its error result and its row, each row with the trajectory's sample
-    rows = _rows(ledger, dict(results))
+    rows = _rows(ledger, results)
     _assert_sampled(rows)
     # ... the parked keys with their own ids, the undecodable one's with none
     _assert_ids(rows, with_ids=[0, 1])
-    assert all(rows[k]["committed"] is True for k in keys)
+    assert all(row["committed"] is True for row in rows.values())
 
 
 async def test_an_undecodable_output_after_outputs_another_worker_parked_has_their_sample_and_ids(
     ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
 ) -> None:
     # Given outputs 0 and 3 (the final one) of a trajectory that another worker stored
-    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    for i in (0, 3):
-        client.put_output("u", "s", i, _out(i), SAMPLE, final=i == 3)
-    await _park_elsewhere(redis_url, ks, 2)
-    keys = [f"u_s_{i}" for i in range(4)]
     # When its output 1 arrives and does not decode, and a worker with a ledger reads it
-    _junk(sync_redis, ks, "u_s_1")
-    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)):
-        results = await asyncio.to_thread(client.wait_rewards, keys, 30)
-    client.close()
+    ledger = str(tmp_path / "ledger")
+    results = await _after_another_worker(redis_url, ns, ledger, sync_redis, {0: _out(0), 3: _out(3)}, 3, junk=1)
     # Then every key up to the final one has its row with the trajectory's sample (key 3, past the
     # one the refused entry names, too: the fail script wrote it)
-    rows = _rows(ledger, dict(results))
+    rows = _rows(ledger, results)
     _assert_sampled(rows)
     # ... the keys the other worker parked with their own ids; 1 (undecodable) and 2 (never came) none
     _assert_ids(rows, with_ids=[0, 3])
-    assert [k for k in keys if rows[k]["final"]] == ["u_s_3"]
+    assert [k for k, row in sorted(rows.items()) if row["final"]] == ["u_s_3"]
 
 
 async def test_a_parked_record_that_does_not_decode_leaves_the_others_rows_whole(
@@ -147,21 +162,13 @@ async def test_a_parked_record_that_does_not_decode_leaves_the_others_rows_whole
 ) -> None:
     # Given outputs 0, 1 and 2 of a trajectory another worker parked, of which output 0 does not
     # decode with this worker's decoder (a token id past its tokenizer's vocabulary)
-    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    client.put_output("u", "s", 0, {**_out(0), "response_ids": np.array([1, 2, 10**6])}, SAMPLE)
-    for i in (1, 2):
-        client.put_output("u", "s", i, _out(i), SAMPLE)
-    await _park_elsewhere(redis_url, ks, 3)
-    keys = [f"u_s_{i}" for i in range(4)]
     # When its output 3 arrives and does not decode
-    _junk(sync_redis, ks, "u_s_3")
-    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)):
-        results = await asyncio.to_thread(client.wait_rewards, keys, 30)
-    client.close()
+    ledger = str(tmp_path / "ledger")
+    outputs = {0: {**_out(0), "response_ids": np.array([1, 2, 10**6])}, 1: _out(1), 2: _out(2)}
+    results = await _after_another_worker(redis_url, ns, ledger, sync_redis, outputs, -1, junk=3)
     # Then every row has the sample of the first record that decodes, the parked keys that decode
     # their ids, and output 0's key none
-    rows = _rows(ledger, dict(results))
+    rows = _rows(ledger, results)
     _assert_sampled(rows)
     _assert_ids(rows, with_ids=[1, 2])
 
@@ -171,11 +178,6 @@ async def test_a_failed_read_of_the_parked_records_leaves_the_rows_as_the_batch_
 ) -> None:
     # Given a worker with a ledger that stored outputs 0 and 1 of a trajectory, whose read of
     # parked records Redis fails
-    ks, ledger = Keyspace(ns), str(tmp_path / "ledger")
-    client = RewardClient.from_url(redis_url, namespace=ns)
-    for i in (0, 1):
-        client.put_output("u", "s", i, _out(i), SAMPLE)
-    keys = [f"u_s_{i}" for i in range(3)]
     calls: list[str] = []
 
     async def refused(shard: int, tid: str, skip: object = ()) -> dict[int, bytes]:
@@ -183,18 +185,14 @@ async def test_a_failed_read_of_the_parked_records_leaves_the_rows_as_the_batch_
         raise RedisConnectionError("Connection reset by peer")
 
     caplog.set_level(logging.WARNING, logger="rewardq.worker")
-    async with running_worker(worker_config(ns, redis_url, reward_fn=REWARDS, ledger=ledger)) as w:
-        w.broker.parked = refused  # type: ignore[method-assign]
-        await until(lambda: sync_redis.hget(ks.traj(0, "u_s"), "stored") == b"2", "outputs 0, 1 parked", 30)
-        # When its output 2 arrives and does not decode
-        _junk(sync_redis, ks, "u_s_2")
-        results = await asyncio.to_thread(client.wait_rewards, keys, 30)
-    client.close()
+    # When its output 2 arrives and does not decode
+    ledger = str(tmp_path / "ledger")
+    results = await _after_an_earlier_batch(redis_url, ns, ledger, sync_redis, parked=refused)
     # Then the failure went on: every key has its error result, the trajectory its dead letter
     assert calls == ["u_s"]
-    assert [f[b"key"] for _, f in sync_redis.xrange(ks.dead(0))] == [b"u_s_2"]
+    assert [f[b"key"] for _, f in sync_redis.xrange(Keyspace(ns).dead(0))] == [b"u_s_2"]
     # ... and its rows, as the failing batch alone makes them: no sample, no ids
-    rows = _rows(ledger, dict(results))
+    rows = _rows(ledger, results)
     assert [(r["data_source"], _ids(r["response_ids"])) for r in rows.values()] == [(None, [])] * 3
     # ... with one warning naming the trajectory
     said = [r.getMessage() for r in caplog.records if "could not be read" in r.getMessage()]
@@ -205,19 +203,11 @@ async def test_a_failure_on_a_cluster_reads_the_parked_records_from_its_trajecto
     redis_cluster: LocalCluster, cns: str, tmp_path: Path, rc: Any
 ) -> None:
     # Given a worker with a ledger on a Redis Cluster that stored outputs 0 and 1 of a trajectory
-    url, ks, ledger = redis_cluster.url, Keyspace(cns), str(tmp_path / "ledger")
-    client = RewardClient.from_url(url, namespace=cns)
-    for i in (0, 1):
-        client.put_output("u", "s", i, _out(i), SAMPLE)
-    keys = [f"u_s_{i}" for i in range(3)]
-    async with running_worker(worker_config(cns, url, reward_fn=REWARDS, ledger=ledger)):
-        await until(lambda: rc.hget(ks.traj(0, "u_s"), "stored") == b"2", "outputs 0, 1 parked", 30)
-        # When its output 2 arrives and does not decode
-        _junk(rc, ks, "u_s_2")
-        results = await asyncio.to_thread(client.wait_rewards, keys, 30)
-    client.close()
+    # When its output 2 arrives and does not decode
+    ledger = str(tmp_path / "ledger")
+    results = await _after_an_earlier_batch(redis_cluster.url, cns, ledger, rc)
     # Then every row has the sample, and the parked keys their ids
-    rows = _rows(ledger, dict(results))
+    rows = _rows(ledger, results)
     _assert_sampled(rows)
     _assert_ids(rows, with_ids=[0, 1])
 
