@@ -46,6 +46,7 @@ from rewardq.consumers.resources import close_manager, open_broker, serve_metric
 from rewardq.consumers.retries import Retries, RoomWaits
 from rewardq.consumers.scoring_gate import ScoringGate
 from rewardq.exit_codes import exit_code_of
+from rewardq.ledger.store import check_places
 from rewardq.logs import startup_step
 from rewardq.queue.connection import connect_async
 from rewardq.queue.keys import Keyspace
@@ -140,6 +141,8 @@ def build_from_config(cfg: WorkerConfig, name: str, *, standalone: bool = False)
     # before torch: these need no import and fail in a moment (a --reward-fn may register the manager)
     check_manager_spec(cfg.manager, names_may_register=bool(cfg.reward_fn))
     check_tokenizer_spec(cfg.tokenizer, origin=origin)
+    if cfg.ledger and not standalone:  # its folders, before anything connects or writes
+        check_places(cfg.ledger, cfg.ledger_spool)
     with startup_step(logger, "importing torch, tensordict and the reward managers"):
         from rewardq.reward.tensordict_import import import_tensordict
 

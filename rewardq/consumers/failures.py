@@ -103,8 +103,10 @@ class FailureHandler:
     ) -> bool:
         """Dead-letter one entry; if it names a trajectory, every key of it gets an error result.
 
-        The trajectory and output are the record's when it decoded, else what can be read of it
-        (:func:`peek_identity`), else the entry's ``key`` field when it is a well-formed output key.
+        The trajectory and output are the record's when it decoded, else the entry's ``key`` field
+        when it is a well-formed output key (a record naming another key, e.g. refused for the
+        mismatch, leaves that key's trajectory alone), else what can be read of the record
+        (:func:`peek_identity`).
         Keys that already have a result keep it. ``batch``: decoded records of that trajectory read
         with ``entry`` and not stored: they fail with it (their keys get the error result, their
         entries are acknowledged with its dead letter, their rows keep ids and sample) unless
@@ -372,21 +374,9 @@ class FailureHandler:
 
     @staticmethod
     def _identity(entry: Entry, record: OutputRecord | None) -> tuple[str, str] | None:
-        """``(trajectory id, index digits or "-1")`` an entry answers for, or None."""
-        if record is not None:
-            return record.tid, str(record.index)
-        named = parse_key(entry.key)
-        peeked = peek_identity(entry.data)
-        if peeked is not None:
-            tid = trajectory_id(peeked[0], peeked[1])
-            if peeked[2] >= 0:
-                return tid, str(peeked[2])
-            if named is not None and trajectory_id(named[0], named[1]) == tid:
-                return tid, named[2]
-            return tid, "-1"
-        if named is not None:
-            return trajectory_id(named[0], named[1]), named[2]
-        return None
+        """``(trajectory id, index digits or "-1")`` an entry answers for, or None (:func:`_names`)."""
+        names = _names(entry, record)
+        return None if names is None else (trajectory_id(names[0], names[1]), str(names[2]))
 
     def _count(self, kind: str, failure: FailureKind, data_source: str) -> None:
         self.stats["dead_letters"] += 1
@@ -435,19 +425,18 @@ def _index(rec: OutputRecord) -> int:
 
 
 def _names(entry: Entry, record: OutputRecord | None) -> tuple[str, str, int] | None:
-    """``(uid, session_id, index)`` an entry answers for (index -1: not known), read as
-    :meth:`FailureHandler._identity` reads it, or None."""
+    """``(uid, session_id, index)`` an entry answers for (index -1: not known), or None: the
+    record's when it decoded (its key is the entry's: one that is not is refused undecoded); else
+    the key the entry's ``key`` field names, when well-formed, which is what the stream routed and
+    what its producer waits on (a record claiming another key never touches that key's
+    trajectory, possibly another producer's); else what can be read of the record
+    (:func:`peek_identity`)."""
     if record is not None:
         return record.uid, record.session_id, record.index
-    peeked = peek_identity(entry.data)
     named = parse_key(entry.key)
-    if peeked is not None:
-        if peeked[2] < 0 and named is not None and named[:2] == peeked[:2]:
-            return peeked[0], peeked[1], int(named[2])
-        return peeked
     if named is not None:
         return named[0], named[1], int(named[2])
-    return None
+    return peek_identity(entry.data)
 
 
 def permission_refusal(exc: BaseException, namespace: str, url: str) -> RedisPermissionError | None:

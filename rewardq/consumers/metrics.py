@@ -76,6 +76,8 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from rewardq.queue.states import NO_DATA_SOURCE
+
 logger = logging.getLogger("rewardq.worker")
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -334,16 +336,16 @@ class WorkerMetrics:
     def trajectory_done(self, outcome: str, seconds: float, data_source: str = "") -> None:
         self.trajectories.labels(self.manager_name, outcome).inc()
         if outcome == "ok":
-            self.scoring.labels(self.manager_name, data_source or "unknown").observe(seconds)
+            self.scoring.labels(self.manager_name, data_source or NO_DATA_SOURCE).observe(seconds)
 
     def dead_letter(self, reason: str) -> None:
         self.dead_letters.labels(reason).inc()
 
     def failed(self, kind: str, data_source: str) -> None:
-        self.failures.labels(data_source or "unknown", kind).inc()
+        self.failures.labels(data_source or NO_DATA_SOURCE, kind).inc()
 
     def retried(self, data_source: str) -> None:
-        self.retries.labels(data_source or "unknown").inc()
+        self.retries.labels(data_source or NO_DATA_SOURCE).inc()
 
     def reclaimed(self, n: int) -> None:
         self.reclaimed_total.inc(n)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardq.queue.states import NO_DATA_SOURCE
+
 #: Seconds of scoring time per data source a heartbeat summarises, and how many sources it keeps.
 SOURCES_WINDOW_S = 60.0
 SOURCES_LIMIT = 20
@@ -133,7 +135,7 @@ class Presence:
 
     def finished(self, data_source: str, seconds: float) -> None:
         """Record how long one trajectory of ``data_source`` took to score and commit (any outcome)."""
-        self._now().source(data_source or "unknown", seconds)
+        self._now().source(data_source or NO_DATA_SOURCE, seconds)
 
     def _window(self, now: float, seconds: float) -> tuple[list[_Second], float]:
         """The buckets of the last ``seconds`` whole seconds up to ``now`` (the current one, partly
@@ -150,7 +152,7 @@ class Presence:
 
     def failed(self, data_source: str, kind: str) -> None:
         """Count an error result of failure ``kind`` for ``data_source`` (since the worker started)."""
-        ds = data_source or "unknown"
+        ds = data_source or NO_DATA_SOURCE
         if ds not in self.failures and len(self.failures) >= FAILURE_SOURCES:
             ds = "(other)"
         by_kind = self.failures.setdefault(ds, {})

@@ -57,7 +57,7 @@ from rewardq.backoff import compute_backoff
 from rewardq.consumers.metrics import Metrics
 from rewardq.queue.attempts import AttemptNotes
 from rewardq.queue.connection import is_out_of_memory
-from rewardq.queue.states import FailureKind, failure_kind_of
+from rewardq.queue.states import NO_DATA_SOURCE, FailureKind, failure_kind_of
 from rewardq.queue.text import reason_text
 from rewardq.reward.http import retry_after_of
 
@@ -197,7 +197,7 @@ class Retries:
         wait = RetryWait(tid, shard, data_source, reason_text(exc, REASON_CHARS), retries, since, until, now + pause)
         self._tried[tid] = wait
         self.stats["retries"] = self.stats.get("retries", 0) + 1
-        self.metrics.retried(data_source or "unknown")
+        self.metrics.retried(data_source or NO_DATA_SOURCE)
         try:
             await self.notes.note_retry(shard, tid, wait.reason, wait.at)
         except Exception as exc2:  # noqa: BLE001 - only `rewardq inspect` reads it

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardq.queue.states import NO_DATA_SOURCE
+
 #: Seconds of the recent window, and of the baseline before it.
 RECENT, BASELINE = 60.0, 600.0
 #: Width of one bucket, in seconds.
@@ -141,7 +143,7 @@ class RewardHealth:
         self, data_source: str, *, reward: float | None, failure_kind: str | None, latency_ms: float | None
     ) -> None:
         """One trajectory finished: its reward (ok), or its failure kind (error), and its latency."""
-        ds = data_source or "(none)"
+        ds = data_source or NO_DATA_SOURCE
         if ds not in self._buckets and len(self._buckets) >= MAX_SOURCES:
             ds = "(other)"
         now = self.clock()

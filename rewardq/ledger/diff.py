@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rewardq.ledger.read import Where, read_table
+from rewardq.queue.states import NO_DATA_SOURCE
 
 #: The largest reward changes ``rewardq diff`` lists.
 DIFF_TOP = 10
@@ -65,7 +66,7 @@ def compare(before: str, after: str, *, where: Where | None = None, top: int = D
     moved: list[tuple[float, str]] = []
     for key in common:
         x, y = a[key], b[key]
-        ds = x["data_source"] or ""
+        ds = x["data_source"] or NO_DATA_SOURCE
         g = groups.setdefault(
             ds,
             {"compared": 0, "changed": 0, "newly_failed": 0, "newly_scored": 0, "_before": [], "_after": []},

@@ -3,10 +3,11 @@
 A replay is a worker run like any other, so every reward comes out of the worker's own scoring
 machinery (the manager, its scorer processes, the code sandbox, the judge with its cache):
 
-1. the ledger's rows are read (filters, a time range, one row per key), grouped into
-   trajectories and rebuilt as the producer sent them (ids, masks, turns, extra fields, the
-   sample), in ``scored_at`` order, at most ``limit`` of them; a trajectory whose final output
-   never arrived (ended by ``incomplete_timeout``, never scored) is counted, not replayed;
+1. the filters (``--where``, a time range) select trajectories: every row (one per key) of each
+   trajectory with a row that passes them is read, and the trajectories are rebuilt as the
+   producer sent them (ids, masks, turns, extra fields, the sample), in ``scored_at`` order, at
+   most ``limit`` of them; a trajectory whose final output never arrived (ended by
+   ``incomplete_timeout``, never scored) is counted, not replayed;
 2. a :class:`~rewardq.consumers.worker.Worker` with the given settings starts in this process,
    with ``ledger`` set to the output ledger, on a namespace of its own: on the Redis of
    ``--redis-url``, or, without one, on an embedded Redis stand-in (``rewardq[demo]``): no fleet;
@@ -36,7 +37,7 @@ import numpy as np
 
 from rewardq.errors import ConfigError
 from rewardq.ledger.read import Where, read_table
-from rewardq.ledger.store import is_local, open_filesystem, write_whole
+from rewardq.ledger.store import check_folder, is_local, local_path, open_filesystem, write_whole
 from rewardq.ledger.table import from_json, sample_of
 
 logger = logging.getLogger("rewardq.replay")
@@ -82,12 +83,17 @@ class Trajectory:
 
 @dataclass
 class Plan:
-    """What a replay will do: the trajectories to score, and what it leaves out and why."""
+    """What a replay will do: the trajectories to score, and what it leaves out and why. Every
+    trajectory the filters select is counted once: replayed (in ``trajectories``), or in one of
+    the counts below."""
 
     trajectories: list[Trajectory]
+    selected: int = 0  # trajectories the filters selected (every one, when none is given)
     done_before: int = 0  # already in the output ledger (a resumed replay)
-    incomplete: int = 0  # rows missing (filtered out, never written) or no final output (never scored)
+    incomplete: int = 0  # no row is final: the final output never arrived (never scored)
+    rows_missing: int = 0  # final, but the ledger lacks the row of an output before it (never written)
     unreadable: int = 0  # trajectories with a row without ids (its records never decoded)
+    over_limit: int = 0  # would be replayed, past --limit
 
 
 def _output(row: dict[str, Any]) -> dict[str, object]:
@@ -114,22 +120,28 @@ def plan(
     limit: int | None = None,
     skip_keys: set[str] | None = None,
 ) -> Plan:
-    """The trajectories of ledger ``source`` to replay (see the module doc)."""
-    rows = read_table(source, where=where, since=since, until=until, columns=_COLUMNS).to_pylist()
+    """The trajectories of ledger ``source`` to replay (see the module doc).
+
+    The filters select trajectories, not rows: a trajectory is replayed whole (every row of it
+    read back) when any of its rows passes them, and ``limit`` counts trajectories."""
+    rows = _selected_rows(source, where, since, until)
     by_tid: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         by_tid.setdefault((r["uid"], r["session_id"]), []).append(r)
-    out = Plan([])
+    out = Plan([], selected=len(by_tid))
     ordered = sorted(by_tid.items(), key=lambda kv: _first_scored(kv[1]))
     for (uid, sid), group in ordered:
         group.sort(key=lambda r: r["index"])
-        n = group[0]["outputs"]
-        # a late record's key past the trajectory's outputs (a dead letter's row) is not part of it
-        group = [r for r in group if r["index"] < n] or group
         # a trajectory ended by incomplete_timeout has rows for the outputs that arrived, none final:
         # it was never scored, so scoring it now would not be a replay of anything
-        if [r["index"] for r in group] != list(range(n)) or not group[-1]["final"]:
+        finals = [r["index"] for r in group if r["final"]]
+        if not finals:
             out.incomplete += 1
+            continue
+        # a late record's key past the final output (a dead letter's row) is not part of it
+        group = [r for r in group if r["index"] <= min(finals)]
+        if [r["index"] for r in group] != list(range(len(group))):
+            out.rows_missing += 1
             continue
         if any(_no_ids(r) for r in group):
             out.unreadable += 1
@@ -138,11 +150,25 @@ def plan(
         if skip_keys is not None and all(k in skip_keys for k in t.keys):
             out.done_before += 1
             continue
+        if limit is not None and len(out.trajectories) >= limit:
+            out.over_limit += 1
+            continue
         t.judged = {r["judge_request"]: r["judge_answer"] for r in group if r["judge_request"] and r["judge_answer"]}
         out.trajectories.append(t)
-        if limit is not None and len(out.trajectories) >= limit:
-            break
     return out
+
+
+def _selected_rows(source: str, where: Where | None, since: str | None, until: str | None) -> list[dict[str, Any]]:
+    """Every row (one per key) of the trajectories of ``source`` that have a row passing the
+    filters; of every trajectory when there are none."""
+    if not (where or since or until):
+        return list(read_table(source, columns=_COLUMNS).to_pylist())
+    picked = read_table(source, where=where, since=since, until=until, columns=["uid", "session_id"])
+    tids = set(zip(picked["uid"].to_pylist(), picked["session_id"].to_pylist()))
+    if not tids:
+        return []
+    rows = read_table(source, where={"uid": sorted({uid for uid, _ in tids})}, columns=_COLUMNS).to_pylist()
+    return [r for r in rows if (r["uid"], r["session_id"]) in tids]
 
 
 def _no_ids(row: dict[str, Any]) -> bool:
@@ -177,7 +203,10 @@ RECORD = "_rewardq_replay.json"
 
 def check_out(source: str, out: str) -> None:
     """Refuse an output ledger that is ``source``, lies inside it, or holds it (ConfigError): its rows
-    would be read as the source's, or as already replayed."""
+    would be read as the source's, or as already replayed; and a local one that cannot be made or
+    written (:func:`~rewardq.ledger.store.check_folder`)."""
+    if is_local(out):
+        check_folder("--out", local_path(out))
     (fs_a, a), (fs_b, b) = open_filesystem(source), open_filesystem(out)
     if is_local(source) and is_local(out):
         a, b = os.path.realpath(a), os.path.realpath(b)

@@ -17,7 +17,8 @@ so that every trajectory and failure is counted; a row without a time is on no t
 * the slowest and the most failing data sources.
 
 The numbers in the tables are computed from the same rows as the plots; each cell also carries
-its exact value in a ``data-value`` attribute.
+its exact value in a ``data-value`` attribute. Standard deviations are the population's (ddof=0:
+over n, not n - 1), and labelled so: a data source or time bucket of one trajectory has 0.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import numpy as np
 
 from rewardq.errors import ConfigError
 from rewardq.ledger.read import Where, read_table
+from rewardq.queue.states import NO_DATA_SOURCE
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -85,7 +87,7 @@ def load(url: str, where: Where | None, since: str | None, until: str | None) ->
     latency = f("latency_ms")
     latency[unscored] = math.nan  # the wait of a refused or expired trajectory is no scoring latency
     return Rows(
-        data_source=np.array([r["data_source"] or "(none)" for r in rows], dtype=object),
+        data_source=np.array([r["data_source"] or NO_DATA_SOURCE for r in rows], dtype=object),
         ok=np.array([r["status"] == "ok" for r in rows], dtype=bool),
         failure_kind=np.array([r["failure_kind"] or "unknown" for r in rows], dtype=object),
         reward=np.array(
@@ -218,7 +220,7 @@ def plot_reward_over_time(rows: Rows, sources: Sequence[str]) -> str:
         x = _times(start + (np.array(buckets) + 0.5) * width)
         (line,) = ax.plot(x, means, marker="o", markersize=3, label=ds)
         ax.fill_between(x, means - stds, means + stds, alpha=0.15, color=line.get_color())
-    ax.set_ylabel("reward (mean ± std)")
+    ax.set_ylabel("reward (mean ± population std)")
     _time_axis(ax, start, width, int(idx.max()) + 1)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
@@ -326,7 +328,7 @@ def summary_table(summary: list[dict[str, Any]]) -> str:
             "errors",
             "error share",
             "mean reward",
-            "std reward",
+            "std reward (population)",
             "latency p50 ms",
             "latency p99 ms",
         )
@@ -378,7 +380,7 @@ def render(url: str, rows: Rows, title: str | None = None) -> str:
             "no scoring latency."
         )
     images = [
-        ("reward-over-time", "Reward per data source over time (mean ± one standard deviation)",
+        ("reward-over-time", "Reward per data source over time (mean ± one population standard deviation)",
          plot_reward_over_time(rows, sources)),
         ("failures-over-time", "Failures by kind over time", plot_failures_over_time(rows)),
         ("latency", "Scoring latency", plot_latency(rows)),

@@ -35,7 +35,7 @@ from rewardq.ledger.flusher import Flusher, FlushError, flusher_for
 from rewardq.ledger.frames import TrajectoryFacts, part_bytes, stub_record, trajectory_parts
 from rewardq.ledger.results import ERROR_COLUMNS
 from rewardq.ledger.spool import Orphan, Spool
-from rewardq.ledger.store import LedgerStore, default_spool
+from rewardq.ledger.store import LedgerStore, default_spool, unusable_folder
 from rewardq.queue.codec import OutputRecord
 from rewardq.queue.keys import trajectory_id
 
@@ -99,6 +99,7 @@ class Ledger:
         self.url = url
         self.worker = worker
         self.spool_dir = spool or default_spool(url)
+        self._spool_default = not spool
         self.flush_interval = flush_interval
         self.spool_max_bytes = spool_max_bytes
         self.spool = Spool(
@@ -136,8 +137,12 @@ class Ledger:
 
     # -- life -----------------------------------------------------------------------------------
     def open(self) -> None:
-        """Open the spool and the destination (raises what makes the ledger unusable)."""
-        self.spool.open()
+        """Open the spool and the destination (raises what makes the ledger unusable: a spool
+        folder the system refuses as a ConfigError naming the setting)."""
+        try:
+            self.spool.open()
+        except OSError as exc:
+            raise unusable_folder("ledger_spool", self.spool_dir, exc, default=self._spool_default) from exc
         LedgerStore(self.url)  # a URL no filesystem serves fails here, at start-up
         self.flusher = flusher_for(self.url, process=self.flusher_process)
         leftovers = self.spool.leftovers()  # an earlier life's: not yet written, so counted as spooled

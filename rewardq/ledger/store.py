@@ -32,6 +32,7 @@ import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rewardq.errors import ConfigError
 from rewardq.ledger.schema import COLUMNS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -259,13 +260,59 @@ def _protocols(fs: AbstractFileSystem) -> tuple[str, ...]:
     return (p,) if isinstance(p, str) else tuple(p)
 
 
+def local_path(url: str) -> str:
+    """The folder a local ledger URL (``/path``, ``~/path``, ``file:///path``) names."""
+    return os.path.expanduser(url[len("file://") :] if url.startswith("file://") else url)
+
+
+def check_places(ledger: str, spool: str | None) -> None:
+    """Refuse (ConfigError) a worker's ``ledger`` (when local) and spool folder (``ledger_spool``,
+    else its default) when a writer could not make or write them (:func:`check_folder`)."""
+    if is_local(ledger):
+        check_folder("ledger", local_path(ledger))
+    check_folder("ledger_spool", spool or default_spool(ledger), default=spool is None)
+
+
+def check_folder(setting: str, path: str, *, default: bool = False) -> None:
+    """Refuse (ConfigError naming ``setting`` and ``path``) a local folder rewardq is to make or
+    write in and cannot: something that is no folder (a file) where it or a folder above it must
+    be, or the nearest folder that exists not writable. Makes nothing: a refused command leaves no
+    folder behind. ``default``: ``path`` is the setting's default, not what was given."""
+    named = _named(setting, path, default)
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    where = "" if probe == os.path.abspath(path) else f" ({probe}, on its path)"
+    if not os.path.isdir(probe):
+        what = "a file" if os.path.isfile(probe) else "a link to nothing" if os.path.islink(probe) else "not a folder"
+        raise ConfigError(f"{named}: {what}{where} where a folder must be; give {setting} a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{named}: the folder{where} is not writable (permission denied) for this user; "
+            f"give {setting} a folder it may write in"
+        )
+
+
+def unusable_folder(setting: str, path: str, exc: OSError, *, default: bool = False) -> ConfigError:
+    """The ConfigError of a local folder the system refused to make or write (``exc``), naming
+    ``setting``, ``path`` and the system's reason: what :func:`check_folder` could not foresee
+    (a read-only disk, a name too long, a folder made a file since)."""
+    why = exc.strerror or str(exc)
+    return ConfigError(
+        f"{_named(setting, path, default)}: the folder cannot be made or written ({why}); give {setting} another folder"
+    )
+
+
+def _named(setting: str, path: str, default: bool) -> str:
+    return f"{setting} {path}" + (" (its default)" if default else "")
+
+
 def default_spool(url: str) -> str:
     """Where a worker spools for ledger ``url`` unless ``ledger_spool`` says: beside a local ledger
     (``<ledger>/_spool/<host>``), else in the user's cache folder, one folder per ledger URL."""
     host = socket.gethostname() or "host"
     if is_local(url):
-        root = url[len("file://") :] if url.startswith("file://") else url
-        return os.path.join(os.path.expanduser(root), "_spool", host)
+        return os.path.join(local_path(url), "_spool", host)
     import hashlib
 
     digest = hashlib.sha256(url.encode()).hexdigest()[:12]

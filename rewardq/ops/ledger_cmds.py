@@ -13,12 +13,23 @@ import click
 
 from rewardq.exit_codes import EXIT_CONFIG
 from rewardq.ledger.diff import DIFF_TOP
+from rewardq.ops.layout import WIDE_HELP, WIDE_WIDTH, Column, table_or_stack
+from rewardq.queue.states import NO_DATA_SOURCE
 
-__all__ = ["diff", "report", "where_filters"]
+__all__ = ["diff", "report", "trajectory_filters", "where_filters"]
 
 
 def where_filters(f: Any) -> Any:
     """``--where``, ``--since`` and ``--until``: which rows of a ledger a command reads."""
+    return _filters(f, "rows", "")
+
+
+def trajectory_filters(f: Any) -> Any:
+    """``--where``, ``--since`` and ``--until`` for a command that takes whole trajectories (replay)."""
+    return _filters(f, "trajectories with a row", " (the trajectory is taken whole)")
+
+
+def _filters(f: Any, which: str, whole: str) -> Any:
     for option in reversed(
         [
             click.option(
@@ -26,11 +37,13 @@ def where_filters(f: Any) -> Any:
                 "where",
                 multiple=True,
                 metavar="COLUMN=VALUE",
-                help="Only rows whose COLUMN is VALUE (repeatable; a column given twice matches either value), "
-                "e.g. --where data_source=openai/gsm8k.",
+                help=f"Only {which} whose COLUMN is VALUE{whole} (repeatable; a column given twice matches "
+                "either value), e.g. --where data_source=openai/gsm8k.",
             ),
-            click.option("--since", default=None, metavar="TIME", help="Only rows scored at or after TIME (ISO, UTC)."),
-            click.option("--until", default=None, metavar="TIME", help="Only rows scored before TIME (ISO, UTC)."),
+            click.option(
+                "--since", default=None, metavar="TIME", help=f"Only {which} scored at or after TIME (ISO, UTC)."
+            ),
+            click.option("--until", default=None, metavar="TIME", help=f"Only {which} scored before TIME (ISO, UTC)."),
         ]
     ):
         f = option(f)
@@ -43,7 +56,8 @@ def where_filters(f: Any) -> Any:
 @click.option("--where", "where", multiple=True, metavar="COLUMN=VALUE", help="Only rows whose COLUMN is VALUE.")
 @click.option("--top", type=click.IntRange(min=0), default=DIFF_TOP, show_default=True, help="Largest changes to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: bool) -> int:
+@click.option("--wide", is_flag=True, help=WIDE_HELP)
+def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: bool, wide: bool) -> int:
     """Compare ledger A with ledger B (or a ledger with its replay) key by key.
 
     Counts keys compared, changed, newly failed (ok in A, an error in B) and newly scored; per data
@@ -64,7 +78,8 @@ def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: boo
     else:
         from rich.console import Console
 
-        Console(highlight=False).print(render_diff(result))
+        console = Console(highlight=False, width=WIDE_WIDTH if wide else None)
+        console.print(render_diff(result, console, wide=wide))
     warning = nothing_compared(result)
     if warning:
         click.echo(f"warning: {warning}", err=True)
@@ -72,11 +87,11 @@ def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: boo
     return 0
 
 
-def render_diff(d: dict[str, Any]) -> Any:
-    """The comparison as rich tables."""
+def render_diff(d: dict[str, Any], console: Any, *, wide: bool = False) -> Any:
+    """The comparison as tables, stacked when wider than ``console`` (``wide``: never), so no data
+    source or key is cut (:func:`~rewardq.ops.layout.table_or_stack`)."""
     from rich.console import Group
     from rich.markup import escape
-    from rich.table import Table
 
     def mean(v: float | None) -> str:
         return "-" if v is None else f"{v:.4f}"
@@ -86,30 +101,37 @@ def render_diff(d: dict[str, Any]) -> Any:
         f"{d['newly_failed']:,} newly failed, {d['newly_scored']:,} newly scored; "
         f"{d['only_before']:,} only in A, {d['only_after']:,} only in B"
     )
-    per = Table(title="per data source", title_justify="left")
-    for col in ("data source", "compared", "changed", "newly failed", "newly scored", "mean before", "mean after"):
-        per.add_column(col, justify="left" if col == "data source" else "right", overflow="fold")
-    for ds, g in d["by_data_source"].items():
-        per.add_row(
-            escape(ds or "-"),
-            f"{g['compared']:,}",
-            f"{g['changed']:,}",
-            f"{g['newly_failed']:,}",
-            f"{g['newly_scored']:,}",
+    numbers = ("compared", "changed", "newly failed", "newly scored", "mean before", "mean after")
+    per_source = [
+        [
+            escape(ds or NO_DATA_SOURCE),
+            *(f"{g[k]:,}" for k in ("compared", "changed", "newly_failed", "newly_scored")),
             mean(g["mean_before"]),
             mean(g["mean_after"]),
-        )
-    big = Table(title="largest changes", title_justify="left")
-    for col in ("key", "data source", "before", "after", "response (end)"):
-        big.add_column(col, overflow="fold")
-    for c in d["largest"]:
-        text = (c["response"] or "")[-160:].replace("\n", " ")
-        big.add_row(
-            escape(c["key"]), escape(c["data_source"] or "-"), f"{c['before']:g}", f"{c['after']:g}", escape(text)
-        )
-    parts: list[Any] = [head, per]
+        ]
+        for ds, g in d["by_data_source"].items()
+    ]
+    columns = [Column("data source", lead=True), *(Column(c, justify="right") for c in numbers)]
+    parts: list[Any] = [head, table_or_stack(console, "per data source", columns, per_source, wide=wide)]
     if d["largest"]:
-        parts.append(big)
+        largest = [
+            [
+                escape(c["key"]),
+                escape(c["data_source"] or NO_DATA_SOURCE),
+                f"{c['before']:g}",
+                f"{c['after']:g}",
+                escape((c["response"] or "")[-160:].replace("\n", " ")),
+            ]
+            for c in d["largest"]
+        ]
+        columns = [
+            Column("key", lead=True),
+            Column("data source"),
+            Column("before", justify="right"),
+            Column("after", justify="right"),
+            Column("response (end)", wrap=True),
+        ]
+        parts.append(table_or_stack(console, "largest changes", columns, largest, wide=wide))
     for c in d.get("failed_examples", []):
         parts.append(f"[red]newly failed[/] {escape(c['key'])}: {escape(str(c.get('error') or ''))[:300]}")
     return Group(*parts)

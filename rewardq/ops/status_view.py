@@ -221,6 +221,7 @@ def health_table(rows: list[dict[str, Any]], console: Console, wide: bool) -> Re
         Column("mean reward", "right"),
         Column("mean before", "right"),
         Column("errors", "right"),
+        Column("errors before", "right"),
         Column("by kind"),
         Column("p99", "right"),
         Column("sharp change"),
@@ -232,13 +233,14 @@ def health_table(rows: list[dict[str, Any]], console: Console, wide: bool) -> Re
             num(r["mean_reward"], "{:.3f}"),
             num(r["baseline_mean_reward"], "{:.3f}"),
             f"{r['error_share']:.1%}",
+            f"{r['baseline_error_share']:.1%}" if r["baseline_trajectories"] else "-",
             escape(", ".join(f"{k} {v:.0%}" for k, v in r["errors_by_kind"].items()) or "-"),
             num(r["p99_ms"], "{:,.0f} ms"),
             _change(r),
         ]
         for r in rows
     ]
-    title = "reward health (live workers: the last 60 s; mean before: the 10 minutes before)"
+    title = "reward health (live workers: the last 60 s; mean and errors before: the 10 minutes before)"
     return table_or_stack(console, title, columns, body, wide=wide)
 
 

@@ -132,6 +132,11 @@ DEAD_LETTER_FAILURE: dict[DeadLetterKind, FailureKind] = {
     DeadLetterKind.MEMORY: FailureKind.MEMORY,
 }
 
+#: The data source a result is counted under when its record names none (a record refused before
+#: its sample could be read): one word in ``rewardq status`` and ``top``, the Prometheus labels,
+#: the health windows, ``rewardq report`` and ``rewardq diff``.
+NO_DATA_SOURCE = "unknown"
+
 
 #: HTTP answers that say the server may answer later: ``transient``, retried in place.
 TRANSIENT_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))

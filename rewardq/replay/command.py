@@ -10,7 +10,7 @@ import click
 from rewardq.config import WorkerConfig
 from rewardq.exit_codes import EXIT_FAILED
 from rewardq.ops.flags import click_options
-from rewardq.ops.ledger_cmds import where_filters
+from rewardq.ops.ledger_cmds import trajectory_filters
 from rewardq.producers.core import WAIT_TIMEOUT
 
 __all__ = ["replay"]
@@ -22,8 +22,13 @@ REPLAY_WINDOW = 64
 @click.command()
 @click.argument("source", metavar="LEDGER")
 @click.option("--out", "out", required=True, metavar="NEW_LEDGER", help="The ledger the replay writes (folder or URL).")
-@where_filters
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Replay at most this many trajectories.")
+@trajectory_filters
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay at most this many trajectories (the first scored; those already in --out do not count).",
+)
 @click.option(
     "--window",
     type=click.IntRange(min=1),
@@ -82,6 +87,11 @@ def replay(
     a namespace of its own on that Redis. The judge's answers kept in LEDGER are reused. Ctrl-C
     stops it; run it again with the same --out to go on where it stopped. Then: rewardq diff LEDGER
     NEW_LEDGER.
+
+    --where, --since and --until select trajectories: one with any row that passes them is
+    replayed whole, and --limit counts trajectories. The summary accounts for every trajectory
+    selected: replayed, already in --out, incomplete (its final output never arrived: never
+    scored), rows missing (the ledger lacks an output's row), without ids, or past --limit.
 
     Only --redis-url and --namespace choose the Redis and namespace (not REWARDQ_REDIS_URL,
     REWARDQ_NAMESPACE or a config file's). A --namespace must be the replay's own: unused, or left
@@ -163,17 +173,20 @@ def _say(p: Any, outcome: Any, source: str, out: str, as_json: bool, err: Any) -
     if as_json:
         click.echo(run.summary_json(p, outcome, source, out))
         return
-    skipped = (
-        f"; skipped {p.done_before} already in {out}, {p.incomplete} incomplete, {p.unreadable} without ids"
-        if p.done_before or p.incomplete or p.unreadable
-        else ""
-    )
+    left = {
+        f"already in {out}": p.done_before,
+        "incomplete (final output never arrived)": p.incomplete,
+        "with rows missing": p.rows_missing,
+        "without ids": p.unreadable,
+        "past --limit": p.over_limit,
+    }
+    skipped = "; skipped " + ", ".join(f"{n} {why}" for why, n in left.items() if n) if any(left.values()) else ""
     why = f" by {outcome.stopped_by}" if outcome.stopped_by else ""
     state = f"interrupted{why} (run again with the same --out to go on)" if outcome.interrupted else "done"
     refused = f", {outcome.refused} refused (rows no record can be made of: see the log)" if outcome.refused else ""
     err.print(
-        f"replay {state}: {outcome.scored} trajectories scored into {out}, {outcome.errors} with errors"
-        f"{refused}{skipped}"
+        f"replay {state}: {outcome.scored} of {p.selected} trajectories selected scored into {out}, "
+        f"{outcome.errors} with errors{refused}{skipped}"
     )
     if not outcome.interrupted:
         err.print(f"compare: rewardq diff {source} {out}")

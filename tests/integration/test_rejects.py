@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -13,11 +14,12 @@ import pytest
 from tensordict import TensorDict
 
 from rewardq import RecordError, RewardClient
+from rewardq.ledger.read import read_table
 from rewardq.queue.codec import encode_output
 from rewardq.queue.digests import legacy_record_digest
 from rewardq.queue.keys import Keyspace
 from rewardq.reward.base import RewardManager
-from tests.support.helpers import SAMPLE, open_test_worker, output, running_workers
+from tests.support.helpers import LEDGER_STOP_GRACE, SAMPLE, open_test_worker, output, running_workers
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
 
@@ -143,6 +145,40 @@ async def test_worker_dead_letters_bad_entries_and_scores_the_rest(
         assert f[b"data"] == (payload if payload is not None else _bad_payload(name))  # raw entry kept
         assert f[b"worker"] == b"w0" and int(f[b"deliveries"]) == 1
     assert sync_redis.xpending(ks.stream(0), ks.group)["pending"] == 0
+    client.close()
+
+
+async def test_an_entry_naming_another_key_than_its_record_is_answered_under_the_entry_key(
+    ns: str, redis_url: str, sync_redis: SyncClient, tmp_path: Path
+) -> None:
+    # Given hostG's trajectory open (its output 0 stored, its final not yet put)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    ks = client.keyspace
+    mine = output(3, 5, seed=1)
+    client.put_output("hostG", "s1", 0, mine, SAMPLE)
+    # And an entry routed as hostF_s1_0 (its producer waits on that key) whose record says hostG_s1_0
+    claimed = encode_output("hostG", "s1", 0, mine, SAMPLE, final=True)
+    sync_redis.xadd(ks.stream(ks.shard_of("hostF_s1")), {"key": "hostF_s1_0", "data": claimed, "ts": "0"})
+    ledger = tmp_path / "ledger"
+    async with running_workers(
+        ns, redis_url, [LengthManager(None)], ledger=str(ledger), shutdown_grace=LEDGER_STOP_GRACE
+    ):
+        # When a worker reads them
+        # Then the key the entry named gets the error result, naming both keys
+        (bad,) = (await asyncio.to_thread(client.wait_rewards, ["hostF_s1_0"], 30)).values()
+        assert bad.status == "error" and "'hostF_s1_0'" in (bad.error or "") and "'hostG_s1_0'" in (bad.error or "")
+        # And hostG's trajectory is untouched: no result yet, and scored as usual once its final output comes
+        assert client.get_rewards(["hostG_s1_0"]) == {"hostG_s1_0": None}
+        client.put_output("hostG", "s1", 1, output(3, 4, seed=2), SAMPLE, final=True)
+        good = await asyncio.to_thread(client.wait_rewards, ["hostG_s1_0", "hostG_s1_1"], 30)
+    assert [r.status for r in good.values()] == ["ok", "ok"] and good["hostG_s1_1"].reward_score == 4.0
+    # And the dead letter says both keys, filed under the entry's trajectory
+    ((_, dead),) = [d for shard in range(ks.shards) for d in sync_redis.xrange(ks.dead(shard))]
+    assert (dead[b"key"], dead[b"tid"], dead[b"kind"]) == (b"hostF_s1_0", b"hostF_s1", b"invalid")
+    assert b"'hostF_s1_0'" in dead[b"reason"] and b"'hostG_s1_0'" in dead[b"reason"]
+    # And the ledger has an error row for hostF_s1_0 only, hostG's rows being its scored ones
+    rows = {r["key"]: r["status"] for r in read_table(str(ledger), columns=["key", "status"]).to_pylist()}
+    assert rows == {"hostF_s1_0": "error", "hostG_s1_0": "ok", "hostG_s1_1": "ok"}
     client.close()
 
 

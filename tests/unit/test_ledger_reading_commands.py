@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from rewardq.errors import ConfigError
 from rewardq.ledger import replay as rp
 from rewardq.ledger.diff import compare
-from tests.support.ledger_rows import trajectory_rows, write_ledger
+from tests.support.ledger_rows import T0, trajectory_rows, write_ledger
 
 
 def _ledger(root: Path) -> Path:
@@ -23,6 +24,42 @@ def test_a_trajectory_whose_final_output_never_arrived_is_counted_incomplete_not
     p = rp.plan(str(_ledger(tmp_path / "a")))
     assert [t.uid for t in p.trajectories] == ["a", "b"]
     assert p.incomplete == 2 and p.unreadable == 0
+
+
+def test_filters_select_whole_trajectories_and_every_one_selected_is_accounted_for(tmp_path: Path) -> None:
+    # Given 8 complete trajectories of 3 outputs and one whose final output never arrived
+    rows = [r for i in range(8) for r in trajectory_rows(f"t{i}", 3, second=i)]
+    rows += trajectory_rows("inc", 2, complete=False, second=9)
+    a = str(write_ledger(tmp_path / "a", rows))
+    # When a replay filters on a per-output column and limits the count
+    p = rp.plan(a, where={"index": ["0"]}, limit=5)
+    # Then each trajectory with a matching row is replayed whole, --limit counting trajectories
+    assert [t.uid for t in p.trajectories] == ["t0", "t1", "t2", "t3", "t4"]
+    assert all(len(t.outputs) == 3 for t in p.trajectories)
+    # And only the trajectory whose final output never arrived is incomplete; the rest are past the limit
+    assert (p.selected, p.incomplete, p.rows_missing, p.unreadable, p.over_limit) == (9, 1, 0, 0, 3)
+    # And a row filter that matches one output only (the final one) still takes the whole trajectory
+    p = rp.plan(a, where={"final": ["true"], "uid": ["t6"]})
+    assert [(t.uid, len(t.outputs)) for t in p.trajectories] == [("t6", 3)] and p.selected == 1
+
+
+def test_a_time_range_takes_a_trajectory_whose_rows_straddle_it_whole(tmp_path: Path) -> None:
+    # Given a trajectory whose first output was scored a minute before its last
+    rows = trajectory_rows("late", 2, second=60)
+    rows[0]["scored_at"] = T0
+    a = str(write_ledger(tmp_path / "a", rows + trajectory_rows("early", 1)))
+    # When the replay takes the rows from 30 s on
+    p = rp.plan(a, since=(T0 + dt.timedelta(seconds=30)).isoformat())
+    # Then that trajectory is replayed with both outputs, and the earlier one not at all
+    assert [(t.uid, len(t.outputs)) for t in p.trajectories] == [("late", 2)]
+    assert (p.selected, p.incomplete) == (1, 0)
+
+
+def test_a_final_trajectory_missing_a_row_is_counted_as_such_not_incomplete(tmp_path: Path) -> None:
+    # Given a scored trajectory of 3 outputs whose middle row never reached the ledger
+    rows = [r for r in trajectory_rows("hole", 3) if r["index"] != 1]
+    p = rp.plan(str(write_ledger(tmp_path / "a", rows)))
+    assert (p.trajectories, p.incomplete, p.rows_missing) == ([], 0, 1)
 
 
 def test_keys_a_replay_left_out_are_only_before_never_changed(tmp_path: Path) -> None:
@@ -108,3 +145,56 @@ def test_a_replay_without_a_tokenizer_is_refused_before_it_reads_or_draws(tmp_pa
     r = CliRunner().invoke(cli, ["replay", str(a), "--out", str(tmp_path / "out")], standalone_mode=False)
     assert isinstance(r.exception, ConfigError) and "tokenizer" in str(r.exception)
     assert "replaying" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_diff_table_at_80_columns_cuts_no_data_source_or_key(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rewardq.cli import cli
+
+    # Given two ledgers whose rewards differ, with long data source names and a long key
+    uid = "a-very-long-uid-1234567890abcdef-0123456789"
+    sources = ("openai/gsm8k", "DigitalLearningGmbH/MATH-lighteval")
+    before = trajectory_rows(uid, 1, data_source=sources[0]) + trajectory_rows("b", 1, data_source=sources[1])
+    after = trajectory_rows(uid, 1, score=0.0, data_source=sources[0]) + trajectory_rows("b", 1, data_source=sources[1])
+    a, b = write_ledger(tmp_path / "a", before), write_ledger(tmp_path / "b", after)
+    # When the diff prints at 80 columns (a pipe's width)
+    r = CliRunner().invoke(cli, ["diff", str(a), str(b)], standalone_mode=False, env={"COLUMNS": "80"})
+    assert r.return_value == 0, r.output
+    lines = r.stdout.splitlines()
+    # Then every line fits, and each name and key is whole on one line
+    assert max(map(len, lines)) <= 80, r.stdout
+    for whole in (*sources, f"{uid}_0_0"):
+        assert any(whole in line for line in lines), (whole, r.stdout)
+    # And with --wide the tables are kept whole, however wide
+    r = CliRunner().invoke(cli, ["diff", str(a), str(b), "--wide"], standalone_mode=False, env={"COLUMNS": "80"})
+    assert any(line.split()[:2] == ["data", "source"] for line in r.stdout.splitlines()), r.stdout
+
+
+def test_a_record_without_a_data_source_is_counted_under_one_word_everywhere(tmp_path: Path) -> None:
+    from rewardq.consumers.presence import Presence
+    from rewardq.consumers.reward_health import RewardHealth
+    from rewardq.ledger.report import load, per_source
+
+    # Given a refused record whose data source is not known, in the ledger and in a worker's counts
+    ledger = write_ledger(tmp_path / "a", trajectory_rows("r", 1, status="error", data_source=""))
+    health = RewardHealth()
+    health.record("", reward=None, failure_kind="input", latency_ms=1.0)
+    presence = Presence(manager_name="m", stats={}, in_flight={})
+    presence.failed("", "input")
+    # Then the report, the health windows (status's "mean before") and the heartbeat (status, top)
+    # all name it "unknown"
+    assert [s["data_source"] for s in per_source(load(str(ledger), None, None, None))] == ["unknown"]
+    assert list(health.windows()) == ["unknown"]
+    assert list(presence.failures) == ["unknown"]
+
+
+def test_the_reports_standard_deviation_is_the_populations_and_says_so(tmp_path: Path) -> None:
+    from rewardq.ledger.report import load, per_source, summary_table
+
+    # Given two trajectories of one data source, rewarded 0 and 1
+    ledger = write_ledger(tmp_path / "a", trajectory_rows("x", 1, score=0.0) + trajectory_rows("y", 1, score=1.0))
+    (gsm8k,) = per_source(load(str(ledger), None, None, None))
+    # Then its std is over n (0.5), not n - 1 (0.707), and the table's header says which
+    assert gsm8k["std_reward"] == 0.5
+    assert "<th>std reward (population)</th>" in summary_table([gsm8k])

@@ -195,6 +195,14 @@ def test_reward_health_says_what_changed_sharply_none_or_too_few_to_judge() -> N
     assert "steady" not in out and "jumped" not in out
 
 
+def test_reward_health_shows_the_earlier_error_share_beside_the_earlier_mean() -> None:
+    rising = _health_row(error_share=0.25, baseline_error_share=0.05)
+    fresh = _health_row(data_source="new", baseline_trajectories=0, baseline_mean_reward=None)
+    out = " ".join(_at_80(_status(reward_health=[rising, fresh])).split())
+    assert "errors 25.0% · errors before 5.0%" in out, out
+    assert "errors before 0.0%" not in out, out  # a source with no earlier trajectories has no share
+
+
 def test_top_shows_each_data_sources_error_share_by_kind() -> None:
     from rich.console import Console
 
