@@ -63,7 +63,7 @@ def diff(before: str, after: str, where: tuple[str, ...], top: int, as_json: boo
     Counts keys compared, changed, newly failed (ok in A, an error in B) and newly scored; per data
     source the mean reward before and after; and the largest changes with both rewards and the
     decoded response. Keys in one ledger only (e.g. what a replay left out: incomplete, unreadable,
-    filtered out, past --limit) are counted as only in A / only in B, never as changed.
+    not selected, past --limit) are counted as only in A / only in B, never as changed.
 
     Exit code 0; 2 when nothing was compared (a ledger with no rows for these filters, or no key in
     both), with a warning on stderr and the comparison still printed, or for a ledger that does not

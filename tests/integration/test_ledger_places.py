@@ -24,6 +24,16 @@ pytestmark = pytest.mark.slow
 AS_USER = ["unshare", "-U", "--map-user=1000", "--map-group=1000"]
 
 
+def _refusals(procs: Procs, cases: dict[str, list[str]]) -> dict[str, str]:
+    """Run each ``rewardq`` command of ``cases`` side by side; each must exit 2 with one error line:
+    those lines by case."""
+    started = {name: procs.start(args, tag=name) for name, args in cases.items()}
+    rc = {name: p.wait(120) for name, p in started.items()}
+    err = {name: _one_error_line(p.stderr()) for name, p in started.items()}
+    assert set(rc.values()) == {2}, (rc, err)
+    return err
+
+
 def _one_error_line(text: str) -> str:
     assert "Traceback" not in text and "this is a bug" not in text, text
     lines = [line for line in text.splitlines() if line.startswith("error:")]
@@ -38,17 +48,12 @@ def test_worker_ledger_folders_that_cannot_be_used_are_one_config_error(
     (tmp_path / "afile").write_text("")
     (tmp_path / "good").mkdir()
     base = ["worker", "--redis-url", redis_url, "--namespace", ns, "--tokenizer", "builtin:demo"]
-    early = {
+    cases = {
         "ledger": [*base, "--ledger", "afile/led"],
         "spool": [*base, "--ledger", "good", "--ledger-spool", "afile/spool"],
     }
-    # When each worker starts
-    started = {name: procs.start(args, tag=name) for name, args in early.items()}
-    rc = {name: p.wait(120) for name, p in started.items()}
-    err = {name: _one_error_line(p.stderr()) for name, p in started.items()}
-
-    # Then each exits 2 with one line naming the setting, the path and what is wrong
-    assert rc == {"ledger": 2, "spool": 2}, err
+    # When each worker starts, then each exits 2 with one line naming the setting, the path and what is wrong
+    err = _refusals(procs, cases)
     assert "ledger afile/led: a file" in err["ledger"] and "where a folder must be" in err["ledger"]
     assert str(tmp_path / "afile") in err["ledger"]
     assert "ledger_spool afile/spool: a file" in err["spool"] and "where a folder must be" in err["spool"]
@@ -88,12 +93,8 @@ def test_replay_out_and_spool_folders_that_cannot_be_used_are_one_config_error(p
         "out": [*base, "--out", "afile/new"],
         "spool": [*base, "--out", "new", "--ledger-spool", "afile/spool"],
     }
-    # When each replay starts
-    started = {name: procs.start(args, tag=name) for name, args in cases.items()}
-    rc = {name: p.wait(120) for name, p in started.items()}
-    err = {name: _one_error_line(p.stderr()) for name, p in started.items()}
-    # Then each exits 2 naming its setting and path, before it made anything
-    assert rc == {"out": 2, "spool": 2}, err
+    # When each replay starts, then each exits 2 naming its setting and path, before it made anything
+    err = _refusals(procs, cases)
     assert "--out afile/new: a file" in err["out"] and "where a folder must be" in err["out"]
     assert "ledger_spool afile/spool: a file" in err["spool"]
     assert not (tmp_path / "new").exists()

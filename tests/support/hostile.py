@@ -159,7 +159,8 @@ def cases(
         Case(
             "entry key does not match the record",
             lambda r, c, ks: xadd(r, ks, f"{p}other_s_0", raw_record(f"{p}mism", "s", 0)),
-            errors={f"{p}mism_s_0": "does not match the record"},  # the record's own key
+            # the key the entry names (its producer waits on it), never the one the record claims
+            errors={f"{p}other_s_0": "does not match the record"},
             dead=["invalid"],
         ),
         Case(
