@@ -27,7 +27,9 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  ``whole`` (entry ids, when all outputs arrived in one
                                                  read and the records stay in the stream until the
                                                  commit), ``state`` (collecting|done), ``first_seen``,
-                                                 ``last_seen``, ``lease``/``lease_until`` while scored,
+                                                 ``last_seen``, ``lease``/``lease_until``/
+                                                 ``lease_life`` (the process life that took it)
+                                                 while scored,
                                                  ``retries``/``retry_since``/``retry_at``/
                                                  ``retry_reason`` (transient failures retried in
                                                  place), ``worker``, ``status``, ``error``,
@@ -82,7 +84,8 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  in lua/common.lua builds this name from the stream's)
     rewardq:workers                      ZSET    live workers by last heartbeat (unix seconds)
     rewardq:worker:<name>                HASH    one worker's heartbeat: host, pid, in_flight, scored,
-                                                 errors, started_at, ... (expires when it stops beating)
+                                                 errors, started_at, life (the id its leases carry:
+                                                 ``lease_life``), ... (expires when it stops beating)
     rewardq:ratelimit:<limiter>          HASH    fleet-wide token buckets and concurrency slots
     rewardq:lock:<name>                  STRING  short TTL'd locks for periodic maintenance
     rewardq:judge:<sha256>               HASH    one LLM-judge request (digest of its full body): ``a``
