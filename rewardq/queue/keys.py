@@ -103,9 +103,11 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  isolation), one per scorer and configuration, named by
                                                  each result's ``provenance`` field (rewardq.reward.provenance)
     rewardq:replay                       STRING  the mark of the ``rewardq replay`` a ``--namespace`` was
-                                                 given to (JSON: its ``--out``'s id and scoring
-                                                 fingerprint): only a replay with the same mark runs
-                                                 there again (rewardq.replay.namespace)
+                                                 given to (JSON: its ``--out``'s id, scoring
+                                                 fingerprint and ``--out``): only a replay with the
+                                                 same mark runs there again (rewardq.replay.namespace),
+                                                 and no other worker starts there
+                                                 (rewardq.consumers.compose)
 
 ``{s0}`` is a Redis Cluster hash tag: every key of one shard lives in one hash slot, so
 the Lua scripts that store a record, commit a result and acknowledge the entry touch a
