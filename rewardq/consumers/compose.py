@@ -12,11 +12,14 @@ command), the benchmarks and the test helpers. Two steps, then the worker's life
    or tokenizer raises :class:`~rewardq.errors.ConfigError` here: ``rewardq worker`` exits 2 before
    it waits for Redis.
 2. :func:`open_worker` (async): connects (unless given a client), checks the Redis user's
-   permissions, agrees on the shards and creates the groups (:func:`open_broker`), holds to the
-   namespace's scoring configuration (:class:`~rewardq.consumers.scoring_gate.ScoringGate`), sets the manager
-   up and starts its scorer processes, serves the metrics, builds the collaborators and beats the
-   heart once. It returns a :class:`~rewardq.consumers.worker.Worker` that holds every part, or None
-   when a stop was asked for while it waited to take over; what it opened is closed when it fails.
+   permissions, agrees on the shards and creates the groups (:func:`open_broker`), refuses a
+   namespace a ``rewardq replay`` holds unless it is that replay's own worker
+   (:func:`refuse_replays_namespace`, before it writes anything, and again once the namespace's
+   meta exists), holds to the namespace's scoring configuration
+   (:class:`~rewardq.consumers.scoring_gate.ScoringGate`), sets the manager up and starts its
+   scorer processes, serves the metrics, builds the collaborators and beats the heart once. It
+   returns a :class:`~rewardq.consumers.worker.Worker` that holds every part, or None when a stop
+   was asked for while it waited to take over; what it opened is closed when it fails.
 3. :func:`run_worker`: 2 then the worker's :meth:`~rewardq.consumers.worker.Worker.run` (serve
    until stopped, then stop), as the process's owner when ``own_process`` says so.
 """
@@ -45,12 +48,14 @@ from rewardq.consumers.quarantine import Quarantine
 from rewardq.consumers.resources import close_manager, open_broker, serve_metrics
 from rewardq.consumers.retries import Retries, RoomWaits
 from rewardq.consumers.scoring_gate import ScoringGate
+from rewardq.errors import ConfigError
 from rewardq.exit_codes import exit_code_of
 from rewardq.ledger.store import check_places
 from rewardq.logs import startup_step
-from rewardq.queue.connection import connect_async
+from rewardq.queue.connection import connect_async, refusals_named
 from rewardq.queue.keys import Keyspace
 from rewardq.queue.meta import default_worker_name
+from rewardq.queue.namespace import ReplayMark, read_replay_mark
 from rewardq.queue.provenance import publish as publish_provenance
 from rewardq.reward.context import ManagerContext
 from rewardq.reward.execution.settings import ScoringSettings, reply_bytes_for
@@ -77,18 +82,27 @@ EXIT_AFTER_STOP = 5.0
 
 logger = logging.getLogger("rewardq.worker")
 
-__all__ = ["PreparedWorker", "build_from_config", "open_worker", "prepare_worker", "run_worker"]
+__all__ = [
+    "PreparedWorker",
+    "build_from_config",
+    "open_worker",
+    "prepare_worker",
+    "refuse_replays_namespace",
+    "run_worker",
+]
 
 
 @dataclass(frozen=True)
 class PreparedWorker:
     """What :func:`prepare_worker` built: the settings, the worker's name, the tokenizer, and the
-    manager with its context."""
+    manager with its context; ``replay``: the mark of the ``rewardq replay`` whose own worker this
+    is (that command sets it), the one replay mark its namespace may carry."""
 
     cfg: WorkerConfig
     name: str
     tokenizer: Tokenizer | None
     manager: RewardManager
+    replay: ReplayMark | None = None
 
     @property
     def context(self) -> ManagerContext:
@@ -217,7 +231,12 @@ async def open_worker(
     r = client or connect_async(cfg.redis_url, cluster=cfg.cluster, scripts_once=True)
     opened = False
     try:
+        with refusals_named(cfg.namespace, cfg.redis_url):  # before open_broker's check of the user's rights
+            await refuse_replays_namespace(r, Keyspace(cfg.namespace), prepared.replay, cluster=cfg.cluster)
         broker = await open_broker(r, cfg, name)
+        # read again once <ns>:meta exists: a replay that marks the namespace after the first read
+        # finds the meta when it checks the namespace again after its mark, and refuses itself
+        await refuse_replays_namespace(r, broker.ks, prepared.replay, cluster=cfg.cluster)
         fingerprint = tokenizer_fingerprint(prepared.tokenizer)
         mine = scoring_fingerprint(cfg, fingerprint)
         gate = ScoringGate(r, broker.ks, mine, takeover=cfg.takeover, stopping=stopping.is_set)
@@ -292,6 +311,26 @@ async def open_worker(
             await close_manager(manager)
             if own:
                 await r.aclose()
+
+
+async def refuse_replays_namespace(
+    client: AsyncRedis, ks: Keyspace, own: ReplayMark | None, *, cluster: bool = False
+) -> None:
+    """Refuse (ConfigError) a namespace that carries the mark of a ``rewardq replay``
+    (:mod:`rewardq.replay.namespace`) unless it is ``own``, the mark of the replay whose own worker
+    this is (:attr:`PreparedWorker.replay`): another worker would score the replay's trajectories
+    into its own ledger, not the replay's ``--out``. ``cluster``: the fix names ``redis-cli -c``."""
+    found = await read_replay_mark(client, ks)
+    if found is None or found == own:
+        return
+    out = f"--out {found.path}" if found.path else f"the --out whose replay record has id {found.out}"
+    redis_cli = "redis-cli -c" if cluster else "redis-cli"
+    raise ConfigError(
+        f"namespace {ks.namespace!r} is held by `rewardq replay` into {out} ({ks.replay} = {found.encode()}): "
+        "a worker started there would score the replay's trajectories into its own ledger instead of the "
+        "replay's --out. Give this worker (and its producers) another --namespace; or, if that replay is over "
+        f"(no `rewardq replay` runs there, and none will go on there), delete its mark: {redis_cli} DEL {ks.replay}"
+    )
 
 
 def record_decoder(cfg: WorkerConfig, tokenizer: object, fingerprint: str | None) -> RecordDecoder:

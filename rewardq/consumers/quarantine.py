@@ -10,7 +10,9 @@ looks the same from outside; what tells them apart is whether a trajectory keeps
 scorer when its worker stops.
 
 So each lease counts an attempt (``attempts`` in the trajectory hash, counted by the
-``store``/``claim`` scripts that take the lease; a graceful hand-back takes it back). A
+``store``/``claim`` scripts that take the lease; a graceful hand-back takes it back). A lease
+carries the process life that took it, so a worker SIGKILLed and started again under the same
+name counts a new attempt for what it held, as another worker reclaiming it would. A
 trajectory leased with ``attempts > 1`` had an earlier attempt that never finished:
 
 * **Reclaimed, not suspected** (no earlier start of a reclaimed attempt in a scorer): it is

@@ -103,6 +103,9 @@ def inspect_trajectory(
             "or pushed to another namespace)"
         )
     meta = {k: as_text(v) for k, v in h.items() if not k.startswith("o:")}
+    if meta.get("lease") and meta.get("lease_life"):
+        live = reads.worker_life(r, ks, meta["lease"])
+        meta["lease_earlier_life"] = "1" if live is not None and live != meta["lease_life"] else ""
     payloads = {int(k[2:]): v for k, v in h.items() if k.startswith("o:")}
     payloads = {**kept, **payloads}
     have, missing, final = reads.missing_outputs({**meta, **{f"o:{i}": "" for i in payloads}})
@@ -260,7 +263,8 @@ def render_inspect(view: dict[str, Any], *, console: Console | None = None, wide
         scored = meta.get("status") != "error" or (_f(meta.get("attempts")) or 0) > 0
         head.add_row("scored by" if scored else "failed by", escape(meta["worker"]))
     if meta.get("lease"):
-        head.add_row("leased to", f"{escape(meta['lease'])} (until {fmt_age(_f(meta.get('lease_until')))})")
+        earlier = ", by an earlier process under this name" if meta.get("lease_earlier_life") else ""
+        head.add_row("leased to", f"{escape(meta['lease'])} (until {fmt_age(_f(meta.get('lease_until')))}{earlier})")
     head.add_row("first output", fmt_age(t["first_seen"]))
     head.add_row("last output", fmt_age(t["last_seen"]))
     if t["done_at"]:

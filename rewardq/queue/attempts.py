@@ -24,13 +24,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class AttemptNotes:
-    """Notes on trajectories' attempts, written by the consumer ``worker``."""
+    """Notes on trajectories' attempts, written by the consumer ``worker`` in its process ``life``."""
 
     r: AsyncRedis
     ks: Keyspace
     scripts: ScriptRunner
     worker: str
     cluster: bool
+    life: str
 
     # -- transient failures retried in place ------------------------------------------------
     async def retry_since(self, shard: int, tid: str, now: float) -> float:
@@ -57,7 +58,8 @@ class AttemptNotes:
         """Record that this worker's attempt at ``tid`` ended without an answer, and why (a commit
         that failed, say), so a later dead letter tells it apart from a worker that died; and drop
         this worker's lease, so the next attempt starts at once (``lua/unfinished.lua``)."""
-        await self.scripts.run("unfinished", [self.ks.traj(shard, tid)], [self.worker, reason_text(why, 500)])
+        args = [self.worker, reason_text(why, 500), self.life]
+        await self.scripts.run("unfinished", [self.ks.traj(shard, tid)], args)
 
     async def attempt_history(self, shard: int, tid: str) -> dict[str, object]:
         """``attempts`` (leases taken, hand-backs not counted), ``unfinished`` (attempts that ended

@@ -31,6 +31,7 @@ routing); the shard count it is built with is agreed in :mod:`rewardq.queue.meta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -105,6 +106,11 @@ class StreamBroker:
         client: a ``redis.asyncio`` client (or cluster client) with ``decode_responses=False``.
         ks: the keyspace (namespace, shard count, group).
         worker: this worker's consumer name (unique in the group).
+        life: this process's life under that name (drawn at random when not given): the leases it
+            takes carry it (``lease_life``), so a process started again under the same name (a
+            StatefulSet pod, a systemd unit) takes its dead predecessor's leases over as new
+            attempts (``take_lease`` in ``lua/common.lua``), while one process filing several
+            entries of a trajectory stays one attempt.
         result_ttl: seconds results and finished trajectories live; 0 keeps them forever.
         lease_seconds: how long a trajectory stays leased without renewal.
         incomplete_timeout: seconds a trajectory may wait for missing outputs.
@@ -126,6 +132,7 @@ class StreamBroker:
         ks: Keyspace,
         *,
         worker: str,
+        life: str | None = None,
         result_ttl: float = RESULT_TTL,
         lease_seconds: float = LEASE_SECONDS,
         incomplete_timeout: float = INCOMPLETE_TIMEOUT,
@@ -143,6 +150,7 @@ class StreamBroker:
         self.r = client
         self.ks = ks
         self.worker = worker
+        self.life = life or os.urandom(8).hex()
         self.result_ttl = int(result_ttl)
         self.lease_seconds = lease_seconds
         self.incomplete_timeout = incomplete_timeout
@@ -192,8 +200,8 @@ class StreamBroker:
         self.fail = self.endings.fail
         self.dead_letter_entry = self.endings.dead_letter_entry
         self.expire_incomplete = self.endings.expire_incomplete
-        self.attempts = AttemptNotes(client, ks, self.scripts, worker, self.cluster)
-        self.liveness = Liveness(client, ks, self.scripts, worker, lease_seconds)
+        self.attempts = AttemptNotes(client, ks, self.scripts, worker, self.cluster, self.life)
+        self.liveness = Liveness(client, ks, self.scripts, worker, lease_seconds, self.life)
 
     # -- set-up ------------------------------------------------------------------------
     async def ensure_groups(self) -> None:
@@ -260,6 +268,7 @@ class StreamBroker:
                         STORE_INLINE_BYTES,
                         blob_of(self.ks, entry) or "",
                         legacy_record_digest(payload),  # what a trajectory filed by an earlier version holds
+                        self.life,
                     ],
                 )
             )
@@ -320,6 +329,7 @@ class StreamBroker:
                 [self.ks.traj(shard, tid)],
                 [
                     self.worker,
+                    self.life,
                     self.lease_seconds,
                     self.max_outputs,
                     len(entries),

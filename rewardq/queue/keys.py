@@ -27,7 +27,9 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  ``whole`` (entry ids, when all outputs arrived in one
                                                  read and the records stay in the stream until the
                                                  commit), ``state`` (collecting|done), ``first_seen``,
-                                                 ``last_seen``, ``lease``/``lease_until`` while scored,
+                                                 ``last_seen``, ``lease``/``lease_until``/
+                                                 ``lease_life`` (the process life that took it)
+                                                 while scored,
                                                  ``retries``/``retry_since``/``retry_at``/
                                                  ``retry_reason`` (transient failures retried in
                                                  place), ``worker``, ``status``, ``error``,
@@ -82,7 +84,8 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  in lua/common.lua builds this name from the stream's)
     rewardq:workers                      ZSET    live workers by last heartbeat (unix seconds)
     rewardq:worker:<name>                HASH    one worker's heartbeat: host, pid, in_flight, scored,
-                                                 errors, started_at, ... (expires when it stops beating)
+                                                 errors, started_at, life (the id its leases carry:
+                                                 ``lease_life``), ... (expires when it stops beating)
     rewardq:ratelimit:<limiter>          HASH    fleet-wide token buckets and concurrency slots
     rewardq:lock:<name>                  STRING  short TTL'd locks for periodic maintenance
     rewardq:judge:<sha256>               HASH    one LLM-judge request (digest of its full body): ``a``
@@ -100,9 +103,11 @@ default namespace ``rewardq`` and one shard, the keys are::
                                                  isolation), one per scorer and configuration, named by
                                                  each result's ``provenance`` field (rewardq.reward.provenance)
     rewardq:replay                       STRING  the mark of the ``rewardq replay`` a ``--namespace`` was
-                                                 given to (JSON: its ``--out``'s id and scoring
-                                                 fingerprint): only a replay with the same mark runs
-                                                 there again (rewardq.replay.namespace)
+                                                 given to (JSON: its ``--out``'s id, scoring
+                                                 fingerprint and ``--out``): only a replay with the
+                                                 same mark runs there again (rewardq.replay.namespace),
+                                                 and no other worker starts there
+                                                 (rewardq.consumers.compose)
 
 ``{s0}`` is a Redis Cluster hash tag: every key of one shard lives in one hash slot, so
 the Lua scripts that store a record, commit a result and acknowledge the entry touch a

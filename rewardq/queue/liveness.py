@@ -26,13 +26,15 @@ _s = as_text
 
 @dataclass
 class Liveness:
-    """Heartbeats, registration and trajectory leases of the consumer ``worker``."""
+    """Heartbeats, registration and trajectory leases of the consumer ``worker`` in its process
+    ``life`` (the leases it renews and hands back are this life's only: ``lua/renew.lua``)."""
 
     r: AsyncRedis
     ks: Keyspace
     scripts: ScriptRunner
     worker: str
     lease_seconds: float
+    life: str
 
     async def renew(self, held: dict[int, list[str]]) -> int:
         """Extend leases on trajectories still being scored (``{shard: [tid, ...]}``)."""
@@ -40,7 +42,8 @@ class Liveness:
         for shard, tids in held.items():
             if tids:
                 keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self.scripts.run("renew", keys, [self.ks.group, self.worker, self.lease_seconds]))
+                args = [self.ks.group, self.worker, self.lease_seconds, self.life]
+                n += int(await self.scripts.run("renew", keys, args))
         return n
 
     async def release(self, held: dict[int, list[str]], idle_ms: int) -> int:
@@ -49,7 +52,7 @@ class Liveness:
         for shard, tids in held.items():
             if tids:
                 keys = [self.ks.stream(shard), *(self.ks.traj(shard, t) for t in tids)]
-                n += int(await self.scripts.run("release", keys, [self.ks.group, self.worker, idle_ms]))
+                n += int(await self.scripts.run("release", keys, [self.ks.group, self.worker, idle_ms, self.life]))
         return n
 
     # -- presence ---------------------------------------------------------------------------
@@ -63,6 +66,7 @@ class Liveness:
             for k, v in stats.items()
         }
         mapping["last_beat"] = f"{now:.3f}"
+        mapping["life"] = self.life  # whose leases are this process's (`lease_life`)
         fields = [v for item in mapping.items() for v in item]
         await self.scripts.run("beat", [key], ["hash", max(1, int(ttl)), *fields])  # allowed past maxmemory
         await self.scripts.run("beat", [self.ks.workers], ["member", self.worker, f"{now:.3f}"])

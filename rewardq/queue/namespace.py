@@ -1,21 +1,26 @@
-"""A namespace's keys as a whole: which namespaces a server holds, how many keys one has, deleting them.
+"""A namespace's keys as a whole: which namespaces a server holds, how many keys one has, deleting them,
+and the mark of the ``rewardq replay`` that holds it.
 
 Used by the operator commands (a mistyped ``--namespace`` names the closest existing one) and by
 ``rewardq demo`` and the tests, which remove what they created. Never touches keys outside the
-namespace it is given.
+namespace it is given. The replay mark (``<ns>:replay``, :class:`ReplayMark`) is set and checked by
+:mod:`rewardq.replay.namespace`; every worker reads it at start (:mod:`rewardq.consumers.compose`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from rewardq.queue.connection import RedisError
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.results import as_text
 
 if TYPE_CHECKING:
-    from rewardq.queue.clients import SyncRedis
+    from rewardq.queue.clients import AsyncRedis, SyncRedis
 
 
 #: The most namespaces the SCAN behind an unknown ``--namespace`` error collects to rank, and the
@@ -38,6 +43,44 @@ def shard_count(client: SyncRedis, ks: Keyspace) -> int | None:
     """The shard count ``<ns>:meta`` records (None: no producer or worker has used the namespace)."""
     raw = client.hget(ks.meta, "shards")
     return None if raw is None else int(raw)
+
+
+@dataclass(frozen=True)
+class ReplayMark:
+    """The value of ``<ns>:replay``: the ``rewardq replay`` a namespace belongs to, told by its
+    ``--out``'s id (``out``) and its scoring fingerprint (``scoring``). ``path`` names that ``--out``
+    for people (absolute, password redacted; empty in a mark that does not say it) and is not part
+    of the identity: a resume that spells its ``--out`` another way is the same replay."""
+
+    out: str
+    scoring: str
+    path: str = field(default="", compare=False)
+
+    def encode(self) -> str:
+        fields = {"out": self.out, "scoring": self.scoring} | ({"path": self.path} if self.path else {})
+        return json.dumps(fields, sort_keys=True)
+
+    @classmethod
+    def decode(cls, raw: object) -> ReplayMark | None:
+        """The mark, or None for none; a value that is not a mark reads as one no replay has."""
+        if raw is None:
+            return None
+        text = as_text(raw)
+        try:
+            d = json.loads(text)
+            return cls(str(d["out"]), str(d["scoring"]), str(d.get("path") or ""))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return cls(f"(unreadable mark {text[:64]!r})", "")
+
+
+async def read_replay_mark(client: AsyncRedis, ks: Keyspace) -> ReplayMark | None:
+    """The mark ``<ns>:replay`` holds, or None."""
+    return ReplayMark.decode(await client.get(ks.replay))
+
+
+def read_replay_mark_sync(client: SyncRedis, ks: Keyspace) -> ReplayMark | None:
+    """:func:`read_replay_mark` on a blocking client (``rewardq replay``'s checks)."""
+    return ReplayMark.decode(client.get(ks.replay))
 
 
 def known_namespaces(

@@ -356,6 +356,13 @@ def trajectory_fields(r: SyncRedis, ks: Keyspace, shard: int, tid: str) -> tuple
     return h, kept
 
 
+def worker_life(r: SyncRedis, ks: Keyspace, name: str) -> str | None:
+    """The process life worker ``name``'s heartbeat publishes (None: it does not beat, or wrote none):
+    a lease whose ``lease_life`` differs was taken by an earlier process under that name."""
+    life = r.hget(ks.worker(name), "life")
+    return _s(life) if life is not None else None
+
+
 def reward_exists(r: SyncRedis, ks: Keyspace, shard: int, key: str) -> bool:
     """Whether ``key`` has a result hash."""
     return bool(r.exists(ks.reward(shard, key)))

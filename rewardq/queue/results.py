@@ -11,7 +11,8 @@ Everything in the hash is readable text, so ``redis-cli HGETALL`` shows it as is
                                           incomplete trajectory's last output; empty when unknown)
     provenance         "3f2a9c0d1e4b5a67"   what produced it: the digest of a blob in ``<ns>:provenance``
                                           (rewardq.reward.provenance; ``rewardq inspect`` resolves it)
-    attempt            "1"              the trajectory's scoring attempt (more after a crash or lost lease)
+    attempt            "1"              the trajectory's scoring attempt (more after a crash, also one
+                                          restarted under the same name, or a lost lease)
     judge_request      ""               LLM judges: the digest of the request, the key of its cached answer
 
 Results are written by the ``commit`` script (``ok``, the fields of :data:`RESULT_FIELDS`), by

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import click
@@ -159,11 +160,12 @@ def _prepare(cfg: WorkerConfig, source: str, out: str, select: dict[str, Any], e
     with err.status("reading the ledger"):
         p = rp.plan(source, **select, skip_keys=rp.existing_keys(out))
     named = run.flag_given(cfg, "namespace")
-    mark = replay_mark(out_id, mine.digest)
+    mark = replay_mark(out_id, mine.digest, out)
     resuming = check_namespace(cfg, p.trajectories, mark) if named else False
     run.record_scoring(out, source, mine, out_id)
     if named:  # after the record: a stop in between leaves the namespace unused, not marked for no --out
         mark_namespace(cfg, mark, resuming=resuming)
+        prepared = dataclasses.replace(prepared, replay=mark)  # its worker is the one the mark lets start
     return p, prepared
 
 

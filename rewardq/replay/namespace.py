@@ -6,8 +6,10 @@ namespace must be the replay's own: one nothing has used yet, or one carrying th
 into the same ``--out`` with the same configuration (a stopped replay, resumed there: the keys it
 left behind are its own, and the ones it scored are in ``--out``, so they are not sent again).
 
-The mark is ``<ns>:replay`` (:attr:`~rewardq.queue.keys.Keyspace.replay`): the ``--out``'s own id
-(its :data:`~rewardq.ledger.replay.RECORD`'s ``id``) and the scoring fingerprint, set once the
+The mark is ``<ns>:replay`` (:attr:`~rewardq.queue.keys.Keyspace.replay`,
+:class:`~rewardq.queue.namespace.ReplayMark`): the ``--out``'s own id (its
+:data:`~rewardq.ledger.replay.RECORD`'s ``id``), the scoring fingerprint and, for people, the
+``--out`` itself, set once the
 namespace is found unused, after the record is written and before anything is sent. Any other
 namespace is refused (:func:`check_namespace`):
 
@@ -23,32 +25,35 @@ only the first to mark it goes on, even when both write into the same ``--out`` 
 the same trajectories twice); the other is refused. Then it checks again that no live worker and
 nothing of another pipeline appeared since the check, and if something did, it removes the mark it
 set and refuses. A resume (the mark was already there at the check) finds the mark unchanged and
-checks for live workers again. What starts in the namespace after that is not watched: a fleet's
-workers do not read the mark.
+checks for live workers again. A worker started in the namespace after that refuses to start unless
+it is the replay's own (:func:`rewardq.consumers.compose.refuse_replays_namespace`).
 
 Each check reads single keys, so it runs on Redis Cluster as on one Redis.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from rewardq.errors import ConfigError
 from rewardq.ledger.replay import Trajectory
+from rewardq.queue.connection import redact_url
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.namespace import ReplayMark, read_replay_mark_sync
 
 if TYPE_CHECKING:
     from rewardq.config import WorkerConfig
     from rewardq.queue.clients import SyncRedis
 
 
-def replay_mark(out_id: str, scoring: str) -> str:
-    """The value of ``<ns>:replay`` for a replay into the ``--out`` of id ``out_id`` scoring with
-    fingerprint ``scoring``."""
-    return json.dumps({"out": out_id, "scoring": scoring}, sort_keys=True)
+def replay_mark(out_id: str, scoring: str, out: str = "") -> ReplayMark:
+    """The mark of a replay into the ``--out`` ``out`` of id ``out_id`` scoring with fingerprint
+    ``scoring`` (``out`` is named in it absolute, password redacted)."""
+    path = out if "://" in out or not out else os.path.abspath(out)
+    return ReplayMark(out_id, scoring, redact_url(path))
 
 
 @contextmanager
@@ -64,26 +69,26 @@ def _namespace(cfg: WorkerConfig) -> Iterator[tuple[SyncRedis, Keyspace]]:
         r.close()
 
 
-def check_namespace(cfg: WorkerConfig, trajectories: Sequence[Trajectory], mark: str) -> bool:
+def check_namespace(cfg: WorkerConfig, trajectories: Sequence[Trajectory], mark: ReplayMark) -> bool:
     """Refuse (ConfigError) ``cfg.namespace`` unless it is the replay's own (module doc): unused, or
     carrying ``mark``. Returns whether it carries ``mark`` (a resume), for :func:`mark_namespace`."""
     ns = cfg.namespace
     with _namespace(cfg) as (r, ks):
         _refuse_live(r, ks, ns)
-        found = _as_text(r.get(ks.replay))
+        found = read_replay_mark_sync(r, ks)
         if found == mark:
             return True  # a replay into this --out, with this configuration: resume there
         if found is not None:
             raise ConfigError(
                 f"--namespace {ns} holds a replay into another --out or with another scoring configuration "
-                f"({ks.replay} = {found}): its keys would be refused as conflicting records; leave out "
+                f"({ks.replay} = {found.encode()}): its keys would be refused as conflicting records; leave out "
                 "--namespace, or name an unused one"
             )
         _refuse_used(r, ks, ns, trajectories)
         return False
 
 
-def mark_namespace(cfg: WorkerConfig, mark: str, *, resuming: bool) -> None:
+def mark_namespace(cfg: WorkerConfig, mark: ReplayMark, *, resuming: bool) -> None:
     """Take ``cfg.namespace`` after :func:`check_namespace` allowed it (``resuming``: what it
     returned): set ``<ns>:replay`` to ``mark`` only if unset (``SET NX``), or, resuming, find it
     unchanged; then check again that no live worker (and, on a fresh mark, nothing of another
@@ -91,14 +96,15 @@ def mark_namespace(cfg: WorkerConfig, mark: str, *, resuming: bool) -> None:
     ns = cfg.namespace
     with _namespace(cfg) as (r, ks):
         if resuming:
-            found = _as_text(r.get(ks.replay))
+            found = read_replay_mark_sync(r, ks)
             if found != mark:
                 raise ConfigError(
-                    f"--namespace {ns} changed since it was checked: {ks.replay} is now {found or 'unset'}, not "
+                    f"--namespace {ns} changed since it was checked: {ks.replay} is now "
+                    f"{found.encode() if found else 'unset'}, not "
                     "this replay's mark; run again to check it anew, or leave out --namespace"
                 )
-        elif not r.set(ks.replay, mark, nx=True):
-            same = _as_text(r.get(ks.replay)) == mark
+        elif not r.set(ks.replay, mark.encode(), nx=True):
+            same = read_replay_mark_sync(r, ks) == mark
             raise ConfigError(
                 f"--namespace {ns} was marked by another replay ({ks.replay}) between this replay's check and "
                 f"its mark{' (one into the same --out: both would score the same trajectories)' if same else ''}; "
@@ -170,7 +176,3 @@ def _keys_present(r: SyncRedis, ks: Keyspace, trajectories: Sequence[Trajectory]
             pipe.exists(ks.reward_key(t.keys[0]), ks.traj_key(f"{t.uid}_{t.session_id}"))
         found += sum(1 for n in pipe.execute() if n)
     return found
-
-
-def _as_text(raw: bytes | str | None) -> str | None:
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw

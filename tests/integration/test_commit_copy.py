@@ -33,7 +33,8 @@ def commit_all(r: Any, ns: str) -> dict[str, Any]:
         ids = [r.xadd(stream, {"data": f"d{i}"}) for i in range(n)]
         r.xreadgroup(group, "w0", {stream: ">"}, count=100)
         r.hset(f"{ns}:{{s0}}:reward:t{t}_0", mapping={"failure_kind": "x"})  # a stale result: replaced whole
-        assert r.evalsha(claim, 1, traj, "w0", 30, 4096, n, *ids, *(f"x{i:016x}" for i in range(n))) == [b"complete"]
+        digests = [f"x{i:016x}" for i in range(n)]
+        assert r.evalsha(claim, 1, traj, "w0", "life0", 30, 4096, n, *ids, *digests) == [b"complete"]
         rows = [["ok", str(k), extra, "", "w0", "naive", "1.5", "2.5", "p", "1", ""] for k in range(1 if shared else n)]
         keys = [traj, stream, f"{ns}:{{s0}}:waiting", f"{ns}:{{s0}}:done", f"{ns}:{{s0}}:records:t{t}"]
         args = [group, f"t{t}", "w0", ttl, 1000, n, 0, n - 1, "", 600, f"{ns}:{{s0}}:reward:", "ok", 0, 4096, 1 << 22]

@@ -5,6 +5,7 @@ check and the mark is noticed; a resume (the mark already there) still goes on."
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,9 @@ from rewardq import RewardClient
 from rewardq.errors import ConfigError
 from rewardq.ledger.replay import Trajectory
 from rewardq.queue.keys import Keyspace
+from rewardq.queue.namespace import ReplayMark
 from rewardq.replay.namespace import check_namespace, mark_namespace, replay_mark
+from tests.support.cli_procs import START_WAIT, Procs, wait_for, worker_argv
 from tests.support.helpers import output, worker_config
 from tests.support.sync_client import SyncClient
 
@@ -34,7 +37,7 @@ def test_of_two_replays_that_found_a_namespace_unused_only_the_first_to_mark_it_
     # Then this one is refused, and the mark stays the other's
     with pytest.raises(ConfigError, match="marked by another replay .* between this replay's check and its mark"):
         mark_namespace(cfg, mine, resuming=resuming)
-    assert sync_redis.get(Keyspace(ns).replay) == theirs.encode()
+    assert ReplayMark.decode(sync_redis.get(Keyspace(ns).replay)) == theirs
 
 
 def test_a_fleet_starting_between_check_and_mark_is_noticed_and_the_mark_removed(
@@ -82,4 +85,30 @@ def test_a_resume_goes_on_in_its_namespace_unless_a_worker_came_alive_since_the_
     sync_redis.zadd(ks.workers, {"w-late": now})
     with pytest.raises(ConfigError, match="served by 1 live worker.*w-late"):
         mark_namespace(cfg, mark, resuming=resuming)
-    assert sync_redis.get(ks.replay) == mark.encode()
+    assert ReplayMark.decode(sync_redis.get(ks.replay)) == mark
+
+
+def test_a_worker_refuses_a_namespace_a_replay_holds_until_its_mark_is_deleted(
+    procs: Procs, redis_url: str, ns: str, sync_redis: SyncClient, tmp_path: Path
+) -> None:
+    ks = Keyspace(ns)
+    out = tmp_path / "new"
+    cfg = worker_config(ns, redis_url)
+    mark = replay_mark("out-1", "fp-1", str(out))
+    # Given a namespace a replay into --out took (its own worker has not started yet)
+    mark_namespace(cfg, mark, resuming=check_namespace(cfg, TRAJS, mark))
+    # When a fleet's worker starts there
+    fleet = procs.start(worker_argv(redis_url, ns, "fleet-0"), tag="fleet")
+    wait_for(lambda: fleet.popen.poll() is not None or sync_redis.exists(ks.worker("fleet-0")), START_WAIT,
+             "the worker's exit or heartbeat", procs=[fleet])  # fmt: skip
+    # Then it exits 2 naming the namespace, the replay's --out and both ways on, having written nothing
+    log = fleet.stderr()
+    assert fleet.popen.poll() == 2, log[-3000:]
+    assert f"namespace {ns!r} is held by `rewardq replay` into --out {out}" in log, log[-3000:]
+    assert "another --namespace" in log and f"redis-cli DEL {ks.replay}" in log, log[-3000:]
+    assert sorted(sync_redis.scan_iter(match=f"{ns}:*")) == [ks.replay.encode()]
+    # and once the mark is deleted as the refusal says, a worker starts there
+    sync_redis.delete(ks.replay)
+    fleet = procs.start(worker_argv(redis_url, ns, "fleet-1"), tag="fleet-after")
+    wait_for(lambda: sync_redis.exists(ks.worker("fleet-1")), START_WAIT, "the worker's heartbeat", procs=[fleet])
+    assert fleet.terminate() == 0, fleet.stderr()[-3000:]

@@ -11,6 +11,8 @@ import pytest
 from fsspec.implementations.local import LocalFileOpener
 
 from rewardq.ledger import replay as rp
+from rewardq.queue.namespace import ReplayMark
+from rewardq.replay.namespace import replay_mark
 
 
 def test_a_stop_in_the_middle_of_writing_the_record_leaves_the_previous_one(
@@ -75,3 +77,22 @@ def test_a_local_record_is_fsynced_before_its_rename_and_the_folder_after(
     # the temporary file, whole, then its rename, then the folder holding the new name
     assert temporary.startswith("_tmp-") and written == size
     assert rest == [("rename", temporary, rp.RECORD), ("fsync", "out", "folder")]
+
+
+def test_a_replay_mark_is_told_by_its_out_id_and_scoring_not_by_how_its_out_is_spelt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the mark of a replay into an --out given as a relative path
+    monkeypatch.chdir(tmp_path)
+    mark = replay_mark("out-1", "fp-1", "new")
+    # Then it names that --out absolute, and reads back as itself
+    assert mark.path == str(tmp_path / "new") and ReplayMark.decode(mark.encode().encode()) == mark
+    # and a resume that spells the --out another way, or a mark that does not name it, is the same replay
+    assert replay_mark("out-1", "fp-1", str(tmp_path / "new")) == mark
+    assert ReplayMark.decode('{"out": "out-1", "scoring": "fp-1"}') == mark
+    # but another --out or configuration is not; nor is a value that is not a mark
+    assert replay_mark("out-2", "fp-1", "new") != mark and replay_mark("out-1", "fp-2", "new") != mark
+    garbage = ReplayMark.decode(b"\xffnot json")
+    assert garbage is not None and garbage != ReplayMark("", "") and "unreadable" in garbage.out
+    # a ledger URL is named with its password redacted
+    assert replay_mark("out-1", "fp-1", "s3://me:secret@bucket/new").path == "s3://me:***@bucket/new"

@@ -81,7 +81,8 @@ if redis.call('EXISTS', records) == 1 and redis.call('HLEN', traj) <= 2 * max_ou
 else
   redis.call('HSET', traj, 'bytes', 0)
 end
-redis.call('HDEL', traj, 'status', 'error', 'failure_kind', 'done_at', 'n', 'worker', 'lease', 'lease_until', 'acks',
+redis.call('HDEL', traj, 'status', 'error', 'failure_kind', 'done_at', 'n', 'worker', 'lease', 'lease_until',
+           'lease_life', 'acks',
            'attempts', 'solo', 'shared', 'unfinished', 'last_failure', 'handbacks',
            'retries', 'retry_since', 'retry_at', 'retry_reason')
 redis.call('HSET', traj, 'state', 'collecting', 'stored', restored)

@@ -41,7 +41,7 @@ for i = 0, hi do
   end
 end
 if known then end_records(traj, stream, records, keep, max_out) end
-redis.call('HDEL', traj, 'lease', 'lease_until')
+redis.call('HDEL', traj, 'lease', 'lease_until', 'lease_life')
 redis.call('HSET', traj, 'state', 'done', 'status', 'cancelled', 'done_at', now, 'n', hi + 1)
 if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
 redis.call('ZREM', waiting, tid)

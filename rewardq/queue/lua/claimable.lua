@@ -1,6 +1,8 @@
 -- claimable: of the idle pending entries given, those another worker may take over now.
 -- An entry whose trajectory is leased to another worker until later is left alone: its owner
 -- is scoring it (or died less than lease_seconds ago); claiming it would only count a delivery.
+-- A lease of this worker's own name is claimable, whichever life took it: this life's own entries,
+-- or those of an earlier process under this name, which died (take_lease takes its lease over).
 -- An entry of a cancelled trajectory is acknowledged and deleted here instead: never scored.
 -- KEYS: stream   ARGV: traj_prefix, worker, group, then pairs: id, tid ('' when the worker found
 --       no trajectory named in the entry, or no entry)

@@ -123,7 +123,7 @@ for i = 0, first - 1 do
   if ttl > 0 then redis.call('EXPIRE', rkey, ttl) else redis.call('PERSIST', rkey) end
 end
 end_records(traj, stream, records, keep, max_out)
-redis.call('HDEL', traj, 'lease', 'lease_until')
+redis.call('HDEL', traj, 'lease', 'lease_until', 'lease_life')
 local ended = {'state', 'done', 'status', status, 'worker', worker,
                'done_at', string.format('%.6f', now_seconds()), 'n', n}
 -- The trajectory's results in one place too, when this call holds them all and they are small

@@ -259,21 +259,26 @@ local function missing_text(traj, max_out)
   return 'missing output indices ' .. ranges(miss) .. ' of 0..' .. final
 end
 
--- Take the trajectory's scoring lease for `worker`, unless another worker holds a live one.
+-- Take the trajectory's scoring lease for `worker` in its process life `life` (an id each process
+-- draws at start: rewardq.queue.broker), unless another worker holds a live one.
 -- Returns the other holder's name when it does; else nil, the trajectory's scoring attempts,
 -- this one included (above 1: an earlier lease ended without a commit), and then its earlier
 -- starts in a scorer of a reclaimed attempt, alone (`solo`) and side by side (`shared`), both
 -- read only when attempts > 1 (see rewardq.consumers.quarantine).
--- A lease this worker still holds is the same attempt (another entry of the trajectory it is
--- scoring, filed in the same batch): it is extended, not counted again.
-local function take_lease(traj, worker, now, seconds)
-  local holder = redis.call('HGET', traj, 'lease')
-  local until_ = tonumber(redis.call('HGET', traj, 'lease_until') or '0')
+-- A lease this life still holds is the same attempt (another entry of the trajectory it is
+-- scoring, filed in the same batch): it is extended, not counted again. A live lease of the same
+-- name in another life (`lease_life`) was an earlier process under this name, which died: a name
+-- is one consumer of the group, and a restarted process (a StatefulSet pod, a systemd unit) comes
+-- back under it. That lease is taken over at once, as a new attempt, so the restart counts as the
+-- crash it was; waiting out its lease_until would only delay the redelivery.
+local function take_lease(traj, worker, life, now, seconds)
+  local held = redis.call('HMGET', traj, 'lease', 'lease_until', 'lease_life')
+  local holder, until_ = held[1], tonumber(held[2] or '0')
   if holder and holder ~= worker and until_ > now then
     return holder
   end
-  local same = holder == worker and until_ > now
-  redis.call('HSET', traj, 'lease', worker, 'lease_until', string.format('%.6f', now + seconds))
+  local same = holder == worker and held[3] == life and until_ > now
+  redis.call('HSET', traj, 'lease', worker, 'lease_life', life, 'lease_until', string.format('%.6f', now + seconds))
   local attempts
   if same then
     attempts = tonumber(redis.call('HGET', traj, 'attempts') or '1') or 1
@@ -286,6 +291,14 @@ local function take_lease(traj, worker, now, seconds)
     solo, shared = tonumber(c[1] or '0') or 0, tonumber(c[2] or '0') or 0
   end
   return nil, attempts, solo, shared
+end
+
+-- Whether `worker` in its life `life` holds the trajectory's lease (live or not): what renewing,
+-- handing back and ending an attempt unanswered require. An earlier life's lease under the same
+-- name is not this life's (take_lease takes it over).
+local function holds_lease(traj, worker, life)
+  local held = redis.call('HMGET', traj, 'lease', 'lease_life')
+  return held[1] == worker and held[2] == life
 end
 
 -- The record bytes of a stream entry (nil when the entry is gone).
@@ -409,7 +422,7 @@ local function finish_error(traj, stream, waiting, done, records, group, tid, rp
   end_records(traj, stream, records, keep, max_out)
   redis.call('HSET', traj, 'state', 'done', 'status', 'error', 'error', err.msg, 'failure_kind', err.kind,
              'worker', worker, 'done_at', string.format('%.6f', now), 'n', hi + 1)
-  redis.call('HDEL', traj, 'lease', 'lease_until')
+  redis.call('HDEL', traj, 'lease', 'lease_until', 'lease_life')
   if ttl > 0 then redis.call('EXPIRE', traj, ttl) end
   redis.call('ZREM', waiting, tid)
   ack_recorded(traj, stream, group)

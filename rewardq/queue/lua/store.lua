@@ -3,7 +3,7 @@
 -- ARGV: group, entry_id, tid, index, final(0|1), digest, incomplete_timeout, lease_seconds,
 --       worker, reward_prefix, result_ttl, done_maxlen, max_outputs, max_trajectory_bytes,
 --       size (the record's bytes), inline_bytes, blob (the record's blob key, or '': rewardq/queue/blobs.py),
---       legacy_digest
+--       legacy_digest, life (the worker's process life: see take_lease in common.lua)
 --   digest: the worker's short hash of the record bytes (kept per output as h:<i>, so a later
 --   record for a finished key is told apart from a redelivery of the same one, and two records
 --   for one key are compared without reading either); legacy_digest: the same record's digest in
@@ -47,6 +47,7 @@ local max_out, max_bytes = tonumber(ARGV[13]), tonumber(ARGV[14])
 local size, inline_max, blob = tonumber(ARGV[15]), tonumber(ARGV[16]), ARGV[17] or ''
 local by_ref = size > inline_max or blob ~= ''
 local legacy = ARGV[18] or ''
+local life = ARGV[19] or ''
 -- Whether a stored digest (false: none) is this record's, in either form.
 local function same_record(had)
   return had == digest or (legacy ~= '' and had == legacy)
@@ -128,7 +129,7 @@ if whole then  -- claimed whole by a worker (lua/claim.lua); this is a redeliver
     return {'done', 0}
   end
   add_ack_blob(traj, index, blob)
-  local holder, attempts, solo, shared = take_lease(traj, worker, now, lease_seconds)
+  local holder, attempts, solo, shared = take_lease(traj, worker, life, now, lease_seconds)
   if holder then return {'leased', holder} end
   local out = {'complete', final_i, attempts, solo, shared}
   for _, wid in ipairs(whole) do out[#out + 1] = {wid} end  -- the caller reads them in the stream
@@ -203,7 +204,7 @@ if final and stored == tonumber(final) + 1 then
     return {'done', 0}
   end
   add_ack_blob(traj, index, blob)  -- a duplicate's blob ends with its entry
-  local holder, attempts, solo, shared = take_lease(traj, worker, now, lease_seconds)
+  local holder, attempts, solo, shared = take_lease(traj, worker, life, now, lease_seconds)
   if holder then return {'leased', holder} end
   redis.call('ZREM', waiting, tid)
   local fields = {}
