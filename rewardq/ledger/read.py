@@ -143,15 +143,29 @@ def read_table(
     columns: Sequence[str] | None = None,
     dedup: bool = True,
 ) -> pa.Table:
-    """The ledger's rows (``columns`` of them; all by default), filtered, one per key when ``dedup``."""
+    """The ledger's rows (``columns`` of them; all by default), filtered, one per key when ``dedup``.
+
+    With ``dedup`` the filters apply to each key's kept row, not to every row: a key whose
+    superseded row matches (``status=error`` of an attempt that died) and whose kept row does not
+    is left out. So the keys any row matches are found first, then every row of those keys is
+    read, one kept per key, and the filters applied to those."""
     t0, t1 = parse_time(since, "--since"), parse_time(until, "--until")
     wanted = list(columns or COLUMN_NAMES)
-    if dedup:
-        wanted += [c for c in ("key", "attempt", "committed", "scored_at") if c not in wanted]
-    table = open_dataset(url).to_table(columns=wanted, filter=_filter(where, t0, t1))
-    if dedup:
-        table = latest_rows(table)
-    return table.select(list(columns or COLUMN_NAMES))
+    expr = _filter(where, t0, t1)
+    dataset = open_dataset(url)
+    if not dedup:
+        return dataset.to_table(columns=wanted, filter=expr)
+    needed = [*wanted, "key", "attempt", "committed", "scored_at", *(where or {})]
+    if t0 is not None or t1 is not None:
+        needed += ["date", "hour"]
+    needed = list(dict.fromkeys(needed))
+    if expr is None:
+        return latest_rows(dataset.to_table(columns=needed)).select(wanted)
+    import pyarrow.compute as pc
+
+    keys = pc.unique(dataset.to_table(columns=["key"], filter=expr)["key"])
+    table = latest_rows(dataset.to_table(columns=needed, filter=pc.field("key").isin(keys)))
+    return table.filter(expr).select(wanted)
 
 
 def latest_rows(table: pa.Table) -> pa.Table:

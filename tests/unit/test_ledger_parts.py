@@ -215,6 +215,24 @@ def test_one_row_per_key_committed_false_loses_then_highest_attempt() -> None:
     assert kept[2]["scored_at"].timestamp() == 6.0
 
 
+def test_filters_apply_to_each_keys_kept_row_not_to_a_superseded_one(tmp_path: Path) -> None:
+    # Given trajectory a scored 0.0 by an attempt whose commit lost, then 1.0 by the next attempt
+    led = make_ledger(tmp_path)
+    led.settle(led.scored(facts("a", score=0.0, attempt=1), {}), False)
+    led.settle(led.scored(facts("a", score=1.0, attempt=2, scored_at=1.8e9 + 100), {}), True)
+    led.settle(led.scored(facts("b", score=0.0), {}), True)
+    asyncio.run(led.close(10))
+    url = str(tmp_path / "ledger")
+    # Then a filter matches what each key's kept row says, never the superseded row
+    zero = read_table(url, where=parse_where(["reward_score=0.0"]))
+    assert zero["key"].to_pylist() == ["b_s_0", "b_s_1"]
+    assert read_table(url, until=1.8e9 + 50)["key"].to_pylist() == ["b_s_0", "b_s_1"]
+    late = read_table(url, since=1.8e9 + 50, columns=["key", "attempt", "reward_score"]).to_pylist()
+    assert late == [{"key": f"a_s_{i}", "attempt": 2, "reward_score": 1.0} for i in range(2)]
+    # and without dedup every row is there to filter, as written
+    assert read_table(url, where=parse_where(["reward_score=0.0"]), dedup=False).num_rows == 4
+
+
 def test_where_names_columns_and_says_how() -> None:
     assert parse_where(["data_source=a", "data_source=b", "status=ok"]) == {"data_source": ["a", "b"], "status": ["ok"]}
     with pytest.raises(Exception, match="no column 'nope'"):
