@@ -44,6 +44,7 @@ from rewardq.consumers.reward_health import judge, merge
 from rewardq.ops.deadletters.stream import DeadLetters
 from rewardq.ops.failures_view import failure_totals, retry_totals
 from rewardq.ops.layout import fmt_duration
+from rewardq.ops.status_view import health_table
 from rewardq.ops.target import opened, pipeline_options
 from rewardq.queue.reads import DONE_FEED_SINCE_S
 
@@ -172,28 +173,6 @@ def _this_life(last: dict[str, Any] | None, started_at: float) -> dict[str, Any]
     return None if last is None else {**last, "previous_life": last["time"] < started_at}
 
 
-def _health(rows: list[dict[str, Any]]) -> object:
-    """Reward health per data source: the last 60 s, and what jumped (rewardq.consumers.reward_health)."""
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(title="reward health (last 60s)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("data source", overflow="fold", ratio=1)
-    for col in ("trajectories", "mean reward", "errors"):
-        t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("by kind", overflow="fold")
-    t.add_column("p99", justify="right", no_wrap=True)
-    t.add_column("", overflow="fold", ratio=1)
-    for r in rows:
-        mean = "-" if r["mean_reward"] is None else f"{r['mean_reward']:.3f}"
-        kinds = escape(", ".join(f"{k} {v:.0%}" for k, v in r["errors_by_kind"].items()) or "-")
-        p99 = "-" if r["p99_ms"] is None else f"{r['p99_ms']:,.0f} ms"
-        note = f"[bold red]! {escape('; '.join(r['jumps']))}[/]" if r["jumps"] else ""
-        t.add_row(escape(r["data_source"]), str(r["trajectories"]), mean, f"{r['error_share']:.1%}", kinds, p99, note)
-    return t
-
-
 def slowest_sources(workers: list[dict[str, Any]], limit: int = TOP_SLOWEST_SOURCES) -> list[dict[str, Any]]:
     """The data sources that took longest to score over the last minute, over every live worker."""
     acc: dict[str, dict[str, float]] = {}
@@ -238,7 +217,7 @@ def _secs(v: float | None) -> str:
 def render_top(snap: dict[str, Any], width: int = PIPE_WIDTH) -> Any:
     """One snapshot as a rich renderable that fits ``width`` columns."""
     from rich import box
-    from rich.console import Group
+    from rich.console import Console, Group
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
@@ -403,7 +382,7 @@ def render_top(snap: dict[str, Any], width: int = PIPE_WIDTH) -> Any:
             caught.add_row(escape(ds), f"[red]{sum(wires.values())}[/]", escape(shown))
         parts.append(caught)  # only when there are: a short terminal keeps the lines above
     if snap.get("reward_health"):  # last: a short terminal keeps the lines above
-        parts.append(_health(snap["reward_health"]))
+        parts.append(health_table(snap["reward_health"], Console(width=width, highlight=False), wide=False))
     return Group(*parts)
 
 

@@ -257,3 +257,25 @@ def count_reads(client: Any, monkeypatch: Any) -> list[list[str]]:
 
     monkeypatch.setattr(client, "get_rewards", counting)
     return reads
+
+
+def top_snapshot() -> dict[str, Any]:
+    """A quiet ``rewardq top`` snapshot (rewardq.ops.top.TopModel.refresh's shape)."""
+    return {
+        "namespace": "ns",
+        "redis_url": "redis://x",
+        "time": 0.0,
+        "trajectories_per_s": 0,
+        "errors_per_s": 0,
+        "history_s": 60,
+        "scored_per_second": [0],
+        "errors_per_second": [0],
+        "backlog": {"entries": 0, "exact": True, "seconds": 0.0, "outputs_per_s": 0},
+        "waiting_total": 0,
+        "dead_letters": 0,
+        "workers": [],
+        "sources": [],
+        "oldest_waiting": None,
+        "retrying": {"n": 0, "waiting": []},
+        "failures": {},
+    }

@@ -21,6 +21,7 @@ from rewardq.reward.codeexec.stats import CodeStats
 from rewardq.reward.factory import build_manager
 from rewardq.reward.scoring import EXACT_SCORERS, placement_of
 from rewardq.reward.tokenizer import load_tokenizer
+from tests.support.helpers import top_snapshot
 
 TOK = load_tokenizer("builtin:demo")
 URL = "http://sandbox:8080/run_code"
@@ -157,25 +158,7 @@ def test_top_shows_the_hacks_caught_per_data_source() -> None:
     workers = [{"code": _stats().snapshot()}, {"code": {"kodcode": {"tripwires": {"early_exit": 1}}}}]
     caught = hacks_caught(workers)
     assert caught == {"kodcode": {"early_exit": 3, "tests_read": 1}}
-    snap: dict[str, Any] = {
-        "namespace": "ns",
-        "redis_url": "redis://x",
-        "time": 0.0,
-        "trajectories_per_s": 0,
-        "errors_per_s": 0,
-        "history_s": 60,
-        "scored_per_second": [0],
-        "errors_per_second": [0],
-        "backlog": {"entries": 0, "exact": True, "seconds": 0.0, "outputs_per_s": 0},
-        "waiting_total": 0,
-        "dead_letters": 0,
-        "workers": [],
-        "sources": [],
-        "hacks": caught,
-        "oldest_waiting": None,
-        "retrying": {"n": 0, "waiting": []},
-        "failures": {},
-    }
+    snap: dict[str, Any] = {**top_snapshot(), "hacks": caught}
     console = Console(width=160, record=True)
     console.print(render_top(snap, 160))
     text = console.export_text()

@@ -15,6 +15,7 @@ from rich.console import Console
 from rewardq.ops.diagnosis import diagnose
 from rewardq.ops.overview import ledger_totals
 from rewardq.ops.status_view import ledger_line, render_status
+from tests.support.helpers import top_snapshot
 
 
 def _status(**changes: Any) -> dict[str, Any]:
@@ -203,18 +204,26 @@ def test_reward_health_shows_the_earlier_error_share_beside_the_earlier_mean() -
     assert "errors before 0.0%" not in out, out  # a source with no earlier trajectories has no share
 
 
-def test_top_shows_each_data_sources_error_share_by_kind() -> None:
-    from rich.console import Console
-
-    from rewardq.ops.top import _health
+def test_top_shows_each_data_sources_error_share_by_kind_beside_the_10_minutes_before() -> None:
+    from rewardq.ops.top import render_top
 
     flaky = _health_row(data_source="judge", error_share=0.25, errors_by_kind={"input": 0.05, "timeout": 0.2})
-    console = Console(width=120, record=True, color_system=None)
-    console.print(_health([_health_row(), flaky]))
+    fresh = _health_row(data_source="new", baseline_trajectories=0, baseline_mean_reward=None)
+    snap = {**top_snapshot(), "reward_health": [_health_row(baseline_error_share=0.05), flaky, fresh]}
+    for width in (160, 80):  # a table where it fits, stacked blocks where it does not: the same facts
+        console = Console(width=width, record=True, color_system=None)
+        console.print(render_top(snap, width))
+        text = console.export_text()
+        if width == 80:
+            _cuts_nothing(text)
+        out = " ".join(text.split())
+        assert "the 10 minutes before" in out, out
+        assert "input 5%, timeout 20%" in out and "25.0%" in out, out
+    console = Console(width=160, record=True, color_system=None)
+    console.print(render_top(snap, 160))
     lines = {line.split()[0]: line for line in console.export_text().splitlines() if line.strip()}
-    assert "by kind" in lines["data"], lines
-    assert "25.0%" in lines["judge"] and "input 5%, timeout 20%" in lines["judge"], lines
-    assert lines["gsm8k"].split()[3:5] == ["0.0%", "-"], lines
+    assert lines["gsm8k"].split()[1:6] == ["40", "0.500", "0.520", "0.0%", "5.0%"], lines
+    assert lines["new"].split()[1:6] == ["40", "0.500", "-", "0.0%", "-"], lines
 
 
 def test_the_ledger_line_says_its_rows_are_the_live_workers_since_each_started() -> None:
