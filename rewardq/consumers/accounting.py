@@ -177,10 +177,10 @@ class Accounting:
         ``max_outputs`` (a record's, never bounded by it) has the key it names alone spooled here,
         as the script answers it alone beside the keys it knows. ``known``: decoded records of
         the trajectory, failing with it or parked in its hash, in index order (their rows keep ids,
-        and give every row their sample)."""
+        and give every row their sample when ``record`` carries none)."""
         if self.ledger is None:
             return None
-        sample = record.sample if record is not None else trajectory_sample(known)
+        sample = (record.sample if record is not None else None) or trajectory_sample(known)
         last = max(index, 0)
         first = last if own_key or last >= max_outputs else 0
         # the key it names: the last one it knows; a late key (own_key), past the trajectory's final

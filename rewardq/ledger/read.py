@@ -96,7 +96,19 @@ def open_dataset(url: str) -> pads.Dataset:
     )
 
 
-def _filter(where: Where | None, since: dt.datetime | None, until: dt.datetime | None) -> object:
+#: Columns every row of a key holds alike (they are the key's parts): a filter on them alone
+#: selects whole keys, so it needs no second pass (:func:`read_table`).
+KEY_COLUMNS = ("key", "uid", "session_id", "index")
+#: How far outside a time range the rows of its keys are looked for, to keep one per key: a key's
+#: attempts come within minutes of each other (a reclaim after ``claim_idle``, a retry after its
+#: backoff), and a query over an hour should open a few hour folders, not every one. A key retried
+#: by hand (``rewardq deadletters retry``) later than this is judged by the rows near the range.
+NEAR = dt.timedelta(hours=2)
+
+
+def _filter(where: Where | None, since: dt.datetime | None, until: dt.datetime | None, *, rows: bool = True) -> object:
+    """The filter expression of ``where`` and a time range (None: no filter); ``rows=False``: the
+    time range by hour folder only (``date``, ``hour``), not by each row's ``scored_at``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -126,11 +138,13 @@ def _filter(where: Where | None, since: dt.datetime | None, until: dt.datetime |
     if since is not None:
         day, hour = since.astimezone(dt.timezone.utc).strftime("%Y-%m-%d"), since.astimezone(dt.timezone.utc).hour
         both((pc.field("date") > day) | ((pc.field("date") == day) & (pc.field("hour") >= hour)))
-        both(pc.field("scored_at") >= pa.scalar(since, type=pa.timestamp("us", tz="UTC")))
+        if rows:
+            both(pc.field("scored_at") >= pa.scalar(since, type=pa.timestamp("us", tz="UTC")))
     if until is not None:
         day, hour = until.astimezone(dt.timezone.utc).strftime("%Y-%m-%d"), until.astimezone(dt.timezone.utc).hour
         both((pc.field("date") < day) | ((pc.field("date") == day) & (pc.field("hour") <= hour)))
-        both(pc.field("scored_at") < pa.scalar(until, type=pa.timestamp("us", tz="UTC")))
+        if rows:
+            both(pc.field("scored_at") < pa.scalar(until, type=pa.timestamp("us", tz="UTC")))
     return expr
 
 
@@ -147,8 +161,10 @@ def read_table(
 
     With ``dedup`` the filters apply to each key's kept row, not to every row: a key whose
     superseded row matches (``status=error`` of an attempt that died) and whose kept row does not
-    is left out. So the keys any row matches are found first, then every row of those keys is
-    read, one kept per key, and the filters applied to those."""
+    is left out. A filter on :data:`KEY_COLUMNS` alone selects whole keys in one read. Any other
+    filter, or a time range, takes two: the keys any row matches, then every row of those keys
+    (within :data:`NEAR` of the time range's hour folders, and matching the filter's key columns),
+    one kept per key, and the filters applied to those."""
     t0, t1 = parse_time(since, "--since"), parse_time(until, "--until")
     wanted = list(columns or COLUMN_NAMES)
     expr = _filter(where, t0, t1)
@@ -159,12 +175,15 @@ def read_table(
     if t0 is not None or t1 is not None:
         needed += ["date", "hour"]
     needed = list(dict.fromkeys(needed))
-    if expr is None:
-        return latest_rows(dataset.to_table(columns=needed)).select(wanted)
+    by_key = {name: values for name, values in (where or {}).items() if name in KEY_COLUMNS}
+    if expr is None or (len(by_key) == len(where or {}) and t0 is None and t1 is None):
+        return latest_rows(dataset.to_table(columns=needed, filter=expr)).select(wanted)
     import pyarrow.compute as pc
 
     keys = pc.unique(dataset.to_table(columns=["key"], filter=expr)["key"])
-    table = latest_rows(dataset.to_table(columns=needed, filter=pc.field("key").isin(keys)))
+    near = _filter(by_key, t0 and t0 - NEAR, t1 and t1 + NEAR, rows=False)
+    of_keys = pc.field("key").isin(keys)
+    table = latest_rows(dataset.to_table(columns=needed, filter=of_keys if near is None else of_keys & near))
     return table.filter(expr).select(wanted)
 
 

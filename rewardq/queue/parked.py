@@ -9,10 +9,12 @@ back here, on the failure path only, so the failure's ledger rows keep their ids
 Bounds, so that one failure's read harms nobody else: at most ``max_outputs`` fields (outputs
 ``0..hi``, the highest index stored), at most :data:`PARKED_READ_BYTES` of records (lowest indexes
 first: the rest are not read), and commands of about :data:`~rewardq.queue.blobs.BLOB_CHUNK_BYTES`
-each (how many fields one ``HMGET`` asks for follows the trajectory's average record, from its
-``bytes`` and ``stored`` fields: no single command moves tens of MB while other clients wait). A
-record kept by reference (``r:<i>``: over 1 MiB, left in its stream entry or blob) is not read. The
-trajectory's key is one slot, so on Redis Cluster every command goes to the one node holding it.
+each, packed by each record's own length (one pipelined round trip of ``HSTRLEN``, O(1) a field,
+before any record is read: an inline record can be up to 1 MiB, so no average can size a command,
+and the byte cap holds before the bytes arrive, not after). A record kept by reference (``r:<i>``:
+over 1 MiB, left in its stream entry or blob) is not read, nor anything of a trajectory already
+finished (``state`` done: its records are gone). The trajectory's key is one slot, so on Redis
+Cluster every command goes to the one node holding it.
 """
 
 from __future__ import annotations
@@ -45,24 +47,30 @@ async def parked_records(
 ) -> dict[int, bytes]:
     """The records parked inline in trajectory hash ``traj`` (``o:<i>``), by index, but those of
     ``skip`` (within the bounds of the module doc); {} when it has none."""
-    hi, stored, size, refs = await r.hmget(traj, ["hi", "stored", "bytes", "refs"])  # type: ignore[misc]  # see rewardq.queue.clients
+    hi, stored, refs, state = await r.hmget(traj, ["hi", "stored", "refs", "state"])  # type: ignore[misc]  # see rewardq.queue.clients
     inline = _count(stored) - _count(refs)
-    if hi is None or inline <= 0 or not hi.isdigit():
+    if hi is None or inline <= 0 or not hi.isdigit() or state == b"done":
         return {}
     wanted = [i for i in range(min(int(hi) + 1, max_outputs)) if i not in skip]
-    per_call = max(1, BLOB_CHUNK_BYTES // max(1, _count(size) // max(1, _count(stored))))
-    got: dict[int, bytes] = {}
-    taken = 0
-    for a in range(0, len(wanted), per_call):
-        chunk = wanted[a : a + per_call]
-        values = await r.hmget(traj, [f"o:{i}" for i in chunk])  # type: ignore[misc]  # see rewardq.queue.clients
-        for i, value in zip(chunk, values):
-            if value is None:
-                continue
-            if taken + len(value) > max_bytes:
-                return got
-            got[i] = bytes(value)
-            taken += len(value)
-        if len(got) >= inline:
+    pipe = r.pipeline(transaction=False)
+    for i in wanted:
+        pipe.hstrlen(traj, f"o:{i}")
+    sizes = await pipe.execute()
+    commands: list[list[int]] = []
+    taken = command_bytes = 0
+    for i, size in zip(wanted, sizes):
+        if not size:
+            continue  # not parked inline: by reference, or not arrived
+        if taken + size > max_bytes:
             break
+        if not commands or command_bytes + size > BLOB_CHUNK_BYTES:
+            commands.append([])
+            command_bytes = 0
+        commands[-1].append(i)
+        command_bytes += size
+        taken += size
+    got: dict[int, bytes] = {}
+    for chunk in commands:
+        values = await r.hmget(traj, [f"o:{i}" for i in chunk])  # type: ignore[misc]  # see rewardq.queue.clients
+        got.update((i, bytes(value)) for i, value in zip(chunk, values) if value is not None)
     return got

@@ -77,12 +77,19 @@ def _assert_ids(rows: dict[str, dict[str, Any]], with_ids: Sequence[int], tid: s
 
 
 async def _after_another_worker(
-    url: str, ns: str, ledger: str, r: Any, outputs: dict[int, dict[str, Any]], final: int, junk: int
+    url: str,
+    ns: str,
+    ledger: str,
+    r: Any,
+    outputs: dict[int, dict[str, Any]],
+    final: int,
+    junk: int,
+    conflict: bool = False,
 ) -> dict[str, Any]:
     """Another worker (a broker of its own) reads ``outputs`` of trajectory ``u_s`` (``final``: the
     final one's index, -1: none) and parks each in its hash; then its output ``junk`` arrives and
-    does not decode, and a worker with a ledger reads it. Returns the results of keys 0 up to the
-    highest index."""
+    does not decode (``conflict``: decodes, with other ids and no sample), and a worker with a
+    ledger reads it. Returns the results of keys 0 up to the highest index."""
     ks = Keyspace(ns)
     client = RewardClient.from_url(url, namespace=ns)
     for i, out in outputs.items():
@@ -96,7 +103,10 @@ async def _after_another_worker(
         assert [o.kind for o in stored] == ["parked"] * len(outputs)
     finally:
         await a.aclose()
-    _junk(r, ks, f"u_s_{junk}")
+    if conflict:
+        client.put_output("u", "s", junk, _out(99), {}, final=False)
+    else:
+        _junk(r, ks, f"u_s_{junk}")
     keys = [f"u_s_{i}" for i in range(max(junk, *outputs) + 1)]
     async with running_worker(worker_config(ns, url, reward_fn=REWARDS, ledger=ledger)):
         results = await asyncio.to_thread(client.wait_rewards, keys, 30)
@@ -157,6 +167,20 @@ async def test_an_undecodable_output_after_outputs_another_worker_parked_has_the
     assert [k for k, row in sorted(rows.items()) if row["final"]] == ["u_s_3"]
 
 
+async def test_a_conflicting_record_without_a_sample_takes_the_parked_records_sample(
+    ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
+) -> None:
+    # Given outputs 0 and 1 of a trajectory that another worker stored
+    # When a record for output 0 with other ids and no sample arrives (a conflict)
+    ledger = str(tmp_path / "ledger")
+    results = await _after_another_worker(
+        redis_url, ns, ledger, sync_redis, {0: _out(0), 1: _out(1)}, -1, junk=0, conflict=True
+    )
+    # Then the rows have the parked records' sample, not the refused record's empty one
+    rows = _rows(ledger, results)
+    _assert_sampled(rows)
+
+
 async def test_a_parked_record_that_does_not_decode_leaves_the_others_rows_whole(
     ns: str, redis_url: str, tmp_path: Path, sync_redis: SyncClient
 ) -> None:
@@ -213,11 +237,12 @@ async def test_a_failure_on_a_cluster_reads_the_parked_records_from_its_trajecto
 
 
 async def test_the_read_is_bounded_by_fields_bytes_and_command_size(ns: str, redis_url: str) -> None:
-    # Given a trajectory hash holding 10 records inline (o:<i>) of 100 bytes, and one kept by
-    # reference (r:10)
+    # Given a trajectory hash holding 10 records inline (o:<i>): four of 0.4 piece each, then six
+    # of 100 bytes; and one kept by reference (r:10)
     traj = Keyspace(ns).traj(0, "u_s")
-    fields: dict[str, Any] = {f"o:{i}": bytes([i]) * 100 for i in range(10)}
-    fields.update({"r:10": "1-0", "hi": 10, "stored": 11, "refs": 1, "bytes": 1000 + 2 * BLOB_CHUNK_BYTES})
+    big = int(BLOB_CHUNK_BYTES * 0.4)
+    fields: dict[str, Any] = {f"o:{i}": bytes([i]) * (big if i < 4 else 100) for i in range(10)}
+    fields.update({"r:10": "1-0", "hi": 10, "stored": 11, "refs": 1})
     r = connect_async(redis_url)
     asked: list[int] = []
     real = r.hmget
@@ -232,19 +257,23 @@ async def test_the_read_is_bounded_by_fields_bytes_and_command_size(ns: str, red
         # Then every inline record is read but those skipped; the one by reference is not
         got = await parked_records(r, traj, max_outputs=4096, skip={3})
         assert sorted(got) == [0, 1, 2, 4, 5, 6, 7, 8, 9] and got[5] == bytes([5]) * 100
-        # ... in commands of about a piece each, by the trajectory's average record (~190 KiB here:
-        # 5 fields a command), after one for its counts
-        assert BLOB_CHUNK_BYTES // ((1000 + 2 * BLOB_CHUNK_BYTES) // 11) == 5 and asked == [4, 5, 5]
+        # ... in commands of at most a piece each, packed by each record's own length, after one
+        # for its counts: 0 and 1 (0.8 piece), then 2 and the six small ones
+        assert asked == [4, 2, 7]
         # ... at most max_outputs fields
         assert sorted(await parked_records(r, traj, max_outputs=4)) == [0, 1, 2, 3]
-        # ... at most max_bytes bytes, the lowest indexes first
-        assert sorted(await parked_records(r, traj, max_outputs=4096, max_bytes=350)) == [0, 1, 2]
-        # ... and a trajectory with nothing inline, or no hash, costs one command
-        await r.hset(traj, "refs", "11")  # type: ignore[misc]  # see rewardq.queue.clients
+        # ... at most max_bytes bytes, the lowest indexes first, and nothing past them asked for
         asked.clear()
+        assert sorted(await parked_records(r, traj, max_outputs=4096, max_bytes=2 * big + 50)) == [0, 1]
+        assert asked == [4, 2]
+        # ... and a finished trajectory, one with nothing inline, or no hash, costs one command
+        asked.clear()
+        await r.hset(traj, "state", "done")  # type: ignore[misc]  # see rewardq.queue.clients
+        assert await parked_records(r, traj, max_outputs=4096) == {}
+        await r.hset(traj, mapping={"state": "collecting", "refs": "11"})  # type: ignore[misc]  # see rewardq.queue.clients
         assert await parked_records(r, traj, max_outputs=4096) == {}
         assert await parked_records(r, traj + "-gone", max_outputs=4096) == {}
-        assert asked == [4, 4]
+        assert asked == [4, 4, 4]
     finally:
         await r.delete(traj)
         await r.aclose()

@@ -231,6 +231,18 @@ def test_filters_apply_to_each_keys_kept_row_not_to_a_superseded_one(tmp_path: P
     assert late == [{"key": f"a_s_{i}", "attempt": 2, "reward_score": 1.0} for i in range(2)]
     # and without dedup every row is there to filter, as written
     assert read_table(url, where=parse_where(["reward_score=0.0"]), dedup=False).num_rows == 4
+    # A time range reads the hour folders near it only, also for the rows of its keys: a file two
+    # days away that is not even Parquet is never opened
+    far = tmp_path / "ledger" / "date=2020-01-01" / "hour=0"
+    far.mkdir(parents=True)
+    (far / "part-x.parquet").write_bytes(b"not parquet")
+    assert read_table(url, since=1.8e9 + 50)["key"].to_pylist() == ["a_s_0", "a_s_1"]
+    assert read_table(url, where=parse_where(["status=ok"]), since=1.8e9 - 3600)["key"].to_pylist() == [
+        "a_s_0",
+        "a_s_1",
+        "b_s_0",
+        "b_s_1",
+    ]
 
 
 def test_where_names_columns_and_says_how() -> None:
