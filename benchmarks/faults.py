@@ -16,9 +16,10 @@ expected reward, prints one line on stdout::
     trajectories=2000 keys=9013 kills=14 redis_restarts=1 lost=0 duplicated=0 errors=0
 
 (progress goes to stderr) and exits non-zero if anything was lost, duplicated or
-errored. ``lost`` = keys without a result (or whose trajectory never finished),
-``duplicated`` = trajectories finished twice plus keys whose result is not the expected
-one, ``errors`` = error results. Every process it starts is stopped by its PID.
+errored, or if no worker was killed (workers are killed while trajectories are pushed and until
+90 % of them are done, once a replacement has finished starting). ``lost`` = keys without a
+result (or whose trajectory never finished), ``duplicated`` = trajectories finished twice plus
+keys whose result is not the expected one, ``errors`` = error results. Every process it starts is stopped by its PID.
 
 Workers are the real ``python -m rewardq worker`` with the built-in ``naive`` manager and
 the GSM8K scorer, wrapped by :func:`slow_gsm8k` (set through ``--reward-fn``, as an
@@ -229,6 +230,11 @@ def done_count(r: Any, stream: str) -> int | None:
         return None  # Redis is restarting
 
 
+#: Workers are killed while trajectories are pushed and until this share of them is done: on a
+#: quiet machine a short run's pushing can end before any replacement has finished starting.
+KILL_UNTIL = 0.9
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__.splitlines()[0])
     p.add_argument("--trajectories", type=int, default=2000)
@@ -316,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = server.client()
                 run.restarts += 1
                 log("Redis is back (AOF replayed)")
-            if not run.produced and now >= next_kill:
+            if (not run.produced or done < KILL_UNTIL * len(jobs)) and now >= next_kill:
                 fleet.kill_one(run)
                 next_kill = now + rng.uniform(*args.kill_every)
             done = done_count(r, ks.done(0)) or done
@@ -342,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"producer failed: {run.producer_error}")
     if run.unexpected:
         problems.append(f"workers died unexpectedly: {run.unexpected}")
+    if run.kills == 0:
+        problems.append("no worker was killed (none had finished starting while there was work): nothing was proven")
     if verdict is not None and any(verdict.leftovers.values()):
         problems.append(f"left over: {verdict.leftovers}")
     if verdict is None:

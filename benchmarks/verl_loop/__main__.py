@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                     results.append({**r, "repeat": rep + 1})
                 loads.append(load())
     baselines = {name: json.loads(Path(path).read_text())["baseline"] for name, path in common["refs"].items()}
-    tgts = targets(results, baselines)
+    tgts = targets(results, baselines, len(common["pin"]["reward"]) if a.pinned else None)
     render(results, tgts, baselines, loads, time.perf_counter() - started)
     if a.json:
         Path(a.json).write_text(

@@ -362,7 +362,11 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
             except Exception as exc:
                 if being_cancelled():
                     raise asyncio.CancelledError from exc
-                logger.warning("done-stream sweep: %s; trying again in %.0f s", exc, SWEEP_INTERVAL)
+                if isinstance(exc, TimeoutError):
+                    why = f"no answer within {SWEEP_INTERVAL * 5:.0f} s (Redis slow or the connection stuck)"
+                else:
+                    why = str(exc) or type(exc).__name__
+                logger.warning("done-stream sweep: %s; trying again in %.0f s", why, SWEEP_INTERVAL)
 
     async def _sweep(self) -> None:
         """Ring the waiters of every awaited trajectory (at most :data:`SWEEP_MAX`, in turn) whose
