@@ -318,6 +318,8 @@ class Worker:
         health = self.accounting.health.snapshot()
         if health:
             snap["health"] = json.dumps(health, separators=(",", ":"))
+        if self.broker.liveness.shared_name_at:  # another live process beat under this name
+            snap["shared_name_at"] = f"{self.broker.liveness.shared_name_at:.3f}"
         return snap
 
     async def beat(self) -> None:

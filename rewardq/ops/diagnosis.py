@@ -95,6 +95,14 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, Any]]:
             "after a fix retry them:",
             *_dead_letter_commands(ns),
         )
+    shared = sorted(w["name"] for w in st["workers"] if _recent(w.get("shared_name_s_ago")))
+    if shared:
+        say(
+            "warning",
+            f"two or more live processes beat under the worker name(s) {', '.join(shared)}: each takes the "
+            "other's leases as a new attempt (attempts, crash attribution and quarantine count wrongly). Give "
+            "every process its own --name (a pod's name, host and pid) and restart the duplicates",
+        )
     broken = {ds: c["statuses"]["error"] for ds, c in st.get("code", {}).items() if c["statuses"].get("error")}
     if broken:
         shown = ", ".join(f"{ds} {n}" for ds, n in sorted(broken.items()))
@@ -137,6 +145,14 @@ def diagnose(st: dict[str, Any]) -> list[dict[str, Any]]:
     if not out:
         say("ok", "all clear: nothing is stuck")
     return out
+
+
+#: Seconds a worker name stays flagged as shared by two live processes after the last beat that found it.
+SHARED_NAME_RECENT = 120.0
+
+
+def _recent(seconds_ago: float | None) -> bool:
+    return seconds_ago is not None and seconds_ago < SHARED_NAME_RECENT
 
 
 def _dead_letter_commands(ns: str) -> tuple[str, str]:

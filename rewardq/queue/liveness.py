@@ -8,8 +8,9 @@ scores stay leased to it while it renews them; at a stop it hands them back.
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
     from rewardq.queue.clients import AsyncRedis
 
 _s = as_text
+logger = logging.getLogger("rewardq.worker")
+
+#: Seconds between two log lines saying that another live process beats under this name.
+SHARED_NAME_LOG_EVERY = 60.0
 
 
 @dataclass
@@ -35,6 +40,12 @@ class Liveness:
     worker: str
     lease_seconds: float
     life: str
+    #: When (time.time()) a beat last found another process life's heartbeat under this name since
+    #: this one's last beat (0: never): two live processes share the name, and each takes the
+    #: other's leases as a new attempt.
+    shared_name_at: float = 0.0
+    _beaten: bool = field(default=False, repr=False)
+    _logged_at: float = field(default=0.0, repr=False)
 
     async def renew(self, held: dict[int, list[str]]) -> int:
         """Extend leases on trajectories still being scored (``{shard: [tid, ...]}``)."""
@@ -68,8 +79,30 @@ class Liveness:
         mapping["last_beat"] = f"{now:.3f}"
         mapping["life"] = self.life  # whose leases are this process's (`lease_life`)
         fields = [v for item in mapping.items() for v in item]
-        await self.scripts.run("beat", [key], ["hash", max(1, int(ttl)), *fields])  # allowed past maxmemory
+        before = await self.scripts.run("beat", [key], ["hash", max(1, int(ttl)), *fields])  # allowed past maxmemory
+        self._check_name(_s(before) if before else None)
         await self.scripts.run("beat", [self.ks.workers], ["member", self.worker, f"{now:.3f}"])
+
+    def _check_name(self, before: str | None) -> None:
+        """After this life's first beat its hash names this life, unless another live process
+        beat under the same name meanwhile (a dead predecessor's heartbeat is only ever seen by
+        the first beat): count it, and say so at most every :data:`SHARED_NAME_LOG_EVERY` s."""
+        first, self._beaten = not self._beaten, True
+        if first or before in (None, self.life):
+            return
+        self.shared_name_at = time.time()
+        now = time.monotonic()
+        if now - self._logged_at >= SHARED_NAME_LOG_EVERY:
+            self._logged_at = now
+            logger.error(
+                "another live process beats under the worker name %r (its life %s, this one's %s): two "
+                "processes share --name %s, and each takes the other's leases as a new attempt; give "
+                "each process its own --name",
+                self.worker,
+                before,
+                self.life,
+                self.worker,
+            )
 
     async def unregister(self) -> None:
         await self.r.delete(self.ks.worker(self.worker))

@@ -7,8 +7,11 @@ attempt (``take_lease`` in ``rewardq/queue/lua/common.lua``)."""
 
 from __future__ import annotations
 
+import logging
 import signal
 from pathlib import Path
+
+import pytest
 
 from rewardq import RewardClient
 from rewardq.ledger.read import read_table
@@ -129,3 +132,41 @@ async def test_one_life_filing_a_trajectory_twice_is_one_attempt_and_the_next_li
     for tid in ("u_s", "w_s"):
         h = sync_redis.hgetall(ks.traj(0, tid))
         assert (h[b"lease"], h[b"lease_life"], h[b"attempts"]) == (b"kb", again.life.encode(), b"2"), h
+
+
+async def test_two_live_processes_under_one_name_are_told_a_restarted_one_is_not(
+    ns: str, redis_url: str, sync_redis: SyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rewardq.ops.status import collect
+    from rewardq.queue.reads import workers_status
+
+    ks = Keyspace(ns)
+    r = connect_async(redis_url)
+    try:
+        # Given a process that beat under kb and died, and its restart beating under the same name
+        dead = StreamBroker(r, ks, worker="kb")
+        await dead.liveness.heartbeat({}, ttl=60)
+        restarted = StreamBroker(r, ks, worker="kb")
+        with caplog.at_level(logging.ERROR, logger="rewardq.worker"):
+            for _ in range(3):
+                await restarted.liveness.heartbeat({}, ttl=60)
+        # Then the restart is not taken for a twin: its first beat found its predecessor, the rest its own
+        assert restarted.liveness.shared_name_at == 0.0 and not caplog.records
+        # When a second live process beats under kb beside it
+        twin = StreamBroker(r, ks, worker="kb")
+        with caplog.at_level(logging.ERROR, logger="rewardq.worker"):
+            for _ in range(3):
+                await twin.liveness.heartbeat({}, ttl=60)
+                at = restarted.liveness.shared_name_at  # what the worker's snapshot publishes
+                stats: dict[str, object] = {"shared_name_at": f"{at:.3f}"} if at else {}
+                await restarted.liveness.heartbeat(stats, ttl=60)
+        # Then both find out, each says so once (not every beat), and status warns about the name
+        assert restarted.liveness.shared_name_at > 0 and twin.liveness.shared_name_at > 0
+        said = [rec.getMessage() for rec in caplog.records]
+        assert len(said) == 2 and all("share --name kb" in m for m in said), said
+        [w] = workers_status(sync_redis, ks)
+        assert w["shared_name_s_ago"] is not None and w["shared_name_s_ago"] < 60
+        warned = [d["message"] for d in collect(sync_redis, ks)["diagnosis"] if "worker name(s) kb" in d["message"]]
+        assert warned and "its own --name" in warned[0], warned
+    finally:
+        await r.aclose()
