@@ -170,3 +170,30 @@ async def test_two_live_processes_under_one_name_are_told_a_restarted_one_is_not
         assert warned and "its own --name" in warned[0], warned
     finally:
         await r.aclose()
+
+
+async def test_an_unfinished_attempt_counts_once_and_only_for_the_life_holding_the_lease(
+    ns: str, redis_url: str
+) -> None:
+    ks = Keyspace(ns)
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    client.put_trajectory("u", "s", [output(2, 3)], SAMPLE)
+    client.close()
+    r = connect_async(redis_url)
+    try:
+        # Given a life of kb holding the lease of u_s, and another life of kb
+        holder = StreamBroker(r, ks, worker="kb")
+        await holder.ensure_groups()
+        entries = await holder.read([0], 10, None)
+        assert await holder.claim_whole([(0, "u_s", entries)]) == [True]
+        other = StreamBroker(r, ks, worker="kb")
+        # When the other life says its attempt ended unanswered, then the holder says so twice (its
+        # call resent after a lost reply)
+        await other.attempts.note_unfinished(0, "u_s", "not mine")
+        for _ in range(2):
+            await holder.attempts.note_unfinished(0, "u_s", "a commit Redis refused")
+        # Then one unfinished attempt is counted, the holder's
+        history = await holder.attempts.attempt_history(0, "u_s")
+        assert (history["unfinished"], history["last_failure"]) == (1, "a commit Redis refused")
+    finally:
+        await r.aclose()
