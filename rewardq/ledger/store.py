@@ -26,6 +26,7 @@ that means elsewhere). Names starting with ``_`` or ``.`` are skipped by every r
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import socket
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
     from fsspec import AbstractFileSystem
+
+logger = logging.getLogger("rewardq.ledger")
 
 MANIFEST = "_rewardq_ledger.json"
 #: Columns whose values repeat from row to row (dictionary-encoded); the others are written plain.
@@ -266,10 +269,20 @@ def local_path(url: str) -> str:
 
 
 def check_places(ledger: str, spool: str | None) -> None:
-    """Refuse (ConfigError) a worker's ``ledger`` (when local) and spool folder (``ledger_spool``,
-    else its default) when a writer could not make or write them (:func:`check_folder`)."""
+    """Refuse (ConfigError) a worker's spool folder (``ledger_spool``, else its default: inside a
+    local ledger's folder, which is then refused by the name ``ledger``) when a writer could not
+    make or write it (:func:`check_folder`): a worker with a ledger acknowledges nothing it has not
+    spooled. A local ledger folder apart from its spool that cannot be written is a destination
+    gone (a bucket deleted, a disk full): it never stops scoring, so it is logged as an error here
+    and reported as failing once the flusher tries it; the rows wait in the spool."""
     if is_local(ledger):
-        check_folder("ledger", local_path(ledger))
+        if spool is None:
+            check_folder("ledger", local_path(ledger))
+        else:
+            try:
+                check_folder("ledger", local_path(ledger))
+            except ConfigError as exc:
+                logger.error("%s: scoring goes on; the rows wait in the spool (%s) until it is writable", exc, spool)
     check_folder("ledger_spool", spool or default_spool(ledger), default=spool is None)
 
 
