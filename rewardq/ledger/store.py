@@ -282,7 +282,11 @@ def check_places(ledger: str, spool: str | None) -> None:
             try:
                 check_folder("ledger", local_path(ledger))
             except ConfigError as exc:
-                logger.error("%s: scoring goes on; the rows wait in the spool (%s) until it is writable", exc, spool)
+                logger.error(
+                    "the ledger cannot be written yet (%s); scoring goes on and its rows wait in ledger_spool %s",
+                    exc,
+                    spool,
+                )
     check_folder("ledger_spool", spool or default_spool(ledger), default=spool is None)
 
 

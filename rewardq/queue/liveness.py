@@ -45,7 +45,8 @@ class Liveness:
     #: other's leases as a new attempt.
     shared_name_at: float = 0.0
     _beaten: bool = field(default=False, repr=False)
-    _logged_at: float = field(default=0.0, repr=False)
+    _foreign: bool = field(default=False, repr=False)
+    _logged_at: float = field(default=float("-inf"), repr=False)
 
     async def renew(self, held: dict[int, list[str]]) -> int:
         """Extend leases on trajectories still being scored (``{shard: [tid, ...]}``)."""
@@ -86,9 +87,13 @@ class Liveness:
     def _check_name(self, before: str | None) -> None:
         """After this life's first beat its hash names this life, unless another live process
         beat under the same name meanwhile (a dead predecessor's heartbeat is only ever seen by
-        the first beat): count it, and say so at most every :data:`SHARED_NAME_LOG_EVERY` s."""
+        the first beat). Two such beats in a row are a live twin (one alone can be a hash Redis
+        brought back from before this life's first beat, after a failover or a restart): note
+        when, and say so at most every :data:`SHARED_NAME_LOG_EVERY` s."""
         first, self._beaten = not self._beaten, True
-        if first or before in (None, self.life):
+        foreign, seen_before = not first and before not in (None, self.life), self._foreign
+        self._foreign = foreign
+        if not (foreign and seen_before):
             return
         self.shared_name_at = time.time()
         now = time.monotonic()

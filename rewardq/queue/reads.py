@@ -184,9 +184,13 @@ def workers_status(r: SyncRedis, ks: Keyspace, now: float | None = None) -> list
                 "scoring": d.get("scoring", ""),
                 "uptime_s": round(now - _f(d.get("started_at"), now), 1),
                 "started_at": _f(d.get("started_at")),  # this life's start (its clock); 0 when unknown
-                # seconds since a beat found another live process's heartbeat under this name
-                # (liveness.py; None: never)
-                "shared_name_s_ago": round(now - _f(d.get("shared_name_at")), 1) if d.get("shared_name_at") else None,
+                # seconds from a beat that found another live process's heartbeat under this name
+                # to the last beat (liveness.py; both the worker's clock; None: never)
+                "shared_name_s_ago": (
+                    round(_f(d.get("last_beat"), beat) - _f(d.get("shared_name_at")), 1)
+                    if d.get("shared_name_at")
+                    else None
+                ),
                 "in_flight_tids": [t for t in d.get("in_flight_tids", "").split(",") if t],
                 "code": _json_dict(d.get("code")),
                 "sources": _json_dict(d.get("sources")),
