@@ -18,7 +18,7 @@ from pathlib import Path
 from rewardq import RewardClient
 from rewardq.queue.keys import Keyspace
 from tests.support.checks import must
-from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq
+from tests.support.cli_ops import arq, check_types, on_a_terminal, read_until, rq, wait_reading
 from tests.support.helpers import SAMPLE, output, running_workers, until
 from tests.support.managers import LengthManager
 from tests.support.sync_client import SyncClient
@@ -201,7 +201,7 @@ def test_status_watch_is_the_live_view_of_top(ns: str, redis_url: str, sync_redi
     with on_a_terminal(watch, env={"COLUMNS": "160", "LINES": "60"}) as (proc, master):
         seen = read_until(master, "q quits", 20)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        assert wait_reading(proc, master, 30) == 0
         assert "rewardq top" in seen and ns in seen
 
 

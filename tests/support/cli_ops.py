@@ -86,3 +86,18 @@ def read_until(fd: int, needle: str, timeout: float, send: bytes | None = None) 
     if send is not None:
         os.write(fd, send)
     return text
+
+
+def wait_reading(proc: subprocess.Popen[bytes], fd: int, timeout: float) -> int:
+    """``proc``'s exit code, reading (and dropping) what it writes to the pty meanwhile: a full-screen
+    program blocks in a write once the pty's buffer is full, and one stopped by a signal still writes
+    its screen back on the way out."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, f"still running after {timeout} s"
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                os.read(fd, 65536)
+            except OSError:
+                break
+    return proc.wait(timeout=max(0.1, deadline - time.monotonic()))
