@@ -104,3 +104,24 @@ class FailureRows:
 def _final_in(indexes: Sequence[int], final: int) -> int:
     """``final`` when it is one of ``indexes``, else -1."""
     return final if final in indexes else -1
+
+
+def with_parked_records(
+    known: Sequence[OutputRecord], parked: Mapping[int, bytes], decode: Callable[[bytes], OutputRecord], tid: str
+) -> list[OutputRecord]:
+    """``known`` and the ``parked`` records (raw, by index) of trajectory ``tid`` that ``decode``
+    decodes into that trajectory's record of that index, in index order: a parked record that does
+    not decode, or names another key, is left out (its row keeps the identity only)."""
+    out = list(known)
+    for i, data in parked.items():
+        try:
+            rec = decode(data)
+        except Exception:  # noqa: BLE001 - a record that does not decode: its row keeps the identity only
+            continue
+        if rec.tid == tid and rec.index == i:
+            out.append(rec)
+    return sorted(out, key=_index)
+
+
+def _index(rec: OutputRecord) -> int:
+    return rec.index

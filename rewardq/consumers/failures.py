@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rewardq.consumers.assembly import RecordDecoder, trajectory_sample
-from rewardq.consumers.failure_rows import FailureRows
+from rewardq.consumers.failure_rows import FailureRows, with_parked_records
 from rewardq.consumers.metrics import Metrics
 from rewardq.consumers.presence import Presence
 from rewardq.consumers.retries import RoomWaits
@@ -200,15 +200,7 @@ class FailureHandler:
                 raise
             logger.warning("ledger: the records of %s parked in Redis could not be read for its rows: %s", tid, exc)
             return list(known)
-        out = list(known)
-        for i, data in parked.items():
-            try:
-                rec = self.decode(data)
-            except Exception:  # noqa: BLE001 - a record that does not decode: its row keeps the identity only
-                continue
-            if rec.tid == tid and rec.index == i:
-                out.append(rec)
-        return sorted(out, key=_index)
+        return with_parked_records(known, parked, self.decode, tid)
 
     def trajectory_of(self, entry: Entry) -> str | None:
         """The id of the trajectory an entry that did not decode answers for (None: none)."""
@@ -418,10 +410,6 @@ class FailureHandler:
         if len(data) <= min(DEAD_RECORD_WHOLE, self.max_record_bytes):
             return {"data": bytes(data)}
         return {"data": bytes(data[:DEAD_DATA_CAP]), "data_bytes": len(data), "truncated": 1}
-
-
-def _index(rec: OutputRecord) -> int:
-    return rec.index
 
 
 def _names(entry: Entry, record: OutputRecord | None) -> tuple[str, str, int] | None:
