@@ -5,13 +5,14 @@
 Prints ``sampling`` once its first PINGs were answered (:class:`PingSampler` waits for that line, so
 a loaded machine's slow interpreter start-up is never a window without samples), runs until its
 standard input closes, then prints one JSON object about the first server:
-``samples``, ``worst_ms``, ``p99_ms`` (the sample 1 % of them are slower than), ``over_100ms``
-(how many took longer), ``slow_share`` (that count over ``samples``), ``excess_share`` (the time
-spent beyond 100 ms in slow answers, over the run's wall time: a one-second freeze counts a
-second, however few samples it stopped) and the five slowest ``(unix time, ms)``. With a second
-URL (a **control**: an idle server on the same machine) it PINGs both in turn and adds the same
-figures for the control under ``control``, so a test can tell what its own load did to Redis from
-what a busy machine did to every process at that time.
+``samples``, ``wall_ms`` (how long it sampled), ``worst_ms``, ``p99_ms`` (the sample 1 % of
+them are slower than), ``over_100ms`` (how many took longer), ``slow_share`` (that count over
+``samples``), ``excess_ms`` (the time spent beyond 100 ms in slow answers: a one-second freeze
+counts a second, however few samples it stopped), ``excess_share`` (that over ``wall_ms``) and the
+five slowest ``(unix time, ms)``. With a second URL (a **control**: an idle server on the same
+machine) it PINGs both in turn and adds the same figures for the control under ``control``, so a
+test can tell what its own load did to Redis from what a busy machine did to every process at that
+time.
 Its own process keeps the test's Python work (and its GIL) out of the measurement.
 """
 
@@ -35,10 +36,12 @@ def summary(times: list[tuple[float, float]], wall_ms: float) -> dict[str, Any]:
     over = [ms for _, ms in times if ms > SLOW_MS]
     return {
         "samples": len(times),
+        "wall_ms": wall_ms,
         "worst_ms": slow[0][1] if slow else None,
         "p99_ms": slow[len(slow) // 100][1] if slow else None,
         "over_100ms": len(over),
         "slow_share": len(over) / len(times) if times else 0.0,
+        "excess_ms": sum(ms - SLOW_MS for ms in over),
         "excess_share": sum(ms - SLOW_MS for ms in over) / wall_ms if wall_ms > 0 else 0.0,
         "slowest": [(round(t, 3), round(ms, 2)) for t, ms in slow[:5]],
     }
