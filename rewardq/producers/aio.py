@@ -22,6 +22,7 @@ from rewardq.producers.core import (
     ClientSettings,
     Name,
     Output,
+    Put,
     PutCall,
     backlog_lengths,
     output_count,
@@ -44,6 +45,7 @@ from rewardq.queue.blobs import write_blob_async
 from rewardq.queue.cancels import by_trajectory, cancel_call
 from rewardq.queue.clients import AsyncRedis
 from rewardq.queue.connection import REDIS_URL, ResponseError, being_cancelled, connect_async
+from rewardq.queue.held_connection import HeldConnection
 from rewardq.queue.keys import NAMESPACE, Keyspace
 from rewardq.queue.results import RewardResult
 
@@ -121,11 +123,29 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                     await self.r.delete(name)
             raise
 
-    async def _send_entries(self, call: PutCall) -> None:
-        puts = call.puts
-        await self._gate(p.shard for p in puts)
+    async def _prepare_and_send(self, call: PutCall, prepare: Callable[[Keyspace], list[Put]]) -> None:
+        """Prepare a call's records (``prepare``: validate and encode them) and send them, with no
+        wait between the two: the backlog is checked and a connection checked out first
+        (:class:`~rewardq.queue.held_connection.HeldConnection`), so a batch of calls made at once
+        reaches Redis one call at a time as each is encoded, not after the last one is. A call with
+        records that go as blobs gives the connection back and sends them as :meth:`_send` does."""
         ks = await self.keyspace()
-        pipe, shards, atomic = self._send_pipeline(ks, puts)
+        await self._gate(ks.shard_of_key(k) for k in call.keys[:1])  # a call's outputs share one shard
+        async with HeldConnection(self.r) as held:
+            call.puts = prepare(ks)
+            if any(p.blob is not None for p in call.puts):
+                await held.release()  # the blobs need connections of their own
+                await self._send(call)
+            else:
+                await self._send_entries(call, held)
+
+    async def _send_entries(self, call: PutCall, held: HeldConnection | None = None) -> None:
+        """Send a call's entries; ``held``: on that connection, the backlog already checked."""
+        puts = call.puts
+        if held is None:
+            await self._gate(p.shard for p in puts)
+        ks = await self.keyspace()
+        pipe, shards, atomic = self._send_pipeline(ks, puts, None if held is None else held.pipeline)
         call.written = None
         if atomic:
             try:
@@ -155,8 +175,9 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         """See :meth:`RewardClient.put_output <rewardq.producers.client.RewardClient.put_output>`."""
         call = PutCall("put_output", uid, session_id, self, index=index)
         with call.errors():
-            call.puts = [self._prepare_output(await self.keyspace(), uid, session_id, index, output, sample, final)]
-            await self._send(call)
+            await self._prepare_and_send(
+                call, lambda ks: [self._prepare_output(ks, uid, session_id, index, output, sample, final)]
+            )
         return call.puts[0].key
 
     async def put_trajectory(
@@ -165,8 +186,9 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         """See :meth:`RewardClient.put_trajectory <rewardq.producers.client.RewardClient.put_trajectory>`."""
         call = PutCall("put_trajectory", uid, session_id, self, count=output_count(outputs))
         with call.errors():
-            call.puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
-            await self._send(call)
+            await self._prepare_and_send(
+                call, lambda ks: self._prepare_trajectory(ks, uid, session_id, outputs, sample)
+            )
         return call.keys
 
     async def cancel(self, keys: Iterable[str]) -> int:
@@ -239,12 +261,12 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         waits for its rewards any more, so the fleet stops scoring it.
         """
         call = PutCall("put_trajectory", uid, session_id, self, count=output_count(outputs))
-        with call.errors():
-            call.puts = self._prepare_trajectory(await self.keyspace(), uid, session_id, outputs, sample)
 
-        async def put() -> None:
+        async def put() -> None:  # encoded here, after the watcher started: see _prepare_and_send
             with call.errors():
-                await self._send(call)
+                await self._prepare_and_send(
+                    call, lambda ks: self._prepare_trajectory(ks, uid, session_id, outputs, sample)
+                )
 
         try:
             return call.keys, await self._wait(Waiter(call.keys, timeout), before=put)

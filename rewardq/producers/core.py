@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
@@ -358,10 +358,12 @@ class ClientBase(Generic[R]):
             tokenizer=s.tokenizer,
         )
 
-    def _send_pipeline(self, ks: Keyspace, puts: list[Put]) -> tuple[Any, list[int], bool]:
+    def _send_pipeline(
+        self, ks: Keyspace, puts: list[Put], pipeline: Callable[..., Any] | None = None
+    ) -> tuple[Any, list[int], bool]:
         """A pipeline holding one XADD per put, then one XLEN per shard touched; returns it, those
         shards (the order of the XLEN replies after the ``len(puts)`` XADD replies) and whether it is
-        a transaction.
+        a transaction. ``pipeline`` makes it (``transaction=``), the client's own by default.
 
         The puts of one call all go to one shard (a trajectory's). On one Redis they go in MULTI/EXEC:
         all or nothing (a refused XADD discards them all), and a worker blocked in XREADGROUP wakes once
@@ -371,7 +373,7 @@ class ClientBase(Generic[R]):
         """
         shards = sorted({p.shard for p in puts})
         atomic = not self.cluster and len(shards) == 1
-        pipe = self.r.pipeline(transaction=atomic)
+        pipe = (pipeline or self.r.pipeline)(transaction=atomic)
         for p in puts:
             pipe.xadd(ks.stream(p.shard), p.fields)
         for shard in shards:
