@@ -25,7 +25,9 @@ from rewardq.producers.core import (
     Put,
     PutCall,
     backlog_lengths,
+    check_outputs,
     output_count,
+    planned_keys,
     settings_from_kwargs,
     split_replies,
 )
@@ -123,14 +125,21 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                     await self.r.delete(name)
             raise
 
-    async def _prepare_and_send(self, call: PutCall, prepare: Callable[[Keyspace], list[Put]]) -> None:
+    async def _prepare_and_send(self, call: PutCall, keys: list[str], prepare: Callable[[Keyspace], list[Put]]) -> None:
         """Prepare a call's records (``prepare``: validate and encode them) and send them, with no
-        wait between the two: the backlog is checked and a connection checked out first
+        wait between the two: a connection is checked out first
         (:class:`~rewardq.queue.held_connection.HeldConnection`), so a batch of calls made at once
-        reaches Redis one call at a time as each is encoded, not after the last one is. A call with
-        records that go as blobs gives the connection back and sends them as :meth:`_send` does."""
+        reaches Redis one call at a time as each is encoded, not after the last one is. ``keys``:
+        what the call puts (:func:`~rewardq.producers.core.planned_keys`), all of one trajectory.
+
+        A call whose shard is held back by the backlog prepares its records before it waits, so a
+        bad record is refused at once, not after the wait; a call with records that go as blobs
+        gives the connection back and sends them as :meth:`_send` does."""
         ks = await self.keyspace()
-        await self._gate(ks.shard_of_key(k) for k in call.keys[:1])  # a call's outputs share one shard
+        if ks.shard_of_key(keys[0]) in self._backlog.full:
+            call.puts = prepare(ks)
+            await self._send(call)
+            return
         async with HeldConnection(self.r) as held:
             call.puts = prepare(ks)
             if any(p.blob is not None for p in call.puts):
@@ -140,7 +149,7 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
                 await self._send_entries(call, held)
 
     async def _send_entries(self, call: PutCall, held: HeldConnection | None = None) -> None:
-        """Send a call's entries; ``held``: on that connection, the backlog already checked."""
+        """Send a call's entries; ``held``: on that connection, its shard not held back (checked)."""
         puts = call.puts
         if held is None:
             await self._gate(p.shard for p in puts)
@@ -175,8 +184,9 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         """See :meth:`RewardClient.put_output <rewardq.producers.client.RewardClient.put_output>`."""
         call = PutCall("put_output", uid, session_id, self, index=index)
         with call.errors():
+            keys = planned_keys(uid, session_id, index=index, max_outputs=self.settings.max_outputs)
             await self._prepare_and_send(
-                call, lambda ks: [self._prepare_output(ks, uid, session_id, index, output, sample, final)]
+                call, keys, lambda ks: [self._prepare_output(ks, uid, session_id, index, output, sample, final)]
             )
         return call.puts[0].key
 
@@ -186,8 +196,9 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         """See :meth:`RewardClient.put_trajectory <rewardq.producers.client.RewardClient.put_trajectory>`."""
         call = PutCall("put_trajectory", uid, session_id, self, count=output_count(outputs))
         with call.errors():
+            keys = planned_keys(uid, session_id, count=check_outputs(outputs, self.settings.max_outputs))
             await self._prepare_and_send(
-                call, lambda ks: self._prepare_trajectory(ks, uid, session_id, outputs, sample)
+                call, keys, lambda ks: self._prepare_trajectory(ks, uid, session_id, outputs, sample)
             )
         return call.keys
 
@@ -261,18 +272,21 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         waits for its rewards any more, so the fleet stops scoring it.
         """
         call = PutCall("put_trajectory", uid, session_id, self, count=output_count(outputs))
+        with call.errors():  # what can be refused before anything is encoded, and the keyspace read
+            keys = planned_keys(uid, session_id, count=check_outputs(outputs, self.settings.max_outputs))
+            await self.keyspace()
 
         async def put() -> None:  # encoded here, after the watcher started: see _prepare_and_send
             with call.errors():
                 await self._prepare_and_send(
-                    call, lambda ks: self._prepare_trajectory(ks, uid, session_id, outputs, sample)
+                    call, keys, lambda ks: self._prepare_trajectory(ks, uid, session_id, outputs, sample)
                 )
 
         try:
-            return call.keys, await self._wait(Waiter(call.keys, timeout), before=put)
+            return keys, await self._wait(Waiter(keys, timeout), before=put)
         except asyncio.CancelledError:
             if call.written is not False:  # sent, or perhaps sent: drop it
-                await self._cancel_shielded(call.keys)
+                await self._cancel_shielded(keys)
             raise
 
     async def _cancel_shielded(self, keys: list[str]) -> None:

@@ -22,6 +22,8 @@ from rewardq.queue.checks import (
     MAX_TRAJECTORY_BYTES,
     CheckedDict,
     check_dict,
+    check_index,
+    check_name,
     check_trajectory_bytes,
 )
 from rewardq.queue.codec import encode_output
@@ -252,6 +254,31 @@ def prepare_output(
     return Put(shard, key, {"key": key, "data": data, "ts": ts}, len(data))
 
 
+def check_outputs(outputs: object, max_outputs: int) -> int:
+    """How many outputs a ``put_trajectory`` was given; raises RecordError unless it is a list of
+    1 to ``max_outputs`` of them."""
+    if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence) or isinstance(outputs, Mapping):
+        raise RecordError("outputs", f"must be a list of outputs, got {type(outputs).__name__}")
+    n = len(outputs)
+    if n == 0:
+        raise RecordError("outputs", "a trajectory needs at least one output")
+    if n > max_outputs:
+        raise RecordError("outputs", f"has {n} outputs; a trajectory may have at most max_outputs={max_outputs}")
+    return n
+
+
+def planned_keys(
+    uid: object, session_id: object, *, count: int | None = None, index: object = None, max_outputs: int = MAX_OUTPUTS
+) -> list[str]:
+    """The keys a put of ``count`` outputs (a trajectory) or of the output ``index`` will write,
+    checked as its records will be (:func:`~rewardq.queue.checks.check_name`, ``check_index``):
+    what a caller can know, and refuse, before anything is encoded."""
+    tid_uid, tid_sid = check_name(uid, "uid"), check_name(session_id, "session_id")
+    if count is not None:
+        return [output_key(tid_uid, tid_sid, i) for i in range(count)]
+    return [output_key(tid_uid, tid_sid, check_index(index, max_outputs))]
+
+
 def prepare_trajectory(
     ks: Keyspace,
     uid: object,
@@ -268,13 +295,7 @@ def prepare_trajectory(
     """The puts of a whole trajectory; raises RecordError for a bad output, and
     :class:`~rewardq.errors.TrajectoryTooLarge` as soon as the records encoded so far pass
     ``max_trajectory_bytes`` (the rest are not encoded), before anything is written."""
-    if isinstance(outputs, (str, bytes)) or not isinstance(outputs, Sequence) or isinstance(outputs, Mapping):
-        raise RecordError("outputs", f"must be a list of outputs, got {type(outputs).__name__}")
-    if len(outputs) == 0:
-        raise RecordError("outputs", "a trajectory needs at least one output")
-    n = len(outputs)
-    if n > max_outputs:
-        raise RecordError("outputs", f"has {n} outputs; a trajectory may have at most max_outputs={max_outputs}")
+    n = check_outputs(outputs, max_outputs)
     sample = CheckedDict(check_dict(sample, "sample"))  # checked once, not once per output
     puts: list[Put] = []
     total = 0

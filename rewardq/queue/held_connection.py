@@ -38,15 +38,17 @@ class HeldConnection:
 
     The pipeline runs on the held connection and gives it back to the pool when it has run
     (redis-py's pipeline releases the connection it was given after ``execute``); a connection
-    no pipeline took is given back when the block ends, or by :meth:`release` before, when the
-    block needs connections of its own meanwhile (a pool of N connections held by N callers that
-    each wait for one more would wait for ever).
+    no pipeline ran on is given back when the block ends (a pipeline made but never run is reset,
+    which gives it back), or by :meth:`release` before, when the block needs connections of its
+    own meanwhile (a pool of N connections held by N callers that each wait for one more would
+    wait for ever).
     """
 
     def __init__(self, client: AsyncRedis) -> None:
         self._client = client
         self._pool = None if is_cluster_client(client) else cast(aredis.Redis, client).connection_pool
         self._conn: Any = None
+        self._pipe: Any = None  # the pipeline given the connection, until the block ends
 
     async def __aenter__(self) -> HeldConnection:
         if self._pool is not None:
@@ -64,10 +66,15 @@ class HeldConnection:
         if self._conn is not None:
             # redis-py's Pipeline.execute uses a connection already set and resets (releases) it after
             cast(aredis.client.Pipeline, pipe).connection, self._conn = self._conn, None
+            self._pipe = pipe
         return pipe
 
     async def release(self) -> None:
-        """Give the connection back now, if no pipeline took it."""
+        """Give the connection back now, if no pipeline took it; reset a pipeline that took it
+        (after ``execute`` that has been done already, and doing it again changes nothing)."""
         conn, self._conn = self._conn, None
+        pipe, self._pipe = self._pipe, None
         if conn is not None and self._pool is not None:
             await self._pool.release(conn)
+        if pipe is not None:
+            await pipe.reset()

@@ -8,6 +8,7 @@ import asyncio
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rewardq import AsyncRewardClient
@@ -90,3 +91,30 @@ async def test_a_burst_past_the_connection_pool_with_blob_records_completes(
     assert sync_redis.xlen(Keyspace(ns).stream(0)) == 24
     blobs = [e for _, e in sync_redis.xrange(Keyspace(ns).stream(0)) if b"blob" in e]
     assert len(blobs) == 6
+
+
+async def test_the_keys_waited_for_are_the_keys_the_records_name(ns: str, redis_url: str) -> None:
+    # Given names numpy gives (accepted wherever an int is), and more outputs than MAX_OUTPUTS allows
+    # by default on a client that allows them: the waiter waits for the keys the records name
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns, max_outputs=6000)
+    with pytest.raises(RewardTimeout) as err:
+        await client.put_trajectory_and_wait(np.int64(7), "s", [output(3, 3), output(2, 2)], SAMPLE, timeout=0.3)
+    assert err.value.missing == ["7_s_0", "7_s_1"]
+    assert await client.put_output(np.int64(8), "s", np.int64(0), output(3, 3), SAMPLE, final=True) == "8_s_0"
+    many = [output(1, 1, seed=i) for i in range(4100)]
+    with pytest.raises(RewardTimeout) as err:
+        await client.put_trajectory_and_wait("many", "s", many, SAMPLE, timeout=0.3)
+    assert len(err.value.missing) == 4100 and err.value.missing[-1] == "many_s_4099"
+    await client.aclose()
+
+
+async def test_a_bad_name_is_refused_before_the_wait_begins(ns: str, redis_url: str) -> None:
+    from rewardq.errors import RecordError
+
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+    with pytest.raises(RecordError, match="session_id"):
+        await client.put_trajectory_and_wait("u", "has_underscore", [output(3, 3)], SAMPLE, timeout=30)
+    with pytest.raises(RecordError, match="outputs"):
+        await client.put_trajectory_and_wait("u", "s", [], SAMPLE, timeout=30)
+    assert not client._watchers and client._watch_task is None  # nothing waited, no watcher started
+    await client.aclose()
