@@ -60,10 +60,13 @@ def records(
     return out
 
 
-@pytest.fixture(params=["fast-path", "by-hand", "public-api"])
+@pytest.fixture(params=["fast-path", "by-hand", "public-reads", "public-api"])
 def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     # fast-path: this tensordict's own (0.15's private helpers); by-hand: what a tensordict without
-    # them (0.10) gets once the import probe passed; public-api: the constructors
+    # them (0.10) gets once the import probe passed; public-reads: values read through tensorclass's
+    # attributes, not straight from where they are held; public-api: the constructors and those reads
+    if request.param in ("public-reads", "public-api"):
+        monkeypatch.setattr(rows_mod, "DIRECT_READS", False)
     if request.param == "public-api":
         monkeypatch.setattr(rows_mod, "FAST_PATH", False)
     elif request.param == "by-hand":
@@ -189,6 +192,25 @@ def test_last_row_falls_back_for_nested_tensordicts() -> None:
     row = last_row(td)
     assert row["nested", "x"].tolist() == [3]
     assert row["data_source"] == ["openai/gsm8k"]
+
+
+def test_direct_reads_are_what_tensordicts_own_reads_give(fast: bool) -> None:
+    # the import probe found them equal here; and every column of a row reads the same either way,
+    # a column a manager replaced (a plain stack of its own, one shared value) included
+    assert rows_mod._plain_data_matches()
+    td = build_batch(records(LENGTHS))
+    td.set_non_tensor("experiment", {"name": "exp-1"})
+    td["labels"] = NonTensorStack(*[NonTensorData(data={"row": i}) for i in range(4)])
+    for row in (last_row(td), td[1:2], td[3]):
+        for key in row.keys():
+            value = row.get(key)
+            if isinstance(value, torch.Tensor) or not isinstance(key, str):
+                continue
+            public = value.data if isinstance(value, NonTensorData) else value.tolist()
+            public = public[0] if isinstance(value, NonTensorStack) and row.batch_dims == 1 else public
+            assert non_tensor(row, key) == public, key
+    assert rows_mod._plain_data(NonTensorData(data=[1], batch_size=[1])) is rows_mod._MISSING  # batched: not plain
+    assert rows_mod._plain_data({"data": 1}) is rows_mod._MISSING
 
 
 def test_non_tensor_reads_rows_and_shared_values() -> None:

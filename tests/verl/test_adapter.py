@@ -225,7 +225,7 @@ def test_workers_here_build_batches_by_hand(monkeypatch: pytest.MonkeyPatch) -> 
     import tensordict
 
     assert (tensordict.__version__ or "").startswith("0.10")
-    assert FAST_PATH is True and rows._flat_stack is rows._stack_by_hand
+    assert FAST_PATH is True and rows._flat_stack is rows._stack_by_hand and rows.DIRECT_READS is True
     sample = {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "42"}, "raw_prompt": [{"role": "u"}]}
     outputs = [{"prompt_ids": [5] * (i + 1), "response_ids": [7] * 3} for i in range(3)]
     recs = [decode_output(encode_output("u", "s", i, out, sample, final=i == 2)) for i, out in enumerate(outputs)]
