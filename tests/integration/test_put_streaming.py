@@ -118,3 +118,20 @@ async def test_a_bad_name_is_refused_before_the_wait_begins(ns: str, redis_url: 
         await client.put_trajectory_and_wait("u", "s", [], SAMPLE, timeout=30)
     assert not client._watchers and client._watch_task is None  # nothing waited, no watcher started
     await client.aclose()
+
+
+async def test_a_gathered_burst_holds_at_most_puts_in_flight_connections(
+    ns: str, redis_url: str, sync_redis: SyncClient
+) -> None:
+    from rewardq.producers.aio import PUTS_IN_FLIGHT
+
+    # Given 300 trajectories put at once through one client (its pool may open 256 connections)
+    client = AsyncRewardClient.from_url(redis_url, namespace=ns)
+    await client.keyspace()
+    await asyncio.gather(*(client.put_trajectory(f"c{t}", "s", [output(3, 2, seed=t)], SAMPLE) for t in range(300)))
+    # Then all are in, through no more connections than PUTS_IN_FLIGHT (and the keyspace read's)
+    pool = client.r.connection_pool
+    opened = len(pool._available_connections) + len(pool._in_use_connections)
+    await client.aclose()
+    assert sync_redis.xlen(Keyspace(ns).stream(0)) == 300
+    assert 1 <= opened <= PUTS_IN_FLIGHT + 1, opened
