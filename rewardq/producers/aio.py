@@ -143,7 +143,9 @@ class AsyncRewardClient(ClientBase[AsyncRedis]):
         At most :data:`PUTS_IN_FLIGHT` calls of a client encode and send at once; the rest wait
         their turn before encoding. A call whose shard is held back by the backlog prepares its
         records before it waits, so a bad record is refused at once, not after the wait; a call with
-        records that go as blobs gives the connection back and sends them as :meth:`_send` does."""
+        records that go as blobs gives the connection back and sends them as :meth:`_send` does.
+        The backlog is looked at once, before the turn: calls already waiting for their turn when
+        a shard fills still go in, so a shard may pass ``max_backlog`` by up to that many calls."""
         ks = await self.keyspace()
         if ks.shard_of_key(keys[0]) in self._backlog.full:
             call.puts = prepare(ks)
