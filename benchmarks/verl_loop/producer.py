@@ -39,6 +39,7 @@ import io
 import os
 import pstats
 import resource
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -145,6 +146,7 @@ class Fleet:
             w.wait(30)
         self.redis.terminate()
         self.redis.wait(10)
+        shutil.rmtree(self.tmp, ignore_errors=True)  # the workers' logs and the server's folder
 
 
 async def rounds(a: argparse.Namespace, fleet: Fleet) -> dict[str, list[float]]:
