@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -354,8 +355,21 @@ def main(argv: list[str] | None = None) -> None:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
+        _remove_multiprocessing_folder()
         os._exit(code)
     sys.exit(code)
+
+
+def _remove_multiprocessing_folder() -> None:
+    """Remove the folder multiprocessing made for this process (``/tmp/pymp-*``, where the scorer
+    processes' forkserver listens), as its exit handler would: ``os._exit`` skips that handler, and
+    every stopped worker left one behind. Its path is in multiprocessing's per-process config, a
+    private attribute: ``multiprocessing.util.get_temp_dir()`` would make one where there is none."""
+    process = sys.modules.get("multiprocessing.process")
+    config = getattr(process.current_process(), "_config", None) if process is not None else None
+    folder = config.get("tempdir") if isinstance(config, dict) else None
+    if isinstance(folder, str):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run(argv: list[str] | None) -> int:

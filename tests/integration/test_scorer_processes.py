@@ -220,3 +220,35 @@ def test_a_forked_child_never_outlives_the_worker(redis_url: str, ns: str, tmp_p
     finally:
         client.close()
         worker.kill()
+
+
+def test_a_stopped_worker_leaves_no_multiprocessing_folder(redis_url: str, ns: str, tmp_path: Path) -> None:
+    # Given a worker whose scorer processes come from a forkserver (its socket in a pymp-* folder
+    # under TMPDIR), that scored a trajectory
+    tmp, marks = tmp_path / "tmp", tmp_path / "marks"
+    tmp.mkdir()
+    marks.mkdir()
+    worker = WorkerProcess(
+        redis_url,
+        ns,
+        cli=True,
+        log_dir=tmp_path,
+        env={"MISBEHAVING_MARKS": str(marks), "TMPDIR": str(tmp)},
+        manager="naive",
+        tokenizer="builtin:demo",
+        reward_fn=f"{MISBEHAVING}:misbehave",
+        shutdown_grace=3,
+    )
+    client = RewardClient.from_url(redis_url, namespace=ns)
+    try:
+        assert worker.wait_for_log(f"worker {worker.name} started", START_TIMEOUT), worker.log()
+        key = push(client, "ok")
+        assert client.wait_rewards([key], timeout=60)[key].reward_score == 1.0
+        assert [p.name for p in tmp.iterdir() if p.name.startswith("pymp-")], "no forkserver folder to remove"
+        # When it is stopped (it ends with os._exit, skipping multiprocessing's exit handler)
+        assert worker.terminate() == 0, worker.log()
+    finally:
+        worker.kill()
+        client.close()
+    # Then the folder is gone with it
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("pymp-")] == []
