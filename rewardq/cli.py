@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import sys
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -347,29 +346,20 @@ def main(argv: list[str] | None = None) -> None:
 
     Called as the process entry (``argv`` None) after a command that imported torch, the
     process ends with ``os._exit`` once logs and output are flushed: torch's interpreter
-    teardown takes ~2 s and there is nothing left to clean (the worker has stopped, closed
-    its manager and connections), so a stopped worker really is gone when SIGTERM says so.
+    teardown takes ~2 s and there is nothing left to clean but multiprocessing's folder, removed
+    first (the worker has stopped, closed its manager and connections), so a stopped worker
+    really is gone when SIGTERM says so.
     """
     code = _run(argv)
     if argv is None and "torch" in sys.modules:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        _remove_multiprocessing_folder()
+        from rewardq.consumers.process import remove_multiprocessing_folder
+
+        remove_multiprocessing_folder()
         os._exit(code)
     sys.exit(code)
-
-
-def _remove_multiprocessing_folder() -> None:
-    """Remove the folder multiprocessing made for this process (``/tmp/pymp-*``, where the scorer
-    processes' forkserver listens), as its exit handler would: ``os._exit`` skips that handler, and
-    every stopped worker left one behind. Its path is in multiprocessing's per-process config, a
-    private attribute: ``multiprocessing.util.get_temp_dir()`` would make one where there is none."""
-    process = sys.modules.get("multiprocessing.process")
-    config = getattr(process.current_process(), "_config", None) if process is not None else None
-    folder = config.get("tempdir") if isinstance(config, dict) else None
-    if isinstance(folder, str):
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run(argv: list[str] | None) -> int:

@@ -13,7 +13,9 @@ import asyncio
 import gc
 import logging
 import os
+import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -175,6 +177,20 @@ def exit_after(seconds: float, exit_code: Callable[[], int], *, why: str) -> Non
                 handler.flush()
             except Exception:  # noqa: BLE001 - exiting anyway
                 pass
+        remove_multiprocessing_folder()
         os._exit(code)
 
     threading.Thread(target=expire, name="rewardq-exit-deadline", daemon=True).start()
+
+
+def remove_multiprocessing_folder() -> None:
+    """Remove the folder multiprocessing made for this process (``/tmp/pymp-*``, where the scorer
+    processes' forkserver listens), as its exit handler would: a process that ends with
+    ``os._exit`` (the CLI's end, :func:`exit_after`) skips that handler, and every stopped worker
+    left one behind. Its path is in multiprocessing's per-process config, a private attribute:
+    ``multiprocessing.util.get_temp_dir()`` would make one where there is none."""
+    process = sys.modules.get("multiprocessing.process")
+    config = getattr(process.current_process(), "_config", None) if process is not None else None
+    folder = config.get("tempdir") if isinstance(config, dict) else None
+    if isinstance(folder, str):
+        shutil.rmtree(folder, ignore_errors=True)
