@@ -90,6 +90,24 @@ def test_the_real_128k_tokenizer_decodes_exactly_as_the_library_does() -> None:
             assert table.decode(ids, skip) == rust.decode(ids, skip_special_tokens=skip), (ids, skip)
 
 
+def test_ids_with_no_bytes_at_either_end_or_alone_and_long_sequences_decode_as_the_library_does() -> None:
+    """The flat table drops ids with no bytes (a skipped special) before it builds its index: a
+    sequence that starts, ends or consists of them, and one of thousands of ids, decode exactly."""
+    rust = trained_byte_level()
+    table = ByteLevelTable.of(rust)
+    assert table is not None
+    special = next(i for i, t in rust.get_added_tokens_decoder().items() if t.special)
+    word = rust.encode("naïve café 数学").ids
+    rng = random.Random(2)
+    long = [rng.randrange(table.size) for _ in range(6000)]
+    cases = [[special], [special] * 3, [special, *word], [*word, special], [special, *word, special, special], long]
+    for ids in cases:
+        for skip in (True, False):
+            want = rust.decode(ids, skip_special_tokens=skip)
+            for given in (ids, np.asarray(ids, dtype=np.uint32), torch.tensor(ids, dtype=torch.int32)):
+                assert table.decode(given, skip) == want, (ids[:8], skip)
+
+
 def test_ids_outside_the_table_and_other_decoders_are_left_to_the_library() -> None:
     table = ByteLevelTable.of(TOK.backend)
     assert table is not None
