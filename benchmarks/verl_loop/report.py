@@ -97,7 +97,7 @@ def render(
             console.print(
                 f"bare ProcessPoolExecutor ({base['processes']} processes) running {name}'s function on the "
                 f"same texts: {base['calls']} calls in {base['wall_s']:.2f}s ({base['calls'] / base['wall_s']:.0f}/s), "
-                f"function CPU {base['function_cpu_s']:.1f}s; on every core: the targets below scale its rate "
+                f"function CPU {base['function_cpu_s']:.1f}s; on every core: the targets below scale its rate and CPU "
                 "to the reward side's cores"
             )
     t = Table(title="targets (ratios inside this run)")

@@ -16,13 +16,12 @@ scheme: DeepSeek, Qwen, Llama 3 and most current models) like this
 Steps 1 and 2 depend on the id alone, so :class:`ByteLevelTable` computes each id's bytes once,
 when the worker loads the tokenizer, and lays them out flat: all of them one after another in one
 byte array, and per id where its bytes start and how many there are. A decode is then a few numpy
-passes over the ids and one ``bytes.decode``, touching no Python object per id: 0.20 ms of CPU
-for a 2,426-id response of the 128k vocabulary, where a table of ``bytes`` objects (a gather of
-object references, each one's count raised and lowered, then ``b"".join``) took 0.35-0.52 ms and
-the library 1.6 ms (it walks a hash map per character). The result is the library's own, character
-for character; a tokenizer with any other decoder (or a ``ByteLevel`` inside a sequence of
-decoders) is not given a table, and a sequence with an id outside the table falls back to the
-library's decode.
+passes over the ids and one ``bytes.decode``, touching no Python object per id: 153 µs of CPU for
+a GSM8K response of 2,426 ids of the real 128k vocabulary, where the library took 1,589 µs (it
+walks a hash map per character; docs/performance.md, "The byte-level table laid out flat"). The
+result is the library's own, character for character; a tokenizer with any other decoder (or a
+``ByteLevel`` inside a sequence of decoders) is not given a table, and a sequence with an id
+outside the table falls back to the library's decode.
 """
 
 from __future__ import annotations
@@ -45,8 +44,9 @@ def byte_to_unicode() -> dict[str, int]:
     return {chr(c): b for b, c in chars.items()}
 
 
-#: Bits of an id's entry in :class:`ByteLevelTable` that hold its length (the rest: its start).
-LENGTH_BITS = 16
+#: Bits of an id's entry in :class:`ByteLevelTable` that hold its length; the 31 bits above them
+#: hold its start, so a table holds up to 2 GiB of bytes (a 128k vocabulary takes ~1 MiB).
+LENGTH_BITS = 32
 _LENGTH_MASK = (1 << LENGTH_BITS) - 1
 
 
@@ -97,7 +97,7 @@ class ByteLevelTable:
             # (a content added as special and again as not special keeps being skipped).
             skipped[i] = token in contents and tok.decode([i], skip_special_tokens=True) == ""
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=size)
-        if size and int(lengths.max()) > _LENGTH_MASK:  # a token of 64 KiB: not a vocabulary to table
+        if int(lengths.sum()) >> (63 - LENGTH_BITS):  # 2 GiB of token bytes: left to the library
             return None
         starts = np.cumsum(lengths) - lengths
         keep = starts << LENGTH_BITS | lengths

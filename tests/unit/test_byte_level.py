@@ -104,7 +104,9 @@ def test_ids_with_no_bytes_at_either_end_or_alone_and_long_sequences_decode_as_t
     for ids in cases:
         for skip in (True, False):
             want = rust.decode(ids, skip_special_tokens=skip)
-            for given in (ids, np.asarray(ids, dtype=np.uint32), torch.tensor(ids, dtype=torch.int32)):
+            spread = torch.tensor([x for i in ids for x in (i, 0)], dtype=torch.int64)[::2]  # not contiguous
+            given_as = (ids, np.asarray(ids, dtype=np.uint32), np.asarray(ids, dtype=np.uint64))
+            for given in (*given_as, torch.tensor(ids, dtype=torch.int32), spread):
                 assert table.decode(given, skip) == want, (ids[:8], skip)
 
 

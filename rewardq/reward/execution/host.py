@@ -8,8 +8,8 @@ with :meth:`prepare` and stops it with :meth:`close`.
 
 A byte-level BPE tokenizer's responses (GPT-2's scheme, most current models) are decoded in the
 event loop through a table of each id's bytes instead (:mod:`rewardq.reward.byte_level`): the same
-text as the library's decode, for ~0.15 ms of CPU per 2,500-id response of a 128k vocabulary where
-the library spends ~1.1 ms; the hand-off to the decode thread would cost more than the decode. A
+text as the library's decode, for about a tenth of the library's CPU (figures in
+:mod:`rewardq.reward.byte_level`); the hand-off to the decode thread would cost more than the decode. A
 response longer than :data:`INLINE_MAX_IDS` still goes to the decode thread, so that no one
 decode holds the event loop for long.
 """
